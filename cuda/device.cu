@@ -1,0 +1,75 @@
+#include <tapegrad/cuda/check.h>
+#include <tapegrad/cuda/device.h>
+
+#include <cuda_runtime.h>
+
+namespace tg::cuda {
+
+namespace {
+
+int query_count() {
+  int n = 0;
+  cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {  // no driver or no device: not available
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+void check_device(int device, const char* op) {
+  int n = device_count();
+  TG_CHECK(n > 0, op, ": no CUDA device is available (cudaGetDeviceCount found "
+           "none); check the driver and CUDA_VISIBLE_DEVICES");
+  TG_CHECK(device >= 0 && device < n, op, ": device index ", device,
+           " is out of range; ", n, " CUDA device(s) visible");
+}
+
+__global__ void affine_kernel(int* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = 3 * i + 1;
+}
+
+}  // namespace
+
+bool is_built() { return true; }
+
+int device_count() {
+  static const int n = query_count();
+  return n;
+}
+
+bool is_available() { return device_count() > 0; }
+
+DeviceProperties get_device_properties(int device) {
+  check_device(device, "get_device_properties");
+  cudaDeviceProp p{};
+  TG_CUDA_CHECK(cudaGetDeviceProperties(&p, device), "get_device_properties");
+  DeviceProperties r;
+  r.name = p.name;
+  r.major = p.major;
+  r.minor = p.minor;
+  r.total_memory = int64_t(p.totalGlobalMem);
+  r.multiprocessor_count = p.multiProcessorCount;
+  return r;
+}
+
+void self_test(int device) {
+  check_device(device, "cuda::self_test");
+  TG_CUDA_CHECK(cudaSetDevice(device), "cuda::self_test");
+  constexpr int n = 1000;
+  int* d = nullptr;
+  TG_CUDA_CHECK(cudaMalloc(&d, n * sizeof(int)), "cuda::self_test");
+  affine_kernel<<<(n + 255) / 256, 256>>>(d, n);
+  cudaError_t launch = cudaGetLastError();
+  int h[n];
+  cudaError_t copy = cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+  cudaFree(d);
+  TG_CUDA_CHECK(launch, "cuda::self_test (kernel launch)");
+  TG_CUDA_CHECK(copy, "cuda::self_test");
+  for (int i = 0; i < n; ++i)
+    TG_CHECK(h[i] == 3 * i + 1, "cuda::self_test: element ", i, " is ", h[i],
+             ", expected ", 3 * i + 1);
+}
+
+}  // namespace tg::cuda

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Configures and builds tapegrad into ${TG_BUILD_DIR:-build} (Release, Ninja).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${TG_BUILD_DIR:-$root/build}
+gen=()
+command -v ninja >/dev/null && gen=(-G Ninja)
+extra=()
+[ "${CI:-}" = true ] && extra+=(-DTAPEGRAD_WERROR=ON)
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "${extra[@]}" "$@"
+fi
+cmake --build "$build" -j "$(nproc)"

@@ -1,0 +1,8 @@
+// The umbrella header: everything a user of tapegrad needs.
+#pragma once
+
+#include <tapegrad/cuda/device.h>
+#include <tapegrad/tensor/error.h>
+#include <tapegrad/tensor/ops.h>
+#include <tapegrad/tensor/random.h>
+#include <tapegrad/tensor/tensor.h>

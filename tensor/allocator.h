@@ -1,0 +1,36 @@
+// Allocators hand out raw byte buffers for Storage. The CPU allocator is
+// 64-byte aligned and keeps live/peak byte counts that tests and the
+// saved-tensor offload hooks read.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <tapegrad/tensor/device.h>
+
+namespace tg {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes) = 0;
+  virtual Device device() const = 0;
+};
+
+struct AllocatorStats {
+  int64_t live_bytes = 0;
+  int64_t peak_bytes = 0;
+  int64_t num_allocs = 0;  // allocations made since start
+  int64_t live_allocs = 0;
+};
+
+Allocator* cpu_allocator();
+AllocatorStats cpu_allocator_stats();
+void reset_cpu_peak_bytes();  // peak := live
+
+// Devices register their allocator here (the CUDA backend does, at init).
+Allocator* allocator_for(Device d);
+void set_allocator(DeviceType t, Allocator* a);
+
+}  // namespace tg

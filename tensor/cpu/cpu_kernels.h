@@ -1,0 +1,12 @@
+// Internal: each CPU kernel file fills its part of the CPU Backend table.
+#pragma once
+
+#include <tapegrad/tensor/kernels.h>
+
+namespace tg::cpu {
+void register_elementwise(kernels::Backend& b);
+void register_reduce(kernels::Backend& b);
+void register_linalg(kernels::Backend& b);
+void register_index(kernels::Backend& b);
+void register_random(kernels::Backend& b);
+}  // namespace tg::cpu

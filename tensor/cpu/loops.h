@@ -1,0 +1,69 @@
+// Internal CPU loop machinery: one offset calculator for every strided,
+// broadcast (stride 0) or contiguous operand set. Dimensions are sorted by
+// the output's strides, size-1 dims dropped and adjacent dims coalesced;
+// the innermost dimension is handed to a typed loop, which takes a
+// contiguous fast path when all byte strides equal the element size.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include <tapegrad/tensor/tensor.h>
+
+namespace tg::cpu {
+
+constexpr int kMaxOps = 4;
+constexpr int kMaxDims = 25;
+constexpr int64_t kGrainSize = 32768;
+
+template <class Fn>
+class FunctionRef;
+template <class R, class... A>
+class FunctionRef<R(A...)> {
+ public:
+  template <class F, class = std::enable_if_t<
+                         !std::is_same_v<std::decay_t<F>, FunctionRef>>>
+  FunctionRef(F&& f)  // NOLINT
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
+        call_([](void* o, A... a) -> R {
+          return (*static_cast<std::remove_reference_t<F>*>(o))(
+              std::forward<A>(a)...);
+        }) {}
+  R operator()(A... a) const { return call_(obj_, std::forward<A>(a)...); }
+
+ private:
+  void* obj_;
+  R (*call_)(void*, A...);
+};
+
+// inner(ptrs, byte_strides, n): process n elements along the innermost dim.
+using InnerLoop = FunctionRef<void(char** ptrs, const int64_t* strides, int64_t n)>;
+
+// Operand 0 is the output; all operands have the output's sizes (inputs are
+// expanded views). parallel=false runs serially (e.g. scatter).
+void for_each(const Tensor* ops, int nops, InnerLoop inner, bool parallel = true);
+
+// Runs f(begin, end) over [0, n) in TBB chunks of at least `grain`.
+void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> f);
+
+// Calls f(T{}) with T the C++ type of a compute dtype (float, double, int64_t).
+template <class F>
+void dispatch_compute(ScalarType t, const char* op, F&& f);
+
+}  // namespace tg::cpu
+
+#include <tapegrad/tensor/error.h>
+
+namespace tg::cpu {
+template <class F>
+void dispatch_compute(ScalarType t, const char* op, F&& f) {
+  switch (t) {
+    case ScalarType::Float32: f(float{}); return;
+    case ScalarType::Float64: f(double{}); return;
+    case ScalarType::Int64: f(int64_t{}); return;
+    default:
+      TG_INTERNAL_ASSERT(false, op, ": CPU kernel got non-compute dtype ", t);
+  }
+}
+}  // namespace tg::cpu

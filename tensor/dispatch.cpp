@@ -1,0 +1,40 @@
+#include <atomic>
+
+#include <tapegrad/tensor/op_util.h>
+
+namespace tg {
+
+std::ostream& operator<<(std::ostream& os, const Device& d) {
+  if (d.is_cpu()) return os << "cpu";
+  return os << "cuda:" << d.index();
+}
+
+std::ostream& operator<<(std::ostream& os, Layout l) {
+  return os << (l == Layout::Strided ? "Strided" : "SparseCoo");
+}
+
+std::ostream& operator<<(std::ostream& os, const Scalar& s) {
+  if (s.is_integral()) return os << s.to_int();
+  return os << s.to_double();
+}
+
+namespace kernels {
+namespace {
+std::atomic<const Backend*> g_cuda_backend{nullptr};
+}
+
+const Backend& backend(Device d, const char* op) {
+  if (d.is_cpu()) return cpu_backend();
+  const Backend* b = g_cuda_backend.load();
+  TG_CHECK(b != nullptr, op, ": no kernels for device ", d,
+           " in this build; CUDA tensor kernels are not available");
+  return *b;
+}
+
+void register_backend(DeviceType t, const Backend* b) {
+  TG_CHECK(t == DeviceType::CUDA, "register_backend: only CUDA can be registered");
+  g_cuda_backend.store(b);
+}
+
+}  // namespace kernels
+}  // namespace tg

@@ -1,0 +1,348 @@
+// Elementwise ops: dtype promotion, broadcasting, in-place variants.
+#include <tapegrad/tensor/op_util.h>
+
+namespace tg {
+
+using detail::cast;
+using detail::compute_type;
+using kernels::BinaryOp;
+using kernels::CompareOp;
+using kernels::UnaryOp;
+
+IntList broadcast_shapes(const IntList& a, const IntList& b, const char* op) {
+  size_t n = std::max(a.size(), b.size());
+  IntList out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    TG_CHECK(x == y || x == 1 || y == 1, op, ": shapes ", shape_str(a), " and ",
+             shape_str(b), " cannot be broadcast together (dim ", i, ": ", x,
+             " vs ", y, ")");
+    out[i] = x == 1 ? y : x;
+  }
+  return out;
+}
+
+Tensor broadcast_to(const Tensor& x, const IntList& sizes) { return x.expand(sizes); }
+
+namespace {
+
+const char* binary_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add: return "add";
+    case BinaryOp::Sub: return "sub";
+    case BinaryOp::Mul: return "mul";
+    case BinaryOp::Div: return "div";
+    case BinaryOp::Pow: return "pow";
+    case BinaryOp::Max: return "maximum";
+    case BinaryOp::Min: return "minimum";
+  }
+  return "?";
+}
+
+ScalarType binary_result_type(BinaryOp op, ScalarType a, ScalarType b,
+                              const char* name) {
+  ScalarType rt = promote_types(a, b);
+  if (op == BinaryOp::Div && !is_floating_point(rt)) rt = kFloat32;
+  TG_CHECK(!(op == BinaryOp::Sub && rt == kBool), name,
+           ": subtracting two Bool tensors is not supported; use .to(kInt64) "
+           "or logical ops");
+  return rt;
+}
+
+// Computes op(a, b) into a new tensor of dtype rt (a, b already checked).
+Tensor binary_into_new(BinaryOp op, const Tensor& a, const Tensor& b,
+                       ScalarType rt, const char* name) {
+  IntList shape = broadcast_shapes(a.sizes(), b.sizes(), name);
+  ScalarType ct = compute_type(rt);
+  Tensor out = detail::new_empty(shape, ct, a.device());
+  kernels::backend(a.device(), name)
+      .binary(op, out, cast(a, ct).expand(shape), cast(b, ct).expand(shape));
+  return cast(out, rt);
+}
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const char* name = binary_name(op);
+  detail::check_defined(a, name, "first operand");
+  detail::check_defined(b, name, "second operand");
+  detail::check_same_device(a, b, name);
+  return binary_into_new(op, a, b, binary_result_type(op, a.dtype(), b.dtype(), name),
+                         name);
+}
+
+Tensor scalar_like(Scalar s, const Tensor& t) {
+  ScalarType rt = promote_with_scalar(t.dtype(), s.is_integral());
+  return scalar_tensor(s, TensorOptions().dtype(rt).device(t.device()));
+}
+
+Tensor binary(BinaryOp op, const Tensor& a, Scalar s) {
+  detail::check_defined(a, binary_name(op));
+  return binary(op, a, scalar_like(s, a));
+}
+
+Tensor compare(CompareOp op, const Tensor& a, const Tensor& b, const char* name) {
+  detail::check_defined(a, name, "first operand");
+  detail::check_defined(b, name, "second operand");
+  detail::check_same_device(a, b, name);
+  IntList shape = broadcast_shapes(a.sizes(), b.sizes(), name);
+  ScalarType ct = compute_type(promote_types(a.dtype(), b.dtype()));
+  Tensor out = detail::new_empty(shape, kBool, a.device());
+  kernels::backend(a.device(), name)
+      .compare(op, out, cast(a, ct).expand(shape), cast(b, ct).expand(shape));
+  return out;
+}
+
+// Float-only ops give Float32 for Int64/Bool inputs (as PyTorch).
+Tensor unary(UnaryOp op, const Tensor& x, const char* name, bool float_only,
+             kernels::UnaryParams prm = {}) {
+  detail::check_defined(x, name);
+  ScalarType rt = x.dtype();
+  if (float_only && !is_floating_point(rt)) rt = kFloat32;
+  TG_CHECK(rt != kBool, name, ": Bool tensors are not supported; convert with "
+           ".to(kInt64) first");
+  ScalarType ct = compute_type(rt);
+  Tensor out = detail::new_empty(x.sizes(), ct, x.device());
+  kernels::backend(x.device(), name).unary(op, out, cast(x, ct), prm);
+  return cast(out, rt);
+}
+
+// self op= other, in place: other broadcasts to self; the promoted dtype
+// must be castable to self's (no float -> integer, nothing -> Bool).
+Tensor& inplace_binary(Tensor& self, BinaryOp op, const Tensor& other,
+                       const char* name) {
+  detail::check_defined(self, name, "self");
+  detail::check_defined(other, name, "other");
+  detail::check_same_device(self, other, name);
+  ScalarType rt = binary_result_type(op, self.dtype(), other.dtype(), name);
+  bool castable = self.dtype() == rt || is_floating_point(self.dtype());
+  TG_CHECK(castable, name, ": result type ", rt,
+           " can't be cast to the desired output type ", self.dtype());
+  IntList shape = broadcast_shapes(self.sizes(), other.sizes(), name);
+  TG_CHECK(shape == self.sizes(), name, ": output with shape ",
+           shape_str(self.sizes()), " doesn't match the broadcast shape ",
+           shape_str(shape));
+  detail::check_writable(self, name);
+  Tensor src = detail::may_overlap(self, other) ? other.clone() : other;
+  ScalarType ct = compute_type(rt);
+  if (self.dtype() == ct && ct == rt) {
+    kernels::backend(self.device(), name)
+        .binary(op, self, self, cast(src, ct).expand(shape));
+  } else {
+    Tensor r = binary_into_new(op, self, src, rt, name);
+    kernels::backend(self.device(), name).copy(self, r);
+  }
+  self.bump_version();
+  return self;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
+  if (alpha.is_integral() && alpha.to_int() == 1) return binary(BinaryOp::Add, a, b);
+  return binary(BinaryOp::Add, a, mul(b, alpha));
+}
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
+  if (alpha.is_integral() && alpha.to_int() == 1) return binary(BinaryOp::Sub, a, b);
+  return binary(BinaryOp::Sub, a, mul(b, alpha));
+}
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Div, a, b); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Pow, a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Max, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Min, a, b); }
+Tensor add(const Tensor& a, Scalar b) { return binary(BinaryOp::Add, a, b); }
+Tensor sub(const Tensor& a, Scalar b) { return binary(BinaryOp::Sub, a, b); }
+Tensor mul(const Tensor& a, Scalar b) { return binary(BinaryOp::Mul, a, b); }
+Tensor div(const Tensor& a, Scalar b) { return binary(BinaryOp::Div, a, b); }
+Tensor pow(const Tensor& a, Scalar e) {
+  detail::check_defined(a, "pow");
+  TG_CHECK(!(e.is_integral() && e.to_int() < 0 && !is_floating_point(a.dtype())),
+           "pow: integers to negative integer powers are not allowed (",
+           a.dtype(), " tensor, exponent ", e.to_int(), ")");
+  return binary(BinaryOp::Pow, a, e);
+}
+Tensor pow(Scalar base, const Tensor& e) {
+  detail::check_defined(e, "pow");
+  return binary(BinaryOp::Pow, scalar_like(base, e), e);
+}
+
+Tensor eq(const Tensor& a, const Tensor& b) { return compare(CompareOp::Eq, a, b, "eq"); }
+Tensor ne(const Tensor& a, const Tensor& b) { return compare(CompareOp::Ne, a, b, "ne"); }
+Tensor lt(const Tensor& a, const Tensor& b) { return compare(CompareOp::Lt, a, b, "lt"); }
+Tensor le(const Tensor& a, const Tensor& b) { return compare(CompareOp::Le, a, b, "le"); }
+Tensor gt(const Tensor& a, const Tensor& b) { return compare(CompareOp::Gt, a, b, "gt"); }
+Tensor ge(const Tensor& a, const Tensor& b) { return compare(CompareOp::Ge, a, b, "ge"); }
+Tensor eq(const Tensor& a, Scalar b) { return eq(a, scalar_like(b, a)); }
+Tensor ne(const Tensor& a, Scalar b) { return ne(a, scalar_like(b, a)); }
+Tensor lt(const Tensor& a, Scalar b) { return lt(a, scalar_like(b, a)); }
+Tensor le(const Tensor& a, Scalar b) { return le(a, scalar_like(b, a)); }
+Tensor gt(const Tensor& a, Scalar b) { return gt(a, scalar_like(b, a)); }
+Tensor ge(const Tensor& a, Scalar b) { return ge(a, scalar_like(b, a)); }
+
+Tensor neg(const Tensor& x) { return unary(UnaryOp::Neg, x, "neg", false); }
+Tensor exp(const Tensor& x) { return unary(UnaryOp::Exp, x, "exp", true); }
+Tensor log(const Tensor& x) { return unary(UnaryOp::Log, x, "log", true); }
+Tensor sin(const Tensor& x) { return unary(UnaryOp::Sin, x, "sin", true); }
+Tensor cos(const Tensor& x) { return unary(UnaryOp::Cos, x, "cos", true); }
+Tensor tanh(const Tensor& x) { return unary(UnaryOp::Tanh, x, "tanh", true); }
+Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::Sigmoid, x, "sigmoid", true); }
+Tensor relu(const Tensor& x) { return unary(UnaryOp::Relu, x, "relu", false); }
+Tensor silu(const Tensor& x) { return unary(UnaryOp::Silu, x, "silu", true); }
+Tensor gelu(const Tensor& x, const std::string& approximate) {
+  TG_CHECK(approximate == "none" || approximate == "tanh",
+           "gelu: approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
+  return unary(approximate == "tanh" ? UnaryOp::GeluTanh : UnaryOp::Gelu, x,
+               "gelu", true);
+}
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  TG_CHECK(beta != 0, "softplus: beta must be nonzero");
+  kernels::UnaryParams p;
+  p.a = beta;
+  p.b = threshold;
+  return unary(UnaryOp::Softplus, x, "softplus", true, p);
+}
+Tensor sqrt(const Tensor& x) { return unary(UnaryOp::Sqrt, x, "sqrt", true); }
+Tensor rsqrt(const Tensor& x) { return unary(UnaryOp::Rsqrt, x, "rsqrt", true); }
+Tensor abs(const Tensor& x) { return unary(UnaryOp::Abs, x, "abs", false); }
+Tensor sign(const Tensor& x) { return unary(UnaryOp::Sign, x, "sign", false); }
+Tensor square(const Tensor& x) { return unary(UnaryOp::Square, x, "square", false); }
+Tensor reciprocal(const Tensor& x) {
+  return unary(UnaryOp::Reciprocal, x, "reciprocal", true);
+}
+
+Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  detail::check_defined(x, "clamp");
+  TG_CHECK(lo || hi, "clamp: at least one of min and max must be given");
+  kernels::UnaryParams p;
+  Tensor in = x;
+  bool float_bound = (lo && !lo->is_integral()) || (hi && !hi->is_integral());
+  if (float_bound && !x.is_floating_point()) in = x.to(kFloat32);
+  if (lo) { p.a = lo->to_double(); p.has_a = true; }
+  if (hi) { p.b = hi->to_double(); p.has_b = true; }
+  return unary(UnaryOp::Clamp, in, "clamp", false, p);
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  detail::check_defined(cond, "where", "condition");
+  detail::check_defined(a, "where", "first value");
+  detail::check_defined(b, "where", "second value");
+  TG_CHECK(cond.dtype() == kBool, "where: condition must be a Bool tensor, got ",
+           cond.dtype(), "; compare first (e.g. gt(x, 0))");
+  detail::check_same_device(cond, a, "where");
+  detail::check_same_device(a, b, "where");
+  IntList shape = broadcast_shapes(
+      broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(), "where");
+  ScalarType rt = promote_types(a.dtype(), b.dtype());
+  Tensor out = detail::new_empty(shape, rt, a.device());
+  kernels::backend(a.device(), "where")
+      .where(out, cond.expand(shape), cast(a, rt).expand(shape),
+             cast(b, rt).expand(shape));
+  return out;
+}
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
+  detail::check_defined(a, "where", "first value");
+  return where(cond, a, scalar_like(b, a));
+}
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
+  detail::check_defined(b, "where", "second value");
+  return where(cond, scalar_like(a, b), b);
+}
+
+// ---- operators ------------------------------------------------------------------
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator+(const Tensor& a, Scalar b) { return add(a, b); }
+Tensor operator-(const Tensor& a, Scalar b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, Scalar b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
+Tensor operator+(Scalar a, const Tensor& b) { return add(b, a); }
+Tensor operator-(Scalar a, const Tensor& b) { return binary(BinaryOp::Sub, scalar_like(a, b), b); }
+Tensor operator*(Scalar a, const Tensor& b) { return mul(b, a); }
+Tensor operator/(Scalar a, const Tensor& b) { return binary(BinaryOp::Div, scalar_like(a, b), b); }
+Tensor operator-(const Tensor& x) { return neg(x); }
+Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
+Tensor& operator-=(Tensor& a, const Tensor& b) { return a.sub_(b); }
+Tensor& operator*=(Tensor& a, const Tensor& b) { return a.mul_(b); }
+Tensor& operator/=(Tensor& a, const Tensor& b) { return a.div_(b); }
+Tensor& operator+=(Tensor& a, Scalar b) { return a.add_(b); }
+Tensor& operator-=(Tensor& a, Scalar b) { return a.sub_(b); }
+Tensor& operator*=(Tensor& a, Scalar b) { return a.mul_(b); }
+Tensor& operator/=(Tensor& a, Scalar b) { return a.div_(b); }
+
+// ---- in-place methods ---------------------------------------------------------------
+Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
+  if (alpha.is_integral() && alpha.to_int() == 1)
+    return inplace_binary(*this, BinaryOp::Add, o, "add_");
+  return inplace_binary(*this, BinaryOp::Add, tg::mul(o, alpha), "add_");
+}
+Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
+  if (alpha.is_integral() && alpha.to_int() == 1)
+    return inplace_binary(*this, BinaryOp::Sub, o, "sub_");
+  return inplace_binary(*this, BinaryOp::Sub, tg::mul(o, alpha), "sub_");
+}
+Tensor& Tensor::add_(Scalar s) { return inplace_binary(*this, BinaryOp::Add, scalar_like(s, *this), "add_"); }
+Tensor& Tensor::sub_(Scalar s) { return inplace_binary(*this, BinaryOp::Sub, scalar_like(s, *this), "sub_"); }
+Tensor& Tensor::mul_(const Tensor& o) { return inplace_binary(*this, BinaryOp::Mul, o, "mul_"); }
+Tensor& Tensor::mul_(Scalar s) { return inplace_binary(*this, BinaryOp::Mul, scalar_like(s, *this), "mul_"); }
+Tensor& Tensor::div_(const Tensor& o) { return inplace_binary(*this, BinaryOp::Div, o, "div_"); }
+Tensor& Tensor::div_(Scalar s) { return inplace_binary(*this, BinaryOp::Div, scalar_like(s, *this), "div_"); }
+
+Tensor& Tensor::fill_(Scalar s) {
+  detail::check_defined(*this, "fill_");
+  detail::check_writable(*this, "fill_");
+  kernels::backend(device(), "fill_").fill(*this, s);
+  bump_version();
+  return *this;
+}
+Tensor& Tensor::zero_() { return fill_(0); }
+
+Tensor& Tensor::copy_(const Tensor& src, bool /*non_blocking*/) {
+  detail::check_defined(*this, "copy_", "self");
+  detail::check_defined(src, "copy_", "src");
+  detail::check_same_device(*this, src, "copy_");
+  IntList shape = broadcast_shapes(sizes(), src.sizes(), "copy_");
+  TG_CHECK(shape == sizes(), "copy_: src of shape ", shape_str(src.sizes()),
+           " cannot be broadcast to self of shape ", shape_str(sizes()));
+  detail::check_writable(*this, "copy_");
+  Tensor s = detail::may_overlap(*this, src) ? src.clone() : src;
+  kernels::backend(device(), "copy_").copy(*this, s.expand(sizes()));
+  bump_version();
+  return *this;
+}
+
+// ---- methods forwarding to the free ops ------------------------------------------------
+Tensor Tensor::add(const Tensor& o, Scalar alpha) const { return tg::add(*this, o, alpha); }
+Tensor Tensor::sub(const Tensor& o, Scalar alpha) const { return tg::sub(*this, o, alpha); }
+Tensor Tensor::mul(const Tensor& o) const { return tg::mul(*this, o); }
+Tensor Tensor::div(const Tensor& o) const { return tg::div(*this, o); }
+Tensor Tensor::neg() const { return tg::neg(*this); }
+Tensor Tensor::exp() const { return tg::exp(*this); }
+Tensor Tensor::log() const { return tg::log(*this); }
+Tensor Tensor::sin() const { return tg::sin(*this); }
+Tensor Tensor::cos() const { return tg::cos(*this); }
+Tensor Tensor::tanh() const { return tg::tanh(*this); }
+Tensor Tensor::sigmoid() const { return tg::sigmoid(*this); }
+Tensor Tensor::relu() const { return tg::relu(*this); }
+Tensor Tensor::sqrt() const { return tg::sqrt(*this); }
+Tensor Tensor::rsqrt() const { return tg::rsqrt(*this); }
+Tensor Tensor::abs() const { return tg::abs(*this); }
+Tensor Tensor::sign() const { return tg::sign(*this); }
+Tensor Tensor::square() const { return tg::square(*this); }
+Tensor Tensor::reciprocal() const { return tg::reciprocal(*this); }
+Tensor Tensor::pow(const Tensor& e) const { return tg::pow(*this, e); }
+Tensor Tensor::pow(Scalar e) const { return tg::pow(*this, e); }
+Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const {
+  return tg::clamp(*this, lo, hi);
+}
+Tensor Tensor::maximum(const Tensor& o) const { return tg::maximum(*this, o); }
+Tensor Tensor::minimum(const Tensor& o) const { return tg::minimum(*this, o); }
+Tensor Tensor::eq(const Tensor& o) const { return tg::eq(*this, o); }
+Tensor Tensor::ne(const Tensor& o) const { return tg::ne(*this, o); }
+Tensor Tensor::lt(const Tensor& o) const { return tg::lt(*this, o); }
+Tensor Tensor::le(const Tensor& o) const { return tg::le(*this, o); }
+Tensor Tensor::gt(const Tensor& o) const { return tg::gt(*this, o); }
+Tensor Tensor::ge(const Tensor& o) const { return tg::ge(*this, o); }
+
+}  // namespace tg

@@ -1,0 +1,141 @@
+// Factories and the global Philox generator state.
+#include <cmath>
+#include <mutex>
+
+#include <tapegrad/tensor/op_util.h>
+#include <tapegrad/tensor/random.h>
+
+namespace tg {
+
+namespace {
+
+std::mutex g_rng_mutex;
+constexpr uint64_t kDefaultSeed = 67280421310721ull;
+uint64_t g_seed = kDefaultSeed;
+uint64_t g_offset = 0;
+
+void check_options(const TensorOptions& o, const char* op) {
+  TG_CHECK(!o.requires_grad(), op,
+           ": requires_grad(true) needs the autograd engine, which is not part "
+           "of this build yet");
+}
+
+void check_sizes(const IntList& sizes, const char* op) {
+  for (int64_t s : sizes)
+    TG_CHECK(s >= 0, op, ": negative dimension ", s, " in shape ", shape_str(sizes));
+}
+
+Tensor make(const IntList& sizes, const TensorOptions& o, const char* op) {
+  check_options(o, op);
+  check_sizes(sizes, op);
+  return detail::new_empty(sizes, o.dtype(), o.device());
+}
+
+}  // namespace
+
+PhiloxState philox_reserve(uint64_t n) {
+  std::lock_guard<std::mutex> g(g_rng_mutex);
+  PhiloxState s{g_seed, g_offset};
+  g_offset += n;
+  return s;
+}
+uint64_t default_seed() { return kDefaultSeed; }
+
+void manual_seed(uint64_t seed) {
+  std::lock_guard<std::mutex> g(g_rng_mutex);
+  g_seed = seed;
+  g_offset = 0;
+}
+
+Tensor empty(const IntList& sizes, TensorOptions o) { return make(sizes, o, "empty"); }
+
+Tensor full(const IntList& sizes, Scalar v, TensorOptions o) {
+  Tensor t = make(sizes, o, "full");
+  if (t.numel()) kernels::backend(t.device(), "full").fill(t, v);
+  return t;
+}
+Tensor zeros(const IntList& sizes, TensorOptions o) { return full(sizes, 0, o); }
+Tensor ones(const IntList& sizes, TensorOptions o) { return full(sizes, 1, o); }
+
+static Tensor random_tensor(const IntList& sizes, TensorOptions o, bool normal,
+                            const char* op) {
+  TG_CHECK(is_floating_point(o.dtype()), op,
+           ": expected a floating-point dtype, got ", o.dtype());
+  Tensor t = make(sizes, o.dtype(detail::compute_type(o.dtype())), op);
+  PhiloxState s = philox_reserve(uint64_t(t.numel()));
+  if (t.numel()) {
+    const kernels::Backend& b = kernels::backend(t.device(), op);
+    (normal ? b.normal : b.uniform)(t, s.seed, s.offset);
+  }
+  return detail::cast(t, o.dtype());
+}
+Tensor rand(const IntList& sizes, TensorOptions o) {
+  return random_tensor(sizes, o, false, "rand");
+}
+Tensor randn(const IntList& sizes, TensorOptions o) {
+  return random_tensor(sizes, o, true, "randn");
+}
+
+Tensor tensor(const std::vector<double>& values, const IntList& sizes, TensorOptions o) {
+  check_options(o, "tensor");
+  IntList shape = sizes.empty() ? IntList{int64_t(values.size())} : sizes;
+  check_sizes(shape, "tensor");
+  TG_CHECK(shape_numel(shape) == int64_t(values.size()), "tensor: ", values.size(),
+           " values do not fill shape ", shape_str(shape), " (",
+           shape_numel(shape), " elements)");
+  Tensor t = detail::new_empty(shape, kFloat64, Device(kCPU));
+  if (!values.empty())
+    std::copy(values.begin(), values.end(), t.data_ptr<double>());
+  return t.to(o.device()).to(o.dtype());
+}
+
+Tensor scalar_tensor(Scalar v, TensorOptions o) { return full({}, v, o); }
+
+Tensor arange(Scalar end, TensorOptions o) { return arange(0, end, 1, o); }
+
+Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions o) {
+  bool integral = start.is_integral() && end.is_integral() && step.is_integral();
+  if (!o.has_dtype()) o = o.dtype(integral ? kInt64 : kFloat32);
+  double s = start.to_double(), e = end.to_double(), st = step.to_double();
+  TG_CHECK(st != 0, "arange: step must be nonzero");
+  TG_CHECK((st > 0 && e >= s) || (st < 0 && e <= s),
+           "arange: upper bound ", e, " and lower bound ", s,
+           " are inconsistent with step sign ", st);
+  int64_t n = int64_t(std::ceil((e - s) / st));
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    v[size_t(i)] = integral ? double(start.to_int() + i * step.to_int()) : s + double(i) * st;
+  return tensor(v, {n}, o);
+}
+
+Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
+  TG_CHECK(steps >= 0, "linspace: number of steps must be non-negative, got ", steps);
+  std::vector<double> v(static_cast<size_t>(steps));
+  if (steps == 1) v[0] = start;
+  if (steps > 1) {
+    double step = (end - start) / double(steps - 1);
+    int64_t half = steps / 2;  // fill from both ends for symmetric rounding
+    for (int64_t i = 0; i < steps; ++i)
+      v[size_t(i)] = i < half ? start + step * double(i)
+                              : end - step * double(steps - 1 - i);
+  }
+  return tensor(v, {steps}, o);
+}
+
+Tensor eye(int64_t n, TensorOptions o) { return eye(n, n, o); }
+Tensor eye(int64_t n, int64_t m, TensorOptions o) {
+  TG_CHECK(n >= 0 && m >= 0, "eye: n and m must be non-negative, got ", n, " and ", m);
+  Tensor t = zeros({n, m}, o);
+  int64_t k = std::min(n, m);
+  if (k > 0) t.as_strided({k}, {m + 1}, 0).fill_(1);
+  return t;
+}
+
+Tensor empty_like(const Tensor& t) { return empty(t.sizes(), t.options()); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), t.options()); }
+Tensor ones_like(const Tensor& t) { return ones(t.sizes(), t.options()); }
+Tensor full_like(const Tensor& t, Scalar v) { return full(t.sizes(), v, t.options()); }
+Tensor rand_like(const Tensor& t) { return rand(t.sizes(), t.options()); }
+Tensor randn_like(const Tensor& t) { return randn(t.sizes(), t.options()); }
+
+}  // namespace tg

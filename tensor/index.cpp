@@ -1,0 +1,163 @@
+// cat, stack, index_select, gather, scatter_add.
+#include <tapegrad/tensor/op_util.h>
+
+namespace tg {
+
+using detail::cast;
+
+namespace {
+
+void check_index_tensor(const Tensor& index, const char* op) {
+  detail::check_defined(index, op, "index");
+  TG_CHECK(index.dtype() == kInt64, op, ": index must be an Int64 tensor, got ",
+           index.dtype());
+}
+
+// All index values in [0, size); names the first bad one.
+void check_index_range(const Tensor& index, int64_t size, int64_t dim, const char* op) {
+  if (index.numel() == 0) return;
+  int64_t lo = amin(index).item<int64_t>(), hi = amax(index).item<int64_t>();
+  int64_t bad = lo < 0 ? lo : hi;
+  TG_CHECK(lo >= 0 && hi < size, op, ": index ", bad,
+           " is out of range for dim ", dim, " with size ", size);
+}
+
+}  // namespace
+
+Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
+  TG_CHECK(!ts.empty(), "cat: expected a non-empty list of tensors");
+  const Tensor& t0 = ts[0];
+  detail::check_defined(t0, "cat", "tensor 0");
+  TG_CHECK(t0.dim() > 0, "cat: zero-dimensional tensor 0 cannot be concatenated; "
+           "use stack or unsqueeze first");
+  int64_t d = detail::wrap_dim(dim, t0.dim(), "cat", t0.sizes());
+  ScalarType rt = t0.dtype();
+  int64_t total = 0;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const Tensor& t = ts[i];
+    detail::check_defined(t, "cat", "a tensor in the list");
+    detail::check_same_device(t0, t, "cat");
+    TG_CHECK(t.dim() == t0.dim(), "cat: tensor ", i, " has shape ",
+             shape_str(t.sizes()), " but tensor 0 has ", shape_str(t0.sizes()),
+             " (different number of dims)");
+    for (int64_t k = 0; k < t.dim(); ++k)
+      TG_CHECK(k == d || t.sizes()[k] == t0.sizes()[k],
+               "cat: sizes of tensors must match except in dim ", d, "; tensor ", i,
+               " has shape ", shape_str(t.sizes()), " but tensor 0 has ",
+               shape_str(t0.sizes()), " (dim ", k, ")");
+    total += t.sizes()[d];
+    rt = promote_types(rt, t.dtype());
+  }
+  IntList shape = t0.sizes();
+  shape[d] = total;
+  Tensor out = detail::new_empty(shape, rt, t0.device());
+  const kernels::Backend& be = kernels::backend(t0.device(), "cat");
+  int64_t off = 0;
+  for (const Tensor& t : ts) {
+    int64_t n = t.sizes()[d];
+    if (n > 0) be.copy(out.narrow(d, off, n), t);
+    off += n;
+  }
+  return out;
+}
+
+Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
+  TG_CHECK(!ts.empty(), "stack: expected a non-empty list of tensors");
+  detail::check_defined(ts[0], "stack", "tensor 0");
+  int64_t d = detail::wrap_insert_dim(dim, ts[0].dim(), "stack", ts[0].sizes());
+  std::vector<Tensor> parts;
+  parts.reserve(ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    detail::check_defined(ts[i], "stack", "a tensor in the list");
+    TG_CHECK(ts[i].sizes() == ts[0].sizes(),
+             "stack: expected each tensor to be equal size, but got ",
+             shape_str(ts[0].sizes()), " at entry 0 and ", shape_str(ts[i].sizes()),
+             " at entry ", i);
+    parts.push_back(ts[i].unsqueeze(d));
+  }
+  return cat(parts, d);
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  detail::check_defined(x, "index_select");
+  check_index_tensor(index, "index_select");
+  detail::check_same_device(x, index, "index_select");
+  TG_CHECK(index.dim() <= 1, "index_select: index must be 0-D or 1-D, got shape ",
+           shape_str(index.sizes()));
+  Tensor xs = x.dim() == 0 ? x.reshape({1}) : x;
+  int64_t d = detail::wrap_dim(dim, xs.dim(), "index_select", x.sizes());
+  int64_t n = xs.sizes()[d];
+  check_index_range(index, n, d, "index_select");
+  int64_t outer = 1, inner = 1, m = index.numel();
+  for (int64_t k = 0; k < d; ++k) outer *= xs.sizes()[k];
+  for (int64_t k = d + 1; k < xs.dim(); ++k) inner *= xs.sizes()[k];
+  IntList shape = xs.sizes();
+  shape[d] = m;
+  Tensor out = detail::new_empty(shape, x.dtype(), x.device());
+  if (out.numel() > 0)
+    kernels::backend(x.device(), "index_select")
+        .index_select(out.view({outer, m, inner}),
+                      xs.contiguous().view({outer, n, inner}), index.contiguous());
+  return x.dim() == 0 ? out.view({}) : out;
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  detail::check_defined(x, "gather");
+  check_index_tensor(index, "gather");
+  detail::check_same_device(x, index, "gather");
+  TG_CHECK(index.dim() == x.dim(), "gather: index must have the same number of dims "
+           "as the input (", x.dim(), "), got index shape ", shape_str(index.sizes()));
+  if (x.dim() == 0) return x.clone();
+  int64_t d = detail::wrap_dim(dim, x.dim(), "gather", x.sizes());
+  for (int64_t k = 0; k < x.dim(); ++k)
+    TG_CHECK(k == d || index.sizes()[k] <= x.sizes()[k], "gather: index shape ",
+             shape_str(index.sizes()), " is larger than input shape ",
+             shape_str(x.sizes()), " at dim ", k);
+  check_index_range(index, x.sizes()[d], d, "gather");
+  Tensor out = detail::new_empty(index.sizes(), x.dtype(), x.device());
+  IntList st = x.strides();
+  st[d] = 0;
+  if (out.numel() > 0)
+    kernels::backend(x.device(), "gather")
+        .gather(out, x.as_strided(index.sizes(), st), index, d, x.strides()[d]);
+  return out;
+}
+
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  detail::check_defined(x, "scatter_add");
+  detail::check_defined(src, "scatter_add", "src");
+  check_index_tensor(index, "scatter_add");
+  detail::check_same_device(x, index, "scatter_add");
+  detail::check_same_device(x, src, "scatter_add");
+  TG_CHECK(src.dtype() == x.dtype(), "scatter_add: src dtype ", src.dtype(),
+           " doesn't match self dtype ", x.dtype());
+  TG_CHECK(index.dim() == x.dim() && src.dim() == x.dim(),
+           "scatter_add: self ", shape_str(x.sizes()), ", index ",
+           shape_str(index.sizes()), " and src ", shape_str(src.sizes()),
+           " must have the same number of dims");
+  if (x.dim() == 0) return add(x, src);
+  int64_t d = detail::wrap_dim(dim, x.dim(), "scatter_add", x.sizes());
+  for (int64_t k = 0; k < x.dim(); ++k) {
+    TG_CHECK(index.sizes()[k] <= src.sizes()[k], "scatter_add: index shape ",
+             shape_str(index.sizes()), " is larger than src shape ",
+             shape_str(src.sizes()), " at dim ", k);
+    TG_CHECK(k == d || index.sizes()[k] <= x.sizes()[k], "scatter_add: index shape ",
+             shape_str(index.sizes()), " is larger than self shape ",
+             shape_str(x.sizes()), " at dim ", k);
+  }
+  check_index_range(index, x.sizes()[d], d, "scatter_add");
+  ScalarType ct = detail::compute_type(x.dtype());
+  TG_CHECK(x.dtype() != kBool, "scatter_add: Bool tensors are not supported");
+  Tensor out = cast(x, ct).clone();
+  if (index.numel() > 0)
+    kernels::backend(x.device(), "scatter_add").scatter_add(out, d, index, cast(src, ct));
+  return cast(out, x.dtype());
+}
+
+Tensor Tensor::index_select(int64_t d, const Tensor& i) const { return tg::index_select(*this, d, i); }
+Tensor Tensor::gather(int64_t d, const Tensor& i) const { return tg::gather(*this, d, i); }
+Tensor Tensor::scatter_add(int64_t d, const Tensor& i, const Tensor& s) const {
+  return tg::scatter_add(*this, d, i, s);
+}
+
+}  // namespace tg

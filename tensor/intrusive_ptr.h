@@ -1,0 +1,82 @@
+// A small intrusive reference-counted pointer. Objects derive from
+// IntrusiveTarget; the count lives in the object, so a handle is one pointer
+// and use_count() is exact (accumulation rules need "uniquely owned").
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <utility>
+
+namespace tg {
+
+class IntrusiveTarget {
+ public:
+  IntrusiveTarget() = default;
+  IntrusiveTarget(const IntrusiveTarget&) = delete;
+  IntrusiveTarget& operator=(const IntrusiveTarget&) = delete;
+  virtual ~IntrusiveTarget() = default;
+
+  size_t use_count() const { return refcount_.load(std::memory_order_acquire); }
+
+ private:
+  template <class T>
+  friend class IntrusivePtr;
+  mutable std::atomic<size_t> refcount_{0};
+};
+
+template <class T>
+class IntrusivePtr {
+ public:
+  IntrusivePtr() = default;
+  explicit IntrusivePtr(T* p) : p_(p) { retain(); }
+  IntrusivePtr(const IntrusivePtr& o) : p_(o.p_) { retain(); }
+  IntrusivePtr(IntrusivePtr&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+  template <class U>
+  IntrusivePtr(IntrusivePtr<U> o) : p_(o.release()) {}
+  ~IntrusivePtr() { reset(); }
+
+  IntrusivePtr& operator=(IntrusivePtr o) noexcept {
+    std::swap(p_, o.p_);
+    return *this;
+  }
+
+  template <class... Args>
+  static IntrusivePtr make(Args&&... args) {
+    return IntrusivePtr(new T(std::forward<Args>(args)...));
+  }
+
+  T* get() const { return p_; }
+  T* operator->() const { return p_; }
+  T& operator*() const { return *p_; }
+  explicit operator bool() const { return p_ != nullptr; }
+  size_t use_count() const { return p_ ? p_->use_count() : 0; }
+
+  void reset() {
+    if (p_ && p_->refcount_.fetch_sub(1, std::memory_order_acq_rel) == 1)
+      delete p_;
+    p_ = nullptr;
+  }
+  // Gives up ownership without decrementing (used by converting moves).
+  T* release() {
+    T* p = p_;
+    p_ = nullptr;
+    return p;
+  }
+
+  friend bool operator==(const IntrusivePtr& a, const IntrusivePtr& b) {
+    return a.p_ == b.p_;
+  }
+  friend bool operator!=(const IntrusivePtr& a, const IntrusivePtr& b) {
+    return a.p_ != b.p_;
+  }
+
+ private:
+  template <class U>
+  friend class IntrusivePtr;
+  void retain() {
+    if (p_) p_->refcount_.fetch_add(1, std::memory_order_relaxed);
+  }
+  T* p_ = nullptr;
+};
+
+}  // namespace tg

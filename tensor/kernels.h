@@ -1,0 +1,63 @@
+// Internal: the seam between tensor/ and a device. Each backend (tensor/cpu,
+// later cuda/kernels) fills one Backend table; the op layer (tensor/*.cpp)
+// checks arguments, computes result shapes and dtypes, broadcasts operands
+// with expand() and converts BFloat16/Float16 through Float32, so a backend
+// sees only: same-shape operands (strides may be 0), and compute dtypes
+// Float32, Float64 or Int64 (Bool only where stated).
+#pragma once
+
+#include <tapegrad/tensor/tensor.h>
+
+namespace tg::kernels {
+
+enum class BinaryOp { Add, Sub, Mul, Div, Pow, Max, Min };
+enum class CompareOp { Eq, Ne, Lt, Le, Gt, Ge };
+enum class UnaryOp {
+  Neg, Exp, Log, Sin, Cos, Tanh, Sigmoid, Relu, Silu, Gelu, GeluTanh,
+  Softplus, Sqrt, Rsqrt, Abs, Sign, Square, Reciprocal, Clamp
+};
+enum class ReduceOp { Sum, Max, Min };
+
+// Softplus: a = beta, b = threshold. Clamp: a = lo, b = hi (has_a/has_b).
+struct UnaryParams {
+  double a = 0, b = 0;
+  bool has_a = false, has_b = false;
+};
+
+struct Backend {
+  // dst[i] = convert(src[i]); any dtypes incl. Bool/BFloat16/Float16.
+  void (*copy)(const Tensor& dst, const Tensor& src);
+  // Every element of dst (any dtype) := v.
+  void (*fill)(const Tensor& dst, Scalar v);
+  void (*binary)(BinaryOp, const Tensor& out, const Tensor& a, const Tensor& b);
+  // out is Bool; a and b share a compute dtype.
+  void (*compare)(CompareOp, const Tensor& out, const Tensor& a, const Tensor& b);
+  void (*unary)(UnaryOp, const Tensor& out, const Tensor& x, const UnaryParams&);
+  // cond is Bool; out, a, b share any dtype (bytes are moved).
+  void (*where)(const Tensor& out, const Tensor& cond, const Tensor& a,
+                const Tensor& b);
+  // out has x's rank with size 1 in the reduced dims (keepdim shape).
+  void (*reduce)(ReduceOp, const Tensor& out, const Tensor& x);
+  // out[b] = a[b] @ b[b]; a: [B, n, k], b: [B, k, m], out: [B, n, m] contiguous.
+  void (*bmm)(const Tensor& out, const Tensor& a, const Tensor& b);
+  // x contiguous [outer, n, inner]; index Int64 [m] (validated); out [outer, m, inner].
+  void (*index_select)(const Tensor& out, const Tensor& x, const Tensor& index);
+  // out[..i..] = x[..index[..i..] along dim..]; x restrided: index/out shape,
+  // stride 0 on dim, dim_stride = x's stride on dim (elements). Any dtype.
+  void (*gather)(const Tensor& out, const Tensor& x, const Tensor& index,
+                 int64_t dim, int64_t dim_stride);
+  // out (already a copy of self) [index along dim] += src; out contiguous.
+  void (*scatter_add)(const Tensor& out, int64_t dim, const Tensor& index,
+                      const Tensor& src);
+  // Philox streams; see tensor/random.h for the element mapping.
+  void (*uniform)(const Tensor& out, uint64_t seed, uint64_t offset);
+  void (*normal)(const Tensor& out, uint64_t seed, uint64_t offset);
+};
+
+// The backend of a device; throws a clear error when the device has none.
+const Backend& backend(Device d, const char* op);
+void register_backend(DeviceType t, const Backend* b);
+
+const Backend& cpu_backend();
+
+}  // namespace tg::kernels

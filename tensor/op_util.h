@@ -1,0 +1,38 @@
+// Internal helpers shared by the op layer (tensor/*.cpp).
+#pragma once
+
+#include <tapegrad/tensor/error.h>
+#include <tapegrad/tensor/kernels.h>
+#include <tapegrad/tensor/ops.h>
+
+namespace tg::detail {
+
+// Wraps a possibly negative dim into [0, ndim); throws naming the op.
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op, const IntList& shape);
+// For ops that insert a dim (unsqueeze, stack): dim in [-ndim-1, ndim].
+int64_t wrap_insert_dim(int64_t dim, int64_t ndim, const char* op, const IntList& shape);
+
+// The dtype kernels compute in: BFloat16/Float16 -> Float32, Bool -> Int64.
+inline ScalarType compute_type(ScalarType t) {
+  if (is_reduced_float(t)) return ScalarType::Float32;
+  if (t == ScalarType::Bool) return ScalarType::Int64;
+  return t;
+}
+
+inline Tensor cast(const Tensor& t, ScalarType d) {
+  return t.dtype() == d ? t : t.to(d);
+}
+
+void check_defined(const Tensor& t, const char* op, const char* what = "input");
+void check_same_device(const Tensor& a, const Tensor& b, const char* op);
+
+// A fresh contiguous tensor on a device, bypassing option checks.
+Tensor new_empty(const IntList& sizes, ScalarType dtype, Device device);
+
+// Whether writing into `dst` could clobber `src` before it is read
+// (shared storage with a different view); callers then copy src first.
+bool may_overlap(const Tensor& dst, const Tensor& src);
+// Throws when `t` has several elements at one address (an expanded view).
+void check_writable(const Tensor& t, const char* op);
+
+}  // namespace tg::detail

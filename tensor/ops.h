@@ -1,0 +1,162 @@
+// The raw op set: not differentiable, never records. Every op broadcasts
+// NumPy-style, accepts any strides and dispatches by device.
+// Dtype rules (docs/TENSOR.md): binary ops promote with promote_types();
+// true division and the float-only unary ops give Float32 for Int64/Bool
+// inputs; comparisons give Bool; sum of Int64/Bool gives Int64.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <tapegrad/tensor/tensor.h>
+
+namespace tg {
+
+// ---- factories ---------------------------------------------------------------
+Tensor empty(const IntList& sizes, TensorOptions opts = {});
+Tensor zeros(const IntList& sizes, TensorOptions opts = {});
+Tensor ones(const IntList& sizes, TensorOptions opts = {});
+Tensor full(const IntList& sizes, Scalar value, TensorOptions opts = {});
+Tensor rand(const IntList& sizes, TensorOptions opts = {});   // U[0, 1)
+Tensor randn(const IntList& sizes, TensorOptions opts = {});  // N(0, 1)
+Tensor arange(Scalar end, TensorOptions opts = {});
+Tensor arange(Scalar start, Scalar end, Scalar step = 1, TensorOptions opts = {});
+Tensor linspace(double start, double end, int64_t steps, TensorOptions opts = {});
+Tensor eye(int64_t n, TensorOptions opts = {});
+Tensor eye(int64_t n, int64_t m, TensorOptions opts = {});
+// Values in row-major order; `sizes` empty means 1-D of values.size().
+Tensor tensor(const std::vector<double>& values,
+              const IntList& sizes = {},
+              TensorOptions opts = {});
+Tensor scalar_tensor(Scalar value, TensorOptions opts = {});
+Tensor empty_like(const Tensor& t);
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor full_like(const Tensor& t, Scalar value);
+Tensor rand_like(const Tensor& t);
+Tensor randn_like(const Tensor& t);
+
+// Counter-based Philox 4x32-10 generator (tensor/random.h has the mapping).
+void manual_seed(uint64_t seed);
+
+// ---- elementwise -------------------------------------------------------------
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha = 1);
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha = 1);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, Scalar b);
+Tensor sub(const Tensor& a, Scalar b);
+Tensor mul(const Tensor& a, Scalar b);
+Tensor div(const Tensor& a, Scalar b);
+Tensor pow(const Tensor& a, Scalar exponent);
+Tensor pow(Scalar base, const Tensor& exponent);
+
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, Scalar b);
+Tensor ne(const Tensor& a, Scalar b);
+Tensor lt(const Tensor& a, Scalar b);
+Tensor le(const Tensor& a, Scalar b);
+Tensor gt(const Tensor& a, Scalar b);
+Tensor ge(const Tensor& a, Scalar b);
+
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor silu(const Tensor& x);  // x * sigmoid(x)
+// Exact GELU x * Phi(x); approximate = "tanh" uses the tanh formula.
+Tensor gelu(const Tensor& x, const std::string& approximate = "none");
+// log(1 + exp(beta x)) / beta; linear where beta x > threshold (as PyTorch).
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor sign(const Tensor& x);
+Tensor square(const Tensor& x);
+Tensor reciprocal(const Tensor& x);
+
+Tensor clamp(const Tensor& x,
+             std::optional<Scalar> min,
+             std::optional<Scalar> max = std::nullopt);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b);
+
+// ---- reductions (dims may be negative; empty dims means all) ----------------
+Tensor sum(const Tensor& x);
+Tensor sum(const Tensor& x, const IntList& dims, bool keepdim = false);
+Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x, const IntList& dims, bool keepdim = false);
+Tensor amax(const Tensor& x);
+Tensor amax(const Tensor& x, const IntList& dims, bool keepdim = false);
+Tensor amin(const Tensor& x);
+Tensor amin(const Tensor& x, const IntList& dims, bool keepdim = false);
+
+// ---- linear algebra ----------------------------------------------------------
+Tensor mm(const Tensor& a, const Tensor& b);      // [n,k] x [k,m]
+Tensor bmm(const Tensor& a, const Tensor& b);     // [B,n,k] x [B,k,m]
+Tensor matmul(const Tensor& a, const Tensor& b);  // NumPy matmul semantics
+// x @ w^T + b, w: [out, in], b: [out] (optional).
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = {});
+
+// ---- joining and indexing ----------------------------------------------------
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor scatter_add(const Tensor& x,
+                   int64_t dim,
+                   const Tensor& index,
+                   const Tensor& src);
+
+// ---- comparison of whole tensors ---------------------------------------------
+// |a - b| <= atol + rtol |b| elementwise (broadcasting), like torch.allclose.
+bool allclose(const Tensor& a,
+              const Tensor& b,
+              double rtol = 1e-5,
+              double atol = 1e-8,
+              bool equal_nan = false);
+// Same sizes and the same values (dtypes may differ), like torch.equal.
+bool equal(const Tensor& a, const Tensor& b);
+
+// ---- shape helpers -------------------------------------------------------------
+IntList broadcast_shapes(const IntList& a, const IntList& b, const char* op);
+Tensor broadcast_to(const Tensor& x, const IntList& sizes);
+
+// ---- operators -------------------------------------------------------------------
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, Scalar b);
+Tensor operator-(const Tensor& a, Scalar b);
+Tensor operator*(const Tensor& a, Scalar b);
+Tensor operator/(const Tensor& a, Scalar b);
+Tensor operator+(Scalar a, const Tensor& b);
+Tensor operator-(Scalar a, const Tensor& b);
+Tensor operator*(Scalar a, const Tensor& b);
+Tensor operator/(Scalar a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor& operator+=(Tensor& a, const Tensor& b);
+Tensor& operator-=(Tensor& a, const Tensor& b);
+Tensor& operator*=(Tensor& a, const Tensor& b);
+Tensor& operator/=(Tensor& a, const Tensor& b);
+Tensor& operator+=(Tensor& a, Scalar b);
+Tensor& operator-=(Tensor& a, Scalar b);
+Tensor& operator*=(Tensor& a, Scalar b);
+Tensor& operator/=(Tensor& a, Scalar b);
+
+}  // namespace tg

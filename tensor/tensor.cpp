@@ -1,0 +1,410 @@
+// Tensor methods: metadata, views, conversions, in-place ops.
+#include <tapegrad/tensor/tensor.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include <tapegrad/tensor/op_util.h>
+
+namespace tg {
+
+using detail::wrap_dim;
+
+std::string shape_str(const IntList& shape) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << ']';
+  return os.str();
+}
+
+namespace detail {
+
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op, const IntList& shape) {
+  int64_t n = std::max<int64_t>(ndim, 1);  // a 0-dim tensor accepts 0 and -1
+  TG_CHECK(dim >= -n && dim < n, op, ": dimension ", dim,
+           " is out of range for a tensor of rank ", ndim, " (shape ",
+           shape_str(shape), "); expected a dim in [", -n, ", ", n - 1, "]");
+  return dim < 0 ? dim + n : dim;
+}
+
+int64_t wrap_insert_dim(int64_t dim, int64_t ndim, const char* op,
+                        const IntList& shape) {
+  TG_CHECK(dim >= -ndim - 1 && dim <= ndim, op, ": dimension ", dim,
+           " is out of range for inserting a dim into a tensor of rank ", ndim,
+           " (shape ", shape_str(shape), "); expected a dim in [", -ndim - 1,
+           ", ", ndim, "]");
+  return dim < 0 ? dim + ndim + 1 : dim;
+}
+
+void check_defined(const Tensor& t, const char* op, const char* what) {
+  TG_CHECK(t.defined(), op, ": ", what, " is an undefined tensor");
+}
+
+void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
+  TG_CHECK(a.device() == b.device(), op,
+           ": expected all tensors on the same device, got ", a.device(),
+           " and ", b.device(), "; move one with .to(device)");
+}
+
+Tensor new_empty(const IntList& sizes, ScalarType dtype, Device device) {
+  int64_t n = shape_numel(sizes);
+  auto storage = IntrusivePtr<StorageImpl>::make(
+      size_t(n) * element_size(dtype), allocator_for(device));
+  return Tensor(IntrusivePtr<TensorImpl>::make(
+      std::move(storage), sizes, contiguous_strides(sizes), 0, dtype,
+      IntrusivePtr<VersionCounter>()));
+}
+
+bool may_overlap(const Tensor& dst, const Tensor& src) {
+  if (dst.impl()->storage() != src.impl()->storage()) return false;
+  if (dst.numel() == 0 || src.numel() == 0) return false;
+  bool same_view = dst.storage_offset() == src.storage_offset() &&
+                   dst.sizes() == src.sizes() && dst.strides() == src.strides() &&
+                   dst.dtype() == src.dtype();
+  return !same_view;
+}
+
+void check_writable(const Tensor& t, const char* op) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    TG_CHECK(t.strides()[d] != 0 || t.sizes()[d] <= 1, op,
+             ": unsupported operation: more than one element of the written-to "
+             "tensor (shape ", shape_str(t.sizes()), ", strides ",
+             shape_str(t.strides()),
+             ") refers to a single memory location; call .clone() first");
+}
+
+}  // namespace detail
+
+namespace {
+
+Tensor make_view(const Tensor& base, IntList sizes, IntList strides, int64_t offset) {
+  return Tensor(IntrusivePtr<TensorImpl>::make(
+      base.impl()->storage(), std::move(sizes), std::move(strides), offset,
+      base.dtype(), base.impl()->version_counter()));
+}
+
+IntList infer_size(const IntList& shape, int64_t numel, const char* op) {
+  IntList res = shape;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      TG_CHECK(infer < 0, op, ": only one dimension can be inferred (-1) in ",
+               shape_str(shape));
+      infer = int64_t(i);
+    } else {
+      TG_CHECK(shape[i] >= 0, op, ": invalid shape dimension ", shape[i],
+               " in ", shape_str(shape));
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    TG_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape_str(shape),
+             " is invalid for input of size ", numel);
+    res[size_t(infer)] = numel / known;
+  } else {
+    TG_CHECK(known == numel, op, ": shape ", shape_str(shape),
+             " is invalid for input of size ", numel);
+  }
+  return res;
+}
+
+// Strides for viewing (sizes, strides) as new_sizes without a copy, or
+// false when the memory layout does not allow it.
+bool view_strides(const IntList& sizes, const IntList& strides,
+                  const IntList& new_sizes, IntList& out) {
+  out.assign(new_sizes.size(), 0);
+  if (sizes.empty() || shape_numel(sizes) == 0) {
+    out = contiguous_strides(new_sizes);
+    return true;
+  }
+  int64_t view_d = int64_t(new_sizes.size()) - 1;
+  int64_t chunk_base = strides.back(), tensor_numel = 1, view_numel = 1;
+  for (int64_t d = int64_t(sizes.size()) - 1; d >= 0; --d) {
+    tensor_numel *= sizes[d];
+    if (d == 0 || (sizes[d - 1] != 1 && strides[d - 1] != tensor_numel * chunk_base)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || new_sizes[view_d] == 1)) {
+        out[view_d] = view_numel * chunk_base;
+        view_numel *= new_sizes[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return false;
+      if (d > 0) {
+        chunk_base = strides[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  return view_d == -1;
+}
+
+}  // namespace
+
+int64_t Tensor::size(int64_t d) const {
+  return sizes()[wrap_dim(d, dim(), "size", sizes())];
+}
+int64_t Tensor::stride(int64_t d) const {
+  return strides()[wrap_dim(d, dim(), "stride", sizes())];
+}
+
+// ---- views ----------------------------------------------------------------------
+
+Tensor Tensor::view(const IntList& new_shape) const {
+  IntList shape = infer_size(new_shape, numel(), "view");
+  IntList st;
+  TG_CHECK(view_strides(sizes(), strides(), shape, st), "view: size ",
+           shape_str(shape), " is not compatible with the input's sizes ",
+           shape_str(sizes()), " and strides ", shape_str(strides()),
+           " (at least one dimension spans two contiguous subspaces); use "
+           ".reshape(...) instead");
+  return make_view(*this, shape, st, storage_offset());
+}
+
+Tensor Tensor::reshape(const IntList& new_shape) const {
+  IntList shape = infer_size(new_shape, numel(), "reshape");
+  IntList st;
+  if (view_strides(sizes(), strides(), shape, st))
+    return make_view(*this, shape, st, storage_offset());
+  return contiguous().view(shape);
+}
+
+Tensor Tensor::as_strided(const IntList& sz, const IntList& st,
+                          std::optional<int64_t> offset) const {
+  TG_CHECK(sz.size() == st.size(), "as_strided: sizes ", shape_str(sz),
+           " and strides ", shape_str(st), " have different lengths");
+  return make_view(*this, sz, st, offset.value_or(storage_offset()));
+}
+
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  int64_t n = dim();
+  if (n == 0) return *this;
+  d0 = wrap_dim(d0, n, "transpose", sizes());
+  d1 = wrap_dim(d1, n, "transpose", sizes());
+  IntList sz = sizes(), st = strides();
+  std::swap(sz[d0], sz[d1]);
+  std::swap(st[d0], st[d1]);
+  return make_view(*this, sz, st, storage_offset());
+}
+
+Tensor Tensor::t() const {
+  TG_CHECK(dim() <= 2, "t: expects a tensor with <= 2 dimensions, but got shape ",
+           shape_str(sizes()), "; use transpose(d0, d1)");
+  return dim() < 2 ? *this : transpose(0, 1);
+}
+
+Tensor Tensor::permute(const IntList& dims) const {
+  int64_t n = dim();
+  TG_CHECK(int64_t(dims.size()) == n, "permute: got ", dims.size(),
+           " dims ", shape_str(dims), " for a tensor of shape ", shape_str(sizes()));
+  IntList sz(n), st(n);
+  std::vector<bool> seen(size_t(n), false);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t d = wrap_dim(dims[i], n, "permute", sizes());
+    TG_CHECK(!seen[size_t(d)], "permute: dims ", shape_str(dims),
+             " is not a permutation (dim ", d, " repeats)");
+    seen[size_t(d)] = true;
+    sz[i] = sizes()[d];
+    st[i] = strides()[d];
+  }
+  return make_view(*this, sz, st, storage_offset());
+}
+
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  TG_CHECK(dim() > 0, "select: cannot select on a 0-dim tensor");
+  d = wrap_dim(d, dim(), "select", sizes());
+  int64_t size = sizes()[d];
+  TG_CHECK(index >= -size && index < size, "select: index ", index,
+           " is out of range for dim ", d, " with size ", size, " (shape ",
+           shape_str(sizes()), ")");
+  if (index < 0) index += size;
+  IntList sz = sizes(), st = strides();
+  int64_t off = storage_offset() + index * st[d];
+  sz.erase(sz.begin() + d);
+  st.erase(st.begin() + d);
+  return make_view(*this, sz, st, off);
+}
+
+Tensor Tensor::slice(int64_t d, std::optional<int64_t> start,
+                     std::optional<int64_t> end, int64_t step) const {
+  TG_CHECK(dim() > 0, "slice: cannot slice a 0-dim tensor");
+  d = wrap_dim(d, dim(), "slice", sizes());
+  TG_CHECK(step > 0, "slice: step must be positive, got ", step);
+  int64_t size = sizes()[d];
+  auto clamp_index = [size](int64_t i) {
+    if (i < 0) i += size;
+    return std::min(std::max<int64_t>(i, 0), size);
+  };
+  int64_t s = clamp_index(start.value_or(0));
+  int64_t e = clamp_index(end.value_or(size));
+  int64_t len = e > s ? (e - s + step - 1) / step : 0;
+  IntList sz = sizes(), st = strides();
+  sz[d] = len;
+  st[d] *= step;
+  return make_view(*this, sz, st, storage_offset() + s * strides()[d]);
+}
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  TG_CHECK(dim() > 0, "narrow: cannot narrow a 0-dim tensor");
+  d = wrap_dim(d, dim(), "narrow", sizes());
+  int64_t size = sizes()[d];
+  if (start < 0) start += size;
+  TG_CHECK(start >= 0 && length >= 0 && start + length <= size, "narrow: start ",
+           start, " and length ", length, " are out of range for dim ", d,
+           " with size ", size, " (shape ", shape_str(sizes()), ")");
+  return slice(d, start, start + length, 1);
+}
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  d = detail::wrap_insert_dim(d, dim(), "unsqueeze", sizes());
+  IntList sz = sizes(), st = strides();
+  int64_t s = d < dim() ? sizes()[d] * strides()[d] : 1;
+  sz.insert(sz.begin() + d, 1);
+  st.insert(st.begin() + d, s);
+  return make_view(*this, sz, st, storage_offset());
+}
+
+Tensor Tensor::squeeze() const {
+  IntList sz, st;
+  for (int64_t d = 0; d < dim(); ++d)
+    if (sizes()[d] != 1) {
+      sz.push_back(sizes()[d]);
+      st.push_back(strides()[d]);
+    }
+  return make_view(*this, sz, st, storage_offset());
+}
+
+Tensor Tensor::squeeze(int64_t d) const {
+  if (dim() == 0) return *this;
+  d = wrap_dim(d, dim(), "squeeze", sizes());
+  if (sizes()[d] != 1) return *this;
+  IntList sz = sizes(), st = strides();
+  sz.erase(sz.begin() + d);
+  st.erase(st.begin() + d);
+  return make_view(*this, sz, st, storage_offset());
+}
+
+Tensor Tensor::expand(const IntList& target) const {
+  int64_t n = int64_t(target.size()), nd = dim();
+  TG_CHECK(n >= nd, "expand: the number of sizes provided (", n,
+           ") must be greater or equal to the number of dimensions in the "
+           "tensor (", nd, "); shape ", shape_str(sizes()), " to ",
+           shape_str(target));
+  IntList sz(n), st(n);
+  for (int64_t i = n - 1; i >= 0; --i) {
+    int64_t j = i - (n - nd);
+    int64_t want = target[i];
+    if (j < 0) {
+      TG_CHECK(want >= 0, "expand: -1 is not allowed in a new leading dim (",
+               shape_str(target), ")");
+      sz[i] = want;
+      st[i] = 0;
+      continue;
+    }
+    int64_t have = sizes()[j];
+    if (want == -1) want = have;
+    TG_CHECK(have == want || have == 1, "expand: cannot expand shape ",
+             shape_str(sizes()), " to ", shape_str(target), " (dim ", i, ": ",
+             have, " != ", want, " and is not 1)");
+    sz[i] = want;
+    st[i] = have == want ? strides()[j] : 0;
+  }
+  return make_view(*this, sz, st, storage_offset());
+}
+
+Tensor Tensor::expand_as(const Tensor& other) const { return expand(other.sizes()); }
+
+Tensor Tensor::flatten(int64_t start, int64_t end) const {
+  if (dim() == 0) return reshape({1});
+  start = wrap_dim(start, dim(), "flatten", sizes());
+  end = wrap_dim(end, dim(), "flatten", sizes());
+  TG_CHECK(start <= end, "flatten: start_dim ", start, " must not come after end_dim ", end);
+  IntList sz(sizes().begin(), sizes().begin() + start);
+  int64_t m = 1;
+  for (int64_t d = start; d <= end; ++d) m *= sizes()[d];
+  sz.push_back(m);
+  sz.insert(sz.end(), sizes().begin() + end + 1, sizes().end());
+  return reshape(sz);
+}
+
+// ---- conversions -------------------------------------------------------------------
+
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+
+Tensor Tensor::clone() const {
+  detail::check_defined(*this, "clone");
+  Tensor out = detail::new_empty(sizes(), dtype(), device());
+  kernels::backend(device(), "clone").copy(out, *this);
+  return out;
+}
+
+Tensor Tensor::detach() const {
+  return make_view(*this, sizes(), strides(), storage_offset());
+}
+
+Tensor Tensor::to(ScalarType t) const {
+  detail::check_defined(*this, "to");
+  if (t == dtype()) return *this;
+  Tensor out = detail::new_empty(sizes(), t, device());
+  kernels::backend(device(), "to").copy(out, *this);
+  return out;
+}
+
+Tensor Tensor::to(Device d, bool /*non_blocking*/) const {
+  detail::check_defined(*this, "to");
+  if (d == device()) return *this;
+  TG_ERROR("to: copying a tensor from ", device(), " to ", d,
+           " needs the CUDA tensor backend, which this build does not have "
+           "yet; keep tensors on the CPU");
+}
+
+Tensor Tensor::to(Device d, ScalarType t) const { return to(d).to(t); }
+
+template <class T>
+static constexpr ScalarType dtype_of();
+template <> constexpr ScalarType dtype_of<float>() { return kFloat32; }
+template <> constexpr ScalarType dtype_of<double>() { return kFloat64; }
+template <> constexpr ScalarType dtype_of<int64_t>() { return kInt64; }
+template <> constexpr ScalarType dtype_of<bool>() { return kBool; }
+template <> constexpr ScalarType dtype_of<Half>() { return kFloat16; }
+template <> constexpr ScalarType dtype_of<BFloat16>() { return kBFloat16; }
+
+template <class T>
+T* Tensor::data_ptr() const {
+  detail::check_defined(*this, "data_ptr");
+  TG_CHECK(dtype() == dtype_of<T>(), "data_ptr: expected dtype ", dtype_of<T>(),
+           " but the tensor is ", dtype());
+  return static_cast<T*>(impl_->data());
+}
+
+template <class T>
+T Tensor::item() const {
+  detail::check_defined(*this, "item");
+  TG_CHECK(numel() == 1, "item: a tensor with ", numel(),
+           " elements (shape ", shape_str(sizes()),
+           ") cannot be converted to a scalar");
+  Tensor one = to(Device(kCPU)).to(dtype_of<T>()).contiguous();
+  return *one.data_ptr<T>();
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  detail::check_defined(*this, "to_vector");
+  Tensor c = to(Device(kCPU)).to(dtype_of<T>()).contiguous();
+  const T* p = c.numel() ? c.data_ptr<T>() : nullptr;
+  return std::vector<T>(p, p + c.numel());
+}
+
+#define TG_INSTANTIATE_ACCESS(T)                  \
+  template T* Tensor::data_ptr<T>() const;        \
+  template T Tensor::item<T>() const;             \
+  template std::vector<T> Tensor::to_vector<T>() const;
+TG_INSTANTIATE_ACCESS(float)
+TG_INSTANTIATE_ACCESS(double)
+TG_INSTANTIATE_ACCESS(int64_t)
+TG_INSTANTIATE_ACCESS(bool)
+TG_INSTANTIATE_ACCESS(Half)
+TG_INSTANTIATE_ACCESS(BFloat16)
+#undef TG_INSTANTIATE_ACCESS
+
+}  // namespace tg

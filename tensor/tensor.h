@@ -1,0 +1,159 @@
+// Tensor: a handle to a TensorImpl; copies share the same tensor (as in
+// LibTorch). Methods forward to the free functions of <tapegrad/tensor/ops.h>.
+#pragma once
+
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <tapegrad/tensor/device.h>
+#include <tapegrad/tensor/scalar.h>
+#include <tapegrad/tensor/tensor_impl.h>
+
+namespace tg {
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(IntrusivePtr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return bool(impl_); }
+  TensorImpl* impl() const { return impl_.get(); }
+  const IntrusivePtr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+  size_t use_count() const { return impl_.use_count(); }
+
+  // Shape and metadata.
+  const IntList& sizes() const { return impl_->sizes(); }
+  const IntList& strides() const { return impl_->strides(); }
+  int64_t size(int64_t d) const;
+  int64_t stride(int64_t d) const;
+  int64_t dim() const { return impl_->dim(); }
+  int64_t numel() const { return impl_->numel(); }
+  int64_t storage_offset() const { return impl_->offset(); }
+  ScalarType dtype() const { return impl_->dtype(); }
+  ScalarType scalar_type() const { return impl_->dtype(); }
+  Device device() const { return impl_->device(); }
+  Layout layout() const { return impl_->layout(); }
+  TensorOptions options() const {
+    return TensorOptions().dtype(dtype()).device(device());
+  }
+  bool is_contiguous() const { return impl_->is_contiguous(); }
+  bool is_sparse() const { return impl_->layout() == Layout::SparseCoo; }
+  bool is_cuda() const { return device().is_cuda(); }
+  bool is_floating_point() const { return tg::is_floating_point(dtype()); }
+  uint32_t version() const { return impl_->version_counter()->current(); }
+  void bump_version() const { impl_->version_counter()->bump(); }
+
+  // Data access. data_ptr<T>() checks that T matches the dtype.
+  void* data_ptr() const { return impl_->data(); }
+  template <class T>
+  T* data_ptr() const;
+  template <class T>
+  T item() const;
+  template <class T>
+  std::vector<T> to_vector() const;
+
+  // Conversions and copies.
+  Tensor to(Device d, bool non_blocking = false) const;
+  Tensor to(ScalarType t) const;
+  Tensor to(Device d, ScalarType t) const;
+  Tensor contiguous() const;
+  Tensor clone() const;
+  Tensor detach() const;  // shares storage and version counter
+
+  // Views (share storage and version counter).
+  Tensor view(const IntList& sizes) const;
+  Tensor reshape(const IntList& sizes) const;
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor t() const;
+  Tensor permute(const IntList& dims) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor slice(int64_t dim,
+               std::optional<int64_t> start = std::nullopt,
+               std::optional<int64_t> end = std::nullopt,
+               int64_t step = 1) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor expand(const IntList& sizes) const;
+  Tensor expand_as(const Tensor& other) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor as_strided(const IntList& sizes,
+                    const IntList& strides,
+                    std::optional<int64_t> offset = std::nullopt) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+
+  // In-place ops: bump the version counter.
+  Tensor& add_(const Tensor& o, Scalar alpha = 1);
+  Tensor& add_(Scalar s);
+  Tensor& sub_(const Tensor& o, Scalar alpha = 1);
+  Tensor& sub_(Scalar s);
+  Tensor& mul_(const Tensor& o);
+  Tensor& mul_(Scalar s);
+  Tensor& div_(const Tensor& o);
+  Tensor& div_(Scalar s);
+  Tensor& zero_();
+  Tensor& fill_(Scalar s);
+  Tensor& copy_(const Tensor& src, bool non_blocking = false);
+
+  // Ops as methods.
+  Tensor add(const Tensor& o, Scalar alpha = 1) const;
+  Tensor sub(const Tensor& o, Scalar alpha = 1) const;
+  Tensor mul(const Tensor& o) const;
+  Tensor div(const Tensor& o) const;
+  Tensor neg() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sin() const;
+  Tensor cos() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor relu() const;
+  Tensor sqrt() const;
+  Tensor rsqrt() const;
+  Tensor abs() const;
+  Tensor sign() const;
+  Tensor square() const;
+  Tensor reciprocal() const;
+  Tensor pow(const Tensor& e) const;
+  Tensor pow(Scalar e) const;
+  Tensor clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const;
+  Tensor maximum(const Tensor& o) const;
+  Tensor minimum(const Tensor& o) const;
+  Tensor sum() const;
+  Tensor sum(const IntList& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const IntList& dims, bool keepdim = false) const;
+  Tensor amax() const;
+  Tensor amax(const IntList& dims, bool keepdim = false) const;
+  Tensor amin() const;
+  Tensor amin(const IntList& dims, bool keepdim = false) const;
+  Tensor matmul(const Tensor& o) const;
+  Tensor mm(const Tensor& o) const;
+  Tensor bmm(const Tensor& o) const;
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  Tensor gather(int64_t dim, const Tensor& index) const;
+  Tensor scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const;
+  Tensor eq(const Tensor& o) const;
+  Tensor ne(const Tensor& o) const;
+  Tensor lt(const Tensor& o) const;
+  Tensor le(const Tensor& o) const;
+  Tensor gt(const Tensor& o) const;
+  Tensor ge(const Tensor& o) const;
+  bool allclose(const Tensor& o, double rtol = 1e-5, double atol = 1e-8,
+                bool equal_nan = false) const;
+  bool equal(const Tensor& o) const;
+
+  std::string to_string() const;
+
+ private:
+  IntrusivePtr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+std::string shape_str(const IntList& shape);
+
+}  // namespace tg

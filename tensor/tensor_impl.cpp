@@ -1,0 +1,52 @@
+#include <tapegrad/tensor/tensor_impl.h>
+
+#include <tapegrad/tensor/error.h>
+
+namespace tg {
+
+IntList contiguous_strides(const IntList& sizes) {
+  IntList st(sizes.size());
+  int64_t s = 1;
+  for (int64_t i = int64_t(sizes.size()) - 1; i >= 0; --i) {
+    st[i] = s;
+    s *= std::max<int64_t>(sizes[i], 1);
+  }
+  return st;
+}
+
+int64_t shape_numel(const IntList& sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
+static bool compute_contiguous(const IntList& sizes, const IntList& strides) {
+  int64_t expected = 1;
+  for (int64_t i = int64_t(sizes.size()) - 1; i >= 0; --i) {
+    if (sizes[i] == 0) return true;
+    if (sizes[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= sizes[i];
+  }
+  return true;
+}
+
+TensorImpl::TensorImpl(IntrusivePtr<StorageImpl> storage,
+                       IntList sizes,
+                       IntList strides,
+                       int64_t offset,
+                       ScalarType dtype,
+                       IntrusivePtr<VersionCounter> version)
+    : storage_(std::move(storage)),
+      sizes_(std::move(sizes)),
+      strides_(std::move(strides)),
+      offset_(offset),
+      numel_(shape_numel(sizes_)),
+      dtype_(dtype),
+      contiguous_(compute_contiguous(sizes_, strides_)),
+      version_(version ? std::move(version)
+                       : IntrusivePtr<VersionCounter>::make()) {
+  TG_INTERNAL_ASSERT(sizes_.size() == strides_.size(), "rank mismatch");
+}
+
+}  // namespace tg

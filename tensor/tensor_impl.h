@@ -1,0 +1,71 @@
+// TensorImpl: storage + sizes/strides/offset (in elements) + dtype, device,
+// layout, the shared version counter and an opaque autograd slot that
+// tensor/ never looks into (autograd/ owns what is behind it).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <tapegrad/tensor/device.h>
+#include <tapegrad/tensor/intrusive_ptr.h>
+#include <tapegrad/tensor/scalar_type.h>
+#include <tapegrad/tensor/storage.h>
+
+namespace tg {
+
+using IntList = std::vector<int64_t>;
+
+struct AutogradMetaInterface {
+  virtual ~AutogradMetaInterface() = default;
+};
+
+class TensorImpl final : public IntrusiveTarget {
+ public:
+  TensorImpl(IntrusivePtr<StorageImpl> storage,
+             IntList sizes,
+             IntList strides,
+             int64_t offset,
+             ScalarType dtype,
+             IntrusivePtr<VersionCounter> version);
+
+  const IntList& sizes() const { return sizes_; }
+  const IntList& strides() const { return strides_; }
+  int64_t offset() const { return offset_; }
+  int64_t numel() const { return numel_; }
+  int64_t dim() const { return int64_t(sizes_.size()); }
+  ScalarType dtype() const { return dtype_; }
+  Device device() const { return storage_->device(); }
+  Layout layout() const { return layout_; }
+  bool is_contiguous() const { return contiguous_; }
+
+  const IntrusivePtr<StorageImpl>& storage() const { return storage_; }
+  const IntrusivePtr<VersionCounter>& version_counter() const {
+    return version_;
+  }
+  void* data() const {
+    return static_cast<char*>(storage_->data()) +
+           offset_ * int64_t(element_size(dtype_));
+  }
+
+  AutogradMetaInterface* autograd_meta() const { return autograd_meta_.get(); }
+  void set_autograd_meta(std::unique_ptr<AutogradMetaInterface> m) {
+    autograd_meta_ = std::move(m);
+  }
+
+ private:
+  IntrusivePtr<StorageImpl> storage_;
+  IntList sizes_;
+  IntList strides_;
+  int64_t offset_;
+  int64_t numel_;
+  ScalarType dtype_;
+  Layout layout_ = Layout::Strided;
+  bool contiguous_;
+  IntrusivePtr<VersionCounter> version_;
+  std::unique_ptr<AutogradMetaInterface> autograd_meta_;
+};
+
+IntList contiguous_strides(const IntList& sizes);
+int64_t shape_numel(const IntList& sizes);
+
+}  // namespace tg

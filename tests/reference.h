@@ -1,0 +1,157 @@
+// Test helpers: an independent double-precision view of any tensor (read
+// straight from storage through sizes/strides/offset, not through the
+// library's kernels) and operand layouts for the op tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <tapegrad/tapegrad.h>
+
+namespace tgtest {
+
+using tg::IntList;
+using tg::ScalarType;
+using tg::Tensor;
+
+inline double read_element(const Tensor& t, int64_t elem_offset) {
+  const char* base = static_cast<const char*>(t.impl()->storage()->data());
+  size_t esz = tg::element_size(t.dtype());
+  const char* p = base + size_t(elem_offset) * esz;
+  switch (t.dtype()) {
+    case ScalarType::Float32: return *reinterpret_cast<const float*>(p);
+    case ScalarType::Float64: return *reinterpret_cast<const double*>(p);
+    case ScalarType::BFloat16:
+      return tg::bf16_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
+    case ScalarType::Float16:
+      return tg::half_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
+    case ScalarType::Int64: return double(*reinterpret_cast<const int64_t*>(p));
+    case ScalarType::Bool: return *reinterpret_cast<const bool*>(p) ? 1.0 : 0.0;
+  }
+  return 0;
+}
+
+// Row-major values of t, read through its strides.
+inline std::vector<double> values(const Tensor& t) {
+  std::vector<double> out;
+  out.reserve(size_t(t.numel()));
+  if (t.numel() == 0) return out;
+  IntList idx(size_t(t.dim()), 0);
+  for (int64_t n = 0; n < t.numel(); ++n) {
+    int64_t off = t.storage_offset();
+    for (int64_t d = 0; d < t.dim(); ++d) off += idx[size_t(d)] * t.strides()[size_t(d)];
+    out.push_back(read_element(t, off));
+    for (int64_t d = t.dim() - 1; d >= 0; --d) {
+      if (++idx[size_t(d)] < t.sizes()[size_t(d)]) break;
+      idx[size_t(d)] = 0;
+    }
+  }
+  return out;
+}
+
+// Multi-index -> row-major position with NumPy broadcasting from `from` to `to`.
+inline int64_t broadcast_pos(int64_t linear, const IntList& to, const IntList& from) {
+  int64_t pos = 0, stride = 1;
+  int64_t rem = linear;
+  std::vector<int64_t> idx(to.size());
+  for (int64_t d = int64_t(to.size()) - 1; d >= 0; --d) {
+    idx[size_t(d)] = rem % to[size_t(d)];
+    rem /= to[size_t(d)];
+  }
+  for (int64_t d = int64_t(from.size()) - 1; d >= 0; --d) {
+    int64_t td = d + int64_t(to.size() - from.size());
+    int64_t i = from[size_t(d)] == 1 ? 0 : idx[size_t(td)];
+    pos += i * stride;
+    stride *= from[size_t(d)];
+  }
+  return pos;
+}
+
+// Tolerance for a result stored in dtype t.
+inline double tol_for(ScalarType t) {
+  switch (t) {
+    case ScalarType::Float32: return 2e-5;
+    case ScalarType::Float64: return 1e-12;
+    case ScalarType::BFloat16: return 1.6e-2;
+    case ScalarType::Float16: return 2e-3;
+    default: return 0;
+  }
+}
+
+inline void expect_values(const Tensor& actual, const std::vector<double>& expected,
+                          double tol, const std::string& what) {
+  std::vector<double> got = values(actual);
+  ASSERT_EQ(got.size(), expected.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double e = expected[i], g = got[i];
+    if (std::isnan(e)) {
+      EXPECT_TRUE(std::isnan(g)) << what << " at " << i;
+      continue;
+    }
+    if (std::isinf(e)) {
+      EXPECT_EQ(g, e) << what << " at " << i;
+      continue;
+    }
+    EXPECT_NEAR(g, e, tol * (1 + std::fabs(e))) << what << " at " << i;
+    if (std::fabs(g - e) > tol * (1 + std::fabs(e))) return;  // one report is enough
+  }
+}
+
+enum class Layout { Contiguous, Transposed, Stepped, Expanded };
+inline const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::Contiguous: return "contiguous";
+    case Layout::Transposed: return "transposed";
+    case Layout::Stepped: return "sliced with step";
+    case Layout::Expanded: return "expanded";
+  }
+  return "?";
+}
+constexpr Layout kLayouts[] = {Layout::Contiguous, Layout::Transposed,
+                               Layout::Stepped, Layout::Expanded};
+
+// A tensor of the given sizes (rank >= 2) and dtype in the given layout,
+// with values drawn from `gen` (uniform in [lo, hi) by default).
+inline Tensor make(const IntList& sizes, ScalarType dt, Layout l, double lo = -2,
+                   double hi = 2) {
+  auto draw = [&](const IntList& s) {
+    Tensor u = tg::rand(s, tg::kFloat64) * (hi - lo) + lo;
+    if (dt == ScalarType::Int64) u = tg::clamp(u * 2.0, -9, 9).to(tg::kInt64).to(tg::kFloat64);
+    if (dt == ScalarType::Bool) u = tg::gt(u, (lo + hi) / 2).to(tg::kFloat64);
+    return u.to(dt);
+  };
+  int64_t n = int64_t(sizes.size());
+  switch (l) {
+    case Layout::Contiguous: return draw(sizes);
+    case Layout::Transposed: {
+      IntList s = sizes;
+      std::swap(s[size_t(n - 1)], s[size_t(n - 2)]);
+      Tensor t = draw(s).transpose(n - 1, n - 2);
+      EXPECT_FALSE(t.is_contiguous() && t.numel() > 1 && sizes[size_t(n - 1)] > 1 &&
+                   sizes[size_t(n - 2)] > 1);
+      return t;
+    }
+    case Layout::Stepped: {
+      IntList s = sizes;
+      s[size_t(n - 1)] = 2 * sizes[size_t(n - 1)] + 1;
+      return draw(s).slice(n - 1, 1, std::nullopt, 2);
+    }
+    case Layout::Expanded: {
+      IntList s = sizes;
+      s[0] = 1;
+      return draw(s).expand(sizes);
+    }
+  }
+  return {};
+}
+
+constexpr ScalarType kFloatTypes[] = {tg::kFloat32, tg::kFloat64, tg::kBFloat16,
+                                      tg::kFloat16};
+constexpr ScalarType kAllTypes[] = {tg::kFloat32, tg::kFloat64, tg::kBFloat16,
+                                    tg::kFloat16, tg::kInt64,   tg::kBool};
+
+}  // namespace tgtest

@@ -1,0 +1,60 @@
+// CUDA device queries. GPU tests skip with a message when there is no GPU;
+// on the GPU machine they must run.
+#include "reference.h"
+
+namespace tgtest {
+namespace {
+
+#define REQUIRE_GPU()                                                        \
+  if (!tg::cuda::is_available())                                            \
+  GTEST_SKIP() << "no CUDA GPU here (built with CUDA: "                      \
+               << (tg::cuda::is_built() ? "yes" : "no")                    \
+               << "); this test runs on the GPU machine"
+
+TEST(CudaNoGpu, QueriesAreSafeAndErrorsAreClear) {
+  if (tg::cuda::is_available()) GTEST_SKIP() << "a GPU is present; see CudaGpu tests";
+  EXPECT_EQ(tg::cuda::device_count(), 0);
+  try {
+    tg::cuda::get_device_properties(0);
+    ADD_FAILURE() << "expected an error";
+  } catch (const tg::Error& e) {
+    std::string msg = e.what();
+    if (tg::cuda::is_built())
+      EXPECT_NE(msg.find("get_device_properties: no CUDA device is available"), std::string::npos) << msg;
+    else
+      EXPECT_NE(msg.find("get_device_properties: tapegrad was built without CUDA"), std::string::npos) << msg;
+  }
+  // The library stays usable afterwards.
+  EXPECT_EQ(tg::ones({2}).sum().item<float>(), 2.0f);
+}
+
+TEST(CudaNoGpu, CudaTensorsAreRefusedClearly) {
+  if (tg::cuda::is_available()) GTEST_SKIP() << "a GPU is present";
+  try {
+    tg::zeros({2}, tg::Device(tg::kCUDA));
+    ADD_FAILURE() << "expected an error";
+  } catch (const tg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("allocate: no allocator for device cuda:0"),
+              std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaGpu, DevicePropertiesAndSelfTest) {
+  REQUIRE_GPU();
+  ASSERT_GE(tg::cuda::device_count(), 1);
+  tg::cuda::DeviceProperties p = tg::cuda::get_device_properties(0);
+  EXPECT_FALSE(p.name.empty());
+  EXPECT_GE(p.major, 9) << p.name << " is not sm_90 or newer";
+  EXPECT_GT(p.total_memory, int64_t(1) << 30);
+  EXPECT_GT(p.multiprocessor_count, 0);
+  tg::cuda::self_test(0);
+  try {
+    tg::cuda::get_device_properties(tg::cuda::device_count());
+    ADD_FAILURE() << "expected an error";
+  } catch (const tg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is out of range"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tgtest

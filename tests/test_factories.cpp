@@ -1,0 +1,90 @@
+// Factories and the Philox random streams.
+#include "reference.h"
+
+namespace tgtest {
+namespace {
+
+TEST(Factories, ShapesDtypesAndValues) {
+  EXPECT_EQ(tg::empty({2, 3}).dtype(), tg::kFloat32);
+  EXPECT_EQ(tg::zeros({2, 3}, tg::kFloat64).dtype(), tg::kFloat64);
+  expect_values(tg::zeros({2, 2}), {0, 0, 0, 0}, 0, "zeros");
+  expect_values(tg::ones({3}, tg::kInt64), {1, 1, 1}, 0, "ones");
+  expect_values(tg::full({2}, 2.5, tg::kBFloat16), {2.5, 2.5}, 0, "full");
+  expect_values(tg::full({2}, true, tg::kBool), {1, 1}, 0, "full bool");
+  EXPECT_EQ(tg::arange(5).dtype(), tg::kInt64);
+  EXPECT_EQ(tg::arange(5.0).dtype(), tg::kFloat32);
+  expect_values(tg::arange(1, 2, 0.25), {1, 1.25, 1.5, 1.75}, 0, "arange float");
+  expect_values(tg::arange(5, 0, -2), {5, 3, 1}, 0, "arange negative step");
+  EXPECT_EQ(tg::arange(0).numel(), 0);
+  expect_values(tg::linspace(0, 1, 5, tg::kFloat64), {0, 0.25, 0.5, 0.75, 1}, 0, "linspace");
+  expect_values(tg::linspace(2, 3, 1), {2}, 0, "linspace 1");
+  EXPECT_EQ(tg::linspace(2, 3, 0).numel(), 0);
+  expect_values(tg::eye(2, 3), {1, 0, 0, 0, 1, 0}, 0, "eye");
+  expect_values(tg::eye(2), {1, 0, 0, 1}, 0, "eye square");
+  Tensor t = tg::tensor({1, 2, 3, 4, 5, 6}, {2, 3}, tg::kInt64);
+  EXPECT_EQ(t.sizes(), (IntList{2, 3}));
+  EXPECT_EQ(t.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(tg::scalar_tensor(3).dim(), 0);
+  Tensor like = tg::full_like(t, 7);
+  EXPECT_EQ(like.dtype(), tg::kInt64);
+  expect_values(like, {7, 7, 7, 7, 7, 7}, 0, "full_like");
+  EXPECT_EQ(tg::zeros_like(t).sizes(), t.sizes());
+  EXPECT_EQ(tg::ones_like(t).sum().item<int64_t>(), 6);
+  EXPECT_EQ(tg::empty_like(t).dtype(), tg::kInt64);
+  EXPECT_EQ(tg::empty({0}).numel(), 0);
+  EXPECT_EQ(tg::empty({}).numel(), 1);
+}
+
+TEST(Random, PhiloxKnownAnswer) {
+  // Random123's known-answer vector for Philox4x32-10, counter 0, key 0.
+  tg::PhiloxBlock b = tg::philox4x32_10(0, 0);
+  EXPECT_EQ(b.w[0], 0x6627e8d5u);
+  EXPECT_EQ(b.w[1], 0xe169c58du);
+  EXPECT_EQ(b.w[2], 0xbc57ac4cu);
+  EXPECT_EQ(b.w[3], 0x9b00dbd8u);
+}
+
+TEST(Random, SameSeedSameNumbersAndStreamAdvances) {
+  tg::manual_seed(42);
+  Tensor a = tg::rand({1000});
+  Tensor b = tg::randn({100, 10}, tg::kFloat64);
+  tg::manual_seed(42);
+  EXPECT_TRUE(tg::equal(a, tg::rand({1000})));
+  EXPECT_TRUE(tg::equal(b, tg::randn({100, 10}, tg::kFloat64)));
+  tg::manual_seed(42);
+  Tensor a1 = tg::rand({1000}), a2 = tg::rand({1000});
+  EXPECT_FALSE(tg::equal(a1, a2));
+  tg::manual_seed(43);
+  EXPECT_FALSE(tg::equal(a, tg::rand({1000})));
+  // Element i depends only on (seed, offset + i): a split draw equals one draw.
+  tg::manual_seed(7);
+  Tensor whole = tg::rand({20});
+  tg::manual_seed(7);
+  Tensor part1 = tg::rand({8}), part2 = tg::rand({12});
+  EXPECT_TRUE(tg::equal(whole, tg::cat({part1, part2})));
+  // The documented mapping, element by element.
+  tg::manual_seed(99);
+  Tensor u = tg::rand({5});
+  for (int64_t i = 0; i < 5; ++i)
+    EXPECT_EQ(u.to_vector<float>()[size_t(i)],
+              tg::philox_u24(tg::philox4x32_10(99, uint64_t(i)).w[0]));
+}
+
+TEST(Random, DistributionsLookRight) {
+  tg::manual_seed(1);
+  Tensor u = tg::rand({200000}, tg::kFloat64);
+  EXPECT_GE(tg::amin(u).item<double>(), 0.0);
+  EXPECT_LT(tg::amax(u).item<double>(), 1.0);
+  EXPECT_NEAR(tg::mean(u).item<double>(), 0.5, 0.005);
+  Tensor n = tg::randn({200000});
+  double m = tg::mean(n).item<double>();
+  double var = tg::mean(tg::square(n - m)).item<double>();
+  EXPECT_NEAR(m, 0.0, 0.01);
+  EXPECT_NEAR(var, 1.0, 0.01);
+  EXPECT_NEAR(tg::mean(tg::gt(n, 1.0).to(tg::kFloat64)).item<double>(), 0.158655, 0.004);
+  Tensor h = tg::randn({1000}, tg::kBFloat16);
+  EXPECT_EQ(h.dtype(), tg::kBFloat16);
+}
+
+}  // namespace
+}  // namespace tgtest

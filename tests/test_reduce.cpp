@@ -1,0 +1,131 @@
+// Reductions against double loops: every dim subset, keepdim, layout, dtype.
+#include "reference.h"
+
+namespace tgtest {
+namespace {
+
+enum class R { Sum, Mean, Max, Min };
+
+std::vector<double> reduce_ref(const Tensor& x, const std::vector<bool>& red, R op) {
+  std::vector<double> v = values(x);
+  IntList out_shape;
+  for (int64_t d = 0; d < x.dim(); ++d) out_shape.push_back(red[size_t(d)] ? 1 : x.sizes()[size_t(d)]);
+  int64_t n_out = tg::shape_numel(out_shape);
+  std::vector<double> acc(size_t(n_out), op == R::Max ? -INFINITY : op == R::Min ? INFINITY : 0.0);
+  std::vector<int64_t> cnt(size_t(n_out), 0);
+  IntList idx(size_t(x.dim()), 0);
+  for (size_t i = 0; i < v.size(); ++i) {
+    int64_t o = 0;
+    for (int64_t d = 0; d < x.dim(); ++d)
+      o = o * out_shape[size_t(d)] + (red[size_t(d)] ? 0 : idx[size_t(d)]);
+    double& a = acc[size_t(o)];
+    if (op == R::Max) a = std::max(a, v[i]);
+    else if (op == R::Min) a = std::min(a, v[i]);
+    else a += v[i];
+    ++cnt[size_t(o)];
+    for (int64_t d = x.dim() - 1; d >= 0; --d) {
+      if (++idx[size_t(d)] < x.sizes()[size_t(d)]) break;
+      idx[size_t(d)] = 0;
+    }
+  }
+  if (op == R::Mean)
+    for (size_t i = 0; i < acc.size(); ++i) acc[i] /= double(cnt[i]);
+  return acc;
+}
+
+Tensor run(R op, const Tensor& x, const IntList& dims, bool keepdim) {
+  switch (op) {
+    case R::Sum: return tg::sum(x, dims, keepdim);
+    case R::Mean: return tg::mean(x, dims, keepdim);
+    case R::Max: return tg::amax(x, dims, keepdim);
+    case R::Min: return tg::amin(x, dims, keepdim);
+  }
+  return {};
+}
+
+TEST(Reduce, EveryDimSubsetLayoutAndDtype) {
+  tg::manual_seed(6);
+  const std::vector<IntList> subsets = {{0}, {1}, {2}, {0, 1}, {1, 2}, {0, 2}, {-1}, {0, 1, 2}};
+  for (R op : {R::Sum, R::Mean, R::Max, R::Min})
+    for (ScalarType dt : kAllTypes) {
+      if (op == R::Mean && !tg::is_floating_point(dt)) continue;
+      for (Layout l : kLayouts)
+        for (const IntList& dims : subsets)
+          for (bool keepdim : {false, true}) {
+            Tensor x = make({4, 5, 6}, dt, l);
+            Tensor y = run(op, x, dims, keepdim);
+            std::vector<bool> red(3, false);
+            for (int64_t d : dims) red[size_t(d < 0 ? d + 3 : d)] = true;
+            IntList want;
+            for (int64_t d = 0; d < 3; ++d)
+              if (!red[size_t(d)]) want.push_back(x.sizes()[size_t(d)]);
+              else if (keepdim) want.push_back(1);
+            std::string what = std::string(tg::to_string(dt)) + " " + layout_name(l) +
+                               " dims " + tg::shape_str(dims);
+            ASSERT_EQ(y.sizes(), want) << what;
+            ScalarType rt = (op == R::Sum && !tg::is_floating_point(dt)) ? tg::kInt64 : dt;
+            EXPECT_EQ(y.dtype(), rt) << what;
+            expect_values(y, reduce_ref(x, red, op), std::max(tol_for(rt), 1e-5), what);
+          }
+    }
+}
+
+TEST(Reduce, AllElementsLargeAndParallel) {
+  tg::manual_seed(7);
+  for (IntList shape : {IntList{3000000}, IntList{2, 1500000}, IntList{1000, 3000}, IntList{3000, 1000}}) {
+    Tensor x = tg::rand(shape, tg::kFloat32);
+    std::vector<double> v = values(x);
+    double s = 0, mx = -1;
+    for (double e : v) s += e, mx = std::max(mx, e);
+    EXPECT_NEAR(tg::sum(x).item<double>(), s, 1e-6 * s) << tg::shape_str(shape);
+    EXPECT_NEAR(tg::mean(x).item<double>(), s / double(v.size()), 1e-6) << tg::shape_str(shape);
+    EXPECT_EQ(tg::amax(x).item<double>(), mx);
+    // Along the first dim (column reduction) and the last (row reduction).
+    std::vector<bool> r0(shape.size(), false), r1(shape.size(), false);
+    r0[0] = true;
+    r1.back() = true;
+    expect_values(tg::sum(x, {0}), reduce_ref(x, r0, R::Sum), 2e-5, "sum dim 0");
+    expect_values(tg::sum(x, {-1}), reduce_ref(x, r1, R::Sum), 2e-5, "sum last dim");
+    expect_values(tg::sum((x.dim() == 2 ? x.t() : x), {0}), reduce_ref((x.dim() == 2 ? x.t() : x), r0, R::Sum), 2e-5, "sum transposed");
+  }
+}
+
+TEST(Reduce, EmptyZeroDimAndNaN) {
+  Tensor e = tg::empty({0, 3});
+  expect_values(tg::sum(e, {0}), {0, 0, 0}, 0, "sum over empty dim");
+  EXPECT_EQ(tg::sum(e).item<float>(), 0.0f);
+  EXPECT_TRUE(std::isnan(tg::mean(e).item<float>()));
+  EXPECT_EQ(tg::sum(e, {1}).sizes(), (IntList{0}));
+  EXPECT_EQ(tg::amax(e, {1}).sizes(), (IntList{0}));
+  Tensor s = tg::scalar_tensor(2.5, tg::kFloat64);
+  EXPECT_EQ(tg::sum(s).dim(), 0);
+  EXPECT_EQ(tg::sum(s, {0}).item<double>(), 2.5);
+  EXPECT_EQ(tg::amax(s, {-1}, true).item<double>(), 2.5);
+  Tensor n = tg::tensor({1, NAN, 3});
+  EXPECT_TRUE(std::isnan(tg::amax(n).item<float>()));
+  EXPECT_TRUE(std::isnan(tg::amin(n).item<float>()));
+  EXPECT_TRUE(std::isnan(tg::sum(n).item<float>()));
+  EXPECT_EQ(tg::sum(tg::ones({5}, tg::kBool)).item<int64_t>(), 5);
+  EXPECT_TRUE(tg::amax(tg::gt(tg::tensor({-1, 1}), 0)).item<bool>());
+}
+
+TEST(Compare, AllcloseAndEqual) {
+  Tensor a = tg::tensor({1, 2, 3}, {}, tg::kFloat64);
+  EXPECT_TRUE(tg::allclose(a, a + 1e-9));
+  EXPECT_FALSE(tg::allclose(a, a + 1e-3));
+  EXPECT_TRUE(tg::allclose(a, a + 1e-3, 1e-2));
+  EXPECT_TRUE(tg::allclose(a.to(tg::kFloat32), a));  // dtypes may differ
+  EXPECT_TRUE(tg::allclose(a, tg::tensor({1, 2, 3}, {1, 3})));  // broadcasts
+  Tensor n = tg::tensor({1, NAN, INFINITY});
+  EXPECT_FALSE(tg::allclose(n, n));
+  EXPECT_TRUE(tg::allclose(n, n, 1e-5, 1e-8, true));
+  EXPECT_TRUE(tg::equal(a, a.clone()));
+  EXPECT_TRUE(tg::equal(a, a.to(tg::kInt64)));
+  EXPECT_FALSE(tg::equal(a, a.view({1, 3})));  // sizes differ
+  EXPECT_FALSE(tg::equal(a, a + 1e-12));
+  EXPECT_FALSE(tg::equal(n, n));
+  EXPECT_TRUE(a.allclose(a) && a.equal(a));
+}
+
+}  // namespace
+}  // namespace tgtest

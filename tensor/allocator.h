@@ -23,11 +23,14 @@ struct AllocatorStats {
   int64_t peak_bytes = 0;
   int64_t num_allocs = 0;  // allocations made since start
   int64_t live_allocs = 0;
+  int64_t cached_bytes = 0;  // freed large blocks kept for reuse (CPU)
 };
 
 Allocator* cpu_allocator();
 AllocatorStats cpu_allocator_stats();
 void reset_cpu_peak_bytes();  // peak := live
+// Returns the cached free blocks (>= 1 MiB, up to 2 GiB) to the system.
+void cpu_empty_cache();
 
 // Devices register their allocator here (the CUDA backend does, at init).
 Allocator* allocator_for(Device d);

@@ -106,26 +106,38 @@ inline T ipow(T base, T e) {
   return r;
 }
 
-template <class T>
-struct BinOps {
-  static T add(T a, T b) { return a + b; }
-  static T sub(T a, T b) { return a - b; }
-  static T mul(T a, T b) { return a * b; }
-  static T div(T a, T b) {
+// Functor types (not function pointers) so each loop inlines its op.
+struct AddF {
+  template <class T> T operator()(T a, T b) const { return a + b; }
+};
+struct SubF {
+  template <class T> T operator()(T a, T b) const { return a - b; }
+};
+struct MulF {
+  template <class T> T operator()(T a, T b) const { return a * b; }
+};
+struct DivF {
+  template <class T> T operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : a / b;
     else return a / b;
   }
-  static T pow(T a, T b) {
+};
+struct PowF {
+  template <class T> T operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T>) return ipow(a, b);
     else return std::pow(a, b);
   }
-  // NaN-propagating, as torch.maximum/minimum.
-  static T max(T a, T b) {
+};
+// NaN-propagating, as torch.maximum/minimum.
+struct MaxF {
+  template <class T> T operator()(T a, T b) const {
     if constexpr (!std::is_integral_v<T>)
       if (a != a || b != b) return std::numeric_limits<T>::quiet_NaN();
     return a > b ? a : b;
   }
-  static T min(T a, T b) {
+};
+struct MinF {
+  template <class T> T operator()(T a, T b) const {
     if constexpr (!std::is_integral_v<T>)
       if (a != a || b != b) return std::numeric_limits<T>::quiet_NaN();
     return a < b ? a : b;
@@ -161,15 +173,14 @@ void binary_kernel(BinaryOp op, const Tensor& out, const Tensor& a,
                    const Tensor& b) {
   dispatch_compute(out.dtype(), "binary", [&](auto tag) {
     using T = decltype(tag);
-    using O = BinOps<T>;
     switch (op) {
-      case BinaryOp::Add: return binary_loop<T, T>(out, a, b, O::add);
-      case BinaryOp::Sub: return binary_loop<T, T>(out, a, b, O::sub);
-      case BinaryOp::Mul: return binary_loop<T, T>(out, a, b, O::mul);
-      case BinaryOp::Div: return binary_loop<T, T>(out, a, b, O::div);
-      case BinaryOp::Pow: return binary_loop<T, T>(out, a, b, O::pow);
-      case BinaryOp::Max: return binary_loop<T, T>(out, a, b, O::max);
-      case BinaryOp::Min: return binary_loop<T, T>(out, a, b, O::min);
+      case BinaryOp::Add: return binary_loop<T, T>(out, a, b, AddF{});
+      case BinaryOp::Sub: return binary_loop<T, T>(out, a, b, SubF{});
+      case BinaryOp::Mul: return binary_loop<T, T>(out, a, b, MulF{});
+      case BinaryOp::Div: return binary_loop<T, T>(out, a, b, DivF{});
+      case BinaryOp::Pow: return binary_loop<T, T>(out, a, b, PowF{});
+      case BinaryOp::Max: return binary_loop<T, T>(out, a, b, MaxF{});
+      case BinaryOp::Min: return binary_loop<T, T>(out, a, b, MinF{});
     }
   });
 }
@@ -304,7 +315,7 @@ void unary_any(UnaryOp op, const Tensor& out, const Tensor& x,
     case UnaryOp::Abs:
       return unary_loop<T>(out, x, [](T a) { return a < T(0) ? T(-a) : a; }, nullptr);
     case UnaryOp::Sign:
-      return unary_loop<T>(out, x, sign_of<T>, nullptr);
+      return unary_loop<T>(out, x, [](T a) { return sign_of(a); }, nullptr);
     case UnaryOp::Square:
       return unary_loop<T>(out, x, [](T a) { return T(a * a); }, nullptr);
     case UnaryOp::Relu:  // relu(NaN) = NaN, as PyTorch

@@ -40,14 +40,14 @@ inline std::vector<double> values(const Tensor& t) {
   std::vector<double> out;
   out.reserve(size_t(t.numel()));
   if (t.numel() == 0) return out;
-  IntList idx(size_t(t.dim()), 0);
+  int64_t idx[32] = {};  // a fixed array: GCC 13 misreports a vector here
   for (int64_t n = 0; n < t.numel(); ++n) {
     int64_t off = t.storage_offset();
-    for (int64_t d = 0; d < t.dim(); ++d) off += idx[size_t(d)] * t.strides()[size_t(d)];
+    for (int64_t d = 0; d < t.dim(); ++d) off += idx[d] * t.strides()[size_t(d)];
     out.push_back(read_element(t, off));
     for (int64_t d = t.dim() - 1; d >= 0; --d) {
-      if (++idx[size_t(d)] < t.sizes()[size_t(d)]) break;
-      idx[size_t(d)] = 0;
+      if (++idx[d] < t.sizes()[size_t(d)]) break;
+      idx[d] = 0;
     }
   }
   return out;

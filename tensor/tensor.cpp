@@ -48,9 +48,14 @@ void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
 }
 
 Tensor new_empty(const IntList& sizes, ScalarType dtype, Device device) {
-  int64_t n = shape_numel(sizes);
-  auto storage = IntrusivePtr<StorageImpl>::make(
-      size_t(n) * element_size(dtype), allocator_for(device));
+  int64_t n = 1;
+  for (int64_t s : sizes)
+    TG_CHECK(!__builtin_mul_overflow(n, s, &n), "empty: shape ", shape_str(sizes),
+             " has more elements than fit in 64 bits");
+  int64_t nbytes;
+  TG_CHECK(!__builtin_mul_overflow(n, int64_t(element_size(dtype)), &nbytes),
+           "empty: shape ", shape_str(sizes), " of ", dtype, " needs more bytes than fit in 64 bits");
+  auto storage = IntrusivePtr<StorageImpl>::make(size_t(nbytes), allocator_for(device));
   return Tensor(IntrusivePtr<TensorImpl>::make(
       std::move(storage), sizes, contiguous_strides(sizes), 0, dtype,
       IntrusivePtr<VersionCounter>()));

@@ -144,6 +144,23 @@ TEST(Binary, EveryOpLayoutAndDtypeMatchesDoubleLoop) {
   }
 }
 
+TEST(Binary, BoolOperandsOnEveryLayout) {
+  tg::manual_seed(15);
+  for (const BinaryCase& c : binary_cases()) {
+    std::string name = c.name;
+    if (name != "add" && name != "mul" && name != "maximum" && name != "minimum") continue;
+    for (Layout la : kLayouts)
+      for (Layout lb : kLayouts) {
+        Tensor a = make({6, 9}, tg::kBool, la), b = make({6, 9}, tg::kBool, lb);
+        Tensor y = c.fn(a, b);
+        ASSERT_EQ(y.dtype(), tg::kBool) << name;
+        std::vector<double> va = values(a), vb = values(b), ref;
+        for (size_t i = 0; i < va.size(); ++i) ref.push_back(c.ref(va[i], vb[i]) != 0);
+        expect_values(y, ref, 0, name + " Bool " + layout_name(la) + " x " + layout_name(lb));
+      }
+  }
+}
+
 TEST(Binary, BroadcastShapes) {
   tg::manual_seed(3);
   for (const BinaryCase& c : binary_cases()) {

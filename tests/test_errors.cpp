@@ -146,6 +146,21 @@ TEST(Errors, UndefinedAndDevices) {
                "to: copying a tensor from cpu to cuda:0 needs the CUDA tensor backend");
 }
 
+TEST(Errors, LimitsAndOutOfMemory) {
+  Tensor a = tg::ones({3, 4});
+  EXPECT_ERROR(a.as_strided({3}, {1, 1}), "as_strided: sizes [3] and strides [1, 1] have different lengths");
+  EXPECT_ERROR(a.flatten(1, 0), "flatten: start_dim 1 must not come after end_dim 0");
+  EXPECT_ERROR(tg::ones(IntList(26, 1)) + 1, "elementwise: tensors of rank 26 are not supported (at most 25)");
+  tg::AllocatorStats before = tg::cpu_allocator_stats();
+  EXPECT_ERROR(tg::empty({int64_t(1) << 50}), "CPU allocator: out of memory allocating 4503599627370496 bytes");
+  EXPECT_ERROR(tg::empty({int64_t(1) << 40, int64_t(1) << 40}),
+               "empty: shape [1099511627776, 1099511627776] has more elements than fit in 64 bits");
+  EXPECT_ERROR(tg::empty({int64_t(1) << 62}, tg::kFloat64),
+               "empty: shape [4611686018427387904] of Float64 needs more bytes than fit in 64 bits");
+  EXPECT_EQ(tg::cpu_allocator_stats().live_bytes, before.live_bytes);
+  EXPECT_EQ(tg::ones({4}).sum().item<float>(), 4.0f);  // still usable
+}
+
 TEST(Errors, LibraryStaysUsableAfterErrors) {
   for (int k = 0; k < 100; ++k) {
     try {

@@ -29,8 +29,8 @@ void gemm_rows(const MA& a, const MB& b, T* c, int64_t n, int64_t r0, int64_t r1
 }
 
 template <class T, class MA>
-void gemm_b(const MA& a, const T* b, const MatView& bv, T* c, int64_t m,
-            int64_t n, int64_t r0, int64_t r1) {
+void gemm_b(const MA& a, const T* b, const MatView& bv, T* c, int64_t n,
+            int64_t r0, int64_t r1) {
   if (bv.row_major()) {
     Eigen::Map<const RowMat<T>, 0, Stride> bm(b, bv.rows, bv.cols, Stride(bv.rs));
     gemm_rows<T>(a, bm, c, n, r0, r1);
@@ -38,19 +38,18 @@ void gemm_b(const MA& a, const T* b, const MatView& bv, T* c, int64_t m,
     Eigen::Map<const ColMat<T>, 0, Stride> bm(b, bv.rows, bv.cols, Stride(bv.cs));
     gemm_rows<T>(a, bm, c, n, r0, r1);
   }
-  (void)m;
 }
 
 template <class T>
 void gemm(const T* a, const MatView& av, const T* b, const MatView& bv, T* c,
           int64_t r0, int64_t r1) {
-  int64_t m = av.rows, n = bv.cols;
+  int64_t n = bv.cols;
   if (av.row_major()) {
     Eigen::Map<const RowMat<T>, 0, Stride> am(a, av.rows, av.cols, Stride(av.rs));
-    gemm_b<T>(am, b, bv, c, m, n, r0, r1);
+    gemm_b<T>(am, b, bv, c, n, r0, r1);
   } else {
     Eigen::Map<const ColMat<T>, 0, Stride> am(a, av.rows, av.cols, Stride(av.cs));
-    gemm_b<T>(am, b, bv, c, m, n, r0, r1);
+    gemm_b<T>(am, b, bv, c, n, r0, r1);
   }
 }
 

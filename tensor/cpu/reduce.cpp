@@ -127,12 +127,12 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
   IntList row_perm = kept, col_perm = reduced;
   row_perm.insert(row_perm.end(), reduced.begin(), reduced.end());
   col_perm.insert(col_perm.end(), kept.begin(), kept.end());
-  IntList squeezed_sizes;
+  IntList nontrivial_dims;
   for (int64_t d = 0; d < x.dim(); ++d)
-    if (x.sizes()[d] != 1) squeezed_sizes.push_back(d);
+    if (x.sizes()[d] != 1) nontrivial_dims.push_back(d);
   // A view of x without its size-1 dims, so the permutations above index it.
   IntList sz, st;
-  for (int64_t d : squeezed_sizes) {
+  for (int64_t d : nontrivial_dims) {
     sz.push_back(x.sizes()[d]);
     st.push_back(x.strides()[d]);
   }
@@ -140,8 +140,8 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
   auto remap = [&](const IntList& dims) {
     IntList r;
     for (int64_t d : dims)
-      r.push_back(int64_t(std::find(squeezed_sizes.begin(), squeezed_sizes.end(), d) -
-                          squeezed_sizes.begin()));
+      r.push_back(int64_t(std::find(nontrivial_dims.begin(), nontrivial_dims.end(), d) -
+                          nontrivial_dims.begin()));
     return r;
   };
   Tensor as_rows = base.permute(remap(row_perm));

@@ -85,6 +85,24 @@ TEST(Storage, AllocatorCountsLiveAndPeakBytes) {
   EXPECT_EQ(tg::cpu_allocator_stats().peak_bytes, s0.live_bytes);
 }
 
+TEST(Storage, LargeFreedBlocksAreCachedAndReused) {
+  tg::cpu_empty_cache();
+  EXPECT_EQ(tg::cpu_allocator_stats().cached_bytes, 0);
+  void* first;
+  {
+    Tensor a = tg::empty({1 << 20}, tg::kFloat32);  // 4 MiB
+    first = a.data_ptr();
+  }
+  EXPECT_EQ(tg::cpu_allocator_stats().cached_bytes, int64_t(4) << 20);
+  {
+    Tensor b = tg::empty({1 << 20}, tg::kFloat32);  // same size class: reused
+    EXPECT_EQ(b.data_ptr(), first);
+    EXPECT_EQ(tg::cpu_allocator_stats().cached_bytes, 0);
+  }
+  tg::cpu_empty_cache();
+  EXPECT_EQ(tg::cpu_allocator_stats().cached_bytes, 0);
+}
+
 TEST(Storage, HandlesShareOneTensor) {
   Tensor a = tg::zeros({3});
   Tensor b = a;  // a handle copy, as in LibTorch

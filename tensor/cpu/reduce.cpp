@@ -111,41 +111,29 @@ void reduce_cols(ReduceOp op, const T* in, T* out, int64_t len, int64_t cols) {
 }
 
 void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
-  // Split dims into kept (out size == x size, x size != 1) and reduced.
-  IntList kept, reduced;
+  // A view of x without its size-1 dims; kept (out size == x size) and
+  // reduced dims are positions in that view.
+  IntList sz, st, kept, reduced;
   int64_t rows = 1, len = 1;
   for (int64_t d = 0; d < x.dim(); ++d) {
     if (x.sizes()[d] == 1) continue;
+    int64_t pos = int64_t(sz.size());
+    sz.push_back(x.sizes()[d]);
+    st.push_back(x.strides()[d]);
     if (out.sizes()[d] == 1) {
-      reduced.push_back(d);
+      reduced.push_back(pos);
       len *= x.sizes()[d];
     } else {
-      kept.push_back(d);
+      kept.push_back(pos);
       rows *= x.sizes()[d];
     }
   }
   IntList row_perm = kept, col_perm = reduced;
   row_perm.insert(row_perm.end(), reduced.begin(), reduced.end());
   col_perm.insert(col_perm.end(), kept.begin(), kept.end());
-  IntList nontrivial_dims;
-  for (int64_t d = 0; d < x.dim(); ++d)
-    if (x.sizes()[d] != 1) nontrivial_dims.push_back(d);
-  // A view of x without its size-1 dims, so the permutations above index it.
-  IntList sz, st;
-  for (int64_t d : nontrivial_dims) {
-    sz.push_back(x.sizes()[d]);
-    st.push_back(x.strides()[d]);
-  }
   Tensor base = x.as_strided(sz, st);
-  auto remap = [&](const IntList& dims) {
-    IntList r;
-    for (int64_t d : dims)
-      r.push_back(int64_t(std::find(nontrivial_dims.begin(), nontrivial_dims.end(), d) -
-                          nontrivial_dims.begin()));
-    return r;
-  };
-  Tensor as_rows = base.permute(remap(row_perm));
-  Tensor as_cols = base.permute(remap(col_perm));
+  Tensor as_rows = base.permute(row_perm);
+  Tensor as_cols = base.permute(col_perm);
   TG_INTERNAL_ASSERT(out.is_contiguous(), "reduce output must be contiguous");
   dispatch_compute(x.dtype(), "reduce", [&](auto tag) {
     using T = decltype(tag);

@@ -1,6 +1,7 @@
 // The umbrella header: everything a user of tapegrad needs.
 #pragma once
 
+#include <tapegrad/autograd/autograd.h>
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>

@@ -137,13 +137,15 @@ Tensor& inplace_binary(Tensor& self, BinaryOp op, const Tensor& other,
 
 }  // namespace
 
+namespace raw {
+
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
   if (alpha.is_integral() && alpha.to_int() == 1) return binary(BinaryOp::Add, a, b);
-  return binary(BinaryOp::Add, a, mul(b, alpha));
+  return binary(BinaryOp::Add, a, raw::mul(b, alpha));
 }
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
   if (alpha.is_integral() && alpha.to_int() == 1) return binary(BinaryOp::Sub, a, b);
-  return binary(BinaryOp::Sub, a, mul(b, alpha));
+  return binary(BinaryOp::Sub, a, raw::mul(b, alpha));
 }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Mul, a, b); }
 Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Div, a, b); }
@@ -166,6 +168,8 @@ Tensor pow(Scalar base, const Tensor& e) {
   return binary(BinaryOp::Pow, scalar_like(base, e), e);
 }
 
+}  // namespace raw
+
 Tensor eq(const Tensor& a, const Tensor& b) { return compare(CompareOp::Eq, a, b, "eq"); }
 Tensor ne(const Tensor& a, const Tensor& b) { return compare(CompareOp::Ne, a, b, "ne"); }
 Tensor lt(const Tensor& a, const Tensor& b) { return compare(CompareOp::Lt, a, b, "lt"); }
@@ -179,6 +183,8 @@ Tensor le(const Tensor& a, Scalar b) { return le(a, scalar_like(b, a)); }
 Tensor gt(const Tensor& a, Scalar b) { return gt(a, scalar_like(b, a)); }
 Tensor ge(const Tensor& a, Scalar b) { return ge(a, scalar_like(b, a)); }
 
+namespace raw {
+
 Tensor neg(const Tensor& x) { return unary(UnaryOp::Neg, x, "neg", false); }
 Tensor exp(const Tensor& x) { return unary(UnaryOp::Exp, x, "exp", true); }
 Tensor log(const Tensor& x) { return unary(UnaryOp::Log, x, "log", true); }
@@ -188,6 +194,7 @@ Tensor tanh(const Tensor& x) { return unary(UnaryOp::Tanh, x, "tanh", true); }
 Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::Sigmoid, x, "sigmoid", true); }
 Tensor relu(const Tensor& x) { return unary(UnaryOp::Relu, x, "relu", false); }
 Tensor silu(const Tensor& x) { return unary(UnaryOp::Silu, x, "silu", true); }
+Tensor erf(const Tensor& x) { return unary(UnaryOp::Erf, x, "erf", true); }
 Tensor gelu(const Tensor& x, const std::string& approximate) {
   TG_CHECK(approximate == "none" || approximate == "tanh",
            "gelu: approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
@@ -241,14 +248,16 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
   detail::check_defined(a, "where", "first value");
-  return where(cond, a, scalar_like(b, a));
+  return raw::where(cond, a, scalar_like(b, a));
 }
 Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
   detail::check_defined(b, "where", "second value");
-  return where(cond, scalar_like(a, b), b);
+  return raw::where(cond, scalar_like(a, b), b);
 }
 
 // ---- operators ------------------------------------------------------------------
+}  // namespace raw
+
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
@@ -258,9 +267,9 @@ Tensor operator-(const Tensor& a, Scalar b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, Scalar b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
 Tensor operator+(Scalar a, const Tensor& b) { return add(b, a); }
-Tensor operator-(Scalar a, const Tensor& b) { return binary(BinaryOp::Sub, scalar_like(a, b), b); }
+Tensor operator-(Scalar a, const Tensor& b) { return add(neg(b), a); }
 Tensor operator*(Scalar a, const Tensor& b) { return mul(b, a); }
-Tensor operator/(Scalar a, const Tensor& b) { return binary(BinaryOp::Div, scalar_like(a, b), b); }
+Tensor operator/(Scalar a, const Tensor& b) { return mul(reciprocal(b), a); }
 Tensor operator-(const Tensor& x) { return neg(x); }
 Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
 Tensor& operator-=(Tensor& a, const Tensor& b) { return a.sub_(b); }
@@ -271,46 +280,50 @@ Tensor& operator-=(Tensor& a, Scalar b) { return a.sub_(b); }
 Tensor& operator*=(Tensor& a, Scalar b) { return a.mul_(b); }
 Tensor& operator/=(Tensor& a, Scalar b) { return a.div_(b); }
 
+namespace raw {
+
 // ---- in-place methods ---------------------------------------------------------------
-Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
+Tensor& add_(Tensor& self, const Tensor& o, Scalar alpha) {
   if (alpha.is_integral() && alpha.to_int() == 1)
-    return inplace_binary(*this, BinaryOp::Add, o, "add_");
-  return inplace_binary(*this, BinaryOp::Add, tg::mul(o, alpha), "add_");
+    return inplace_binary(self, BinaryOp::Add, o, "add_");
+  return inplace_binary(self, BinaryOp::Add, raw::mul(o, alpha), "add_");
 }
-Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
+Tensor& sub_(Tensor& self, const Tensor& o, Scalar alpha) {
   if (alpha.is_integral() && alpha.to_int() == 1)
-    return inplace_binary(*this, BinaryOp::Sub, o, "sub_");
-  return inplace_binary(*this, BinaryOp::Sub, tg::mul(o, alpha), "sub_");
+    return inplace_binary(self, BinaryOp::Sub, o, "sub_");
+  return inplace_binary(self, BinaryOp::Sub, raw::mul(o, alpha), "sub_");
 }
-Tensor& Tensor::add_(Scalar s) { return inplace_binary(*this, BinaryOp::Add, scalar_like(s, *this), "add_"); }
-Tensor& Tensor::sub_(Scalar s) { return inplace_binary(*this, BinaryOp::Sub, scalar_like(s, *this), "sub_"); }
-Tensor& Tensor::mul_(const Tensor& o) { return inplace_binary(*this, BinaryOp::Mul, o, "mul_"); }
-Tensor& Tensor::mul_(Scalar s) { return inplace_binary(*this, BinaryOp::Mul, scalar_like(s, *this), "mul_"); }
-Tensor& Tensor::div_(const Tensor& o) { return inplace_binary(*this, BinaryOp::Div, o, "div_"); }
-Tensor& Tensor::div_(Scalar s) { return inplace_binary(*this, BinaryOp::Div, scalar_like(s, *this), "div_"); }
+Tensor& add_(Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Add, scalar_like(s, self), "add_"); }
+Tensor& sub_(Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Sub, scalar_like(s, self), "sub_"); }
+Tensor& mul_(Tensor& self, const Tensor& o) { return inplace_binary(self, BinaryOp::Mul, o, "mul_"); }
+Tensor& mul_(Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Mul, scalar_like(s, self), "mul_"); }
+Tensor& div_(Tensor& self, const Tensor& o) { return inplace_binary(self, BinaryOp::Div, o, "div_"); }
+Tensor& div_(Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Div, scalar_like(s, self), "div_"); }
 
-Tensor& Tensor::fill_(Scalar s) {
-  detail::check_defined(*this, "fill_");
-  detail::check_writable(*this, "fill_");
-  kernels::backend(device(), "fill_").fill(*this, s);
-  bump_version();
-  return *this;
+Tensor& fill_(Tensor& self, Scalar s) {
+  detail::check_defined(self, "fill_");
+  detail::check_writable(self, "fill_");
+  kernels::backend(self.device(), "fill_").fill(self, s);
+  self.bump_version();
+  return self;
 }
-Tensor& Tensor::zero_() { return fill_(0); }
+Tensor& zero_(Tensor& self) { return fill_(self, 0); }
 
-Tensor& Tensor::copy_(const Tensor& src, bool /*non_blocking*/) {
-  detail::check_defined(*this, "copy_", "self");
+Tensor& copy_(Tensor& self, const Tensor& src, bool /*non_blocking*/) {
+  detail::check_defined(self, "copy_", "self");
   detail::check_defined(src, "copy_", "src");
-  detail::check_same_device(*this, src, "copy_");
-  IntList shape = broadcast_shapes(sizes(), src.sizes(), "copy_");
-  TG_CHECK(shape == sizes(), "copy_: src of shape ", shape_str(src.sizes()),
-           " cannot be broadcast to self of shape ", shape_str(sizes()));
-  detail::check_writable(*this, "copy_");
-  Tensor s = detail::may_overlap(*this, src) ? src.clone() : src;
-  kernels::backend(device(), "copy_").copy(*this, s.expand(sizes()));
-  bump_version();
-  return *this;
+  detail::check_same_device(self, src, "copy_");
+  IntList shape = broadcast_shapes(self.sizes(), src.sizes(), "copy_");
+  TG_CHECK(shape == self.sizes(), "copy_: src of shape ", shape_str(src.sizes()),
+           " cannot be broadcast to self of shape ", shape_str(self.sizes()));
+  detail::check_writable(self, "copy_");
+  Tensor s = detail::may_overlap(self, src) ? src.clone() : src;
+  kernels::backend(self.device(), "copy_").copy(self, s.expand(self.sizes()));
+  self.bump_version();
+  return self;
 }
+
+}  // namespace raw
 
 // ---- methods forwarding to the free ops ------------------------------------------------
 Tensor Tensor::add(const Tensor& o, Scalar alpha) const { return tg::add(*this, o, alpha); }

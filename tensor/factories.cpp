@@ -14,11 +14,13 @@ constexpr uint64_t kDefaultSeed = 67280421310721ull;
 uint64_t g_seed = kDefaultSeed;
 uint64_t g_offset = 0;
 
-void check_options(const TensorOptions& o, const char* op) {
-  TG_CHECK(!o.requires_grad(), op,
-           ": requires_grad(true) needs the autograd engine, which is not part "
-           "of this build yet");
+// requires_grad(true) in the options: set on the finished tensor (which
+// checks the dtype), never on an intermediate one.
+Tensor finish(Tensor t, const TensorOptions& o) {
+  if (o.requires_grad()) t.requires_grad_(true);
+  return t;
 }
+TensorOptions plain(TensorOptions o) { return o.requires_grad(false); }
 
 void check_sizes(const IntList& sizes, const char* op) {
   for (int64_t s : sizes)
@@ -26,7 +28,6 @@ void check_sizes(const IntList& sizes, const char* op) {
 }
 
 Tensor make(const IntList& sizes, const TensorOptions& o, const char* op) {
-  check_options(o, op);
   check_sizes(sizes, op);
   return detail::new_empty(sizes, o.dtype(), o.device());
 }
@@ -47,12 +48,14 @@ void manual_seed(uint64_t seed) {
   g_offset = 0;
 }
 
-Tensor empty(const IntList& sizes, TensorOptions o) { return make(sizes, o, "empty"); }
+Tensor empty(const IntList& sizes, TensorOptions o) {
+  return finish(make(sizes, o, "empty"), o);
+}
 
 Tensor full(const IntList& sizes, Scalar v, TensorOptions o) {
   Tensor t = make(sizes, o, "full");
   if (t.numel()) kernels::backend(t.device(), "full").fill(t, v);
-  return t;
+  return finish(t, o);
 }
 Tensor zeros(const IntList& sizes, TensorOptions o) { return full(sizes, 0, o); }
 Tensor ones(const IntList& sizes, TensorOptions o) { return full(sizes, 1, o); }
@@ -67,7 +70,7 @@ static Tensor random_tensor(const IntList& sizes, TensorOptions o, bool normal,
     const kernels::Backend& b = kernels::backend(t.device(), op);
     (normal ? b.normal : b.uniform)(t, s.seed, s.offset);
   }
-  return detail::cast(t, o.dtype());
+  return finish(detail::cast(t, o.dtype()), o);
 }
 Tensor rand(const IntList& sizes, TensorOptions o) {
   return random_tensor(sizes, o, false, "rand");
@@ -77,7 +80,6 @@ Tensor randn(const IntList& sizes, TensorOptions o) {
 }
 
 Tensor tensor(const std::vector<double>& values, const IntList& sizes, TensorOptions o) {
-  check_options(o, "tensor");
   IntList shape = sizes.empty() ? IntList{int64_t(values.size())} : sizes;
   check_sizes(shape, "tensor");
   TG_CHECK(shape_numel(shape) == int64_t(values.size()), "tensor: ", values.size(),
@@ -86,7 +88,7 @@ Tensor tensor(const std::vector<double>& values, const IntList& sizes, TensorOpt
   Tensor t = detail::new_empty(shape, kFloat64, Device(kCPU));
   if (!values.empty())
     std::copy(values.begin(), values.end(), t.data_ptr<double>());
-  return t.to(o.device()).to(o.dtype());
+  return finish(raw::to(raw::to(t, o.device()), o.dtype()), o);
 }
 
 Tensor scalar_tensor(Scalar v, TensorOptions o) { return full({}, v, o); }
@@ -125,10 +127,10 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
 Tensor eye(int64_t n, TensorOptions o) { return eye(n, n, o); }
 Tensor eye(int64_t n, int64_t m, TensorOptions o) {
   TG_CHECK(n >= 0 && m >= 0, "eye: n and m must be non-negative, got ", n, " and ", m);
-  Tensor t = zeros({n, m}, o);
+  Tensor t = zeros({n, m}, plain(o));
   int64_t k = std::min(n, m);
   if (k > 0) t.as_strided({k}, {m + 1}, 0).fill_(1);
-  return t;
+  return finish(t, o);
 }
 
 Tensor empty_like(const Tensor& t) { return empty(t.sizes(), t.options()); }

@@ -24,6 +24,8 @@ void check_index_range(const Tensor& index, int64_t size, int64_t dim, const cha
 
 }  // namespace
 
+namespace raw {
+
 Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
   TG_CHECK(!ts.empty(), "cat: expected a non-empty list of tensors");
   const Tensor& t0 = ts[0];
@@ -75,7 +77,7 @@ Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
              " at entry ", i);
     parts.push_back(ts[i].unsqueeze(d));
   }
-  return cat(parts, d);
+  return raw::cat(parts, d);
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
@@ -135,7 +137,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
            "scatter_add: self ", shape_str(x.sizes()), ", index ",
            shape_str(index.sizes()), " and src ", shape_str(src.sizes()),
            " must have the same number of dims");
-  if (x.dim() == 0) return add(x, src);
+  if (x.dim() == 0) return raw::add(x, src);
   int64_t d = detail::wrap_dim(dim, x.dim(), "scatter_add", x.sizes());
   for (int64_t k = 0; k < x.dim(); ++k) {
     TG_CHECK(index.sizes()[k] <= src.sizes()[k], "scatter_add: index shape ",
@@ -153,6 +155,8 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
     kernels::backend(x.device(), "scatter_add").scatter_add(out, d, index, cast(src, ct));
   return cast(out, x.dtype());
 }
+
+}  // namespace raw
 
 Tensor Tensor::index_select(int64_t d, const Tensor& i) const { return tg::index_select(*this, d, i); }
 Tensor Tensor::gather(int64_t d, const Tensor& i) const { return tg::gather(*this, d, i); }

@@ -14,7 +14,7 @@ enum class BinaryOp { Add, Sub, Mul, Div, Pow, Max, Min };
 enum class CompareOp { Eq, Ne, Lt, Le, Gt, Ge };
 enum class UnaryOp {
   Neg, Exp, Log, Sin, Cos, Tanh, Sigmoid, Relu, Silu, Gelu, GeluTanh,
-  Softplus, Sqrt, Rsqrt, Abs, Sign, Square, Reciprocal, Clamp
+  Softplus, Sqrt, Rsqrt, Abs, Sign, Square, Reciprocal, Clamp, Erf
 };
 enum class ReduceOp { Sum, Max, Min };
 

@@ -1,4 +1,6 @@
 // mm, bmm, matmul (NumPy semantics), linear.
+#include <atomic>
+
 #include <tapegrad/tensor/op_util.h>
 
 namespace tg {
@@ -19,7 +21,10 @@ void check_gemm_operands(const Tensor& a, const Tensor& b, const char* op) {
 }
 
 // a: [B, n, k], b: [B, k, m] (checked) -> [B, n, m].
+std::atomic<uint64_t> g_gemm_calls{0};
+
 Tensor bmm_impl(const Tensor& a, const Tensor& b, const char* op) {
+  g_gemm_calls.fetch_add(1, std::memory_order_relaxed);
   ScalarType rt = a.dtype(), ct = compute_type(rt);
   IntList shape{a.sizes()[0], a.sizes()[1], b.sizes()[2]};
   Tensor out = detail::new_empty(shape, ct, a.device());
@@ -34,6 +39,10 @@ void check_inner(const Tensor& a, const Tensor& b, int64_t ka, int64_t kb,
 }
 
 }  // namespace
+
+namespace raw {
+
+uint64_t gemm_calls() { return g_gemm_calls.load(std::memory_order_relaxed); }
 
 Tensor mm(const Tensor& a, const Tensor& b) {
   check_gemm_operands(a, b, "mm");
@@ -107,9 +116,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     TG_CHECK(b.dim() == 1 && b.sizes()[0] == w.sizes()[0], "linear: bias shape ",
              shape_str(b.sizes()), " doesn't match weight ", shape_str(w.sizes()),
              " (out_features ", w.sizes()[0], ")");
-  Tensor y = matmul(x, w.t());
-  return b.defined() ? add(y, b) : y;
+  Tensor y = raw::matmul(x, w.t());
+  return b.defined() ? raw::add(y, b) : y;
 }
+
+}  // namespace raw
 
 Tensor Tensor::matmul(const Tensor& o) const { return tg::matmul(*this, o); }
 Tensor Tensor::mm(const Tensor& o) const { return tg::mm(*this, o); }

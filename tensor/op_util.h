@@ -4,6 +4,7 @@
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/kernels.h>
 #include <tapegrad/tensor/ops.h>
+#include <tapegrad/tensor/raw.h>
 
 namespace tg::detail {
 

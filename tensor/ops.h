@@ -1,5 +1,9 @@
-// The raw op set: not differentiable, never records. Every op broadcasts
-// NumPy-style, accepts any strides and dispatches by device.
+// The public op set. Every op broadcasts NumPy-style, accepts any strides and
+// dispatches by device. The differentiable ones (elementwise math, reductions,
+// linear algebra, joining/indexing, views) are defined in autograd/ops/: they
+// run the raw op of <tapegrad/tensor/raw.h> and, when grad mode is on and an
+// input requires grad, record a backward node. Comparisons, factories and
+// whole-tensor comparisons never record.
 // Dtype rules (docs/TENSOR.md): binary ops promote with promote_types();
 // true division and the float-only unary ops give Float32 for Int64/Bool
 // inputs; comparisons give Bool; sum of Int64/Bool gives Int64.
@@ -77,6 +81,7 @@ Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor silu(const Tensor& x);  // x * sigmoid(x)
+Tensor erf(const Tensor& x);
 // Exact GELU x * Phi(x); approximate = "tanh" uses the tanh formula.
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");
 // log(1 + exp(beta x)) / beta; linear where beta x > threshold (as PyTorch).
@@ -104,6 +109,9 @@ Tensor amax(const Tensor& x);
 Tensor amax(const Tensor& x, const IntList& dims, bool keepdim = false);
 Tensor amin(const Tensor& x);
 Tensor amin(const Tensor& x, const IntList& dims, bool keepdim = false);
+// Sums x down to `shape` (x's shape must broadcast from it): the reverse of
+// broadcasting, as PyTorch's sum_to_size.
+Tensor sum_to(const Tensor& x, const IntList& shape);
 
 // ---- linear algebra ----------------------------------------------------------
 Tensor mm(const Tensor& a, const Tensor& b);      // [n,k] x [k,m]

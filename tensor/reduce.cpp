@@ -74,6 +74,8 @@ Tensor reduce(Kind kind, const Tensor& x_in, const IntList& dims_in, bool keepdi
 
 }  // namespace
 
+namespace raw {
+
 Tensor sum(const Tensor& x) { return reduce(Kind::Sum, x, {}, false, true); }
 Tensor sum(const Tensor& x, const IntList& dims, bool keepdim) {
   return reduce(Kind::Sum, x, dims, keepdim, false);
@@ -91,6 +93,8 @@ Tensor amin(const Tensor& x, const IntList& dims, bool keepdim) {
   return reduce(Kind::Min, x, dims, keepdim, false);
 }
 
+}  // namespace raw
+
 Tensor Tensor::sum() const { return tg::sum(*this); }
 Tensor Tensor::sum(const IntList& d, bool k) const { return tg::sum(*this, d, k); }
 Tensor Tensor::mean() const { return tg::mean(*this); }
@@ -107,11 +111,11 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol,
   detail::check_defined(a, "allclose", "first operand");
   detail::check_defined(b, "allclose", "second operand");
   detail::check_same_device(a, b, "allclose");
-  Tensor x = a.to(kFloat64), y = b.to(kFloat64);
-  Tensor ok = le(abs(sub(x, y)), add(mul(abs(y), rtol), atol));
-  ok = maximum(ok, eq(x, y));  // equal infinities are close
-  if (equal_nan) ok = maximum(ok, mul(ne(x, x), ne(y, y)));
-  return ok.numel() == 0 || amin(ok).item<bool>();
+  Tensor x = raw::to(a, kFloat64), y = raw::to(b, kFloat64);
+  Tensor ok = le(raw::abs(raw::sub(x, y)), raw::add(raw::mul(raw::abs(y), rtol), atol));
+  ok = raw::maximum(ok, eq(x, y));  // equal infinities are close
+  if (equal_nan) ok = raw::maximum(ok, raw::mul(ne(x, x), ne(y, y)));
+  return ok.numel() == 0 || raw::amin(ok).item<bool>();
 }
 
 bool equal(const Tensor& a, const Tensor& b) {
@@ -119,7 +123,7 @@ bool equal(const Tensor& a, const Tensor& b) {
   detail::check_defined(b, "equal", "second operand");
   detail::check_same_device(a, b, "equal");
   if (a.sizes() != b.sizes()) return false;
-  return a.numel() == 0 || amin(eq(a, b)).item<bool>();
+  return a.numel() == 0 || raw::amin(eq(a, b)).item<bool>();
 }
 
 bool Tensor::allclose(const Tensor& o, double rtol, double atol, bool equal_nan) const {

@@ -153,89 +153,91 @@ int64_t Tensor::stride(int64_t d) const {
   return strides()[wrap_dim(d, dim(), "stride", sizes())];
 }
 
+namespace raw {
+
 // ---- views ----------------------------------------------------------------------
 
-Tensor Tensor::view(const IntList& new_shape) const {
-  IntList shape = infer_size(new_shape, numel(), "view");
+Tensor view(const Tensor& self, const IntList& new_shape) {
+  IntList shape = infer_size(new_shape, self.numel(), "view");
   IntList st;
-  TG_CHECK(view_strides(sizes(), strides(), shape, st), "view: size ",
+  TG_CHECK(view_strides(self.sizes(), self.strides(), shape, st), "view: size ",
            shape_str(shape), " is not compatible with the input's sizes ",
-           shape_str(sizes()), " and strides ", shape_str(strides()),
+           shape_str(self.sizes()), " and strides ", shape_str(self.strides()),
            " (at least one dimension spans two contiguous subspaces); use "
            ".reshape(...) instead");
-  return make_view(*this, shape, st, storage_offset());
+  return make_view(self, shape, st, self.storage_offset());
 }
 
-Tensor Tensor::reshape(const IntList& new_shape) const {
-  IntList shape = infer_size(new_shape, numel(), "reshape");
+Tensor reshape(const Tensor& self, const IntList& new_shape) {
+  IntList shape = infer_size(new_shape, self.numel(), "reshape");
   IntList st;
-  if (view_strides(sizes(), strides(), shape, st))
-    return make_view(*this, shape, st, storage_offset());
-  return contiguous().view(shape);
+  if (view_strides(self.sizes(), self.strides(), shape, st))
+    return make_view(self, shape, st, self.storage_offset());
+  return view(contiguous(self), shape);
 }
 
-Tensor Tensor::as_strided(const IntList& sz, const IntList& st,
-                          std::optional<int64_t> offset) const {
+Tensor as_strided(const Tensor& self, const IntList& sz, const IntList& st,
+                          std::optional<int64_t> offset) {
   TG_CHECK(sz.size() == st.size(), "as_strided: sizes ", shape_str(sz),
            " and strides ", shape_str(st), " have different lengths");
-  return make_view(*this, sz, st, offset.value_or(storage_offset()));
+  return make_view(self, sz, st, offset.value_or(self.storage_offset()));
 }
 
-Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
-  int64_t n = dim();
-  if (n == 0) return *this;
-  d0 = wrap_dim(d0, n, "transpose", sizes());
-  d1 = wrap_dim(d1, n, "transpose", sizes());
-  IntList sz = sizes(), st = strides();
+Tensor transpose(const Tensor& self, int64_t d0, int64_t d1) {
+  int64_t n = self.dim();
+  if (n == 0) return self;
+  d0 = wrap_dim(d0, n, "transpose", self.sizes());
+  d1 = wrap_dim(d1, n, "transpose", self.sizes());
+  IntList sz = self.sizes(), st = self.strides();
   std::swap(sz[d0], sz[d1]);
   std::swap(st[d0], st[d1]);
-  return make_view(*this, sz, st, storage_offset());
+  return make_view(self, sz, st, self.storage_offset());
 }
 
-Tensor Tensor::t() const {
-  TG_CHECK(dim() <= 2, "t: expects a tensor with <= 2 dimensions, but got shape ",
-           shape_str(sizes()), "; use transpose(d0, d1)");
-  return dim() < 2 ? *this : transpose(0, 1);
+Tensor t(const Tensor& self) {
+  TG_CHECK(self.dim() <= 2, "t: expects a tensor with <= 2 dimensions, but got shape ",
+           shape_str(self.sizes()), "; use transpose(d0, d1)");
+  return self.dim() < 2 ? self : transpose(self, 0, 1);
 }
 
-Tensor Tensor::permute(const IntList& dims) const {
-  int64_t n = dim();
+Tensor permute(const Tensor& self, const IntList& dims) {
+  int64_t n = self.dim();
   TG_CHECK(int64_t(dims.size()) == n, "permute: got ", dims.size(),
-           " dims ", shape_str(dims), " for a tensor of shape ", shape_str(sizes()));
+           " dims ", shape_str(dims), " for a tensor of shape ", shape_str(self.sizes()));
   IntList sz(n), st(n);
   std::vector<bool> seen(size_t(n), false);
   for (int64_t i = 0; i < n; ++i) {
-    int64_t d = wrap_dim(dims[i], n, "permute", sizes());
+    int64_t d = wrap_dim(dims[i], n, "permute", self.sizes());
     TG_CHECK(!seen[size_t(d)], "permute: dims ", shape_str(dims),
              " is not a permutation (dim ", d, " repeats)");
     seen[size_t(d)] = true;
-    sz[i] = sizes()[d];
-    st[i] = strides()[d];
+    sz[i] = self.sizes()[d];
+    st[i] = self.strides()[d];
   }
-  return make_view(*this, sz, st, storage_offset());
+  return make_view(self, sz, st, self.storage_offset());
 }
 
-Tensor Tensor::select(int64_t d, int64_t index) const {
-  TG_CHECK(dim() > 0, "select: cannot select on a 0-dim tensor");
-  d = wrap_dim(d, dim(), "select", sizes());
-  int64_t size = sizes()[d];
+Tensor select(const Tensor& self, int64_t d, int64_t index) {
+  TG_CHECK(self.dim() > 0, "select: cannot select on a 0-dim tensor");
+  d = wrap_dim(d, self.dim(), "select", self.sizes());
+  int64_t size = self.sizes()[d];
   TG_CHECK(index >= -size && index < size, "select: index ", index,
            " is out of range for dim ", d, " with size ", size, " (shape ",
-           shape_str(sizes()), ")");
+           shape_str(self.sizes()), ")");
   if (index < 0) index += size;
-  IntList sz = sizes(), st = strides();
-  int64_t off = storage_offset() + index * st[d];
+  IntList sz = self.sizes(), st = self.strides();
+  int64_t off = self.storage_offset() + index * st[d];
   sz.erase(sz.begin() + d);
   st.erase(st.begin() + d);
-  return make_view(*this, sz, st, off);
+  return make_view(self, sz, st, off);
 }
 
-Tensor Tensor::slice(int64_t d, std::optional<int64_t> start,
-                     std::optional<int64_t> end, int64_t step) const {
-  TG_CHECK(dim() > 0, "slice: cannot slice a 0-dim tensor");
-  d = wrap_dim(d, dim(), "slice", sizes());
+Tensor slice(const Tensor& self, int64_t d, std::optional<int64_t> start,
+                     std::optional<int64_t> end, int64_t step) {
+  TG_CHECK(self.dim() > 0, "slice: cannot slice a 0-dim tensor");
+  d = wrap_dim(d, self.dim(), "slice", self.sizes());
   TG_CHECK(step > 0, "slice: step must be positive, got ", step);
-  int64_t size = sizes()[d];
+  int64_t size = self.sizes()[d];
   auto clamp_index = [size](int64_t i) {
     if (i < 0) i += size;
     return std::min(std::max<int64_t>(i, 0), size);
@@ -243,57 +245,57 @@ Tensor Tensor::slice(int64_t d, std::optional<int64_t> start,
   int64_t s = clamp_index(start.value_or(0));
   int64_t e = clamp_index(end.value_or(size));
   int64_t len = e > s ? (e - s + step - 1) / step : 0;
-  IntList sz = sizes(), st = strides();
+  IntList sz = self.sizes(), st = self.strides();
   sz[d] = len;
   st[d] *= step;
-  return make_view(*this, sz, st, storage_offset() + s * strides()[d]);
+  return make_view(self, sz, st, self.storage_offset() + s * self.strides()[d]);
 }
 
-Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
-  TG_CHECK(dim() > 0, "narrow: cannot narrow a 0-dim tensor");
-  d = wrap_dim(d, dim(), "narrow", sizes());
-  int64_t size = sizes()[d];
+Tensor narrow(const Tensor& self, int64_t d, int64_t start, int64_t length) {
+  TG_CHECK(self.dim() > 0, "narrow: cannot narrow a 0-dim tensor");
+  d = wrap_dim(d, self.dim(), "narrow", self.sizes());
+  int64_t size = self.sizes()[d];
   if (start < 0) start += size;
   TG_CHECK(start >= 0 && length >= 0 && start + length <= size, "narrow: start ",
            start, " and length ", length, " are out of range for dim ", d,
-           " with size ", size, " (shape ", shape_str(sizes()), ")");
-  return slice(d, start, start + length, 1);
+           " with size ", size, " (shape ", shape_str(self.sizes()), ")");
+  return slice(self, d, start, start + length, 1);
 }
 
-Tensor Tensor::unsqueeze(int64_t d) const {
-  d = detail::wrap_insert_dim(d, dim(), "unsqueeze", sizes());
-  IntList sz = sizes(), st = strides();
-  int64_t s = d < dim() ? sizes()[d] * strides()[d] : 1;
+Tensor unsqueeze(const Tensor& self, int64_t d) {
+  d = detail::wrap_insert_dim(d, self.dim(), "unsqueeze", self.sizes());
+  IntList sz = self.sizes(), st = self.strides();
+  int64_t s = d < self.dim() ? self.sizes()[d] * self.strides()[d] : 1;
   sz.insert(sz.begin() + d, 1);
   st.insert(st.begin() + d, s);
-  return make_view(*this, sz, st, storage_offset());
+  return make_view(self, sz, st, self.storage_offset());
 }
 
-Tensor Tensor::squeeze() const {
+Tensor squeeze(const Tensor& self) {
   IntList sz, st;
-  for (int64_t d = 0; d < dim(); ++d)
-    if (sizes()[d] != 1) {
-      sz.push_back(sizes()[d]);
-      st.push_back(strides()[d]);
+  for (int64_t d = 0; d < self.dim(); ++d)
+    if (self.sizes()[d] != 1) {
+      sz.push_back(self.sizes()[d]);
+      st.push_back(self.strides()[d]);
     }
-  return make_view(*this, sz, st, storage_offset());
+  return make_view(self, sz, st, self.storage_offset());
 }
 
-Tensor Tensor::squeeze(int64_t d) const {
-  if (dim() == 0) return *this;
-  d = wrap_dim(d, dim(), "squeeze", sizes());
-  if (sizes()[d] != 1) return *this;
-  IntList sz = sizes(), st = strides();
+Tensor squeeze(const Tensor& self, int64_t d) {
+  if (self.dim() == 0) return self;
+  d = wrap_dim(d, self.dim(), "squeeze", self.sizes());
+  if (self.sizes()[d] != 1) return self;
+  IntList sz = self.sizes(), st = self.strides();
   sz.erase(sz.begin() + d);
   st.erase(st.begin() + d);
-  return make_view(*this, sz, st, storage_offset());
+  return make_view(self, sz, st, self.storage_offset());
 }
 
-Tensor Tensor::expand(const IntList& target) const {
-  int64_t n = int64_t(target.size()), nd = dim();
+Tensor expand(const Tensor& self, const IntList& target) {
+  int64_t n = int64_t(target.size()), nd = self.dim();
   TG_CHECK(n >= nd, "expand: the number of sizes provided (", n,
            ") must be greater or equal to the number of dimensions in the "
-           "tensor (", nd, "); shape ", shape_str(sizes()), " to ",
+           "tensor (", nd, "); shape ", shape_str(self.sizes()), " to ",
            shape_str(target));
   IntList sz(n), st(n);
   for (int64_t i = n - 1; i >= 0; --i) {
@@ -306,64 +308,66 @@ Tensor Tensor::expand(const IntList& target) const {
       st[i] = 0;
       continue;
     }
-    int64_t have = sizes()[j];
+    int64_t have = self.sizes()[j];
     if (want == -1) want = have;
     TG_CHECK(have == want || have == 1, "expand: cannot expand shape ",
-             shape_str(sizes()), " to ", shape_str(target), " (dim ", i, ": ",
+             shape_str(self.sizes()), " to ", shape_str(target), " (dim ", i, ": ",
              have, " != ", want, " and is not 1)");
     sz[i] = want;
-    st[i] = have == want ? strides()[j] : 0;
+    st[i] = have == want ? self.strides()[j] : 0;
   }
-  return make_view(*this, sz, st, storage_offset());
+  return make_view(self, sz, st, self.storage_offset());
 }
 
-Tensor Tensor::expand_as(const Tensor& other) const { return expand(other.sizes()); }
+Tensor expand_as(const Tensor& self, const Tensor& other) { return expand(self, other.sizes()); }
 
-Tensor Tensor::flatten(int64_t start, int64_t end) const {
-  if (dim() == 0) return reshape({1});
-  start = wrap_dim(start, dim(), "flatten", sizes());
-  end = wrap_dim(end, dim(), "flatten", sizes());
+Tensor flatten(const Tensor& self, int64_t start, int64_t end) {
+  if (self.dim() == 0) return reshape(self, {1});
+  start = wrap_dim(start, self.dim(), "flatten", self.sizes());
+  end = wrap_dim(end, self.dim(), "flatten", self.sizes());
   TG_CHECK(start <= end, "flatten: start_dim ", start, " must not come after end_dim ", end);
-  IntList sz(sizes().begin(), sizes().begin() + start);
+  IntList sz(self.sizes().begin(), self.sizes().begin() + start);
   int64_t m = 1;
-  for (int64_t d = start; d <= end; ++d) m *= sizes()[d];
+  for (int64_t d = start; d <= end; ++d) m *= self.sizes()[d];
   sz.push_back(m);
-  sz.insert(sz.end(), sizes().begin() + end + 1, sizes().end());
-  return reshape(sz);
+  sz.insert(sz.end(), self.sizes().begin() + end + 1, self.sizes().end());
+  return reshape(self, sz);
 }
 
 // ---- conversions -------------------------------------------------------------------
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+Tensor contiguous(const Tensor& self) { return self.is_contiguous() ? self : clone(self); }
 
-Tensor Tensor::clone() const {
-  detail::check_defined(*this, "clone");
-  Tensor out = detail::new_empty(sizes(), dtype(), device());
-  kernels::backend(device(), "clone").copy(out, *this);
+Tensor clone(const Tensor& self) {
+  detail::check_defined(self, "clone");
+  Tensor out = detail::new_empty(self.sizes(), self.dtype(), self.device());
+  kernels::backend(self.device(), "clone").copy(out, self);
   return out;
 }
 
-Tensor Tensor::detach() const {
-  return make_view(*this, sizes(), strides(), storage_offset());
+Tensor detach(const Tensor& self) {
+  return make_view(self, self.sizes(), self.strides(), self.storage_offset());
 }
 
-Tensor Tensor::to(ScalarType t) const {
-  detail::check_defined(*this, "to");
-  if (t == dtype()) return *this;
-  Tensor out = detail::new_empty(sizes(), t, device());
-  kernels::backend(device(), "to").copy(out, *this);
+Tensor to(const Tensor& self, ScalarType t) {
+  detail::check_defined(self, "to");
+  if (t == self.dtype()) return self;
+  Tensor out = detail::new_empty(self.sizes(), t, self.device());
+  kernels::backend(self.device(), "to").copy(out, self);
   return out;
 }
 
-Tensor Tensor::to(Device d, bool /*non_blocking*/) const {
-  detail::check_defined(*this, "to");
-  if (d == device()) return *this;
-  TG_ERROR("to: copying a tensor from ", device(), " to ", d,
+Tensor to(const Tensor& self, Device d, bool /*non_blocking*/) {
+  detail::check_defined(self, "to");
+  if (d == self.device()) return self;
+  TG_ERROR("to: copying a tensor from ", self.device(), " to ", d,
            " needs the CUDA tensor backend, which this build does not have "
            "yet; keep tensors on the CPU");
 }
 
-Tensor Tensor::to(Device d, ScalarType t) const { return to(d).to(t); }
+Tensor to(const Tensor& self, Device d, ScalarType t) { return to(to(self, d), t); }
+
+}  // namespace raw
 
 template <class T>
 static constexpr ScalarType dtype_of();
@@ -388,14 +392,14 @@ T Tensor::item() const {
   TG_CHECK(numel() == 1, "item: a tensor with ", numel(),
            " elements (shape ", shape_str(sizes()),
            ") cannot be converted to a scalar");
-  Tensor one = to(Device(kCPU)).to(dtype_of<T>()).contiguous();
+  Tensor one = raw::contiguous(raw::to(raw::to(*this, Device(kCPU)), dtype_of<T>()));
   return *one.data_ptr<T>();
 }
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
   detail::check_defined(*this, "to_vector");
-  Tensor c = to(Device(kCPU)).to(dtype_of<T>()).contiguous();
+  Tensor c = raw::contiguous(raw::to(raw::to(*this, Device(kCPU)), dtype_of<T>()));
   const T* p = c.numel() ? c.data_ptr<T>() : nullptr;
   return std::vector<T>(p, p + c.numel());
 }

@@ -2,7 +2,9 @@
 // LibTorch). Methods forward to the free functions of <tapegrad/tensor/ops.h>.
 #pragma once
 
+#include <functional>
 #include <iosfwd>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +14,26 @@
 #include <tapegrad/tensor/tensor_impl.h>
 
 namespace tg {
+
+namespace autograd {
+class Node;
+}
+
+// A handle returned by register_hook: remove() unregisters the hook (once; a
+// second call, or a call after the tensor died, does nothing).
+class HookHandle {
+ public:
+  HookHandle() = default;
+  explicit HookHandle(std::function<void()> remover) : remover_(std::move(remover)) {}
+  void remove() {
+    auto f = std::move(remover_);
+    remover_ = nullptr;
+    if (f) f();
+  }
+
+ private:
+  std::function<void()> remover_;
+};
 
 class Tensor {
  public:
@@ -148,6 +170,28 @@ class Tensor {
   bool equal(const Tensor& o) const;
 
   std::string to_string() const;
+
+  // Autograd (defined in autograd/; reference: docs/AUTOGRAD.md).
+  bool requires_grad() const;
+  // Only floating-point tensors may require grad; only leaves may change it.
+  Tensor& requires_grad_(bool requires_grad = true);
+  const Tensor& grad() const;  // undefined when there is none
+  Tensor& mutable_grad() const;
+  std::shared_ptr<autograd::Node> grad_fn() const;
+  bool is_leaf() const;
+  uint32_t output_nr() const;
+  void retain_grad() const;  // keep .grad() of a non-leaf after backward
+  bool retains_grad() const;
+  void backward(const Tensor& gradient = {},
+                std::optional<bool> retain_graph = std::nullopt,
+                bool create_graph = false,
+                const std::vector<Tensor>& inputs = {}) const;
+  // hook(grad) runs when the gradient w.r.t. this tensor is computed; a
+  // defined return value replaces the gradient.
+  HookHandle register_hook(std::function<Tensor(const Tensor&)> hook) const;
+  // Leaves only: hook(tensor) runs after .grad() has been updated.
+  HookHandle register_post_accumulate_grad_hook(
+      std::function<void(const Tensor&)> hook) const;
 
  private:
   IntrusivePtr<TensorImpl> impl_;

@@ -132,8 +132,9 @@ TEST(Errors, Dtypes) {
   EXPECT_ERROR(tg::arange(5, 0, 1), "arange: upper bound 0 and lower bound 5 are inconsistent with step sign 1");
   EXPECT_ERROR(tg::linspace(0, 1, -1), "linspace: number of steps must be non-negative, got -1");
   EXPECT_ERROR(tg::eye(-1), "eye: n and m must be non-negative, got -1 and -1");
-  EXPECT_ERROR(tg::ones({2}, tg::TensorOptions().requires_grad(true)),
-               "full: requires_grad(true) needs the autograd engine");
+  EXPECT_ERROR(tg::ones({2}, tg::TensorOptions().dtype(tg::kInt64).requires_grad(true)),
+               "requires_grad_: only floating-point tensors can require gradients, "
+               "got a tensor of Int64");
 }
 
 TEST(Errors, UndefinedAndDevices) {

@@ -269,6 +269,8 @@ void unary_float(UnaryOp op, const Tensor& out, const Tensor& x,
     case UnaryOp::Silu:
       return unary_loop<T>(out, x, [](T a) { return a / (T(1) + std::exp(-a)); },
                            [](const auto& a) { return a * a.logistic(); });
+    case UnaryOp::Erf:
+      return unary_loop<T>(out, x, [](T a) { return std::erf(a); }, nullptr);
     case UnaryOp::Gelu:
       return unary_loop<T>(
           out, x,

@@ -1,0 +1,33 @@
+// AccumulateGrad: the sink node of a leaf that requires grad; it adds the
+// incoming gradient into the leaf's .grad (reference §3.2).
+#pragma once
+
+#include <tapegrad/autograd/node.h>
+
+namespace tg::autograd {
+
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(Tensor variable);
+  variable_list apply(variable_list&& grads) override;
+  std::string name() const override { return "AccumulateGrad"; }
+  void call_tensor_pre_hooks(variable_list& grads) override;
+  const Tensor& variable() const { return variable_; }
+
+ private:
+  Tensor variable_;
+};
+
+// .grad = .grad + incoming, with every layout pair listed (dense/dense now;
+// sparse pairs arrive with the sparse issue):
+// - no .grad yet: steal `incoming` (no copy) when grad mode is off and it is
+//   uniquely owned (`expected_refs` handles), contiguous or with the leaf's
+//   strides; otherwise clone it;
+// - .grad exists, grad mode off: in place when .grad's storage is not shared
+//   with another tensor and .grad is contiguous (it keeps its identity);
+//   otherwise out of place;
+// - grad mode on (create_graph): always out of place, .grad gets history.
+void accumulate_grad(const Tensor& variable, Tensor& variable_grad,
+                     Tensor&& incoming, size_t expected_refs);
+
+}  // namespace tg::autograd

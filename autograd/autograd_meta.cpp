@@ -1,0 +1,224 @@
+// Autograd metadata on tensors and the Tensor methods that use it.
+#include <tapegrad/autograd/autograd_meta.h>
+
+#include <algorithm>
+
+#include <tapegrad/autograd/accumulate_grad.h>
+#include <tapegrad/autograd/engine.h>
+#include <tapegrad/tensor/error.h>
+
+namespace tg::autograd {
+
+struct AutogradMeta::LeafHooks {
+  struct Pre {
+    uint64_t id;
+    std::function<Tensor(const Tensor&)> fn;
+  };
+  struct Post {
+    uint64_t id;
+    std::function<void(const Tensor&)> fn;
+  };
+  std::vector<Pre> pre;
+  std::vector<Post> post;
+  uint64_t next_id = 0;
+  std::mutex m;
+};
+
+namespace impl {
+
+AutogradMeta& materialize_meta(const Tensor& t) {
+  TG_CHECK(t.defined(), "autograd: undefined tensor");
+  if (!t.impl()->autograd_meta())
+    t.impl()->set_autograd_meta(std::make_unique<AutogradMeta>());
+  return *meta(t);
+}
+
+std::shared_ptr<Node> grad_accumulator(const Tensor& t) {
+  AutogradMeta* m = meta(t);
+  if (!m || m->grad_fn || !m->requires_grad) return nullptr;
+  std::lock_guard<std::mutex> lock(m->mutex);
+  if (auto acc = m->grad_accumulator.lock()) return acc;
+  auto acc = std::make_shared<AccumulateGrad>(t);
+  m->grad_accumulator = acc;
+  return acc;
+}
+
+Edge gradient_edge(const Tensor& t) {
+  AutogradMeta* m = meta(t);
+  if (!m) return {};
+  if (m->grad_fn) return Edge(m->grad_fn, m->output_nr);
+  return Edge(grad_accumulator(t), 0);
+}
+
+void set_history(const Tensor& t, const std::shared_ptr<Node>& fn) {
+  AutogradMeta& m = materialize_meta(t);
+  m.output_nr = fn->add_input_metadata(t);
+  m.grad_fn = fn;
+}
+
+void set_gradient_edge(const Tensor& t, Edge e) {
+  AutogradMeta& m = materialize_meta(t);
+  if (!e.is_valid()) return;
+  if (dynamic_cast<AccumulateGrad*>(e.function.get())) {
+    m.requires_grad = true;
+    m.grad_accumulator = e.function;
+  } else {
+    m.grad_fn = std::move(e.function);
+    m.output_nr = e.input_nr;
+  }
+}
+
+static std::shared_ptr<AutogradMeta::LeafHooks> leaf_hooks_of(const Tensor& t, bool create) {
+  AutogradMeta* m = meta(t);
+  if (!m) return nullptr;
+  std::lock_guard<std::mutex> lock(m->mutex);
+  if (!m->leaf_hooks && create) m->leaf_hooks = std::make_shared<AutogradMeta::LeafHooks>();
+  return m->leaf_hooks;
+}
+
+void call_leaf_pre_hooks(const Tensor& leaf, Tensor& grad) {
+  auto h = leaf_hooks_of(leaf, false);
+  if (!h || !grad.defined()) return;
+  std::vector<AutogradMeta::LeafHooks::Pre> pre;
+  {
+    std::lock_guard<std::mutex> lock(h->m);
+    pre = h->pre;
+  }
+  for (auto& p : pre) {
+    Tensor r = p.fn(grad);
+    if (r.defined()) grad = std::move(r);
+  }
+}
+
+void call_post_accumulate_hooks(const Tensor& leaf) {
+  auto h = leaf_hooks_of(leaf, false);
+  if (!h) return;
+  std::vector<AutogradMeta::LeafHooks::Post> post;
+  {
+    std::lock_guard<std::mutex> lock(h->m);
+    post = h->post;
+  }
+  for (auto& p : post) p.fn(leaf);
+}
+
+}  // namespace impl
+}  // namespace tg::autograd
+
+namespace tg {
+
+using autograd::AutogradMeta;
+namespace impl = autograd::impl;
+
+bool Tensor::requires_grad() const { return impl::requires_grad(*this); }
+
+Tensor& Tensor::requires_grad_(bool r) {
+  TG_CHECK(defined(), "requires_grad_: undefined tensor");
+  AutogradMeta* m = impl::meta(*this);
+  TG_CHECK(!(m && m->grad_fn), "requires_grad_: you can only change the "
+           "requires_grad flag of leaf tensors; this one was computed by ",
+           m->grad_fn->forward_op(), ". Use .detach() to get a tensor that "
+           "does not require grad");
+  if (r)
+    TG_CHECK(is_floating_point(), "requires_grad_: only floating-point tensors "
+             "can require gradients, got a tensor of ", dtype(), " (shape ",
+             shape_str(sizes()), "); convert it with .to(kFloat32) or .to(kFloat64)");
+  if (!r && !m) return *this;
+  impl::materialize_meta(*this).requires_grad = r;
+  return *this;
+}
+
+namespace {
+const Tensor kUndefined;
+}
+
+const Tensor& Tensor::grad() const {
+  AutogradMeta* m = impl::meta(*this);
+  if (!m) return kUndefined;
+  if (m->retained_grad) return *m->retained_grad;
+  return m->grad;
+}
+
+Tensor& Tensor::mutable_grad() const {
+  AutogradMeta& m = impl::materialize_meta(*this);
+  if (m.retained_grad) return *m.retained_grad;
+  return m.grad;
+}
+
+std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
+  AutogradMeta* m = impl::meta(*this);
+  return m ? m->grad_fn : nullptr;
+}
+
+bool Tensor::is_leaf() const {
+  AutogradMeta* m = impl::meta(*this);
+  return !m || !m->grad_fn;
+}
+
+uint32_t Tensor::output_nr() const {
+  AutogradMeta* m = impl::meta(*this);
+  return m ? m->output_nr : 0;
+}
+
+void Tensor::retain_grad() const {
+  TG_CHECK(requires_grad(), "retain_grad: can't retain_grad on a tensor that "
+           "has requires_grad=false (shape ", shape_str(sizes()), ")");
+  if (is_leaf()) return;  // leaves keep .grad anyway
+  AutogradMeta& m = impl::materialize_meta(*this);
+  if (m.retained_grad) return;
+  m.retained_grad = std::make_shared<Tensor>();
+  m.grad_fn->set_retained_grad(m.output_nr, m.retained_grad);
+}
+
+bool Tensor::retains_grad() const {
+  AutogradMeta* m = impl::meta(*this);
+  return m && m->retained_grad;
+}
+
+void Tensor::backward(const Tensor& gradient, std::optional<bool> retain_graph,
+                      bool create_graph, const std::vector<Tensor>& inputs) const {
+  std::vector<Tensor> grads;
+  if (gradient.defined()) grads.push_back(gradient);
+  autograd::backward({*this}, grads, retain_graph, create_graph, inputs);
+}
+
+HookHandle Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
+  TG_CHECK(requires_grad(), "register_hook: cannot register a hook on a tensor "
+           "that doesn't require gradient (shape ", shape_str(sizes()), ")");
+  AutogradMeta* m = impl::meta(*this);
+  if (m->grad_fn) return m->grad_fn->add_tensor_pre_hook(m->output_nr, std::move(hook));
+  auto h = impl::leaf_hooks_of(*this, true);
+  std::lock_guard<std::mutex> lock(h->m);
+  uint64_t id = h->next_id++;
+  h->pre.push_back({id, std::move(hook)});
+  std::weak_ptr<AutogradMeta::LeafHooks> weak = h;
+  return HookHandle([weak, id] {
+    if (auto s = weak.lock()) {
+      std::lock_guard<std::mutex> l(s->m);
+      s->pre.erase(std::remove_if(s->pre.begin(), s->pre.end(),
+                                  [id](const auto& e) { return e.id == id; }),
+                   s->pre.end());
+    }
+  });
+}
+
+HookHandle Tensor::register_post_accumulate_grad_hook(
+    std::function<void(const Tensor&)> hook) const {
+  TG_CHECK(requires_grad() && is_leaf(), "register_post_accumulate_grad_hook: "
+           "post-accumulate-grad hooks can only be registered on leaf tensors "
+           "that require grad (shape ", shape_str(sizes()), ")");
+  auto h = impl::leaf_hooks_of(*this, true);
+  std::lock_guard<std::mutex> lock(h->m);
+  uint64_t id = h->next_id++;
+  h->post.push_back({id, std::move(hook)});
+  std::weak_ptr<AutogradMeta::LeafHooks> weak = h;
+  return HookHandle([weak, id] {
+    if (auto s = weak.lock()) {
+      std::lock_guard<std::mutex> l(s->m);
+      s->post.erase(std::remove_if(s->post.begin(), s->post.end(),
+                                   [id](const auto& e) { return e.id == id; }),
+                    s->post.end());
+    }
+  });
+}
+
+}  // namespace tg

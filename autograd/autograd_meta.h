@@ -1,0 +1,55 @@
+// What autograd keeps on a tensor (behind TensorImpl's opaque slot), and the
+// helpers the differentiable ops use to record history.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <tapegrad/autograd/node.h>
+
+namespace tg::autograd {
+
+struct AutogradMeta final : AutogradMetaInterface {
+  bool requires_grad = false;  // leaves only; non-leaves require grad via grad_fn
+  uint32_t output_nr = 0;
+  std::shared_ptr<Node> grad_fn;
+  std::weak_ptr<Node> grad_accumulator;  // leaves: the AccumulateGrad sink
+  Tensor grad;
+  std::shared_ptr<Tensor> retained_grad;  // non-leaves after retain_grad()
+  // Leaves: hooks run on the incoming gradient before accumulation, and
+  // after it (post-accumulate-grad hooks).
+  struct LeafHooks;
+  std::shared_ptr<LeafHooks> leaf_hooks;
+  std::mutex mutex;
+};
+
+namespace impl {
+
+inline AutogradMeta* meta(const Tensor& t) {
+  return t.defined() ? static_cast<AutogradMeta*>(t.impl()->autograd_meta()) : nullptr;
+}
+AutogradMeta& materialize_meta(const Tensor& t);
+
+inline bool requires_grad(const Tensor& t) {
+  AutogradMeta* m = meta(t);
+  return m && (m->requires_grad || m->grad_fn);
+}
+
+// The leaf's AccumulateGrad node (created on first use, held weakly by the
+// leaf), or nullptr when t is not a leaf that requires grad.
+std::shared_ptr<Node> grad_accumulator(const Tensor& t);
+// Where a gradient w.r.t. t must go: (grad_fn, output_nr) for a non-leaf,
+// (AccumulateGrad, 0) for a leaf that requires grad, invalid otherwise.
+Edge gradient_edge(const Tensor& t);
+// Makes t output `output_nr` of fn (adds t's metadata to fn's inputs).
+void set_history(const Tensor& t, const std::shared_ptr<Node>& fn);
+// Attaches an existing edge to t (used when re-wrapping saved tensors).
+void set_gradient_edge(const Tensor& t, Edge e);
+
+// Leaf hooks (run by AccumulateGrad and for captured leaves).
+void call_leaf_pre_hooks(const Tensor& leaf, Tensor& grad);
+void call_post_accumulate_hooks(const Tensor& leaf);
+
+}  // namespace impl
+}  // namespace tg::autograd

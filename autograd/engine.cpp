@@ -1,0 +1,420 @@
+// The engine: GraphTask, dependency counting, exec_info, the ready queue.
+// See docs/AUTOGRAD.md and reference §1.
+#include <tapegrad/autograd/engine.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <tapegrad/autograd/accumulate_grad.h>
+#include <tapegrad/autograd/autograd_meta.h>
+#include <tapegrad/autograd/grad_mode.h>
+#include <tapegrad/autograd/input_buffer.h>
+#include <tapegrad/autograd/saved_hooks.h>
+#include <tapegrad/tensor/error.h>
+#include <tapegrad/tensor/ops.h>
+#include <tapegrad/tensor/raw.h>
+
+namespace tg::autograd {
+
+namespace {
+
+struct ExecInfo {
+  bool needed = false;
+  // (input index of the node, index in the result vector)
+  std::vector<std::pair<uint32_t, uint32_t>> captures;
+  bool should_execute() const { return needed || !captures.empty(); }
+};
+
+struct ReadyTask {
+  std::shared_ptr<Node> fn;
+  InputBuffer buffer;
+};
+
+struct GraphTask {
+  bool keep_graph = false;
+  bool create_graph = false;
+  std::unordered_map<Node*, int> dependencies;
+  std::unordered_map<Node*, InputBuffer> not_ready;
+  std::unordered_map<Node*, ExecInfo> exec_info;  // empty: run everything
+  variable_list captured;
+  std::vector<ReadyTask> ready;  // max-heap on sequence_nr
+
+  void push(std::shared_ptr<Node> fn, InputBuffer&& buf) {
+    ready.push_back({std::move(fn), std::move(buf)});
+    std::push_heap(ready.begin(), ready.end(), later_first);
+  }
+  ReadyTask pop() {
+    std::pop_heap(ready.begin(), ready.end(), later_first);
+    ReadyTask t = std::move(ready.back());
+    ready.pop_back();
+    return t;
+  }
+  static bool later_first(const ReadyTask& a, const ReadyTask& b) {
+    return a.fn->sequence_nr() < b.fn->sequence_nr();
+  }
+};
+
+thread_local GraphTask* t_current_task = nullptr;
+thread_local int t_reentrant_depth = 0;
+constexpr int kMaxReentrantDepth = 32;
+
+struct GraphTaskGuard {
+  explicit GraphTaskGuard(GraphTask* t) : prev(t_current_task) { t_current_task = t; }
+  ~GraphTaskGuard() { t_current_task = prev; }
+  GraphTask* prev;
+};
+
+// The root of a backward with several outputs: its outputs are their grads.
+class GraphRoot final : public Node {
+ public:
+  GraphRoot(const edge_list& roots, variable_list grads)
+      : Node(UINT64_MAX), grads_(std::move(grads)) {
+    set_next_edges(roots);
+  }
+  variable_list apply(variable_list&&) override { return grads_; }
+  std::string name() const override { return "GraphRoot"; }
+
+ private:
+  variable_list grads_;
+};
+
+bool is_expandable_to(const IntList& shape, const IntList& desired) {
+  if (shape.size() > desired.size()) return false;
+  size_t off = desired.size() - shape.size();
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] != desired[off + i] && shape[i] != 1) return false;
+  return true;
+}
+
+// Every gradient a node sends must match the metadata of the input it flows
+// into: broadcast gradients are summed back, dtypes cast (reference §1.1).
+void validate_outputs(const Node& fn, variable_list& grads) {
+  TG_CHECK(grads.size() == fn.num_outputs(), fn.name(), ": returned ", grads.size(),
+           " gradients but the forward op has ", fn.num_outputs(), " inputs");
+  for (size_t i = 0; i < grads.size(); ++i) {
+    Tensor& g = grads[i];
+    const Edge& e = fn.next_edge(i);
+    if (!g.defined() || !e.is_valid()) continue;
+    const InputMetadata& m = e.function->input_metadata(e.input_nr);
+    if (g.sizes() != m.sizes) {
+      TG_CHECK(is_expandable_to(m.sizes, g.sizes()), fn.name(),
+               ": returned an invalid gradient at index ", i, ": got shape ",
+               shape_str(g.sizes()), " but expected shape compatible with ",
+               shape_str(m.sizes));
+      g = sum_to(g, m.sizes);
+    }
+    TG_CHECK(g.device() == m.device, fn.name(), ": returned a gradient on ",
+             g.device(), " at index ", i, " but the input lives on ", m.device);
+    if (g.dtype() != m.dtype) g = g.to(m.dtype);
+  }
+}
+
+void compute_dependencies(GraphTask& task, Node* root, uint64_t min_topo_nr) {
+  std::vector<Node*> stack{root};
+  std::unordered_set<Node*> seen{root};
+  while (!stack.empty()) {
+    Node* fn = stack.back();
+    stack.pop_back();
+    if (fn->topological_nr() < min_topo_nr) continue;  // cannot reach an input
+    for (const Edge& e : fn->next_edges()) {
+      Node* next = e.function.get();
+      if (!next) continue;
+      task.dependencies[next] += 1;
+      if (seen.insert(next).second) stack.push_back(next);
+    }
+  }
+}
+
+void init_to_execute(GraphTask& task, Node* root, const edge_list& needed,
+                     const edge_list& captures, uint64_t min_topo_nr) {
+  for (const Edge& e : needed) task.exec_info[e.function.get()].needed = true;
+  for (size_t i = 0; i < captures.size(); ++i)
+    task.exec_info[captures[i].function.get()].captures.emplace_back(
+        captures[i].input_nr, uint32_t(i));
+  task.captured.resize(captures.size());
+  // A node is needed when one of its children is needed or captured. The
+  // search goes past outputs to reach deeper ones.
+  struct Frame {
+    Node* fn;
+    size_t next;
+  };
+  auto should_execute = [&](Node* fn) {
+    auto it = task.exec_info.find(fn);
+    return it != task.exec_info.end() && it->second.should_execute();
+  };
+  std::vector<Frame> stack{{root, 0}};
+  std::unordered_set<Node*> seen{root};
+  while (!stack.empty()) {
+    Frame& f = stack.back();
+    if (f.next < f.fn->num_outputs()) {
+      Node* child = f.fn->next_edge(f.next++).function.get();
+      if (!child || child->topological_nr() < min_topo_nr) continue;
+      if (seen.insert(child).second) {
+        stack.push_back({child, 0});
+        continue;
+      }
+      if (should_execute(child)) task.exec_info[f.fn].needed = true;
+    } else {
+      Node* fn = f.fn;
+      stack.pop_back();
+      if (!stack.empty() && should_execute(fn)) task.exec_info[stack.back().fn].needed = true;
+    }
+  }
+}
+
+void check_anomaly(const Node& fn, const variable_list& outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& g = outputs[i];
+    if (!g.defined() || !g.is_floating_point() || g.numel() == 0) continue;
+    Tensor bad = raw::sum(ne(g, g));
+    TG_CHECK(bad.item<int64_t>() == 0, "anomaly mode: ", fn.name(),
+             " (the backward of the forward op '", fn.forward_op(),
+             "') returned NaN values in its output ", i, " (shape ",
+             shape_str(g.sizes()), ")");
+  }
+}
+
+void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr,
+                       variable_list inputs) {
+  Node& fn = *fn_ptr;
+  fn.call_tensor_pre_hooks(inputs);
+  if (!task.exec_info.empty()) {
+    auto it = task.exec_info.find(&fn);
+    if (it != task.exec_info.end())
+      for (auto [in, out] : it->second.captures) task.captured[out] = inputs[in];
+    // A captured node runs only if something deeper is needed (OURS).
+    if (it == task.exec_info.end() || !it->second.needed) return;
+  }
+  bool any_defined = false;
+  for (const Tensor& t : inputs) any_defined |= t.defined();
+  variable_list outputs;
+  if (!any_defined && !fn.apply_on_undefined()) {
+    outputs.resize(fn.num_outputs());
+  } else {
+    variable_list inputs_copy;
+    if (fn.has_post_hooks()) inputs_copy = inputs;
+    std::lock_guard<std::mutex> lock(fn.mutex());
+    outputs = fn.apply(std::move(inputs));
+    if (!task.keep_graph) fn.release_variables();
+    if (fn.has_post_hooks()) fn.call_post_hooks(outputs, inputs_copy);
+  }
+  if (is_anomaly_enabled()) check_anomaly(fn, outputs);
+  validate_outputs(fn, outputs);
+
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Edge& e = fn.next_edge(i);
+    if (!e.is_valid()) continue;
+    Node* next = e.function.get();
+    auto dit = task.dependencies.find(next);
+    TG_INTERNAL_ASSERT(dit != task.dependencies.end(), "dependency not found for ",
+                       next->name());
+    bool ready = --dit->second == 0;
+    if (ready) task.dependencies.erase(dit);
+    auto nit = task.not_ready.find(next);
+    if (nit == task.not_ready.end()) {
+      if (!task.exec_info.empty()) {
+        auto eit = task.exec_info.find(next);
+        if (eit == task.exec_info.end() || !eit->second.should_execute()) continue;
+      }
+      InputBuffer buf(next->num_inputs());
+      buf.add(e.input_nr, std::move(outputs[i]));
+      if (ready) task.push(e.function, std::move(buf));
+      else task.not_ready.emplace(next, std::move(buf));
+    } else {
+      nit->second.add(e.input_nr, std::move(outputs[i]));
+      if (ready) {
+        task.push(e.function, std::move(nit->second));
+        task.not_ready.erase(nit);
+      }
+    }
+  }
+}
+
+variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
+                             bool keep_graph, bool create_graph,
+                             const edge_list& needed, const edge_list& captures) {
+  GraphTask task;
+  task.keep_graph = keep_graph;
+  task.create_graph = create_graph;
+
+  std::shared_ptr<Node> root;
+  InputBuffer root_buffer(0);
+  if (roots.size() == 1) {
+    root = roots[0].function;
+    root_buffer = InputBuffer(root->num_inputs());
+    root_buffer.add(roots[0].input_nr, std::move(root_grads[0]));
+  } else {
+    root = std::make_shared<GraphRoot>(roots, std::move(root_grads));
+  }
+
+  uint64_t min_topo_nr = 0;
+  if (!needed.empty() || !captures.empty()) {
+    min_topo_nr = UINT64_MAX;
+    for (const Edge& e : needed) min_topo_nr = std::min(min_topo_nr, e.function->topological_nr());
+    for (const Edge& e : captures) min_topo_nr = std::min(min_topo_nr, e.function->topological_nr());
+  }
+  compute_dependencies(task, root.get(), min_topo_nr);
+  if (!needed.empty() || !captures.empty())
+    init_to_execute(task, root.get(), needed, captures, min_topo_nr);
+
+  GraphTaskGuard guard(&task);
+  AutoGradMode grad_mode(create_graph);
+  task.push(root, std::move(root_buffer));
+  while (!task.ready.empty()) {
+    ReadyTask t = task.pop();
+    evaluate_function(task, t.fn, t.buffer.release());
+  }
+  TG_CHECK(task.not_ready.empty(), "autograd: could not compute gradients for "
+           "some functions (", task.not_ready.begin()->first->name(),
+           " never became ready)");
+  return std::move(task.captured);
+}
+
+}  // namespace
+
+namespace detail {
+
+bool task_should_execute(const Node* fn) {
+  GraphTask* t = t_current_task;
+  if (!t || t->exec_info.empty()) return true;
+  auto it = t->exec_info.find(const_cast<Node*>(fn));
+  return it != t->exec_info.end() && it->second.should_execute();
+}
+
+variable_list execute(const edge_list& roots, variable_list root_grads, bool keep_graph,
+                      bool create_graph, const edge_list& needed,
+                      const edge_list& captures) {
+  struct Depth {
+    Depth() { ++t_reentrant_depth; }
+    ~Depth() { --t_reentrant_depth; }
+  } depth;
+  if (t_reentrant_depth <= kMaxReentrantDepth)
+    return run_graph_task(roots, std::move(root_grads), keep_graph, create_graph,
+                          needed, captures);
+  // Deep reentrant backward: continue on a fresh thread (bounded stack),
+  // carrying this thread's saved-tensor hooks; the caller waits for it.
+  variable_list result;
+  std::exception_ptr error;
+  auto hooks = current_saved_tensor_hooks();
+  std::thread worker([&] {
+    try {
+      std::unique_ptr<SavedTensorHooksGuard> g;
+      if (hooks) g = std::make_unique<SavedTensorHooksGuard>(*hooks);
+      result = run_graph_task(roots, std::move(root_grads), keep_graph, create_graph,
+                              needed, captures);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  worker.join();
+  if (error) std::rethrow_exception(error);
+  return result;
+}
+
+}  // namespace detail
+
+namespace {
+
+void make_roots(const char* op, const std::vector<Tensor>& outputs,
+                const std::vector<Tensor>& grad_outputs, edge_list& edges,
+                variable_list& grads) {
+  TG_CHECK(!outputs.empty(), op, ": got no outputs to differentiate");
+  TG_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), op,
+           ": got ", grad_outputs.size(), " grad_outputs for ", outputs.size(),
+           " outputs; pass one per output (or none for one-element outputs)");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& y = outputs[i];
+    TG_CHECK(y.defined(), op, ": output ", i, " is an undefined tensor");
+    TG_CHECK(y.requires_grad(), op, ": output ", i, " (shape ", shape_str(y.sizes()),
+             ") does not require grad and has no grad_fn; was it computed under "
+             "NoGradGuard, or from tensors that do not require grad?");
+    Tensor g = grad_outputs.empty() ? Tensor() : grad_outputs[i];
+    if (!g.defined()) {
+      TG_CHECK(y.numel() == 1, op, ": grad can be implicitly created only for "
+               "outputs with one element, but output ", i, " has shape ",
+               shape_str(y.sizes()), "; pass a gradient (grad_outputs) of that shape");
+      g = ones_like(y);
+    } else {
+      TG_CHECK(g.sizes() == y.sizes(), op, ": mismatch in shape: grad_outputs[", i,
+               "] has shape ", shape_str(g.sizes()), " but outputs[", i,
+               "] has shape ", shape_str(y.sizes()));
+      TG_CHECK(g.device() == y.device(), op, ": grad_outputs[", i, "] is on ",
+               g.device(), " but outputs[", i, "] is on ", y.device());
+      TG_CHECK(g.is_floating_point(), op, ": grad_outputs[", i,
+               "] must be floating point, got ", g.dtype());
+      if (g.dtype() != y.dtype()) g = g.to(y.dtype());
+    }
+    edges.push_back(impl::gradient_edge(y));
+    grads.push_back(std::move(g));
+  }
+}
+
+}  // namespace
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs,
+                         const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs,
+                         std::optional<bool> retain_graph, bool create_graph,
+                         bool allow_unused) {
+  TG_CHECK(!inputs.empty(), "grad: requires non-empty inputs");
+  edge_list roots;
+  variable_list root_grads;
+  make_roots("grad", outputs, grad_outputs, roots, root_grads);
+  edge_list captures;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& x = inputs[i];
+    TG_CHECK(x.defined(), "grad: input ", i, " is an undefined tensor");
+    TG_CHECK(x.requires_grad(), "grad: input ", i, " (shape ", shape_str(x.sizes()),
+             ") does not require grad; call requires_grad_() on it before "
+             "computing the outputs");
+    captures.push_back(impl::gradient_edge(x));
+  }
+  variable_list result = detail::execute(roots, std::move(root_grads),
+                                         retain_graph.value_or(create_graph),
+                                         create_graph, {}, captures);
+  for (size_t i = 0; i < result.size(); ++i)
+    TG_CHECK(result[i].defined() || allow_unused, "grad: input ", i, " (shape ",
+             shape_str(inputs[i].sizes()), ") was not used to compute the "
+             "outputs, so it has no gradient; pass allow_unused=true to get an "
+             "undefined tensor for it");
+  return result;
+}
+
+void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& grad_tensors,
+              std::optional<bool> retain_graph, bool create_graph,
+              const std::vector<Tensor>& inputs) {
+  edge_list roots;
+  variable_list root_grads;
+  make_roots("backward", tensors, grad_tensors, roots, root_grads);
+  edge_list needed, captures;
+  std::vector<Tensor> captured_inputs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& x = inputs[i];
+    TG_CHECK(x.defined() && x.requires_grad(), "backward: inputs[", i,
+             "] does not require grad; only tensors that require grad can be "
+             "given as inputs");
+    if (x.is_leaf()) {
+      needed.push_back(impl::gradient_edge(x));
+    } else {
+      captures.push_back(impl::gradient_edge(x));
+      captured_inputs.push_back(x);
+    }
+  }
+  variable_list got = detail::execute(roots, std::move(root_grads),
+                                      retain_graph.value_or(create_graph), create_graph,
+                                      needed, captures);
+  // Non-leaf inputs: their incoming gradient was captured without running
+  // their node (OURS); accumulate it into .grad like a leaf.
+  AutoGradMode mode(create_graph);
+  for (size_t i = 0; i < got.size(); ++i) {
+    const Tensor& x = captured_inputs[i];
+    if (!got[i].defined() || x.retains_grad()) continue;  // retain_grad already did it
+    accumulate_grad(x, x.mutable_grad(), std::move(got[i]), 1);
+  }
+}
+
+}  // namespace tg::autograd

@@ -1,0 +1,41 @@
+// The engine entry points: grad() and backward() (DESIGN §2, reference §1).
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include <tapegrad/autograd/node.h>
+
+namespace tg::autograd {
+
+// Gradients of `outputs` w.r.t. `inputs`, weighted by `grad_outputs` (may be
+// omitted for outputs with one element). Runs only the part of the graph
+// between them; with create_graph the result is differentiable again.
+// retain_graph defaults to create_graph.
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs,
+                         const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs = {},
+                         std::optional<bool> retain_graph = std::nullopt,
+                         bool create_graph = false,
+                         bool allow_unused = false);
+
+// Accumulates d(tensors)/d(leaf) into every leaf's .grad, or only into
+// `inputs` when given (a non-leaf input's gradient is captured into its
+// .grad without running its own node).
+void backward(const std::vector<Tensor>& tensors,
+              const std::vector<Tensor>& grad_tensors = {},
+              std::optional<bool> retain_graph = std::nullopt,
+              bool create_graph = false,
+              const std::vector<Tensor>& inputs = {});
+
+namespace detail {
+// Runs a graph task: the core of grad() and backward().
+// `needed`: sinks that must run (backward with inputs); `captures`: edges
+// whose incoming gradient is returned (grad, non-leaf backward inputs). Both
+// empty: run everything reachable.
+variable_list execute(const edge_list& roots, variable_list root_grads,
+                      bool keep_graph, bool create_graph, const edge_list& needed,
+                      const edge_list& captures);
+}  // namespace detail
+
+}  // namespace tg::autograd

@@ -1,0 +1,133 @@
+#include <tapegrad/autograd/function.h>
+
+#include <tapegrad/tensor/error.h>
+#include <tapegrad/tensor/ops.h>
+#include <tapegrad/tensor/raw.h>
+
+namespace tg::autograd {
+
+variable_list AutogradContext::get_saved_variables() const {
+  auto node = node_.lock();
+  variable_list out;
+  out.reserve(saved_.size());
+  for (const SavedVariable& s : saved_) out.push_back(s.unpack(node.get(), "saved_tensors"));
+  return out;
+}
+
+void AutogradContext::mark_dirty(const variable_list& inputs) {
+  for (const Tensor& t : inputs) dirty_.insert(t.impl());
+}
+
+void AutogradContext::mark_non_differentiable(const variable_list& outputs) {
+  for (const Tensor& t : outputs) non_differentiable_.insert(t.impl());
+}
+
+bool AutogradContext::needs_input_grad(size_t i) const {
+  auto node = node_.lock();
+  if (node && node->num_outputs() > i) return node->should_compute_output(i);
+  return i < forward_needs_.size() && forward_needs_[i];
+}
+
+void CppNodeBase::wrap_outputs(const variable_list& inputs, variable_list& outputs) {
+  auto self = shared_from_this();
+  for (Tensor& o : outputs) {
+    TG_CHECK(o.defined(), name(), ": forward returned an undefined tensor");
+    bool is_input = false;
+    for (const Tensor& in : inputs) is_input |= in.is_same(o);
+    bool dirty = ctx_.dirty_.count(o.impl()) > 0;
+    bool differentiable = o.is_floating_point() && !ctx_.non_differentiable_.count(o.impl());
+    if (dirty) {
+      TG_CHECK(!(o.is_leaf() && o.requires_grad()), name(), ": a leaf tensor that "
+               "requires grad (shape ", shape_str(o.sizes()), ") was modified in place "
+               "by forward (mark_dirty); clone it first");
+    } else if (is_input && differentiable) {
+      o = raw::detach(o);  // returning an input unchanged: a new alias gets the history
+    }
+    uint32_t nr = add_input_metadata(o);
+    output_info_.emplace_back(o);
+    if (differentiable) {
+      AutogradMeta& m = impl::materialize_meta(o);
+      m.grad_fn = self;
+      m.output_nr = nr;
+      m.requires_grad = false;
+    }
+  }
+  for (const Tensor& t : ctx_.to_save_) {
+    bool is_output = false;
+    for (const Tensor& o : outputs) is_output |= o.is_same(t);
+    ctx_.saved_.emplace_back(t, is_output);
+  }
+  ctx_.to_save_.clear();
+}
+
+namespace {
+// Stands in for the history of gradients computed by a once-differentiable
+// function under create_graph: differentiating through them is an error.
+class DelayedError final : public Node {
+ public:
+  explicit DelayedError(std::string fn) : fn_(std::move(fn)) {}
+  variable_list apply(variable_list&&) override {
+    TG_ERROR(fn_, " is once-differentiable: its backward ran under create_graph "
+             "but cannot be differentiated again; remove once_differentiable and "
+             "write its backward with differentiable ops");
+  }
+  std::string name() const override { return "DelayedError"; }
+
+ private:
+  std::string fn_;
+};
+}  // namespace
+
+variable_list CppNodeBase::apply(variable_list&& grads) {
+  variable_list incoming;
+  if (once_differentiable_ && is_grad_enabled()) incoming = grads;
+  for (size_t i = 0; i < grads.size(); ++i)
+    if (!grads[i].defined()) grads[i] = output_info_[i].zeros();
+  variable_list res;
+  if (once_differentiable_) {
+    AutoGradMode no_grad(false);
+    res = call_backward(std::move(grads));
+  } else {
+    res = call_backward(std::move(grads));
+  }
+  size_t n_tensors = tensor_arg_.size();
+  TG_CHECK(res.size() == num_args_ || res.size() == n_tensors, name(),
+           ": backward returned ", res.size(), " gradients, expected ", num_args_,
+           " (one per forward argument) or ", n_tensors, " (one per tensor argument)");
+  variable_list out(n_tensors);
+  for (size_t k = 0; k < n_tensors; ++k) {
+    Tensor& g = res.size() == num_args_ ? res[size_t(tensor_arg_[k])] : res[k];
+    if (should_compute_output(k)) out[k] = std::move(g);
+  }
+  if (res.size() == num_args_ && num_args_ != n_tensors) {
+    std::vector<bool> is_tensor(num_args_, false);
+    for (int64_t a : tensor_arg_) is_tensor[size_t(a)] = true;
+    for (size_t a = 0; a < num_args_; ++a)
+      TG_CHECK(is_tensor[a] || !res[a].defined(), name(), ": backward returned a "
+               "defined gradient for non-tensor argument ", a, "; return Tensor() there");
+  }
+  if (once_differentiable_ && is_grad_enabled()) {
+    bool any = false;
+    for (const Tensor& g : incoming) any |= g.defined() && g.requires_grad();
+    if (any) {
+      auto err = std::make_shared<DelayedError>(name());
+      edge_list edges;
+      for (const Tensor& g : incoming) edges.push_back(impl::gradient_edge(g));
+      err->set_next_edges(std::move(edges));
+      for (Tensor& g : out) {
+        if (!g.defined()) continue;
+        g = raw::detach(g);
+        AutogradMeta& m = impl::materialize_meta(g);
+        m.output_nr = err->add_input_metadata(g);
+        m.grad_fn = err;
+      }
+    }
+  }
+  return out;
+}
+
+void CppNodeBase::release_variables() {
+  for (SavedVariable& s : ctx_.saved_) s.release();
+}
+
+}  // namespace tg::autograd

@@ -1,0 +1,155 @@
+// Custom differentiable functions, as LibTorch's torch::autograd::Function:
+//
+//   struct Cube : tg::autograd::Function<Cube> {
+//     static Tensor forward(AutogradContext* ctx, Tensor x) {
+//       ctx->save_for_backward({x});
+//       return x * x * x;
+//     }
+//     static variable_list backward(AutogradContext* ctx, variable_list g) {
+//       Tensor x = ctx->get_saved_variables()[0];
+//       return {g[0] * 3 * x * x};
+//     }
+//   };
+//   Tensor y = Cube::apply(x);
+//
+// forward runs under no-grad; backward returns one gradient per argument of
+// forward (undefined for non-tensor arguments or inputs without a gradient)
+// and is recorded when it runs under create_graph, so it is differentiable
+// again. A struct with `static constexpr bool once_differentiable = true;`
+// runs backward without recording; differentiating its gradients again is
+// an error naming the function. ctx->needs_input_grad(i) is false for inputs
+// that need no gradient, including those edge trimming removes.
+#pragma once
+
+#include <any>
+#include <string>
+#include <type_traits>
+#include <typeinfo>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <tapegrad/autograd/autograd_meta.h>
+#include <tapegrad/autograd/grad_mode.h>
+#include <tapegrad/autograd/saved_variable.h>
+
+namespace tg::autograd {
+
+class AutogradContext {
+ public:
+  void save_for_backward(variable_list to_save) { to_save_ = std::move(to_save); }
+  variable_list get_saved_variables() const;
+  // In-place modified inputs (forward must return them).
+  void mark_dirty(const variable_list& inputs);
+  void mark_non_differentiable(const variable_list& outputs);
+  // Whether forward input i (counting tensor arguments only) needs a gradient
+  // in the backward running now (in forward: whether it requires grad).
+  bool needs_input_grad(size_t i) const;
+  std::unordered_map<std::string, std::any> saved_data;
+
+ private:
+  template <class T>
+  friend struct Function;
+  friend class CppNodeBase;
+  variable_list to_save_;
+  std::vector<SavedVariable> saved_;
+  std::unordered_set<const TensorImpl*> dirty_, non_differentiable_;
+  std::weak_ptr<Node> node_;
+  std::vector<bool> forward_needs_;
+};
+
+// The node of a custom function (type-erased part).
+class CppNodeBase : public Node {
+ public:
+  explicit CppNodeBase(std::string name, bool once_differentiable)
+      : name_(std::move(name)), once_differentiable_(once_differentiable) {}
+  variable_list apply(variable_list&& grads) override;
+  std::string name() const override { return name_; }
+  void release_variables() override;
+  bool apply_on_undefined() const override { return true; }
+
+  AutogradContext ctx_;
+  std::vector<InputMetadata> output_info_;
+  size_t num_args_ = 0;             // forward arguments (tensor and not)
+  std::vector<int64_t> tensor_arg_;  // argument index of each tensor input
+
+  // Set by apply(): outputs, saves, and history after forward ran.
+  void wrap_outputs(const variable_list& inputs, variable_list& outputs);
+
+ protected:
+  virtual variable_list call_backward(variable_list&& grads) = 0;
+
+ private:
+  std::string name_;
+  bool once_differentiable_;
+};
+
+namespace detail {
+template <class T, class = void>
+struct is_once_differentiable : std::false_type {};
+template <class T>
+struct is_once_differentiable<T, std::void_t<decltype(T::once_differentiable)>>
+    : std::bool_constant<T::once_differentiable> {};
+
+template <class T>
+class CppNode final : public CppNodeBase {
+ public:
+  CppNode() : CppNodeBase(typeid(T).name(), is_once_differentiable<T>::value) {}
+
+ protected:
+  variable_list call_backward(variable_list&& grads) override {
+    return T::backward(&ctx_, std::move(grads));
+  }
+};
+
+inline void collect(variable_list&, std::vector<int64_t>&, int64_t&) {}
+template <class A, class... Rest>
+void collect(variable_list& ts, std::vector<int64_t>& idx, int64_t& pos, const A& a,
+             const Rest&... rest) {
+  if constexpr (std::is_same_v<std::decay_t<A>, Tensor>) {
+    ts.push_back(a);
+    idx.push_back(pos);
+  }
+  ++pos;
+  collect(ts, idx, pos, rest...);
+}
+
+inline variable_list to_list(Tensor t) { return {std::move(t)}; }
+inline variable_list to_list(variable_list v) { return v; }
+}  // namespace detail
+
+template <class T>
+struct Function {
+  template <class... Args>
+  static auto apply(Args&&... args) {
+    variable_list inputs;
+    std::vector<int64_t> tensor_arg;
+    int64_t pos = 0;
+    detail::collect(inputs, tensor_arg, pos, args...);
+    bool record = is_grad_enabled();
+    bool any = false;
+    for (const Tensor& t : inputs) any |= impl::requires_grad(t);
+    record = record && any;
+
+    auto node = std::make_shared<detail::CppNode<T>>();
+    node->num_args_ = size_t(pos);
+    node->tensor_arg_ = tensor_arg;
+    edge_list edges;
+    for (const Tensor& t : inputs) edges.push_back(record ? impl::gradient_edge(t) : Edge());
+    node->set_next_edges(std::move(edges));
+    node->ctx_.node_ = node;
+    for (const Tensor& t : inputs) node->ctx_.forward_needs_.push_back(impl::requires_grad(t));
+
+    using Out = decltype(T::forward(&node->ctx_, std::forward<Args>(args)...));
+    Out out = [&] {
+      AutoGradMode no_grad(false);
+      return T::forward(&node->ctx_, std::forward<Args>(args)...);
+    }();
+    variable_list outs = detail::to_list(out);
+    if (record) node->wrap_outputs(inputs, outs);
+    else node->ctx_.to_save_.clear();
+    if constexpr (std::is_same_v<Out, Tensor>) return outs[0];
+    else return outs;
+  }
+};
+
+}  // namespace tg::autograd

@@ -1,0 +1,162 @@
+#include <tapegrad/autograd/gradcheck.h>
+
+#include <cmath>
+#include <sstream>
+
+#include <tapegrad/autograd/engine.h>
+#include <tapegrad/autograd/grad_mode.h>
+#include <tapegrad/tensor/error.h>
+#include <tapegrad/tensor/ops.h>
+#include <tapegrad/tensor/raw.h>
+
+namespace tg::autograd {
+
+namespace {
+
+IntList unravel(int64_t k, const IntList& sizes) {
+  IntList idx(sizes.size(), 0);
+  for (int64_t d = int64_t(sizes.size()) - 1; d >= 0; --d) {
+    idx[size_t(d)] = k % sizes[size_t(d)];
+    k /= sizes[size_t(d)];
+  }
+  return idx;
+}
+
+// Pointer to element k (row-major order) of a float64 tensor with any strides.
+double* element(const Tensor& t, int64_t k) {
+  IntList idx = unravel(k, t.sizes());
+  int64_t off = 0;
+  for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * t.strides()[d];
+  return t.data_ptr<double>() + off;
+}
+
+// Outputs flattened to float64 vectors (checked outputs only).
+std::vector<std::vector<double>> flatten_outputs(const variable_list& outs) {
+  std::vector<std::vector<double>> r;
+  for (const Tensor& o : outs)
+    r.push_back(o.defined() && o.is_floating_point() ? o.detach().to_vector<double>()
+                                                     : std::vector<double>());
+  return r;
+}
+
+}  // namespace
+
+GradcheckResult gradcheck(const TensorsFn& fn, const variable_list& inputs,
+                          const GradcheckOptions& opt) {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].defined() && inputs[i].requires_grad())
+      TG_CHECK(inputs[i].dtype() == kFloat64 && inputs[i].device().is_cpu(), "gradcheck: input ", i,
+               " is ", inputs[i].dtype(), " on ", inputs[i].device(),
+               "; gradcheck needs Float64 CPU inputs (finite differences in lower "
+               "precision are too inaccurate)");
+  variable_list outs;
+  {
+    EnableGradGuard on;
+    outs = fn(inputs);
+  }
+  GradcheckResult res;
+  double worst_excess = -1;
+  for (size_t o = 0; o < outs.size(); ++o) {
+    const Tensor& out = outs[o];
+    if (!out.defined() || !out.is_floating_point()) continue;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Tensor& x = inputs[i];
+      if (!x.defined() || !x.requires_grad()) continue;
+      int64_t nx = x.numel(), ny = out.numel();
+      // Numeric: column j of d out / d x by central differences.
+      std::vector<double> numeric(size_t(nx * ny));
+      for (int64_t j = 0; j < nx; ++j) {
+        double* p = element(x, j);
+        double orig = *p;
+        *p = orig + opt.eps;
+        auto plus = flatten_outputs(fn(inputs));
+        *p = orig - opt.eps;
+        auto minus = flatten_outputs(fn(inputs));
+        *p = orig;
+        for (int64_t k = 0; k < ny; ++k)
+          numeric[size_t(k * nx + j)] = (plus[o][size_t(k)] - minus[o][size_t(k)]) / (2 * opt.eps);
+      }
+      // Analytic: row k of the Jacobian from a one-hot grad_output.
+      for (int64_t k = 0; k < ny; ++k) {
+        std::vector<double> row(size_t(nx), 0.0);
+        if (out.requires_grad()) {
+          Tensor e = zeros(out.sizes(), out.options());
+          *element(e, k) = 1.0;
+          EnableGradGuard on;
+          Tensor g = grad({out}, {x}, {e}, true, false, true)[0];
+          if (g.defined()) row = g.to_vector<double>();
+        }
+        for (int64_t j = 0; j < nx; ++j) {
+          double a = row[size_t(j)], n = numeric[size_t(k * nx + j)];
+          double err = std::fabs(a - n);
+          double excess = err - (opt.atol + opt.rtol * std::fabs(n));
+          if (std::isnan(a) != std::isnan(n)) excess = INFINITY;
+          res.max_error = std::max(res.max_error, err);
+          if (excess > 0 && excess > worst_excess) {
+            worst_excess = excess;
+            std::ostringstream m;
+            m << "gradcheck: Jacobian mismatch for output " << o << " element "
+              << shape_str(unravel(k, out.sizes())) << " w.r.t. input " << i << " element "
+              << shape_str(unravel(j, x.sizes())) << ": analytic " << a << ", numeric " << n
+              << " (|difference| " << err << " > atol " << opt.atol << " + rtol " << opt.rtol
+              << " * |numeric|)";
+            res.ok = false;
+            res.message = m.str();
+          }
+        }
+      }
+    }
+  }
+  return res;
+}
+
+GradcheckResult gradcheck(const std::function<Tensor(const variable_list&)>& fn,
+                          const variable_list& inputs, const GradcheckOptions& opt) {
+  return gradcheck(TensorsFn([&](const variable_list& in) { return variable_list{fn(in)}; }),
+                   inputs, opt);
+}
+
+GradcheckResult gradgradcheck(const TensorsFn& fn, const variable_list& inputs,
+                              const GradcheckOptions& opt) {
+  variable_list outs;
+  {
+    EnableGradGuard on;
+    outs = fn(inputs);
+  }
+  std::vector<size_t> diff_inputs, diff_outputs;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].defined() && inputs[i].requires_grad()) diff_inputs.push_back(i);
+  variable_list all = inputs;
+  uint64_t seed = opt.seed;
+  for (size_t o = 0; o < outs.size(); ++o) {
+    if (!outs[o].defined() || !outs[o].requires_grad()) continue;
+    diff_outputs.push_back(o);
+    manual_seed(seed++);
+    all.push_back(randn(outs[o].sizes(), TensorOptions().dtype(kFloat64)).requires_grad_(true));
+  }
+  size_t n_in = inputs.size();
+  TensorsFn first_grad = [&](const variable_list& args) {
+    variable_list in(args.begin(), args.begin() + long(n_in));
+    variable_list y = fn(in);
+    variable_list ys, vs, xs;
+    for (size_t k = 0; k < diff_outputs.size(); ++k) {
+      ys.push_back(y[diff_outputs[k]]);
+      vs.push_back(args[n_in + k]);
+    }
+    for (size_t i : diff_inputs) xs.push_back(in[i]);
+    if (ys.empty() || xs.empty()) return variable_list{};
+    variable_list g = grad(ys, xs, vs, true, true, true);
+    for (size_t k = 0; k < g.size(); ++k)
+      if (!g[k].defined()) g[k] = zeros_like(xs[k]);
+    return g;
+  };
+  return gradcheck(first_grad, all, opt);
+}
+
+GradcheckResult gradgradcheck(const std::function<Tensor(const variable_list&)>& fn,
+                              const variable_list& inputs, const GradcheckOptions& opt) {
+  return gradgradcheck(TensorsFn([&](const variable_list& in) { return variable_list{fn(in)}; }),
+                       inputs, opt);
+}
+
+}  // namespace tg::autograd

@@ -1,0 +1,346 @@
+// Differentiable elementwise ops. Each formula is written with the public
+// (differentiable) ops, so with create_graph the backward records again and
+// derivatives of any order follow. Broadcasting: a formula returns the
+// gradient at the broadcast shape; the engine sums it back to the input's.
+//
+// Derivatives chosen at non-differentiable points (docs/AUTOGRAD.md):
+//   relu(x) at 0 -> 0;  abs(x) at 0 -> 0 (sign(0) = 0);  sign -> 0 everywhere;
+//   clamp(x, lo, hi) at x == lo or x == hi -> 1 (the bound is inside);
+//   maximum/minimum at ties -> the gradient is split evenly (1/2 each);
+//   pow(a, b) w.r.t. b where a == 0 and b >= 0 -> 0.
+#include <cmath>
+
+#include "record.h"
+
+namespace tg {
+
+using autograd::Node;
+using autograd::SavedVariable;
+using autograd::variable_list;
+using namespace autograd::ops_detail;
+
+namespace {
+
+// ---- unary ----------------------------------------------------------------------
+
+struct UnaryArgs {
+  double a = 0, b = 0;
+};
+using UnaryFormula = Tensor (*)(const Tensor& g, const Tensor& x, const Tensor& r,
+                                const UnaryArgs&);
+enum Saves : uint8_t { kNone = 0, kSelf = 1, kOther = 2, kResult = 4 };
+
+struct UnarySpec {
+  const char* op;
+  const char* node;
+  UnaryFormula formula;
+  uint8_t saves;
+};
+
+class UnaryBackward final : public OpNode {
+ public:
+  UnaryBackward(const UnarySpec& spec, UnaryArgs args)
+      : OpNode(spec.op, spec.node), formula_(spec.formula), args_(args) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(1);
+    if (should_compute_output(0))
+      out[0] = formula_(grads[0], self_.unpack(this, "self"), result_.unpack(this, "result"), args_);
+    return out;
+  }
+  void release_variables() override {
+    self_.release();
+    result_.release();
+  }
+  SavedVariable self_, result_;
+
+ private:
+  UnaryFormula formula_;
+  UnaryArgs args_;
+};
+
+template <class F>
+Tensor unary_op(const Tensor& x, const UnarySpec& spec, F&& raw_fn, UnaryArgs args = {}) {
+  if (!should_record({&x})) return raw_fn(x);
+  auto node = make_node<UnaryBackward>({&x}, spec, args);
+  Tensor out = run_raw([&] { return raw_fn(x); });
+  if (spec.saves & kSelf) node->self_ = SavedVariable(x, false);
+  out = finish(out, node);
+  if (spec.saves & kResult) node->result_ = SavedVariable(out, true);
+  return out;
+}
+
+constexpr double kTwoOverSqrtPi = 1.12837916709551257390;
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+
+#define TG_UNARY(var, op, node, saves, body)                                        \
+  const UnarySpec var{op, node,                                                      \
+                      [](const Tensor& g, const Tensor& x, const Tensor& r,          \
+                         const UnaryArgs& args) -> Tensor {                          \
+                        (void)x, (void)r, (void)args;                                \
+                        return body;                                                 \
+                      },                                                             \
+                      saves};
+
+TG_UNARY(kNeg, "neg", "NegBackward", kNone, neg(g))
+TG_UNARY(kExp, "exp", "ExpBackward", kResult, mul(g, r))
+TG_UNARY(kLog, "log", "LogBackward", kSelf, div(g, x))
+TG_UNARY(kSin, "sin", "SinBackward", kSelf, mul(g, cos(x)))
+TG_UNARY(kCos, "cos", "CosBackward", kSelf, neg(mul(g, sin(x))))
+TG_UNARY(kTanh, "tanh", "TanhBackward", kResult, mul(g, add(neg(square(r)), 1)))
+TG_UNARY(kSigmoid, "sigmoid", "SigmoidBackward", kResult, mul(g, mul(r, add(neg(r), 1))))
+TG_UNARY(kRelu, "relu", "ReluBackward", kResult, where(gt(r, 0), g, 0))
+TG_UNARY(kSilu, "silu", "SiluBackward", kSelf,
+         [&] {
+           Tensor s = sigmoid(x);
+           return mul(g, mul(s, add(mul(x, add(neg(s), 1)), 1)));
+         }())
+TG_UNARY(kErf, "erf", "ErfBackward", kSelf,
+         mul(g, mul(exp(neg(square(x))), kTwoOverSqrtPi)))
+TG_UNARY(kGelu, "gelu", "GeluBackward", kSelf,
+         [&] {
+           Tensor cdf = mul(add(erf(mul(x, kInvSqrt2)), 1), 0.5);
+           Tensor pdf = mul(exp(mul(square(x), -0.5)), kInvSqrt2Pi);
+           return mul(g, add(cdf, mul(x, pdf)));
+         }())
+TG_UNARY(kGeluTanh, "gelu", "GeluBackward", kSelf,
+         [&] {
+           constexpr double c = 0.044715;
+           Tensor x2 = square(x);
+           Tensor t = tanh(mul(mul(add(mul(x2, c), 1), x), kSqrt2OverPi));
+           Tensor left = mul(add(t, 1), 0.5);
+           Tensor dt = mul(add(neg(square(t)), 1), mul(add(mul(x2, 3 * c), 1), kSqrt2OverPi));
+           return mul(g, add(left, mul(mul(x, dt), 0.5)));
+         }())
+TG_UNARY(kSoftplus, "softplus", "SoftplusBackward", kSelf,
+         [&] {
+           Tensor z = mul(x, args.a);
+           return where(gt(z, args.b), g, mul(g, sigmoid(z)));
+         }())
+TG_UNARY(kSqrt, "sqrt", "SqrtBackward", kResult, div(g, mul(r, 2)))
+TG_UNARY(kRsqrt, "rsqrt", "RsqrtBackward", kResult, mul(g, mul(pow(r, 3), -0.5)))
+TG_UNARY(kAbs, "abs", "AbsBackward", kSelf, mul(g, sign(x)))
+TG_UNARY(kSign, "sign", "SignBackward", kNone, zeros_like(g))
+TG_UNARY(kSquare, "square", "SquareBackward", kSelf, mul(g, mul(x, 2)))
+TG_UNARY(kReciprocal, "reciprocal", "ReciprocalBackward", kResult, mul(g, neg(square(r))))
+// args.a/b: bounds; the bound flags ride in the sign of NaN-free encoding below.
+TG_UNARY(kClampLo, "clamp", "ClampBackward", kSelf, where(ge(x, args.a), g, 0))
+TG_UNARY(kClampHi, "clamp", "ClampBackward", kSelf, where(le(x, args.b), g, 0))
+TG_UNARY(kClampBoth, "clamp", "ClampBackward", kSelf,
+         where(ge(x, args.a), where(le(x, args.b), g, 0), 0))
+TG_UNARY(kAddScalar, "add", "AddBackward", kNone, g)
+TG_UNARY(kMulScalar, "mul", "MulBackward", kNone, mul(g, args.a))
+TG_UNARY(kPowScalar, "pow", "PowBackward", kSelf,
+         args.a == 0 ? zeros_like(g) : mul(g, mul(pow(x, args.a - 1), args.a)))
+TG_UNARY(kPowScalarBase, "pow", "PowBackward", kResult, mul(g, mul(r, std::log(args.a))))
+#undef TG_UNARY
+
+// ---- binary ---------------------------------------------------------------------
+
+using BinaryFormula = Tensor (*)(const Tensor& g, const Tensor& a, const Tensor& b,
+                                 const Tensor& r, double alpha);
+struct BinarySpec {
+  const char* op;
+  const char* node;
+  BinaryFormula fa, fb;
+  uint8_t saves_a, saves_b;  // what the gradient of a (of b) reads
+};
+
+class BinaryBackward final : public OpNode {
+ public:
+  BinaryBackward(const BinarySpec& spec, double alpha)
+      : OpNode(spec.op, spec.node), spec_(spec), alpha_(alpha) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(2);
+    bool ga = should_compute_output(0), gb = should_compute_output(1);
+    if (!ga && !gb) return out;
+    Tensor a = self_.unpack(this, "self"), b = other_.unpack(this, "other");
+    Tensor r = result_.unpack(this, "result");
+    if (ga) out[0] = spec_.fa(grads[0], a, b, r, alpha_);
+    if (gb) out[1] = spec_.fb(grads[0], a, b, r, alpha_);
+    return out;
+  }
+  void release_variables() override {
+    self_.release();
+    other_.release();
+    result_.release();
+  }
+  SavedVariable self_, other_, result_;
+
+ private:
+  const BinarySpec& spec_;
+  double alpha_;
+};
+
+template <class F>
+Tensor binary_op(const Tensor& a, const Tensor& b, const BinarySpec& spec, F&& raw_fn,
+                 double alpha = 1) {
+  if (!should_record({&a, &b})) return raw_fn();
+  auto node = make_node<BinaryBackward>({&a, &b}, spec, alpha);
+  Tensor out = run_raw(raw_fn);
+  uint8_t saves = (node->needs_input_grad(0) ? spec.saves_a : 0) |
+                  (node->needs_input_grad(1) ? spec.saves_b : 0);
+  if (saves & kSelf) node->self_ = SavedVariable(a, false);
+  if (saves & kOther) node->other_ = SavedVariable(b, false);
+  out = finish(out, node);
+  if (saves & kResult) node->result_ = SavedVariable(out, true);
+  return out;
+}
+
+#define TG_BINARY_FORMULA(body)                                                   \
+  [](const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& r,          \
+     double alpha) -> Tensor {                                                    \
+    (void)g, (void)a, (void)b, (void)r, (void)alpha;                              \
+    return body;                                                                  \
+  }
+
+Tensor both(const Tensor& m1, const Tensor& m2) {  // logical and of two masks
+  return eq(raw::add(raw::to(m1, kInt64), raw::to(m2, kInt64)), 2);
+}
+
+const BinarySpec kAdd{"add", "AddBackward", TG_BINARY_FORMULA(g),
+                      TG_BINARY_FORMULA(alpha == 1 ? g : mul(g, alpha)), kNone, kNone};
+const BinarySpec kSub{"sub", "SubBackward", TG_BINARY_FORMULA(g),
+                      TG_BINARY_FORMULA(alpha == 1 ? neg(g) : mul(g, -alpha)), kNone, kNone};
+const BinarySpec kMul{"mul", "MulBackward", TG_BINARY_FORMULA(mul(g, b)),
+                      TG_BINARY_FORMULA(mul(g, a)), kOther, kSelf};
+const BinarySpec kDiv{"div", "DivBackward", TG_BINARY_FORMULA(div(g, b)),
+                      TG_BINARY_FORMULA(neg(mul(g, div(a, square(b))))), kOther,
+                      kSelf | kOther};
+const BinarySpec kPow{
+    "pow", "PowBackward",
+    TG_BINARY_FORMULA(where(eq(b, 0), zeros_like(g), mul(g, mul(b, pow(a, sub(b, 1)))))),
+    TG_BINARY_FORMULA(where(both(eq(a, 0), ge(b, 0)), zeros_like(g), mul(g, mul(r, log(a))))),
+    kSelf | kOther, kSelf | kOther | kResult};
+const BinarySpec kMaximum{
+    "maximum", "MaximumBackward",
+    TG_BINARY_FORMULA(where(gt(a, b), g, where(eq(a, b), mul(g, 0.5), zeros_like(g)))),
+    TG_BINARY_FORMULA(where(lt(a, b), g, where(eq(a, b), mul(g, 0.5), zeros_like(g)))),
+    kSelf | kOther, kSelf | kOther};
+const BinarySpec kMinimum{
+    "minimum", "MinimumBackward",
+    TG_BINARY_FORMULA(where(lt(a, b), g, where(eq(a, b), mul(g, 0.5), zeros_like(g)))),
+    TG_BINARY_FORMULA(where(gt(a, b), g, where(eq(a, b), mul(g, 0.5), zeros_like(g)))),
+    kSelf | kOther, kSelf | kOther};
+#undef TG_BINARY_FORMULA
+
+// ---- where --------------------------------------------------------------------------
+
+class WhereBackward final : public OpNode {
+ public:
+  explicit WhereBackward(Tensor cond) : OpNode("where", "WhereBackward"), cond_(std::move(cond)) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(2);
+    const Tensor& g = grads[0];
+    if (should_compute_output(0)) out[0] = where(cond_, g, 0);
+    if (should_compute_output(1)) out[1] = where(cond_, 0, g);
+    return out;
+  }
+  void release_variables() override { cond_ = Tensor(); }
+
+ private:
+  Tensor cond_;  // Bool, not differentiable
+};
+
+}  // namespace
+
+// ---- public ops ----------------------------------------------------------------
+
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
+  return binary_op(a, b, kAdd, [&] { return raw::add(a, b, alpha); }, alpha.to_double());
+}
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
+  return binary_op(a, b, kSub, [&] { return raw::sub(a, b, alpha); }, alpha.to_double());
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary_op(a, b, kMul, [&] { return raw::mul(a, b); });
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  return binary_op(a, b, kDiv, [&] { return raw::div(a, b); });
+}
+Tensor pow(const Tensor& a, const Tensor& b) {
+  return binary_op(a, b, kPow, [&] { return raw::pow(a, b); });
+}
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return binary_op(a, b, kMaximum, [&] { return raw::maximum(a, b); });
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return binary_op(a, b, kMinimum, [&] { return raw::minimum(a, b); });
+}
+
+Tensor add(const Tensor& a, Scalar b) {
+  return unary_op(a, kAddScalar, [&](const Tensor& x) { return raw::add(x, b); });
+}
+Tensor sub(const Tensor& a, Scalar b) {
+  return unary_op(a, kAddScalar, [&](const Tensor& x) { return raw::sub(x, b); });
+}
+Tensor mul(const Tensor& a, Scalar b) {
+  return unary_op(a, kMulScalar, [&](const Tensor& x) { return raw::mul(x, b); },
+                  {b.to_double(), 0});
+}
+Tensor div(const Tensor& a, Scalar b) {
+  return unary_op(a, kMulScalar, [&](const Tensor& x) { return raw::div(x, b); },
+                  {1.0 / b.to_double(), 0});
+}
+Tensor pow(const Tensor& a, Scalar e) {
+  return unary_op(a, kPowScalar, [&](const Tensor& x) { return raw::pow(x, e); },
+                  {e.to_double(), 0});
+}
+Tensor pow(Scalar base, const Tensor& e) {
+  return unary_op(e, kPowScalarBase, [&](const Tensor& x) { return raw::pow(base, x); },
+                  {base.to_double(), 0});
+}
+
+#define TG_UNARY_OP(name, spec) \
+  Tensor name(const Tensor& x) { return unary_op(x, spec, [](const Tensor& t) { return raw::name(t); }); }
+TG_UNARY_OP(neg, kNeg)
+TG_UNARY_OP(exp, kExp)
+TG_UNARY_OP(log, kLog)
+TG_UNARY_OP(sin, kSin)
+TG_UNARY_OP(cos, kCos)
+TG_UNARY_OP(tanh, kTanh)
+TG_UNARY_OP(sigmoid, kSigmoid)
+TG_UNARY_OP(relu, kRelu)
+TG_UNARY_OP(silu, kSilu)
+TG_UNARY_OP(erf, kErf)
+TG_UNARY_OP(sqrt, kSqrt)
+TG_UNARY_OP(rsqrt, kRsqrt)
+TG_UNARY_OP(abs, kAbs)
+TG_UNARY_OP(sign, kSign)
+TG_UNARY_OP(square, kSquare)
+TG_UNARY_OP(reciprocal, kReciprocal)
+#undef TG_UNARY_OP
+
+Tensor gelu(const Tensor& x, const std::string& approximate) {
+  return unary_op(x, approximate == "tanh" ? kGeluTanh : kGelu,
+                  [&](const Tensor& t) { return raw::gelu(t, approximate); });
+}
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  return unary_op(x, kSoftplus,
+                  [&](const Tensor& t) { return raw::softplus(t, beta, threshold); },
+                  {beta, threshold});
+}
+Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  const UnarySpec& spec = lo && hi ? kClampBoth : lo ? kClampLo : kClampHi;
+  return unary_op(x, spec, [&](const Tensor& t) { return raw::clamp(t, lo, hi); },
+                  {lo ? lo->to_double() : 0, hi ? hi->to_double() : 0});
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  if (!should_record({&a, &b})) return raw::where(cond, a, b);
+  auto node = make_node<WhereBackward>({&a, &b}, cond);
+  return finish(run_raw([&] { return raw::where(cond, a, b); }), node);
+}
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
+  if (!should_record({&a})) return raw::where(cond, a, b);
+  Tensor bt = scalar_tensor(b, TensorOptions().dtype(a.dtype()).device(a.device()));
+  return where(cond, a, bt);
+}
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
+  if (!should_record({&b})) return raw::where(cond, a, b);
+  Tensor at = scalar_tensor(a, TensorOptions().dtype(b.dtype()).device(b.device()));
+  return where(cond, at, b);
+}
+
+}  // namespace tg

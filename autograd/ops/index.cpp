@@ -1,0 +1,123 @@
+// Differentiable cat, stack, index_select, gather, scatter_add.
+#include <tapegrad/tensor/error.h>
+
+#include "record.h"
+
+namespace tg {
+
+using autograd::variable_list;
+using namespace autograd::ops_detail;
+
+namespace {
+
+int64_t wrap(int64_t dim, int64_t ndim) { return dim < 0 ? dim + ndim : dim; }
+
+// cat: input i's gradient is the slice of g it came from (stack: select).
+class CatBackward final : public OpNode {
+ public:
+  CatBackward(bool stack, int64_t dim, IntList lengths)
+      : OpNode(stack ? "stack" : "cat", stack ? "StackBackward" : "CatBackward"),
+        stack_(stack), dim_(dim), lengths_(std::move(lengths)) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(lengths_.size());
+    const Tensor& g = grads[0];
+    int64_t off = 0;
+    for (size_t i = 0; i < lengths_.size(); ++i) {
+      if (should_compute_output(i))
+        out[i] = stack_ ? g.select(dim_, int64_t(i)) : g.narrow(dim_, off, lengths_[i]);
+      off += lengths_[i];
+    }
+    return out;
+  }
+
+ private:
+  bool stack_;
+  int64_t dim_;
+  IntList lengths_;
+};
+
+// index_select / gather: scatter-add g into zeros of the input's shape.
+// scatter_add: self's gradient is g, src's is gather(g, dim, index).
+class IndexBackward final : public OpNode {
+ public:
+  enum Kind { IndexSelect, Gather, ScatterAdd };
+  IndexBackward(Kind kind, int64_t dim, Tensor index, IntList sizes)
+      : OpNode(kind == IndexSelect ? "index_select" : kind == Gather ? "gather" : "scatter_add",
+               kind == IndexSelect ? "IndexSelectBackward"
+               : kind == Gather    ? "GatherBackward"
+                                   : "ScatterAddBackward"),
+        kind_(kind), dim_(dim), index_(std::move(index)), sizes_(std::move(sizes)) {}
+  variable_list apply(variable_list&& grads) override {
+    const Tensor& g = grads[0];
+    if (kind_ == ScatterAdd) {
+      variable_list out(2);
+      if (should_compute_output(0)) out[0] = g;
+      if (should_compute_output(1)) out[1] = gather(g, dim_, index_);
+      return out;
+    }
+    variable_list out(1);
+    if (!should_compute_output(0)) return out;
+    Tensor zero = zeros(sizes_, g.options());
+    if (kind_ == Gather) {
+      out[0] = scatter_add(zero, dim_, index_, g);
+    } else if (g.dim() == 0) {
+      out[0] = add(zero, g);  // 0-dim input: index holds the single index 0
+    } else {
+      IntList shape(size_t(g.dim()), 1);
+      shape[size_t(dim_)] = index_.numel();
+      out[0] = scatter_add(zero, dim_, index_.reshape(shape).expand(g.sizes()), g);
+    }
+    return out;
+  }
+  void release_variables() override { index_ = Tensor(); }
+
+ private:
+  Kind kind_;
+  int64_t dim_;
+  Tensor index_;  // Int64, not differentiable
+  IntList sizes_;
+};
+
+}  // namespace
+
+Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
+  if (!should_record(ts)) return raw::cat(ts, dim);
+  Tensor out = run_raw([&] { return raw::cat(ts, dim); });
+  int64_t d = wrap(dim, out.dim());
+  IntList lengths;
+  for (const Tensor& t : ts) lengths.push_back(t.dim() == 0 ? 0 : t.size(d));
+  return finish(out, make_node<CatBackward>(ts, false, d, std::move(lengths)));
+}
+
+Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
+  if (!should_record(ts)) return raw::stack(ts, dim);
+  Tensor out = run_raw([&] { return raw::stack(ts, dim); });
+  int64_t d = wrap(dim, out.dim());
+  return finish(out, make_node<CatBackward>(ts, true, d, IntList(ts.size(), 1)));
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  if (!should_record({&x})) return raw::index_select(x, dim, index);
+  Tensor out = run_raw([&] { return raw::index_select(x, dim, index); });
+  auto node = make_node<IndexBackward>({&x}, IndexBackward::IndexSelect,
+                                       x.dim() == 0 ? 0 : wrap(dim, x.dim()), index, x.sizes());
+  return finish(out, node);
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  if (!should_record({&x})) return raw::gather(x, dim, index);
+  Tensor out = run_raw([&] { return raw::gather(x, dim, index); });
+  auto node = make_node<IndexBackward>({&x}, IndexBackward::Gather,
+                                       x.dim() == 0 ? 0 : wrap(dim, x.dim()), index, x.sizes());
+  return finish(out, node);
+}
+
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  if (!should_record({&x, &src})) return raw::scatter_add(x, dim, index, src);
+  Tensor out = run_raw([&] { return raw::scatter_add(x, dim, index, src); });
+  auto node = make_node<IndexBackward>({&x, &src}, IndexBackward::ScatterAdd,
+                                       x.dim() == 0 ? 0 : wrap(dim, x.dim()), index, x.sizes());
+  return finish(out, node);
+}
+
+}  // namespace tg

@@ -1,0 +1,127 @@
+// Differentiable mm, bmm, matmul, linear. Each backward computes only the
+// gradients should_compute_output() asks for: under grad(y, x) through a
+// linear layer the weight GEMM is skipped (edge trimming).
+#include <tapegrad/tensor/error.h>
+
+#include "record.h"
+
+namespace tg {
+
+using autograd::SavedVariable;
+using autograd::variable_list;
+using namespace autograd::ops_detail;
+
+namespace {
+
+// mm (batched = false) or bmm (batched = true): dA = g B^T, dB = A^T g.
+class GemmBackward final : public OpNode {
+ public:
+  explicit GemmBackward(bool batched)
+      : OpNode(batched ? "bmm" : "mm", batched ? "BmmBackward" : "MmBackward"),
+        batched_(batched) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(2);
+    const Tensor& g = grads[0];
+    auto tr = [this](const Tensor& t) { return batched_ ? t.transpose(1, 2) : t.t(); };
+    auto gemm = [this](const Tensor& x, const Tensor& y) { return batched_ ? bmm(x, y) : mm(x, y); };
+    if (should_compute_output(0)) out[0] = gemm(g, tr(other_.unpack(this, "mat2")));
+    if (should_compute_output(1)) out[1] = gemm(tr(self_.unpack(this, "self")), g);
+    return out;
+  }
+  void release_variables() override {
+    self_.release();
+    other_.release();
+  }
+  SavedVariable self_, other_;
+
+ private:
+  bool batched_;
+};
+
+Tensor gemm_op(const Tensor& a, const Tensor& b, bool batched) {
+  if (!should_record({&a, &b})) return batched ? raw::bmm(a, b) : raw::mm(a, b);
+  Tensor out = run_raw([&] { return batched ? raw::bmm(a, b) : raw::mm(a, b); });
+  auto node = make_node<GemmBackward>({&a, &b}, batched);
+  if (node->needs_input_grad(1)) node->self_ = SavedVariable(a, false);
+  if (node->needs_input_grad(0)) node->other_ = SavedVariable(b, false);
+  return finish(out, node);
+}
+
+// y = x w^T + b over the last dim of x.
+class LinearBackward final : public OpNode {
+ public:
+  LinearBackward() : OpNode("linear", "LinearBackward") {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(3);
+    const Tensor& g = grads[0];
+    if (should_compute_output(0)) out[0] = matmul(g, weight_.unpack(this, "weight"));
+    bool gw = should_compute_output(1), gb = should_compute_output(2);
+    if (gw || gb) {
+      Tensor g2 = g.reshape({-1, g.size(-1)});
+      if (gw) {
+        Tensor x = input_.unpack(this, "input");
+        out[1] = mm(g2.t(), x.reshape({-1, x.size(-1)}));
+      }
+      if (gb) out[2] = sum(g2, {0});
+    }
+    return out;
+  }
+  void release_variables() override {
+    input_.release();
+    weight_.release();
+  }
+  SavedVariable input_, weight_;
+};
+
+}  // namespace
+
+Tensor mm(const Tensor& a, const Tensor& b) { return gemm_op(a, b, false); }
+Tensor bmm(const Tensor& a, const Tensor& b) { return gemm_op(a, b, true); }
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (!should_record({&x, &w, &b})) return raw::linear(x, w, b);
+  Tensor out = run_raw([&] { return raw::linear(x, w, b); });
+  auto node = make_node<LinearBackward>({&x, &w, &b});
+  if (node->needs_input_grad(1)) node->input_ = SavedVariable(x, false);
+  if (node->needs_input_grad(0)) node->weight_ = SavedVariable(w, false);
+  return finish(out, node);
+}
+
+// Composite: the same cases as the raw op, expressed with differentiable
+// views and mm/bmm, so each GEMM node trims on its own.
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (!should_record({&a, &b})) return raw::matmul(a, b);
+  int64_t da = a.dim(), db = b.dim();
+  TG_CHECK(da >= 1 && db >= 1, "matmul: both arguments need at least 1 dimension, got ",
+           shape_str(a.sizes()), " and ", shape_str(b.sizes()));
+  int64_t ka = a.size(-1);
+  int64_t kb = db == 1 ? b.size(0) : b.size(-2);
+  TG_CHECK(ka == kb, "matmul: cannot multiply ", shape_str(a.sizes()), " by ",
+           shape_str(b.sizes()), " (", ka, " != ", kb, ")");
+  if (da == 1 && db == 1) return mm(a.view({1, ka}), b.view({ka, 1})).view({});
+  if (da == 2 && db == 2) return mm(a, b);
+  if (da == 1 && db == 2) return mm(a.unsqueeze(0), b).squeeze(0);
+  IntList lead(a.sizes().begin(), a.sizes().end() - 1);
+  if (db == 1) return mm(a.reshape({-1, ka}), b.unsqueeze(1)).view(lead);
+  int64_t m = b.size(-1);
+  if (db == 2) {
+    lead.push_back(m);
+    return mm(a.reshape({-1, ka}), b).view(lead);
+  }
+  Tensor a3 = da == 1 ? a.unsqueeze(0) : a;
+  int64_t n = a3.size(-2);
+  IntList ba(a3.sizes().begin(), a3.sizes().end() - 2);
+  IntList bb(b.sizes().begin(), b.sizes().end() - 2);
+  IntList batch = broadcast_shapes(ba, bb, "matmul");
+  IntList ea = batch, eb = batch;
+  ea.insert(ea.end(), {n, ka});
+  eb.insert(eb.end(), {kb, m});
+  int64_t nb = shape_numel(batch);
+  Tensor r = bmm(a3.expand(ea).reshape({nb, n, ka}), b.expand(eb).reshape({nb, kb, m}));
+  IntList out_shape = batch;
+  if (da != 1) out_shape.push_back(n);
+  out_shape.push_back(m);
+  return r.view(out_shape);
+}
+
+}  // namespace tg

@@ -1,0 +1,143 @@
+// Differentiable reductions. amax/amin: ties share the gradient evenly (the
+// gradient is divided by the number of maximal elements), as PyTorch.
+#include <algorithm>
+
+#include <tapegrad/tensor/error.h>
+
+#include "record.h"
+
+namespace tg {
+
+using autograd::SavedVariable;
+using autograd::variable_list;
+using namespace autograd::ops_detail;
+
+namespace {
+
+// Reduced dims, wrapped and sorted (all dims when `dims` is empty).
+IntList reduced_dims(const IntList& dims, int64_t ndim) {
+  IntList out;
+  if (dims.empty()) {
+    for (int64_t d = 0; d < ndim; ++d) out.push_back(d);
+    return out;
+  }
+  int64_t n = std::max<int64_t>(ndim, 1);
+  for (int64_t d : dims) out.push_back(d < 0 ? d + n : d);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  if (ndim == 0) out.clear();
+  return out;
+}
+
+// g has the reduced shape; put back the reduced dims as size 1.
+Tensor unsqueeze_reduced(const Tensor& g, const IntList& dims, bool keepdim) {
+  if (keepdim) return g;
+  Tensor r = g;
+  for (int64_t d : dims) r = r.unsqueeze(d);
+  return r;
+}
+
+class ReduceBackward final : public OpNode {
+ public:
+  enum Kind { Sum, Mean, Extreme };
+  ReduceBackward(const char* op, const char* name, Kind kind, IntList sizes, IntList dims,
+                 bool keepdim)
+      : OpNode(op, name), kind_(kind), sizes_(std::move(sizes)), dims_(std::move(dims)),
+        keepdim_(keepdim) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(1);
+    if (!should_compute_output(0)) return out;
+    Tensor g = unsqueeze_reduced(grads[0], dims_, keepdim_);
+    if (kind_ == Sum) {
+      out[0] = g.expand(sizes_);
+    } else if (kind_ == Mean) {
+      int64_t count = 1;
+      for (int64_t d : dims_) count *= sizes_[d];
+      out[0] = div(g, double(count)).expand(sizes_);
+    } else {
+      Tensor x = self_.unpack(this, "self");
+      Tensor r = unsqueeze_reduced(result_.unpack(this, "result"), dims_, keepdim_);
+      Tensor mask = raw::to(eq(x, r), x.dtype());
+      Tensor count = raw::sum(mask, dims_, true);
+      out[0] = mul(div(g, count), mask);
+    }
+    return out;
+  }
+  void release_variables() override {
+    self_.release();
+    result_.release();
+  }
+  SavedVariable self_, result_;
+
+ private:
+  Kind kind_;
+  IntList sizes_, dims_;
+  bool keepdim_;
+};
+
+template <class F>
+Tensor reduce_op(const Tensor& x, const char* op, const char* name, ReduceBackward::Kind kind,
+                 const IntList& dims, bool keepdim, F&& raw_fn) {
+  if (!should_record({&x})) return raw_fn();
+  Tensor out = run_raw(raw_fn);  // checks dims before the node is built
+  auto node = make_node<ReduceBackward>({&x}, op, name, kind, x.sizes(),
+                                        reduced_dims(dims, x.dim()), keepdim);
+  if (kind == ReduceBackward::Extreme) node->self_ = SavedVariable(x, false);
+  out = finish(out, node);
+  if (kind == ReduceBackward::Extreme) node->result_ = SavedVariable(out, true);
+  return out;
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x) {
+  return reduce_op(x, "sum", "SumBackward", ReduceBackward::Sum, {}, false,
+                   [&] { return raw::sum(x); });
+}
+Tensor sum(const Tensor& x, const IntList& dims, bool keepdim) {
+  return reduce_op(x, "sum", "SumBackward", ReduceBackward::Sum, dims, keepdim,
+                   [&] { return raw::sum(x, dims, keepdim); });
+}
+Tensor mean(const Tensor& x) {
+  return reduce_op(x, "mean", "MeanBackward", ReduceBackward::Mean, {}, false,
+                   [&] { return raw::mean(x); });
+}
+Tensor mean(const Tensor& x, const IntList& dims, bool keepdim) {
+  return reduce_op(x, "mean", "MeanBackward", ReduceBackward::Mean, dims, keepdim,
+                   [&] { return raw::mean(x, dims, keepdim); });
+}
+Tensor amax(const Tensor& x) {
+  return reduce_op(x, "amax", "AmaxBackward", ReduceBackward::Extreme, {}, false,
+                   [&] { return raw::amax(x); });
+}
+Tensor amax(const Tensor& x, const IntList& dims, bool keepdim) {
+  return reduce_op(x, "amax", "AmaxBackward", ReduceBackward::Extreme, dims, keepdim,
+                   [&] { return raw::amax(x, dims, keepdim); });
+}
+Tensor amin(const Tensor& x) {
+  return reduce_op(x, "amin", "AminBackward", ReduceBackward::Extreme, {}, false,
+                   [&] { return raw::amin(x); });
+}
+Tensor amin(const Tensor& x, const IntList& dims, bool keepdim) {
+  return reduce_op(x, "amin", "AminBackward", ReduceBackward::Extreme, dims, keepdim,
+                   [&] { return raw::amin(x, dims, keepdim); });
+}
+
+Tensor sum_to(const Tensor& x, const IntList& shape) {
+  if (x.sizes() == shape) return x;
+  int64_t lead = x.dim() - int64_t(shape.size());
+  TG_CHECK(lead >= 0, "sum_to: cannot sum shape ", shape_str(x.sizes()), " to ",
+           shape_str(shape), " (more dims)");
+  IntList dims;
+  for (int64_t d = 0; d < lead; ++d) dims.push_back(d);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    int64_t have = x.sizes()[size_t(lead) + i];
+    TG_CHECK(shape[i] == have || shape[i] == 1, "sum_to: shape ", shape_str(x.sizes()),
+             " does not broadcast from ", shape_str(shape));
+    if (shape[i] == 1 && have != 1) dims.push_back(lead + int64_t(i));
+  }
+  Tensor r = dims.empty() ? x : sum(x, dims, true);
+  return r.reshape(shape);
+}
+
+}  // namespace tg

@@ -1,0 +1,63 @@
+// Saved-tensor hooks (docs/AUTOGRAD.md "Saved tensors"): a pair (pack,
+// unpack) that changes how tensors saved for backward are stored.
+//
+// Rules:
+// - Default hooks form a per-thread stack; SavedTensorHooksGuard pushes a pair
+//   for its scope. Only the top pair is used, and it is bound into each saved
+//   tensor at save time (later guards do not affect already-saved tensors).
+// - pack(t) is called exactly once per saved tensor, when the forward op saves
+//   it, under no-grad, on the thread that runs the forward op. It receives the
+//   tensor without autograd history (an alias sharing storage) and must not
+//   modify it in place (checked: error). It may return any payload.
+// - unpack(payload) is called lazily, every time a backward formula reads the
+//   saved tensor (once per read; again for each retained-graph backward), on
+//   the thread running backward, in the order the engine runs nodes (a node
+//   reads its saved tensors in the order of its formula). It must return a
+//   tensor with the saved one's shape; dtype and device are restored to the
+//   saved tensor's by the engine's cast rules only if equal, so return the
+//   same dtype/device (the built-in hooks do).
+// - With hooks, the version check is the hook's job (as in PyTorch); without,
+//   a saved tensor modified in place is an error at unpack.
+// - Hooks run on whichever thread saves or unpacks; a hook shared between
+//   threads must be thread-safe. Hooks do not follow work to other threads:
+//   each thread has its own stack.
+#pragma once
+
+#include <any>
+#include <functional>
+#include <memory>
+
+#include <tapegrad/tensor/tensor.h>
+
+namespace tg::autograd {
+
+using PackHook = std::function<std::any(const Tensor&)>;
+using UnpackHook = std::function<Tensor(const std::any&)>;
+
+struct SavedTensorHooks {
+  PackHook pack;
+  UnpackHook unpack;
+};
+
+class SavedTensorHooksGuard {
+ public:
+  SavedTensorHooksGuard(PackHook pack, UnpackHook unpack);
+  explicit SavedTensorHooksGuard(SavedTensorHooks hooks);
+  ~SavedTensorHooksGuard();
+  SavedTensorHooksGuard(const SavedTensorHooksGuard&) = delete;
+  SavedTensorHooksGuard& operator=(const SavedTensorHooksGuard&) = delete;
+};
+
+// The pair on top of this thread's stack (nullptr when none).
+std::shared_ptr<const SavedTensorHooks> current_saved_tensor_hooks();
+
+namespace hooks {
+// Stores floating-point saved tensors as `dtype` (BFloat16 or Float16) and
+// casts back on unpack; other tensors are kept as they are.
+SavedTensorHooks cast(ScalarType dtype);
+// Stores saved tensors that live on a GPU in CPU memory and copies them back
+// on unpack; CPU tensors are kept as they are (nothing to gain).
+SavedTensorHooks offload_to_cpu();
+}  // namespace hooks
+
+}  // namespace tg::autograd

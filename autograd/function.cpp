@@ -1,10 +1,26 @@
 #include <tapegrad/autograd/function.h>
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
 
 namespace tg::autograd {
+
+namespace detail {
+std::string function_node_name(const char* mangled) {
+  int status = 0;
+  char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string name = status == 0 && d ? d : mangled;
+  std::free(d);
+  size_t colon = name.rfind("::");
+  if (colon != std::string::npos) name = name.substr(colon + 2);
+  return name + "Backward";
+}
+}  // namespace detail
 
 variable_list AutogradContext::get_saved_variables() const {
   auto node = node_.lock();
@@ -107,20 +123,20 @@ variable_list CppNodeBase::apply(variable_list&& grads) {
                "defined gradient for non-tensor argument ", a, "; return Tensor() there");
   }
   if (once_differentiable_ && is_grad_enabled()) {
-    bool any = false;
-    for (const Tensor& g : incoming) any |= g.defined() && g.requires_grad();
-    if (any) {
-      auto err = std::make_shared<DelayedError>(name());
-      edge_list edges;
-      for (const Tensor& g : incoming) edges.push_back(impl::gradient_edge(g));
-      err->set_next_edges(std::move(edges));
-      for (Tensor& g : out) {
-        if (!g.defined()) continue;
-        g = raw::detach(g);
-        AutogradMeta& m = impl::materialize_meta(g);
-        m.output_nr = err->add_input_metadata(g);
-        m.grad_fn = err;
-      }
+    // Under create_graph the gradients depend on the incoming gradients and,
+    // through the saved tensors, on the forward inputs: give them a history
+    // that leads there and fails when differentiated.
+    auto err = std::make_shared<DelayedError>(name());
+    edge_list edges;
+    for (const Tensor& g : incoming) edges.push_back(impl::gradient_edge(g));
+    for (const Edge& e : next_edges()) edges.push_back(e);
+    err->set_next_edges(std::move(edges));
+    for (Tensor& g : out) {
+      if (!g.defined()) continue;
+      g = raw::detach(g);
+      AutogradMeta& m = impl::materialize_meta(g);
+      m.output_nr = err->add_input_metadata(g);
+      m.grad_fn = err;
     }
   }
   return out;

@@ -90,10 +90,14 @@ template <class T>
 struct is_once_differentiable<T, std::void_t<decltype(T::once_differentiable)>>
     : std::bool_constant<T::once_differentiable> {};
 
+// "Scale" -> "ScaleBackward" (namespaces dropped).
+std::string function_node_name(const char* mangled);
+
 template <class T>
 class CppNode final : public CppNodeBase {
  public:
-  CppNode() : CppNodeBase(typeid(T).name(), is_once_differentiable<T>::value) {}
+  CppNode()
+      : CppNodeBase(function_node_name(typeid(T).name()), is_once_differentiable<T>::value) {}
 
  protected:
   variable_list call_backward(variable_list&& grads) override {

@@ -1,0 +1,607 @@
+// The engine: grad/backward semantics, exec_info and trimming, accumulation
+// rules, saved tensors, hooks, custom functions, errors, threads.
+#include <atomic>
+#include <cmath>
+#include <thread>
+
+#include <tapegrad/autograd/accumulate_grad.h>
+#include <tapegrad/autograd/input_buffer.h>
+#include <tapegrad/tensor/raw.h>
+
+#include "reference.h"
+
+namespace {
+
+using tg::Tensor;
+using tg::autograd::AutogradContext;
+using tg::autograd::variable_list;
+namespace ag = tg::autograd;
+
+const tg::TensorOptions kF64 = tg::TensorOptions().dtype(tg::kFloat64);
+
+Tensor vec(std::vector<double> v, bool rg = true) {
+  Tensor t = tg::tensor(v, {}, kF64);
+  if (rg) t.requires_grad_(true);
+  return t;
+}
+std::vector<double> V(const Tensor& t) { return t.to_vector<double>(); }
+
+#define EXPECT_ERROR(stmt, text)                                                   \
+  do {                                                                             \
+    bool thrown = false;                                                           \
+    try {                                                                          \
+      stmt;                                                                        \
+    } catch (const tg::Error& e) {                                                 \
+      thrown = true;                                                               \
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();  \
+    }                                                                              \
+    EXPECT_TRUE(thrown) << #stmt " did not throw";                                 \
+  } while (0)
+
+TEST(Engine, BackwardAccumulatesIntoLeaves) {
+  Tensor x = vec({1, 2, 3}), w = vec({4, 5, 6});
+  Tensor y = (x * w).sum();
+  EXPECT_FALSE(y.is_leaf());
+  EXPECT_TRUE(x.is_leaf());
+  EXPECT_EQ(y.grad_fn()->name(), "SumBackward");
+  y.backward({}, true);
+  EXPECT_EQ(V(x.grad()), (std::vector<double>{4, 5, 6}));
+  EXPECT_EQ(V(w.grad()), (std::vector<double>{1, 2, 3}));
+  const tg::TensorImpl* first = x.grad().impl();
+  y.backward();  // accumulates in place: .grad keeps its identity
+  EXPECT_EQ(V(x.grad()), (std::vector<double>{8, 10, 12}));
+  EXPECT_EQ(x.grad().impl(), first);
+}
+
+TEST(Engine, GradDoesNotTouchDotGrad) {
+  Tensor x = vec({1, 2}), w = vec({3, 4});
+  Tensor y = (x * w).sum();
+  auto g = ag::grad({y}, {x});
+  EXPECT_EQ(V(g[0]), (std::vector<double>{3, 4}));
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_FALSE(w.grad().defined());
+  EXPECT_FALSE(g[0].requires_grad());
+}
+
+TEST(Engine, CreateGraphGivesHigherOrders) {
+  Tensor x = vec({0.5, -2});
+  Tensor y = (x * x * x).sum();
+  Tensor g = ag::grad({y}, {x}, {}, std::nullopt, true)[0];  // 3x^2
+  EXPECT_TRUE(g.requires_grad());
+  Tensor h = ag::grad({g.sum()}, {x}, {}, std::nullopt, true)[0];  // 6x
+  EXPECT_EQ(V(h), (std::vector<double>{3, -12}));
+  Tensor t = ag::grad({h.sum()}, {x})[0];  // 6
+  EXPECT_EQ(V(t), (std::vector<double>{6, 6}));
+  // backward(create_graph) into .grad, then differentiate .grad again.
+  Tensor z = vec({2});
+  (z * z * z).sum().backward({}, std::nullopt, true);
+  EXPECT_TRUE(z.grad().requires_grad());
+  EXPECT_EQ(V(ag::grad({z.grad().sum()}, {z})[0]), (std::vector<double>{12}));
+}
+
+TEST(Engine, RetainGradAndHooks) {
+  Tensor x = vec({1, 2});
+  Tensor h = x * 3.0;
+  h.retain_grad();
+  int calls = 0;
+  auto handle = h.register_hook([&](const Tensor& g) {
+    ++calls;
+    return g * 2.0;  // replaces the gradient
+  });
+  Tensor y = (h * h).sum();
+  y.backward({}, true);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(V(h.grad()), (std::vector<double>{12, 24}));       // after the hook
+  EXPECT_EQ(V(x.grad()), (std::vector<double>{36, 72}));
+  handle.remove();
+  x.mutable_grad() = Tensor();
+  y.backward();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(V(x.grad()), (std::vector<double>{18, 36}));
+  // Leaf hooks and post-accumulate-grad hooks.
+  Tensor w = vec({1});
+  std::vector<double> seen;
+  w.register_hook([](const Tensor& g) { return g + 1.0; });
+  w.register_post_accumulate_grad_hook([&](const Tensor& p) { seen.push_back(V(p.grad())[0]); });
+  (w * 5.0).sum().backward({}, true);
+  (w * 5.0).sum().backward();
+  EXPECT_EQ(seen, (std::vector<double>{6, 12}));
+  EXPECT_ERROR(vec({1}, false).register_hook([](const Tensor& g) { return g; }),
+               "register_hook: cannot register a hook on a tensor that doesn't require gradient");
+}
+
+TEST(Engine, BackwardInputsOnlyAccumulatesThere) {
+  Tensor x = vec({1, 2}), w = vec({3, 4});
+  Tensor h = x * w;
+  int h_node_runs = 0;
+  h.grad_fn()->add_post_hook([&](const variable_list&, const variable_list&) { ++h_node_runs; });
+  Tensor y = (h * h).sum();
+  y.backward({}, true, false, {w});
+  EXPECT_TRUE(w.grad().defined());
+  EXPECT_FALSE(x.grad().defined());
+  // A non-leaf input: its gradient is captured, its own node does not run.
+  int before = h_node_runs;
+  y.backward({}, true, false, {h});
+  EXPECT_EQ(h_node_runs, before);
+  EXPECT_EQ(V(h.grad()), (std::vector<double>{6, 16}));
+  EXPECT_FALSE(x.grad().defined());
+  // grad() w.r.t. a non-leaf does not run that node either.
+  ag::grad({y}, {h}, {}, true);
+  EXPECT_EQ(h_node_runs, before);
+  y.backward();
+  EXPECT_EQ(h_node_runs, before + 1);
+}
+
+TEST(Engine, PrunesOldGraphByTopologicalNumber) {
+  // A long old chain; grad w.r.t. an intermediate runs only the new part.
+  Tensor x = vec({1});
+  Tensor h = x;
+  std::atomic<int> runs{0};
+  for (int i = 0; i < 50; ++i) {
+    h = h * 1.0;
+    h.grad_fn()->add_post_hook([&](const variable_list&, const variable_list&) { ++runs; });
+  }
+  Tensor mid = h;
+  Tensor y = (mid * 2.0).sum();
+  EXPECT_EQ(V(ag::grad({y}, {mid})[0]), (std::vector<double>{2}));
+  EXPECT_EQ(runs.load(), 0);
+}
+
+TEST(Engine, EdgeTrimmingSkipsWeightGemms) {
+  tg::manual_seed(3);
+  Tensor x = tg::randn({8, 4}, kF64).requires_grad_();
+  std::vector<Tensor> ws;
+  for (int i = 0; i < 4; ++i) ws.push_back(tg::randn({4, 4}, kF64).requires_grad_());
+  auto forward = [&] {
+    Tensor h = x;
+    for (auto& w : ws) h = tg::tanh(tg::linear(h, w));
+    return h.sum();
+  };
+  Tensor y = forward();
+  uint64_t before = tg::raw::gemm_calls();
+  Tensor g_on = ag::grad({y}, {x}, {}, true)[0];
+  uint64_t trimmed = tg::raw::gemm_calls() - before;
+  EXPECT_EQ(trimmed, 4u);  // one input-gradient GEMM per layer, no weight GEMM
+  ag::set_edge_trimming(false);
+  before = tg::raw::gemm_calls();
+  Tensor g_off = ag::grad({y}, {x}, {}, true)[0];
+  uint64_t untrimmed = tg::raw::gemm_calls() - before;
+  ag::set_edge_trimming(true);
+  EXPECT_EQ(untrimmed, 8u);
+  EXPECT_TRUE(tg::equal(g_on, g_off));
+  // The weight gradient alone skips the input GEMM of the first layer only.
+  before = tg::raw::gemm_calls();
+  ag::grad({y}, {ws[0]});
+  EXPECT_EQ(tg::raw::gemm_calls() - before, 4u);  // 3 input GEMMs + 1 weight GEMM
+}
+
+struct Scale : ag::Function<Scale> {
+  static std::vector<bool> seen;
+  static Tensor forward(AutogradContext* ctx, Tensor a, Tensor b) {
+    ctx->save_for_backward({a, b});
+    return a * b;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    seen = {ctx->needs_input_grad(0), ctx->needs_input_grad(1)};
+    auto s = ctx->get_saved_variables();
+    return {ctx->needs_input_grad(0) ? g[0] * s[1] : Tensor(),
+            ctx->needs_input_grad(1) ? g[0] * s[0] : Tensor()};
+  }
+};
+std::vector<bool> Scale::seen;
+
+TEST(Engine, CustomFunctionSeesTrimmedInputs) {
+  Tensor a = vec({2}), b = vec({3});
+  Tensor y = Scale::apply(a, b).sum();
+  EXPECT_EQ(y.grad_fn()->next_edge(0).function->name(), "ScaleBackward");
+  EXPECT_EQ(V(ag::grad({y}, {a}, {}, true)[0]), (std::vector<double>{3}));
+  EXPECT_EQ(Scale::seen, (std::vector<bool>{true, false}));
+  EXPECT_EQ(V(ag::grad({y}, {b}, {}, true)[0]), (std::vector<double>{2}));
+  EXPECT_EQ(Scale::seen, (std::vector<bool>{false, true}));
+  y.backward();
+  EXPECT_EQ(Scale::seen, (std::vector<bool>{true, true}));
+  // gradcheck and gradgradcheck accept it.
+  auto fn = [](const variable_list& v) { return Scale::apply(v[0], v[1]); };
+  EXPECT_TRUE(ag::gradcheck(fn, {vec({1, 2}), vec({3, -1})}).ok);
+  EXPECT_TRUE(ag::gradgradcheck(fn, {vec({1, 2}), vec({3, -1})}).ok);
+}
+
+struct WrongGrad : ag::Function<WrongGrad> {
+  static Tensor forward(AutogradContext* ctx, Tensor x) {
+    ctx->save_for_backward({x});
+    return x * x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    return {g[0] * ctx->get_saved_variables()[0] * 3.0};  // should be 2x
+  }
+};
+
+TEST(Engine, GradcheckReportsTheWorstElement) {
+  auto fn = [](const variable_list& v) { return WrongGrad::apply(v[0]); };
+  auto r = ag::gradcheck(fn, {vec({1, -2, 0.5})});
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.message.find("output 0 element [1] w.r.t. input 0 element [1]: analytic -6"),
+            std::string::npos) << r.message;
+  EXPECT_NEAR(r.max_error, 2.0, 1e-6);
+  EXPECT_ERROR(ag::gradcheck(fn, {tg::ones({2}).requires_grad_()}),
+               "gradcheck: input 0 is Float32");
+}
+
+struct OnceDiff : ag::Function<OnceDiff> {
+  static constexpr bool once_differentiable = true;
+  static Tensor forward(AutogradContext* ctx, Tensor x) {
+    ctx->save_for_backward({x});
+    return x * x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    return {g[0] * ctx->get_saved_variables()[0] * 2.0};
+  }
+};
+
+TEST(Engine, OnceDifferentiableFailsUnderDoubleBackward) {
+  Tensor x = vec({3});
+  Tensor y = OnceDiff::apply(x).sum();
+  Tensor g = ag::grad({y}, {x}, {}, true, true)[0];
+  EXPECT_EQ(V(g), (std::vector<double>{6}));
+  EXPECT_ERROR(ag::grad({g.sum()}, {x}), "OnceDiffBackward is once-differentiable: its backward "
+               "ran under create_graph");
+  EXPECT_EQ(V(ag::grad({y}, {x})[0]), (std::vector<double>{6}));  // first order still fine
+}
+
+struct Reentrant : ag::Function<Reentrant> {
+  static Tensor forward(AutogradContext* ctx, Tensor x) {
+    ctx->save_for_backward({x});
+    return tg::sin(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    // d sin(x)/dx computed by a nested backward on a fresh graph.
+    Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_();
+    Tensor d;
+    {
+      tg::EnableGradGuard on;
+      d = ag::grad({tg::sin(x).sum()}, {x})[0];
+    }
+    return {g[0] * d};
+  }
+};
+
+TEST(Engine, ReentrantBackward) {
+  Tensor x = vec({0.3, 1.1});
+  Tensor y = Reentrant::apply(Reentrant::apply(x)).sum();
+  y.backward();
+  std::vector<double> gx = V(x.grad());
+  for (size_t i = 0; i < 2; ++i) {
+    double v = i ? 1.1 : 0.3;
+    EXPECT_NEAR(gx[i], std::cos(std::sin(v)) * std::cos(v), 1e-12);
+  }
+}
+
+struct DirtyAndNonDiff : ag::Function<DirtyAndNonDiff> {
+  static variable_list forward(AutogradContext* ctx, Tensor x, Tensor buf) {
+    buf.mul_(2.0);
+    ctx->mark_dirty({buf});
+    Tensor idx = tg::gt(x, 0.0).to(tg::kFloat64);
+    ctx->mark_non_differentiable({idx});
+    return {buf, idx, x * 3.0};
+  }
+  static variable_list backward(AutogradContext*, variable_list g) {
+    return {g[2] * 3.0, g[0] * 2.0};
+  }
+};
+
+TEST(Engine, MarkDirtyAndNonDifferentiable) {
+  Tensor x = vec({1, -1});
+  Tensor base = vec({5, 6});
+  Tensor buf = base * 1.0;  // non-leaf, modified in place by forward
+  auto outs = DirtyAndNonDiff::apply(x, buf);
+  EXPECT_TRUE(outs[0].is_same(buf));
+  EXPECT_EQ(V(buf), (std::vector<double>{10, 12}));
+  EXPECT_FALSE(outs[1].requires_grad());
+  EXPECT_TRUE(outs[0].requires_grad());
+  (outs[0].sum() + outs[2].sum()).backward();
+  EXPECT_EQ(V(base.grad()), (std::vector<double>{2, 2}));
+  EXPECT_EQ(V(x.grad()), (std::vector<double>{3, 3}));
+  Tensor leaf_buf = vec({1, 1});
+  EXPECT_ERROR(DirtyAndNonDiff::apply(x, leaf_buf), "a leaf tensor that requires grad");
+}
+
+TEST(Engine, ErrorsNameWhatWentWrong) {
+  Tensor x = vec({1, 2});
+  Tensor y = (x.exp() * 2.0).sum();
+  y.backward();
+  EXPECT_ERROR(y.backward(), "ExpBackward: trying to backward through the graph a second time");
+  EXPECT_ERROR(y.backward(), "saved tensor 'result' was freed after the previous backward");
+
+  Tensor a = vec({1, 2}), b = vec({3, 4});
+  Tensor p = a * b;
+  b.detach().add_(1.0);  // b is saved by mul
+  EXPECT_ERROR(p.sum().backward(), "MulBackward: one of the tensors needed for gradient "
+               "computation has been modified by an in-place operation: saved tensor 'other' "
+               "(Float64 [2], an input of MulBackward) is at version 1; expected version 0");
+  Tensor e = a.exp();
+  e.detach().mul_(2.0);
+  EXPECT_ERROR(e.sum().backward(), "saved tensor 'result' (Float64 [2], output 0 of ExpBackward) "
+               "is at version 1; expected version 0");
+
+  EXPECT_ERROR((a * 2.0).backward(), "backward: grad can be implicitly created only for outputs "
+               "with one element, but output 0 has shape [2]");
+  Tensor u = vec({1});
+  EXPECT_ERROR(ag::grad({(a * 2.0).sum()}, {a, u}), "grad: input 1 (shape [1]) was not used "
+               "to compute the outputs, so it has no gradient; pass allow_unused=true");
+  auto g = ag::grad({(a * 2.0).sum()}, {a, u}, {}, std::nullopt, false, true);
+  EXPECT_FALSE(g[1].defined());
+  EXPECT_ERROR(tg::ones({2}, tg::TensorOptions().dtype(tg::kInt64)).requires_grad_(),
+               "requires_grad_: only floating-point tensors can require gradients, got a tensor of Int64");
+  EXPECT_ERROR(ag::grad({a * 2.0}, {a}, {tg::ones({3}, kF64)}),
+               "grad: mismatch in shape: grad_outputs[0] has shape [3] but outputs[0] has shape [2]");
+  EXPECT_ERROR(ag::grad({vec({1}, false)}, {a}), "grad: output 0 (shape [1]) does not require grad");
+  EXPECT_ERROR(ag::grad({a.sum()}, {vec({1}, false)}), "grad: input 0 (shape [1]) does not require grad");
+  EXPECT_ERROR(a.add_(1.0), "add_: a leaf tensor that requires grad (shape [2]) is being used in an in-place operation");
+  EXPECT_ERROR((a * 1.0).mul_(2.0), "mul_: in-place operations are not recorded");
+  EXPECT_ERROR(a.as_strided({1}, {1}), "as_strided: not differentiable");
+  EXPECT_ERROR((a * 1.0).requires_grad_(false), "requires_grad_: you can only change the requires_grad flag of leaf tensors");
+  // The engine is still usable.
+  EXPECT_EQ(V(ag::grad({(a * b).sum()}, {a})[0]), (std::vector<double>{4, 5}));
+}
+
+struct Throws : ag::Function<Throws> {
+  static Tensor forward(AutogradContext*, Tensor x) { return x * 1.0; }
+  static variable_list backward(AutogradContext*, variable_list) {
+    TG_ERROR("Throws: backward failed on purpose");
+  }
+};
+
+TEST(Engine, FirstExceptionPropagatesAndEngineStaysUsable) {
+  Tensor x = vec({1});
+  Tensor y = (Throws::apply(x) + x * 2.0).sum();
+  EXPECT_ERROR(y.backward(), "Throws: backward failed on purpose");
+  Tensor z = (x * 4.0).sum();
+  z.backward();
+  EXPECT_EQ(V(x.grad()), (std::vector<double>{4}));
+}
+
+TEST(Engine, AnomalyModeNamesTheForwardOp) {
+  Tensor x = vec({0, 1});
+  Tensor y = (tg::sqrt(x) * 0.0).sum();  // sqrt backward: 0 / 0 at x = 0
+  {
+    ag::DetectAnomalyGuard anomaly;
+    EXPECT_ERROR(ag::grad({y}, {x}, {}, true), "anomaly mode: SqrtBackward (the backward of the "
+                 "forward op 'sqrt') returned NaN values in its output 0");
+  }
+  Tensor g = ag::grad({y}, {x})[0];  // without anomaly mode: NaN passes through
+  EXPECT_TRUE(std::isnan(V(g)[0]));
+}
+
+TEST(Engine, AccumulationRules) {
+  tg::NoGradGuard no_grad;
+  // InputBuffer: in place only when uniquely owned and contiguous.
+  Tensor old = tg::ones({4}, kF64);
+  EXPECT_TRUE(ag::accumulate_into_buffer(old, tg::ones({4}, kF64)));
+  EXPECT_EQ(V(old), (std::vector<double>{2, 2, 2, 2}));
+  Tensor held = old;  // another handle to the TensorImpl
+  const tg::TensorImpl* before = old.impl();
+  EXPECT_FALSE(ag::accumulate_into_buffer(old, tg::ones({4}, kF64)));
+  EXPECT_NE(old.impl(), before);
+  EXPECT_EQ(V(held), (std::vector<double>{2, 2, 2, 2}));  // untouched
+  Tensor base = tg::ones({8}, kF64);
+  Tensor view = base.narrow(0, 0, 4);  // shares storage with base
+  EXPECT_FALSE(ag::accumulate_into_buffer(view, tg::ones({4}, kF64)));
+  EXPECT_EQ(V(base)[0], 1.0);
+  Tensor strided = tg::ones({4, 2}, kF64).t();  // unique but not contiguous
+  EXPECT_FALSE(ag::accumulate_into_buffer(strided, tg::ones({2, 4}, kF64)));
+  {
+    tg::EnableGradGuard create_graph;  // never in place under create_graph
+    Tensor o = tg::ones({4}, kF64);
+    EXPECT_FALSE(ag::accumulate_into_buffer(o, tg::ones({4}, kF64)));
+  }
+  // AccumulateGrad: steals a uniquely owned gradient, clones a shared one.
+  Tensor p = vec({0, 0});
+  Tensor g = tg::ones({2}, kF64);
+  const tg::TensorImpl* gi = g.impl();
+  ag::accumulate_grad(p, p.mutable_grad(), std::move(g), 1);
+  EXPECT_EQ(p.grad().impl(), gi);  // stolen
+  Tensor q = vec({0, 0});
+  Tensor shared = tg::ones({2}, kF64);
+  Tensor keep = shared;
+  ag::accumulate_grad(q, q.mutable_grad(), std::move(shared), 1);
+  EXPECT_NE(q.grad().impl(), keep.impl());  // cloned
+}
+
+TEST(Engine, SavedOutputsFormNoCycle) {
+  tg::cpu_empty_cache();
+  int64_t baseline = tg::cpu_allocator_stats().live_bytes;
+  {
+    Tensor x = tg::randn({256, 256}, kF64).requires_grad_();
+    Tensor y = tg::tanh(tg::exp(x));  // exp and tanh save their outputs
+    Tensor z = tg::sigmoid(y).sum();
+    EXPECT_GT(tg::cpu_allocator_stats().live_bytes, baseline + 3 * 256 * 256 * 8);
+  }
+  EXPECT_EQ(tg::cpu_allocator_stats().live_bytes, baseline);
+}
+
+TEST(Engine, ThreadsOnIndependentGraphs) {
+  auto run = [](uint64_t seed) {
+    tg::manual_seed(seed);
+    Tensor x = tg::randn({16, 8}, kF64).requires_grad_();
+    Tensor w = tg::randn({4, 8}, kF64).requires_grad_();
+    Tensor y = tg::silu(tg::linear(x, w)).sum();
+    auto g = ag::grad({y}, {x, w}, {}, std::nullopt, true);
+    Tensor h = ag::grad({g[0].sum()}, {w})[0];
+    return std::vector<Tensor>{g[0].detach(), g[1].detach(), h};
+  };
+  std::vector<std::vector<Tensor>> expected;
+  for (uint64_t t = 0; t < 8; ++t) expected.push_back(run(100 + t));
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (uint64_t t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      for (int it = 0; it < 40; ++it) {
+        // randn draws from one global Philox stream: build inputs under a lock-free
+        // per-thread seed instead by reusing run() only through its values.
+        tg::Tensor x, w;
+        {
+          static std::mutex m;
+          std::lock_guard<std::mutex> lock(m);
+          tg::manual_seed(100 + t);
+          x = tg::randn({16, 8}, kF64).requires_grad_();
+          w = tg::randn({4, 8}, kF64).requires_grad_();
+        }
+        Tensor y = tg::silu(tg::linear(x, w)).sum();
+        auto g = ag::grad({y}, {x, w}, {}, std::nullopt, true);
+        Tensor h = ag::grad({g[0].sum()}, {w})[0];
+        if (!tg::equal(g[0], expected[t][0]) || !tg::equal(g[1], expected[t][1]) ||
+            !tg::equal(h, expected[t][2]))
+          ++mismatches;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+TEST(Engine, ThreadsOnOneRetainedGraph) {
+  tg::manual_seed(7);
+  Tensor x = tg::randn({32, 8}, kF64).requires_grad_();
+  Tensor w = tg::randn({8, 8}, kF64).requires_grad_();
+  Tensor y = tg::tanh(tg::linear(tg::tanh(tg::linear(x, w)), w)).sum();
+  auto expected = ag::grad({y}, {x, w}, {}, true);
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&] {
+      for (int it = 0; it < 40; ++it) {
+        auto g = ag::grad({y}, {x, w}, {}, true);
+        if (!tg::equal(g[0], expected[0]) || !tg::equal(g[1], expected[1])) ++mismatches;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
+  // Concurrent backward into .grad of the shared leaves: sums exactly.
+  threads.clear();
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&] {
+      for (int it = 0; it < 10; ++it) y.backward({}, true);
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_TRUE(tg::allclose(w.grad(), expected[1] * 80.0, 1e-10, 1e-10));
+}
+
+TEST(Engine, SavedTensorHooks) {
+  int packs = 0, unpacks = 0;
+  Tensor x = vec({0.5, 1.5});
+  Tensor y;
+  {
+    ag::SavedTensorHooksGuard hooks(
+        [&](const Tensor& t) -> std::any {
+          ++packs;
+          return t.clone();
+        },
+        [&](const std::any& p) {
+          ++unpacks;
+          return std::any_cast<Tensor>(p);
+        });
+    y = (tg::exp(x) * x).sum();  // exp saves its result; mul saves both inputs
+  }
+  EXPECT_EQ(packs, 3);
+  EXPECT_EQ(unpacks, 0);  // lazy
+  Tensor g = ag::grad({y}, {x}, {}, true)[0];
+  EXPECT_EQ(unpacks, 3);  // one per use
+  for (int i = 0; i < 2; ++i)
+    EXPECT_NEAR(V(g)[size_t(i)], std::exp(V(x)[size_t(i)]) * (1 + V(x)[size_t(i)]), 1e-12);
+  ag::grad({y}, {x}, {}, true);
+  EXPECT_EQ(unpacks, 6);  // again with the retained graph
+  // Under create_graph the unpacked tensors re-attach their history.
+  Tensor g2 = ag::grad({y}, {x}, {}, true, true)[0];
+  Tensor h = ag::grad({g2.sum()}, {x})[0];
+  for (int i = 0; i < 2; ++i) {
+    double v = V(x)[size_t(i)];
+    EXPECT_NEAR(V(h)[size_t(i)], std::exp(v) * (2 + v), 1e-12);
+  }
+  // A pack hook may not modify its input.
+  ag::SavedTensorHooksGuard bad([](const Tensor& t) -> std::any {
+    Tensor a = t;
+    tg::NoGradGuard ng;
+    a.add_(1.0);
+    return t;
+  }, [](const std::any& p) { return std::any_cast<Tensor>(p); });
+  EXPECT_ERROR(tg::exp(x), "the pack hook modified its input in place");
+}
+
+TEST(Engine, BuiltinCastAndOffloadHooks) {
+  tg::manual_seed(11);
+  Tensor x = tg::randn({64}, kF64).requires_grad_();
+  Tensor ref = ag::grad({(tg::tanh(x) * tg::sigmoid(x)).sum()}, {x})[0];
+  for (auto dt : {tg::kBFloat16, tg::kFloat16}) {
+    Tensor y;
+    {
+      ag::SavedTensorHooksGuard hooks(ag::hooks::cast(dt));
+      y = (tg::tanh(x) * tg::sigmoid(x)).sum();
+    }
+    Tensor g = ag::grad({y}, {x})[0];
+    EXPECT_EQ(g.dtype(), tg::kFloat64);
+    double tol = dt == tg::kBFloat16 ? 2e-2 : 2e-3;
+    EXPECT_TRUE(tg::allclose(g, ref, tol, tol)) << tg::amax(tg::abs(g - ref)).item<double>();
+    EXPECT_FALSE(tg::allclose(g, ref, 1e-9, 1e-9));  // it did go through the cast
+  }
+  Tensor y;
+  {
+    ag::SavedTensorHooksGuard hooks(ag::hooks::offload_to_cpu());
+    y = (tg::tanh(x) * tg::sigmoid(x)).sum();
+  }
+  EXPECT_TRUE(tg::equal(ag::grad({y}, {x})[0], ref));  // CPU tensors: kept as they are
+  EXPECT_ERROR(ag::hooks::cast(tg::kFloat32), "hooks::cast: expected BFloat16 or Float16");
+}
+
+TEST(Engine, GradModeGuards) {
+  Tensor x = vec({1});
+  {
+    tg::NoGradGuard g;
+    EXPECT_FALSE((x * 2.0).requires_grad());
+    {
+      tg::EnableGradGuard e;
+      EXPECT_TRUE((x * 2.0).requires_grad());
+    }
+    EXPECT_FALSE(ag::is_grad_enabled());
+  }
+  EXPECT_TRUE(ag::is_grad_enabled());
+  bool other_thread = true;
+  {
+    tg::NoGradGuard g;
+    std::thread([&] { other_thread = ag::is_grad_enabled(); }).join();
+  }
+  EXPECT_TRUE(other_thread);  // thread-local
+  EXPECT_FALSE(x.detach().requires_grad());
+  EXPECT_TRUE(tg::ones({2}, kF64.requires_grad(true)).requires_grad());
+}
+
+TEST(Functional, ShapesAndValues) {
+  auto f = [](const Tensor& x) { return tg::sin(x) * x; };  // elementwise
+  Tensor x = tg::tensor({0.3, -0.7, 1.2}, {3}, kF64);
+  Tensor j = ag::jacobian(f, x);
+  EXPECT_EQ(j.sizes(), (tg::IntList{3, 3}));
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t k = 0; k < 3; ++k) {
+      double v = V(x)[size_t(i)];
+      EXPECT_NEAR(V(j)[size_t(i * 3 + k)], i == k ? std::cos(v) * v + std::sin(v) : 0, 1e-12);
+    }
+  auto cubic = [](const Tensor& x) { return (x * x * x).sum() + (x.select(0, 0) * x.select(0, 1)); };
+  Tensor h = ag::hessian(cubic, x);
+  EXPECT_EQ(h.sizes(), (tg::IntList{3, 3}));
+  std::vector<double> expect{6 * 0.3, 1, 0, 1, 6 * -0.7, 0, 0, 0, 6 * 1.2};
+  for (size_t i = 0; i < 9; ++i) EXPECT_NEAR(V(h)[i], expect[i], 1e-12);
+  Tensor v = tg::tensor({1, 2, 3}, {3}, kF64);
+  auto [y1, vjp] = ag::vjp(f, x, v);
+  auto [y2, jvp] = ag::jvp(f, x, v);
+  auto [y3, hvp] = ag::hvp(cubic, x, v);
+  EXPECT_TRUE(tg::allclose(y1, f(x)));
+  EXPECT_TRUE(tg::allclose(vjp, tg::matmul(v, j)));
+  EXPECT_TRUE(tg::allclose(jvp, tg::matmul(j, v)));
+  EXPECT_TRUE(tg::allclose(hvp, tg::matmul(h, v)));
+  EXPECT_FALSE(hvp.requires_grad());
+  // A matrix-valued fn: jacobian has fn(x).sizes() + x.sizes().
+  Tensor w = tg::randn({2, 3}, kF64);
+  Tensor jm = ag::jacobian([&](const Tensor& t) { return tg::matmul(w, t.view({3, 1})); }, x);
+  EXPECT_EQ(jm.sizes(), (tg::IntList{2, 1, 3}));
+  EXPECT_TRUE(tg::allclose(jm.view({2, 3}), w));
+}
+
+}  // namespace

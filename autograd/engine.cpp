@@ -42,6 +42,22 @@ struct GraphTask {
   std::unordered_map<Node*, ExecInfo> exec_info;  // empty: run everything
   variable_list captured;
   std::vector<ReadyTask> ready;  // max-heap on sequence_nr
+  // Scratch for the graph searches.
+  std::unordered_set<Node*> seen;
+  std::vector<Node*> stack;
+
+  // Tasks are reused per thread and reentrant depth: clear() keeps the hash
+  // tables' buckets, so a backward allocates no tables once warmed up.
+  void clear() {
+    keep_graph = create_graph = false;
+    dependencies.clear();
+    not_ready.clear();
+    exec_info.clear();
+    captured.clear();
+    ready.clear();
+    seen.clear();
+    stack.clear();
+  }
 
   void push(std::shared_ptr<Node> fn, InputBuffer&& buf) {
     ready.push_back({std::move(fn), std::move(buf)});
@@ -60,6 +76,7 @@ struct GraphTask {
 
 thread_local GraphTask* t_current_task = nullptr;
 thread_local int t_reentrant_depth = 0;
+thread_local std::vector<std::unique_ptr<GraphTask>> t_task_pool;  // by depth
 constexpr int kMaxReentrantDepth = 32;
 
 struct GraphTaskGuard {
@@ -114,8 +131,11 @@ void validate_outputs(const Node& fn, variable_list& grads) {
 }
 
 void compute_dependencies(GraphTask& task, Node* root, uint64_t min_topo_nr) {
-  std::vector<Node*> stack{root};
-  std::unordered_set<Node*> seen{root};
+  auto& stack = task.stack;
+  auto& seen = task.seen;
+  stack.assign(1, root);
+  seen.clear();
+  seen.insert(root);
   while (!stack.empty()) {
     Node* fn = stack.back();
     stack.pop_back();
@@ -147,7 +167,9 @@ void init_to_execute(GraphTask& task, Node* root, const edge_list& needed,
     return it != task.exec_info.end() && it->second.should_execute();
   };
   std::vector<Frame> stack{{root, 0}};
-  std::unordered_set<Node*> seen{root};
+  auto& seen = task.seen;
+  seen.clear();
+  seen.insert(root);
   while (!stack.empty()) {
     Frame& f = stack.back();
     if (f.next < f.fn->num_outputs()) {
@@ -237,7 +259,14 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr,
 variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
                              bool keep_graph, bool create_graph,
                              const edge_list& needed, const edge_list& captures) {
-  GraphTask task;
+  size_t depth = size_t(t_reentrant_depth);
+  while (t_task_pool.size() < depth + 1) t_task_pool.push_back(std::make_unique<GraphTask>());
+  GraphTask& task = *t_task_pool[depth];
+  task.clear();
+  struct Clear {  // drop every tensor the task holds, also on error
+    GraphTask& t;
+    ~Clear() { t.clear(); }
+  } clear_at_exit{task};
   task.keep_graph = keep_graph;
   task.create_graph = create_graph;
 

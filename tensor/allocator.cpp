@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <vector>
 
 #include <tapegrad/tensor/error.h>
 
@@ -26,12 +27,44 @@ size_t size_class(size_t n) {
   return (n + step - 1) / step * step;
 }
 
+// Small blocks (<= 512 bytes: scalars, biases, per-sample rows) are kept in
+// per-thread free lists: the engine allocates and frees several per node,
+// and aligned_alloc/free of tiny chunks was a third of its overhead.
+constexpr size_t kSmallMax = 512;
+constexpr size_t kSmallCap = 256;  // blocks kept per size class and thread
+
+struct SmallCache {
+  std::vector<void*> lists[kSmallMax / kAlignment];
+  ~SmallCache();
+};
+thread_local int t_small_state = 0;  // 0: not made yet, 1: alive, 2: destroyed
+SmallCache::~SmallCache() {
+  t_small_state = 2;
+  for (auto& l : lists)
+    for (void* p : l) std::free(p);
+}
+SmallCache* small_cache() {
+  if (t_small_state == 2) return nullptr;
+  thread_local SmallCache cache;
+  t_small_state = 1;
+  return &cache;
+}
+
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
     size_t rounded = size_class(nbytes);
     void* p = rounded >= kCacheMin ? take_cached(rounded) : nullptr;
+    if (rounded <= kSmallMax) {
+      if (SmallCache* c = small_cache()) {
+        auto& l = c->lists[rounded / kAlignment - 1];
+        if (!l.empty()) {
+          p = l.back();
+          l.pop_back();
+        }
+      }
+    }
     if (!p) p = std::aligned_alloc(kAlignment, rounded);
     if (!p && rounded >= kCacheMin) {  // out of memory: free the cache, retry
       empty_cache();
@@ -53,6 +86,13 @@ class CpuAllocator final : public Allocator {
     live_.fetch_sub(int64_t(nbytes));
     live_allocs_.fetch_sub(1);
     size_t rounded = size_class(nbytes);
+    if (rounded <= kSmallMax && t_small_state == 1) {
+      auto& l = small_cache()->lists[rounded / kAlignment - 1];
+      if (l.size() < kSmallCap) {
+        l.push_back(ptr);
+        return;
+      }
+    }
     if (rounded >= kCacheMin) {
       std::lock_guard<std::mutex> g(mu_);
       if (cached_bytes_ + rounded <= kCacheMaxBytes) {

@@ -57,7 +57,7 @@ Tensor binary_into_new(BinaryOp op, const Tensor& a, const Tensor& b,
   ScalarType ct = compute_type(rt);
   Tensor out = detail::new_empty(shape, ct, a.device());
   kernels::backend(a.device(), name)
-      .binary(op, out, cast(a, ct).expand(shape), cast(b, ct).expand(shape));
+      .binary(op, out, raw::expand(cast(a, ct), shape), raw::expand(cast(b, ct), shape));
   return cast(out, rt);
 }
 
@@ -88,7 +88,7 @@ Tensor compare(CompareOp op, const Tensor& a, const Tensor& b, const char* name)
   ScalarType ct = compute_type(promote_types(a.dtype(), b.dtype()));
   Tensor out = detail::new_empty(shape, kBool, a.device());
   kernels::backend(a.device(), name)
-      .compare(op, out, cast(a, ct).expand(shape), cast(b, ct).expand(shape));
+      .compare(op, out, raw::expand(cast(a, ct), shape), raw::expand(cast(b, ct), shape));
   return out;
 }
 
@@ -126,7 +126,7 @@ Tensor& inplace_binary(Tensor& self, BinaryOp op, const Tensor& other,
   ScalarType ct = compute_type(rt);
   if (self.dtype() == ct && ct == rt) {
     kernels::backend(self.device(), name)
-        .binary(op, self, self, cast(src, ct).expand(shape));
+        .binary(op, self, self, raw::expand(cast(src, ct), shape));
   } else {
     Tensor r = binary_into_new(op, self, src, rt, name);
     kernels::backend(self.device(), name).copy(self, r);
@@ -242,8 +242,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   ScalarType rt = promote_types(a.dtype(), b.dtype());
   Tensor out = detail::new_empty(shape, rt, a.device());
   kernels::backend(a.device(), "where")
-      .where(out, cond.expand(shape), cast(a, rt).expand(shape),
-             cast(b, rt).expand(shape));
+      .where(out, raw::expand(cond, shape), raw::expand(cast(a, rt), shape),
+             raw::expand(cast(b, rt), shape));
   return out;
 }
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
@@ -318,7 +318,7 @@ Tensor& copy_(Tensor& self, const Tensor& src, bool /*non_blocking*/) {
            " cannot be broadcast to self of shape ", shape_str(self.sizes()));
   detail::check_writable(self, "copy_");
   Tensor s = detail::may_overlap(self, src) ? src.clone() : src;
-  kernels::backend(self.device(), "copy_").copy(self, s.expand(self.sizes()));
+  kernels::backend(self.device(), "copy_").copy(self, raw::expand(s, self.sizes()));
   self.bump_version();
   return self;
 }

@@ -292,6 +292,7 @@ Tensor squeeze(const Tensor& self, int64_t d) {
 }
 
 Tensor expand(const Tensor& self, const IntList& target) {
+  if (target == self.sizes()) return self;  // nothing to broadcast
   int64_t n = int64_t(target.size()), nd = self.dim();
   TG_CHECK(n >= nd, "expand: the number of sizes provided (", n,
            ") must be greater or equal to the number of dimensions in the "

@@ -21,7 +21,9 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs,
 
 // Accumulates d(tensors)/d(leaf) into every leaf's .grad, or only into
 // `inputs` when given (a non-leaf input's gradient is captured into its
-// .grad without running its own node).
+// .grad without running its own node). With create_graph, .grad gets a
+// history that refers back to the leaf (a reference cycle, as in PyTorch):
+// reset it (x.mutable_grad() = Tensor()) when done, or prefer grad().
 void backward(const std::vector<Tensor>& tensors,
               const std::vector<Tensor>& grad_tensors = {},
               std::optional<bool> retain_graph = std::nullopt,

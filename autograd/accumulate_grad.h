@@ -21,8 +21,8 @@ class AccumulateGrad final : public Node {
 // .grad = .grad + incoming, with every layout pair listed (dense/dense now;
 // sparse pairs arrive with the sparse issue):
 // - no .grad yet: steal `incoming` (no copy) when grad mode is off and it is
-//   uniquely owned (`expected_refs` handles), contiguous or with the leaf's
-//   strides; otherwise clone it;
+//   uniquely owned (at most `expected_refs` handles, storage not shared),
+//   contiguous or with the leaf's strides; otherwise clone it;
 // - .grad exists, grad mode off: in place when .grad's storage is not shared
 //   with another tensor and .grad is contiguous (it keeps its identity);
 //   otherwise out of place;

@@ -93,7 +93,7 @@ void accumulate_grad(const Tensor& variable, Tensor& variable_grad,
       return;
     }
     bool layout_ok = incoming.is_contiguous() || incoming.strides() == variable.strides();
-    if (layout_ok && incoming.use_count() <= expected_refs) {
+    if (layout_ok && uniquely_owned(incoming, expected_refs)) {
       // Steal: no copy. A tensor with autograd metadata is aliased without it.
       variable_grad = impl::meta(incoming) ? raw::detach(incoming) : std::move(incoming);
       return;

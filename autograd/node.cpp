@@ -37,7 +37,6 @@ Node::Node(uint64_t sequence_nr) : sequence_nr_(sequence_nr) {}
 void Node::add_next_edge(Edge e) {
   if (e.is_valid()) {
     topological_nr_ = std::max(topological_nr_, e.function->topological_nr_ + 1);
-    e.function->has_parent_ = true;
   }
   next_edges_.push_back(std::move(e));
 }

@@ -112,8 +112,7 @@ class Node : public std::enable_shared_from_this<Node> {
 
  protected:
   uint64_t sequence_nr_;
-  uint64_t topological_nr_ = 0;
-  bool has_parent_ = false;
+  uint64_t topological_nr_ = 0;  // fixed at construction (edges set once)
   edge_list next_edges_;
   std::vector<InputMetadata> input_metadata_;
 

@@ -124,10 +124,20 @@ void for_each(const Tensor* ops, int nops, InnerLoop inner, bool parallel) {
                [&](int64_t b, int64_t e) { run_range(p, b, e, inner); });
 }
 
+#ifdef TAPEGRAD_TSAN
+constexpr bool kTsanBuild = true;
+#else
+constexpr bool kTsanBuild = false;
+#endif
+
 void parallel_for(int64_t n, int64_t grain,
                   FunctionRef<void(int64_t, int64_t)> f) {
   if (n <= 0) return;
-  if (n <= grain) {
+  // Debian's libtbb is not built with ThreadSanitizer, which then cannot see
+  // TBB's own synchronisation and reports its work stealing as races: under
+  // TSan the kernels run on the calling thread, and TSan checks the engine's
+  // and the allocator's threading.
+  if (n <= grain || kTsanBuild) {
     f(0, n);
     return;
   }

@@ -65,8 +65,11 @@ class CpuAllocator final : public Allocator {
         }
       }
     }
-    if (!p) p = std::aligned_alloc(kAlignment, rounded);
-    if (!p && rounded >= kCacheMin) {  // out of memory: free the cache, retry
+    // x86-64 Linux gives a process 128 TiB of address space: a larger
+    // request cannot succeed, so do not ask (sanitizer allocators abort on it).
+    constexpr size_t kMaxRequest = size_t(1) << 47;
+    if (!p && rounded <= kMaxRequest) p = std::aligned_alloc(kAlignment, rounded);
+    if (!p && rounded >= kCacheMin && rounded <= kMaxRequest) {  // out of memory: free the cache, retry
       empty_cache();
       p = std::aligned_alloc(kAlignment, rounded);
     }

@@ -49,6 +49,15 @@ GradcheckResult gradcheck(const TensorsFn& fn, const variable_list& inputs,
                " is ", inputs[i].dtype(), " on ", inputs[i].device(),
                "; gradcheck needs Float64 CPU inputs (finite differences in lower "
                "precision are too inaccurate)");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& x = inputs[i];
+    if (!x.defined() || !x.requires_grad()) continue;
+    for (int64_t d = 0; d < x.dim(); ++d)
+      TG_CHECK(x.strides()[size_t(d)] != 0 || x.sizes()[size_t(d)] <= 1, "gradcheck: input ",
+               i, " (shape ", shape_str(x.sizes()), ", strides ", shape_str(x.strides()),
+               ") has elements sharing memory (an expanded tensor), so they cannot be "
+               "perturbed one at a time; pass .contiguous() of it");
+  }
   variable_list outs;
   {
     EnableGradGuard on;

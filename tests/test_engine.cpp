@@ -226,6 +226,8 @@ TEST(Engine, GradcheckReportsTheWorstElement) {
   EXPECT_NEAR(r.max_error, 2.0, 1e-6);
   EXPECT_ERROR(ag::gradcheck(fn, {tg::ones({2}).requires_grad_()}),
                "gradcheck: input 0 is Float32");
+  EXPECT_ERROR(ag::gradcheck(fn, {tg::ones({1}, kF64).expand({3}).requires_grad_()}),
+               "gradcheck: input 0 (shape [3], strides [0]) has elements sharing memory");
 }
 
 struct OnceDiff : ag::Function<OnceDiff> {

@@ -206,6 +206,16 @@ TEST(AutogradOps, ViewsAndConversions) {
     EXPECT_GRADS(fn, leaf({3, 4}, 55));
     EXPECT_GRADS(fn, leaf({3, 4}, 56, -1, 1, true));
   }
+  // to(dtype) through float32 and back: finite differences need a step the
+  // float32 rounding does not swamp.
+  tg::autograd::GradcheckOptions coarse;
+  coarse.eps = 1e-3;
+  coarse.atol = 1e-3;
+  Fn round_trip = [](const variable_list& v) { return v[0].to(tg::kFloat32).to(tg::kFloat64) * 2.0; };
+  auto rt1 = gradcheck(round_trip, {leaf({3, 4}, 58)}, coarse);
+  EXPECT_TRUE(rt1.ok) << rt1.message;
+  auto rt2 = gradgradcheck(round_trip, {leaf({3, 4}, 59)}, coarse);
+  EXPECT_TRUE(rt2.ok) << rt2.message;
   // to(dtype): the gradient comes back in the input's dtype.
   Tensor x = leaf({3}, 57);
   Tensor g = tg::autograd::grad({(x.to(tg::kFloat32) * 2.0f).sum()}, {x})[0];

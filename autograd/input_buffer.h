@@ -31,4 +31,7 @@ bool accumulate_into_buffer(Tensor& old, Tensor&& incoming);
 // ones, and its storage no other TensorImpl.
 bool uniquely_owned(const Tensor& t, size_t expected_refs = 1);
 
+// Until the sparse issue: a clear error naming `where` for a sparse operand.
+void check_dense_pair(const Tensor& a, const Tensor& b, const char* where);
+
 }  // namespace tg::autograd

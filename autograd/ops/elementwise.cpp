@@ -124,7 +124,7 @@ TG_UNARY(kAbs, "abs", "AbsBackward", kSelf, mul(g, sign(x)))
 TG_UNARY(kSign, "sign", "SignBackward", kNone, zeros_like(g))
 TG_UNARY(kSquare, "square", "SquareBackward", kSelf, mul(g, mul(x, 2)))
 TG_UNARY(kReciprocal, "reciprocal", "ReciprocalBackward", kResult, mul(g, neg(square(r))))
-// args.a/b: bounds; the bound flags ride in the sign of NaN-free encoding below.
+// clamp: args.a = lo, args.b = hi; the spec says which bounds exist.
 TG_UNARY(kClampLo, "clamp", "ClampBackward", kSelf, where(ge(x, args.a), g, 0))
 TG_UNARY(kClampHi, "clamp", "ClampBackward", kSelf, where(le(x, args.b), g, 0))
 TG_UNARY(kClampBoth, "clamp", "ClampBackward", kSelf,

@@ -223,6 +223,20 @@ TEST(AutogradOps, ViewsAndConversions) {
   EXPECT_TRUE(tg::allclose(g, tg::full({3}, 2.0, kF64)));
 }
 
+TEST(AutogradOps, InPlace) {
+  Fn fn = [](const variable_list& v) {
+    Tensor h = v[0] * 1.0;
+    h.mul_(v[1]);
+    h.add_(v[0], 2.0);
+    h.div_(v[1] + 3.0);
+    h.sub_(v[0]);
+    Tensor out = tg::zeros({3, 4}, kF64);
+    out.copy_(h * h);
+    return out;
+  };
+  EXPECT_GRADS(fn, leaf({3, 4}, 60), leaf({4}, 61));
+}
+
 // Derivatives chosen at non-differentiable points (documented in
 // autograd/ops/elementwise.cpp and docs/AUTOGRAD.md).
 TEST(AutogradOps, NonDifferentiablePoints) {

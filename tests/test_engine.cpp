@@ -340,7 +340,9 @@ TEST(Engine, ErrorsNameWhatWentWrong) {
   EXPECT_ERROR(ag::grad({vec({1}, false)}, {a}), "grad: output 0 (shape [1]) does not require grad");
   EXPECT_ERROR(ag::grad({a.sum()}, {vec({1}, false)}), "grad: input 0 (shape [1]) does not require grad");
   EXPECT_ERROR(a.add_(1.0), "add_: a leaf tensor that requires grad (shape [2]) is being used in an in-place operation");
-  EXPECT_ERROR((a * 1.0).mul_(2.0), "mul_: in-place operations are not recorded");
+  Tensor base2 = a * 1.0;
+  Tensor view2 = base2.narrow(0, 0, 1);
+  EXPECT_ERROR(view2.mul_(2.0), "mul_: in-place operation on a tensor that shares memory with another tensor");
   EXPECT_ERROR(a.as_strided({1}, {1}), "as_strided: not differentiable");
   EXPECT_ERROR((a * 1.0).requires_grad_(false), "requires_grad_: you can only change the requires_grad flag of leaf tensors");
   // The engine is still usable.
@@ -353,6 +355,38 @@ struct Throws : ag::Function<Throws> {
     TG_ERROR("Throws: backward failed on purpose");
   }
 };
+
+TEST(Engine, InPlaceOpsRebaseHistory) {
+  Tensor x = vec({1, 2}), w = vec({3, 4});
+  Tensor h = x * 2.0;
+  h.mul_(w);          // h = 2 x w
+  h.add_(x, 3.0);     // h = 2 x w + 3 x
+  h.sub_(1.0);
+  h.div_(2.0);        // h = x w + 1.5 x - 0.5
+  EXPECT_EQ(h.grad_fn()->name(), "MulBackward");  // div by a scalar
+  auto g = ag::grad({h.sum()}, {x, w});
+  EXPECT_EQ(V(g[0]), (std::vector<double>{4.5, 5.5}));  // w + 1.5
+  EXPECT_EQ(V(g[1]), (std::vector<double>{1, 2}));      // x
+  // Writing a differentiable value into a plain buffer.
+  Tensor buf = tg::zeros({2}, kF64);
+  buf.copy_(x * x);
+  EXPECT_TRUE(buf.requires_grad());
+  EXPECT_EQ(V(ag::grad({buf.sum()}, {x})[0]), (std::vector<double>{2, 4}));
+  // Second order through an in-place op.
+  Tensor c = x * x;
+  c.mul_(x);  // x^3
+  Tensor d1 = ag::grad({c.sum()}, {x}, {}, std::nullopt, true)[0];
+  EXPECT_EQ(V(ag::grad({d1.sum()}, {x})[0]), (std::vector<double>{6, 12}));
+  // fill_ makes it a constant: no gradient flows through the new value.
+  Tensor k = x * 1.0;
+  k.fill_(5.0);
+  EXPECT_FALSE(k.requires_grad());
+  // A saved input modified in place afterwards is still caught.
+  Tensor e = x * 1.0;
+  Tensor f = e * w;  // saves e
+  e.add_(1.0);
+  EXPECT_ERROR(f.sum().backward(), "saved tensor 'self'");
+}
 
 TEST(Engine, FirstExceptionPropagatesAndEngineStaysUsable) {
   Tensor x = vec({1});

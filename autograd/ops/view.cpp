@@ -203,70 +203,111 @@ Tensor Tensor::to(Device d, bool non_blocking) const {
 }
 Tensor Tensor::to(Device d, ScalarType t) const { return to(d).to(t); }
 
-// ---- in place ------------------------------------------------------------------------
+// ---- in place ----------------------------------------------------------------------
+//
+// Under grad mode an in-place op that involves a tensor requiring grad is
+// recorded by computing the out-of-place result from a copy of self (so the
+// node's saved tensors are not the ones being overwritten), writing it into
+// self, and moving the result's history onto self ("rebase"). That is exact
+// only when no other tensor shares self's memory: for a view (or a tensor a
+// node saved as its output) the other aliases would keep a stale history, so
+// that case is an error. A leaf that requires grad cannot be modified.
 
 namespace {
-// tapegrad does not record in-place ops: modifying a tensor that is part of
-// a graph (or writing a differentiable value into one) would silently lose
-// gradients, so it is an error under grad mode.
-void check_inplace(const Tensor& self, const Tensor* other, const char* op) {
-  if (!autograd::is_grad_enabled()) return;
-  bool self_rg = self.defined() && self.requires_grad();
-  TG_CHECK(!(self_rg && self.is_leaf()), op, ": a leaf tensor that requires grad "
-           "(shape ", shape_str(self.sizes()), ") is being used in an in-place "
-           "operation; do it under NoGradGuard (as an optimizer step does) or on "
-           ".detach()");
-  TG_CHECK(!self_rg && !(other && other->defined() && other->requires_grad()), op,
-           ": in-place operations are not recorded by tapegrad's autograd, and "
-           "this one involves a tensor that requires grad (self shape ",
-           shape_str(self.sizes()), "); use the out-of-place op (x = x + y), or "
-           "run it under NoGradGuard");
+
+bool involves_grad(const Tensor& self, const Tensor* other) {
+  if (!autograd::is_grad_enabled()) return false;
+  return (self.defined() && self.requires_grad()) ||
+         (other && other->defined() && other->requires_grad());
 }
+
+void check_rebase(const Tensor& self, const char* op) {
+  TG_CHECK(!(self.requires_grad() && self.is_leaf()), op, ": a leaf tensor that "
+           "requires grad (shape ", shape_str(self.sizes()), ") is being used in an "
+           "in-place operation; do it under NoGradGuard (as an optimizer step does) "
+           "or on .detach()");
+  TG_CHECK(self.impl()->storage().use_count() == 1, op, ": in-place operation on a "
+           "tensor that shares memory with another tensor (a view, or an output "
+           "saved for backward), shape ", shape_str(self.sizes()), ", while grad is "
+           "recorded: the other aliases would keep a stale history. Use the "
+           "out-of-place op (x = x + y), or clone() first");
+}
+
+// self <- result (same shape), and self takes result's history.
+Tensor& rebase(Tensor& self, const Tensor& result) {
+  {
+    autograd::AutoGradMode no_grad(false);
+    raw::copy_(self, result);
+  }
+  auto* m = autograd::impl::meta(result);
+  if (m && m->grad_fn) {
+    autograd::AutogradMeta& sm = autograd::impl::materialize_meta(self);
+    sm.grad_fn = m->grad_fn;
+    sm.output_nr = m->output_nr;
+    sm.requires_grad = false;
+  } else if (auto* sm = autograd::impl::meta(self)) {
+    sm->grad_fn = nullptr;  // the new value does not depend on anything that requires grad
+    sm->output_nr = 0;
+  }
+  return self;
+}
+
+template <class F>
+Tensor& inplace_op(Tensor& self, const char* op, F&& out_of_place) {
+  check_rebase(self, op);
+  return rebase(self, out_of_place(self.clone()));
+}
+
 }  // namespace
 
 Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
-  check_inplace(*this, &o, "add_");
-  return raw::add_(*this, o, alpha);
+  if (!involves_grad(*this, &o)) return raw::add_(*this, o, alpha);
+  return inplace_op(*this, "add_", [&](const Tensor& s) { return tg::add(s, o, alpha); });
 }
-Tensor& Tensor::add_(Scalar s) {
-  check_inplace(*this, nullptr, "add_");
-  return raw::add_(*this, s);
+Tensor& Tensor::add_(Scalar v) {
+  if (!involves_grad(*this, nullptr)) return raw::add_(*this, v);
+  return inplace_op(*this, "add_", [&](const Tensor& s) { return tg::add(s, v); });
 }
 Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
-  check_inplace(*this, &o, "sub_");
-  return raw::sub_(*this, o, alpha);
+  if (!involves_grad(*this, &o)) return raw::sub_(*this, o, alpha);
+  return inplace_op(*this, "sub_", [&](const Tensor& s) { return tg::sub(s, o, alpha); });
 }
-Tensor& Tensor::sub_(Scalar s) {
-  check_inplace(*this, nullptr, "sub_");
-  return raw::sub_(*this, s);
+Tensor& Tensor::sub_(Scalar v) {
+  if (!involves_grad(*this, nullptr)) return raw::sub_(*this, v);
+  return inplace_op(*this, "sub_", [&](const Tensor& s) { return tg::sub(s, v); });
 }
 Tensor& Tensor::mul_(const Tensor& o) {
-  check_inplace(*this, &o, "mul_");
-  return raw::mul_(*this, o);
+  if (!involves_grad(*this, &o)) return raw::mul_(*this, o);
+  return inplace_op(*this, "mul_", [&](const Tensor& s) { return tg::mul(s, o); });
 }
-Tensor& Tensor::mul_(Scalar s) {
-  check_inplace(*this, nullptr, "mul_");
-  return raw::mul_(*this, s);
+Tensor& Tensor::mul_(Scalar v) {
+  if (!involves_grad(*this, nullptr)) return raw::mul_(*this, v);
+  return inplace_op(*this, "mul_", [&](const Tensor& s) { return tg::mul(s, v); });
 }
 Tensor& Tensor::div_(const Tensor& o) {
-  check_inplace(*this, &o, "div_");
-  return raw::div_(*this, o);
+  if (!involves_grad(*this, &o)) return raw::div_(*this, o);
+  return inplace_op(*this, "div_", [&](const Tensor& s) { return tg::div(s, o); });
 }
-Tensor& Tensor::div_(Scalar s) {
-  check_inplace(*this, nullptr, "div_");
-  return raw::div_(*this, s);
+Tensor& Tensor::div_(Scalar v) {
+  if (!involves_grad(*this, nullptr)) return raw::div_(*this, v);
+  return inplace_op(*this, "div_", [&](const Tensor& s) { return tg::div(s, v); });
 }
-Tensor& Tensor::zero_() {
-  check_inplace(*this, nullptr, "zero_");
-  return raw::zero_(*this);
-}
-Tensor& Tensor::fill_(Scalar s) {
-  check_inplace(*this, nullptr, "fill_");
-  return raw::fill_(*this, s);
+Tensor& Tensor::zero_() { return fill_(0); }
+Tensor& Tensor::fill_(Scalar v) {
+  if (!involves_grad(*this, nullptr)) return raw::fill_(*this, v);
+  check_rebase(*this, "fill_");
+  raw::fill_(*this, v);
+  if (auto* m = autograd::impl::meta(*this)) m->grad_fn = nullptr;  // a constant now
+  return *this;
 }
 Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
-  check_inplace(*this, &src, "copy_");
-  return raw::copy_(*this, src, non_blocking);
+  if (!involves_grad(*this, &src)) return raw::copy_(*this, src, non_blocking);
+  check_rebase(*this, "copy_");
+  TG_CHECK(src.device() == device(), "copy_: expected src on ", device(), ", got ",
+           src.device());
+  ScalarType dt = dtype();
+  IntList shape = sizes();
+  return rebase(*this, src.to(dt).expand(shape).clone());
 }
 
 }  // namespace tg

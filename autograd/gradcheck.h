@@ -13,7 +13,7 @@ struct GradcheckOptions {
   double eps = 1e-6;   // finite-difference step
   double atol = 1e-5;  // |analytic - numeric| <= atol + rtol * |numeric|
   double rtol = 1e-3;
-  uint64_t seed = 0;   // for gradgradcheck's random grad_outputs
+  uint64_t seed = 0;   // varies gradgradcheck's pseudo-random grad_outputs
 };
 
 struct GradcheckResult {
@@ -37,7 +37,7 @@ GradcheckResult gradcheck(const std::function<Tensor(const variable_list&)>& fn,
 
 // Checks the gradient of the gradient: gradcheck of
 // (inputs, v) -> grad(fn(inputs), inputs, v, create_graph=true)
-// with random float64 v.
+// with deterministic pseudo-random float64 v (the global RNG is not used).
 GradcheckResult gradgradcheck(const TensorsFn& fn, const variable_list& inputs,
                               const GradcheckOptions& options = {});
 GradcheckResult gradgradcheck(const std::function<Tensor(const variable_list&)>& fn,

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <tapegrad/autograd/autograd.h>
+#include <tapegrad/cuda/allocator.h>
 #include <tapegrad/cuda/device.h>
+#include <tapegrad/cuda/stream.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/random.h>

@@ -1,5 +1,6 @@
 #include <tapegrad/cuda/check.h>
 #include <tapegrad/cuda/device.h>
+#include <tapegrad/cuda/stream.h>
 
 #include <cuda_runtime.h>
 
@@ -30,7 +31,27 @@ __global__ void affine_kernel(int* out, int n) {
   if (i < n) out[i] = 3 * i + 1;
 }
 
+__global__ void spin_kernel(long long cycles) {
+  long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
 }  // namespace
+
+void delay(const Stream& s, double milliseconds) {
+  TG_CHECK(s.is_valid(), "cuda::delay: not a stream");
+  DeviceGuard g(s.device_index());
+  int khz = 0;
+  if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, s.device_index()) != cudaSuccess ||
+      khz <= 0) {
+    (void)cudaGetLastError();
+    khz = 2000000;  // assume 2 GHz
+  }
+  long long cycles = (long long)(milliseconds * double(khz));
+  spin_kernel<<<1, 1, 0, static_cast<cudaStream_t>(s.handle())>>>(cycles);
+  TG_CUDA_CHECK(cudaGetLastError(), "cuda::delay");
+}
 
 bool is_built() { return true; }
 

@@ -1,5 +1,7 @@
 // Built when TAPEGRAD_CUDA is off or nvcc is missing: no device, clear errors.
+#include <tapegrad/cuda/allocator.h>
 #include <tapegrad/cuda/device.h>
+#include <tapegrad/cuda/stream.h>
 #include <tapegrad/tensor/error.h>
 
 namespace tg::cuda {
@@ -16,5 +18,37 @@ bool is_available() { return false; }
 int device_count() { return 0; }
 DeviceProperties get_device_properties(int) { no_cuda("get_device_properties"); }
 void self_test(int) { no_cuda("cuda::self_test"); }
+
+int current_device() { no_cuda("current_device"); }
+void set_device(int) { no_cuda("set_device"); }
+void synchronize(int) { no_cuda("cuda::synchronize"); }
+bool Stream::query() const { no_cuda("Stream::query"); }
+void Stream::synchronize() const { no_cuda("Stream::synchronize"); }
+void Stream::wait_stream(const Stream&) const { no_cuda("Stream::wait_stream"); }
+void Stream::wait(const Event&) const { no_cuda("Stream::wait"); }
+Stream default_stream(int) { no_cuda("default_stream"); }
+Stream current_stream(int) { no_cuda("current_stream"); }
+void set_current_stream(const Stream&) { no_cuda("set_current_stream"); }
+Stream stream_from_pool(int) { no_cuda("stream_from_pool"); }
+DeviceGuard::DeviceGuard(int) : prev_(0) { no_cuda("DeviceGuard"); }
+DeviceGuard::~DeviceGuard() = default;
+StreamGuard::StreamGuard(const Stream&) : prev_device_(0) { no_cuda("StreamGuard"); }
+StreamGuard::~StreamGuard() = default;
+Event::~Event() = default;
+Event::Event(Event&& o) noexcept : event_(o.event_), device_(o.device_), timing_(o.timing_) {}
+Event& Event::operator=(Event&&) noexcept { return *this; }
+void Event::record(const Stream&) { no_cuda("Event::record"); }
+void Event::record() { no_cuda("Event::record"); }
+void Event::block(const Stream&) const { no_cuda("Event::block"); }
+bool Event::query() const { return true; }
+void Event::synchronize() const {}
+float Event::elapsed_time(const Event&) const { no_cuda("Event::elapsed_time"); }
+
+void delay(const Stream&, double) { no_cuda("cuda::delay"); }
+
+MemoryStats memory_stats(int) { no_cuda("memory_stats"); }
+void reset_peak_memory_stats(int) { no_cuda("reset_peak_memory_stats"); }
+void empty_cache() {}
+void record_stream(const void*, const Stream&) { no_cuda("record_stream"); }
 
 }  // namespace tg::cuda

@@ -147,7 +147,7 @@ CpuAllocator& cpu() {
   return *a;                                     // static tensors
 }
 
-std::atomic<Allocator*> g_cuda_allocator{nullptr};
+std::atomic<DeviceAllocatorFn> g_cuda_allocator{nullptr};
 
 }  // namespace
 
@@ -158,16 +158,15 @@ void cpu_empty_cache() { cpu().empty_cache(); }
 
 Allocator* allocator_for(Device d) {
   if (d.is_cpu()) return &cpu();
-  Allocator* a = g_cuda_allocator.load();
-  TG_CHECK(a != nullptr, "allocate: no allocator for device ", d,
-           "; CUDA tensors need the CUDA backend (tg::cuda::is_available() "
-           "is false or the CUDA tensor backend is not built)");
-  return a;
+  DeviceAllocatorFn get = g_cuda_allocator.load();
+  TG_CHECK(get != nullptr, "allocate: no allocator for device ", d,
+           "; CUDA tensors need the CUDA backend (this build has none)");
+  return get(d.index());
 }
 
-void set_allocator(DeviceType t, Allocator* a) {
+void set_allocator(DeviceType t, DeviceAllocatorFn get) {
   TG_CHECK(t == DeviceType::CUDA, "set_allocator: only the CUDA allocator can be replaced");
-  g_cuda_allocator.store(a);
+  g_cuda_allocator.store(get);
 }
 
 }  // namespace tg

@@ -32,8 +32,10 @@ void reset_cpu_peak_bytes();  // peak := live
 // Returns the cached free blocks (>= 1 MiB, up to 2 GiB) to the system.
 void cpu_empty_cache();
 
-// Devices register their allocator here (the CUDA backend does, at init).
+// Devices register their allocators here (the CUDA backend does, when the
+// library loads): `get(index)` returns the allocator of device `index`.
 Allocator* allocator_for(Device d);
-void set_allocator(DeviceType t, Allocator* a);
+using DeviceAllocatorFn = Allocator* (*)(int index);
+void set_allocator(DeviceType t, DeviceAllocatorFn get);
 
 }  // namespace tg

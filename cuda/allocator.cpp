@@ -1,0 +1,329 @@
+// The CUDA caching allocator (see allocator.h for the rules).
+#include <tapegrad/cuda/allocator.h>
+
+#include <deque>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include <tapegrad/cuda/check.h>
+#include <tapegrad/cuda/device.h>
+#include <tapegrad/tensor/allocator.h>
+
+namespace tg::cuda {
+
+namespace {
+
+constexpr size_t kRound = 512;
+constexpr size_t kSmallRequest = size_t(1) << 20;  // <= 1 MiB: small pool
+constexpr size_t kSmallSegment = size_t(2) << 20;  // small pool segments
+constexpr size_t kLargeRound = size_t(2) << 20;    // large segments: 2 MiB multiples
+constexpr size_t kLargeSplitMin = size_t(1) << 20;  // split a large block above this rest
+constexpr int kMaxDevices = 64;
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+struct Block {
+  cudaStream_t stream = nullptr;
+  uint64_t pool_id = 0;  // 0: shared pool (graph-private pools later)
+  size_t size = 0;
+  char* ptr = nullptr;
+  bool small = false;
+  bool allocated = false;
+  Block* prev = nullptr;  // neighbours within the segment
+  Block* next = nullptr;
+  std::vector<cudaStream_t> stream_uses;  // other streams, from record_stream
+  int pending_events = 0;
+};
+
+struct BlockLess {
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->stream != b->stream) return uintptr_t(a->stream) < uintptr_t(b->stream);
+    if (a->pool_id != b->pool_id) return a->pool_id < b->pool_id;
+    if (a->size != b->size) return a->size < b->size;
+    return uintptr_t(a->ptr) < uintptr_t(b->ptr);
+  }
+};
+
+std::string mib(size_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", double(bytes) / double(1 << 20));
+  return buf;
+}
+
+class DeviceCachingAllocator final : public Allocator {
+ public:
+  explicit DeviceCachingAllocator(int device) : device_(device) {}
+
+  Device device() const override { return Device(DeviceType::CUDA, device_); }
+
+  void* allocate(size_t nbytes) override {
+    if (nbytes == 0) return nullptr;
+    DeviceGuard guard(device_);
+    cudaStream_t stream = static_cast<cudaStream_t>(current_stream(device_).handle());
+    size_t size = round_up(nbytes, kRound);
+    bool small = size <= kSmallRequest;
+    std::lock_guard<std::mutex> lock(mu_);
+    process_events();
+    auto& pool = small ? small_free_ : large_free_;
+    Block key;
+    key.stream = stream;
+    key.size = size;
+    Block* block = nullptr;
+    auto it = pool.lower_bound(&key);
+    if (it != pool.end() && (*it)->stream == stream && (*it)->pool_id == 0) {
+      block = *it;
+      pool.erase(it);
+    } else {
+      block = new_segment(small ? kSmallSegment : round_up(size, kLargeRound), stream, small, nbytes);
+    }
+    size_t rest = block->size - size;
+    if ((small && rest >= kRound) || (!small && rest > kLargeSplitMin)) {
+      Block* r = new Block;
+      r->stream = block->stream;
+      r->pool_id = block->pool_id;
+      r->small = block->small;
+      r->ptr = block->ptr + size;
+      r->size = rest;
+      r->prev = block;
+      r->next = block->next;
+      if (block->next) block->next->prev = r;
+      block->next = r;
+      block->size = size;
+      pool.insert(r);
+    }
+    block->allocated = true;
+    allocated_[block->ptr] = block;
+    stats_.allocated_bytes += int64_t(block->size);
+    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    stats_.num_allocs += 1;
+    return block->ptr;
+  }
+
+  // Never throws (storage destructors call it).
+  void deallocate(void* ptr, size_t) override {
+    if (!ptr) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = allocated_.find(ptr);
+    if (it == allocated_.end()) return;  // not ours: nothing sensible to do
+    Block* block = it->second;
+    allocated_.erase(it);
+    stats_.allocated_bytes -= int64_t(block->size);
+    stats_.num_frees += 1;
+    if (!block->stream_uses.empty()) {
+      int prev = -1;
+      (void)cudaGetDevice(&prev);
+      (void)cudaSetDevice(device_);
+      for (cudaStream_t s : block->stream_uses) {
+        cudaEvent_t e;
+        if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess &&
+            cudaEventRecord(e, s) == cudaSuccess) {
+          events_.emplace_back(e, block);
+          block->pending_events += 1;
+        } else {
+          (void)cudaGetLastError();
+          (void)cudaStreamSynchronize(s);  // fall back to waiting
+        }
+      }
+      (void)cudaSetDevice(prev);
+      block->stream_uses.clear();
+      if (block->pending_events > 0) {
+        stats_.pending_event_blocks += 1;
+        return;
+      }
+    }
+    free_block(block);
+  }
+
+  void record_stream(const void* ptr, cudaStream_t s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = allocated_.find(const_cast<void*>(ptr));
+    TG_CHECK(it != allocated_.end(), "record_stream: ", ptr, " is not the start of a block "
+             "of the CUDA caching allocator on device ", device_,
+             "; pass a storage's data pointer (t.impl()->storage()->data())");
+    Block* b = it->second;
+    if (s == b->stream) return;
+    for (cudaStream_t u : b->stream_uses)
+      if (u == s) return;
+    b->stream_uses.push_back(s);
+  }
+
+  void empty_cache() {
+    DeviceGuard guard(device_);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [e, b] : events_) (void)cudaEventSynchronize(e);
+    process_events();
+    release_cached();
+  }
+
+  MemoryStats stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.peak_allocated_bytes = stats_.allocated_bytes;
+    stats_.peak_reserved_bytes = stats_.reserved_bytes;
+  }
+
+ private:
+  Block* new_segment(size_t seg_size, cudaStream_t stream, bool small, size_t requested) {
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, seg_size);
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      stats_.num_cache_flushes += release_cached();
+      err = cudaMalloc(&p, seg_size);
+    }
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      stats_.num_ooms += 1;
+      size_t free_b = 0, total_b = 0;
+      (void)cudaMemGetInfo(&free_b, &total_b);
+      TG_ERROR("CUDA out of memory: tried to allocate ", requested, " bytes (", mib(requested),
+               ") on device ", device_, "; the device has ", mib(free_b), " free of ",
+               mib(total_b), ", and tapegrad holds ", mib(size_t(stats_.allocated_bytes)),
+               " in tensors and ", mib(size_t(stats_.reserved_bytes)), " reserved (",
+               cudaGetErrorName(err), "). Free tensors, call tg::cuda::empty_cache(), or "
+               "reduce the problem size");
+    }
+    Block* b = new Block;
+    b->stream = stream;
+    b->small = small;
+    b->ptr = static_cast<char*>(p);
+    b->size = seg_size;
+    stats_.reserved_bytes += int64_t(seg_size);
+    stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+    stats_.num_segments += 1;
+    stats_.num_cuda_mallocs += 1;
+    return b;
+  }
+
+  void free_block(Block* b) {
+    b->allocated = false;
+    auto& pool = b->small ? small_free_ : large_free_;
+    if (b->prev && !b->prev->allocated) {  // merge into the free block before
+      Block* p = b->prev;
+      pool.erase(p);
+      p->size += b->size;
+      p->next = b->next;
+      if (b->next) b->next->prev = p;
+      delete b;
+      b = p;
+    }
+    if (b->next && !b->next->allocated) {  // absorb the free block after
+      Block* n = b->next;
+      pool.erase(n);
+      b->size += n->size;
+      b->next = n->next;
+      if (n->next) n->next->prev = b;
+      delete n;
+    }
+    pool.insert(b);
+  }
+
+  // Frees blocks whose other-stream work has completed.
+  void process_events() {
+    for (auto it = events_.begin(); it != events_.end();) {
+      cudaError_t q = cudaEventQuery(it->first);
+      if (q == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        ++it;
+        continue;
+      }
+      (void)cudaEventDestroy(it->first);
+      Block* b = it->second;
+      it = events_.erase(it);
+      if (--b->pending_events == 0) {
+        stats_.pending_event_blocks -= 1;
+        free_block(b);
+      }
+    }
+  }
+
+  // cudaFree every cached segment that is free as a whole; returns how many.
+  int64_t release_cached() {
+    int64_t n = 0;
+    for (auto* pool : {&small_free_, &large_free_}) {
+      for (auto it = pool->begin(); it != pool->end();) {
+        Block* b = *it;
+        if (b->prev || b->next) {
+          ++it;
+          continue;
+        }
+        (void)cudaFree(b->ptr);
+        stats_.reserved_bytes -= int64_t(b->size);
+        stats_.num_segments -= 1;
+        it = pool->erase(it);
+        delete b;
+        ++n;
+      }
+    }
+    return n;
+  }
+
+  int device_;
+  std::mutex mu_;
+  std::set<Block*, BlockLess> small_free_, large_free_;
+  std::unordered_map<void*, Block*> allocated_;
+  std::deque<std::pair<cudaEvent_t, Block*>> events_;
+  MemoryStats stats_;
+};
+
+DeviceCachingAllocator* g_allocators[kMaxDevices] = {};
+std::mutex g_allocators_mu;
+
+DeviceCachingAllocator& allocator(int device, const char* op) {
+  int n = device_count();
+  TG_CHECK(n > 0, op, ": no CUDA device is available (cudaGetDeviceCount found none); "
+           "check the driver and CUDA_VISIBLE_DEVICES");
+  TG_CHECK(device >= 0 && device < n && device < kMaxDevices, op, ": CUDA device ", device,
+           " does not exist; ", n, " device(s) visible");
+  std::lock_guard<std::mutex> lock(g_allocators_mu);
+  // Never destroyed: tensors with static lifetime may outlive everything.
+  if (!g_allocators[device]) g_allocators[device] = new DeviceCachingAllocator(device);
+  return *g_allocators[device];
+}
+
+Allocator* get_allocator(int device) { return &allocator(device, "allocate"); }
+
+// Registers the CUDA allocators with the tensor library when it loads.
+[[maybe_unused]] const bool g_registered = [] {
+  set_allocator(DeviceType::CUDA, &get_allocator);
+  return true;
+}();
+
+int resolve(int device) { return device < 0 ? current_device() : device; }
+
+}  // namespace
+
+MemoryStats memory_stats(int device) {
+  return allocator(resolve(device), "memory_stats").stats();
+}
+
+void reset_peak_memory_stats(int device) {
+  allocator(resolve(device), "reset_peak_memory_stats").reset_peak();
+}
+
+void empty_cache() {
+  int n = device_count();
+  for (int d = 0; d < n && d < kMaxDevices; ++d) {
+    DeviceCachingAllocator* a = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(g_allocators_mu);
+      a = g_allocators[d];
+    }
+    if (a) a->empty_cache();
+  }
+}
+
+void record_stream(const void* ptr, const Stream& s) {
+  TG_CHECK(s.is_valid(), "record_stream: not a stream");
+  allocator(s.device_index(), "record_stream")
+      .record_stream(ptr, static_cast<cudaStream_t>(s.handle()));
+}
+
+}  // namespace tg::cuda

@@ -1,0 +1,46 @@
+// The CUDA caching allocator (DESIGN §5, reference §5.3).
+//
+// - Requests are rounded to 512 bytes; those up to 1 MiB come from 2 MiB
+//   segments ("small" pool), larger ones from their own segments rounded to
+//   2 MiB ("large" pool). A free block of the right pool, the same device and
+//   the same stream is reused (best fit) and split when much larger.
+// - A block belongs to the stream that was current when it was allocated. If
+//   it is used on other streams (record_stream), freeing it records an event
+//   on each of them, and the block is not handed out again before those
+//   events complete.
+// - Out of memory: the allocator frees every cached, unsplit segment and
+//   retries once; then it throws an error stating the requested, free and
+//   total bytes, and stays usable.
+// - Seam for graph-private pools (the CUDA graph issue): every block carries
+//   a pool id, 0 for the shared pool; blocks are reused only within a pool.
+#pragma once
+
+#include <cstdint>
+
+#include <tapegrad/cuda/stream.h>
+
+namespace tg::cuda {
+
+struct MemoryStats {
+  int64_t allocated_bytes = 0;       // in blocks handed out
+  int64_t reserved_bytes = 0;        // in segments obtained with cudaMalloc
+  int64_t peak_allocated_bytes = 0;
+  int64_t peak_reserved_bytes = 0;
+  int64_t num_allocs = 0;            // allocate() calls served
+  int64_t num_frees = 0;
+  int64_t num_segments = 0;          // live cudaMalloc segments
+  int64_t num_cuda_mallocs = 0;      // since start
+  int64_t num_ooms = 0;              // requests that failed even after the retry
+  int64_t num_cache_flushes = 0;     // segments released to retry a failed cudaMalloc
+  int64_t pending_event_blocks = 0;  // freed blocks waiting on other streams
+};
+
+MemoryStats memory_stats(int device = -1);
+void reset_peak_memory_stats(int device = -1);
+// Returns every cached free segment to the driver (waits for pending events).
+void empty_cache();
+// The block holding `ptr` (a storage's data pointer) is also used on `s`: it
+// is not reused after it is freed until the work queued on `s` by then is done.
+void record_stream(const void* ptr, const Stream& s);
+
+}  // namespace tg::cuda

@@ -1,0 +1,217 @@
+// CUDA streams, events and guards (compiled only with the CUDA backend).
+#include <tapegrad/cuda/stream.h>
+
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include <tapegrad/cuda/check.h>
+#include <tapegrad/cuda/device.h>
+
+namespace tg::cuda {
+
+namespace {
+
+void check_device(int device, const char* op) {
+  int n = device_count();
+  TG_CHECK(n > 0, op, ": no CUDA device is available (cudaGetDeviceCount found "
+           "none); check the driver and CUDA_VISIBLE_DEVICES");
+  TG_CHECK(device >= 0 && device < n, op, ": device index ", device,
+           " is out of range; ", n, " CUDA device(s) visible");
+}
+
+int resolve(int device, const char* op) {
+  if (device < 0) device = current_device();
+  check_device(device, op);
+  return device;
+}
+
+constexpr int kPoolSize = 8;
+constexpr int kMaxDevices = 64;
+
+struct DevicePool {
+  std::once_flag once;
+  cudaStream_t streams[kPoolSize] = {};
+  std::atomic<uint32_t> next{0};
+};
+DevicePool g_pools[kMaxDevices];
+
+// The current stream per device for this thread (nullptr handle: default).
+thread_local void* t_current[kMaxDevices] = {};
+
+cudaStream_t as_stream(const Stream& s) { return static_cast<cudaStream_t>(s.handle()); }
+
+}  // namespace
+
+int current_device() {
+  int d = 0;
+  check_device(0, "current_device");
+  TG_CUDA_CHECK(cudaGetDevice(&d), "current_device");
+  return d;
+}
+
+void set_device(int device) {
+  check_device(device, "set_device");
+  TG_CUDA_CHECK(cudaSetDevice(device), "set_device");
+}
+
+void synchronize(int device) {
+  DeviceGuard g(resolve(device, "cuda::synchronize"));
+  TG_CUDA_CHECK(cudaDeviceSynchronize(), "cuda::synchronize");
+}
+
+bool Stream::query() const {
+  TG_CHECK(is_valid(), "Stream::query: not a stream");
+  DeviceGuard g(device_);
+  cudaError_t err = cudaStreamQuery(as_stream(*this));
+  if (err == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  TG_CUDA_CHECK(err, "Stream::query");
+  return true;
+}
+
+void Stream::synchronize() const {
+  TG_CHECK(is_valid(), "Stream::synchronize: not a stream");
+  DeviceGuard g(device_);
+  TG_CUDA_CHECK(cudaStreamSynchronize(as_stream(*this)), "Stream::synchronize");
+}
+
+void Stream::wait(const Event& e) const { e.block(*this); }
+
+void Stream::wait_stream(const Stream& other) const {
+  if (other == *this) return;
+  Event e;
+  e.record(other);
+  e.block(*this);
+}
+
+Stream default_stream(int device) {
+  return Stream(resolve(device, "default_stream"), nullptr);
+}
+
+Stream current_stream(int device) {
+  device = resolve(device, "current_stream");
+  return Stream(device, t_current[device]);
+}
+
+void set_current_stream(const Stream& s) {
+  TG_CHECK(s.is_valid(), "set_current_stream: not a stream");
+  check_device(s.device_index(), "set_current_stream");
+  t_current[s.device_index()] = s.handle();
+}
+
+Stream stream_from_pool(int device) {
+  device = resolve(device, "stream_from_pool");
+  TG_CHECK(device < kMaxDevices, "stream_from_pool: device ", device, " exceeds ", kMaxDevices);
+  DevicePool& p = g_pools[device];
+  std::call_once(p.once, [&] {
+    DeviceGuard g(device);
+    for (auto& s : p.streams)
+      TG_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream_from_pool");
+  });
+  uint32_t i = p.next.fetch_add(1) % kPoolSize;
+  return Stream(device, p.streams[i]);
+}
+
+DeviceGuard::DeviceGuard(int device) : prev_(current_device()) {
+  if (device != prev_) set_device(device);
+}
+DeviceGuard::~DeviceGuard() {
+  int now = -1;
+  if (cudaGetDevice(&now) == cudaSuccess && now != prev_) (void)cudaSetDevice(prev_);
+}
+
+StreamGuard::StreamGuard(const Stream& s)
+    : prev_stream_(current_stream(s.device_index())), prev_device_(current_device()) {
+  set_device(s.device_index());
+  set_current_stream(s);
+}
+StreamGuard::~StreamGuard() {
+  t_current[prev_stream_.device_index()] = prev_stream_.handle();
+  (void)cudaSetDevice(prev_device_);
+}
+
+// ---- Event -----------------------------------------------------------------------------
+
+Event::~Event() {
+  if (event_) {
+    int prev = -1;
+    (void)cudaGetDevice(&prev);
+    (void)cudaSetDevice(device_);
+    (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+    (void)cudaSetDevice(prev);
+  }
+}
+
+Event::Event(Event&& o) noexcept : event_(o.event_), device_(o.device_), timing_(o.timing_) {
+  o.event_ = nullptr;
+  o.device_ = -1;
+}
+
+Event& Event::operator=(Event&& o) noexcept {
+  if (this != &o) {
+    this->~Event();
+    event_ = o.event_;
+    device_ = o.device_;
+    timing_ = o.timing_;
+    o.event_ = nullptr;
+    o.device_ = -1;
+  }
+  return *this;
+}
+
+void Event::record(const Stream& s) {
+  TG_CHECK(s.is_valid(), "Event::record: not a stream");
+  DeviceGuard g(s.device_index());
+  if (!event_) {
+    cudaEvent_t e;
+    TG_CUDA_CHECK(cudaEventCreateWithFlags(&e, timing_ ? cudaEventDefault : cudaEventDisableTiming),
+                  "Event::record");
+    event_ = e;
+    device_ = s.device_index();
+  }
+  TG_CHECK(device_ == s.device_index(), "Event::record: the event belongs to device ", device_,
+           " but the stream to device ", s.device_index());
+  TG_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), as_stream(s)), "Event::record");
+}
+
+void Event::record() { record(current_stream()); }
+
+void Event::block(const Stream& s) const {
+  if (!event_) return;
+  DeviceGuard g(s.device_index());
+  TG_CUDA_CHECK(cudaStreamWaitEvent(as_stream(s), static_cast<cudaEvent_t>(event_), 0),
+                "Event::block");
+}
+
+bool Event::query() const {
+  if (!event_) return true;
+  cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event_));
+  if (err == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  TG_CUDA_CHECK(err, "Event::query");
+  return true;
+}
+
+void Event::synchronize() const {
+  if (!event_) return;
+  TG_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)), "Event::synchronize");
+}
+
+float Event::elapsed_time(const Event& end) const {
+  TG_CHECK(timing_ && end.timing_, "Event::elapsed_time: both events need enable_timing=true");
+  TG_CHECK(event_ && end.event_, "Event::elapsed_time: both events must be recorded first");
+  float ms = 0;
+  TG_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(event_),
+                                     static_cast<cudaEvent_t>(end.event_)),
+                "Event::elapsed_time");
+  return ms;
+}
+
+}  // namespace tg::cuda

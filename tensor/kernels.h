@@ -52,6 +52,10 @@ struct Backend {
   // Philox streams; see tensor/random.h for the element mapping.
   void (*uniform)(const Tensor& out, uint64_t seed, uint64_t offset);
   void (*normal)(const Tensor& out, uint64_t seed, uint64_t offset);
+  // dst and src contiguous, same dtype and size, on different devices (one
+  // of them this backend's); non_blocking may return before the copy is done
+  // when the host side allows it.
+  void (*copy_across)(const Tensor& dst, const Tensor& src, bool non_blocking);
 };
 
 // The backend of a device; throws a clear error when the device has none.

@@ -358,12 +358,16 @@ Tensor to(const Tensor& self, ScalarType t) {
   return out;
 }
 
-Tensor to(const Tensor& self, Device d, bool /*non_blocking*/) {
+Tensor to(const Tensor& self, Device d, bool non_blocking) {
   detail::check_defined(self, "to");
   if (d == self.device()) return self;
-  TG_ERROR("to: copying a tensor from ", self.device(), " to ", d,
-           " needs the CUDA tensor backend, which this build does not have "
-           "yet; keep tensors on the CPU");
+  // The device side's backend moves the bytes (both devices' kernels exist
+  // before any allocation, so a missing backend fails cleanly).
+  const kernels::Backend& be = kernels::backend(d.is_cuda() ? d : self.device(), "to");
+  Tensor src = contiguous(self);
+  Tensor out = detail::new_empty(self.sizes(), self.dtype(), d);
+  be.copy_across(out, src, non_blocking);
+  return out;
 }
 
 Tensor to(const Tensor& self, Device d, ScalarType t) { return to(to(self, d), t); }

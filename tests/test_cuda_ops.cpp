@@ -1,0 +1,173 @@
+// CUDA kernels against the CPU ones: every elementwise op in f32 and f64 on
+// contiguous, transposed, sliced and broadcast operands; every dtype pair of
+// copy; fill; device round trips. Skips without a GPU.
+#include "reference.h"
+
+namespace {
+
+using tg::Tensor;
+
+#define REQUIRE_GPU()                                                        \
+  if (!tg::cuda::is_available())                                            \
+  GTEST_SKIP() << "no CUDA GPU here (built with CUDA: "                      \
+               << (tg::cuda::is_built() ? "yes" : "no") << "); this test runs on the GPU machine"
+
+const tg::Device kGpu(tg::kCUDA, 0);
+
+// CPU operands in four layouts of shape [5, 7].
+std::vector<std::pair<const char*, Tensor>> layouts(tg::ScalarType dt, uint64_t seed, double lo,
+                                                    double hi) {
+  tg::manual_seed(seed);
+  auto r = [&](tg::IntList s) {
+    return tg::rand(s, tg::TensorOptions().dtype(tg::kFloat64)) * (hi - lo) + lo;
+  };
+  return {{"contiguous", r({5, 7}).to(dt)},
+          {"transposed", r({7, 5}).to(dt).t()},
+          {"sliced", r({5, 14}).to(dt).slice(1, 0, std::nullopt, 2)},
+          {"broadcast", r({1, 7}).to(dt).expand({5, 7})}};
+}
+
+void expect_close(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& what) {
+  ASSERT_TRUE(gpu.is_cuda()) << what;
+  Tensor back = gpu.to(tg::Device(tg::kCPU));
+  ASSERT_EQ(back.sizes(), cpu.sizes()) << what;
+  ASSERT_EQ(back.dtype(), cpu.dtype()) << what;
+  EXPECT_TRUE(tg::allclose(back, cpu, tol, tol, true)) << what << "\ngpu " << back << "\ncpu " << cpu;
+}
+
+TEST(CudaGpuOps, RoundTripsEveryDtype) {
+  REQUIRE_GPU();
+  for (auto dt : {tg::kFloat32, tg::kFloat64, tg::kBFloat16, tg::kFloat16, tg::kInt64, tg::kBool}) {
+    Tensor x = (tg::arange(0, 24, 1, tg::TensorOptions().dtype(tg::kFloat64)) - 7.0).to(dt).view({2, 3, 4});
+    Tensor g = x.to(kGpu);
+    EXPECT_TRUE(g.is_cuda());
+    EXPECT_EQ(g.device(), kGpu);
+    EXPECT_TRUE(tg::equal(g.to(tg::Device(tg::kCPU)), x)) << dt;
+    EXPECT_TRUE(tg::equal(x.t().contiguous(), g.t().contiguous().to(tg::Device(tg::kCPU)))) << dt;
+  }
+}
+
+TEST(CudaGpuOps, CopyConvertsEveryDtypePair) {
+  REQUIRE_GPU();
+  std::vector<tg::ScalarType> all{tg::kFloat32, tg::kFloat64, tg::kBFloat16, tg::kFloat16, tg::kInt64, tg::kBool};
+  Tensor base = tg::tensor({-3.75, -1, 0, 0.5, 1, 2.25, 100.125, 65504}, {2, 4}, tg::TensorOptions().dtype(tg::kFloat64));
+  for (auto from : all)
+    for (auto to : all) {
+      Tensor cpu_src = base.to(from);
+      Tensor expect = cpu_src.t().to(to);  // CPU conversion of a strided view
+      Tensor got = cpu_src.to(kGpu).t().to(to);
+      EXPECT_TRUE(tg::equal(got.to(tg::Device(tg::kCPU)), expect)) << from << " -> " << to;
+    }
+}
+
+TEST(CudaGpuOps, FillAndFactories) {
+  REQUIRE_GPU();
+  for (auto dt : {tg::kFloat32, tg::kFloat64, tg::kBFloat16, tg::kFloat16, tg::kInt64, tg::kBool}) {
+    Tensor g = tg::full({3, 5}, 1.5, tg::TensorOptions().dtype(dt).device(kGpu));
+    EXPECT_TRUE(tg::equal(g.to(tg::Device(tg::kCPU)), tg::full({3, 5}, 1.5, tg::TensorOptions().dtype(dt)))) << dt;
+  }
+  Tensor e = tg::eye(4, tg::TensorOptions().device(kGpu));
+  EXPECT_TRUE(tg::equal(e.to(tg::Device(tg::kCPU)), tg::eye(4)));
+  Tensor z = tg::zeros({6}, tg::TensorOptions().device(kGpu));
+  z.narrow(0, 2, 3).fill_(7);  // strided in-place fill
+  EXPECT_EQ(z.to(tg::Device(tg::kCPU)).to_vector<float>(), (std::vector<float>{0, 0, 7, 7, 7, 0}));
+}
+
+TEST(CudaGpuOps, UnaryOpsMatchCpu) {
+  REQUIRE_GPU();
+  struct Case {
+    const char* name;
+    std::function<Tensor(const Tensor&)> f;
+    double lo, hi;
+  };
+  std::vector<Case> cases = {
+      {"neg", [](const Tensor& x) { return tg::neg(x); }, -3, 3},
+      {"exp", [](const Tensor& x) { return tg::exp(x); }, -3, 3},
+      {"log", [](const Tensor& x) { return tg::log(x); }, 0.1, 3},
+      {"sin", [](const Tensor& x) { return tg::sin(x); }, -3, 3},
+      {"cos", [](const Tensor& x) { return tg::cos(x); }, -3, 3},
+      {"tanh", [](const Tensor& x) { return tg::tanh(x); }, -3, 3},
+      {"sigmoid", [](const Tensor& x) { return tg::sigmoid(x); }, -3, 3},
+      {"relu", [](const Tensor& x) { return tg::relu(x); }, -3, 3},
+      {"silu", [](const Tensor& x) { return tg::silu(x); }, -3, 3},
+      {"erf", [](const Tensor& x) { return tg::erf(x); }, -3, 3},
+      {"gelu", [](const Tensor& x) { return tg::gelu(x); }, -3, 3},
+      {"gelu_tanh", [](const Tensor& x) { return tg::gelu(x, "tanh"); }, -3, 3},
+      {"softplus", [](const Tensor& x) { return tg::softplus(x, 2.0, 1.0); }, -3, 3},
+      {"sqrt", [](const Tensor& x) { return tg::sqrt(x); }, 0.1, 3},
+      {"rsqrt", [](const Tensor& x) { return tg::rsqrt(x); }, 0.1, 3},
+      {"abs", [](const Tensor& x) { return tg::abs(x); }, -3, 3},
+      {"sign", [](const Tensor& x) { return tg::sign(x); }, -3, 3},
+      {"square", [](const Tensor& x) { return tg::square(x); }, -3, 3},
+      {"reciprocal", [](const Tensor& x) { return tg::reciprocal(x); }, 0.1, 3},
+      {"clamp", [](const Tensor& x) { return tg::clamp(x, -0.5, 0.7); }, -3, 3},
+      {"pow_scalar", [](const Tensor& x) { return tg::pow(x, 2.5); }, 0.1, 3},
+      {"mul_scalar", [](const Tensor& x) { return x * 1.5 + 2.0; }, -3, 3},
+  };
+  for (auto dt : {tg::kFloat32, tg::kFloat64}) {
+    double tol = dt == tg::kFloat32 ? 2e-6 : 1e-13;
+    for (const auto& c : cases)
+      for (auto& [layout, x] : layouts(dt, 1, c.lo, c.hi))
+        expect_close(c.f(x.to(kGpu)), c.f(x), tol, std::string(c.name) + " " + layout);
+  }
+  // Integer ops stay integers.
+  Tensor i = tg::tensor({-3, -1, 0, 2, 5}, {}, tg::TensorOptions().dtype(tg::kInt64));
+  EXPECT_TRUE(tg::equal(tg::abs(i.to(kGpu)).to(tg::Device(tg::kCPU)), tg::abs(i)));
+  EXPECT_TRUE(tg::equal(tg::clamp(i.to(kGpu), -1, 3).to(tg::Device(tg::kCPU)), tg::clamp(i, -1, 3)));
+}
+
+TEST(CudaGpuOps, BinaryCompareAndWhereMatchCpu) {
+  REQUIRE_GPU();
+  std::vector<std::pair<const char*, std::function<Tensor(const Tensor&, const Tensor&)>>> ops = {
+      {"add", [](const Tensor& a, const Tensor& b) { return tg::add(a, b, 2.0); }},
+      {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }},
+      {"div", [](const Tensor& a, const Tensor& b) { return a / b; }},
+      {"pow", [](const Tensor& a, const Tensor& b) { return tg::pow(tg::abs(a), b); }},
+      {"maximum", [](const Tensor& a, const Tensor& b) { return tg::maximum(a, b); }},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return tg::minimum(a, b); }},
+      {"lt", [](const Tensor& a, const Tensor& b) { return tg::lt(a, b); }},
+      {"ge", [](const Tensor& a, const Tensor& b) { return tg::ge(a, b); }},
+      {"eq", [](const Tensor& a, const Tensor& b) { return tg::eq(a, tg::maximum(a, b)); }},
+      {"where", [](const Tensor& a, const Tensor& b) { return tg::where(tg::gt(a, 0.0), a, b); }},
+  };
+  for (auto dt : {tg::kFloat32, tg::kFloat64}) {
+    double tol = dt == tg::kFloat32 ? 2e-6 : 1e-13;
+    auto as = layouts(dt, 2, -2, 2), bs = layouts(dt, 3, 0.5, 2);
+    for (const auto& [name, f] : ops)
+      for (size_t i = 0; i < as.size(); ++i) {
+        const Tensor& a = as[i].second;
+        const Tensor& b = bs[(i + 1) % bs.size()].second;
+        expect_close(f(a.to(kGpu), b.to(kGpu)), f(a, b), tol,
+                     std::string(name) + " " + as[i].first + "/" + bs[(i + 1) % bs.size()].first);
+        Tensor row = b.select(0, 0);  // NumPy broadcasting of a [7] operand
+        expect_close(f(a.to(kGpu), row.to(kGpu)), f(a, row), tol, std::string(name) + " broadcast row");
+      }
+  }
+  // Mixed dtypes promote, in place works, NaN propagates like the CPU.
+  Tensor a = tg::tensor({1, 2, 3}, {}, tg::TensorOptions().dtype(tg::kInt64));
+  Tensor b = tg::tensor({0.5, NAN, 2}, {});
+  expect_close(tg::maximum(a.to(kGpu), b.to(kGpu)), tg::maximum(a, b), 0, "maximum with NaN");
+  Tensor g = b.to(kGpu);
+  g.add_(a.to(kGpu));
+  g.mul_(2.0);
+  Tensor c = b.clone();
+  c.add_(a);
+  c.mul_(2.0);
+  expect_close(g, c, 0, "in place");
+}
+
+TEST(CudaGpuOps, NotYetImplementedOpsSayWhat) {
+  REQUIRE_GPU();
+  Tensor g = tg::ones({4}, tg::TensorOptions().device(kGpu));
+  try {
+    tg::sum(g);
+    ADD_FAILURE() << "expected an error";
+  } catch (const tg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("reduce: not implemented on CUDA yet"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(tg::equal((g * 2.0).to(tg::Device(tg::kCPU)), tg::full({4}, 2.0)));  // still usable
+}
+
+}  // namespace

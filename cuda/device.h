@@ -24,4 +24,9 @@ DeviceProperties get_device_properties(int device = 0);
 // toolchain, the driver and the architecture list fit together.
 void self_test(int device = 0);
 
+// Float32 GEMMs may use TF32 tensor cores (10-bit mantissa inputs, f32
+// accumulation). Off by default, as PyTorch's matmul.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
 }  // namespace tg::cuda

@@ -18,6 +18,8 @@ bool is_available() { return false; }
 int device_count() { return 0; }
 DeviceProperties get_device_properties(int) { no_cuda("get_device_properties"); }
 void self_test(int) { no_cuda("cuda::self_test"); }
+void set_allow_tf32(bool) {}
+bool allow_tf32() { return false; }
 
 int current_device() { no_cuda("current_device"); }
 void set_device(int) { no_cuda("set_device"); }

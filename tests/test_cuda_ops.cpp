@@ -158,17 +158,93 @@ TEST(CudaGpuOps, BinaryCompareAndWhereMatchCpu) {
   expect_close(g, c, 0, "in place");
 }
 
-TEST(CudaGpuOps, NotYetImplementedOpsSayWhat) {
+TEST(CudaGpuOps, ReductionsMatchCpu) {
   REQUIRE_GPU();
-  Tensor g = tg::ones({4}, tg::TensorOptions().device(kGpu));
-  try {
-    tg::sum(g);
-    ADD_FAILURE() << "expected an error";
-  } catch (const tg::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("reduce: not implemented on CUDA yet"), std::string::npos)
-        << e.what();
+  for (auto dt : {tg::kFloat32, tg::kFloat64}) {
+    double tol = dt == tg::kFloat32 ? 1e-5 : 1e-12;
+    for (auto& [layout, x] : layouts(dt, 4, -2, 2)) {
+      Tensor g = x.to(kGpu);
+      std::string w = std::string(layout) + " " + tg::to_string(dt);
+      expect_close(tg::sum(g), tg::sum(x), tol, "sum " + w);
+      expect_close(tg::sum(g, {0}), tg::sum(x, {0}), tol, "sum0 " + w);
+      expect_close(tg::sum(g, {1}, true), tg::sum(x, {1}, true), tol, "sum1 " + w);
+      expect_close(tg::mean(g, {-1}), tg::mean(x, {-1}), tol, "mean " + w);
+      expect_close(tg::amax(g, {0}), tg::amax(x, {0}), 0, "amax " + w);
+      expect_close(tg::amin(g), tg::amin(x), 0, "amin " + w);
+    }
+    // Large reductions take the split-across-blocks path; 3-D with mixed dims.
+    tg::manual_seed(5);
+    Tensor big = tg::randn({3, 200000}, tg::TensorOptions().dtype(dt));
+    expect_close(tg::sum(big.to(kGpu), {1}), tg::sum(big, {1}), dt == tg::kFloat32 ? 1e-4 : 1e-10, "big sum");
+    expect_close(tg::amax(big.to(kGpu)), tg::amax(big), 0, "big amax");
+    Tensor cube = tg::randn({4, 300, 5}, tg::TensorOptions().dtype(dt)).transpose(0, 2);
+    expect_close(tg::sum(cube.to(kGpu), {0, 2}), tg::sum(cube, {0, 2}), tol * 10, "cube sum");
   }
-  EXPECT_TRUE(tg::equal((g * 2.0).to(tg::Device(tg::kCPU)), tg::full({4}, 2.0)));  // still usable
+  Tensor i = tg::arange(0, 1000, 1, tg::TensorOptions().dtype(tg::kInt64)).view({10, 100});
+  EXPECT_TRUE(tg::equal(tg::sum(i.to(kGpu), {1}).to(tg::Device(tg::kCPU)), tg::sum(i, {1})));
+  Tensor nan = tg::tensor({1, NAN, 3}, {});
+  EXPECT_TRUE(std::isnan(tg::amax(nan.to(kGpu)).item<float>()));
+}
+
+TEST(CudaGpuOps, GemmMatchesCpu) {
+  REQUIRE_GPU();
+  tg::manual_seed(6);
+  for (auto dt : {tg::kFloat32, tg::kFloat64, tg::kBFloat16}) {
+    double tol = dt == tg::kFloat64 ? 1e-12 : dt == tg::kFloat32 ? 1e-4 : 2e-2;
+    auto o = tg::TensorOptions().dtype(dt);
+    Tensor a = tg::randn({37, 19}, o), b = tg::randn({19, 23}, o);
+    expect_close(tg::mm(a.to(kGpu), b.to(kGpu)), tg::mm(a, b), tol, "mm");
+    expect_close(tg::mm(a.t().contiguous().to(kGpu).t(), b.to(kGpu).t().contiguous().t()),
+                 tg::mm(a, b), tol, "mm transposed operands");
+    Tensor ba = tg::randn({4, 7, 5}, o), bb = tg::randn({4, 5, 3}, o);
+    expect_close(tg::bmm(ba.to(kGpu), bb.to(kGpu)), tg::bmm(ba, bb), tol, "bmm");
+    Tensor x = tg::randn({2, 6, 19}, o), w = tg::randn({8, 19}, o), bias = tg::randn({8}, o);
+    expect_close(tg::linear(x.to(kGpu), w.to(kGpu), bias.to(kGpu)), tg::linear(x, w, bias), tol, "linear");
+    expect_close(tg::matmul(ba.to(kGpu), b.narrow(0, 0, 5).narrow(1, 0, 3).to(kGpu)),
+                 tg::matmul(ba, b.narrow(0, 0, 5).narrow(1, 0, 3)), tol, "matmul broadcast");
+    Tensor sliced = tg::randn({10, 40}, o).slice(1, 0, std::nullopt, 2);  // needs a copy
+    expect_close(tg::mm(sliced.to(kGpu).slice(0, 0, 10), b.narrow(0, 0, 20).to(kGpu)),
+                 tg::mm(sliced, b.narrow(0, 0, 20)), tol, "mm strided operand");
+  }
+  Tensor ia = tg::arange(0, 12, 1, tg::TensorOptions().dtype(tg::kInt64)).view({3, 4});
+  EXPECT_TRUE(tg::equal(tg::mm(ia.to(kGpu), ia.t().to(kGpu)).to(tg::Device(tg::kCPU)), tg::mm(ia, ia.t())));
+  // TF32: close to f32, and switchable.
+  Tensor a = tg::randn({256, 256}), b = tg::randn({256, 256});
+  tg::cuda::set_allow_tf32(true);
+  Tensor t32 = tg::mm(a.to(kGpu), b.to(kGpu));
+  tg::cuda::set_allow_tf32(false);
+  EXPECT_FALSE(tg::cuda::allow_tf32());
+  expect_close(t32, tg::mm(a, b), 5e-2, "tf32");
+}
+
+TEST(CudaGpuOps, IndexingJoiningAndRandomMatchCpu) {
+  REQUIRE_GPU();
+  tg::manual_seed(7);
+  auto f64 = tg::TensorOptions().dtype(tg::kFloat64);
+  auto i64 = tg::TensorOptions().dtype(tg::kInt64);
+  Tensor x = tg::randn({4, 6}, f64);
+  Tensor idx1 = tg::tensor({5, 0, 2, 2}, {4}, i64), idx0 = tg::tensor({3, 0, 1, 1}, {4}, i64);
+  expect_close(tg::index_select(x.to(kGpu), 1, idx1.to(kGpu)), tg::index_select(x, 1, idx1), 0, "isel1");
+  expect_close(tg::index_select(x.to(kGpu), 0, idx0.to(kGpu)), tg::index_select(x, 0, idx0), 0, "isel0");
+  Tensor gidx = tg::tensor({0, 5, 1, 1, 4, 0, 2, 3}, {4, 2}, i64);
+  expect_close(tg::gather(x.to(kGpu), 1, gidx.to(kGpu)), tg::gather(x, 1, gidx), 0, "gather");
+  Tensor src = tg::randn({4, 2}, f64);
+  expect_close(tg::scatter_add(x.to(kGpu), 1, gidx.to(kGpu), src.to(kGpu)),
+               tg::scatter_add(x, 1, gidx, src), 1e-12, "scatter_add (repeated targets)");
+  Tensor y = tg::randn({2, 6}, f64);
+  expect_close(tg::cat({x.to(kGpu), y.to(kGpu)}, 0), tg::cat({x, y}, 0), 0, "cat");
+  expect_close(tg::stack({x.to(kGpu), x.to(kGpu)}, 1), tg::stack({x, x}, 1), 0, "stack");
+  // Philox: the same numbers on both devices for the same seed.
+  for (auto dt : {tg::kFloat32, tg::kFloat64}) {
+    tg::manual_seed(42);
+    Tensor cu = tg::rand({1000}, tg::TensorOptions().dtype(dt).device(kGpu));
+    Tensor cn = tg::randn({1000}, tg::TensorOptions().dtype(dt).device(kGpu));
+    tg::manual_seed(42);
+    Tensor hu = tg::rand({1000}, tg::TensorOptions().dtype(dt));
+    Tensor hn = tg::randn({1000}, tg::TensorOptions().dtype(dt));
+    EXPECT_TRUE(tg::equal(cu.to(tg::Device(tg::kCPU)), hu)) << dt;
+    expect_close(cn, hn, dt == tg::kFloat32 ? 1e-6 : 1e-12, "randn");
+  }
 }
 
 }  // namespace

@@ -1,0 +1,288 @@
+// CUDA backend: reductions (CUB block reduce; split across blocks when few
+// outputs reduce many elements), index_select, gather, scatter_add (atomics),
+// and Philox random numbers with the CPU's element mapping (tensor/random.h).
+#include <cub/block/block_reduce.cuh>
+
+#include <tapegrad/tensor/kernels.h>
+#include <tapegrad/tensor/ops.h>
+#include <tapegrad/tensor/random.h>
+#include <tapegrad/tensor/raw.h>
+
+#include "loops.cuh"
+#include "register.h"
+
+namespace tg::cuda {
+namespace {
+
+using kernels::ReduceOp;
+
+// ---- reductions ----------------------------------------------------------------------
+
+struct Dims {  // a row-major walk over some dims of x (element strides)
+  int n = 0;
+  int64_t sizes[kMaxDims];
+  int64_t strides[kMaxDims];
+  __device__ int64_t offset(int64_t i) const {
+    int64_t off = 0;
+    for (int d = n - 1; d >= 0; --d) {
+      off += (i % sizes[d]) * strides[d];
+      i /= sizes[d];
+    }
+    return off;
+  }
+};
+
+template <class T>
+struct Acc {
+  using type = std::conditional_t<std::is_same_v<T, float>, double, T>;
+};
+
+template <class A>
+__device__ A combine(ReduceOp op, A a, A b) {
+  switch (op) {
+    case ReduceOp::Sum: return a + b;
+    case ReduceOp::Max:
+      if constexpr (!std::is_integral_v<A>)
+        if (a != a || b != b) return a != a ? a : b;
+      return a > b ? a : b;
+    case ReduceOp::Min:
+      if constexpr (!std::is_integral_v<A>)
+        if (a != a || b != b) return a != a ? a : b;
+      return a < b ? a : b;
+  }
+  return a;
+}
+
+template <class A>
+struct Combine {
+  ReduceOp op;
+  __device__ A operator()(A a, A b) const { return combine(op, a, b); }
+};
+
+constexpr int kBlock = 256;
+
+// One block per (output, split): partial[o * splits + s] over its share of
+// the reduced elements; splits = 1 writes the result directly.
+// Every split's range [s * chunk, min(inner, (s + 1) * chunk)) is non-empty.
+template <class T, class A>
+__global__ void reduce_block_kernel(const T* x, Dims kept, Dims red, int64_t inner, int64_t chunk,
+                                    int64_t splits, ReduceOp op, A* partial) {
+  using BlockReduce = cub::BlockReduce<A, kBlock>;
+  __shared__ typename BlockReduce::TempStorage tmp;
+  int64_t o = blockIdx.x, s = blockIdx.y;
+  int64_t base = kept.offset(o);
+  int64_t begin = s * chunk, end = min(inner, begin + chunk);
+  bool any = false;
+  A acc{};
+  for (int64_t r = begin + threadIdx.x; r < end; r += kBlock) {
+    A v = A(x[base + red.offset(r)]);
+    acc = any ? combine(op, acc, v) : v;
+    any = true;
+  }
+  // Threads without elements contribute 0 to a sum and the range's first
+  // element to max/min (neutral for both).
+  if (!any) acc = op == ReduceOp::Sum ? A(0) : A(x[base + red.offset(begin)]);
+  A r = BlockReduce(tmp).Reduce(acc, Combine<A>{op});
+  if (threadIdx.x == 0) partial[o * splits + s] = r;
+}
+
+// One thread per output over `inner` elements (few elements per output).
+template <class T, class A, class In>
+__global__ void reduce_thread_kernel(const In* x, Dims kept, Dims red, int64_t outer, int64_t inner,
+                                     ReduceOp op, T* out) {
+  int64_t stride = int64_t(blockDim.x) * gridDim.x;
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < outer; o += stride) {
+    int64_t base = kept.offset(o);
+    A acc = inner > 0 ? A(x[base + red.offset(0)]) : A(0);
+    for (int64_t r = 1; r < inner; ++r) acc = combine(op, acc, A(x[base + red.offset(r)]));
+    out[o] = T(acc);
+  }
+}
+
+void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
+  int64_t outer = out.numel();
+  if (outer == 0) return;
+  Dims kept, red;
+  int64_t inner = 1;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    int64_t xs = x.sizes()[size_t(d)];
+    Dims& dims = out.sizes()[size_t(d)] == 1 && xs != 1 ? red : kept;
+    if (xs == 1) continue;
+    TG_CHECK(dims.n < kMaxDims, "reduce: CUDA reductions support at most ", kMaxDims, " dims");
+    dims.sizes[dims.n] = xs;
+    dims.strides[dims.n] = x.strides()[size_t(d)];
+    ++dims.n;
+    if (&dims == &red) inner *= xs;
+  }
+  DeviceGuard g(out.device().index());
+  cudaStream_t s = stream_of(out);
+  dispatch_compute(out.dtype(), "reduce", [&](auto tag) {
+    using T = decltype(tag);
+    using A = typename Acc<T>::type;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* op_ = static_cast<T*>(out.data_ptr());
+    if (inner < 128) {
+      int64_t blocks = std::min<int64_t>((outer + kBlock - 1) / kBlock, 65536);
+      reduce_thread_kernel<T, A, T><<<unsigned(blocks), kBlock, 0, s>>>(xp, kept, red, outer, inner, op, op_);
+      TG_CUDA_CHECK(cudaGetLastError(), "reduce");
+      return;
+    }
+    // Few outputs: split each reduction across blocks, then combine partials.
+    int64_t splits = 1;
+    if (outer < 1024) splits = std::min<int64_t>((inner + kBlock * 16 - 1) / (kBlock * 16), 1024);
+    int64_t chunk = (inner + splits - 1) / splits;
+    splits = (inner + chunk - 1) / chunk;
+    TG_CHECK(outer <= int64_t(INT32_MAX), "reduce: too many outputs for one CUDA launch");
+    Tensor partial = tg::empty({outer, splits}, TensorOptions()
+                                                    .dtype(std::is_same_v<A, double> ? kFloat64
+                                                           : std::is_same_v<A, int64_t> ? kInt64
+                                                                                       : kFloat32)
+                                                    .device(out.device()));
+    A* pp = static_cast<A*>(partial.data_ptr());
+    dim3 grid{unsigned(outer), unsigned(splits), 1};
+    reduce_block_kernel<T, A><<<grid, kBlock, 0, s>>>(xp, kept, red, inner, chunk, splits, op, pp);
+    TG_CUDA_CHECK(cudaGetLastError(), "reduce");
+    Dims rows, cols;
+    rows.n = 1;
+    rows.sizes[0] = outer;
+    rows.strides[0] = splits;
+    cols.n = 1;
+    cols.sizes[0] = splits;
+    cols.strides[0] = 1;
+    int64_t blocks = std::min<int64_t>((outer + kBlock - 1) / kBlock, 65536);
+    reduce_thread_kernel<T, A, A><<<unsigned(blocks), kBlock, 0, s>>>(pp, rows, cols, outer, splits, op, op_);
+    TG_CUDA_CHECK(cudaGetLastError(), "reduce");
+  });
+}
+
+// ---- indexing --------------------------------------------------------------------------
+
+template <class U>
+__global__ void index_select_k(U* out, const U* x, const int64_t* idx, int64_t istride,
+                               int64_t total, int64_t m, int64_t n, int64_t inner) {
+  int64_t stride = int64_t(blockDim.x) * gridDim.x;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += stride) {
+    int64_t k = t % inner, j = (t / inner) % m, o = t / (inner * m);
+    out[t] = x[(o * n + idx[j * istride]) * inner + k];
+  }
+}
+
+void index_select_kernel(const Tensor& out, const Tensor& x, const Tensor& index) {
+  int64_t total = out.numel();
+  if (total == 0) return;
+  TG_CHECK(index.is_cuda(), "index_select: index must be on ", x.device(), ", got ", index.device());
+  DeviceGuard g(out.device().index());
+  int64_t outer = x.sizes()[0], n = x.sizes()[1], inner = x.sizes()[2], m = index.numel();
+  (void)outer;
+  int64_t istride = index.dim() == 0 ? 0 : index.strides()[0];
+  int64_t blocks = std::min<int64_t>((total + kBlock - 1) / kBlock, 65536);
+  const int64_t* ip = static_cast<const int64_t*>(index.data_ptr());
+  auto run = [&](auto tag) {
+    using U = decltype(tag);
+    index_select_k<U><<<unsigned(blocks), kBlock, 0, stream_of(out)>>>(
+        static_cast<U*>(out.data_ptr()), static_cast<const U*>(x.data_ptr()), ip, istride, total, m,
+        n, inner);
+  };
+  switch (element_size(out.dtype())) {
+    case 1: run(uint8_t{}); break;
+    case 2: run(uint16_t{}); break;
+    case 4: run(uint32_t{}); break;
+    default: run(uint64_t{}); break;
+  }
+  TG_CUDA_CHECK(cudaGetLastError(), "index_select");
+}
+
+template <class U>
+struct GatherFn {
+  int64_t step;  // bytes per index step along dim
+  __device__ void operator()(char* const* p, const int64_t* off) const {
+    int64_t j = *reinterpret_cast<const int64_t*>(p[1] + off[1]);
+    *reinterpret_cast<U*>(p[0] + off[0]) = *reinterpret_cast<const U*>(p[2] + off[2] + j * step);
+  }
+};
+
+void gather_kernel(const Tensor& out, const Tensor& x, const Tensor& index, int64_t,
+                   int64_t dim_stride) {
+  Tensor ops[3] = {out, index, x};
+  int64_t esz = int64_t(element_size(out.dtype()));
+  switch (esz) {
+    case 1: return launch(ops, 3, "gather", GatherFn<uint8_t>{dim_stride * esz});
+    case 2: return launch(ops, 3, "gather", GatherFn<uint16_t>{dim_stride * esz});
+    case 4: return launch(ops, 3, "gather", GatherFn<uint32_t>{dim_stride * esz});
+    default: return launch(ops, 3, "gather", GatherFn<uint64_t>{dim_stride * esz});
+  }
+}
+
+__device__ inline void atomic_add(float* p, float v) { atomicAdd(p, v); }
+__device__ inline void atomic_add(double* p, double v) { atomicAdd(p, v); }
+__device__ inline void atomic_add(int64_t* p, int64_t v) {
+  atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+}
+
+template <class T>
+struct ScatterAddFn {
+  int64_t step;
+  __device__ void operator()(char* const* p, const int64_t* off) const {
+    int64_t j = *reinterpret_cast<const int64_t*>(p[1] + off[1]);
+    atomic_add(reinterpret_cast<T*>(p[0] + off[0] + j * step), *reinterpret_cast<const T*>(p[2] + off[2]));
+  }
+};
+
+void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
+  IntList st = out.strides();
+  st[size_t(dim)] = 0;
+  Tensor target = raw::as_strided(out, index.sizes(), st);
+  Tensor src_view = raw::as_strided(src, index.sizes(), src.strides());
+  Tensor ops[3] = {target, index, src_view};
+  dispatch_compute(out.dtype(), "scatter_add", [&](auto tag) {
+    using T = decltype(tag);
+    int64_t step = out.strides()[size_t(dim)] * int64_t(sizeof(T));
+    launch(ops, 3, "scatter_add", ScatterAddFn<T>{step});
+  });
+}
+
+// ---- random --------------------------------------------------------------------------------
+
+__device__ inline double box_muller(PhiloxBlock b) {
+  double u1 = philox_u53(b.w[0], b.w[1]), u2 = philox_u53(b.w[2], b.w[3]);
+  return ::sqrt(-2.0 * ::log1p(-u1)) * ::cos(2.0 * 3.14159265358979323846 * u2);
+}
+
+template <class T, bool kNormal>
+__global__ void random_k(T* out, int64_t n, uint64_t seed, uint64_t offset) {
+  int64_t stride = int64_t(blockDim.x) * gridDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    PhiloxBlock b = philox4x32_10(seed, offset + uint64_t(i));
+    if constexpr (kNormal) out[i] = T(box_muller(b));
+    else if constexpr (std::is_same_v<T, double>) out[i] = philox_u53(b.w[0], b.w[1]);
+    else out[i] = philox_u24(b.w[0]);
+  }
+}
+
+template <bool kNormal>
+void random_kernel(const Tensor& out, uint64_t seed, uint64_t offset) {
+  int64_t n = out.numel();
+  if (n == 0) return;
+  DeviceGuard g(out.device().index());
+  int64_t blocks = std::min<int64_t>((n + kBlock - 1) / kBlock, 65536);
+  if (out.dtype() == kFloat64)
+    random_k<double, kNormal><<<unsigned(blocks), kBlock, 0, stream_of(out)>>>(
+        static_cast<double*>(out.data_ptr()), n, seed, offset);
+  else
+    random_k<float, kNormal><<<unsigned(blocks), kBlock, 0, stream_of(out)>>>(
+        static_cast<float*>(out.data_ptr()), n, seed, offset);
+  TG_CUDA_CHECK(cudaGetLastError(), kNormal ? "randn" : "rand");
+}
+
+}  // namespace
+
+void register_reduce_index_random(kernels::Backend& b) {
+  b.reduce = reduce_kernel;
+  b.index_select = index_select_kernel;
+  b.gather = gather_kernel;
+  b.scatter_add = scatter_add_kernel;
+  b.uniform = random_kernel<false>;
+  b.normal = random_kernel<true>;
+}
+
+}  // namespace tg::cuda

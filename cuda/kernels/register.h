@@ -1,0 +1,9 @@
+// Internal: each CUDA kernel file fills its part of the backend table.
+#pragma once
+
+#include <tapegrad/tensor/kernels.h>
+
+namespace tg::cuda {
+void register_reduce_index_random(kernels::Backend& b);
+void register_gemm(kernels::Backend& b);
+}  // namespace tg::cuda

@@ -124,6 +124,7 @@ void validate_outputs(const Node& fn, variable_list& grads) {
                shape_str(m.sizes));
       g = sum_to(g, m.sizes);
     }
+    if (g.device() != m.device && m.sizes.empty()) g = g.to(m.device);  // 0-dim: moved
     TG_CHECK(g.device() == m.device, fn.name(), ": returned a gradient on ",
              g.device(), " at index ", i, " but the input lives on ", m.device);
     if (g.dtype() != m.dtype) g = g.to(m.dtype);

@@ -61,10 +61,20 @@ Tensor binary_into_new(BinaryOp op, const Tensor& a, const Tensor& b,
   return cast(out, rt);
 }
 
-Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+// A 0-dim CPU tensor may join an operation on another device (as in
+// PyTorch): it is copied there.
+void to_one_device(Tensor& a, Tensor& b) {
+  if (a.device() == b.device()) return;
+  if (a.dim() == 0 && a.device().is_cpu()) a = raw::to(a, b.device());
+  else if (b.dim() == 0 && b.device().is_cpu()) b = raw::to(b, a.device());
+}
+
+Tensor binary(BinaryOp op, const Tensor& a_in, const Tensor& b_in) {
   const char* name = binary_name(op);
-  detail::check_defined(a, name, "first operand");
-  detail::check_defined(b, name, "second operand");
+  detail::check_defined(a_in, name, "first operand");
+  detail::check_defined(b_in, name, "second operand");
+  Tensor a = a_in, b = b_in;
+  to_one_device(a, b);
   detail::check_same_device(a, b, name);
   return binary_into_new(op, a, b, binary_result_type(op, a.dtype(), b.dtype(), name),
                          name);
@@ -80,9 +90,11 @@ Tensor binary(BinaryOp op, const Tensor& a, Scalar s) {
   return binary(op, a, scalar_like(s, a));
 }
 
-Tensor compare(CompareOp op, const Tensor& a, const Tensor& b, const char* name) {
-  detail::check_defined(a, name, "first operand");
-  detail::check_defined(b, name, "second operand");
+Tensor compare(CompareOp op, const Tensor& a_in, const Tensor& b_in, const char* name) {
+  detail::check_defined(a_in, name, "first operand");
+  detail::check_defined(b_in, name, "second operand");
+  Tensor a = a_in, b = b_in;
+  to_one_device(a, b);
   detail::check_same_device(a, b, name);
   IntList shape = broadcast_shapes(a.sizes(), b.sizes(), name);
   ScalarType ct = compute_type(promote_types(a.dtype(), b.dtype()));

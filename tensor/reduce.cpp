@@ -68,7 +68,7 @@ Tensor reduce(Kind kind, const Tensor& x_in, const IntList& dims_in, bool keepdi
                 : kind == Kind::Min ? ReduceOp::Min
                                     : ReduceOp::Sum;
   kernels::backend(x.device(), name).reduce(op, out, cast(x, ct));
-  if (kind == Kind::Mean) out = div(out, scalar_tensor(double(count), ct));
+  if (kind == Kind::Mean) out = raw::div(out, Scalar(double(count)));
   return cast(out, rt).view(out_shape);
 }
 

@@ -164,4 +164,34 @@ TEST(CudaGpuAutograd, HessianOfAnMlpMatchesCpu) {
   EXPECT_TRUE(tg::allclose(gpu, cpu, 1e-10, 1e-12));
 }
 
+TEST(CudaGpuAutograd, OffloadHooksMoveSavedTensorsToTheCpu) {
+  REQUIRE_GPU();
+  const int64_t n = int64_t(1) << 20;  // 4 MiB per float32 tensor
+  tg::manual_seed(32);
+  Tensor x = tg::randn({n}).to(kGpu).requires_grad_();
+  auto forward = [&] { return tg::tanh(tg::exp(x)); };  // exp and tanh save their outputs
+  tg::cuda::synchronize();
+  int64_t dev0 = tg::cuda::memory_stats().allocated_bytes;
+  Tensor y_plain = forward();
+  int64_t dev_plain = tg::cuda::memory_stats().allocated_bytes - dev0;
+  Tensor g_plain = tg::autograd::grad({y_plain.sum()}, {x})[0].to(kCpu);
+  y_plain = Tensor();
+  int64_t cpu0 = tg::cpu_allocator_stats().live_bytes;
+  dev0 = tg::cuda::memory_stats().allocated_bytes;
+  Tensor y;
+  {
+    tg::autograd::SavedTensorHooksGuard hooks(tg::autograd::hooks::offload_to_cpu());
+    y = forward();
+  }
+  int64_t dev_offload = tg::cuda::memory_stats().allocated_bytes - dev0;
+  int64_t cpu_offload = tg::cpu_allocator_stats().live_bytes - cpu0;
+  // exp's output lives only as a saved tensor: offloaded, its 4 MiB leave the
+  // GPU; both saved outputs (8 MiB) now live in CPU memory.
+  EXPECT_EQ(dev_plain - dev_offload, 4 * n);
+  EXPECT_EQ(cpu_offload, 2 * 4 * n);
+  Tensor g = tg::autograd::grad({y.sum()}, {x})[0];
+  EXPECT_TRUE(g.is_cuda());
+  EXPECT_TRUE(tg::equal(g.to(kCpu), g_plain));
+}
+
 }  // namespace

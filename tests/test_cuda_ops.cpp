@@ -203,8 +203,11 @@ TEST(CudaGpuOps, GemmMatchesCpu) {
     expect_close(tg::matmul(ba.to(kGpu), b.narrow(0, 0, 5).narrow(1, 0, 3).to(kGpu)),
                  tg::matmul(ba, b.narrow(0, 0, 5).narrow(1, 0, 3)), tol, "matmul broadcast");
     Tensor sliced = tg::randn({10, 40}, o).slice(1, 0, std::nullopt, 2);  // needs a copy
-    expect_close(tg::mm(sliced.to(kGpu).slice(0, 0, 10), b.narrow(0, 0, 20).to(kGpu)),
-                 tg::mm(sliced, b.narrow(0, 0, 20)), tol, "mm strided operand");
+    Tensor b20 = tg::randn({20, 23}, o);
+    expect_close(tg::mm(sliced.to(kGpu), b20.to(kGpu)), tg::mm(sliced, b20), tol, "mm strided operand");
+    // A 0-dim CPU tensor joins a CUDA op; its gradient comes back to the CPU.
+    Tensor s0 = tg::scalar_tensor(3.0, o);
+    expect_close(a.to(kGpu) * s0, a * s0, tol, "cpu scalar operand");
   }
   Tensor ia = tg::arange(0, 12, 1, tg::TensorOptions().dtype(tg::kInt64)).view({3, 4});
   EXPECT_TRUE(tg::equal(tg::mm(ia.to(kGpu), ia.t().to(kGpu)).to(tg::Device(tg::kCPU)), tg::mm(ia, ia.t())));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -42,6 +43,9 @@ struct GraphTask {
   std::unordered_map<Node*, ExecInfo> exec_info;  // empty: run everything
   variable_list captured;
   std::vector<ReadyTask> ready;  // max-heap on sequence_nr
+  // Streams of the sinks that ran and of captured gradients: the caller's
+  // current streams wait on them at the end (reference §1.9).
+  std::vector<cuda::Stream> leaf_streams;
   // Scratch for the graph searches.
   std::unordered_set<Node*> seen;
   std::vector<Node*> stack;
@@ -55,6 +59,7 @@ struct GraphTask {
     exec_info.clear();
     captured.clear();
     ready.clear();
+    leaf_streams.clear();
     seen.clear();
     stack.clear();
   }
@@ -201,14 +206,32 @@ void check_anomaly(const Node& fn, const variable_list& outputs) {
   }
 }
 
-void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr,
-                       variable_list inputs) {
+void add_leaf_stream(GraphTask& task, const cuda::Stream& s) {
+  if (!s.is_valid()) return;
+  for (const cuda::Stream& l : task.leaf_streams)
+    if (l == s) return;
+  task.leaf_streams.push_back(s);
+}
+
+void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, InputBuffer& buffer) {
   Node& fn = *fn_ptr;
+  // The node runs on the stream of its forward op, after waiting for the
+  // last writer of each of its inputs (events; no host sync).
+  const cuda::Stream stream = fn.stream();
+  std::optional<cuda::StreamGuard> on_stream;
+  if (stream.is_valid()) {
+    on_stream.emplace(stream);
+    buffer.wait_for_consumer(stream);
+  }
+  variable_list inputs = buffer.release();
   fn.call_tensor_pre_hooks(inputs);
   if (!task.exec_info.empty()) {
     auto it = task.exec_info.find(&fn);
     if (it != task.exec_info.end())
-      for (auto [in, out] : it->second.captures) task.captured[out] = inputs[in];
+      for (auto [in, out] : it->second.captures) {
+        task.captured[out] = inputs[in];
+        add_leaf_stream(task, stream);
+      }
     // A captured node runs only if something deeper is needed (OURS).
     if (it == task.exec_info.end() || !it->second.needed) return;
   }
@@ -225,6 +248,7 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr,
     if (!task.keep_graph) fn.release_variables();
     if (fn.has_post_hooks()) fn.call_post_hooks(outputs, inputs_copy);
   }
+  if (fn.num_outputs() == 0) add_leaf_stream(task, stream);
   if (is_anomaly_enabled()) check_anomaly(fn, outputs);
   validate_outputs(fn, outputs);
 
@@ -244,11 +268,11 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr,
         if (eit == task.exec_info.end() || !eit->second.should_execute()) continue;
       }
       InputBuffer buf(next->num_inputs());
-      buf.add(e.input_nr, std::move(outputs[i]));
+      buf.add(e.input_nr, std::move(outputs[i]), stream, next->stream());
       if (ready) task.push(e.function, std::move(buf));
       else task.not_ready.emplace(next, std::move(buf));
     } else {
-      nit->second.add(e.input_nr, std::move(outputs[i]));
+      nit->second.add(e.input_nr, std::move(outputs[i]), stream, next->stream());
       if (ready) {
         task.push(e.function, std::move(nit->second));
         task.not_ready.erase(nit);
@@ -276,7 +300,8 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
   if (roots.size() == 1) {
     root = roots[0].function;
     root_buffer = InputBuffer(root->num_inputs());
-    root_buffer.add(roots[0].input_nr, std::move(root_grads[0]));
+    // The root gradient was produced on the caller's current stream.
+    root_buffer.add(roots[0].input_nr, std::move(root_grads[0]), cuda::Stream(), root->stream());
   } else {
     root = std::make_shared<GraphRoot>(roots, std::move(root_grads));
   }
@@ -296,11 +321,17 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
   task.push(root, std::move(root_buffer));
   while (!task.ready.empty()) {
     ReadyTask t = task.pop();
-    evaluate_function(task, t.fn, t.buffer.release());
+    evaluate_function(task, t.fn, t.buffer);
   }
   TG_CHECK(task.not_ready.empty(), "autograd: could not compute gradients for "
            "some functions (", task.not_ready.begin()->first->name(),
            " never became ready)");
+  // The caller's current streams wait (events, no host sync) on every leaf
+  // stream, so .grad and the captured gradients are ready in its context.
+  for (const cuda::Stream& leaf : task.leaf_streams) {
+    cuda::Stream caller = cuda::current_stream(leaf.device_index());
+    if (caller != leaf) caller.wait_stream(leaf);
+  }
   return std::move(task.captured);
 }
 

@@ -2,6 +2,8 @@
 
 #include <tapegrad/autograd/autograd_meta.h>
 #include <tapegrad/autograd/grad_mode.h>
+#include <tapegrad/autograd/stream_rules.h>
+#include <tapegrad/cuda/allocator.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
@@ -41,14 +43,78 @@ bool accumulate_into_buffer(Tensor& old, Tensor&& incoming) {
   return false;
 }
 
-void InputBuffer::add(size_t pos, Tensor&& grad) {
-  if (!grad.defined()) return;
-  Tensor& slot = buffer_[pos];
-  if (!slot.defined()) {
-    slot = std::move(grad);
+namespace {
+// Keeps the allocator from reusing t's memory before the work queued on `s`
+// so far is done (a GPU tensor used on a stream other than its own).
+void record_stream(const Tensor& t, const cuda::Stream& s) {
+  void* p = t.impl()->storage()->data();
+  if (p && t.device().index() == s.device_index()) cuda::record_stream(p, s);
+}
+}  // namespace
+
+void InputBuffer::add(size_t pos, Tensor&& var, const cuda::Stream& producer,
+                      const cuda::Stream& consumer) {
+  if (!var.defined()) return;
+  Slot& slot = slots_[pos];
+  if (!var.is_cuda()) {  // (Cpu): no streams, no events
+    if (!slot.grad.defined()) slot.grad = std::move(var);
+    else accumulate_into_buffer(slot.grad, std::move(var));
     return;
   }
-  accumulate_into_buffer(slot, std::move(grad));
+  cuda::Stream current = cuda::current_stream(var.device().index());
+  cuda::Stream P = resolve_stream(producer, current);
+  cuda::Stream C = resolve_stream(consumer, current);
+  if (!slot.grad.defined()) {  // first producer: pick the accumulation stream
+    StreamDecision d = choose_accumulation_stream(var.device(), P, C, current);
+    slot.accumulate = d.stream;
+    // (A): the consumer will read var on C; protect it in case no
+    // accumulation follows.
+    if (d.rule == AccumulateOn::ConsumerStream && C != P) record_stream(var, C);
+    slot.grad = std::move(var);
+    slot.ready_stream = P;
+    if (first_producer_needs_event(P, C, slot.accumulate)) {
+      slot.ready = std::make_unique<cuda::Event>();
+      slot.ready->record(P);
+    }
+    return;
+  }
+  // Nth producer: accumulate on A after waiting for this producer and for
+  // the slot's last writer.
+  const cuda::Stream A = slot.accumulate;
+  if (A != P) {
+    cuda::Event e;
+    e.record(P);
+    e.block(A);
+    record_stream(var, A);
+  }
+  if (A != slot.ready_stream) {
+    if (slot.ready) slot.ready->block(A);
+    record_stream(slot.grad, A);
+  }
+  {
+    cuda::StreamGuard on_a(A);
+    accumulate_into_buffer(slot.grad, std::move(var));
+  }
+  slot.ready_stream = A;
+  slot.ready.reset();
+  if (C != A) {
+    slot.ready = std::make_unique<cuda::Event>();
+    slot.ready->record(A);
+  }
+}
+
+void InputBuffer::wait_for_consumer(const cuda::Stream& consumer) const {
+  if (!consumer.is_valid()) return;
+  for (const Slot& slot : slots_)
+    if (slot.grad.defined() && slot.grad.is_cuda() && slot.ready_stream != consumer && slot.ready)
+      slot.ready->block(consumer);
+}
+
+variable_list InputBuffer::release() {
+  variable_list out;
+  out.reserve(slots_.size());
+  for (Slot& slot : slots_) out.push_back(std::move(slot.grad));
+  return out;
 }
 
 }  // namespace tg::autograd

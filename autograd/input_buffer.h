@@ -2,6 +2,7 @@
 // before the node runs.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include <tapegrad/autograd/node.h>
@@ -10,15 +11,27 @@ namespace tg::autograd {
 
 class InputBuffer {
  public:
-  explicit InputBuffer(size_t size) : buffer_(size) {}
-  // Adds `grad` at input `pos` (an undefined grad is a no-op). The stream
-  // arguments arrive with the CUDA issue.
-  void add(size_t pos, Tensor&& grad);
-  variable_list release() { return std::move(buffer_); }
-  size_t size() const { return buffer_.size(); }
+  explicit InputBuffer(size_t size) : slots_(size) {}
+  // Adds `grad` at input `pos` (an undefined grad is a no-op). `producer` is
+  // the stream of the node that computed it and `consumer` the stream of the
+  // node that will read it (either may be invalid: see stream_rules.h). GPU
+  // gradients are accumulated on the slot's accumulation stream after event
+  // waits, never with a host sync; the cases are labelled in the code.
+  void add(size_t pos, Tensor&& grad, const cuda::Stream& producer, const cuda::Stream& consumer);
+  // The consumer, about to run on `consumer`, waits on the last writer of
+  // each slot it did not write itself.
+  void wait_for_consumer(const cuda::Stream& consumer) const;
+  variable_list release();
+  size_t size() const { return slots_.size(); }
 
  private:
-  variable_list buffer_;
+  struct Slot {
+    Tensor grad;
+    cuda::Stream accumulate;            // chosen at the first producer
+    cuda::Stream ready_stream;          // the last writer
+    std::unique_ptr<cuda::Event> ready;  // recorded on ready_stream, if anyone waits
+  };
+  std::vector<Slot> slots_;
 };
 
 // old += incoming for InputBuffer (reference §3.1). Every layout pair is listed

@@ -15,6 +15,17 @@ uint64_t next_sequence_nr() {
 }
 }  // namespace detail
 
+InputMetadata::InputMetadata(const Tensor& t)
+    : sizes(t.sizes()), dtype(t.dtype()), device(t.device()) {
+  if (device.is_cuda()) stream = cuda::current_stream(device.index());
+}
+
+cuda::Stream Node::stream() const {
+  for (const InputMetadata& m : input_metadata_)
+    if (m.stream.is_valid()) return m.stream;
+  return cuda::Stream();
+}
+
 Tensor InputMetadata::zeros() const {
   return tg::zeros(sizes, TensorOptions().dtype(dtype).device(device));
 }

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include <tapegrad/cuda/stream.h>
 #include <tapegrad/tensor/tensor.h>
 
 namespace tg::autograd {
@@ -32,15 +33,16 @@ using edge_list = std::vector<Edge>;
 
 // What a gradient flowing into a node's input must look like: the forward
 // tensor's shape, dtype and device (the engine reduces broadcast gradients to
-// `sizes` and casts them to `dtype`).
+// `sizes` and casts them to `dtype`), and for a GPU tensor the current stream
+// of its device when the forward op ran (the node runs its backward there).
 struct InputMetadata {
   InputMetadata() = default;
-  explicit InputMetadata(const Tensor& t)
-      : sizes(t.sizes()), dtype(t.dtype()), device(t.device()) {}
+  explicit InputMetadata(const Tensor& t);
   Tensor zeros() const;
   IntList sizes;
   ScalarType dtype = ScalarType::Float32;
   Device device{DeviceType::CPU};
+  cuda::Stream stream;  // invalid for CPU tensors
 };
 
 class Node : public std::enable_shared_from_this<Node> {
@@ -65,6 +67,10 @@ class Node : public std::enable_shared_from_this<Node> {
   // built-in formulas just return undefined gradients, so the engine skips
   // them (custom Functions materialise zeros instead).
   virtual bool apply_on_undefined() const { return false; }
+
+  // The stream the node runs on: that of its first GPU input (reference
+  // §0); invalid for CPU nodes.
+  cuda::Stream stream() const;
 
   uint64_t sequence_nr() const { return sequence_nr_; }
   uint64_t topological_nr() const { return topological_nr_; }

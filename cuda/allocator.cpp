@@ -277,11 +277,9 @@ DeviceCachingAllocator* g_allocators[kMaxDevices] = {};
 std::mutex g_allocators_mu;
 
 DeviceCachingAllocator& allocator(int device, const char* op) {
-  int n = device_count();
-  TG_CHECK(n > 0, op, ": no CUDA device is available (cudaGetDeviceCount found none); "
-           "check the driver and CUDA_VISIBLE_DEVICES");
-  TG_CHECK(device >= 0 && device < n && device < kMaxDevices, op, ": CUDA device ", device,
-           " does not exist; ", n, " device(s) visible");
+  detail::check_device(device, op);
+  TG_CHECK(device < kMaxDevices, op, ": device index ", device, " exceeds the ",
+           kMaxDevices, " devices the allocator supports");
   std::lock_guard<std::mutex> lock(g_allocators_mu);
   // Never destroyed: tensors with static lifetime may outlive everything.
   if (!g_allocators[device]) g_allocators[device] = new DeviceCachingAllocator(device);
@@ -296,16 +294,14 @@ Allocator* get_allocator(int device) { return &allocator(device, "allocate"); }
   return true;
 }();
 
-int resolve(int device) { return device < 0 ? current_device() : device; }
-
 }  // namespace
 
 MemoryStats memory_stats(int device) {
-  return allocator(resolve(device), "memory_stats").stats();
+  return allocator(detail::resolve_device(device, "memory_stats"), "memory_stats").stats();
 }
 
 void reset_peak_memory_stats(int device) {
-  allocator(resolve(device), "reset_peak_memory_stats").reset_peak();
+  allocator(detail::resolve_device(device, "reset_peak_memory_stats"), "reset_peak_memory_stats").reset_peak();
 }
 
 void empty_cache() {

@@ -15,3 +15,10 @@
                " (", cudaGetErrorString(err_), ")");                         \
     }                                                                        \
   } while (0)
+
+namespace tg::cuda::detail {
+// Throws naming `op` when there is no GPU or `device` is not one of them.
+void check_device(int device, const char* op);
+// -1 means the current device; then checked as above.
+int resolve_device(int device, const char* op);
+}  // namespace tg::cuda::detail

@@ -18,14 +18,6 @@ int query_count() {
   return n;
 }
 
-void check_device(int device, const char* op) {
-  int n = device_count();
-  TG_CHECK(n > 0, op, ": no CUDA device is available (cudaGetDeviceCount found "
-           "none); check the driver and CUDA_VISIBLE_DEVICES");
-  TG_CHECK(device >= 0 && device < n, op, ": device index ", device,
-           " is out of range; ", n, " CUDA device(s) visible");
-}
-
 __global__ void affine_kernel(int* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = 3 * i + 1;
@@ -38,6 +30,23 @@ __global__ void spin_kernel(long long cycles) {
 }
 
 }  // namespace
+
+namespace detail {
+void check_device(int device, const char* op) {
+  int n = device_count();
+  TG_CHECK(n > 0, op, ": no CUDA device is available (cudaGetDeviceCount found "
+           "none); check the driver and CUDA_VISIBLE_DEVICES");
+  TG_CHECK(device >= 0 && device < n, op, ": device index ", device,
+           " is out of range; ", n, " CUDA device(s) visible");
+}
+
+int resolve_device(int device, const char* op) {
+  if (device < 0) device = current_device();
+  check_device(device, op);
+  return device;
+}
+}  // namespace detail
+using detail::check_device;
 
 void delay(const Stream& s, double milliseconds) {
   TG_CHECK(s.is_valid(), "cuda::delay: not a stream");

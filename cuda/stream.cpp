@@ -14,19 +14,7 @@ namespace tg::cuda {
 
 namespace {
 
-void check_device(int device, const char* op) {
-  int n = device_count();
-  TG_CHECK(n > 0, op, ": no CUDA device is available (cudaGetDeviceCount found "
-           "none); check the driver and CUDA_VISIBLE_DEVICES");
-  TG_CHECK(device >= 0 && device < n, op, ": device index ", device,
-           " is out of range; ", n, " CUDA device(s) visible");
-}
-
-int resolve(int device, const char* op) {
-  if (device < 0) device = current_device();
-  check_device(device, op);
-  return device;
-}
+using detail::check_device;
 
 constexpr int kPoolSize = 8;
 constexpr int kMaxDevices = 64;
@@ -58,7 +46,7 @@ void set_device(int device) {
 }
 
 void synchronize(int device) {
-  DeviceGuard g(resolve(device, "cuda::synchronize"));
+  DeviceGuard g(detail::resolve_device(device, "cuda::synchronize"));
   TG_CUDA_CHECK(cudaDeviceSynchronize(), "cuda::synchronize");
 }
 
@@ -90,11 +78,11 @@ void Stream::wait_stream(const Stream& other) const {
 }
 
 Stream default_stream(int device) {
-  return Stream(resolve(device, "default_stream"), nullptr);
+  return Stream(detail::resolve_device(device, "default_stream"), nullptr);
 }
 
 Stream current_stream(int device) {
-  device = resolve(device, "current_stream");
+  device = detail::resolve_device(device, "current_stream");
   return Stream(device, t_current[device]);
 }
 
@@ -105,7 +93,7 @@ void set_current_stream(const Stream& s) {
 }
 
 Stream stream_from_pool(int device) {
-  device = resolve(device, "stream_from_pool");
+  device = detail::resolve_device(device, "stream_from_pool");
   TG_CHECK(device < kMaxDevices, "stream_from_pool: device ", device, " exceeds ", kMaxDevices);
   DevicePool& p = g_pools[device];
   std::call_once(p.once, [&] {

@@ -6,9 +6,36 @@
 // Float32, Float64 or Int64 (Bool only where stated).
 #pragma once
 
+#include <cstdint>
+
+#include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/tensor.h>
 
 namespace tg::kernels {
+
+// Calls f(T{}) with T the C++ type of a compute dtype (float, double,
+// int64_t); the CPU and CUDA backends both dispatch through it.
+template <class F>
+void dispatch_compute(ScalarType t, const char* op, F&& f) {
+  switch (t) {
+    case ScalarType::Float32: f(float{}); return;
+    case ScalarType::Float64: f(double{}); return;
+    case ScalarType::Int64: f(int64_t{}); return;
+    default: TG_INTERNAL_ASSERT(false, op, ": kernel got non-compute dtype ", t);
+  }
+}
+
+// Calls f(U{}) with U the unsigned integer type of `bytes` (1, 2, 4 or 8):
+// for kernels that only move elements (where, gather, index_select, fill).
+template <class F>
+void dispatch_bytes(size_t bytes, F&& f) {
+  switch (bytes) {
+    case 1: f(uint8_t{}); return;
+    case 2: f(uint16_t{}); return;
+    case 4: f(uint32_t{}); return;
+    default: f(uint64_t{}); return;
+  }
+}
 
 enum class BinaryOp { Add, Sub, Mul, Div, Pow, Max, Min };
 enum class CompareOp { Eq, Ne, Lt, Le, Gt, Ge };

@@ -50,12 +50,10 @@ void fill_kernel(const Tensor& dst, Scalar v) {
   Tensor one = tg::empty({}, TensorOptions().dtype(dst.dtype()));
   kernels::cpu_backend().fill(one, v);
   Tensor ops[1] = {dst};
-  switch (element_size(dst.dtype())) {
-    case 1: return launch(ops, 1, "fill_", FillFn<uint8_t>{*static_cast<uint8_t*>(one.data_ptr())});
-    case 2: return launch(ops, 1, "fill_", FillFn<uint16_t>{*static_cast<uint16_t*>(one.data_ptr())});
-    case 4: return launch(ops, 1, "fill_", FillFn<uint32_t>{*static_cast<uint32_t*>(one.data_ptr())});
-    default: return launch(ops, 1, "fill_", FillFn<uint64_t>{*static_cast<uint64_t*>(one.data_ptr())});
-  }
+  dispatch_bytes(element_size(dst.dtype()), [&](auto u) {
+    using U = decltype(u);
+    launch(ops, 1, "fill_", FillFn<U>{*static_cast<U*>(one.data_ptr())});
+  });
 }
 
 template <class U>
@@ -68,12 +66,8 @@ struct WhereFn {
 
 void where_kernel(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
   Tensor ops[4] = {out, cond, a, b};
-  switch (element_size(out.dtype())) {
-    case 1: return launch(ops, 4, "where", WhereFn<uint8_t>{});
-    case 2: return launch(ops, 4, "where", WhereFn<uint16_t>{});
-    case 4: return launch(ops, 4, "where", WhereFn<uint32_t>{});
-    default: return launch(ops, 4, "where", WhereFn<uint64_t>{});
-  }
+  dispatch_bytes(element_size(out.dtype()),
+                 [&](auto u) { launch(ops, 4, "where", WhereFn<decltype(u)>{}); });
 }
 
 // ---- binary and compare --------------------------------------------------------------

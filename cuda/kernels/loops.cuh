@@ -11,6 +11,7 @@
 
 #include <tapegrad/cuda/check.h>
 #include <tapegrad/cuda/stream.h>
+#include <tapegrad/tensor/kernels.h>
 #include <tapegrad/tensor/tensor.h>
 
 namespace tg::cuda {
@@ -127,15 +128,8 @@ void dispatch_all(ScalarType t, F&& f) {
     case ScalarType::Bool: f(bool{}); return;
   }
 }
-template <class F>
-void dispatch_compute(ScalarType t, const char* op, F&& f) {
-  switch (t) {
-    case ScalarType::Float32: f(float{}); return;
-    case ScalarType::Float64: f(double{}); return;
-    case ScalarType::Int64: f(int64_t{}); return;
-    default: TG_INTERNAL_ASSERT(false, op, ": CUDA kernel got non-compute dtype ", t);
-  }
-}
+using kernels::dispatch_bytes;
+using kernels::dispatch_compute;
 
 template <class T>
 constexpr bool is_half_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;

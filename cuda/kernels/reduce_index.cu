@@ -183,12 +183,7 @@ void index_select_kernel(const Tensor& out, const Tensor& x, const Tensor& index
         static_cast<U*>(out.data_ptr()), static_cast<const U*>(x.data_ptr()), ip, istride, total, m,
         n, inner);
   };
-  switch (element_size(out.dtype())) {
-    case 1: run(uint8_t{}); break;
-    case 2: run(uint16_t{}); break;
-    case 4: run(uint32_t{}); break;
-    default: run(uint64_t{}); break;
-  }
+  dispatch_bytes(element_size(out.dtype()), run);
   TG_CUDA_CHECK(cudaGetLastError(), "index_select");
 }
 
@@ -205,12 +200,9 @@ void gather_kernel(const Tensor& out, const Tensor& x, const Tensor& index, int6
                    int64_t dim_stride) {
   Tensor ops[3] = {out, index, x};
   int64_t esz = int64_t(element_size(out.dtype()));
-  switch (esz) {
-    case 1: return launch(ops, 3, "gather", GatherFn<uint8_t>{dim_stride * esz});
-    case 2: return launch(ops, 3, "gather", GatherFn<uint16_t>{dim_stride * esz});
-    case 4: return launch(ops, 3, "gather", GatherFn<uint32_t>{dim_stride * esz});
-    default: return launch(ops, 3, "gather", GatherFn<uint64_t>{dim_stride * esz});
-  }
+  dispatch_bytes(size_t(esz), [&](auto u) {
+    launch(ops, 3, "gather", GatherFn<decltype(u)>{dim_stride * esz});
+  });
 }
 
 __device__ inline void atomic_add(float* p, float v) { atomicAdd(p, v); }

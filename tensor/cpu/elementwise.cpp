@@ -368,12 +368,8 @@ void where_typed(const Tensor& out, const Tensor& cond, const Tensor& a,
 
 void where_kernel(const Tensor& out, const Tensor& cond, const Tensor& a,
                   const Tensor& b) {
-  switch (element_size(out.dtype())) {
-    case 1: return where_typed<uint8_t>(out, cond, a, b);
-    case 2: return where_typed<uint16_t>(out, cond, a, b);
-    case 4: return where_typed<uint32_t>(out, cond, a, b);
-    default: return where_typed<uint64_t>(out, cond, a, b);
-  }
+  dispatch_bytes(element_size(out.dtype()),
+                 [&](auto u) { where_typed<decltype(u)>(out, cond, a, b); });
 }
 
 }  // namespace

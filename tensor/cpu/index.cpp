@@ -44,12 +44,8 @@ void gather_typed(const Tensor& out, const Tensor& x, const Tensor& index,
 
 void gather_kernel(const Tensor& out, const Tensor& x, const Tensor& index,
                    int64_t /*dim*/, int64_t dim_stride) {
-  switch (element_size(out.dtype())) {
-    case 1: return gather_typed<uint8_t>(out, x, index, dim_stride);
-    case 2: return gather_typed<uint16_t>(out, x, index, dim_stride);
-    case 4: return gather_typed<uint32_t>(out, x, index, dim_stride);
-    default: return gather_typed<uint64_t>(out, x, index, dim_stride);
-  }
+  dispatch_bytes(element_size(out.dtype()),
+                 [&](auto u) { gather_typed<decltype(u)>(out, x, index, dim_stride); });
 }
 
 // out[.., index[i], ..] += src[i] over index's shape; serial (targets repeat).

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include <tapegrad/tensor/kernels.h>
 #include <tapegrad/tensor/tensor.h>
 
 namespace tg::cpu {
@@ -47,23 +48,7 @@ void for_each(const Tensor* ops, int nops, InnerLoop inner, bool parallel = true
 // Runs f(begin, end) over [0, n) in TBB chunks of at least `grain`.
 void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> f);
 
-// Calls f(T{}) with T the C++ type of a compute dtype (float, double, int64_t).
-template <class F>
-void dispatch_compute(ScalarType t, const char* op, F&& f);
+using kernels::dispatch_bytes;
+using kernels::dispatch_compute;
 
-}  // namespace tg::cpu
-
-#include <tapegrad/tensor/error.h>
-
-namespace tg::cpu {
-template <class F>
-void dispatch_compute(ScalarType t, const char* op, F&& f) {
-  switch (t) {
-    case ScalarType::Float32: f(float{}); return;
-    case ScalarType::Float64: f(double{}); return;
-    case ScalarType::Int64: f(int64_t{}); return;
-    default:
-      TG_INTERNAL_ASSERT(false, op, ": CPU kernel got non-compute dtype ", t);
-  }
-}
 }  // namespace tg::cpu

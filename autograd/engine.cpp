@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
 #include <exception>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -15,6 +18,7 @@
 #include <tapegrad/autograd/grad_mode.h>
 #include <tapegrad/autograd/input_buffer.h>
 #include <tapegrad/autograd/saved_hooks.h>
+#include <tapegrad/cuda/device.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
@@ -35,9 +39,21 @@ struct ReadyTask {
   InputBuffer buffer;
 };
 
+// Threads (DESIGN §5, reference §1.8): the calling thread runs the CPU
+// nodes of its GraphTask; the nodes whose stream is on a GPU run on that
+// device's one worker thread, which serves every GraphTask of the process.
+// A task that has no GPU node, and every reentrant task, runs entirely on
+// the calling thread and takes no locks (`concurrent` stays false).
 struct GraphTask {
   bool keep_graph = false;
   bool create_graph = false;
+  bool concurrent = false;  // some node runs on a device worker
+  bool anomaly = false;     // the caller's thread-local switches, for workers
+  std::shared_ptr<const SavedTensorHooks> hooks;
+  std::mutex mutex;            // guards everything below once concurrent
+  std::condition_variable cv;  // the caller waits for CPU work or the end
+  int outstanding = 0;         // nodes queued or running
+  std::exception_ptr error;    // the first error; later nodes are skipped
   std::unordered_map<Node*, int> dependencies;
   std::unordered_map<Node*, InputBuffer> not_ready;
   std::unordered_map<Node*, ExecInfo> exec_info;  // empty: run everything
@@ -53,7 +69,10 @@ struct GraphTask {
   // Tasks are reused per thread and reentrant depth: clear() keeps the hash
   // tables' buckets, so a backward allocates no tables once warmed up.
   void clear() {
-    keep_graph = create_graph = false;
+    keep_graph = create_graph = concurrent = anomaly = false;
+    hooks.reset();
+    outstanding = 0;
+    error = nullptr;
     dependencies.clear();
     not_ready.clear();
     exec_info.clear();
@@ -62,6 +81,12 @@ struct GraphTask {
     leaf_streams.clear();
     seen.clear();
     stack.clear();
+  }
+
+  // Locks the task only when a worker may touch it.
+  std::unique_lock<std::mutex> lock() {
+    return concurrent ? std::unique_lock<std::mutex>(mutex)
+                      : std::unique_lock<std::mutex>(mutex, std::defer_lock);
   }
 
   void push(std::shared_ptr<Node> fn, InputBuffer&& buf) {
@@ -81,6 +106,9 @@ struct GraphTask {
 
 thread_local GraphTask* t_current_task = nullptr;
 thread_local int t_reentrant_depth = 0;
+// Set on device workers and on threads that continue a deep reentrant
+// backward: their tasks never wait on a worker (which may be waiting on them).
+thread_local bool t_run_inline = false;
 thread_local std::vector<std::unique_ptr<GraphTask>> t_task_pool;  // by depth
 constexpr int kMaxReentrantDepth = 32;
 
@@ -89,6 +117,49 @@ struct GraphTaskGuard {
   ~GraphTaskGuard() { t_current_task = prev; }
   GraphTask* prev;
 };
+
+struct DeviceTask {
+  GraphTask* task;
+  ReadyTask work;
+};
+
+// One per device, created with its worker thread on first use and never
+// destroyed (the worker outlives static destruction, as in PyTorch).
+struct DeviceQueue {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::deque<DeviceTask> tasks;  // FIFO: each task's own order is kept by its
+                                 // dependencies; FIFO keeps tasks fair
+
+  void push(GraphTask* task, std::shared_ptr<Node> fn, InputBuffer&& buf) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      tasks.push_back({task, {std::move(fn), std::move(buf)}});
+    }
+    cv.notify_one();
+  }
+  DeviceTask pop() {
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return !tasks.empty(); });
+    DeviceTask t = std::move(tasks.front());
+    tasks.pop_front();
+    return t;
+  }
+};
+
+void worker_main(int device, DeviceQueue* queue);
+
+DeviceQueue& device_queue(int device) {
+  static const int count = cuda::device_count();
+  static std::vector<std::once_flag> started(size_t(std::max(count, 1)));
+  static std::vector<DeviceQueue*> queues(size_t(std::max(count, 1)), nullptr);
+  TG_INTERNAL_ASSERT(device >= 0 && device < count, "autograd: no worker for device ", device);
+  std::call_once(started[size_t(device)], [&] {
+    queues[size_t(device)] = new DeviceQueue();  // never freed: see above
+    std::thread(worker_main, device, queues[size_t(device)]).detach();
+  });
+  return *queues[size_t(device)];
+}
 
 // The root of a backward with several outputs: its outputs are their grads.
 class GraphRoot final : public Node {
@@ -150,7 +221,10 @@ void compute_dependencies(GraphTask& task, Node* root, uint64_t min_topo_nr) {
       Node* next = e.function.get();
       if (!next) continue;
       task.dependencies[next] += 1;
-      if (seen.insert(next).second) stack.push_back(next);
+      if (seen.insert(next).second) {
+        stack.push_back(next);
+        if (!task.concurrent && next->stream().is_valid()) task.concurrent = true;
+      }
     }
   }
 }
@@ -213,6 +287,23 @@ void add_leaf_stream(GraphTask& task, const cuda::Stream& s) {
   task.leaf_streams.push_back(s);
 }
 
+// Queues a ready node: on its device's worker when it runs on a GPU and the
+// task is concurrent, else for the calling thread. The caller holds the lock.
+void schedule(GraphTask& task, std::shared_ptr<Node> fn, InputBuffer&& buf) {
+  ++task.outstanding;
+  if (task.concurrent) {
+    const cuda::Stream s = fn->stream();
+    if (s.is_valid()) {
+      device_queue(s.device_index()).push(&task, std::move(fn), std::move(buf));
+      return;
+    }
+    task.push(std::move(fn), std::move(buf));
+    task.cv.notify_all();
+    return;
+  }
+  task.push(std::move(fn), std::move(buf));
+}
+
 void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, InputBuffer& buffer) {
   Node& fn = *fn_ptr;
   // The node runs on the stream of its forward op, after waiting for the
@@ -227,11 +318,13 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, Inp
   fn.call_tensor_pre_hooks(inputs);
   if (!task.exec_info.empty()) {
     auto it = task.exec_info.find(&fn);
-    if (it != task.exec_info.end())
+    if (it != task.exec_info.end() && !it->second.captures.empty()) {
+      auto lock = task.lock();
       for (auto [in, out] : it->second.captures) {
         task.captured[out] = inputs[in];
         add_leaf_stream(task, stream);
       }
+    }
     // A captured node runs only if something deeper is needed (OURS).
     if (it == task.exec_info.end() || !it->second.needed) return;
   }
@@ -248,9 +341,11 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, Inp
     if (!task.keep_graph) fn.release_variables();
     if (fn.has_post_hooks()) fn.call_post_hooks(outputs, inputs_copy);
   }
-  if (fn.num_outputs() == 0) add_leaf_stream(task, stream);
   if (is_anomaly_enabled()) check_anomaly(fn, outputs);
   validate_outputs(fn, outputs);
+
+  auto lock = task.lock();
+  if (fn.num_outputs() == 0) add_leaf_stream(task, stream);
 
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Edge& e = fn.next_edge(i);
@@ -269,15 +364,57 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, Inp
       }
       InputBuffer buf(next->num_inputs());
       buf.add(e.input_nr, std::move(outputs[i]), stream, next->stream());
-      if (ready) task.push(e.function, std::move(buf));
+      if (ready) schedule(task, e.function, std::move(buf));
       else task.not_ready.emplace(next, std::move(buf));
     } else {
       nit->second.add(e.input_nr, std::move(outputs[i]), stream, next->stream());
       if (ready) {
-        task.push(e.function, std::move(nit->second));
+        schedule(task, e.function, std::move(nit->second));
         task.not_ready.erase(nit);
       }
     }
+  }
+}
+
+// Runs one ready node of `task` on this thread (unless an earlier node
+// failed), then counts it done. The node and its inputs are dropped before
+// the count, so memory is back when the caller resumes.
+void run_node(GraphTask& task, ReadyTask& work) {
+  bool failed;
+  {
+    auto lock = task.lock();
+    failed = task.error != nullptr;
+  }
+  if (!failed) {
+    try {
+      evaluate_function(task, work.fn, work.buffer);
+    } catch (...) {
+      auto lock = task.lock();
+      if (!task.error) task.error = std::current_exception();
+    }
+  }
+  work = ReadyTask{nullptr, InputBuffer(0)};
+  auto lock = task.lock();
+  if (--task.outstanding == 0 && task.concurrent) task.cv.notify_all();
+}
+
+void worker_main(int device, DeviceQueue* queue) {
+  t_run_inline = true;
+  cuda::set_device(device);
+  for (;;) {
+    DeviceTask t = queue->pop();
+    GraphTask& task = *t.task;
+    // The caller's thread-local state, for the duration of the node.
+    GraphTaskGuard guard(&task);
+    AutoGradMode grad_mode(task.create_graph);
+    struct Anomaly {
+      bool prev = is_anomaly_enabled();
+      ~Anomaly() { set_anomaly_enabled(prev); }
+    } anomaly;
+    set_anomaly_enabled(task.anomaly);
+    std::optional<SavedTensorHooksGuard> hooks;
+    if (task.hooks) hooks.emplace(*task.hooks);
+    run_node(task, t.work);
   }
 }
 
@@ -294,6 +431,9 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
   } clear_at_exit{task};
   task.keep_graph = keep_graph;
   task.create_graph = create_graph;
+  task.anomaly = is_anomaly_enabled();
+  // Reentrant tasks (from a node, on the caller or on a worker) run inline.
+  const bool use_workers = t_reentrant_depth == 1 && !t_run_inline;
 
   std::shared_ptr<Node> root;
   InputBuffer root_buffer(0);
@@ -313,16 +453,29 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
     for (const Edge& e : captures) min_topo_nr = std::min(min_topo_nr, e.function->topological_nr());
   }
   compute_dependencies(task, root.get(), min_topo_nr);
+  task.concurrent = use_workers && (task.concurrent || root->stream().is_valid());
+  if (task.concurrent) task.hooks = current_saved_tensor_hooks();
   if (!needed.empty() || !captures.empty())
     init_to_execute(task, root.get(), needed, captures, min_topo_nr);
 
   GraphTaskGuard guard(&task);
   AutoGradMode grad_mode(create_graph);
-  task.push(root, std::move(root_buffer));
-  while (!task.ready.empty()) {
-    ReadyTask t = task.pop();
-    evaluate_function(task, t.fn, t.buffer);
+  {
+    auto lock = task.lock();
+    schedule(task, root, std::move(root_buffer));
   }
+  for (;;) {
+    ReadyTask t{nullptr, InputBuffer(0)};
+    {
+      auto lock = task.lock();
+      if (task.concurrent)
+        task.cv.wait(lock, [&] { return !task.ready.empty() || task.outstanding == 0; });
+      if (task.ready.empty()) break;  // and nothing is queued or running
+      t = task.pop();
+    }
+    run_node(task, t);
+  }
+  if (task.error) std::rethrow_exception(task.error);
   TG_CHECK(task.not_ready.empty(), "autograd: could not compute gradients for "
            "some functions (", task.not_ready.begin()->first->name(),
            " never became ready)");
@@ -363,6 +516,7 @@ variable_list execute(const edge_list& roots, variable_list root_grads, bool kee
   auto hooks = current_saved_tensor_hooks();
   std::thread worker([&] {
     try {
+      t_run_inline = true;
       std::unique_ptr<SavedTensorHooksGuard> g;
       if (hooks) g = std::make_unique<SavedTensorHooksGuard>(*hooks);
       result = run_graph_task(roots, std::move(root_grads), keep_graph, create_graph,

@@ -43,4 +43,21 @@ void empty_cache();
 // is not reused after it is freed until the work queued on `s` by then is done.
 void record_stream(const void* ptr, const Stream& s);
 
+// Page-locked host memory (Tensor::pin_memory, non_blocking copies): a
+// caching allocator by power-of-two size classes. A pinned block used by an
+// asynchronous copy (record_host_use, which `to` calls) is not reused after
+// it is freed until the copy has completed; no host sync is needed for that.
+struct HostMemoryStats {
+  int64_t allocated_bytes = 0;  // in blocks handed out (size classes)
+  int64_t cached_bytes = 0;     // free blocks kept for reuse
+  int64_t pending_blocks = 0;   // freed blocks whose copies are still queued
+  int64_t num_host_allocs = 0;  // cudaHostAlloc calls since start
+};
+HostMemoryStats host_memory_stats();
+// Returns the cached pinned blocks to the driver.
+void empty_host_cache();
+// The pinned block starting at `ptr` (a storage's data pointer) is read or
+// written by work queued on `s` so far.
+void record_host_use(const void* ptr, const Stream& s);
+
 }  // namespace tg::cuda

@@ -52,5 +52,8 @@ MemoryStats memory_stats(int) { no_cuda("memory_stats"); }
 void reset_peak_memory_stats(int) { no_cuda("reset_peak_memory_stats"); }
 void empty_cache() {}
 void record_stream(const void*, const Stream&) { no_cuda("record_stream"); }
+HostMemoryStats host_memory_stats() { no_cuda("host_memory_stats"); }
+void empty_host_cache() {}
+void record_host_use(const void*, const Stream&) { no_cuda("record_host_use"); }
 
 }  // namespace tg::cuda

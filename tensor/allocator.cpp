@@ -164,6 +164,21 @@ Allocator* allocator_for(Device d) {
   return get(d.index());
 }
 
+namespace {
+std::atomic<Allocator*> g_pinned_allocator{nullptr};
+}
+
+Allocator* pinned_allocator() {
+  Allocator* a = g_pinned_allocator.load();
+  TG_CHECK(a != nullptr, "pin_memory: page-locked host memory needs the CUDA backend, "
+           "and this build has none (reconfigure with -DTAPEGRAD_CUDA=ON)");
+  return a;
+}
+
+Allocator* registered_pinned_allocator() { return g_pinned_allocator.load(); }
+
+void set_pinned_allocator(Allocator* a) { g_pinned_allocator.store(a); }
+
 void set_allocator(DeviceType t, DeviceAllocatorFn get) {
   TG_CHECK(t == DeviceType::CUDA, "set_allocator: only the CUDA allocator can be replaced");
   g_cuda_allocator.store(get);

@@ -38,4 +38,10 @@ Allocator* allocator_for(Device d);
 using DeviceAllocatorFn = Allocator* (*)(int index);
 void set_allocator(DeviceType t, DeviceAllocatorFn get);
 
+// Page-locked host memory for fast and asynchronous host<->device copies;
+// the CUDA backend registers it. Without one, pinned_allocator() throws.
+Allocator* pinned_allocator();
+Allocator* registered_pinned_allocator();  // nullptr when none
+void set_pinned_allocator(Allocator* a);
+
 }  // namespace tg

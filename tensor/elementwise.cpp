@@ -321,14 +321,29 @@ Tensor& fill_(Tensor& self, Scalar s) {
 }
 Tensor& zero_(Tensor& self) { return fill_(self, 0); }
 
-Tensor& copy_(Tensor& self, const Tensor& src, bool /*non_blocking*/) {
+Tensor& copy_(Tensor& self, const Tensor& src, bool non_blocking) {
   detail::check_defined(self, "copy_", "self");
   detail::check_defined(src, "copy_", "src");
-  detail::check_same_device(self, src, "copy_");
   IntList shape = broadcast_shapes(self.sizes(), src.sizes(), "copy_");
   TG_CHECK(shape == self.sizes(), "copy_: src of shape ", shape_str(src.sizes()),
            " cannot be broadcast to self of shape ", shape_str(self.sizes()));
   detail::check_writable(self, "copy_");
+  if (self.device() != src.device()) {
+    // Between devices: shape and dtype are fixed on the source's side, the
+    // bytes move in one copy (asynchronous with pinned host memory and
+    // non_blocking), and a strided self is filled from a staging tensor.
+    const kernels::Backend& be = kernels::backend(self.is_cuda() ? self.device() : src.device(), "copy_");
+    Tensor s = contiguous(to(expand(src, self.sizes()), self.dtype()));
+    if (self.is_contiguous()) {
+      be.copy_across(self, s, non_blocking);
+    } else {
+      Tensor staged = detail::new_empty(self.sizes(), self.dtype(), self.device());
+      be.copy_across(staged, s, false);
+      kernels::backend(self.device(), "copy_").copy(self, staged);
+    }
+    self.bump_version();
+    return self;
+  }
   Tensor s = detail::may_overlap(self, src) ? src.clone() : src;
   kernels::backend(self.device(), "copy_").copy(self, raw::expand(s, self.sizes()));
   self.bump_version();

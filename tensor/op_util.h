@@ -29,6 +29,8 @@ void check_same_device(const Tensor& a, const Tensor& b, const char* op);
 
 // A fresh contiguous tensor on a device, bypassing option checks.
 Tensor new_empty(const IntList& sizes, ScalarType dtype, Device device);
+// ... with storage from a given allocator (pinned host memory, say).
+Tensor new_empty(const IntList& sizes, ScalarType dtype, Allocator* allocator);
 
 // Whether writing into `dst` could clobber `src` before it is read
 // (shared storage with a different view); callers then copy src first.

@@ -110,6 +110,7 @@ Tensor detach(const Tensor& self);
 Tensor to(const Tensor& self, ScalarType t);
 Tensor to(const Tensor& self, Device d, bool non_blocking = false);
 Tensor to(const Tensor& self, Device d, ScalarType t);
+Tensor pin_memory(const Tensor& self);
 
 // Number of GEMM kernel launches since start (mm, bmm, matmul, linear all
 // count each batched GEMM call once); lets tests see what trimming skips.

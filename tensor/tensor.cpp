@@ -48,6 +48,10 @@ void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
 }
 
 Tensor new_empty(const IntList& sizes, ScalarType dtype, Device device) {
+  return new_empty(sizes, dtype, allocator_for(device));
+}
+
+Tensor new_empty(const IntList& sizes, ScalarType dtype, Allocator* allocator) {
   int64_t n = 1;
   for (int64_t s : sizes)
     TG_CHECK(!__builtin_mul_overflow(n, s, &n), "empty: shape ", shape_str(sizes),
@@ -55,7 +59,7 @@ Tensor new_empty(const IntList& sizes, ScalarType dtype, Device device) {
   int64_t nbytes;
   TG_CHECK(!__builtin_mul_overflow(n, int64_t(element_size(dtype)), &nbytes),
            "empty: shape ", shape_str(sizes), " of ", dtype, " needs more bytes than fit in 64 bits");
-  auto storage = IntrusivePtr<StorageImpl>::make(size_t(nbytes), allocator_for(device));
+  auto storage = IntrusivePtr<StorageImpl>::make(size_t(nbytes), allocator);
   return Tensor(IntrusivePtr<TensorImpl>::make(
       std::move(storage), sizes, contiguous_strides(sizes), 0, dtype,
       IntrusivePtr<VersionCounter>()));
@@ -149,6 +153,12 @@ bool view_strides(const IntList& sizes, const IntList& strides,
 int64_t Tensor::size(int64_t d) const {
   return sizes()[wrap_dim(d, dim(), "size", sizes())];
 }
+bool Tensor::is_pinned() const {
+  detail::check_defined(*this, "is_pinned");
+  const Allocator* pinned = registered_pinned_allocator();
+  return pinned && impl_->storage() && impl_->storage()->allocator() == pinned;
+}
+
 int64_t Tensor::stride(int64_t d) const {
   return strides()[wrap_dim(d, dim(), "stride", sizes())];
 }
@@ -365,8 +375,22 @@ Tensor to(const Tensor& self, Device d, bool non_blocking) {
   // before any allocation, so a missing backend fails cleanly).
   const kernels::Backend& be = kernels::backend(d.is_cuda() ? d : self.device(), "to");
   Tensor src = contiguous(self);
-  Tensor out = detail::new_empty(self.sizes(), self.dtype(), d);
+  // A non-blocking copy to the host lands in pinned memory (as PyTorch):
+  // the copy stays asynchronous, and the caller synchronises before reading.
+  Tensor out = non_blocking && d.is_cpu()
+                   ? detail::new_empty(self.sizes(), self.dtype(), pinned_allocator())
+                   : detail::new_empty(self.sizes(), self.dtype(), d);
   be.copy_across(out, src, non_blocking);
+  return out;
+}
+
+Tensor pin_memory(const Tensor& self) {
+  detail::check_defined(self, "pin_memory");
+  TG_CHECK(self.device().is_cpu(), "pin_memory: only CPU tensors can be pinned, got a tensor on ",
+           self.device());
+  if (self.is_pinned()) return self;
+  Tensor out = detail::new_empty(self.sizes(), self.dtype(), pinned_allocator());
+  kernels::backend(self.device(), "pin_memory").copy(out, self);
   return out;
 }
 

@@ -81,6 +81,12 @@ class Tensor {
   Tensor to(Device d, bool non_blocking = false) const;
   Tensor to(ScalarType t) const;
   Tensor to(Device d, ScalarType t) const;
+  // A copy in page-locked host memory (CPU tensors; needs the CUDA backend
+  // and a GPU). Copies from it to a GPU with non_blocking=true return at
+  // once; to(cpu, non_blocking=true) from a GPU returns a pinned tensor that
+  // is valid after the stream (or cuda::synchronize) completes.
+  Tensor pin_memory() const;
+  bool is_pinned() const;
   Tensor contiguous() const;
   Tensor clone() const;
   Tensor detach() const;  // shares storage and version counter

@@ -4,6 +4,11 @@
 // kernel and backward formula under test runs on CUDA. Skips without a GPU.
 #include "reference.h"
 
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
 namespace {
 
 using tg::Tensor;
@@ -192,6 +197,104 @@ TEST(CudaGpuAutograd, OffloadHooksMoveSavedTensorsToTheCpu) {
   Tensor g = tg::autograd::grad({y.sum()}, {x})[0];
   EXPECT_TRUE(g.is_cuda());
   EXPECT_TRUE(tg::equal(g.to(kCpu), g_plain));
+}
+
+
+// Threads (DESIGN §5): CPU nodes run on the caller, every node on a GPU runs
+// on that device's one worker thread, the same thread for every backward.
+struct GpuReentrant : tg::autograd::Function<GpuReentrant> {
+  static Tensor forward(tg::autograd::AutogradContext* ctx, Tensor x) {
+    ctx->save_for_backward({x});
+    return tg::sin(x);
+  }
+  static variable_list backward(tg::autograd::AutogradContext* ctx, variable_list g) {
+    // A nested backward on the worker thread (runs inline there).
+    Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_();
+    Tensor d;
+    {
+      tg::EnableGradGuard on;
+      d = tg::autograd::grad({tg::sin(x).sum()}, {x})[0];
+    }
+    return {g[0] * d};
+  }
+};
+
+struct FailsOnGpu : tg::autograd::Function<FailsOnGpu> {
+  static Tensor forward(tg::autograd::AutogradContext*, Tensor x) { return x * 1.0; }
+  static variable_list backward(tg::autograd::AutogradContext*, variable_list g) {
+    TG_CHECK(false, "FailsOnGpu: backward refused a gradient of shape ",
+             tg::shape_str(g[0].sizes()));
+    return {};
+  }
+};
+
+TEST(CudaGpuAutograd, GpuNodesRunOnOneWorkerThreadPerDevice) {
+  REQUIRE_GPU();
+  const std::thread::id caller = std::this_thread::get_id();
+  std::mutex m;
+  std::map<std::string, std::set<std::thread::id>> threads;
+  auto watch = [&](const Tensor& t) {
+    auto fn = t.grad_fn();
+    std::string name = fn->name() + (t.is_cuda() ? "@gpu" : "@cpu");
+    fn->add_post_hook([&, name](const variable_list&, const variable_list&) {
+      std::lock_guard<std::mutex> lock(m);
+      threads[name].insert(std::this_thread::get_id());
+    });
+  };
+  Tensor x = leaf({64}, 41);
+  for (int rep = 0; rep < 2; ++rep) {
+    Tensor xg = x.to(kGpu);
+    watch(xg);
+    Tensor e = tg::exp(xg);
+    watch(e);
+    Tensor r = GpuReentrant::apply(e);
+    Tensor s = r.sum().to(kCpu);
+    watch(s);
+    Tensor y = s * 2.0;  // on the CPU
+    watch(y);
+    Tensor gx = tg::autograd::grad({y}, {x})[0];
+    Tensor expect = (2.0 * tg::cos(tg::exp(x)) * tg::exp(x)).detach();
+    EXPECT_TRUE(tg::allclose(gx, expect, 1e-12, 1e-12));
+  }
+  std::set<std::thread::id> gpu_threads;
+  for (auto& [name, ids] : threads) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(ids.size(), 1u);  // the same thread in both backward passes
+    bool on_gpu = name.find("@gpu") != std::string::npos;
+    // A node runs where the gradient it receives lives: ToCopyBackward of
+    // x.to(gpu) on the worker, that of .to(cpu) on the caller.
+    if (on_gpu) {
+      EXPECT_NE(*ids.begin(), caller);
+      gpu_threads.insert(*ids.begin());
+    } else {
+      EXPECT_EQ(*ids.begin(), caller);
+    }
+  }
+  EXPECT_EQ(gpu_threads.size(), 1u);
+  EXPECT_EQ(threads.size(), 4u);
+
+  // An error in a node on the worker reaches the caller; the engine (and the
+  // worker) are usable afterwards.
+  Tensor xg = x.to(kGpu);
+  Tensor bad = FailsOnGpu::apply(tg::exp(xg)).sum();
+  try {
+    tg::autograd::grad({bad}, {x});
+    ADD_FAILURE() << "no error";
+  } catch (const tg::Error& err) {
+    EXPECT_NE(std::string(err.what()).find("FailsOnGpu: backward refused a gradient of shape [64]"),
+              std::string::npos) << err.what();
+  }
+  Tensor ok = tg::autograd::grad({tg::exp(x.to(kGpu)).sum()}, {x})[0];
+  EXPECT_TRUE(tg::allclose(ok, tg::exp(x).detach(), 1e-12, 1e-12));
+
+  // The caller's grad mode and saved-tensor hooks hold on the worker:
+  // create_graph records there, and a backward of a graph built under the
+  // offload hooks unpacks on the worker.
+  Tensor xs = x.to(kGpu);
+  Tensor g1 = tg::autograd::grad({tg::sin(xs).sum()}, {x}, {}, std::nullopt, true)[0];
+  ASSERT_TRUE(g1.requires_grad());
+  Tensor g2 = tg::autograd::grad({g1.sum()}, {x})[0];
+  EXPECT_TRUE(tg::allclose(g2, (-tg::sin(x)).detach(), 1e-12, 1e-12));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // CUDA runtime (streams, events, guards) and the caching allocator. GPU tests
 // skip with a message without a GPU; on the GPU machine they must run.
+#include <chrono>
 #include <thread>
 
 #include "reference.h"
@@ -42,7 +43,79 @@ TEST(CudaRuntime, CallsWorkOrSayWhy) {
     EXPECT_TRUE(m.find("allocate: no CUDA device is available") != std::string::npos ||
                 m.find("allocate: no allocator for device cuda:0") != std::string::npos) << m;
   }
+  try {
+    tg::ones({4}).pin_memory();
+    ADD_FAILURE() << "expected an error";
+  } catch (const tg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pin_memory: page-locked host memory needs"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(tg::ones({4}).is_pinned());
   EXPECT_EQ(tg::ones({2}).sum().item<float>(), 2.0f);  // still usable
+}
+
+// Pinned host memory: non_blocking copies return before queued work is done
+// (proved with a delay kernel ahead of them), and a pinned block that a copy
+// still uses is not handed out again after it is freed.
+TEST(CudaGpu, PinnedMemoryAndNonBlockingCopies) {
+  REQUIRE_GPU();
+  using Clock = std::chrono::steady_clock;
+  const tg::Device gpu(tg::kCUDA, 0), cpu(tg::kCPU);
+  const int64_t n = int64_t(1) << 22;  // 16 MiB of float32
+  tg::manual_seed(5);
+  Tensor x = tg::randn({n});
+  Tensor p = x.pin_memory();
+  EXPECT_TRUE(p.is_pinned());
+  EXPECT_FALSE(x.is_pinned());
+  EXPECT_TRUE(p.pin_memory().is_same(p));
+  EXPECT_TRUE(tg::equal(p, x));
+  EXPECT_THROW(tg::ones({2}).to(gpu).pin_memory(), tg::Error);
+
+  cu::Stream s = cu::stream_from_pool();
+  cu::StreamGuard on(s);
+  // Host to device from pinned memory, non_blocking: returns at once.
+  cu::delay(s, 300);
+  auto t0 = Clock::now();
+  Tensor g = p.to(gpu, /*non_blocking=*/true);
+  double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  EXPECT_LT(ms, 150.0);
+  EXPECT_FALSE(s.query());
+  // Freed while the copy is queued: the block waits, a new one is handed out.
+  void* base = storage_ptr(p);
+  p = Tensor();
+  EXPECT_EQ(cu::host_memory_stats().pending_blocks, 1);
+  Tensor q = tg::empty({n}).pin_memory();
+  EXPECT_NE(storage_ptr(q), base);
+  s.synchronize();
+  EXPECT_TRUE(tg::equal(g.to(cpu), x));
+  EXPECT_EQ(cu::host_memory_stats().pending_blocks, 0);
+  Tensor r = tg::empty({n}).pin_memory();  // the copy is done: reused
+  EXPECT_EQ(storage_ptr(r), base);
+
+  // Device to host, non_blocking: a pinned result, valid once the stream is.
+  cu::delay(s, 300);
+  Tensor h = (g * 2.0f).to(cpu, /*non_blocking=*/true);
+  EXPECT_TRUE(h.is_pinned());
+  EXPECT_FALSE(s.query());
+  s.synchronize();
+  EXPECT_TRUE(tg::equal(h, x * 2.0f));
+
+  // Without non_blocking, a copy from pinned memory is complete on return.
+  cu::delay(s, 100);
+  Tensor g2 = r.copy_(x).to(gpu);
+  EXPECT_TRUE(s.query());
+  EXPECT_TRUE(tg::equal(g2.to(cpu), x));
+
+  // copy_ between devices: into pinned memory asynchronously, into a
+  // strided CPU view, and with a dtype change on the way.
+  r.copy_(g * 3.0f, /*non_blocking=*/true);
+  s.synchronize();
+  EXPECT_TRUE(tg::equal(r, x * 3.0f));
+  Tensor m = tg::zeros({4, 6}, tg::TensorOptions().dtype(tg::kFloat64));
+  Tensor src = tg::arange(12).to(tg::kFloat32).view({3, 4}).to(gpu);
+  m.t().narrow(0, 1, 3).copy_(src);  // a [3, 4] non-contiguous view of m
+  EXPECT_TRUE(tg::equal(m.t().narrow(0, 1, 3), tg::arange(12).to(tg::kFloat64).view({3, 4})));
+  EXPECT_EQ(m.sum().item<double>(), 66.0);
 }
 
 TEST(CudaGpu, StreamsGuardsAndThreadLocalCurrentStream) {

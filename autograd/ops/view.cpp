@@ -184,6 +184,12 @@ Tensor Tensor::clone() const {
                  [] { return GradFn([](const Tensor& g) { return g; }); });
 }
 
+Tensor Tensor::pin_memory() const {
+  if (defined() && is_pinned()) return *this;
+  return view_op(*this, "pin_memory", "PinMemoryBackward", [&] { return raw::pin_memory(*this); },
+                 [] { return GradFn([](const Tensor& g) { return g; }); });
+}
+
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
 Tensor Tensor::to(ScalarType t) const {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include <tapegrad/cuda/allocator.h>
 #include <tapegrad/tensor/kernels.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
@@ -233,18 +234,24 @@ void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
   }
   int dev = dst.is_cuda() ? dst.device().index() : src.device().index();
   DeviceGuard g(dev);
-  cudaStream_t s = static_cast<cudaStream_t>(current_stream(dev).handle());
-  if (dst.is_cuda()) {
-    // Host to device: from pageable memory the copy is staged before the call
-    // returns, so the source may be freed right after.
-    TG_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), bytes, cudaMemcpyHostToDevice, s),
-                  "to");
-  } else {
-    TG_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), bytes, cudaMemcpyDeviceToHost, s),
-                  "to");
-    // The host reads the result next: wait unless asked not to.
+  const Stream stream = current_stream(dev);
+  cudaStream_t s = static_cast<cudaStream_t>(stream.handle());
+  const Tensor& host = dst.is_cuda() ? src : dst;
+  const bool pinned = host.is_pinned();
+  TG_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), bytes,
+                                dst.is_cuda() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s),
+                "to");
+  if (pinned) {
+    // Truly asynchronous: the pinned block is not reused before the copy is
+    // done, and without non_blocking the caller gets the usual guarantee.
+    record_host_use(host.impl()->storage()->data(), stream);
     if (!non_blocking) TG_CUDA_CHECK(cudaStreamSynchronize(s), "to");
+  } else if (!dst.is_cuda()) {
+    // Device to pageable host memory: the host reads the result next.
+    TG_CUDA_CHECK(cudaStreamSynchronize(s), "to");
   }
+  // Host to device from pageable memory: the source is staged before
+  // cudaMemcpyAsync returns, so it may be freed or changed right after.
 }
 
 const kernels::Backend& backend() {

@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+
 namespace tg::cuda {
 
 namespace {
@@ -51,11 +53,16 @@ using detail::check_device;
 void delay(const Stream& s, double milliseconds) {
   TG_CHECK(s.is_valid(), "cuda::delay: not a stream");
   DeviceGuard g(s.device_index());
-  int khz = 0;
-  if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, s.device_index()) != cudaSuccess ||
-      khz <= 0) {
-    (void)cudaGetLastError();
-    khz = 2000000;  // assume 2 GHz
+  // The clock-rate query costs hundreds of microseconds: once per device.
+  static std::atomic<int> clock_khz[64] = {};
+  int khz = s.device_index() < 64 ? clock_khz[s.device_index()].load() : 0;
+  if (khz <= 0) {
+    if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, s.device_index()) != cudaSuccess ||
+        khz <= 0) {
+      (void)cudaGetLastError();
+      khz = 2000000;  // assume 2 GHz
+    }
+    if (s.device_index() < 64) clock_khz[s.device_index()].store(khz);
   }
   long long cycles = (long long)(milliseconds * double(khz));
   spin_kernel<<<1, 1, 0, static_cast<cudaStream_t>(s.handle())>>>(cycles);

@@ -297,4 +297,41 @@ TEST(CudaGpuAutograd, GpuNodesRunOnOneWorkerThreadPerDevice) {
   EXPECT_TRUE(tg::allclose(g2, (-tg::sin(x)).detach(), 1e-12, 1e-12));
 }
 
+
+// Two GPUs: each device's nodes run on its own worker thread, gradients
+// cross devices through ToCopyBackward and meet on the CPU. Skips with fewer
+// than two GPUs (run it on the nvidia-h200-x2 machine).
+TEST(CudaGpuAutograd, TwoDevicesRunOnTheirOwnWorkers) {
+  REQUIRE_GPU();
+  if (tg::cuda::device_count() < 2)
+    GTEST_SKIP() << "needs two CUDA GPUs, " << tg::cuda::device_count()
+                 << " visible; this test runs on a multi-GPU machine";
+  const tg::Device g0(tg::kCUDA, 0), g1(tg::kCUDA, 1);
+  std::mutex m;
+  std::map<int, std::set<std::thread::id>> threads;  // device -> threads
+  auto watch = [&](const Tensor& t) {
+    int d = t.device().index();
+    t.grad_fn()->add_post_hook([&, d](const variable_list&, const variable_list&) {
+      std::lock_guard<std::mutex> lock(m);
+      threads[d].insert(std::this_thread::get_id());
+    });
+  };
+  Tensor x = leaf({1000}, 43);
+  Tensor a = tg::exp(x.to(g0));
+  Tensor b = tg::sin(x.to(g1));
+  watch(a);
+  watch(b);
+  Tensor ab = a * b.to(g0);  // device 1 -> device 0
+  watch(ab);
+  Tensor y = ab.sum().to(kCpu) + tg::tanh(x).sum();
+  Tensor gx = tg::autograd::grad({y}, {x})[0];
+  Tensor ex = tg::exp(x).detach(), sx = tg::sin(x).detach(), cx = tg::cos(x).detach();
+  Tensor expect = ex * sx + ex * cx + (1.0 - tg::tanh(x).detach() * tg::tanh(x).detach());
+  EXPECT_TRUE(tg::allclose(gx, expect, 1e-12, 1e-12));
+  ASSERT_EQ(threads[0].size(), 1u);
+  ASSERT_EQ(threads[1].size(), 1u);
+  EXPECT_NE(*threads[0].begin(), *threads[1].begin());
+  EXPECT_EQ(threads[0].count(std::this_thread::get_id()), 0u);
+}
+
 }  // namespace

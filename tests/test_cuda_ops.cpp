@@ -250,4 +250,40 @@ TEST(CudaGpuOps, IndexingJoiningAndRandomMatchCpu) {
   }
 }
 
+
+// The 16-byte vectorized path (dense, aligned operands of one element size,
+// or broadcast scalars) and the generic loop it falls back to (a view one
+// element into its storage is misaligned; a dtype change mixes sizes) agree
+// with the CPU at lengths with and without a tail, for every element size.
+TEST(CudaGpuOps, VectorizedAndGenericPathsMatchCpu) {
+  REQUIRE_GPU();
+  const tg::Device cpu(tg::kCPU);
+  for (auto dt : {tg::kFloat32, tg::kFloat64, tg::kBFloat16, tg::kFloat16, tg::kInt64, tg::kBool}) {
+    for (int64_t n : {int64_t(1), int64_t(3), int64_t(4), int64_t(17), int64_t(4099), (int64_t(1) << 20) + 5}) {
+      std::string what = std::string(tg::to_string(dt)) + " n=" + std::to_string(n);
+      tg::manual_seed(uint64_t(n));
+      Tensor base = (tg::rand({n + 1}, tg::TensorOptions().dtype(tg::kFloat64)) * 8 - 4).to(dt);
+      Tensor full = base.narrow(0, 0, n), shifted = base.narrow(0, 1, n);
+      for (auto [name, x] : {std::pair<const char*, Tensor>{"aligned", full}, {"misaligned", shifted}}) {
+        std::string w = what + " " + name;
+        Tensor g = x.to(kGpu);
+        expect_close(g.clone(), x.clone(), 0, w + " clone");
+        expect_close(tg::full({n}, 1, tg::TensorOptions().dtype(dt).device(kGpu)),
+                     tg::full({n}, 1, tg::TensorOptions().dtype(dt)), 0, w + " fill");
+        expect_close(g.to(tg::kFloat64), x.to(tg::kFloat64), 0, w + " widening copy");
+        if (dt == tg::kBool) continue;
+        const double tol = (dt == tg::kBFloat16 || dt == tg::kFloat16) ? 1e-2 : 0;
+        Tensor y = (tg::rand({n}, tg::TensorOptions().dtype(tg::kFloat64)) * 8 - 4).to(dt);
+        expect_close(g + y.to(kGpu), x + y, tol, w + " add");
+        Tensor two = tg::full({}, 2, tg::TensorOptions().dtype(dt));
+        expect_close(g * two.to(kGpu), x * two, tol, w + " mul by a broadcast scalar");
+        expect_close(-g, -x, 0, w + " neg");
+        Tensor acc = g.clone();
+        acc.sub_(g);
+        EXPECT_TRUE(tg::equal(acc.to(cpu), tg::zeros({n}, tg::TensorOptions().dtype(dt)))) << w << " sub_";
+      }
+    }
+  }
+}
+
 }  // namespace

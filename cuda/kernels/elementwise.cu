@@ -1,8 +1,9 @@
 // CUDA backend, elementwise family: copy/convert, fill, binary, compare,
-// unary, where, and copies between devices; and the backend table itself. One offset calculator for every
-// strided, broadcast (stride 0) or contiguous operand set (dims with size 1
-// dropped, adjacent dims coalesced); contiguous operand sets skip it. Kernels
-// run on the current stream of the output's device.
+// unary, where, and copies between devices; and the backend table itself.
+// loops.cuh runs them: operand sets dense along one dim (after size-1 dims
+// are dropped and adjacent dims merged) take the linear kernel, 16-byte
+// vectorized when aligned; others the strided kernel with the offset
+// calculator. Kernels run on the current stream of the output's device.
 #include <cmath>
 #include <cstring>
 
@@ -24,6 +25,7 @@ using kernels::UnaryOp;
 // ---- copy, fill, where ----------------------------------------------------------------
 template <class D, class S>
 struct CopyFn {
+  static constexpr int kElemSize = sizeof(D) == sizeof(S) ? int(sizeof(D)) : 0;
   __device__ void operator()(char* const* p, const int64_t* off) const {
     *reinterpret_cast<D*>(p[0] + off[0]) = convert<D>(*reinterpret_cast<const S*>(p[1] + off[1]));
   }
@@ -40,6 +42,7 @@ void copy_kernel(const Tensor& dst, const Tensor& src) {
 
 template <class U>
 struct FillFn {
+  static constexpr int kElemSize = sizeof(U);
   U bits;
   __device__ void operator()(char* const* p, const int64_t* off) const {
     *reinterpret_cast<U*>(p[0] + off[0]) = bits;
@@ -90,6 +93,7 @@ __device__ T ipow(T base, T e) {
 
 template <class T>
 struct BinaryFn {
+  static constexpr int kElemSize = sizeof(T);
   BinaryOp op;
   __device__ T apply(T a, T b) const {
     switch (op) {
@@ -155,6 +159,7 @@ void compare_kernel(CompareOp op, const Tensor& out, const Tensor& a, const Tens
 // ---- unary ----------------------------------------------------------------------------
 template <class T>
 struct UnaryFn {
+  static constexpr int kElemSize = sizeof(T);
   UnaryOp op;
   T a, b;
   bool has_a, has_b;

@@ -1,0 +1,252 @@
+// GPU benchmarks (issue 4), built when the CUDA backend is.
+// - Elementwise bandwidth against a device-to-device cudaMemcpyAsync of the
+//   same bytes (64M floats = 256 MiB per tensor), GB/s from CUDA events. The
+//   "Misaligned" variants start one element into their storage, so they take
+//   the generic (scalar) loop instead of the 16-byte vectorized one.
+// - GEMM: tg::mm against cublasSgemm called directly, f32 (no TF32), TFLOP/s.
+// - Engine overhead: the chain of bench_autograd (x = x * w + b, N = 1000
+//   one-element tensors) on the GPU; forward + backward minus the no-grad
+//   forward, per pair, wall time up to a device synchronize.
+#include <benchmark/benchmark.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <tapegrad/tapegrad.h>
+
+namespace {
+
+using tg::Tensor;
+const tg::Device kGpu(tg::kCUDA, 0);
+constexpr int64_t kN = int64_t(1) << 26;
+
+tg::TensorOptions gpu_f32() { return tg::TensorOptions().device(kGpu); }
+
+// Times `f` with events on the current stream (manual time).
+template <class F>
+void timed(benchmark::State& state, F&& f) {
+  if (!tg::cuda::is_available()) {
+    state.SkipWithError("no CUDA GPU here");
+    return;
+  }
+  tg::cuda::Event start(true), stop(true);
+  f();  // warm-up (allocations, cuBLAS handles)
+  for (auto _ : state) {
+    start.record();
+    f();
+    stop.record();
+    stop.synchronize();
+    state.SetIterationTime(double(start.elapsed_time(stop)) / 1e3);
+  }
+}
+
+void bytes(benchmark::State& state, int64_t per_iter) {
+  state.SetBytesProcessed(state.iterations() * per_iter);
+}
+
+void BM_CudaMemcpyD2D(benchmark::State& state) {
+  if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
+  Tensor a = tg::ones({kN}, gpu_f32()), b = tg::empty({kN}, gpu_f32());
+  auto s = static_cast<cudaStream_t>(tg::cuda::current_stream().handle());
+  timed(state, [&] { cudaMemcpyAsync(b.data_ptr(), a.data_ptr(), kN * 4, cudaMemcpyDeviceToDevice, s); });
+  bytes(state, 2 * kN * 4);
+}
+void BM_CudaCopy(benchmark::State& state) {  // the copy kernel, not the copy engine
+  if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
+  Tensor a = tg::ones({kN}, gpu_f32()), b = tg::empty({kN}, gpu_f32());
+  timed(state, [&] { b.copy_(a); });
+  bytes(state, 2 * kN * 4);
+}
+void BM_CudaAddInPlace(benchmark::State& state) {
+  if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
+  Tensor a = tg::zeros({kN}, gpu_f32()), b = tg::ones({kN}, gpu_f32());
+  timed(state, [&] { a.add_(b); });
+  bytes(state, 3 * kN * 4);
+}
+void BM_CudaAddOut(benchmark::State& state) {  // allocates its result (cached)
+  if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
+  Tensor a = tg::zeros({kN}, gpu_f32()), b = tg::ones({kN}, gpu_f32());
+  timed(state, [&] { benchmark::DoNotOptimize(tg::add(a, b).data_ptr()); });
+  bytes(state, 3 * kN * 4);
+}
+void BM_CudaMulScalar(benchmark::State& state) {
+  if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
+  Tensor a = tg::ones({kN}, gpu_f32());
+  timed(state, [&] { a.mul_(1.0f); });
+  bytes(state, 2 * kN * 4);
+}
+void BM_CudaTanh(benchmark::State& state) {
+  if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
+  Tensor a = tg::ones({kN}, gpu_f32());
+  timed(state, [&] { benchmark::DoNotOptimize(tg::tanh(a).data_ptr()); });
+  bytes(state, 2 * kN * 4);
+}
+void BM_CudaAddInPlaceF64(benchmark::State& state) {
+  if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
+  auto o = gpu_f32().dtype(tg::kFloat64);
+  Tensor a = tg::zeros({kN / 2}, o), b = tg::ones({kN / 2}, o);
+  timed(state, [&] { a.add_(b); });
+  bytes(state, 3 * kN * 4);
+}
+void BM_CudaAddInPlaceMisaligned(benchmark::State& state) {
+  if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
+  Tensor a = tg::zeros({kN + 1}, gpu_f32()).narrow(0, 1, kN);
+  Tensor b = tg::ones({kN + 1}, gpu_f32()).narrow(0, 1, kN);
+  timed(state, [&] { a.add_(b); });
+  bytes(state, 3 * kN * 4);
+}
+
+// ---- GEMM --------------------------------------------------------------------------
+// Shapes (m, k, n): square 4096, and the Hessian benchmark's hidden layer
+// (B = 10000 rows through 512 x 512).
+void gemm_args(benchmark::internal::Benchmark* b) {
+  b->Args({4096, 4096, 4096})->Args({10000, 512, 512})->Args({512, 10000, 512});
+}
+void flops(benchmark::State& state) {
+  state.counters["TFLOPs"] = benchmark::Counter(
+      2.0 * double(state.range(0)) * double(state.range(1)) * double(state.range(2)) *
+          double(state.iterations()) / 1e12,
+      benchmark::Counter::kIsRate);
+}
+
+void BM_CudaMm(benchmark::State& state) {
+  if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
+  tg::cuda::set_allow_tf32(false);
+  int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  Tensor a = tg::randn({m, k}).to(kGpu), b = tg::randn({k, n}).to(kGpu);
+  timed(state, [&] { benchmark::DoNotOptimize(tg::mm(a, b).data_ptr()); });
+  flops(state);
+}
+void BM_CublasSgemmDirect(benchmark::State& state) {
+  if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
+  int m = int(state.range(0)), k = int(state.range(1)), n = int(state.range(2));
+  Tensor a = tg::randn({m, k}).to(kGpu), b = tg::randn({k, n}).to(kGpu);
+  Tensor c = tg::empty({m, n}, gpu_f32());
+  cublasHandle_t h;
+  cublasCreate(&h);
+  cublasSetStream(h, static_cast<cudaStream_t>(tg::cuda::current_stream().handle()));
+  cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
+  const float one = 1, zero = 0;
+  // Row-major C = A B as column-major C^T = B^T A^T.
+  timed(state, [&] {
+    cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, b.data_ptr<float>(), n,
+                a.data_ptr<float>(), k, &zero, c.data_ptr<float>(), n);
+  });
+  cublasDestroy(h);
+  flops(state);
+}
+
+// ---- engine overhead -------------------------------------------------------------------
+constexpr int64_t kPairs = 1000;
+
+void per_pair(benchmark::State& state) {
+  state.counters["us_per_pair"] = benchmark::Counter(
+      double(kPairs) * double(state.iterations()),
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+Tensor chain(const Tensor& x0, const Tensor& w, const Tensor& b) {
+  Tensor x = x0;
+  for (int64_t i = 0; i < kPairs; ++i) x = x * w + b;
+  return x;
+}
+
+void BM_CudaChainNoGrad(benchmark::State& state) {
+  if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
+  Tensor x = tg::ones({1}, gpu_f32()), w = tg::full({1}, 0.999, gpu_f32()),
+         b = tg::full({1}, 0.001, gpu_f32());
+  tg::NoGradGuard no_grad;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(chain(x, w, b).data_ptr());
+    tg::cuda::synchronize();
+  }
+  per_pair(state);
+}
+void BM_CudaChainForwardBackward(benchmark::State& state) {
+  if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
+  Tensor x = tg::ones({1}, gpu_f32());
+  Tensor w = tg::full({1}, 0.999, gpu_f32()).requires_grad_();
+  Tensor b = tg::full({1}, 0.001, gpu_f32()).requires_grad_();
+  for (auto _ : state) {
+    chain(x, w, b).sum().backward();
+    tg::cuda::synchronize();
+  }
+  per_pair(state);
+}
+
+// Floors for one tiny op: a bare kernel launch through the runtime (the
+// delay kernel asked for 0 ms), an in-place add on [1] tensors, and an
+// out-of-place mul (with its allocation); per op, up to a synchronize.
+constexpr int kOps = 1000;
+void per_op(benchmark::State& state) {
+  state.counters["us_per_op"] = benchmark::Counter(
+      double(kOps) * double(state.iterations()), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+void BM_CudaLaunchFloor(benchmark::State& state) {
+  if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
+  tg::cuda::Stream s = tg::cuda::current_stream();
+  for (auto _ : state) {
+    for (int i = 0; i < kOps; ++i) tg::cuda::delay(s, 0.0);
+    tg::cuda::synchronize();
+  }
+  per_op(state);
+}
+void BM_CudaTinyAddInPlace(benchmark::State& state) {
+  if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
+  Tensor a = tg::zeros({1}, gpu_f32()), b = tg::ones({1}, gpu_f32());
+  for (auto _ : state) {
+    for (int i = 0; i < kOps; ++i) a.add_(b);
+    tg::cuda::synchronize();
+  }
+  per_op(state);
+}
+void BM_CudaTinyMul(benchmark::State& state) {
+  if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
+  Tensor a = tg::ones({1}, gpu_f32()), b = tg::ones({1}, gpu_f32());
+  for (auto _ : state) {
+    for (int i = 0; i < kOps; ++i) benchmark::DoNotOptimize(tg::mul(a, b).data_ptr());
+    tg::cuda::synchronize();
+  }
+  per_op(state);
+}
+
+// Where the backward's time goes: the host time of backward() alone (it
+// returns once every kernel is queued) against the same with the device
+// synchronize; the difference is the device draining its queue.
+void backward_only(benchmark::State& state, bool sync) {
+  if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
+  Tensor x = tg::ones({1}, gpu_f32());
+  Tensor w = tg::full({1}, 0.999, gpu_f32()).requires_grad_();
+  Tensor b = tg::full({1}, 0.001, gpu_f32()).requires_grad_();
+  for (auto _ : state) {
+    state.PauseTiming();
+    Tensor y = chain(x, w, b).sum();
+    tg::cuda::synchronize();
+    state.ResumeTiming();
+    y.backward();
+    if (sync) tg::cuda::synchronize();
+  }
+  per_pair(state);
+}
+void BM_CudaChainBackwardHostOnly(benchmark::State& state) { backward_only(state, false); }
+void BM_CudaChainBackwardSynced(benchmark::State& state) { backward_only(state, true); }
+
+}  // namespace
+
+BENCHMARK(BM_CudaMemcpyD2D)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaCopy)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaAddInPlace)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaAddOut)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaMulScalar)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaTanh)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaAddInPlaceF64)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaAddInPlaceMisaligned)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaMm)->Apply(gemm_args)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CublasSgemmDirect)->Apply(gemm_args)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaChainNoGrad)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_CudaChainForwardBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_CudaLaunchFloor)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_CudaTinyAddInPlace)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_CudaTinyMul)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_CudaChainBackwardHostOnly)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_CudaChainBackwardSynced)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_MAIN();

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The GPU machine's checks, in one place (see ../shared/device/README.md):
+#   scripts/gpu.sh build      configure + build (Release, -Werror) in build-gpu
+#   scripts/gpu.sh test       the whole suite (GPU tests must run, not skip)
+#   scripts/gpu.sh sanitize   compute-sanitizer memcheck on the GPU tests,
+#                             racecheck and synccheck on the stream tests
+#   scripts/gpu.sh bench      bench_cuda (bandwidth, GEMM, engine overhead)
+#   scripts/gpu.sh peers      the LibTorch engine-overhead peer, CPU and CUDA
+# Logs go to $OUT (or ./gpu-logs). Several steps may be given in order.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-logs}
+mkdir -p "$OUT"
+B=build-gpu
+TESTS=$B/tests/tapegrad_tests
+STREAM_TESTS='CudaGpuStreams*:CudaGpu.*Stream*:CudaGpu.Events*:CudaGpuAutograd.GpuNodes*:CudaGpuAutograd.TwoDevices*:CudaGpu.Pinned*'
+rc=0
+for step in "$@"; do
+  case $step in
+    build)
+      { cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DTAPEGRAD_WERROR=ON &&
+        cmake --build $B -j"$(nproc)"; } > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+      echo "build: ok" ;;
+    test)
+      ctest --test-dir $B -j8 --timeout 300 > "$OUT/ctest.log" 2>&1 || rc=1
+      grep -E "tests passed|Skipped|Failed|\*\*\*" "$OUT/ctest.log" | head -20 ;;
+    sanitize)
+      cs=compute-sanitizer
+      $cs --tool memcheck --error-exitcode 1 $TESTS --gtest_filter='CudaGpu*:-*OutOfMemory*' \
+        > "$OUT/memcheck.log" 2>&1 || rc=1
+      $cs --tool racecheck --error-exitcode 1 $TESTS --gtest_filter="$STREAM_TESTS" \
+        > "$OUT/racecheck.log" 2>&1 || rc=1
+      $cs --tool synccheck --error-exitcode 1 $TESTS --gtest_filter="$STREAM_TESTS" \
+        > "$OUT/synccheck.log" 2>&1 || rc=1
+      for t in memcheck racecheck synccheck; do
+        echo "$t: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|tests? ran|PASSED|FAILED' "$OUT/$t.log" | tr '\n' ' ')"
+      done ;;
+    bench)
+      $B/bench/bench_cuda --benchmark_min_time=0.3 2>&1 | tee "$OUT/bench_cuda.txt" | grep -E "^BM_|^Run on" ;;
+    peers)
+      { cmake -S bench/peers -B build-peers \
+          -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')" &&
+        cmake --build build-peers -j"$(nproc)"; } > "$OUT/peers_build.log" 2>&1 || { tail -20 "$OUT/peers_build.log"; rc=1; continue; }
+      build-peers/engine_overhead_libtorch cuda | tee "$OUT/peers.txt"
+      build-peers/engine_overhead_libtorch | tee -a "$OUT/peers.txt" ;;
+    *) echo "unknown step $step"; exit 2 ;;
+  esac
+done
+exit $rc

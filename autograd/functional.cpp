@@ -115,4 +115,75 @@ std::pair<Tensor, Tensor> hvp(const TensorFn& fn, const Tensor& x, const Tensor&
   return {result(y, create_graph), result(or_zeros(hv, x), create_graph)};
 }
 
+namespace {
+
+// [R * B, width] where block r (of B rows) is the one-hot row e_{col(r)}.
+Tensor one_hot_blocks(int64_t B, int64_t width, const std::vector<int64_t>& col,
+                      const TensorOptions& opts) {
+  const int64_t R = int64_t(col.size());
+  Tensor e = zeros({R, width}, TensorOptions().dtype(opts.dtype()));
+  for (int64_t r = 0; r < R; ++r) e.select(0, r).narrow(0, col[size_t(r)], 1).fill_(1);
+  return e.to(opts.device()).view({R, 1, width}).expand({R, B, width}).reshape({R * B, width});
+}
+
+}  // namespace
+
+Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy strategy,
+                          bool create_graph) {
+  TG_CHECK(x.defined() && x.dim() == 2, "per_sample_hessian: x must have shape [B, n], got ",
+           x.defined() ? shape_str(x.sizes()) : std::string("an undefined tensor"));
+  const int64_t B = x.size(0), n = x.size(1);
+  Tensor xi = fresh_leaf(x, "per_sample_hessian");
+  EnableGradGuard grad_on;
+  auto check_out = [&](const Tensor& y, int64_t rows) {
+    TG_CHECK(y.dim() == 2 && y.size(0) == rows, "per_sample_hessian: fn must map [B, n] to "
+             "[B, m] (B = ", rows, "), got shape ", shape_str(y.sizes()));
+    TG_CHECK(y.requires_grad(), "per_sample_hessian: fn's output does not depend on x");
+  };
+  if (strategy == HessianStrategy::Rows) {
+    Tensor y = call(fn, xi, "per_sample_hessian");
+    check_out(y, B);
+    const int64_t m = y.size(1);
+    Tensor ones_b = ones({B}, y.options());
+    std::vector<Tensor> jac;
+    for (int64_t i = 0; i < m; ++i)
+      jac.push_back(grad({y.select(1, i)}, {xi}, {ones_b}, true, true, true)[0]);
+    std::vector<Tensor> h;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        Tensor g = jac[size_t(i)].defined() && jac[size_t(i)].requires_grad()
+                       ? grad({jac[size_t(i)].select(1, j)}, {xi}, {ones_b}, true, create_graph, true)[0]
+                       : Tensor();
+        h.push_back(or_zeros(g, xi));
+      }
+    return result(stack(h, 1).view({B, m, n, n}), create_graph);
+  }
+  // Batched cotangents: probe the output width with the first sample, then
+  // R = m * n copies; copy r = i * n + j carries e_i, and row j is selected.
+  int64_t m;
+  {
+    NoGradGuard no_grad;
+    Tensor probe = fn(xi.narrow(0, 0, std::min<int64_t>(B, 1)));
+    TG_CHECK(probe.defined() && probe.dim() == 2, "per_sample_hessian: fn must map [B, n] to "
+             "[B, m], got shape ", probe.defined() ? shape_str(probe.sizes()) : std::string("undefined"));
+    m = probe.size(1);
+  }
+  const int64_t R = m * n;
+  std::vector<int64_t> out_col, in_col;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      out_col.push_back(i);
+      in_col.push_back(j);
+    }
+  Tensor X = cat(std::vector<Tensor>(size_t(R), xi), 0);  // [R * B, n], a function of xi
+  Tensor y = call(fn, X, "per_sample_hessian");
+  check_out(y, R * B);
+  Tensor jac = grad({y}, {X}, {one_hot_blocks(B, m, out_col, y.options())}, true, true)[0];
+  Tensor v = (jac * one_hot_blocks(B, n, in_col, jac.options())).sum({1});
+  Tensor h = v.requires_grad() ? grad({v}, {X}, {ones({R * B}, v.options())}, true, create_graph, true)[0]
+                               : Tensor();
+  h = or_zeros(h, X);
+  return result(h.view({R, B, n}).permute({1, 0, 2}).reshape({B, m, n, n}), create_graph);
+}
+
 }  // namespace tg::autograd

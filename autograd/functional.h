@@ -26,4 +26,24 @@ std::pair<Tensor, Tensor> jvp(const TensorFn& fn, const Tensor& x, const Tensor&
 std::pair<Tensor, Tensor> hvp(const TensorFn& fn, const Tensor& x, const Tensor& v,
                               bool create_graph = false);
 
+// Per-sample Hessians of a batched function (the PINN / Hessian-benchmark
+// case): fn maps x [B, n] to [B, m], and row b of the output depends only on
+// row b of x. Returns H [B, m, n, n], H[b, i, j, k] = d^2 fn(x)[b, i] /
+// dx[b, j] dx[b, k]. With create_graph, H is differentiable (e.g. into the
+// parameters fn closes over).
+enum class HessianStrategy {
+  // The reference algorithm, as PyTorch users write it: m backward passes
+  // for the Jacobian rows grad(y[:, i], x, ones, create_graph), then m * n
+  // for the Hessian rows grad(J_i[:, j], x, ones).
+  Rows,
+  // Batched cotangents: fn runs once on m * n stacked copies of x, copy
+  // (i, j) gets the cotangent e_i, and two backward passes (Jacobian, then
+  // the selected Hessian rows) do the work of m + m * n, with GEMMs m * n
+  // times taller and m * n times fewer launches.
+  BatchedCotangents,
+};
+Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x,
+                          HessianStrategy strategy = HessianStrategy::BatchedCotangents,
+                          bool create_graph = false);
+
 }  // namespace tg::autograd

@@ -6,6 +6,8 @@
 #                             racecheck and synccheck on the stream tests
 #   scripts/gpu.sh bench      bench_cuda (bandwidth, GEMM, engine overhead)
 #   scripts/gpu.sh peers      the LibTorch engine-overhead peer, CPU and CUDA
+#   scripts/gpu.sh hessian    the Hessian benchmark side by side with LibTorch,
+#                             PyTorch eager, torch.func and JAX (needs peers built)
 # Logs go to $OUT (or ./gpu-logs). Several steps may be given in order.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +45,8 @@ for step in "$@"; do
         cmake --build build-peers -j"$(nproc)"; } > "$OUT/peers_build.log" 2>&1 || { tail -20 "$OUT/peers_build.log"; rc=1; continue; }
       build-peers/engine_overhead_libtorch cuda | tee "$OUT/peers.txt"
       build-peers/engine_overhead_libtorch | tee -a "$OUT/peers.txt" ;;
+    hessian)
+      python3 bench/peers/hessian_peers.py ${HESSIAN_ARGS:-} 2>&1 | tee "$OUT/hessian_peers.txt" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done

@@ -22,9 +22,13 @@ void check_gemm_operands(const Tensor& a, const Tensor& b, const char* op) {
 
 // a: [B, n, k], b: [B, k, m] (checked) -> [B, n, m].
 std::atomic<uint64_t> g_gemm_calls{0};
+std::atomic<uint64_t> g_gemm_flops{0};
 
 Tensor bmm_impl(const Tensor& a, const Tensor& b, const char* op) {
   g_gemm_calls.fetch_add(1, std::memory_order_relaxed);
+  g_gemm_flops.fetch_add(2 * uint64_t(a.sizes()[0]) * uint64_t(a.sizes()[1]) *
+                             uint64_t(a.sizes()[2]) * uint64_t(b.sizes()[2]),
+                         std::memory_order_relaxed);
   ScalarType rt = a.dtype(), ct = compute_type(rt);
   IntList shape{a.sizes()[0], a.sizes()[1], b.sizes()[2]};
   Tensor out = detail::new_empty(shape, ct, a.device());
@@ -43,6 +47,7 @@ void check_inner(const Tensor& a, const Tensor& b, int64_t ka, int64_t kb,
 namespace raw {
 
 uint64_t gemm_calls() { return g_gemm_calls.load(std::memory_order_relaxed); }
+uint64_t gemm_flops() { return g_gemm_flops.load(std::memory_order_relaxed); }
 
 Tensor mm(const Tensor& a, const Tensor& b) {
   check_gemm_operands(a, b, "mm");

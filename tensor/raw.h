@@ -115,5 +115,6 @@ Tensor pin_memory(const Tensor& self);
 // Number of GEMM kernel launches since start (mm, bmm, matmul, linear all
 // count each batched GEMM call once); lets tests see what trimming skips.
 uint64_t gemm_calls();
+uint64_t gemm_flops();  // 2 * m * k * n summed over the GEMMs launched
 
 }  // namespace tg::raw

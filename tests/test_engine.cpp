@@ -641,4 +641,57 @@ TEST(Functional, ShapesAndValues) {
   EXPECT_TRUE(tg::allclose(jm.view({2, 3}), w));
 }
 
+
+// per_sample_hessian: both strategies against the closed form of a [B, 2] ->
+// [B, 3] function, against each other on an MLP (values, and the gradient of
+// H.sum() into the weights with create_graph), and the shape errors.
+TEST(Functional, PerSampleHessianStrategiesAgree) {
+  auto f = [](const Tensor& x) {
+    Tensor a = x.select(1, 0), b = x.select(1, 1);
+    return tg::stack({a * a * b, tg::sin(a) + b * b * b, tg::tanh(a * b)}, 1);
+  };
+  tg::manual_seed(61);
+  Tensor x = tg::rand({5, 2}, kF64) * 2 - 1;
+  for (auto s : {ag::HessianStrategy::Rows, ag::HessianStrategy::BatchedCotangents}) {
+    Tensor h = ag::per_sample_hessian(f, x, s);
+    ASSERT_EQ(h.sizes(), (tg::IntList{5, 3, 2, 2}));
+    EXPECT_FALSE(h.requires_grad());
+    std::vector<double> H = V(h), X = V(x);
+    for (size_t bi = 0; bi < 5; ++bi) {
+      double a = X[2 * bi], b = X[2 * bi + 1];
+      double t = std::tanh(a * b), s2 = 1 - t * t;  // sech^2(ab)
+      double expect[3][2][2] = {{{2 * b, 2 * a}, {2 * a, 0}},
+                                {{-std::sin(a), 0}, {0, 6 * b}},
+                                {{-2 * t * s2 * b * b, s2 - 2 * t * s2 * a * b},
+                                 {s2 - 2 * t * s2 * a * b, -2 * t * s2 * a * a}}};
+      for (size_t i = 0; i < 3; ++i)
+        for (size_t j = 0; j < 2; ++j)
+          for (size_t k = 0; k < 2; ++k)
+            EXPECT_NEAR(H[bi * 12 + i * 4 + j * 2 + k], expect[i][j][k], 1e-12)
+                << "sample " << bi << " H[" << i << "][" << j << "][" << k << "]";
+    }
+  }
+  // An MLP with parameters: equal Hessians and equal weight gradients.
+  Tensor w1 = (tg::randn({8, 2}, kF64) * 0.7).requires_grad_();
+  Tensor w2 = (tg::randn({3, 8}, kF64) * 0.7).requires_grad_();
+  auto mlp = [&](const Tensor& t) { return tg::linear(tg::silu(tg::linear(t, w1)), w2); };
+  std::vector<Tensor> hs, g1s;
+  for (auto s : {ag::HessianStrategy::Rows, ag::HessianStrategy::BatchedCotangents}) {
+    Tensor h = ag::per_sample_hessian(mlp, x, s, /*create_graph=*/true);
+    ASSERT_TRUE(h.requires_grad());
+    hs.push_back(h.detach());
+    g1s.push_back(ag::grad({h.sum()}, {w1})[0]);
+  }
+  EXPECT_TRUE(tg::allclose(hs[0], hs[1], 1e-12, 1e-12));
+  EXPECT_TRUE(tg::allclose(g1s[0], g1s[1], 1e-12, 1e-12));
+  EXPECT_GT(tg::abs(g1s[0]).sum().item<double>(), 1e-3);  // a real gradient
+  try {
+    ag::per_sample_hessian(mlp, tg::ones({4}, kF64));
+    ADD_FAILURE() << "no error";
+  } catch (const tg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("per_sample_hessian: x must have shape [B, n], got [4]"),
+              std::string::npos) << e.what();
+  }
+}
+
 }  // namespace

@@ -1,0 +1,288 @@
+// The Hessian benchmark (issue 5), tapegrad's main job: per-sample input
+// Hessians of a PINN-style MLP 2 -> 512 x6 -> 3 (inputs x, y; outputs u, v,
+// p) at batch B, H [B, 3, 2, 2], in two modes:
+//   hess      the Hessian only;
+//   hess+bwd  then H.sum().backward() into the weights, as PINN training does.
+// Strategies (tg::autograd::per_sample_hessian): `rows`, the reference
+// algorithm PyTorch users write (grad rows with create_graph), and `batched`
+// (batched cotangents). Prints a table (or --json): median ms over --runs
+// after --warmup, peak device memory, the GEMM FLOPs of one run and their
+// floor at the cuBLAS rate measured here for the layer's shape, and the max
+// error against a float64 run of the reference path on --check samples.
+//
+//   hessian [--device cuda|cpu] [--batch B] [--width 512] [--depth 6]
+//           [--act silu,tanh,relu] [--precision fp32,tf32] [--mode hess,hess+bwd]
+//           [--strategy rows,batched] [--runs 20] [--warmup 3] [--check 64]
+//           [--trimming on|off] [--json]
+// Defaults: on a GPU B = 10000 and every combination; on the CPU B = 256,
+// silu, fp32, 5 runs (the README's main command runs it either way).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <tapegrad/tapegrad.h>
+#include <tapegrad/tensor/raw.h>
+
+namespace {
+
+using tg::Tensor;
+namespace ag = tg::autograd;
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+struct Options {
+  bool cuda = false;
+  int64_t batch = 0, width = 512, depth = 6;
+  std::vector<std::string> acts, precisions, modes, strategies{"rows", "batched"};
+  int runs = 0, warmup = 3;
+  int64_t check = 64;
+  bool trimming = true, json = false;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::cerr << "hessian: " << why << "\n"
+            << "usage: hessian [--device cuda|cpu] [--batch B] [--width W] [--depth D]\n"
+               "  [--act silu,tanh,relu] [--precision fp32,tf32] [--mode hess,hess+bwd]\n"
+               "  [--strategy rows,batched] [--runs N] [--warmup N] [--check N]\n"
+               "  [--trimming on|off] [--json]\n";
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  std::map<std::string, std::string> kv;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--json") { kv["json"] = "1"; continue; }
+    if (a == "--help" || a == "-h") usage("help");
+    if (a.rfind("--", 0) != 0) usage("unexpected argument '" + a + "'");
+    auto eq = a.find('=');
+    if (eq != std::string::npos) kv[a.substr(2, eq - 2)] = a.substr(eq + 1);
+    else if (i + 1 < argc) kv[a.substr(2)] = argv[++i];
+    else usage("missing value for " + a);
+  }
+  Options o;
+  std::string dev = kv.count("device") ? kv["device"] : (tg::cuda::is_available() ? "cuda" : "cpu");
+  if (dev != "cuda" && dev != "cpu") usage("--device must be cuda or cpu");
+  if (dev == "cuda" && !tg::cuda::is_available()) usage("--device cuda but no CUDA GPU is available");
+  o.cuda = dev == "cuda";
+  o.batch = o.cuda ? 10000 : 256;
+  o.runs = o.cuda ? 20 : 5;
+  o.acts = o.cuda ? std::vector<std::string>{"silu", "tanh", "relu"} : std::vector<std::string>{"silu"};
+  o.precisions = o.cuda ? std::vector<std::string>{"fp32", "tf32"} : std::vector<std::string>{"fp32"};
+  o.modes = {"hess", "hess+bwd"};
+  auto num = [&](const char* k, auto& v) {
+    if (kv.count(k)) v = static_cast<std::decay_t<decltype(v)>>(std::atoll(kv[k].c_str()));
+  };
+  num("batch", o.batch);
+  num("width", o.width);
+  num("depth", o.depth);
+  num("runs", o.runs);
+  num("warmup", o.warmup);
+  num("check", o.check);
+  if (kv.count("act")) o.acts = split(kv["act"]);
+  if (kv.count("precision")) o.precisions = split(kv["precision"]);
+  if (kv.count("mode")) o.modes = split(kv["mode"]);
+  if (kv.count("strategy")) o.strategies = split(kv["strategy"]);
+  if (kv.count("trimming")) {
+    if (kv["trimming"] != "on" && kv["trimming"] != "off") usage("--trimming must be on or off");
+    o.trimming = kv["trimming"] == "on";
+  }
+  o.json = kv.count("json") != 0;
+  for (auto& a : o.acts)
+    if (a != "silu" && a != "tanh" && a != "relu") usage("unknown activation '" + a + "'");
+  for (auto& p : o.precisions)
+    if (p != "fp32" && p != "tf32") usage("unknown precision '" + p + "'");
+  for (auto& m : o.modes)
+    if (m != "hess" && m != "hess+bwd") usage("unknown mode '" + m + "'");
+  for (auto& s : o.strategies)
+    if (s != "rows" && s != "batched") usage("unknown strategy '" + s + "'");
+  if (o.batch < 1 || o.runs < 1 || o.width < 1 || o.depth < 1) usage("sizes and runs must be positive");
+  o.check = std::min(o.check, o.batch);
+  return o;
+}
+
+Tensor activation(const std::string& a, const Tensor& h) {
+  if (a == "silu") return tg::silu(h);
+  if (a == "tanh") return tg::tanh(h);
+  return tg::relu(h);
+}
+
+struct Mlp {
+  std::vector<Tensor> w, b;
+  std::string act;
+  Tensor operator()(const Tensor& x) const {
+    Tensor h = x;
+    for (size_t l = 0; l < w.size(); ++l) {
+      h = tg::linear(h, w[l], b[l]);
+      if (l + 1 < w.size()) h = activation(act, h);
+    }
+    return h;
+  }
+  Mlp to(tg::Device d, tg::ScalarType t) const {
+    Mlp m{{}, {}, act};
+    for (size_t l = 0; l < w.size(); ++l) {
+      m.w.push_back(w[l].detach().to(d).to(t).requires_grad_());
+      m.b.push_back(b[l].detach().to(d).to(t).requires_grad_());
+    }
+    return m;
+  }
+};
+
+Mlp make_mlp(const Options& o, const std::string& act, tg::Device d) {
+  tg::manual_seed(1234);
+  Mlp m{{}, {}, act};
+  std::vector<int64_t> sizes{2};
+  for (int64_t l = 0; l < o.depth; ++l) sizes.push_back(o.width);
+  sizes.push_back(3);
+  for (size_t l = 0; l + 1 < sizes.size(); ++l) {
+    double scale = std::sqrt(1.0 / double(sizes[l]));  // LeCun normal
+    m.w.push_back(tg::randn({sizes[l + 1], sizes[l]}) * scale);
+    m.b.push_back(tg::randn({sizes[l + 1]}) * 0.1);
+  }
+  return m.to(d, tg::kFloat32);
+}
+
+void sync(bool cuda) {
+  if (cuda) tg::cuda::synchronize();
+}
+
+int64_t allocated(bool cuda) {
+  return cuda ? tg::cuda::memory_stats().allocated_bytes : tg::cpu_allocator_stats().live_bytes;
+}
+int64_t peak(bool cuda) {
+  return cuda ? tg::cuda::memory_stats().peak_allocated_bytes : tg::cpu_allocator_stats().peak_bytes;
+}
+void reset_peak(bool cuda) {
+  if (cuda) tg::cuda::reset_peak_memory_stats();
+  else tg::reset_cpu_peak_bytes();
+}
+
+// ms of one GEMM of the hidden layer's shape [B, W] x [W, W], for the floor.
+double gemm_rate_flops_per_ms(const Options& o, tg::Device d) {
+  Tensor a = tg::randn({o.batch, o.width}).to(d), b = tg::randn({o.width, o.width}).to(d);
+  for (int i = 0; i < 3; ++i) tg::mm(a, b);
+  sync(o.cuda);
+  const int reps = o.cuda ? 50 : 3;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) tg::mm(a, b);
+  sync(o.cuda);
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
+  return 2.0 * double(o.batch) * double(o.width) * double(o.width) / ms;
+}
+
+struct Row {
+  std::string act, precision, mode, strategy;
+  double median_ms = 0, min_ms = 0, peak_mib = 0, gflop = 0, floor_ms = 0, max_err = 0, ref_scale = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  const tg::Device dev = o.cuda ? tg::Device(tg::kCUDA, 0) : tg::Device(tg::kCPU);
+  ag::set_edge_trimming(o.trimming);
+  std::string where = o.cuda ? tg::cuda::get_device_properties(0).name : std::string("CPU");
+  if (!o.json)
+    std::printf("tapegrad Hessian benchmark on %s: MLP 2 -> %lld x%lld -> 3, B = %lld, H [B, 3, 2, 2], "
+                "median of %d runs after %d warm-up, trimming %s\n",
+                where.c_str(), (long long)o.width, (long long)o.depth, (long long)o.batch, o.runs,
+                o.warmup, o.trimming ? "on" : "off");
+  tg::manual_seed(99);
+  Tensor x = (tg::rand({o.batch, 2}) * 2 - 1).to(dev);
+  std::vector<Row> rows;
+  for (const auto& precision : o.precisions) {
+    tg::cuda::set_allow_tf32(o.cuda && precision == "tf32");
+    const double rate = gemm_rate_flops_per_ms(o, dev);
+    for (const auto& act : o.acts) {
+      Mlp mlp = make_mlp(o, act, dev);
+      // The float64 reference on the first `check` samples: the rows path.
+      Mlp mlp64 = mlp.to(dev, tg::kFloat64);
+      Tensor x64 = x.narrow(0, 0, o.check).to(tg::kFloat64);
+      Tensor ref = ag::per_sample_hessian(std::cref(mlp64), x64, ag::HessianStrategy::Rows);
+      for (const auto& mode : o.modes) {
+        for (const auto& strategy : o.strategies) {
+          const bool bwd = mode == "hess+bwd";
+          const auto s = strategy == "rows" ? ag::HessianStrategy::Rows
+                                            : ag::HessianStrategy::BatchedCotangents;
+          auto run = [&] {
+            Tensor h = ag::per_sample_hessian(std::cref(mlp), x, s, /*create_graph=*/bwd);
+            if (bwd) {
+              h.sum().backward();
+              for (auto& w : mlp.w) w.mutable_grad() = Tensor();
+              for (auto& b : mlp.b) b.mutable_grad() = Tensor();
+            }
+            return h.detach();
+          };
+          for (int i = 0; i < o.warmup; ++i) run();
+          sync(o.cuda);
+          Row r{act, precision, mode, strategy};
+          // Peak memory and FLOPs of one run, then the timed runs.
+          int64_t base = allocated(o.cuda);
+          reset_peak(o.cuda);
+          uint64_t f0 = tg::raw::gemm_flops();
+          Tensor h = run();
+          sync(o.cuda);
+          r.gflop = double(tg::raw::gemm_flops() - f0) / 1e9;
+          r.peak_mib = double(peak(o.cuda) - base) / (1 << 20);
+          r.floor_ms = r.gflop * 1e9 / rate;
+          Tensor diff = tg::abs(h.narrow(0, 0, o.check).to(tg::kFloat64) - ref);
+          r.max_err = tg::amax(diff).item<double>();
+          r.ref_scale = tg::amax(tg::abs(ref)).item<double>();
+          h = Tensor();
+          std::vector<double> ms;
+          for (int i = 0; i < o.runs; ++i) {
+            auto t0 = std::chrono::steady_clock::now();
+            run();
+            sync(o.cuda);
+            ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+          }
+          std::sort(ms.begin(), ms.end());
+          r.median_ms = ms[ms.size() / 2];
+          r.min_ms = ms.front();
+          rows.push_back(r);
+          if (!o.json) {
+            if (rows.size() == 1)
+              std::printf("%-5s %-4s %-8s %-8s %10s %10s %10s %10s %10s %12s\n", "act", "prec", "mode",
+                          "strategy", "median ms", "min ms", "peak MiB", "GEMM GFLOP", "floor ms",
+                          "max err");
+            std::printf("%-5s %-4s %-8s %-8s %10.2f %10.2f %10.1f %10.2f %10.2f %12.3g\n", act.c_str(),
+                        precision.c_str(), mode.c_str(), strategy.c_str(), r.median_ms, r.min_ms,
+                        r.peak_mib, r.gflop, r.floor_ms, r.max_err);
+            std::fflush(stdout);
+          }
+        }
+      }
+    }
+  }
+  if (o.json) {
+    std::printf("{\"device\": \"%s\", \"batch\": %lld, \"width\": %lld, \"depth\": %lld, "
+                "\"runs\": %d, \"trimming\": %s, \"results\": [\n",
+                where.c_str(), (long long)o.batch, (long long)o.width, (long long)o.depth, o.runs,
+                o.trimming ? "true" : "false");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      std::printf("  {\"act\": \"%s\", \"precision\": \"%s\", \"mode\": \"%s\", \"strategy\": \"%s\", "
+                  "\"median_ms\": %.4f, \"min_ms\": %.4f, \"peak_mib\": %.2f, \"gemm_gflop\": %.3f, "
+                  "\"floor_ms\": %.4f, \"max_abs_err\": %.4g, \"ref_max_abs\": %.4g}%s\n",
+                  r.act.c_str(), r.precision.c_str(), r.mode.c_str(), r.strategy.c_str(), r.median_ms,
+                  r.min_ms, r.peak_mib, r.gflop, r.floor_ms, r.max_err, r.ref_scale,
+                  i + 1 < rows.size() ? "," : "");
+    }
+    std::printf("]}\n");
+  }
+  return 0;
+}

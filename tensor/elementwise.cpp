@@ -321,6 +321,25 @@ Tensor& fill_(Tensor& self, Scalar s) {
 }
 Tensor& zero_(Tensor& self) { return fill_(self, 0); }
 
+Tensor activation_grad(const Tensor& g_in, const Tensor& x_in, Activation act, int order) {
+  const char* name = "activation_grad";
+  detail::check_defined(g_in, name, "g");
+  detail::check_defined(x_in, name, "x");
+  TG_CHECK(order >= 0 && order <= kernels::kMaxFusedActivationOrder, name, ": order ", order,
+           " is out of the fused range 0..", kernels::kMaxFusedActivationOrder);
+  Tensor g = g_in, x = x_in;
+  to_one_device(g, x);
+  detail::check_same_device(g, x, name);
+  TG_CHECK(g.is_floating_point() && x.is_floating_point(), name,
+           ": g and x must be floating point, got ", g.dtype(), " and ", x.dtype());
+  IntList shape = broadcast_shapes(g.sizes(), x.sizes(), name);
+  ScalarType rt = promote_types(g.dtype(), x.dtype()), ct = compute_type(rt);
+  Tensor out = detail::new_empty(shape, ct, x.device());
+  kernels::backend(x.device(), name)
+      .activation_grad(act, order, out, raw::expand(cast(g, ct), shape), raw::expand(cast(x, ct), shape));
+  return cast(out, rt);
+}
+
 Tensor& copy_(Tensor& self, const Tensor& src, bool non_blocking) {
   detail::check_defined(self, "copy_", "self");
   detail::check_defined(src, "copy_", "src");

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include <tapegrad/tensor/error.h>
+#include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/tensor.h>
 
 namespace tg::kernels {
@@ -44,6 +45,10 @@ enum class UnaryOp {
   Softplus, Sqrt, Rsqrt, Abs, Sign, Square, Reciprocal, Clamp, Erf
 };
 enum class ReduceOp { Sum, Max, Min };
+// The activations whose derivatives have fused kernels (activation_grad).
+using tg::Activation;
+// Orders of derivative the kernels compute (activation_math.h).
+constexpr int kMaxFusedActivationOrder = 4;
 
 // Softplus: a = beta, b = threshold. Clamp: a = lo, b = hi (has_a/has_b).
 struct UnaryParams {
@@ -83,6 +88,9 @@ struct Backend {
   // of them this backend's); non_blocking may return before the copy is done
   // when the host side allows it.
   void (*copy_across)(const Tensor& dst, const Tensor& src, bool non_blocking);
+  // out = g * act^(order)(x), order in 0..kMaxFusedActivationOrder; Float32/64.
+  void (*activation_grad)(Activation act, int order, const Tensor& out, const Tensor& g,
+                          const Tensor& x);
 };
 
 // The backend of a device; throws a clear error when the device has none.

@@ -81,6 +81,13 @@ Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor silu(const Tensor& x);  // x * sigmoid(x)
+// g * act^(order)(x): the order-th derivative of an activation at x, times g,
+// in one fused kernel (the backward of silu/sigmoid/tanh/relu uses it with
+// order 1). Differentiable to any order: orders 0..4 are fused kernels, and
+// each derivative raises the order by one (above 4 the engine differentiates
+// the order-4 kernel's graph).
+enum class Activation { Silu, Sigmoid, Tanh, Relu };
+Tensor activation_grad(const Tensor& g, const Tensor& x, Activation act, int order = 1);
 Tensor erf(const Tensor& x);
 // Exact GELU x * Phi(x); approximate = "tanh" uses the tanh formula.
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/tensor.h>
 
 namespace tg::raw {
@@ -36,6 +37,7 @@ Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor silu(const Tensor& x);
+Tensor activation_grad(const Tensor& g, const Tensor& x, Activation act, int order);
 Tensor erf(const Tensor& x);
 Tensor gelu(const Tensor& x, const std::string& approximate);
 Tensor softplus(const Tensor& x, double beta, double threshold);

@@ -200,6 +200,20 @@ TEST(CudaGpuAutograd, OffloadHooksMoveSavedTensorsToTheCpu) {
 }
 
 
+// The fused activation derivatives on CUDA, each order through the next.
+TEST(CudaGpuAutograd, ActivationGradOrders) {
+  REQUIRE_GPU();
+  for (auto act : {tg::Activation::Silu, tg::Activation::Sigmoid, tg::Activation::Tanh,
+                   tg::Activation::Relu}) {
+    const double lo = act == tg::Activation::Relu ? 0.1 : -1.5;
+    for (int k = 0; k <= 4; ++k) {
+      Fn fn = [act, k](const variable_list& v) { return tg::activation_grad(v[0], v[1], act, k); };
+      EXPECT_GPU_GRADS("activation_grad " + std::to_string(int(act)) + " order " + std::to_string(k),
+                       fn, leaf({3, 4}, 70 + uint64_t(k)), leaf({3, 4}, 80 + uint64_t(k), lo, 1.5));
+    }
+  }
+}
+
 // Threads (DESIGN §5): CPU nodes run on the caller, every node on a GPU runs
 // on that device's one worker thread, the same thread for every backward.
 struct GpuReentrant : tg::autograd::Function<GpuReentrant> {

@@ -12,6 +12,9 @@
 
 #include "record.h"
 
+#include <tapegrad/autograd/engine.h>
+#include <tapegrad/tensor/kernels.h>
+
 namespace tg {
 
 using autograd::Node;
@@ -88,14 +91,12 @@ TG_UNARY(kExp, "exp", "ExpBackward", kResult, mul(g, r))
 TG_UNARY(kLog, "log", "LogBackward", kSelf, div(g, x))
 TG_UNARY(kSin, "sin", "SinBackward", kSelf, mul(g, cos(x)))
 TG_UNARY(kCos, "cos", "CosBackward", kSelf, neg(mul(g, sin(x))))
-TG_UNARY(kTanh, "tanh", "TanhBackward", kResult, mul(g, add(neg(square(r)), 1)))
-TG_UNARY(kSigmoid, "sigmoid", "SigmoidBackward", kResult, mul(g, mul(r, add(neg(r), 1))))
-TG_UNARY(kRelu, "relu", "ReluBackward", kResult, where(gt(r, 0), g, 0))
-TG_UNARY(kSilu, "silu", "SiluBackward", kSelf,
-         [&] {
-           Tensor s = sigmoid(x);
-           return mul(g, mul(s, add(mul(x, add(neg(s), 1)), 1)));
-         }())
+// The activations' backward is one fused kernel, differentiable again with
+// one kernel per order (activation_grad below).
+TG_UNARY(kTanh, "tanh", "TanhBackward", kSelf, activation_grad(g, x, Activation::Tanh, 1))
+TG_UNARY(kSigmoid, "sigmoid", "SigmoidBackward", kSelf, activation_grad(g, x, Activation::Sigmoid, 1))
+TG_UNARY(kRelu, "relu", "ReluBackward", kSelf, activation_grad(g, x, Activation::Relu, 1))
+TG_UNARY(kSilu, "silu", "SiluBackward", kSelf, activation_grad(g, x, Activation::Silu, 1))
 TG_UNARY(kErf, "erf", "ErfBackward", kSelf,
          mul(g, mul(exp(neg(square(x))), kTwoOverSqrtPi)))
 TG_UNARY(kGelu, "gelu", "GeluBackward", kSelf,
@@ -341,6 +342,96 @@ Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
   if (!should_record({&b})) return raw::where(cond, a, b);
   Tensor at = scalar_tensor(a, TensorOptions().dtype(b.dtype()).device(b.device()));
   return where(cond, at, b);
+}
+
+// ---- activation_grad: g * act^(k)(x) ---------------------------------------------------
+// d/dg = act^(k)(x) (the same op on the incoming gradient), d/dx =
+// g * act^(k+1)(x) (the next order on gg * g): each derivative is one or two
+// fused kernels, for any order. Above the fused orders, the order-(k-1)
+// kernel's graph is differentiated by the engine (reentrant grad), keeping
+// the dependence on x when grad mode is on.
+namespace {
+
+// The highest fused order written with differentiable ops (activation_math.h
+// has the formulas), so that differentiating it never asks for a higher
+// fused order again.
+Tensor composite_top_order(const Tensor& x, Activation act) {
+  static_assert(kernels::kMaxFusedActivationOrder == 4, "update the composite formulas");
+  switch (act) {
+    case Activation::Silu:
+    case Activation::Sigmoid: {
+      Tensor s = sigmoid(x);
+      Tensor u = mul(s, sub(ones_like(s), s)), a = sub(ones_like(s), mul(s, 2.0));
+      if (act == Activation::Sigmoid) return mul(mul(u, a), sub(square(a), mul(u, 8.0)));
+      Tensor xa = mul(x, a);
+      return mul(u, sub(add(mul(square(a), 4.0), mul(xa, square(a))),
+                        add(mul(mul(xa, u), 8.0), mul(u, 8.0))));
+    }
+    case Activation::Tanh: {
+      Tensor t = tanh(x), t2 = square(t);
+      Tensor v = sub(ones_like(t), t2);
+      return mul(mul(v, t), sub(full_like(t, 16.0), mul(t2, 24.0)));
+    }
+    case Activation::Relu: return zeros_like(x);
+  }
+  return Tensor();
+}
+
+Tensor activation_grad_beyond(const Tensor& g, const Tensor& x, Activation act, int order) {
+  const bool keep = autograd::is_grad_enabled() && x.requires_grad();
+  Tensor xin = keep ? x : x.detach().requires_grad_(true);
+  Tensor deriv;
+  {
+    EnableGradGuard on;
+    Tensor prev = order - 1 == kernels::kMaxFusedActivationOrder
+                      ? composite_top_order(xin, act)
+                      : activation_grad(ones_like(xin), xin, act, order - 1);
+    if (prev.requires_grad())
+      deriv = autograd::grad({prev}, {xin}, {ones_like(prev)}, true, keep, true)[0];
+  }
+  if (!deriv.defined()) deriv = zeros_like(xin);
+  return mul(g, deriv);
+}
+
+class ActivationGradBackward final : public OpNode {
+ public:
+  ActivationGradBackward(Activation act, int order)
+      : OpNode("activation_grad", "ActivationGradBackward"), act_(act), order_(order) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(2);
+    const Tensor& gg = grads[0];
+    Tensor x = x_.unpack(this, "x");
+    if (should_compute_output(0)) out[0] = activation_grad(gg, x, act_, order_);
+    if (should_compute_output(1)) {
+      if (act_ == Activation::Relu && order_ >= 1)
+        out[1] = zeros_like(x);  // relu's derivatives vanish from the second on
+      else
+        out[1] = activation_grad(mul(gg, g_.unpack(this, "g")), x, act_, order_ + 1);
+    }
+    return out;
+  }
+  void release_variables() override {
+    g_.release();
+    x_.release();
+  }
+  SavedVariable g_, x_;
+
+ private:
+  Activation act_;
+  int order_;
+};
+
+}  // namespace
+
+Tensor activation_grad(const Tensor& g, const Tensor& x, Activation act, int order) {
+  TG_CHECK(order >= 0, "activation_grad: order must be >= 0, got ", order);
+  if (order > kernels::kMaxFusedActivationOrder) return activation_grad_beyond(g, x, act, order);
+  if (!should_record({&g, &x})) return raw::activation_grad(g, x, act, order);
+  auto node = make_node<ActivationGradBackward>({&g, &x}, act, order);
+  Tensor out = run_raw([&] { return raw::activation_grad(g, x, act, order); });
+  node->x_ = SavedVariable(x, false);
+  if (node->needs_input_grad(1)) node->g_ = SavedVariable(g, false);
+  return finish(out, node);
 }
 
 }  // namespace tg

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include <tapegrad/cuda/allocator.h>
+#include <tapegrad/tensor/activation_math.h>
 #include <tapegrad/tensor/kernels.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
@@ -226,6 +227,28 @@ void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, const kernels:
   });
 }
 
+// ---- activation derivatives ------------------------------------------------------------
+template <class T>
+struct ActivationGradFn {
+  static constexpr int kElemSize = sizeof(T);
+  Activation act;
+  int order;
+  __device__ void operator()(char* const* p, const int64_t* off) const {
+    T g = *reinterpret_cast<const T*>(p[1] + off[1]);
+    T x = *reinterpret_cast<const T*>(p[2] + off[2]);
+    *reinterpret_cast<T*>(p[0] + off[0]) = g * kernels::activation_derivative<T>(act, order, x);
+  }
+};
+
+void activation_grad_kernel(Activation act, int order, const Tensor& out, const Tensor& g,
+                            const Tensor& x) {
+  Tensor ops[3] = {out, g, x};
+  if (out.dtype() == ScalarType::Float64)
+    launch(ops, 3, "activation_grad", ActivationGradFn<double>{act, order});
+  else
+    launch(ops, 3, "activation_grad", ActivationGradFn<float>{act, order});
+}
+
 // ---- between devices --------------------------------------------------------------------
 void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
   size_t bytes = size_t(dst.numel()) * element_size(dst.dtype());
@@ -269,6 +292,7 @@ const kernels::Backend& backend() {
     t.unary = unary_kernel;
     t.where = where_kernel;
     t.copy_across = copy_across;
+    t.activation_grad = activation_grad_kernel;
     register_reduce_index_random(t);
     register_gemm(t);
     return t;

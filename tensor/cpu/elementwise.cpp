@@ -5,6 +5,7 @@
 
 #include <Eigen/Core>
 
+#include <tapegrad/tensor/activation_math.h>
 #include <tapegrad/tensor/cpu/cpu_kernels.h>
 #include <tapegrad/tensor/cpu/loops.h>
 
@@ -181,6 +182,42 @@ void binary_kernel(BinaryOp op, const Tensor& out, const Tensor& a,
       case BinaryOp::Pow: return binary_loop<T, T>(out, a, b, PowF{});
       case BinaryOp::Max: return binary_loop<T, T>(out, a, b, MaxF{});
       case BinaryOp::Min: return binary_loop<T, T>(out, a, b, MinF{});
+    }
+  });
+}
+
+// out = g * act^(order)(x). The switch on (act, order) is hoisted out of the
+// loop so each instance vectorises.
+template <class T, Activation A, int K>
+void activation_grad_typed(const Tensor& out, const Tensor& g, const Tensor& x) {
+  binary_loop<T, T>(out, g, x,
+                    [](T gv, T xv) { return gv * kernels::activation_derivative<T>(A, K, xv); });
+}
+
+template <class T, Activation A>
+void activation_grad_order(int order, const Tensor& out, const Tensor& g, const Tensor& x) {
+  switch (order) {
+    case 0: return activation_grad_typed<T, A, 0>(out, g, x);
+    case 1: return activation_grad_typed<T, A, 1>(out, g, x);
+    case 2: return activation_grad_typed<T, A, 2>(out, g, x);
+    case 3: return activation_grad_typed<T, A, 3>(out, g, x);
+    default: return activation_grad_typed<T, A, 4>(out, g, x);
+  }
+}
+
+void activation_grad_kernel(Activation act, int order, const Tensor& out, const Tensor& g,
+                            const Tensor& x) {
+  dispatch_compute(out.dtype(), "activation_grad", [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_floating_point_v<T>) {
+      switch (act) {
+        case Activation::Silu: return activation_grad_order<T, Activation::Silu>(order, out, g, x);
+        case Activation::Sigmoid: return activation_grad_order<T, Activation::Sigmoid>(order, out, g, x);
+        case Activation::Tanh: return activation_grad_order<T, Activation::Tanh>(order, out, g, x);
+        case Activation::Relu: return activation_grad_order<T, Activation::Relu>(order, out, g, x);
+      }
+    } else {
+      TG_INTERNAL_ASSERT(false, "activation_grad: integer dtype");
     }
   });
 }
@@ -381,6 +418,7 @@ void register_elementwise(kernels::Backend& b) {
   b.compare = compare_kernel;
   b.unary = unary_kernel;
   b.where = where_kernel;
+  b.activation_grad = activation_grad_kernel;
 }
 
 }  // namespace tg::cpu

@@ -186,4 +186,64 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
   return result(h.view({R, B, n}).permute({1, 0, 2}).reshape({B, m, n, n}), create_graph);
 }
 
+MlpDerivatives mlp_taylor(const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
+                          Activation act, const Tensor& x) {
+  TG_CHECK(x.defined() && x.dim() == 2, "mlp_taylor: x must have shape [B, n], got ",
+           x.defined() ? shape_str(x.sizes()) : std::string("an undefined tensor"));
+  TG_CHECK(!weights.empty() && (biases.empty() || biases.size() == weights.size()),
+           "mlp_taylor: got ", weights.size(), " weights and ", biases.size(),
+           " biases; pass one bias per layer, or none");
+  const int64_t B = x.size(0), n = x.size(1);
+  // Second derivatives are kept for the pairs j <= k only.
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t k = j; k < n; ++k) pairs.emplace_back(j, k);
+  const int64_t P = int64_t(pairs.size()), S = 1 + n + P;  // stacked blocks
+  // h: [S, B, d] = value; d/dx_j; d2/dx_j dx_k. At the input: x; e_j; 0.
+  Tensor eye = zeros({n, n}, x.options());
+  for (int64_t j = 0; j < n; ++j) eye.select(0, j).narrow(0, j, 1).fill_(1);
+  Tensor h = cat({x.unsqueeze(0), eye.unsqueeze(1).expand({n, B, n}),
+                  zeros({P, B, n}, x.options())}, 0);
+  for (size_t l = 0; l < weights.size(); ++l) {
+    const Tensor& w = weights[l];
+    TG_CHECK(w.dim() == 2 && w.size(1) == h.size(2), "mlp_taylor: weight ", l, " has shape ",
+             shape_str(w.sizes()), " but the layer's input has ", h.size(2), " features");
+    const int64_t d = w.size(0);
+    // One GEMM for the value and every derivative; the bias enters the value only.
+    Tensor z = mm(h.reshape({S * B, h.size(2)}), w.t()).view({S, B, d});
+    Tensor z0 = z.select(0, 0);
+    if (!biases.empty() && biases[l].defined()) z0 = add(z0, biases[l]);
+    if (l + 1 == weights.size()) {
+      h = cat({z0.unsqueeze(0), z.narrow(0, 1, S - 1)}, 0);
+      break;
+    }
+    Tensor z1 = z.narrow(0, 1, n), z2 = z.narrow(0, 1 + n, P);
+    Tensor one = ones_like(z0);
+    Tensor d1 = activation_grad(one, z0, act, 1), d2 = activation_grad(one, z0, act, 2);
+    Tensor h0 = activation_grad(one, z0, act, 0);
+    Tensor h1 = mul(d1.unsqueeze(0), z1);
+    std::vector<Tensor> zj, zk;
+    for (auto [j, k] : pairs) {
+      zj.push_back(z1.select(0, j));
+      zk.push_back(z1.select(0, k));
+    }
+    Tensor cross = mul(stack(zj, 0), stack(zk, 0));  // z_j' z_k' per pair
+    Tensor h2 = add(mul(d2.unsqueeze(0), cross), mul(d1.unsqueeze(0), z2));
+    h = cat({h0.unsqueeze(0), h1, h2}, 0);
+  }
+  const int64_t m = h.size(2);
+  MlpDerivatives r;
+  r.value = h.select(0, 0);
+  r.jacobian = h.narrow(0, 1, n).permute({1, 2, 0});  // [B, m, n]
+  // Scatter the pairs into the symmetric [B, m, n, n].
+  Tensor h2 = h.narrow(0, 1 + n, P);
+  std::vector<Tensor> entries(size_t(n * n));
+  for (int64_t p = 0; p < P; ++p) {
+    auto [j, k] = pairs[size_t(p)];
+    entries[size_t(j * n + k)] = entries[size_t(k * n + j)] = h2.select(0, p);
+  }
+  r.hessian = stack(entries, 2).view({B, m, n, n});
+  return r;
+}
+
 }  // namespace tg::autograd

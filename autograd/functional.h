@@ -6,6 +6,7 @@
 #include <functional>
 #include <utility>
 
+#include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/tensor.h>
 
 namespace tg::autograd {
@@ -45,5 +46,20 @@ enum class HessianStrategy {
 Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x,
                           HessianStrategy strategy = HessianStrategy::BatchedCotangents,
                           bool create_graph = false);
+
+// Taylor mode for a multilayer perceptron (the PINN network): the value, the
+// per-sample input Jacobian and Hessian in one forward sweep that carries
+// first and second input derivatives through every layer ("forward
+// Laplacian"-style), instead of m + m * n reverse passes. Each layer is one
+// GEMM on the stacked [value; n first; n (n + 1) / 2 second derivatives]
+// rows, and the activation's derivatives are fused kernels. Everything is
+// recorded, so a loss of the results backpropagates into the parameters.
+// Layer l: h = act(h W_l^T + b_l), no activation after the last layer.
+// x [B, n] -> value [B, m], jacobian [B, m, n], hessian [B, m, n, n].
+struct MlpDerivatives {
+  Tensor value, jacobian, hessian;
+};
+MlpDerivatives mlp_taylor(const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
+                          tg::Activation act, const Tensor& x);
 
 }  // namespace tg::autograd

@@ -3,16 +3,18 @@
 // p) at batch B, H [B, 3, 2, 2], in two modes:
 //   hess      the Hessian only;
 //   hess+bwd  then H.sum().backward() into the weights, as PINN training does.
-// Strategies (tg::autograd::per_sample_hessian): `rows`, the reference
-// algorithm PyTorch users write (grad rows with create_graph), and `batched`
-// (batched cotangents). Prints a table (or --json): median ms over --runs
+// Strategies: `rows`, the reference algorithm PyTorch users write (grad rows
+// with create_graph), and `batched` (batched cotangents), both through
+// tg::autograd::per_sample_hessian on the network as an opaque function; and
+// `taylor`, tg::autograd::mlp_taylor, which knows the network is an MLP and
+// carries input derivatives forward (recorded only in hess+bwd). Prints a table (or --json): median ms over --runs
 // after --warmup, peak device memory, the GEMM FLOPs of one run and their
 // floor at the cuBLAS rate measured here for the layer's shape, and the max
 // error against a float64 run of the reference path on --check samples.
 //
 //   hessian [--device cuda|cpu] [--batch B] [--width 512] [--depth 6]
 //           [--act silu,tanh,relu] [--precision fp32,tf32] [--mode hess,hess+bwd]
-//           [--strategy rows,batched] [--runs 20] [--warmup 3] [--check 64]
+//           [--strategy rows,batched,taylor] [--runs 20] [--warmup 3] [--check 64]
 //           [--trimming on|off] [--json]
 // Defaults: on a GPU B = 10000 and every combination; on the CPU B = 256,
 // silu, fp32, 5 runs (the README's main command runs it either way).
@@ -47,7 +49,7 @@ std::vector<std::string> split(const std::string& s) {
 struct Options {
   bool cuda = false;
   int64_t batch = 0, width = 512, depth = 6;
-  std::vector<std::string> acts, precisions, modes, strategies{"rows", "batched"};
+  std::vector<std::string> acts, precisions, modes, strategies{"rows", "batched", "taylor"};
   int runs = 0, warmup = 3;
   int64_t check = 64;
   bool trimming = true, json = false;
@@ -57,7 +59,7 @@ struct Options {
   std::cerr << "hessian: " << why << "\n"
             << "usage: hessian [--device cuda|cpu] [--batch B] [--width W] [--depth D]\n"
                "  [--act silu,tanh,relu] [--precision fp32,tf32] [--mode hess,hess+bwd]\n"
-               "  [--strategy rows,batched] [--runs N] [--warmup N] [--check N]\n"
+               "  [--strategy rows,batched,taylor] [--runs N] [--warmup N] [--check N]\n"
                "  [--trimming on|off] [--json]\n";
   std::exit(2);
 }
@@ -109,10 +111,16 @@ Options parse(int argc, char** argv) {
   for (auto& m : o.modes)
     if (m != "hess" && m != "hess+bwd") usage("unknown mode '" + m + "'");
   for (auto& s : o.strategies)
-    if (s != "rows" && s != "batched") usage("unknown strategy '" + s + "'");
+    if (s != "rows" && s != "batched" && s != "taylor") usage("unknown strategy '" + s + "'");
   if (o.batch < 1 || o.runs < 1 || o.width < 1 || o.depth < 1) usage("sizes and runs must be positive");
   o.check = std::min(o.check, o.batch);
   return o;
+}
+
+tg::Activation activation_kind(const std::string& a) {
+  if (a == "silu") return tg::Activation::Silu;
+  if (a == "tanh") return tg::Activation::Tanh;
+  return tg::Activation::Relu;
 }
 
 Tensor activation(const std::string& a, const Tensor& h) {
@@ -218,8 +226,13 @@ int main(int argc, char** argv) {
           const bool bwd = mode == "hess+bwd";
           const auto s = strategy == "rows" ? ag::HessianStrategy::Rows
                                             : ag::HessianStrategy::BatchedCotangents;
+          auto hessian = [&] {
+            if (strategy != "taylor") return ag::per_sample_hessian(std::cref(mlp), x, s, /*create_graph=*/bwd);
+            tg::autograd::AutoGradMode record(bwd);
+            return ag::mlp_taylor(mlp.w, mlp.b, activation_kind(act), x).hessian;
+          };
           auto run = [&] {
-            Tensor h = ag::per_sample_hessian(std::cref(mlp), x, s, /*create_graph=*/bwd);
+            Tensor h = hessian();
             if (bwd) {
               h.sum().backward();
               for (auto& w : mlp.w) w.mutable_grad() = Tensor();

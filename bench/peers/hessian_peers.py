@@ -6,7 +6,7 @@
 
 Runs the identical workload (MLP 2 -> 512 x6 -> 3, per-sample input Hessian
 [B, 3, 2, 2]; `hess`, or `hess+bwd` = then H.sum().backward() into the
-weights) in tapegrad (build-gpu/bench/hessian --json, both strategies),
+weights) in tapegrad (build-gpu/bench/hessian --json, every strategy),
 LibTorch C++ eager (build-peers/hessian_libtorch), PyTorch eager
 (autograd.grad rows), torch.func (vmap(jacfwd(jacrev))) and JAX
 (jit(vmap(hessian))), and prints one table: median ms over --runs after
@@ -187,7 +187,7 @@ def main():
                             row["JAX jit"] = run_jax(act, prec, mode, args.batch, args.runs)
                     except Exception as e:  # report, keep going
                         print(f"{name} {key}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-    names = ["tapegrad rows", "tapegrad batched", "LibTorch C++", "PyTorch eager", "torch.func", "JAX jit"]
+    names = ["tapegrad rows", "tapegrad batched", "tapegrad taylor", "LibTorch C++", "PyTorch eager", "torch.func", "JAX jit"]
     print("\n| act | prec | mode | " + " | ".join(names) + " |")
     print("|---|---|---|" + "---|" * len(names))
     for (act, prec, mode), row in results.items():

@@ -400,7 +400,10 @@ void run_node(GraphTask& task, ReadyTask& work) {
 
 void worker_main(int device, DeviceQueue* queue) {
   t_run_inline = true;
-  cuda::set_device(device);
+  try {
+    cuda::set_device(device);  // each node's StreamGuard sets it again
+  } catch (const std::exception&) {
+  }
   for (;;) {
     DeviceTask t = queue->pop();
     GraphTask& task = *t.task;

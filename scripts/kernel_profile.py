@@ -28,7 +28,7 @@ def profile(cmd):
         name = row["Kernel Name"]
         name = re.sub(r"\(.*", "", name)  # drop arguments
         name = re.sub(r"<.*", "", name) if "tg::" in name or "cuda" in name else name
-        times[name] += float(row["Metric Value"]) / 1e6  # ns -> ms
+        times[name] += float(row["Metric Value"].replace(",", "")) / 1e6  # ns -> ms
         counts[name] += 1
     return times, counts
 

@@ -50,15 +50,24 @@ ScalarType binary_result_type(BinaryOp op, ScalarType a, ScalarType b,
   return rt;
 }
 
-// Computes op(a, b) into a new tensor of dtype rt (a, b already checked).
-Tensor binary_into_new(BinaryOp op, const Tensor& a, const Tensor& b,
-                       ScalarType rt, const char* name) {
+// Runs kernel(backend, out, a', b') with a, b broadcast to one shape and cast
+// to rt's compute type, into a new tensor of dtype rt (a, b already checked).
+template <class K>
+Tensor broadcast_into_new(const Tensor& a, const Tensor& b, ScalarType rt, const char* name,
+                          K&& kernel) {
   IntList shape = broadcast_shapes(a.sizes(), b.sizes(), name);
   ScalarType ct = compute_type(rt);
   Tensor out = detail::new_empty(shape, ct, a.device());
-  kernels::backend(a.device(), name)
-      .binary(op, out, raw::expand(cast(a, ct), shape), raw::expand(cast(b, ct), shape));
+  kernel(kernels::backend(a.device(), name), out, raw::expand(cast(a, ct), shape),
+         raw::expand(cast(b, ct), shape));
   return cast(out, rt);
+}
+
+Tensor binary_into_new(BinaryOp op, const Tensor& a, const Tensor& b,
+                       ScalarType rt, const char* name) {
+  return broadcast_into_new(a, b, rt, name,
+                            [op](const kernels::Backend& be, const Tensor& out, const Tensor& x,
+                                 const Tensor& y) { be.binary(op, out, x, y); });
 }
 
 // A 0-dim CPU tensor may join an operation on another device (as in
@@ -332,12 +341,11 @@ Tensor activation_grad(const Tensor& g_in, const Tensor& x_in, Activation act, i
   detail::check_same_device(g, x, name);
   TG_CHECK(g.is_floating_point() && x.is_floating_point(), name,
            ": g and x must be floating point, got ", g.dtype(), " and ", x.dtype());
-  IntList shape = broadcast_shapes(g.sizes(), x.sizes(), name);
-  ScalarType rt = promote_types(g.dtype(), x.dtype()), ct = compute_type(rt);
-  Tensor out = detail::new_empty(shape, ct, x.device());
-  kernels::backend(x.device(), name)
-      .activation_grad(act, order, out, raw::expand(cast(g, ct), shape), raw::expand(cast(x, ct), shape));
-  return cast(out, rt);
+  return broadcast_into_new(g, x, promote_types(g.dtype(), x.dtype()), name,
+                            [act, order](const kernels::Backend& be, const Tensor& out,
+                                         const Tensor& gb, const Tensor& xb) {
+                              be.activation_grad(act, order, out, gb, xb);
+                            });
 }
 
 Tensor& copy_(Tensor& self, const Tensor& src, bool non_blocking) {
@@ -353,13 +361,8 @@ Tensor& copy_(Tensor& self, const Tensor& src, bool non_blocking) {
     // non_blocking), and a strided self is filled from a staging tensor.
     const kernels::Backend& be = kernels::backend(self.is_cuda() ? self.device() : src.device(), "copy_");
     Tensor s = contiguous(to(expand(src, self.sizes()), self.dtype()));
-    if (self.is_contiguous()) {
-      be.copy_across(self, s, non_blocking);
-    } else {
-      Tensor staged = detail::new_empty(self.sizes(), self.dtype(), self.device());
-      be.copy_across(staged, s, false);
-      kernels::backend(self.device(), "copy_").copy(self, staged);
-    }
+    if (self.is_contiguous()) be.copy_across(self, s, non_blocking);
+    else kernels::backend(self.device(), "copy_").copy(self, to(s, self.device()));
     self.bump_version();
     return self;
   }

@@ -64,6 +64,14 @@ def run_torch(kind, act_name, precision, mode, batch, runs):
         w, b = ps[-1]
         return F.linear(x, w, b)
 
+    def finish(h):  # hess+bwd: backpropagate into the weights, then reset them
+        if bwd:
+            h.sum().backward()
+            for w, b in params:
+                w.grad = None
+                b.grad = None
+        return h
+
     if kind == "eager":
         def step():
             x = x0.detach().requires_grad_()
@@ -72,27 +80,15 @@ def run_torch(kind, act_name, precision, mode, batch, runs):
             jac = [torch.autograd.grad(pred[:, i], x, ones, create_graph=True)[0] for i in range(3)]
             rows = [torch.autograd.grad(jac[i][:, j], x, ones, retain_graph=True, create_graph=bwd)[0]
                     for i in range(3) for j in range(2)]
-            h = torch.stack(rows, 1).view(batch, 3, 2, 2)
-            if bwd:
-                h.sum().backward()
-                for w, b in params:
-                    w.grad = None
-                    b.grad = None
-            return h
+            return finish(torch.stack(rows, 1).view(batch, 3, 2, 2))
     else:
-        from torch.func import functional_call, jacfwd, jacrev, vmap  # noqa: F401
+        from torch.func import jacfwd, jacrev, vmap
 
         def single(ps, xi):
             return mlp(ps, xi.unsqueeze(0)).squeeze(0)
 
         def step():
-            h = vmap(jacfwd(jacrev(single, argnums=1), argnums=1), in_dims=(None, 0))(params, x0)
-            if bwd:
-                h.sum().backward()
-                for w, b in params:
-                    w.grad = None
-                    b.grad = None
-            return h
+            return finish(vmap(jacfwd(jacrev(single, argnums=1), argnums=1), in_dims=(None, 0))(params, x0))
 
     torch.cuda.synchronize()
     ms = median_ms(step, torch.cuda.synchronize, runs)

@@ -33,30 +33,20 @@ struct Indexer {
   bool broadcast[kMaxOps];
 
   // Loops over operands run to kMaxOps with a guard, so that `off` is
-  // indexed by constants after unrolling and stays in registers.
-  // The same with 32-bit division (several times cheaper on the GPU), for
-  // element counts below 2^32.
-  __device__ void offsets32(uint32_t i, int64_t* off) const {
+  // indexed by constants after unrolling and stays in registers. I is
+  // uint32_t for element counts below 2^32 (32-bit division is several times
+  // cheaper on the GPU), else int64_t.
+  template <class I>
+  __device__ void offsets(I i, int64_t* off) const {
 #pragma unroll
     for (int o = 0; o < kMaxOps; ++o) off[o] = 0;
     for (int d = ndim - 1; d >= 0; --d) {
-      const uint32_t size = uint32_t(sizes[d]);
-      const uint32_t idx = i % size;
+      const I size = I(sizes[d]);
+      const I idx = i % size;
       i /= size;
 #pragma unroll
       for (int o = 0; o < kMaxOps; ++o)
         if (o < nops) off[o] += int64_t(idx) * strides[o][d];
-    }
-  }
-  __device__ void offsets(int64_t i, int64_t* off) const {
-#pragma unroll
-    for (int o = 0; o < kMaxOps; ++o) off[o] = 0;
-    for (int d = ndim - 1; d >= 0; --d) {
-      int64_t idx = i % sizes[d];
-      i /= sizes[d];
-#pragma unroll
-      for (int o = 0; o < kMaxOps; ++o)
-        if (o < nops) off[o] += idx * strides[o][d];
     }
   }
 };
@@ -196,7 +186,7 @@ __global__ void elementwise_kernel(Indexer ix, int64_t n, F f) {
   const bool small = n <= int64_t(UINT32_MAX);  // uniform across the grid
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     int64_t off[kMaxOps];
-    if (small) ix.offsets32(uint32_t(i), off);
+    if (small) ix.offsets(uint32_t(i), off);
     else ix.offsets(i, off);
     f(ix.ptrs, off);
   }

@@ -1,21 +1,57 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tapegrad builds with, when any is missing
-# (as root, with apt-get); otherwise says what to install.
+# (as root, with apt-get); otherwise says what to install. A package counts as
+# present when dpkg has it, or when what it provides is found some other way:
+# the tool on PATH, or its CMake package under CMAKE_PREFIX_PATH (as on the GPU
+# machine, where .devdeps/env.sh unpacks the packages into a prefix). ccache
+# is optional: without it (and without apt) the build just runs uncached.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ libeigen3-dev libtbb-dev libgtest-dev libgmock-dev libbenchmark-dev ccache)
+prefixes=(/usr)
+IFS=: read -r -a extra <<< "${CMAKE_PREFIX_PATH:-}"
+prefixes+=("${extra[@]}")
+in_prefix() {  # $1: a glob relative to a prefix
+  local p f
+  for p in "${prefixes[@]}"; do
+    [ -n "$p" ] || continue
+    for f in $p/$1; do [ -e "$f" ] && return 0; done
+  done
+  return 1
+}
+provided() {
+  case "$1" in
+    cmake) command -v cmake >/dev/null ;;
+    ninja-build) command -v ninja >/dev/null ;;
+    g++) command -v g++ >/dev/null ;;
+    ccache) command -v ccache >/dev/null ;;
+    libeigen3-dev) in_prefix "share/eigen3/cmake/Eigen3Config.cmake" ;;
+    libtbb-dev) in_prefix "lib/*/cmake/TBB/TBBConfig.cmake" ;;
+    libgtest-dev) in_prefix "lib/*/cmake/GTest/GTestConfig.cmake" ;;
+    libgmock-dev) in_prefix "include/gmock/gmock.h" ;;
+    libbenchmark-dev) in_prefix "lib/*/cmake/benchmark/benchmarkConfig.cmake" ;;
+    *) return 1 ;;
+  esac
+}
 missing=()
 for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" && continue
+  provided "$p" && continue
+  missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq; then
   echo "deps: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-else
-  echo "deps: missing ${missing[*]}; install them with: sudo apt-get install ${missing[*]}" >&2
-  exit 1
+  exit 0
 fi
+required=()
+for p in "${missing[@]}"; do [ "$p" = ccache ] || required+=("$p"); done
+if [ ${#required[@]} -eq 0 ]; then
+  echo "deps: ccache is missing (optional); building without it" >&2
+  exit 0
+fi
+echo "deps: missing ${missing[*]}; install them with: sudo apt-get install ${missing[*]}" >&2
+exit 1

@@ -35,31 +35,56 @@ variable_list AccumulateGrad::apply(variable_list&& grads) {
 
 void accumulate_grad(const Tensor& variable, Tensor& variable_grad,
                      Tensor&& incoming, size_t expected_refs) {
-  // Layout pairs: dense .grad + dense incoming below; sparse .grad or sparse
-  // incoming (either way round) arrive with the sparse issue.
-  if (variable_grad.defined()) check_dense_pair(variable_grad, incoming, "AccumulateGrad");
-  else check_dense_pair(variable, incoming, "AccumulateGrad");
   if (!variable_grad.defined()) {
+    // (1) create_graph: a differentiable copy (either layout), with history.
     if (is_grad_enabled()) {
-      variable_grad = incoming.clone();  // create_graph: keep the history
+      variable_grad = incoming.clone();
       return;
     }
-    bool layout_ok = incoming.is_contiguous() || incoming.strides() == variable.strides();
+    // (2) sparse: steal it when its handle, indices and values are ours
+    // alone; else copy indices and values.
+    if (incoming.is_sparse()) {
+      if (uniquely_owned(incoming, expected_refs) && parts_uniquely_owned(incoming)) {
+        variable_grad = impl::meta(incoming) ? raw::detach(incoming) : std::move(incoming);
+        return;
+      }
+      variable_grad = raw::clone(incoming);
+      return;
+    }
+    // (3) dense: steal (no copy) when uniquely owned and contiguous or with
+    // the leaf's strides; a tensor with autograd metadata is aliased without it.
+    bool layout_ok = incoming.is_contiguous() ||
+                     (!variable.is_sparse() && incoming.strides() == variable.strides());
     if (layout_ok && uniquely_owned(incoming, expected_refs)) {
-      // Steal: no copy. A tensor with autograd metadata is aliased without it.
       variable_grad = impl::meta(incoming) ? raw::detach(incoming) : std::move(incoming);
       return;
     }
     variable_grad = raw::clone(incoming);
     return;
   }
+  // (4) create_graph: out of place (any pair), .grad gets history.
   if (is_grad_enabled()) {
-    variable_grad = tg::add(variable_grad, incoming);  // out of place, has history
+    variable_grad = tg::add(variable_grad, incoming);
     return;
   }
+  // (5) sparse .grad + sparse: in place on the .grad handle (it keeps its
+  // identity; its indices and values become the concatenation).
+  if (variable_grad.is_sparse() && incoming.is_sparse()) {
+    raw::add_(variable_grad, incoming);
+    return;
+  }
+  // (6) sparse .grad + dense: .grad becomes dense: the incoming tensor with
+  // the sparse entries added in place when it is contiguous and ours alone,
+  // else a new tensor.
+  if (variable_grad.is_sparse()) {
+    add_into_dense_side(variable_grad, std::move(incoming));
+    return;
+  }
+  // (7) dense .grad + sparse or dense: in place when .grad's storage is not
+  // shared and .grad is contiguous (it keeps its identity), else out of place.
   if (variable_grad.is_contiguous() && variable_grad.impl()->storage().use_count() == 1 &&
       !impl::requires_grad(variable_grad)) {
-    raw::add_(variable_grad, incoming);  // .grad keeps its identity
+    raw::add_(variable_grad, incoming);
     return;
   }
   variable_grad = raw::add(variable_grad, incoming);

@@ -18,14 +18,16 @@ class AccumulateGrad final : public Node {
   Tensor variable_;
 };
 
-// .grad = .grad + incoming, with every layout pair listed (dense/dense now;
-// sparse pairs arrive with the sparse issue):
+// .grad = .grad + incoming, with every layout pair listed (reference §3.2):
 // - no .grad yet: steal `incoming` (no copy) when grad mode is off and it is
-//   uniquely owned (at most `expected_refs` handles, storage not shared),
-//   contiguous or with the leaf's strides; otherwise clone it;
-// - .grad exists, grad mode off: in place when .grad's storage is not shared
-//   with another tensor and .grad is contiguous (it keeps its identity);
-//   otherwise out of place;
+//   uniquely owned (at most `expected_refs` handles, storage not shared;
+//   sparse: its indices and values too), dense ones contiguous or with the
+//   leaf's strides; otherwise clone it;
+// - .grad exists, grad mode off: sparse + sparse in place on the .grad handle;
+//   sparse .grad + dense -> dense (into `incoming` when it is uniquely owned
+//   and contiguous); dense .grad + either: in place when .grad's storage is
+//   not shared and .grad is contiguous (it keeps its identity), otherwise
+//   out of place;
 // - grad mode on (create_graph): always out of place, .grad gets history.
 void accumulate_grad(const Tensor& variable, Tensor& variable_grad,
                      Tensor&& incoming, size_t expected_refs);

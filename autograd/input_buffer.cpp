@@ -14,31 +14,47 @@ bool uniquely_owned(const Tensor& t, size_t expected_refs) {
   return t.use_count() <= expected_refs && t.impl()->storage().use_count() == 1;
 }
 
-void check_dense_pair(const Tensor& a, const Tensor& b, const char* where) {
-  TG_CHECK(!a.is_sparse() && !b.is_sparse(), where,
-           ": sparse gradients are not supported yet (the sparse COO issue "
-           "adds the dense/sparse, sparse/dense and sparse/sparse cases)");
+bool parts_uniquely_owned(const Tensor& s) {
+  const SparseCooParts& p = s.impl()->sparse_parts();
+  return p.indices.use_count() == 1 && p.indices->storage().use_count() == 1 &&
+         p.values.use_count() == 1 && p.values->storage().use_count() == 1;
+}
+
+bool add_into_dense_side(Tensor& old, Tensor&& incoming) {
+  TG_INTERNAL_ASSERT(old.is_sparse() != incoming.is_sparse(), "not a dense/sparse pair");
+  Tensor& dense = old.is_sparse() ? incoming : old;
+  const Tensor& sparse = old.is_sparse() ? incoming : old;
+  if (dense.is_contiguous() && uniquely_owned(dense)) {
+    raw::add_(dense, sparse);
+    if (old.is_sparse()) old = std::move(incoming);
+    return true;
+  }
+  old = raw::add(dense, sparse);
+  return false;
 }
 
 bool accumulate_into_buffer(Tensor& old, Tensor&& incoming) {
-  // Layout pairs:
-  //   dense  + dense  -> below
-  //   dense  + sparse -> (sparse issue) into the dense side when it may be
-  //                      changed in place, else out of place
-  //   sparse + dense  -> (sparse issue) the same, with the roles swapped
-  //   sparse + sparse -> (sparse issue) concatenate indices/values
-  check_dense_pair(old, incoming, "InputBuffer::add");
-  // (1) create_graph: out of place, so the sum is differentiable.
+  // (1) create_graph: out of place, so the sum is differentiable (any pair).
   if (is_grad_enabled()) {
     old = tg::add(old, incoming);
     return false;
   }
-  // (2) old is ours alone (TensorImpl and storage) and contiguous: in place.
+  // (2) sparse + sparse: a new sparse tensor (indices and values
+  // concatenated, uncoalesced); neither operand is changed.
+  if (old.is_sparse() && incoming.is_sparse()) {
+    old = raw::add(old, incoming);
+    return false;
+  }
+  // (3) dense + sparse, sparse + dense: the sparse entries go into the dense
+  // side in place when it is contiguous and ours alone, else out of place.
+  if (old.is_sparse() || incoming.is_sparse()) return add_into_dense_side(old, std::move(incoming));
+  // (4) dense + dense: old is ours alone (TensorImpl and storage) and
+  // contiguous: in place.
   if (old.is_contiguous() && uniquely_owned(old)) {
     raw::add_(old, incoming);
     return true;
   }
-  // (3) otherwise out of place.
+  // (5) otherwise out of place.
   old = raw::add(old, incoming);
   return false;
 }
@@ -46,7 +62,13 @@ bool accumulate_into_buffer(Tensor& old, Tensor&& incoming) {
 namespace {
 // Keeps the allocator from reusing t's memory before the work queued on `s`
 // so far is done (a GPU tensor used on a stream other than its own).
+// A sparse tensor's data is in its indices and values: both are protected.
 void record_stream(const Tensor& t, const cuda::Stream& s) {
+  if (t.is_sparse()) {
+    record_stream(Tensor(t.impl()->sparse_parts().indices), s);
+    record_stream(Tensor(t.impl()->sparse_parts().values), s);
+    return;
+  }
   void* p = t.impl()->storage()->data();
   if (p && t.device().index() == s.device_index()) cuda::record_stream(p, s);
 }

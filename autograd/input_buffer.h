@@ -35,16 +35,25 @@ class InputBuffer {
 };
 
 // old += incoming for InputBuffer (reference §3.1). Every layout pair is listed
-// in the function; the result is in place only when `old` is uniquely owned
-// (its TensorImpl and its storage), contiguous, and grad mode is off (no
-// create_graph). Returns true when it accumulated in place.
+// in the function, in order: grad mode on (create_graph) -> out of place;
+// sparse + sparse -> a new sparse tensor; dense + sparse either way -> into
+// the dense side when it is contiguous and uniquely owned (TensorImpl and
+// storage), else out of place; dense + dense -> in place into `old` under the
+// same condition, else out of place. Returns true when it accumulated in
+// place (into whichever tensor `old` holds afterwards).
 bool accumulate_into_buffer(Tensor& old, Tensor&& incoming);
+
+// The dense/sparse pair rule shared with AccumulateGrad: adds the sparse one
+// into the dense one in place when that is contiguous and uniquely owned,
+// leaving the result in `old`; else old = dense + sparse. True when in place.
+bool add_into_dense_side(Tensor& old, Tensor&& incoming);
 
 // True when t's TensorImpl has no other handle than the caller's `expected`
 // ones, and its storage no other TensorImpl.
 bool uniquely_owned(const Tensor& t, size_t expected_refs = 1);
 
-// Until the sparse issue: a clear error naming `where` for a sparse operand.
-void check_dense_pair(const Tensor& a, const Tensor& b, const char* where);
+// A sparse tensor whose indices and values (TensorImpls and storages) are
+// referenced by it alone: it may be stolen into .grad without a copy.
+bool parts_uniquely_owned(const Tensor& s);
 
 }  // namespace tg::autograd

@@ -160,11 +160,20 @@ Tensor& inplace_binary(Tensor& self, BinaryOp op, const Tensor& other,
 
 namespace raw {
 
+static bool any_sparse(const Tensor& a, const Tensor& b) {
+  return (a.defined() && a.is_sparse()) || (b.defined() && b.is_sparse());
+}
+static Scalar negated(Scalar a) {
+  return a.is_integral() ? Scalar(-a.to_int()) : Scalar(-a.to_double());
+}
+
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
+  if (any_sparse(a, b)) return sparse_add(a, b, alpha);
   if (alpha.is_integral() && alpha.to_int() == 1) return binary(BinaryOp::Add, a, b);
   return binary(BinaryOp::Add, a, raw::mul(b, alpha));
 }
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
+  if (any_sparse(a, b)) return sparse_add(a, b, negated(alpha));
   if (alpha.is_integral() && alpha.to_int() == 1) return binary(BinaryOp::Sub, a, b);
   return binary(BinaryOp::Sub, a, raw::mul(b, alpha));
 }
@@ -175,8 +184,14 @@ Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Max, 
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Min, a, b); }
 Tensor add(const Tensor& a, Scalar b) { return binary(BinaryOp::Add, a, b); }
 Tensor sub(const Tensor& a, Scalar b) { return binary(BinaryOp::Sub, a, b); }
-Tensor mul(const Tensor& a, Scalar b) { return binary(BinaryOp::Mul, a, b); }
-Tensor div(const Tensor& a, Scalar b) { return binary(BinaryOp::Div, a, b); }
+Tensor mul(const Tensor& a, Scalar b) {
+  if (a.defined() && a.is_sparse()) return sparse_mul(a, b);
+  return binary(BinaryOp::Mul, a, b);
+}
+Tensor div(const Tensor& a, Scalar b) {
+  if (a.defined() && a.is_sparse()) return sparse_mul(a, 1.0 / b.to_double());
+  return binary(BinaryOp::Div, a, b);
+}
 Tensor pow(const Tensor& a, Scalar e) {
   detail::check_defined(a, "pow");
   TG_CHECK(!(e.is_integral() && e.to_int() < 0 && !is_floating_point(a.dtype())),
@@ -206,7 +221,10 @@ Tensor ge(const Tensor& a, Scalar b) { return ge(a, scalar_like(b, a)); }
 
 namespace raw {
 
-Tensor neg(const Tensor& x) { return unary(UnaryOp::Neg, x, "neg", false); }
+Tensor neg(const Tensor& x) {
+  if (x.defined() && x.is_sparse()) return sparse_mul(x, -1);
+  return unary(UnaryOp::Neg, x, "neg", false);
+}
 Tensor exp(const Tensor& x) { return unary(UnaryOp::Exp, x, "exp", true); }
 Tensor log(const Tensor& x) { return unary(UnaryOp::Log, x, "log", true); }
 Tensor sin(const Tensor& x) { return unary(UnaryOp::Sin, x, "sin", true); }
@@ -305,11 +323,13 @@ namespace raw {
 
 // ---- in-place methods ---------------------------------------------------------------
 Tensor& add_(Tensor& self, const Tensor& o, Scalar alpha) {
+  if (any_sparse(self, o)) return sparse_add_(self, o, alpha);
   if (alpha.is_integral() && alpha.to_int() == 1)
     return inplace_binary(self, BinaryOp::Add, o, "add_");
   return inplace_binary(self, BinaryOp::Add, raw::mul(o, alpha), "add_");
 }
 Tensor& sub_(Tensor& self, const Tensor& o, Scalar alpha) {
+  if (any_sparse(self, o)) return sparse_add_(self, o, negated(alpha));
   if (alpha.is_integral() && alpha.to_int() == 1)
     return inplace_binary(self, BinaryOp::Sub, o, "sub_");
   return inplace_binary(self, BinaryOp::Sub, raw::mul(o, alpha), "sub_");

@@ -91,6 +91,17 @@ struct Backend {
   // out = g * act^(order)(x), order in 0..kMaxFusedActivationOrder; Float32/64.
   void (*activation_grad)(Activation act, int order, const Tensor& out, const Tensor& g,
                           const Tensor& x);
+  // Sparse COO coalesce: lin Int64 [nnz] (row-major linear index over the
+  // sparse sizes), values [nnz, D] contiguous, compute dtype. Sets
+  // out_indices Int64 [sparse_dim, u] (sorted, unique) and out_values [u, D]
+  // (rows with one index summed in their original order). May sync the host.
+  void (*coalesce)(const Tensor& lin, const Tensor& values, const IntList& sparse_sizes,
+                   Tensor& out_indices, Tensor& out_values);
+  // out [n, k] = S @ dense, S [n, m] coalesced: rows, cols Int64 [nnz]
+  // (sorted by row), values [nnz]; dense [m, k]; all contiguous, one
+  // floating compute dtype; out contiguous (written, not accumulated).
+  void (*spmm)(const Tensor& out, const Tensor& rows, const Tensor& cols, const Tensor& values,
+               const Tensor& dense);
 };
 
 // The backend of a device; throws a clear error when the device has none.

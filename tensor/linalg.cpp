@@ -50,6 +50,7 @@ uint64_t gemm_calls() { return g_gemm_calls.load(std::memory_order_relaxed); }
 uint64_t gemm_flops() { return g_gemm_flops.load(std::memory_order_relaxed); }
 
 Tensor mm(const Tensor& a, const Tensor& b) {
+  if (a.defined() && a.is_sparse()) return sparse_mm(a, b);
   check_gemm_operands(a, b, "mm");
   TG_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D tensors, got ",
            shape_str(a.sizes()), " and ", shape_str(b.sizes()));
@@ -68,6 +69,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (a.defined() && a.is_sparse()) return sparse_mm(a, b);
   check_gemm_operands(a, b, "matmul");
   int64_t da = a.dim(), db = b.dim();
   TG_CHECK(da >= 1 && db >= 1, "matmul: both arguments need at least 1 dimension, got ",

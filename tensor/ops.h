@@ -137,6 +137,23 @@ Tensor scatter_add(const Tensor& x,
                    const Tensor& index,
                    const Tensor& src);
 
+// ---- sparse COO (docs/TENSOR.md "Sparse COO tensors") ----------------------
+// indices: Int64 [sparse_dim, nnz]; values: [nnz, dense sizes...]; sizes: the
+// logical shape, sparse sizes then the values' trailing sizes. Checks ranks,
+// dtypes, devices and every index against its size (one device sync on a
+// GPU) and throws naming the first bad index. Differentiable in values.
+Tensor sparse_coo_tensor(const Tensor& indices, const Tensor& values, const IntList& sizes);
+// Sorted row-major, duplicates summed; returns `s` when already coalesced.
+Tensor coalesce(const Tensor& s);
+Tensor to_dense(const Tensor& x);  // a strided x is returned as is
+// Rows of `weight` ([num, dim...]) picked by `indices` (Int64, any shape):
+// [indices..., dim...]. With sparse = true the gradient of weight is a sparse
+// COO tensor (the lookup indices, uncoalesced, and the rows of the incoming
+// gradient) instead of a dense [num, dim...] one.
+Tensor embedding(const Tensor& weight, const Tensor& indices, bool sparse = false);
+// index_select along dim 0 whose gradient for x is sparse when sparse_grad.
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, bool sparse_grad);
+
 // ---- comparison of whole tensors ---------------------------------------------
 // |a - b| <= atol + rtol |b| elementwise (broadcasting), like torch.allclose.
 bool allclose(const Tensor& a,

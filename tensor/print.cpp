@@ -67,8 +67,14 @@ std::string Tensor::to_string() const {
   return os.str();
 }
 
+void print_sparse(std::ostream& os, const Tensor& s);  // tensor/sparse.cpp
+
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "[ undefined tensor ]";
+  if (t.is_sparse()) {
+    print_sparse(os, t);
+    return os;
+  }
   std::vector<double> v = t.to_vector<double>();
   Printer p{v, t.sizes(), contiguous_strides(t.sizes()), t.dtype() == kInt64,
             t.dtype() == kBool, false, t.numel() > kSummarizeAbove};

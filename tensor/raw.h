@@ -114,6 +114,30 @@ Tensor to(const Tensor& self, Device d, bool non_blocking = false);
 Tensor to(const Tensor& self, Device d, ScalarType t);
 Tensor pin_memory(const Tensor& self);
 
+// sparse COO (tensor/sparse.cpp). The ops above that take sparse operands
+// (add, sub, add_, mul/div by a scalar, neg, sum, mm, matmul, transpose, t,
+// clone, detach, to) route to these; every other op rejects them with an
+// error naming the op (detail::check_defined).
+Tensor sparse_coo_tensor(const Tensor& indices, const Tensor& values, const IntList& sizes,
+                         bool check = true);
+Tensor coalesce(const Tensor& s);
+Tensor to_dense(const Tensor& s);
+Tensor sparse_indices(const Tensor& s);  // the parts as stored (any coalesced state)
+Tensor sparse_values(const Tensor& s);
+// Int64 [nnz]: each entry's row-major position over the sparse sizes.
+Tensor sparse_linear_index(const Tensor& s);
+Tensor sparse_linear_index(const Tensor& indices, const IntList& sparse_sizes);
+Tensor sparse_add(const Tensor& a, const Tensor& b, Scalar alpha);  // one of them sparse
+Tensor& sparse_add_(Tensor& self, const Tensor& o, Scalar alpha);
+Tensor sparse_mul(const Tensor& s, Scalar c);
+Tensor sparse_sum(const Tensor& s);
+Tensor sparse_mm(const Tensor& s, const Tensor& dense);
+Tensor sparse_transpose(const Tensor& s, int64_t d0, int64_t d1);
+Tensor sparse_clone(const Tensor& s);
+Tensor sparse_detach(const Tensor& s);
+Tensor sparse_to(const Tensor& s, ScalarType t);
+Tensor sparse_to(const Tensor& s, Device d, bool non_blocking);
+
 // Number of GEMM kernel launches since start (mm, bmm, matmul, linear all
 // count each batched GEMM call once); lets tests see what trimming skips.
 uint64_t gemm_calls();

@@ -76,7 +76,10 @@ Tensor reduce(Kind kind, const Tensor& x_in, const IntList& dims_in, bool keepdi
 
 namespace raw {
 
-Tensor sum(const Tensor& x) { return reduce(Kind::Sum, x, {}, false, true); }
+Tensor sum(const Tensor& x) {
+  if (x.defined() && x.is_sparse()) return sparse_sum(x);
+  return reduce(Kind::Sum, x, {}, false, true);
+}
 Tensor sum(const Tensor& x, const IntList& dims, bool keepdim) {
   return reduce(Kind::Sum, x, dims, keepdim, false);
 }

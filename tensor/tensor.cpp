@@ -39,6 +39,10 @@ int64_t wrap_insert_dim(int64_t dim, int64_t ndim, const char* op,
 
 void check_defined(const Tensor& t, const char* op, const char* what) {
   TG_CHECK(t.defined(), op, ": ", what, " is an undefined tensor");
+  TG_CHECK(!t.is_sparse(), op, ": ", what, " is a sparse COO tensor (shape ",
+           shape_str(t.sizes()), ", nnz ", t.nnz(), ") and this op takes strided tensors only; "
+           "convert it with .to_dense(), or use an op with sparse support (add, sub, mul or div "
+           "by a scalar, neg, sum, mm, t, coalesce)");
 }
 
 void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
@@ -88,6 +92,7 @@ void check_writable(const Tensor& t, const char* op) {
 namespace {
 
 Tensor make_view(const Tensor& base, IntList sizes, IntList strides, int64_t offset) {
+  detail::check_defined(base, "view");
   return Tensor(IntrusivePtr<TensorImpl>::make(
       base.impl()->storage(), std::move(sizes), std::move(strides), offset,
       base.dtype(), base.impl()->version_counter()));
@@ -168,6 +173,7 @@ namespace raw {
 // ---- views ----------------------------------------------------------------------
 
 Tensor view(const Tensor& self, const IntList& new_shape) {
+  detail::check_defined(self, "view");
   IntList shape = infer_size(new_shape, self.numel(), "view");
   IntList st;
   TG_CHECK(view_strides(self.sizes(), self.strides(), shape, st), "view: size ",
@@ -179,6 +185,7 @@ Tensor view(const Tensor& self, const IntList& new_shape) {
 }
 
 Tensor reshape(const Tensor& self, const IntList& new_shape) {
+  detail::check_defined(self, "reshape");
   IntList shape = infer_size(new_shape, self.numel(), "reshape");
   IntList st;
   if (view_strides(self.sizes(), self.strides(), shape, st))
@@ -188,12 +195,14 @@ Tensor reshape(const Tensor& self, const IntList& new_shape) {
 
 Tensor as_strided(const Tensor& self, const IntList& sz, const IntList& st,
                           std::optional<int64_t> offset) {
+  detail::check_defined(self, "as_strided");
   TG_CHECK(sz.size() == st.size(), "as_strided: sizes ", shape_str(sz),
            " and strides ", shape_str(st), " have different lengths");
   return make_view(self, sz, st, offset.value_or(self.storage_offset()));
 }
 
 Tensor transpose(const Tensor& self, int64_t d0, int64_t d1) {
+  if (self.defined() && self.is_sparse()) return sparse_transpose(self, d0, d1);
   int64_t n = self.dim();
   if (n == 0) return self;
   d0 = wrap_dim(d0, n, "transpose", self.sizes());
@@ -211,6 +220,7 @@ Tensor t(const Tensor& self) {
 }
 
 Tensor permute(const Tensor& self, const IntList& dims) {
+  detail::check_defined(self, "permute");
   int64_t n = self.dim();
   TG_CHECK(int64_t(dims.size()) == n, "permute: got ", dims.size(),
            " dims ", shape_str(dims), " for a tensor of shape ", shape_str(self.sizes()));
@@ -228,6 +238,7 @@ Tensor permute(const Tensor& self, const IntList& dims) {
 }
 
 Tensor select(const Tensor& self, int64_t d, int64_t index) {
+  detail::check_defined(self, "select");
   TG_CHECK(self.dim() > 0, "select: cannot select on a 0-dim tensor");
   d = wrap_dim(d, self.dim(), "select", self.sizes());
   int64_t size = self.sizes()[d];
@@ -244,6 +255,7 @@ Tensor select(const Tensor& self, int64_t d, int64_t index) {
 
 Tensor slice(const Tensor& self, int64_t d, std::optional<int64_t> start,
                      std::optional<int64_t> end, int64_t step) {
+  detail::check_defined(self, "slice");
   TG_CHECK(self.dim() > 0, "slice: cannot slice a 0-dim tensor");
   d = wrap_dim(d, self.dim(), "slice", self.sizes());
   TG_CHECK(step > 0, "slice: step must be positive, got ", step);
@@ -262,6 +274,7 @@ Tensor slice(const Tensor& self, int64_t d, std::optional<int64_t> start,
 }
 
 Tensor narrow(const Tensor& self, int64_t d, int64_t start, int64_t length) {
+  detail::check_defined(self, "narrow");
   TG_CHECK(self.dim() > 0, "narrow: cannot narrow a 0-dim tensor");
   d = wrap_dim(d, self.dim(), "narrow", self.sizes());
   int64_t size = self.sizes()[d];
@@ -273,6 +286,7 @@ Tensor narrow(const Tensor& self, int64_t d, int64_t start, int64_t length) {
 }
 
 Tensor unsqueeze(const Tensor& self, int64_t d) {
+  detail::check_defined(self, "unsqueeze");
   d = detail::wrap_insert_dim(d, self.dim(), "unsqueeze", self.sizes());
   IntList sz = self.sizes(), st = self.strides();
   int64_t s = d < self.dim() ? self.sizes()[d] * self.strides()[d] : 1;
@@ -282,6 +296,7 @@ Tensor unsqueeze(const Tensor& self, int64_t d) {
 }
 
 Tensor squeeze(const Tensor& self) {
+  detail::check_defined(self, "squeeze");
   IntList sz, st;
   for (int64_t d = 0; d < self.dim(); ++d)
     if (self.sizes()[d] != 1) {
@@ -292,6 +307,7 @@ Tensor squeeze(const Tensor& self) {
 }
 
 Tensor squeeze(const Tensor& self, int64_t d) {
+  detail::check_defined(self, "squeeze");
   if (self.dim() == 0) return self;
   d = wrap_dim(d, self.dim(), "squeeze", self.sizes());
   if (self.sizes()[d] != 1) return self;
@@ -302,6 +318,7 @@ Tensor squeeze(const Tensor& self, int64_t d) {
 }
 
 Tensor expand(const Tensor& self, const IntList& target) {
+  detail::check_defined(self, "expand");
   if (target == self.sizes()) return self;  // nothing to broadcast
   int64_t n = int64_t(target.size()), nd = self.dim();
   TG_CHECK(n >= nd, "expand: the number of sizes provided (", n,
@@ -333,6 +350,7 @@ Tensor expand(const Tensor& self, const IntList& target) {
 Tensor expand_as(const Tensor& self, const Tensor& other) { return expand(self, other.sizes()); }
 
 Tensor flatten(const Tensor& self, int64_t start, int64_t end) {
+  detail::check_defined(self, "flatten");
   if (self.dim() == 0) return reshape(self, {1});
   start = wrap_dim(start, self.dim(), "flatten", self.sizes());
   end = wrap_dim(end, self.dim(), "flatten", self.sizes());
@@ -347,9 +365,13 @@ Tensor flatten(const Tensor& self, int64_t start, int64_t end) {
 
 // ---- conversions -------------------------------------------------------------------
 
-Tensor contiguous(const Tensor& self) { return self.is_contiguous() ? self : clone(self); }
+Tensor contiguous(const Tensor& self) {
+  detail::check_defined(self, "contiguous");
+  return self.is_contiguous() ? self : clone(self);
+}
 
 Tensor clone(const Tensor& self) {
+  if (self.defined() && self.is_sparse()) return sparse_clone(self);
   detail::check_defined(self, "clone");
   Tensor out = detail::new_empty(self.sizes(), self.dtype(), self.device());
   kernels::backend(self.device(), "clone").copy(out, self);
@@ -357,10 +379,12 @@ Tensor clone(const Tensor& self) {
 }
 
 Tensor detach(const Tensor& self) {
+  if (self.defined() && self.is_sparse()) return sparse_detach(self);
   return make_view(self, self.sizes(), self.strides(), self.storage_offset());
 }
 
 Tensor to(const Tensor& self, ScalarType t) {
+  if (self.defined() && self.is_sparse()) return sparse_to(self, t);
   detail::check_defined(self, "to");
   if (t == self.dtype()) return self;
   Tensor out = detail::new_empty(self.sizes(), t, self.device());
@@ -369,6 +393,7 @@ Tensor to(const Tensor& self, ScalarType t) {
 }
 
 Tensor to(const Tensor& self, Device d, bool non_blocking) {
+  if (self.defined() && self.is_sparse()) return sparse_to(self, d, non_blocking);
   detail::check_defined(self, "to");
   if (d == self.device()) return self;
   // The device side's backend moves the bytes (both devices' kernels exist

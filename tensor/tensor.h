@@ -63,6 +63,19 @@ class Tensor {
   }
   bool is_contiguous() const { return impl_->is_contiguous(); }
   bool is_sparse() const { return impl_->layout() == Layout::SparseCoo; }
+  // Sparse COO tensors only. indices() and values() need a coalesced tensor
+  // (as LibTorch); _indices() and _values() return the parts as stored.
+  // values() and _values() are differentiable.
+  int64_t sparse_dim() const;
+  int64_t dense_dim() const;
+  int64_t nnz() const;
+  bool is_coalesced() const;
+  Tensor indices() const;
+  Tensor values() const;
+  Tensor _indices() const;
+  Tensor _values() const;
+  Tensor coalesce() const;
+  Tensor to_dense() const;
   bool is_cuda() const { return device().is_cuda(); }
   bool is_floating_point() const { return tg::is_floating_point(dtype()); }
   uint32_t version() const { return impl_->version_counter()->current(); }

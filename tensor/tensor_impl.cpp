@@ -49,4 +49,29 @@ TensorImpl::TensorImpl(IntrusivePtr<StorageImpl> storage,
   TG_INTERNAL_ASSERT(sizes_.size() == strides_.size(), "rank mismatch");
 }
 
+IntrusivePtr<TensorImpl> TensorImpl::make_sparse_coo(IntList sizes, SparseCooParts parts,
+                                                     IntrusivePtr<VersionCounter> version) {
+  TG_INTERNAL_ASSERT(parts.indices && parts.values, "sparse tensor without parts");
+  Allocator* alloc = parts.values->storage()->allocator();
+  auto impl = IntrusivePtr<TensorImpl>::make(IntrusivePtr<StorageImpl>::make(0, alloc), IntList{},
+                                             IntList{}, 0, parts.values->dtype(),
+                                             std::move(version));
+  impl->sizes_ = std::move(sizes);
+  impl->numel_ = shape_numel(impl->sizes_);
+  impl->layout_ = Layout::SparseCoo;
+  impl->contiguous_ = false;
+  impl->sparse_ = std::make_unique<SparseCooParts>(std::move(parts));
+  return impl;
+}
+
+const SparseCooParts& TensorImpl::sparse_parts() const {
+  TG_INTERNAL_ASSERT(sparse_, "sparse_parts() of a strided tensor");
+  return *sparse_;
+}
+
+void TensorImpl::set_sparse_parts(SparseCooParts parts) {
+  TG_INTERNAL_ASSERT(sparse_ && parts.values->dtype() == dtype_, "set_sparse_parts mismatch");
+  *sparse_ = std::move(parts);
+}
+
 }  // namespace tg

@@ -19,6 +19,17 @@ struct AutogradMetaInterface {
   virtual ~AutogradMetaInterface() = default;
 };
 
+class TensorImpl;
+
+// The two dense tensors behind a sparse COO tensor (layout SparseCoo):
+// indices Int64 [sparse_dim, nnz] and values [nnz, dense sizes...], with the
+// flag saying the indices are sorted (row-major) and unique.
+struct SparseCooParts {
+  IntrusivePtr<TensorImpl> indices;
+  IntrusivePtr<TensorImpl> values;
+  bool coalesced = false;
+};
+
 class TensorImpl final : public IntrusiveTarget {
  public:
   TensorImpl(IntrusivePtr<StorageImpl> storage,
@@ -27,6 +38,13 @@ class TensorImpl final : public IntrusiveTarget {
              int64_t offset,
              ScalarType dtype,
              IntrusivePtr<VersionCounter> version);
+
+  // A sparse COO tensor of logical shape `sizes` (sparse dims first, then
+  // values' trailing dims). It has no strides and a zero-byte storage on the
+  // values' device: all its data is in the two parts. Not checked here
+  // (tg::sparse_coo_tensor validates).
+  static IntrusivePtr<TensorImpl> make_sparse_coo(IntList sizes, SparseCooParts parts,
+                                                  IntrusivePtr<VersionCounter> version = {});
 
   const IntList& sizes() const { return sizes_; }
   const IntList& strides() const { return strides_; }
@@ -47,6 +65,11 @@ class TensorImpl final : public IntrusiveTarget {
            offset_ * int64_t(element_size(dtype_));
   }
 
+  // Layout SparseCoo only (asserted).
+  const SparseCooParts& sparse_parts() const;
+  // Replaces the parts in place (sparse add_): same sizes, dtype and device.
+  void set_sparse_parts(SparseCooParts parts);
+
   AutogradMetaInterface* autograd_meta() const { return autograd_meta_.get(); }
   void set_autograd_meta(std::unique_ptr<AutogradMetaInterface> m) {
     autograd_meta_ = std::move(m);
@@ -63,6 +86,7 @@ class TensorImpl final : public IntrusiveTarget {
   bool contiguous_;
   IntrusivePtr<VersionCounter> version_;
   std::unique_ptr<AutogradMetaInterface> autograd_meta_;
+  std::unique_ptr<SparseCooParts> sparse_;
 };
 
 IntList contiguous_strides(const IntList& sizes);

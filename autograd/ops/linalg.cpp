@@ -75,7 +75,10 @@ class LinearBackward final : public OpNode {
 
 }  // namespace
 
-Tensor mm(const Tensor& a, const Tensor& b) { return gemm_op(a, b, false); }
+Tensor mm(const Tensor& a, const Tensor& b) {
+  if (a.defined() && a.is_sparse()) return autograd::impl::sparse_mm(a, b);
+  return gemm_op(a, b, false);
+}
 Tensor bmm(const Tensor& a, const Tensor& b) { return gemm_op(a, b, true); }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
@@ -90,6 +93,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
 // Composite: the same cases as the raw op, expressed with differentiable
 // views and mm/bmm, so each GEMM node trims on its own.
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (a.defined() && a.is_sparse()) return autograd::impl::sparse_mm(a, b);
   if (!should_record({&a, &b})) return raw::matmul(a, b);
   int64_t da = a.dim(), db = b.dim();
   TG_CHECK(da >= 1 && db >= 1, "matmul: both arguments need at least 1 dimension, got ",

@@ -91,6 +91,7 @@ Tensor reduce_op(const Tensor& x, const char* op, const char* name, ReduceBackwa
 }  // namespace
 
 Tensor sum(const Tensor& x) {
+  if (x.defined() && x.is_sparse()) return autograd::impl::sparse_sum(x);
   return reduce_op(x, "sum", "SumBackward", ReduceBackward::Sum, {}, false,
                    [&] { return raw::sum(x); });
 }

@@ -295,6 +295,7 @@ const kernels::Backend& backend() {
     t.activation_grad = activation_grad_kernel;
     register_reduce_index_random(t);
     register_gemm(t);
+    register_sparse(t);
     return t;
   }();
   return b;

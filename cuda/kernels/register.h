@@ -6,4 +6,5 @@
 namespace tg::cuda {
 void register_reduce_index_random(kernels::Backend& b);
 void register_gemm(kernels::Backend& b);
+void register_sparse(kernels::Backend& b);
 }  // namespace tg::cuda

@@ -10,6 +10,7 @@ const Backend& cpu_backend() {
     cpu::register_linalg(t);
     cpu::register_index(t);
     cpu::register_random(t);
+    cpu::register_sparse(t);
     return t;
   }();
   return b;

@@ -9,4 +9,5 @@ void register_reduce(kernels::Backend& b);
 void register_linalg(kernels::Backend& b);
 void register_index(kernels::Backend& b);
 void register_random(kernels::Backend& b);
+void register_sparse(kernels::Backend& b);
 }  // namespace tg::cpu

@@ -1,0 +1,249 @@
+// Differentiable sparse COO ops: sparse_coo_tensor (in its values), values,
+// coalesce, to_dense, sum, sparse @ dense, and embedding / index_select with
+// a sparse gradient. add, sub, neg, mul/div by a scalar, transpose, clone and
+// to() record their usual nodes, whose formulas hold for either layout.
+//
+// A gradient with respect to a sparse tensor S is the gradient with respect
+// to the dense tensor S stands for; it may arrive dense or sparse (OURS:
+// PyTorch keeps it sparse). sparse_coo_tensor turns it into the gradient of
+// its values by reading it at S's indices.
+#include <tapegrad/tensor/error.h>
+
+#include "record.h"
+
+namespace tg {
+
+using autograd::variable_list;
+using namespace autograd::ops_detail;
+
+namespace {
+
+// d values = G[indices] for G dense, or G's values when G is sparse with the
+// very same indices tensor (sum and mm build their gradients that way).
+class SparseCooTensorBackward final : public OpNode {
+ public:
+  SparseCooTensorBackward(Tensor indices, IntList sizes)
+      : OpNode("sparse_coo_tensor", "SparseCooTensorBackward"),
+        indices_(std::move(indices)), sizes_(std::move(sizes)) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(1);
+    if (!should_compute_output(0)) return out;
+    Tensor g = grads[0];
+    if (g.is_sparse() && raw::sparse_indices(g).is_same(indices_)) {
+      out[0] = g._values();
+      return out;
+    }
+    if (g.is_sparse()) g = to_dense(g);
+    int64_t sd = indices_.sizes()[0];
+    IntList flat = {-1};
+    flat.insert(flat.end(), sizes_.begin() + sd, sizes_.end());
+    Tensor lin = raw::sparse_linear_index(indices_, IntList(sizes_.begin(), sizes_.begin() + sd));
+    out[0] = index_select(g.reshape(flat), 0, lin);
+    return out;
+  }
+  void release_variables() override { indices_ = Tensor(); }
+
+ private:
+  Tensor indices_;
+  IntList sizes_;
+};
+
+// values(): the gradient of the values is a sparse tensor with S's indices.
+class SparseValuesBackward final : public OpNode {
+ public:
+  SparseValuesBackward(Tensor indices, IntList sizes)
+      : OpNode("values", "ValuesBackward"), indices_(std::move(indices)), sizes_(std::move(sizes)) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(1);
+    if (should_compute_output(0))
+      out[0] = autograd::impl::sparse_coo_unchecked(indices_, grads[0], sizes_);
+    return out;
+  }
+  void release_variables() override { indices_ = Tensor(); }
+
+ private:
+  Tensor indices_;
+  IntList sizes_;
+};
+
+// coalesce and to_dense keep the dense tensor S stands for: identity.
+class SparseIdentityBackward final : public OpNode {
+ public:
+  SparseIdentityBackward(const char* op, const char* name) : OpNode(op, name) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(1);
+    if (should_compute_output(0)) out[0] = grads[0];
+    return out;
+  }
+};
+
+// sum(S): every stored value gets g (a sparse gradient on S's indices).
+class SparseSumBackward final : public OpNode {
+ public:
+  SparseSumBackward(Tensor indices, IntList value_sizes, IntList sizes)
+      : OpNode("sum", "SparseSumBackward"), indices_(std::move(indices)),
+        value_sizes_(std::move(value_sizes)), sizes_(std::move(sizes)) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(1);
+    if (should_compute_output(0))
+      out[0] = autograd::impl::sparse_coo_unchecked(indices_, grads[0].expand(value_sizes_), sizes_);
+    return out;
+  }
+  void release_variables() override { indices_ = Tensor(); }
+
+ private:
+  Tensor indices_;
+  IntList value_sizes_, sizes_;
+};
+
+// Y = S @ D: dS = (dY D^T) sampled at S's entries (sparse, S's indices),
+// dD = S^T @ dY (sparse @ dense again). Both are differentiable.
+class SparseMmBackward final : public OpNode {
+ public:
+  SparseMmBackward() : OpNode("mm", "SparseMmBackward") {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(2);
+    const Tensor& g = grads[0];
+    Tensor s = sparse_.unpack(this, "self");
+    if (should_compute_output(0)) {
+      Tensor d = dense_.unpack(this, "mat2");
+      Tensor i = raw::sparse_indices(s);
+      Tensor rows = raw::select(i, 0, 0), cols = raw::select(i, 0, 1);
+      Tensor vals = sum(mul(index_select(g, 0, rows), index_select(d, 0, cols)), {1});
+      out[0] = autograd::impl::sparse_coo_unchecked(i, vals, s.sizes());
+    }
+    if (should_compute_output(1)) out[1] = mm(s.t(), g);
+    return out;
+  }
+  void release_variables() override {
+    sparse_.release();
+    dense_.release();
+  }
+  autograd::SavedVariable sparse_, dense_;
+};
+
+// Rows of x picked by a 1-D index; the gradient of x is sparse when asked.
+class SelectRowsBackward final : public OpNode {
+ public:
+  SelectRowsBackward(const char* op, Tensor index, IntList sizes, bool sparse)
+      : OpNode(op, sparse ? "EmbeddingSparseBackward" : "EmbeddingBackward"),
+        index_(std::move(index)), sizes_(std::move(sizes)), sparse_(sparse) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(1);
+    if (!should_compute_output(0)) return out;
+    const Tensor& g = grads[0];
+    int64_t n = index_.numel();
+    if (sparse_) {
+      out[0] = autograd::impl::sparse_coo_unchecked(index_.reshape({1, n}), g, sizes_);
+    } else {
+      IntList shape(size_t(g.dim()), 1);
+      shape[0] = n;
+      out[0] = scatter_add(zeros(sizes_, g.options()), 0, index_.view(shape).expand(g.sizes()), g);
+    }
+    return out;
+  }
+  void release_variables() override { index_ = Tensor(); }
+
+ private:
+  Tensor index_;
+  IntList sizes_;
+  bool sparse_;
+};
+
+Tensor select_rows(const Tensor& x, const Tensor& index, bool sparse, const char* op) {
+  TG_CHECK(index.defined() && index.dim() == 1, op, ": expected a 1-D index, got ",
+           index.defined() ? shape_str(index.sizes()) : std::string("an undefined tensor"));
+  TG_CHECK(x.defined() && x.dim() >= 1, op, ": expected a tensor with at least one dim to "
+           "select rows from");
+  if (!should_record({&x})) return raw::index_select(x, 0, index);
+  Tensor out = run_raw([&] { return raw::index_select(x, 0, index); });
+  return finish(out, make_node<SelectRowsBackward>({&x}, op, index, x.sizes(), sparse));
+}
+
+template <class N, class F, class... Args>
+Tensor unary_sparse_op(const Tensor& x, F&& raw_fn, Args&&... args) {
+  if (!should_record({&x})) return raw_fn();
+  Tensor out = run_raw(raw_fn);
+  if (out.is_same(x)) out = raw::detach(out);
+  return finish(out, make_node<N>({&x}, std::forward<Args>(args)...));
+}
+
+}  // namespace
+
+namespace autograd::impl {
+Tensor sparse_coo_unchecked(const Tensor& indices, const Tensor& values, const IntList& sizes) {
+  auto raw_fn = [&] { return raw::sparse_coo_tensor(indices, values, sizes, false); };
+  if (!should_record({&values})) return raw_fn();
+  return finish(run_raw(raw_fn), make_node<SparseCooTensorBackward>({&values}, indices, sizes));
+}
+}  // namespace autograd::impl
+
+Tensor sparse_coo_tensor(const Tensor& indices, const Tensor& values, const IntList& sizes) {
+  auto raw_fn = [&] { return raw::sparse_coo_tensor(indices, values, sizes, true); };
+  if (!should_record({&values})) return raw_fn();
+  return finish(run_raw(raw_fn), make_node<SparseCooTensorBackward>({&values}, indices, sizes));
+}
+
+Tensor coalesce(const Tensor& s) {
+  return unary_sparse_op<SparseIdentityBackward>(s, [&] { return raw::coalesce(s); }, "coalesce",
+                                                 "CoalesceBackward");
+}
+
+Tensor to_dense(const Tensor& x) {
+  if (!x.defined() || !x.is_sparse()) return x;
+  return unary_sparse_op<SparseIdentityBackward>(x, [&] { return raw::to_dense(x); }, "to_dense",
+                                                 "ToDenseBackward");
+}
+
+Tensor Tensor::_values() const {
+  Tensor v = raw::sparse_values(*this);
+  if (!should_record({this})) return v;
+  return finish(raw::detach(v), make_node<SparseValuesBackward>({this}, raw::sparse_indices(*this), sizes()));
+}
+
+Tensor Tensor::values() const {
+  TG_CHECK(is_coalesced(), "values: the sparse tensor (shape ", shape_str(sizes()),
+           ", nnz ", nnz(), ") is not coalesced; call .coalesce() first, or use ._values() "
+           "for the values as stored");
+  return _values();
+}
+
+Tensor Tensor::coalesce() const { return tg::coalesce(*this); }
+Tensor Tensor::to_dense() const { return tg::to_dense(*this); }
+
+namespace autograd::impl {
+Tensor sparse_sum(const Tensor& s) {
+  return unary_sparse_op<SparseSumBackward>(s, [&] { return raw::sparse_sum(s); },
+                                            raw::sparse_indices(s), raw::sparse_values(s).sizes(),
+                                            s.sizes());
+}
+
+Tensor sparse_mm(const Tensor& s, const Tensor& d) {
+  auto raw_fn = [&] { return raw::sparse_mm(s, d); };
+  if (!should_record({&s, &d})) return raw_fn();
+  auto node = make_node<SparseMmBackward>({&s, &d});
+  Tensor out = run_raw(raw_fn);
+  node->sparse_ = SavedVariable(s, false);
+  if (node->needs_input_grad(0)) node->dense_ = SavedVariable(d, false);
+  return finish(out, node);
+}
+}  // namespace autograd::impl
+
+Tensor embedding(const Tensor& weight, const Tensor& indices, bool sparse) {
+  TG_CHECK(indices.defined() && indices.dtype() == kInt64, "embedding: indices must be an Int64 "
+           "tensor");
+  TG_CHECK(weight.defined() && weight.dim() == 2, "embedding: weight must be 2-D [num, dim], got ",
+           weight.defined() ? shape_str(weight.sizes()) : std::string("an undefined tensor"));
+  IntList shape = indices.sizes();
+  shape.push_back(weight.sizes()[1]);
+  return select_rows(weight, indices.reshape({-1}), sparse, "embedding").view(shape);
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, bool sparse_grad) {
+  if (!sparse_grad) return index_select(x, dim, index);
+  TG_CHECK(x.defined() && (dim == 0 || dim == -x.dim()), "index_select: a sparse gradient "
+           "is available for dim 0 only (rows), got dim ", dim);
+  return select_rows(x, index, true, "index_select");
+}
+
+}  // namespace tg

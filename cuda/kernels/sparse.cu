@@ -1,0 +1,192 @@
+// CUDA backend for sparse COO tensors: coalesce (CUB radix sort of the linear
+// indices, a head-flag scan, then one deterministic sum per unique index) and
+// sparse @ dense through cuSPARSE (COO SpMM, row-major dense operands).
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+#include <cusparse.h>
+
+#include <tapegrad/cuda/check.h>
+#include <tapegrad/tensor/op_util.h>
+
+#include "loops.cuh"
+#include "register.h"
+
+namespace tg::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+unsigned blocks_for(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20)); }
+
+// Raw device scratch from the caching allocator (stream-ordered on the
+// current stream): an Int64 tensor of at least `bytes` bytes.
+Tensor scratch(size_t bytes, Device d) {
+  return tg::detail::new_empty({int64_t(bytes / 8 + 1)}, kInt64, d);
+}
+
+__global__ void iota_k(int64_t* p, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = i;
+}
+
+__global__ void head_flags_k(const int64_t* keys, int64_t* flags, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    flags[i] = (i == 0 || keys[i] != keys[i - 1]) ? 1 : 0;
+}
+
+// starts[s] = first sorted position of segment s; starts[u] = n.
+__global__ void starts_k(const int64_t* flags, const int64_t* seg, int64_t* starts, int64_t n, int64_t u) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    if (flags[i]) starts[seg[i] - 1] = i;
+    if (i == 0) starts[u] = n;
+  }
+}
+
+__global__ void unravel_k(const int64_t* keys, const int64_t* starts, const int64_t* sizes, int sd,
+                          int64_t* out, int64_t u) {
+  for (int64_t s = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; s < u; s += int64_t(gridDim.x) * blockDim.x) {
+    int64_t l = keys[starts[s]];
+    for (int d = sd - 1; d >= 0; --d) {
+      out[d * u + s] = l % sizes[d];
+      l /= sizes[d];
+    }
+  }
+}
+
+// Each output element sums its segment's rows in sorted (= original) order.
+template <class T>
+__global__ void segment_sum_k(const T* values, const int64_t* perm, const int64_t* starts, T* out,
+                              int64_t u, int64_t D) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < u * D; t += int64_t(gridDim.x) * blockDim.x) {
+    int64_t s = t / D, c = t % D;
+    T acc = 0;
+    for (int64_t p = starts[s]; p < starts[s + 1]; ++p) acc += values[perm[p] * D + c];
+    out[t] = acc;
+  }
+}
+
+void coalesce_kernel(const Tensor& lin, const Tensor& values, const IntList& sparse_sizes,
+                     Tensor& out_indices, Tensor& out_values) {
+  const char* op = "coalesce";
+  Device dev = lin.device();
+  DeviceGuard g(dev.index());
+  cudaStream_t s = stream_of(lin);
+  const int64_t n = lin.numel(), D = values.numel() / std::max<int64_t>(n, 1);
+  const int sd = int(sparse_sizes.size());
+  int64_t total = shape_numel(sparse_sizes);
+  int bits = 1;
+  while (bits < 63 && (int64_t(1) << bits) < total) ++bits;
+  Tensor keys = tg::detail::new_empty({n}, kInt64, dev), perm_in = tg::detail::new_empty({n}, kInt64, dev);
+  Tensor perm = tg::detail::new_empty({n}, kInt64, dev);
+  iota_k<<<blocks_for(n), kThreads, 0, s>>>(perm_in.data_ptr<int64_t>(), n);
+  // CUB radix sort is stable: equal keys keep their original order.
+  size_t bytes = 0;
+  TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, lin.data_ptr<int64_t>(), keys.data_ptr<int64_t>(),
+                                                perm_in.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), n, 0, bits, s), op);
+  Tensor tmp = scratch(bytes, dev);
+  TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(tmp.data_ptr(), bytes, lin.data_ptr<int64_t>(), keys.data_ptr<int64_t>(),
+                                                perm_in.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), n, 0, bits, s), op);
+  Tensor flags = tg::detail::new_empty({n}, kInt64, dev), seg = tg::detail::new_empty({n}, kInt64, dev);
+  head_flags_k<<<blocks_for(n), kThreads, 0, s>>>(keys.data_ptr<int64_t>(), flags.data_ptr<int64_t>(), n);
+  bytes = 0;
+  TG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, bytes, flags.data_ptr<int64_t>(), seg.data_ptr<int64_t>(), n, s), op);
+  Tensor tmp2 = scratch(bytes, dev);
+  TG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(tmp2.data_ptr(), bytes, flags.data_ptr<int64_t>(), seg.data_ptr<int64_t>(), n, s), op);
+  int64_t u = 0;  // the number of unique indices: the host needs it for the shapes
+  TG_CUDA_CHECK(cudaMemcpyAsync(&u, seg.data_ptr<int64_t>() + (n - 1), sizeof(int64_t), cudaMemcpyDeviceToHost, s), op);
+  TG_CUDA_CHECK(cudaStreamSynchronize(s), op);
+  Tensor starts = tg::detail::new_empty({u + 1}, kInt64, dev);
+  starts_k<<<blocks_for(n), kThreads, 0, s>>>(flags.data_ptr<int64_t>(), seg.data_ptr<int64_t>(),
+                                              starts.data_ptr<int64_t>(), n, u);
+  std::vector<double> sz(sparse_sizes.begin(), sparse_sizes.end());
+  Tensor sizes = raw::to(tensor(sz, {}, TensorOptions().dtype(kInt64)), dev);
+  out_indices = tg::detail::new_empty({int64_t(sd), u}, kInt64, dev);
+  unravel_k<<<blocks_for(u), kThreads, 0, s>>>(keys.data_ptr<int64_t>(), starts.data_ptr<int64_t>(),
+                                               sizes.data_ptr<int64_t>(), sd, out_indices.data_ptr<int64_t>(), u);
+  IntList vs = values.sizes();
+  vs[0] = u;
+  out_values = tg::detail::new_empty(vs, values.dtype(), dev);
+  kernels::dispatch_compute(values.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    segment_sum_k<T><<<blocks_for(u * D), kThreads, 0, s>>>(
+        static_cast<const T*>(values.data_ptr()), perm.data_ptr<int64_t>(), starts.data_ptr<int64_t>(),
+        static_cast<T*>(out_values.data_ptr()), u, D);
+  });
+  TG_CUDA_CHECK(cudaGetLastError(), op);
+}
+
+// ---- cuSPARSE -------------------------------------------------------------------------
+
+#define TG_CUSPARSE_CHECK(call, op)                                                        \
+  do {                                                                                     \
+    cusparseStatus_t st_ = (call);                                                         \
+    TG_CHECK(st_ == CUSPARSE_STATUS_SUCCESS, op, ": cuSPARSE call ", #call, " failed: ",  \
+             cusparseGetErrorString(st_));                                                 \
+  } while (0)
+
+// One handle per (thread, device), like the cuBLAS handles (a handle is not
+// safe to share between threads); destroyed when the thread ends.
+struct ThreadSparseHandles {
+  cusparseHandle_t h[64] = {};
+  ~ThreadSparseHandles() {
+    for (cusparseHandle_t x : h)
+      if (x) cusparseDestroy(x);
+  }
+};
+
+cusparseHandle_t sparse_handle(int device, cudaStream_t stream) {
+  thread_local ThreadSparseHandles mine;
+  TG_CHECK(device >= 0 && device < 64, "mm: device index ", device, " too large");
+  if (!mine.h[device]) TG_CUSPARSE_CHECK(cusparseCreate(&mine.h[device]), "mm");
+  TG_CUSPARSE_CHECK(cusparseSetStream(mine.h[device], stream), "mm");
+  return mine.h[device];
+}
+
+// Descriptors destroyed on every path (errors included).
+struct SpMMDescs {
+  cusparseSpMatDescr_t a = nullptr;
+  cusparseDnMatDescr_t b = nullptr, c = nullptr;
+  ~SpMMDescs() {
+    if (a) cusparseDestroySpMat(a);
+    if (b) cusparseDestroyDnMat(b);
+    if (c) cusparseDestroyDnMat(c);
+  }
+};
+
+void spmm_kernel(const Tensor& out, const Tensor& rows, const Tensor& cols, const Tensor& values,
+                 const Tensor& dense) {
+  const char* op = "mm";
+  TG_CHECK(out.dtype() == kFloat32 || out.dtype() == kFloat64, op,
+           ": sparse @ dense on CUDA supports Float32 and Float64, got ", out.dtype());
+  DeviceGuard g(out.device().index());
+  cudaStream_t s = stream_of(out);
+  const int64_t n = out.sizes()[0], k = out.sizes()[1], m = dense.sizes()[0], nnz = values.numel();
+  cudaDataType_t type = out.dtype() == kFloat64 ? CUDA_R_64F : CUDA_R_32F;
+  cusparseHandle_t h = sparse_handle(out.device().index(), s);
+  SpMMDescs d;
+  TG_CUSPARSE_CHECK(cusparseCreateCoo(&d.a, n, m, nnz, rows.data_ptr(), cols.data_ptr(), values.data_ptr(),
+                                      CUSPARSE_INDEX_64I, CUSPARSE_INDEX_BASE_ZERO, type), op);
+  TG_CUSPARSE_CHECK(cusparseCreateDnMat(&d.b, m, k, k, dense.data_ptr(), type, CUSPARSE_ORDER_ROW), op);
+  TG_CUSPARSE_CHECK(cusparseCreateDnMat(&d.c, n, k, k, out.data_ptr(), type, CUSPARSE_ORDER_ROW), op);
+  double one64 = 1, zero64 = 0;
+  float one32 = 1, zero32 = 0;
+  const void* alpha = type == CUDA_R_64F ? static_cast<const void*>(&one64) : &one32;
+  const void* beta = type == CUDA_R_64F ? static_cast<const void*>(&zero64) : &zero32;
+  // COO with row-major dense operands: COO_ALG4 (ALG_DEFAULT picks a
+  // column-major algorithm for COO on some versions).
+  cusparseSpMMAlg_t alg = CUSPARSE_SPMM_COO_ALG4;
+  size_t bytes = 0;
+  TG_CUSPARSE_CHECK(cusparseSpMM_bufferSize(h, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE,
+                                            alpha, d.a, d.b, beta, d.c, type, alg, &bytes), op);
+  Tensor buf = scratch(bytes, out.device());
+  TG_CUSPARSE_CHECK(cusparseSpMM(h, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, alpha,
+                                 d.a, d.b, beta, d.c, type, alg, buf.data_ptr()), op);
+}
+
+}  // namespace
+
+void register_sparse(kernels::Backend& b) {
+  b.coalesce = coalesce_kernel;
+  b.spmm = spmm_kernel;
+}
+
+}  // namespace tg::cuda

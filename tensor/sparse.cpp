@@ -1,0 +1,308 @@
+// Sparse COO tensors: construction and validation, coalesce, to_dense, and
+// the raw ops that take sparse operands (docs/TENSOR.md "Sparse COO tensors").
+#include <sstream>
+
+#include <tapegrad/tensor/op_util.h>
+
+namespace tg {
+
+using detail::cast;
+using detail::compute_type;
+
+namespace {
+
+const SparseCooParts& parts(const Tensor& s) { return s.impl()->sparse_parts(); }
+Tensor ind(const Tensor& s) { return Tensor(parts(s).indices); }
+Tensor val(const Tensor& s) { return Tensor(parts(s).values); }
+
+Tensor make(IntList sizes, const Tensor& indices, const Tensor& values, bool coalesced,
+            IntrusivePtr<VersionCounter> version = {}) {
+  return Tensor(TensorImpl::make_sparse_coo(
+      std::move(sizes), SparseCooParts{indices.impl_ptr(), values.impl_ptr(), coalesced},
+      std::move(version)));
+}
+
+void check_sparse(const Tensor& s, const char* op) {
+  TG_CHECK(s.defined() && s.is_sparse(), op, ": expected a sparse COO tensor, got ",
+           s.defined() ? "a strided tensor of shape " + shape_str(s.sizes()) : "an undefined tensor");
+}
+
+std::string describe(const Tensor& t) {
+  std::ostringstream os;
+  os << (t.is_sparse() ? "sparse " : "") << shape_str(t.sizes()) << ' ' << t.dtype() << " on "
+     << t.device();
+  return os.str();
+}
+
+// Sizes of the sparse dims, and the product of the dense ones.
+IntList sparse_sizes(const Tensor& s) {
+  return IntList(s.sizes().begin(), s.sizes().begin() + s.sparse_dim());
+}
+
+// values as [nnz, D] in `ct`, contiguous.
+Tensor values_2d(const Tensor& s, ScalarType ct) {
+  Tensor v = raw::contiguous(cast(val(s), ct));
+  return raw::reshape(v, {s.nnz(), -1});
+}
+
+// dense (contiguous, compute dtype, s's shape) += alpha * s, in place.
+void scatter_into(const Tensor& dense, const Tensor& s, Scalar alpha) {
+  int64_t nnz = s.nnz();
+  if (nnz == 0 || dense.numel() == 0) return;
+  TG_INTERNAL_ASSERT(dense.is_contiguous(), "scatter_into: dense side not contiguous");
+  Tensor v = values_2d(s, dense.dtype());
+  if (!(alpha.is_integral() && alpha.to_int() == 1)) v = raw::mul(v, alpha);
+  int64_t D = v.sizes()[1];
+  Tensor target = raw::view(dense, {dense.numel() / D, D});
+  Tensor index = raw::expand(raw::view(raw::sparse_linear_index(s), {nnz, 1}), {nnz, D});
+  kernels::backend(dense.device(), "add").scatter_add(target, 0, index, v);
+}
+
+void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
+  TG_CHECK(a.sizes() == b.sizes(), op, ": a sparse COO operand needs an operand of the same "
+           "shape (got ", describe(a), " and ", describe(b), "); broadcasting with sparse "
+           "tensors is not supported");
+  detail::check_same_device(a, b, op);
+}
+
+}  // namespace
+
+// ---- Tensor methods -------------------------------------------------------------------
+
+int64_t Tensor::sparse_dim() const {
+  check_sparse(*this, "sparse_dim");
+  return ind(*this).sizes()[0];
+}
+int64_t Tensor::dense_dim() const {
+  check_sparse(*this, "dense_dim");
+  return val(*this).dim() - 1;
+}
+int64_t Tensor::nnz() const {
+  check_sparse(*this, "nnz");
+  return val(*this).sizes()[0];
+}
+bool Tensor::is_coalesced() const {
+  check_sparse(*this, "is_coalesced");
+  return parts(*this).coalesced;
+}
+Tensor Tensor::_indices() const {
+  check_sparse(*this, "_indices");
+  return ind(*this);
+}
+Tensor Tensor::indices() const {
+  check_sparse(*this, "indices");
+  TG_CHECK(is_coalesced(), "indices: the sparse tensor (", describe(*this),
+           ") is not coalesced; call .coalesce() first, or use ._indices() for the indices as stored");
+  return ind(*this);
+}
+
+namespace raw {
+
+Tensor sparse_coo_tensor(const Tensor& indices, const Tensor& values, const IntList& sizes,
+                         bool check) {
+  const char* op = "sparse_coo_tensor";
+  detail::check_defined(indices, op, "indices");
+  detail::check_defined(values, op, "values");
+  TG_CHECK(indices.dtype() == kInt64 && indices.dim() == 2, op,
+           ": indices must be an Int64 tensor of shape [sparse_dim, nnz], got ",
+           describe(indices));
+  TG_CHECK(values.dim() >= 1 && values.sizes()[0] == indices.sizes()[1], op,
+           ": values must have shape [nnz, dense sizes...] with nnz = indices.size(1) = ",
+           indices.sizes()[1], ", got ", describe(values));
+  detail::check_same_device(indices, values, op);
+  int64_t sd = indices.sizes()[0], dd = values.dim() - 1;
+  TG_CHECK(sd >= 1 && int64_t(sizes.size()) == sd + dd, op, ": sizes ", shape_str(sizes),
+           " must have sparse_dim + dense_dim = ", sd, " + ", dd, " = ", sd + dd,
+           " entries (indices ", shape_str(indices.sizes()), ", values ",
+           shape_str(values.sizes()), ")");
+  for (int64_t d = 0; d < dd; ++d)
+    TG_CHECK(sizes[size_t(sd + d)] == values.sizes()[size_t(1 + d)], op, ": sizes ",
+             shape_str(sizes), " do not match the dense sizes of values ",
+             shape_str(values.sizes()), " at dim ", sd + d);
+  for (int64_t s : sizes) TG_CHECK(s >= 0, op, ": negative size in ", shape_str(sizes));
+  int64_t nnz = values.sizes()[0];
+  if (check && nnz > 0) {
+    std::vector<int64_t> lo = raw::amin(indices, {1}).to_vector<int64_t>();
+    std::vector<int64_t> hi = raw::amax(indices, {1}).to_vector<int64_t>();
+    for (int64_t d = 0; d < sd; ++d) {
+      int64_t bad = lo[size_t(d)] < 0 ? lo[size_t(d)] : hi[size_t(d)];
+      TG_CHECK(lo[size_t(d)] >= 0 && hi[size_t(d)] < sizes[size_t(d)], op, ": index ", bad,
+               " in sparse dim ", d, " is out of range for size ", sizes[size_t(d)],
+               " (indices ", shape_str(indices.sizes()), ", sizes ", shape_str(sizes), ")");
+    }
+  }
+  return make(sizes, indices, values, nnz <= 1);
+}
+
+Tensor sparse_indices(const Tensor& s) {
+  check_sparse(s, "_indices");
+  return ind(s);
+}
+
+Tensor sparse_values(const Tensor& s) {
+  check_sparse(s, "_values");
+  return val(s);
+}
+
+Tensor sparse_linear_index(const Tensor& s) { return sparse_linear_index(ind(s), sparse_sizes(s)); }
+
+Tensor sparse_linear_index(const Tensor& i, const IntList& sparse_sizes) {
+  int64_t sd = i.sizes()[0];
+  if (sd == 1) return raw::select(i, 0, 0);
+  IntList st = contiguous_strides(sparse_sizes);
+  std::vector<double> sv(st.begin(), st.end());
+  Tensor strides = raw::to(tensor(sv, {sd, 1}, TensorOptions().dtype(kInt64)), i.device());
+  return raw::sum(raw::mul(i, strides), {0});
+}
+
+Tensor coalesce(const Tensor& s) {
+  check_sparse(s, "coalesce");
+  if (s.is_coalesced()) return s;
+  ScalarType ct = compute_type(s.dtype());
+  Tensor oi, ov;
+  kernels::backend(s.device(), "coalesce")
+      .coalesce(raw::contiguous(sparse_linear_index(s)), values_2d(s, ct), sparse_sizes(s), oi, ov);
+  IntList vs = val(s).sizes();
+  vs[0] = ov.sizes()[0];
+  return make(s.sizes(), oi, cast(raw::reshape(ov, vs), s.dtype()), true);
+}
+
+Tensor to_dense(const Tensor& s) {
+  if (!s.is_sparse()) return s;
+  ScalarType ct = compute_type(s.dtype());
+  Tensor out = detail::new_empty(s.sizes(), ct, s.device());
+  raw::zero_(out);
+  scatter_into(out, s, 1);
+  return cast(out, s.dtype());
+}
+
+Tensor sparse_add(const Tensor& a, const Tensor& b, Scalar alpha) {
+  const char* op = "add";
+  TG_CHECK(a.defined() && b.defined(), op, ": an operand is an undefined tensor");
+  check_same_shape(a, b, op);
+  ScalarType rt = promote_types(a.dtype(), b.dtype());
+  if (a.is_sparse() && b.is_sparse()) {
+    TG_CHECK(a.sparse_dim() == b.sparse_dim(), op, ": sparse operands with different "
+             "sparse_dim (", a.sparse_dim(), " and ", b.sparse_dim(), ") cannot be added");
+    Tensor bv = cast(val(b), rt);
+    if (!(alpha.is_integral() && alpha.to_int() == 1)) bv = raw::mul(bv, alpha);
+    if (a.nnz() == 0) return make(a.sizes(), ind(b), bv, parts(b).coalesced);
+    if (b.nnz() == 0) return make(a.sizes(), ind(a), cast(val(a), rt), parts(a).coalesced);
+    return make(a.sizes(), raw::cat({ind(a), ind(b)}, 1), raw::cat({cast(val(a), rt), bv}, 0),
+                false);
+  }
+  // One side dense: the result is dense, a copy of the dense side with the
+  // sparse entries added into it.
+  ScalarType ct = compute_type(rt);
+  if (a.is_sparse()) {
+    Tensor out = raw::mul(cast(b, ct), alpha);  // new and contiguous
+    scatter_into(out, a, 1);
+    return cast(out, rt);
+  }
+  Tensor out = raw::clone(cast(a, ct));
+  if (!out.is_contiguous()) out = raw::contiguous(out);
+  scatter_into(out, b, alpha);
+  return cast(out, rt);
+}
+
+Tensor& sparse_add_(Tensor& self, const Tensor& o, Scalar alpha) {
+  const char* op = "add_";
+  check_same_shape(self, o, op);
+  TG_CHECK(o.is_sparse(), op, ": cannot add a dense tensor into a sparse one (", describe(self),
+           ") in place; use add(), which gives a dense tensor");
+  TG_CHECK(promote_types(self.dtype(), o.dtype()) == self.dtype(), op, ": result dtype ",
+           promote_types(self.dtype(), o.dtype()), " cannot be cast to ", self.dtype(),
+           " in place");
+  if (self.is_sparse()) {  // the handle keeps its identity; its parts are new
+    self.impl()->set_sparse_parts(parts(sparse_add(self, o, alpha)));
+    self.bump_version();
+    return self;
+  }
+  if (self.is_contiguous() && compute_type(self.dtype()) == self.dtype()) {
+    scatter_into(self, o, alpha);
+    self.bump_version();
+    return self;
+  }
+  return raw::copy_(self, sparse_add(self, o, alpha));
+}
+
+Tensor sparse_mul(const Tensor& s, Scalar c) {
+  ScalarType rt = promote_with_scalar(s.dtype(), c.is_integral());
+  return make(s.sizes(), ind(s), raw::mul(cast(val(s), rt), c), parts(s).coalesced);
+}
+
+Tensor sparse_sum(const Tensor& s) { return raw::sum(val(s)); }
+
+Tensor sparse_mm(const Tensor& s, const Tensor& dense) {
+  const char* op = "mm";
+  detail::check_defined(dense, op, "second operand (dense @ sparse is not supported: use "
+                                    "(S^T @ D^T)^T)");
+  TG_CHECK(s.dim() == 2 && s.sparse_dim() == 2 && dense.dim() == 2, op,
+           ": expected a 2-D sparse matrix with 2 sparse dims times a 2-D dense matrix, got ",
+           describe(s), " and ", describe(dense));
+  TG_CHECK(s.sizes()[1] == dense.sizes()[0], op, ": shapes ", shape_str(s.sizes()), " and ",
+           shape_str(dense.sizes()), " cannot be multiplied (", s.sizes()[1], " vs ",
+           dense.sizes()[0], ")");
+  detail::check_same_device(s, dense, op);
+  ScalarType rt = promote_types(s.dtype(), dense.dtype());
+  TG_CHECK(is_floating_point(rt), op, ": sparse @ dense needs floating-point operands, got ",
+           s.dtype(), " and ", dense.dtype());
+  ScalarType ct = compute_type(rt);
+  Tensor out = detail::new_empty({s.sizes()[0], dense.sizes()[1]}, ct, s.device());
+  if (out.numel() == 0) return cast(out, rt);
+  if (s.nnz() == 0) return cast(raw::zero_(out), rt);
+  Tensor c = raw::coalesce(s);
+  Tensor i = ind(c);
+  kernels::backend(s.device(), op)
+      .spmm(out, raw::contiguous(raw::select(i, 0, 0)), raw::contiguous(raw::select(i, 0, 1)),
+            raw::contiguous(cast(val(c), ct)), raw::contiguous(cast(dense, ct)));
+  return cast(out, rt);
+}
+
+Tensor sparse_transpose(const Tensor& s, int64_t d0, int64_t d1) {
+  int64_t sd = s.sparse_dim();
+  d0 = detail::wrap_dim(d0, s.dim(), "transpose", s.sizes());
+  d1 = detail::wrap_dim(d1, s.dim(), "transpose", s.sizes());
+  if (d0 == d1) return sparse_detach(s);
+  TG_CHECK(d0 < sd && d1 < sd, "transpose: a sparse COO tensor (", describe(s),
+           ", sparse_dim ", sd, ") can only swap two sparse dims, got ", d0, " and ", d1);
+  std::vector<double> order(static_cast<size_t>(sd));
+  for (int64_t d = 0; d < sd; ++d) order[size_t(d)] = double(d);
+  std::swap(order[size_t(d0)], order[size_t(d1)]);
+  Tensor perm = raw::to(tensor(order, {}, TensorOptions().dtype(kInt64)), s.device());
+  IntList sizes = s.sizes();
+  std::swap(sizes[size_t(d0)], sizes[size_t(d1)]);
+  return make(sizes, raw::index_select(ind(s), 0, perm), val(s), s.nnz() <= 1);
+}
+
+Tensor sparse_clone(const Tensor& s) {
+  return make(s.sizes(), raw::clone(ind(s)), raw::clone(val(s)), parts(s).coalesced);
+}
+
+Tensor sparse_detach(const Tensor& s) {
+  return make(s.sizes(), ind(s), val(s), parts(s).coalesced, s.impl()->version_counter());
+}
+
+Tensor sparse_to(const Tensor& s, ScalarType t) {
+  if (t == s.dtype()) return s;
+  return make(s.sizes(), ind(s), raw::to(val(s), t), parts(s).coalesced);
+}
+
+Tensor sparse_to(const Tensor& s, Device d, bool non_blocking) {
+  if (d == s.device()) return s;
+  return make(s.sizes(), raw::to(ind(s), d, non_blocking), raw::to(val(s), d, non_blocking),
+              parts(s).coalesced);
+}
+
+}  // namespace raw
+
+void print_sparse(std::ostream& os, const Tensor& s) {
+  os << "sparse_coo_tensor(indices=" << ind(s) << ",\n       values=" << val(s)
+     << ",\n       size=" << shape_str(s.sizes()) << ", nnz=" << s.nnz()
+     << (s.is_coalesced() ? ", coalesced" : "");
+  if (s.dtype() != kFloat32) os << ", dtype=" << s.dtype();
+  if (!s.device().is_cpu()) os << ", device=" << s.device();
+  os << ')';
+}
+
+}  // namespace tg

@@ -30,11 +30,12 @@ double* element(const Tensor& t, int64_t k) {
   return t.data_ptr<double>() + off;
 }
 
-// Outputs flattened to float64 vectors (checked outputs only).
+// Outputs flattened to float64 vectors (checked outputs only); a sparse one
+// is compared as the dense tensor it stands for.
 std::vector<std::vector<double>> flatten_outputs(const variable_list& outs) {
   std::vector<std::vector<double>> r;
   for (const Tensor& o : outs)
-    r.push_back(o.defined() && o.is_floating_point() ? o.detach().to_vector<double>()
+    r.push_back(o.defined() && o.is_floating_point() ? raw::to_dense(o.detach()).to_vector<double>()
                                                      : std::vector<double>());
   return r;
 }
@@ -93,7 +94,7 @@ GradcheckResult gradcheck(const TensorsFn& fn, const variable_list& inputs,
           *element(e, k) = 1.0;
           EnableGradGuard on;
           Tensor g = grad({out}, {x}, {e}, true, false, true)[0];
-          if (g.defined()) row = g.to_vector<double>();
+          if (g.defined()) row = raw::to_dense(g).to_vector<double>();  // sparse too
         }
         for (int64_t j = 0; j < nx; ++j) {
           double a = row[size_t(j)], n = numeric[size_t(k * nx + j)];

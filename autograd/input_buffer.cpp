@@ -23,13 +23,14 @@ bool parts_uniquely_owned(const Tensor& s) {
 bool add_into_dense_side(Tensor& old, Tensor&& incoming) {
   TG_INTERNAL_ASSERT(old.is_sparse() != incoming.is_sparse(), "not a dense/sparse pair");
   Tensor& dense = old.is_sparse() ? incoming : old;
-  const Tensor& sparse = old.is_sparse() ? incoming : old;
+  const Tensor& sparse = old.is_sparse() ? old : incoming;
   if (dense.is_contiguous() && uniquely_owned(dense)) {
     raw::add_(dense, sparse);
     if (old.is_sparse()) old = std::move(incoming);
     return true;
   }
-  old = raw::add(dense, sparse);
+  Tensor sum = raw::add(dense, sparse);
+  old = std::move(sum);
   return false;
 }
 

@@ -41,16 +41,24 @@ done
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq; then
-  echo "deps: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  exit 0
-fi
 required=()
 for p in "${missing[@]}"; do [ "$p" = ccache ] || required+=("$p"); done
-if [ ${#required[@]} -eq 0 ]; then
-  echo "deps: ccache is missing (optional); building without it" >&2
+can_apt=false
+[ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && can_apt=true
+export DEBIAN_FRONTEND=noninteractive
+if [ ${#required[@]} -eq 0 ]; then  # only the optional ccache: try, never fail
+  if $can_apt && apt-get update -qq >/dev/null 2>&1 &&
+     apt-get install -y -qq --no-install-recommends ccache >/dev/null 2>&1; then
+    echo "deps: installed ccache"
+  else
+    echo "deps: ccache is missing (optional); building without it" >&2
+  fi
+  exit 0
+fi
+if $can_apt; then
+  echo "deps: installing ${missing[*]}"
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   exit 0
 fi
 echo "deps: missing ${missing[*]}; install them with: sudo apt-get install ${missing[*]}" >&2

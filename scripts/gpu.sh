@@ -5,6 +5,7 @@
 #   scripts/gpu.sh sanitize   compute-sanitizer memcheck on the GPU tests,
 #                             racecheck and synccheck on the stream tests
 #   scripts/gpu.sh bench      bench_cuda (bandwidth, GEMM, engine overhead)
+#   scripts/gpu.sh sparse     bench_sparse (sparse vs dense gradient accumulation)
 #   scripts/gpu.sh peers      the LibTorch engine-overhead peer, CPU and CUDA
 #   scripts/gpu.sh hessian    the Hessian benchmark side by side with LibTorch,
 #                             PyTorch eager, torch.func and JAX (needs peers built)
@@ -15,7 +16,7 @@ OUT=${OUT:-gpu-logs}
 mkdir -p "$OUT"
 B=build-gpu
 TESTS=$B/tests/tapegrad_tests
-STREAM_TESTS='CudaGpuStreams*:CudaGpu.*Stream*:CudaGpu.Events*:CudaGpuAutograd.GpuNodes*:CudaGpuAutograd.TwoDevices*:CudaGpu.Pinned*'
+STREAM_TESTS='CudaGpuStreams*:CudaGpu.*Stream*:CudaGpu.Events*:CudaGpuAutograd.GpuNodes*:CudaGpuAutograd.TwoDevices*:CudaGpu.Pinned*:SparseGpu*'
 rc=0
 for step in "$@"; do
   case $step in
@@ -28,7 +29,7 @@ for step in "$@"; do
       grep -E "tests passed|Skipped|Failed|\*\*\*" "$OUT/ctest.log" | head -20 ;;
     sanitize)
       cs=compute-sanitizer
-      $cs --tool memcheck --error-exitcode 1 $TESTS --gtest_filter='CudaGpu*:-*OutOfMemory*' \
+      $cs --tool memcheck --error-exitcode 1 $TESTS --gtest_filter='CudaGpu*:Sparse*:-*OutOfMemory*' \
         > "$OUT/memcheck.log" 2>&1 || rc=1
       $cs --tool racecheck --error-exitcode 1 $TESTS --gtest_filter="$STREAM_TESTS" \
         > "$OUT/racecheck.log" 2>&1 || rc=1
@@ -37,6 +38,8 @@ for step in "$@"; do
       for t in memcheck racecheck synccheck; do
         echo "$t: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|tests? ran|PASSED|FAILED' "$OUT/$t.log" | tr '\n' ' ')"
       done ;;
+    sparse)
+      $B/bench/bench_sparse --benchmark_min_time=0.3 2>&1 | tee "$OUT/bench_sparse.txt" | grep -E "^BM_|^Run on" ;;
     bench)
       $B/bench/bench_cuda --benchmark_min_time=0.3 2>&1 | tee "$OUT/bench_cuda.txt" | grep -E "^BM_|^Run on" ;;
     peers)

@@ -285,40 +285,43 @@ const void* data_of(const Tensor& t) {
   return t.is_sparse() ? t._values().impl()->storage().get() : t.impl()->storage().get();
 }
 
-TEST(Sparse, InputBufferRulesForEveryLayoutPair) {
+// The rules are the same code on every device; on a GPU the buffers are CUDA
+// tensors (the stream side is tested in SparseGpu below).
+void input_buffer_rules(Device d) {
   tg::NoGradGuard no_grad;
-  auto sp = [] { return tg::sparse_coo_tensor(idx({1, 3}, {1, 2}), tg::ones({2}, kF64), {4}); };
+  const auto o64 = kF64.device(d);
+  auto sp = [d, o64] { return tg::sparse_coo_tensor(idx({1, 3}, {1, 2}, d), tg::ones({2}, o64), {4}); };
   // dense + sparse: into the dense side in place (uniquely owned, contiguous).
-  Tensor old = tg::zeros({4}, kF64);
+  Tensor old = tg::zeros({4}, o64);
   const void* before = data_of(old);
   EXPECT_TRUE(ag::accumulate_into_buffer(old, sp()));
   EXPECT_EQ(data_of(old), before);
   EXPECT_EQ(V(old), (std::vector<double>{0, 1, 0, 1}));
   // sparse + dense: into the incoming dense tensor in place.
   Tensor olds = sp();
-  Tensor inc = tg::full({4}, 2.0, kF64);
+  Tensor inc = tg::full({4}, 2.0, o64);
   const void* inc_data = data_of(inc);
   EXPECT_TRUE(ag::accumulate_into_buffer(olds, std::move(inc)));
   EXPECT_FALSE(olds.is_sparse());
   EXPECT_EQ(data_of(olds), inc_data);
   EXPECT_EQ(V(olds), (std::vector<double>{2, 3, 2, 3}));
   // Another tensor shares the dense storage: out of place, the sharer unchanged.
-  Tensor base = tg::zeros({8}, kF64);
+  Tensor base = tg::zeros({8}, o64);
   Tensor view = base.narrow(0, 0, 4);
   EXPECT_FALSE(ag::accumulate_into_buffer(view, sp()));
   EXPECT_NE(data_of(view), data_of(base));
   EXPECT_EQ(V(base), std::vector<double>(8, 0.0));
   EXPECT_EQ(V(view), (std::vector<double>{0, 1, 0, 1}));
-  Tensor shared = tg::zeros({4}, kF64), holder = shared;  // a second handle
+  Tensor shared = tg::zeros({4}, o64), holder = shared;  // a second handle
   EXPECT_FALSE(ag::accumulate_into_buffer(shared, sp()));
   EXPECT_EQ(V(holder), std::vector<double>(4, 0.0));
   Tensor olds2 = sp();
-  Tensor inc2 = tg::full({4}, 2.0, kF64), holder2 = inc2;
+  Tensor inc2 = tg::full({4}, 2.0, o64), holder2 = inc2;
   EXPECT_FALSE(ag::accumulate_into_buffer(olds2, std::move(inc2)));
   EXPECT_EQ(V(holder2), std::vector<double>(4, 2.0));
   EXPECT_EQ(V(olds2), (std::vector<double>{2, 3, 2, 3}));
   // Not contiguous: out of place.
-  Tensor strided = tg::zeros({4, 2}, kF64).select(1, 0);
+  Tensor strided = tg::zeros({4, 2}, o64).select(1, 0);
   EXPECT_FALSE(ag::accumulate_into_buffer(strided, sp()));
   EXPECT_EQ(V(strided), (std::vector<double>{0, 1, 0, 1}));
   // sparse + sparse: a new sparse tensor, operands untouched.
@@ -331,31 +334,32 @@ TEST(Sparse, InputBufferRulesForEveryLayoutPair) {
   // create_graph: never in place, whatever the pair.
   {
     tg::EnableGradGuard create_graph;
-    Tensor o = tg::zeros({4}, kF64);
+    Tensor o = tg::zeros({4}, o64);
     const void* od = data_of(o);
     EXPECT_FALSE(ag::accumulate_into_buffer(o, sp()));
     EXPECT_NE(data_of(o), od);
     Tensor os = sp();
-    Tensor in3 = tg::zeros({4}, kF64);
+    Tensor in3 = tg::zeros({4}, o64);
     const void* in3d = data_of(in3);
     EXPECT_FALSE(ag::accumulate_into_buffer(os, std::move(in3)));
     EXPECT_NE(data_of(os), in3d);
   }
 }
 
-TEST(Sparse, AccumulateGradRulesForEveryLayoutPair) {
+void accumulate_grad_rules(Device d) {
   tg::NoGradGuard no_grad;
-  auto sp = [] { return tg::sparse_coo_tensor(idx({1, 3}, {1, 2}), tg::ones({2}, kF64), {4}); };
+  const auto o64 = kF64.device(d);
+  auto sp = [d, o64] { return tg::sparse_coo_tensor(idx({1, 3}, {1, 2}, d), tg::ones({2}, o64), {4}); };
   // No .grad: a sparse gradient whose parts are its own is stolen.
-  Tensor p = tg::zeros({4}, kF64);
-  Tensor g = tg::sparse_coo_tensor(tg::tensor({1, 3}, {1, 2}, kI64), tg::ones({2}, kF64), {4});
+  Tensor p = tg::zeros({4}, o64);
+  Tensor g = tg::sparse_coo_tensor(idx({1, 3}, {1, 2}, d), tg::ones({2}, o64), {4});
   const tg::TensorImpl* gi = g.impl();
   ag::accumulate_grad(p, p.mutable_grad(), std::move(g), 1);
   EXPECT_EQ(p.grad().impl(), gi);
   // ... one whose values are shared elsewhere is copied.
-  Tensor q = tg::zeros({4}, kF64);
-  Tensor vals = tg::ones({2}, kF64);
-  Tensor g2 = tg::sparse_coo_tensor(tg::tensor({1, 3}, {1, 2}, kI64), vals, {4});
+  Tensor q = tg::zeros({4}, o64);
+  Tensor vals = tg::ones({2}, o64);
+  Tensor g2 = tg::sparse_coo_tensor(idx({1, 3}, {1, 2}, d), vals, {4});
   ag::accumulate_grad(q, q.mutable_grad(), std::move(g2), 1);
   EXPECT_NE(q.grad()._values().impl()->storage().get(), vals.impl()->storage().get());
   vals.fill_(5.0);
@@ -366,7 +370,7 @@ TEST(Sparse, AccumulateGradRulesForEveryLayoutPair) {
   EXPECT_EQ(q.grad().impl(), qi);
   EXPECT_EQ(V(q.grad()), (std::vector<double>{0, 2, 0, 2}));
   // sparse .grad + dense: .grad becomes the incoming dense tensor (ours alone).
-  Tensor dn = tg::ones({4}, kF64);
+  Tensor dn = tg::ones({4}, o64);
   const void* dnd = data_of(dn);
   ag::accumulate_grad(q, q.mutable_grad(), std::move(dn), 1);
   EXPECT_FALSE(q.grad().is_sparse());
@@ -386,9 +390,9 @@ TEST(Sparse, AccumulateGradRulesForEveryLayoutPair) {
   // create_graph: out of place, with history.
   {
     tg::EnableGradGuard create_graph;
-    Tensor r = tg::zeros({4}, kF64).requires_grad_(true);
-    Tensor v = tg::ones({2}, kF64).requires_grad_(true);
-    Tensor sg = tg::sparse_coo_tensor(tg::tensor({1, 3}, {1, 2}, kI64), v, {4});
+    Tensor r = tg::zeros({4}, o64).requires_grad_(true);
+    Tensor v = tg::ones({2}, o64).requires_grad_(true);
+    Tensor sg = tg::sparse_coo_tensor(idx({1, 3}, {1, 2}, d), v, {4});
     ag::accumulate_grad(r, r.mutable_grad(), Tensor(sg), 1);
     EXPECT_TRUE(r.grad().requires_grad());
     const void* rd = data_of(r.grad());
@@ -396,6 +400,14 @@ TEST(Sparse, AccumulateGradRulesForEveryLayoutPair) {
     EXPECT_NE(data_of(r.grad()), rd);
     EXPECT_EQ(V(r.grad().detach()), (std::vector<double>{0, 2, 0, 2}));
   }
+}
+
+TEST(Sparse, InputBufferRulesForEveryLayoutPair) {
+  for (Device d : devices()) input_buffer_rules(d);
+}
+
+TEST(Sparse, AccumulateGradRulesForEveryLayoutPair) {
+  for (Device d : devices()) accumulate_grad_rules(d);
 }
 
 // Two branches produce sparse gradients for one embedding weight on side

@@ -263,6 +263,7 @@ TEST(Sparse, GradientsAreSparseWhereAsked) {
     tg::embedding(w2, rows, false).sum().backward();
     EXPECT_FALSE(w2.grad().is_sparse());
     EXPECT_EQ(V(w2.grad()), V(w.grad()));
+    EXPECT_EQ(tg::index_select(w2, 0, rows, true).grad_fn()->name(), "IndexSelectSparseBackward");
     // A second sparse backward accumulates in place on the .grad handle.
     Tensor h = w.grad();
     tg::embedding(w, idx({0}, {1}, d), true).sum().backward();

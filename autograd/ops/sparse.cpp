@@ -126,7 +126,9 @@ class SparseMmBackward final : public OpNode {
 class SelectRowsBackward final : public OpNode {
  public:
   SelectRowsBackward(const char* op, Tensor index, IntList sizes, bool sparse)
-      : OpNode(op, sparse ? "EmbeddingSparseBackward" : "EmbeddingBackward"),
+      : OpNode(op, std::string(op) == "embedding"
+                       ? (sparse ? "EmbeddingSparseBackward" : "EmbeddingBackward")
+                       : "IndexSelectSparseBackward"),
         index_(std::move(index)), sizes_(std::move(sizes)), sparse_(sparse) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);

@@ -11,61 +11,28 @@
 
 #include <tapegrad/tapegrad.h>
 
+#include "sample_util.h"
+
 using tg::Tensor;
 namespace ag = tg::autograd;
 
 namespace {
-
 constexpr double kPi = 3.14159265358979323846;
-
-struct Adam {
-  std::vector<Tensor> params, m, v;
-  double lr, b1 = 0.9, b2 = 0.999, eps = 1e-8;
-  int t = 0;
-  Adam(std::vector<Tensor> p, double lr_) : params(std::move(p)), lr(lr_) {
-    for (auto& q : params) {
-      m.push_back(tg::zeros_like(q));
-      v.push_back(tg::zeros_like(q));
-    }
-  }
-  void step() {
-    tg::NoGradGuard no_grad;
-    ++t;
-    const double c1 = 1 - std::pow(b1, t), c2 = 1 - std::pow(b2, t);
-    for (size_t i = 0; i < params.size(); ++i) {
-      Tensor g = params[i].grad();
-      m[i] = m[i] * b1 + g * (1 - b1);
-      v[i] = v[i] * b2 + tg::square(g) * (1 - b2);
-      params[i].sub_((m[i] / c1) / (tg::sqrt(v[i] / c2) + eps) * lr);
-      params[i].mutable_grad() = Tensor();
-    }
-  }
-};
-
 }  // namespace
 
 int main() {
   auto f64 = tg::TensorOptions().dtype(tg::kFloat64);
   tg::manual_seed(11);
-  std::vector<int64_t> sizes{2, 32, 32, 1};
-  std::vector<Tensor> params;
-  for (size_t l = 0; l + 1 < sizes.size(); ++l) {
-    params.push_back((tg::randn({sizes[l + 1], sizes[l]}, f64) / std::sqrt(double(sizes[l]))).requires_grad_());
-    params.push_back(tg::zeros({sizes[l + 1]}, f64).requires_grad_());
-  }
+  std::vector<Tensor> params = sample::tanh_mlp_params({2, 32, 32, 1});
   auto u = [&](const Tensor& xy) {
-    Tensor h = xy;
-    for (size_t l = 0; l < 3; ++l) {
-      h = tg::linear(h, params[2 * l], params[2 * l + 1]);
-      if (l < 2) h = tg::tanh(h);
-    }
+    Tensor h = sample::tanh_mlp(params, xy);
     Tensor x = xy.select(1, 0), y = xy.select(1, 1);
     return x * (1.0 - x) * y * (1.0 - y) * h.select(1, 0);
   };
   auto exact = [](const Tensor& xy) {
     return tg::sin(xy.select(1, 0) * kPi) * tg::sin(xy.select(1, 1) * kPi);
   };
-  Adam opt(params, 5e-3);
+  sample::Adam opt(params, 5e-3);
   const int steps = 1500;
   const int64_t n = 256;
   for (int it = 0; it <= steps; ++it) {

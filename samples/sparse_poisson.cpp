@@ -12,35 +12,13 @@
 
 #include <tapegrad/tapegrad.h>
 
+#include "sample_util.h"
+
 using tg::Tensor;
 
 namespace {
 
 constexpr double kPi = 3.14159265358979323846;
-
-struct Adam {  // as in pinn_poisson
-  std::vector<Tensor> params, m, v;
-  double lr, b1 = 0.9, b2 = 0.999, eps = 1e-8;
-  int t = 0;
-  Adam(std::vector<Tensor> p, double lr_) : params(std::move(p)), lr(lr_) {
-    for (auto& q : params) {
-      m.push_back(tg::zeros_like(q));
-      v.push_back(tg::zeros_like(q));
-    }
-  }
-  void step() {
-    tg::NoGradGuard no_grad;
-    ++t;
-    const double c1 = 1 - std::pow(b1, t), c2 = 1 - std::pow(b2, t);
-    for (size_t i = 0; i < params.size(); ++i) {
-      Tensor g = params[i].grad();
-      m[i] = m[i] * b1 + g * (1 - b1);
-      v[i] = v[i] * b2 + tg::square(g) * (1 - b2);
-      params[i].sub_((m[i] / c1) / (tg::sqrt(v[i] / c2) + eps) * lr);
-      params[i].mutable_grad() = Tensor();
-    }
-  }
-};
 
 // −Δ on the N × N interior points of a grid with spacing h (Dirichlet zero
 // boundary): 4/h² on the diagonal, −1/h² to each interior neighbour.
@@ -82,22 +60,10 @@ int main() {
   Tensor f = (exact * (2 * kPi * kPi)).view({N * N, 1});
 
   tg::manual_seed(5);
-  std::vector<int64_t> sizes{2, 32, 32, 1};
-  std::vector<Tensor> params;
-  for (size_t l = 0; l + 1 < sizes.size(); ++l) {
-    params.push_back((tg::randn({sizes[l + 1], sizes[l]}, f64) / std::sqrt(double(sizes[l]))).requires_grad_());
-    params.push_back(tg::zeros({sizes[l + 1]}, f64).requires_grad_());
-  }
+  std::vector<Tensor> params = sample::tanh_mlp_params({2, 32, 32, 1});
   Tensor bubble = (x * (1.0 - x) * y * (1.0 - y)).view({N * N, 1});
-  auto u = [&] {
-    Tensor a = xy;
-    for (size_t l = 0; l < 3; ++l) {
-      a = tg::linear(a, params[2 * l], params[2 * l + 1]);
-      if (l < 2) a = tg::tanh(a);
-    }
-    return bubble * a;  // [N², 1]
-  };
-  Adam opt(params, 5e-3);
+  auto u = [&] { return bubble * sample::tanh_mlp(params, xy); };  // [N², 1]
+  sample::Adam opt(params, 5e-3);
   const int steps = 2000;
   double loss_v = 0;
   for (int it = 0; it < steps; ++it) {

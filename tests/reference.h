@@ -155,3 +155,18 @@ constexpr ScalarType kAllTypes[] = {tg::kFloat32, tg::kFloat64, tg::kBFloat16,
                                     tg::kFloat16, tg::kInt64,   tg::kBool};
 
 }  // namespace tgtest
+
+// `stmt` throws a tg::Error whose message contains `text` (test_errors.cpp
+// checks message prefixes with its own EXPECT_ERROR).
+#define EXPECT_ERROR_CONTAINS(stmt, text)                                          \
+  do {                                                                             \
+    bool thrown = false;                                                           \
+    try {                                                                          \
+      (void)(stmt);                                                                \
+    } catch (const tg::Error& e) {                                                 \
+      thrown = true;                                                               \
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos)              \
+          << "message: " << e.what() << "\nexpected to contain: " << text;        \
+    }                                                                              \
+    EXPECT_TRUE(thrown) << #stmt " did not throw";                                 \
+  } while (0)

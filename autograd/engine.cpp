@@ -548,8 +548,10 @@ void make_roots(const char* op, const std::vector<Tensor>& outputs,
     const Tensor& y = outputs[i];
     TG_CHECK(y.defined(), op, ": output ", i, " is an undefined tensor");
     TG_CHECK(y.requires_grad(), op, ": output ", i, " (shape ", shape_str(y.sizes()),
-             ") does not require grad and has no grad_fn; was it computed under "
-             "NoGradGuard, or from tensors that do not require grad?");
+             ") does not require grad and has no grad_fn. If it came from an earlier "
+             "grad() or backward(), that call needs create_graph=true for its results "
+             "to be differentiable; otherwise, was it computed under NoGradGuard, or "
+             "from tensors that do not require grad?");
     Tensor g = grad_outputs.empty() ? Tensor() : grad_outputs[i];
     if (!g.defined()) {
       TG_CHECK(y.numel() == 1, op, ": grad can be implicitly created only for "

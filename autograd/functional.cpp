@@ -9,9 +9,16 @@ namespace tg::autograd {
 
 namespace {
 
-Tensor fresh_leaf(const Tensor& x, const char* op) {
+// The tensor fn is evaluated at. With create_graph and an x that requires
+// grad, a differentiable alias of x, so the results stay functions of x
+// (torch.autograd.functional does the same); otherwise a fresh leaf.
+Tensor input_for(const Tensor& x, const char* op, bool create_graph) {
   TG_CHECK(x.defined() && x.is_floating_point(), op,
            ": x must be a defined floating-point tensor");
+  if (create_graph && x.requires_grad()) {
+    EnableGradGuard grad_on;
+    return x.view(x.sizes());
+  }
   Tensor leaf = x.detach();
   leaf.requires_grad_(true);
   return leaf;
@@ -51,14 +58,14 @@ Tensor rows(const Tensor& out, const Tensor& x, bool create_graph) {
 }  // namespace
 
 Tensor jacobian(const TensorFn& fn, const Tensor& x, bool create_graph) {
-  Tensor xi = fresh_leaf(x, "jacobian");
+  Tensor xi = input_for(x, "jacobian", create_graph);
   Tensor y = call(fn, xi, "jacobian");
   EnableGradGuard grad_on;
   return result(rows(y, xi, create_graph), create_graph);
 }
 
 Tensor hessian(const TensorFn& fn, const Tensor& x, bool create_graph) {
-  Tensor xi = fresh_leaf(x, "hessian");
+  Tensor xi = input_for(x, "hessian", create_graph);
   Tensor y = call(fn, xi, "hessian");
   TG_CHECK(y.numel() == 1, "hessian: fn must return a tensor with one element, got shape ",
            shape_str(y.sizes()));
@@ -74,7 +81,7 @@ Tensor hessian(const TensorFn& fn, const Tensor& x, bool create_graph) {
 
 std::pair<Tensor, Tensor> vjp(const TensorFn& fn, const Tensor& x, const Tensor& v,
                               bool create_graph) {
-  Tensor xi = fresh_leaf(x, "vjp");
+  Tensor xi = input_for(x, "vjp", create_graph);
   Tensor y = call(fn, xi, "vjp");
   TG_CHECK(v.sizes() == y.sizes(), "vjp: v has shape ", shape_str(v.sizes()),
            " but fn(x) has shape ", shape_str(y.sizes()));
@@ -84,7 +91,7 @@ std::pair<Tensor, Tensor> vjp(const TensorFn& fn, const Tensor& x, const Tensor&
 
 std::pair<Tensor, Tensor> jvp(const TensorFn& fn, const Tensor& x, const Tensor& v,
                               bool create_graph) {
-  Tensor xi = fresh_leaf(x, "jvp");
+  Tensor xi = input_for(x, "jvp", create_graph);
   TG_CHECK(v.sizes() == x.sizes(), "jvp: v has shape ", shape_str(v.sizes()),
            " but x has shape ", shape_str(x.sizes()));
   Tensor y = call(fn, xi, "jvp");
@@ -101,7 +108,7 @@ std::pair<Tensor, Tensor> jvp(const TensorFn& fn, const Tensor& x, const Tensor&
 
 std::pair<Tensor, Tensor> hvp(const TensorFn& fn, const Tensor& x, const Tensor& v,
                               bool create_graph) {
-  Tensor xi = fresh_leaf(x, "hvp");
+  Tensor xi = input_for(x, "hvp", create_graph);
   TG_CHECK(v.sizes() == x.sizes(), "hvp: v has shape ", shape_str(v.sizes()),
            " but x has shape ", shape_str(x.sizes()));
   Tensor y = call(fn, xi, "hvp");
@@ -133,7 +140,7 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
   TG_CHECK(x.defined() && x.dim() == 2, "per_sample_hessian: x must have shape [B, n], got ",
            x.defined() ? shape_str(x.sizes()) : std::string("an undefined tensor"));
   const int64_t B = x.size(0), n = x.size(1);
-  Tensor xi = fresh_leaf(x, "per_sample_hessian");
+  Tensor xi = input_for(x, "per_sample_hessian", create_graph);
   EnableGradGuard grad_on;
   auto check_out = [&](const Tensor& y, int64_t rows) {
     TG_CHECK(y.dim() == 2 && y.size(0) == rows, "per_sample_hessian: fn must map [B, n] to "

@@ -1,6 +1,8 @@
 // The functional API, with the shapes of torch.autograd.functional. fn is
-// evaluated at a fresh leaf copy of x; results carry no history unless
-// create_graph is true.
+// evaluated at a fresh leaf copy of x, and results carry no history, unless
+// create_graph is true: then fn sees a differentiable alias of x (when x
+// requires grad), so results are differentiable with respect to x and to
+// whatever fn closes over (d/dx of hessian(sum(x^4)) is 24x).
 #pragma once
 
 #include <functional>

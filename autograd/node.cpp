@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <tapegrad/autograd/grad_mode.h>
+#include <tapegrad/tensor/deferred_release.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
 
@@ -43,6 +44,10 @@ struct Node::PreHooks {
 };
 
 Node::Node() : Node(detail::next_sequence_nr()) {}
+
+Node::~Node() {
+  for (Edge& e : next_edges_) tg::detail::release_deferred(std::move(e.function));
+}
 Node::Node(uint64_t sequence_nr) : sequence_nr_(sequence_nr) {}
 
 void Node::add_next_edge(Edge e) {

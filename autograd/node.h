@@ -49,7 +49,9 @@ class Node : public std::enable_shared_from_this<Node> {
  public:
   Node();
   explicit Node(uint64_t sequence_nr);
-  virtual ~Node() = default;
+  // Hands the next edges to the per-thread deferred release, so freeing a
+  // chain of any length never recurses (tensor/deferred_release.h).
+  virtual ~Node();
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
   Node(Node&&) = delete;

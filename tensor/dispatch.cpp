@@ -4,6 +4,17 @@
 
 namespace tg {
 
+namespace {
+std::atomic<bool> g_deterministic{false};
+}  // namespace
+
+void use_deterministic_algorithms(bool enabled) { g_deterministic.store(enabled); }
+bool are_deterministic_algorithms_enabled() { return g_deterministic.load(std::memory_order_relaxed); }
+DeterministicGuard::DeterministicGuard(bool enabled) : prev_(are_deterministic_algorithms_enabled()) {
+  use_deterministic_algorithms(enabled);
+}
+DeterministicGuard::~DeterministicGuard() { use_deterministic_algorithms(prev_); }
+
 std::ostream& operator<<(std::ostream& os, const Device& d) {
   if (d.is_cpu()) return os << "cpu";
   return os << "cuda:" << d.index();

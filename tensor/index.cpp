@@ -24,6 +24,40 @@ void check_index_range(const Tensor& index, int64_t size, int64_t dim, const cha
 
 }  // namespace
 
+namespace detail {
+
+void scatter_add_into(const Tensor& out, int64_t d, const Tensor& index, const Tensor& src) {
+  const kernels::Backend& be = kernels::backend(out.device(), "scatter_add");
+  if (index.numel() == 0) return;
+  if (!(out.is_cuda() && are_deterministic_algorithms_enabled())) {
+    be.scatter_add(out, d, index, src);  // atomics on a GPU
+    return;
+  }
+  // Each element's target position in out (contiguous): index * stride_d +
+  // the element's coordinates in the other dims * their strides.
+  const int64_t rank = index.dim();
+  const TensorOptions i64 = TensorOptions().dtype(kInt64).device(out.device());
+  Tensor target = raw::mul(index, Scalar(out.strides()[size_t(d)]));
+  for (int64_t k = 0; k < rank; ++k) {
+    if (k == d || index.sizes()[size_t(k)] == 1) continue;
+    IntList shape(size_t(rank), 1);
+    shape[size_t(k)] = index.sizes()[size_t(k)];
+    Tensor coord = raw::mul(arange(index.sizes()[size_t(k)], i64), Scalar(out.strides()[size_t(k)]));
+    target = raw::add(target, raw::view(coord, shape));
+  }
+  const int64_t n = index.numel();
+  Tensor vals = raw::reshape(raw::contiguous(raw::as_strided(src, index.sizes(), src.strides(),
+                                                             src.storage_offset())), {n, 1});
+  // A stable sort of the targets and one sum per target in element order
+  // (coalesce), then one addition per distinct target: no two threads add
+  // to one address, so the result is the same on every run.
+  Tensor unique_targets, sums;
+  be.coalesce(raw::contiguous(raw::reshape(target, {n})), vals, {out.numel()}, unique_targets, sums);
+  be.scatter_add(raw::view(out, {out.numel(), 1}), 0, raw::view(unique_targets, {-1, 1}), sums);
+}
+
+}  // namespace detail
+
 namespace raw {
 
 Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
@@ -151,8 +185,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   ScalarType ct = detail::compute_type(x.dtype());
   TG_CHECK(x.dtype() != kBool, "scatter_add: Bool tensors are not supported");
   Tensor out = cast(x, ct).clone();
-  if (index.numel() > 0)
-    kernels::backend(x.device(), "scatter_add").scatter_add(out, d, index, cast(src, ct));
+  detail::scatter_add_into(out, d, index, cast(src, ct));
   return cast(out, x.dtype());
 }
 

@@ -9,6 +9,16 @@
 
 namespace tg {
 
+class IntrusiveTarget;
+
+namespace detail {
+// Deletes an object whose count reached zero. Destruction never recurses in
+// proportion to a chain's length (a graph of 10^7 nodes, tensors holding
+// nodes holding tensors): an object released while another is being
+// destroyed on this thread is queued and deleted after it, in a loop.
+void destroy_intrusive(IntrusiveTarget* p) noexcept;
+}  // namespace detail
+
 class IntrusiveTarget {
  public:
   IntrusiveTarget() = default;
@@ -53,7 +63,7 @@ class IntrusivePtr {
 
   void reset() {
     if (p_ && p_->refcount_.fetch_sub(1, std::memory_order_acq_rel) == 1)
-      delete p_;
+      detail::destroy_intrusive(p_);
     p_ = nullptr;
   }
   // Gives up ownership without decrementing (used by converting moves).

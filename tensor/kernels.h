@@ -102,6 +102,9 @@ struct Backend {
   // floating compute dtype; out contiguous (written, not accumulated).
   void (*spmm)(const Tensor& out, const Tensor& rows, const Tensor& cols, const Tensor& values,
                const Tensor& dense);
+  // out[i] = the first position p in `sorted` with sorted[p] >= values[i]
+  // (a vectorized lower bound); all Int64, contiguous, 1-D.
+  void (*lower_bound)(const Tensor& out, const Tensor& sorted, const Tensor& values);
 };
 
 // The backend of a device; throws a clear error when the device has none.

@@ -38,4 +38,8 @@ bool may_overlap(const Tensor& dst, const Tensor& src);
 // Throws when `t` has several elements at one address (an expanded view).
 void check_writable(const Tensor& t, const char* op);
 
+// out (contiguous, compute dtype) [index along d] += src, index validated.
+// Deterministic mode on a GPU: a sorted, ordered sum instead of atomics.
+void scatter_add_into(const Tensor& out, int64_t d, const Tensor& index, const Tensor& src);
+
 }  // namespace tg::detail

@@ -44,6 +44,26 @@ Tensor randn_like(const Tensor& t);
 // Counter-based Philox 4x32-10 generator (tensor/random.h has the mapping).
 void manual_seed(uint64_t seed);
 
+// Deterministic mode (torch.use_deterministic_algorithms): process-wide; while
+// on, every op whose CUDA forward or backward could differ from run to run
+// (atomic accumulation in scatter_add and what is built on it: index_select,
+// gather and dense embedding backward, to_dense of an uncoalesced tensor;
+// cuSPARSE's SpMM) takes a bitwise-reproducible path instead. What it covers
+// and costs: docs/TENSOR.md "Deterministic mode".
+void use_deterministic_algorithms(bool enabled);
+bool are_deterministic_algorithms_enabled();
+// Sets the mode for a scope and restores the previous one.
+class DeterministicGuard {
+ public:
+  explicit DeterministicGuard(bool enabled = true);
+  ~DeterministicGuard();
+  DeterministicGuard(const DeterministicGuard&) = delete;
+  DeterministicGuard& operator=(const DeterministicGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
 // ---- elementwise -------------------------------------------------------------
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha = 1);
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha = 1);

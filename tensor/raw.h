@@ -118,8 +118,9 @@ Tensor pin_memory(const Tensor& self);
 // (add, sub, add_, mul/div by a scalar, neg, sum, mm, matmul, transpose, t,
 // clone, detach, to) route to these; every other op rejects them with an
 // error naming the op (detail::check_defined).
+// `coalesced`: the caller knows the indices are sorted and unique.
 Tensor sparse_coo_tensor(const Tensor& indices, const Tensor& values, const IntList& sizes,
-                         bool check = true);
+                         bool check = true, bool coalesced = false);
 Tensor coalesce(const Tensor& s);
 Tensor to_dense(const Tensor& s);
 Tensor sparse_indices(const Tensor& s);  // the parts as stored (any coalesced state)
@@ -127,6 +128,10 @@ Tensor sparse_values(const Tensor& s);
 // Int64 [nnz]: each entry's row-major position over the sparse sizes.
 Tensor sparse_linear_index(const Tensor& s);
 Tensor sparse_linear_index(const Tensor& indices, const IntList& sparse_sizes);
+// Int64 [n]: for each column of `indices` (Int64 [sparse_dim, n]), the
+// position of that coordinate among the entries of the coalesced tensor c,
+// or c.nnz() where c has no entry there.
+Tensor sparse_positions(const Tensor& c, const Tensor& indices);
 Tensor sparse_add(const Tensor& a, const Tensor& b, Scalar alpha);  // one of them sparse
 Tensor& sparse_add_(Tensor& self, const Tensor& o, Scalar alpha);
 Tensor sparse_mul(const Tensor& s, Scalar c);

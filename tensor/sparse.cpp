@@ -46,9 +46,12 @@ Tensor values_2d(const Tensor& s, ScalarType ct) {
 }
 
 // dense (contiguous, compute dtype, s's shape) += alpha * s, in place.
-void scatter_into(const Tensor& dense, const Tensor& s, Scalar alpha) {
+// Deterministic mode on a GPU: s is coalesced first (an ordered sum), so no
+// two additions target one element.
+void scatter_into(const Tensor& dense, const Tensor& s_in, Scalar alpha) {
+  if (s_in.nnz() == 0 || dense.numel() == 0) return;
+  const Tensor s = dense.is_cuda() && are_deterministic_algorithms_enabled() ? raw::coalesce(s_in) : s_in;
   int64_t nnz = s.nnz();
-  if (nnz == 0 || dense.numel() == 0) return;
   TG_INTERNAL_ASSERT(dense.is_contiguous(), "scatter_into: dense side not contiguous");
   Tensor v = values_2d(s, dense.dtype());
   if (!(alpha.is_integral() && alpha.to_int() == 1)) v = raw::mul(v, alpha);
@@ -99,7 +102,7 @@ Tensor Tensor::indices() const {
 namespace raw {
 
 Tensor sparse_coo_tensor(const Tensor& indices, const Tensor& values, const IntList& sizes,
-                         bool check) {
+                         bool check, bool coalesced) {
   const char* op = "sparse_coo_tensor";
   detail::check_defined(indices, op, "indices");
   detail::check_defined(values, op, "values");
@@ -131,7 +134,7 @@ Tensor sparse_coo_tensor(const Tensor& indices, const Tensor& values, const IntL
                " (indices ", shape_str(indices.sizes()), ", sizes ", shape_str(sizes), ")");
     }
   }
-  return make(sizes, indices, values, nnz <= 1);
+  return make(sizes, indices, values, coalesced || nnz <= 1);
 }
 
 Tensor sparse_indices(const Tensor& s) {
@@ -153,6 +156,21 @@ Tensor sparse_linear_index(const Tensor& i, const IntList& sparse_sizes) {
   std::vector<double> sv(st.begin(), st.end());
   Tensor strides = raw::to(tensor(sv, {sd, 1}, TensorOptions().dtype(kInt64)), i.device());
   return raw::sum(raw::mul(i, strides), {0});
+}
+
+Tensor sparse_positions(const Tensor& c, const Tensor& indices) {
+  check_sparse(c, "sparse_positions");
+  TG_INTERNAL_ASSERT(c.is_coalesced(), "sparse_positions: needs a coalesced tensor");
+  const int64_t n = indices.sizes()[1], nnz = c.nnz();
+  Tensor lin_c = raw::contiguous(sparse_linear_index(c));
+  Tensor lin_q = raw::contiguous(sparse_linear_index(indices, sparse_sizes(c)));
+  Tensor pos = detail::new_empty({n}, kInt64, c.device());
+  if (n == 0) return pos;
+  kernels::backend(c.device(), "sparse_positions").lower_bound(pos, lin_c, lin_q);
+  // A lower bound is a hit only where the key there equals the query.
+  Tensor keys = raw::cat({lin_c, full_like(raw::narrow(lin_q, 0, 0, 1), Scalar(int64_t(-1)))}, 0);
+  Tensor hit = eq(raw::index_select(keys, 0, pos), lin_q);
+  return raw::where(hit, pos, Scalar(nnz));
 }
 
 Tensor coalesce(const Tensor& s) {

@@ -37,6 +37,11 @@ int64_t wrap_insert_dim(int64_t dim, int64_t ndim, const char* op,
   return dim < 0 ? dim + ndim + 1 : dim;
 }
 
+void throw_undefined(const char* op) {
+  TG_ERROR(op, ": called on an undefined tensor (a default-constructed Tensor, or the "
+           ".grad() of a tensor that has not received a gradient yet); check .defined() first");
+}
+
 void check_defined(const Tensor& t, const char* op, const char* what) {
   TG_CHECK(t.defined(), op, ": ", what, " is an undefined tensor");
   TG_CHECK(!t.is_sparse(), op, ": ", what, " is a sparse COO tensor (shape ",
@@ -156,7 +161,8 @@ bool view_strides(const IntList& sizes, const IntList& strides,
 }  // namespace
 
 int64_t Tensor::size(int64_t d) const {
-  return sizes()[wrap_dim(d, dim(), "size", sizes())];
+  const TensorImpl& i = checked("size");
+  return i.sizes()[size_t(wrap_dim(d, i.dim(), "size", i.sizes()))];
 }
 bool Tensor::is_pinned() const {
   detail::check_defined(*this, "is_pinned");
@@ -165,7 +171,8 @@ bool Tensor::is_pinned() const {
 }
 
 int64_t Tensor::stride(int64_t d) const {
-  return strides()[wrap_dim(d, dim(), "stride", sizes())];
+  const TensorImpl& i = checked("stride");
+  return i.strides()[size_t(wrap_dim(d, i.dim(), "stride", i.sizes()))];
 }
 
 namespace raw {
@@ -379,7 +386,8 @@ Tensor clone(const Tensor& self) {
 }
 
 Tensor detach(const Tensor& self) {
-  if (self.defined() && self.is_sparse()) return sparse_detach(self);
+  if (!self.defined()) detail::throw_undefined("detach");
+  if (self.is_sparse()) return sparse_detach(self);
   return make_view(self, self.sizes(), self.strides(), self.storage_offset());
 }
 

@@ -35,6 +35,11 @@ class HookHandle {
   std::function<void()> remover_;
 };
 
+namespace detail {
+// Throws the tg::Error for a metadata call on an undefined tensor.
+[[noreturn]] void throw_undefined(const char* op);
+}  // namespace detail
+
 class Tensor {
  public:
   Tensor() = default;
@@ -47,22 +52,22 @@ class Tensor {
   size_t use_count() const { return impl_.use_count(); }
 
   // Shape and metadata.
-  const IntList& sizes() const { return impl_->sizes(); }
-  const IntList& strides() const { return impl_->strides(); }
+  const IntList& sizes() const { return checked("sizes").sizes(); }
+  const IntList& strides() const { return checked("strides").strides(); }
   int64_t size(int64_t d) const;
   int64_t stride(int64_t d) const;
-  int64_t dim() const { return impl_->dim(); }
-  int64_t numel() const { return impl_->numel(); }
-  int64_t storage_offset() const { return impl_->offset(); }
-  ScalarType dtype() const { return impl_->dtype(); }
-  ScalarType scalar_type() const { return impl_->dtype(); }
-  Device device() const { return impl_->device(); }
-  Layout layout() const { return impl_->layout(); }
+  int64_t dim() const { return checked("dim").dim(); }
+  int64_t numel() const { return checked("numel").numel(); }
+  int64_t storage_offset() const { return checked("storage_offset").offset(); }
+  ScalarType dtype() const { return checked("dtype").dtype(); }
+  ScalarType scalar_type() const { return checked("scalar_type").dtype(); }
+  Device device() const { return checked("device").device(); }
+  Layout layout() const { return checked("layout").layout(); }
   TensorOptions options() const {
     return TensorOptions().dtype(dtype()).device(device());
   }
-  bool is_contiguous() const { return impl_->is_contiguous(); }
-  bool is_sparse() const { return impl_->layout() == Layout::SparseCoo; }
+  bool is_contiguous() const { return checked("is_contiguous").is_contiguous(); }
+  bool is_sparse() const { return checked("is_sparse").layout() == Layout::SparseCoo; }
   // Sparse COO tensors only. indices() and values() need a coalesced tensor
   // (as LibTorch); _indices() and _values() return the parts as stored.
   // values() and _values() are differentiable.
@@ -78,11 +83,11 @@ class Tensor {
   Tensor to_dense() const;
   bool is_cuda() const { return device().is_cuda(); }
   bool is_floating_point() const { return tg::is_floating_point(dtype()); }
-  uint32_t version() const { return impl_->version_counter()->current(); }
-  void bump_version() const { impl_->version_counter()->bump(); }
+  uint32_t version() const { return checked("version").version_counter()->current(); }
+  void bump_version() const { checked("bump_version").version_counter()->bump(); }
 
   // Data access. data_ptr<T>() checks that T matches the dtype.
-  void* data_ptr() const { return impl_->data(); }
+  void* data_ptr() const { return checked("data_ptr").data(); }
   template <class T>
   T* data_ptr() const;
   template <class T>
@@ -213,6 +218,11 @@ class Tensor {
       std::function<void(const Tensor&)> hook) const;
 
  private:
+  // The impl, or a tg::Error naming `op` when the tensor is undefined.
+  const TensorImpl& checked(const char* op) const {
+    if (!impl_) detail::throw_undefined(op);
+    return *impl_;
+  }
   IntrusivePtr<TensorImpl> impl_;
 };
 

@@ -156,6 +156,13 @@ constexpr ScalarType kAllTypes[] = {tg::kFloat32, tg::kFloat64, tg::kBFloat16,
 
 }  // namespace tgtest
 
+// GPU tests: skip with a message where there is no GPU (they must run on the
+// GPU machine).
+#define REQUIRE_GPU()                                                        \
+  if (!tg::cuda::is_available())                                            \
+  GTEST_SKIP() << "no CUDA GPU here (built with CUDA: "                      \
+               << (tg::cuda::is_built() ? "yes" : "no") << "); this test runs on the GPU machine"
+
 // `stmt` throws a tg::Error whose message contains `text` (test_errors.cpp
 // checks message prefixes with its own EXPECT_ERROR).
 #define EXPECT_ERROR_CONTAINS(stmt, text)                                          \

@@ -5,12 +5,6 @@
 namespace tgtest {
 namespace {
 
-#define REQUIRE_GPU()                                                        \
-  if (!tg::cuda::is_available())                                            \
-  GTEST_SKIP() << "no CUDA GPU here (built with CUDA: "                      \
-               << (tg::cuda::is_built() ? "yes" : "no")                    \
-               << "); this test runs on the GPU machine"
-
 // Runs everywhere: asserts what each machine must say.
 TEST(Cuda, QueriesAreSafeAndErrorsAreClear) {
   int n = tg::cuda::device_count();

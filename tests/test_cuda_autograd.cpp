@@ -15,11 +15,6 @@ using tg::Tensor;
 using tg::autograd::variable_list;
 using Fn = std::function<Tensor(const variable_list&)>;
 
-#define REQUIRE_GPU()                                                        \
-  if (!tg::cuda::is_available())                                            \
-  GTEST_SKIP() << "no CUDA GPU here (built with CUDA: "                      \
-               << (tg::cuda::is_built() ? "yes" : "no") << "); this test runs on the GPU machine"
-
 const tg::Device kGpu(tg::kCUDA, 0);
 const tg::Device kCpu(tg::kCPU);
 

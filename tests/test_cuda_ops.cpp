@@ -7,11 +7,6 @@ namespace {
 
 using tg::Tensor;
 
-#define REQUIRE_GPU()                                                        \
-  if (!tg::cuda::is_available())                                            \
-  GTEST_SKIP() << "no CUDA GPU here (built with CUDA: "                      \
-               << (tg::cuda::is_built() ? "yes" : "no") << "); this test runs on the GPU machine"
-
 const tg::Device kGpu(tg::kCUDA, 0);
 
 // CPU operands in four layouts of shape [5, 7].

@@ -10,11 +10,6 @@ namespace {
 using tg::Tensor;
 namespace cu = tg::cuda;
 
-#define REQUIRE_GPU()                                                        \
-  if (!cu::is_available())                                                  \
-  GTEST_SKIP() << "no CUDA GPU here (built with CUDA: "                      \
-               << (cu::is_built() ? "yes" : "no") << "); this test runs on the GPU machine"
-
 void* storage_ptr(const Tensor& t) { return t.impl()->storage()->data(); }
 Tensor cuda_empty(int64_t bytes) {
   return tg::empty({bytes / 4}, tg::TensorOptions().device(tg::Device(tg::kCUDA, 0)));

@@ -52,11 +52,6 @@ TEST(StreamRules, EveryCaseWithoutAGpu) {
   EXPECT_TRUE(ag::first_producer_needs_event(p0, p0, c1));   // a later accumulation elsewhere
 }
 
-#define REQUIRE_GPU()                                                        \
-  if (!tg::cuda::is_available())                                            \
-  GTEST_SKIP() << "no CUDA GPU here (built with CUDA: "                      \
-               << (tg::cuda::is_built() ? "yes" : "no") << "); this test runs on the GPU machine"
-
 const tg::Device kGpu(tg::kCUDA, 0);
 const tg::Device kCpu(tg::kCPU);
 

@@ -86,7 +86,8 @@ namespace tg::autograd::impl {
 // Differentiable sparse pieces (autograd/ops/sparse.cpp): sparse_coo_tensor
 // without the index checks (for gradients built on indices known to be
 // valid), and the sparse forms that sum, mm and matmul route to.
-Tensor sparse_coo_unchecked(const Tensor& indices, const Tensor& values, const IntList& sizes);
+Tensor sparse_coo_unchecked(const Tensor& indices, const Tensor& values, const IntList& sizes,
+                            bool coalesced = false);
 Tensor sparse_sum(const Tensor& s);
 Tensor sparse_mm(const Tensor& s, const Tensor& dense);
 }  // namespace tg::autograd::impl

@@ -4,9 +4,14 @@
 // to() record their usual nodes, whose formulas hold for either layout.
 //
 // A gradient with respect to a sparse tensor S is the gradient with respect
-// to the dense tensor S stands for; it may arrive dense or sparse (OURS:
-// PyTorch keeps it sparse). sparse_coo_tensor turns it into the gradient of
-// its values by reading it at S's indices.
+// to the dense tensor S stands for (the sum of S's entries at each
+// coordinate); it may arrive dense or sparse (OURS: PyTorch keeps it sparse).
+// sparse_coo_tensor turns it into the gradient of its values by reading it at
+// S's indices, so an entry whose coordinate repeats gets the gradient at that
+// coordinate, once. The gradients sum and mm produce therefore live on S's
+// coalesced (unique) coordinates. The one representation-level gradient is
+// that of _values(): on S's own indices tensor, entry by entry, and read back
+// as it is (the shortcut below).
 #include <tapegrad/tensor/error.h>
 
 #include "record.h"
@@ -33,7 +38,18 @@ class SparseCooTensorBackward final : public OpNode {
       out[0] = g._values();
       return out;
     }
-    if (g.is_sparse()) g = to_dense(g);
+    if (g.is_sparse()) {
+      // Read at our coordinates without densifying: coalesce (differentiable,
+      // the dense tensor is the same), find each coordinate among the unique
+      // entries, and take that entry's values (zeros where there is none).
+      Tensor gc = coalesce(g);
+      Tensor v = gc._values();
+      IntList zero_row = v.sizes();
+      zero_row[0] = 1;
+      Tensor pos = raw::sparse_positions(gc, indices_);
+      out[0] = index_select(cat({v, zeros(zero_row, v.options())}, 0), 0, pos);
+      return out;
+    }
     int64_t sd = indices_.sizes()[0];
     IntList flat = {-1};
     flat.insert(flat.end(), sizes_.begin() + sd, sizes_.end());
@@ -51,12 +67,13 @@ class SparseCooTensorBackward final : public OpNode {
 // values(): the gradient of the values is a sparse tensor with S's indices.
 class SparseValuesBackward final : public OpNode {
  public:
-  SparseValuesBackward(Tensor indices, IntList sizes)
-      : OpNode("values", "ValuesBackward"), indices_(std::move(indices)), sizes_(std::move(sizes)) {}
+  SparseValuesBackward(Tensor indices, IntList sizes, bool coalesced)
+      : OpNode("values", "ValuesBackward"), indices_(std::move(indices)), sizes_(std::move(sizes)),
+        coalesced_(coalesced) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
     if (should_compute_output(0))
-      out[0] = autograd::impl::sparse_coo_unchecked(indices_, grads[0], sizes_);
+      out[0] = autograd::impl::sparse_coo_unchecked(indices_, grads[0], sizes_, coalesced_);
     return out;
   }
   void release_variables() override { indices_ = Tensor(); }
@@ -64,6 +81,7 @@ class SparseValuesBackward final : public OpNode {
  private:
   Tensor indices_;
   IntList sizes_;
+  bool coalesced_;
 };
 
 // coalesce and to_dense keep the dense tensor S stands for: identity.
@@ -77,27 +95,30 @@ class SparseIdentityBackward final : public OpNode {
   }
 };
 
-// sum(S): every stored value gets g (a sparse gradient on S's indices).
+// sum(S): g at every coordinate S stores (a sparse gradient on S's unique
+// coordinates).
 class SparseSumBackward final : public OpNode {
  public:
-  SparseSumBackward(Tensor indices, IntList value_sizes, IntList sizes)
-      : OpNode("sum", "SparseSumBackward"), indices_(std::move(indices)),
-        value_sizes_(std::move(value_sizes)), sizes_(std::move(sizes)) {}
+  explicit SparseSumBackward(Tensor s) : OpNode("sum", "SparseSumBackward"), s_(std::move(s)) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
-    if (should_compute_output(0))
-      out[0] = autograd::impl::sparse_coo_unchecked(indices_, grads[0].expand(value_sizes_), sizes_);
+    if (!should_compute_output(0)) return out;
+    TG_CHECK(s_.defined(), "SparseSumBackward: trying to backward through the graph a second "
+             "time; specify retain_graph=true on the first backward");
+    Tensor c = raw::coalesce(s_);
+    out[0] = autograd::impl::sparse_coo_unchecked(
+        raw::sparse_indices(c), grads[0].expand(raw::sparse_values(c).sizes()), c.sizes(), true);
     return out;
   }
-  void release_variables() override { indices_ = Tensor(); }
+  void release_variables() override { s_ = Tensor(); }
 
  private:
-  Tensor indices_;
-  IntList value_sizes_, sizes_;
+  Tensor s_;  // S without history (its parts)
 };
 
-// Y = S @ D: dS = (dY D^T) sampled at S's entries (sparse, S's indices),
-// dD = S^T @ dY (sparse @ dense again). Both are differentiable.
+// Y = S @ D: dS = (dY D^T) sampled at S's unique coordinates (sparse, the
+// coalesced S's indices), dD = S^T @ dY (sparse @ dense again). Both are
+// differentiable.
 class SparseMmBackward final : public OpNode {
  public:
   SparseMmBackward() : OpNode("mm", "SparseMmBackward") {}
@@ -107,10 +128,10 @@ class SparseMmBackward final : public OpNode {
     Tensor s = sparse_.unpack(this, "self");
     if (should_compute_output(0)) {
       Tensor d = dense_.unpack(this, "mat2");
-      Tensor i = raw::sparse_indices(s);
+      Tensor i = raw::sparse_indices(raw::coalesce(s));
       Tensor rows = raw::select(i, 0, 0), cols = raw::select(i, 0, 1);
       Tensor vals = sum(mul(index_select(g, 0, rows), index_select(d, 0, cols)), {1});
-      out[0] = autograd::impl::sparse_coo_unchecked(i, vals, s.sizes());
+      out[0] = autograd::impl::sparse_coo_unchecked(i, vals, s.sizes(), true);
     }
     if (should_compute_output(1)) out[1] = mm(s.t(), g);
     return out;
@@ -173,8 +194,9 @@ Tensor unary_sparse_op(const Tensor& x, F&& raw_fn, Args&&... args) {
 }  // namespace
 
 namespace autograd::impl {
-Tensor sparse_coo_unchecked(const Tensor& indices, const Tensor& values, const IntList& sizes) {
-  auto raw_fn = [&] { return raw::sparse_coo_tensor(indices, values, sizes, false); };
+Tensor sparse_coo_unchecked(const Tensor& indices, const Tensor& values, const IntList& sizes,
+                            bool coalesced) {
+  auto raw_fn = [&] { return raw::sparse_coo_tensor(indices, values, sizes, false, coalesced); };
   if (!should_record({&values})) return raw_fn();
   return finish(run_raw(raw_fn), make_node<SparseCooTensorBackward>({&values}, indices, sizes));
 }
@@ -200,7 +222,8 @@ Tensor to_dense(const Tensor& x) {
 Tensor Tensor::_values() const {
   Tensor v = raw::sparse_values(*this);
   if (!should_record({this})) return v;
-  return finish(raw::detach(v), make_node<SparseValuesBackward>({this}, raw::sparse_indices(*this), sizes()));
+  return finish(raw::detach(v), make_node<SparseValuesBackward>({this}, raw::sparse_indices(*this), sizes(),
+                                                             is_coalesced()));
 }
 
 Tensor Tensor::values() const {
@@ -215,9 +238,7 @@ Tensor Tensor::to_dense() const { return tg::to_dense(*this); }
 
 namespace autograd::impl {
 Tensor sparse_sum(const Tensor& s) {
-  return unary_sparse_op<SparseSumBackward>(s, [&] { return raw::sparse_sum(s); },
-                                            raw::sparse_indices(s), raw::sparse_values(s).sizes(),
-                                            s.sizes());
+  return unary_sparse_op<SparseSumBackward>(s, [&] { return raw::sparse_sum(s); }, raw::detach(s));
 }
 
 Tensor sparse_mm(const Tensor& s, const Tensor& d) {

@@ -1,9 +1,14 @@
 // CUDA backend for sparse COO tensors: coalesce (CUB radix sort of the linear
-// indices, a head-flag scan, then one deterministic sum per unique index) and
-// sparse @ dense through cuSPARSE (COO SpMM, row-major dense operands).
+// indices, a head-flag scan, then one deterministic sum per unique index),
+// sparse @ dense through cuSPARSE (COO SpMM, row-major dense operands) or, in
+// deterministic mode, a kernel that sums each output in entry order, and a
+// vectorized lower bound (Thrust).
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 #include <cusparse.h>
+#include <thrust/binary_search.h>
+#include <thrust/execution_policy.h>
+#include <thrust/iterator/counting_iterator.h>
 
 #include <tapegrad/cuda/check.h>
 #include <tapegrad/tensor/op_util.h>
@@ -152,6 +157,39 @@ struct SpMMDescs {
   }
 };
 
+// out[r, c] = sum over row r's entries j (in order) of values[j] *
+// dense[cols[j], c]: one thread per output, no atomics, so bitwise
+// reproducible (deterministic mode; cuSPARSE's row-major COO algorithm does
+// not promise that).
+template <class T>
+__global__ void spmm_rows_k(const int64_t* starts, const int64_t* cols, const T* values, const T* dense,
+                            T* out, int64_t n, int64_t k) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n * k; t += int64_t(gridDim.x) * blockDim.x) {
+    int64_t r = t / k, c = t % k;
+    T acc = 0;
+    for (int64_t j = starts[r]; j < starts[r + 1]; ++j) acc += values[j] * dense[cols[j] * k + c];
+    out[t] = acc;
+  }
+}
+
+void spmm_deterministic(const Tensor& out, const Tensor& rows, const Tensor& cols, const Tensor& values,
+                        const Tensor& dense, cudaStream_t s) {
+  const int64_t n = out.sizes()[0], k = out.sizes()[1], nnz = values.numel();
+  // starts[r] = first entry of row r (rows are sorted); starts[n] = nnz.
+  Tensor starts = tg::detail::new_empty({n + 1}, kInt64, out.device());
+  const int64_t* rp = rows.data_ptr<int64_t>();
+  thrust::lower_bound(thrust::cuda::par_nosync.on(s), rp, rp + nnz, thrust::counting_iterator<int64_t>(0),
+                      thrust::counting_iterator<int64_t>(n + 1), starts.data_ptr<int64_t>());
+  if (n * k == 0) return;
+  kernels::dispatch_compute(out.dtype(), "mm", [&](auto tag) {
+    using T = decltype(tag);
+    spmm_rows_k<T><<<blocks_for(n * k), kThreads, 0, s>>>(
+        starts.data_ptr<int64_t>(), cols.data_ptr<int64_t>(), static_cast<const T*>(values.data_ptr()),
+        static_cast<const T*>(dense.data_ptr()), static_cast<T*>(out.data_ptr()), n, k);
+  });
+  TG_CUDA_CHECK(cudaGetLastError(), "mm");
+}
+
 void spmm_kernel(const Tensor& out, const Tensor& rows, const Tensor& cols, const Tensor& values,
                  const Tensor& dense) {
   const char* op = "mm";
@@ -159,6 +197,7 @@ void spmm_kernel(const Tensor& out, const Tensor& rows, const Tensor& cols, cons
            ": sparse @ dense on CUDA supports Float32 and Float64, got ", out.dtype());
   DeviceGuard g(out.device().index());
   cudaStream_t s = stream_of(out);
+  if (are_deterministic_algorithms_enabled()) return spmm_deterministic(out, rows, cols, values, dense, s);
   const int64_t n = out.sizes()[0], k = out.sizes()[1], m = dense.sizes()[0], nnz = values.numel();
   cudaDataType_t type = out.dtype() == kFloat64 ? CUDA_R_64F : CUDA_R_32F;
   cusparseHandle_t h = sparse_handle(out.device().index(), s);
@@ -182,11 +221,23 @@ void spmm_kernel(const Tensor& out, const Tensor& rows, const Tensor& cols, cons
                                  d.a, d.b, beta, d.c, type, alg, buf.data_ptr()), op);
 }
 
+void lower_bound_kernel(const Tensor& out, const Tensor& sorted, const Tensor& values) {
+  const int64_t n = sorted.numel(), m = values.numel();
+  if (m == 0) return;
+  DeviceGuard g(out.device().index());
+  const int64_t* sp = sorted.data_ptr<int64_t>();
+  const int64_t* vp = values.data_ptr<int64_t>();
+  thrust::lower_bound(thrust::cuda::par_nosync.on(stream_of(out)), sp, sp + n, vp, vp + m,
+                      out.data_ptr<int64_t>());
+  TG_CUDA_CHECK(cudaGetLastError(), "lower_bound");
+}
+
 }  // namespace
 
 void register_sparse(kernels::Backend& b) {
   b.coalesce = coalesce_kernel;
   b.spmm = spmm_kernel;
+  b.lower_bound = lower_bound_kernel;
 }
 
 }  // namespace tg::cuda

@@ -88,11 +88,22 @@ void spmm_kernel(const Tensor& out, const Tensor& rows_t, const Tensor& cols_t,
   });
 }
 
+void lower_bound_kernel(const Tensor& out, const Tensor& sorted_t, const Tensor& values_t) {
+  const int64_t n = sorted_t.numel();
+  const int64_t* sorted = sorted_t.data_ptr<int64_t>();
+  const int64_t* v = values_t.data_ptr<int64_t>();
+  int64_t* o = out.data_ptr<int64_t>();
+  parallel_for(values_t.numel(), 4096, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) o[i] = std::lower_bound(sorted, sorted + n, v[i]) - sorted;
+  });
+}
+
 }  // namespace
 
 void register_sparse(kernels::Backend& b) {
   b.coalesce = coalesce_kernel;
   b.spmm = spmm_kernel;
+  b.lower_bound = lower_bound_kernel;
 }
 
 }  // namespace tg::cpu

@@ -196,8 +196,22 @@ struct Case {
   IntList x_shape;
   Fn fn;
 };
-std::vector<Case> sparse_cases(Device d) {
-  Tensor i2 = idx({0, 2, 1, 0, 2, 0, 1, 3, 1, 0}, {2, 5}, d);  // (0,0) appears twice
+// Index sets for the sparse leaf S [3, 4]: repeated and unsorted entries,
+// coalesced ones, and none at all.
+struct IndexSet {
+  const char* name;
+  std::vector<double> ind;  // [2, nnz] row-major
+  int64_t nnz;
+};
+const IndexSet kIndexSets[] = {
+    {"repeated+unsorted", {0, 2, 1, 0, 2, 0, 1, 3, 0, 1}, 5},  // (0,0) and (2,1) twice
+    {"unsorted", {0, 2, 1, 0, 2, 0, 1, 3, 1, 0}, 5},
+    {"coalesced", {0, 0, 1, 2, 2, 0, 3, 1, 0, 3}, 5},
+    {"empty", {}, 0},
+};
+
+std::vector<Case> sparse_cases(Device d, const IndexSet& set = kIndexSets[0]) {
+  Tensor i2 = idx(set.ind, {2, set.nnz}, d);
   IntList sz = {3, 4};
   auto S = [=](const Tensor& v) { return tg::sparse_coo_tensor(i2, v, sz); };
   Tensor rows = idx({1, 3, 1, 0}, {4}, d);
@@ -221,11 +235,12 @@ std::vector<Case> sparse_cases(Device d) {
 
 TEST(Sparse, GradcheckAndGradgradcheck) {
   for (Device d : devices()) {
-    for (const Case& c : sparse_cases(d)) {
-      const char* name = c.name;
+   for (const IndexSet& set : kIndexSets) {
+    for (const Case& c : sparse_cases(d, set)) {
+      const std::string name = std::string(c.name) + " (" + set.name + ")";
       Fn fn = c.fn;
       tg::manual_seed(11);
-      Tensor v = (tg::rand({5}, kF64) * 2 - 1).requires_grad_(true);
+      Tensor v = (tg::rand({set.nnz}, kF64) * 2 - 1).requires_grad_(true);
       Tensor x = (tg::rand(c.x_shape, kF64) * 2 - 1).requires_grad_(true);
       Fn f = fn;
       if (d.is_cuda())  // leaves stay on the CPU (finite differences), work runs on the GPU
@@ -236,6 +251,53 @@ TEST(Sparse, GradcheckAndGradgradcheck) {
       EXPECT_TRUE(r1.ok) << name << " on " << where(d) << ": " << r1.message;
       auto r2 = ag::gradgradcheck(f, {v, x});
       EXPECT_TRUE(r2.ok) << name << " on " << where(d) << " gradgradcheck: " << r2.message;
+    }
+   }
+  }
+}
+
+// f(v, D) = sum((S(v) @ D)^2) with S's entries (r_k, c_k) repeated and
+// unsorted: the Hessian in v is H[j, k] = 2 [r_j == r_k] <D[c_j], D[c_k]>,
+// against the closed form, through spmm and through to_dense.
+TEST(Sparse, SecondDerivativesWithRepeatedCoordinatesMatchClosedForm) {
+  for (Device d : devices()) {
+    const std::vector<double> r = {0, 2, 1, 0, 2, 0}, c = {0, 1, 3, 0, 1, 2};  // (0,0), (2,1) twice
+    std::vector<double> ind = r;
+    ind.insert(ind.end(), c.begin(), c.end());
+    Tensor I = idx(ind, {2, 6}, d);
+    tg::manual_seed(5);
+    Tensor D = tg::randn({4, 3}, kF64);
+    Tensor v0 = tg::randn({6}, kF64);
+    std::vector<double> dv = D.to_vector<double>();
+    for (int via_dense = 0; via_dense < 2; ++via_dense) {
+      Tensor v = v0.to(d).requires_grad_(true);
+      Tensor Dd = D.to(d).requires_grad_(true);
+      Tensor S = tg::sparse_coo_tensor(I, v, {3, 4});
+      Tensor y = via_dense ? tg::mm(S.to_dense(), Dd) : tg::mm(S, Dd);
+      Tensor f = tg::square(y).sum();
+      auto g = ag::grad({f}, {v, Dd}, {}, std::nullopt, true);
+      // Row j of the Hessian in v: d g_v[j] / dv.
+      for (int64_t j = 0; j < 6; ++j) {
+        Tensor h = ag::grad({g[0].select(0, j)}, {v}, {}, true)[0];
+        std::vector<double> hv = h.to(Device(tg::kCPU)).to_vector<double>();
+        for (int64_t k = 0; k < 6; ++k) {
+          double e = 0;
+          if (r[size_t(j)] == r[size_t(k)])
+            for (int64_t m = 0; m < 3; ++m)
+              e += 2 * dv[size_t(int64_t(c[size_t(j)]) * 3 + m)] * dv[size_t(int64_t(c[size_t(k)]) * 3 + m)];
+          EXPECT_NEAR(hv[size_t(k)], e, 1e-12) << where(d) << (via_dense ? " via to_dense" : " via spmm")
+                                               << " H[" << j << ", " << k << "]";
+        }
+      }
+      // The mixed derivative d(sum g_D)/dv runs through g_D = S^T @ 2y (a
+      // transposed sparse operand): the sparse path against the dense one.
+      Tensor mixed = ag::grad({g[1].sum()}, {v})[0].to(Device(tg::kCPU));
+      Tensor vr = v0.requires_grad_(false).to(d).requires_grad_(true);
+      Tensor Dr = D.to(d).requires_grad_(true);
+      Tensor yr = tg::mm(tg::sparse_coo_tensor(I, vr, {3, 4}).to_dense(), Dr);
+      Tensor gr = ag::grad({tg::square(yr).sum()}, {Dr}, {}, std::nullopt, true)[0];
+      Tensor mixed_ref = ag::grad({gr.sum()}, {vr})[0].to(Device(tg::kCPU));
+      tgtest::expect_values(mixed, tgtest::values(mixed_ref), 1e-12, "d sum(dD) / dv");
     }
   }
 }
@@ -259,7 +321,7 @@ TEST(Sparse, GradientsAreSparseWhereAsked) {
     EXPECT_TRUE(w.grad().is_same(h));
     EXPECT_EQ(w.grad().nnz(), 4);
     EXPECT_EQ(V(w.grad())[0], 1.0);
-    // A sparse leaf gets a gradient through spmm: sparse, on its own indices.
+    // A sparse leaf gets a gradient through spmm: sparse, on its unique coordinates.
     Tensor vals = tg::ones({3}, kF64).to(d);
     Tensor s = tg::sparse_coo_tensor(idx({0, 1, 1, 0, 2, 1}, {2, 3}, d), vals, {2, 3}).requires_grad_(true);
     Tensor y = tg::ones({3, 2}, kF64).to(d).requires_grad_(true);
@@ -267,6 +329,11 @@ TEST(Sparse, GradientsAreSparseWhereAsked) {
     ASSERT_TRUE(s.grad().is_sparse());
     EXPECT_EQ(V(s.grad()), (std::vector<double>{2, 0, 0, 0, 2, 2}));
     EXPECT_EQ(V(y.grad()), (std::vector<double>{1, 1, 1, 1, 1, 1}));  // S^T @ ones: one entry per column
+    // A coordinate stored twice: the gradient of the dense tensor there is
+    // counted once (d sum(S @ Y) / dS[0, 0] = sum of Y's row 0 = 2).
+    Tensor s2 = tg::sparse_coo_tensor(idx({0, 0, 1, 0, 0, 2}, {2, 3}, d), vals, {2, 3}).requires_grad_(true);
+    tg::mm(s2, y).sum().backward();
+    EXPECT_EQ(V(s2.grad()), (std::vector<double>{2, 0, 0, 0, 0, 2})) << where(d);
   }
 }
 

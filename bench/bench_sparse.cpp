@@ -7,6 +7,9 @@
 //   and the step ends with coalesce() (what an optimizer reads);
 // - Dense: embedding(..., sparse = false): each gradient is a dense [V, 64]
 //   table (zeros + scatter-add), accumulated in place.
+// - DenseDeterministic: the dense path in deterministic mode (the scatter-add
+//   sorts the targets and sums each in order instead of using atomics): the
+//   cost of tg::use_deterministic_algorithms on embedding backward.
 // Counters: peak_MiB = the allocator's peak during one iteration above what
 // was live before it (CPU allocator or CUDA caching allocator), and grad_MiB,
 // the bytes .grad holds at the end.
@@ -40,8 +43,9 @@ int64_t grad_bytes(const Tensor& g) {
   return g._indices().numel() * 8 + g._values().numel() * int64_t(tg::element_size(g.dtype()));
 }
 
-void run(benchmark::State& state, const tg::Device& d, bool sparse) {
+void run(benchmark::State& state, const tg::Device& d, bool sparse, bool deterministic = false) {
   if (d.is_cuda() && !tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
+  tg::DeterministicGuard mode(deterministic);
   const int64_t K = state.range(0);
   tg::manual_seed(0);
   Tensor w = tg::randn({kV, kDim}, tg::TensorOptions().device(d)).requires_grad_(true);
@@ -78,11 +82,15 @@ void BM_EmbeddingGradSparse_Cpu(benchmark::State& s) { run(s, tg::Device(tg::kCP
 void BM_EmbeddingGradDense_Cpu(benchmark::State& s) { run(s, tg::Device(tg::kCPU), false); }
 void BM_EmbeddingGradSparse_Cuda(benchmark::State& s) { run(s, tg::Device(tg::kCUDA, 0), true); }
 void BM_EmbeddingGradDense_Cuda(benchmark::State& s) { run(s, tg::Device(tg::kCUDA, 0), false); }
+void BM_EmbeddingGradDenseDeterministic_Cuda(benchmark::State& s) {
+  run(s, tg::Device(tg::kCUDA, 0), false, true);
+}
 
 BENCHMARK(BM_EmbeddingGradSparse_Cpu)->Arg(1)->Arg(8)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_EmbeddingGradDense_Cpu)->Arg(1)->Arg(8)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_EmbeddingGradSparse_Cuda)->Arg(1)->Arg(8)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_EmbeddingGradDense_Cuda)->Arg(1)->Arg(8)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_EmbeddingGradDenseDeterministic_Cuda)->Arg(1)->Arg(8)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

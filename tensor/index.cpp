@@ -27,12 +27,16 @@ void check_index_range(const Tensor& index, int64_t size, int64_t dim, const cha
 namespace detail {
 
 void scatter_add_into(const Tensor& out, int64_t d, const Tensor& index, const Tensor& src) {
-  const kernels::Backend& be = kernels::backend(out.device(), "scatter_add");
   if (index.numel() == 0) return;
-  if (!(out.is_cuda() && are_deterministic_algorithms_enabled())) {
-    be.scatter_add(out, d, index, src);  // atomics on a GPU
-    return;
-  }
+  if (out.is_cuda() && are_deterministic_algorithms_enabled())
+    scatter_add_sorted(out, d, index, src);
+  else
+    kernels::backend(out.device(), "scatter_add").scatter_add(out, d, index, src);  // atomics on a GPU
+}
+
+void scatter_add_sorted(const Tensor& out, int64_t d, const Tensor& index, const Tensor& src) {
+  if (index.numel() == 0) return;
+  const kernels::Backend& be = kernels::backend(out.device(), "scatter_add");
   // Each element's target position in out (contiguous): index * stride_d +
   // the element's coordinates in the other dims * their strides.
   const int64_t rank = index.dim();

@@ -41,5 +41,9 @@ void check_writable(const Tensor& t, const char* op);
 // out (contiguous, compute dtype) [index along d] += src, index validated.
 // Deterministic mode on a GPU: a sorted, ordered sum instead of atomics.
 void scatter_add_into(const Tensor& out, int64_t d, const Tensor& index, const Tensor& src);
+// The ordered form on any device: each element's target position, a stable
+// sort with one sum per target in element order (the backend's coalesce),
+// then one addition per distinct target.
+void scatter_add_sorted(const Tensor& out, int64_t d, const Tensor& index, const Tensor& src);
 
 }  // namespace tg::detail

@@ -15,7 +15,7 @@
 //   hessian [--device cuda|cpu] [--batch B] [--width 512] [--depth 6]
 //           [--act silu,tanh,relu] [--precision fp32,tf32] [--mode hess,hess+bwd]
 //           [--strategy rows,batched,taylor] [--runs 20] [--warmup 3] [--check 64]
-//           [--trimming on|off] [--json]
+//           [--trimming on|off] [--deterministic on|off] [--json]
 // Defaults: on a GPU B = 10000 and every combination; on the CPU B = 256,
 // silu, fp32, 5 runs (the README's main command runs it either way).
 #include <algorithm>
@@ -52,7 +52,7 @@ struct Options {
   std::vector<std::string> acts, precisions, modes, strategies{"rows", "batched", "taylor"};
   int runs = 0, warmup = 3;
   int64_t check = 64;
-  bool trimming = true, json = false;
+  bool trimming = true, json = false, deterministic = false;
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -60,7 +60,7 @@ struct Options {
             << "usage: hessian [--device cuda|cpu] [--batch B] [--width W] [--depth D]\n"
                "  [--act silu,tanh,relu] [--precision fp32,tf32] [--mode hess,hess+bwd]\n"
                "  [--strategy rows,batched,taylor] [--runs N] [--warmup N] [--check N]\n"
-               "  [--trimming on|off] [--json]\n";
+               "  [--trimming on|off] [--deterministic on|off] [--json]\n";
   std::exit(2);
 }
 
@@ -102,6 +102,11 @@ Options parse(int argc, char** argv) {
   if (kv.count("trimming")) {
     if (kv["trimming"] != "on" && kv["trimming"] != "off") usage("--trimming must be on or off");
     o.trimming = kv["trimming"] == "on";
+  }
+  if (kv.count("deterministic")) {
+    if (kv["deterministic"] != "on" && kv["deterministic"] != "off")
+      usage("--deterministic must be on or off");
+    o.deterministic = kv["deterministic"] == "on";
   }
   o.json = kv.count("json") != 0;
   for (auto& a : o.acts)
@@ -203,12 +208,13 @@ int main(int argc, char** argv) {
   Options o = parse(argc, argv);
   const tg::Device dev = o.cuda ? tg::Device(tg::kCUDA, 0) : tg::Device(tg::kCPU);
   ag::set_edge_trimming(o.trimming);
+  tg::use_deterministic_algorithms(o.deterministic);
   std::string where = o.cuda ? tg::cuda::get_device_properties(0).name : std::string("CPU");
   if (!o.json)
     std::printf("tapegrad Hessian benchmark on %s: MLP 2 -> %lld x%lld -> 3, B = %lld, H [B, 3, 2, 2], "
-                "median of %d runs after %d warm-up, trimming %s\n",
+                "median of %d runs after %d warm-up, trimming %s, deterministic %s\n",
                 where.c_str(), (long long)o.width, (long long)o.depth, (long long)o.batch, o.runs,
-                o.warmup, o.trimming ? "on" : "off");
+                o.warmup, o.trimming ? "on" : "off", o.deterministic ? "on" : "off");
   tg::manual_seed(99);
   Tensor x = (tg::rand({o.batch, 2}) * 2 - 1).to(dev);
   std::vector<Row> rows;

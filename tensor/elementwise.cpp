@@ -173,7 +173,7 @@ Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
   return binary(BinaryOp::Add, a, raw::mul(b, alpha));
 }
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
-  if (any_sparse(a, b)) return sparse_add(a, b, negated(alpha));
+  if (any_sparse(a, b)) return sparse_add(a, b, negated(alpha), "sub");
   if (alpha.is_integral() && alpha.to_int() == 1) return binary(BinaryOp::Sub, a, b);
   return binary(BinaryOp::Sub, a, raw::mul(b, alpha));
 }
@@ -212,12 +212,30 @@ Tensor lt(const Tensor& a, const Tensor& b) { return compare(CompareOp::Lt, a, b
 Tensor le(const Tensor& a, const Tensor& b) { return compare(CompareOp::Le, a, b, "le"); }
 Tensor gt(const Tensor& a, const Tensor& b) { return compare(CompareOp::Gt, a, b, "gt"); }
 Tensor ge(const Tensor& a, const Tensor& b) { return compare(CompareOp::Ge, a, b, "ge"); }
-Tensor eq(const Tensor& a, Scalar b) { return eq(a, scalar_like(b, a)); }
-Tensor ne(const Tensor& a, Scalar b) { return ne(a, scalar_like(b, a)); }
-Tensor lt(const Tensor& a, Scalar b) { return lt(a, scalar_like(b, a)); }
-Tensor le(const Tensor& a, Scalar b) { return le(a, scalar_like(b, a)); }
-Tensor gt(const Tensor& a, Scalar b) { return gt(a, scalar_like(b, a)); }
-Tensor ge(const Tensor& a, Scalar b) { return ge(a, scalar_like(b, a)); }
+Tensor eq(const Tensor& a, Scalar b) {
+  detail::check_defined(a, "eq");
+  return eq(a, scalar_like(b, a));
+}
+Tensor ne(const Tensor& a, Scalar b) {
+  detail::check_defined(a, "ne");
+  return ne(a, scalar_like(b, a));
+}
+Tensor lt(const Tensor& a, Scalar b) {
+  detail::check_defined(a, "lt");
+  return lt(a, scalar_like(b, a));
+}
+Tensor le(const Tensor& a, Scalar b) {
+  detail::check_defined(a, "le");
+  return le(a, scalar_like(b, a));
+}
+Tensor gt(const Tensor& a, Scalar b) {
+  detail::check_defined(a, "gt");
+  return gt(a, scalar_like(b, a));
+}
+Tensor ge(const Tensor& a, Scalar b) {
+  detail::check_defined(a, "ge");
+  return ge(a, scalar_like(b, a));
+}
 
 namespace raw {
 

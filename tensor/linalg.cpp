@@ -69,7 +69,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  if (a.defined() && a.is_sparse()) return sparse_mm(a, b);
+  if (a.defined() && a.is_sparse()) return sparse_mm(a, b, "matmul");
   check_gemm_operands(a, b, "matmul");
   int64_t da = a.dim(), db = b.dim();
   TG_CHECK(da >= 1 && db >= 1, "matmul: both arguments need at least 1 dimension, got ",
@@ -119,6 +119,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   TG_CHECK(x.dim() >= 1 && x.sizes().back() == w.sizes()[1], "linear: input shape ",
            shape_str(x.sizes()), " doesn't match weight ", shape_str(w.sizes()),
            " (in_features ", w.sizes()[1], ")");
+  TG_CHECK(x.dtype() == w.dtype(), "linear: input (", x.dtype(), ") and weight (", w.dtype(),
+           ") must have the same dtype; convert one with .to(dtype)");
   if (b.defined())
     TG_CHECK(b.dim() == 1 && b.sizes()[0] == w.sizes()[0], "linear: bias shape ",
              shape_str(b.sizes()), " doesn't match weight ", shape_str(w.sizes()),

@@ -132,11 +132,11 @@ Tensor sparse_linear_index(const Tensor& indices, const IntList& sparse_sizes);
 // position of that coordinate among the entries of the coalesced tensor c,
 // or c.nnz() where c has no entry there.
 Tensor sparse_positions(const Tensor& c, const Tensor& indices);
-Tensor sparse_add(const Tensor& a, const Tensor& b, Scalar alpha);  // one of them sparse
+Tensor sparse_add(const Tensor& a, const Tensor& b, Scalar alpha, const char* op = "add");  // one of them sparse
 Tensor& sparse_add_(Tensor& self, const Tensor& o, Scalar alpha);
 Tensor sparse_mul(const Tensor& s, Scalar c);
 Tensor sparse_sum(const Tensor& s);
-Tensor sparse_mm(const Tensor& s, const Tensor& dense);
+Tensor sparse_mm(const Tensor& s, const Tensor& dense, const char* op = "mm");
 Tensor sparse_transpose(const Tensor& s, int64_t d0, int64_t d1);
 Tensor sparse_clone(const Tensor& s);
 Tensor sparse_detach(const Tensor& s);

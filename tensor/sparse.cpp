@@ -194,8 +194,7 @@ Tensor to_dense(const Tensor& s) {
   return cast(out, s.dtype());
 }
 
-Tensor sparse_add(const Tensor& a, const Tensor& b, Scalar alpha) {
-  const char* op = "add";
+Tensor sparse_add(const Tensor& a, const Tensor& b, Scalar alpha, const char* op) {
   TG_CHECK(a.defined() && b.defined(), op, ": an operand is an undefined tensor");
   check_same_shape(a, b, op);
   ScalarType rt = promote_types(a.dtype(), b.dtype());
@@ -251,8 +250,7 @@ Tensor sparse_mul(const Tensor& s, Scalar c) {
 
 Tensor sparse_sum(const Tensor& s) { return raw::sum(val(s)); }
 
-Tensor sparse_mm(const Tensor& s, const Tensor& dense) {
-  const char* op = "mm";
+Tensor sparse_mm(const Tensor& s, const Tensor& dense, const char* op) {
   detail::check_defined(dense, op, "second operand (dense @ sparse is not supported: use "
                                     "(S^T @ D^T)^T)");
   TG_CHECK(s.dim() == 2 && s.sparse_dim() == 2 && dense.dim() == 2, op,

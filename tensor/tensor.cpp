@@ -210,6 +210,7 @@ Tensor as_strided(const Tensor& self, const IntList& sz, const IntList& st,
 
 Tensor transpose(const Tensor& self, int64_t d0, int64_t d1) {
   if (self.defined() && self.is_sparse()) return sparse_transpose(self, d0, d1);
+  detail::check_defined(self, "transpose");
   int64_t n = self.dim();
   if (n == 0) return self;
   d0 = wrap_dim(d0, n, "transpose", self.sizes());

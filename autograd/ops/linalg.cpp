@@ -93,7 +93,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
 // Composite: the same cases as the raw op, expressed with differentiable
 // views and mm/bmm, so each GEMM node trims on its own.
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  if (a.defined() && a.is_sparse()) return autograd::impl::sparse_mm(a, b);
+  if (a.defined() && a.is_sparse()) return autograd::impl::sparse_mm(a, b, "matmul");
   if (!should_record({&a, &b})) return raw::matmul(a, b);
   int64_t da = a.dim(), db = b.dim();
   TG_CHECK(da >= 1 && db >= 1, "matmul: both arguments need at least 1 dimension, got ",

@@ -89,5 +89,5 @@ namespace tg::autograd::impl {
 Tensor sparse_coo_unchecked(const Tensor& indices, const Tensor& values, const IntList& sizes,
                             bool coalesced = false);
 Tensor sparse_sum(const Tensor& s);
-Tensor sparse_mm(const Tensor& s, const Tensor& dense);
+Tensor sparse_mm(const Tensor& s, const Tensor& dense, const char* op = "mm");
 }  // namespace tg::autograd::impl

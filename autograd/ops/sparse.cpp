@@ -178,8 +178,17 @@ Tensor select_rows(const Tensor& x, const Tensor& index, bool sparse, const char
            index.defined() ? shape_str(index.sizes()) : std::string("an undefined tensor"));
   TG_CHECK(x.defined() && x.dim() >= 1, op, ": expected a tensor with at least one dim to "
            "select rows from");
-  if (!should_record({&x})) return raw::index_select(x, 0, index);
-  Tensor out = run_raw([&] { return raw::index_select(x, 0, index); });
+  // Errors of the row lookup name the op the caller called (embedding).
+  auto rows = [&] {
+    try {
+      return raw::index_select(x, 0, index);
+    } catch (const Error& e) {
+      if (std::string(op) == "index_select") throw;
+      throw Error(std::string(op) + ": " + e.what());
+    }
+  };
+  if (!should_record({&x})) return rows();
+  Tensor out = run_raw(rows);
   return finish(out, make_node<SelectRowsBackward>({&x}, op, index, x.sizes(), sparse));
 }
 
@@ -214,7 +223,8 @@ Tensor coalesce(const Tensor& s) {
 }
 
 Tensor to_dense(const Tensor& x) {
-  if (!x.defined() || !x.is_sparse()) return x;
+  TG_CHECK(x.defined(), "to_dense: input is an undefined tensor");
+  if (!x.is_sparse()) return x;
   return unary_sparse_op<SparseIdentityBackward>(x, [&] { return raw::to_dense(x); }, "to_dense",
                                                  "ToDenseBackward");
 }
@@ -241,8 +251,8 @@ Tensor sparse_sum(const Tensor& s) {
   return unary_sparse_op<SparseSumBackward>(s, [&] { return raw::sparse_sum(s); }, raw::detach(s));
 }
 
-Tensor sparse_mm(const Tensor& s, const Tensor& d) {
-  auto raw_fn = [&] { return raw::sparse_mm(s, d); };
+Tensor sparse_mm(const Tensor& s, const Tensor& d, const char* op) {
+  auto raw_fn = [&] { return raw::sparse_mm(s, d, op); };
   if (!should_record({&s, &d})) return raw_fn();
   auto node = make_node<SparseMmBackward>({&s, &d});
   Tensor out = run_raw(raw_fn);

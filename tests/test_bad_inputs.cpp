@@ -226,6 +226,40 @@ void sweep(const Device& dev) {
 
 TEST(BadInputs, EveryOpReturnsTheReferenceOrNamesItselfOnCpu) { sweep(kCpu); }
 
+// Elementwise ops on NaN/Inf/0/-0/tiny/huge values: the vectorized CPU path
+// (12 elements) agrees with the scalar path (each element alone), in float32
+// and float64 (the GPU sweep compares the GPU with the CPU). It found
+// sqrt(+inf) = NaN and silu(-inf) = -inf on the vector path.
+TEST(BadInputs, SpecialValuesGiveTheSameResultOnVectorAndScalarPaths) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> v = {nan, inf, -inf, 0.0, -0.0, 1e-30, 1e30, -2.0, 3.5, nan, 1.0, -1.0};
+  for (auto dt : {tg::kFloat32, tg::kFloat64}) {
+    Tensor x = tg::tensor(v, {12}, tg::TensorOptions().dtype(dt));
+    for (const Op& op : ops()) {
+      if (op.arity != 1) continue;
+      Tensor whole;
+      try {
+        whole = op.fn({x});
+      } catch (const tg::Error&) {
+        continue;  // ops that need another shape
+      }
+      if (whole.sizes() != x.sizes() || !whole.is_floating_point()) continue;  // elementwise only
+      std::vector<double> w = tgtest::values(whole.to(tg::kFloat64));
+      for (int64_t i = 0; i < 12; ++i) {
+        double e = op.fn({x.narrow(0, i, 1).clone()}).to(tg::kFloat64).item<double>();
+        // NaN where NaN, the same infinity, else equal up to rounding (the
+        // paths use different approximations) or both denormal-small.
+        double g = w[size_t(i)], tol = dt == tg::kFloat32 ? 1e-6 : 1e-14;
+        bool same = std::isnan(e) ? std::isnan(g)
+                    : std::isinf(e) ? g == e
+                                    : std::isfinite(g) && std::fabs(g - e) <= tol * std::fabs(e) + 1e-30;
+        EXPECT_TRUE(same) << op.name << " " << dt << " of " << v[size_t(i)] << ": " << w[size_t(i)]
+                          << " (vector path) vs " << e << " (scalar path)";
+      }
+    }
+  }
+}
+
 TEST(BadInputsGpu, EveryOpReturnsTheReferenceOrNamesItselfOnCuda) {
   REQUIRE_GPU();
   sweep(Device(tg::kCUDA, 0));

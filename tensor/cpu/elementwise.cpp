@@ -304,8 +304,9 @@ void unary_float(UnaryOp op, const Tensor& out, const Tensor& x,
       return unary_loop<T>(out, x, [](T a) { return T(1) / (T(1) + std::exp(-a)); },
                            [](const auto& a) { return a.logistic(); });
     case UnaryOp::Silu:
+      // One formula for both paths (and CUDA's): silu(-inf) is NaN, as -inf / inf.
       return unary_loop<T>(out, x, [](T a) { return a / (T(1) + std::exp(-a)); },
-                           [](const auto& a) { return a * a.logistic(); });
+                           [](const auto& a) { return a / (T(1) + (-a).exp()); });
     case UnaryOp::Erf:
       return unary_loop<T>(out, x, [](T a) { return std::erf(a); }, nullptr);
     case UnaryOp::Gelu:
@@ -331,9 +332,9 @@ void unary_float(UnaryOp op, const Tensor& out, const Tensor& x,
           },
           nullptr);
     }
-    case UnaryOp::Sqrt:
-      return unary_loop<T>(out, x, [](T a) { return std::sqrt(a); },
-                           [](const auto& a) { return a.sqrt(); });
+    case UnaryOp::Sqrt:  // scalar std::sqrt (vectorized by the compiler): Eigen's
+                         // packet sqrt of float gives NaN for +inf
+      return unary_loop<T>(out, x, [](T a) { return std::sqrt(a); }, nullptr);
     case UnaryOp::Rsqrt:
       return unary_loop<T>(out, x, [](T a) { return T(1) / std::sqrt(a); },
                            [](const auto& a) { return a.rsqrt(); });

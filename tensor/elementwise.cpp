@@ -89,14 +89,16 @@ Tensor binary(BinaryOp op, const Tensor& a_in, const Tensor& b_in) {
                          name);
 }
 
-Tensor scalar_like(Scalar s, const Tensor& t) {
+// A 0-dim tensor holding s, typed and placed to pair with t (checked defined
+// for `op`).
+Tensor scalar_like(Scalar s, const Tensor& t, const char* op) {
+  detail::check_defined(t, op);
   ScalarType rt = promote_with_scalar(t.dtype(), s.is_integral());
   return scalar_tensor(s, TensorOptions().dtype(rt).device(t.device()));
 }
 
 Tensor binary(BinaryOp op, const Tensor& a, Scalar s) {
-  detail::check_defined(a, binary_name(op));
-  return binary(op, a, scalar_like(s, a));
+  return binary(op, a, scalar_like(s, a, binary_name(op)));
 }
 
 Tensor compare(CompareOp op, const Tensor& a_in, const Tensor& b_in, const char* name) {
@@ -201,7 +203,7 @@ Tensor pow(const Tensor& a, Scalar e) {
 }
 Tensor pow(Scalar base, const Tensor& e) {
   detail::check_defined(e, "pow");
-  return binary(BinaryOp::Pow, scalar_like(base, e), e);
+  return binary(BinaryOp::Pow, scalar_like(base, e, "pow"), e);
 }
 
 }  // namespace raw
@@ -212,30 +214,12 @@ Tensor lt(const Tensor& a, const Tensor& b) { return compare(CompareOp::Lt, a, b
 Tensor le(const Tensor& a, const Tensor& b) { return compare(CompareOp::Le, a, b, "le"); }
 Tensor gt(const Tensor& a, const Tensor& b) { return compare(CompareOp::Gt, a, b, "gt"); }
 Tensor ge(const Tensor& a, const Tensor& b) { return compare(CompareOp::Ge, a, b, "ge"); }
-Tensor eq(const Tensor& a, Scalar b) {
-  detail::check_defined(a, "eq");
-  return eq(a, scalar_like(b, a));
-}
-Tensor ne(const Tensor& a, Scalar b) {
-  detail::check_defined(a, "ne");
-  return ne(a, scalar_like(b, a));
-}
-Tensor lt(const Tensor& a, Scalar b) {
-  detail::check_defined(a, "lt");
-  return lt(a, scalar_like(b, a));
-}
-Tensor le(const Tensor& a, Scalar b) {
-  detail::check_defined(a, "le");
-  return le(a, scalar_like(b, a));
-}
-Tensor gt(const Tensor& a, Scalar b) {
-  detail::check_defined(a, "gt");
-  return gt(a, scalar_like(b, a));
-}
-Tensor ge(const Tensor& a, Scalar b) {
-  detail::check_defined(a, "ge");
-  return ge(a, scalar_like(b, a));
-}
+Tensor eq(const Tensor& a, Scalar b) { return eq(a, scalar_like(b, a, "eq")); }
+Tensor ne(const Tensor& a, Scalar b) { return ne(a, scalar_like(b, a, "ne")); }
+Tensor lt(const Tensor& a, Scalar b) { return lt(a, scalar_like(b, a, "lt")); }
+Tensor le(const Tensor& a, Scalar b) { return le(a, scalar_like(b, a, "le")); }
+Tensor gt(const Tensor& a, Scalar b) { return gt(a, scalar_like(b, a, "gt")); }
+Tensor ge(const Tensor& a, Scalar b) { return ge(a, scalar_like(b, a, "ge")); }
 
 namespace raw {
 
@@ -305,11 +289,11 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
   detail::check_defined(a, "where", "first value");
-  return raw::where(cond, a, scalar_like(b, a));
+  return raw::where(cond, a, scalar_like(b, a, "where"));
 }
 Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
   detail::check_defined(b, "where", "second value");
-  return raw::where(cond, scalar_like(a, b), b);
+  return raw::where(cond, scalar_like(a, b, "where"), b);
 }
 
 // ---- operators ------------------------------------------------------------------
@@ -352,12 +336,12 @@ Tensor& sub_(Tensor& self, const Tensor& o, Scalar alpha) {
     return inplace_binary(self, BinaryOp::Sub, o, "sub_");
   return inplace_binary(self, BinaryOp::Sub, raw::mul(o, alpha), "sub_");
 }
-Tensor& add_(Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Add, scalar_like(s, self), "add_"); }
-Tensor& sub_(Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Sub, scalar_like(s, self), "sub_"); }
+Tensor& add_(Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Add, scalar_like(s, self, "add_"), "add_"); }
+Tensor& sub_(Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Sub, scalar_like(s, self, "sub_"), "sub_"); }
 Tensor& mul_(Tensor& self, const Tensor& o) { return inplace_binary(self, BinaryOp::Mul, o, "mul_"); }
-Tensor& mul_(Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Mul, scalar_like(s, self), "mul_"); }
+Tensor& mul_(Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Mul, scalar_like(s, self, "mul_"), "mul_"); }
 Tensor& div_(Tensor& self, const Tensor& o) { return inplace_binary(self, BinaryOp::Div, o, "div_"); }
-Tensor& div_(Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Div, scalar_like(s, self), "div_"); }
+Tensor& div_(Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Div, scalar_like(s, self, "div_"), "div_"); }
 
 Tensor& fill_(Tensor& self, Scalar s) {
   detail::check_defined(self, "fill_");

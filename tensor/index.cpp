@@ -109,6 +109,7 @@ Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
   parts.reserve(ts.size());
   for (size_t i = 0; i < ts.size(); ++i) {
     detail::check_defined(ts[i], "stack", "a tensor in the list");
+    detail::check_same_device(ts[0], ts[i], "stack");
     TG_CHECK(ts[i].sizes() == ts[0].sizes(),
              "stack: expected each tensor to be equal size, but got ",
              shape_str(ts[0].sizes()), " at entry 0 and ", shape_str(ts[i].sizes()),

@@ -121,6 +121,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
            " (in_features ", w.sizes()[1], ")");
   TG_CHECK(x.dtype() == w.dtype(), "linear: input (", x.dtype(), ") and weight (", w.dtype(),
            ") must have the same dtype; convert one with .to(dtype)");
+  detail::check_same_device(x, w, "linear");
+  if (b.defined()) detail::check_same_device(x, b, "linear");
   if (b.defined())
     TG_CHECK(b.dim() == 1 && b.sizes()[0] == w.sizes()[0], "linear: bias shape ",
              shape_str(b.sizes()), " doesn't match weight ", shape_str(w.sizes()),

@@ -35,8 +35,10 @@ inline double read_element(const Tensor& t, int64_t elem_offset) {
   return 0;
 }
 
-// Row-major values of t, read through its strides.
+// Row-major values of t, read through its strides (a GPU tensor is copied to
+// the host first).
 inline std::vector<double> values(const Tensor& t) {
+  if (t.is_cuda()) return values(t.to(tg::Device(tg::kCPU)));
   std::vector<double> out;
   out.reserve(size_t(t.numel()));
   if (t.numel() == 0) return out;

@@ -1,8 +1,8 @@
-#include <tapegrad/autograd/accumulate_grad.h>
+#include "autograd/accumulate_grad.h"
 
 #include <tapegrad/autograd/autograd_meta.h>
 #include <tapegrad/autograd/grad_mode.h>
-#include <tapegrad/autograd/input_buffer.h>
+#include "autograd/input_buffer.h"
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>

@@ -1,5 +1,5 @@
 // AccumulateGrad: the sink node of a leaf that requires grad; it adds the
-// incoming gradient into the leaf's .grad (reference §3.2).
+// incoming gradient into the leaf's .grad (docs/AUTOGRAD.md "Accumulation").
 #pragma once
 
 #include <tapegrad/autograd/node.h>
@@ -18,7 +18,7 @@ class AccumulateGrad final : public Node {
   Tensor variable_;
 };
 
-// .grad = .grad + incoming, with every layout pair listed (reference §3.2):
+// .grad = .grad + incoming, with every layout pair listed (docs/AUTOGRAD.md "Accumulation"):
 // - no .grad yet: steal `incoming` (no copy) when grad mode is off and it is
 //   uniquely owned (at most `expected_refs` handles, storage not shared;
 //   sparse: its indices and values too), dense ones contiguous or with the

@@ -1,9 +1,10 @@
 // Autograd metadata on tensors and the Tensor methods that use it.
 #include <tapegrad/autograd/autograd_meta.h>
+#include "autograd/ops/ops.h"
 
 #include <algorithm>
 
-#include <tapegrad/autograd/accumulate_grad.h>
+#include "autograd/accumulate_grad.h"
 #include <tapegrad/autograd/engine.h>
 #include <tapegrad/tensor/error.h>
 
@@ -109,84 +110,84 @@ namespace tg {
 using autograd::AutogradMeta;
 namespace impl = autograd::impl;
 
-bool Tensor::requires_grad() const { return impl::requires_grad(*this); }
+bool autograd::ops::requires_grad(const Tensor& self) { return impl::requires_grad(self); }
 
-Tensor& Tensor::requires_grad_(bool r) {
-  TG_CHECK(defined(), "requires_grad_: undefined tensor");
-  AutogradMeta* m = impl::meta(*this);
+const Tensor& autograd::ops::requires_grad_(const Tensor& self, bool r) {
+  TG_CHECK(self.defined(), "requires_grad_: undefined tensor");
+  AutogradMeta* m = impl::meta(self);
   TG_CHECK(!(m && m->grad_fn), "requires_grad_: you can only change the "
            "requires_grad flag of leaf tensors; this one was computed by ",
            m->grad_fn->forward_op(), ". Use .detach() to get a tensor that "
            "does not require grad");
   if (r)
-    TG_CHECK(is_floating_point(), "requires_grad_: only floating-point tensors "
-             "can require gradients, got a tensor of ", dtype(), " (shape ",
-             shape_str(sizes()), "); convert it with .to(kFloat32) or .to(kFloat64)");
-  if (!r && !m) return *this;
-  impl::materialize_meta(*this).requires_grad = r;
-  return *this;
+    TG_CHECK(self.is_floating_point(), "requires_grad_: only floating-point tensors "
+             "can require gradients, got a tensor of ", self.dtype(), " (shape ",
+             shape_str(self.sizes()), "); convert it with .to(kFloat32) or .to(kFloat64)");
+  if (!r && !m) return self;
+  impl::materialize_meta(self).requires_grad = r;
+  return self;
 }
 
 namespace {
 const Tensor kUndefined;
 }
 
-const Tensor& Tensor::grad() const {
-  AutogradMeta* m = impl::meta(*this);
+const Tensor& autograd::ops::grad(const Tensor& self) {
+  AutogradMeta* m = impl::meta(self);
   if (!m) return kUndefined;
   if (m->retained_grad) return *m->retained_grad;
   return m->grad;
 }
 
-Tensor& Tensor::mutable_grad() const {
-  AutogradMeta& m = impl::materialize_meta(*this);
+Tensor& autograd::ops::mutable_grad(const Tensor& self) {
+  AutogradMeta& m = impl::materialize_meta(self);
   if (m.retained_grad) return *m.retained_grad;
   return m.grad;
 }
 
-std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
-  AutogradMeta* m = impl::meta(*this);
+std::shared_ptr<autograd::Node> autograd::ops::grad_fn(const Tensor& self) {
+  AutogradMeta* m = impl::meta(self);
   return m ? m->grad_fn : nullptr;
 }
 
-bool Tensor::is_leaf() const {
-  AutogradMeta* m = impl::meta(*this);
+bool autograd::ops::is_leaf(const Tensor& self) {
+  AutogradMeta* m = impl::meta(self);
   return !m || !m->grad_fn;
 }
 
-uint32_t Tensor::output_nr() const {
-  AutogradMeta* m = impl::meta(*this);
+uint32_t autograd::ops::output_nr(const Tensor& self) {
+  AutogradMeta* m = impl::meta(self);
   return m ? m->output_nr : 0;
 }
 
-void Tensor::retain_grad() const {
-  TG_CHECK(requires_grad(), "retain_grad: can't retain_grad on a tensor that "
-           "has requires_grad=false (shape ", shape_str(sizes()), ")");
-  if (is_leaf()) return;  // leaves keep .grad anyway
-  AutogradMeta& m = impl::materialize_meta(*this);
+void autograd::ops::retain_grad(const Tensor& self) {
+  TG_CHECK(self.requires_grad(), "retain_grad: can't retain_grad on a tensor that "
+           "has requires_grad=false (shape ", shape_str(self.sizes()), ")");
+  if (self.is_leaf()) return;  // leaves keep .grad anyway
+  AutogradMeta& m = impl::materialize_meta(self);
   if (m.retained_grad) return;
   m.retained_grad = std::make_shared<Tensor>();
   m.grad_fn->set_retained_grad(m.output_nr, m.retained_grad);
 }
 
-bool Tensor::retains_grad() const {
-  AutogradMeta* m = impl::meta(*this);
+bool autograd::ops::retains_grad(const Tensor& self) {
+  AutogradMeta* m = impl::meta(self);
   return m && m->retained_grad;
 }
 
-void Tensor::backward(const Tensor& gradient, std::optional<bool> retain_graph,
-                      bool create_graph, const std::vector<Tensor>& inputs) const {
+void autograd::ops::backward(const Tensor& self, const Tensor& gradient, std::optional<bool> retain_graph,
+                      bool create_graph, const std::vector<Tensor>& inputs) {
   std::vector<Tensor> grads;
   if (gradient.defined()) grads.push_back(gradient);
-  autograd::backward({*this}, grads, retain_graph, create_graph, inputs);
+  autograd::backward({self}, grads, retain_graph, create_graph, inputs);
 }
 
-HookHandle Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
-  TG_CHECK(requires_grad(), "register_hook: cannot register a hook on a tensor "
-           "that doesn't require gradient (shape ", shape_str(sizes()), ")");
-  AutogradMeta* m = impl::meta(*this);
+HookHandle autograd::ops::register_hook(const Tensor& self, std::function<Tensor(const Tensor&)> hook) {
+  TG_CHECK(self.requires_grad(), "register_hook: cannot register a hook on a tensor "
+           "that doesn't require gradient (shape ", shape_str(self.sizes()), ")");
+  AutogradMeta* m = impl::meta(self);
   if (m->grad_fn) return m->grad_fn->add_tensor_pre_hook(m->output_nr, std::move(hook));
-  auto h = impl::leaf_hooks_of(*this, true);
+  auto h = impl::leaf_hooks_of(self, true);
   std::lock_guard<std::mutex> lock(h->m);
   uint64_t id = h->next_id++;
   h->pre.push_back({id, std::move(hook)});
@@ -201,12 +202,11 @@ HookHandle Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) cons
   });
 }
 
-HookHandle Tensor::register_post_accumulate_grad_hook(
-    std::function<void(const Tensor&)> hook) const {
-  TG_CHECK(requires_grad() && is_leaf(), "register_post_accumulate_grad_hook: "
+HookHandle autograd::ops::register_post_accumulate_grad_hook(const Tensor& self, std::function<void(const Tensor&)> hook) {
+  TG_CHECK(self.requires_grad() && self.is_leaf(), "register_post_accumulate_grad_hook: "
            "post-accumulate-grad hooks can only be registered on leaf tensors "
-           "that require grad (shape ", shape_str(sizes()), ")");
-  auto h = impl::leaf_hooks_of(*this, true);
+           "that require grad (shape ", shape_str(self.sizes()), ")");
+  auto h = impl::leaf_hooks_of(self, true);
   std::lock_guard<std::mutex> lock(h->m);
   uint64_t id = h->next_id++;
   h->post.push_back({id, std::move(hook)});

@@ -1,5 +1,5 @@
 // The engine: GraphTask, dependency counting, exec_info, the ready queue.
-// See docs/AUTOGRAD.md and reference §1.
+// See docs/AUTOGRAD.md "GraphTask and the engine".
 #include <tapegrad/autograd/engine.h>
 
 #include <algorithm>
@@ -13,10 +13,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include <tapegrad/autograd/accumulate_grad.h>
+#include "autograd/accumulate_grad.h"
 #include <tapegrad/autograd/autograd_meta.h>
 #include <tapegrad/autograd/grad_mode.h>
-#include <tapegrad/autograd/input_buffer.h>
+#include "autograd/input_buffer.h"
 #include <tapegrad/autograd/saved_hooks.h>
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/tensor/error.h>
@@ -39,7 +39,7 @@ struct ReadyTask {
   InputBuffer buffer;
 };
 
-// Threads (DESIGN §5, reference §1.8): the calling thread runs the CPU
+// Threads (docs/STREAMS.md "Backward"): the calling thread runs the CPU
 // nodes of its GraphTask; the nodes whose stream is on a GPU run on that
 // device's one worker thread, which serves every GraphTask of the process.
 // A task that has no GPU node, and every reentrant task, runs entirely on
@@ -60,7 +60,7 @@ struct GraphTask {
   variable_list captured;
   std::vector<ReadyTask> ready;  // max-heap on sequence_nr
   // Streams of the sinks that ran and of captured gradients: the caller's
-  // current streams wait on them at the end (reference §1.9).
+  // current streams wait on them at the end (docs/STREAMS.md "Backward").
   std::vector<cuda::Stream> leaf_streams;
   // Scratch for the graph searches.
   std::unordered_set<Node*> seen;
@@ -184,7 +184,7 @@ bool is_expandable_to(const IntList& shape, const IntList& desired) {
 }
 
 // Every gradient a node sends must match the metadata of the input it flows
-// into: broadcast gradients are summed back, dtypes cast (reference §1.1).
+// into: broadcast gradients are summed back, dtypes cast (docs/AUTOGRAD.md "GraphTask and the engine").
 void validate_outputs(const Node& fn, variable_list& grads) {
   TG_CHECK(grads.size() == fn.num_outputs(), fn.name(), ": returned ", grads.size(),
            " gradients but the forward op has ", fn.num_outputs(), " inputs");

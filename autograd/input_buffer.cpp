@@ -1,8 +1,8 @@
-#include <tapegrad/autograd/input_buffer.h>
+#include "autograd/input_buffer.h"
 
 #include <tapegrad/autograd/autograd_meta.h>
 #include <tapegrad/autograd/grad_mode.h>
-#include <tapegrad/autograd/stream_rules.h>
+#include "autograd/stream_rules.h"
 #include <tapegrad/cuda/allocator.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>

@@ -34,7 +34,7 @@ class InputBuffer {
   std::vector<Slot> slots_;
 };
 
-// old += incoming for InputBuffer (reference §3.1). Every layout pair is listed
+// old += incoming for InputBuffer (docs/AUTOGRAD.md "Accumulation"). Every layout pair is listed
 // in the function, in order: grad mode on (create_graph) -> out of place;
 // sparse + sparse -> a new sparse tensor; dense + sparse either way -> into
 // the dense side when it is contiguous and uniquely owned (TensorImpl and

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include <tapegrad/autograd/grad_mode.h>
-#include <tapegrad/tensor/deferred_release.h>
+#include "tensor/deferred_release.h"
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
 

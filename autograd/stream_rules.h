@@ -1,4 +1,4 @@
-// The accumulation-stream rule of reference §2.2, as a pure function over
+// The accumulation-stream rule of docs/STREAMS.md "Backward", as a pure function over
 // stream values (testable without a GPU). Cases, labelled as in the code of
 // InputBuffer::add:
 //   (Cpu) the gradient is not on a GPU: no streams, no events;

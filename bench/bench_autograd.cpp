@@ -1,4 +1,4 @@
-// Engine benchmarks (issue 3):
+// Engine benchmarks:
 // - Engine overhead: a chain of N scalar (0-dim, f32) mul+add pairs,
 //   x = x * w + b, forward + backward into w and b, against the same forward
 //   under no-grad. Per pair: (fwd+bwd - nograd fwd) / N; the counter

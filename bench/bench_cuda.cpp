@@ -1,4 +1,4 @@
-// GPU benchmarks (issue 4), built when the CUDA backend is.
+// GPU benchmarks, built when the CUDA backend is.
 // - Elementwise bandwidth against a device-to-device cudaMemcpyAsync of the
 //   same bytes (64M floats = 256 MiB per tensor), GB/s from CUDA events. The
 //   "Misaligned" variants start one element into their storage, so they take

@@ -1,4 +1,4 @@
-// Sparse gradient accumulation against densifying first (issue 6), CPU and
+// Sparse gradient accumulation against densifying first, CPU and
 // GPU. Workload: an embedding table [V = 200000, 64] f32 looked up K times
 // (4096 random rows each) in one loss; backward accumulates K gradients into
 // the table's .grad:

@@ -9,9 +9,10 @@
 
 #include <cuda_runtime_api.h>
 
-#include <tapegrad/cuda/check.h>
+#include "cuda/check.h"
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/tensor/allocator.h>
+#include "tensor/kernels.h"
 
 namespace tg::cuda {
 
@@ -288,12 +289,6 @@ DeviceCachingAllocator& allocator(int device, const char* op) {
 
 Allocator* get_allocator(int device) { return &allocator(device, "allocate"); }
 
-// Registers the CUDA allocators with the tensor library when it loads.
-[[maybe_unused]] const bool g_registered = [] {
-  set_allocator(DeviceType::CUDA, &get_allocator);
-  return true;
-}();
-
 }  // namespace
 
 MemoryStats memory_stats(int device) {
@@ -323,3 +318,7 @@ void record_stream(const void* ptr, const Stream& s) {
 }
 
 }  // namespace tg::cuda
+
+namespace tg::kernels {
+Allocator* cuda_device_allocator(int index) { return cuda::get_allocator(index); }
+}  // namespace tg::kernels

@@ -1,4 +1,4 @@
-#include <tapegrad/cuda/check.h>
+#include "cuda/check.h"
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/cuda/stream.h>
 

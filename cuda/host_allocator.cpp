@@ -1,4 +1,4 @@
-// Page-locked ("pinned") host memory, cached (reference §5.3; the role of
+// Page-locked ("pinned") host memory, cached (docs/STREAMS.md "Host memory"; the role of
 // PyTorch's CachingHostAllocator). cudaHostAlloc and cudaFreeHost are slow
 // and cudaFreeHost synchronises the device, so freed blocks are kept and
 // reused by size class (powers of two, at least 4 KiB). A block that an
@@ -12,9 +12,10 @@
 #include <vector>
 
 #include <tapegrad/cuda/allocator.h>
-#include <tapegrad/cuda/check.h>
+#include "cuda/check.h"
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/tensor/allocator.h>
+#include "tensor/kernels.h"
 #include <tapegrad/tensor/error.h>
 
 namespace tg::cuda {
@@ -163,11 +164,6 @@ HostCachingAllocator& host_allocator() {
   return *a;
 }
 
-[[maybe_unused]] const bool g_registered = [] {
-  set_pinned_allocator(&host_allocator());
-  return true;
-}();
-
 }  // namespace
 
 HostMemoryStats host_memory_stats() { return host_allocator().stats(); }
@@ -175,3 +171,7 @@ void empty_host_cache() { host_allocator().empty_cache(); }
 void record_host_use(const void* ptr, const Stream& s) { host_allocator().record(ptr, s); }
 
 }  // namespace tg::cuda
+
+namespace tg::kernels {
+Allocator* cuda_pinned_allocator() { return &cuda::host_allocator(); }
+}  // namespace tg::kernels

@@ -7,7 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include <tapegrad/cuda/check.h>
+#include "cuda/check.h"
 #include <tapegrad/cuda/device.h>
 
 namespace tg::cuda {

@@ -3,6 +3,7 @@
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/cuda/stream.h>
 #include <tapegrad/tensor/error.h>
+#include "tensor/kernels.h"
 
 namespace tg::cuda {
 
@@ -57,3 +58,9 @@ void empty_host_cache() {}
 void record_host_use(const void*, const Stream&) { no_cuda("record_host_use"); }
 
 }  // namespace tg::cuda
+
+namespace tg::kernels {
+const Backend* cuda_backend() { return nullptr; }
+Allocator* cuda_device_allocator(int) { return nullptr; }
+Allocator* cuda_pinned_allocator() { return nullptr; }
+}  // namespace tg::kernels

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU machine's checks, in one place (see ../shared/device/README.md):
+# The GPU machine's checks, in one place:
 #   scripts/gpu.sh build      configure + build (Release, -Werror) in build-gpu
 #   scripts/gpu.sh test       the whole suite (GPU tests must run, not skip)
 #   scripts/gpu.sh sanitize   compute-sanitizer memcheck on the GPU tests,
@@ -21,7 +21,7 @@ rc=0
 for step in "$@"; do
   case $step in
     build)
-      { cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DTAPEGRAD_WERROR=ON &&
+      { cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DTAPEGRAD_WERROR=ON -DTAPEGRAD_NATIVE=ON &&
         cmake --build $B -j"$(nproc)"; } > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
       echo "build: ok" ;;
     test)

@@ -9,7 +9,7 @@
 
 #include <cmath>
 
-#include <tapegrad/tensor/kernels.h>
+#include "tensor/kernels.h"
 
 #if defined(__CUDACC__)
 #define TG_HOST_DEVICE __host__ __device__

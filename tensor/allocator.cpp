@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <tapegrad/tensor/error.h>
+#include "tensor/kernels.h"
 
 namespace tg {
 namespace {
@@ -147,8 +148,6 @@ CpuAllocator& cpu() {
   return *a;                                     // static tensors
 }
 
-std::atomic<DeviceAllocatorFn> g_cuda_allocator{nullptr};
-
 }  // namespace
 
 Allocator* cpu_allocator() { return &cpu(); }
@@ -158,30 +157,19 @@ void cpu_empty_cache() { cpu().empty_cache(); }
 
 Allocator* allocator_for(Device d) {
   if (d.is_cpu()) return &cpu();
-  DeviceAllocatorFn get = g_cuda_allocator.load();
-  TG_CHECK(get != nullptr, "allocate: no allocator for device ", d,
+  Allocator* a = kernels::cuda_device_allocator(d.index());
+  TG_CHECK(a != nullptr, "allocate: no allocator for device ", d,
            "; CUDA tensors need the CUDA backend (this build has none)");
-  return get(d.index());
-}
-
-namespace {
-std::atomic<Allocator*> g_pinned_allocator{nullptr};
+  return a;
 }
 
 Allocator* pinned_allocator() {
-  Allocator* a = g_pinned_allocator.load();
+  Allocator* a = kernels::cuda_pinned_allocator();
   TG_CHECK(a != nullptr, "pin_memory: page-locked host memory needs the CUDA backend, "
            "and this build has none (reconfigure with -DTAPEGRAD_CUDA=ON)");
   return a;
 }
 
-Allocator* registered_pinned_allocator() { return g_pinned_allocator.load(); }
-
-void set_pinned_allocator(Allocator* a) { g_pinned_allocator.store(a); }
-
-void set_allocator(DeviceType t, DeviceAllocatorFn get) {
-  TG_CHECK(t == DeviceType::CUDA, "set_allocator: only the CUDA allocator can be replaced");
-  g_cuda_allocator.store(get);
-}
+Allocator* registered_pinned_allocator() { return kernels::cuda_pinned_allocator(); }
 
 }  // namespace tg

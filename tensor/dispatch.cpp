@@ -1,6 +1,6 @@
 #include <atomic>
 
-#include <tapegrad/tensor/op_util.h>
+#include "tensor/op_util.h"
 
 namespace tg {
 
@@ -30,21 +30,13 @@ std::ostream& operator<<(std::ostream& os, const Scalar& s) {
 }
 
 namespace kernels {
-namespace {
-std::atomic<const Backend*> g_cuda_backend{nullptr};
-}
 
 const Backend& backend(Device d, const char* op) {
   if (d.is_cpu()) return cpu_backend();
-  const Backend* b = g_cuda_backend.load();
+  const Backend* b = cuda_backend();
   TG_CHECK(b != nullptr, op, ": no kernels for device ", d,
            " in this build; CUDA tensor kernels are not available");
   return *b;
-}
-
-void register_backend(DeviceType t, const Backend* b) {
-  TG_CHECK(t == DeviceType::CUDA, "register_backend: only CUDA can be registered");
-  g_cuda_backend.store(b);
 }
 
 }  // namespace kernels

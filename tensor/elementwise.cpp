@@ -1,5 +1,5 @@
 // Elementwise ops: dtype promotion, broadcasting, in-place variants.
-#include <tapegrad/tensor/op_util.h>
+#include "tensor/op_util.h"
 
 namespace tg {
 
@@ -131,7 +131,7 @@ Tensor unary(UnaryOp op, const Tensor& x, const char* name, bool float_only,
 
 // self op= other, in place: other broadcasts to self; the promoted dtype
 // must be castable to self's (no float -> integer, nothing -> Bool).
-Tensor& inplace_binary(Tensor& self, BinaryOp op, const Tensor& other,
+const Tensor& inplace_binary(const Tensor& self, BinaryOp op, const Tensor& other,
                        const char* name) {
   detail::check_defined(self, name, "self");
   detail::check_defined(other, name, "other");
@@ -206,22 +206,18 @@ Tensor pow(Scalar base, const Tensor& e) {
   return binary(BinaryOp::Pow, scalar_like(base, e, "pow"), e);
 }
 
-}  // namespace raw
-
 Tensor eq(const Tensor& a, const Tensor& b) { return compare(CompareOp::Eq, a, b, "eq"); }
 Tensor ne(const Tensor& a, const Tensor& b) { return compare(CompareOp::Ne, a, b, "ne"); }
 Tensor lt(const Tensor& a, const Tensor& b) { return compare(CompareOp::Lt, a, b, "lt"); }
 Tensor le(const Tensor& a, const Tensor& b) { return compare(CompareOp::Le, a, b, "le"); }
 Tensor gt(const Tensor& a, const Tensor& b) { return compare(CompareOp::Gt, a, b, "gt"); }
 Tensor ge(const Tensor& a, const Tensor& b) { return compare(CompareOp::Ge, a, b, "ge"); }
-Tensor eq(const Tensor& a, Scalar b) { return eq(a, scalar_like(b, a, "eq")); }
-Tensor ne(const Tensor& a, Scalar b) { return ne(a, scalar_like(b, a, "ne")); }
-Tensor lt(const Tensor& a, Scalar b) { return lt(a, scalar_like(b, a, "lt")); }
-Tensor le(const Tensor& a, Scalar b) { return le(a, scalar_like(b, a, "le")); }
-Tensor gt(const Tensor& a, Scalar b) { return gt(a, scalar_like(b, a, "gt")); }
-Tensor ge(const Tensor& a, Scalar b) { return ge(a, scalar_like(b, a, "ge")); }
-
-namespace raw {
+Tensor eq(const Tensor& a, Scalar b) { return raw::eq(a, scalar_like(b, a, "eq")); }
+Tensor ne(const Tensor& a, Scalar b) { return raw::ne(a, scalar_like(b, a, "ne")); }
+Tensor lt(const Tensor& a, Scalar b) { return raw::lt(a, scalar_like(b, a, "lt")); }
+Tensor le(const Tensor& a, Scalar b) { return raw::le(a, scalar_like(b, a, "le")); }
+Tensor gt(const Tensor& a, Scalar b) { return raw::gt(a, scalar_like(b, a, "gt")); }
+Tensor ge(const Tensor& a, Scalar b) { return raw::ge(a, scalar_like(b, a, "ge")); }
 
 Tensor neg(const Tensor& x) {
   if (x.defined() && x.is_sparse()) return sparse_mul(x, -1);
@@ -312,45 +308,69 @@ Tensor operator-(Scalar a, const Tensor& b) { return add(neg(b), a); }
 Tensor operator*(Scalar a, const Tensor& b) { return mul(b, a); }
 Tensor operator/(Scalar a, const Tensor& b) { return mul(reciprocal(b), a); }
 Tensor operator-(const Tensor& x) { return neg(x); }
-Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
-Tensor& operator-=(Tensor& a, const Tensor& b) { return a.sub_(b); }
-Tensor& operator*=(Tensor& a, const Tensor& b) { return a.mul_(b); }
-Tensor& operator/=(Tensor& a, const Tensor& b) { return a.div_(b); }
-Tensor& operator+=(Tensor& a, Scalar b) { return a.add_(b); }
-Tensor& operator-=(Tensor& a, Scalar b) { return a.sub_(b); }
-Tensor& operator*=(Tensor& a, Scalar b) { return a.mul_(b); }
-Tensor& operator/=(Tensor& a, Scalar b) { return a.div_(b); }
+Tensor& operator+=(Tensor& a, const Tensor& b) {
+  a.add_(b);
+  return a;
+}
+Tensor& operator-=(Tensor& a, const Tensor& b) {
+  a.sub_(b);
+  return a;
+}
+Tensor& operator*=(Tensor& a, const Tensor& b) {
+  a.mul_(b);
+  return a;
+}
+Tensor& operator/=(Tensor& a, const Tensor& b) {
+  a.div_(b);
+  return a;
+}
+Tensor& operator+=(Tensor& a, Scalar b) {
+  a.add_(b);
+  return a;
+}
+Tensor& operator-=(Tensor& a, Scalar b) {
+  a.sub_(b);
+  return a;
+}
+Tensor& operator*=(Tensor& a, Scalar b) {
+  a.mul_(b);
+  return a;
+}
+Tensor& operator/=(Tensor& a, Scalar b) {
+  a.div_(b);
+  return a;
+}
 
 namespace raw {
 
 // ---- in-place methods ---------------------------------------------------------------
-Tensor& add_(Tensor& self, const Tensor& o, Scalar alpha) {
+const Tensor& add_(const Tensor& self, const Tensor& o, Scalar alpha) {
   if (any_sparse(self, o)) return sparse_add_(self, o, alpha);
   if (alpha.is_integral() && alpha.to_int() == 1)
     return inplace_binary(self, BinaryOp::Add, o, "add_");
   return inplace_binary(self, BinaryOp::Add, raw::mul(o, alpha), "add_");
 }
-Tensor& sub_(Tensor& self, const Tensor& o, Scalar alpha) {
+const Tensor& sub_(const Tensor& self, const Tensor& o, Scalar alpha) {
   if (any_sparse(self, o)) return sparse_add_(self, o, negated(alpha));
   if (alpha.is_integral() && alpha.to_int() == 1)
     return inplace_binary(self, BinaryOp::Sub, o, "sub_");
   return inplace_binary(self, BinaryOp::Sub, raw::mul(o, alpha), "sub_");
 }
-Tensor& add_(Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Add, scalar_like(s, self, "add_"), "add_"); }
-Tensor& sub_(Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Sub, scalar_like(s, self, "sub_"), "sub_"); }
-Tensor& mul_(Tensor& self, const Tensor& o) { return inplace_binary(self, BinaryOp::Mul, o, "mul_"); }
-Tensor& mul_(Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Mul, scalar_like(s, self, "mul_"), "mul_"); }
-Tensor& div_(Tensor& self, const Tensor& o) { return inplace_binary(self, BinaryOp::Div, o, "div_"); }
-Tensor& div_(Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Div, scalar_like(s, self, "div_"), "div_"); }
+const Tensor& add_(const Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Add, scalar_like(s, self, "add_"), "add_"); }
+const Tensor& sub_(const Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Sub, scalar_like(s, self, "sub_"), "sub_"); }
+const Tensor& mul_(const Tensor& self, const Tensor& o) { return inplace_binary(self, BinaryOp::Mul, o, "mul_"); }
+const Tensor& mul_(const Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Mul, scalar_like(s, self, "mul_"), "mul_"); }
+const Tensor& div_(const Tensor& self, const Tensor& o) { return inplace_binary(self, BinaryOp::Div, o, "div_"); }
+const Tensor& div_(const Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Div, scalar_like(s, self, "div_"), "div_"); }
 
-Tensor& fill_(Tensor& self, Scalar s) {
+const Tensor& fill_(const Tensor& self, Scalar s) {
   detail::check_defined(self, "fill_");
   detail::check_writable(self, "fill_");
   kernels::backend(self.device(), "fill_").fill(self, s);
   self.bump_version();
   return self;
 }
-Tensor& zero_(Tensor& self) { return fill_(self, 0); }
+const Tensor& zero_(const Tensor& self) { return fill_(self, 0); }
 
 Tensor activation_grad(const Tensor& g_in, const Tensor& x_in, Activation act, int order) {
   const char* name = "activation_grad";
@@ -370,7 +390,7 @@ Tensor activation_grad(const Tensor& g_in, const Tensor& x_in, Activation act, i
                             });
 }
 
-Tensor& copy_(Tensor& self, const Tensor& src, bool non_blocking) {
+const Tensor& copy_(const Tensor& self, const Tensor& src, bool non_blocking) {
   detail::check_defined(self, "copy_", "self");
   detail::check_defined(src, "copy_", "src");
   IntList shape = broadcast_shapes(self.sizes(), src.sizes(), "copy_");
@@ -395,38 +415,5 @@ Tensor& copy_(Tensor& self, const Tensor& src, bool non_blocking) {
 }
 
 }  // namespace raw
-
-// ---- methods forwarding to the free ops ------------------------------------------------
-Tensor Tensor::add(const Tensor& o, Scalar alpha) const { return tg::add(*this, o, alpha); }
-Tensor Tensor::sub(const Tensor& o, Scalar alpha) const { return tg::sub(*this, o, alpha); }
-Tensor Tensor::mul(const Tensor& o) const { return tg::mul(*this, o); }
-Tensor Tensor::div(const Tensor& o) const { return tg::div(*this, o); }
-Tensor Tensor::neg() const { return tg::neg(*this); }
-Tensor Tensor::exp() const { return tg::exp(*this); }
-Tensor Tensor::log() const { return tg::log(*this); }
-Tensor Tensor::sin() const { return tg::sin(*this); }
-Tensor Tensor::cos() const { return tg::cos(*this); }
-Tensor Tensor::tanh() const { return tg::tanh(*this); }
-Tensor Tensor::sigmoid() const { return tg::sigmoid(*this); }
-Tensor Tensor::relu() const { return tg::relu(*this); }
-Tensor Tensor::sqrt() const { return tg::sqrt(*this); }
-Tensor Tensor::rsqrt() const { return tg::rsqrt(*this); }
-Tensor Tensor::abs() const { return tg::abs(*this); }
-Tensor Tensor::sign() const { return tg::sign(*this); }
-Tensor Tensor::square() const { return tg::square(*this); }
-Tensor Tensor::reciprocal() const { return tg::reciprocal(*this); }
-Tensor Tensor::pow(const Tensor& e) const { return tg::pow(*this, e); }
-Tensor Tensor::pow(Scalar e) const { return tg::pow(*this, e); }
-Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const {
-  return tg::clamp(*this, lo, hi);
-}
-Tensor Tensor::maximum(const Tensor& o) const { return tg::maximum(*this, o); }
-Tensor Tensor::minimum(const Tensor& o) const { return tg::minimum(*this, o); }
-Tensor Tensor::eq(const Tensor& o) const { return tg::eq(*this, o); }
-Tensor Tensor::ne(const Tensor& o) const { return tg::ne(*this, o); }
-Tensor Tensor::lt(const Tensor& o) const { return tg::lt(*this, o); }
-Tensor Tensor::le(const Tensor& o) const { return tg::le(*this, o); }
-Tensor Tensor::gt(const Tensor& o) const { return tg::gt(*this, o); }
-Tensor Tensor::ge(const Tensor& o) const { return tg::ge(*this, o); }
 
 }  // namespace tg

@@ -2,7 +2,7 @@
 #include <cmath>
 #include <mutex>
 
-#include <tapegrad/tensor/op_util.h>
+#include "tensor/op_util.h"
 #include <tapegrad/tensor/random.h>
 
 namespace tg {

@@ -1,5 +1,5 @@
 // cat, stack, index_select, gather, scatter_add.
-#include <tapegrad/tensor/op_util.h>
+#include "tensor/op_util.h"
 
 namespace tg {
 
@@ -194,12 +194,28 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   return cast(out, x.dtype());
 }
 
-}  // namespace raw
-
-Tensor Tensor::index_select(int64_t d, const Tensor& i) const { return tg::index_select(*this, d, i); }
-Tensor Tensor::gather(int64_t d, const Tensor& i) const { return tg::gather(*this, d, i); }
-Tensor Tensor::scatter_add(int64_t d, const Tensor& i, const Tensor& s) const {
-  return tg::scatter_add(*this, d, i, s);
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, bool sparse_grad) {
+  (void)sparse_grad;  // a property of the gradient only
+  return raw::index_select(x, dim, index);
 }
+
+Tensor embedding(const Tensor& weight, const Tensor& indices, bool sparse) {
+  (void)sparse;  // a property of the gradient only
+  TG_CHECK(indices.defined() && indices.dtype() == kInt64, "embedding: indices must be an Int64 "
+           "tensor");
+  TG_CHECK(weight.defined() && weight.dim() == 2, "embedding: weight must be 2-D [num, dim], got ",
+           weight.defined() ? shape_str(weight.sizes()) : std::string("an undefined tensor"));
+  IntList shape = indices.sizes();
+  shape.push_back(weight.sizes()[1]);
+  Tensor rows;
+  try {
+    rows = raw::index_select(weight, 0, raw::reshape(indices, {-1}));
+  } catch (const Error& e) {
+    throw Error(std::string("embedding: ") + e.what());
+  }
+  return raw::view(rows, shape);
+}
+
+}  // namespace raw
 
 }  // namespace tg

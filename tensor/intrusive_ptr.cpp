@@ -1,6 +1,6 @@
 // Deferred destruction: see detail::destroy_intrusive (intrusive_ptr.h) and
 // detail::release_deferred (deferred_release.h).
-#include <tapegrad/tensor/deferred_release.h>
+#include "tensor/deferred_release.h"
 
 #include <vector>
 

@@ -109,8 +109,15 @@ struct Backend {
 
 // The backend of a device; throws a clear error when the device has none.
 const Backend& backend(Device d, const char* op);
-void register_backend(DeviceType t, const Backend* b);
 
 const Backend& cpu_backend();
+// The CUDA kernels: defined by cuda/kernels (nullptr from cuda/stub.cpp in a
+// build without CUDA). Chosen at link time, initialised on first use: no
+// registration by static initializer, so a static link keeps it.
+const Backend* cuda_backend();
+// The same seam for memory: device `index`'s caching allocator (throws for a
+// bad index) and the pinned host allocator; nullptr without CUDA.
+Allocator* cuda_device_allocator(int index);
+Allocator* cuda_pinned_allocator();
 
 }  // namespace tg::kernels

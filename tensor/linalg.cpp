@@ -1,7 +1,7 @@
 // mm, bmm, matmul (NumPy semantics), linear.
 #include <atomic>
 
-#include <tapegrad/tensor/op_util.h>
+#include "tensor/op_util.h"
 
 namespace tg {
 
@@ -132,9 +132,5 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
 }
 
 }  // namespace raw
-
-Tensor Tensor::matmul(const Tensor& o) const { return tg::matmul(*this, o); }
-Tensor Tensor::mm(const Tensor& o) const { return tg::mm(*this, o); }
-Tensor Tensor::bmm(const Tensor& o) const { return tg::bmm(*this, o); }
 
 }  // namespace tg

@@ -2,7 +2,7 @@
 #pragma once
 
 #include <tapegrad/tensor/error.h>
-#include <tapegrad/tensor/kernels.h>
+#include "tensor/kernels.h"
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
 

@@ -5,7 +5,7 @@
 #include <ostream>
 #include <sstream>
 
-#include <tapegrad/tensor/op_util.h>
+#include "tensor/op_util.h"
 
 namespace tg {
 namespace {

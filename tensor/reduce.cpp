@@ -1,7 +1,7 @@
 // Reductions: sum, mean, amax, amin over all or some dims.
 #include <algorithm>
 
-#include <tapegrad/tensor/op_util.h>
+#include "tensor/op_util.h"
 
 namespace tg {
 
@@ -98,16 +98,9 @@ Tensor amin(const Tensor& x, const IntList& dims, bool keepdim) {
 
 }  // namespace raw
 
-Tensor Tensor::sum() const { return tg::sum(*this); }
-Tensor Tensor::sum(const IntList& d, bool k) const { return tg::sum(*this, d, k); }
-Tensor Tensor::mean() const { return tg::mean(*this); }
-Tensor Tensor::mean(const IntList& d, bool k) const { return tg::mean(*this, d, k); }
-Tensor Tensor::amax() const { return tg::amax(*this); }
-Tensor Tensor::amax(const IntList& d, bool k) const { return tg::amax(*this, d, k); }
-Tensor Tensor::amin() const { return tg::amin(*this); }
-Tensor Tensor::amin(const IntList& d, bool k) const { return tg::amin(*this, d, k); }
-
 // ---- whole-tensor comparisons --------------------------------------------------------
+
+namespace raw {
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol,
               bool equal_nan) {
@@ -115,9 +108,9 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol,
   detail::check_defined(b, "allclose", "second operand");
   detail::check_same_device(a, b, "allclose");
   Tensor x = raw::to(a, kFloat64), y = raw::to(b, kFloat64);
-  Tensor ok = le(raw::abs(raw::sub(x, y)), raw::add(raw::mul(raw::abs(y), rtol), atol));
-  ok = raw::maximum(ok, eq(x, y));  // equal infinities are close
-  if (equal_nan) ok = raw::maximum(ok, raw::mul(ne(x, x), ne(y, y)));
+  Tensor ok = raw::le(raw::abs(raw::sub(x, y)), raw::add(raw::mul(raw::abs(y), rtol), atol));
+  ok = raw::maximum(ok, raw::eq(x, y));  // equal infinities are close
+  if (equal_nan) ok = raw::maximum(ok, raw::mul(raw::ne(x, x), raw::ne(y, y)));
   return ok.numel() == 0 || raw::amin(ok).item<bool>();
 }
 
@@ -126,12 +119,27 @@ bool equal(const Tensor& a, const Tensor& b) {
   detail::check_defined(b, "equal", "second operand");
   detail::check_same_device(a, b, "equal");
   if (a.sizes() != b.sizes()) return false;
-  return a.numel() == 0 || raw::amin(eq(a, b)).item<bool>();
+  return a.numel() == 0 || raw::amin(raw::eq(a, b)).item<bool>();
 }
 
-bool Tensor::allclose(const Tensor& o, double rtol, double atol, bool equal_nan) const {
-  return tg::allclose(*this, o, rtol, atol, equal_nan);
+Tensor sum_to(const Tensor& x, const IntList& shape) {
+  detail::check_defined(x, "sum_to");
+  if (x.sizes() == shape) return x;
+  int64_t lead = x.dim() - int64_t(shape.size());
+  TG_CHECK(lead >= 0, "sum_to: cannot sum shape ", shape_str(x.sizes()), " to ",
+           shape_str(shape), " (more dims)");
+  IntList dims;
+  for (int64_t d = 0; d < lead; ++d) dims.push_back(d);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    int64_t have = x.sizes()[size_t(lead) + i];
+    TG_CHECK(shape[i] == have || shape[i] == 1, "sum_to: shape ", shape_str(x.sizes()),
+             " does not broadcast from ", shape_str(shape));
+    if (shape[i] == 1 && have != 1) dims.push_back(lead + int64_t(i));
+  }
+  Tensor r = dims.empty() ? x : raw::sum(x, dims, true);
+  return raw::reshape(r, shape);
 }
-bool Tensor::equal(const Tensor& o) const { return tg::equal(*this, o); }
+
+}  // namespace raw
 
 }  // namespace tg

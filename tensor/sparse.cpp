@@ -2,7 +2,7 @@
 // the raw ops that take sparse operands (docs/TENSOR.md "Sparse COO tensors").
 #include <sstream>
 
-#include <tapegrad/tensor/op_util.h>
+#include "tensor/op_util.h"
 
 namespace tg {
 
@@ -88,16 +88,18 @@ bool Tensor::is_coalesced() const {
   check_sparse(*this, "is_coalesced");
   return parts(*this).coalesced;
 }
-Tensor Tensor::_indices() const {
-  check_sparse(*this, "_indices");
-  return ind(*this);
+namespace raw {
+Tensor _indices(const Tensor& self) {
+  check_sparse(self, "_indices");
+  return ind(self);
 }
-Tensor Tensor::indices() const {
-  check_sparse(*this, "indices");
-  TG_CHECK(is_coalesced(), "indices: the sparse tensor (", describe(*this),
+Tensor indices(const Tensor& self) {
+  check_sparse(self, "indices");
+  TG_CHECK(self.is_coalesced(), "indices: the sparse tensor (", describe(self),
            ") is not coalesced; call .coalesce() first, or use ._indices() for the indices as stored");
-  return ind(*this);
+  return ind(self);
 }
+}  // namespace raw
 
 namespace raw {
 
@@ -169,7 +171,7 @@ Tensor sparse_positions(const Tensor& c, const Tensor& indices) {
   kernels::backend(c.device(), "sparse_positions").lower_bound(pos, lin_c, lin_q);
   // A lower bound is a hit only where the key there equals the query.
   Tensor keys = raw::cat({lin_c, full_like(raw::narrow(lin_q, 0, 0, 1), Scalar(int64_t(-1)))}, 0);
-  Tensor hit = eq(raw::index_select(keys, 0, pos), lin_q);
+  Tensor hit = raw::eq(raw::index_select(keys, 0, pos), lin_q);
   return raw::where(hit, pos, Scalar(nnz));
 }
 
@@ -222,7 +224,7 @@ Tensor sparse_add(const Tensor& a, const Tensor& b, Scalar alpha, const char* op
   return cast(out, rt);
 }
 
-Tensor& sparse_add_(Tensor& self, const Tensor& o, Scalar alpha) {
+const Tensor& sparse_add_(const Tensor& self, const Tensor& o, Scalar alpha) {
   const char* op = "add_";
   check_same_shape(self, o, op);
   TG_CHECK(o.is_sparse(), op, ": cannot add a dense tensor into a sparse one (", describe(self),
@@ -308,6 +310,17 @@ Tensor sparse_to(const Tensor& s, Device d, bool non_blocking) {
   if (d == s.device()) return s;
   return make(s.sizes(), raw::to(ind(s), d, non_blocking), raw::to(val(s), d, non_blocking),
               parts(s).coalesced);
+}
+
+Tensor sparse_coo_tensor(const Tensor& indices, const Tensor& values, const IntList& sizes) {
+  return sparse_coo_tensor(indices, values, sizes, true, false);
+}
+Tensor _values(const Tensor& self) { return sparse_values(self); }
+Tensor values(const Tensor& self) {
+  check_sparse(self, "values");
+  TG_CHECK(self.is_coalesced(), "values: the sparse tensor (", describe(self),
+           ") is not coalesced; call .coalesce() first, or use ._values() for the values as stored");
+  return sparse_values(self);
 }
 
 }  // namespace raw

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include <tapegrad/tensor/op_util.h>
+#include "tensor/op_util.h"
 
 namespace tg {
 

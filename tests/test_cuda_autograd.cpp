@@ -209,7 +209,7 @@ TEST(CudaGpuAutograd, ActivationGradOrders) {
   }
 }
 
-// Threads (DESIGN §5): CPU nodes run on the caller, every node on a GPU runs
+// Threads (docs/STREAMS.md "Backward"): CPU nodes run on the caller, every node on a GPU runs
 // on that device's one worker thread, the same thread for every backward.
 struct GpuReentrant : tg::autograd::Function<GpuReentrant> {
   static Tensor forward(tg::autograd::AutogradContext* ctx, Tensor x) {

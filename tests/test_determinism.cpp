@@ -8,7 +8,7 @@
 
 #include "reference.h"
 
-#include <tapegrad/tensor/op_util.h>
+#include "tensor/op_util.h"
 
 namespace {
 

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <thread>
 
-#include <tapegrad/autograd/accumulate_grad.h>
-#include <tapegrad/autograd/input_buffer.h>
+#include "autograd/accumulate_grad.h"
+#include "autograd/input_buffer.h"
 #include <tapegrad/tensor/raw.h>
 
 #include "reference.h"

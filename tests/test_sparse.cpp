@@ -6,8 +6,8 @@
 // the stream test needs a GPU and skips with a message without one.
 #include "reference.h"
 
-#include <tapegrad/autograd/accumulate_grad.h>
-#include <tapegrad/autograd/input_buffer.h>
+#include "autograd/accumulate_grad.h"
+#include "autograd/input_buffer.h"
 #include <tapegrad/cuda/allocator.h>
 #include <tapegrad/cuda/stream.h>
 

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <optional>
 
-#include <tapegrad/autograd/stream_rules.h>
+#include "autograd/stream_rules.h"
 
 #include "reference.h"
 

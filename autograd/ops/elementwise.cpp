@@ -10,10 +10,11 @@
 //   pow(a, b) w.r.t. b where a == 0 and b >= 0 -> 0.
 #include <cmath>
 
-#include "record.h"
+#include "autograd/ops/ops.h"
+#include "autograd/ops/record.h"
 
 #include <tapegrad/autograd/engine.h>
-#include <tapegrad/tensor/kernels.h>
+#include "tensor/kernels.h"
 
 namespace tg {
 
@@ -248,53 +249,53 @@ class WhereBackward final : public OpNode {
 
 // ---- public ops ----------------------------------------------------------------
 
-Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
+Tensor autograd::ops::add(const Tensor& a, const Tensor& b, Scalar alpha) {
   return binary_op(a, b, kAdd, [&] { return raw::add(a, b, alpha); }, alpha.to_double());
 }
-Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
+Tensor autograd::ops::sub(const Tensor& a, const Tensor& b, Scalar alpha) {
   return binary_op(a, b, kSub, [&] { return raw::sub(a, b, alpha); }, alpha.to_double());
 }
-Tensor mul(const Tensor& a, const Tensor& b) {
+Tensor autograd::ops::mul(const Tensor& a, const Tensor& b) {
   return binary_op(a, b, kMul, [&] { return raw::mul(a, b); });
 }
-Tensor div(const Tensor& a, const Tensor& b) {
+Tensor autograd::ops::div(const Tensor& a, const Tensor& b) {
   return binary_op(a, b, kDiv, [&] { return raw::div(a, b); });
 }
-Tensor pow(const Tensor& a, const Tensor& b) {
+Tensor autograd::ops::pow(const Tensor& a, const Tensor& b) {
   return binary_op(a, b, kPow, [&] { return raw::pow(a, b); });
 }
-Tensor maximum(const Tensor& a, const Tensor& b) {
+Tensor autograd::ops::maximum(const Tensor& a, const Tensor& b) {
   return binary_op(a, b, kMaximum, [&] { return raw::maximum(a, b); });
 }
-Tensor minimum(const Tensor& a, const Tensor& b) {
+Tensor autograd::ops::minimum(const Tensor& a, const Tensor& b) {
   return binary_op(a, b, kMinimum, [&] { return raw::minimum(a, b); });
 }
 
-Tensor add(const Tensor& a, Scalar b) {
+Tensor autograd::ops::add(const Tensor& a, Scalar b) {
   return unary_op(a, kAddScalar, [&](const Tensor& x) { return raw::add(x, b); });
 }
-Tensor sub(const Tensor& a, Scalar b) {
+Tensor autograd::ops::sub(const Tensor& a, Scalar b) {
   return unary_op(a, kAddScalar, [&](const Tensor& x) { return raw::sub(x, b); });
 }
-Tensor mul(const Tensor& a, Scalar b) {
+Tensor autograd::ops::mul(const Tensor& a, Scalar b) {
   return unary_op(a, kMulScalar, [&](const Tensor& x) { return raw::mul(x, b); },
                   {b.to_double(), 0});
 }
-Tensor div(const Tensor& a, Scalar b) {
+Tensor autograd::ops::div(const Tensor& a, Scalar b) {
   return unary_op(a, kMulScalar, [&](const Tensor& x) { return raw::div(x, b); },
                   {1.0 / b.to_double(), 0});
 }
-Tensor pow(const Tensor& a, Scalar e) {
+Tensor autograd::ops::pow(const Tensor& a, Scalar e) {
   return unary_op(a, kPowScalar, [&](const Tensor& x) { return raw::pow(x, e); },
                   {e.to_double(), 0});
 }
-Tensor pow(Scalar base, const Tensor& e) {
+Tensor autograd::ops::pow(Scalar base, const Tensor& e) {
   return unary_op(e, kPowScalarBase, [&](const Tensor& x) { return raw::pow(base, x); },
                   {base.to_double(), 0});
 }
 
 #define TG_UNARY_OP(name, spec) \
-  Tensor name(const Tensor& x) { return unary_op(x, spec, [](const Tensor& t) { return raw::name(t); }); }
+  Tensor autograd::ops::name(const Tensor& x) { return unary_op(x, spec, [](const Tensor& t) { return raw::name(t); }); }
 TG_UNARY_OP(neg, kNeg)
 TG_UNARY_OP(exp, kExp)
 TG_UNARY_OP(log, kLog)
@@ -313,35 +314,35 @@ TG_UNARY_OP(square, kSquare)
 TG_UNARY_OP(reciprocal, kReciprocal)
 #undef TG_UNARY_OP
 
-Tensor gelu(const Tensor& x, const std::string& approximate) {
+Tensor autograd::ops::gelu(const Tensor& x, const std::string& approximate) {
   return unary_op(x, approximate == "tanh" ? kGeluTanh : kGelu,
                   [&](const Tensor& t) { return raw::gelu(t, approximate); });
 }
-Tensor softplus(const Tensor& x, double beta, double threshold) {
+Tensor autograd::ops::softplus(const Tensor& x, double beta, double threshold) {
   return unary_op(x, kSoftplus,
                   [&](const Tensor& t) { return raw::softplus(t, beta, threshold); },
                   {beta, threshold});
 }
-Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+Tensor autograd::ops::clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   const UnarySpec& spec = lo && hi ? kClampBoth : lo ? kClampLo : kClampHi;
   return unary_op(x, spec, [&](const Tensor& t) { return raw::clamp(t, lo, hi); },
                   {lo ? lo->to_double() : 0, hi ? hi->to_double() : 0});
 }
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+Tensor autograd::ops::where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   if (!should_record({&a, &b})) return raw::where(cond, a, b);
   auto node = make_node<WhereBackward>({&a, &b}, cond);
   return finish(run_raw([&] { return raw::where(cond, a, b); }), node);
 }
-Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
+Tensor autograd::ops::where(const Tensor& cond, const Tensor& a, Scalar b) {
   if (!should_record({&a})) return raw::where(cond, a, b);
   Tensor bt = scalar_tensor(b, TensorOptions().dtype(a.dtype()).device(a.device()));
-  return where(cond, a, bt);
+  return tg::where(cond, a, bt);
 }
-Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
+Tensor autograd::ops::where(const Tensor& cond, Scalar a, const Tensor& b) {
   if (!should_record({&b})) return raw::where(cond, a, b);
   Tensor at = scalar_tensor(a, TensorOptions().dtype(b.dtype()).device(b.device()));
-  return where(cond, at, b);
+  return tg::where(cond, at, b);
 }
 
 // ---- activation_grad: g * act^(k)(x) ---------------------------------------------------
@@ -423,7 +424,7 @@ class ActivationGradBackward final : public OpNode {
 
 }  // namespace
 
-Tensor activation_grad(const Tensor& g, const Tensor& x, Activation act, int order) {
+Tensor autograd::ops::activation_grad(const Tensor& g, const Tensor& x, Activation act, int order) {
   TG_CHECK(order >= 0, "activation_grad: order must be >= 0, got ", order);
   if (order > kernels::kMaxFusedActivationOrder) return activation_grad_beyond(g, x, act, order);
   if (!should_record({&g, &x})) return raw::activation_grad(g, x, act, order);

@@ -1,7 +1,8 @@
 // Differentiable cat, stack, index_select, gather, scatter_add.
 #include <tapegrad/tensor/error.h>
 
-#include "record.h"
+#include "autograd/ops/ops.h"
+#include "autograd/ops/record.h"
 
 namespace tg {
 
@@ -80,7 +81,7 @@ class IndexBackward final : public OpNode {
 
 }  // namespace
 
-Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
+Tensor autograd::ops::cat(const std::vector<Tensor>& ts, int64_t dim) {
   if (!should_record(ts)) return raw::cat(ts, dim);
   Tensor out = run_raw([&] { return raw::cat(ts, dim); });
   int64_t d = wrap(dim, out.dim());
@@ -89,14 +90,14 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
   return finish(out, make_node<CatBackward>(ts, false, d, std::move(lengths)));
 }
 
-Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
+Tensor autograd::ops::stack(const std::vector<Tensor>& ts, int64_t dim) {
   if (!should_record(ts)) return raw::stack(ts, dim);
   Tensor out = run_raw([&] { return raw::stack(ts, dim); });
   int64_t d = wrap(dim, out.dim());
   return finish(out, make_node<CatBackward>(ts, true, d, IntList(ts.size(), 1)));
 }
 
-Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+Tensor autograd::ops::index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   if (!should_record({&x})) return raw::index_select(x, dim, index);
   Tensor out = run_raw([&] { return raw::index_select(x, dim, index); });
   auto node = make_node<IndexBackward>({&x}, IndexBackward::IndexSelect,
@@ -104,7 +105,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   return finish(out, node);
 }
 
-Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+Tensor autograd::ops::gather(const Tensor& x, int64_t dim, const Tensor& index) {
   if (!should_record({&x})) return raw::gather(x, dim, index);
   Tensor out = run_raw([&] { return raw::gather(x, dim, index); });
   auto node = make_node<IndexBackward>({&x}, IndexBackward::Gather,
@@ -112,7 +113,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   return finish(out, node);
 }
 
-Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+Tensor autograd::ops::scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   if (!should_record({&x, &src})) return raw::scatter_add(x, dim, index, src);
   Tensor out = run_raw([&] { return raw::scatter_add(x, dim, index, src); });
   auto node = make_node<IndexBackward>({&x, &src}, IndexBackward::ScatterAdd,

@@ -3,7 +3,8 @@
 // linear layer the weight GEMM is skipped (edge trimming).
 #include <tapegrad/tensor/error.h>
 
-#include "record.h"
+#include "autograd/ops/ops.h"
+#include "autograd/ops/record.h"
 
 namespace tg {
 
@@ -75,13 +76,13 @@ class LinearBackward final : public OpNode {
 
 }  // namespace
 
-Tensor mm(const Tensor& a, const Tensor& b) {
+Tensor autograd::ops::mm(const Tensor& a, const Tensor& b) {
   if (a.defined() && a.is_sparse()) return autograd::impl::sparse_mm(a, b);
   return gemm_op(a, b, false);
 }
-Tensor bmm(const Tensor& a, const Tensor& b) { return gemm_op(a, b, true); }
+Tensor autograd::ops::bmm(const Tensor& a, const Tensor& b) { return gemm_op(a, b, true); }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+Tensor autograd::ops::linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   if (!should_record({&x, &w, &b})) return raw::linear(x, w, b);
   Tensor out = run_raw([&] { return raw::linear(x, w, b); });
   auto node = make_node<LinearBackward>({&x, &w, &b});
@@ -92,7 +93,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
 
 // Composite: the same cases as the raw op, expressed with differentiable
 // views and mm/bmm, so each GEMM node trims on its own.
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor autograd::ops::matmul(const Tensor& a, const Tensor& b) {
   if (a.defined() && a.is_sparse()) return autograd::impl::sparse_mm(a, b, "matmul");
   if (!should_record({&a, &b})) return raw::matmul(a, b);
   int64_t da = a.dim(), db = b.dim();
@@ -102,15 +103,15 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   int64_t kb = db == 1 ? b.size(0) : b.size(-2);
   TG_CHECK(ka == kb, "matmul: cannot multiply ", shape_str(a.sizes()), " by ",
            shape_str(b.sizes()), " (", ka, " != ", kb, ")");
-  if (da == 1 && db == 1) return mm(a.view({1, ka}), b.view({ka, 1})).view({});
-  if (da == 2 && db == 2) return mm(a, b);
-  if (da == 1 && db == 2) return mm(a.unsqueeze(0), b).squeeze(0);
+  if (da == 1 && db == 1) return tg::mm(a.view({1, ka}), b.view({ka, 1})).view({});
+  if (da == 2 && db == 2) return tg::mm(a, b);
+  if (da == 1 && db == 2) return tg::mm(a.unsqueeze(0), b).squeeze(0);
   IntList lead(a.sizes().begin(), a.sizes().end() - 1);
-  if (db == 1) return mm(a.reshape({-1, ka}), b.unsqueeze(1)).view(lead);
+  if (db == 1) return tg::mm(a.reshape({-1, ka}), b.unsqueeze(1)).view(lead);
   int64_t m = b.size(-1);
   if (db == 2) {
     lead.push_back(m);
-    return mm(a.reshape({-1, ka}), b).view(lead);
+    return tg::mm(a.reshape({-1, ka}), b).view(lead);
   }
   Tensor a3 = da == 1 ? a.unsqueeze(0) : a;
   int64_t n = a3.size(-2);
@@ -121,7 +122,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   ea.insert(ea.end(), {n, ka});
   eb.insert(eb.end(), {kb, m});
   int64_t nb = shape_numel(batch);
-  Tensor r = bmm(a3.expand(ea).reshape({nb, n, ka}), b.expand(eb).reshape({nb, kb, m}));
+  Tensor r = tg::bmm(a3.expand(ea).reshape({nb, n, ka}), b.expand(eb).reshape({nb, kb, m}));
   IntList out_shape = batch;
   if (da != 1) out_shape.push_back(n);
   out_shape.push_back(m);

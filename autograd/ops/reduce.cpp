@@ -4,7 +4,8 @@
 
 #include <tapegrad/tensor/error.h>
 
-#include "record.h"
+#include "autograd/ops/ops.h"
+#include "autograd/ops/record.h"
 
 namespace tg {
 
@@ -90,41 +91,41 @@ Tensor reduce_op(const Tensor& x, const char* op, const char* name, ReduceBackwa
 
 }  // namespace
 
-Tensor sum(const Tensor& x) {
+Tensor autograd::ops::sum(const Tensor& x) {
   if (x.defined() && x.is_sparse()) return autograd::impl::sparse_sum(x);
   return reduce_op(x, "sum", "SumBackward", ReduceBackward::Sum, {}, false,
                    [&] { return raw::sum(x); });
 }
-Tensor sum(const Tensor& x, const IntList& dims, bool keepdim) {
+Tensor autograd::ops::sum(const Tensor& x, const IntList& dims, bool keepdim) {
   return reduce_op(x, "sum", "SumBackward", ReduceBackward::Sum, dims, keepdim,
                    [&] { return raw::sum(x, dims, keepdim); });
 }
-Tensor mean(const Tensor& x) {
+Tensor autograd::ops::mean(const Tensor& x) {
   return reduce_op(x, "mean", "MeanBackward", ReduceBackward::Mean, {}, false,
                    [&] { return raw::mean(x); });
 }
-Tensor mean(const Tensor& x, const IntList& dims, bool keepdim) {
+Tensor autograd::ops::mean(const Tensor& x, const IntList& dims, bool keepdim) {
   return reduce_op(x, "mean", "MeanBackward", ReduceBackward::Mean, dims, keepdim,
                    [&] { return raw::mean(x, dims, keepdim); });
 }
-Tensor amax(const Tensor& x) {
+Tensor autograd::ops::amax(const Tensor& x) {
   return reduce_op(x, "amax", "AmaxBackward", ReduceBackward::Extreme, {}, false,
                    [&] { return raw::amax(x); });
 }
-Tensor amax(const Tensor& x, const IntList& dims, bool keepdim) {
+Tensor autograd::ops::amax(const Tensor& x, const IntList& dims, bool keepdim) {
   return reduce_op(x, "amax", "AmaxBackward", ReduceBackward::Extreme, dims, keepdim,
                    [&] { return raw::amax(x, dims, keepdim); });
 }
-Tensor amin(const Tensor& x) {
+Tensor autograd::ops::amin(const Tensor& x) {
   return reduce_op(x, "amin", "AminBackward", ReduceBackward::Extreme, {}, false,
                    [&] { return raw::amin(x); });
 }
-Tensor amin(const Tensor& x, const IntList& dims, bool keepdim) {
+Tensor autograd::ops::amin(const Tensor& x, const IntList& dims, bool keepdim) {
   return reduce_op(x, "amin", "AminBackward", ReduceBackward::Extreme, dims, keepdim,
                    [&] { return raw::amin(x, dims, keepdim); });
 }
 
-Tensor sum_to(const Tensor& x, const IntList& shape) {
+Tensor autograd::ops::sum_to(const Tensor& x, const IntList& shape) {
   if (x.sizes() == shape) return x;
   int64_t lead = x.dim() - int64_t(shape.size());
   TG_CHECK(lead >= 0, "sum_to: cannot sum shape ", shape_str(x.sizes()), " to ",
@@ -137,7 +138,7 @@ Tensor sum_to(const Tensor& x, const IntList& shape) {
              " does not broadcast from ", shape_str(shape));
     if (shape[i] == 1 && have != 1) dims.push_back(lead + int64_t(i));
   }
-  Tensor r = dims.empty() ? x : sum(x, dims, true);
+  Tensor r = dims.empty() ? x : tg::sum(x, dims, true);
   return r.reshape(shape);
 }
 

@@ -14,7 +14,8 @@
 // as it is (the shortcut below).
 #include <tapegrad/tensor/error.h>
 
-#include "record.h"
+#include "autograd/ops/ops.h"
+#include "autograd/ops/record.h"
 
 namespace tg {
 
@@ -211,40 +212,37 @@ Tensor sparse_coo_unchecked(const Tensor& indices, const Tensor& values, const I
 }
 }  // namespace autograd::impl
 
-Tensor sparse_coo_tensor(const Tensor& indices, const Tensor& values, const IntList& sizes) {
+Tensor autograd::ops::sparse_coo_tensor(const Tensor& indices, const Tensor& values, const IntList& sizes) {
   auto raw_fn = [&] { return raw::sparse_coo_tensor(indices, values, sizes, true); };
   if (!should_record({&values})) return raw_fn();
   return finish(run_raw(raw_fn), make_node<SparseCooTensorBackward>({&values}, indices, sizes));
 }
 
-Tensor coalesce(const Tensor& s) {
+Tensor autograd::ops::coalesce(const Tensor& s) {
   return unary_sparse_op<SparseIdentityBackward>(s, [&] { return raw::coalesce(s); }, "coalesce",
                                                  "CoalesceBackward");
 }
 
-Tensor to_dense(const Tensor& x) {
+Tensor autograd::ops::to_dense(const Tensor& x) {
   TG_CHECK(x.defined(), "to_dense: input is an undefined tensor");
   if (!x.is_sparse()) return x;
   return unary_sparse_op<SparseIdentityBackward>(x, [&] { return raw::to_dense(x); }, "to_dense",
                                                  "ToDenseBackward");
 }
 
-Tensor Tensor::_values() const {
-  Tensor v = raw::sparse_values(*this);
-  if (!should_record({this})) return v;
-  return finish(raw::detach(v), make_node<SparseValuesBackward>({this}, raw::sparse_indices(*this), sizes(),
-                                                             is_coalesced()));
+Tensor autograd::ops::_values(const Tensor& self) {
+  Tensor v = raw::sparse_values(self);
+  if (!should_record({&self})) return v;
+  return finish(raw::detach(v), make_node<SparseValuesBackward>({&self}, raw::sparse_indices(self),
+                                                                self.sizes(), self.is_coalesced()));
 }
 
-Tensor Tensor::values() const {
-  TG_CHECK(is_coalesced(), "values: the sparse tensor (shape ", shape_str(sizes()),
-           ", nnz ", nnz(), ") is not coalesced; call .coalesce() first, or use ._values() "
+Tensor autograd::ops::values(const Tensor& self) {
+  TG_CHECK(self.is_coalesced(), "values: the sparse tensor (shape ", shape_str(self.sizes()),
+           ", nnz ", self.nnz(), ") is not coalesced; call .coalesce() first, or use ._values() "
            "for the values as stored");
-  return _values();
+  return _values(self);
 }
-
-Tensor Tensor::coalesce() const { return tg::coalesce(*this); }
-Tensor Tensor::to_dense() const { return tg::to_dense(*this); }
 
 namespace autograd::impl {
 Tensor sparse_sum(const Tensor& s) {
@@ -262,7 +260,7 @@ Tensor sparse_mm(const Tensor& s, const Tensor& d, const char* op) {
 }
 }  // namespace autograd::impl
 
-Tensor embedding(const Tensor& weight, const Tensor& indices, bool sparse) {
+Tensor autograd::ops::embedding(const Tensor& weight, const Tensor& indices, bool sparse) {
   TG_CHECK(indices.defined() && indices.dtype() == kInt64, "embedding: indices must be an Int64 "
            "tensor");
   TG_CHECK(weight.defined() && weight.dim() == 2, "embedding: weight must be 2-D [num, dim], got ",
@@ -272,8 +270,8 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, bool sparse) {
   return select_rows(weight, indices.reshape({-1}), sparse, "embedding").view(shape);
 }
 
-Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, bool sparse_grad) {
-  if (!sparse_grad) return index_select(x, dim, index);
+Tensor autograd::ops::index_select(const Tensor& x, int64_t dim, const Tensor& index, bool sparse_grad) {
+  if (!sparse_grad) return tg::index_select(x, dim, index);
   TG_CHECK(x.defined() && (dim == 0 || dim == -x.dim()), "index_select: a sparse gradient "
            "is available for dim 0 only (rows), got dim ", dim);
   return select_rows(x, index, true, "index_select");

@@ -5,7 +5,8 @@
 
 #include <tapegrad/tensor/error.h>
 
-#include "record.h"
+#include "autograd/ops/ops.h"
+#include "autograd/ops/record.h"
 
 namespace tg {
 
@@ -67,52 +68,52 @@ Tensor slice_backward(const Tensor& g, const IntList& sizes, int64_t dim, int64_
 // ---- views -------------------------------------------------------------------------
 
 // The backward of a view that only changes the shape.
-#define TG_RESHAPE_GRAD [this] { IntList in = sizes(); return GradFn([in](const Tensor& g) { return g.reshape(in); }); }
+#define TG_RESHAPE_GRAD [&] { IntList in = self.sizes(); return GradFn([in](const Tensor& g) { return g.reshape(in); }); }
 
-Tensor Tensor::view(const IntList& s) const {
-  return view_op(*this, "view", "ViewBackward", [&] { return raw::view(*this, s); },
+Tensor autograd::ops::view(const Tensor& self, const IntList& s) {
+  return view_op(self, "view", "ViewBackward", [&] { return raw::view(self, s); },
                  TG_RESHAPE_GRAD);
 }
-Tensor Tensor::reshape(const IntList& s) const {
-  return view_op(*this, "reshape", "ReshapeBackward", [&] { return raw::reshape(*this, s); },
+Tensor autograd::ops::reshape(const Tensor& self, const IntList& s) {
+  return view_op(self, "reshape", "ReshapeBackward", [&] { return raw::reshape(self, s); },
                  TG_RESHAPE_GRAD);
 }
-Tensor Tensor::flatten(int64_t start, int64_t end) const {
-  return view_op(*this, "flatten", "FlattenBackward",
-                 [&] { return raw::flatten(*this, start, end); }, TG_RESHAPE_GRAD);
+Tensor autograd::ops::flatten(const Tensor& self, int64_t start, int64_t end) {
+  return view_op(self, "flatten", "FlattenBackward",
+                 [&] { return raw::flatten(self, start, end); }, TG_RESHAPE_GRAD);
 }
-Tensor Tensor::squeeze() const {
-  return view_op(*this, "squeeze", "SqueezeBackward", [&] { return raw::squeeze(*this); },
+Tensor autograd::ops::squeeze(const Tensor& self) {
+  return view_op(self, "squeeze", "SqueezeBackward", [&] { return raw::squeeze(self); },
                  TG_RESHAPE_GRAD);
 }
-Tensor Tensor::squeeze(int64_t d) const {
-  return view_op(*this, "squeeze", "SqueezeBackward", [&] { return raw::squeeze(*this, d); },
+Tensor autograd::ops::squeeze(const Tensor& self, int64_t d) {
+  return view_op(self, "squeeze", "SqueezeBackward", [&] { return raw::squeeze(self, d); },
                  TG_RESHAPE_GRAD);
 }
 #undef TG_RESHAPE_GRAD
 
-Tensor Tensor::unsqueeze(int64_t d) const {
-  return view_op(*this, "unsqueeze", "UnsqueezeBackward",
-                 [&] { return raw::unsqueeze(*this, d); },
+Tensor autograd::ops::unsqueeze(const Tensor& self, int64_t d) {
+  return view_op(self, "unsqueeze", "UnsqueezeBackward",
+                 [&] { return raw::unsqueeze(self, d); },
                  [&] {
-                   int64_t w = d < 0 ? d + dim() + 1 : d;
+                   int64_t w = d < 0 ? d + self.dim() + 1 : d;
                    return GradFn([w](const Tensor& g) { return g.squeeze(w); });
                  });
 }
-Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
-  return view_op(*this, "transpose", "TransposeBackward",
-                 [&] { return raw::transpose(*this, d0, d1); }, [&] {
+Tensor autograd::ops::transpose(const Tensor& self, int64_t d0, int64_t d1) {
+  return view_op(self, "transpose", "TransposeBackward",
+                 [&] { return raw::transpose(self, d0, d1); }, [&] {
                    return GradFn([d0, d1](const Tensor& g) { return g.transpose(d0, d1); });
                  });
 }
-Tensor Tensor::t() const {
-  return view_op(*this, "t", "TBackward", [&] { return raw::t(*this); },
+Tensor autograd::ops::t(const Tensor& self) {
+  return view_op(self, "t", "TBackward", [&] { return raw::t(self); },
                  [] { return GradFn([](const Tensor& g) { return g.t(); }); });
 }
-Tensor Tensor::permute(const IntList& dims) const {
-  return view_op(*this, "permute", "PermuteBackward", [&] { return raw::permute(*this, dims); },
+Tensor autograd::ops::permute(const Tensor& self, const IntList& dims) {
+  return view_op(self, "permute", "PermuteBackward", [&] { return raw::permute(self, dims); },
                  [&] {  // runs after raw::permute validated dims
-                   int64_t n = dim();
+                   int64_t n = self.dim();
                    IntList inverse(size_t(n), 0);
                    for (int64_t i = 0; i < n; ++i) {
                      int64_t d = dims[size_t(i)] < 0 ? dims[size_t(i)] + n : dims[size_t(i)];
@@ -121,33 +122,33 @@ Tensor Tensor::permute(const IntList& dims) const {
                    return GradFn([inverse](const Tensor& g) { return g.permute(inverse); });
                  });
 }
-Tensor Tensor::expand(const IntList& target) const {
-  return view_op(*this, "expand", "ExpandBackward", [&] { return raw::expand(*this, target); },
-                 [this] {
-                   IntList in = sizes();
-                   return GradFn([in](const Tensor& g) { return sum_to(g, in); });
+Tensor autograd::ops::expand(const Tensor& self, const IntList& target) {
+  return view_op(self, "expand", "ExpandBackward", [&] { return raw::expand(self, target); },
+                 [&] {
+                   IntList in = self.sizes();
+                   return GradFn([in](const Tensor& g) { return tg::sum_to(g, in); });
                  });
 }
-Tensor Tensor::expand_as(const Tensor& other) const { return expand(other.sizes()); }
+Tensor autograd::ops::expand_as(const Tensor& self, const Tensor& other) { return self.expand(other.sizes()); }
 
-Tensor Tensor::select(int64_t d, int64_t index) const {
-  return view_op(*this, "select", "SelectBackward", [&] { return raw::select(*this, d, index); },
+Tensor autograd::ops::select(const Tensor& self, int64_t d, int64_t index) {
+  return view_op(self, "select", "SelectBackward", [&] { return raw::select(self, d, index); },
                  [&] {
-                   IntList in = sizes();
-                   int64_t w = d < 0 ? d + dim() : d;
+                   IntList in = self.sizes();
+                   int64_t w = d < 0 ? d + self.dim() : d;
                    int64_t i = index < 0 ? index + in[size_t(w)] : index;
                    return GradFn([in, w, i](const Tensor& g) {
                      return slice_backward(g.unsqueeze(w), in, w, i, i + 1, 1);
                    });
                  });
 }
-Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int64_t> end,
-                     int64_t step) const {
-  return view_op(*this, "slice", "SliceBackward",
-                 [&] { return raw::slice(*this, d, start, end, step); },
+Tensor autograd::ops::slice(const Tensor& self, int64_t d, std::optional<int64_t> start, std::optional<int64_t> end,
+                     int64_t step) {
+  return view_op(self, "slice", "SliceBackward",
+                 [&] { return raw::slice(self, d, start, end, step); },
                  [&] {
-                   IntList in = sizes();
-                   int64_t w = d < 0 ? d + dim() : d;
+                   IntList in = self.sizes();
+                   int64_t w = d < 0 ? d + self.dim() : d;
                    int64_t size = in[size_t(w)];
                    auto clampi = [size](int64_t i) {
                      if (i < 0) i += size;
@@ -159,55 +160,55 @@ Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int6
                    });
                  });
 }
-Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
-  if (!should_record({this})) return raw::narrow(*this, d, start, length);
-  run_raw([&] { return raw::narrow(*this, d, start, length); });  // argument checks
-  int64_t w = d < 0 ? d + dim() : d;
-  int64_t s = start < 0 ? start + size(w) : start;
-  return slice(w, s, s + length, 1);
+Tensor autograd::ops::narrow(const Tensor& self, int64_t d, int64_t start, int64_t length) {
+  if (!should_record({&self})) return raw::narrow(self, d, start, length);
+  run_raw([&] { return raw::narrow(self, d, start, length); });  // argument checks
+  int64_t w = d < 0 ? d + self.dim() : d;
+  int64_t s = start < 0 ? start + self.size(w) : start;
+  return self.slice(w, s, s + length, 1);
 }
 
-Tensor Tensor::as_strided(const IntList& sz, const IntList& st,
-                          std::optional<int64_t> offset) const {
-  TG_CHECK(!should_record({this}), "as_strided: not differentiable in tapegrad (shape ",
-           shape_str(sizes()), " requires grad); use view/slice/select/expand, or "
+Tensor autograd::ops::as_strided(const Tensor& self, const IntList& sz, const IntList& st,
+                          std::optional<int64_t> offset) {
+  TG_CHECK(!should_record({&self}), "as_strided: not differentiable in tapegrad (shape ",
+           shape_str(self.sizes()), " requires grad); use view/slice/select/expand, or "
            "call it on .detach() or under NoGradGuard");
-  return raw::as_strided(*this, sz, st, offset);
+  return raw::as_strided(self, sz, st, offset);
 }
 
 // ---- conversions ---------------------------------------------------------------------
 
-Tensor Tensor::detach() const { return raw::detach(*this); }
+Tensor autograd::ops::detach(const Tensor& self) { return raw::detach(self); }
 
-Tensor Tensor::clone() const {
-  return view_op(*this, "clone", "CloneBackward", [&] { return raw::clone(*this); },
+Tensor autograd::ops::clone(const Tensor& self) {
+  return view_op(self, "clone", "CloneBackward", [&] { return raw::clone(self); },
                  [] { return GradFn([](const Tensor& g) { return g; }); });
 }
 
-Tensor Tensor::pin_memory() const {
-  if (defined() && is_pinned()) return *this;
-  return view_op(*this, "pin_memory", "PinMemoryBackward", [&] { return raw::pin_memory(*this); },
+Tensor autograd::ops::pin_memory(const Tensor& self) {
+  if (self.defined() && self.is_pinned()) return self;
+  return view_op(self, "pin_memory", "PinMemoryBackward", [&] { return raw::pin_memory(self); },
                  [] { return GradFn([](const Tensor& g) { return g; }); });
 }
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+Tensor autograd::ops::contiguous(const Tensor& self) { return self.is_contiguous() ? self : self.clone(); }
 
-Tensor Tensor::to(ScalarType t) const {
-  if (defined() && t == dtype()) return *this;
-  return view_op(*this, "to", "ToCopyBackward", [&] { return raw::to(*this, t); }, [this] {
-    ScalarType in = dtype();
+Tensor autograd::ops::to(const Tensor& self, ScalarType t) {
+  if (self.defined() && t == self.dtype()) return self;
+  return view_op(self, "to", "ToCopyBackward", [&] { return raw::to(self, t); }, [&] {
+    ScalarType in = self.dtype();
     return GradFn([in](const Tensor& g) { return g.to(in); });
   });
 }
-Tensor Tensor::to(Device d, bool non_blocking) const {
-  if (defined() && d == device()) return *this;
-  return view_op(*this, "to", "ToCopyBackward",
-                 [&] { return raw::to(*this, d, non_blocking); }, [this] {
-                   Device in = device();
+Tensor autograd::ops::to(const Tensor& self, Device d, bool non_blocking) {
+  if (self.defined() && d == self.device()) return self;
+  return view_op(self, "to", "ToCopyBackward",
+                 [&] { return raw::to(self, d, non_blocking); }, [&] {
+                   Device in = self.device();
                    return GradFn([in](const Tensor& g) { return g.to(in); });
                  });
 }
-Tensor Tensor::to(Device d, ScalarType t) const { return to(d).to(t); }
+Tensor autograd::ops::to(const Tensor& self, Device d, ScalarType t) { return self.to(d).to(t); }
 
 // ---- in place ----------------------------------------------------------------------
 //
@@ -240,7 +241,7 @@ void check_rebase(const Tensor& self, const char* op) {
 }
 
 // self <- result (same shape), and self takes result's history.
-Tensor& rebase(Tensor& self, const Tensor& result) {
+const Tensor& rebase(const Tensor& self, const Tensor& result) {
   {
     autograd::AutoGradMode no_grad(false);
     raw::copy_(self, result);
@@ -259,61 +260,61 @@ Tensor& rebase(Tensor& self, const Tensor& result) {
 }
 
 template <class F>
-Tensor& inplace_op(Tensor& self, const char* op, F&& out_of_place) {
+const Tensor& inplace_op(const Tensor& self, const char* op, F&& out_of_place) {
   check_rebase(self, op);
   return rebase(self, out_of_place(self.clone()));
 }
 
 }  // namespace
 
-Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
-  if (!involves_grad(*this, &o)) return raw::add_(*this, o, alpha);
-  return inplace_op(*this, "add_", [&](const Tensor& s) { return tg::add(s, o, alpha); });
+const Tensor& autograd::ops::add_(const Tensor& self, const Tensor& o, Scalar alpha) {
+  if (!involves_grad(self, &o)) return raw::add_(self, o, alpha);
+  return inplace_op(self, "add_", [&](const Tensor& s) { return tg::add(s, o, alpha); });
 }
-Tensor& Tensor::add_(Scalar v) {
-  if (!involves_grad(*this, nullptr)) return raw::add_(*this, v);
-  return inplace_op(*this, "add_", [&](const Tensor& s) { return tg::add(s, v); });
+const Tensor& autograd::ops::add_(const Tensor& self, Scalar v) {
+  if (!involves_grad(self, nullptr)) return raw::add_(self, v);
+  return inplace_op(self, "add_", [&](const Tensor& s) { return tg::add(s, v); });
 }
-Tensor& Tensor::sub_(const Tensor& o, Scalar alpha) {
-  if (!involves_grad(*this, &o)) return raw::sub_(*this, o, alpha);
-  return inplace_op(*this, "sub_", [&](const Tensor& s) { return tg::sub(s, o, alpha); });
+const Tensor& autograd::ops::sub_(const Tensor& self, const Tensor& o, Scalar alpha) {
+  if (!involves_grad(self, &o)) return raw::sub_(self, o, alpha);
+  return inplace_op(self, "sub_", [&](const Tensor& s) { return tg::sub(s, o, alpha); });
 }
-Tensor& Tensor::sub_(Scalar v) {
-  if (!involves_grad(*this, nullptr)) return raw::sub_(*this, v);
-  return inplace_op(*this, "sub_", [&](const Tensor& s) { return tg::sub(s, v); });
+const Tensor& autograd::ops::sub_(const Tensor& self, Scalar v) {
+  if (!involves_grad(self, nullptr)) return raw::sub_(self, v);
+  return inplace_op(self, "sub_", [&](const Tensor& s) { return tg::sub(s, v); });
 }
-Tensor& Tensor::mul_(const Tensor& o) {
-  if (!involves_grad(*this, &o)) return raw::mul_(*this, o);
-  return inplace_op(*this, "mul_", [&](const Tensor& s) { return tg::mul(s, o); });
+const Tensor& autograd::ops::mul_(const Tensor& self, const Tensor& o) {
+  if (!involves_grad(self, &o)) return raw::mul_(self, o);
+  return inplace_op(self, "mul_", [&](const Tensor& s) { return tg::mul(s, o); });
 }
-Tensor& Tensor::mul_(Scalar v) {
-  if (!involves_grad(*this, nullptr)) return raw::mul_(*this, v);
-  return inplace_op(*this, "mul_", [&](const Tensor& s) { return tg::mul(s, v); });
+const Tensor& autograd::ops::mul_(const Tensor& self, Scalar v) {
+  if (!involves_grad(self, nullptr)) return raw::mul_(self, v);
+  return inplace_op(self, "mul_", [&](const Tensor& s) { return tg::mul(s, v); });
 }
-Tensor& Tensor::div_(const Tensor& o) {
-  if (!involves_grad(*this, &o)) return raw::div_(*this, o);
-  return inplace_op(*this, "div_", [&](const Tensor& s) { return tg::div(s, o); });
+const Tensor& autograd::ops::div_(const Tensor& self, const Tensor& o) {
+  if (!involves_grad(self, &o)) return raw::div_(self, o);
+  return inplace_op(self, "div_", [&](const Tensor& s) { return tg::div(s, o); });
 }
-Tensor& Tensor::div_(Scalar v) {
-  if (!involves_grad(*this, nullptr)) return raw::div_(*this, v);
-  return inplace_op(*this, "div_", [&](const Tensor& s) { return tg::div(s, v); });
+const Tensor& autograd::ops::div_(const Tensor& self, Scalar v) {
+  if (!involves_grad(self, nullptr)) return raw::div_(self, v);
+  return inplace_op(self, "div_", [&](const Tensor& s) { return tg::div(s, v); });
 }
-Tensor& Tensor::zero_() { return fill_(0); }
-Tensor& Tensor::fill_(Scalar v) {
-  if (!involves_grad(*this, nullptr)) return raw::fill_(*this, v);
-  check_rebase(*this, "fill_");
-  raw::fill_(*this, v);
-  if (auto* m = autograd::impl::meta(*this)) m->grad_fn = nullptr;  // a constant now
-  return *this;
+const Tensor& autograd::ops::zero_(const Tensor& self) { return fill_(self, 0); }
+const Tensor& autograd::ops::fill_(const Tensor& self, Scalar v) {
+  if (!involves_grad(self, nullptr)) return raw::fill_(self, v);
+  check_rebase(self, "fill_");
+  raw::fill_(self, v);
+  if (auto* m = autograd::impl::meta(self)) m->grad_fn = nullptr;  // a constant now
+  return self;
 }
-Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
-  if (!involves_grad(*this, &src)) return raw::copy_(*this, src, non_blocking);
-  check_rebase(*this, "copy_");
-  TG_CHECK(src.device() == device(), "copy_: expected src on ", device(), ", got ",
+const Tensor& autograd::ops::copy_(const Tensor& self, const Tensor& src, bool non_blocking) {
+  if (!involves_grad(self, &src)) return raw::copy_(self, src, non_blocking);
+  check_rebase(self, "copy_");
+  TG_CHECK(src.device() == self.device(), "copy_: expected src on ", self.device(), ", got ",
            src.device());
-  ScalarType dt = dtype();
-  IntList shape = sizes();
-  return rebase(*this, src.to(dt).expand(shape).clone());
+  ScalarType dt = self.dtype();
+  IntList shape = self.sizes();
+  return rebase(self, src.to(dt).expand(shape).clone());
 }
 
 }  // namespace tg

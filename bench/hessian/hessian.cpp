@@ -1,4 +1,4 @@
-// The Hessian benchmark (issue 5), tapegrad's main job: per-sample input
+// The Hessian benchmark, tapegrad's main job: per-sample input
 // Hessians of a PINN-style MLP 2 -> 512 x6 -> 3 (inputs x, y; outputs u, v,
 // p) at batch B, H [B, 3, 2, 2], in two modes:
 //   hess      the Hessian only;

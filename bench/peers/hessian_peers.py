@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The Hessian benchmark side by side (issue 5), on the GPU machine:
+"""The Hessian benchmark side by side, on the GPU machine:
 
     python3 bench/peers/hessian_peers.py [--batch 10000] [--runs 20] [--act silu,tanh,relu]
         [--precision fp32,tf32] [--mode hess,hess+bwd] [--frameworks tapegrad,libtorch,eager,func,jax]

@@ -8,8 +8,8 @@
 #include <cstring>
 
 #include <tapegrad/cuda/allocator.h>
-#include <tapegrad/tensor/activation_math.h>
-#include <tapegrad/tensor/kernels.h>
+#include "tensor/activation_math.h"
+#include "tensor/kernels.h"
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
 
@@ -301,10 +301,9 @@ const kernels::Backend& backend() {
   return b;
 }
 
-[[maybe_unused]] const bool g_registered = [] {
-  kernels::register_backend(DeviceType::CUDA, &backend());
-  return true;
-}();
-
 }  // namespace
 }  // namespace tg::cuda
+
+namespace tg::kernels {
+const Backend* cuda_backend() { return &cuda::backend(); }
+}  // namespace tg::kernels

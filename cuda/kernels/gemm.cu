@@ -8,7 +8,7 @@
 #include <vector>
 
 #include <tapegrad/cuda/device.h>
-#include <tapegrad/tensor/kernels.h>
+#include "tensor/kernels.h"
 #include <tapegrad/tensor/raw.h>
 
 #include "loops.cuh"

@@ -9,9 +9,9 @@
 
 #include <type_traits>
 
-#include <tapegrad/cuda/check.h>
+#include "cuda/check.h"
 #include <tapegrad/cuda/stream.h>
-#include <tapegrad/tensor/kernels.h>
+#include "tensor/kernels.h"
 #include <tapegrad/tensor/tensor.h>
 
 namespace tg::cuda {

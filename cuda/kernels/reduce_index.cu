@@ -3,7 +3,7 @@
 // and Philox random numbers with the CPU's element mapping (tensor/random.h).
 #include <cub/block/block_reduce.cuh>
 
-#include <tapegrad/tensor/kernels.h>
+#include "tensor/kernels.h"
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/random.h>
 #include <tapegrad/tensor/raw.h>

@@ -1,7 +1,7 @@
 // Internal: each CUDA kernel file fills its part of the backend table.
 #pragma once
 
-#include <tapegrad/tensor/kernels.h>
+#include "tensor/kernels.h"
 
 namespace tg::cuda {
 void register_reduce_index_random(kernels::Backend& b);

@@ -10,8 +10,8 @@
 #include <thrust/execution_policy.h>
 #include <thrust/iterator/counting_iterator.h>
 
-#include <tapegrad/cuda/check.h>
-#include <tapegrad/tensor/op_util.h>
+#include "cuda/check.h"
+#include "tensor/op_util.h"
 
 #include "loops.cuh"
 #include "register.h"

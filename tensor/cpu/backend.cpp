@@ -1,4 +1,4 @@
-#include <tapegrad/tensor/cpu/cpu_kernels.h>
+#include "tensor/cpu/cpu_kernels.h"
 
 namespace tg::kernels {
 

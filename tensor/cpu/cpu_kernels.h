@@ -1,7 +1,7 @@
 // Internal: each CPU kernel file fills its part of the CPU Backend table.
 #pragma once
 
-#include <tapegrad/tensor/kernels.h>
+#include "tensor/kernels.h"
 
 namespace tg::cpu {
 void register_elementwise(kernels::Backend& b);

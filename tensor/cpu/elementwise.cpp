@@ -5,9 +5,9 @@
 
 #include <Eigen/Core>
 
-#include <tapegrad/tensor/activation_math.h>
-#include <tapegrad/tensor/cpu/cpu_kernels.h>
-#include <tapegrad/tensor/cpu/loops.h>
+#include "tensor/activation_math.h"
+#include "tensor/cpu/cpu_kernels.h"
+#include "tensor/cpu/loops.h"
 
 namespace tg::cpu {
 namespace {

@@ -2,8 +2,8 @@
 #include <cmath>
 #include <cstring>
 
-#include <tapegrad/tensor/cpu/cpu_kernels.h>
-#include <tapegrad/tensor/cpu/loops.h>
+#include "tensor/cpu/cpu_kernels.h"
+#include "tensor/cpu/loops.h"
 #include <tapegrad/tensor/random.h>
 
 namespace tg::cpu {

@@ -2,8 +2,8 @@
 // batches, or row blocks of one large product, run in parallel with TBB.
 #include <Eigen/Core>
 
-#include <tapegrad/tensor/cpu/cpu_kernels.h>
-#include <tapegrad/tensor/cpu/loops.h>
+#include "tensor/cpu/cpu_kernels.h"
+#include "tensor/cpu/loops.h"
 
 namespace tg::cpu {
 namespace {

@@ -1,4 +1,4 @@
-#include <tapegrad/tensor/cpu/loops.h>
+#include "tensor/cpu/loops.h"
 
 #include <algorithm>
 

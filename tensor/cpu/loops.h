@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <utility>
 
-#include <tapegrad/tensor/kernels.h>
+#include "tensor/kernels.h"
 #include <tapegrad/tensor/tensor.h>
 
 namespace tg::cpu {

@@ -8,8 +8,8 @@
 
 #include <Eigen/Core>
 
-#include <tapegrad/tensor/cpu/cpu_kernels.h>
-#include <tapegrad/tensor/cpu/loops.h>
+#include "tensor/cpu/cpu_kernels.h"
+#include "tensor/cpu/loops.h"
 #include <tapegrad/tensor/ops.h>
 
 namespace tg::cpu {

@@ -4,9 +4,9 @@
 
 #include <tbb/parallel_sort.h>
 
-#include <tapegrad/tensor/cpu/cpu_kernels.h>
-#include <tapegrad/tensor/cpu/loops.h>
-#include <tapegrad/tensor/op_util.h>
+#include "tensor/cpu/cpu_kernels.h"
+#include "tensor/cpu/loops.h"
+#include "tensor/op_util.h"
 
 namespace tg::cpu {
 namespace {

@@ -1,4 +1,4 @@
-// The engine entry points: grad() and backward() (DESIGN §2, reference §1).
+// The engine entry points: grad() and backward() (docs/AUTOGRAD.md "GraphTask and the engine").
 #pragma once
 
 #include <optional>

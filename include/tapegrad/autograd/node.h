@@ -70,8 +70,8 @@ class Node : public std::enable_shared_from_this<Node> {
   // them (custom Functions materialise zeros instead).
   virtual bool apply_on_undefined() const { return false; }
 
-  // The stream the node runs on: that of its first GPU input (reference
-  // §0); invalid for CPU nodes.
+  // The stream the node runs on: that of its first GPU input
+  // (docs/STREAMS.md "Backward"); invalid for CPU nodes.
   cuda::Stream stream() const;
 
   uint64_t sequence_nr() const { return sequence_nr_; }

@@ -30,7 +30,7 @@ struct Device {
 };
 std::ostream& operator<<(std::ostream& os, const Device& d);
 
-// Strided now; SparseCoo arrives with the sparse issue (indices + values).
+// Strided, or SparseCoo (indices + values; docs/TENSOR.md "Sparse COO tensors").
 enum class Layout : int8_t { Strided, SparseCoo };
 constexpr Layout kStrided = Layout::Strided;
 constexpr Layout kSparseCoo = Layout::SparseCoo;

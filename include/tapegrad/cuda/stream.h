@@ -1,4 +1,4 @@
-// CUDA devices, streams and events (DESIGN §5). No CUDA headers here: built
+// CUDA devices, streams and events (docs/STREAMS.md). No CUDA headers here: built
 // without CUDA (cuda/stub.cpp) or run without a GPU, every call that needs a
 // device throws tg::Error saying why; is_available() tells beforehand.
 //

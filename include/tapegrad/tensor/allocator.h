@@ -32,16 +32,13 @@ void reset_cpu_peak_bytes();  // peak := live
 // Returns the cached free blocks (>= 1 MiB, up to 2 GiB) to the system.
 void cpu_empty_cache();
 
-// Devices register their allocators here (the CUDA backend does, when the
-// library loads): `get(index)` returns the allocator of device `index`.
+// The allocator of a device: the CPU's, or the CUDA backend's caching
+// allocator of that device (throws in a build without CUDA).
 Allocator* allocator_for(Device d);
-using DeviceAllocatorFn = Allocator* (*)(int index);
-void set_allocator(DeviceType t, DeviceAllocatorFn get);
 
-// Page-locked host memory for fast and asynchronous host<->device copies;
-// the CUDA backend registers it. Without one, pinned_allocator() throws.
+// Page-locked host memory for fast and asynchronous host<->device copies,
+// from the CUDA backend. Without one, pinned_allocator() throws.
 Allocator* pinned_allocator();
 Allocator* registered_pinned_allocator();  // nullptr when none
-void set_pinned_allocator(Allocator* a);
 
 }  // namespace tg

@@ -1,4 +1,4 @@
-// The CUDA caching allocator (DESIGN §5, reference §5.3).
+// The CUDA caching allocator (docs/STREAMS.md "Memory").
 //
 // - Requests are rounded to 512 bytes; those up to 1 MiB come from 2 MiB
 //   segments ("small" pool), larger ones from their own segments rounded to
@@ -11,7 +11,7 @@
 // - Out of memory: the allocator frees every cached, unsplit segment and
 //   retries once; then it throws an error stating the requested, free and
 //   total bytes, and stays usable.
-// - Seam for graph-private pools (the CUDA graph issue): every block carries
+// - Seam for graph-private pools (CUDA graph capture): every block carries
 //   a pool id, 0 for the shared pool; blocks are reused only within a pool.
 #pragma once
 

@@ -1,0 +1,135 @@
+// The public op set. Every op broadcasts NumPy-style, accepts any strides and
+// dispatches by device. The ops are listed once, in ops.def. Without the
+// autograd layer (tapegrad::tensor alone) each runs its raw op of
+// <tapegrad/tensor/raw.h>; with it (tapegrad::tapegrad) the differentiable
+// ones also record a backward node when grad mode is on and an input requires
+// grad. Comparisons, factories and whole-tensor comparisons never record.
+// Dtype rules (docs/TENSOR.md): binary ops promote with promote_types();
+// true division and the float-only unary ops give Float32 for Int64/Bool
+// inputs; comparisons give Bool; sum of Int64/Bool gives Int64.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <tapegrad/tensor/tensor.h>
+
+namespace tg {
+
+// ---- factories ---------------------------------------------------------------
+Tensor empty(const IntList& sizes, TensorOptions opts = {});
+Tensor zeros(const IntList& sizes, TensorOptions opts = {});
+Tensor ones(const IntList& sizes, TensorOptions opts = {});
+Tensor full(const IntList& sizes, Scalar value, TensorOptions opts = {});
+Tensor rand(const IntList& sizes, TensorOptions opts = {});   // U[0, 1)
+Tensor randn(const IntList& sizes, TensorOptions opts = {});  // N(0, 1)
+Tensor arange(Scalar end, TensorOptions opts = {});
+Tensor arange(Scalar start, Scalar end, Scalar step = 1, TensorOptions opts = {});
+Tensor linspace(double start, double end, int64_t steps, TensorOptions opts = {});
+Tensor eye(int64_t n, TensorOptions opts = {});
+Tensor eye(int64_t n, int64_t m, TensorOptions opts = {});
+// Values in row-major order; `sizes` empty means 1-D of values.size().
+Tensor tensor(const std::vector<double>& values,
+              const IntList& sizes = {},
+              TensorOptions opts = {});
+Tensor scalar_tensor(Scalar value, TensorOptions opts = {});
+Tensor empty_like(const Tensor& t);
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor full_like(const Tensor& t, Scalar value);
+Tensor rand_like(const Tensor& t);
+Tensor randn_like(const Tensor& t);
+
+// Counter-based Philox 4x32-10 generator (tensor/random.h has the mapping).
+void manual_seed(uint64_t seed);
+
+// Deterministic mode (torch.use_deterministic_algorithms): process-wide; while
+// on, every op whose CUDA forward or backward could differ from run to run
+// (atomic accumulation in scatter_add and what is built on it: index_select,
+// gather and dense embedding backward, to_dense of an uncoalesced tensor;
+// cuSPARSE's SpMM) takes a bitwise-reproducible path instead. What it covers
+// and costs: docs/TENSOR.md "Deterministic mode".
+void use_deterministic_algorithms(bool enabled);
+bool are_deterministic_algorithms_enabled();
+// Sets the mode for a scope and restores the previous one.
+class DeterministicGuard {
+ public:
+  explicit DeterministicGuard(bool enabled = true);
+  ~DeterministicGuard();
+  DeterministicGuard(const DeterministicGuard&) = delete;
+  DeterministicGuard& operator=(const DeterministicGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// g * act^(order)(x): the order-th derivative of an activation at x, times g,
+// in one fused kernel (the backward of silu/sigmoid/tanh/relu uses it with
+// order 1). Differentiable to any order: orders 0..4 are fused kernels, and
+// each derivative raises the order by one (above 4 the engine differentiates
+// the order-4 kernel's graph).
+enum class Activation { Silu, Sigmoid, Tanh, Relu };
+
+// ---- the op list ------------------------------------------------------------------
+// Every op of <tapegrad/tensor/ops.def> that is a free function, declared
+// here. Notes on some of them:
+// - silu(x) = x * sigmoid(x); gelu(x) is exact x * Phi(x), approximate =
+//   "tanh" uses the tanh formula; softplus(x) = log(1 + exp(beta x)) / beta,
+//   linear where beta x > threshold (as PyTorch).
+// - Reductions: dims may be negative; sum_to(x, shape) sums x down to `shape`
+//   (x's shape must broadcast from it), as PyTorch's sum_to_size.
+// - mm [n,k] x [k,m]; bmm [B,n,k] x [B,k,m]; matmul has NumPy semantics;
+//   linear(x, w, b) = x @ w^T + b, w: [out, in], b: [out] (optional).
+// - sparse_coo_tensor(indices, values, sizes): indices Int64 [sparse_dim,
+//   nnz]; values [nnz, dense sizes...]; sizes the logical shape. Checks ranks,
+//   dtypes, devices and every index (one device sync on a GPU) and throws
+//   naming the first bad index. Differentiable in values. coalesce sorts
+//   row-major and sums duplicates (returns its input when coalesced);
+//   to_dense returns a strided tensor as is.
+// - embedding(weight, indices, sparse): rows of weight ([num, dim...]) picked
+//   by indices (Int64, any shape): [indices..., dim...]. With sparse = true
+//   the gradient of weight is a sparse COO tensor (the lookup indices,
+//   uncoalesced, and the rows of the incoming gradient). index_select(x, 0,
+//   index, sparse_grad) likewise.
+// - allclose: |a - b| <= atol + rtol |b| elementwise (broadcasting), like
+//   torch.allclose; equal: same sizes and values (dtypes may differ).
+#define TG_D(...) = __VA_ARGS__
+#define TG_OP0(ret, name, id, form) TG_IF_FREE_##form(ret name(const Tensor& self);)
+#define TG_OP(ret, name, id, extras, args, form) \
+  TG_IF_FREE_##form(ret name(const Tensor& self, TG_UNPAREN extras);)
+#define TG_FN(ret, name, id, params, args, form) TG_IF_FREE_##form(ret name params;)
+#include <tapegrad/tensor/ops.def>
+#undef TG_FN
+#undef TG_OP
+#undef TG_OP0
+#undef TG_D
+
+// ---- shape helpers -------------------------------------------------------------
+IntList broadcast_shapes(const IntList& a, const IntList& b, const char* op);
+Tensor broadcast_to(const Tensor& x, const IntList& sizes);
+
+// ---- operators -------------------------------------------------------------------
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, Scalar b);
+Tensor operator-(const Tensor& a, Scalar b);
+Tensor operator*(const Tensor& a, Scalar b);
+Tensor operator/(const Tensor& a, Scalar b);
+Tensor operator+(Scalar a, const Tensor& b);
+Tensor operator-(Scalar a, const Tensor& b);
+Tensor operator*(Scalar a, const Tensor& b);
+Tensor operator/(Scalar a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor& operator+=(Tensor& a, const Tensor& b);
+Tensor& operator-=(Tensor& a, const Tensor& b);
+Tensor& operator*=(Tensor& a, const Tensor& b);
+Tensor& operator/=(Tensor& a, const Tensor& b);
+Tensor& operator+=(Tensor& a, Scalar b);
+Tensor& operator-=(Tensor& a, Scalar b);
+Tensor& operator*=(Tensor& a, Scalar b);
+Tensor& operator/=(Tensor& a, Scalar b);
+
+}  // namespace tg

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include <tapegrad/cuda/allocator.h>
-#include "tensor/activation_math.h"
+#include "tensor/element_math.h"
 #include "tensor/kernels.h"
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
@@ -77,47 +77,10 @@ void where_kernel(const Tensor& out, const Tensor& cond, const Tensor& a, const 
 
 // ---- binary and compare --------------------------------------------------------------
 template <class T>
-__device__ T ipow(T base, T e) {
-  if (e < 0) {
-    if (base == 1) return 1;
-    if (base == -1) return (e % 2 == 0) ? 1 : -1;
-    return 0;
-  }
-  T r = 1;
-  while (e) {
-    if (e & 1) r *= base;
-    base *= base;
-    e >>= 1;
-  }
-  return r;
-}
-
-template <class T>
 struct BinaryFn {
   static constexpr int kElemSize = sizeof(T);
   BinaryOp op;
-  __device__ T apply(T a, T b) const {
-    switch (op) {
-      case BinaryOp::Add: return a + b;
-      case BinaryOp::Sub: return a - b;
-      case BinaryOp::Mul: return a * b;
-      case BinaryOp::Div:
-        if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : a / b;
-        else return a / b;
-      case BinaryOp::Pow:
-        if constexpr (std::is_integral_v<T>) return ipow(a, b);
-        else return ::pow(a, b);
-      case BinaryOp::Max:
-        if constexpr (!std::is_integral_v<T>)
-          if (a != a || b != b) return a != a ? a : b;  // NaN propagates
-        return a > b ? a : b;
-      case BinaryOp::Min:
-        if constexpr (!std::is_integral_v<T>)
-          if (a != a || b != b) return a != a ? a : b;
-        return a < b ? a : b;
-    }
-    return T(0);
-  }
+  __device__ T apply(T a, T b) const { return kernels::binary_apply(op, a, b); }
   __device__ void operator()(char* const* p, const int64_t* off) const {
     *reinterpret_cast<T*>(p[0] + off[0]) =
         apply(*reinterpret_cast<const T*>(p[1] + off[1]), *reinterpret_cast<const T*>(p[2] + off[2]));
@@ -137,15 +100,7 @@ struct CompareFn {
   __device__ void operator()(char* const* p, const int64_t* off) const {
     T x = *reinterpret_cast<const T*>(p[1] + off[1]);
     T y = *reinterpret_cast<const T*>(p[2] + off[2]);
-    bool r = false;
-    switch (op) {
-      case CompareOp::Eq: r = x == y; break;
-      case CompareOp::Ne: r = x != y; break;
-      case CompareOp::Lt: r = x < y; break;
-      case CompareOp::Le: r = x <= y; break;
-      case CompareOp::Gt: r = x > y; break;
-      case CompareOp::Ge: r = x >= y; break;
-    }
+    bool r = kernels::compare_apply(op, x, y);
     *reinterpret_cast<bool*>(p[0] + off[0]) = r;
   }
 };
@@ -162,60 +117,10 @@ template <class T>
 struct UnaryFn {
   static constexpr int kElemSize = sizeof(T);
   UnaryOp op;
-  T a, b;
-  bool has_a, has_b;
-  __device__ T apply(T x) const {
-    if constexpr (std::is_integral_v<T>) {
-      switch (op) {
-        case UnaryOp::Neg: return -x;
-        case UnaryOp::Abs: return x < 0 ? -x : x;
-        case UnaryOp::Sign: return T((x > 0) - (x < 0));
-        case UnaryOp::Square: return x * x;
-        case UnaryOp::Relu: return x < 0 ? T(0) : x;
-        case UnaryOp::Clamp:
-          if (has_a && x < a) x = a;
-          if (has_b && x > b) x = b;
-          return x;
-        default: return x;  // float-only ops never reach integers (op layer)
-      }
-    } else {
-      switch (op) {
-        case UnaryOp::Neg: return -x;
-        case UnaryOp::Abs: return x < 0 ? -x : x;
-        case UnaryOp::Sign: return x != x ? x : T((x > 0) - (x < 0));
-        case UnaryOp::Square: return x * x;
-        case UnaryOp::Relu: return x < 0 ? T(0) : x;
-        case UnaryOp::Clamp:
-          if (x != x) return x;
-          if (has_a && x < a) x = a;
-          if (has_b && x > b) x = b;
-          return x;
-        case UnaryOp::Exp: return ::exp(x);
-        case UnaryOp::Log: return ::log(x);
-        case UnaryOp::Sin: return ::sin(x);
-        case UnaryOp::Cos: return ::cos(x);
-        case UnaryOp::Tanh: return ::tanh(x);
-        case UnaryOp::Sigmoid: return T(1) / (T(1) + ::exp(-x));
-        case UnaryOp::Silu: return x / (T(1) + ::exp(-x));
-        case UnaryOp::Erf: return ::erf(x);
-        case UnaryOp::Gelu: return T(0.5) * x * (T(1) + ::erf(x * T(0.70710678118654752440)));
-        case UnaryOp::GeluTanh: {
-          T inner = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
-          return T(0.5) * x * (T(1) + ::tanh(inner));
-        }
-        case UnaryOp::Softplus: {
-          T z = a * x;
-          return z > b ? x : ::log1p(::exp(z)) / a;
-        }
-        case UnaryOp::Sqrt: return ::sqrt(x);
-        case UnaryOp::Rsqrt: return T(1) / ::sqrt(x);
-        case UnaryOp::Reciprocal: return T(1) / x;
-      }
-      return x;
-    }
-  }
+  kernels::UnaryArgs<T> args;
   __device__ void operator()(char* const* p, const int64_t* off) const {
-    *reinterpret_cast<T*>(p[0] + off[0]) = apply(*reinterpret_cast<const T*>(p[1] + off[1]));
+    *reinterpret_cast<T*>(p[0] + off[0]) =
+        kernels::unary_apply(op, *reinterpret_cast<const T*>(p[1] + off[1]), args);
   }
 };
 
@@ -223,7 +128,7 @@ void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, const kernels:
   Tensor ops[2] = {out, x};
   dispatch_compute(out.dtype(), "unary", [&](auto tag) {
     using T = decltype(tag);
-    launch(ops, 2, "unary", UnaryFn<T>{op, T(prm.a), T(prm.b), prm.has_a, prm.has_b});
+    launch(ops, 2, "unary", UnaryFn<T>{op, {T(prm.a), T(prm.b), prm.has_a, prm.has_b}});
   });
 }
 

@@ -5,7 +5,7 @@
 
 #include <Eigen/Core>
 
-#include "tensor/activation_math.h"
+#include "tensor/element_math.h"
 #include "tensor/cpu/cpu_kernels.h"
 #include "tensor/cpu/loops.h"
 
@@ -90,61 +90,7 @@ void fill_kernel(const Tensor& dst, Scalar v) {
   });
 }
 
-// ---- binary --------------------------------------------------------------------
-template <class T>
-inline T ipow(T base, T e) {
-  if (e < 0) {
-    if (base == 1) return 1;
-    if (base == -1) return (e % 2 == 0) ? 1 : -1;
-    return 0;
-  }
-  T r = 1;
-  while (e) {
-    if (e & 1) r *= base;
-    base *= base;
-    e >>= 1;
-  }
-  return r;
-}
-
-// Functor types (not function pointers) so each loop inlines its op.
-struct AddF {
-  template <class T> T operator()(T a, T b) const { return a + b; }
-};
-struct SubF {
-  template <class T> T operator()(T a, T b) const { return a - b; }
-};
-struct MulF {
-  template <class T> T operator()(T a, T b) const { return a * b; }
-};
-struct DivF {
-  template <class T> T operator()(T a, T b) const {
-    if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : a / b;
-    else return a / b;
-  }
-};
-struct PowF {
-  template <class T> T operator()(T a, T b) const {
-    if constexpr (std::is_integral_v<T>) return ipow(a, b);
-    else return std::pow(a, b);
-  }
-};
-// NaN-propagating, as torch.maximum/minimum.
-struct MaxF {
-  template <class T> T operator()(T a, T b) const {
-    if constexpr (!std::is_integral_v<T>)
-      if (a != a || b != b) return std::numeric_limits<T>::quiet_NaN();
-    return a > b ? a : b;
-  }
-};
-struct MinF {
-  template <class T> T operator()(T a, T b) const {
-    if constexpr (!std::is_integral_v<T>)
-      if (a != a || b != b) return std::numeric_limits<T>::quiet_NaN();
-    return a < b ? a : b;
-  }
-};
-
+// ---- binary (element math: tensor/element_math.h) ------------------------------
 // out[i] = f(a[i], b[i]); contiguous and scalar-operand fast paths.
 template <class T, class R, class F>
 void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
@@ -174,15 +120,9 @@ void binary_kernel(BinaryOp op, const Tensor& out, const Tensor& a,
                    const Tensor& b) {
   dispatch_compute(out.dtype(), "binary", [&](auto tag) {
     using T = decltype(tag);
-    switch (op) {
-      case BinaryOp::Add: return binary_loop<T, T>(out, a, b, AddF{});
-      case BinaryOp::Sub: return binary_loop<T, T>(out, a, b, SubF{});
-      case BinaryOp::Mul: return binary_loop<T, T>(out, a, b, MulF{});
-      case BinaryOp::Div: return binary_loop<T, T>(out, a, b, DivF{});
-      case BinaryOp::Pow: return binary_loop<T, T>(out, a, b, PowF{});
-      case BinaryOp::Max: return binary_loop<T, T>(out, a, b, MaxF{});
-      case BinaryOp::Min: return binary_loop<T, T>(out, a, b, MinF{});
-    }
+    kernels::visit_binary(op, [&](auto o) {
+      binary_loop<T, T>(out, a, b, [](T x, T y) { return kernels::binary_fn<decltype(o)::value>(x, y); });
+    });
   });
 }
 
@@ -226,20 +166,7 @@ void compare_kernel(CompareOp op, const Tensor& out, const Tensor& a,
                     const Tensor& b) {
   dispatch_compute(a.dtype(), "compare", [&](auto tag) {
     using T = decltype(tag);
-    switch (op) {
-      case CompareOp::Eq:
-        return binary_loop<T, bool>(out, a, b, [](T x, T y) { return x == y; });
-      case CompareOp::Ne:
-        return binary_loop<T, bool>(out, a, b, [](T x, T y) { return x != y; });
-      case CompareOp::Lt:
-        return binary_loop<T, bool>(out, a, b, [](T x, T y) { return x < y; });
-      case CompareOp::Le:
-        return binary_loop<T, bool>(out, a, b, [](T x, T y) { return x <= y; });
-      case CompareOp::Gt:
-        return binary_loop<T, bool>(out, a, b, [](T x, T y) { return x > y; });
-      case CompareOp::Ge:
-        return binary_loop<T, bool>(out, a, b, [](T x, T y) { return x >= y; });
-    }
+    binary_loop<T, bool>(out, a, b, [op](T x, T y) { return kernels::compare_apply(op, x, y); });
   });
 }
 
@@ -271,122 +198,37 @@ void unary_loop(const Tensor& out, const Tensor& x, F f, V v) {
   });
 }
 
-template <class T>
-T sign_of(T x) {
-  if constexpr (!std::is_integral_v<T>)
-    if (x != x) return x;
-  return T((x > T(0)) - (x < T(0)));
-}
-
-template <class T>
-void unary_float(UnaryOp op, const Tensor& out, const Tensor& x,
-                 const kernels::UnaryParams& prm) {
-  using std::nullptr_t;
-  const T kSqrt1_2 = T(0.70710678118654752440);
-  const T kSqrt2OverPi = T(0.79788456080286535588);
-  switch (op) {
-    case UnaryOp::Exp:
-      return unary_loop<T>(out, x, [](T a) { return std::exp(a); },
-                           [](const auto& a) { return a.exp(); });
-    case UnaryOp::Log:
-      return unary_loop<T>(out, x, [](T a) { return std::log(a); },
-                           [](const auto& a) { return a.log(); });
-    case UnaryOp::Sin:
-      return unary_loop<T>(out, x, [](T a) { return std::sin(a); },
-                           [](const auto& a) { return a.sin(); });
-    case UnaryOp::Cos:
-      return unary_loop<T>(out, x, [](T a) { return std::cos(a); },
-                           [](const auto& a) { return a.cos(); });
-    case UnaryOp::Tanh:
-      return unary_loop<T>(out, x, [](T a) { return std::tanh(a); },
-                           [](const auto& a) { return a.tanh(); });
-    case UnaryOp::Sigmoid:
-      return unary_loop<T>(out, x, [](T a) { return T(1) / (T(1) + std::exp(-a)); },
-                           [](const auto& a) { return a.logistic(); });
-    case UnaryOp::Silu:
-      // One formula for both paths (and CUDA's): silu(-inf) is NaN, as -inf / inf.
-      return unary_loop<T>(out, x, [](T a) { return a / (T(1) + std::exp(-a)); },
-                           [](const auto& a) { return a / (T(1) + (-a).exp()); });
-    case UnaryOp::Erf:
-      return unary_loop<T>(out, x, [](T a) { return std::erf(a); }, nullptr);
-    case UnaryOp::Gelu:
-      return unary_loop<T>(
-          out, x,
-          [kSqrt1_2](T a) { return T(0.5) * a * (T(1) + std::erf(a * kSqrt1_2)); },
-          nullptr);
-    case UnaryOp::GeluTanh:
-      return unary_loop<T>(
-          out, x,
-          [kSqrt2OverPi](T a) {
-            T inner = kSqrt2OverPi * (a + T(0.044715) * a * a * a);
-            return T(0.5) * a * (T(1) + std::tanh(inner));
-          },
-          nullptr);
-    case UnaryOp::Softplus: {
-      T beta = T(prm.a), threshold = T(prm.b);
-      return unary_loop<T>(
-          out, x,
-          [beta, threshold](T a) {
-            T z = beta * a;
-            return z > threshold ? a : std::log1p(std::exp(z)) / beta;
-          },
-          nullptr);
-    }
-    case UnaryOp::Sqrt:  // scalar std::sqrt (vectorized by the compiler): Eigen's
-                         // packet sqrt of float gives NaN for +inf
-      return unary_loop<T>(out, x, [](T a) { return std::sqrt(a); }, nullptr);
-    case UnaryOp::Rsqrt:
-      return unary_loop<T>(out, x, [](T a) { return T(1) / std::sqrt(a); },
-                           [](const auto& a) { return a.rsqrt(); });
-    case UnaryOp::Reciprocal:
-      return unary_loop<T>(out, x, [](T a) { return T(1) / a; },
-                           [](const auto& a) { return a.inverse(); });
-    default:
-      TG_INTERNAL_ASSERT(false, "unary op not float-only");
-  }
-}
-
-template <class T>
-void unary_any(UnaryOp op, const Tensor& out, const Tensor& x,
-               const kernels::UnaryParams& prm) {
-  switch (op) {
-    case UnaryOp::Neg:
-      return unary_loop<T>(out, x, [](T a) { return T(-a); }, nullptr);
-    case UnaryOp::Abs:
-      return unary_loop<T>(out, x, [](T a) { return a < T(0) ? T(-a) : a; }, nullptr);
-    case UnaryOp::Sign:
-      return unary_loop<T>(out, x, [](T a) { return sign_of(a); }, nullptr);
-    case UnaryOp::Square:
-      return unary_loop<T>(out, x, [](T a) { return T(a * a); }, nullptr);
-    case UnaryOp::Relu:  // relu(NaN) = NaN, as PyTorch
-      return unary_loop<T>(out, x, [](T a) { return a < T(0) ? T(0) : a; }, nullptr);
-    case UnaryOp::Clamp: {
-      T lo = T(prm.a), hi = T(prm.b);
-      bool has_lo = prm.has_a, has_hi = prm.has_b;
-      return unary_loop<T>(
-          out, x,
-          [=](T a) {
-            if constexpr (!std::is_integral_v<T>)
-              if (a != a) return a;
-            if (has_lo && a < lo) a = lo;
-            if (has_hi && a > hi) a = hi;
-            return a;
-          },
-          nullptr);
-    }
-    default:
-      if constexpr (std::is_integral_v<T>) {
-        TG_INTERNAL_ASSERT(false, "float-only unary op on an integer tensor");
-      } else {
-        unary_float<T>(op, out, x, prm);
-      }
-  }
+// Eigen's vectorized form of an op that is one library function, used on
+// contiguous runs; nullptr for the others (their element loop vectorizes or
+// calls the element math). The special-value test checks both paths agree.
+template <UnaryOp Op>
+auto eigen_form() {
+  if constexpr (Op == UnaryOp::Exp) return [](const auto& a) { return a.exp(); };
+  else if constexpr (Op == UnaryOp::Log) return [](const auto& a) { return a.log(); };
+  else if constexpr (Op == UnaryOp::Sin) return [](const auto& a) { return a.sin(); };
+  else if constexpr (Op == UnaryOp::Cos) return [](const auto& a) { return a.cos(); };
+  else if constexpr (Op == UnaryOp::Tanh) return [](const auto& a) { return a.tanh(); };
+  else if constexpr (Op == UnaryOp::Sigmoid) return [](const auto& a) { return a.logistic(); };
+  else if constexpr (Op == UnaryOp::Rsqrt) return [](const auto& a) { return a.rsqrt(); };
+  else if constexpr (Op == UnaryOp::Reciprocal) return [](const auto& a) { return a.inverse(); };
+  else return nullptr;  // sqrt too: Eigen's packet sqrt of float gives NaN for +inf
 }
 
 void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x,
                   const kernels::UnaryParams& prm) {
   dispatch_compute(out.dtype(), "unary", [&](auto tag) {
-    unary_any<decltype(tag)>(op, out, x, prm);
+    using T = decltype(tag);
+    const kernels::UnaryArgs<T> args{T(prm.a), T(prm.b), prm.has_a, prm.has_b};
+    kernels::visit_unary(op, [&](auto o) {
+      constexpr UnaryOp O = decltype(o)::value;
+      if constexpr (std::is_integral_v<T> && kernels::is_float_only(O)) {
+        TG_INTERNAL_ASSERT(false, "float-only unary op on an integer tensor");
+      } else if constexpr (std::is_integral_v<T>) {
+        unary_loop<T>(out, x, [args](T a) { return kernels::unary_fn<O>(a, args); }, nullptr);
+      } else {
+        unary_loop<T>(out, x, [args](T a) { return kernels::unary_fn<O>(a, args); }, eigen_form<O>());
+      }
+    });
   });
 }
 

@@ -1,0 +1,235 @@
+// Internal: the element math of every elementwise kernel, written once and
+// called from the CPU kernels (tensor/cpu/elementwise.cpp) and the CUDA
+// kernels (cuda/kernels/elementwise.cu) alike: binary and unary ops with
+// their NaN and integer rules, comparisons, and the activations' derivatives
+// of orders 0..4 as closed forms (docs/AUTOGRAD.md).
+// With s = sigmoid(x), u = s (1 - s), a = 1 - 2 s, t = tanh(x), v = 1 - t^2:
+//   silu     x s | s + x u | u (2 + x a) | u (a (3 + x a) - 2 x u) | u (4 a^2 + x a^3 - 8 x a u - 8 u)
+//   sigmoid  s   | u       | u a         | u (a^2 - 2 u)           | u a (a^2 - 8 u)
+//   tanh     t   | v       | -2 t v      | v (6 t^2 - 2)           | v t (16 - 24 t^2)
+//   relu     max(x, 0) | [x > 0] | 0 ...
+#pragma once
+
+#include <cmath>
+#include <type_traits>
+#include <utility>
+
+#include "tensor/kernels.h"
+
+#if defined(__CUDACC__)
+#define TG_HOST_DEVICE __host__ __device__
+#else
+#define TG_HOST_DEVICE
+#endif
+
+namespace tg::kernels {
+
+// Integer power; negative exponents give 0 except for bases 1 and -1.
+template <class T>
+TG_HOST_DEVICE inline T ipow(T base, T e) {
+  if (e < 0) {
+    if (base == 1) return 1;
+    if (base == -1) return (e % 2 == 0) ? 1 : -1;
+    return 0;
+  }
+  T r = 1;
+  while (e) {
+    if (e & 1) r *= base;
+    base *= base;
+    e >>= 1;
+  }
+  return r;
+}
+
+template <BinaryOp Op, class T>
+TG_HOST_DEVICE inline T binary_fn(T a, T b) {
+  using std::pow;
+  constexpr bool kInt = std::is_integral_v<T>;
+  if constexpr (Op == BinaryOp::Add) return a + b;
+  else if constexpr (Op == BinaryOp::Sub) return a - b;
+  else if constexpr (Op == BinaryOp::Mul) return a * b;
+  else if constexpr (Op == BinaryOp::Div) {
+    if constexpr (kInt) return b == 0 ? T(0) : a / b;  // no trap on integer division by 0
+    else return a / b;
+  } else if constexpr (Op == BinaryOp::Pow) {
+    if constexpr (kInt) return ipow(a, b);
+    else return pow(a, b);
+  } else {  // Max, Min: NaN propagates, as torch.maximum/minimum
+    if constexpr (!kInt)
+      if (a != a || b != b) return a != a ? a : b;
+    if constexpr (Op == BinaryOp::Max) return a > b ? a : b;
+    else return a < b ? a : b;
+  }
+}
+
+template <class T>
+TG_HOST_DEVICE inline T binary_apply(BinaryOp op, T a, T b) {
+  switch (op) {
+    case BinaryOp::Add: return binary_fn<BinaryOp::Add>(a, b);
+    case BinaryOp::Sub: return binary_fn<BinaryOp::Sub>(a, b);
+    case BinaryOp::Mul: return binary_fn<BinaryOp::Mul>(a, b);
+    case BinaryOp::Div: return binary_fn<BinaryOp::Div>(a, b);
+    case BinaryOp::Pow: return binary_fn<BinaryOp::Pow>(a, b);
+    case BinaryOp::Max: return binary_fn<BinaryOp::Max>(a, b);
+    case BinaryOp::Min: return binary_fn<BinaryOp::Min>(a, b);
+  }
+  return T(0);
+}
+
+template <class T>
+TG_HOST_DEVICE inline bool compare_apply(CompareOp op, T a, T b) {
+  switch (op) {
+    case CompareOp::Eq: return a == b;
+    case CompareOp::Ne: return a != b;
+    case CompareOp::Lt: return a < b;
+    case CompareOp::Le: return a <= b;
+    case CompareOp::Gt: return a > b;
+    case CompareOp::Ge: return a >= b;
+  }
+  return false;
+}
+
+// The unary ops' parameters in the compute type (UnaryParams: softplus a =
+// beta, b = threshold; clamp a = lo, b = hi where has_a / has_b).
+template <class T>
+struct UnaryArgs {
+  T a, b;
+  bool has_a, has_b;
+};
+
+// Ops defined for floating-point inputs only (the op layer gives Int64/Bool
+// inputs a Float32 result).
+constexpr bool is_float_only(UnaryOp op) {
+  return !(op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Sign ||
+           op == UnaryOp::Square || op == UnaryOp::Relu || op == UnaryOp::Clamp);
+}
+
+template <UnaryOp Op, class T>
+TG_HOST_DEVICE inline T unary_fn(T x, const UnaryArgs<T>& p) {
+  using std::erf;
+  using std::exp;
+  using std::log;
+  using std::log1p;
+  using std::cos;
+  using std::sin;
+  using std::sqrt;
+  using std::tanh;
+  constexpr bool kInt = std::is_integral_v<T>;
+  if constexpr (Op == UnaryOp::Neg) return T(-x);
+  else if constexpr (Op == UnaryOp::Abs) return x < T(0) ? T(-x) : x;
+  else if constexpr (Op == UnaryOp::Sign) {
+    if constexpr (!kInt)
+      if (x != x) return x;
+    return T((x > T(0)) - (x < T(0)));
+  } else if constexpr (Op == UnaryOp::Square) return T(x * x);
+  else if constexpr (Op == UnaryOp::Relu) return x < T(0) ? T(0) : x;  // relu(NaN) = NaN
+  else if constexpr (Op == UnaryOp::Clamp) {
+    if constexpr (!kInt)
+      if (x != x) return x;
+    if (p.has_a && x < p.a) x = p.a;
+    if (p.has_b && x > p.b) x = p.b;
+    return x;
+  } else if constexpr (kInt) {
+    return x;  // float-only ops never see integers (the op layer converts)
+  } else if constexpr (Op == UnaryOp::Exp) return exp(x);
+  else if constexpr (Op == UnaryOp::Log) return log(x);
+  else if constexpr (Op == UnaryOp::Sin) return sin(x);
+  else if constexpr (Op == UnaryOp::Cos) return cos(x);
+  else if constexpr (Op == UnaryOp::Tanh) return tanh(x);
+  else if constexpr (Op == UnaryOp::Sigmoid) return T(1) / (T(1) + exp(-x));
+  else if constexpr (Op == UnaryOp::Silu) return x / (T(1) + exp(-x));  // silu(-inf) = NaN
+  else if constexpr (Op == UnaryOp::Erf) return erf(x);
+  else if constexpr (Op == UnaryOp::Gelu) return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
+  else if constexpr (Op == UnaryOp::GeluTanh) {
+    T inner = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
+    return T(0.5) * x * (T(1) + tanh(inner));
+  } else if constexpr (Op == UnaryOp::Softplus) {
+    T z = p.a * x;
+    return z > p.b ? x : log1p(exp(z)) / p.a;
+  } else if constexpr (Op == UnaryOp::Sqrt) return sqrt(x);
+  else if constexpr (Op == UnaryOp::Rsqrt) return T(1) / sqrt(x);
+  else if constexpr (Op == UnaryOp::Reciprocal) return T(1) / x;
+  else return x;
+}
+
+// Calls f(std::integral_constant<UnaryOp, op>{}), so the caller instantiates
+// its loop for the one op (the CPU kernels; the GPU switches per element).
+#define TG_UNARY_OPS(X)                                                                   \
+  X(Neg) X(Exp) X(Log) X(Sin) X(Cos) X(Tanh) X(Sigmoid) X(Relu) X(Silu) X(Gelu) X(GeluTanh) \
+  X(Softplus) X(Sqrt) X(Rsqrt) X(Abs) X(Sign) X(Square) X(Reciprocal) X(Clamp) X(Erf)
+template <class F>
+inline void visit_unary(UnaryOp op, F&& f) {
+  switch (op) {
+#define TG_CASE(o) \
+  case UnaryOp::o: return f(std::integral_constant<UnaryOp, UnaryOp::o>{});
+    TG_UNARY_OPS(TG_CASE)
+#undef TG_CASE
+  }
+}
+template <class F>
+inline void visit_binary(BinaryOp op, F&& f) {
+  switch (op) {
+#define TG_CASE(o) \
+  case BinaryOp::o: return f(std::integral_constant<BinaryOp, BinaryOp::o>{});
+    TG_CASE(Add) TG_CASE(Sub) TG_CASE(Mul) TG_CASE(Div) TG_CASE(Pow) TG_CASE(Max) TG_CASE(Min)
+#undef TG_CASE
+  }
+}
+
+template <class T>
+TG_HOST_DEVICE inline T unary_apply(UnaryOp op, T x, const UnaryArgs<T>& p) {
+  switch (op) {
+#define TG_CASE(o) \
+  case UnaryOp::o: return unary_fn<UnaryOp::o>(x, p);
+    TG_UNARY_OPS(TG_CASE)
+#undef TG_CASE
+  }
+  return x;
+}
+
+
+template <class T>
+TG_HOST_DEVICE inline T activation_derivative(Activation act, int k, T x) {
+  using std::exp;
+  using std::tanh;
+  switch (act) {
+    case Activation::Silu:
+    case Activation::Sigmoid: {
+      T s = T(1) / (T(1) + exp(-x));
+      T u = s * (T(1) - s), a = T(1) - T(2) * s;
+      if (act == Activation::Sigmoid) {
+        switch (k) {
+          case 0: return s;
+          case 1: return u;
+          case 2: return u * a;
+          case 3: return u * (a * a - T(2) * u);
+          default: return u * a * (a * a - T(8) * u);
+        }
+      }
+      switch (k) {
+        case 0: return x * s;
+        case 1: return s + x * u;
+        case 2: return u * (T(2) + x * a);
+        case 3: return u * (a * (T(3) + x * a) - T(2) * x * u);
+        default: return u * (T(4) * a * a + x * a * a * a - T(8) * x * a * u - T(8) * u);
+      }
+    }
+    case Activation::Tanh: {
+      T t = tanh(x), v = T(1) - t * t;
+      switch (k) {
+        case 0: return t;
+        case 1: return v;
+        case 2: return T(-2) * t * v;
+        case 3: return v * (T(6) * t * t - T(2));
+        default: return v * t * (T(16) - T(24) * t * t);
+      }
+    }
+    case Activation::Relu:
+      if (k == 0) return x > T(0) ? x : T(0);
+      if (k == 1) return x > T(0) ? T(1) : T(0);
+      return T(0);
+  }
+  return T(0);
+}
+
+}  // namespace tg::kernels

@@ -1,7 +1,7 @@
-// gradcheck and gradgradcheck in float64 on CUDA for every differentiable op:
-// the leaves stay on the CPU (finite differences perturb them there) and each
-// function moves them to the GPU first and its result back, so every forward
-// kernel and backward formula under test runs on CUDA. Skips without a GPU.
+// Autograd on CUDA beyond the op table (test_op_table.cpp runs every op's
+// gradcheck and gradgradcheck on the GPU): Hessians against the CPU, saved
+// tensors offloaded, activation_grad at every order, worker threads. Skips
+// without a GPU.
 #include "reference.h"
 
 #include <map>
@@ -42,107 +42,6 @@ Fn on_gpu(Fn fn) {
     auto r2 = tg::autograd::gradgradcheck(on_gpu(fn), in);                       \
     EXPECT_TRUE(r2.ok) << name << " gradgradcheck: " << r2.message;              \
   } while (0)
-
-TEST(CudaGpuAutograd, UnaryOps) {
-  REQUIRE_GPU();
-  std::vector<std::tuple<const char*, Fn, double, double>> cases = {
-      {"neg", [](const variable_list& v) { return -v[0]; }, -1, 1},
-      {"exp", [](const variable_list& v) { return tg::exp(v[0]); }, -1, 1},
-      {"log", [](const variable_list& v) { return tg::log(v[0]); }, 0.5, 2},
-      {"sin", [](const variable_list& v) { return tg::sin(v[0]); }, -2, 2},
-      {"cos", [](const variable_list& v) { return tg::cos(v[0]); }, -2, 2},
-      {"tanh", [](const variable_list& v) { return tg::tanh(v[0]); }, -2, 2},
-      {"sigmoid", [](const variable_list& v) { return tg::sigmoid(v[0]); }, -2, 2},
-      {"relu", [](const variable_list& v) { return tg::relu(v[0]); }, 0.1, 1},
-      {"silu", [](const variable_list& v) { return tg::silu(v[0]); }, -2, 2},
-      {"erf", [](const variable_list& v) { return tg::erf(v[0]); }, -2, 2},
-      {"gelu", [](const variable_list& v) { return tg::gelu(v[0]); }, -2, 2},
-      {"gelu_tanh", [](const variable_list& v) { return tg::gelu(v[0], "tanh"); }, -2, 2},
-      {"softplus", [](const variable_list& v) { return tg::softplus(v[0], 2.0, 1.0); }, -1, 1},
-      {"sqrt", [](const variable_list& v) { return tg::sqrt(v[0]); }, 0.5, 2},
-      {"rsqrt", [](const variable_list& v) { return tg::rsqrt(v[0]); }, 0.5, 2},
-      {"abs", [](const variable_list& v) { return tg::abs(v[0]); }, 0.1, 1},
-      {"sign", [](const variable_list& v) { return tg::sign(v[0]) * v[0]; }, 0.1, 1},
-      {"square", [](const variable_list& v) { return tg::square(v[0]); }, -1, 1},
-      {"reciprocal", [](const variable_list& v) { return tg::reciprocal(v[0]); }, 0.5, 2},
-      {"clamp", [](const variable_list& v) { return tg::clamp(v[0], -0.31, 0.27); }, -1, 1},
-      {"pow_scalar", [](const variable_list& v) { return tg::pow(v[0], 3.0); }, -1, 1},
-      {"scalar_ops", [](const variable_list& v) { return 2.0 / (v[0] * 3.0 + 4.0); }, -1, 1},
-  };
-  for (auto& [name, fn, lo, hi] : cases) {
-    EXPECT_GPU_GRADS(name, fn, leaf({3, 4}, 1, lo, hi));
-    EXPECT_GPU_GRADS(name, fn, leaf({4, 3}, 2, lo, hi).t());
-  }
-}
-
-TEST(CudaGpuAutograd, BinaryReductionsAndWhere) {
-  REQUIRE_GPU();
-  std::vector<std::tuple<const char*, Fn, double, double>> cases = {
-      {"add", [](const variable_list& v) { return tg::add(v[0], v[1], 2.5); }, -1, 1},
-      {"sub", [](const variable_list& v) { return v[0] - v[1]; }, -1, 1},
-      {"mul", [](const variable_list& v) { return v[0] * v[1]; }, -1, 1},
-      {"div", [](const variable_list& v) { return v[0] / v[1]; }, 0.5, 2},
-      {"pow", [](const variable_list& v) { return tg::pow(v[0], v[1]); }, 0.5, 2},
-      {"maximum", [](const variable_list& v) { return tg::maximum(v[0], v[1]); }, -1, 1},
-      {"minimum", [](const variable_list& v) { return tg::minimum(v[0], v[1]); }, -1, 1},
-      {"where", [](const variable_list& v) { return tg::where(tg::gt(v[0], 0.0), v[0], v[1]); }, -1, 1},
-  };
-  for (auto& [name, fn, lo, hi] : cases) {
-    EXPECT_GPU_GRADS(name, fn, leaf({3, 4}, 3, lo, hi), leaf({3, 4}, 4, lo, hi));
-    EXPECT_GPU_GRADS(name, fn, leaf({3, 1}, 5, lo, hi), leaf({4}, 6, lo, hi));  // broadcast
-  }
-  std::vector<std::pair<const char*, Fn>> reductions = {
-      {"sum", [](const variable_list& v) { return tg::sum(v[0]); }},
-      {"sum_dim", [](const variable_list& v) { return tg::sum(v[0], {1}, true); }},
-      {"mean", [](const variable_list& v) { return tg::mean(v[0], {0}); }},
-      {"amax", [](const variable_list& v) { return tg::amax(v[0], {1}); }},
-      {"amin", [](const variable_list& v) { return tg::amin(v[0]); }},
-  };
-  for (auto& [name, fn] : reductions) EXPECT_GPU_GRADS(name, fn, leaf({3, 4}, 7));
-}
-
-TEST(CudaGpuAutograd, LinearAlgebraIndexingAndViews) {
-  REQUIRE_GPU();
-  EXPECT_GPU_GRADS("mm", Fn([](const variable_list& v) { return tg::mm(v[0], v[1]); }),
-                   leaf({3, 4}, 8), leaf({4, 2}, 9));
-  EXPECT_GPU_GRADS("bmm", Fn([](const variable_list& v) { return tg::bmm(v[0], v[1]); }),
-                   leaf({2, 3, 4}, 10), leaf({2, 4, 2}, 11));
-  EXPECT_GPU_GRADS("matmul", Fn([](const variable_list& v) { return tg::matmul(v[0], v[1]); }),
-                   leaf({2, 1, 3, 4}, 12), leaf({3, 4, 2}, 13));
-  EXPECT_GPU_GRADS("linear", Fn([](const variable_list& v) { return tg::linear(v[0], v[1], v[2]); }),
-                   leaf({2, 5, 3}, 14), leaf({2, 3}, 15), leaf({2}, 16));
-  EXPECT_GPU_GRADS("mlp", Fn([](const variable_list& v) {
-                     return tg::sum(tg::tanh(tg::linear(tg::silu(tg::linear(v[0], v[1], v[2])), v[3])));
-                   }),
-                   leaf({4, 2}, 17), leaf({3, 2}, 18), leaf({3}, 19), leaf({2, 3}, 20));
-  EXPECT_GPU_GRADS("cat", Fn([](const variable_list& v) { return tg::cat({v[0], v[1]}, 1); }),
-                   leaf({2, 3}, 21), leaf({2, 1}, 22));
-  EXPECT_GPU_GRADS("stack", Fn([](const variable_list& v) { return tg::stack({v[0], v[1]}); }),
-                   leaf({2, 3}, 23), leaf({2, 3}, 24));
-  Tensor idx = tg::tensor({2, 0, 2, 1}, {4}, tg::TensorOptions().dtype(tg::kInt64)).to(kGpu);
-  EXPECT_GPU_GRADS("index_select", Fn([idx](const variable_list& v) { return tg::index_select(v[0], 1, idx); }),
-                   leaf({2, 3}, 25));
-  Tensor gidx = tg::tensor({0, 2, 1, 1, 0, 0}, {2, 3}, tg::TensorOptions().dtype(tg::kInt64)).to(kGpu);
-  EXPECT_GPU_GRADS("gather", Fn([gidx](const variable_list& v) { return tg::gather(v[0], 1, gidx); }),
-                   leaf({2, 3}, 26));
-  EXPECT_GPU_GRADS("scatter_add",
-                   Fn([gidx](const variable_list& v) { return tg::scatter_add(v[0], 1, gidx, v[1]); }),
-                   leaf({2, 3}, 27), leaf({2, 3}, 28));
-  std::vector<std::pair<const char*, Fn>> views = {
-      {"reshape", [](const variable_list& v) { return v[0].reshape({2, 6}); }},
-      {"permute", [](const variable_list& v) { return v[0].unsqueeze(0).permute({2, 0, 1}); }},
-      {"select", [](const variable_list& v) { return v[0].select(1, -1); }},
-      {"slice", [](const variable_list& v) { return v[0].slice(1, 1, std::nullopt, 2); }},
-      {"expand", [](const variable_list& v) { return v[0].unsqueeze(0).expand({2, 3, 4}); }},
-      {"in_place", [](const variable_list& v) {
-         Tensor h = v[0] * 1.0;
-         h.mul_(v[0]);
-         h.add_(v[0], 2.0);
-         return h;
-       }},
-  };
-  for (auto& [name, fn] : views) EXPECT_GPU_GRADS(name, fn, leaf({3, 4}, 29));
-}
 
 TEST(CudaGpuAutograd, HessianOfAnMlpMatchesCpu) {
   REQUIRE_GPU();

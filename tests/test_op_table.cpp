@@ -1,0 +1,297 @@
+// One table of sample inputs per differentiable op (after PyTorch's OpInfo),
+// driving float64 gradcheck and gradgradcheck on every device: the CPU, and
+// CUDA where there is a GPU (leaves stay on the CPU, where finite
+// differences perturb them; each function moves them to the device first, so
+// every forward kernel and backward formula under test runs there).
+// Samples are awkward on purpose: transposed (non-contiguous), broadcast,
+// zero-size, 0-dim, each op inside its domain. A test fails when an op of the
+// op list (ops.def) that autograd records has no entry, so coverage cannot
+// drift from the list.
+#include <map>
+#include <set>
+
+#include "reference.h"
+#include "tensor/op_table.h"
+
+namespace {
+
+using tg::Device;
+using tg::IntList;
+using tg::Tensor;
+using tg::autograd::variable_list;
+using Fn = std::function<Tensor(const variable_list&)>;
+
+const tg::TensorOptions kF64 = tg::TensorOptions().dtype(tg::kFloat64);
+
+// A leaf's shape, value range and layout.
+struct Leaf {
+  IntList sizes;
+  double lo = -1, hi = 1;
+  bool transposed = false;  // rank 2: a transposed (non-contiguous) tensor
+};
+struct Sample {
+  std::string what;
+  std::vector<Leaf> leaves;
+};
+
+// One op: its id in the op list, the function of the leaves that exercises
+// it, its samples, and the finite-difference options.
+struct OpEntry {
+  std::string id;
+  Fn fn;
+  std::vector<Sample> samples;
+  tg::autograd::GradcheckOptions options = {};
+  bool gpu_only = false;  // needs a GPU even for the "CPU" run (pin_memory)
+  // For an op that is not a function of its input's values (detach): a check
+  // of its gradient on a device, instead of finite differences.
+  std::function<void(const Device&)> check = nullptr;
+};
+
+Tensor make_leaf(const Leaf& l, uint64_t seed) {
+  tg::manual_seed(seed);
+  Tensor t;
+  if (l.transposed && l.sizes.size() == 2)
+    t = (tg::rand({l.sizes[1], l.sizes[0]}, kF64) * (l.hi - l.lo) + l.lo).t();
+  else
+    t = tg::rand(l.sizes, kF64) * (l.hi - l.lo) + l.lo;
+  return t.detach().requires_grad_();
+}
+
+// Samples of the usual kinds for an op of `arity` same-kind tensor operands.
+std::vector<Sample> unary_samples(double lo = -1, double hi = 1) {
+  return {{"[3, 4]", {{{3, 4}, lo, hi}}},
+          {"[3, 4] transposed", {{{3, 4}, lo, hi, true}}},
+          {"0-dim", {{{}, lo, hi}}},
+          {"zero-size [0, 4]", {{{0, 4}, lo, hi}}}};
+}
+std::vector<Sample> binary_samples(double lo = -1, double hi = 1) {
+  return {{"[3, 4] with [3, 4] transposed", {{{3, 4}, lo, hi}, {{3, 4}, lo, hi, true}}},
+          {"broadcast [3, 1] with [4]", {{{3, 1}, lo, hi}, {{4}, lo, hi}}},
+          {"broadcast [2, 3, 4] with 0-dim", {{{2, 3, 4}, lo, hi}, {{}, lo, hi}}},
+          {"zero-size [0, 4] with [4]", {{{0, 4}, lo, hi}, {{4}, lo, hi}}}};
+}
+std::vector<Sample> matrix_samples() {
+  return {{"[3, 4]", {{{3, 4}}}}, {"[3, 4] transposed", {{{3, 4}, -1, 1, true}}}};
+}
+Sample one(std::string what, std::vector<Leaf> leaves) { return {std::move(what), std::move(leaves)}; }
+
+Tensor I64(std::vector<double> v, IntList s, const Tensor& like) {
+  return tg::tensor(v, s, tg::TensorOptions().dtype(tg::kInt64)).to(like.device());
+}
+Tensor sparse_of(const Tensor& values) {  // repeated and unsorted coordinates
+  Tensor idx = I64({2, 0, 2, 1, 1, 3, 1, 0}, {2, 4}, values);
+  return tg::sparse_coo_tensor(idx, values, {3, 4});
+}
+
+#define F1(expr) [](const variable_list& v) -> Tensor { const Tensor& x = v[0]; return expr; }
+#define F2(expr) [](const variable_list& v) -> Tensor { const Tensor &x = v[0], &y = v[1]; return expr; }
+
+std::vector<OpEntry> op_entries() {
+  using namespace tg;
+  const auto pos = unary_samples(0.5, 2), any = unary_samples(-2, 2), unit = unary_samples();
+  tg::autograd::GradcheckOptions coarse;  // through float32: a step rounding does not swamp
+  coarse.eps = 1e-3;
+  coarse.atol = 1e-3;
+  std::vector<OpEntry> e = {
+      // elementwise, binary
+      {"add", F2(add(x, y, 2.5)), binary_samples()},
+      {"sub", F2(sub(x, y, 0.5)), binary_samples()},
+      {"mul", F2(mul(x, y)), binary_samples()},
+      {"div", F2(div(x, y)), binary_samples(0.5, 2)},
+      {"pow", F2(pow(x, y)), binary_samples(0.5, 2)},
+      {"maximum", F2(maximum(x, y)), binary_samples()},
+      {"minimum", F2(minimum(x, y)), binary_samples()},
+      {"add_scalar", F1(add(x, 2.0)), unit},
+      {"sub_scalar", F1(sub(x, 2.0)), unit},
+      {"mul_scalar", F1(mul(x, 3.0)), unit},
+      {"div_scalar", F1(div(x, 4.0)), unit},
+      {"pow_scalar", F1(pow(x, 3.0) + pow(x * x + 0.5, 0.5)), unit},
+      {"pow_scalar_base", F1(pow(2.5, x)), unit},
+      // elementwise, unary
+      {"neg", F1(neg(x)), unit},
+      {"exp", F1(exp(x)), unit},
+      {"log", F1(log(x)), pos},
+      {"sin", F1(sin(x)), any},
+      {"cos", F1(cos(x)), any},
+      {"tanh", F1(tanh(x)), any},
+      {"sigmoid", F1(sigmoid(x)), any},
+      {"relu", F1(relu(x)), unary_samples(0.1, 1)},
+      {"silu", F1(silu(x)), any},
+      {"erf", F1(erf(x)), any},
+      {"sqrt", F1(sqrt(x)), pos},
+      {"rsqrt", F1(rsqrt(x)), pos},
+      {"abs", F1(abs(x) + abs(x - 2.0)), unary_samples(0.1, 1)},
+      {"sign", F1(sign(x) * x), unary_samples(0.1, 1)},
+      {"square", F1(square(x)), unit},
+      {"reciprocal", F1(reciprocal(x)), pos},
+      {"gelu", F1(gelu(x) + gelu(x * 0.5, "tanh")), any},
+      {"softplus", F1(softplus(x, 2.0, 1.0)), unit},
+      {"clamp", F1(clamp(x, -0.31, 0.27) + clamp(x, -0.5) + clamp(x, std::nullopt, 0.4)), unit},
+      {"activation_grad",
+       F2(activation_grad(x, y, Activation::Silu, 2) + activation_grad(x, y, Activation::Tanh, 1)),
+       {one("[3] with [2, 3] transposed", {{{3}}, {{2, 3}, -1, 1, true}}),
+        one("[2, 3] with [2, 3]", {{{2, 3}}, {{2, 3}}})}},
+      {"where", F2(where(gt(x, 0.0), x, y)), binary_samples()},
+      {"where_scalar_other", F1(where(gt(x, 0.0), x, 2.0)), unit},
+      {"where_scalar_self", F1(where(gt(x, 0.0), 2.0, x)), unit},
+      // in place (on a copy: leaves cannot be written)
+      {"add_", F2([&] { Tensor h = x + zeros_like(y); h.add_(y, 2.0); return h; }()), binary_samples()},
+      {"add_scalar_", F1([&] { Tensor h = x * 1.0; h.add_(2.0); return h; }()), unit},
+      {"sub_", F2([&] { Tensor h = x + zeros_like(y); h.sub_(y, 0.5); return h; }()), binary_samples()},
+      {"sub_scalar_", F1([&] { Tensor h = x * 1.0; h.sub_(2.0); return h; }()), unit},
+      {"mul_", F2([&] { Tensor h = x + zeros_like(y); h.mul_(y); return h; }()), binary_samples()},
+      {"mul_scalar_", F1([&] { Tensor h = x * 1.0; h.mul_(3.0); return h; }()), unit},
+      {"div_", F2([&] { Tensor h = x + zeros_like(y); h.div_(y); return h; }()), binary_samples(0.5, 2)},
+      {"div_scalar_", F1([&] { Tensor h = x * 1.0; h.div_(4.0); return h; }()), unit},
+      {"zero_", F1([&] { Tensor h = x * 1.0; h.zero_(); return h + x; }()), unit},
+      {"fill_", F1([&] { Tensor h = x * 1.0; h.fill_(2.0); return h * x; }()), unit},
+      {"copy_", F2([&] { Tensor h = zeros_like(x * y); h.copy_(x * y); return h; }()), binary_samples()},
+      // reductions
+      {"sum", F1(sum(x)), unit},
+      {"sum_dim", F1(sum(x, {-1}) + sum(x, {0, 1}, true).sum()), matrix_samples()},
+      {"mean", F1(mean(x)), unit},
+      {"mean_dim", F1(mean(x, {0})), matrix_samples()},
+      {"amax", F1(amax(x)), matrix_samples()},
+      {"amax_dim", F1(amax(x, {1}, true)), matrix_samples()},
+      {"amin", F1(amin(x)), matrix_samples()},
+      {"amin_dim", F1(amin(x, {0})), matrix_samples()},
+      {"sum_to", F1(sum_to(x, {1, 4})), matrix_samples()},
+      // linear algebra
+      {"mm", F2(mm(x, y)), {one("[3, 4] @ [4, 2] transposed", {{{3, 4}}, {{4, 2}, -1, 1, true}}),
+                            one("[0, 4] @ [4, 2]", {{{0, 4}}, {{4, 2}}})}},
+      {"bmm", F2(bmm(x, y)), {one("[2, 3, 4] @ [2, 4, 2]", {{{2, 3, 4}}, {{2, 4, 2}}})}},
+      {"matmul", F2(matmul(x, y)),
+       {one("[4] @ [4]", {{{4}}, {{4}}}), one("[3, 4] @ [4]", {{{3, 4}}, {{4}}}),
+        one("[4] @ [4, 3]", {{{4}}, {{4, 3}, -1, 1, true}}),
+        one("[2, 1, 3, 4] @ [3, 4, 2]", {{{2, 1, 3, 4}}, {{3, 4, 2}}})}},
+      {"linear", [](const variable_list& v) { return linear(v[0], v[1], v[2]) + linear(v[0], v[1]); },
+       {one("[2, 5, 3], [2, 3] transposed, [2]", {{{2, 5, 3}}, {{2, 3}, -1, 1, true}, {{2}}}),
+        one("[3], [2, 3], [2]", {{{3}}, {{2, 3}}, {{2}}})}},
+      // joining and indexing
+      {"cat", F2(cat({x, y}, -1)), {one("[2, 3] transposed with [2, 1]", {{{2, 3}, -1, 1, true}, {{2, 1}}}),
+                                    one("zero-size [2, 0] with [2, 3]", {{{2, 0}}, {{2, 3}}})}},
+      {"stack", F2(stack({x, y}, 1)), {one("[2, 3] with [2, 3] transposed", {{{2, 3}}, {{2, 3}, -1, 1, true}})}},
+      {"index_select", F1(index_select(x, 1, I64({2, 0, 2, 1}, {4}, x))), matrix_samples()},
+      {"index_select_sparse_grad", F1(index_select(x, 0, I64({2, 0, 2}, {3}, x), true)), matrix_samples()},
+      {"gather", F1(gather(x, 1, I64({0, 2, 1, 1, 0, 0}, {2, 3}, x))),
+       {one("[2, 3]", {{{2, 3}}}), one("[2, 3] transposed", {{{2, 3}, -1, 1, true}})}},
+      {"scatter_add", F2(scatter_add(x, 1, I64({0, 2, 1, 1, 0, 0}, {2, 3}, x), y)),
+       {one("[2, 3] with [2, 3] transposed", {{{2, 3}}, {{2, 3}, -1, 1, true}})}},
+      {"embedding", F1(embedding(x, I64({1, 0, 1, 2}, {2, 2}, x)) + embedding(x, I64({2}, {1}, x), true).sum()),
+       matrix_samples()},
+      // views
+      {"view", F1(x.contiguous().view({4, 3}) * 2.0), matrix_samples()},
+      {"reshape", F1(x.reshape({2, 6})), matrix_samples()},
+      {"transpose", F1(x.transpose(0, 1)), matrix_samples()},
+      {"t", F1(x.t()), matrix_samples()},
+      {"permute", F1(x.unsqueeze(0).permute({2, 0, 1})), matrix_samples()},
+      {"select", F1(x.select(1, -1).sum() + x[0]), matrix_samples()},
+      {"slice", F1(x.slice(1, 1, std::nullopt, 2)), matrix_samples()},
+      {"narrow", F1(x.narrow(0, 1, 2)), matrix_samples()},
+      {"unsqueeze", F1(x.unsqueeze(-1)), matrix_samples()},
+      {"squeeze", F1(x.unsqueeze(1).squeeze()), matrix_samples()},
+      {"squeeze_dim", F1(x.unsqueeze(1).squeeze(1)), matrix_samples()},
+      {"expand", F1(x.unsqueeze(0).expand({2, 3, 4})), matrix_samples()},
+      {"expand_as", F2(x.expand_as(y) * y), {one("[4] to [3, 4]", {{{4}}, {{3, 4}, -1, 1, true}})}},
+      {"flatten", F1(x.flatten()), matrix_samples()},
+      // as_strided is not differentiable: an error while recording, a view
+      // otherwise.
+      {"as_strided", nullptr, {}, {}, false, [](const Device& d) {
+         Tensor x = tg::arange(6, kF64).to(d);
+         EXPECT_TRUE(tg::equal(x.as_strided({2, 2}, {1, 2}, 1).to(Device(kCPU)),
+                               tg::tensor({1, 3, 2, 4}, {2, 2}, kF64)));
+         EXPECT_ERROR_CONTAINS(x.requires_grad_().as_strided({2}, {1}), "as_strided: not differentiable");
+       }},
+      // conversions
+      {"to_device", F1(x.to(x.device()) * 2.0), unit},
+      {"to_dtype", F1(x.to(kFloat32).to(kFloat64) * 2.0), unit, coarse},
+      {"to_device_dtype", F1(x.to(x.device(), kFloat32).to(kFloat64) * 2.0), unit, coarse},
+      {"pin_memory", F1(x.to(Device(kCPU)).pin_memory().to(x.device()) * 2.0), unit, {}, true},
+      {"contiguous", F1(x.contiguous()), matrix_samples()},
+      {"clone", F1(x.clone()), matrix_samples()},
+      // detach blocks the gradient: d/dx sum(x * detach(x)) = x, not 2x.
+      {"detach", nullptr, {}, {}, false, [](const Device& d) {
+         Tensor x = tg::rand({3, 4}, kF64).to(d).requires_grad_();
+         Tensor g = tg::autograd::grad({(x * x.detach()).sum()}, {x})[0];
+         EXPECT_TRUE(tg::allclose(g.to(Device(kCPU)), x.detach().to(Device(kCPU)), 1e-15, 0));
+         EXPECT_FALSE(x.detach().requires_grad());
+       }},
+      // sparse COO (repeated, unsorted coordinates; test_sparse.cpp covers
+      // every index set)
+      {"sparse_coo_tensor", F1(to_dense(sparse_of(x))), {one("[4]", {{{4}}})}},
+      {"coalesce", F1(coalesce(sparse_of(x))._values()), {one("[4]", {{{4}}})}},
+      {"to_dense", F1(sparse_of(x).to_dense() * 2.0), {one("[4]", {{{4}}})}},
+      {"values", F1(sparse_of(x).coalesce().values()), {one("[4]", {{{4}}})}},
+      {"_values", F1(sparse_of(x)._values() * 3.0), {one("[4]", {{{4}}})}},
+      // composite: an MLP
+      {"mlp", [](const variable_list& v) {
+         return tg::sum(tg::tanh(tg::linear(tg::silu(tg::linear(v[0], v[1], v[2])), v[3])));
+       },
+       {one("x [4, 2], w1 [3, 2], b1 [3], w2 [2, 3]", {{{4, 2}}, {{3, 2}}, {{3}}, {{2, 3}}})}},
+  };
+  return e;
+}
+
+#undef F1
+#undef F2
+
+class OpTable : public ::testing::TestWithParam<tg::DeviceType> {};
+
+TEST_P(OpTable, GradcheckAndGradgradcheckEveryOp) {
+  const bool gpu = GetParam() == tg::kCUDA;
+  if (gpu) {
+    REQUIRE_GPU();
+  }
+  const Device dev = gpu ? Device(tg::kCUDA, 0) : Device(tg::kCPU);
+  int checked = 0;
+  for (const OpEntry& op : op_entries()) {
+    if (op.gpu_only && !tg::cuda::is_available()) continue;
+    if (op.check) {
+      SCOPED_TRACE(op.id);
+      op.check(dev);
+      continue;
+    }
+    Fn fn = [&](const variable_list& in) {
+      variable_list moved;
+      for (const Tensor& t : in) moved.push_back(t.to(dev));
+      Tensor out = op.fn(moved);
+      EXPECT_EQ(out.device(), dev) << op.id;
+      return out.to(Device(tg::kCPU));
+    };
+    uint64_t seed = 1;
+    for (const Sample& s : op.samples) {
+      SCOPED_TRACE(op.id + " on " + s.what);
+      variable_list in;
+      for (const Leaf& l : s.leaves) in.push_back(make_leaf(l, seed++));
+      try {
+        auto r1 = tg::autograd::gradcheck(fn, in, op.options);
+        EXPECT_TRUE(r1.ok) << "gradcheck: " << r1.message;
+        auto r2 = tg::autograd::gradgradcheck(fn, in, op.options);
+        EXPECT_TRUE(r2.ok) << "gradgradcheck: " << r2.message;
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "threw: " << e.what();
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 150);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, OpTable, ::testing::Values(tg::kCPU, tg::kCUDA),
+                         [](const auto& info) { return info.param == tg::kCPU ? "Cpu" : "Cuda"; });
+
+// Every op that autograd records has an entry, and every entry names an op.
+TEST(OpTableCoverage, EveryRecordedOpHasAnEntry) {
+  std::set<std::string> entries;
+  for (const OpEntry& op : op_entries()) entries.insert(op.id);
+  std::set<std::string> recorded;
+  for (const tg::detail::OpInfo& info : tg::detail::op_list())
+    if (info.recorded) recorded.insert(info.id);
+  for (const std::string& id : recorded)
+    EXPECT_TRUE(entries.count(id)) << "op '" << id << "' is in the op list but has no test-table entry";
+  for (const std::string& id : entries)
+    EXPECT_TRUE(recorded.count(id) || id == "mlp") << "entry '" << id << "' names no recorded op";
+  EXPECT_GT(recorded.size(), 90u);
+}
+
+}  // namespace

@@ -19,7 +19,7 @@ Tensor rosenbrock(const Tensor& x) {
   return (tg::square(b - tg::square(a)) * 100.0 + tg::square(1.0 - a)).sum();
 }
 
-double dot(const Tensor& a, const Tensor& b) { return (a * b).sum().item<double>(); }
+double inner(const Tensor& a, const Tensor& b) { return (a * b).sum().item<double>(); }
 
 }  // namespace
 
@@ -33,7 +33,7 @@ int main() {
     Tensor xl = x.detach().requires_grad_();
     Tensor fx = rosenbrock(xl);
     Tensor g = ag::grad({fx}, {xl}, {}, std::nullopt, /*create_graph=*/true)[0];
-    const double gnorm = std::sqrt(dot(g, g));
+    const double gnorm = std::sqrt(inner(g, g));
     std::printf("iter %2d  f = %.6e  |grad| = %.3e\n", it, fx.item<double>(), gnorm);
     if (gnorm < 1e-12) break;
     auto hvp = [&](const Tensor& v) {
@@ -43,10 +43,10 @@ int main() {
     // Truncated CG on H p = -g; stop on negative curvature.
     Tensor gd = g.detach();
     Tensor p = tg::zeros_like(gd), r = -gd, d = r.clone();
-    double rr = dot(r, r);
+    double rr = inner(r, r);
     for (int k = 0; k < 2 * n && std::sqrt(rr) > 1e-3 * std::min(1.0, gnorm) * gnorm; ++k) {
       Tensor hd = hvp(d);
-      double curv = dot(d, hd);
+      double curv = inner(d, hd);
       if (curv <= 0) {
         if (k == 0) p = -gd;
         break;
@@ -54,12 +54,12 @@ int main() {
       double alpha = rr / curv;
       p = p + d * alpha;
       r = r - hd * alpha;
-      double rr_new = dot(r, r);
+      double rr_new = inner(r, r);
       d = r + d * (rr_new / rr);
       rr = rr_new;
     }
     // Backtracking (Armijo) line search.
-    double step = 1.0, f0 = fx.item<double>(), slope = dot(gd, p);
+    double step = 1.0, f0 = fx.item<double>(), slope = inner(gd, p);
     Tensor next = x + p;
     while (rosenbrock(next).item<double>() > f0 + 1e-4 * step * slope && step > 1e-10) {
       step *= 0.5;

@@ -107,6 +107,7 @@ constexpr bool is_float_only(UnaryOp op) {
 template <UnaryOp Op, class T>
 TG_HOST_DEVICE inline T unary_fn(T x, const UnaryArgs<T>& p) {
   using std::erf;
+  using std::expm1;
   using std::exp;
   using std::log;
   using std::log1p;
@@ -133,6 +134,8 @@ TG_HOST_DEVICE inline T unary_fn(T x, const UnaryArgs<T>& p) {
     return x;  // float-only ops never see integers (the op layer converts)
   } else if constexpr (Op == UnaryOp::Exp) return exp(x);
   else if constexpr (Op == UnaryOp::Log) return log(x);
+  else if constexpr (Op == UnaryOp::Log1p) return log1p(x);
+  else if constexpr (Op == UnaryOp::Expm1) return expm1(x);
   else if constexpr (Op == UnaryOp::Sin) return sin(x);
   else if constexpr (Op == UnaryOp::Cos) return cos(x);
   else if constexpr (Op == UnaryOp::Tanh) return tanh(x);
@@ -156,7 +159,8 @@ TG_HOST_DEVICE inline T unary_fn(T x, const UnaryArgs<T>& p) {
 // its loop for the one op (the CPU kernels; the GPU switches per element).
 #define TG_UNARY_OPS(X)                                                                   \
   X(Neg) X(Exp) X(Log) X(Sin) X(Cos) X(Tanh) X(Sigmoid) X(Relu) X(Silu) X(Gelu) X(GeluTanh) \
-  X(Softplus) X(Sqrt) X(Rsqrt) X(Abs) X(Sign) X(Square) X(Reciprocal) X(Clamp) X(Erf)
+  X(Softplus) X(Sqrt) X(Rsqrt) X(Abs) X(Sign) X(Square) X(Reciprocal) X(Clamp) X(Erf) X(Log1p) \
+  X(Expm1)
 template <class F>
 inline void visit_unary(UnaryOp op, F&& f) {
   switch (op) {

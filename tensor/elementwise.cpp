@@ -232,6 +232,8 @@ Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::Sigmoid, x, "sigmoid", t
 Tensor relu(const Tensor& x) { return unary(UnaryOp::Relu, x, "relu", false); }
 Tensor silu(const Tensor& x) { return unary(UnaryOp::Silu, x, "silu", true); }
 Tensor erf(const Tensor& x) { return unary(UnaryOp::Erf, x, "erf", true); }
+Tensor log1p(const Tensor& x) { return unary(UnaryOp::Log1p, x, "log1p", true); }
+Tensor expm1(const Tensor& x) { return unary(UnaryOp::Expm1, x, "expm1", true); }
 Tensor gelu(const Tensor& x, const std::string& approximate) {
   TG_CHECK(approximate == "none" || approximate == "tanh",
            "gelu: approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");

@@ -42,7 +42,7 @@ enum class BinaryOp { Add, Sub, Mul, Div, Pow, Max, Min };
 enum class CompareOp { Eq, Ne, Lt, Le, Gt, Ge };
 enum class UnaryOp {
   Neg, Exp, Log, Sin, Cos, Tanh, Sigmoid, Relu, Silu, Gelu, GeluTanh,
-  Softplus, Sqrt, Rsqrt, Abs, Sign, Square, Reciprocal, Clamp, Erf
+  Softplus, Sqrt, Rsqrt, Abs, Sign, Square, Reciprocal, Clamp, Erf, Log1p, Expm1
 };
 enum class ReduceOp { Sum, Max, Min };
 // The activations whose derivatives have fused kernels (activation_grad).

@@ -18,6 +18,8 @@ std::string shape_str(const IntList& shape) {
   return os.str();
 }
 
+std::ostream& operator<<(std::ostream& os, const IntList& l) { return os << shape_str(l); }
+
 namespace detail {
 
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op, const IntList& shape) {

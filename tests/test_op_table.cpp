@@ -7,8 +7,10 @@
 // zero-size, 0-dim, each op inside its domain. A test fails when an op of the
 // op list (ops.def) that autograd records has no entry, so coverage cannot
 // drift from the list.
+#include <cmath>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "reference.h"
 #include "tensor/op_table.h"
@@ -156,6 +158,20 @@ std::vector<OpEntry> op_entries() {
       {"amin", F1(amin(x)), matrix_samples()},
       {"amin_dim", F1(amin(x, {0})), matrix_samples()},
       {"sum_to", F1(sum_to(x, {1, 4})), matrix_samples()},
+      {"log1p", F1(log1p(x)), unary_samples(-0.5, 2)},
+      {"expm1", F1(expm1(x)), any},
+      {"max", F1(max(x) + x.max()), matrix_samples()},
+      {"min", F1(min(x) + x.min()), matrix_samples()},
+      {"max_dim", F1(std::get<0>(max(x, 1)) + std::get<0>(x.max(0, true)).sum()), matrix_samples()},
+      {"min_dim", F1(std::get<0>(min(x, -1, true)) * 2.0), matrix_samples()},
+      {"logsumexp", F1(logsumexp(x, {1}) + x.logsumexp({0, 1}, true).sum()), matrix_samples()},
+      {"softmax", F1(softmax(x, 1) * x.softmax(0)), matrix_samples()},
+      {"log_softmax", F1(log_softmax(x, -1) + x.log_softmax(0)), matrix_samples()},
+      {"norm", F1(norm(x) + x.norm(3.0, {1}).sum() + norm(x, INFINITY, {0}, true).sum() +
+                  norm(x * 0.0 + 1e-3, 2.0, {0}).sum()),
+       matrix_samples()},
+      {"dot", F2(dot(x, y) + x.dot(y)), {one("[5] . [5]", {{{5}}, {{5}}}), one("[0] . [0]", {{{0}}, {{0}}})}},
+      {"cumsum", F1(cumsum(x, 1) + x.cumsum(0)), matrix_samples()},
       // linear algebra
       {"mm", F2(mm(x, y)), {one("[3, 4] @ [4, 2] transposed", {{{3, 4}}, {{4, 2}, -1, 1, true}}),
                             one("[0, 4] @ [4, 2]", {{{0, 4}}, {{4, 2}}})}},
@@ -279,6 +295,72 @@ TEST_P(OpTable, GradcheckAndGradgradcheckEveryOp) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, OpTable, ::testing::Values(tg::kCPU, tg::kCUDA),
                          [](const auto& info) { return info.param == tg::kCPU ? "Cpu" : "Cuda"; });
+
+// The ops added for what users reached for first, against closed forms
+// computed on the host, on every device.
+TEST_P(OpTable, NewOpsMatchClosedForms) {
+  const bool gpu = GetParam() == tg::kCUDA;
+  if (gpu) {
+    REQUIRE_GPU();
+  }
+  const Device dev = gpu ? Device(tg::kCUDA, 0) : Device(tg::kCPU);
+  const std::vector<double> v = {0.5, -1.0, 2.0, 3.0, 1e-9, -2.0};
+  Tensor x = tg::tensor(v, {2, 3}, kF64).to(dev);
+  auto host = [](const Tensor& t) { return tgtest::values(t); };
+  auto near = [](const std::vector<double>& got, const std::vector<double>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      if (got[i] != want[i]) EXPECT_NEAR(got[i], want[i], 1e-12 * (1 + std::fabs(want[i]))) << i;
+  };
+  near(host(tg::log1p(x.narrow(1, 0, 1).abs())), {std::log1p(0.5), std::log1p(3.0)});
+  near(host(tg::expm1(tg::tensor({1e-9}, {1}, kF64).to(dev))), {std::expm1(1e-9)});
+  auto [mx, imx] = x.max(1);
+  near(host(mx), {2.0, 3.0});
+  EXPECT_EQ(host(imx), (std::vector<double>{2, 0}));
+  EXPECT_EQ(imx.dtype(), tg::kInt64);
+  auto [mn, imn] = tg::min(x, 0, true);
+  near(host(mn), {0.5, -1.0, -2.0});
+  EXPECT_EQ(host(imn), (std::vector<double>{0, 0, 1}));
+  EXPECT_EQ(mn.sizes(), (IntList{1, 3}));
+  near(host(x.max()), {3.0});
+  // First index of ties; a NaN is the max.
+  Tensor ties = tg::tensor({1, 4, 4, std::nan(""), 2, 0}, {2, 3}, kF64).to(dev);
+  EXPECT_EQ(host(std::get<1>(ties.max(1))), (std::vector<double>{1, 0}));
+  double lse0 = std::log(std::exp(0.5) + std::exp(-1.0) + std::exp(2.0));
+  near(host(x.logsumexp({1})), {lse0, std::log(std::exp(3.0) + std::exp(1e-9) + std::exp(-2.0))});
+  near(host(tg::logsumexp(tg::full({2}, -INFINITY, kF64).to(dev), {0})), {-INFINITY});
+  near(host(x.softmax(1).select(0, 0)), {std::exp(0.5 - lse0), std::exp(-1.0 - lse0), std::exp(2.0 - lse0)});
+  near(host(x.log_softmax(1).select(0, 0).narrow(0, 2, 1)), {2.0 - lse0});
+  double l2 = 0, l3 = 0, linf = 0;
+  for (double e : v) l2 += e * e, l3 += std::fabs(e) * e * e, linf = std::max(linf, std::fabs(e));
+  near(host(x.norm()), {std::sqrt(l2)});
+  near(host(tg::norm(x, 3.0)), {std::cbrt(l3)});
+  near(host(tg::norm(x, INFINITY)), {linf});
+  near(host(tg::norm(x, 2.0, {1})), {std::sqrt(0.25 + 1 + 4), std::sqrt(9 + 1e-18 + 4)});
+  near(host(tg::dot(x.select(0, 0), x.select(0, 1))), {0.5 * 3.0 + -1.0 * 1e-9 + 2.0 * -2.0});
+  near(host(x.cumsum(1)), {0.5, -0.5, 1.5, 3.0, 3.0 + 1e-9, 1.0 + 1e-9});
+  near(host(tg::cumsum(x, 0)), {0.5, -1.0, 2.0, 3.5, -1.0 + 1e-9, 0.0});
+  // The gradient of a norm at zero is 0, not NaN (the subgradient).
+  Tensor z = tg::zeros({3}, kF64).to(dev).requires_grad_();
+  EXPECT_EQ(host(tg::autograd::grad({tg::norm(z)}, {z})[0]), (std::vector<double>{0, 0, 0}));
+  // max over a dim sends the gradient to the first extreme only.
+  Tensor t = tg::tensor({1, 3, 3}, {3}, kF64).to(dev).requires_grad_();
+  EXPECT_EQ(host(tg::autograd::grad({std::get<0>(t.max(0))}, {t})[0]), (std::vector<double>{0, 1, 0}));
+  EXPECT_ERROR_CONTAINS(tg::dot(x, x), "dot: expected two 1-D tensors");
+  EXPECT_ERROR_CONTAINS(tg::cumsum(x.to(tg::kInt64), 0), "cumsum: expected a floating-point tensor");
+}
+
+// LibTorch habits that compile: in-place ops on a const handle (the gradient
+// accessor returns one), printing sizes.
+TEST(OpTableCoverage, LibTorchHabitsCompile) {
+  Tensor w = tg::ones({2, 2}, kF64).requires_grad_();
+  (w * w).sum().backward();
+  w.grad().zero_();
+  EXPECT_EQ(tgtest::values(w.grad()), (std::vector<double>{0, 0, 0, 0}));
+  std::ostringstream os;
+  os << w.sizes() << " " << w.t().strides();
+  EXPECT_EQ(os.str(), "[2, 2] [1, 2]");
+}
 
 // Every op that autograd records has an entry, and every entry names an op.
 TEST(OpTableCoverage, EveryRecordedOpHasAnEntry) {

@@ -98,6 +98,8 @@ TG_UNARY(kTanh, "tanh", "TanhBackward", kSelf, activation_grad(g, x, Activation:
 TG_UNARY(kSigmoid, "sigmoid", "SigmoidBackward", kSelf, activation_grad(g, x, Activation::Sigmoid, 1))
 TG_UNARY(kRelu, "relu", "ReluBackward", kSelf, activation_grad(g, x, Activation::Relu, 1))
 TG_UNARY(kSilu, "silu", "SiluBackward", kSelf, activation_grad(g, x, Activation::Silu, 1))
+TG_UNARY(kLog1p, "log1p", "Log1pBackward", kSelf, div(g, add(x, 1)))
+TG_UNARY(kExpm1, "expm1", "Expm1Backward", kResult, mul(g, add(r, 1)))
 TG_UNARY(kErf, "erf", "ErfBackward", kSelf,
          mul(g, mul(exp(neg(square(x))), kTwoOverSqrtPi)))
 TG_UNARY(kGelu, "gelu", "GeluBackward", kSelf,
@@ -306,6 +308,8 @@ TG_UNARY_OP(sigmoid, kSigmoid)
 TG_UNARY_OP(relu, kRelu)
 TG_UNARY_OP(silu, kSilu)
 TG_UNARY_OP(erf, kErf)
+TG_UNARY_OP(log1p, kLog1p)
+TG_UNARY_OP(expm1, kExpm1)
 TG_UNARY_OP(sqrt, kSqrt)
 TG_UNARY_OP(rsqrt, kRsqrt)
 TG_UNARY_OP(abs, kAbs)

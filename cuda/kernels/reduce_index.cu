@@ -71,7 +71,7 @@ __global__ void reduce_block_kernel(const T* x, Dims kept, Dims red, int64_t inn
   __shared__ typename BlockReduce::TempStorage tmp;
   int64_t o = blockIdx.x, s = blockIdx.y;
   int64_t base = kept.offset(o);
-  int64_t begin = s * chunk, end = min(inner, begin + chunk);
+  int64_t begin = s * chunk, end = begin + chunk < inner ? begin + chunk : inner;
   bool any = false;
   A acc{};
   for (int64_t r = begin + threadIdx.x; r < end; r += kBlock) {

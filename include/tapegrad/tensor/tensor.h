@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <tapegrad/tensor/device.h>
@@ -40,6 +41,10 @@ namespace detail {
 // Throws the tg::Error for a metadata call on an undefined tensor.
 [[noreturn]] void throw_undefined(const char* op);
 }  // namespace detail
+
+class Tensor;
+// (values, indices) of max/min over a dim, as LibTorch's std::tuple.
+using TensorPair = std::tuple<Tensor, Tensor>;
 
 class Tensor {
  public:

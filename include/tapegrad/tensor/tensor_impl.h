@@ -3,6 +3,7 @@
 // tensor/ never looks into (autograd/ owns what is behind it).
 #pragma once
 
+#include <iosfwd>
 #include <memory>
 #include <vector>
 
@@ -13,7 +14,16 @@
 
 namespace tg {
 
-using IntList = std::vector<int64_t>;
+// Sizes, strides, dims: a std::vector<int64_t> that is a type of tg's own,
+// so `std::cout << t.sizes()` finds tg's operator<< (as with LibTorch).
+class IntList : public std::vector<int64_t> {
+ public:
+  using std::vector<int64_t>::vector;
+  IntList() = default;
+  IntList(std::vector<int64_t> v) : std::vector<int64_t>(std::move(v)) {}  // NOLINT: implicit
+};
+// Prints [2, 3] (as shape_str).
+std::ostream& operator<<(std::ostream& os, const IntList& l);
 
 struct AutogradMetaInterface {
   virtual ~AutogradMetaInterface() = default;

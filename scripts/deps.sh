@@ -3,10 +3,13 @@
 # (as root, with apt-get); otherwise says what to install. A package counts as
 # present when dpkg has it, or when what it provides is found some other way:
 # the tool on PATH, or its CMake package under CMAKE_PREFIX_PATH (as on the GPU
-# machine, where .devdeps/env.sh unpacks the packages into a prefix). ccache
-# is optional: without it (and without apt) the build just runs uncached.
+# machine, where .devdeps/env.sh unpacks the packages into a prefix). Three
+# are optional, and without apt their absence never fails: ccache (the build
+# runs uncached), python3-matplotlib (the main job draws no plot) and doxygen
+# (no API reference).
 set -euo pipefail
-pkgs=(cmake ninja-build g++ libeigen3-dev libtbb-dev libgtest-dev libgmock-dev libbenchmark-dev ccache)
+pkgs=(cmake ninja-build g++ libeigen3-dev libtbb-dev libgtest-dev libgmock-dev libbenchmark-dev
+      libcli11-dev nlohmann-json3-dev python3-matplotlib doxygen ccache)
 prefixes=(/usr)
 IFS=: read -r -a extra <<< "${CMAKE_PREFIX_PATH:-}"
 prefixes+=("${extra[@]}")
@@ -29,6 +32,10 @@ provided() {
     libgtest-dev) in_prefix "lib/*/cmake/GTest/GTestConfig.cmake" ;;
     libgmock-dev) in_prefix "include/gmock/gmock.h" ;;
     libbenchmark-dev) in_prefix "lib/*/cmake/benchmark/benchmarkConfig.cmake" ;;
+    libcli11-dev) in_prefix "share/cmake/CLI11/CLI11Config.cmake" || in_prefix "lib/*/cmake/CLI11/CLI11Config.cmake" ;;
+    nlohmann-json3-dev) in_prefix "share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake" ;;
+    python3-matplotlib) python3 -c "import matplotlib" 2>/dev/null ;;
+    doxygen) command -v doxygen >/dev/null ;;
     *) return 1 ;;
   esac
 }
@@ -41,17 +48,18 @@ done
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
+optional=" ccache python3-matplotlib doxygen "
 required=()
-for p in "${missing[@]}"; do [ "$p" = ccache ] || required+=("$p"); done
+for p in "${missing[@]}"; do [[ "$optional" == *" $p "* ]] || required+=("$p"); done
 can_apt=false
 [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && can_apt=true
 export DEBIAN_FRONTEND=noninteractive
-if [ ${#required[@]} -eq 0 ]; then  # only the optional ccache: try, never fail
+if [ ${#required[@]} -eq 0 ]; then  # only optional ones: try, never fail
   if $can_apt && apt-get update -qq >/dev/null 2>&1 &&
-     apt-get install -y -qq --no-install-recommends ccache >/dev/null 2>&1; then
-    echo "deps: installed ccache"
+     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
+    echo "deps: installed ${missing[*]}"
   else
-    echo "deps: ccache is missing (optional); building without it" >&2
+    echo "deps: ${missing[*]} missing (optional); going on without" >&2
   fi
   exit 0
 fi

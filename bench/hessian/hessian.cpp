@@ -15,7 +15,7 @@
 //   hessian [--device cuda|cpu] [--batch B] [--width 512] [--depth 6]
 //           [--act silu,tanh,relu] [--precision fp32,tf32] [--mode hess,hess+bwd]
 //           [--strategy rows,batched,taylor] [--runs 20] [--warmup 3] [--check 64]
-//           [--trimming on|off] [--deterministic on|off] [--json]
+//           [--trimming on|off] [--deterministic on|off] [--json] [--out FILE]
 // Defaults: on a GPU B = 10000 and every combination; on the CPU B = 256,
 // silu, fp32, 5 runs (the README's main command runs it either way).
 #include <algorithm>
@@ -24,12 +24,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
-#include <map>
-#include <sstream>
+#include <fstream>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <tapegrad/tapegrad.h>
 #include <tapegrad/tensor/raw.h>
 
@@ -38,86 +39,59 @@ namespace {
 using tg::Tensor;
 namespace ag = tg::autograd;
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 struct Options {
   bool cuda = false;
   int64_t batch = 0, width = 512, depth = 6;
-  std::vector<std::string> acts, precisions, modes, strategies{"rows", "batched", "taylor"};
+  std::vector<std::string> acts, precisions, modes{"hess", "hess+bwd"}, strategies{"rows", "batched", "taylor"};
   int runs = 0, warmup = 3;
   int64_t check = 64;
   bool trimming = true, json = false, deterministic = false;
+  std::string out;  // also write the JSON here
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::cerr << "hessian: " << why << "\n"
-            << "usage: hessian [--device cuda|cpu] [--batch B] [--width W] [--depth D]\n"
-               "  [--act silu,tanh,relu] [--precision fp32,tf32] [--mode hess,hess+bwd]\n"
-               "  [--strategy rows,batched,taylor] [--runs N] [--warmup N] [--check N]\n"
-               "  [--trimming on|off] [--deterministic on|off] [--json]\n";
-  std::exit(2);
-}
-
+// Arguments (CLI11). Defaults depend on the device: on a GPU B = 10000 and
+// every combination, on the CPU B = 256, silu, fp32, 5 runs.
 Options parse(int argc, char** argv) {
-  std::map<std::string, std::string> kv;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--json") { kv["json"] = "1"; continue; }
-    if (a == "--help" || a == "-h") usage("help");
-    if (a.rfind("--", 0) != 0) usage("unexpected argument '" + a + "'");
-    auto eq = a.find('=');
-    if (eq != std::string::npos) kv[a.substr(2, eq - 2)] = a.substr(eq + 1);
-    else if (i + 1 < argc) kv[a.substr(2)] = argv[++i];
-    else usage("missing value for " + a);
-  }
+  CLI::App app{"tapegrad Hessian benchmark: per-sample input Hessians of an MLP 2 -> W x D -> 3"};
+  app.option_defaults()->delimiter(',');
   Options o;
-  std::string dev = kv.count("device") ? kv["device"] : (tg::cuda::is_available() ? "cuda" : "cpu");
-  if (dev != "cuda" && dev != "cpu") usage("--device must be cuda or cpu");
-  if (dev == "cuda" && !tg::cuda::is_available()) usage("--device cuda but no CUDA GPU is available");
+  std::string dev = tg::cuda::is_available() ? "cuda" : "cpu", trimming = "on", deterministic = "off";
+  int64_t batch = 0;
+  int runs = 0;
+  app.add_option("--device", dev, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
+  app.add_option("--batch", batch, "batch size B (default 10000 on a GPU, 256 on the CPU)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--width", o.width, "hidden width")->check(CLI::PositiveNumber);
+  app.add_option("--depth", o.depth, "hidden layers")->check(CLI::PositiveNumber);
+  app.add_option("--act", o.acts, "activations")->check(CLI::IsMember({"silu", "tanh", "relu"}));
+  app.add_option("--precision", o.precisions, "GEMM precisions")->check(CLI::IsMember({"fp32", "tf32"}));
+  app.add_option("--mode", o.modes, "hess, hess+bwd")->check(CLI::IsMember({"hess", "hess+bwd"}));
+  app.add_option("--strategy", o.strategies, "rows, batched, taylor")
+      ->check(CLI::IsMember({"rows", "batched", "taylor"}));
+  app.add_option("--runs", runs, "timed runs (default 20 on a GPU, 5 on the CPU)")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o.warmup, "warm-up runs")->check(CLI::NonNegativeNumber);
+  app.add_option("--check", o.check, "samples checked against float64")->check(CLI::PositiveNumber);
+  app.add_option("--trimming", trimming, "edge trimming")->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--deterministic", deterministic, "deterministic algorithms")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_flag("--json", o.json, "print JSON instead of the table");
+  app.add_option("--out", o.out, "also write the JSON to this file");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
+  }
+  if (dev == "cuda" && !tg::cuda::is_available()) {
+    std::cerr << "hessian: --device cuda but no CUDA GPU is available\n";
+    std::exit(2);
+  }
   o.cuda = dev == "cuda";
-  o.batch = o.cuda ? 10000 : 256;
-  o.runs = o.cuda ? 20 : 5;
-  o.acts = o.cuda ? std::vector<std::string>{"silu", "tanh", "relu"} : std::vector<std::string>{"silu"};
-  o.precisions = o.cuda ? std::vector<std::string>{"fp32", "tf32"} : std::vector<std::string>{"fp32"};
-  o.modes = {"hess", "hess+bwd"};
-  auto num = [&](const char* k, auto& v) {
-    if (kv.count(k)) v = static_cast<std::decay_t<decltype(v)>>(std::atoll(kv[k].c_str()));
-  };
-  num("batch", o.batch);
-  num("width", o.width);
-  num("depth", o.depth);
-  num("runs", o.runs);
-  num("warmup", o.warmup);
-  num("check", o.check);
-  if (kv.count("act")) o.acts = split(kv["act"]);
-  if (kv.count("precision")) o.precisions = split(kv["precision"]);
-  if (kv.count("mode")) o.modes = split(kv["mode"]);
-  if (kv.count("strategy")) o.strategies = split(kv["strategy"]);
-  if (kv.count("trimming")) {
-    if (kv["trimming"] != "on" && kv["trimming"] != "off") usage("--trimming must be on or off");
-    o.trimming = kv["trimming"] == "on";
-  }
-  if (kv.count("deterministic")) {
-    if (kv["deterministic"] != "on" && kv["deterministic"] != "off")
-      usage("--deterministic must be on or off");
-    o.deterministic = kv["deterministic"] == "on";
-  }
-  o.json = kv.count("json") != 0;
-  for (auto& a : o.acts)
-    if (a != "silu" && a != "tanh" && a != "relu") usage("unknown activation '" + a + "'");
-  for (auto& p : o.precisions)
-    if (p != "fp32" && p != "tf32") usage("unknown precision '" + p + "'");
-  for (auto& m : o.modes)
-    if (m != "hess" && m != "hess+bwd") usage("unknown mode '" + m + "'");
-  for (auto& s : o.strategies)
-    if (s != "rows" && s != "batched" && s != "taylor") usage("unknown strategy '" + s + "'");
-  if (o.batch < 1 || o.runs < 1 || o.width < 1 || o.depth < 1) usage("sizes and runs must be positive");
+  o.batch = batch ? batch : (o.cuda ? 10000 : 256);
+  o.runs = runs ? runs : (o.cuda ? 20 : 5);
+  if (o.acts.empty()) o.acts = o.cuda ? std::vector<std::string>{"silu", "tanh", "relu"} : std::vector<std::string>{"silu"};
+  if (o.precisions.empty()) o.precisions = o.cuda ? std::vector<std::string>{"fp32", "tf32"} : std::vector<std::string>{"fp32"};
+  o.trimming = trimming == "on";
+  o.deterministic = deterministic == "on";
   o.check = std::min(o.check, o.batch);
   return o;
 }
@@ -287,21 +261,23 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (o.json) {
-    std::printf("{\"device\": \"%s\", \"batch\": %lld, \"width\": %lld, \"depth\": %lld, "
-                "\"runs\": %d, \"trimming\": %s, \"results\": [\n",
-                where.c_str(), (long long)o.batch, (long long)o.width, (long long)o.depth, o.runs,
-                o.trimming ? "true" : "false");
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      std::printf("  {\"act\": \"%s\", \"precision\": \"%s\", \"mode\": \"%s\", \"strategy\": \"%s\", "
-                  "\"median_ms\": %.4f, \"min_ms\": %.4f, \"peak_mib\": %.2f, \"gemm_gflop\": %.3f, "
-                  "\"floor_ms\": %.4f, \"max_abs_err\": %.4g, \"ref_max_abs\": %.4g}%s\n",
-                  r.act.c_str(), r.precision.c_str(), r.mode.c_str(), r.strategy.c_str(), r.median_ms,
-                  r.min_ms, r.peak_mib, r.gflop, r.floor_ms, r.max_err, r.ref_scale,
-                  i + 1 < rows.size() ? "," : "");
+  nlohmann::json doc = {{"device", where}, {"batch", o.batch}, {"width", o.width}, {"depth", o.depth},
+                         {"runs", o.runs}, {"trimming", o.trimming}, {"deterministic", o.deterministic},
+                         {"results", nlohmann::json::array()}};
+  for (const Row& r : rows)
+    doc["results"].push_back({{"act", r.act}, {"precision", r.precision}, {"mode", r.mode},
+                              {"strategy", r.strategy}, {"median_ms", r.median_ms}, {"min_ms", r.min_ms},
+                              {"peak_mib", r.peak_mib}, {"gemm_gflop", r.gflop}, {"floor_ms", r.floor_ms},
+                              {"max_abs_err", r.max_err}, {"ref_max_abs", r.ref_scale}});
+  if (o.json) std::cout << doc.dump(2) << "\n";
+  if (!o.out.empty()) {
+    std::ofstream f(o.out);
+    f << doc.dump(2) << "\n";
+    if (!f) {
+      std::cerr << "hessian: cannot write " << o.out << "\n";
+      return 1;
     }
-    std::printf("]}\n");
+    if (!o.json) std::printf("results written to %s\n", o.out.c_str());
   }
   return 0;
 }

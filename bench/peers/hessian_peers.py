@@ -3,6 +3,7 @@
 
     python3 bench/peers/hessian_peers.py [--batch 10000] [--runs 20] [--act silu,tanh,relu]
         [--precision fp32,tf32] [--mode hess,hess+bwd] [--frameworks tapegrad,libtorch,eager,func,jax]
+        [--out FILE]
 
 Runs the identical workload (MLP 2 -> 512 x6 -> 3, per-sample input Hessian
 [B, 3, 2, 2]; `hess`, or `hess+bwd` = then H.sum().backward() into the
@@ -158,6 +159,7 @@ def main():
     p.add_argument("--precision", default="fp32,tf32")
     p.add_argument("--mode", default="hess,hess+bwd")
     p.add_argument("--frameworks", default="tapegrad,libtorch,eager,func,jax")
+    p.add_argument("--out", help="also write the results as JSON (scripts/plot_hessian.py draws it)")
     args = p.parse_args()
     fw = args.frameworks.split(",")
     results = {}  # (act, prec, mode) -> {name: (ms, peak)}
@@ -199,6 +201,11 @@ def main():
             cells.append(f"{ms:.1f} ms{ratio}{mem}")
         print(f"| {act} | {prec} | {mode} | " + " | ".join(cells) + " |")
     print("\n(ratio = time / tapegrad's fastest strategy; memory = peak allocated during one run)")
+    if args.out:
+        rows = [{"act": a, "precision": p_, "mode": m, "framework": n, "median_ms": v[0], "peak_mib": v[1]}
+                for (a, p_, m), row in results.items() for n, v in row.items()]
+        with open(args.out, "w") as f:
+            json.dump({"batch": args.batch, "results": rows}, f, indent=2)
 
 
 if __name__ == "__main__":

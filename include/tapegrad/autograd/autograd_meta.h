@@ -10,18 +10,19 @@
 
 namespace tg::autograd {
 
+/// A tensor's autograd state (created on first need).
 struct AutogradMeta final : AutogradMetaInterface {
-  bool requires_grad = false;  // leaves only; non-leaves require grad via grad_fn
-  uint32_t output_nr = 0;
-  std::shared_ptr<Node> grad_fn;
-  std::weak_ptr<Node> grad_accumulator;  // leaves: the AccumulateGrad sink
-  Tensor grad;
-  std::shared_ptr<Tensor> retained_grad;  // non-leaves after retain_grad()
-  // Leaves: hooks run on the incoming gradient before accumulation, and
-  // after it (post-accumulate-grad hooks).
+  bool requires_grad = false;  ///< leaves only; non-leaves require grad via grad_fn
+  uint32_t output_nr = 0;  ///< which output of grad_fn this tensor is
+  std::shared_ptr<Node> grad_fn;  ///< the node that computed it (non-leaves)
+  std::weak_ptr<Node> grad_accumulator;  ///< leaves: the AccumulateGrad sink
+  Tensor grad;  ///< leaves: the accumulated gradient
+  std::shared_ptr<Tensor> retained_grad;  ///< non-leaves after retain_grad()
+  /// Leaves: hooks run on the incoming gradient before accumulation, and
+  /// after it (post-accumulate-grad hooks).
   struct LeafHooks;
-  std::shared_ptr<LeafHooks> leaf_hooks;
-  std::mutex mutex;
+  std::shared_ptr<LeafHooks> leaf_hooks;  ///< see LeafHooks
+  std::mutex mutex;  ///< guards grad and the hooks
 };
 
 namespace impl {
@@ -36,18 +37,18 @@ inline bool requires_grad(const Tensor& t) {
   return m && (m->requires_grad || m->grad_fn);
 }
 
-// The leaf's AccumulateGrad node (created on first use, held weakly by the
-// leaf), or nullptr when t is not a leaf that requires grad.
+/// The leaf's AccumulateGrad node (created on first use, held weakly by the
+/// leaf), or nullptr when t is not a leaf that requires grad.
 std::shared_ptr<Node> grad_accumulator(const Tensor& t);
-// Where a gradient w.r.t. t must go: (grad_fn, output_nr) for a non-leaf,
-// (AccumulateGrad, 0) for a leaf that requires grad, invalid otherwise.
+/// Where a gradient w.r.t. t must go: (grad_fn, output_nr) for a non-leaf,
+/// (AccumulateGrad, 0) for a leaf that requires grad, invalid otherwise.
 Edge gradient_edge(const Tensor& t);
-// Makes t output `output_nr` of fn (adds t's metadata to fn's inputs).
+/// Makes t output `output_nr` of fn (adds t's metadata to fn's inputs).
 void set_history(const Tensor& t, const std::shared_ptr<Node>& fn);
-// Attaches an existing edge to t (used when re-wrapping saved tensors).
+/// Attaches an existing edge to t (used when re-wrapping saved tensors).
 void set_gradient_edge(const Tensor& t, Edge e);
 
-// Leaf hooks (run by AccumulateGrad and for captured leaves).
+/// Leaf hooks (run by AccumulateGrad and for captured leaves).
 void call_leaf_pre_hooks(const Tensor& leaf, Tensor& grad);
 void call_post_accumulate_hooks(const Tensor& leaf);
 

@@ -8,10 +8,10 @@
 
 namespace tg::autograd {
 
-// Gradients of `outputs` w.r.t. `inputs`, weighted by `grad_outputs` (may be
-// omitted for outputs with one element). Runs only the part of the graph
-// between them; with create_graph the result is differentiable again.
-// retain_graph defaults to create_graph.
+/// Gradients of `outputs` w.r.t. `inputs`, weighted by `grad_outputs` (may be
+/// omitted for outputs with one element). Runs only the part of the graph
+/// between them; with create_graph the result is differentiable again.
+/// retain_graph defaults to create_graph.
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs,
                          const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {},
@@ -19,11 +19,11 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs,
                          bool create_graph = false,
                          bool allow_unused = false);
 
-// Accumulates d(tensors)/d(leaf) into every leaf's .grad, or only into
-// `inputs` when given (a non-leaf input's gradient is captured into its
-// .grad without running its own node). With create_graph, .grad gets a
-// history that refers back to the leaf (a reference cycle, as in PyTorch):
-// reset it (x.mutable_grad() = Tensor()) when done, or prefer grad().
+/// Accumulates d(tensors)/d(leaf) into every leaf's .grad, or only into
+/// `inputs` when given (a non-leaf input's gradient is captured into its
+/// .grad without running its own node). With create_graph, .grad gets a
+/// history that refers back to the leaf (a reference cycle, as in PyTorch):
+/// reset it (x.mutable_grad() = Tensor()) when done, or prefer grad().
 void backward(const std::vector<Tensor>& tensors,
               const std::vector<Tensor>& grad_tensors = {},
               std::optional<bool> retain_graph = std::nullopt,
@@ -31,10 +31,10 @@ void backward(const std::vector<Tensor>& tensors,
               const std::vector<Tensor>& inputs = {});
 
 namespace detail {
-// Runs a graph task: the core of grad() and backward().
-// `needed`: sinks that must run (backward with inputs); `captures`: edges
-// whose incoming gradient is returned (grad, non-leaf backward inputs). Both
-// empty: run everything reachable.
+/// Runs a graph task: the core of grad() and backward().
+/// `needed`: sinks that must run (backward with inputs); `captures`: edges
+/// whose incoming gradient is returned (grad, non-leaf backward inputs). Both
+/// empty: run everything reachable.
 variable_list execute(const edge_list& roots, variable_list root_grads,
                       bool keep_graph, bool create_graph, const edge_list& needed,
                       const edge_list& captures);

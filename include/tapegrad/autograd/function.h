@@ -34,17 +34,21 @@
 
 namespace tg::autograd {
 
+/// What a custom Function saves in forward for its backward (docs/AUTOGRAD.md "Custom functions").
 class AutogradContext {
  public:
+  /// Saves tensors (checked for in-place changes) and gets them back in backward.
   void save_for_backward(variable_list to_save) { to_save_ = std::move(to_save); }
+  /// The tensors save_for_backward saved (checked for in-place changes).
   variable_list get_saved_variables() const;
-  // In-place modified inputs (forward must return them).
+  /// In-place modified inputs (forward must return them).
   void mark_dirty(const variable_list& inputs);
+  /// Outputs that never get a gradient.
   void mark_non_differentiable(const variable_list& outputs);
-  // Whether forward input i (counting tensor arguments only) needs a gradient
-  // in the backward running now (in forward: whether it requires grad).
+  /// Whether forward input i (counting tensor arguments only) needs a gradient
+  /// in the backward running now (in forward: whether it requires grad).
   bool needs_input_grad(size_t i) const;
-  std::unordered_map<std::string, std::any> saved_data;
+  std::unordered_map<std::string, std::any> saved_data;  ///< anything else backward needs
 
  private:
   template <class T>
@@ -57,9 +61,10 @@ class AutogradContext {
   std::vector<bool> forward_needs_;
 };
 
-// The node of a custom function (type-erased part).
+/// The node of a custom function (type-erased part).
 class CppNodeBase : public Node {
  public:
+  /// A node named `name`; once_differentiable makes its backward not differentiable.
   explicit CppNodeBase(std::string name, bool once_differentiable)
       : name_(std::move(name)), once_differentiable_(once_differentiable) {}
   variable_list apply(variable_list&& grads) override;
@@ -67,15 +72,16 @@ class CppNodeBase : public Node {
   void release_variables() override;
   bool apply_on_undefined() const override { return true; }
 
-  AutogradContext ctx_;
-  std::vector<InputMetadata> output_info_;
-  size_t num_args_ = 0;             // forward arguments (tensor and not)
-  std::vector<int64_t> tensor_arg_;  // argument index of each tensor input
+  AutogradContext ctx_;  ///< the context forward filled
+  std::vector<InputMetadata> output_info_;  ///< the forward outputs (for zero gradients)
+  size_t num_args_ = 0;             ///< forward arguments (tensor and not)
+  std::vector<int64_t> tensor_arg_;  ///< argument index of each tensor input
 
-  // Set by apply(): outputs, saves, and history after forward ran.
+  /// Set by apply(): outputs, saves, and history after forward ran.
   void wrap_outputs(const variable_list& inputs, variable_list& outputs);
 
  protected:
+  /// Runs the user's backward.
   virtual variable_list call_backward(variable_list&& grads) = 0;
 
  private:
@@ -90,7 +96,7 @@ template <class T>
 struct is_once_differentiable<T, std::void_t<decltype(T::once_differentiable)>>
     : std::bool_constant<T::once_differentiable> {};
 
-// "Scale" -> "ScaleBackward" (namespaces dropped).
+/// "Scale" -> "ScaleBackward" (namespaces dropped).
 std::string function_node_name(const char* mangled);
 
 template <class T>
@@ -122,8 +128,10 @@ inline variable_list to_list(variable_list v) { return v; }
 }  // namespace detail
 
 template <class T>
+/// A custom differentiable function: T has static forward(ctx, args...) and backward(ctx, grads) (as LibTorch's torch::autograd::Function).
 struct Function {
   template <class... Args>
+  /// Runs forward and records the node when an input requires grad.
   static auto apply(Args&&... args) {
     variable_list inputs;
     std::vector<int64_t> tensor_arg;

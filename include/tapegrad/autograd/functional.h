@@ -13,54 +13,59 @@
 
 namespace tg::autograd {
 
+/// A function of one tensor, as the functional API takes it.
 using TensorFn = std::function<Tensor(const Tensor&)>;
 
-// d fn(x) / d x, shape fn(x).sizes() + x.sizes().
+/// d fn(x) / d x, shape fn(x).sizes() + x.sizes().
 Tensor jacobian(const TensorFn& fn, const Tensor& x, bool create_graph = false);
-// Scalar fn: d^2 fn / dx^2, shape x.sizes() + x.sizes().
+/// Scalar fn: d^2 fn / dx^2, shape x.sizes() + x.sizes().
 Tensor hessian(const TensorFn& fn, const Tensor& x, bool create_graph = false);
-// {fn(x), v^T J}, v of fn(x)'s shape.
+/// {fn(x), v^T J}, v of fn(x)'s shape.
 std::pair<Tensor, Tensor> vjp(const TensorFn& fn, const Tensor& x, const Tensor& v,
                               bool create_graph = false);
-// {fn(x), J v}, v of x's shape (computed as a double vjp).
+/// {fn(x), J v}, v of x's shape (computed as a double vjp).
 std::pair<Tensor, Tensor> jvp(const TensorFn& fn, const Tensor& x, const Tensor& v,
                               bool create_graph = false);
-// Scalar fn: {fn(x), H v}.
+/// Scalar fn: {fn(x), H v}.
 std::pair<Tensor, Tensor> hvp(const TensorFn& fn, const Tensor& x, const Tensor& v,
                               bool create_graph = false);
 
-// Per-sample Hessians of a batched function (the PINN / Hessian-benchmark
-// case): fn maps x [B, n] to [B, m], and row b of the output depends only on
-// row b of x. Returns H [B, m, n, n], H[b, i, j, k] = d^2 fn(x)[b, i] /
-// dx[b, j] dx[b, k]. With create_graph, H is differentiable (e.g. into the
-// parameters fn closes over).
+/// How per_sample_hessian computes.
 enum class HessianStrategy {
-  // The reference algorithm, as PyTorch users write it: m backward passes
-  // for the Jacobian rows grad(y[:, i], x, ones, create_graph), then m * n
-  // for the Hessian rows grad(J_i[:, j], x, ones).
+  /// The reference algorithm, as PyTorch users write it: m backward passes
+  /// for the Jacobian rows grad(y[:, i], x, ones, create_graph), then m * n
+  /// for the Hessian rows grad(J_i[:, j], x, ones).
   Rows,
-  // Batched cotangents: fn runs once on m * n stacked copies of x, copy
-  // (i, j) gets the cotangent e_i, and two backward passes (Jacobian, then
-  // the selected Hessian rows) do the work of m + m * n, with GEMMs m * n
-  // times taller and m * n times fewer launches.
+  /// Batched cotangents: fn runs once on m * n stacked copies of x, copy
+  /// (i, j) gets the cotangent e_i, and two backward passes (Jacobian, then
+  /// the selected Hessian rows) do the work of m + m * n, with GEMMs m * n
+  /// times taller and m * n times fewer launches.
   BatchedCotangents,
 };
+/// Per-sample Hessians of a batched function (the PINN / Hessian-benchmark
+/// case): fn maps x [B, n] to [B, m], and row b of the output depends only on
+/// row b of x. Returns H [B, m, n, n], H[b, i, j, k] = d^2 fn(x)[b, i] /
+/// dx[b, j] dx[b, k]. With create_graph, H is differentiable (e.g. into the
+/// parameters fn closes over).
 Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x,
                           HessianStrategy strategy = HessianStrategy::BatchedCotangents,
                           bool create_graph = false);
 
-// Taylor mode for a multilayer perceptron (the PINN network): the value, the
-// per-sample input Jacobian and Hessian in one forward sweep that carries
-// first and second input derivatives through every layer ("forward
-// Laplacian"-style), instead of m + m * n reverse passes. Each layer is one
-// GEMM on the stacked [value; n first; n (n + 1) / 2 second derivatives]
-// rows, and the activation's derivatives are fused kernels. Everything is
-// recorded, so a loss of the results backpropagates into the parameters.
-// Layer l: h = act(h W_l^T + b_l), no activation after the last layer.
-// x [B, n] -> value [B, m], jacobian [B, m, n], hessian [B, m, n, n].
+/// Taylor mode for a multilayer perceptron (the PINN network): the value, the
+/// per-sample input Jacobian and Hessian in one forward sweep that carries
+/// first and second input derivatives through every layer ("forward
+/// Laplacian"-style), instead of m + m * n reverse passes. Each layer is one
+/// GEMM on the stacked [value; n first; n (n + 1) / 2 second derivatives]
+/// rows, and the activation's derivatives are fused kernels. Everything is
+/// recorded, so a loss of the results backpropagates into the parameters.
+/// Layer l: h = act(h W_l^T + b_l), no activation after the last layer.
+/// x [B, n] -> value [B, m], jacobian [B, m, n], hessian [B, m, n, n].
 struct MlpDerivatives {
-  Tensor value, jacobian, hessian;
+  Tensor value;     ///< [B, m]
+  Tensor jacobian;  ///< [B, m, n]
+  Tensor hessian;   ///< [B, m, n, n]
 };
+/// See MlpDerivatives: the value, Jacobian and Hessian of the MLP at x.
 MlpDerivatives mlp_taylor(const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
                           tg::Activation act, const Tensor& x);
 

@@ -31,32 +31,37 @@
 
 namespace tg::autograd {
 
+/// Turns a saved tensor into what to keep.
 using PackHook = std::function<std::any(const Tensor&)>;
+/// Turns it back into the tensor.
 using UnpackHook = std::function<Tensor(const std::any&)>;
 
+/// A pack/unpack pair (docs/AUTOGRAD.md "Saved-tensor hooks").
 struct SavedTensorHooks {
-  PackHook pack;
-  UnpackHook unpack;
+  PackHook pack;  ///< runs when a tensor is saved; returns what to keep
+  UnpackHook unpack;  ///< runs when backward needs it; returns the tensor
 };
 
+/// Makes a pack/unpack pair the default for tensors saved in a scope (as torch.autograd.graph.saved_tensors_hooks).
 class SavedTensorHooksGuard {
  public:
+  /// Pushes the pair; the destructor pops it.
   SavedTensorHooksGuard(PackHook pack, UnpackHook unpack);
-  explicit SavedTensorHooksGuard(SavedTensorHooks hooks);
+  explicit SavedTensorHooksGuard(SavedTensorHooks hooks);  ///< pushes `hooks`
   ~SavedTensorHooksGuard();
   SavedTensorHooksGuard(const SavedTensorHooksGuard&) = delete;
   SavedTensorHooksGuard& operator=(const SavedTensorHooksGuard&) = delete;
 };
 
-// The pair on top of this thread's stack (nullptr when none).
+/// The pair on top of this thread's stack (nullptr when none).
 std::shared_ptr<const SavedTensorHooks> current_saved_tensor_hooks();
 
 namespace hooks {
-// Stores floating-point saved tensors as `dtype` (BFloat16 or Float16) and
-// casts back on unpack; other tensors are kept as they are.
+/// Stores floating-point saved tensors as `dtype` (BFloat16 or Float16) and
+/// casts back on unpack; other tensors are kept as they are.
 SavedTensorHooks cast(ScalarType dtype);
-// Stores saved tensors that live on a GPU in CPU memory and copies them back
-// on unpack; CPU tensors are kept as they are (nothing to gain).
+/// Stores saved tensors that live on a GPU in CPU memory and copies them back
+/// on unpack; CPU tensors are kept as they are (nothing to gain).
 SavedTensorHooks offload_to_cpu();
 }  // namespace hooks
 

@@ -19,16 +19,19 @@
 
 namespace tg::autograd {
 
+/// A tensor a node saved for backward, with its version checked at unpack.
 class SavedVariable {
  public:
   SavedVariable() = default;
+  /// Saves `t` (is_output: t is the node's own output, kept without a cycle).
   SavedVariable(const Tensor& t, bool is_output);
 
-  // `owner` is the node that saved it (needed to re-attach outputs), `slot`
-  // the formula's name for it ("self", "other", "result", ...).
+  /// `owner` is the node that saved it (needed to re-attach outputs), `slot`
+  /// the formula's name for it ("self", "other", "result", ...).
   Tensor unpack(const Node* owner, const char* slot) const;
+  /// Frees the tensor (after backward, unless the graph is retained); defined() says whether one is held.
   void release();
-  bool defined() const { return state_ != State::Empty; }
+  bool defined() const { return state_ != State::Empty; }  ///< whether a tensor was saved
 
  private:
   enum class State : uint8_t { Empty, Saved, Released };
@@ -37,12 +40,12 @@ class SavedVariable {
   bool requires_grad_ = false;
   uint32_t output_nr_ = 0;
   uint32_t saved_version_ = 0;
-  Tensor data_;                      // original (input) or alias (output)
-  std::shared_ptr<Node> grad_fn_;    // inputs saved through hooks
-  std::shared_ptr<Node> accumulator_;  // leaves saved through hooks
+  Tensor data_;                      ///< original (input) or alias (output)
+  std::shared_ptr<Node> grad_fn_;    ///< inputs saved through hooks
+  std::shared_ptr<Node> accumulator_;  ///< leaves saved through hooks
   std::shared_ptr<const SavedTensorHooks> hooks_;
   std::any payload_;
-  // Metadata for messages after release and for hooks.
+  /// Metadata for messages after release and for hooks.
   ScalarType dtype_ = ScalarType::Float32;
   IntList sizes_;
 };

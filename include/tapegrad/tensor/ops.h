@@ -18,18 +18,30 @@
 namespace tg {
 
 // ---- factories ---------------------------------------------------------------
+///@{
+
+/// New tensors of `sizes` with the dtype and device of `opts` (Float32 on the
+/// CPU by default): uninitialised, zeros, ones, `value`, uniform in [0, 1),
+/// standard normal; arange: start, start + step, ... below end (Int64 when
+/// every bound is integral and no dtype is given); linspace: `steps` evenly
+/// spaced values from start to end; eye: the identity (n x m).
 Tensor empty(const IntList& sizes, TensorOptions opts = {});
 Tensor zeros(const IntList& sizes, TensorOptions opts = {});
 Tensor ones(const IntList& sizes, TensorOptions opts = {});
 Tensor full(const IntList& sizes, Scalar value, TensorOptions opts = {});
-Tensor rand(const IntList& sizes, TensorOptions opts = {});   // U[0, 1)
-Tensor randn(const IntList& sizes, TensorOptions opts = {});  // N(0, 1)
+Tensor rand(const IntList& sizes, TensorOptions opts = {});
+Tensor randn(const IntList& sizes, TensorOptions opts = {});
 Tensor arange(Scalar end, TensorOptions opts = {});
 Tensor arange(Scalar start, Scalar end, Scalar step = 1, TensorOptions opts = {});
 Tensor linspace(double start, double end, int64_t steps, TensorOptions opts = {});
 Tensor eye(int64_t n, TensorOptions opts = {});
 Tensor eye(int64_t n, int64_t m, TensorOptions opts = {});
-// Values in row-major order; `sizes` empty means 1-D of values.size().
+///@}
+///@{
+
+/// A tensor of `values` in row-major order (`sizes` empty: 1-D of
+/// values.size()); scalar_tensor: a 0-dim tensor; the *_like factories: a new
+/// tensor of t's sizes, dtype and device.
 Tensor tensor(const std::vector<double>& values,
               const IntList& sizes = {},
               TensorOptions opts = {});
@@ -40,21 +52,26 @@ Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, Scalar value);
 Tensor rand_like(const Tensor& t);
 Tensor randn_like(const Tensor& t);
+///@}
 
-// Counter-based Philox 4x32-10 generator (tensor/random.h has the mapping).
+/// Counter-based Philox 4x32-10 generator (tensor/random.h has the mapping).
 void manual_seed(uint64_t seed);
 
-// Deterministic mode (torch.use_deterministic_algorithms): process-wide; while
-// on, every op whose CUDA forward or backward could differ from run to run
-// (atomic accumulation in scatter_add and what is built on it: index_select,
-// gather and dense embedding backward, to_dense of an uncoalesced tensor;
-// cuSPARSE's SpMM) takes a bitwise-reproducible path instead. What it covers
-// and costs: docs/TENSOR.md "Deterministic mode".
+///@{
+
+/// Deterministic mode (torch.use_deterministic_algorithms): process-wide; while
+/// on, every op whose CUDA forward or backward could differ from run to run
+/// (atomic accumulation in scatter_add and what is built on it: index_select,
+/// gather and dense embedding backward, to_dense of an uncoalesced tensor;
+/// cuSPARSE's SpMM) takes a bitwise-reproducible path instead. What it covers
+/// and costs: docs/TENSOR.md "Deterministic mode".
 void use_deterministic_algorithms(bool enabled);
 bool are_deterministic_algorithms_enabled();
-// Sets the mode for a scope and restores the previous one.
+///@}
+/// Sets the mode for a scope and restores the previous one.
 class DeterministicGuard {
  public:
+  /// Sets the mode to `enabled` until the guard ends.
   explicit DeterministicGuard(bool enabled = true);
   ~DeterministicGuard();
   DeterministicGuard(const DeterministicGuard&) = delete;
@@ -64,11 +81,11 @@ class DeterministicGuard {
   bool prev_;
 };
 
-// g * act^(order)(x): the order-th derivative of an activation at x, times g,
-// in one fused kernel (the backward of silu/sigmoid/tanh/relu uses it with
-// order 1). Differentiable to any order: orders 0..4 are fused kernels, and
-// each derivative raises the order by one (above 4 the engine differentiates
-// the order-4 kernel's graph).
+/// g * act^(order)(x): the order-th derivative of an activation at x, times g,
+/// in one fused kernel (the backward of silu/sigmoid/tanh/relu uses it with
+/// order 1). Differentiable to any order: orders 0..4 are fused kernels, and
+/// each derivative raises the order by one (above 4 the engine differentiates
+/// the order-4 kernel's graph).
 enum class Activation { Silu, Sigmoid, Tanh, Relu };
 
 // ---- the op list ------------------------------------------------------------------
@@ -106,10 +123,19 @@ enum class Activation { Silu, Sigmoid, Tanh, Relu };
 #undef TG_D
 
 // ---- shape helpers -------------------------------------------------------------
+///@{
+
+/// The broadcast shape of a and b (an error naming `op` when they do not
+/// broadcast); broadcast_to: x expanded to `sizes` (a view).
 IntList broadcast_shapes(const IntList& a, const IntList& b, const char* op);
 Tensor broadcast_to(const Tensor& x, const IntList& sizes);
+///@}
 
 // ---- operators -------------------------------------------------------------------
+///@{
+
+/// Arithmetic as add, sub, mul, div (and neg): tensor with tensor, tensor
+/// with scalar, scalar with tensor; the compound forms work in place.
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);
@@ -131,5 +157,6 @@ Tensor& operator+=(Tensor& a, Scalar b);
 Tensor& operator-=(Tensor& a, Scalar b);
 Tensor& operator*=(Tensor& a, Scalar b);
 Tensor& operator/=(Tensor& a, Scalar b);
+///@}
 
 }  // namespace tg

@@ -21,10 +21,12 @@
 
 namespace tg {
 
+/// Four 32-bit random words of one Philox counter.
 struct PhiloxBlock {
-  uint32_t w[4];
+  uint32_t w[4];  ///< the words
 };
 
+/// Philox 4x32-10: four random words for counter `ctr` of stream `seed`.
 TG_HOST_DEVICE inline PhiloxBlock philox4x32_10(uint64_t seed, uint64_t ctr) {
   uint32_t c0 = uint32_t(ctr), c1 = uint32_t(ctr >> 32), c2 = 0, c3 = 0;
   uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
@@ -43,20 +45,24 @@ TG_HOST_DEVICE inline PhiloxBlock philox4x32_10(uint64_t seed, uint64_t ctr) {
   return {{c0, c1, c2, c3}};
 }
 
+/// A double uniform in [0, 1) from two words (53 bits).
 TG_HOST_DEVICE inline double philox_u53(uint32_t a, uint32_t b) {
   uint64_t x = (uint64_t(a) << 21) ^ (uint64_t(b) >> 11);
   return double(x & ((uint64_t(1) << 53) - 1)) * (1.0 / 9007199254740992.0);
 }
+/// A float uniform in [0, 1) from one word (24 bits).
 TG_HOST_DEVICE inline float philox_u24(uint32_t a) {
   return float(a >> 8) * (1.0f / 16777216.0f);
 }
 
-// Reserves `n` counters of the global generator; returns {seed, offset}.
+/// Where a reservation of the global generator starts.
 struct PhiloxState {
-  uint64_t seed;
-  uint64_t offset;
+  uint64_t seed;  ///< the generator seed
+  uint64_t offset;  ///< the first reserved counter
 };
+/// Reserves `n` counters of the global generator; returns where they start.
 PhiloxState philox_reserve(uint64_t n);
+/// The seed manual_seed() set (a fixed default otherwise).
 uint64_t default_seed();
 
 }  // namespace tg

@@ -27,23 +27,31 @@ namespace tg::raw {
 #undef TG_OP0
 #undef TG_D
 
-// sparse COO (tensor/sparse.cpp). The ops above that take sparse operands
-// (add, sub, add_, mul/div by a scalar, neg, sum, mm, matmul, transpose, t,
-// clone, detach, to) route to these; every other op rejects them with an
-// error naming the op (detail::check_defined).
-// `coalesced`: the caller knows the indices are sorted and unique.
+///@{
+
+/// sparse COO (tensor/sparse.cpp). The ops above that take sparse operands
+/// (add, sub, add_, mul/div by a scalar, neg, sum, mm, matmul, transpose, t,
+/// clone, detach, to) route to these; every other op rejects them with an
+/// error naming the op (detail::check_defined).
+/// `coalesced`: the caller knows the indices are sorted and unique.
 Tensor sparse_coo_tensor(const Tensor& indices, const Tensor& values, const IntList& sizes,
                          bool check, bool coalesced = false);
-Tensor sparse_indices(const Tensor& s);  // the parts as stored (any coalesced state)
+Tensor sparse_indices(const Tensor& s);  ///< the parts as stored (any coalesced state)
 Tensor sparse_values(const Tensor& s);
-// Int64 [nnz]: each entry's row-major position over the sparse sizes.
+///@}
+///@{
+
+/// Int64 [nnz]: each entry's row-major position over the sparse sizes.
 Tensor sparse_linear_index(const Tensor& s);
 Tensor sparse_linear_index(const Tensor& indices, const IntList& sparse_sizes);
-// Int64 [n]: for each column of `indices` (Int64 [sparse_dim, n]), the
-// position of that coordinate among the entries of the coalesced tensor c,
-// or c.nnz() where c has no entry there.
+///@}
+///@{
+
+/// Int64 [n]: for each column of `indices` (Int64 [sparse_dim, n]), the
+/// position of that coordinate among the entries of the coalesced tensor c,
+/// or c.nnz() where c has no entry there.
 Tensor sparse_positions(const Tensor& c, const Tensor& indices);
-Tensor sparse_add(const Tensor& a, const Tensor& b, Scalar alpha, const char* op = "add");  // one of them sparse
+Tensor sparse_add(const Tensor& a, const Tensor& b, Scalar alpha, const char* op = "add");  ///< one of them sparse
 const Tensor& sparse_add_(const Tensor& self, const Tensor& o, Scalar alpha);
 Tensor sparse_mul(const Tensor& s, Scalar c);
 Tensor sparse_sum(const Tensor& s);
@@ -53,10 +61,11 @@ Tensor sparse_clone(const Tensor& s);
 Tensor sparse_detach(const Tensor& s);
 Tensor sparse_to(const Tensor& s, ScalarType t);
 Tensor sparse_to(const Tensor& s, Device d, bool non_blocking);
+///@}
 
-// Number of GEMM kernel launches since start (mm, bmm, matmul, linear all
-// count each batched GEMM call once); lets tests see what trimming skips.
+/// Number of GEMM kernel launches since start (mm, bmm, matmul, linear all
+/// count each batched GEMM call once); lets tests see what trimming skips.
 uint64_t gemm_calls();
-uint64_t gemm_flops();  // 2 * m * k * n summed over the GEMMs launched
+uint64_t gemm_flops();  ///< 2 * m * k * n summed over the GEMMs launched
 
 }  // namespace tg::raw

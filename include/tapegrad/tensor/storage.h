@@ -10,8 +10,10 @@
 
 namespace tg {
 
+/// Memory from an allocator, shared by a tensor and its views.
 class StorageImpl final : public IntrusiveTarget {
  public:
+  /// `nbytes` from `alloc` (returned to it when the storage dies).
   StorageImpl(size_t nbytes, Allocator* alloc)
       : data_(alloc->allocate(nbytes)),
         nbytes_(nbytes),
@@ -19,10 +21,11 @@ class StorageImpl final : public IntrusiveTarget {
         device_(alloc->device()) {}
   ~StorageImpl() override { allocator_->deallocate(data_, nbytes_); }
 
+  /// The memory, its size in bytes, its device and its allocator.
   void* data() const { return data_; }
-  size_t nbytes() const { return nbytes_; }
-  Device device() const { return device_; }
-  Allocator* allocator() const { return allocator_; }
+  size_t nbytes() const { return nbytes_; }  ///< size in bytes
+  Device device() const { return device_; }  ///< where the memory lives
+  Allocator* allocator() const { return allocator_; }  ///< where it came from
 
  private:
   void* data_;
@@ -31,12 +34,13 @@ class StorageImpl final : public IntrusiveTarget {
   Device device_;
 };
 
-// Shared by a tensor and all its views; every in-place op bumps it, and saved
-// tensors compare it at unpack time.
+/// Shared by a tensor and all its views; every in-place op bumps it, and saved
+/// tensors compare it at unpack time.
 class VersionCounter final : public IntrusiveTarget {
  public:
+  /// The current version; bump() increments it.
   uint32_t current() const { return v_.load(std::memory_order_acquire); }
-  void bump() { v_.fetch_add(1, std::memory_order_acq_rel); }
+  void bump() { v_.fetch_add(1, std::memory_order_acq_rel); }  ///< one more version
 
  private:
   std::atomic<uint32_t> v_{0};

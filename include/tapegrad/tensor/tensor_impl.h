@@ -14,34 +14,38 @@
 
 namespace tg {
 
-// Sizes, strides, dims: a std::vector<int64_t> that is a type of tg's own,
-// so `std::cout << t.sizes()` finds tg's operator<< (as with LibTorch).
+/// Sizes, strides, dims: a std::vector<int64_t> that is a type of tg's own,
+/// so `std::cout << t.sizes()` finds tg's operator<< (as with LibTorch).
 class IntList : public std::vector<int64_t> {
  public:
   using std::vector<int64_t>::vector;
   IntList() = default;
+  /// From a std::vector<int64_t>.
   IntList(std::vector<int64_t> v) : std::vector<int64_t>(std::move(v)) {}  // NOLINT: implicit
 };
-// Prints [2, 3] (as shape_str).
+/// Prints [2, 3] (as shape_str).
 std::ostream& operator<<(std::ostream& os, const IntList& l);
 
+/// The slot the autograd layer fills (tensor/ never looks inside).
 struct AutogradMetaInterface {
   virtual ~AutogradMetaInterface() = default;
 };
 
 class TensorImpl;
 
-// The two dense tensors behind a sparse COO tensor (layout SparseCoo):
-// indices Int64 [sparse_dim, nnz] and values [nnz, dense sizes...], with the
-// flag saying the indices are sorted (row-major) and unique.
+/// The two dense tensors behind a sparse COO tensor (layout SparseCoo):
+/// indices Int64 [sparse_dim, nnz] and values [nnz, dense sizes...], with the
+/// flag saying the indices are sorted (row-major) and unique.
 struct SparseCooParts {
-  IntrusivePtr<TensorImpl> indices;
-  IntrusivePtr<TensorImpl> values;
-  bool coalesced = false;
+  IntrusivePtr<TensorImpl> indices;  ///< Int64 [sparse_dim, nnz]
+  IntrusivePtr<TensorImpl> values;  ///< [nnz, dense sizes...]
+  bool coalesced = false;  ///< indices sorted row-major and unique
 };
 
+/// The tensor behind a Tensor handle: storage, sizes, strides, offset (in elements), dtype, layout, the version counter shared with its views, and the autograd slot.
 class TensorImpl final : public IntrusiveTarget {
  public:
+  /// A strided tensor viewing `storage`.
   TensorImpl(IntrusivePtr<StorageImpl> storage,
              IntList sizes,
              IntList strides,
@@ -49,38 +53,44 @@ class TensorImpl final : public IntrusiveTarget {
              ScalarType dtype,
              IntrusivePtr<VersionCounter> version);
 
-  // A sparse COO tensor of logical shape `sizes` (sparse dims first, then
-  // values' trailing dims). It has no strides and a zero-byte storage on the
-  // values' device: all its data is in the two parts. Not checked here
-  // (tg::sparse_coo_tensor validates).
+  /// A sparse COO tensor of logical shape `sizes` (sparse dims first, then
+  /// values' trailing dims). It has no strides and a zero-byte storage on the
+  /// values' device: all its data is in the two parts. Not checked here
+  /// (tg::sparse_coo_tensor validates).
   static IntrusivePtr<TensorImpl> make_sparse_coo(IntList sizes, SparseCooParts parts,
                                                   IntrusivePtr<VersionCounter> version = {});
 
+  /// Sizes, strides, offset, element count, rank, dtype, device, layout and contiguity (as on Tensor).
   const IntList& sizes() const { return sizes_; }
-  const IntList& strides() const { return strides_; }
-  int64_t offset() const { return offset_; }
-  int64_t numel() const { return numel_; }
-  int64_t dim() const { return int64_t(sizes_.size()); }
-  ScalarType dtype() const { return dtype_; }
-  Device device() const { return storage_->device(); }
-  Layout layout() const { return layout_; }
-  bool is_contiguous() const { return contiguous_; }
+  const IntList& strides() const { return strides_; }  ///< strides in elements
+  int64_t offset() const { return offset_; }  ///< offset into the storage, in elements
+  int64_t numel() const { return numel_; }  ///< element count
+  int64_t dim() const { return int64_t(sizes_.size()); }  ///< rank
+  ScalarType dtype() const { return dtype_; }  ///< element type
+  Device device() const { return storage_->device(); }  ///< the storage's device
+  Layout layout() const { return layout_; }  ///< strided or sparse COO
+  bool is_contiguous() const { return contiguous_; }  ///< row-major without gaps
 
+  /// The storage and the version counter (shared with the views).
   const IntrusivePtr<StorageImpl>& storage() const { return storage_; }
+  /// The version counter shared with the views.
   const IntrusivePtr<VersionCounter>& version_counter() const {
     return version_;
   }
+  /// The address of the first element.
   void* data() const {
     return static_cast<char*>(storage_->data()) +
            offset_ * int64_t(element_size(dtype_));
   }
 
-  // Layout SparseCoo only (asserted).
+  /// Layout SparseCoo only (asserted).
   const SparseCooParts& sparse_parts() const;
-  // Replaces the parts in place (sparse add_): same sizes, dtype and device.
+  /// Replaces the parts in place (sparse add_): same sizes, dtype and device.
   void set_sparse_parts(SparseCooParts parts);
 
+  /// The autograd slot (null until the autograd layer fills it) and its setter.
   AutogradMetaInterface* autograd_meta() const { return autograd_meta_.get(); }
+  /// Fills the autograd slot (the autograd layer does).
   void set_autograd_meta(std::unique_ptr<AutogradMetaInterface> m) {
     autograd_meta_ = std::move(m);
   }
@@ -99,7 +109,9 @@ class TensorImpl final : public IntrusiveTarget {
   std::unique_ptr<SparseCooParts> sparse_;
 };
 
+/// Row-major strides of `sizes`.
 IntList contiguous_strides(const IntList& sizes);
+/// The product of `sizes` (1 for none).
 int64_t shape_numel(const IntList& sizes);
 
 }  // namespace tg

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Doxygen input filter for include/tapegrad/tensor/ops.def: turns the op list
+into a page of the API reference, one table row per op (its C++ forms and the
+`///` comment above its entry), grouped by the list's sections."""
+import re
+import sys
+
+FORMS = {
+    "FM": ("tg::{n}(const Tensor& self{x})", "self.{n}({y})", True),
+    "F": ("tg::{n}(const Tensor& self{x})", None, True),
+    "M": (None, "self.{n}({y})", True),
+    "IM": (None, "self.{n}({y})", True),
+    "FMN": ("tg::{n}(const Tensor& self{x})", "self.{n}({y})", False),
+    "FN": ("tg::{n}(const Tensor& self{x})", None, False),
+    "MN": (None, "self.{n}({y})", False),
+    "MA": (None, "self.{n}({y})", None),
+}
+
+
+def entries(text):
+    doc, section = [], ""
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("// ----"):
+            section = line.strip("/ -").strip()
+            yield ("section", section)
+        elif line.startswith("///"):
+            doc.append(line[3:].strip())
+        elif line.startswith("TG_"):
+            body = line
+            while body.count("(") > body.count(")"):
+                i += 1
+                body += " " + lines[i].strip()
+            yield ("op", body, " ".join(doc))
+            doc = []
+        i += 1
+
+
+def split_top(s):
+    out, depth, cur = [], 0, ""
+    for c in s:
+        if c == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+            continue
+        depth += c in "(<{"
+        depth -= c in ")>}"
+        cur += c
+    out.append(cur.strip())
+    return out
+
+
+def params(p):
+    p = re.sub(r"TG_D\((.*?)\)(?=,|$)", r"= \1", p.strip()[1:-1].strip())
+    return p
+
+
+def main():
+    text = open(sys.argv[1]).read()
+    out = ["/** \\page ops The op list", "",
+           "Every op of tapegrad, from include/tapegrad/tensor/ops.def. *recorded*: autograd records it "
+           "(it has a backward formula, to any order); *raw*: never recorded. Every op also has a "
+           "non-recording form tg::raw::name with the free function's signature.", ""]
+    for e in entries(text):
+        if e[0] == "section":
+            out += ["", f"\\section ops_{len(out)} {e[1]}", "",
+                    "| op | C++ | | |", "|---|---|---|---|"]
+            continue
+        body, doc = e[1], e[2]
+        kind, inner = re.match(r"TG_(OP0|OP|FN)\((.*)\)$", body).groups()
+        parts = split_top(inner)
+        ret, name, oid, form = parts[0], parts[1], parts[2], parts[-1]
+        free, method, rec = FORMS[form]
+        if kind == "FN":
+            sig = f"tg::{name}({params(parts[3])})"
+            forms = [sig]
+        else:
+            extras = params(parts[3]) if kind == "OP" else ""
+            forms = []
+            if free:
+                forms.append(free.format(n=name, x=(", " + extras) if extras else ""))
+            if method:
+                forms.append(method.format(n=name, y=extras))
+        status = "accessor" if rec is None else ("recorded" if rec else "raw")
+        cxx = "<br>".join(f"`{ret} {f}`" for f in forms)
+        out.append(f"| `{oid}` | {cxx} | {status} | {doc.replace('|', '/')} |")
+    out.append("*/")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -100,30 +100,40 @@ struct UnaryArgs {
 // Ops defined for floating-point inputs only (the op layer gives Int64/Bool
 // inputs a Float32 result).
 constexpr bool is_float_only(UnaryOp op) {
-  return !(op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Sign ||
-           op == UnaryOp::Square || op == UnaryOp::Relu || op == UnaryOp::Clamp);
+  switch (op) {
+#define TG_UNARY(name, Kernel, float_only, ...) \
+  case UnaryOp::Kernel: return float_only;
+#include <tapegrad/tensor/unary.def>
+#undef TG_UNARY
+    case UnaryOp::Clamp: return false;
+    default: return true;
+  }
 }
 
+// The element formula of op Op: those of unary.def, then the ops with
+// parameters.
 template <UnaryOp Op, class T>
 TG_HOST_DEVICE inline T unary_fn(T x, const UnaryArgs<T>& p) {
+  using std::cos;
   using std::erf;
-  using std::expm1;
   using std::exp;
+  using std::expm1;
   using std::log;
   using std::log1p;
-  using std::cos;
   using std::sin;
   using std::sqrt;
   using std::tanh;
   constexpr bool kInt = std::is_integral_v<T>;
-  if constexpr (Op == UnaryOp::Neg) return T(-x);
-  else if constexpr (Op == UnaryOp::Abs) return x < T(0) ? T(-x) : x;
-  else if constexpr (Op == UnaryOp::Sign) {
-    if constexpr (!kInt)
-      if (x != x) return x;
-    return T((x > T(0)) - (x < T(0)));
-  } else if constexpr (Op == UnaryOp::Square) return T(x * x);
-  else if constexpr (Op == UnaryOp::Relu) return x < T(0) ? T(0) : x;  // relu(NaN) = NaN
+  (void)p;
+  if constexpr (false) {
+  }
+#define TG_UNARY(name, Kernel, float_only, forward, ...)             \
+  else if constexpr (Op == UnaryOp::Kernel) {                       \
+    if constexpr (float_only && kInt) return x; /* never reached */ \
+    else return forward;                                            \
+  }
+#include <tapegrad/tensor/unary.def>
+#undef TG_UNARY
   else if constexpr (Op == UnaryOp::Clamp) {
     if constexpr (!kInt)
       if (x != x) return x;
@@ -132,41 +142,31 @@ TG_HOST_DEVICE inline T unary_fn(T x, const UnaryArgs<T>& p) {
     return x;
   } else if constexpr (kInt) {
     return x;  // float-only ops never see integers (the op layer converts)
-  } else if constexpr (Op == UnaryOp::Exp) return exp(x);
-  else if constexpr (Op == UnaryOp::Log) return log(x);
-  else if constexpr (Op == UnaryOp::Log1p) return log1p(x);
-  else if constexpr (Op == UnaryOp::Expm1) return expm1(x);
-  else if constexpr (Op == UnaryOp::Sin) return sin(x);
-  else if constexpr (Op == UnaryOp::Cos) return cos(x);
-  else if constexpr (Op == UnaryOp::Tanh) return tanh(x);
-  else if constexpr (Op == UnaryOp::Sigmoid) return T(1) / (T(1) + exp(-x));
-  else if constexpr (Op == UnaryOp::Silu) return x / (T(1) + exp(-x));  // silu(-inf) = NaN
-  else if constexpr (Op == UnaryOp::Erf) return erf(x);
-  else if constexpr (Op == UnaryOp::Gelu) return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
-  else if constexpr (Op == UnaryOp::GeluTanh) {
+  } else if constexpr (Op == UnaryOp::Gelu) {
+    return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
+  } else if constexpr (Op == UnaryOp::GeluTanh) {
     T inner = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
     return T(0.5) * x * (T(1) + tanh(inner));
   } else if constexpr (Op == UnaryOp::Softplus) {
     T z = p.a * x;
     return z > p.b ? x : log1p(exp(z)) / p.a;
-  } else if constexpr (Op == UnaryOp::Sqrt) return sqrt(x);
-  else if constexpr (Op == UnaryOp::Rsqrt) return T(1) / sqrt(x);
-  else if constexpr (Op == UnaryOp::Reciprocal) return T(1) / x;
-  else return x;
+  } else {
+    return x;
+  }
 }
 
 // Calls f(std::integral_constant<UnaryOp, op>{}), so the caller instantiates
 // its loop for the one op (the CPU kernels; the GPU switches per element).
-#define TG_UNARY_OPS(X)                                                                   \
-  X(Neg) X(Exp) X(Log) X(Sin) X(Cos) X(Tanh) X(Sigmoid) X(Relu) X(Silu) X(Gelu) X(GeluTanh) \
-  X(Softplus) X(Sqrt) X(Rsqrt) X(Abs) X(Sign) X(Square) X(Reciprocal) X(Clamp) X(Erf) X(Log1p) \
-  X(Expm1)
 template <class F>
 inline void visit_unary(UnaryOp op, F&& f) {
   switch (op) {
+#define TG_UNARY(name, Kernel, ...) \
+  case UnaryOp::Kernel: return f(std::integral_constant<UnaryOp, UnaryOp::Kernel>{});
+#include <tapegrad/tensor/unary.def>
+#undef TG_UNARY
 #define TG_CASE(o) \
   case UnaryOp::o: return f(std::integral_constant<UnaryOp, UnaryOp::o>{});
-    TG_UNARY_OPS(TG_CASE)
+    TG_CASE(Gelu) TG_CASE(GeluTanh) TG_CASE(Softplus) TG_CASE(Clamp)
 #undef TG_CASE
   }
 }
@@ -183,9 +183,13 @@ inline void visit_binary(BinaryOp op, F&& f) {
 template <class T>
 TG_HOST_DEVICE inline T unary_apply(UnaryOp op, T x, const UnaryArgs<T>& p) {
   switch (op) {
+#define TG_UNARY(name, Kernel, ...) \
+  case UnaryOp::Kernel: return unary_fn<UnaryOp::Kernel>(x, p);
+#include <tapegrad/tensor/unary.def>
+#undef TG_UNARY
 #define TG_CASE(o) \
   case UnaryOp::o: return unary_fn<UnaryOp::o>(x, p);
-    TG_UNARY_OPS(TG_CASE)
+    TG_CASE(Gelu) TG_CASE(GeluTanh) TG_CASE(Softplus) TG_CASE(Clamp)
 #undef TG_CASE
   }
   return x;

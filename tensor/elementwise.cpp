@@ -219,21 +219,15 @@ Tensor le(const Tensor& a, Scalar b) { return raw::le(a, scalar_like(b, a, "le")
 Tensor gt(const Tensor& a, Scalar b) { return raw::gt(a, scalar_like(b, a, "gt")); }
 Tensor ge(const Tensor& a, Scalar b) { return raw::ge(a, scalar_like(b, a, "ge")); }
 
-Tensor neg(const Tensor& x) {
-  if (x.defined() && x.is_sparse()) return sparse_mul(x, -1);
-  return unary(UnaryOp::Neg, x, "neg", false);
-}
-Tensor exp(const Tensor& x) { return unary(UnaryOp::Exp, x, "exp", true); }
-Tensor log(const Tensor& x) { return unary(UnaryOp::Log, x, "log", true); }
-Tensor sin(const Tensor& x) { return unary(UnaryOp::Sin, x, "sin", true); }
-Tensor cos(const Tensor& x) { return unary(UnaryOp::Cos, x, "cos", true); }
-Tensor tanh(const Tensor& x) { return unary(UnaryOp::Tanh, x, "tanh", true); }
-Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::Sigmoid, x, "sigmoid", true); }
-Tensor relu(const Tensor& x) { return unary(UnaryOp::Relu, x, "relu", false); }
-Tensor silu(const Tensor& x) { return unary(UnaryOp::Silu, x, "silu", true); }
-Tensor erf(const Tensor& x) { return unary(UnaryOp::Erf, x, "erf", true); }
-Tensor log1p(const Tensor& x) { return unary(UnaryOp::Log1p, x, "log1p", true); }
-Tensor expm1(const Tensor& x) { return unary(UnaryOp::Expm1, x, "expm1", true); }
+// The plain unary ops: one definition per line of unary.def (neg of a
+// sparse tensor negates its values).
+#define TG_UNARY(name, Kernel, float_only, ...)                                  \
+  Tensor name(const Tensor& x) {                                                 \
+    if (UnaryOp::Kernel == UnaryOp::Neg && x.defined() && x.is_sparse()) return sparse_mul(x, -1); \
+    return unary(UnaryOp::Kernel, x, #name, float_only);                         \
+  }
+#include <tapegrad/tensor/unary.def>
+#undef TG_UNARY
 Tensor gelu(const Tensor& x, const std::string& approximate) {
   TG_CHECK(approximate == "none" || approximate == "tanh",
            "gelu: approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
@@ -246,14 +240,6 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
   p.a = beta;
   p.b = threshold;
   return unary(UnaryOp::Softplus, x, "softplus", true, p);
-}
-Tensor sqrt(const Tensor& x) { return unary(UnaryOp::Sqrt, x, "sqrt", true); }
-Tensor rsqrt(const Tensor& x) { return unary(UnaryOp::Rsqrt, x, "rsqrt", true); }
-Tensor abs(const Tensor& x) { return unary(UnaryOp::Abs, x, "abs", false); }
-Tensor sign(const Tensor& x) { return unary(UnaryOp::Sign, x, "sign", false); }
-Tensor square(const Tensor& x) { return unary(UnaryOp::Square, x, "square", false); }
-Tensor reciprocal(const Tensor& x) {
-  return unary(UnaryOp::Reciprocal, x, "reciprocal", true);
 }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {

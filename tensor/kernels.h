@@ -40,9 +40,13 @@ void dispatch_bytes(size_t bytes, F&& f) {
 
 enum class BinaryOp { Add, Sub, Mul, Div, Pow, Max, Min };
 enum class CompareOp { Eq, Ne, Lt, Le, Gt, Ge };
+// The plain unary ops of <tapegrad/tensor/unary.def>, then those with
+// parameters.
 enum class UnaryOp {
-  Neg, Exp, Log, Sin, Cos, Tanh, Sigmoid, Relu, Silu, Gelu, GeluTanh,
-  Softplus, Sqrt, Rsqrt, Abs, Sign, Square, Reciprocal, Clamp, Erf, Log1p, Expm1
+#define TG_UNARY(name, Kernel, ...) Kernel,
+#include <tapegrad/tensor/unary.def>
+#undef TG_UNARY
+  Gelu, GeluTanh, Softplus, Clamp
 };
 enum class ReduceOp { Sum, Max, Min };
 // The activations whose derivatives have fused kernels (activation_grad).

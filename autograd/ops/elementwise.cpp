@@ -73,12 +73,11 @@ Tensor unary_op(const Tensor& x, const UnarySpec& spec, F&& raw_fn, UnaryArgs ar
   return out;
 }
 
-constexpr double kTwoOverSqrtPi = 1.12837916709551257390;
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 
-#define TG_UNARY(var, op, node, saves, body)                                        \
+#define TG_UNARY_BACKWARD(var, op, node, saves, body)                                        \
   const UnarySpec var{op, node,                                                      \
                       [](const Tensor& g, const Tensor& x, const Tensor& r,          \
                          const UnaryArgs& args) -> Tensor {                          \
@@ -87,28 +86,20 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
                       },                                                             \
                       saves};
 
-TG_UNARY(kNeg, "neg", "NegBackward", kNone, neg(g))
-TG_UNARY(kExp, "exp", "ExpBackward", kResult, mul(g, r))
-TG_UNARY(kLog, "log", "LogBackward", kSelf, div(g, x))
-TG_UNARY(kSin, "sin", "SinBackward", kSelf, mul(g, cos(x)))
-TG_UNARY(kCos, "cos", "CosBackward", kSelf, neg(mul(g, sin(x))))
-// The activations' backward is one fused kernel, differentiable again with
-// one kernel per order (activation_grad below).
-TG_UNARY(kTanh, "tanh", "TanhBackward", kSelf, activation_grad(g, x, Activation::Tanh, 1))
-TG_UNARY(kSigmoid, "sigmoid", "SigmoidBackward", kSelf, activation_grad(g, x, Activation::Sigmoid, 1))
-TG_UNARY(kRelu, "relu", "ReluBackward", kSelf, activation_grad(g, x, Activation::Relu, 1))
-TG_UNARY(kSilu, "silu", "SiluBackward", kSelf, activation_grad(g, x, Activation::Silu, 1))
-TG_UNARY(kLog1p, "log1p", "Log1pBackward", kSelf, div(g, add(x, 1)))
-TG_UNARY(kExpm1, "expm1", "Expm1Backward", kResult, mul(g, add(r, 1)))
-TG_UNARY(kErf, "erf", "ErfBackward", kSelf,
-         mul(g, mul(exp(neg(square(x))), kTwoOverSqrtPi)))
-TG_UNARY(kGelu, "gelu", "GeluBackward", kSelf,
+// The plain unary ops: the backward formula of each line of unary.def (the
+// activations' is one fused kernel, differentiable again with one kernel per
+// order: activation_grad below).
+#define TG_UNARY(name, Kernel, float_only, forward, backward, saves, lo, hi) \
+  TG_UNARY_BACKWARD(k##Kernel, #name, #Kernel "Backward", saves, backward)
+#include <tapegrad/tensor/unary.def>
+#undef TG_UNARY
+TG_UNARY_BACKWARD(kGelu, "gelu", "GeluBackward", kSelf,
          [&] {
            Tensor cdf = mul(add(erf(mul(x, kInvSqrt2)), 1), 0.5);
            Tensor pdf = mul(exp(mul(square(x), -0.5)), kInvSqrt2Pi);
            return mul(g, add(cdf, mul(x, pdf)));
          }())
-TG_UNARY(kGeluTanh, "gelu", "GeluBackward", kSelf,
+TG_UNARY_BACKWARD(kGeluTanh, "gelu", "GeluBackward", kSelf,
          [&] {
            constexpr double c = 0.044715;
            Tensor x2 = square(x);
@@ -117,28 +108,22 @@ TG_UNARY(kGeluTanh, "gelu", "GeluBackward", kSelf,
            Tensor dt = mul(add(neg(square(t)), 1), mul(add(mul(x2, 3 * c), 1), kSqrt2OverPi));
            return mul(g, add(left, mul(mul(x, dt), 0.5)));
          }())
-TG_UNARY(kSoftplus, "softplus", "SoftplusBackward", kSelf,
+TG_UNARY_BACKWARD(kSoftplus, "softplus", "SoftplusBackward", kSelf,
          [&] {
            Tensor z = mul(x, args.a);
            return where(gt(z, args.b), g, mul(g, sigmoid(z)));
          }())
-TG_UNARY(kSqrt, "sqrt", "SqrtBackward", kResult, div(g, mul(r, 2)))
-TG_UNARY(kRsqrt, "rsqrt", "RsqrtBackward", kResult, mul(g, mul(pow(r, 3), -0.5)))
-TG_UNARY(kAbs, "abs", "AbsBackward", kSelf, mul(g, sign(x)))
-TG_UNARY(kSign, "sign", "SignBackward", kNone, zeros_like(g))
-TG_UNARY(kSquare, "square", "SquareBackward", kSelf, mul(g, mul(x, 2)))
-TG_UNARY(kReciprocal, "reciprocal", "ReciprocalBackward", kResult, mul(g, neg(square(r))))
 // clamp: args.a = lo, args.b = hi; the spec says which bounds exist.
-TG_UNARY(kClampLo, "clamp", "ClampBackward", kSelf, where(ge(x, args.a), g, 0))
-TG_UNARY(kClampHi, "clamp", "ClampBackward", kSelf, where(le(x, args.b), g, 0))
-TG_UNARY(kClampBoth, "clamp", "ClampBackward", kSelf,
+TG_UNARY_BACKWARD(kClampLo, "clamp", "ClampBackward", kSelf, where(ge(x, args.a), g, 0))
+TG_UNARY_BACKWARD(kClampHi, "clamp", "ClampBackward", kSelf, where(le(x, args.b), g, 0))
+TG_UNARY_BACKWARD(kClampBoth, "clamp", "ClampBackward", kSelf,
          where(ge(x, args.a), where(le(x, args.b), g, 0), 0))
-TG_UNARY(kAddScalar, "add", "AddBackward", kNone, g)
-TG_UNARY(kMulScalar, "mul", "MulBackward", kNone, mul(g, args.a))
-TG_UNARY(kPowScalar, "pow", "PowBackward", kSelf,
+TG_UNARY_BACKWARD(kAddScalar, "add", "AddBackward", kNone, g)
+TG_UNARY_BACKWARD(kMulScalar, "mul", "MulBackward", kNone, mul(g, args.a))
+TG_UNARY_BACKWARD(kPowScalar, "pow", "PowBackward", kSelf,
          args.a == 0 ? zeros_like(g) : mul(g, mul(pow(x, args.a - 1), args.a)))
-TG_UNARY(kPowScalarBase, "pow", "PowBackward", kResult, mul(g, mul(r, std::log(args.a))))
-#undef TG_UNARY
+TG_UNARY_BACKWARD(kPowScalarBase, "pow", "PowBackward", kResult, mul(g, mul(r, std::log(args.a))))
+#undef TG_UNARY_BACKWARD
 
 // ---- binary ---------------------------------------------------------------------
 
@@ -296,27 +281,13 @@ Tensor autograd::ops::pow(Scalar base, const Tensor& e) {
                   {base.to_double(), 0});
 }
 
-#define TG_UNARY_OP(name, spec) \
-  Tensor autograd::ops::name(const Tensor& x) { return unary_op(x, spec, [](const Tensor& t) { return raw::name(t); }); }
-TG_UNARY_OP(neg, kNeg)
-TG_UNARY_OP(exp, kExp)
-TG_UNARY_OP(log, kLog)
-TG_UNARY_OP(sin, kSin)
-TG_UNARY_OP(cos, kCos)
-TG_UNARY_OP(tanh, kTanh)
-TG_UNARY_OP(sigmoid, kSigmoid)
-TG_UNARY_OP(relu, kRelu)
-TG_UNARY_OP(silu, kSilu)
-TG_UNARY_OP(erf, kErf)
-TG_UNARY_OP(log1p, kLog1p)
-TG_UNARY_OP(expm1, kExpm1)
-TG_UNARY_OP(sqrt, kSqrt)
-TG_UNARY_OP(rsqrt, kRsqrt)
-TG_UNARY_OP(abs, kAbs)
-TG_UNARY_OP(sign, kSign)
-TG_UNARY_OP(square, kSquare)
-TG_UNARY_OP(reciprocal, kReciprocal)
-#undef TG_UNARY_OP
+// The plain unary ops of unary.def, recorded with their spec above.
+#define TG_UNARY(name, Kernel, ...)                                            \
+  Tensor autograd::ops::name(const Tensor& x) {                                \
+    return unary_op(x, k##Kernel, [](const Tensor& t) { return raw::name(t); }); \
+  }
+#include <tapegrad/tensor/unary.def>
+#undef TG_UNARY
 
 Tensor autograd::ops::gelu(const Tensor& x, const std::string& approximate) {
   return unary_op(x, approximate == "tanh" ? kGeluTanh : kGelu,

@@ -57,8 +57,21 @@ def params(p):
     return p
 
 
+def inline_includes(path):
+    """ops.def with the lists it includes (unary.def) spliced in; a unary.def
+    line becomes the TG_OP0 entry ops.def makes of it."""
+    import os
+    text = open(path).read()
+    def splice(m):
+        inc = open(os.path.join(os.path.dirname(path), os.path.basename(m.group(1)))).read()
+        inc = "\n".join(l for l in inc.split("\n") if not l.startswith("// "))
+        return re.sub(r"TG_UNARY\((\w+),\s*(\w+),[^\n]*(?:\n\s+[^\n]*)?\)",
+                      lambda u: f"TG_OP0(Tensor, {u.group(1)}, {u.group(1)}, FM)", inc)
+    return re.sub(r"#include <(tapegrad/tensor/\w+\.def)>", splice, text)
+
+
 def main():
-    text = open(sys.argv[1]).read()
+    text = inline_includes(sys.argv[1])
     out = ["/** \\page ops The op list", "",
            "Every op of tapegrad, from include/tapegrad/tensor/ops.def. *recorded*: autograd records it "
            "(it has a backward formula, to any order); *raw*: never recorded. Every op also has a "

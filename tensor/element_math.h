@@ -114,14 +114,23 @@ constexpr bool is_float_only(UnaryOp op) {
 // parameters.
 template <UnaryOp Op, class T>
 TG_HOST_DEVICE inline T unary_fn(T x, const UnaryArgs<T>& p) {
+  // The math functions a unary.def formula may call (float and double
+  // overloads, host and device).
+  using std::acos;
+  using std::asin;
+  using std::atan;
+  using std::cbrt;
   using std::cos;
+  using std::cosh;
   using std::erf;
   using std::exp;
   using std::expm1;
   using std::log;
   using std::log1p;
   using std::sin;
+  using std::sinh;
   using std::sqrt;
+  using std::tan;
   using std::tanh;
   constexpr bool kInt = std::is_integral_v<T>;
   (void)p;

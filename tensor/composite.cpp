@@ -21,6 +21,7 @@ Tensor log_softmax(const Tensor& self, int64_t dim) { return detail::log_softmax
 Tensor norm(const Tensor& self, double p, const IntList& dims, bool keepdim) {
   return detail::norm<RawOps>(self, p, dims, keepdim);
 }
+Tensor sum_to(const Tensor& self, const IntList& shape) { return detail::sum_to<RawOps>(self, shape); }
 Tensor dot(const Tensor& self, const Tensor& other) { return detail::dot<RawOps>(self, other); }
 Tensor cumsum(const Tensor& self, int64_t dim) { return detail::cumsum<RawOps>(self, dim); }
 

@@ -71,6 +71,36 @@ inline void check_floating(const Tensor& x, const char* op) {
            " (shape ", shape_str(x.sizes()), "); convert it with .to(kFloat32) or .to(kFloat64)");
 }
 
+// Sums x down to `shape` (x's shape broadcasts from it).
+template <class O>
+Tensor sum_to(const Tensor& x, const IntList& shape) {
+  check_defined(x, "sum_to");
+  if (x.sizes() == shape) return x;
+  int64_t lead = x.dim() - int64_t(shape.size());
+  TG_CHECK(lead >= 0, "sum_to: cannot sum shape ", shape_str(x.sizes()), " to ",
+           shape_str(shape), " (more dims)");
+  IntList dims;
+  for (int64_t d = 0; d < lead; ++d) dims.push_back(d);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    int64_t have = x.sizes()[size_t(lead) + i];
+    TG_CHECK(shape[i] == have || shape[i] == 1, "sum_to: shape ", shape_str(x.sizes()),
+             " does not broadcast from ", shape_str(shape));
+    if (shape[i] == 1 && have != 1) dims.push_back(lead + int64_t(i));
+  }
+  return O::reshape(dims.empty() ? x : O::sum(x, dims, true), shape);
+}
+
+// The output shape of embedding(weight, indices) (the checks name embedding).
+inline IntList embedding_shape(const Tensor& weight, const Tensor& indices) {
+  TG_CHECK(indices.defined() && indices.dtype() == kInt64, "embedding: indices must be an Int64 "
+           "tensor");
+  TG_CHECK(weight.defined() && weight.dim() == 2, "embedding: weight must be 2-D [num, dim], got ",
+           weight.defined() ? shape_str(weight.sizes()) : std::string("an undefined tensor"));
+  IntList shape = indices.sizes();
+  shape.push_back(weight.sizes()[1]);
+  return shape;
+}
+
 // log(sum(exp(x))) over dims, shifted by the (detached) max for range; an
 // infinite max is not subtracted (as PyTorch).
 template <class O>

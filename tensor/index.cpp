@@ -1,4 +1,5 @@
 // cat, stack, index_select, gather, scatter_add.
+#include "tensor/composite.h"
 #include "tensor/op_util.h"
 
 namespace tg {
@@ -201,12 +202,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index, bool spar
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, bool sparse) {
   (void)sparse;  // a property of the gradient only
-  TG_CHECK(indices.defined() && indices.dtype() == kInt64, "embedding: indices must be an Int64 "
-           "tensor");
-  TG_CHECK(weight.defined() && weight.dim() == 2, "embedding: weight must be 2-D [num, dim], got ",
-           weight.defined() ? shape_str(weight.sizes()) : std::string("an undefined tensor"));
-  IntList shape = indices.sizes();
-  shape.push_back(weight.sizes()[1]);
+  IntList shape = detail::embedding_shape(weight, indices);
   Tensor rows;
   try {
     rows = raw::index_select(weight, 0, raw::reshape(indices, {-1}));

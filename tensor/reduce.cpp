@@ -122,24 +122,6 @@ bool equal(const Tensor& a, const Tensor& b) {
   return a.numel() == 0 || raw::amin(raw::eq(a, b)).item<bool>();
 }
 
-Tensor sum_to(const Tensor& x, const IntList& shape) {
-  detail::check_defined(x, "sum_to");
-  if (x.sizes() == shape) return x;
-  int64_t lead = x.dim() - int64_t(shape.size());
-  TG_CHECK(lead >= 0, "sum_to: cannot sum shape ", shape_str(x.sizes()), " to ",
-           shape_str(shape), " (more dims)");
-  IntList dims;
-  for (int64_t d = 0; d < lead; ++d) dims.push_back(d);
-  for (size_t i = 0; i < shape.size(); ++i) {
-    int64_t have = x.sizes()[size_t(lead) + i];
-    TG_CHECK(shape[i] == have || shape[i] == 1, "sum_to: shape ", shape_str(x.sizes()),
-             " does not broadcast from ", shape_str(shape));
-    if (shape[i] == 1 && have != 1) dims.push_back(lead + int64_t(i));
-  }
-  Tensor r = dims.empty() ? x : raw::sum(x, dims, true);
-  return raw::reshape(r, shape);
-}
-
 }  // namespace raw
 
 }  // namespace tg

@@ -37,6 +37,10 @@ Tensor autograd::ops::norm(const Tensor& self, double p, const IntList& dims, bo
   if (!should_record({&self})) return raw::norm(self, p, dims, keepdim);
   return tg::detail::norm<PublicOps>(self, p, dims, keepdim);
 }
+Tensor autograd::ops::sum_to(const Tensor& self, const IntList& shape) {
+  if (!should_record({&self})) return raw::sum_to(self, shape);
+  return tg::detail::sum_to<PublicOps>(self, shape);
+}
 Tensor autograd::ops::dot(const Tensor& self, const Tensor& other) {
   if (!should_record({&self, &other})) return raw::dot(self, other);
   return tg::detail::dot<PublicOps>(self, other);

@@ -125,21 +125,5 @@ Tensor autograd::ops::amin(const Tensor& x, const IntList& dims, bool keepdim) {
                    [&] { return raw::amin(x, dims, keepdim); });
 }
 
-Tensor autograd::ops::sum_to(const Tensor& x, const IntList& shape) {
-  if (x.sizes() == shape) return x;
-  int64_t lead = x.dim() - int64_t(shape.size());
-  TG_CHECK(lead >= 0, "sum_to: cannot sum shape ", shape_str(x.sizes()), " to ",
-           shape_str(shape), " (more dims)");
-  IntList dims;
-  for (int64_t d = 0; d < lead; ++d) dims.push_back(d);
-  for (size_t i = 0; i < shape.size(); ++i) {
-    int64_t have = x.sizes()[size_t(lead) + i];
-    TG_CHECK(shape[i] == have || shape[i] == 1, "sum_to: shape ", shape_str(x.sizes()),
-             " does not broadcast from ", shape_str(shape));
-    if (shape[i] == 1 && have != 1) dims.push_back(lead + int64_t(i));
-  }
-  Tensor r = dims.empty() ? x : tg::sum(x, dims, true);
-  return r.reshape(shape);
-}
 
 }  // namespace tg

@@ -16,6 +16,7 @@
 
 #include "autograd/ops/ops.h"
 #include "autograd/ops/record.h"
+#include "tensor/composite.h"
 
 namespace tg {
 
@@ -261,12 +262,7 @@ Tensor sparse_mm(const Tensor& s, const Tensor& d, const char* op) {
 }  // namespace autograd::impl
 
 Tensor autograd::ops::embedding(const Tensor& weight, const Tensor& indices, bool sparse) {
-  TG_CHECK(indices.defined() && indices.dtype() == kInt64, "embedding: indices must be an Int64 "
-           "tensor");
-  TG_CHECK(weight.defined() && weight.dim() == 2, "embedding: weight must be 2-D [num, dim], got ",
-           weight.defined() ? shape_str(weight.sizes()) : std::string("an undefined tensor"));
-  IntList shape = indices.sizes();
-  shape.push_back(weight.sizes()[1]);
+  IntList shape = tg::detail::embedding_shape(weight, indices);
   return select_rows(weight, indices.reshape({-1}), sparse, "embedding").view(shape);
 }
 

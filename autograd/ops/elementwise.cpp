@@ -34,6 +34,9 @@ using UnaryFormula = Tensor (*)(const Tensor& g, const Tensor& x, const Tensor& 
                                 const UnaryArgs&);
 enum Saves : uint8_t { kNone = 0, kSelf = 1, kOther = 2, kResult = 4 };
 
+// An op's derivative rules, side by side: its backward formula and what it
+// saves; the tangent (forward-mode) and Taylor rules join here as two more
+// members, fed by two more columns of unary.def.
 struct UnarySpec {
   const char* op;
   const char* node;

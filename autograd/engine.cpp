@@ -19,6 +19,7 @@
 #include "autograd/input_buffer.h"
 #include <tapegrad/autograd/saved_hooks.h>
 #include <tapegrad/cuda/device.h>
+#include <tapegrad/cuda/graph.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
@@ -435,8 +436,11 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
   task.keep_graph = keep_graph;
   task.create_graph = create_graph;
   task.anomaly = is_anomaly_enabled();
-  // Reentrant tasks (from a node, on the caller or on a worker) run inline.
-  const bool use_workers = t_reentrant_depth == 1 && !t_run_inline;
+  // Reentrant tasks (from a node, on the caller or on a worker) run inline,
+  // and so does a task on a capturing stream: its GPU nodes are captured by
+  // this thread, in order, into the caller's graph (docs/GRAPHS.md).
+  const bool use_workers =
+      t_reentrant_depth == 1 && !t_run_inline && !cuda::is_current_stream_capturing();
 
   std::shared_ptr<Node> root;
   InputBuffer root_buffer(0);

@@ -1,5 +1,6 @@
 // The CUDA caching allocator (see allocator.h for the rules).
 #include <tapegrad/cuda/allocator.h>
+#include <tapegrad/cuda/graph.h>
 
 #include <deque>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include "cuda/check.h"
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/tensor/allocator.h>
+#include "cuda/pool.h"
 #include "tensor/kernels.h"
 
 namespace tg::cuda {
@@ -29,7 +31,7 @@ size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 struct Block {
   cudaStream_t stream = nullptr;
-  uint64_t pool_id = 0;  // 0: shared pool (graph-private pools later)
+  uint64_t pool_id = 0;  // 0: the shared pool; else a graph's private pool
   size_t size = 0;
   char* ptr = nullptr;
   bool small = false;
@@ -68,18 +70,24 @@ class DeviceCachingAllocator final : public Allocator {
     size_t size = round_up(nbytes, kRound);
     bool small = size <= kSmallRequest;
     std::lock_guard<std::mutex> lock(mu_);
-    process_events();
+    // A capturing stream allocates from its graph's private pool; while any
+    // capture is underway, events are not queried (illegal under capture).
+    uint64_t pool_id = 0;
+    if (auto c = capture_pool_.find(stream); c != capture_pool_.end()) pool_id = c->second;
+    if (capture_pool_.empty()) process_events();
     auto& pool = small ? small_free_ : large_free_;
     Block key;
     key.stream = stream;
+    key.pool_id = pool_id;
     key.size = size;
     Block* block = nullptr;
     auto it = pool.lower_bound(&key);
-    if (it != pool.end() && (*it)->stream == stream && (*it)->pool_id == 0) {
+    if (it != pool.end() && (*it)->stream == stream && (*it)->pool_id == pool_id) {
       block = *it;
       pool.erase(it);
     } else {
-      block = new_segment(small ? kSmallSegment : round_up(size, kLargeRound), stream, small, nbytes);
+      block = new_segment(small ? kSmallSegment : round_up(size, kLargeRound), stream, small, nbytes,
+                          pool_id);
     }
     size_t rest = block->size - size;
     if ((small && rest >= kRound) || (!small && rest > kLargeSplitMin)) {
@@ -98,6 +106,7 @@ class DeviceCachingAllocator final : public Allocator {
     }
     block->allocated = true;
     allocated_[block->ptr] = block;
+    if (pool_id) pools_[pool_id].allocated_bytes += int64_t(block->size);
     stats_.allocated_bytes += int64_t(block->size);
     stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
     stats_.num_allocs += 1;
@@ -113,7 +122,14 @@ class DeviceCachingAllocator final : public Allocator {
     Block* block = it->second;
     allocated_.erase(it);
     stats_.allocated_bytes -= int64_t(block->size);
+    if (block->pool_id) pools_[block->pool_id].allocated_bytes -= int64_t(block->size);
     stats_.num_frees += 1;
+    if (!block->stream_uses.empty() && !capture_pool_.empty()) {
+      // Events cannot be recorded and queried safely while a capture is
+      // underway: the block waits until the captures end.
+      deferred_.push_back(block);
+      return;
+    }
     if (!block->stream_uses.empty()) {
       int prev = -1;
       (void)cudaGetDevice(&prev);
@@ -152,9 +168,51 @@ class DeviceCachingAllocator final : public Allocator {
     b->stream_uses.push_back(s);
   }
 
+  // ---- graph-private pools (cuda/graph.cpp) -------------------------------------
+  void begin_capture(uint64_t pool_id, cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(mu_);
+    capture_pool_[stream] = pool_id;
+    pools_[pool_id].use_count += 1;
+  }
+  void end_capture(cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(mu_);
+    capture_pool_.erase(stream);
+    if (!capture_pool_.empty()) return;
+    std::vector<Block*> later;
+    later.swap(deferred_);
+    for (Block* b : later) {  // as deallocate() would have
+      b->stream_uses.clear();  // the captured work is ordered on the capture stream
+      free_block(b);
+    }
+  }
+  // A graph that used pool_id is gone: when none is left, the pool's wholly
+  // free segments go back to the device (now, unless a capture is underway;
+  // else at the next empty_cache()).
+  void release_pool(uint64_t pool_id) {
+    DeviceGuard guard(device_);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pools_.find(pool_id);
+    if (it == pools_.end() || --it->second.use_count > 0) return;
+    it->second.released = true;
+    if (capture_pool_.empty()) release_cached();
+  }
+  MemoryStats pool_stats(uint64_t pool_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    MemoryStats m;
+    auto it = pools_.find(pool_id);
+    if (it == pools_.end()) return m;
+    m.allocated_bytes = it->second.allocated_bytes;
+    m.reserved_bytes = it->second.reserved_bytes;
+    m.num_segments = it->second.segments;
+    return m;
+  }
+
   void empty_cache() {
     DeviceGuard guard(device_);
     std::lock_guard<std::mutex> lock(mu_);
+    TG_CHECK(capture_pool_.empty(), "empty_cache: cannot run while a CUDA graph is being "
+             "captured on device ", device_, " (it would free memory the capture uses); call it "
+             "after capture_end()");
     for (auto& [e, b] : events_) (void)cudaEventSynchronize(e);
     process_events();
     release_cached();
@@ -171,10 +229,11 @@ class DeviceCachingAllocator final : public Allocator {
   }
 
  private:
-  Block* new_segment(size_t seg_size, cudaStream_t stream, bool small, size_t requested) {
+  Block* new_segment(size_t seg_size, cudaStream_t stream, bool small, size_t requested,
+                     uint64_t pool_id) {
     void* p = nullptr;
     cudaError_t err = cudaMalloc(&p, seg_size);
-    if (err == cudaErrorMemoryAllocation) {
+    if (err == cudaErrorMemoryAllocation && capture_pool_.empty()) {
       (void)cudaGetLastError();
       stats_.num_cache_flushes += release_cached();
       err = cudaMalloc(&p, seg_size);
@@ -193,9 +252,14 @@ class DeviceCachingAllocator final : public Allocator {
     }
     Block* b = new Block;
     b->stream = stream;
+    b->pool_id = pool_id;
     b->small = small;
     b->ptr = static_cast<char*>(p);
     b->size = seg_size;
+    if (pool_id) {
+      pools_[pool_id].reserved_bytes += int64_t(seg_size);
+      pools_[pool_id].segments += 1;
+    }
     stats_.reserved_bytes += int64_t(seg_size);
     stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
     stats_.num_segments += 1;
@@ -245,19 +309,24 @@ class DeviceCachingAllocator final : public Allocator {
     }
   }
 
-  // cudaFree every cached segment that is free as a whole; returns how many.
+  // cudaFree every cached segment that is free as a whole (of the shared
+  // pool, or of a private pool no graph uses any more); returns how many.
   int64_t release_cached() {
     int64_t n = 0;
     for (auto* pool : {&small_free_, &large_free_}) {
       for (auto it = pool->begin(); it != pool->end();) {
         Block* b = *it;
-        if (b->prev || b->next) {
+        if (b->prev || b->next || (b->pool_id && !pools_[b->pool_id].released)) {
           ++it;
           continue;
         }
         (void)cudaFree(b->ptr);
         stats_.reserved_bytes -= int64_t(b->size);
         stats_.num_segments -= 1;
+        if (b->pool_id) {
+          pools_[b->pool_id].reserved_bytes -= int64_t(b->size);
+          pools_[b->pool_id].segments -= 1;
+        }
         it = pool->erase(it);
         delete b;
         ++n;
@@ -272,6 +341,14 @@ class DeviceCachingAllocator final : public Allocator {
   std::unordered_map<void*, Block*> allocated_;
   std::deque<std::pair<cudaEvent_t, Block*>> events_;
   MemoryStats stats_;
+  struct PoolState {
+    int use_count = 0;  // graphs (and captures underway) using the pool
+    bool released = false;
+    int64_t allocated_bytes = 0, reserved_bytes = 0, segments = 0;
+  };
+  std::unordered_map<uint64_t, PoolState> pools_;
+  std::unordered_map<cudaStream_t, uint64_t> capture_pool_;  // capturing stream -> pool
+  std::vector<Block*> deferred_;  // freed during a capture, used on other streams
 };
 
 DeviceCachingAllocator* g_allocators[kMaxDevices] = {};
@@ -309,6 +386,20 @@ void empty_cache() {
     }
     if (a) a->empty_cache();
   }
+}
+
+namespace detail {
+void begin_allocate_to_pool(int device, uint64_t pool_id, const Stream& s) {
+  allocator(device, "capture_begin").begin_capture(pool_id, static_cast<cudaStream_t>(s.handle()));
+}
+void end_allocate_to_pool(int device, const Stream& s) {
+  allocator(device, "capture_end").end_capture(static_cast<cudaStream_t>(s.handle()));
+}
+void release_pool(int device, uint64_t pool_id) { allocator(device, "reset").release_pool(pool_id); }
+}  // namespace detail
+
+MemoryStats memory_stats(MempoolId pool, int device) {
+  return allocator(detail::resolve_device(device, "memory_stats"), "memory_stats").pool_stats(pool.first);
 }
 
 void record_stream(const void* ptr, const Stream& s) {

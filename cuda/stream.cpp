@@ -9,6 +9,7 @@
 
 #include "cuda/check.h"
 #include <tapegrad/cuda/device.h>
+#include <tapegrad/cuda/graph.h>
 
 namespace tg::cuda {
 
@@ -47,11 +48,13 @@ void set_device(int device) {
 
 void synchronize(int device) {
   DeviceGuard g(detail::resolve_device(device, "cuda::synchronize"));
+  detail::check_not_capturing("cuda::synchronize");
   TG_CUDA_CHECK(cudaDeviceSynchronize(), "cuda::synchronize");
 }
 
 bool Stream::query() const {
   TG_CHECK(is_valid(), "Stream::query: not a stream");
+  detail::check_not_capturing("Stream::query", *this);
   DeviceGuard g(device_);
   cudaError_t err = cudaStreamQuery(as_stream(*this));
   if (err == cudaErrorNotReady) {
@@ -64,6 +67,7 @@ bool Stream::query() const {
 
 void Stream::synchronize() const {
   TG_CHECK(is_valid(), "Stream::synchronize: not a stream");
+  detail::check_not_capturing("Stream::synchronize", *this);
   DeviceGuard g(device_);
   TG_CUDA_CHECK(cudaStreamSynchronize(as_stream(*this)), "Stream::synchronize");
 }
@@ -178,6 +182,7 @@ void Event::block(const Stream& s) const {
 
 bool Event::query() const {
   if (!event_) return true;
+  detail::check_not_capturing("Event::query", device_);
   cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event_));
   if (err == cudaErrorNotReady) {
     (void)cudaGetLastError();
@@ -189,6 +194,7 @@ bool Event::query() const {
 
 void Event::synchronize() const {
   if (!event_) return;
+  detail::check_not_capturing("Event::synchronize", device_);
   TG_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)), "Event::synchronize");
 }
 

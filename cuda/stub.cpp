@@ -1,6 +1,7 @@
 // Built when TAPEGRAD_CUDA is off or nvcc is missing: no device, clear errors.
 #include <tapegrad/cuda/allocator.h>
 #include <tapegrad/cuda/device.h>
+#include <tapegrad/cuda/graph.h>
 #include <tapegrad/cuda/stream.h>
 #include <tapegrad/tensor/error.h>
 #include "tensor/kernels.h"
@@ -56,6 +57,30 @@ void record_stream(const void*, const Stream&) { no_cuda("record_stream"); }
 HostMemoryStats host_memory_stats() { no_cuda("host_memory_stats"); }
 void empty_host_cache() {}
 void record_host_use(const void*, const Stream&) { no_cuda("record_host_use"); }
+MemoryStats memory_stats(MempoolId, int) { no_cuda("memory_stats"); }
+
+MempoolId graph_pool_handle() { no_cuda("graph_pool_handle"); }
+bool is_current_stream_capturing() { return false; }
+void detail_abort_capture(CUDAGraph*) {}
+namespace detail {
+void check_not_capturing(const char*, int) {}
+void check_not_capturing(const char*, const Stream&) {}
+}  // namespace detail
+CUDAGraph::CUDAGraph(bool keep_graph) : keep_graph_(keep_graph) {}
+CUDAGraph::~CUDAGraph() = default;
+void CUDAGraph::capture_begin(MempoolId, CaptureMode) { no_cuda("capture_begin"); }
+void CUDAGraph::capture_end() { no_cuda("capture_end"); }
+void CUDAGraph::end_capture(bool) {}
+void CUDAGraph::instantiate() { no_cuda("instantiate"); }
+void CUDAGraph::replay() { no_cuda("replay"); }
+void CUDAGraph::reset() {}
+void* CUDAGraph::raw_graph() const { no_cuda("raw_graph"); }
+void* CUDAGraph::raw_graph_exec() const { no_cuda("raw_graph_exec"); }
+void CUDAGraph::debug_dump(const std::string&) const { no_cuda("debug_dump"); }
+Graph::Graph(CUDAGraph& graph, MempoolId, std::optional<Stream>, CaptureMode) : graph_(graph), uncaught_(0) {
+  no_cuda("Graph");
+}
+Graph::~Graph() noexcept(false) = default;
 
 }  // namespace tg::cuda
 

@@ -16,7 +16,7 @@ OUT=${OUT:-gpu-logs}
 mkdir -p "$OUT"
 B=build-gpu
 TESTS=$B/tests/tapegrad_tests
-STREAM_TESTS='CudaGpuStreams*:CudaGpu.*Stream*:CudaGpu.Events*:CudaGpuAutograd.GpuNodes*:CudaGpuAutograd.TwoDevices*:CudaGpu.Pinned*:SparseGpu*'
+STREAM_TESTS='GraphsGpu*:CudaGpuStreams*:CudaGpu.*Stream*:CudaGpu.Events*:CudaGpuAutograd.GpuNodes*:CudaGpuAutograd.TwoDevices*:CudaGpu.Pinned*:SparseGpu*'
 rc=0
 for step in "$@"; do
   case $step in
@@ -29,7 +29,7 @@ for step in "$@"; do
       grep -E "tests passed|Skipped|Failed|\*\*\*" "$OUT/ctest.log" | head -20 ;;
     sanitize)
       cs=compute-sanitizer
-      $cs --tool memcheck --error-exitcode 1 $TESTS --gtest_filter='CudaGpu*:Sparse*:Determ*:BadInputsGpu*:*OpTable*Cuda:-*OutOfMemory*' \
+      $cs --tool memcheck --error-exitcode 1 $TESTS --gtest_filter='CudaGpu*:Graphs*:Sparse*:Determ*:BadInputsGpu*:*OpTable*Cuda:-*OutOfMemory*' \
         > "$OUT/memcheck.log" 2>&1 || rc=1
       $cs --tool racecheck --error-exitcode 1 $TESTS --gtest_filter="$STREAM_TESTS" \
         > "$OUT/racecheck.log" 2>&1 || rc=1

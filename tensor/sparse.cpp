@@ -2,6 +2,7 @@
 // the raw ops that take sparse operands (docs/TENSOR.md "Sparse COO tensors").
 #include <sstream>
 
+#include <tapegrad/cuda/graph.h>
 #include "tensor/op_util.h"
 
 namespace tg {
@@ -127,6 +128,9 @@ Tensor sparse_coo_tensor(const Tensor& indices, const Tensor& values, const IntL
   for (int64_t s : sizes) TG_CHECK(s >= 0, op, ": negative size in ", shape_str(sizes));
   int64_t nnz = values.sizes()[0];
   if (check && nnz > 0) {
+    if (indices.is_cuda())
+      cuda::detail::check_not_capturing("sparse_coo_tensor (its index check reads the indices on "
+                                        "the host)", indices.device().index());
     std::vector<int64_t> lo = raw::amin(indices, {1}).to_vector<int64_t>();
     std::vector<int64_t> hi = raw::amax(indices, {1}).to_vector<int64_t>();
     for (int64_t d = 0; d < sd; ++d) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include <tapegrad/cuda/graph.h>
 #include "tensor/op_util.h"
 
 namespace tg {
@@ -457,6 +458,7 @@ T Tensor::item() const {
   TG_CHECK(numel() == 1, "item: a tensor with ", numel(),
            " elements (shape ", shape_str(sizes()),
            ") cannot be converted to a scalar");
+  if (is_cuda()) cuda::detail::check_not_capturing("item", device().index());
   Tensor one = raw::contiguous(raw::to(raw::to(*this, Device(kCPU)), dtype_of<T>()));
   return *one.data_ptr<T>();
 }

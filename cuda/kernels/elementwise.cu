@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include <tapegrad/cuda/allocator.h>
+#include <tapegrad/cuda/graph.h>
 #include "tensor/element_math.h"
 #include "tensor/kernels.h"
 #include <tapegrad/tensor/ops.h>
@@ -160,6 +161,7 @@ void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
   if (bytes == 0) return;
   if (dst.is_cuda() && src.is_cuda()) {
     DeviceGuard g(dst.device().index());
+    detail::check_not_capturing("to (a copy between GPUs)", dst.device().index());
     TG_CUDA_CHECK(cudaMemcpyPeer(dst.data_ptr(), dst.device().index(), src.data_ptr(),
                                  src.device().index(), bytes),
                   "to");
@@ -171,6 +173,13 @@ void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
   cudaStream_t s = static_cast<cudaStream_t>(stream.handle());
   const Tensor& host = dst.is_cuda() ? src : dst;
   const bool pinned = host.is_pinned();
+  // Under capture only an asynchronous copy from or to pinned memory is a
+  // graph node; anything else reads or stages host memory now.
+  if (!(pinned && non_blocking))
+    detail::check_not_capturing(dst.is_cuda() ? "to (a copy from host memory that is not pinned, "
+                                                "or not non_blocking)"
+                                              : "to (a copy to the host)",
+                                stream);
   TG_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), bytes,
                                 dst.is_cuda() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s),
                 "to");

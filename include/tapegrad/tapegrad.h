@@ -4,6 +4,7 @@
 #include <tapegrad/autograd/autograd.h>
 #include <tapegrad/cuda/allocator.h>
 #include <tapegrad/cuda/device.h>
+#include <tapegrad/cuda/graph.h>
 #include <tapegrad/cuda/stream.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>

@@ -11,12 +11,15 @@
 // - Out of memory: the allocator frees every cached, unsplit segment and
 //   retries once; then it throws an error stating the requested, free and
 //   total bytes, and stays usable.
-// - Seam for graph-private pools (CUDA graph capture): every block carries
-//   a pool id, 0 for the shared pool; blocks are reused only within a pool.
+// - Graph-private pools (docs/GRAPHS.md): a stream that captures a CUDA graph
+//   allocates from the graph's pool; every block carries its pool id (0 for
+//   the shared pool) and is reused only within that pool, which stays
+//   reserved while a graph using it lives.
 #pragma once
 
 #include <cstdint>
 
+#include <tapegrad/cuda/graph.h>
 #include <tapegrad/cuda/stream.h>
 
 namespace tg::cuda {
@@ -40,6 +43,8 @@ struct MemoryStats {
 MemoryStats memory_stats(int device = -1);
 /// Peaks := current values.
 void reset_peak_memory_stats(int device = -1);
+/// The allocated and reserved bytes and the segments of one graph pool.
+MemoryStats memory_stats(MempoolId pool, int device = -1);
 /// Returns every cached free segment to the driver (waits for pending events).
 void empty_cache();
 /// The block holding `ptr` (a storage's data pointer) is also used on `s`: it

@@ -1,0 +1,260 @@
+// CUDA graph capture and replay (docs/GRAPHS.md).
+#include <tapegrad/cuda/graph.h>
+
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <unordered_map>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/check.h"
+#include "cuda/pool.h"
+#include <tapegrad/cuda/device.h>
+
+namespace tg::cuda {
+
+namespace {
+
+std::atomic<uint64_t> g_next_pool{1};
+
+// The graphs capturing now, by capturing stream: an op that cannot run under
+// capture ends the capture of its graph before it throws.
+std::mutex g_capturing_mu;
+std::unordered_map<void*, CUDAGraph*> g_capturing;
+
+cudaStreamCaptureMode to_cuda(CaptureMode m) {
+  switch (m) {
+    case CaptureMode::Global: return cudaStreamCaptureModeGlobal;
+    case CaptureMode::ThreadLocal: return cudaStreamCaptureModeThreadLocal;
+    case CaptureMode::Relaxed: return cudaStreamCaptureModeRelaxed;
+  }
+  return cudaStreamCaptureModeGlobal;
+}
+
+bool stream_capturing(const Stream& s) {
+  if (!s.is_valid()) return false;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaError_t err = cudaStreamIsCapturing(static_cast<cudaStream_t>(s.handle()), &status);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// One default capture stream per device, as torch.cuda.graph's: graphs that
+// share a pool reuse its blocks only when captured on the same stream.
+Stream default_capture_stream(int device) {
+  static std::mutex mu;
+  static std::unordered_map<int, Stream> streams;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = streams.find(device);
+  if (it != streams.end()) return it->second;
+  return streams[device] = stream_from_pool(device);
+}
+
+}  // namespace
+
+MempoolId graph_pool_handle() { return {g_next_pool.fetch_add(1), 0}; }
+
+bool is_current_stream_capturing() {
+  if (!is_available()) return false;
+  return stream_capturing(current_stream(-1));
+}
+
+void detail_abort_capture(CUDAGraph* g) { g->end_capture(/*abandon=*/true); }
+
+namespace detail {
+void check_not_capturing(const char* op, int device) {
+  if (!is_available()) return;
+  check_not_capturing(op, current_stream(device));
+}
+
+void check_not_capturing(const char* op, const Stream& s) {
+  if (!stream_capturing(s)) return;
+  CUDAGraph* g = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_capturing_mu);
+    auto it = g_capturing.find(s.handle());
+    if (it != g_capturing.end()) g = it->second;
+  }
+  if (g) {
+    detail_abort_capture(g);
+  } else {  // captured by someone else (the raw CUDA API): end it all the same
+    cudaGraph_t graph = nullptr;
+    (void)cudaStreamEndCapture(static_cast<cudaStream_t>(s.handle()), &graph);
+    (void)cudaGetLastError();
+    if (graph) (void)cudaGraphDestroy(graph);
+  }
+  TG_ERROR(op, ": cannot run while a CUDA graph is being captured on this stream (it would "
+           "synchronize with the host or read device memory from it); the capture was ended "
+           "and its graph discarded. Move the call out of the captured region (docs/GRAPHS.md "
+           "lists what cannot be captured)");
+}
+}  // namespace detail
+
+CUDAGraph::CUDAGraph(bool keep_graph) : keep_graph_(keep_graph) {}
+
+CUDAGraph::~CUDAGraph() {
+  try {
+    if (capturing_) end_capture(/*abandon=*/true);
+    reset();
+  } catch (...) {
+  }
+}
+
+void CUDAGraph::capture_begin(MempoolId pool, CaptureMode mode) {
+  TG_CHECK(!capturing_, "capture_begin: this CUDAGraph is already capturing");
+  TG_CHECK(!has_graph(), "capture_begin: this CUDAGraph holds a graph; call reset() first");
+  TG_CHECK(is_available(), "capture_begin: CUDA graphs need a GPU, and none is available");
+  const Stream s = current_stream(-1);
+  TG_CHECK(!s.is_default(), "capture_begin: the current stream is the legacy default stream, "
+           "which cannot be captured; make a stream current first (StreamGuard with "
+           "stream_from_pool()), or use the tg::cuda::Graph guard");
+  TG_CHECK(!stream_capturing(s), "capture_begin: the current stream is already capturing");
+  pool_ = pool.first || pool.second ? pool : graph_pool_handle();
+  device_ = s.device_index();
+  stream_ = s;
+  aborted_ = false;
+  // Work queued before the capture is not part of it (and must not be
+  // pending on the stream's blocks): the allocator starts the pool now.
+  detail::begin_allocate_to_pool(device_, pool_.first, s);
+  {
+    DeviceGuard g(device_);
+    cudaError_t err = cudaStreamBeginCapture(static_cast<cudaStream_t>(s.handle()), to_cuda(mode));
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      detail::end_allocate_to_pool(device_, s);
+      detail::release_pool(device_, pool_.first);
+      TG_ERROR("capture_begin: cudaStreamBeginCapture failed: ", cudaGetErrorName(err), " (",
+               cudaGetErrorString(err), ")");
+    }
+  }
+  capturing_ = true;
+  std::lock_guard<std::mutex> lock(g_capturing_mu);
+  g_capturing[s.handle()] = this;
+}
+
+void CUDAGraph::end_capture(bool abandon) {
+  if (!capturing_) return;
+  capturing_ = false;
+  {
+    std::lock_guard<std::mutex> lock(g_capturing_mu);
+    g_capturing.erase(stream_.handle());
+  }
+  DeviceGuard g(device_);
+  cudaGraph_t graph = nullptr;
+  cudaError_t err = cudaStreamEndCapture(static_cast<cudaStream_t>(stream_.handle()), &graph);
+  detail::end_allocate_to_pool(device_, stream_);
+  if (abandon || err != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (graph) (void)cudaGraphDestroy(graph);
+    aborted_ = true;
+    detail::release_pool(device_, pool_.first);
+    if (!abandon)
+      TG_ERROR("capture_end: the capture failed: ", cudaGetErrorName(err), " (",
+               cudaGetErrorString(err), "); an unsafe call (a host synchronization, or work "
+               "from another thread in Global mode) invalidated it");
+    return;
+  }
+  graph_ = graph;
+}
+
+void CUDAGraph::capture_end() {
+  TG_CHECK(capturing_ || aborted_, "capture_end: this CUDAGraph is not capturing");
+  if (!capturing_) {
+    aborted_ = false;
+    TG_ERROR("capture_end: the capture was ended by an op that cannot run under capture "
+             "(see the error it threw); nothing was captured");
+  }
+  end_capture(/*abandon=*/false);
+  if (!keep_graph_) instantiate();
+}
+
+void CUDAGraph::instantiate() {
+  TG_CHECK(graph_ != nullptr, "instantiate: no captured graph (capture first; with keep_graph "
+           "= false capture_end() has instantiated it already)");
+  DeviceGuard g(device_);
+  if (exec_) {
+    (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+    exec_ = nullptr;
+  }
+  cudaGraphExec_t exec = nullptr;
+  TG_CUDA_CHECK(cudaGraphInstantiate(&exec, static_cast<cudaGraph_t>(graph_), 0), "instantiate");
+  exec_ = exec;
+  if (!keep_graph_) {
+    (void)cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
+    graph_ = nullptr;
+  }
+}
+
+void CUDAGraph::replay() {
+  TG_CHECK(exec_ != nullptr, "replay: no instantiated graph (capture, and with keep_graph call "
+           "instantiate())");
+  DeviceGuard g(device_);
+  TG_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_),
+                                static_cast<cudaStream_t>(current_stream(device_).handle())),
+                "replay");
+}
+
+void CUDAGraph::reset() {
+  if (capturing_) end_capture(/*abandon=*/true);
+  if (!has_graph()) return;
+  DeviceGuard g(device_);
+  if (exec_) (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+  if (graph_) (void)cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
+  exec_ = graph_ = nullptr;
+  detail::release_pool(device_, pool_.first);
+}
+
+void* CUDAGraph::raw_graph() const {
+  TG_CHECK(graph_ != nullptr, "raw_graph: no captured graph is kept (construct the CUDAGraph "
+           "with keep_graph = true and capture first)");
+  return graph_;
+}
+
+void* CUDAGraph::raw_graph_exec() const {
+  TG_CHECK(exec_ != nullptr, "raw_graph_exec: the graph is not instantiated");
+  return exec_;
+}
+
+void CUDAGraph::debug_dump(const std::string& path) const {
+  TG_CHECK(graph_ != nullptr, "debug_dump: no captured graph is kept (use keep_graph = true)");
+  TG_CUDA_CHECK(cudaGraphDebugDotPrint(static_cast<cudaGraph_t>(graph_), path.c_str(),
+                                       cudaGraphDebugDotFlagsVerbose),
+                "debug_dump");
+}
+
+Graph::Graph(CUDAGraph& graph, MempoolId pool, std::optional<Stream> stream, CaptureMode mode)
+    : graph_(graph), uncaught_(std::uncaught_exceptions()) {
+  TG_CHECK(is_available(), "Graph: CUDA graphs need a GPU, and none is available");
+  caller_ = current_stream(-1);
+  capture_stream_ = stream ? *stream : default_capture_stream(caller_.device_index());
+  TG_CHECK(!capture_stream_.is_default(), "Graph: cannot capture on the legacy default stream");
+  capture_stream_.wait_stream(caller_);  // the capture sees the caller's prior work
+  guard_.emplace(capture_stream_);
+  graph_.capture_begin(pool, mode);
+}
+
+Graph::~Graph() noexcept(false) {
+  const bool unwinding = std::uncaught_exceptions() > uncaught_;
+  if (unwinding) {
+    try {
+      detail_abort_capture(&graph_);
+    } catch (...) {
+    }
+    guard_.reset();
+    return;
+  }
+  struct Restore {
+    Graph& g;
+    ~Restore() {
+      g.guard_.reset();
+      g.caller_.wait_stream(g.capture_stream_);
+    }
+  } restore{*this};
+  graph_.capture_end();
+}
+
+}  // namespace tg::cuda

@@ -1,0 +1,124 @@
+// CUDA graphs: capture a sequence of GPU work once (forward, backward, higher
+// derivatives) and replay it with one launch (docs/GRAPHS.md). Shaped like
+// LibTorch's at::cuda::CUDAGraph and torch.cuda.graph.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include <tapegrad/cuda/stream.h>
+
+namespace tg::cuda {
+
+/// A memory pool of the caching allocator that captures allocate from: {0, 0}
+/// asks for a new private pool; graph_pool_handle() or CUDAGraph::pool() name
+/// one to share between graphs (replay them in capture order).
+using MempoolId = std::pair<uint64_t, uint64_t>;
+
+/// A fresh pool id for graphs to share.
+MempoolId graph_pool_handle();
+
+/// How strictly CUDA forbids unsafe calls while a stream captures (as
+/// cudaStreamCaptureMode): Global (any thread's unsafe call fails the
+/// capture), ThreadLocal (only this thread's), Relaxed (none are checked).
+enum class CaptureMode { Global, ThreadLocal, Relaxed };
+
+/// Whether the current stream of the current device is capturing.
+bool is_current_stream_capturing();
+
+/// A captured CUDA graph.
+///
+/// capture_begin() starts capturing the current stream (which must not be the
+/// legacy default stream: use a stream from the pool, or the Graph guard);
+/// every allocation made by the capturing stream comes from the graph's
+/// private pool, and every op that would synchronize with the host throws a
+/// tg::Error naming itself and ends the capture (docs/GRAPHS.md lists them).
+/// capture_end() ends it and instantiates the graph (unless keep_graph, then
+/// instantiate() does, and raw_graph() may be edited first). replay() launches
+/// it on the current stream: the same kernels on the same addresses, so
+/// inputs are refreshed by copying into the tensors used during capture and
+/// outputs are read from the tensors it produced. reset() frees the graph
+/// and returns its pool's memory once no other graph uses the pool.
+class CUDAGraph {
+ public:
+  /// keep_graph: keep the captured cudaGraph_t after instantiation
+  /// (raw_graph() stays valid; instantiate() is then up to the caller).
+  explicit CUDAGraph(bool keep_graph = false);
+  ~CUDAGraph();
+  CUDAGraph(const CUDAGraph&) = delete;
+  CUDAGraph& operator=(const CUDAGraph&) = delete;
+
+  /// Starts capturing the current stream into pool `pool` ({0, 0}: a new
+  /// private pool).
+  void capture_begin(MempoolId pool = {0, 0}, CaptureMode mode = CaptureMode::Global);
+  /// Ends the capture; instantiates unless keep_graph.
+  void capture_end();
+  /// Instantiates the captured graph (again after editing raw_graph()).
+  void instantiate();
+  /// Launches the graph on the current stream (no host sync).
+  void replay();
+  /// Frees the graph and, when no other graph uses it, its pool's memory.
+  void reset();
+  /// The pool the capture allocated from (to share with another graph).
+  MempoolId pool() const { return pool_; }
+  /// The captured cudaGraph_t (keep_graph only) and the instantiated
+  /// cudaGraphExec_t (after instantiate()).
+  void* raw_graph() const;
+  void* raw_graph_exec() const;
+  /// Writes the captured graph as Graphviz DOT to `path` (keep_graph, or
+  /// before instantiate() frees it).
+  void debug_dump(const std::string& path) const;
+  /// Whether a capture was made and not reset.
+  bool has_graph() const { return graph_ != nullptr || exec_ != nullptr; }
+
+ private:
+  friend void detail_abort_capture(CUDAGraph* g);
+  void end_capture(bool abandon);
+  bool keep_graph_;
+  void* graph_ = nullptr;  // cudaGraph_t
+  void* exec_ = nullptr;   // cudaGraphExec_t
+  MempoolId pool_{0, 0};
+  Stream stream_;          // the capturing stream (while capturing)
+  int device_ = -1;
+  bool capturing_ = false;
+  bool aborted_ = false;
+  std::string abort_reason_;
+};
+
+/// Captures into `graph` for a scope, as torch.cuda.graph: the work runs on
+/// `stream` (a fresh stream from the pool when none is given; never the
+/// legacy default stream), which first waits for the caller's current stream;
+/// at the end of the scope the capture ends and the caller's stream waits for
+/// the capturing one. An exception thrown in the scope ends the capture and
+/// discards the graph.
+class Graph {
+ public:
+  explicit Graph(CUDAGraph& graph, MempoolId pool = {0, 0},
+                 std::optional<Stream> stream = std::nullopt,
+                 CaptureMode mode = CaptureMode::Global);
+  ~Graph() noexcept(false);
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+ private:
+  CUDAGraph& graph_;
+  Stream caller_;
+  Stream capture_stream_;
+  std::optional<StreamGuard> guard_;
+  int uncaught_;
+};
+
+namespace detail {
+/// Throws a tg::Error naming `op` when the current stream of `device` (-1:
+/// the current device) is capturing, after ending that capture (so the
+/// stream, the allocator and the engine stay usable): for ops that would
+/// synchronize with the host or read device memory from it.
+void check_not_capturing(const char* op, int device = -1);
+/// The same for stream `s`.
+void check_not_capturing(const char* op, const Stream& s);
+}  // namespace detail
+
+}  // namespace tg::cuda

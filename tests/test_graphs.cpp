@@ -1,0 +1,280 @@
+// CUDA graphs (docs/GRAPHS.md): capture and replay of forward, backward and
+// double backward; private pools; capture-illegal ops. GPU tests skip with a
+// message without a GPU.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "reference.h"
+
+#include <tapegrad/tensor/raw.h>
+
+namespace {
+
+using tg::Tensor;
+namespace ag = tg::autograd;
+namespace cu = tg::cuda;
+
+const tg::Device kGpu(tg::kCUDA, 0);
+const tg::Device kCpu(tg::kCPU);
+
+struct Mlp {
+  Tensor w1, b1, w2, b2;
+  explicit Mlp(uint64_t seed, int64_t in = 2, int64_t width = 16) {
+    tg::manual_seed(seed);
+    auto o = tg::TensorOptions().dtype(tg::kFloat64);
+    w1 = (tg::randn({width, in}, o) * 0.5).to(kGpu).requires_grad_();
+    b1 = (tg::randn({width}, o) * 0.1).to(kGpu).requires_grad_();
+    w2 = (tg::randn({1, width}, o) * 0.5).to(kGpu).requires_grad_();
+    b2 = tg::zeros({1}, o).to(kGpu).requires_grad_();
+  }
+  Tensor operator()(const Tensor& x) const { return tg::linear(tg::tanh(tg::linear(x, w1, b1)), w2, b2); }
+  std::vector<Tensor> params() const { return {w1, b1, w2, b2}; }
+};
+
+// One training-style step: loss and its gradients into the parameters.
+std::vector<Tensor> mlp_step(const Mlp& m, const Tensor& x) {
+  Tensor loss = m(x).square().mean();
+  std::vector<Tensor> out = ag::grad({loss}, m.params());
+  out.insert(out.begin(), loss);
+  return out;
+}
+
+// The PINN step: u(x), its Laplacian by double backward (create_graph), the
+// residual loss, and the loss's gradients into the parameters.
+std::vector<Tensor> pinn_step(const Mlp& m, const Tensor& x_in) {
+  Tensor x = x_in.detach().requires_grad_();
+  Tensor u = m(x);
+  Tensor du = ag::grad({u.sum()}, {x}, {}, std::nullopt, /*create_graph=*/true)[0];
+  Tensor lap;
+  for (int64_t j = 0; j < x.size(1); ++j) {
+    Tensor dj = ag::grad({du.select(1, j).sum()}, {x}, {}, std::nullopt, true)[0].select(1, j);
+    lap = lap.defined() ? lap + dj : dj;
+  }
+  Tensor f = tg::sin(x.detach().select(1, 0)) * 2.0;
+  Tensor loss = (lap - f).square().mean();
+  std::vector<Tensor> out = ag::grad({loss}, m.params());
+  out.insert(out.begin(), loss);
+  return out;
+}
+
+void expect_same(const std::vector<Tensor>& a, const std::vector<Tensor>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    Tensor x = a[i].to(kCpu), y = b[i].to(kCpu);
+    EXPECT_TRUE(tg::equal(x, y)) << what << " output " << i << ": max |diff| "
+                                  << tg::amax(tg::abs(x - y)).item<double>();
+  }
+}
+
+// Captures `step` once on static input x (after an eager warm-up on the
+// capture stream, as with PyTorch), then replays it for `n` new inputs and
+// checks every replay against the eager step on the same values.
+template <class Step>
+void replay_equals_eager(Step step, int n, const char* what) {
+  Mlp m(7);
+  Tensor x = tg::rand({64, 2}, tg::TensorOptions().dtype(tg::kFloat64)).to(kGpu);
+  cu::Stream side = cu::stream_from_pool();
+  side.wait_stream(cu::current_stream());
+  {
+    cu::StreamGuard g(side);
+    for (int i = 0; i < 2; ++i) step(m, x);  // warm-up: cuBLAS handles, cached blocks
+  }
+  cu::current_stream().wait_stream(side);
+  cu::CUDAGraph graph;
+  std::vector<Tensor> out;
+  {
+    cu::Graph capture(graph);
+    EXPECT_TRUE(cu::is_current_stream_capturing());
+    out = step(m, x);
+  }
+  EXPECT_FALSE(cu::is_current_stream_capturing());
+  const void* loss_addr = out[0].data_ptr();
+  for (int r = 0; r < n; ++r) {
+    tg::manual_seed(100 + uint64_t(r));
+    Tensor fresh = tg::rand({64, 2}, tg::TensorOptions().dtype(tg::kFloat64)).to(kGpu);
+    x.copy_(fresh);
+    graph.replay();
+    std::vector<Tensor> eager = step(m, fresh);
+    expect_same(out, eager, std::string(what) + " replay " + std::to_string(r));
+    if (::testing::Test::HasFailure()) return;
+  }
+  EXPECT_EQ(out[0].data_ptr(), loss_addr);  // static outputs keep their addresses
+}
+
+TEST(GraphsGpu, MlpForwardAndBackwardReplayEqualsEager) {
+  REQUIRE_GPU();
+  replay_equals_eager(mlp_step, 100, "mlp");
+}
+
+TEST(GraphsGpu, PinnStepWithDoubleBackwardReplayEqualsEager) {
+  REQUIRE_GPU();
+  replay_equals_eager(pinn_step, 100, "pinn");
+}
+
+// Two branches on two side streams meet on a third, forward and backward.
+TEST(GraphsGpu, BranchesOnSideStreamsCapturedWithBackward) {
+  REQUIRE_GPU();
+  auto step = [](const Mlp& m, const Tensor& x) {
+    cu::Stream cur = cu::current_stream(), s1 = cu::stream_from_pool(), s2 = cu::stream_from_pool();
+    s1.wait_stream(cur);
+    s2.wait_stream(cur);
+    Tensor a, b;
+    {
+      cu::StreamGuard g(s1);
+      a = tg::tanh(tg::linear(x, m.w1, m.b1));
+    }
+    {
+      cu::StreamGuard g(s2);
+      b = tg::sin(tg::linear(x, m.w1));
+    }
+    cur.wait_stream(s1);
+    cur.wait_stream(s2);
+    Tensor loss = tg::linear(a * b, m.w2, m.b2).square().mean();
+    std::vector<Tensor> out = ag::grad({loss}, m.params());
+    out.insert(out.begin(), loss);
+    return out;
+  };
+  replay_equals_eager(step, 20, "branches");
+}
+
+// Each op that would synchronize with the host names itself, ends the
+// capture; afterwards a new capture and eager work succeed.
+TEST(GraphsGpu, CaptureIllegalOpsThrowAndLeaveEverythingUsable) {
+  REQUIRE_GPU();
+  Tensor x = tg::ones({4, 4}).to(kGpu);
+  Tensor pinned = tg::ones({4, 4}).pin_memory();
+  tg::Tensor idx = tg::tensor({0, 1, 1, 0}, {2, 2}, tg::TensorOptions().dtype(tg::kInt64)).to(kGpu);
+  std::vector<std::pair<std::string, std::function<void()>>> illegal = {
+      {"to (a copy to the host)", [&] { (void)(x * 2.0).sum().item<float>(); }},
+      {"to (a copy to the host)", [&] { (void)x.to(kCpu); }},
+      {"to (a copy from host memory that is not pinned", [&] { (void)tg::ones({3}).to(kGpu); }},
+      {"cuda::synchronize", [] { cu::synchronize(); }},
+      {"Stream::synchronize", [] { cu::current_stream().synchronize(); }},
+      {"Stream::query", [] { (void)cu::current_stream().query(); }},
+      {"Event::synchronize", [] {
+         cu::Event e;
+         e.record();
+         e.synchronize();
+       }},
+      {"Event::query", [] {
+         cu::Event e;
+         e.record();
+         (void)e.query();
+       }},
+      {"coalesce", [&] { (void)tg::raw::sparse_coo_tensor(idx, tg::ones({2}).to(kGpu), {2, 2}, false).coalesce(); }},
+      {"sparse_coo_tensor", [&] { (void)tg::sparse_coo_tensor(idx, tg::ones({2}).to(kGpu), {2, 2}); }},
+  };
+  for (auto& [name, fn] : illegal) {
+    SCOPED_TRACE(name);
+    cu::CUDAGraph g;
+    bool thrown = false;
+    try {
+      cu::Graph capture(g);
+      (void)(x + 1.0);  // some captured work first
+      fn();
+    } catch (const tg::Error& e) {
+      thrown = true;
+      std::string msg = e.what();
+      EXPECT_NE(msg.find("cannot run while a CUDA graph is being captured"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(name.substr(0, name.find(' ') == std::string::npos ? name.size() : name.find(' '))),
+                std::string::npos) << msg;
+    }
+    EXPECT_TRUE(thrown);
+    EXPECT_FALSE(cu::is_current_stream_capturing());
+    EXPECT_FALSE(g.has_graph());
+    // A new capture works, and so does eager work.
+    cu::CUDAGraph g2;
+    Tensor y;
+    {
+      cu::Graph capture(g2);
+      y = x * 3.0;
+    }
+    g2.replay();
+    EXPECT_EQ(tgtest::values(y), std::vector<double>(16, 3.0));
+    EXPECT_EQ((x + 1.0).sum().item<float>(), 32.0f);
+  }
+  (void)pinned;
+}
+
+// Private pools: what a graph reserved is reused by every replay (no growth),
+// kept while the graph lives, returned on reset; two graphs share one pool.
+TEST(GraphsGpu, PoolsAreReusedAcrossReplaysSharedAndReturnedOnReset) {
+  REQUIRE_GPU();
+  Mlp m(3);
+  Tensor x = tg::rand({256, 2}, tg::TensorOptions().dtype(tg::kFloat64)).to(kGpu);
+  {
+    cu::Stream side = cu::stream_from_pool();
+    side.wait_stream(cu::current_stream());
+    cu::StreamGuard g(side);
+    mlp_step(m, x);
+  }
+  cu::synchronize();
+  cu::CUDAGraph g1, g2;
+  std::vector<Tensor> out1, out2;
+  {
+    cu::Graph capture(g1);
+    out1 = mlp_step(m, x);
+  }
+  const cu::MempoolId pool = g1.pool();
+  const int64_t pool_after_one = cu::memory_stats(pool).reserved_bytes;
+  EXPECT_GT(pool_after_one, 0);
+  {
+    cu::Graph capture(g2, pool);  // shares g1's pool
+    out2 = pinn_step(m, x);
+  }
+  EXPECT_EQ(g2.pool(), pool);
+  const int64_t reserved = cu::memory_stats().reserved_bytes;
+  for (int i = 0; i < 1000; ++i) {
+    g1.replay();
+    g2.replay();
+  }
+  cu::synchronize();
+  EXPECT_EQ(cu::memory_stats().reserved_bytes, reserved) << "replays must not allocate";
+  expect_same({out1[0]}, {mlp_step(m, x)[0]}, "g1 after 1000 replays");
+  expect_same({out2[0]}, {pinn_step(m, x)[0]}, "g2 after 1000 replays");
+  // Outputs of the graphs are tensors of the pool: it is returned once both
+  // graphs are reset and the outputs are gone.
+  out1.clear();
+  out2.clear();
+  g1.reset();
+  EXPECT_GT(cu::memory_stats(pool).reserved_bytes, 0);  // g2 still uses it
+  g2.reset();
+  cu::empty_cache();
+  EXPECT_EQ(cu::memory_stats(pool).reserved_bytes, 0);
+}
+
+TEST(GraphsGpu, KeptGraphCanBeDumpedAndInstantiatedLater) {
+  REQUIRE_GPU();
+  Tensor x = tg::ones({8}).to(kGpu);
+  cu::CUDAGraph g(/*keep_graph=*/true);
+  Tensor y;
+  {
+    cu::Graph capture(g);
+    y = tg::exp(x) * 2.0;
+  }
+  EXPECT_NE(g.raw_graph(), nullptr);
+  EXPECT_ERROR_CONTAINS(g.replay(), "replay: no instantiated graph");
+  std::string path = ::testing::TempDir() + "tapegrad_graph.dot";
+  g.debug_dump(path);
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  EXPECT_NE(ss.str().find("digraph"), std::string::npos);
+  g.instantiate();
+  EXPECT_NE(g.raw_graph_exec(), nullptr);
+  x.fill_(0.0);
+  g.replay();
+  EXPECT_EQ(tgtest::values(y), std::vector<double>(8, 2.0));
+  std::remove(path.c_str());
+}
+
+TEST(GraphsGpu, CaptureOnTheLegacyDefaultStreamIsRefused) {
+  REQUIRE_GPU();
+  cu::CUDAGraph g;
+  cu::StreamGuard guard(cu::default_stream());
+  EXPECT_ERROR_CONTAINS(g.capture_begin(), "legacy default stream");
+  EXPECT_FALSE(g.has_graph());
+}
+
+}  // namespace

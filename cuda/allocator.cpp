@@ -229,14 +229,25 @@ class DeviceCachingAllocator final : public Allocator {
   }
 
  private:
+  // cudaMalloc under the Relaxed capture mode: a capture on this thread in
+  // Global mode would otherwise refuse it (it is not stream-ordered work, so
+  // it is safe; the segment then belongs to the capture's pool).
+  static cudaError_t malloc_relaxed(void** p, size_t bytes) {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaError_t err = cudaMalloc(p, bytes);
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    return err;
+  }
+
   Block* new_segment(size_t seg_size, cudaStream_t stream, bool small, size_t requested,
                      uint64_t pool_id) {
     void* p = nullptr;
-    cudaError_t err = cudaMalloc(&p, seg_size);
+    cudaError_t err = malloc_relaxed(&p, seg_size);
     if (err == cudaErrorMemoryAllocation && capture_pool_.empty()) {
       (void)cudaGetLastError();
       stats_.num_cache_flushes += release_cached();
-      err = cudaMalloc(&p, seg_size);
+      err = malloc_relaxed(&p, seg_size);
     }
     if (err != cudaSuccess) {
       (void)cudaGetLastError();

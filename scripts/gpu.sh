@@ -29,6 +29,7 @@ for step in "$@"; do
       grep -E "tests passed|Skipped|Failed|\*\*\*" "$OUT/ctest.log" | head -20 ;;
     sanitize)
       cs=compute-sanitizer
+      export TG_TEST_MAX_REPLAYS=3  # graph tests: a few replays each
       $cs --tool memcheck --error-exitcode 1 $TESTS --gtest_filter='CudaGpu*:Graphs*:Sparse*:Determ*:BadInputsGpu*:*OpTable*Cuda:-*OutOfMemory*' \
         > "$OUT/memcheck.log" 2>&1 || rc=1
       $cs --tool racecheck --error-exitcode 1 $TESTS --gtest_filter="$STREAM_TESTS" \

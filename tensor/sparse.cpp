@@ -182,6 +182,8 @@ Tensor sparse_positions(const Tensor& c, const Tensor& indices) {
 Tensor coalesce(const Tensor& s) {
   check_sparse(s, "coalesce");
   if (s.is_coalesced()) return s;
+  if (s.is_cuda())  // the unique count sizes the result: read on the host
+    cuda::detail::check_not_capturing("coalesce (of a sparse tensor)", s.device().index());
   ScalarType ct = compute_type(s.dtype());
   Tensor oi, ov;
   kernels::backend(s.device(), "coalesce")

@@ -1,7 +1,9 @@
 // CUDA graphs (docs/GRAPHS.md): capture and replay of forward, backward and
 // double backward; private pools; capture-illegal ops. GPU tests skip with a
 // message without a GPU.
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -17,6 +19,13 @@ namespace cu = tg::cuda;
 
 const tg::Device kGpu(tg::kCUDA, 0);
 const tg::Device kCpu(tg::kCPU);
+
+// Replay counts; scripts/gpu.sh lowers them under compute-sanitizer, whose
+// racecheck would take hours over the full counts.
+int replays(int n) {
+  const char* cap = std::getenv("TG_TEST_MAX_REPLAYS");
+  return cap ? std::min(n, std::atoi(cap)) : n;
+}
 
 struct Mlp {
   Tensor w1, b1, w2, b2;
@@ -59,12 +68,16 @@ std::vector<Tensor> pinn_step(const Mlp& m, const Tensor& x_in) {
   return out;
 }
 
-void expect_same(const std::vector<Tensor>& a, const std::vector<Tensor>& b, const std::string& what) {
+// Replay against eager: bitwise equal (exact = true), or equal up to
+// reassociation (1e-12 relative: the double backward's sums may run in
+// another order eagerly, where its nodes run on the device worker).
+void expect_same(const std::vector<Tensor>& a, const std::vector<Tensor>& b, const std::string& what,
+                 bool exact = true) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     Tensor x = a[i].to(kCpu), y = b[i].to(kCpu);
-    EXPECT_TRUE(tg::equal(x, y)) << what << " output " << i << ": max |diff| "
-                                  << tg::amax(tg::abs(x - y)).item<double>();
+    bool ok = exact ? tg::equal(x, y) : tg::allclose(x, y, 1e-12, 1e-14);
+    EXPECT_TRUE(ok) << what << " output " << i << ": max |diff| " << tg::amax(tg::abs(x - y)).item<double>();
   }
 }
 
@@ -72,7 +85,8 @@ void expect_same(const std::vector<Tensor>& a, const std::vector<Tensor>& b, con
 // capture stream, as with PyTorch), then replays it for `n` new inputs and
 // checks every replay against the eager step on the same values.
 template <class Step>
-void replay_equals_eager(Step step, int n, const char* what) {
+void replay_equals_eager(Step step, int n, const char* what, bool exact = true) {
+  n = replays(n);
   Mlp m(7);
   Tensor x = tg::rand({64, 2}, tg::TensorOptions().dtype(tg::kFloat64)).to(kGpu);
   cu::Stream side = cu::stream_from_pool();
@@ -97,7 +111,7 @@ void replay_equals_eager(Step step, int n, const char* what) {
     x.copy_(fresh);
     graph.replay();
     std::vector<Tensor> eager = step(m, fresh);
-    expect_same(out, eager, std::string(what) + " replay " + std::to_string(r));
+    expect_same(out, eager, std::string(what) + " replay " + std::to_string(r), exact);
     if (::testing::Test::HasFailure()) return;
   }
   EXPECT_EQ(out[0].data_ptr(), loss_addr);  // static outputs keep their addresses
@@ -110,7 +124,7 @@ TEST(GraphsGpu, MlpForwardAndBackwardReplayEqualsEager) {
 
 TEST(GraphsGpu, PinnStepWithDoubleBackwardReplayEqualsEager) {
   REQUIRE_GPU();
-  replay_equals_eager(pinn_step, 100, "pinn");
+  replay_equals_eager(pinn_step, 100, "pinn", /*exact=*/false);
 }
 
 // Two branches on two side streams meet on a third, forward and backward.
@@ -146,8 +160,9 @@ TEST(GraphsGpu, CaptureIllegalOpsThrowAndLeaveEverythingUsable) {
   Tensor x = tg::ones({4, 4}).to(kGpu);
   Tensor pinned = tg::ones({4, 4}).pin_memory();
   tg::Tensor idx = tg::tensor({0, 1, 1, 0}, {2, 2}, tg::TensorOptions().dtype(tg::kInt64)).to(kGpu);
+  tg::Tensor vals = tg::ones({2}).to(kGpu);
   std::vector<std::pair<std::string, std::function<void()>>> illegal = {
-      {"to (a copy to the host)", [&] { (void)(x * 2.0).sum().item<float>(); }},
+      {"item", [&] { (void)(x * 2.0).sum().item<float>(); }},
       {"to (a copy to the host)", [&] { (void)x.to(kCpu); }},
       {"to (a copy from host memory that is not pinned", [&] { (void)tg::ones({3}).to(kGpu); }},
       {"cuda::synchronize", [] { cu::synchronize(); }},
@@ -163,8 +178,8 @@ TEST(GraphsGpu, CaptureIllegalOpsThrowAndLeaveEverythingUsable) {
          e.record();
          (void)e.query();
        }},
-      {"coalesce", [&] { (void)tg::raw::sparse_coo_tensor(idx, tg::ones({2}).to(kGpu), {2, 2}, false).coalesce(); }},
-      {"sparse_coo_tensor", [&] { (void)tg::sparse_coo_tensor(idx, tg::ones({2}).to(kGpu), {2, 2}); }},
+      {"coalesce", [&] { (void)tg::raw::sparse_coo_tensor(idx, vals, {2, 2}, false).coalesce(); }},
+      {"sparse_coo_tensor", [&] { (void)tg::sparse_coo_tensor(idx, vals, {2, 2}); }},
   };
   for (auto& [name, fn] : illegal) {
     SCOPED_TRACE(name);
@@ -226,14 +241,14 @@ TEST(GraphsGpu, PoolsAreReusedAcrossReplaysSharedAndReturnedOnReset) {
   }
   EXPECT_EQ(g2.pool(), pool);
   const int64_t reserved = cu::memory_stats().reserved_bytes;
-  for (int i = 0; i < 1000; ++i) {
+  for (int i = 0, n = replays(1000); i < n; ++i) {
     g1.replay();
     g2.replay();
   }
   cu::synchronize();
   EXPECT_EQ(cu::memory_stats().reserved_bytes, reserved) << "replays must not allocate";
-  expect_same({out1[0]}, {mlp_step(m, x)[0]}, "g1 after 1000 replays");
-  expect_same({out2[0]}, {pinn_step(m, x)[0]}, "g2 after 1000 replays");
+  expect_same({out1[0]}, {mlp_step(m, x)[0]}, "g1 after the replays");
+  expect_same({out2[0]}, {pinn_step(m, x)[0]}, "g2 after the replays", /*exact=*/false);
   // Outputs of the graphs are tensors of the pool: it is returned once both
   // graphs are reset and the outputs are gone.
   out1.clear();

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include <tapegrad/cuda/device.h>
@@ -77,6 +78,21 @@ cublasHandle_t handle(int device, cudaStream_t stream) {
     if (!mine.h[device]) TG_CUBLAS_CHECK(cublasCreate(&mine.h[device]), "bmm");
   }
   TG_CUBLAS_CHECK(cublasSetStream(mine.h[device], stream), "bmm");
+  // cuBLAS gets a workspace of ours for each stream this thread uses (as
+  // PyTorch does): it then never allocates, also under graph capture, and
+  // picks the same algorithms captured and eager. Setting the stream resets
+  // the workspace, so it is set again every time.
+  constexpr size_t kWorkspace = size_t(4) << 20;
+  thread_local std::unordered_map<cudaStream_t, void*> workspace[64];
+  void*& ws = workspace[device][stream];
+  if (!ws) {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaError_t err = cudaMalloc(&ws, kWorkspace);  // kept for the thread's life
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    TG_CUDA_CHECK(err, "bmm (cuBLAS workspace)");
+  }
+  TG_CUBLAS_CHECK(cublasSetWorkspace(mine.h[device], ws, kWorkspace), "bmm");
   return mine.h[device];
 }
 

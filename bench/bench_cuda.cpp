@@ -230,6 +230,27 @@ void backward_only(benchmark::State& state, bool sync) {
 void BM_CudaChainBackwardHostOnly(benchmark::State& state) { backward_only(state, false); }
 void BM_CudaChainBackwardSynced(benchmark::State& state) { backward_only(state, true); }
 
+// The same forward + backward (grad into w and b), captured once into a CUDA
+// graph and replayed: what launch-bound steps cost without the host.
+void BM_CudaChainForwardBackwardGraphed(benchmark::State& state) {
+  if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
+  Tensor x = tg::ones({1}, gpu_f32());
+  Tensor w = tg::full({1}, 0.999, gpu_f32()).requires_grad_();
+  Tensor b = tg::full({1}, 0.001, gpu_f32()).requires_grad_();
+  tg::cuda::CUDAGraph graph;
+  std::vector<Tensor> grads;
+  {
+    tg::cuda::Graph capture(graph);
+    grads = tg::autograd::grad({chain(x, w, b).sum()}, {w, b});
+  }
+  for (auto _ : state) {
+    graph.replay();
+    tg::cuda::synchronize();
+  }
+  benchmark::DoNotOptimize(grads[0].data_ptr());
+  per_pair(state);
+}
+
 }  // namespace
 
 BENCHMARK(BM_CudaMemcpyD2D)->UseManualTime()->Unit(benchmark::kMicrosecond);
@@ -249,4 +270,5 @@ BENCHMARK(BM_CudaTinyAddInPlace)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_CudaTinyMul)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_CudaChainBackwardHostOnly)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_CudaChainBackwardSynced)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_CudaChainForwardBackwardGraphed)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();

@@ -64,9 +64,9 @@ class CUDAGraph {
   void reset();
   /// The pool the capture allocated from (to share with another graph).
   MempoolId pool() const { return pool_; }
-  /// The captured cudaGraph_t (keep_graph only) and the instantiated
-  /// cudaGraphExec_t (after instantiate()).
+  /// The captured cudaGraph_t (keep_graph only).
   void* raw_graph() const;
+  /// The instantiated cudaGraphExec_t (after instantiate()).
   void* raw_graph_exec() const;
   /// Writes the captured graph as Graphviz DOT to `path` (keep_graph, or
   /// before instantiate() frees it).
@@ -96,6 +96,7 @@ class CUDAGraph {
 /// discards the graph.
 class Graph {
  public:
+  /// Starts capturing into `graph` (see the class).
   explicit Graph(CUDAGraph& graph, MempoolId pool = {0, 0},
                  std::optional<Stream> stream = std::nullopt,
                  CaptureMode mode = CaptureMode::Global);

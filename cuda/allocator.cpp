@@ -72,8 +72,16 @@ class DeviceCachingAllocator final : public Allocator {
     std::lock_guard<std::mutex> lock(mu_);
     // A capturing stream allocates from its graph's private pool; while any
     // capture is underway, events are not queried (illegal under capture).
+    // The stream may be one forked from the capturing stream: the capture's
+    // id, not the stream, names the pool.
     uint64_t pool_id = 0;
-    if (auto c = capture_pool_.find(stream); c != capture_pool_.end()) pool_id = c->second;
+    if (!capture_pool_.empty() && stream != nullptr) {
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      unsigned long long id = 0;
+      if (cudaStreamGetCaptureInfo(stream, &status, &id) != cudaSuccess) (void)cudaGetLastError();
+      else if (status == cudaStreamCaptureStatusActive)
+        if (auto c = capture_pool_.find(id); c != capture_pool_.end()) pool_id = c->second;
+    }
     if (capture_pool_.empty()) process_events();
     auto& pool = small ? small_free_ : large_free_;
     Block key;
@@ -130,6 +138,12 @@ class DeviceCachingAllocator final : public Allocator {
       deferred_.push_back(block);
       return;
     }
+    free_after_uses(block);
+  }
+
+  // Frees `block`, or, when other streams used it, records an event on each
+  // and frees it once they have all completed (process_events).
+  void free_after_uses(Block* block) {
     if (!block->stream_uses.empty()) {
       int prev = -1;
       (void)cudaGetDevice(&prev);
@@ -169,21 +183,18 @@ class DeviceCachingAllocator final : public Allocator {
   }
 
   // ---- graph-private pools (cuda/graph.cpp) -------------------------------------
-  void begin_capture(uint64_t pool_id, cudaStream_t stream) {
+  void begin_capture(uint64_t pool_id, unsigned long long capture_id) {
     std::lock_guard<std::mutex> lock(mu_);
-    capture_pool_[stream] = pool_id;
+    capture_pool_[capture_id] = pool_id;
     pools_[pool_id].use_count += 1;
   }
-  void end_capture(cudaStream_t stream) {
+  void end_capture(unsigned long long capture_id) {
     std::lock_guard<std::mutex> lock(mu_);
-    capture_pool_.erase(stream);
+    capture_pool_.erase(capture_id);
     if (!capture_pool_.empty()) return;
     std::vector<Block*> later;
     later.swap(deferred_);
-    for (Block* b : later) {  // as deallocate() would have
-      b->stream_uses.clear();  // the captured work is ordered on the capture stream
-      free_block(b);
-    }
+    for (Block* b : later) free_after_uses(b);  // as deallocate() would have
   }
   // A graph that used pool_id is gone: when none is left, the pool's wholly
   // free segments go back to the device (now, unless a capture is underway;
@@ -358,7 +369,7 @@ class DeviceCachingAllocator final : public Allocator {
     int64_t allocated_bytes = 0, reserved_bytes = 0, segments = 0;
   };
   std::unordered_map<uint64_t, PoolState> pools_;
-  std::unordered_map<cudaStream_t, uint64_t> capture_pool_;  // capturing stream -> pool
+  std::unordered_map<unsigned long long, uint64_t> capture_pool_;  // capture id -> pool
   std::vector<Block*> deferred_;  // freed during a capture, used on other streams
 };
 
@@ -400,11 +411,11 @@ void empty_cache() {
 }
 
 namespace detail {
-void begin_allocate_to_pool(int device, uint64_t pool_id, const Stream& s) {
-  allocator(device, "capture_begin").begin_capture(pool_id, static_cast<cudaStream_t>(s.handle()));
+void begin_allocate_to_pool(int device, uint64_t pool_id, uint64_t capture_id) {
+  allocator(device, "capture_begin").begin_capture(pool_id, capture_id);
 }
-void end_allocate_to_pool(int device, const Stream& s) {
-  allocator(device, "capture_end").end_capture(static_cast<cudaStream_t>(s.handle()));
+void end_allocate_to_pool(int device, uint64_t capture_id) {
+  allocator(device, "capture_end").end_capture(capture_id);
 }
 void release_pool(int device, uint64_t pool_id) { allocator(device, "reset").release_pool(pool_id); }
 }  // namespace detail

@@ -117,19 +117,29 @@ void CUDAGraph::capture_begin(MempoolId pool, CaptureMode mode) {
   device_ = s.device_index();
   stream_ = s;
   aborted_ = false;
-  // Work queued before the capture is not part of it (and must not be
-  // pending on the stream's blocks): the allocator starts the pool now.
-  detail::begin_allocate_to_pool(device_, pool_.first, s);
   {
     DeviceGuard g(device_);
-    cudaError_t err = cudaStreamBeginCapture(static_cast<cudaStream_t>(s.handle()), to_cuda(mode));
+    cudaStream_t cs = static_cast<cudaStream_t>(s.handle());
+    cudaError_t err = cudaStreamBeginCapture(cs, to_cuda(mode));
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
-      detail::end_allocate_to_pool(device_, s);
-      detail::release_pool(device_, pool_.first);
       TG_ERROR("capture_begin: cudaStreamBeginCapture failed: ", cudaGetErrorName(err), " (",
                cudaGetErrorString(err), ")");
     }
+    // Allocations of this capture (on this stream and the streams forked
+    // from it) come from the pool from now on.
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    err = cudaStreamGetCaptureInfo(cs, &status, &id);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      cudaGraph_t graph = nullptr;
+      (void)cudaStreamEndCapture(cs, &graph);
+      if (graph) (void)cudaGraphDestroy(graph);
+      TG_ERROR("capture_begin: cudaStreamGetCaptureInfo failed: ", cudaGetErrorName(err));
+    }
+    capture_id_ = id;
+    detail::begin_allocate_to_pool(device_, pool_.first, capture_id_);
   }
   capturing_ = true;
   std::lock_guard<std::mutex> lock(g_capturing_mu);
@@ -146,7 +156,7 @@ void CUDAGraph::end_capture(bool abandon) {
   DeviceGuard g(device_);
   cudaGraph_t graph = nullptr;
   cudaError_t err = cudaStreamEndCapture(static_cast<cudaStream_t>(stream_.handle()), &graph);
-  detail::end_allocate_to_pool(device_, stream_);
+  detail::end_allocate_to_pool(device_, capture_id_);
   if (abandon || err != cudaSuccess) {
     (void)cudaGetLastError();
     if (graph) (void)cudaGraphDestroy(graph);

@@ -6,10 +6,11 @@
 #include <tapegrad/cuda/stream.h>
 
 namespace tg::cuda::detail {
-// Allocations made by stream `s` of `device` come from pool `pool_id` until
+// Allocations made by the streams of capture `capture_id` (the capturing
+// stream and those forked from it) on `device` come from pool `pool_id` until
 // end_allocate_to_pool; the pool gains a user.
-void begin_allocate_to_pool(int device, uint64_t pool_id, const Stream& s);
-void end_allocate_to_pool(int device, const Stream& s);
+void begin_allocate_to_pool(int device, uint64_t pool_id, uint64_t capture_id);
+void end_allocate_to_pool(int device, uint64_t capture_id);
 // A user of the pool is gone; with none left its free memory is returned.
 void release_pool(int device, uint64_t pool_id);
 }  // namespace tg::cuda::detail

@@ -260,6 +260,28 @@ TEST(GraphsGpu, PoolsAreReusedAcrossReplaysSharedAndReturnedOnReset) {
   EXPECT_EQ(cu::memory_stats(pool).reserved_bytes, 0);
 }
 
+// A stream forked from the capturing one allocates from the graph's pool
+// too (the capture, not the stream, names the pool).
+TEST(GraphsGpu, ForkedStreamsAllocateFromTheGraphsPool) {
+  REQUIRE_GPU();
+  Tensor x = tg::ones({1024}).to(kGpu);
+  cu::CUDAGraph g;
+  Tensor y;
+  {
+    cu::Graph capture(g);
+    cu::Stream side = cu::stream_from_pool();
+    side.wait_stream(cu::current_stream());
+    {
+      cu::StreamGuard on_side(side);
+      y = x * 2.0;  // 4 KiB allocated by the side stream
+    }
+    cu::current_stream().wait_stream(side);
+  }
+  EXPECT_GE(cu::memory_stats(g.pool()).allocated_bytes, 4096);
+  g.replay();
+  EXPECT_EQ(tgtest::values(y), std::vector<double>(1024, 2.0));
+}
+
 TEST(GraphsGpu, KeptGraphCanBeDumpedAndInstantiatedLater) {
   REQUIRE_GPU();
   Tensor x = tg::ones({8}).to(kGpu);

@@ -83,6 +83,7 @@ class CUDAGraph {
   MempoolId pool_{0, 0};
   Stream stream_;          // the capturing stream (while capturing)
   int device_ = -1;
+  uint64_t capture_id_ = 0;  // CUDA's id of the capture underway
   bool capturing_ = false;
   bool aborted_ = false;
   std::string abort_reason_;

@@ -75,7 +75,13 @@ cublasHandle_t handle(int device, cudaStream_t stream) {
           break;
         }
     }
-    if (!mine.h[device]) TG_CUBLAS_CHECK(cublasCreate(&mine.h[device]), "bmm");
+    if (!mine.h[device]) {  // may allocate: allowed while a capture is underway
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      (void)cudaThreadExchangeStreamCaptureMode(&mode);
+      cublasStatus_t st = cublasCreate(&mine.h[device]);
+      (void)cudaThreadExchangeStreamCaptureMode(&mode);
+      TG_CUBLAS_CHECK(st, "bmm");
+    }
   }
   TG_CUBLAS_CHECK(cublasSetStream(mine.h[device], stream), "bmm");
   // cuBLAS gets a workspace of ours for each stream this thread uses (as

@@ -11,6 +11,9 @@
 #include "cuda/check.h"
 #include "cuda/pool.h"
 #include <tapegrad/cuda/device.h>
+#include <tapegrad/tensor/ops.h>
+#include <tapegrad/tensor/random.h>
+#include <tapegrad/tensor/raw.h>
 
 namespace tg::cuda {
 
@@ -18,10 +21,12 @@ namespace {
 
 std::atomic<uint64_t> g_next_pool{1};
 
-// The graphs capturing now, by capturing stream: an op that cannot run under
-// capture ends the capture of its graph before it throws.
+// The graphs capturing now, by CUDA's capture id (shared by the capturing
+// stream and the streams forked from it): an op that cannot run under
+// capture ends the capture of its graph before it throws; a random draw
+// reads its state.
 std::mutex g_capturing_mu;
-std::unordered_map<void*, CUDAGraph*> g_capturing;
+std::unordered_map<unsigned long long, CUDAGraph*> g_capturing;
 
 cudaStreamCaptureMode to_cuda(CaptureMode m) {
   switch (m) {
@@ -30,6 +35,18 @@ cudaStreamCaptureMode to_cuda(CaptureMode m) {
     case CaptureMode::Relaxed: return cudaStreamCaptureModeRelaxed;
   }
   return cudaStreamCaptureModeGlobal;
+}
+
+// The capture id of stream `s` when it captures, else 0.
+unsigned long long capture_id(const Stream& s) {
+  if (!s.is_valid() || s.is_default()) return 0;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  if (cudaStreamGetCaptureInfo(static_cast<cudaStream_t>(s.handle()), &status, &id) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return status == cudaStreamCaptureStatusActive ? id : 0;
 }
 
 bool stream_capturing(const Stream& s) {
@@ -65,7 +82,41 @@ bool is_current_stream_capturing() {
 
 void detail_abort_capture(CUDAGraph* g) { g->end_capture(/*abandon=*/true); }
 
+struct CUDAGraph::RngState {
+  Tensor state;           // Int64 [2] on the device: {seed, offset}
+  uint64_t consumed = 0;  // counters the captured draws use
+};
+
+struct CaptureRegistry {
+  static CUDAGraph* graph_of(const Stream& s) {
+    unsigned long long id = capture_id(s);
+    if (!id) return nullptr;
+    std::lock_guard<std::mutex> lock(g_capturing_mu);
+    auto it = g_capturing.find(id);
+    return it == g_capturing.end() ? nullptr : it->second;
+  }
+  static bool random(int device, uint64_t n, const int64_t** state, uint64_t* offset) {
+    CUDAGraph* g = graph_of(current_stream(device));
+    if (!g) return false;
+    if (!g->rng_) {
+      g->rng_ = std::make_shared<CUDAGraph::RngState>();
+      // Allocated from the graph's pool; written before each replay, never
+      // by the graph itself.
+      g->rng_->state = tg::empty({2}, TensorOptions().dtype(kInt64).device(Device(kCUDA, device)));
+    }
+    *state = g->rng_->state.data_ptr<int64_t>();
+    *offset = g->rng_->consumed;
+    g->rng_->consumed += n;
+    return true;
+  }
+};
+
 namespace detail {
+bool capture_random(int device, uint64_t n, const int64_t** state, uint64_t* offset) {
+  if (!is_available()) return false;
+  return CaptureRegistry::random(device, n, state, offset);
+}
+
 void check_not_capturing(const char* op, int device) {
   if (!is_available()) return;
   check_not_capturing(op, current_stream(device));
@@ -73,12 +124,7 @@ void check_not_capturing(const char* op, int device) {
 
 void check_not_capturing(const char* op, const Stream& s) {
   if (!stream_capturing(s)) return;
-  CUDAGraph* g = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(g_capturing_mu);
-    auto it = g_capturing.find(s.handle());
-    if (it != g_capturing.end()) g = it->second;
-  }
+  CUDAGraph* g = CaptureRegistry::graph_of(s);
   if (g) {
     detail_abort_capture(g);
   } else {  // captured by someone else (the raw CUDA API): end it all the same
@@ -142,8 +188,9 @@ void CUDAGraph::capture_begin(MempoolId pool, CaptureMode mode) {
     detail::begin_allocate_to_pool(device_, pool_.first, capture_id_);
   }
   capturing_ = true;
+  rng_.reset();
   std::lock_guard<std::mutex> lock(g_capturing_mu);
-  g_capturing[s.handle()] = this;
+  g_capturing[capture_id_] = this;
 }
 
 void CUDAGraph::end_capture(bool abandon) {
@@ -151,7 +198,7 @@ void CUDAGraph::end_capture(bool abandon) {
   capturing_ = false;
   {
     std::lock_guard<std::mutex> lock(g_capturing_mu);
-    g_capturing.erase(stream_.handle());
+    g_capturing.erase(capture_id_);
   }
   DeviceGuard g(device_);
   cudaGraph_t graph = nullptr;
@@ -161,6 +208,7 @@ void CUDAGraph::end_capture(bool abandon) {
     (void)cudaGetLastError();
     if (graph) (void)cudaGraphDestroy(graph);
     aborted_ = true;
+    rng_.reset();
     detail::release_pool(device_, pool_.first);
     if (!abandon)
       TG_ERROR("capture_end: the capture failed: ", cudaGetErrorName(err), " (",
@@ -203,6 +251,13 @@ void CUDAGraph::replay() {
   TG_CHECK(exec_ != nullptr, "replay: no instantiated graph (capture, and with keep_graph call "
            "instantiate())");
   DeviceGuard g(device_);
+  if (rng_ && rng_->consumed) {
+    // Move the generator as the eager step would, and tell the graph where:
+    // two fill kernels (their values passed by value) before the launch.
+    PhiloxState p = philox_reserve(rng_->consumed);
+    raw::fill_(raw::narrow(rng_->state, 0, 0, 1), Scalar(int64_t(p.seed)));
+    raw::fill_(raw::narrow(rng_->state, 0, 1, 1), Scalar(int64_t(p.offset)));
+  }
   TG_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_),
                                 static_cast<cudaStream_t>(current_stream(device_).handle())),
                 "replay");
@@ -215,6 +270,7 @@ void CUDAGraph::reset() {
   if (exec_) (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
   if (graph_) (void)cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
   exec_ = graph_ = nullptr;
+  rng_.reset();
   detail::release_pool(device_, pool_.first);
 }
 

@@ -65,6 +65,7 @@ void detail_abort_capture(CUDAGraph*) {}
 namespace detail {
 void check_not_capturing(const char*, int) {}
 void check_not_capturing(const char*, const Stream&) {}
+bool capture_random(int, uint64_t, const int64_t**, uint64_t*) { return false; }
 }  // namespace detail
 CUDAGraph::CUDAGraph(bool keep_graph) : keep_graph_(keep_graph) {}
 CUDAGraph::~CUDAGraph() = default;

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <mutex>
 
+#include <tapegrad/cuda/graph.h>
 #include "tensor/op_util.h"
 #include <tapegrad/tensor/random.h>
 
@@ -65,6 +66,13 @@ static Tensor random_tensor(const IntList& sizes, TensorOptions o, bool normal,
   TG_CHECK(is_floating_point(o.dtype()), op,
            ": expected a floating-point dtype, got ", o.dtype());
   Tensor t = make(sizes, o.dtype(detail::compute_type(o.dtype())), op);
+  const int64_t* state = nullptr;
+  uint64_t rel = 0;
+  if (t.is_cuda() && t.numel() &&
+      cuda::detail::capture_random(t.device().index(), uint64_t(t.numel()), &state, &rel)) {
+    kernels::backend(t.device(), op).random_from_state(t, normal, state, rel);
+    return finish(detail::cast(t, o.dtype()), o);
+  }
   PhiloxState s = philox_reserve(uint64_t(t.numel()));
   if (t.numel()) {
     const kernels::Backend& b = kernels::backend(t.device(), op);

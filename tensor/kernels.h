@@ -88,6 +88,10 @@ struct Backend {
   // Philox streams; see tensor/random.h for the element mapping.
   void (*uniform)(const Tensor& out, uint64_t seed, uint64_t offset);
   void (*normal)(const Tensor& out, uint64_t seed, uint64_t offset);
+  // Under CUDA graph capture (CUDA only; nullptr on the CPU): the seed is
+  // state[0] and the offset state[1] + offset, read when the kernel runs, so
+  // each replay draws fresh numbers (docs/GRAPHS.md "Random numbers").
+  void (*random_from_state)(const Tensor& out, bool normal, const int64_t* state, uint64_t offset);
   // dst and src contiguous, same dtype and size, on different devices (one
   // of them this backend's); non_blocking may return before the copy is done
   // when the host side allows it.

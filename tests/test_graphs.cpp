@@ -282,6 +282,38 @@ TEST(GraphsGpu, ForkedStreamsAllocateFromTheGraphsPool) {
   EXPECT_EQ(tgtest::values(y), std::vector<double>(1024, 2.0));
 }
 
+// Random numbers under capture: each replay draws fresh numbers, and the
+// sequence over the replays is the one eager steps draw from the same seed.
+TEST(GraphsGpu, RandomNumbersAdvancePerReplayAsEagerSteps) {
+  REQUIRE_GPU();
+  auto step = [] {
+    Tensor u = tg::rand({1000}, tg::TensorOptions().device(kGpu));
+    Tensor n = tg::randn({3, 7}, tg::TensorOptions().dtype(tg::kFloat64).device(kGpu));
+    return std::vector<Tensor>{u, n, tg::where(tg::gt(u, 0.5), n.sum(), 0.0)};  // a dropout-like mask
+  };
+  step();  // warm up
+  tg::manual_seed(42);
+  cu::CUDAGraph g;
+  std::vector<Tensor> out;
+  {
+    cu::Graph capture(g);
+    out = step();
+  }
+  std::vector<std::vector<std::vector<double>>> replayed;
+  for (int r = 0; r < 3; ++r) {
+    g.replay();
+    replayed.push_back({tgtest::values(out[0]), tgtest::values(out[1]), tgtest::values(out[2])});
+  }
+  EXPECT_NE(replayed[0][0], replayed[1][0]);  // fresh numbers per replay
+  tg::manual_seed(42);
+  for (int r = 0; r < 3; ++r) {
+    std::vector<Tensor> e = step();
+    EXPECT_EQ(tgtest::values(e[0]), replayed[size_t(r)][0]) << "replay " << r;
+    EXPECT_EQ(tgtest::values(e[1]), replayed[size_t(r)][1]) << "replay " << r;
+    EXPECT_EQ(tgtest::values(e[2]), replayed[size_t(r)][2]) << "replay " << r;
+  }
+}
+
 TEST(GraphsGpu, KeptGraphCanBeDumpedAndInstantiatedLater) {
   REQUIRE_GPU();
   Tensor x = tg::ones({8}).to(kGpu);

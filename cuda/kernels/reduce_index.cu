@@ -241,7 +241,11 @@ __device__ inline double box_muller(PhiloxBlock b) {
 }
 
 template <class T, bool kNormal>
-__global__ void random_k(T* out, int64_t n, uint64_t seed, uint64_t offset) {
+__global__ void random_k(T* out, int64_t n, uint64_t seed, uint64_t offset, const int64_t* state) {
+  if (state) {  // a captured draw: where the replay moved the generator
+    seed = uint64_t(state[0]);
+    offset += uint64_t(state[1]);
+  }
   int64_t stride = int64_t(blockDim.x) * gridDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     PhiloxBlock b = philox4x32_10(seed, offset + uint64_t(i));
@@ -252,17 +256,17 @@ __global__ void random_k(T* out, int64_t n, uint64_t seed, uint64_t offset) {
 }
 
 template <bool kNormal>
-void random_kernel(const Tensor& out, uint64_t seed, uint64_t offset) {
+void random_kernel(const Tensor& out, uint64_t seed, uint64_t offset, const int64_t* state) {
   int64_t n = out.numel();
   if (n == 0) return;
   DeviceGuard g(out.device().index());
   int64_t blocks = std::min<int64_t>((n + kBlock - 1) / kBlock, 65536);
   if (out.dtype() == kFloat64)
     random_k<double, kNormal><<<unsigned(blocks), kBlock, 0, stream_of(out)>>>(
-        static_cast<double*>(out.data_ptr()), n, seed, offset);
+        static_cast<double*>(out.data_ptr()), n, seed, offset, state);
   else
     random_k<float, kNormal><<<unsigned(blocks), kBlock, 0, stream_of(out)>>>(
-        static_cast<float*>(out.data_ptr()), n, seed, offset);
+        static_cast<float*>(out.data_ptr()), n, seed, offset, state);
   TG_CUDA_CHECK(cudaGetLastError(), kNormal ? "randn" : "rand");
 }
 
@@ -273,8 +277,16 @@ void register_reduce_index_random(kernels::Backend& b) {
   b.index_select = index_select_kernel;
   b.gather = gather_kernel;
   b.scatter_add = scatter_add_kernel;
-  b.uniform = random_kernel<false>;
-  b.normal = random_kernel<true>;
+  b.uniform = [](const Tensor& out, uint64_t seed, uint64_t offset) {
+    random_kernel<false>(out, seed, offset, nullptr);
+  };
+  b.normal = [](const Tensor& out, uint64_t seed, uint64_t offset) {
+    random_kernel<true>(out, seed, offset, nullptr);
+  };
+  b.random_from_state = [](const Tensor& out, bool normal, const int64_t* state, uint64_t offset) {
+    if (normal) random_kernel<true>(out, 0, offset, state);
+    else random_kernel<false>(out, 0, offset, state);
+  };
 }
 
 }  // namespace tg::cuda

@@ -76,7 +76,10 @@ class CUDAGraph {
 
  private:
   friend void detail_abort_capture(CUDAGraph* g);
+  friend struct CaptureRegistry;
   void end_capture(bool abandon);
+  struct RngState;                // the generator state the replays move
+  std::shared_ptr<RngState> rng_;
   bool keep_graph_;
   void* graph_ = nullptr;  // cudaGraph_t
   void* exec_ = nullptr;   // cudaGraphExec_t
@@ -121,6 +124,10 @@ namespace detail {
 void check_not_capturing(const char* op, int device = -1);
 /// The same for stream `s`.
 void check_not_capturing(const char* op, const Stream& s);
+/// For a random draw of `n` values on `device` while its current stream
+/// captures: sets `state` to the graph's device-side {seed, offset} and
+/// `offset` to the draw's offset from it, and returns true; else false.
+bool capture_random(int device, uint64_t n, const int64_t** state, uint64_t* offset);
 }  // namespace detail
 
 }  // namespace tg::cuda

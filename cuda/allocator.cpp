@@ -244,11 +244,8 @@ class DeviceCachingAllocator final : public Allocator {
   // Global mode would otherwise refuse it (it is not stream-ordered work, so
   // it is safe; the segment then belongs to the capture's pool).
   static cudaError_t malloc_relaxed(void** p, size_t bytes) {
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    (void)cudaThreadExchangeStreamCaptureMode(&mode);
-    cudaError_t err = cudaMalloc(p, bytes);
-    (void)cudaThreadExchangeStreamCaptureMode(&mode);
-    return err;
+    detail::RelaxedCaptureMode relaxed;
+    return cudaMalloc(p, bytes);
   }
 
   Block* new_segment(size_t seg_size, cudaStream_t stream, bool small, size_t requested,

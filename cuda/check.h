@@ -17,6 +17,20 @@
   } while (0)
 
 namespace tg::cuda::detail {
+// For a scope, this thread's capture mode is Relaxed: calls that are not
+// stream work (cudaMalloc, cublasCreate) are then allowed while a capture
+// in Global mode is underway.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&prev_); }
+  ~RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&prev_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode prev_ = cudaStreamCaptureModeRelaxed;
+};
+
 // Throws naming `op` when there is no GPU or `device` is not one of them.
 void check_device(int device, const char* op);
 // -1 means the current device; then checked as above.

@@ -37,6 +37,14 @@ cudaStreamCaptureMode to_cuda(CaptureMode m) {
   return cudaStreamCaptureModeGlobal;
 }
 
+// Ends the capture of `s` and destroys what it captured.
+void discard_capture(cudaStream_t s) {
+  cudaGraph_t graph = nullptr;
+  (void)cudaStreamEndCapture(s, &graph);
+  (void)cudaGetLastError();
+  if (graph) (void)cudaGraphDestroy(graph);
+}
+
 // The capture id of stream `s` when it captures, else 0.
 unsigned long long capture_id(const Stream& s) {
   if (!s.is_valid() || s.is_default()) return 0;
@@ -128,10 +136,7 @@ void check_not_capturing(const char* op, const Stream& s) {
   if (g) {
     detail_abort_capture(g);
   } else {  // captured by someone else (the raw CUDA API): end it all the same
-    cudaGraph_t graph = nullptr;
-    (void)cudaStreamEndCapture(static_cast<cudaStream_t>(s.handle()), &graph);
-    (void)cudaGetLastError();
-    if (graph) (void)cudaGraphDestroy(graph);
+    discard_capture(static_cast<cudaStream_t>(s.handle()));
   }
   TG_ERROR(op, ": cannot run while a CUDA graph is being captured on this stream (it would "
            "synchronize with the host or read device memory from it); the capture was ended "
@@ -179,9 +184,7 @@ void CUDAGraph::capture_begin(MempoolId pool, CaptureMode mode) {
     err = cudaStreamGetCaptureInfo(cs, &status, &id);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
-      cudaGraph_t graph = nullptr;
-      (void)cudaStreamEndCapture(cs, &graph);
-      if (graph) (void)cudaGraphDestroy(graph);
+      discard_capture(cs);
       TG_ERROR("capture_begin: cudaStreamGetCaptureInfo failed: ", cudaGetErrorName(err));
     }
     capture_id_ = id;

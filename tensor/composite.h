@@ -54,17 +54,6 @@ struct PublicOps {
 #undef TG_FN
 #undef TG_D
 
-// The shape of x reduced over dims (empty: all) without keepdim.
-inline IntList reduced_shape(const Tensor& x, const IntList& dims, const char* op) {
-  if (dims.empty()) return {};
-  std::vector<bool> drop(size_t(std::max<int64_t>(x.dim(), 1)), false);
-  for (int64_t d : dims) drop[size_t(wrap_dim(d, x.dim(), op, x.sizes()))] = true;
-  IntList out;
-  for (int64_t d = 0; d < x.dim(); ++d)
-    if (!drop[size_t(d)]) out.push_back(x.sizes()[size_t(d)]);
-  return out;
-}
-
 inline void check_floating(const Tensor& x, const char* op) {
   check_defined(x, op);
   TG_CHECK(x.is_floating_point(), op, ": expected a floating-point tensor, got ", x.dtype(),
@@ -108,8 +97,8 @@ Tensor logsumexp(const Tensor& x, const IntList& dims, bool keepdim) {
   check_floating(x, "logsumexp");
   Tensor m = O::detach(O::amax(x, dims, true));
   m = O::where(O::eq(O::abs(m), INFINITY), Scalar(0.0), m);
-  Tensor r = O::add(O::log(O::sum(O::exp(O::sub(x, m)), dims, true)), m);
-  return keepdim ? r : O::reshape(r, reduced_shape(x, dims, "logsumexp"));
+  Tensor s = O::sum(O::exp(O::sub(x, m)), dims, keepdim);
+  return O::add(O::log(s), keepdim ? m : O::reshape(m, s.sizes()));
 }
 
 template <class O>

@@ -1,4 +1,5 @@
 // cat, stack, index_select, gather, scatter_add.
+#include <tapegrad/cuda/graph.h>
 #include "tensor/composite.h"
 #include "tensor/op_util.h"
 
@@ -37,6 +38,9 @@ void scatter_add_into(const Tensor& out, int64_t d, const Tensor& index, const T
 
 void scatter_add_sorted(const Tensor& out, int64_t d, const Tensor& index, const Tensor& src) {
   if (index.numel() == 0) return;
+  if (out.is_cuda())  // the sorted sum reads its unique count on the host
+    cuda::detail::check_not_capturing("scatter_add (deterministic mode: a sorted sum that reads "
+                                      "its count on the host)", out.device().index());
   const kernels::Backend& be = kernels::backend(out.device(), "scatter_add");
   // Each element's target position in out (contiguous): index * stride_d +
   // the element's coordinates in the other dims * their strides.

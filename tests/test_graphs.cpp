@@ -161,6 +161,7 @@ TEST(GraphsGpu, CaptureIllegalOpsThrowAndLeaveEverythingUsable) {
   Tensor pinned = tg::ones({4, 4}).pin_memory();
   tg::Tensor idx = tg::tensor({0, 1, 1, 0}, {2, 2}, tg::TensorOptions().dtype(tg::kInt64)).to(kGpu);
   tg::Tensor vals = tg::ones({2}).to(kGpu);
+  tg::Tensor rows = tg::zeros({1, 4}, tg::TensorOptions().dtype(tg::kInt64).device(kGpu));
   std::vector<std::pair<std::string, std::function<void()>>> illegal = {
       {"item", [&] { (void)(x * 2.0).sum().item<float>(); }},
       {"to (a copy to the host)", [&] { (void)x.to(kCpu); }},
@@ -180,6 +181,10 @@ TEST(GraphsGpu, CaptureIllegalOpsThrowAndLeaveEverythingUsable) {
        }},
       {"coalesce", [&] { (void)tg::raw::sparse_coo_tensor(idx, vals, {2, 2}, false).coalesce(); }},
       {"sparse_coo_tensor", [&] { (void)tg::sparse_coo_tensor(idx, vals, {2, 2}); }},
+      {"scatter_add (deterministic mode", [&] {
+         tg::DeterministicGuard deterministic;
+         (void)tg::scatter_add(x, 0, rows, x.narrow(0, 0, 1));
+       }},
   };
   for (auto& [name, fn] : illegal) {
     SCOPED_TRACE(name);

@@ -76,11 +76,8 @@ cublasHandle_t handle(int device, cudaStream_t stream) {
         }
     }
     if (!mine.h[device]) {  // may allocate: allowed while a capture is underway
-      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-      (void)cudaThreadExchangeStreamCaptureMode(&mode);
-      cublasStatus_t st = cublasCreate(&mine.h[device]);
-      (void)cudaThreadExchangeStreamCaptureMode(&mode);
-      TG_CUBLAS_CHECK(st, "bmm");
+      detail::RelaxedCaptureMode relaxed;
+      TG_CUBLAS_CHECK(cublasCreate(&mine.h[device]), "bmm");
     }
   }
   TG_CUBLAS_CHECK(cublasSetStream(mine.h[device], stream), "bmm");
@@ -92,11 +89,8 @@ cublasHandle_t handle(int device, cudaStream_t stream) {
   thread_local std::unordered_map<cudaStream_t, void*> workspace[64];
   void*& ws = workspace[device][stream];
   if (!ws) {
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    (void)cudaThreadExchangeStreamCaptureMode(&mode);
-    cudaError_t err = cudaMalloc(&ws, kWorkspace);  // kept for the thread's life
-    (void)cudaThreadExchangeStreamCaptureMode(&mode);
-    TG_CUDA_CHECK(err, "bmm (cuBLAS workspace)");
+    detail::RelaxedCaptureMode relaxed;
+    TG_CUDA_CHECK(cudaMalloc(&ws, kWorkspace), "bmm (cuBLAS workspace)");  // kept for the thread's life
   }
   TG_CUBLAS_CHECK(cublasSetWorkspace(mine.h[device], ws, kWorkspace), "bmm");
   return mine.h[device];

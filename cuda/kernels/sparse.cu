@@ -4,7 +4,6 @@
 // deterministic mode, a kernel that sums each output in entry order, and a
 // vectorized lower bound (Thrust).
 #include <cub/device/device_radix_sort.cuh>
-#include <tapegrad/cuda/graph.h>
 #include <cub/device/device_scan.cuh>
 #include <cusparse.h>
 #include <thrust/binary_search.h>
@@ -75,8 +74,8 @@ void coalesce_kernel(const Tensor& lin, const Tensor& values, const IntList& spa
   const char* op = "coalesce";
   Device dev = lin.device();
   DeviceGuard g(dev.index());
-  // The unique count sizes the result: read on the host, so not capturable.
-  detail::check_not_capturing("coalesce (of a sparse tensor)", dev.index());
+  // The unique count sizes the result: read on the host, so not capturable
+  // (its callers, raw::coalesce and scatter_add_sorted, refuse a capture first).
   cudaStream_t s = stream_of(lin);
   const int64_t n = lin.numel(), D = values.numel() / std::max<int64_t>(n, 1);
   const int sd = int(sparse_sizes.size());

@@ -18,6 +18,8 @@ void check_index_tensor(const Tensor& index, const char* op) {
 // All index values in [0, size); names the first bad one.
 void check_index_range(const Tensor& index, int64_t size, int64_t dim, const char* op) {
   if (index.numel() == 0) return;
+  if (index.is_cuda())  // the range is read on the host: name the op, not item
+    cuda::detail::check_not_capturing(op, index.device().index());
   int64_t lo = amin(index).item<int64_t>(), hi = amax(index).item<int64_t>();
   int64_t bad = lo < 0 ? lo : hi;
   TG_CHECK(lo >= 0 && hi < size, op, ": index ", bad,

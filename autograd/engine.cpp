@@ -126,25 +126,38 @@ struct DeviceTask {
 
 // One per device, created with its worker thread on first use and never
 // destroyed (the worker outlives static destruction, as in PyTorch).
+// Ordered as a task's own ready queue (the latest-created node first), so a
+// backward whose nodes all run on one GPU runs them in the same order on the
+// worker as inline under capture: gradients accumulate in the same order
+// and a replayed graph equals the eager step bit for bit.
 struct DeviceQueue {
   std::mutex mutex;
   std::condition_variable cv;
-  std::deque<DeviceTask> tasks;  // FIFO: each task's own order is kept by its
-                                 // dependencies; FIFO keeps tasks fair
+  std::vector<DeviceTask> tasks;  // a heap by later_first
 
-  void push(GraphTask* task, std::shared_ptr<Node> fn, InputBuffer&& buf) {
+  // Queues the nodes `batch` made ready together, at once: the worker does
+  // not start on the first before the others are queued.
+  void push(std::vector<DeviceTask>& batch) {
     {
       std::lock_guard<std::mutex> lock(mutex);
-      tasks.push_back({task, {std::move(fn), std::move(buf)}});
+      for (DeviceTask& t : batch) {
+        tasks.push_back(std::move(t));
+        std::push_heap(tasks.begin(), tasks.end(), later_first);
+      }
     }
+    batch.clear();
     cv.notify_one();
   }
   DeviceTask pop() {
     std::unique_lock<std::mutex> lock(mutex);
     cv.wait(lock, [&] { return !tasks.empty(); });
-    DeviceTask t = std::move(tasks.front());
-    tasks.pop_front();
+    std::pop_heap(tasks.begin(), tasks.end(), later_first);
+    DeviceTask t = std::move(tasks.back());
+    tasks.pop_back();
     return t;
+  }
+  static bool later_first(const DeviceTask& a, const DeviceTask& b) {
+    return GraphTask::later_first(a.work, b.work);
   }
 };
 
@@ -289,13 +302,14 @@ void add_leaf_stream(GraphTask& task, const cuda::Stream& s) {
 }
 
 // Queues a ready node: on its device's worker when it runs on a GPU and the
-// task is concurrent, else for the calling thread. The caller holds the lock.
-void schedule(GraphTask& task, std::shared_ptr<Node> fn, InputBuffer&& buf) {
+// task is concurrent (into `gpu`, flushed by flush_gpu), else for the calling
+// thread. The caller holds the lock.
+void schedule(GraphTask& task, std::shared_ptr<Node> fn, InputBuffer&& buf,
+              std::vector<DeviceTask>& gpu) {
   ++task.outstanding;
   if (task.concurrent) {
-    const cuda::Stream s = fn->stream();
-    if (s.is_valid()) {
-      device_queue(s.device_index()).push(&task, std::move(fn), std::move(buf));
+    if (fn->stream().is_valid()) {
+      gpu.push_back({&task, {std::move(fn), std::move(buf)}});
       return;
     }
     task.push(std::move(fn), std::move(buf));
@@ -303,6 +317,23 @@ void schedule(GraphTask& task, std::shared_ptr<Node> fn, InputBuffer&& buf) {
     return;
   }
   task.push(std::move(fn), std::move(buf));
+}
+
+// Hands the GPU nodes made ready together to their devices' workers.
+void flush_gpu(std::vector<DeviceTask>& gpu) {
+  while (!gpu.empty()) {
+    const int device = gpu.front().work.fn->stream().device_index();
+    std::vector<DeviceTask> same;
+    for (size_t i = 0; i < gpu.size();) {
+      if (gpu[i].work.fn->stream().device_index() == device) {
+        same.push_back(std::move(gpu[i]));
+        gpu.erase(gpu.begin() + std::ptrdiff_t(i));
+      } else {
+        ++i;
+      }
+    }
+    device_queue(device).push(same);
+  }
 }
 
 void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, InputBuffer& buffer) {
@@ -345,6 +376,7 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, Inp
   if (is_anomaly_enabled()) check_anomaly(fn, outputs);
   validate_outputs(fn, outputs);
 
+  std::vector<DeviceTask> gpu;
   auto lock = task.lock();
   if (fn.num_outputs() == 0) add_leaf_stream(task, stream);
 
@@ -365,16 +397,17 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, Inp
       }
       InputBuffer buf(next->num_inputs());
       buf.add(e.input_nr, std::move(outputs[i]), stream, next->stream());
-      if (ready) schedule(task, e.function, std::move(buf));
+      if (ready) schedule(task, e.function, std::move(buf), gpu);
       else task.not_ready.emplace(next, std::move(buf));
     } else {
       nit->second.add(e.input_nr, std::move(outputs[i]), stream, next->stream());
       if (ready) {
-        schedule(task, e.function, std::move(nit->second));
+        schedule(task, e.function, std::move(nit->second), gpu);
         task.not_ready.erase(nit);
       }
     }
   }
+  flush_gpu(gpu);
 }
 
 // Runs one ready node of `task` on this thread (unless an earlier node
@@ -469,7 +502,9 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
   AutoGradMode grad_mode(create_graph);
   {
     auto lock = task.lock();
-    schedule(task, root, std::move(root_buffer));
+    std::vector<DeviceTask> gpu;
+    schedule(task, root, std::move(root_buffer), gpu);
+    flush_gpu(gpu);
   }
   for (;;) {
     ReadyTask t{nullptr, InputBuffer(0)};

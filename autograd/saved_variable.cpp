@@ -4,6 +4,7 @@
 
 #include <tapegrad/autograd/autograd_meta.h>
 #include <tapegrad/autograd/grad_mode.h>
+#include <tapegrad/cuda/stream.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/raw.h>
 
@@ -53,14 +54,22 @@ SavedTensorHooks offload_to_cpu() {
   struct Packed {
     Tensor data;
     Device original;
+    cuda::Stream stream;  // where the copy to the host was queued
   };
+  // Both copies are asynchronous, through pinned memory: no host sync
+  // eagerly, and under capture they are nodes of the graph, which then owns
+  // the pinned buffer (docs/GRAPHS.md "Saved-tensor hooks").
   return {[](const Tensor& t) -> std::any {
-            if (!t.is_cuda()) return Packed{t, t.device()};
-            return Packed{raw::to(t, Device(kCPU)), t.device()};
+            if (!t.is_cuda()) return Packed{t, t.device(), {}};
+            return Packed{raw::to(t, Device(kCPU), /*non_blocking=*/true), t.device(),
+                          cuda::current_stream(t.device().index())};
           },
           [](const std::any& p) -> Tensor {
             const auto& packed = std::any_cast<const Packed&>(p);
-            return raw::to(packed.data, packed.original);
+            if (!packed.stream.is_valid()) return packed.data;
+            const cuda::Stream now = cuda::current_stream(packed.original.index());
+            now.wait_stream(packed.stream);  // the copy to the host is queued there
+            return raw::to(packed.data, packed.original, /*non_blocking=*/true);
           }};
 }
 

@@ -237,12 +237,16 @@ void BM_CudaChainForwardBackwardGraphed(benchmark::State& state) {
   Tensor x = tg::ones({1}, gpu_f32());
   Tensor w = tg::full({1}, 0.999, gpu_f32()).requires_grad_();
   Tensor b = tg::full({1}, 0.001, gpu_f32()).requires_grad_();
-  tg::cuda::CUDAGraph graph;
+  tg::cuda::CUDAGraph graph(/*keep_graph=*/true);
   std::vector<Tensor> grads;
   {
     tg::cuda::Graph capture(graph);
     grads = tg::autograd::grad({chain(x, w, b).sum()}, {w, b});
   }
+  size_t nodes = 0;
+  cudaGraphGetNodes(static_cast<cudaGraph_t>(graph.raw_graph()), nullptr, &nodes);
+  graph.instantiate();
+  state.counters["nodes_per_pair"] = double(nodes) / double(kPairs);
   for (auto _ : state) {
     graph.replay();
     tg::cuda::synchronize();

@@ -103,6 +103,13 @@ struct CaptureRegistry {
     auto it = g_capturing.find(id);
     return it == g_capturing.end() ? nullptr : it->second;
   }
+  static bool keep_alive(const Stream& s, std::shared_ptr<void> owner) {
+    CUDAGraph* g = graph_of(s);
+    if (!g) return false;
+    std::lock_guard<std::mutex> lock(g_capturing_mu);  // streams forked to other threads
+    g->keep_alive_.push_back(std::move(owner));
+    return true;
+  }
   static bool random(int device, uint64_t n, const int64_t** state, uint64_t* offset) {
     CUDAGraph* g = graph_of(current_stream(device));
     if (!g) return false;
@@ -123,6 +130,11 @@ namespace detail {
 bool capture_random(int device, uint64_t n, const int64_t** state, uint64_t* offset) {
   if (!is_available()) return false;
   return CaptureRegistry::random(device, n, state, offset);
+}
+
+bool keep_alive_with_capture(const Stream& s, std::shared_ptr<void> owner) {
+  if (!is_available()) return false;
+  return CaptureRegistry::keep_alive(s, std::move(owner));
 }
 
 void check_not_capturing(const char* op, int device) {
@@ -212,6 +224,7 @@ void CUDAGraph::end_capture(bool abandon) {
     if (graph) (void)cudaGraphDestroy(graph);
     aborted_ = true;
     rng_.reset();
+    keep_alive_.clear();  // nothing ran: the buffers are free
     detail::release_pool(device_, pool_.first);
     if (!abandon)
       TG_ERROR("capture_end: the capture failed: ", cudaGetErrorName(err), " (",
@@ -274,6 +287,13 @@ void CUDAGraph::reset() {
   if (graph_) (void)cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
   exec_ = graph_ = nullptr;
   rng_.reset();
+  if (!keep_alive_.empty()) {
+    // Host buffers may be in use by a replay still queued: wait for it
+    // before they can be handed out again (freeing the pool's device
+    // memory below waits for the device likewise).
+    (void)cudaDeviceSynchronize();
+    keep_alive_.clear();
+  }
   detail::release_pool(device_, pool_.first);
 }
 

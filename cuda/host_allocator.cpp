@@ -34,6 +34,9 @@ class HostCachingAllocator final : public Allocator {
     TG_CHECK(is_available(), "pin_memory: page-locked host memory needs a CUDA GPU, and ",
              is_built() ? "none is visible to this process" : "this build has no CUDA backend");
     const size_t size = size_class(nbytes);
+    // cudaHostAlloc and the event queries are not stream work: allowed
+    // while this thread captures a graph (the block then belongs to it).
+    detail::RelaxedCaptureMode relaxed;
     std::lock_guard<std::mutex> lock(mutex_);
     collect_completed();
     auto it = free_.find(size);

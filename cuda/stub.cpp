@@ -66,6 +66,7 @@ namespace detail {
 void check_not_capturing(const char*, int) {}
 void check_not_capturing(const char*, const Stream&) {}
 bool capture_random(int, uint64_t, const int64_t**, uint64_t*) { return false; }
+bool keep_alive_with_capture(const Stream&, std::shared_ptr<void>) { return false; }
 }  // namespace detail
 CUDAGraph::CUDAGraph(bool keep_graph) : keep_graph_(keep_graph) {}
 CUDAGraph::~CUDAGraph() = default;

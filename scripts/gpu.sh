@@ -7,6 +7,8 @@
 #   scripts/gpu.sh bench      bench_cuda (bandwidth, GEMM, engine overhead)
 #   scripts/gpu.sh sparse     bench_sparse (sparse vs dense gradient accumulation)
 #   scripts/gpu.sh peers      the LibTorch engine-overhead peer, CPU and CUDA
+#   scripts/gpu.sh pinn       the PINN step, eager and graphed, side by side with
+#                             PyTorch eager, torch.cuda.graph and JAX jit
 #   scripts/gpu.sh hessian    the Hessian benchmark side by side with LibTorch,
 #                             PyTorch eager, torch.func and JAX (needs peers built)
 # Logs go to $OUT (or ./gpu-logs). Several steps may be given in order.
@@ -49,6 +51,8 @@ for step in "$@"; do
         cmake --build build-peers -j"$(nproc)"; } > "$OUT/peers_build.log" 2>&1 || { tail -20 "$OUT/peers_build.log"; rc=1; continue; }
       build-peers/engine_overhead_libtorch cuda | tee "$OUT/peers.txt"
       build-peers/engine_overhead_libtorch | tee -a "$OUT/peers.txt" ;;
+    pinn)
+      python3 bench/peers/pinn_peers.py ${PINN_ARGS:-} 2>&1 | tee "$OUT/pinn_peers.txt" ;;
     hessian)
       python3 bench/peers/hessian_peers.py ${HESSIAN_ARGS:-} 2>&1 | tee "$OUT/hessian_peers.txt" ;;
     *) echo "unknown step $step"; exit 2 ;;

@@ -186,7 +186,12 @@ void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
   if (pinned) {
     // Truly asynchronous: the pinned block is not reused before the copy is
     // done, and without non_blocking the caller gets the usual guarantee.
-    record_host_use(host.impl()->storage()->data(), stream);
+    // Under capture the copy is a graph node that runs at every replay: the
+    // graph owns the block until it is reset (an event recorded now could
+    // not be queried).
+    auto storage = host.impl()->storage();
+    if (!detail::keep_alive_with_capture(stream, std::shared_ptr<void>(storage.get(), [storage](void*) {})))
+      record_host_use(storage->data(), stream);
     if (!non_blocking) TG_CUDA_CHECK(cudaStreamSynchronize(s), "to");
   } else if (!dst.is_cuda()) {
     // Device to pageable host memory: the host reads the result next.

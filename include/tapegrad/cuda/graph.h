@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <tapegrad/cuda/stream.h>
 
@@ -80,6 +81,9 @@ class CUDAGraph {
   void end_capture(bool abandon);
   struct RngState;                // the generator state the replays move
   std::shared_ptr<RngState> rng_;
+  // Host memory the graph's nodes read or write (pinned buffers of captured
+  // copies): alive until reset().
+  std::vector<std::shared_ptr<void>> keep_alive_;
   bool keep_graph_;
   void* graph_ = nullptr;  // cudaGraph_t
   void* exec_ = nullptr;   // cudaGraphExec_t
@@ -128,6 +132,10 @@ void check_not_capturing(const char* op, const Stream& s);
 /// captures: sets `state` to the graph's device-side {seed, offset} and
 /// `offset` to the draw's offset from it, and returns true; else false.
 bool capture_random(int device, uint64_t n, const int64_t** state, uint64_t* offset);
+/// When stream `s` captures into a CUDAGraph, `owner` (memory its captured
+/// nodes use, e.g. a pinned host buffer of a copy) stays alive with that
+/// graph until reset(), and true is returned; else false.
+bool keep_alive_with_capture(const Stream& s, std::shared_ptr<void> owner);
 }  // namespace detail
 
 }  // namespace tg::cuda

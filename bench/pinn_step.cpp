@@ -1,0 +1,174 @@
+// The PINN training step, eager and as one replayed CUDA graph (docs/PERFORMANCE.md
+// "A PINN step"). The step: u = MLP(x) (2 -> width x depth -> 1, tanh), the
+// Laplacian u_xx + u_yy by double backward (grad with create_graph, then one
+// grad per input dimension), the residual loss mean((lap - f)^2), its
+// gradients into the weights, and an SGD update in place. Graphed: the whole
+// step captured once on a side stream and replayed; the collocation points
+// are refreshed by copying into the captured input.
+//
+//   pinn_step [--batch 1024] [--width 64] [--depth 4] [--steps 200] [--dtype f32|f64]
+//             [--device cuda|cpu] [--json] [--out FILE]
+//
+// Prints ms per step (median of --repeats timings of --steps steps each) for
+// eager and graphed; bench/peers/pinn_peers.py runs the same step in PyTorch
+// (eager, and the whole step under torch.cuda.graph) and JAX (jit).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <tapegrad/tapegrad.h>
+
+namespace {
+
+using tg::Tensor;
+namespace ag = tg::autograd;
+
+struct Options {
+  int64_t batch = 1024, width = 64, depth = 4;
+  int steps = 200, repeats = 5;
+  std::string dtype = "f32", device = "cuda", out;
+  bool json = false;
+};
+
+struct Net {
+  std::vector<Tensor> w, b;
+  // Every weight and bias except the last bias, which the Laplacian does not see.
+  std::vector<Tensor> trained;
+};
+
+Net make_net(const Options& o, tg::Device dev, tg::ScalarType dt) {
+  tg::manual_seed(1234);
+  Net n;
+  std::vector<int64_t> sizes{2};
+  for (int64_t i = 0; i < o.depth; ++i) sizes.push_back(o.width);
+  sizes.push_back(1);
+  auto opt = tg::TensorOptions().dtype(dt);
+  for (size_t i = 0; i + 1 < sizes.size(); ++i) {
+    double scale = 1.0 / std::sqrt(double(sizes[i]));
+    n.w.push_back((tg::randn({sizes[i + 1], sizes[i]}, opt) * scale).to(dev).requires_grad_());
+    n.b.push_back((tg::randn({sizes[i + 1]}, opt) * 0.1).to(dev).requires_grad_());
+  }
+  for (size_t i = 0; i < n.w.size(); ++i) {
+    n.trained.push_back(n.w[i]);
+    if (i + 1 < n.w.size()) n.trained.push_back(n.b[i]);
+  }
+  return n;
+}
+
+Tensor mlp(const Net& n, const Tensor& x) {
+  Tensor h = x;
+  for (size_t i = 0; i + 1 < n.w.size(); ++i) h = tg::tanh(tg::linear(h, n.w[i], n.b[i]));
+  return tg::linear(h, n.w.back(), n.b.back());
+}
+
+// One training step on collocation points x with source term f; returns the loss.
+Tensor step(const Net& n, const Tensor& x_in, const Tensor& f, double lr) {
+  Tensor x = x_in.detach().requires_grad_();
+  Tensor u = mlp(n, x);
+  Tensor du = ag::grad({u.sum()}, {x}, {}, std::nullopt, /*create_graph=*/true)[0];
+  Tensor lap;
+  for (int64_t j = 0; j < x.size(1); ++j) {
+    Tensor dj = ag::grad({du.select(1, j).sum()}, {x}, {}, std::nullopt, true)[0].select(1, j);
+    lap = lap.defined() ? lap + dj : dj;
+  }
+  Tensor loss = (lap - f).square().mean();
+  std::vector<Tensor> grads = ag::grad({loss}, n.trained);
+  ag::NoGradGuard no_grad;
+  for (size_t i = 0; i < grads.size(); ++i) n.trained[i].sub_(grads[i] * lr);
+  return loss;
+}
+
+void sync(tg::Device dev) {
+  if (dev.is_cuda()) tg::cuda::synchronize();
+}
+
+// Median over `repeats` of the ms per step of `steps` calls of `fn`.
+template <class Fn>
+double ms_per_step(const Options& o, tg::Device dev, Fn fn) {
+  std::vector<double> t;
+  for (int r = 0; r < o.repeats; ++r) {
+    sync(dev);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int s = 0; s < o.steps; ++s) fn();
+    sync(dev);
+    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+                o.steps);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"The PINN training step (Laplacian by double backward), eager and graphed"};
+  app.add_option("--batch", o.batch, "collocation points");
+  app.add_option("--width", o.width, "hidden width");
+  app.add_option("--depth", o.depth, "hidden layers");
+  app.add_option("--steps", o.steps, "steps per timing");
+  app.add_option("--repeats", o.repeats, "timings (the median is reported)");
+  app.add_option("--dtype", o.dtype, "f32 or f64")->check(CLI::IsMember({"f32", "f64"}));
+  app.add_option("--device", o.device, "cuda (when there is a GPU) or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
+  app.add_flag("--json", o.json, "print the results as JSON");
+  app.add_option("--out", o.out, "also write the JSON there");
+  CLI11_PARSE(app, argc, argv);
+
+  const bool gpu = o.device == "cuda" && tg::cuda::is_available();
+  const tg::Device dev = gpu ? tg::Device(tg::kCUDA, 0) : tg::Device(tg::kCPU);
+  const tg::ScalarType dt = o.dtype == "f64" ? tg::kFloat64 : tg::kFloat32;
+  const double lr = 1e-4;
+  Net net = make_net(o, dev, dt);
+  auto opt = tg::TensorOptions().dtype(dt);
+  Tensor x = (tg::rand({o.batch, 2}, opt) * 2.0 - 1.0).to(dev);
+  Tensor f = tg::sin(x.select(1, 0) * 3.14159) * tg::sin(x.select(1, 1) * 3.14159);
+
+  nlohmann::json result = {{"batch", o.batch}, {"width", o.width}, {"depth", o.depth},
+                           {"dtype", o.dtype}, {"device", gpu ? "cuda" : "cpu"}};
+  for (int i = 0; i < 5; ++i) step(net, x, f, lr);  // warm-up: handles, cached blocks
+  result["eager_ms"] = ms_per_step(o, dev, [&] { step(net, x, f, lr); });
+
+  if (gpu) {
+    namespace cu = tg::cuda;
+    cu::Stream side = cu::stream_from_pool();
+    side.wait_stream(cu::current_stream());
+    {
+      cu::StreamGuard g(side);
+      for (int i = 0; i < 3; ++i) step(net, x, f, lr);  // warm-up on the capture stream
+    }
+    cu::current_stream().wait_stream(side);
+    cu::CUDAGraph graph;
+    Tensor loss;
+    {
+      cu::Graph capture(graph);
+      loss = step(net, x, f, lr);
+    }
+    Tensor fresh = (tg::rand({o.batch, 2}, opt) * 2.0 - 1.0).to(dev);
+    result["graphed_ms"] = ms_per_step(o, dev, [&] {
+      x.copy_(fresh);  // new collocation points, as a training loop would
+      graph.replay();
+    });
+    result["graphed_loss"] = loss.item<double>();
+    result["speedup"] = result["eager_ms"].get<double>() / result["graphed_ms"].get<double>();
+  }
+
+  if (o.json) {
+    std::cout << result.dump(2) << "\n";
+  } else {
+    std::printf("PINN step (MLP 2 -> %lld x%lld -> 1, tanh, B = %lld, %s, %s)\n", (long long)o.width,
+                (long long)o.depth, (long long)o.batch, o.dtype.c_str(), gpu ? "cuda" : "cpu");
+    std::printf("  tapegrad eager    %8.3f ms/step\n", result["eager_ms"].get<double>());
+    if (gpu)
+      std::printf("  tapegrad graphed  %8.3f ms/step  (%.1fx)\n", result["graphed_ms"].get<double>(),
+                  result["speedup"].get<double>());
+  }
+  if (!o.out.empty()) std::ofstream(o.out) << result.dump(2) << "\n";
+  return 0;
+}

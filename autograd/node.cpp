@@ -1,6 +1,7 @@
 #include <tapegrad/autograd/node.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include <tapegrad/autograd/grad_mode.h>
 #include "tensor/deferred_release.h"
@@ -10,9 +11,14 @@
 namespace tg::autograd {
 
 namespace detail {
+// One counter for the process, not per thread: nodes that a create_graph
+// backward records on a device worker are ordered against the forward's nodes
+// as when the backward runs on the caller's thread (inline, under CUDA graph
+// capture), so both run a later backward in the same order and accumulate
+// its gradients in the same order, bit for bit.
 uint64_t next_sequence_nr() {
-  thread_local uint64_t counter = 0;
-  return counter++;
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed);
 }
 }  // namespace detail
 

@@ -7,7 +7,7 @@
 // are refreshed by copying into the captured input.
 //
 //   pinn_step [--batch 1024] [--width 64] [--depth 4] [--steps 200] [--dtype f32|f64]
-//             [--device cuda|cpu] [--json] [--out FILE]
+//             [--device cuda|cpu] [--json] [--out FILE] [--dump FILE.dot]
 //
 // Prints ms per step (median of --repeats timings of --steps steps each) for
 // eager and graphed; bench/peers/pinn_peers.py runs the same step in PyTorch
@@ -33,7 +33,7 @@ namespace ag = tg::autograd;
 struct Options {
   int64_t batch = 1024, width = 64, depth = 4;
   int steps = 200, repeats = 5;
-  std::string dtype = "f32", device = "cuda", out;
+  std::string dtype = "f32", device = "cuda", out, dump;
   bool json = false;
 };
 
@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "cuda (when there is a GPU) or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
   app.add_flag("--json", o.json, "print the results as JSON");
   app.add_option("--out", o.out, "also write the JSON there");
+  app.add_option("--dump", o.dump, "write the captured graph there (Graphviz DOT, every node)");
   CLI11_PARSE(app, argc, argv);
 
   const bool gpu = o.device == "cuda" && tg::cuda::is_available();
@@ -144,12 +145,14 @@ int main(int argc, char** argv) {
       for (int i = 0; i < 3; ++i) step(net, x, f, lr);  // warm-up on the capture stream
     }
     cu::current_stream().wait_stream(side);
-    cu::CUDAGraph graph;
+    cu::CUDAGraph graph(/*keep_graph=*/true);
     Tensor loss;
     {
       cu::Graph capture(graph);
       loss = step(net, x, f, lr);
     }
+    if (!o.dump.empty()) graph.debug_dump(o.dump);
+    graph.instantiate();
     Tensor fresh = (tg::rand({o.batch, 2}, opt) * 2.0 - 1.0).to(dev);
     result["graphed_ms"] = ms_per_step(o, dev, [&] {
       x.copy_(fresh);  // new collocation points, as a training loop would

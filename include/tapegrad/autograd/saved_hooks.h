@@ -60,8 +60,10 @@ namespace hooks {
 /// Stores floating-point saved tensors as `dtype` (BFloat16 or Float16) and
 /// casts back on unpack; other tensors are kept as they are.
 SavedTensorHooks cast(ScalarType dtype);
-/// Stores saved tensors that live on a GPU in CPU memory and copies them back
-/// on unpack; CPU tensors are kept as they are (nothing to gain).
+/// Stores saved tensors that live on a GPU in pinned host memory and copies
+/// them back on unpack, both copies asynchronous on the current stream (graph
+/// nodes under CUDA graph capture, the graph then owning the pinned buffers);
+/// CPU tensors are kept as they are (nothing to gain).
 SavedTensorHooks offload_to_cpu();
 }  // namespace hooks
 

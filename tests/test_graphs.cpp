@@ -421,6 +421,92 @@ TEST(GraphsGpu, SavedTensorHooksRunInsideTheGraph) {
   expect_same(with, m.step(x), "offload vs none, eager");
 }
 
+// backward() under capture accumulates into .grad: a .grad that did not
+// exist is allocated from the pool and rewritten by every replay at the same
+// address; an existing .grad zeroed inside the capture is accumulated into
+// in place (AccumulateGrad's in-place path), also at a fixed address.
+TEST(GraphsGpu, BackwardIntoStaticGradsAcrossReplays) {
+  REQUIRE_GPU();
+  Mlp m(5);
+  Tensor x = tg::rand({64, 2}, tg::TensorOptions().dtype(tg::kFloat64)).to(kGpu);
+  auto eager_grads = [&](const Tensor& in) {
+    std::vector<Tensor> g = ag::grad({m(in).square().mean()}, m.params());
+    return g;
+  };
+  for (bool existing : {false, true}) {
+    SCOPED_TRACE(existing ? ".grad zeroed in the capture" : ".grad allocated by the capture");
+    cu::Stream side = cu::stream_from_pool();
+    side.wait_stream(cu::current_stream());
+    {
+      cu::StreamGuard g(side);
+      m(x).square().mean().backward();  // warm-up
+    }
+    cu::current_stream().wait_stream(side);
+    for (const Tensor& p : m.params()) {
+      if (existing) p.grad().zero_();
+      else p.mutable_grad() = Tensor();
+    }
+    cu::CUDAGraph graph;
+    {
+      cu::Graph capture(graph);
+      if (existing)
+        for (const Tensor& p : m.params()) p.grad().zero_();
+      m(x).square().mean().backward();
+    }
+    std::vector<const void*> addr;
+    for (const Tensor& p : m.params()) addr.push_back(p.grad().data_ptr());
+    for (int r = 0, n = replays(5); r < n; ++r) {
+      tg::manual_seed(300 + uint64_t(r));
+      Tensor fresh = tg::rand({64, 2}, tg::TensorOptions().dtype(tg::kFloat64)).to(kGpu);
+      x.copy_(fresh);
+      graph.replay();
+      std::vector<Tensor> grads;
+      for (const Tensor& p : m.params()) grads.push_back(p.grad());
+      expect_same(grads, eager_grads(fresh), "replay " + std::to_string(r));
+      for (size_t i = 0; i < addr.size(); ++i) EXPECT_EQ(m.params()[i].grad().data_ptr(), addr[i]);
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+// A sparse operand under capture: mm of a coalesced sparse matrix (cuSPARSE,
+// its buffer from the graph's pool) and its gradient into the dense operand.
+TEST(GraphsGpu, SparseMmAndItsBackwardReplayEqualEager) {
+  REQUIRE_GPU();
+  auto o = tg::TensorOptions().dtype(tg::kFloat64);
+  Tensor idx = tg::tensor({0, 0, 1, 2, 3, 3, 1, 3, 0, 2, 1, 3}, {2, 6}, tg::TensorOptions().dtype(tg::kInt64));
+  Tensor s = tg::sparse_coo_tensor(idx, tg::randn({6}, o), {4, 4}).coalesce().to(kGpu);
+  Tensor d = tg::randn({4, 3}, o).to(kGpu);
+  auto step = [&](const Tensor& dense) {
+    Tensor leaf = dense.detach().requires_grad_();
+    Tensor y = tg::mm(s, leaf);
+    Tensor g = ag::grad({tg::tanh(y).sum()}, {leaf})[0];
+    return std::vector<Tensor>{y, g};
+  };
+  cu::Stream side = cu::stream_from_pool();
+  side.wait_stream(cu::current_stream());
+  {
+    cu::StreamGuard g(side);
+    step(d);
+  }
+  cu::current_stream().wait_stream(side);
+  cu::CUDAGraph graph;
+  std::vector<Tensor> out;
+  {
+    cu::Graph capture(graph);
+    out = step(d);
+  }
+  for (int r = 0, n = replays(5); r < n; ++r) {
+    Tensor fresh = tg::randn({4, 3}, o).to(kGpu);
+    d.copy_(fresh);
+    graph.replay();
+    expect_same(out, step(fresh), "sparse mm replay " + std::to_string(r));
+    if (::testing::Test::HasFailure()) return;
+  }
+  // The dense reference: the same product with the sparse matrix densified.
+  EXPECT_TRUE(tg::allclose(out[0].to(kCpu), tg::mm(s.to_dense(), d).to(kCpu), 1e-12, 1e-12));
+}
+
 TEST(GraphsGpu, KeptGraphCanBeDumpedAndInstantiatedLater) {
   REQUIRE_GPU();
   Tensor x = tg::ones({8}).to(kGpu);

@@ -158,10 +158,12 @@ Tensor sparse_linear_index(const Tensor& s) { return sparse_linear_index(ind(s),
 Tensor sparse_linear_index(const Tensor& i, const IntList& sparse_sizes) {
   int64_t sd = i.sizes()[0];
   if (sd == 1) return raw::select(i, 0, 0);
+  // sum_k i[k] * stride_k with the strides as scalars: no host tensor to
+  // copy (a copy from pageable memory cannot be captured into a CUDA graph).
   IntList st = contiguous_strides(sparse_sizes);
-  std::vector<double> sv(st.begin(), st.end());
-  Tensor strides = raw::to(tensor(sv, {sd, 1}, TensorOptions().dtype(kInt64)), i.device());
-  return raw::sum(raw::mul(i, strides), {0});
+  Tensor lin = raw::mul(raw::select(i, 0, 0), Scalar(st[0]));
+  for (int64_t k = 1; k < sd; ++k) lin = raw::add(lin, raw::mul(raw::select(i, 0, k), Scalar(st[size_t(k)])));
+  return lin;
 }
 
 Tensor sparse_positions(const Tensor& c, const Tensor& indices) {
@@ -290,13 +292,12 @@ Tensor sparse_transpose(const Tensor& s, int64_t d0, int64_t d1) {
   if (d0 == d1) return sparse_detach(s);
   TG_CHECK(d0 < sd && d1 < sd, "transpose: a sparse COO tensor (", describe(s),
            ", sparse_dim ", sd, ") can only swap two sparse dims, got ", d0, " and ", d1);
-  std::vector<double> order(static_cast<size_t>(sd));
-  for (int64_t d = 0; d < sd; ++d) order[size_t(d)] = double(d);
-  std::swap(order[size_t(d0)], order[size_t(d1)]);
-  Tensor perm = raw::to(tensor(order, {}, TensorOptions().dtype(kInt64)), s.device());
+  // The index rows swapped (rows of the device tensor: nothing from the host).
+  std::vector<Tensor> rows;
+  for (int64_t d = 0; d < sd; ++d) rows.push_back(raw::select(ind(s), 0, d == d0 ? d1 : d == d1 ? d0 : d));
   IntList sizes = s.sizes();
   std::swap(sizes[size_t(d0)], sizes[size_t(d1)]);
-  return make(sizes, raw::index_select(ind(s), 0, perm), val(s), s.nnz() <= 1);
+  return make(sizes, raw::stack(rows, 0), val(s), s.nnz() <= 1);
 }
 
 Tensor sparse_clone(const Tensor& s) {

@@ -344,6 +344,10 @@ struct DeepMlp {
   }
 };
 
+// Rows of the deep step's batch: its activations (1.25 MiB) are large blocks
+// of the allocator, each its own segment in the pool.
+constexpr int64_t kDeepRows = 1280;
+
 // Captures the deep step under `hooks` (none when null), replays it on fresh
 // inputs against the eager step under the same hooks (bitwise: the same
 // kernels), and returns the graph pool's reserved bytes, its peak memory.
@@ -355,7 +359,7 @@ int64_t replay_with_hooks(const DeepMlp& m, const ag::SavedTensorHooks* hooks, c
     return m.step(x);
   };
   auto o = tg::TensorOptions().dtype(tg::kFloat64);
-  Tensor x = tg::rand({2048, 256}, o).to(kGpu);
+  Tensor x = tg::rand({kDeepRows, 128}, o).to(kGpu);
   cu::Stream side = cu::stream_from_pool();
   side.wait_stream(cu::current_stream());
   {
@@ -375,7 +379,7 @@ int64_t replay_with_hooks(const DeepMlp& m, const ag::SavedTensorHooks* hooks, c
   }
   for (int r = 0, n = replays(5); r < n; ++r) {
     tg::manual_seed(200 + uint64_t(r));
-    Tensor fresh = tg::rand({2048, 256}, o).to(kGpu);
+    Tensor fresh = tg::rand({kDeepRows, 128}, o).to(kGpu);
     x.copy_(fresh);
     graph.replay();
     expect_same(out, step(fresh), std::string(what) + " replay " + std::to_string(r));
@@ -387,8 +391,8 @@ int64_t replay_with_hooks(const DeepMlp& m, const ag::SavedTensorHooks* hooks, c
   out.clear();
   graph.reset();
   if (offloads) {
-    // Each layer offloads its input, output and weight: six activations at least
-    EXPECT_GE(pinned_live - pinned_before, 6 * 2048 * 256 * 8) << what;
+    // Each layer offloads its input, output and weight: four activations at least
+    EXPECT_GE(pinned_live - pinned_before, 4 * kDeepRows * 128 * 8) << what;
     EXPECT_LE(cu::host_memory_stats().allocated_bytes, pinned_before) << what;
   }
   return reserved;
@@ -396,7 +400,7 @@ int64_t replay_with_hooks(const DeepMlp& m, const ag::SavedTensorHooks* hooks, c
 
 TEST(GraphsGpu, SavedTensorHooksRunInsideTheGraph) {
   REQUIRE_GPU();
-  const DeepMlp m(11, 256, 6);  // six saved activations of 4 MiB each
+  const DeepMlp m(11, 128, 4);  // four saved activations of 1.25 MiB each
   const int64_t plain = replay_with_hooks(m, nullptr, "no hooks");
   const ag::SavedTensorHooks offload = ag::hooks::offload_to_cpu();
   const int64_t offloaded = replay_with_hooks(m, &offload, "offload_to_cpu", /*offloads=*/true);
@@ -410,9 +414,9 @@ TEST(GraphsGpu, SavedTensorHooksRunInsideTheGraph) {
   // pool, which keeps every block the capture used) is lower.
   EXPECT_LT(offloaded, plain) << "offload " << offloaded << " B, none " << plain << " B";
   EXPECT_LT(cast, plain) << "bf16 " << cast << " B, none " << plain << " B";
-  // Offloading the six activations under capture and replaying gives the
+  // Offloading the activations under capture and replaying gives the
   // gradients of the plain step.
-  Tensor x = tg::rand({2048, 256}, tg::TensorOptions().dtype(tg::kFloat64)).to(kGpu);
+  Tensor x = tg::rand({kDeepRows, 128}, tg::TensorOptions().dtype(tg::kFloat64)).to(kGpu);
   std::vector<Tensor> with;
   {
     ag::SavedTensorHooksGuard g(offload);
@@ -500,7 +504,11 @@ TEST(GraphsGpu, SparseMmAndItsBackwardReplayEqualEager) {
     Tensor fresh = tg::randn({4, 3}, o).to(kGpu);
     d.copy_(fresh);
     graph.replay();
-    expect_same(out, step(fresh), "sparse mm replay " + std::to_string(r));
+    // cuSPARSE's COO product does not promise bitwise reproducibility from
+    // run to run (it may sum a row's entries in any order): equal to 1e-13.
+    std::vector<Tensor> eager = step(fresh);
+    for (size_t i = 0; i < out.size(); ++i)
+      EXPECT_TRUE(tg::allclose(out[i].to(kCpu), eager[i].to(kCpu), 1e-13, 1e-13)) << "replay " << r << " output " << i;
     if (::testing::Test::HasFailure()) return;
   }
   // The dense reference: the same product with the sparse matrix densified.

@@ -143,7 +143,10 @@ struct ThreadSparseHandles {
 cusparseHandle_t sparse_handle(int device, cudaStream_t stream) {
   thread_local ThreadSparseHandles mine;
   TG_CHECK(device >= 0 && device < 64, "mm: device index ", device, " too large");
-  if (!mine.h[device]) TG_CUSPARSE_CHECK(cusparseCreate(&mine.h[device]), "mm");
+  if (!mine.h[device]) {
+    detail::RelaxedCaptureMode relaxed;  // first use may be under capture: not stream work
+    TG_CUSPARSE_CHECK(cusparseCreate(&mine.h[device]), "mm");
+  }
   TG_CUSPARSE_CHECK(cusparseSetStream(mine.h[device], stream), "mm");
   return mine.h[device];
 }

@@ -63,7 +63,7 @@ void scatter_add_sorted(const Tensor& out, int64_t d, const Tensor& index, const
   // (coalesce), then one addition per distinct target: no two threads add
   // to one address, so the result is the same on every run.
   Tensor unique_targets, sums;
-  be.coalesce(raw::contiguous(raw::reshape(target, {n})), vals, {out.numel()}, unique_targets, sums);
+  be.coalesce(raw::contiguous(raw::reshape(target, {n})), vals, {out.numel()}, unique_targets, sums, false);
   be.scatter_add(raw::view(out, {out.numel(), 1}), 0, raw::view(unique_targets, {-1, 1}), sums);
 }
 

@@ -102,9 +102,11 @@ struct Backend {
   // Sparse COO coalesce: lin Int64 [nnz] (row-major linear index over the
   // sparse sizes), values [nnz, D] contiguous, compute dtype. Sets
   // out_indices Int64 [sparse_dim, u] (sorted, unique) and out_values [u, D]
-  // (rows with one index summed in their original order). May sync the host.
+  // (rows with one index summed in their original order). May sync the host
+  // to learn u, unless the indices are known to be unique (unique: then u =
+  // nnz and nothing is read on the host, so it can be captured).
   void (*coalesce)(const Tensor& lin, const Tensor& values, const IntList& sparse_sizes,
-                   Tensor& out_indices, Tensor& out_values);
+                   Tensor& out_indices, Tensor& out_values, bool unique);
   // out [n, k] = S @ dense, S [n, m] coalesced: rows, cols Int64 [nnz]
   // (sorted by row), values [nnz]; dense [m, k]; all contiguous, one
   // floating compute dtype; out contiguous (written, not accumulated).

@@ -181,18 +181,26 @@ Tensor sparse_positions(const Tensor& c, const Tensor& indices) {
   return raw::where(hit, pos, Scalar(nnz));
 }
 
+namespace {
+// Sorts the indices and sums duplicates; `unique`: there are none (then
+// nothing is read on the host).
+Tensor coalesce_impl(const Tensor& s, bool unique) {
+  ScalarType ct = compute_type(s.dtype());
+  Tensor oi, ov;
+  kernels::backend(s.device(), "coalesce")
+      .coalesce(raw::contiguous(sparse_linear_index(s)), values_2d(s, ct), sparse_sizes(s), oi, ov, unique);
+  IntList vs = val(s).sizes();
+  vs[0] = ov.sizes()[0];
+  return make(s.sizes(), oi, cast(raw::reshape(ov, vs), s.dtype()), true);
+}
+}  // namespace
+
 Tensor coalesce(const Tensor& s) {
   check_sparse(s, "coalesce");
   if (s.is_coalesced()) return s;
   if (s.is_cuda())  // the unique count sizes the result: read on the host
     cuda::detail::check_not_capturing("coalesce (of a sparse tensor)", s.device().index());
-  ScalarType ct = compute_type(s.dtype());
-  Tensor oi, ov;
-  kernels::backend(s.device(), "coalesce")
-      .coalesce(raw::contiguous(sparse_linear_index(s)), values_2d(s, ct), sparse_sizes(s), oi, ov);
-  IntList vs = val(s).sizes();
-  vs[0] = ov.sizes()[0];
-  return make(s.sizes(), oi, cast(raw::reshape(ov, vs), s.dtype()), true);
+  return coalesce_impl(s, false);
 }
 
 Tensor to_dense(const Tensor& s) {
@@ -297,7 +305,11 @@ Tensor sparse_transpose(const Tensor& s, int64_t d0, int64_t d1) {
   for (int64_t d = 0; d < sd; ++d) rows.push_back(raw::select(ind(s), 0, d == d0 ? d1 : d == d1 ? d0 : d));
   IntList sizes = s.sizes();
   std::swap(sizes[size_t(d0)], sizes[size_t(d1)]);
-  return make(sizes, raw::stack(rows, 0), val(s), s.nnz() <= 1);
+  Tensor t = make(sizes, raw::stack(rows, 0), val(s), s.nnz() <= 1);
+  // The transpose of a coalesced tensor has unique indices: coalescing it is
+  // a sort, with no count to read on the host (capturable), and the product
+  // that usually follows (a backward's S^T @ G) needs it sorted.
+  return s.is_coalesced() && !t.is_coalesced() ? coalesce_impl(t, true) : t;
 }
 
 Tensor sparse_clone(const Tensor& s) {

@@ -70,12 +70,13 @@ __global__ void segment_sum_k(const T* values, const int64_t* perm, const int64_
 }
 
 void coalesce_kernel(const Tensor& lin, const Tensor& values, const IntList& sparse_sizes,
-                     Tensor& out_indices, Tensor& out_values) {
+                     Tensor& out_indices, Tensor& out_values, bool unique) {
   const char* op = "coalesce";
   Device dev = lin.device();
   DeviceGuard g(dev.index());
   // The unique count sizes the result: read on the host, so not capturable
-  // (its callers, raw::coalesce and scatter_add_sorted, refuse a capture first).
+  // (its callers, raw::coalesce and scatter_add_sorted, refuse a capture
+  // first), unless the caller knows the indices are unique.
   cudaStream_t s = stream_of(lin);
   const int64_t n = lin.numel(), D = values.numel() / std::max<int64_t>(n, 1);
   const int sd = int(sparse_sizes.size());
@@ -98,9 +99,11 @@ void coalesce_kernel(const Tensor& lin, const Tensor& values, const IntList& spa
   TG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, bytes, flags.data_ptr<int64_t>(), seg.data_ptr<int64_t>(), n, s), op);
   Tensor tmp2 = scratch(bytes, dev);
   TG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(tmp2.data_ptr(), bytes, flags.data_ptr<int64_t>(), seg.data_ptr<int64_t>(), n, s), op);
-  int64_t u = 0;  // the number of unique indices: the host needs it for the shapes
-  TG_CUDA_CHECK(cudaMemcpyAsync(&u, seg.data_ptr<int64_t>() + (n - 1), sizeof(int64_t), cudaMemcpyDeviceToHost, s), op);
-  TG_CUDA_CHECK(cudaStreamSynchronize(s), op);
+  int64_t u = n;  // the number of unique indices: the host needs it for the shapes
+  if (!unique) {
+    TG_CUDA_CHECK(cudaMemcpyAsync(&u, seg.data_ptr<int64_t>() + (n - 1), sizeof(int64_t), cudaMemcpyDeviceToHost, s), op);
+    TG_CUDA_CHECK(cudaStreamSynchronize(s), op);
+  }
   Tensor starts = tg::detail::new_empty({u + 1}, kInt64, dev);
   starts_k<<<blocks_for(n), kThreads, 0, s>>>(flags.data_ptr<int64_t>(), seg.data_ptr<int64_t>(),
                                               starts.data_ptr<int64_t>(), n, u);

@@ -46,13 +46,20 @@ __global__ void starts_k(const int64_t* flags, const int64_t* seg, int64_t* star
   }
 }
 
-__global__ void unravel_k(const int64_t* keys, const int64_t* starts, const int64_t* sizes, int sd,
+// The sparse sizes, passed by value (a kernel parameter: no host tensor to
+// copy, so the coalesce of unique indices can be captured).
+constexpr int kMaxSparseDims = 64;
+struct SparseSizes {
+  int64_t v[kMaxSparseDims];
+};
+
+__global__ void unravel_k(const int64_t* keys, const int64_t* starts, SparseSizes sizes, int sd,
                           int64_t* out, int64_t u) {
   for (int64_t s = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; s < u; s += int64_t(gridDim.x) * blockDim.x) {
     int64_t l = keys[starts[s]];
     for (int d = sd - 1; d >= 0; --d) {
-      out[d * u + s] = l % sizes[d];
-      l /= sizes[d];
+      out[d * u + s] = l % sizes.v[d];
+      l /= sizes.v[d];
     }
   }
 }
@@ -107,11 +114,12 @@ void coalesce_kernel(const Tensor& lin, const Tensor& values, const IntList& spa
   Tensor starts = tg::detail::new_empty({u + 1}, kInt64, dev);
   starts_k<<<blocks_for(n), kThreads, 0, s>>>(flags.data_ptr<int64_t>(), seg.data_ptr<int64_t>(),
                                               starts.data_ptr<int64_t>(), n, u);
-  std::vector<double> sz(sparse_sizes.begin(), sparse_sizes.end());
-  Tensor sizes = raw::to(tensor(sz, {}, TensorOptions().dtype(kInt64)), dev);
+  TG_CHECK(sd <= kMaxSparseDims, op, ": at most ", kMaxSparseDims, " sparse dims are supported on CUDA, got ", sd);
+  SparseSizes sizes{};
+  for (int d = 0; d < sd; ++d) sizes.v[d] = sparse_sizes[size_t(d)];
   out_indices = tg::detail::new_empty({int64_t(sd), u}, kInt64, dev);
   unravel_k<<<blocks_for(u), kThreads, 0, s>>>(keys.data_ptr<int64_t>(), starts.data_ptr<int64_t>(),
-                                               sizes.data_ptr<int64_t>(), sd, out_indices.data_ptr<int64_t>(), u);
+                                               sizes, sd, out_indices.data_ptr<int64_t>(), u);
   IntList vs = values.sizes();
   vs[0] = u;
   out_values = tg::detail::new_empty(vs, values.dtype(), dev);

@@ -319,20 +319,18 @@ void schedule(GraphTask& task, std::shared_ptr<Node> fn, InputBuffer&& buf,
   task.push(std::move(fn), std::move(buf));
 }
 
-// Hands the GPU nodes made ready together to their devices' workers.
+// Hands the GPU nodes made ready together to their devices' workers (one
+// batch per device; almost always there is one device).
 void flush_gpu(std::vector<DeviceTask>& gpu) {
   while (!gpu.empty()) {
     const int device = gpu.front().work.fn->stream().device_index();
-    std::vector<DeviceTask> same;
-    for (size_t i = 0; i < gpu.size();) {
-      if (gpu[i].work.fn->stream().device_index() == device) {
-        same.push_back(std::move(gpu[i]));
-        gpu.erase(gpu.begin() + std::ptrdiff_t(i));
-      } else {
-        ++i;
-      }
-    }
-    device_queue(device).push(same);
+    auto others = std::stable_partition(gpu.begin(), gpu.end(), [device](const DeviceTask& t) {
+      return t.work.fn->stream().device_index() == device;
+    });
+    std::vector<DeviceTask> rest(std::make_move_iterator(others), std::make_move_iterator(gpu.end()));
+    gpu.erase(others, gpu.end());
+    device_queue(device).push(gpu);  // empties gpu
+    gpu = std::move(rest);
   }
 }
 

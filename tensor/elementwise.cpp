@@ -97,8 +97,35 @@ Tensor scalar_like(Scalar s, const Tensor& t, const char* op) {
   return scalar_tensor(s, TensorOptions().dtype(rt).device(t.device()));
 }
 
+// s rounded to dtype st, as a 0-dim tensor of st would hold it: (double,
+// int64) for binary_scalar.
+std::pair<double, int64_t> scalar_in(Scalar s, ScalarType st) {
+  const double d = s.to_double();
+  switch (st) {
+    case kFloat64: return {d, int64_t(d)};
+    case kFloat32: return {double(float(d)), int64_t(d)};
+    case kFloat16: return {double(float(Half(float(d)))), int64_t(d)};
+    case kBFloat16: return {double(float(BFloat16(float(d)))), int64_t(d)};
+    default: {
+      const int64_t i = s.is_integral() ? s.to_int() : int64_t(d);
+      return {double(i), i};
+    }
+  }
+}
+
 Tensor binary(BinaryOp op, const Tensor& a, Scalar s) {
-  return binary(op, a, scalar_like(s, a, binary_name(op)));
+  const char* name = binary_name(op);
+  detail::check_defined(a, name, "first operand");
+  const kernels::Backend& be = kernels::backend(a.device(), name);
+  const ScalarType st = promote_with_scalar(a.dtype(), s.is_integral());
+  if (!be.binary_scalar || a.is_sparse()) return binary(op, a, scalar_like(s, a, name));
+  // The scalar is a kernel argument: one launch, no 0-dim tensor to fill.
+  const ScalarType rt = binary_result_type(op, a.dtype(), st, name);
+  const ScalarType ct = compute_type(rt);
+  const auto [sd, si] = scalar_in(s, st);
+  Tensor out = detail::new_empty(a.sizes(), ct, a.device());
+  be.binary_scalar(op, out, cast(a, ct), sd, si);
+  return cast(out, rt);
 }
 
 Tensor compare(CompareOp op, const Tensor& a_in, const Tensor& b_in, const char* name) {
@@ -154,6 +181,22 @@ const Tensor& inplace_binary(const Tensor& self, BinaryOp op, const Tensor& othe
     Tensor r = binary_into_new(op, self, src, rt, name);
     kernels::backend(self.device(), name).copy(self, r);
   }
+  self.bump_version();
+  return self;
+}
+
+// self (op)= s: with the scalar as a kernel argument when self already has
+// the op's compute dtype (one launch), else as inplace_binary.
+const Tensor& inplace_scalar(const Tensor& self, BinaryOp op, Scalar s, const char* name) {
+  detail::check_defined(self, name, "self");
+  const kernels::Backend& be = kernels::backend(self.device(), name);
+  const ScalarType st = promote_with_scalar(self.dtype(), s.is_integral());
+  const ScalarType rt = binary_result_type(op, self.dtype(), st, name);
+  if (!be.binary_scalar || self.is_sparse() || self.dtype() != rt || compute_type(rt) != rt)
+    return inplace_binary(self, op, scalar_like(s, self, name), name);
+  detail::check_writable(self, name);
+  const auto [sd, si] = scalar_in(s, st);
+  be.binary_scalar(op, self, self, sd, si);
   self.bump_version();
   return self;
 }
@@ -344,12 +387,12 @@ const Tensor& sub_(const Tensor& self, const Tensor& o, Scalar alpha) {
     return inplace_binary(self, BinaryOp::Sub, o, "sub_");
   return inplace_binary(self, BinaryOp::Sub, raw::mul(o, alpha), "sub_");
 }
-const Tensor& add_(const Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Add, scalar_like(s, self, "add_"), "add_"); }
-const Tensor& sub_(const Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Sub, scalar_like(s, self, "sub_"), "sub_"); }
+const Tensor& add_(const Tensor& self, Scalar s) { return inplace_scalar(self, BinaryOp::Add, s, "add_"); }
+const Tensor& sub_(const Tensor& self, Scalar s) { return inplace_scalar(self, BinaryOp::Sub, s, "sub_"); }
 const Tensor& mul_(const Tensor& self, const Tensor& o) { return inplace_binary(self, BinaryOp::Mul, o, "mul_"); }
-const Tensor& mul_(const Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Mul, scalar_like(s, self, "mul_"), "mul_"); }
+const Tensor& mul_(const Tensor& self, Scalar s) { return inplace_scalar(self, BinaryOp::Mul, s, "mul_"); }
 const Tensor& div_(const Tensor& self, const Tensor& o) { return inplace_binary(self, BinaryOp::Div, o, "div_"); }
-const Tensor& div_(const Tensor& self, Scalar s) { return inplace_binary(self, BinaryOp::Div, scalar_like(s, self, "div_"), "div_"); }
+const Tensor& div_(const Tensor& self, Scalar s) { return inplace_scalar(self, BinaryOp::Div, s, "div_"); }
 
 const Tensor& fill_(const Tensor& self, Scalar s) {
   detail::check_defined(self, "fill_");

@@ -66,6 +66,12 @@ struct Backend {
   // Every element of dst (any dtype) := v.
   void (*fill)(const Tensor& dst, Scalar v);
   void (*binary)(BinaryOp, const Tensor& out, const Tensor& a, const Tensor& b);
+  // out = a (op) s with the scalar a kernel argument (no 0-dim tensor to
+  // fill): out and a of one shape and compute dtype (they may alias); s as
+  // double and as int64, each already rounded to the op's dtype; the kernel
+  // takes the one of its compute type. Optional (null: the scalar becomes a
+  // 0-dim tensor, as on the CPU, where that costs no launch).
+  void (*binary_scalar)(BinaryOp, const Tensor& out, const Tensor& a, double s, int64_t si);
   // out is Bool; a and b share a compute dtype.
   void (*compare)(CompareOp, const Tensor& out, const Tensor& a, const Tensor& b);
   void (*unary)(UnaryOp, const Tensor& out, const Tensor& x, const UnaryParams&);

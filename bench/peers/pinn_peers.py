@@ -2,7 +2,7 @@
 """The PINN training step side by side, on the GPU machine:
 
     python3 bench/peers/pinn_peers.py [--batch 1024] [--width 64] [--depth 4] [--steps 200]
-        [--frameworks tapegrad,eager,graph,jax] [--out FILE]
+        [--frameworks tapegrad,eager,graph,jax] [--out FILE] [--dump FILE.dot]
 
 The step (bench/pinn_step.cpp has tapegrad's): u = MLP(x), 2 -> width x depth
 -> 1, tanh, float32; the Laplacian u_xx + u_yy by double backward; the loss
@@ -90,8 +90,12 @@ def run_torch_graph(a):
             step(x)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
+    if a.dump:
+        g.enable_debug_mode()
     with torch.cuda.graph(g):
         step(x)
+    if a.dump:
+        g.debug_dump(a.dump)
     fresh = torch.rand_like(x) * 2 - 1
 
     def replay():
@@ -160,6 +164,7 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--frameworks", default="tapegrad,eager,graph,jax")
     p.add_argument("--out")
+    p.add_argument("--dump", help="write PyTorch's captured graph there (DOT)")
     a = p.parse_args()
     rows = {}
     for fw in a.frameworks.split(","):

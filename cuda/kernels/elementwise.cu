@@ -95,6 +95,26 @@ void binary_kernel(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor
   });
 }
 
+// out = a (op) s, the scalar by value (no 0-dim tensor, no fill kernel).
+template <class T>
+struct BinaryScalarFn {
+  static constexpr int kElemSize = sizeof(T);
+  BinaryOp op;
+  T s;
+  __device__ void operator()(char* const* p, const int64_t* off) const {
+    *reinterpret_cast<T*>(p[0] + off[0]) = kernels::binary_apply(op, *reinterpret_cast<const T*>(p[1] + off[1]), s);
+  }
+};
+
+void binary_scalar_kernel(BinaryOp op, const Tensor& out, const Tensor& a, double sd, int64_t si) {
+  Tensor ops[2] = {out, a};
+  dispatch_compute(out.dtype(), "binary", [&](auto tag) {
+    using T = decltype(tag);
+    const T s = std::is_integral<T>::value ? T(si) : T(sd);
+    launch(ops, 2, "binary", BinaryScalarFn<T>{op, s});
+  });
+}
+
 template <class T>
 struct CompareFn {
   CompareOp op;
@@ -207,6 +227,7 @@ const kernels::Backend& backend() {
     t.copy = copy_kernel;
     t.fill = fill_kernel;
     t.binary = binary_kernel;
+    t.binary_scalar = binary_scalar_kernel;
     t.compare = compare_kernel;
     t.unary = unary_kernel;
     t.where = where_kernel;

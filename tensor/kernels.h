@@ -105,6 +105,10 @@ struct Backend {
   // out = g * act^(order)(x), order in 0..kMaxFusedActivationOrder; Float32/64.
   void (*activation_grad)(Activation act, int order, const Tensor& out, const Tensor& g,
                           const Tensor& x);
+  // out = (g * g2) * act^(order)(x) in one pass (the unrecorded backward of
+  // activation_grad); optional (null: mul, then activation_grad).
+  void (*activation_grad_product)(Activation act, int order, const Tensor& out, const Tensor& g,
+                                  const Tensor& g2, const Tensor& x);
   // Sparse COO coalesce: lin Int64 [nnz] (row-major linear index over the
   // sparse sizes), values [nnz, D] contiguous, compute dtype. Sets
   // out_indices Int64 [sparse_dim, u] (sorted, unique) and out_values [u, D]
@@ -137,3 +141,10 @@ Allocator* cuda_device_allocator(int index);
 Allocator* cuda_pinned_allocator();
 
 }  // namespace tg::kernels
+
+namespace tg::detail {
+// (g * g2) * act^(order)(x), broadcast, not recorded: one kernel where the
+// backend has activation_grad_product, else mul then activation_grad.
+Tensor activation_grad_product(const Tensor& g, const Tensor& g2, const Tensor& x, Activation act,
+                               int order);
+}  // namespace tg::detail

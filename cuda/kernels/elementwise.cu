@@ -175,6 +175,29 @@ void activation_grad_kernel(Activation act, int order, const Tensor& out, const 
     launch(ops, 3, "activation_grad", ActivationGradFn<float>{act, order});
 }
 
+// (g * g2) * act^(order)(x): the mul that precedes a higher derivative,
+// fused (as mul then activation_grad would round it, in T).
+template <class T>
+struct ActivationGradProductFn {
+  static constexpr int kElemSize = sizeof(T);
+  Activation act;
+  int order;
+  __device__ void operator()(char* const* p, const int64_t* off) const {
+    T g = *reinterpret_cast<const T*>(p[1] + off[1]) * *reinterpret_cast<const T*>(p[2] + off[2]);
+    T x = *reinterpret_cast<const T*>(p[3] + off[3]);
+    *reinterpret_cast<T*>(p[0] + off[0]) = g * kernels::activation_derivative<T>(act, order, x);
+  }
+};
+
+void activation_grad_product_kernel(Activation act, int order, const Tensor& out, const Tensor& g,
+                                    const Tensor& g2, const Tensor& x) {
+  Tensor ops[4] = {out, g, g2, x};
+  if (out.dtype() == ScalarType::Float64)
+    launch(ops, 4, "activation_grad", ActivationGradProductFn<double>{act, order});
+  else
+    launch(ops, 4, "activation_grad", ActivationGradProductFn<float>{act, order});
+}
+
 // ---- between devices --------------------------------------------------------------------
 void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
   size_t bytes = size_t(dst.numel()) * element_size(dst.dtype());
@@ -233,6 +256,7 @@ const kernels::Backend& backend() {
     t.where = where_kernel;
     t.copy_across = copy_across;
     t.activation_grad = activation_grad_kernel;
+    t.activation_grad_product = activation_grad_product_kernel;
     register_reduce_index_random(t);
     register_gemm(t);
     register_sparse(t);

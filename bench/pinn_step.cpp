@@ -81,7 +81,7 @@ Tensor step(const Net& n, const Tensor& x_in, const Tensor& f, double lr) {
   Tensor loss = (lap - f).square().mean();
   std::vector<Tensor> grads = ag::grad({loss}, n.trained);
   ag::NoGradGuard no_grad;
-  for (size_t i = 0; i < grads.size(); ++i) n.trained[i].sub_(grads[i] * lr);
+  for (size_t i = 0; i < grads.size(); ++i) n.trained[i].sub_(grads[i], lr);  // p -= lr * g
   return loss;
 }
 

@@ -375,16 +375,38 @@ Tensor& operator/=(Tensor& a, Scalar b) {
 namespace raw {
 
 // ---- in-place methods ---------------------------------------------------------------
+// self += alpha * o in one kernel where the backend has add_scaled and no
+// dtype changes (the optimizer step's update); false: not done here.
+static bool add_scaled_(const Tensor& self, const Tensor& o, Scalar alpha, const char* name) {
+  detail::check_defined(self, name, "self");
+  detail::check_defined(o, name, "other");
+  const kernels::Backend& be = kernels::backend(self.device(), name);
+  if (!be.add_scaled || o.device() != self.device() || o.dtype() != self.dtype() ||
+      compute_type(self.dtype()) != self.dtype() || self.dtype() == kBool ||
+      promote_with_scalar(self.dtype(), alpha.is_integral()) != self.dtype() ||
+      detail::may_overlap(self, o))
+    return false;
+  const IntList shape = broadcast_shapes(self.sizes(), o.sizes(), name);
+  TG_CHECK(shape == self.sizes(), name, ": output with shape ", shape_str(self.sizes()),
+           " doesn't match the broadcast shape ", shape_str(shape));
+  detail::check_writable(self, name);
+  const auto [ad, ai] = scalar_in(alpha, self.dtype());
+  be.add_scaled(self, self, raw::expand(o, shape), ad, ai);
+  self.bump_version();
+  return true;
+}
 const Tensor& add_(const Tensor& self, const Tensor& o, Scalar alpha) {
   if (any_sparse(self, o)) return sparse_add_(self, o, alpha);
   if (alpha.is_integral() && alpha.to_int() == 1)
     return inplace_binary(self, BinaryOp::Add, o, "add_");
+  if (add_scaled_(self, o, alpha, "add_")) return self;
   return inplace_binary(self, BinaryOp::Add, raw::mul(o, alpha), "add_");
 }
 const Tensor& sub_(const Tensor& self, const Tensor& o, Scalar alpha) {
   if (any_sparse(self, o)) return sparse_add_(self, o, negated(alpha));
   if (alpha.is_integral() && alpha.to_int() == 1)
     return inplace_binary(self, BinaryOp::Sub, o, "sub_");
+  if (add_scaled_(self, o, negated(alpha), "sub_")) return self;
   return inplace_binary(self, BinaryOp::Sub, raw::mul(o, alpha), "sub_");
 }
 const Tensor& add_(const Tensor& self, Scalar s) { return inplace_scalar(self, BinaryOp::Add, s, "add_"); }

@@ -72,6 +72,10 @@ struct Backend {
   // takes the one of its compute type. Optional (null: the scalar becomes a
   // 0-dim tensor, as on the CPU, where that costs no launch).
   void (*binary_scalar)(BinaryOp, const Tensor& out, const Tensor& a, double s, int64_t si);
+  // out = a + alpha * b (the product rounded first, as mul then add would),
+  // one shape and compute dtype, out may alias a; alpha as for
+  // binary_scalar. Optional (null: mul, then add).
+  void (*add_scaled)(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, int64_t ialpha);
   // out is Bool; a and b share a compute dtype.
   void (*compare)(CompareOp, const Tensor& out, const Tensor& a, const Tensor& b);
   void (*unary)(UnaryOp, const Tensor& out, const Tensor& x, const UnaryParams&);

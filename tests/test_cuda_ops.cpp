@@ -282,3 +282,42 @@ TEST(CudaGpuOps, VectorizedAndGenericPathsMatchCpu) {
 }
 
 }  // namespace
+
+// Scalar operands are kernel arguments on the GPU and `add_`/`sub_` with an
+// alpha one kernel: the results equal the CPU's, where the scalar is a 0-dim
+// tensor and alpha a separate mul, bit for bit (the scalar rounded to the
+// tensor's dtype first, the product rounded before the add), every dtype.
+TEST(CudaGpuOps, ScalarOperandsAndScaledAddsMatchCpu) {
+  REQUIRE_GPU();
+  const tg::Device kCpu(tg::kCPU);
+  for (tg::ScalarType dt : {tg::kFloat32, tg::kFloat64, tg::kInt64, tg::kBFloat16, tg::kFloat16}) {
+    SCOPED_TRACE(::testing::Message() << "dtype " << dt);
+    tg::manual_seed(5);
+    Tensor a = (tg::randn({7, 33}) * 8.0).to(dt), b = (tg::randn({33}) * 8.0).to(dt);
+    auto both = [&](auto f) {
+      Tensor c = f(a.clone()), g = f(a.clone().to(kGpu));
+      EXPECT_EQ(g.dtype(), c.dtype());
+      EXPECT_TRUE(tg::equal(g.to(kCpu), c)) << "max |diff| "
+          << tg::amax(tg::abs(g.to(kCpu).to(tg::kFloat64) - c.to(tg::kFloat64))).item<double>();
+    };
+    const bool is_float = tg::is_floating_point(dt);
+    both([](const Tensor& x) { return x * 3; });
+    both([](const Tensor& x) { return x + 2; });
+    both([](const Tensor& x) { return x - 0.1; });
+    both([](const Tensor& x) { return x * 0.37; });
+    both([](const Tensor& x) { return x / 7.0; });
+    both([](const Tensor& x) { return x.mul_(3); });
+    both([](const Tensor& x) { return x.add_(5); });
+    if (is_float) both([](const Tensor& x) { return x.sub_(0.3); });
+    const Tensor bd = b;
+    both([&](const Tensor& x) { return x.add_(x.device().is_cuda() ? bd.to(kGpu) : bd, is_float ? tg::Scalar(0.25) : tg::Scalar(3)); });
+    both([&](const Tensor& x) { return x.sub_(x.device().is_cuda() ? bd.to(kGpu) : bd, is_float ? tg::Scalar(1e-3) : tg::Scalar(2)); });
+  }
+  // The alpha path on a non-contiguous self and a broadcast other.
+  Tensor a = tg::randn({8, 6}, tg::TensorOptions().dtype(tg::kFloat64));
+  Tensor b = tg::randn({8, 1}, tg::TensorOptions().dtype(tg::kFloat64));
+  Tensor ga = a.to(kGpu);
+  a.t().sub_(b.t(), 0.5);
+  ga.t().sub_(b.t().to(kGpu), 0.5);
+  EXPECT_TRUE(tg::equal(ga.to(kCpu), a));
+}

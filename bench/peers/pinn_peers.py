@@ -68,7 +68,7 @@ def torch_setup(a):
         grads = torch.autograd.grad(loss, trained)
         with torch.no_grad():
             for p, gr in zip(trained, grads):
-                p.sub_(gr * LR)
+                p.sub_(gr, alpha=LR)
         return loss
 
     return torch, x, step

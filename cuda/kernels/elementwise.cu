@@ -115,6 +115,30 @@ void binary_scalar_kernel(BinaryOp op, const Tensor& out, const Tensor& a, doubl
   });
 }
 
+// a * b rounded on its own (never contracted into an fma with a later add),
+// so a fused a + alpha * b rounds as mul then add.
+__device__ inline float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ inline double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ inline int64_t mul_rn(int64_t a, int64_t b) { return a * b; }
+
+template <class T>
+struct AddScaledFn {
+  static constexpr int kElemSize = sizeof(T);
+  T alpha;
+  __device__ void operator()(char* const* p, const int64_t* off) const {
+    *reinterpret_cast<T*>(p[0] + off[0]) =
+        *reinterpret_cast<const T*>(p[1] + off[1]) + mul_rn(*reinterpret_cast<const T*>(p[2] + off[2]), alpha);
+  }
+};
+
+void add_scaled_kernel(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, int64_t ialpha) {
+  Tensor ops[3] = {out, a, b};
+  dispatch_compute(out.dtype(), "add_", [&](auto tag) {
+    using T = decltype(tag);
+    launch(ops, 3, "add_", AddScaledFn<T>{std::is_integral<T>::value ? T(ialpha) : T(alpha)});
+  });
+}
+
 template <class T>
 struct CompareFn {
   CompareOp op;
@@ -251,6 +275,7 @@ const kernels::Backend& backend() {
     t.fill = fill_kernel;
     t.binary = binary_kernel;
     t.binary_scalar = binary_scalar_kernel;
+    t.add_scaled = add_scaled_kernel;
     t.compare = compare_kernel;
     t.unary = unary_kernel;
     t.where = where_kernel;

@@ -89,13 +89,14 @@ def run_torch_graph(a):
         for _ in range(3):
             step(x)
     torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
+    g = torch.cuda.CUDAGraph(keep_graph=True) if a.dump else torch.cuda.CUDAGraph()
     if a.dump:
         g.enable_debug_mode()
     with torch.cuda.graph(g):
         step(x)
     if a.dump:
         g.debug_dump(a.dump)
+        g.instantiate()
     fresh = torch.rand_like(x) * 2 - 1
 
     def replay():

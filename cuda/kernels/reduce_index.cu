@@ -62,11 +62,12 @@ struct Combine {
 constexpr int kBlock = 256;
 
 // One block per (output, split): partial[o * splits + s] over its share of
-// the reduced elements; splits = 1 writes the result directly.
+// the reduced elements (Out = A); with splits = 1 the result itself (Out = T,
+// into the output: one kernel, no second pass).
 // Every split's range [s * chunk, min(inner, (s + 1) * chunk)) is non-empty.
-template <class T, class A>
+template <class T, class A, class Out>
 __global__ void reduce_block_kernel(const T* x, Dims kept, Dims red, int64_t inner, int64_t chunk,
-                                    int64_t splits, ReduceOp op, A* partial) {
+                                    int64_t splits, ReduceOp op, Out* partial) {
   using BlockReduce = cub::BlockReduce<A, kBlock>;
   __shared__ typename BlockReduce::TempStorage tmp;
   int64_t o = blockIdx.x, s = blockIdx.y;
@@ -83,7 +84,7 @@ __global__ void reduce_block_kernel(const T* x, Dims kept, Dims red, int64_t inn
   // element to max/min (neutral for both).
   if (!any) acc = op == ReduceOp::Sum ? A(0) : A(x[base + red.offset(begin)]);
   A r = BlockReduce(tmp).Reduce(acc, Combine<A>{op});
-  if (threadIdx.x == 0) partial[o * splits + s] = r;
+  if (threadIdx.x == 0) partial[o * splits + s] = Out(r);
 }
 
 // One thread per output over `inner` elements (few elements per output).
@@ -133,6 +134,11 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
     int64_t chunk = (inner + splits - 1) / splits;
     splits = (inner + chunk - 1) / chunk;
     TG_CHECK(outer <= int64_t(INT32_MAX), "reduce: too many outputs for one CUDA launch");
+    if (splits == 1) {  // one block per output writes it: a single pass
+      reduce_block_kernel<T, A, T><<<dim3{unsigned(outer), 1, 1}, kBlock, 0, s>>>(xp, kept, red, inner, chunk, 1, op, op_);
+      TG_CUDA_CHECK(cudaGetLastError(), "reduce");
+      return;
+    }
     Tensor partial = tg::empty({outer, splits}, TensorOptions()
                                                     .dtype(std::is_same_v<A, double> ? kFloat64
                                                            : std::is_same_v<A, int64_t> ? kInt64
@@ -140,7 +146,7 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
                                                     .device(out.device()));
     A* pp = static_cast<A*>(partial.data_ptr());
     dim3 grid{unsigned(outer), unsigned(splits), 1};
-    reduce_block_kernel<T, A><<<grid, kBlock, 0, s>>>(xp, kept, red, inner, chunk, splits, op, pp);
+    reduce_block_kernel<T, A, A><<<grid, kBlock, 0, s>>>(xp, kept, red, inner, chunk, splits, op, pp);
     TG_CUDA_CHECK(cudaGetLastError(), "reduce");
     Dims rows, cols;
     rows.n = 1;

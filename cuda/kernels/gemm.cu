@@ -156,17 +156,6 @@ void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
   float one32 = 1, zero32 = 0;
   const void* alpha = f64 ? static_cast<const void*>(&one64) : &one32;
   const void* beta = f64 ? static_cast<const void*>(&zero64) : &zero32;
-  if (B == 1) {
-    // One matrix: the plain GEMM entry, whose heuristics (split-K for a
-    // small output over a long K, as a weight gradient) differ from the
-    // batched entry's with a batch of one.
-    TG_CUBLAS_CHECK(cublasGemmEx(handle(out.device().index(), s), ob.row_major ? CUBLAS_OP_N : CUBLAS_OP_T,
-                                 oa.row_major ? CUBLAS_OP_N : CUBLAS_OP_T, int(m), int(n), int(k), alpha,
-                                 ob.t.data_ptr(), type, int(ob.ld), oa.t.data_ptr(), type, int(oa.ld), beta,
-                                 out.data_ptr(), type, int(m), compute, CUBLAS_GEMM_DEFAULT),
-                    "mm");
-    return;
-  }
   TG_CUBLAS_CHECK(
       cublasGemmStridedBatchedEx(
           handle(out.device().index(), s), ob.row_major ? CUBLAS_OP_N : CUBLAS_OP_T,

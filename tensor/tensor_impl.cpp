@@ -49,6 +49,18 @@ TensorImpl::TensorImpl(IntrusivePtr<StorageImpl> storage,
   TG_INTERNAL_ASSERT(sizes_.size() == strides_.size(), "rank mismatch");
 }
 
+void TensorImpl::set_data(const TensorImpl& src) {
+  TG_CHECK(layout_ == Layout::Strided && src.layout_ == Layout::Strided,
+           "set_data: only strided tensors can take another tensor's data");
+  storage_ = src.storage_;
+  sizes_ = src.sizes_;
+  strides_ = src.strides_;
+  offset_ = src.offset_;
+  numel_ = src.numel_;
+  dtype_ = src.dtype_;
+  contiguous_ = src.contiguous_;
+}
+
 IntrusivePtr<TensorImpl> TensorImpl::make_sparse_coo(IntList sizes, SparseCooParts parts,
                                                      IntrusivePtr<VersionCounter> version) {
   TG_INTERNAL_ASSERT(parts.indices && parts.values, "sparse tensor without parts");

@@ -6,6 +6,9 @@
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/cuda/graph.h>
 #include <tapegrad/cuda/stream.h>
+#include <tapegrad/nn/module.h>
+#include <tapegrad/nn/modules.h>
+#include <tapegrad/nn/serialize.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/random.h>

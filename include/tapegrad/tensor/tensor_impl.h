@@ -88,6 +88,10 @@ class TensorImpl final : public IntrusiveTarget {
   /// Replaces the parts in place (sparse add_): same sizes, dtype and device.
   void set_sparse_parts(SparseCooParts parts);
 
+  /// Takes `src`'s data (storage, sizes, strides, offset, dtype; strided
+  /// tensors only) and keeps its own version counter and autograd slot: the
+  /// handles to this tensor see the new data (Module::to moves parameters so).
+  void set_data(const TensorImpl& src);
   /// The autograd slot (null until the autograd layer fills it) and its setter.
   AutogradMetaInterface* autograd_meta() const { return autograd_meta_.get(); }
   /// Fills the autograd slot (the autograd layer does).

@@ -1,0 +1,188 @@
+#include <tapegrad/nn/module.h>
+
+#include <algorithm>
+#include <functional>
+#include <set>
+
+#include <tapegrad/autograd/grad_mode.h>
+#include <tapegrad/tensor/error.h>
+#include <tapegrad/tensor/ops.h>
+
+namespace tg::nn {
+
+Module::Module(std::string type_name) : type_name_(std::move(type_name)) {}
+
+Tensor Module::forward(const Tensor&) {
+  TG_ERROR(type_name_, ": this module has no forward(const Tensor&); call its own methods");
+}
+
+void Module::check_new_name(const std::string& name) const {
+  TG_CHECK(!name.empty() && name.find('.') == std::string::npos, type_name_,
+           ": a parameter, buffer or submodule name must be non-empty and contain no '.', got '",
+           name, "'");
+  auto taken = [&](const auto& list) {
+    return std::any_of(list.begin(), list.end(), [&](const auto& e) { return e.first == name; });
+  };
+  TG_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), type_name_, ": the name '", name,
+           "' is already registered");
+}
+
+Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
+  check_new_name(name);
+  if (t.defined()) {
+    if (!t.is_leaf()) t = t.detach();  // a parameter is a leaf
+    if (requires_grad || t.requires_grad()) t.requires_grad_(requires_grad);
+  }
+  params_.emplace_back(name, t);
+  return t;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor t) {
+  check_new_name(name);
+  buffers_.emplace_back(name, t);
+  return t;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
+  TG_CHECK(m != nullptr, type_name_, ": register_module('", name, "') got a null module");
+  check_new_name(name);
+  children_.emplace_back(name, std::move(m));
+}
+
+namespace {
+// own entries under `prefix`, then (recurse) each child's under "prefix.child."
+template <class Sub>
+void collect(const std::string& prefix, bool recurse, const NamedTensors& own,
+             const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& kids, Sub sub,
+             NamedTensors& out) {
+  for (const auto& [n, t] : own)
+    if (t.defined()) out.emplace_back(prefix + n, t);
+  if (!recurse) return;
+  for (const auto& [n, c] : kids)
+    for (auto& [sn, st] : sub(*c)) out.emplace_back(prefix + n + "." + sn, st);
+}
+std::vector<Tensor> values(const NamedTensors& nt) {
+  std::vector<Tensor> v;
+  v.reserve(nt.size());
+  for (const auto& e : nt) v.push_back(e.second);
+  return v;
+}
+}  // namespace
+
+NamedTensors Module::named_parameters(bool recurse) const {
+  NamedTensors out;
+  collect("", recurse, params_, children_, [](const Module& c) { return c.named_parameters(true); }, out);
+  return out;
+}
+std::vector<Tensor> Module::parameters(bool recurse) const { return values(named_parameters(recurse)); }
+NamedTensors Module::named_buffers(bool recurse) const {
+  NamedTensors out;
+  collect("", recurse, buffers_, children_, [](const Module& c) { return c.named_buffers(true); }, out);
+  return out;
+}
+std::vector<Tensor> Module::buffers(bool recurse) const { return values(named_buffers(recurse)); }
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const { return children_; }
+std::vector<std::shared_ptr<Module>> Module::children() const {
+  std::vector<std::shared_ptr<Module>> v;
+  for (const auto& c : children_) v.push_back(c.second);
+  return v;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& c : children_) c.second->train(on);
+}
+
+template <class F>
+void Module::for_each_tensor(F&& f) {
+  for (auto& e : params_) f(e.second, true);
+  for (auto& e : buffers_) f(e.second, false);
+  for (auto& c : children_) c.second->for_each_tensor(f);
+}
+
+namespace {
+// t takes the data of `converted` in place; its gradient follows.
+void move_in_place(const Tensor& t, const std::function<Tensor(const Tensor&)>& convert) {
+  if (!t.defined()) return;
+  autograd::NoGradGuard no_grad;
+  Tensor c = convert(t.detach());
+  if (c.impl() != t.impl()) t.impl()->set_data(*c.impl());
+  if (t.grad().defined()) {
+    Tensor g = convert(t.grad());
+    if (g.impl() != t.grad().impl()) t.grad().impl()->set_data(*g.impl());
+  }
+}
+}  // namespace
+
+void Module::to(Device device) {
+  for_each_tensor([&](const Tensor& t, bool) {
+    move_in_place(t, [&](const Tensor& x) { return x.to(device); });
+  });
+}
+
+void Module::to(ScalarType dtype) {
+  TG_CHECK(is_floating_point(dtype), type_name_, ".to: modules convert to floating-point dtypes, got ", dtype);
+  for_each_tensor([&](const Tensor& t, bool) {
+    if (t.defined() && t.is_floating_point())
+      move_in_place(t, [&](const Tensor& x) { return x.to(dtype); });
+  });
+}
+
+void Module::zero_grad(bool set_to_none) {
+  for (const Tensor& p : parameters()) {
+    if (!p.grad().defined()) continue;
+    if (set_to_none) {
+      p.mutable_grad() = Tensor();
+    } else {
+      autograd::NoGradGuard no_grad;
+      p.grad().zero_();
+    }
+  }
+}
+
+NamedTensors Module::state_dict() const {
+  NamedTensors out;
+  for (auto& [n, t] : named_parameters()) out.emplace_back(n, t.detach());
+  for (auto& [n, t] : named_buffers()) out.emplace_back(n, t.detach());
+  return out;
+}
+
+void Module::load_state_dict(const NamedTensors& state, bool strict) {
+  NamedTensors mine = named_parameters();
+  for (auto& e : named_buffers()) mine.push_back(e);
+  std::set<std::string> given;
+  for (const auto& e : state) {
+    TG_CHECK(given.insert(e.first).second, type_name_, ".load_state_dict: the key '", e.first,
+             "' appears twice");
+  }
+  std::vector<std::string> missing, unexpected;
+  std::set<std::string> known;
+  for (const auto& [n, t] : mine) {
+    known.insert(n);
+    auto it = std::find_if(state.begin(), state.end(), [&](const auto& e) { return e.first == n; });
+    if (it == state.end()) {
+      missing.push_back(n);
+      continue;
+    }
+    const Tensor& src = it->second;
+    TG_CHECK(src.defined(), type_name_, ".load_state_dict: '", n, "' is an undefined tensor");
+    TG_CHECK(src.sizes() == t.sizes(), type_name_, ".load_state_dict: size mismatch for '", n,
+             "': the module has ", t.sizes(), ", the state ", src.sizes());
+  }
+  for (const auto& e : state)
+    if (!known.count(e.first)) unexpected.push_back(e.first);
+  if (strict && (!missing.empty() || !unexpected.empty())) {
+    std::string msg;
+    for (const auto& m : missing) msg += (msg.empty() ? "" : ", ") + std::string("missing '") + m + "'";
+    for (const auto& u : unexpected) msg += (msg.empty() ? "" : ", ") + std::string("unexpected '") + u + "'";
+    TG_ERROR(type_name_, ".load_state_dict: the keys do not match (", msg,
+             "); pass strict = false to load the matching ones");
+  }
+  autograd::NoGradGuard no_grad;
+  for (const auto& [n, t] : mine) {
+    auto it = std::find_if(state.begin(), state.end(), [&](const auto& e) { return e.first == n; });
+    if (it != state.end()) t.copy_(it->second.to(t.device()).to(t.dtype()));
+  }
+}
+
+}  // namespace tg::nn

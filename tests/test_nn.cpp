@@ -1,0 +1,192 @@
+// nn (docs/NN.md): modules, their parameters and state, placement, and the
+// safetensors format against a file written by hand to the published layout.
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "reference.h"
+
+namespace {
+
+using tg::Tensor;
+namespace nn = tg::nn;
+namespace ag = tg::autograd;
+
+std::vector<std::string> names(const nn::NamedTensors& nt) {
+  std::vector<std::string> v;
+  for (const auto& e : nt) v.push_back(e.first);
+  return v;
+}
+
+TEST(NN, MlpRegistersItsLayersAndComputesTheComposition) {
+  tg::manual_seed(3);
+  auto mlp = nn::MLP({2, 8, 8, 1}, "tanh", tg::TensorOptions().dtype(tg::kFloat64));
+  EXPECT_EQ(mlp->size(), 5u);
+  EXPECT_EQ(names(mlp->named_parameters()),
+            (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"}));
+  EXPECT_TRUE(mlp->named_parameters(/*recurse=*/false).empty());
+  EXPECT_EQ(mlp->children().size(), 5u);
+  Tensor x = tg::randn({5, 2}, tg::TensorOptions().dtype(tg::kFloat64));
+  auto p = mlp->parameters();
+  Tensor ref = tg::linear(tg::tanh(tg::linear(tg::tanh(tg::linear(x, p[0], p[1])), p[2], p[3])), p[4], p[5]);
+  Tensor y = (*mlp)(x);
+  EXPECT_EQ(y.sizes(), (tg::IntList{5, 1}));
+  EXPECT_TRUE(tg::equal(y, ref));
+  // Gradients reach every parameter.
+  y.sum().backward();
+  for (const auto& [n, t] : mlp->named_parameters()) EXPECT_TRUE(t.grad().defined()) << n;
+  mlp->zero_grad(/*set_to_none=*/false);
+  for (const Tensor& t : mlp->parameters()) EXPECT_EQ(tg::amax(tg::abs(t.grad())).item<double>(), 0.0);
+  mlp->zero_grad();
+  for (const Tensor& t : mlp->parameters()) EXPECT_FALSE(t.grad().defined());
+  EXPECT_ERROR_CONTAINS(nn::MLP({2, 4}, "swish"), "unknown activation 'swish'");
+  EXPECT_ERROR_CONTAINS(nn::MLP({2}), "at least the input and output sizes");
+}
+
+TEST(NN, LinearInitialisesAsLibTorchAndReproduciblyFromTheSeed) {
+  tg::manual_seed(11);
+  nn::Linear a(100, 30);
+  tg::manual_seed(11);
+  nn::Linear b(100, 30);
+  EXPECT_TRUE(tg::equal(a.weight, b.weight));
+  EXPECT_TRUE(tg::equal(a.bias, b.bias));
+  const double bound = 0.1;  // 1 / sqrt(100)
+  EXPECT_LE(tg::amax(tg::abs(a.weight)).item<double>(), bound);
+  EXPECT_GT(tg::amax(tg::abs(a.weight)).item<double>(), 0.9 * bound);
+  EXPECT_TRUE(a.weight.requires_grad() && a.weight.is_leaf());
+  nn::Linear nobias(4, 3, /*bias=*/false);
+  EXPECT_FALSE(nobias.bias.defined());
+  EXPECT_EQ(names(nobias.named_parameters()), std::vector<std::string>{"weight"});
+  EXPECT_ERROR_CONTAINS(nn::Linear(0, 3), "must be positive");
+}
+
+TEST(NN, StateDictRoundTripsAndLoadNamesWhatDoesNotMatch) {
+  tg::manual_seed(1);
+  auto a = nn::MLP({3, 5, 2});
+  tg::manual_seed(2);
+  auto b = nn::MLP({3, 5, 2});
+  EXPECT_FALSE(tg::equal(a->parameters()[0], b->parameters()[0]));
+  const void* addr = b->parameters()[0].data_ptr();
+  b->load_state_dict(a->state_dict());
+  for (size_t i = 0; i < a->parameters().size(); ++i) EXPECT_TRUE(tg::equal(a->parameters()[i], b->parameters()[i]));
+  EXPECT_EQ(b->parameters()[0].data_ptr(), addr);  // copied in place
+  nn::NamedTensors sd = a->state_dict();
+  sd.pop_back();
+  sd.emplace_back("extra", tg::zeros({1}));
+  EXPECT_ERROR_CONTAINS(b->load_state_dict(sd), "missing '2.bias', unexpected 'extra'");
+  b->load_state_dict(sd, /*strict=*/false);  // the matching ones
+  nn::NamedTensors bad = a->state_dict();
+  bad[0].second = tg::zeros({4, 4});
+  EXPECT_ERROR_CONTAINS(b->load_state_dict(bad), "size mismatch for '0.weight'");
+}
+
+// A module keeps its own handles (Linear::weight): to() moves the data under
+// them, as LibTorch's set_data does, gradients included.
+TEST(NN, ToCastsInPlaceUnderTheModulesOwnHandles) {
+  tg::manual_seed(4);
+  auto lin = std::make_shared<nn::Linear>(3, 2);
+  Tensor handle = lin->weight;
+  (*lin)(tg::ones({1, 3})).sum().backward();
+  lin->to(tg::kFloat64);
+  EXPECT_EQ(handle.dtype(), tg::kFloat64);
+  EXPECT_EQ(lin->weight.dtype(), tg::kFloat64);
+  EXPECT_EQ(lin->weight.grad().dtype(), tg::kFloat64);
+  EXPECT_TRUE(lin->weight.requires_grad());
+  Tensor y = (*lin)(tg::ones({1, 3}, tg::TensorOptions().dtype(tg::kFloat64)));
+  EXPECT_EQ(y.dtype(), tg::kFloat64);
+  EXPECT_ERROR_CONTAINS(lin->to(tg::kInt64), "floating-point dtypes");
+  if (tg::cuda::is_available()) {
+    lin->to(tg::Device(tg::kCUDA, 0));
+    EXPECT_TRUE(handle.is_cuda());
+    EXPECT_TRUE(lin->weight.grad().is_cuda());
+  }
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// A safetensors file built byte by byte from the published layout.
+std::string hand_written_file() {
+  const std::string header =
+      R"({"__metadata__":{"format":"pt"},"w":{"dtype":"F64","shape":[2,2],"data_offsets":[0,32]},)"
+      R"("b":{"dtype":"F32","shape":[3],"data_offsets":[32,44]}})";
+  std::string padded = header + std::string((8 - header.size() % 8) % 8, ' ');
+  std::string out;
+  uint64_t n = padded.size();
+  for (int i = 0; i < 8; ++i) out.push_back(char((n >> (8 * i)) & 0xff));
+  out += padded;
+  const double w[4] = {1.5, -2.0, 0.25, 1e300};
+  const float b[3] = {3.0f, -0.5f, 7.0f};
+  out.append(reinterpret_cast<const char*>(w), sizeof w);
+  out.append(reinterpret_cast<const char*>(b), sizeof b);
+  return out;
+}
+
+TEST(NN, SafetensorsMatchesAFileWrittenByHandByteForByte) {
+  const std::string path = ::testing::TempDir() + "tapegrad_nn_hand.safetensors";
+  const std::string ours = ::testing::TempDir() + "tapegrad_nn_ours.safetensors";
+  { std::ofstream(path, std::ios::binary) << hand_written_file(); }
+  nn::NamedTensors t = nn::load_safetensors(path);
+  ASSERT_EQ(names(t), (std::vector<std::string>{"w", "b"}));
+  EXPECT_EQ(t[0].second.dtype(), tg::kFloat64);
+  EXPECT_EQ(t[0].second.sizes(), (tg::IntList{2, 2}));
+  EXPECT_EQ(tgtest::values(t[0].second), (std::vector<double>{1.5, -2.0, 0.25, 1e300}));
+  EXPECT_EQ(t[1].second.dtype(), tg::kFloat32);
+  EXPECT_EQ(tgtest::values(t[1].second), (std::vector<double>{3.0, -0.5, 7.0}));
+  EXPECT_EQ(nn::load_safetensors_metadata(path), (nn::Metadata{{"format", "pt"}}));
+  // Written back, given in another order and one of them strided: the same bytes.
+  nn::NamedTensors again{{"b", t[1].second}, {"w", t[0].second.t().contiguous().t()}};
+  nn::save_safetensors(ours, again, {{"format", "pt"}});
+  EXPECT_EQ(file_bytes(ours), hand_written_file());
+  std::remove(path.c_str());
+  std::remove(ours.c_str());
+}
+
+TEST(NN, SafetensorsRoundTripsEveryDtypeAndRejectsBadFiles) {
+  const std::string path = ::testing::TempDir() + "tapegrad_nn_rt.safetensors";
+  nn::NamedTensors in;
+  for (tg::ScalarType dt : {tg::kFloat64, tg::kFloat32, tg::kFloat16, tg::kBFloat16, tg::kInt64, tg::kBool})
+    in.emplace_back(std::string("t_") + tg::to_string(dt), (tg::randn({3, 4}) * 4.0).to(dt));
+  in.emplace_back("empty", tg::zeros({0, 5}));
+  in.emplace_back("scalar", tg::full({}, 2.5));
+  nn::save_safetensors(path, in);
+  nn::NamedTensors out = nn::load_safetensors(path);
+  ASSERT_EQ(out.size(), in.size());
+  for (const auto& [n, t] : in) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == n; });
+    ASSERT_NE(it, out.end()) << n;
+    EXPECT_EQ(it->second.dtype(), t.dtype()) << n;
+    EXPECT_TRUE(tg::equal(it->second, t)) << n;
+  }
+  // A module through a file.
+  tg::manual_seed(8);
+  auto a = nn::MLP({2, 6, 1});
+  nn::save(*a, path);
+  tg::manual_seed(9);
+  auto b = nn::MLP({2, 6, 1});
+  nn::load(*b, path);
+  for (size_t i = 0; i < a->parameters().size(); ++i) EXPECT_TRUE(tg::equal(a->parameters()[i], b->parameters()[i]));
+  // Bad files name themselves and what is wrong.
+  std::string good = hand_written_file();
+  auto write = [&](const std::string& bytes) { std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes; };
+  write(good.substr(0, 5));
+  EXPECT_ERROR_CONTAINS(nn::load_safetensors(path), "shorter than the 8-byte header length");
+  write(good.substr(0, good.size() - 4));
+  EXPECT_ERROR_CONTAINS(nn::load_safetensors(path), "'b' in '" + path + "' has data_offsets [32, 44]");
+  std::string overlap = good;
+  overlap.replace(overlap.find("[32,44]"), 7, "[28,40]");
+  write(overlap + std::string(4, '\0'));
+  EXPECT_ERROR_CONTAINS(nn::load_safetensors(path), "overlap");
+  std::string i32 = good;
+  i32.replace(i32.find("\"F32\""), 5, "\"I32\"");
+  write(i32);
+  EXPECT_ERROR_CONTAINS(nn::load_safetensors(path), "has dtype I32, which tapegrad does not support");
+  EXPECT_ERROR_CONTAINS(nn::save_safetensors(path, {{"a", tg::zeros({1})}, {"a", tg::zeros({1})}}),
+                        "the name 'a' appears twice");
+  std::remove(path.c_str());
+}
+
+}  // namespace

@@ -9,6 +9,7 @@
 #include <tapegrad/nn/module.h>
 #include <tapegrad/nn/modules.h>
 #include <tapegrad/nn/serialize.h>
+#include <tapegrad/optim/optimizer.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/random.h>

@@ -1,0 +1,190 @@
+// optim (docs/OPTIM.md): every update rule against a scalar double-precision
+// reference of PyTorch's formulas over several steps with changing
+// gradients; schedulers against their closed forms.
+#include <cmath>
+
+#include "reference.h"
+
+namespace {
+
+using tg::Tensor;
+namespace optim = tg::optim;
+
+const auto kF64 = tg::TensorOptions().dtype(tg::kFloat64);
+
+// A parameter and the gradient of step k (a fixed function of k and p, so the
+// reference can recompute it).
+std::vector<double> grad_at(int k, const std::vector<double>& p) {
+  std::vector<double> g(p.size());
+  for (size_t i = 0; i < p.size(); ++i) g[i] = std::sin(double(k + 1) * (double(i) + 0.5)) + 0.3 * p[i];
+  return g;
+}
+
+// Runs `steps` steps of `opt` on a parameter starting at p0 and returns the
+// values after each step.
+template <class Make>
+std::vector<std::vector<double>> run(Make make, const std::vector<double>& p0, int steps) {
+  Tensor p = tg::tensor(p0, {int64_t(p0.size())}, kF64).requires_grad_();
+  auto opt = make(std::vector<Tensor>{p});
+  std::vector<std::vector<double>> out;
+  for (int k = 0; k < steps; ++k) {
+    opt->zero_grad();
+    p.mutable_grad() = tg::tensor(grad_at(k, p.to_vector<double>()), {int64_t(p0.size())}, kF64);
+    opt->step();
+    out.push_back(p.to_vector<double>());
+  }
+  return out;
+}
+
+void expect_near_all(const std::vector<std::vector<double>>& got, const std::vector<std::vector<double>>& want,
+                     const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k)
+    for (size_t i = 0; i < got[k].size(); ++i)
+      EXPECT_NEAR(got[k][i], want[k][i], 1e-13 * (1 + std::abs(want[k][i]))) << what << " step " << k << " elem " << i;
+}
+
+const std::vector<double> kP0{0.5, -1.25, 2.0, 0.0, 3.5};
+
+TEST(Optim, SgdMatchesTheReferenceInEveryMode) {
+  struct Case {
+    optim::SGDOptions o;
+    const char* what;
+  };
+  std::vector<Case> cases{{{0.1, 0, 0, 0, false}, "plain"},
+                          {{0.1, 0.9, 0, 0, false}, "momentum"},
+                          {{0.05, 0.9, 0.1, 0.01, false}, "momentum, dampening, weight decay"},
+                          {{0.05, 0.8, 0, 0.02, true}, "nesterov, weight decay"}};
+  for (const Case& c : cases) {
+    auto got = run([&](std::vector<Tensor> ps) { return std::make_unique<optim::SGD>(ps, c.o); }, kP0, 6);
+    std::vector<double> p = kP0, buf;
+    std::vector<std::vector<double>> want;
+    for (int k = 0; k < 6; ++k) {
+      std::vector<double> g = grad_at(k, p);
+      for (size_t i = 0; i < p.size(); ++i) g[i] += c.o.weight_decay * p[i];
+      if (c.o.momentum != 0) {
+        if (buf.empty()) {
+          buf = g;
+        } else {
+          for (size_t i = 0; i < p.size(); ++i) buf[i] = c.o.momentum * buf[i] + (1 - c.o.dampening) * g[i];
+        }
+        for (size_t i = 0; i < p.size(); ++i) g[i] = c.o.nesterov ? g[i] + c.o.momentum * buf[i] : buf[i];
+      }
+      for (size_t i = 0; i < p.size(); ++i) p[i] -= c.o.lr * g[i];
+      want.push_back(p);
+    }
+    expect_near_all(got, want, c.what);
+  }
+  EXPECT_ERROR_CONTAINS(optim::SGD({tg::zeros({1}).requires_grad_()}, {0.1, 0, 0, 0, true}), "Nesterov");
+}
+
+std::vector<std::vector<double>> adam_reference(const optim::AdamOptions& o, bool decoupled, int steps) {
+  std::vector<double> p = kP0, m(p.size(), 0), v(p.size(), 0), vmax(p.size(), 0);
+  std::vector<std::vector<double>> want;
+  for (int k = 0; k < steps; ++k) {
+    std::vector<double> g = grad_at(k, p);
+    const int t = k + 1;
+    for (size_t i = 0; i < p.size(); ++i) {
+      if (decoupled) p[i] *= 1 - o.lr * o.weight_decay;
+      else g[i] += o.weight_decay * p[i];
+      m[i] = o.beta1 * m[i] + (1 - o.beta1) * g[i];
+      v[i] = o.beta2 * v[i] + (1 - o.beta2) * g[i] * g[i];
+      vmax[i] = std::max(vmax[i], v[i]);
+      const double bc1 = 1 - std::pow(o.beta1, t), bc2 = 1 - std::pow(o.beta2, t);
+      const double denom = std::sqrt(o.amsgrad ? vmax[i] : v[i]) / std::sqrt(bc2) + o.eps;
+      p[i] -= o.lr / bc1 * m[i] / denom;
+    }
+    want.push_back(p);
+  }
+  return want;
+}
+
+TEST(Optim, AdamAndAdamWMatchTheReference) {
+  for (bool amsgrad : {false, true}) {
+    for (double wd : {0.0, 0.05}) {
+      optim::AdamOptions o;
+      o.lr = 0.05;
+      o.weight_decay = wd;
+      o.amsgrad = amsgrad;
+      const std::string what = std::string(amsgrad ? "amsgrad" : "adam") + " wd " + std::to_string(wd);
+      expect_near_all(run([&](std::vector<Tensor> ps) { return std::make_unique<optim::Adam>(ps, o); }, kP0, 8),
+                      adam_reference(o, false, 8), "Adam " + what);
+      expect_near_all(run([&](std::vector<Tensor> ps) { return std::make_unique<optim::AdamW>(ps, o); }, kP0, 8),
+                      adam_reference(o, true, 8), "AdamW " + what);
+    }
+  }
+  EXPECT_EQ(optim::AdamW::AdamWDefaults().weight_decay, 1e-2);
+}
+
+// Parameters without a gradient are left alone; parameters keep their
+// addresses; bad parameters are refused naming the optimizer.
+TEST(Optim, StepSkipsParametersWithoutGradientsAndUpdatesInPlace) {
+  Tensor a = tg::ones({3}, kF64).requires_grad_(), b = tg::ones({2}, kF64).requires_grad_();
+  optim::Adam opt({a, b});
+  const void* addr = a.data_ptr();
+  (a * 2.0).sum().backward();
+  opt.step();
+  EXPECT_EQ(a.data_ptr(), addr);
+  EXPECT_LT(a.to_vector<double>()[0], 1.0);
+  EXPECT_EQ(b.to_vector<double>(), (std::vector<double>{1.0, 1.0}));
+  EXPECT_EQ(opt.steps(), 1);
+  EXPECT_ERROR_CONTAINS(optim::SGD({tg::ones({2}, tg::TensorOptions().dtype(tg::kInt64))}), "SGD: parameter 0");
+  EXPECT_ERROR_CONTAINS(optim::SGD({a, a}), "is the same tensor as parameter 0");
+  EXPECT_ERROR_CONTAINS(optim::Adam({a}, optim::AdamOptions{0.1, 1.0}), "betas must be in [0, 1)");
+}
+
+// An MLP fitted to sin with Adam: the loss falls by two orders of magnitude.
+TEST(Optim, AdamTrainsAnMlp) {
+  tg::manual_seed(0);
+  auto net = tg::nn::MLP({1, 32, 32, 1}, "tanh", kF64);
+  Tensor x = tg::rand({128, 1}, kF64) * 6.0 - 3.0, y = tg::sin(x);
+  optim::AdamOptions o;
+  o.lr = 1e-2;
+  optim::Adam opt(net->parameters(), o);
+  double first = 0, last = 0;
+  for (int k = 0; k < 400; ++k) {
+    opt.zero_grad();
+    Tensor loss = ((*net)(x) - y).square().mean();
+    loss.backward();
+    opt.step();
+    (k == 0 ? first : last) = loss.item<double>();
+  }
+  EXPECT_LT(last, first / 100) << "first " << first << " last " << last;
+}
+
+TEST(Optim, SchedulersFollowTheirClosedForms) {
+  Tensor p = tg::zeros({1}).requires_grad_();
+  optim::SGD opt({p}, {1.0});
+  optim::StepLR step(opt, 3, 0.5);
+  std::vector<double> lrs;
+  for (int e = 0; e < 7; ++e) {
+    step.step();
+    lrs.push_back(opt.lr());
+  }
+  EXPECT_EQ(lrs, (std::vector<double>{1, 1, 0.5, 0.5, 0.5, 0.25, 0.25}));
+  opt.set_lr(2.0);
+  optim::CosineAnnealingLR cos(opt, 4, 0.1);
+  const double pi = std::acos(-1.0);
+  for (int e = 1; e <= 4; ++e) {
+    cos.step();
+    EXPECT_NEAR(opt.lr(), 0.1 + 1.9 * (1 + std::cos(pi * e / 4)) / 2, 1e-15) << e;
+  }
+  EXPECT_NEAR(opt.lr(), 0.1, 1e-15);
+  opt.set_lr(1.0);
+  optim::ReduceLROnPlateau plateau(opt, 0.5, /*patience=*/2, 1e-4, /*cooldown=*/1, /*min_lr=*/0.2);
+  // Improves, then stalls: the rate halves after 3 epochs without improvement,
+  // waits one (cooldown), halves again, and stops at min_lr.
+  std::vector<double> got;
+  for (double metric : {1.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5}) {
+    plateau.step(metric);
+    got.push_back(opt.lr());
+  }
+  EXPECT_EQ(got, (std::vector<double>{1, 1, 1, 1, 0.5, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25}));
+  plateau.step(0.5);
+  plateau.step(0.5);
+  plateau.step(0.5);
+  plateau.step(0.5);
+  EXPECT_EQ(opt.lr(), 0.2);
+}
+
+}  // namespace

@@ -152,6 +152,61 @@ TEST(Optim, AdamTrainsAnMlp) {
   EXPECT_LT(last, first / 100) << "first " << first << " last " << last;
 }
 
+// L-BFGS: on a quadratic 0.5 x^T A x - b^T x (A symmetric positive definite)
+// it reaches the minimizer, where A x = b; with the strong-Wolfe line search
+// it also solves Rosenbrock's function; bad use is refused.
+TEST(Optim, LbfgsSolvesAQuadraticAndRosenbrock) {
+  tg::manual_seed(21);
+  const int64_t n = 10;
+  Tensor m = tg::randn({n, n}, kF64);
+  Tensor a = tg::mm(m, m.t()) + tg::eye(n, kF64), b = tg::randn({n}, kF64);
+  for (bool wolfe : {true, false}) {
+    SCOPED_TRACE(wolfe ? "strong Wolfe" : "fixed steps");
+    Tensor x = tg::zeros({n}, kF64).requires_grad_();
+    optim::LBFGSOptions o;
+    o.strong_wolfe = wolfe;
+    o.max_iter = 200;
+    o.max_eval = 400;
+    o.tolerance_grad = 1e-11;
+    o.tolerance_change = 1e-14;
+    o.lr = wolfe ? 1.0 : 0.5;
+    optim::LBFGS opt({x}, o);
+    auto closure = [&] {
+      opt.zero_grad();
+      Tensor loss = 0.5 * tg::dot(x, tg::matmul(a, x)) - tg::dot(b, x);
+      loss.backward();
+      return loss;
+    };
+    for (int s = 0; s < 5; ++s) opt.step(closure);
+    // From |b| ~ 2 to about sqrt(machine epsilon): below that the loss (~10)
+    // cannot tell the iterates apart.
+    Tensor residual = tg::matmul(a, x.detach()) - b;
+    EXPECT_LT(tg::amax(tg::abs(residual)).item<double>(), 1e-6) << opt.evaluations() << " evaluations";
+  }
+  Tensor xy = tg::tensor({-1.5, 2.0}, {2}, kF64).requires_grad_();
+  optim::LBFGSOptions o;
+  o.strong_wolfe = true;
+  o.max_iter = 500;
+  o.max_eval = 1000;
+  o.tolerance_grad = 1e-12;
+  o.tolerance_change = 1e-16;
+  optim::LBFGS opt({xy}, o);
+  auto rosen = [&] {
+    opt.zero_grad();
+    Tensor u = xy.select(0, 0), v = xy.select(0, 1);
+    Tensor loss = (1.0 - u).square() + 100.0 * (v - u.square()).square();
+    loss.backward();
+    return loss;
+  };
+  const double first = opt.step(rosen);
+  EXPECT_NEAR(first, 6.25 + 100 * 0.0625, 1e-12);  // f(-1.5, 2)
+  for (int s = 0; s < 3; ++s) opt.step(rosen);
+  EXPECT_NEAR(xy.to_vector<double>()[0], 1.0, 1e-6);
+  EXPECT_NEAR(xy.to_vector<double>()[1], 1.0, 1e-6);
+  EXPECT_ERROR_CONTAINS(opt.step(), "LBFGS: step() needs a closure");
+  EXPECT_ERROR_CONTAINS(optim::LBFGS({xy, tg::zeros({1}).requires_grad_()}), "one dtype and device");
+}
+
 TEST(Optim, SchedulersFollowTheirClosedForms) {
   Tensor p = tg::zeros({1}).requires_grad_();
   optim::SGD opt({p}, {1.0});

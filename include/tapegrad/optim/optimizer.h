@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include <tapegrad/tensor/tensor.h>
@@ -96,6 +97,42 @@ class AdamW : public Adam {
   AdamW(std::vector<Tensor> params, AdamOptions options = AdamWDefaults());
   /// AdamOptions with weight_decay = 1e-2.
   static AdamOptions AdamWDefaults();
+};
+
+/// L-BFGS's settings (torch.optim.LBFGS's).
+struct LBFGSOptions {
+  double lr = 1;                    ///< step length (the line search's first trial)
+  int64_t max_iter = 20;            ///< iterations per step()
+  int64_t max_eval = 0;             ///< closure calls per step() (0: max_iter * 5 / 4)
+  double tolerance_grad = 1e-7;     ///< stop when max |gradient| is at most this
+  double tolerance_change = 1e-9;   ///< stop when the step or the loss change is below this
+  int64_t history_size = 100;       ///< curvature pairs kept
+  bool strong_wolfe = false;        ///< line search with the strong Wolfe conditions (else fixed steps)
+};
+
+/// Limited-memory BFGS over all parameters as one vector, optionally with a
+/// strong-Wolfe line search (the usual choice for PINNs after Adam). Each
+/// step() runs up to max_iter iterations, calling `closure` (which must zero
+/// the gradients, compute the loss, call backward and return the loss) to
+/// evaluate; the loss and gradient norms are read on the host.
+class LBFGS : public Optimizer {
+ public:
+  /// The optimizer over `params`.
+  LBFGS(std::vector<Tensor> params, LBFGSOptions options = {});
+  /// Not available: L-BFGS needs a closure (step(closure)); throws.
+  void step() override;
+  /// Up to max_iter iterations; returns the loss of the first evaluation.
+  double step(const std::function<Tensor()>& closure);
+  /// Closure calls so far, over all steps.
+  int64_t evaluations() const { return evals_; }
+
+ private:
+  LBFGSOptions o_;
+  int64_t evals_ = 0, iter_ = 0;
+  Tensor d_, prev_g_;     // direction, previous gradient (flat)
+  double t_ = 0, h_diag_ = 1, prev_loss_ = 0;
+  std::vector<Tensor> old_y_, old_s_;
+  std::vector<double> ro_;
 };
 
 /// Multiplies the learning rate by gamma every step_size epochs (StepLR).

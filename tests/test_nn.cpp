@@ -1,5 +1,6 @@
 // nn (docs/NN.md): modules, their parameters and state, placement, and the
 // safetensors format against a file written by hand to the published layout.
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -42,6 +43,39 @@ TEST(NN, MlpRegistersItsLayersAndComputesTheComposition) {
   for (const Tensor& t : mlp->parameters()) EXPECT_FALSE(t.grad().defined());
   EXPECT_ERROR_CONTAINS(nn::MLP({2, 4}, "swish"), "unknown activation 'swish'");
   EXPECT_ERROR_CONTAINS(nn::MLP({2}), "at least the input and output sizes");
+}
+
+// Initialisers: bounds and moments from their formulas, reproducible from
+// the seed, in place.
+TEST(NN, InitialisersFollowTheirFormulas) {
+  namespace init = tg::nn::init;
+  auto o = tg::TensorOptions().dtype(tg::kFloat64);
+  Tensor w = tg::empty({400, 300}, o);  // fan_in 300, fan_out 400
+  const void* addr = w.data_ptr();
+  tg::manual_seed(6);
+  init::xavier_uniform_(w, 2.0);
+  EXPECT_EQ(w.data_ptr(), addr);
+  const double a = 2.0 * std::sqrt(6.0 / 700);
+  EXPECT_LE(tg::amax(tg::abs(w)).item<double>(), a);
+  EXPECT_NEAR(w.square().mean().item<double>(), a * a / 3, 0.02 * a * a / 3);  // variance of U(-a, a)
+  Tensor w2 = tg::empty({400, 300}, o);
+  tg::manual_seed(6);
+  init::xavier_uniform_(w2, 2.0);
+  EXPECT_TRUE(tg::equal(w, w2));
+  init::kaiming_normal_(w, 0, "fan_out", "relu");
+  EXPECT_NEAR(w.square().mean().item<double>(), 2.0 / 400, 0.02 * 2.0 / 400);
+  EXPECT_NEAR(w.mean().item<double>(), 0.0, 0.01 * std::sqrt(2.0 / 400));
+  init::kaiming_uniform_(w, std::sqrt(5.0));  // Linear's default: bound 1 / sqrt(fan_in)
+  EXPECT_LE(tg::amax(tg::abs(w)).item<double>(), 1 / std::sqrt(300.0) + 1e-15);
+  EXPECT_GT(tg::amax(tg::abs(w)).item<double>(), 0.99 / std::sqrt(300.0));
+  init::xavier_normal_(w);
+  EXPECT_NEAR(w.square().mean().item<double>(), 2.0 / 700, 0.02 * 2.0 / 700);
+  init::constant_(w, 0.5);
+  EXPECT_EQ(tg::amin(w).item<double>(), 0.5);
+  EXPECT_EQ(init::calculate_gain("tanh"), 5.0 / 3);
+  EXPECT_ERROR_CONTAINS(init::xavier_uniform_(tg::empty({3})), "at least 2 dimensions, got shape [3]");
+  EXPECT_ERROR_CONTAINS(init::kaiming_normal_(w, 0, "fan_sideways"), "mode must be fan_in or fan_out");
+  EXPECT_ERROR_CONTAINS(init::calculate_gain("swish"), "unknown nonlinearity 'swish'");
 }
 
 TEST(NN, LinearInitialisesAsLibTorchAndReproduciblyFromTheSeed) {

@@ -6,6 +6,7 @@
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/cuda/graph.h>
 #include <tapegrad/cuda/stream.h>
+#include <tapegrad/nn/init.h>
 #include <tapegrad/nn/module.h>
 #include <tapegrad/nn/modules.h>
 #include <tapegrad/nn/serialize.h>

@@ -41,6 +41,14 @@ TEST(NN, MlpRegistersItsLayersAndComputesTheComposition) {
   for (const Tensor& t : mlp->parameters()) EXPECT_EQ(tg::amax(tg::abs(t.grad())).item<double>(), 0.0);
   mlp->zero_grad();
   for (const Tensor& t : mlp->parameters()) EXPECT_FALSE(t.grad().defined());
+  std::vector<std::string> mods;
+  for (const auto& e : mlp->named_modules()) mods.push_back(e.first);
+  EXPECT_EQ(mods, (std::vector<std::string>{"0", "1", "2", "3", "4"}));
+  std::ostringstream printed;
+  printed << *nn::MLP({2, 3, 1});
+  EXPECT_EQ(printed.str(),
+            "Sequential (\n  (0): Linear(in_features=2, out_features=3, bias=true)\n  (1): Tanh\n"
+            "  (2): Linear(in_features=3, out_features=1, bias=true)\n)");
   EXPECT_ERROR_CONTAINS(nn::MLP({2, 4}, "swish"), "unknown activation 'swish'");
   EXPECT_ERROR_CONTAINS(nn::MLP({2}), "at least the input and output sizes");
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <ostream>
 #include <set>
 
 #include <tapegrad/autograd/grad_mode.h>
@@ -86,6 +87,35 @@ std::vector<std::shared_ptr<Module>> Module::children() const {
   std::vector<std::shared_ptr<Module>> v;
   for (const auto& c : children_) v.push_back(c.second);
   return v;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules() const {
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
+  for (const auto& [n, c] : children_) {
+    out.emplace_back(n, c);
+    for (auto& [sn, sc] : c->named_modules()) out.emplace_back(n + "." + sn, sc);
+  }
+  return out;
+}
+
+namespace {
+void print(std::ostream& os, const Module& m, int indent) {
+  os << m.extra_repr();
+  auto kids = m.named_children();
+  if (kids.empty()) return;
+  os << " (\n";
+  for (const auto& [n, c] : kids) {
+    os << std::string(size_t(indent + 2), ' ') << "(" << n << "): ";
+    print(os, *c, indent + 2);
+    os << "\n";
+  }
+  os << std::string(size_t(indent), ' ') << ")";
+}
+}  // namespace
+
+std::ostream& operator<<(std::ostream& os, const Module& m) {
+  print(os, m, 0);
+  return os;
 }
 
 void Module::train(bool on) {

@@ -24,6 +24,11 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool has_bias, TensorO
 
 Tensor Linear::forward(const Tensor& x) { return tg::linear(x, weight, bias); }
 
+std::string Linear::extra_repr() const {
+  return "Linear(in_features=" + std::to_string(weight.size(1)) + ", out_features=" +
+         std::to_string(weight.size(0)) + ", bias=" + (bias.defined() ? "true" : "false") + ")";
+}
+
 Sequential::Sequential() : Module("Sequential") {}
 
 Sequential::Sequential(std::vector<std::shared_ptr<Module>> modules) : Sequential() {

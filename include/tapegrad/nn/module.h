@@ -11,6 +11,7 @@
 //   place): shapes must match, dtypes and devices are converted.
 #pragma once
 
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <utility>
@@ -55,7 +56,13 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
   /// The direct submodules.
   std::vector<std::shared_ptr<Module>> children() const;
+  /// Every submodule below this one, depth first, with dotted names.
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules() const;
   ///@}
+
+  /// One line describing the module itself, e.g. "Linear(in_features=2,
+  /// out_features=64, bias=true)"; the type name by default.
+  virtual std::string extra_repr() const { return type_name_; }
 
   /// @name Mode, placement, gradients and state
   ///@{
@@ -102,5 +109,9 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
 };
+
+/// Prints the module tree as LibTorch does: the module, then its children
+/// indented, each "(name): ...".
+std::ostream& operator<<(std::ostream& os, const Module& m);
 
 }  // namespace tg::nn

@@ -156,6 +156,15 @@ Tensor unary(UnaryOp op, const Tensor& x, const char* name, bool float_only,
   return cast(out, rt);
 }
 
+// The shape of `self (op)= other`: other broadcast to self's shape, which
+// the result cannot change.
+IntList inplace_shape(const Tensor& self, const Tensor& other, const char* name) {
+  IntList shape = broadcast_shapes(self.sizes(), other.sizes(), name);
+  TG_CHECK(shape == self.sizes(), name, ": output with shape ", shape_str(self.sizes()),
+           " doesn't match the broadcast shape ", shape_str(shape));
+  return shape;
+}
+
 // self op= other, in place: other broadcasts to self; the promoted dtype
 // must be castable to self's (no float -> integer, nothing -> Bool).
 const Tensor& inplace_binary(const Tensor& self, BinaryOp op, const Tensor& other,
@@ -167,10 +176,7 @@ const Tensor& inplace_binary(const Tensor& self, BinaryOp op, const Tensor& othe
   bool castable = self.dtype() == rt || is_floating_point(self.dtype());
   TG_CHECK(castable, name, ": result type ", rt,
            " can't be cast to the desired output type ", self.dtype());
-  IntList shape = broadcast_shapes(self.sizes(), other.sizes(), name);
-  TG_CHECK(shape == self.sizes(), name, ": output with shape ",
-           shape_str(self.sizes()), " doesn't match the broadcast shape ",
-           shape_str(shape));
+  const IntList shape = inplace_shape(self, other, name);
   detail::check_writable(self, name);
   Tensor src = detail::may_overlap(self, other) ? other.clone() : other;
   ScalarType ct = compute_type(rt);
@@ -386,9 +392,7 @@ static bool add_scaled_(const Tensor& self, const Tensor& o, Scalar alpha, const
       promote_with_scalar(self.dtype(), alpha.is_integral()) != self.dtype() ||
       detail::may_overlap(self, o))
     return false;
-  const IntList shape = broadcast_shapes(self.sizes(), o.sizes(), name);
-  TG_CHECK(shape == self.sizes(), name, ": output with shape ", shape_str(self.sizes()),
-           " doesn't match the broadcast shape ", shape_str(shape));
+  const IntList shape = inplace_shape(self, o, name);
   detail::check_writable(self, name);
   const auto [ad, ai] = scalar_in(alpha, self.dtype());
   be.add_scaled(self, self, raw::expand(o, shape), ad, ai);

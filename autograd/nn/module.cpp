@@ -1,7 +1,9 @@
 #include <tapegrad/nn/module.h>
+#include "autograd/nn/grads.h"
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <ostream>
 #include <set>
 
@@ -158,8 +160,9 @@ void Module::to(ScalarType dtype) {
   });
 }
 
-void Module::zero_grad(bool set_to_none) {
-  for (const Tensor& p : parameters()) {
+namespace detail {
+void zero_grads(const std::vector<Tensor>& params, bool set_to_none) {
+  for (const Tensor& p : params) {
     if (!p.grad().defined()) continue;
     if (set_to_none) {
       p.mutable_grad() = Tensor();
@@ -169,6 +172,9 @@ void Module::zero_grad(bool set_to_none) {
     }
   }
 }
+}  // namespace detail
+
+void Module::zero_grad(bool set_to_none) { detail::zero_grads(parameters(), set_to_none); }
 
 NamedTensors Module::state_dict() const {
   NamedTensors out;
@@ -180,24 +186,25 @@ NamedTensors Module::state_dict() const {
 void Module::load_state_dict(const NamedTensors& state, bool strict) {
   NamedTensors mine = named_parameters();
   for (auto& e : named_buffers()) mine.push_back(e);
-  std::set<std::string> given;
-  for (const auto& e : state) {
-    TG_CHECK(given.insert(e.first).second, type_name_, ".load_state_dict: the key '", e.first,
+  std::map<std::string, const Tensor*> given;  // the state by name
+  for (const auto& e : state)
+    TG_CHECK(given.emplace(e.first, &e.second).second, type_name_, ".load_state_dict: the key '", e.first,
              "' appears twice");
-  }
   std::vector<std::string> missing, unexpected;
+  std::vector<std::pair<Tensor, const Tensor*>> loads;  // (ours, the state's)
   std::set<std::string> known;
   for (const auto& [n, t] : mine) {
     known.insert(n);
-    auto it = std::find_if(state.begin(), state.end(), [&](const auto& e) { return e.first == n; });
-    if (it == state.end()) {
+    auto it = given.find(n);
+    if (it == given.end()) {
       missing.push_back(n);
       continue;
     }
-    const Tensor& src = it->second;
+    const Tensor& src = *it->second;
     TG_CHECK(src.defined(), type_name_, ".load_state_dict: '", n, "' is an undefined tensor");
     TG_CHECK(src.sizes() == t.sizes(), type_name_, ".load_state_dict: size mismatch for '", n,
              "': the module has ", t.sizes(), ", the state ", src.sizes());
+    loads.emplace_back(t, &src);
   }
   for (const auto& e : state)
     if (!known.count(e.first)) unexpected.push_back(e.first);
@@ -209,10 +216,7 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
              "); pass strict = false to load the matching ones");
   }
   autograd::NoGradGuard no_grad;
-  for (const auto& [n, t] : mine) {
-    auto it = std::find_if(state.begin(), state.end(), [&](const auto& e) { return e.first == n; });
-    if (it != state.end()) t.copy_(it->second.to(t.device()).to(t.dtype()));
-  }
+  for (const auto& [t, src] : loads) t.copy_(src->to(t.device()).to(t.dtype()));
 }
 
 }  // namespace tg::nn

@@ -1,4 +1,5 @@
 #include <tapegrad/optim/optimizer.h>
+#include "autograd/nn/grads.h"
 
 #include <algorithm>
 #include <cmath>
@@ -23,17 +24,7 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr, const char* name)
   }
 }
 
-void Optimizer::zero_grad(bool set_to_none) {
-  for (const Tensor& p : params_) {
-    if (!p.grad().defined()) continue;
-    if (set_to_none) {
-      p.mutable_grad() = Tensor();
-    } else {
-      autograd::NoGradGuard no_grad;
-      p.grad().zero_();
-    }
-  }
-}
+void Optimizer::zero_grad(bool set_to_none) { nn::detail::zero_grads(params_, set_to_none); }
 
 void Optimizer::set_lr(double lr) {
   TG_CHECK(lr >= 0, name_, ": the learning rate must be >= 0, got ", lr);

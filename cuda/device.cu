@@ -2,6 +2,7 @@
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/cuda/stream.h>
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -90,6 +91,9 @@ DeviceProperties get_device_properties(int device) {
   r.multiprocessor_count = p.multiProcessorCount;
   return r;
 }
+
+void profiler_start() { TG_CUDA_CHECK(cudaProfilerStart(), "cuda::profiler_start"); }
+void profiler_stop() { TG_CUDA_CHECK(cudaProfilerStop(), "cuda::profiler_stop"); }
 
 void self_test(int device) {
   check_device(device, "cuda::self_test");

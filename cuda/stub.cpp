@@ -20,6 +20,8 @@ bool is_available() { return false; }
 int device_count() { return 0; }
 DeviceProperties get_device_properties(int) { no_cuda("get_device_properties"); }
 void self_test(int) { no_cuda("cuda::self_test"); }
+void profiler_start() { no_cuda("cuda::profiler_start"); }
+void profiler_stop() { no_cuda("cuda::profiler_stop"); }
 void set_allow_tf32(bool) {}
 bool allow_tf32() { return false; }
 

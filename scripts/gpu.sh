@@ -9,6 +9,8 @@
 #   scripts/gpu.sh peers      the LibTorch engine-overhead peer, CPU and CUDA
 #   scripts/gpu.sh pinn       the PINN step, eager and graphed, side by side with
 #                             PyTorch eager, torch.cuda.graph and JAX jit
+#   scripts/gpu.sh profile    per-kernel GPU time of one replay of the graphed PINN
+#                             step, ours and PyTorch's (ncu, graph nodes one by one)
 #   scripts/gpu.sh hessian    the Hessian benchmark side by side with LibTorch,
 #                             PyTorch eager, torch.func and JAX (needs peers built)
 # Logs go to $OUT (or ./gpu-logs). Several steps may be given in order.
@@ -56,7 +58,15 @@ for step in "$@"; do
       build-peers/engine_overhead_libtorch cuda | tee "$OUT/peers.txt"
       build-peers/engine_overhead_libtorch | tee -a "$OUT/peers.txt" ;;
     pinn)
-      python3 bench/peers/pinn_peers.py ${PINN_ARGS:-} 2>&1 | tee "$OUT/pinn_peers.txt" ;;
+      python3 bench/peers/pinn_peers.py ${PINN_ARGS:-} 2>&1 | tee -a "$OUT/pinn_peers.txt" ;;
+    profile)
+      for who in tapegrad torch; do
+        if [ $who = tapegrad ]; then cmd=($B/bench/pinn_step --no-eager --steps 20 --repeats 1 --profile)
+        else cmd=(python3 bench/peers/pinn_peers.py --frameworks graph --steps 20 --profile); fi
+        ncu --profile-from-start off --graph-profiling node --metrics gpu__time_duration.sum --csv \
+          "${cmd[@]}" > "$OUT/ncu_$who.csv" 2> "$OUT/ncu_$who.err" || { tail -5 "$OUT/ncu_$who.err"; rc=1; continue; }
+        python3 scripts/ncu_summary.py "$OUT/ncu_$who.csv" | tee "$OUT/ncu_$who.txt" | head -40
+      done ;;
     hessian)
       python3 bench/peers/hessian_peers.py ${HESSIAN_ARGS:-} 2>&1 | tee "$OUT/hessian_peers.txt" ;;
     *) echo "unknown step $step"; exit 2 ;;

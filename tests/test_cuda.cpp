@@ -48,6 +48,19 @@ TEST(Cuda, CudaTensorsWorkOrAreRefusedClearly) {
   }
 }
 
+// The profiler range is a no-op without a profiler attached; without a GPU
+// (or without the CUDA backend) it is refused with the call's name.
+TEST(Cuda, ProfilerRangeRunsOrIsRefusedClearly) {
+  if (tg::cuda::is_available()) {
+    tg::cuda::profiler_start();
+    EXPECT_EQ((tg::ones({4}, tg::Device(tg::kCUDA)) * 2).sum().item<float>(), 8.0f);
+    tg::cuda::profiler_stop();
+    return;
+  }
+  EXPECT_ERROR_CONTAINS(tg::cuda::profiler_start(), "cuda::profiler_start");
+  EXPECT_ERROR_CONTAINS(tg::cuda::profiler_stop(), "cuda::profiler_stop");
+}
+
 TEST(CudaGpu, DevicePropertiesAndSelfTest) {
   REQUIRE_GPU();
   ASSERT_GE(tg::cuda::device_count(), 1);

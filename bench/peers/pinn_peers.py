@@ -102,7 +102,14 @@ def run_torch_graph(a):
     def replay():
         x.copy_(fresh)
         g.replay()
-    return ms_per_step(replay, torch.cuda.synchronize, a.steps)
+    ms = ms_per_step(replay, torch.cuda.synchronize, a.steps)
+    if a.profile:  # one replay for ncu --profile-from-start off
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        g.replay()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+    return ms
 
 
 def run_jax(a):
@@ -165,6 +172,8 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--frameworks", default="tapegrad,eager,graph,jax")
     p.add_argument("--out")
+    p.add_argument("--profile", action="store_true",
+                   help="bracket one replay of PyTorch's graph with cudaProfilerStart/Stop")
     p.add_argument("--dump", help="write PyTorch's captured graph there (DOT)")
     a = p.parse_args()
     rows = {}

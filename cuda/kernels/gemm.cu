@@ -4,6 +4,7 @@
 #include <cublas_v2.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -61,6 +62,35 @@ struct ThreadHandles {
   }
 };
 
+// Bytes of cuBLAS workspace per stream. CUBLAS_WORKSPACE_CONFIG, when set,
+// decides as it does for cuBLAS itself (":KiB:count" pairs, summed); else 32
+// MiB on Hopper and later, 4 MiB before (cuBLAS's recommended sizes). The
+// size matters beyond memory: cuBLAS's heuristics pick deeper split-K for
+// the long, thin products of weight gradients when the workspace allows it.
+size_t workspace_bytes(int device) {
+  static size_t sizes[64] = {};
+  static std::once_flag once[64];
+  std::call_once(once[device], [device] {
+    size_t bytes = 0;
+    if (const char* cfg = std::getenv("CUBLAS_WORKSPACE_CONFIG")) {
+      const char* p = cfg;
+      while (*p == ':') {
+        char* end = nullptr;
+        unsigned long long kib = std::strtoull(p + 1, &end, 10);
+        if (end == p + 1 || *end != ':') break;
+        p = end;
+        unsigned long long count = std::strtoull(p + 1, &end, 10);
+        if (end == p + 1) break;
+        bytes += size_t(kib) * 1024 * size_t(count);
+        p = end;
+      }
+    }
+    if (bytes == 0) bytes = size_t(get_device_properties(device).major >= 9 ? 32 : 4) << 20;
+    sizes[device] = bytes;
+  });
+  return sizes[device];
+}
+
 cublasHandle_t handle(int device, cudaStream_t stream) {
   thread_local ThreadHandles mine;
   TG_CHECK(device < 64, "bmm: device index ", device, " too large");
@@ -85,14 +115,14 @@ cublasHandle_t handle(int device, cudaStream_t stream) {
   // PyTorch does): it then never allocates, also under graph capture, and
   // picks the same algorithms captured and eager. Setting the stream resets
   // the workspace, so it is set again every time.
-  constexpr size_t kWorkspace = size_t(4) << 20;
+  const size_t bytes = workspace_bytes(device);
   thread_local std::unordered_map<cudaStream_t, void*> workspace[64];
   void*& ws = workspace[device][stream];
   if (!ws) {
     detail::RelaxedCaptureMode relaxed;
-    TG_CUDA_CHECK(cudaMalloc(&ws, kWorkspace), "bmm (cuBLAS workspace)");  // kept for the thread's life
+    TG_CUDA_CHECK(cudaMalloc(&ws, bytes), "bmm (cuBLAS workspace)");  // kept for the thread's life
   }
-  TG_CUBLAS_CHECK(cublasSetWorkspace(mine.h[device], ws, kWorkspace), "bmm");
+  TG_CUBLAS_CHECK(cublasSetWorkspace(mine.h[device], ws, bytes), "bmm");
   return mine.h[device];
 }
 
@@ -156,10 +186,22 @@ void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
   float one32 = 1, zero32 = 0;
   const void* alpha = f64 ? static_cast<const void*>(&one64) : &one32;
   const void* beta = f64 ? static_cast<const void*>(&zero64) : &zero32;
+  cublasHandle_t h = handle(out.device().index(), s);
+  cublasOperation_t opb = ob.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
+  cublasOperation_t opa = oa.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
+  if (B == 1) {
+    // A single product goes through cublasGemmEx: cuBLAS's heuristics for the
+    // non-batched call pick split-K for the long, thin products of weight
+    // gradients (k = batch), which the batched entry with one batch does not.
+    TG_CUBLAS_CHECK(cublasGemmEx(h, opb, opa, int(m), int(n), int(k), alpha, ob.t.data_ptr(), type,
+                                 int(ob.ld), oa.t.data_ptr(), type, int(oa.ld), beta, out.data_ptr(),
+                                 type, int(m), compute, CUBLAS_GEMM_DEFAULT),
+                    "bmm");
+    return;
+  }
   TG_CUBLAS_CHECK(
       cublasGemmStridedBatchedEx(
-          handle(out.device().index(), s), ob.row_major ? CUBLAS_OP_N : CUBLAS_OP_T,
-          oa.row_major ? CUBLAS_OP_N : CUBLAS_OP_T, int(m), int(n), int(k), alpha,
+          h, opb, opa, int(m), int(n), int(k), alpha,
           ob.t.data_ptr(), type, int(ob.ld), ob.batch_stride, oa.t.data_ptr(), type, int(oa.ld),
           oa.batch_stride, beta, out.data_ptr(), type, int(m), n * m, int(B), compute,
           CUBLAS_GEMM_DEFAULT),

@@ -32,6 +32,15 @@ void self_test(int device = 0);
 
 ///@{
 
+/// Brackets the region an external profiler collects (cudaProfilerStart /
+/// cudaProfilerStop, as torch.cuda.profiler.start/stop): run Nsight Compute
+/// with `--profile-from-start off` to profile only what lies between.
+void profiler_start();
+void profiler_stop();
+///@}
+
+///@{
+
 /// Float32 GEMMs may use TF32 tensor cores (10-bit mantissa inputs, f32
 /// accumulation). Off by default, as PyTorch's matmul.
 void set_allow_tf32(bool allow);

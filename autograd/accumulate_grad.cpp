@@ -2,6 +2,7 @@
 
 #include <tapegrad/autograd/autograd_meta.h>
 #include <tapegrad/autograd/grad_mode.h>
+#include <tapegrad/cuda/graph.h>
 #include "autograd/input_buffer.h"
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
@@ -61,6 +62,18 @@ void accumulate_grad(const Tensor& variable, Tensor& variable_grad,
     }
     variable_grad = raw::clone(incoming);
     return;
+  }
+  // A static .grad a captured graph depends on stays where it is: dense
+  // accumulation in place, anything that would replace it is an error.
+  if (cuda::static_in_use(variable)) {
+    if (!is_grad_enabled() && !variable_grad.is_sparse() && variable_grad.is_contiguous() &&
+        !impl::requires_grad(variable_grad)) {
+      raw::add_(variable_grad, incoming);
+      return;
+    }
+    cuda::detail::check_static_may_move(variable, "AccumulateGrad",
+                                        is_grad_enabled() ? "the .grad (create_graph accumulates out of place)"
+                                                          : "the .grad (a sparse or strided accumulation)");
   }
   // (4) create_graph: out of place (any pair), .grad gets history.
   if (is_grad_enabled()) {

@@ -233,6 +233,7 @@ void CUDAGraph::end_capture(bool abandon) {
     return;
   }
   graph_ = graph;
+  statics_ = detail::record_statics();
 }
 
 void CUDAGraph::capture_end() {
@@ -266,6 +267,7 @@ void CUDAGraph::instantiate() {
 void CUDAGraph::replay() {
   TG_CHECK(exec_ != nullptr, "replay: no instantiated graph (capture, and with keep_graph call "
            "instantiate())");
+  detail::check_statics(statics_, "replay");
   DeviceGuard g(device_);
   if (rng_ && rng_->consumed) {
     // Move the generator as the eager step would, and tell the graph where:
@@ -287,6 +289,7 @@ void CUDAGraph::reset() {
   if (graph_) (void)cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
   exec_ = graph_ = nullptr;
   rng_.reset();
+  statics_.reset();
   if (!keep_alive_.empty()) {
     // Host buffers may be in use by a replay still queued: wait for it
     // before they can be handed out again (freeing the pool's device

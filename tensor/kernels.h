@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
@@ -58,6 +59,25 @@ constexpr int kMaxFusedActivationOrder = 4;
 struct UnaryParams {
   double a = 0, b = 0;
   bool has_a = false, has_b = false;
+};
+
+// Multi-tensor optimizer updates (docs/OPTIM.md "Fused and capturable").
+// One list entry per parameter; every tensor of an update is contiguous, on
+// one device, of one dtype (Float32 or Float64). `steps` is a Float64 tensor
+// of per-parameter step counts (already incremented for this step) and
+// step_index[i] the entry of parameter i; `lr` a 0-dim Float64 tensor: both
+// read when the kernel runs, so a captured update stays right on replay.
+struct AdamUpdate {
+  double beta1, beta2, eps, weight_decay;
+  bool amsgrad, decoupled;  // decoupled: AdamW's weight decay
+};
+struct SGDUpdate {
+  double momentum, dampening, weight_decay;
+  bool nesterov;
+};
+struct TensorLists {
+  std::vector<Tensor> param, grad, state1, state2, state3;  // state: Adam m, v, vmax; SGD buf
+  std::vector<int64_t> step_index;
 };
 
 struct Backend {
@@ -126,6 +146,13 @@ struct Backend {
   // floating compute dtype; out contiguous (written, not accumulated).
   void (*spmm)(const Tensor& out, const Tensor& rows, const Tensor& cols, const Tensor& values,
                const Tensor& dense);
+  // Optional (null: the optimizers run their per-tensor ops). Adam/AdamW:
+  // state1 = m, state2 = v, state3 = max v (amsgrad). SGD: state1 = the
+  // momentum buffer (a step count of 1 initialises it with the gradient).
+  // multi_tensor_zero zeroes every tensor of `ts` (contiguous, any dtype).
+  void (*multi_tensor_adam)(const TensorLists& l, const Tensor& steps, const Tensor& lr, const AdamUpdate& u);
+  void (*multi_tensor_sgd)(const TensorLists& l, const Tensor& steps, const Tensor& lr, const SGDUpdate& u);
+  void (*multi_tensor_zero)(const std::vector<Tensor>& ts);
   // out[i] = the first position p in `sorted` with sorted[p] >= values[i]
   // (a vectorized lower bound); all Int64, contiguous, 1-D.
   void (*lower_bound)(const Tensor& out, const Tensor& sorted, const Tensor& values);

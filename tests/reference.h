@@ -3,6 +3,9 @@
 // library's kernels) and operand layouts for the op tests.
 #pragma once
 
+#include <algorithm>
+#include <cstdlib>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -149,6 +152,14 @@ inline Tensor make(const IntList& sizes, ScalarType dt, Layout l, double lo = -2
     }
   }
   return {};
+}
+
+// Replay counts of the graph tests; scripts/gpu.sh lowers them under
+// compute-sanitizer (TG_TEST_MAX_REPLAYS), whose racecheck would take hours
+// over the full counts.
+inline int replays(int n) {
+  const char* cap = std::getenv("TG_TEST_MAX_REPLAYS");
+  return cap ? std::min(n, std::atoi(cap)) : n;
 }
 
 constexpr ScalarType kFloatTypes[] = {tg::kFloat32, tg::kFloat64, tg::kBFloat16,

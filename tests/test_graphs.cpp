@@ -23,12 +23,7 @@ namespace cu = tg::cuda;
 const tg::Device kGpu(tg::kCUDA, 0);
 const tg::Device kCpu(tg::kCPU);
 
-// Replay counts; scripts/gpu.sh lowers them under compute-sanitizer, whose
-// racecheck would take hours over the full counts.
-int replays(int n) {
-  const char* cap = std::getenv("TG_TEST_MAX_REPLAYS");
-  return cap ? std::min(n, std::atoi(cap)) : n;
-}
+using tgtest::replays;
 
 struct Mlp {
   Tensor w1, b1, w2, b2;

@@ -22,14 +22,19 @@ std::vector<double> grad_at(int k, const std::vector<double>& p) {
 
 // Runs `steps` steps of `opt` on a parameter starting at p0 and returns the
 // values after each step.
+// On `dev` (CUDA: the multi-tensor update, asserted).
 template <class Make>
-std::vector<std::vector<double>> run(Make make, const std::vector<double>& p0, int steps) {
-  Tensor p = tg::tensor(p0, {int64_t(p0.size())}, kF64).requires_grad_();
+std::vector<std::vector<double>> run(Make make, const std::vector<double>& p0, int steps,
+                                     tg::Device dev = tg::Device(tg::kCPU)) {
+  Tensor p = tg::tensor(p0, {int64_t(p0.size())}, kF64).to(dev).requires_grad_();
   auto opt = make(std::vector<Tensor>{p});
+  if (dev.is_cuda()) {
+    EXPECT_TRUE(opt->fused());
+  }
   std::vector<std::vector<double>> out;
   for (int k = 0; k < steps; ++k) {
     opt->zero_grad();
-    p.mutable_grad() = tg::tensor(grad_at(k, p.to_vector<double>()), {int64_t(p0.size())}, kF64);
+    p.mutable_grad() = tg::tensor(grad_at(k, p.to_vector<double>()), {int64_t(p0.size())}, kF64).to(dev);
     opt->step();
     out.push_back(p.to_vector<double>());
   }
@@ -46,7 +51,7 @@ void expect_near_all(const std::vector<std::vector<double>>& got, const std::vec
 
 const std::vector<double> kP0{0.5, -1.25, 2.0, 0.0, 3.5};
 
-TEST(Optim, SgdMatchesTheReferenceInEveryMode) {
+void sgd_matches_reference(tg::Device dev) {
   struct Case {
     optim::SGDOptions o;
     const char* what;
@@ -56,7 +61,7 @@ TEST(Optim, SgdMatchesTheReferenceInEveryMode) {
                           {{0.05, 0.9, 0.1, 0.01, false}, "momentum, dampening, weight decay"},
                           {{0.05, 0.8, 0, 0.02, true}, "nesterov, weight decay"}};
   for (const Case& c : cases) {
-    auto got = run([&](std::vector<Tensor> ps) { return std::make_unique<optim::SGD>(ps, c.o); }, kP0, 6);
+    auto got = run([&](std::vector<Tensor> ps) { return std::make_unique<optim::SGD>(ps, c.o); }, kP0, 6, dev);
     std::vector<double> p = kP0, buf;
     std::vector<std::vector<double>> want;
     for (int k = 0; k < 6; ++k) {
@@ -75,6 +80,10 @@ TEST(Optim, SgdMatchesTheReferenceInEveryMode) {
     }
     expect_near_all(got, want, c.what);
   }
+}
+
+TEST(Optim, SgdMatchesTheReferenceInEveryMode) {
+  sgd_matches_reference(tg::Device(tg::kCPU));
   EXPECT_ERROR_CONTAINS(optim::SGD({tg::zeros({1}).requires_grad_()}, {0.1, 0, 0, 0, true}), "Nesterov");
 }
 
@@ -99,21 +108,93 @@ std::vector<std::vector<double>> adam_reference(const optim::AdamOptions& o, boo
   return want;
 }
 
-TEST(Optim, AdamAndAdamWMatchTheReference) {
+void adam_matches_reference(tg::Device dev, bool capturable) {
   for (bool amsgrad : {false, true}) {
     for (double wd : {0.0, 0.05}) {
       optim::AdamOptions o;
       o.lr = 0.05;
       o.weight_decay = wd;
       o.amsgrad = amsgrad;
+      o.capturable = capturable;
       const std::string what = std::string(amsgrad ? "amsgrad" : "adam") + " wd " + std::to_string(wd);
-      expect_near_all(run([&](std::vector<Tensor> ps) { return std::make_unique<optim::Adam>(ps, o); }, kP0, 8),
-                      adam_reference(o, false, 8), "Adam " + what);
-      expect_near_all(run([&](std::vector<Tensor> ps) { return std::make_unique<optim::AdamW>(ps, o); }, kP0, 8),
-                      adam_reference(o, true, 8), "AdamW " + what);
+      expect_near_all(
+          run([&](std::vector<Tensor> ps) { return std::make_unique<optim::Adam>(ps, o); }, kP0, 8, dev),
+          adam_reference(o, false, 8), "Adam " + what);
+      expect_near_all(
+          run([&](std::vector<Tensor> ps) { return std::make_unique<optim::AdamW>(ps, o); }, kP0, 8, dev),
+          adam_reference(o, true, 8), "AdamW " + what);
     }
   }
+}
+
+TEST(Optim, AdamAndAdamWMatchTheReference) {
+  adam_matches_reference(tg::Device(tg::kCPU), false);
   EXPECT_EQ(optim::AdamW::AdamWDefaults().weight_decay, 1e-2);
+  // capturable needs the multi-tensor update, which is CUDA's.
+  optim::AdamOptions o;
+  o.capturable = true;
+  EXPECT_ERROR_CONTAINS(optim::Adam({tg::zeros({2}).requires_grad_()}, o),
+                        "Adam: capturable needs float32/float64 contiguous parameters on one CUDA device "
+                        "(the multi-tensor update), but parameter 0 is on the CPU");
+}
+
+// The multi-tensor CUDA updates (fused) against the same references, plain
+// and capturable (state up front, parameters registered static).
+TEST(OptimGpu, MultiTensorUpdatesMatchTheReference) {
+  REQUIRE_GPU();
+  const tg::Device gpu(tg::kCUDA, 0);
+  sgd_matches_reference(gpu);
+  adam_matches_reference(gpu, false);
+  adam_matches_reference(gpu, true);
+}
+
+// Many parameters of two dtypes and several launches' worth (more than one
+// kernel argument list), some without gradients: the fused step equals the
+// per-tensor step on the CPU; zero_grad(set_to_none=false) zeroes them all.
+TEST(OptimGpu, MultiTensorStepOverManyParametersEqualsThePerTensorStep) {
+  REQUIRE_GPU();
+  const tg::Device gpu(tg::kCUDA, 0);
+  tg::manual_seed(5);
+  std::vector<Tensor> cpu, dev;
+  for (int i = 0; i < 130; ++i) {
+    auto dt = i % 3 == 0 ? tg::kFloat32 : tg::kFloat64;
+    int64_t n = i % 7 == 0 ? 0 : 1 + (i * 37) % 5000;  // zero-size ones too
+    Tensor p = tg::randn({n}, tg::TensorOptions().dtype(dt));
+    cpu.push_back(p.clone().requires_grad_());
+    dev.push_back(p.to(gpu).requires_grad_());
+  }
+  optim::AdamOptions o;
+  o.lr = 0.01;
+  o.weight_decay = 0.01;
+  optim::AdamW a_cpu(cpu, o), a_dev(dev, o);
+  ASSERT_TRUE(a_dev.fused());
+  ASSERT_FALSE(a_cpu.fused());
+  for (int k = 0; k < 3; ++k) {
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      if ((i + size_t(k)) % 5 == 0) {  // no gradient this step
+        cpu[i].mutable_grad() = Tensor();
+        dev[i].mutable_grad() = Tensor();
+        continue;
+      }
+      Tensor g = tg::randn(cpu[i].sizes(), cpu[i].options());
+      cpu[i].mutable_grad() = g;
+      dev[i].mutable_grad() = g.to(gpu);
+    }
+    a_cpu.step();
+    a_dev.step();
+  }
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const double tol = cpu[i].dtype() == tg::kFloat32 ? 2e-6 : 1e-13;
+    auto want = cpu[i].to_vector<double>(), got = dev[i].to(tg::Device(tg::kCPU)).to_vector<double>();
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t j = 0; j < want.size(); ++j)
+      ASSERT_NEAR(got[j], want[j], tol * (1 + std::abs(want[j]))) << "parameter " << i << " element " << j;
+  }
+  a_dev.zero_grad(/*set_to_none=*/false);
+  for (size_t i = 0; i < dev.size(); ++i)
+    if (dev[i].grad().defined()) {
+      EXPECT_EQ(tg::abs(dev[i].grad()).sum().item<double>(), 0.0) << "parameter " << i;
+    }
 }
 
 // Parameters without a gradient are left alone; parameters keep their

@@ -1,7 +1,10 @@
 #include <tapegrad/nn/module.h>
 #include "autograd/nn/grads.h"
+#include "tensor/kernels.h"
 
 #include <algorithm>
+
+#include <tapegrad/cuda/graph.h>
 #include <functional>
 #include <map>
 #include <ostream>
@@ -138,7 +141,10 @@ void move_in_place(const Tensor& t, const std::function<Tensor(const Tensor&)>& 
   if (!t.defined()) return;
   autograd::NoGradGuard no_grad;
   Tensor c = convert(t.detach());
-  if (c.impl() != t.impl()) t.impl()->set_data(*c.impl());
+  if (c.impl() != t.impl()) {
+    cuda::detail::check_static_may_move(t, "Module::to", "the data");
+    t.impl()->set_data(*c.impl());
+  }
   if (t.grad().defined()) {
     Tensor g = convert(t.grad());
     if (g.impl() != t.grad().impl()) t.grad().impl()->set_data(*g.impl());
@@ -162,15 +168,31 @@ void Module::to(ScalarType dtype) {
 
 namespace detail {
 void zero_grads(const std::vector<Tensor>& params, bool set_to_none) {
-  for (const Tensor& p : params) {
-    if (!p.grad().defined()) continue;
-    if (set_to_none) {
-      p.mutable_grad() = Tensor();
-    } else {
-      autograd::NoGradGuard no_grad;
-      p.grad().zero_();
-    }
+  if (set_to_none) {
+    for (const Tensor& p : params)
+      if (p.grad().defined()) cuda::detail::check_static_may_move(p, "zero_grad(set_to_none=true)", "the .grad");
+    for (const Tensor& p : params) p.mutable_grad() = Tensor();
+    return;
   }
+  autograd::NoGradGuard no_grad;
+  // Dense gradients on one CUDA device: one multi-tensor launch (no host
+  // sync, capturable); the rest one by one.
+  std::vector<Tensor> fused;
+  const kernels::Backend* cuda = nullptr;
+  for (const Tensor& p : params) {
+    const Tensor& g = p.grad();
+    if (!g.defined()) continue;
+    if (g.is_cuda() && !g.is_sparse() && g.is_contiguous() &&
+        (fused.empty() || fused[0].device() == g.device())) {
+      if (!cuda) cuda = &kernels::backend(g.device(), "zero_grad");
+      if (cuda->multi_tensor_zero) {
+        fused.push_back(g);
+        continue;
+      }
+    }
+    g.zero_();
+  }
+  if (!fused.empty()) cuda->multi_tensor_zero(fused);
 }
 }  // namespace detail
 

@@ -285,6 +285,7 @@ const kernels::Backend& backend() {
     register_reduce_index_random(t);
     register_gemm(t);
     register_sparse(t);
+    register_optim(t);
     return t;
   }();
   return b;

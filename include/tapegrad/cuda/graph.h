@@ -12,6 +12,10 @@
 
 #include <tapegrad/cuda/stream.h>
 
+namespace tg {
+class Tensor;
+}
+
 namespace tg::cuda {
 
 /// A memory pool of the caching allocator that captures allocate from: {0, 0}
@@ -84,6 +88,8 @@ class CUDAGraph {
   // Host memory the graph's nodes read or write (pinned buffers of captured
   // copies): alive until reset().
   std::vector<std::shared_ptr<void>> keep_alive_;
+  // The static tensors' addresses at capture end (checked by replay()).
+  std::shared_ptr<void> statics_;
   bool keep_graph_;
   void* graph_ = nullptr;  // cudaGraph_t
   void* exec_ = nullptr;   // cudaGraphExec_t
@@ -120,7 +126,36 @@ class Graph {
   int uncaught_;
 };
 
+///@{
+
+/// Static tensors (docs/GRAPHS.md "Static tensors"): tensors a graph reads
+/// and writes in place across replays, such as parameters, their .grad and
+/// optimizer state. A graph captured while `t` is registered records the
+/// addresses of `t` and of its .grad; replay() throws, naming `name`, when
+/// either moved, and while such a graph lives every operation of tapegrad
+/// that would move them (zero_grad with set_to_none, Module::to, a
+/// gradient accumulation that would replace the .grad) throws instead.
+/// Registering again renames; unregister_static() forgets `t` (graphs that
+/// recorded it still check it). The optimizers' register_static() and
+/// capturable mode register their parameters.
+void register_static(const Tensor& t, const std::string& name);
+void unregister_static(const Tensor& t);
+/// The name `t` is registered with, or "" when it is not static.
+std::string static_name(const Tensor& t);
+/// Whether `t` is static and a live graph recorded its address.
+bool static_in_use(const Tensor& t);
+///@}
+
 namespace detail {
+/// Throws a tg::Error naming `op` and the tensor when `t` is static and a
+/// live graph depends on its address (see register_static).
+void check_static_may_move(const Tensor& t, const char* op, const char* what);
+/// A snapshot of the static tensors' addresses for a graph being captured,
+/// counted as in use until the returned handle is dropped.
+std::shared_ptr<void> record_statics();
+/// Throws a tg::Error naming the tensor when one recorded in `statics`
+/// moved since (op: the caller, for the message).
+void check_statics(const std::shared_ptr<void>& statics, const char* op);
 /// Throws a tg::Error naming `op` when the current stream of `device` (-1:
 /// the current device) is capturing, after ending that capture (so the
 /// stream, the allocator and the engine stay usable): for ops that would

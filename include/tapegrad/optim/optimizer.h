@@ -2,7 +2,12 @@
 // LibTorch's torch::optim: an optimizer holds the parameters and its state,
 // step() updates every parameter that has a gradient (under no-grad, in
 // place: parameters keep their addresses), zero_grad() clears the gradients.
-// The update rules are PyTorch's (torch.optim.SGD, Adam, AdamW).
+// The update rules are PyTorch's (torch.optim.SGD, Adam, AdamW). On CUDA,
+// float32/float64 parameters on one device are updated by multi-tensor
+// kernels (a few launches per step), with the step counts and the learning
+// rate in device memory, so a step can be captured in a CUDA graph;
+// `capturable` creates the state up front and registers the parameters as
+// static (docs/OPTIM.md "Fused and capturable").
 #pragma once
 
 #include <cstdint>
@@ -18,7 +23,7 @@ class Optimizer {
  public:
   /// Optimizes `params` (floating-point leaves) with learning rate `lr`.
   Optimizer(std::vector<Tensor> params, double lr, const char* name);
-  virtual ~Optimizer() = default;
+  virtual ~Optimizer();
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
   /// One update of every parameter that has a gradient.
@@ -33,12 +38,35 @@ class Optimizer {
   void set_lr(double lr);
   /// How many steps were taken.
   int64_t steps() const { return steps_; }
+  /// Registers every parameter (and so its .grad) as static for CUDA graphs
+  /// (tg::cuda::register_static), named "<optimizer> parameter <i>"; undone
+  /// when the optimizer is destroyed. Capturable optimizers do it at
+  /// construction.
+  void register_static();
+  /// Whether step() runs the multi-tensor update: every parameter float32 or
+  /// float64, contiguous, on one CUDA device.
+  bool fused() const { return fused_; }
 
  protected:
+  /// Sets up the multi-tensor update when the parameters allow it; with
+  /// `capturable`, requires it (else throws naming the parameter).
+  void init_fused(bool capturable);
+  /// The parameters that have a gradient; throws for a sparse one when
+  /// `dense_only`.
+  std::vector<size_t> with_grads(bool dense_only) const;
+  /// Adds one to the device step count of each parameter of `present`.
+  void increment_device_steps(const std::vector<size_t>& present);
+  /// Throws when a non-fused step() runs under CUDA graph capture.
+  void check_capturable_step() const;
+
   std::vector<Tensor> params_;  ///< what is optimized
   double lr_;                   ///< the learning rate
   int64_t steps_ = 0;           ///< step() calls so far
   const char* name_;            ///< for errors
+  bool fused_ = false;          ///< step() runs the multi-tensor update
+  Tensor device_steps_;         ///< fused: Float64 [P] per-parameter step counts on the device
+  Tensor device_lr_;            ///< fused: Float64 0-dim learning rate on the device
+  bool registered_ = false;     ///< register_static() was called
 };
 
 /// SGD's settings (torch.optim.SGD's).
@@ -48,6 +76,7 @@ struct SGDOptions {
   double dampening = 0;        ///< dampening of the momentum
   double weight_decay = 0;     ///< L2 penalty added to the gradient
   bool nesterov = false;       ///< Nesterov momentum (needs momentum > 0, dampening 0)
+  bool capturable = false;     ///< state up front, parameters static: step() may be captured
 };
 
 /// Stochastic gradient descent with momentum, Nesterov and weight decay.
@@ -60,6 +89,7 @@ class SGD : public Optimizer {
  private:
   SGDOptions o_;
   std::vector<Tensor> buf_;  // momentum buffers (undefined until first used)
+  std::vector<int64_t> t_;   // per-parameter step counts
 };
 
 /// Adam's and AdamW's settings (torch.optim.Adam's).
@@ -70,6 +100,7 @@ struct AdamOptions {
   double eps = 1e-8;           ///< added to the denominator
   double weight_decay = 0;     ///< Adam: L2 added to the gradient; AdamW: decoupled decay
   bool amsgrad = false;        ///< keep the maximum of the second moment
+  bool capturable = false;     ///< state up front, parameters static: step() may be captured
 };
 
 /// Adam (Kingma and Ba), with AMSGrad as an option.

@@ -184,6 +184,8 @@ class GraphRoot final : public Node {
   }
   variable_list apply(variable_list&&) override { return grads_; }
   std::string name() const override { return "GraphRoot"; }
+  // It has no inputs: it must run although none of them is defined.
+  bool apply_on_undefined() const override { return true; }
 
  private:
   variable_list grads_;

@@ -195,6 +195,55 @@ TEST(Engine, CustomFunctionSeesTrimmedInputs) {
   EXPECT_TRUE(ag::gradgradcheck(fn, {vec({1, 2}), vec({3, -1})}).ok);
 }
 
+// Several outputs at once (a root node joins them): grad and backward sum
+// each output's contribution, with and without grad_outputs.
+TEST(Engine, SeveralOutputsContributeTheirGradients) {
+  Tensor x = vec({1, 2, 3}), w = vec({0.5, -1, 2});
+  Tensor y1 = x * 2.0, y2 = x * w;
+  auto g = ag::grad({y1, y2}, {x, w}, {vec({1, 1, 1}), vec({1, 0, 2})});
+  EXPECT_EQ(V(g[0]), (std::vector<double>{2 + 0.5, 2 + 0, 2 + 4}));
+  EXPECT_EQ(V(g[1]), (std::vector<double>{1, 0, 6}));
+  Tensor z1 = (x * w).sum(), z2 = (x * x).sum();
+  auto h = ag::grad({z1, z2}, {x}, {}, /*retain_graph=*/true);
+  EXPECT_EQ(V(h[0]), (std::vector<double>{0.5 + 2, -1 + 4, 2 + 6}));
+  ag::backward({z1, z2}, {});
+  EXPECT_EQ(V(x.grad()), (std::vector<double>{2.5, 3, 8}));
+  EXPECT_EQ(V(w.grad()), (std::vector<double>{1, 2, 3}));
+}
+
+// A list argument: its tensors are inputs one by one; backward returns one
+// gradient per tensor (the lists flattened), here with a scalar argument
+// after the list.
+struct WeightedSquares : ag::Function<WeightedSquares> {
+  static Tensor forward(AutogradContext* ctx, variable_list xs, double w) {
+    ctx->save_for_backward(xs);
+    ctx->saved_data["w"] = w;
+    Tensor s = xs[0].square().sum() * w;
+    for (size_t i = 1; i < xs.size(); ++i) s = s + xs[i].square().sum() * (w * double(i + 1));
+    return s;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    auto xs = ctx->get_saved_variables();
+    const double w = std::any_cast<double>(ctx->saved_data["w"]);
+    variable_list out;
+    for (size_t i = 0; i < xs.size(); ++i) out.push_back(g[0] * xs[i] * (2 * w * double(i + 1)));
+    return out;
+  }
+};
+
+TEST(Engine, CustomFunctionTakesListsOfTensors) {
+  Tensor a = vec({1, 2}), b = vec({3}), c = vec({-1, 0.5, 2});
+  Tensor y = WeightedSquares::apply(variable_list{a, b, c}, 0.5);
+  EXPECT_DOUBLE_EQ(y.item<double>(), 0.5 * 5 + 1.0 * 9 + 1.5 * 5.25);
+  auto g = ag::grad({y}, {a, b, c});
+  EXPECT_EQ(V(g[0]), (std::vector<double>{1, 2}));
+  EXPECT_EQ(V(g[1]), (std::vector<double>{6}));
+  EXPECT_EQ(V(g[2]), (std::vector<double>{-3, 1.5, 6}));
+  auto fn = [](const variable_list& v) { return WeightedSquares::apply(v, 0.25); };
+  EXPECT_TRUE(ag::gradcheck(fn, {vec({1, 2}), vec({3, -1})}).ok);
+  EXPECT_TRUE(ag::gradgradcheck(fn, {vec({1, 2}), vec({3, -1})}).ok);
+}
+
 struct WrongGrad : ag::Function<WrongGrad> {
   static Tensor forward(AutogradContext* ctx, Tensor x) {
     ctx->save_for_backward({x});

@@ -189,3 +189,106 @@ TEST(GraphedTrainingGpu, StateCreatedUnderCaptureIsRefused) {
 }
 
 }  // namespace
+
+namespace {
+
+// A graphed MLP with derivatives captured to order 2: its value, first
+// derivative (grad with create_graph) and the gradients of a loss built from
+// that derivative equal eager ones; gradcheck and gradgradcheck pass through
+// the replayed graphs.
+TEST(GraphedTrainingGpu, GraphedCallableFirstAndSecondDerivativesEqualEager) {
+  REQUIRE_GPU();
+  tg::manual_seed(8);
+  auto net = tg::nn::MLP({2, 16, 16, 1}, "tanh", kF64);
+  net->to(kGpu);
+  Tensor sample = points(32).requires_grad_();
+  cu::GraphedOptions go;
+  go.max_order = 2;
+  auto graphed = cu::make_graphed_callables({cu::Callable(net)}, {{sample}}, go)[0];
+  EXPECT_EQ(graphed.name(), "Sequential");
+  std::vector<Tensor> params = net->parameters();
+  auto loss_and_grads = [&](const std::function<Tensor(const Tensor&)>& f, const Tensor& x_in) {
+    Tensor x = x_in.detach().requires_grad_();
+    Tensor u = f(x);
+    Tensor du = ag::grad({u.sum()}, {x}, {}, std::nullopt, /*create_graph=*/true)[0];
+    Tensor loss = du.square().sum() + u.mean();
+    std::vector<Tensor> wrt = params;
+    wrt.push_back(x);
+    std::vector<Tensor> out = ag::grad({loss}, wrt);
+    out.insert(out.begin(), {u.detach(), du.detach(), loss.detach()});
+    return out;
+  };
+  for (int k = 0; k < 3; ++k) {
+    Tensor x = points(32);
+    auto want = loss_and_grads([&](const Tensor& t) { return net->forward(t); }, x);
+    auto got = loss_and_grads([&](const Tensor& t) { return graphed(t); }, x);
+    ASSERT_EQ(want.size(), got.size());
+    // The value and first derivative run the eager kernels: exactly equal.
+    EXPECT_TRUE(tg::equal(want[0], got[0])) << "u, call " << k;
+    EXPECT_TRUE(tg::equal(want[1], got[1])) << "du, call " << k;
+    // Second-order sums meet in another order (the graphed path adds the
+    // level-2 and level-1 contributions in the engine): close, not bitwise.
+    for (size_t i = 2; i < want.size(); ++i) {
+      const double scale = 1 + tg::amax(tg::abs(want[i])).item<double>();
+      EXPECT_LT(tg::amax(tg::abs(want[i] - got[i])).item<double>(), 1e-12 * scale) << "entry " << i << " call " << k;
+    }
+  }
+  EXPECT_EQ(graphed.replays(0), 3);
+  EXPECT_EQ(graphed.replays(1), 3);
+  EXPECT_EQ(graphed.replays(2), 3);
+  // Finite differences through the replays (x only; the parameters ride
+  // along; gradcheck takes CPU inputs).
+  const tg::Device cpu(tg::kCPU);
+  auto fn = [&](const ag::variable_list& in) { return graphed(in[0].to(kGpu)).to(cpu); };
+  Tensor x = points(32).to(cpu).requires_grad_();
+  auto r1 = ag::gradcheck(fn, {x});
+  EXPECT_TRUE(r1.ok) << r1.message;
+  auto r2 = ag::gradgradcheck(fn, {x});
+  EXPECT_TRUE(r2.ok) << r2.message;
+}
+
+// Without a GPU the graphed APIs say what they need (runs everywhere).
+TEST(GraphedTraining, WithoutAGpuGraphedCallablesSaySo) {
+  if (cu::is_available()) GTEST_SKIP() << "a GPU is here: GraphedTrainingGpu covers it";
+  cu::Callable square([](const std::vector<Tensor>& a) { return std::vector<Tensor>{a[0] * a[0]}; });
+  EXPECT_ERROR_CONTAINS(cu::make_graphed_callables({square}, {{tg::ones({2})}}),
+                        "make_graphed_callables: CUDA graphs need a GPU, and none is available");
+}
+
+// What a graphed callable cannot do says so and names it.
+TEST(GraphedTrainingGpu, GraphedCallableErrorsNameTheCallable) {
+  REQUIRE_GPU();
+  tg::manual_seed(9);
+  auto net = tg::nn::MLP({2, 8, 1}, "tanh", kF64);
+  net->to(kGpu);
+  Tensor sample = points(16).requires_grad_();
+  auto g = cu::make_graphed_callables({cu::Callable(net)}, {{sample}})[0];  // max_order 1
+  EXPECT_ERROR_CONTAINS(g(points(8).requires_grad_()),
+                        "graphed callable 'Sequential': argument 0 is Float64 [8, 2] on cuda:0, but the graphs "
+                        "were captured for Float64 [16, 2] on cuda:0");
+  EXPECT_ERROR_CONTAINS(g(points(16)), "argument 0 does not require grad, but the sample argument did");
+  {  // beyond max_order
+    Tensor x = points(16).requires_grad_();
+    Tensor du = ag::grad({g(x).sum()}, {x}, {}, std::nullopt, true)[0];
+    EXPECT_ERROR_CONTAINS(ag::grad({du.sum()}, {x}), "a derivative of order 2 was asked for, but only orders up "
+                                                     "to 1 were captured");
+  }
+  {  // a stale call
+    Tensor x1 = points(16).requires_grad_(), x2 = points(16).requires_grad_();
+    Tensor y1 = g(x1), y2 = g(x2);
+    EXPECT_ERROR_CONTAINS(ag::grad({y1.sum()}, {x1}), "this call's intermediate values were overwritten by a "
+                                                      "later call");
+    EXPECT_EQ(ag::grad({y2.sum()}, {x2})[0].sizes(), x2.sizes());  // the latest call differentiates
+  }
+  // A host sync cannot be captured; a CPU argument is refused.
+  cu::Callable syncs([](const std::vector<Tensor>& a) { return std::vector<Tensor>{a[0] * a[0].sum().item<double>()}; },
+                     {}, "syncs");
+  EXPECT_ERROR_CONTAINS(cu::make_graphed_callables({syncs}, {{sample}}),
+                        "make_graphed_callables: callable 'syncs' cannot be graphed: ");
+  EXPECT_ERROR_CONTAINS(cu::make_graphed_callables({cu::Callable(net)}, {{sample.to(tg::Device(tg::kCPU))}}),
+                        "callable 'Sequential' cannot be graphed: argument 0 is Float64 [16, 2] on cpu");
+  // Eager work goes on.
+  EXPECT_EQ(net->forward(sample).sizes(), (tg::IntList{16, 1}));
+}
+
+}  // namespace

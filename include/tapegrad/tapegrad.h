@@ -5,6 +5,7 @@
 #include <tapegrad/cuda/allocator.h>
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/cuda/graph.h>
+#include <tapegrad/cuda/graphed.h>
 #include <tapegrad/cuda/stream.h>
 #include <tapegrad/nn/init.h>
 #include <tapegrad/nn/module.h>

@@ -13,7 +13,8 @@
 //   Tensor y = Cube::apply(x);
 //
 // forward runs under no-grad; backward returns one gradient per argument of
-// forward (undefined for non-tensor arguments or inputs without a gradient)
+// forward (undefined for non-tensor arguments or inputs without a gradient;
+// with a variable_list argument, one per tensor, the lists flattened)
 // and is recorded when it runs under create_graph, so it is differentiable
 // again. A struct with `static constexpr bool once_differentiable = true;`
 // runs backward without recording; differentiating its gradients again is
@@ -111,16 +112,24 @@ class CppNode final : public CppNodeBase {
   }
 };
 
-inline void collect(variable_list&, std::vector<int64_t>&, int64_t&) {}
+// The tensor arguments: a Tensor is one input, a variable_list one input per
+// element (then `flat` is set: backward returns one gradient per tensor).
+inline void collect(variable_list&, std::vector<int64_t>&, int64_t&, bool&) {}
 template <class A, class... Rest>
-void collect(variable_list& ts, std::vector<int64_t>& idx, int64_t& pos, const A& a,
+void collect(variable_list& ts, std::vector<int64_t>& idx, int64_t& pos, bool& flat, const A& a,
              const Rest&... rest) {
   if constexpr (std::is_same_v<std::decay_t<A>, Tensor>) {
     ts.push_back(a);
     idx.push_back(pos);
+  } else if constexpr (std::is_same_v<std::decay_t<A>, variable_list>) {
+    for (const Tensor& t : a) {
+      ts.push_back(t);
+      idx.push_back(pos);
+    }
+    flat = true;
   }
   ++pos;
-  collect(ts, idx, pos, rest...);
+  collect(ts, idx, pos, flat, rest...);
 }
 
 inline variable_list to_list(Tensor t) { return {std::move(t)}; }
@@ -136,7 +145,12 @@ struct Function {
     variable_list inputs;
     std::vector<int64_t> tensor_arg;
     int64_t pos = 0;
-    detail::collect(inputs, tensor_arg, pos, args...);
+    bool flat = false;
+    detail::collect(inputs, tensor_arg, pos, flat, args...);
+    if (flat) {  // list arguments: gradients are counted per tensor
+      pos = int64_t(inputs.size());
+      for (size_t i = 0; i < inputs.size(); ++i) tensor_arg[i] = int64_t(i);
+    }
     bool record = is_grad_enabled();
     bool any = false;
     for (const Tensor& t : inputs) any |= impl::requires_grad(t);

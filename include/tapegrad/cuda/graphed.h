@@ -1,0 +1,89 @@
+// Graphed callables (docs/GRAPHS.md "Graphed callables"): a function or
+// module whose forward and backward — and, unlike PyTorch's
+// make_graphed_callables, its higher derivatives up to a chosen order — are
+// each captured once as a CUDA graph and replayed on every call, usable as
+// an ordinary differentiable function.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <tapegrad/cuda/graph.h>
+#include <tapegrad/tensor/tensor.h>
+
+namespace tg::nn {
+class Module;
+}
+
+namespace tg::cuda {
+
+/// A function of tensors to tensors.
+using TensorFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+/// What make_graphed_callables graphs: a function with the parameters it
+/// uses (tensors it reads that are not arguments and need gradients), or a
+/// module (its forward of the first argument, its parameters).
+struct Callable {
+  /// A function; `parameters` get gradients as module parameters do.
+  Callable(TensorFn fn, std::vector<Tensor> parameters = {}, std::string name = "callable");
+  /// A module: forward(args[0]), its parameters; named after its type.
+  Callable(std::shared_ptr<nn::Module> module);
+  TensorFn fn;                     ///< the function
+  std::vector<Tensor> parameters;  ///< tensors it reads that get gradients
+  std::string name;                ///< for errors
+};
+
+/// How make_graphed_callables captures.
+struct GraphedOptions {
+  /// Orders of derivative captured: 1 captures the backward (as PyTorch), 2
+  /// also the backward of the backward (a loss built from grad(...,
+  /// create_graph = true) of the callable's outputs can be differentiated),
+  /// and so on. A derivative beyond it is an error naming the callable.
+  int max_order = 1;
+  /// Eager runs of every captured level before capturing, on the capture
+  /// stream (handles, workspaces, cached blocks).
+  int warmup_iters = 3;
+  /// The memory pool of every graph ({0, 0}: a new one, shared by all).
+  MempoolId pool{0, 0};
+};
+
+namespace detail {
+struct GraphedState;
+}
+
+/// A graphed callable: call it as the function. Each call copies the
+/// arguments into the captured inputs and replays the forward graph; its
+/// backward (and derivatives up to max_order) replay their graphs. Outputs
+/// are fresh tensors. The captured graphs keep one call's intermediate
+/// values: differentiate a call before calling again (a stale backward is an
+/// error, not a wrong result).
+class GraphedCallable {
+ public:
+  /// Calls it: arguments of the captured shapes, dtypes and devices.
+  std::vector<Tensor> operator()(const std::vector<Tensor>& args) const;
+  /// One argument, one output.
+  Tensor operator()(const Tensor& x) const;
+  /// The callable's name.
+  const std::string& name() const;
+  /// How many times the graph of derivative order `level` (0: forward) replayed.
+  int64_t replays(int level) const;
+
+ private:
+  friend std::vector<GraphedCallable> make_graphed_callables(std::vector<Callable>,
+                                                             std::vector<std::vector<Tensor>>, GraphedOptions);
+  std::shared_ptr<detail::GraphedState> state_;
+};
+
+/// Captures each callable with its sample arguments (warm-up on a side
+/// stream, then the forward and each derivative order as its own graph, all
+/// in one pool) and returns the graphed callables, in order. Arguments that
+/// require grad get gradients, as do the parameters. Throws, naming the
+/// callable, for what cannot be graphed: outputs or arguments off the GPU,
+/// and ops that cannot run under capture (host syncs, data-dependent shapes).
+std::vector<GraphedCallable> make_graphed_callables(std::vector<Callable> callables,
+                                                    std::vector<std::vector<Tensor>> sample_args,
+                                                    GraphedOptions options = {});
+
+}  // namespace tg::cuda

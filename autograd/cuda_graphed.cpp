@@ -14,6 +14,8 @@
 #include <tapegrad/cuda/graphed.h>
 
 #include <any>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include <tapegrad/autograd/autograd.h>
@@ -312,6 +314,218 @@ std::vector<GraphedCallable> make_graphed_callables(std::vector<Callable> callab
   }
   caller.wait_stream(side);
   return out;
+}
+
+
+// ---- The graphed-function cache ------------------------------------------------------
+
+namespace {
+
+// Storage addresses of the live outputs of every cache's graphs, by pool:
+// an argument found here is "an output of a graph of the same pool".
+std::mutex g_outputs_mu;
+std::map<const void*, uint64_t> g_pool_outputs;
+
+const void* storage_of(const Tensor& t) { return t.impl()->storage()->data(); }
+
+void forget_outputs(const std::vector<Tensor>& outs) {
+  std::lock_guard<std::mutex> lock(g_outputs_mu);
+  for (const Tensor& o : outs)
+    if (o.defined()) g_pool_outputs.erase(storage_of(o));
+}
+
+enum class ArgKind { Ordinary, Static, PoolOutput };
+
+std::string signature(const std::vector<Tensor>& args) {
+  std::ostringstream o;
+  for (const Tensor& a : args) {
+    if (!a.defined()) {
+      o << "undefined;";
+      continue;
+    }
+    o << a.dtype() << a.sizes() << a.strides() << a.device() << (a.requires_grad() ? "g" : "") << ";";
+  }
+  return o.str();
+}
+
+uint32_t version_of(const Tensor& t) { return t.impl()->version_counter()->current(); }
+
+}  // namespace
+
+struct GraphedFunction::Impl {
+  struct Entry {
+    enum class State { Fresh, Record, Graphed, Eager } state = State::Fresh;
+    std::vector<ArgKind> kind;
+    std::vector<bool> written;
+    std::vector<Tensor> written_statics;  // registered static tensors it writes
+    std::vector<Tensor> inputs;           // per argument: the graph's copy (ordinary) or the tensor
+    std::vector<const void*> address;     // static and pool arguments at recording
+    std::unique_ptr<CUDAGraph> graph;
+    std::vector<Tensor> outputs;  // the graph's
+    std::vector<Tensor> handed;   // aliases of `outputs` handed out by the last call
+    int re_records = 0;
+    ~Entry() { forget_outputs(outputs); }
+  };
+  TensorFn fn;
+  GraphedFunctionOptions o;
+  MempoolId pool;
+  GraphedFunctionCounters counters;
+  std::map<std::string, Entry> entries;
+
+  std::vector<Tensor> eager(Entry& e, const std::vector<Tensor>& args, std::string reason) {
+    if (e.state != Entry::State::Eager) {
+      e.state = Entry::State::Eager;
+      counters.eager_reasons.push_back(o.name + ": " + std::move(reason));
+    }
+    ++counters.eager_calls;
+    return fn(args);
+  }
+
+  // The first call: eagerly, finding what it writes by version counters.
+  std::vector<Tensor> warm_up(Entry& e, const std::vector<Tensor>& args) {
+    std::vector<Tensor> statics = detail::static_tensors();
+    std::vector<uint32_t> before, before_static;
+    for (const Tensor& a : args) before.push_back(version_of(a));
+    for (const Tensor& t : statics) before_static.push_back(version_of(t));
+    ++counters.warmups;
+    std::vector<Tensor> out = fn(args);
+    for (Tensor& t : out)
+      if (t.defined()) t = t.detach();
+    e.kind.clear();
+    e.written.clear();
+    e.written_statics.clear();
+    for (size_t i = 0; i < args.size(); ++i) {
+      const Tensor& a = args[i];
+      ArgKind k = ArgKind::Ordinary;
+      if (!static_name(a).empty()) {
+        k = ArgKind::Static;
+      } else {
+        std::lock_guard<std::mutex> lock(g_outputs_mu);
+        auto it = g_pool_outputs.find(storage_of(a));
+        if (it != g_pool_outputs.end() && it->second == pool.first) k = ArgKind::PoolOutput;
+      }
+      e.kind.push_back(k);
+      e.written.push_back(version_of(a) != before[i]);
+      if (e.written[i] && k == ArgKind::Ordinary) {
+        std::ostringstream r;
+        r << "writes argument " << i << " (" << shape_dtype_device(a)
+          << "), an ordinary tensor (not static, not an output of a graph of this pool): in a graph the "
+             "write would land in the graph's copy, so this signature runs eagerly";
+        e.state = Entry::State::Eager;
+        counters.eager_reasons.push_back(o.name + ": " + r.str());
+        return out;
+      }
+    }
+    for (size_t j = 0; j < statics.size(); ++j)
+      if (version_of(statics[j]) != before_static[j]) e.written_statics.push_back(statics[j]);
+    e.state = Entry::State::Record;
+    return out;
+  }
+
+  void record(Entry& e, const std::vector<Tensor>& args) {
+    forget_outputs(e.outputs);
+    e.outputs.clear();
+    e.handed.clear();
+    e.inputs.clear();
+    e.address.clear();
+    for (size_t i = 0; i < args.size(); ++i) {
+      const bool copy = e.kind[i] == ArgKind::Ordinary;
+      e.inputs.push_back(copy ? args[i].detach().clone() : args[i]);
+      e.address.push_back(copy ? nullptr : storage_of(args[i]));
+    }
+    Stream caller = current_stream(args.empty() ? -1 : args[0].device().index());
+    Stream side = stream_from_pool(caller.device_index());
+    side.wait_stream(caller);
+    e.graph = std::make_unique<CUDAGraph>();
+    {
+      Graph capture(*e.graph, pool, side);
+      e.outputs = fn(e.inputs);
+    }
+    for (Tensor& t : e.outputs)
+      if (t.defined()) t = t.detach();
+    caller.wait_stream(side);
+    std::lock_guard<std::mutex> lock(g_outputs_mu);
+    for (size_t i = 0; i < e.outputs.size(); ++i) {
+      const Tensor& out = e.outputs[i];
+      TG_CHECK(out.defined() && out.is_cuda(), "graphed '", o.name, "': output ", i, " is ",
+               out.defined() ? shape_dtype_device(out) : "undefined", "; a graphed function returns CUDA tensors");
+      g_pool_outputs[storage_of(out)] = pool.first;
+    }
+    ++counters.recordings;
+    e.state = Entry::State::Graphed;
+  }
+
+  std::vector<Tensor> replay(Entry& e, const std::vector<Tensor>& args) {
+    {
+      autograd::NoGradGuard no_grad;
+      for (size_t i = 0; i < args.size(); ++i)
+        if (e.kind[i] == ArgKind::Ordinary) e.inputs[i].copy_(args[i]);
+      // Outputs of the last call still held by the caller keep their
+      // values: they get a copy before the graph overwrites its own.
+      for (Tensor& h : e.handed)
+        if (h.defined() && h.impl()->use_count() > 1) h.impl()->set_data(*h.clone().impl());
+    }
+    e.graph->replay();
+    ++counters.replays;
+    for (size_t i = 0; i < args.size(); ++i)
+      if (e.written[i]) args[i].impl()->version_counter()->bump();
+    for (const Tensor& t : e.written_statics) t.impl()->version_counter()->bump();
+    e.handed.clear();
+    for (const Tensor& out : e.outputs) e.handed.push_back(out.detach());
+    return e.handed;
+  }
+
+  std::vector<Tensor> call(const std::vector<Tensor>& args) {
+    Entry& e = entries[signature(args)];
+    if (e.state == Entry::State::Eager) return eager(e, args, "");
+    for (size_t i = 0; i < args.size(); ++i)
+      if (!args[i].defined() || !args[i].is_cuda())
+        return eager(e, args, "argument " + std::to_string(i) + " is " +
+                                  (args[i].defined() ? shape_dtype_device(args[i]) : "undefined") +
+                                  ", not a CUDA tensor");
+    if (e.state == Entry::State::Fresh) return warm_up(e, args);
+    if (e.state == Entry::State::Graphed) {
+      // Static and pool arguments are read in place: they must be where
+      // they were when the graph was recorded.
+      for (size_t i = 0; i < args.size(); ++i) {
+        if (e.kind[i] == ArgKind::Ordinary || storage_of(args[i]) == e.address[i]) continue;
+        if (e.re_records >= o.max_re_records)
+          return eager(e, args, "argument " + std::to_string(i) + " (static or an output of a graph) moved after " +
+                                    std::to_string(e.re_records) + " re-recordings");
+        ++e.re_records;
+        ++counters.re_records;
+        e.state = Entry::State::Record;
+        break;
+      }
+    }
+    if (e.state == Entry::State::Record) {
+      try {
+        record(e, args);
+      } catch (const Error& err) {
+        e.graph.reset();
+        return eager(e, args, std::string("cannot be captured: ") + err.what());
+      }
+    }
+    return replay(e, args);
+  }
+};
+
+GraphedFunction::GraphedFunction(TensorFn fn, GraphedFunctionOptions options) : impl_(std::make_shared<Impl>()) {
+  impl_->fn = std::move(fn);
+  impl_->o = std::move(options);
+  impl_->pool = impl_->o.pool.first || impl_->o.pool.second ? impl_->o.pool
+                : is_available()                          ? graph_pool_handle()
+                                                          : MempoolId{0, 0};
+}
+
+std::vector<Tensor> GraphedFunction::operator()(const std::vector<Tensor>& args) { return impl_->call(args); }
+
+const GraphedFunctionCounters& GraphedFunction::counters() const { return impl_->counters; }
+
+MempoolId GraphedFunction::pool() const { return impl_->pool; }
+
+GraphedFunction graphed(TensorFn fn, GraphedFunctionOptions options) {
+  return GraphedFunction(std::move(fn), std::move(options));
 }
 
 }  // namespace tg::cuda

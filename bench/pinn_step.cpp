@@ -2,11 +2,13 @@
 // "A PINN step"). The step: u = MLP(x) (2 -> width x depth -> 1, tanh), the
 // Laplacian u_xx + u_yy by double backward (grad with create_graph, then one
 // grad per input dimension), the residual loss mean((lap - f)^2), its
-// gradients into the weights, and an SGD update in place. Graphed: the whole
+// gradients into the weights, and an SGD update in place (or, with
+// --optimizer adam, loss.backward() into .grad and a capturable Adam step,
+// the gradients zeroed in place first). Graphed: the whole
 // step captured once on a side stream and replayed; the collocation points
 // are refreshed by copying into the captured input.
 //
-//   pinn_step [--batch 1024] [--width 64] [--depth 4] [--steps 200] [--dtype f32|f64]
+//   pinn_step [--batch 1024] [--width 64] [--depth 4] [--steps 200] [--dtype f32|f64] [--optimizer sgd|adam]
 //             [--device cuda|cpu] [--json] [--out FILE] [--dump FILE.dot]
 //
 // Prints ms per step (median of --repeats timings of --steps steps each) for
@@ -18,6 +20,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,7 +36,7 @@ namespace ag = tg::autograd;
 struct Options {
   int64_t batch = 1024, width = 64, depth = 4;
   int steps = 200, repeats = 5;
-  std::string dtype = "f32", device = "cuda", out, dump;
+  std::string dtype = "f32", device = "cuda", out, dump, optimizer = "sgd";
   bool json = false, no_eager = false, profile = false;
 };
 
@@ -68,8 +71,8 @@ Tensor mlp(const Net& n, const Tensor& x) {
   return tg::linear(h, n.w.back(), n.b.back());
 }
 
-// One training step on collocation points x with source term f; returns the loss.
-Tensor step(const Net& n, const Tensor& x_in, const Tensor& f, double lr) {
+// The residual loss on collocation points x with source term f.
+Tensor pinn_loss(const Net& n, const Tensor& x_in, const Tensor& f) {
   Tensor x = x_in.detach().requires_grad_();
   Tensor u = mlp(n, x);
   Tensor du = ag::grad({u.sum()}, {x}, {}, std::nullopt, /*create_graph=*/true)[0];
@@ -78,7 +81,20 @@ Tensor step(const Net& n, const Tensor& x_in, const Tensor& f, double lr) {
     Tensor dj = ag::grad({du.select(1, j).sum()}, {x}, {}, std::nullopt, true)[0].select(1, j);
     lap = lap.defined() ? lap + dj : dj;
   }
-  Tensor loss = (lap - f).square().mean();
+  return (lap - f).square().mean();
+}
+
+// One training step; returns the loss. SGD: grad() and p -= lr g. Adam:
+// zero .grad in place, backward, the optimizer's (multi-tensor) step.
+Tensor step(const Net& n, const Tensor& x, const Tensor& f, double lr, tg::optim::Optimizer* adam) {
+  if (adam) {
+    adam->zero_grad(/*set_to_none=*/false);
+    Tensor loss = pinn_loss(n, x, f);
+    loss.backward();
+    adam->step();
+    return loss;
+  }
+  Tensor loss = pinn_loss(n, x, f);
   std::vector<Tensor> grads = ag::grad({loss}, n.trained);
   ag::NoGradGuard no_grad;
   for (size_t i = 0; i < grads.size(); ++i) n.trained[i].sub_(grads[i], lr);  // p -= lr * g
@@ -117,6 +133,8 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", o.repeats, "timings (the median is reported)");
   app.add_option("--dtype", o.dtype, "f32 or f64")->check(CLI::IsMember({"f32", "f64"}));
   app.add_option("--device", o.device, "cuda (when there is a GPU) or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
+  app.add_option("--optimizer", o.optimizer, "sgd (grad and p -= lr g) or adam (backward, capturable Adam)")
+      ->check(CLI::IsMember({"sgd", "adam"}));
   app.add_flag("--no-eager", o.no_eager, "time only the graphed step (for profiling)");
   app.add_flag("--profile", o.profile,
                "bracket one replay with cuda::profiler_start/stop (ncu --profile-from-start off)");
@@ -130,14 +148,21 @@ int main(int argc, char** argv) {
   const tg::ScalarType dt = o.dtype == "f64" ? tg::kFloat64 : tg::kFloat32;
   const double lr = 1e-4;
   Net net = make_net(o, dev, dt);
+  std::unique_ptr<tg::optim::Adam> adam;
+  if (o.optimizer == "adam") {
+    tg::optim::AdamOptions ao;
+    ao.lr = lr;
+    ao.capturable = gpu;
+    adam = std::make_unique<tg::optim::Adam>(net.trained, ao);
+  }
   auto opt = tg::TensorOptions().dtype(dt);
   Tensor x = (tg::rand({o.batch, 2}, opt) * 2.0 - 1.0).to(dev);
   Tensor f = tg::sin(x.select(1, 0) * 3.14159) * tg::sin(x.select(1, 1) * 3.14159);
 
-  nlohmann::json result = {{"batch", o.batch}, {"width", o.width}, {"depth", o.depth},
+  nlohmann::json result = {{"batch", o.batch}, {"width", o.width}, {"depth", o.depth}, {"optimizer", o.optimizer},
                            {"dtype", o.dtype}, {"device", gpu ? "cuda" : "cpu"}};
-  for (int i = 0; i < 5; ++i) step(net, x, f, lr);  // warm-up: handles, cached blocks
-  result["eager_ms"] = o.no_eager ? 0.0 : ms_per_step(o, dev, [&] { step(net, x, f, lr); });
+  for (int i = 0; i < 5; ++i) step(net, x, f, lr, adam.get());  // warm-up: handles, cached blocks
+  result["eager_ms"] = o.no_eager ? 0.0 : ms_per_step(o, dev, [&] { step(net, x, f, lr, adam.get()); });
 
   if (gpu) {
     namespace cu = tg::cuda;
@@ -145,14 +170,14 @@ int main(int argc, char** argv) {
     side.wait_stream(cu::current_stream());
     {
       cu::StreamGuard g(side);
-      for (int i = 0; i < 3; ++i) step(net, x, f, lr);  // warm-up on the capture stream
+      for (int i = 0; i < 3; ++i) step(net, x, f, lr, adam.get());  // warm-up on the capture stream
     }
     cu::current_stream().wait_stream(side);
     cu::CUDAGraph graph(/*keep_graph=*/true);
     Tensor loss;
     {
       cu::Graph capture(graph);
-      loss = step(net, x, f, lr);
+      loss = step(net, x, f, lr, adam.get());
     }
     if (!o.dump.empty()) graph.debug_dump(o.dump);
     graph.instantiate();
@@ -175,8 +200,8 @@ int main(int argc, char** argv) {
   if (o.json) {
     std::cout << result.dump(2) << "\n";
   } else {
-    std::printf("PINN step (MLP 2 -> %lld x%lld -> 1, tanh, B = %lld, %s, %s)\n", (long long)o.width,
-                (long long)o.depth, (long long)o.batch, o.dtype.c_str(), gpu ? "cuda" : "cpu");
+    std::printf("PINN step (MLP 2 -> %lld x%lld -> 1, tanh, B = %lld, %s, %s, %s)\n", (long long)o.width,
+                (long long)o.depth, (long long)o.batch, o.dtype.c_str(), gpu ? "cuda" : "cpu", o.optimizer.c_str());
     std::printf("  tapegrad eager    %8.3f ms/step\n", result["eager_ms"].get<double>());
     if (gpu)
       std::printf("  tapegrad graphed  %8.3f ms/step  (%.1fx)\n", result["graphed_ms"].get<double>(),

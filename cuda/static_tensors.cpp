@@ -107,6 +107,13 @@ void check_static_may_move(const Tensor& t, const char* op, const char* what) {
            "the graphs that recorded it and capture again");
 }
 
+std::vector<Tensor> static_tensors() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::vector<Tensor> out;
+  for (const Entry& e : g_entries) out.push_back(e.t);
+  return out;
+}
+
 std::shared_ptr<void> record_statics() {
   auto s = std::make_shared<Snapshot>();
   std::lock_guard<std::mutex> lock(g_mu);

@@ -9,6 +9,10 @@
 #   scripts/gpu.sh peers      the LibTorch engine-overhead peer, CPU and CUDA
 #   scripts/gpu.sh pinn       the PINN step, eager and graphed, side by side with
 #                             PyTorch eager, torch.cuda.graph and JAX jit
+#   scripts/gpu.sh train      the PINN training step with Adam (B = 1024 and 8192),
+#                             the same peers, and torch.compile's attempt
+#   scripts/gpu.sh optim      Adam's step over 100 parameters, ours and PyTorch's
+#                             foreach and fused (launches per step, us per step)
 #   scripts/gpu.sh profile    per-kernel GPU time of one replay of the graphed PINN
 #                             step, ours and PyTorch's (ncu, graph nodes one by one)
 #   scripts/gpu.sh hessian    the Hessian benchmark side by side with LibTorch,
@@ -59,6 +63,15 @@ for step in "$@"; do
       build-peers/engine_overhead_libtorch | tee -a "$OUT/peers.txt" ;;
     pinn)
       python3 bench/peers/pinn_peers.py ${PINN_ARGS:-} 2>&1 | tee -a "$OUT/pinn_peers.txt" ;;
+    train)
+      for b in 1024 8192; do
+        python3 bench/peers/pinn_peers.py --optimizer adam --batch $b 2>&1 | tee -a "$OUT/pinn_train.txt"
+      done
+      timeout 100 python3 bench/peers/pinn_peers.py --optimizer adam --frameworks compile 2>&1 |
+        grep -E "failed|compile" | tee -a "$OUT/pinn_train.txt" ;;
+    optim)
+      $B/bench/bench_cuda --benchmark_filter=Adam --benchmark_min_time=0.3 2>&1 | tee "$OUT/optim.txt" | grep -E "^BM_"
+      python3 bench/peers/optim_peers.py 2>&1 | tee -a "$OUT/optim.txt" ;;
     profile)
       for who in tapegrad torch; do
         if [ $who = tapegrad ]; then cmd=($B/bench/pinn_step --no-eager --steps 20 --repeats 1 --profile)

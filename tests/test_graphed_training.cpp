@@ -292,3 +292,114 @@ TEST(GraphedTrainingGpu, GraphedCallableErrorsNameTheCallable) {
 }
 
 }  // namespace
+
+namespace {
+
+Tensor gpu_tensor(std::vector<double> v) {
+  return tg::tensor(v, {int64_t(v.size())}, kF64).to(kGpu);
+}
+std::vector<double> host(const Tensor& t) { return t.to(tg::Device(tg::kCPU)).to_vector<double>(); }
+
+// The graphed-function cache: the first call of a signature runs eagerly,
+// the second records, later ones replay; results equal eager ones, and an
+// output still held survives the next replay.
+TEST(GraphedTrainingGpu, GraphedFunctionRecordsOnceAndReplays) {
+  REQUIRE_GPU();
+  auto body = [](const std::vector<Tensor>& a) { return std::vector<Tensor>{tg::tanh(a[0]) * 2.0 + a[0].sum()}; };
+  cu::GraphedFunction f = cu::graphed(body, {8, {0, 0}, "body"});
+  std::vector<Tensor> held;
+  for (int k = 0; k < 5; ++k) {
+    Tensor x = gpu_tensor({0.1 * k, -0.5, 1.5 + k});
+    Tensor y = f({x})[0];
+    EXPECT_TRUE(tg::equal(y, body({x})[0])) << "call " << k;
+    held.push_back(y);
+  }
+  for (int k = 0; k < 5; ++k)  // every output kept its call's values
+    EXPECT_TRUE(tg::equal(held[size_t(k)], body({gpu_tensor({0.1 * k, -0.5, 1.5 + k})})[0])) << "held " << k;
+  EXPECT_EQ(f.counters().warmups, 1);
+  EXPECT_EQ(f.counters().recordings, 1);
+  EXPECT_EQ(f.counters().replays, 4);
+  EXPECT_EQ(f.counters().eager_calls, 0);
+  // Another shape is another signature.
+  f({gpu_tensor({1, 2})});
+  f({gpu_tensor({3, 4})});
+  EXPECT_EQ(f.counters().warmups, 2);
+  EXPECT_EQ(f.counters().recordings, 2);
+}
+
+// The mutation check: writes to (a) nothing (above), (b) a static tensor,
+// passed or not, (c) an output of an earlier graph of the same pool replay;
+// (d) a write to an ordinary tensor runs eagerly and is not lost. Replays
+// bump the version counters of what they write; a static argument that
+// moved forces a re-record.
+TEST(GraphedTrainingGpu, GraphedFunctionMutationCheck) {
+  REQUIRE_GPU();
+  // (b) a static argument, and a static tensor the function reads from outside.
+  Tensor w = gpu_tensor({0, 0}), acc = gpu_tensor({0});
+  cu::register_static(w, "w");
+  cu::register_static(acc, "acc");
+  auto step = [&](const std::vector<Tensor>& a) {
+    a[1].add_(a[0]);           // the static argument
+    acc.add_(a[0].sum());      // a static tensor from outside
+    return std::vector<Tensor>{a[1] * 2.0};
+  };
+  cu::GraphedFunction fs = cu::graphed(step, {8, {0, 0}, "static"});
+  double total = 0;
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t v = w.impl()->version_counter()->current();
+    Tensor out = fs({gpu_tensor({1.0 + k, 2.0}), w})[0];
+    total += 3.0 + k;
+    EXPECT_GT(w.impl()->version_counter()->current(), v) << "call " << k;
+    EXPECT_EQ(host(out), (std::vector<double>{2 * (1.0 * (k + 1) + k * (k + 1) / 2.0), 4.0 * (k + 1)})) << k;
+  }
+  EXPECT_EQ(host(acc)[0], total);
+  EXPECT_EQ(fs.counters().replays, 3);
+  EXPECT_EQ(fs.counters().eager_calls, 0);
+  // A different static tensor in w's place: a re-record, then replays.
+  Tensor w2 = gpu_tensor({10, 10});
+  cu::register_static(w2, "w2");
+  Tensor out = fs({gpu_tensor({1, 1}), w2})[0];
+  EXPECT_EQ(host(out), (std::vector<double>{22, 22}));
+  EXPECT_EQ(fs.counters().re_records, 1);
+  EXPECT_EQ(fs.counters().recordings, 2);
+
+  // (c) a tree: f2 writes an output of f1 (same pool) in place.
+  cu::GraphedFunction f1 = cu::graphed([](const std::vector<Tensor>& a) { return std::vector<Tensor>{a[0] + 1.0}; },
+                                       {8, {0, 0}, "f1"});
+  cu::GraphedFunction f2 = cu::graphed(
+      [](const std::vector<Tensor>& a) {
+        a[0].mul_(2.0);
+        return std::vector<Tensor>{a[0] + 0.5};
+      },
+      {8, f1.pool(), "f2"});
+  for (int k = 0; k < 2; ++k) f1({gpu_tensor({0, 0})});  // f1 recorded: its outputs are the pool's
+  for (int k = 0; k < 4; ++k) {
+    Tensor y = f1({gpu_tensor({double(k), 1})})[0];
+    Tensor z = f2({y})[0];
+    EXPECT_EQ(host(y), (std::vector<double>{2.0 * (k + 1), 4})) << "y, call " << k;
+    EXPECT_EQ(host(z), (std::vector<double>{2.0 * (k + 1) + 0.5, 4.5})) << "z, call " << k;
+  }
+  EXPECT_EQ(f2.counters().eager_calls, 0);
+  EXPECT_GE(f2.counters().replays, 2);
+
+  // (d) an ordinary tensor written: eager from the first call, nothing lost.
+  Tensor buf = gpu_tensor({0, 0});
+  cu::GraphedFunction fo = cu::graphed(
+      [](const std::vector<Tensor>& a) {
+        a[1].add_(a[0]);
+        return std::vector<Tensor>{a[1] * 1.0};
+      },
+      {8, {0, 0}, "writes"});
+  for (int k = 0; k < 3; ++k) fo({gpu_tensor({1, 2}), buf});
+  EXPECT_EQ(host(buf), (std::vector<double>{3, 6}));
+  EXPECT_EQ(fo.counters().recordings, 0);
+  EXPECT_EQ(fo.counters().eager_calls, 2);
+  ASSERT_EQ(fo.counters().eager_reasons.size(), 1u);
+  EXPECT_NE(fo.counters().eager_reasons[0].find("writes: writes argument 1 (Float64 [2] on cuda:0), an ordinary "
+                                                "tensor"),
+            std::string::npos)
+      << fo.counters().eager_reasons[0];
+  for (const Tensor& t : {w, w2, acc}) cu::unregister_static(t);
+}
+
+}  // namespace

@@ -2,12 +2,15 @@
 """The PINN training step side by side, on the GPU machine:
 
     python3 bench/peers/pinn_peers.py [--batch 1024] [--width 64] [--depth 4] [--steps 200]
-        [--frameworks tapegrad,eager,graph,jax] [--out FILE] [--dump FILE.dot]
+        [--frameworks tapegrad,eager,graph,jax[,compile]] [--optimizer sgd|adam] [--out FILE] [--dump FILE.dot]
 
 The step (bench/pinn_step.cpp has tapegrad's): u = MLP(x), 2 -> width x depth
 -> 1, tanh, float32; the Laplacian u_xx + u_yy by double backward; the loss
 mean((lap - f)^2); its gradients into every weight and bias but the last
-bias; an SGD update in place. Runs it in tapegrad (build-gpu/bench/pinn_step
+bias; an SGD update in place (--optimizer adam: loss.backward() and an Adam
+step, capturable where the step is graphed, with the gradients zeroed in
+place; JAX: the same Adam written out in the jitted step). `compile` tries
+torch.compile(mode="reduce-overhead") on the step and reports what happens. Runs it in tapegrad (build-gpu/bench/pinn_step
 --json: eager, and the whole step as one replayed CUDA graph), PyTorch eager,
 PyTorch with the whole step captured by torch.cuda.graph, and JAX
 (jit(grad) of the loss, the Laplacian as the trace of per-point Hessians).
@@ -38,7 +41,7 @@ def ms_per_step(fn, sync, steps, repeats=5):
     return statistics.median(t)
 
 
-def torch_setup(a):
+def torch_setup(a, capturable=False):
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
     g = torch.Generator().manual_seed(1234)
@@ -56,7 +59,7 @@ def torch_setup(a):
             h = torch.tanh(torch.nn.functional.linear(h, ws[i], bs[i]))
         return torch.nn.functional.linear(h, ws[-1], bs[-1])
 
-    def step(x_in):
+    def pinn_loss(x_in):
         x = x_in.detach().requires_grad_()
         u = mlp(x)
         du = torch.autograd.grad(u.sum(), x, create_graph=True)[0]
@@ -64,12 +67,25 @@ def torch_setup(a):
         for j in range(2):
             dj = torch.autograd.grad(du[:, j].sum(), x, create_graph=True)[0][:, j]
             lap = dj if lap is None else lap + dj
-        loss = ((lap - f) ** 2).mean()
-        grads = torch.autograd.grad(loss, trained)
-        with torch.no_grad():
-            for p, gr in zip(trained, grads):
-                p.sub_(gr, alpha=LR)
-        return loss
+        return ((lap - f) ** 2).mean()
+
+    if a.optimizer == "adam":
+        opt = torch.optim.Adam(trained, lr=LR, capturable=capturable)
+
+        def step(x_in):
+            opt.zero_grad(set_to_none=False)
+            loss = pinn_loss(x_in)
+            loss.backward()
+            opt.step()
+            return loss
+    else:
+        def step(x_in):
+            loss = pinn_loss(x_in)
+            grads = torch.autograd.grad(loss, trained)
+            with torch.no_grad():
+                for p, gr in zip(trained, grads):
+                    p.sub_(gr, alpha=LR)
+            return loss
 
     return torch, x, step
 
@@ -82,7 +98,7 @@ def run_torch_eager(a):
 
 
 def run_torch_graph(a):
-    torch, x, step = torch_setup(a)
+    torch, x, step = torch_setup(a, capturable=True)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -110,6 +126,14 @@ def run_torch_graph(a):
         torch.cuda.synchronize()
         torch.cuda.profiler.stop()
     return ms
+
+
+def run_torch_compile(a):
+    torch, x, step = torch_setup(a, capturable=True)
+    cstep = torch.compile(step, mode="reduce-overhead")
+    for _ in range(5):
+        cstep(x)
+    return ms_per_step(lambda: cstep(x), torch.cuda.synchronize, a.steps)
 
 
 def run_jax(a):
@@ -143,10 +167,27 @@ def run_jax(a):
         loss, g = jax.value_and_grad(loss_fn)(p, x, f)
         return jax.tree_util.tree_map(lambda q, gq: q - LR * gq, p, g), loss
 
-    state = {"p": params, "loss": None}
+    b1, b2, eps = 0.9, 0.999, 1e-8
+
+    @jax.jit
+    def adam_step(p, m, v, t, x, f):
+        loss, g = jax.value_and_grad(loss_fn)(p, x, f)
+        t = t + 1
+        m = jax.tree_util.tree_map(lambda mq, gq: b1 * mq + (1 - b1) * gq, m, g)
+        v = jax.tree_util.tree_map(lambda vq, gq: b2 * vq + (1 - b2) * gq * gq, v, g)
+        bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
+        p = jax.tree_util.tree_map(lambda q, mq, vq: q - LR / bc1 * mq / (jnp.sqrt(vq) / jnp.sqrt(bc2) + eps), p, m, v)
+        return p, m, v, t, loss
+
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+    state = {"p": params, "m": zeros, "v": zeros, "t": jnp.float32(0), "loss": None}
 
     def one():
-        state["p"], state["loss"] = step(state["p"], x, f)
+        if a.optimizer == "adam":
+            state["p"], state["m"], state["v"], state["t"], state["loss"] = adam_step(
+                state["p"], state["m"], state["v"], state["t"], x, f)
+        else:
+            state["p"], state["loss"] = step(state["p"], x, f)
 
     for _ in range(5):
         one()
@@ -160,7 +201,8 @@ def run_jax(a):
 def run_tapegrad(a):
     exe = os.path.join(ROOT, "build-gpu", "bench", "pinn_step")
     out = subprocess.run([exe, "--json", "--batch", str(a.batch), "--width", str(a.width), "--depth",
-                          str(a.depth), "--steps", str(a.steps)], check=True, capture_output=True, text=True)
+                          str(a.depth), "--steps", str(a.steps), "--optimizer", a.optimizer],
+                         check=True, capture_output=True, text=True)
     return json.loads(out.stdout)
 
 
@@ -171,6 +213,7 @@ def main():
     p.add_argument("--depth", type=int, default=4)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--frameworks", default="tapegrad,eager,graph,jax")
+    p.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
     p.add_argument("--out")
     p.add_argument("--profile", action="store_true",
                    help="bracket one replay of PyTorch's graph with cudaProfilerStart/Stop")
@@ -190,16 +233,18 @@ def main():
                 rows["PyTorch, whole step in torch.cuda.graph"] = run_torch_graph(a)
             elif fw == "jax":
                 rows["JAX jit"] = run_jax(a)
+            elif fw == "compile":
+                rows["PyTorch, torch.compile(mode=\"reduce-overhead\")"] = run_torch_compile(a)
         except Exception as e:  # a missing peer is reported, not fatal
-            print(f"{fw}: failed: {e}", file=sys.stderr)
+            print(f"{fw}: failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
     ref = rows.get("tapegrad graphed (one CUDA graph)")
     print(f"PINN step: MLP 2 -> {a.width} x{a.depth} -> 1, tanh, B = {a.batch}, float32, "
-          f"Laplacian by double backward, loss gradients, SGD update; ms per step (median)\n")
-    print("| framework | ms / step | vs tapegrad graphed |")
-    print("|---|---:|---:|")
+          f"Laplacian by double backward, loss gradients, {a.optimizer.upper()} update; ms per step (median)\n")
+    print("| framework | ms / step | steps / s | vs tapegrad graphed |")
+    print("|---|---:|---:|---:|")
     for name, ms in rows.items():
         ratio = f"{ms / ref:.2f}x" if ref else "-"
-        print(f"| {name} | {ms:.3f} | {ratio} |")
+        print(f"| {name} | {ms:.3f} | {1e3 / ms:.0f} | {ratio} |")
     if a.out:
         with open(a.out, "w") as fh:
             json.dump(rows, fh, indent=2)

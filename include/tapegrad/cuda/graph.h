@@ -150,6 +150,8 @@ namespace detail {
 /// Throws a tg::Error naming `op` and the tensor when `t` is static and a
 /// live graph depends on its address (see register_static).
 void check_static_may_move(const Tensor& t, const char* op, const char* what);
+/// The tensors registered static now.
+std::vector<Tensor> static_tensors();
 /// A snapshot of the static tensors' addresses for a graph being captured,
 /// counted as in use until the returned handle is dropped.
 std::shared_ptr<void> record_statics();

@@ -86,4 +86,61 @@ std::vector<GraphedCallable> make_graphed_callables(std::vector<Callable> callab
                                                     std::vector<std::vector<Tensor>> sample_args,
                                                     GraphedOptions options = {});
 
+/// How graphed() caches.
+struct GraphedFunctionOptions {
+  /// Re-recordings per signature (a static or pool input moved) before the
+  /// signature runs eagerly for good.
+  int max_re_records = 8;
+  /// The pool of its graphs ({0, 0}: a new one). Caches given one pool form
+  /// a tree: outputs of one may be inputs, also written ones, of another.
+  MempoolId pool{0, 0};
+  /// For errors and eager reasons.
+  std::string name = "function";
+};
+
+/// What a graphed function did (GraphedFunction::counters()).
+struct GraphedFunctionCounters {
+  int64_t warmups = 0;     ///< eager first calls of a signature (they find what it writes)
+  int64_t recordings = 0;  ///< graphs captured (re-records included)
+  int64_t replays = 0;     ///< calls answered by a replay
+  int64_t re_records = 0;  ///< recordings after a static or pool input moved
+  int64_t eager_calls = 0; ///< calls run eagerly because their signature cannot be graphed
+  std::vector<std::string> eager_reasons;  ///< why, one per signature that went eager
+};
+
+/// A function of CUDA tensors whose calls are recorded as CUDA graphs, one
+/// per input signature (shapes, dtypes, devices, requires_grad), and
+/// replayed (docs/GRAPHS.md "The graphed-function cache"). The first call of
+/// a signature runs eagerly and finds, by version counters, which arguments
+/// and static tensors the function writes; the second records; later calls
+/// replay. Arguments are classified once: static (registered with
+/// register_static: read and written in place), outputs of a graph of the
+/// same pool (read and written in place), or ordinary (copied into the
+/// graph's input). A function that writes an ordinary argument runs eagerly
+/// from then on (in a graph its write would land in the copy). Each replay
+/// checks the addresses of static and pool arguments and re-records when one
+/// moved; it bumps the version counter of every tensor it writes, so saved
+/// tensors see graph writes. Outputs are the graph's, handed out as aliases:
+/// an output still held when its graph replays again is first copied out,
+/// so results stay valid. Outputs carry no autograd history (for
+/// differentiable pieces use make_graphed_callables).
+class GraphedFunction {
+ public:
+  /// Caches `fn`.
+  explicit GraphedFunction(TensorFn fn, GraphedFunctionOptions options = {});
+  /// Calls it (eagerly, by recording, or by a replay).
+  std::vector<Tensor> operator()(const std::vector<Tensor>& args);
+  /// The counters so far.
+  const GraphedFunctionCounters& counters() const;
+  /// The pool of its graphs.
+  MempoolId pool() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+/// GraphedFunction(fn, options), as a function.
+GraphedFunction graphed(TensorFn fn, GraphedFunctionOptions options = {});
+
 }  // namespace tg::cuda

@@ -112,8 +112,11 @@ TEST(GraphedTrainingGpu, WholePinnStepWithCapturableAdamEqualsEager) {
   ASSERT_EQ(pe.size(), pg.size());
   for (size_t i = 0; i < pe.size(); ++i)
     EXPECT_TRUE(tg::equal(pe[i].second, pg[i].second)) << pe[i].first;
-  // It trained: the loss fell.
-  EXPECT_LT(eager_losses.back(), eager_losses.front());
+  // It trained: the loss fell (over the full run; the sanitizer runs a few
+  // steps only).
+  if (steps >= 100) {
+    EXPECT_LT(eager_losses.back(), eager_losses.front());
+  }
 }
 
 // While a graph recorded them, static parameters and their .grad cannot

@@ -1,6 +1,7 @@
 #include "autograd/accumulate_grad.h"
 
 #include <tapegrad/autograd/autograd_meta.h>
+#include <tapegrad/autograd/forward_ad.h>
 #include <tapegrad/autograd/grad_mode.h>
 #include <tapegrad/cuda/graph.h>
 #include "autograd/input_buffer.h"
@@ -36,6 +37,13 @@ variable_list AccumulateGrad::apply(variable_list&& grads) {
 
 void accumulate_grad(const Tensor& variable, Tensor& variable_grad,
                      Tensor&& incoming, size_t expected_refs) {
+  // A gradient carrying a forward-mode tangent (forward over reverse): the
+  // public ops keep the tangent on .grad.
+  if (forward_ad::is_active() && (impl::fw_grad(incoming).defined() ||
+                                  (variable_grad.defined() && impl::fw_grad(variable_grad).defined()))) {
+    variable_grad = variable_grad.defined() ? tg::add(variable_grad, incoming) : incoming.clone();
+    return;
+  }
   if (!variable_grad.defined()) {
     // (1) create_graph: a differentiable copy (either layout), with history.
     if (is_grad_enabled()) {

@@ -1,6 +1,7 @@
 #include "autograd/input_buffer.h"
 
 #include <tapegrad/autograd/autograd_meta.h>
+#include <tapegrad/autograd/forward_ad.h>
 #include <tapegrad/autograd/grad_mode.h>
 #include "autograd/stream_rules.h"
 #include <tapegrad/cuda/allocator.h>
@@ -35,8 +36,11 @@ bool add_into_dense_side(Tensor& old, Tensor&& incoming) {
 }
 
 bool accumulate_into_buffer(Tensor& old, Tensor&& incoming) {
-  // (1) create_graph: out of place, so the sum is differentiable (any pair).
-  if (is_grad_enabled()) {
+  // (1) create_graph, or a summand carrying a forward-mode tangent
+  // (forward over reverse): out of place through the public op, so the sum
+  // is differentiable and its tangent is the sum of the tangents.
+  if (is_grad_enabled() || (forward_ad::is_active() && (impl::fw_grad(old).defined() ||
+                                                         impl::fw_grad(incoming).defined()))) {
     old = tg::add(old, incoming);
     return false;
   }

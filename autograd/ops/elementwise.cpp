@@ -65,14 +65,24 @@ class UnaryBackward final : public OpNode {
   UnaryArgs args_;
 };
 
+// The tangent rule of an elementwise op is its backward formula with the
+// tangent for the incoming gradient: the Jacobian is diagonal.
 template <class F>
 Tensor unary_op(const Tensor& x, const UnarySpec& spec, F&& raw_fn, UnaryArgs args = {}) {
-  if (!should_record({&x})) return raw_fn(x);
-  auto node = make_node<UnaryBackward>({&x}, spec, args);
-  Tensor out = run_raw([&] { return raw_fn(x); });
-  if (spec.saves & kSelf) node->self_ = SavedVariable(x, false);
-  out = finish(out, node);
-  if (spec.saves & kResult) node->result_ = SavedVariable(out, true);
+  Tensor out;
+  if (!should_record({&x})) {
+    out = run_raw([&] { return raw_fn(x); });
+  } else {
+    auto node = make_node<UnaryBackward>({&x}, spec, args);
+    out = run_raw([&] { return raw_fn(x); });
+    if (spec.saves & kSelf) node->self_ = SavedVariable(x, false);
+    out = finish(out, node);
+    if (spec.saves & kResult) node->result_ = SavedVariable(out, true);
+  }
+  if (fw_any({&x})) {
+    const Tensor t = fw_t(x);
+    fw_rule(out, [&] { return spec.formula(t, x, out, args); });
+  }
   return out;
 }
 
@@ -168,15 +178,26 @@ class BinaryBackward final : public OpNode {
 template <class F>
 Tensor binary_op(const Tensor& a, const Tensor& b, const BinarySpec& spec, F&& raw_fn,
                  double alpha = 1) {
-  if (!should_record({&a, &b})) return raw_fn();
-  auto node = make_node<BinaryBackward>({&a, &b}, spec, alpha);
-  Tensor out = run_raw(raw_fn);
-  uint8_t saves = (node->needs_input_grad(0) ? spec.saves_a : 0) |
-                  (node->needs_input_grad(1) ? spec.saves_b : 0);
-  if (saves & kSelf) node->self_ = SavedVariable(a, false);
-  if (saves & kOther) node->other_ = SavedVariable(b, false);
-  out = finish(out, node);
-  if (saves & kResult) node->result_ = SavedVariable(out, true);
+  Tensor out;
+  if (!should_record({&a, &b})) {
+    out = run_raw(raw_fn);
+  } else {
+    auto node = make_node<BinaryBackward>({&a, &b}, spec, alpha);
+    out = run_raw(raw_fn);
+    uint8_t saves = (node->needs_input_grad(0) ? spec.saves_a : 0) |
+                    (node->needs_input_grad(1) ? spec.saves_b : 0);
+    if (saves & kSelf) node->self_ = SavedVariable(a, false);
+    if (saves & kOther) node->other_ = SavedVariable(b, false);
+    out = finish(out, node);
+    if (saves & kResult) node->result_ = SavedVariable(out, true);
+  }
+  if (fw_any({&a, &b})) {
+    const Tensor ta = fw_t(a), tb = fw_t(b);
+    fw_rule(out, [&] {
+      return fw_add(ta.defined() ? spec.fa(ta, a, b, out, alpha) : Tensor(),
+                    tb.defined() ? spec.fb(tb, a, b, out, alpha) : Tensor());
+    });
+  }
   return out;
 }
 
@@ -308,9 +329,14 @@ Tensor autograd::ops::clamp(const Tensor& x, std::optional<Scalar> lo, std::opti
 }
 
 Tensor autograd::ops::where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  if (!should_record({&a, &b})) return raw::where(cond, a, b);
-  auto node = make_node<WhereBackward>({&a, &b}, cond);
-  return finish(run_raw([&] { return raw::where(cond, a, b); }), node);
+  Tensor out = !should_record({&a, &b}) ? run_raw([&] { return raw::where(cond, a, b); })
+                                        : finish(run_raw([&] { return raw::where(cond, a, b); }),
+                                                 make_node<WhereBackward>({&a, &b}, cond));
+  if (fw_any({&a, &b})) {  // the tangent of the branch taken
+    const Tensor ta = fw_t(a), tb = fw_t(b);
+    fw_rule(out, [&] { return tg::where(cond, ta.defined() ? ta : zeros_like(a), tb.defined() ? tb : zeros_like(b)); });
+  }
+  return out;
 }
 Tensor autograd::ops::where(const Tensor& cond, const Tensor& a, Scalar b) {
   if (!should_record({&a})) return raw::where(cond, a, b);
@@ -408,12 +434,24 @@ class ActivationGradBackward final : public OpNode {
 Tensor autograd::ops::activation_grad(const Tensor& g, const Tensor& x, Activation act, int order) {
   TG_CHECK(order >= 0, "activation_grad: order must be >= 0, got ", order);
   if (order > kernels::kMaxFusedActivationOrder) return activation_grad_beyond(g, x, act, order);
-  if (!should_record({&g, &x})) return raw::activation_grad(g, x, act, order);
-  auto node = make_node<ActivationGradBackward>({&g, &x}, act, order);
-  Tensor out = run_raw([&] { return raw::activation_grad(g, x, act, order); });
-  node->x_ = SavedVariable(x, false);
-  if (node->needs_input_grad(1)) node->g_ = SavedVariable(g, false);
-  return finish(out, node);
+  Tensor out;
+  if (!should_record({&g, &x})) {
+    out = run_raw([&] { return raw::activation_grad(g, x, act, order); });
+  } else {
+    auto node = make_node<ActivationGradBackward>({&g, &x}, act, order);
+    out = run_raw([&] { return raw::activation_grad(g, x, act, order); });
+    node->x_ = SavedVariable(x, false);
+    if (node->needs_input_grad(1)) node->g_ = SavedVariable(g, false);
+    out = finish(out, node);
+  }
+  if (fw_any({&g, &x})) {  // d(g act^(k)(x)) = dg act^(k)(x) + g dx act^(k+1)(x)
+    const Tensor tg_ = fw_t(g), tx = fw_t(x);
+    fw_rule(out, [&] {
+      return fw_add(tg_.defined() ? tg::activation_grad(tg_, x, act, order) : Tensor(),
+                    tx.defined() ? tg::activation_grad(tg::mul(g, tx), x, act, order + 1) : Tensor());
+    });
+  }
+  return out;
 }
 
 }  // namespace tg

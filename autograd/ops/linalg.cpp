@@ -39,13 +39,26 @@ class GemmBackward final : public OpNode {
   bool batched_;
 };
 
+// Tangent: ta b + a tb.
 Tensor gemm_op(const Tensor& a, const Tensor& b, bool batched) {
-  if (!should_record({&a, &b})) return batched ? raw::bmm(a, b) : raw::mm(a, b);
-  Tensor out = run_raw([&] { return batched ? raw::bmm(a, b) : raw::mm(a, b); });
-  auto node = make_node<GemmBackward>({&a, &b}, batched);
-  if (node->needs_input_grad(1)) node->self_ = SavedVariable(a, false);
-  if (node->needs_input_grad(0)) node->other_ = SavedVariable(b, false);
-  return finish(out, node);
+  Tensor out;
+  if (!should_record({&a, &b})) {
+    out = run_raw([&] { return batched ? raw::bmm(a, b) : raw::mm(a, b); });
+  } else {
+    out = run_raw([&] { return batched ? raw::bmm(a, b) : raw::mm(a, b); });
+    auto node = make_node<GemmBackward>({&a, &b}, batched);
+    if (node->needs_input_grad(1)) node->self_ = SavedVariable(a, false);
+    if (node->needs_input_grad(0)) node->other_ = SavedVariable(b, false);
+    out = finish(out, node);
+  }
+  if (fw_any({&a, &b})) {
+    const Tensor ta = fw_t(a), tb = fw_t(b);
+    fw_rule(out, [&] {
+      auto prod = [&](const Tensor& x, const Tensor& y) { return batched ? tg::bmm(x, y) : tg::mm(x, y); };
+      return fw_add(ta.defined() ? prod(ta, b) : Tensor(), tb.defined() ? prod(a, tb) : Tensor());
+    });
+  }
+  return out;
 }
 
 // y = x w^T + b over the last dim of x.
@@ -82,20 +95,33 @@ Tensor autograd::ops::mm(const Tensor& a, const Tensor& b) {
 }
 Tensor autograd::ops::bmm(const Tensor& a, const Tensor& b) { return gemm_op(a, b, true); }
 
+// Tangent: tx w^T + x tw^T + tb.
 Tensor autograd::ops::linear(const Tensor& x, const Tensor& w, const Tensor& b) {
-  if (!should_record({&x, &w, &b})) return raw::linear(x, w, b);
-  Tensor out = run_raw([&] { return raw::linear(x, w, b); });
-  auto node = make_node<LinearBackward>({&x, &w, &b});
-  if (node->needs_input_grad(1)) node->input_ = SavedVariable(x, false);
-  if (node->needs_input_grad(0)) node->weight_ = SavedVariable(w, false);
-  return finish(out, node);
+  Tensor out;
+  if (!should_record({&x, &w, &b})) {
+    out = run_raw([&] { return raw::linear(x, w, b); });
+  } else {
+    out = run_raw([&] { return raw::linear(x, w, b); });
+    auto node = make_node<LinearBackward>({&x, &w, &b});
+    if (node->needs_input_grad(1)) node->input_ = SavedVariable(x, false);
+    if (node->needs_input_grad(0)) node->weight_ = SavedVariable(w, false);
+    out = finish(out, node);
+  }
+  if (fw_any({&x, &w, &b})) {
+    const Tensor tx = fw_t(x), tw = fw_t(w), tb = fw_t(b);
+    fw_rule(out, [&] {
+      Tensor t = fw_add(tx.defined() ? tg::matmul(tx, w.t()) : Tensor(), tw.defined() ? tg::matmul(x, tw.t()) : Tensor());
+      return fw_add(t, tb);
+    });
+  }
+  return out;
 }
 
 // Composite: the same cases as the raw op, expressed with differentiable
 // views and mm/bmm, so each GEMM node trims on its own.
 Tensor autograd::ops::matmul(const Tensor& a, const Tensor& b) {
   if (a.defined() && a.is_sparse()) return autograd::impl::sparse_mm(a, b, "matmul");
-  if (!should_record({&a, &b})) return raw::matmul(a, b);
+  if (!should_record({&a, &b}) && !fw_any({&a, &b})) return raw::matmul(a, b);
   int64_t da = a.dim(), db = b.dim();
   TG_CHECK(da >= 1 && db >= 1, "matmul: both arguments need at least 1 dimension, got ",
            shape_str(a.sizes()), " and ", shape_str(b.sizes()));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <tapegrad/autograd/autograd_meta.h>
+#include <tapegrad/autograd/forward_ad.h>
 #include <tapegrad/autograd/grad_mode.h>
 #include <tapegrad/autograd/saved_variable.h>
 #include <tapegrad/tensor/ops.h>
@@ -54,17 +55,63 @@ std::shared_ptr<N> make_node(const std::vector<Tensor>& inputs, Args&&... args) 
   return node;
 }
 
-// Runs the raw op with grad mode off, so that method calls inside the raw
-// layer (views, casts) on inputs that require grad do not record.
+// Runs the raw op with grad mode and forward mode off, so that method calls
+// inside the raw layer (views, casts) on inputs that require grad or carry
+// tangents neither record nor push tangents.
 template <class F>
 Tensor run_raw(F&& f) {
   AutoGradMode no_grad(false);
+  forward_ad::detail::Suspend no_tangents;
   return f();
 }
 
 // Makes `out` the output of `node`; integer/bool outputs never require grad.
 inline Tensor finish(Tensor out, const std::shared_ptr<Node>& node) {
   if (out.is_floating_point()) impl::set_history(out, node);
+  return out;
+}
+
+// ---- forward mode (tangent rules) ----
+// Whether forward mode is on and one of `inputs` has a tangent.
+inline bool fw_any(std::initializer_list<const Tensor*> inputs) {
+  if (!forward_ad::is_active()) return false;
+  for (const Tensor* t : inputs)
+    if (impl::fw_grad(*t).defined()) return true;
+  return false;
+}
+// The tangent of t at the current level (undefined: zero).
+inline Tensor fw_t(const Tensor& t) { return impl::fw_grad(t); }
+// Sets out's tangent to `tangent` (a sum of per-input contributions, any of
+// them undefined), at out's shape (a broadcast contribution is expanded).
+inline void fw_set(const Tensor& out, Tensor tangent) {
+  if (!tangent.defined() || !out.is_floating_point()) return;
+  if (tangent.sizes() != out.sizes()) tangent = tangent.expand(out.sizes()).contiguous();
+  if (tangent.dtype() != out.dtype()) tangent = tangent.to(out.dtype());
+  impl::set_fw_grad(out, tangent);
+}
+// a + b where either may be undefined (a missing tangent is zero).
+inline Tensor fw_add(const Tensor& a, const Tensor& b) {
+  if (!a.defined()) return b;
+  if (!b.defined()) return a;
+  return add(a, b);
+}
+// Sets out's tangent to rule(), run with forward mode paused (the rule's own
+// ops push no tangents; read the inputs' tangents before).
+template <class F>
+void fw_rule(const Tensor& out, F&& rule) {
+  Tensor t;
+  {
+    forward_ad::detail::Suspend pause;
+    t = rule();
+  }
+  fw_set(out, t);
+}
+// For an op linear in `self` (views, copies, sums): out's tangent is the op
+// applied to self's tangent (`op` is the differentiable op).
+template <class F>
+Tensor fw_linear(Tensor out, const Tensor& self, F&& op) {
+  if (forward_ad::is_active())
+    if (Tensor t = fw_t(self); t.defined()) fw_rule(out, [&] { return op(t); });
   return out;
 }
 

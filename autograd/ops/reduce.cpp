@@ -79,7 +79,7 @@ class ReduceBackward final : public OpNode {
 template <class F>
 Tensor reduce_op(const Tensor& x, const char* op, const char* name, ReduceBackward::Kind kind,
                  const IntList& dims, bool keepdim, F&& raw_fn) {
-  if (!should_record({&x})) return raw_fn();
+  if (!should_record({&x})) return run_raw(raw_fn);
   Tensor out = run_raw(raw_fn);  // checks dims before the node is built
   auto node = make_node<ReduceBackward>({&x}, op, name, kind, x.sizes(),
                                         reduced_dims(dims, x.dim()), keepdim);
@@ -93,20 +93,24 @@ Tensor reduce_op(const Tensor& x, const char* op, const char* name, ReduceBackwa
 
 Tensor autograd::ops::sum(const Tensor& x) {
   if (x.defined() && x.is_sparse()) return autograd::impl::sparse_sum(x);
-  return reduce_op(x, "sum", "SumBackward", ReduceBackward::Sum, {}, false,
-                   [&] { return raw::sum(x); });
+  return fw_linear(reduce_op(x, "sum", "SumBackward", ReduceBackward::Sum, {}, false,
+                             [&] { return raw::sum(x); }),
+                   x, [&](const Tensor& t) { return tg::sum(t); });
 }
 Tensor autograd::ops::sum(const Tensor& x, const IntList& dims, bool keepdim) {
-  return reduce_op(x, "sum", "SumBackward", ReduceBackward::Sum, dims, keepdim,
-                   [&] { return raw::sum(x, dims, keepdim); });
+  return fw_linear(reduce_op(x, "sum", "SumBackward", ReduceBackward::Sum, dims, keepdim,
+                             [&] { return raw::sum(x, dims, keepdim); }),
+                   x, [&](const Tensor& t) { return tg::sum(t, dims, keepdim); });
 }
 Tensor autograd::ops::mean(const Tensor& x) {
-  return reduce_op(x, "mean", "MeanBackward", ReduceBackward::Mean, {}, false,
-                   [&] { return raw::mean(x); });
+  return fw_linear(reduce_op(x, "mean", "MeanBackward", ReduceBackward::Mean, {}, false,
+                             [&] { return raw::mean(x); }),
+                   x, [&](const Tensor& t) { return tg::mean(t); });
 }
 Tensor autograd::ops::mean(const Tensor& x, const IntList& dims, bool keepdim) {
-  return reduce_op(x, "mean", "MeanBackward", ReduceBackward::Mean, dims, keepdim,
-                   [&] { return raw::mean(x, dims, keepdim); });
+  return fw_linear(reduce_op(x, "mean", "MeanBackward", ReduceBackward::Mean, dims, keepdim,
+                             [&] { return raw::mean(x, dims, keepdim); }),
+                   x, [&](const Tensor& t) { return tg::mean(t, dims, keepdim); });
 }
 Tensor autograd::ops::amax(const Tensor& x) {
   return reduce_op(x, "amax", "AmaxBackward", ReduceBackward::Extreme, {}, false,

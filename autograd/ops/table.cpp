@@ -1,14 +1,94 @@
 // The autograd layer's op table (tensor/op_table.h): the tensor layer's ops
-// call these entries when libtapegrad is linked.
+// call these entries when libtapegrad is linked. Each recorded op's entry is
+// wrapped by a forward-mode check: inside a dual level, an op that sees a
+// tangent on an input and leaves none on its floating-point output has no
+// tangent rule yet, and says so instead of dropping the tangent (a wrong,
+// zero derivative); in-place ops take no tangents yet.
+#include <string>
+#include <type_traits>
+
 #include "autograd/ops/ops.h"
 #include "tensor/op_table.h"
 
+#include <tapegrad/autograd/autograd_meta.h>
+#include <tapegrad/autograd/forward_ad.h>
+#include <tapegrad/tensor/error.h>
+
+namespace tg {
+namespace {
+
+namespace fad = autograd::forward_ad;
+
+bool has_tangent(const Tensor& t) { return autograd::impl::fw_grad(t).defined(); }
+bool has_tangent(const std::vector<Tensor>& ts) {
+  for (const Tensor& t : ts)
+    if (has_tangent(t)) return true;
+  return false;
+}
+template <class T>
+bool has_tangent(const T&) {
+  return false;
+}
+
+bool output_ok(const Tensor& o) { return !o.defined() || !o.is_floating_point() || has_tangent(o); }
+bool output_ok(const TensorPair& p) { return output_ok(std::get<0>(p)) && output_ok(std::get<1>(p)); }
+template <class T>
+bool output_ok(const T&) {
+  return true;
+}
+
+// Ops called inside an op (composites) are checked through the outer one.
+thread_local int t_fw_depth = 0;
+
+template <class F, class... In>
+decltype(auto) fw_checked(const char* op, F&& f, const In&... in) {
+  using R = decltype(f());
+  if (t_fw_depth > 0 || !fad::is_active() || !(has_tangent(in) || ...)) return f();
+  struct Depth {
+    Depth() { ++t_fw_depth; }
+    ~Depth() { --t_fw_depth; }
+  } depth;
+  TG_CHECK(!std::is_reference_v<R>, op, ": in-place ops do not take forward-mode tangents yet; use the "
+           "out-of-place op inside a forward_ad::dual_level");
+  R out = f();
+  TG_CHECK(output_ok(out), op, ": no forward-mode (tangent) rule yet; an input carries a tangent "
+           "(forward_ad::make_dual) and its derivative would be lost. Compute this step outside the dual "
+           "level, or use reverse mode (grad, vjp) for it");
+  return out;
+}
+
+namespace ops = autograd::ops;
+#define TG_D(...)
+#define TG_OP0(ret, name, id, form)                                                            \
+  TG_IF_RECORDED_##form(ret fw_##id(const Tensor& self) {                                    \
+    return fw_checked(#name, [&]() -> ret { return ops::name(self); }, self);                \
+  })
+#define TG_OP(ret, name, id, extras, args, form)                                               \
+  TG_IF_RECORDED_##form(ret fw_##id(const Tensor& self, TG_UNPAREN extras) {                 \
+    return fw_checked(#name, [&]() -> ret { return ops::name(self, TG_UNPAREN args); }, self, \
+                      TG_UNPAREN args);                                                        \
+  })
+#define TG_FN(ret, name, id, params, args, form)                                               \
+  TG_IF_RECORDED_##form(ret fw_##id params {                                                 \
+    return fw_checked(#name, [&]() -> ret { return ops::name(TG_UNPAREN args); }, TG_UNPAREN args); \
+  })
+#include <tapegrad/tensor/ops.def>
+#undef TG_FN
+#undef TG_OP
+#undef TG_OP0
+#undef TG_D
+
+}  // namespace
+}  // namespace tg
+
 extern "C" const tg::detail::OpTable* tapegrad_autograd_ops() {
   namespace ops = tg::autograd::ops;
+  using namespace tg;
   static const tg::detail::OpTable table = [] {
     tg::detail::OpTable t;
-#define TG_OP0(ret, name, id, form) \
-  TG_IF_AUTOGRAD_##form(t.id = static_cast<decltype(t.id)>(&ops::name);)
+#define TG_OP0(ret, name, id, form)                                                       \
+  TG_IF_AUTOGRAD_##form(t.id = static_cast<decltype(t.id)>(&ops::name);)                \
+  TG_IF_RECORDED_##form(t.id = &fw_##id;)
 #define TG_OP(ret, name, id, extras, args, form) TG_OP0(ret, name, id, form)
 #define TG_FN(ret, name, id, params, args, form) TG_OP0(ret, name, id, form)
 #include <tapegrad/tensor/ops.def>

@@ -39,7 +39,7 @@ class ViewBackward final : public OpNode {
 template <class F, class G>
 Tensor view_op(const Tensor& self, const char* op, const char* name, F&& raw_fn,
                G&& make_grad_fn) {
-  if (!should_record({&self})) return raw_fn();
+  if (!should_record({&self})) return run_raw(raw_fn);
   Tensor out = run_raw(raw_fn);
   if (out.is_same(self)) out = raw::detach(out);
   return finish(out, make_node<ViewBackward>({&self}, op, name, make_grad_fn()));
@@ -71,47 +71,47 @@ Tensor slice_backward(const Tensor& g, const IntList& sizes, int64_t dim, int64_
 #define TG_RESHAPE_GRAD [&] { IntList in = self.sizes(); return GradFn([in](const Tensor& g) { return g.reshape(in); }); }
 
 Tensor autograd::ops::view(const Tensor& self, const IntList& s) {
-  return view_op(self, "view", "ViewBackward", [&] { return raw::view(self, s); },
-                 TG_RESHAPE_GRAD);
+  return fw_linear(view_op(self, "view", "ViewBackward", [&] { return raw::view(self, s); },
+                 TG_RESHAPE_GRAD), self, [&](const Tensor& t) { return t.view(s); });
 }
 Tensor autograd::ops::reshape(const Tensor& self, const IntList& s) {
-  return view_op(self, "reshape", "ReshapeBackward", [&] { return raw::reshape(self, s); },
-                 TG_RESHAPE_GRAD);
+  return fw_linear(view_op(self, "reshape", "ReshapeBackward", [&] { return raw::reshape(self, s); },
+                 TG_RESHAPE_GRAD), self, [&](const Tensor& t) { return t.reshape(s); });
 }
 Tensor autograd::ops::flatten(const Tensor& self, int64_t start, int64_t end) {
-  return view_op(self, "flatten", "FlattenBackward",
-                 [&] { return raw::flatten(self, start, end); }, TG_RESHAPE_GRAD);
+  return fw_linear(view_op(self, "flatten", "FlattenBackward",
+                 [&] { return raw::flatten(self, start, end); }, TG_RESHAPE_GRAD), self, [&](const Tensor& t) { return t.flatten(start, end); });
 }
 Tensor autograd::ops::squeeze(const Tensor& self) {
-  return view_op(self, "squeeze", "SqueezeBackward", [&] { return raw::squeeze(self); },
-                 TG_RESHAPE_GRAD);
+  return fw_linear(view_op(self, "squeeze", "SqueezeBackward", [&] { return raw::squeeze(self); },
+                 TG_RESHAPE_GRAD), self, [&](const Tensor& t) { return t.squeeze(); });
 }
 Tensor autograd::ops::squeeze(const Tensor& self, int64_t d) {
-  return view_op(self, "squeeze", "SqueezeBackward", [&] { return raw::squeeze(self, d); },
-                 TG_RESHAPE_GRAD);
+  return fw_linear(view_op(self, "squeeze", "SqueezeBackward", [&] { return raw::squeeze(self, d); },
+                 TG_RESHAPE_GRAD), self, [&](const Tensor& t) { return t.squeeze(d); });
 }
 #undef TG_RESHAPE_GRAD
 
 Tensor autograd::ops::unsqueeze(const Tensor& self, int64_t d) {
-  return view_op(self, "unsqueeze", "UnsqueezeBackward",
+  return fw_linear(view_op(self, "unsqueeze", "UnsqueezeBackward",
                  [&] { return raw::unsqueeze(self, d); },
                  [&] {
                    int64_t w = d < 0 ? d + self.dim() + 1 : d;
                    return GradFn([w](const Tensor& g) { return g.squeeze(w); });
-                 });
+                 }), self, [&](const Tensor& t) { return t.unsqueeze(d); });
 }
 Tensor autograd::ops::transpose(const Tensor& self, int64_t d0, int64_t d1) {
-  return view_op(self, "transpose", "TransposeBackward",
+  return fw_linear(view_op(self, "transpose", "TransposeBackward",
                  [&] { return raw::transpose(self, d0, d1); }, [&] {
                    return GradFn([d0, d1](const Tensor& g) { return g.transpose(d0, d1); });
-                 });
+                 }), self, [&](const Tensor& t) { return t.transpose(d0, d1); });
 }
 Tensor autograd::ops::t(const Tensor& self) {
-  return view_op(self, "t", "TBackward", [&] { return raw::t(self); },
-                 [] { return GradFn([](const Tensor& g) { return g.t(); }); });
+  return fw_linear(view_op(self, "t", "TBackward", [&] { return raw::t(self); },
+                 [] { return GradFn([](const Tensor& g) { return g.t(); }); }), self, [&](const Tensor& t) { return t.t(); });
 }
 Tensor autograd::ops::permute(const Tensor& self, const IntList& dims) {
-  return view_op(self, "permute", "PermuteBackward", [&] { return raw::permute(self, dims); },
+  return fw_linear(view_op(self, "permute", "PermuteBackward", [&] { return raw::permute(self, dims); },
                  [&] {  // runs after raw::permute validated dims
                    int64_t n = self.dim();
                    IntList inverse(size_t(n), 0);
@@ -120,19 +120,19 @@ Tensor autograd::ops::permute(const Tensor& self, const IntList& dims) {
                      inverse[size_t(d)] = i;
                    }
                    return GradFn([inverse](const Tensor& g) { return g.permute(inverse); });
-                 });
+                 }), self, [&](const Tensor& t) { return t.permute(dims); });
 }
 Tensor autograd::ops::expand(const Tensor& self, const IntList& target) {
-  return view_op(self, "expand", "ExpandBackward", [&] { return raw::expand(self, target); },
+  return fw_linear(view_op(self, "expand", "ExpandBackward", [&] { return raw::expand(self, target); },
                  [&] {
                    IntList in = self.sizes();
                    return GradFn([in](const Tensor& g) { return tg::sum_to(g, in); });
-                 });
+                 }), self, [&](const Tensor& t) { return t.expand(target); });
 }
 Tensor autograd::ops::expand_as(const Tensor& self, const Tensor& other) { return self.expand(other.sizes()); }
 
 Tensor autograd::ops::select(const Tensor& self, int64_t d, int64_t index) {
-  return view_op(self, "select", "SelectBackward", [&] { return raw::select(self, d, index); },
+  return fw_linear(view_op(self, "select", "SelectBackward", [&] { return raw::select(self, d, index); },
                  [&] {
                    IntList in = self.sizes();
                    int64_t w = d < 0 ? d + self.dim() : d;
@@ -140,11 +140,11 @@ Tensor autograd::ops::select(const Tensor& self, int64_t d, int64_t index) {
                    return GradFn([in, w, i](const Tensor& g) {
                      return slice_backward(g.unsqueeze(w), in, w, i, i + 1, 1);
                    });
-                 });
+                 }), self, [&](const Tensor& t) { return t.select(d, index); });
 }
 Tensor autograd::ops::slice(const Tensor& self, int64_t d, std::optional<int64_t> start, std::optional<int64_t> end,
                      int64_t step) {
-  return view_op(self, "slice", "SliceBackward",
+  return fw_linear(view_op(self, "slice", "SliceBackward",
                  [&] { return raw::slice(self, d, start, end, step); },
                  [&] {
                    IntList in = self.sizes();
@@ -158,10 +158,10 @@ Tensor autograd::ops::slice(const Tensor& self, int64_t d, std::optional<int64_t
                    return GradFn([in, w, s0, e0, step](const Tensor& g) {
                      return slice_backward(g, in, w, s0, e0, step);
                    });
-                 });
+                 }), self, [&](const Tensor& t) { return t.slice(d, start, end, step); });
 }
 Tensor autograd::ops::narrow(const Tensor& self, int64_t d, int64_t start, int64_t length) {
-  if (!should_record({&self})) return raw::narrow(self, d, start, length);
+  if (!should_record({&self}) && !fw_any({&self})) return raw::narrow(self, d, start, length);
   run_raw([&] { return raw::narrow(self, d, start, length); });  // argument checks
   int64_t w = d < 0 ? d + self.dim() : d;
   int64_t s = start < 0 ? start + self.size(w) : start;
@@ -181,8 +181,8 @@ Tensor autograd::ops::as_strided(const Tensor& self, const IntList& sz, const In
 Tensor autograd::ops::detach(const Tensor& self) { return raw::detach(self); }
 
 Tensor autograd::ops::clone(const Tensor& self) {
-  return view_op(self, "clone", "CloneBackward", [&] { return raw::clone(self); },
-                 [] { return GradFn([](const Tensor& g) { return g; }); });
+  return fw_linear(view_op(self, "clone", "CloneBackward", [&] { return raw::clone(self); },
+                 [] { return GradFn([](const Tensor& g) { return g; }); }), self, [&](const Tensor& t) { return t.clone(); });
 }
 
 Tensor autograd::ops::pin_memory(const Tensor& self) {
@@ -195,18 +195,20 @@ Tensor autograd::ops::contiguous(const Tensor& self) { return self.is_contiguous
 
 Tensor autograd::ops::to(const Tensor& self, ScalarType t) {
   if (self.defined() && t == self.dtype()) return self;
-  return view_op(self, "to", "ToCopyBackward", [&] { return raw::to(self, t); }, [&] {
+  Tensor out = view_op(self, "to", "ToCopyBackward", [&] { return raw::to(self, t); }, [&] {
     ScalarType in = self.dtype();
     return GradFn([in](const Tensor& g) { return g.to(in); });
   });
+  return fw_linear(out, self, [&](const Tensor& tan) { return tan.to(t); });
 }
 Tensor autograd::ops::to(const Tensor& self, Device d, bool non_blocking) {
   if (self.defined() && d == self.device()) return self;
-  return view_op(self, "to", "ToCopyBackward",
-                 [&] { return raw::to(self, d, non_blocking); }, [&] {
-                   Device in = self.device();
-                   return GradFn([in](const Tensor& g) { return g.to(in); });
-                 });
+  return fw_linear(view_op(self, "to", "ToCopyBackward",
+                           [&] { return raw::to(self, d, non_blocking); }, [&] {
+                             Device in = self.device();
+                             return GradFn([in](const Tensor& g) { return g.to(in); });
+                           }),
+                   self, [&](const Tensor& t) { return t.to(d, non_blocking); });
 }
 Tensor autograd::ops::to(const Tensor& self, Device d, ScalarType t) { return self.to(d).to(t); }
 

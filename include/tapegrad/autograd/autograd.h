@@ -2,6 +2,7 @@
 #pragma once
 
 #include <tapegrad/autograd/engine.h>
+#include <tapegrad/autograd/forward_ad.h>
 #include <tapegrad/autograd/function.h>
 #include <tapegrad/autograd/functional.h>
 #include <tapegrad/autograd/grad_mode.h>

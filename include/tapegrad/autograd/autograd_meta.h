@@ -22,6 +22,8 @@ struct AutogradMeta final : AutogradMetaInterface {
   /// after it (post-accumulate-grad hooks).
   struct LeafHooks;
   std::shared_ptr<LeafHooks> leaf_hooks;  ///< see LeafHooks
+  Tensor fw_grad;         ///< forward-mode tangent, valid at level fw_level only
+  uint64_t fw_level = 0;  ///< the dual level fw_grad belongs to (0: none)
   std::mutex mutex;  ///< guards grad and the hooks
 };
 
@@ -48,6 +50,11 @@ void set_history(const Tensor& t, const std::shared_ptr<Node>& fn);
 /// Attaches an existing edge to t (used when re-wrapping saved tensors).
 void set_gradient_edge(const Tensor& t, Edge e);
 
+/// The forward-mode tangent of t at the current dual level (undefined when
+/// none, or when no level is active).
+Tensor fw_grad(const Tensor& t);
+/// Sets t's tangent at the current level (t must be floating point).
+void set_fw_grad(const Tensor& t, const Tensor& tangent);
 /// Leaf hooks (run by AccumulateGrad and for captured leaves).
 void call_leaf_pre_hooks(const Tensor& leaf, Tensor& grad);
 void call_post_accumulate_hooks(const Tensor& leaf);

@@ -1,0 +1,165 @@
+// Forward mode (docs/AUTOGRAD.md "Forward mode"): every tangent rule against
+// central finite differences and against the reverse-mode J v (double vjp)
+// in float64; forward-over-reverse Hessian-vector products against reverse
+// over reverse; ops without a rule, in-place ops and misuse say so.
+#include <cmath>
+#include <functional>
+
+#include "reference.h"
+
+namespace {
+
+using tg::Tensor;
+namespace ag = tg::autograd;
+namespace fwd = tg::autograd::forward_ad;
+
+const auto kF64 = tg::TensorOptions().dtype(tg::kFloat64);
+using Fn = std::function<Tensor(const Tensor&)>;
+
+// J v of fn at x by forward mode.
+Tensor forward_jv(const Fn& fn, const Tensor& x, const Tensor& v) {
+  fwd::dual_level level;
+  Tensor y = fn(fwd::make_dual(x, v));
+  Tensor t = fwd::unpack_dual(y).tangent;
+  EXPECT_TRUE(t.defined()) << "no tangent on the output";
+  return t.defined() ? t : tg::zeros_like(y);
+}
+
+// Central differences of fn along v.
+Tensor numeric_jv(const Fn& fn, const Tensor& x, const Tensor& v, double h = 1e-6) {
+  return (fn(x + v * h) - fn(x - v * h)) / (2 * h);
+}
+
+double max_abs(const Tensor& t) { return t.numel() ? tg::amax(tg::abs(t)).item<double>() : 0.0; }
+
+void check_jv(const std::string& what, const Fn& fn, const Tensor& x, double tol = 1e-7) {
+  SCOPED_TRACE(what);
+  Tensor v = tg::randn(x.sizes(), kF64);
+  Tensor jv = forward_jv(fn, x, v);
+  Tensor num = numeric_jv(fn, x, v);
+  ASSERT_EQ(jv.sizes(), num.sizes());
+  EXPECT_LT(max_abs(jv - num), tol * (1 + max_abs(num)));
+  // Against reverse mode (jvp is a double vjp there).
+  Tensor rev = ag::jvp(fn, x, v).second;
+  EXPECT_LT(max_abs(jv - rev), 1e-12 * (1 + max_abs(rev)));
+}
+
+TEST(ForwardAD, UnaryOpsMatchFiniteDifferencesAndReverseMode) {
+  tg::manual_seed(1);
+#define TG_UNARY(name, Kernel, float_only, forward, backward, saves, lo, hi)                  \
+  {                                                                                            \
+    Tensor x = tg::rand({3, 4}, kF64) * (double(hi) - double(lo)) + double(lo);               \
+    check_jv(#name, [](const Tensor& t) { return tg::name(t); }, x);                           \
+  }
+#include <tapegrad/tensor/unary.def>
+#undef TG_UNARY
+  Tensor x = tg::rand({5}, kF64) + 0.5;
+  check_jv("gelu", [](const Tensor& t) { return tg::gelu(t); }, x);
+  check_jv("gelu tanh", [](const Tensor& t) { return tg::gelu(t, "tanh"); }, x);
+  check_jv("softplus", [](const Tensor& t) { return tg::softplus(t, 2.0, 20.0); }, x);
+  check_jv("clamp", [](const Tensor& t) { return tg::clamp(t, 0.7, 1.2); }, x);
+  check_jv("scalar ops", [](const Tensor& t) { return tg::pow((t + 1.0) * 3.0 - 0.5, 2.5) / 4.0; }, x);
+  check_jv("scalar base", [](const Tensor& t) { return tg::pow(2.0, t); }, x);
+}
+
+TEST(ForwardAD, BinaryOpsWithBroadcastingAndWhere) {
+  tg::manual_seed(2);
+  Tensor b = tg::rand({1, 4}, kF64) + 0.5;  // a constant, broadcast
+  Tensor x = tg::rand({3, 4}, kF64) + 0.5;
+  check_jv("add", [&](const Tensor& t) { return tg::add(t, b, 2.0); }, x);
+  check_jv("sub", [&](const Tensor& t) { return tg::sub(b, t, 0.5); }, x);
+  check_jv("mul", [&](const Tensor& t) { return t * b * t; }, x);
+  check_jv("div", [&](const Tensor& t) { return b / t + t / b; }, x);
+  check_jv("pow", [&](const Tensor& t) { return tg::pow(t, b) + tg::pow(b, t); }, x);
+  check_jv("maximum", [&](const Tensor& t) { return tg::maximum(t, b) + tg::minimum(t * 2.0, b); }, x);
+  check_jv("where", [&](const Tensor& t) { return tg::where(tg::gt(b, 0.9), t.square(), t * 3.0); }, x);
+  // Both operands dual, the smaller one broadcast.
+  Tensor y = tg::rand({4}, kF64) + 0.5;
+  check_jv("both broadcast", [&](const Tensor& t) { return t.narrow(0, 0, 1).reshape({4}) * t; }, x);
+  (void)y;
+}
+
+TEST(ForwardAD, LinalgReductionsAndViews) {
+  tg::manual_seed(3);
+  Tensor w = tg::randn({5, 4}, kF64), bias = tg::randn({5}, kF64);
+  Tensor x = tg::randn({3, 4}, kF64);
+  check_jv("mm", [&](const Tensor& t) { return tg::mm(t, w.t()) + tg::mm(t, t.t()).sum(); }, x);
+  check_jv("matmul", [&](const Tensor& t) { return tg::matmul(t, t.t().narrow(1, 0, 2)); }, x);
+  check_jv("matmul 1-d", [&](const Tensor& t) { return tg::matmul(t.select(0, 1), t.t()); }, x);
+  check_jv("bmm", [&](const Tensor& t) { return tg::bmm(t.unsqueeze(0).expand({2, 3, 4}), t.t().unsqueeze(0).expand({2, 4, 3})); }, x);
+  check_jv("linear", [&](const Tensor& t) { return tg::linear(t, w, bias); }, x);
+  check_jv("sum mean", [&](const Tensor& t) { return t.sum({1}, true) * t.mean() + t.mean({0}).sum(); }, x);
+  check_jv("views", [&](const Tensor& t) {
+    return t.view({4, 3}).transpose(0, 1).reshape({12}).slice(0, 1, 11, 2).unsqueeze(1).expand({5, 3}).squeeze() *
+           t.permute({1, 0}).flatten().select(0, 2);
+  }, x);
+  check_jv("clone", [&](const Tensor& t) { return t.clone() * 2.0; }, x);
+  {  // a dtype conversion converts the tangent
+    fwd::dual_level level;
+    Tensor v = tg::randn({3, 4}, kF64);
+    Tensor y = fwd::make_dual(x, v).to(tg::kFloat32);
+    EXPECT_TRUE(tg::equal(fwd::unpack_dual(y).tangent, v.to(tg::kFloat32)));
+  }
+}
+
+// An MLP: the forward tangent equals the reverse-mode J v.
+TEST(ForwardAD, MlpTangentEqualsReverseMode) {
+  tg::manual_seed(4);
+  auto net = tg::nn::MLP({3, 16, 16, 2}, "tanh", tg::kFloat64);
+  Tensor x = tg::randn({8, 3}, kF64);
+  check_jv("mlp", [&](const Tensor& t) { return net->forward(t); }, x);
+  auto silu = tg::nn::MLP({3, 8, 1}, "silu", tg::kFloat64);
+  check_jv("silu mlp", [&](const Tensor& t) { return silu->forward(t); }, x);
+}
+
+// Forward over reverse: with x dual, the gradient's tangent is H v; equal to
+// reverse over reverse (hvp).
+TEST(ForwardAD, ForwardOverReverseHessianVectorProducts) {
+  tg::manual_seed(5);
+  auto net = tg::nn::MLP({4, 12, 12, 1}, "tanh", tg::kFloat64);
+  auto f = [&](const Tensor& t) { return net->forward(t.unsqueeze(0)).sum() + (t * t * t).sum(); };
+  Tensor x = tg::randn({4}, kF64), v = tg::randn({4}, kF64);
+  Tensor hv;
+  {
+    fwd::dual_level level;
+    Tensor xd = fwd::make_dual(x.clone().requires_grad_(), v);
+    Tensor g = ag::grad({f(xd)}, {xd})[0];
+    hv = fwd::unpack_dual(g).tangent;
+  }
+  ASSERT_TRUE(hv.defined());
+  Tensor want = ag::hvp(f, x, v).second;
+  EXPECT_LT(max_abs(hv - want), 1e-12 * (1 + max_abs(want)));
+  // backward() into .grad keeps the tangent too.
+  {
+    fwd::dual_level level;
+    Tensor leaf = x.clone().requires_grad_();
+    Tensor xd = fwd::make_dual(leaf, v);
+    net->zero_grad();
+    f(xd).backward();
+    // The leaf's .grad is the gradient w.r.t. the dual's primal; the dual is a
+    // view of the leaf, so the tangent reaches it through the view.
+    ASSERT_TRUE(leaf.grad().defined());
+    Tensor t = fwd::unpack_dual(leaf.grad()).tangent;
+    ASSERT_TRUE(t.defined());
+    EXPECT_LT(max_abs(t - want), 1e-12 * (1 + max_abs(want)));
+  }
+}
+
+TEST(ForwardAD, WhatIsNotSupportedSaysSo) {
+  Tensor x = tg::randn({3}, kF64);
+  EXPECT_ERROR_CONTAINS(fwd::make_dual(x, x), "make_dual: no dual level is active");
+  fwd::dual_level level;
+  EXPECT_ERROR_CONTAINS(fwd::dual_level(), "a dual level is already active on this thread");
+  EXPECT_ERROR_CONTAINS(fwd::make_dual(x, tg::randn({4}, kF64)), "make_dual: the tangent (Float64 [4] on cpu) must "
+                                                                  "have the primal's shape");
+  Tensor d = fwd::make_dual(x, tg::ones({3}, kF64));
+  EXPECT_ERROR_CONTAINS(tg::amax(d), "amax: no forward-mode (tangent) rule yet");
+  EXPECT_ERROR_CONTAINS(d.clone().mul_(2.0), "mul_: in-place ops do not take forward-mode tangents yet");
+  // The primal of unpack_dual carries no tangent; ops on it are plain.
+  auto u = fwd::unpack_dual(d);
+  EXPECT_TRUE(tg::equal(u.primal, x));
+  EXPECT_FALSE(fwd::unpack_dual(u.primal * 2.0).tangent.defined());
+  EXPECT_TRUE(tg::equal(u.tangent, tg::ones({3}, kF64)));
+}
+
+}  // namespace

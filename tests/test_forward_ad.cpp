@@ -73,6 +73,7 @@ TEST(ForwardAD, BinaryOpsWithBroadcastingAndWhere) {
   check_jv("pow", [&](const Tensor& t) { return tg::pow(t, b) + tg::pow(b, t); }, x);
   check_jv("maximum", [&](const Tensor& t) { return tg::maximum(t, b) + tg::minimum(t * 2.0, b); }, x);
   check_jv("where", [&](const Tensor& t) { return tg::where(tg::gt(b, 0.9), t.square(), t * 3.0); }, x);
+  check_jv("where scalar", [&](const Tensor& t) { return tg::where(tg::gt(t, 1.0), t, 0.5) + tg::where(tg::gt(t, 1.0), 2.0, t); }, x);
   // Both operands dual, the smaller one broadcast.
   Tensor y = tg::rand({4}, kF64) + 0.5;
   check_jv("both broadcast", [&](const Tensor& t) { return t.narrow(0, 0, 1).reshape({4}) * t; }, x);

@@ -339,12 +339,12 @@ Tensor autograd::ops::where(const Tensor& cond, const Tensor& a, const Tensor& b
   return out;
 }
 Tensor autograd::ops::where(const Tensor& cond, const Tensor& a, Scalar b) {
-  if (!should_record({&a})) return raw::where(cond, a, b);
+  if (!should_record({&a}) && !fw_any({&a})) return raw::where(cond, a, b);
   Tensor bt = scalar_tensor(b, TensorOptions().dtype(a.dtype()).device(a.device()));
   return tg::where(cond, a, bt);
 }
 Tensor autograd::ops::where(const Tensor& cond, Scalar a, const Tensor& b) {
-  if (!should_record({&b})) return raw::where(cond, a, b);
+  if (!should_record({&b}) && !fw_any({&b})) return raw::where(cond, a, b);
   Tensor at = scalar_tensor(a, TensorOptions().dtype(b.dtype()).device(b.device()));
   return tg::where(cond, at, b);
 }

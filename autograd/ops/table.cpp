@@ -87,7 +87,7 @@ extern "C" const tg::detail::OpTable* tapegrad_autograd_ops() {
   static const tg::detail::OpTable table = [] {
     tg::detail::OpTable t;
 #define TG_OP0(ret, name, id, form)                                                       \
-  TG_IF_AUTOGRAD_##form(t.id = static_cast<decltype(t.id)>(&ops::name);)                \
+  TG_IF_ACCESSOR_##form(t.id = static_cast<decltype(t.id)>(&ops::name);)                \
   TG_IF_RECORDED_##form(t.id = &fw_##id;)
 #define TG_OP(ret, name, id, extras, args, form) TG_OP0(ret, name, id, form)
 #define TG_FN(ret, name, id, params, args, form) TG_OP0(ret, name, id, form)

@@ -8,11 +8,13 @@ kernel nodes of one captured step: its launches per step).
     python3 bench/peers/optim_peers.py
 """
 import os
-import statistics
+import sys
 import tempfile
-import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pinn_peers import ms_per_step  # noqa: E402  (median of 5 timings)
 
 
 def run(kind):
@@ -22,14 +24,11 @@ def run(kind):
         p.grad = torch.randn_like(p)
     opt = torch.optim.Adam(ps, lr=1e-3, capturable=True, foreach=kind == "foreach", fused=kind == "fused")
     opt.step()
-    torch.cuda.synchronize()
-    t = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(200):
-            opt.step()
-            torch.cuda.synchronize()
-        t.append((time.perf_counter() - t0) * 1e6 / 200)
+
+    def synced(step):  # one step, then wait for it: us per step
+        return 1e3 * ms_per_step(lambda: (step(), torch.cuda.synchronize()), torch.cuda.synchronize, 200)
+
+    eager_us = synced(opt.step)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -44,14 +43,7 @@ def run(kind):
         g.debug_dump(path)
         nodes = sum(1 for line in open(path) if "KERNEL" in line or "MEMSET" in line or "MEMCPY" in line)
     g.instantiate()
-    tg = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(200):
-            g.replay()
-            torch.cuda.synchronize()
-        tg.append((time.perf_counter() - t0) * 1e6 / 200)
-    return statistics.median(t), statistics.median(tg), nodes
+    return eager_us, synced(g.replay), nodes
 
 
 print("| PyTorch Adam (100 x [64, 64] f32) | eager us/step | graphed us/step | launches per step |")

@@ -21,7 +21,7 @@ constexpr int64_t kChunk = 4 * 1024;  // elements per block
 struct ListArgs {
   void* ptr[5][kListSize];
   int64_t n[kListSize];
-  int64_t step_index[kListSize];
+  int64_t arg[kListSize];  // per tensor: its step-count index (updates), word size (zero)
   int64_t block_start[kListSize + 1];
   int ntensors;
 };
@@ -44,7 +44,7 @@ __global__ void adam_kernel(ListArgs a, const double* steps, const double* lr_pt
   T* m = static_cast<T*>(a.ptr[2][t]);
   T* v = static_cast<T*>(a.ptr[3][t]);
   T* vmax = static_cast<T*>(a.ptr[4][t]);
-  const double step = steps[a.step_index[t]], lr = *lr_ptr;
+  const double step = steps[a.arg[t]], lr = *lr_ptr;
   const T bc1 = T(1 - ::pow(u.beta1, step)), sqrt_bc2 = T(::sqrt(1 - ::pow(u.beta2, step)));
   const T b1 = T(u.beta1), b2 = T(u.beta2), eps = T(u.eps), wd = T(u.weight_decay), tlr = T(lr);
   const T decay = T(1 - lr * u.weight_decay);
@@ -75,7 +75,7 @@ __global__ void sgd_kernel(ListArgs a, const double* steps, const double* lr_ptr
   T* p = static_cast<T*>(a.ptr[0][t]);
   const T* g = static_cast<const T*>(a.ptr[1][t]);
   T* buf = static_cast<T*>(a.ptr[2][t]);
-  const bool first = steps[a.step_index[t]] <= 1;
+  const bool first = steps[a.arg[t]] <= 1;
   const T lr = T(*lr_ptr), wd = T(u.weight_decay), mom = T(u.momentum), damp = T(1 - u.dampening);
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     T d = g[i];
@@ -92,7 +92,7 @@ __global__ void sgd_kernel(ListArgs a, const double* steps, const double* lr_ptr
 __global__ void zero_kernel(ListArgs a) {
   int64_t begin, end;  // in 4-byte words (sizes are whole words) or bytes
   const int t = find_tensor(a, &begin, &end);
-  if (a.step_index[t] == 4) {
+  if (a.arg[t] == 4) {
     uint32_t* w = static_cast<uint32_t*>(a.ptr[0][t]);
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) w[i] = 0;
   } else {
@@ -102,10 +102,11 @@ __global__ void zero_kernel(ListArgs a) {
 }
 
 // Launches `kernel(args)` over the entries of `ptrs` (up to five lists) with
-// element counts `n`, kListSize at a time, on the current stream of `dev`.
+// element counts `n` and per-tensor arguments `arg`, kListSize at a time, on
+// the current stream of `dev`.
 template <class Launch>
 void for_each_launch(Device dev, const std::vector<std::array<void*, 5>>& ptrs, const std::vector<int64_t>& n,
-                     const std::vector<int64_t>& idx, const char* op, Launch launch) {
+                     const std::vector<int64_t>& arg, const char* op, Launch launch) {
   DeviceGuard guard(dev.index());
   cudaStream_t s = static_cast<cudaStream_t>(current_stream(dev.index()).handle());
   size_t i = 0;
@@ -117,7 +118,7 @@ void for_each_launch(Device dev, const std::vector<std::array<void*, 5>>& ptrs, 
       if (n[i] == 0) continue;
       for (int l = 0; l < 5; ++l) a.ptr[l][k] = ptrs[i][l];
       a.n[k] = n[i];
-      a.step_index[k] = idx[i];
+      a.arg[k] = arg[i];
       a.block_start[k] = blocks;
       blocks += (n[i] + kChunk - 1) / kChunk;
       ++k;
@@ -158,34 +159,35 @@ std::vector<std::array<void*, 5>> entries(const kernels::TensorLists& l, int nst
   return out;
 }
 
-void multi_tensor_adam(const kernels::TensorLists& l, const Tensor& steps, const Tensor& lr,
-                       const kernels::AdamUpdate& u) {
+// An update over the lists: each dtype's kernel, with the device step
+// counts and learning rate.
+template <class U>
+void multi_tensor_update(const kernels::TensorLists& l, int nstate, const char* op, const Tensor& steps,
+                         const Tensor& lr, const U& u,
+                         void (*k32)(ListArgs, const double*, const double*, U),
+                         void (*k64)(ListArgs, const double*, const double*, U)) {
   if (l.param.empty()) return;
   std::vector<int64_t> n;
-  auto e = entries(l, u.amsgrad ? 3 : 2, "Adam (multi-tensor)", &n);
+  auto e = entries(l, nstate, op, &n);
   const double* st = static_cast<const double*>(steps.data_ptr());
   const double* r = static_cast<const double*>(lr.data_ptr());
-  const bool f64 = l.param[0].dtype() == kFloat64;
-  for_each_launch(l.param[0].device(), e, n, l.step_index, "Adam (multi-tensor)",
+  auto kernel = l.param[0].dtype() == kFloat64 ? k64 : k32;
+  for_each_launch(l.param[0].device(), e, n, l.step_index, op,
                   [&](const ListArgs& a, unsigned blocks, cudaStream_t s) {
-                    if (f64) adam_kernel<double><<<blocks, kThreads, 0, s>>>(a, st, r, u);
-                    else adam_kernel<float><<<blocks, kThreads, 0, s>>>(a, st, r, u);
+                    kernel<<<blocks, kThreads, 0, s>>>(a, st, r, u);
                   });
+}
+
+void multi_tensor_adam(const kernels::TensorLists& l, const Tensor& steps, const Tensor& lr,
+                       const kernels::AdamUpdate& u) {
+  multi_tensor_update(l, u.amsgrad ? 3 : 2, "Adam (multi-tensor)", steps, lr, u, &adam_kernel<float>,
+                      &adam_kernel<double>);
 }
 
 void multi_tensor_sgd(const kernels::TensorLists& l, const Tensor& steps, const Tensor& lr,
                       const kernels::SGDUpdate& u) {
-  if (l.param.empty()) return;
-  std::vector<int64_t> n;
-  auto e = entries(l, u.momentum != 0 ? 1 : 0, "SGD (multi-tensor)", &n);
-  const double* st = static_cast<const double*>(steps.data_ptr());
-  const double* r = static_cast<const double*>(lr.data_ptr());
-  const bool f64 = l.param[0].dtype() == kFloat64;
-  for_each_launch(l.param[0].device(), e, n, l.step_index, "SGD (multi-tensor)",
-                  [&](const ListArgs& a, unsigned blocks, cudaStream_t s) {
-                    if (f64) sgd_kernel<double><<<blocks, kThreads, 0, s>>>(a, st, r, u);
-                    else sgd_kernel<float><<<blocks, kThreads, 0, s>>>(a, st, r, u);
-                  });
+  multi_tensor_update(l, u.momentum != 0 ? 1 : 0, "SGD (multi-tensor)", steps, lr, u, &sgd_kernel<float>,
+                      &sgd_kernel<double>);
 }
 
 void multi_tensor_zero(const std::vector<Tensor>& ts) {

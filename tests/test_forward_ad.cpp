@@ -153,6 +153,9 @@ TEST(ForwardAD, WhatIsNotSupportedSaysSo) {
   EXPECT_ERROR_CONTAINS(fwd::dual_level(), "a dual level is already active on this thread");
   EXPECT_ERROR_CONTAINS(fwd::make_dual(x, tg::randn({4}, kF64)), "make_dual: the tangent (Float64 [4] on cpu) must "
                                                                   "have the primal's shape");
+  EXPECT_ERROR_CONTAINS(fwd::make_dual(Tensor(), x), "make_dual: primal and tangent must be defined");
+  Tensor ints = tg::ones({3}, tg::TensorOptions().dtype(tg::kInt64));
+  EXPECT_ERROR_CONTAINS(fwd::make_dual(ints, ints), "make_dual: the primal must be floating point, got Int64");
   Tensor d = fwd::make_dual(x, tg::ones({3}, kF64));
   EXPECT_ERROR_CONTAINS(tg::amax(d), "amax: no forward-mode (tangent) rule yet");
   EXPECT_ERROR_CONTAINS(d.clone().mul_(2.0), "mul_: in-place ops do not take forward-mode tangents yet");

@@ -281,6 +281,20 @@ TEST(GraphedTraining, WithoutAGpuGraphedCallablesSaySo) {
                         "make_graphed_callables: CUDA graphs need a GPU, and none is available");
 }
 
+// Misuse that needs no GPU to detect (runs everywhere).
+TEST(GraphedTraining, BadArgumentsAreNamed) {
+  cu::Callable square([](const std::vector<Tensor>& a) { return std::vector<Tensor>{a[0] * a[0]}; });
+  EXPECT_ERROR_CONTAINS(cu::make_graphed_callables({square, square}, {{tg::ones({2})}}),
+                        "make_graphed_callables: 2 callables but 1 sample argument lists");
+  cu::GraphedOptions o;
+  o.max_order = -1;
+  EXPECT_ERROR_CONTAINS(cu::make_graphed_callables({square}, {{tg::ones({2})}}, o),
+                        "make_graphed_callables: max_order must be >= 0, got -1");
+  EXPECT_ERROR_CONTAINS(cu::register_static(Tensor(), "w"), "register_static: 'w' is an undefined tensor");
+  EXPECT_EQ(cu::static_name(tg::ones({1})), "");
+  EXPECT_FALSE(cu::static_in_use(tg::ones({1})));
+}
+
 // What a graphed callable cannot do says so and names it.
 TEST(GraphedTrainingGpu, GraphedCallableErrorsNameTheCallable) {
   REQUIRE_GPU();

@@ -2,18 +2,20 @@
 # The whole suite under ASan+UBSan and under TSan (Debug builds in
 # build-asan/ and build-tsan/, or under $TG_SAN_DIR). CI runs it after the
 # README's test command. Under TSan the CPU kernels run on the calling thread
-# (Debian's TBB is not instrumented; see tensor/cpu/loops.cpp). The TSan build
-# is the build without CUDA (cuda/stub.cpp): CI has no GPU, so this costs no
-# coverage of device code, saves the nvcc compile, and keeps the CUDA-less
-# configuration built and tested.
+# (Debian's TBB is not instrumented; see tensor/cpu/loops.cpp). Both are
+# builds without CUDA (cuda/stub.cpp): CI has no GPU, so no device code would
+# run; this saves two Debug nvcc compiles and keeps the CUDA-less
+# configuration built and tested. The README's test command (before this)
+# builds and tests the CUDA configuration without a GPU; device code runs
+# under compute-sanitizer on the GPU machine (scripts/gpu.sh sanitize).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 base=${TG_SAN_DIR:-$root}
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
 for san in address,undefined thread; do
-  case $san in thread) dir=$base/build-tsan cuda=OFF ;; *) dir=$base/build-asan cuda=AUTO ;; esac
-  cmake -S "$root" -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=Debug -DTAPEGRAD_CUDA=$cuda \
+  case $san in thread) dir=$base/build-tsan ;; *) dir=$base/build-asan ;; esac
+  cmake -S "$root" -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=Debug -DTAPEGRAD_CUDA=OFF \
     -DTAPEGRAD_SANITIZE="$san" -DTAPEGRAD_BUILD_BENCH=OFF -DTAPEGRAD_BUILD_SAMPLES=OFF >/dev/null
   cmake --build "$dir" -j "$(nproc)"
   ctest --test-dir "$dir" --output-on-failure -j "$(nproc)"

@@ -4,6 +4,8 @@
 #include <tapegrad/autograd/forward_ad.h>
 
 #include <atomic>
+#include <mutex>
+#include <vector>
 
 #include <tapegrad/autograd/autograd_meta.h>
 #include <tapegrad/tensor/error.h>
@@ -13,6 +15,47 @@ namespace tg::autograd {
 namespace {
 thread_local uint64_t t_level = 0;  // the active dual level (0: none)
 std::atomic<uint64_t> g_next_level{1};
+
+// Every tangent slot made, weakly, so a level can clear its own when it ends
+// (a tangent's history may hold its tensor: a cycle until cleared).
+std::mutex g_slots_mutex;
+std::vector<std::weak_ptr<ForwardGrad>> g_slots;
+size_t g_prune_at = 4096;
+
+std::shared_ptr<ForwardGrad> new_slot(uint64_t level) {
+  std::shared_ptr<ForwardGrad> s(new ForwardGrad{Tensor(), level});  // not make_shared: the weak
+  std::lock_guard<std::mutex> lock(g_slots_mutex);                    // refs keep only the block
+  if (g_slots.size() >= g_prune_at) {
+    size_t kept = 0;
+    for (auto& w : g_slots)
+      if (!w.expired()) g_slots[kept++] = std::move(w);
+    g_slots.resize(kept);
+    g_prune_at = std::max<size_t>(4096, 2 * kept);
+  }
+  g_slots.push_back(s);
+  return s;
+}
+
+void clear_level(uint64_t level) {
+  std::vector<std::shared_ptr<ForwardGrad>> mine;
+  {
+    std::lock_guard<std::mutex> lock(g_slots_mutex);
+    size_t kept = 0;
+    for (auto& w : g_slots) {
+      std::shared_ptr<ForwardGrad> s = w.lock();
+      if (!s) continue;
+      if (s->level == level) mine.push_back(std::move(s));
+      else g_slots[kept++] = std::move(w);
+    }
+    g_slots.resize(kept);
+  }
+  // Outside the lock: dropping a tangent may free tensors whose slots go.
+  for (auto& s : mine) {
+    Tensor drop = std::move(s->tangent);
+    s->tangent = Tensor();
+    s->level = 0;
+  }
+}
 }  // namespace
 
 namespace forward_ad {
@@ -23,11 +66,17 @@ dual_level::dual_level() {
   t_level = g_next_level.fetch_add(1);
 }
 
-dual_level::~dual_level() { t_level = 0; }
+dual_level::~dual_level() {
+  uint64_t level = t_level;
+  t_level = 0;
+  clear_level(level);
+}
 
 bool is_active() { return t_level != 0; }
 
+uint64_t detail::current_level() { return t_level; }
 detail::Suspend::Suspend() : saved_(t_level) { t_level = 0; }
+detail::Suspend::Suspend(uint64_t level) : saved_(t_level) { t_level = level; }
 detail::Suspend::~Suspend() { t_level = saved_; }
 
 Tensor make_dual(const Tensor& primal, const Tensor& tangent) {
@@ -47,11 +96,10 @@ Tensor make_dual(const Tensor& primal, const Tensor& tangent) {
 UnpackedDual unpack_dual(const Tensor& t) {
   UnpackedDual u;
   u.tangent = impl::fw_grad(t);
-  u.primal = t.view(t.sizes());
-  if (AutogradMeta* m = impl::meta(u.primal)) {
-    m->fw_grad = Tensor();
-    m->fw_level = 0;
-  }
+  if (!t.defined()) return u;
+  detail::Suspend no_tangent;  // the primal gets none
+  // A view keeping t's reverse-mode history (sparse: a copy, no views).
+  u.primal = t.is_sparse() ? t.clone() : t.view(t.sizes());
   return u;
 }
 
@@ -62,15 +110,20 @@ namespace impl {
 Tensor fw_grad(const Tensor& t) {
   if (t_level == 0) return Tensor();
   AutogradMeta* m = meta(t);
-  return m && m->fw_level == t_level ? m->fw_grad : Tensor();
+  return m && m->fw && m->fw->level == t_level ? m->fw->tangent : Tensor();
+}
+
+std::shared_ptr<ForwardGrad> fw_slot(const Tensor& t) {
+  if (t_level == 0 || !t.defined() || !t.is_floating_point()) return nullptr;
+  AutogradMeta& m = materialize_meta(t);
+  if (!m.fw || m.fw->level != t_level) m.fw = new_slot(t_level);
+  return m.fw;
 }
 
 void set_fw_grad(const Tensor& t, const Tensor& tangent) {
   if (t_level == 0 || !t.defined()) return;
   TG_CHECK(t.is_floating_point(), "forward AD: a tangent on a ", t.dtype(), " tensor");
-  AutogradMeta& m = materialize_meta(t);
-  m.fw_grad = tangent;
-  m.fw_level = tangent.defined() ? t_level : 0;
+  fw_slot(t)->tangent = tangent;
 }
 
 }  // namespace impl

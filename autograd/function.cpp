@@ -20,6 +20,52 @@ std::string function_node_name(const char* mangled) {
   if (colon != std::string::npos) name = name.substr(colon + 2);
   return name + "Backward";
 }
+
+namespace {
+std::string fn_name(const std::string& node_name) {  // "CubeBackward" -> "Cube"
+  const std::string suffix = "Backward";
+  return node_name.size() > suffix.size() ? node_name.substr(0, node_name.size() - suffix.size()) : node_name;
+}
+}  // namespace
+
+bool any_tangent(const variable_list& inputs) {
+  if (!forward_ad::is_active()) return false;
+  for (const Tensor& t : inputs)
+    if (impl::fw_grad(t).defined()) return true;
+  return false;
+}
+
+variable_list input_tangents(const variable_list& inputs) {
+  variable_list out;
+  for (const Tensor& t : inputs) {
+    Tensor tan = impl::fw_grad(t);
+    if (!tan.defined() && t.defined() && t.is_floating_point()) tan = zeros_like(t);
+    out.push_back(tan);
+  }
+  return out;
+}
+
+void set_output_tangents(const std::string& fn, variable_list& outputs,
+                         const variable_list& tangents) {
+  TG_CHECK(tangents.size() == outputs.size(), fn_name(fn), ": jvp returned ", tangents.size(),
+           " tangents, expected ", outputs.size(), " (one per output of forward)");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    Tensor& o = outputs[i];
+    const Tensor& t = tangents[i];
+    if (!t.defined() || !o.is_floating_point()) continue;
+    TG_CHECK(t.sizes() == o.sizes() && t.dtype() == o.dtype() && t.device() == o.device(), fn_name(fn),
+             ": jvp's tangent ", i, " (", t.dtype(), " ", shape_str(t.sizes()), " on ", t.device(),
+             ") must match output ", i, " (", o.dtype(), " ", shape_str(o.sizes()), " on ", o.device(), ")");
+    impl::set_fw_grad(o, t);  // an input returned (mark_dirty): its tangent is the new one
+  }
+}
+
+void no_jvp(const std::string& fn) {
+  TG_ERROR(fn_name(fn), ": this custom Function has no forward-mode rule and an input carries a tangent "
+           "(forward_ad::make_dual); give it static variable_list jvp(AutogradContext* ctx, variable_list "
+           "tangents) returning one tangent per output, or compute it outside the dual level");
+}
+
 }  // namespace detail
 
 variable_list AutogradContext::get_saved_variables() const {

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include <tapegrad/autograd/engine.h>
+#include <tapegrad/autograd/forward_ad.h>
 #include <tapegrad/autograd/grad_mode.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
@@ -38,6 +39,27 @@ std::vector<std::vector<double>> flatten_outputs(const variable_list& outs) {
     r.push_back(o.defined() && o.is_floating_point() ? raw::to_dense(o.detach()).to_vector<double>()
                                                      : std::vector<double>());
   return r;
+}
+
+// Column j of d outs[o] / d inputs[i] by forward mode: the outputs' tangents
+// for the tangent e_j on input i (zero on the others).
+std::vector<double> forward_column(const TensorsFn& fn, const variable_list& inputs, size_t o, size_t i,
+                                   int64_t j) {
+  forward_ad::dual_level level;
+  variable_list in = inputs;
+  Tensor e = zeros(inputs[i].sizes(), inputs[i].options());
+  *element(e, j) = 1.0;
+  in[i] = forward_ad::make_dual(inputs[i], e);
+  variable_list outs;
+  {
+    EnableGradGuard on;
+    outs = fn(in);
+  }
+  Tensor t = forward_ad::unpack_dual(outs[o]).tangent;
+  if (!t.defined()) return std::vector<double>(size_t(outs[o].numel()), 0.0);
+  TG_CHECK(t.sizes() == outs[o].sizes(), "gradcheck: output ", o, "'s tangent has shape ", shape_str(t.sizes()),
+           ", the output ", shape_str(outs[o].sizes()));
+  return raw::to_dense(t.detach()).to_vector<double>();
 }
 
 }  // namespace
@@ -86,6 +108,30 @@ GradcheckResult gradcheck(const TensorsFn& fn, const variable_list& inputs,
         for (int64_t k = 0; k < ny; ++k)
           numeric[size_t(k * nx + j)] = (plus[o][size_t(k)] - minus[o][size_t(k)]) / (2 * opt.eps);
       }
+      auto compare = [&](double a, double n, int64_t k, int64_t j, const char* what) {
+        double err = std::fabs(a - n);
+        double excess = err - (opt.atol + opt.rtol * std::fabs(n));
+        if (std::isnan(a) != std::isnan(n)) excess = INFINITY;
+        res.max_error = std::max(res.max_error, err);
+        if (excess > 0 && excess > worst_excess) {
+          worst_excess = excess;
+          std::ostringstream m;
+          m << "gradcheck: " << what << " mismatch for output " << o << " element "
+            << shape_str(unravel(k, out.sizes())) << " w.r.t. input " << i << " element "
+            << shape_str(unravel(j, x.sizes())) << ": analytic " << a << ", numeric " << n
+            << " (|difference| " << err << " > atol " << opt.atol << " + rtol " << opt.rtol
+            << " * |numeric|)";
+          res.ok = false;
+          res.message = m.str();
+        }
+      };
+      // Forward mode: column j from one forward pass with tangent e_j.
+      if (opt.check_forward_ad)
+        for (int64_t j = 0; j < nx; ++j) {
+          std::vector<double> col = forward_column(fn, inputs, o, i, j);
+          for (int64_t k = 0; k < ny; ++k)
+            compare(col[size_t(k)], numeric[size_t(k * nx + j)], k, j, "forward-mode Jacobian");
+        }
       // Analytic: row k of the Jacobian from a one-hot grad_output.
       for (int64_t k = 0; k < ny; ++k) {
         std::vector<double> row(size_t(nx), 0.0);
@@ -96,24 +142,7 @@ GradcheckResult gradcheck(const TensorsFn& fn, const variable_list& inputs,
           Tensor g = grad({out}, {x}, {e}, true, false, true)[0];
           if (g.defined()) row = raw::to_dense(g).to_vector<double>();  // sparse too
         }
-        for (int64_t j = 0; j < nx; ++j) {
-          double a = row[size_t(j)], n = numeric[size_t(k * nx + j)];
-          double err = std::fabs(a - n);
-          double excess = err - (opt.atol + opt.rtol * std::fabs(n));
-          if (std::isnan(a) != std::isnan(n)) excess = INFINITY;
-          res.max_error = std::max(res.max_error, err);
-          if (excess > 0 && excess > worst_excess) {
-            worst_excess = excess;
-            std::ostringstream m;
-            m << "gradcheck: Jacobian mismatch for output " << o << " element "
-              << shape_str(unravel(k, out.sizes())) << " w.r.t. input " << i << " element "
-              << shape_str(unravel(j, x.sizes())) << ": analytic " << a << ", numeric " << n
-              << " (|difference| " << err << " > atol " << opt.atol << " + rtol " << opt.rtol
-              << " * |numeric|)";
-            res.ok = false;
-            res.message = m.str();
-          }
-        }
+        for (int64_t j = 0; j < nx; ++j) compare(row[size_t(j)], numeric[size_t(k * nx + j)], k, j, "Jacobian");
       }
     }
   }

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include <tapegrad/autograd/autograd_meta.h>
+#include <tapegrad/autograd/forward_ad.h>
 #include <tapegrad/autograd/grad_mode.h>
 #include <tapegrad/cuda/stream.h>
 #include <tapegrad/tensor/error.h>
@@ -86,6 +87,9 @@ SavedVariable::SavedVariable(const Tensor& t, bool is_output) {
   saved_version_ = t.version();
   dtype_ = t.dtype();
   hooks_ = current_saved_tensor_hooks();
+  // Forward over reverse: an output's tangent is set after the node saves
+  // it, so keep the slot (shared with t) rather than the tangent.
+  if ((is_output || hooks_) && forward_ad::is_active()) fw_ = impl::fw_slot(t);
   if (!hooks_) {
     // An output keeps an alias without autograd metadata (no cycle through
     // the owning node); an input or leaf keeps the tensor itself.
@@ -140,10 +144,13 @@ Tensor SavedVariable::unpack(const Node* owner, const char* slot) const {
     if (!is_output_) return data_;
     data = data_;
   }
+  const bool tangent = fw_ && fw_->tangent.defined() && fw_->level == forward_ad::detail::current_level();
   // Without grad mode (no create_graph) the formula does not record, so the
   // tensor needs no history; with it, re-attach the edge it had.
-  if (!is_grad_enabled() || !requires_grad_) return data;
+  if ((!is_grad_enabled() || !requires_grad_) && !tangent) return data;
   Tensor out = raw::detach(data);
+  if (tangent) impl::set_fw_grad(out, fw_->tangent);
+  if (!is_grad_enabled() || !requires_grad_) return out;
   if (is_output_) {
     TG_INTERNAL_ASSERT(owner != nullptr, "unpacking a saved output needs its node");
     impl::set_gradient_edge(
@@ -163,6 +170,7 @@ void SavedVariable::release() {
   payload_.reset();
   grad_fn_.reset();
   accumulator_.reset();
+  fw_.reset();
 }
 
 }  // namespace tg::autograd

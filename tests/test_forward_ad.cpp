@@ -1,7 +1,10 @@
 // Forward mode (docs/AUTOGRAD.md "Forward mode"): every tangent rule against
 // central finite differences and against the reverse-mode J v (double vjp)
 // in float64; forward-over-reverse Hessian-vector products against reverse
-// over reverse; ops without a rule, in-place ops and misuse say so.
+// over reverse; in-place ops, custom Functions with and without jvp; the
+// level frees what it held; misuse says so. (Every op of the op list is
+// also checked by tests/test_op_table.cpp: gradcheck with check_forward_ad,
+// and gradgradcheck with it, i.e. forward over reverse.)
 #include <cmath>
 #include <functional>
 
@@ -146,6 +149,94 @@ TEST(ForwardAD, ForwardOverReverseHessianVectorProducts) {
   }
 }
 
+struct NoJvp : ag::Function<NoJvp> {
+  static Tensor forward(ag::AutogradContext*, Tensor x) { return x * 2.0; }
+  static ag::variable_list backward(ag::AutogradContext*, ag::variable_list g) { return {g[0] * 2.0}; }
+};
+struct BadJvp : ag::Function<BadJvp> {
+  static Tensor forward(ag::AutogradContext*, Tensor x) { return x * 2.0; }
+  static ag::variable_list backward(ag::AutogradContext*, ag::variable_list g) { return {g[0] * 2.0}; }
+  static ag::variable_list jvp(ag::AutogradContext*, ag::variable_list t) { return {t[0].narrow(0, 0, 2)}; }
+};
+
+// A custom Function with a forward-mode rule: x^3 * y, jvp 3 x^2 y tx + x^3 ty.
+struct CubeTimes : ag::Function<CubeTimes> {
+  static Tensor forward(ag::AutogradContext* ctx, Tensor x, Tensor y) {
+    ctx->save_for_backward({x, y});
+    ctx->saved_data["x"] = x;
+    ctx->saved_data["y"] = y;
+    return x * x * x * y;
+  }
+  static ag::variable_list backward(ag::AutogradContext* ctx, ag::variable_list g) {
+    auto s = ctx->get_saved_variables();
+    return {g[0] * 3.0 * s[0] * s[0] * s[1], g[0] * s[0] * s[0] * s[0]};
+  }
+  static ag::variable_list jvp(ag::AutogradContext* ctx, ag::variable_list t) {
+    Tensor x = std::any_cast<Tensor>(ctx->saved_data["x"]), y = std::any_cast<Tensor>(ctx->saved_data["y"]);
+    return {t[0] * 3.0 * x * x * y + t[1] * x * x * x};
+  }
+};
+
+TEST(ForwardAD, CustomFunctionJvp) {
+  tg::manual_seed(6);
+  Tensor x = tg::randn({3}, kF64).requires_grad_(), y = tg::randn({3}, kF64).requires_grad_();
+  ag::GradcheckOptions o;
+  o.check_forward_ad = true;
+  auto fn = [](const ag::variable_list& v) { return CubeTimes::apply(v[0], v[1]); };
+  EXPECT_TRUE(ag::gradcheck(fn, {x, y}, o).ok) << ag::gradcheck(fn, {x, y}, o).message;
+  // Only y dual: x's tangent is zero.
+  fwd::dual_level level;
+  Tensor ty = tg::randn({3}, kF64);
+  Tensor out = CubeTimes::apply(x.detach(), fwd::make_dual(y.detach(), ty));
+  Tensor want = x.detach() * x.detach() * x.detach() * ty;
+  EXPECT_LT(max_abs(fwd::unpack_dual(out).tangent - want), 1e-15);
+}
+
+// In-place ops push tangents as their out-of-place forms.
+TEST(ForwardAD, InPlaceOps) {
+  tg::manual_seed(7);
+  Tensor x = tg::rand({3, 4}, kF64) + 0.5, y = tg::rand({4}, kF64) + 0.5;
+  Tensor tx = tg::randn({3, 4}, kF64), ty = tg::randn({4}, kF64);
+  fwd::dual_level level;
+  Tensor xd = fwd::make_dual(x, tx), yd = fwd::make_dual(y, ty);
+  auto tangent = [](const Tensor& t) { return fwd::unpack_dual(t).tangent; };
+  auto near = [&](const Tensor& got, const Tensor& want) {
+    ASSERT_TRUE(got.defined());
+    EXPECT_LT(max_abs(got - want), 1e-13 * (1 + max_abs(want)));
+  };
+  Tensor h = xd.clone();
+  h.mul_(yd);  // d(x y) = tx y + x ty
+  near(tangent(h), tx * y + x * ty);
+  h.add_(yd, 2.0).div_(3.0);
+  near(tangent(h), (tx * y + x * ty + ty * 2.0) / 3.0);
+  Tensor k = x.clone();  // no tangent until an operand brings one
+  k.sub_(yd);
+  near(tangent(k), -ty.expand({3, 4}));
+  k.copy_(xd * 2.0);
+  near(tangent(k), tx * 2.0);
+  k.fill_(1.0);  // a constant now
+  near(tangent(k), tg::zeros({3, 4}, kF64));
+  // Inside a dual level, in-place ops on tensors without tangents stay plain.
+  Tensor plain = x.clone();
+  plain.mul_(2.0);
+  EXPECT_FALSE(tangent(plain).defined());
+}
+
+// The tangent of a tensor whose forward-over-reverse history saves the
+// tensor itself (exp: the tangent t * exp(x) keeps exp(x)) forms a cycle;
+// the level clears tangents when it ends, so the graph is freed.
+TEST(ForwardAD, LevelEndFreesTangentCycles) {
+  std::weak_ptr<ag::Node> node;
+  {
+    Tensor x = tg::randn({3}, kF64).requires_grad_();
+    fwd::dual_level level;
+    Tensor y = tg::exp(fwd::make_dual(x, tg::ones({3}, kF64)));
+    node = y.grad_fn();
+    ASSERT_TRUE(fwd::unpack_dual(y).tangent.requires_grad());  // the tangent has history
+  }
+  EXPECT_TRUE(node.expired()) << "the graph of exp outlived the dual level";
+}
+
 TEST(ForwardAD, WhatIsNotSupportedSaysSo) {
   Tensor x = tg::randn({3}, kF64);
   EXPECT_ERROR_CONTAINS(fwd::make_dual(x, x), "make_dual: no dual level is active");
@@ -157,8 +248,11 @@ TEST(ForwardAD, WhatIsNotSupportedSaysSo) {
   Tensor ints = tg::ones({3}, tg::TensorOptions().dtype(tg::kInt64));
   EXPECT_ERROR_CONTAINS(fwd::make_dual(ints, ints), "make_dual: the primal must be floating point, got Int64");
   Tensor d = fwd::make_dual(x, tg::ones({3}, kF64));
-  EXPECT_ERROR_CONTAINS(tg::amax(d), "amax: no forward-mode (tangent) rule yet");
-  EXPECT_ERROR_CONTAINS(d.clone().mul_(2.0), "mul_: in-place ops do not take forward-mode tangents yet");
+  EXPECT_ERROR_CONTAINS(NoJvp::apply(d), "NoJvp: this custom Function has no forward-mode rule and an "
+                                         "input carries a tangent");
+  EXPECT_ERROR_CONTAINS(BadJvp::apply(d), "BadJvp: jvp's tangent 0 (Float64 [2] on cpu) must match output 0 "
+                                          "(Float64 [3] on cpu)");
+  NoJvp::apply(x);  // no tangent: fine
   // The primal of unpack_dual carries no tangent; ops on it are plain.
   auto u = fwd::unpack_dual(d);
   EXPECT_TRUE(tg::equal(u.primal, x));

@@ -268,10 +268,12 @@ TEST_P(OpTable, GradcheckAndGradgradcheckEveryOp) {
       SCOPED_TRACE(op.id + " on " + s.what);
       variable_list in;
       for (const Leaf& l : s.leaves) in.push_back(make_leaf(l, seed++));
+      tg::autograd::GradcheckOptions options = op.options;
+      options.check_forward_ad = true;  // forward mode, and forward over reverse
       try {
-        auto r1 = tg::autograd::gradcheck(fn, in, op.options);
+        auto r1 = tg::autograd::gradcheck(fn, in, options);
         EXPECT_TRUE(r1.ok) << "gradcheck: " << r1.message;
-        auto r2 = tg::autograd::gradgradcheck(fn, in, op.options);
+        auto r2 = tg::autograd::gradgradcheck(fn, in, options);
         EXPECT_TRUE(r2.ok) << "gradgradcheck: " << r2.message;
       } catch (const std::exception& e) {
         ADD_FAILURE() << "threw: " << e.what();

@@ -81,44 +81,85 @@ class IndexBackward final : public OpNode {
 
 }  // namespace
 
+namespace {
+
+// The inputs' tangents (zeros where one has none), read before a rule runs.
+std::vector<Tensor> tangents_or_zeros(const std::vector<Tensor>& ts) {
+  std::vector<Tensor> out;
+  out.reserve(ts.size());
+  for (const Tensor& t : ts) {
+    Tensor tan = fw_t(t);
+    out.push_back(tan.defined() ? tan : zeros_like(t));
+  }
+  return out;
+}
+
+}  // namespace
+
+// cat and stack are linear: the tangent is the cat (stack) of the tangents.
 Tensor autograd::ops::cat(const std::vector<Tensor>& ts, int64_t dim) {
-  if (!should_record(ts)) return raw::cat(ts, dim);
+  const bool fw = fw_any(ts);
+  if (!should_record(ts) && !fw) return raw::cat(ts, dim);
   Tensor out = run_raw([&] { return raw::cat(ts, dim); });
-  int64_t d = wrap(dim, out.dim());
-  IntList lengths;
-  for (const Tensor& t : ts) lengths.push_back(t.dim() == 0 ? 0 : t.size(d));
-  return finish(out, make_node<CatBackward>(ts, false, d, std::move(lengths)));
+  if (should_record(ts)) {
+    int64_t d = wrap(dim, out.dim());
+    IntList lengths;
+    for (const Tensor& t : ts) lengths.push_back(t.dim() == 0 ? 0 : t.size(d));
+    out = finish(out, make_node<CatBackward>(ts, false, d, std::move(lengths)));
+  }
+  if (fw) {
+    std::vector<Tensor> tans = tangents_or_zeros(ts);
+    fw_rule(out, [&] { return tg::cat(tans, dim); });
+  }
+  return out;
 }
 
 Tensor autograd::ops::stack(const std::vector<Tensor>& ts, int64_t dim) {
-  if (!should_record(ts)) return raw::stack(ts, dim);
+  const bool fw = fw_any(ts);
+  if (!should_record(ts) && !fw) return raw::stack(ts, dim);
   Tensor out = run_raw([&] { return raw::stack(ts, dim); });
-  int64_t d = wrap(dim, out.dim());
-  return finish(out, make_node<CatBackward>(ts, true, d, IntList(ts.size(), 1)));
+  if (should_record(ts))
+    out = finish(out, make_node<CatBackward>(ts, true, wrap(dim, out.dim()), IntList(ts.size(), 1)));
+  if (fw) {
+    std::vector<Tensor> tans = tangents_or_zeros(ts);
+    fw_rule(out, [&] { return tg::stack(tans, dim); });
+  }
+  return out;
 }
 
+// index_select and gather are linear in x: the tangent is the same selection
+// of x's tangent.
 Tensor autograd::ops::index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  if (!should_record({&x})) return raw::index_select(x, dim, index);
+  if (!should_record({&x}) && !fw_any({&x})) return raw::index_select(x, dim, index);
   Tensor out = run_raw([&] { return raw::index_select(x, dim, index); });
-  auto node = make_node<IndexBackward>({&x}, IndexBackward::IndexSelect,
-                                       x.dim() == 0 ? 0 : wrap(dim, x.dim()), index, x.sizes());
-  return finish(out, node);
+  if (should_record({&x}))
+    out = finish(out, make_node<IndexBackward>({&x}, IndexBackward::IndexSelect,
+                                               x.dim() == 0 ? 0 : wrap(dim, x.dim()), index, x.sizes()));
+  return fw_linear(out, x, [&](const Tensor& t) { return tg::index_select(t, dim, index); });
 }
 
 Tensor autograd::ops::gather(const Tensor& x, int64_t dim, const Tensor& index) {
-  if (!should_record({&x})) return raw::gather(x, dim, index);
+  if (!should_record({&x}) && !fw_any({&x})) return raw::gather(x, dim, index);
   Tensor out = run_raw([&] { return raw::gather(x, dim, index); });
-  auto node = make_node<IndexBackward>({&x}, IndexBackward::Gather,
-                                       x.dim() == 0 ? 0 : wrap(dim, x.dim()), index, x.sizes());
-  return finish(out, node);
+  if (should_record({&x}))
+    out = finish(out, make_node<IndexBackward>({&x}, IndexBackward::Gather,
+                                               x.dim() == 0 ? 0 : wrap(dim, x.dim()), index, x.sizes()));
+  return fw_linear(out, x, [&](const Tensor& t) { return tg::gather(t, dim, index); });
 }
 
+// scatter_add is linear in (x, src) jointly.
 Tensor autograd::ops::scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
-  if (!should_record({&x, &src})) return raw::scatter_add(x, dim, index, src);
+  const bool fw = fw_any({&x, &src});
+  if (!should_record({&x, &src}) && !fw) return raw::scatter_add(x, dim, index, src);
   Tensor out = run_raw([&] { return raw::scatter_add(x, dim, index, src); });
-  auto node = make_node<IndexBackward>({&x, &src}, IndexBackward::ScatterAdd,
-                                       x.dim() == 0 ? 0 : wrap(dim, x.dim()), index, x.sizes());
-  return finish(out, node);
+  if (should_record({&x, &src}))
+    out = finish(out, make_node<IndexBackward>({&x, &src}, IndexBackward::ScatterAdd,
+                                               x.dim() == 0 ? 0 : wrap(dim, x.dim()), index, x.sizes()));
+  if (fw) {
+    std::vector<Tensor> tans = tangents_or_zeros({x, src});
+    fw_rule(out, [&] { return tg::scatter_add(tans[0], dim, index, tans[1]); });
+  }
+  return out;
 }
 
 }  // namespace tg

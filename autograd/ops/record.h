@@ -79,6 +79,12 @@ inline bool fw_any(std::initializer_list<const Tensor*> inputs) {
     if (impl::fw_grad(*t).defined()) return true;
   return false;
 }
+inline bool fw_any(const std::vector<Tensor>& inputs) {
+  if (!forward_ad::is_active()) return false;
+  for (const Tensor& t : inputs)
+    if (impl::fw_grad(t).defined()) return true;
+  return false;
+}
 // The tangent of t at the current level (undefined: zero).
 inline Tensor fw_t(const Tensor& t) { return impl::fw_grad(t); }
 // Sets out's tangent to `tangent` (a sum of per-input contributions, any of

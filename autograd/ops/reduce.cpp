@@ -112,22 +112,37 @@ Tensor autograd::ops::mean(const Tensor& x, const IntList& dims, bool keepdim) {
                              [&] { return raw::mean(x, dims, keepdim); }),
                    x, [&](const Tensor& t) { return tg::mean(t, dims, keepdim); });
 }
+namespace {
+// amax/amin: the tangent is the mean of x's tangent over the extreme
+// elements (ties share it, as the gradient).
+template <class F>
+Tensor extreme(const Tensor& x, const char* op, const char* name, const IntList& dims, bool keepdim,
+               F&& raw_fn) {
+  Tensor out = reduce_op(x, op, name, ReduceBackward::Extreme, dims, keepdim, raw_fn);
+  if (fw_any({&x})) {
+    const Tensor t = fw_t(x);
+    fw_rule(out, [&] {
+      IntList rd = reduced_dims(dims, x.dim());
+      Tensor mask = raw::to(eq(x, unsqueeze_reduced(out.detach(), rd, keepdim)), x.dtype());
+      if (rd.empty()) return mul(t, mask);  // 0-dim x
+      return div(sum(mul(t, mask), rd, keepdim), raw::sum(mask, rd, keepdim));
+    });
+  }
+  return out;
+}
+}  // namespace
+
 Tensor autograd::ops::amax(const Tensor& x) {
-  return reduce_op(x, "amax", "AmaxBackward", ReduceBackward::Extreme, {}, false,
-                   [&] { return raw::amax(x); });
+  return extreme(x, "amax", "AmaxBackward", {}, false, [&] { return raw::amax(x); });
 }
 Tensor autograd::ops::amax(const Tensor& x, const IntList& dims, bool keepdim) {
-  return reduce_op(x, "amax", "AmaxBackward", ReduceBackward::Extreme, dims, keepdim,
-                   [&] { return raw::amax(x, dims, keepdim); });
+  return extreme(x, "amax", "AmaxBackward", dims, keepdim, [&] { return raw::amax(x, dims, keepdim); });
 }
 Tensor autograd::ops::amin(const Tensor& x) {
-  return reduce_op(x, "amin", "AminBackward", ReduceBackward::Extreme, {}, false,
-                   [&] { return raw::amin(x); });
+  return extreme(x, "amin", "AminBackward", {}, false, [&] { return raw::amin(x); });
 }
 Tensor autograd::ops::amin(const Tensor& x, const IntList& dims, bool keepdim) {
-  return reduce_op(x, "amin", "AminBackward", ReduceBackward::Extreme, dims, keepdim,
-                   [&] { return raw::amin(x, dims, keepdim); });
+  return extreme(x, "amin", "AminBackward", dims, keepdim, [&] { return raw::amin(x, dims, keepdim); });
 }
-
 
 }  // namespace tg

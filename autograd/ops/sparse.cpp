@@ -189,17 +189,34 @@ Tensor select_rows(const Tensor& x, const Tensor& index, bool sparse, const char
       throw Error(std::string(op) + ": " + e.what());
     }
   };
-  if (!should_record({&x})) return rows();
+  if (!should_record({&x}) && !fw_any({&x})) return rows();
   Tensor out = run_raw(rows);
-  return finish(out, make_node<SelectRowsBackward>({&x}, op, index, x.sizes(), sparse));
+  if (should_record({&x})) out = finish(out, make_node<SelectRowsBackward>({&x}, op, index, x.sizes(), sparse));
+  return fw_linear(out, x, [&](const Tensor& t) { return tg::index_select(t, 0, index); });
 }
 
-template <class N, class F, class... Args>
-Tensor unary_sparse_op(const Tensor& x, F&& raw_fn, Args&&... args) {
-  if (!should_record({&x})) return raw_fn();
+// A sparse op linear in x: `tangent_fn` applies it to x's tangent.
+template <class N, class F, class T, class... Args>
+Tensor unary_sparse_op(const Tensor& x, F&& raw_fn, T&& tangent_fn, Args&&... args) {
+  if (!should_record({&x}) && !fw_any({&x})) return raw_fn();
   Tensor out = run_raw(raw_fn);
   if (out.is_same(x)) out = raw::detach(out);
-  return finish(out, make_node<N>({&x}, std::forward<Args>(args)...));
+  if (should_record({&x})) out = finish(out, make_node<N>({&x}, std::forward<Args>(args)...));
+  return fw_linear(out, x, tangent_fn);
+}
+
+// sparse_coo_tensor is linear in its values: the tangent is the sparse
+// tensor of the values' tangent on the same indices.
+Tensor sparse_of_values(const Tensor& indices, const Tensor& values, const IntList& sizes, bool check,
+                        bool coalesced) {
+  auto raw_fn = [&] { return raw::sparse_coo_tensor(indices, values, sizes, check, coalesced); };
+  if (!should_record({&values}) && !fw_any({&values})) return raw_fn();
+  Tensor out = run_raw(raw_fn);
+  if (should_record({&values}))
+    out = finish(out, make_node<SparseCooTensorBackward>({&values}, indices, sizes));
+  return fw_linear(out, values, [&](const Tensor& t) {
+    return autograd::impl::sparse_coo_unchecked(indices, t, sizes, coalesced);
+  });
 }
 
 }  // namespace
@@ -207,35 +224,38 @@ Tensor unary_sparse_op(const Tensor& x, F&& raw_fn, Args&&... args) {
 namespace autograd::impl {
 Tensor sparse_coo_unchecked(const Tensor& indices, const Tensor& values, const IntList& sizes,
                             bool coalesced) {
-  auto raw_fn = [&] { return raw::sparse_coo_tensor(indices, values, sizes, false, coalesced); };
-  if (!should_record({&values})) return raw_fn();
-  return finish(run_raw(raw_fn), make_node<SparseCooTensorBackward>({&values}, indices, sizes));
+  return sparse_of_values(indices, values, sizes, false, coalesced);
 }
 }  // namespace autograd::impl
 
 Tensor autograd::ops::sparse_coo_tensor(const Tensor& indices, const Tensor& values, const IntList& sizes) {
-  auto raw_fn = [&] { return raw::sparse_coo_tensor(indices, values, sizes, true); };
-  if (!should_record({&values})) return raw_fn();
-  return finish(run_raw(raw_fn), make_node<SparseCooTensorBackward>({&values}, indices, sizes));
+  return sparse_of_values(indices, values, sizes, true, false);
 }
 
 Tensor autograd::ops::coalesce(const Tensor& s) {
-  return unary_sparse_op<SparseIdentityBackward>(s, [&] { return raw::coalesce(s); }, "coalesce",
+  return unary_sparse_op<SparseIdentityBackward>(s, [&] { return raw::coalesce(s); },
+                                                 [](const Tensor& t) { return tg::coalesce(t); }, "coalesce",
                                                  "CoalesceBackward");
 }
 
 Tensor autograd::ops::to_dense(const Tensor& x) {
   TG_CHECK(x.defined(), "to_dense: input is an undefined tensor");
   if (!x.is_sparse()) return x;
-  return unary_sparse_op<SparseIdentityBackward>(x, [&] { return raw::to_dense(x); }, "to_dense",
+  return unary_sparse_op<SparseIdentityBackward>(x, [&] { return raw::to_dense(x); },
+                                                 [](const Tensor& t) { return tg::to_dense(t); }, "to_dense",
                                                  "ToDenseBackward");
 }
 
 Tensor autograd::ops::_values(const Tensor& self) {
   Tensor v = raw::sparse_values(self);
-  if (!should_record({&self})) return v;
-  return finish(raw::detach(v), make_node<SparseValuesBackward>({&self}, raw::sparse_indices(self),
-                                                                self.sizes(), self.is_coalesced()));
+  if (!should_record({&self}) && !fw_any({&self})) return v;
+  v = raw::detach(v);
+  if (should_record({&self}))
+    v = finish(v, make_node<SparseValuesBackward>({&self}, raw::sparse_indices(self), self.sizes(),
+                                                  self.is_coalesced()));
+  // Entry by entry: the tangent is sparse on the same indices (the tangent
+  // of sparse_coo_tensor and of coalesce is).
+  return fw_linear(v, self, [](const Tensor& t) { return t._values(); });
 }
 
 Tensor autograd::ops::values(const Tensor& self) {
@@ -247,17 +267,28 @@ Tensor autograd::ops::values(const Tensor& self) {
 
 namespace autograd::impl {
 Tensor sparse_sum(const Tensor& s) {
-  return unary_sparse_op<SparseSumBackward>(s, [&] { return raw::sparse_sum(s); }, raw::detach(s));
+  return unary_sparse_op<SparseSumBackward>(s, [&] { return raw::sparse_sum(s); },
+                                            [](const Tensor& t) { return tg::sum(t); }, raw::detach(s));
 }
 
 Tensor sparse_mm(const Tensor& s, const Tensor& d, const char* op) {
   auto raw_fn = [&] { return raw::sparse_mm(s, d, op); };
-  if (!should_record({&s, &d})) return raw_fn();
-  auto node = make_node<SparseMmBackward>({&s, &d});
+  const bool fw = fw_any({&s, &d});
+  if (!should_record({&s, &d}) && !fw) return raw_fn();
   Tensor out = run_raw(raw_fn);
-  node->sparse_ = SavedVariable(s, false);
-  if (node->needs_input_grad(0)) node->dense_ = SavedVariable(d, false);
-  return finish(out, node);
+  if (should_record({&s, &d})) {
+    auto node = make_node<SparseMmBackward>({&s, &d});
+    node->sparse_ = SavedVariable(s, false);
+    if (node->needs_input_grad(0)) node->dense_ = SavedVariable(d, false);
+    out = finish(out, node);
+  }
+  if (fw) {  // bilinear: ts d + s td
+    const Tensor ts = fw_t(s), td = fw_t(d);
+    fw_rule(out, [&] {
+      return fw_add(ts.defined() ? sparse_mm(ts, d, op) : Tensor(), td.defined() ? sparse_mm(s, td, op) : Tensor());
+    });
+  }
+  return out;
 }
 }  // namespace autograd::impl
 

@@ -3,9 +3,9 @@
 // wrapped by a forward-mode check: inside a dual level, an op that sees a
 // tangent on an input and leaves none on its floating-point output has no
 // tangent rule yet, and says so instead of dropping the tangent (a wrong,
-// zero derivative); in-place ops take no tangents yet.
+// zero derivative).
+#include <cstring>
 #include <string>
-#include <type_traits>
 
 #include "autograd/ops/ops.h"
 #include "tensor/op_table.h"
@@ -40,16 +40,18 @@ bool output_ok(const T&) {
 // Ops called inside an op (composites) are checked through the outer one.
 thread_local int t_fw_depth = 0;
 
-template <class F, class... In>
-decltype(auto) fw_checked(const char* op, F&& f, const In&... in) {
+// Ops whose tensor operands after the first only give a shape.
+bool shape_only_operands(const char* op) { return std::strcmp(op, "expand_as") == 0; }
+
+template <class F, class In0, class... In>
+decltype(auto) fw_checked(const char* op, F&& f, const In0& in0, const In&... in) {
   using R = decltype(f());
-  if (t_fw_depth > 0 || !fad::is_active() || !(has_tangent(in) || ...)) return f();
+  if (t_fw_depth > 0 || !fad::is_active() || !(has_tangent(in0) || (has_tangent(in) || ...))) return f();
+  if (shape_only_operands(op) && !has_tangent(in0)) return f();
   struct Depth {
     Depth() { ++t_fw_depth; }
     ~Depth() { --t_fw_depth; }
   } depth;
-  TG_CHECK(!std::is_reference_v<R>, op, ": in-place ops do not take forward-mode tangents yet; use the "
-           "out-of-place op inside a forward_ad::dual_level");
   R out = f();
   TG_CHECK(output_ok(out), op, ": no forward-mode (tangent) rule yet; an input carries a tangent "
            "(forward_ad::make_dual) and its derivative would be lost. Compute this step outside the dual "

@@ -55,12 +55,15 @@ Tensor slice_backward(const Tensor& g, const IntList& sizes, int64_t dim, int64_
     raw::copy_(part, g);
     return z;
   };
-  if (!should_record({&g})) return raw_fn();
-  return finish(run_raw(raw_fn),
-                make_node<ViewBackward>({&g}, "slice_backward", "SliceBackwardBackward",
-                                        GradFn([=](const Tensor& gg) {
-                                          return gg.slice(dim, start, end, step);
-                                        })));
+  Tensor out = !should_record({&g})
+                   ? run_raw(raw_fn)
+                   : finish(run_raw(raw_fn),
+                            make_node<ViewBackward>({&g}, "slice_backward", "SliceBackwardBackward",
+                                                    GradFn([=](const Tensor& gg) {
+                                                      return gg.slice(dim, start, end, step);
+                                                    })));
+  // Linear in g (forward over reverse through select/slice/narrow).
+  return fw_linear(out, g, [&](const Tensor& t) { return slice_backward(t, sizes, dim, start, end, step); });
 }
 
 }  // namespace
@@ -187,8 +190,9 @@ Tensor autograd::ops::clone(const Tensor& self) {
 
 Tensor autograd::ops::pin_memory(const Tensor& self) {
   if (self.defined() && self.is_pinned()) return self;
-  return view_op(self, "pin_memory", "PinMemoryBackward", [&] { return raw::pin_memory(self); },
-                 [] { return GradFn([](const Tensor& g) { return g; }); });
+  return fw_linear(view_op(self, "pin_memory", "PinMemoryBackward", [&] { return raw::pin_memory(self); },
+                           [] { return GradFn([](const Tensor& g) { return g; }); }),
+                   self, [](const Tensor& t) { return t.pin_memory(); });
 }
 
 Tensor autograd::ops::contiguous(const Tensor& self) { return self.is_contiguous() ? self : self.clone(); }
@@ -242,81 +246,100 @@ void check_rebase(const Tensor& self, const char* op) {
            "out-of-place op (x = x + y), or clone() first");
 }
 
-// self <- result (same shape), and self takes result's history.
-const Tensor& rebase(const Tensor& self, const Tensor& result) {
+// Whether a tangent is involved: forward mode pushes self's and other's
+// tangents through the same out-of-place op.
+bool involves_tangent(const Tensor& self, const Tensor* other) {
+  return fw_any({&self}) || (other && fw_any({other}));
+}
+
+// self <- result (same shape); when recording, self takes result's history;
+// in a dual level, result's tangent (zeros when result has none but self
+// had one: the new value does not depend on the old tangent).
+const Tensor& rebase(const Tensor& self, const Tensor& result, bool record) {
+  Tensor tangent;
+  if (autograd::forward_ad::is_active()) {
+    tangent = fw_t(result);
+    if (!tangent.defined() && fw_t(self).defined()) tangent = zeros_like(self);
+  }
   {
     autograd::AutoGradMode no_grad(false);
+    autograd::forward_ad::detail::Suspend no_tangents;
     raw::copy_(self, result);
   }
-  auto* m = autograd::impl::meta(result);
-  if (m && m->grad_fn) {
-    autograd::AutogradMeta& sm = autograd::impl::materialize_meta(self);
-    sm.grad_fn = m->grad_fn;
-    sm.output_nr = m->output_nr;
-    sm.requires_grad = false;
-  } else if (auto* sm = autograd::impl::meta(self)) {
-    sm->grad_fn = nullptr;  // the new value does not depend on anything that requires grad
-    sm->output_nr = 0;
+  if (record) {
+    auto* m = autograd::impl::meta(result);
+    if (m && m->grad_fn) {
+      autograd::AutogradMeta& sm = autograd::impl::materialize_meta(self);
+      sm.grad_fn = m->grad_fn;
+      sm.output_nr = m->output_nr;
+      sm.requires_grad = false;
+    } else if (auto* sm = autograd::impl::meta(self)) {
+      sm->grad_fn = nullptr;  // the new value does not depend on anything that requires grad
+      sm->output_nr = 0;
+    }
   }
+  if (tangent.defined()) autograd::impl::set_fw_grad(self, tangent);
   return self;
 }
 
+// The in-place op through its out-of-place form, when grad is recorded or a
+// tangent is pushed; `other` is the tensor operand (nullptr: a scalar).
 template <class F>
-const Tensor& inplace_op(const Tensor& self, const char* op, F&& out_of_place) {
-  check_rebase(self, op);
-  return rebase(self, out_of_place(self.clone()));
+const Tensor& inplace_op(const Tensor& self, const Tensor* other, const char* op, F&& out_of_place) {
+  const bool record = involves_grad(self, other);
+  if (record) check_rebase(self, op);
+  return rebase(self, out_of_place(self.clone()), record);
 }
 
 }  // namespace
 
+#define TG_INPLACE(name, raw_call, other, out_of_place)                         \
+  if (!involves_grad(self, other) && !involves_tangent(self, other)) return raw_call; \
+  return inplace_op(self, other, #name, [&](const Tensor& s) { return out_of_place; });
+
 const Tensor& autograd::ops::add_(const Tensor& self, const Tensor& o, Scalar alpha) {
-  if (!involves_grad(self, &o)) return raw::add_(self, o, alpha);
-  return inplace_op(self, "add_", [&](const Tensor& s) { return tg::add(s, o, alpha); });
+  TG_INPLACE(add_, raw::add_(self, o, alpha), &o, tg::add(s, o, alpha))
 }
 const Tensor& autograd::ops::add_(const Tensor& self, Scalar v) {
-  if (!involves_grad(self, nullptr)) return raw::add_(self, v);
-  return inplace_op(self, "add_", [&](const Tensor& s) { return tg::add(s, v); });
+  TG_INPLACE(add_, raw::add_(self, v), nullptr, tg::add(s, v))
 }
 const Tensor& autograd::ops::sub_(const Tensor& self, const Tensor& o, Scalar alpha) {
-  if (!involves_grad(self, &o)) return raw::sub_(self, o, alpha);
-  return inplace_op(self, "sub_", [&](const Tensor& s) { return tg::sub(s, o, alpha); });
+  TG_INPLACE(sub_, raw::sub_(self, o, alpha), &o, tg::sub(s, o, alpha))
 }
 const Tensor& autograd::ops::sub_(const Tensor& self, Scalar v) {
-  if (!involves_grad(self, nullptr)) return raw::sub_(self, v);
-  return inplace_op(self, "sub_", [&](const Tensor& s) { return tg::sub(s, v); });
+  TG_INPLACE(sub_, raw::sub_(self, v), nullptr, tg::sub(s, v))
 }
 const Tensor& autograd::ops::mul_(const Tensor& self, const Tensor& o) {
-  if (!involves_grad(self, &o)) return raw::mul_(self, o);
-  return inplace_op(self, "mul_", [&](const Tensor& s) { return tg::mul(s, o); });
+  TG_INPLACE(mul_, raw::mul_(self, o), &o, tg::mul(s, o))
 }
 const Tensor& autograd::ops::mul_(const Tensor& self, Scalar v) {
-  if (!involves_grad(self, nullptr)) return raw::mul_(self, v);
-  return inplace_op(self, "mul_", [&](const Tensor& s) { return tg::mul(s, v); });
+  TG_INPLACE(mul_, raw::mul_(self, v), nullptr, tg::mul(s, v))
 }
 const Tensor& autograd::ops::div_(const Tensor& self, const Tensor& o) {
-  if (!involves_grad(self, &o)) return raw::div_(self, o);
-  return inplace_op(self, "div_", [&](const Tensor& s) { return tg::div(s, o); });
+  TG_INPLACE(div_, raw::div_(self, o), &o, tg::div(s, o))
 }
 const Tensor& autograd::ops::div_(const Tensor& self, Scalar v) {
-  if (!involves_grad(self, nullptr)) return raw::div_(self, v);
-  return inplace_op(self, "div_", [&](const Tensor& s) { return tg::div(s, v); });
+  TG_INPLACE(div_, raw::div_(self, v), nullptr, tg::div(s, v))
 }
+#undef TG_INPLACE
 const Tensor& autograd::ops::zero_(const Tensor& self) { return fill_(self, 0); }
 const Tensor& autograd::ops::fill_(const Tensor& self, Scalar v) {
-  if (!involves_grad(self, nullptr)) return raw::fill_(self, v);
-  check_rebase(self, "fill_");
+  const bool record = involves_grad(self, nullptr);
+  if (!record && !involves_tangent(self, nullptr)) return raw::fill_(self, v);
+  if (record) check_rebase(self, "fill_");
   raw::fill_(self, v);
-  if (auto* m = autograd::impl::meta(self)) m->grad_fn = nullptr;  // a constant now
+  if (record)
+    if (auto* m = autograd::impl::meta(self)) m->grad_fn = nullptr;  // a constant now
+  if (fw_t(self).defined()) autograd::impl::set_fw_grad(self, zeros_like(self));
   return self;
 }
 const Tensor& autograd::ops::copy_(const Tensor& self, const Tensor& src, bool non_blocking) {
-  if (!involves_grad(self, &src)) return raw::copy_(self, src, non_blocking);
-  check_rebase(self, "copy_");
+  const bool record = involves_grad(self, &src);
+  if (!record && !involves_tangent(self, &src)) return raw::copy_(self, src, non_blocking);
+  if (record) check_rebase(self, "copy_");
   TG_CHECK(src.device() == self.device(), "copy_: expected src on ", self.device(), ", got ",
            src.device());
-  ScalarType dt = self.dtype();
-  IntList shape = self.sizes();
-  return rebase(self, src.to(dt).expand(shape).clone());
+  return rebase(self, src.to(self.dtype()).expand(self.sizes()).clone(), record);
 }
 
 }  // namespace tg

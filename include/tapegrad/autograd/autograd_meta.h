@@ -10,6 +10,15 @@
 
 namespace tg::autograd {
 
+/// A forward-mode tangent and the dual level it belongs to. A tensor shares
+/// it with the saved copies of the tensor (a node saves its output before
+/// the output's tangent is set; forward over reverse reads it there); the
+/// level clears it when it ends (so tangent -> node -> tensor cycles break).
+struct ForwardGrad {
+  Tensor tangent;      ///< undefined: zero
+  uint64_t level = 0;  ///< 0: none
+};
+
 /// A tensor's autograd state (created on first need).
 struct AutogradMeta final : AutogradMetaInterface {
   bool requires_grad = false;  ///< leaves only; non-leaves require grad via grad_fn
@@ -22,8 +31,7 @@ struct AutogradMeta final : AutogradMetaInterface {
   /// after it (post-accumulate-grad hooks).
   struct LeafHooks;
   std::shared_ptr<LeafHooks> leaf_hooks;  ///< see LeafHooks
-  Tensor fw_grad;         ///< forward-mode tangent, valid at level fw_level only
-  uint64_t fw_level = 0;  ///< the dual level fw_grad belongs to (0: none)
+  std::shared_ptr<ForwardGrad> fw;  ///< forward-mode tangent (see ForwardGrad)
   std::mutex mutex;  ///< guards grad and the hooks
 };
 
@@ -55,6 +63,9 @@ void set_gradient_edge(const Tensor& t, Edge e);
 Tensor fw_grad(const Tensor& t);
 /// Sets t's tangent at the current level (t must be floating point).
 void set_fw_grad(const Tensor& t, const Tensor& tangent);
+/// t's tangent slot at the current level, created (empty) when it has none;
+/// nullptr when no level is active or t is not floating point.
+std::shared_ptr<ForwardGrad> fw_slot(const Tensor& t);
 /// Leaf hooks (run by AccumulateGrad and for captured leaves).
 void call_leaf_pre_hooks(const Tensor& leaf, Tensor& grad);
 void call_post_accumulate_hooks(const Tensor& leaf);

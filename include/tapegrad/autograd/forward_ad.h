@@ -40,7 +40,7 @@ Tensor make_dual(const Tensor& primal, const Tensor& tangent);
 
 /// A dual tensor's parts.
 struct UnpackedDual {
-  Tensor primal;   ///< a view of the tensor without its tangent
+  Tensor primal;   ///< a view of the tensor without its tangent (sparse: a copy)
   Tensor tangent;  ///< undefined when it has none at the current level
 };
 
@@ -48,11 +48,16 @@ struct UnpackedDual {
 UnpackedDual unpack_dual(const Tensor& t);
 
 namespace detail {
+/// Internal: this thread's level (0: none).
+uint64_t current_level();
+
 /// Internal: forward mode paused on this thread while it lives (tangent
-/// rules run under it, so their own ops push no tangents).
+/// rules run under it, so their own ops push no tangents), or, given a
+/// level, that level active (the engine's workers take their caller's).
 class Suspend {
  public:
   Suspend();
+  explicit Suspend(uint64_t level);
   ~Suspend();
   Suspend(const Suspend&) = delete;
   Suspend& operator=(const Suspend&) = delete;

@@ -20,6 +20,14 @@
 // runs backward without recording; differentiating its gradients again is
 // an error naming the function. ctx->needs_input_grad(i) is false for inputs
 // that need no gradient, including those edge trimming removes.
+//
+// Forward mode (forward_ad): a struct with
+//   static variable_list jvp(AutogradContext* ctx, variable_list tangents)
+// gets one tangent per tensor input (zeros where an input has none) and
+// returns one per output; it runs after forward, with grad mode on (so
+// forward over reverse works when its ops are differentiable). Forward can
+// keep what jvp needs in ctx->saved_data. Without jvp, a tangent reaching
+// the function is an error naming it.
 #pragma once
 
 #include <any>
@@ -30,6 +38,7 @@
 #include <unordered_set>
 
 #include <tapegrad/autograd/autograd_meta.h>
+#include <tapegrad/autograd/forward_ad.h>
 #include <tapegrad/autograd/grad_mode.h>
 #include <tapegrad/autograd/saved_variable.h>
 
@@ -132,6 +141,21 @@ void collect(variable_list& ts, std::vector<int64_t>& idx, int64_t& pos, bool& f
   collect(ts, idx, pos, flat, rest...);
 }
 
+template <class T, class = void>
+struct has_jvp : std::false_type {};
+template <class T>
+struct has_jvp<T, std::void_t<decltype(T::jvp(std::declval<AutogradContext*>(), std::declval<variable_list>()))>>
+    : std::true_type {};
+
+/// Whether forward mode is on and an input carries a tangent.
+bool any_tangent(const variable_list& inputs);
+/// The inputs' tangents (zeros for floating inputs without one).
+variable_list input_tangents(const variable_list& inputs);
+/// Gives the outputs the tangents jvp returned (checked), named `fn`.
+void set_output_tangents(const std::string& fn, variable_list& outputs, const variable_list& tangents);
+/// The error for a function without jvp that met a tangent.
+[[noreturn]] void no_jvp(const std::string& fn);
+
 inline variable_list to_list(Tensor t) { return {std::move(t)}; }
 inline variable_list to_list(variable_list v) { return v; }
 }  // namespace detail
@@ -165,14 +189,28 @@ struct Function {
     node->ctx_.node_ = node;
     for (const Tensor& t : inputs) node->ctx_.forward_needs_.push_back(impl::requires_grad(t));
 
+    const bool fw = detail::any_tangent(inputs);
     using Out = decltype(T::forward(&node->ctx_, std::forward<Args>(args)...));
     Out out = [&] {
       AutoGradMode no_grad(false);
+      forward_ad::detail::Suspend no_tangents;  // jvp gives the outputs theirs
       return T::forward(&node->ctx_, std::forward<Args>(args)...);
     }();
     variable_list outs = detail::to_list(out);
     if (record) node->wrap_outputs(inputs, outs);
     else node->ctx_.to_save_.clear();
+    if (fw) {
+      if constexpr (detail::has_jvp<T>::value) {
+        variable_list tangents = detail::input_tangents(inputs);  // read before the pause
+        {
+          forward_ad::detail::Suspend pause;
+          tangents = T::jvp(&node->ctx_, std::move(tangents));
+        }
+        detail::set_output_tangents(node->name(), outs, tangents);
+      } else {
+        detail::no_jvp(node->name());
+      }
+    }
     if constexpr (std::is_same_v<Out, Tensor>) return outs[0];
     else return outs;
   }

@@ -15,6 +15,11 @@ struct GradcheckOptions {
   double atol = 1e-5;  ///< |analytic - numeric| <= atol + rtol * |numeric|
   double rtol = 1e-3;  ///< relative tolerance (see atol)
   uint64_t seed = 0;   ///< varies gradgradcheck's pseudo-random grad_outputs
+  /// Also check forward mode: each Jacobian column J e_j from one forward
+  /// pass with the tangent e_j (forward_ad::make_dual) against the finite
+  /// differences. In gradgradcheck this checks forward over reverse (the
+  /// tangent runs through the backward formulas too).
+  bool check_forward_ad = false;
 };
 
 /// What gradcheck found.

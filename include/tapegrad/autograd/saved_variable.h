@@ -14,6 +14,7 @@
 #include <any>
 #include <memory>
 
+#include <tapegrad/autograd/autograd_meta.h>
 #include <tapegrad/autograd/node.h>
 #include <tapegrad/autograd/saved_hooks.h>
 
@@ -44,6 +45,9 @@ class SavedVariable {
   std::shared_ptr<Node> grad_fn_;    ///< inputs saved through hooks
   std::shared_ptr<Node> accumulator_;  ///< leaves saved through hooks
   std::shared_ptr<const SavedTensorHooks> hooks_;
+  /// The tensor's tangent slot, when saved inside a dual level and not
+  /// kept as the tensor itself: unpack gives the copy that tangent.
+  std::shared_ptr<ForwardGrad> fw_;
   std::any payload_;
   /// Metadata for messages after release and for hooks.
   ScalarType dtype_ = ScalarType::Float32;

@@ -1,6 +1,9 @@
 #include <tapegrad/autograd/functional.h>
 
+#include <optional>
+
 #include <tapegrad/autograd/engine.h>
+#include <tapegrad/autograd/forward_ad.h>
 #include <tapegrad/autograd/grad_mode.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
@@ -91,13 +94,23 @@ std::pair<Tensor, Tensor> vjp(const TensorFn& fn, const Tensor& x, const Tensor&
 
 std::pair<Tensor, Tensor> jvp(const TensorFn& fn, const Tensor& x, const Tensor& v,
                               bool create_graph) {
-  Tensor xi = input_for(x, "jvp", create_graph);
-  TG_CHECK(v.sizes() == x.sizes(), "jvp: v has shape ", shape_str(v.sizes()),
+  TG_CHECK(x.defined() && x.is_floating_point(), "jvp: x must be a defined floating-point tensor");
+  TG_CHECK(v.defined() && v.sizes() == x.sizes(), "jvp: v has shape ", v.defined() ? shape_str(v.sizes()) : "(undefined)",
            " but x has shape ", shape_str(x.sizes()));
+  if (!forward_ad::is_active()) {
+    // One forward pass with the tangent v (forward mode).
+    forward_ad::dual_level level;
+    Tensor xi = create_graph && x.requires_grad() ? input_for(x, "jvp", true) : x.detach();
+    Tensor y = call(fn, forward_ad::make_dual(xi, create_graph ? v : v.detach()), "jvp");
+    forward_ad::UnpackedDual u = forward_ad::unpack_dual(y);
+    return {result(u.primal, create_graph), result(or_zeros(u.tangent, y), create_graph)};
+  }
+  // Inside a caller's dual level (levels do not nest): the double-vjp trick,
+  // J v = d/du <J^T u, v> with u a dummy cotangent.
+  Tensor xi = input_for(x, "jvp", create_graph);
   Tensor y = call(fn, xi, "jvp");
   if (!y.requires_grad()) return {result(y, create_graph), zeros_like(y)};
   EnableGradGuard grad_on;
-  // J v = d/du <J^T u, v>: the double-vjp trick, with u a dummy cotangent.
   Tensor u = zeros_like(y).requires_grad_(true);
   Tensor gx = grad({y}, {xi}, {u}, true, true, true)[0];
   Tensor jv = gx.defined() && gx.requires_grad()
@@ -109,16 +122,29 @@ std::pair<Tensor, Tensor> jvp(const TensorFn& fn, const Tensor& x, const Tensor&
 std::pair<Tensor, Tensor> hvp(const TensorFn& fn, const Tensor& x, const Tensor& v,
                               bool create_graph) {
   Tensor xi = input_for(x, "hvp", create_graph);
-  TG_CHECK(v.sizes() == x.sizes(), "hvp: v has shape ", shape_str(v.sizes()),
+  TG_CHECK(v.defined() && v.sizes() == x.sizes(), "hvp: v has shape ", v.defined() ? shape_str(v.sizes()) : "(undefined)",
            " but x has shape ", shape_str(x.sizes()));
-  Tensor y = call(fn, xi, "hvp");
+  std::optional<forward_ad::dual_level> level;
+  Tensor at = xi;
+  // Forward over reverse: with x dual along v, the gradient's tangent is H v
+  // (one forward and one backward pass, each carrying tangents). Inside a
+  // caller's dual level: reverse over reverse.
+  if (!forward_ad::is_active()) {
+    level.emplace();
+    at = forward_ad::make_dual(xi, create_graph ? v : v.detach());
+  }
+  Tensor y = call(fn, at, "hvp");
   TG_CHECK(y.numel() == 1, "hvp: fn must return a tensor with one element, got shape ",
            shape_str(y.sizes()));
   EnableGradGuard grad_on;
+  Tensor hv;
+  if (level) {
+    Tensor g = y.requires_grad() ? grad({y}, {at}, {}, create_graph, create_graph, true)[0] : Tensor();
+    if (g.defined()) hv = forward_ad::unpack_dual(g).tangent;
+    return {result(forward_ad::unpack_dual(y).primal, create_graph), result(or_zeros(hv, x), create_graph)};
+  }
   Tensor g = y.requires_grad() ? grad({y}, {xi}, {}, true, true, true)[0] : Tensor();
-  Tensor hv = g.defined() && g.requires_grad()
-                  ? grad({g}, {xi}, {v}, create_graph, create_graph, true)[0]
-                  : Tensor();
+  hv = g.defined() && g.requires_grad() ? grad({g}, {xi}, {v}, create_graph, create_graph, true)[0] : Tensor();
   return {result(y, create_graph), result(or_zeros(hv, x), create_graph)};
 }
 

@@ -33,6 +33,23 @@ Tensor numeric_jv(const Fn& fn, const Tensor& x, const Tensor& v, double h = 1e-
   return (fn(x + v * h) - fn(x - v * h)) / (2 * h);
 }
 
+// J v by reverse mode: d/du <J^T u, v> (the double-vjp trick).
+Tensor reverse_jv(const Fn& fn, const Tensor& x, const Tensor& v) {
+  Tensor xi = x.detach().requires_grad_();
+  Tensor y = fn(xi);
+  Tensor u = tg::zeros_like(y).requires_grad_();
+  Tensor gx = ag::grad({y}, {xi}, {u}, true, true)[0];
+  if (!gx.requires_grad()) return tg::zeros_like(y);  // J = 0 (sign, floor, ...)
+  return ag::grad({gx}, {u}, {v})[0];
+}
+
+// H v by reverse over reverse.
+Tensor reverse_hv(const Fn& f, const Tensor& x, const Tensor& v) {
+  Tensor xi = x.detach().requires_grad_();
+  Tensor g = ag::grad({f(xi)}, {xi}, {}, true, true)[0];
+  return ag::grad({g}, {xi}, {v})[0];
+}
+
 double max_abs(const Tensor& t) { return t.numel() ? tg::amax(tg::abs(t)).item<double>() : 0.0; }
 
 void check_jv(const std::string& what, const Fn& fn, const Tensor& x, double tol = 1e-7) {
@@ -42,9 +59,10 @@ void check_jv(const std::string& what, const Fn& fn, const Tensor& x, double tol
   Tensor num = numeric_jv(fn, x, v);
   ASSERT_EQ(jv.sizes(), num.sizes());
   EXPECT_LT(max_abs(jv - num), tol * (1 + max_abs(num)));
-  // Against reverse mode (jvp is a double vjp there).
-  Tensor rev = ag::jvp(fn, x, v).second;
+  // Against reverse mode, and the functional jvp (a forward pass).
+  Tensor rev = reverse_jv(fn, x, v);
   EXPECT_LT(max_abs(jv - rev), 1e-12 * (1 + max_abs(rev)));
+  EXPECT_TRUE(tg::equal(ag::jvp(fn, x, v).second, jv));
 }
 
 TEST(ForwardAD, UnaryOpsMatchFiniteDifferencesAndReverseMode) {
@@ -131,8 +149,26 @@ TEST(ForwardAD, ForwardOverReverseHessianVectorProducts) {
     hv = fwd::unpack_dual(g).tangent;
   }
   ASSERT_TRUE(hv.defined());
-  Tensor want = ag::hvp(f, x, v).second;
+  Tensor want = reverse_hv(f, x, v);
   EXPECT_LT(max_abs(hv - want), 1e-12 * (1 + max_abs(want)));
+  // The functional hvp is forward over reverse; inside a caller's dual level
+  // (levels do not nest) it is reverse over reverse: both equal.
+  EXPECT_LT(max_abs(ag::hvp(f, x, v).second - want), 1e-12 * (1 + max_abs(want)));
+  {
+    fwd::dual_level level;
+    EXPECT_LT(max_abs(ag::hvp(f, x, v).second - want), 1e-12 * (1 + max_abs(want)));
+    EXPECT_LT(max_abs(ag::jvp(f, x, v).second - (ag::vjp(f, x, tg::ones({}, kF64)).second * v).sum()), 1e-12);
+  }
+  // With create_graph, H v is differentiable in x and v (third derivatives):
+  // f = sum(x^4) / 4: H v = 3 x^2 v, d/dx sum(H v) = 6 x v.
+  Tensor xr = x.clone().requires_grad_(), vr = v.clone().requires_grad_();
+  auto quartic = [](const Tensor& t) { return (t * t * t * t).sum() / 4.0; };
+  Tensor hq = ag::hvp(quartic, xr, vr, true).second;
+  auto gs = ag::grad({hq.sum()}, {xr, vr});
+  EXPECT_LT(max_abs(gs[0] - x * v * 6.0), 1e-12 * (1 + max_abs(x * v * 6.0)));
+  EXPECT_LT(max_abs(gs[1] - x * x * 3.0), 1e-12 * (1 + max_abs(x * x * 3.0)));
+  Tensor jq = ag::jvp([](const Tensor& t) { return t * t * t; }, xr, vr, true).second;
+  EXPECT_LT(max_abs(ag::grad({jq.sum()}, {xr})[0] - x * v * 6.0), 1e-12 * (1 + max_abs(x * v * 6.0)));
   // backward() into .grad keeps the tangent too.
   {
     fwd::dual_level level;

@@ -23,10 +23,12 @@ Tensor hessian(const TensorFn& fn, const Tensor& x, bool create_graph = false);
 /// {fn(x), v^T J}, v of fn(x)'s shape.
 std::pair<Tensor, Tensor> vjp(const TensorFn& fn, const Tensor& x, const Tensor& v,
                               bool create_graph = false);
-/// {fn(x), J v}, v of x's shape (computed as a double vjp).
+/// {fn(x), J v}, v of x's shape: one forward pass in forward mode (inside a
+/// caller's forward_ad::dual_level, where levels do not nest: a double vjp).
 std::pair<Tensor, Tensor> jvp(const TensorFn& fn, const Tensor& x, const Tensor& v,
                               bool create_graph = false);
-/// Scalar fn: {fn(x), H v}.
+/// Scalar fn: {fn(x), H v}, by forward over reverse (the gradient's tangent
+/// along v; inside a caller's dual level: reverse over reverse).
 std::pair<Tensor, Tensor> hvp(const TensorFn& fn, const Tensor& x, const Tensor& v,
                               bool create_graph = false);
 

@@ -4,8 +4,9 @@
 //   hess      the Hessian only;
 //   hess+bwd  then H.sum().backward() into the weights, as PINN training does.
 // Strategies: `rows`, the reference algorithm PyTorch users write (grad rows
-// with create_graph), and `batched` (batched cotangents), both through
-// tg::autograd::per_sample_hessian on the network as an opaque function; and
+// with create_graph), `batched` (batched cotangents) and `forward` (forward
+// over reverse), through tg::autograd::per_sample_hessian on the network as
+// an opaque function; and
 // `taylor`, tg::autograd::mlp_taylor, which knows the network is an MLP and
 // carries input derivatives forward (recorded only in hess+bwd). Prints a table (or --json): median ms over --runs
 // after --warmup, peak device memory, the GEMM FLOPs of one run and their
@@ -14,7 +15,7 @@
 //
 //   hessian [--device cuda|cpu] [--batch B] [--width 512] [--depth 6]
 //           [--act silu,tanh,relu] [--precision fp32,tf32] [--mode hess,hess+bwd]
-//           [--strategy rows,batched,taylor] [--runs 20] [--warmup 3] [--check 64]
+//           [--strategy rows,batched,forward,taylor] [--runs 20] [--warmup 3] [--check 64]
 //           [--trimming on|off] [--deterministic on|off] [--json] [--out FILE]
 // Defaults: on a GPU B = 10000 and every combination; on the CPU B = 256,
 // silu, fp32, 5 runs (the README's main command runs it either way).
@@ -42,7 +43,7 @@ namespace ag = tg::autograd;
 struct Options {
   bool cuda = false;
   int64_t batch = 0, width = 512, depth = 6;
-  std::vector<std::string> acts, precisions, modes{"hess", "hess+bwd"}, strategies{"rows", "batched", "taylor"};
+  std::vector<std::string> acts, precisions, modes{"hess", "hess+bwd"}, strategies{"rows", "batched", "forward", "taylor"};
   int runs = 0, warmup = 3;
   int64_t check = 64;
   bool trimming = true, json = false, deterministic = false;
@@ -66,8 +67,8 @@ Options parse(int argc, char** argv) {
   app.add_option("--act", o.acts, "activations")->check(CLI::IsMember({"silu", "tanh", "relu"}));
   app.add_option("--precision", o.precisions, "GEMM precisions")->check(CLI::IsMember({"fp32", "tf32"}));
   app.add_option("--mode", o.modes, "hess, hess+bwd")->check(CLI::IsMember({"hess", "hess+bwd"}));
-  app.add_option("--strategy", o.strategies, "rows, batched, taylor")
-      ->check(CLI::IsMember({"rows", "batched", "taylor"}));
+  app.add_option("--strategy", o.strategies, "rows, batched, forward (forward over reverse), taylor")
+      ->check(CLI::IsMember({"rows", "batched", "forward", "taylor"}));
   app.add_option("--runs", runs, "timed runs (default 20 on a GPU, 5 on the CPU)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup, "warm-up runs")->check(CLI::NonNegativeNumber);
   app.add_option("--check", o.check, "samples checked against float64")->check(CLI::PositiveNumber);
@@ -204,8 +205,9 @@ int main(int argc, char** argv) {
       for (const auto& mode : o.modes) {
         for (const auto& strategy : o.strategies) {
           const bool bwd = mode == "hess+bwd";
-          const auto s = strategy == "rows" ? ag::HessianStrategy::Rows
-                                            : ag::HessianStrategy::BatchedCotangents;
+          const auto s = strategy == "rows"      ? ag::HessianStrategy::Rows
+                         : strategy == "forward" ? ag::HessianStrategy::ForwardOverReverse
+                                                 : ag::HessianStrategy::BatchedCotangents;
           auto hessian = [&] {
             if (strategy != "taylor") return ag::per_sample_hessian(std::cref(mlp), x, s, /*create_graph=*/bwd);
             tg::autograd::AutoGradMode record(bwd);

@@ -14,6 +14,7 @@ namespace tg::autograd {
 
 namespace {
 thread_local uint64_t t_level = 0;  // the active dual level (0: none)
+thread_local int64_t t_batch = 0;   // its tangent batch (0: unbatched)
 std::atomic<uint64_t> g_next_level{1};
 
 // Every tangent slot made, weakly, so a level can clear its own when it ends
@@ -60,34 +61,49 @@ void clear_level(uint64_t level) {
 
 namespace forward_ad {
 
-dual_level::dual_level() {
+dual_level::dual_level() : dual_level(0) {}
+
+dual_level::dual_level(int64_t batch) {
   TG_CHECK(t_level == 0, "forward_ad::dual_level: a dual level is already active on this thread; "
            "nested levels are not supported (end the outer one first)");
+  TG_CHECK(batch >= 0, "forward_ad::dual_level: the tangent batch must be >= 0 (0: unbatched), got ", batch);
   t_level = g_next_level.fetch_add(1);
+  t_batch = batch;
 }
 
 dual_level::~dual_level() {
   uint64_t level = t_level;
   t_level = 0;
+  t_batch = 0;
   clear_level(level);
 }
 
 bool is_active() { return t_level != 0; }
+int64_t batch_size() { return t_level != 0 ? t_batch : 0; }
 
 uint64_t detail::current_level() { return t_level; }
-detail::Suspend::Suspend() : saved_(t_level) { t_level = 0; }
-detail::Suspend::Suspend(uint64_t level) : saved_(t_level) { t_level = level; }
-detail::Suspend::~Suspend() { t_level = saved_; }
+int64_t detail::current_batch() { return t_batch; }
+detail::Suspend::Suspend() : saved_(t_level), saved_batch_(t_batch) { t_level = 0; }
+detail::Suspend::Suspend(uint64_t level, int64_t batch) : saved_(t_level), saved_batch_(t_batch) {
+  t_level = level;
+  t_batch = batch;
+}
+detail::Suspend::~Suspend() {
+  t_level = saved_;
+  t_batch = saved_batch_;
+}
 
 Tensor make_dual(const Tensor& primal, const Tensor& tangent) {
   TG_CHECK(t_level != 0, "make_dual: no dual level is active; create a forward_ad::dual_level first");
   TG_CHECK(primal.defined() && tangent.defined(), "make_dual: primal and tangent must be defined");
   TG_CHECK(primal.is_floating_point(), "make_dual: the primal must be floating point, got ", primal.dtype());
-  TG_CHECK(tangent.sizes() == primal.sizes() && tangent.dtype() == primal.dtype() &&
-               tangent.device() == primal.device(),
+  IntList want = primal.sizes();
+  if (t_batch > 0) want.insert(want.begin(), t_batch);
+  TG_CHECK(tangent.sizes() == want && tangent.dtype() == primal.dtype() && tangent.device() == primal.device(),
            "make_dual: the tangent (", tangent.dtype(), " ", tangent.sizes(), " on ", tangent.device(),
-           ") must have the primal's shape, dtype and device (", primal.dtype(), " ", primal.sizes(), " on ",
-           primal.device(), ")");
+           ") must have the primal's shape", t_batch > 0 ? " after the level's batch dimension" : "",
+           ", dtype and device (", primal.dtype(), " ", shape_str(want), " on ", primal.device(), ")");
+  TG_CHECK(!(t_batch > 0 && primal.is_sparse()), "make_dual: sparse tensors take no batched tangents");
   Tensor dual = primal.view(primal.sizes());  // a view: keeps primal's reverse-mode history
   impl::set_fw_grad(dual, tangent);
   return dual;

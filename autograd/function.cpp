@@ -39,7 +39,11 @@ variable_list input_tangents(const variable_list& inputs) {
   variable_list out;
   for (const Tensor& t : inputs) {
     Tensor tan = impl::fw_grad(t);
-    if (!tan.defined() && t.defined() && t.is_floating_point()) tan = zeros_like(t);
+    if (!tan.defined() && t.defined() && t.is_floating_point()) {
+      IntList shape = t.sizes();
+      if (int64_t k = forward_ad::batch_size(); k > 0) shape.insert(shape.begin(), k);
+      tan = zeros(shape, t.options());
+    }
     out.push_back(tan);
   }
   return out;
@@ -53,7 +57,9 @@ void set_output_tangents(const std::string& fn, variable_list& outputs,
     Tensor& o = outputs[i];
     const Tensor& t = tangents[i];
     if (!t.defined() || !o.is_floating_point()) continue;
-    TG_CHECK(t.sizes() == o.sizes() && t.dtype() == o.dtype() && t.device() == o.device(), fn_name(fn),
+    IntList want = o.sizes();
+    if (int64_t k = forward_ad::batch_size(); k > 0) want.insert(want.begin(), k);
+    TG_CHECK(t.sizes() == want && t.dtype() == o.dtype() && t.device() == o.device(), fn_name(fn),
              ": jvp's tangent ", i, " (", t.dtype(), " ", shape_str(t.sizes()), " on ", t.device(),
              ") must match output ", i, " (", o.dtype(), " ", shape_str(o.sizes()), " on ", o.device(), ")");
     impl::set_fw_grad(o, t);  // an input returned (mark_dirty): its tangent is the new one

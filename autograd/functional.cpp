@@ -192,24 +192,23 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
     return result(stack(h, 1).view({B, m, n, n}), create_graph);
   }
   if (strategy == HessianStrategy::ForwardOverReverse && !forward_ad::is_active()) {
-    // n copies of x, copy j carrying the tangent e_j: one forward pass, then
-    // one backward pass per output column; the gradient's tangent in copy j
-    // is row j of each sample's Hessian (H e_j; H is symmetric).
-    std::vector<int64_t> cols;
-    for (int64_t j = 0; j < n; ++j) cols.push_back(j);
-    Tensor X = cat(std::vector<Tensor>(size_t(n), xi), 0);  // [n * B, n], a function of xi
-    forward_ad::dual_level level;
-    Tensor Xd = forward_ad::make_dual(X, one_hot_blocks(B, n, cols, X.options()));
-    Tensor y = call(fn, Xd, "per_sample_hessian");
-    check_out(y, n * B);
+    // Batched tangents e_1..e_n (the same for every sample): one forward
+    // pass, then one backward pass per output column; the gradient's tangent
+    // direction j is row j of each sample's Hessian (H e_j; H is symmetric).
+    forward_ad::dual_level level(n);
+    Tensor eye = zeros({n, n}, TensorOptions().dtype(x.dtype()));
+    for (int64_t j = 0; j < n; ++j) eye.select(0, j).narrow(0, j, 1).fill_(1);
+    Tensor xd = forward_ad::make_dual(xi, eye.to(x.device()).view({n, 1, n}).expand({n, B, n}));
+    Tensor y = call(fn, xd, "per_sample_hessian");
+    check_out(y, B);
     const int64_t m = y.size(1);
-    Tensor ones_nb = ones({n * B}, y.options());
+    Tensor ones_b = ones({B}, y.options());
     std::vector<Tensor> h;
     for (int64_t i = 0; i < m; ++i) {
-      Tensor g = grad({y.select(1, i)}, {Xd}, {ones_nb}, /*retain_graph=*/i + 1 < m || create_graph,
+      Tensor g = grad({y.select(1, i)}, {xd}, {ones_b}, /*retain_graph=*/i + 1 < m || create_graph,
                       create_graph, true)[0];
       Tensor t = g.defined() ? forward_ad::unpack_dual(g).tangent : Tensor();
-      h.push_back(or_zeros(t, X).view({n, B, n}).permute({1, 0, 2}));  // [B, j, k]
+      h.push_back(t.defined() ? t.permute({1, 0, 2}) : zeros({B, n, n}, x.options()));  // [B, j, k]
     }
     return result(stack(h, 1), create_graph);
   }

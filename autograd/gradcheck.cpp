@@ -62,6 +62,38 @@ std::vector<double> forward_column(const TensorsFn& fn, const variable_list& inp
   return raw::to_dense(t.detach()).to_vector<double>();
 }
 
+// All columns of d outs[o] / d inputs[i] from one forward pass with the nx
+// basis tangents as a batch: column j is the output tangent's entry j.
+std::vector<std::vector<double>> batched_forward_columns(const TensorsFn& fn, const variable_list& inputs,
+                                                         size_t o, size_t i) {
+  const Tensor& x = inputs[i];
+  const int64_t nx = x.numel();
+  forward_ad::dual_level level(nx);
+  IntList shape = x.sizes();
+  shape.insert(shape.begin(), nx);
+  Tensor eye = zeros({nx, nx}, x.options());
+  for (int64_t j = 0; j < nx; ++j) *element(eye, j * nx + j) = 1.0;
+  variable_list in = inputs;
+  in[i] = forward_ad::make_dual(x, eye.view(shape));
+  variable_list outs;
+  {
+    EnableGradGuard on;
+    outs = fn(in);
+  }
+  const int64_t ny = outs[o].numel();
+  std::vector<std::vector<double>> cols(size_t(nx), std::vector<double>(size_t(ny), 0.0));
+  Tensor t = forward_ad::unpack_dual(outs[o]).tangent;
+  if (!t.defined()) return cols;
+  IntList want = outs[o].sizes();
+  want.insert(want.begin(), nx);
+  TG_CHECK(t.sizes() == want, "gradcheck: output ", o, "'s batched tangent has shape ", shape_str(t.sizes()),
+           ", expected ", shape_str(want));
+  std::vector<double> flat = raw::to_dense(t.detach()).contiguous().to_vector<double>();
+  for (int64_t j = 0; j < nx; ++j)
+    for (int64_t k = 0; k < ny; ++k) cols[size_t(j)][size_t(k)] = flat[size_t(j * ny + k)];
+  return cols;
+}
+
 }  // namespace
 
 GradcheckResult gradcheck(const TensorsFn& fn, const variable_list& inputs,
@@ -125,6 +157,13 @@ GradcheckResult gradcheck(const TensorsFn& fn, const variable_list& inputs,
           res.message = m.str();
         }
       };
+      // Batched forward mode: every column from one pass.
+      if (opt.check_batched_forward_ad && nx > 0) {
+        auto cols = batched_forward_columns(fn, inputs, o, i);
+        for (int64_t j = 0; j < nx; ++j)
+          for (int64_t k = 0; k < ny; ++k)
+            compare(cols[size_t(j)][size_t(k)], numeric[size_t(k * nx + j)], k, j, "batched forward-mode Jacobian");
+      }
       // Forward mode: column j from one forward pass with tangent e_j.
       if (opt.check_forward_ad)
         for (int64_t j = 0; j < nx; ++j) {

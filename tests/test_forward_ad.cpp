@@ -273,6 +273,55 @@ TEST(ForwardAD, LevelEndFreesTangentCycles) {
   EXPECT_TRUE(node.expired()) << "the graph of exp outlived the dual level";
 }
 
+// Batched tangents: k directions in one pass, the tangent [k] + shape.
+// The identity as the batch gives the whole Jacobian; with x dual, the
+// gradient's batched tangent is the whole Hessian (forward over reverse).
+TEST(ForwardAD, BatchedTangentsGiveJacobiansAndHessiansInOnePass) {
+  tg::manual_seed(8);
+  auto net = tg::nn::MLP({3, 10, 10, 2}, "tanh", tg::kFloat64);
+  Tensor w = tg::randn({3, 3}, kF64);
+  // A residual block, a cat, reductions, a custom Function and broadcasting.
+  auto f = [&](const Tensor& x) {
+    Tensor h = x + tg::tanh(tg::matmul(x, w));
+    Tensor c = tg::cat({h, h.narrow(0, 0, 1) * 2.0}, 0);  // [4]
+    return tg::stack({net->forward(h.unsqueeze(0)).squeeze(0).sum(), c.amax(), CubeTimes::apply(x, h).sum(),
+                      tg::logsumexp(c, {0})});
+  };
+  Tensor x = tg::randn({3}, kF64);
+  Tensor eye = tg::zeros({3, 3}, kF64);
+  for (int64_t j = 0; j < 3; ++j) eye.select(0, j).narrow(0, j, 1).fill_(1.0);
+  Tensor jac_t;  // [k = 3, 4]: row j = J e_j
+  {
+    fwd::dual_level level(3);
+    EXPECT_EQ(fwd::batch_size(), 3);
+    jac_t = fwd::unpack_dual(f(fwd::make_dual(x, eye))).tangent;
+  }
+  EXPECT_EQ(fwd::batch_size(), 0);
+  ASSERT_TRUE(jac_t.defined());
+  Tensor jac = ag::jacobian(f, x);  // reverse mode, [4, 3]
+  EXPECT_LT(max_abs(jac_t.t() - jac), 1e-12 * (1 + max_abs(jac)));
+  // Forward over reverse, batched: the Hessian of a scalar in one pass.
+  auto g = [&](const Tensor& t) { return f(t).sum(); };
+  Tensor hess_t;
+  {
+    fwd::dual_level level(3);
+    Tensor xd = fwd::make_dual(x.clone().requires_grad_(), eye);
+    hess_t = fwd::unpack_dual(ag::grad({g(xd)}, {xd})[0]).tangent;
+  }
+  Tensor hess = ag::hessian(g, x);
+  ASSERT_TRUE(hess_t.defined());
+  EXPECT_LT(max_abs(hess_t - hess), 1e-11 * (1 + max_abs(hess)));
+  // Misuse.
+  fwd::dual_level level(2);
+  EXPECT_ERROR_CONTAINS(fwd::make_dual(x, eye), "make_dual: the tangent (Float64 [3, 3] on cpu) must have the "
+                                                "primal's shape after the level's batch dimension, dtype and "
+                                                "device (Float64 [2, 3] on cpu)");
+  Tensor v = fwd::make_dual(x, tg::ones({2, 3}, kF64));
+  Tensor idx = tg::zeros({1, 3}, tg::TensorOptions().dtype(tg::kInt64));
+  EXPECT_ERROR_CONTAINS(tg::sparse_coo_tensor(idx, v, {2}), "sparse_coo_tensor: sparse tensors take no batched "
+                                                            "tangents");
+}
+
 TEST(ForwardAD, WhatIsNotSupportedSaysSo) {
   Tensor x = tg::randn({3}, kF64);
   EXPECT_ERROR_CONTAINS(fwd::make_dual(x, x), "make_dual: no dual level is active");

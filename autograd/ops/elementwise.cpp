@@ -192,7 +192,7 @@ Tensor binary_op(const Tensor& a, const Tensor& b, const BinarySpec& spec, F&& r
     if (saves & kResult) node->result_ = SavedVariable(out, true);
   }
   if (fw_any({&a, &b})) {
-    const Tensor ta = fw_t(a), tb = fw_t(b);
+    const Tensor ta = fw_pad(fw_t(a), out.dim()), tb = fw_pad(fw_t(b), out.dim());  // batched: broadcast
     fw_rule(out, [&] {
       return fw_add(ta.defined() ? spec.fa(ta, a, b, out, alpha) : Tensor(),
                     tb.defined() ? spec.fb(tb, a, b, out, alpha) : Tensor());
@@ -333,7 +333,7 @@ Tensor autograd::ops::where(const Tensor& cond, const Tensor& a, const Tensor& b
                                         : finish(run_raw([&] { return raw::where(cond, a, b); }),
                                                  make_node<WhereBackward>({&a, &b}, cond));
   if (fw_any({&a, &b})) {  // the tangent of the branch taken
-    const Tensor ta = fw_t(a), tb = fw_t(b);
+    const Tensor ta = fw_pad(fw_t(a), out.dim()), tb = fw_pad(fw_t(b), out.dim());
     fw_rule(out, [&] { return tg::where(cond, ta.defined() ? ta : zeros_like(a), tb.defined() ? tb : zeros_like(b)); });
   }
   return out;
@@ -445,7 +445,7 @@ Tensor autograd::ops::activation_grad(const Tensor& g, const Tensor& x, Activati
     out = finish(out, node);
   }
   if (fw_any({&g, &x})) {  // d(g act^(k)(x)) = dg act^(k)(x) + g dx act^(k+1)(x)
-    const Tensor tg_ = fw_t(g), tx = fw_t(x);
+    const Tensor tg_ = fw_pad(fw_t(g), out.dim()), tx = fw_pad(fw_t(x), out.dim());
     fw_rule(out, [&] {
       return fw_add(tg_.defined() ? tg::activation_grad(tg_, x, act, order) : Tensor(),
                     tx.defined() ? tg::activation_grad(tg::mul(g, tx), x, act, order + 1) : Tensor());

@@ -89,9 +89,15 @@ std::vector<Tensor> tangents_or_zeros(const std::vector<Tensor>& ts) {
   out.reserve(ts.size());
   for (const Tensor& t : ts) {
     Tensor tan = fw_t(t);
-    out.push_back(tan.defined() ? tan : zeros_like(t));
+    out.push_back(tan.defined() ? tan : fw_zeros(t));
   }
   return out;
+}
+
+// gather/scatter_add's index for batched tangents: the same for every
+// direction.
+Tensor batched_index(const Tensor& index) {
+  return fw_batch() == 0 ? index : index.unsqueeze(0).expand(fw_shape(index.sizes()));
 }
 
 }  // namespace
@@ -109,7 +115,7 @@ Tensor autograd::ops::cat(const std::vector<Tensor>& ts, int64_t dim) {
   }
   if (fw) {
     std::vector<Tensor> tans = tangents_or_zeros(ts);
-    fw_rule(out, [&] { return tg::cat(tans, dim); });
+    fw_rule(out, [&] { return tg::cat(tans, fw_dim(dim, out.dim())); });
   }
   return out;
 }
@@ -122,7 +128,7 @@ Tensor autograd::ops::stack(const std::vector<Tensor>& ts, int64_t dim) {
     out = finish(out, make_node<CatBackward>(ts, true, wrap(dim, out.dim()), IntList(ts.size(), 1)));
   if (fw) {
     std::vector<Tensor> tans = tangents_or_zeros(ts);
-    fw_rule(out, [&] { return tg::stack(tans, dim); });
+    fw_rule(out, [&] { return tg::stack(tans, fw_dim(dim, out.dim())); });
   }
   return out;
 }
@@ -135,7 +141,10 @@ Tensor autograd::ops::index_select(const Tensor& x, int64_t dim, const Tensor& i
   if (should_record({&x}))
     out = finish(out, make_node<IndexBackward>({&x}, IndexBackward::IndexSelect,
                                                x.dim() == 0 ? 0 : wrap(dim, x.dim()), index, x.sizes()));
-  return fw_linear(out, x, [&](const Tensor& t) { return tg::index_select(t, dim, index); });
+  return fw_linear(out, x, [&](const Tensor& t) {
+    if (x.dim() == 0) return t.clone();  // the one element
+    return tg::index_select(t, fw_dim(dim, x.dim()), index);
+  });
 }
 
 Tensor autograd::ops::gather(const Tensor& x, int64_t dim, const Tensor& index) {
@@ -144,7 +153,9 @@ Tensor autograd::ops::gather(const Tensor& x, int64_t dim, const Tensor& index) 
   if (should_record({&x}))
     out = finish(out, make_node<IndexBackward>({&x}, IndexBackward::Gather,
                                                x.dim() == 0 ? 0 : wrap(dim, x.dim()), index, x.sizes()));
-  return fw_linear(out, x, [&](const Tensor& t) { return tg::gather(t, dim, index); });
+  return fw_linear(out, x, [&](const Tensor& t) {
+    return tg::gather(t, fw_dim(dim, x.dim()), batched_index(index));
+  });
 }
 
 // scatter_add is linear in (x, src) jointly.
@@ -157,7 +168,7 @@ Tensor autograd::ops::scatter_add(const Tensor& x, int64_t dim, const Tensor& in
                                                x.dim() == 0 ? 0 : wrap(dim, x.dim()), index, x.sizes()));
   if (fw) {
     std::vector<Tensor> tans = tangents_or_zeros({x, src});
-    fw_rule(out, [&] { return tg::scatter_add(tans[0], dim, index, tans[1]); });
+    fw_rule(out, [&] { return tg::scatter_add(tans[0], fw_dim(dim, x.dim()), batched_index(index), tans[1]); });
   }
   return out;
 }

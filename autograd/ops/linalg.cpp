@@ -54,7 +54,10 @@ Tensor gemm_op(const Tensor& a, const Tensor& b, bool batched) {
   if (fw_any({&a, &b})) {
     const Tensor ta = fw_t(a), tb = fw_t(b);
     fw_rule(out, [&] {
-      auto prod = [&](const Tensor& x, const Tensor& y) { return batched ? tg::bmm(x, y) : tg::mm(x, y); };
+      // Batched tangents ([k] + shape): matmul broadcasts the batch.
+      auto prod = [&](const Tensor& x, const Tensor& y) {
+        return fw_batch() > 0 ? tg::matmul(x, y) : batched ? tg::bmm(x, y) : tg::mm(x, y);
+      };
       return fw_add(ta.defined() ? prod(ta, b) : Tensor(), tb.defined() ? prod(a, tb) : Tensor());
     });
   }
@@ -110,8 +113,10 @@ Tensor autograd::ops::linear(const Tensor& x, const Tensor& w, const Tensor& b) 
   if (fw_any({&x, &w, &b})) {
     const Tensor tx = fw_t(x), tw = fw_t(w), tb = fw_t(b);
     fw_rule(out, [&] {
-      Tensor t = fw_add(tx.defined() ? tg::matmul(tx, w.t()) : Tensor(), tw.defined() ? tg::matmul(x, tw.t()) : Tensor());
-      return fw_add(t, tb);
+      // Batched: tw^T [k, in, out] padded so x's leading dims broadcast.
+      Tensor t = fw_add(tx.defined() ? tg::matmul(tx, w.t()) : Tensor(),
+                        tw.defined() ? tg::matmul(x, fw_pad(tw.transpose(-1, -2), x.dim())) : Tensor());
+      return fw_add(t, fw_pad(tb, out.dim()));
     });
   }
   return out;

@@ -87,11 +87,38 @@ inline bool fw_any(const std::vector<Tensor>& inputs) {
 }
 // The tangent of t at the current level (undefined: zero).
 inline Tensor fw_t(const Tensor& t) { return impl::fw_grad(t); }
+// Batched tangents (forward_ad::dual_level(batch)): a tangent has the
+// batch as a leading dimension. Rules use these to address it:
+// the batch (0: unbatched; readable while a rule runs paused);
+inline int64_t fw_batch() { return forward_ad::detail::current_batch(); }
+// dim d of a rank-`ndim` tensor as a dim of its tangent;
+inline int64_t fw_dim(int64_t d, int64_t ndim) {
+  if (fw_batch() == 0) return d;
+  return (d < 0 ? d + ndim : d) + 1;
+}
+// a primal shape as its tangent's shape;
+inline IntList fw_shape(IntList s) {
+  if (fw_batch() > 0) s.insert(s.begin(), fw_batch());
+  return s;
+}
+// a tangent with singleton dims after the batch dim up to primal rank
+// `ndim`, so that it broadcasts (right-aligned) against primal-shaped
+// tensors of rank <= ndim; unbatched: unchanged;
+inline Tensor fw_pad(const Tensor& t, int64_t ndim) {
+  if (fw_batch() == 0 || !t.defined() || t.dim() - 1 >= ndim) return t;
+  IntList s = t.sizes();
+  s.insert(s.begin() + 1, size_t(ndim - (t.dim() - 1)), 1);
+  return t.reshape(s);
+}
+// a zero tangent for `like`.
+inline Tensor fw_zeros(const Tensor& like) { return zeros(fw_shape(like.sizes()), like.options()); }
+
 // Sets out's tangent to `tangent` (a sum of per-input contributions, any of
 // them undefined), at out's shape (a broadcast contribution is expanded).
 inline void fw_set(const Tensor& out, Tensor tangent) {
   if (!tangent.defined() || !out.is_floating_point()) return;
-  if (tangent.sizes() != out.sizes()) tangent = tangent.expand(out.sizes()).contiguous();
+  const IntList want = fw_shape(out.sizes());
+  if (tangent.sizes() != want) tangent = fw_pad(tangent, out.dim()).expand(want).contiguous();
   if (tangent.dtype() != out.dtype()) tangent = tangent.to(out.dtype());
   impl::set_fw_grad(out, tangent);
 }

@@ -91,27 +91,47 @@ Tensor reduce_op(const Tensor& x, const char* op, const char* name, ReduceBackwa
 
 }  // namespace
 
+namespace {
+// The tangent of a reduction of x over `dims` (empty: all) by `op`: the same
+// reduction of the tangent, over the same dims shifted past a batch dim.
+template <class Op>
+Tensor reduce_tangent(const Tensor& t, const Tensor& x, const IntList& dims, bool keepdim, Op&& op) {
+  if (fw_batch() == 0) return dims.empty() && !keepdim ? op(t, IntList{}, false, true) : op(t, dims, keepdim, false);
+  IntList rd = reduced_dims(dims, x.dim());
+  if (rd.empty()) return t.clone();  // a 0-dim x: nothing to reduce
+  for (int64_t& d : rd) d += 1;
+  return op(t, rd, keepdim, false);
+}
+Tensor sum_op(const Tensor& t, const IntList& dims, bool keepdim, bool all) {
+  return all ? tg::sum(t) : tg::sum(t, dims, keepdim);
+}
+Tensor mean_op(const Tensor& t, const IntList& dims, bool keepdim, bool all) {
+  return all ? tg::mean(t) : tg::mean(t, dims, keepdim);
+}
+}  // namespace
+
 Tensor autograd::ops::sum(const Tensor& x) {
   if (x.defined() && x.is_sparse()) return autograd::impl::sparse_sum(x);
   return fw_linear(reduce_op(x, "sum", "SumBackward", ReduceBackward::Sum, {}, false,
                              [&] { return raw::sum(x); }),
-                   x, [&](const Tensor& t) { return tg::sum(t); });
+                   x, [&](const Tensor& t) { return reduce_tangent(t, x, {}, false, sum_op); });
 }
 Tensor autograd::ops::sum(const Tensor& x, const IntList& dims, bool keepdim) {
   return fw_linear(reduce_op(x, "sum", "SumBackward", ReduceBackward::Sum, dims, keepdim,
                              [&] { return raw::sum(x, dims, keepdim); }),
-                   x, [&](const Tensor& t) { return tg::sum(t, dims, keepdim); });
+                   x, [&](const Tensor& t) { return reduce_tangent(t, x, dims, keepdim, sum_op); });
 }
 Tensor autograd::ops::mean(const Tensor& x) {
   return fw_linear(reduce_op(x, "mean", "MeanBackward", ReduceBackward::Mean, {}, false,
                              [&] { return raw::mean(x); }),
-                   x, [&](const Tensor& t) { return tg::mean(t); });
+                   x, [&](const Tensor& t) { return reduce_tangent(t, x, {}, false, mean_op); });
 }
 Tensor autograd::ops::mean(const Tensor& x, const IntList& dims, bool keepdim) {
   return fw_linear(reduce_op(x, "mean", "MeanBackward", ReduceBackward::Mean, dims, keepdim,
                              [&] { return raw::mean(x, dims, keepdim); }),
-                   x, [&](const Tensor& t) { return tg::mean(t, dims, keepdim); });
+                   x, [&](const Tensor& t) { return reduce_tangent(t, x, dims, keepdim, mean_op); });
 }
+
 namespace {
 // amax/amin: the tangent is the mean of x's tangent over the extreme
 // elements (ties share it, as the gradient).
@@ -125,7 +145,9 @@ Tensor extreme(const Tensor& x, const char* op, const char* name, const IntList&
       IntList rd = reduced_dims(dims, x.dim());
       Tensor mask = raw::to(eq(x, unsqueeze_reduced(out.detach(), rd, keepdim)), x.dtype());
       if (rd.empty()) return mul(t, mask);  // 0-dim x
-      return div(sum(mul(t, mask), rd, keepdim), raw::sum(mask, rd, keepdim));
+      IntList td = rd;  // the tangent's dims (past a batch dim)
+      for (int64_t& d : td) d = fw_dim(d, x.dim());
+      return div(sum(mul(t, mask), td, keepdim), raw::sum(mask, rd, keepdim));
     });
   }
   return out;

@@ -192,7 +192,7 @@ Tensor select_rows(const Tensor& x, const Tensor& index, bool sparse, const char
   if (!should_record({&x}) && !fw_any({&x})) return rows();
   Tensor out = run_raw(rows);
   if (should_record({&x})) out = finish(out, make_node<SelectRowsBackward>({&x}, op, index, x.sizes(), sparse));
-  return fw_linear(out, x, [&](const Tensor& t) { return tg::index_select(t, 0, index); });
+  return fw_linear(out, x, [&](const Tensor& t) { return tg::index_select(t, fw_dim(0, x.dim()), index); });
 }
 
 // A sparse op linear in x: `tangent_fn` applies it to x's tangent.
@@ -215,6 +215,8 @@ Tensor sparse_of_values(const Tensor& indices, const Tensor& values, const IntLi
   if (should_record({&values}))
     out = finish(out, make_node<SparseCooTensorBackward>({&values}, indices, sizes));
   return fw_linear(out, values, [&](const Tensor& t) {
+    TG_CHECK(fw_batch() == 0, "sparse_coo_tensor: sparse tensors take no batched tangents (the values carry ",
+             fw_batch(), " directions); use an unbatched forward_ad::dual_level");
     return autograd::impl::sparse_coo_unchecked(indices, t, sizes, coalesced);
   });
 }

@@ -63,40 +63,49 @@ Tensor slice_backward(const Tensor& g, const IntList& sizes, int64_t dim, int64_
                                                       return gg.slice(dim, start, end, step);
                                                     })));
   // Linear in g (forward over reverse through select/slice/narrow).
-  return fw_linear(out, g, [&](const Tensor& t) { return slice_backward(t, sizes, dim, start, end, step); });
+  return fw_linear(out, g, [&](const Tensor& t) {
+    return slice_backward(t, fw_shape(sizes), fw_dim(dim, int64_t(sizes.size())), start, end, step);
+  });
 }
 
 }  // namespace
 
 // ---- views -------------------------------------------------------------------------
 
+// The tangent of a view that only changes the shape: `op` applied to it
+// (batched: reshaped to [k] + out's shape).
+template <class F>
+Tensor fw_reshaping(const Tensor& out, const Tensor& self, F&& op) {
+  return fw_linear(out, self, [&](const Tensor& t) { return fw_batch() > 0 ? t.reshape(fw_shape(out.sizes())) : op(t); });
+}
+
 // The backward of a view that only changes the shape.
 #define TG_RESHAPE_GRAD [&] { IntList in = self.sizes(); return GradFn([in](const Tensor& g) { return g.reshape(in); }); }
 
 Tensor autograd::ops::view(const Tensor& self, const IntList& s) {
-  return fw_linear(view_op(self, "view", "ViewBackward", [&] { return raw::view(self, s); },
+  return fw_reshaping(view_op(self, "view", "ViewBackward", [&] { return raw::view(self, s); },
                  TG_RESHAPE_GRAD), self, [&](const Tensor& t) { return t.view(s); });
 }
 Tensor autograd::ops::reshape(const Tensor& self, const IntList& s) {
-  return fw_linear(view_op(self, "reshape", "ReshapeBackward", [&] { return raw::reshape(self, s); },
+  return fw_reshaping(view_op(self, "reshape", "ReshapeBackward", [&] { return raw::reshape(self, s); },
                  TG_RESHAPE_GRAD), self, [&](const Tensor& t) { return t.reshape(s); });
 }
 Tensor autograd::ops::flatten(const Tensor& self, int64_t start, int64_t end) {
-  return fw_linear(view_op(self, "flatten", "FlattenBackward",
+  return fw_reshaping(view_op(self, "flatten", "FlattenBackward",
                  [&] { return raw::flatten(self, start, end); }, TG_RESHAPE_GRAD), self, [&](const Tensor& t) { return t.flatten(start, end); });
 }
 Tensor autograd::ops::squeeze(const Tensor& self) {
-  return fw_linear(view_op(self, "squeeze", "SqueezeBackward", [&] { return raw::squeeze(self); },
+  return fw_reshaping(view_op(self, "squeeze", "SqueezeBackward", [&] { return raw::squeeze(self); },
                  TG_RESHAPE_GRAD), self, [&](const Tensor& t) { return t.squeeze(); });
 }
 Tensor autograd::ops::squeeze(const Tensor& self, int64_t d) {
-  return fw_linear(view_op(self, "squeeze", "SqueezeBackward", [&] { return raw::squeeze(self, d); },
+  return fw_reshaping(view_op(self, "squeeze", "SqueezeBackward", [&] { return raw::squeeze(self, d); },
                  TG_RESHAPE_GRAD), self, [&](const Tensor& t) { return t.squeeze(d); });
 }
 #undef TG_RESHAPE_GRAD
 
 Tensor autograd::ops::unsqueeze(const Tensor& self, int64_t d) {
-  return fw_linear(view_op(self, "unsqueeze", "UnsqueezeBackward",
+  return fw_reshaping(view_op(self, "unsqueeze", "UnsqueezeBackward",
                  [&] { return raw::unsqueeze(self, d); },
                  [&] {
                    int64_t w = d < 0 ? d + self.dim() + 1 : d;
@@ -107,11 +116,16 @@ Tensor autograd::ops::transpose(const Tensor& self, int64_t d0, int64_t d1) {
   return fw_linear(view_op(self, "transpose", "TransposeBackward",
                  [&] { return raw::transpose(self, d0, d1); }, [&] {
                    return GradFn([d0, d1](const Tensor& g) { return g.transpose(d0, d1); });
-                 }), self, [&](const Tensor& t) { return t.transpose(d0, d1); });
+                 }), self, [&](const Tensor& t) {
+                   return t.transpose(fw_dim(d0, self.dim()), fw_dim(d1, self.dim()));
+                 });
 }
 Tensor autograd::ops::t(const Tensor& self) {
   return fw_linear(view_op(self, "t", "TBackward", [&] { return raw::t(self); },
-                 [] { return GradFn([](const Tensor& g) { return g.t(); }); }), self, [&](const Tensor& t) { return t.t(); });
+                 [] { return GradFn([](const Tensor& g) { return g.t(); }); }), self, [&](const Tensor& t) {
+                   if (fw_batch() == 0) return t.t();
+                   return self.dim() == 2 ? t.transpose(1, 2) : t.view(t.sizes());
+                 });
 }
 Tensor autograd::ops::permute(const Tensor& self, const IntList& dims) {
   return fw_linear(view_op(self, "permute", "PermuteBackward", [&] { return raw::permute(self, dims); },
@@ -123,14 +137,21 @@ Tensor autograd::ops::permute(const Tensor& self, const IntList& dims) {
                      inverse[size_t(d)] = i;
                    }
                    return GradFn([inverse](const Tensor& g) { return g.permute(inverse); });
-                 }), self, [&](const Tensor& t) { return t.permute(dims); });
+                 }), self, [&](const Tensor& t) {
+                   if (fw_batch() == 0) return t.permute(dims);
+                   IntList p{0};
+                   for (int64_t d : dims) p.push_back(fw_dim(d, self.dim()));
+                   return t.permute(p);
+                 });
 }
 Tensor autograd::ops::expand(const Tensor& self, const IntList& target) {
   return fw_linear(view_op(self, "expand", "ExpandBackward", [&] { return raw::expand(self, target); },
                  [&] {
                    IntList in = self.sizes();
                    return GradFn([in](const Tensor& g) { return tg::sum_to(g, in); });
-                 }), self, [&](const Tensor& t) { return t.expand(target); });
+                 }), self, [&](const Tensor& t) {
+                   return fw_batch() == 0 ? t.expand(target) : fw_pad(t, int64_t(target.size())).expand(fw_shape(raw::expand(self, target).sizes()));
+                 });
 }
 Tensor autograd::ops::expand_as(const Tensor& self, const Tensor& other) { return self.expand(other.sizes()); }
 
@@ -143,7 +164,7 @@ Tensor autograd::ops::select(const Tensor& self, int64_t d, int64_t index) {
                    return GradFn([in, w, i](const Tensor& g) {
                      return slice_backward(g.unsqueeze(w), in, w, i, i + 1, 1);
                    });
-                 }), self, [&](const Tensor& t) { return t.select(d, index); });
+                 }), self, [&](const Tensor& t) { return t.select(fw_dim(d, self.dim()), index); });
 }
 Tensor autograd::ops::slice(const Tensor& self, int64_t d, std::optional<int64_t> start, std::optional<int64_t> end,
                      int64_t step) {
@@ -161,7 +182,7 @@ Tensor autograd::ops::slice(const Tensor& self, int64_t d, std::optional<int64_t
                    return GradFn([in, w, s0, e0, step](const Tensor& g) {
                      return slice_backward(g, in, w, s0, e0, step);
                    });
-                 }), self, [&](const Tensor& t) { return t.slice(d, start, end, step); });
+                 }), self, [&](const Tensor& t) { return t.slice(fw_dim(d, self.dim()), start, end, step); });
 }
 Tensor autograd::ops::narrow(const Tensor& self, int64_t d, int64_t start, int64_t length) {
   if (!should_record({&self}) && !fw_any({&self})) return raw::narrow(self, d, start, length);
@@ -259,7 +280,7 @@ const Tensor& rebase(const Tensor& self, const Tensor& result, bool record) {
   Tensor tangent;
   if (autograd::forward_ad::is_active()) {
     tangent = fw_t(result);
-    if (!tangent.defined() && fw_t(self).defined()) tangent = zeros_like(self);
+    if (!tangent.defined() && fw_t(self).defined()) tangent = fw_zeros(self);
   }
   {
     autograd::AutoGradMode no_grad(false);
@@ -330,7 +351,7 @@ const Tensor& autograd::ops::fill_(const Tensor& self, Scalar v) {
   raw::fill_(self, v);
   if (record)
     if (auto* m = autograd::impl::meta(self)) m->grad_fn = nullptr;  // a constant now
-  if (fw_t(self).defined()) autograd::impl::set_fw_grad(self, zeros_like(self));
+  if (fw_t(self).defined()) autograd::impl::set_fw_grad(self, fw_zeros(self));
   return self;
 }
 const Tensor& autograd::ops::copy_(const Tensor& self, const Tensor& src, bool non_blocking) {

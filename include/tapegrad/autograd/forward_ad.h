@@ -25,6 +25,11 @@ namespace tg::autograd::forward_ad {
 class dual_level {
  public:
   dual_level();
+  /// A batched level: every tangent carries `batch` directions as a leading
+  /// dimension (shape [batch] + the primal's), and one forward pass pushes
+  /// them all (k Jacobian-vector products in one pass; the GEMMs see k
+  /// times the rows).
+  explicit dual_level(int64_t batch);
   ~dual_level();
   dual_level(const dual_level&) = delete;
   dual_level& operator=(const dual_level&) = delete;
@@ -32,10 +37,12 @@ class dual_level {
 
 /// Whether a dual_level is active on this thread.
 bool is_active();
+/// The active level's tangent batch (0: unbatched, or no level).
+int64_t batch_size();
 
 /// A tensor equal to `primal` (a view of it, with its reverse-mode history)
-/// carrying `tangent` (same shape, dtype and device, floating point) at the
-/// current level.
+/// carrying `tangent` (same shape, dtype and device, floating point; in a
+/// batched level [batch] + the primal's shape) at the current level.
 Tensor make_dual(const Tensor& primal, const Tensor& tangent);
 
 /// A dual tensor's parts.
@@ -48,22 +55,26 @@ struct UnpackedDual {
 UnpackedDual unpack_dual(const Tensor& t);
 
 namespace detail {
-/// Internal: this thread's level (0: none).
+/// Internal: this thread's level (0: none) and its tangent batch (0:
+/// unbatched; kept while paused, so rules read it).
 uint64_t current_level();
+int64_t current_batch();
 
 /// Internal: forward mode paused on this thread while it lives (tangent
 /// rules run under it, so their own ops push no tangents), or, given a
-/// level, that level active (the engine's workers take their caller's).
+/// level and its batch, that level active (the engine's workers take their
+/// caller's).
 class Suspend {
  public:
   Suspend();
-  explicit Suspend(uint64_t level);
+  Suspend(uint64_t level, int64_t batch);
   ~Suspend();
   Suspend(const Suspend&) = delete;
   Suspend& operator=(const Suspend&) = delete;
 
  private:
   uint64_t saved_;
+  int64_t saved_batch_;
 };
 }  // namespace detail
 

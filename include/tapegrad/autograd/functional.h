@@ -43,12 +43,12 @@ enum class HessianStrategy {
   /// the selected Hessian rows) do the work of m + m * n, with GEMMs m * n
   /// times taller and m * n times fewer launches.
   BatchedCotangents,
-  /// Forward over reverse (JAX's jacfwd(jacrev)): fn runs once on n stacked
-  /// copies of x, copy j carrying the tangent e_j (forward mode), then one
-  /// backward pass per output column; the gradient's tangents are the
-  /// Hessian rows. n times taller GEMMs, m backward passes, no
-  /// create_graph double backward (inside a caller's forward_ad::dual_level,
-  /// where levels do not nest: BatchedCotangents).
+  /// Forward over reverse (JAX's jacfwd(jacrev)): fn runs once with x
+  /// carrying the n tangents e_1..e_n as a batch (forward_ad::dual_level(n):
+  /// GEMMs on n times the rows), then one backward pass per output column;
+  /// the gradients' tangents are the Hessian rows. No create_graph double
+  /// backward (inside a caller's forward_ad::dual_level, where levels do not
+  /// nest: BatchedCotangents).
   ForwardOverReverse,
 };
 /// Per-sample Hessians of a batched function (the PINN / Hessian-benchmark

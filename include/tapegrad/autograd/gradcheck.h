@@ -20,6 +20,10 @@ struct GradcheckOptions {
   /// differences. In gradgradcheck this checks forward over reverse (the
   /// tangent runs through the backward formulas too).
   bool check_forward_ad = false;
+  /// Also check batched forward mode: all Jacobian columns of an input from
+  /// one forward pass with the identity as batched tangents
+  /// (forward_ad::dual_level(n)), against the finite differences.
+  bool check_batched_forward_ad = false;
 };
 
 /// What gradcheck found.

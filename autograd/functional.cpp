@@ -159,6 +159,38 @@ Tensor one_hot_blocks(int64_t B, int64_t width, const std::vector<int64_t>& col,
   return e.to(opts.device()).view({R, 1, width}).expand({R, B, width}).reshape({R * B, width});
 }
 
+// The n x n identity, on like's device with its dtype.
+Tensor identity(int64_t n, const Tensor& like) {
+  Tensor eye = zeros({n, n}, TensorOptions().dtype(like.dtype()));
+  for (int64_t j = 0; j < n; ++j) eye.select(0, j).narrow(0, j, 1).fill_(1);
+  return eye.to(like.device());
+}
+
+// Forward over reverse for a batched fn [B, n] -> [B, m]: x carries the n
+// tangents e_1..e_n as one batch (the same for every sample); one forward
+// pass, then one backward pass per output column i, whose gradient's
+// tangent [n, B, n] holds, in direction j, row j of each sample's Hessian of
+// output i (H e_j; H is symmetric).
+std::vector<Tensor> hessian_rows_fwd(const TensorFn& fn, const Tensor& xi, bool create_graph, const char* op) {
+  const int64_t B = xi.size(0), n = xi.size(1);
+  forward_ad::dual_level level(n);
+  Tensor xd = forward_ad::make_dual(xi, identity(n, xi).view({n, 1, n}).expand({n, B, n}));
+  Tensor y = call(fn, xd, op);
+  TG_CHECK(y.dim() == 2 && y.size(0) == B, op, ": fn must map [B, n] to [B, m] (B = ", B, "), got shape ",
+           shape_str(y.sizes()));
+  TG_CHECK(y.requires_grad(), op, ": fn's output does not depend on x");
+  const int64_t m = y.size(1);
+  Tensor ones_b = ones({B}, y.options());
+  std::vector<Tensor> rows;
+  for (int64_t i = 0; i < m; ++i) {
+    Tensor g = grad({y.select(1, i)}, {xd}, {ones_b}, /*retain_graph=*/i + 1 < m || create_graph, create_graph,
+                    true)[0];
+    Tensor t = g.defined() ? forward_ad::unpack_dual(g).tangent : Tensor();
+    rows.push_back(t.defined() ? t : zeros({n, B, n}, xi.options()));
+  }
+  return rows;
+}
+
 }  // namespace
 
 Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy strategy,
@@ -192,25 +224,9 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
     return result(stack(h, 1).view({B, m, n, n}), create_graph);
   }
   if (strategy == HessianStrategy::ForwardOverReverse && !forward_ad::is_active()) {
-    // Batched tangents e_1..e_n (the same for every sample): one forward
-    // pass, then one backward pass per output column; the gradient's tangent
-    // direction j is row j of each sample's Hessian (H e_j; H is symmetric).
-    forward_ad::dual_level level(n);
-    Tensor eye = zeros({n, n}, TensorOptions().dtype(x.dtype()));
-    for (int64_t j = 0; j < n; ++j) eye.select(0, j).narrow(0, j, 1).fill_(1);
-    Tensor xd = forward_ad::make_dual(xi, eye.to(x.device()).view({n, 1, n}).expand({n, B, n}));
-    Tensor y = call(fn, xd, "per_sample_hessian");
-    check_out(y, B);
-    const int64_t m = y.size(1);
-    Tensor ones_b = ones({B}, y.options());
-    std::vector<Tensor> h;
-    for (int64_t i = 0; i < m; ++i) {
-      Tensor g = grad({y.select(1, i)}, {xd}, {ones_b}, /*retain_graph=*/i + 1 < m || create_graph,
-                      create_graph, true)[0];
-      Tensor t = g.defined() ? forward_ad::unpack_dual(g).tangent : Tensor();
-      h.push_back(t.defined() ? t.permute({1, 0, 2}) : zeros({B, n, n}, x.options()));  // [B, j, k]
-    }
-    return result(stack(h, 1), create_graph);
+    std::vector<Tensor> rows = hessian_rows_fwd(fn, xi, create_graph, "per_sample_hessian");
+    for (Tensor& r : rows) r = r.permute({1, 0, 2});  // [B, j, k]
+    return result(stack(rows, 1), create_graph);
   }
   // Batched cotangents (also ForwardOverReverse inside a caller's dual level,
   // where levels do not nest): probe the output width with the first sample, then
@@ -239,6 +255,23 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
                                : Tensor();
   h = or_zeros(h, X);
   return result(h.view({R, B, n}).permute({1, 0, 2}).reshape({B, m, n, n}), create_graph);
+}
+
+Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph) {
+  TG_CHECK(x.defined() && x.dim() == 2, "laplacian: x must have shape [B, n], got ",
+           x.defined() ? shape_str(x.sizes()) : std::string("an undefined tensor"));
+  const int64_t n = x.size(1);
+  if (forward_ad::is_active())  // levels do not nest: the trace of the reverse-mode Hessians
+    return (per_sample_hessian(fn, x, HessianStrategy::BatchedCotangents, create_graph) * identity(n, x))
+        .sum({2, 3});
+  Tensor xi = input_for(x, "laplacian", create_graph);
+  EnableGradGuard grad_on;
+  std::vector<Tensor> rows = hessian_rows_fwd(fn, xi, create_graph, "laplacian");
+  // The diagonal: direction j's tangent, component j.
+  Tensor mask = identity(n, x).view({n, 1, n});
+  std::vector<Tensor> cols;
+  for (const Tensor& r : rows) cols.push_back((r * mask).sum({0, 2}));  // [B]
+  return result(stack(cols, 1), create_graph);
 }
 
 MlpDerivatives mlp_taylor(const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,

@@ -322,6 +322,49 @@ TEST(ForwardAD, BatchedTangentsGiveJacobiansAndHessiansInOnePass) {
                                                             "tangents");
 }
 
+// laplacian: a 100-input function's per-sample Laplacian equals the trace
+// of its Hessian (reverse over reverse), and a closed form.
+TEST(ForwardAD, LaplacianEqualsTraceOfHessian) {
+  tg::manual_seed(9);
+  auto net = tg::nn::MLP({100, 16, 2}, "tanh", tg::kFloat64);
+  auto f = [&](const Tensor& x) { return net->forward(x) + (tg::sin(x) * x * x).sum({1}, true); };
+  Tensor x = tg::randn({3, 100}, kF64);
+  Tensor lap = ag::laplacian(f, x);
+  ASSERT_EQ(lap.sizes(), (tg::IntList{3, 2}));
+  Tensor h = ag::per_sample_hessian(f, x, ag::HessianStrategy::Rows);  // [3, 2, 100, 100]
+  Tensor eye = tg::zeros({100, 100}, kF64);
+  for (int64_t j = 0; j < 100; ++j) eye.select(0, j).narrow(0, j, 1).fill_(1.0);
+  Tensor trace = (h * eye).sum({2, 3});
+  EXPECT_LT(max_abs(lap - trace), 1e-11 * (1 + max_abs(trace)));
+  // sum_j x_j^3 + x_0 x_1: the Laplacian is 6 sum_j x_j.
+  auto g = [](const Tensor& t) { return (t * t * t).sum({1}, true) + t.select(1, 0).unsqueeze(1) * t.select(1, 1).unsqueeze(1); };
+  Tensor y = tg::randn({4, 5}, kF64);
+  EXPECT_LT(max_abs(ag::laplacian(g, y) - y.sum({1}, true) * 6.0), 1e-12);
+  // Inside a caller's dual level (no nesting) the reverse-mode trace, equal.
+  {
+    fwd::dual_level level;
+    EXPECT_LT(max_abs(ag::laplacian(f, x) - trace), 1e-11 * (1 + max_abs(trace)));
+  }
+  EXPECT_ERROR_CONTAINS(ag::laplacian(f, tg::ones({4}, kF64)), "laplacian: x must have shape [B, n], got [4]");
+}
+
+// A PINN loss on the Laplacian trains: its gradient into the parameters
+// (third derivatives through the network) against finite differences.
+TEST(ForwardAD, LaplacianLossGradcheckIntoParameters) {
+  tg::manual_seed(10);
+  Tensor x = tg::randn({5, 3}, kF64);
+  Tensor w1 = (tg::randn({4, 3}, kF64) * 0.8).requires_grad_(), b1 = tg::randn({4}, kF64).requires_grad_();
+  Tensor w2 = (tg::randn({1, 4}, kF64) * 0.8).requires_grad_();
+  auto loss = [&](const ag::variable_list& p) {
+    auto u = [&](const Tensor& t) { return tg::linear(tg::tanh(tg::linear(t, p[0], p[1])), p[2]); };
+    Tensor lap = ag::laplacian(u, x, /*create_graph=*/true);
+    return (lap - 1.0).square().mean();
+  };
+  auto r = ag::gradcheck(loss, {w1, b1, w2});
+  EXPECT_TRUE(r.ok) << r.message;
+  EXPECT_GT(tg::abs(ag::grad({loss({w1, b1, w2})}, {w1})[0]).sum().item<double>(), 1e-3);  // a real gradient
+}
+
 TEST(ForwardAD, WhatIsNotSupportedSaysSo) {
   Tensor x = tg::randn({3}, kF64);
   EXPECT_ERROR_CONTAINS(fwd::make_dual(x, x), "make_dual: no dual level is active");

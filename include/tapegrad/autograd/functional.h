@@ -60,6 +60,14 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x,
                           HessianStrategy strategy = HessianStrategy::BatchedCotangents,
                           bool create_graph = false);
 
+/// Per-sample Laplacians of a batched function (the PINN operator): fn maps
+/// x [B, n] to [B, m], row b of the output depending only on row b of x.
+/// Returns [B, m], L[b, i] = sum_j d^2 fn(x)[b, i] / dx[b, j]^2. Forward over
+/// reverse with the n directions as one batch of tangents (one forward pass,
+/// m backward passes) for any fn; with create_graph the result is
+/// differentiable (a PINN loss on it trains the parameters fn closes over).
+Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph = false);
+
 /// Taylor mode for a multilayer perceptron (the PINN network): the value, the
 /// per-sample input Jacobian and Hessian in one forward sweep that carries
 /// first and second input derivatives through every layer ("forward

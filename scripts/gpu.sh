@@ -15,6 +15,8 @@
 #                             foreach and fused (launches per step, us per step)
 #   scripts/gpu.sh profile    per-kernel GPU time of one replay of the graphed PINN
 #                             step, ours and PyTorch's (ncu, graph nodes one by one)
+#   scripts/gpu.sh laplacian  the Laplacian benchmark side by side with PyTorch
+#                             eager, torch.func and JAX (hessian, jacfwd(grad), jet)
 #   scripts/gpu.sh hessian    the Hessian benchmark side by side with LibTorch,
 #                             PyTorch eager, torch.func and JAX (needs peers built)
 # Logs go to $OUT (or ./gpu-logs). Several steps may be given in order.
@@ -80,6 +82,8 @@ for step in "$@"; do
           "${cmd[@]}" > "$OUT/ncu_$who.csv" 2> "$OUT/ncu_$who.err" || { tail -5 "$OUT/ncu_$who.err"; rc=1; continue; }
         python3 scripts/ncu_summary.py "$OUT/ncu_$who.csv" | tee "$OUT/ncu_$who.txt" | head -40
       done ;;
+    laplacian)
+      python3 bench/peers/laplacian_peers.py ${LAPLACIAN_ARGS:-} 2>&1 | tee "$OUT/laplacian_peers.txt" ;;
     hessian)
       python3 bench/peers/hessian_peers.py ${HESSIAN_ARGS:-} 2>&1 | tee "$OUT/hessian_peers.txt" ;;
     *) echo "unknown step $step"; exit 2 ;;

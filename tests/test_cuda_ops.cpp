@@ -281,6 +281,36 @@ TEST(CudaGpuOps, VectorizedAndGenericPathsMatchCpu) {
   }
 }
 
+// An operand broadcast along the outer dim and dense along the inner one (a
+// batch of tangents against its primal, a bias against rows) takes the
+// periodic linear path: vectorized when the period is whole 16-byte vectors
+// and the pointers are aligned, element by element otherwise; both equal
+// the CPU, as do the shapes that keep the generic path.
+TEST(CudaGpuOps, PeriodicBroadcastOperandsMatchCpu) {
+  REQUIRE_GPU();
+  const tg::Device cpu(tg::kCPU);
+  for (auto dt : {tg::kFloat32, tg::kFloat64, tg::kFloat16}) {
+    const double tol = dt == tg::kFloat16 ? 1e-2 : 0;
+    for (auto [rows, period] : {std::pair<int64_t, int64_t>{3, 8}, {5, 7}, {100, 4096}, {2, 1}}) {
+      std::string w = std::string(tg::to_string(dt)) + " [" + std::to_string(rows) + ", " + std::to_string(period) + "]";
+      tg::manual_seed(uint64_t(rows * period));
+      Tensor big = (tg::rand({rows, period}, tg::TensorOptions().dtype(tg::kFloat64)) * 4 - 2).to(dt);
+      Tensor base = (tg::rand({period + 1}, tg::TensorOptions().dtype(tg::kFloat64)) * 4 - 2).to(dt);
+      for (auto [name, v] : {std::pair<const char*, Tensor>{"aligned", base.narrow(0, 0, period)},
+                            {"misaligned", base.narrow(0, 1, period)}}) {
+        Tensor bg = big.to(kGpu), vg = v.to(kGpu);
+        expect_close(bg * vg, big * v, tol, w + " " + name + " big * row");
+        expect_close(vg - bg, v - big, tol, w + " " + name + " row - big");
+        expect_close(tg::where(tg::gt(bg, 0.0), vg, bg), tg::where(tg::gt(big, 0.0), v, big), tol,
+                     w + " " + name + " where");
+      }
+      // A column ([rows, 1]) and a transposed operand stay on the generic path.
+      Tensor col = big.narrow(1, 0, 1);
+      expect_close(big.to(kGpu) + col.to(kGpu), big + col, tol, w + " column");
+    }
+  }
+}
+
 }  // namespace
 
 // Scalar operands are kernel arguments on the GPU and `add_`/`sub_` with an

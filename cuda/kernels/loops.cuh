@@ -28,9 +28,13 @@ struct Indexer {
   int64_t elem[kMaxOps];               // element sizes
   char* ptrs[kMaxOps];
   // At most one dim left and every operand either dense along it or
-  // broadcast (stride 0): the vectorized path may apply.
+  // broadcast (stride 0): the vectorized path may apply. Also two dims with
+  // the output dense and every input dense, broadcast, or dense along the
+  // inner dim and broadcast along the outer ("periodic": a batch of
+  // tangents against its primal, a bias against rows).
   bool linear = true;
   bool broadcast[kMaxOps];
+  int64_t period[kMaxOps];  // elements; 0: not periodic
 
   // Loops over operands run to kMaxOps with a guard, so that `off` is
   // indexed by constants after unrolling and stays in registers. I is
@@ -90,8 +94,25 @@ inline Indexer make_indexer(const Tensor* ops, int nops, const char* op) {
   }
   ix.linear = n <= 1;
   for (int o = 0; o < nops; ++o) {
+    ix.period[o] = 0;
     ix.broadcast[o] = n == 1 && st[o][0] == 0 && o > 0;
     ix.linear &= n == 0 || st[o][0] == ix.elem[o] || ix.broadcast[o];
+  }
+  if (n == 2 && st[0][1] == ix.elem[0] && st[0][0] == sz[1] * ix.elem[0]) {
+    bool ok = true;
+    for (int o = 1; o < nops; ++o) {
+      const bool dense = st[o][1] == ix.elem[o] && st[o][0] == sz[1] * ix.elem[o];
+      const bool periodic = st[o][0] == 0 && st[o][1] == ix.elem[o];
+      const bool scalar = st[o][0] == 0 && st[o][1] == 0;
+      ok &= dense || periodic || scalar;
+    }
+    if (ok) {
+      ix.linear = true;
+      for (int o = 1; o < nops; ++o) {
+        ix.broadcast[o] = st[o][0] == 0 && st[o][1] == 0;
+        ix.period[o] = st[o][0] == 0 && st[o][1] == ix.elem[o] ? sz[1] : 0;
+      }
+    }
   }
   return ix;
 }
@@ -109,8 +130,14 @@ struct LinearArgs {
   int64_t elem[kMaxOps];
   int nops;
   bool broadcast[kMaxOps];
-  bool aligned;  // every dense operand 16-byte aligned (E > 0 only)
+  int64_t period[kMaxOps];  // elements (0: not periodic): operand o's element i is i % period
+  bool aligned;  // every dense operand 16-byte aligned (E > 0 only), periods whole vectors
 };
+
+// i % p, in 32 bits when both fit (several times cheaper on the GPU).
+__device__ inline int64_t wrap_index(int64_t i, int64_t p) {
+  return (uint64_t(i) | uint64_t(p)) <= UINT32_MAX ? int64_t(uint32_t(i) % uint32_t(p)) : i % p;
+}
 template <class F, class = void>
 struct VecElemSize {
   static constexpr int value = 0;
@@ -138,6 +165,8 @@ __global__ void linear_kernel(LinearArgs a, int64_t n, F f) {
             char* b = reinterpret_cast<char*>(&buf[o]);
 #pragma unroll
             for (int j = 0; j < V; ++j) memcpy(b + j * E, a.ptrs[o], E);
+          } else if (a.period[o] > 0) {
+            buf[o] = reinterpret_cast<const uint4*>(a.ptrs[o])[wrap_index(v, a.period[o] / V)];
           } else {
             buf[o] = reinterpret_cast<const uint4*>(a.ptrs[o])[v];
           }
@@ -161,7 +190,9 @@ __global__ void linear_kernel(LinearArgs a, int64_t n, F f) {
     int64_t off[kMaxOps];
 #pragma unroll
     for (int o = 0; o < kMaxOps; ++o)
-      off[o] = (o < a.nops && !a.broadcast[o]) ? i * (E > 0 ? int64_t(E) : a.elem[o]) : 0;
+      off[o] = (o < a.nops && !a.broadcast[o])
+                   ? (a.period[o] > 0 ? wrap_index(i, a.period[o]) : i) * (E > 0 ? int64_t(E) : a.elem[o])
+                   : 0;
     f(a.ptrs, off);
   }
 }
@@ -174,8 +205,10 @@ inline LinearArgs linear_args(const Indexer& ix, int E) {
     a.ptrs[o] = o < ix.nops ? ix.ptrs[o] : nullptr;
     a.elem[o] = o < ix.nops ? ix.elem[o] : 0;
     a.broadcast[o] = o < ix.nops && ix.broadcast[o];
+    a.period[o] = o < ix.nops ? ix.period[o] : 0;
     if (o < ix.nops && !a.broadcast[o])
-      a.aligned &= ix.elem[o] == E && reinterpret_cast<uintptr_t>(ix.ptrs[o]) % 16 == 0;
+      a.aligned &= ix.elem[o] == E && reinterpret_cast<uintptr_t>(ix.ptrs[o]) % 16 == 0 &&
+                   (a.period[o] * E) % 16 == 0;
   }
   return a;
 }

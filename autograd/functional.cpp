@@ -1,5 +1,6 @@
 #include <tapegrad/autograd/functional.h>
 
+#include <algorithm>
 #include <optional>
 
 #include <tapegrad/autograd/engine.h>
@@ -272,6 +273,91 @@ Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph) {
   std::vector<Tensor> cols;
   for (const Tensor& r : rows) cols.push_back((r * mask).sum({0, 2}));  // [B]
   return result(stack(cols, 1), create_graph);
+}
+
+Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vector<Partial>& terms,
+                           bool create_graph) {
+  TG_CHECK(x.defined() && x.dim() == 2, "derivative_operator: x must have shape [B, n], got ",
+           x.defined() ? shape_str(x.sizes()) : std::string("an undefined tensor"));
+  TG_CHECK(!terms.empty(), "derivative_operator: no terms given");
+  const int64_t B = x.size(0), n = x.size(1);
+  size_t max_order = 0;
+  std::vector<int64_t> dirs;  // the directions pushed forward: every term's first dim
+  for (const Partial& t : terms) {
+    for (int64_t d : t.dims)
+      TG_CHECK(d >= 0 && d < n, "derivative_operator: a term names input dim ", d, ", but x has ", n,
+               " (shape ", shape_str(x.sizes()), ")");
+    max_order = std::max(max_order, t.dims.size());
+    if (!t.dims.empty() && std::find(dirs.begin(), dirs.end(), t.dims[0]) == dirs.end()) dirs.push_back(t.dims[0]);
+  }
+  TG_CHECK(!forward_ad::is_active(), "derivative_operator: called inside a forward_ad::dual_level; it makes its "
+           "own (levels do not nest): call it outside");
+  Tensor xi = input_for(x, "derivative_operator", create_graph);
+  EnableGradGuard grad_on;
+  // Orders above 2 differentiate second derivatives again: record them.
+  const bool record = create_graph || max_order > 2;
+  auto dir_index = [&](int64_t d) { return int64_t(std::find(dirs.begin(), dirs.end(), d) - dirs.begin()); };
+  Tensor y;
+  std::vector<Tensor> value_terms;  // [B, m] each, per term
+  value_terms.resize(terms.size());
+  {
+    const int64_t k = std::max<int64_t>(int64_t(dirs.size()), 1);
+    forward_ad::dual_level level(k);
+    Tensor seed = zeros({k, n}, TensorOptions().dtype(x.dtype()));
+    for (size_t j = 0; j < dirs.size(); ++j) seed.select(0, int64_t(j)).narrow(0, dirs[j], 1).fill_(1);
+    Tensor xd = forward_ad::make_dual(xi, seed.to(x.device()).view({k, 1, n}).expand({k, B, n}));
+    Tensor yd = call(fn, xd, "derivative_operator");
+    TG_CHECK(yd.dim() == 2 && yd.size(0) == B, "derivative_operator: fn must map [B, n] to [B, m] (B = ", B,
+             "), got shape ", shape_str(yd.sizes()));
+    const int64_t m = yd.size(1);
+    forward_ad::UnpackedDual u = forward_ad::unpack_dual(yd);
+    y = u.primal;
+    Tensor first = u.tangent.defined() ? u.tangent : zeros({k, B, m}, yd.options());  // [k, B, m]
+    // Second derivatives along the pushed directions, per output column:
+    // [k, B, n] each (H e_d rows), only when a term needs them.
+    std::vector<Tensor> second;
+    if (max_order >= 2) {
+      TG_CHECK(yd.requires_grad(), "derivative_operator: fn's output does not depend on x");
+      Tensor ones_b = ones({B}, yd.options());
+      for (int64_t i = 0; i < m; ++i) {
+        Tensor g = grad({yd.select(1, i)}, {xd}, {ones_b}, /*retain_graph=*/i + 1 < m || record, record, true)[0];
+        Tensor t = g.defined() ? forward_ad::unpack_dual(g).tangent : Tensor();
+        second.push_back(t.defined() ? t : zeros({k, B, n}, x.options()));
+      }
+    }
+    for (size_t t = 0; t < terms.size(); ++t) {
+      const std::vector<int64_t>& dims = terms[t].dims;
+      if (dims.empty()) continue;
+      const int64_t j = dir_index(dims[0]);
+      if (dims.size() == 1) {
+        value_terms[t] = first.select(0, j);  // [B, m]
+        continue;
+      }
+      std::vector<Tensor> cols;
+      for (int64_t i = 0; i < m; ++i) cols.push_back(second[size_t(i)].select(0, j).select(1, dims[1]));  // [B]
+      value_terms[t] = stack(cols, 1);  // [B, m]: d2 y / dx_j dx_dims[1]
+    }
+  }
+  // Orders above 2: reverse passes of the second derivatives (rows are
+  // independent, so the gradient of the batch sum is the per-sample one).
+  Tensor out;
+  for (size_t t = 0; t < terms.size(); ++t) {
+    const Partial& p = terms[t];
+    Tensor v = p.dims.empty() ? y : value_terms[t];
+    for (size_t q = 2; q < p.dims.size(); ++q) {
+      std::vector<Tensor> cols;
+      const bool again = create_graph || q + 1 < p.dims.size();
+      for (int64_t i = 0; i < v.size(1); ++i) {
+        Tensor col = v.select(1, i);
+        Tensor g = col.requires_grad() ? grad({col.sum()}, {xi}, {}, true, again, true)[0] : Tensor();
+        cols.push_back(g.defined() ? g.select(1, p.dims[q]) : zeros({B}, x.options()));
+      }
+      v = stack(cols, 1);
+    }
+    v = v * p.coefficient;
+    out = out.defined() ? out + v : v;
+  }
+  return result(out, create_graph);
 }
 
 MlpDerivatives mlp_taylor(const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,

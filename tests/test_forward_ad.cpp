@@ -365,6 +365,69 @@ TEST(ForwardAD, LaplacianLossGradcheckIntoParameters) {
   EXPECT_GT(tg::abs(ag::grad({loss({w1, b1, w2})}, {w1})[0]).sum().item<double>(), 1e-3);  // a real gradient
 }
 
+// derivative_operator: mixed partials to the fourth order against closed
+// forms. u = sin(x) exp(y) (harmonic: u_xx + u_yy = 0), tanh(x y), and
+// Rosenbrock (1 - x)^2 + 100 (y - x^2)^2 per sample.
+TEST(ForwardAD, DerivativeOperatorMatchesClosedForms) {
+  tg::manual_seed(11);
+  Tensor x = tg::rand({6, 2}, kF64) * 2 - 1;
+  auto a = x.select(1, 0).unsqueeze(1), b = x.select(1, 1).unsqueeze(1);  // [6, 1]
+  auto se = [](const Tensor& t) {
+    return (tg::sin(t.select(1, 0)) * tg::exp(t.select(1, 1))).unsqueeze(1);
+  };
+  using P = std::vector<ag::Partial>;
+  auto op = [&](const ag::TensorFn& f, P terms) { return ag::derivative_operator(f, x, terms); };
+  auto near = [&](const Tensor& got, const Tensor& want, const char* what) {
+    ASSERT_EQ(got.sizes(), want.sizes()) << what;
+    EXPECT_LT(max_abs(got - want), 1e-11 * (1 + max_abs(want))) << what;
+  };
+  const Tensor s = tg::sin(a) * tg::exp(b), c = tg::cos(a) * tg::exp(b);
+  near(op(se, {{{}}}), s, "u");
+  near(op(se, {{{0}}, {{1}, 2.0}}), c + s * 2.0, "u_x + 2 u_y");
+  near(op(se, {{{0, 0}}, {{1, 1}}}), tg::zeros_like(s), "u_xx + u_yy (harmonic)");
+  near(op(se, {{{0, 1}}}), c, "u_xy");
+  near(op(se, {{{1, 0}}}), c, "u_yx");
+  near(op(se, {{{0, 0, 0}}}), -c, "u_xxx");
+  near(op(se, {{{0, 1, 1}}}), c, "u_xyy");
+  near(op(se, {{{0, 0, 1, 1}}}), -s, "u_xxyy");
+  near(op(se, {{{0, 0, 0, 0}, 0.5}, {{}, -0.5}}), tg::zeros_like(s), "u_xxxx / 2 - u / 2");
+  // tanh(x y): d/dx = y (1 - t^2), d2/dx2 = -2 y^2 t (1 - t^2),
+  // d3/dx3 = -2 y^3 (1 - t^2)(1 - 3 t^2).
+  auto th = [](const Tensor& t) { return tg::tanh(t.select(1, 0) * t.select(1, 1)).unsqueeze(1); };
+  const Tensor t = tg::tanh(a * b), sech2 = 1.0 - t * t;
+  near(op(th, {{{0, 0, 0}}}), b * b * b * sech2 * (1.0 - t * t * 3.0) * -2.0, "tanh(xy)_xxx");
+  // Rosenbrock: f_xxx = 2400 x, f_xxy = -400, f_xxxx = 2400, f_yyy = 0.
+  auto rosen = [](const Tensor& t) {
+    Tensor u = t.select(1, 0), v = t.select(1, 1);
+    return ((1.0 - u).square() + (v - u * u).square() * 100.0).unsqueeze(1);
+  };
+  near(op(rosen, {{{0, 0, 0}}}), a * 2400.0, "rosenbrock_xxx");
+  near(op(rosen, {{{0, 1, 0}}}), tg::full({6, 1}, -400.0, kF64), "rosenbrock_xyx");
+  near(op(rosen, {{{0, 0, 0, 0}}, {{1, 1, 1}}}), tg::full({6, 1}, 2400.0, kF64), "rosenbrock_xxxx + yyy");
+  // A network: the Laplacian equals laplacian(); several output columns.
+  auto net = tg::nn::MLP({3, 12, 2}, "silu", tg::kFloat64);
+  Tensor z = tg::randn({4, 3}, kF64);
+  auto f = [&](const Tensor& in) { return net->forward(in); };
+  near(ag::derivative_operator(f, z, {{{0, 0}}, {{1, 1}}, {{2, 2}}}), ag::laplacian(f, z), "MLP Laplacian");
+  EXPECT_ERROR_CONTAINS(ag::derivative_operator(f, z, {{{3}}}), "derivative_operator: a term names input dim 3, "
+                                                                "but x has 3 (shape [4, 3])");
+}
+
+// A loss on a third derivative trains: its gradient into the parameters
+// (fourth derivatives through the network) against finite differences.
+TEST(ForwardAD, DerivativeOperatorLossGradcheckIntoParameters) {
+  tg::manual_seed(12);
+  Tensor x = tg::randn({4, 2}, kF64);
+  Tensor w1 = (tg::randn({3, 2}, kF64) * 0.8).requires_grad_(), w2 = (tg::randn({1, 3}, kF64) * 0.8).requires_grad_();
+  auto loss = [&](const ag::variable_list& p) {
+    auto u = [&](const Tensor& t) { return tg::linear(tg::tanh(tg::linear(t, p[0])), p[1]); };
+    Tensor r = ag::derivative_operator(u, x, {{{0, 0, 0}}, {{0, 1}, 0.5}}, /*create_graph=*/true);
+    return r.square().mean();
+  };
+  auto res = ag::gradcheck(loss, {w1, w2});
+  EXPECT_TRUE(res.ok) << res.message;
+}
+
 TEST(ForwardAD, WhatIsNotSupportedSaysSo) {
   Tensor x = tg::randn({3}, kF64);
   EXPECT_ERROR_CONTAINS(fwd::make_dual(x, x), "make_dual: no dual level is active");

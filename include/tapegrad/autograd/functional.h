@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <utility>
+#include <vector>
 
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/tensor.h>
@@ -67,6 +68,26 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x,
 /// m backward passes) for any fn; with create_graph the result is
 /// differentiable (a PINN loss on it trains the parameters fn closes over).
 Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph = false);
+
+/// One term of a linear differential operator: coefficient times the
+/// partial derivative d^k / dx_{dims[0]} ... dx_{dims[k-1]} (dims empty: the
+/// value itself; {0, 0}: u_xx; {0, 1}: u_xy; {0, 0, 0}: u_xxx).
+struct Partial {
+  std::vector<int64_t> dims;  ///< input dims, one per differentiation (any order)
+  double coefficient = 1.0;   ///< the term's factor
+};
+/// A linear differential operator applied per sample to a batched function
+/// fn [B, n] -> [B, m] (row b of the output depends only on row b of x):
+/// returns [B, m] = sum over terms of coefficient * the partial of fn. Only
+/// the directions the terms name are pushed: one forward pass carries them
+/// as batched tangents (first derivatives), one backward pass per output
+/// column gives the second derivatives along them (forward over reverse),
+/// and a term of order k > 2 takes k - 2 further reverse passes of its
+/// second derivative. With create_graph the result is differentiable (a
+/// PINN loss on it trains the parameters fn closes over). E.g. the 2-D
+/// Laplacian {{{0, 0}}, {{1, 1}}}, the KdV term {{{0, 0, 0}}}.
+Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vector<Partial>& terms,
+                           bool create_graph = false);
 
 /// Taylor mode for a multilayer perceptron (the PINN network): the value, the
 /// per-sample input Jacobian and Hessian in one forward sweep that carries

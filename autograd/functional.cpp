@@ -61,25 +61,61 @@ Tensor rows(const Tensor& out, const Tensor& x, bool create_graph) {
 
 }  // namespace
 
-Tensor jacobian(const TensorFn& fn, const Tensor& x, bool create_graph) {
+namespace {
+// The identity over x's elements as a batch of tangents: [numel] + x's shape.
+Tensor basis_tangents(const Tensor& x) {
+  const int64_t nx = x.numel();
+  Tensor eye = zeros({nx, nx}, TensorOptions().dtype(x.dtype()));
+  for (int64_t j = 0; j < nx; ++j) eye.select(0, j).narrow(0, j, 1).fill_(1);
+  IntList shape = x.sizes();
+  shape.insert(shape.begin(), nx);
+  return eye.to(x.device()).view(shape);
+}
+// A batched tangent [nx] + out's shape as out's shape + x's shape.
+Tensor columns_to_jacobian(const Tensor& t, const Tensor& out, const Tensor& x) {
+  const int64_t nx = x.numel(), ny = out.numel();
+  IntList shape = out.sizes();
+  shape.insert(shape.end(), x.sizes().begin(), x.sizes().end());
+  if (!t.defined()) return zeros(shape, x.options());
+  return t.reshape({nx, ny}).t().reshape(shape);
+}
+}  // namespace
+
+Tensor jacobian(const TensorFn& fn, const Tensor& x, bool create_graph, JacobianMode mode) {
   Tensor xi = input_for(x, "jacobian", create_graph);
+  if (mode == JacobianMode::Forward && !forward_ad::is_active() && x.numel() > 0) {
+    forward_ad::dual_level level(x.numel());
+    Tensor y = call(fn, forward_ad::make_dual(xi, basis_tangents(xi)), "jacobian");
+    forward_ad::UnpackedDual u = forward_ad::unpack_dual(y);
+    return result(columns_to_jacobian(u.tangent, y, x), create_graph);
+  }
   Tensor y = call(fn, xi, "jacobian");
   EnableGradGuard grad_on;
   return result(rows(y, xi, create_graph), create_graph);
 }
 
-Tensor hessian(const TensorFn& fn, const Tensor& x, bool create_graph) {
+Tensor hessian(const TensorFn& fn, const Tensor& x, bool create_graph, JacobianMode mode) {
   Tensor xi = input_for(x, "hessian", create_graph);
+  IntList shape = x.sizes();
+  shape.insert(shape.end(), x.sizes().begin(), x.sizes().end());
+  if (mode == JacobianMode::Forward && !forward_ad::is_active() && x.numel() > 0) {
+    forward_ad::dual_level level(x.numel());
+    Tensor xd = forward_ad::make_dual(xi, basis_tangents(xi));
+    Tensor y = call(fn, xd, "hessian");
+    TG_CHECK(y.numel() == 1, "hessian: fn must return a tensor with one element, got shape ",
+             shape_str(y.sizes()));
+    EnableGradGuard grad_on;
+    Tensor g = y.requires_grad() ? grad({y}, {xd}, {}, create_graph, create_graph, true)[0] : Tensor();
+    Tensor t = g.defined() ? forward_ad::unpack_dual(g).tangent : Tensor();  // [nx] + x's shape: H e_j
+    if (!t.defined()) return zeros(shape, x.options());
+    return result(t.reshape(shape), create_graph);  // H is symmetric: row j = H e_j
+  }
   Tensor y = call(fn, xi, "hessian");
   TG_CHECK(y.numel() == 1, "hessian: fn must return a tensor with one element, got shape ",
            shape_str(y.sizes()));
   EnableGradGuard grad_on;
   Tensor g = y.requires_grad() ? grad({y}, {xi}, {}, true, true, true)[0] : Tensor();
-  if (!g.defined()) {
-    IntList shape = x.sizes();
-    shape.insert(shape.end(), x.sizes().begin(), x.sizes().end());
-    return zeros(shape, x.options());
-  }
+  if (!g.defined()) return zeros(shape, x.options());
   return result(rows(g, xi, create_graph), create_graph);
 }
 

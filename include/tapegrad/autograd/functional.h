@@ -17,10 +17,26 @@ namespace tg::autograd {
 /// A function of one tensor, as the functional API takes it.
 using TensorFn = std::function<Tensor(const Tensor&)>;
 
+/// How jacobian and hessian differentiate (torch.autograd.functional's
+/// `strategy` / `outer_jacobian_strategy`).
+enum class JacobianMode {
+  /// One backward pass per output element (hessian: per gradient element,
+  /// reverse over reverse). Lean on memory.
+  Reverse,
+  /// One forward pass carrying every input direction as a batch of tangents
+  /// (hessian: forward over reverse, one forward and one backward pass,
+  /// JAX's jacfwd(jacrev)); memory grows with x.numel() tangents of every
+  /// intermediate. Inside a caller's forward_ad::dual_level (levels do not
+  /// nest): Reverse.
+  Forward,
+};
+
 /// d fn(x) / d x, shape fn(x).sizes() + x.sizes().
-Tensor jacobian(const TensorFn& fn, const Tensor& x, bool create_graph = false);
+Tensor jacobian(const TensorFn& fn, const Tensor& x, bool create_graph = false,
+                JacobianMode mode = JacobianMode::Reverse);
 /// Scalar fn: d^2 fn / dx^2, shape x.sizes() + x.sizes().
-Tensor hessian(const TensorFn& fn, const Tensor& x, bool create_graph = false);
+Tensor hessian(const TensorFn& fn, const Tensor& x, bool create_graph = false,
+               JacobianMode mode = JacobianMode::Reverse);
 /// {fn(x), v^T J}, v of fn(x)'s shape.
 std::pair<Tensor, Tensor> vjp(const TensorFn& fn, const Tensor& x, const Tensor& v,
                               bool create_graph = false);

@@ -62,14 +62,18 @@ Tensor rows(const Tensor& out, const Tensor& x, bool create_graph) {
 }  // namespace
 
 namespace {
+// The n x n identity, on like's device with its dtype.
+Tensor identity(int64_t n, const Tensor& like) {
+  Tensor eye = zeros({n, n}, TensorOptions().dtype(like.dtype()));
+  for (int64_t j = 0; j < n; ++j) eye.select(0, j).narrow(0, j, 1).fill_(1);
+  return eye.to(like.device());
+}
+
 // The identity over x's elements as a batch of tangents: [numel] + x's shape.
 Tensor basis_tangents(const Tensor& x) {
-  const int64_t nx = x.numel();
-  Tensor eye = zeros({nx, nx}, TensorOptions().dtype(x.dtype()));
-  for (int64_t j = 0; j < nx; ++j) eye.select(0, j).narrow(0, j, 1).fill_(1);
   IntList shape = x.sizes();
-  shape.insert(shape.begin(), nx);
-  return eye.to(x.device()).view(shape);
+  shape.insert(shape.begin(), x.numel());
+  return identity(x.numel(), x).view(shape);
 }
 // A batched tangent [nx] + out's shape as out's shape + x's shape.
 Tensor columns_to_jacobian(const Tensor& t, const Tensor& out, const Tensor& x) {
@@ -194,13 +198,6 @@ Tensor one_hot_blocks(int64_t B, int64_t width, const std::vector<int64_t>& col,
   Tensor e = zeros({R, width}, TensorOptions().dtype(opts.dtype()));
   for (int64_t r = 0; r < R; ++r) e.select(0, r).narrow(0, col[size_t(r)], 1).fill_(1);
   return e.to(opts.device()).view({R, 1, width}).expand({R, B, width}).reshape({R * B, width});
-}
-
-// The n x n identity, on like's device with its dtype.
-Tensor identity(int64_t n, const Tensor& like) {
-  Tensor eye = zeros({n, n}, TensorOptions().dtype(like.dtype()));
-  for (int64_t j = 0; j < n; ++j) eye.select(0, j).narrow(0, j, 1).fill_(1);
-  return eye.to(like.device());
 }
 
 // Forward over reverse for a batched fn [B, n] -> [B, m]: x carries the n
@@ -339,9 +336,11 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
   {
     const int64_t k = std::max<int64_t>(int64_t(dirs.size()), 1);
     forward_ad::dual_level level(k);
-    Tensor seed = zeros({k, n}, TensorOptions().dtype(x.dtype()));
-    for (size_t j = 0; j < dirs.size(); ++j) seed.select(0, int64_t(j)).narrow(0, dirs[j], 1).fill_(1);
-    Tensor xd = forward_ad::make_dual(xi, seed.to(x.device()).view({k, 1, n}).expand({k, B, n}));
+    Tensor seed = dirs.empty() ? zeros({k, n}, x.options())  // the rows of the identity named
+                               : index_select(identity(n, x), 0,
+                                              tensor(std::vector<double>(dirs.begin(), dirs.end()), {k},
+                                                     TensorOptions().dtype(kInt64)).to(x.device()));
+    Tensor xd = forward_ad::make_dual(xi, seed.view({k, 1, n}).expand({k, B, n}));
     Tensor yd = call(fn, xd, "derivative_operator");
     TG_CHECK(yd.dim() == 2 && yd.size(0) == B, "derivative_operator: fn must map [B, n] to [B, m] (B = ", B,
              "), got shape ", shape_str(yd.sizes()));

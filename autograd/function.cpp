@@ -8,6 +8,8 @@
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
 
+#include "autograd/ops/record.h"
+
 namespace tg::autograd {
 
 namespace detail {
@@ -28,22 +30,13 @@ std::string fn_name(const std::string& node_name) {  // "CubeBackward" -> "Cube"
 }
 }  // namespace
 
-bool any_tangent(const variable_list& inputs) {
-  if (!forward_ad::is_active()) return false;
-  for (const Tensor& t : inputs)
-    if (impl::fw_grad(t).defined()) return true;
-  return false;
-}
+bool any_tangent(const variable_list& inputs) { return ops_detail::fw_any(inputs); }
 
 variable_list input_tangents(const variable_list& inputs) {
   variable_list out;
   for (const Tensor& t : inputs) {
     Tensor tan = impl::fw_grad(t);
-    if (!tan.defined() && t.defined() && t.is_floating_point()) {
-      IntList shape = t.sizes();
-      if (int64_t k = forward_ad::batch_size(); k > 0) shape.insert(shape.begin(), k);
-      tan = zeros(shape, t.options());
-    }
+    if (!tan.defined() && t.defined() && t.is_floating_point()) tan = ops_detail::fw_zeros(t);
     out.push_back(tan);
   }
   return out;
@@ -57,8 +50,7 @@ void set_output_tangents(const std::string& fn, variable_list& outputs,
     Tensor& o = outputs[i];
     const Tensor& t = tangents[i];
     if (!t.defined() || !o.is_floating_point()) continue;
-    IntList want = o.sizes();
-    if (int64_t k = forward_ad::batch_size(); k > 0) want.insert(want.begin(), k);
+    const IntList want = ops_detail::fw_shape(o.sizes());
     TG_CHECK(t.sizes() == want && t.dtype() == o.dtype() && t.device() == o.device(), fn_name(fn),
              ": jvp's tangent ", i, " (", t.dtype(), " ", shape_str(t.sizes()), " on ", t.device(),
              ") must match output ", i, " (", o.dtype(), " ", shape_str(o.sizes()), " on ", o.device(), ")");

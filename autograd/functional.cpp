@@ -39,6 +39,16 @@ Tensor or_zeros(const Tensor& g, const Tensor& like) { return g.defined() ? g : 
 
 Tensor result(const Tensor& t, bool create_graph) { return create_graph ? t : t.detach(); }
 
+// The batched functions' shapes: x [B, n], fn(x) [B, m] with B = rows.
+void check_batched_input(const Tensor& x, const char* op) {
+  TG_CHECK(x.defined() && x.dim() == 2, op, ": x must have shape [B, n], got ",
+           x.defined() ? shape_str(x.sizes()) : std::string("an undefined tensor"));
+}
+void check_batched_output(const Tensor& y, int64_t rows, const char* op) {
+  TG_CHECK(y.dim() == 2 && y.size(0) == rows, op, ": fn must map [B, n] to [B, m] (B = ", rows, "), got shape ",
+           shape_str(y.sizes()));
+}
+
 // Rows d(out . e_k)/dx for every element k of `out`, stacked into
 // out.sizes() + x.sizes().
 Tensor rows(const Tensor& out, const Tensor& x, bool create_graph) {
@@ -210,8 +220,7 @@ std::vector<Tensor> hessian_rows_fwd(const TensorFn& fn, const Tensor& xi, bool 
   forward_ad::dual_level level(n);
   Tensor xd = forward_ad::make_dual(xi, identity(n, xi).view({n, 1, n}).expand({n, B, n}));
   Tensor y = call(fn, xd, op);
-  TG_CHECK(y.dim() == 2 && y.size(0) == B, op, ": fn must map [B, n] to [B, m] (B = ", B, "), got shape ",
-           shape_str(y.sizes()));
+  check_batched_output(y, B, op);
   TG_CHECK(y.requires_grad(), op, ": fn's output does not depend on x");
   const int64_t m = y.size(1);
   Tensor ones_b = ones({B}, y.options());
@@ -229,14 +238,12 @@ std::vector<Tensor> hessian_rows_fwd(const TensorFn& fn, const Tensor& xi, bool 
 
 Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy strategy,
                           bool create_graph) {
-  TG_CHECK(x.defined() && x.dim() == 2, "per_sample_hessian: x must have shape [B, n], got ",
-           x.defined() ? shape_str(x.sizes()) : std::string("an undefined tensor"));
+  check_batched_input(x, "per_sample_hessian");
   const int64_t B = x.size(0), n = x.size(1);
   Tensor xi = input_for(x, "per_sample_hessian", create_graph);
   EnableGradGuard grad_on;
   auto check_out = [&](const Tensor& y, int64_t rows) {
-    TG_CHECK(y.dim() == 2 && y.size(0) == rows, "per_sample_hessian: fn must map [B, n] to "
-             "[B, m] (B = ", rows, "), got shape ", shape_str(y.sizes()));
+    check_batched_output(y, rows, "per_sample_hessian");
     TG_CHECK(y.requires_grad(), "per_sample_hessian: fn's output does not depend on x");
   };
   if (strategy == HessianStrategy::Rows) {
@@ -292,8 +299,7 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
 }
 
 Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph) {
-  TG_CHECK(x.defined() && x.dim() == 2, "laplacian: x must have shape [B, n], got ",
-           x.defined() ? shape_str(x.sizes()) : std::string("an undefined tensor"));
+  check_batched_input(x, "laplacian");
   const int64_t n = x.size(1);
   if (forward_ad::is_active())  // levels do not nest: the trace of the reverse-mode Hessians
     return (per_sample_hessian(fn, x, HessianStrategy::BatchedCotangents, create_graph) * identity(n, x))
@@ -310,8 +316,7 @@ Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph) {
 
 Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vector<Partial>& terms,
                            bool create_graph) {
-  TG_CHECK(x.defined() && x.dim() == 2, "derivative_operator: x must have shape [B, n], got ",
-           x.defined() ? shape_str(x.sizes()) : std::string("an undefined tensor"));
+  check_batched_input(x, "derivative_operator");
   TG_CHECK(!terms.empty(), "derivative_operator: no terms given");
   const int64_t B = x.size(0), n = x.size(1);
   size_t max_order = 0;
@@ -342,8 +347,7 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
                                                      TensorOptions().dtype(kInt64)).to(x.device()));
     Tensor xd = forward_ad::make_dual(xi, seed.view({k, 1, n}).expand({k, B, n}));
     Tensor yd = call(fn, xd, "derivative_operator");
-    TG_CHECK(yd.dim() == 2 && yd.size(0) == B, "derivative_operator: fn must map [B, n] to [B, m] (B = ", B,
-             "), got shape ", shape_str(yd.sizes()));
+    check_batched_output(yd, B, "derivative_operator");
     const int64_t m = yd.size(1);
     forward_ad::UnpackedDual u = forward_ad::unpack_dual(yd);
     y = u.primal;
@@ -397,8 +401,7 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
 
 MlpDerivatives mlp_taylor(const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
                           Activation act, const Tensor& x) {
-  TG_CHECK(x.defined() && x.dim() == 2, "mlp_taylor: x must have shape [B, n], got ",
-           x.defined() ? shape_str(x.sizes()) : std::string("an undefined tensor"));
+  check_batched_input(x, "mlp_taylor");
   TG_CHECK(!weights.empty() && (biases.empty() || biases.size() == weights.size()),
            "mlp_taylor: got ", weights.size(), " weights and ", biases.size(),
            " biases; pass one bias per layer, or none");

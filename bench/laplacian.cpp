@@ -25,24 +25,17 @@
 #include <nlohmann/json.hpp>
 #include <tapegrad/tapegrad.h>
 
+#include "device_memory.h"
+
 namespace {
 
 using tg::Tensor;
 namespace ag = tg::autograd;
 
-void sync(bool cuda) {
-  if (cuda) tg::cuda::synchronize();
-}
-int64_t allocated(bool cuda) {
-  return cuda ? tg::cuda::memory_stats().allocated_bytes : tg::cpu_allocator_stats().live_bytes;
-}
-int64_t peak(bool cuda) {
-  return cuda ? tg::cuda::memory_stats().peak_allocated_bytes : tg::cpu_allocator_stats().peak_bytes;
-}
-void reset_peak(bool cuda) {
-  if (cuda) tg::cuda::reset_peak_memory_stats();
-  else tg::reset_cpu_peak_bytes();
-}
+using tgbench::allocated;
+using tgbench::peak;
+using tgbench::reset_peak;
+using tgbench::sync;
 
 }  // namespace
 

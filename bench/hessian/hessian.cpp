@@ -35,6 +35,8 @@
 #include <tapegrad/tapegrad.h>
 #include <tapegrad/tensor/raw.h>
 
+#include "../device_memory.h"
+
 namespace {
 
 using tg::Tensor;
@@ -144,20 +146,10 @@ Mlp make_mlp(const Options& o, const std::string& act, tg::Device d) {
   return m.to(d, tg::kFloat32);
 }
 
-void sync(bool cuda) {
-  if (cuda) tg::cuda::synchronize();
-}
-
-int64_t allocated(bool cuda) {
-  return cuda ? tg::cuda::memory_stats().allocated_bytes : tg::cpu_allocator_stats().live_bytes;
-}
-int64_t peak(bool cuda) {
-  return cuda ? tg::cuda::memory_stats().peak_allocated_bytes : tg::cpu_allocator_stats().peak_bytes;
-}
-void reset_peak(bool cuda) {
-  if (cuda) tg::cuda::reset_peak_memory_stats();
-  else tg::reset_cpu_peak_bytes();
-}
+using tgbench::allocated;
+using tgbench::peak;
+using tgbench::reset_peak;
+using tgbench::sync;
 
 // ms of one GEMM of the hidden layer's shape [B, W] x [W, W], for the floor.
 double gemm_rate_flops_per_ms(const Options& o, tg::Device d) {

@@ -38,6 +38,14 @@ def median_ms(fn, sync, runs, warmup=3):
     return statistics.median(times)
 
 
+def jax_peak_mib(jax):
+    """The device's peak bytes in use so far, in MiB (NaN where JAX does not say)."""
+    try:
+        return jax.devices()[0].memory_stats().get("peak_bytes_in_use", float("nan")) / 2**20
+    except Exception:
+        return float("nan")
+
+
 def torch_params(torch, seed=1234):
     g = torch.Generator().manual_seed(seed)
     sizes = [2] + [WIDTH] * DEPTH + [3]
@@ -126,13 +134,7 @@ def run_jax(act_name, precision, mode, batch, runs):
         fn = jax.jit(jax.value_and_grad(lambda ps, x: hess(ps, x).sum()))
     out = lambda: fn(params, x0)
     ms = median_ms(lambda: jax.block_until_ready(out()), lambda: None, runs)
-    peak = float("nan")
-    try:
-        stats = jax.devices()[0].memory_stats()
-        peak = stats.get("peak_bytes_in_use", float("nan")) / 2**20
-    except Exception:
-        pass
-    return ms, peak
+    return ms, jax_peak_mib(jax)
 
 
 def run_tapegrad(args):

@@ -25,7 +25,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hessian_peers import ROOT, median_ms  # noqa: E402
+from hessian_peers import ROOT, jax_peak_mib, median_ms  # noqa: E402
 
 N, WIDTH, DEPTH = 100, 256, 4
 
@@ -123,11 +123,7 @@ def run_jax(kind, mode, batch, runs):
     else:
         fn = jax.jit(jax.value_and_grad(lambda p, x: lap(p, x).sum()))
     ms = median_ms(lambda: jax.block_until_ready(fn(params, x0)), lambda: None, runs)
-    peak = float("nan")
-    try:
-        peak = jax.devices()[0].memory_stats().get("peak_bytes_in_use", float("nan")) / 2**20
-    except Exception:
-        pass
+    peak = jax_peak_mib(jax)
     out = fn(params, x0)
     out = jax.numpy.asarray(out if mode == "lap" else out[0]).tolist()
     return ms, peak, out

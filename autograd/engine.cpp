@@ -51,8 +51,7 @@ struct GraphTask {
   bool create_graph = false;
   bool concurrent = false;  // some node runs on a device worker
   bool anomaly = false;     // the caller's thread-local switches, for workers
-  uint64_t fw_level = 0;    // the caller's forward-mode level (0: none)
-  int64_t fw_batch = 0;     // and its tangent batch
+  forward_ad::detail::LevelState fw;  // the caller's forward-mode level (none: 0)
   std::shared_ptr<const SavedTensorHooks> hooks;
   std::mutex mutex;            // guards everything below once concurrent
   std::condition_variable cv;  // the caller waits for CPU work or the end
@@ -74,8 +73,7 @@ struct GraphTask {
   // tables' buckets, so a backward allocates no tables once warmed up.
   void clear() {
     keep_graph = create_graph = concurrent = anomaly = false;
-    fw_level = 0;
-    fw_batch = 0;
+    fw = {};
     hooks.reset();
     outstanding = 0;
     error = nullptr;
@@ -454,7 +452,7 @@ void worker_main(int device, DeviceQueue* queue) {
       ~Anomaly() { set_anomaly_enabled(prev); }
     } anomaly;
     set_anomaly_enabled(task.anomaly);
-    forward_ad::detail::Suspend level(task.fw_level, task.fw_batch);  // tangents in backward formulas
+    forward_ad::detail::Suspend level(task.fw);  // tangents in backward formulas
     std::optional<SavedTensorHooksGuard> hooks;
     if (task.hooks) hooks.emplace(*task.hooks);
     run_node(task, t.work);
@@ -475,8 +473,7 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
   task.keep_graph = keep_graph;
   task.create_graph = create_graph;
   task.anomaly = is_anomaly_enabled();
-  task.fw_level = forward_ad::detail::current_level();
-  task.fw_batch = forward_ad::detail::current_batch();
+  task.fw = forward_ad::detail::current_state();
   // Reentrant tasks (from a node, on the caller or on a worker) run inline,
   // and so does a task on a capturing stream: its GPU nodes are captured by
   // this thread, in order, into the caller's graph (docs/GRAPHS.md).

@@ -4,17 +4,20 @@
 #include <tapegrad/autograd/forward_ad.h>
 
 #include <atomic>
+#include <memory>
 #include <mutex>
 #include <vector>
 
 #include <tapegrad/autograd/autograd_meta.h>
 #include <tapegrad/tensor/error.h>
+#include <tapegrad/tensor/ops.h>
 
 namespace tg::autograd {
 
 namespace {
 thread_local uint64_t t_level = 0;  // the active dual level (0: none)
 thread_local int64_t t_batch = 0;   // its tangent batch (0: unbatched)
+thread_local const forward_ad::TaylorLayout* t_taylor = nullptr;  // its Taylor layout
 std::atomic<uint64_t> g_next_level{1};
 
 // Every tangent slot made, weakly, so a level can clear its own when it ends
@@ -75,6 +78,7 @@ dual_level::~dual_level() {
   uint64_t level = t_level;
   t_level = 0;
   t_batch = 0;
+  t_taylor = nullptr;
   clear_level(level);
 }
 
@@ -83,14 +87,115 @@ int64_t batch_size() { return t_level != 0 ? t_batch : 0; }
 
 uint64_t detail::current_level() { return t_level; }
 int64_t detail::current_batch() { return t_batch; }
-detail::Suspend::Suspend() : saved_(t_level), saved_batch_(t_batch) { t_level = 0; }
-detail::Suspend::Suspend(uint64_t level, int64_t batch) : saved_(t_level), saved_batch_(t_batch) {
-  t_level = level;
-  t_batch = batch;
+detail::LevelState detail::current_state() { return {t_level, t_batch, t_taylor}; }
+detail::Suspend::Suspend() : saved_(current_state()) { t_level = 0; }
+detail::Suspend::Suspend(const LevelState& state) : saved_(current_state()) {
+  t_level = state.level;
+  t_batch = state.batch;
+  t_taylor = state.taylor;
 }
 detail::Suspend::~Suspend() {
-  t_level = saved_;
-  t_batch = saved_batch_;
+  t_level = saved_.level;
+  t_batch = saved_.batch;
+  t_taylor = saved_.taylor;
+}
+
+// ---- Taylor mode ----
+
+namespace {
+std::shared_ptr<TaylorLayout> make_layout(int order, int64_t directions,
+                                          const std::vector<std::vector<SecondOrderPair>>& groups) {
+  TG_CHECK(order >= 1, "taylor_level: the order must be >= 1, got ", order);
+  TG_CHECK(directions >= 1, "taylor_level: the number of directions must be >= 1, got ", directions);
+  static std::atomic<uint64_t> next_id{1};
+  auto l = std::make_shared<TaylorLayout>();
+  l->id = next_id.fetch_add(1);
+  l->order = order;
+  l->directions = directions;
+  l->second_rows = order >= 2 ? int64_t(groups.size()) : 0;
+  if (order >= 2) {
+    TG_CHECK(!groups.empty(), "taylor_level: give at least one second-order group");
+    for (size_t q = 0; q < groups.size(); ++q) {
+      TG_CHECK(!groups[q].empty(), "taylor_level: second-order group ", q, " has no pairs");
+      for (const SecondOrderPair& p : groups[q]) {
+        TG_CHECK(p.a >= 0 && p.a < directions && p.b >= 0 && p.b < directions, "taylor_level: pair (",
+                 p.a, ", ", p.b, ") of group ", q, " names a direction outside [0, ", directions, ")");
+        l->pair_a.push_back(p.a);
+        l->pair_b.push_back(p.b);
+        l->pair_group.push_back(int64_t(q));
+        l->pair_weight.push_back(p.weight);
+        l->diagonal = l->diagonal && p.a == p.b;
+      }
+      l->univariate = l->univariate && groups[q].size() == 1 && groups[q][0].a == int64_t(q) &&
+                      groups[q][0].b == int64_t(q) && groups[q][0].weight == 1.0;
+    }
+    l->univariate = l->univariate && int64_t(groups.size()) == directions;
+    TG_CHECK(order == 2 || l->univariate, "taylor_level: second-order groups other than the directions "
+             "themselves are for order 2 only (order ", order, " asked)");
+  }
+  return l;
+}
+std::vector<std::vector<SecondOrderPair>> univariate_groups(int64_t k) {
+  std::vector<std::vector<SecondOrderPair>> g(static_cast<size_t>(k));
+  for (int64_t a = 0; a < k; ++a) g[size_t(a)] = {SecondOrderPair{a, a, 1.0}};
+  return g;
+}
+}  // namespace
+
+taylor_level::taylor_level(int order, int64_t directions)
+    : layout_(make_layout(order, directions, order >= 2 ? univariate_groups(directions)
+                                                         : std::vector<std::vector<SecondOrderPair>>{})),
+      level_(std::make_unique<dual_level>(layout_->batch())) {
+  t_taylor = layout_.get();
+}
+
+taylor_level::taylor_level(int64_t directions, const std::vector<std::vector<SecondOrderPair>>& groups)
+    : layout_(make_layout(2, directions, groups)), level_(std::make_unique<dual_level>(layout_->batch())) {
+  t_taylor = layout_.get();
+}
+
+taylor_level::~taylor_level() { level_.reset(); }
+
+const TaylorLayout* taylor_layout() { return t_level != 0 ? t_taylor : nullptr; }
+
+Tensor make_jet(const Tensor& primal, const std::vector<Tensor>& coefficients) {
+  const TaylorLayout* l = taylor_layout();
+  TG_CHECK(l, "make_jet: no Taylor level is active; create a forward_ad::taylor_level first");
+  TG_CHECK(primal.defined(), "make_jet: the primal must be defined");
+  TG_CHECK(int(coefficients.size()) == l->order, "make_jet: the level has order ", l->order, ", got ",
+           coefficients.size(), " coefficients");
+  std::vector<Tensor> rows;
+  for (int j = 1; j <= l->order; ++j) {
+    const Tensor& c = coefficients[size_t(j - 1)];
+    IntList want = primal.sizes();
+    want.insert(want.begin(), l->rows(j));
+    if (!c.defined()) {
+      rows.push_back(zeros(want, primal.options()));
+      continue;
+    }
+    TG_CHECK(c.sizes() == want && c.dtype() == primal.dtype() && c.device() == primal.device(),
+             "make_jet: coefficient ", j, " (", c.dtype(), " ", shape_str(c.sizes()), " on ", c.device(),
+             ") must be ", primal.dtype(), " ", shape_str(want), " on ", primal.device(),
+             " (the coefficient's rows, then the primal's shape)");
+    rows.push_back(c);
+  }
+  Tensor tangent;
+  {
+    detail::Suspend pause;
+    tangent = rows.size() == 1 ? rows[0] : cat(rows, 0);
+  }
+  return make_dual(primal, tangent);
+}
+
+std::vector<Tensor> jet_coefficients(const Tensor& t) {
+  const TaylorLayout* l = taylor_layout();
+  TG_CHECK(l, "jet_coefficients: no Taylor level is active");
+  std::vector<Tensor> out(size_t(l->order));
+  Tensor tan = impl::fw_grad(t);
+  if (!tan.defined()) return out;
+  detail::Suspend pause;
+  for (int j = 1; j <= l->order; ++j) out[size_t(j - 1)] = tan.narrow(0, l->offset(j), l->rows(j));
+  return out;
 }
 
 Tensor make_dual(const Tensor& primal, const Tensor& tangent) {

@@ -58,6 +58,60 @@ void set_output_tangents(const std::string& fn, variable_list& outputs,
   }
 }
 
+bool taylor_active() {
+  const forward_ad::TaylorLayout* l = forward_ad::taylor_layout();
+  return l && l->order >= 2;
+}
+
+std::vector<variable_list> input_coefficients(const variable_list& inputs) {
+  const forward_ad::TaylorLayout& l = *forward_ad::taylor_layout();
+  variable_list tangents = input_tangents(inputs);
+  std::vector<variable_list> out(size_t(l.order));
+  forward_ad::detail::Suspend pause;
+  for (int j = 1; j <= l.order; ++j)
+    for (const Tensor& t : tangents) out[size_t(j - 1)].push_back(t.defined() ? t.narrow(0, l.offset(j), l.rows(j)) : t);
+  return out;
+}
+
+void set_output_coefficients(const std::string& fn, variable_list& outputs,
+                             const std::vector<variable_list>& coefficients) {
+  const forward_ad::TaylorLayout& l = *forward_ad::detail::current_state().taylor;
+  TG_CHECK(int(coefficients.size()) == l.order, fn_name(fn), ": taylor returned ", coefficients.size(),
+           " coefficient lists, expected ", l.order, " (the level's order)");
+  variable_list tangents;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    std::vector<Tensor> parts;
+    for (int j = 1; j <= l.order; ++j) {
+      const variable_list& cj = coefficients[size_t(j - 1)];
+      TG_CHECK(cj.size() == outputs.size(), fn_name(fn), ": taylor's coefficient ", j, " has ", cj.size(),
+               " tensors, expected ", outputs.size(), " (one per output of forward)");
+      const Tensor& o = outputs[i];
+      IntList want = o.sizes();
+      want.insert(want.begin(), l.rows(j));
+      Tensor c = cj[i];
+      if (!c.defined() && o.is_floating_point()) c = zeros(want, o.options());
+      TG_CHECK(!c.defined() || c.sizes() == want, fn_name(fn), ": taylor's coefficient ", j, " of output ", i,
+               " has shape ", shape_str(c.sizes()), ", expected ", shape_str(want),
+               " (the coefficient's rows, then the output's shape)");
+      parts.push_back(c);
+    }
+    Tensor t;
+    if (parts[0].defined()) {
+      forward_ad::detail::Suspend pause;
+      t = parts.size() == 1 ? parts[0] : cat(parts, 0);
+    }
+    tangents.push_back(t);
+  }
+  set_output_tangents(fn, outputs, tangents);
+}
+
+void no_taylor(const std::string& fn) {
+  TG_ERROR(fn_name(fn), ": this custom Function has no Taylor-mode rule and an input carries Taylor "
+           "coefficients (forward_ad::taylor_level of order >= 2); give it static std::vector<variable_list> "
+           "taylor(AutogradContext* ctx, std::vector<variable_list> coefficients) returning the outputs' "
+           "coefficients, or compute it outside the Taylor level");
+}
+
 void no_jvp(const std::string& fn) {
   TG_ERROR(fn_name(fn), ": this custom Function has no forward-mode rule and an input carries a tangent "
            "(forward_ad::make_dual); give it static variable_list jvp(AutogradContext* ctx, variable_list "

@@ -236,6 +236,10 @@ std::vector<Tensor> hessian_rows_fwd(const TensorFn& fn, const Tensor& xi, bool 
 
 }  // namespace
 
+namespace {
+std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const char* op);
+}  // namespace
+
 Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy strategy,
                           bool create_graph) {
   check_batched_input(x, "per_sample_hessian");
@@ -264,6 +268,8 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
       }
     return result(stack(h, 1).view({B, m, n, n}), create_graph);
   }
+  if (strategy == HessianStrategy::Taylor && !forward_ad::is_active())
+    return result(taylor_hessian(fn, xi, "per_sample_hessian")[2], create_graph);
   if (strategy == HessianStrategy::ForwardOverReverse && !forward_ad::is_active()) {
     std::vector<Tensor> rows = hessian_rows_fwd(fn, xi, create_graph, "per_sample_hessian");
     for (Tensor& r : rows) r = r.permute({1, 0, 2});  // [B, j, k]
@@ -298,6 +304,47 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
   return result(h.view({R, B, n}).permute({1, 0, 2}).reshape({B, m, n, n}), create_graph);
 }
 
+namespace {
+
+// fn's value and Taylor coefficients c_1..c_K ([rows(j), B, m] each) at the
+// active Taylor level, x [B, n] carrying the first coefficients `dirs`
+// ([k, n], the same for every sample) and no higher ones.
+std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor& dirs, const char* op) {
+  const forward_ad::TaylorLayout& l = *forward_ad::taylor_layout();
+  const int64_t B = xi.size(0), n = xi.size(1);
+  std::vector<Tensor> c(size_t(l.order));
+  c[0] = dirs.view({dirs.size(0), 1, n}).expand({dirs.size(0), B, n});
+  Tensor y = call(fn, forward_ad::make_jet(xi, c), op);
+  check_batched_output(y, B, op);
+  std::vector<Tensor> out = forward_ad::jet_coefficients(y);
+  for (int j = 1; j <= l.order; ++j)
+    if (!out[size_t(j - 1)].defined()) out[size_t(j - 1)] = zeros({l.rows(j), B, y.size(1)}, y.options());
+  out.insert(out.begin(), forward_ad::unpack_dual(y).primal);
+  return out;
+}
+
+// Taylor mode for per-sample Hessians: the n unit directions and one
+// second-order group per pair j <= k, whose c_2 is H_jk / 2. Returns the
+// value [B, m], c_1 [n, B, m] and H [B, m, n, n].
+std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const char* op) {
+  const int64_t B = xi.size(0), n = xi.size(1);
+  std::vector<std::vector<forward_ad::SecondOrderPair>> groups;
+  std::vector<double> entry(size_t(n * n));  // (j, k) -> its group
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t k = j; k < n; ++k) {
+      entry[size_t(j * n + k)] = entry[size_t(k * n + j)] = double(groups.size());
+      groups.push_back({{j, k, 1.0}});
+    }
+  forward_ad::taylor_level level(n, groups);
+  std::vector<Tensor> r = push_jet(fn, xi, identity(n, xi), op);
+  const int64_t m = r[0].size(1);
+  Tensor idx = tensor(entry, {}, TensorOptions().dtype(kInt64)).to(xi.device());
+  Tensor h = mul(index_select(r[2], 0, idx), 2.0);  // [n * n, B, m]
+  return {r[0], r[1], h.permute({1, 2, 0}).reshape({B, m, n, n})};
+}
+
+}  // namespace
+
 Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph) {
   check_batched_input(x, "laplacian");
   const int64_t n = x.size(1);
@@ -306,95 +353,114 @@ Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph) {
         .sum({2, 3});
   Tensor xi = input_for(x, "laplacian", create_graph);
   EnableGradGuard grad_on;
-  std::vector<Tensor> rows = hessian_rows_fwd(fn, xi, create_graph, "laplacian");
-  // The diagonal: direction j's tangent, component j.
-  Tensor mask = identity(n, x).view({n, 1, n});
-  std::vector<Tensor> cols;
-  for (const Tensor& r : rows) cols.push_back((r * mask).sum({0, 2}));  // [B]
-  return result(stack(cols, 1), create_graph);
+  // Taylor mode along the n unit directions with one second-order group of
+  // the pairs (a, a): its c_2 is half the Laplacian (the forward Laplacian).
+  std::vector<forward_ad::SecondOrderPair> diag;
+  for (int64_t a = 0; a < n; ++a) diag.push_back({a, a, 1.0});
+  forward_ad::taylor_level level(n, {diag});
+  std::vector<Tensor> r = push_jet(fn, xi, identity(n, x), "laplacian");
+  return result(mul(r[2].select(0, 0), 2.0), create_graph);
 }
 
 Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vector<Partial>& terms,
                            bool create_graph) {
   check_batched_input(x, "derivative_operator");
   TG_CHECK(!terms.empty(), "derivative_operator: no terms given");
-  const int64_t B = x.size(0), n = x.size(1);
-  size_t max_order = 0;
-  std::vector<int64_t> dirs;  // the directions pushed forward: every term's first dim
-  for (const Partial& t : terms) {
+  const int64_t n = x.size(1);
+  for (const Partial& t : terms)
     for (int64_t d : t.dims)
       TG_CHECK(d >= 0 && d < n, "derivative_operator: a term names input dim ", d, ", but x has ", n,
                " (shape ", shape_str(x.sizes()), ")");
-    max_order = std::max(max_order, t.dims.size());
-    if (!t.dims.empty() && std::find(dirs.begin(), dirs.end(), t.dims[0]) == dirs.end()) dirs.push_back(t.dims[0]);
-  }
   TG_CHECK(!forward_ad::is_active(), "derivative_operator: called inside a forward_ad::dual_level; it makes its "
            "own (levels do not nest): call it outside");
   Tensor xi = input_for(x, "derivative_operator", create_graph);
   EnableGradGuard grad_on;
-  // Orders above 2 differentiate second derivatives again: record them.
-  const bool record = create_graph || max_order > 2;
-  auto dir_index = [&](int64_t d) { return int64_t(std::find(dirs.begin(), dirs.end(), d) - dirs.begin()); };
-  Tensor y;
-  std::vector<Tensor> value_terms;  // [B, m] each, per term
-  value_terms.resize(terms.size());
+  Tensor out;
+  auto accumulate = [&](const Tensor& v) { out = out.defined() ? add(out, v) : v; };
+  // Directions as rows of [k, n]: index of each (deduplicated).
+  auto direction_rows = [&](const std::vector<std::vector<double>>& dirs) {
+    std::vector<double> flat;
+    for (const auto& d : dirs) flat.insert(flat.end(), d.begin(), d.end());
+    return tensor(flat, {int64_t(dirs.size()), n}, TensorOptions().dtype(x.dtype())).to(x.device());
+  };
+  auto find_or_add = [](std::vector<std::vector<double>>& dirs, const std::vector<double>& d) {
+    auto it = std::find(dirs.begin(), dirs.end(), d);
+    if (it != dirs.end()) return int64_t(it - dirs.begin());
+    dirs.push_back(d);
+    return int64_t(dirs.size() - 1);
+  };
+  auto unit = [&](int64_t d) {
+    std::vector<double> e(size_t(n), 0.0);
+    e[size_t(d)] = 1;
+    return e;
+  };
+  // Orders 0..2: one pass, the named unit directions as c_1 and the second
+  // derivatives summed into one second-order group (weight 2 * coefficient:
+  // its c_2 is the sum of coefficient * d2 / dx_a dx_b).
   {
-    const int64_t k = std::max<int64_t>(int64_t(dirs.size()), 1);
-    forward_ad::dual_level level(k);
-    Tensor seed = dirs.empty() ? zeros({k, n}, x.options())  // the rows of the identity named
-                               : index_select(identity(n, x), 0,
-                                              tensor(std::vector<double>(dirs.begin(), dirs.end()), {k},
-                                                     TensorOptions().dtype(kInt64)).to(x.device()));
-    Tensor xd = forward_ad::make_dual(xi, seed.view({k, 1, n}).expand({k, B, n}));
-    Tensor yd = call(fn, xd, "derivative_operator");
-    check_batched_output(yd, B, "derivative_operator");
-    const int64_t m = yd.size(1);
-    forward_ad::UnpackedDual u = forward_ad::unpack_dual(yd);
-    y = u.primal;
-    Tensor first = u.tangent.defined() ? u.tangent : zeros({k, B, m}, yd.options());  // [k, B, m]
-    // Second derivatives along the pushed directions, per output column:
-    // [k, B, n] each (H e_d rows), only when a term needs them.
-    std::vector<Tensor> second;
-    if (max_order >= 2) {
-      TG_CHECK(yd.requires_grad(), "derivative_operator: fn's output does not depend on x");
-      Tensor ones_b = ones({B}, yd.options());
-      for (int64_t i = 0; i < m; ++i) {
-        Tensor g = grad({yd.select(1, i)}, {xd}, {ones_b}, /*retain_graph=*/i + 1 < m || record, record, true)[0];
-        Tensor t = g.defined() ? forward_ad::unpack_dual(g).tangent : Tensor();
-        second.push_back(t.defined() ? t : zeros({k, B, n}, x.options()));
-      }
+    std::vector<std::vector<double>> dirs;
+    std::vector<forward_ad::SecondOrderPair> pairs;
+    std::vector<std::pair<int64_t, double>> firsts;
+    bool values = false;
+    for (const Partial& t : terms) {
+      if (t.dims.size() > 2) continue;
+      if (t.dims.empty()) values = true;
+      else if (t.dims.size() == 1) firsts.emplace_back(find_or_add(dirs, unit(t.dims[0])), t.coefficient);
+      else pairs.push_back({find_or_add(dirs, unit(t.dims[0])), find_or_add(dirs, unit(t.dims[1])), 2 * t.coefficient});
     }
-    for (size_t t = 0; t < terms.size(); ++t) {
-      const std::vector<int64_t>& dims = terms[t].dims;
-      if (dims.empty()) continue;
-      const int64_t j = dir_index(dims[0]);
-      if (dims.size() == 1) {
-        value_terms[t] = first.select(0, j);  // [B, m]
-        continue;
-      }
-      std::vector<Tensor> cols;
-      for (int64_t i = 0; i < m; ++i) cols.push_back(second[size_t(i)].select(0, j).select(1, dims[1]));  // [B]
-      value_terms[t] = stack(cols, 1);  // [B, m]: d2 y / dx_j dx_dims[1]
+    if (!dirs.empty()) {
+      std::optional<forward_ad::taylor_level> level;
+      if (pairs.empty()) level.emplace(1, int64_t(dirs.size()));
+      else level.emplace(int64_t(dirs.size()), std::vector<std::vector<forward_ad::SecondOrderPair>>{pairs});
+      std::vector<Tensor> r = push_jet(fn, xi, direction_rows(dirs), "derivative_operator");
+      for (const Partial& t : terms)
+        if (t.dims.empty()) accumulate(mul(r[0], t.coefficient));
+      for (auto [row, c] : firsts) accumulate(mul(r[1].select(0, row), c));
+      if (!pairs.empty()) accumulate(r[2].select(0, 0));
+    } else if (values) {
+      Tensor y = call(fn, xi, "derivative_operator");
+      check_batched_output(y, x.size(0), "derivative_operator");
+      for (const Partial& t : terms)
+        if (t.dims.empty()) accumulate(mul(y, t.coefficient));
     }
   }
-  // Orders above 2: reverse passes of the second derivatives (rows are
-  // independent, so the gradient of the batch sum is the per-sample one).
-  Tensor out;
-  for (size_t t = 0; t < terms.size(); ++t) {
-    const Partial& p = terms[t];
-    Tensor v = p.dims.empty() ? y : value_terms[t];
-    for (size_t q = 2; q < p.dims.size(); ++q) {
-      std::vector<Tensor> cols;
-      const bool again = create_graph || q + 1 < p.dims.size();
-      for (int64_t i = 0; i < v.size(1); ++i) {
-        Tensor col = v.select(1, i);
-        Tensor g = col.requires_grad() ? grad({col.sum()}, {xi}, {}, true, again, true)[0] : Tensor();
-        cols.push_back(g.defined() ? g.select(1, p.dims[q]) : zeros({B}, x.options()));
+  // Orders above 2: one univariate Taylor pass of the highest order. A pure
+  // partial d^m / dx_d^m is m! c_m along e_d; a mixed one is polarized: with
+  // w = sum_i s_i e_(dims[i]) over the signs s (s_0 = +1),
+  //   D^m f[e_d0, ..., e_d(m-1)] = 2^(1-m) sum_s (prod s) c_m(w).
+  {
+    std::vector<std::vector<double>> dirs;
+    std::vector<std::vector<std::tuple<int64_t, double>>> uses(terms.size());  // (row, factor)
+    int order = 0;
+    for (size_t t = 0; t < terms.size(); ++t) {
+      const std::vector<int64_t>& dims = terms[t].dims;
+      const int m = int(dims.size());
+      if (m <= 2) continue;
+      order = std::max(order, m);
+      double fact = 1;
+      for (int i = 2; i <= m; ++i) fact *= i;
+      if (std::all_of(dims.begin(), dims.end(), [&](int64_t d) { return d == dims[0]; })) {
+        uses[t].emplace_back(find_or_add(dirs, unit(dims[0])), fact * terms[t].coefficient);
+        continue;
       }
-      v = stack(cols, 1);
+      for (int64_t signs = 0; signs < (int64_t(1) << (m - 1)); ++signs) {
+        std::vector<double> w(size_t(n), 0.0);
+        double sign_product = 1;
+        for (int i = 0; i < m; ++i) {
+          const double s = i > 0 && (signs >> (i - 1)) & 1 ? -1.0 : 1.0;
+          w[size_t(dims[size_t(i)])] += s;
+          sign_product *= s;
+        }
+        if (std::all_of(w.begin(), w.end(), [](double v) { return v == 0; })) continue;  // c_m(0) = 0
+        uses[t].emplace_back(find_or_add(dirs, w), sign_product * terms[t].coefficient / double(int64_t(1) << (m - 1)));
+      }
     }
-    v = v * p.coefficient;
-    out = out.defined() ? out + v : v;
+    if (order > 0) {
+      forward_ad::taylor_level level(order, int64_t(dirs.size()));
+      std::vector<Tensor> r = push_jet(fn, xi, direction_rows(dirs), "derivative_operator");
+      for (size_t t = 0; t < terms.size(); ++t)
+        for (auto [row, factor] : uses[t]) accumulate(mul(r[terms[t].dims.size()].select(0, row), factor));
+    }
   }
   return result(out, create_graph);
 }
@@ -405,57 +471,30 @@ MlpDerivatives mlp_taylor(const std::vector<Tensor>& weights, const std::vector<
   TG_CHECK(!weights.empty() && (biases.empty() || biases.size() == weights.size()),
            "mlp_taylor: got ", weights.size(), " weights and ", biases.size(),
            " biases; pass one bias per layer, or none");
-  const int64_t B = x.size(0), n = x.size(1);
-  // Second derivatives are kept for the pairs j <= k only.
-  std::vector<std::pair<int64_t, int64_t>> pairs;
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t k = j; k < n; ++k) pairs.emplace_back(j, k);
-  const int64_t P = int64_t(pairs.size()), S = 1 + n + P;  // stacked blocks
-  // h: [S, B, d] = value; d/dx_j; d2/dx_j dx_k. At the input: x; e_j; 0.
-  Tensor eye = zeros({n, n}, x.options());
-  for (int64_t j = 0; j < n; ++j) eye.select(0, j).narrow(0, j, 1).fill_(1);
-  Tensor h = cat({x.unsqueeze(0), eye.unsqueeze(1).expand({n, B, n}),
-                  zeros({P, B, n}, x.options())}, 0);
-  for (size_t l = 0; l < weights.size(); ++l) {
-    const Tensor& w = weights[l];
-    TG_CHECK(w.dim() == 2 && w.size(1) == h.size(2), "mlp_taylor: weight ", l, " has shape ",
-             shape_str(w.sizes()), " but the layer's input has ", h.size(2), " features");
-    const int64_t d = w.size(0);
-    // One GEMM for the value and every derivative; the bias enters the value only.
-    Tensor z = mm(h.reshape({S * B, h.size(2)}), w.t()).view({S, B, d});
-    Tensor z0 = z.select(0, 0);
-    if (!biases.empty() && biases[l].defined()) z0 = add(z0, biases[l]);
-    if (l + 1 == weights.size()) {
-      h = cat({z0.unsqueeze(0), z.narrow(0, 1, S - 1)}, 0);
-      break;
+  TG_CHECK(!forward_ad::is_active(), "mlp_taylor: called inside a forward_ad::dual_level; it makes its own "
+           "(levels do not nest): call it outside");
+  // The MLP as a function, through Taylor mode (per_sample_hessian's Taylor
+  // strategy): each layer is one GEMM on the stacked coefficients.
+  auto mlp = [&](const Tensor& in) {
+    Tensor h = in;
+    for (size_t l = 0; l < weights.size(); ++l) {
+      const Tensor& w = weights[l];
+      TG_CHECK(w.dim() == 2 && w.size(1) == h.size(1), "mlp_taylor: weight ", l, " has shape ",
+               shape_str(w.sizes()), " but the layer's input has ", h.size(1), " features");
+      h = linear(h, w, biases.empty() ? Tensor() : biases[l]);
+      if (l + 1 < weights.size())
+        h = act == Activation::Silu ? silu(h) : act == Activation::Tanh ? tanh(h)
+            : act == Activation::Sigmoid ? sigmoid(h) : relu(h);
     }
-    Tensor z1 = z.narrow(0, 1, n), z2 = z.narrow(0, 1 + n, P);
-    Tensor one = ones_like(z0);
-    Tensor d1 = activation_grad(one, z0, act, 1), d2 = activation_grad(one, z0, act, 2);
-    Tensor h0 = activation_grad(one, z0, act, 0);
-    Tensor h1 = mul(d1.unsqueeze(0), z1);
-    std::vector<Tensor> zj, zk;
-    for (auto [j, k] : pairs) {
-      zj.push_back(z1.select(0, j));
-      zk.push_back(z1.select(0, k));
-    }
-    Tensor cross = mul(stack(zj, 0), stack(zk, 0));  // z_j' z_k' per pair
-    Tensor h2 = add(mul(d2.unsqueeze(0), cross), mul(d1.unsqueeze(0), z2));
-    h = cat({h0.unsqueeze(0), h1, h2}, 0);
-  }
-  const int64_t m = h.size(2);
-  MlpDerivatives r;
-  r.value = h.select(0, 0);
-  r.jacobian = h.narrow(0, 1, n).permute({1, 2, 0});  // [B, m, n]
-  // Scatter the pairs into the symmetric [B, m, n, n].
-  Tensor h2 = h.narrow(0, 1 + n, P);
-  std::vector<Tensor> entries(size_t(n * n));
-  for (int64_t p = 0; p < P; ++p) {
-    auto [j, k] = pairs[size_t(p)];
-    entries[size_t(j * n + k)] = entries[size_t(k * n + j)] = h2.select(0, p);
-  }
-  r.hessian = stack(entries, 2).view({B, m, n, n});
-  return r;
+    return h;
+  };
+  EnableGradGuard grad_on;
+  std::vector<Tensor> r = taylor_hessian(mlp, x, "mlp_taylor");
+  MlpDerivatives d;
+  d.value = r[0];
+  d.jacobian = r[1].permute({1, 2, 0});  // [B, m, n]
+  d.hessian = r[2];
+  return d;
 }
 
 }  // namespace tg::autograd

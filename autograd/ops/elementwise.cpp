@@ -12,6 +12,7 @@
 
 #include "autograd/ops/ops.h"
 #include "autograd/ops/record.h"
+#include "autograd/ops/taylor.h"
 
 #include <tapegrad/autograd/engine.h>
 #include "tensor/kernels.h"
@@ -65,10 +66,46 @@ class UnaryBackward final : public OpNode {
   UnaryArgs args_;
 };
 
-// The tangent rule of an elementwise op is its backward formula with the
-// tangent for the incoming gradient: the Jacobian is diagonal.
+// Taylor mode: whether the op's derivatives vanish from the second on
+// (its tangent rule maps every coefficient, adding nothing), and its
+// derivatives f^(j)(x), j = 1..K, in closed form (false: none here).
+bool piecewise_linear(const UnarySpec& spec);
+bool closed_derivatives(const UnarySpec& spec, const Tensor& x, const Tensor& r, const UnaryArgs& args,
+                        std::vector<Tensor>& d);
+
 template <class F>
-Tensor unary_op(const Tensor& x, const UnarySpec& spec, F&& raw_fn, UnaryArgs args = {}) {
+Tensor unary_op(const Tensor& x, const UnarySpec& spec, F&& raw_fn, UnaryArgs args = {});
+
+// f^(j)(x), j = 1..K, for an op without closed forms: its backward formula
+// with a unit gradient is f', and since f is elementwise, f^(j+1) is the
+// gradient of the sum of f^(j). On x itself when x is recorded (so the
+// derivatives keep x's history), else on a leaf copy.
+template <class F>
+std::vector<Tensor> derivatives_by_reverse(const UnarySpec& spec, const Tensor& x, const Tensor& out,
+                                           const UnaryArgs& args, F&& raw_fn, int K) {
+  const bool recorded = autograd::is_grad_enabled() && autograd::impl::requires_grad(x) && autograd::impl::requires_grad(out);
+  autograd::AutoGradMode grad_on(true);
+  Tensor xv = x, rv = out;
+  if (!recorded) {
+    xv = x.detach();
+    xv.requires_grad_(true);
+    rv = unary_op(xv, spec, raw_fn, args);
+  }
+  std::vector<Tensor> d(size_t(K) + 1);
+  d[1] = spec.formula(ones_like(xv), xv, rv, args);
+  for (int j = 2; j <= K && d[size_t(j - 1)].requires_grad(); ++j)
+    d[size_t(j)] = autograd::grad({d[size_t(j - 1)]}, {xv}, {ones_like(xv)}, true, true, true)[0];
+  if (!recorded)
+    for (Tensor& t : d)
+      if (t.defined()) t = t.detach();
+  return d;
+}
+
+// The tangent rule of an elementwise op is its backward formula with the
+// tangent for the incoming gradient: the Jacobian is diagonal. Taylor mode:
+// Faa di Bruno on the op's derivatives (jet_unary).
+template <class F>
+Tensor unary_op(const Tensor& x, const UnarySpec& spec, F&& raw_fn, UnaryArgs args) {
   Tensor out;
   if (!should_record({&x})) {
     out = run_raw([&] { return raw_fn(x); });
@@ -81,7 +118,14 @@ Tensor unary_op(const Tensor& x, const UnarySpec& spec, F&& raw_fn, UnaryArgs ar
   }
   if (fw_any({&x})) {
     const Tensor t = fw_t(x);
-    fw_rule(out, [&] { return spec.formula(t, x, out, args); });
+    fw_rule(out, [&] {
+      const autograd::forward_ad::TaylorLayout* taylor = fw_taylor();
+      if (!taylor || piecewise_linear(spec)) return spec.formula(t, x, out, args);
+      std::vector<Tensor> d(size_t(taylor->order) + 1);
+      if (!closed_derivatives(spec, x, out, args, d))
+        d = derivatives_by_reverse(spec, x, out, args, raw_fn, taylor->order);
+      return jet_unary(t, d);
+    });
   }
   return out;
 }
@@ -138,6 +182,63 @@ TG_UNARY_BACKWARD(kPowScalar, "pow", "PowBackward", kSelf,
 TG_UNARY_BACKWARD(kPowScalarBase, "pow", "PowBackward", kResult, mul(g, mul(r, std::log(args.a))))
 #undef TG_UNARY_BACKWARD
 
+bool piecewise_linear(const UnarySpec& s) {
+  for (const UnarySpec* p : {&kNeg, &kAbs, &kSign, &kRelu, &kClampLo, &kClampHi, &kClampBoth, &kAddScalar,
+                             &kMulScalar})
+    if (&s == p) return true;
+  return false;
+}
+
+bool closed_derivatives(const UnarySpec& s, const Tensor& x, const Tensor& r, const UnaryArgs& args,
+                        std::vector<Tensor>& d) {
+  const int K = int(d.size()) - 1;
+  auto activation = [&](Activation act) {
+    Tensor one = ones_like(x);
+    for (int j = 1; j <= K; ++j) d[size_t(j)] = activation_grad(one, x, act, j);
+  };
+  auto power = [&](double e) {  // d^j x^e = e (e - 1) ... (e - j + 1) x^(e - j)
+    double c = 1;
+    for (int j = 1; j <= K; ++j) {
+      c *= e - (j - 1);
+      if (c == 0) break;  // a polynomial: the rest vanish
+      d[size_t(j)] = mul(pow(x, e - j), c);
+    }
+  };
+  if (&s == &kExp || &s == &kExpm1) {
+    Tensor e = &s == &kExp ? r : add(r, 1);
+    for (int j = 1; j <= K; ++j) d[size_t(j)] = e;
+  } else if (&s == &kLog || &s == &kLog1p) {  // (-1)^(j-1) (j-1)! / x^j
+    Tensor inv = reciprocal(&s == &kLog ? x : add(x, 1));
+    d[1] = inv;
+    for (int j = 2; j <= K; ++j) d[size_t(j)] = mul(d[size_t(j - 1)], mul(inv, -(j - 1)));
+  } else if (&s == &kSin || &s == &kCos) {  // sin^(j) = sin(x + j pi / 2)
+    Tensor sn = &s == &kSin ? r : sin(x), cs = &s == &kCos ? r : cos(x);
+    const Tensor cycle[4] = {sn, cs, neg(sn), neg(cs)};
+    for (int j = 1; j <= K; ++j) d[size_t(j)] = cycle[(j + (&s == &kCos ? 1 : 0)) % 4];
+  } else if (&s == &kSquare) {
+    power(2);
+  } else if (&s == &kSqrt) {
+    power(0.5);
+  } else if (&s == &kRsqrt) {
+    power(-0.5);
+  } else if (&s == &kReciprocal) {
+    power(-1);
+  } else if (&s == &kPowScalar) {
+    power(args.a);
+  } else if (&s == &kPowScalarBase) {  // (ln a)^j a^x
+    for (int j = 1; j <= K; ++j) d[size_t(j)] = mul(r, std::pow(std::log(args.a), j));
+  } else if (&s == &kTanh) {
+    activation(Activation::Tanh);
+  } else if (&s == &kSigmoid) {
+    activation(Activation::Sigmoid);
+  } else if (&s == &kSilu) {
+    activation(Activation::Silu);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // ---- binary ---------------------------------------------------------------------
 
 using BinaryFormula = Tensor (*)(const Tensor& g, const Tensor& a, const Tensor& b,
@@ -175,6 +276,11 @@ class BinaryBackward final : public OpNode {
   double alpha_;
 };
 
+// Taylor mode: the tangent of a nonlinear binary op (mul, div, pow);
+// undefined for the others, whose tangent rule maps every coefficient.
+Tensor binary_taylor(const BinarySpec& spec, const Tensor& a, const Tensor& b, const Tensor& out,
+                     const Tensor& ta, const Tensor& tb);
+
 template <class F>
 Tensor binary_op(const Tensor& a, const Tensor& b, const BinarySpec& spec, F&& raw_fn,
                  double alpha = 1) {
@@ -194,6 +300,8 @@ Tensor binary_op(const Tensor& a, const Tensor& b, const BinarySpec& spec, F&& r
   if (fw_any({&a, &b})) {
     const Tensor ta = fw_pad(fw_t(a), out.dim()), tb = fw_pad(fw_t(b), out.dim());  // batched: broadcast
     fw_rule(out, [&] {
+      if (fw_taylor())
+        if (Tensor t = binary_taylor(spec, a, b, out, ta, tb); t.defined()) return t;
       return fw_add(ta.defined() ? spec.fa(ta, a, b, out, alpha) : Tensor(),
                     tb.defined() ? spec.fb(tb, a, b, out, alpha) : Tensor());
     });
@@ -237,6 +345,36 @@ const BinarySpec kMinimum{
     TG_BINARY_FORMULA(where(gt(a, b), g, where(eq(a, b), mul(g, 0.5), zeros_like(g)))),
     kSelf | kOther, kSelf | kOther};
 #undef TG_BINARY_FORMULA
+
+Tensor binary_taylor(const BinarySpec& spec, const Tensor& a, const Tensor& b, const Tensor& out,
+                     const Tensor& ta, const Tensor& tb) {
+  const Bilinear times = [](const Tensor& u, const Tensor& v) { return mul(u, v); };
+  if (&spec == &kMul) return jet_product(a, ta, b, tb, times);
+  if (&spec == &kDiv) return tb.defined() ? jet_quotient(out, ta, b, tb) : Tensor();
+  if (&spec != &kPow) return Tensor();
+  const int K = fw_taylor()->order;
+  std::vector<Tensor> d(size_t(K) + 1);
+  if (!tb.defined()) {  // a^b in a: b (b - 1) ... (b - j + 1) a^(b - j)
+    Tensor c = b;
+    for (int j = 1; j <= K; ++j) {
+      if (j > 1) c = mul(c, sub(b, j - 1));
+      d[size_t(j)] = mul(c, pow(a, sub(b, j)));
+    }
+    return jet_unary(ta, d);
+  }
+  // exp(b log a) (a > 0): the log's coefficients, their product with b's,
+  // then exp's (every derivative of exp is the output).
+  Tensor la = log(a), tl;
+  if (ta.defined()) {
+    Tensor inv = reciprocal(a);
+    d[1] = inv;
+    for (int j = 2; j <= K; ++j) d[size_t(j)] = mul(d[size_t(j - 1)], mul(inv, -(j - 1)));
+    tl = jet_unary(ta, d);
+  }
+  Tensor tm = jet_product(b, tb, la, tl, times);
+  for (int j = 1; j <= K; ++j) d[size_t(j)] = out;
+  return jet_unary(tm, d);
+}
 
 // ---- where --------------------------------------------------------------------------
 
@@ -447,6 +585,17 @@ Tensor autograd::ops::activation_grad(const Tensor& g, const Tensor& x, Activati
   if (fw_any({&g, &x})) {  // d(g act^(k)(x)) = dg act^(k)(x) + g dx act^(k+1)(x)
     const Tensor tg_ = fw_pad(fw_t(g), out.dim()), tx = fw_pad(fw_t(x), out.dim());
     fw_rule(out, [&] {
+      if (fw_taylor() && tx.defined() && !(act == Activation::Relu && order >= 1)) {
+        // g times phi = act^(order)(x): phi's coefficients from its
+        // derivatives act^(order + j), then the product's (Cauchy).
+        const int K = fw_taylor()->order;
+        Tensor one = ones_like(x);
+        std::vector<Tensor> d(size_t(K) + 1);
+        for (int j = 1; j <= K; ++j) d[size_t(j)] = tg::activation_grad(one, x, act, order + j);
+        Tensor phi = tg::activation_grad(one, x, act, order);
+        return jet_product(g, tg_, phi, jet_unary(tx, d),
+                           [](const Tensor& u, const Tensor& v) { return tg::mul(u, v); });
+      }
       return fw_add(tg_.defined() ? tg::activation_grad(tg_, x, act, order) : Tensor(),
                     tx.defined() ? tg::activation_grad(tg::mul(g, tx), x, act, order + 1) : Tensor());
     });

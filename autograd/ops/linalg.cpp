@@ -5,6 +5,7 @@
 
 #include "autograd/ops/ops.h"
 #include "autograd/ops/record.h"
+#include "autograd/ops/taylor.h"
 
 namespace tg {
 
@@ -58,7 +59,7 @@ Tensor gemm_op(const Tensor& a, const Tensor& b, bool batched) {
       auto prod = [&](const Tensor& x, const Tensor& y) {
         return fw_batch() > 0 ? tg::matmul(x, y) : batched ? tg::bmm(x, y) : tg::mm(x, y);
       };
-      return fw_add(ta.defined() ? prod(ta, b) : Tensor(), tb.defined() ? prod(a, tb) : Tensor());
+      return jet_product(a, ta, b, tb, prod);  // Taylor mode: with the c_i c_(k-i) products
     });
   }
   return out;
@@ -114,8 +115,8 @@ Tensor autograd::ops::linear(const Tensor& x, const Tensor& w, const Tensor& b) 
     const Tensor tx = fw_t(x), tw = fw_t(w), tb = fw_t(b);
     fw_rule(out, [&] {
       // Batched: tw^T [k, in, out] padded so x's leading dims broadcast.
-      Tensor t = fw_add(tx.defined() ? tg::matmul(tx, w.t()) : Tensor(),
-                        tw.defined() ? tg::matmul(x, fw_pad(tw.transpose(-1, -2), x.dim())) : Tensor());
+      Tensor twt = tw.defined() ? fw_pad(tw.transpose(-1, -2), x.dim()) : Tensor();
+      Tensor t = jet_product(x, tx, w.t(), twt, [](const Tensor& u, const Tensor& v) { return tg::matmul(u, v); });
       return fw_add(t, fw_pad(tb, out.dim()));
     });
   }

@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include <tapegrad/tensor/tensor.h>
 
@@ -54,27 +56,109 @@ struct UnpackedDual {
 /// The primal and the tangent of `t` at the current level.
 UnpackedDual unpack_dual(const Tensor& t);
 
+// ---- Taylor mode ----------------------------------------------------------------
+// A Taylor level pushes truncated Taylor polynomials instead of tangents:
+// along a direction v, x(t) = x + c_1 t + c_2 t^2 + ... + c_K t^K, where c_j
+// is the j-th normalized coefficient (the j-th derivative along t over j!),
+// and every op maps its inputs' polynomials to its output's (Faa di Bruno
+// for elementwise ops, Cauchy products for mul and the GEMMs, the op itself
+// on every coefficient for linear ops). The coefficients ride in the
+// tangent slot, stacked on its leading dimension: rows [offset(j), offset(j)
+// + rows(j)) hold c_j, one row per direction. Linear ops therefore act on
+// all coefficients at once (one GEMM on the stacked rows), and an op whose
+// higher derivatives vanish (relu, linear ops) adds nothing.
+//
+// Order 2 may instead carry chosen second-order combinations: group q's row
+// of c_2 is the sum over its pairs (a, b, w) of w/2 * D^2 f[v_a, v_b] plus
+// the input's own c_2 pushed through (so one group of the pairs (a, a) is
+// half the Laplacian when the v_a are the unit vectors, and the pair (a, b)
+// alone gives half of d^2 f / dv_a dv_b).
+
+/// One term of a second-order group (see above).
+struct SecondOrderPair {
+  int64_t a = 0, b = 0;  ///< directions (first-coefficient rows)
+  double weight = 1.0;
+};
+
+/// The coefficient layout of a Taylor level.
+struct TaylorLayout {
+  int order = 1;                 ///< K: coefficients c_1..c_K
+  int64_t directions = 0;        ///< rows of every coefficient but c_2
+  int64_t second_rows = 0;       ///< rows of c_2 (groups; order >= 2)
+  /// The pairs of the second-order groups, sorted by group.
+  std::vector<int64_t> pair_a, pair_b, pair_group;
+  std::vector<double> pair_weight;
+  bool univariate = true;  ///< group a is the single pair (a, a, 1): plain Taylor
+  bool diagonal = true;    ///< every pair has a == b
+  uint64_t id = 0;         ///< unique per level (caches key on it)
+  int64_t rows(int j) const { return j == 2 ? second_rows : directions; }
+  int64_t offset(int j) const { return j <= 2 ? (j - 1) * directions : directions + second_rows + (j - 3) * directions; }
+  int64_t batch() const { return offset(order) + rows(order); }
+};
+
+/// A Taylor level on this thread while it lives (a dual level underneath:
+/// one at a time, unpack_dual gives the stacked coefficients).
+class taylor_level {
+ public:
+  /// Univariate Taylor polynomials of order `order` >= 1 along `directions`
+  /// directions (c_j: [directions] + shape for every j).
+  taylor_level(int order, int64_t directions);
+  /// Order 2 with the given second-order groups (c_1: [directions] + shape,
+  /// c_2: [groups.size()] + shape).
+  taylor_level(int64_t directions, const std::vector<std::vector<SecondOrderPair>>& groups);
+  ~taylor_level();
+  taylor_level(const taylor_level&) = delete;
+  taylor_level& operator=(const taylor_level&) = delete;
+  const TaylorLayout& layout() const { return *layout_; }
+
+ private:
+  std::shared_ptr<const TaylorLayout> layout_;
+  std::unique_ptr<dual_level> level_;
+};
+
+/// The active Taylor level's layout; nullptr outside one (plain forward
+/// mode is the order-1 case of it).
+const TaylorLayout* taylor_layout();
+
+/// A tensor equal to `primal` carrying the Taylor coefficients c_1..c_K
+/// (each [layout.rows(j)] + the primal's shape; an undefined one is zero).
+Tensor make_jet(const Tensor& primal, const std::vector<Tensor>& coefficients);
+/// The Taylor coefficients c_1..c_K of `t` (views of its tangent; all
+/// undefined when it carries none).
+std::vector<Tensor> jet_coefficients(const Tensor& t);
+/// The second-order cross term of two first coefficients A, B ([directions]
+/// + shape, broadcasting elementwise): group q's row is the sum over its
+/// pairs (a, b, w) of w/2 * (A_a B_b + A_b B_a); univariate: A * B. What a
+/// custom Function's Taylor rule uses for the c_1 c_1 products of c_2.
+Tensor taylor_cross(const Tensor& a, const Tensor& b);
+
 namespace detail {
-/// Internal: this thread's level (0: none) and its tangent batch (0:
-/// unbatched; kept while paused, so rules read it).
+/// Internal: this thread's level (0: none), its tangent batch (0:
+/// unbatched) and Taylor layout (nullptr: plain tangents), kept while
+/// paused, so rules read them.
+struct LevelState {
+  uint64_t level = 0;
+  int64_t batch = 0;
+  const TaylorLayout* taylor = nullptr;
+};
 uint64_t current_level();
 int64_t current_batch();
+LevelState current_state();
 
 /// Internal: forward mode paused on this thread while it lives (tangent
 /// rules run under it, so their own ops push no tangents), or, given a
-/// level and its batch, that level active (the engine's workers take their
+/// level's state, that level active (the engine's workers take their
 /// caller's).
 class Suspend {
  public:
   Suspend();
-  Suspend(uint64_t level, int64_t batch);
+  explicit Suspend(const LevelState& state);
   ~Suspend();
   Suspend(const Suspend&) = delete;
   Suspend& operator=(const Suspend&) = delete;
 
  private:
-  uint64_t saved_;
-  int64_t saved_batch_;
+  LevelState saved_;
 };
 }  // namespace detail
 

@@ -28,6 +28,15 @@
 // forward over reverse works when its ops are differentiable). Forward can
 // keep what jvp needs in ctx->saved_data. Without jvp, a tangent reaching
 // the function is an error naming it.
+//
+// Taylor mode (forward_ad::taylor_level of order K >= 2): a struct with
+//   static std::vector<variable_list> taylor(AutogradContext* ctx,
+//                                            std::vector<variable_list> coefficients)
+// gets coefficients[j - 1][i], input i's normalized Taylor coefficient c_j
+// ([layout.rows(j)] + its shape; zeros where it has none), and returns the
+// outputs' the same way (c_2's c_1 c_1 products: forward_ad::taylor_cross).
+// Without it, such a level reaching the function is an error naming it
+// (jvp alone is not enough: it gives only the first coefficients).
 #pragma once
 
 #include <any>
@@ -147,6 +156,23 @@ template <class T>
 struct has_jvp<T, std::void_t<decltype(T::jvp(std::declval<AutogradContext*>(), std::declval<variable_list>()))>>
     : std::true_type {};
 
+template <class T, class = void>
+struct has_taylor : std::false_type {};
+template <class T>
+struct has_taylor<T, std::void_t<decltype(T::taylor(std::declval<AutogradContext*>(),
+                                                    std::declval<std::vector<variable_list>>()))>>
+    : std::true_type {};
+
+/// Whether a Taylor level of order >= 2 is active.
+bool taylor_active();
+/// The inputs' Taylor coefficients, [j - 1][input] (zeros where none).
+std::vector<variable_list> input_coefficients(const variable_list& inputs);
+/// Stacks the coefficients taylor returned into the outputs' tangents.
+void set_output_coefficients(const std::string& fn, variable_list& outputs,
+                             const std::vector<variable_list>& coefficients);
+/// The error for a function without a Taylor rule in a Taylor level.
+[[noreturn]] void no_taylor(const std::string& fn);
+
 /// Whether forward mode is on and an input carries a tangent.
 bool any_tangent(const variable_list& inputs);
 /// The inputs' tangents (zeros for floating inputs without one).
@@ -199,7 +225,18 @@ struct Function {
     variable_list outs = detail::to_list(out);
     if (record) node->wrap_outputs(inputs, outs);
     else node->ctx_.to_save_.clear();
-    if (fw) {
+    if (fw && detail::taylor_active()) {
+      if constexpr (detail::has_taylor<T>::value) {
+        std::vector<variable_list> coefficients = detail::input_coefficients(inputs);
+        {
+          forward_ad::detail::Suspend pause;
+          coefficients = T::taylor(&node->ctx_, std::move(coefficients));
+        }
+        detail::set_output_coefficients(node->name(), outs, coefficients);
+      } else {
+        detail::no_taylor(node->name());
+      }
+    } else if (fw) {
       if constexpr (detail::has_jvp<T>::value) {
         variable_list tangents = detail::input_tangents(inputs);  // read before the pause
         {

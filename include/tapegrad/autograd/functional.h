@@ -67,6 +67,14 @@ enum class HessianStrategy {
   /// backward (inside a caller's forward_ad::dual_level, where levels do not
   /// nest: BatchedCotangents).
   ForwardOverReverse,
+  /// Taylor mode (forward_ad::taylor_level): one forward pass carrying the
+  /// value, the n first derivatives and the n (n + 1) / 2 second derivatives
+  /// of every intermediate, stacked: each GEMM runs once on all of them, an
+  /// elementwise op applies its derivatives (Faa di Bruno), and ops whose
+  /// second derivative vanishes (relu, linear ops) add nothing. Any fn
+  /// whose ops (and custom Functions) have Taylor rules; recorded, so
+  /// create_graph works. Inside a caller's dual level: BatchedCotangents.
+  Taylor,
 };
 /// Per-sample Hessians of a batched function (the PINN / Hessian-benchmark
 /// case): fn maps x [B, n] to [B, m], and row b of the output depends only on

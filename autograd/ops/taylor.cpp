@@ -1,0 +1,197 @@
+// Taylor-mode arithmetic (autograd/ops/taylor.h). Everything is written with
+// the differentiable ops, so coefficients carry reverse-mode history (a loss
+// on a Laplacian backpropagates into the parameters).
+#include "autograd/ops/taylor.h"
+
+#include <numeric>
+
+#include <tapegrad/tensor/error.h>
+#include <tapegrad/tensor/ops.h>
+
+namespace tg::autograd {
+namespace ops_detail {
+
+namespace {
+using forward_ad::TaylorLayout;
+
+const TaylorLayout& layout() {
+  const TaylorLayout* l = forward_ad::detail::current_state().taylor;
+  TG_CHECK(l, "Taylor mode: no Taylor level is active");
+  return *l;
+}
+
+// The pairs' index and weight tensors, made once per level and device.
+struct PairTensors {
+  uint64_t id = 0;
+  Device device;
+  ScalarType dtype = kFloat32;
+  Tensor ia, ib;        // Int64 [P]
+  bool a_iota = false;  // pair_a is 0..P-1 (no gather needed)
+  bool b_iota = false;
+  Tensor weight;        // [P] (undefined: all 1)
+  Tensor groups;        // [Q, P] 0/1 (undefined: one pair per group, or one group)
+};
+thread_local PairTensors t_pairs;
+
+const PairTensors& pair_tensors(const TaylorLayout& l, const Tensor& like) {
+  PairTensors& p = t_pairs;
+  if (p.id == l.id && p.device == like.device() && p.dtype == like.dtype()) return p;
+  p = PairTensors();
+  auto as_double = [](const std::vector<int64_t>& v) { return std::vector<double>(v.begin(), v.end()); };
+  const TensorOptions i64 = TensorOptions().dtype(kInt64).device(like.device());
+  const TensorOptions real = like.options();
+  const int64_t P = int64_t(l.pair_a.size()), Q = l.second_rows;
+  std::vector<int64_t> iota(static_cast<size_t>(P));
+  std::iota(iota.begin(), iota.end(), 0);
+  p.a_iota = l.pair_a == iota && P == l.directions;
+  p.b_iota = l.pair_b == iota && P == l.directions;
+  p.ia = tensor(as_double(l.pair_a), {}, i64);
+  p.ib = tensor(as_double(l.pair_b), {}, i64);
+  bool unit = true;
+  for (double w : l.pair_weight) unit = unit && w == 1.0;
+  if (!unit) p.weight = tensor(l.pair_weight, {}, real);
+  if (P != Q && Q != 1) {
+    std::vector<double> m(size_t(Q * P), 0.0);
+    for (int64_t i = 0; i < P; ++i) m[size_t(l.pair_group[size_t(i)] * P + i)] = 1.0;
+    p.groups = tensor(m, {Q, P}, real);
+  }
+  p.id = l.id;
+  p.device = like.device();
+  p.dtype = like.dtype();
+  return p;
+}
+
+double factorial(int j) {
+  double f = 1;
+  for (int i = 2; i <= j; ++i) f *= i;
+  return f;
+}
+
+Tensor add_opt(const Tensor& a, const Tensor& b) {
+  if (!a.defined()) return b;
+  if (!b.defined()) return a;
+  return add(a, b);
+}
+
+// Splits a full tangent into c_1..c_K (index 1..K; [0] unused).
+std::vector<Tensor> blocks(const TaylorLayout& l, const Tensor& t) {
+  std::vector<Tensor> b(size_t(l.order) + 1);
+  if (t.defined())
+    for (int j = 1; j <= l.order; ++j) b[size_t(j)] = t.narrow(0, l.offset(j), l.rows(j));
+  return b;
+}
+
+// Stacks c_1..c_K back (undefined blocks: zeros shaped like `like`'s block).
+Tensor stack_blocks(const TaylorLayout& l, std::vector<Tensor> b, const Tensor& like) {
+  std::vector<Tensor> parts;
+  for (int j = 1; j <= l.order; ++j) {
+    Tensor c = b[size_t(j)];
+    if (!c.defined()) {
+      IntList s = like.sizes();
+      s[0] = l.rows(j);
+      c = zeros(s, like.options());
+    }
+    parts.push_back(c);
+  }
+  return parts.size() == 1 ? parts[0] : cat(parts, 0);
+}
+}  // namespace
+
+const forward_ad::TaylorLayout* fw_taylor() {
+  const TaylorLayout* l = forward_ad::detail::current_state().taylor;
+  return l && l->order >= 2 ? l : nullptr;
+}
+
+Tensor jet_block(const Tensor& t, int j) {
+  const TaylorLayout& l = layout();
+  return t.narrow(0, l.offset(j), l.rows(j));
+}
+
+Tensor jet_cross(const Tensor& a, const Tensor& b, const Bilinear& f, bool same) {
+  const TaylorLayout& l = layout();
+  if (l.univariate) return f(a, b);
+  const PairTensors& p = pair_tensors(l, a);
+  auto rows = [&](const Tensor& t, const Tensor& idx, bool iota) { return iota ? t : index_select(t, 0, idx); };
+  Tensor prod = f(rows(a, p.ia, p.a_iota), rows(b, p.ib, p.b_iota));
+  if (!(same || l.diagonal))  // (A_a B_b + A_b B_a) / 2
+    prod = mul(add(prod, f(rows(a, p.ib, p.b_iota), rows(b, p.ia, p.a_iota))), 0.5);
+  if (p.weight.defined()) {
+    IntList s(size_t(prod.dim()), 1);
+    s[0] = -1;
+    prod = mul(prod, p.weight.view(s));
+  }
+  const int64_t P = prod.size(0), Q = l.second_rows;
+  if (P == Q) return prod;  // one pair per group, in group order
+  if (Q == 1) return sum(prod, {0}, true);
+  IntList s = prod.sizes();
+  s[0] = Q;
+  return mm(p.groups, prod.reshape({P, -1})).view(s);
+}
+
+Tensor jet_unary(const Tensor& tx, const std::vector<Tensor>& d) {
+  const TaylorLayout& l = layout();
+  const int K = l.order;
+  Tensor lin = d[1].defined() ? mul(tx, d[1]) : Tensor();
+  bool higher = false;
+  for (int j = 2; j <= K; ++j) higher = higher || d[size_t(j)].defined();
+  if (!higher) return lin.defined() ? lin : zeros_like(tx);
+  std::vector<Tensor> x = blocks(l, tx), y = blocks(l, lin);
+  // bell[m][j]: the coefficient of t^m in (c_1 t + c_2 t^2 + ...)^j.
+  std::vector<std::vector<Tensor>> bell(size_t(K) + 1, std::vector<Tensor>(size_t(K) + 1));
+  for (int m = 1; m <= K; ++m) bell[size_t(m)][1] = x[size_t(m)];
+  Bilinear times = [](const Tensor& u, const Tensor& v) { return mul(u, v); };
+  for (int m = 2; m <= K; ++m) {
+    for (int j = 2; j <= m; ++j) {
+      Tensor s;
+      if (m == 2)
+        s = jet_cross(x[1], x[1], times, true);  // the pairs' c_1 c_1
+      else
+        for (int i = 1; i <= m - j + 1; ++i) s = add_opt(s, mul(x[size_t(i)], bell[size_t(m - i)][size_t(j - 1)]));
+      bell[size_t(m)][size_t(j)] = s;
+      if (const Tensor& dj = d[size_t(j)]; dj.defined())
+        y[size_t(m)] = add_opt(y[size_t(m)], mul(s, mul(dj, 1.0 / factorial(j))));
+    }
+  }
+  return stack_blocks(l, std::move(y), tx);
+}
+
+Tensor jet_product(const Tensor& a, const Tensor& ta, const Tensor& b, const Tensor& tb, const Bilinear& f) {
+  Tensor lin = add_opt(ta.defined() ? f(ta, b) : Tensor(), tb.defined() ? f(a, tb) : Tensor());
+  if (!ta.defined() || !tb.defined() || !fw_taylor()) return lin;  // linear in the one with coefficients
+  const TaylorLayout& l = layout();
+  std::vector<Tensor> A = blocks(l, ta), B = blocks(l, tb), y = blocks(l, lin);
+  for (int m = 2; m <= l.order; ++m) {
+    Tensor s = m == 2 ? jet_cross(A[1], B[1], f) : Tensor();
+    if (m > 2)
+      for (int i = 1; i < m; ++i) s = add_opt(s, f(A[size_t(i)], B[size_t(m - i)]));
+    y[size_t(m)] = add(y[size_t(m)], s);
+  }
+  return stack_blocks(l, std::move(y), lin);
+}
+
+Tensor jet_quotient(const Tensor& q, const Tensor& ta, const Tensor& b, const Tensor& tb) {
+  const TaylorLayout& l = layout();
+  // a = q b: a_m = sum_{j=0..m} b_j q_{m-j}, so q_m = (a_m - sum_{j=1..m} b_j q_{m-j}) / b.
+  std::vector<Tensor> A = blocks(l, ta), B = blocks(l, tb), Q(size_t(l.order) + 1);
+  Bilinear times = [](const Tensor& u, const Tensor& v) { return mul(u, v); };
+  for (int m = 1; m <= l.order; ++m) {
+    Tensor s = B[size_t(m)].defined() ? mul(B[size_t(m)], q) : Tensor();
+    if (m == 2) s = add_opt(s, jet_cross(B[1], Q[1], times));
+    else
+      for (int j = 1; j < m; ++j) s = add_opt(s, mul(B[size_t(j)], Q[size_t(m - j)]));
+    Tensor num = A[size_t(m)].defined() ? (s.defined() ? sub(A[size_t(m)], s) : A[size_t(m)]) : neg(s);
+    Q[size_t(m)] = div(num, b);
+  }
+  return stack_blocks(l, std::move(Q), ta.defined() ? ta : tb);
+}
+
+}  // namespace ops_detail
+
+namespace forward_ad {
+Tensor taylor_cross(const Tensor& a, const Tensor& b) {
+  TG_CHECK(taylor_layout() || detail::current_state().taylor, "taylor_cross: no Taylor level is active");
+  return ops_detail::jet_cross(a, b, [](const Tensor& u, const Tensor& v) { return mul(u, v); }, a.is_same(b));
+}
+}  // namespace forward_ad
+
+}  // namespace tg::autograd

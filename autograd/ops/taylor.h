@@ -1,0 +1,44 @@
+// Internal: Taylor-mode arithmetic for the ops' rules (docs/AUTOGRAD.md
+// "Taylor mode"). Inside a forward_ad::taylor_level a tangent holds the
+// stacked normalized Taylor coefficients c_1..c_K (TaylorLayout). A linear
+// op's tangent rule already maps every coefficient (the batch dimension);
+// the nonlinear ops call these instead:
+//   - jet_unary: y = f(x) elementwise, from f's derivatives f^(j)(x) (Faa di
+//     Bruno: y_k = sum_j f^(j)/j! * B_kj, the partial Bell polynomials of
+//     the coefficients, by their recurrence);
+//   - jet_product: y = f(a, b) bilinear (mul, the GEMMs): the Cauchy product
+//     y_k = sum_i f(a_i, b_{k-i});
+//   - jet_quotient: y = a / b, from a = y b.
+// Arguments are full tangents ([batch] + shape, padded to broadcast against
+// the output), undefined when zero; results likewise.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include <tapegrad/autograd/forward_ad.h>
+#include <tapegrad/tensor/tensor.h>
+
+namespace tg::autograd::ops_detail {
+
+/// The active Taylor layout of order >= 2 (readable while a rule runs
+/// paused); nullptr in plain forward mode.
+const forward_ad::TaylorLayout* fw_taylor();
+
+using Bilinear = std::function<Tensor(const Tensor&, const Tensor&)>;
+
+/// Coefficient j (1-based) of a full tangent.
+Tensor jet_block(const Tensor& t, int j);
+/// The second-order cross term of two first coefficients under f (see
+/// forward_ad::taylor_cross); `same`: a and b are one tensor (no
+/// symmetrizing needed).
+Tensor jet_cross(const Tensor& a, const Tensor& b, const Bilinear& f, bool same = false);
+/// f(x)'s tangent from x's (tx) and d[j] = f^(j)(x), j = 1..K (d[0] unused;
+/// undefined: zero, so a vanishing derivative costs nothing).
+Tensor jet_unary(const Tensor& tx, const std::vector<Tensor>& d);
+/// f(a, b)'s tangent for bilinear f from a, b and their tangents.
+Tensor jet_product(const Tensor& a, const Tensor& ta, const Tensor& b, const Tensor& tb, const Bilinear& f);
+/// (a / b)'s tangent; q = a / b (the output).
+Tensor jet_quotient(const Tensor& q, const Tensor& ta, const Tensor& b, const Tensor& tb);
+
+}  // namespace tg::autograd::ops_detail

@@ -237,7 +237,7 @@ std::vector<Tensor> hessian_rows_fwd(const TensorFn& fn, const Tensor& xi, bool 
 }  // namespace
 
 namespace {
-std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const char* op);
+std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const char* op, bool record);
 }  // namespace
 
 Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy strategy,
@@ -269,7 +269,7 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
     return result(stack(h, 1).view({B, m, n, n}), create_graph);
   }
   if (strategy == HessianStrategy::Taylor && !forward_ad::is_active())
-    return result(taylor_hessian(fn, xi, "per_sample_hessian")[2], create_graph);
+    return result(taylor_hessian(fn, xi, "per_sample_hessian", create_graph)[2], create_graph);
   if (strategy == HessianStrategy::ForwardOverReverse && !forward_ad::is_active()) {
     std::vector<Tensor> rows = hessian_rows_fwd(fn, xi, create_graph, "per_sample_hessian");
     for (Tensor& r : rows) r = r.permute({1, 0, 2});  // [B, j, k]
@@ -309,12 +309,15 @@ namespace {
 // fn's value and Taylor coefficients c_1..c_K ([rows(j), B, m] each) at the
 // active Taylor level, x [B, n] carrying the first coefficients `dirs`
 // ([k, n], the same for every sample) and no higher ones.
-std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor& dirs, const char* op) {
+std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor& dirs, const char* op,
+                             bool record) {
   const forward_ad::TaylorLayout& l = *forward_ad::taylor_layout();
+  AutoGradMode grad_mode(record);  // without create_graph nothing needs a history
   const int64_t B = xi.size(0), n = xi.size(1);
   std::vector<Tensor> c(size_t(l.order));
   c[0] = dirs.view({dirs.size(0), 1, n}).expand({dirs.size(0), B, n});
-  Tensor y = call(fn, forward_ad::make_jet(xi, c), op);
+  Tensor y = fn(forward_ad::make_jet(xi, c));
+  TG_CHECK(y.defined(), op, ": fn returned an undefined tensor");
   check_batched_output(y, B, op);
   std::vector<Tensor> out = forward_ad::jet_coefficients(y);
   for (int j = 1; j <= l.order; ++j)
@@ -326,7 +329,7 @@ std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor&
 // Taylor mode for per-sample Hessians: the n unit directions and one
 // second-order group per pair j <= k, whose c_2 is H_jk / 2. Returns the
 // value [B, m], c_1 [n, B, m] and H [B, m, n, n].
-std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const char* op) {
+std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const char* op, bool record) {
   const int64_t B = xi.size(0), n = xi.size(1);
   std::vector<std::vector<forward_ad::SecondOrderPair>> groups;
   std::vector<double> entry(size_t(n * n));  // (j, k) -> its group
@@ -336,7 +339,7 @@ std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const c
       groups.push_back({{j, k, 1.0}});
     }
   forward_ad::taylor_level level(n, groups);
-  std::vector<Tensor> r = push_jet(fn, xi, identity(n, xi), op);
+  std::vector<Tensor> r = push_jet(fn, xi, identity(n, xi), op, record);
   const int64_t m = r[0].size(1);
   Tensor idx = tensor(entry, {}, TensorOptions().dtype(kInt64)).to(xi.device());
   Tensor h = mul(index_select(r[2], 0, idx), 2.0);  // [n * n, B, m]
@@ -358,7 +361,7 @@ Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph) {
   std::vector<forward_ad::SecondOrderPair> diag;
   for (int64_t a = 0; a < n; ++a) diag.push_back({a, a, 1.0});
   forward_ad::taylor_level level(n, {diag});
-  std::vector<Tensor> r = push_jet(fn, xi, identity(n, x), "laplacian");
+  std::vector<Tensor> r = push_jet(fn, xi, identity(n, x), "laplacian", create_graph);
   return result(mul(r[2].select(0, 0), 2.0), create_graph);
 }
 
@@ -412,7 +415,7 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
       std::optional<forward_ad::taylor_level> level;
       if (pairs.empty()) level.emplace(1, int64_t(dirs.size()));
       else level.emplace(int64_t(dirs.size()), std::vector<std::vector<forward_ad::SecondOrderPair>>{pairs});
-      std::vector<Tensor> r = push_jet(fn, xi, direction_rows(dirs), "derivative_operator");
+      std::vector<Tensor> r = push_jet(fn, xi, direction_rows(dirs), "derivative_operator", create_graph);
       for (const Partial& t : terms)
         if (t.dims.empty()) accumulate(mul(r[0], t.coefficient));
       for (auto [row, c] : firsts) accumulate(mul(r[1].select(0, row), c));
@@ -457,7 +460,7 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
     }
     if (order > 0) {
       forward_ad::taylor_level level(order, int64_t(dirs.size()));
-      std::vector<Tensor> r = push_jet(fn, xi, direction_rows(dirs), "derivative_operator");
+      std::vector<Tensor> r = push_jet(fn, xi, direction_rows(dirs), "derivative_operator", create_graph);
       for (size_t t = 0; t < terms.size(); ++t)
         for (auto [row, factor] : uses[t]) accumulate(mul(r[terms[t].dims.size()].select(0, row), factor));
     }
@@ -488,8 +491,7 @@ MlpDerivatives mlp_taylor(const std::vector<Tensor>& weights, const std::vector<
     }
     return h;
   };
-  EnableGradGuard grad_on;
-  std::vector<Tensor> r = taylor_hessian(mlp, x, "mlp_taylor");
+  std::vector<Tensor> r = taylor_hessian(mlp, x, "mlp_taylor", is_grad_enabled());
   MlpDerivatives d;
   d.value = r[0];
   d.jacobian = r[1].permute({1, 2, 0});  // [B, m, n]

@@ -2,9 +2,9 @@
 // Laplacians of an MLP 100 -> 256 x4 -> 1 (tanh) at batch B, in two modes:
 //   lap      the Laplacian only;
 //   lap+bwd  then L.sum().backward() into the weights (a PINN loss step).
-// Strategies: `laplacian` = tg::autograd::laplacian (batched forward over
-// reverse: one forward pass carrying the 100 directions as tangents, one
-// backward pass); `trace` = the trace of per_sample_hessian(...,
+// Strategies: `laplacian` = tg::autograd::laplacian (Taylor mode, the
+// forward Laplacian: one forward pass carrying the 100 first derivatives and
+// one running sum of second derivatives); `trace` = the trace of per_sample_hessian(...,
 // ForwardOverReverse) (the full Hessians, then their diagonals); `rows` =
 // the trace of per_sample_hessian(..., Rows) (the algorithm PyTorch users
 // write: 1 + n backward passes). Prints median ms over --runs after

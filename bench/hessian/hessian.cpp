@@ -7,15 +7,16 @@
 // with create_graph), `batched` (batched cotangents) and `forward` (forward
 // over reverse), through tg::autograd::per_sample_hessian on the network as
 // an opaque function; and
-// `taylor`, tg::autograd::mlp_taylor, which knows the network is an MLP and
-// carries input derivatives forward (recorded only in hess+bwd). Prints a table (or --json): median ms over --runs
+// `general` (Taylor mode, HessianStrategy::Taylor); and `taylor`,
+// tg::autograd::mlp_taylor, the same Taylor pass given the MLP's weights
+// (recorded only in hess+bwd). Prints a table (or --json): median ms over --runs
 // after --warmup, peak device memory, the GEMM FLOPs of one run and their
 // floor at the cuBLAS rate measured here for the layer's shape, and the max
 // error against a float64 run of the reference path on --check samples.
 //
 //   hessian [--device cuda|cpu] [--batch B] [--width 512] [--depth 6]
 //           [--act silu,tanh,relu] [--precision fp32,tf32] [--mode hess,hess+bwd]
-//           [--strategy rows,batched,forward,taylor] [--runs 20] [--warmup 3] [--check 64]
+//           [--strategy rows,batched,forward,general,taylor] [--runs 20] [--warmup 3] [--check 64]
 //           [--trimming on|off] [--deterministic on|off] [--json] [--out FILE]
 // Defaults: on a GPU B = 10000 and every combination; on the CPU B = 256,
 // silu, fp32, 5 runs (the README's main command runs it either way).
@@ -45,7 +46,7 @@ namespace ag = tg::autograd;
 struct Options {
   bool cuda = false;
   int64_t batch = 0, width = 512, depth = 6;
-  std::vector<std::string> acts, precisions, modes{"hess", "hess+bwd"}, strategies{"rows", "batched", "forward", "taylor"};
+  std::vector<std::string> acts, precisions, modes{"hess", "hess+bwd"}, strategies{"rows", "batched", "forward", "general", "taylor"};
   int runs = 0, warmup = 3;
   int64_t check = 64;
   bool trimming = true, json = false, deterministic = false;
@@ -69,8 +70,8 @@ Options parse(int argc, char** argv) {
   app.add_option("--act", o.acts, "activations")->check(CLI::IsMember({"silu", "tanh", "relu"}));
   app.add_option("--precision", o.precisions, "GEMM precisions")->check(CLI::IsMember({"fp32", "tf32"}));
   app.add_option("--mode", o.modes, "hess, hess+bwd")->check(CLI::IsMember({"hess", "hess+bwd"}));
-  app.add_option("--strategy", o.strategies, "rows, batched, forward (forward over reverse), taylor")
-      ->check(CLI::IsMember({"rows", "batched", "forward", "taylor"}));
+  app.add_option("--strategy", o.strategies, "rows, batched, forward (forward over reverse), general (Taylor mode), taylor (mlp_taylor)")
+      ->check(CLI::IsMember({"rows", "batched", "forward", "general", "taylor"}));
   app.add_option("--runs", runs, "timed runs (default 20 on a GPU, 5 on the CPU)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup, "warm-up runs")->check(CLI::NonNegativeNumber);
   app.add_option("--check", o.check, "samples checked against float64")->check(CLI::PositiveNumber);
@@ -199,6 +200,7 @@ int main(int argc, char** argv) {
           const bool bwd = mode == "hess+bwd";
           const auto s = strategy == "rows"      ? ag::HessianStrategy::Rows
                          : strategy == "forward" ? ag::HessianStrategy::ForwardOverReverse
+                         : strategy == "general" ? ag::HessianStrategy::Taylor
                                                  : ag::HessianStrategy::BatchedCotangents;
           auto hessian = [&] {
             if (strategy != "taylor") return ag::per_sample_hessian(std::cref(mlp), x, s, /*create_graph=*/bwd);

@@ -76,8 +76,9 @@ UnpackedDual unpack_dual(const Tensor& t);
 
 /// One term of a second-order group (see above).
 struct SecondOrderPair {
-  int64_t a = 0, b = 0;  ///< directions (first-coefficient rows)
-  double weight = 1.0;
+  int64_t a = 0;        ///< a direction (a row of the first coefficients)
+  int64_t b = 0;        ///< another (or the same)
+  double weight = 1.0;  ///< the pair's factor
 };
 
 /// The coefficient layout of a Taylor level.
@@ -85,14 +86,18 @@ struct TaylorLayout {
   int order = 1;                 ///< K: coefficients c_1..c_K
   int64_t directions = 0;        ///< rows of every coefficient but c_2
   int64_t second_rows = 0;       ///< rows of c_2 (groups; order >= 2)
-  /// The pairs of the second-order groups, sorted by group.
-  std::vector<int64_t> pair_a, pair_b, pair_group;
-  std::vector<double> pair_weight;
+  std::vector<int64_t> pair_a;       ///< the pairs' a, sorted by group
+  std::vector<int64_t> pair_b;       ///< the pairs' b
+  std::vector<int64_t> pair_group;   ///< the pairs' group
+  std::vector<double> pair_weight;   ///< the pairs' weight
   bool univariate = true;  ///< group a is the single pair (a, a, 1): plain Taylor
   bool diagonal = true;    ///< every pair has a == b
   uint64_t id = 0;         ///< unique per level (caches key on it)
+  /// The rows of coefficient j (1-based).
   int64_t rows(int j) const { return j == 2 ? second_rows : directions; }
+  /// Where coefficient j's rows start in the stacked tangent.
   int64_t offset(int j) const { return j <= 2 ? (j - 1) * directions : directions + second_rows + (j - 3) * directions; }
+  /// The stacked tangent's leading dimension (all coefficients' rows).
   int64_t batch() const { return offset(order) + rows(order); }
 };
 
@@ -109,6 +114,7 @@ class taylor_level {
   ~taylor_level();
   taylor_level(const taylor_level&) = delete;
   taylor_level& operator=(const taylor_level&) = delete;
+  /// The level's coefficient layout.
   const TaylorLayout& layout() const { return *layout_; }
 
  private:

@@ -87,10 +87,13 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x,
 
 /// Per-sample Laplacians of a batched function (the PINN operator): fn maps
 /// x [B, n] to [B, m], row b of the output depending only on row b of x.
-/// Returns [B, m], L[b, i] = sum_j d^2 fn(x)[b, i] / dx[b, j]^2. Forward over
-/// reverse with the n directions as one batch of tangents (one forward pass,
-/// m backward passes) for any fn; with create_graph the result is
-/// differentiable (a PINN loss on it trains the parameters fn closes over).
+/// Returns [B, m], L[b, i] = sum_j d^2 fn(x)[b, i] / dx[b, j]^2. Taylor mode
+/// (the "forward Laplacian"): one forward pass carrying the value, the n
+/// first derivatives and one running sum of the second derivatives, for any
+/// fn whose ops have Taylor rules; no Hessian is formed. With create_graph
+/// the result is differentiable (a PINN loss on it trains the parameters fn
+/// closes over). Inside a caller's dual level: the trace of reverse-mode
+/// Hessians.
 Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph = false);
 
 /// One term of a linear differential operator: coefficient times the
@@ -102,25 +105,24 @@ struct Partial {
 };
 /// A linear differential operator applied per sample to a batched function
 /// fn [B, n] -> [B, m] (row b of the output depends only on row b of x):
-/// returns [B, m] = sum over terms of coefficient * the partial of fn. Only
-/// the directions the terms name are pushed: one forward pass carries them
-/// as batched tangents (first derivatives), one backward pass per output
-/// column gives the second derivatives along them (forward over reverse),
-/// and a term of order k > 2 takes k - 2 further reverse passes of its
-/// second derivative. With create_graph the result is differentiable (a
-/// PINN loss on it trains the parameters fn closes over). E.g. the 2-D
-/// Laplacian {{{0, 0}}, {{1, 1}}}, the KdV term {{{0, 0, 0}}}.
+/// returns [B, m] = sum over terms of coefficient * the partial of fn, in
+/// Taylor mode, computing only what the terms need: one pass for the terms
+/// of order <= 2 (the named unit directions as first coefficients, the
+/// second derivatives summed into one second-order group), and one
+/// univariate pass of the highest order for the others (a pure partial is
+/// k! c_k along e_d; a mixed one is polarized over 2^(k-1) sign
+/// combinations of its directions). With create_graph the result is
+/// differentiable (a PINN loss on it trains the parameters fn closes over).
+/// E.g. the 2-D Laplacian {{{0, 0}}, {{1, 1}}}, the KdV term {{{0, 0, 0}}}.
 Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vector<Partial>& terms,
                            bool create_graph = false);
 
-/// Taylor mode for a multilayer perceptron (the PINN network): the value, the
-/// per-sample input Jacobian and Hessian in one forward sweep that carries
-/// first and second input derivatives through every layer ("forward
-/// Laplacian"-style), instead of m + m * n reverse passes. Each layer is one
-/// GEMM on the stacked [value; n first; n (n + 1) / 2 second derivatives]
-/// rows, and the activation's derivatives are fused kernels. Everything is
-/// recorded, so a loss of the results backpropagates into the parameters.
-/// Layer l: h = act(h W_l^T + b_l), no activation after the last layer.
+/// The value, per-sample input Jacobian and Hessian of a multilayer
+/// perceptron (layer l: h = act(h W_l^T + b_l), no activation after the
+/// last), by per_sample_hessian's Taylor strategy on it: one forward pass,
+/// each layer one GEMM on the stacked [n first; n (n + 1) / 2 second
+/// derivatives; value] rows. Recorded when grad mode is on, so a loss of
+/// the results backpropagates into the parameters.
 /// x [B, n] -> value [B, m], jacobian [B, m, n], hessian [B, m, n, n].
 struct MlpDerivatives {
   Tensor value;     ///< [B, m]

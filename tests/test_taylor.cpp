@@ -1,0 +1,365 @@
+// Taylor mode (docs/AUTOGRAD.md "Taylor mode"): every op's Taylor
+// coefficients to the fourth order against nested reverse-mode directional
+// derivatives (f64), the second-order groups (mixed pairs, weights, sums)
+// against reverse-mode mixed partials, closed forms, per-sample Hessians by
+// Taylor mode against the reference rows for networks with residual
+// connections, Fourier features, products of two networks and custom
+// Functions (with a Taylor rule, and the error without one), the Laplacian
+// of a 100-input function against its Hessian's trace, and the GPU against
+// the CPU.
+#include <cmath>
+#include <functional>
+
+#include "reference.h"
+
+namespace {
+
+using tg::Tensor;
+namespace ag = tg::autograd;
+namespace fwd = tg::autograd::forward_ad;
+
+const auto kF64 = tg::TensorOptions().dtype(tg::kFloat64);
+const tg::Device kGpu(tg::kCUDA, 0);
+using Fn = std::function<Tensor(const Tensor&)>;
+
+double factorial(int k) { return k <= 1 ? 1.0 : k * factorial(k - 1); }
+
+void expect_near(const Tensor& got, const Tensor& want, const std::string& what, double tol = 1e-8) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  Tensor g = got.detach().to(tg::Device(tg::kCPU)), w = want.detach().to(tg::Device(tg::kCPU));
+  const double scale = 1.0 + tg::abs(w).amax().item<double>();
+  const double err = g.numel() ? tg::abs(g - w).amax().item<double>() : 0.0;
+  EXPECT_LE(err, tol * scale) << what << ": max |got - want| = " << err;
+}
+
+// The coefficients c_1..c_K of fn at x along the rows of `dirs` ([k] + x's
+// shape), by Taylor mode.
+std::vector<Tensor> taylor(const Fn& fn, const Tensor& x, const Tensor& dirs, int order) {
+  fwd::taylor_level level(order, dirs.size(0));
+  std::vector<Tensor> c(static_cast<size_t>(order));
+  c[0] = dirs;
+  Tensor y = fn(fwd::make_jet(x, c));
+  std::vector<Tensor> out = fwd::jet_coefficients(y);
+  for (Tensor& t : out)
+    if (!t.defined()) {
+      tg::IntList s = y.sizes();
+      s.insert(s.begin(), dirs.size(0));
+      t = tg::zeros(s, y.options());
+    }
+  return out;
+}
+
+// D^k s [v_1, ..., v_k] of the scalar s(x) = sum(weights * fn(x)), by
+// nested reverse mode (an independent path: gradients of gradients).
+double reverse_directional(const Fn& fn, const Tensor& x, const Tensor& weights, const std::vector<Tensor>& vs) {
+  Tensor xi = x.detach().requires_grad_();
+  Tensor h = (fn(xi) * weights).sum();
+  for (const Tensor& v : vs) {
+    if (!h.requires_grad()) return 0.0;
+    Tensor g = ag::grad({h}, {xi}, {}, true, true, true)[0];
+    if (!g.defined()) return 0.0;
+    h = (g * v).sum();
+  }
+  return h.item<double>();
+}
+
+struct Case {
+  std::string name;
+  Fn fn;
+  double lo = 0.5, hi = 2.0;  // the input's range
+  tg::IntList shape = {3, 4};
+};
+
+std::vector<Case> cases() {
+  using namespace tg;
+  Tensor w = randn({4, 5}, kF64), b = randn({5}, kF64);
+  return {
+      {"exp", [](const Tensor& x) { return exp(x); }},
+      {"log", [](const Tensor& x) { return log(x); }},
+      {"sin", [](const Tensor& x) { return sin(x); }},
+      {"cos", [](const Tensor& x) { return cos(x); }},
+      {"tan", [](const Tensor& x) { return tan(x); }, -1, 1},
+      {"tanh", [](const Tensor& x) { return tanh(x); }, -2, 2},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, -2, 2},
+      {"relu", [](const Tensor& x) { return relu(x); }, -2, 2},
+      {"silu", [](const Tensor& x) { return silu(x); }, -2, 2},
+      {"erf", [](const Tensor& x) { return erf(x); }, -2, 2},
+      {"log1p", [](const Tensor& x) { return log1p(x); }},
+      {"expm1", [](const Tensor& x) { return expm1(x); }},
+      {"sqrt", [](const Tensor& x) { return sqrt(x); }},
+      {"rsqrt", [](const Tensor& x) { return rsqrt(x); }},
+      {"abs", [](const Tensor& x) { return abs(x); }, -2, 2},
+      {"sign", [](const Tensor& x) { return sign(x) * x; }, -2, 2},
+      {"square", [](const Tensor& x) { return square(x); }, -2, 2},
+      {"reciprocal", [](const Tensor& x) { return reciprocal(x); }},
+      {"neg", [](const Tensor& x) { return neg(x); }},
+      {"gelu", [](const Tensor& x) { return gelu(x); }, -2, 2},
+      {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }, -2, 2},
+      {"softplus", [](const Tensor& x) { return softplus(x, 2.0, 20.0); }, -2, 2},
+      {"clamp", [](const Tensor& x) { return clamp(x, 0.8, 1.6) * x; }},
+      {"pow_int", [](const Tensor& x) { return pow(x, 3); }, -2, 2},
+      {"pow_real", [](const Tensor& x) { return pow(x, 2.5); }},
+      {"pow_neg", [](const Tensor& x) { return pow(x, -1.5); }},
+      {"pow_base", [](const Tensor& x) { return pow(Scalar(2.0), x); }},
+      {"scalar_ops", [](const Tensor& x) { return (x + 1.5) * 2.0 - x / 3.0; }},
+      {"mul", [](const Tensor& x) { return mul(x, exp(x)); }},
+      {"mul_broadcast", [](const Tensor& x) { return mul(x, sin(x).sum({0})); }},
+      {"div", [](const Tensor& x) { return div(sin(x), x); }},
+      {"div_constant", [](const Tensor& x) { return div(x, full({4}, 3.0, kF64)); }},
+      {"pow_tensor", [](const Tensor& x) { return pow(x, cos(x)); }},
+      {"pow_tensor_exponent_constant", [](const Tensor& x) { return pow(x, full({4}, 2.5, kF64)); }},
+      {"maximum", [](const Tensor& x) { return maximum(x, square(x) * 0.5) * x; }},
+      {"minimum", [](const Tensor& x) { return minimum(x, square(x) * 0.5) * x; }},
+      {"where", [](const Tensor& x) { return where(gt(x, 1.2), square(x), sin(x)); }},
+      {"mm", [](const Tensor& x) { return mm(x, x.t()); }},
+      {"mm_constant", [w](const Tensor& x) { return mm(exp(x), w); }},
+      {"bmm", [](const Tensor& x) { return bmm(x.unsqueeze(0), sin(x).t().unsqueeze(0)); }},
+      {"matmul_batched", [](const Tensor& x) { return matmul(x.view({3, 1, 4}), x.view({3, 4, 1})); }},
+      {"linear", [w, b](const Tensor& x) { return linear(tanh(x), w.t(), b); }},
+      {"linear_both", [](const Tensor& x) { return linear(x, sin(x), x.sum({1})); }},
+      {"dot", [](const Tensor& x) { return dot(x.view({12}), cos(x).view({12})); }},
+      {"activation_grad", [](const Tensor& x) { return activation_grad(x, x, Activation::Tanh, 1); }, -2, 2},
+      {"activation_grad_0", [](const Tensor& x) { return activation_grad(x, x, Activation::Relu, 0); }, -2, 2},
+      {"activation_grad_silu2", [](const Tensor& x) { return activation_grad(sin(x), x, Activation::Silu, 2); }, -2, 2},
+      {"softmax", [](const Tensor& x) { return softmax(x, 1); }, -2, 2},
+      {"log_softmax", [](const Tensor& x) { return log_softmax(x, 0); }, -2, 2},
+      {"logsumexp", [](const Tensor& x) { return logsumexp(x, {1}, false); }, -2, 2},
+      {"norm", [](const Tensor& x) { return norm(x, 2.0, {1}, true); }},
+      {"amax", [](const Tensor& x) { return amax(square(x), {1}, false); }},
+      {"reductions", [](const Tensor& x) { return sum(square(x), {0}) + mean(exp(x), {1}, true).sum(); }},
+      {"views", [](const Tensor& x) { return square(x.t().reshape({2, 6}).permute({1, 0})).expand({3, 6, 2}); }},
+      {"cat_stack", [](const Tensor& x) { return stack({cat({x, sin(x)}, 1), cat({square(x), x}, 1)}, 0); }},
+      {"index", [](const Tensor& x) {
+         Tensor idx = tensor({2, 0}, {2}, TensorOptions().dtype(kInt64));
+         return index_select(square(x), 1, idx) * gather(x, 1, tensor({1, 3, 0, 2, 2, 1}, {3, 2}, TensorOptions().dtype(kInt64)));
+       }},
+      {"cumsum", [](const Tensor& x) { return cumsum(square(x), 1); }},
+      {"composite", [](const Tensor& x) { return tanh(tanh(x) * sin(x)) / (x + 1.0); }, -0.5, 1},
+  };
+}
+
+// Univariate coefficients of every op to the fourth order along two random
+// directions, against nested reverse mode.
+TEST(TaylorMode, EveryOpsCoefficientsMatchReverseMode) {
+  tg::manual_seed(7);
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    Tensor x = tg::rand(c.shape, kF64) * (c.hi - c.lo) + c.lo;
+    tg::IntList ds = c.shape;
+    ds.insert(ds.begin(), 2);
+    Tensor dirs = tg::randn(ds, kF64);
+    const int K = 4;
+    std::vector<Tensor> cf = taylor(c.fn, x, dirs, K);
+    Tensor y = c.fn(x);
+    Tensor weights = tg::randn(y.sizes(), kF64);
+    for (int64_t a = 0; a < 2; ++a)
+      for (int k = 1; k <= K; ++k) {
+        const double got = (cf[size_t(k - 1)].select(0, a) * weights).sum().item<double>() * factorial(k);
+        const double want = reverse_directional(c.fn, x, weights, std::vector<Tensor>(size_t(k), dirs.select(0, a)));
+        EXPECT_NEAR(got, want, 1e-8 * (1 + std::abs(want))) << "order " << k << ", direction " << a;
+      }
+  }
+}
+
+// Order 2 with second-order groups: mixed pairs, weights and sums.
+TEST(TaylorMode, SecondOrderGroupsMatchMixedPartials) {
+  tg::manual_seed(8);
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    Tensor x = tg::rand(c.shape, kF64) * (c.hi - c.lo) + c.lo;
+    tg::IntList ds = c.shape;
+    ds.insert(ds.begin(), 3);
+    Tensor dirs = tg::randn(ds, kF64);
+    // group 0: (0, 1); group 1: 0.5 (2, 2) - 2 (0, 2) + (1, 1); group 2: (1, 0) weight 3.
+    std::vector<std::vector<fwd::SecondOrderPair>> groups = {
+        {{0, 1, 1.0}}, {{2, 2, 0.5}, {0, 2, -2.0}, {1, 1, 1.0}}, {{1, 0, 3.0}}};
+    Tensor y = c.fn(x);
+    Tensor weights = tg::randn(y.sizes(), kF64);
+    std::vector<Tensor> cf;
+    {
+      fwd::taylor_level level(3, groups);
+      Tensor out = c.fn(fwd::make_jet(x, {dirs, Tensor()}));
+      cf = fwd::jet_coefficients(out);
+    }
+    ASSERT_TRUE(cf[1].defined());
+    ASSERT_EQ(cf[1].size(0), 3);
+    for (size_t q = 0; q < groups.size(); ++q) {
+      double want = 0;
+      for (const auto& p : groups[q])
+        want += p.weight / 2 *
+                reverse_directional(c.fn, x, weights, {dirs.select(0, p.a), dirs.select(0, p.b)});
+      const double got = (cf[1].select(0, int64_t(q)) * weights).sum().item<double>();
+      EXPECT_NEAR(got, want, 1e-8 * (1 + std::abs(want))) << "group " << q;
+    }
+  }
+}
+
+// Closed forms: sin(x) e^y along (1, 1): c_k = e^y 2^(k/2) sin(x + k pi/4) / k!;
+// tanh's derivatives; Rosenbrock's (a polynomial: c_5 and beyond vanish).
+TEST(TaylorMode, ClosedForms) {
+  Tensor p = tg::tensor({0.3, -0.7, 1.1, 0.4}, {2, 2}, kF64);  // rows (x, y)
+  Fn se = [](const Tensor& z) { return tg::sin(z.select(1, 0)) * tg::exp(z.select(1, 1)); };
+  std::vector<Tensor> c = taylor(se, p, tg::ones({1, 2, 2}, kF64), 6);
+  for (int k = 1; k <= 6; ++k) {
+    Tensor x = p.select(1, 0), y = p.select(1, 1);
+    Tensor want = tg::exp(y) * std::pow(2.0, k / 2.0) * tg::sin(x + k * M_PI / 4) / factorial(k);
+    expect_near(c[size_t(k - 1)].select(0, 0), want, "sin(x) e^y, c_" + std::to_string(k));
+  }
+  Tensor x = tg::tensor({-1.3, 0.2, 0.9}, {3}, kF64);
+  std::vector<Tensor> t = taylor([](const Tensor& z) { return tg::tanh(z); }, x, tg::ones({1, 3}, kF64), 4);
+  Tensor th = tg::tanh(x), s = 1.0 - th * th;
+  expect_near(t[0].select(0, 0), s, "tanh'");
+  expect_near(t[1].select(0, 0), -th * s, "tanh'' / 2");
+  expect_near(t[2].select(0, 0), s * (3.0 * th * th - 1.0) * (2.0 / 6.0), "tanh''' / 6");
+  expect_near(t[3].select(0, 0), th * s * (2.0 - 3.0 * th * th) * (8.0 / 24.0), "tanh'''' / 24");
+  Fn rosen = [](const Tensor& z) {
+    Tensor a = z.select(1, 0), b = z.select(1, 1);
+    return tg::square(1.0 - a) + tg::square(b - tg::square(a)) * 100.0;
+  };
+  std::vector<Tensor> r = taylor(rosen, p, tg::tensor({1.0, 0.0, 1.0, 0.0}, {1, 2, 2}, kF64), 5);
+  Tensor a = p.select(1, 0);
+  expect_near(r[2].select(0, 0), a * (2400.0 / 6.0), "rosenbrock_xxx / 6");
+  expect_near(r[3].select(0, 0), tg::full({2}, 100.0, kF64), "rosenbrock_xxxx / 24");
+  expect_near(r[4].select(0, 0), tg::zeros({2}, kF64), "rosenbrock, c_5");
+}
+
+// A custom Function with a Taylor rule: cube(x) = x^3.
+struct Cube : ag::Function<Cube> {
+  static Tensor forward(ag::AutogradContext* ctx, const Tensor& x) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["x"] = x;  // for taylor: saved variables exist only when recorded
+    return x * x * x;
+  }
+  static ag::variable_list backward(ag::AutogradContext* ctx, ag::variable_list g) {
+    Tensor x = ctx->get_saved_variables()[0];
+    return {g[0] * x * x * 3.0};
+  }
+  static std::vector<ag::variable_list> taylor(ag::AutogradContext* ctx, std::vector<ag::variable_list> c) {
+    Tensor x = std::any_cast<Tensor>(ctx->saved_data["x"]);
+    Tensor c1 = c[0][0], c2 = c[1][0];
+    // (x + c1 t + c2 t^2)^3 up to t^2: 3x^2 c1; 3x^2 c2 + 3x c1 c1.
+    return {{c1 * (x * x * 3.0)}, {c2 * (x * x * 3.0) + fwd::taylor_cross(c1, c1) * (x * 3.0)}};
+  }
+};
+struct CubeWithoutTaylor : ag::Function<CubeWithoutTaylor> {
+  static Tensor forward(ag::AutogradContext*, const Tensor& x) { return x * x * x; }
+  static ag::variable_list backward(ag::AutogradContext*, ag::variable_list g) { return g; }
+  static ag::variable_list jvp(ag::AutogradContext*, ag::variable_list t) { return t; }
+};
+
+// Per-sample Hessians by Taylor mode equal the reference rows.
+TEST(TaylorMode, PerSampleHessianMatchesRowsForGeneralNetworks) {
+  tg::manual_seed(9);
+  const int64_t B = 5, n = 3, d = 8;
+  Tensor w1 = tg::randn({d, n}, kF64) * 0.5, b1 = tg::randn({d}, kF64) * 0.1;
+  Tensor w2 = tg::randn({d, d}, kF64) * 0.3, w3 = tg::randn({2, d}, kF64) * 0.5;
+  Tensor freq = tg::randn({n, 4}, kF64), wf = tg::randn({2, 8}, kF64) * 0.3;
+  Tensor v1 = tg::randn({d, n}, kF64) * 0.5, v2 = tg::randn({1, d}, kF64) * 0.5;
+  std::vector<std::pair<std::string, Fn>> fns = {
+      {"residual MLP", [&](const Tensor& x) {
+         Tensor h = tg::silu(tg::linear(x, w1, b1));
+         h = h + tg::tanh(tg::linear(h, w2));  // residual block
+         return tg::linear(h, w3);
+       }},
+      {"Fourier features", [&](const Tensor& x) {
+         Tensor z = tg::matmul(x, freq);
+         Tensor f = tg::cat({tg::sin(z), tg::cos(z)}, 1);
+         return tg::linear(tg::tanh(f), wf);
+       }},
+      {"product of two networks", [&](const Tensor& x) {
+         Tensor a = tg::linear(tg::tanh(tg::linear(x, w1, b1)), w3);
+         Tensor b = tg::linear(tg::sigmoid(tg::linear(x, v1)), v2);
+         return a * b;  // [B, 2] * [B, 1]
+       }},
+      {"custom Function", [&](const Tensor& x) { return tg::linear(Cube::apply(tg::linear(x, w1, b1)), w3); }},
+      {"relu MLP", [&](const Tensor& x) { return tg::linear(tg::relu(tg::linear(x, w1, b1)), w3); }},
+  };
+  Tensor x = tg::randn({B, n}, kF64);
+  for (auto& [name, fn] : fns) {
+    SCOPED_TRACE(name);
+    Tensor want = ag::per_sample_hessian(fn, x, ag::HessianStrategy::Rows);
+    Tensor got = ag::per_sample_hessian(fn, x, ag::HessianStrategy::Taylor);
+    expect_near(got, want, name);
+  }
+  // The relu MLP's Hessian is exactly zero (structural).
+  Tensor relu_h = ag::per_sample_hessian(fns[4].second, x, ag::HessianStrategy::Taylor);
+  EXPECT_EQ(tg::abs(relu_h).amax().item<double>(), 0.0);
+  EXPECT_ERROR_CONTAINS(ag::per_sample_hessian([](const Tensor& z) { return CubeWithoutTaylor::apply(z); }, x,
+                                               ag::HessianStrategy::Taylor),
+                        "CubeWithoutTaylor: this custom Function has no Taylor-mode rule");
+  // Plain forward mode still takes its jvp, and the library stays usable.
+  {
+    fwd::dual_level level;
+    Tensor t = fwd::unpack_dual(CubeWithoutTaylor::apply(fwd::make_dual(x, tg::ones_like(x)))).tangent;
+    expect_near(t, tg::ones_like(x), "jvp after the error");
+  }
+}
+
+// With create_graph the Taylor Hessian is differentiable into the
+// parameters: equal to the gradient of the reference's.
+TEST(TaylorMode, HessianLossBackpropagatesIntoParameters) {
+  tg::manual_seed(10);
+  Tensor w1 = (tg::randn({6, 2}, kF64) * 0.5).requires_grad_(), w2 = (tg::randn({1, 6}, kF64) * 0.5).requires_grad_();
+  Fn f = [&](const Tensor& x) { return tg::linear(tg::tanh(tg::linear(x, w1)), w2); };
+  Tensor x = tg::randn({4, 2}, kF64);
+  auto grads = [&](ag::HessianStrategy s) {
+    Tensor h = ag::per_sample_hessian(f, x, s, true);
+    return ag::grad({tg::square(h).sum()}, {w1, w2});
+  };
+  std::vector<Tensor> want = grads(ag::HessianStrategy::Rows), got = grads(ag::HessianStrategy::Taylor);
+  expect_near(got[0], want[0], "d/dw1");
+  expect_near(got[1], want[1], "d/dw2");
+}
+
+// The Laplacian of a 100-input function equals the trace of its Hessian.
+TEST(TaylorMode, LaplacianOfHundredInputsIsTheHessianTrace) {
+  tg::manual_seed(11);
+  const int64_t B = 3, n = 100;
+  Tensor w1 = tg::randn({16, n}, kF64) * 0.1, w2 = tg::randn({2, 16}, kF64) * 0.3;
+  Fn f = [&](const Tensor& x) { return tg::linear(tg::tanh(tg::linear(x, w1)), w2) * tg::sin(x.sum({1}, true)); };
+  Tensor x = tg::randn({B, n}, kF64);
+  Tensor h = ag::per_sample_hessian(f, x, ag::HessianStrategy::BatchedCotangents);  // [B, 2, n, n]
+  Tensor trace = (h * tg::eye(n, kF64)).sum({2, 3});
+  expect_near(ag::laplacian(f, x), trace, "laplacian");
+}
+
+TEST(TaylorMode, MisuseSaysSo) {
+  EXPECT_ERROR_CONTAINS(fwd::taylor_level(0, 2), "taylor_level: the order must be >= 1");
+  EXPECT_ERROR_CONTAINS(fwd::taylor_level(2, {{{0, 3, 1.0}}}), "names a direction outside [0, 2)");
+  Tensor x = tg::ones({2}, kF64);
+  EXPECT_ERROR_CONTAINS(fwd::make_jet(x, {x}), "make_jet: no Taylor level is active");
+  fwd::taylor_level level(2, 1);
+  EXPECT_ERROR_CONTAINS(fwd::make_jet(x, {x.view({1, 2})}), "make_jet: the level has order 2, got 1");
+  EXPECT_ERROR_CONTAINS(fwd::make_jet(x, {x, Tensor()}), "make_jet: coefficient 1");
+  EXPECT_ERROR_CONTAINS(fwd::taylor_level(1, 1), "a dual level is already active");
+}
+
+TEST(TaylorModeGpu, MatchesCpu) {
+  REQUIRE_GPU();
+  tg::manual_seed(12);
+  Tensor w1 = tg::randn({8, 3}, kF64), w2 = tg::randn({2, 8}, kF64);
+  auto net = [](const Tensor& a, const Tensor& b) {
+    return [a, b](const Tensor& x) { return tg::linear(tg::silu(tg::linear(x, a)) * tg::sin(x.sum({1}, true)), b); };
+  };
+  Tensor x = tg::randn({6, 3}, kF64);
+  Tensor cpu = ag::per_sample_hessian(net(w1, w2), x, ag::HessianStrategy::Taylor);
+  Tensor gpu = ag::per_sample_hessian(net(w1.to(kGpu), w2.to(kGpu)), x.to(kGpu), ag::HessianStrategy::Taylor);
+  expect_near(gpu, cpu, "Taylor Hessian, GPU vs CPU");
+  expect_near(ag::laplacian(net(w1.to(kGpu), w2.to(kGpu)), x.to(kGpu)), ag::laplacian(net(w1, w2), x), "Laplacian");
+  expect_near(ag::derivative_operator(net(w1.to(kGpu), w2.to(kGpu)), x.to(kGpu), {{{0, 1, 2}}, {{1, 1}, 0.5}}),
+              ag::derivative_operator(net(w1, w2), x, {{{0, 1, 2}}, {{1, 1}, 0.5}}), "u_xyz + u_yy / 2");
+  for (const Case& c : cases()) {  // every op's fourth-order coefficients
+    SCOPED_TRACE(c.name);
+    if (c.name == "index" || c.name == "div_constant" || c.name == "pow_tensor_exponent_constant" ||
+        c.name.rfind("mm_constant", 0) == 0 || c.name == "linear")
+      continue;  // they close over CPU tensors
+    Tensor xc = tg::rand(c.shape, kF64) * (c.hi - c.lo) + c.lo;
+    tg::IntList ds = c.shape;
+    ds.insert(ds.begin(), 2);
+    Tensor dirs = tg::randn(ds, kF64);
+    std::vector<Tensor> a = taylor(c.fn, xc, dirs, 4), b = taylor(c.fn, xc.to(kGpu), dirs.to(kGpu), 4);
+    for (size_t k = 0; k < a.size(); ++k) expect_near(b[k], a[k], "c_" + std::to_string(k + 1), 1e-9);
+  }
+}
+
+}  // namespace

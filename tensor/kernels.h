@@ -133,6 +133,15 @@ struct Backend {
   // activation_grad); optional (null: mul, then activation_grad).
   void (*activation_grad_product)(Activation act, int order, const Tensor& out, const Tensor& g,
                                   const Tensor& g2, const Tensor& x);
+  // Taylor mode at order 2, one pass (autograd/ops/taylor.h): x [k + q, S]
+  // contiguous holds the first (k rows) and second (q rows) coefficients,
+  // d1 and d2 [S] contiguous the op's first two derivatives; writes out
+  // [k + q, S] = [d1 x1; d1 x2 + d2 / 2 * cross] with the cross term by
+  // `kind`: 0 (q == k): row a is x1[a]^2; 1 (q == 1): the sum over a of
+  // x1[a]^2; 2: row r is x1[pa[r]] x1[pb[r]] (pa, pb Int64 [q], on the
+  // device). Float32/64; optional (null: the composite).
+  void (*taylor2_unary)(int kind, int64_t k, const Tensor& out, const Tensor& x, const Tensor& d1,
+                        const Tensor& d2, const Tensor& pa, const Tensor& pb);
   // Sparse COO coalesce: lin Int64 [nnz] (row-major linear index over the
   // sparse sizes), values [nnz, D] contiguous, compute dtype. Sets
   // out_indices Int64 [sparse_dim, u] (sorted, unique) and out_values [u, D]

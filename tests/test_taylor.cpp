@@ -9,6 +9,7 @@
 // the CPU.
 #include <cmath>
 #include <functional>
+#include <optional>
 
 #include "reference.h"
 
@@ -148,16 +149,17 @@ TEST(TaylorMode, EveryOpsCoefficientsMatchReverseMode) {
     tg::IntList ds = c.shape;
     ds.insert(ds.begin(), 2);
     Tensor dirs = tg::randn(ds, kF64);
-    const int K = 4;
-    std::vector<Tensor> cf = taylor(c.fn, x, dirs, K);
     Tensor y = c.fn(x);
     Tensor weights = tg::randn(y.sizes(), kF64);
-    for (int64_t a = 0; a < 2; ++a)
+    for (int K : {2, 4})  // order 2: the fused rule where it applies
+    for (int64_t a = 0; a < 2; ++a) {
+      std::vector<Tensor> cf = taylor(c.fn, x, dirs, K);
       for (int k = 1; k <= K; ++k) {
         const double got = (cf[size_t(k - 1)].select(0, a) * weights).sum().item<double>() * factorial(k);
         const double want = reverse_directional(c.fn, x, weights, std::vector<Tensor>(size_t(k), dirs.select(0, a)));
-        EXPECT_NEAR(got, want, 1e-8 * (1 + std::abs(want))) << "order " << k << ", direction " << a;
+        EXPECT_NEAR(got, want, 1e-8 * (1 + std::abs(want))) << "order " << k << " of " << K << ", direction " << a;
       }
+    }
   }
 }
 
@@ -309,6 +311,31 @@ TEST(TaylorMode, HessianLossBackpropagatesIntoParameters) {
   std::vector<Tensor> want = grads(ag::HessianStrategy::Rows), got = grads(ag::HessianStrategy::Taylor);
   expect_near(got[0], want[0], "d/dw1");
   expect_near(got[1], want[1], "d/dw2");
+}
+
+// The fused order-2 rule's backward (each layout it covers: univariate,
+// one diagonal group, one pair per group) by gradcheck and gradgradcheck of
+// the second coefficients into x and the parameters.
+TEST(TaylorMode, FusedOrderTwoRuleGradchecks) {
+  tg::manual_seed(13);
+  Tensor x = (tg::randn({3, 2}, kF64)).requires_grad_();
+  Tensor w = (tg::randn({4, 2}, kF64) * 0.7).requires_grad_(), v = tg::randn({4}, kF64).requires_grad_();
+  Tensor dirs = tg::randn({2, 3, 2}, kF64);
+  for (int kind = 0; kind < 3; ++kind) {
+    SCOPED_TRACE("kind " + std::to_string(kind));
+    ag::TensorsFn second = [&](const ag::variable_list& p) {
+      std::optional<fwd::taylor_level> level;
+      if (kind == 0) level.emplace(2, 2);
+      else if (kind == 1) level.emplace(2, std::vector<std::vector<fwd::SecondOrderPair>>{{{0, 0, 1.0}, {1, 1, 1.0}}});
+      else level.emplace(2, std::vector<std::vector<fwd::SecondOrderPair>>{{{0, 1, 1.0}}, {{1, 1, 1.0}}, {{0, 0, 1.0}}});
+      Tensor y = tg::silu(tg::linear(fwd::make_jet(p[0], {dirs, Tensor()}), p[1])) * p[2];
+      return ag::variable_list{fwd::jet_coefficients(y)[1]};
+    };
+    auto r = ag::gradcheck(second, {x, w, v});
+    EXPECT_TRUE(r.ok) << r.message;
+    auto rr = ag::gradgradcheck(second, {x, w, v});
+    EXPECT_TRUE(rr.ok) << rr.message;
+  }
 }
 
 // The Laplacian of a 100-input function equals the trace of its Hessian.

@@ -7,6 +7,11 @@
 
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
+#include <tapegrad/tensor/raw.h>
+
+#include "autograd/ops/record.h"
+#include "tensor/kernels.h"
+#include "tensor/op_util.h"
 
 namespace tg::autograd {
 namespace ops_detail {
@@ -95,6 +100,98 @@ Tensor stack_blocks(const TaylorLayout& l, std::vector<Tensor> b, const Tensor& 
   }
   return parts.size() == 1 ? parts[0] : cat(parts, 0);
 }
+// ---- the fused order-2 unary rule -----------------------------------------------
+// y = [d1 x1; d1 x2 + d2 / 2 * cross(x1, x1)] in one kernel (kernels.h
+// taylor2_unary), for the layouts it covers (`kind`). Its backward is the
+// composite's, written with the differentiable ops (so it records again):
+//   dx1 = g1 d1 + d2 * (the cross term's adjoint), dx2 = g2 d1,
+//   dd1 = sum_rows g x, dd2 = sum_rows g2 cross / 2.
+class Taylor2UnaryBackward final : public OpNode {
+ public:
+  Taylor2UnaryBackward(int kind, int64_t k, Tensor pa, Tensor pb)
+      : OpNode("taylor2_unary", "Taylor2UnaryBackward"), kind_(kind), k_(k), pa_(std::move(pa)), pb_(std::move(pb)) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(3);
+    const Tensor& g = grads[0];
+    Tensor x = x_.unpack(this, "x"), d1 = d1_.unpack(this, "d1"), d2 = d2_.unpack(this, "d2");
+    const int64_t q = x.size(0) - k_;
+    Tensor x1 = x.narrow(0, 0, k_), x2 = x.narrow(0, k_, q), g1 = g.narrow(0, 0, k_), g2 = g.narrow(0, k_, q);
+    auto rows = [&](const Tensor& t, const Tensor& idx) { return index_select(t, 0, idx); };
+    if (should_compute_output(0)) {
+      Tensor dx1;
+      if (kind_ == 2) {  // row r of the cross term is x1[pa[r]] x1[pb[r]]
+        Tensor h = mul(g2, mul(d2, 0.5));
+        IntList s(size_t(x.dim()), 1);
+        s[0] = q;
+        auto spread = [&](const Tensor& idx) { return idx.view(s).expand(h.sizes()); };
+        dx1 = scatter_add(scatter_add(zeros_like(x1), 0, spread(pa_), mul(h, rows(x1, pb_))), 0, spread(pb_),
+                          mul(h, rows(x1, pa_)));
+        dx1 = add(mul(g1, d1), dx1);
+      } else {  // kind 0: g2 row a; kind 1: g2's one row, for every a
+        dx1 = add(mul(g1, d1), mul(mul(g2, x1), d2));
+      }
+      out[0] = cat({dx1, mul(g2, d1)}, 0);
+    }
+    if (should_compute_output(1)) out[1] = sum(mul(g, x), {0});
+    if (should_compute_output(2)) {
+      Tensor cross = kind_ == 0 ? mul(x1, x1) : kind_ == 1 ? sum(mul(x1, x1), {0}, true)
+                                                           : mul(rows(x1, pa_), rows(x1, pb_));
+      out[2] = mul(sum(mul(g2, cross), {0}), 0.5);
+    }
+    return out;
+  }
+  void release_variables() override {
+    x_.release();
+    d1_.release();
+    d2_.release();
+  }
+  SavedVariable x_, d1_, d2_;
+
+ private:
+  int kind_;
+  int64_t k_;
+  Tensor pa_, pb_;  // Int64, not differentiable
+};
+
+// Which fused kind covers the layout (-1: none).
+int taylor2_kind(const TaylorLayout& l, const PairTensors& p) {
+  if (l.order != 2 || p.weight.defined()) return -1;
+  if (l.univariate) return 0;
+  if (l.diagonal && l.second_rows == 1 && p.a_iota) return 1;
+  if (int64_t(l.pair_a.size()) == l.second_rows) return 2;
+  return -1;
+}
+
+// The fused rule, or undefined where it does not apply.
+Tensor taylor2_fused(const TaylorLayout& l, const Tensor& tx, const Tensor& d1, const Tensor& d2) {
+  if (!tx.defined() || !d1.defined() || !d2.defined()) return Tensor();
+  const ScalarType t = tx.dtype();
+  if ((t != kFloat32 && t != kFloat64) || d1.dtype() != t || d2.dtype() != t) return Tensor();
+  if (d1.device() != tx.device() || d2.device() != tx.device()) return Tensor();
+  IntList s = tx.sizes();
+  if (s.empty() || s[0] != l.batch()) return Tensor();
+  s.erase(s.begin());
+  if (d1.sizes() != s || d2.sizes() != s) return Tensor();
+  const kernels::Backend& be = kernels::backend(tx.device(), "taylor2_unary");
+  if (!be.taylor2_unary) return Tensor();
+  const PairTensors& p = pair_tensors(l, tx);
+  const int kind = taylor2_kind(l, p);
+  if (kind < 0) return Tensor();
+  auto compute = [&] {
+    Tensor x = tx.contiguous(), a1 = d1.contiguous(), a2 = d2.contiguous();
+    Tensor out = tg::detail::new_empty(x.sizes(), x.dtype(), x.device());
+    be.taylor2_unary(kind, l.directions, out, x, a1, a2, p.ia, p.ib);
+    return out;
+  };
+  if (!should_record({&tx, &d1, &d2})) return run_raw(compute);
+  auto node = make_node<Taylor2UnaryBackward>({&tx, &d1, &d2}, kind, l.directions, p.ia, p.ib);
+  Tensor out = run_raw(compute);
+  node->x_ = SavedVariable(tx, false);
+  node->d1_ = SavedVariable(d1, false);
+  node->d2_ = SavedVariable(d2, false);
+  return finish(out, node);
+}
+
 }  // namespace
 
 const forward_ad::TaylorLayout* fw_taylor() {
@@ -131,6 +228,8 @@ Tensor jet_cross(const Tensor& a, const Tensor& b, const Bilinear& f, bool same)
 Tensor jet_unary(const Tensor& tx, const std::vector<Tensor>& d) {
   const TaylorLayout& l = layout();
   const int K = l.order;
+  if (K == 2)
+    if (Tensor fused = taylor2_fused(l, tx, d[1], d[2]); fused.defined()) return fused;
   Tensor lin = d[1].defined() ? mul(tx, d[1]) : Tensor();
   bool higher = false;
   for (int j = 2; j <= K; ++j) higher = higher || d[size_t(j)].defined();

@@ -4,6 +4,7 @@
 // are dropped and adjacent dims merged) take the linear kernel, 16-byte
 // vectorized when aligned; others the strided kernel with the offset
 // calculator. Kernels run on the current stream of the output's device.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -222,6 +223,46 @@ void activation_grad_product_kernel(Activation act, int order, const Tensor& out
     launch(ops, 4, "activation_grad", ActivationGradProductFn<float>{act, order});
 }
 
+// ---- Taylor mode, order 2 (kernels.h) -----------------------------------------------------
+// One thread per element s, looping over the coefficient rows (coalesced
+// across threads: row r of every s is contiguous).
+template <class T>
+__global__ void taylor2_unary_k(int kind, int64_t k, int64_t q, int64_t S, T* __restrict__ o,
+                                const T* __restrict__ x, const T* __restrict__ d1, const T* __restrict__ d2,
+                                const int64_t* __restrict__ pa, const int64_t* __restrict__ pb) {
+  for (int64_t s = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; s < S; s += int64_t(gridDim.x) * blockDim.x) {
+    const T a1 = d1[s], h2 = d2[s] * T(0.5);
+    T acc = 0;
+    for (int64_t r = 0; r < k; ++r) {
+      const T v = x[r * S + s];
+      o[r * S + s] = a1 * v;
+      if (kind == 0) o[(k + r) * S + s] = a1 * x[(k + r) * S + s] + h2 * v * v;
+      else if (kind == 1) acc += v * v;
+    }
+    if (kind == 1) o[k * S + s] = a1 * x[k * S + s] + h2 * acc;
+    if (kind == 2)
+      for (int64_t r = 0; r < q; ++r) o[(k + r) * S + s] = a1 * x[(k + r) * S + s] + h2 * x[pa[r] * S + s] * x[pb[r] * S + s];
+  }
+}
+
+void taylor2_unary_kernel(int kind, int64_t k, const Tensor& out, const Tensor& x, const Tensor& d1,
+                          const Tensor& d2, const Tensor& pa, const Tensor& pb) {
+  const int64_t rows = x.size(0), q = rows - k, S = rows ? x.numel() / rows : 0;
+  if (S == 0) return;
+  DeviceGuard g(out.device().index());
+  const int threads = 256;
+  const int64_t blocks = std::min<int64_t>((S + threads - 1) / threads, int64_t(1) << 20);
+  const int64_t* ia = kind == 2 ? pa.data_ptr<int64_t>() : nullptr;
+  const int64_t* ib = kind == 2 ? pb.data_ptr<int64_t>() : nullptr;
+  if (out.dtype() == ScalarType::Float64)
+    taylor2_unary_k<double><<<unsigned(blocks), threads, 0, stream_of(out)>>>(
+        kind, k, q, S, out.data_ptr<double>(), x.data_ptr<double>(), d1.data_ptr<double>(), d2.data_ptr<double>(), ia, ib);
+  else
+    taylor2_unary_k<float><<<unsigned(blocks), threads, 0, stream_of(out)>>>(
+        kind, k, q, S, out.data_ptr<float>(), x.data_ptr<float>(), d1.data_ptr<float>(), d2.data_ptr<float>(), ia, ib);
+  TG_CUDA_CHECK(cudaGetLastError(), "taylor2_unary");
+}
+
 // ---- between devices --------------------------------------------------------------------
 void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
   size_t bytes = size_t(dst.numel()) * element_size(dst.dtype());
@@ -282,6 +323,7 @@ const kernels::Backend& backend() {
     t.copy_across = copy_across;
     t.activation_grad = activation_grad_kernel;
     t.activation_grad_product = activation_grad_product_kernel;
+    t.taylor2_unary = taylor2_unary_kernel;
     register_reduce_index_random(t);
     register_gemm(t);
     register_sparse(t);

@@ -187,7 +187,7 @@ def main():
                             row["JAX jit"] = run_jax(act, prec, mode, args.batch, args.runs)
                     except Exception as e:  # report, keep going
                         print(f"{name} {key}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-    names = ["tapegrad rows", "tapegrad batched", "tapegrad forward", "tapegrad taylor", "LibTorch C++", "PyTorch eager", "torch.func", "JAX jit"]
+    names = ["tapegrad rows", "tapegrad batched", "tapegrad forward", "tapegrad general", "tapegrad taylor", "LibTorch C++", "PyTorch eager", "torch.func", "JAX jit"]
     print("\n| act | prec | mode | " + " | ".join(names) + " |")
     print("|---|---|---|" + "---|" * len(names))
     for (act, prec, mode), row in results.items():

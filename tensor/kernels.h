@@ -142,6 +142,12 @@ struct Backend {
   // device). Float32/64; optional (null: the composite).
   void (*taylor2_unary)(int kind, int64_t k, const Tensor& out, const Tensor& x, const Tensor& d1,
                         const Tensor& d2, const Tensor& pa, const Tensor& pb);
+  // taylor2_unary's backward in one pass (not recorded): from g [k + q, S]
+  // and its inputs, writes dx [k + q, S], dd1 [S] = the sum over rows of
+  // g x, dd2 [S] = the sum over the second rows of g2 * cross / 2. Optional.
+  void (*taylor2_unary_backward)(int kind, int64_t k, const Tensor& dx, const Tensor& dd1, const Tensor& dd2,
+                                 const Tensor& g, const Tensor& x, const Tensor& d1, const Tensor& d2,
+                                 const Tensor& pa, const Tensor& pb);
   // Sparse COO coalesce: lin Int64 [nnz] (row-major linear index over the
   // sparse sizes), values [nnz, D] contiguous, compute dtype. Sets
   // out_indices Int64 [sparse_dim, u] (sorted, unique) and out_values [u, D]

@@ -103,7 +103,8 @@ Tensor stack_blocks(const TaylorLayout& l, std::vector<Tensor> b, const Tensor& 
 // ---- the fused order-2 unary rule -----------------------------------------------
 // y = [d1 x1; d1 x2 + d2 / 2 * cross(x1, x1)] in one kernel (kernels.h
 // taylor2_unary), for the layouts it covers (`kind`). Its backward is the
-// composite's, written with the differentiable ops (so it records again):
+// composite's, written with the differentiable ops (so it records again;
+// unrecorded, it is one kernel too):
 //   dx1 = g1 d1 + d2 * (the cross term's adjoint), dx2 = g2 d1,
 //   dd1 = sum_rows g x, dd2 = sum_rows g2 cross / 2.
 class Taylor2UnaryBackward final : public OpNode {
@@ -117,6 +118,19 @@ class Taylor2UnaryBackward final : public OpNode {
     const int64_t q = x.size(0) - k_;
     Tensor x1 = x.narrow(0, 0, k_), x2 = x.narrow(0, k_, q), g1 = g.narrow(0, 0, k_), g2 = g.narrow(0, k_, q);
     auto rows = [&](const Tensor& t, const Tensor& idx) { return index_select(t, 0, idx); };
+    const kernels::Backend& be = kernels::backend(x.device(), "taylor2_unary");
+    if (!autograd::is_grad_enabled() && be.taylor2_unary_backward && g.device() == x.device() &&
+        g.dtype() == x.dtype()) {  // not recorded: one kernel
+      Tensor gc = g.contiguous(), xc = x.contiguous(), a1 = d1.contiguous(), a2 = d2.contiguous();
+      Tensor dx = tg::detail::new_empty(xc.sizes(), xc.dtype(), xc.device());
+      Tensor dd1 = tg::detail::new_empty(a1.sizes(), a1.dtype(), a1.device());
+      Tensor dd2 = tg::detail::new_empty(a2.sizes(), a2.dtype(), a2.device());
+      be.taylor2_unary_backward(kind_, k_, dx, dd1, dd2, gc, xc, a1, a2, pa_, pb_);
+      if (should_compute_output(0)) out[0] = dx;
+      if (should_compute_output(1)) out[1] = dd1;
+      if (should_compute_output(2)) out[2] = dd2;
+      return out;
+    }
     if (should_compute_output(0)) {
       Tensor dx1;
       if (kind_ == 2) {  // row r of the cross term is x1[pa[r]] x1[pb[r]]

@@ -11,6 +11,7 @@
 #include <tapegrad/cuda/allocator.h>
 #include <tapegrad/cuda/graph.h>
 #include "tensor/element_math.h"
+#include "tensor/taylor2.h"
 #include "tensor/kernels.h"
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
@@ -223,43 +224,62 @@ void activation_grad_product_kernel(Activation act, int order, const Tensor& out
     launch(ops, 4, "activation_grad", ActivationGradProductFn<float>{act, order});
 }
 
-// ---- Taylor mode, order 2 (kernels.h) -----------------------------------------------------
+// ---- Taylor mode, order 2 (kernels.h, tensor/taylor2.h) ----------------------------------
 // One thread per element s, looping over the coefficient rows (coalesced
 // across threads: row r of every s is contiguous).
 template <class T>
 __global__ void taylor2_unary_k(int kind, int64_t k, int64_t q, int64_t S, T* __restrict__ o,
                                 const T* __restrict__ x, const T* __restrict__ d1, const T* __restrict__ d2,
                                 const int64_t* __restrict__ pa, const int64_t* __restrict__ pb) {
-  for (int64_t s = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; s < S; s += int64_t(gridDim.x) * blockDim.x) {
-    const T a1 = d1[s], h2 = d2[s] * T(0.5);
-    T acc = 0;
-    for (int64_t r = 0; r < k; ++r) {
-      const T v = x[r * S + s];
-      o[r * S + s] = a1 * v;
-      if (kind == 0) o[(k + r) * S + s] = a1 * x[(k + r) * S + s] + h2 * v * v;
-      else if (kind == 1) acc += v * v;
-    }
-    if (kind == 1) o[k * S + s] = a1 * x[k * S + s] + h2 * acc;
-    if (kind == 2)
-      for (int64_t r = 0; r < q; ++r) o[(k + r) * S + s] = a1 * x[(k + r) * S + s] + h2 * x[pa[r] * S + s] * x[pb[r] * S + s];
-  }
+  for (int64_t s = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; s < S; s += int64_t(gridDim.x) * blockDim.x)
+    kernels::taylor2_forward<T>(kind, k, q, S, o + s, x + s, d1[s], d2[s], pa, pb);
 }
+
+template <class T>
+__global__ void taylor2_unary_backward_k(int kind, int64_t k, int64_t q, int64_t S, T* __restrict__ dx,
+                                         T* __restrict__ dd1, T* __restrict__ dd2, const T* __restrict__ g,
+                                         const T* __restrict__ x, const T* __restrict__ d1,
+                                         const T* __restrict__ d2, const int64_t* __restrict__ pa,
+                                         const int64_t* __restrict__ pb) {
+  for (int64_t s = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; s < S; s += int64_t(gridDim.x) * blockDim.x)
+    kernels::taylor2_backward<T>(kind, k, q, S, dx + s, dd1 + s, dd2 + s, g + s, x + s, d1[s], d2[s], pa, pb);
+}
+
+// Blocks of 256 threads over S elements (grid-stride beyond 2^20 blocks).
+unsigned taylor2_blocks(int64_t S) { return unsigned(std::min<int64_t>((S + 255) / 256, int64_t(1) << 20)); }
 
 void taylor2_unary_kernel(int kind, int64_t k, const Tensor& out, const Tensor& x, const Tensor& d1,
                           const Tensor& d2, const Tensor& pa, const Tensor& pb) {
   const int64_t rows = x.size(0), q = rows - k, S = rows ? x.numel() / rows : 0;
   if (S == 0) return;
   DeviceGuard g(out.device().index());
-  const int threads = 256;
-  const int64_t blocks = std::min<int64_t>((S + threads - 1) / threads, int64_t(1) << 20);
   const int64_t* ia = kind == 2 ? pa.data_ptr<int64_t>() : nullptr;
   const int64_t* ib = kind == 2 ? pb.data_ptr<int64_t>() : nullptr;
   if (out.dtype() == ScalarType::Float64)
-    taylor2_unary_k<double><<<unsigned(blocks), threads, 0, stream_of(out)>>>(
+    taylor2_unary_k<double><<<taylor2_blocks(S), 256, 0, stream_of(out)>>>(
         kind, k, q, S, out.data_ptr<double>(), x.data_ptr<double>(), d1.data_ptr<double>(), d2.data_ptr<double>(), ia, ib);
   else
-    taylor2_unary_k<float><<<unsigned(blocks), threads, 0, stream_of(out)>>>(
+    taylor2_unary_k<float><<<taylor2_blocks(S), 256, 0, stream_of(out)>>>(
         kind, k, q, S, out.data_ptr<float>(), x.data_ptr<float>(), d1.data_ptr<float>(), d2.data_ptr<float>(), ia, ib);
+  TG_CUDA_CHECK(cudaGetLastError(), "taylor2_unary");
+}
+
+void taylor2_unary_backward_kernel(int kind, int64_t k, const Tensor& dx, const Tensor& dd1, const Tensor& dd2,
+                                   const Tensor& g, const Tensor& x, const Tensor& d1, const Tensor& d2,
+                                   const Tensor& pa, const Tensor& pb) {
+  const int64_t rows = x.size(0), q = rows - k, S = rows ? x.numel() / rows : 0;
+  if (S == 0) return;
+  DeviceGuard guard(dx.device().index());
+  const int64_t* ia = kind == 2 ? pa.data_ptr<int64_t>() : nullptr;
+  const int64_t* ib = kind == 2 ? pb.data_ptr<int64_t>() : nullptr;
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    taylor2_unary_backward_k<T><<<taylor2_blocks(S), 256, 0, stream_of(dx)>>>(
+        kind, k, q, S, dx.data_ptr<T>(), dd1.data_ptr<T>(), dd2.data_ptr<T>(), g.data_ptr<T>(), x.data_ptr<T>(),
+        d1.data_ptr<T>(), d2.data_ptr<T>(), ia, ib);
+  };
+  if (dx.dtype() == ScalarType::Float64) run(double{});
+  else run(float{});
   TG_CUDA_CHECK(cudaGetLastError(), "taylor2_unary");
 }
 
@@ -324,6 +344,7 @@ const kernels::Backend& backend() {
     t.activation_grad = activation_grad_kernel;
     t.activation_grad_product = activation_grad_product_kernel;
     t.taylor2_unary = taylor2_unary_kernel;
+    t.taylor2_unary_backward = taylor2_unary_backward_kernel;
     register_reduce_index_random(t);
     register_gemm(t);
     register_sparse(t);

@@ -7,6 +7,7 @@
 #include <Eigen/Core>
 
 #include "tensor/element_math.h"
+#include "tensor/taylor2.h"
 #include "tensor/cpu/cpu_kernels.h"
 #include "tensor/cpu/loops.h"
 
@@ -163,47 +164,47 @@ void activation_grad_kernel(Activation act, int order, const Tensor& out, const 
   });
 }
 
-// Taylor mode, order 2 (kernels.h): per element s, the rows of x at s.
+// Taylor mode, order 2 (kernels.h, tensor/taylor2.h), over chunks of s.
+template <class F>
+void taylor2_loop(const Tensor& x, F&& f) {
+  const int64_t rows = x.size(0), S = rows ? x.numel() / rows : 0;
+  parallel_for(S, std::max<int64_t>(256, 32768 / std::max<int64_t>(rows, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t s = b; s < e; ++s) f(s, S);
+  });
+}
+
 void taylor2_unary_kernel(int kind, int64_t k, const Tensor& out, const Tensor& x, const Tensor& d1,
                           const Tensor& d2, const Tensor& pa, const Tensor& pb) {
-  const int64_t rows = x.size(0), q = rows - k, S = rows ? x.numel() / rows : 0;
+  const int64_t q = x.size(0) - k;
   dispatch_compute(out.dtype(), "taylor2_unary", [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<T>) {
       T* o = out.data_ptr<T>();
-      const T *xp = x.data_ptr<T>(), *a1p = d1.data_ptr<T>(), *a2p = d2.data_ptr<T>();
+      const T *xp = x.data_ptr<T>(), *a1 = d1.data_ptr<T>(), *a2 = d2.data_ptr<T>();
       const int64_t* ia = kind == 2 ? pa.data_ptr<int64_t>() : nullptr;
       const int64_t* ib = kind == 2 ? pb.data_ptr<int64_t>() : nullptr;
-      // Chunks of s, row by row inside (contiguous, vectorizable loops).
-      constexpr int64_t kChunk = 512;
-      parallel_for((S + kChunk - 1) / kChunk, std::max<int64_t>(1, 64 / std::max<int64_t>(rows, 1)),
-                   [&](int64_t cb, int64_t ce) {
-        T acc[kChunk], h2[kChunk];
-        for (int64_t c = cb; c < ce; ++c) {
-          const int64_t s0 = c * kChunk, n = std::min(kChunk, S - s0);
-          const T* a1 = a1p + s0;
-          for (int64_t i = 0; i < n; ++i) h2[i] = a2p[s0 + i] * T(0.5), acc[i] = 0;
-          for (int64_t r = 0; r < k; ++r) {
-            const T* v = xp + r * S + s0;
-            T* y = o + r * S + s0;
-            for (int64_t i = 0; i < n; ++i) y[i] = a1[i] * v[i];
-            if (kind == 0) {
-              const T* v2 = xp + (k + r) * S + s0;
-              T* y2 = o + (k + r) * S + s0;
-              for (int64_t i = 0; i < n; ++i) y2[i] = a1[i] * v2[i] + h2[i] * v[i] * v[i];
-            } else if (kind == 1) {
-              for (int64_t i = 0; i < n; ++i) acc[i] += v[i] * v[i];
-            }
-          }
-          if (kind == 1)
-            for (int64_t i = 0; i < n; ++i) o[k * S + s0 + i] = a1[i] * xp[k * S + s0 + i] + h2[i] * acc[i];
-          if (kind == 2)
-            for (int64_t r = 0; r < q; ++r) {
-              const T *va = xp + ia[r] * S + s0, *vb = xp + ib[r] * S + s0, *v2 = xp + (k + r) * S + s0;
-              T* y2 = o + (k + r) * S + s0;
-              for (int64_t i = 0; i < n; ++i) y2[i] = a1[i] * v2[i] + h2[i] * va[i] * vb[i];
-            }
-        }
+      taylor2_loop(x, [&](int64_t s, int64_t S) {
+        kernels::taylor2_forward<T>(kind, k, q, S, o + s, xp + s, a1[s], a2[s], ia, ib);
+      });
+    } else {
+      TG_INTERNAL_ASSERT(false, "taylor2_unary: integer dtype");
+    }
+  });
+}
+
+void taylor2_unary_backward_kernel(int kind, int64_t k, const Tensor& dx, const Tensor& dd1, const Tensor& dd2,
+                                   const Tensor& g, const Tensor& x, const Tensor& d1, const Tensor& d2,
+                                   const Tensor& pa, const Tensor& pb) {
+  const int64_t q = x.size(0) - k;
+  dispatch_compute(dx.dtype(), "taylor2_unary", [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_floating_point_v<T>) {
+      T *o = dx.data_ptr<T>(), *o1 = dd1.data_ptr<T>(), *o2 = dd2.data_ptr<T>();
+      const T *gp = g.data_ptr<T>(), *xp = x.data_ptr<T>(), *a1 = d1.data_ptr<T>(), *a2 = d2.data_ptr<T>();
+      const int64_t* ia = kind == 2 ? pa.data_ptr<int64_t>() : nullptr;
+      const int64_t* ib = kind == 2 ? pb.data_ptr<int64_t>() : nullptr;
+      taylor2_loop(x, [&](int64_t s, int64_t S) {
+        kernels::taylor2_backward<T>(kind, k, q, S, o + s, o1 + s, o2 + s, gp + s, xp + s, a1[s], a2[s], ia, ib);
       });
     } else {
       TG_INTERNAL_ASSERT(false, "taylor2_unary: integer dtype");
@@ -312,6 +313,7 @@ void register_elementwise(kernels::Backend& b) {
   b.where = where_kernel;
   b.activation_grad = activation_grad_kernel;
   b.taylor2_unary = taylor2_unary_kernel;
+  b.taylor2_unary_backward = taylor2_unary_backward_kernel;
 }
 
 }  // namespace tg::cpu

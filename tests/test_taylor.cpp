@@ -373,6 +373,13 @@ TEST(TaylorModeGpu, MatchesCpu) {
   Tensor gpu = ag::per_sample_hessian(net(w1.to(kGpu), w2.to(kGpu)), x.to(kGpu), ag::HessianStrategy::Taylor);
   expect_near(gpu, cpu, "Taylor Hessian, GPU vs CPU");
   expect_near(ag::laplacian(net(w1.to(kGpu), w2.to(kGpu)), x.to(kGpu)), ag::laplacian(net(w1, w2), x), "Laplacian");
+  // The weight gradient of a Hessian loss (the fused rule's backward kernel).
+  auto weight_grad = [&](const Tensor& a, const Tensor& b, const Tensor& at) {
+    Tensor wa = a.detach().requires_grad_(), wb = b.detach().requires_grad_();
+    Tensor h = ag::per_sample_hessian(net(wa, wb), at, ag::HessianStrategy::Taylor, true);
+    return ag::grad({tg::square(h).sum()}, {wa})[0];
+  };
+  expect_near(weight_grad(w1.to(kGpu), w2.to(kGpu), x.to(kGpu)), weight_grad(w1, w2, x), "d/dw of |H|^2");
   expect_near(ag::derivative_operator(net(w1.to(kGpu), w2.to(kGpu)), x.to(kGpu), {{{0, 1, 2}}, {{1, 1}, 0.5}}),
               ag::derivative_operator(net(w1, w2), x, {{{0, 1, 2}}, {{1, 1}, 0.5}}), "u_xyz + u_yy / 2");
   for (const Case& c : cases()) {  // every op's fourth-order coefficients

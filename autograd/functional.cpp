@@ -314,9 +314,16 @@ std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor&
   const forward_ad::TaylorLayout& l = *forward_ad::taylor_layout();
   AutoGradMode grad_mode(record);  // without create_graph nothing needs a history
   const int64_t B = xi.size(0), n = xi.size(1);
-  std::vector<Tensor> c(size_t(l.order));
-  c[0] = dirs.view({dirs.size(0), 1, n}).expand({dirs.size(0), B, n});
-  Tensor y = fn(forward_ad::make_jet(xi, c));
+  // The stacked coefficients [dirs; 0], the same for every sample: kept
+  // broadcast (stride 0 over B), so a first layer's GEMM runs on one copy.
+  Tensor tangent;
+  {
+    forward_ad::detail::Suspend pause;
+    tangent = cat({dirs, zeros({l.batch() - dirs.size(0), n}, dirs.options())}, 0)
+                  .view({l.batch(), 1, n})
+                  .expand({l.batch(), B, n});
+  }
+  Tensor y = fn(forward_ad::make_dual(xi, tangent));
   TG_CHECK(y.defined(), op, ": fn returned an undefined tensor");
   check_batched_output(y, B, op);
   std::vector<Tensor> out = forward_ad::jet_coefficients(y);

@@ -127,6 +127,19 @@ Tensor autograd::ops::linear(const Tensor& x, const Tensor& w, const Tensor& b) 
 // views and mm/bmm, so each GEMM node trims on its own.
 Tensor autograd::ops::matmul(const Tensor& a, const Tensor& b) {
   if (a.defined() && a.is_sparse()) return autograd::impl::sparse_mm(a, b, "matmul");
+  // a broadcast along a leading dim (stride 0: e.g. Taylor mode's input
+  // directions, the same for every sample) times a matrix: one copy's
+  // product, expanded (the GEMM shrinks by that dim's size).
+  if (a.defined() && b.defined() && a.dim() >= 2 && b.dim() == 2 && !b.is_sparse()) {
+    Tensor one = a;
+    for (int64_t d = 0; d + 1 < a.dim(); ++d)
+      if (a.size(d) > 1 && a.stride(d) == 0) one = one.narrow(d, 0, 1);
+    if (!one.is_same(a)) {
+      IntList shape = a.sizes();
+      shape.back() = b.size(1);
+      return tg::matmul(one, b).expand(shape);
+    }
+  }
   if (!should_record({&a, &b}) && !fw_any({&a, &b})) return raw::matmul(a, b);
   int64_t da = a.dim(), db = b.dim();
   TG_CHECK(da >= 1 && db >= 1, "matmul: both arguments need at least 1 dimension, got ",

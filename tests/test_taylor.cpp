@@ -139,21 +139,25 @@ std::vector<Case> cases() {
   };
 }
 
+// A case's input (in its range) and k random directions [k] + its shape.
+std::pair<Tensor, Tensor> sample(const Case& c, int64_t k) {
+  Tensor x = tg::rand(c.shape, kF64) * (c.hi - c.lo) + c.lo;
+  tg::IntList ds = c.shape;
+  ds.insert(ds.begin(), k);
+  return {x, tg::randn(ds, kF64)};
+}
+
 // Univariate coefficients of every op to the fourth order along two random
 // directions, against nested reverse mode.
 TEST(TaylorMode, EveryOpsCoefficientsMatchReverseMode) {
   tg::manual_seed(7);
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name);
-    Tensor x = tg::rand(c.shape, kF64) * (c.hi - c.lo) + c.lo;
-    tg::IntList ds = c.shape;
-    ds.insert(ds.begin(), 2);
-    Tensor dirs = tg::randn(ds, kF64);
-    Tensor y = c.fn(x);
-    Tensor weights = tg::randn(y.sizes(), kF64);
-    for (int K : {2, 4})  // order 2: the fused rule where it applies
-    for (int64_t a = 0; a < 2; ++a) {
+    auto [x, dirs] = sample(c, 2);
+    Tensor weights = tg::randn(c.fn(x).sizes(), kF64);
+    for (int K : {2, 4}) {  // order 2: the fused rule where it applies
       std::vector<Tensor> cf = taylor(c.fn, x, dirs, K);
+      for (int64_t a = 0; a < 2; ++a)
       for (int k = 1; k <= K; ++k) {
         const double got = (cf[size_t(k - 1)].select(0, a) * weights).sum().item<double>() * factorial(k);
         const double want = reverse_directional(c.fn, x, weights, std::vector<Tensor>(size_t(k), dirs.select(0, a)));
@@ -168,10 +172,7 @@ TEST(TaylorMode, SecondOrderGroupsMatchMixedPartials) {
   tg::manual_seed(8);
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name);
-    Tensor x = tg::rand(c.shape, kF64) * (c.hi - c.lo) + c.lo;
-    tg::IntList ds = c.shape;
-    ds.insert(ds.begin(), 3);
-    Tensor dirs = tg::randn(ds, kF64);
+    auto [x, dirs] = sample(c, 3);
     // group 0: (0, 1); group 1: 0.5 (2, 2) - 2 (0, 2) + (1, 1); group 2: (1, 0) weight 3.
     std::vector<std::vector<fwd::SecondOrderPair>> groups = {
         {{0, 1, 1.0}}, {{2, 2, 0.5}, {0, 2, -2.0}, {1, 1, 1.0}}, {{1, 0, 3.0}}};
@@ -387,10 +388,7 @@ TEST(TaylorModeGpu, MatchesCpu) {
     if (c.name == "index" || c.name == "div_constant" || c.name == "pow_tensor_exponent_constant" ||
         c.name.rfind("mm_constant", 0) == 0 || c.name == "linear")
       continue;  // they close over CPU tensors
-    Tensor xc = tg::rand(c.shape, kF64) * (c.hi - c.lo) + c.lo;
-    tg::IntList ds = c.shape;
-    ds.insert(ds.begin(), 2);
-    Tensor dirs = tg::randn(ds, kF64);
+    auto [xc, dirs] = sample(c, 2);
     std::vector<Tensor> a = taylor(c.fn, xc, dirs, 4), b = taylor(c.fn, xc.to(kGpu), dirs.to(kGpu), 4);
     for (size_t k = 0; k < a.size(); ++k) expect_near(b[k], a[k], "c_" + std::to_string(k + 1), 1e-9);
   }

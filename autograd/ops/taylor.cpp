@@ -167,11 +167,16 @@ class Taylor2UnaryBackward final : public OpNode {
   Tensor pa_, pb_;  // Int64, not differentiable
 };
 
-// Which fused kind covers the layout (-1: none).
-int taylor2_kind(const TaylorLayout& l, const PairTensors& p) {
-  if (l.order != 2 || p.weight.defined()) return -1;
+// Which fused kind covers the layout (-1: none); read on the host, so the
+// univariate and Laplacian layouts copy no index tensors to the device.
+int taylor2_kind(const TaylorLayout& l) {
+  if (l.order != 2) return -1;
+  for (double w : l.pair_weight)
+    if (w != 1.0) return -1;
   if (l.univariate) return 0;
-  if (l.diagonal && l.second_rows == 1 && p.a_iota) return 1;
+  bool iota = int64_t(l.pair_a.size()) == l.directions;
+  for (size_t i = 0; iota && i < l.pair_a.size(); ++i) iota = l.pair_a[i] == int64_t(i);
+  if (l.diagonal && l.second_rows == 1 && iota) return 1;
   if (int64_t(l.pair_a.size()) == l.second_rows) return 2;
   return -1;
 }
@@ -188,17 +193,22 @@ Tensor taylor2_fused(const TaylorLayout& l, const Tensor& tx, const Tensor& d1, 
   if (d1.sizes() != s || d2.sizes() != s) return Tensor();
   const kernels::Backend& be = kernels::backend(tx.device(), "taylor2_unary");
   if (!be.taylor2_unary) return Tensor();
-  const PairTensors& p = pair_tensors(l, tx);
-  const int kind = taylor2_kind(l, p);
+  const int kind = taylor2_kind(l);
   if (kind < 0) return Tensor();
+  Tensor pa, pb;  // kind 2's pairs
+  if (kind == 2) {
+    const PairTensors& p = pair_tensors(l, tx);
+    pa = p.ia;
+    pb = p.ib;
+  }
   auto compute = [&] {
     Tensor x = tx.contiguous(), a1 = d1.contiguous(), a2 = d2.contiguous();
     Tensor out = tg::detail::new_empty(x.sizes(), x.dtype(), x.device());
-    be.taylor2_unary(kind, l.directions, out, x, a1, a2, p.ia, p.ib);
+    be.taylor2_unary(kind, l.directions, out, x, a1, a2, pa, pb);
     return out;
   };
   if (!should_record({&tx, &d1, &d2})) return run_raw(compute);
-  auto node = make_node<Taylor2UnaryBackward>({&tx, &d1, &d2}, kind, l.directions, p.ia, p.ib);
+  auto node = make_node<Taylor2UnaryBackward>({&tx, &d1, &d2}, kind, l.directions, pa, pb);
   Tensor out = run_raw(compute);
   node->x_ = SavedVariable(tx, false);
   node->d1_ = SavedVariable(d1, false);

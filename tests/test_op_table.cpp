@@ -6,7 +6,9 @@
 // Samples are awkward on purpose: transposed (non-contiguous), broadcast,
 // zero-size, 0-dim, each op inside its domain. A test fails when an op of the
 // op list (ops.def) that autograd records has no entry, so coverage cannot
-// drift from the list.
+// drift from the list. Every sample also checks forward mode (gradcheck's
+// check_forward_ad and check_batched_forward_ad) and Taylor mode to the
+// third order (taylor_mismatch).
 #include <cmath>
 #include <map>
 #include <set>
@@ -248,6 +250,64 @@ bool is_sparse_entry(const std::string& id) {
   return false;
 }
 
+// Taylor mode against forward mode: every input moves along a random
+// cubic x(t) = x + v t + w t^2 + u t^3 (so the higher input coefficients
+// are exercised too); y(t) = fn(x(t)) has y'(t) = g(t), the forward-mode
+// J(x(t)) x'(t) (itself checked by gradcheck's check_forward_ad), and an
+// order-3 Taylor pass must give c_2 = g'(0) / 2 and c_3 = g''(0) / 6, here
+// by central differences of g. Returns an empty string when they agree.
+std::string taylor_mismatch(const Fn& fn, const variable_list& in) {
+  namespace fwd = tg::autograd::forward_ad;
+  tg::manual_seed(77);
+  variable_list v, w, u;
+  for (const Tensor& t : in) {
+    v.push_back(tg::randn_like(t.detach()));
+    w.push_back(tg::randn_like(t.detach()));
+    u.push_back(tg::randn_like(t.detach()));
+  }
+  auto g = [&](double t) {
+    fwd::dual_level level;
+    variable_list d;
+    for (size_t i = 0; i < in.size(); ++i)
+      d.push_back(fwd::make_dual(in[i].detach() + v[i] * t + w[i] * (t * t) + u[i] * (t * t * t),
+                                 v[i] + w[i] * (2 * t) + u[i] * (3 * t * t)));
+    Tensor out = fn(d);
+    Tensor tan = fwd::unpack_dual(out).tangent;
+    return tan.defined() ? tan.detach() : tg::zeros_like(out.detach());
+  };
+  std::vector<Tensor> c;
+  {
+    fwd::taylor_level level(3, 1);
+    variable_list d;
+    for (size_t i = 0; i < in.size(); ++i)
+      d.push_back(fwd::make_jet(in[i].detach(), {v[i].unsqueeze(0), w[i].unsqueeze(0), u[i].unsqueeze(0)}));
+    Tensor out = fn(d);
+    c = fwd::jet_coefficients(out);
+    for (Tensor& t : c) t = t.defined() ? t.select(0, 0).detach() : tg::zeros_like(out.detach());
+  }
+  const double h = 1e-4;
+  Tensor plus = g(h), zero = g(0), minus = g(-h);
+  Tensor want2 = (plus - minus) / (4 * h), want3 = (plus - zero * 2.0 + minus) / (6 * h * h);
+  std::ostringstream msg;
+  auto compare = [&](Tensor got, Tensor want, const char* name) {
+    if (got.numel() == 0) return;
+    // NaN where the value is NaN (mean over nothing) on both sides: equal.
+    Tensor nan_got = tg::ne(got, got), nan_want = tg::ne(want, want);
+    if (!tg::equal(nan_got, nan_want)) {
+      msg << name << ": NaN in one of Taylor mode and forward mode only; ";
+      return;
+    }
+    got = tg::where(nan_got, 0.0, got);
+    want = tg::where(nan_want, 0.0, want);
+    const double err = tg::abs(got - want).amax().item<double>();
+    const double tol = 1e-5 * (1 + tg::abs(want).amax().item<double>());
+    if (!(err <= tol)) msg << name << ": max |Taylor - finite differences of g| = " << err << " > " << tol << "; ";
+  };
+  compare(c[1], want2, "c_2");
+  compare(c[2], want3, "c_3");
+  return msg.str();
+}
+
 class OpTable : public ::testing::TestWithParam<tg::DeviceType> {};
 
 TEST_P(OpTable, GradcheckAndGradgradcheckEveryOp) {
@@ -284,6 +344,12 @@ TEST_P(OpTable, GradcheckAndGradgradcheckEveryOp) {
         EXPECT_TRUE(r1.ok) << "gradcheck: " << r1.message;
         auto r2 = tg::autograd::gradgradcheck(fn, in, options);
         EXPECT_TRUE(r2.ok) << "gradgradcheck: " << r2.message;
+        // Taylor mode rides in batched tangents; ops through float32 (a
+        // coarse step) leave no room for second differences.
+        if (options.check_batched_forward_ad && options.eps == tg::autograd::GradcheckOptions().eps) {
+          const std::string bad = taylor_mismatch(fn, in);
+          EXPECT_TRUE(bad.empty()) << "Taylor mode: " << bad;
+        }
       } catch (const std::exception& e) {
         ADD_FAILURE() << "threw: " << e.what();
       }

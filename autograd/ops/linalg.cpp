@@ -114,9 +114,15 @@ Tensor autograd::ops::linear(const Tensor& x, const Tensor& w, const Tensor& b) 
   if (fw_any({&x, &w, &b})) {
     const Tensor tx = fw_t(x), tw = fw_t(w), tb = fw_t(b);
     fw_rule(out, [&] {
-      // Batched: tw^T [k, in, out] padded so x's leading dims broadcast.
-      Tensor twt = tw.defined() ? fw_pad(tw.transpose(-1, -2), x.dim()) : Tensor();
-      Tensor t = jet_product(x, tx, w.t(), twt, [](const Tensor& u, const Tensor& v) { return tg::matmul(u, v); });
+      // A 1-D x as a row [1, in] (so a batched tangent [k, 1, in] stays a
+      // batch of rows in the Taylor cross terms); batched: tw^T [k, in, out]
+      // padded so x's leading dims broadcast.
+      const bool vec = x.dim() == 1;
+      const Tensor x2 = vec ? x.unsqueeze(0) : x;
+      const Tensor tx2 = vec && tx.defined() ? tx.unsqueeze(-2) : tx;
+      Tensor twt = tw.defined() ? fw_pad(tw.transpose(-1, -2), x2.dim()) : Tensor();
+      Tensor t = jet_product(x2, tx2, w.t(), twt, [](const Tensor& u, const Tensor& v) { return tg::matmul(u, v); });
+      if (vec && t.defined()) t = t.squeeze(-2);
       return fw_add(t, fw_pad(tb, out.dim()));
     });
   }

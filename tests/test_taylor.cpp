@@ -339,6 +339,34 @@ TEST(TaylorMode, FusedOrderTwoRuleGradchecks) {
   }
 }
 
+// bf16 and f16 networks: the fused rule computes in float; the Hessian,
+// the Laplacian and a weight gradient against float64 within half rounding.
+TEST(TaylorMode, HalfPrecisionNetworks) {
+  tg::manual_seed(14);
+  Tensor w1 = tg::randn({8, 3}, kF64) * 0.5, w2 = tg::randn({2, 8}, kF64) * 0.5, x = tg::randn({5, 3}, kF64);
+  auto net = [](const Tensor& a, const Tensor& b) {
+    return [a, b](const Tensor& z) { return tg::linear(tg::tanh(tg::linear(z, a)), b); };
+  };
+  // References by reverse mode (the rows), in float64.
+  auto trace = [](const Tensor& h) { return (h * tg::eye(3, kF64)).sum({2, 3}); };
+  Tensor h64 = ag::per_sample_hessian(net(w1, w2), x, ag::HessianStrategy::Rows);
+  Tensor l64 = trace(h64);
+  for (tg::ScalarType t : {tg::kBFloat16, tg::kFloat16}) {
+    SCOPED_TRACE(tg::to_string(t));
+    Tensor a = w1.to(t), b = w2.to(t), xt = x.to(t);
+    Tensor h = ag::per_sample_hessian(net(a, b), xt, ag::HessianStrategy::Taylor);
+    EXPECT_EQ(h.dtype(), t);
+    expect_near(h.to(tg::kFloat64), h64, "Hessian", 5e-2);
+    expect_near(ag::laplacian(net(a, b), xt).to(tg::kFloat64), l64, "Laplacian", 5e-2);
+    Tensor ar = a.detach().requires_grad_();
+    Tensor g = ag::grad({ag::laplacian(net(ar, b), xt, true).sum()}, {ar})[0];
+    Tensor w64 = w1.detach().requires_grad_();
+    Tensor g64 = ag::grad({trace(ag::per_sample_hessian(net(w64, w2), x, ag::HessianStrategy::Rows, true)).sum()},
+                          {w64})[0];
+    expect_near(g.to(tg::kFloat64), g64, "d/dw of the Laplacian", 5e-2);
+  }
+}
+
 // The Laplacian of a 100-input function equals the trace of its Hessian.
 TEST(TaylorMode, LaplacianOfHundredInputsIsTheHessianTrace) {
   tg::manual_seed(11);

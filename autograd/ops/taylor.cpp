@@ -119,16 +119,18 @@ class Taylor2UnaryBackward final : public OpNode {
     Tensor x1 = x.narrow(0, 0, k_), x2 = x.narrow(0, k_, q), g1 = g.narrow(0, 0, k_), g2 = g.narrow(0, k_, q);
     auto rows = [&](const Tensor& t, const Tensor& idx) { return index_select(t, 0, idx); };
     const kernels::Backend& be = kernels::backend(x.device(), "taylor2_unary");
-    if (!autograd::is_grad_enabled() && be.taylor2_unary_backward && g.device() == x.device() &&
-        g.dtype() == x.dtype()) {  // not recorded: one kernel
-      Tensor gc = g.contiguous(), xc = x.contiguous(), a1 = d1.contiguous(), a2 = d2.contiguous();
-      Tensor dx = tg::detail::new_empty(xc.sizes(), xc.dtype(), xc.device());
-      Tensor dd1 = tg::detail::new_empty(a1.sizes(), a1.dtype(), a1.device());
-      Tensor dd2 = tg::detail::new_empty(a2.sizes(), a2.dtype(), a2.device());
+    if (!autograd::is_grad_enabled() && be.taylor2_unary_backward && g.device() == x.device()) {
+      // Not recorded: one kernel (half types compute in float).
+      const ScalarType t = x.dtype(), ct = tg::detail::compute_type(t);
+      Tensor gc = g.to(ct).contiguous(), xc = x.to(ct).contiguous(), a1 = d1.to(ct).contiguous(),
+             a2 = d2.to(ct).contiguous();
+      Tensor dx = tg::detail::new_empty(xc.sizes(), ct, xc.device());
+      Tensor dd1 = tg::detail::new_empty(a1.sizes(), ct, a1.device());
+      Tensor dd2 = tg::detail::new_empty(a2.sizes(), ct, a2.device());
       be.taylor2_unary_backward(kind_, k_, dx, dd1, dd2, gc, xc, a1, a2, pa_, pb_);
-      if (should_compute_output(0)) out[0] = dx;
-      if (should_compute_output(1)) out[1] = dd1;
-      if (should_compute_output(2)) out[2] = dd2;
+      if (should_compute_output(0)) out[0] = dx.to(t);
+      if (should_compute_output(1)) out[1] = dd1.to(d1.dtype());
+      if (should_compute_output(2)) out[2] = dd2.to(d2.dtype());
       return out;
     }
     if (should_compute_output(0)) {
@@ -185,7 +187,7 @@ int taylor2_kind(const TaylorLayout& l) {
 Tensor taylor2_fused(const TaylorLayout& l, const Tensor& tx, const Tensor& d1, const Tensor& d2) {
   if (!tx.defined() || !d1.defined() || !d2.defined()) return Tensor();
   const ScalarType t = tx.dtype();
-  if ((t != kFloat32 && t != kFloat64) || d1.dtype() != t || d2.dtype() != t) return Tensor();
+  if (!tx.is_floating_point() || d1.dtype() != t || d2.dtype() != t) return Tensor();
   if (d1.device() != tx.device() || d2.device() != tx.device()) return Tensor();
   IntList s = tx.sizes();
   if (s.empty() || s[0] != l.batch()) return Tensor();
@@ -201,11 +203,12 @@ Tensor taylor2_fused(const TaylorLayout& l, const Tensor& tx, const Tensor& d1, 
     pa = p.ia;
     pb = p.ib;
   }
-  auto compute = [&] {
-    Tensor x = tx.contiguous(), a1 = d1.contiguous(), a2 = d2.contiguous();
-    Tensor out = tg::detail::new_empty(x.sizes(), x.dtype(), x.device());
+  auto compute = [&] {  // half types compute in float
+    const ScalarType ct = tg::detail::compute_type(t);
+    Tensor x = tx.to(ct).contiguous(), a1 = d1.to(ct).contiguous(), a2 = d2.to(ct).contiguous();
+    Tensor out = tg::detail::new_empty(x.sizes(), ct, x.device());
     be.taylor2_unary(kind, l.directions, out, x, a1, a2, pa, pb);
-    return out;
+    return out.to(t);
   };
   if (!should_record({&tx, &d1, &d2})) return run_raw(compute);
   auto node = make_node<Taylor2UnaryBackward>({&tx, &d1, &d2}, kind, l.directions, pa, pb);

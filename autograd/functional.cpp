@@ -418,6 +418,14 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
       else if (t.dims.size() == 1) firsts.emplace_back(find_or_add(dirs, unit(t.dims[0])), t.coefficient);
       else pairs.push_back({find_or_add(dirs, unit(t.dims[0])), find_or_add(dirs, unit(t.dims[1])), 2 * t.coefficient});
     }
+    // One weight for every pair (u_xx + u_yy, say): unit weights and one
+    // scale at the end (so the fused rule applies).
+    double scale = 1;
+    if (!pairs.empty() && std::all_of(pairs.begin(), pairs.end(),
+                                      [&](const forward_ad::SecondOrderPair& p) { return p.weight == pairs[0].weight; })) {
+      scale = pairs[0].weight;
+      for (auto& p : pairs) p.weight = 1;
+    }
     if (!dirs.empty()) {
       std::optional<forward_ad::taylor_level> level;
       if (pairs.empty()) level.emplace(1, int64_t(dirs.size()));
@@ -426,7 +434,7 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
       for (const Partial& t : terms)
         if (t.dims.empty()) accumulate(mul(r[0], t.coefficient));
       for (auto [row, c] : firsts) accumulate(mul(r[1].select(0, row), c));
-      if (!pairs.empty()) accumulate(r[2].select(0, 0));
+      if (!pairs.empty()) accumulate(scale == 1 ? r[2].select(0, 0) : mul(r[2].select(0, 0), scale));
     } else if (values) {
       Tensor y = call(fn, xi, "derivative_operator");
       check_batched_output(y, x.size(0), "derivative_operator");

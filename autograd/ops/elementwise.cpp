@@ -36,8 +36,9 @@ using UnaryFormula = Tensor (*)(const Tensor& g, const Tensor& x, const Tensor& 
 enum Saves : uint8_t { kNone = 0, kSelf = 1, kOther = 2, kResult = 4 };
 
 // An op's derivative rules, side by side: its backward formula and what it
-// saves; the tangent (forward-mode) and Taylor rules join here as two more
-// members, fed by two more columns of unary.def.
+// saves; the tangent rule is the formula with the tangent for g, and the
+// Taylor rule uses its derivatives (closed_derivatives, or the formula
+// differentiated again).
 struct UnarySpec {
   const char* op;
   const char* node;

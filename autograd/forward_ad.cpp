@@ -194,7 +194,7 @@ std::vector<Tensor> jet_coefficients(const Tensor& t) {
   Tensor tan = impl::fw_grad(t);
   if (!tan.defined()) return out;
   detail::Suspend pause;
-  for (int j = 1; j <= l->order; ++j) out[size_t(j - 1)] = tan.narrow(0, l->offset(j), l->rows(j));
+  for (int j = 1; j <= l->order; ++j) out[size_t(j - 1)] = l->block(tan, j);
   return out;
 }
 

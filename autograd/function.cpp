@@ -69,7 +69,7 @@ std::vector<variable_list> input_coefficients(const variable_list& inputs) {
   std::vector<variable_list> out(size_t(l.order));
   forward_ad::detail::Suspend pause;
   for (int j = 1; j <= l.order; ++j)
-    for (const Tensor& t : tangents) out[size_t(j - 1)].push_back(t.defined() ? t.narrow(0, l.offset(j), l.rows(j)) : t);
+    for (const Tensor& t : tangents) out[size_t(j - 1)].push_back(t.defined() ? l.block(t, j) : t);
   return out;
 }
 

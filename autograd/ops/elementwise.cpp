@@ -190,13 +190,23 @@ bool piecewise_linear(const UnarySpec& s) {
   return false;
 }
 
+// d[j] = act^(order + j)(x), j = 1..K (the fused kernels).
+void activation_derivatives(const Tensor& x, Activation act, int order, std::vector<Tensor>& d) {
+  Tensor one = ones_like(x);
+  for (size_t j = 1; j < d.size(); ++j) d[j] = activation_grad(one, x, act, order + int(j));
+}
+
+// d[j] = log^(j)(u) = (-1)^(j-1) (j-1)! / u^j, j = 1..K.
+void log_derivatives(const Tensor& u, std::vector<Tensor>& d) {
+  Tensor inv = reciprocal(u);
+  d[1] = inv;
+  for (size_t j = 2; j < d.size(); ++j) d[j] = mul(d[j - 1], mul(inv, -double(j - 1)));
+}
+
 bool closed_derivatives(const UnarySpec& s, const Tensor& x, const Tensor& r, const UnaryArgs& args,
                         std::vector<Tensor>& d) {
   const int K = int(d.size()) - 1;
-  auto activation = [&](Activation act) {
-    Tensor one = ones_like(x);
-    for (int j = 1; j <= K; ++j) d[size_t(j)] = activation_grad(one, x, act, j);
-  };
+  auto activation = [&](Activation act) { activation_derivatives(x, act, 0, d); };
   auto power = [&](double e) {  // d^j x^e = e (e - 1) ... (e - j + 1) x^(e - j)
     double c = 1;
     for (int j = 1; j <= K; ++j) {
@@ -208,10 +218,8 @@ bool closed_derivatives(const UnarySpec& s, const Tensor& x, const Tensor& r, co
   if (&s == &kExp || &s == &kExpm1) {
     Tensor e = &s == &kExp ? r : add(r, 1);
     for (int j = 1; j <= K; ++j) d[size_t(j)] = e;
-  } else if (&s == &kLog || &s == &kLog1p) {  // (-1)^(j-1) (j-1)! / x^j
-    Tensor inv = reciprocal(&s == &kLog ? x : add(x, 1));
-    d[1] = inv;
-    for (int j = 2; j <= K; ++j) d[size_t(j)] = mul(d[size_t(j - 1)], mul(inv, -(j - 1)));
+  } else if (&s == &kLog || &s == &kLog1p) {
+    log_derivatives(&s == &kLog ? x : add(x, 1), d);
   } else if (&s == &kSin || &s == &kCos) {  // sin^(j) = sin(x + j pi / 2)
     Tensor sn = &s == &kSin ? r : sin(x), cs = &s == &kCos ? r : cos(x);
     const Tensor cycle[4] = {sn, cs, neg(sn), neg(cs)};
@@ -349,8 +357,7 @@ const BinarySpec kMinimum{
 
 Tensor binary_taylor(const BinarySpec& spec, const Tensor& a, const Tensor& b, const Tensor& out,
                      const Tensor& ta, const Tensor& tb) {
-  const Bilinear times = [](const Tensor& u, const Tensor& v) { return mul(u, v); };
-  if (&spec == &kMul) return jet_product(a, ta, b, tb, times);
+  if (&spec == &kMul) return jet_product(a, ta, b, tb, jet_mul);
   if (&spec == &kDiv) return tb.defined() ? jet_quotient(out, ta, b, tb) : Tensor();
   if (&spec != &kPow) return Tensor();
   const int K = fw_taylor()->order;
@@ -367,12 +374,10 @@ Tensor binary_taylor(const BinarySpec& spec, const Tensor& a, const Tensor& b, c
   // then exp's (every derivative of exp is the output).
   Tensor la = log(a), tl;
   if (ta.defined()) {
-    Tensor inv = reciprocal(a);
-    d[1] = inv;
-    for (int j = 2; j <= K; ++j) d[size_t(j)] = mul(d[size_t(j - 1)], mul(inv, -(j - 1)));
+    log_derivatives(a, d);
     tl = jet_unary(ta, d);
   }
-  Tensor tm = jet_product(b, tb, la, tl, times);
+  Tensor tm = jet_product(b, tb, la, tl, jet_mul);
   for (int j = 1; j <= K; ++j) d[size_t(j)] = out;
   return jet_unary(tm, d);
 }
@@ -589,13 +594,10 @@ Tensor autograd::ops::activation_grad(const Tensor& g, const Tensor& x, Activati
       if (fw_taylor() && tx.defined() && !(act == Activation::Relu && order >= 1)) {
         // g times phi = act^(order)(x): phi's coefficients from its
         // derivatives act^(order + j), then the product's (Cauchy).
-        const int K = fw_taylor()->order;
-        Tensor one = ones_like(x);
-        std::vector<Tensor> d(size_t(K) + 1);
-        for (int j = 1; j <= K; ++j) d[size_t(j)] = tg::activation_grad(one, x, act, order + j);
-        Tensor phi = tg::activation_grad(one, x, act, order);
-        return jet_product(g, tg_, phi, jet_unary(tx, d),
-                           [](const Tensor& u, const Tensor& v) { return tg::mul(u, v); });
+        std::vector<Tensor> d(size_t(fw_taylor()->order) + 1);
+        activation_derivatives(x, act, order, d);
+        Tensor phi = tg::activation_grad(ones_like(x), x, act, order);
+        return jet_product(g, tg_, phi, jet_unary(tx, d), jet_mul);
       }
       return fw_add(tg_.defined() ? tg::activation_grad(tg_, x, act, order) : Tensor(),
                     tx.defined() ? tg::activation_grad(tg::mul(g, tx), x, act, order + 1) : Tensor());

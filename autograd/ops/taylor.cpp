@@ -3,8 +3,6 @@
 // on a Laplacian backpropagates into the parameters).
 #include "autograd/ops/taylor.h"
 
-#include <numeric>
-
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
@@ -23,6 +21,14 @@ const TaylorLayout& layout() {
   const TaylorLayout* l = forward_ad::detail::current_state().taylor;
   TG_CHECK(l, "Taylor mode: no Taylor level is active");
   return *l;
+}
+
+// Whether v is 0, 1, ..., n - 1.
+bool is_iota(const std::vector<int64_t>& v, int64_t n) {
+  if (int64_t(v.size()) != n) return false;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] != int64_t(i)) return false;
+  return true;
 }
 
 // The pairs' index and weight tensors, made once per level and device.
@@ -46,10 +52,8 @@ const PairTensors& pair_tensors(const TaylorLayout& l, const Tensor& like) {
   const TensorOptions i64 = TensorOptions().dtype(kInt64).device(like.device());
   const TensorOptions real = like.options();
   const int64_t P = int64_t(l.pair_a.size()), Q = l.second_rows;
-  std::vector<int64_t> iota(static_cast<size_t>(P));
-  std::iota(iota.begin(), iota.end(), 0);
-  p.a_iota = l.pair_a == iota && P == l.directions;
-  p.b_iota = l.pair_b == iota && P == l.directions;
+  p.a_iota = is_iota(l.pair_a, l.directions);
+  p.b_iota = is_iota(l.pair_b, l.directions);
   p.ia = tensor(as_double(l.pair_a), {}, i64);
   p.ib = tensor(as_double(l.pair_b), {}, i64);
   bool unit = true;
@@ -72,17 +76,11 @@ double factorial(int j) {
   return f;
 }
 
-Tensor add_opt(const Tensor& a, const Tensor& b) {
-  if (!a.defined()) return b;
-  if (!b.defined()) return a;
-  return add(a, b);
-}
-
 // Splits a full tangent into c_1..c_K (index 1..K; [0] unused).
 std::vector<Tensor> blocks(const TaylorLayout& l, const Tensor& t) {
   std::vector<Tensor> b(size_t(l.order) + 1);
   if (t.defined())
-    for (int j = 1; j <= l.order; ++j) b[size_t(j)] = t.narrow(0, l.offset(j), l.rows(j));
+    for (int j = 1; j <= l.order; ++j) b[size_t(j)] = l.block(t, j);
   return b;
 }
 
@@ -176,9 +174,7 @@ int taylor2_kind(const TaylorLayout& l) {
   for (double w : l.pair_weight)
     if (w != 1.0) return -1;
   if (l.univariate) return 0;
-  bool iota = int64_t(l.pair_a.size()) == l.directions;
-  for (size_t i = 0; iota && i < l.pair_a.size(); ++i) iota = l.pair_a[i] == int64_t(i);
-  if (l.diagonal && l.second_rows == 1 && iota) return 1;
+  if (l.diagonal && l.second_rows == 1 && is_iota(l.pair_a, l.directions)) return 1;
   if (int64_t(l.pair_a.size()) == l.second_rows) return 2;
   return -1;
 }
@@ -226,10 +222,7 @@ const forward_ad::TaylorLayout* fw_taylor() {
   return l && l->order >= 2 ? l : nullptr;
 }
 
-Tensor jet_block(const Tensor& t, int j) {
-  const TaylorLayout& l = layout();
-  return t.narrow(0, l.offset(j), l.rows(j));
-}
+Tensor jet_mul(const Tensor& a, const Tensor& b) { return mul(a, b); }
 
 Tensor jet_cross(const Tensor& a, const Tensor& b, const Bilinear& f, bool same) {
   const TaylorLayout& l = layout();
@@ -265,31 +258,30 @@ Tensor jet_unary(const Tensor& tx, const std::vector<Tensor>& d) {
   // bell[m][j]: the coefficient of t^m in (c_1 t + c_2 t^2 + ...)^j.
   std::vector<std::vector<Tensor>> bell(size_t(K) + 1, std::vector<Tensor>(size_t(K) + 1));
   for (int m = 1; m <= K; ++m) bell[size_t(m)][1] = x[size_t(m)];
-  Bilinear times = [](const Tensor& u, const Tensor& v) { return mul(u, v); };
   for (int m = 2; m <= K; ++m) {
     for (int j = 2; j <= m; ++j) {
       Tensor s;
       if (m == 2)
-        s = jet_cross(x[1], x[1], times, true);  // the pairs' c_1 c_1
+        s = jet_cross(x[1], x[1], jet_mul, true);  // the pairs' c_1 c_1
       else
-        for (int i = 1; i <= m - j + 1; ++i) s = add_opt(s, mul(x[size_t(i)], bell[size_t(m - i)][size_t(j - 1)]));
+        for (int i = 1; i <= m - j + 1; ++i) s = fw_add(s, mul(x[size_t(i)], bell[size_t(m - i)][size_t(j - 1)]));
       bell[size_t(m)][size_t(j)] = s;
       if (const Tensor& dj = d[size_t(j)]; dj.defined())
-        y[size_t(m)] = add_opt(y[size_t(m)], mul(s, mul(dj, 1.0 / factorial(j))));
+        y[size_t(m)] = fw_add(y[size_t(m)], mul(s, mul(dj, 1.0 / factorial(j))));
     }
   }
   return stack_blocks(l, std::move(y), tx);
 }
 
 Tensor jet_product(const Tensor& a, const Tensor& ta, const Tensor& b, const Tensor& tb, const Bilinear& f) {
-  Tensor lin = add_opt(ta.defined() ? f(ta, b) : Tensor(), tb.defined() ? f(a, tb) : Tensor());
+  Tensor lin = fw_add(ta.defined() ? f(ta, b) : Tensor(), tb.defined() ? f(a, tb) : Tensor());
   if (!ta.defined() || !tb.defined() || !fw_taylor()) return lin;  // linear in the one with coefficients
   const TaylorLayout& l = layout();
   std::vector<Tensor> A = blocks(l, ta), B = blocks(l, tb), y = blocks(l, lin);
   for (int m = 2; m <= l.order; ++m) {
     Tensor s = m == 2 ? jet_cross(A[1], B[1], f) : Tensor();
     if (m > 2)
-      for (int i = 1; i < m; ++i) s = add_opt(s, f(A[size_t(i)], B[size_t(m - i)]));
+      for (int i = 1; i < m; ++i) s = fw_add(s, f(A[size_t(i)], B[size_t(m - i)]));
     y[size_t(m)] = add(y[size_t(m)], s);
   }
   return stack_blocks(l, std::move(y), lin);
@@ -299,12 +291,11 @@ Tensor jet_quotient(const Tensor& q, const Tensor& ta, const Tensor& b, const Te
   const TaylorLayout& l = layout();
   // a = q b: a_m = sum_{j=0..m} b_j q_{m-j}, so q_m = (a_m - sum_{j=1..m} b_j q_{m-j}) / b.
   std::vector<Tensor> A = blocks(l, ta), B = blocks(l, tb), Q(size_t(l.order) + 1);
-  Bilinear times = [](const Tensor& u, const Tensor& v) { return mul(u, v); };
   for (int m = 1; m <= l.order; ++m) {
     Tensor s = B[size_t(m)].defined() ? mul(B[size_t(m)], q) : Tensor();
-    if (m == 2) s = add_opt(s, jet_cross(B[1], Q[1], times));
+    if (m == 2) s = fw_add(s, jet_cross(B[1], Q[1], jet_mul));
     else
-      for (int j = 1; j < m; ++j) s = add_opt(s, mul(B[size_t(j)], Q[size_t(m - j)]));
+      for (int j = 1; j < m; ++j) s = fw_add(s, mul(B[size_t(j)], Q[size_t(m - j)]));
     Tensor num = A[size_t(m)].defined() ? (s.defined() ? sub(A[size_t(m)], s) : A[size_t(m)]) : neg(s);
     Q[size_t(m)] = div(num, b);
   }
@@ -315,8 +306,8 @@ Tensor jet_quotient(const Tensor& q, const Tensor& ta, const Tensor& b, const Te
 
 namespace forward_ad {
 Tensor taylor_cross(const Tensor& a, const Tensor& b) {
-  TG_CHECK(taylor_layout() || detail::current_state().taylor, "taylor_cross: no Taylor level is active");
-  return ops_detail::jet_cross(a, b, [](const Tensor& u, const Tensor& v) { return mul(u, v); }, a.is_same(b));
+  TG_CHECK(detail::current_state().taylor, "taylor_cross: no Taylor level is active");
+  return ops_detail::jet_cross(a, b, ops_detail::jet_mul, a.is_same(b));
 }
 }  // namespace forward_ad
 

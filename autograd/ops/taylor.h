@@ -26,9 +26,8 @@ namespace tg::autograd::ops_detail {
 const forward_ad::TaylorLayout* fw_taylor();
 
 using Bilinear = std::function<Tensor(const Tensor&, const Tensor&)>;
-
-/// Coefficient j (1-based) of a full tangent.
-Tensor jet_block(const Tensor& t, int j);
+/// The elementwise product as a Bilinear (mul's, the unary rules' cross terms).
+Tensor jet_mul(const Tensor& a, const Tensor& b);
 /// The second-order cross term of two first coefficients under f (see
 /// forward_ad::taylor_cross); `same`: a and b are one tensor (no
 /// symmetrizing needed).

@@ -99,6 +99,8 @@ struct TaylorLayout {
   int64_t offset(int j) const { return j <= 2 ? (j - 1) * directions : directions + second_rows + (j - 3) * directions; }
   /// The stacked tangent's leading dimension (all coefficients' rows).
   int64_t batch() const { return offset(order) + rows(order); }
+  /// Coefficient j's rows of a stacked tangent (a view).
+  Tensor block(const Tensor& stacked, int j) const { return stacked.narrow(0, offset(j), rows(j)); }
 };
 
 /// A Taylor level on this thread while it lives (a dual level underneath:

@@ -1,7 +1,8 @@
 // The PINN training step, eager and as one replayed CUDA graph (docs/PERFORMANCE.md
 // "A PINN step"). The step: u = MLP(x) (2 -> width x depth -> 1, tanh), the
 // Laplacian u_xx + u_yy by double backward (grad with create_graph, then one
-// grad per input dimension), the residual loss mean((lap - f)^2), its
+// grad per input dimension; --laplacian taylor: autograd::laplacian, the
+// forward Laplacian in Taylor mode), the residual loss mean((lap - f)^2), its
 // gradients into the weights, and an SGD update in place (or, with
 // --optimizer adam, loss.backward() into .grad and a capturable Adam step,
 // the gradients zeroed in place first). Graphed: the whole
@@ -9,6 +10,7 @@
 // are refreshed by copying into the captured input.
 //
 //   pinn_step [--batch 1024] [--width 64] [--depth 4] [--steps 200] [--dtype f32|f64] [--optimizer sgd|adam]
+//             [--laplacian backward|taylor]
 //             [--device cuda|cpu] [--json] [--out FILE] [--dump FILE.dot]
 //
 // Prints ms per step (median of --repeats timings of --steps steps each) for
@@ -36,7 +38,7 @@ namespace ag = tg::autograd;
 struct Options {
   int64_t batch = 1024, width = 64, depth = 4;
   int steps = 200, repeats = 5;
-  std::string dtype = "f32", device = "cuda", out, dump, optimizer = "sgd";
+  std::string dtype = "f32", device = "cuda", out, dump, optimizer = "sgd", laplacian = "backward";
   bool json = false, no_eager = false, profile = false;
 };
 
@@ -71,9 +73,14 @@ Tensor mlp(const Net& n, const Tensor& x) {
   return tg::linear(h, n.w.back(), n.b.back());
 }
 
-// The residual loss on collocation points x with source term f.
-Tensor pinn_loss(const Net& n, const Tensor& x_in, const Tensor& f) {
+// The residual loss on collocation points x with source term f; the
+// Laplacian by double backward, or (taylor) in Taylor mode.
+Tensor pinn_loss(const Net& n, const Tensor& x_in, const Tensor& f, bool taylor) {
   Tensor x = x_in.detach().requires_grad_();
+  if (taylor) {
+    Tensor lap = ag::laplacian([&](const Tensor& xx) { return mlp(n, xx); }, x, /*create_graph=*/true);
+    return (lap.select(1, 0) - f).square().mean();
+  }
   Tensor u = mlp(n, x);
   Tensor du = ag::grad({u.sum()}, {x}, {}, std::nullopt, /*create_graph=*/true)[0];
   Tensor lap;
@@ -86,15 +93,15 @@ Tensor pinn_loss(const Net& n, const Tensor& x_in, const Tensor& f) {
 
 // One training step; returns the loss. SGD: grad() and p -= lr g. Adam:
 // zero .grad in place, backward, the optimizer's (multi-tensor) step.
-Tensor step(const Net& n, const Tensor& x, const Tensor& f, double lr, tg::optim::Optimizer* adam) {
+Tensor step(const Net& n, const Tensor& x, const Tensor& f, double lr, tg::optim::Optimizer* adam, bool taylor) {
   if (adam) {
     adam->zero_grad(/*set_to_none=*/false);
-    Tensor loss = pinn_loss(n, x, f);
+    Tensor loss = pinn_loss(n, x, f, taylor);
     loss.backward();
     adam->step();
     return loss;
   }
-  Tensor loss = pinn_loss(n, x, f);
+  Tensor loss = pinn_loss(n, x, f, taylor);
   std::vector<Tensor> grads = ag::grad({loss}, n.trained);
   ag::NoGradGuard no_grad;
   for (size_t i = 0; i < grads.size(); ++i) n.trained[i].sub_(grads[i], lr);  // p -= lr * g
@@ -125,7 +132,7 @@ double ms_per_step(const Options& o, tg::Device dev, Fn fn) {
 
 int main(int argc, char** argv) {
   Options o;
-  CLI::App app{"The PINN training step (Laplacian by double backward), eager and graphed"};
+  CLI::App app{"The PINN training step, eager and graphed"};
   app.add_option("--batch", o.batch, "collocation points");
   app.add_option("--width", o.width, "hidden width");
   app.add_option("--depth", o.depth, "hidden layers");
@@ -135,6 +142,8 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "cuda (when there is a GPU) or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
   app.add_option("--optimizer", o.optimizer, "sgd (grad and p -= lr g) or adam (backward, capturable Adam)")
       ->check(CLI::IsMember({"sgd", "adam"}));
+  app.add_option("--laplacian", o.laplacian, "backward (double backward) or taylor (the forward Laplacian)")
+      ->check(CLI::IsMember({"backward", "taylor"}));
   app.add_flag("--no-eager", o.no_eager, "time only the graphed step (for profiling)");
   app.add_flag("--profile", o.profile,
                "bracket one replay with cuda::profiler_start/stop (ncu --profile-from-start off)");
@@ -160,9 +169,11 @@ int main(int argc, char** argv) {
   Tensor f = tg::sin(x.select(1, 0) * 3.14159) * tg::sin(x.select(1, 1) * 3.14159);
 
   nlohmann::json result = {{"batch", o.batch}, {"width", o.width}, {"depth", o.depth}, {"optimizer", o.optimizer},
-                           {"dtype", o.dtype}, {"device", gpu ? "cuda" : "cpu"}};
-  for (int i = 0; i < 5; ++i) step(net, x, f, lr, adam.get());  // warm-up: handles, cached blocks
-  result["eager_ms"] = o.no_eager ? 0.0 : ms_per_step(o, dev, [&] { step(net, x, f, lr, adam.get()); });
+                           {"dtype", o.dtype}, {"device", gpu ? "cuda" : "cpu"},
+                           {"laplacian", o.laplacian}};
+  const bool taylor = o.laplacian == "taylor";
+  for (int i = 0; i < 5; ++i) step(net, x, f, lr, adam.get(), taylor);  // warm-up: handles, cached blocks
+  result["eager_ms"] = o.no_eager ? 0.0 : ms_per_step(o, dev, [&] { step(net, x, f, lr, adam.get(), taylor); });
 
   if (gpu) {
     namespace cu = tg::cuda;
@@ -170,14 +181,14 @@ int main(int argc, char** argv) {
     side.wait_stream(cu::current_stream());
     {
       cu::StreamGuard g(side);
-      for (int i = 0; i < 3; ++i) step(net, x, f, lr, adam.get());  // warm-up on the capture stream
+      for (int i = 0; i < 3; ++i) step(net, x, f, lr, adam.get(), taylor);  // warm-up on the capture stream
     }
     cu::current_stream().wait_stream(side);
     cu::CUDAGraph graph(/*keep_graph=*/true);
     Tensor loss;
     {
       cu::Graph capture(graph);
-      loss = step(net, x, f, lr, adam.get());
+      loss = step(net, x, f, lr, adam.get(), taylor);
     }
     if (!o.dump.empty()) graph.debug_dump(o.dump);
     graph.instantiate();
@@ -200,8 +211,9 @@ int main(int argc, char** argv) {
   if (o.json) {
     std::cout << result.dump(2) << "\n";
   } else {
-    std::printf("PINN step (MLP 2 -> %lld x%lld -> 1, tanh, B = %lld, %s, %s, %s)\n", (long long)o.width,
-                (long long)o.depth, (long long)o.batch, o.dtype.c_str(), gpu ? "cuda" : "cpu", o.optimizer.c_str());
+    std::printf("PINN step (MLP 2 -> %lld x%lld -> 1, tanh, B = %lld, %s, %s, %s, Laplacian by %s)\n",
+                (long long)o.width, (long long)o.depth, (long long)o.batch, o.dtype.c_str(), gpu ? "cuda" : "cpu",
+                o.optimizer.c_str(), o.laplacian.c_str());
     std::printf("  tapegrad eager    %8.3f ms/step\n", result["eager_ms"].get<double>());
     if (gpu)
       std::printf("  tapegrad graphed  %8.3f ms/step  (%.1fx)\n", result["graphed_ms"].get<double>(),

@@ -2,7 +2,7 @@
 """The PINN training step side by side, on the GPU machine:
 
     python3 bench/peers/pinn_peers.py [--batch 1024] [--width 64] [--depth 4] [--steps 200]
-        [--frameworks tapegrad,eager,graph,jax[,compile]] [--optimizer sgd|adam] [--out FILE] [--dump FILE.dot]
+        [--frameworks tapegrad,taylor,eager,graph,jax[,compile]] [--optimizer sgd|adam] [--out FILE] [--dump FILE.dot]
 
 The step (bench/pinn_step.cpp has tapegrad's): u = MLP(x), 2 -> width x depth
 -> 1, tanh, float32; the Laplacian u_xx + u_yy by double backward; the loss
@@ -11,7 +11,8 @@ bias; an SGD update in place (--optimizer adam: loss.backward() and an Adam
 step, capturable where the step is graphed, with the gradients zeroed in
 place; JAX: the same Adam written out in the jitted step). `compile` tries
 torch.compile(mode="reduce-overhead") on the step and reports what happens. Runs it in tapegrad (build-gpu/bench/pinn_step
---json: eager, and the whole step as one replayed CUDA graph), PyTorch eager,
+--json: eager, and the whole step as one replayed CUDA graph; `taylor`: the
+same with the Laplacian in Taylor mode, autograd::laplacian), PyTorch eager,
 PyTorch with the whole step captured by torch.cuda.graph, and JAX
 (jit(grad) of the loss, the Laplacian as the trace of per-point Hessians).
 Prints one markdown table: ms per step (median of 5 timings of --steps
@@ -198,10 +199,11 @@ def run_jax(a):
     return ms_per_step(one, sync, a.steps)
 
 
-def run_tapegrad(a):
+def run_tapegrad(a, laplacian="backward"):
     exe = os.path.join(ROOT, "build-gpu", "bench", "pinn_step")
     out = subprocess.run([exe, "--json", "--batch", str(a.batch), "--width", str(a.width), "--depth",
-                          str(a.depth), "--steps", str(a.steps), "--optimizer", a.optimizer],
+                          str(a.depth), "--steps", str(a.steps), "--optimizer", a.optimizer,
+                          "--laplacian", laplacian],
                          check=True, capture_output=True, text=True)
     return json.loads(out.stdout)
 
@@ -212,7 +214,7 @@ def main():
     p.add_argument("--width", type=int, default=64)
     p.add_argument("--depth", type=int, default=4)
     p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--frameworks", default="tapegrad,eager,graph,jax")
+    p.add_argument("--frameworks", default="tapegrad,taylor,eager,graph,jax")
     p.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
     p.add_argument("--out")
     p.add_argument("--profile", action="store_true",
@@ -227,6 +229,11 @@ def main():
                 rows["tapegrad eager"] = r["eager_ms"]
                 if "graphed_ms" in r:
                     rows["tapegrad graphed (one CUDA graph)"] = r["graphed_ms"]
+            elif fw == "taylor":
+                r = run_tapegrad(a, "taylor")
+                rows["tapegrad eager, Taylor-mode Laplacian"] = r["eager_ms"]
+                if "graphed_ms" in r:
+                    rows["tapegrad graphed, Taylor-mode Laplacian"] = r["graphed_ms"]
             elif fw == "eager":
                 rows["PyTorch eager"] = run_torch_eager(a)
             elif fw == "graph":
@@ -239,7 +246,7 @@ def main():
             print(f"{fw}: failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
     ref = rows.get("tapegrad graphed (one CUDA graph)")
     print(f"PINN step: MLP 2 -> {a.width} x{a.depth} -> 1, tanh, B = {a.batch}, float32, "
-          f"Laplacian by double backward, loss gradients, {a.optimizer.upper()} update; ms per step (median)\n")
+          f"Laplacian by double backward (tapegrad's Taylor rows: in Taylor mode), loss gradients, {a.optimizer.upper()} update; ms per step (median)\n")
     print("| framework | ms / step | steps / s | vs tapegrad graphed |")
     print("|---|---:|---:|---:|")
     for name, ms in rows.items():

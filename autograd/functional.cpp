@@ -28,6 +28,13 @@ Tensor input_for(const Tensor& x, const char* op, bool create_graph) {
   return leaf;
 }
 
+// x for a pass in forward or Taylor mode, which needs no reverse path to x:
+// the caller's x when it requires grad under create_graph (a differentiable
+// alias), else x detached (no gradient into a leaf nobody reads).
+Tensor forward_input(const Tensor& x, const char* op, bool create_graph) {
+  return create_graph && x.requires_grad() ? input_for(x, op, true) : x.detach();
+}
+
 Tensor call(const TensorFn& fn, const Tensor& x, const char* op) {
   EnableGradGuard grad_on;
   Tensor y = fn(x);
@@ -150,7 +157,7 @@ std::pair<Tensor, Tensor> jvp(const TensorFn& fn, const Tensor& x, const Tensor&
   if (!forward_ad::is_active()) {
     // One forward pass with the tangent v (forward mode).
     forward_ad::dual_level level;
-    Tensor xi = create_graph && x.requires_grad() ? input_for(x, "jvp", true) : x.detach();
+    Tensor xi = forward_input(x, "jvp", create_graph);
     Tensor y = call(fn, forward_ad::make_dual(xi, create_graph ? v : v.detach()), "jvp");
     forward_ad::UnpackedDual u = forward_ad::unpack_dual(y);
     return {result(u.primal, create_graph), result(or_zeros(u.tangent, y), create_graph)};
@@ -268,7 +275,9 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
     return result(stack(h, 1).view({B, m, n, n}), create_graph);
   }
   if (strategy == HessianStrategy::Taylor && !forward_ad::is_active())
-    return result(taylor_hessian(fn, xi, "per_sample_hessian", create_graph)[2], create_graph);
+    return result(taylor_hessian(fn, forward_input(x, "per_sample_hessian", create_graph), "per_sample_hessian",
+                                 create_graph)[2],
+                  create_graph);
   if (strategy == HessianStrategy::ForwardOverReverse && !forward_ad::is_active()) {
     std::vector<Tensor> rows = hessian_rows_fwd(fn, xi, create_graph, "per_sample_hessian");
     for (Tensor& r : rows) r = r.permute({1, 0, 2});  // [B, j, k]
@@ -360,7 +369,7 @@ Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph) {
   if (forward_ad::is_active())  // levels do not nest: the trace of the reverse-mode Hessians
     return (per_sample_hessian(fn, x, HessianStrategy::BatchedCotangents, create_graph) * identity(n, x))
         .sum({2, 3});
-  Tensor xi = input_for(x, "laplacian", create_graph);
+  Tensor xi = forward_input(x, "laplacian", create_graph);
   EnableGradGuard grad_on;
   // Taylor mode along the n unit directions with one second-order group of
   // the pairs (a, a): its c_2 is half the Laplacian (the forward Laplacian).

@@ -76,11 +76,11 @@ Tensor mlp(const Net& n, const Tensor& x) {
 // The residual loss on collocation points x with source term f; the
 // Laplacian by double backward, or (taylor) in Taylor mode.
 Tensor pinn_loss(const Net& n, const Tensor& x_in, const Tensor& f, bool taylor) {
-  Tensor x = x_in.detach().requires_grad_();
-  if (taylor) {
-    Tensor lap = ag::laplacian([&](const Tensor& xx) { return mlp(n, xx); }, x, /*create_graph=*/true);
+  if (taylor) {  // no gradient into x is needed: x does not require grad
+    Tensor lap = ag::laplacian([&](const Tensor& xx) { return mlp(n, xx); }, x_in, /*create_graph=*/true);
     return (lap.select(1, 0) - f).square().mean();
   }
+  Tensor x = x_in.detach().requires_grad_();
   Tensor u = mlp(n, x);
   Tensor du = ag::grad({u.sum()}, {x}, {}, std::nullopt, /*create_graph=*/true)[0];
   Tensor lap;

@@ -14,7 +14,8 @@
 #   scripts/gpu.sh optim      Adam's step over 100 parameters, ours and PyTorch's
 #                             foreach and fused (launches per step, us per step)
 #   scripts/gpu.sh profile    per-kernel GPU time of one replay of the graphed PINN
-#                             step, ours and PyTorch's (ncu, graph nodes one by one)
+#                             step, ours and PyTorch's (ncu, graph nodes one by one;
+#                             PROFILE_ARGS go to pinn_step, e.g. "--laplacian taylor")
 #   scripts/gpu.sh laplacian  the Laplacian benchmark side by side with PyTorch
 #                             eager, torch.func and JAX (hessian, jacfwd(grad), jet)
 #   scripts/gpu.sh hessian    the Hessian benchmark side by side with LibTorch,
@@ -76,7 +77,7 @@ for step in "$@"; do
       python3 bench/peers/optim_peers.py 2>&1 | tee -a "$OUT/optim.txt" ;;
     profile)
       for who in tapegrad torch; do
-        if [ $who = tapegrad ]; then cmd=($B/bench/pinn_step --no-eager --steps 20 --repeats 1 --profile)
+        if [ $who = tapegrad ]; then cmd=($B/bench/pinn_step --no-eager --steps 20 --repeats 1 --profile ${PROFILE_ARGS:-})
         else cmd=(python3 bench/peers/pinn_peers.py --frameworks graph --steps 20 --profile); fi
         ncu --profile-from-start off --graph-profiling node --metrics gpu__time_duration.sum --csv \
           "${cmd[@]}" > "$OUT/ncu_$who.csv" 2> "$OUT/ncu_$who.err" || { tail -5 "$OUT/ncu_$who.err"; rc=1; continue; }

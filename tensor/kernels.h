@@ -139,11 +139,13 @@ struct Backend {
   // [k + q, S] = [d1 x1; d1 x2 + d2 / 2 * cross] with the cross term by
   // `kind`: 0 (q == k): row a is x1[a]^2; 1 (q == 1): the sum over a of
   // x1[a]^2; 2: row r is x1[pa[r]] x1[pb[r]] (pa, pb Int64 [q], on the
-  // device). Float32/64; optional (null: the composite).
+  // device). x may be [k + q, P] with P dividing S: element s reads x[:, s
+  // % P] (rows broadcast over the shape's outer part). Float32/64; optional
+  // (null: the composite).
   void (*taylor2_unary)(int kind, int64_t k, const Tensor& out, const Tensor& x, const Tensor& d1,
                         const Tensor& d2, const Tensor& pa, const Tensor& pb);
   // taylor2_unary's backward in one pass (not recorded): from g [k + q, S]
-  // and its inputs, writes dx [k + q, S], dd1 [S] = the sum over rows of
+  // and its inputs (x as above), writes dx [k + q, S], dd1 [S] = the sum over rows of
   // g x, dd2 [S] = the sum over the second rows of g2 * cross / 2. Optional.
   void (*taylor2_unary_backward)(int kind, int64_t k, const Tensor& dx, const Tensor& dd1, const Tensor& dd2,
                                  const Tensor& g, const Tensor& x, const Tensor& d1, const Tensor& d2,

@@ -174,7 +174,28 @@ TEST(CudaGpuOps, ReductionsMatchCpu) {
     expect_close(tg::amax(big.to(kGpu)), tg::amax(big), 0, "big amax");
     Tensor cube = tg::randn({4, 300, 5}, tg::TensorOptions().dtype(dt)).transpose(0, 2);
     expect_close(tg::sum(cube.to(kGpu), {0, 2}), tg::sum(cube, {0, 2}), tol * 10, "cube sum");
+    // Outputs contiguous in x (a bias gradient: [B, W] over B) take the
+    // coalesced column kernel: single pass, split, widths not a multiple of
+    // 32, and a kept middle dim under reduced outer and inner ones.
+    for (auto [rows, width] : {std::pair<int64_t, int64_t>{8192, 64}, {130, 7}, {100000, 3}, {2000, 1000}, {129, 33}}) {
+      std::string w = tg::to_string(dt) + std::string(" columns [") + std::to_string(rows) + ", " +
+                      std::to_string(width) + "]";
+      Tensor c = tg::randn({rows, width}, tg::TensorOptions().dtype(dt));
+      Tensor cg = c.to(kGpu);
+      expect_close(tg::sum(cg, {0}), tg::sum(c, {0}), dt == tg::kFloat32 ? 1e-4 : 1e-10, "sum " + w);
+      expect_close(tg::amax(cg, {0}), tg::amax(c, {0}), 0, "amax " + w);
+      expect_close(tg::amin(cg, {0}, true), tg::amin(c, {0}, true), 0, "amin " + w);
+    }
+    Tensor slab = tg::randn({6, 50, 40}, tg::TensorOptions().dtype(dt));
+    expect_close(tg::sum(slab.to(kGpu), {0, 2}), tg::sum(slab, {0, 2}), tol * 10, "slab sum");
+    expect_close(tg::sum(slab.to(kGpu), {0}), tg::sum(slab, {0}), tol * 10, "slab sum0");
   }
+  // A NaN in a column propagates through the column kernel's max.
+  Tensor colnan = tg::zeros({300, 40});
+  colnan.select(0, 250).narrow(0, 3, 1).fill_(NAN);
+  Tensor mx = tg::amax(colnan.to(kGpu), {0}).to(tg::Device(tg::kCPU));
+  EXPECT_TRUE(std::isnan(mx.select(0, 3).item<float>()));
+  EXPECT_EQ(mx.select(0, 4).item<float>(), 0.0f);
   Tensor i = tg::arange(0, 1000, 1, tg::TensorOptions().dtype(tg::kInt64)).view({10, 100});
   EXPECT_TRUE(tg::equal(tg::sum(i.to(kGpu), {1}).to(tg::Device(tg::kCPU)), tg::sum(i, {1})));
   Tensor nan = tg::tensor({1, NAN, 3}, {});

@@ -69,10 +69,9 @@ std::vector<Tensor> pinn_step(const Mlp& m, const Tensor& x_in) {
 // The same step with the Laplacian in Taylor mode (the forward Laplacian:
 // one forward pass carrying the value, the first derivatives and the sum of
 // the second ones; no host copies, so the whole step captures).
-std::vector<Tensor> pinn_step_taylor(const Mlp& m, const Tensor& x_in) {
-  Tensor x = x_in.detach().requires_grad_();
+std::vector<Tensor> pinn_step_taylor(const Mlp& m, const Tensor& x) {
   Tensor lap = ag::laplacian(m, x, /*create_graph=*/true).select(1, 0);
-  Tensor f = tg::sin(x.detach().select(1, 0)) * 2.0;
+  Tensor f = tg::sin(x.select(1, 0)) * 2.0;
   Tensor loss = (lap - f).square().mean();
   std::vector<Tensor> out = ag::grad({loss}, {m.w1, m.b1, m.w2});
   out.insert(out.begin(), loss);

@@ -191,8 +191,11 @@ bool piecewise_linear(const UnarySpec& s) {
 }
 
 // d[j] = act^(order + j)(x), j = 1..K (the fused kernels).
+// A broadcast 1 shaped like x (one element: no fill of x's size).
+Tensor broadcast_one(const Tensor& x) { return ones({}, x.options()).expand(x.sizes()); }
+
 void activation_derivatives(const Tensor& x, Activation act, int order, std::vector<Tensor>& d) {
-  Tensor one = ones_like(x);
+  Tensor one = broadcast_one(x);
   for (size_t j = 1; j < d.size(); ++j) d[j] = activation_grad(one, x, act, order + int(j));
 }
 
@@ -596,7 +599,7 @@ Tensor autograd::ops::activation_grad(const Tensor& g, const Tensor& x, Activati
         // derivatives act^(order + j), then the product's (Cauchy).
         std::vector<Tensor> d(size_t(fw_taylor()->order) + 1);
         activation_derivatives(x, act, order, d);
-        Tensor phi = tg::activation_grad(ones_like(x), x, act, order);
+        Tensor phi = tg::activation_grad(broadcast_one(x), x, act, order);
         return jet_product(g, tg_, phi, jet_unary(tx, d), jet_mul);
       }
       return fw_add(tg_.defined() ? tg::activation_grad(tg_, x, act, order) : Tensor(),

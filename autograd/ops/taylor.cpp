@@ -98,7 +98,23 @@ Tensor stack_blocks(const TaylorLayout& l, std::vector<Tensor> b, const Tensor& 
   }
   return parts.size() == 1 ? parts[0] : cat(parts, 0);
 }
+
 // ---- the fused order-2 unary rule -----------------------------------------------
+// The fused kernels' x: t [rows] + shape as [rows, P] rows, contiguous. When
+// t's leading non-row dims are broadcast (stride 0: a first layer's
+// coefficients, the same for every sample), only their period P is copied
+// (the kernels read element s at s % P); otherwise P = the shape's numel.
+Tensor taylor2_rows(const Tensor& t) {
+  Tensor c = t;
+  bool broadcast = false;
+  for (int64_t d = 1; d < t.dim() && (t.strides()[size_t(d)] == 0 || t.size(d) == 1); ++d)
+    if (t.size(d) > 1) {
+      c = c.narrow(d, 0, 1);
+      broadcast = true;
+    }
+  return broadcast ? c.contiguous() : t.contiguous();
+}
+
 // y = [d1 x1; d1 x2 + d2 / 2 * cross(x1, x1)] in one kernel (kernels.h
 // taylor2_unary), for the layouts it covers (`kind`). Its backward is the
 // composite's, written with the differentiable ops (so it records again;
@@ -120,9 +136,9 @@ class Taylor2UnaryBackward final : public OpNode {
     if (!autograd::is_grad_enabled() && be.taylor2_unary_backward && g.device() == x.device()) {
       // Not recorded: one kernel (half types compute in float).
       const ScalarType t = x.dtype(), ct = tg::detail::compute_type(t);
-      Tensor gc = g.to(ct).contiguous(), xc = x.to(ct).contiguous(), a1 = d1.to(ct).contiguous(),
+      Tensor gc = g.to(ct).contiguous(), xc = taylor2_rows(x.to(ct)), a1 = d1.to(ct).contiguous(),
              a2 = d2.to(ct).contiguous();
-      Tensor dx = tg::detail::new_empty(xc.sizes(), ct, xc.device());
+      Tensor dx = tg::detail::new_empty(x.sizes(), ct, xc.device());
       Tensor dd1 = tg::detail::new_empty(a1.sizes(), ct, a1.device());
       Tensor dd2 = tg::detail::new_empty(a2.sizes(), ct, a2.device());
       be.taylor2_unary_backward(kind_, k_, dx, dd1, dd2, gc, xc, a1, a2, pa_, pb_);
@@ -201,8 +217,8 @@ Tensor taylor2_fused(const TaylorLayout& l, const Tensor& tx, const Tensor& d1, 
   }
   auto compute = [&] {  // half types compute in float
     const ScalarType ct = tg::detail::compute_type(t);
-    Tensor x = tx.to(ct).contiguous(), a1 = d1.to(ct).contiguous(), a2 = d2.to(ct).contiguous();
-    Tensor out = tg::detail::new_empty(x.sizes(), ct, x.device());
+    Tensor x = taylor2_rows(tx.to(ct)), a1 = d1.to(ct).contiguous(), a2 = d2.to(ct).contiguous();
+    Tensor out = tg::detail::new_empty(tx.sizes(), ct, x.device());
     be.taylor2_unary(kind, l.directions, out, x, a1, a2, pa, pb);
     return out.to(t);
   };

@@ -227,22 +227,24 @@ void activation_grad_product_kernel(Activation act, int order, const Tensor& out
 // ---- Taylor mode, order 2 (kernels.h, tensor/taylor2.h) ----------------------------------
 // One thread per element s, looping over the coefficient rows (coalesced
 // across threads: row r of every s is contiguous).
+// x's rows are [rows, P] (P = S, or their period when broadcast).
 template <class T>
-__global__ void taylor2_unary_k(int kind, int64_t k, int64_t q, int64_t S, T* __restrict__ o,
+__global__ void taylor2_unary_k(int kind, int64_t k, int64_t q, int64_t S, int64_t P, T* __restrict__ o,
                                 const T* __restrict__ x, const T* __restrict__ d1, const T* __restrict__ d2,
                                 const int64_t* __restrict__ pa, const int64_t* __restrict__ pb) {
   for (int64_t s = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; s < S; s += int64_t(gridDim.x) * blockDim.x)
-    kernels::taylor2_forward<T>(kind, k, q, S, o + s, x + s, d1[s], d2[s], pa, pb);
+    kernels::taylor2_forward<T>(kind, k, q, S, P, o + s, x + (P == S ? s : s % P), d1[s], d2[s], pa, pb);
 }
 
 template <class T>
-__global__ void taylor2_unary_backward_k(int kind, int64_t k, int64_t q, int64_t S, T* __restrict__ dx,
+__global__ void taylor2_unary_backward_k(int kind, int64_t k, int64_t q, int64_t S, int64_t P, T* __restrict__ dx,
                                          T* __restrict__ dd1, T* __restrict__ dd2, const T* __restrict__ g,
                                          const T* __restrict__ x, const T* __restrict__ d1,
                                          const T* __restrict__ d2, const int64_t* __restrict__ pa,
                                          const int64_t* __restrict__ pb) {
   for (int64_t s = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; s < S; s += int64_t(gridDim.x) * blockDim.x)
-    kernels::taylor2_backward<T>(kind, k, q, S, dx + s, dd1 + s, dd2 + s, g + s, x + s, d1[s], d2[s], pa, pb);
+    kernels::taylor2_backward<T>(kind, k, q, S, P, dx + s, dd1 + s, dd2 + s, g + s, x + (P == S ? s : s % P), d1[s],
+                                 d2[s], pa, pb);
 }
 
 // Blocks of 256 threads over S elements (grid-stride beyond 2^20 blocks).
@@ -250,24 +252,24 @@ unsigned taylor2_blocks(int64_t S) { return unsigned(std::min<int64_t>((S + 255)
 
 void taylor2_unary_kernel(int kind, int64_t k, const Tensor& out, const Tensor& x, const Tensor& d1,
                           const Tensor& d2, const Tensor& pa, const Tensor& pb) {
-  const int64_t rows = x.size(0), q = rows - k, S = rows ? x.numel() / rows : 0;
+  const int64_t rows = x.size(0), q = rows - k, S = rows ? out.numel() / rows : 0, P = rows ? x.numel() / rows : 0;
   if (S == 0) return;
   DeviceGuard g(out.device().index());
   const int64_t* ia = kind == 2 ? pa.data_ptr<int64_t>() : nullptr;
   const int64_t* ib = kind == 2 ? pb.data_ptr<int64_t>() : nullptr;
   if (out.dtype() == ScalarType::Float64)
     taylor2_unary_k<double><<<taylor2_blocks(S), 256, 0, stream_of(out)>>>(
-        kind, k, q, S, out.data_ptr<double>(), x.data_ptr<double>(), d1.data_ptr<double>(), d2.data_ptr<double>(), ia, ib);
+        kind, k, q, S, P, out.data_ptr<double>(), x.data_ptr<double>(), d1.data_ptr<double>(), d2.data_ptr<double>(), ia, ib);
   else
     taylor2_unary_k<float><<<taylor2_blocks(S), 256, 0, stream_of(out)>>>(
-        kind, k, q, S, out.data_ptr<float>(), x.data_ptr<float>(), d1.data_ptr<float>(), d2.data_ptr<float>(), ia, ib);
+        kind, k, q, S, P, out.data_ptr<float>(), x.data_ptr<float>(), d1.data_ptr<float>(), d2.data_ptr<float>(), ia, ib);
   TG_CUDA_CHECK(cudaGetLastError(), "taylor2_unary");
 }
 
 void taylor2_unary_backward_kernel(int kind, int64_t k, const Tensor& dx, const Tensor& dd1, const Tensor& dd2,
                                    const Tensor& g, const Tensor& x, const Tensor& d1, const Tensor& d2,
                                    const Tensor& pa, const Tensor& pb) {
-  const int64_t rows = x.size(0), q = rows - k, S = rows ? x.numel() / rows : 0;
+  const int64_t rows = x.size(0), q = rows - k, S = rows ? dx.numel() / rows : 0, P = rows ? x.numel() / rows : 0;
   if (S == 0) return;
   DeviceGuard guard(dx.device().index());
   const int64_t* ia = kind == 2 ? pa.data_ptr<int64_t>() : nullptr;
@@ -275,7 +277,7 @@ void taylor2_unary_backward_kernel(int kind, int64_t k, const Tensor& dx, const 
   auto run = [&](auto tag) {
     using T = decltype(tag);
     taylor2_unary_backward_k<T><<<taylor2_blocks(S), 256, 0, stream_of(dx)>>>(
-        kind, k, q, S, dx.data_ptr<T>(), dd1.data_ptr<T>(), dd2.data_ptr<T>(), g.data_ptr<T>(), x.data_ptr<T>(),
+        kind, k, q, S, P, dx.data_ptr<T>(), dd1.data_ptr<T>(), dd2.data_ptr<T>(), g.data_ptr<T>(), x.data_ptr<T>(),
         d1.data_ptr<T>(), d2.data_ptr<T>(), ia, ib);
   };
   if (dx.dtype() == ScalarType::Float64) run(double{});

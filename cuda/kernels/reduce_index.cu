@@ -87,6 +87,34 @@ __global__ void reduce_block_kernel(const T* x, Dims kept, Dims red, int64_t inn
   if (threadIdx.x == 0) partial[o * splits + s] = Out(r);
 }
 
+// Outputs contiguous in x (the innermost kept dim has stride 1, the reduced
+// dims are outer: a bias gradient, [B, W] summed over B): a warp covers 32
+// adjacent outputs, so its loads are coalesced; the block's kColRows rows of
+// threads share the split's reduced range and combine in shared memory.
+// partial[o * splits + s] as reduce_block_kernel's.
+constexpr int kColRows = 8;
+template <class T, class A, class Out>
+__global__ void reduce_columns_kernel(const T* x, Dims kept, Dims red, int64_t outer, int64_t inner,
+                                      int64_t chunk, int64_t splits, ReduceOp op, Out* partial) {
+  __shared__ A sh[kColRows][33];
+  const int64_t o = int64_t(blockIdx.x) * 32 + threadIdx.x, s = blockIdx.y;
+  const int64_t begin = s * chunk, end = begin + chunk < inner ? begin + chunk : inner;
+  A acc{};
+  if (o < outer) {
+    const int64_t base = kept.offset(o);
+    // Rows past the range start from the range's first element: neutral for
+    // max/min; a sum starts from 0.
+    acc = op == ReduceOp::Sum ? A(0) : A(x[base + red.offset(begin)]);
+    for (int64_t r = begin + threadIdx.y; r < end; r += kColRows) acc = combine(op, acc, A(x[base + red.offset(r)]));
+  }
+  sh[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && o < outer) {
+    for (int y = 1; y < kColRows; ++y) acc = combine(op, acc, sh[y][threadIdx.x]);
+    partial[o * splits + s] = Out(acc);
+  }
+}
+
 // One thread per output over `inner` elements (few elements per output).
 template <class T, class A, class In>
 __global__ void reduce_thread_kernel(const In* x, Dims kept, Dims red, int64_t outer, int64_t inner,
@@ -128,14 +156,26 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
       TG_CUDA_CHECK(cudaGetLastError(), "reduce");
       return;
     }
-    // Few outputs: split each reduction across blocks, then combine partials.
+    // Outputs contiguous: 32 per block, the reduced range split so that
+    // there are enough blocks and each thread sums >= 16 elements.
+    const bool columns = kept.n > 0 && kept.strides[kept.n - 1] == 1;
+    const int64_t col_blocks = (outer + 31) / 32;
     int64_t splits = 1;
-    if (outer < 1024) splits = std::min<int64_t>((inner + kBlock * 16 - 1) / (kBlock * 16), 1024);
+    if (columns)
+      splits = std::max<int64_t>(1, std::min<int64_t>((512 + col_blocks - 1) / col_blocks, inner / (kColRows * 16)));
+    else if (outer < 1024)  // few outputs: split each reduction across blocks, then combine partials
+      splits = std::min<int64_t>((inner + kBlock * 16 - 1) / (kBlock * 16), 1024);
+    splits = std::min<int64_t>(splits, 65535);
     int64_t chunk = (inner + splits - 1) / splits;
     splits = (inner + chunk - 1) / chunk;
     TG_CHECK(outer <= int64_t(INT32_MAX), "reduce: too many outputs for one CUDA launch");
-    if (splits == 1) {  // one block per output writes it: a single pass
-      reduce_block_kernel<T, A, T><<<dim3{unsigned(outer), 1, 1}, kBlock, 0, s>>>(xp, kept, red, inner, chunk, 1, op, op_);
+    if (splits == 1) {  // the blocks write the outputs: a single pass
+      if (columns)
+        reduce_columns_kernel<T, A, T><<<dim3{unsigned(col_blocks), 1, 1}, dim3{32, kColRows, 1}, 0, s>>>(
+            xp, kept, red, outer, inner, chunk, 1, op, op_);
+      else
+        reduce_block_kernel<T, A, T><<<dim3{unsigned(outer), 1, 1}, kBlock, 0, s>>>(xp, kept, red, inner, chunk, 1,
+                                                                                    op, op_);
       TG_CUDA_CHECK(cudaGetLastError(), "reduce");
       return;
     }
@@ -145,8 +185,12 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
                                                                                        : kFloat32)
                                                     .device(out.device()));
     A* pp = static_cast<A*>(partial.data_ptr());
-    dim3 grid{unsigned(outer), unsigned(splits), 1};
-    reduce_block_kernel<T, A, A><<<grid, kBlock, 0, s>>>(xp, kept, red, inner, chunk, splits, op, pp);
+    if (columns)
+      reduce_columns_kernel<T, A, A><<<dim3{unsigned(col_blocks), unsigned(splits), 1}, dim3{32, kColRows, 1}, 0, s>>>(
+          xp, kept, red, outer, inner, chunk, splits, op, pp);
+    else
+      reduce_block_kernel<T, A, A><<<dim3{unsigned(outer), unsigned(splits), 1}, kBlock, 0, s>>>(xp, kept, red, inner,
+                                                                                                  chunk, splits, op, pp);
     TG_CUDA_CHECK(cudaGetLastError(), "reduce");
     Dims rows, cols;
     rows.n = 1;

@@ -164,12 +164,14 @@ void activation_grad_kernel(Activation act, int order, const Tensor& out, const 
   });
 }
 
-// Taylor mode, order 2 (kernels.h, tensor/taylor2.h), over chunks of s.
+// Taylor mode, order 2 (kernels.h, tensor/taylor2.h), over chunks of s;
+// x's rows are [rows, P] (P = S, or their period when broadcast): f(s, S,
+// P, s's offset in x).
 template <class F>
-void taylor2_loop(const Tensor& x, F&& f) {
-  const int64_t rows = x.size(0), S = rows ? x.numel() / rows : 0;
+void taylor2_loop(const Tensor& out, const Tensor& x, F&& f) {
+  const int64_t rows = x.size(0), S = rows ? out.numel() / rows : 0, P = rows ? x.numel() / rows : 0;
   parallel_for(S, std::max<int64_t>(256, 32768 / std::max<int64_t>(rows, 1)), [&](int64_t b, int64_t e) {
-    for (int64_t s = b; s < e; ++s) f(s, S);
+    for (int64_t s = b; s < e; ++s) f(s, S, P, P == S ? s : s % P);
   });
 }
 
@@ -183,8 +185,8 @@ void taylor2_unary_kernel(int kind, int64_t k, const Tensor& out, const Tensor& 
       const T *xp = x.data_ptr<T>(), *a1 = d1.data_ptr<T>(), *a2 = d2.data_ptr<T>();
       const int64_t* ia = kind == 2 ? pa.data_ptr<int64_t>() : nullptr;
       const int64_t* ib = kind == 2 ? pb.data_ptr<int64_t>() : nullptr;
-      taylor2_loop(x, [&](int64_t s, int64_t S) {
-        kernels::taylor2_forward<T>(kind, k, q, S, o + s, xp + s, a1[s], a2[s], ia, ib);
+      taylor2_loop(out, x, [&](int64_t s, int64_t S, int64_t P, int64_t xs) {
+        kernels::taylor2_forward<T>(kind, k, q, S, P, o + s, xp + xs, a1[s], a2[s], ia, ib);
       });
     } else {
       TG_INTERNAL_ASSERT(false, "taylor2_unary: integer dtype");
@@ -203,8 +205,8 @@ void taylor2_unary_backward_kernel(int kind, int64_t k, const Tensor& dx, const 
       const T *gp = g.data_ptr<T>(), *xp = x.data_ptr<T>(), *a1 = d1.data_ptr<T>(), *a2 = d2.data_ptr<T>();
       const int64_t* ia = kind == 2 ? pa.data_ptr<int64_t>() : nullptr;
       const int64_t* ib = kind == 2 ? pb.data_ptr<int64_t>() : nullptr;
-      taylor2_loop(x, [&](int64_t s, int64_t S) {
-        kernels::taylor2_backward<T>(kind, k, q, S, o + s, o1 + s, o2 + s, gp + s, xp + s, a1[s], a2[s], ia, ib);
+      taylor2_loop(dx, x, [&](int64_t s, int64_t S, int64_t P, int64_t xs) {
+        kernels::taylor2_backward<T>(kind, k, q, S, P, o + s, o1 + s, o2 + s, gp + s, xp + xs, a1[s], a2[s], ia, ib);
       });
     } else {
       TG_INTERNAL_ASSERT(false, "taylor2_unary: integer dtype");

@@ -55,6 +55,17 @@ using tg::Activation;
 // Orders of derivative the kernels compute (activation_math.h).
 constexpr int kMaxFusedActivationOrder = 4;
 
+// The op's first two derivatives for the order-2 Taylor kernels
+// (taylor2_unary): given (d1, d2 [S], contiguous, the compute dtype), or —
+// z defined — computed in the kernel from z [S]: d_j = act^(order + j)(z),
+// with order + 3 <= kMaxFusedActivationOrder (the backward's chain needs
+// the third).
+struct Taylor2Derivatives {
+  Tensor d1, d2, z;
+  Activation act = Activation::Tanh;
+  int order = 0;
+};
+
 // Softplus: a = beta, b = threshold. Clamp: a = lo, b = hi (has_a/has_b).
 struct UnaryParams {
   double a = 0, b = 0;
@@ -135,21 +146,24 @@ struct Backend {
                                   const Tensor& g2, const Tensor& x);
   // Taylor mode at order 2, one pass (autograd/ops/taylor.h): x [k + q, S]
   // contiguous holds the first (k rows) and second (q rows) coefficients,
-  // d1 and d2 [S] contiguous the op's first two derivatives; writes out
-  // [k + q, S] = [d1 x1; d1 x2 + d2 / 2 * cross] with the cross term by
-  // `kind`: 0 (q == k): row a is x1[a]^2; 1 (q == 1): the sum over a of
-  // x1[a]^2; 2: row r is x1[pa[r]] x1[pb[r]] (pa, pb Int64 [q], on the
+  // d the op's first two derivatives d1, d2 [S] (Taylor2Derivatives);
+  // writes out [k + q, S] = [d1 x1; d1 x2 + d2 / 2 * cross] with the cross
+  // term by `kind`: 0 (q == k): row a is x1[a]^2; 1 (q == 1): the sum over a
+  // of x1[a]^2; 2: row r is x1[pa[r]] x1[pb[r]] (pa, pb Int64 [q], on the
   // device). x may be [k + q, P] with P dividing S: element s reads x[:, s
   // % P] (rows broadcast over the shape's outer part). Float32/64; optional
   // (null: the composite).
-  void (*taylor2_unary)(int kind, int64_t k, const Tensor& out, const Tensor& x, const Tensor& d1,
-                        const Tensor& d2, const Tensor& pa, const Tensor& pb);
+  void (*taylor2_unary)(int kind, int64_t k, const Tensor& out, const Tensor& x, const Taylor2Derivatives& d,
+                        const Tensor& pa, const Tensor& pb);
   // taylor2_unary's backward in one pass (not recorded): from g [k + q, S]
-  // and its inputs (x as above), writes dx [k + q, S], dd1 [S] = the sum over rows of
-  // g x, dd2 [S] = the sum over the second rows of g2 * cross / 2. Optional.
+  // and its inputs (x as above), writes dx [k + q, S], dd1 [S] = the sum over
+  // rows of g x, dd2 [S] = the sum over the second rows of g2 * cross / 2;
+  // with d.z, the chain through the derivatives instead: dd1 = dz = that
+  // dd1 * act^(order + 2)(z) + that dd2 * act^(order + 3)(z) (dd2 unused).
+  // Optional.
   void (*taylor2_unary_backward)(int kind, int64_t k, const Tensor& dx, const Tensor& dd1, const Tensor& dd2,
-                                 const Tensor& g, const Tensor& x, const Tensor& d1, const Tensor& d2,
-                                 const Tensor& pa, const Tensor& pb);
+                                 const Tensor& g, const Tensor& x, const Taylor2Derivatives& d, const Tensor& pa,
+                                 const Tensor& pb);
   // Sparse COO coalesce: lin Int64 [nnz] (row-major linear index over the
   // sparse sizes), values [nnz, D] contiguous, compute dtype. Sets
   // out_indices Int64 [sparse_dim, u] (sorted, unique) and out_values [u, D]

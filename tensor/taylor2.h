@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "tensor/element_math.h"
+
 #if defined(__CUDACC__)
 #define TG_TAYLOR2_FN __host__ __device__ inline
 #else
@@ -64,6 +66,51 @@ TG_TAYLOR2_FN void taylor2_backward(int kind, int64_t k, int64_t q, int64_t S, i
   }
   *dd1 = s1;
   *dd2 = s2 * T(0.5);
+}
+
+// kernels.h Taylor2Derivatives as the kernels read it (pointers; z null:
+// d1, d2 given).
+template <class T>
+struct Taylor2Derivs {
+  const T *d1, *d2, *z;
+  Activation act;
+  int order;
+  TG_TAYLOR2_FN void at(int64_t s, T& a1, T& a2) const {
+    if (z) {
+      a1 = activation_derivative<T>(act, order + 1, z[s]);
+      a2 = activation_derivative<T>(act, order + 2, z[s]);
+    } else {
+      a1 = d1[s];
+      a2 = d2[s];
+    }
+  }
+};
+
+// Element s of taylor2_unary (x's rows [rows, P]: s reads x[s % P]).
+template <class T>
+TG_TAYLOR2_FN void taylor2_forward_at(int kind, int64_t k, int64_t q, int64_t S, int64_t P, int64_t s, T* o,
+                                      const T* x, const Taylor2Derivs<T>& d, const int64_t* pa,
+                                      const int64_t* pb) {
+  T a1, a2;
+  d.at(s, a1, a2);
+  taylor2_forward<T>(kind, k, q, S, P, o + s, x + (P == S ? s : s % P), a1, a2, pa, pb);
+}
+
+// Element s of taylor2_unary_backward (with d.z: dd1 gets dz).
+template <class T>
+TG_TAYLOR2_FN void taylor2_backward_at(int kind, int64_t k, int64_t q, int64_t S, int64_t P, int64_t s, T* dx,
+                                       T* dd1, T* dd2, const T* g, const T* x, const Taylor2Derivs<T>& d,
+                                       const int64_t* pa, const int64_t* pb) {
+  T a1, a2, e1, e2;
+  d.at(s, a1, a2);
+  taylor2_backward<T>(kind, k, q, S, P, dx + s, &e1, &e2, g + s, x + (P == S ? s : s % P), a1, a2, pa, pb);
+  if (d.z) {
+    dd1[s] = e1 * activation_derivative<T>(d.act, d.order + 2, d.z[s]) +
+             e2 * activation_derivative<T>(d.act, d.order + 3, d.z[s]);
+  } else {
+    dd1[s] = e1;
+    dd2[s] = e2;
+  }
 }
 
 }  // namespace tg::kernels

@@ -315,27 +315,49 @@ TEST(TaylorMode, HessianLossBackpropagatesIntoParameters) {
 }
 
 // The fused order-2 rule's backward (each layout it covers: univariate,
-// one diagonal group, one pair per group) by gradcheck and gradgradcheck of
-// the second coefficients into x and the parameters.
+// one diagonal group, one pair per group; derivatives computed in the kernel
+// for the activations and tanh' = activation_grad order 1, given for exp) by
+// gradcheck and gradgradcheck of the second coefficients into x and the
+// parameters.
 TEST(TaylorMode, FusedOrderTwoRuleGradchecks) {
   tg::manual_seed(13);
   Tensor x = (tg::randn({3, 2}, kF64)).requires_grad_();
   Tensor w = (tg::randn({4, 2}, kF64) * 0.7).requires_grad_(), v = tg::randn({4}, kF64).requires_grad_();
   Tensor dirs = tg::randn({2, 3, 2}, kF64);
-  for (int kind = 0; kind < 3; ++kind) {
-    SCOPED_TRACE("kind " + std::to_string(kind));
-    ag::TensorsFn second = [&](const ag::variable_list& p) {
-      std::optional<fwd::taylor_level> level;
-      if (kind == 0) level.emplace(2, 2);
-      else if (kind == 1) level.emplace(2, std::vector<std::vector<fwd::SecondOrderPair>>{{{0, 0, 1.0}, {1, 1, 1.0}}});
-      else level.emplace(2, std::vector<std::vector<fwd::SecondOrderPair>>{{{0, 1, 1.0}}, {{1, 1, 1.0}}, {{0, 0, 1.0}}});
-      Tensor y = tg::silu(tg::linear(fwd::make_jet(p[0], {dirs, Tensor()}), p[1])) * p[2];
-      return ag::variable_list{fwd::jet_coefficients(y)[1]};
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> acts = {
+      {"silu", [](const Tensor& z) { return tg::silu(z); }},
+      {"tanh", [](const Tensor& z) { return tg::tanh(z); }},
+      {"sigmoid", [](const Tensor& z) { return tg::sigmoid(z); }},
+      {"tanh'", [](const Tensor& z) { return tg::activation_grad(tg::cos(z), z, tg::Activation::Tanh, 1); }},
+      {"exp", [](const Tensor& z) { return tg::exp(z * 0.5); }}};
+  for (const auto& [name, act] : acts)
+    for (int kind = 0; kind < 3; ++kind) {
+      SCOPED_TRACE(name + ", kind " + std::to_string(kind));
+      ag::TensorsFn second = [&, act = act](const ag::variable_list& p) {
+        std::optional<fwd::taylor_level> level;
+        if (kind == 0) level.emplace(2, 2);
+        else if (kind == 1) level.emplace(2, std::vector<std::vector<fwd::SecondOrderPair>>{{{0, 0, 1.0}, {1, 1, 1.0}}});
+        else level.emplace(2, std::vector<std::vector<fwd::SecondOrderPair>>{{{0, 1, 1.0}}, {{1, 1, 1.0}}, {{0, 0, 1.0}}});
+        Tensor y = act(tg::linear(fwd::make_jet(p[0], {dirs, Tensor()}), p[1])) * p[2];
+        return ag::variable_list{fwd::jet_coefficients(y)[1]};
+      };
+      auto r = ag::gradcheck(second, {x, w, v});
+      EXPECT_TRUE(r.ok) << r.message;
+      auto rr = ag::gradgradcheck(second, {x, w, v});
+      EXPECT_TRUE(rr.ok) << rr.message;
+    }
+  // Unrecorded (the backward kernels) against recorded (the composite).
+  for (const auto& [name, act] : acts) {
+    SCOPED_TRACE(name);
+    auto grads = [&, act = act](bool create_graph) {
+      Tensor xx = x.detach().requires_grad_(), ww = w.detach().requires_grad_();
+      fwd::taylor_level level(2, std::vector<std::vector<fwd::SecondOrderPair>>{{{0, 0, 1.0}, {1, 1, 1.0}}});
+      Tensor y = act(tg::linear(fwd::make_jet(xx, {dirs, Tensor()}), ww));
+      Tensor c2 = fwd::jet_coefficients(y)[1];
+      return ag::grad({(c2 * c2).sum()}, {xx, ww}, {}, std::nullopt, create_graph);
     };
-    auto r = ag::gradcheck(second, {x, w, v});
-    EXPECT_TRUE(r.ok) << r.message;
-    auto rr = ag::gradgradcheck(second, {x, w, v});
-    EXPECT_TRUE(rr.ok) << rr.message;
+    std::vector<Tensor> a = grads(false), b = grads(true);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(tg::allclose(a[i], b[i], 1e-12, 1e-12)) << "input " << i;
   }
 }
 
@@ -411,14 +433,16 @@ TEST(TaylorModeGpu, MatchesCpu) {
   expect_near(weight_grad(w1.to(kGpu), w2.to(kGpu), x.to(kGpu)), weight_grad(w1, w2, x), "d/dw of |H|^2");
   expect_near(ag::derivative_operator(net(w1.to(kGpu), w2.to(kGpu)), x.to(kGpu), {{{0, 1, 2}}, {{1, 1}, 0.5}}),
               ag::derivative_operator(net(w1, w2), x, {{{0, 1, 2}}, {{1, 1}, 0.5}}), "u_xyz + u_yy / 2");
-  for (const Case& c : cases()) {  // every op's fourth-order coefficients
+  for (const Case& c : cases()) {  // every op's second- and fourth-order coefficients
     SCOPED_TRACE(c.name);
     if (c.name == "index" || c.name == "div_constant" || c.name == "pow_tensor_exponent_constant" ||
         c.name.rfind("mm_constant", 0) == 0 || c.name == "linear")
       continue;  // they close over CPU tensors
     auto [xc, dirs] = sample(c, 2);
-    std::vector<Tensor> a = taylor(c.fn, xc, dirs, 4), b = taylor(c.fn, xc.to(kGpu), dirs.to(kGpu), 4);
-    for (size_t k = 0; k < a.size(); ++k) expect_near(b[k], a[k], "c_" + std::to_string(k + 1), 1e-9);
+    for (int K : {2, 4}) {  // order 2: the fused rules where they apply
+      std::vector<Tensor> a = taylor(c.fn, xc, dirs, K), b = taylor(c.fn, xc.to(kGpu), dirs.to(kGpu), K);
+      for (size_t k = 0; k < a.size(); ++k) expect_near(b[k], a[k], "c_" + std::to_string(k + 1), 1e-9);
+    }
   }
 }
 

@@ -71,6 +71,9 @@ class UnaryBackward final : public OpNode {
 // (its tangent rule maps every coefficient, adding nothing), and its
 // derivatives f^(j)(x), j = 1..K, in closed form (false: none here).
 bool piecewise_linear(const UnarySpec& spec);
+// The activation the op is (tanh, sigmoid, silu: fused derivative kernels),
+// or false.
+bool spec_activation(const UnarySpec& spec, Activation* act);
 bool closed_derivatives(const UnarySpec& spec, const Tensor& x, const Tensor& r, const UnaryArgs& args,
                         std::vector<Tensor>& d);
 
@@ -122,6 +125,8 @@ Tensor unary_op(const Tensor& x, const UnarySpec& spec, F&& raw_fn, UnaryArgs ar
     fw_rule(out, [&] {
       const autograd::forward_ad::TaylorLayout* taylor = fw_taylor();
       if (!taylor || piecewise_linear(spec)) return spec.formula(t, x, out, args);
+      if (Activation act; spec_activation(spec, &act))  // order 2: one kernel, derivatives in it
+        if (Tensor fused = jet_activation(t, x, act, 0); fused.defined()) return fused;
       std::vector<Tensor> d(size_t(taylor->order) + 1);
       if (!closed_derivatives(spec, x, out, args, d))
         d = derivatives_by_reverse(spec, x, out, args, raw_fn, taylor->order);
@@ -206,10 +211,21 @@ void log_derivatives(const Tensor& u, std::vector<Tensor>& d) {
   for (size_t j = 2; j < d.size(); ++j) d[j] = mul(d[j - 1], mul(inv, -double(j - 1)));
 }
 
+bool spec_activation(const UnarySpec& s, Activation* act) {
+  if (&s == &kTanh) *act = Activation::Tanh;
+  else if (&s == &kSigmoid) *act = Activation::Sigmoid;
+  else if (&s == &kSilu) *act = Activation::Silu;
+  else return false;
+  return true;
+}
+
 bool closed_derivatives(const UnarySpec& s, const Tensor& x, const Tensor& r, const UnaryArgs& args,
                         std::vector<Tensor>& d) {
   const int K = int(d.size()) - 1;
-  auto activation = [&](Activation act) { activation_derivatives(x, act, 0, d); };
+  if (Activation act; spec_activation(s, &act)) {
+    activation_derivatives(x, act, 0, d);
+    return true;
+  }
   auto power = [&](double e) {  // d^j x^e = e (e - 1) ... (e - j + 1) x^(e - j)
     double c = 1;
     for (int j = 1; j <= K; ++j) {
@@ -239,12 +255,6 @@ bool closed_derivatives(const UnarySpec& s, const Tensor& x, const Tensor& r, co
     power(args.a);
   } else if (&s == &kPowScalarBase) {  // (ln a)^j a^x
     for (int j = 1; j <= K; ++j) d[size_t(j)] = mul(r, std::pow(std::log(args.a), j));
-  } else if (&s == &kTanh) {
-    activation(Activation::Tanh);
-  } else if (&s == &kSigmoid) {
-    activation(Activation::Sigmoid);
-  } else if (&s == &kSilu) {
-    activation(Activation::Silu);
   } else {
     return false;
   }
@@ -597,10 +607,14 @@ Tensor autograd::ops::activation_grad(const Tensor& g, const Tensor& x, Activati
       if (fw_taylor() && tx.defined() && !(act == Activation::Relu && order >= 1)) {
         // g times phi = act^(order)(x): phi's coefficients from its
         // derivatives act^(order + j), then the product's (Cauchy).
-        std::vector<Tensor> d(size_t(fw_taylor()->order) + 1);
-        activation_derivatives(x, act, order, d);
         Tensor phi = tg::activation_grad(broadcast_one(x), x, act, order);
-        return jet_product(g, tg_, phi, jet_unary(tx, d), jet_mul);
+        Tensor tphi = jet_activation(tx, x, act, order);  // order 2: one kernel
+        if (!tphi.defined()) {
+          std::vector<Tensor> d(size_t(fw_taylor()->order) + 1);
+          activation_derivatives(x, act, order, d);
+          tphi = jet_unary(tx, d);
+        }
+        return jet_product(g, tg_, phi, tphi, jet_mul);
       }
       return fw_add(tg_.defined() ? tg::activation_grad(tg_, x, act, order) : Tensor(),
                     tx.defined() ? tg::activation_grad(tg::mul(g, tx), x, act, order + 1) : Tensor());

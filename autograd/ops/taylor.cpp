@@ -116,37 +116,62 @@ Tensor taylor2_rows(const Tensor& t) {
 }
 
 // y = [d1 x1; d1 x2 + d2 / 2 * cross(x1, x1)] in one kernel (kernels.h
-// taylor2_unary), for the layouts it covers (`kind`). Its backward is the
+// taylor2_unary), for the layouts it covers (`kind`); the derivatives d1, d2
+// are inputs, or — for an activation (act^(order)) — computed in the kernel
+// from its input z (the node's inputs are then x and z). Its backward is the
 // composite's, written with the differentiable ops (so it records again;
 // unrecorded, it is one kernel too):
 //   dx1 = g1 d1 + d2 * (the cross term's adjoint), dx2 = g2 d1,
-//   dd1 = sum_rows g x, dd2 = sum_rows g2 cross / 2.
+//   dd1 = sum_rows g x, dd2 = sum_rows g2 cross / 2,
+//   with z: dz = dd1 act^(order + 2)(z) + dd2 act^(order + 3)(z).
 class Taylor2UnaryBackward final : public OpNode {
  public:
-  Taylor2UnaryBackward(int kind, int64_t k, Tensor pa, Tensor pb)
-      : OpNode("taylor2_unary", "Taylor2UnaryBackward"), kind_(kind), k_(k), pa_(std::move(pa)), pb_(std::move(pb)) {}
+  Taylor2UnaryBackward(int kind, int64_t k, Tensor pa, Tensor pb, bool activation, Activation act, int order)
+      : OpNode("taylor2_unary", "Taylor2UnaryBackward"), kind_(kind), k_(k), pa_(std::move(pa)), pb_(std::move(pb)),
+        activation_(activation), act_(act), order_(order) {}
   variable_list apply(variable_list&& grads) override {
-    variable_list out(3);
+    variable_list out(activation_ ? 2 : 3);
     const Tensor& g = grads[0];
-    Tensor x = x_.unpack(this, "x"), d1 = d1_.unpack(this, "d1"), d2 = d2_.unpack(this, "d2");
+    Tensor x = x_.unpack(this, "x");
+    Tensor z = activation_ ? z_.unpack(this, "z") : Tensor();
     const int64_t q = x.size(0) - k_;
-    Tensor x1 = x.narrow(0, 0, k_), x2 = x.narrow(0, k_, q), g1 = g.narrow(0, 0, k_), g2 = g.narrow(0, k_, q);
-    auto rows = [&](const Tensor& t, const Tensor& idx) { return index_select(t, 0, idx); };
     const kernels::Backend& be = kernels::backend(x.device(), "taylor2_unary");
     if (!autograd::is_grad_enabled() && be.taylor2_unary_backward && g.device() == x.device()) {
       // Not recorded: one kernel (half types compute in float).
       const ScalarType t = x.dtype(), ct = tg::detail::compute_type(t);
-      Tensor gc = g.to(ct).contiguous(), xc = taylor2_rows(x.to(ct)), a1 = d1.to(ct).contiguous(),
-             a2 = d2.to(ct).contiguous();
+      kernels::Taylor2Derivatives d;
+      Tensor like;  // an input of the derivatives' shape and dtype
+      if (activation_) {
+        d.z = z.to(ct).contiguous();
+        d.act = act_;
+        d.order = order_;
+        like = z;
+      } else {
+        like = d1_.unpack(this, "d1");
+        d.d1 = like.to(ct).contiguous();
+        d.d2 = d2_.unpack(this, "d2").to(ct).contiguous();
+      }
+      Tensor gc = g.to(ct).contiguous(), xc = taylor2_rows(x.to(ct));
       Tensor dx = tg::detail::new_empty(x.sizes(), ct, xc.device());
-      Tensor dd1 = tg::detail::new_empty(a1.sizes(), ct, a1.device());
-      Tensor dd2 = tg::detail::new_empty(a2.sizes(), ct, a2.device());
-      be.taylor2_unary_backward(kind_, k_, dx, dd1, dd2, gc, xc, a1, a2, pa_, pb_);
+      Tensor dd1 = tg::detail::new_empty(like.sizes(), ct, xc.device());
+      Tensor dd2 = activation_ ? Tensor() : tg::detail::new_empty(like.sizes(), ct, xc.device());
+      be.taylor2_unary_backward(kind_, k_, dx, dd1, dd2, gc, xc, d, pa_, pb_);
       if (should_compute_output(0)) out[0] = dx.to(t);
-      if (should_compute_output(1)) out[1] = dd1.to(d1.dtype());
-      if (should_compute_output(2)) out[2] = dd2.to(d2.dtype());
+      if (should_compute_output(1)) out[1] = dd1.to(like.dtype());
+      if (!activation_ && should_compute_output(2)) out[2] = dd2.to(like.dtype());
       return out;
     }
+    Tensor d1, d2;
+    if (activation_) {
+      Tensor one = ones({}, z.options()).expand(z.sizes());
+      d1 = activation_grad(one, z, act_, order_ + 1);
+      d2 = activation_grad(one, z, act_, order_ + 2);
+    } else {
+      d1 = d1_.unpack(this, "d1");
+      d2 = d2_.unpack(this, "d2");
+    }
+    Tensor x1 = x.narrow(0, 0, k_), x2 = x.narrow(0, k_, q), g1 = g.narrow(0, 0, k_), g2 = g.narrow(0, k_, q);
+    auto rows = [&](const Tensor& t, const Tensor& idx) { return index_select(t, 0, idx); };
     if (should_compute_output(0)) {
       Tensor dx1;
       if (kind_ == 2) {  // row r of the cross term is x1[pa[r]] x1[pb[r]]
@@ -162,25 +187,36 @@ class Taylor2UnaryBackward final : public OpNode {
       }
       out[0] = cat({dx1, mul(g2, d1)}, 0);
     }
-    if (should_compute_output(1)) out[1] = sum(mul(g, x), {0});
-    if (should_compute_output(2)) {
+    const bool want_d1 = should_compute_output(1), want_d2 = activation_ ? want_d1 : should_compute_output(2);
+    Tensor dd1 = want_d1 ? sum(mul(g, x), {0}) : Tensor(), dd2;
+    if (want_d2) {
       Tensor cross = kind_ == 0 ? mul(x1, x1) : kind_ == 1 ? sum(mul(x1, x1), {0}, true)
                                                            : mul(rows(x1, pa_), rows(x1, pb_));
-      out[2] = mul(sum(mul(g2, cross), {0}), 0.5);
+      dd2 = mul(sum(mul(g2, cross), {0}), 0.5);
+    }
+    if (activation_) {
+      if (want_d1) out[1] = add(activation_grad(dd1, z, act_, order_ + 2), activation_grad(dd2, z, act_, order_ + 3));
+    } else {
+      out[1] = dd1;
+      out[2] = dd2;
     }
     return out;
   }
   void release_variables() override {
     x_.release();
+    z_.release();
     d1_.release();
     d2_.release();
   }
-  SavedVariable x_, d1_, d2_;
+  SavedVariable x_, z_, d1_, d2_;
 
  private:
   int kind_;
   int64_t k_;
   Tensor pa_, pb_;  // Int64, not differentiable
+  bool activation_;
+  Activation act_;
+  int order_;
 };
 
 // Which fused kind covers the layout (-1: none); read on the host, so the
@@ -195,16 +231,20 @@ int taylor2_kind(const TaylorLayout& l) {
   return -1;
 }
 
-// The fused rule, or undefined where it does not apply.
-Tensor taylor2_fused(const TaylorLayout& l, const Tensor& tx, const Tensor& d1, const Tensor& d2) {
-  if (!tx.defined() || !d1.defined() || !d2.defined()) return Tensor();
+// The fused rule, or undefined where it does not apply. `d`: d1 and d2
+// (the op's derivatives, any dtype matching tx's), or z with an activation.
+Tensor taylor2_fused(const TaylorLayout& l, const Tensor& tx, const kernels::Taylor2Derivatives& d) {
+  const bool activation = d.z.defined();
+  const Tensor& like = activation ? d.z : d.d1;  // the derivatives' shape
+  if (!tx.defined() || !like.defined() || (!activation && !d.d2.defined())) return Tensor();
+  if (activation && (d.act == Activation::Relu || d.order + 3 > kernels::kMaxFusedActivationOrder)) return Tensor();
   const ScalarType t = tx.dtype();
-  if (!tx.is_floating_point() || d1.dtype() != t || d2.dtype() != t) return Tensor();
-  if (d1.device() != tx.device() || d2.device() != tx.device()) return Tensor();
+  if (!tx.is_floating_point() || like.dtype() != t || (!activation && d.d2.dtype() != t)) return Tensor();
+  if (like.device() != tx.device() || (!activation && d.d2.device() != tx.device())) return Tensor();
   IntList s = tx.sizes();
   if (s.empty() || s[0] != l.batch()) return Tensor();
   s.erase(s.begin());
-  if (d1.sizes() != s || d2.sizes() != s) return Tensor();
+  if (like.sizes() != s || (!activation && d.d2.sizes() != s)) return Tensor();
   const kernels::Backend& be = kernels::backend(tx.device(), "taylor2_unary");
   if (!be.taylor2_unary) return Tensor();
   const int kind = taylor2_kind(l);
@@ -217,17 +257,29 @@ Tensor taylor2_fused(const TaylorLayout& l, const Tensor& tx, const Tensor& d1, 
   }
   auto compute = [&] {  // half types compute in float
     const ScalarType ct = tg::detail::compute_type(t);
-    Tensor x = taylor2_rows(tx.to(ct)), a1 = d1.to(ct).contiguous(), a2 = d2.to(ct).contiguous();
+    kernels::Taylor2Derivatives dc = d;
+    for (Tensor* u : {&dc.d1, &dc.d2, &dc.z})
+      if (u->defined()) *u = u->to(ct).contiguous();
+    Tensor x = taylor2_rows(tx.to(ct));
     Tensor out = tg::detail::new_empty(tx.sizes(), ct, x.device());
-    be.taylor2_unary(kind, l.directions, out, x, a1, a2, pa, pb);
+    be.taylor2_unary(kind, l.directions, out, x, dc, pa, pb);
     return out.to(t);
   };
-  if (!should_record({&tx, &d1, &d2})) return run_raw(compute);
-  auto node = make_node<Taylor2UnaryBackward>({&tx, &d1, &d2}, kind, l.directions, pa, pb);
+  const Tensor none;
+  const Tensor& second = activation ? none : d.d2;
+  if (!should_record({&tx, &like, &second})) return run_raw(compute);
+  auto node = activation
+                  ? make_node<Taylor2UnaryBackward>({&tx, &d.z}, kind, l.directions, pa, pb, true, d.act, d.order)
+                  : make_node<Taylor2UnaryBackward>({&tx, &d.d1, &d.d2}, kind, l.directions, pa, pb, false,
+                                                    Activation::Tanh, 0);
   Tensor out = run_raw(compute);
   node->x_ = SavedVariable(tx, false);
-  node->d1_ = SavedVariable(d1, false);
-  node->d2_ = SavedVariable(d2, false);
+  if (activation) {
+    node->z_ = SavedVariable(d.z, false);
+  } else {
+    node->d1_ = SavedVariable(d.d1, false);
+    node->d2_ = SavedVariable(d.d2, false);
+  }
   return finish(out, node);
 }
 
@@ -264,8 +316,12 @@ Tensor jet_cross(const Tensor& a, const Tensor& b, const Bilinear& f, bool same)
 Tensor jet_unary(const Tensor& tx, const std::vector<Tensor>& d) {
   const TaylorLayout& l = layout();
   const int K = l.order;
-  if (K == 2)
-    if (Tensor fused = taylor2_fused(l, tx, d[1], d[2]); fused.defined()) return fused;
+  if (K == 2) {
+    kernels::Taylor2Derivatives fd;
+    fd.d1 = d[1];
+    fd.d2 = d[2];
+    if (Tensor fused = taylor2_fused(l, tx, fd); fused.defined()) return fused;
+  }
   Tensor lin = d[1].defined() ? mul(tx, d[1]) : Tensor();
   bool higher = false;
   for (int j = 2; j <= K; ++j) higher = higher || d[size_t(j)].defined();
@@ -287,6 +343,16 @@ Tensor jet_unary(const Tensor& tx, const std::vector<Tensor>& d) {
     }
   }
   return stack_blocks(l, std::move(y), tx);
+}
+
+Tensor jet_activation(const Tensor& tx, const Tensor& x, Activation act, int order) {
+  const TaylorLayout& l = layout();
+  if (l.order != 2) return Tensor();
+  kernels::Taylor2Derivatives d;
+  d.z = x;
+  d.act = act;
+  d.order = order;
+  return taylor2_fused(l, tx, d);
 }
 
 Tensor jet_product(const Tensor& a, const Tensor& ta, const Tensor& b, const Tensor& tb, const Bilinear& f) {

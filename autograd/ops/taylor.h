@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <tapegrad/autograd/forward_ad.h>
+#include <tapegrad/tensor/ops.h>  // Activation
 #include <tapegrad/tensor/tensor.h>
 
 namespace tg::autograd::ops_detail {
@@ -35,6 +36,10 @@ Tensor jet_cross(const Tensor& a, const Tensor& b, const Bilinear& f, bool same 
 /// f(x)'s tangent from x's (tx) and d[j] = f^(j)(x), j = 1..K (d[0] unused;
 /// undefined: zero, so a vanishing derivative costs nothing).
 Tensor jet_unary(const Tensor& tx, const std::vector<Tensor>& d);
+/// act^(order)(x)'s tangent from x's (tx) at order 2 in one fused kernel
+/// that computes the derivatives itself; undefined where that kernel does
+/// not apply (the caller falls back to jet_unary).
+Tensor jet_activation(const Tensor& tx, const Tensor& x, Activation act, int order);
 /// f(a, b)'s tangent for bilinear f from a, b and their tangents.
 Tensor jet_product(const Tensor& a, const Tensor& ta, const Tensor& b, const Tensor& tb, const Bilinear& f);
 /// (a / b)'s tangent; q = a / b (the output).

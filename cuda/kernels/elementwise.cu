@@ -230,59 +230,63 @@ void activation_grad_product_kernel(Activation act, int order, const Tensor& out
 // x's rows are [rows, P] (P = S, or their period when broadcast).
 template <class T>
 __global__ void taylor2_unary_k(int kind, int64_t k, int64_t q, int64_t S, int64_t P, T* __restrict__ o,
-                                const T* __restrict__ x, const T* __restrict__ d1, const T* __restrict__ d2,
-                                const int64_t* __restrict__ pa, const int64_t* __restrict__ pb) {
+                                const T* __restrict__ x, kernels::Taylor2Derivs<T> d, const int64_t* __restrict__ pa,
+                                const int64_t* __restrict__ pb) {
   for (int64_t s = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; s < S; s += int64_t(gridDim.x) * blockDim.x)
-    kernels::taylor2_forward<T>(kind, k, q, S, P, o + s, x + (P == S ? s : s % P), d1[s], d2[s], pa, pb);
+    kernels::taylor2_forward_at<T>(kind, k, q, S, P, s, o, x, d, pa, pb);
 }
 
 template <class T>
 __global__ void taylor2_unary_backward_k(int kind, int64_t k, int64_t q, int64_t S, int64_t P, T* __restrict__ dx,
                                          T* __restrict__ dd1, T* __restrict__ dd2, const T* __restrict__ g,
-                                         const T* __restrict__ x, const T* __restrict__ d1,
-                                         const T* __restrict__ d2, const int64_t* __restrict__ pa,
-                                         const int64_t* __restrict__ pb) {
+                                         const T* __restrict__ x, kernels::Taylor2Derivs<T> d,
+                                         const int64_t* __restrict__ pa, const int64_t* __restrict__ pb) {
   for (int64_t s = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; s < S; s += int64_t(gridDim.x) * blockDim.x)
-    kernels::taylor2_backward<T>(kind, k, q, S, P, dx + s, dd1 + s, dd2 + s, g + s, x + (P == S ? s : s % P), d1[s],
-                                 d2[s], pa, pb);
+    kernels::taylor2_backward_at<T>(kind, k, q, S, P, s, dx, dd1, dd2, g, x, d, pa, pb);
 }
 
-// Blocks of 256 threads over S elements (grid-stride beyond 2^20 blocks).
-unsigned taylor2_blocks(int64_t S) { return unsigned(std::min<int64_t>((S + 255) / 256, int64_t(1) << 20)); }
-
-void taylor2_unary_kernel(int kind, int64_t k, const Tensor& out, const Tensor& x, const Tensor& d1,
-                          const Tensor& d2, const Tensor& pa, const Tensor& pb) {
-  const int64_t rows = x.size(0), q = rows - k, S = rows ? out.numel() / rows : 0, P = rows ? x.numel() / rows : 0;
+// The launch geometry and arguments both kernels share: S elements (out's
+// or dx's per row), P per row of x, the pairs, the derivatives; calls
+// run(T{}, blocks, S, P, q, pa, pb, derivs).
+template <class F>
+void taylor2_launch(int kind, int64_t k, const Tensor& full, const Tensor& x, const kernels::Taylor2Derivatives& d,
+                    const Tensor& pa, const Tensor& pb, F&& run) {
+  const int64_t rows = x.size(0), q = rows - k, S = rows ? full.numel() / rows : 0, P = rows ? x.numel() / rows : 0;
   if (S == 0) return;
-  DeviceGuard g(out.device().index());
+  DeviceGuard guard(full.device().index());
   const int64_t* ia = kind == 2 ? pa.data_ptr<int64_t>() : nullptr;
   const int64_t* ib = kind == 2 ? pb.data_ptr<int64_t>() : nullptr;
-  if (out.dtype() == ScalarType::Float64)
-    taylor2_unary_k<double><<<taylor2_blocks(S), 256, 0, stream_of(out)>>>(
-        kind, k, q, S, P, out.data_ptr<double>(), x.data_ptr<double>(), d1.data_ptr<double>(), d2.data_ptr<double>(), ia, ib);
-  else
-    taylor2_unary_k<float><<<taylor2_blocks(S), 256, 0, stream_of(out)>>>(
-        kind, k, q, S, P, out.data_ptr<float>(), x.data_ptr<float>(), d1.data_ptr<float>(), d2.data_ptr<float>(), ia, ib);
+  const unsigned blocks = unsigned(std::min<int64_t>((S + 255) / 256, int64_t(1) << 20));  // grid-stride beyond
+  auto go = [&](auto tag) {
+    using T = decltype(tag);
+    auto ptr = [](const Tensor& t) { return t.defined() ? t.data_ptr<T>() : static_cast<const T*>(nullptr); };
+    run(tag, blocks, S, P, q, ia, ib, kernels::Taylor2Derivs<T>{ptr(d.d1), ptr(d.d2), ptr(d.z), d.act, d.order});
+  };
+  if (full.dtype() == ScalarType::Float64) go(double{});
+  else go(float{});
   TG_CUDA_CHECK(cudaGetLastError(), "taylor2_unary");
+}
+
+void taylor2_unary_kernel(int kind, int64_t k, const Tensor& out, const Tensor& x,
+                          const kernels::Taylor2Derivatives& d, const Tensor& pa, const Tensor& pb) {
+  taylor2_launch(kind, k, out, x, d, pa, pb, [&](auto tag, unsigned blocks, int64_t S, int64_t P, int64_t q,
+                                                  const int64_t* ia, const int64_t* ib, auto derivs) {
+    using T = decltype(tag);
+    taylor2_unary_k<T><<<blocks, 256, 0, stream_of(out)>>>(kind, k, q, S, P, out.data_ptr<T>(), x.data_ptr<T>(),
+                                                           derivs, ia, ib);
+  });
 }
 
 void taylor2_unary_backward_kernel(int kind, int64_t k, const Tensor& dx, const Tensor& dd1, const Tensor& dd2,
-                                   const Tensor& g, const Tensor& x, const Tensor& d1, const Tensor& d2,
+                                   const Tensor& g, const Tensor& x, const kernels::Taylor2Derivatives& d,
                                    const Tensor& pa, const Tensor& pb) {
-  const int64_t rows = x.size(0), q = rows - k, S = rows ? dx.numel() / rows : 0, P = rows ? x.numel() / rows : 0;
-  if (S == 0) return;
-  DeviceGuard guard(dx.device().index());
-  const int64_t* ia = kind == 2 ? pa.data_ptr<int64_t>() : nullptr;
-  const int64_t* ib = kind == 2 ? pb.data_ptr<int64_t>() : nullptr;
-  auto run = [&](auto tag) {
+  taylor2_launch(kind, k, dx, x, d, pa, pb, [&](auto tag, unsigned blocks, int64_t S, int64_t P, int64_t q,
+                                                 const int64_t* ia, const int64_t* ib, auto derivs) {
     using T = decltype(tag);
-    taylor2_unary_backward_k<T><<<taylor2_blocks(S), 256, 0, stream_of(dx)>>>(
-        kind, k, q, S, P, dx.data_ptr<T>(), dd1.data_ptr<T>(), dd2.data_ptr<T>(), g.data_ptr<T>(), x.data_ptr<T>(),
-        d1.data_ptr<T>(), d2.data_ptr<T>(), ia, ib);
-  };
-  if (dx.dtype() == ScalarType::Float64) run(double{});
-  else run(float{});
-  TG_CUDA_CHECK(cudaGetLastError(), "taylor2_unary");
+    taylor2_unary_backward_k<T><<<blocks, 256, 0, stream_of(dx)>>>(
+        kind, k, q, S, P, dx.data_ptr<T>(), dd1.data_ptr<T>(), d.z.defined() ? nullptr : dd2.data_ptr<T>(),
+        g.data_ptr<T>(), x.data_ptr<T>(), derivs, ia, ib);
+  });
 }
 
 // ---- between devices --------------------------------------------------------------------

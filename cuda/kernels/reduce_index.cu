@@ -91,27 +91,39 @@ __global__ void reduce_block_kernel(const T* x, Dims kept, Dims red, int64_t inn
 // dims are outer: a bias gradient, [B, W] summed over B): a warp covers 32
 // adjacent outputs, so its loads are coalesced; the block's kColRows rows of
 // threads share the split's reduced range and combine in shared memory.
-// partial[o * splits + s] as reduce_block_kernel's.
+// Writes out[s * outer + o] (with one split: the result itself). One
+// reduced dim (the common case) walks by its stride, four loads in flight.
 constexpr int kColRows = 8;
 template <class T, class A, class Out>
 __global__ void reduce_columns_kernel(const T* x, Dims kept, Dims red, int64_t outer, int64_t inner,
-                                      int64_t chunk, int64_t splits, ReduceOp op, Out* partial) {
+                                      int64_t chunk, ReduceOp op, Out* out) {
   __shared__ A sh[kColRows][33];
   const int64_t o = int64_t(blockIdx.x) * 32 + threadIdx.x, s = blockIdx.y;
   const int64_t begin = s * chunk, end = begin + chunk < inner ? begin + chunk : inner;
   A acc{};
   if (o < outer) {
-    const int64_t base = kept.offset(o);
+    const T* p = x + kept.offset(o);
     // Rows past the range start from the range's first element: neutral for
     // max/min; a sum starts from 0.
-    acc = op == ReduceOp::Sum ? A(0) : A(x[base + red.offset(begin)]);
-    for (int64_t r = begin + threadIdx.y; r < end; r += kColRows) acc = combine(op, acc, A(x[base + red.offset(r)]));
+    acc = op == ReduceOp::Sum ? A(0) : A(p[red.offset(begin)]);
+    int64_t r = begin + threadIdx.y;
+    if (red.n == 1) {
+      const int64_t st = red.strides[0];
+      for (; r + 3 * kColRows < end; r += 4 * kColRows) {
+        const A v0 = A(p[r * st]), v1 = A(p[(r + kColRows) * st]), v2 = A(p[(r + 2 * kColRows) * st]),
+                v3 = A(p[(r + 3 * kColRows) * st]);
+        acc = combine(op, combine(op, acc, combine(op, v0, v1)), combine(op, v2, v3));
+      }
+      for (; r < end; r += kColRows) acc = combine(op, acc, A(p[r * st]));
+    } else {
+      for (; r < end; r += kColRows) acc = combine(op, acc, A(p[red.offset(r)]));
+    }
   }
   sh[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && o < outer) {
     for (int y = 1; y < kColRows; ++y) acc = combine(op, acc, sh[y][threadIdx.x]);
-    partial[o * splits + s] = Out(acc);
+    out[s * outer + o] = Out(acc);
   }
 }
 
@@ -172,7 +184,7 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
     if (splits == 1) {  // the blocks write the outputs: a single pass
       if (columns)
         reduce_columns_kernel<T, A, T><<<dim3{unsigned(col_blocks), 1, 1}, dim3{32, kColRows, 1}, 0, s>>>(
-            xp, kept, red, outer, inner, chunk, 1, op, op_);
+            xp, kept, red, outer, inner, chunk, op, op_);
       else
         reduce_block_kernel<T, A, T><<<dim3{unsigned(outer), 1, 1}, kBlock, 0, s>>>(xp, kept, red, inner, chunk, 1,
                                                                                     op, op_);
@@ -185,12 +197,24 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
                                                                                        : kFloat32)
                                                     .device(out.device()));
     A* pp = static_cast<A*>(partial.data_ptr());
-    if (columns)
+    if (columns) {  // partials [splits, outer]: a column reduction again, one split
       reduce_columns_kernel<T, A, A><<<dim3{unsigned(col_blocks), unsigned(splits), 1}, dim3{32, kColRows, 1}, 0, s>>>(
-          xp, kept, red, outer, inner, chunk, splits, op, pp);
-    else
-      reduce_block_kernel<T, A, A><<<dim3{unsigned(outer), unsigned(splits), 1}, kBlock, 0, s>>>(xp, kept, red, inner,
-                                                                                                  chunk, splits, op, pp);
+          xp, kept, red, outer, inner, chunk, op, pp);
+      TG_CUDA_CHECK(cudaGetLastError(), "reduce");
+      Dims cols, rows;
+      cols.n = 1;
+      cols.sizes[0] = outer;
+      cols.strides[0] = 1;
+      rows.n = 1;
+      rows.sizes[0] = splits;
+      rows.strides[0] = outer;
+      reduce_columns_kernel<A, A, T><<<dim3{unsigned(col_blocks), 1, 1}, dim3{32, kColRows, 1}, 0, s>>>(
+          pp, cols, rows, outer, splits, splits, op, op_);
+      TG_CUDA_CHECK(cudaGetLastError(), "reduce");
+      return;
+    }
+    reduce_block_kernel<T, A, A><<<dim3{unsigned(outer), unsigned(splits), 1}, kBlock, 0, s>>>(xp, kept, red, inner,
+                                                                                                chunk, splits, op, pp);
     TG_CUDA_CHECK(cudaGetLastError(), "reduce");
     Dims rows, cols;
     rows.n = 1;

@@ -164,54 +164,52 @@ void activation_grad_kernel(Activation act, int order, const Tensor& out, const 
   });
 }
 
-// Taylor mode, order 2 (kernels.h, tensor/taylor2.h), over chunks of s;
-// x's rows are [rows, P] (P = S, or their period when broadcast): f(s, S,
-// P, s's offset in x).
+// Taylor mode, order 2 (kernels.h, tensor/taylor2.h): f(T{}, begin, end,
+// S, P, q, pa, pb, derivs) over chunks of the elements s — S per row of
+// `full` (out or dx), P per row of x.
 template <class F>
-void taylor2_loop(const Tensor& out, const Tensor& x, F&& f) {
-  const int64_t rows = x.size(0), S = rows ? out.numel() / rows : 0, P = rows ? x.numel() / rows : 0;
-  parallel_for(S, std::max<int64_t>(256, 32768 / std::max<int64_t>(rows, 1)), [&](int64_t b, int64_t e) {
-    for (int64_t s = b; s < e; ++s) f(s, S, P, P == S ? s : s % P);
-  });
-}
-
-void taylor2_unary_kernel(int kind, int64_t k, const Tensor& out, const Tensor& x, const Tensor& d1,
-                          const Tensor& d2, const Tensor& pa, const Tensor& pb) {
-  const int64_t q = x.size(0) - k;
-  dispatch_compute(out.dtype(), "taylor2_unary", [&](auto tag) {
+void taylor2_loop(int kind, int64_t k, const Tensor& full, const Tensor& x, const kernels::Taylor2Derivatives& d,
+                  const Tensor& pa, const Tensor& pb, F&& f) {
+  const int64_t rows = x.size(0), q = rows - k, S = rows ? full.numel() / rows : 0, P = rows ? x.numel() / rows : 0;
+  const int64_t* ia = kind == 2 ? pa.data_ptr<int64_t>() : nullptr;
+  const int64_t* ib = kind == 2 ? pb.data_ptr<int64_t>() : nullptr;
+  dispatch_compute(full.dtype(), "taylor2_unary", [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<T>) {
-      T* o = out.data_ptr<T>();
-      const T *xp = x.data_ptr<T>(), *a1 = d1.data_ptr<T>(), *a2 = d2.data_ptr<T>();
-      const int64_t* ia = kind == 2 ? pa.data_ptr<int64_t>() : nullptr;
-      const int64_t* ib = kind == 2 ? pb.data_ptr<int64_t>() : nullptr;
-      taylor2_loop(out, x, [&](int64_t s, int64_t S, int64_t P, int64_t xs) {
-        kernels::taylor2_forward<T>(kind, k, q, S, P, o + s, xp + xs, a1[s], a2[s], ia, ib);
-      });
+      auto ptr = [](const Tensor& t) { return t.defined() ? t.data_ptr<T>() : static_cast<const T*>(nullptr); };
+      const kernels::Taylor2Derivs<T> derivs{ptr(d.d1), ptr(d.d2), ptr(d.z), d.act, d.order};
+      parallel_for(S, std::max<int64_t>(256, 32768 / std::max<int64_t>(rows, 1)),
+                   [&](int64_t b, int64_t e) { f(tag, b, e, S, P, q, ia, ib, derivs); });
     } else {
       TG_INTERNAL_ASSERT(false, "taylor2_unary: integer dtype");
     }
   });
+}
+
+void taylor2_unary_kernel(int kind, int64_t k, const Tensor& out, const Tensor& x, const kernels::Taylor2Derivatives& d,
+                          const Tensor& pa, const Tensor& pb) {
+  taylor2_loop(kind, k, out, x, d, pa, pb,
+               [&](auto tag, int64_t b, int64_t e, int64_t S, int64_t P, int64_t q, const int64_t* ia,
+                   const int64_t* ib, const auto& derivs) {
+                 using T = decltype(tag);
+                 T* o = out.data_ptr<T>();
+                 const T* xp = x.data_ptr<T>();
+                 for (int64_t s = b; s < e; ++s) kernels::taylor2_forward_at<T>(kind, k, q, S, P, s, o, xp, derivs, ia, ib);
+               });
 }
 
 void taylor2_unary_backward_kernel(int kind, int64_t k, const Tensor& dx, const Tensor& dd1, const Tensor& dd2,
-                                   const Tensor& g, const Tensor& x, const Tensor& d1, const Tensor& d2,
+                                   const Tensor& g, const Tensor& x, const kernels::Taylor2Derivatives& d,
                                    const Tensor& pa, const Tensor& pb) {
-  const int64_t q = x.size(0) - k;
-  dispatch_compute(dx.dtype(), "taylor2_unary", [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_floating_point_v<T>) {
-      T *o = dx.data_ptr<T>(), *o1 = dd1.data_ptr<T>(), *o2 = dd2.data_ptr<T>();
-      const T *gp = g.data_ptr<T>(), *xp = x.data_ptr<T>(), *a1 = d1.data_ptr<T>(), *a2 = d2.data_ptr<T>();
-      const int64_t* ia = kind == 2 ? pa.data_ptr<int64_t>() : nullptr;
-      const int64_t* ib = kind == 2 ? pb.data_ptr<int64_t>() : nullptr;
-      taylor2_loop(dx, x, [&](int64_t s, int64_t S, int64_t P, int64_t xs) {
-        kernels::taylor2_backward<T>(kind, k, q, S, P, o + s, o1 + s, o2 + s, gp + s, xp + xs, a1[s], a2[s], ia, ib);
-      });
-    } else {
-      TG_INTERNAL_ASSERT(false, "taylor2_unary: integer dtype");
-    }
-  });
+  taylor2_loop(kind, k, dx, x, d, pa, pb,
+               [&](auto tag, int64_t b, int64_t e, int64_t S, int64_t P, int64_t q, const int64_t* ia,
+                   const int64_t* ib, const auto& derivs) {
+                 using T = decltype(tag);
+                 T *o = dx.data_ptr<T>(), *o1 = dd1.data_ptr<T>(), *o2 = d.z.defined() ? nullptr : dd2.data_ptr<T>();
+                 const T *gp = g.data_ptr<T>(), *xp = x.data_ptr<T>();
+                 for (int64_t s = b; s < e; ++s)
+                   kernels::taylor2_backward_at<T>(kind, k, q, S, P, s, o, o1, o2, gp, xp, derivs, ia, ib);
+               });
 }
 
 void compare_kernel(CompareOp op, const Tensor& out, const Tensor& a,

@@ -10,7 +10,7 @@
 // are refreshed by copying into the captured input.
 //
 //   pinn_step [--batch 1024] [--width 64] [--depth 4] [--steps 200] [--dtype f32|f64] [--optimizer sgd|adam]
-//             [--laplacian backward|taylor]
+//             [--laplacian backward|taylor] (--optimizer sgd-multi: optim::SGD's multi-tensor step)
 //             [--device cuda|cpu] [--json] [--out FILE] [--dump FILE.dot]
 //
 // Prints ms per step (median of --repeats timings of --steps steps each) for
@@ -91,14 +91,15 @@ Tensor pinn_loss(const Net& n, const Tensor& x_in, const Tensor& f, bool taylor)
   return (lap - f).square().mean();
 }
 
-// One training step; returns the loss. SGD: grad() and p -= lr g. Adam:
-// zero .grad in place, backward, the optimizer's (multi-tensor) step.
-Tensor step(const Net& n, const Tensor& x, const Tensor& f, double lr, tg::optim::Optimizer* adam, bool taylor) {
-  if (adam) {
-    adam->zero_grad(/*set_to_none=*/false);
+// One training step; returns the loss. SGD: grad() and p -= lr g. With an
+// optimizer (Adam, or SGD with --optimizer sgd-multi): zero .grad in place,
+// backward, the optimizer's (multi-tensor) step.
+Tensor step(const Net& n, const Tensor& x, const Tensor& f, double lr, tg::optim::Optimizer* opt, bool taylor) {
+  if (opt) {
+    opt->zero_grad(/*set_to_none=*/false);
     Tensor loss = pinn_loss(n, x, f, taylor);
     loss.backward();
-    adam->step();
+    opt->step();
     return loss;
   }
   Tensor loss = pinn_loss(n, x, f, taylor);
@@ -140,8 +141,10 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", o.repeats, "timings (the median is reported)");
   app.add_option("--dtype", o.dtype, "f32 or f64")->check(CLI::IsMember({"f32", "f64"}));
   app.add_option("--device", o.device, "cuda (when there is a GPU) or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
-  app.add_option("--optimizer", o.optimizer, "sgd (grad and p -= lr g) or adam (backward, capturable Adam)")
-      ->check(CLI::IsMember({"sgd", "adam"}));
+  app.add_option("--optimizer", o.optimizer,
+                 "sgd (grad and p -= lr g), sgd-multi (backward, optim::SGD's multi-tensor step) or adam "
+                 "(backward, capturable Adam)")
+      ->check(CLI::IsMember({"sgd", "sgd-multi", "adam"}));
   app.add_option("--laplacian", o.laplacian, "backward (double backward) or taylor (the forward Laplacian)")
       ->check(CLI::IsMember({"backward", "taylor"}));
   app.add_flag("--no-eager", o.no_eager, "time only the graphed step (for profiling)");
@@ -157,12 +160,17 @@ int main(int argc, char** argv) {
   const tg::ScalarType dt = o.dtype == "f64" ? tg::kFloat64 : tg::kFloat32;
   const double lr = 1e-4;
   Net net = make_net(o, dev, dt);
-  std::unique_ptr<tg::optim::Adam> adam;
+  std::unique_ptr<tg::optim::Optimizer> adam;  // the optimizer, when one steps
   if (o.optimizer == "adam") {
     tg::optim::AdamOptions ao;
     ao.lr = lr;
     ao.capturable = gpu;
     adam = std::make_unique<tg::optim::Adam>(net.trained, ao);
+  } else if (o.optimizer == "sgd-multi") {
+    tg::optim::SGDOptions so;
+    so.lr = lr;
+    so.capturable = gpu;
+    adam = std::make_unique<tg::optim::SGD>(net.trained, so);
   }
   auto opt = tg::TensorOptions().dtype(dt);
   Tensor x = (tg::rand({o.batch, 2}, opt) * 2.0 - 1.0).to(dev);

@@ -2,13 +2,15 @@
 """The PINN training step side by side, on the GPU machine:
 
     python3 bench/peers/pinn_peers.py [--batch 1024] [--width 64] [--depth 4] [--steps 200]
-        [--frameworks tapegrad,taylor,eager,graph,jax[,compile]] [--optimizer sgd|adam] [--out FILE] [--dump FILE.dot]
+        [--frameworks tapegrad,taylor,eager,graph,jax[,compile]] [--optimizer sgd|sgd-multi|adam] [--out FILE]
+        [--dump FILE.dot]
 
 The step (bench/pinn_step.cpp has tapegrad's): u = MLP(x), 2 -> width x depth
 -> 1, tanh, float32; the Laplacian u_xx + u_yy by double backward; the loss
 mean((lap - f)^2); its gradients into every weight and bias but the last
-bias; an SGD update in place (--optimizer adam: loss.backward() and an Adam
-step, capturable where the step is graphed, with the gradients zeroed in
+bias; an SGD update in place (--optimizer sgd-multi: loss.backward() and
+the libraries' multi-tensor SGD step, torch.optim.SGD(foreach=True); adam:
+loss.backward() and an Adam step, capturable where the step is graphed, with the gradients zeroed in
 place; JAX: the same Adam written out in the jitted step). `compile` tries
 torch.compile(mode="reduce-overhead") on the step and reports what happens. Runs it in tapegrad (build-gpu/bench/pinn_step
 --json: eager, and the whole step as one replayed CUDA graph; `taylor`: the
@@ -70,8 +72,9 @@ def torch_setup(a, capturable=False):
             lap = dj if lap is None else lap + dj
         return ((lap - f) ** 2).mean()
 
-    if a.optimizer == "adam":
-        opt = torch.optim.Adam(trained, lr=LR, capturable=capturable)
+    if a.optimizer in ("adam", "sgd-multi"):
+        opt = (torch.optim.Adam(trained, lr=LR, capturable=capturable) if a.optimizer == "adam"
+               else torch.optim.SGD(trained, lr=LR, foreach=True))
 
         def step(x_in):
             opt.zero_grad(set_to_none=False)
@@ -215,7 +218,7 @@ def main():
     p.add_argument("--depth", type=int, default=4)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--frameworks", default="tapegrad,taylor,eager,graph,jax")
-    p.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
+    p.add_argument("--optimizer", default="sgd", choices=["sgd", "sgd-multi", "adam"])
     p.add_argument("--out")
     p.add_argument("--profile", action="store_true",
                    help="bracket one replay of PyTorch's graph with cudaProfilerStart/Stop")

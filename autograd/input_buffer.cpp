@@ -74,8 +74,9 @@ void record_stream(const Tensor& t, const cuda::Stream& s) {
     record_stream(Tensor(t.impl()->sparse_parts().values), s);
     return;
   }
+  // Memory tapegrad does not own (from DLPack) follows its producer's rules.
   void* p = t.impl()->storage()->data();
-  if (p && t.device().index() == s.device_index()) cuda::record_stream(p, s);
+  if (p && t.impl()->storage()->allocator() && t.device().index() == s.device_index()) cuda::record_stream(p, s);
 }
 }  // namespace
 

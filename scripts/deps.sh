@@ -9,7 +9,7 @@
 # (no API reference).
 set -euo pipefail
 pkgs=(cmake ninja-build g++ libeigen3-dev libtbb-dev libgtest-dev libgmock-dev libbenchmark-dev
-      libcli11-dev nlohmann-json3-dev python3-matplotlib doxygen ccache)
+      libcli11-dev nlohmann-json3-dev libdlpack-dev python3-matplotlib doxygen ccache)
 prefixes=(/usr)
 IFS=: read -r -a extra <<< "${CMAKE_PREFIX_PATH:-}"
 prefixes+=("${extra[@]}")
@@ -34,6 +34,7 @@ provided() {
     libbenchmark-dev) in_prefix "lib/*/cmake/benchmark/benchmarkConfig.cmake" ;;
     libcli11-dev) in_prefix "share/cmake/CLI11/CLI11Config.cmake" || in_prefix "lib/*/cmake/CLI11/CLI11Config.cmake" ;;
     nlohmann-json3-dev) in_prefix "share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake" ;;
+    libdlpack-dev) in_prefix "include/dlpack/dlpack.h" ;;
     python3-matplotlib) python3 -c "import matplotlib" 2>/dev/null ;;
     doxygen) command -v doxygen >/dev/null ;;
     *) return 1 ;;

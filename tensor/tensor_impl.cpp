@@ -65,6 +65,7 @@ IntrusivePtr<TensorImpl> TensorImpl::make_sparse_coo(IntList sizes, SparseCooPar
                                                      IntrusivePtr<VersionCounter> version) {
   TG_INTERNAL_ASSERT(parts.indices && parts.values, "sparse tensor without parts");
   Allocator* alloc = parts.values->storage()->allocator();
+  if (!alloc) alloc = allocator_for(parts.values->device());  // values in memory tapegrad does not own
   auto impl = IntrusivePtr<TensorImpl>::make(IntrusivePtr<StorageImpl>::make(0, alloc), IntList{},
                                              IntList{}, 0, parts.values->dtype(),
                                              std::move(version));

@@ -12,6 +12,7 @@
 #include <tapegrad/nn/modules.h>
 #include <tapegrad/nn/serialize.h>
 #include <tapegrad/optim/optimizer.h>
+#include <tapegrad/tensor/dlpack.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/random.h>

@@ -19,19 +19,30 @@ class StorageImpl final : public IntrusiveTarget {
         nbytes_(nbytes),
         allocator_(alloc),
         device_(alloc->device()) {}
-  ~StorageImpl() override { allocator_->deallocate(data_, nbytes_); }
+  /// Memory the storage does not own (a DLPack producer's): `data`, `nbytes`
+  /// on `device`; `release(context)` runs when the storage dies. Its
+  /// allocator() is null.
+  StorageImpl(void* data, size_t nbytes, Device device, void (*release)(void*), void* context)
+      : data_(data), nbytes_(nbytes), allocator_(nullptr), device_(device), release_(release), context_(context) {}
+  ~StorageImpl() override {
+    if (allocator_) allocator_->deallocate(data_, nbytes_);
+    else if (release_) release_(context_);
+  }
 
   /// The memory, its size in bytes, its device and its allocator.
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }  ///< size in bytes
   Device device() const { return device_; }  ///< where the memory lives
-  Allocator* allocator() const { return allocator_; }  ///< where it came from
+  /// Where it came from (null: memory the storage does not own).
+  Allocator* allocator() const { return allocator_; }
 
  private:
   void* data_;
   size_t nbytes_;
   Allocator* allocator_;
   Device device_;
+  void (*release_)(void*) = nullptr;
+  void* context_ = nullptr;
 };
 
 /// Shared by a tensor and all its views; every in-place op bumps it, and saved

@@ -1,0 +1,169 @@
+// DLPack exchange (include/tapegrad/tensor/dlpack.h): a producer's memory
+// becomes a storage tapegrad does not own (its deleter is the storage's
+// release); an exported tensor's managed struct holds a tensor handle.
+#include <tapegrad/tensor/dlpack.h>
+
+#include <dlpack/dlpack.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <tapegrad/cuda/device.h>
+#include <tapegrad/tensor/error.h>
+#include <tapegrad/tensor/tensor_impl.h>
+
+#include "tensor/op_util.h"
+
+namespace tg {
+namespace {
+
+// DLPack 0.8 added the bool type code; Debian's 0.6 header lacks the name.
+constexpr uint8_t kDLBoolCode = 6;
+
+const char* device_type_name(int t) {
+  switch (t) {
+    case kDLCPU: return "CPU";
+    case kDLCUDA: return "CUDA";
+    case kDLCUDAHost: return "CUDA host (pinned)";
+    case kDLOpenCL: return "OpenCL";
+    case kDLVulkan: return "Vulkan";
+    case kDLMetal: return "Metal";
+    case kDLVPI: return "VPI";
+    case kDLROCM: return "ROCm";
+    case kDLROCMHost: return "ROCm host";
+    case kDLExtDev: return "ext_dev";
+    case kDLCUDAManaged: return "CUDA managed";
+    default: return "unknown";
+  }
+}
+
+std::string dtype_name(DLDataType t) {
+  const char* code = t.code == kDLInt ? "int" : t.code == kDLUInt ? "uint" : t.code == kDLFloat ? "float"
+                   : t.code == kDLBfloat ? "bfloat" : t.code == kDLComplex ? "complex"
+                   : t.code == kDLBoolCode ? "bool" : "opaque";
+  return std::string(code) + std::to_string(int(t.bits)) + (t.lanes != 1 ? "x" + std::to_string(t.lanes) : "");
+}
+
+ScalarType from_dl_dtype(DLDataType t) {
+  if (t.lanes == 1) {
+    if (t.code == kDLFloat && t.bits == 32) return kFloat32;
+    if (t.code == kDLFloat && t.bits == 64) return kFloat64;
+    if (t.code == kDLFloat && t.bits == 16) return kFloat16;
+    if (t.code == kDLBfloat && t.bits == 16) return kBFloat16;
+    if (t.code == kDLInt && t.bits == 64) return kInt64;
+    if (t.code == kDLBoolCode && t.bits == 8) return kBool;
+  }
+  TG_CHECK(false, "from_dlpack: dtype ", dtype_name(t), " is not supported; tapegrad has float32, float64, float16, "
+           "bfloat16, int64 and bool (convert in the producer first)");
+  return kFloat32;
+}
+
+DLDataType to_dl_dtype(ScalarType t) {
+  switch (t) {
+    case kFloat32: return {uint8_t(kDLFloat), 32, 1};
+    case kFloat64: return {uint8_t(kDLFloat), 64, 1};
+    case kFloat16: return {uint8_t(kDLFloat), 16, 1};
+    case kBFloat16: return {uint8_t(kDLBfloat), 16, 1};
+    case kInt64: return {uint8_t(kDLInt), 64, 1};
+    case kBool: return {kDLBoolCode, 8, 1};
+  }
+  TG_INTERNAL_ASSERT(false, "to_dlpack: unknown dtype");
+  return {};
+}
+
+// The managed struct of an exported tensor: it keeps the tensor (and so its
+// memory) alive until the consumer calls the deleter.
+struct Export {
+  DLManagedTensor managed{};
+  Tensor tensor;
+  std::vector<int64_t> shape, strides;
+};
+
+void delete_export(DLManagedTensor* m) { delete static_cast<Export*>(m->manager_ctx); }
+
+void release_managed(void* m) {
+  auto* t = static_cast<DLManagedTensor*>(m);
+  if (t->deleter) t->deleter(t);
+}
+
+}  // namespace
+
+Tensor from_dlpack(DLManagedTensor* src, std::optional<cuda::Stream> producer) {
+  TG_CHECK(src, "from_dlpack: got a null DLManagedTensor");
+  // Until the storage owns src, a throw releases it (the producer's memory
+  // must not leak because tapegrad refused it).
+  std::unique_ptr<DLManagedTensor, void (*)(DLManagedTensor*)> guard(
+      src, [](DLManagedTensor* m) { release_managed(m); });
+  const DLTensor& t = src->dl_tensor;
+  const int dt = int(t.device.device_type);
+  Device device(kCPU);
+  if (dt == kDLCUDA || dt == kDLCUDAManaged) {
+    TG_CHECK(cuda::is_available() && t.device.device_id >= 0 && t.device.device_id < cuda::device_count(),
+             "from_dlpack: the tensor is on CUDA device ", t.device.device_id, ", but this process has ",
+             cuda::device_count(), " CUDA device(s)", cuda::is_available() ? "" : " (no GPU, or a build without CUDA)");
+    device = Device(kCUDA, t.device.device_id);
+  } else {
+    TG_CHECK(dt == kDLCPU || dt == kDLCUDAHost, "from_dlpack: device type ", dt, " (", device_type_name(dt),
+             ") is not supported; tapegrad takes CPU and CUDA tensors (copy to one in the producer first)");
+  }
+  const ScalarType dtype = from_dl_dtype(t.dtype);
+  TG_CHECK(t.ndim >= 0, "from_dlpack: negative ndim ", t.ndim);
+  IntList sizes(t.shape, t.shape + t.ndim);
+  for (int64_t s : sizes) TG_CHECK(s >= 0, "from_dlpack: negative size in shape ", shape_str(sizes));
+  IntList strides = t.strides ? IntList(t.strides, t.strides + t.ndim) : contiguous_strides(sizes);
+  for (int64_t s : strides)
+    TG_CHECK(s >= 0, "from_dlpack: strides ", shape_str(strides), " (shape ", shape_str(sizes),
+             ") has a negative stride, which tapegrad does not support; make the producer's tensor contiguous first");
+  const size_t es = element_size(dtype);
+  // The bytes the view reaches (0 when it has no elements).
+  size_t extent = 0;
+  if (shape_numel(sizes) > 0) {
+    int64_t last = 0;
+    for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
+    extent = size_t(last + 1) * es;
+  }
+  char* base = static_cast<char*>(t.data) + t.byte_offset;
+  // A storage starting at the first element (data + byte_offset); its
+  // release is the producer's deleter.
+  auto storage = IntrusivePtr<StorageImpl>::make(static_cast<void*>(base), extent, device, &release_managed,
+                                                 static_cast<void*>(src));
+  guard.release();
+  Tensor out(IntrusivePtr<TensorImpl>::make(std::move(storage), sizes, strides, 0, dtype,
+                                            IntrusivePtr<VersionCounter>()));
+  if (producer && device.is_cuda() && *producer != cuda::current_stream(device.index()))
+    cuda::current_stream(device.index()).wait_stream(*producer);
+  return out;
+}
+
+DLManagedTensor* to_dlpack(const Tensor& t, std::optional<cuda::Stream> consumer) {
+  TG_CHECK(t.defined(), "to_dlpack: got an undefined tensor");
+  TG_CHECK(!t.is_sparse(), "to_dlpack: sparse tensors have no DLPack form (", t.dtype(), " ", t.sizes(),
+           "); export to_dense() or the indices and values");
+  TG_CHECK(!t.requires_grad(), "to_dlpack: the tensor (", t.dtype(), " ", t.sizes(), ") requires grad; export "
+           "t.detach() (the consumer sees the same memory, without the autograd history)");
+  auto e = std::make_unique<Export>();
+  e->tensor = t.detach();
+  e->shape.assign(t.sizes().begin(), t.sizes().end());
+  e->strides.assign(t.strides().begin(), t.strides().end());
+  DLTensor& d = e->managed.dl_tensor;
+  d.data = t.data_ptr();  // the first element: no byte offset
+  d.byte_offset = 0;
+  d.device.device_type = t.is_cuda() ? kDLCUDA : kDLCPU;
+  d.device.device_id = t.is_cuda() ? t.device().index() : 0;
+  d.ndim = int(t.dim());
+  d.dtype = to_dl_dtype(t.dtype());
+  d.shape = e->shape.data();
+  d.strides = e->strides.data();
+  e->managed.manager_ctx = e.get();
+  e->managed.deleter = &delete_export;
+  if (consumer && t.is_cuda()) {
+    TG_CHECK(consumer->device_index() == t.device().index(), "to_dlpack: the consumer's stream is on CUDA device ",
+             consumer->device_index(), ", the tensor on ", t.device());
+    if (*consumer != cuda::current_stream(t.device().index()))
+      consumer->wait_stream(cuda::current_stream(t.device().index()));
+  }
+  return &e.release()->managed;
+}
+
+}  // namespace tg

@@ -1,0 +1,347 @@
+/* The C API from C (include/tapegrad_c.h): creation and export, ops,
+ * autograd to the second order, the functional helpers against closed forms,
+ * zero-copy user memory and DLPack with their release callbacks, saved-tensor
+ * hooks as C callbacks, and the error paths (status codes and messages, the
+ * library usable afterwards). Every handle is freed: the ASan build's leak
+ * check fails the test otherwise. Prints each check; exits non-zero on the
+ * first failure. On the GPU machine the numeric checks run on CUDA too. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dlpack/dlpack.h>
+#include <tapegrad_c.h>
+
+static int failures = 0;
+
+#define EXPECT(cond, ...)                                 \
+  do {                                                    \
+    if (!(cond)) {                                        \
+      fprintf(stderr, "FAILED line %d: %s: ", __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                       \
+      fprintf(stderr, "\n");                              \
+      ++failures;                                         \
+    }                                                     \
+  } while (0)
+
+#define OK(call)                                                                     \
+  do {                                                                               \
+    tg_status st_ = (call);                                                          \
+    if (st_ != TG_OK) {                                                              \
+      fprintf(stderr, "FAILED line %d: %s returned %d: %s\n", __LINE__, #call, (int)st_, tg_last_error()); \
+      exit(1);                                                                       \
+    }                                                                                \
+  } while (0)
+
+static int contains(const char* s, const char* part) { return strstr(s, part) != NULL; }
+
+/* ---- functions for the functional API --------------------------------------------------- */
+
+/* sum(x^3) / 3 + x0 x1: gradient x^2 + (x1, x0, 0...), Hessian diag(2x) + the (0,1) pair. */
+static tg_status cubic(tg_tensor x, tg_tensor* out, void* context) {
+  tg_tensor c = NULL, s = NULL, x0 = NULL, x1 = NULL, p = NULL;
+  tg_status st;
+  int* calls = (int*)context;
+  ++*calls;
+  if ((st = tg_binary_scalar(TG_POW, x, 3.0, &c)) != TG_OK) return st;
+  st = tg_sum(c, NULL, 0, 0, &s);
+  tg_tensor_free(c);
+  if (st != TG_OK) return st;
+  if ((st = tg_select(x, 0, 0, &x0)) == TG_OK && (st = tg_select(x, 0, 1, &x1)) == TG_OK &&
+      (st = tg_binary(TG_MUL, x0, x1, &p)) == TG_OK) {
+    tg_tensor third = NULL;
+    st = tg_binary_scalar(TG_DIV, s, 3.0, &third);
+    if (st == TG_OK) {
+      st = tg_binary(TG_ADD, third, p, out);
+      tg_tensor_free(third);
+    }
+  }
+  tg_tensor_free(s);
+  tg_tensor_free(x0);
+  tg_tensor_free(x1);
+  tg_tensor_free(p);
+  return st;
+}
+
+/* Batched: x [B, 2] -> [B, 1], u = x^2 y + sin(y); Laplacian 2y - sin(y); Hessian [[2y, 2x], [2x, -sin y]]. */
+static tg_status batched(tg_tensor x, tg_tensor* out, void* context) {
+  tg_tensor a = NULL, b = NULL, a2 = NULL, t = NULL, sb = NULL, u = NULL;
+  const int64_t col[2] = {-1, 1};
+  tg_status st;
+  (void)context;
+  if ((st = tg_select(x, 1, 0, &a)) != TG_OK) return st;
+  if ((st = tg_select(x, 1, 1, &b)) == TG_OK && (st = tg_unary(TG_SQUARE, a, &a2)) == TG_OK &&
+      (st = tg_binary(TG_MUL, a2, b, &t)) == TG_OK && (st = tg_unary(TG_SIN, b, &sb)) == TG_OK &&
+      (st = tg_binary(TG_ADD, t, sb, &u)) == TG_OK)
+    st = tg_reshape(u, col, 2, out);
+  tg_tensor_free(a);
+  tg_tensor_free(b);
+  tg_tensor_free(a2);
+  tg_tensor_free(t);
+  tg_tensor_free(sb);
+  tg_tensor_free(u);
+  return st;
+}
+
+/* A function that fails: the error reaches the caller. */
+static tg_status failing(tg_tensor x, tg_tensor* out, void* context) {
+  tg_tensor w = NULL;
+  const int64_t shape[1] = {7};
+  tg_status st;
+  (void)context;
+  if ((st = tg_zeros(shape, 1, TG_FLOAT64, (tg_device){TG_CPU, 0}, &w)) != TG_OK) return st;
+  st = tg_binary(TG_ADD, x, w, out); /* shape mismatch: fails with tapegrad's message */
+  tg_tensor_free(w);
+  return st;
+}
+
+/* ---- saved-tensor hooks: count packs and unpacks ---------------------------------------- */
+static int packs = 0, unpacks = 0;
+static tg_status pack(tg_tensor t, tg_tensor* packed, void* context) {
+  (void)context;
+  ++packs;
+  return tg_detach(t, packed);
+}
+static tg_status unpack(tg_tensor packed, tg_tensor* out, void* context) {
+  (void)context;
+  ++unpacks;
+  return tg_detach(packed, out);
+}
+
+/* ---- user memory: count releases -------------------------------------------------------- */
+static int releases = 0;
+static void release(void* context) {
+  ++releases;
+  free(context);
+}
+
+static void numeric_checks(tg_device dev) {
+  const char* where = dev.type == TG_CUDA ? "cuda" : "cpu";
+  const double xs[3] = {0.5, -1.5, 2.0};
+  const int64_t shape[1] = {3};
+  tg_tensor x = NULL, y = NULL, g = NULL, h = NULL, v = NULL, hv = NULL, val = NULL;
+  double out[9];
+  int calls = 0, i, j;
+
+  /* Creation, copy back, queries. */
+  OK(tg_tensor_from_data(xs, shape, 1, TG_FLOAT64, dev, &x));
+  {
+    int ndim = 0;
+    int64_t sz[1] = {0}, n = 0;
+    tg_dtype dt;
+    tg_device d;
+    OK(tg_tensor_ndim(x, &ndim));
+    OK(tg_tensor_shape(x, sz));
+    OK(tg_tensor_numel(x, &n));
+    OK(tg_tensor_dtype(x, &dt));
+    OK(tg_tensor_device(x, &d));
+    EXPECT(ndim == 1 && sz[0] == 3 && n == 3 && dt == TG_FLOAT64 && d.type == dev.type, "%s: queries", where);
+    OK(tg_tensor_copy_to(x, out, 3 * sizeof(double)));
+    EXPECT(out[0] == 0.5 && out[1] == -1.5 && out[2] == 2.0, "%s: copy back", where);
+  }
+
+  /* backward: d/dx of the cubic into .grad. */
+  OK(tg_tensor_set_requires_grad(x, 1));
+  OK(cubic(x, &y, &calls));
+  OK(tg_backward(y, NULL, 0));
+  OK(tg_tensor_grad(x, &g));
+  EXPECT(g != NULL, "%s: .grad is set", where);
+  OK(tg_tensor_copy_to(g, out, 3 * sizeof(double)));
+  EXPECT(fabs(out[0] - (0.25 - 1.5)) < 1e-14 && fabs(out[1] - (2.25 + 0.5)) < 1e-14 && fabs(out[2] - 4.0) < 1e-14,
+         "%s: gradient %g %g %g", where, out[0], out[1], out[2]);
+  tg_tensor_free(g);
+  tg_tensor_free(y);
+
+  /* grad with create_graph, then the second derivative of g0 = x0^2 + x1: d g0 / dx = (2 x0, 1, 0). */
+  {
+    tg_tensor gs[1] = {NULL}, g0 = NULL, hs[1] = {NULL};
+    OK(cubic(x, &y, &calls));
+    OK(tg_grad(&y, 1, &x, 1, NULL, 1, 0, gs));
+    OK(tg_select(gs[0], 0, 0, &g0));
+    OK(tg_grad(&g0, 1, &x, 1, NULL, 0, 0, hs));
+    OK(tg_tensor_copy_to(hs[0], out, 3 * sizeof(double)));
+    EXPECT(fabs(out[0] - 1.0) < 1e-14 && fabs(out[1] - 1.0) < 1e-14 && out[2] == 0.0, "%s: second order %g %g %g",
+           where, out[0], out[1], out[2]);
+    tg_tensor_free(gs[0]);
+    tg_tensor_free(g0);
+    tg_tensor_free(hs[0]);
+    tg_tensor_free(y);
+  }
+
+  /* hessian and hvp against the closed form. */
+  OK(tg_hessian(cubic, &calls, x, 0, &h));
+  OK(tg_tensor_copy_to(h, out, 9 * sizeof(double)));
+  for (i = 0; i < 3; ++i)
+    for (j = 0; j < 3; ++j) {
+      double want = (i == j ? 2 * xs[i] : 0) + ((i == 0 && j == 1) || (i == 1 && j == 0) ? 1 : 0);
+      EXPECT(fabs(out[i * 3 + j] - want) < 1e-13, "%s: H[%d][%d] = %g, want %g", where, i, j, out[i * 3 + j], want);
+    }
+  {
+    const double vs[3] = {1.0, 2.0, -1.0};
+    OK(tg_tensor_from_data(vs, shape, 1, TG_FLOAT64, dev, &v));
+    OK(tg_hvp(cubic, &calls, x, v, 0, &val, &hv));
+    OK(tg_tensor_copy_to(hv, out, 3 * sizeof(double)));
+    EXPECT(fabs(out[0] - (1.0 + 2.0)) < 1e-13 && fabs(out[1] - (-6.0 + 1.0)) < 1e-13 && fabs(out[2] + 4.0) < 1e-13,
+           "%s: hvp %g %g %g", where, out[0], out[1], out[2]);
+  }
+  EXPECT(calls > 0, "%s: the C function was called", where);
+
+  /* Per-sample Hessians (every strategy) and the Laplacian of a batched function. */
+  {
+    const double pts[4] = {0.5, 1.0, -2.0, 0.3};
+    const int64_t pshape[2] = {2, 2};
+    tg_tensor p = NULL, lap = NULL;
+    tg_hessian_strategy s;
+    OK(tg_tensor_from_data(pts, pshape, 2, TG_FLOAT64, dev, &p));
+    for (s = TG_HESSIAN_BATCHED_COTANGENTS; s <= TG_HESSIAN_TAYLOR; s = (tg_hessian_strategy)(s + 1)) {
+      tg_tensor ph = NULL;
+      double H[8];
+      OK(tg_per_sample_hessian(batched, NULL, p, s, 0, &ph));
+      OK(tg_tensor_copy_to(ph, H, sizeof H));
+      for (i = 0; i < 2; ++i) {
+        double a = pts[2 * i], b = pts[2 * i + 1];
+        double want[4] = {2 * b, 2 * a, 2 * a, -sin(b)};
+        for (j = 0; j < 4; ++j)
+          EXPECT(fabs(H[4 * i + j] - want[j]) < 1e-13, "%s: strategy %d, sample %d, entry %d: %g vs %g", where, (int)s,
+                 i, j, H[4 * i + j], want[j]);
+      }
+      tg_tensor_free(ph);
+    }
+    OK(tg_laplacian(batched, NULL, p, 0, &lap));
+    OK(tg_tensor_copy_to(lap, out, 2 * sizeof(double)));
+    for (i = 0; i < 2; ++i)
+      EXPECT(fabs(out[i] - (2 * pts[2 * i + 1] - sin(pts[2 * i + 1]))) < 1e-13, "%s: Laplacian %d", where, i);
+    tg_tensor_free(lap);
+    tg_tensor_free(p);
+  }
+
+  /* DLPack round trip through void*: the same memory. */
+  {
+    void* m = NULL;
+    tg_tensor back = NULL;
+    double first = 0;
+    tg_tensor xd = NULL;
+    OK(tg_detach(x, &xd));
+    OK(tg_tensor_to_dlpack(xd, &m));
+    EXPECT(((DLManagedTensor*)m)->dl_tensor.ndim == 1, "%s: DLPack ndim", where);
+    OK(tg_tensor_from_dlpack(m, &back));
+    {
+      tg_tensor s0 = NULL;
+      OK(tg_select(back, 0, 0, &s0));
+      OK(tg_tensor_item(s0, &first));
+      tg_tensor_free(s0);
+    }
+    EXPECT(first == 0.5, "%s: DLPack round trip", where);
+    tg_tensor_free(back);
+    tg_tensor_free(xd);
+  }
+
+  tg_tensor_free(val);
+  tg_tensor_free(hv);
+  tg_tensor_free(v);
+  tg_tensor_free(h);
+  tg_tensor_free(x);
+  printf("numeric checks on the %s: done\n", where);
+}
+
+int main(void) {
+  int major = -1, minor = -1;
+  tg_c_api_version(&major, &minor);
+  EXPECT(major == TG_C_API_VERSION_MAJOR && minor == TG_C_API_VERSION_MINOR, "version %d.%d", major, minor);
+  OK(tg_manual_seed(42));
+
+  numeric_checks((tg_device){TG_CPU, 0});
+  if (tg_cuda_is_available()) {
+    void* stream = (void*)1;
+    numeric_checks((tg_device){TG_CUDA, 0});
+    OK(tg_cuda_current_stream(0, &stream));
+    OK(tg_cuda_set_stream(0, stream));
+    OK(tg_cuda_synchronize(0));
+  } else {
+    printf("no CUDA GPU here: the CUDA checks run on the GPU machine\n");
+    EXPECT(tg_cuda_set_stream(0, NULL) == TG_ERROR && contains(tg_last_error(), "not available"),
+           "set_stream without a GPU: %s", tg_last_error());
+  }
+
+  /* User memory without a copy: writes are seen, release runs once at the end. */
+  {
+    const int64_t shape[2] = {2, 3}, strides[2] = {1, 2}; /* column-major */
+    double* buf = (double*)malloc(6 * sizeof(double));
+    tg_tensor t = NULL, row = NULL, s = NULL;
+    double total = 0, r1[3];
+    int k;
+    for (k = 0; k < 6; ++k) buf[k] = k;
+    OK(tg_tensor_from_blob(buf, shape, strides, 2, TG_FLOAT64, (tg_device){TG_CPU, 0}, release, buf, &t));
+    OK(tg_select(t, 0, 1, &row)); /* elements 1, 3, 5 */
+    OK(tg_tensor_copy_to(row, r1, sizeof r1));
+    EXPECT(r1[0] == 1 && r1[1] == 3 && r1[2] == 5, "from_blob strides: %g %g %g", r1[0], r1[1], r1[2]);
+    buf[5] = 100; /* the caller's write is seen */
+    OK(tg_sum(t, NULL, 0, 0, &s));
+    OK(tg_tensor_item(s, &total));
+    EXPECT(total == 0 + 1 + 2 + 3 + 4 + 100, "from_blob sees writes: %g", total);
+    tg_tensor_free(t);
+    EXPECT(releases == 0, "a view still uses the memory");
+    tg_tensor_free(row);
+    tg_tensor_free(s);
+    EXPECT(releases == 1, "release ran once: %d", releases);
+  }
+
+  /* Saved-tensor hooks as C callbacks. */
+  {
+    const int64_t shape[1] = {4};
+    tg_tensor x = NULL, y = NULL, z = NULL;
+    OK(tg_randn(shape, 1, TG_FLOAT64, (tg_device){TG_CPU, 0}, &x));
+    OK(tg_tensor_set_requires_grad(x, 1));
+    OK(tg_saved_tensor_hooks_push(pack, unpack, NULL));
+    OK(tg_unary(TG_SIN, x, &y)); /* saves x */
+    OK(tg_saved_tensor_hooks_pop());
+    OK(tg_sum(y, NULL, 0, 0, &z));
+    OK(tg_backward(z, NULL, 0));
+    EXPECT(packs >= 1 && unpacks >= 1, "hooks ran: %d packs, %d unpacks", packs, unpacks);
+    tg_tensor_free(x);
+    tg_tensor_free(y);
+    tg_tensor_free(z);
+  }
+
+  /* Error paths: codes and messages, and the library stays usable. */
+  {
+    const int64_t s3[1] = {3}, s4[1] = {4};
+    tg_tensor a = NULL, b = NULL, c = NULL, h = NULL;
+    double v = 0;
+    EXPECT(tg_unary(TG_EXP, NULL, &c) == TG_INVALID_ARGUMENT && contains(tg_last_error(), "null tg_tensor"),
+           "null handle: %s", tg_last_error());
+    EXPECT(c == NULL, "no output on failure");
+    OK(tg_ones(s3, 1, TG_FLOAT32, (tg_device){TG_CPU, 0}, &a));
+    OK(tg_ones(s4, 1, TG_FLOAT32, (tg_device){TG_CPU, 0}, &b));
+    EXPECT(tg_binary(TG_ADD, a, b, &c) == TG_ERROR && contains(tg_last_error(), "add") &&
+               contains(tg_last_error(), "[3]") && contains(tg_last_error(), "[4]"),
+           "shape mismatch names the op and shapes: %s", tg_last_error());
+    EXPECT(tg_tensor_item(a, &v) == TG_ERROR, "item of three elements");
+    EXPECT(tg_backward(a, NULL, 0) == TG_ERROR, "backward of a tensor without grad: %s", tg_last_error());
+    EXPECT(tg_hessian(failing, NULL, a, 0, &h) == TG_ERROR && contains(tg_last_error(), "the C function returned") &&
+               contains(tg_last_error(), "add"),
+           "a failing callback's message reaches the caller: %s", tg_last_error());
+    EXPECT(tg_saved_tensor_hooks_pop() == TG_INVALID_ARGUMENT, "pop without push");
+    EXPECT(tg_tensor_copy_to(a, &v, sizeof v) == TG_ERROR && contains(tg_last_error(), "12 bytes"),
+           "copy_to size: %s", tg_last_error());
+    EXPECT(tg_zeros(s3, -1, TG_FLOAT32, (tg_device){TG_CPU, 0}, &c) == TG_INVALID_ARGUMENT, "negative ndim");
+    EXPECT(tg_tensor_from_dlpack(NULL, &c) == TG_ERROR, "null DLPack");
+    OK(tg_binary(TG_ADD, a, a, &c)); /* still usable */
+    OK(tg_sum(c, NULL, 0, 0, &h));
+    OK(tg_tensor_item(h, &v));
+    EXPECT(v == 6.0, "usable after errors: %g", v);
+    tg_tensor_free(a);
+    tg_tensor_free(b);
+    tg_tensor_free(c);
+    tg_tensor_free(h);
+    tg_tensor_free(NULL);
+  }
+
+  if (failures) {
+    fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  printf("C API: all checks passed\n");
+  return 0;
+}

@@ -3,13 +3,16 @@
 # (as root, with apt-get); otherwise says what to install. A package counts as
 # present when dpkg has it, or when what it provides is found some other way:
 # the tool on PATH, or its CMake package under CMAKE_PREFIX_PATH (as on the GPU
-# machine, where .devdeps/env.sh unpacks the packages into a prefix). Three
+# machine, where .devdeps/env.sh unpacks the packages into a prefix). Some
 # are optional, and without apt their absence never fails: ccache (the build
-# runs uncached), python3-matplotlib (the main job draws no plot) and doxygen
-# (no API reference).
+# runs uncached), python3-matplotlib (the main job draws no plot), doxygen
+# (no API reference), and the Python bindings' python3-dev, pybind11-dev,
+# python3-numpy, python3-pytest and python3-scipy (no bindings, or no Python
+# tests).
 set -euo pipefail
 pkgs=(cmake ninja-build g++ libeigen3-dev libtbb-dev libgtest-dev libgmock-dev libbenchmark-dev
-      libcli11-dev nlohmann-json3-dev libdlpack-dev python3-matplotlib doxygen ccache)
+      libcli11-dev nlohmann-json3-dev libdlpack-dev python3-matplotlib doxygen ccache
+      python3-dev pybind11-dev python3-numpy python3-pytest python3-scipy)
 prefixes=(/usr)
 IFS=: read -r -a extra <<< "${CMAKE_PREFIX_PATH:-}"
 prefixes+=("${extra[@]}")
@@ -20,6 +23,9 @@ in_prefix() {  # $1: a glob relative to a prefix
     for f in $p/$1; do [ -e "$f" ] && return 0; done
   done
   return 1
+}
+py_has() {  # a python3 on PATH, or Debian's, imports $1
+  python3 -c "import $1" 2>/dev/null || { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import $1" 2>/dev/null; }
 }
 provided() {
   case "$1" in
@@ -37,6 +43,11 @@ provided() {
     libdlpack-dev) in_prefix "include/dlpack/dlpack.h" ;;
     python3-matplotlib) python3 -c "import matplotlib" 2>/dev/null ;;
     doxygen) command -v doxygen >/dev/null ;;
+    python3-dev) in_prefix "include/python3*/Python.h" ;;
+    pybind11-dev) in_prefix "lib/cmake/pybind11/pybind11Config.cmake" || in_prefix "share/cmake/pybind11/pybind11Config.cmake" ;;
+    python3-numpy) py_has numpy ;;
+    python3-pytest) py_has pytest ;;
+    python3-scipy) py_has scipy ;;
     *) return 1 ;;
   esac
 }
@@ -49,7 +60,7 @@ done
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
-optional=" ccache python3-matplotlib doxygen "
+optional=" ccache python3-matplotlib doxygen python3-dev pybind11-dev python3-numpy python3-pytest python3-scipy "
 required=()
 for p in "${missing[@]}"; do [[ "$optional" == *" $p "* ]] || required+=("$p"); done
 can_apt=false

@@ -1,0 +1,239 @@
+"""The Python bindings: zero-copy exchange with NumPy (and, where installed,
+PyTorch and JAX, on the GPU too), autograd and the functional API against
+closed forms, and errors as exceptions with the C++ message."""
+import math
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+
+def has(module):
+    try:
+        __import__(module)
+        return True
+    except Exception:
+        return False
+
+
+# ---- NumPy, zero copy both ways -------------------------------------------------------
+
+def test_numpy_to_tapegrad_shares_memory():
+    a = np.arange(12.0).reshape(3, 4)
+    t = tg.from_dlpack(a)
+    assert t.shape == (3, 4) and t.dtype == "float64" and t.device == "cpu"
+    assert t.data_ptr() == a.__array_interface__["data"][0]
+    a[1, 2] = 100.0  # NumPy's write is seen by tapegrad
+    assert t.sum().item() == sum(range(12)) - 6 + 100
+    # a strided view keeps its strides
+    v = tg.from_dlpack(a[:, 1::2])
+    assert v.shape == (3, 2) and v.stride() == [4, 2]
+    assert v.data_ptr() == a[:, 1::2].__array_interface__["data"][0]
+
+
+def test_tapegrad_to_numpy_shares_memory():
+    t = tg.zeros(2, 3, dtype="float32")
+    b = np.from_dlpack(t)
+    c = t.numpy()
+    assert b.__array_interface__["data"][0] == t.data_ptr() == c.__array_interface__["data"][0]
+    c[0, 1] = 5.0  # NumPy writes into tapegrad's memory (np.from_dlpack's arrays are read-only)
+    assert t.sum().item() == 5.0 and b[0, 1] == 5.0
+    del t  # the arrays keep the memory alive
+    assert c[0, 1] == 5.0 and b.sum() == 5.0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int64", "bool"])
+def test_dtypes_round_trip(dtype):
+    a = (np.arange(6) % 3).astype(dtype).reshape(2, 3)
+    if dtype == "bool" and np.lib.NumpyVersion(np.__version__) < "1.25.0":
+        t = tg.tensor(a)  # NumPy < 1.25 has no bool in DLPack: a copy in, .numpy() shares
+    else:
+        t = tg.from_dlpack(a)
+        assert t.data_ptr() == a.__array_interface__["data"][0]
+        back = np.from_dlpack(t)
+        assert back.dtype == a.dtype and np.array_equal(back, a)
+        assert back.__array_interface__["data"][0] == a.__array_interface__["data"][0]
+    assert t.dtype == dtype
+    n = t.numpy()
+    assert n.dtype == a.dtype and np.array_equal(n, a) and n.__array_interface__["data"][0] == t.data_ptr()
+
+
+def test_capsules_are_consumed_once():
+    cap = tg.to_dlpack(tg.ones(3))
+    t = tg.from_dlpack(cap)
+    assert t.sum().item() == 3.0
+    with pytest.raises(tg.Error, match="unconsumed"):
+        tg.from_dlpack(cap)
+    tg.to_dlpack(tg.ones(2))  # an unconsumed capsule releases its tensor (no leak)
+
+
+def test_tensor_copies_and_dtype_rules():
+    a = np.array([1.0, 2.0])
+    t = tg.tensor(a)
+    a[0] = 9.0
+    assert t.dtype == "float64" and t.tolist() == [1.0, 2.0]  # a copy
+    assert tg.tensor([1.5, 2.5]).dtype == "float32"  # Python floats: float32, as torch.tensor
+    assert tg.tensor([1, 2]).dtype == "int64"
+
+
+# ---- autograd and the functional API against closed forms --------------------------
+
+def test_grad_to_the_second_order():
+    x = tg.tensor([0.5, -1.0, 2.0], dtype="float64", requires_grad=True)
+    y = (tg.sin(x) * x).sum()
+    (g,) = tg.grad(y, x, create_graph=True)
+    xs = np.array([0.5, -1.0, 2.0])
+    np.testing.assert_allclose(g.detach().numpy(), np.cos(xs) * xs + np.sin(xs), rtol=1e-14)
+    (h,) = tg.grad(g.sum(), x)
+    np.testing.assert_allclose(h.numpy(), -np.sin(xs) * xs + 2 * np.cos(xs), rtol=1e-14)
+
+
+def test_backward_into_grad_and_no_grad():
+    w = tg.tensor([1.0, 2.0], dtype="float64", requires_grad=True)
+    ((w * w).sum() * 3.0).backward()
+    np.testing.assert_allclose(w.grad.numpy(), [6.0, 12.0])
+    with tg.no_grad():
+        z = w * 2.0
+        assert not tg.is_grad_enabled()
+    assert tg.is_grad_enabled() and not z.requires_grad
+
+
+def test_hessian_hvp_and_jacobian():
+    xs = np.array([0.3, -1.2, 2.0, 0.7])
+    x = tg.tensor(xs)
+
+    def lse(z):
+        return tg.log(tg.exp(z).sum())
+
+    p = np.exp(xs) / np.exp(xs).sum()
+    want = np.diag(p) - np.outer(p, p)
+    for mode in ("reverse", "forward"):
+        np.testing.assert_allclose(tg.hessian(lse, x, mode=mode).numpy(), want, atol=1e-14)
+    v = np.array([1.0, -2.0, 0.5, 3.0])
+    value, hv = tg.hvp(lse, x, tg.tensor(v))
+    np.testing.assert_allclose(hv.numpy(), want @ v, atol=1e-14)
+    assert abs(value.item() - math.log(np.exp(xs).sum())) < 1e-14
+    J = tg.jacobian(lambda z: tg.sin(z) * 2.0, x)
+    np.testing.assert_allclose(J.numpy(), np.diag(2 * np.cos(xs)), atol=1e-15)
+
+
+@pytest.mark.parametrize("strategy", ["batched_cotangents", "rows", "forward_over_reverse", "taylor"])
+def test_per_sample_hessian_and_laplacian(strategy):
+    pts = np.array([[0.5, 1.0], [-2.0, 0.3], [1.5, -0.7]])
+
+    def u(x):  # x^2 y + sin(y), per row
+        a, b = x.narrow(1, 0, 1), x.narrow(1, 1, 1)
+        return a * a * b + tg.sin(b)
+
+    H = tg.per_sample_hessian(u, tg.tensor(pts), strategy=strategy).numpy()
+    a, b = pts[:, 0], pts[:, 1]
+    want = np.stack([np.stack([2 * b, 2 * a], -1), np.stack([2 * a, -np.sin(b)], -1)], 1)[:, None]
+    np.testing.assert_allclose(H, want, atol=1e-13)
+    lap = tg.laplacian(u, tg.tensor(pts)).numpy()[:, 0]
+    np.testing.assert_allclose(lap, 2 * b - np.sin(b), atol=1e-13)
+
+
+def test_laplacian_loss_trains():
+    tg.manual_seed(0)
+    w = (tg.randn(8, 2, dtype="float64") * 0.5).requires_grad_()
+    v = tg.randn(1, 8, dtype="float64").requires_grad_()
+    x = tg.rand(16, 2, dtype="float64")
+    net = lambda z: tg.linear(tg.tanh(tg.linear(z, w)), v)  # noqa: E731
+    loss = (tg.laplacian(net, x, create_graph=True) ** 2.0).mean()
+    gw, gv = tg.grad(loss, [w, v])
+    # against a central difference in one weight
+    eps = 1e-6
+    wn = w.detach().numpy().copy()
+
+    def loss_at(wv):
+        wt = tg.tensor(wv)
+        return (tg.laplacian(lambda z: tg.linear(tg.tanh(tg.linear(z, wt)), v.detach()), x) ** 2.0).mean().item()
+
+    wp, wm = wn.copy(), wn.copy()
+    wp[3, 1] += eps
+    wm[3, 1] -= eps
+    fd = (loss_at(wp) - loss_at(wm)) / (2 * eps)
+    assert abs(gw.numpy()[3, 1] - fd) < 1e-6 * (1 + abs(fd))
+
+
+# ---- errors ------------------------------------------------------------------------
+
+def test_errors_are_exceptions_with_the_message():
+    with pytest.raises(tg.Error, match=r"add: shapes \[3\] and \[4\]"):
+        tg.ones(3) + tg.ones(4)
+    with pytest.raises(tg.Error, match="requires grad"):
+        tg.to_dlpack(tg.ones(2, requires_grad=True))
+    x = tg.ones(3, requires_grad=True)
+    with pytest.raises(tg.Error):
+        (x * 2.0).backward()  # not a scalar, no gradient given
+
+    def bad(z):
+        raise ValueError("from the user's function")
+
+    with pytest.raises(ValueError, match="user's function"):
+        tg.hessian(bad, tg.ones(2))
+    with pytest.raises(tg.Error, match="unknown strategy"):
+        tg.per_sample_hessian(lambda z: z, tg.ones(2, 2), strategy="nope")
+    assert isinstance(tg.Error("x"), RuntimeError)
+    assert (tg.ones(2) * 3.0).sum().item() == 6.0  # still usable
+
+
+# ---- peers: PyTorch and JAX (on the GPU machine; skipped where not installed) --------
+
+@pytest.mark.skipif(not has("torch"), reason="PyTorch is not installed here (the GPU machine has it)")
+def test_torch_zero_copy_and_gradients():
+    import torch
+
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() and tg.cuda.is_available() else [])
+    for dev in devices:
+        a = torch.randn(5, 3, dtype=torch.float64, device=dev)
+        t = tg.from_dlpack(a)
+        assert t.data_ptr() == a.data_ptr() and t.device.startswith(dev)
+        b = torch.from_dlpack(t)
+        assert b.data_ptr() == t.data_ptr()
+        # gradients against PyTorch's on the same inputs
+        x = torch.randn(4, 2, dtype=torch.float64, device=dev)
+        w1 = torch.randn(6, 2, dtype=torch.float64, device=dev)
+        w2 = torch.randn(1, 6, dtype=torch.float64, device=dev)
+
+        def f_torch(z):
+            return torch.nn.functional.linear(torch.tanh(torch.nn.functional.linear(z, w1)), w2).sum()
+
+        want = torch.autograd.functional.hessian(f_torch, x[0])
+        tw1, tw2 = tg.from_dlpack(w1), tg.from_dlpack(w2)
+        got = tg.hessian(lambda z: tg.linear(tg.tanh(tg.linear(z, tw1)), tw2).sum(), tg.from_dlpack(x[0]))
+        assert torch.allclose(torch.from_dlpack(got), want, atol=1e-12)
+
+
+@pytest.mark.skipif(not has("jax"), reason="JAX is not installed here (the GPU machine has it)")
+def test_jax_zero_copy():
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    for dev in jax.devices():
+        if dev.platform not in ("cpu", "gpu", "cuda"):
+            continue
+        a = jax.device_put(jnp.arange(6.0).reshape(2, 3), dev)
+        t = tg.from_dlpack(a)
+        assert t.data_ptr() == a.unsafe_buffer_pointer()
+        assert t.device == ("cpu" if dev.platform == "cpu" else f"cuda:{dev.id}")
+        b = jax.dlpack.from_dlpack(t * 2.0)
+        np.testing.assert_allclose(np.asarray(b), np.arange(6.0).reshape(2, 3) * 2)
+
+
+@pytest.mark.skipif(not tg.cuda.is_available(), reason="no CUDA GPU here (the GPU machine runs this)")
+def test_cuda_tensors_and_graphs():
+    x = tg.randn(64, 2, device="cuda", dtype="float64")
+    w = tg.randn(16, 2, device="cuda", dtype="float64").requires_grad_()
+    with pytest.raises(tg.Error, match="cpu"):
+        x.numpy()
+    step = lambda: tg.grad((tg.tanh(tg.linear(x, w)) ** 2.0).mean(), w)[0]  # noqa: E731
+    step()  # warm up
+    g = tg.cuda.CUDAGraph()
+    with tg.cuda.graph(g):
+        out = step()
+    g.replay()
+    tg.cuda.synchronize()
+    np.testing.assert_allclose(out.cpu().numpy(), step().cpu().numpy(), rtol=1e-12)

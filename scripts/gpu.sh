@@ -16,6 +16,8 @@
 #   scripts/gpu.sh profile    per-kernel GPU time of one replay of the graphed PINN
 #                             step, ours and PyTorch's (ncu, graph nodes one by one;
 #                             PROFILE_ARGS go to pinn_step, e.g. "--laplacian taylor")
+#   scripts/gpu.sh python     the Python tests (PyTorch and JAX zero copy on CUDA) and
+#                             the cost of crossing the boundary (bench/peers/interop_peers.py)
 #   scripts/gpu.sh laplacian  the Laplacian benchmark side by side with PyTorch
 #                             eager, torch.func and JAX (hessian, jacfwd(grad), jet)
 #   scripts/gpu.sh hessian    the Hessian benchmark side by side with LibTorch,
@@ -31,7 +33,7 @@ TESTS=$B/tests/tapegrad_tests
 # graph test is left to memcheck: its kernels (cuBLAS GEMMs, elementwise,
 # copies) are those of the other graph tests, and racecheck takes ~4 minutes
 # over its wide layers.
-STREAM_TESTS='GraphsGpu*:GraphedTrainingGpu*:OptimGpu*:CudaGpuStreams*:CudaGpu.*Stream*:CudaGpu.Events*:CudaGpuAutograd.GpuNodes*:CudaGpuAutograd.TwoDevices*:CudaGpu.Pinned*:SparseGpu*-GraphsGpu.SavedTensorHooks*'
+STREAM_TESTS='GraphsGpu*:GraphedTrainingGpu*:OptimGpu*:CudaGpuStreams*:CudaGpu.*Stream*:CudaGpu.Events*:CudaGpuAutograd.GpuNodes*:CudaGpuAutograd.TwoDevices*:CudaGpu.Pinned*:SparseGpu*:DLPackGpu.StreamExchangeRule-GraphsGpu.SavedTensorHooks*'
 rc=0
 for step in "$@"; do
   case $step in
@@ -45,7 +47,7 @@ for step in "$@"; do
     sanitize)
       cs=compute-sanitizer
       export TG_TEST_MAX_REPLAYS=3  # graph tests: a few replays each
-      $cs --tool memcheck --error-exitcode 1 $TESTS --gtest_filter='CudaGpu*:Graphs*:GraphedTraining*:OptimGpu*:NN*:Sparse*:Determ*:BadInputsGpu*:*OpTable*Cuda:TaylorModeGpu*:-*OutOfMemory*' \
+      $cs --tool memcheck --error-exitcode 1 $TESTS --gtest_filter='CudaGpu*:Graphs*:GraphedTraining*:OptimGpu*:NN*:Sparse*:Determ*:BadInputsGpu*:*OpTable*Cuda:TaylorModeGpu*:DLPack*:-*OutOfMemory*' \
         > "$OUT/memcheck.log" 2>&1 || rc=1
       $cs --tool racecheck --error-exitcode 1 $TESTS --gtest_filter="$STREAM_TESTS" \
         > "$OUT/racecheck.log" 2>&1 || rc=1
@@ -83,6 +85,9 @@ for step in "$@"; do
           "${cmd[@]}" > "$OUT/ncu_$who.csv" 2> "$OUT/ncu_$who.err" || { tail -5 "$OUT/ncu_$who.err"; rc=1; continue; }
         python3 scripts/ncu_summary.py "$OUT/ncu_$who.csv" | tee "$OUT/ncu_$who.txt" | head -40
       done ;;
+    python)  # the pytest suite with the peers (PyTorch, JAX) present, and the boundary's cost
+      PYTHONPATH=$B/python python3 -m pytest -q -p no:cacheprovider python/tests -rs 2>&1 | tee "$OUT/pytest.txt" | tail -15 || rc=1
+      PYTHONPATH=$B/python python3 bench/peers/interop_peers.py 2>&1 | tee "$OUT/interop.txt" ;;
     laplacian)
       python3 bench/peers/laplacian_peers.py ${LAPLACIAN_ARGS:-} 2>&1 | tee "$OUT/laplacian_peers.txt" ;;
     hessian)

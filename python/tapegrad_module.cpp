@@ -3,7 +3,6 @@
 // PyTorch and JAX through DLPack (__dlpack__ / __dlpack_device__ /
 // from_dlpack); functions passed to the functional API are Python callables;
 // tg::Error surfaces as tapegrad.Error (a RuntimeError) with the C++ message.
-#include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -210,6 +209,42 @@ ag::JacobianMode mode_from(const std::string& s) {
   throw tg::Error("unknown mode '" + s + "' (reverse, forward)");
 }
 
+// A Python exception raised by a callable the engine calls (fn of the
+// functional API): carried through the engine's C++ frames as this type of
+// the module's own, then raised again unchanged where the binding returns
+// (no pybind11 exception object unwinds through libtapegrad).
+struct CallbackError {
+  std::shared_ptr<py::error_already_set> error;
+};
+
+// fn as a TensorFn (called with the GIL held: the functional API calls fn
+// on the calling thread).
+ag::TensorFn tensor_fn(const py::function& fn) {
+  return [fn](const Tensor& x) -> Tensor {
+    try {
+      py::object y = fn(x);
+      if (!py::isinstance<Tensor>(y))
+        throw tg::Error("the function returned " + py::str(py::type::of(y)).cast<std::string>() +
+                        ", not a tapegrad.Tensor");
+      return y.cast<Tensor>();
+    } catch (py::error_already_set& e) {
+      throw CallbackError{std::make_shared<py::error_already_set>(std::move(e))};
+    }
+  };
+}
+
+// Runs body (a call that may call Python callables), raising a callable's
+// exception again as it was.
+template <class F>
+auto calling_python(F&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (CallbackError& e) {
+    e.error->restore();
+    throw py::error_already_set();
+  }
+}
+
 // A grad-mode scope for `with tapegrad.no_grad():`.
 struct GradMode {
   bool enabled;
@@ -395,26 +430,26 @@ PYBIND11_MODULE(_C, m) {
       .def("__exit__", [](GradMode& g, const py::args&) { ag::set_grad_enabled(g.previous); });
 
   // The functional API (fn: a Python callable Tensor -> Tensor).
-  m.def("jacobian", [](const ag::TensorFn& fn, const Tensor& x, bool create_graph, const std::string& mode) {
-    return ag::jacobian(fn, x, create_graph, mode_from(mode));
+  m.def("jacobian", [](const py::function& fn, const Tensor& x, bool create_graph, const std::string& mode) {
+    return calling_python([&] { return ag::jacobian(tensor_fn(fn), x, create_graph, mode_from(mode)); });
   }, py::arg("fn"), py::arg("x"), py::arg("create_graph") = false, py::arg("mode") = "reverse");
-  m.def("hessian", [](const ag::TensorFn& fn, const Tensor& x, bool create_graph, const std::string& mode) {
-    return ag::hessian(fn, x, create_graph, mode_from(mode));
+  m.def("hessian", [](const py::function& fn, const Tensor& x, bool create_graph, const std::string& mode) {
+    return calling_python([&] { return ag::hessian(tensor_fn(fn), x, create_graph, mode_from(mode)); });
   }, py::arg("fn"), py::arg("x"), py::arg("create_graph") = false, py::arg("mode") = "reverse");
-  m.def("vjp", [](const ag::TensorFn& fn, const Tensor& x, const Tensor& v, bool create_graph) {
-    return ag::vjp(fn, x, v, create_graph);
+  m.def("vjp", [](const py::function& fn, const Tensor& x, const Tensor& v, bool create_graph) {
+    return calling_python([&] { return ag::vjp(tensor_fn(fn), x, v, create_graph); });
   }, py::arg("fn"), py::arg("x"), py::arg("v"), py::arg("create_graph") = false);
-  m.def("jvp", [](const ag::TensorFn& fn, const Tensor& x, const Tensor& v, bool create_graph) {
-    return ag::jvp(fn, x, v, create_graph);
+  m.def("jvp", [](const py::function& fn, const Tensor& x, const Tensor& v, bool create_graph) {
+    return calling_python([&] { return ag::jvp(tensor_fn(fn), x, v, create_graph); });
   }, py::arg("fn"), py::arg("x"), py::arg("v"), py::arg("create_graph") = false);
-  m.def("hvp", [](const ag::TensorFn& fn, const Tensor& x, const Tensor& v, bool create_graph) {
-    return ag::hvp(fn, x, v, create_graph);
+  m.def("hvp", [](const py::function& fn, const Tensor& x, const Tensor& v, bool create_graph) {
+    return calling_python([&] { return ag::hvp(tensor_fn(fn), x, v, create_graph); });
   }, py::arg("fn"), py::arg("x"), py::arg("v"), py::arg("create_graph") = false);
-  m.def("per_sample_hessian", [](const ag::TensorFn& fn, const Tensor& x, const std::string& strategy, bool create_graph) {
-    return ag::per_sample_hessian(fn, x, strategy_from(strategy), create_graph);
+  m.def("per_sample_hessian", [](const py::function& fn, const Tensor& x, const std::string& strategy, bool create_graph) {
+    return calling_python([&] { return ag::per_sample_hessian(tensor_fn(fn), x, strategy_from(strategy), create_graph); });
   }, py::arg("fn"), py::arg("x"), py::arg("strategy") = "batched_cotangents", py::arg("create_graph") = false);
-  m.def("laplacian", [](const ag::TensorFn& fn, const Tensor& x, bool create_graph) {
-    return ag::laplacian(fn, x, create_graph);
+  m.def("laplacian", [](const py::function& fn, const Tensor& x, bool create_graph) {
+    return calling_python([&] { return ag::laplacian(tensor_fn(fn), x, create_graph); });
   }, py::arg("fn"), py::arg("x"), py::arg("create_graph") = false);
 
   // CUDA.

@@ -162,24 +162,9 @@ tg_status tg_tensor_from_blob(void* data, const int64_t* shape, const int64_t* s
   return guarded("tg_tensor_from_blob", [&] {
     require(out, "out is NULL");
     tg::IntList sizes = shape_of(shape, ndim);
-    tg::IntList st = strides ? tg::IntList(strides, strides + ndim) : tg::contiguous_strides(sizes);
-    for (int64_t s : st) require(s >= 0, "a negative stride");
-    const tg::ScalarType dt = dtype_of(dtype);
-    const tg::Device dev = device_of(device);
-    size_t extent = 0;
-    if (tg::shape_numel(sizes) > 0) {
-      int64_t last = 0;
-      for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * st[d];
-      extent = size_t(last + 1) * tg::element_size(dt);
-      require(data, "data is NULL");
-    }
-    if (dev.is_cuda())
-      TG_CHECK(tg::cuda::is_available() && dev.index() >= 0 && dev.index() < tg::cuda::device_count(),
-               "tg_tensor_from_blob: CUDA device ", dev.index(), " is not available (", tg::cuda::device_count(),
-               " device(s))");
-    auto storage = tg::IntrusivePtr<tg::StorageImpl>::make(data, extent, dev, release, context);
-    put(out, tg::Tensor(tg::IntrusivePtr<tg::TensorImpl>::make(std::move(storage), sizes, st, 0, dt,
-                                                               tg::IntrusivePtr<tg::VersionCounter>())));
+    tg::IntList st = strides ? tg::IntList(strides, strides + ndim) : tg::IntList();
+    for (int64_t x : st) require(x >= 0, "a negative stride");
+    put(out, tg::from_blob(data, sizes, st, dtype_of(dtype), device_of(device), release, context));
   });
 }
 

@@ -64,7 +64,7 @@ tg_status tg_tensor_from_data(const void* data, const int64_t* shape, int ndim, 
 /** A tensor viewing the caller's memory (no copy): `data` on `device`, sizes
  *  `shape`, `strides` in elements (NULL: row-major). `release(context)` runs
  *  once when tapegrad no longer uses the memory (NULL: the caller keeps it
- *  valid for the tensor's life). */
+ *  valid for the tensor's life); on failure it does not run. */
 tg_status tg_tensor_from_blob(void* data, const int64_t* shape, const int64_t* strides, int ndim, tg_dtype dtype,
                               tg_device device, void (*release)(void* context), void* context, tg_tensor* out);
 /** Zeros, ones, standard normal samples (tg_manual_seed seeds them). */

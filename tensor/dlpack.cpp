@@ -1,6 +1,7 @@
-// DLPack exchange (include/tapegrad/tensor/dlpack.h): a producer's memory
-// becomes a storage tapegrad does not own (its deleter is the storage's
-// release); an exported tensor's managed struct holds a tensor handle.
+// Memory tapegrad does not own (include/tapegrad/tensor/dlpack.h): from_blob
+// makes a storage around it whose release runs when it dies; a DLPack
+// producer's memory is such a blob (its deleter the release); an exported
+// tensor's managed struct holds a tensor handle.
 #include <tapegrad/tensor/dlpack.h>
 
 #include <dlpack/dlpack.h>
@@ -89,6 +90,32 @@ void release_managed(void* m) {
 
 }  // namespace
 
+Tensor from_blob(void* data, const IntList& sizes, const IntList& strides_in, ScalarType dtype, Device device,
+                 void (*release)(void*), void* context) {
+  for (int64_t s : sizes) TG_CHECK(s >= 0, "from_blob: negative size in shape ", shape_str(sizes));
+  const IntList strides = strides_in.empty() ? contiguous_strides(sizes) : strides_in;
+  TG_CHECK(strides.size() == sizes.size(), "from_blob: ", strides.size(), " strides for the shape ",
+           shape_str(sizes));
+  for (int64_t s : strides)
+    TG_CHECK(s >= 0, "from_blob: strides ", shape_str(strides), " (shape ", shape_str(sizes),
+             ") has a negative stride, which tapegrad does not support; make the memory contiguous first");
+  if (device.is_cuda())
+    TG_CHECK(cuda::is_available() && device.index() >= 0 && device.index() < cuda::device_count(),
+             "from_blob: the memory is on CUDA device ", device.index(), ", but this process has ",
+             cuda::device_count(), " CUDA device(s)", cuda::is_available() ? "" : " (no GPU, or a build without CUDA)");
+  // The bytes the view reaches (0 when it has no elements).
+  size_t extent = 0;
+  if (shape_numel(sizes) > 0) {
+    TG_CHECK(data, "from_blob: data is null for a tensor of shape ", shape_str(sizes));
+    int64_t last = 0;
+    for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
+    extent = size_t(last + 1) * element_size(dtype);
+  }
+  auto storage = IntrusivePtr<StorageImpl>::make(data, extent, device, release, context);
+  return Tensor(IntrusivePtr<TensorImpl>::make(std::move(storage), sizes, strides, 0, dtype,
+                                               IntrusivePtr<VersionCounter>()));
+}
+
 Tensor from_dlpack(DLManagedTensor* src, std::optional<cuda::Stream> producer) {
   TG_CHECK(src, "from_dlpack: got a null DLManagedTensor");
   // Until the storage owns src, a throw releases it (the producer's memory
@@ -99,9 +126,6 @@ Tensor from_dlpack(DLManagedTensor* src, std::optional<cuda::Stream> producer) {
   const int dt = int(t.device.device_type);
   Device device(kCPU);
   if (dt == kDLCUDA || dt == kDLCUDAManaged) {
-    TG_CHECK(cuda::is_available() && t.device.device_id >= 0 && t.device.device_id < cuda::device_count(),
-             "from_dlpack: the tensor is on CUDA device ", t.device.device_id, ", but this process has ",
-             cuda::device_count(), " CUDA device(s)", cuda::is_available() ? "" : " (no GPU, or a build without CUDA)");
     device = Device(kCUDA, t.device.device_id);
   } else {
     TG_CHECK(dt == kDLCPU || dt == kDLCUDAHost, "from_dlpack: device type ", dt, " (", device_type_name(dt),
@@ -109,28 +133,13 @@ Tensor from_dlpack(DLManagedTensor* src, std::optional<cuda::Stream> producer) {
   }
   const ScalarType dtype = from_dl_dtype(t.dtype);
   TG_CHECK(t.ndim >= 0, "from_dlpack: negative ndim ", t.ndim);
-  IntList sizes(t.shape, t.shape + t.ndim);
-  for (int64_t s : sizes) TG_CHECK(s >= 0, "from_dlpack: negative size in shape ", shape_str(sizes));
-  IntList strides = t.strides ? IntList(t.strides, t.strides + t.ndim) : contiguous_strides(sizes);
-  for (int64_t s : strides)
-    TG_CHECK(s >= 0, "from_dlpack: strides ", shape_str(strides), " (shape ", shape_str(sizes),
-             ") has a negative stride, which tapegrad does not support; make the producer's tensor contiguous first");
-  const size_t es = element_size(dtype);
-  // The bytes the view reaches (0 when it has no elements).
-  size_t extent = 0;
-  if (shape_numel(sizes) > 0) {
-    int64_t last = 0;
-    for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
-    extent = size_t(last + 1) * es;
-  }
-  char* base = static_cast<char*>(t.data) + t.byte_offset;
-  // A storage starting at the first element (data + byte_offset); its
-  // release is the producer's deleter.
-  auto storage = IntrusivePtr<StorageImpl>::make(static_cast<void*>(base), extent, device, &release_managed,
-                                                 static_cast<void*>(src));
+  const IntList sizes(t.shape, t.shape + t.ndim);
+  const IntList strides = t.strides ? IntList(t.strides, t.strides + t.ndim) : IntList();
+  // The view starts at the first element (data + byte_offset); its release
+  // is the producer's deleter.
+  Tensor out = from_blob(static_cast<char*>(t.data) + t.byte_offset, sizes, strides, dtype, device,
+                         &release_managed, static_cast<void*>(src));
   guard.release();
-  Tensor out(IntrusivePtr<TensorImpl>::make(std::move(storage), sizes, strides, 0, dtype,
-                                            IntrusivePtr<VersionCounter>()));
   if (producer && device.is_cuda() && *producer != cuda::current_stream(device.index()))
     cuda::current_stream(device.index()).wait_stream(*producer);
   return out;

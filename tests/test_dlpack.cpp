@@ -122,6 +122,32 @@ TEST(DLPack, ProducerStridesOffsetsAndLifetime) {
   EXPECT_EQ(deleted, 2);
 }
 
+// from_blob: the caller's memory, its release once when the last view dies,
+// and not at all when the call throws.
+TEST(DLPack, FromBlobViewsTheCallersMemory) {
+  static int released = 0;
+  released = 0;
+  std::vector<float> buf = {1, 2, 3, 4, 5, 6};
+  {
+    Tensor t = tg::from_blob(buf.data(), {3, 2}, {1, 3}, tg::kFloat32, kCpu, [](void*) { ++released; });
+    EXPECT_EQ(t.data_ptr(), buf.data());
+    EXPECT_EQ(t.select(0, 1).select(0, 1).item<float>(), 5.0f);  // element 1 + 3
+    buf[0] = 10;
+    EXPECT_EQ(t.sum().item<float>(), 30.0f);
+    Tensor row = t.select(1, 0);
+    t = Tensor();
+    EXPECT_EQ(released, 0);
+  }
+  EXPECT_EQ(released, 1);
+  EXPECT_ERROR_CONTAINS(tg::from_blob(buf.data(), {2}, {-1}, tg::kFloat32, kCpu, [](void*) { ++released; }),
+                        "negative stride");
+  EXPECT_ERROR_CONTAINS(tg::from_blob(nullptr, {2}, {}, tg::kFloat32, kCpu), "data is null");
+  EXPECT_ERROR_CONTAINS(tg::from_blob(buf.data(), {2, 3}, {1}, tg::kFloat32, kCpu), "1 strides for the shape [2, 3]");
+  EXPECT_EQ(released, 1) << "a refused blob stays the caller's";
+  Tensor none = tg::from_blob(buf.data(), {2, 3}, {}, tg::kFloat32, kCpu);  // no release: the caller keeps it
+  EXPECT_TRUE(none.is_contiguous());
+}
+
 TEST(DLPack, ImportedTensorsJoinAutograd) {
   int deleted = 0;
   {

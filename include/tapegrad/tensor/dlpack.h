@@ -1,5 +1,6 @@
-// DLPack: tensors exchanged without copies with the libraries that speak it
-// (PyTorch, JAX, CuPy, NumPy), on the CPU and on CUDA (docs/INTEROP.md).
+// Memory tapegrad does not own: from_blob, and DLPack, tensors exchanged
+// without copies with the libraries that speak it (PyTorch, JAX, CuPy,
+// NumPy), on the CPU and on CUDA (docs/INTEROP.md).
 // The structs come from <dlpack/dlpack.h> (Debian's libdlpack-dev); this
 // header only names them.
 #pragma once
@@ -12,6 +13,16 @@
 struct DLManagedTensor;
 
 namespace tg {
+
+/// A tensor viewing memory tapegrad does not own (as torch::from_blob):
+/// `data` on `device`, sizes and strides in elements (strides empty:
+/// row-major; none negative). `release(context)` runs once when the last
+/// tensor or view of it dies (null: the caller keeps the memory valid for
+/// as long as tapegrad uses it). On a throw (a negative stride, a device
+/// that is not there) release does not run: the memory stays the caller's.
+/// The tensor does not require grad.
+Tensor from_blob(void* data, const IntList& sizes, const IntList& strides, ScalarType dtype, Device device,
+                 void (*release)(void*) = nullptr, void* context = nullptr);
 
 /// A tensor viewing a DLPack producer's memory (no copy). tapegrad takes
 /// ownership of `src`: its deleter runs when the last tensor or view of that

@@ -196,9 +196,6 @@ bool piecewise_linear(const UnarySpec& s) {
 }
 
 // d[j] = act^(order + j)(x), j = 1..K (the fused kernels).
-// A broadcast 1 shaped like x (one element: no fill of x's size).
-Tensor broadcast_one(const Tensor& x) { return ones({}, x.options()).expand(x.sizes()); }
-
 void activation_derivatives(const Tensor& x, Activation act, int order, std::vector<Tensor>& d) {
   Tensor one = broadcast_one(x);
   for (size_t j = 1; j < d.size(); ++j) d[j] = activation_grad(one, x, act, order + int(j));

@@ -163,7 +163,7 @@ class Taylor2UnaryBackward final : public OpNode {
     }
     Tensor d1, d2;
     if (activation_) {
-      Tensor one = ones({}, z.options()).expand(z.sizes());
+      Tensor one = broadcast_one(z);
       d1 = activation_grad(one, z, act_, order_ + 1);
       d2 = activation_grad(one, z, act_, order_ + 2);
     } else {
@@ -289,6 +289,8 @@ const forward_ad::TaylorLayout* fw_taylor() {
   const TaylorLayout* l = forward_ad::detail::current_state().taylor;
   return l && l->order >= 2 ? l : nullptr;
 }
+
+Tensor broadcast_one(const Tensor& x) { return ones({}, x.options()).expand(x.sizes()); }
 
 Tensor jet_mul(const Tensor& a, const Tensor& b) { return mul(a, b); }
 

@@ -27,6 +27,9 @@ namespace tg::autograd::ops_detail {
 const forward_ad::TaylorLayout* fw_taylor();
 
 using Bilinear = std::function<Tensor(const Tensor&, const Tensor&)>;
+/// A 1 broadcast to x's shape (one element: no fill of x's size), the
+/// gradient that makes activation_grad an activation's derivative.
+Tensor broadcast_one(const Tensor& x);
 /// The elementwise product as a Bilinear (mul's, the unary rules' cross terms).
 Tensor jet_mul(const Tensor& a, const Tensor& b);
 /// The second-order cross term of two first coefficients under f (see

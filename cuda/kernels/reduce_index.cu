@@ -32,6 +32,15 @@ struct Dims {  // a row-major walk over some dims of x (element strides)
   }
 };
 
+// A walk over one dim of `size` elements `stride` apart (the partials).
+Dims walk(int64_t size, int64_t stride) {
+  Dims d;
+  d.n = 1;
+  d.sizes[0] = size;
+  d.strides[0] = stride;
+  return d;
+}
+
 template <class T>
 struct Acc {
   using type = std::conditional_t<std::is_same_v<T, float>, double, T>;
@@ -201,30 +210,17 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
       reduce_columns_kernel<T, A, A><<<dim3{unsigned(col_blocks), unsigned(splits), 1}, dim3{32, kColRows, 1}, 0, s>>>(
           xp, kept, red, outer, inner, chunk, op, pp);
       TG_CUDA_CHECK(cudaGetLastError(), "reduce");
-      Dims cols, rows;
-      cols.n = 1;
-      cols.sizes[0] = outer;
-      cols.strides[0] = 1;
-      rows.n = 1;
-      rows.sizes[0] = splits;
-      rows.strides[0] = outer;
       reduce_columns_kernel<A, A, T><<<dim3{unsigned(col_blocks), 1, 1}, dim3{32, kColRows, 1}, 0, s>>>(
-          pp, cols, rows, outer, splits, splits, op, op_);
+          pp, walk(outer, 1), walk(splits, outer), outer, splits, splits, op, op_);
       TG_CUDA_CHECK(cudaGetLastError(), "reduce");
       return;
     }
     reduce_block_kernel<T, A, A><<<dim3{unsigned(outer), unsigned(splits), 1}, kBlock, 0, s>>>(xp, kept, red, inner,
                                                                                                 chunk, splits, op, pp);
     TG_CUDA_CHECK(cudaGetLastError(), "reduce");
-    Dims rows, cols;
-    rows.n = 1;
-    rows.sizes[0] = outer;
-    rows.strides[0] = splits;
-    cols.n = 1;
-    cols.sizes[0] = splits;
-    cols.strides[0] = 1;
     int64_t blocks = std::min<int64_t>((outer + kBlock - 1) / kBlock, 65536);
-    reduce_thread_kernel<T, A, A><<<unsigned(blocks), kBlock, 0, s>>>(pp, rows, cols, outer, splits, op, op_);
+    reduce_thread_kernel<T, A, A><<<unsigned(blocks), kBlock, 0, s>>>(pp, walk(outer, splits), walk(splits, 1), outer,
+                                                                       splits, op, op_);
     TG_CUDA_CHECK(cudaGetLastError(), "reduce");
   });
 }

@@ -8,6 +8,7 @@
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
+#include "tensor/kernels.h"
 
 namespace tg::autograd {
 
@@ -78,15 +79,67 @@ void record_stream(const Tensor& t, const cuda::Stream& s) {
   void* p = t.impl()->storage()->data();
   if (p && t.impl()->storage()->allocator() && t.device().index() == s.device_index()) cuda::record_stream(p, s);
 }
+// Contributions up to this size are held for one add_n (at most
+// kMaxAddN of them per slot: 4 MiB).
+constexpr int64_t kDeferBytes = 256 << 10;
+
+// `incoming` may wait in old's slot for add_n: dense, contiguous, one shape
+// and compute dtype, small, on a device whose backend has add_n, and no
+// graph of the sum to record (create_graph, forward-mode tangents).
+bool deferrable(const Tensor& old, const Tensor& incoming) {
+  if (is_grad_enabled() || forward_ad::is_active()) return false;
+  if (old.is_sparse() || incoming.is_sparse() || old.dtype() != incoming.dtype() ||
+      old.device() != incoming.device() || old.sizes() != incoming.sizes())
+    return false;
+  const ScalarType t = old.dtype();
+  if (t != kFloat32 && t != kFloat64) return false;
+  if (!old.is_contiguous() || !incoming.is_contiguous() ||
+      incoming.numel() * int64_t(element_size(t)) > kDeferBytes)
+    return false;
+  return kernels::backend(old.device(), "backward").add_n != nullptr;
+}
 }  // namespace
+
+void InputBuffer::flush(Slot& slot) {
+  if (slot.pending.empty()) return;
+  std::vector<Tensor> summands = std::move(slot.pending);
+  slot.pending.clear();
+  Tensor& old = slot.grad;
+  // In place when old is ours alone (as accumulate_into_buffer's case 4).
+  auto sum = [&] {
+    Tensor out = uniquely_owned(old) ? old : empty_like(old);
+    kernels::backend(old.device(), "backward").add_n(out, old, summands);
+    old = std::move(out);
+  };
+  if (!old.is_cuda()) return sum();
+  const cuda::Stream A = slot.accumulate;
+  {
+    cuda::StreamGuard on_a(A);
+    sum();
+  }
+  // As after an accumulation in add(): the slot's last writer is A.
+  slot.ready_stream = A;
+  slot.ready.reset();
+  if (slot.consumer != A) {
+    slot.ready = std::make_unique<cuda::Event>();
+    slot.ready->record(A);
+  }
+}
 
 void InputBuffer::add(size_t pos, Tensor&& var, const cuda::Stream& producer,
                       const cuda::Stream& consumer) {
   if (!var.defined()) return;
   Slot& slot = slots_[pos];
   if (!var.is_cuda()) {  // (Cpu): no streams, no events
-    if (!slot.grad.defined()) slot.grad = std::move(var);
-    else accumulate_into_buffer(slot.grad, std::move(var));
+    if (!slot.grad.defined()) {
+      slot.grad = std::move(var);
+    } else if (deferrable(slot.grad, var)) {
+      slot.pending.push_back(std::move(var));
+      if (slot.pending.size() == kernels::kMaxAddN) flush(slot);
+    } else {
+      flush(slot);
+      accumulate_into_buffer(slot.grad, std::move(var));
+    }
     return;
   }
   cuda::Stream current = cuda::current_stream(var.device().index());
@@ -95,6 +148,7 @@ void InputBuffer::add(size_t pos, Tensor&& var, const cuda::Stream& producer,
   if (!slot.grad.defined()) {  // first producer: pick the accumulation stream
     StreamDecision d = choose_accumulation_stream(var.device(), P, C, current);
     slot.accumulate = d.stream;
+    slot.consumer = C;
     // (A): the consumer will read var on C; protect it in case no
     // accumulation follows.
     if (d.rule == AccumulateOn::ConsumerStream && C != P) record_stream(var, C);
@@ -109,6 +163,14 @@ void InputBuffer::add(size_t pos, Tensor&& var, const cuda::Stream& producer,
   // Nth producer: accumulate on A after waiting for this producer and for
   // the slot's last writer.
   const cuda::Stream A = slot.accumulate;
+  // Held for add_n when nothing crosses streams (A is the producer and the
+  // slot's last writer: no event, no record_stream).
+  if (A == P && A == slot.ready_stream && deferrable(slot.grad, var)) {
+    slot.pending.push_back(std::move(var));
+    if (slot.pending.size() == kernels::kMaxAddN) flush(slot);
+    return;
+  }
+  flush(slot);
   if (A != P) {
     cuda::Event e;
     e.record(P);
@@ -131,7 +193,8 @@ void InputBuffer::add(size_t pos, Tensor&& var, const cuda::Stream& producer,
   }
 }
 
-void InputBuffer::wait_for_consumer(const cuda::Stream& consumer) const {
+void InputBuffer::wait_for_consumer(const cuda::Stream& consumer) {
+  for (Slot& slot : slots_) flush(slot);
   if (!consumer.is_valid()) return;
   for (const Slot& slot : slots_)
     if (slot.grad.defined() && slot.grad.is_cuda() && slot.ready_stream != consumer && slot.ready)
@@ -141,7 +204,10 @@ void InputBuffer::wait_for_consumer(const cuda::Stream& consumer) const {
 variable_list InputBuffer::release() {
   variable_list out;
   out.reserve(slots_.size());
-  for (Slot& slot : slots_) out.push_back(std::move(slot.grad));
+  for (Slot& slot : slots_) {
+    flush(slot);
+    out.push_back(std::move(slot.grad));
+  }
   return out;
 }
 

@@ -17,20 +17,31 @@ class InputBuffer {
   // node that will read it (either may be invalid: see stream_rules.h). GPU
   // gradients are accumulated on the slot's accumulation stream after event
   // waits, never with a host sync; the cases are labelled in the code.
+  //
+  // Small dense contributions (not create_graph, same shape and dtype,
+  // contiguous, on the slot's accumulation stream) are held and summed
+  // kernels::kMaxAddN at a time in one kernel (add_n) instead of one add
+  // each, in arrival order, so the sum is bitwise the sequential one
+  // (docs/AUTOGRAD.md "Accumulation").
   void add(size_t pos, Tensor&& grad, const cuda::Stream& producer, const cuda::Stream& consumer);
   // The consumer, about to run on `consumer`, waits on the last writer of
-  // each slot it did not write itself.
-  void wait_for_consumer(const cuda::Stream& consumer) const;
+  // each slot it did not write itself (held contributions summed first).
+  void wait_for_consumer(const cuda::Stream& consumer);
+  // The gradients, held contributions summed first.
   variable_list release();
   size_t size() const { return slots_.size(); }
 
  private:
   struct Slot {
     Tensor grad;
+    std::vector<Tensor> pending;        // contributions still to be added to grad
     cuda::Stream accumulate;            // chosen at the first producer
+    cuda::Stream consumer;              // resolved at the first producer
     cuda::Stream ready_stream;          // the last writer
     std::unique_ptr<cuda::Event> ready;  // recorded on ready_stream, if anyone waits
   };
+  // Adds slot.pending into slot.grad (on the accumulation stream).
+  static void flush(Slot& slot);
   std::vector<Slot> slots_;
 };
 

@@ -66,6 +66,9 @@ struct Taylor2Derivatives {
   int order = 0;
 };
 
+// The most summands one add_n call takes.
+constexpr size_t kMaxAddN = 16;
+
 // Softplus: a = beta, b = threshold. Clamp: a = lo, b = hi (has_a/has_b).
 struct UnaryParams {
   double a = 0, b = 0;
@@ -107,6 +110,15 @@ struct Backend {
   // one shape and compute dtype, out may alias a; alpha as for
   // binary_scalar. Optional (null: mul, then add).
   void (*add_scaled)(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, int64_t ialpha);
+  // out = ((a + s[0]) + s[1]) + ... in that order, rounded after each add
+  // (bitwise the sequential adds): a, out and every s[j] contiguous, of one
+  // shape and compute dtype; out may alias a; s.size() <= kMaxAddN.
+  // Optional (null: one add per summand). The engine sums deferred gradient
+  // contributions with it (autograd/input_buffer.cpp).
+  void (*add_n)(const Tensor& out, const Tensor& a, const std::vector<Tensor>& s);
+  // mul's backward in one pass: ga = g * b and gb = g * a, every operand
+  // contiguous, of one shape and compute dtype. Optional (null: two muls).
+  void (*mul_backward)(const Tensor& ga, const Tensor& gb, const Tensor& g, const Tensor& a, const Tensor& b);
   // out is Bool; a and b share a compute dtype.
   void (*compare)(CompareOp, const Tensor& out, const Tensor& a, const Tensor& b);
   void (*unary)(UnaryOp, const Tensor& out, const Tensor& x, const UnaryParams&);

@@ -481,6 +481,87 @@ TEST(Engine, AccumulationRules) {
   EXPECT_NE(q.grad().impl(), keep.impl());  // cloned
 }
 
+// Small contributions to one slot wait and are summed kMaxAddN at a time in
+// one kernel; the result must be bitwise the sequential sum in arrival order
+// (f32 values of mixed magnitude, so any reordering shows), across batch
+// boundaries and around contributions that cannot wait (non-contiguous,
+// large, sparse), and a shared first contribution must stay untouched.
+TEST(Engine, HeldContributionsSumInArrivalOrder) {
+  tg::NoGradGuard no_grad;
+  const tg::TensorOptions f32 = tg::TensorOptions().dtype(tg::kFloat32);
+  tg::manual_seed(7);
+  const int64_t n = 5;
+  std::vector<Tensor> parts;
+  for (int i = 0; i < 45; ++i) {
+    Tensor t = tg::mul(tg::randn({n}, f32), std::pow(10.0, double(i % 7) - 3.0));
+    if (i == 20) t = tg::randn({n, 2}, f32).select(1, 0);  // non-contiguous: added at once
+    parts.push_back(t);
+  }
+  std::vector<float> expect = parts[0].to_vector<float>();
+  for (size_t i = 1; i < parts.size(); ++i) {
+    std::vector<float> v = parts[i].to_vector<float>();
+    for (int64_t j = 0; j < n; ++j) expect[size_t(j)] = expect[size_t(j)] + v[size_t(j)];
+  }
+  const std::vector<float> first_before = parts[0].to_vector<float>();
+  ag::InputBuffer buf(1);
+  for (const Tensor& t : parts) buf.add(0, Tensor(t), tg::cuda::Stream(), tg::cuda::Stream());
+  variable_list out = buf.release();
+  EXPECT_EQ(out[0].to_vector<float>(), expect);                // bitwise
+  EXPECT_EQ(parts[0].to_vector<float>(), first_before);        // shared first: out of place
+  EXPECT_NE(out[0].impl(), parts[0].impl());
+
+  // Large contributions (over the held size) and a sparse one in between.
+  const int64_t big = 100000;
+  ag::InputBuffer buf2(1);
+  buf2.add(0, tg::ones({big}, f32), tg::cuda::Stream(), tg::cuda::Stream());
+  for (int i = 0; i < 3; ++i) buf2.add(0, tg::full({big}, 0.5, f32), tg::cuda::Stream(), tg::cuda::Stream());
+  Tensor idx = tg::tensor({3}, {1, 1}, tg::TensorOptions().dtype(tg::kInt64));
+  buf2.add(0, tg::sparse_coo_tensor(idx, tg::full({1}, 2.0, f32), {big}), tg::cuda::Stream(), tg::cuda::Stream());
+  std::vector<float> r = buf2.release()[0].to_vector<float>();
+  EXPECT_EQ(r[0], 2.5f);
+  EXPECT_EQ(r[3], 4.5f);
+
+  // A leaf used a thousand times: x = x * w + b, grads against closed forms.
+  Tensor w = vec({0.999}), b = vec({0.001});
+  Tensor x = tg::ones({1}, kF64);
+  {
+    tg::EnableGradGuard on;
+    for (int i = 0; i < 1000; ++i) x = x * w + b;
+  }
+  std::vector<Tensor> g;
+  {
+    tg::EnableGradGuard on;
+    g = ag::grad({x.sum()}, {w, b});
+  }
+  // x_N = w^N + b (1 - w^N) / (1 - w): d/db = (1 - w^N) / (1 - w),
+  // d/dw = N w^(N-1) - b (N w^(N-1) (1 - w) - (1 - w^N)) / (1 - w)^2.
+  const double W = 0.999, B = 0.001, N = 1000, wn = std::pow(W, N), wn1 = std::pow(W, N - 1);
+  EXPECT_NEAR(V(g[1])[0], (1 - wn) / (1 - W), 1e-9);
+  EXPECT_NEAR(V(g[0])[0], N * wn1 - B * (N * wn1 * (1 - W) - (1 - wn)) / ((1 - W) * (1 - W)), 1e-8);
+}
+
+// mul's fused backward (both gradients from one kernel) is bitwise the two
+// formulas; broadcast operands and one wanted gradient take the formulas.
+TEST(Engine, MulBackwardBothGradientsEqualTheFormulas) {
+  const tg::TensorOptions f32 = tg::TensorOptions().dtype(tg::kFloat32);
+  tg::manual_seed(3);
+  Tensor a = tg::randn({3, 4}, f32).requires_grad_(), b = tg::randn({3, 4}, f32).requires_grad_();
+  Tensor g = tg::randn({3, 4}, f32);
+  std::vector<Tensor> gr = ag::grad({a * b}, {a, b}, {g});
+  tg::NoGradGuard no_grad;
+  EXPECT_EQ(gr[0].to_vector<float>(), tg::mul(g, b).to_vector<float>());
+  EXPECT_EQ(gr[1].to_vector<float>(), tg::mul(g, a).to_vector<float>());
+  Tensor c = tg::randn({4}, f32).requires_grad_();
+  std::vector<Tensor> gb;
+  {
+    tg::EnableGradGuard on;
+    gb = ag::grad({a * c}, {a, c}, {g});
+  }
+  EXPECT_EQ(gb[0].to_vector<float>(), tg::mul(g, c.expand({3, 4})).to_vector<float>());
+  EXPECT_EQ(gb[1].sizes(), (tg::IntList{4}));
+  EXPECT_EQ(gb[1].to_vector<float>(), tg::mul(g, a).sum({0}).to_vector<float>());
+}
+
 TEST(Engine, SavedOutputsFormNoCycle) {
   tg::cpu_empty_cache();
   int64_t baseline = tg::cpu_allocator_stats().live_bytes;

@@ -267,7 +267,28 @@ struct BinarySpec {
   const char* node;
   BinaryFormula fa, fb;
   uint8_t saves_a, saves_b;  // what the gradient of a (of b) reads
+  bool product = false;       // a * b: both gradients may come from one kernel
 };
+
+// mul's two gradients g * b and g * a in one kernel, when nothing is
+// recorded (no create_graph, no tangents), both are wanted and every operand
+// is contiguous with one shape and compute dtype (no broadcast to undo);
+// false otherwise (the formulas run).
+bool fused_product_backward(const Tensor& g, const Tensor& a, const Tensor& b, variable_list& out) {
+  if (autograd::is_grad_enabled() || autograd::forward_ad::is_active()) return false;
+  const ScalarType t = g.dtype();
+  if ((t != kFloat32 && t != kFloat64) || a.dtype() != t || b.dtype() != t) return false;
+  if (a.device() != g.device() || b.device() != g.device() || a.sizes() != g.sizes() ||
+      b.sizes() != g.sizes() || !g.is_contiguous() || !a.is_contiguous() || !b.is_contiguous() ||
+      g.is_sparse() || a.is_sparse() || b.is_sparse())
+    return false;
+  const kernels::Backend& be = kernels::backend(g.device(), "mul");
+  if (!be.mul_backward) return false;
+  out[0] = empty_like(g);
+  out[1] = empty_like(g);
+  be.mul_backward(out[0], out[1], g, a, b);
+  return true;
+}
 
 class BinaryBackward final : public OpNode {
  public:
@@ -279,6 +300,7 @@ class BinaryBackward final : public OpNode {
     if (!ga && !gb) return out;
     Tensor a = self_.unpack(this, "self"), b = other_.unpack(this, "other");
     Tensor r = result_.unpack(this, "result");
+    if (spec_.product && ga && gb && grads[0].defined() && fused_product_backward(grads[0], a, b, out)) return out;
     if (ga) out[0] = spec_.fa(grads[0], a, b, r, alpha_);
     if (gb) out[1] = spec_.fb(grads[0], a, b, r, alpha_);
     return out;
@@ -344,7 +366,7 @@ const BinarySpec kAdd{"add", "AddBackward", TG_BINARY_FORMULA(g),
 const BinarySpec kSub{"sub", "SubBackward", TG_BINARY_FORMULA(g),
                       TG_BINARY_FORMULA(alpha == 1 ? neg(g) : mul(g, -alpha)), kNone, kNone};
 const BinarySpec kMul{"mul", "MulBackward", TG_BINARY_FORMULA(mul(g, b)),
-                      TG_BINARY_FORMULA(mul(g, a)), kOther, kSelf};
+                      TG_BINARY_FORMULA(mul(g, a)), kOther, kSelf, true};
 const BinarySpec kDiv{"div", "DivBackward", TG_BINARY_FORMULA(div(g, b)),
                       TG_BINARY_FORMULA(neg(mul(g, div(a, square(b))))), kOther,
                       kSelf | kOther};

@@ -141,6 +141,65 @@ void add_scaled_kernel(const Tensor& out, const Tensor& a, const Tensor& b, doub
   });
 }
 
+// The engine's deferred accumulation: out = ((a + s0) + s1) + ..., the
+// summands' pointers by value (at most kMaxAddN), contiguous operands.
+template <class T>
+struct AddNArgs {
+  T* out;
+  const T* a;
+  const T* s[kernels::kMaxAddN];
+  int k;
+};
+
+template <class T>
+__global__ void add_n_kernel_impl(AddNArgs<T> p, int64_t n) {
+  const int64_t stride = int64_t(blockDim.x) * gridDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    T acc = p.a[i];
+    for (int j = 0; j < p.k; ++j) acc = acc + p.s[j][i];
+    p.out[i] = acc;
+  }
+}
+
+template <class T>
+__global__ void mul_backward_kernel_impl(T* ga, T* gb, const T* g, const T* a, const T* b, int64_t n) {
+  const int64_t stride = int64_t(blockDim.x) * gridDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const T gv = g[i];
+    ga[i] = gv * b[i];
+    gb[i] = gv * a[i];
+  }
+}
+
+void add_n_kernel(const Tensor& out, const Tensor& a, const std::vector<Tensor>& s) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  dispatch_compute(out.dtype(), "add_n", [&](auto tag) {
+    using T = decltype(tag);
+    AddNArgs<T> p{};
+    p.out = static_cast<T*>(out.data_ptr());
+    p.a = static_cast<const T*>(a.data_ptr());
+    p.k = int(s.size());
+    for (size_t j = 0; j < s.size(); ++j) p.s[j] = static_cast<const T*>(s[j].data_ptr());
+    DeviceGuard dg(out.device().index());
+    add_n_kernel_impl<T><<<grid_for(n), kBlock, 0, stream_of(out)>>>(p, n);
+    TG_CUDA_CHECK(cudaGetLastError(), "add_n");
+  });
+}
+
+void mul_backward_kernel(const Tensor& ga, const Tensor& gb, const Tensor& g, const Tensor& a, const Tensor& b) {
+  const int64_t n = g.numel();
+  if (n == 0) return;
+  dispatch_compute(g.dtype(), "mul backward", [&](auto tag) {
+    using T = decltype(tag);
+    DeviceGuard dg(g.device().index());
+    mul_backward_kernel_impl<T><<<grid_for(n), kBlock, 0, stream_of(g)>>>(
+        static_cast<T*>(ga.data_ptr()), static_cast<T*>(gb.data_ptr()), static_cast<const T*>(g.data_ptr()),
+        static_cast<const T*>(a.data_ptr()), static_cast<const T*>(b.data_ptr()), n);
+    TG_CUDA_CHECK(cudaGetLastError(), "mul backward");
+  });
+}
+
 template <class T>
 struct CompareFn {
   CompareOp op;
@@ -343,6 +402,8 @@ const kernels::Backend& backend() {
     t.binary = binary_kernel;
     t.binary_scalar = binary_scalar_kernel;
     t.add_scaled = add_scaled_kernel;
+    t.add_n = add_n_kernel;
+    t.mul_backward = mul_backward_kernel;
     t.compare = compare_kernel;
     t.unary = unary_kernel;
     t.where = where_kernel;

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "cuda/check.h"
@@ -228,6 +229,10 @@ __global__ void elementwise_kernel(Indexer ix, int64_t n, F f) {
 inline cudaStream_t stream_of(const Tensor& t) {
   return static_cast<cudaStream_t>(current_stream(t.device().index()).handle());
 }
+
+// Blocks of kBlock threads for a grid-stride loop over n elements.
+constexpr int kBlock = 256;
+inline unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + kBlock - 1) / kBlock, 65536)); }
 
 template <class F>
 void launch(const Tensor* ops, int nops, const char* op, F f) {

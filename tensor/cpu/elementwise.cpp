@@ -282,6 +282,42 @@ void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x,
   });
 }
 
+// ---- the engine's fused accumulation and mul backward (contiguous operands) ------
+void add_n_kernel(const Tensor& out, const Tensor& a, const std::vector<Tensor>& s) {
+  dispatch_compute(out.dtype(), "add_n", [&](auto tag) {
+    using T = decltype(tag);
+    T* o = static_cast<T*>(out.data_ptr());
+    const T* x = static_cast<const T*>(a.data_ptr());
+    std::vector<const T*> p;
+    for (const Tensor& t : s) p.push_back(static_cast<const T*>(t.data_ptr()));
+    parallel_for(out.numel(), 16384, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        T acc = x[i];
+        for (const T* q : p) acc = acc + q[i];
+        o[i] = acc;
+      }
+    });
+  });
+}
+
+void mul_backward_kernel(const Tensor& ga, const Tensor& gb, const Tensor& g, const Tensor& a, const Tensor& b) {
+  dispatch_compute(g.dtype(), "mul backward", [&](auto tag) {
+    using T = decltype(tag);
+    T* oa = static_cast<T*>(ga.data_ptr());
+    T* ob = static_cast<T*>(gb.data_ptr());
+    const T* gp = static_cast<const T*>(g.data_ptr());
+    const T* ap = static_cast<const T*>(a.data_ptr());
+    const T* bp = static_cast<const T*>(b.data_ptr());
+    parallel_for(g.numel(), 16384, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const T gv = gp[i];
+        oa[i] = gv * bp[i];
+        ob[i] = gv * ap[i];
+      }
+    });
+  });
+}
+
 // ---- where: moves bytes, so one instantiation per element size -------------------
 template <class U>
 void where_typed(const Tensor& out, const Tensor& cond, const Tensor& a,
@@ -308,6 +344,8 @@ void register_elementwise(kernels::Backend& b) {
   b.copy = copy_kernel;
   b.fill = fill_kernel;
   b.binary = binary_kernel;
+  b.add_n = add_n_kernel;
+  b.mul_backward = mul_backward_kernel;
   b.compare = compare_kernel;
   b.unary = unary_kernel;
   b.where = where_kernel;

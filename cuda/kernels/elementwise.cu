@@ -6,9 +6,13 @@
 // calculator. Kernels run on the current stream of the output's device.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include <tapegrad/cuda/allocator.h>
+#include <tapegrad/cuda/device.h>
 #include <tapegrad/cuda/graph.h>
 #include "tensor/element_math.h"
 #include "tensor/taylor2.h"
@@ -153,6 +157,7 @@ struct AddNArgs {
 
 template <class T>
 __global__ void add_n_kernel_impl(AddNArgs<T> p, int64_t n) {
+  wait_for_predecessors();
   const int64_t stride = int64_t(blockDim.x) * gridDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     T acc = p.a[i];
@@ -163,6 +168,7 @@ __global__ void add_n_kernel_impl(AddNArgs<T> p, int64_t n) {
 
 template <class T>
 __global__ void mul_backward_kernel_impl(T* ga, T* gb, const T* g, const T* a, const T* b, int64_t n) {
+  wait_for_predecessors();
   const int64_t stride = int64_t(blockDim.x) * gridDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const T gv = g[i];
@@ -182,8 +188,7 @@ void add_n_kernel(const Tensor& out, const Tensor& a, const std::vector<Tensor>&
     p.k = int(s.size());
     for (size_t j = 0; j < s.size(); ++j) p.s[j] = static_cast<const T*>(s[j].data_ptr());
     DeviceGuard dg(out.device().index());
-    add_n_kernel_impl<T><<<grid_for(n), kBlock, 0, stream_of(out)>>>(p, n);
-    TG_CUDA_CHECK(cudaGetLastError(), "add_n");
+    launch_pdl(&add_n_kernel_impl<T>, grid_for(n), kBlock, stream_of(out), out.device().index(), "add_n", p, n);
   });
 }
 
@@ -193,10 +198,9 @@ void mul_backward_kernel(const Tensor& ga, const Tensor& gb, const Tensor& g, co
   dispatch_compute(g.dtype(), "mul backward", [&](auto tag) {
     using T = decltype(tag);
     DeviceGuard dg(g.device().index());
-    mul_backward_kernel_impl<T><<<grid_for(n), kBlock, 0, stream_of(g)>>>(
-        static_cast<T*>(ga.data_ptr()), static_cast<T*>(gb.data_ptr()), static_cast<const T*>(g.data_ptr()),
-        static_cast<const T*>(a.data_ptr()), static_cast<const T*>(b.data_ptr()), n);
-    TG_CUDA_CHECK(cudaGetLastError(), "mul backward");
+    launch_pdl(&mul_backward_kernel_impl<T>, grid_for(n), kBlock, stream_of(g), g.device().index(), "mul backward",
+               static_cast<T*>(ga.data_ptr()), static_cast<T*>(gb.data_ptr()), static_cast<const T*>(g.data_ptr()),
+               static_cast<const T*>(a.data_ptr()), static_cast<const T*>(b.data_ptr()), n);
   });
 }
 
@@ -422,6 +426,21 @@ const kernels::Backend& backend() {
 }
 
 }  // namespace
+
+bool pdl_enabled(int device) {
+  static const std::vector<bool> on = [] {
+    const char* env = std::getenv("TG_CUDA_PDL");
+    const bool allowed = !(env && std::string(env) == "0");
+    std::vector<bool> v(size_t(device_count()), false);
+    for (int d = 0; d < int(v.size()); ++d) {
+      int major = 0;
+      if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) == cudaSuccess)
+        v[size_t(d)] = allowed && major >= 9;
+    }
+    return v;
+  }();
+  return device >= 0 && size_t(device) < on.size() && on[size_t(device)];
+}
 }  // namespace tg::cuda
 
 namespace tg::kernels {

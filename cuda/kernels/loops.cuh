@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <utility>
 
 #include "cuda/check.h"
 #include <tapegrad/cuda/stream.h>
@@ -16,6 +17,40 @@
 #include <tapegrad/tensor/tensor.h>
 
 namespace tg::cuda {
+
+// ---- programmatic dependent launch ---------------------------------------------------
+// On Hopper and later, the elementwise kernels are launched with programmatic
+// stream serialization: the next kernel's launch overlaps the tail of the one
+// before it, and every such kernel waits (griddepcontrol.wait) for its
+// predecessors' completion and memory before it touches memory. The order of
+// results is the stream's; what is saved is the launch gap between dependent
+// tiny kernels (in a CUDA graph too: capture records programmatic edges).
+// Every kernel launched through launch_pdl must call wait_for_predecessors()
+// before its first memory access.
+__device__ __forceinline__ void wait_for_predecessors() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Whether `device` supports programmatic dependent launch (compute
+// capability 9.0 or later); TG_CUDA_PDL=0 turns it off.
+bool pdl_enabled(int device);
+
+template <class... KArgs, class... Args>
+void launch_pdl(void (*kernel)(KArgs...), unsigned blocks, unsigned threads, cudaStream_t s, int device,
+                const char* op, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(threads);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled(device) ? 1 : 0;
+  TG_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), op);
+}
 
 constexpr int kMaxDims = 16;
 constexpr int kMaxOps = 4;
@@ -150,6 +185,7 @@ struct VecElemSize<F, std::void_t<decltype(F::kElemSize)>> {
 
 template <int E, class F>
 __global__ void linear_kernel(LinearArgs a, int64_t n, F f) {
+  wait_for_predecessors();
   const int64_t stride = int64_t(blockDim.x) * gridDim.x;
   const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t done = 0;
@@ -216,6 +252,7 @@ inline LinearArgs linear_args(const Indexer& ix, int E) {
 
 template <class F>
 __global__ void elementwise_kernel(Indexer ix, int64_t n, F f) {
+  wait_for_predecessors();
   int64_t stride = int64_t(blockDim.x) * gridDim.x;
   const bool small = n <= int64_t(UINT32_MAX);  // uniform across the grid
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -250,13 +287,11 @@ void launch(const Tensor* ops, int nops, const char* op, F f) {
     LinearArgs a = linear_args(ix, E);
     int64_t work = a.aligned ? std::max<int64_t>(n / (16 / std::max(E, 1)), 1) : n;
     int64_t blocks = std::min<int64_t>((work + kThreads - 1) / kThreads, 65536);
-    linear_kernel<E><<<unsigned(blocks), kThreads, 0, s>>>(a, n, f);
-    TG_CUDA_CHECK(cudaGetLastError(), op);
+    launch_pdl(&linear_kernel<E, F>, unsigned(blocks), kThreads, s, ops[0].device().index(), op, a, n, f);
     return;
   }
   int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 65536);
-  elementwise_kernel<<<unsigned(blocks), kThreads, 0, s>>>(ix, n, f);
-  TG_CUDA_CHECK(cudaGetLastError(), op);
+  launch_pdl(&elementwise_kernel<F>, unsigned(blocks), kThreads, s, ops[0].device().index(), op, ix, n, f);
 }
 
 // ---- dtypes on the device ------------------------------------------------------------

@@ -26,15 +26,10 @@ namespace tg::cuda {
 // results is the stream's; what is saved is the launch gap between dependent
 // tiny kernels (in a CUDA graph too: capture records programmatic edges).
 // Every kernel launched through launch_pdl must call wait_for_predecessors()
-// before its first memory access. Once past the wait it lets the next kernel
-// launch (griddepcontrol.launch_dependents): that kernel's blocks may then be
-// scheduled while this one runs, and wait in turn — so at most one kernel is
-// launched ahead, and memory order is still the stream's (the wait is for
-// completion, not for the trigger).
+// before its first memory access.
 __device__ __forceinline__ void wait_for_predecessors() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
 #endif
 }
 

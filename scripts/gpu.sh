@@ -20,6 +20,9 @@
 #                             the cost of crossing the boundary (bench/peers/interop_peers.py)
 #   scripts/gpu.sh laplacian  the Laplacian benchmark side by side with PyTorch
 #                             eager, torch.func and JAX (hessian, jacfwd(grad), jet)
+#   scripts/gpu.sh ddp        tg::distributed on every GPU (nvidia-h200-x2): its tests,
+#                             pinn_ddp one process per GPU, and the scaling table
+#                             against PyTorch DDP (bench/peers/ddp_peers.py)
 #   scripts/gpu.sh hessian    the Hessian benchmark side by side with LibTorch,
 #                             PyTorch eager, torch.func and JAX (needs peers built)
 # Logs go to $OUT (or ./gpu-logs). Several steps may be given in order.
@@ -90,6 +93,11 @@ for step in "$@"; do
       PYTHONPATH=$B/python python3 bench/peers/interop_peers.py 2>&1 | tee "$OUT/interop.txt" ;;
     laplacian)
       python3 bench/peers/laplacian_peers.py ${LAPLACIAN_ARGS:-} 2>&1 | tee "$OUT/laplacian_peers.txt" ;;
+    ddp)
+      $TESTS --gtest_filter='Distributed*' 2>&1 | tee "$OUT/ddp_tests.log" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|Expected|Which is|rank" | head -40
+      grep -q "FAILED" "$OUT/ddp_tests.log" && rc=1
+      scripts/launch.sh "$(nvidia-smi -L | wc -l)" $B/samples/pinn_ddp --steps 50 2>&1 | tee "$OUT/pinn_ddp.txt" || rc=1
+      python3 bench/peers/ddp_peers.py ${DDP_ARGS:-} 2>&1 | tee "$OUT/ddp_peers.txt" ;;
     hessian)
       python3 bench/peers/hessian_peers.py ${HESSIAN_ARGS:-} 2>&1 | tee "$OUT/hessian_peers.txt" ;;
     *) echo "unknown step $step"; exit 2 ;;

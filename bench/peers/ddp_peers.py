@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Data-parallel scaling, tapegrad against PyTorch DDP, on the GPU machine:
+
+    python3 bench/peers/ddp_peers.py [--batch 1024] [--steps 200] [--gpus 1,2]
+
+The steps (samples/pinn_ddp.cpp has tapegrad's): MLP 2 -> 64 x4 -> 1, tanh,
+float32, Adam, a fixed batch per GPU. `pinn`: the loss mean((u_xx + u_yy +
+f)^2) with the Laplacian by double backward; `mlp`: a regression loss.
+tapegrad runs build-gpu/samples/pinn_ddp (DistributedDataParallel, one
+process driving the GPUs from threads); PyTorch runs one process per GPU
+(torch.multiprocessing, NCCL): DistributedDataParallel on `.backward()` for
+`mlp`; for `pinn`, whose double backward DDP does not support, the manual
+fallback users write: backward, then one all_reduce per gradient. Prints ms
+per step, samples per second, and the scaling efficiency (throughput on N
+GPUs / (N x one GPU's)).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def torch_worker(rank, world, a, loss, port, out):
+    import torch
+    import torch.distributed as dist
+    torch.backends.cuda.matmul.allow_tf32 = False
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("nccl", rank=rank, world_size=world)
+    torch.cuda.set_device(rank)
+    torch.manual_seed(0)
+    layers = []
+    prev = 2
+    for _ in range(4):
+        layers += [torch.nn.Linear(prev, 64), torch.nn.Tanh()]
+        prev = 64
+    layers.append(torch.nn.Linear(prev, 1))
+    model = torch.nn.Sequential(*layers).cuda()
+    if loss == "mlp":
+        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+    else:
+        for p in model.parameters():
+            dist.broadcast(p.data, 0)
+        net = model
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    torch.manual_seed(1000 + rank)
+
+    def step():
+        x = torch.rand(a.batch, 2, device="cuda", requires_grad=True)
+        opt.zero_grad(set_to_none=True)
+        if loss == "mlp":
+            y = torch.sin(x.detach().sum(1, keepdim=True))
+            ((net(x.detach()) - y) ** 2).mean().backward()
+        else:
+            u = net(x)
+            du, = torch.autograd.grad(u.sum(), x, create_graph=True)
+            uxx = torch.autograd.grad(du[:, 0].sum(), x, create_graph=True)[0][:, 0]
+            uyy = torch.autograd.grad(du[:, 1].sum(), x, create_graph=True)[0][:, 1]
+            f = torch.sin(x[:, 0] * 3.14159265358979) * torch.sin(x[:, 1] * 3.14159265358979)
+            ((uxx + uyy + f.detach()) ** 2).mean().backward()
+            if world > 1:
+                for p in model.parameters():
+                    dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+        opt.step()
+
+    for _ in range(a.warmup):
+        step()
+    torch.cuda.synchronize()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    torch.cuda.synchronize()
+    dist.barrier()
+    ms = (time.perf_counter() - t0) * 1e3 / a.steps
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump({"ms_per_step": ms}, f)
+    dist.destroy_process_group()
+
+
+def run_torch(a, world, loss):
+    import torch.multiprocessing as mp
+    out = tempfile.mktemp(suffix=".json")
+    port = 29500 + (os.getpid() % 1000)
+    mp.spawn(torch_worker, args=(world, a, loss, port, out), nprocs=world, join=True)
+    with open(out) as f:
+        return json.load(f)["ms_per_step"]
+
+
+def run_tapegrad(a, world, loss):
+    out = tempfile.mktemp(suffix=".json")
+    exe = os.path.join(ROOT, "build-gpu", "samples", "pinn_ddp")
+    subprocess.run([exe, "--gpus", str(world), "--loss", loss, "--batch", str(a.batch), "--steps", str(a.steps),
+                    "--warmup", str(a.warmup), "--json", out], check=True, stdout=sys.stderr)
+    with open(out) as f:
+        r = json.load(f)
+    return r["ms_per_step"], r["hidden_fraction"]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch", type=int, default=1024)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--gpus", default="1,2")
+    p.add_argument("--losses", default="pinn,mlp")
+    p.add_argument("--frameworks", default="tapegrad,torch")
+    a = p.parse_args()
+    counts = [int(g) for g in a.gpus.split(",")]
+    print(f"Data parallel: MLP 2 -> 64 x4 -> 1, tanh, float32, Adam, {a.batch} points per GPU; "
+          f"ms per step (mean of {a.steps})\n")
+    print("| loss | framework | GPUs | ms / step | samples / s | scaling efficiency | all-reduce hidden |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for loss in a.losses.split(","):
+        for fw in a.frameworks.split(","):
+            base = None
+            for n in counts:
+                hidden = ""
+                try:
+                    if fw == "tapegrad":
+                        ms, h = run_tapegrad(a, n, loss)
+                        hidden = f"{100 * h:.0f}%"
+                    else:
+                        ms = run_torch(a, n, loss)
+                except Exception as e:  # report and go on
+                    print(f"| {loss} | {fw} | {n} | failed: {e} | | | |")
+                    continue
+                sps = a.batch * n / (ms / 1e3)
+                if n == 1:
+                    base = sps
+                eff = f"{sps / (n * base):.2f}" if base else ""
+                name = fw if fw == "tapegrad" else ("PyTorch DDP" if loss == "mlp" else "PyTorch, manual all_reduce")
+                print(f"| {loss} | {name} | {n} | {ms:.3f} | {sps:,.0f} | {eff} | {hidden} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

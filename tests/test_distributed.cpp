@@ -1,0 +1,315 @@
+// tg::distributed on NCCL: collectives, DistributedDataParallel against one
+// GPU on the global batch (an MLP, a PINN loss by double backward, no_sync
+// accumulation, 100 Adam steps), overlap and no host sync, and a failing rank.
+// The ranks are threads of this process, one GPU each (ProcessGroup::
+// init_local), over every GPU there is; below two GPUs, or without NCCL, the
+// tests skip with a message. samples/pinn_ddp runs one process per GPU.
+#include "reference.h"
+
+#include <chrono>
+#include <exception>
+#include <thread>
+
+#include <tapegrad/distributed/distributed.h>
+
+namespace {
+
+using tg::Tensor;
+namespace dist = tg::distributed;
+
+#define REQUIRE_TWO_GPUS()                                                                        \
+  if (!dist::is_available() || tg::cuda::device_count() < 2)                                      \
+  GTEST_SKIP() << "needs NCCL and two GPUs (NCCL built in: " << (dist::is_available() ? "yes" : "no") \
+               << ", GPUs: " << tg::cuda::device_count() << "); runs on the nvidia-h200-x2 machine"
+
+int world() { return tg::cuda::device_count(); }
+
+std::vector<int> all_devices() {
+  std::vector<int> d;
+  for (int i = 0; i < world(); ++i) d.push_back(i);
+  return d;
+}
+
+// Runs fn(rank, group) on one thread per GPU; rethrows the first failure.
+void run_ranks(const std::function<void(int, std::shared_ptr<dist::ProcessGroup>)>& fn,
+               dist::Options options = {}) {
+  auto groups = dist::ProcessGroup::init_local(all_devices(), options);
+  std::vector<std::exception_ptr> errors(groups.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < groups.size(); ++r)
+    threads.emplace_back([&, r] {
+      try {
+        tg::cuda::DeviceGuard g(static_cast<int>(r));
+        fn(int(r), groups[r]);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  groups.clear();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+tg::TensorOptions on(int device, tg::ScalarType t = tg::kFloat64) {
+  return tg::TensorOptions().dtype(t).device(tg::Device(tg::kCUDA, device));
+}
+
+std::vector<double> host(const Tensor& t) { return t.to(tg::Device(tg::kCPU)).to(tg::kFloat64).to_vector<double>(); }
+
+TEST(Distributed, WithoutNcclOrGpusGroupsSaySo) {
+  if (dist::is_available() && tg::cuda::device_count() > 0) GTEST_SKIP() << "NCCL and a GPU are here";
+  EXPECT_THROW(
+      {
+        try {
+          dist::ProcessGroup::init(0, 1, "/tmp/none");
+        } catch (const tg::Error& e) {
+          EXPECT_TRUE(std::string(e.what()).find("ProcessGroup::init") != std::string::npos) << e.what();
+          throw;
+        }
+      },
+      tg::Error);
+}
+
+TEST(DistributedGpu, CollectivesGiveTheirValues) {
+  REQUIRE_TWO_GPUS();
+  const int n = world();
+  run_ranks([n](int r, std::shared_ptr<dist::ProcessGroup> g) {
+    EXPECT_EQ(g->rank(), r);
+    EXPECT_EQ(g->size(), n);
+    Tensor a = tg::full({5}, double(r + 1), on(r));
+    g->all_reduce(a)->wait();
+    EXPECT_EQ(host(a), std::vector<double>(5, n * (n + 1) / 2.0));
+    Tensor m = tg::full({3}, double(r), on(r, tg::kFloat32));
+    g->all_reduce(m, dist::ReduceOp::Max)->wait();
+    EXPECT_EQ(host(m), std::vector<double>(3, n - 1.0));
+    Tensor avg = tg::full({2}, double(2 * r), on(r));
+    g->all_reduce(avg, dist::ReduceOp::Avg)->wait();
+    EXPECT_EQ(host(avg), std::vector<double>(2, double(n - 1)));
+    Tensor b = tg::full({4}, double(r == 1 ? 7 : -1), on(r, tg::kInt64));
+    g->broadcast(b, 1)->wait();
+    EXPECT_EQ(host(b), std::vector<double>(4, 7.0));
+    Tensor in = tg::full({2}, double(r), on(r));
+    Tensor gathered = tg::empty({2 * n}, on(r));
+    g->all_gather(gathered, in)->wait();
+    std::vector<double> expect;
+    for (int k = 0; k < n; ++k) expect.insert(expect.end(), {double(k), double(k)});
+    EXPECT_EQ(host(gathered), expect);
+    Tensor big = tg::arange(0, 3 * n, 1, on(r));  // rank k holds 0..3n-1
+    Tensor mine = tg::empty({3}, on(r));
+    g->reduce_scatter(mine, big)->synchronize();
+    EXPECT_EQ(host(mine), (std::vector<double>{3.0 * r * n, (3.0 * r + 1) * n, (3.0 * r + 2) * n}));
+    g->barrier();
+    // Bad input names the op and what is wrong; the group stays usable.
+    Tensor strided = tg::zeros({4, 4}, on(r)).t();
+    EXPECT_THROW(g->all_reduce(strided), tg::Error);
+    EXPECT_THROW(g->all_reduce(tg::zeros({2}, tg::TensorOptions().dtype(tg::kFloat64))), tg::Error);
+    Tensor again = tg::ones({1}, on(r));
+    g->all_reduce(again)->synchronize();
+    EXPECT_EQ(host(again)[0], double(n));
+  });
+}
+
+// Runs `fn` in backward where the gradient reaches the module's output.
+struct GradHook : tg::nn::Module {
+  explicit GradHook(std::function<void()> f) : Module("GradHook"), fn(std::move(f)) {}
+  Tensor forward(const Tensor& x) override {
+    Tensor y = x * 1.0;
+    auto f = fn;
+    y.register_hook([f](const Tensor& g) {
+      f();
+      return g;
+    });
+    return y;
+  }
+  std::function<void()> fn;
+};
+
+// An MLP with every parameter on `device`, initialised from `seed`; `hook`,
+// when given, runs in backward just before the first layer's gradients.
+std::shared_ptr<tg::nn::Sequential> mlp(int in, int width, int depth, int device, uint64_t seed,
+                                        std::function<void()> hook = nullptr) {
+  tg::manual_seed(seed);
+  auto seq = std::make_shared<tg::nn::Sequential>();
+  auto o = tg::TensorOptions().dtype(tg::kFloat64);
+  int prev = in;
+  for (int i = 0; i < depth; ++i) {
+    seq->push_back(std::make_shared<tg::nn::Linear>(prev, width, true, o));
+    if (i == 0 && hook) seq->push_back(std::make_shared<GradHook>(hook));
+    seq->push_back(std::make_shared<tg::nn::Tanh>());
+    prev = width;
+  }
+  seq->push_back(std::make_shared<tg::nn::Linear>(prev, 1, true, o));
+  seq->to(tg::Device(tg::kCUDA, device));
+  return seq;
+}
+
+// The PINN loss: mean((u_xx + u_yy - f)^2) by double backward.
+Tensor pinn_loss(const std::function<Tensor(const Tensor&)>& u_of, const Tensor& x) {
+  Tensor xr = x.detach().requires_grad_();
+  Tensor u = u_of(xr);
+  Tensor du = tg::autograd::grad({u.sum()}, {xr}, {}, std::nullopt, true)[0];
+  Tensor lap;
+  for (int64_t d = 0; d < x.size(1); ++d) {
+    Tensor dd = tg::autograd::grad({du.select(1, d).sum()}, {xr}, {}, std::nullopt, true)[0].select(1, d);
+    lap = lap.defined() ? lap + dd : dd;
+  }
+  Tensor f = tg::sin(xr.select(1, 0)).detach();
+  return tg::square(lap - f).mean();
+}
+
+// Gradients with DDP on every GPU equal one GPU's on the global batch: the
+// MLP loss, the PINN loss (double backward) and no_sync accumulation.
+TEST(DistributedGpu, DataParallelGradientsEqualOneGpuOnTheGlobalBatch) {
+  REQUIRE_TWO_GPUS();
+  const int n = world(), per = 16;
+  tg::manual_seed(5);
+  const Tensor X = tg::rand({2 * n * per, 2}, tg::TensorOptions().dtype(tg::kFloat64));
+  const Tensor Y = tg::rand({2 * n * per, 1}, tg::TensorOptions().dtype(tg::kFloat64));
+  // Reference: one GPU, global batch (two halves for the accumulation case).
+  auto ref = mlp(2, 16, 3, 0, 11);
+  auto ref_grads = [&](int which) {
+    ref->zero_grad();
+    auto f = [&](const Tensor& x) { return ref->forward(x); };
+    Tensor x0 = X.narrow(0, 0, n * per).to(tg::Device(tg::kCUDA, 0));
+    Tensor x1 = X.narrow(0, n * per, n * per).to(tg::Device(tg::kCUDA, 0));
+    Tensor y0 = Y.narrow(0, 0, n * per).to(tg::Device(tg::kCUDA, 0));
+    Tensor y1 = Y.narrow(0, n * per, n * per).to(tg::Device(tg::kCUDA, 0));
+    if (which == 0) tg::square(f(x0) - y0).mean().backward();
+    if (which == 1) pinn_loss(f, x0).backward();
+    if (which == 2) {
+      tg::square(f(x0) - y0).mean().backward();
+      tg::square(f(x1) - y1).mean().backward();
+    }
+    std::vector<std::vector<double>> g;
+    for (const Tensor& p : ref->parameters()) g.push_back(host(p.grad()));
+    return g;
+  };
+  const auto want_mlp = ref_grads(0), want_pinn = ref_grads(1), want_acc = ref_grads(2);
+  auto expect_near = [](const std::vector<std::vector<double>>& got, const std::vector<std::vector<double>>& want,
+                        const char* what) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      for (size_t j = 0; j < got[i].size(); ++j)
+        EXPECT_NEAR(got[i][j], want[i][j], 1e-12 * (1 + std::abs(want[i][j]))) << what << " param " << i;
+  };
+  run_ranks([&](int r, std::shared_ptr<dist::ProcessGroup> g) {
+    // Rank r starts from other weights: the constructor broadcasts rank 0's.
+    auto model = mlp(2, 16, 3, r, r == 0 ? 11 : 99);
+    dist::DDPOptions o;
+    o.bucket_cap_bytes = 2048;  // several buckets
+    o.first_bucket_cap_bytes = 512;
+    dist::DistributedDataParallel ddp(model, g, o);
+    EXPECT_GT(ddp.buckets().size(), size_t(2));
+    const tg::Device dev(tg::kCUDA, r);
+    auto shard = [&](const Tensor& t, int half) { return t.narrow(0, half * n * per + r * per, per).to(dev); };
+    auto grads = [&] {
+      std::vector<std::vector<double>> out;
+      for (const Tensor& p : model->parameters()) out.push_back(host(p.grad()));
+      return out;
+    };
+    for (int iter = 0; iter < 2; ++iter) {  // the second after the bucket rebuild
+      model->zero_grad();
+      tg::square(ddp(shard(X, 0)) - shard(Y, 0)).mean().backward();
+      expect_near(grads(), want_mlp, "mlp");
+    }
+    model->zero_grad();
+    pinn_loss([&](const Tensor& x) { return ddp(x); }, shard(X, 0)).backward();
+    expect_near(grads(), want_pinn, "pinn (double backward)");
+    model->zero_grad();
+    {
+      auto guard = ddp.no_sync();
+      tg::square(ddp(shard(X, 0)) - shard(Y, 0)).mean().backward();
+    }
+    tg::square(ddp(shard(X, 1)) - shard(Y, 1)).mean().backward();
+    // Each rank's loss is the mean over its shard: the average over ranks of
+    // the accumulated sum is the reference's sum of two global means.
+    expect_near(grads(), want_acc, "no_sync accumulation");
+  });
+}
+
+TEST(DistributedGpu, ParametersStayIdenticalAcrossRanksAfterAdamSteps) {
+  REQUIRE_TWO_GPUS();
+  const int n = world();
+  std::vector<std::vector<std::vector<double>>> finals(static_cast<size_t>(n));
+  run_ranks([&](int r, std::shared_ptr<dist::ProcessGroup> g) {
+    auto model = mlp(2, 32, 2, r, 3 + uint64_t(r));
+    dist::DistributedDataParallel ddp(model, g);
+    tg::optim::AdamOptions ao;
+    ao.lr = 1e-2;
+    tg::optim::Adam adam(model->parameters(), ao);
+    tg::manual_seed(100 + uint64_t(r));  // different data on every rank
+    for (int step = 0; step < 100; ++step) {
+      Tensor x = tg::rand({64, 2}, on(r));
+      adam.zero_grad();
+      pinn_loss([&](const Tensor& xi) { return ddp(xi); }, x).backward();
+      adam.step();
+    }
+    for (const Tensor& p : model->parameters()) finals[size_t(r)].push_back(host(p));
+  });
+  for (int r = 1; r < n; ++r) EXPECT_EQ(finals[size_t(r)], finals[0]) << "rank " << r;  // bitwise
+}
+
+// The first bucket's all-reduce starts on the device before the last
+// gradient is ready (a 100 ms delay holds the first layer's backward back),
+// and backward() returns long before that delay is over: no host sync.
+TEST(DistributedGpu, AllReduceOverlapsBackwardWithoutHostSync) {
+  REQUIRE_TWO_GPUS();
+  run_ranks([&](int r, std::shared_ptr<dist::ProcessGroup> g) {
+    auto model = mlp(8, 64, 4, r, 7, [] { tg::cuda::delay(tg::cuda::current_stream(), 100.0); });
+    dist::DDPOptions o;
+    o.bucket_cap_bytes = 20000;
+    o.first_bucket_cap_bytes = 300;  // the last layer alone
+    dist::DistributedDataParallel ddp(model, g, o);
+    for (int iter = 0; iter < 3; ++iter) {
+      Tensor loss = ddp(tg::rand({32, 8}, on(r))).sum();
+      tg::cuda::synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      loss.backward();
+      const double host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const auto tl = ddp.timeline();
+      if (iter == 0) continue;  // warm-up: NCCL's first launch, the bucket rebuild
+      EXPECT_LT(host_ms, 50.0) << "backward() waited on the host";
+      ASSERT_FALSE(tl.bucket_start.empty());
+      EXPECT_LT(tl.bucket_start[0] + 50.0, tl.last_gradient)
+          << "first bucket at " << tl.bucket_start[0] << " ms, last gradient at " << tl.last_gradient << " ms";
+      EXPECT_LE(tl.bucket_end.back(), tl.last_gradient + 50.0);
+    }
+  });
+}
+
+// A rank that throws during backward (before its first layer's gradients):
+// the others' all-reduce of that bucket cannot finish; they get a tg::Error
+// naming the timeout instead of hanging, and every rank's group goes away.
+TEST(DistributedGpu, AFailingRankMakesTheOthersFailWithinTheTimeout) {
+  REQUIRE_TWO_GPUS();
+  dist::Options opt;
+  opt.timeout = std::chrono::milliseconds(3000);
+  std::vector<std::string> messages(static_cast<size_t>(world()));
+  const auto t0 = std::chrono::steady_clock::now();
+  run_ranks(
+      [&](int r, std::shared_ptr<dist::ProcessGroup> g) {
+        auto model = mlp(2, 16, 2, r, 1, [r] { TG_CHECK(r != 1, "rank 1 fails in backward"); });
+        dist::DDPOptions o;
+        o.rebuild_buckets = false;
+        o.first_bucket_cap_bytes = 8;  // the last layer's weight alone
+        dist::DistributedDataParallel ddp(model, g, o);
+        Tensor loss = ddp(tg::rand({8, 2}, on(r))).sum();
+        if (r == 1) {
+          EXPECT_THROW(loss.backward(), tg::Error);
+          return;
+        }
+        loss.backward();
+        try {
+          ddp.synchronize();
+        } catch (const tg::Error& e) {
+          messages[size_t(r)] = e.what();
+        }
+      },
+      opt);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(messages[0].find("did not finish within 3000 ms") != std::string::npos) << messages[0];
+  EXPECT_LT(s, 30.0);
+}
+
+}  // namespace

@@ -149,6 +149,7 @@ class DistributedDataParallel {
   /// all-reduces the accumulated gradients.
   class NoSync {
    public:
+    /// Turns synchronization off for `ddp` until the guard dies.
     explicit NoSync(DistributedDataParallel& ddp);
     ~NoSync();
     NoSync(const NoSync&) = delete;
@@ -179,13 +180,14 @@ class DistributedDataParallel {
   /// bucket in launch order when its all-reduce began and ended on the
   /// communication stream.
   struct Timeline {
-    float last_gradient = 0;
-    std::vector<float> bucket_start, bucket_end;
+    float last_gradient = 0;         ///< the last gradient ready
+    std::vector<float> bucket_start;  ///< each bucket's all-reduce began
+    std::vector<float> bucket_end;    ///< each bucket's gradients were written back
   };
   /// The last iteration's timeline (a host wait for its events).
   Timeline timeline();
 
-  class Reducer;
+  class Reducer;  ///< the gradient reducer (internal)
 
  private:
   friend class NoSync;

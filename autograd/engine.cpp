@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -65,6 +66,8 @@ struct GraphTask {
   // Streams of the sinks that ran and of captured gradients: the caller's
   // current streams wait on them at the end (docs/STREAMS.md "Backward").
   std::vector<cuda::Stream> leaf_streams;
+  // queue_callback(): run on the calling thread once every node has run.
+  std::vector<std::function<void()>> final_callbacks;
   // Scratch for the graph searches.
   std::unordered_set<Node*> seen;
   std::vector<Node*> stack;
@@ -83,6 +86,7 @@ struct GraphTask {
     captured.clear();
     ready.clear();
     leaf_streams.clear();
+    final_callbacks.clear();
     seen.clear();
     stack.clear();
   }
@@ -526,6 +530,12 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
   TG_CHECK(task.not_ready.empty(), "autograd: could not compute gradients for "
            "some functions (", task.not_ready.begin()->first->name(),
            " never became ready)");
+  // Final callbacks, in the order queued (a callback may queue more). The
+  // workers are done with this task: no lock.
+  for (size_t i = 0; i < task.final_callbacks.size(); ++i) {
+    std::function<void()> cb = std::move(task.final_callbacks[i]);
+    cb();
+  }
   // The caller's current streams wait (events, no host sync) on every leaf
   // stream, so .grad and the captured gradients are ready in its context.
   for (const cuda::Stream& leaf : task.leaf_streams) {
@@ -536,6 +546,14 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
 }
 
 }  // namespace
+
+void queue_callback(std::function<void()> callback) {
+  GraphTask* t = t_current_task;
+  TG_CHECK(t, "queue_callback: no backward is running on this thread (call it from a hook or a node "
+              "during backward)");
+  auto lock = t->lock();
+  t->final_callbacks.push_back(std::move(callback));
+}
 
 namespace detail {
 

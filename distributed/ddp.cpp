@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include <tapegrad/autograd/autograd_meta.h>
+#include <tapegrad/autograd/engine.h>
 #include <tapegrad/autograd/grad_mode.h>
 #include <tapegrad/autograd/node.h>
 #include <tapegrad/cuda/allocator.h>
@@ -45,9 +46,9 @@ class DistributedDataParallel::Reducer {
         if (!ready_[i] && missing.size() < 400)
           missing += " " + std::to_string(i) + " " + shape_str(params_[i].sizes());
       }
-      TG_CHECK(!any, "DistributedDataParallel: the previous iteration's gradients were not all reduced: ",
-               "parameters", missing, " got no gradient. Pass find_unused_parameters = true when some ",
-               "parameters may not take part in the loss, or make every parameter take part");
+      TG_CHECK(!any, "DistributedDataParallel: the previous iteration's backward did not finish (it failed ",
+               "part way): parameters", missing, " got no gradient and their buckets were never reduced; the ",
+               "other ranks' all-reduce cannot complete either (they report a timeout)");
     }
     if (options_.rebuild_buckets && !rebuilt_ && order_seen_.size() == params_.size() &&
         !cuda::is_current_stream_capturing()) {
@@ -181,7 +182,23 @@ class DistributedDataParallel::Reducer {
              " got a second gradient in one iteration (two backward passes through one forward()); call "
              "forward() again for each backward, or use no_sync() for all but the last");
     if (!rebuilt_ && order_seen_.size() < params_.size()) order_seen_.push_back(i);
+    if (!finalize_queued_) {
+      // Parameters the loss does not reach get no gradient and no hook: at
+      // the end of this backward, their buckets go out with zeros for them.
+      autograd::queue_callback([this] { finalize(); });
+      finalize_queued_ = true;
+    }
     ready_locked(i, true);
+  }
+
+  // The end of the backward: every bucket not yet launched goes out, in
+  // order, with zeros for the parameters that got no gradient.
+  void finalize() {
+    std::lock_guard<std::mutex> l(m_);
+    finalize_queued_ = false;
+    if (!armed_) return;
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (!ready_[i]) ready_locked(i, false);
   }
 
   void ready_locked(size_t i, bool has_grad) {
@@ -251,7 +268,7 @@ class DistributedDataParallel::Reducer {
   std::vector<std::unique_ptr<cuda::Event>> grad_ready_;
   std::vector<size_t> order_seen_;
   size_t next_bucket_ = 0;
-  bool armed_ = false, rebuilt_ = false, no_sync_ = false;
+  bool armed_ = false, rebuilt_ = false, no_sync_ = false, finalize_queued_ = false;
   cuda::Stream caller_;
   cuda::Event finished_;
   std::unique_ptr<cuda::Event> armed_event_, timeline_armed_, last_grad_;

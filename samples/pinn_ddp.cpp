@@ -33,6 +33,7 @@ namespace dist = tg::distributed;
 
 struct Args {
   int steps = 200, warmup = 20, batch = 1024, width = 64, depth = 4, gpus = 0, hessian_batch = 4096;
+  double bucket_kb = 25 * 1024, first_bucket_kb = 1024;
   std::string loss = "pinn", json;
 };
 
@@ -61,6 +62,7 @@ Tensor pinn_loss(dist::DistributedDataParallel& ddp, const Tensor& x) {
 
 struct Result {
   double ms_per_step = 0, hidden = 0;
+  size_t buckets = 0;
   bool ok = true;
   std::string message;
 };
@@ -73,7 +75,10 @@ Result run_rank(const Args& a, std::shared_ptr<dist::ProcessGroup> g) {
   tg::cuda::StreamGuard on_stream(tg::cuda::stream_from_pool(dev));
   const auto opt = tg::TensorOptions().device(tg::Device(tg::kCUDA, dev));
   auto model = make_mlp(a, dev);
-  dist::DistributedDataParallel ddp(model, g);
+  dist::DDPOptions o;
+  o.bucket_cap_bytes = size_t(a.bucket_kb * 1024);
+  o.first_bucket_cap_bytes = size_t(a.first_bucket_kb * 1024);
+  dist::DistributedDataParallel ddp(model, g, o);
   tg::optim::AdamOptions ao;
   ao.lr = 1e-3;
   tg::optim::Adam adam(model->parameters(), ao);
@@ -106,6 +111,7 @@ Result run_rank(const Args& a, std::shared_ptr<dist::ProcessGroup> g) {
     hidden += std::max(0.0, std::min<double>(tl.bucket_end[b], tl.last_gradient) - tl.bucket_start[b]);
   }
   res.hidden = total > 0 ? hidden / total : 0;
+  res.buckets = ddp.buckets().size();
 
   // The parameters are identical on every rank (bitwise): gather rank 0's.
   for (const Tensor& p : model->parameters()) {
@@ -153,6 +159,8 @@ int main(int argc, char** argv) {
   app.add_option("--depth", a.depth, "hidden layers");
   app.add_option("--gpus", a.gpus, "GPUs driven by this process's threads (0: all) when not launched per rank");
   app.add_option("--loss", a.loss, "pinn (double backward) or mlp (regression)")->check(CLI::IsMember({"pinn", "mlp"}));
+  app.add_option("--bucket-kb", a.bucket_kb, "DDP bucket size (KiB)");
+  app.add_option("--first-bucket-kb", a.first_bucket_kb, "DDP first bucket size (KiB)");
   app.add_option("--json", a.json, "write the figures there");
   CLI11_PARSE(app, argc, argv);
   if (!dist::is_available() || tg::cuda::device_count() == 0) {
@@ -193,9 +201,10 @@ int main(int argc, char** argv) {
   if (groups[0]->rank() == 0) {
     const Result& r0 = results[0];
     const double sps = double(a.batch) * world / (r0.ms_per_step / 1000);
-    std::printf("%s, %d GPU%s (%s), %d points per GPU: %.3f ms per step, %.0f samples/s, all-reduce hidden %.0f%%\n",
+    std::printf("%s, %d GPU%s (%s), %d points per GPU, %zu buckets: %.3f ms per step, %.0f samples/s, "
+                "all-reduce hidden %.0f%%\n",
                 a.loss.c_str(), world, world == 1 ? "" : "s", launched ? "one process each" : "threads",
-                a.batch, r0.ms_per_step, sps, 100 * r0.hidden);
+                a.batch, r0.buckets, r0.ms_per_step, sps, 100 * r0.hidden);
     if (!a.json.empty()) {
       std::ofstream f(a.json);
       f << "{\"loss\": \"" << a.loss << "\", \"gpus\": " << world << ", \"batch_per_gpu\": " << a.batch

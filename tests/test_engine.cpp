@@ -2,6 +2,7 @@
 // rules, saved tensors, hooks, custom functions, errors, threads.
 #include <atomic>
 #include <cmath>
+#include <string>
 #include <thread>
 
 #include "autograd/accumulate_grad.h"
@@ -560,6 +561,38 @@ TEST(Engine, MulBackwardBothGradientsEqualTheFormulas) {
   EXPECT_EQ(gb[0].to_vector<float>(), tg::mul(g, c.expand({3, 4})).to_vector<float>());
   EXPECT_EQ(gb[1].sizes(), (tg::IntList{4}));
   EXPECT_EQ(gb[1].to_vector<float>(), tg::mul(g, a).sum({0}).to_vector<float>());
+}
+
+// queue_callback: run on the calling thread after every node, in order
+// (a callback may queue another), not when backward fails, and refused
+// outside a backward.
+TEST(Engine, FinalCallbacksRunAfterEveryNode) {
+  EXPECT_THROW(ag::queue_callback([] {}), tg::Error);
+  Tensor x = vec({1, 2});
+  std::vector<std::string> log;
+  const auto caller = std::this_thread::get_id();
+  Tensor y = x * 2.0;
+  y.register_hook([&](const Tensor& g) {
+    log.push_back("hook");
+    ag::queue_callback([&] {
+      log.push_back(std::string("first, grad ") + (x.grad().defined() ? "set" : "unset"));
+      EXPECT_EQ(std::this_thread::get_id(), caller);
+      ag::queue_callback([&] { log.push_back("queued by the first"); });
+    });
+    ag::queue_callback([&] { log.push_back("second"); });
+    return g;
+  });
+  (y * y).sum().backward();
+  EXPECT_EQ(log, (std::vector<std::string>{"hook", "first, grad set", "second", "queued by the first"}));
+  log.clear();
+  Tensor z = x * 3.0;
+  z.register_hook([&](const Tensor& g) {
+    ag::queue_callback([&] { log.push_back("ran"); });
+    TG_CHECK(false, "hook fails");
+    return g;
+  });
+  EXPECT_THROW(z.sum().backward(), tg::Error);
+  EXPECT_TRUE(log.empty());
 }
 
 TEST(Engine, SavedOutputsFormNoCycle) {

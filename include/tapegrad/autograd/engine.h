@@ -1,6 +1,7 @@
 // The engine entry points: grad() and backward() (docs/AUTOGRAD.md "GraphTask and the engine").
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -29,6 +30,12 @@ void backward(const std::vector<Tensor>& tensors,
               std::optional<bool> retain_graph = std::nullopt,
               bool create_graph = false,
               const std::vector<Tensor>& inputs = {});
+
+/// Runs `callback` on the thread that called backward() or grad() once
+/// every node of that backward has run, before it returns (and not when it
+/// fails); callable from hooks and nodes during backward (as PyTorch's
+/// queue_callback). Throws when no backward is running on this thread.
+void queue_callback(std::function<void()> callback);
 
 namespace detail {
 /// Runs a graph task: the core of grad() and backward().

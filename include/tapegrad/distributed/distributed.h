@@ -110,8 +110,13 @@ struct DDPOptions {
   /// The first bucket (the last layers' gradients, ready first) is smaller so
   /// that communication starts early.
   size_t first_bucket_cap_bytes = size_t(1) << 20;
-  /// Parameters that may get no gradient in an iteration: forward() walks the
-  /// output's graph and marks the unreachable ones ready at once.
+  /// Parameters that get no gradient in an iteration (not reached by the
+  /// loss) are always handled: at the end of backward their buckets are
+  /// reduced with zeros for them, so they get the average of the other
+  /// ranks' gradients (zeros when no rank used them; OURS: PyTorch leaves a
+  /// globally unused parameter's .grad as it was). With this option,
+  /// forward() also walks the output's graph and marks the parameters it
+  /// cannot reach ready at once, so their buckets need not wait for the end.
   bool find_unused_parameters = false;
   /// Rebuild the buckets after the first iteration in the order gradients
   /// actually arrived (rank 0's order, broadcast).

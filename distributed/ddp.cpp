@@ -50,8 +50,7 @@ class DistributedDataParallel::Reducer {
                "part way): parameters", missing, " got no gradient and their buckets were never reduced; the ",
                "other ranks' all-reduce cannot complete either (they report a timeout)");
     }
-    if (options_.rebuild_buckets && !rebuilt_ && order_seen_.size() == params_.size() &&
-        !cuda::is_current_stream_capturing()) {
+    if (options_.rebuild_buckets && !rebuilt_ && iterations_ > 0 && !cuda::is_current_stream_capturing()) {
       rebuild_from_rank0_order();
       rebuilt_ = true;
     }
@@ -137,7 +136,13 @@ class DistributedDataParallel::Reducer {
 
   // The buckets in the order gradients arrived in the first iteration — rank
   // 0's order, so that every rank builds the same buckets.
+  // Parameters that got no gradient go last (in reverse registration order):
+  // their bucket waits for the end of backward, the others need not.
   void rebuild_from_rank0_order() {
+    std::vector<char> in(params_.size(), 0);
+    for (size_t i : order_seen_) in[i] = 1;
+    for (size_t i = params_.size(); i-- > 0;)
+      if (!in[i]) order_seen_.push_back(i);
     std::vector<double> seen(order_seen_.begin(), order_seen_.end());
     Tensor t = tg::tensor(seen, {int64_t(seen.size())}, TensorOptions().dtype(kInt64))
                    .to(Device(kCUDA, group_->device()));
@@ -252,6 +257,7 @@ class DistributedDataParallel::Reducer {
   }
 
   void finish() {
+    ++iterations_;
     finished_.record(group_->stream());
     finished_.block(caller_);
     timeline_armed_ = std::move(armed_event_);
@@ -267,7 +273,7 @@ class DistributedDataParallel::Reducer {
   std::vector<char> ready_;
   std::vector<std::unique_ptr<cuda::Event>> grad_ready_;
   std::vector<size_t> order_seen_;
-  size_t next_bucket_ = 0;
+  size_t next_bucket_ = 0, iterations_ = 0;
   bool armed_ = false, rebuilt_ = false, no_sync_ = false, finalize_queued_ = false;
   cuda::Stream caller_;
   cuda::Event finished_;

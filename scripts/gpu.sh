@@ -45,7 +45,10 @@ for step in "$@"; do
         cmake --build $B -j"$(nproc)"; } > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
       echo "build: ok" ;;
     test)
-      ctest --test-dir $B -j8 --timeout 300 > "$OUT/ctest.log" 2>&1 || rc=1
+      ctest --test-dir $B -j8 --timeout 300 > "$OUT/ctest.log" 2>&1 || {
+        rc=1
+        ctest --test-dir $B --rerun-failed --output-on-failure > "$OUT/ctest_failed.log" 2>&1
+      }
       grep -E "tests passed|Skipped|Failed|\*\*\*" "$OUT/ctest.log" | head -20 ;;
     sanitize)
       cs=compute-sanitizer

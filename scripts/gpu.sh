@@ -47,6 +47,7 @@ for step in "$@"; do
     test)
       ctest --test-dir $B -j8 --timeout 300 > "$OUT/ctest.log" 2>&1 || {
         rc=1
+        cp $B/Testing/Temporary/LastTest.log "$OUT/ctest_last.log"  # the failed tests' output
         ctest --test-dir $B --rerun-failed --output-on-failure > "$OUT/ctest_failed.log" 2>&1
       }
       grep -E "tests passed|Skipped|Failed|\*\*\*" "$OUT/ctest.log" | head -20 ;;

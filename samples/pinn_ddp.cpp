@@ -127,8 +127,9 @@ Result run_rank(const Args& a, std::shared_ptr<dist::ProcessGroup> g) {
 
   // Per-sample Hessians of the trained network, the batch sharded over the
   // ranks and gathered: equal to one GPU's over the whole batch.
-  tg::manual_seed(77);
+  // Rank 0's points for everyone (threads share the global generator).
   Tensor X = tg::rand({a.hessian_batch, 2}, opt);
+  g->broadcast(X, 0)->wait();
   const int64_t per = a.hessian_batch / n;
   auto fn = [&](const Tensor& x) { return model->forward(x); };
   Tensor mine = tg::autograd::per_sample_hessian(fn, X.narrow(0, r * per, per), tg::autograd::HessianStrategy::Taylor);

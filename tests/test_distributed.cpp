@@ -200,9 +200,13 @@ TEST(DistributedGpu, DataParallelGradientsEqualOneGpuOnTheGlobalBatch) {
       for (size_t j = 0; j < got[i].size(); ++j)
         EXPECT_NEAR(got[i][j], want[i][j], 1e-12 * (1 + std::abs(want[i][j]))) << what << " param " << i;
   };
+  // Models are made here, one after the other: the generator is global, and
+  // rank 0's must be the reference's. Rank r > 0 starts from other weights:
+  // the constructor broadcasts rank 0's.
+  std::vector<std::shared_ptr<tg::nn::Sequential>> models;
+  for (int r = 0; r < n; ++r) models.push_back(mlp(2, 16, 3, r, r == 0 ? 11 : 99));
   run_ranks([&](int r, std::shared_ptr<dist::ProcessGroup> g) {
-    // Rank r starts from other weights: the constructor broadcasts rank 0's.
-    auto model = mlp(2, 16, 3, r, r == 0 ? 11 : 99);
+    auto model = models[size_t(r)];
     dist::DDPOptions o;
     o.bucket_cap_bytes = 2048;  // several buckets
     o.first_bucket_cap_bytes = 512;

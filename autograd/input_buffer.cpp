@@ -126,6 +126,11 @@ void InputBuffer::flush(Slot& slot) {
   }
 }
 
+void InputBuffer::hold(Slot& slot, Tensor&& var) {
+  slot.pending.push_back(std::move(var));
+  if (slot.pending.size() == kernels::kMaxAddN) flush(slot);
+}
+
 void InputBuffer::add(size_t pos, Tensor&& var, const cuda::Stream& producer,
                       const cuda::Stream& consumer) {
   if (!var.defined()) return;
@@ -134,8 +139,7 @@ void InputBuffer::add(size_t pos, Tensor&& var, const cuda::Stream& producer,
     if (!slot.grad.defined()) {
       slot.grad = std::move(var);
     } else if (deferrable(slot.grad, var)) {
-      slot.pending.push_back(std::move(var));
-      if (slot.pending.size() == kernels::kMaxAddN) flush(slot);
+      hold(slot, std::move(var));
     } else {
       flush(slot);
       accumulate_into_buffer(slot.grad, std::move(var));
@@ -165,11 +169,7 @@ void InputBuffer::add(size_t pos, Tensor&& var, const cuda::Stream& producer,
   const cuda::Stream A = slot.accumulate;
   // Held for add_n when nothing crosses streams (A is the producer and the
   // slot's last writer: no event, no record_stream).
-  if (A == P && A == slot.ready_stream && deferrable(slot.grad, var)) {
-    slot.pending.push_back(std::move(var));
-    if (slot.pending.size() == kernels::kMaxAddN) flush(slot);
-    return;
-  }
+  if (A == P && A == slot.ready_stream && deferrable(slot.grad, var)) return hold(slot, std::move(var));
   flush(slot);
   if (A != P) {
     cuda::Event e;

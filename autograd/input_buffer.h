@@ -42,6 +42,8 @@ class InputBuffer {
   };
   // Adds slot.pending into slot.grad (on the accumulation stream).
   static void flush(Slot& slot);
+  // Holds var in slot.pending; a full list is added at once.
+  static void hold(Slot& slot, Tensor&& var);
   std::vector<Slot> slots_;
 };
 

@@ -148,8 +148,12 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
   // Throws the group's error, if any.
   void check(const char* op) {
     std::lock_guard<std::mutex> l(m_);
-    TG_CHECK(error_.empty(), op, " on rank ", rank_, " of ", size_, ": the process group is aborted (", error_,
-             "); create a new group to go on");
+    check_locked(op);
+  }
+  // What a collective that outlived the timeout reports.
+  std::string timeout_message(const std::string& what) const {
+    return what + " did not finish within " + std::to_string(options_.timeout.count()) +
+           " ms: a peer died, failed, or called a different collective";
   }
   const Options& options() const { return options_; }
   std::string describe(const char* op) const {
@@ -170,8 +174,7 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
     const cuda::Stream current = cuda::current_stream(device_);
     const bool capturing = cuda::is_current_stream_capturing();
     std::lock_guard<std::mutex> l(m_);
-    TG_CHECK(error_.empty(), op, " on rank ", rank_, " of ", size_, ": the process group is aborted (", error_,
-             "); create a new group to go on");
+    check_locked(op);
     if (current != stream_) {
       cuda::Event ready;
       ready.record(current);
@@ -190,6 +193,11 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
     if (!capturing) pending_.push_back({done, Clock::now(), describe(op)});
     cv_.notify_all();
     return std::make_shared<NcclWork>(shared_from_this(), done, describe(op));
+  }
+
+  void check_locked(const char* op) const {
+    TG_CHECK(error_.empty(), op, " on rank ", rank_, " of ", size_, ": the process group is aborted (", error_,
+             "); create a new group to go on");
   }
 
   void abort_locked(const std::string& why) {
@@ -219,8 +227,7 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
         if (it->done->query()) {
           it = pending_.erase(it);
         } else if (Clock::now() - it->start > options_.timeout) {
-          abort_locked(it->what + " did not finish within " + std::to_string(options_.timeout.count()) +
-                       " ms: a peer died, failed, or called a different collective");
+          abort_locked(timeout_message(it->what));
           break;
         } else {
           ++it;
@@ -256,9 +263,7 @@ void NcclWork::synchronize() const {
   while (!done_->query()) {
     group_->check(what_.c_str());
     if (Clock::now() - start > group_->options().timeout) {
-      const std::string why = what_ + " did not finish within " +
-                              std::to_string(group_->options().timeout.count()) +
-                              " ms: a peer died, failed, or called a different collective";
+      const std::string why = group_->timeout_message(what_);
       group_->abort(why);
       TG_CHECK(false, why);
     }

@@ -2,6 +2,8 @@
 #include <tapegrad/cuda/graph.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <unordered_map>
@@ -9,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/check.h"
+#include "cuda/fusion.h"
 #include "cuda/pool.h"
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/tensor/ops.h>
@@ -27,6 +30,15 @@ std::atomic<uint64_t> g_next_pool{1};
 // reads its state.
 std::mutex g_capturing_mu;
 std::unordered_map<unsigned long long, CUDAGraph*> g_capturing;
+std::atomic<int> g_captures_underway{0};
+
+bool fusion_allowed() {
+  static const bool on = [] {
+    const char* env = std::getenv("TG_CUDA_GRAPH_FUSION");
+    return !(env && std::strcmp(env, "0") == 0);
+  }();
+  return on;
+}
 
 cudaStreamCaptureMode to_cuda(CaptureMode m) {
   switch (m) {
@@ -110,6 +122,11 @@ struct CaptureRegistry {
     g->keep_alive_.push_back(std::move(owner));
     return true;
   }
+  static void record(unsigned long long id, fusion::Recorded r) {
+    std::lock_guard<std::mutex> lock(g_capturing_mu);
+    auto it = g_capturing.find(id);
+    if (it != g_capturing.end() && it->second->fusion_log_) it->second->fusion_log_->launches.push_back(r);
+  }
   static bool random(int device, uint64_t n, const int64_t** state, uint64_t* offset) {
     CUDAGraph* g = graph_of(current_stream(device));
     if (!g) return false;
@@ -125,6 +142,39 @@ struct CaptureRegistry {
     return true;
   }
 };
+
+namespace fusion {
+bool captures_underway() { return g_captures_underway.load(std::memory_order_relaxed) > 0; }
+
+void record(void* stream, const void* func, const void* arg0, size_t arg0_bytes, ScalarType dtype, int64_t n,
+            const Step& step) {
+  if (dtype != ScalarType::Float32 && dtype != ScalarType::Float64) return;
+  detail::RelaxedCaptureMode relaxed;  // only queries below; never fail a Global capture
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  const cudaGraphNode_t* deps = nullptr;
+  size_t ndeps = 0;
+  if (cudaStreamGetCaptureInfo(s, &status, &id, nullptr, &deps, nullptr, &ndeps) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  if (status != cudaStreamCaptureStatusActive || ndeps != 1) return;
+  // The stream's last node is this launch unless another thread launched on
+  // the same stream in between: compare the kernel and its first argument.
+  cudaGraphNode_t node = deps[0];
+  cudaGraphNodeType type;
+  cudaKernelNodeParams kp{};
+  if (cudaGraphNodeGetType(node, &type) != cudaSuccess || type != cudaGraphNodeTypeKernel ||
+      cudaGraphKernelNodeGetParams(node, &kp) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  if (kp.func != func || kp.kernelParams == nullptr || std::memcmp(kp.kernelParams[0], arg0, arg0_bytes) != 0)
+    return;
+  CaptureRegistry::record(id, Recorded{node, dtype, n, step});
+}
+}  // namespace fusion
 
 namespace detail {
 bool capture_random(int device, uint64_t n, const int64_t** state, uint64_t* offset) {
@@ -204,16 +254,22 @@ void CUDAGraph::capture_begin(MempoolId pool, CaptureMode mode) {
   }
   capturing_ = true;
   rng_.reset();
+  fused_nodes_ = 0;
   std::lock_guard<std::mutex> lock(g_capturing_mu);
+  fusion_log_ = fusion_ && fusion_allowed() ? std::make_shared<fusion::Log>() : nullptr;
   g_capturing[capture_id_] = this;
+  g_captures_underway.fetch_add(1);
 }
 
 void CUDAGraph::end_capture(bool abandon) {
   if (!capturing_) return;
   capturing_ = false;
+  std::shared_ptr<fusion::Log> log;
   {
     std::lock_guard<std::mutex> lock(g_capturing_mu);
     g_capturing.erase(capture_id_);
+    g_captures_underway.fetch_sub(1);
+    log = std::move(fusion_log_);
   }
   DeviceGuard g(device_);
   cudaGraph_t graph = nullptr;
@@ -231,6 +287,17 @@ void CUDAGraph::end_capture(bool abandon) {
                cudaGetErrorString(err), "); an unsafe call (a host synchronization, or work "
                "from another thread in Global mode) invalidated it");
     return;
+  }
+  if (log && log->launches.size() > 1) {
+    try {
+      fused_nodes_ = fusion::fuse(graph, log->launches);
+    } catch (...) {
+      (void)cudaGraphDestroy(graph);
+      rng_.reset();
+      keep_alive_.clear();
+      detail::release_pool(device_, pool_.first);
+      throw;
+    }
   }
   graph_ = graph;
   statics_ = detail::record_statics();

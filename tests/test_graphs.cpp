@@ -558,6 +558,106 @@ TEST(GraphsGpu, KeptGraphCanBeDumpedAndInstantiatedLater) {
   std::remove(path.c_str());
 }
 
+// Chains of small elementwise kernels in a captured graph become single
+// nodes of the fused kernel; its replay equals the unfused graph's and the
+// eager step's bitwise (f32, where contracting a*w+b into an fma would show).
+TEST(GraphsGpu, ElementwiseChainsFuseAndReplayEqualsEager) {
+  REQUIRE_GPU();
+  tg::manual_seed(3);
+  const auto f32 = tg::TensorOptions().dtype(tg::kFloat32);
+  const Tensor x = tg::randn({1000}, f32).to(kGpu);
+  const Tensor w = (tg::rand({1000}, f32) * 0.2 + 0.9).to(kGpu).requires_grad_();
+  const Tensor b = (tg::randn({1000}, f32) * 0.01).to(kGpu).requires_grad_();
+  const Tensor s = tg::full({1}, 0.5, f32).to(kGpu);  // broadcast: one element read by all
+  auto step = [&] {
+    Tensor y = x;
+    for (int i = 0; i < 100; ++i) {
+      y = y * w + b;
+      if (i % 10 == 9) y = tg::tanh(y) + s;
+    }
+    std::vector<Tensor> out = ag::grad({y.square().sum()}, {w, b});
+    out.insert(out.begin(), y);
+    return out;
+  };
+  (void)step();  // warm-up
+  cu::CUDAGraph fused, plain;
+  plain.set_fusion(false);
+  std::vector<Tensor> a, c;
+  {
+    cu::Graph capture(fused);
+    a = step();
+  }
+  {
+    cu::Graph capture(plain);
+    c = step();
+  }
+  EXPECT_EQ(plain.fused_nodes(), 0u);
+  EXPECT_GT(fused.fused_nodes(), 300u) << "the forward and the backward chains fuse";
+  fused.replay();
+  plain.replay();
+  const std::vector<Tensor> eager = step();
+  expect_same(a, eager, "fused graph");
+  expect_same(c, eager, "unfused graph");
+
+  // 200 kernels in a line: groups of 16 steps, 13 nodes.
+  cu::CUDAGraph line;
+  Tensor y;
+  {
+    tg::NoGradGuard no_grad;
+    cu::Graph capture(line);
+    y = x;
+    for (int i = 0; i < 100; ++i) y = y * w + b;
+  }
+  EXPECT_EQ(line.fused_nodes(), 200u - 13u);
+  line.replay();
+  Tensor ye = x;
+  {
+    tg::NoGradGuard no_grad;
+    for (int i = 0; i < 100; ++i) ye = ye * w + b;
+  }
+  expect_same({y}, {ye}, "line");
+}
+
+// Kernels whose element i would read memory another element writes stay
+// apart: a write that overlaps a read of shifted elements, and a write over
+// a one-element operand that every element reads.
+TEST(GraphsGpu, OverlappingOperandsAreNotFused) {
+  REQUIRE_GPU();
+  const auto f32 = tg::TensorOptions().dtype(tg::kFloat32);
+  const Tensor start = tg::arange(1001, f32).to(kGpu);
+  {
+    Tensor buf = start.clone();
+    cu::CUDAGraph g;
+    {
+      cu::Graph capture(g);
+      Tensor t = buf.narrow(0, 0, 1000) * 2.0;
+      buf.narrow(0, 1, 1000).add_(t);
+    }
+    EXPECT_EQ(g.fused_nodes(), 0u);
+    buf.copy_(start);
+    g.replay();
+    Tensor e = start.clone();
+    e.narrow(0, 1, 1000).add_(e.narrow(0, 0, 1000) * 2.0);
+    expect_same({buf}, {e}, "shifted write");
+  }
+  {
+    Tensor c = start.narrow(0, 0, 1000).clone();
+    const Tensor z = tg::ones({1000}, f32).to(kGpu);
+    Tensor y;
+    cu::CUDAGraph g;
+    {
+      cu::Graph capture(g);
+      y = z * c.narrow(0, 0, 1);
+      c.add_(1.0);
+    }
+    EXPECT_EQ(g.fused_nodes(), 0u);
+    c.copy_(start.narrow(0, 0, 1000));
+    g.replay();
+    EXPECT_EQ(tgtest::values(y), std::vector<double>(1000, 0.0));
+    EXPECT_EQ(tgtest::values(c.narrow(0, 0, 2)), (std::vector<double>{1.0, 2.0}));
+  }
+}
+
 TEST(GraphsGpu, CaptureOnTheLegacyDefaultStreamIsRefused) {
   REQUIRE_GPU();
   cu::CUDAGraph g;

@@ -34,6 +34,7 @@ using kernels::UnaryOp;
 template <class D, class S>
 struct CopyFn {
   static constexpr int kElemSize = sizeof(D) == sizeof(S) ? int(sizeof(D)) : 0;
+  static constexpr fusion::Kind kFusion = std::is_same_v<D, S> ? fusion::kCopy : fusion::kNone;
   __device__ void operator()(char* const* p, const int64_t* off) const {
     *reinterpret_cast<D*>(p[0] + off[0]) = convert<D>(*reinterpret_cast<const S*>(p[1] + off[1]));
   }
@@ -86,6 +87,7 @@ void where_kernel(const Tensor& out, const Tensor& cond, const Tensor& a, const 
 template <class T>
 struct BinaryFn {
   static constexpr int kElemSize = sizeof(T);
+  static constexpr fusion::Kind kFusion = fusion::kBinary;
   BinaryOp op;
   __device__ T apply(T a, T b) const { return kernels::binary_apply(op, a, b); }
   __device__ void operator()(char* const* p, const int64_t* off) const {
@@ -105,6 +107,7 @@ void binary_kernel(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor
 template <class T>
 struct BinaryScalarFn {
   static constexpr int kElemSize = sizeof(T);
+  static constexpr fusion::Kind kFusion = fusion::kBinaryScalar;
   BinaryOp op;
   T s;
   __device__ void operator()(char* const* p, const int64_t* off) const {
@@ -130,6 +133,7 @@ __device__ inline int64_t mul_rn(int64_t a, int64_t b) { return a * b; }
 template <class T>
 struct AddScaledFn {
   static constexpr int kElemSize = sizeof(T);
+  static constexpr fusion::Kind kFusion = fusion::kAddScaled;
   T alpha;
   __device__ void operator()(char* const* p, const int64_t* off) const {
     *reinterpret_cast<T*>(p[0] + off[0]) =
@@ -155,26 +159,34 @@ struct AddNArgs {
   int k;
 };
 
+// One element of add_n and of mul backward (their kernels and the fused one).
+template <class T>
+__device__ inline void add_n_at(T* out, const T* a, const T* const* s, int k, int64_t i) {
+  T acc = a[i];
+  for (int j = 0; j < k; ++j) acc = acc + s[j][i];
+  out[i] = acc;
+}
+template <class T>
+__device__ inline void mul_backward_at(T* ga, T* gb, const T* g, const T* a, const T* b, int64_t i) {
+  const T gv = g[i];
+  ga[i] = gv * b[i];
+  gb[i] = gv * a[i];
+}
+
 template <class T>
 __global__ void add_n_kernel_impl(AddNArgs<T> p, int64_t n) {
   wait_for_predecessors();
   const int64_t stride = int64_t(blockDim.x) * gridDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    T acc = p.a[i];
-    for (int j = 0; j < p.k; ++j) acc = acc + p.s[j][i];
-    p.out[i] = acc;
-  }
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    add_n_at<T>(p.out, p.a, p.s, p.k, i);
 }
 
 template <class T>
 __global__ void mul_backward_kernel_impl(T* ga, T* gb, const T* g, const T* a, const T* b, int64_t n) {
   wait_for_predecessors();
   const int64_t stride = int64_t(blockDim.x) * gridDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const T gv = g[i];
-    ga[i] = gv * b[i];
-    gb[i] = gv * a[i];
-  }
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    mul_backward_at<T>(ga, gb, g, a, b, i);
 }
 
 void add_n_kernel(const Tensor& out, const Tensor& a, const std::vector<Tensor>& s) {
@@ -189,6 +201,16 @@ void add_n_kernel(const Tensor& out, const Tensor& a, const std::vector<Tensor>&
     for (size_t j = 0; j < s.size(); ++j) p.s[j] = static_cast<const T*>(s[j].data_ptr());
     DeviceGuard dg(out.device().index());
     launch_pdl(&add_n_kernel_impl<T>, grid_for(n), kBlock, stream_of(out), out.device().index(), "add_n", p, n);
+    if (fusion::captures_underway() && n <= fusion::kMaxElements) {
+      fusion::Step st;
+      st.kind = fusion::kAddN;
+      st.nops = int8_t(2 + p.k);
+      st.ptr[0] = reinterpret_cast<char*>(p.out);
+      st.ptr[1] = reinterpret_cast<char*>(const_cast<T*>(p.a));
+      for (int j = 0; j < p.k; ++j) st.ptr[2 + j] = reinterpret_cast<char*>(const_cast<T*>(p.s[j]));
+      fusion::record(stream_of(out), reinterpret_cast<const void*>(&add_n_kernel_impl<T>), &p, sizeof(p),
+                     out.dtype(), n, st);
+    }
   });
 }
 
@@ -198,9 +220,20 @@ void mul_backward_kernel(const Tensor& ga, const Tensor& gb, const Tensor& g, co
   dispatch_compute(g.dtype(), "mul backward", [&](auto tag) {
     using T = decltype(tag);
     DeviceGuard dg(g.device().index());
+    T* pga = static_cast<T*>(ga.data_ptr());
     launch_pdl(&mul_backward_kernel_impl<T>, grid_for(n), kBlock, stream_of(g), g.device().index(), "mul backward",
-               static_cast<T*>(ga.data_ptr()), static_cast<T*>(gb.data_ptr()), static_cast<const T*>(g.data_ptr()),
+               pga, static_cast<T*>(gb.data_ptr()), static_cast<const T*>(g.data_ptr()),
                static_cast<const T*>(a.data_ptr()), static_cast<const T*>(b.data_ptr()), n);
+    if (fusion::captures_underway() && n <= fusion::kMaxElements) {
+      fusion::Step st;
+      st.kind = fusion::kMulBackward;
+      st.nops = 5;
+      st.nout = 2;
+      const Tensor* t[5] = {&ga, &gb, &g, &a, &b};
+      for (int o = 0; o < 5; ++o) st.ptr[o] = static_cast<char*>(t[o]->data_ptr());
+      fusion::record(stream_of(g), reinterpret_cast<const void*>(&mul_backward_kernel_impl<T>), &pga, sizeof(pga),
+                     g.dtype(), n, st);
+    }
   });
 }
 
@@ -226,6 +259,7 @@ void compare_kernel(CompareOp op, const Tensor& out, const Tensor& a, const Tens
 template <class T>
 struct UnaryFn {
   static constexpr int kElemSize = sizeof(T);
+  static constexpr fusion::Kind kFusion = fusion::kUnary;
   UnaryOp op;
   kernels::UnaryArgs<T> args;
   __device__ void operator()(char* const* p, const int64_t* off) const {
@@ -246,6 +280,7 @@ void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, const kernels:
 template <class T>
 struct ActivationGradFn {
   static constexpr int kElemSize = sizeof(T);
+  static constexpr fusion::Kind kFusion = fusion::kActivationGrad;
   Activation act;
   int order;
   __device__ void operator()(char* const* p, const int64_t* off) const {
@@ -269,6 +304,7 @@ void activation_grad_kernel(Activation act, int order, const Tensor& out, const 
 template <class T>
 struct ActivationGradProductFn {
   static constexpr int kElemSize = sizeof(T);
+  static constexpr fusion::Kind kFusion = fusion::kActivationGradProduct;
   Activation act;
   int order;
   __device__ void operator()(char* const* p, const int64_t* off) const {
@@ -398,6 +434,51 @@ void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
   // cudaMemcpyAsync returns, so it may be freed or changed right after.
 }
 
+// ---- the fused kernel of a captured graph (cuda/fusion.h) -------------------------------
+// Each step runs the functor or element body of the kernel it replaces, on
+// the step's operands at element i (0 for one-element operands): the same
+// code, loads and stores as the separate kernels, one launch.
+template <class F, class T>
+__device__ inline void run_functor(const fusion::Step& st, int64_t i) {
+  F f;
+  memcpy(&f, st.fn, sizeof(F));
+  int64_t off[kMaxOps];
+#pragma unroll
+  for (int o = 0; o < kMaxOps; ++o) off[o] = (st.scalar >> o) & 1u ? 0 : i * int64_t(sizeof(T));
+  f(st.ptr, off);
+}
+
+template <class T>
+__device__ inline void run_step(const fusion::Step& st, int64_t i) {
+  switch (st.kind) {
+    case fusion::kBinary: run_functor<BinaryFn<T>, T>(st, i); break;
+    case fusion::kBinaryScalar: run_functor<BinaryScalarFn<T>, T>(st, i); break;
+    case fusion::kAddScaled: run_functor<AddScaledFn<T>, T>(st, i); break;
+    case fusion::kUnary: run_functor<UnaryFn<T>, T>(st, i); break;
+    case fusion::kActivationGrad: run_functor<ActivationGradFn<T>, T>(st, i); break;
+    case fusion::kActivationGradProduct: run_functor<ActivationGradProductFn<T>, T>(st, i); break;
+    case fusion::kCopy: run_functor<CopyFn<T, T>, T>(st, i); break;
+    case fusion::kAddN:
+      add_n_at<T>(reinterpret_cast<T*>(st.ptr[0]), reinterpret_cast<const T*>(st.ptr[1]),
+                  reinterpret_cast<const T* const*>(st.ptr + 2), st.nops - 2, i);
+      break;
+    case fusion::kMulBackward:
+      mul_backward_at<T>(reinterpret_cast<T*>(st.ptr[0]), reinterpret_cast<T*>(st.ptr[1]),
+                         reinterpret_cast<const T*>(st.ptr[2]), reinterpret_cast<const T*>(st.ptr[3]),
+                         reinterpret_cast<const T*>(st.ptr[4]), i);
+      break;
+    default: break;
+  }
+}
+
+template <class T>
+__global__ void fused_kernel_impl(const __grid_constant__ fusion::Program p) {
+  wait_for_predecessors();
+  const int64_t stride = int64_t(blockDim.x) * gridDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.n; i += stride)
+    for (int s = 0; s < p.nsteps; ++s) run_step<T>(p.steps[s], i);
+}
+
 const kernels::Backend& backend() {
   static const kernels::Backend b = [] {
     kernels::Backend t{};
@@ -426,6 +507,15 @@ const kernels::Backend& backend() {
 }
 
 }  // namespace
+
+namespace fusion {
+const void* fused_kernel(ScalarType dtype, int64_t n, unsigned* grid, unsigned* block) {
+  *grid = grid_for(n);
+  *block = kBlock;
+  return dtype == ScalarType::Float64 ? reinterpret_cast<const void*>(&fused_kernel_impl<double>)
+                                      : reinterpret_cast<const void*>(&fused_kernel_impl<float>);
+}
+}  // namespace fusion
 
 bool pdl_enabled(int device) {
   static const std::vector<bool> on = [] {

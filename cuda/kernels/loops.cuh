@@ -8,10 +8,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
 #include "cuda/check.h"
+#include "cuda/fusion.h"
 #include <tapegrad/cuda/stream.h>
 #include "tensor/kernels.h"
 #include <tapegrad/tensor/tensor.h>
@@ -183,6 +185,17 @@ struct VecElemSize<F, std::void_t<decltype(F::kElemSize)>> {
   static constexpr int value = F::kElemSize;
 };
 
+// A functor the fused kernel of a captured graph can run declares
+// `static constexpr fusion::Kind kFusion = ...;` (cuda/fusion.h).
+template <class F, class = void>
+struct FusionKindOf {
+  static constexpr fusion::Kind value = fusion::kNone;
+};
+template <class F>
+struct FusionKindOf<F, std::void_t<decltype(F::kFusion)>> {
+  static constexpr fusion::Kind value = F::kFusion;
+};
+
 template <int E, class F>
 __global__ void linear_kernel(LinearArgs a, int64_t n, F f) {
   wait_for_predecessors();
@@ -271,6 +284,26 @@ inline cudaStream_t stream_of(const Tensor& t) {
 constexpr int kBlock = 256;
 inline unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + kBlock - 1) / kBlock, 65536)); }
 
+// Records a linear launch for the fusion of a captured graph when every
+// operand is dense or one element and the dtype is a float one.
+template <class F>
+void record_for_fusion(cudaStream_t s, const void* func, const LinearArgs& a, ScalarType dtype, int64_t n,
+                       const F& f) {
+  if (!fusion::captures_underway() || n > fusion::kMaxElements) return;
+  if (dtype != ScalarType::Float32 && dtype != ScalarType::Float64) return;
+  static_assert(sizeof(F) <= fusion::kFunctorBytes, "functor too large to fuse");
+  fusion::Step st;
+  st.kind = FusionKindOf<F>::value;
+  st.nops = int8_t(a.nops);
+  for (int o = 0; o < a.nops; ++o) {
+    if (a.period[o] > 0 || a.elem[o] != int64_t(element_size(dtype))) return;
+    st.ptr[o] = a.ptrs[o];
+    if (a.broadcast[o] && n > 1) st.scalar |= 1u << o;
+  }
+  memcpy(st.fn, &f, sizeof(F));
+  fusion::record(s, func, &a, sizeof(a), dtype, n, st);
+}
+
 template <class F>
 void launch(const Tensor* ops, int nops, const char* op, F f) {
   int64_t n = ops[0].numel();
@@ -280,18 +313,17 @@ void launch(const Tensor* ops, int nops, const char* op, F f) {
              ops[0].device(), ", got ", ops[o].device());
   DeviceGuard g(ops[0].device().index());
   Indexer ix = make_indexer(ops, nops, op);
-  constexpr int kThreads = 256;
   cudaStream_t s = static_cast<cudaStream_t>(current_stream(ops[0].device().index()).handle());
   constexpr int E = VecElemSize<F>::value;
   if (ix.linear) {
     LinearArgs a = linear_args(ix, E);
     int64_t work = a.aligned ? std::max<int64_t>(n / (16 / std::max(E, 1)), 1) : n;
-    int64_t blocks = std::min<int64_t>((work + kThreads - 1) / kThreads, 65536);
-    launch_pdl(&linear_kernel<E, F>, unsigned(blocks), kThreads, s, ops[0].device().index(), op, a, n, f);
+    launch_pdl(&linear_kernel<E, F>, grid_for(work), kBlock, s, ops[0].device().index(), op, a, n, f);
+    if constexpr (FusionKindOf<F>::value != fusion::kNone)
+      record_for_fusion(s, reinterpret_cast<const void*>(&linear_kernel<E, F>), a, ops[0].dtype(), n, f);
     return;
   }
-  int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 65536);
-  launch_pdl(&elementwise_kernel<F>, unsigned(blocks), kThreads, s, ops[0].device().index(), op, ix, n, f);
+  launch_pdl(&elementwise_kernel<F>, grid_for(n), kBlock, s, ops[0].device().index(), op, ix, n, f);
 }
 
 // ---- dtypes on the device ------------------------------------------------------------

@@ -18,6 +18,10 @@ class Tensor;
 
 namespace tg::cuda {
 
+namespace fusion {
+struct Log;
+}
+
 /// A memory pool of the caching allocator that captures allocate from: {0, 0}
 /// asks for a new private pool; graph_pool_handle() or CUDAGraph::pool() name
 /// one to share between graphs (replay them in capture order).
@@ -78,6 +82,14 @@ class CUDAGraph {
   void debug_dump(const std::string& path) const;
   /// Whether a capture was made and not reset.
   bool has_graph() const { return graph_ != nullptr || exec_ != nullptr; }
+  /// Whether capture_end() fuses chains of small elementwise kernels into
+  /// single nodes (on by default; TG_CUDA_GRAPH_FUSION=0 turns it off for
+  /// every graph). Set before capture_begin().
+  void set_fusion(bool on) { fusion_ = on; }
+  /// Whether fusion is asked for (set_fusion).
+  bool fusion() const { return fusion_; }
+  /// How many nodes the last capture's fusion removed from the graph.
+  size_t fused_nodes() const { return fused_nodes_; }
 
  private:
   friend void detail_abort_capture(CUDAGraph* g);
@@ -99,6 +111,9 @@ class CUDAGraph {
   uint64_t capture_id_ = 0;  // CUDA's id of the capture underway
   bool capturing_ = false;
   bool aborted_ = false;
+  bool fusion_ = true;
+  size_t fused_nodes_ = 0;
+  std::shared_ptr<fusion::Log> fusion_log_;  // the fusable launches of the capture underway
   std::string abort_reason_;
 };
 

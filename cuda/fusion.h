@@ -1,0 +1,93 @@
+// Internal: elementwise fusion of captured CUDA graphs (docs/GRAPHS.md,
+// "Fusion"). While a stream captures, each elementwise kernel whose operands
+// are all dense (or one-element broadcasts) over the same n elements of one
+// float dtype is recorded as a Step next to the graph node it became. At
+// capture end, chains of such nodes (each depending only on nodes of its
+// chain) are replaced by one node of the fused kernel, which runs the steps
+// in order for each element: every step still loads its inputs and stores
+// its outputs, so values, intermediate buffers and rounding are those of the
+// separate kernels. Shared between the host (graph.cpp, graph_fusion.cpp)
+// and the device (kernels/elementwise.cu): plain data only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <tapegrad/tensor/scalar_type.h>
+
+namespace tg::cuda::fusion {
+
+enum Kind : int8_t {
+  kNone = 0,
+  kBinary,                 // BinaryFn
+  kBinaryScalar,           // BinaryScalarFn
+  kAddScaled,              // AddScaledFn
+  kUnary,                  // UnaryFn
+  kActivationGrad,         // ActivationGradFn
+  kActivationGradProduct,  // ActivationGradProductFn
+  kCopy,                   // CopyFn, same dtype
+  kAddN,                   // add_n: out, a, then the summands
+  kMulBackward,            // mul backward: ga, gb, g, a, b
+};
+
+constexpr int kMaxOperands = 18;  // add_n: out, a and 16 summands
+constexpr int kFunctorBytes = 32;
+constexpr int kMaxSteps = 16;
+// Larger operands keep their own (vectorized) kernels: fusion is for the
+// launch-bound sizes.
+constexpr int64_t kMaxElements = int64_t(1) << 18;
+
+// One recorded kernel. Operands [0, nout) are written, the rest read; an
+// operand whose bit is set in `scalar` is one element read by every index.
+struct Step {
+  int8_t kind = kNone;
+  int8_t nops = 0;
+  int8_t nout = 1;
+  uint32_t scalar = 0;
+  char* ptr[kMaxOperands] = {};
+  alignas(8) unsigned char fn[kFunctorBytes] = {};  // the functor's bytes (functor kinds)
+};
+
+// What the fused kernel runs: the steps in order for each of n elements.
+struct Program {
+  int64_t n = 0;
+  int nsteps = 0;
+  Step steps[kMaxSteps];
+};
+
+// Whether a capture is underway in this process (cheap: launches check it
+// before asking the runtime about their stream).
+bool captures_underway();
+
+// Records that the kernel just launched on `stream` (function `func`, first
+// argument `arg0` of `arg0_bytes` bytes, to verify the node is that launch)
+// is `step` over n elements of `dtype`, when the stream captures into a
+// CUDAGraph. Never throws; a launch it cannot attribute stays unfused.
+void record(void* stream, const void* func, const void* arg0, size_t arg0_bytes, ScalarType dtype,
+            int64_t n, const Step& step);
+
+// The fused kernel for a dtype (Float32, Float64), as a function pointer
+// for cudaKernelNodeParams::func (it takes one Program by value), and its
+// launch geometry for n elements.
+const void* fused_kernel(ScalarType dtype, int64_t n, unsigned* grid, unsigned* block);
+
+// A recorded launch: the graph node (cudaGraphNode_t) it became.
+struct Recorded {
+  void* node;
+  ScalarType dtype;
+  int64_t n;
+  Step step;
+};
+
+// What a capture recorded (owned by its CUDAGraph).
+struct Log {
+  std::vector<Recorded> launches;
+};
+
+// Replaces the chains of recorded nodes in `graph` (cudaGraph_t) by fused
+// nodes; returns how many nodes the graph lost. Throws when the runtime
+// refuses an edit (the graph is then not usable).
+size_t fuse(void* graph, const std::vector<Recorded>& launches);
+
+}  // namespace tg::cuda::fusion

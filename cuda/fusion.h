@@ -29,6 +29,7 @@ enum Kind : int8_t {
   kCopy,                   // CopyFn, same dtype
   kAddN,                   // add_n: out, a, then the summands
   kMulBackward,            // mul backward: ga, gb, g, a, b
+  kFill,                   // FillFn (the value's bits)
 };
 
 constexpr int kMaxOperands = 18;  // add_n: out, a and 16 summands
@@ -39,12 +40,16 @@ constexpr int kMaxSteps = 16;
 constexpr int64_t kMaxElements = int64_t(1) << 18;
 
 // One recorded kernel. Operands [0, nout) are written, the rest read; an
-// operand whose bit is set in `scalar` is one element read by every index.
+// operand whose bit is set in `scalar` is one element read by every index;
+// a read operand o < 4 with period[o] > 0 is read at element i % period[o]
+// (a bias against rows).
 struct Step {
   int8_t kind = kNone;
   int8_t nops = 0;
   int8_t nout = 1;
   uint32_t scalar = 0;
+  bool periodic = false;  // some period[o] > 0
+  int32_t period[4] = {};
   char* ptr[kMaxOperands] = {};
   alignas(8) unsigned char fn[kFunctorBytes] = {};  // the functor's bytes (functor kinds)
 };
@@ -55,6 +60,7 @@ struct Program {
   int nsteps = 0;
   Step steps[kMaxSteps];
 };
+static_assert(sizeof(Program) <= 4096, "the fused kernel's argument must fit the classic 4 KiB limit");
 
 // Whether a capture is underway in this process (cheap: launches check it
 // before asking the runtime about their stream).

@@ -28,13 +28,13 @@ struct Range {
   const char* begin;
   int64_t bytes;
   bool written;
-  bool scalar;
+  bool shared;  // read at the same element by many indices (one element, or periodic)
 };
 
 bool compatible(const Range& a, const Range& b) {
   if (!a.written && !b.written) return true;
   if (a.begin + a.bytes <= b.begin || b.begin + b.bytes <= a.begin) return true;
-  return a.begin == b.begin && a.bytes == b.bytes && !a.scalar && !b.scalar;
+  return a.begin == b.begin && a.bytes == b.bytes && !a.shared && !b.shared;
 }
 
 std::vector<Range> ranges_of(const Recorded& r) {
@@ -42,7 +42,9 @@ std::vector<Range> ranges_of(const Recorded& r) {
   std::vector<Range> out;
   for (int o = 0; o < r.step.nops; ++o) {
     const bool scalar = (r.step.scalar >> o) & 1u;
-    out.push_back({r.step.ptr[o], scalar ? elem : r.n * elem, o < r.step.nout, scalar});
+    const int64_t period = o < 4 ? r.step.period[o] : 0;
+    const int64_t elems = scalar ? 1 : period > 0 ? period : r.n;
+    out.push_back({r.step.ptr[o], elems * elem, o < r.step.nout, scalar || period > 0});
   }
   return out;
 }

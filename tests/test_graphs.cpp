@@ -621,8 +621,9 @@ TEST(GraphsGpu, ElementwiseChainsFuseAndReplayEqualsEager) {
 }
 
 // Kernels whose element i would read memory another element writes stay
-// apart: a write that overlaps a read of shifted elements, and a write over
-// a one-element operand that every element reads.
+// apart: a write that overlaps a read of shifted elements, a write over a
+// one-element operand that every element reads, a write over a row read by
+// every row.
 TEST(GraphsGpu, OverlappingOperandsAreNotFused) {
   REQUIRE_GPU();
   const auto f32 = tg::TensorOptions().dtype(tg::kFloat32);
@@ -657,6 +658,31 @@ TEST(GraphsGpu, OverlappingOperandsAreNotFused) {
     g.replay();
     EXPECT_EQ(tgtest::values(y), std::vector<double>(1000, 0.0));
     EXPECT_EQ(tgtest::values(c.narrow(0, 0, 2)), (std::vector<double>{1.0, 2.0}));
+  }
+  {
+    // A bias read along rows (periodic) fuses with what follows, unless a
+    // step writes over it.
+    const Tensor z = tg::randn({64, 8}, f32).to(kGpu);
+    Tensor bias = tg::randn({8}, f32).to(kGpu), y;
+    cu::CUDAGraph g;
+    {
+      cu::Graph capture(g);
+      y = tg::tanh(z + bias) * 3.0;
+    }
+    EXPECT_EQ(g.fused_nodes(), 2u);
+    g.replay();
+    expect_same({y}, {tg::tanh(z + bias) * 3.0}, "bias, fused");
+    Tensor rows = z.clone();
+    cu::CUDAGraph h;
+    {
+      cu::Graph capture(h);
+      y = rows + rows.select(0, 0);  // every row plus row 0
+      rows.add_(1.0);
+    }
+    EXPECT_EQ(h.fused_nodes(), 0u);
+    rows.copy_(z);
+    h.replay();
+    expect_same({y}, {z + z.select(0, 0)}, "bias written over");
   }
 }
 

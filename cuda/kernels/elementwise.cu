@@ -52,6 +52,7 @@ void copy_kernel(const Tensor& dst, const Tensor& src) {
 template <class U>
 struct FillFn {
   static constexpr int kElemSize = sizeof(U);
+  static constexpr fusion::Kind kFusion = fusion::kFill;
   U bits;
   __device__ void operator()(char* const* p, const int64_t* off) const {
     *reinterpret_cast<U*>(p[0] + off[0]) = bits;
@@ -445,6 +446,11 @@ __device__ inline void run_functor(const fusion::Step& st, int64_t i) {
   int64_t off[kMaxOps];
 #pragma unroll
   for (int o = 0; o < kMaxOps; ++o) off[o] = (st.scalar >> o) & 1u ? 0 : i * int64_t(sizeof(T));
+  if (st.periodic) {  // uniform across the grid; i < 2^18: 32-bit remainders
+#pragma unroll
+    for (int o = 1; o < kMaxOps; ++o)
+      if (st.period[o] > 0) off[o] = int64_t(uint32_t(i) % uint32_t(st.period[o])) * int64_t(sizeof(T));
+  }
   f(st.ptr, off);
 }
 
@@ -458,6 +464,9 @@ __device__ inline void run_step(const fusion::Step& st, int64_t i) {
     case fusion::kActivationGrad: run_functor<ActivationGradFn<T>, T>(st, i); break;
     case fusion::kActivationGradProduct: run_functor<ActivationGradProductFn<T>, T>(st, i); break;
     case fusion::kCopy: run_functor<CopyFn<T, T>, T>(st, i); break;
+    case fusion::kFill:
+      run_functor<FillFn<std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>>, T>(st, i);
+      break;
     case fusion::kAddN:
       add_n_at<T>(reinterpret_cast<T*>(st.ptr[0]), reinterpret_cast<const T*>(st.ptr[1]),
                   reinterpret_cast<const T* const*>(st.ptr + 2), st.nops - 2, i);

@@ -296,9 +296,13 @@ void record_for_fusion(cudaStream_t s, const void* func, const LinearArgs& a, Sc
   st.kind = FusionKindOf<F>::value;
   st.nops = int8_t(a.nops);
   for (int o = 0; o < a.nops; ++o) {
-    if (a.period[o] > 0 || a.elem[o] != int64_t(element_size(dtype))) return;
+    if (a.elem[o] != int64_t(element_size(dtype))) return;
     st.ptr[o] = a.ptrs[o];
     if (a.broadcast[o] && n > 1) st.scalar |= 1u << o;
+    if (a.period[o] > 0 && a.period[o] < n) {
+      st.period[o] = int32_t(a.period[o]);
+      st.periodic = true;
+    }
   }
   memcpy(st.fn, &f, sizeof(F));
   fusion::record(s, func, &a, sizeof(a), dtype, n, st);

@@ -25,7 +25,7 @@ struct DevicePool {
   cudaStream_t streams[kPoolSize] = {};
   std::atomic<uint32_t> next{0};
 };
-DevicePool g_pools[kMaxDevices];
+DevicePool g_pools[kMaxDevices], g_high_pools[kMaxDevices];
 
 // The current stream per device for this thread (nullptr handle: default).
 thread_local void* t_current[kMaxDevices] = {};
@@ -96,14 +96,17 @@ void set_current_stream(const Stream& s) {
   t_current[s.device_index()] = s.handle();
 }
 
-Stream stream_from_pool(int device) {
+Stream stream_from_pool(int device, bool high_priority) {
   device = detail::resolve_device(device, "stream_from_pool");
   TG_CHECK(device < kMaxDevices, "stream_from_pool: device ", device, " exceeds ", kMaxDevices);
-  DevicePool& p = g_pools[device];
+  DevicePool& p = high_priority ? g_high_pools[device] : g_pools[device];
   std::call_once(p.once, [&] {
     DeviceGuard g(device);
+    int least = 0, greatest = 0;
+    TG_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest), "stream_from_pool");
     for (auto& s : p.streams)
-      TG_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream_from_pool");
+      TG_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, high_priority ? greatest : least),
+                    "stream_from_pool");
   });
   uint32_t i = p.next.fetch_add(1) % kPoolSize;
   return Stream(device, p.streams[i]);

@@ -35,7 +35,7 @@ void Stream::wait(const Event&) const { no_cuda("Stream::wait"); }
 Stream default_stream(int) { no_cuda("default_stream"); }
 Stream current_stream(int) { no_cuda("current_stream"); }
 void set_current_stream(const Stream&) { no_cuda("set_current_stream"); }
-Stream stream_from_pool(int) { no_cuda("stream_from_pool"); }
+Stream stream_from_pool(int, bool) { no_cuda("stream_from_pool"); }
 DeviceGuard::DeviceGuard(int) : prev_(0) { no_cuda("DeviceGuard"); }
 DeviceGuard::~DeviceGuard() = default;
 StreamGuard::StreamGuard(const Stream&) : prev_device_(0) { no_cuda("StreamGuard"); }

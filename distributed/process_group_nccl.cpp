@@ -72,13 +72,9 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
  public:
   NcclGroup(ncclComm_t comm, int rank, int size, int device, Options o)
       : comm_(comm), rank_(rank), size_(size), device_(device), options_(o) {
-    cuda::DeviceGuard g(device_);
-    int lo = 0, hi = 0;
-    cudaDeviceGetStreamPriorityRange(&lo, &hi);
-    cudaStream_t s = nullptr;
-    TG_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, hi) == cudaSuccess,
-             "ProcessGroup: could not create the communication stream on cuda:", device_);
-    stream_ = cuda::Stream(device_, s);
+    // From the high-priority pool, never destroyed: gradients reduced on it
+    // may outlive the group, and freeing them records an event on it.
+    stream_ = cuda::stream_from_pool(device_, /*high_priority=*/true);
     watchdog_ = std::thread([this] { watch(); });
   }
   ~NcclGroup() override {
@@ -97,7 +93,6 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
         std::this_thread::sleep_for(std::chrono::microseconds(100));
       ncclCommAbort(comm_);
     }
-    cudaStreamDestroy(static_cast<cudaStream_t>(stream_.handle()));
   }
 
   int rank() const override { return rank_; }

@@ -202,7 +202,8 @@ TEST(DistributedGpu, DataParallelGradientsEqualOneGpuOnTheGlobalBatch) {
   };
   // Models are made here, one after the other: the generator is global, and
   // rank 0's must be the reference's. Rank r > 0 starts from other weights:
-  // the constructor broadcasts rank 0's.
+  // the constructor broadcasts rank 0's. They outlive the groups: freeing
+  // gradients last used on a group's communication stream must still work.
   std::vector<std::shared_ptr<tg::nn::Sequential>> models;
   for (int r = 0; r < n; ++r) models.push_back(mlp(2, 16, 3, r, r == 0 ? 11 : 99));
   run_ranks([&](int r, std::shared_ptr<dist::ProcessGroup> g) {

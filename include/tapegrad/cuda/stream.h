@@ -59,8 +59,11 @@ Stream default_stream(int device = -1);
 Stream current_stream(int device = -1);
 /// Makes `s` the current stream of its device for this thread.
 void set_current_stream(const Stream& s);
-/// A stream from the device's pool of non-blocking streams (round-robin).
-Stream stream_from_pool(int device = -1);
+/// A stream from the device's pool of non-blocking streams (round-robin);
+/// with high_priority, from a second pool of streams at the device's highest
+/// priority (communication). Pool streams live as long as the process, so
+/// memory used on them may be freed at any later time.
+Stream stream_from_pool(int device = -1, bool high_priority = false);
 
 /// Sets the current device for a scope.
 class DeviceGuard {

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <tapegrad/tensor/scalar_type.h>
@@ -90,6 +91,17 @@ struct Recorded {
 struct Log {
   std::vector<Recorded> launches;
 };
+
+// Which nodes fuse (no CUDA involved; cuda/fusion_plan.cpp). Nodes are
+// 0..n-1, `edges` their dependencies (from, to), `launch_of[v]` the launch
+// recorded for node v or null. Groups list their nodes in a topological
+// order; a node outside every group has group_of -1.
+struct Plan {
+  std::vector<long> group_of;
+  std::vector<std::vector<size_t>> groups;
+};
+Plan plan(size_t n, const std::vector<std::pair<size_t, size_t>>& edges,
+          const std::vector<const Recorded*>& launch_of);
 
 // Replaces the chains of recorded nodes in `graph` (cudaGraph_t) by fused
 // nodes; returns how many nodes the graph lost. Throws when the runtime

@@ -10,6 +10,10 @@
 #include <fstream>
 #include <sstream>
 
+#include <random>
+#include <set>
+
+#include "cuda/fusion.h"
 #include "reference.h"
 
 #include <tapegrad/tensor/raw.h>
@@ -683,6 +687,151 @@ TEST(GraphsGpu, OverlappingOperandsAreNotFused) {
     rows.copy_(z);
     h.replay();
     expect_same({y}, {z + z.select(0, 0)}, "bias written over");
+  }
+}
+
+// ---- the fusion plan (no GPU needed) -----------------------------------------------------
+namespace fu = tg::cuda::fusion;
+
+char g_arena[1 << 16];  // fake device addresses
+
+// A recorded binary step out = a (op) b over n f32 elements at byte offsets.
+fu::Recorded binary_at(int64_t n, size_t out, size_t a, size_t b, uint32_t scalar = 0) {
+  fu::Recorded r{};
+  r.dtype = tg::ScalarType::Float32;
+  r.n = n;
+  r.step.kind = fu::kBinary;
+  r.step.nops = 3;
+  r.step.ptr[0] = g_arena + out;
+  r.step.ptr[1] = g_arena + a;
+  r.step.ptr[2] = g_arena + b;
+  r.step.scalar = scalar;
+  return r;
+}
+
+TEST(GraphFusionPlan, ALineFusesInGroupsOfSixteen) {
+  const size_t n = 40;
+  std::vector<fu::Recorded> rec;
+  std::vector<std::pair<size_t, size_t>> edges;
+  for (size_t i = 0; i < n; ++i) {
+    rec.push_back(binary_at(8, 64 * (i + 1), 64 * i, 8192));
+    if (i) edges.emplace_back(i - 1, i);
+  }
+  std::vector<const fu::Recorded*> launch(n);
+  for (size_t i = 0; i < n; ++i) launch[i] = &rec[i];
+  const fu::Plan p = fu::plan(n, edges, launch);
+  ASSERT_EQ(p.groups.size(), 3u);
+  EXPECT_EQ(p.groups[0].size(), 16u);
+  EXPECT_EQ(p.groups[1].size(), 16u);
+  EXPECT_EQ(p.groups[2].size(), 8u);
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(p.group_of[i], long(i / 16));
+}
+
+TEST(GraphFusionPlan, OverlapsDependenciesAndSizesSplitGroups) {
+  auto groups_of = [](const std::vector<fu::Recorded>& rec, const std::vector<std::pair<size_t, size_t>>& edges) {
+    std::vector<const fu::Recorded*> launch;
+    for (const auto& r : rec) launch.push_back(r.n ? &r : nullptr);
+    return fu::plan(rec.size(), edges, launch).group_of;
+  };
+  // t = a * c; a[1:] += t (writes over a read shifted by one element): apart.
+  EXPECT_EQ(groups_of({binary_at(8, 1024, 0, 512), binary_at(8, 4, 4, 1024)}, {{0, 1}}),
+            (std::vector<long>{0, 1}));
+  // In place on the same range: together.
+  EXPECT_EQ(groups_of({binary_at(8, 1024, 0, 512), binary_at(8, 0, 0, 1024)}, {{0, 1}}),
+            (std::vector<long>{0, 0}));
+  // A one-element operand read by all, then written: apart.
+  EXPECT_EQ(groups_of({binary_at(8, 1024, 0, 512, 1u << 2), binary_at(8, 512, 512, 2048)}, {{0, 1}}),
+            (std::vector<long>{0, 1}));
+  // Other element counts: apart.
+  EXPECT_EQ(groups_of({binary_at(8, 1024, 0, 512), binary_at(4, 2048, 1024, 1024)}, {{0, 1}}),
+            (std::vector<long>{0, 1}));
+  // A node whose dependencies are in two groups starts its own; an
+  // unrecorded node between two recorded ones separates them.
+  fu::Recorded none{};
+  EXPECT_EQ(groups_of({binary_at(8, 1024, 0, 0), binary_at(8, 2048, 0, 0), binary_at(8, 4096, 1024, 2048)},
+                      {{0, 2}, {1, 2}}),
+            (std::vector<long>{0, 1, 2}));
+  EXPECT_EQ(groups_of({binary_at(8, 1024, 0, 0), none, binary_at(8, 4096, 1024, 1024)}, {{0, 1}, {1, 2}}),
+            (std::vector<long>{0, -1, 1}));
+}
+
+// Random DAGs with random recorded nodes over a few overlapping buffers: every
+// group is well formed, and merging each group into one node leaves the
+// graph acyclic.
+TEST(GraphFusionPlan, RandomGraphsGiveWellFormedAcyclicGroups) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const size_t n = 2 + rng() % 40;
+    std::vector<size_t> label(n);  // node ids in a shuffled order
+    for (size_t i = 0; i < n; ++i) label[i] = i;
+    std::shuffle(label.begin(), label.end(), rng);
+    std::vector<std::pair<size_t, size_t>> edges;
+    for (size_t v = 1; v < n; ++v)
+      for (size_t u = 0; u < v; ++u)
+        if (rng() % 4 == 0 || (u + 1 == v && rng() % 2)) edges.emplace_back(label[u], label[v]);
+    std::vector<fu::Recorded> rec(n);
+    std::vector<const fu::Recorded*> launch(n, nullptr);
+    for (size_t i = 0; i < n; ++i) {
+      if (rng() % 5 == 0) continue;
+      const int64_t count = rng() % 3 == 0 ? 4 : 8;
+      auto at = [&] { return size_t(rng() % 12) * 16; };  // 16-byte steps over 32-byte operands: overlaps
+      rec[i] = binary_at(count, at(), at(), at(), rng() % 4 == 0 ? 1u << 2 : 0u);
+      if (rng() % 3 == 0) rec[i].dtype = tg::ScalarType::Float64;
+      launch[i] = &rec[i];
+    }
+    const fu::Plan p = fu::plan(n, edges, launch);
+    std::vector<std::vector<size_t>> preds(n);
+    for (const auto& [u, v] : edges) preds[v].push_back(u);
+    for (const auto& g : p.groups) {
+      ASSERT_FALSE(g.empty());
+      ASSERT_LE(g.size(), size_t(fu::kMaxSteps));
+      std::set<size_t> seen;
+      for (size_t k = 0; k < g.size(); ++k) {
+        const fu::Recorded& r = *launch[g[k]];
+        EXPECT_EQ(r.n, launch[g[0]]->n);
+        EXPECT_EQ(r.dtype, launch[g[0]]->dtype);
+        if (k > 0) {
+          for (size_t u : preds[g[k]]) EXPECT_TRUE(seen.count(u)) << "a later member depends on an outside node";
+        }
+        seen.insert(g[k]);
+      }
+      // Written operand ranges meet others only as the same dense range.
+      struct R { const char* b; int64_t len; bool w, shared; };
+      std::vector<R> rs;
+      for (size_t v : g) {
+        const fu::Recorded& r = *launch[v];
+        const int64_t e = r.dtype == tg::ScalarType::Float64 ? 8 : 4;
+        for (int o = 0; o < r.step.nops; ++o) {
+          const bool sc = (r.step.scalar >> o) & 1u;
+          rs.push_back({r.step.ptr[o], (sc ? 1 : r.n) * e, o == 0, sc});
+        }
+      }
+      for (size_t a = 0; a < rs.size(); ++a)
+        for (size_t b = 0; b < rs.size(); ++b) {
+          if (!rs[a].w || a == b) continue;
+          const bool disjoint = rs[a].b + rs[a].len <= rs[b].b || rs[b].b + rs[b].len <= rs[a].b;
+          const bool same = rs[a].b == rs[b].b && rs[a].len == rs[b].len && !rs[b].shared;
+          EXPECT_TRUE(disjoint || same || a / 3 == b / 3) << "trial " << trial;
+        }
+    }
+    // The graph with each group as one node is acyclic (Kahn's order covers it).
+    auto rep = [&](size_t v) { return p.group_of[v] >= 0 ? n + size_t(p.group_of[v]) : v; };
+    const size_t total = n + p.groups.size();
+    std::vector<std::set<size_t>> out(total);
+    std::vector<size_t> indeg(total, 0);
+    for (const auto& [u, v] : edges) {
+      const size_t a = rep(u), b = rep(v);
+      if (a != b && out[a].insert(b).second) ++indeg[b];
+    }
+    std::vector<size_t> order;
+    for (size_t i = 0; i < total; ++i)
+      if (indeg[i] == 0 && (i >= n || p.group_of[i] < 0)) order.push_back(i);
+    for (size_t h = 0; h < order.size(); ++h)
+      for (size_t b : out[order[h]])
+        if (--indeg[b] == 0) order.push_back(b);
+    size_t live = 0;
+    for (size_t i = 0; i < total; ++i) live += i >= n || p.group_of[i] < 0;
+    ASSERT_EQ(order.size(), live) << "trial " << trial << ": the fused graph has a cycle";
   }
 }
 

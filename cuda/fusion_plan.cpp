@@ -28,7 +28,7 @@ bool compatible(const Range& a, const Range& b) {
 }
 
 std::vector<Range> ranges_of(const Recorded& r) {
-  const int64_t elem = r.dtype == ScalarType::Float64 ? 8 : 4;
+  const int64_t elem = int64_t(element_size(r.dtype));
   std::vector<Range> out;
   for (int o = 0; o < r.step.nops; ++o) {
     const bool scalar = (r.step.scalar >> o) & 1u;

@@ -275,13 +275,17 @@ void CUDAGraph::end_capture(bool abandon) {
   cudaGraph_t graph = nullptr;
   cudaError_t err = cudaStreamEndCapture(static_cast<cudaStream_t>(stream_.handle()), &graph);
   detail::end_allocate_to_pool(device_, capture_id_);
-  if (abandon || err != cudaSuccess) {
-    (void)cudaGetLastError();
+  // Nothing of the capture will run: its graph, state and memory go.
+  auto discard = [&] {
     if (graph) (void)cudaGraphDestroy(graph);
-    aborted_ = true;
     rng_.reset();
     keep_alive_.clear();  // nothing ran: the buffers are free
     detail::release_pool(device_, pool_.first);
+  };
+  if (abandon || err != cudaSuccess) {
+    (void)cudaGetLastError();
+    discard();
+    aborted_ = true;
     if (!abandon)
       TG_ERROR("capture_end: the capture failed: ", cudaGetErrorName(err), " (",
                cudaGetErrorString(err), "); an unsafe call (a host synchronization, or work "
@@ -292,10 +296,7 @@ void CUDAGraph::end_capture(bool abandon) {
     try {
       fused_nodes_ = fusion::fuse(graph, log->launches);
     } catch (...) {
-      (void)cudaGraphDestroy(graph);
-      rng_.reset();
-      keep_alive_.clear();
-      detail::release_pool(device_, pool_.first);
+      discard();
       throw;
     }
   }

@@ -81,7 +81,7 @@ size_t fuse(void* graph_handle, const std::vector<Recorded>& launches) {
   // kinds becomes a full dependency, which every kind of edge implies).
   std::map<std::pair<cudaGraphNode_t, cudaGraphNode_t>, cudaGraphEdgeData> edges;
   for (size_t e = 0; e < ne; ++e) {
-    const size_t u = index.at(from[e]), v = index.at(to[e]);
+    const auto [u, v] = pairs[e];
     cudaGraphNode_t a = rep(u), b = rep(v);
     if (a == b || (a == nodes[u] && b == nodes[v])) continue;
     auto [it, fresh] = edges.emplace(std::make_pair(a, b), data[e]);

@@ -87,10 +87,29 @@ struct Recorded {
   Step step;
 };
 
+// Memory a recorded node reads or writes: [begin, begin + bytes).
+struct Access {
+  const char* begin;
+  int64_t bytes;
+  bool written;
+};
+
+// The nodes one call added to a capture (a cuBLAS GEMM and its split-K
+// reduction, a two-pass reduction, a strided elementwise kernel) and every
+// byte they touch, temporaries included.
+struct Region {
+  std::vector<void*> nodes;
+  std::vector<Access> accesses;
+};
+
 // What a capture recorded (owned by its CUDAGraph).
 struct Log {
   std::vector<Recorded> launches;
+  std::vector<Region> regions;
 };
+
+// The memory a recorded launch touches.
+std::vector<Access> accesses_of(const Recorded& r);
 
 // Which nodes fuse (no CUDA involved; cuda/fusion_plan.cpp). Nodes are
 // 0..n-1, `edges` their dependencies (from, to), `launch_of[v]` the launch
@@ -104,8 +123,35 @@ Plan plan(size_t n, const std::vector<std::pair<size_t, size_t>>& edges,
           const std::vector<const Recorded*>& launch_of);
 
 // Replaces the chains of recorded nodes in `graph` (cudaGraph_t) by fused
-// nodes; returns how many nodes the graph lost. Throws when the runtime
-// refuses an edit (the graph is then not usable).
-size_t fuse(void* graph, const std::vector<Recorded>& launches);
+// nodes; returns how many nodes the graph lost, and appends each fused node
+// with the nodes it replaced to `merged`. Throws when the runtime refuses an
+// edit (the graph is then not usable).
+size_t fuse(void* graph, const std::vector<Recorded>& launches,
+            std::vector<std::pair<void*, std::vector<void*>>>* merged = nullptr);
+
+// Dependency relaxation (no CUDA involved; cuda/fusion_plan.cpp). Stream
+// capture orders every node after the previous one on its stream; most of
+// those edges only serialize. Given nodes 0..n-1, their `edges`, and for
+// each node the memory it touches (`access_of[v]`, or null when unknown),
+// returns edges that keep every ordering the memory needs and no other:
+// over a topological order, a node with known accesses depends on the last
+// writer of what it reads and on the last writer and the readers since of
+// what it writes; a node with unknown accesses is a barrier (after
+// everything before it, before everything after it).
+struct Relaxed {
+  std::vector<std::pair<size_t, size_t>> edges;
+  size_t depth_before = 0, depth_after = 0;  // nodes on the longest path
+};
+Relaxed relax(size_t n, const std::vector<std::pair<size_t, size_t>>& edges,
+              const std::vector<const std::vector<Access>*>& access_of);
+
+// Rewrites the edges of `graph` (cudaGraph_t) as relax() says, given the
+// accesses of its recorded nodes (cudaGraphNode_t -> accesses); memset and
+// 1-D memcpy nodes are read from their parameters, and nodes without memory
+// (empty nodes) are free. Edges kept keep their type (programmatic launch);
+// new ones are full dependencies; nothing changes unless the longest path
+// shrinks (a barrier may serialize branches the capture ran concurrently).
+// Returns the longest paths before and after.
+Relaxed relax_graph(void* graph, const std::vector<std::pair<void*, std::vector<Access>>>& accesses);
 
 }  // namespace tg::cuda::fusion

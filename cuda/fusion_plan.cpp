@@ -10,6 +10,10 @@
 // enter its first member, so merging each group into one node adds no cycle.
 #include "cuda/fusion.h"
 
+#include <algorithm>
+#include <map>
+#include <set>
+
 namespace tg::cuda::fusion {
 
 namespace {
@@ -54,15 +58,26 @@ struct Group {
   }
 };
 
-}  // namespace
+// Longest path, in nodes, over a topological order.
+size_t depth(size_t n, const std::vector<size_t>& order, const std::vector<std::vector<size_t>>& succs) {
+  std::vector<size_t> d(n, 1);
+  size_t best = 0;
+  for (size_t v : order) {
+    best = std::max(best, d[v]);
+    for (size_t w : succs[v]) d[w] = std::max(d[w], d[v] + 1);
+  }
+  return best;
+}
 
-Plan plan(size_t n, const std::vector<std::pair<size_t, size_t>>& edges,
-          const std::vector<const Recorded*>& launch_of) {
-  std::vector<std::vector<size_t>> preds(n), succs(n);
+std::vector<size_t> topological(size_t n, const std::vector<std::pair<size_t, size_t>>& edges,
+                                std::vector<std::vector<size_t>>* preds,
+                                std::vector<std::vector<size_t>>* succs) {
+  preds->assign(n, {});
+  succs->assign(n, {});
   std::vector<size_t> indeg(n, 0);
   for (const auto& [u, v] : edges) {
-    preds[v].push_back(u);
-    succs[u].push_back(v);
+    (*preds)[v].push_back(u);
+    (*succs)[u].push_back(v);
     ++indeg[v];
   }
   std::vector<size_t> order;  // Kahn's
@@ -70,9 +85,114 @@ Plan plan(size_t n, const std::vector<std::pair<size_t, size_t>>& edges,
   for (size_t i = 0; i < n; ++i)
     if (indeg[i] == 0) order.push_back(i);
   for (size_t h = 0; h < order.size(); ++h)
-    for (size_t v : succs[order[h]])
+    for (size_t v : (*succs)[order[h]])
       if (--indeg[v] == 0) order.push_back(v);
+  return order;
+}
 
+// Who last wrote, and who read since, each byte range touched in the
+// current epoch: disjoint segments keyed by their first byte.
+class Hazards {
+ public:
+  void clear() { segs_.clear(); }
+  // The nodes `v` must follow for access `a`; then records it.
+  void touch(size_t v, const Access& a, std::set<size_t>* deps) {
+    if (a.bytes <= 0) return;
+    const char* b = a.begin;
+    const char* e = a.begin + a.bytes;
+    split(b);
+    split(e);
+    const char* cursor = b;
+    auto it = segs_.lower_bound(b);
+    std::vector<std::map<const char*, Seg>::iterator> hit;
+    while (cursor < e) {
+      if (it == segs_.end() || it->first > cursor) {  // a gap: a fresh segment
+        const char* end = it == segs_.end() ? e : std::min(e, it->first);
+        it = segs_.emplace_hint(it, cursor, Seg{end, -1, {}});
+      }
+      hit.push_back(it);
+      cursor = it->second.end;
+      ++it;
+    }
+    for (auto& h : hit) {
+      Seg& s = h->second;
+      if (s.writer >= 0 && size_t(s.writer) != v) deps->insert(size_t(s.writer));
+      if (a.written) {
+        for (size_t r : s.readers)
+          if (r != v) deps->insert(r);
+        s.writer = long(v);
+        s.readers.clear();
+      } else if (s.readers.empty() || s.readers.back() != v) {
+        s.readers.push_back(v);
+      }
+    }
+  }
+
+ private:
+  struct Seg {
+    const char* end;
+    long writer;
+    std::vector<size_t> readers;
+  };
+  void split(const char* p) {
+    auto it = segs_.upper_bound(p);
+    if (it == segs_.begin()) return;
+    --it;
+    if (it->first < p && p < it->second.end) {
+      Seg tail = it->second;
+      it->second.end = p;
+      segs_.emplace(p, std::move(tail));
+    }
+  }
+  std::map<const char*, Seg> segs_;
+};
+
+}  // namespace
+
+std::vector<Access> accesses_of(const Recorded& r) {
+  std::vector<Access> out;
+  for (const Range& g : ranges_of(r)) out.push_back({g.begin, g.bytes, g.written});
+  return out;
+}
+
+Relaxed relax(size_t n, const std::vector<std::pair<size_t, size_t>>& edges,
+              const std::vector<const std::vector<Access>*>& access_of) {
+  std::vector<std::vector<size_t>> preds, succs;
+  const std::vector<size_t> order = topological(n, edges, &preds, &succs);
+  Relaxed out;
+  out.depth_before = depth(n, order, succs);
+  Hazards hazards;
+  long barrier = -1;
+  std::set<size_t> frontier;  // nodes of the epoch nothing follows yet
+  std::set<std::pair<size_t, size_t>> made;
+  auto edge = [&](size_t u, size_t v) {
+    if (made.insert({u, v}).second) out.edges.emplace_back(u, v);
+    frontier.erase(u);
+  };
+  for (size_t v : order) {
+    if (!access_of[v]) {  // a barrier: after everything so far
+      if (frontier.empty() && barrier >= 0) edge(size_t(barrier), v);
+      for (size_t u : std::vector<size_t>(frontier.begin(), frontier.end())) edge(u, v);
+      hazards.clear();
+      frontier = {v};
+      barrier = long(v);
+      continue;
+    }
+    std::set<size_t> deps;
+    for (const Access& a : *access_of[v]) hazards.touch(v, a, &deps);
+    if (deps.empty() && barrier >= 0) deps.insert(size_t(barrier));
+    for (size_t u : deps) edge(u, v);
+    frontier.insert(v);
+  }
+  std::vector<std::vector<size_t>> p2, s2;
+  out.depth_after = depth(n, topological(n, out.edges, &p2, &s2), s2);
+  return out;
+}
+
+Plan plan(size_t n, const std::vector<std::pair<size_t, size_t>>& edges,
+          const std::vector<const Recorded*>& launch_of) {
+  std::vector<std::vector<size_t>> preds, succs;
+  const std::vector<size_t> order = topological(n, edges, &preds, &succs);
   Plan p;
   p.group_of.assign(n, -1);
   std::vector<Group> state;

@@ -1,6 +1,7 @@
 // CUDA graph capture and replay (docs/GRAPHS.md).
 #include <tapegrad/cuda/graph.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/capture_access.h"
 #include "cuda/check.h"
 #include "cuda/fusion.h"
 #include "cuda/pool.h"
@@ -32,11 +34,18 @@ std::mutex g_capturing_mu;
 std::unordered_map<unsigned long long, CUDAGraph*> g_capturing;
 std::atomic<int> g_captures_underway{0};
 
+bool env_allows(const char* name) {
+  const char* env = std::getenv(name);
+  return !(env && std::strcmp(env, "0") == 0);
+}
+
 bool fusion_allowed() {
-  static const bool on = [] {
-    const char* env = std::getenv("TG_CUDA_GRAPH_FUSION");
-    return !(env && std::strcmp(env, "0") == 0);
-  }();
+  static const bool on = env_allows("TG_CUDA_GRAPH_FUSION");
+  return on;
+}
+
+bool relax_allowed() {
+  static const bool on = env_allows("TG_CUDA_GRAPH_RELAX");
   return on;
 }
 
@@ -127,6 +136,12 @@ struct CaptureRegistry {
     auto it = g_capturing.find(id);
     if (it != g_capturing.end() && it->second->fusion_log_) it->second->fusion_log_->launches.push_back(r);
   }
+  static void record(unsigned long long id, fusion::Region r) {
+    std::lock_guard<std::mutex> lock(g_capturing_mu);
+    auto it = g_capturing.find(id);
+    if (it != g_capturing.end() && it->second->fusion_log_)
+      it->second->fusion_log_->regions.push_back(std::move(r));
+  }
   static bool random(int device, uint64_t n, const int64_t** state, uint64_t* offset) {
     CUDAGraph* g = graph_of(current_stream(device));
     if (!g) return false;
@@ -173,6 +188,98 @@ void record(void* stream, const void* func, const void* arg0, size_t arg0_bytes,
   if (kp.func != func || kp.kernelParams == nullptr || std::memcmp(kp.kernelParams[0], arg0, arg0_bytes) != 0)
     return;
   CaptureRegistry::record(id, Recorded{node, dtype, n, step});
+}
+
+Access span_of(const Tensor& t, bool written) {
+  const int64_t elem = int64_t(element_size(t.dtype()));
+  int64_t lo = 0, hi = 0;
+  for (size_t d = 0; d < t.sizes().size(); ++d) {
+    if (t.sizes()[d] == 0) return {static_cast<const char*>(t.data_ptr()), 0, written};
+    const int64_t reach = (t.sizes()[d] - 1) * t.strides()[d];
+    (reach < 0 ? lo : hi) += reach;
+  }
+  return {static_cast<const char*>(t.data_ptr()) + lo * elem, (hi - lo + 1) * elem, written};
+}
+
+namespace {
+
+// The capture info of `s`: its id and dependencies when it captures.
+bool capture_info(cudaStream_t s, unsigned long long* id, std::vector<void*>* deps) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaGraphNode_t* d = nullptr;
+  size_t nd = 0;
+  if (cudaStreamGetCaptureInfo(s, &status, id, nullptr, &d, nullptr, &nd) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (status != cudaStreamCaptureStatusActive) return false;
+  deps->assign(d, d + nd);
+  return true;
+}
+
+}  // namespace
+
+CaptureAccess::CaptureAccess(void* stream) : stream_(stream) {
+  if (!captures_underway()) return;
+  detail::RelaxedCaptureMode relaxed;  // only queries; never fail a Global capture
+  active_ = capture_info(static_cast<cudaStream_t>(stream), &id_, &before_);
+}
+
+// The nodes added since construction: walked back from the stream's
+// dependencies now to those it had then. Anything unexpected (another
+// capture, a node joined from elsewhere, too many nodes) records nothing:
+// those nodes stay barriers.
+CaptureAccess::~CaptureAccess() {
+  if (!active_) return;
+  detail::RelaxedCaptureMode relaxed;
+  unsigned long long id = 0;
+  std::vector<void*> after;
+  if (!capture_info(static_cast<cudaStream_t>(stream_), &id, &after) || id != id_) return;
+  constexpr size_t kMaxNodes = 16;
+  std::vector<void*> nodes, stack;
+  auto known = [&](void* n) {
+    return std::find(before_.begin(), before_.end(), n) != before_.end() ||
+           std::find(nodes.begin(), nodes.end(), n) != nodes.end();
+  };
+  for (void* n : after)
+    if (!known(n)) {
+      nodes.push_back(n);
+      stack.push_back(n);
+    }
+  while (!stack.empty()) {
+    cudaGraphNode_t n = static_cast<cudaGraphNode_t>(stack.back());
+    stack.pop_back();
+    // With edge data: programmatic edges make a query without it fail. A
+    // node of a library call has a few dependencies; a full array means
+    // more than we look at: give up.
+    constexpr size_t kMaxDeps = 64;
+    cudaGraphNode_t deps[kMaxDeps] = {};
+    cudaGraphEdgeData edata[kMaxDeps] = {};
+    size_t nd = kMaxDeps;
+    if (cudaGraphNodeGetDependencies(n, deps, edata, &nd) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    if (nd >= kMaxDeps) return;
+    for (size_t j = 0; j < nd; ++j) {
+      cudaGraphNode_t d = deps[j];
+      if (!d || known(d)) continue;
+      if (nodes.size() >= kMaxNodes) return;  // joined from elsewhere
+      nodes.push_back(d);
+      stack.push_back(d);
+    }
+    if (nodes.size() > kMaxNodes) return;
+  }
+  if (nodes.empty()) return;
+  for (void* n : nodes) {
+    cudaGraphNodeType type;
+    if (cudaGraphNodeGetType(static_cast<cudaGraphNode_t>(n), &type) != cudaSuccess ||
+        (type != cudaGraphNodeTypeKernel && type != cudaGraphNodeTypeMemset)) {
+      (void)cudaGetLastError();
+      return;
+    }
+  }
+  CaptureRegistry::record(id_, Region{std::move(nodes), std::move(accesses_)});
 }
 }  // namespace fusion
 
@@ -254,9 +361,10 @@ void CUDAGraph::capture_begin(MempoolId pool, CaptureMode mode) {
   }
   capturing_ = true;
   rng_.reset();
-  fused_nodes_ = 0;
+  fused_nodes_ = captured_depth_ = depth_ = 0;
   std::lock_guard<std::mutex> lock(g_capturing_mu);
-  fusion_log_ = fusion_ && fusion_allowed() ? std::make_shared<fusion::Log>() : nullptr;
+  fusion_log_ = (fusion_ && fusion_allowed()) || (relax_ && relax_allowed()) ? std::make_shared<fusion::Log>()
+                                                                             : nullptr;
   g_capturing[capture_id_] = this;
   g_captures_underway.fetch_add(1);
 }
@@ -292,16 +400,46 @@ void CUDAGraph::end_capture(bool abandon) {
                "from another thread in Global mode) invalidated it");
     return;
   }
-  if (log && log->launches.size() > 1) {
-    try {
-      fused_nodes_ = fusion::fuse(graph, log->launches);
-    } catch (...) {
-      discard();
-      throw;
-    }
+  try {
+    optimize(graph, log.get());
+  } catch (...) {
+    discard();
+    throw;
   }
   graph_ = graph;
   statics_ = detail::record_statics();
+}
+
+// Fusion, then relaxation (the fused nodes touch what their members did).
+void CUDAGraph::optimize(void* graph, fusion::Log* log) {
+  std::unordered_map<void*, std::vector<fusion::Access>> access;
+  if (log) {
+    for (const fusion::Recorded& r : log->launches) access[r.node] = fusion::accesses_of(r);
+    for (fusion::Region& g : log->regions)
+      for (void* n : g.nodes) {
+        std::vector<fusion::Access>& a = access[n];
+        a.insert(a.end(), g.accesses.begin(), g.accesses.end());
+      }
+  }
+  if (log && fusion_ && fusion_allowed() && log->launches.size() > 1) {
+    std::vector<std::pair<void*, std::vector<void*>>> merged;
+    fused_nodes_ = fusion::fuse(graph, log->launches, &merged);
+    for (auto& [node, members] : merged) {
+      std::vector<fusion::Access> all;
+      for (void* m : members) {
+        auto it = access.find(m);
+        all.insert(all.end(), it->second.begin(), it->second.end());
+        access.erase(it);
+      }
+      access[node] = std::move(all);
+    }
+  }
+  std::vector<std::pair<void*, std::vector<fusion::Access>>> known(access.begin(), access.end());
+  if (log && relax_ && relax_allowed()) {
+    const fusion::Relaxed r = fusion::relax_graph(graph, known);
+    captured_depth_ = r.depth_before;
+    depth_ = r.depth_after;
+  }
 }
 
 void CUDAGraph::capture_end() {

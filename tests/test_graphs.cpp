@@ -835,6 +835,182 @@ TEST(GraphFusionPlan, RandomGraphsGiveWellFormedAcyclicGroups) {
   }
 }
 
+// Two independent branches captured on one stream (GEMMs, their split-K
+// workspaces, activations, a column reduction, a strided add): relaxed, the
+// graph's longest chain is about half the capture's, and replays equal the
+// unrelaxed graph's and the eager results bit for bit.
+TEST(GraphsGpu, RelaxedDependenciesLetIndependentBranchesOverlap) {
+  REQUIRE_GPU();
+  tg::manual_seed(5);
+  const auto f32 = tg::TensorOptions().dtype(tg::kFloat32);
+  const Tensor x1 = tg::randn({1024, 64}, f32).to(kGpu), x2 = tg::randn({1024, 64}, f32).to(kGpu);
+  const Tensor w1 = (tg::randn({64, 64}, f32) * 0.125).to(kGpu), w2 = (tg::randn({64, 64}, f32) * 0.125).to(kGpu);
+  // Every intermediate stays alive until the capture ends: memory the
+  // allocator hands from one branch to the other would order them.
+  std::vector<Tensor> keep;
+  auto step = [&] {
+    tg::NoGradGuard no_grad;
+    Tensor a = x1, b = x2;
+    for (int i = 0; i < 4; ++i) {
+      a = keep.emplace_back(tg::tanh(keep.emplace_back(tg::matmul(a, w1))));
+      b = keep.emplace_back(tg::tanh(keep.emplace_back(tg::matmul(b, w2))));
+      Tensor ga = keep.emplace_back(tg::matmul(a.t(), x1));  // k = 1024: a long, thin product (split-K)
+      Tensor gb = keep.emplace_back(tg::matmul(b.t(), x2));
+      a = keep.emplace_back(a + keep.emplace_back(keep.emplace_back(ga.sum({0})) * 1e-3));  // a column reduction
+      b = keep.emplace_back(b + keep.emplace_back(keep.emplace_back(gb.t().sum({1})) * 1e-3));  // strided
+    }
+    return std::vector<Tensor>{a, b};
+  };
+  (void)step();
+  cu::CUDAGraph relaxed, plain;
+  plain.set_relax_dependencies(false);
+  std::vector<Tensor> r, p;
+  {
+    cu::Graph capture(relaxed);
+    r = step();
+  }
+  {
+    cu::Graph capture(plain);
+    p = step();
+  }
+  keep.clear();
+  EXPECT_EQ(plain.depth(), 0u);
+  ASSERT_GT(relaxed.captured_depth(), 20u);
+  EXPECT_LE(relaxed.depth(), relaxed.captured_depth() / 2 + 1)
+      << "captured " << relaxed.captured_depth() << ", relaxed " << relaxed.depth();
+  for (int i = 0; i < replays(5); ++i) {
+    relaxed.replay();
+    plain.replay();
+  }
+  const std::vector<Tensor> eager = step();
+  expect_same(r, eager, "relaxed graph");
+  expect_same(p, eager, "unrelaxed graph");
+}
+
+// ---- dependency relaxation (CPU: the rules) ---------------------------------------------
+namespace relaxing {
+using Acc = std::vector<fu::Access>;
+fu::Access rd(size_t at, int64_t bytes) { return {g_arena + at, bytes, false}; }
+fu::Access wr(size_t at, int64_t bytes) { return {g_arena + at, bytes, true}; }
+
+// Reachability (n <= 64) over `edges`.
+std::vector<uint64_t> reach(size_t n, const std::vector<std::pair<size_t, size_t>>& edges) {
+  std::vector<std::vector<size_t>> succ(n);
+  std::vector<size_t> indeg(n, 0);
+  for (const auto& [u, v] : edges) {
+    succ[u].push_back(v);
+    ++indeg[v];
+  }
+  std::vector<size_t> order;
+  for (size_t i = 0; i < n; ++i)
+    if (!indeg[i]) order.push_back(i);
+  for (size_t h = 0; h < order.size(); ++h)
+    for (size_t v : succ[order[h]])
+      if (--indeg[v] == 0) order.push_back(v);
+  EXPECT_EQ(order.size(), n) << "cycle";
+  std::vector<uint64_t> r(n, 0);  // r[u] bit v: u reaches v
+  for (size_t h = order.size(); h-- > 0;) {
+    const size_t u = order[h];
+    for (size_t v : succ[u]) r[u] |= r[v] | (uint64_t(1) << v);
+  }
+  return r;
+}
+
+bool conflict(const Acc& a, const Acc& b) {
+  for (const auto& x : a)
+    for (const auto& y : b)
+      if ((x.written || y.written) && x.begin < y.begin + y.bytes && y.begin < x.begin + x.bytes) return true;
+  return false;
+}
+}  // namespace relaxing
+
+TEST(GraphRelaxPlan, TwoInterleavedChainsOnOneStreamBecomeTwoBranches) {
+  using namespace relaxing;
+  // One stream: a0 b0 a1 b1 ... ; chain a writes/reads [0, 64), chain b [64, 128).
+  const size_t n = 20;
+  std::vector<Acc> acc(n);
+  std::vector<std::pair<size_t, size_t>> edges;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t base = i % 2 ? 64 : 0;
+    acc[i] = {rd(base, 64), wr(base, 64)};
+    if (i) edges.emplace_back(i - 1, i);
+  }
+  std::vector<const Acc*> of;
+  for (const Acc& a : acc) of.push_back(&a);
+  const fu::Relaxed r = fu::relax(n, edges, of);
+  EXPECT_EQ(r.depth_before, n);
+  EXPECT_EQ(r.depth_after, n / 2);
+  for (const auto& [u, v] : r.edges) EXPECT_EQ(u % 2, v % 2) << u << " -> " << v << " joins the chains";
+  EXPECT_EQ(r.edges.size(), n - 2);
+}
+
+TEST(GraphRelaxPlan, ReadersBeforeAWriteAndUnknownNodesStayOrdered) {
+  using namespace relaxing;
+  // 0 writes x; 1 and 2 read x (concurrent); 3 writes x: after both readers.
+  std::vector<Acc> acc = {{wr(0, 32)}, {rd(0, 32), wr(64, 8)}, {rd(0, 32), wr(128, 8)}, {wr(16, 8)}};
+  std::vector<const Acc*> of;
+  for (const Acc& a : acc) of.push_back(&a);
+  fu::Relaxed r = fu::relax(4, {{0, 1}, {1, 2}, {2, 3}}, of);
+  std::set<std::pair<size_t, size_t>> got(r.edges.begin(), r.edges.end());
+  EXPECT_EQ(got, (std::set<std::pair<size_t, size_t>>{{0, 1}, {0, 2}, {1, 3}, {2, 3}, {0, 3}}));
+  EXPECT_EQ(r.depth_after, 3u);
+  // An unknown node (null) between independent nodes: a barrier.
+  std::vector<Acc> acc2 = {{wr(0, 8)}, {wr(64, 8)}, {}, {wr(128, 8)}, {wr(192, 8)}};
+  std::vector<const Acc*> of2 = {&acc2[0], &acc2[1], nullptr, &acc2[3], &acc2[4]};
+  r = fu::relax(5, {{0, 1}, {1, 2}, {2, 3}, {3, 4}}, of2);
+  got = std::set<std::pair<size_t, size_t>>(r.edges.begin(), r.edges.end());
+  EXPECT_EQ(got, (std::set<std::pair<size_t, size_t>>{{0, 2}, {1, 2}, {2, 3}, {2, 4}}));
+  EXPECT_EQ(r.depth_after, 2u + 1u);
+}
+
+// Random DAGs whose nodes touch random overlapping ranges (some unknown):
+// every pair ordered before and conflicting (or with an unknown node) stays
+// ordered; without unknown nodes every new edge joins a conflicting pair
+// (ordered before, or racing before: then in the order captured); the
+// result is acyclic.
+TEST(GraphRelaxPlan, RandomGraphsKeepEveryConflictOrdered) {
+  using namespace relaxing;
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 400; ++trial) {
+    const size_t n = 2 + rng() % 60;
+    const bool unknowns = trial % 2 == 0;
+    std::vector<size_t> label(n);
+    for (size_t i = 0; i < n; ++i) label[i] = i;
+    std::shuffle(label.begin(), label.end(), rng);
+    std::vector<std::pair<size_t, size_t>> edges;
+    for (size_t v = 1; v < n; ++v)
+      for (size_t u = 0; u < v; ++u)
+        if (rng() % 6 == 0 || (u + 1 == v && rng() % 3)) edges.emplace_back(label[u], label[v]);
+    std::vector<Acc> acc(n);
+    std::vector<const Acc*> of(n, nullptr);
+    for (size_t i = 0; i < n; ++i) {
+      if (unknowns && rng() % 7 == 0) continue;
+      const int k = int(rng() % 4);
+      for (int j = 0; j < k; ++j) {
+        const size_t at = size_t(rng() % 24) * 8;
+        const int64_t len = int64_t(8 * (1 + rng() % 4));
+        acc[i].push_back(rng() % 3 == 0 ? wr(at, len) : rd(at, len));
+      }
+      of[i] = &acc[i];
+    }
+    const fu::Relaxed r = fu::relax(n, edges, of);
+    const std::vector<uint64_t> before = reach(n, edges), after = reach(n, r.edges);
+    for (size_t u = 0; u < n; ++u)
+      for (size_t v = 0; v < n; ++v) {
+        if (!((before[u] >> v) & 1u)) continue;
+        const bool needed = !of[u] || !of[v] || conflict(acc[u], acc[v]);
+        if (needed) {
+          EXPECT_TRUE((after[u] >> v) & 1u) << "trial " << trial << ": " << u << " -> " << v << " lost";
+        }
+      }
+    if (!unknowns)
+      for (const auto& [u, v] : r.edges) {
+        EXPECT_TRUE(conflict(acc[u], acc[v])) << "trial " << trial << ": " << u << " -> " << v << " needs nothing";
+        EXPECT_FALSE((before[v] >> u) & 1u) << "trial " << trial << ": " << u << " -> " << v << " reversed";
+      }
+  }
+}
+
 TEST(GraphsGpu, CaptureOnTheLegacyDefaultStreamIsRefused) {
   REQUIRE_GPU();
   cu::CUDAGraph g;

@@ -201,6 +201,10 @@ void add_n_kernel(const Tensor& out, const Tensor& a, const std::vector<Tensor>&
     p.k = int(s.size());
     for (size_t j = 0; j < s.size(); ++j) p.s[j] = static_cast<const T*>(s[j].data_ptr());
     DeviceGuard dg(out.device().index());
+    fusion::CaptureAccess access(stream_of(out));
+    access.write(out);
+    access.read(a);
+    for (const Tensor& t : s) access.read(t);
     launch_pdl(&add_n_kernel_impl<T>, grid_for(n), kBlock, stream_of(out), out.device().index(), "add_n", p, n);
     if (fusion::captures_underway() && n <= fusion::kMaxElements) {
       fusion::Step st;
@@ -222,6 +226,10 @@ void mul_backward_kernel(const Tensor& ga, const Tensor& gb, const Tensor& g, co
     using T = decltype(tag);
     DeviceGuard dg(g.device().index());
     T* pga = static_cast<T*>(ga.data_ptr());
+    fusion::CaptureAccess access(stream_of(g));
+    access.write(ga);
+    access.write(gb);
+    for (const Tensor* t : {&g, &a, &b}) access.read(*t);
     launch_pdl(&mul_backward_kernel_impl<T>, grid_for(n), kBlock, stream_of(g), g.device().index(), "mul backward",
                pga, static_cast<T*>(gb.data_ptr()), static_cast<const T*>(g.data_ptr()),
                static_cast<const T*>(a.data_ptr()), static_cast<const T*>(b.data_ptr()), n);

@@ -1,10 +1,13 @@
 // CUDA backend: batched GEMM through cuBLAS (strided batched, column-major
 // view of our row-major operands; either operand may be transposed in memory
 // without a copy), and a plain kernel for Int64, which cuBLAS lacks.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -13,6 +16,8 @@
 #include "tensor/kernels.h"
 #include <tapegrad/tensor/raw.h>
 
+#include "cuda/capture_access.h"
+#include <tapegrad/cuda/graph.h>
 #include "loops.cuh"
 #include "register.h"
 
@@ -91,6 +96,18 @@ size_t workspace_bytes(int device) {
   return sizes[device];
 }
 
+// This thread's workspace for `stream` (workspace_bytes), kept for the
+// thread's life.
+void* stream_workspace(int device, cudaStream_t stream) {
+  thread_local std::unordered_map<cudaStream_t, void*> workspace[64];
+  void*& ws = workspace[device][stream];
+  if (!ws) {
+    detail::RelaxedCaptureMode relaxed;
+    TG_CUDA_CHECK(cudaMalloc(&ws, workspace_bytes(device)), "bmm (cuBLAS workspace)");
+  }
+  return ws;
+}
+
 cublasHandle_t handle(int device, cudaStream_t stream) {
   thread_local ThreadHandles mine;
   TG_CHECK(device < 64, "bmm: device index ", device, " too large");
@@ -115,14 +132,8 @@ cublasHandle_t handle(int device, cudaStream_t stream) {
   // PyTorch does): it then never allocates, also under graph capture, and
   // picks the same algorithms captured and eager. Setting the stream resets
   // the workspace, so it is set again every time.
-  const size_t bytes = workspace_bytes(device);
-  thread_local std::unordered_map<cudaStream_t, void*> workspace[64];
-  void*& ws = workspace[device][stream];
-  if (!ws) {
-    detail::RelaxedCaptureMode relaxed;
-    TG_CUDA_CHECK(cudaMalloc(&ws, bytes), "bmm (cuBLAS workspace)");  // kept for the thread's life
-  }
-  TG_CUBLAS_CHECK(cublasSetWorkspace(mine.h[device], ws, bytes), "bmm");
+  TG_CUBLAS_CHECK(cublasSetWorkspace(mine.h[device], stream_workspace(device, stream), workspace_bytes(device)),
+                  "bmm");
   return mine.h[device];
 }
 
@@ -160,6 +171,134 @@ __global__ void gemm_int64_k(T* out, const T* a, const T* b, int64_t B, int64_t 
   }
 }
 
+// ---- cuBLASLt --------------------------------------------------------------------------
+// Float products go through cublasLtMatmul with the algorithm its heuristic
+// ranks first for the shape, layouts and pointer alignments (cached: the
+// query costs more than a small product). The heuristic also says how much
+// workspace that algorithm uses, which is what graph capture needs: a
+// captured product gets a workspace of exactly that size from the graph's
+// pool, its own for the graph's life, so that captured products touch
+// disjoint memory and the graph's dependency relaxation may run them
+// concurrently (docs/GRAPHS.md). Eager products share the stream's
+// workspace. Both run the same algorithm: captured and eager results are
+// equal bit for bit. TG_CUBLASLT=0 goes back to cublasGemmEx (whose
+// captured products share the workspace, and so stay ordered).
+bool lt_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("TG_CUBLASLT");
+    return !(env && std::strcmp(env, "0") == 0);
+  }();
+  return on;
+}
+
+struct LtKey {
+  int64_t v[18];
+  bool operator==(const LtKey& o) const { return std::memcmp(v, o.v, sizeof(v)) == 0; }
+};
+struct LtKeyHash {
+  size_t operator()(const LtKey& k) const {
+    size_t h = 1469598103934665603ull;
+    for (int64_t x : k.v) h = (h ^ size_t(x)) * 1099511628211ull;
+    return h;
+  }
+};
+
+struct LtPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+  bool ok = false;  // false: the heuristic found nothing; use cublasGemmEx
+  ~LtPlan() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+cublasLtHandle_t lt_handle(int device) {
+  static std::mutex mu;
+  static cublasLtHandle_t handles[64] = {};  // never destroyed (outlive threads)
+  std::lock_guard<std::mutex> lock(mu);
+  if (!handles[device]) {
+    detail::RelaxedCaptureMode relaxed;
+    TG_CUBLAS_CHECK(cublasLtCreate(&handles[device]), "bmm");
+  }
+  return handles[device];
+}
+
+uint32_t alignment_of(const void* p) {
+  uint32_t a = 256;
+  while (a > 1 && reinterpret_cast<uintptr_t>(p) % a) a /= 2;
+  return a;
+}
+
+// The plan for C (m x n, column-major, ld m) = op(A) op(B), batched.
+std::shared_ptr<LtPlan> lt_plan(int device, bool f64, cublasComputeType_t compute, cublasOperation_t opa,
+                                cublasOperation_t opb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t sa,
+                                int64_t ldb, int64_t sb, int64_t batch, uint32_t align_a, uint32_t align_b,
+                                uint32_t align_c) {
+  const LtKey key{{device, f64, int64_t(compute), int64_t(opa), int64_t(opb), m, n, k, lda, sa, ldb, sb, batch,
+                   align_a, align_b, align_c, int64_t(workspace_bytes(device)), 0}};
+  static std::mutex mu;
+  static std::unordered_map<LtKey, std::shared_ptr<LtPlan>, LtKeyHash> cache;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  auto p = std::make_shared<LtPlan>();
+  const cudaDataType_t type = f64 ? CUDA_R_64F : CUDA_R_32F;
+  auto layout = [&](cublasLtMatrixLayout_t* l, int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
+    if (cublasLtMatrixLayoutCreate(l, type, uint64_t(rows), uint64_t(cols), ld) != CUBLAS_STATUS_SUCCESS)
+      return false;
+    if (batch > 1) {
+      int32_t count = int32_t(batch);
+      cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count));
+      cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride));
+    }
+    return true;
+  };
+  bool made = cublasLtMatmulDescCreate(&p->desc, compute, type) == CUBLAS_STATUS_SUCCESS;
+  if (made) {
+    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
+    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
+    made = layout(&p->a, opa == CUBLAS_OP_N ? m : k, opa == CUBLAS_OP_N ? k : m, lda, sa) &&
+           layout(&p->b, opb == CUBLAS_OP_N ? k : n, opb == CUBLAS_OP_N ? n : k, ldb, sb) &&
+           layout(&p->c, m, n, m, m * n);
+  }
+  if (made) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    if (cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
+      const uint64_t ws = workspace_bytes(device);
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                           sizeof(align_a));
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                           sizeof(align_b));
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+                                           sizeof(align_c));
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
+                                           sizeof(align_c));
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      detail::RelaxedCaptureMode relaxed;  // a host-side query, allowed under capture
+      if (cublasLtMatmulAlgoGetHeuristic(lt_handle(device), p->desc, p->a, p->b, p->c, p->c, pref, 1, &result,
+                                         &found) == CUBLAS_STATUS_SUCCESS &&
+          found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+        p->algo = result.algo;
+        p->workspace = result.workspaceSize;
+        p->ok = true;
+      }
+      cublasLtMatmulPreferenceDestroy(pref);
+    }
+  }
+  (void)cudaGetLastError();
+  std::lock_guard<std::mutex> lock(mu);
+  return cache.emplace(key, p).first->second;
+}
+
 void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
   int64_t B = out.sizes()[0], n = out.sizes()[1], m = out.sizes()[2], k = a.sizes()[2];
   if (out.numel() == 0) return;
@@ -186,9 +325,41 @@ void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
   float one32 = 1, zero32 = 0;
   const void* alpha = f64 ? static_cast<const void*>(&one64) : &one32;
   const void* beta = f64 ? static_cast<const void*>(&zero64) : &zero32;
-  cublasHandle_t h = handle(out.device().index(), s);
+  const int device = out.device().index();
   cublasOperation_t opb = ob.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
   cublasOperation_t opa = oa.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
+  fusion::CaptureAccess access(s);  // a capture records what the product touches
+  access.read(ob.t);
+  access.read(oa.t);
+  access.write(out);
+  if (lt_enabled()) {
+    std::shared_ptr<LtPlan> plan =
+        lt_plan(device, f64, compute, opb, opa, m, n, k, ob.ld, B == 1 ? 0 : ob.batch_stride, oa.ld,
+                B == 1 ? 0 : oa.batch_stride, B, alignment_of(ob.t.data_ptr()), alignment_of(oa.t.data_ptr()),
+                alignment_of(out.data_ptr()));
+    if (plan->ok) {
+      void* ws = nullptr;
+      if (plan->workspace > 0) {
+        if (access.active()) {
+          // Under capture: a workspace of the graph's own, kept with it.
+          auto buf = std::make_shared<Tensor>(
+              tg::empty({int64_t(plan->workspace)}, TensorOptions().dtype(kBool).device(out.device())));
+          ws = buf->data_ptr();
+          access.add({static_cast<const char*>(ws), int64_t(plan->workspace), true});
+          detail::keep_alive_with_capture(current_stream(device), std::move(buf));
+        } else {
+          ws = stream_workspace(device, s);
+        }
+      }
+      TG_CUBLAS_CHECK(cublasLtMatmul(lt_handle(device), plan->desc, alpha, ob.t.data_ptr(), plan->a,
+                                     oa.t.data_ptr(), plan->b, beta, out.data_ptr(), plan->c, out.data_ptr(),
+                                     plan->c, &plan->algo, ws, plan->workspace, s),
+                      "bmm");
+      return;
+    }
+  }
+  cublasHandle_t h = handle(device, s);
+  access.add({static_cast<const char*>(stream_workspace(device, s)), int64_t(workspace_bytes(device)), true});
   if (B == 1) {
     // A single product goes through cublasGemmEx: cuBLAS's heuristics for the
     // non-batched call pick split-K for the long, thin products of weight

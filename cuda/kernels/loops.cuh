@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "cuda/check.h"
+#include "cuda/capture_access.h"
 #include "cuda/fusion.h"
 #include <tapegrad/cuda/stream.h>
 #include "tensor/kernels.h"
@@ -318,6 +319,9 @@ void launch(const Tensor* ops, int nops, const char* op, F f) {
   DeviceGuard g(ops[0].device().index());
   Indexer ix = make_indexer(ops, nops, op);
   cudaStream_t s = static_cast<cudaStream_t>(current_stream(ops[0].device().index()).handle());
+  fusion::CaptureAccess access(s);  // operand 0 is written, the others read
+  access.write(ops[0]);
+  for (int o = 1; o < nops; ++o) access.read(ops[o]);
   constexpr int E = VecElemSize<F>::value;
   if (ix.linear) {
     LinearArgs a = linear_args(ix, E);

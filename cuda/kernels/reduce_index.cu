@@ -166,6 +166,9 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
   }
   DeviceGuard g(out.device().index());
   cudaStream_t s = stream_of(out);
+  fusion::CaptureAccess access(s);  // the partials too
+  access.read(x);
+  access.write(out);
   dispatch_compute(out.dtype(), "reduce", [&](auto tag) {
     using T = decltype(tag);
     using A = typename Acc<T>::type;
@@ -206,6 +209,7 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
                                                                                        : kFloat32)
                                                     .device(out.device()));
     A* pp = static_cast<A*>(partial.data_ptr());
+    access.write(partial);
     if (columns) {  // partials [splits, outer]: a column reduction again, one split
       reduce_columns_kernel<T, A, A><<<dim3{unsigned(col_blocks), unsigned(splits), 1}, dim3{32, kColRows, 1}, 0, s>>>(
           xp, kept, red, outer, inner, chunk, op, pp);

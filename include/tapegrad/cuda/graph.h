@@ -90,11 +90,28 @@ class CUDAGraph {
   bool fusion() const { return fusion_; }
   /// How many nodes the last capture's fusion removed from the graph.
   size_t fused_nodes() const { return fused_nodes_; }
+  /// Whether capture_end() relaxes the captured dependencies (on by default;
+  /// TG_CUDA_GRAPH_RELAX=0 turns it off for every graph): stream capture
+  /// orders each node after the previous one on its stream; relaxed, a node
+  /// whose memory accesses are known waits only for the nodes whose memory
+  /// it conflicts with (read after write, write after read or write), so
+  /// independent work (weight gradients beside the input-gradient chain, the
+  /// passes of a double backward) runs concurrently. Set before
+  /// capture_begin().
+  void set_relax_dependencies(bool on) { relax_ = on; }
+  /// Whether relaxation is asked for (set_relax_dependencies).
+  bool relax_dependencies() const { return relax_; }
+  /// The longest chain of dependent nodes of the last capture as captured
+  /// (after fusion); 0 when relaxation is off.
+  size_t captured_depth() const { return captured_depth_; }
+  /// The longest chain of dependent nodes after relaxation; 0 when it is off.
+  size_t depth() const { return depth_; }
 
  private:
   friend void detail_abort_capture(CUDAGraph* g);
   friend struct CaptureRegistry;
   void end_capture(bool abandon);
+  void optimize(void* graph, fusion::Log* log);  // fusion, relaxation
   struct RngState;                // the generator state the replays move
   std::shared_ptr<RngState> rng_;
   // Host memory the graph's nodes read or write (pinned buffers of captured
@@ -112,7 +129,9 @@ class CUDAGraph {
   bool capturing_ = false;
   bool aborted_ = false;
   bool fusion_ = true;
+  bool relax_ = true;
   size_t fused_nodes_ = 0;
+  size_t captured_depth_ = 0, depth_ = 0;
   std::shared_ptr<fusion::Log> fusion_log_;  // the fusable launches of the capture underway
   std::string abort_reason_;
 };

@@ -205,6 +205,11 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
 
   // The watchdog: every few milliseconds while collectives are pending.
   void watch() {
+    // Relaxed: the queries below are legal while another thread captures a
+    // graph, also in Global mode (which would otherwise refuse them and
+    // invalidate that capture).
+    cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
+    (void)cudaThreadExchangeStreamCaptureMode(&relaxed);
     std::unique_lock<std::mutex> l(m_);
     while (!stop_) {
       cv_.wait_for(l, std::chrono::milliseconds(pending_.empty() ? 100 : 5));
@@ -219,7 +224,14 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
         }
       }
       for (auto it = pending_.begin(); it != pending_.end();) {
-        if (it->done->query()) {
+        bool done = false;
+        try {
+          done = it->done->query();
+        } catch (const std::exception& e) {  // a device error: report it, never end the process
+          abort_locked(std::string("NCCL ") + it->what + ": " + e.what());
+          break;
+        }
+        if (done) {
           it = pending_.erase(it);
         } else if (Clock::now() - it->start > options_.timeout) {
           abort_locked(timeout_message(it->what));

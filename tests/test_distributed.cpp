@@ -22,6 +22,11 @@ namespace dist = tg::distributed;
   GTEST_SKIP() << "needs NCCL and two GPUs (NCCL built in: " << (dist::is_available() ? "yes" : "no") \
                << ", GPUs: " << tg::cuda::device_count() << "); runs on the nvidia-h200-x2 machine"
 
+#define REQUIRE_NCCL_GPU()                                                                         \
+  if (!dist::is_available() || tg::cuda::device_count() < 1)                                      \
+  GTEST_SKIP() << "needs NCCL and a GPU (NCCL built in: " << (dist::is_available() ? "yes" : "no") \
+               << ", GPUs: " << tg::cuda::device_count() << "); runs on the GPU machines"
+
 int world() { return tg::cuda::device_count(); }
 
 std::vector<int> all_devices() {
@@ -237,6 +242,64 @@ TEST(DistributedGpu, DataParallelGradientsEqualOneGpuOnTheGlobalBatch) {
     // Each rank's loss is the mean over its shard: the average over ranks of
     // the accumulated sum is the reference's sum of two global means.
     expect_near(grads(), want_acc, "no_sync accumulation");
+  });
+}
+
+// The whole DDP training step — forward, the PINN loss by double backward,
+// backward with its bucketed all-reduces on the communication stream, a
+// capturable Adam step — captured into one CUDA graph per rank and replayed
+// with new collocation points equals the same steps run eagerly by a twin
+// model on the same group. Every GPU there is (one: a one-rank group).
+TEST(DistributedGpu, DataParallelStepCapturedInACudaGraph) {
+  REQUIRE_NCCL_GPU();
+  run_ranks([&](int r, std::shared_ptr<dist::ProcessGroup> g) {
+    auto graphed_model = mlp(2, 32, 2, r, 3), eager_model = mlp(2, 32, 2, r, 3);
+    dist::DDPOptions o;
+    o.bucket_cap_bytes = 4096;  // several buckets
+    o.first_bucket_cap_bytes = 1024;
+    dist::DistributedDataParallel graphed(graphed_model, g, o), eager(eager_model, g, o);
+    tg::optim::AdamOptions ao;
+    ao.lr = 1e-2;
+    ao.capturable = true;
+    tg::optim::Adam adam_g(graphed_model->parameters(), ao), adam_e(eager_model->parameters(), ao);
+    auto step = [](dist::DistributedDataParallel& ddp, tg::optim::Adam& adam, const Tensor& x) {
+      adam.zero_grad(/*set_to_none=*/false);
+      Tensor loss = pinn_loss([&](const Tensor& xi) { return ddp(xi); }, x);
+      loss.backward();
+      adam.step();
+      return loss;
+    };
+    tg::manual_seed(100 + uint64_t(r));  // different data on every rank
+    std::vector<Tensor> data;
+    for (int i = 0; i < 8; ++i) data.push_back(tg::rand({64, 2}, on(r)));
+    // Warm-up (the buckets are rebuilt after the first step) on both.
+    Tensor x = data[0].clone();
+    for (int i = 0; i < 2; ++i) {
+      step(graphed, adam_g, x);
+      step(eager, adam_e, x);
+    }
+    tg::cuda::CUDAGraph graph;
+    Tensor loss;
+    {
+      // Ranks that are threads of one process capture ThreadLocal; a single
+      // rank captures Global, while the group's watchdog queries the warm-up
+      // steps' collectives on its own thread.
+      tg::cuda::Graph capture(graph, {}, std::nullopt,
+                              world() == 1 ? tg::cuda::CaptureMode::Global : tg::cuda::CaptureMode::ThreadLocal);
+      loss = step(graphed, adam_g, x);
+    }
+    for (size_t i = 1; i < data.size(); ++i) {
+      x.copy_(data[i]);
+      graph.replay();
+      Tensor want = step(eager, adam_e, data[i]);
+      EXPECT_NEAR(host(loss)[0], host(want)[0], 1e-12 * (1 + std::abs(host(want)[0]))) << "replay " << i;
+    }
+    const auto pg = graphed_model->parameters(), pe = eager_model->parameters();
+    ASSERT_EQ(pg.size(), pe.size());
+    for (size_t i = 0; i < pg.size(); ++i) {
+      const auto a = host(pg[i]), b = host(pe[i]);
+      for (size_t j = 0; j < a.size(); ++j) EXPECT_NEAR(a[j], b[j], 1e-12 * (1 + std::abs(b[j]))) << "param " << i;
+    }
   });
 }
 

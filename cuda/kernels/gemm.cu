@@ -217,6 +217,8 @@ struct LtPlan {
   }
 };
 
+// One cuBLASLt handle per device, shared by threads: every call passes its
+// stream and workspace, and nothing configures the handle after creation.
 cublasLtHandle_t lt_handle(int device) {
   static std::mutex mu;
   static cublasLtHandle_t handles[64] = {};  // never destroyed (outlive threads)

@@ -18,6 +18,13 @@ namespace tg::cuda::fusion {
 // The bytes spanned by a strided tensor (its lowest to its highest element).
 Access span_of(const Tensor& t, bool written);
 
+// The whole storage under a tensor: for kernels that index it by data (a
+// gather reads, a scatter writes, anywhere along the indexed dim).
+inline Access storage_of(const Tensor& t, bool written) {
+  const auto& st = t.impl()->storage();
+  return {static_cast<const char*>(st->data()), int64_t(st->nbytes()), written};
+}
+
 class CaptureAccess {
  public:
   explicit CaptureAccess(void* stream);

@@ -274,6 +274,8 @@ void gather_kernel(const Tensor& out, const Tensor& x, const Tensor& index, int6
                    int64_t dim_stride) {
   Tensor ops[3] = {out, index, x};
   int64_t esz = int64_t(element_size(out.dtype()));
+  fusion::CaptureAccess access(stream_of(out));  // x is read by index, anywhere in its storage
+  access.add(fusion::storage_of(x, false));
   dispatch_bytes(size_t(esz), [&](auto u) {
     launch(ops, 3, "gather", GatherFn<decltype(u)>{dim_stride * esz});
   });
@@ -300,6 +302,8 @@ void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, con
   Tensor target = raw::as_strided(out, index.sizes(), st);
   Tensor src_view = raw::as_strided(src, index.sizes(), src.strides());
   Tensor ops[3] = {target, index, src_view};
+  fusion::CaptureAccess access(stream_of(out));  // out is written by index, anywhere in its storage
+  access.add(fusion::storage_of(out, true));
   dispatch_compute(out.dtype(), "scatter_add", [&](auto tag) {
     using T = decltype(tag);
     int64_t step = out.strides()[size_t(dim)] * int64_t(sizeof(T));

@@ -316,11 +316,46 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(int rank, int world_size, const
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
-  cuda::DeviceGuard g(device);
-  ncclComm_t comm = nullptr;
-  nccl_check(ncclCommInitRank(&comm, world_size, id, rank),
-             "ncclCommInitRank (rank " + std::to_string(rank) + " of " + std::to_string(world_size) + ")");
-  return std::make_shared<NcclGroup>(comm, rank, world_size, device, options);
+  // ncclCommInitRank blocks until every rank has joined. It runs on a helper
+  // thread so that a rank that never starts (or uses another rendezvous
+  // file) makes this one fail within the timeout instead of hanging: the
+  // helper is then left behind and destroys the communicator if the peers
+  // ever come.
+  struct Init {
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false, abandoned = false;
+    ncclComm_t comm = nullptr;
+    ncclResult_t result = ncclSuccess;
+  };
+  auto init = std::make_shared<Init>();
+  std::thread([init, world_size, id, rank, device] {
+    ncclComm_t comm = nullptr;
+    ncclResult_t r = cudaSetDevice(device) == cudaSuccess ? ncclCommInitRank(&comm, world_size, id, rank)
+                                                          : ncclUnhandledCudaError;
+    std::lock_guard<std::mutex> l(init->m);
+    if (init->abandoned) {
+      if (r == ncclSuccess) ncclCommDestroy(comm);
+      return;
+    }
+    init->comm = comm;
+    init->result = r;
+    init->done = true;
+    init->cv.notify_all();
+  }).detach();
+  const std::string what = "ncclCommInitRank (rank " + std::to_string(rank) + " of " + std::to_string(world_size) +
+                           ", cuda:" + std::to_string(device) + ")";
+  {
+    std::unique_lock<std::mutex> l(init->m);
+    if (!init->cv.wait_for(l, options.timeout, [&] { return init->done; })) {
+      init->abandoned = true;
+      TG_ERROR("ProcessGroup::init: ", what, " did not complete within ", options.timeout.count(),
+               " ms: a rank did not start, or did not use the rendezvous file ", file,
+               " (start every rank with the same file, or raise Options::timeout)");
+    }
+  }
+  nccl_check(init->result, what);
+  return std::make_shared<NcclGroup>(init->comm, rank, world_size, device, options);
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::init_from_env(Options options) {

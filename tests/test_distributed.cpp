@@ -7,8 +7,10 @@
 #include "reference.h"
 
 #include <chrono>
+#include <cstdio>
 #include <exception>
 #include <thread>
+#include <unistd.h>
 
 #include <tapegrad/distributed/distributed.h>
 
@@ -301,6 +303,34 @@ TEST(DistributedGpu, DataParallelStepCapturedInACudaGraph) {
       for (size_t j = 0; j < a.size(); ++j) EXPECT_NEAR(a[j], b[j], 1e-12 * (1 + std::abs(b[j]))) << "param " << i;
     }
   });
+}
+
+// A rank whose peer never starts fails within the timeout with an error that
+// says so, and groups made afterwards work.
+TEST(DistributedGpu, InitFailsWithinTheTimeoutWhenAPeerNeverStarts) {
+  REQUIRE_NCCL_GPU();
+  const std::string file = ::testing::TempDir() + "tg_rendezvous_" + std::to_string(::getpid());
+  std::remove(file.c_str());
+  dist::Options o;
+  o.timeout = std::chrono::milliseconds(1500);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    dist::ProcessGroup::init(0, 2, file, 0, o);
+    ADD_FAILURE() << "init returned without its peer";
+  } catch (const tg::Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("did not complete within 1500 ms"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 0 of 2"), std::string::npos) << m;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(s, 10.0) << "the failure took " << s << " s";
+  std::remove(file.c_str());
+  // One rank alone through the same entry point, then a collective.
+  auto g = dist::ProcessGroup::init(0, 1, file, 0, o);
+  Tensor t = tg::full({4}, 3.0, on(0));
+  g->all_reduce(t, dist::ReduceOp::Sum)->synchronize();
+  EXPECT_EQ(host(t), std::vector<double>(4, 3.0));
+  std::remove(file.c_str());
 }
 
 TEST(DistributedGpu, ParametersStayIdenticalAcrossRanksAfterAdamSteps) {

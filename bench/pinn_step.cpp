@@ -199,6 +199,9 @@ int main(int argc, char** argv) {
       loss = step(net, x, f, lr, adam.get(), taylor);
     }
     if (!o.dump.empty()) graph.debug_dump(o.dump);
+    result["fused_nodes"] = graph.fused_nodes();
+    result["captured_depth"] = graph.captured_depth();  // longest chain of nodes, as captured
+    result["depth"] = graph.depth();                    // and after relaxation
     graph.instantiate();
     Tensor fresh = (tg::rand({o.batch, 2}, opt) * 2.0 - 1.0).to(dev);
     result["graphed_ms"] = ms_per_step(o, dev, [&] {
@@ -224,8 +227,10 @@ int main(int argc, char** argv) {
                 o.optimizer.c_str(), o.laplacian.c_str());
     std::printf("  tapegrad eager    %8.3f ms/step\n", result["eager_ms"].get<double>());
     if (gpu)
-      std::printf("  tapegrad graphed  %8.3f ms/step  (%.1fx)\n", result["graphed_ms"].get<double>(),
-                  result.value("speedup", 0.0));
+      std::printf("  tapegrad graphed  %8.3f ms/step  (%.1fx; %zu nodes fused, longest chain %zu -> %zu)\n",
+                  result["graphed_ms"].get<double>(), result.value("speedup", 0.0),
+                  result.value("fused_nodes", size_t(0)), result.value("captured_depth", size_t(0)),
+                  result.value("depth", size_t(0)));
   }
   if (!o.out.empty()) std::ofstream(o.out) << result.dump(2) << "\n";
   return 0;

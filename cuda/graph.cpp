@@ -424,14 +424,19 @@ void CUDAGraph::optimize(void* graph, fusion::Log* log) {
   if (log && fusion_ && fusion_allowed() && log->launches.size() > 1) {
     std::vector<std::pair<void*, std::vector<void*>>> merged;
     fused_nodes_ = fusion::fuse(graph, log->launches, &merged);
-    for (auto& [node, members] : merged) {
+    for (auto& [node, members] : merged) {  // every member is a recorded launch
       std::vector<fusion::Access> all;
+      bool complete = true;
       for (void* m : members) {
         auto it = access.find(m);
+        if (it == access.end()) {
+          complete = false;  // unknown: the fused node stays a barrier
+          continue;
+        }
         all.insert(all.end(), it->second.begin(), it->second.end());
         access.erase(it);
       }
-      access[node] = std::move(all);
+      if (complete) access[node] = std::move(all);
     }
   }
   std::vector<std::pair<void*, std::vector<fusion::Access>>> known(access.begin(), access.end());

@@ -341,18 +341,16 @@ void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
                 alignment_of(out.data_ptr()));
     if (plan->ok) {
       void* ws = nullptr;
-      if (plan->workspace > 0) {
-        if (access.active()) {
-          // Under capture: a workspace of the graph's own, kept with it.
-          auto buf = std::make_shared<Tensor>(
-              tg::empty({int64_t(plan->workspace)}, TensorOptions().dtype(kBool).device(out.device())));
-          ws = buf->data_ptr();
-          access.add({static_cast<const char*>(ws), int64_t(plan->workspace), true});
-          detail::keep_alive_with_capture(current_stream(device), std::move(buf));
-        } else {
-          ws = stream_workspace(device, s);
-        }
+      if (plan->workspace > 0 && access.active()) {
+        // Under capture: a workspace of the graph's own, kept with it (when
+        // the capture is a CUDAGraph's; else the stream's).
+        auto buf = std::make_shared<Tensor>(
+            tg::empty({int64_t(plan->workspace)}, TensorOptions().dtype(kBool).device(out.device())));
+        void* own = buf->data_ptr();
+        if (detail::keep_alive_with_capture(current_stream(device), std::move(buf))) ws = own;
       }
+      if (plan->workspace > 0 && !ws) ws = stream_workspace(device, s);
+      access.add({static_cast<const char*>(ws), int64_t(plan->workspace), true});
       TG_CUBLAS_CHECK(cublasLtMatmul(lt_handle(device), plan->desc, alpha, ob.t.data_ptr(), plan->a,
                                      oa.t.data_ptr(), plan->b, beta, out.data_ptr(), plan->c, out.data_ptr(),
                                      plan->c, &plan->algo, ws, plan->workspace, s),

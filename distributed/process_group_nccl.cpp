@@ -359,16 +359,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(int rank, int world_size, const
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::init_from_env(Options options) {
-  auto env = [](const char* k) -> std::string {
-    const char* v = std::getenv(k);
-    return v ? v : "";
-  };
-  const std::string rank = env("RANK"), world = env("WORLD_SIZE"), file = env("TG_RENDEZVOUS_FILE"),
-                    local = env("LOCAL_RANK");
-  TG_CHECK(!rank.empty() && !world.empty() && !file.empty(),
-           "ProcessGroup::init_from_env: RANK, WORLD_SIZE and TG_RENDEZVOUS_FILE must be set (got RANK='", rank,
-           "', WORLD_SIZE='", world, "', TG_RENDEZVOUS_FILE='", file, "')");
-  return init(std::stoi(rank), std::stoi(world), file, local.empty() ? -1 : std::stoi(local), options);
+  const LaunchInfo l = launch_from_env();
+  TG_CHECK(l.rank >= 0 && !l.rendezvous_file.empty(),
+           "ProcessGroup::init_from_env: no rank in the environment (set RANK and WORLD_SIZE, or start the "
+           "processes with mpirun or srun) or no TG_RENDEZVOUS_FILE (a fresh path on a file system every rank "
+           "sees; got '", l.rendezvous_file, "')");
+  return init(l.rank, l.world_size, l.rendezvous_file, l.local_rank, options);
 }
 
 std::vector<std::shared_ptr<ProcessGroup>> ProcessGroup::init_local(const std::vector<int>& devices,

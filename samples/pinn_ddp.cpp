@@ -7,7 +7,8 @@
 // while backward runs. --loss mlp trains a plain regression MLP instead.
 //
 // Launch one process per GPU (scripts/launch.sh N build/samples/pinn_ddp ...
-// sets RANK, WORLD_SIZE, LOCAL_RANK and TG_RENDEZVOUS_FILE), or run it
+// sets RANK, WORLD_SIZE, LOCAL_RANK and TG_RENDEZVOUS_FILE; mpirun or srun
+// with TG_RENDEZVOUS_FILE set works too), or run it
 // alone: one process drives --gpus GPUs from threads (default: all).
 // Prints ms per step and samples per second; --json writes them. Checks: the
 // parameters are bitwise identical on every rank after training, and the
@@ -170,7 +171,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::vector<std::shared_ptr<dist::ProcessGroup>> groups;
-  const bool launched = std::getenv("RANK") != nullptr;
+  // Launched: by scripts/launch.sh (RANK set), or by mpirun / srun with more
+  // than one process (dist::launch_from_env reads their variables).
+  const dist::LaunchInfo launch = dist::launch_from_env();
+  const bool launched = std::getenv("RANK") != nullptr || launch.world_size > 1;
   if (launched) {
     groups.push_back(dist::ProcessGroup::init_from_env());
   } else {

@@ -8,7 +8,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <optional>
 #include <thread>
 #include <unistd.h>
 
@@ -83,6 +85,69 @@ TEST(Distributed, WithoutNcclOrGpusGroupsSaySo) {
         }
       },
       tg::Error);
+}
+
+// Where a process sits in a launch, from each launcher's variables (no NCCL
+// or GPU needed). Every variable this test touches is restored.
+TEST(Distributed, LaunchInfoComesFromEachLaunchersEnvironment) {
+  const char* names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                         "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
+                         "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "TG_RENDEZVOUS_FILE"};
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+  for (const char* n : names) {
+    const char* v = std::getenv(n);
+    saved.emplace_back(n, v ? std::optional<std::string>(v) : std::nullopt);
+    ::unsetenv(n);
+  }
+  struct Restore {
+    std::vector<std::pair<std::string, std::optional<std::string>>>& saved;
+    ~Restore() {
+      for (auto& [n, v] : saved) v ? (void)::setenv(n.c_str(), v->c_str(), 1) : (void)::unsetenv(n.c_str());
+    }
+  } restore{saved};
+  dist::LaunchInfo l = dist::launch_from_env();
+  EXPECT_EQ(l.rank, -1);
+  EXPECT_EQ(l.launcher, "");
+  ::setenv("TG_RENDEZVOUS_FILE", "/shared/id", 1);
+  ::setenv("SLURM_PROCID", "5", 1);
+  ::setenv("SLURM_NTASKS", "8", 1);
+  ::setenv("SLURM_LOCALID", "1", 1);
+  l = dist::launch_from_env();
+  EXPECT_EQ(l.launcher, "Slurm");
+  EXPECT_EQ(l.rank, 5);
+  EXPECT_EQ(l.world_size, 8);
+  EXPECT_EQ(l.local_rank, 1);
+  EXPECT_EQ(l.rendezvous_file, "/shared/id");
+  ::setenv("PMI_RANK", "2", 1);  // MPICH inside a Slurm allocation: the launcher's own variables win
+  ::setenv("PMI_SIZE", "4", 1);
+  l = dist::launch_from_env();
+  EXPECT_EQ(l.launcher, "MPICH / Intel MPI");
+  EXPECT_EQ(l.rank, 2);
+  EXPECT_EQ(l.world_size, 4);
+  EXPECT_EQ(l.local_rank, -1);
+  ::setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+  ::setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  ::setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3", 1);
+  l = dist::launch_from_env();
+  EXPECT_EQ(l.launcher, "Open MPI");
+  EXPECT_EQ(l.rank, 3);
+  EXPECT_EQ(l.local_rank, 3);
+  ::setenv("RANK", "0", 1);
+  ::setenv("WORLD_SIZE", "2", 1);
+  l = dist::launch_from_env();
+  EXPECT_EQ(l.launcher, "env");
+  EXPECT_EQ(l.rank, 0);
+  EXPECT_EQ(l.world_size, 2);
+  EXPECT_EQ(l.local_rank, -1);
+  ::setenv("RANK", "two", 1);
+  try {
+    (void)dist::launch_from_env();
+    ADD_FAILURE() << "a rank that is not a number was accepted";
+  } catch (const tg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("RANK='two'"), std::string::npos) << e.what();
+  }
+  ::setenv("RANK", "2", 1);
+  EXPECT_THROW((void)dist::launch_from_env(), tg::Error);  // rank 2 of 2
 }
 
 TEST(DistributedGpu, CollectivesGiveTheirValues) {

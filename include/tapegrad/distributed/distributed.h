@@ -49,6 +49,24 @@ class Work {
   virtual void synchronize() const = 0;
 };
 
+/// Where this process sits in a launch, read from the environment: RANK,
+/// WORLD_SIZE and LOCAL_RANK (scripts/launch.sh, torchrun); else what an MPI
+/// launcher sets (Open MPI's OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK,
+/// MPICH's and Intel MPI's PMI_RANK / PMI_SIZE / MPI_LOCALRANKID); else
+/// Slurm's (SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID). The rendezvous file
+/// is TG_RENDEZVOUS_FILE in every case (no MPI library is linked: the launcher
+/// only starts the processes). Fields not found are -1 / empty.
+struct LaunchInfo {
+  int rank = -1;                ///< this process's rank
+  int world_size = -1;          ///< the number of ranks
+  int local_rank = -1;          ///< its rank on this host (the GPU it drives)
+  std::string rendezvous_file;  ///< TG_RENDEZVOUS_FILE
+  std::string launcher;         ///< "env", "Open MPI", "MPICH / Intel MPI", "Slurm", or empty
+};
+/// Reads LaunchInfo (above); throws a tg::Error naming the variable when one
+/// is set but is not a number.
+LaunchInfo launch_from_env();
+
 /// A group of ranks, one GPU each, communicating through NCCL.
 ///
 /// Collectives take tensors on the group's device (contiguous, dense; float32,
@@ -67,8 +85,9 @@ class ProcessGroup {
   /// (waiting up to the timeout).
   static std::shared_ptr<ProcessGroup> init(int rank, int world_size, const std::string& rendezvous_file,
                                             int device = -1, Options options = {});
-  /// init() from the environment: RANK, WORLD_SIZE, TG_RENDEZVOUS_FILE, and
-  /// LOCAL_RANK for the device when set.
+  /// init() from the environment (launch_from_env(): RANK / WORLD_SIZE /
+  /// LOCAL_RANK, or an MPI launcher's or Slurm's variables, and
+  /// TG_RENDEZVOUS_FILE); the device is the local rank when known.
   static std::shared_ptr<ProcessGroup> init_from_env(Options options = {});
   /// One process driving several GPUs: one group member per device (rank i
   /// on devices[i]); drive each from its own thread.

@@ -9,6 +9,7 @@
 #include <tapegrad/tensor/raw.h>
 
 #include "autograd/ops/record.h"
+#include "autograd/ops/taylor.h"
 
 namespace tg::autograd {
 
@@ -64,6 +65,7 @@ bool taylor_active() {
 }
 
 std::vector<variable_list> input_coefficients(const variable_list& inputs) {
+  ops_detail::second_order_term();  // a user's rule: assume it forms second-order terms
   const forward_ad::TaylorLayout& l = *forward_ad::taylor_layout();
   variable_list tangents = input_tangents(inputs);
   std::vector<variable_list> out(size_t(l.order));

@@ -1,13 +1,17 @@
 #include <tapegrad/autograd/functional.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
+#include <string>
 
 #include <tapegrad/autograd/engine.h>
 #include <tapegrad/autograd/forward_ad.h>
 #include <tapegrad/autograd/grad_mode.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
+
+#include "autograd/ops/taylor.h"
 
 namespace tg::autograd {
 
@@ -244,6 +248,7 @@ std::vector<Tensor> hessian_rows_fwd(const TensorFn& fn, const Tensor& xi, bool 
 
 namespace {
 std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const char* op, bool record);
+Tensor structurally_zero_hessian(const TensorFn& fn, const Tensor& xi);
 }  // namespace
 
 Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy strategy,
@@ -274,10 +279,18 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
       }
     return result(stack(h, 1).view({B, m, n, n}), create_graph);
   }
-  if (strategy == HessianStrategy::Taylor && !forward_ad::is_active())
-    return result(taylor_hessian(fn, forward_input(x, "per_sample_hessian", create_graph), "per_sample_hessian",
-                                 create_graph)[2],
-                  create_graph);
+  if (strategy == HessianStrategy::Taylor && !forward_ad::is_active()) {
+    Tensor xf = forward_input(x, "per_sample_hessian", create_graph);
+    // Without create_graph, a structurally zero Hessian (a relu network's)
+    // costs one probe on an empty batch instead of the pass.
+    static const bool probe = [] {  // TG_STRUCTURE_PROBE=0 turns the probe off (for A/B timing)
+      const char* env = std::getenv("TG_STRUCTURE_PROBE");
+      return !(env && std::string(env) == "0");
+    }();
+    if (probe && !create_graph && B > 1)
+      if (Tensor zero = structurally_zero_hessian(fn, xf); zero.defined()) return zero;
+    return result(taylor_hessian(fn, xf, "per_sample_hessian", create_graph)[2], create_graph);
+  }
   if (strategy == HessianStrategy::ForwardOverReverse && !forward_ad::is_active()) {
     std::vector<Tensor> rows = hessian_rows_fwd(fn, xi, create_graph, "per_sample_hessian");
     for (Tensor& r : rows) r = r.permute({1, 0, 2});  // [B, j, k]
@@ -327,9 +340,10 @@ std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor&
   Tensor tangent;
   {
     forward_ad::detail::Suspend pause;
-    tangent = cat({dirs, zeros({l.batch() - dirs.size(0), n}, dirs.options())}, 0)
-                  .view({l.batch(), 1, n})
-                  .expand({l.batch(), B, n});
+    tangent = B == 0 ? zeros({l.batch(), 0, n}, xi.options())  // nothing to fill (the structure probe)
+                     : cat({dirs, zeros({l.batch() - dirs.size(0), n}, dirs.options())}, 0)
+                           .view({l.batch(), 1, n})
+                           .expand({l.batch(), B, n});
   }
   Tensor y = fn(forward_ad::make_dual(xi, tangent));
   TG_CHECK(y.defined(), op, ": fn returned an undefined tensor");
@@ -344,21 +358,51 @@ std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor&
 // Taylor mode for per-sample Hessians: the n unit directions and one
 // second-order group per pair j <= k, whose c_2 is H_jk / 2. Returns the
 // value [B, m], c_1 [n, B, m] and H [B, m, n, n].
-std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const char* op, bool record) {
-  const int64_t B = xi.size(0), n = xi.size(1);
+std::vector<std::vector<forward_ad::SecondOrderPair>> hessian_groups(int64_t n, std::vector<double>* entry) {
   std::vector<std::vector<forward_ad::SecondOrderPair>> groups;
-  std::vector<double> entry(size_t(n * n));  // (j, k) -> its group
+  entry->assign(size_t(n * n), 0.0);  // (j, k) -> its group
   for (int64_t j = 0; j < n; ++j)
     for (int64_t k = j; k < n; ++k) {
-      entry[size_t(j * n + k)] = entry[size_t(k * n + j)] = double(groups.size());
+      (*entry)[size_t(j * n + k)] = (*entry)[size_t(k * n + j)] = double(groups.size());
       groups.push_back({{j, k, 1.0}});
     }
-  forward_ad::taylor_level level(n, groups);
+  return groups;
+}
+
+std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const char* op, bool record) {
+  const int64_t B = xi.size(0), n = xi.size(1);
+  std::vector<double> entry;
+  forward_ad::taylor_level level(n, hessian_groups(n, &entry));
+  // Made first: a copy from the host after the pass would wait for it.
+  Tensor idx = tensor(entry, {}, TensorOptions().dtype(kInt64)).to(xi.device());
   std::vector<Tensor> r = push_jet(fn, xi, identity(n, xi), op, record);
   const int64_t m = r[0].size(1);
-  Tensor idx = tensor(entry, {}, TensorOptions().dtype(kInt64)).to(xi.device());
   Tensor h = mul(index_select(r[2], 0, idx), 2.0);  // [n * n, B, m]
   return {r[0], r[1], h.permute({1, 2, 0}).reshape({B, m, n, n})};
+}
+
+// Zeros [B, m, n, n] when fn's second coefficients are structurally zero,
+// else undefined. The probe: fn on an empty batch (x's first 0 rows: every
+// op's rule runs, no kernel does) at the Hessian's Taylor level, unrecorded,
+// with an ops_detail::StructureProbe armed; the first rule that forms a
+// second-order term ends it (typically the first nonlinear activation).
+// Like torch.func's transforms, this takes fn to apply the same ops to every
+// sample (no control flow on x's values); fn runs once more. Anything fn
+// throws here (one that refuses an empty batch, say) is left to the full
+// pass to report.
+Tensor structurally_zero_hessian(const TensorFn& fn, const Tensor& xi) {
+  const int64_t B = xi.size(0), n = xi.size(1);
+  Tensor y;
+  ops_detail::StructureProbe probe;
+  try {
+    std::vector<double> entry;
+    forward_ad::taylor_level level(n, hessian_groups(n, &entry));
+    y = push_jet(fn, xi.narrow(0, 0, 0), Tensor(), "per_sample_hessian", /*record=*/false)[0];
+  } catch (...) {
+    return Tensor();
+  }
+  if (probe.found() || !y.defined()) return Tensor();
+  return zeros({B, y.size(1), n, n}, y.options());
 }
 
 }  // namespace

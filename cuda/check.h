@@ -4,6 +4,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include <tapegrad/tensor/error.h>
 
 #define TG_CUDA_CHECK(call, op)                                              \
@@ -17,6 +20,14 @@
   } while (0)
 
 namespace tg::cuda::detail {
+// False only when the environment variable `name` is set to "0": the
+// switches that turn an optimization off (TG_CUBLASLT, TG_CUDA_PDL,
+// TG_CUDA_GRAPH_FUSION, TG_CUDA_GRAPH_RELAX).
+inline bool env_allows(const char* name) {
+  const char* env = std::getenv(name);
+  return !(env && std::strcmp(env, "0") == 0);
+}
+
 // For a scope, this thread's capture mode is Relaxed: calls that are not
 // stream work (cudaMalloc, cublasCreate) are then allowed while a capture
 // in Global mode is underway.

@@ -34,18 +34,13 @@ std::mutex g_capturing_mu;
 std::unordered_map<unsigned long long, CUDAGraph*> g_capturing;
 std::atomic<int> g_captures_underway{0};
 
-bool env_allows(const char* name) {
-  const char* env = std::getenv(name);
-  return !(env && std::strcmp(env, "0") == 0);
-}
-
 bool fusion_allowed() {
-  static const bool on = env_allows("TG_CUDA_GRAPH_FUSION");
+  static const bool on = detail::env_allows("TG_CUDA_GRAPH_FUSION");
   return on;
 }
 
 bool relax_allowed() {
-  static const bool on = env_allows("TG_CUDA_GRAPH_RELAX");
+  static const bool on = detail::env_allows("TG_CUDA_GRAPH_RELAX");
   return on;
 }
 
@@ -159,25 +154,36 @@ struct CaptureRegistry {
 };
 
 namespace fusion {
+namespace {
+
+// The capture info of `s`: its id and dependencies when it captures.
+bool capture_info(cudaStream_t s, unsigned long long* id, std::vector<void*>* deps) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaGraphNode_t* d = nullptr;
+  size_t nd = 0;
+  if (cudaStreamGetCaptureInfo(s, &status, id, nullptr, &d, nullptr, &nd) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (status != cudaStreamCaptureStatusActive) return false;
+  deps->assign(d, d + nd);
+  return true;
+}
+
+}  // namespace
+
 bool captures_underway() { return g_captures_underway.load(std::memory_order_relaxed) > 0; }
 
 void record(void* stream, const void* func, const void* arg0, size_t arg0_bytes, ScalarType dtype, int64_t n,
             const Step& step) {
   if (dtype != ScalarType::Float32 && dtype != ScalarType::Float64) return;
   detail::RelaxedCaptureMode relaxed;  // only queries below; never fail a Global capture
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long id = 0;
-  const cudaGraphNode_t* deps = nullptr;
-  size_t ndeps = 0;
-  if (cudaStreamGetCaptureInfo(s, &status, &id, nullptr, &deps, nullptr, &ndeps) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return;
-  }
-  if (status != cudaStreamCaptureStatusActive || ndeps != 1) return;
+  std::vector<void*> deps;
+  if (!capture_info(static_cast<cudaStream_t>(stream), &id, &deps) || deps.size() != 1) return;
   // The stream's last node is this launch unless another thread launched on
   // the same stream in between: compare the kernel and its first argument.
-  cudaGraphNode_t node = deps[0];
+  cudaGraphNode_t node = static_cast<cudaGraphNode_t>(deps[0]);
   cudaGraphNodeType type;
   cudaKernelNodeParams kp{};
   if (cudaGraphNodeGetType(node, &type) != cudaSuccess || type != cudaGraphNodeTypeKernel ||
@@ -200,24 +206,6 @@ Access span_of(const Tensor& t, bool written) {
   }
   return {static_cast<const char*>(t.data_ptr()) + lo * elem, (hi - lo + 1) * elem, written};
 }
-
-namespace {
-
-// The capture info of `s`: its id and dependencies when it captures.
-bool capture_info(cudaStream_t s, unsigned long long* id, std::vector<void*>* deps) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  const cudaGraphNode_t* d = nullptr;
-  size_t nd = 0;
-  if (cudaStreamGetCaptureInfo(s, &status, id, nullptr, &d, nullptr, &nd) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  if (status != cudaStreamCaptureStatusActive) return false;
-  deps->assign(d, d + nd);
-  return true;
-}
-
-}  // namespace
 
 CaptureAccess::CaptureAccess(void* stream) : stream_(stream) {
   if (!captures_underway()) return;

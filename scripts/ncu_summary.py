@@ -11,7 +11,7 @@ with open(sys.argv[1]) as fh:
 for r in csv.DictReader(lines):
     if r.get("Metric Name") != "gpu__time_duration.sum":
         continue
-    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r.get("Metric Unit", ""), 1.0)
+    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}.get(r.get("Metric Unit", ""), 1.0)
     rows.append((r["Kernel Name"], float(r["Metric Value"].replace(",", "")) * scale, r.get("Grid Size", "")))
 by = defaultdict(lambda: [0.0, 0, set()])
 for name, us, grid in rows:

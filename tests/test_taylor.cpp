@@ -7,10 +7,12 @@
 // Functions (with a Taylor rule, and the error without one), the Laplacian
 // of a 100-input function against its Hessian's trace, and the GPU against
 // the CPU.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <optional>
 
+#include "autograd/ops/taylor.h"
 #include "reference.h"
 
 namespace {
@@ -167,6 +169,48 @@ TEST(TaylorMode, EveryOpsCoefficientsMatchReverseMode) {
   }
 }
 
+// The structure probe is sound for every op: where a pass on an empty batch
+// forms no second-order term, the op's second coefficients at a real input
+// are exactly zero; and it does find the terms of the nonlinear ops.
+TEST(TaylorMode, StructureProbeIsSoundForEveryOp) {
+  tg::manual_seed(11);
+  int zero = 0, nonzero = 0;
+  std::vector<std::string> completed;
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    auto [x, dirs] = sample(c, 2);
+    bool found = false, refused = false;
+    {
+      tg::autograd::ops_detail::StructureProbe probe;
+      try {
+        taylor(c.fn, x.narrow(0, 0, 0), dirs.narrow(1, 0, 0), 2);
+      } catch (const tg::autograd::ops_detail::SecondOrderTerm&) {
+      } catch (const tg::Error&) {
+        refused = true;  // an op that wants a non-empty input: no conclusion
+      }
+      found = probe.found();
+    }
+    if (found) {
+      ++nonzero;
+      continue;
+    }
+    if (refused) continue;
+    ++zero;
+    completed.push_back(c.name);
+    std::vector<Tensor> cf = taylor(c.fn, x, dirs, 2);
+    EXPECT_EQ(tg::abs(cf[1]).amax().item<double>(), 0.0) << "the probe found no second-order term";
+  }
+  auto has = [&](const std::string& name) {
+    return std::find(completed.begin(), completed.end(), name) != completed.end();
+  };
+  EXPECT_TRUE(has("relu"));
+  EXPECT_TRUE(has("abs"));
+  EXPECT_FALSE(has("exp"));
+  EXPECT_FALSE(has("tanh"));
+  EXPECT_GE(nonzero, 40);
+  EXPECT_GE(zero, 5);
+}
+
 // Order 2 with second-order groups: mixed pairs, weights and sums.
 TEST(TaylorMode, SecondOrderGroupsMatchMixedPartials) {
   tg::manual_seed(8);
@@ -300,6 +344,78 @@ TEST(TaylorMode, PerSampleHessianMatchesRowsForGeneralNetworks) {
 
 // With create_graph the Taylor Hessian is differentiable into the
 // parameters: equal to the gradient of the reference's.
+// A structurally zero Hessian (no rule forms a second-order term: relu,
+// linear ops) costs one probe on an empty batch instead of the pass;
+// anything that forms one (an activation after the relu, a product, a custom
+// Function's rule, a second-order term fn itself swallowed) gets the pass, and
+// every result equals the reference rows.
+TEST(TaylorMode, StructurallyZeroHessiansSkipThePass) {
+  tg::manual_seed(10);
+  const int64_t B = 6, n = 3, d = 8;
+  Tensor w1 = tg::randn({d, n}, kF64) * 0.5, b1 = tg::randn({d}, kF64) * 0.1;
+  Tensor w2 = tg::randn({d, d}, kF64) * 0.3, w3 = tg::randn({2, d}, kF64) * 0.5;
+  Tensor w4 = tg::randn({2, 7}, kF64) * 0.5;
+  std::vector<int64_t> calls;  // the batch of every call of fn
+  using Fn = std::function<Tensor(const Tensor&)>;
+  auto counted = [&](Fn f) {
+    return [&calls, f](const Tensor& x) {
+      calls.push_back(x.size(0));
+      return f(x);
+    };
+  };
+  auto relu_mlp = [&](const Tensor& x) {
+    Tensor h = tg::relu(tg::linear(x, w1, b1));
+    h = tg::relu(tg::linear(h, w2)).narrow(1, 0, 6) * 2.0 - 1.0;  // views and scalar ops: linear too
+    return tg::linear(tg::cat({h, tg::amax(h, {1}, true)}, 1), w4);
+  };
+  struct Case {
+    std::string name;
+    Fn fn;
+    std::vector<int64_t> calls;  // expected
+    bool zero;
+  };
+  std::vector<Case> cases = {
+      {"relu MLP", relu_mlp, {0}, true},
+      {"tanh after the relus", [&](const Tensor& x) { return tg::tanh(relu_mlp(x)); }, {0, B}, false},
+      {"product of a relu MLP and x", [&](const Tensor& x) { return relu_mlp(x) * x.narrow(1, 0, 1); }, {0, B},
+       false},
+      {"custom Function", [&](const Tensor& x) { return tg::linear(Cube::apply(tg::relu(tg::linear(x, w1))), w3); },
+       {0, B}, false},
+      {"second-order term swallowed by fn", [&](const Tensor& x) {
+         try {
+           return tg::linear(tg::silu(tg::linear(x, w1)), w3);
+         } catch (...) {
+           return tg::linear(tg::relu(tg::linear(x, w1)), w3);
+         }
+       },
+       {0, B}, false},
+      {"fn that refuses an empty batch", [&](const Tensor& x) {
+         TG_CHECK(x.size(0) > 0, "test fn: wants samples");
+         return relu_mlp(x);
+       },
+       {0, B}, true},
+  };
+  Tensor x = tg::randn({B, n}, kF64);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Tensor want = ag::per_sample_hessian(c.fn, x, ag::HessianStrategy::Rows);
+    calls.clear();
+    Tensor got = ag::per_sample_hessian(counted(c.fn), x, ag::HessianStrategy::Taylor);
+    EXPECT_EQ(calls, c.calls);
+    ASSERT_EQ(got.sizes(), (tg::IntList{B, 2, n, n}));
+    expect_near(got, want, c.name);
+    EXPECT_EQ(tg::abs(got).amax().item<double>() == 0.0, c.zero);
+  }
+  // With create_graph the pass runs (its result stays a function of the
+  // parameters), and no probe.
+  calls.clear();
+  Tensor w = w1.clone().requires_grad_();
+  Tensor h = ag::per_sample_hessian(counted([&](const Tensor& z) { return tg::linear(tg::relu(tg::linear(z, w)), w3); }),
+                                    x, ag::HessianStrategy::Taylor, /*create_graph=*/true);
+  EXPECT_EQ(calls, (std::vector<int64_t>{B}));
+  EXPECT_EQ(tg::abs(h).amax().item<double>(), 0.0);
+}
+
 TEST(TaylorMode, HessianLossBackpropagatesIntoParameters) {
   tg::manual_seed(10);
   Tensor w1 = (tg::randn({6, 2}, kF64) * 0.5).requires_grad_(), w2 = (tg::randn({1, 6}, kF64) * 0.5).requires_grad_();
@@ -423,6 +539,19 @@ TEST(TaylorModeGpu, MatchesCpu) {
   Tensor cpu = ag::per_sample_hessian(net(w1, w2), x, ag::HessianStrategy::Taylor);
   Tensor gpu = ag::per_sample_hessian(net(w1.to(kGpu), w2.to(kGpu)), x.to(kGpu), ag::HessianStrategy::Taylor);
   expect_near(gpu, cpu, "Taylor Hessian, GPU vs CPU");
+  {  // a relu network on the GPU: the probe on an empty batch, zeros, no pass
+    std::vector<int64_t> calls;
+    Tensor a = w1.to(kGpu), b = w2.to(kGpu);
+    Tensor h = ag::per_sample_hessian(
+        [&](const Tensor& z) {
+          calls.push_back(z.size(0));
+          return tg::linear(tg::relu(tg::linear(z, a)), b);
+        },
+        x.to(kGpu), ag::HessianStrategy::Taylor);
+    EXPECT_EQ(calls, (std::vector<int64_t>{0}));
+    EXPECT_TRUE(h.is_cuda());
+    expect_near(h.to(tg::Device(tg::kCPU)), tg::zeros({6, 2, 3, 3}, kF64), "relu network's Hessian on the GPU");
+  }
   expect_near(ag::laplacian(net(w1.to(kGpu), w2.to(kGpu)), x.to(kGpu)), ag::laplacian(net(w1, w2), x), "Laplacian");
   // The weight gradient of a Hessian loss (the fused rule's backward kernel).
   auto weight_grad = [&](const Tensor& a, const Tensor& b, const Tensor& at) {

@@ -249,6 +249,7 @@ Tensor taylor2_fused(const TaylorLayout& l, const Tensor& tx, const kernels::Tay
   if (!be.taylor2_unary) return Tensor();
   const int kind = taylor2_kind(l);
   if (kind < 0) return Tensor();
+  second_order_term();  // the kernel forms the cross term
   Tensor pa, pb;  // kind 2's pairs
   if (kind == 2) {
     const PairTensors& p = pair_tensors(l, tx);
@@ -285,6 +286,27 @@ Tensor taylor2_fused(const TaylorLayout& l, const Tensor& tx, const kernels::Tay
 
 }  // namespace
 
+namespace {
+thread_local bool t_probe_armed = false;
+thread_local bool t_probe_found = false;
+}  // namespace
+
+StructureProbe::StructureProbe() : prev_armed_(t_probe_armed), prev_found_(t_probe_found) {
+  t_probe_armed = true;
+  t_probe_found = false;
+}
+StructureProbe::~StructureProbe() {
+  t_probe_armed = prev_armed_;
+  t_probe_found = prev_found_;
+}
+bool StructureProbe::found() const { return t_probe_found; }
+
+void second_order_term() {
+  if (!t_probe_armed) return;
+  t_probe_found = true;
+  throw SecondOrderTerm{};
+}
+
 const forward_ad::TaylorLayout* fw_taylor() {
   const TaylorLayout* l = forward_ad::detail::current_state().taylor;
   return l && l->order >= 2 ? l : nullptr;
@@ -295,6 +317,7 @@ Tensor broadcast_one(const Tensor& x) { return ones({}, x.options()).expand(x.si
 Tensor jet_mul(const Tensor& a, const Tensor& b) { return mul(a, b); }
 
 Tensor jet_cross(const Tensor& a, const Tensor& b, const Bilinear& f, bool same) {
+  second_order_term();
   const TaylorLayout& l = layout();
   if (l.univariate) return f(a, b);
   const PairTensors& p = pair_tensors(l, a);
@@ -318,6 +341,9 @@ Tensor jet_cross(const Tensor& a, const Tensor& b, const Bilinear& f, bool same)
 Tensor jet_unary(const Tensor& tx, const std::vector<Tensor>& d) {
   const TaylorLayout& l = layout();
   const int K = l.order;
+  bool higher = false;
+  for (int j = 2; j <= K; ++j) higher = higher || d[size_t(j)].defined();
+  if (higher) second_order_term();
   if (K == 2) {
     kernels::Taylor2Derivatives fd;
     fd.d1 = d[1];
@@ -325,8 +351,6 @@ Tensor jet_unary(const Tensor& tx, const std::vector<Tensor>& d) {
     if (Tensor fused = taylor2_fused(l, tx, fd); fused.defined()) return fused;
   }
   Tensor lin = d[1].defined() ? mul(tx, d[1]) : Tensor();
-  bool higher = false;
-  for (int j = 2; j <= K; ++j) higher = higher || d[size_t(j)].defined();
   if (!higher) return lin.defined() ? lin : zeros_like(tx);
   std::vector<Tensor> x = blocks(l, tx), y = blocks(l, lin);
   // bell[m][j]: the coefficient of t^m in (c_1 t + c_2 t^2 + ...)^j.
@@ -360,6 +384,7 @@ Tensor jet_activation(const Tensor& tx, const Tensor& x, Activation act, int ord
 Tensor jet_product(const Tensor& a, const Tensor& ta, const Tensor& b, const Tensor& tb, const Bilinear& f) {
   Tensor lin = fw_add(ta.defined() ? f(ta, b) : Tensor(), tb.defined() ? f(a, tb) : Tensor());
   if (!ta.defined() || !tb.defined() || !fw_taylor()) return lin;  // linear in the one with coefficients
+  second_order_term();
   const TaylorLayout& l = layout();
   std::vector<Tensor> A = blocks(l, ta), B = blocks(l, tb), y = blocks(l, lin);
   for (int m = 2; m <= l.order; ++m) {
@@ -372,6 +397,7 @@ Tensor jet_product(const Tensor& a, const Tensor& ta, const Tensor& b, const Ten
 }
 
 Tensor jet_quotient(const Tensor& q, const Tensor& ta, const Tensor& b, const Tensor& tb) {
+  second_order_term();
   const TaylorLayout& l = layout();
   // a = q b: a_m = sum_{j=0..m} b_j q_{m-j}, so q_m = (a_m - sum_{j=1..m} b_j q_{m-j}) / b.
   std::vector<Tensor> A = blocks(l, ta), B = blocks(l, tb), Q(size_t(l.order) + 1);

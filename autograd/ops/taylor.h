@@ -22,6 +22,30 @@
 
 namespace tg::autograd::ops_detail {
 
+/// Structure probes. While a StructureProbe lives on this thread, every rule
+/// that would form a second-order coefficient from first-order ones (a cross
+/// term, an elementwise op's higher derivative, a custom Function's Taylor
+/// rule) calls second_order_term(), which marks the probe and throws
+/// SecondOrderTerm. A pass that completes without it has second coefficients
+/// that are structurally zero: pushed through linear maps only from the
+/// input's, which are zero (per_sample_hessian's Taylor strategy uses this to
+/// skip a relu network's pass, docs/AUTOGRAD.md "Structural zeros").
+struct SecondOrderTerm {};  // deliberately not a std::exception: only the probe catches it
+class StructureProbe {
+ public:
+  StructureProbe();
+  ~StructureProbe();
+  StructureProbe(const StructureProbe&) = delete;
+  StructureProbe& operator=(const StructureProbe&) = delete;
+  /// Whether a second-order term was formed (also when fn swallowed the throw).
+  bool found() const;
+
+ private:
+  bool prev_armed_, prev_found_;
+};
+/// Throws SecondOrderTerm while a probe is armed; nothing otherwise.
+void second_order_term();
+
 /// The active Taylor layout of order >= 2 (readable while a rule runs
 /// paused); nullptr in plain forward mode.
 const forward_ad::TaylorLayout* fw_taylor();

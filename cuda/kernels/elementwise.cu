@@ -536,8 +536,7 @@ const void* fused_kernel(ScalarType dtype, int64_t n, unsigned* grid, unsigned* 
 
 bool pdl_enabled(int device) {
   static const std::vector<bool> on = [] {
-    const char* env = std::getenv("TG_CUDA_PDL");
-    const bool allowed = !(env && std::string(env) == "0");
+    const bool allowed = detail::env_allows("TG_CUDA_PDL");
     std::vector<bool> v(size_t(device_count()), false);
     for (int d = 0; d < int(v.size()); ++d) {
       int major = 0;

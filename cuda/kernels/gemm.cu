@@ -184,15 +184,12 @@ __global__ void gemm_int64_k(T* out, const T* a, const T* b, int64_t B, int64_t 
 // equal bit for bit. TG_CUBLASLT=0 goes back to cublasGemmEx (whose
 // captured products share the workspace, and so stay ordered).
 bool lt_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("TG_CUBLASLT");
-    return !(env && std::strcmp(env, "0") == 0);
-  }();
+  static const bool on = detail::env_allows("TG_CUBLASLT");
   return on;
 }
 
 struct LtKey {
-  int64_t v[18];
+  int64_t v[16];  // device is enough for the workspace size: fixed per device
   bool operator==(const LtKey& o) const { return std::memcmp(v, o.v, sizeof(v)) == 0; }
 };
 struct LtKeyHash {
@@ -242,7 +239,7 @@ std::shared_ptr<LtPlan> lt_plan(int device, bool f64, cublasComputeType_t comput
                                 int64_t ldb, int64_t sb, int64_t batch, uint32_t align_a, uint32_t align_b,
                                 uint32_t align_c) {
   const LtKey key{{device, f64, int64_t(compute), int64_t(opa), int64_t(opb), m, n, k, lda, sa, ldb, sb, batch,
-                   align_a, align_b, align_c, int64_t(workspace_bytes(device)), 0}};
+                   align_a, align_b, align_c}};
   static std::mutex mu;
   static std::unordered_map<LtKey, std::shared_ptr<LtPlan>, LtKeyHash> cache;
   {

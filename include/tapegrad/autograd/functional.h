@@ -74,6 +74,11 @@ enum class HessianStrategy {
   /// second derivative vanishes (relu, linear ops) add nothing. Any fn
   /// whose ops (and custom Functions) have Taylor rules; recorded, so
   /// create_graph works. Inside a caller's dual level: BatchedCotangents.
+  /// Without create_graph, fn first runs once on an empty batch to find
+  /// whether any rule forms a second-order term; when none does (a relu
+  /// network) the Hessian is structurally zero and returned as zeros without
+  /// the pass. As with torch.func's transforms, fn must apply the same ops
+  /// to every sample (no control flow on x's values); it runs twice.
   Taylor,
 };
 /// Per-sample Hessians of a batched function (the PINN / Hessian-benchmark

@@ -4,18 +4,32 @@
 #include <tapegrad/autograd/forward_ad.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <vector>
 
 #include <tapegrad/autograd/autograd_meta.h>
+#include <tapegrad/autograd/grad_mode.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 
 namespace tg::autograd {
 
+// A tangent left pending by forward_ad::detail::defer_tangent.
+struct PendingTangent {
+  Tensor source;
+  std::function<Tensor(const Tensor&)> map;
+  std::vector<std::pair<Tensor, uint32_t>> versions;  // what map reads, at deferral
+  bool grad_mode = false;
+  const char* op = "";
+  std::mutex mu;
+};
+
 namespace {
 thread_local uint64_t t_level = 0;  // the active dual level (0: none)
+thread_local bool t_defer = false;  // DeferTangents is live
 thread_local int64_t t_batch = 0;   // its tangent batch (0: unbatched)
 thread_local const forward_ad::TaylorLayout* t_taylor = nullptr;  // its Taylor layout
 std::atomic<uint64_t> g_next_level{1};
@@ -27,7 +41,7 @@ std::vector<std::weak_ptr<ForwardGrad>> g_slots;
 size_t g_prune_at = 4096;
 
 std::shared_ptr<ForwardGrad> new_slot(uint64_t level) {
-  std::shared_ptr<ForwardGrad> s(new ForwardGrad{Tensor(), level});  // not make_shared: the weak
+  std::shared_ptr<ForwardGrad> s(new ForwardGrad{Tensor(), level, nullptr});  // not make_shared: the weak
   std::lock_guard<std::mutex> lock(g_slots_mutex);                    // refs keep only the block
   if (g_slots.size() >= g_prune_at) {
     size_t kept = 0;
@@ -56,7 +70,9 @@ void clear_level(uint64_t level) {
   // Outside the lock: dropping a tangent may free tensors whose slots go.
   for (auto& s : mine) {
     Tensor drop = std::move(s->tangent);
+    std::shared_ptr<PendingTangent> pending = std::move(s->pending);
     s->tangent = Tensor();
+    s->pending.reset();
     s->level = 0;
   }
 }
@@ -98,6 +114,82 @@ detail::Suspend::~Suspend() {
   t_level = saved_.level;
   t_batch = saved_.batch;
   t_taylor = saved_.taylor;
+}
+
+detail::DeferTangents::DeferTangents() : prev_(t_defer) { t_defer = true; }
+detail::DeferTangents::~DeferTangents() { t_defer = prev_; }
+bool detail::deferring_tangents() {
+  static const bool allowed = [] {  // TG_DEFER_TANGENTS=0 turns it off (for A/B timing)
+    const char* env = std::getenv("TG_DEFER_TANGENTS");
+    return !(env && std::strcmp(env, "0") == 0);
+  }();
+  return allowed && t_defer && t_level != 0;
+}
+
+void detail::defer_tangent(const Tensor& out, const Tensor& source, std::function<Tensor(const Tensor&)> map,
+                           std::vector<Tensor> reads, const char* op) {
+  auto p = std::make_shared<PendingTangent>();
+  p->source = source;
+  p->map = std::move(map);
+  reads.push_back(source);
+  for (Tensor& r : reads)
+    if (r.defined()) p->versions.emplace_back(std::move(r), 0u);
+  for (auto& [t, v] : p->versions) v = t.version();
+  p->grad_mode = is_grad_enabled();
+  p->op = op;
+  std::shared_ptr<ForwardGrad> slot = impl::fw_slot(out);
+  TG_CHECK(slot, op, ": no tangent slot for its output");
+  slot->tangent = Tensor();
+  slot->pending = std::move(p);
+}
+
+namespace {
+// The pending map applied to `t` (its source or a block of it), as the op's
+// rule would have run: forward mode paused, under the op's grad mode.
+Tensor apply_pending(PendingTangent& p, const Tensor& t) {
+  for (const auto& [r, v] : p.versions)
+    TG_CHECK(r.version() == v, p.op, ": a tensor its Taylor-mode tangent reads (", r.dtype(), " ",
+             shape_str(r.sizes()), ") was modified in place (version ", v, " -> ", r.version(),
+             ") before the tangent was read; modify a copy, or read the coefficients first");
+  detail::Suspend pause;
+  AutoGradMode mode(p.grad_mode);
+  return p.map(t);
+}
+
+// The slot's tangent, computing a pending one (once).
+Tensor resolve(ForwardGrad& slot) {
+  std::shared_ptr<PendingTangent> p = slot.pending;
+  if (!p) return slot.tangent;
+  std::lock_guard<std::mutex> lock(p->mu);
+  if (slot.pending) {
+    slot.tangent = apply_pending(*p, p->source);
+    slot.pending.reset();
+  }
+  return slot.tangent;
+}
+}  // namespace
+
+Tensor detail::jet_block(const Tensor& t, int j) {
+  const TaylorLayout* l = taylor_layout();
+  TG_CHECK(l, "jet_block: no Taylor level is active");
+  AutogradMeta* m = impl::meta(t);
+  if (!m || !m->fw || m->fw->level != t_level) return Tensor();
+  std::shared_ptr<PendingTangent> p = m->fw->pending;
+  if (p) {
+    std::lock_guard<std::mutex> lock(p->mu);
+    if (m->fw->pending) {
+      Tensor src;
+      {
+        Suspend pause;
+        src = l->block(p->source, j);
+      }
+      return apply_pending(*p, src);
+    }
+  }
+  const Tensor tan = m->fw->tangent;
+  if (!tan.defined()) return Tensor();
+  Suspend pause;
+  return l->block(tan, j);
 }
 
 // ---- Taylor mode ----
@@ -231,7 +323,14 @@ namespace impl {
 Tensor fw_grad(const Tensor& t) {
   if (t_level == 0) return Tensor();
   AutogradMeta* m = meta(t);
-  return m && m->fw && m->fw->level == t_level ? m->fw->tangent : Tensor();
+  if (!(m && m->fw && m->fw->level == t_level)) return Tensor();
+  return m->fw->pending ? forward_ad::resolve(*m->fw) : m->fw->tangent;
+}
+
+bool has_fw_grad(const Tensor& t) {
+  if (t_level == 0) return false;
+  AutogradMeta* m = meta(t);
+  return m && m->fw && m->fw->level == t_level && (m->fw->pending || m->fw->tangent.defined());
 }
 
 std::shared_ptr<ForwardGrad> fw_slot(const Tensor& t) {
@@ -244,7 +343,9 @@ std::shared_ptr<ForwardGrad> fw_slot(const Tensor& t) {
 void set_fw_grad(const Tensor& t, const Tensor& tangent) {
   if (t_level == 0 || !t.defined()) return;
   TG_CHECK(t.is_floating_point(), "forward AD: a tangent on a ", t.dtype(), " tensor");
-  fw_slot(t)->tangent = tangent;
+  std::shared_ptr<ForwardGrad> slot = fw_slot(t);
+  slot->tangent = tangent;
+  slot->pending.reset();
 }
 
 }  // namespace impl

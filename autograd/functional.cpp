@@ -247,7 +247,8 @@ std::vector<Tensor> hessian_rows_fwd(const TensorFn& fn, const Tensor& xi, bool 
 }  // namespace
 
 namespace {
-std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const char* op, bool record);
+std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const char* op, bool record,
+                                   bool jacobian);
 Tensor structurally_zero_hessian(const TensorFn& fn, const Tensor& xi);
 }  // namespace
 
@@ -289,7 +290,7 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
     }();
     if (probe && !create_graph && B > 1)
       if (Tensor zero = structurally_zero_hessian(fn, xf); zero.defined()) return zero;
-    return result(taylor_hessian(fn, xf, "per_sample_hessian", create_graph)[2], create_graph);
+    return result(taylor_hessian(fn, xf, "per_sample_hessian", create_graph, /*jacobian=*/false)[2], create_graph);
   }
   if (strategy == HessianStrategy::ForwardOverReverse && !forward_ad::is_active()) {
     std::vector<Tensor> rows = hessian_rows_fwd(fn, xi, create_graph, "per_sample_hessian");
@@ -329,9 +330,11 @@ namespace {
 
 // fn's value and Taylor coefficients c_1..c_K ([rows(j), B, m] each) at the
 // active Taylor level, x [B, n] carrying the first coefficients `dirs`
-// ([k, n], the same for every sample) and no higher ones.
+// ([k, n], the same for every sample) and no higher ones. Only the orders
+// whose bit is set in `need` (bit j - 1 for c_j) are returned (the others
+// undefined).
 std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor& dirs, const char* op,
-                             bool record) {
+                             bool record, unsigned need = ~0u) {
   const forward_ad::TaylorLayout& l = *forward_ad::taylor_layout();
   AutoGradMode grad_mode(record);  // without create_graph nothing needs a history
   const int64_t B = xi.size(0), n = xi.size(1);
@@ -345,12 +348,22 @@ std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor&
                            .view({l.batch(), 1, n})
                            .expand({l.batch(), B, n});
   }
-  Tensor y = fn(forward_ad::make_dual(xi, tangent));
+  Tensor y;
+  {
+    // A last linear layer's tangent stays pending: only the blocks asked
+    // for are computed (a Laplacian needs no first coefficients of y).
+    forward_ad::detail::DeferTangents defer;
+    y = fn(forward_ad::make_dual(xi, tangent));
+  }
   TG_CHECK(y.defined(), op, ": fn returned an undefined tensor");
   check_batched_output(y, B, op);
-  std::vector<Tensor> out = forward_ad::jet_coefficients(y);
-  for (int j = 1; j <= l.order; ++j)
-    if (!out[size_t(j - 1)].defined()) out[size_t(j - 1)] = zeros({l.rows(j), B, y.size(1)}, y.options());
+  std::vector<Tensor> out(size_t(l.order));
+  for (int j = 1; j <= l.order; ++j) {
+    if (!(need >> (j - 1) & 1u)) continue;
+    Tensor& c = out[size_t(j - 1)];
+    c = forward_ad::detail::jet_block(y, j);
+    if (!c.defined()) c = zeros({l.rows(j), B, y.size(1)}, y.options());
+  }
   out.insert(out.begin(), forward_ad::unpack_dual(y).primal);
   return out;
 }
@@ -369,13 +382,14 @@ std::vector<std::vector<forward_ad::SecondOrderPair>> hessian_groups(int64_t n, 
   return groups;
 }
 
-std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const char* op, bool record) {
+std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const char* op, bool record,
+                                   bool jacobian) {
   const int64_t B = xi.size(0), n = xi.size(1);
   std::vector<double> entry;
   forward_ad::taylor_level level(n, hessian_groups(n, &entry));
   // Made first: a copy from the host after the pass would wait for it.
   Tensor idx = tensor(entry, {}, TensorOptions().dtype(kInt64)).to(xi.device());
-  std::vector<Tensor> r = push_jet(fn, xi, identity(n, xi), op, record);
+  std::vector<Tensor> r = push_jet(fn, xi, identity(n, xi), op, record, jacobian ? 3u : 2u);
   const int64_t m = r[0].size(1);
   Tensor h = mul(index_select(r[2], 0, idx), 2.0);  // [n * n, B, m]
   return {r[0], r[1], h.permute({1, 2, 0}).reshape({B, m, n, n})};
@@ -397,7 +411,7 @@ Tensor structurally_zero_hessian(const TensorFn& fn, const Tensor& xi) {
   try {
     std::vector<double> entry;
     forward_ad::taylor_level level(n, hessian_groups(n, &entry));
-    y = push_jet(fn, xi.narrow(0, 0, 0), Tensor(), "per_sample_hessian", /*record=*/false)[0];
+    y = push_jet(fn, xi.narrow(0, 0, 0), Tensor(), "per_sample_hessian", /*record=*/false, /*none*/ 0u)[0];
   } catch (...) {
     return Tensor();
   }
@@ -420,7 +434,7 @@ Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph) {
   std::vector<forward_ad::SecondOrderPair> diag;
   for (int64_t a = 0; a < n; ++a) diag.push_back({a, a, 1.0});
   forward_ad::taylor_level level(n, {diag});
-  std::vector<Tensor> r = push_jet(fn, xi, identity(n, x), "laplacian", create_graph);
+  std::vector<Tensor> r = push_jet(fn, xi, identity(n, x), "laplacian", create_graph, /*c_2 only*/ 2u);
   return result(mul(r[2].select(0, 0), 2.0), create_graph);
 }
 
@@ -482,7 +496,8 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
       std::optional<forward_ad::taylor_level> level;
       if (pairs.empty()) level.emplace(1, int64_t(dirs.size()));
       else level.emplace(int64_t(dirs.size()), std::vector<std::vector<forward_ad::SecondOrderPair>>{pairs});
-      std::vector<Tensor> r = push_jet(fn, xi, direction_rows(dirs), "derivative_operator", create_graph);
+      std::vector<Tensor> r = push_jet(fn, xi, direction_rows(dirs), "derivative_operator", create_graph,
+                                       (firsts.empty() ? 0u : 1u) | (pairs.empty() ? 0u : 2u));
       for (const Partial& t : terms)
         if (t.dims.empty()) accumulate(mul(r[0], t.coefficient));
       for (auto [row, c] : firsts) accumulate(mul(r[1].select(0, row), c));
@@ -558,7 +573,7 @@ MlpDerivatives mlp_taylor(const std::vector<Tensor>& weights, const std::vector<
     }
     return h;
   };
-  std::vector<Tensor> r = taylor_hessian(mlp, x, "mlp_taylor", is_grad_enabled());
+  std::vector<Tensor> r = taylor_hessian(mlp, x, "mlp_taylor", is_grad_enabled(), /*jacobian=*/true);
   MlpDerivatives d;
   d.value = r[0];
   d.jacobian = r[1].permute({1, 2, 0});  // [B, m, n]

@@ -211,6 +211,81 @@ TEST(TaylorMode, StructureProbeIsSoundForEveryOp) {
   EXPECT_GE(zero, 5);
 }
 
+// A linear layer's tangent left pending under DeferTangents: one block read
+// computes only that block (the slot stays pending), a full read or a
+// consumer computes it all, every way equal to the eager rule; under grad
+// mode it keeps its history; an in-place change of the weight before the
+// read is refused, naming linear, and the library stays usable.
+TEST(TaylorMode, DeferredLinearTangents) {
+  tg::manual_seed(13);
+  const int64_t B = 4, n = 3;
+  Tensor x = tg::randn({B, n}, kF64), w = tg::randn({5, n}, kF64), dirs = tg::randn({n, B, n}, kF64);
+  std::vector<std::vector<fwd::SecondOrderPair>> groups = {{{0, 1, 1.0}}, {{2, 2, 1.0}}};
+  auto run = [&](bool defer, const std::function<void(const Tensor& y, const Tensor& want)>& check) {
+    fwd::taylor_level level(n, groups);
+    Tensor h = tg::tanh(fwd::make_jet(x, {dirs, {}}));
+    Tensor want = fwd::unpack_dual(tg::linear(h, w)).tangent;  // the eager rule
+    std::optional<fwd::detail::DeferTangents> d;
+    if (defer) d.emplace();
+    Tensor y = tg::linear(h, w);
+    d.reset();
+    check(y, want);
+  };
+  run(true, [&](const Tensor& y, const Tensor& want) {
+    const fwd::TaylorLayout& l = *fwd::taylor_layout();
+    Tensor c2 = fwd::detail::jet_block(y, 2);
+    expect_near(c2, l.block(want, 2), "c_2 alone");
+    EXPECT_TRUE(ag::impl::meta(y)->fw->pending != nullptr) << "reading c_2 formed c_1";
+    expect_near(fwd::detail::jet_block(y, 1), l.block(want, 1), "c_1 alone");
+    expect_near(fwd::unpack_dual(y).tangent, want, "the whole tangent");
+    EXPECT_TRUE(ag::impl::meta(y)->fw->pending == nullptr);
+  });
+  run(true, [&](const Tensor& y, const Tensor& want) {  // a consumer reads it
+    Tensor z = tg::sin(y);
+    Tensor ref;
+    {
+      fwd::detail::Suspend pause;
+      ref = want * tg::cos(y.detach());
+    }
+    expect_near(fwd::jet_coefficients(z)[0], fwd::taylor_layout()->block(ref, 1), "sin of a pending tangent");
+  });
+  run(true, [&](const Tensor& y, const Tensor&) {  // in place before the read
+    {
+      fwd::detail::Suspend pause;
+      tg::NoGradGuard no_grad;
+      w.add_(1.0);
+    }
+    EXPECT_ERROR_CONTAINS(fwd::unpack_dual(y), "linear: a tensor its Taylor-mode tangent reads");
+    {
+      fwd::detail::Suspend pause;
+      tg::NoGradGuard no_grad;
+      w.sub_(1.0);
+    }
+  });
+  // Recorded: deferred under grad mode, read without it, still a function of w.
+  Tensor wr = w.detach().requires_grad_();
+  {
+    fwd::taylor_level level(n, groups);
+    Tensor h = tg::tanh(fwd::make_jet(x, {dirs, {}}));
+    Tensor y;
+    {
+      fwd::detail::DeferTangents d;
+      y = tg::linear(h, wr);
+    }
+    Tensor c2;
+    {
+      tg::NoGradGuard no_grad;
+      c2 = fwd::detail::jet_block(y, 2);
+    }
+    EXPECT_TRUE(c2.requires_grad());
+    Tensor g = ag::grad({c2.sum()}, {wr})[0];
+    Tensor want = fwd::taylor_layout()->block(fwd::unpack_dual(tg::linear(h, wr)).tangent, 2);
+    expect_near(g, ag::grad({want.sum()}, {wr})[0], "d c_2 / dw");
+  }
+  // Usable afterwards: the same run without deferral.
+  run(false, [&](const Tensor& y, const Tensor& want) { expect_near(fwd::unpack_dual(y).tangent, want, "eager"); });
+}
+
 // Order 2 with second-order groups: mixed pairs, weights and sums.
 TEST(TaylorMode, SecondOrderGroupsMatchMixedPartials) {
   tg::manual_seed(8);

@@ -113,6 +113,13 @@ Tensor autograd::ops::linear(const Tensor& x, const Tensor& w, const Tensor& b) 
   }
   if (fw_any({&x, &w, &b})) {
     const Tensor tx = fw_t(x), tw = fw_t(w), tb = fw_t(b);
+    if (tx.defined() && !tw.defined() && !tb.defined() && x.dim() >= 2 && forward_ad::taylor_layout() &&
+        forward_ad::detail::deferring_tangents()) {
+      // Taylor mode, a constant layer: tx w^T when (and where) it is read.
+      forward_ad::detail::defer_tangent(
+          out, tx, [w](const Tensor& t) { return tg::matmul(t, w.t()); }, {w}, "linear");
+      return out;
+    }
     fw_rule(out, [&] {
       // A 1-D x as a row [1, in] (so a batched tangent [k, 1, in] stays a
       // batch of rows in the Taylor cross terms); batched: tw^T [k, in, out]

@@ -76,13 +76,13 @@ inline Tensor finish(Tensor out, const std::shared_ptr<Node>& node) {
 inline bool fw_any(std::initializer_list<const Tensor*> inputs) {
   if (!forward_ad::is_active()) return false;
   for (const Tensor* t : inputs)
-    if (impl::fw_grad(*t).defined()) return true;
+    if (impl::has_fw_grad(*t)) return true;
   return false;
 }
 inline bool fw_any(const std::vector<Tensor>& inputs) {
   if (!forward_ad::is_active()) return false;
   for (const Tensor& t : inputs)
-    if (impl::fw_grad(t).defined()) return true;
+    if (impl::has_fw_grad(t)) return true;
   return false;
 }
 // The tangent of t at the current level (undefined: zero).

@@ -19,7 +19,7 @@ namespace {
 
 namespace fad = autograd::forward_ad;
 
-bool has_tangent(const Tensor& t) { return autograd::impl::fw_grad(t).defined(); }
+bool has_tangent(const Tensor& t) { return autograd::impl::has_fw_grad(t); }
 bool has_tangent(const std::vector<Tensor>& ts) {
   for (const Tensor& t : ts)
     if (has_tangent(t)) return true;

@@ -10,13 +10,16 @@
 
 namespace tg::autograd {
 
+struct PendingTangent;  // internal (Taylor mode): a tangent computed when first read
+
 /// A forward-mode tangent and the dual level it belongs to. A tensor shares
 /// it with the saved copies of the tensor (a node saves its output before
 /// the output's tangent is set; forward over reverse reads it there); the
 /// level clears it when it ends (so tangent -> node -> tensor cycles break).
 struct ForwardGrad {
-  Tensor tangent;      ///< undefined: zero
+  Tensor tangent;      ///< undefined: zero (unless pending)
   uint64_t level = 0;  ///< 0: none
+  std::shared_ptr<PendingTangent> pending;  ///< internal: see forward_ad::detail::defer_tangent
 };
 
 /// A tensor's autograd state (created on first need).
@@ -61,6 +64,9 @@ void set_gradient_edge(const Tensor& t, Edge e);
 /// The forward-mode tangent of t at the current dual level (undefined when
 /// none, or when no level is active).
 Tensor fw_grad(const Tensor& t);
+/// Whether t has a tangent at the current level, without computing a pending
+/// one (see ForwardGrad::pending).
+bool has_fw_grad(const Tensor& t);
 /// Sets t's tangent at the current level (t must be floating point).
 void set_fw_grad(const Tensor& t, const Tensor& tangent);
 /// t's tangent slot at the current level, created (empty) when it has none;

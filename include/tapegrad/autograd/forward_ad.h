@@ -13,6 +13,8 @@
 // compose). An op without a rule that sees a tangent throws, naming it.
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -152,6 +154,33 @@ struct LevelState {
 uint64_t current_level();
 int64_t current_batch();
 LevelState current_state();
+
+/// Internal (Taylor mode): while a DeferTangents lives on this thread, an op
+/// whose tangent is a linear map of one input's (a linear layer with a
+/// constant weight) may leave it pending with defer_tangent: the map runs
+/// when the tangent is first read (impl::fw_grad, under the grad mode of the
+/// op), or on one coefficient block only when only that is read
+/// (jet_block) — so the coefficients of fn's output that a caller does not
+/// need (a Laplacian's first ones) are never formed. In-place changes to
+/// what the map reads before it runs are refused, naming the op.
+class DeferTangents {
+ public:
+  DeferTangents();
+  ~DeferTangents();
+  DeferTangents(const DeferTangents&) = delete;
+  DeferTangents& operator=(const DeferTangents&) = delete;
+
+ private:
+  bool prev_;
+};
+bool deferring_tangents();
+/// out's tangent = map(source), pending; `reads` are the tensors map reads
+/// besides source (their versions are checked when it runs).
+void defer_tangent(const Tensor& out, const Tensor& source, std::function<Tensor(const Tensor&)> map,
+                   std::vector<Tensor> reads, const char* op);
+/// Coefficient block j of t's tangent (undefined: none), computing only that
+/// block of a pending one.
+Tensor jet_block(const Tensor& t, int j);
 
 /// Internal: forward mode paused on this thread while it lives (tangent
 /// rules run under it, so their own ops push no tangents), or, given a

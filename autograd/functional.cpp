@@ -12,6 +12,7 @@
 #include <tapegrad/tensor/ops.h>
 
 #include "autograd/ops/taylor.h"
+#include "tensor/op_util.h"
 
 namespace tg::autograd {
 
@@ -371,12 +372,12 @@ std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor&
 // Taylor mode for per-sample Hessians: the n unit directions and one
 // second-order group per pair j <= k, whose c_2 is H_jk / 2. Returns the
 // value [B, m], c_1 [n, B, m] and H [B, m, n, n].
-std::vector<std::vector<forward_ad::SecondOrderPair>> hessian_groups(int64_t n, std::vector<double>* entry) {
+std::vector<std::vector<forward_ad::SecondOrderPair>> hessian_groups(int64_t n, std::vector<int64_t>* entry) {
   std::vector<std::vector<forward_ad::SecondOrderPair>> groups;
-  entry->assign(size_t(n * n), 0.0);  // (j, k) -> its group
+  entry->assign(size_t(n * n), 0);  // (j, k) -> its group
   for (int64_t j = 0; j < n; ++j)
     for (int64_t k = j; k < n; ++k) {
-      (*entry)[size_t(j * n + k)] = (*entry)[size_t(k * n + j)] = double(groups.size());
+      (*entry)[size_t(j * n + k)] = (*entry)[size_t(k * n + j)] = int64_t(groups.size());
       groups.push_back({{j, k, 1.0}});
     }
   return groups;
@@ -385,10 +386,11 @@ std::vector<std::vector<forward_ad::SecondOrderPair>> hessian_groups(int64_t n, 
 std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const char* op, bool record,
                                    bool jacobian) {
   const int64_t B = xi.size(0), n = xi.size(1);
-  std::vector<double> entry;
+  std::vector<int64_t> entry;
   forward_ad::taylor_level level(n, hessian_groups(n, &entry));
-  // Made first: a copy from the host after the pass would wait for it.
-  Tensor idx = tensor(entry, {}, TensorOptions().dtype(kInt64)).to(xi.device());
+  // Its range is known: the selection below reads nothing back (no sync;
+  // capturable).
+  Tensor idx = tg::detail::index_tensor(entry, xi.device());
   std::vector<Tensor> r = push_jet(fn, xi, identity(n, xi), op, record, jacobian ? 3u : 2u);
   const int64_t m = r[0].size(1);
   Tensor h = mul(index_select(r[2], 0, idx), 2.0);  // [n * n, B, m]
@@ -409,7 +411,7 @@ Tensor structurally_zero_hessian(const TensorFn& fn, const Tensor& xi) {
   Tensor y;
   ops_detail::StructureProbe probe;
   try {
-    std::vector<double> entry;
+    std::vector<int64_t> entry;
     forward_ad::taylor_level level(n, hessian_groups(n, &entry));
     y = push_jet(fn, xi.narrow(0, 0, 0), Tensor(), "per_sample_hessian", /*record=*/false, /*none*/ 0u)[0];
   } catch (...) {

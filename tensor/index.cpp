@@ -1,4 +1,5 @@
 // cat, stack, index_select, gather, scatter_add.
+#include <algorithm>
 #include <tapegrad/cuda/graph.h>
 #include "tensor/composite.h"
 #include "tensor/op_util.h"
@@ -18,15 +19,31 @@ void check_index_tensor(const Tensor& index, const char* op) {
 // All index values in [0, size); names the first bad one.
 void check_index_range(const Tensor& index, int64_t size, int64_t dim, const char* op) {
   if (index.numel() == 0) return;
-  if (index.is_cuda())  // the range is read on the host: name the op, not item
-    cuda::detail::check_not_capturing(op, index.device().index());
-  int64_t lo = amin(index).item<int64_t>(), hi = amax(index).item<int64_t>();
+  int64_t lo = 0, hi = 0;
+  if (!index.impl()->known_index_range(index.version(), &lo, &hi)) {
+    if (index.is_cuda())  // the range is read on the host: name the op, not item
+      cuda::detail::check_not_capturing(op, index.device().index());
+    lo = amin(index).item<int64_t>();
+    hi = amax(index).item<int64_t>();
+  }
   int64_t bad = lo < 0 ? lo : hi;
   TG_CHECK(lo >= 0 && hi < size, op, ": index ", bad,
            " is out of range for dim ", dim, " with size ", size);
 }
 
 }  // namespace
+
+Tensor detail::index_tensor(const std::vector<int64_t>& v, Device device) {
+  Tensor cpu = detail::new_empty({int64_t(v.size())}, kInt64, Device(kCPU));
+  std::copy(v.begin(), v.end(), static_cast<int64_t*>(cpu.data_ptr()));
+  // From pinned memory, asynchronously: a graph node under capture (the
+  // buffer is kept with the graph), no wait on the device otherwise.
+  Tensor t = device.is_cpu() ? cpu : cpu.pin_memory().to(device, /*non_blocking=*/true);
+  if (!v.empty())
+    t.impl()->set_known_index_range(*std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()),
+                                    t.version());
+  return t;
+}
 
 namespace detail {
 

@@ -32,6 +32,11 @@ Tensor new_empty(const IntList& sizes, ScalarType dtype, Device device);
 // ... with storage from a given allocator (pinned host memory, say).
 Tensor new_empty(const IntList& sizes, ScalarType dtype, Allocator* allocator);
 
+// An Int64 index tensor [v.size()] on `device` whose range is recorded
+// (TensorImpl::set_known_index_range): index ops with it read nothing back
+// from the device, so they neither sync nor refuse to be captured.
+Tensor index_tensor(const std::vector<int64_t>& v, Device device);
+
 // Whether writing into `dst` could clobber `src` before it is read
 // (shared storage with a different view); callers then copy src first.
 bool may_overlap(const Tensor& dst, const Tensor& src);

@@ -1,6 +1,7 @@
 // Every user-facing error path: the message starts with the op name and
 // shows the shapes/dtypes; the library stays usable afterwards.
 #include "reference.h"
+#include "tensor/op_util.h"
 
 namespace tgtest {
 namespace {
@@ -107,6 +108,21 @@ TEST(Errors, IndicesAndDims) {
                "scatter_add: index shape [2, 2] is larger than src shape [1, 2] at dim 0");
   EXPECT_ERROR(tg::ones({6}).item<float>(),
                "item: a tensor with 6 elements (shape [6]) cannot be converted to a scalar");
+}
+
+// An index tensor whose range the library recorded is trusted only while
+// its version is the recorded one: changed in place, it is read again.
+TEST(Errors, KnownIndexRangesFollowTheVersion) {
+  Tensor a = tg::ones({3, 4});
+  Tensor idx = tg::detail::index_tensor({0, 2, 1}, tg::Device(tg::kCPU));
+  EXPECT_EQ(tg::index_select(a, 0, idx).sizes(), (tg::IntList{3, 4}));
+  int64_t lo = 0, hi = 0;
+  EXPECT_TRUE(idx.impl()->known_index_range(idx.version(), &lo, &hi));
+  EXPECT_EQ(lo, 0);
+  EXPECT_EQ(hi, 2);
+  idx.fill_(5);
+  EXPECT_FALSE(idx.impl()->known_index_range(idx.version(), &lo, &hi));
+  EXPECT_ERROR(tg::index_select(a, 0, idx), "index_select: index 5 is out of range for dim 0 with size 3");
 }
 
 TEST(Errors, Dtypes) {

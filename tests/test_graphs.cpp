@@ -82,6 +82,19 @@ std::vector<Tensor> pinn_step_taylor(const Mlp& m, const Tensor& x) {
   return out;
 }
 
+// Per-sample Hessians in Taylor mode of a product (its cross terms select
+// coefficient rows by index tensors whose range is known: nothing is read
+// back, so it captures), with create_graph, the loss's gradients.
+std::vector<Tensor> hessian_step_taylor(const Mlp& m, const Tensor& x) {
+  auto fn = [&m](const Tensor& z) { return m(z) * tg::sin(z.sum({1}, true)); };
+  Tensor h = ag::per_sample_hessian(fn, x, ag::HessianStrategy::Taylor, /*create_graph=*/true);
+  Tensor loss = h.square().mean();
+  std::vector<Tensor> out = ag::grad({loss}, {m.w1, m.b1, m.w2});
+  out.insert(out.begin(), loss);
+  out.push_back(ag::per_sample_hessian(fn, x, ag::HessianStrategy::Taylor));  // and without: the probe, then the pass
+  return out;
+}
+
 // Replay against eager: bitwise equal. The replay runs the kernels the
 // eager step runs, in the same order (eagerly the backward's nodes run on the
 // device worker, under capture on the capturing thread: both take the nodes
@@ -149,6 +162,11 @@ TEST(GraphsGpu, PinnStepWithTaylorLaplacianReplayEqualsEager) {
   std::vector<Tensor> a = pinn_step(m, x), b = pinn_step_taylor(m, x);
   for (size_t i = 0; i < a.size(); ++i)
     EXPECT_TRUE(tg::allclose(a[i].to(kCpu), b[i].to(kCpu), 1e-10, 1e-12)) << "output " << i;
+}
+
+TEST(GraphsGpu, TaylorHessianStepReplayEqualsEager) {
+  REQUIRE_GPU();
+  replay_equals_eager(hessian_step_taylor, 20, "Taylor Hessian");
 }
 
 // Two branches on two side streams meet on a third, forward and backward.

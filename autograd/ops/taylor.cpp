@@ -48,14 +48,13 @@ const PairTensors& pair_tensors(const TaylorLayout& l, const Tensor& like) {
   PairTensors& p = t_pairs;
   if (p.id == l.id && p.device == like.device() && p.dtype == like.dtype()) return p;
   p = PairTensors();
-  auto as_double = [](const std::vector<int64_t>& v) { return std::vector<double>(v.begin(), v.end()); };
-  const TensorOptions i64 = TensorOptions().dtype(kInt64).device(like.device());
   const TensorOptions real = like.options();
   const int64_t P = int64_t(l.pair_a.size()), Q = l.second_rows;
   p.a_iota = is_iota(l.pair_a, l.directions);
   p.b_iota = is_iota(l.pair_b, l.directions);
-  p.ia = tensor(as_double(l.pair_a), {}, i64);
-  p.ib = tensor(as_double(l.pair_b), {}, i64);
+  // Ranges known: selecting rows by them reads nothing back from the device.
+  p.ia = tg::detail::index_tensor(l.pair_a, like.device());
+  p.ib = tg::detail::index_tensor(l.pair_b, like.device());
   bool unit = true;
   for (double w : l.pair_weight) unit = unit && w == 1.0;
   if (!unit) p.weight = tensor(l.pair_weight, {}, real);

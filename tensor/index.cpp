@@ -20,7 +20,8 @@ void check_index_tensor(const Tensor& index, const char* op) {
 void check_index_range(const Tensor& index, int64_t size, int64_t dim, const char* op) {
   if (index.numel() == 0) return;
   int64_t lo = 0, hi = 0;
-  if (!index.impl()->known_index_range(index.version(), &lo, &hi)) {
+  if (!index.impl()->storage()->known_index_range(index.impl()->version_counter().get(), index.version(), &lo,
+                                                   &hi)) {
     if (index.is_cuda())  // the range is read on the host: name the op, not item
       cuda::detail::check_not_capturing(op, index.device().index());
     lo = amin(index).item<int64_t>();
@@ -40,8 +41,9 @@ Tensor detail::index_tensor(const std::vector<int64_t>& v, Device device) {
   // buffer is kept with the graph), no wait on the device otherwise.
   Tensor t = device.is_cpu() ? cpu : cpu.pin_memory().to(device, /*non_blocking=*/true);
   if (!v.empty())
-    t.impl()->set_known_index_range(*std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()),
-                                    t.version());
+    t.impl()->storage()->set_known_index_range(*std::min_element(v.begin(), v.end()),
+                                               *std::max_element(v.begin(), v.end()),
+                                               t.impl()->version_counter().get(), t.version());
   return t;
 }
 

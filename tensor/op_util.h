@@ -33,7 +33,7 @@ Tensor new_empty(const IntList& sizes, ScalarType dtype, Device device);
 Tensor new_empty(const IntList& sizes, ScalarType dtype, Allocator* allocator);
 
 // An Int64 index tensor [v.size()] on `device` whose range is recorded
-// (TensorImpl::set_known_index_range): index ops with it read nothing back
+// (StorageImpl::set_known_index_range): index ops on it or its views read nothing back
 // from the device, so they neither sync nor refuse to be captured.
 Tensor index_tensor(const std::vector<int64_t>& v, Device device);
 

@@ -59,7 +59,6 @@ void TensorImpl::set_data(const TensorImpl& src) {
   numel_ = src.numel_;
   dtype_ = src.dtype_;
   contiguous_ = src.contiguous_;
-  known_range_ = false;
 }
 
 IntrusivePtr<TensorImpl> TensorImpl::make_sparse_coo(IntList sizes, SparseCooParts parts,

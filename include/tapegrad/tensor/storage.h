@@ -36,6 +36,26 @@ class StorageImpl final : public IntrusiveTarget {
   /// Where it came from (null: memory the storage does not own).
   Allocator* allocator() const { return allocator_; }
 
+  /// Int64 index data the library wrote from host values: the range of every
+  /// element, recorded by the maker before the memory is shared, under the
+  /// version counter `counter` (the writing tensor's, shared with its views)
+  /// at `version`. Index ops on any view of it then read nothing back from
+  /// the device (a host sync, refused under capture). Never computed from
+  /// the data (a graph replay may rewrite memory without a version bump).
+  void set_known_index_range(int64_t lo, int64_t hi, const void* counter, uint32_t version) {
+    range_counter_ = counter;
+    range_lo_ = lo;
+    range_hi_ = hi;
+    range_version_ = version;
+  }
+  /// The range set above, if the reader's counter and version are the recorded ones.
+  bool known_index_range(const void* counter, uint32_t version, int64_t* lo, int64_t* hi) const {
+    if (!range_counter_ || counter != range_counter_ || version != range_version_) return false;
+    *lo = range_lo_;
+    *hi = range_hi_;
+    return true;
+  }
+
  private:
   void* data_;
   size_t nbytes_;
@@ -43,6 +63,9 @@ class StorageImpl final : public IntrusiveTarget {
   Device device_;
   void (*release_)(void*) = nullptr;
   void* context_ = nullptr;
+  const void* range_counter_ = nullptr;  // see set_known_index_range
+  int64_t range_lo_ = 0, range_hi_ = 0;
+  uint32_t range_version_ = 0;
 };
 
 /// Shared by a tensor and all its views; every in-place op bumps it, and saved

@@ -92,23 +92,6 @@ class TensorImpl final : public IntrusiveTarget {
   /// tensors only) and keeps its own version counter and autograd slot: the
   /// handles to this tensor see the new data (Module::to moves parameters so).
   void set_data(const TensorImpl& src);
-  /// Int64 index tensors made by the library from host values: their range,
-  /// recorded by the maker before the tensor is shared, so index ops need not
-  /// read it back from the device (a host sync, refused under capture) while
-  /// the version is the recorded one. Never computed or cached from data.
-  void set_known_index_range(int64_t lo, int64_t hi, uint32_t version) {
-    known_range_ = true;
-    range_lo_ = lo;
-    range_hi_ = hi;
-    range_version_ = version;
-  }
-  /// The range set above, if any and still current at `version`.
-  bool known_index_range(uint32_t version, int64_t* lo, int64_t* hi) const {
-    if (!known_range_ || version != range_version_) return false;
-    *lo = range_lo_;
-    *hi = range_hi_;
-    return true;
-  }
   /// The autograd slot (null until the autograd layer fills it) and its setter.
   AutogradMetaInterface* autograd_meta() const { return autograd_meta_.get(); }
   /// Fills the autograd slot (the autograd layer does).
@@ -128,9 +111,6 @@ class TensorImpl final : public IntrusiveTarget {
   IntrusivePtr<VersionCounter> version_;
   std::unique_ptr<AutogradMetaInterface> autograd_meta_;
   std::unique_ptr<SparseCooParts> sparse_;
-  bool known_range_ = false;  // see set_known_index_range
-  int64_t range_lo_ = 0, range_hi_ = 0;
-  uint32_t range_version_ = 0;
 };
 
 /// Row-major strides of `sizes`.

@@ -70,9 +70,8 @@ void clear_level(uint64_t level) {
   // Outside the lock: dropping a tangent may free tensors whose slots go.
   for (auto& s : mine) {
     Tensor drop = std::move(s->tangent);
-    std::shared_ptr<PendingTangent> pending = std::move(s->pending);
+    std::shared_ptr<PendingTangent> pending = std::atomic_exchange(&s->pending, std::shared_ptr<PendingTangent>());
     s->tangent = Tensor();
-    s->pending.reset();
     s->level = 0;
   }
 }
@@ -140,7 +139,7 @@ void detail::defer_tangent(const Tensor& out, const Tensor& source, std::functio
   std::shared_ptr<ForwardGrad> slot = impl::fw_slot(out);
   TG_CHECK(slot, op, ": no tangent slot for its output");
   slot->tangent = Tensor();
-  slot->pending = std::move(p);
+  std::atomic_store(&slot->pending, std::shared_ptr<PendingTangent>(std::move(p)));
 }
 
 namespace {
@@ -156,14 +155,16 @@ Tensor apply_pending(PendingTangent& p, const Tensor& t) {
   return p.map(t);
 }
 
-// The slot's tangent, computing a pending one (once).
+// The slot's tangent, computing a pending one (once). The pending pointer is
+// read and cleared atomically (engine workers may read a tangent together);
+// the tangent is written before the pointer is cleared.
 Tensor resolve(ForwardGrad& slot) {
-  std::shared_ptr<PendingTangent> p = slot.pending;
+  std::shared_ptr<PendingTangent> p = std::atomic_load(&slot.pending);
   if (!p) return slot.tangent;
   std::lock_guard<std::mutex> lock(p->mu);
-  if (slot.pending) {
+  if (std::atomic_load(&slot.pending)) {
     slot.tangent = apply_pending(*p, p->source);
-    slot.pending.reset();
+    std::atomic_store(&slot.pending, std::shared_ptr<PendingTangent>());
   }
   return slot.tangent;
 }
@@ -174,10 +175,10 @@ Tensor detail::jet_block(const Tensor& t, int j) {
   TG_CHECK(l, "jet_block: no Taylor level is active");
   AutogradMeta* m = impl::meta(t);
   if (!m || !m->fw || m->fw->level != t_level) return Tensor();
-  std::shared_ptr<PendingTangent> p = m->fw->pending;
+  std::shared_ptr<PendingTangent> p = std::atomic_load(&m->fw->pending);
   if (p) {
     std::lock_guard<std::mutex> lock(p->mu);
-    if (m->fw->pending) {
+    if (std::atomic_load(&m->fw->pending)) {
       Tensor src;
       {
         Suspend pause;
@@ -324,13 +325,13 @@ Tensor fw_grad(const Tensor& t) {
   if (t_level == 0) return Tensor();
   AutogradMeta* m = meta(t);
   if (!(m && m->fw && m->fw->level == t_level)) return Tensor();
-  return m->fw->pending ? forward_ad::resolve(*m->fw) : m->fw->tangent;
+  return forward_ad::resolve(*m->fw);
 }
 
 bool has_fw_grad(const Tensor& t) {
   if (t_level == 0) return false;
   AutogradMeta* m = meta(t);
-  return m && m->fw && m->fw->level == t_level && (m->fw->pending || m->fw->tangent.defined());
+  return m && m->fw && m->fw->level == t_level && (std::atomic_load(&m->fw->pending) || m->fw->tangent.defined());
 }
 
 std::shared_ptr<ForwardGrad> fw_slot(const Tensor& t) {
@@ -345,7 +346,7 @@ void set_fw_grad(const Tensor& t, const Tensor& tangent) {
   TG_CHECK(t.is_floating_point(), "forward AD: a tangent on a ", t.dtype(), " tensor");
   std::shared_ptr<ForwardGrad> slot = fw_slot(t);
   slot->tangent = tangent;
-  slot->pending.reset();
+  std::atomic_store(&slot->pending, std::shared_ptr<PendingTangent>());
 }
 
 }  // namespace impl

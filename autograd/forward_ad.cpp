@@ -30,6 +30,7 @@ struct PendingTangent {
 namespace {
 thread_local uint64_t t_level = 0;  // the active dual level (0: none)
 thread_local bool t_defer = false;  // DeferTangents is live
+thread_local int64_t t_resolved = 0;  // pending tangents computed in full
 thread_local int64_t t_batch = 0;   // its tangent batch (0: unbatched)
 thread_local const forward_ad::TaylorLayout* t_taylor = nullptr;  // its Taylor layout
 std::atomic<uint64_t> g_next_level{1};
@@ -164,11 +165,14 @@ Tensor resolve(ForwardGrad& slot) {
   std::lock_guard<std::mutex> lock(p->mu);
   if (std::atomic_load(&slot.pending)) {
     slot.tangent = apply_pending(*p, p->source);
+    ++t_resolved;
     std::atomic_store(&slot.pending, std::shared_ptr<PendingTangent>());
   }
   return slot.tangent;
 }
 }  // namespace
+
+int64_t detail::pending_tangents_resolved() { return t_resolved; }
 
 Tensor detail::jet_block(const Tensor& t, int j) {
   const TaylorLayout* l = taylor_layout();

@@ -365,7 +365,14 @@ std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor&
     c = forward_ad::detail::jet_block(y, j);
     if (!c.defined()) c = zeros({l.rows(j), B, y.size(1)}, y.options());
   }
-  out.insert(out.begin(), forward_ad::unpack_dual(y).primal);
+  // The primal without reading the tangent (unpack_dual would compute a
+  // pending one in full): a view keeping y's reverse-mode history.
+  Tensor primal;
+  {
+    forward_ad::detail::Suspend pause;
+    primal = y.view(y.sizes());
+  }
+  out.insert(out.begin(), primal);
   return out;
 }
 

@@ -282,6 +282,21 @@ TEST(TaylorMode, DeferredLinearTangents) {
     Tensor want = fwd::taylor_layout()->block(fwd::unpack_dual(tg::linear(h, wr)).tangent, 2);
     expect_near(g, ag::grad({want.sum()}, {wr})[0], "d c_2 / dw");
   }
+  // laplacian / per_sample_hessian of a network ending in a linear layer:
+  // its output's tangent is never computed in full (the entry points read
+  // c_2 only, and the value without the tangent), and the results are right.
+  {
+    Tensor w1 = tg::randn({6, n}, kF64), w2 = tg::randn({2, 6}, kF64);
+    Fn net = [&](const Tensor& z) { return tg::linear(tg::tanh(tg::linear(z, w1)), w2); };
+    const int64_t before = fwd::detail::pending_tangents_resolved();
+    Tensor lap = ag::laplacian(net, x);
+    Tensor h = ag::per_sample_hessian(net, x, ag::HessianStrategy::Taylor);
+    // Computed in full: only the first layer's, read by tanh (laplacian, the
+    // Hessian's structure probe, its pass); never the output layer's.
+    EXPECT_EQ(fwd::detail::pending_tangents_resolved() - before, 3);
+    expect_near(h, ag::per_sample_hessian(net, x, ag::HessianStrategy::Rows), "Hessian");
+    expect_near(lap, (h * tg::eye(n, kF64)).sum({2, 3}), "Laplacian = trace");
+  }
   // Usable afterwards: the same run without deferral.
   run(false, [&](const Tensor& y, const Tensor& want) { expect_near(fwd::unpack_dual(y).tangent, want, "eager"); });
 }

@@ -181,6 +181,8 @@ void defer_tangent(const Tensor& out, const Tensor& source, std::function<Tensor
 /// Coefficient block j of t's tangent (undefined: none), computing only that
 /// block of a pending one.
 Tensor jet_block(const Tensor& t, int j);
+/// How many pending tangents this thread has computed in full (tests).
+int64_t pending_tangents_resolved();
 
 /// Internal: forward mode paused on this thread while it lives (tangent
 /// rules run under it, so their own ops push no tangents), or, given a

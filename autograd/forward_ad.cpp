@@ -4,8 +4,6 @@
 #include <tapegrad/autograd/forward_ad.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -14,6 +12,8 @@
 #include <tapegrad/autograd/grad_mode.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
+
+#include "tensor/env.h"
 
 namespace tg::autograd {
 
@@ -119,10 +119,7 @@ detail::Suspend::~Suspend() {
 detail::DeferTangents::DeferTangents() : prev_(t_defer) { t_defer = true; }
 detail::DeferTangents::~DeferTangents() { t_defer = prev_; }
 bool detail::deferring_tangents() {
-  static const bool allowed = [] {  // TG_DEFER_TANGENTS=0 turns it off (for A/B timing)
-    const char* env = std::getenv("TG_DEFER_TANGENTS");
-    return !(env && std::strcmp(env, "0") == 0);
-  }();
+  static const bool allowed = tg::detail::env_allows("TG_DEFER_TANGENTS");  // off: for A/B timing
   return allowed && t_defer && t_level != 0;
 }
 

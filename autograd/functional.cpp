@@ -1,7 +1,6 @@
 #include <tapegrad/autograd/functional.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -12,6 +11,7 @@
 #include <tapegrad/tensor/ops.h>
 
 #include "autograd/ops/taylor.h"
+#include "tensor/env.h"
 #include "tensor/op_util.h"
 
 namespace tg::autograd {
@@ -285,10 +285,7 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
     Tensor xf = forward_input(x, "per_sample_hessian", create_graph);
     // Without create_graph, a structurally zero Hessian (a relu network's)
     // costs one probe on an empty batch instead of the pass.
-    static const bool probe = [] {  // TG_STRUCTURE_PROBE=0 turns the probe off (for A/B timing)
-      const char* env = std::getenv("TG_STRUCTURE_PROBE");
-      return !(env && std::string(env) == "0");
-    }();
+    static const bool probe = tg::detail::env_allows("TG_STRUCTURE_PROBE");  // off: for A/B timing
     if (probe && !create_graph && B > 1)
       if (Tensor zero = structurally_zero_hessian(fn, xf); zero.defined()) return zero;
     return result(taylor_hessian(fn, xf, "per_sample_hessian", create_graph, /*jacobian=*/false)[2], create_graph);

@@ -4,10 +4,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include <tapegrad/tensor/error.h>
+#include "tensor/env.h"
 
 #define TG_CUDA_CHECK(call, op)                                              \
   do {                                                                       \
@@ -20,13 +18,7 @@
   } while (0)
 
 namespace tg::cuda::detail {
-// False only when the environment variable `name` is set to "0": the
-// switches that turn an optimization off (TG_CUBLASLT, TG_CUDA_PDL,
-// TG_CUDA_GRAPH_FUSION, TG_CUDA_GRAPH_RELAX).
-inline bool env_allows(const char* name) {
-  const char* env = std::getenv(name);
-  return !(env && std::strcmp(env, "0") == 0);
-}
+using tg::detail::env_allows;  // tensor/env.h
 
 // For a scope, this thread's capture mode is Relaxed: calls that are not
 // stream work (cudaMalloc, cublasCreate) are then allowed while a capture

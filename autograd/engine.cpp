@@ -343,6 +343,31 @@ void flush_gpu(std::vector<DeviceTask>& gpu) {
   }
 }
 
+// The outputs of fn whose gradient may be handed to the engine as a product
+// (detail::product_grad): those flowing straight into a leaf's
+// AccumulateGrad, in a task that records nothing (no create_graph), with no
+// post hook and no anomaly check to see the gradient (docs/AUTOGRAD.md
+// "Weight gradients").
+uint64_t product_outputs(const GraphTask& task, const Node& fn) {
+  if (task.create_graph || fn.has_post_hooks() || is_anomaly_enabled() || !detail::products_enabled()) return 0;
+  uint64_t allowed = 0;
+  const size_t n = std::min<size_t>(fn.num_outputs(), 64);
+  for (size_t i = 0; i < n; ++i)
+    if (dynamic_cast<const AccumulateGrad*>(fn.next_edge(i).function.get())) allowed |= uint64_t(1) << i;
+  return allowed;
+}
+
+// Checks a handed-over product against the input it flows into as
+// validate_outputs would; a product that would need a conversion is formed
+// now, into outputs (false).
+bool keep_product(const Node& fn, const detail::ProductGrad& p, variable_list& outputs) {
+  const Edge& e = fn.next_edge(p.output);
+  const InputMetadata& m = e.function->input_metadata(e.input_nr);
+  if (m.sizes == IntList{p.l.size(1), p.r.size(1)} && m.dtype == p.l.dtype() && m.device == p.l.device()) return true;
+  outputs[p.output] = raw::mm(p.l.t(), p.r);
+  return false;
+}
+
 void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, InputBuffer& buffer) {
   Node& fn = *fn_ptr;
   // The node runs on the stream of its forward op, after waiting for the
@@ -370,15 +395,26 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, Inp
   bool any_defined = false;
   for (const Tensor& t : inputs) any_defined |= t.defined();
   variable_list outputs;
+  detail::ProductSink products;
   if (!any_defined && !fn.apply_on_undefined()) {
     outputs.resize(fn.num_outputs());
   } else {
     variable_list inputs_copy;
     if (fn.has_post_hooks()) inputs_copy = inputs;
     std::lock_guard<std::mutex> lock(fn.mutex());
-    outputs = fn.apply(std::move(inputs));
+    products.allowed = product_outputs(task, fn);
+    {
+      detail::ProductSinkGuard sink(products.allowed ? &products : nullptr);
+      outputs = fn.apply(std::move(inputs));
+    }
     if (!task.keep_graph) fn.release_variables();
     if (fn.has_post_hooks()) fn.call_post_hooks(outputs, inputs_copy);
+  }
+  if (!products.products.empty()) {
+    TG_INTERNAL_ASSERT(outputs.size() == fn.num_outputs(), fn.name(), ": wrong number of gradients");
+    auto& ps = products.products;
+    ps.erase(std::remove_if(ps.begin(), ps.end(), [&](const detail::ProductGrad& p) { return !keep_product(fn, p, outputs); }),
+             ps.end());
   }
   if (is_anomaly_enabled()) check_anomaly(fn, outputs);
   validate_outputs(fn, outputs);
@@ -396,6 +432,12 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, Inp
                        next->name());
     bool ready = --dit->second == 0;
     if (ready) task.dependencies.erase(dit);
+    // Output i's gradient into buf: the tensor, or the product handed over.
+    auto add = [&](InputBuffer& buf) {
+      for (detail::ProductGrad& p : products.products)
+        if (p.output == i) return buf.add_product(e.input_nr, std::move(p.l), std::move(p.r), stream, next->stream());
+      buf.add(e.input_nr, std::move(outputs[i]), stream, next->stream());
+    };
     auto nit = task.not_ready.find(next);
     if (nit == task.not_ready.end()) {
       if (!task.exec_info.empty()) {
@@ -403,11 +445,11 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, Inp
         if (eit == task.exec_info.end() || !eit->second.should_execute()) continue;
       }
       InputBuffer buf(next->num_inputs());
-      buf.add(e.input_nr, std::move(outputs[i]), stream, next->stream());
+      add(buf);
       if (ready) schedule(task, e.function, std::move(buf), gpu);
       else task.not_ready.emplace(next, std::move(buf));
     } else {
-      nit->second.add(e.input_nr, std::move(outputs[i]), stream, next->stream());
+      add(nit->second);
       if (ready) {
         schedule(task, e.function, std::move(nit->second), gpu);
         task.not_ready.erase(nit);

@@ -8,7 +8,11 @@
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
+#include "tensor/env.h"
 #include "tensor/kernels.h"
+
+#include <atomic>
+#include <optional>
 
 namespace tg::autograd {
 
@@ -101,21 +105,41 @@ bool deferrable(const Tensor& old, const Tensor& incoming) {
 }  // namespace
 
 void InputBuffer::flush(Slot& slot) {
-  if (slot.pending.empty()) return;
-  std::vector<Tensor> summands = std::move(slot.pending);
-  slot.pending.clear();
+  if (slot.pending.empty() && slot.products.empty()) return;
   Tensor& old = slot.grad;
   // In place when old is ours alone (as accumulate_into_buffer's case 4).
   auto sum = [&] {
+    if (slot.pending.empty()) return;
+    std::vector<Tensor> summands = std::move(slot.pending);
+    slot.pending.clear();
     Tensor out = uniquely_owned(old) ? old : empty_like(old);
     kernels::backend(old.device(), "backward").add_n(out, old, summands);
     old = std::move(out);
   };
-  if (!old.is_cuda()) return sum();
+  auto work = [&] {
+    if (!slot.products.empty()) {
+      std::vector<std::pair<Tensor, Tensor>> products = std::move(slot.products);
+      slot.products.clear();
+      slot.product_bytes = 0;
+      Tensor s = detail::sum_of_products(products);
+      products.clear();
+      if (!old.defined()) {
+        old = std::move(s);
+      } else if (deferrable(old, s)) {
+        slot.pending.push_back(std::move(s));
+        if (slot.pending.size() == kernels::kMaxAddN) sum();
+      } else {
+        sum();
+        accumulate_into_buffer(old, std::move(s));
+      }
+    }
+    sum();
+  };
+  if (!(old.defined() ? old : slot.products.front().first).is_cuda()) return work();
   const cuda::Stream A = slot.accumulate;
   {
     cuda::StreamGuard on_a(A);
-    sum();
+    work();
   }
   // As after an accumulation in add(): the slot's last writer is A.
   slot.ready_stream = A;
@@ -131,10 +155,58 @@ void InputBuffer::hold(Slot& slot, Tensor&& var) {
   if (slot.pending.size() == kernels::kMaxAddN) flush(slot);
 }
 
+namespace {
+// Products are held up to these bounds per slot (operands' bytes), each at
+// most kHoldProductBytes; larger ones are multiplied at once.
+constexpr int64_t kHoldProductBytes = 4 << 20;
+constexpr int64_t kSlotProductBytes = 16 << 20;
+constexpr size_t kMaxProducts = kernels::kMaxCopyN / 2;
+
+int64_t nbytes(const Tensor& t) { return t.numel() * int64_t(element_size(t.dtype())); }
+}  // namespace
+
+void InputBuffer::add_product(size_t pos, Tensor&& l, Tensor&& r, const cuda::Stream& producer,
+                              const cuda::Stream& consumer) {
+  Slot& slot = slots_[pos];
+  const int64_t bytes = nbytes(l) + nbytes(r);
+  bool hold = bytes <= kHoldProductBytes && !(slot.grad.defined() && slot.grad.is_sparse());
+  if (hold && l.is_cuda()) {
+    // Held only where they were made: the slot's accumulation stream is
+    // the producer's, and so is its last writer (no event, no
+    // record_stream at the GEMM).
+    cuda::Stream current = cuda::current_stream(l.device().index());
+    cuda::Stream P = resolve_stream(producer, current);
+    if (!slot.grad.defined() && slot.products.empty()) {
+      cuda::Stream C = resolve_stream(consumer, current);
+      hold = choose_accumulation_stream(l.device(), P, C, current).stream == P;
+      if (hold) {
+        slot.accumulate = P;
+        slot.consumer = C;
+        slot.ready_stream = P;
+        slot.ready.reset();
+      }
+    } else {
+      hold = slot.accumulate == P && slot.ready_stream == P;
+    }
+  }
+  if (!hold) {  // formed now, where l and r were made
+    std::optional<cuda::StreamGuard> on_p;
+    if (l.is_cuda()) on_p.emplace(resolve_stream(producer, cuda::current_stream(l.device().index())));
+    Tensor g = raw::mm(l.t(), r);
+    on_p.reset();
+    return add(pos, std::move(g), producer, consumer);
+  }
+  slot.products.emplace_back(std::move(l), std::move(r));
+  slot.product_bytes += bytes;
+  if (slot.products.size() == kMaxProducts || slot.product_bytes > kSlotProductBytes) flush(slot);
+}
+
 void InputBuffer::add(size_t pos, Tensor&& var, const cuda::Stream& producer,
                       const cuda::Stream& consumer) {
   if (!var.defined()) return;
   Slot& slot = slots_[pos];
+  // Held products first become the slot's gradient (its streams are set).
+  if (!slot.grad.defined() && !slot.products.empty()) flush(slot);
   if (!var.is_cuda()) {  // (Cpu): no streams, no events
     if (!slot.grad.defined()) {
       slot.grad = std::move(var);
@@ -210,5 +282,75 @@ variable_list InputBuffer::release() {
   }
   return out;
 }
+
+namespace detail {
+
+namespace {
+thread_local ProductSink* t_sink = nullptr;
+std::atomic<int64_t> g_merged{0};
+}  // namespace
+
+ProductSinkGuard::ProductSinkGuard(ProductSink* sink) : prev_(t_sink) { t_sink = sink; }
+ProductSinkGuard::~ProductSinkGuard() { t_sink = prev_; }
+
+bool products_enabled() {
+  static const bool on = tg::detail::env_allows("TG_MERGE_WEIGHT_GRADS");
+  return on;
+}
+
+int64_t merged_product_sums() { return g_merged.load(); }
+
+bool product_allowed(size_t output) {
+  const ProductSink* sink = t_sink;
+  return sink && output < 64 && (sink->allowed >> output & 1) && !is_grad_enabled() && !forward_ad::is_active();
+}
+
+Tensor product_grad(size_t output, const Tensor& l, const Tensor& r) {
+  if (product_allowed(output) && l.dim() == 2 && r.dim() == 2 && !l.is_sparse() && !r.is_sparse() && l.dtype() == r.dtype() &&
+      (l.dtype() == kFloat32 || l.dtype() == kFloat64) && l.device() == r.device() && l.size(0) == r.size(0)) {
+    t_sink->products.push_back({output, l, r});
+    return Tensor();
+  }
+  return tg::mm(l.t(), r);
+}
+
+Tensor sum_of_products(const std::vector<std::pair<Tensor, Tensor>>& products) {
+  TG_INTERNAL_ASSERT(!products.empty(), "no products to sum");
+  const Tensor& l0 = products[0].first;
+  const Tensor& r0 = products[0].second;
+  if (products.size() == 1) return raw::mm(l0.t(), r0);
+  int64_t k = 0;
+  for (const auto& [l, r] : products) {
+    TG_INTERNAL_ASSERT(l.size(1) == l0.size(1) && r.size(1) == r0.size(1) && l.dtype() == l0.dtype() &&
+                           r.dtype() == l0.dtype(),
+                       "products of one gradient differ in shape or dtype");
+    k += l.size(0);
+  }
+  Tensor L = empty({k, l0.size(1)}, l0.options());
+  Tensor R = empty({k, r0.size(1)}, l0.options());
+  // Each operand into its rows: contiguous ones in one copy_n launch, the
+  // rest one copy each.
+  const auto copy_n = kernels::backend(l0.device(), "backward").copy_n;
+  std::vector<Tensor> dst, src;
+  int64_t at = 0;
+  for (const auto& [l, r] : products) {
+    const int64_t rows = l.size(0);
+    for (auto [to, from] : {std::pair<Tensor, const Tensor*>{L.narrow(0, at, rows), &l},
+                            std::pair<Tensor, const Tensor*>{R.narrow(0, at, rows), &r}}) {
+      if (copy_n && from->is_contiguous()) {
+        dst.push_back(std::move(to));
+        src.push_back(*from);
+      } else {
+        raw::copy_(to, *from);
+      }
+    }
+    at += rows;
+  }
+  if (!dst.empty()) copy_n(dst, src);
+  g_merged.fetch_add(1);
+  return raw::mm(L.t(), R);
+}
+
+}  // namespace detail
 
 }  // namespace tg::autograd

@@ -2,7 +2,9 @@
 // before the node runs.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include <tapegrad/autograd/node.h>
@@ -24,6 +26,14 @@ class InputBuffer {
   // each, in arrival order, so the sum is bitwise the sequential one
   // (docs/AUTOGRAD.md "Accumulation").
   void add(size_t pos, Tensor&& grad, const cuda::Stream& producer, const cuda::Stream& consumer);
+  // Adds the gradient l^T r at input `pos` (l [k, m], r [k, n], of one
+  // dtype and device: a weight gradient handed over by its formula, see
+  // detail::product_grad). Small products made on the slot's accumulation
+  // stream are held, and every held product of the slot is summed at once
+  // by one GEMM over their rows concatenated (docs/AUTOGRAD.md "Weight
+  // gradients"); any other is multiplied now and added as `add` would.
+  void add_product(size_t pos, Tensor&& l, Tensor&& r, const cuda::Stream& producer,
+                   const cuda::Stream& consumer);
   // The consumer, about to run on `consumer`, waits on the last writer of
   // each slot it did not write itself (held contributions summed first).
   void wait_for_consumer(const cuda::Stream& consumer);
@@ -35,12 +45,15 @@ class InputBuffer {
   struct Slot {
     Tensor grad;
     std::vector<Tensor> pending;        // contributions still to be added to grad
+    std::vector<std::pair<Tensor, Tensor>> products;  // held l^T r, still to be formed
+    int64_t product_bytes = 0;          // what `products` holds
     cuda::Stream accumulate;            // chosen at the first producer
     cuda::Stream consumer;              // resolved at the first producer
     cuda::Stream ready_stream;          // the last writer
     std::unique_ptr<cuda::Event> ready;  // recorded on ready_stream, if anyone waits
   };
-  // Adds slot.pending into slot.grad (on the accumulation stream).
+  // Forms slot.products and adds them and slot.pending into slot.grad (on
+  // the accumulation stream).
   static void flush(Slot& slot);
   // Holds var in slot.pending; a full list is added at once.
   static void hold(Slot& slot, Tensor&& var);
@@ -68,5 +81,56 @@ bool uniquely_owned(const Tensor& t, size_t expected_refs = 1);
 // A sparse tensor whose indices and values (TensorImpls and storages) are
 // referenced by it alone: it may be stolen into .grad without a copy.
 bool parts_uniquely_owned(const Tensor& s);
+
+namespace detail {
+
+// A weight gradient l^T r left unformed by a backward formula.
+struct ProductGrad {
+  size_t output;  // the formula's output index
+  Tensor l, r;
+};
+
+// Set by the engine while a node's formula runs (engine.cpp): the outputs
+// (bit i for output i < 64) whose gradient may be handed over as a product,
+// and the products handed over.
+struct ProductSink {
+  uint64_t allowed = 0;
+  std::vector<ProductGrad> products;
+};
+
+// The sink of this thread's running formula (null: none). Scoped.
+class ProductSinkGuard {
+ public:
+  explicit ProductSinkGuard(ProductSink* sink);
+  ~ProductSinkGuard();
+  ProductSinkGuard(const ProductSinkGuard&) = delete;
+  ProductSinkGuard& operator=(const ProductSinkGuard&) = delete;
+
+ private:
+  ProductSink* prev_;
+};
+
+// Whether the running sink lets output `output` be handed over (grad mode
+// and forward mode off).
+bool product_allowed(size_t output);
+
+// For a formula: the gradient l^T r of its output `output`. Handed to the
+// engine (an undefined tensor is returned) when the running sink allows it
+// and l, r are dense 2-D Float32/Float64 of one dtype and device with equal
+// row counts, grad mode and forward mode off; else mm(l^T, r).
+Tensor product_grad(size_t output, const Tensor& l, const Tensor& r);
+
+// sum_i l_i^T r_i: one GEMM over the rows of every l_i (and r_i)
+// concatenated (one copy_n launch where the backend has it); a single
+// product is one GEMM, as mm(l^T, r).
+Tensor sum_of_products(const std::vector<std::pair<Tensor, Tensor>>& products);
+
+// Whether weight gradients may be handed over as products (TG_MERGE_WEIGHT_GRADS=0: never).
+bool products_enabled();
+
+// How many sums of two or more products have been formed (for tests).
+int64_t merged_product_sums();
+
+}  // namespace detail
 
 }  // namespace tg::autograd

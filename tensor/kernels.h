@@ -68,6 +68,8 @@ struct Taylor2Derivatives {
 
 // The most summands one add_n call takes.
 constexpr size_t kMaxAddN = 16;
+// The most pairs one copy_n call takes.
+constexpr size_t kMaxCopyN = 32;
 
 // Softplus: a = beta, b = threshold. Clamp: a = lo, b = hi (has_a/has_b).
 struct UnaryParams {
@@ -116,6 +118,12 @@ struct Backend {
   // Optional (null: one add per summand). The engine sums deferred gradient
   // contributions with it (autograd/input_buffer.cpp).
   void (*add_n)(const Tensor& out, const Tensor& a, const std::vector<Tensor>& s);
+  // dst[j] = src[j] for every j in one launch: each pair contiguous, of one
+  // shape; every tensor of one compute dtype (Float32 or Float64) and
+  // device; dst[j] disjoint from every src; dst.size() <= kMaxCopyN.
+  // Optional (null: one copy each). The engine concatenates the operands
+  // of a weight's products with it (autograd/input_buffer.cpp).
+  void (*copy_n)(const std::vector<Tensor>& dst, const std::vector<Tensor>& src);
   // mul's backward in one pass: ga = g * b and gb = g * a, every operand
   // contiguous, of one shape and compute dtype. Optional (null: two muls).
   void (*mul_backward)(const Tensor& ga, const Tensor& gb, const Tensor& g, const Tensor& a, const Tensor& b);

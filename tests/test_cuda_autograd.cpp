@@ -108,6 +108,43 @@ TEST(CudaGpuAutograd, HeldContributionsAndFusedMulMatchCpuBitwise) {
   EXPECT_EQ(buf.release()[0].to(kCpu).to_vector<float>(), expect);
 }
 
+// Products of one weight gradient (autograd/input_buffer.cpp): those made
+// on the slot's stream are held and formed by one GEMM over their rows
+// concatenated (one copy_n launch for the contiguous operands, a strided
+// one copied alone); one made on a side stream whose work lands late is
+// multiplied there and added after events; a dense contribution joins.
+// Equal to the separate products formed on the CPU (float64, rounding).
+TEST(CudaGpuAutograd, WeightGradientProductsSumInOneGemm) {
+  REQUIRE_GPU();
+  const auto f64 = tg::TensorOptions().dtype(tg::kFloat64);
+  tg::NoGradGuard no_grad;
+  tg::manual_seed(12);
+  std::vector<std::pair<Tensor, Tensor>> ps;
+  for (int i = 0; i < 21; ++i) ps.emplace_back(tg::randn({40 + i, 6}, f64), tg::randn({40 + i, 5}, f64));
+  ps[3].first = tg::randn({6, 43}, f64).t();  // strided l
+  Tensor dense = tg::randn({6, 5}, f64);
+  Tensor expect = dense.clone();
+  for (const auto& [l, r] : ps) expect = expect + tg::mm(l.t(), r);
+  const tg::cuda::Stream main = tg::cuda::current_stream(), side = tg::cuda::stream_from_pool();
+  const int64_t merged = tg::autograd::detail::merged_product_sums();
+  tg::autograd::InputBuffer buf(1);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const tg::cuda::Stream& producer = i == 7 ? side : main;
+    Tensor l, r;
+    {
+      tg::cuda::StreamGuard on(producer);
+      tg::cuda::delay(producer, i == 7 ? 1.0 : 0.0);
+      l = ps[i].first.to(kGpu);
+      r = ps[i].second.to(kGpu);
+    }
+    buf.add_product(0, std::move(l), std::move(r), producer, main);
+    if (i == 10) buf.add(0, dense.to(kGpu), main, main);
+  }
+  buf.wait_for_consumer(main);
+  tgtest::expect_values(buf.release()[0].to(kCpu), tgtest::values(expect), 1e-12, "sum of products");
+  EXPECT_GE(tg::autograd::detail::merged_product_sums() - merged, 2);  // 16 held, then the rest
+}
+
 TEST(CudaGpuAutograd, OffloadHooksMoveSavedTensorsToTheCpu) {
   REQUIRE_GPU();
   const int64_t n = int64_t(1) << 20;  // 4 MiB per float32 tensor

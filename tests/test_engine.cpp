@@ -156,9 +156,17 @@ TEST(Engine, EdgeTrimmingSkipsWeightGemms) {
   before = tg::raw::gemm_calls();
   Tensor g_off = ag::grad({y}, {x}, {}, true)[0];
   uint64_t untrimmed = tg::raw::gemm_calls() - before;
+  // Under create_graph the weight GEMMs run (each a node of the new graph);
+  // without, their products go to AccumulateGrad nodes that do not run and
+  // are never formed.
+  before = tg::raw::gemm_calls();
+  Tensor g_off_graph = ag::grad({y}, {x}, {}, true, /*create_graph=*/true)[0];
+  uint64_t untrimmed_graph = tg::raw::gemm_calls() - before;
   ag::set_edge_trimming(true);
-  EXPECT_EQ(untrimmed, 8u);
+  EXPECT_EQ(untrimmed, tg::autograd::detail::products_enabled() ? 4u : 8u);
+  EXPECT_EQ(untrimmed_graph, 8u);
   EXPECT_TRUE(tg::equal(g_on, g_off));
+  EXPECT_TRUE(tg::equal(g_on, g_off_graph));
   // The weight gradient alone skips the input GEMM of the first layer only.
   before = tg::raw::gemm_calls();
   ag::grad({y}, {ws[0]});
@@ -904,3 +912,104 @@ TEST(Functional, MlpTaylorMatchesReverseMode) {
 }
 
 }  // namespace
+
+namespace {
+// A weight W [5, 4] used `reps` times in each of four GEMM forms (linear,
+// W as mm's second and as its first operand, linear of a transposed input)
+// and once elementwise; the loss is linear in each product, so dL/dW has a
+// closed form, returned in `expect` (sum of the separate products, formed
+// one by one without autograd).
+struct SharedWeight {
+  Tensor w, x1, a, b, x3, c1, c2, c3, c4, expect;
+  int reps;
+  SharedWeight(tg::ScalarType dt, int reps_, tg::Device d = tg::Device(tg::kCPU)) : reps(reps_) {
+    tg::manual_seed(41);
+    auto r = [&](tg::IntList s) { return tg::randn(s, kF64).to(dt).to(d); };
+    w = r({5, 4}).requires_grad_();
+    x1 = r({6, 4});
+    a = r({7, 5});
+    b = r({4, 3});
+    x3 = r({4, 9}).t();  // [9, 4], strided
+    c1 = r({6, 5});
+    c2 = r({7, 4});
+    c3 = r({5, 3});
+    c4 = r({9, 5});
+    tg::NoGradGuard no_grad;
+    Tensor e = w.detach().clone();
+    for (int i = 1; i <= reps; ++i) {
+      const double s = double(i);
+      e = e + tg::mm(c1.t(), x1) * s + tg::mm(a.t(), c2) * s + tg::mm(c3, b.t()) * s + tg::mm(c4.t(), x3) * s;
+    }
+    expect = e;
+  }
+  Tensor loss(const Tensor& weight) const {
+    Tensor l = (weight * weight).sum() * 0.5;
+    for (int i = 1; i <= reps; ++i) {
+      const double s = double(i);
+      l = l + (tg::linear(x1, weight) * c1).sum() * s + (tg::mm(a, weight) * c2).sum() * s +
+          (tg::mm(weight, b) * c3).sum() * s + (tg::linear(x3, weight) * c4).sum() * s;
+    }
+    return l;
+  }
+};
+}  // namespace
+
+// The gradient contributions l_i^T r_i of one weight are summed by one GEMM
+// over their rows concatenated, whatever the GEMM form (strided operands
+// too), mixed with a dense contribution, past the 16 products a slot holds,
+// accumulated into an existing .grad, captured by grad(), seen whole by a
+// hook; never under create_graph. Float64: within rounding of the separate
+// products.
+TEST(Engine, WeightGradientProductsSumInOneGemm) {
+  using tgtest::expect_values;
+  using tgtest::values;
+  const bool on = ag::detail::products_enabled();
+  SharedWeight sw(tg::kFloat64, 5);  // 20 products
+  const double tol = 1e-12;
+  int64_t merged = ag::detail::merged_product_sums();
+  sw.loss(sw.w).backward();
+  const std::vector<double> expect = values(sw.expect);
+  expect_values(sw.w.grad(), expect, tol, "backward");
+  if (on) EXPECT_EQ(ag::detail::merged_product_sums() - merged, 2);  // 16, then 4
+  sw.loss(sw.w).backward();
+  std::vector<double> twice = expect;
+  for (double& v : twice) v *= 2;
+  expect_values(sw.w.grad(), twice, tol, "backward into an existing .grad");
+
+  merged = ag::detail::merged_product_sums();
+  std::vector<Tensor> g = ag::grad({sw.loss(sw.w)}, {sw.w, sw.x1.requires_grad_()});
+  expect_values(g[0], expect, tol, "grad");
+  if (on) EXPECT_EQ(ag::detail::merged_product_sums() - merged, 2);
+  {
+    tg::NoGradGuard no_grad;
+    expect_values(g[1], values(tg::mm(sw.c1, sw.w.detach()) * 15.0), tol, "grad of the input");
+  }
+  sw.x1 = sw.x1.detach();
+
+  merged = ag::detail::merged_product_sums();
+  Tensor gg = ag::grad({sw.loss(sw.w)}, {sw.w}, {}, true, /*create_graph=*/true)[0];
+  EXPECT_TRUE(gg.requires_grad());
+  expect_values(gg, expect, tol, "create_graph");
+  EXPECT_EQ(ag::detail::merged_product_sums(), merged);  // each product a node of the new graph
+  expect_values(ag::grad({(gg * gg).sum()}, {sw.w})[0], values(sw.expect.detach() * 2.0), tol,
+                "double backward (dL/dW = W + const: d|dL/dW|^2/dW = 2 dL/dW)");
+
+  Tensor w2 = sw.w.detach().clone().requires_grad_();
+  std::vector<double> seen;
+  w2.register_hook([&](const Tensor& grad) {
+    seen = values(grad);
+    return grad * 2.0;
+  });
+  sw.loss(w2).backward();
+  expect_values(tg::tensor(seen, {5, 4}, kF64), expect, tol, "hook");
+  expect_values(w2.grad(), twice, tol, "after the hook");
+
+  // Float32 within its rounding; one use alone is mm(c^T, x) bitwise.
+  SharedWeight s32(tg::kFloat32, 5);
+  s32.loss(s32.w).backward();
+  expect_values(s32.w.grad(), values(s32.expect), 2e-5 * 40, "float32");
+  Tensor w1 = s32.w.detach().clone().requires_grad_();
+  (tg::linear(s32.x1, w1) * s32.c1).sum().backward();
+  tg::NoGradGuard no_grad;
+  EXPECT_TRUE(tg::equal(w1.grad(), tg::mm(s32.c1.t(), s32.x1)));
+}

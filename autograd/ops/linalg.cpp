@@ -3,6 +3,7 @@
 // linear layer the weight GEMM is skipped (edge trimming).
 #include <tapegrad/tensor/error.h>
 
+#include "autograd/input_buffer.h"
 #include "autograd/ops/ops.h"
 #include "autograd/ops/record.h"
 #include "autograd/ops/taylor.h"
@@ -24,10 +25,19 @@ class GemmBackward final : public OpNode {
   variable_list apply(variable_list&& grads) override {
     variable_list out(2);
     const Tensor& g = grads[0];
-    auto tr = [this](const Tensor& t) { return batched_ ? t.transpose(1, 2) : t.t(); };
-    auto gemm = [this](const Tensor& x, const Tensor& y) { return batched_ ? bmm(x, y) : mm(x, y); };
-    if (should_compute_output(0)) out[0] = gemm(g, tr(other_.unpack(this, "mat2")));
-    if (should_compute_output(1)) out[1] = gemm(tr(self_.unpack(this, "self")), g);
+    if (batched_) {
+      if (should_compute_output(0)) out[0] = bmm(g, other_.unpack(this, "mat2").transpose(1, 2));
+      if (should_compute_output(1)) out[1] = bmm(self_.unpack(this, "self").transpose(1, 2), g);
+      return out;
+    }
+    // A leaf's gradient may go to the engine as a product (summed with the
+    // leaf's other products in one GEMM). g b^T as linear(g, b): under
+    // create_graph b stays a direct input (no transpose node before it).
+    if (should_compute_output(0)) {
+      const Tensor b = other_.unpack(this, "mat2");
+      out[0] = autograd::detail::product_allowed(0) ? autograd::detail::product_grad(0, g.t(), b.t()) : linear(g, b);
+    }
+    if (should_compute_output(1)) out[1] = autograd::detail::product_grad(1, self_.unpack(this, "self"), g);
     return out;
   }
   void release_variables() override {
@@ -78,7 +88,7 @@ class LinearBackward final : public OpNode {
       Tensor g2 = g.reshape({-1, g.size(-1)});
       if (gw) {
         Tensor x = input_.unpack(this, "input");
-        out[1] = mm(g2.t(), x.reshape({-1, x.size(-1)}));
+        out[1] = autograd::detail::product_grad(1, g2, x.reshape({-1, x.size(-1)}));
       }
       if (gb) out[2] = sum(g2, {0});
     }

@@ -219,6 +219,51 @@ void add_n_kernel(const Tensor& out, const Tensor& a, const std::vector<Tensor>&
   });
 }
 
+// copy_n: block row y copies pair y (grid-stride over its elements).
+template <class T>
+struct CopyNArgs {
+  T* dst[kernels::kMaxCopyN];
+  const T* src[kernels::kMaxCopyN];
+  int64_t n[kernels::kMaxCopyN];
+};
+
+template <class T>
+__global__ void copy_n_kernel_impl(const __grid_constant__ CopyNArgs<T> p) {
+  wait_for_predecessors();
+  const int j = blockIdx.y;
+  const int64_t n = p.n[j];
+  T* d = p.dst[j];
+  const T* s = p.src[j];
+  const int64_t stride = int64_t(blockDim.x) * gridDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) d[i] = s[i];
+}
+
+void copy_n_kernel(const std::vector<Tensor>& dst, const std::vector<Tensor>& src) {
+  if (dst.empty()) return;
+  TG_INTERNAL_ASSERT(dst.size() == src.size() && dst.size() <= kernels::kMaxCopyN, "copy_n: bad lists");
+  dispatch_compute(dst[0].dtype(), "copy_n", [&](auto tag) {
+    using T = decltype(tag);
+    CopyNArgs<T> p{};
+    int64_t most = 0;
+    for (size_t j = 0; j < dst.size(); ++j) {
+      p.dst[j] = static_cast<T*>(dst[j].data_ptr());
+      p.src[j] = static_cast<const T*>(src[j].data_ptr());
+      p.n[j] = dst[j].numel();
+      most = std::max(most, p.n[j]);
+    }
+    if (most == 0) return;
+    DeviceGuard dg(dst[0].device().index());
+    cudaStream_t s = stream_of(dst[0]);
+    fusion::CaptureAccess access(s);
+    for (size_t j = 0; j < dst.size(); ++j) {
+      access.write(dst[j]);
+      access.read(src[j]);
+    }
+    const dim3 grid(std::min(grid_for(most), 1024u), unsigned(dst.size()));
+    launch_pdl(&copy_n_kernel_impl<T>, grid, kBlock, s, dst[0].device().index(), "copy_n", p);
+  });
+}
+
 void mul_backward_kernel(const Tensor& ga, const Tensor& gb, const Tensor& g, const Tensor& a, const Tensor& b) {
   const int64_t n = g.numel();
   if (n == 0) return;
@@ -505,6 +550,7 @@ const kernels::Backend& backend() {
     t.binary_scalar = binary_scalar_kernel;
     t.add_scaled = add_scaled_kernel;
     t.add_n = add_n_kernel;
+    t.copy_n = copy_n_kernel;
     t.mul_backward = mul_backward_kernel;
     t.compare = compare_kernel;
     t.unary = unary_kernel;

@@ -41,10 +41,10 @@ __device__ __forceinline__ void wait_for_predecessors() {
 bool pdl_enabled(int device);
 
 template <class... KArgs, class... Args>
-void launch_pdl(void (*kernel)(KArgs...), unsigned blocks, unsigned threads, cudaStream_t s, int device,
+void launch_pdl(void (*kernel)(KArgs...), dim3 blocks, unsigned threads, cudaStream_t s, int device,
                 const char* op, Args&&... args) {
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(blocks);
+  cfg.gridDim = blocks;
   cfg.blockDim = dim3(threads);
   cfg.stream = s;
   cudaLaunchAttribute attr[1];

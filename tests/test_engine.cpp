@@ -970,7 +970,9 @@ TEST(Engine, WeightGradientProductsSumInOneGemm) {
   sw.loss(sw.w).backward();
   const std::vector<double> expect = values(sw.expect);
   expect_values(sw.w.grad(), expect, tol, "backward");
-  if (on) EXPECT_EQ(ag::detail::merged_product_sums() - merged, 2);  // 16, then 4
+  if (on) {
+    EXPECT_EQ(ag::detail::merged_product_sums() - merged, 2);  // 16, then 4
+  }
   sw.loss(sw.w).backward();
   std::vector<double> twice = expect;
   for (double& v : twice) v *= 2;
@@ -979,7 +981,9 @@ TEST(Engine, WeightGradientProductsSumInOneGemm) {
   merged = ag::detail::merged_product_sums();
   std::vector<Tensor> g = ag::grad({sw.loss(sw.w)}, {sw.w, sw.x1.requires_grad_()});
   expect_values(g[0], expect, tol, "grad");
-  if (on) EXPECT_EQ(ag::detail::merged_product_sums() - merged, 2);
+  if (on) {
+    EXPECT_EQ(ag::detail::merged_product_sums() - merged, 2);
+  }
   {
     tg::NoGradGuard no_grad;
     expect_values(g[1], values(tg::mm(sw.c1, sw.w.detach()) * 15.0), tol, "grad of the input");

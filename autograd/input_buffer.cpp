@@ -137,6 +137,10 @@ void InputBuffer::flush(Slot& slot) {
   };
   if (!(old.defined() ? old : slot.products.front().first).is_cuda()) return work();
   const cuda::Stream A = slot.accumulate;
+  if (old.defined() && slot.ready_stream != A) {  // grad's last writer is elsewhere
+    if (slot.ready) slot.ready->block(A);
+    record_stream(old, A);
+  }
   {
     cuda::StreamGuard on_a(A);
     work();
@@ -169,32 +173,35 @@ void InputBuffer::add_product(size_t pos, Tensor&& l, Tensor&& r, const cuda::St
                               const cuda::Stream& consumer) {
   Slot& slot = slots_[pos];
   const int64_t bytes = nbytes(l) + nbytes(r);
-  bool hold = bytes <= kHoldProductBytes && !(slot.grad.defined() && slot.grad.is_sparse());
-  if (hold && l.is_cuda()) {
-    // Held only where they were made: the slot's accumulation stream is
-    // the producer's, and so is its last writer (no event, no
-    // record_stream at the GEMM).
-    cuda::Stream current = cuda::current_stream(l.device().index());
-    cuda::Stream P = resolve_stream(producer, current);
-    if (!slot.grad.defined() && slot.products.empty()) {
-      cuda::Stream C = resolve_stream(consumer, current);
-      hold = choose_accumulation_stream(l.device(), P, C, current).stream == P;
-      if (hold) {
-        slot.accumulate = P;
-        slot.consumer = C;
-        slot.ready_stream = P;
-        slot.ready.reset();
-      }
-    } else {
-      hold = slot.accumulate == P && slot.ready_stream == P;
-    }
-  }
-  if (!hold) {  // formed now, where l and r were made
-    std::optional<cuda::StreamGuard> on_p;
+  // Whether a product is held depends on its size alone, never on streams,
+  // so a gradient's rounding is the same on one stream, on several and
+  // under capture.
+  if (bytes > kHoldProductBytes || (slot.grad.defined() && slot.grad.is_sparse())) {
+    std::optional<cuda::StreamGuard> on_p;  // formed now, where l and r were made
     if (l.is_cuda()) on_p.emplace(resolve_stream(producer, cuda::current_stream(l.device().index())));
     Tensor g = raw::mm(l.t(), r);
     on_p.reset();
     return add(pos, std::move(g), producer, consumer);
+  }
+  if (l.is_cuda()) {
+    cuda::Stream current = cuda::current_stream(l.device().index());
+    cuda::Stream P = resolve_stream(producer, current);
+    if (!slot.grad.defined() && slot.products.empty()) {  // first producer
+      cuda::Stream C = resolve_stream(consumer, current);
+      slot.accumulate = choose_accumulation_stream(l.device(), P, C, current).stream;
+      slot.consumer = C;
+      slot.ready_stream = slot.accumulate;
+      slot.ready.reset();
+    }
+    // The GEMM runs on the accumulation stream: it waits for this producer.
+    const cuda::Stream A = slot.accumulate;
+    if (A != P) {
+      cuda::Event e;
+      e.record(P);
+      e.block(A);
+      record_stream(l, A);
+      record_stream(r, A);
+    }
   }
   slot.products.emplace_back(std::move(l), std::move(r));
   slot.product_bytes += bytes;

@@ -28,10 +28,12 @@ class InputBuffer {
   void add(size_t pos, Tensor&& grad, const cuda::Stream& producer, const cuda::Stream& consumer);
   // Adds the gradient l^T r at input `pos` (l [k, m], r [k, n], of one
   // dtype and device: a weight gradient handed over by its formula, see
-  // detail::product_grad). Small products made on the slot's accumulation
-  // stream are held, and every held product of the slot is summed at once
-  // by one GEMM over their rows concatenated (docs/AUTOGRAD.md "Weight
-  // gradients"); any other is multiplied now and added as `add` would.
+  // detail::product_grad). Products up to 4 MiB are held (the accumulation
+  // stream waits on their producer's) and every held product of the slot is
+  // summed at once by one GEMM on the accumulation stream over their rows
+  // concatenated (docs/AUTOGRAD.md "Weight gradients"); a larger one is
+  // multiplied on its producer's stream and added as `add` would. What is
+  // held depends on sizes only, not on streams.
   void add_product(size_t pos, Tensor&& l, Tensor&& r, const cuda::Stream& producer,
                    const cuda::Stream& consumer);
   // The consumer, about to run on `consumer`, waits on the last writer of

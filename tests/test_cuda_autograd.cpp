@@ -108,12 +108,13 @@ TEST(CudaGpuAutograd, HeldContributionsAndFusedMulMatchCpuBitwise) {
   EXPECT_EQ(buf.release()[0].to(kCpu).to_vector<float>(), expect);
 }
 
-// Products of one weight gradient (autograd/input_buffer.cpp): those made
-// on the slot's stream are held and formed by one GEMM over their rows
-// concatenated (one copy_n launch for the contiguous operands, a strided
-// one copied alone); one made on a side stream whose work lands late is
-// multiplied there and added after events; a dense contribution joins.
-// Equal to the separate products formed on the CPU (float64, rounding).
+// Products of one weight gradient (autograd/input_buffer.cpp) are held and
+// formed by one GEMM over their rows concatenated (one copy_n launch for
+// the contiguous operands, a strided one copied alone). One made on a side
+// stream whose work lands late is held too (the accumulation stream waits
+// on its event); one over 4 MiB, also late on the side stream, is formed
+// there at once and added after events; a dense contribution joins. Equal
+// to the separate products formed on the CPU (float64, rounding).
 TEST(CudaGpuAutograd, WeightGradientProductsSumInOneGemm) {
   REQUIRE_GPU();
   const auto f64 = tg::TensorOptions().dtype(tg::kFloat64);
@@ -122,6 +123,7 @@ TEST(CudaGpuAutograd, WeightGradientProductsSumInOneGemm) {
   std::vector<std::pair<Tensor, Tensor>> ps;
   for (int i = 0; i < 21; ++i) ps.emplace_back(tg::randn({40 + i, 6}, f64), tg::randn({40 + i, 5}, f64));
   ps[3].first = tg::randn({6, 43}, f64).t();  // strided l
+  ps[15] = {tg::randn({50000, 6}, f64), tg::randn({50000, 5}, f64)};  // 4.4 MB: not held
   Tensor dense = tg::randn({6, 5}, f64);
   Tensor expect = dense.clone();
   for (const auto& [l, r] : ps) expect = expect + tg::mm(l.t(), r);
@@ -129,11 +131,12 @@ TEST(CudaGpuAutograd, WeightGradientProductsSumInOneGemm) {
   const int64_t merged = tg::autograd::detail::merged_product_sums();
   tg::autograd::InputBuffer buf(1);
   for (size_t i = 0; i < ps.size(); ++i) {
-    const tg::cuda::Stream& producer = i == 7 ? side : main;
+    const bool late = i == 7 || i == 15;
+    const tg::cuda::Stream& producer = late ? side : main;
     Tensor l, r;
     {
       tg::cuda::StreamGuard on(producer);
-      tg::cuda::delay(producer, i == 7 ? 1.0 : 0.0);
+      tg::cuda::delay(producer, late ? 1.0 : 0.0);
       l = ps[i].first.to(kGpu);
       r = ps[i].second.to(kGpu);
     }

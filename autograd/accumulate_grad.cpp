@@ -21,6 +21,20 @@ void AccumulateGrad::call_tensor_pre_hooks(variable_list& grads) {
   impl::call_leaf_pre_hooks(variable_, grads[0]);
 }
 
+bool AccumulateGrad::accumulate_products_in_place(InputBuffer& buffer, const cuda::Stream& stream) {
+  if (has_tensor_pre_hooks() || impl::has_leaf_pre_hooks(variable_)) return false;
+  AutogradMeta* m = impl::meta(variable_);
+  if (!m || m->grad_fn || !m->requires_grad) return false;
+  const Tensor& g = m->grad;
+  // Rule (7) of accumulate_grad (or a static .grad a graph reads, added to in place).
+  if (!g.defined() || g.is_sparse() || !g.is_contiguous() || impl::requires_grad(g) ||
+      (g.impl()->storage().use_count() != 1 && !cuda::static_in_use(variable_)))
+    return false;
+  if (!buffer.form_products_into(0, g, stream)) return false;
+  impl::call_post_accumulate_hooks(variable_);
+  return true;
+}
+
 variable_list AccumulateGrad::apply(variable_list&& grads) {
   Tensor g = std::move(grads[0]);
   grads.clear();

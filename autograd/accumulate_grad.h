@@ -6,6 +6,8 @@
 
 namespace tg::autograd {
 
+class InputBuffer;
+
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(Tensor variable);
@@ -13,6 +15,14 @@ class AccumulateGrad final : public Node {
   std::string name() const override { return "AccumulateGrad"; }
   void call_tensor_pre_hooks(variable_list& grads) override;
   const Tensor& variable() const { return variable_; }
+  // The engine, before the node's inputs are released on `stream` (grad
+  // mode and forward mode off, the node neither captured nor skipped): when
+  // the buffer holds only products and the leaf's .grad would be added to
+  // in place (dense, contiguous, not shared, no history) and no pre-hook
+  // must see the gradient, forms them into .grad by one GEMM (beta 1),
+  // runs the post-accumulate-grad hooks and returns true (the node is then
+  // done); else changes nothing.
+  bool accumulate_products_in_place(InputBuffer& buffer, const cuda::Stream& stream);
 
  private:
   Tensor variable_;

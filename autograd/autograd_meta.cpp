@@ -77,6 +77,13 @@ static std::shared_ptr<AutogradMeta::LeafHooks> leaf_hooks_of(const Tensor& t, b
   return m->leaf_hooks;
 }
 
+bool has_leaf_pre_hooks(const Tensor& leaf) {
+  auto h = leaf_hooks_of(leaf, false);
+  if (!h) return false;
+  std::lock_guard<std::mutex> lock(h->m);
+  return !h->pre.empty();
+}
+
 void call_leaf_pre_hooks(const Tensor& leaf, Tensor& grad) {
   auto h = leaf_hooks_of(leaf, false);
   if (!h || !grad.defined()) return;

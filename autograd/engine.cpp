@@ -368,6 +368,13 @@ bool keep_product(const Node& fn, const detail::ProductGrad& p, variable_list& o
   return false;
 }
 
+// Whether fn runs in this task and no grad() captures its inputs.
+bool runs_uncaptured(const GraphTask& task, const Node& fn) {
+  if (task.exec_info.empty()) return true;
+  auto it = task.exec_info.find(const_cast<Node*>(&fn));
+  return it != task.exec_info.end() && it->second.needed && it->second.captures.empty();
+}
+
 void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, InputBuffer& buffer) {
   Node& fn = *fn_ptr;
   // The node runs on the stream of its forward op, after waiting for the
@@ -376,6 +383,17 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, Inp
   std::optional<cuda::StreamGuard> on_stream;
   if (stream.is_valid()) {
     on_stream.emplace(stream);
+    // A leaf's held weight-gradient products go straight into its .grad
+    // (docs/AUTOGRAD.md "Weight gradients"); the node is then done.
+    if (auto* acc = dynamic_cast<AccumulateGrad*>(&fn);
+        acc && !task.create_graph && !forward_ad::is_active() && runs_uncaptured(task, fn)) {
+      std::lock_guard<std::mutex> lock(fn.mutex());
+      if (acc->accumulate_products_in_place(buffer, stream)) {
+        auto task_lock = task.lock();
+        add_leaf_stream(task, stream);
+        return;
+      }
+    }
     buffer.wait_for_consumer(stream);
   }
   variable_list inputs = buffer.release();

@@ -16,6 +16,14 @@
 
 namespace tg::autograd {
 
+namespace detail {
+namespace {
+std::atomic<int64_t> g_merged{0};    // sums of two or more products formed
+std::atomic<int64_t> g_in_place{0};  // products formed into an existing .grad
+std::pair<Tensor, Tensor> concatenated(const std::vector<std::pair<Tensor, Tensor>>& products);
+}  // namespace
+}  // namespace detail
+
 bool uniquely_owned(const Tensor& t, size_t expected_refs) {
   return t.use_count() <= expected_refs && t.impl()->storage().use_count() == 1;
 }
@@ -208,6 +216,32 @@ void InputBuffer::add_product(size_t pos, Tensor&& l, Tensor&& r, const cuda::St
   if (slot.products.size() == kMaxProducts || slot.product_bytes > kSlotProductBytes) flush(slot);
 }
 
+bool InputBuffer::form_products_into(size_t pos, const Tensor& target, const cuda::Stream& consumer) {
+  Slot& slot = slots_[pos];
+  if (slot.grad.defined() || !slot.pending.empty() || slot.products.empty() || !target.is_cuda() ||
+      !consumer.is_valid() || slot.accumulate != consumer)
+    return false;
+  const Tensor& l0 = slot.products.front().first;
+  const auto mm_accumulate = kernels::backend(target.device(), "backward").mm_accumulate;
+  if (!mm_accumulate || target.dtype() != l0.dtype() || target.device() != l0.device() ||
+      target.sizes() != IntList{l0.size(1), slot.products.front().second.size(1)} || !target.is_contiguous())
+    return false;
+  std::vector<std::pair<Tensor, Tensor>> products = std::move(slot.products);
+  slot.products.clear();
+  slot.product_bytes = 0;
+  {
+    cuda::StreamGuard on_a(slot.accumulate);
+    auto [L, R] = detail::concatenated(products);
+    products.clear();
+    mm_accumulate(target, L.t(), R);
+  }
+  target.impl()->version_counter()->bump();
+  detail::g_in_place.fetch_add(1);
+  slot.ready_stream = slot.accumulate;
+  slot.ready.reset();
+  return true;
+}
+
 void InputBuffer::add(size_t pos, Tensor&& var, const cuda::Stream& producer,
                       const cuda::Stream& consumer) {
   if (!var.defined()) return;
@@ -294,7 +328,6 @@ namespace detail {
 
 namespace {
 thread_local ProductSink* t_sink = nullptr;
-std::atomic<int64_t> g_merged{0};
 }  // namespace
 
 ProductSinkGuard::ProductSinkGuard(ProductSink* sink) : prev_(t_sink) { t_sink = sink; }
@@ -306,6 +339,7 @@ bool products_enabled() {
 }
 
 int64_t merged_product_sums() { return g_merged.load(); }
+int64_t products_formed_in_place() { return g_in_place.load(); }
 
 bool product_allowed(size_t output) {
   const ProductSink* sink = t_sink;
@@ -321,11 +355,15 @@ Tensor product_grad(size_t output, const Tensor& l, const Tensor& r) {
   return tg::mm(l.t(), r);
 }
 
-Tensor sum_of_products(const std::vector<std::pair<Tensor, Tensor>>& products) {
+namespace {
+// The operands of sum_i l_i^T r_i as one product L^T R: each l_i (r_i)
+// into its rows of L (R), the contiguous ones in one copy_n launch, the
+// rest one copy each; a single product is its own operands.
+std::pair<Tensor, Tensor> concatenated(const std::vector<std::pair<Tensor, Tensor>>& products) {
   TG_INTERNAL_ASSERT(!products.empty(), "no products to sum");
   const Tensor& l0 = products[0].first;
   const Tensor& r0 = products[0].second;
-  if (products.size() == 1) return raw::mm(l0.t(), r0);
+  if (products.size() == 1) return {l0, r0};
   int64_t k = 0;
   for (const auto& [l, r] : products) {
     TG_INTERNAL_ASSERT(l.size(1) == l0.size(1) && r.size(1) == r0.size(1) && l.dtype() == l0.dtype() &&
@@ -335,8 +373,6 @@ Tensor sum_of_products(const std::vector<std::pair<Tensor, Tensor>>& products) {
   }
   Tensor L = empty({k, l0.size(1)}, l0.options());
   Tensor R = empty({k, r0.size(1)}, l0.options());
-  // Each operand into its rows: contiguous ones in one copy_n launch, the
-  // rest one copy each.
   const auto copy_n = kernels::backend(l0.device(), "backward").copy_n;
   std::vector<Tensor> dst, src;
   int64_t at = 0;
@@ -355,6 +391,12 @@ Tensor sum_of_products(const std::vector<std::pair<Tensor, Tensor>>& products) {
   }
   if (!dst.empty()) copy_n(dst, src);
   g_merged.fetch_add(1);
+  return {L, R};
+}
+}  // namespace
+
+Tensor sum_of_products(const std::vector<std::pair<Tensor, Tensor>>& products) {
+  auto [L, R] = concatenated(products);
   return raw::mm(L.t(), R);
 }
 

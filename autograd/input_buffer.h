@@ -36,6 +36,12 @@ class InputBuffer {
   // held depends on sizes only, not on streams.
   void add_product(size_t pos, Tensor&& l, Tensor&& r, const cuda::Stream& producer,
                    const cuda::Stream& consumer);
+  // When input `pos` holds products alone (no other contribution) that
+  // were to be formed on `consumer`: forms them into `target` (its
+  // existing gradient: contiguous, of their shape, dtype and device) by
+  // one GEMM that adds into it (beta 1), bumps its version and returns
+  // true; else changes nothing and returns false.
+  bool form_products_into(size_t pos, const Tensor& target, const cuda::Stream& consumer);
   // The consumer, about to run on `consumer`, waits on the last writer of
   // each slot it did not write itself (held contributions summed first).
   void wait_for_consumer(const cuda::Stream& consumer);
@@ -130,8 +136,10 @@ Tensor sum_of_products(const std::vector<std::pair<Tensor, Tensor>>& products);
 // Whether weight gradients may be handed over as products (TG_MERGE_WEIGHT_GRADS=0: never).
 bool products_enabled();
 
-// How many sums of two or more products have been formed (for tests).
+// How many sums of two or more products have been formed, and how many
+// times products were formed into an existing .grad (for tests).
 int64_t merged_product_sums();
+int64_t products_formed_in_place();
 
 }  // namespace detail
 

@@ -110,6 +110,12 @@ void Node::set_retained_grad(uint32_t input_nr, std::weak_ptr<Tensor> slot) {
   pre_hooks_->retained.emplace_back(input_nr, std::move(slot));
 }
 
+bool Node::has_tensor_pre_hooks() const {
+  if (!pre_hooks_) return false;
+  std::lock_guard<std::mutex> lock(pre_hooks_->m);
+  return !pre_hooks_->hooks.empty() || !pre_hooks_->retained.empty();
+}
+
 void Node::call_tensor_pre_hooks(variable_list& grads) {
   if (!pre_hooks_) return;
   std::vector<PreHooks::Entry> hooks;

@@ -137,6 +137,11 @@ struct Backend {
   void (*reduce)(ReduceOp, const Tensor& out, const Tensor& x);
   // out[b] = a[b] @ b[b]; a: [B, n, k], b: [B, k, m], out: [B, n, m] contiguous.
   void (*bmm)(const Tensor& out, const Tensor& a, const Tensor& b);
+  // out += a @ b in one GEMM (beta 1): out [n, m] contiguous, a [n, k],
+  // b [k, m], one Float32/Float64 dtype. Optional (null: the engine adds a
+  // separate product). AccumulateGrad forms a weight's held products into an
+  // existing .grad with it (autograd/input_buffer.cpp).
+  void (*mm_accumulate)(const Tensor& out, const Tensor& a, const Tensor& b);
   // x contiguous [outer, n, inner]; index Int64 [m] (validated); out [outer, m, inner].
   void (*index_select)(const Tensor& out, const Tensor& x, const Tensor& index);
   // out[..i..] = x[..index[..i..] along dim..]; x restrided: index/out shape,

@@ -148,6 +148,67 @@ TEST(CudaGpuAutograd, WeightGradientProductsSumInOneGemm) {
   EXPECT_GE(tg::autograd::detail::merged_product_sums() - merged, 2);  // 16 held, then the rest
 }
 
+// A weight's held products go into its existing .grad by one GEMM that adds
+// (beta 1): the .grad keeps its memory and identity, its version moves, the
+// post-accumulate-grad hook sees the sum. Not with a pre-hook on the leaf or
+// a dense contribution beside the products (then the sum is formed, then
+// added). Float64, against the products formed on the CPU.
+TEST(CudaGpuAutograd, WeightGradientProductsAddIntoAnExistingGrad) {
+  REQUIRE_GPU();
+  const auto f64 = tg::TensorOptions().dtype(tg::kFloat64);
+  tg::manual_seed(13);
+  Tensor w_cpu = tg::randn({5, 4}, f64), x1 = tg::randn({6, 4}, f64), a = tg::randn({7, 5}, f64),
+         b = tg::randn({4, 3}, f64), c1 = tg::randn({6, 5}, f64), c2 = tg::randn({7, 4}, f64),
+         c3 = tg::randn({5, 3}, f64);
+  Tensor expect;
+  {
+    tg::NoGradGuard no_grad;
+    expect = tg::mm(c1.t(), x1) + tg::mm(a.t(), c2) + tg::mm(c3, b.t());
+  }
+  auto loss = [&](const Tensor& w, bool dense) {
+    Tensor l = (tg::linear(x1.to(kGpu), w) * c1.to(kGpu)).sum() + (tg::mm(a.to(kGpu), w) * c2.to(kGpu)).sum() +
+               (tg::mm(w, b.to(kGpu)) * c3.to(kGpu)).sum();
+    return dense ? l + (w * w).sum() * 0.5 : l;
+  };
+  auto times = [](const Tensor& t, double s) {
+    tg::NoGradGuard no_grad;
+    return tgtest::values(t * s);
+  };
+  Tensor w = w_cpu.to(kGpu).requires_grad_();
+  int posts = 0;
+  std::vector<double> seen;
+  w.register_post_accumulate_grad_hook([&](const Tensor& p) {
+    ++posts;
+    seen = tgtest::values(p.grad().to(kCpu));
+  });
+  const int64_t in_place = tg::autograd::detail::products_formed_in_place();
+  loss(w, false).backward();  // no .grad yet: the sum becomes .grad
+  EXPECT_EQ(tg::autograd::detail::products_formed_in_place(), in_place);
+  const void* data = w.grad().data_ptr();
+  const uint32_t version = w.grad().impl()->version_counter()->current();
+  loss(w, false).backward();
+  EXPECT_EQ(tg::autograd::detail::products_formed_in_place(), in_place + 1);
+  EXPECT_EQ(w.grad().data_ptr(), data);
+  EXPECT_GT(w.grad().impl()->version_counter()->current(), version);
+  EXPECT_EQ(posts, 2);
+  tgtest::expect_values(w.grad().to(kCpu), times(expect, 2), 1e-12, "into .grad");
+  tgtest::expect_values(tg::tensor(seen, {5, 4}, f64), times(expect, 2), 1e-12, "post hook");
+  // A dense contribution beside the products: formed, then added.
+  loss(w, true).backward();
+  EXPECT_EQ(tg::autograd::detail::products_formed_in_place(), in_place + 1);
+  {
+    tg::NoGradGuard no_grad;
+    tgtest::expect_values(w.grad().to(kCpu), tgtest::values(expect * 3.0 + w_cpu), 1e-12, "with a dense use");
+  }
+  // A pre-hook must see the gradient: not formed in place.
+  Tensor w2 = w_cpu.to(kGpu).requires_grad_();
+  w2.register_hook([](const Tensor& g) { return g * 2.0; });
+  loss(w2, false).backward();
+  loss(w2, false).backward();
+  EXPECT_EQ(tg::autograd::detail::products_formed_in_place(), in_place + 1);
+  tgtest::expect_values(w2.grad().to(kCpu), times(expect, 4), 1e-12, "pre-hook");
+}
+
 TEST(CudaGpuAutograd, OffloadHooksMoveSavedTensorsToTheCpu) {
   REQUIRE_GPU();
   const int64_t n = int64_t(1) << 20;  // 4 MiB per float32 tensor

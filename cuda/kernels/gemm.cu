@@ -298,13 +298,15 @@ std::shared_ptr<LtPlan> lt_plan(int device, bool f64, cublasComputeType_t comput
   return cache.emplace(key, p).first->second;
 }
 
-void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
+// out = a b, or out += a b (accumulate: beta 1; Float32/Float64).
+void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) {
   int64_t B = out.sizes()[0], n = out.sizes()[1], m = out.sizes()[2], k = a.sizes()[2];
   if (out.numel() == 0) return;
   TG_CHECK(a.is_cuda() && b.is_cuda(), "bmm: expected both operands on ", out.device());
   DeviceGuard g(out.device().index());
   cudaStream_t s = stream_of(out);
   if (out.dtype() == kInt64) {
+    TG_INTERNAL_ASSERT(!accumulate, "bmm: no accumulating Int64 product");
     int64_t blocks = std::min<int64_t>((out.numel() + 255) / 256, 65536);
     gemm_int64_k<int64_t><<<unsigned(blocks), 256, 0, s>>>(
         static_cast<int64_t*>(out.data_ptr()), static_cast<const int64_t*>(a.data_ptr()),
@@ -323,14 +325,14 @@ void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
   double one64 = 1, zero64 = 0;
   float one32 = 1, zero32 = 0;
   const void* alpha = f64 ? static_cast<const void*>(&one64) : &one32;
-  const void* beta = f64 ? static_cast<const void*>(&zero64) : &zero32;
+  const void* beta = f64 ? static_cast<const void*>(accumulate ? &one64 : &zero64) : accumulate ? &one32 : &zero32;
   const int device = out.device().index();
   cublasOperation_t opb = ob.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
   cublasOperation_t opa = oa.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
   fusion::CaptureAccess access(s);  // a capture records what the product touches
   access.read(ob.t);
   access.read(oa.t);
-  access.write(out);
+  access.write(out);  // read too when accumulating: a write covers both
   if (lt_enabled()) {
     std::shared_ptr<LtPlan> plan =
         lt_plan(device, f64, compute, opb, opa, m, n, k, ob.ld, B == 1 ? 0 : ob.batch_stride, oa.ld,
@@ -376,11 +378,20 @@ void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
       "bmm");
 }
 
+void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b) { gemm(out, a, b, false); }
+
+void mm_accumulate_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
+  gemm(out.unsqueeze(0), a.unsqueeze(0), b.unsqueeze(0), true);
+}
+
 }  // namespace
 
 void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
 bool allow_tf32() { return g_allow_tf32.load(); }
 
-void register_gemm(kernels::Backend& b) { b.bmm = bmm_kernel; }
+void register_gemm(kernels::Backend& b) {
+  b.bmm = bmm_kernel;
+  b.mm_accumulate = mm_accumulate_kernel;
+}
 
 }  // namespace tg::cuda

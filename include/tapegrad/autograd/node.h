@@ -139,6 +139,8 @@ class Node : public std::enable_shared_from_this<Node> {
   /// Runs the tensor pre-hooks and fills retained grads; the engine calls it
   /// before captures and apply.
   virtual void call_tensor_pre_hooks(variable_list& grads);
+  /// Whether any tensor pre-hook or retained grad is registered.
+  bool has_tensor_pre_hooks() const;
 
   /// Post hooks: hook(grad_inputs = outputs of apply, grad_outputs = inputs).
   using PostHook = std::function<void(const variable_list&, const variable_list&)>;

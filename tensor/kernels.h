@@ -124,6 +124,12 @@ struct Backend {
   // Optional (null: one copy each). The engine concatenates the operands
   // of a weight's products with it (autograd/input_buffer.cpp).
   void (*copy_n)(const std::vector<Tensor>& dst, const std::vector<Tensor>& src);
+  // The backward of a slice in one pass: out (contiguous, any dtype) is
+  // zero except out.narrow-like positions start, start + step, ... along
+  // dim (g.size(dim) of them), which take g's elements. Returns false (and
+  // writes nothing) when g's dims before and after dim do not each collapse
+  // to one strided dim. Optional (null: zeros, then a strided copy).
+  bool (*embed)(const Tensor& out, const Tensor& g, int64_t dim, int64_t start, int64_t step);
   // mul's backward in one pass: ga = g * b and gb = g * a, every operand
   // contiguous, of one shape and compute dtype. Optional (null: two muls).
   void (*mul_backward)(const Tensor& ga, const Tensor& gb, const Tensor& g, const Tensor& a, const Tensor& b);

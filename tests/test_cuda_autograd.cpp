@@ -209,6 +209,43 @@ TEST(CudaGpuAutograd, WeightGradientProductsAddIntoAnExistingGrad) {
   tgtest::expect_values(w2.grad().to(kCpu), times(expect, 4), 1e-12, "pre-hook");
 }
 
+// The backward of select/slice/narrow in one pass (Backend::embed): equal
+// to the CPU's zeros + strided copy, for contiguous, transposed, expanded
+// and non-collapsible (the fallback) gradients, steps 1 and 2, float32,
+// bfloat16 and int-free dtypes alike.
+TEST(CudaGpuAutograd, SliceBackwardInOnePassEqualsTheCpu) {
+  REQUIRE_GPU();
+  tg::manual_seed(14);
+  for (tg::ScalarType dt : {tg::kFloat32, tg::kFloat64, tg::kBFloat16}) {
+    const auto o = tg::TensorOptions().dtype(dt);
+    Tensor x = tg::randn({3, 4, 7, 5}, o);
+    struct Case {
+      std::function<Tensor(const Tensor&)> f;
+      Tensor base;                                // made on the CPU
+      std::function<Tensor(const Tensor&)> view;  // applied on each device: the gradient fed back
+    };
+    auto same = [](const Tensor& t) { return t; };
+    std::vector<Case> cases = {
+        {[](const Tensor& t) { return t.slice(2, 1, 7, 2); }, tg::randn({3, 4, 3, 5}, o), same},
+        {[](const Tensor& t) { return t.slice(2, 1, 7, 2); }, tg::randn({4, 3, 3, 5}, o),
+         [](const Tensor& t) { return t.transpose(0, 1); }},  // the outer dims do not collapse
+        {[](const Tensor& t) { return t.select(3, 4); }, tg::randn({7, 4, 3}, o),
+         [](const Tensor& t) { return t.permute({2, 1, 0}); }},
+        {[](const Tensor& t) { return t.narrow(1, 2, 2); }, tg::ones({1, 1, 1, 5}, o),
+         [](const Tensor& t) { return t.expand({3, 2, 7, 5}); }},
+        {[](const Tensor& t) { return t.select(0, 0); }, tg::randn({4, 7, 5}, o), same},
+        {[](const Tensor& t) { return t.slice(2, 3, 3, 1); }, tg::randn({3, 4, 0, 5}, o), same},  // empty
+    };
+    for (size_t c = 0; c < cases.size(); ++c) {
+      auto grad_on = [&](tg::Device d) {
+        Tensor xd = x.to(d).requires_grad_();
+        return tg::autograd::grad({cases[c].f(xd)}, {xd}, {cases[c].view(cases[c].base.to(d))})[0].to(kCpu);
+      };
+      EXPECT_TRUE(tg::equal(grad_on(kGpu), grad_on(kCpu))) << "case " << c << " " << dt;
+    }
+  }
+}
+
 TEST(CudaGpuAutograd, OffloadHooksMoveSavedTensorsToTheCpu) {
   REQUIRE_GPU();
   const int64_t n = int64_t(1) << 20;  // 4 MiB per float32 tensor

@@ -264,6 +264,63 @@ void copy_n_kernel(const std::vector<Tensor>& dst, const std::vector<Tensor>& sr
   });
 }
 
+// embed: out [outer, n, inner] contiguous, g [outer, len, inner] with
+// strides (go, gn, gi) in elements; zero bytes are zero in every dtype.
+template <class U>
+__global__ void embed_kernel_impl(U* out, const U* g, int64_t n, int64_t inner, int64_t start, int64_t step,
+                                  int64_t len, int64_t go, int64_t gn, int64_t gi, int64_t total) {
+  wait_for_predecessors();
+  const int64_t stride = int64_t(blockDim.x) * gridDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int64_t in = i % inner, t = i / inner, c = t % n, o = t / n, d = c - start;
+    U v = 0;
+    if (d >= 0 && d % step == 0 && d / step < len) v = g[o * go + (d / step) * gn + in * gi];
+    out[i] = v;
+  }
+}
+
+// The stride of dims [lo, hi) of t taken as one dim, or -1 when they do not
+// collapse (a size-1 dim collapses with anything; an empty range is stride 0).
+int64_t collapsed_stride(const Tensor& t, int64_t lo, int64_t hi) {
+  int64_t stride = 0, span = 1;  // span: elements covered by the dims after the current one
+  bool any = false;
+  for (int64_t d = hi - 1; d >= lo; --d) {
+    const int64_t size = t.sizes()[size_t(d)], st = t.strides()[size_t(d)];
+    if (size == 1) continue;
+    if (!any) {
+      stride = st;
+      any = true;
+    } else if (st != stride * span) {
+      return -1;
+    }
+    span *= size;
+  }
+  return stride;
+}
+
+bool embed_kernel(const Tensor& out, const Tensor& g, int64_t dim, int64_t start, int64_t step) {
+  const int64_t nd = out.dim();
+  const int64_t go = collapsed_stride(g, 0, dim), gi = collapsed_stride(g, dim + 1, nd);
+  if (go < 0 || gi < 0 || !out.is_contiguous() || step < 1) return false;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= out.sizes()[size_t(d)];
+  for (int64_t d = dim + 1; d < nd; ++d) inner *= out.sizes()[size_t(d)];
+  const int64_t n = out.sizes()[size_t(dim)], len = g.sizes()[size_t(dim)], total = out.numel();
+  if (total == 0) return true;
+  DeviceGuard dg(out.device().index());
+  cudaStream_t s = stream_of(out);
+  fusion::CaptureAccess access(s);
+  access.write(out);
+  access.read(g);
+  dispatch_bytes(element_size(out.dtype()), [&](auto u) {
+    using U = decltype(u);
+    launch_pdl(&embed_kernel_impl<U>, grid_for(total), kBlock, s, out.device().index(), "slice backward",
+               static_cast<U*>(out.data_ptr()), static_cast<const U*>(g.data_ptr()), n, inner, start, step, len,
+               go, g.strides()[size_t(dim)], gi, total);
+  });
+  return true;
+}
+
 void mul_backward_kernel(const Tensor& ga, const Tensor& gb, const Tensor& g, const Tensor& a, const Tensor& b) {
   const int64_t n = g.numel();
   if (n == 0) return;
@@ -551,6 +608,7 @@ const kernels::Backend& backend() {
     t.add_scaled = add_scaled_kernel;
     t.add_n = add_n_kernel;
     t.copy_n = copy_n_kernel;
+    t.embed = embed_kernel;
     t.mul_backward = mul_backward_kernel;
     t.compare = compare_kernel;
     t.unary = unary_kernel;

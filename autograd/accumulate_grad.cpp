@@ -21,15 +21,22 @@ void AccumulateGrad::call_tensor_pre_hooks(variable_list& grads) {
   impl::call_leaf_pre_hooks(variable_, grads[0]);
 }
 
+namespace {
+// A dense .grad that a gradient is added to in place, keeping its identity:
+// contiguous, without history, and its storage not shared — or a static
+// .grad a captured graph reads (docs/AUTOGRAD.md "Accumulation", rule 7).
+bool adds_in_place(const Tensor& variable, const Tensor& grad) {
+  return !grad.is_sparse() && grad.is_contiguous() && !impl::requires_grad(grad) &&
+         (grad.impl()->storage().use_count() == 1 || cuda::static_in_use(variable));
+}
+}  // namespace
+
 bool AccumulateGrad::accumulate_products_in_place(InputBuffer& buffer, const cuda::Stream& stream) {
   if (has_tensor_pre_hooks() || impl::has_leaf_pre_hooks(variable_)) return false;
   AutogradMeta* m = impl::meta(variable_);
   if (!m || m->grad_fn || !m->requires_grad) return false;
   const Tensor& g = m->grad;
-  // Rule (7) of accumulate_grad (or a static .grad a graph reads, added to in place).
-  if (!g.defined() || g.is_sparse() || !g.is_contiguous() || impl::requires_grad(g) ||
-      (g.impl()->storage().use_count() != 1 && !cuda::static_in_use(variable_)))
-    return false;
+  if (!g.defined() || !adds_in_place(variable_, g)) return false;
   if (!buffer.form_products_into(0, g, stream)) return false;
   impl::call_post_accumulate_hooks(variable_);
   return true;
@@ -88,8 +95,7 @@ void accumulate_grad(const Tensor& variable, Tensor& variable_grad,
   // A static .grad a captured graph depends on stays where it is: dense
   // accumulation in place, anything that would replace it is an error.
   if (cuda::static_in_use(variable)) {
-    if (!is_grad_enabled() && !variable_grad.is_sparse() && variable_grad.is_contiguous() &&
-        !impl::requires_grad(variable_grad)) {
+    if (!is_grad_enabled() && adds_in_place(variable, variable_grad)) {
       raw::add_(variable_grad, incoming);
       return;
     }
@@ -117,8 +123,8 @@ void accumulate_grad(const Tensor& variable, Tensor& variable_grad,
   }
   // (7) dense .grad + sparse or dense: in place when .grad's storage is not
   // shared and .grad is contiguous (it keeps its identity), else out of place.
-  if (variable_grad.is_contiguous() && variable_grad.impl()->storage().use_count() == 1 &&
-      !impl::requires_grad(variable_grad)) {
+  // (static_in_use is false here: a static .grad was added to above or refused.)
+  if (adds_in_place(variable, variable_grad)) {
     raw::add_(variable_grad, incoming);
     return;
   }

@@ -112,6 +112,13 @@ bool deferrable(const Tensor& old, const Tensor& incoming) {
 }
 }  // namespace
 
+std::vector<std::pair<Tensor, Tensor>> InputBuffer::take_products(Slot& slot) {
+  std::vector<std::pair<Tensor, Tensor>> products = std::move(slot.products);
+  slot.products.clear();
+  slot.product_bytes = 0;
+  return products;
+}
+
 void InputBuffer::flush(Slot& slot) {
   if (slot.pending.empty() && slot.products.empty()) return;
   Tensor& old = slot.grad;
@@ -126,9 +133,7 @@ void InputBuffer::flush(Slot& slot) {
   };
   auto work = [&] {
     if (!slot.products.empty()) {
-      std::vector<std::pair<Tensor, Tensor>> products = std::move(slot.products);
-      slot.products.clear();
-      slot.product_bytes = 0;
+      std::vector<std::pair<Tensor, Tensor>> products = take_products(slot);
       Tensor s = detail::sum_of_products(products);
       products.clear();
       if (!old.defined()) {
@@ -226,9 +231,7 @@ bool InputBuffer::form_products_into(size_t pos, const Tensor& target, const cud
   if (!mm_accumulate || target.dtype() != l0.dtype() || target.device() != l0.device() ||
       target.sizes() != IntList{l0.size(1), slot.products.front().second.size(1)} || !target.is_contiguous())
     return false;
-  std::vector<std::pair<Tensor, Tensor>> products = std::move(slot.products);
-  slot.products.clear();
-  slot.product_bytes = 0;
+  std::vector<std::pair<Tensor, Tensor>> products = take_products(slot);
   {
     cuda::StreamGuard on_a(slot.accumulate);
     auto [L, R] = detail::concatenated(products);

@@ -63,6 +63,8 @@ class InputBuffer {
   // Forms slot.products and adds them and slot.pending into slot.grad (on
   // the accumulation stream).
   static void flush(Slot& slot);
+  // Empties slot.products, returning them.
+  static std::vector<std::pair<Tensor, Tensor>> take_products(Slot& slot);
   // Holds var in slot.pending; a full list is added at once.
   static void hold(Slot& slot, Tensor&& var);
   std::vector<Slot> slots_;

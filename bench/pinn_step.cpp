@@ -202,6 +202,7 @@ int main(int argc, char** argv) {
     result["fused_nodes"] = graph.fused_nodes();
     result["captured_depth"] = graph.captured_depth();  // longest chain of nodes, as captured
     result["depth"] = graph.depth();                    // and after relaxation
+    result["pool_mib"] = double(cu::memory_stats(graph.pool()).reserved_bytes) / double(1 << 20);
     graph.instantiate();
     Tensor fresh = (tg::rand({o.batch, 2}, opt) * 2.0 - 1.0).to(dev);
     result["graphed_ms"] = ms_per_step(o, dev, [&] {

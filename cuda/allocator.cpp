@@ -88,15 +88,18 @@ class DeviceCachingAllocator final : public Allocator {
     key.stream = stream;
     key.pool_id = pool_id;
     key.size = size;
-    Block* block = nullptr;
-    auto it = pool.lower_bound(&key);
-    if (it != pool.end() && (*it)->stream == stream && (*it)->pool_id == pool_id) {
-      block = *it;
-      pool.erase(it);
-    } else {
-      block = new_segment(small ? kSmallSegment : round_up(size, kLargeRound), stream, small, nbytes,
-                          pool_id);
+    const size_t seg_size = small ? kSmallSegment : round_up(size, kLargeRound);
+    Block* block = take_free(pool, key);
+    if (!block && pool_id && !pools_[pool_id].held.empty()) {
+      // Fresh memory before the blocks whose reuse is delayed; those only
+      // when the device has none left.
+      block = new_segment(seg_size, stream, small, nbytes, pool_id, /*may_fail=*/true);
+      if (!block) {
+        release_held(pools_[pool_id], pools_[pool_id].held.size());
+        block = take_free(pool, key);
+      }
     }
+    if (!block) block = new_segment(seg_size, stream, small, nbytes, pool_id);
     size_t rest = block->size - size;
     if ((small && rest >= kRound) || (!small && rest > kLargeSplitMin)) {
       Block* r = new Block;
@@ -132,6 +135,20 @@ class DeviceCachingAllocator final : public Allocator {
     stats_.allocated_bytes -= int64_t(block->size);
     if (block->pool_id) pools_[block->pool_id].allocated_bytes -= int64_t(block->size);
     stats_.num_frees += 1;
+    if (block->pool_id && block->stream_uses.empty()) {
+      PoolState& ps = pools_[block->pool_id];
+      if (ps.capturing > 0 && ps.reuse_delay > 0) {
+        // Reused only after reuse_delay more bytes of the pool are freed
+        // (begin_capture); it stays `allocated` so no neighbour merges it.
+        ps.held.push_back(block);
+        ps.held_bytes += block->size;
+        size_t n = 0;
+        for (size_t bytes = ps.held_bytes; bytes > ps.reuse_delay && n < ps.held.size(); ++n)
+          bytes -= ps.held[n]->size;
+        release_held(ps, n);
+        return;
+      }
+    }
     if (!block->stream_uses.empty() && !capture_pool_.empty()) {
       // Events cannot be recorded and queried safely while a capture is
       // underway: the block waits until the captures end.
@@ -183,14 +200,20 @@ class DeviceCachingAllocator final : public Allocator {
   }
 
   // ---- graph-private pools (cuda/graph.cpp) -------------------------------------
-  void begin_capture(uint64_t pool_id, unsigned long long capture_id) {
+  void begin_capture(uint64_t pool_id, unsigned long long capture_id, size_t reuse_delay) {
     std::lock_guard<std::mutex> lock(mu_);
     capture_pool_[capture_id] = pool_id;
-    pools_[pool_id].use_count += 1;
+    PoolState& ps = pools_[pool_id];
+    ps.use_count += 1;
+    ps.reuse_delay = ps.capturing++ ? std::min(ps.reuse_delay, reuse_delay) : reuse_delay;
   }
   void end_capture(unsigned long long capture_id) {
     std::lock_guard<std::mutex> lock(mu_);
-    capture_pool_.erase(capture_id);
+    auto c = capture_pool_.find(capture_id);
+    if (c == capture_pool_.end()) return;
+    PoolState& ps = pools_[c->second];
+    if (--ps.capturing == 0) release_held(ps, ps.held.size());  // reusable by the next capture
+    capture_pool_.erase(c);
     if (!capture_pool_.empty()) return;
     std::vector<Block*> later;
     later.swap(deferred_);
@@ -248,10 +271,26 @@ class DeviceCachingAllocator final : public Allocator {
     return cudaMalloc(p, bytes);
   }
 
+  // The best-fitting free block of `key`'s stream and pool, taken out of
+  // `pool`, or null.
+  static Block* take_free(std::set<Block*, BlockLess>& pool, Block& key) {
+    auto it = pool.lower_bound(&key);
+    if (it == pool.end() || (*it)->stream != key.stream || (*it)->pool_id != key.pool_id) return nullptr;
+    Block* b = *it;
+    pool.erase(it);
+    return b;
+  }
+
+  // May fail (returns null) only on running out of device memory, and only
+  // when asked to.
   Block* new_segment(size_t seg_size, cudaStream_t stream, bool small, size_t requested,
-                     uint64_t pool_id) {
+                     uint64_t pool_id, bool may_fail = false) {
     void* p = nullptr;
     cudaError_t err = malloc_relaxed(&p, seg_size);
+    if (err == cudaErrorMemoryAllocation && may_fail) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
     if (err == cudaErrorMemoryAllocation && capture_pool_.empty()) {
       (void)cudaGetLastError();
       stats_.num_cache_flushes += release_cached();
@@ -364,7 +403,22 @@ class DeviceCachingAllocator final : public Allocator {
     int use_count = 0;  // graphs (and captures underway) using the pool
     bool released = false;
     int64_t allocated_bytes = 0, reserved_bytes = 0, segments = 0;
+    // While captures allocate from the pool: the bytes freed after a block
+    // before it is reused, and the freed blocks waiting, oldest first.
+    int capturing = 0;
+    size_t reuse_delay = 0, held_bytes = 0;
+    std::deque<Block*> held;
   };
+
+  // Makes the `n` oldest held blocks of `ps` reusable.
+  void release_held(PoolState& ps, size_t n) {
+    for (; n > 0; --n) {
+      Block* b = ps.held.front();
+      ps.held.pop_front();
+      ps.held_bytes -= b->size;
+      free_block(b);
+    }
+  }
   std::unordered_map<uint64_t, PoolState> pools_;
   std::unordered_map<unsigned long long, uint64_t> capture_pool_;  // capture id -> pool
   std::vector<Block*> deferred_;  // freed during a capture, used on other streams
@@ -408,8 +462,8 @@ void empty_cache() {
 }
 
 namespace detail {
-void begin_allocate_to_pool(int device, uint64_t pool_id, uint64_t capture_id) {
-  allocator(device, "capture_begin").begin_capture(pool_id, capture_id);
+void begin_allocate_to_pool(int device, uint64_t pool_id, uint64_t capture_id, size_t reuse_delay) {
+  allocator(device, "capture_begin").begin_capture(pool_id, capture_id, reuse_delay);
 }
 void end_allocate_to_pool(int device, uint64_t capture_id) {
   allocator(device, "capture_end").end_capture(capture_id);

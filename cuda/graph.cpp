@@ -44,6 +44,19 @@ bool relax_allowed() {
   return on;
 }
 
+// TG_CUDA_GRAPH_REUSE_DELAY_MB (MiB), else CUDAGraph::kDefaultReuseDelay.
+size_t default_reuse_delay() {
+  static const size_t bytes = [] {
+    const char* e = std::getenv("TG_CUDA_GRAPH_REUSE_DELAY_MB");
+    if (!e || !*e) return CUDAGraph::kDefaultReuseDelay;
+    char* end = nullptr;
+    const double mb = std::strtod(e, &end);
+    if (*end || !(mb >= 0)) return CUDAGraph::kDefaultReuseDelay;
+    return size_t(mb * double(1 << 20));
+  }();
+  return bytes;
+}
+
 cudaStreamCaptureMode to_cuda(CaptureMode m) {
   switch (m) {
     case CaptureMode::Global: return cudaStreamCaptureModeGlobal;
@@ -304,6 +317,8 @@ void check_not_capturing(const char* op, const Stream& s) {
 
 CUDAGraph::CUDAGraph(bool keep_graph) : keep_graph_(keep_graph) {}
 
+size_t CUDAGraph::reuse_delay() const { return reuse_delay_ ? *reuse_delay_ : default_reuse_delay(); }
+
 CUDAGraph::~CUDAGraph() {
   try {
     if (capturing_) end_capture(/*abandon=*/true);
@@ -345,7 +360,8 @@ void CUDAGraph::capture_begin(MempoolId pool, CaptureMode mode) {
       TG_ERROR("capture_begin: cudaStreamGetCaptureInfo failed: ", cudaGetErrorName(err));
     }
     capture_id_ = id;
-    detail::begin_allocate_to_pool(device_, pool_.first, capture_id_);
+    detail::begin_allocate_to_pool(device_, pool_.first, capture_id_,
+                                   relax_ && relax_allowed() ? reuse_delay() : 0);
   }
   capturing_ = true;
   rng_.reset();

@@ -71,6 +71,7 @@ bool capture_random(int, uint64_t, const int64_t**, uint64_t*) { return false; }
 bool keep_alive_with_capture(const Stream&, std::shared_ptr<void>) { return false; }
 }  // namespace detail
 CUDAGraph::CUDAGraph(bool keep_graph) : keep_graph_(keep_graph) {}
+size_t CUDAGraph::reuse_delay() const { return reuse_delay_.value_or(kDefaultReuseDelay); }
 CUDAGraph::~CUDAGraph() = default;
 void CUDAGraph::capture_begin(MempoolId, CaptureMode) { no_cuda("capture_begin"); }
 void CUDAGraph::capture_end() { no_cuda("capture_end"); }

@@ -99,6 +99,21 @@ std::vector<Tensor> hessian_step_taylor(const Mlp& m, const Tensor& x) {
 // eager step runs, in the same order (eagerly the backward's nodes run on the
 // device worker, under capture on the capturing thread: both take the nodes
 // in the same order), so even the double backward's sums agree exactly.
+// Captures `step` into `a`, then into `b`; returns what each capture returned.
+template <class Step>
+std::pair<std::vector<Tensor>, std::vector<Tensor>> capture_each(cu::CUDAGraph& a, cu::CUDAGraph& b, const Step& step) {
+  std::pair<std::vector<Tensor>, std::vector<Tensor>> out;
+  {
+    cu::Graph capture(a);
+    out.first = step();
+  }
+  {
+    cu::Graph capture(b);
+    out.second = step();
+  }
+  return out;
+}
+
 void expect_same(const std::vector<Tensor>& a, const std::vector<Tensor>& b, const std::string& what) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
@@ -409,6 +424,7 @@ int64_t replay_with_hooks(const DeepMlp& m, const ag::SavedTensorHooks* hooks, c
   cu::current_stream().wait_stream(side);
   const int64_t pinned_before = cu::host_memory_stats().allocated_bytes;
   cu::CUDAGraph graph;
+  graph.set_reuse_delay(0);  // the pool's size is then the step's peak memory
   std::vector<Tensor> out;
   {
     cu::Graph capture(graph);
@@ -604,15 +620,7 @@ TEST(GraphsGpu, ElementwiseChainsFuseAndReplayEqualsEager) {
   (void)step();  // warm-up
   cu::CUDAGraph fused, plain;
   plain.set_fusion(false);
-  std::vector<Tensor> a, c;
-  {
-    cu::Graph capture(fused);
-    a = step();
-  }
-  {
-    cu::Graph capture(plain);
-    c = step();
-  }
+  auto [a, c] = capture_each(fused, plain, step);
   EXPECT_EQ(plain.fused_nodes(), 0u);
   EXPECT_GT(fused.fused_nodes(), 300u) << "the forward and the backward chains fuse";
   fused.replay();
@@ -882,15 +890,7 @@ TEST(GraphsGpu, RelaxedDependenciesLetIndependentBranchesOverlap) {
   (void)step();
   cu::CUDAGraph relaxed, plain;
   plain.set_relax_dependencies(false);
-  std::vector<Tensor> r, p;
-  {
-    cu::Graph capture(relaxed);
-    r = step();
-  }
-  {
-    cu::Graph capture(plain);
-    p = step();
-  }
+  auto [r, p] = capture_each(relaxed, plain, step);
   keep.clear();
   EXPECT_EQ(plain.depth(), 0u);
   ASSERT_GT(relaxed.captured_depth(), 20u);
@@ -903,6 +903,47 @@ TEST(GraphsGpu, RelaxedDependenciesLetIndependentBranchesOverlap) {
   const std::vector<Tensor> eager = step();
   expect_same(r, eager, "relaxed graph");
   expect_same(p, eager, "unrelaxed graph");
+}
+
+// Two branches captured one after the other on one stream, each freeing its
+// temporaries as it goes: reused at once, the second branch's memory orders
+// it after the first (depth as captured); with reuse delayed (the default)
+// the branches stay apart. Both replay as the eager step, bit for bit.
+TEST(GraphsGpu, DelayedReuseKeepsBranchesThatFreeMemoryApart) {
+  REQUIRE_GPU();
+  tg::manual_seed(6);
+  const auto f32 = tg::TensorOptions().dtype(tg::kFloat32);
+  const Tensor x1 = tg::randn({1024, 64}, f32).to(kGpu), x2 = tg::randn({1024, 64}, f32).to(kGpu);
+  const Tensor w1 = (tg::randn({64, 64}, f32) * 0.125).to(kGpu), w2 = (tg::randn({64, 64}, f32) * 0.125).to(kGpu);
+  auto branch = [](Tensor h, const Tensor& w) {
+    for (int i = 0; i < 6; ++i) h = tg::tanh(tg::matmul(h, w)) * 0.5 + h;
+    return h;
+  };
+  auto step = [&] {
+    tg::NoGradGuard no_grad;
+    Tensor a = branch(x1, w1);
+    Tensor b = branch(x2, w2);
+    return std::vector<Tensor>{a, b};
+  };
+  (void)step();
+  cu::CUDAGraph delayed, immediate;
+  immediate.set_reuse_delay(0);
+  EXPECT_EQ(delayed.reuse_delay(), cu::CUDAGraph::kDefaultReuseDelay);
+  auto [d, i] = capture_each(delayed, immediate, step);
+  ASSERT_GT(delayed.captured_depth(), 20u);
+  EXPECT_LE(delayed.depth(), delayed.captured_depth() / 2 + 1)
+      << "captured " << delayed.captured_depth() << ", relaxed " << delayed.depth();
+  EXPECT_GT(immediate.depth(), delayed.captured_depth() / 2 + 1)
+      << "reused at once, the second branch should wait for the first (relaxed " << immediate.depth() << ")";
+  // The delayed pool keeps the first branch's temporaries apart from the second's.
+  EXPECT_GT(cu::memory_stats(delayed.pool()).reserved_bytes, cu::memory_stats(immediate.pool()).reserved_bytes);
+  for (int r = 0; r < replays(5); ++r) {
+    delayed.replay();
+    immediate.replay();
+  }
+  const std::vector<Tensor> eager = step();
+  expect_same(d, eager, "delayed reuse");
+  expect_same(i, eager, "immediate reuse");
 }
 
 // ---- dependency relaxation (CPU: the rules) ---------------------------------------------
@@ -1038,3 +1079,55 @@ TEST(GraphsGpu, CaptureOnTheLegacyDefaultStreamIsRefused) {
 }
 
 }  // namespace
+
+namespace {
+// Takes the device's free memory but `keep` bytes (within 64 MiB) in tensors.
+std::vector<Tensor> fill_device_but(int64_t keep) {
+  std::vector<Tensor> fill;
+  for (int64_t chunk : {int64_t(1) << 30, int64_t(64) << 20}) {
+    for (;;) {
+      try {
+        fill.push_back(tg::empty({chunk / 4}, tg::TensorOptions().device(kGpu)));
+      } catch (const tg::Error&) {
+        break;
+      }
+    }
+  }
+  for (int64_t freed = 0; freed < keep && !fill.empty(); fill.pop_back()) freed += fill.back().numel() * 4;
+  cu::empty_cache();  // the freed chunks go back to the device
+  return fill;
+}
+}  // namespace
+
+// Blocks whose reuse is delayed are reused when the device has no memory
+// left: a capture that fits with immediate reuse fits with the delay.
+// Whole-device: it fills the GPU, so ctest runs it alone.
+TEST(GraphsGpuWholeDevice, HeldBlocksAreReusedWhenTheDeviceRunsOutOfMemory) {
+  REQUIRE_GPU();
+  const int64_t n = int64_t(8) << 20;  // 32 MiB of f32
+  const Tensor x = tg::rand({n}, tg::TensorOptions().dtype(tg::kFloat32)).to(kGpu);
+  auto step = [&] {
+    Tensor y = x;
+    for (int i = 0; i < 24; ++i) y = y * 0.5 + x;  // 48 temporaries of 32 MiB: 1.5 GiB in all
+    return y;
+  };
+  const Tensor eager = step();
+  cu::synchronize();
+  std::vector<Tensor> fill = fill_device_but(int64_t(256) << 20);
+  ASSERT_FALSE(fill.empty());
+  cu::CUDAGraph g;
+  g.set_reuse_delay(size_t(1) << 40);  // never, unless memory runs out
+  Tensor out;
+  {
+    cu::Graph capture(g);
+    out = step();
+  }
+  const int64_t pool = cu::memory_stats(g.pool()).reserved_bytes;
+  fill.clear();
+  cu::empty_cache();
+  // Less than the step's temporaries: held blocks were handed out again (and
+  // more than the device had left, so without them the capture would fail).
+  EXPECT_LT(pool, 48 * 4 * n) << "the held blocks were not reused";
+  g.replay();
+  expect_same({out}, {eager}, "after reusing held blocks");
+}

@@ -101,6 +101,19 @@ class CUDAGraph {
   void set_relax_dependencies(bool on) { relax_ = on; }
   /// Whether relaxation is asked for (set_relax_dependencies).
   bool relax_dependencies() const { return relax_; }
+  /// How many bytes of the graph's pool must be freed during the capture
+  /// before a freed block is handed out again, when dependencies are relaxed
+  /// (default 64 MiB; TG_CUDA_GRAPH_REUSE_DELAY_MB sets it for every graph):
+  /// a block reused at once would order the work that wrote it before the
+  /// work that reuses it, which relaxation cannot undo; held back, they
+  /// may run concurrently. The pool keeps up to this much more memory; held
+  /// blocks are reused before a device allocation would fail. 0 reuses at
+  /// once. Set before capture_begin().
+  void set_reuse_delay(size_t bytes) { reuse_delay_ = bytes; }
+  /// The default of set_reuse_delay.
+  static constexpr size_t kDefaultReuseDelay = size_t(64) << 20;
+  /// The delay asked for (set_reuse_delay), or the default.
+  size_t reuse_delay() const;
   /// The longest chain of dependent nodes of the last capture as captured
   /// (after fusion); 0 when relaxation is off.
   size_t captured_depth() const { return captured_depth_; }
@@ -130,6 +143,7 @@ class CUDAGraph {
   bool aborted_ = false;
   bool fusion_ = true;
   bool relax_ = true;
+  std::optional<size_t> reuse_delay_;
   size_t fused_nodes_ = 0;
   size_t captured_depth_ = 0, depth_ = 0;
   std::shared_ptr<fusion::Log> fusion_log_;  // the fusable launches of the capture underway

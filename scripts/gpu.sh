@@ -36,7 +36,7 @@ TESTS=$B/tests/tapegrad_tests
 # graph test is left to memcheck: its kernels (cuBLAS GEMMs, elementwise,
 # copies) are those of the other graph tests, and racecheck takes ~4 minutes
 # over its wide layers.
-STREAM_TESTS='GraphsGpu*:GraphedTrainingGpu*:OptimGpu*:CudaGpuStreams*:CudaGpu.*Stream*:CudaGpu.Events*:CudaGpuAutograd.GpuNodes*:CudaGpuAutograd.TwoDevices*:CudaGpu.Pinned*:SparseGpu*:DLPackGpu.StreamExchangeRule-GraphsGpu.SavedTensorHooks*'
+STREAM_TESTS='GraphsGpu*:GraphedTrainingGpu*:OptimGpu*:CudaGpuStreams*:CudaGpu.*Stream*:CudaGpu.Events*:CudaGpuAutograd.GpuNodes*:CudaGpuAutograd.TwoDevices*:CudaGpu.Pinned*:SparseGpu*:DLPackGpu.StreamExchangeRule-GraphsGpu.SavedTensorHooks*:GraphsGpuWholeDevice*'
 rc=0
 for step in "$@"; do
   case $step in

@@ -1115,8 +1115,8 @@ TEST(GraphsGpuWholeDevice, HeldBlocksAreReusedWhenTheDeviceRunsOutOfMemory) {
   cu::synchronize();
   std::vector<Tensor> fill = fill_device_but(int64_t(256) << 20);
   ASSERT_FALSE(fill.empty());
-  cu::CUDAGraph g;
-  g.set_reuse_delay(size_t(1) << 40);  // never, unless memory runs out
+  cu::CUDAGraph g(/*keep_graph=*/true);  // instantiated below, once the device has room
+  g.set_reuse_delay(size_t(1) << 40);     // never, unless memory runs out
   Tensor out;
   {
     cu::Graph capture(g);
@@ -1128,6 +1128,7 @@ TEST(GraphsGpuWholeDevice, HeldBlocksAreReusedWhenTheDeviceRunsOutOfMemory) {
   // Less than the step's temporaries: held blocks were handed out again (and
   // more than the device had left, so without them the capture would fail).
   EXPECT_LT(pool, 48 * 4 * n) << "the held blocks were not reused";
+  g.instantiate();
   g.replay();
   expect_same({out}, {eager}, "after reusing held blocks");
 }

@@ -145,6 +145,22 @@ struct Relaxed {
 Relaxed relax(size_t n, const std::vector<std::pair<size_t, size_t>>& edges,
               const std::vector<const std::vector<Access>*>& access_of);
 
+// The longest chain of the graph relaxed as it is, and with the groups of
+// `p` (two or more nodes) merged into single nodes that touch what their
+// members did (unknown if any member's accesses are) and then relaxed: fusing
+// consecutive kernels of independent branches ties the branches together,
+// which can make the relaxed chain longer than fusion makes it shorter.
+struct FusionDepths {
+  size_t fused = 0, unfused = 0;
+};
+FusionDepths fusion_depths(size_t n, const std::vector<std::pair<size_t, size_t>>& edges,
+                           const std::vector<const std::vector<Access>*>& access_of, const Plan& p);
+
+// Whether fusing `graph` (cudaGraph_t) as fuse() would shortens its longest
+// chain once relaxed (fusion_depths, with the accesses relax_graph uses).
+bool fusion_shortens(void* graph, const std::vector<Recorded>& launches,
+                     const std::vector<std::pair<void*, std::vector<Access>>>& accesses);
+
 // Rewrites the edges of `graph` (cudaGraph_t) as relax() says, given the
 // accesses of its recorded nodes (cudaGraphNode_t -> accesses); memset and
 // 1-D memcpy nodes are read from their parameters, and nodes without memory

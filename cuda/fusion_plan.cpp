@@ -189,6 +189,40 @@ Relaxed relax(size_t n, const std::vector<std::pair<size_t, size_t>>& edges,
   return out;
 }
 
+FusionDepths fusion_depths(size_t n, const std::vector<std::pair<size_t, size_t>>& edges,
+                           const std::vector<const std::vector<Access>*>& access_of, const Plan& p) {
+  FusionDepths d;
+  const Relaxed plain = relax(n, edges, access_of);
+  d.unfused = std::min(plain.depth_before, plain.depth_after);  // relax_graph keeps the shorter
+  // Node v of the merged graph: rep[v]; a group of two or more is one node.
+  std::vector<size_t> rep(n);
+  std::vector<long> merged_as(p.groups.size(), -1);
+  size_t m = 0;
+  for (size_t v = 0; v < n; ++v) {
+    const long g = p.group_of[v];
+    if (g >= 0 && p.groups[size_t(g)].size() > 1) {
+      if (merged_as[size_t(g)] < 0) merged_as[size_t(g)] = long(m++);
+      rep[v] = size_t(merged_as[size_t(g)]);
+    } else {
+      rep[v] = m++;
+    }
+  }
+  std::vector<std::vector<Access>> touched(m);
+  std::vector<bool> unknown(m, false);
+  for (size_t v = 0; v < n; ++v) {
+    if (!access_of[v]) unknown[rep[v]] = true;
+    else touched[rep[v]].insert(touched[rep[v]].end(), access_of[v]->begin(), access_of[v]->end());
+  }
+  std::vector<const std::vector<Access>*> merged_access(m);
+  for (size_t i = 0; i < m; ++i) merged_access[i] = unknown[i] ? nullptr : &touched[i];
+  std::set<std::pair<size_t, size_t>> merged_edges;
+  for (const auto& [u, v] : edges)
+    if (rep[u] != rep[v]) merged_edges.emplace(rep[u], rep[v]);
+  const Relaxed fused = relax(m, {merged_edges.begin(), merged_edges.end()}, merged_access);
+  d.fused = std::min(fused.depth_before, fused.depth_after);
+  return d;
+}
+
 Plan plan(size_t n, const std::vector<std::pair<size_t, size_t>>& edges,
           const std::vector<const Recorded*>& launch_of) {
   std::vector<std::vector<size_t>> preds, succs;

@@ -414,7 +414,8 @@ void CUDAGraph::end_capture(bool abandon) {
   statics_ = detail::record_statics();
 }
 
-// Fusion, then relaxation (the fused nodes touch what their members did).
+// Fusion (where it pays), then relaxation (the fused nodes touch what their
+// members did).
 void CUDAGraph::optimize(void* graph, fusion::Log* log) {
   std::unordered_map<void*, std::vector<fusion::Access>> access;
   if (log) {
@@ -425,7 +426,15 @@ void CUDAGraph::optimize(void* graph, fusion::Log* log) {
         a.insert(a.end(), g.accesses.begin(), g.accesses.end());
       }
   }
-  if (log && fusion_ && fusion_allowed() && log->launches.size() > 1) {
+  const bool relaxing = log && relax_ && relax_allowed();
+  bool fusing = log && fusion_ && fusion_allowed() && log->launches.size() > 1;
+  if (fusing && relaxing) {
+    // Fusion merges kernels adjacent in capture order, which may belong to
+    // independent branches: kept only where the relaxed chain gets shorter.
+    const std::vector<std::pair<void*, std::vector<fusion::Access>>> before(access.begin(), access.end());
+    fusing = fusion::fusion_shortens(graph, log->launches, before);
+  }
+  if (fusing) {
     std::vector<std::pair<void*, std::vector<void*>>> merged;
     fused_nodes_ = fusion::fuse(graph, log->launches, &merged);
     for (auto& [node, members] : merged) {  // every member is a recorded launch
@@ -444,7 +453,7 @@ void CUDAGraph::optimize(void* graph, fusion::Log* log) {
     }
   }
   std::vector<std::pair<void*, std::vector<fusion::Access>>> known(access.begin(), access.end());
-  if (log && relax_ && relax_allowed()) {
+  if (relaxing) {
     const fusion::Relaxed r = fusion::relax_graph(graph, known);
     captured_depth_ = r.depth_before;
     depth_ = r.depth_after;

@@ -159,7 +159,49 @@ bool copy_accesses(cudaGraphNode_t node, cudaGraphNodeType type, std::vector<Acc
   return type == cudaGraphNodeTypeEmpty;  // orders, touches nothing
 }
 
+// The accesses of each node of `g`: those given, or those of a memset,
+// 1-D memcpy or empty node (kept in `own`), or null (unknown).
+std::vector<const std::vector<Access>*> accesses_in(const Snapshot& g, const std::vector<cudaGraphNodeType>& type,
+                                                    const std::vector<std::pair<void*, std::vector<Access>>>& accesses,
+                                                    std::vector<std::vector<Access>>* own) {
+  const size_t nn = g.nodes.size();
+  own->assign(nn, {});
+  std::vector<const std::vector<Access>*> access_of(nn, nullptr);
+  for (const auto& [node, acc] : accesses) {
+    auto it = g.index.find(static_cast<cudaGraphNode_t>(node));
+    if (it != g.index.end()) access_of[it->second] = &acc;
+  }
+  for (size_t i = 0; i < nn; ++i) {
+    if (access_of[i]) continue;
+    if (copy_accesses(g.nodes[i], type[i], &(*own)[i])) access_of[i] = &(*own)[i];
+    (void)cudaGetLastError();
+  }
+  return access_of;
+}
+
+std::vector<cudaGraphNodeType> types_of(const Snapshot& g, const char* op) {
+  std::vector<cudaGraphNodeType> type(g.nodes.size());
+  for (size_t i = 0; i < type.size(); ++i) TG_CUDA_CHECK(cudaGraphNodeGetType(g.nodes[i], &type[i]), op);
+  return type;
+}
+
 }  // namespace
+
+bool fusion_shortens(void* graph_handle, const std::vector<Recorded>& launches,
+                     const std::vector<std::pair<void*, std::vector<Access>>>& accesses) {
+  const char* op = "capture_end (planning fusion)";
+  const Snapshot snap = snapshot(static_cast<cudaGraph_t>(graph_handle), op);
+  const size_t nn = snap.nodes.size();
+  std::vector<const Recorded*> launch_of(nn, nullptr);
+  for (const Recorded& r : launches) {
+    auto it = snap.index.find(static_cast<cudaGraphNode_t>(r.node));
+    if (it != snap.index.end()) launch_of[it->second] = &r;
+  }
+  std::vector<std::vector<Access>> own;
+  const std::vector<const std::vector<Access>*> access_of = accesses_in(snap, types_of(snap, op), accesses, &own);
+  const FusionDepths d = fusion_depths(nn, snap.pairs, access_of, plan(nn, snap.pairs, launch_of));
+  return d.fused < d.unfused;
+}
 
 Relaxed relax_graph(void* graph_handle, const std::vector<std::pair<void*, std::vector<Access>>>& accesses) {
   cudaGraph_t graph = static_cast<cudaGraph_t>(graph_handle);
@@ -169,7 +211,6 @@ Relaxed relax_graph(void* graph_handle, const std::vector<std::pair<void*, std::
   std::vector<cudaGraphNode_t>& from = snap.from;
   std::vector<cudaGraphNode_t>& to = snap.to;
   std::vector<cudaGraphEdgeData>& data = snap.data;
-  const std::unordered_map<cudaGraphNode_t, size_t>& index = snap.index;
   const std::vector<std::pair<size_t, size_t>>& pairs = snap.pairs;
   const size_t nn = nodes.size(), ne = pairs.size();
   std::map<std::pair<size_t, size_t>, cudaGraphEdgeData> kept_data;
@@ -180,23 +221,13 @@ Relaxed relax_graph(void* graph_handle, const std::vector<std::pair<void*, std::
   // A programmatic edge stays one only between kernel nodes (the runtime
   // refuses to add one that touches a copy); anything else becomes a full
   // dependency, which is stronger.
-  std::vector<cudaGraphNodeType> type(nn);
-  for (size_t i = 0; i < nn; ++i) TG_CUDA_CHECK(cudaGraphNodeGetType(nodes[i], &type[i]), op);
+  const std::vector<cudaGraphNodeType> type = types_of(snap, op);
   for (auto& [k, d] : kept_data)
     if (d.type != cudaGraphDependencyTypeDefault &&
         (type[k.first] != cudaGraphNodeTypeKernel || type[k.second] != cudaGraphNodeTypeKernel))
       d = cudaGraphEdgeData{};
-  std::vector<std::vector<Access>> own(nn);  // memset/memcpy/empty nodes
-  std::vector<const std::vector<Access>*> access_of(nn, nullptr);
-  for (const auto& [node, acc] : accesses) {
-    auto it = index.find(static_cast<cudaGraphNode_t>(node));
-    if (it != index.end()) access_of[it->second] = &acc;
-  }
-  for (size_t i = 0; i < nn; ++i) {
-    if (access_of[i]) continue;
-    if (copy_accesses(nodes[i], type[i], &own[i])) access_of[i] = &own[i];
-    (void)cudaGetLastError();
-  }
+  std::vector<std::vector<Access>> own;
+  const std::vector<const std::vector<Access>*> access_of = accesses_in(snap, type, accesses, &own);
   Relaxed r = relax(nn, pairs, access_of);
   if (r.depth_after >= r.depth_before) {  // barriers between branches can serialize: keep the capture's
     r.depth_after = r.depth_before;

@@ -753,6 +753,43 @@ TEST(GraphFusionPlan, ALineFusesInGroupsOfSixteen) {
   for (size_t i = 0; i < n; ++i) EXPECT_EQ(p.group_of[i], long(i / 16));
 }
 
+// Fusion is judged by the relaxed chain: a dependent line fuses to a
+// third of its length, while two branches whose kernels sit next to each
+// other in capture order (a0 G_a a1 | b0 G_b b1, G a GEMM) would be tied
+// together by fusing a1 with b0 (5 nodes in a row against 3).
+TEST(GraphFusionPlan, FusionIsJudgedByTheRelaxedChain) {
+  auto depths = [](const std::vector<fu::Recorded>& rec, const std::vector<std::vector<fu::Access>>& other,
+                   const std::vector<std::pair<size_t, size_t>>& edges) {
+    std::vector<const fu::Recorded*> launch;
+    std::vector<std::vector<fu::Access>> acc;
+    for (size_t i = 0; i < rec.size(); ++i) {
+      launch.push_back(rec[i].n ? &rec[i] : nullptr);
+      acc.push_back(rec[i].n ? fu::accesses_of(rec[i]) : other[i]);
+    }
+    std::vector<const std::vector<fu::Access>*> access_of;
+    for (const auto& a : acc) access_of.push_back(&a);
+    return fu::fusion_depths(rec.size(), edges, access_of, fu::plan(rec.size(), edges, launch));
+  };
+  std::vector<fu::Recorded> line;
+  std::vector<std::pair<size_t, size_t>> chain;
+  for (size_t i = 0; i < 40; ++i) {
+    line.push_back(binary_at(8, 64 * (i + 1), 64 * i, 8192));
+    if (i) chain.emplace_back(i - 1, i);
+  }
+  const fu::FusionDepths l = depths(line, std::vector<std::vector<fu::Access>>(40), chain);
+  EXPECT_EQ(l.unfused, 40u);
+  EXPECT_EQ(l.fused, 3u);
+  const fu::Recorded gemm{};  // not recorded: its accesses are given
+  const std::vector<fu::Recorded> two{binary_at(8, 64, 0, 8192),    gemm, binary_at(8, 192, 128, 8192),
+                                      binary_at(8, 1088, 1024, 8192), gemm, binary_at(8, 1216, 1152, 8192)};
+  auto rd = [](size_t at) { return fu::Access{g_arena + at, 32, false}; };
+  auto wr = [](size_t at) { return fu::Access{g_arena + at, 32, true}; };
+  const std::vector<std::vector<fu::Access>> gemms{{}, {rd(64), wr(128)}, {}, {}, {rd(1088), wr(1152)}, {}};
+  const fu::FusionDepths b = depths(two, gemms, {{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}});
+  EXPECT_EQ(b.unfused, 3u);
+  EXPECT_EQ(b.fused, 5u);
+}
+
 TEST(GraphFusionPlan, OverlapsDependenciesAndSizesSplitGroups) {
   auto groups_of = [](const std::vector<fu::Recorded>& rec, const std::vector<std::pair<size_t, size_t>>& edges) {
     std::vector<const fu::Recorded*> launch;

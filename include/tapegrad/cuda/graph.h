@@ -88,7 +88,9 @@ class CUDAGraph {
   void set_fusion(bool on) { fusion_ = on; }
   /// Whether fusion is asked for (set_fusion).
   bool fusion() const { return fusion_; }
-  /// How many nodes the last capture's fusion removed from the graph.
+  /// How many nodes the last capture's fusion removed from the graph (0 when,
+  /// with relaxed dependencies, fusing would not have shortened the graph's
+  /// longest chain).
   size_t fused_nodes() const { return fused_nodes_; }
   /// Whether capture_end() relaxes the captured dependencies (on by default;
   /// TG_CUDA_GRAPH_RELAX=0 turns it off for every graph): stream capture

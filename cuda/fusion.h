@@ -156,7 +156,7 @@ struct FusionDepths {
 FusionDepths fusion_depths(size_t n, const std::vector<std::pair<size_t, size_t>>& edges,
                            const std::vector<const std::vector<Access>*>& access_of, const Plan& p);
 
-// Whether fusing `graph` (cudaGraph_t) as fuse() would shortens its longest
+// Whether fusing `graph` (cudaGraph_t) as fuse() would shorten its longest
 // chain once relaxed (fusion_depths, with the accesses relax_graph uses).
 bool fusion_shortens(void* graph, const std::vector<Recorded>& launches,
                      const std::vector<std::pair<void*, std::vector<Access>>>& accesses);

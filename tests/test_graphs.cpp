@@ -95,10 +95,6 @@ std::vector<Tensor> hessian_step_taylor(const Mlp& m, const Tensor& x) {
   return out;
 }
 
-// Replay against eager: bitwise equal. The replay runs the kernels the
-// eager step runs, in the same order (eagerly the backward's nodes run on the
-// device worker, under capture on the capturing thread: both take the nodes
-// in the same order), so even the double backward's sums agree exactly.
 // Captures `step` into `a`, then into `b`; returns what each capture returned.
 template <class Step>
 std::pair<std::vector<Tensor>, std::vector<Tensor>> capture_each(cu::CUDAGraph& a, cu::CUDAGraph& b, const Step& step) {
@@ -114,6 +110,10 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> capture_each(cu::CUDAGraph& 
   return out;
 }
 
+// Replay against eager: bitwise equal. The replay runs the kernels the
+// eager step runs, in the same order (eagerly the backward's nodes run on the
+// device worker, under capture on the capturing thread: both take the nodes
+// in the same order), so even the double backward's sums agree exactly.
 void expect_same(const std::vector<Tensor>& a, const std::vector<Tensor>& b, const std::string& what) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {

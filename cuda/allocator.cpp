@@ -89,13 +89,14 @@ class DeviceCachingAllocator final : public Allocator {
     key.pool_id = pool_id;
     key.size = size;
     const size_t seg_size = small ? kSmallSegment : round_up(size, kLargeRound);
+    PoolState* ps = pool_id ? &pools_[pool_id] : nullptr;
     Block* block = take_free(pool, key);
-    if (!block && pool_id && !pools_[pool_id].held.empty()) {
+    if (!block && ps && !ps->held.empty()) {
       // Fresh memory before the blocks whose reuse is delayed; those only
       // when the device has none left.
       block = new_segment(seg_size, stream, small, nbytes, pool_id, /*may_fail=*/true);
       if (!block) {
-        release_held(pools_[pool_id], pools_[pool_id].held.size());
+        release_held(*ps, ps->held.size());
         block = take_free(pool, key);
       }
     }
@@ -117,7 +118,7 @@ class DeviceCachingAllocator final : public Allocator {
     }
     block->allocated = true;
     allocated_[block->ptr] = block;
-    if (pool_id) pools_[pool_id].allocated_bytes += int64_t(block->size);
+    if (ps) ps->allocated_bytes += int64_t(block->size);
     stats_.allocated_bytes += int64_t(block->size);
     stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
     stats_.num_allocs += 1;
@@ -133,21 +134,16 @@ class DeviceCachingAllocator final : public Allocator {
     Block* block = it->second;
     allocated_.erase(it);
     stats_.allocated_bytes -= int64_t(block->size);
-    if (block->pool_id) pools_[block->pool_id].allocated_bytes -= int64_t(block->size);
+    PoolState* ps = block->pool_id ? &pools_[block->pool_id] : nullptr;
+    if (ps) ps->allocated_bytes -= int64_t(block->size);
     stats_.num_frees += 1;
-    if (block->pool_id && block->stream_uses.empty()) {
-      PoolState& ps = pools_[block->pool_id];
-      if (ps.capturing > 0 && ps.reuse_delay > 0) {
-        // Reused only after reuse_delay more bytes of the pool are freed
-        // (begin_capture); it stays `allocated` so no neighbour merges it.
-        ps.held.push_back(block);
-        ps.held_bytes += block->size;
-        size_t n = 0;
-        for (size_t bytes = ps.held_bytes; bytes > ps.reuse_delay && n < ps.held.size(); ++n)
-          bytes -= ps.held[n]->size;
-        release_held(ps, n);
-        return;
-      }
+    if (ps && ps->capturing > 0 && ps->reuse_delay > 0 && block->stream_uses.empty()) {
+      // Reused only after reuse_delay more bytes of the pool are freed
+      // (begin_capture); it stays `allocated` so no neighbour merges it.
+      ps->held.push_back(block);
+      ps->held_bytes += block->size;
+      while (ps->held_bytes > ps->reuse_delay) release_held(*ps, 1);  // the oldest first
+      return;
     }
     if (!block->stream_uses.empty() && !capture_pool_.empty()) {
       // Events cannot be recorded and queried safely while a capture is

@@ -10,6 +10,9 @@
 // sets RANK, WORLD_SIZE, LOCAL_RANK and TG_RENDEZVOUS_FILE; mpirun or srun
 // with TG_RENDEZVOUS_FILE set works too), or run it
 // alone: one process drives --gpus GPUs from threads (default: all).
+// --graph captures the whole step (forward, double backward, the bucketed
+// all-reduces on the communication stream, a capturable Adam step) into one
+// CUDA graph per rank and replays it with new points each step.
 // Prints ms per step and samples per second; --json writes them. Checks: the
 // parameters are bitwise identical on every rank after training, and the
 // sharded per-sample Hessians equal one GPU's (exit status 1 otherwise).
@@ -36,6 +39,7 @@ struct Args {
   int steps = 200, warmup = 20, batch = 1024, width = 64, depth = 4, gpus = 0, hessian_batch = 4096;
   double bucket_kb = 25 * 1024, first_bucket_kb = 1024;
   std::string loss = "pinn", json;
+  bool graph = false;
 };
 
 std::shared_ptr<tg::nn::Sequential> make_mlp(const Args& a, int device) {
@@ -52,7 +56,8 @@ std::shared_ptr<tg::nn::Sequential> make_mlp(const Args& a, int device) {
   return seq;
 }
 
-Tensor pinn_loss(dist::DistributedDataParallel& ddp, const Tensor& x) {
+Tensor pinn_loss(dist::DistributedDataParallel& ddp, const Tensor& x0) {
+  Tensor x = x0.detach().requires_grad_();
   Tensor u = ddp(x);
   Tensor du = tg::autograd::grad({u.sum()}, {x}, {}, std::nullopt, true)[0];
   Tensor uxx = tg::autograd::grad({du.select(1, 0).sum()}, {x}, {}, std::nullopt, true)[0].select(1, 0);
@@ -82,20 +87,36 @@ Result run_rank(const Args& a, std::shared_ptr<dist::ProcessGroup> g) {
   dist::DistributedDataParallel ddp(model, g, o);
   tg::optim::AdamOptions ao;
   ao.lr = 1e-3;
+  ao.capturable = a.graph;
   tg::optim::Adam adam(model->parameters(), ao);
   tg::manual_seed(1000 + uint64_t(r));  // every rank its own collocation points
-  auto step = [&] {
-    Tensor x = tg::rand({a.batch, 2}, opt).requires_grad_();
-    adam.zero_grad();
+  Tensor x = tg::rand({a.batch, 2}, opt);  // the graphed step's static input
+  auto body = [&] {
+    adam.zero_grad(/*set_to_none=*/!a.graph);
     if (a.loss == "pinn") {
       pinn_loss(ddp, x).backward();
     } else {
-      Tensor y = tg::sin(x.detach().sum({1}, true));
-      tg::square(ddp(x.detach()) - y).mean().backward();
+      Tensor y = tg::sin(x.sum({1}, true));
+      tg::square(ddp(x) - y).mean().backward();
     }
     adam.step();
   };
-  for (int i = 0; i < a.warmup; ++i) step();
+  tg::cuda::CUDAGraph graph;
+  auto step = [&] {
+    x.copy_(tg::rand({a.batch, 2}, opt));
+    if (a.graph) graph.replay(); else body();
+  };
+  for (int i = 0; i < a.warmup; ++i) {
+    x.copy_(tg::rand({a.batch, 2}, opt));
+    body();
+  }
+  if (a.graph) {
+    // Ranks that are threads of one process capture ThreadLocal.
+    const bool threads = g->size() > 1 && std::getenv("RANK") == nullptr;
+    tg::cuda::Graph capture(graph, {}, std::nullopt,
+                            threads ? tg::cuda::CaptureMode::ThreadLocal : tg::cuda::CaptureMode::Global);
+    body();
+  }
   g->barrier();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < a.steps; ++i) step();
@@ -103,8 +124,9 @@ Result run_rank(const Args& a, std::shared_ptr<dist::ProcessGroup> g) {
   g->barrier();
   res.ms_per_step = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / a.steps;
   // How much of the all-reduce ran before the last gradient (hidden behind
-  // backward), in one more step.
-  step();
+  // backward), in one more eager step (a replay records no timeline).
+  x.copy_(tg::rand({a.batch, 2}, opt));
+  body();
   const auto tl = ddp.timeline();
   double total = 0, hidden = 0;
   for (size_t b = 0; b < tl.bucket_start.size(); ++b) {
@@ -164,6 +186,7 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-kb", a.bucket_kb, "DDP bucket size (KiB)");
   app.add_option("--first-bucket-kb", a.first_bucket_kb, "DDP first bucket size (KiB)");
   app.add_option("--json", a.json, "write the figures there");
+  app.add_flag("--graph", a.graph, "capture the step in a CUDA graph and replay it");
   CLI11_PARSE(app, argc, argv);
   if (!dist::is_available() || tg::cuda::device_count() == 0) {
     std::printf("pinn_ddp: needs NCCL and a GPU (NCCL built in: %s, GPUs: %d); nothing to run\n",
@@ -206,13 +229,13 @@ int main(int argc, char** argv) {
   if (groups[0]->rank() == 0) {
     const Result& r0 = results[0];
     const double sps = double(a.batch) * world / (r0.ms_per_step / 1000);
-    std::printf("%s, %d GPU%s (%s), %d points per GPU, %zu buckets: %.3f ms per step, %.0f samples/s, "
+    std::printf("%s%s, %d GPU%s (%s), %d points per GPU, %zu buckets: %.3f ms per step, %.0f samples/s, "
                 "all-reduce hidden %.0f%%\n",
-                a.loss.c_str(), world, world == 1 ? "" : "s", launched ? "one process each" : "threads",
+                a.loss.c_str(), a.graph ? " (graphed)" : "", world, world == 1 ? "" : "s", launched ? "one process each" : "threads",
                 a.batch, r0.buckets, r0.ms_per_step, sps, 100 * r0.hidden);
     if (!a.json.empty()) {
       std::ofstream f(a.json);
-      f << "{\"loss\": \"" << a.loss << "\", \"gpus\": " << world << ", \"batch_per_gpu\": " << a.batch
+      f << "{\"loss\": \"" << a.loss << "\", \"graph\": " << (a.graph ? "true" : "false") << ", \"gpus\": " << world << ", \"batch_per_gpu\": " << a.batch
         << ", \"ms_per_step\": " << r0.ms_per_step << ", \"samples_per_s\": " << sps
         << ", \"hidden_fraction\": " << r0.hidden << "}\n";
     }

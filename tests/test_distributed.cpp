@@ -316,11 +316,25 @@ TEST(DistributedGpu, DataParallelGradientsEqualOneGpuOnTheGlobalBatch) {
 // backward with its bucketed all-reduces on the communication stream, a
 // capturable Adam step — captured into one CUDA graph per rank and replayed
 // with new collocation points equals the same steps run eagerly by a twin
-// model on the same group. Every GPU there is (one: a one-rank group).
+// model on the same group, after every replay. Every GPU there is (one: a
+// one-rank group). The models and the data are drawn here, before the rank
+// threads start: the generator is global (as PyTorch's), and two threads
+// that seed and draw at once interleave their draws — the graphed and eager
+// twins then started from different weights, which once made this test fail
+// on two GPUs for a reason that was not the graph's.
 TEST(DistributedGpu, DataParallelStepCapturedInACudaGraph) {
   REQUIRE_NCCL_GPU();
+  const int n = world();
+  std::vector<std::shared_ptr<tg::nn::Sequential>> graphed_models, eager_models;
+  std::vector<std::vector<Tensor>> data(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    graphed_models.push_back(mlp(2, 32, 2, r, 3));
+    eager_models.push_back(mlp(2, 32, 2, r, 3));
+    tg::manual_seed(100 + uint64_t(r));  // different data on every rank
+    for (int i = 0; i < 8; ++i) data[size_t(r)].push_back(tg::rand({64, 2}, on(r)));
+  }
   run_ranks([&](int r, std::shared_ptr<dist::ProcessGroup> g) {
-    auto graphed_model = mlp(2, 32, 2, r, 3), eager_model = mlp(2, 32, 2, r, 3);
+    auto graphed_model = graphed_models[size_t(r)], eager_model = eager_models[size_t(r)];
     dist::DDPOptions o;
     o.bucket_cap_bytes = 4096;  // several buckets
     o.first_bucket_cap_bytes = 1024;
@@ -336,15 +350,24 @@ TEST(DistributedGpu, DataParallelStepCapturedInACudaGraph) {
       adam.step();
       return loss;
     };
-    tg::manual_seed(100 + uint64_t(r));  // different data on every rank
-    std::vector<Tensor> data;
-    for (int i = 0; i < 8; ++i) data.push_back(tg::rand({64, 2}, on(r)));
+    const std::vector<Tensor>& xs = data[size_t(r)];
+    const auto pg = graphed_model->parameters(), pe = eager_model->parameters();
+    ASSERT_EQ(pg.size(), pe.size());
+    auto expect_same_parameters = [&](const std::string& when) {
+      for (size_t i = 0; i < pg.size(); ++i) {
+        const auto a = host(pg[i]), b = host(pe[i]);
+        for (size_t j = 0; j < a.size(); ++j)
+          ASSERT_NEAR(a[j], b[j], 1e-12 * (1 + std::abs(b[j]))) << "rank " << r << " param " << i << " " << when;
+      }
+    };
+    expect_same_parameters("at the start");
     // Warm-up (the buckets are rebuilt after the first step) on both.
-    Tensor x = data[0].clone();
+    Tensor x = xs[0].clone();
     for (int i = 0; i < 2; ++i) {
       step(graphed, adam_g, x);
       step(eager, adam_e, x);
     }
+    expect_same_parameters("after the warm-up");
     tg::cuda::CUDAGraph graph;
     Tensor loss;
     {
@@ -352,21 +375,75 @@ TEST(DistributedGpu, DataParallelStepCapturedInACudaGraph) {
       // rank captures Global, while the group's watchdog queries the warm-up
       // steps' collectives on its own thread.
       tg::cuda::Graph capture(graph, {}, std::nullopt,
-                              world() == 1 ? tg::cuda::CaptureMode::Global : tg::cuda::CaptureMode::ThreadLocal);
+                              n == 1 ? tg::cuda::CaptureMode::Global : tg::cuda::CaptureMode::ThreadLocal);
       loss = step(graphed, adam_g, x);
     }
-    for (size_t i = 1; i < data.size(); ++i) {
-      x.copy_(data[i]);
+    for (size_t i = 1; i < xs.size(); ++i) {
+      x.copy_(xs[i]);
       graph.replay();
-      Tensor want = step(eager, adam_e, data[i]);
-      EXPECT_NEAR(host(loss)[0], host(want)[0], 1e-12 * (1 + std::abs(host(want)[0]))) << "replay " << i;
+      Tensor want = step(eager, adam_e, xs[i]);
+      EXPECT_NEAR(host(loss)[0], host(want)[0], 1e-12 * (1 + std::abs(host(want)[0]))) << "rank " << r << " replay " << i;
+      expect_same_parameters("after replay " + std::to_string(i));
     }
-    const auto pg = graphed_model->parameters(), pe = eager_model->parameters();
-    ASSERT_EQ(pg.size(), pe.size());
-    for (size_t i = 0; i < pg.size(); ++i) {
-      const auto a = host(pg[i]), b = host(pe[i]);
-      for (size_t j = 0; j < a.size(); ++j) EXPECT_NEAR(a[j], b[j], 1e-12 * (1 + std::abs(b[j]))) << "param " << i;
+  });
+}
+
+// Collectives captured in a graph are recorded with what they touch: the
+// relaxed graph keeps a group's collectives in capture order (NCCL needs
+// the same order on every rank) and lets compute that does not touch their
+// tensors run beside them (an unrecorded collective would be a barrier, and
+// the backward would wait for each bucket's all-reduce).
+TEST(DistributedGpu, CapturedCollectivesKeepTheirOrderAndLetComputeRunBeside) {
+  REQUIRE_NCCL_GPU();
+  const int n = world();
+  run_ranks([&](int r, std::shared_ptr<dist::ProcessGroup> g) {
+    Tensor a = tg::full({256}, 1.0, on(r)), b = tg::full({256}, 2.0, on(r)), c = tg::full({256}, 3.0, on(r));
+    Tensor w = tg::eye(16, on(r)) * 0.5, m = tg::ones({16, 16}, on(r));
+    g->all_reduce(a.narrow(0, 0, 1), dist::ReduceOp::Sum)->wait();  // NCCL's first launch, outside the capture
+    a.fill_(1.0);
+    tg::cuda::synchronize();
+    const auto mode = n == 1 ? tg::cuda::CaptureMode::Global : tg::cuda::CaptureMode::ThreadLocal;
+    // Three collectives alone: the relaxation must not let them run at once.
+    tg::cuda::CUDAGraph only;
+    {
+      tg::cuda::Graph capture(only, {}, std::nullopt, mode);
+      g->all_reduce(a, dist::ReduceOp::Sum);
+      g->all_reduce(b, dist::ReduceOp::Sum);
+      g->all_reduce(c, dist::ReduceOp::Sum)->wait();  // the capture stream joins the group's
     }
+    EXPECT_GE(only.captured_depth(), size_t(3)) << "rank " << r;
+    EXPECT_EQ(only.depth(), only.captured_depth()) << "rank " << r << ": the collectives' order was relaxed away";
+    // Five dependent GEMMs alone, then between two collectives on other
+    // data: there they are a branch of their own, beside the collectives.
+    auto gemms = [&] {
+      Tensor o = m;
+      for (int i = 0; i < 5; ++i) o = tg::mm(o, w);
+      return o;
+    };
+    tg::cuda::CUDAGraph alone;
+    {
+      tg::cuda::Graph capture(alone, {}, std::nullopt, mode);
+      gemms();
+    }
+    tg::cuda::CUDAGraph mixed;
+    Tensor out;
+    {
+      tg::cuda::Graph capture(mixed, {}, std::nullopt, mode);
+      g->all_reduce(a, dist::ReduceOp::Sum);
+      out = gemms();
+      g->all_reduce(b, dist::ReduceOp::Sum)->wait();
+    }
+    EXPECT_GE(alone.depth(), size_t(5)) << "rank " << r;
+    EXPECT_GT(mixed.captured_depth(), alone.depth()) << "rank " << r;
+    EXPECT_EQ(mixed.depth(), alone.depth()) << "rank " << r << ": captured " << mixed.captured_depth();
+    only.replay();
+    mixed.replay();
+    tg::cuda::synchronize();
+    const double k = n;
+    EXPECT_EQ(host(a), std::vector<double>(256, k * k)) << "rank " << r;
+    EXPECT_EQ(host(b), std::vector<double>(256, 2.0 * k * k)) << "rank " << r;
+    EXPECT_EQ(host(c), std::vector<double>(256, 3.0 * k)) << "rank " << r;
+    EXPECT_EQ(host(out), std::vector<double>(256, 1.0 / 32)) << "rank " << r;
   });
 }
 

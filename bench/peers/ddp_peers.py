@@ -10,7 +10,10 @@ tapegrad runs build-gpu/samples/pinn_ddp (DistributedDataParallel, one
 process driving the GPUs from threads); PyTorch runs one process per GPU
 (torch.multiprocessing, NCCL): DistributedDataParallel on `.backward()` for
 `mlp`; for `pinn`, whose double backward DDP does not support, the manual
-fallback users write: backward, then one all_reduce per gradient. Prints ms
+fallback users write: backward, then one all_reduce per gradient.
+`tapegrad_graph` and `torch_graph` capture the whole step (forward, backward,
+all-reduces, a capturable Adam) in one CUDA graph per process and replay it
+with new points (pinn_ddp --graph; torch.cuda.graph). Prints ms
 per step, samples per second, and the scaling efficiency (throughput on N
 GPUs / (N x one GPU's)).
 """
@@ -25,14 +28,14 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def torch_worker(rank, world, a, loss, port, out):
+def torch_worker(rank, world, a, loss, port, out, graphed=False):
     import torch
     import torch.distributed as dist
     torch.backends.cuda.matmul.allow_tf32 = False
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("nccl", rank=rank, world_size=world)
     torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
     torch.manual_seed(0)
     layers = []
     prev = 2
@@ -47,12 +50,13 @@ def torch_worker(rank, world, a, loss, port, out):
         for p in model.parameters():
             dist.broadcast(p.data, 0)
         net = model
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, capturable=graphed)
     torch.manual_seed(1000 + rank)
+    static_x = torch.rand(a.batch, 2, device="cuda")
 
-    def step():
-        x = torch.rand(a.batch, 2, device="cuda", requires_grad=True)
-        opt.zero_grad(set_to_none=True)
+    def body():
+        x = static_x.detach().requires_grad_()
+        opt.zero_grad(set_to_none=not graphed)
         if loss == "mlp":
             y = torch.sin(x.detach().sum(1, keepdim=True))
             ((net(x.detach()) - y) ** 2).mean().backward()
@@ -68,6 +72,25 @@ def torch_worker(rank, world, a, loss, port, out):
                     if p.grad is not None:  # the last bias gets none (the Laplacian does not reach it)
                         dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
         opt.step()
+
+    graph = None
+    if graphed:  # warm up on a side stream, then capture (PyTorch's recipe)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                body()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            body()
+
+    def step():
+        static_x.copy_(torch.rand(a.batch, 2, device="cuda"))
+        if graph is not None:
+            graph.replay()
+        else:
+            body()
 
     for _ in range(a.warmup):
         step()
@@ -85,22 +108,29 @@ def torch_worker(rank, world, a, loss, port, out):
     dist.destroy_process_group()
 
 
-def run_torch(a, world, loss):
+def run_torch(a, world, loss, graphed=False):
     import torch.multiprocessing as mp
     out = tempfile.mktemp(suffix=".json")
-    port = 29500 + (os.getpid() % 1000)
-    mp.spawn(torch_worker, args=(world, a, loss, port, out), nprocs=world, join=True)
+    port = 29500 + (os.getpid() % 1000) + (7 if graphed else 0) + world
+    ctx = mp.spawn(torch_worker, args=(world, a, loss, port, out, graphed), nprocs=world, join=False)
+    deadline = time.time() + a.timeout
+    while not ctx.join(timeout=2):
+        if time.time() > deadline:
+            for proc in ctx.processes:
+                proc.kill()
+            raise RuntimeError(f"no result within {a.timeout} s (killed)")
     with open(out) as f:
         return json.load(f)["ms_per_step"]
 
 
-def run_tapegrad(a, world, loss):
+def run_tapegrad(a, world, loss, graphed=False):
     out = tempfile.mktemp(suffix=".json")
     exe = os.path.join(ROOT, "build-gpu", "samples", "pinn_ddp")
     launch = [os.path.join(ROOT, "scripts", "launch.sh"), str(world)]  # one process per GPU, as PyTorch's
     subprocess.run(launch + [exe, "--loss", loss, "--batch", str(a.batch), "--steps", str(a.steps),
                     "--warmup", str(a.warmup), "--bucket-kb", str(a.bucket_kb), "--first-bucket-kb",
-                    str(a.bucket_kb / 4), "--json", out], check=True, stdout=sys.stderr)
+                    str(a.bucket_kb / 4), "--json", out] + (["--graph"] if graphed else []), check=True,
+                   stdout=sys.stderr)
     with open(out) as f:
         r = json.load(f)
     return r["ms_per_step"], r["hidden_fraction"]
@@ -112,8 +142,9 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--gpus", default="1,2")
+    p.add_argument("--timeout", type=float, default=90, help="seconds a PyTorch run may take")
     p.add_argument("--losses", default="pinn,mlp")
-    p.add_argument("--frameworks", default="tapegrad,torch")
+    p.add_argument("--frameworks", default="tapegrad,torch", help="of tapegrad, tapegrad_graph, torch, torch_graph")
     p.add_argument("--bucket-kb", type=float, default=16, help="DDP bucket size (both; tapegrad's first: a quarter)")
     a = p.parse_args()
     counts = [int(g) for g in a.gpus.split(",")]
@@ -127,11 +158,11 @@ def main():
             for n in counts:
                 hidden = ""
                 try:
-                    if fw == "tapegrad":
-                        ms, h = run_tapegrad(a, n, loss)
-                        hidden = f"{100 * h:.0f}%"
+                    if fw.startswith("tapegrad"):
+                        ms, h = run_tapegrad(a, n, loss, fw.endswith("_graph"))
+                        hidden = f"{100 * h:.0f}%" + (" (eager step)" if fw.endswith("_graph") else "")
                     else:
-                        ms = run_torch(a, n, loss)
+                        ms = run_torch(a, n, loss, fw.endswith("_graph"))
                 except Exception as e:  # report and go on
                     print(f"| {loss} | {fw} | {n} | failed: {e} | | | |")
                     continue
@@ -139,7 +170,9 @@ def main():
                 if n == 1:
                     base = sps
                 eff = f"{sps / (n * base):.2f}" if base else ""
-                name = fw if fw == "tapegrad" else ("PyTorch DDP" if loss == "mlp" else "PyTorch, manual all_reduce")
+                name = fw if fw.startswith("tapegrad") else ("PyTorch DDP" if loss == "mlp" else "PyTorch, manual all_reduce")
+                if fw == "torch_graph":
+                    name += ", torch.cuda.graph"
                 print(f"| {loss} | {name} | {n} | {ms:.3f} | {sps:,.0f} | {eff} | {hidden} |", flush=True)
 
 

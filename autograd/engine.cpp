@@ -2,7 +2,10 @@
 // See docs/AUTOGRAD.md "GraphTask and the engine".
 #include <tapegrad/autograd/engine.h>
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <deque>
@@ -170,16 +173,41 @@ struct DeviceQueue {
 
 void worker_main(int device, DeviceQueue* queue);
 
+// The device workers of this process. A forked child has none of its
+// parent's threads (and a lock one of them held stays held): the child
+// handler leaves the parent's set behind and starts an empty one, whose
+// workers start on first use, as PyTorch's engine does through
+// pthread_atfork. (A child of a parent that used CUDA cannot use it; CPU
+// nodes run on the calling thread.)
+struct DeviceWorkers {
+  std::mutex mutex;
+  std::vector<DeviceQueue*> queues;  // by device; never freed: see above
+};
+std::atomic<DeviceWorkers*> g_workers{nullptr};
+
+void start_afresh_after_fork() { g_workers.store(new DeviceWorkers()); }
+
+DeviceWorkers& device_workers() {
+  static const bool registered = [] {
+    g_workers.store(new DeviceWorkers());
+    return pthread_atfork(nullptr, nullptr, start_afresh_after_fork) == 0;
+  }();
+  (void)registered;
+  return *g_workers.load();
+}
+
 DeviceQueue& device_queue(int device) {
   static const int count = cuda::device_count();
-  static std::vector<std::once_flag> started(size_t(std::max(count, 1)));
-  static std::vector<DeviceQueue*> queues(size_t(std::max(count, 1)), nullptr);
   TG_INTERNAL_ASSERT(device >= 0 && device < count, "autograd: no worker for device ", device);
-  std::call_once(started[size_t(device)], [&] {
-    queues[size_t(device)] = new DeviceQueue();  // never freed: see above
-    std::thread(worker_main, device, queues[size_t(device)]).detach();
-  });
-  return *queues[size_t(device)];
+  DeviceWorkers& w = device_workers();
+  std::lock_guard<std::mutex> lock(w.mutex);
+  if (w.queues.size() < size_t(count)) w.queues.resize(size_t(count), nullptr);
+  DeviceQueue*& q = w.queues[size_t(device)];
+  if (!q) {
+    q = new DeviceQueue();
+    std::thread(worker_main, device, q).detach();
+  }
+  return *q;
 }
 
 // The root of a backward with several outputs: its outputs are their grads.

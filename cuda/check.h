@@ -38,4 +38,12 @@ class RelaxedCaptureMode {
 void check_device(int device, const char* op);
 // -1 means the current device; then checked as above.
 int resolve_device(int device, const char* op);
+// Whether this process was forked after its parent used the CUDA runtime:
+// the runtime does not survive fork, so every CUDA entry point throws
+// (check_device says why), and nothing can be capturing here.
+bool forked_after_cuda();
+// Whether this thread ever made a non-default stream current: a stream can
+// only be capturing if it did (the legacy default stream cannot capture), so
+// capture checks on threads that never did need no CUDA call.
+bool thread_set_a_stream();
 }  // namespace tg::cuda::detail

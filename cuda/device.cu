@@ -6,12 +6,23 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <pthread.h>
 
 namespace tg::cuda {
 
 namespace {
 
+std::atomic<bool> g_runtime_used{false}, g_forked_after_cuda{false};
+
+// In a forked child of a process that used the CUDA runtime: poisoned.
+void on_fork_child() {
+  if (g_runtime_used.load()) g_forked_after_cuda.store(true);
+}
+
 int query_count() {
+  static const int registered = pthread_atfork(nullptr, nullptr, on_fork_child);
+  (void)registered;
+  g_runtime_used.store(true);
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess) {  // no driver or no device: not available
@@ -35,7 +46,13 @@ __global__ void spin_kernel(long long cycles) {
 }  // namespace
 
 namespace detail {
+bool forked_after_cuda() { return g_forked_after_cuda.load(std::memory_order_relaxed); }
+
 void check_device(int device, const char* op) {
+  TG_CHECK(!forked_after_cuda(), op, ": CUDA cannot be used in a process forked after its parent used CUDA "
+           "(the CUDA runtime does not survive fork). Start such workers with spawn or fork + exec (Python "
+           "multiprocessing: the 'spawn' start method), or use the GPU only in the children; CPU tensors and "
+           "autograd work here as usual");
   int n = device_count();
   TG_CHECK(n > 0, op, ": no CUDA device is available (cudaGetDeviceCount found "
            "none); check the driver and CUDA_VISIBLE_DEVICES");

@@ -113,6 +113,9 @@ Stream default_capture_stream(int device) {
 MempoolId graph_pool_handle() { return {g_next_pool.fetch_add(1), 0}; }
 
 bool is_current_stream_capturing() {
+  // No CUDA call on a thread that never made a stream current, unless one of
+  // ours is capturing: a CPU graph's backward never touches the runtime.
+  if (detail::forked_after_cuda() || (!fusion::captures_underway() && !detail::thread_set_a_stream())) return false;
   if (!is_available()) return false;
   return stream_capturing(current_stream(-1));
 }
@@ -220,7 +223,7 @@ Access span_of(const Tensor& t, bool written) {
   return {static_cast<const char*>(t.data_ptr()) + lo * elem, (hi - lo + 1) * elem, written};
 }
 
-CaptureAccess::CaptureAccess(void* stream) : stream_(stream) {
+CaptureAccess::CaptureAccess(void* stream, bool library_nodes) : library_nodes_(library_nodes), stream_(stream) {
   if (!captures_underway()) return;
   detail::RelaxedCaptureMode relaxed;  // only queries; never fail a Global capture
   active_ = capture_info(static_cast<cudaStream_t>(stream), &id_, &before_);
@@ -275,7 +278,8 @@ CaptureAccess::~CaptureAccess() {
   for (void* n : nodes) {
     cudaGraphNodeType type;
     if (cudaGraphNodeGetType(static_cast<cudaGraphNode_t>(n), &type) != cudaSuccess ||
-        (type != cudaGraphNodeTypeKernel && type != cudaGraphNodeTypeMemset)) {
+        (type != cudaGraphNodeTypeKernel && type != cudaGraphNodeTypeMemset &&
+         !(library_nodes_ && (type == cudaGraphNodeTypeHost || type == cudaGraphNodeTypeEmpty)))) {
       (void)cudaGetLastError();
       return;
     }
@@ -296,6 +300,7 @@ bool keep_alive_with_capture(const Stream& s, std::shared_ptr<void> owner) {
 }
 
 void check_not_capturing(const char* op, int device) {
+  if (detail::forked_after_cuda() || (!fusion::captures_underway() && !detail::thread_set_a_stream())) return;
   if (!is_available()) return;
   check_not_capturing(op, current_stream(device));
 }

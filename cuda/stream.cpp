@@ -29,6 +29,7 @@ DevicePool g_pools[kMaxDevices], g_high_pools[kMaxDevices];
 
 // The current stream per device for this thread (nullptr handle: default).
 thread_local void* t_current[kMaxDevices] = {};
+thread_local bool t_set_a_stream = false;  // set_current_stream was given a non-default stream
 
 cudaStream_t as_stream(const Stream& s) { return static_cast<cudaStream_t>(s.handle()); }
 
@@ -94,7 +95,12 @@ void set_current_stream(const Stream& s) {
   TG_CHECK(s.is_valid(), "set_current_stream: not a stream");
   check_device(s.device_index(), "set_current_stream");
   t_current[s.device_index()] = s.handle();
+  if (s.handle()) t_set_a_stream = true;
 }
+
+namespace detail {
+bool thread_set_a_stream() { return t_set_a_stream; }
+}  // namespace detail
 
 Stream stream_from_pool(int device, bool high_priority) {
   device = detail::resolve_device(device, "stream_from_pool");

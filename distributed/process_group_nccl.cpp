@@ -185,7 +185,7 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
       // order on every rank) while compute on other branches runs beside
       // them — unrecorded, each would be a barrier that stops the backward
       // until the all-reduce is done.
-      cuda::fusion::CaptureAccess access(stream_.handle());
+      cuda::fusion::CaptureAccess access(stream_.handle(), /*library_nodes=*/true);
       for (const Tensor& t : tensors) access.write(t);
       access.add({&order_token_, 1, true});
       r = launch(static_cast<cudaStream_t>(stream_.handle()));

@@ -1,10 +1,15 @@
 // Reliability: graphs of any depth are built, differentiated and freed
 // without recursion (also on a thread with a 256 KiB stack); metadata calls
 // on undefined tensors throw; the functional API with create_graph stays
-// differentiable with respect to x; the no-grad_fn error names create_graph.
+// differentiable with respect to x; the no-grad_fn error names create_graph;
+// a child forked after the parent used the GPU runs CPU autograd.
 #include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 
@@ -239,6 +244,65 @@ TEST(NewUser, NoGradFnErrorNamesCreateGraph) {
   // With create_graph the same second derivative works: d sum(2x)/dx = 2.
   Tensor g2 = ag::grad({(x * x).sum()}, {x}, {}, std::nullopt, true)[0];
   tgtest::expect_values(ag::grad({g2.sum()}, {x})[0], {2, 2, 2}, 0, "second derivative");
+}
+
+
+// A child forked after the parent used the GPU and ran backward (on the CPU
+// and on the device worker): the child's CPU forward, backward and double
+// backward are right and touch no CUDA; CUDA in the child is a tg::Error
+// that says why, not a crash or a hang (alarm: a hang fails the test).
+TEST(Fork, ChildRunsCpuAutogradAfterTheParentUsedTheGpu) {
+  const bool gpu = tg::cuda::is_available();
+  const auto f64 = tg::TensorOptions().dtype(tg::kFloat64);
+  if (gpu) {
+    Tensor g = tg::randn({1024}, f64.device(tg::Device(tg::kCUDA, 0))).requires_grad_();
+    (tg::sin(g) * g).sum().backward();
+    tg::cuda::synchronize();
+  }
+  Tensor big = tg::randn({1 << 20}, f64);
+  const double parent_sum = tg::sin(big).sum().item<double>();  // the CPU thread pool is up
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::alarm(120);
+    int code = 0;
+    try {
+      Tensor x = tg::linspace(-2.0, 3.0, 41, f64).requires_grad_();
+      Tensor y = (tg::sin(x) * x).sum();
+      Tensor gx = ag::grad({y}, {x}, {}, std::nullopt, /*create_graph=*/true)[0];
+      Tensor ggx = ag::grad({gx.sum()}, {x})[0];
+      const auto xs = x.detach().to_vector<double>(), g1 = gx.detach().to_vector<double>(),
+                 g2 = ggx.to_vector<double>();
+      for (size_t i = 0; i < xs.size(); ++i) {
+        if (std::abs(g1[i] - (std::sin(xs[i]) + xs[i] * std::cos(xs[i]))) > 1e-12) code = 2;
+        if (std::abs(g2[i] - (2 * std::cos(xs[i]) - xs[i] * std::sin(xs[i]))) > 1e-12) code = 3;
+      }
+      (tg::sin(x) * x).sum().backward();
+      if (!x.grad().defined() || !tg::allclose(x.grad(), gx.detach())) code = 4;
+      const double child_sum = tg::sin(big).sum().item<double>();  // the thread pool works in the child
+      if (std::abs(child_sum - parent_sum) > 1e-9 * (1 + std::abs(parent_sum))) code = 5;
+      if (gpu) {
+        try {
+          (void)tg::ones({2}, f64.device(tg::Device(tg::kCUDA, 0)));
+          code = 6;
+        } catch (const tg::Error& e) {
+          if (!std::strstr(e.what(), "forked")) code = 7;
+        }
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: %s\n", e.what());
+      code = 8;
+    }
+    std::fflush(nullptr);
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died (signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0)
+                                 << "; 14 = the 120 s alarm: it hung)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2/3: wrong first/second derivative, 4: backward, 5: thread pool, "
+                                       "6: CUDA worked after fork, 7: its error does not say why, 8: threw";
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 extension tapegrad._C with the project's CMake (static libraries, so the
 module stands alone) and installs it with python/tapegrad. Debian's pip and
 setuptools: `pip install --no-build-isolation .` (nothing is fetched).
-Options for CMake go in TAPEGRAD_CMAKE_ARGS (e.g. "-DTAPEGRAD_CUDA=OFF")."""
+Options for CMake go in TAPEGRAD_CMAKE_ARGS. The CUDA backend is built only
+where `nvidia-smi` finds a GPU or TAPEGRAD_CUDA=ON asks for it (its kernels
+take minutes to compile); TAPEGRAD_CUDA=OFF never builds it."""
 import os
 import pathlib
 import shlex
@@ -14,6 +16,17 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = pathlib.Path(__file__).parent.resolve()
+
+
+def cuda_choice():
+    """ON where TAPEGRAD_CUDA=ON or a GPU is present, else OFF."""
+    asked = os.environ.get("TAPEGRAD_CUDA", "").upper()
+    if asked in ("ON", "OFF"):
+        return asked
+    smi = shutil.which("nvidia-smi")
+    if smi and subprocess.run([smi, "-L"], capture_output=True).returncode == 0:
+        return "ON"
+    return "OFF"
 
 
 class CMakeExtension(Extension):
@@ -28,6 +41,7 @@ class CMakeBuild(build_ext):
         args = ["-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DTAPEGRAD_PYTHON=ON",
                 "-DTAPEGRAD_BUILD_TESTS=OFF", "-DTAPEGRAD_BUILD_BENCH=OFF", "-DTAPEGRAD_BUILD_SAMPLES=OFF",
                 f"-DPython3_EXECUTABLE={sys.executable}"]
+        args += ["-DTAPEGRAD_CUDA=" + cuda_choice()]
         args += shlex.split(os.environ.get("TAPEGRAD_CMAKE_ARGS", ""))
         if shutil.which("ninja"):
             args += ["-G", "Ninja"]

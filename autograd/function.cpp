@@ -123,6 +123,9 @@ void no_jvp(const std::string& fn) {
 }  // namespace detail
 
 variable_list AutogradContext::get_saved_variables() const {
+  // In jvp / taylor of a function whose forward recorded no backward (no
+  // input requires grad): what forward saved, as it is.
+  if (saved_.empty() && !to_save_.empty()) return to_save_;
   auto node = node_.lock();
   variable_list out;
   out.reserve(saved_.size());

@@ -228,6 +228,44 @@ TEST(ForwardAD, CustomFunctionJvp) {
   EXPECT_LT(max_abs(fwd::unpack_dual(out).tangent - want), 1e-15);
 }
 
+// The same rule written as LibTorch users write it: jvp reads the tensors
+// forward saved with get_saved_variables(), whether or not a backward was
+// recorded (inputs that require grad, or plain dual inputs).
+struct CubeTimesSaved : ag::Function<CubeTimesSaved> {
+  static Tensor forward(ag::AutogradContext* ctx, Tensor x, Tensor y) {
+    ctx->save_for_backward({x, y});
+    return x * x * x * y;
+  }
+  static ag::variable_list backward(ag::AutogradContext* ctx, ag::variable_list g) {
+    auto s = ctx->get_saved_variables();
+    return {g[0] * 3.0 * s[0] * s[0] * s[1], g[0] * s[0] * s[0] * s[0]};
+  }
+  static ag::variable_list jvp(ag::AutogradContext* ctx, ag::variable_list t) {
+    auto s = ctx->get_saved_variables();
+    if (s.size() != 2) throw std::runtime_error("jvp saw " + std::to_string(s.size()) + " saved tensors");
+    return {t[0] * 3.0 * s[0] * s[0] * s[1] + t[1] * s[0] * s[0] * s[0]};
+  }
+};
+
+TEST(ForwardAD, CustomFunctionJvpReadsSavedVariables) {
+  tg::manual_seed(16);
+  Tensor x = tg::randn({3}, kF64), y = tg::randn({3}, kF64), tx = tg::randn({3}, kF64), ty = tg::randn({3}, kF64);
+  const Tensor want = tx * 3.0 * x * x * y + ty * x * x * x;
+  for (bool recorded : {false, true}) {
+    Tensor xr = recorded ? x.clone().requires_grad_() : x, yr = recorded ? y.clone().requires_grad_() : y;
+    fwd::dual_level level;
+    Tensor out = CubeTimesSaved::apply(fwd::make_dual(xr, tx), fwd::make_dual(yr, ty));
+    EXPECT_LT(max_abs(fwd::unpack_dual(out).tangent.detach() - want), 1e-14) << "recorded " << recorded;
+    EXPECT_EQ(out.requires_grad(), recorded);
+  }
+  ag::GradcheckOptions o;
+  o.check_forward_ad = true;
+  Tensor xg = x.clone().requires_grad_(), yg = y.clone().requires_grad_();
+  auto fn = [](const ag::variable_list& v) { return CubeTimesSaved::apply(v[0], v[1]); };
+  EXPECT_TRUE(ag::gradcheck(fn, {xg, yg}, o).ok) << ag::gradcheck(fn, {xg, yg}, o).message;
+  EXPECT_TRUE(ag::gradgradcheck(fn, {xg, yg}).ok);
+}
+
 // In-place ops push tangents as their out-of-place forms.
 TEST(ForwardAD, InPlaceOps) {
   tg::manual_seed(7);

@@ -25,9 +25,11 @@
 //   static variable_list jvp(AutogradContext* ctx, variable_list tangents)
 // gets one tangent per tensor input (zeros where an input has none) and
 // returns one per output; it runs after forward, with grad mode on (so
-// forward over reverse works when its ops are differentiable). Forward can
-// keep what jvp needs in ctx->saved_data. Without jvp, a tangent reaching
-// the function is an error naming it.
+// forward over reverse works when its ops are differentiable). jvp reads
+// what forward saved with ctx->get_saved_variables() (as backward does; also
+// when nothing requires grad and no backward is recorded) and anything else
+// from ctx->saved_data. Without jvp, a tangent reaching the function is an
+// error naming it.
 //
 // Taylor mode (forward_ad::taylor_level of order K >= 2): a struct with
 //   static std::vector<variable_list> taylor(AutogradContext* ctx,
@@ -58,7 +60,8 @@ class AutogradContext {
  public:
   /// Saves tensors (checked for in-place changes) and gets them back in backward.
   void save_for_backward(variable_list to_save) { to_save_ = std::move(to_save); }
-  /// The tensors save_for_backward saved (checked for in-place changes).
+  /// The tensors save_for_backward saved (checked for in-place changes), in
+  /// backward and in jvp / taylor.
   variable_list get_saved_variables() const;
   /// In-place modified inputs (forward must return them).
   void mark_dirty(const variable_list& inputs);
@@ -224,7 +227,6 @@ struct Function {
     }();
     variable_list outs = detail::to_list(out);
     if (record) node->wrap_outputs(inputs, outs);
-    else node->ctx_.to_save_.clear();
     if (fw && detail::taylor_active()) {
       if constexpr (detail::has_taylor<T>::value) {
         std::vector<variable_list> coefficients = detail::input_coefficients(inputs);
@@ -248,6 +250,7 @@ struct Function {
         detail::no_jvp(node->name());
       }
     }
+    if (!record) node->ctx_.to_save_.clear();  // kept for jvp / taylor only
     if constexpr (std::is_same_v<Out, Tensor>) return outs[0];
     else return outs;
   }

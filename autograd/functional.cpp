@@ -1,12 +1,15 @@
 #include <tapegrad/autograd/functional.h>
 
 #include <algorithm>
+#include <atomic>
 #include <optional>
 #include <string>
 
 #include <tapegrad/autograd/engine.h>
 #include <tapegrad/autograd/forward_ad.h>
 #include <tapegrad/autograd/grad_mode.h>
+#include <tapegrad/autograd/node.h>
+#include <tapegrad/cuda/graph.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 
@@ -59,6 +62,114 @@ void check_batched_input(const Tensor& x, const char* op) {
 void check_batched_output(const Tensor& y, int64_t rows, const char* op) {
   TG_CHECK(y.dim() == 2 && y.size(0) == rows, op, ": fn must map [B, n] to [B, m] (B = ", rows, "), got shape ",
            shape_str(y.sizes()));
+}
+
+// The per-sample functions (per_sample_hessian, laplacian,
+// derivative_operator) assume that row i of fn(x) depends on row i of x
+// alone; a function that mixes rows (a mean or cumulative op over the batch,
+// a batch norm, x^T x, an index along dim 0, attention over the batch) would
+// get a silently wrong answer. The check (docs/AUTOGRAD.md "Per-sample
+// derivatives"): with cotangents w and row scales s_i (distinct), an
+// independent fn has J^T (s w) = s (J^T w) row by row; an entry of J that
+// couples row j to row i != j breaks that (for all but measure-zero w).
+// Probed on four rows of x (the first two and the last two) — a batch
+// statistic couples any subset — and on the whole batch when fn does not
+// run on four rows (it closes over per-row tensors, say). One small forward
+// and two backward passes, and one host read; skipped while a CUDA graph
+// captures (the read would end the capture) and under
+// set_check_rows_independent(false).
+std::atomic<bool>& check_rows_flag() {
+  static std::atomic<bool> on{true};
+  return on;
+}
+
+// Names the nodes of y's graph (for the error): where to look.
+std::string graph_ops(const Tensor& y) {
+  std::vector<std::string> names;
+  std::vector<const Node*> stack;
+  std::vector<const Node*> seen;
+  if (y.grad_fn()) stack.push_back(y.grad_fn().get());
+  while (!stack.empty() && seen.size() < 4096) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    if (std::find(seen.begin(), seen.end(), n) != seen.end()) continue;
+    seen.push_back(n);
+    const std::string name = n->name();
+    if (name != "AccumulateGrad" && std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    for (const Edge& e : n->next_edges())
+      if (e.is_valid()) stack.push_back(e.function.get());
+  }
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < 16; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > 16) out += ", ...";
+  return out;
+}
+
+// Throws when fn's output rows depend on other rows of x (see above).
+void require_independent_rows(const TensorFn& fn, const Tensor& x, const char* op) {
+  const int64_t B = x.size(0);
+  if (!check_rows_flag() || B < 2 || x.numel() == 0 || cuda::is_current_stream_capturing()) return;
+  forward_ad::detail::Suspend no_tangents;  // the probe pushes none (and runs inside a dual level too)
+  EnableGradGuard grad_on;
+  struct Probe {
+    double deviation = 0, scale = 0;
+    int64_t row = 0;
+    std::string ops;
+  };
+  auto probe = [&](const Tensor& xs) -> std::optional<Probe> {
+    const int64_t k = xs.size(0);
+    Tensor xr = xs.detach();
+    xr.requires_grad_(true);
+    Tensor y = fn(xr);
+    if (!y.defined() || y.dim() < 1 || y.size(0) != k) return std::nullopt;
+    if (!y.requires_grad() || !y.is_floating_point() || y.numel() == 0) return Probe{};
+    Tensor yf = y.reshape({k, -1});
+    // Fixed pseudo-random cotangents (the global generator is left alone)
+    // and distinct row scales in [1, 2).
+    const TensorOptions o = yf.options();
+    Tensor idx = arange(yf.numel(), o).view(yf.sizes());
+    Tensor w = sin(add(mul(idx, 12.9898), 0.731)) + 1.5;
+    Tensor sc = add(div(arange(k, o), double(k)), 1.0).view({k, 1});
+    Tensor g1 = grad({yf}, {xr}, {w}, true, false, true)[0];
+    Tensor g2 = grad({yf}, {xr}, {mul(w, sc)}, false, false, true)[0];
+    Probe p;
+    if (!g1.defined() || !g2.defined()) return p;
+    Tensor s = sc.view({k, 1}).to(g1.dtype());
+    Tensor dev = abs(sub(g2, mul(g1, s))).reshape({k, -1}).amax({1});
+    p.scale = add(abs(g2), abs(mul(g1, s))).amax().item<double>();
+    const std::vector<double> d = dev.to(Device(kCPU)).to(kFloat64).to_vector<double>();
+    p.row = int64_t(std::max_element(d.begin(), d.end()) - d.begin());
+    p.deviation = d[size_t(p.row)];
+    if (p.deviation > 0) p.ops = graph_ops(y);
+    return p;
+  };
+  Tensor rows = x.detach();
+  std::vector<double> pick;
+  if (B > 4) {
+    pick = {0.0, 1.0, double(B - 2), double(B - 1)};
+    rows = index_select(rows, 0, tensor(pick, {4}, TensorOptions().dtype(kInt64)).to(x.device()));
+  }
+  std::optional<Probe> p;
+  try {
+    p = probe(rows);
+  } catch (const Error&) {
+    if (B <= 4) throw;
+  }
+  if (!p && B > 4) {
+    pick.clear();
+    p = probe(x.detach());
+  }
+  if (!p) return;  // fn's output does not have B rows: the caller's shape check says so
+  const double eps = x.scalar_type() == kFloat64 ? 2.2e-16 : (x.scalar_type() == kFloat32 ? 1.2e-7 : 7.8e-3);
+  if (!(p->deviation > 1e3 * eps * std::max(p->scale, 1e-300))) return;
+  const int64_t row = pick.empty() ? p->row : int64_t(pick[size_t(p->row)]);
+  TG_ERROR(op, ": fn mixes rows of the batch — row ", row, " of its gradient depends on other rows of x ",
+           shape_str(x.sizes()), " (", x.dtype(), "), but rows must be independent: row i of fn(x) may depend on row "
+           "i of x alone. Per-row results would be silently wrong. Look in fn for an op that reduces, accumulates, "
+           "contracts, gathers or moves along dim 0 (a mean or sum over the batch, a batch norm, cumsum over rows, "
+           "x^T x, index_select along 0, attention over the batch); fn's graph has: ", p->ops,
+           ". Evaluate such fn per sample, or differentiate it with jacobian/hessian of the whole batch "
+           "(set_check_rows_independent(false) skips this check)");
 }
 
 // Rows d(out . e_k)/dx for every element k of `out`, stacked into
@@ -256,6 +367,7 @@ Tensor structurally_zero_hessian(const TensorFn& fn, const Tensor& xi);
 Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy strategy,
                           bool create_graph) {
   check_batched_input(x, "per_sample_hessian");
+  require_independent_rows(fn, x, "per_sample_hessian");
   const int64_t B = x.size(0), n = x.size(1);
   Tensor xi = input_for(x, "per_sample_hessian", create_graph);
   EnableGradGuard grad_on;
@@ -429,6 +541,7 @@ Tensor structurally_zero_hessian(const TensorFn& fn, const Tensor& xi) {
 
 Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph) {
   check_batched_input(x, "laplacian");
+  require_independent_rows(fn, x, "laplacian");
   const int64_t n = x.size(1);
   if (forward_ad::is_active())  // levels do not nest: the trace of the reverse-mode Hessians
     return (per_sample_hessian(fn, x, HessianStrategy::BatchedCotangents, create_graph) * identity(n, x))
@@ -448,6 +561,7 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
                            bool create_graph) {
   check_batched_input(x, "derivative_operator");
   TG_CHECK(!terms.empty(), "derivative_operator: no terms given");
+  require_independent_rows(fn, x, "derivative_operator");
   const int64_t n = x.size(1);
   for (const Partial& t : terms)
     for (int64_t d : t.dims)
@@ -586,5 +700,8 @@ MlpDerivatives mlp_taylor(const std::vector<Tensor>& weights, const std::vector<
   d.hessian = r[2];
   return d;
 }
+
+void set_check_rows_independent(bool on) { check_rows_flag() = on; }
+bool check_rows_independent() { return check_rows_flag(); }
 
 }  // namespace tg::autograd

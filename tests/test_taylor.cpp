@@ -446,6 +446,11 @@ TEST(TaylorMode, StructurallyZeroHessiansSkipThePass) {
   Tensor w2 = tg::randn({d, d}, kF64) * 0.3, w3 = tg::randn({2, d}, kF64) * 0.5;
   Tensor w4 = tg::randn({2, 7}, kF64) * 0.5;
   std::vector<int64_t> calls;  // the batch of every call of fn
+  // The calls the strategy makes, without the row check's probe.
+  struct NoRowCheck {
+    NoRowCheck() { ag::set_check_rows_independent(false); }
+    ~NoRowCheck() { ag::set_check_rows_independent(true); }
+  } no_row_check;
   using Fn = std::function<Tensor(const Tensor&)>;
   auto counted = [&](Fn f) {
     return [&calls, f](const Tensor& x) {
@@ -663,6 +668,79 @@ TEST(TaylorModeGpu, MatchesCpu) {
       for (size_t k = 0; k < a.size(); ++k) expect_near(b[k], a[k], "c_" + std::to_string(k + 1), 1e-9);
     }
   }
+}
+
+// Per-sample operators of functions whose rows are not independent throw
+// (they would silently return wrong per-row values: x - mean(x, 0) gave 0
+// where the true per-row Laplacian term is not), for every strategy; an
+// independent fn, one closing over per-row tensors (probed on the whole
+// batch) and a batch of one pass; the switch turns the check off.
+TEST(RowIndependence, MixingRowsIsAnErrorForEveryPerSampleOperator) {
+  const auto f64 = tg::TensorOptions().dtype(tg::kFloat64);
+  tg::manual_seed(31);
+  const int64_t B = 6, n = 3;
+  Tensor x = tg::randn({B, n}, f64);
+  Tensor w = tg::randn({n, 2}, f64);
+  Tensor per_row = tg::randn({B, 1}, f64);
+  Tensor reverse = tg::tensor({5, 4, 3, 2, 1, 0}, {B}, tg::TensorOptions().dtype(tg::kInt64));
+  auto head = [&](const Tensor& h) { return tg::tanh(tg::mm(h, w)); };  // [*, n] -> [*, 2], per row
+  const std::vector<std::pair<std::string, Fn>> mixing = {
+      {"mean over dim 0", [&](const Tensor& z) { return head(tg::square(z - z.mean({0}, true))); }},
+      {"batch norm", [&](const Tensor& z) {
+         Tensor c = z - z.mean({0}, true);
+         return head(c / tg::sqrt(tg::square(c).mean({0}, true) + 1e-5));
+       }},
+      {"x^T x", [&](const Tensor& z) { return tg::sin(tg::mm(z.t(), z)); }},
+      {"index_select along 0", [&](const Tensor& z) { return head(tg::square(z.index_select(0, reverse)) + z); }},
+      {"cumsum over rows", [&](const Tensor& z) { return head(tg::square(z.cumsum(0))); }},
+  };
+  const std::vector<std::pair<std::string, std::function<Tensor(const Fn&)>>> operators = {
+      {"laplacian", [&](const Fn& f) { return ag::laplacian(f, x); }},
+      {"derivative_operator", [&](const Fn& f) { return ag::derivative_operator(f, x, {{{0, 0}, 1.0}, {{1}, 2.0}}); }},
+      {"per_sample_hessian Rows", [&](const Fn& f) { return ag::per_sample_hessian(f, x, ag::HessianStrategy::Rows); }},
+      {"per_sample_hessian BatchedCotangents",
+       [&](const Fn& f) { return ag::per_sample_hessian(f, x, ag::HessianStrategy::BatchedCotangents); }},
+      {"per_sample_hessian ForwardOverReverse",
+       [&](const Fn& f) { return ag::per_sample_hessian(f, x, ag::HessianStrategy::ForwardOverReverse); }},
+      {"per_sample_hessian Taylor", [&](const Fn& f) { return ag::per_sample_hessian(f, x, ag::HessianStrategy::Taylor); }},
+  };
+  ASSERT_TRUE(ag::check_rows_independent());
+  for (const auto& [oname, op] : operators) {
+    for (const auto& [fname, f] : mixing) {
+      try {
+        (void)op(f);
+        ADD_FAILURE() << oname << " of a fn with " << fname << ": no error";
+      } catch (const tg::Error& e) {
+        const std::string m = e.what();
+        const std::string want = oname.substr(0, oname.find(' '));
+        EXPECT_NE(m.find(want + ":"), std::string::npos) << m;
+        // x^T x is [n, n]: the shape check or the row check, both name the op.
+        if (fname != "x^T x") {
+          EXPECT_NE(m.find("rows must be independent"), std::string::npos) << oname << ", " << fname << ": " << m;
+        }
+      }
+    }
+    // Independent rows: no error, and the same values with the check off.
+    const Fn good = [&](const Tensor& z) { return head(tg::sin(z) * z); };
+    const Fn closes_over_rows = [&](const Tensor& z) { return head(tg::sin(z) * per_row); };
+    // (BatchedCotangents runs fn on stacked copies of x: per-row closures
+    // cannot follow, with or without the check.)
+    std::vector<Fn> fns = {good};
+    if (oname.find("BatchedCotangents") == std::string::npos) fns.push_back(closes_over_rows);
+    for (const Fn& f : fns) {
+      Tensor on = op(f);
+      ag::set_check_rows_independent(false);
+      Tensor off = op(f);
+      ag::set_check_rows_independent(true);
+      EXPECT_TRUE(tg::equal(on, off)) << oname;
+    }
+    // The switch: a mixing fn passes unchecked (the caller's responsibility).
+    ag::set_check_rows_independent(false);
+    EXPECT_NO_THROW((void)op(mixing[0].second)) << oname;
+    ag::set_check_rows_independent(true);
+  }
+  // One row: nothing can mix.
+  EXPECT_NO_THROW((void)ag::laplacian(mixing[0].second, x.narrow(0, 0, 1)));
 }
 
 }  // namespace

@@ -90,6 +90,18 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x,
                           HessianStrategy strategy = HessianStrategy::BatchedCotangents,
                           bool create_graph = false);
 
+/// per_sample_hessian, laplacian and derivative_operator check that fn's
+/// rows are independent (row i of fn(x) depends on row i of x alone) and
+/// throw naming the function otherwise: a function that mixes rows (a mean
+/// over the batch, a batch norm, cumsum over rows, x^T x, index_select along
+/// 0) would get silently wrong per-row results. The check probes fn on four
+/// rows (or the whole batch) with two backward passes and one host read; it
+/// is skipped while a CUDA graph captures. Off with false (process-wide), for
+/// functions known to be independent.
+void set_check_rows_independent(bool on);
+/// Whether the row check above is on (the default).
+bool check_rows_independent();
+
 /// Per-sample Laplacians of a batched function (the PINN operator): fn maps
 /// x [B, n] to [B, m], row b of the output depending only on row b of x.
 /// Returns [B, m], L[b, i] = sum_j d^2 fn(x)[b, i] / dx[b, j]^2. Taylor mode

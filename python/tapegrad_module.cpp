@@ -189,9 +189,90 @@ py::object or_none(const Tensor& t) { return t.defined() ? py::cast(t) : py::non
 template <class F, class G>
 py::object binary(const Tensor& a, const py::object& b, F tensor_op, G scalar_op) {
   if (py::isinstance<Tensor>(b)) return py::cast(tensor_op(a, b.cast<Tensor>()));
+  if (py::isinstance(b, py::module_::import("numpy").attr("ndarray")))  // as PyTorch: a tensor on a's device
+    return py::cast(tensor_op(a, make_tensor(b, std::nullopt, device_name(a.device()), false)));
   if (py::isinstance<py::float_>(b) || py::isinstance<py::int_>(b) || py::isinstance<py::bool_>(b))
     return py::cast(scalar_op(a, b.cast<double>()));
   return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+}
+
+// t[key] as NumPy and PyTorch index: integers (negative from the end; past
+// the end: IndexError, so iteration stops), slices (views, steps > 0), None
+// (a new dim), Ellipsis, and tuples of them. Every result is a view.
+Tensor index_tensor(const Tensor& t, const py::object& key) {
+  std::vector<py::object> items;
+  if (py::isinstance<py::tuple>(key)) {
+    for (const py::handle& h : key.cast<py::tuple>()) items.push_back(py::reinterpret_borrow<py::object>(h));
+  } else {
+    items.push_back(key);
+  }
+  int64_t consumed = 0, ellipses = 0;
+  for (const py::object& k : items) {
+    if (k.is_none()) continue;
+    if (py::isinstance<py::ellipsis>(k)) {
+      ++ellipses;
+      continue;
+    }
+    if (!py::isinstance<py::int_>(k) && !py::isinstance<py::slice>(k))
+      throw py::type_error("tapegrad indexing takes integers, slices, None and ... (got " +
+                           py::str(py::type::of(k)).cast<std::string>() + "); index tensors: index_select");
+    ++consumed;
+  }
+  if (ellipses > 1) throw py::index_error("an index can only have a single ellipsis ('...')");
+  if (consumed > t.dim())
+    throw py::index_error("too many indices for a tensor of dimension " + std::to_string(t.dim()));
+  Tensor r = t;
+  int64_t d = 0;  // the dim of r the next item applies to
+  for (const py::object& k : items) {
+    if (k.is_none()) {
+      r = r.unsqueeze(d++);
+    } else if (py::isinstance<py::ellipsis>(k)) {
+      d += t.dim() - consumed;
+    } else if (py::isinstance<py::int_>(k)) {
+      const int64_t size = r.size(d);
+      int64_t i = k.cast<int64_t>();
+      if (i < -size || i >= size)
+        throw py::index_error("index " + std::to_string(i) + " is out of bounds for dimension " + std::to_string(d) +
+                              " with size " + std::to_string(size));
+      r = r.select(d, i < 0 ? i + size : i);
+    } else {
+      py::ssize_t start = 0, stop = 0, step = 0, length = 0;
+      if (!k.cast<py::slice>().compute(py::ssize_t(r.size(d)), &start, &stop, &step, &length))
+        throw py::error_already_set();
+      if (step <= 0) throw py::value_error("tapegrad slices take a positive step");
+      r = length == 0 ? r.narrow(d, std::min<int64_t>(start, r.size(d)), 0)
+                      : r.slice(d, int64_t(start), int64_t(start) + int64_t(step) * (int64_t(length) - 1) + 1,
+                                int64_t(step));
+      ++d;
+    }
+  }
+  return r;
+}
+
+// The NumPy array interface of a CPU tensor (zero copy; NumPy keeps the
+// tensor's Python object alive as the array's base).
+py::dict array_interface(const Tensor& t) {
+  if (!t.defined() || t.is_cuda() || t.requires_grad())
+    throw py::attribute_error("__array_interface__: only CPU tensors that do not require grad");
+  std::string typestr;
+  switch (t.dtype()) {
+    case tg::kFloat32: typestr = "<f4"; break;
+    case tg::kFloat64: typestr = "<f8"; break;
+    case tg::kFloat16: typestr = "<f2"; break;
+    case tg::kInt64: typestr = "<i8"; break;
+    case tg::kBool: typestr = "|b1"; break;
+    default: throw py::attribute_error("__array_interface__: NumPy has no " + dtype_name(t.dtype()));
+  }
+  const int64_t es = int64_t(tg::element_size(t.dtype()));
+  py::list strides;
+  for (int64_t st : t.strides()) strides.append(st * es);
+  py::dict d;
+  d["version"] = 3;
+  d["shape"] = py::tuple(py::cast(std::vector<int64_t>(t.sizes())));
+  d["typestr"] = typestr;
+  d["data"] = py::make_tuple(reinterpret_cast<uintptr_t>(t.data_ptr()), false);
+  d["strides"] = py::tuple(strides);
+  return d;
 }
 
 ag::HessianStrategy strategy_from(const std::string& s) {
@@ -309,7 +390,13 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("T", [](const Tensor& t) { return t.t(); })
       .def("select", [](const Tensor& t, int64_t d, int64_t i) { return t.select(d, i); })
       .def("narrow", [](const Tensor& t, int64_t d, int64_t s, int64_t n) { return t.narrow(d, s, n); })
-      .def("__getitem__", [](const Tensor& t, int64_t i) { return t.select(0, i); })
+      .def("__getitem__", &index_tensor)
+      .def_property_readonly("__array_interface__", &array_interface)
+      .def("__array__", [](const Tensor& t, const py::object& dtype, const py::object& /*copy*/) {
+        py::object a = to_numpy(t);
+        return dtype.is_none() ? a : a.attr("astype")(dtype);
+      }, py::arg("dtype") = py::none(), py::arg("copy") = py::none())
+      .def_property_readonly_static("__array_priority__", [](const py::object&) { return 1000; })
       .def("__len__", [](const Tensor& t) {
         if (t.dim() == 0) throw tg::Error("len() of a 0-d tensor");
         return t.size(0);

@@ -237,3 +237,46 @@ def test_cuda_tensors_and_graphs():
     g.replay()
     tg.cuda.synchronize()
     np.testing.assert_allclose(out.cpu().numpy(), step().cpu().numpy(), rtol=1e-12)
+
+
+# ---- NumPy's array protocol and indexing ------------------------------------------------
+
+def test_numpy_array_protocol_is_zero_copy_on_the_cpu():
+    t = tg.tensor(np.arange(12.0).reshape(3, 4), dtype="float64")
+    a = np.asarray(t)
+    assert a.shape == (3, 4) and a.dtype == np.float64
+    assert a.ctypes.data == t.data_ptr()  # __array_interface__: no copy
+    a[0, 1] = 50.0
+    assert t[0, 1].item() == 50.0
+    np.testing.assert_allclose(np.sin(t), np.sin(a))  # ufuncs take tensors
+    assert np.asarray(t, dtype=np.float32).dtype == np.float32
+    # Mixed arithmetic gives tensors, as PyTorch's does, on either side.
+    for r in (t + np.ones(4), np.ones(4) + t, t * np.full(4, 2.0)):
+        assert isinstance(r, tg.Tensor)
+    np.testing.assert_allclose((t + np.ones(4)).numpy(), a + 1)
+    # A tensor that requires grad is not converted silently.
+    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(tg.Error, match="requires grad"):
+        np.asarray(x)
+
+
+def test_indexing_gives_views_and_stops_iteration():
+    a = np.arange(24.0).reshape(2, 3, 4)
+    t = tg.tensor(a, dtype="float64")
+    for key in [1, -1, (1, 2), (slice(1, None),), (slice(None), 0), (Ellipsis, None), (None, 1, Ellipsis, 2),
+                (slice(None, None, 2), slice(1, 3), slice(None, None, 3)), (Ellipsis, slice(1, 4, 2)),
+                (slice(5, 9),)]:
+        got = t[key]
+        np.testing.assert_array_equal(got.numpy(), a[key], err_msg=str(key))
+        if got.numel():
+            assert np.shares_memory(got.numpy(), t.numpy()), key  # a view
+    assert len([row for row in t]) == 2  # __getitem__ raises IndexError past the end
+    for bad in (2, -3, (0, 3), (0, 0, 4)):
+        with pytest.raises(IndexError):
+            t[bad]
+    with pytest.raises(IndexError):
+        t[0, 0, 0, 0]
+    # Views are differentiable.
+    x = tg.tensor([1.0, 2.0, 3.0], dtype="float64", requires_grad=True)
+    (x[1:] * x[:-1]).sum().backward()
+    assert x.grad.tolist() == [2.0, 4.0, 2.0]

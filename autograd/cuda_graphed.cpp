@@ -11,6 +11,16 @@
 // Function whose forward copies what is new into the static inputs and
 // replays, and whose backward calls level k+1 on (its saved inputs,
 // the incoming gradients): so derivatives compose to max_order.
+//
+// Instances: a captured level holds one call's intermediate values. Several
+// calls of level k+1 between two replays of level k (the PINN Laplacian:
+// n second-derivative calls of one first-derivative call, each
+// differentiated again by the loss's backward) each need their own. So the
+// levels form a tree: an instance of level k has child instances of level
+// k+1, captured from its history; the j-th call of level k+1 after a replay
+// of an instance uses its j-th child, captured on first use (then replayed
+// ever after). A call stays differentiable until its instance or one of its
+// ancestors replays again; later than that is the stale-call error.
 #include <tapegrad/cuda/graphed.h>
 
 #include <any>
@@ -31,21 +41,30 @@ namespace tg::cuda {
 namespace detail {
 
 struct GraphedState {
-  struct Level {
+  struct Instance {
+    int level = 0;
+    Instance* parent = nullptr;
     std::unique_ptr<CUDAGraph> graph;
-    std::vector<Tensor> inputs;   // static Sk
-    std::vector<bool> diff;       // D: which inputs need gradients
-    std::vector<Tensor> outputs;  // static Ok (with the history captured, kept alive)
-    std::vector<bool> has_out;    // level >= 1: which entries of D got a gradient (else undefined)
-    std::vector<Tensor> cotangents;  // static G(k): one per output that needs a gradient
-    std::vector<size_t> cot_of;      // the output each cotangent belongs to
+    std::vector<Tensor> inputs;      // static Sk
+    std::vector<bool> diff;          // D: which inputs need gradients
+    std::vector<Tensor> outputs;     // static Ok (with the history captured, kept alive)
+    std::vector<bool> has_out;       // level >= 1: which entries of D got a gradient (else undefined)
+    std::vector<Tensor> cotangents;  // level >= 1: static G(k-1), one per parent output that needs one
+    std::vector<size_t> cot_of;      // the parent output each cotangent belongs to
     int64_t replays = 0;
+    std::vector<std::unique_ptr<Instance>> children;  // instances of level + 1
+    size_t used = 0;  // children called since this instance's last replay
   };
   std::string name;
   int max_order = 1;
+  int warmup_iters = 1;
+  size_t max_calls = 16;
   size_t nargs = 0;
+  int device = 0;
   std::vector<Tensor> params;
-  std::vector<Level> levels;
+  std::unique_ptr<Instance> root;
+  std::vector<int64_t> level_replays;
+  std::mutex mutex;  // a call of a level after the first captures an instance
 };
 
 }  // namespace detail
@@ -53,6 +72,7 @@ struct GraphedState {
 namespace {
 
 using detail::GraphedState;
+using Instance = GraphedState::Instance;
 namespace ag = tg::autograd;
 
 std::string shape_dtype_device(const Tensor& t) {
@@ -67,53 +87,174 @@ void copy_static(const Tensor& dst, const Tensor& src) {
   dst.copy_(src);
 }
 
-// The replay counts of levels 0..k, as a node of level k saw them.
-std::vector<int64_t> generations(const GraphedState& s, int k) {
+// The replay counts of an instance and its ancestors, as a call saw them.
+std::vector<int64_t> generations(const Instance& i) {
   std::vector<int64_t> g;
-  for (int j = 0; j <= k; ++j) g.push_back(s.levels[size_t(j)].replays);
+  for (const Instance* p = &i; p; p = p->parent) g.push_back(p->replays);
   return g;
+}
+
+// Runs instance L on its static inputs (under capture when one is underway)
+// and sets its outputs; level k >= 1 differentiates its parent's recorded
+// history, which it keeps.
+void run_level(const GraphedState& s, Instance& L, const TensorFn& fn) {
+  ag::EnableGradGuard grad_on;
+  if (L.level == 0) {
+    ag::variable_list args(L.inputs.begin(), L.inputs.begin() + long(s.nargs));
+    L.outputs = fn(args);
+    for (size_t o = 0; o < L.outputs.size(); ++o)
+      TG_CHECK(L.outputs[o].defined() && L.outputs[o].is_cuda(), "output ", o, " is ",
+               L.outputs[o].defined() ? shape_dtype_device(L.outputs[o]) : "undefined",
+               "; graphed callables return CUDA tensors");
+    return;
+  }
+  const Instance& P = *L.parent;
+  ag::variable_list outs, wrt;
+  for (size_t c = 0; c < L.cot_of.size(); ++c) outs.push_back(P.outputs[L.cot_of[c]]);
+  for (size_t i = 0; i < P.inputs.size(); ++i)
+    if (P.diff[i]) wrt.push_back(P.inputs[i]);
+  // No output of the parent depends on anything that needs a gradient: its
+  // derivatives are all zero (undefined), and the graph is empty.
+  ag::variable_list g = outs.empty() ? ag::variable_list(wrt.size())
+                                     : ag::grad(outs, wrt, L.cotangents, /*retain_graph=*/true,
+                                                /*create_graph=*/L.level < s.max_order, /*allow_unused=*/true);
+  L.outputs = g;
+  L.has_out.clear();
+  for (const Tensor& t : g) L.has_out.push_back(t.defined());
+}
+
+// After its parent ran once: instance L's cotangents (zeros; requiring grad
+// when level k+1 differentiates them) and static inputs.
+void prepare_level(const GraphedState& s, Instance& L) {
+  const Instance& P = *L.parent;
+  L.cotangents.clear();
+  L.cot_of.clear();
+  for (size_t o = 0; o < P.outputs.size(); ++o) {
+    const Tensor& out = P.outputs[o];
+    if (!out.defined() || !out.requires_grad()) continue;
+    Tensor c = tg::zeros_like(out.detach());
+    if (L.level < s.max_order) c.requires_grad_();
+    L.cotangents.push_back(c);
+    L.cot_of.push_back(o);
+  }
+  TG_CHECK(!L.cotangents.empty() || L.level > 1, "no output depends on an argument that requires grad or on a "
+           "parameter: there is no backward to capture (use max_order = 0)");
+  L.inputs.clear();
+  L.diff.clear();
+  for (size_t i = 0; i < P.inputs.size(); ++i)
+    if (P.diff[i]) L.inputs.push_back(P.inputs[i]);
+  for (const Tensor& c : L.cotangents) L.inputs.push_back(c);
+  for (const Tensor& t : L.inputs) L.diff.push_back(t.requires_grad());
+}
+
+// Captures `top` (level 0 with fn, or a fresh child of a captured instance)
+// and one descendant per level below it up to max_order: warm-up runs of
+// every level first, then each level's capture, on `side`, into `pool`.
+// Graphs of one pool may reuse what an earlier one freed at its end, which
+// is safe only when they replay in capture order, each after the one it
+// differentiates: true of one chain (a graph that replays again makes its
+// descendants stale), not of siblings. So the root chain has the
+// callable's pool and every chain captured later a pool of its own.
+void capture_chain(GraphedState& s, Instance& top, const TensorFn& fn, const Stream& side, MempoolId pool) {
+  std::vector<Instance*> chain = {&top};
+  while (chain.back()->level < s.max_order) {
+    auto child = std::make_unique<Instance>();
+    child->level = chain.back()->level + 1;
+    child->parent = chain.back();
+    chain.push_back(child.get());
+    chain[chain.size() - 2]->children.push_back(std::move(child));
+  }
+  StreamGuard on_side(side);
+  for (int w = 0; w < s.warmup_iters; ++w)
+    for (Instance* L : chain) {
+      if (L->level > 0) prepare_level(s, *L);
+      run_level(s, *L, fn);
+    }
+  for (Instance* L : chain) {
+    if (L->level > 0) prepare_level(s, *L);
+    L->graph = std::make_unique<CUDAGraph>();
+    {
+      Graph capture(*L->graph, pool, side);
+      run_level(s, *L, fn);
+    }
+  }
+}
+
+// The instance of level parent.level + 1 for the next call after parent's
+// last replay: its next child, captured now on the first such call.
+Instance& child_for_call(GraphedState& s, Instance& parent) {
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (parent.used < parent.children.size()) return *parent.children[parent.used++];
+  TG_CHECK(parent.children.size() < s.max_calls, "graphed callable '", s.name, "': more than ", s.max_calls,
+           " calls of derivative order ", parent.level + 1, " of one call of order ", parent.level,
+           " (each keeps its own captured values); raise GraphedOptions::max_calls_per_level");
+  TG_CHECK(!is_current_stream_capturing(), "graphed callable '", s.name, "': call ", parent.children.size() + 1,
+           " of derivative order ", parent.level + 1, " of one call of order ", parent.level,
+           " needs graphs of its own, captured on its first call, which cannot happen while a graph is being "
+           "captured: run the same calls once before capturing");
+  const Stream caller = current_stream(s.device);
+  const Stream side = stream_from_pool(caller.device_index());
+  side.wait_stream(caller);
+  auto fresh = std::make_unique<Instance>();
+  fresh->level = parent.level + 1;
+  fresh->parent = &parent;
+  Instance* made = fresh.get();
+  parent.children.push_back(std::move(fresh));
+  try {
+    capture_chain(s, *made, nullptr, side, graph_pool_handle());
+  } catch (...) {
+    parent.children.pop_back();
+    caller.wait_stream(side);
+    throw;
+  }
+  caller.wait_stream(side);
+  ++parent.used;
+  return *made;
 }
 
 struct GraphedLevel : ag::Function<GraphedLevel> {
   // inputs: level 0: arguments ++ parameters; level k: D(inputs of k-1) ++
-  // the cotangents of level k-1's outputs that need them.
+  // the cotangents of level k-1's outputs that need them. `parent`: the
+  // instance of level k-1 whose call this differentiates (null for level 0).
   static ag::variable_list forward(ag::AutogradContext* ctx, ag::variable_list inputs,
-                                   std::shared_ptr<GraphedState> s, int level) {
-    GraphedState::Level& L = s->levels[size_t(level)];
-    if (level == 0) {
+                                   std::shared_ptr<GraphedState> s, Instance* parent) {
+    Instance& L = parent ? child_for_call(*s, *parent) : *s->root;
+    if (!parent) {
       for (size_t i = 0; i < s->nargs; ++i) copy_static(L.inputs[i], inputs[i]);
     } else {
-      const GraphedState::Level& prev = s->levels[size_t(level) - 1];
-      const size_t first = inputs.size() - prev.cotangents.size();
-      for (size_t i = 0; i < prev.cotangents.size(); ++i) copy_static(prev.cotangents[i], inputs[first + i]);
+      const size_t first = inputs.size() - L.cotangents.size();
+      for (size_t i = 0; i < L.cotangents.size(); ++i) copy_static(L.cotangents[i], inputs[first + i]);
     }
     L.graph->replay();
     ++L.replays;
+    L.used = 0;  // its children's values are stale from now on
+    ++s->level_replays[size_t(L.level)];
     ag::variable_list out;
     for (const Tensor& o : L.outputs)
       if (o.defined()) out.push_back(o.detach().clone());
     ctx->save_for_backward(inputs);
     ctx->saved_data["state"] = s;
-    ctx->saved_data["level"] = level;
-    ctx->saved_data["generations"] = generations(*s, level);
+    ctx->saved_data["instance"] = &L;
+    ctx->saved_data["generations"] = generations(L);
     return out;
   }
 
   static ag::variable_list backward(ag::AutogradContext* ctx, ag::variable_list grads) {
     auto s = std::any_cast<std::shared_ptr<GraphedState>>(ctx->saved_data["state"]);
-    const int level = std::any_cast<int>(ctx->saved_data["level"]);
-    TG_CHECK(level < s->max_order, "graphed callable '", s->name, "': a derivative of order ", level + 1,
+    Instance* I = std::any_cast<Instance*>(ctx->saved_data["instance"]);
+    const Instance& L = *I;
+    TG_CHECK(L.level < s->max_order, "graphed callable '", s->name, "': a derivative of order ", L.level + 1,
              " was asked for, but only orders up to ", s->max_order,
              " were captured; raise GraphedOptions::max_order");
     const auto seen = std::any_cast<std::vector<int64_t>>(ctx->saved_data["generations"]);
-    TG_CHECK(seen == generations(*s, level), "graphed callable '", s->name, "': this call's intermediate "
+    TG_CHECK(seen == generations(L), "graphed callable '", s->name, "': this call's intermediate "
              "values were overwritten by a later call (its graphs keep one call's values); differentiate "
              "a call before calling the graphed callable again");
-    const GraphedState::Level& L = s->levels[size_t(level)];
     ag::variable_list inputs = ctx->get_saved_variables();
     // The next level's inputs: the inputs that need gradients, then the
     // gradients of the outputs that have cotangents (undefined ones arrive
-    // as zeros).
+    // as zeros). Every child of an instance has the same cotangent layout.
+    const std::vector<size_t>& cot_of = L.children.front()->cot_of;
     ag::variable_list next;
     for (size_t i = 0; i < inputs.size(); ++i)
       if (L.diff[i]) next.push_back(inputs[i]);
@@ -121,16 +262,16 @@ struct GraphedLevel : ag::Function<GraphedLevel> {
       size_t out_pos = 0, c = 0;
       for (size_t o = 0; o < L.outputs.size(); ++o) {
         if (!L.outputs[o].defined()) continue;
-        if (c < L.cot_of.size() && L.cot_of[c] == o) {
+        if (c < cot_of.size() && cot_of[c] == o) {
           next.push_back(grads[out_pos]);
           ++c;
         }
         ++out_pos;
       }
     }
-    ag::variable_list g = GraphedLevel::apply(next, s, level + 1);
+    ag::variable_list g = GraphedLevel::apply(next, s, I);
     // One gradient per input: those in D that got one, in order.
-    const GraphedState::Level& N = s->levels[size_t(level) + 1];
+    const Instance& N = *L.children.front();
     ag::variable_list res(inputs.size());
     size_t d = 0, k = 0;
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -142,70 +283,19 @@ struct GraphedLevel : ag::Function<GraphedLevel> {
   }
 };
 
-// Runs level `k` of `s` on its static inputs (under capture when one is
-// underway) and sets its outputs; level k >= 1 differentiates level k-1's
-// recorded history, which it keeps.
-void run_level(GraphedState& s, int k, const TensorFn& fn) {
-  GraphedState::Level& L = s.levels[size_t(k)];
-  ag::EnableGradGuard grad_on;
-  if (k == 0) {
-    ag::variable_list args(L.inputs.begin(), L.inputs.begin() + long(s.nargs));
-    L.outputs = fn(args);
-    for (size_t o = 0; o < L.outputs.size(); ++o)
-      TG_CHECK(L.outputs[o].defined() && L.outputs[o].is_cuda(), "output ", o, " is ",
-               L.outputs[o].defined() ? shape_dtype_device(L.outputs[o]) : "undefined",
-               "; graphed callables return CUDA tensors");
-    return;
-  }
-  const GraphedState::Level& P = s.levels[size_t(k) - 1];
-  ag::variable_list outs, wrt;
-  for (size_t c = 0; c < P.cot_of.size(); ++c) outs.push_back(P.outputs[P.cot_of[c]]);
-  for (size_t i = 0; i < P.inputs.size(); ++i)
-    if (P.diff[i]) wrt.push_back(P.inputs[i]);
-  // No output of level k-1 depends on anything that needs a gradient: its
-  // derivatives are all zero (undefined), and the graph is empty.
-  ag::variable_list g = outs.empty() ? ag::variable_list(wrt.size())
-                                     : ag::grad(outs, wrt, P.cotangents, /*retain_graph=*/true,
-                                                /*create_graph=*/k < s.max_order, /*allow_unused=*/true);
-  L.outputs = g;
-  L.has_out.clear();
-  for (const Tensor& t : g) L.has_out.push_back(t.defined());
-}
-
-// After level k-1 ran once: level k's static inputs and level k-1's
-// cotangents (zeros; requiring grad when level k+1 differentiates them).
-void prepare_level(GraphedState& s, int k) {
-  GraphedState::Level& P = s.levels[size_t(k) - 1];
-  P.cotangents.clear();
-  P.cot_of.clear();
-  for (size_t o = 0; o < P.outputs.size(); ++o) {
-    const Tensor& out = P.outputs[o];
-    if (!out.defined() || !out.requires_grad()) continue;
-    Tensor c = tg::zeros_like(out.detach());
-    if (k < s.max_order) c.requires_grad_();
-    P.cotangents.push_back(c);
-    P.cot_of.push_back(o);
-  }
-  TG_CHECK(!P.cotangents.empty() || k > 1, "no output depends on an argument that requires grad or on a "
-           "parameter: there is no backward to capture (use max_order = 0)");
-  GraphedState::Level& L = s.levels[size_t(k)];
-  L.inputs.clear();
-  L.diff.clear();
-  for (size_t i = 0; i < P.inputs.size(); ++i)
-    if (P.diff[i]) L.inputs.push_back(P.inputs[i]);
-  for (const Tensor& c : P.cotangents) L.inputs.push_back(c);
-  for (const Tensor& t : L.inputs) L.diff.push_back(t.requires_grad());
-}
-
 std::shared_ptr<GraphedState> capture_callable(const Callable& c, const std::vector<Tensor>& sample,
                                                const GraphedOptions& o, MempoolId pool, const Stream& side) {
   auto s = std::make_shared<GraphedState>();
   s->name = c.name;
   s->max_order = o.max_order;
+  s->warmup_iters = o.warmup_iters;
+  s->max_calls = size_t(std::max(1, o.max_calls_per_level));
   s->nargs = sample.size();
   s->params = c.parameters;
-  s->levels.resize(size_t(o.max_order) + 1);
-  GraphedState::Level& L0 = s->levels[0];
+  s->device = side.device_index();
+  s->level_replays.assign(size_t(o.max_order) + 1, 0);
+  s->root = std::make_unique<Instance>();
+  Instance& L0 = *s->root;
   for (size_t i = 0; i < sample.size(); ++i) {
     const Tensor& a = sample[i];
     TG_CHECK(a.defined() && a.is_cuda(), "argument ", i, " is ",
@@ -220,23 +310,7 @@ std::shared_ptr<GraphedState> capture_callable(const Callable& c, const std::vec
     L0.inputs.push_back(p);
   }
   for (const Tensor& t : L0.inputs) L0.diff.push_back(t.requires_grad());
-
-  StreamGuard on_side(side);
-  // Warm-up: every level eagerly (the same calls the captures make).
-  for (int w = 0; w < o.warmup_iters; ++w)
-    for (int k = 0; k <= o.max_order; ++k) {
-      if (k > 0) prepare_level(*s, k);
-      run_level(*s, k, c.fn);
-    }
-  for (int k = 0; k <= o.max_order; ++k) {
-    if (k > 0) prepare_level(*s, k);
-    GraphedState::Level& L = s->levels[size_t(k)];
-    L.graph = std::make_unique<CUDAGraph>();
-    {
-      Graph capture(*L.graph, pool, side);
-      run_level(*s, k, c.fn);
-    }
-  }
+  capture_chain(*s, L0, c.fn, side, pool);
   return s;
 }
 
@@ -255,7 +329,7 @@ Callable::Callable(std::shared_ptr<nn::Module> module)
 
 std::vector<Tensor> GraphedCallable::operator()(const std::vector<Tensor>& args) const {
   const GraphedState& s = *state_;
-  const GraphedState::Level& L0 = s.levels[0];
+  const Instance& L0 = *s.root;
   TG_CHECK(args.size() == s.nargs, "graphed callable '", s.name, "': expected ", s.nargs, " arguments, got ",
            args.size());
   for (size_t i = 0; i < args.size(); ++i) {
@@ -272,7 +346,7 @@ std::vector<Tensor> GraphedCallable::operator()(const std::vector<Tensor>& args)
   }
   std::vector<Tensor> inputs = args;
   inputs.insert(inputs.end(), s.params.begin(), s.params.end());
-  return GraphedLevel::apply(inputs, state_, 0);
+  return GraphedLevel::apply(inputs, state_, static_cast<Instance*>(nullptr));
 }
 
 Tensor GraphedCallable::operator()(const Tensor& x) const {
@@ -287,7 +361,7 @@ const std::string& GraphedCallable::name() const { return state_->name; }
 int64_t GraphedCallable::replays(int level) const {
   TG_CHECK(level >= 0 && level <= state_->max_order, "graphed callable '", state_->name, "': level ", level,
            " is not in [0, ", state_->max_order, "]");
-  return state_->levels[size_t(level)].replays;
+  return state_->level_replays[size_t(level)];
 }
 
 std::vector<GraphedCallable> make_graphed_callables(std::vector<Callable> callables,

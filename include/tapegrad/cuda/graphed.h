@@ -47,6 +47,12 @@ struct GraphedOptions {
   int warmup_iters = 3;
   /// The memory pool of every graph ({0, 0}: a new one, shared by all).
   MempoolId pool{0, 0};
+  /// Calls of derivative order k + 1 that one call of order k may have,
+  /// each keeping its own values (the PINN Laplacian: n second-derivative
+  /// calls of one first-derivative call, differentiated again by the loss).
+  /// The graphs of the second and later such calls are captured on their
+  /// first use (never while a graph is being captured).
+  int max_calls_per_level = 16;
 };
 
 namespace detail {
@@ -56,9 +62,10 @@ struct GraphedState;
 /// A graphed callable: call it as the function. Each call copies the
 /// arguments into the captured inputs and replays the forward graph; its
 /// backward (and derivatives up to max_order) replay their graphs. Outputs
-/// are fresh tensors. The captured graphs keep one call's intermediate
+/// are fresh tensors. The forward graph keeps one call's intermediate
 /// values: differentiate a call before calling again (a stale backward is an
-/// error, not a wrong result).
+/// error, not a wrong result). Derivative calls of one call each keep their
+/// own (GraphedOptions::max_calls_per_level).
 class GraphedCallable {
  public:
   /// Calls it: arguments of the captured shapes, dtypes and devices.
@@ -67,7 +74,7 @@ class GraphedCallable {
   Tensor operator()(const Tensor& x) const;
   /// The callable's name.
   const std::string& name() const;
-  /// How many times the graph of derivative order `level` (0: forward) replayed.
+  /// How many times the graphs of derivative order `level` (0: forward) replayed.
   int64_t replays(int level) const;
 
  private:

@@ -7,6 +7,10 @@
 # 2 and 3 also check that tapegrad builds no tests when it is not the
 # top-level project.
 file(REMOVE_RECURSE "${TG_WORK_DIR}")
+# The consumer builds take ccache's hits from the main build but store
+# nothing (a test writes only into the build tree and temporary folders).
+set(ENV{CCACHE_READONLY} 1)
+set(ENV{CCACHE_NOSTATS} 1)
 set(prefix "${TG_WORK_DIR}/prefix")
 function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)

@@ -23,6 +23,8 @@
 // ancestors replays again; later than that is the stale-call error.
 #include <tapegrad/cuda/graphed.h>
 
+#include "autograd/overwritten_saved.h"
+
 #include <any>
 #include <map>
 #include <mutex>
@@ -201,6 +203,9 @@ Instance& child_for_call(GraphedState& s, Instance& parent) {
   Instance* made = fresh.get();
   parent.children.push_back(std::move(fresh));
   try {
+    // The parent's history saved static inputs (and parameters) that calls
+    // and optimizer steps have overwritten since: by design, not an error.
+    autograd::detail::AcceptOverwrittenSaved overwritten_by_design;
     capture_chain(s, *made, nullptr, side, graph_pool_handle());
   } catch (...) {
     parent.children.pop_back();

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "autograd/overwritten_saved.h"
 #include <tapegrad/autograd/autograd_meta.h>
 #include <tapegrad/autograd/forward_ad.h>
 #include <tapegrad/autograd/grad_mode.h>
@@ -15,6 +16,7 @@ namespace tg::autograd {
 
 namespace {
 thread_local std::vector<std::shared_ptr<const SavedTensorHooks>> t_hooks_stack;
+thread_local int t_accept_overwritten = 0;  // AcceptOverwrittenSaved guards alive
 }
 
 SavedTensorHooksGuard::SavedTensorHooksGuard(PackHook pack, UnpackHook unpack)
@@ -130,7 +132,7 @@ Tensor SavedVariable::unpack(const Node* owner, const char* slot) const {
              shape_str(data.sizes()), " but ", shape_str(sizes_), " was saved");
   } else {
     uint32_t now = data_.version();
-    if (now != saved_version_) {
+    if (now != saved_version_ && t_accept_overwritten == 0) {
       std::string who = owner ? owner->name() : std::string("autograd");
       std::string role = is_output_ ? "output " + std::to_string(output_nr_) + " of " + who
                                     : "an input of " + who;
@@ -172,5 +174,8 @@ void SavedVariable::release() {
   accumulator_.reset();
   fw_.reset();
 }
+
+detail::AcceptOverwrittenSaved::AcceptOverwrittenSaved() { ++t_accept_overwritten; }
+detail::AcceptOverwrittenSaved::~AcceptOverwrittenSaved() { --t_accept_overwritten; }
 
 }  // namespace tg::autograd

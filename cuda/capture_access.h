@@ -27,10 +27,7 @@ inline Access storage_of(const Tensor& t, bool written) {
 
 class CaptureAccess {
  public:
-  // library_nodes: the call is a library's (an NCCL collective) whose
-  // nodes may include host and empty nodes besides kernels and memsets; they
-  // are recorded with the same accesses.
-  explicit CaptureAccess(void* stream, bool library_nodes = false);
+  explicit CaptureAccess(void* stream);
   ~CaptureAccess();
   CaptureAccess(const CaptureAccess&) = delete;
   CaptureAccess& operator=(const CaptureAccess&) = delete;
@@ -47,7 +44,7 @@ class CaptureAccess {
   }
 
  private:
-  bool active_ = false, library_nodes_ = false;
+  bool active_ = false;
   void* stream_ = nullptr;
   unsigned long long id_ = 0;
   std::vector<void*> before_;  // the stream's capture dependencies before the call

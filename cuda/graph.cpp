@@ -223,7 +223,7 @@ Access span_of(const Tensor& t, bool written) {
   return {static_cast<const char*>(t.data_ptr()) + lo * elem, (hi - lo + 1) * elem, written};
 }
 
-CaptureAccess::CaptureAccess(void* stream, bool library_nodes) : library_nodes_(library_nodes), stream_(stream) {
+CaptureAccess::CaptureAccess(void* stream) : stream_(stream) {
   if (!captures_underway()) return;
   detail::RelaxedCaptureMode relaxed;  // only queries; never fail a Global capture
   active_ = capture_info(static_cast<cudaStream_t>(stream), &id_, &before_);
@@ -278,8 +278,7 @@ CaptureAccess::~CaptureAccess() {
   for (void* n : nodes) {
     cudaGraphNodeType type;
     if (cudaGraphNodeGetType(static_cast<cudaGraphNode_t>(n), &type) != cudaSuccess ||
-        (type != cudaGraphNodeTypeKernel && type != cudaGraphNodeTypeMemset &&
-         !(library_nodes_ && (type == cudaGraphNodeTypeHost || type == cudaGraphNodeTypeEmpty)))) {
+        (type != cudaGraphNodeTypeKernel && type != cudaGraphNodeTypeMemset)) {
       (void)cudaGetLastError();
       return;
     }

@@ -18,7 +18,6 @@
 #include <thread>
 #include <unistd.h>
 
-#include "cuda/capture_access.h"
 #include <tapegrad/cuda/allocator.h>
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/cuda/graph.h>
@@ -176,20 +175,7 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
       ready.record(current);
       ready.block(stream_);
     }
-    ncclResult_t r = ncclSuccess;
-    {
-      // Under capture, the collective's nodes are recorded with what they
-      // touch (docs/GRAPHS.md "Relaxed dependencies"): its tensors, and one
-      // byte of this group that every collective writes, so the relaxed
-      // graph keeps the group's collectives in their order (NCCL needs one
-      // order on every rank) while compute on other branches runs beside
-      // them — unrecorded, each would be a barrier that stops the backward
-      // until the all-reduce is done.
-      cuda::fusion::CaptureAccess access(stream_.handle(), /*library_nodes=*/true);
-      for (const Tensor& t : tensors) access.write(t);
-      access.add({&order_token_, 1, true});
-      r = launch(static_cast<cudaStream_t>(stream_.handle()));
-    }
+    const ncclResult_t r = launch(static_cast<cudaStream_t>(stream_.handle()));
     if (r != ncclSuccess && r != ncclInProgress) {
       const std::string why = describe(op) + " failed: " + ncclGetErrorString(r);
       abort_locked(why);
@@ -266,7 +252,6 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
   int rank_, size_, device_;
   Options options_;
   cuda::Stream stream_;
-  char order_token_ = 0;  // its address orders the group's captured collectives
   std::mutex m_;
   std::condition_variable cv_;
   std::list<Pending> pending_;

@@ -23,8 +23,17 @@ set(site "${TG_PREFIX}/${TG_PACKAGE_DIR}")
 if(NOT EXISTS "${site}/tapegrad/__init__.py")
   message(FATAL_ERROR "no package at ${site}/tapegrad")
 endif()
+# LD_LIBRARY_PATH stays for third-party libraries outside the system's
+# paths (TBB on the GPU machine), but must not lead to tapegrad's own.
+set(ldpath "$ENV{LD_LIBRARY_PATH}")
+foreach(own "${TG_BUILD_DIR}" "${TG_PREFIX}")
+  string(FIND "${ldpath}" "${own}" at)
+  if(NOT at EQUAL -1)
+    message(FATAL_ERROR "LD_LIBRARY_PATH (${ldpath}) names ${own}: the test would not show the run path works")
+  endif()
+endforeach()
 execute_process(
-  COMMAND env -i PATH=/usr/bin:/bin PYTHONPATH=${site} PYTHONNOUSERSITE=1 ${TG_PYTHON} -c
+  COMMAND env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH=${ldpath} PYTHONPATH=${site} PYTHONNOUSERSITE=1 ${TG_PYTHON} -c
     "import tapegrad as tg, sys; assert tg.__file__.startswith(sys.argv[1]), tg.__file__; x = tg.tensor([1.0, 2.0, 3.0], requires_grad=True); (x * x).sum().backward(); assert x.grad.tolist() == [2.0, 4.0, 6.0], x.grad.tolist(); print('imported from', tg.__file__)"
     "${site}"
   WORKING_DIRECTORY "${TG_PREFIX}"  # not the build tree's python/, which holds a package too

@@ -20,9 +20,10 @@
 #                             the cost of crossing the boundary (bench/peers/interop_peers.py)
 #   scripts/gpu.sh laplacian  the Laplacian benchmark side by side with PyTorch
 #                             eager, torch.func and JAX (hessian, jacfwd(grad), jet)
-#   scripts/gpu.sh ddp        tg::distributed on every GPU (nvidia-h200-x2): its tests,
-#                             pinn_ddp one process per GPU, and the scaling table
-#                             against PyTorch DDP (bench/peers/ddp_peers.py)
+#   scripts/gpu.sh ddp        tg::distributed on every GPU (nvidia-h100-x2 / h200-x2): its
+#                             tests, pinn_ddp one process per GPU, and the scaling table
+#                             against PyTorch DDP (bench/peers/ddp_peers.py; DDP_ARGS, e.g.
+#                             "--losses pinn --batch 8192 --frameworks tapegrad_graph,torch_graph")
 #   scripts/gpu.sh hessian    the Hessian benchmark side by side with LibTorch,
 #                             PyTorch eager, torch.func and JAX (needs peers built)
 # Logs go to $OUT (or ./gpu-logs). Several steps may be given in order.

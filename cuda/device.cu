@@ -22,13 +22,13 @@ void on_fork_child() {
 int query_count() {
   static const int registered = pthread_atfork(nullptr, nullptr, on_fork_child);
   (void)registered;
-  g_runtime_used.store(true);
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess) {  // no driver or no device: not available
     (void)cudaGetLastError();
     return 0;
   }
+  g_runtime_used.store(n > 0);  // a child then says "forked", not "no device"
   return n;
 }
 

@@ -199,6 +199,9 @@ py::object binary(const Tensor& a, const py::object& b, F tensor_op, G scalar_op
 // t[key] as NumPy and PyTorch index: integers (negative from the end; past
 // the end: IndexError, so iteration stops), slices (views, steps > 0), None
 // (a new dim), Ellipsis, and tuples of them. Every result is a view.
+// An integer index: Python's int, NumPy's integers, anything with __index__.
+bool is_integer_key(const py::object& k) { return PyIndex_Check(k.ptr()) != 0; }
+
 Tensor index_tensor(const Tensor& t, const py::object& key) {
   std::vector<py::object> items;
   if (py::isinstance<py::tuple>(key)) {
@@ -213,7 +216,7 @@ Tensor index_tensor(const Tensor& t, const py::object& key) {
       ++ellipses;
       continue;
     }
-    if (!py::isinstance<py::int_>(k) && !py::isinstance<py::slice>(k))
+    if (!is_integer_key(k) && !py::isinstance<py::slice>(k))
       throw py::type_error("tapegrad indexing takes integers, slices, None and ... (got " +
                            py::str(py::type::of(k)).cast<std::string>() + "); index tensors: index_select");
     ++consumed;
@@ -228,9 +231,9 @@ Tensor index_tensor(const Tensor& t, const py::object& key) {
       r = r.unsqueeze(d++);
     } else if (py::isinstance<py::ellipsis>(k)) {
       d += t.dim() - consumed;
-    } else if (py::isinstance<py::int_>(k)) {
+    } else if (is_integer_key(k)) {
       const int64_t size = r.size(d);
-      int64_t i = k.cast<int64_t>();
+      const int64_t i = py::int_(k).cast<int64_t>();
       if (i < -size || i >= size)
         throw py::index_error("index " + std::to_string(i) + " is out of bounds for dimension " + std::to_string(d) +
                               " with size " + std::to_string(size));

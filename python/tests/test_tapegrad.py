@@ -270,6 +270,7 @@ def test_indexing_gives_views_and_stops_iteration():
         np.testing.assert_array_equal(got.numpy(), a[key], err_msg=str(key))
         if got.numel():
             assert np.shares_memory(got.numpy(), t.numpy()), key  # a view
+    np.testing.assert_array_equal(t[np.int64(1), -1].numpy(), a[1, -1])  # NumPy integers index too
     assert len([row for row in t]) == 2  # __getitem__ raises IndexError past the end
     for bad in (2, -3, (0, 3), (0, 0, 4)):
         with pytest.raises(IndexError):

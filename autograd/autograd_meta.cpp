@@ -94,8 +94,19 @@ void call_leaf_pre_hooks(const Tensor& leaf, Tensor& grad) {
   }
   for (auto& p : pre) {
     Tensor r = p.fn(grad);
-    if (r.defined()) grad = std::move(r);
+    if (!r.defined()) continue;
+    check_hook_result(r, grad, "AccumulateGrad: a tensor hook on the leaf");
+    grad = std::move(r);
   }
+}
+
+void check_hook_result(const Tensor& r, const Tensor& g, const std::string& who) {
+  // A hook may change the values, not what the gradient is: a leaf's .grad
+  // of another shape would reach the optimizer.
+  TG_CHECK(r.sizes() == g.sizes() && r.dtype() == g.dtype() && r.device() == g.device(), who, " returned a ",
+           r.dtype(), " ", shape_str(r.sizes()), " on ", r.device(), " gradient for a ", g.dtype(), " ",
+           shape_str(g.sizes()), " on ", g.device(), " one; a hook must return a tensor of the gradient's shape, "
+           "dtype and device (or nothing)");
 }
 
 void call_post_accumulate_hooks(const Tensor& leaf) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include <tapegrad/autograd/autograd_meta.h>
 #include <tapegrad/autograd/grad_mode.h>
 #include "tensor/deferred_release.h"
 #include <tapegrad/tensor/ops.h>
@@ -129,7 +130,9 @@ void Node::call_tensor_pre_hooks(variable_list& grads) {
     Tensor& g = grads[h.input_nr];
     if (!g.defined()) continue;
     Tensor r = h.fn(g);
-    if (r.defined()) g = std::move(r);
+    if (!r.defined()) continue;
+    impl::check_hook_result(r, g, name() + ": a tensor hook on input " + std::to_string(h.input_nr));
+    g = std::move(r);
   }
   // retain_grad: the gradient after every hook (PyTorch's retains_grad hook
   // runs last). Detached unless create_graph.

@@ -1,11 +1,15 @@
 #include <tapegrad/tensor/allocator.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <new>
+#include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <tapegrad/tensor/error.h>
 #include "tensor/kernels.h"
@@ -53,6 +57,14 @@ SmallCache* small_cache() {
 
 class CpuAllocator final : public Allocator {
  public:
+  // The largest block worth asking for: physical memory, at most 2^47.
+  static size_t max_request() {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const size_t cap = size_t(1) << 47;
+    if (pages <= 0 || page <= 0) return cap;
+    return std::min(cap, size_t(pages) * size_t(page));
+  }
+
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
     size_t rounded = size_class(nbytes);
@@ -66,17 +78,20 @@ class CpuAllocator final : public Allocator {
         }
       }
     }
-    // x86-64 Linux gives a process 128 TiB of address space: a larger
-    // request cannot succeed, so do not ask (sanitizer allocators abort on it).
-    constexpr size_t kMaxRequest = size_t(1) << 47;
+    // One block larger than the machine's memory (or than x86-64 Linux's
+    // 128 TiB of address space) cannot be used: refuse it rather than let
+    // overcommit hand out pages that filling them would find missing
+    // (sanitizer allocators abort on such requests too).
+    static const size_t kMaxRequest = max_request();
     if (!p && rounded <= kMaxRequest) p = std::aligned_alloc(kAlignment, rounded);
     if (!p && rounded >= kCacheMin && rounded <= kMaxRequest) {  // out of memory: free the cache, retry
       empty_cache();
       p = std::aligned_alloc(kAlignment, rounded);
     }
     TG_CHECK(p != nullptr, "CPU allocator: out of memory allocating ", nbytes,
-             " bytes (", live_.load(), " bytes live); free tensors or ",
-             "reduce the problem size");
+             " bytes (", live_.load(), " bytes live", rounded > kMaxRequest ? "; more than this machine's " : "",
+             rounded > kMaxRequest ? std::to_string(kMaxRequest) + " bytes of memory" : std::string(),
+             "); free tensors or reduce the problem size");
     int64_t live = live_.fetch_add(int64_t(nbytes)) + int64_t(nbytes);
     int64_t peak = peak_.load();
     while (live > peak && !peak_.compare_exchange_weak(peak, live)) {

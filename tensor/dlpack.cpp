@@ -4,6 +4,8 @@
 // tensor's managed struct holds a tensor handle.
 #include <tapegrad/tensor/dlpack.h>
 
+#include "tensor/checked.h"
+
 #include <dlpack/dlpack.h>
 
 #include <memory>
@@ -92,7 +94,7 @@ void release_managed(void* m) {
 
 Tensor from_blob(void* data, const IntList& sizes, const IntList& strides_in, ScalarType dtype, Device device,
                  void (*release)(void*), void* context) {
-  for (int64_t s : sizes) TG_CHECK(s >= 0, "from_blob: negative size in shape ", shape_str(sizes));
+  const int64_t numel = detail::checked_numel(sizes, "from_blob");  // negative sizes and overflow refused
   const IntList strides = strides_in.empty() ? contiguous_strides(sizes) : strides_in;
   TG_CHECK(strides.size() == sizes.size(), "from_blob: ", strides.size(), " strides for the shape ",
            shape_str(sizes));
@@ -105,11 +107,14 @@ Tensor from_blob(void* data, const IntList& sizes, const IntList& strides_in, Sc
              cuda::device_count(), " CUDA device(s)", cuda::is_available() ? "" : " (no GPU, or a build without CUDA)");
   // The bytes the view reaches (0 when it has no elements).
   size_t extent = 0;
-  if (shape_numel(sizes) > 0) {
+  if (numel > 0) {
     TG_CHECK(data, "from_blob: data is null for a tensor of shape ", shape_str(sizes));
     int64_t last = 0;
-    for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
-    extent = size_t(last + 1) * element_size(dtype);
+    for (size_t d = 0; d < sizes.size(); ++d)
+      last = detail::checked_add(last, detail::checked_mul(sizes[d] - 1, strides[d], "from_blob", sizes), "from_blob",
+                                 sizes);
+    extent = size_t(detail::checked_mul(detail::checked_add(last, 1, "from_blob", sizes),
+                                        int64_t(element_size(dtype)), "from_blob", sizes));
   }
   auto storage = IntrusivePtr<StorageImpl>::make(data, extent, device, release, context);
   return Tensor(IntrusivePtr<TensorImpl>::make(std::move(storage), sizes, strides, 0, dtype,

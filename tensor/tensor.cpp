@@ -1,6 +1,8 @@
 // Tensor methods: metadata, views, conversions, in-place ops.
 #include <tapegrad/tensor/tensor.h>
 
+#include "tensor/checked.h"
+
 #include <algorithm>
 #include <sstream>
 
@@ -64,10 +66,7 @@ Tensor new_empty(const IntList& sizes, ScalarType dtype, Device device) {
 }
 
 Tensor new_empty(const IntList& sizes, ScalarType dtype, Allocator* allocator) {
-  int64_t n = 1;
-  for (int64_t s : sizes)
-    TG_CHECK(!__builtin_mul_overflow(n, s, &n), "empty: shape ", shape_str(sizes),
-             " has more elements than fit in 64 bits");
+  const int64_t n = detail::checked_numel(sizes, "empty");
   int64_t nbytes;
   TG_CHECK(!__builtin_mul_overflow(n, int64_t(element_size(dtype)), &nbytes),
            "empty: shape ", shape_str(sizes), " of ", dtype, " needs more bytes than fit in 64 bits");
@@ -99,8 +98,28 @@ void check_writable(const Tensor& t, const char* op) {
 
 namespace {
 
-Tensor make_view(const Tensor& base, IntList sizes, IntList strides, int64_t offset) {
-  detail::check_defined(base, "view");
+// A view of base's storage. Checked against the storage's extent with
+// overflow-safe arithmetic: no view (as_strided, expand, narrow, slice, a
+// DLPack or safetensors shape) can reach outside the memory it aliases.
+Tensor make_view(const Tensor& base, IntList sizes, IntList strides, int64_t offset, const char* op = "view") {
+  detail::check_defined(base, op);
+  TG_CHECK(sizes.size() == strides.size(), op, ": sizes ", shape_str(sizes), " and strides ", shape_str(strides),
+           " have different lengths");
+  const int64_t n = detail::checked_numel(sizes, op);
+  TG_CHECK(offset >= 0, op, ": negative storage offset ", offset);
+  if (n > 0 && !base.is_sparse()) {
+    int64_t lo = offset, hi = offset;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const int64_t reach = detail::checked_mul(sizes[i] - 1, strides[i], op, sizes);
+      if (reach < 0) lo = detail::checked_add(lo, reach, op, sizes);
+      else hi = detail::checked_add(hi, reach, op, sizes);
+    }
+    const auto& st = base.impl()->storage();
+    const int64_t elements = st ? int64_t(st->nbytes() / element_size(base.dtype())) : 0;
+    TG_CHECK(lo >= 0 && hi < elements, op, ": a view of shape ", shape_str(sizes), ", strides ", shape_str(strides),
+             " and offset ", offset, " reaches elements ", lo, " to ", hi, ", but the storage holds ", elements,
+             " (", base.dtype(), ")");
+  }
   return Tensor(IntrusivePtr<TensorImpl>::make(
       base.impl()->storage(), std::move(sizes), std::move(strides), offset,
       base.dtype(), base.impl()->version_counter()));
@@ -117,7 +136,7 @@ IntList infer_size(const IntList& shape, int64_t numel, const char* op) {
     } else {
       TG_CHECK(shape[i] >= 0, op, ": invalid shape dimension ", shape[i],
                " in ", shape_str(shape));
-      known *= shape[i];
+      known = detail::checked_mul(known, shape[i], op, shape);
     }
   }
   if (infer >= 0) {
@@ -208,7 +227,7 @@ Tensor as_strided(const Tensor& self, const IntList& sz, const IntList& st,
   detail::check_defined(self, "as_strided");
   TG_CHECK(sz.size() == st.size(), "as_strided: sizes ", shape_str(sz),
            " and strides ", shape_str(st), " have different lengths");
-  return make_view(self, sz, st, offset.value_or(self.storage_offset()));
+  return make_view(self, sz, st, offset.value_or(self.storage_offset()), "as_strided");
 }
 
 Tensor transpose(const Tensor& self, int64_t d0, int64_t d1) {
@@ -277,11 +296,15 @@ Tensor slice(const Tensor& self, int64_t d, std::optional<int64_t> start,
   };
   int64_t s = clamp_index(start.value_or(0));
   int64_t e = clamp_index(end.value_or(size));
-  int64_t len = e > s ? (e - s + step - 1) / step : 0;
+  int64_t len = e > s ? (e - s - 1) / step + 1 : 0;  // (e - s + step - 1) / step, without overflow
   IntList sz = self.sizes(), st = self.strides();
   sz[d] = len;
-  st[d] *= step;
-  return make_view(self, sz, st, self.storage_offset() + s * self.strides()[d]);
+  st[d] = len > 1 ? detail::checked_mul(st[d], step, "slice", self.sizes()) : st[d];
+  return make_view(self, sz, st,
+                   detail::checked_add(self.storage_offset(),
+                                       detail::checked_mul(s, self.strides()[d], "slice", self.sizes()), "slice",
+                                       self.sizes()),
+                   "slice");
 }
 
 Tensor narrow(const Tensor& self, int64_t d, int64_t start, int64_t length) {
@@ -290,7 +313,7 @@ Tensor narrow(const Tensor& self, int64_t d, int64_t start, int64_t length) {
   d = wrap_dim(d, self.dim(), "narrow", self.sizes());
   int64_t size = self.sizes()[d];
   if (start < 0) start += size;
-  TG_CHECK(start >= 0 && length >= 0 && start + length <= size, "narrow: start ",
+  TG_CHECK(start >= 0 && length >= 0 && start <= size && length <= size - start, "narrow: start ",
            start, " and length ", length, " are out of range for dim ", d,
            " with size ", size, " (shape ", shape_str(self.sizes()), ")");
   return slice(self, d, start, start + length, 1);
@@ -341,21 +364,23 @@ Tensor expand(const Tensor& self, const IntList& target) {
     int64_t j = i - (n - nd);
     int64_t want = target[i];
     if (j < 0) {
-      TG_CHECK(want >= 0, "expand: -1 is not allowed in a new leading dim (",
-               shape_str(target), ")");
+      TG_CHECK(want >= 0, "expand: a new leading dim takes a size >= 0, got ", want, " in ",
+               shape_str(target), " (-1 is only for existing dims)");
       sz[i] = want;
       st[i] = 0;
       continue;
     }
     int64_t have = self.sizes()[j];
     if (want == -1) want = have;
+    TG_CHECK(want >= 0, "expand: negative size ", want, " in ", shape_str(target), " (shape ",
+             shape_str(self.sizes()), "); -1 keeps a dim's size");
     TG_CHECK(have == want || have == 1, "expand: cannot expand shape ",
              shape_str(self.sizes()), " to ", shape_str(target), " (dim ", i, ": ",
              have, " != ", want, " and is not 1)");
     sz[i] = want;
     st[i] = have == want ? self.strides()[j] : 0;
   }
-  return make_view(self, sz, st, self.storage_offset());
+  return make_view(self, sz, st, self.storage_offset(), "expand");
 }
 
 Tensor expand_as(const Tensor& self, const Tensor& other) { return expand(self, other.sizes()); }

@@ -1,3 +1,4 @@
+#include "tensor/checked.h"
 #include <tapegrad/tensor/tensor_impl.h>
 
 #include <tapegrad/tensor/error.h>
@@ -9,16 +10,13 @@ IntList contiguous_strides(const IntList& sizes) {
   int64_t s = 1;
   for (int64_t i = int64_t(sizes.size()) - 1; i >= 0; --i) {
     st[i] = s;
-    s *= std::max<int64_t>(sizes[i], 1);
+    // The last product is not a stride: only those before it must fit.
+    if (i > 0) s = detail::checked_mul(s, std::max<int64_t>(sizes[i], 1), "strides", sizes);
   }
   return st;
 }
 
-int64_t shape_numel(const IntList& sizes) {
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  return n;
-}
+int64_t shape_numel(const IntList& sizes) { return detail::checked_numel(sizes, "numel"); }
 
 static bool compute_contiguous(const IntList& sizes, const IntList& strides) {
   int64_t expected = 1;

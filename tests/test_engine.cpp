@@ -98,6 +98,23 @@ TEST(Engine, RetainGradAndHooks) {
   EXPECT_EQ(seen, (std::vector<double>{6, 12}));
   EXPECT_ERROR_CONTAINS(vec({1}, false).register_hook([](const Tensor& g) { return g; }),
                "register_hook: cannot register a hook on a tensor that doesn't require gradient");
+  // A hook's result must be a gradient of the same shape, dtype and device:
+  // a leaf whose .grad changed shape silently wrecked an optimizer's step.
+  Tensor z = vec({1, 2, 3});
+  auto bad = z.register_hook([](const Tensor&) { return tg::ones({5}, tg::kFloat64); });
+  EXPECT_ERROR_CONTAINS((z * 2.0).sum().backward(), "AccumulateGrad: a tensor hook on the leaf returned a Float64 "
+                                                      "[5] on cpu gradient for a Float64 [3] on cpu one");
+  EXPECT_FALSE(z.grad().defined());
+  bad.remove();
+  auto wrong_dtype = z.register_hook([](const Tensor& g) { return g.to(tg::kFloat32); });
+  EXPECT_ERROR_CONTAINS((z * 2.0).sum().backward(), "returned a Float32 [3]");
+  wrong_dtype.remove();
+  Tensor mid = z * 3.0;  // on a non-leaf too
+  mid.register_hook([](const Tensor& g) { return g.sum(); });
+  EXPECT_ERROR_CONTAINS(mid.sum().backward(), "MulBackward: a tensor hook on input 0 returned a Float64 [] on cpu "
+                                              "gradient");
+  (z * 2.0).sum().backward();  // usable afterwards
+  EXPECT_EQ(V(z.grad()), (std::vector<double>{2, 2, 2}));
 }
 
 TEST(Engine, BackwardInputsOnlyAccumulatesThere) {

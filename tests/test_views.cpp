@@ -93,3 +93,42 @@ TEST(Views, ReshapeCopiesOnlyWhenNeeded) {
 
 }  // namespace
 }  // namespace tgtest
+
+// No view reaches outside its storage, and no size, stride or offset
+// arithmetic wraps around: each was a heap overflow, a hang or a wrong
+// shape before (issue: memory safety), now a tg::Error naming the op.
+TEST(Views, EveryViewStaysInsideItsStorage) {
+  using tg::Tensor;
+  Tensor x = tg::ones({4});
+  EXPECT_ERROR_CONTAINS(x.as_strided({1 << 20}, {1}), "as_strided: a view of shape [1048576]");
+  EXPECT_ERROR_CONTAINS(x.as_strided({1 << 20}, {1}), "but the storage holds 4");
+  EXPECT_ERROR_CONTAINS(x.as_strided({2}, {1}, 3), "reaches elements 3 to 4");
+  EXPECT_ERROR_CONTAINS(x.as_strided({-2}, {1}), "as_strided: negative size -2");
+  EXPECT_ERROR_CONTAINS(x.as_strided({2}, {1}, -1), "as_strided: negative storage offset -1");
+  EXPECT_ERROR_CONTAINS(x.as_strided({2}, {-1}, 0), "reaches elements -1 to 0");
+  EXPECT_ERROR_CONTAINS(x.as_strided({3}, {int64_t(1) << 62}), "as_strided: shape [3] (with its strides and offset) overflows");
+  EXPECT_ERROR_CONTAINS(x.as_strided({int64_t(1) << 62, 4}, {1, 1}), "has more elements than fit in 64 bits");
+  // In bounds: fine, also an empty view anywhere.
+  EXPECT_EQ(x.as_strided({2, 2}, {1, 1}, 1).sizes(), (tg::IntList{2, 2}));
+  EXPECT_EQ(x.as_strided({0}, {1}, 0).numel(), 0);
+  // expand: negative sizes were a crash (expand({-5}).sum()) or a hang.
+  EXPECT_ERROR_CONTAINS(tg::ones({1}).expand({-5}), "expand: negative size -5");
+  EXPECT_ERROR_CONTAINS(tg::ones({1}).expand({-3, -3}), "expand: negative size -3");
+  EXPECT_ERROR_CONTAINS(tg::ones({1}).expand({-3, 1}), "expand: a new leading dim takes a size >= 0, got -3");
+  EXPECT_EQ(tg::ones({1}).expand({3, -1}).sizes(), (tg::IntList{3, 1}));
+  // narrow and slice at the ends of int64.
+  Tensor y = tg::arange(10);
+  EXPECT_ERROR_CONTAINS(y.narrow(0, 2, INT64_MAX), "narrow: start 2 and length 9223372036854775807 are out of range");
+  Tensor s = y.slice(0, 0, 10, INT64_MAX);
+  EXPECT_EQ(s.sizes(), (tg::IntList{1}));
+  EXPECT_EQ(s.item<int64_t>(), 0);
+  EXPECT_EQ(y.slice(0, 3, 10, 4).to_vector<int64_t>(), (std::vector<int64_t>{3, 7}));
+  // Shapes: negative sizes and element counts beyond 64 bits.
+  EXPECT_ERROR_CONTAINS(tg::empty({-5}), "empty: negative dimension -5");
+  EXPECT_ERROR_CONTAINS(y.reshape({int64_t(1) << 40, int64_t(1) << 40, -1}), "overflows 64-bit arithmetic");
+  EXPECT_ERROR_CONTAINS(tg::from_blob(nullptr, {int64_t(1) << 32, int64_t(1) << 32}, {0, 0}, tg::kFloat32,
+                                      tg::Device(tg::kCPU)),
+                        "from_blob: shape [4294967296, 4294967296] has more elements than fit in 64 bits");
+  // A block larger than the machine's memory is refused, not overcommitted.
+  EXPECT_ERROR_CONTAINS(tg::zeros({int64_t(1) << 45}), "CPU allocator: out of memory allocating 140737488355328 bytes");
+}

@@ -74,6 +74,9 @@ void set_fw_grad(const Tensor& t, const Tensor& tangent);
 std::shared_ptr<ForwardGrad> fw_slot(const Tensor& t);
 /// Leaf hooks (run by AccumulateGrad and for captured leaves).
 void call_leaf_pre_hooks(const Tensor& leaf, Tensor& grad);
+/// Throws naming `who` unless a tensor hook's `result` has the shape, dtype
+/// and device of the gradient `grad` it was given (as PyTorch).
+void check_hook_result(const Tensor& result, const Tensor& grad, const std::string& who);
 /// Whether the leaf has pre-hooks (register_hook on a leaf).
 bool has_leaf_pre_hooks(const Tensor& leaf);
 void call_post_accumulate_hooks(const Tensor& leaf);

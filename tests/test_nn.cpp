@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -228,6 +229,75 @@ TEST(NN, SafetensorsRoundTripsEveryDtypeAndRejectsBadFiles) {
   EXPECT_ERROR_CONTAINS(nn::load_safetensors(path), "has dtype I32, which tapegrad does not support");
   EXPECT_ERROR_CONTAINS(nn::save_safetensors(path, {{"a", tg::zeros({1})}, {"a", tg::zeros({1})}}),
                         "the name 'a' appears twice");
+  std::remove(path.c_str());
+}
+
+// Hostile files (checkpoints are downloaded): each is a tg::Error naming the
+// file, checked before any tensor memory is allocated — a deep header was a
+// stack overflow, overlapping entries allocated gigabytes first, wrong types
+// threw nlohmann's exceptions, lenient parses accepted nonsense.
+TEST(NN, SafetensorsRefusesHostileFiles) {
+  const std::string path = ::testing::TempDir() + "tapegrad_nn_hostile.safetensors";
+  auto file = [](const std::string& header, const std::string& data) {
+    std::string h = header;
+    h.append((8 - h.size() % 8) % 8, ' ');
+    std::string out;
+    const uint64_t n = h.size();
+    for (int i = 0; i < 8; ++i) out.push_back(char((n >> (8 * i)) & 0xff));
+    return out + h + data;
+  };
+  auto write = [&](const std::string& bytes) { std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes; };
+  auto expect = [&](const std::string& header, const std::string& data, const std::string& text) {
+    write(file(header, data));
+    EXPECT_ERROR_CONTAINS(nn::load_safetensors(path), text);
+  };
+  // 100,000 nested arrays (200 KB): refused before parsing.
+  expect(std::string(100000, '[') + std::string(100000, ']'), "", "deeper than 8 levels");
+  write(file("{\"__metadata__\": " + std::string(50000, '[') + std::string(50000, ']') + "}", ""));
+  EXPECT_ERROR_CONTAINS(nn::load_safetensors_metadata(path), "deeper than 8 levels");
+  // 1000 entries claiming the same 8 MiB: the tiling check comes first.
+  std::string many = "{";
+  for (int i = 0; i < 1000; ++i)
+    many += (i ? "," : "") + std::string("\"t") + std::to_string(i) + "\":{\"dtype\":\"F64\",\"shape\":[1048576],"
+            "\"data_offsets\":[0,8388608]}";
+  many += "}";
+  expect(many, std::string(8388608, '\0'), "overlap");
+  // Wrong types and lenient values.
+  const std::string data8(8, '\0');
+  expect(R"({"x":{"dtype":5,"shape":[1],"data_offsets":[0,8]}})", data8, "'x' in '" + path + "' has a dtype that is not a string");
+  expect(R"({"x":{"dtype":"F64","shape":null,"data_offsets":[0,8]}})", data8, "has a shape that is not a list of sizes: null");
+  expect(R"({"x":{"dtype":"F64","shape":2,"data_offsets":[0,8]}})", data8, "has a shape that is not a list of sizes: 2");
+  expect(R"({"x":{"dtype":"F64","shape":{"x":2},"data_offsets":[0,8]}})", data8, "has a shape that is not a list");
+  expect(R"({"x":{"dtype":"F64","shape":[1.5],"data_offsets":[0,8]}})", data8, "has a bad shape [1.5]");
+  expect(R"({"x":{"dtype":"F64","shape":[-1],"data_offsets":[0,8]}})", data8, "has a bad shape [-1]");
+  expect(R"({"x":{"dtype":"F64","shape":[1],"data_offsets":[0.5,8.7]}})", data8,
+         "needs data_offsets [begin, end] of two non-negative integers, got [0.5,8.7]");
+  expect(R"({"x":{"dtype":"F64","shape":[1],"data_offsets":"0-8"}})", data8, "needs data_offsets");
+  expect(R"({"x":{"dtype":"F64","shape":[4294967296,4294967296,2],"data_offsets":[0,8]}})", data8,
+         "with more elements than fit in 64 bits");
+  expect(R"({"x":[1,2]})", data8, "the entry 'x' of '" + path + "' needs dtype, shape and data_offsets");
+  expect(R"({"__metadata__":{"a":1},"x":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", data8,
+         "'__metadata__' entry 'a' in '" + path + "' is not a string");
+  expect(R"({"__metadata__":[1],"x":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", data8,
+         "'__metadata__' in '" + path + "' is not a map of strings");
+  // BOOL bytes other than 0 and 1.
+  expect(R"({"b":{"dtype":"BOOL","shape":[4],"data_offsets":[0,4]}})", std::string("\x02\xff\x01\x00", 4),
+         "BOOL tensor 'b' in '" + path + "' holds byte 2 at element 0");
+  // Not a file.
+  EXPECT_ERROR_CONTAINS(nn::load_safetensors(::testing::TempDir()), "is not a regular file");
+  // The good file still loads after all that.
+  write(file(R"({"x":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", data8));
+  EXPECT_EQ(nn::load_safetensors(path).size(), 1u);
+  // Saving: a failed write is an error (it reported success on a full
+  // disk), non-UTF-8 names are refused, and a save leaves no temporary file.
+  if (std::ifstream("/dev/full").good())
+    EXPECT_ERROR_CONTAINS(nn::save_safetensors("/dev/full", {{"w", tg::ones({1024})}}), "writing '/dev/full' failed");
+  EXPECT_ERROR_CONTAINS(nn::save_safetensors(path, {{std::string("bad\xff"), tg::ones({1})}}), "must be UTF-8");
+  EXPECT_EQ(nn::load_safetensors(path).size(), 1u);  // the failed save left the file as it was
+  nn::save_safetensors(path, {{"y", tg::ones({3})}});
+  EXPECT_EQ(names(nn::load_safetensors(path)), (std::vector<std::string>{"y"}));
+  for (const auto& entry : std::filesystem::directory_iterator(::testing::TempDir()))
+    EXPECT_EQ(entry.path().filename().string().find("tapegrad_nn_hostile.safetensors.tmp"), std::string::npos);
   std::remove(path.c_str());
 }
 

@@ -134,9 +134,9 @@ void require_independent_rows(const TensorFn& fn, const Tensor& x, const char* o
     Tensor g2 = grad({yf}, {xr}, {mul(w, sc)}, false, false, true)[0];
     Probe p;
     if (!g1.defined() || !g2.defined()) return p;
-    Tensor s = sc.view({k, 1}).to(g1.dtype());
-    Tensor dev = abs(sub(g2, mul(g1, s))).reshape({k, -1}).amax({1});
-    Tensor scale = add(abs(g2), abs(mul(g1, s))).amax().reshape({1});
+    Tensor sg1 = mul(g1, sc.to(g1.dtype()));
+    Tensor dev = abs(sub(g2, sg1)).reshape({k, -1}).amax({1});
+    Tensor scale = add(abs(g2), abs(sg1)).amax().reshape({1});
     // One host read: the rows' deviations, then the scale.
     const std::vector<double> d = cat({dev, scale}, 0).to(Device(kCPU)).to(kFloat64).to_vector<double>();
     p.scale = d.back();

@@ -112,10 +112,19 @@ Stream default_capture_stream(int device) {
 
 MempoolId graph_pool_handle() { return {g_next_pool.fetch_add(1), 0}; }
 
+namespace {
+// Whether no stream of this thread can be capturing, known without a CUDA
+// call: a forked child (no capture survives fork), or a thread that never
+// made a non-default stream current while none of our captures is underway
+// (the legacy default stream cannot capture). A CPU graph's backward then
+// never touches the runtime.
+bool surely_not_capturing() {
+  return detail::forked_after_cuda() || (!fusion::captures_underway() && !detail::thread_set_a_stream());
+}
+}  // namespace
+
 bool is_current_stream_capturing() {
-  // No CUDA call on a thread that never made a stream current, unless one of
-  // ours is capturing: a CPU graph's backward never touches the runtime.
-  if (detail::forked_after_cuda() || (!fusion::captures_underway() && !detail::thread_set_a_stream())) return false;
+  if (surely_not_capturing()) return false;
   if (!is_available()) return false;
   return stream_capturing(current_stream(-1));
 }
@@ -299,7 +308,7 @@ bool keep_alive_with_capture(const Stream& s, std::shared_ptr<void> owner) {
 }
 
 void check_not_capturing(const char* op, int device) {
-  if (detail::forked_after_cuda() || (!fusion::captures_underway() && !detail::thread_set_a_stream())) return;
+  if (surely_not_capturing()) return;
   if (!is_available()) return;
   check_not_capturing(op, current_stream(device));
 }

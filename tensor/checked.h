@@ -42,4 +42,20 @@ inline int64_t checked_numel(const IntList& sizes, const char* op) {
   return n;
 }
 
+// The lowest and highest element index a shape with these strides reaches
+// from `offset` (sizes non-negative, at least one element), or a tg::Error
+// naming `op` on overflow.
+struct Reach {
+  int64_t lo, hi;
+};
+inline Reach checked_reach(const IntList& sizes, const IntList& strides, int64_t offset, const char* op) {
+  Reach r{offset, offset};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int64_t step = checked_mul(sizes[i] - 1, strides[i], op, sizes);
+    if (step < 0) r.lo = checked_add(r.lo, step, op, sizes);
+    else r.hi = checked_add(r.hi, step, op, sizes);
+  }
+  return r;
+}
+
 }  // namespace tg::detail

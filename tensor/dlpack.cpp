@@ -109,10 +109,7 @@ Tensor from_blob(void* data, const IntList& sizes, const IntList& strides_in, Sc
   size_t extent = 0;
   if (numel > 0) {
     TG_CHECK(data, "from_blob: data is null for a tensor of shape ", shape_str(sizes));
-    int64_t last = 0;
-    for (size_t d = 0; d < sizes.size(); ++d)
-      last = detail::checked_add(last, detail::checked_mul(sizes[d] - 1, strides[d], "from_blob", sizes), "from_blob",
-                                 sizes);
+    const int64_t last = detail::checked_reach(sizes, strides, 0, "from_blob").hi;  // strides are >= 0
     extent = size_t(detail::checked_mul(detail::checked_add(last, 1, "from_blob", sizes),
                                         int64_t(element_size(dtype)), "from_blob", sizes));
   }

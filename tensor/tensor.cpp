@@ -103,17 +103,10 @@ namespace {
 // DLPack or safetensors shape) can reach outside the memory it aliases.
 Tensor make_view(const Tensor& base, IntList sizes, IntList strides, int64_t offset, const char* op = "view") {
   detail::check_defined(base, op);
-  TG_CHECK(sizes.size() == strides.size(), op, ": sizes ", shape_str(sizes), " and strides ", shape_str(strides),
-           " have different lengths");
   const int64_t n = detail::checked_numel(sizes, op);
   TG_CHECK(offset >= 0, op, ": negative storage offset ", offset);
   if (n > 0 && !base.is_sparse()) {
-    int64_t lo = offset, hi = offset;
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      const int64_t reach = detail::checked_mul(sizes[i] - 1, strides[i], op, sizes);
-      if (reach < 0) lo = detail::checked_add(lo, reach, op, sizes);
-      else hi = detail::checked_add(hi, reach, op, sizes);
-    }
+    const auto [lo, hi] = detail::checked_reach(sizes, strides, offset, op);
     const auto& st = base.impl()->storage();
     const int64_t elements = st ? int64_t(st->nbytes() / element_size(base.dtype())) : 0;
     TG_CHECK(lo >= 0 && hi < elements, op, ": a view of shape ", shape_str(sizes), ", strides ", shape_str(strides),

@@ -239,9 +239,12 @@ CaptureAccess::CaptureAccess(void* stream) : stream_(stream) {
 }
 
 // The nodes added since construction: walked back from the stream's
-// dependencies now to those it had then. Anything unexpected (another
-// capture, a node joined from elsewhere, too many nodes) records nothing:
-// those nodes stay barriers.
+// dependencies now to those it had then, then forward to the nodes that hang
+// off them alone (a library may add nodes no stream depends on: NCCL records
+// its ordering event after its kernel on a stream of its own). Anything
+// unexpected (another capture, a node joined from elsewhere, too many nodes,
+// a node type a library call does not add) records nothing: those nodes stay
+// barriers.
 CaptureAccess::~CaptureAccess() {
   if (!active_) return;
   detail::RelaxedCaptureMode relaxed;
@@ -249,47 +252,75 @@ CaptureAccess::~CaptureAccess() {
   std::vector<void*> after;
   if (!capture_info(static_cast<cudaStream_t>(stream_), &id, &after) || id != id_) return;
   constexpr size_t kMaxNodes = 16;
+  // With edge data: programmatic edges make a query without it fail. A node
+  // of a library call has a few neighbours; a full array means more than we
+  // look at: give up.
+  constexpr size_t kMaxEdges = 64;
   std::vector<void*> nodes, stack;
-  auto known = [&](void* n) {
-    return std::find(before_.begin(), before_.end(), n) != before_.end() ||
-           std::find(nodes.begin(), nodes.end(), n) != nodes.end();
+  auto has = [](const std::vector<void*>& v, void* n) { return std::find(v.begin(), v.end(), n) != v.end(); };
+  auto known = [&](void* n) { return has(before_, n) || has(nodes, n); };
+  auto neighbours = [&](void* n, bool forward, std::vector<void*>* out) {
+    cudaGraphNode_t buf[kMaxEdges] = {};
+    cudaGraphEdgeData edata[kMaxEdges] = {};
+    size_t k = kMaxEdges;
+    const cudaGraphNode_t node = static_cast<cudaGraphNode_t>(n);
+    const cudaError_t err = forward ? cudaGraphNodeGetDependentNodes(node, buf, edata, &k)
+                                    : cudaGraphNodeGetDependencies(node, buf, edata, &k);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    if (k >= kMaxEdges) return false;
+    out->assign(buf, buf + k);
+    return true;
   };
   for (void* n : after)
     if (!known(n)) {
       nodes.push_back(n);
       stack.push_back(n);
     }
+  std::vector<void*> adj, deps;
   while (!stack.empty()) {
-    cudaGraphNode_t n = static_cast<cudaGraphNode_t>(stack.back());
+    void* n = stack.back();
     stack.pop_back();
-    // With edge data: programmatic edges make a query without it fail. A
-    // node of a library call has a few dependencies; a full array means
-    // more than we look at: give up.
-    constexpr size_t kMaxDeps = 64;
-    cudaGraphNode_t deps[kMaxDeps] = {};
-    cudaGraphEdgeData edata[kMaxDeps] = {};
-    size_t nd = kMaxDeps;
-    if (cudaGraphNodeGetDependencies(n, deps, edata, &nd) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return;
-    }
-    if (nd >= kMaxDeps) return;
-    for (size_t j = 0; j < nd; ++j) {
-      cudaGraphNode_t d = deps[j];
+    if (!neighbours(n, false, &adj)) return;
+    for (void* d : adj) {
       if (!d || known(d)) continue;
       if (nodes.size() >= kMaxNodes) return;  // joined from elsewhere
       nodes.push_back(d);
       stack.push_back(d);
     }
-    if (nodes.size() > kMaxNodes) return;
+  }
+  // Forward: a node all of whose dependencies are this call's nodes (or the
+  // stream's frontier before it) was added by this call.
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (!neighbours(nodes[i], true, &adj)) return;
+    for (void* d : adj) {
+      if (!d || known(d)) continue;
+      if (!neighbours(d, false, &deps)) return;
+      if (!std::all_of(deps.begin(), deps.end(), known)) continue;
+      if (nodes.size() >= kMaxNodes) return;
+      nodes.push_back(d);
+    }
   }
   if (nodes.empty()) return;
   for (void* n : nodes) {
     cudaGraphNodeType type;
-    if (cudaGraphNodeGetType(static_cast<cudaGraphNode_t>(n), &type) != cudaSuccess ||
-        (type != cudaGraphNodeTypeKernel && type != cudaGraphNodeTypeMemset)) {
+    if (cudaGraphNodeGetType(static_cast<cudaGraphNode_t>(n), &type) != cudaSuccess) {
       (void)cudaGetLastError();
       return;
+    }
+    switch (type) {
+      case cudaGraphNodeTypeKernel:
+      case cudaGraphNodeTypeMemset:
+      case cudaGraphNodeTypeMemcpy:
+      case cudaGraphNodeTypeHost:
+      case cudaGraphNodeTypeEmpty:
+      case cudaGraphNodeTypeEventRecord:  // a library's ordering across launches (NCCL)
+      case cudaGraphNodeTypeWaitEvent:
+        break;
+      default:
+        return;
     }
   }
   CaptureRegistry::record(id_, Region{std::move(nodes), std::move(accesses_)});

@@ -25,6 +25,8 @@
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 
+#include "cuda/capture_access.h"
+
 namespace tg::distributed {
 namespace {
 
@@ -75,6 +77,7 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
     // From the high-priority pool, never destroyed: gradients reduced on it
     // may outlive the group, and freeing them records an event on it.
     stream_ = cuda::stream_from_pool(device_, /*high_priority=*/true);
+    order_ = tg::empty({1}, TensorOptions().dtype(kBool).device(Device(kCUDA, device_)));
     watchdog_ = std::thread([this] { watch(); });
   }
   ~NcclGroup() override {
@@ -175,7 +178,17 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
       ready.record(current);
       ready.block(stream_);
     }
-    const ncclResult_t r = launch(static_cast<cudaStream_t>(stream_.handle()));
+    ncclResult_t r;
+    {
+      // Under capture, the collective's nodes are recorded with what they
+      // touch, so that relaxing the graph's dependencies lets the backward
+      // run beside them; every collective also writes the group's order
+      // byte, which keeps them in the order every rank launched them.
+      cuda::fusion::CaptureAccess access(stream_.handle());
+      for (const Tensor& t : tensors) access.write(t);
+      access.write(order_);
+      r = launch(static_cast<cudaStream_t>(stream_.handle()));
+    }
     if (r != ncclSuccess && r != ncclInProgress) {
       const std::string why = describe(op) + " failed: " + ncclGetErrorString(r);
       abort_locked(why);
@@ -252,6 +265,7 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
   int rank_, size_, device_;
   Options options_;
   cuda::Stream stream_;
+  Tensor order_;  // never read or written: the address collectives "write" under capture
   std::mutex m_;
   std::condition_variable cv_;
   std::list<Pending> pending_;

@@ -68,7 +68,7 @@ Tensor pinn_loss(dist::DistributedDataParallel& ddp, const Tensor& x0) {
 
 struct Result {
   double ms_per_step = 0, hidden = 0;
-  size_t buckets = 0;
+  size_t buckets = 0, captured_depth = 0, depth = 0;  // the graphed step's longest chain, captured and relaxed
   bool ok = true;
   std::string message;
 };
@@ -117,6 +117,8 @@ Result run_rank(const Args& a, std::shared_ptr<dist::ProcessGroup> g) {
                             threads ? tg::cuda::CaptureMode::ThreadLocal : tg::cuda::CaptureMode::Global);
     body();
   }
+  res.captured_depth = graph.captured_depth();
+  res.depth = graph.depth();
   g->barrier();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < a.steps; ++i) step();
@@ -233,6 +235,9 @@ int main(int argc, char** argv) {
                 "all-reduce hidden %.0f%%\n",
                 a.loss.c_str(), a.graph ? " (graphed)" : "", world, world == 1 ? "" : "s", launched ? "one process each" : "threads",
                 a.batch, r0.buckets, r0.ms_per_step, sps, 100 * r0.hidden);
+    if (a.graph)
+      std::printf("the graphed step's longest chain: %zu nodes as captured, %zu relaxed\n", r0.captured_depth,
+                  r0.depth);
     if (!a.json.empty()) {
       std::ofstream f(a.json);
       f << "{\"loss\": \"" << a.loss << "\", \"graph\": " << (a.graph ? "true" : "false") << ", \"gpus\": " << world << ", \"batch_per_gpu\": " << a.batch

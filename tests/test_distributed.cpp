@@ -420,6 +420,53 @@ TEST(DistributedGpu, CapturedCollectivesKeepTheirOrder) {
   });
 }
 
+// A collective captured beside independent work leaves the relaxed graph no
+// longer than that work alone: its nodes (NCCL's kernel and its ordering
+// events) are recorded with what they touch, not kept as a barrier that
+// everything captured before it must finish for and everything after must
+// wait for. This is what lets a captured DDP step overlap its all-reduces
+// with the backward.
+TEST(DistributedGpu, CapturedCollectiveRunsBesideIndependentWork) {
+  REQUIRE_NCCL_GPU();
+  const int n = world();
+  run_ranks([&](int r, std::shared_ptr<dist::ProcessGroup> g) {
+    Tensor a = tg::full({4096}, 1.0, on(r));
+    const Tensor b = tg::full({64, 64}, 1.0, on(r)), w = tg::full({64, 64}, 1.0 / 64, on(r));
+    g->all_reduce(a.narrow(0, 0, 1), dist::ReduceOp::Sum)->wait();  // NCCL's first launch, outside
+    a.fill_(1.0);
+    tg::cuda::synchronize();
+    const auto mode = n == 1 ? tg::cuda::CaptureMode::Global : tg::cuda::CaptureMode::ThreadLocal;
+    auto chain = [&] {  // eight dependent products: b w^8 = b
+      Tensor y = b;
+      for (int i = 0; i < 8; ++i) y = tg::mm(y, w);
+      return y;
+    };
+    tg::cuda::CUDAGraph alone, both;
+    Tensor y0, y1;
+    {
+      tg::cuda::Graph capture(alone, {}, std::nullopt, mode);
+      y0 = chain();
+    }
+    {
+      tg::cuda::Graph capture(both, {}, std::nullopt, mode);
+      a.mul_(2.0);
+      auto work = g->all_reduce(a, dist::ReduceOp::Sum);
+      y1 = chain();
+      work->wait();
+    }
+    ASSERT_GT(alone.depth(), size_t(0)) << "rank " << r << ": relaxation is off (TG_CUDA_GRAPH_RELAX=0?)";
+    EXPECT_EQ(both.depth(), alone.depth())
+        << "rank " << r << ": the all-reduce was kept as a barrier (captured depth " << both.captured_depth() << ")";
+    both.replay();
+    tg::cuda::synchronize();
+    EXPECT_EQ(host(a), std::vector<double>(4096, 2.0 * n)) << "rank " << r;
+    EXPECT_EQ(host(y1), std::vector<double>(64 * 64, 1.0)) << "rank " << r;
+    both.replay();
+    tg::cuda::synchronize();
+    EXPECT_EQ(host(a), std::vector<double>(4096, 4.0 * n * n)) << "rank " << r;
+  });
+}
+
 // A rank whose peer never starts fails within the timeout with an error that
 // says so, and groups made afterwards work.
 TEST(DistributedGpu, InitFailsWithinTheTimeoutWhenAPeerNeverStarts) {

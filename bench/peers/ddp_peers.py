@@ -34,8 +34,13 @@ def torch_worker(rank, world, a, loss, port, out, graphed=False):
     torch.backends.cuda.matmul.allow_tf32 = False
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
+    if graphed:  # PyTorch's CUDA-graph notes: no asynchronous error handling around captured collectives
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
+    # The timing barriers go through gloo: an eager NCCL barrier after replays
+    # of a graph with captured NCCL collectives never returned (H100 x2).
+    host_group = dist.new_group(backend="gloo")
     torch.manual_seed(0)
     layers = []
     prev = 2
@@ -95,16 +100,20 @@ def torch_worker(rank, world, a, loss, port, out, graphed=False):
     for _ in range(a.warmup):
         step()
     torch.cuda.synchronize()
-    dist.barrier()
+    dist.barrier(group=host_group)
     t0 = time.perf_counter()
     for _ in range(a.steps):
         step()
     torch.cuda.synchronize()
-    dist.barrier()
+    dist.barrier(group=host_group)
     ms = (time.perf_counter() - t0) * 1e3 / a.steps
     if rank == 0:
         with open(out, "w") as f:
             json.dump({"ms_per_step": ms}, f)
+    if graphed:  # destroying a communicator captured into a live graph may block: leave at once
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     dist.destroy_process_group()
 
 

@@ -22,13 +22,18 @@ thread_local int t_accept_overwritten = 0;  // AcceptOverwrittenSaved guards ali
 SavedTensorHooksGuard::SavedTensorHooksGuard(PackHook pack, UnpackHook unpack)
     : SavedTensorHooksGuard(SavedTensorHooks{std::move(pack), std::move(unpack)}) {}
 
-SavedTensorHooksGuard::SavedTensorHooksGuard(SavedTensorHooks hooks) {
-  TG_CHECK(hooks.pack && hooks.unpack,
-           "SavedTensorHooksGuard: both a pack and an unpack hook are required");
+SavedTensorHooksGuard::SavedTensorHooksGuard(SavedTensorHooks hooks) { push_saved_tensor_hooks(std::move(hooks)); }
+
+SavedTensorHooksGuard::~SavedTensorHooksGuard() { pop_saved_tensor_hooks(); }
+
+void push_saved_tensor_hooks(SavedTensorHooks hooks) {
+  TG_CHECK(hooks.pack && hooks.unpack, "saved-tensor hooks: both a pack and an unpack hook are required");
   t_hooks_stack.push_back(std::make_shared<const SavedTensorHooks>(std::move(hooks)));
 }
 
-SavedTensorHooksGuard::~SavedTensorHooksGuard() { t_hooks_stack.pop_back(); }
+void pop_saved_tensor_hooks() {
+  if (!t_hooks_stack.empty()) t_hooks_stack.pop_back();
+}
 
 std::shared_ptr<const SavedTensorHooks> current_saved_tensor_hooks() {
   return t_hooks_stack.empty() ? nullptr : t_hooks_stack.back();

@@ -63,7 +63,10 @@ tg_tensor wrap(tg::Tensor t) { return new tg_tensor_s{std::move(t)}; }
 // Writes a new handle to *out only once everything succeeded.
 void put(tg_tensor* out, tg::Tensor t) { *out = wrap(std::move(t)); }
 
-tg::ScalarType dtype_of(tg_dtype d) {
+// Enums arrive from C as any int: read as ints, never as out-of-range enum
+// values (undefined behaviour in C++).
+tg::ScalarType dtype_of(tg_dtype d_in) {
+  const int d = static_cast<int>(d_in);
   switch (d) {
     case TG_FLOAT32: return tg::kFloat32;
     case TG_FLOAT64: return tg::kFloat64;
@@ -72,7 +75,7 @@ tg::ScalarType dtype_of(tg_dtype d) {
     case TG_INT64: return tg::kInt64;
     case TG_BOOL: return tg::kBool;
   }
-  throw InvalidArgument{"unknown tg_dtype " + std::to_string(int(d))};
+  throw InvalidArgument{"unknown tg_dtype " + std::to_string(d)};
 }
 
 tg_dtype c_dtype(tg::ScalarType t) {
@@ -88,15 +91,31 @@ tg_dtype c_dtype(tg::ScalarType t) {
 }
 
 tg::Device device_of(tg_device d) {
-  if (d.type == TG_CPU) return tg::Device(tg::kCPU);
-  if (d.type == TG_CUDA) return tg::Device(tg::kCUDA, d.index);
-  throw InvalidArgument{"unknown tg_device_type " + std::to_string(int(d.type))};
+  const int type = static_cast<int>(d.type);
+  if (type == TG_CPU) return tg::Device(tg::kCPU);
+  if (type == TG_CUDA) return tg::Device(tg::kCUDA, d.index);
+  throw InvalidArgument{"unknown tg_device_type " + std::to_string(type)};
 }
+
+// More dims than any tensor has: an ndim beyond it is a caller's mistake
+// (and would read past the shape array).
+constexpr int kMaxDims = 64;
 
 tg::IntList shape_of(const int64_t* shape, int ndim) {
   require(ndim >= 0, "ndim is negative");
+  if (ndim > kMaxDims)
+    throw InvalidArgument{"ndim " + std::to_string(ndim) + " is more than " + std::to_string(kMaxDims) + " dims"};
   require(ndim == 0 || shape, "shape is NULL");
   return tg::IntList(shape, shape + ndim);
+}
+
+// A callback's result handle: `result` may be the handle the callback was
+// given (`given`): then it is freed once, and its tensor kept.
+tg::Tensor take_result(tg_tensor given, tg_tensor result) {
+  tg::Tensor t = result->t;
+  if (result != given) tg_tensor_free(result);
+  tg_tensor_free(given);
+  return t;
 }
 
 tg::TensorOptions options(tg_dtype dtype, tg_device device) {
@@ -111,15 +130,13 @@ tg::autograd::TensorFn function_of(tg_function fn, void* context) {
     tg_tensor xh = wrap(x), yh = nullptr;
     t_last_error.clear();
     const tg_status s = fn(xh, &yh, context);
-    tg_tensor_free(xh);
     if (s != TG_OK || !yh) {
-      tg_tensor_free(yh);
+      if (yh != xh) tg_tensor_free(yh);
+      tg_tensor_free(xh);
       TG_CHECK(false, "the C function returned ", s != TG_OK ? "status " + std::to_string(int(s)) : "no tensor",
                t_last_error.empty() ? std::string() : ": " + t_last_error);
     }
-    tg::Tensor y = yh->t;
-    tg_tensor_free(yh);
-    return y;
+    return take_result(xh, yh);
   };
 }
 
@@ -131,7 +148,9 @@ std::vector<tg::Tensor> tensors(const tg_tensor* h, int n, const char* name) {
   return v;
 }
 
-thread_local std::vector<std::unique_ptr<tg::autograd::SavedTensorHooksGuard>> t_hooks;
+// How many hook pairs the C API pushed on this thread (the pairs live on
+// the autograd stack, their one owner, which frees them at thread exit).
+thread_local int t_c_hooks = 0;
 
 }  // namespace
 
@@ -207,8 +226,11 @@ tg_status tg_tensor_copy_to(tg_tensor t, void* data, size_t nbytes) {
 
 tg_status tg_tensor_from_dlpack(void* managed, tg_tensor* out) {
   return guarded("tg_tensor_from_dlpack", [&] {
+    // Refused or not, tapegrad owns `managed` now: from_dlpack runs its
+    // deleter on every refusal, and so does a missing `out`.
+    tg::Tensor t = tg::from_dlpack(static_cast<DLManagedTensor*>(managed));
     require(out, "out is NULL");
-    put(out, tg::from_dlpack(static_cast<DLManagedTensor*>(managed)));
+    put(out, std::move(t));
   });
 }
 
@@ -269,7 +291,7 @@ tg_status tg_binary(tg_binary_op op, tg_tensor a, tg_tensor b, tg_tensor* out) {
   return guarded("tg_binary", [&] {
     require(out, "out is NULL");
     const tg::Tensor &x = in(a, "a"), &y = in(b, "b");
-    switch (op) {
+    switch (static_cast<int>(op)) {
       case TG_ADD: return put(out, tg::add(x, y));
       case TG_SUB: return put(out, tg::sub(x, y));
       case TG_MUL: return put(out, tg::mul(x, y));
@@ -286,7 +308,7 @@ tg_status tg_binary_scalar(tg_binary_op op, tg_tensor a, double s, tg_tensor* ou
   return guarded("tg_binary_scalar", [&] {
     require(out, "out is NULL");
     const tg::Tensor& x = in(a, "a");
-    switch (op) {
+    switch (static_cast<int>(op)) {
       case TG_ADD: return put(out, x + s);
       case TG_SUB: return put(out, x - s);
       case TG_MUL: return put(out, x * s);
@@ -303,7 +325,7 @@ tg_status tg_unary(tg_unary_op op, tg_tensor a, tg_tensor* out) {
   return guarded("tg_unary", [&] {
     require(out, "out is NULL");
     const tg::Tensor& x = in(a, "a");
-    switch (op) {
+    switch (static_cast<int>(op)) {
       case TG_NEG: return put(out, tg::neg(x));
       case TG_EXP: return put(out, tg::exp(x));
       case TG_LOG: return put(out, tg::log(x));
@@ -471,7 +493,7 @@ tg_status tg_per_sample_hessian(tg_function fn, void* context, tg_tensor x, tg_h
     require(out, "out is NULL");
     using S = tg::autograd::HessianStrategy;
     S s;
-    switch (strategy) {
+    switch (static_cast<int>(strategy)) {
       case TG_HESSIAN_BATCHED_COTANGENTS: s = S::BatchedCotangents; break;
       case TG_HESSIAN_ROWS: s = S::Rows; break;
       case TG_HESSIAN_FORWARD_OVER_REVERSE: s = S::ForwardOverReverse; break;
@@ -496,16 +518,14 @@ tg_status tg_saved_tensor_hooks_push(tg_pack_hook pack, tg_unpack_hook unpack, v
       tg_tensor th = wrap(t), r = nullptr;
       t_last_error.clear();
       const tg_status s = hook(th, &r, ctx);
-      tg_tensor_free(th);
       if (s != TG_OK || !r) {
-        tg_tensor_free(r);
+        if (r != th) tg_tensor_free(r);
+        tg_tensor_free(th);
         TG_CHECK(false, "the C saved-tensor ", which, " hook returned ",
                  s != TG_OK ? "status " + std::to_string(int(s)) : "no tensor",
                  t_last_error.empty() ? std::string() : ": " + t_last_error);
       }
-      tg::Tensor out = r->t;
-      tg_tensor_free(r);
-      return out;
+      return take_result(th, r);
     };
     tg::autograd::PackHook p = [pack, context, call](const tg::Tensor& t) -> std::any {
       return call("pack", pack, t, context);
@@ -513,14 +533,16 @@ tg_status tg_saved_tensor_hooks_push(tg_pack_hook pack, tg_unpack_hook unpack, v
     tg::autograd::UnpackHook u = [unpack, context, call](const std::any& packed) {
       return call("unpack", unpack, std::any_cast<const tg::Tensor&>(packed), context);
     };
-    t_hooks.push_back(std::make_unique<tg::autograd::SavedTensorHooksGuard>(std::move(p), std::move(u)));
+    tg::autograd::push_saved_tensor_hooks({std::move(p), std::move(u)});
+    ++t_c_hooks;
   });
 }
 
 tg_status tg_saved_tensor_hooks_pop(void) {
   return guarded("tg_saved_tensor_hooks_pop", [&] {
-    require(!t_hooks.empty(), "no hooks were pushed on this thread");
-    t_hooks.pop_back();
+    require(t_c_hooks > 0, "no hooks were pushed on this thread");
+    tg::autograd::pop_saved_tensor_hooks();
+    --t_c_hooks;
   });
 }
 

@@ -42,6 +42,21 @@ int resolve_device(int device, const char* op);
 // the runtime does not survive fork, so every CUDA entry point throws
 // (check_device says why), and nothing can be capturing here.
 bool forked_after_cuda();
+// An index out of range that a CUDA kernel met (the op checked the range
+// when it was called; the index changed since, or came from a path that
+// trusts it). The kernel skips the element and fills this record, which
+// lives in pinned host memory mapped into every device (the same address
+// on both sides); the host raises it at its next synchronization.
+struct BadIndex {
+  volatile int op;  // 0: none; else a BadIndexOp
+  volatile long long value, size;
+};
+enum BadIndexOp { kBadIndexSelect = 1, kBadGather = 2, kBadScatterAdd = 3 };
+// The record (allocated on first use; never null: throws when it cannot be).
+BadIndex* bad_index_record();
+// Throws (once) what a kernel recorded, if anything; called after every
+// host synchronization with a device (synchronize, item, copies to host).
+void raise_bad_index();
 // Whether this thread ever made a non-default stream current: a stream can
 // only be capturing if it did (the legacy default stream cannot capture), so
 // capture checks on threads that never did need no CUDA call.

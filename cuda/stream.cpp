@@ -47,10 +47,48 @@ void set_device(int device) {
   TG_CUDA_CHECK(cudaSetDevice(device), "set_device");
 }
 
+namespace detail {
+namespace {
+std::atomic<BadIndex*> g_bad_index{nullptr};
+std::mutex g_bad_index_mutex;
+}  // namespace
+
+BadIndex* bad_index_record() {
+  BadIndex* r = g_bad_index.load(std::memory_order_acquire);
+  if (r) return r;
+  std::lock_guard<std::mutex> l(g_bad_index_mutex);
+  r = g_bad_index.load(std::memory_order_relaxed);
+  if (r) return r;
+  RelaxedCaptureMode relaxed;  // not stream work: legal beside a capture
+  void* p = nullptr;
+  TG_CUDA_CHECK(cudaHostAlloc(&p, sizeof(BadIndex), cudaHostAllocMapped | cudaHostAllocPortable),
+                "index kernels (the record of out-of-range indices)");
+  r = static_cast<BadIndex*>(p);
+  r->op = 0;
+  g_bad_index.store(r, std::memory_order_release);  // kept for the process's life
+  return r;
+}
+
+void raise_bad_index() {
+  BadIndex* r = g_bad_index.load(std::memory_order_acquire);
+  if (!r || r->op == 0) return;
+  const int op = r->op;
+  const long long value = r->value, size = r->size;
+  r->op = 0;
+  const char* name = op == kBadIndexSelect ? "index_select" : op == kBadGather ? "gather" : "scatter_add";
+  TG_ERROR(name, ": a CUDA kernel met index ", value, ", out of range for a dimension of size ", size,
+           ", and skipped it, so results computed since are wrong. The op checked the index range when it "
+           "was called: the index tensor was changed afterwards (written in place, or a sparse tensor's "
+           "indices written through _indices()). Build indices afresh; this is reported at the first "
+           "synchronization after the kernel ran");
+}
+}  // namespace detail
+
 void synchronize(int device) {
   DeviceGuard g(detail::resolve_device(device, "cuda::synchronize"));
   detail::check_not_capturing("cuda::synchronize");
   TG_CUDA_CHECK(cudaDeviceSynchronize(), "cuda::synchronize");
+  detail::raise_bad_index();
 }
 
 bool Stream::query() const {
@@ -71,6 +109,7 @@ void Stream::synchronize() const {
   detail::check_not_capturing("Stream::synchronize", *this);
   DeviceGuard g(device_);
   TG_CUDA_CHECK(cudaStreamSynchronize(as_stream(*this)), "Stream::synchronize");
+  detail::raise_bad_index();
 }
 
 void Stream::wait(const Event& e) const { e.block(*this); }
@@ -205,6 +244,7 @@ void Event::synchronize() const {
   if (!event_) return;
   detail::check_not_capturing("Event::synchronize", device_);
   TG_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)), "Event::synchronize");
+  detail::raise_bad_index();
 }
 
 float Event::elapsed_time(const Event& end) const {

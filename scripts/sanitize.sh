@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole suite under ASan+UBSan and under TSan (Debug builds in
+# The whole suite under ASan+UBSan (UBSan fatal) and under TSan, and the
+# fuzz targets under ASan+UBSan (Debug builds in
 # build-asan/ and build-tsan/, or under $TG_SAN_DIR). CI runs it after the
 # README's test command. Under TSan the CPU kernels run on the calling thread
 # (Debian's TBB is not instrumented; see tensor/cpu/loops.cpp). Both are
@@ -19,4 +20,11 @@ for san in address,undefined thread; do
     -DTAPEGRAD_SANITIZE="$san" -DTAPEGRAD_BUILD_BENCH=OFF -DTAPEGRAD_BUILD_SAMPLES=OFF >/dev/null
   cmake --build "$dir" -j "$(nproc)"
   ctest --test-dir "$dir" --output-on-failure -j "$(nproc)"
+  if [ "$san" = address,undefined ]; then
+    # The fuzz targets (tests/fuzz) for TG_FUZZ_SECONDS each (35: under two
+    # minutes together), from their seed corpora.
+    for t in safetensors dlpack capi; do
+      TG_FUZZ_SECONDS=${TG_FUZZ_SECONDS:-35} "$dir/tests/fuzz_$t" "$root/tests/fuzz/corpus/$t"
+    done
+  fi
 done

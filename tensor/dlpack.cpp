@@ -2,6 +2,7 @@
 // makes a storage around it whose release runs when it dies; a DLPack
 // producer's memory is such a blob (its deleter the release); an exported
 // tensor's managed struct holds a tensor handle.
+#include <cstring>
 #include <tapegrad/tensor/dlpack.h>
 
 #include "tensor/checked.h"
@@ -125,7 +126,11 @@ Tensor from_dlpack(DLManagedTensor* src, std::optional<cuda::Stream> producer) {
   std::unique_ptr<DLManagedTensor, void (*)(DLManagedTensor*)> guard(
       src, [](DLManagedTensor* m) { release_managed(m); });
   const DLTensor& t = src->dl_tensor;
-  const int dt = int(t.device.device_type);
+  // The producer may put any int in the enum field: read as an int (an
+  // out-of-range enum value is undefined behaviour in C++).
+  static_assert(sizeof(t.device.device_type) == sizeof(int32_t), "DLDeviceType is a 32-bit C enum");
+  int32_t dt = 0;
+  std::memcpy(&dt, &t.device.device_type, sizeof dt);
   Device device(kCPU);
   if (dt == kDLCUDA || dt == kDLCUDAManaged) {
     device = Device(kCUDA, t.device.device_id);
@@ -134,9 +139,15 @@ Tensor from_dlpack(DLManagedTensor* src, std::optional<cuda::Stream> producer) {
              ") is not supported; tapegrad takes CPU and CUDA tensors (copy to one in the producer first)");
   }
   const ScalarType dtype = from_dl_dtype(t.dtype);
-  TG_CHECK(t.ndim >= 0, "from_dlpack: negative ndim ", t.ndim);
+  constexpr int kMaxDims = 64;  // more than any tensor has; beyond it, shape would be read past its end
+  TG_CHECK(t.ndim >= 0 && t.ndim <= kMaxDims, "from_dlpack: ndim ", t.ndim, " is not in [0, ", kMaxDims, "]");
+  TG_CHECK(t.ndim == 0 || t.shape, "from_dlpack: shape is NULL for ndim ", t.ndim);
   const IntList sizes(t.shape, t.shape + t.ndim);
   const IntList strides = t.strides ? IntList(t.strides, t.strides + t.ndim) : IntList();
+  const size_t elem = element_size(dtype);
+  TG_CHECK((reinterpret_cast<uintptr_t>(t.data) + t.byte_offset) % elem == 0, "from_dlpack: data + byte_offset (",
+           t.data, " + ", t.byte_offset, ") is not aligned to the ", elem, "-byte elements of ", dtype,
+           "; copy to aligned memory in the producer first");
   // The view starts at the first element (data + byte_offset); its release
   // is the producer's deleter.
   Tensor out = from_blob(static_cast<char*>(t.data) + t.byte_offset, sizes, strides, dtype, device,

@@ -62,6 +62,11 @@ void scatter_add_sorted(const Tensor& out, int64_t d, const Tensor& index, const
   if (out.is_cuda())  // the sorted sum reads its unique count on the host
     cuda::detail::check_not_capturing("scatter_add (deterministic mode: a sorted sum that reads "
                                       "its count on the host)", out.device().index());
+  // The flattened targets below would land a bad index in another row:
+  // the range is checked here (the sorted sum reads the host anyway).
+  const int64_t lo = amin(index).item<int64_t>(), hi = amax(index).item<int64_t>();
+  TG_CHECK(lo >= 0 && hi < out.sizes()[size_t(d)], "scatter_add: index ", lo < 0 ? lo : hi,
+           " is out of range for dim ", d, " with size ", out.sizes()[size_t(d)]);
   const kernels::Backend& be = kernels::backend(out.device(), "scatter_add");
   // Each element's target position in out (contiguous): index * stride_d +
   // the element's coordinates in the other dims * their strides.
@@ -186,7 +191,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   st[d] = 0;
   if (out.numel() > 0)
     kernels::backend(x.device(), "gather")
-        .gather(out, x.as_strided(index.sizes(), st), index, d, x.strides()[d]);
+        .gather(out, x.as_strided(index.sizes(), st), index, x.sizes()[d], x.strides()[d]);
   return out;
 }
 

@@ -151,9 +151,11 @@ struct Backend {
   // x contiguous [outer, n, inner]; index Int64 [m] (validated); out [outer, m, inner].
   void (*index_select)(const Tensor& out, const Tensor& x, const Tensor& index);
   // out[..i..] = x[..index[..i..] along dim..]; x restrided: index/out shape,
-  // stride 0 on dim, dim_stride = x's stride on dim (elements). Any dtype.
+  // stride 0 on dim, dim_size and dim_stride = x's size and stride on dim
+  // (elements). Any dtype. Index kernels check every index where they run
+  // (the CPU throws; CUDA skips it and reports at the next synchronization).
   void (*gather)(const Tensor& out, const Tensor& x, const Tensor& index,
-                 int64_t dim, int64_t dim_stride);
+                 int64_t dim_size, int64_t dim_stride);
   // out (already a copy of self) [index along dim] += src; out contiguous.
   void (*scatter_add)(const Tensor& out, int64_t dim, const Tensor& index,
                       const Tensor& src);

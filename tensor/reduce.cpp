@@ -67,7 +67,10 @@ Tensor reduce(Kind kind, const Tensor& x_in, const IntList& dims_in, bool keepdi
   ReduceOp op = kind == Kind::Max ? ReduceOp::Max
                 : kind == Kind::Min ? ReduceOp::Min
                                     : ReduceOp::Sum;
-  kernels::backend(x.device(), name).reduce(op, out, cast(x, ct));
+  if (x.numel() == 0)  // the sum of nothing (a max or min over a size-0 dim was refused above)
+    raw::zero_(out);  // and no kernel walks the other, possibly huge, dims of an empty tensor
+  else
+    kernels::backend(x.device(), name).reduce(op, out, cast(x, ct));
   if (kind == Kind::Mean) out = raw::div(out, Scalar(double(count)));
   return cast(out, rt).view(out_shape);
 }

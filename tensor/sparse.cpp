@@ -155,14 +155,42 @@ Tensor sparse_values(const Tensor& s) {
 
 Tensor sparse_linear_index(const Tensor& s) { return sparse_linear_index(ind(s), sparse_sizes(s)); }
 
+namespace {
+// Sparse dim k of the indices, checked again where it is used: indices are
+// checked when the tensor is built, but _indices() can change them since,
+// and a linear index made from one out of range would address another entry
+// or memory outside the tensor. The CPU throws. CUDA (no host read) clamps
+// it into range, so nothing downstream (scatter, cuSPARSE) leaves its
+// memory, and the gather kernel's check reports it at the next
+// synchronization (cuda/check.h BadIndex).
+Tensor checked_sparse_dim(const Tensor& i, int64_t k, int64_t size) {
+  Tensor ik = raw::select(i, 0, k);
+  if (ik.numel() == 0) return ik;
+  if (!ik.is_cuda()) {
+    Tensor c = raw::contiguous(ik);
+    const int64_t* p = c.data_ptr<int64_t>();
+    for (int64_t j = 0; j < c.numel(); ++j)
+      TG_CHECK(p[j] >= 0 && p[j] < size, "sparse tensor: index ", p[j], " in sparse dim ", k,
+               " is out of range for size ", size, " (the indices were written in place after the tensor "
+               "was built, through _indices(); build it afresh)");
+    return ik;
+  }
+  Tensor probe = raw::expand(detail::new_empty({1}, kInt64, ik.device()), {size});
+  Tensor sink = detail::new_empty(ik.sizes(), kInt64, ik.device());
+  kernels::backend(ik.device(), "sparse indices").gather(sink, raw::as_strided(probe, ik.sizes(), {0}), ik, size, 0);
+  return raw::clamp(ik, Scalar(int64_t(0)), Scalar(size - 1));
+}
+}  // namespace
+
 Tensor sparse_linear_index(const Tensor& i, const IntList& sparse_sizes) {
   int64_t sd = i.sizes()[0];
-  if (sd == 1) return raw::select(i, 0, 0);
+  if (sd == 1) return checked_sparse_dim(i, 0, sparse_sizes[0]);
   // sum_k i[k] * stride_k with the strides as scalars: no host tensor to
   // copy (a copy from pageable memory cannot be captured into a CUDA graph).
   IntList st = contiguous_strides(sparse_sizes);
-  Tensor lin = raw::mul(raw::select(i, 0, 0), Scalar(st[0]));
-  for (int64_t k = 1; k < sd; ++k) lin = raw::add(lin, raw::mul(raw::select(i, 0, k), Scalar(st[size_t(k)])));
+  Tensor lin = raw::mul(checked_sparse_dim(i, 0, sparse_sizes[0]), Scalar(st[0]));
+  for (int64_t k = 1; k < sd; ++k)
+    lin = raw::add(lin, raw::mul(checked_sparse_dim(i, k, sparse_sizes[size_t(k)]), Scalar(st[size_t(k)])));
   return lin;
 }
 
@@ -288,7 +316,8 @@ Tensor sparse_mm(const Tensor& s, const Tensor& dense, const char* op) {
   Tensor c = raw::coalesce(s);
   Tensor i = ind(c);
   kernels::backend(s.device(), op)
-      .spmm(out, raw::contiguous(raw::select(i, 0, 0)), raw::contiguous(raw::select(i, 0, 1)),
+      .spmm(out, raw::contiguous(checked_sparse_dim(i, 0, s.sizes()[0])),
+            raw::contiguous(checked_sparse_dim(i, 1, s.sizes()[1])),
             raw::contiguous(cast(val(c), ct)), raw::contiguous(cast(dense, ct)));
   return cast(out, rt);
 }

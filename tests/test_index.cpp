@@ -1,5 +1,6 @@
 // cat / stack / index_select / gather / scatter_add against loops.
 #include "reference.h"
+#include "tensor/op_util.h"  // detail::scatter_add_into: the path backward takes, unchecked by the op
 
 namespace tgtest {
 namespace {
@@ -92,6 +93,87 @@ TEST(Index, GatherAndScatterAdd) {
                              tg::ones({2}, tg::kBFloat16));
   EXPECT_EQ(h.dtype(), tg::kBFloat16);
   expect_values(h, {0, 2}, 0, "scatter_add bf16");
+}
+
+// Index tensors are untrusted after their range was checked: one changed in
+// place after the forward is refused by the backward (saved tensors are
+// version-checked), and a kernel that meets an index out of range never
+// reads or writes outside its tensors: on the CPU it throws, on CUDA it
+// skips the element and the next synchronization throws. The library works
+// afterwards.
+void stale_indices_on(tg::Device dev) {
+  const std::string on = dev.is_cpu() ? "cpu" : "cuda";
+  const auto f64 = tg::TensorOptions().dtype(tg::kFloat64).device(dev);
+  const auto i64 = tg::TensorOptions().dtype(tg::kInt64).device(dev);
+  const char* changed = "has been modified by an in-place operation: saved tensor 'index'";
+  Tensor x = tg::arange(12, f64).view({4, 3}).requires_grad_();
+  {
+    Tensor idx = tg::tensor({0, 2}, {}, i64);
+    Tensor y = tg::index_select(x, 0, idx);
+    idx.fill_(3);
+    EXPECT_ERROR_CONTAINS(y.sum().backward(), changed);
+  }
+  {
+    Tensor idx = tg::tensor({0, 2, 1}, {1, 3}, i64);
+    Tensor y = tg::gather(x, 0, idx);
+    idx.add_(1);
+    EXPECT_ERROR_CONTAINS(y.sum().backward(), changed);
+  }
+  {
+    Tensor src = tg::ones({1, 3}, f64).requires_grad_();
+    Tensor idx = tg::tensor({0, 2, 1}, {1, 3}, i64);
+    Tensor y = tg::scatter_add(tg::zeros({4, 3}, f64), 0, idx, src);
+    idx.zero_();
+    EXPECT_ERROR_CONTAINS(y.sum().backward(), changed);
+  }
+  for (bool sparse : {false, true}) {
+    Tensor idx = tg::tensor({3, 1}, {}, i64);
+    Tensor y = tg::embedding(x, idx, sparse);
+    idx.fill_(1 << 30);
+    EXPECT_ERROR_CONTAINS(y.sum().backward(), changed);
+  }
+  EXPECT_FALSE(x.grad().defined()) << on << ": a refused backward wrote a gradient";
+  // A sparse tensor's indices written in place after it was built: to_dense
+  // scatters with them; sparse @ dense reads rows of the dense operand.
+  Tensor s = tg::sparse_coo_tensor(tg::tensor({0, 1, 1, 2}, {2, 2}, i64), tg::ones({2}, f64), {3, 3});
+  s._indices().select(0, 1).fill_(int64_t(1) << 30);
+  if (dev.is_cpu()) {
+    const char* stale = "sparse tensor: index 1073741824 in sparse dim 1 is out of range for size 3";
+    EXPECT_ERROR_CONTAINS(s.to_dense(), stale);
+    EXPECT_ERROR_CONTAINS(tg::mm(s, tg::ones({3, 2}, f64)), stale);
+    EXPECT_ERROR_CONTAINS(s.coalesce(), stale);
+  } else {
+    // On the device the index is clamped (nothing leaves its memory) and
+    // the copy to the host reports it.
+    Tensor d = s.to_dense();
+    EXPECT_ERROR_CONTAINS(d.to(tg::Device(tg::kCPU)), "a CUDA kernel met index 1073741824");
+    Tensor p = tg::mm(s, tg::ones({3, 2}, f64));
+    EXPECT_ERROR_CONTAINS(tg::cuda::synchronize(), "a CUDA kernel met index 1073741824");
+    // Reported once; the next results are right.
+    EXPECT_EQ(values(tg::index_select(tg::arange(5, f64), 0, tg::tensor({4, 0}, {}, i64))),
+              (std::vector<double>{4, 0}));
+  }
+  // The kernels themselves: indices that changed after the op's range check
+  // (the unchecked path that backward and to_dense take).
+  Tensor bad = tg::tensor({0, 7}, {}, i64);
+  Tensor out = tg::zeros({3}, f64);
+  if (dev.is_cpu()) {
+    EXPECT_ERROR_CONTAINS(tg::detail::scatter_add_into(out, 0, bad, tg::ones({2}, f64)),
+                          "index 7 is out of range for a dimension of size 3");
+  } else {
+    tg::detail::scatter_add_into(out, 0, bad, tg::ones({2}, f64));
+    EXPECT_ERROR_CONTAINS(tg::cuda::synchronize(), "scatter_add: a CUDA kernel met index 7");
+    EXPECT_EQ(values(out), (std::vector<double>{1, 0, 0})) << "only the good index was added";
+  }
+  Tensor g = tg::autograd::grad({tg::index_select(x, 0, tg::tensor({1, 1}, {}, i64)).sum()}, {x})[0];
+  EXPECT_EQ(values(g.sum()), (std::vector<double>{6})) << on << ": the library works afterwards";
+}
+
+TEST(Index, StaleIndicesAreRefusedWhereTheyAreUsed) { stale_indices_on(tg::Device(tg::kCPU)); }
+
+TEST(IndexGpu, StaleIndicesAreRefusedWhereTheyAreUsed) {
+  REQUIRE_GPU();
+  stale_indices_on(tg::Device(tg::kCUDA, 0));
 }
 
 }  // namespace

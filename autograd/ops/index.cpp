@@ -47,35 +47,38 @@ class IndexBackward final : public OpNode {
                kind == IndexSelect ? "IndexSelectBackward"
                : kind == Gather    ? "GatherBackward"
                                    : "ScatterAddBackward"),
-        kind_(kind), dim_(dim), index_(std::move(index)), sizes_(std::move(sizes)) {}
+        kind_(kind), dim_(dim), index_(index, false), sizes_(std::move(sizes)) {}
   variable_list apply(variable_list&& grads) override {
     const Tensor& g = grads[0];
+    // Version-checked: an index changed in place after the forward would
+    // send the gradient to other elements, silently.
+    const Tensor index = index_.unpack(this, "index");
     if (kind_ == ScatterAdd) {
       variable_list out(2);
       if (should_compute_output(0)) out[0] = g;
-      if (should_compute_output(1)) out[1] = gather(g, dim_, index_);
+      if (should_compute_output(1)) out[1] = gather(g, dim_, index);
       return out;
     }
     variable_list out(1);
     if (!should_compute_output(0)) return out;
     Tensor zero = zeros(sizes_, g.options());
     if (kind_ == Gather) {
-      out[0] = scatter_add(zero, dim_, index_, g);
+      out[0] = scatter_add(zero, dim_, index, g);
     } else if (g.dim() == 0) {
       out[0] = add(zero, g);  // 0-dim input: index holds the single index 0
     } else {
       IntList shape(size_t(g.dim()), 1);
-      shape[size_t(dim_)] = index_.numel();
-      out[0] = scatter_add(zero, dim_, index_.reshape(shape).expand(g.sizes()), g);
+      shape[size_t(dim_)] = index.numel();
+      out[0] = scatter_add(zero, dim_, index.reshape(shape).expand(g.sizes()), g);
     }
     return out;
   }
-  void release_variables() override { index_ = Tensor(); }
+  void release_variables() override { index_.release(); }
 
  private:
   Kind kind_;
   int64_t dim_;
-  Tensor index_;  // Int64, not differentiable
+  autograd::SavedVariable index_;  // Int64, not differentiable
   IntList sizes_;
 };
 

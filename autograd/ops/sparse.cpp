@@ -152,25 +152,28 @@ class SelectRowsBackward final : public OpNode {
       : OpNode(op, std::string(op) == "embedding"
                        ? (sparse ? "EmbeddingSparseBackward" : "EmbeddingBackward")
                        : "IndexSelectSparseBackward"),
-        index_(std::move(index)), sizes_(std::move(sizes)), sparse_(sparse) {}
+        index_(index, false), sizes_(std::move(sizes)), sparse_(sparse) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
     if (!should_compute_output(0)) return out;
     const Tensor& g = grads[0];
-    int64_t n = index_.numel();
+    // Version-checked: rows changed in place after the forward would get
+    // the gradient of others (or, unchecked, land outside the gradient).
+    const Tensor index = index_.unpack(this, "index");
+    int64_t n = index.numel();
     if (sparse_) {
-      out[0] = autograd::impl::sparse_coo_unchecked(index_.reshape({1, n}), g, sizes_);
+      out[0] = autograd::impl::sparse_coo_unchecked(index.reshape({1, n}), g, sizes_);
     } else {
       IntList shape(size_t(g.dim()), 1);
       shape[0] = n;
-      out[0] = scatter_add(zeros(sizes_, g.options()), 0, index_.view(shape).expand(g.sizes()), g);
+      out[0] = scatter_add(zeros(sizes_, g.options()), 0, index.view(shape).expand(g.sizes()), g);
     }
     return out;
   }
-  void release_variables() override { index_ = Tensor(); }
+  void release_variables() override { index_.release(); }
 
  private:
-  Tensor index_;
+  autograd::SavedVariable index_;
   IntList sizes_;
   bool sparse_;
 };

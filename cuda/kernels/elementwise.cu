@@ -536,10 +536,14 @@ void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
     auto storage = host.impl()->storage();
     if (!detail::keep_alive_with_capture(stream, std::shared_ptr<void>(storage.get(), [storage](void*) {})))
       record_host_use(storage->data(), stream);
-    if (!non_blocking) TG_CUDA_CHECK(cudaStreamSynchronize(s), "to");
+    if (!non_blocking) {
+      TG_CUDA_CHECK(cudaStreamSynchronize(s), "to");
+      detail::raise_bad_index();
+    }
   } else if (!dst.is_cuda()) {
     // Device to pageable host memory: the host reads the result next.
     TG_CUDA_CHECK(cudaStreamSynchronize(s), "to");
+    detail::raise_bad_index();
   }
   // Host to device from pageable memory: the source is staged before
   // cudaMemcpyAsync returns, so it may be freed or changed right after.

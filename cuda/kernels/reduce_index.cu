@@ -231,13 +231,25 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
 
 // ---- indexing --------------------------------------------------------------------------
 
+// An index out of range (cuda/check.h, detail::BadIndex): the element is
+// skipped and the host told at its next synchronization.
+__device__ inline bool index_ok(int64_t j, int64_t size, detail::BadIndex* bad, int op) {
+  if (j >= 0 && j < size) return true;
+  bad->value = j;
+  bad->size = size;
+  __threadfence_system();
+  bad->op = op;
+  return false;
+}
+
 template <class U>
 __global__ void index_select_k(U* out, const U* x, const int64_t* idx, int64_t istride,
-                               int64_t total, int64_t m, int64_t n, int64_t inner) {
+                               int64_t total, int64_t m, int64_t n, int64_t inner, detail::BadIndex* bad) {
   int64_t stride = int64_t(blockDim.x) * gridDim.x;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += stride) {
     int64_t k = t % inner, j = (t / inner) % m, o = t / (inner * m);
-    out[t] = x[(o * n + idx[j * istride]) * inner + k];
+    const int64_t i = idx[j * istride];
+    out[t] = index_ok(i, n, bad, detail::kBadIndexSelect) ? x[(o * n + i) * inner + k] : U{};
   }
 }
 
@@ -251,11 +263,12 @@ void index_select_kernel(const Tensor& out, const Tensor& x, const Tensor& index
   int64_t istride = index.dim() == 0 ? 0 : index.strides()[0];
   int64_t blocks = std::min<int64_t>((total + kBlock - 1) / kBlock, 65536);
   const int64_t* ip = static_cast<const int64_t*>(index.data_ptr());
+  detail::BadIndex* bad = detail::bad_index_record();
   auto run = [&](auto tag) {
     using U = decltype(tag);
     index_select_k<U><<<unsigned(blocks), kBlock, 0, stream_of(out)>>>(
         static_cast<U*>(out.data_ptr()), static_cast<const U*>(x.data_ptr()), ip, istride, total, m,
-        n, inner);
+        n, inner, bad);
   };
   dispatch_bytes(element_size(out.dtype()), run);
   TG_CUDA_CHECK(cudaGetLastError(), "index_select");
@@ -264,20 +277,23 @@ void index_select_kernel(const Tensor& out, const Tensor& x, const Tensor& index
 template <class U>
 struct GatherFn {
   int64_t step;  // bytes per index step along dim
+  int64_t size;  // x's size along dim
+  detail::BadIndex* bad;
   __device__ void operator()(char* const* p, const int64_t* off) const {
     int64_t j = *reinterpret_cast<const int64_t*>(p[1] + off[1]);
-    *reinterpret_cast<U*>(p[0] + off[0]) = *reinterpret_cast<const U*>(p[2] + off[2] + j * step);
+    *reinterpret_cast<U*>(p[0] + off[0]) =
+        index_ok(j, size, bad, detail::kBadGather) ? *reinterpret_cast<const U*>(p[2] + off[2] + j * step) : U{};
   }
 };
 
-void gather_kernel(const Tensor& out, const Tensor& x, const Tensor& index, int64_t,
+void gather_kernel(const Tensor& out, const Tensor& x, const Tensor& index, int64_t dim_size,
                    int64_t dim_stride) {
   Tensor ops[3] = {out, index, x};
   int64_t esz = int64_t(element_size(out.dtype()));
   fusion::CaptureAccess access(stream_of(out));  // x is read by index, anywhere in its storage
   access.add(fusion::storage_of(x, false));
   dispatch_bytes(size_t(esz), [&](auto u) {
-    launch(ops, 3, "gather", GatherFn<decltype(u)>{dim_stride * esz});
+    launch(ops, 3, "gather", GatherFn<decltype(u)>{dim_stride * esz, dim_size, detail::bad_index_record()});
   });
 }
 
@@ -290,8 +306,11 @@ __device__ inline void atomic_add(int64_t* p, int64_t v) {
 template <class T>
 struct ScatterAddFn {
   int64_t step;
+  int64_t size;  // out's size along dim
+  detail::BadIndex* bad;
   __device__ void operator()(char* const* p, const int64_t* off) const {
     int64_t j = *reinterpret_cast<const int64_t*>(p[1] + off[1]);
+    if (!index_ok(j, size, bad, detail::kBadScatterAdd)) return;
     atomic_add(reinterpret_cast<T*>(p[0] + off[0] + j * step), *reinterpret_cast<const T*>(p[2] + off[2]));
   }
 };
@@ -307,7 +326,7 @@ void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, con
   dispatch_compute(out.dtype(), "scatter_add", [&](auto tag) {
     using T = decltype(tag);
     int64_t step = out.strides()[size_t(dim)] * int64_t(sizeof(T));
-    launch(ops, 3, "scatter_add", ScatterAddFn<T>{step});
+    launch(ops, 3, "scatter_add", ScatterAddFn<T>{step, out.sizes()[size_t(dim)], detail::bad_index_record()});
   });
 }
 

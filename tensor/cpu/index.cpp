@@ -1,4 +1,5 @@
 // CPU index kernels (index_select, gather, scatter_add) and Philox random.
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -8,6 +9,27 @@
 
 namespace tg::cpu {
 namespace {
+
+// An index out of range where the kernel runs: the op checked the range
+// when it was called, so the index changed since (written in place, or a
+// sparse tensor's indices written through _indices()), or it came from a
+// path that trusts it. Nothing out of range is ever read or written.
+[[noreturn]] void bad_index(const char* op, int64_t j, int64_t size) {
+  TG_ERROR(op, ": index ", j, " is out of range for a dimension of size ", size,
+           " (found by the kernel: the index tensor was changed after its range was checked, "
+           "or a sparse tensor's indices were written in place; build indices afresh)");
+}
+
+// The first bad index a parallel loop met (its workers cannot throw across
+// each other's writes): raised once the loop is done.
+struct FirstBad {
+  std::atomic<bool> any{false};
+  std::atomic<int64_t> value{0};
+  void note(int64_t j) {
+    bool expected = false;
+    if (any.compare_exchange_strong(expected, true)) value.store(j);
+  }
+};
 
 void index_select_kernel(const Tensor& out, const Tensor& x,
                          const Tensor& index) {
@@ -19,33 +41,46 @@ void index_select_kernel(const Tensor& out, const Tensor& x,
   const int64_t* idx = index.data_ptr<int64_t>();
   int64_t istride = index.dim() == 0 ? 0 : index.strides()[0];
   int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(inner, 1));
+  FirstBad bad;
   parallel_for(outer * m, grain, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
-      int64_t o = t / m, j = t % m;
-      std::memcpy(dst + size_t(t) * row,
-                  src + size_t(o * n + idx[j * istride]) * row, row);
+      int64_t o = t / m, j = t % m, i = idx[j * istride];
+      if (i < 0 || i >= n) {
+        bad.note(i);
+        std::memset(dst + size_t(t) * row, 0, row);
+        continue;
+      }
+      std::memcpy(dst + size_t(t) * row, src + size_t(o * n + i) * row, row);
     }
   });
+  if (bad.any) bad_index("index_select", bad.value, n);
 }
 
 template <class U>
-void gather_typed(const Tensor& out, const Tensor& x, const Tensor& index,
+void gather_typed(const Tensor& out, const Tensor& x, const Tensor& index, int64_t dim_size,
                   int64_t dim_stride) {
   Tensor ops[3] = {out, index, x};
   int64_t step = dim_stride * int64_t(sizeof(U));
-  for_each(ops, 3, [step](char** p, const int64_t* s, int64_t n) {
+  FirstBad bad;
+  for_each(ops, 3, [step, dim_size, &bad](char** p, const int64_t* s, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
       int64_t j = *reinterpret_cast<const int64_t*>(p[1] + i * s[1]);
+      if (j < 0 || j >= dim_size) {
+        bad.note(j);
+        *reinterpret_cast<U*>(p[0] + i * s[0]) = U{};
+        continue;
+      }
       *reinterpret_cast<U*>(p[0] + i * s[0]) =
           *reinterpret_cast<const U*>(p[2] + i * s[2] + j * step);
     }
   });
+  if (bad.any) bad_index("gather", bad.value, dim_size);
 }
 
 void gather_kernel(const Tensor& out, const Tensor& x, const Tensor& index,
-                   int64_t /*dim*/, int64_t dim_stride) {
+                   int64_t dim_size, int64_t dim_stride) {
   dispatch_bytes(element_size(out.dtype()),
-                 [&](auto u) { gather_typed<decltype(u)>(out, x, index, dim_stride); });
+                 [&](auto u) { gather_typed<decltype(u)>(out, x, index, dim_size, dim_stride); });
 }
 
 // out[.., index[i], ..] += src[i] over index's shape; serial (targets repeat).
@@ -58,12 +93,14 @@ void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index,
   dispatch_compute(out.dtype(), "scatter_add", [&](auto tag) {
     using T = decltype(tag);
     int64_t step = out.strides()[size_t(dim)] * int64_t(sizeof(T));
+    const int64_t size = out.sizes()[size_t(dim)];
     Tensor ops[3] = {target, index, src_view};
     for_each(
         ops, 3,
-        [step](char** p, const int64_t* s, int64_t n) {
+        [step, size](char** p, const int64_t* s, int64_t n) {
           for (int64_t i = 0; i < n; ++i) {
             int64_t j = *reinterpret_cast<const int64_t*>(p[1] + i * s[1]);
+            if (j < 0 || j >= size) bad_index("scatter_add", j, size);  // serial: nothing half-written
             *reinterpret_cast<T*>(p[0] + i * s[0] + j * step) +=
                 *reinterpret_cast<const T*>(p[2] + i * s[2]);
           }

@@ -1,4 +1,5 @@
 // CPU kernels for sparse COO tensors: coalesce (sort + merge) and spmm.
+#include <atomic>
 #include <algorithm>
 #include <numeric>
 
@@ -66,6 +67,9 @@ void spmm_kernel(const Tensor& out, const Tensor& rows_t, const Tensor& cols_t,
   const int64_t n = out.sizes()[0], k = out.sizes()[1], nnz = rows_t.numel();
   const int64_t* rows = rows_t.data_ptr<int64_t>();
   const int64_t* cols = cols_t.data_ptr<int64_t>();
+  const int64_t dense_rows = dense.sizes()[0];
+  std::atomic<int64_t> bad_col{0};  // a column index out of range (stale indices): never read
+  std::atomic<bool> any_bad{false};
   dispatch_compute(out.dtype(), "mm", [&](auto tag) {
     using T = decltype(tag);
     const T* v = static_cast<const T*>(values.data_ptr());
@@ -80,12 +84,21 @@ void spmm_kernel(const Tensor& out, const Tensor& rows_t, const Tensor& cols_t,
         for (; p != rows + nnz && *p == r; ++p) {
           int64_t j = p - rows;
           const T a = v[j];
+          if (cols[j] < 0 || cols[j] >= dense_rows) {
+            bad_col = cols[j];
+            any_bad = true;
+            continue;
+          }
           const T* drow = d + cols[j] * k;
           for (int64_t c = 0; c < k; ++c) orow[c] += a * drow[c];
         }
       }
     });
   });
+  const int64_t bad = bad_col.load();
+  TG_CHECK(!any_bad, "mm (sparse @ dense): the sparse tensor's column index ", bad,
+           " is out of range for the dense operand's ", dense_rows,
+           " rows (its indices were written in place after it was built; build it afresh)");
 }
 
 void lower_bound_kernel(const Tensor& out, const Tensor& sorted_t, const Tensor& values_t) {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include <dlpack/dlpack.h>
+#include <pthread.h>
 #include <tapegrad_c.h>
 
 static int failures = 0;
@@ -107,6 +108,48 @@ static tg_status unpack(tg_tensor packed, tg_tensor* out, void* context) {
   (void)context;
   ++unpacks;
   return tg_detach(packed, out);
+}
+
+/* ---- misuse: callbacks that hand back the handle they were given ----------------------- */
+static tg_status same_handle(tg_tensor x, tg_tensor* out, void* context) {
+  (void)context;
+  *out = x; /* its own handle: tapegrad must free it once */
+  return TG_OK;
+}
+static tg_status pack_same(tg_tensor t, tg_tensor* packed, void* context) { return same_handle(t, packed, context); }
+static tg_status unpack_same(tg_tensor p, tg_tensor* out, void* context) { return same_handle(p, out, context); }
+
+/* A thread that pushes hooks and ends without popping them. */
+static void* push_and_leave(void* arg) {
+  (void)arg;
+  if (tg_saved_tensor_hooks_push(pack, unpack, NULL) != TG_OK) return (void*)1;
+  if (tg_saved_tensor_hooks_push(pack_same, unpack_same, NULL) != TG_OK) return (void*)1;
+  return NULL;
+}
+
+/* ---- DLPack producers that get things wrong: count deleter calls ------------------------ */
+static int dl_deletes = 0;
+static void dl_deleter(DLManagedTensor* m) {
+  ++dl_deletes;
+  free(m->manager_ctx);
+  free(m);
+}
+static DLManagedTensor* dl_make(int64_t* shape, int ndim, int device_type, uint64_t byte_offset) {
+  DLManagedTensor* m = (DLManagedTensor*)calloc(1, sizeof *m);
+  float* data = (float*)calloc(8, sizeof(float));
+  m->dl_tensor.data = data;
+  m->dl_tensor.ndim = ndim;
+  m->dl_tensor.shape = shape;
+  m->dl_tensor.strides = NULL;
+  m->dl_tensor.byte_offset = byte_offset;
+  m->dl_tensor.dtype.code = kDLFloat;
+  m->dl_tensor.dtype.bits = 32;
+  m->dl_tensor.dtype.lanes = 1;
+  memcpy(&m->dl_tensor.device.device_type, &device_type, sizeof device_type); /* any int, as a producer may */
+  m->dl_tensor.device.device_id = 0;
+  m->manager_ctx = data;
+  m->deleter = dl_deleter;
+  return m;
 }
 
 /* ---- user memory: count releases -------------------------------------------------------- */
@@ -336,6 +379,83 @@ int main(void) {
     tg_tensor_free(c);
     tg_tensor_free(h);
     tg_tensor_free(NULL);
+  }
+
+  /* Misuse: overflowing sizes, handles handed back, hooks left pushed,
+   * broken DLPack producers, unknown enums. Each refused with a status, the
+   * producer's deleter run exactly once, nothing freed twice. */
+  {
+    const int64_t huge[2] = {(int64_t)1 << 32, (int64_t)1 << 32}, zero_strides[2] = {0, 0}, s3[1] = {3};
+    int64_t shape2[2] = {2, 2}, shape1[1] = {4};
+    tg_tensor t = NULL, x = NULL, j = NULL, y = NULL, z = NULL;
+    pthread_t th;
+    void* thread_status = NULL;
+    int k;
+    double jv[9], v = 0;
+    EXPECT(tg_tensor_from_blob(NULL, huge, zero_strides, 2, TG_FLOAT32, (tg_device){TG_CPU, 0}, NULL, NULL, &t) ==
+                   TG_ERROR &&
+               contains(tg_last_error(), "more elements than fit in 64 bits") && t == NULL,
+           "from_blob with 2^64 elements: %s", tg_last_error());
+    /* A function that returns the handle it was given (the identity). */
+    OK(tg_ones(s3, 1, TG_FLOAT64, (tg_device){TG_CPU, 0}, &x));
+    OK(tg_jacobian(same_handle, NULL, x, 0, &j));
+    OK(tg_tensor_copy_to(j, jv, sizeof jv));
+    for (k = 0; k < 9; ++k) EXPECT(jv[k] == (k % 4 == 0 ? 1.0 : 0.0), "jacobian of the identity [%d] = %g", k, jv[k]);
+    /* Hooks that return the handle they were given. */
+    OK(tg_tensor_set_requires_grad(x, 1));
+    OK(tg_saved_tensor_hooks_push(pack_same, unpack_same, NULL));
+    OK(tg_binary(TG_MUL, x, x, &y)); /* saves x twice */
+    OK(tg_saved_tensor_hooks_pop());
+    OK(tg_sum(y, NULL, 0, 0, &z));
+    OK(tg_backward(z, NULL, 0));
+    tg_tensor_free(z);
+    z = NULL;
+    OK(tg_tensor_grad(x, &z));
+    OK(tg_sum(z, NULL, 0, 0, &t));
+    OK(tg_tensor_item(t, &v));
+    EXPECT(v == 6.0, "d sum(x*x)/dx through same-handle hooks: sum %g", v);
+    tg_tensor_free(t);
+    tg_tensor_free(z);
+    tg_tensor_free(y);
+    tg_tensor_free(j);
+    tg_tensor_free(x);
+    /* Hooks left pushed when a thread ends: freed with the thread. */
+    EXPECT(pthread_create(&th, NULL, push_and_leave, NULL) == 0, "pthread_create");
+    pthread_join(th, &thread_status);
+    EXPECT(thread_status == NULL, "the thread's pushes failed");
+    /* DLPack: each refusal runs the deleter once. */
+    dl_deletes = 0;
+    EXPECT(tg_tensor_from_dlpack(dl_make(NULL, 2, kDLCPU, 0), &t) == TG_ERROR && contains(tg_last_error(), "shape is NULL"),
+           "DLPack shape NULL: %s", tg_last_error());
+    EXPECT(tg_tensor_from_dlpack(dl_make(shape2, 1 << 20, kDLCPU, 0), &t) == TG_ERROR &&
+               contains(tg_last_error(), "ndim 1048576"),
+           "DLPack huge ndim: %s", tg_last_error());
+    EXPECT(tg_tensor_from_dlpack(dl_make(shape1, 1, kDLCPU, 2), &t) == TG_ERROR && contains(tg_last_error(), "aligned"),
+           "DLPack unaligned byte_offset: %s", tg_last_error());
+    EXPECT(tg_tensor_from_dlpack(dl_make(shape1, 1, 12345, 0), &t) == TG_ERROR &&
+               contains(tg_last_error(), "device type 12345"),
+           "DLPack unknown device type: %s", tg_last_error());
+    EXPECT(tg_tensor_from_dlpack(dl_make(shape1, 1, kDLCPU, 0), NULL) == TG_INVALID_ARGUMENT,
+           "DLPack with out NULL: %s", tg_last_error());
+    EXPECT(dl_deletes == 5, "every refused DLPack tensor's deleter ran once: %d of 5", dl_deletes);
+    OK(tg_tensor_from_dlpack(dl_make(shape2, 2, kDLCPU, 4), &t)); /* a good one, 4-byte offset */
+    EXPECT(dl_deletes == 5, "an accepted tensor's deleter waits for the tensor");
+    tg_tensor_free(t);
+    EXPECT(dl_deletes == 6, "then runs once: %d", dl_deletes);
+    /* Enum values a C caller may pass that name nothing. */
+    OK(tg_ones(s3, 1, TG_FLOAT32, (tg_device){TG_CPU, 0}, &x));
+    EXPECT(tg_unary((tg_unary_op)999, x, &y) == TG_INVALID_ARGUMENT && contains(tg_last_error(), "999"),
+           "unknown unary op: %s", tg_last_error());
+    EXPECT(tg_binary((tg_binary_op)-7, x, x, &y) == TG_INVALID_ARGUMENT, "unknown binary op");
+    EXPECT(tg_zeros(s3, 1, (tg_dtype)77, (tg_device){TG_CPU, 0}, &y) == TG_INVALID_ARGUMENT, "unknown dtype");
+    EXPECT(tg_zeros(s3, 1, TG_FLOAT32, (tg_device){(tg_device_type)5, 0}, &y) == TG_INVALID_ARGUMENT,
+           "unknown device type");
+    EXPECT(tg_zeros(s3, 1 << 30, TG_FLOAT32, (tg_device){TG_CPU, 0}, &y) == TG_INVALID_ARGUMENT &&
+               contains(tg_last_error(), "more than 64 dims"),
+           "absurd ndim: %s", tg_last_error());
+    tg_tensor_free(x);
+    /* Hooks still pushed when main returns: the library frees them at exit. */
+    OK(tg_saved_tensor_hooks_push(pack, unpack, NULL));
   }
 
   if (failures) {

@@ -53,6 +53,13 @@ class SavedTensorHooksGuard {
   SavedTensorHooksGuard& operator=(const SavedTensorHooksGuard&) = delete;
 };
 
+/// Pushes a pair on this thread's stack without a guard (for bindings whose
+/// push and pop are separate calls, as the C API's); the stack owns it and
+/// frees what is left at thread exit.
+void push_saved_tensor_hooks(SavedTensorHooks hooks);
+/// Pops the pair on top of this thread's stack (none: nothing).
+void pop_saved_tensor_hooks();
+
 /// The pair on top of this thread's stack (nullptr when none).
 std::shared_ptr<const SavedTensorHooks> current_saved_tensor_hooks();
 

@@ -162,7 +162,7 @@ tg_status tg_set_grad_enabled(int enabled, int* previous);
 /* ---- the functional API: functions are C callbacks ---------------------------------- */
 
 /** A function of one tensor: writes a new handle to *out (tapegrad frees
- *  it) and returns TG_OK, or a failure status (its tg_last_error message,
+ *  it; it may be `x` itself, which is then freed once) and returns TG_OK, or a failure status (its tg_last_error message,
  *  if it set one through a failing tapegrad call, is reported). */
 typedef tg_status (*tg_function)(tg_tensor x, tg_tensor* out, void* context);
 
@@ -187,13 +187,14 @@ tg_status tg_laplacian(tg_function fn, void* context, tg_tensor x, int create_gr
 /* ---- saved-tensor hooks ---------------------------------------------------------------- */
 
 /** Pack: called when an op saves `t` for backward; writes what to keep to
- *  *packed (a new handle, tapegrad frees it). Unpack: called when backward
+ *  *packed (a new handle, tapegrad frees it; it may be `t` itself). Unpack: called when backward
  *  needs it back, from `packed`; writes the tensor to *out. */
 typedef tg_status (*tg_pack_hook)(tg_tensor t, tg_tensor* packed, void* context);
 /** Unpack hook: the saved tensor back from what pack kept. */
 typedef tg_status (*tg_unpack_hook)(tg_tensor packed, tg_tensor* out, void* context);
 /** Makes (pack, unpack) this thread's default saved-tensor hooks until the
- *  matching tg_saved_tensor_hooks_pop (they nest). */
+ *  matching tg_saved_tensor_hooks_pop (they nest). Hooks still pushed when
+ *  the thread ends are freed with it. */
 tg_status tg_saved_tensor_hooks_push(tg_pack_hook pack, tg_unpack_hook unpack, void* context);
 /** Ends the innermost hooks pushed on this thread. */
 tg_status tg_saved_tensor_hooks_pop(void);

@@ -24,6 +24,32 @@
 
 namespace tg::kernels {
 
+// Integer arithmetic wraps (two's complement), as PyTorch's: computed on the
+// unsigned type, where overflow is defined (signed overflow is undefined
+// behaviour, which the sanitizers make fatal). Floating point as written.
+template <class T>
+constexpr bool kWraps = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+template <class T>
+TG_HOST_DEVICE inline T wrap_add(T a, T b) {
+  if constexpr (kWraps<T>) return T(std::make_unsigned_t<T>(a) + std::make_unsigned_t<T>(b));
+  else return a + b;
+}
+template <class T>
+TG_HOST_DEVICE inline T wrap_sub(T a, T b) {
+  if constexpr (kWraps<T>) return T(std::make_unsigned_t<T>(a) - std::make_unsigned_t<T>(b));
+  else return a - b;
+}
+template <class T>
+TG_HOST_DEVICE inline T wrap_mul(T a, T b) {
+  if constexpr (kWraps<T>) return T(std::make_unsigned_t<T>(a) * std::make_unsigned_t<T>(b));
+  else return a * b;
+}
+template <class T>
+TG_HOST_DEVICE inline T wrap_neg(T a) {
+  if constexpr (kWraps<T>) return T(std::make_unsigned_t<T>(0) - std::make_unsigned_t<T>(a));
+  else return -a;
+}
+
 // Integer power; negative exponents give 0 except for bases 1 and -1.
 template <class T>
 TG_HOST_DEVICE inline T ipow(T base, T e) {
@@ -34,8 +60,8 @@ TG_HOST_DEVICE inline T ipow(T base, T e) {
   }
   T r = 1;
   while (e) {
-    if (e & 1) r *= base;
-    base *= base;
+    if (e & 1) r = wrap_mul(r, base);
+    base = wrap_mul(base, base);
     e >>= 1;
   }
   return r;
@@ -45,11 +71,12 @@ template <BinaryOp Op, class T>
 TG_HOST_DEVICE inline T binary_fn(T a, T b) {
   using std::pow;
   constexpr bool kInt = std::is_integral_v<T>;
-  if constexpr (Op == BinaryOp::Add) return a + b;
-  else if constexpr (Op == BinaryOp::Sub) return a - b;
-  else if constexpr (Op == BinaryOp::Mul) return a * b;
+  if constexpr (Op == BinaryOp::Add) return wrap_add(a, b);
+  else if constexpr (Op == BinaryOp::Sub) return wrap_sub(a, b);
+  else if constexpr (Op == BinaryOp::Mul) return wrap_mul(a, b);
   else if constexpr (Op == BinaryOp::Div) {
-    if constexpr (kInt) return b == 0 ? T(0) : a / b;  // no trap on integer division by 0
+    // No trap on integer division by 0, nor on the minimum over -1.
+    if constexpr (kInt) return b == 0 ? T(0) : b == T(-1) ? wrap_neg(a) : a / b;
     else return a / b;
   } else if constexpr (Op == BinaryOp::Pow) {
     if constexpr (kInt) return ipow(a, b);
@@ -134,7 +161,12 @@ TG_HOST_DEVICE inline T unary_fn(T x, const UnaryArgs<T>& p) {
   using std::tanh;
   constexpr bool kInt = std::is_integral_v<T>;
   (void)p;
-  if constexpr (false) {
+  if constexpr (kWraps<T> && Op == UnaryOp::Neg) {  // integers wrap (wrap_add)
+    return wrap_neg(x);
+  } else if constexpr (kWraps<T> && Op == UnaryOp::Abs) {
+    return x < T(0) ? wrap_neg(x) : x;
+  } else if constexpr (kWraps<T> && Op == UnaryOp::Square) {
+    return wrap_mul(x, x);
   }
 #define TG_UNARY(name, Kernel, float_only, forward, ...)             \
   else if constexpr (Op == UnaryOp::Kernel) {                       \

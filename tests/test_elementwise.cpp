@@ -1,4 +1,6 @@
 // Elementwise ops against plain double loops, on every layout and dtype.
+#include <limits>
+
 #include "reference.h"
 
 namespace tgtest {
@@ -288,6 +290,31 @@ TEST(InPlace, LargeStridedDestination) {
   std::vector<double> va = values(add), ref;
   for (size_t i = 0; i < before.size(); ++i) ref.push_back(before[i] + va[i % 300]);
   expect_values(view, ref, 1e-15, "strided in-place add");
+}
+
+// Int64 arithmetic wraps around (two's complement), as PyTorch's, on every
+// path: binary and scalar ops, negation, abs, square, pow, sums. Signed
+// overflow is undefined behaviour in C++ (fatal under the sanitizers).
+TEST(Binary, Int64ArithmeticWrapsAround) {
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min(), kMax = std::numeric_limits<int64_t>::max();
+  std::vector<int64_t> v{kMin, kMax, -1, 3};
+  Tensor a = tg::from_blob(v.data(), {4}, {}, tg::kInt64, tg::Device(tg::kCPU)).clone();
+  auto ints = [](const Tensor& t) {
+    Tensor c = t.contiguous();
+    return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+  };
+  EXPECT_EQ(ints(a + 1), (std::vector<int64_t>{kMin + 1, kMin, 0, 4}));
+  EXPECT_EQ(ints(a - 1), (std::vector<int64_t>{kMax, kMax - 1, -2, 2}));
+  EXPECT_EQ(ints(a + a), (std::vector<int64_t>{0, -2, -2, 6}));
+  EXPECT_EQ(ints(a * 2), (std::vector<int64_t>{0, -2, -2, 6}));
+  EXPECT_EQ(ints(-a), (std::vector<int64_t>{kMin, -kMax, 1, -3}));
+  EXPECT_EQ(ints(tg::neg(a)), (std::vector<int64_t>{kMin, -kMax, 1, -3}));
+  EXPECT_EQ(ints(tg::abs(a)), (std::vector<int64_t>{kMin, kMax, 1, 3}));
+  EXPECT_EQ(ints(tg::square(a)), (std::vector<int64_t>{0, 1, 1, 9}));
+  EXPECT_EQ(ints(tg::pow(a, 2)), (std::vector<int64_t>{0, 1, 1, 9}));
+  EXPECT_EQ(ints(a.sum()), (std::vector<int64_t>{1}));  // kMin + kMax - 1 + 3
+  EXPECT_EQ(ints(a.view({2, 2}).sum({0})), (std::vector<int64_t>{kMax, kMin + 2}));
+  EXPECT_EQ(ints(a.view({2, 2}).sum({1})), (std::vector<int64_t>{-1, 2}));
 }
 
 }  // namespace

@@ -9,13 +9,16 @@
 #include <Eigen/Core>
 
 #include "tensor/cpu/cpu_kernels.h"
+#include "tensor/element_math.h"
 #include "tensor/cpu/loops.h"
 #include <tapegrad/tensor/ops.h>
 
 namespace tg::cpu {
 namespace {
 
+using kernels::kWraps;
 using kernels::ReduceOp;
+using kernels::wrap_add;
 
 template <class T>
 struct Acc {  // accumulator type: float sums are blocked and carried in double
@@ -25,7 +28,7 @@ struct Acc {  // accumulator type: float sums are blocked and carried in double
 template <class T>
 T combine(ReduceOp op, T a, T b) {
   switch (op) {
-    case ReduceOp::Sum: return a + b;
+    case ReduceOp::Sum: return wrap_add(a, b);  // Int64 sums wrap
     case ReduceOp::Max:
       if constexpr (!std::is_integral_v<T>)
         if (a != a || b != b) return std::numeric_limits<T>::quiet_NaN();
@@ -42,6 +45,11 @@ T combine(ReduceOp op, T a, T b) {
 template <class T>
 typename Acc<T>::type reduce_run(ReduceOp op, const T* p, int64_t n) {
   using A = typename Acc<T>::type;
+  if (op == ReduceOp::Sum && kWraps<T>) {
+    A total = 0;
+    for (int64_t i = 0; i < n; ++i) total = wrap_add(total, A(p[i]));
+    return total;
+  }
   if (op == ReduceOp::Sum) {
     A total = 0;
     constexpr int64_t kBlock = 4096;
@@ -102,7 +110,7 @@ void reduce_cols(ReduceOp op, const T* in, T* out, int64_t len, int64_t cols) {
     for (int64_t i = 1; i < len; ++i) {
       const T* row = in + i * cols + b;
       if (op == ReduceOp::Sum) {
-        for (int64_t j = 0; j < w; ++j) o[j] += row[j];
+        for (int64_t j = 0; j < w; ++j) o[j] = wrap_add(o[j], row[j]);
       } else {
         for (int64_t j = 0; j < w; ++j) o[j] = combine(op, o[j], row[j]);
       }

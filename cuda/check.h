@@ -51,7 +51,7 @@ struct BadIndex {
   volatile int op;  // 0: none; else a BadIndexOp
   volatile long long value, size;
 };
-enum BadIndexOp { kBadIndexSelect = 1, kBadGather = 2, kBadScatterAdd = 3 };
+enum BadIndexOp { kBadIndexSelect = 1, kBadGather = 2, kBadScatterAdd = 3, kBadSparseIndex = 4 };
 // The record (allocated on first use; never null: throws when it cannot be).
 BadIndex* bad_index_record();
 // Throws (once) what a kernel recorded, if anything; called after every

@@ -75,7 +75,10 @@ void raise_bad_index() {
   const int op = r->op;
   const long long value = r->value, size = r->size;
   r->op = 0;
-  const char* name = op == kBadIndexSelect ? "index_select" : op == kBadGather ? "gather" : "scatter_add";
+  const char* name = op == kBadIndexSelect ? "index_select"
+                     : op == kBadGather      ? "gather"
+                     : op == kBadScatterAdd  ? "scatter_add"
+                                             : "sparse tensor indices";
   TG_ERROR(name, ": a CUDA kernel met index ", value, ", out of range for a dimension of size ", size,
            ", and skipped it, so results computed since are wrong. The op checked the index range when it "
            "was called: the index tensor was changed afterwards (written in place, or a sparse tensor's "

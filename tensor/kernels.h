@@ -156,6 +156,12 @@ struct Backend {
   // (the CPU throws; CUDA skips it and reports at the next synchronization).
   void (*gather)(const Tensor& out, const Tensor& x, const Tensor& index,
                  int64_t dim_size, int64_t dim_stride);
+  // Indices that were checked once and may have changed since (a sparse
+  // tensor's, through _indices()): index Int64 1-D. CUDA only (the CPU
+  // checks on the host): every index outside [0, size) is reported at the
+  // next synchronization as `sparse tensor indices` (cuda/check.h BadIndex);
+  // nothing is read but the index.
+  void (*report_bad_indices)(const Tensor& index, int64_t size);
   // out (already a copy of self) [index along dim] += src; out contiguous.
   void (*scatter_add)(const Tensor& out, int64_t dim, const Tensor& index,
                       const Tensor& src);

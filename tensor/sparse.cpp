@@ -161,8 +161,8 @@ namespace {
 // and a linear index made from one out of range would address another entry
 // or memory outside the tensor. The CPU throws. CUDA (no host read) clamps
 // it into range, so nothing downstream (scatter, cuSPARSE) leaves its
-// memory, and the gather kernel's check reports it at the next
-// synchronization (cuda/check.h BadIndex).
+// memory, and a kernel reports it at the next synchronization (cuda/check.h
+// BadIndex).
 Tensor checked_sparse_dim(const Tensor& i, int64_t k, int64_t size) {
   Tensor ik = raw::select(i, 0, k);
   if (ik.numel() == 0) return ik;
@@ -175,9 +175,7 @@ Tensor checked_sparse_dim(const Tensor& i, int64_t k, int64_t size) {
                "was built, through _indices(); build it afresh)");
     return ik;
   }
-  Tensor probe = raw::expand(detail::new_empty({1}, kInt64, ik.device()), {size});
-  Tensor sink = detail::new_empty(ik.sizes(), kInt64, ik.device());
-  kernels::backend(ik.device(), "sparse indices").gather(sink, raw::as_strided(probe, ik.sizes(), {0}), ik, size, 0);
+  kernels::backend(ik.device(), "sparse tensor indices").report_bad_indices(ik, size);
   return raw::clamp(ik, Scalar(int64_t(0)), Scalar(size - 1));
 }
 }  // namespace

@@ -297,6 +297,26 @@ void gather_kernel(const Tensor& out, const Tensor& x, const Tensor& index, int6
   });
 }
 
+__global__ void report_bad_indices_k(const int64_t* idx, int64_t istride, int64_t n, int64_t size,
+                                     detail::BadIndex* bad) {
+  int64_t stride = int64_t(blockDim.x) * gridDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    (void)index_ok(idx[i * istride], size, bad, detail::kBadSparseIndex);
+}
+
+void report_bad_indices_kernel(const Tensor& index, int64_t size) {
+  const int64_t n = index.numel();
+  if (n == 0) return;
+  DeviceGuard g(index.device().index());
+  fusion::CaptureAccess access(stream_of(index));  // reads the index; writes only host memory
+  access.read(index);
+  const int64_t blocks = std::min<int64_t>((n + kBlock - 1) / kBlock, 65536);
+  report_bad_indices_k<<<unsigned(blocks), kBlock, 0, stream_of(index)>>>(
+      static_cast<const int64_t*>(index.data_ptr()), index.dim() == 0 ? 0 : index.strides()[0], n, size,
+      detail::bad_index_record());
+  TG_CUDA_CHECK(cudaGetLastError(), "sparse tensor indices");
+}
+
 __device__ inline void atomic_add(float* p, float v) { atomicAdd(p, v); }
 __device__ inline void atomic_add(double* p, double v) { atomicAdd(p, v); }
 __device__ inline void atomic_add(int64_t* p, int64_t v) {
@@ -373,6 +393,7 @@ void register_reduce_index_random(kernels::Backend& b) {
   b.reduce = reduce_kernel;
   b.index_select = index_select_kernel;
   b.gather = gather_kernel;
+  b.report_bad_indices = report_bad_indices_kernel;
   b.scatter_add = scatter_add_kernel;
   b.uniform = [](const Tensor& out, uint64_t seed, uint64_t offset) {
     random_kernel<false>(out, seed, offset, nullptr);

@@ -23,11 +23,13 @@ void AccumulateGrad::call_tensor_pre_hooks(variable_list& grads) {
 
 namespace {
 // A dense .grad that a gradient is added to in place, keeping its identity:
-// contiguous, without history, and its storage not shared — or a static
-// .grad a captured graph reads (docs/AUTOGRAD.md "Accumulation", rule 7).
+// contiguous, without history, and its storage not shared (or shared only
+// by the gradients of a data-parallel bucket) — or a static .grad a
+// captured graph reads (docs/AUTOGRAD.md "Accumulation", rule 7).
 bool adds_in_place(const Tensor& variable, const Tensor& grad) {
   return !grad.is_sparse() && grad.is_contiguous() && !impl::requires_grad(grad) &&
-         (grad.impl()->storage().use_count() == 1 || cuda::static_in_use(variable));
+         (grad.impl()->storage().use_count() == 1 || grad.impl()->storage()->gradient_bucket() ||
+          cuda::static_in_use(variable));
 }
 }  // namespace
 

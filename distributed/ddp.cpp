@@ -129,6 +129,8 @@ class DistributedDataParallel::Reducer {
     for (Bucket& b : buckets_) {
       const Tensor& last = params_[b.params.back()];
       b.flat = tg::empty({b.offsets.back() + last.numel()}, TensorOptions().dtype(last.dtype()).device(last.device()));
+      // Its slices become the gradients themselves: accumulated in place.
+      if (options_.gradient_as_bucket_view) b.flat.impl()->storage()->set_gradient_bucket(true);
       b.start = std::make_unique<cuda::Event>(true);
       b.end = std::make_unique<cuda::Event>(true);
     }
@@ -236,7 +238,7 @@ class DistributedDataParallel::Reducer {
       if (g.defined()) {
         TG_CHECK(!g.is_sparse(), "DistributedDataParallel: parameter ", b.params[k],
                  " has a sparse gradient; only dense gradients are reduced");
-        slice.copy_(g.reshape({p.numel()}));
+        if (!views(g, slice)) slice.copy_(g.reshape({p.numel()}));  // a view: accumulated in place already
       } else {
         slice.zero_();
       }
@@ -244,8 +246,17 @@ class DistributedDataParallel::Reducer {
     last_work_ = group_->all_reduce(b.flat, ReduceOp::Avg);
     for (size_t k = 0; k < b.params.size(); ++k) {
       Tensor p = params_[b.params[k]];
-      Tensor slice = b.flat.narrow(0, b.offsets[k], p.numel()).reshape(p.sizes());
+      Tensor flat_slice = b.flat.narrow(0, b.offsets[k], p.numel());
+      Tensor slice = flat_slice.view(p.sizes());
       Tensor& g = p.mutable_grad();
+      if (g.defined() && views(g, flat_slice)) continue;  // reduced in place
+      if (options_.gradient_as_bucket_view) {
+        // The old gradient was read on this stream (copied in): its memory
+        // waits for that before it is reused.
+        if (g.defined() && g.impl()->storage()->allocator()) cuda::record_stream(g.impl()->storage()->data(), comm);
+        g = slice;
+        continue;
+      }
       if (!g.defined()) {
         cuda::StreamGuard on_caller(caller_);
         g = tg::empty(p.sizes(), p.options());
@@ -254,6 +265,12 @@ class DistributedDataParallel::Reducer {
       if (g.impl()->storage()->allocator()) cuda::record_stream(g.impl()->storage()->data(), comm);
     }
     b.end->record(comm);
+  }
+
+  // Whether gradient g is the bucket's slice itself (gradient_as_bucket_view).
+  static bool views(const Tensor& g, const Tensor& slice) {
+    return g.impl()->storage().get() == slice.impl()->storage().get() && g.data_ptr() == slice.data_ptr() &&
+           g.numel() == slice.numel() && g.is_contiguous();
   }
 
   void finish() {

@@ -39,7 +39,7 @@ struct Args {
   int steps = 200, warmup = 20, batch = 1024, width = 64, depth = 4, gpus = 0, hessian_batch = 4096;
   double bucket_kb = 25 * 1024, first_bucket_kb = 1024;
   std::string loss = "pinn", json;
-  bool graph = false;
+  bool graph = false, bucket_view = false;
 };
 
 std::shared_ptr<tg::nn::Sequential> make_mlp(const Args& a, int device) {
@@ -84,6 +84,7 @@ Result run_rank(const Args& a, std::shared_ptr<dist::ProcessGroup> g) {
   dist::DDPOptions o;
   o.bucket_cap_bytes = size_t(a.bucket_kb * 1024);
   o.first_bucket_cap_bytes = size_t(a.first_bucket_kb * 1024);
+  o.gradient_as_bucket_view = a.bucket_view;
   dist::DistributedDataParallel ddp(model, g, o);
   tg::optim::AdamOptions ao;
   ao.lr = 1e-3;
@@ -92,7 +93,7 @@ Result run_rank(const Args& a, std::shared_ptr<dist::ProcessGroup> g) {
   tg::manual_seed(1000 + uint64_t(r));  // every rank its own collocation points
   Tensor x = tg::rand({a.batch, 2}, opt);  // the graphed step's static input
   auto body = [&] {
-    adam.zero_grad(/*set_to_none=*/!a.graph);
+    adam.zero_grad(/*set_to_none=*/!a.graph && !a.bucket_view);  // zeroing in place keeps bucket views
     if (a.loss == "pinn") {
       pinn_loss(ddp, x).backward();
     } else {
@@ -189,6 +190,8 @@ int main(int argc, char** argv) {
   app.add_option("--first-bucket-kb", a.first_bucket_kb, "DDP first bucket size (KiB)");
   app.add_option("--json", a.json, "write the figures there");
   app.add_flag("--graph", a.graph, "capture the step in a CUDA graph and replay it");
+  app.add_flag("--bucket-view", a.bucket_view,
+               "gradients as views into the DDP buckets (no copies into and out of them)");
   CLI11_PARSE(app, argc, argv);
   if (!dist::is_available() || tg::cuda::device_count() == 0) {
     std::printf("pinn_ddp: needs NCCL and a GPU (NCCL built in: %s, GPUs: %d); nothing to run\n",

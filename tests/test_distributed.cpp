@@ -276,40 +276,54 @@ TEST(DistributedGpu, DataParallelGradientsEqualOneGpuOnTheGlobalBatch) {
   // rank 0's must be the reference's. Rank r > 0 starts from other weights:
   // the constructor broadcasts rank 0's. They outlive the groups: freeing
   // gradients last used on a group's communication stream must still work.
-  std::vector<std::shared_ptr<tg::nn::Sequential>> models;
-  for (int r = 0; r < n; ++r) models.push_back(mlp(2, 16, 3, r, r == 0 ? 11 : 99));
-  run_ranks([&](int r, std::shared_ptr<dist::ProcessGroup> g) {
-    auto model = models[size_t(r)];
-    dist::DDPOptions o;
-    o.bucket_cap_bytes = 2048;  // several buckets
-    o.first_bucket_cap_bytes = 512;
-    dist::DistributedDataParallel ddp(model, g, o);
-    EXPECT_GT(ddp.buckets().size(), size_t(2));
-    const tg::Device dev(tg::kCUDA, r);
-    auto shard = [&](const Tensor& t, int half) { return t.narrow(0, half * n * per + r * per, per).to(dev); };
-    auto grads = [&] {
-      std::vector<std::vector<double>> out;
-      for (const Tensor& p : model->parameters()) out.push_back(grad_of(p));
-      return out;
-    };
-    for (int iter = 0; iter < 2; ++iter) {  // the second after the bucket rebuild
-      model->zero_grad();
-      tg::square(ddp(shard(X, 0)) - shard(Y, 0)).mean().backward();
-      expect_near(grads(), want_mlp, "mlp");
-    }
-    model->zero_grad();
-    pinn_loss([&](const Tensor& x) { return ddp(x); }, shard(X, 0)).backward();
-    expect_near(grads(), want_pinn, "pinn (double backward)");
-    model->zero_grad();
-    {
-      auto guard = ddp.no_sync();
-      tg::square(ddp(shard(X, 0)) - shard(Y, 0)).mean().backward();
-    }
-    tg::square(ddp(shard(X, 1)) - shard(Y, 1)).mean().backward();
-    // Each rank's loss is the mean over its shard: the average over ranks of
-    // the accumulated sum is the reference's sum of two global means.
-    expect_near(grads(), want_acc, "no_sync accumulation");
-  });
+  // With gradient_as_bucket_view the gradients become views into the
+  // buckets (zero_grad keeps them: set_to_none = false) and must give the
+  // same numbers.
+  for (const bool as_view : {false, true}) {
+    std::vector<std::shared_ptr<tg::nn::Sequential>> models;
+    for (int r = 0; r < n; ++r) models.push_back(mlp(2, 16, 3, r, r == 0 ? 11 : 99));
+    const char* variant = as_view ? " (gradient_as_bucket_view)" : "";
+    run_ranks([&](int r, std::shared_ptr<dist::ProcessGroup> g) {
+      auto model = models[size_t(r)];
+      dist::DDPOptions o;
+      o.bucket_cap_bytes = 2048;  // several buckets
+      o.first_bucket_cap_bytes = 512;
+      o.gradient_as_bucket_view = as_view;
+      dist::DistributedDataParallel ddp(model, g, o);
+      EXPECT_GT(ddp.buckets().size(), size_t(2));
+      const tg::Device dev(tg::kCUDA, r);
+      auto shard = [&](const Tensor& t, int half) { return t.narrow(0, half * n * per + r * per, per).to(dev); };
+      auto grads = [&] {
+        std::vector<std::vector<double>> out;
+        for (const Tensor& p : model->parameters()) out.push_back(grad_of(p));
+        return out;
+      };
+      const std::vector<Tensor> params = model->parameters();
+      for (int iter = 0; iter < 3; ++iter) {  // the second after the bucket rebuild
+        model->zero_grad(/*set_to_none=*/!as_view);
+        tg::square(ddp(shard(X, 0)) - shard(Y, 0)).mean().backward();
+        expect_near(grads(), want_mlp, (std::string("mlp") + variant).c_str());
+      }
+      if (as_view)  // the gradients of a bucket share its memory, and accumulation kept them so
+        for (const auto& bucket : ddp.buckets())
+          for (size_t k = 1; k < bucket.size(); ++k)
+            EXPECT_EQ(params[bucket[k]].grad().impl()->storage().get(),
+                      params[bucket[0]].grad().impl()->storage().get())
+                << "rank " << r << ": parameter " << bucket[k] << "'s gradient is not a view into its bucket";
+      model->zero_grad(!as_view);
+      pinn_loss([&](const Tensor& x) { return ddp(x); }, shard(X, 0)).backward();
+      expect_near(grads(), want_pinn, (std::string("pinn (double backward)") + variant).c_str());
+      model->zero_grad(!as_view);
+      {
+        auto guard = ddp.no_sync();
+        tg::square(ddp(shard(X, 0)) - shard(Y, 0)).mean().backward();
+      }
+      tg::square(ddp(shard(X, 1)) - shard(Y, 1)).mean().backward();
+      // Each rank's loss is the mean over its shard: the average over ranks of
+      // the accumulated sum is the reference's sum of two global means.
+      expect_near(grads(), want_acc, (std::string("no_sync accumulation") + variant).c_str());
+    });
+  }
 }
 
 // The whole DDP training step — forward, the PINN loss by double backward,

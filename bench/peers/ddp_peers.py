@@ -138,7 +138,8 @@ def run_tapegrad(a, world, loss, graphed=False):
     launch = [os.path.join(ROOT, "scripts", "launch.sh"), str(world)]  # one process per GPU, as PyTorch's
     subprocess.run(launch + [exe, "--loss", loss, "--batch", str(a.batch), "--steps", str(a.steps),
                     "--warmup", str(a.warmup), "--bucket-kb", str(a.bucket_kb), "--first-bucket-kb",
-                    str(a.bucket_kb / 4), "--json", out] + (["--graph"] if graphed else []), check=True,
+                    str(a.bucket_kb / 4), "--json", out] + (["--graph"] if graphed else []) +
+                   (["--bucket-view"] if a.bucket_view else []), check=True,
                    stdout=sys.stderr)
     with open(out) as f:
         r = json.load(f)
@@ -151,6 +152,8 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--gpus", default="1,2")
+    p.add_argument("--bucket-view", action="store_true",
+                   help="tapegrad: gradients as views into the buckets (DDPOptions::gradient_as_bucket_view)")
     p.add_argument("--timeout", type=float, default=90, help="seconds a PyTorch run may take")
     p.add_argument("--losses", default="pinn,mlp")
     p.add_argument("--frameworks", default="tapegrad,torch", help="of tapegrad, tapegrad_graph, torch, torch_graph")

@@ -140,6 +140,14 @@ struct DDPOptions {
   /// Rebuild the buckets after the first iteration in the order gradients
   /// actually arrived (rank 0's order, broadcast).
   bool rebuild_buckets = true;
+  /// As PyTorch's: after a reduction each parameter's .grad is a view into
+  /// its bucket, so the next backward accumulates into the bucket itself and
+  /// the copies into and out of it are skipped (two fewer kernels per
+  /// parameter on the path after the last gradient). .grad then shares
+  /// memory with the bucket; zero_grad(set_to_none = false) keeps the views,
+  /// set_to_none = true drops them for an iteration (its reduction copies
+  /// and makes them again).
+  bool gradient_as_bucket_view = false;
 };
 
 /// Data parallel training of a module (as torch.nn.parallel.DistributedDataParallel).

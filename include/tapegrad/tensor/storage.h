@@ -48,6 +48,14 @@ class StorageImpl final : public IntrusiveTarget {
     range_hi_ = hi;
     range_version_ = version;
   }
+  /// Memory whose views are gradients meant to be accumulated in place even
+  /// though they share it (a data-parallel bucket with
+  /// gradient_as_bucket_view): AccumulateGrad adds into such a .grad in
+  /// place, where shared memory would otherwise make it add out of place.
+  void set_gradient_bucket(bool on) { gradient_bucket_ = on; }
+  /// Whether set_gradient_bucket(true) was called.
+  bool gradient_bucket() const { return gradient_bucket_; }
+
   /// The range set above, if the reader's counter and version are the recorded ones.
   bool known_index_range(const void* counter, uint32_t version, int64_t* lo, int64_t* hi) const {
     if (!range_counter_ || counter != range_counter_ || version != range_version_) return false;
@@ -66,6 +74,7 @@ class StorageImpl final : public IntrusiveTarget {
   const void* range_counter_ = nullptr;  // see set_known_index_range
   int64_t range_lo_ = 0, range_hi_ = 0;
   uint32_t range_version_ = 0;
+  bool gradient_bucket_ = false;  // see set_gradient_bucket
 };
 
 /// Shared by a tensor and all its views; every in-place op bumps it, and saved

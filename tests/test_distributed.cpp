@@ -304,12 +304,15 @@ TEST(DistributedGpu, DataParallelGradientsEqualOneGpuOnTheGlobalBatch) {
         tg::square(ddp(shard(X, 0)) - shard(Y, 0)).mean().backward();
         expect_near(grads(), want_mlp, (std::string("mlp") + variant).c_str());
       }
-      if (as_view)  // the gradients of a bucket share its memory, and accumulation kept them so
-        for (const auto& bucket : ddp.buckets())
-          for (size_t k = 1; k < bucket.size(); ++k)
+      if (as_view) {  // the gradients of a bucket share its memory, and accumulation kept them so
+        for (const auto& bucket : ddp.buckets()) {
+          for (size_t k = 1; k < bucket.size(); ++k) {
             EXPECT_EQ(params[bucket[k]].grad().impl()->storage().get(),
                       params[bucket[0]].grad().impl()->storage().get())
                 << "rank " << r << ": parameter " << bucket[k] << "'s gradient is not a view into its bucket";
+          }
+        }
+      }
       model->zero_grad(!as_view);
       pinn_loss([&](const Tensor& x) { return ddp(x); }, shard(X, 0)).backward();
       expect_near(grads(), want_pinn, (std::string("pinn (double backward)") + variant).c_str());

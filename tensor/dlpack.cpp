@@ -145,13 +145,19 @@ Tensor from_dlpack(DLManagedTensor* src, std::optional<cuda::Stream> producer) {
   const IntList sizes(t.shape, t.shape + t.ndim);
   const IntList strides = t.strides ? IntList(t.strides, t.strides + t.ndim) : IntList();
   const size_t elem = element_size(dtype);
-  TG_CHECK((reinterpret_cast<uintptr_t>(t.data) + t.byte_offset) % elem == 0, "from_dlpack: data + byte_offset (",
-           t.data, " + ", t.byte_offset, ") is not aligned to the ", elem, "-byte elements of ", dtype,
-           "; copy to aligned memory in the producer first");
+  // data + byte_offset as an address (pointer arithmetic past the producer's
+  // allocation, or on NULL, is undefined behaviour).
+  TG_CHECK(t.data || t.byte_offset == 0, "from_dlpack: data is NULL with byte_offset ", t.byte_offset);
+  uintptr_t first = 0;
+  TG_CHECK(!__builtin_add_overflow(reinterpret_cast<uintptr_t>(t.data), t.byte_offset, &first),
+           "from_dlpack: data + byte_offset (", t.data, " + ", t.byte_offset, ") overflows the address space");
+  TG_CHECK(first % elem == 0, "from_dlpack: data + byte_offset (", t.data, " + ", t.byte_offset,
+           ") is not aligned to the ", elem, "-byte elements of ", dtype, "; copy to aligned memory in the "
+           "producer first");
   // The view starts at the first element (data + byte_offset); its release
   // is the producer's deleter.
-  Tensor out = from_blob(static_cast<char*>(t.data) + t.byte_offset, sizes, strides, dtype, device,
-                         &release_managed, static_cast<void*>(src));
+  Tensor out = from_blob(reinterpret_cast<void*>(first), sizes, strides, dtype, device, &release_managed,
+                         static_cast<void*>(src));
   guard.release();
   if (producer && device.is_cuda() && *producer != cuda::current_stream(device.index()))
     cuda::current_stream(device.index()).wait_stream(*producer);

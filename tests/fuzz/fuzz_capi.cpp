@@ -34,10 +34,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tg_device device{};
   device.type = static_cast<tg_device_type>(in.get<uint32_t>() % 2);
   device.index = in.get<int8_t>();
-  std::vector<int64_t> shape(16), strides(16);
+  // 64 entries: the most the API reads (a larger ndim is refused unread).
+  std::vector<int64_t> shape(64), strides(64);
   for (auto& s : shape) s = in.get<int64_t>();
   for (auto& s : strides) s = in.get<int64_t>();
-  const int shape_n = ndim < 0 ? 0 : ndim > 16 ? 16 : ndim;
+  const int shape_n = ndim < 0 ? 0 : ndim > 64 ? 64 : ndim;
   // Small tensors only (a valid huge shape, or a huge dim beside a zero one,
   // would just allocate a huge result); shapes whose element count
   // overflows 64 bits go through: they must be refused.
@@ -49,7 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     overflows |= __builtin_mul_overflow(numel, shape[size_t(i)], &numel);
   }
   if (!overflows && (numel > 4096 || widest > 4096)) return 0;
-  if (ndim > 16 && !(how & 0x80)) return 0;  // sometimes an ndim past the array: refused before it is read
+  if (ndim > 64 && !(how & 0x80)) return 0;  // sometimes an ndim past the array: refused before it is read
   tg_tensor t = nullptr;
   switch (how % 4) {
     case 0: checked(tg_zeros(shape.data(), ndim, dtype, device, &t)); break;

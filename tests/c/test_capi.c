@@ -437,11 +437,17 @@ int main(void) {
            "DLPack unknown device type: %s", tg_last_error());
     EXPECT(tg_tensor_from_dlpack(dl_make(shape1, 1, kDLCPU, 0), NULL) == TG_INVALID_ARGUMENT,
            "DLPack with out NULL: %s", tg_last_error());
-    EXPECT(dl_deletes == 5, "every refused DLPack tensor's deleter ran once: %d of 5", dl_deletes);
+    {
+      DLManagedTensor* m = dl_make(shape1, 1, kDLCPU, 13402712491054596099ull); /* a fuzzer's offset */
+      m->dl_tensor.data = NULL; /* its memory stays in manager_ctx, freed by the deleter */
+      EXPECT(tg_tensor_from_dlpack(m, &t) == TG_ERROR && contains(tg_last_error(), "data is NULL with byte_offset"),
+             "DLPack NULL data with an offset: %s", tg_last_error());
+    }
+    EXPECT(dl_deletes == 6, "every refused DLPack tensor's deleter ran once: %d of 6", dl_deletes);
     OK(tg_tensor_from_dlpack(dl_make(shape2, 2, kDLCPU, 4), &t)); /* a good one, 4-byte offset */
-    EXPECT(dl_deletes == 5, "an accepted tensor's deleter waits for the tensor");
+    EXPECT(dl_deletes == 6, "an accepted tensor's deleter waits for the tensor");
     tg_tensor_free(t);
-    EXPECT(dl_deletes == 6, "then runs once: %d", dl_deletes);
+    EXPECT(dl_deletes == 7, "then runs once: %d", dl_deletes);
     /* Enum values a C caller may pass that name nothing. */
     OK(tg_ones(s3, 1, TG_FLOAT32, (tg_device){TG_CPU, 0}, &x));
     EXPECT(tg_unary((tg_unary_op)999, x, &y) == TG_INVALID_ARGUMENT && contains(tg_last_error(), "999"),

@@ -64,9 +64,7 @@ void scatter_add_sorted(const Tensor& out, int64_t d, const Tensor& index, const
                                       "its count on the host)", out.device().index());
   // The flattened targets below would land a bad index in another row:
   // the range is checked here (the sorted sum reads the host anyway).
-  const int64_t lo = amin(index).item<int64_t>(), hi = amax(index).item<int64_t>();
-  TG_CHECK(lo >= 0 && hi < out.sizes()[size_t(d)], "scatter_add: index ", lo < 0 ? lo : hi,
-           " is out of range for dim ", d, " with size ", out.sizes()[size_t(d)]);
+  check_index_range(index, out.sizes()[size_t(d)], d, "scatter_add");
   const kernels::Backend& be = kernels::backend(out.device(), "scatter_add");
   // Each element's target position in out (contiguous): index * stride_d +
   // the element's coordinates in the other dims * their strides.

@@ -311,11 +311,14 @@ Tensor sparse_mm(const Tensor& s, const Tensor& dense, const char* op) {
   Tensor out = detail::new_empty({s.sizes()[0], dense.sizes()[1]}, ct, s.device());
   if (out.numel() == 0) return cast(out, rt);
   if (s.nnz() == 0) return cast(raw::zero_(out), rt);
+  // Indices coalesce() sorts are checked there (and its output is made in
+  // range); a tensor already coalesced keeps the indices it was given.
+  const bool already_checked = !s.is_coalesced();
   Tensor c = raw::coalesce(s);
   Tensor i = ind(c);
+  auto dim = [&](int64_t k) { return already_checked ? raw::select(i, 0, k) : checked_sparse_dim(i, k, s.sizes()[k]); };
   kernels::backend(s.device(), op)
-      .spmm(out, raw::contiguous(checked_sparse_dim(i, 0, s.sizes()[0])),
-            raw::contiguous(checked_sparse_dim(i, 1, s.sizes()[1])),
+      .spmm(out, raw::contiguous(dim(0)), raw::contiguous(dim(1)),
             raw::contiguous(cast(val(c), ct)), raw::contiguous(cast(dense, ct)));
   return cast(out, rt);
 }

@@ -1,5 +1,4 @@
 // CPU index kernels (index_select, gather, scatter_add) and Philox random.
-#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -20,17 +19,6 @@ namespace {
            "or a sparse tensor's indices were written in place; build indices afresh)");
 }
 
-// The first bad index a parallel loop met (its workers cannot throw across
-// each other's writes): raised once the loop is done.
-struct FirstBad {
-  std::atomic<bool> any{false};
-  std::atomic<int64_t> value{0};
-  void note(int64_t j) {
-    bool expected = false;
-    if (any.compare_exchange_strong(expected, true)) value.store(j);
-  }
-};
-
 void index_select_kernel(const Tensor& out, const Tensor& x,
                          const Tensor& index) {
   int64_t outer = x.sizes()[0], n = x.sizes()[1], inner = x.sizes()[2];
@@ -41,7 +29,7 @@ void index_select_kernel(const Tensor& out, const Tensor& x,
   const int64_t* idx = index.data_ptr<int64_t>();
   int64_t istride = index.dim() == 0 ? 0 : index.strides()[0];
   int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(inner, 1));
-  FirstBad bad;
+  FirstBadIndex bad;
   parallel_for(outer * m, grain, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       int64_t o = t / m, j = t % m, i = idx[j * istride];
@@ -61,7 +49,7 @@ void gather_typed(const Tensor& out, const Tensor& x, const Tensor& index, int64
                   int64_t dim_stride) {
   Tensor ops[3] = {out, index, x};
   int64_t step = dim_stride * int64_t(sizeof(U));
-  FirstBad bad;
+  FirstBadIndex bad;
   for_each(ops, 3, [step, dim_size, &bad](char** p, const int64_t* s, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
       int64_t j = *reinterpret_cast<const int64_t*>(p[1] + i * s[1]);

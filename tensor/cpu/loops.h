@@ -5,6 +5,7 @@
 // contiguous fast path when all byte strides equal the element size.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -47,6 +48,18 @@ void for_each(const Tensor* ops, int nops, InnerLoop inner, bool parallel = true
 
 // Runs f(begin, end) over [0, n) in TBB chunks of at least `grain`.
 void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> f);
+
+// The first index out of range that the workers of a parallel loop met
+// (they cannot throw across each other's writes): the kernel raises it once
+// the loop is done.
+struct FirstBadIndex {
+  std::atomic<bool> any{false};
+  std::atomic<int64_t> value{0};
+  void note(int64_t j) {
+    bool expected = false;
+    if (any.compare_exchange_strong(expected, true)) value.store(j);
+  }
+};
 
 using kernels::dispatch_bytes;
 using kernels::dispatch_compute;

@@ -1,5 +1,4 @@
 // CPU kernels for sparse COO tensors: coalesce (sort + merge) and spmm.
-#include <atomic>
 #include <algorithm>
 #include <numeric>
 
@@ -68,8 +67,7 @@ void spmm_kernel(const Tensor& out, const Tensor& rows_t, const Tensor& cols_t,
   const int64_t* rows = rows_t.data_ptr<int64_t>();
   const int64_t* cols = cols_t.data_ptr<int64_t>();
   const int64_t dense_rows = dense.sizes()[0];
-  std::atomic<int64_t> bad_col{0};  // a column index out of range (stale indices): never read
-  std::atomic<bool> any_bad{false};
+  FirstBadIndex bad_col;  // a column index out of range (stale indices): never read
   dispatch_compute(out.dtype(), "mm", [&](auto tag) {
     using T = decltype(tag);
     const T* v = static_cast<const T*>(values.data_ptr());
@@ -85,8 +83,7 @@ void spmm_kernel(const Tensor& out, const Tensor& rows_t, const Tensor& cols_t,
           int64_t j = p - rows;
           const T a = v[j];
           if (cols[j] < 0 || cols[j] >= dense_rows) {
-            bad_col = cols[j];
-            any_bad = true;
+            bad_col.note(cols[j]);
             continue;
           }
           const T* drow = d + cols[j] * k;
@@ -95,8 +92,7 @@ void spmm_kernel(const Tensor& out, const Tensor& rows_t, const Tensor& cols_t,
       }
     });
   });
-  const int64_t bad = bad_col.load();
-  TG_CHECK(!any_bad, "mm (sparse @ dense): the sparse tensor's column index ", bad,
+  TG_CHECK(!bad_col.any, "mm (sparse @ dense): the sparse tensor's column index ", bad_col.value.load(),
            " is out of range for the dense operand's ", dense_rows,
            " rows (its indices were written in place after it was built; build it afresh)");
 }

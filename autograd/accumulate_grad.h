@@ -16,7 +16,7 @@ class AccumulateGrad final : public Node {
   void call_tensor_pre_hooks(variable_list& grads) override;
   const Tensor& variable() const { return variable_; }
   // The engine, before the node's inputs are released on `stream` (grad
-  // mode and forward mode off, the node neither captured nor skipped): when
+  // mode and forward mode off, the node neither collected by grad() nor skipped): when
   // the buffer holds only products and the leaf's .grad would be added to
   // in place (dense, contiguous, not shared, no history) and no pre-hook
   // must see the gradient, forms them into .grad by one GEMM (beta 1),

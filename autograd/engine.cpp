@@ -24,7 +24,7 @@
 #include "autograd/input_buffer.h"
 #include <tapegrad/autograd/saved_hooks.h>
 #include <tapegrad/cuda/device.h>
-#include <tapegrad/cuda/graph.h>
+#include <tapegrad/cuda/capture.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
@@ -35,9 +35,11 @@ namespace {
 
 struct ExecInfo {
   bool needed = false;
-  // (input index of the node, index in the result vector)
-  std::vector<std::pair<uint32_t, uint32_t>> captures;
-  bool should_execute() const { return needed || !captures.empty(); }
+  // The gradients grad() returns, collected as they reach this node (what
+  // PyTorch's engine calls captures; in this file "capture" means CUDA stream
+  // capture only): (input index of the node, index in the result vector).
+  std::vector<std::pair<uint32_t, uint32_t>> collects;
+  bool should_execute() const { return needed || !collects.empty(); }
 };
 
 struct ReadyTask {
@@ -54,9 +56,14 @@ struct GraphTask {
   bool keep_graph = false;
   bool create_graph = false;
   bool concurrent = false;  // some node runs on a device worker
-  bool anomaly = false;     // the caller's thread-local switches, for workers
-  forward_ad::detail::LevelState fw;  // the caller's forward-mode level (none: 0)
-  std::shared_ptr<const SavedTensorHooks> hooks;
+  // The caller's thread-local state that the task's nodes see on a device
+  // worker (WorkerScope sets it, with grad mode = create_graph and the
+  // current task): taken when the task starts.
+  struct CallerState {
+    bool anomaly = false;
+    forward_ad::detail::LevelState fw;  // the forward-mode level (none: 0)
+    std::shared_ptr<const SavedTensorHooks> hooks;  // concurrent tasks only
+  } caller;
   std::mutex mutex;            // guards everything below once concurrent
   std::condition_variable cv;  // the caller waits for CPU work or the end
   int outstanding = 0;         // nodes queued or running
@@ -64,9 +71,9 @@ struct GraphTask {
   std::unordered_map<Node*, int> dependencies;
   std::unordered_map<Node*, InputBuffer> not_ready;
   std::unordered_map<Node*, ExecInfo> exec_info;  // empty: run everything
-  variable_list captured;
+  variable_list collected;
   std::vector<ReadyTask> ready;  // max-heap on sequence_nr
-  // Streams of the sinks that ran and of captured gradients: the caller's
+  // Streams of the sinks that ran and of collected gradients: the caller's
   // current streams wait on them at the end (docs/STREAMS.md "Backward").
   std::vector<cuda::Stream> leaf_streams;
   // queue_callback(): run on the calling thread once every node has run.
@@ -78,15 +85,14 @@ struct GraphTask {
   // Tasks are reused per thread and reentrant depth: clear() keeps the hash
   // tables' buckets, so a backward allocates no tables once warmed up.
   void clear() {
-    keep_graph = create_graph = concurrent = anomaly = false;
-    fw = {};
-    hooks.reset();
+    keep_graph = create_graph = concurrent = false;
+    caller = {};
     outstanding = 0;
     error = nullptr;
     dependencies.clear();
     not_ready.clear();
     exec_info.clear();
-    captured.clear();
+    collected.clear();
     ready.clear();
     leaf_streams.clear();
     final_callbacks.clear();
@@ -281,13 +287,13 @@ void compute_dependencies(GraphTask& task, Node* root, uint64_t min_topo_nr) {
 }
 
 void init_to_execute(GraphTask& task, Node* root, const edge_list& needed,
-                     const edge_list& captures, uint64_t min_topo_nr) {
+                     const edge_list& collects, uint64_t min_topo_nr) {
   for (const Edge& e : needed) task.exec_info[e.function.get()].needed = true;
-  for (size_t i = 0; i < captures.size(); ++i)
-    task.exec_info[captures[i].function.get()].captures.emplace_back(
-        captures[i].input_nr, uint32_t(i));
-  task.captured.resize(captures.size());
-  // A node is needed when one of its children is needed or captured. The
+  for (size_t i = 0; i < collects.size(); ++i)
+    task.exec_info[collects[i].function.get()].collects.emplace_back(
+        collects[i].input_nr, uint32_t(i));
+  task.collected.resize(collects.size());
+  // A node is needed when one of its children is needed or collected. The
   // search goes past outputs to reach deeper ones.
   struct Frame {
     Node* fn;
@@ -396,11 +402,11 @@ bool keep_product(const Node& fn, const detail::ProductGrad& p, variable_list& o
   return false;
 }
 
-// Whether fn runs in this task and no grad() captures its inputs.
-bool runs_uncaptured(const GraphTask& task, const Node& fn) {
+// Whether fn runs in this task and no grad() collects its inputs.
+bool runs_uncollected(const GraphTask& task, const Node& fn) {
   if (task.exec_info.empty()) return true;
   auto it = task.exec_info.find(const_cast<Node*>(&fn));
-  return it != task.exec_info.end() && it->second.needed && it->second.captures.empty();
+  return it != task.exec_info.end() && it->second.needed && it->second.collects.empty();
 }
 
 void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, InputBuffer& buffer) {
@@ -414,7 +420,7 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, Inp
     // A leaf's held weight-gradient products go straight into its .grad
     // (docs/AUTOGRAD.md "Weight gradients"); the node is then done.
     if (auto* acc = dynamic_cast<AccumulateGrad*>(&fn);
-        acc && !task.create_graph && !forward_ad::is_active() && runs_uncaptured(task, fn)) {
+        acc && !task.create_graph && !forward_ad::is_active() && runs_uncollected(task, fn)) {
       std::lock_guard<std::mutex> lock(fn.mutex());
       if (acc->accumulate_products_in_place(buffer, stream)) {
         auto task_lock = task.lock();
@@ -428,14 +434,14 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, Inp
   fn.call_tensor_pre_hooks(inputs);
   if (!task.exec_info.empty()) {
     auto it = task.exec_info.find(&fn);
-    if (it != task.exec_info.end() && !it->second.captures.empty()) {
+    if (it != task.exec_info.end() && !it->second.collects.empty()) {
       auto lock = task.lock();
-      for (auto [in, out] : it->second.captures) {
-        task.captured[out] = inputs[in];
+      for (auto [in, out] : it->second.collects) {
+        task.collected[out] = inputs[in];
         add_leaf_stream(task, stream);
       }
     }
-    // A captured node runs only if something deeper is needed (OURS).
+    // A collected node runs only if something deeper is needed (OURS).
     if (it == task.exec_info.end() || !it->second.needed) return;
   }
   bool any_defined = false;
@@ -527,6 +533,29 @@ void run_node(GraphTask& task, ReadyTask& work) {
   if (--task.outstanding == 0 && task.concurrent) task.cv.notify_all();
 }
 
+// A node of `task` on a device worker runs under its caller's thread-local
+// state: the current task, grad mode (create_graph), anomaly mode, the
+// forward-mode level and the saved-tensor hooks, all set here and restored
+// when the node is done.
+class WorkerScope {
+ public:
+  explicit WorkerScope(GraphTask& task)
+      : task_(&task), grad_mode_(task.create_graph), anomaly_(is_anomaly_enabled()), level_(task.caller.fw) {
+    set_anomaly_enabled(task.caller.anomaly);
+    if (task.caller.hooks) hooks_.emplace(*task.caller.hooks);
+  }
+  ~WorkerScope() { set_anomaly_enabled(anomaly_); }
+  WorkerScope(const WorkerScope&) = delete;
+  WorkerScope& operator=(const WorkerScope&) = delete;
+
+ private:
+  GraphTaskGuard task_;
+  AutoGradMode grad_mode_;
+  bool anomaly_;
+  forward_ad::detail::Suspend level_;  // tangents in backward formulas
+  std::optional<SavedTensorHooksGuard> hooks_;
+};
+
 void worker_main(int device, DeviceQueue* queue) {
   t_run_inline = true;
   try {
@@ -536,24 +565,14 @@ void worker_main(int device, DeviceQueue* queue) {
   for (;;) {
     DeviceTask t = queue->pop();
     GraphTask& task = *t.task;
-    // The caller's thread-local state, for the duration of the node.
-    GraphTaskGuard guard(&task);
-    AutoGradMode grad_mode(task.create_graph);
-    struct Anomaly {
-      bool prev = is_anomaly_enabled();
-      ~Anomaly() { set_anomaly_enabled(prev); }
-    } anomaly;
-    set_anomaly_enabled(task.anomaly);
-    forward_ad::detail::Suspend level(task.fw);  // tangents in backward formulas
-    std::optional<SavedTensorHooksGuard> hooks;
-    if (task.hooks) hooks.emplace(*task.hooks);
+    WorkerScope scope(task);
     run_node(task, t.work);
   }
 }
 
 variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
                              bool keep_graph, bool create_graph,
-                             const edge_list& needed, const edge_list& captures) {
+                             const edge_list& needed, const edge_list& collects) {
   size_t depth = size_t(t_reentrant_depth);
   while (t_task_pool.size() < depth + 1) t_task_pool.push_back(std::make_unique<GraphTask>());
   GraphTask& task = *t_task_pool[depth];
@@ -564,8 +583,8 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
   } clear_at_exit{task};
   task.keep_graph = keep_graph;
   task.create_graph = create_graph;
-  task.anomaly = is_anomaly_enabled();
-  task.fw = forward_ad::detail::current_state();
+  task.caller.anomaly = is_anomaly_enabled();
+  task.caller.fw = forward_ad::detail::current_state();
   // Reentrant tasks (from a node, on the caller or on a worker) run inline,
   // and so does a task on a capturing stream: its GPU nodes are captured by
   // this thread, in order, into the caller's graph (docs/GRAPHS.md).
@@ -584,16 +603,16 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
   }
 
   uint64_t min_topo_nr = 0;
-  if (!needed.empty() || !captures.empty()) {
+  if (!needed.empty() || !collects.empty()) {
     min_topo_nr = UINT64_MAX;
     for (const Edge& e : needed) min_topo_nr = std::min(min_topo_nr, e.function->topological_nr());
-    for (const Edge& e : captures) min_topo_nr = std::min(min_topo_nr, e.function->topological_nr());
+    for (const Edge& e : collects) min_topo_nr = std::min(min_topo_nr, e.function->topological_nr());
   }
   compute_dependencies(task, root.get(), min_topo_nr);
   task.concurrent = use_workers && (task.concurrent || root->stream().is_valid());
-  if (task.concurrent) task.hooks = current_saved_tensor_hooks();
-  if (!needed.empty() || !captures.empty())
-    init_to_execute(task, root.get(), needed, captures, min_topo_nr);
+  if (task.concurrent) task.caller.hooks = current_saved_tensor_hooks();
+  if (!needed.empty() || !collects.empty())
+    init_to_execute(task, root.get(), needed, collects, min_topo_nr);
 
   GraphTaskGuard guard(&task);
   AutoGradMode grad_mode(create_graph);
@@ -625,12 +644,12 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
     cb();
   }
   // The caller's current streams wait (events, no host sync) on every leaf
-  // stream, so .grad and the captured gradients are ready in its context.
+  // stream, so .grad and the collected gradients are ready in its context.
   for (const cuda::Stream& leaf : task.leaf_streams) {
     cuda::Stream caller = cuda::current_stream(leaf.device_index());
     if (caller != leaf) caller.wait_stream(leaf);
   }
-  return std::move(task.captured);
+  return std::move(task.collected);
 }
 
 }  // namespace
@@ -654,14 +673,14 @@ bool task_should_execute(const Node* fn) {
 
 variable_list execute(const edge_list& roots, variable_list root_grads, bool keep_graph,
                       bool create_graph, const edge_list& needed,
-                      const edge_list& captures) {
+                      const edge_list& collects) {
   struct Depth {
     Depth() { ++t_reentrant_depth; }
     ~Depth() { --t_reentrant_depth; }
   } depth;
   if (t_reentrant_depth <= kMaxReentrantDepth)
     return run_graph_task(roots, std::move(root_grads), keep_graph, create_graph,
-                          needed, captures);
+                          needed, collects);
   // Deep reentrant backward: continue on a fresh thread (bounded stack),
   // carrying this thread's saved-tensor hooks; the caller waits for it.
   variable_list result;
@@ -673,7 +692,7 @@ variable_list execute(const edge_list& roots, variable_list root_grads, bool kee
       std::unique_ptr<SavedTensorHooksGuard> g;
       if (hooks) g = std::make_unique<SavedTensorHooksGuard>(*hooks);
       result = run_graph_task(roots, std::move(root_grads), keep_graph, create_graph,
-                              needed, captures);
+                              needed, collects);
     } catch (...) {
       error = std::current_exception();
     }
@@ -734,18 +753,18 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs,
   edge_list roots;
   variable_list root_grads;
   make_roots("grad", outputs, grad_outputs, roots, root_grads);
-  edge_list captures;
+  edge_list collects;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& x = inputs[i];
     TG_CHECK(x.defined(), "grad: input ", i, " is an undefined tensor");
     TG_CHECK(x.requires_grad(), "grad: input ", i, " (shape ", shape_str(x.sizes()),
              ") does not require grad; call requires_grad_() on it before "
              "computing the outputs");
-    captures.push_back(impl::gradient_edge(x));
+    collects.push_back(impl::gradient_edge(x));
   }
   variable_list result = detail::execute(roots, std::move(root_grads),
                                          retain_graph.value_or(create_graph),
-                                         create_graph, {}, captures);
+                                         create_graph, {}, collects);
   for (size_t i = 0; i < result.size(); ++i)
     TG_CHECK(result[i].defined() || allow_unused, "grad: input ", i, " (shape ",
              shape_str(inputs[i].sizes()), ") was not used to compute the "
@@ -760,8 +779,8 @@ void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& gra
   edge_list roots;
   variable_list root_grads;
   make_roots("backward", tensors, grad_tensors, roots, root_grads);
-  edge_list needed, captures;
-  std::vector<Tensor> captured_inputs;
+  edge_list needed, collects;
+  std::vector<Tensor> collected_inputs;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& x = inputs[i];
     TG_CHECK(x.defined() && x.requires_grad(), "backward: inputs[", i,
@@ -770,18 +789,18 @@ void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& gra
     if (x.is_leaf()) {
       needed.push_back(impl::gradient_edge(x));
     } else {
-      captures.push_back(impl::gradient_edge(x));
-      captured_inputs.push_back(x);
+      collects.push_back(impl::gradient_edge(x));
+      collected_inputs.push_back(x);
     }
   }
   variable_list got = detail::execute(roots, std::move(root_grads),
                                       retain_graph.value_or(create_graph), create_graph,
-                                      needed, captures);
-  // Non-leaf inputs: their incoming gradient was captured without running
+                                      needed, collects);
+  // Non-leaf inputs: their incoming gradient was collected without running
   // their node (OURS); accumulate it into .grad like a leaf.
   AutoGradMode mode(create_graph);
   for (size_t i = 0; i < got.size(); ++i) {
-    const Tensor& x = captured_inputs[i];
+    const Tensor& x = collected_inputs[i];
     if (!got[i].defined() || x.retains_grad()) continue;  // retain_grad already did it
     accumulate_grad(x, x.mutable_grad(), std::move(got[i]), 1);
   }

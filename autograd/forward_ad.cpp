@@ -119,7 +119,7 @@ detail::Suspend::~Suspend() {
 detail::DeferTangents::DeferTangents() : prev_(t_defer) { t_defer = true; }
 detail::DeferTangents::~DeferTangents() { t_defer = prev_; }
 bool detail::deferring_tangents() {
-  static const bool allowed = tg::detail::env_allows("TG_DEFER_TANGENTS");  // off: for A/B timing
+  static const bool allowed = tg::detail::switched_on<tg::detail::OffSwitch::kDeferTangents>();  // off: for A/B timing
   return allowed && t_defer && t_level != 0;
 }
 

@@ -337,7 +337,7 @@ ProductSinkGuard::ProductSinkGuard(ProductSink* sink) : prev_(t_sink) { t_sink =
 ProductSinkGuard::~ProductSinkGuard() { t_sink = prev_; }
 
 bool products_enabled() {
-  static const bool on = tg::detail::env_allows("TG_MERGE_WEIGHT_GRADS");
+  static const bool on = tg::detail::switched_on<tg::detail::OffSwitch::kMergeWeightGrads>();
   return on;
 }
 

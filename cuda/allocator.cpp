@@ -1,6 +1,6 @@
 // The CUDA caching allocator (see allocator.h for the rules).
 #include <tapegrad/cuda/allocator.h>
-#include <tapegrad/cuda/graph.h>
+#include <tapegrad/cuda/capture.h>
 
 #include <deque>
 #include <mutex>

@@ -9,7 +9,7 @@
 
 #include "cuda/check.h"
 #include <tapegrad/cuda/device.h>
-#include <tapegrad/cuda/graph.h>
+#include <tapegrad/cuda/capture.h>
 
 namespace tg::cuda {
 

@@ -1,19 +1,19 @@
 // Built when TAPEGRAD_CUDA is off or nvcc is missing: no device, clear errors.
 #include <tapegrad/cuda/allocator.h>
 #include <tapegrad/cuda/device.h>
-#include <tapegrad/cuda/graph.h>
+#include <tapegrad/cuda/capture.h>
 #include <tapegrad/cuda/stream.h>
 #include <tapegrad/tensor/error.h>
+#include "cuda/stub.h"
 #include "tensor/kernels.h"
 
 namespace tg::cuda {
 
-namespace {
-[[noreturn]] void no_cuda(const char* op) {
+void detail::no_cuda(const char* op) {
   TG_ERROR(op, ": tapegrad was built without CUDA; reconfigure with "
            "-DTAPEGRAD_CUDA=ON on a machine with nvcc");
 }
-}  // namespace
+using detail::no_cuda;
 
 bool is_built() { return false; }
 bool is_available() { return false; }
@@ -63,29 +63,12 @@ MemoryStats memory_stats(MempoolId, int) { no_cuda("memory_stats"); }
 
 MempoolId graph_pool_handle() { no_cuda("graph_pool_handle"); }
 bool is_current_stream_capturing() { return false; }
-void detail_abort_capture(CUDAGraph*) {}
 namespace detail {
 void check_not_capturing(const char*, int) {}
 void check_not_capturing(const char*, const Stream&) {}
 bool capture_random(int, uint64_t, const int64_t**, uint64_t*) { return false; }
 bool keep_alive_with_capture(const Stream&, std::shared_ptr<void>) { return false; }
 }  // namespace detail
-CUDAGraph::CUDAGraph(bool keep_graph) : keep_graph_(keep_graph) {}
-size_t CUDAGraph::reuse_delay() const { return reuse_delay_.value_or(kDefaultReuseDelay); }
-CUDAGraph::~CUDAGraph() = default;
-void CUDAGraph::capture_begin(MempoolId, CaptureMode) { no_cuda("capture_begin"); }
-void CUDAGraph::capture_end() { no_cuda("capture_end"); }
-void CUDAGraph::end_capture(bool) {}
-void CUDAGraph::instantiate() { no_cuda("instantiate"); }
-void CUDAGraph::replay() { no_cuda("replay"); }
-void CUDAGraph::reset() {}
-void* CUDAGraph::raw_graph() const { no_cuda("raw_graph"); }
-void* CUDAGraph::raw_graph_exec() const { no_cuda("raw_graph_exec"); }
-void CUDAGraph::debug_dump(const std::string&) const { no_cuda("debug_dump"); }
-Graph::Graph(CUDAGraph& graph, MempoolId, std::optional<Stream>, CaptureMode) : graph_(graph), uncaught_(0) {
-  no_cuda("Graph");
-}
-Graph::~Graph() noexcept(false) = default;
 
 }  // namespace tg::cuda
 

@@ -12,7 +12,7 @@
 #include <tapegrad/autograd/grad_mode.h>
 #include <tapegrad/autograd/node.h>
 #include <tapegrad/cuda/allocator.h>
-#include <tapegrad/cuda/graph.h>
+#include <tapegrad/cuda/capture.h>
 #include <tapegrad/distributed/distributed.h>
 #include <tapegrad/nn/module.h>
 #include <tapegrad/tensor/error.h>

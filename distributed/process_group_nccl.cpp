@@ -20,12 +20,12 @@
 
 #include <tapegrad/cuda/allocator.h>
 #include <tapegrad/cuda/device.h>
-#include <tapegrad/cuda/graph.h>
+#include <tapegrad/cuda/capture.h>
 #include <tapegrad/distributed/distributed.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 
-#include "cuda/capture_access.h"
+#include "cuda/launch.h"
 
 namespace tg::distributed {
 namespace {
@@ -184,7 +184,7 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
       // touch, so that relaxing the graph's dependencies lets the backward
       // run beside them; every collective also writes the group's order
       // byte, which keeps them in the order every rank launched them.
-      cuda::fusion::CaptureAccess access(stream_.handle());
+      cuda::LaunchEncoder access(stream_.handle());
       for (const Tensor& t : tensors) access.write(t);
       access.write(order_);
       r = launch(static_cast<cudaStream_t>(stream_.handle()));

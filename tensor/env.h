@@ -1,16 +1,55 @@
-// Internal: the environment switches that turn an optimization off.
+// Internal: the off switches for A/B timing, in one table. Each names an
+// optimization that is on by default; its environment variable set to "0"
+// turns it off for the whole process (read once, at first use). Results are
+// the same either way (the tests run with every switch on; docs/PERFORMANCE.md
+// "Off switches" says what each one measures).
 #pragma once
 
 #include <cstdlib>
 #include <cstring>
 
 namespace tg::detail {
-// False only when the environment variable `name` is set to "0" (TG_CUBLASLT,
-// TG_CUDA_PDL, TG_CUDA_GRAPH_FUSION, TG_CUDA_GRAPH_RELAX,
-// TG_STRUCTURE_PROBE, TG_DEFER_TANGENTS, TG_MERGE_WEIGHT_GRADS). Callers read it
-// once.
+
+// X(enumerator, variable, what it turns off, where)
+#define TG_OFF_SWITCHES(X)                                                                                     \
+  X(kCublasLt, "TG_CUBLASLT", "cuBLASLt GEMMs with cached plans (back to cublasGemmEx)", "cuda/kernels/gemm.cu") \
+  X(kCudaPdl, "TG_CUDA_PDL", "programmatic dependent launch of the elementwise kernels",                       \
+    "cuda/kernels/elementwise.cu")                                                                             \
+  X(kGraphFusion, "TG_CUDA_GRAPH_FUSION", "fusion of elementwise chains in captured graphs", "graphs/graph.cpp") \
+  X(kGraphRelax, "TG_CUDA_GRAPH_RELAX", "dependency relaxation of captured graphs", "graphs/graph.cpp")          \
+  X(kStructureProbe, "TG_STRUCTURE_PROBE", "the structural-zero probe of per-sample Hessians",                 \
+    "autograd/functional/per_sample.cpp")                                                                      \
+  X(kDeferTangents, "TG_DEFER_TANGENTS", "deferred tangents of a last linear layer in Taylor mode",            \
+    "autograd/forward_ad.cpp")                                                                                 \
+  X(kMergeWeightGrads, "TG_MERGE_WEIGHT_GRADS", "merged weight-gradient products in the backward",             \
+    "autograd/input_buffer.cpp")
+
+enum class OffSwitch {
+#define TG_SWITCH_ENUM(e, var, what, where) e,
+  TG_OFF_SWITCHES(TG_SWITCH_ENUM)
+#undef TG_SWITCH_ENUM
+};
+
+// False only when the environment variable `name` is set to "0".
 inline bool env_allows(const char* name) {
   const char* env = std::getenv(name);
   return !(env && std::strcmp(env, "0") == 0);
 }
+
+// Whether switch `s` is on (its variable is not "0"); read once per switch.
+template <OffSwitch s>
+bool switched_on() {
+  static const bool on = [] {
+    switch (s) {
+#define TG_SWITCH_CASE(e, var, what, where) \
+  case OffSwitch::e:                        \
+    return env_allows(var);
+      TG_OFF_SWITCHES(TG_SWITCH_CASE)
+#undef TG_SWITCH_CASE
+    }
+    return true;
+  }();
+  return on;
+}
+
 }  // namespace tg::detail

@@ -2,7 +2,7 @@
 #include <cmath>
 #include <mutex>
 
-#include <tapegrad/cuda/graph.h>
+#include <tapegrad/cuda/capture.h>
 #include "tensor/op_util.h"
 #include <tapegrad/tensor/random.h>
 

@@ -1,6 +1,6 @@
 // cat, stack, index_select, gather, scatter_add.
 #include <algorithm>
-#include <tapegrad/cuda/graph.h>
+#include <tapegrad/cuda/capture.h>
 #include "tensor/composite.h"
 #include "tensor/op_util.h"
 

@@ -7,9 +7,11 @@
 // raw entry (accessors answer as for a tensor that never required grad).
 //
 // The table is found at link time, not registered: tapegrad_autograd_ops()
-// is a weak reference here and is defined by libtapegrad (autograd/ops/
-// table.cpp). A static link keeps it through tapegrad::tapegrad's interface
-// link option `-u tapegrad_autograd_ops`.
+// is a weak reference here and is defined by libtapegrad_autograd
+// (autograd/ops/table.cpp). Every target that links tapegrad::tapegrad
+// compiles cmake/autograd_anchor.cpp (an interface source), whose strong
+// reference keeps that library in --as-needed shared links and the table's
+// object in static links.
 #pragma once
 
 #include <string>

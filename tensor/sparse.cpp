@@ -2,7 +2,7 @@
 // the raw ops that take sparse operands (docs/TENSOR.md "Sparse COO tensors").
 #include <sstream>
 
-#include <tapegrad/cuda/graph.h>
+#include <tapegrad/cuda/capture.h>
 #include "tensor/op_util.h"
 
 namespace tg {

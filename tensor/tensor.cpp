@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include <tapegrad/cuda/graph.h>
+#include <tapegrad/cuda/capture.h>
 #include "tensor/op_util.h"
 
 namespace tg {

@@ -2,6 +2,9 @@
 #include <tapegrad/tensor/tensor_impl.h>
 
 #include <tapegrad/tensor/error.h>
+#include <tapegrad/tensor/tensor.h>
+#include <tapegrad/cuda/capture.h>
+#include "tensor/static_mark.h"
 
 namespace tg {
 
@@ -85,4 +88,44 @@ void TensorImpl::set_sparse_parts(SparseCooParts parts) {
   *sparse_ = std::move(parts);
 }
 
+}  // namespace tg
+
+namespace tg {
+
+TensorImpl::~TensorImpl() { delete static_mark_.load(std::memory_order_acquire); }
+
+StaticMark& TensorImpl::ensure_static_mark() {
+  StaticMark* m = static_mark_.load(std::memory_order_acquire);
+  if (m) return *m;
+  auto* fresh = new StaticMark();
+  if (static_mark_.compare_exchange_strong(m, fresh, std::memory_order_acq_rel)) return *fresh;
+  delete fresh;  // another thread made it first
+  return *m;
+}
+
+namespace cuda {
+
+bool static_in_use(const Tensor& t) {
+  if (!t.defined()) return false;
+  const StaticMark* m = t.impl()->static_mark();
+  return m && m->registered.load(std::memory_order_acquire) && m->graphs.load(std::memory_order_acquire) > 0;
+}
+
+namespace detail {
+void check_static_may_move(const Tensor& t, const char* op, const char* what) {
+  if (!static_in_use(t)) return;
+  StaticMark* m = t.impl()->static_mark();
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(m->mu);
+    name = m->name;
+  }
+  TG_ERROR(op, ": ", what, " of the static tensor '", name, "' (", t.dtype(), " ", t.sizes(), " on ",
+           t.device(), ") would move, and a captured CUDA graph depends on its address; keep it in place "
+           "(zero_grad(set_to_none=false), in-place updates), or reset the graphs that recorded it and "
+           "capture again");
+}
+}  // namespace detail
+
+}  // namespace cuda
 }  // namespace tg

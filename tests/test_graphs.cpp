@@ -13,7 +13,7 @@
 #include <random>
 #include <set>
 
-#include "cuda/fusion.h"
+#include "graphs/fusion.h"
 #include "reference.h"
 
 #include <tapegrad/tensor/raw.h>

@@ -98,7 +98,7 @@ std::vector<OpEntry> op_entries() {
   coarse.atol = 1e-3;
   std::vector<OpEntry> e = {
   // the plain unary ops: their line of unary.def gives the range
-#define TG_UNARY(name, Kernel, float_only, forward, backward, saves, lo, hi) \
+#define TG_UNARY(name, Kernel, float_only, forward, backward, saves, taylor, lo, hi) \
   {#name, F1(tg::name(x)), unary_samples(lo, hi)},
 #include <tapegrad/tensor/unary.def>
 #undef TG_UNARY

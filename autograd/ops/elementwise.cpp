@@ -35,15 +35,79 @@ using UnaryFormula = Tensor (*)(const Tensor& g, const Tensor& x, const Tensor& 
                                 const UnaryArgs&);
 enum Saves : uint8_t { kNone = 0, kSelf = 1, kOther = 2, kResult = 4 };
 
+// A unary op's Taylor rule: where its derivatives f^(j)(x), j = 1..K, come
+// from (Faa di Bruno then combines them, jet_unary).
+struct TaylorRule {
+  enum Kind : uint8_t {
+    kLinear,      // piecewise linear: the tangent rule maps every coefficient
+    kActivation,  // act's fused kernels, one per order (order 2: one kernel in all)
+    kPower,       // x^e, e = exponent (args.a when exponent_from_args)
+    kClosed,      // derivs(x, r, args, d) fills d[1..K]
+    kByReverse,   // the backward formula differentiated again
+  } kind = kByReverse;
+  Activation act = Activation::Tanh;
+  double exponent = 0;
+  bool exponent_from_args = false;
+  void (*derivs)(const Tensor& x, const Tensor& r, const UnaryArgs& args, std::vector<Tensor>& d) = nullptr;
+};
+
+// The rules a spec line names (unary.def's `taylor` column, and the specs
+// below).
+namespace taylor_rule {
+TaylorRule linear() { return {TaylorRule::kLinear}; }
+TaylorRule activation(Activation a) { return {TaylorRule::kActivation, a}; }
+TaylorRule power(double e) { return {TaylorRule::kPower, Activation::Tanh, e}; }
+TaylorRule power_of_args() { return {TaylorRule::kPower, Activation::Tanh, 0, true}; }
+TaylorRule derivatives(void (*f)(const Tensor&, const Tensor&, const UnaryArgs&, std::vector<Tensor>&)) {
+  TaylorRule t{TaylorRule::kClosed};
+  t.derivs = f;
+  return t;
+}
+TaylorRule by_reverse() { return {TaylorRule::kByReverse}; }
+
+// d[j] = log^(j)(u) = (-1)^(j-1) (j-1)! / u^j, j = 1..K.
+void log_derivatives(const Tensor& u, std::vector<Tensor>& d) {
+  Tensor inv = reciprocal(u);
+  d[1] = inv;
+  for (size_t j = 2; j < d.size(); ++j) d[j] = mul(d[j - 1], mul(inv, -double(j - 1)));
+}
+// sin^(j) = sin(x + j pi / 2): a cycle of four, starting `shift` along it.
+void sine_derivatives(const Tensor& sn, const Tensor& cs, int shift, std::vector<Tensor>& d) {
+  const Tensor cycle[4] = {sn, cs, neg(sn), neg(cs)};
+  for (size_t j = 1; j < d.size(); ++j) d[j] = cycle[(j + size_t(shift)) % 4];
+}
+void exp_d(const Tensor&, const Tensor& r, const UnaryArgs&, std::vector<Tensor>& d) {
+  for (size_t j = 1; j < d.size(); ++j) d[j] = r;
+}
+void expm1_d(const Tensor&, const Tensor& r, const UnaryArgs&, std::vector<Tensor>& d) {
+  Tensor e = add(r, 1);
+  for (size_t j = 1; j < d.size(); ++j) d[j] = e;
+}
+void log_d(const Tensor& x, const Tensor&, const UnaryArgs&, std::vector<Tensor>& d) { log_derivatives(x, d); }
+void log1p_d(const Tensor& x, const Tensor&, const UnaryArgs&, std::vector<Tensor>& d) {
+  log_derivatives(add(x, 1), d);
+}
+void sin_d(const Tensor& x, const Tensor& r, const UnaryArgs&, std::vector<Tensor>& d) {
+  sine_derivatives(r, cos(x), 0, d);
+}
+void cos_d(const Tensor& x, const Tensor& r, const UnaryArgs&, std::vector<Tensor>& d) {
+  sine_derivatives(sin(x), r, 1, d);
+}
+// (ln a)^j a^x for a^x (pow with a scalar base a = args.a).
+void pow_base_d(const Tensor&, const Tensor& r, const UnaryArgs& args, std::vector<Tensor>& d) {
+  for (size_t j = 1; j < d.size(); ++j) d[j] = mul(r, std::pow(std::log(args.a), double(j)));
+}
+}  // namespace taylor_rule
+
 // An op's derivative rules, side by side: its backward formula and what it
-// saves; the tangent rule is the formula with the tangent for g, and the
-// Taylor rule uses its derivatives (closed_derivatives, or the formula
-// differentiated again).
+// saves, and its Taylor rule; the tangent rule is the formula with the
+// tangent for g (the Jacobian is diagonal).
 struct UnarySpec {
   const char* op;
   const char* node;
   UnaryFormula formula;
   uint8_t saves;
+  TaylorRule taylor;
 };
 
 class UnaryBackward final : public OpNode {
@@ -70,10 +134,8 @@ class UnaryBackward final : public OpNode {
 // Taylor mode: whether the op's derivatives vanish from the second on
 // (its tangent rule maps every coefficient, adding nothing), and its
 // derivatives f^(j)(x), j = 1..K, in closed form (false: none here).
-bool piecewise_linear(const UnarySpec& spec);
 // The activation the op is (tanh, sigmoid, silu: fused derivative kernels),
 // or false.
-bool spec_activation(const UnarySpec& spec, Activation* act);
 bool closed_derivatives(const UnarySpec& spec, const Tensor& x, const Tensor& r, const UnaryArgs& args,
                         std::vector<Tensor>& d);
 
@@ -124,9 +186,9 @@ Tensor unary_op(const Tensor& x, const UnarySpec& spec, F&& raw_fn, UnaryArgs ar
     const Tensor t = fw_t(x);
     fw_rule(out, [&] {
       const autograd::forward_ad::TaylorLayout* taylor = fw_taylor();
-      if (!taylor || piecewise_linear(spec)) return spec.formula(t, x, out, args);
-      if (Activation act; spec_activation(spec, &act))  // order 2: one kernel, derivatives in it
-        if (Tensor fused = jet_activation(t, x, act, 0); fused.defined()) return fused;
+      if (!taylor || spec.taylor.kind == TaylorRule::kLinear) return spec.formula(t, x, out, args);
+      if (spec.taylor.kind == TaylorRule::kActivation)  // order 2: one kernel, derivatives in it
+        if (Tensor fused = jet_activation(t, x, spec.taylor.act, 0); fused.defined()) return fused;
       std::vector<Tensor> d(size_t(taylor->order) + 1);
       if (!closed_derivatives(spec, x, out, args, d))
         d = derivatives_by_reverse(spec, x, out, args, raw_fn, taylor->order);
@@ -140,29 +202,32 @@ constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 
-#define TG_UNARY_BACKWARD(var, op, node, saves, body)                                        \
+#define TG_UNARY_BACKWARD(var, op, node, saves, taylor, body)                         \
   const UnarySpec var{op, node,                                                      \
                       [](const Tensor& g, const Tensor& x, const Tensor& r,          \
                          const UnaryArgs& args) -> Tensor {                          \
                         (void)x, (void)r, (void)args;                                \
                         return body;                                                 \
                       },                                                             \
-                      saves};
+                      saves, [] {                                                    \
+                        using namespace taylor_rule;                                 \
+                        return taylor;                                               \
+                      }()};
 
 // The plain unary ops: the backward formula of each line of unary.def (the
 // activations' is one fused kernel, differentiable again with one kernel per
 // order: activation_grad below).
-#define TG_UNARY(name, Kernel, float_only, forward, backward, saves, lo, hi) \
-  TG_UNARY_BACKWARD(k##Kernel, #name, #Kernel "Backward", saves, backward)
+#define TG_UNARY(name, Kernel, float_only, forward, backward, saves, taylor, lo, hi) \
+  TG_UNARY_BACKWARD(k##Kernel, #name, #Kernel "Backward", saves, taylor, backward)
 #include <tapegrad/tensor/unary.def>
 #undef TG_UNARY
-TG_UNARY_BACKWARD(kGelu, "gelu", "GeluBackward", kSelf,
+TG_UNARY_BACKWARD(kGelu, "gelu", "GeluBackward", kSelf, by_reverse(),
          [&] {
            Tensor cdf = mul(add(erf(mul(x, kInvSqrt2)), 1), 0.5);
            Tensor pdf = mul(exp(mul(square(x), -0.5)), kInvSqrt2Pi);
            return mul(g, add(cdf, mul(x, pdf)));
          }())
-TG_UNARY_BACKWARD(kGeluTanh, "gelu", "GeluBackward", kSelf,
+TG_UNARY_BACKWARD(kGeluTanh, "gelu", "GeluBackward", kSelf, by_reverse(),
          [&] {
            constexpr double c = 0.044715;
            Tensor x2 = square(x);
@@ -171,29 +236,23 @@ TG_UNARY_BACKWARD(kGeluTanh, "gelu", "GeluBackward", kSelf,
            Tensor dt = mul(add(neg(square(t)), 1), mul(add(mul(x2, 3 * c), 1), kSqrt2OverPi));
            return mul(g, add(left, mul(mul(x, dt), 0.5)));
          }())
-TG_UNARY_BACKWARD(kSoftplus, "softplus", "SoftplusBackward", kSelf,
+TG_UNARY_BACKWARD(kSoftplus, "softplus", "SoftplusBackward", kSelf, by_reverse(),
          [&] {
            Tensor z = mul(x, args.a);
            return where(gt(z, args.b), g, mul(g, sigmoid(z)));
          }())
 // clamp: args.a = lo, args.b = hi; the spec says which bounds exist.
-TG_UNARY_BACKWARD(kClampLo, "clamp", "ClampBackward", kSelf, where(ge(x, args.a), g, 0))
-TG_UNARY_BACKWARD(kClampHi, "clamp", "ClampBackward", kSelf, where(le(x, args.b), g, 0))
-TG_UNARY_BACKWARD(kClampBoth, "clamp", "ClampBackward", kSelf,
+TG_UNARY_BACKWARD(kClampLo, "clamp", "ClampBackward", kSelf, linear(), where(ge(x, args.a), g, 0))
+TG_UNARY_BACKWARD(kClampHi, "clamp", "ClampBackward", kSelf, linear(), where(le(x, args.b), g, 0))
+TG_UNARY_BACKWARD(kClampBoth, "clamp", "ClampBackward", kSelf, linear(),
          where(ge(x, args.a), where(le(x, args.b), g, 0), 0))
-TG_UNARY_BACKWARD(kAddScalar, "add", "AddBackward", kNone, g)
-TG_UNARY_BACKWARD(kMulScalar, "mul", "MulBackward", kNone, mul(g, args.a))
-TG_UNARY_BACKWARD(kPowScalar, "pow", "PowBackward", kSelf,
+TG_UNARY_BACKWARD(kAddScalar, "add", "AddBackward", kNone, linear(), g)
+TG_UNARY_BACKWARD(kMulScalar, "mul", "MulBackward", kNone, linear(), mul(g, args.a))
+TG_UNARY_BACKWARD(kPowScalar, "pow", "PowBackward", kSelf, power_of_args(),
          args.a == 0 ? zeros_like(g) : mul(g, mul(pow(x, args.a - 1), args.a)))
-TG_UNARY_BACKWARD(kPowScalarBase, "pow", "PowBackward", kResult, mul(g, mul(r, std::log(args.a))))
+TG_UNARY_BACKWARD(kPowScalarBase, "pow", "PowBackward", kResult, derivatives(pow_base_d),
+                  mul(g, mul(r, std::log(args.a))))
 #undef TG_UNARY_BACKWARD
-
-bool piecewise_linear(const UnarySpec& s) {
-  for (const UnarySpec* p : {&kNeg, &kAbs, &kSign, &kRelu, &kClampLo, &kClampHi, &kClampBoth, &kAddScalar,
-                             &kMulScalar})
-    if (&s == p) return true;
-  return false;
-}
 
 // d[j] = act^(order + j)(x), j = 1..K (the fused kernels).
 void activation_derivatives(const Tensor& x, Activation act, int order, std::vector<Tensor>& d) {
@@ -201,73 +260,54 @@ void activation_derivatives(const Tensor& x, Activation act, int order, std::vec
   for (size_t j = 1; j < d.size(); ++j) d[j] = activation_grad(one, x, act, order + int(j));
 }
 
-// d[j] = log^(j)(u) = (-1)^(j-1) (j-1)! / u^j, j = 1..K.
-void log_derivatives(const Tensor& u, std::vector<Tensor>& d) {
-  Tensor inv = reciprocal(u);
-  d[1] = inv;
-  for (size_t j = 2; j < d.size(); ++j) d[j] = mul(d[j - 1], mul(inv, -double(j - 1)));
-}
-
-bool spec_activation(const UnarySpec& s, Activation* act) {
-  if (&s == &kTanh) *act = Activation::Tanh;
-  else if (&s == &kSigmoid) *act = Activation::Sigmoid;
-  else if (&s == &kSilu) *act = Activation::Silu;
-  else return false;
-  return true;
-}
-
+// d[1..K] by the spec's Taylor rule; false for by_reverse (the caller
+// differentiates the backward formula again).
 bool closed_derivatives(const UnarySpec& s, const Tensor& x, const Tensor& r, const UnaryArgs& args,
                         std::vector<Tensor>& d) {
-  const int K = int(d.size()) - 1;
-  if (Activation act; spec_activation(s, &act)) {
-    activation_derivatives(x, act, 0, d);
-    return true;
-  }
-  auto power = [&](double e) {  // d^j x^e = e (e - 1) ... (e - j + 1) x^(e - j)
-    double c = 1;
-    for (int j = 1; j <= K; ++j) {
-      c *= e - (j - 1);
-      if (c == 0) break;  // a polynomial: the rest vanish
-      d[size_t(j)] = mul(pow(x, e - j), c);
+  const TaylorRule& t = s.taylor;
+  switch (t.kind) {
+    case TaylorRule::kActivation:
+      activation_derivatives(x, t.act, 0, d);
+      return true;
+    case TaylorRule::kPower: {  // d^j x^e = e (e - 1) ... (e - j + 1) x^(e - j)
+      const double e = t.exponent_from_args ? args.a : t.exponent;
+      double c = 1;
+      for (size_t j = 1; j < d.size(); ++j) {
+        c *= e - double(j - 1);
+        if (c == 0) break;  // a polynomial: the rest vanish
+        d[j] = mul(pow(x, e - double(j)), c);
+      }
+      return true;
     }
-  };
-  if (&s == &kExp || &s == &kExpm1) {
-    Tensor e = &s == &kExp ? r : add(r, 1);
-    for (int j = 1; j <= K; ++j) d[size_t(j)] = e;
-  } else if (&s == &kLog || &s == &kLog1p) {
-    log_derivatives(&s == &kLog ? x : add(x, 1), d);
-  } else if (&s == &kSin || &s == &kCos) {  // sin^(j) = sin(x + j pi / 2)
-    Tensor sn = &s == &kSin ? r : sin(x), cs = &s == &kCos ? r : cos(x);
-    const Tensor cycle[4] = {sn, cs, neg(sn), neg(cs)};
-    for (int j = 1; j <= K; ++j) d[size_t(j)] = cycle[(j + (&s == &kCos ? 1 : 0)) % 4];
-  } else if (&s == &kSquare) {
-    power(2);
-  } else if (&s == &kSqrt) {
-    power(0.5);
-  } else if (&s == &kRsqrt) {
-    power(-0.5);
-  } else if (&s == &kReciprocal) {
-    power(-1);
-  } else if (&s == &kPowScalar) {
-    power(args.a);
-  } else if (&s == &kPowScalarBase) {  // (ln a)^j a^x
-    for (int j = 1; j <= K; ++j) d[size_t(j)] = mul(r, std::pow(std::log(args.a), j));
-  } else {
-    return false;
+    case TaylorRule::kClosed:
+      t.derivs(x, r, args, d);
+      return true;
+    case TaylorRule::kLinear:  // handled by the tangent rule; never asked
+    case TaylorRule::kByReverse:
+      return false;
   }
-  return true;
+  return false;
 }
 
 // ---- binary ---------------------------------------------------------------------
 
 using BinaryFormula = Tensor (*)(const Tensor& g, const Tensor& a, const Tensor& b,
                                  const Tensor& r, double alpha);
+// A binary op's Taylor rule: kTangent, the tangent rule (the formulas with
+// the tangents for g) maps every coefficient (add, sub, and maximum/minimum,
+// piecewise linear); the others combine the coefficients (jet_product,
+// jet_quotient, pow through exp(b log a)).
+enum class BinaryTaylor : uint8_t { kTangent, kProduct, kQuotient, kPower };
+
+// An op's derivative rules, side by side: the backward formulas of a and b,
+// what each reads, and its Taylor rule.
 struct BinarySpec {
   const char* op;
   const char* node;
   BinaryFormula fa, fb;
   uint8_t saves_a, saves_b;  // what the gradient of a (of b) reads
-  bool product = false;       // a * b: both gradients may come from one kernel
+  // kProduct: a * b, whose two gradients may also come from one kernel
+  BinaryTaylor taylor = BinaryTaylor::kTangent;
 };
 
 // mul's two gradients g * b and g * a in one kernel, when nothing is
@@ -300,7 +340,7 @@ class BinaryBackward final : public OpNode {
     if (!ga && !gb) return out;
     Tensor a = self_.unpack(this, "self"), b = other_.unpack(this, "other");
     Tensor r = result_.unpack(this, "result");
-    if (spec_.product && ga && gb && grads[0].defined() && fused_product_backward(grads[0], a, b, out)) return out;
+    if (spec_.taylor == BinaryTaylor::kProduct && ga && gb && grads[0].defined() && fused_product_backward(grads[0], a, b, out)) return out;
     if (ga) out[0] = spec_.fa(grads[0], a, b, r, alpha_);
     if (gb) out[1] = spec_.fb(grads[0], a, b, r, alpha_);
     return out;
@@ -366,15 +406,15 @@ const BinarySpec kAdd{"add", "AddBackward", TG_BINARY_FORMULA(g),
 const BinarySpec kSub{"sub", "SubBackward", TG_BINARY_FORMULA(g),
                       TG_BINARY_FORMULA(alpha == 1 ? neg(g) : mul(g, -alpha)), kNone, kNone};
 const BinarySpec kMul{"mul", "MulBackward", TG_BINARY_FORMULA(mul(g, b)),
-                      TG_BINARY_FORMULA(mul(g, a)), kOther, kSelf, true};
+                      TG_BINARY_FORMULA(mul(g, a)), kOther, kSelf, BinaryTaylor::kProduct};
 const BinarySpec kDiv{"div", "DivBackward", TG_BINARY_FORMULA(div(g, b)),
                       TG_BINARY_FORMULA(neg(mul(g, div(a, square(b))))), kOther,
-                      kSelf | kOther};
+                      kSelf | kOther, BinaryTaylor::kQuotient};
 const BinarySpec kPow{
     "pow", "PowBackward",
     TG_BINARY_FORMULA(where(eq(b, 0), zeros_like(g), mul(g, mul(b, pow(a, sub(b, 1)))))),
     TG_BINARY_FORMULA(where(both(eq(a, 0), ge(b, 0)), zeros_like(g), mul(g, mul(r, log(a))))),
-    kSelf | kOther, kSelf | kOther | kResult};
+    kSelf | kOther, kSelf | kOther | kResult, BinaryTaylor::kPower};
 const BinarySpec kMaximum{
     "maximum", "MaximumBackward",
     TG_BINARY_FORMULA(where(gt(a, b), g, where(eq(a, b), mul(g, 0.5), zeros_like(g)))),
@@ -389,9 +429,9 @@ const BinarySpec kMinimum{
 
 Tensor binary_taylor(const BinarySpec& spec, const Tensor& a, const Tensor& b, const Tensor& out,
                      const Tensor& ta, const Tensor& tb) {
-  if (&spec == &kMul) return jet_product(a, ta, b, tb, jet_mul);
-  if (&spec == &kDiv) return tb.defined() ? jet_quotient(out, ta, b, tb) : Tensor();
-  if (&spec != &kPow) return Tensor();
+  if (spec.taylor == BinaryTaylor::kProduct) return jet_product(a, ta, b, tb, jet_mul);
+  if (spec.taylor == BinaryTaylor::kQuotient) return tb.defined() ? jet_quotient(out, ta, b, tb) : Tensor();
+  if (spec.taylor != BinaryTaylor::kPower) return Tensor();
   const int K = fw_taylor()->order;
   std::vector<Tensor> d(size_t(K) + 1);
   if (!tb.defined()) {  // a^b in a: b (b - 1) ... (b - j + 1) a^(b - j)
@@ -406,7 +446,7 @@ Tensor binary_taylor(const BinarySpec& spec, const Tensor& a, const Tensor& b, c
   // then exp's (every derivative of exp is the output).
   Tensor la = log(a), tl;
   if (ta.defined()) {
-    log_derivatives(a, d);
+    taylor_rule::log_derivatives(a, d);
     tl = jet_unary(ta, d);
   }
   Tensor tm = jet_product(b, tb, la, tl, jet_mul);

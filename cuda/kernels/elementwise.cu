@@ -13,7 +13,7 @@
 
 #include <tapegrad/cuda/allocator.h>
 #include <tapegrad/cuda/device.h>
-#include <tapegrad/cuda/graph.h>
+#include <tapegrad/cuda/capture.h>
 #include "tensor/element_math.h"
 #include "tensor/taylor2.h"
 #include "tensor/kernels.h"
@@ -201,20 +201,19 @@ void add_n_kernel(const Tensor& out, const Tensor& a, const std::vector<Tensor>&
     p.k = int(s.size());
     for (size_t j = 0; j < s.size(); ++j) p.s[j] = static_cast<const T*>(s[j].data_ptr());
     DeviceGuard dg(out.device().index());
-    fusion::CaptureAccess access(stream_of(out));
+    LaunchEncoder access(stream_of(out));
     access.write(out);
     access.read(a);
     for (const Tensor& t : s) access.read(t);
     launch_pdl(&add_n_kernel_impl<T>, grid_for(n), kBlock, stream_of(out), out.device().index(), "add_n", p, n);
-    if (fusion::captures_underway() && n <= fusion::kMaxElements) {
+    if (access.recording()) {
       fusion::Step st;
       st.kind = fusion::kAddN;
       st.nops = int8_t(2 + p.k);
       st.ptr[0] = reinterpret_cast<char*>(p.out);
       st.ptr[1] = reinterpret_cast<char*>(const_cast<T*>(p.a));
       for (int j = 0; j < p.k; ++j) st.ptr[2 + j] = reinterpret_cast<char*>(const_cast<T*>(p.s[j]));
-      fusion::record(stream_of(out), reinterpret_cast<const void*>(&add_n_kernel_impl<T>), &p, sizeof(p),
-                     out.dtype(), n, st);
+      access.fusable(reinterpret_cast<const void*>(&add_n_kernel_impl<T>), &p, sizeof(p), out.dtype(), n, st);
     }
   });
 }
@@ -254,7 +253,7 @@ void copy_n_kernel(const std::vector<Tensor>& dst, const std::vector<Tensor>& sr
     if (most == 0) return;
     DeviceGuard dg(dst[0].device().index());
     cudaStream_t s = stream_of(dst[0]);
-    fusion::CaptureAccess access(s);
+    LaunchEncoder access(s);
     for (size_t j = 0; j < dst.size(); ++j) {
       access.write(dst[j]);
       access.read(src[j]);
@@ -309,7 +308,7 @@ bool embed_kernel(const Tensor& out, const Tensor& g, int64_t dim, int64_t start
   if (total == 0) return true;
   DeviceGuard dg(out.device().index());
   cudaStream_t s = stream_of(out);
-  fusion::CaptureAccess access(s);
+  LaunchEncoder access(s);
   access.write(out);
   access.read(g);
   dispatch_bytes(element_size(out.dtype()), [&](auto u) {
@@ -328,22 +327,22 @@ void mul_backward_kernel(const Tensor& ga, const Tensor& gb, const Tensor& g, co
     using T = decltype(tag);
     DeviceGuard dg(g.device().index());
     T* pga = static_cast<T*>(ga.data_ptr());
-    fusion::CaptureAccess access(stream_of(g));
+    LaunchEncoder access(stream_of(g));
     access.write(ga);
     access.write(gb);
     for (const Tensor* t : {&g, &a, &b}) access.read(*t);
     launch_pdl(&mul_backward_kernel_impl<T>, grid_for(n), kBlock, stream_of(g), g.device().index(), "mul backward",
                pga, static_cast<T*>(gb.data_ptr()), static_cast<const T*>(g.data_ptr()),
                static_cast<const T*>(a.data_ptr()), static_cast<const T*>(b.data_ptr()), n);
-    if (fusion::captures_underway() && n <= fusion::kMaxElements) {
+    if (access.recording()) {
       fusion::Step st;
       st.kind = fusion::kMulBackward;
       st.nops = 5;
       st.nout = 2;
       const Tensor* t[5] = {&ga, &gb, &g, &a, &b};
       for (int o = 0; o < 5; ++o) st.ptr[o] = static_cast<char*>(t[o]->data_ptr());
-      fusion::record(stream_of(g), reinterpret_cast<const void*>(&mul_backward_kernel_impl<T>), &pga, sizeof(pga),
-                     g.dtype(), n, st);
+      access.fusable(reinterpret_cast<const void*>(&mul_backward_kernel_impl<T>), &pga, sizeof(pga), g.dtype(), n,
+                     st);
     }
   });
 }
@@ -479,6 +478,9 @@ void taylor2_launch(int kind, int64_t k, const Tensor& full, const Tensor& x, co
 
 void taylor2_unary_kernel(int kind, int64_t k, const Tensor& out, const Tensor& x,
                           const kernels::Taylor2Derivatives& d, const Tensor& pa, const Tensor& pb) {
+  LaunchEncoder access(stream_of(out));
+  access.write(out);
+  for (const Tensor* t : {&x, &d.d1, &d.d2, &d.z, &pa, &pb}) access.read(*t);
   taylor2_launch(kind, k, out, x, d, pa, pb, [&](auto tag, unsigned blocks, int64_t S, int64_t P, int64_t q,
                                                   const int64_t* ia, const int64_t* ib, auto derivs) {
     using T = decltype(tag);
@@ -490,6 +492,9 @@ void taylor2_unary_kernel(int kind, int64_t k, const Tensor& out, const Tensor& 
 void taylor2_unary_backward_kernel(int kind, int64_t k, const Tensor& dx, const Tensor& dd1, const Tensor& dd2,
                                    const Tensor& g, const Tensor& x, const kernels::Taylor2Derivatives& d,
                                    const Tensor& pa, const Tensor& pb) {
+  LaunchEncoder access(stream_of(dx));
+  for (const Tensor* t : {&dx, &dd1, &dd2}) access.write(*t);
+  for (const Tensor* t : {&g, &x, &d.d1, &d.d2, &d.z, &pa, &pb}) access.read(*t);
   taylor2_launch(kind, k, dx, x, d, pa, pb, [&](auto tag, unsigned blocks, int64_t S, int64_t P, int64_t q,
                                                  const int64_t* ia, const int64_t* ib, auto derivs) {
     using T = decltype(tag);
@@ -524,6 +529,9 @@ void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
                                                 "or not non_blocking)"
                                               : "to (a copy to the host)",
                                 stream);
+  LaunchEncoder access(s);
+  access.write(dst);
+  access.read(src);
   TG_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), bytes,
                                 dst.is_cuda() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s),
                 "to");
@@ -549,7 +557,7 @@ void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
   // cudaMemcpyAsync returns, so it may be freed or changed right after.
 }
 
-// ---- the fused kernel of a captured graph (cuda/fusion.h) -------------------------------
+// ---- the fused kernel of a captured graph (cuda/launch.h) -------------------------------
 // Each step runs the functor or element body of the kernel it replaces, on
 // the step's operands at element i (0 for one-element operands): the same
 // code, loads and stores as the separate kernels, one launch.
@@ -644,7 +652,7 @@ const void* fused_kernel(ScalarType dtype, int64_t n, unsigned* grid, unsigned* 
 
 bool pdl_enabled(int device) {
   static const std::vector<bool> on = [] {
-    const bool allowed = detail::env_allows("TG_CUDA_PDL");
+    const bool allowed = tg::detail::switched_on<tg::detail::OffSwitch::kCudaPdl>();
     std::vector<bool> v(size_t(device_count()), false);
     for (int d = 0; d < int(v.size()); ++d) {
       int major = 0;

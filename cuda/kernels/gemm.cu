@@ -16,8 +16,8 @@
 #include "tensor/kernels.h"
 #include <tapegrad/tensor/raw.h>
 
-#include "cuda/capture_access.h"
-#include <tapegrad/cuda/graph.h>
+#include "cuda/launch.h"
+#include <tapegrad/cuda/capture.h>
 #include "loops.cuh"
 #include "register.h"
 
@@ -184,7 +184,7 @@ __global__ void gemm_int64_k(T* out, const T* a, const T* b, int64_t B, int64_t 
 // equal bit for bit. TG_CUBLASLT=0 goes back to cublasGemmEx (whose
 // captured products share the workspace, and so stay ordered).
 bool lt_enabled() {
-  static const bool on = detail::env_allows("TG_CUBLASLT");
+  static const bool on = tg::detail::switched_on<tg::detail::OffSwitch::kCublasLt>();
   return on;
 }
 
@@ -308,6 +308,10 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) 
   if (out.dtype() == kInt64) {
     TG_INTERNAL_ASSERT(!accumulate, "bmm: no accumulating Int64 product");
     int64_t blocks = std::min<int64_t>((out.numel() + 255) / 256, 65536);
+    LaunchEncoder access(s);
+    access.write(out);
+    access.read(a);
+    access.read(b);
     gemm_int64_k<int64_t><<<unsigned(blocks), 256, 0, s>>>(
         static_cast<int64_t*>(out.data_ptr()), static_cast<const int64_t*>(a.data_ptr()),
         static_cast<const int64_t*>(b.data_ptr()), B, n, k, m, a.strides()[0], a.strides()[1],
@@ -329,7 +333,7 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) 
   const int device = out.device().index();
   cublasOperation_t opb = ob.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
   cublasOperation_t opa = oa.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
-  fusion::CaptureAccess access(s);  // a capture records what the product touches
+  LaunchEncoder access(s);  // a capture records what the product touches
   access.read(ob.t);
   access.read(oa.t);
   access.write(out);  // read too when accumulating: a write covers both
@@ -340,7 +344,7 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) 
                 alignment_of(out.data_ptr()));
     if (plan->ok) {
       void* ws = nullptr;
-      if (plan->workspace > 0 && access.active()) {
+      if (plan->workspace > 0 && access.recording()) {
         // Under capture: a workspace of the graph's own, kept with it (when
         // the capture is a CUDAGraph's; else the stream's).
         auto buf = std::make_shared<Tensor>(

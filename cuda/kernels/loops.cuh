@@ -13,8 +13,7 @@
 #include <utility>
 
 #include "cuda/check.h"
-#include "cuda/capture_access.h"
-#include "cuda/fusion.h"
+#include "cuda/launch.h"
 #include <tapegrad/cuda/stream.h>
 #include "tensor/kernels.h"
 #include <tapegrad/tensor/tensor.h>
@@ -187,7 +186,8 @@ struct VecElemSize<F, std::void_t<decltype(F::kElemSize)>> {
 };
 
 // A functor the fused kernel of a captured graph can run declares
-// `static constexpr fusion::Kind kFusion = ...;` (cuda/fusion.h).
+// `static constexpr fusion::Kind kFusion = ...;` (cuda/launch.h): the
+// launch tells its encoder it is fusable.
 template <class F, class = void>
 struct FusionKindOf {
   static constexpr fusion::Kind value = fusion::kNone;
@@ -285,12 +285,12 @@ inline cudaStream_t stream_of(const Tensor& t) {
 constexpr int kBlock = 256;
 inline unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + kBlock - 1) / kBlock, 65536)); }
 
-// Records a linear launch for the fusion of a captured graph when every
+// Tells the encoder that a linear launch can run as a fused step when every
 // operand is dense or one element and the dtype is a float one.
 template <class F>
-void record_for_fusion(cudaStream_t s, const void* func, const LinearArgs& a, ScalarType dtype, int64_t n,
-                       const F& f) {
-  if (!fusion::captures_underway() || n > fusion::kMaxElements) return;
+void describe_step(LaunchEncoder& enc, const void* func, const LinearArgs& a, ScalarType dtype, int64_t n,
+                   const F& f) {
+  if (!enc.recording() || n > fusion::kMaxElements) return;
   if (dtype != ScalarType::Float32 && dtype != ScalarType::Float64) return;
   static_assert(sizeof(F) <= fusion::kFunctorBytes, "functor too large to fuse");
   fusion::Step st;
@@ -306,7 +306,7 @@ void record_for_fusion(cudaStream_t s, const void* func, const LinearArgs& a, Sc
     }
   }
   memcpy(st.fn, &f, sizeof(F));
-  fusion::record(s, func, &a, sizeof(a), dtype, n, st);
+  enc.fusable(func, &a, sizeof(a), dtype, n, st);
 }
 
 template <class F>
@@ -319,7 +319,7 @@ void launch(const Tensor* ops, int nops, const char* op, F f) {
   DeviceGuard g(ops[0].device().index());
   Indexer ix = make_indexer(ops, nops, op);
   cudaStream_t s = static_cast<cudaStream_t>(current_stream(ops[0].device().index()).handle());
-  fusion::CaptureAccess access(s);  // operand 0 is written, the others read
+  LaunchEncoder access(s);  // operand 0 is written, the others read
   access.write(ops[0]);
   for (int o = 1; o < nops; ++o) access.read(ops[o]);
   constexpr int E = VecElemSize<F>::value;
@@ -328,7 +328,7 @@ void launch(const Tensor* ops, int nops, const char* op, F f) {
     int64_t work = a.aligned ? std::max<int64_t>(n / (16 / std::max(E, 1)), 1) : n;
     launch_pdl(&linear_kernel<E, F>, grid_for(work), kBlock, s, ops[0].device().index(), op, a, n, f);
     if constexpr (FusionKindOf<F>::value != fusion::kNone)
-      record_for_fusion(s, reinterpret_cast<const void*>(&linear_kernel<E, F>), a, ops[0].dtype(), n, f);
+      describe_step(access, reinterpret_cast<const void*>(&linear_kernel<E, F>), a, ops[0].dtype(), n, f);
     return;
   }
   launch_pdl(&elementwise_kernel<F>, grid_for(n), kBlock, s, ops[0].device().index(), op, ix, n, f);

@@ -172,6 +172,12 @@ void multi_tensor_update(const kernels::TensorLists& l, int nstate, const char* 
   const double* st = static_cast<const double*>(steps.data_ptr());
   const double* r = static_cast<const double*>(lr.data_ptr());
   auto kernel = l.param[0].dtype() == kFloat64 ? k64 : k32;
+  LaunchEncoder access(stream_of(l.param[0]));
+  for (const auto* list : {&l.param, &l.state1, &l.state2, &l.state3})
+    for (const Tensor& t : *list) access.write(t);
+  for (const Tensor& t : l.grad) access.read(t);
+  access.read(steps);
+  access.read(lr);
   for_each_launch(l.param[0].device(), e, n, l.step_index, op,
                   [&](const ListArgs& a, unsigned blocks, cudaStream_t s) {
                     kernel<<<blocks, kThreads, 0, s>>>(a, st, r, u);
@@ -204,6 +210,8 @@ void multi_tensor_zero(const std::vector<Tensor>& ts) {
     n.push_back(words ? bytes / 4 : bytes);
     word.push_back(words ? 4 : 1);
   }
+  LaunchEncoder access(stream_of(ts[0]));
+  for (const Tensor& t : ts) access.write(t);
   for_each_launch(ts[0].device(), e, n, word, "zero_grad (multi-tensor)",
                   [&](const ListArgs& a, unsigned blocks, cudaStream_t s) {
                     zero_kernel<<<blocks, kThreads, 0, s>>>(a);

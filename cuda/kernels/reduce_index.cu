@@ -166,7 +166,7 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
   }
   DeviceGuard g(out.device().index());
   cudaStream_t s = stream_of(out);
-  fusion::CaptureAccess access(s);  // the partials too
+  LaunchEncoder access(s);  // the partials too
   access.read(x);
   access.write(out);
   dispatch_compute(out.dtype(), "reduce", [&](auto tag) {
@@ -264,6 +264,10 @@ void index_select_kernel(const Tensor& out, const Tensor& x, const Tensor& index
   int64_t blocks = std::min<int64_t>((total + kBlock - 1) / kBlock, 65536);
   const int64_t* ip = static_cast<const int64_t*>(index.data_ptr());
   detail::BadIndex* bad = detail::bad_index_record();
+  LaunchEncoder access(stream_of(out));  // x is read by index, anywhere in its storage
+  access.write(out);
+  access.read(index);
+  access.add(fusion::storage_of(x, false));
   auto run = [&](auto tag) {
     using U = decltype(tag);
     index_select_k<U><<<unsigned(blocks), kBlock, 0, stream_of(out)>>>(
@@ -290,7 +294,7 @@ void gather_kernel(const Tensor& out, const Tensor& x, const Tensor& index, int6
                    int64_t dim_stride) {
   Tensor ops[3] = {out, index, x};
   int64_t esz = int64_t(element_size(out.dtype()));
-  fusion::CaptureAccess access(stream_of(out));  // x is read by index, anywhere in its storage
+  LaunchEncoder access(stream_of(out));  // x is read by index, anywhere in its storage
   access.add(fusion::storage_of(x, false));
   dispatch_bytes(size_t(esz), [&](auto u) {
     launch(ops, 3, "gather", GatherFn<decltype(u)>{dim_stride * esz, dim_size, detail::bad_index_record()});
@@ -308,7 +312,7 @@ void report_bad_indices_kernel(const Tensor& index, int64_t size) {
   const int64_t n = index.numel();
   if (n == 0) return;
   DeviceGuard g(index.device().index());
-  fusion::CaptureAccess access(stream_of(index));  // reads the index; writes only host memory
+  LaunchEncoder access(stream_of(index));  // reads the index; writes only host memory
   access.read(index);
   const int64_t blocks = std::min<int64_t>((n + kBlock - 1) / kBlock, 65536);
   report_bad_indices_k<<<unsigned(blocks), kBlock, 0, stream_of(index)>>>(
@@ -341,7 +345,7 @@ void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, con
   Tensor target = raw::as_strided(out, index.sizes(), st);
   Tensor src_view = raw::as_strided(src, index.sizes(), src.strides());
   Tensor ops[3] = {target, index, src_view};
-  fusion::CaptureAccess access(stream_of(out));  // out is written by index, anywhere in its storage
+  LaunchEncoder access(stream_of(out));  // out is written by index, anywhere in its storage
   access.add(fusion::storage_of(out, true));
   dispatch_compute(out.dtype(), "scatter_add", [&](auto tag) {
     using T = decltype(tag);
@@ -378,6 +382,9 @@ void random_kernel(const Tensor& out, uint64_t seed, uint64_t offset, const int6
   if (n == 0) return;
   DeviceGuard g(out.device().index());
   int64_t blocks = std::min<int64_t>((n + kBlock - 1) / kBlock, 65536);
+  LaunchEncoder access(stream_of(out));
+  access.write(out);
+  if (state) access.add({reinterpret_cast<const char*>(state), 2 * int64_t(sizeof(int64_t)), false});
   if (out.dtype() == kFloat64)
     random_k<double, kNormal><<<unsigned(blocks), kBlock, 0, stream_of(out)>>>(
         static_cast<double*>(out.data_ptr()), n, seed, offset, state);

@@ -189,10 +189,11 @@ __global__ void spmm_rows_k(const int64_t* starts, const int64_t* cols, const T*
 }
 
 void spmm_deterministic(const Tensor& out, const Tensor& rows, const Tensor& cols, const Tensor& values,
-                        const Tensor& dense, cudaStream_t s) {
+                        const Tensor& dense, cudaStream_t s, LaunchEncoder& access) {
   const int64_t n = out.sizes()[0], k = out.sizes()[1], nnz = values.numel();
   // starts[r] = first entry of row r (rows are sorted); starts[n] = nnz.
   Tensor starts = tg::detail::new_empty({n + 1}, kInt64, out.device());
+  access.write(starts);
   const int64_t* rp = rows.data_ptr<int64_t>();
   thrust::lower_bound(thrust::cuda::par_nosync.on(s), rp, rp + nnz, thrust::counting_iterator<int64_t>(0),
                       thrust::counting_iterator<int64_t>(n + 1), starts.data_ptr<int64_t>());
@@ -213,7 +214,11 @@ void spmm_kernel(const Tensor& out, const Tensor& rows, const Tensor& cols, cons
            ": sparse @ dense on CUDA supports Float32 and Float64, got ", out.dtype());
   DeviceGuard g(out.device().index());
   cudaStream_t s = stream_of(out);
-  if (are_deterministic_algorithms_enabled()) return spmm_deterministic(out, rows, cols, values, dense, s);
+  LaunchEncoder access(s);  // the product touches these, and its temporaries below
+  access.write(out);
+  for (const Tensor* t : {&rows, &cols, &values}) access.add(fusion::storage_of(*t, false));
+  access.read(dense);
+  if (are_deterministic_algorithms_enabled()) return spmm_deterministic(out, rows, cols, values, dense, s, access);
   const int64_t n = out.sizes()[0], k = out.sizes()[1], m = dense.sizes()[0], nnz = values.numel();
   cudaDataType_t type = out.dtype() == kFloat64 ? CUDA_R_64F : CUDA_R_32F;
   cusparseHandle_t h = sparse_handle(out.device().index(), s);
@@ -233,6 +238,7 @@ void spmm_kernel(const Tensor& out, const Tensor& rows, const Tensor& cols, cons
   TG_CUSPARSE_CHECK(cusparseSpMM_bufferSize(h, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE,
                                             alpha, d.a, d.b, beta, d.c, type, alg, &bytes), op);
   Tensor buf = scratch(bytes, out.device());
+  if (bytes) access.write(buf);
   TG_CUSPARSE_CHECK(cusparseSpMM(h, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, alpha,
                                  d.a, d.b, beta, d.c, type, alg, buf.data_ptr()), op);
 }
@@ -243,6 +249,10 @@ void lower_bound_kernel(const Tensor& out, const Tensor& sorted, const Tensor& v
   DeviceGuard g(out.device().index());
   const int64_t* sp = sorted.data_ptr<int64_t>();
   const int64_t* vp = values.data_ptr<int64_t>();
+  LaunchEncoder access(stream_of(out));
+  access.write(out);
+  access.read(sorted);
+  access.read(values);
   thrust::lower_bound(thrust::cuda::par_nosync.on(stream_of(out)), sp, sp + n, vp, vp + m,
                       out.data_ptr<int64_t>());
   TG_CUDA_CHECK(cudaGetLastError(), "lower_bound");

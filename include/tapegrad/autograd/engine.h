@@ -21,7 +21,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs,
                          bool allow_unused = false);
 
 /// Accumulates d(tensors)/d(leaf) into every leaf's .grad, or only into
-/// `inputs` when given (a non-leaf input's gradient is captured into its
+/// `inputs` when given (a non-leaf input's gradient is collected into its
 /// .grad without running its own node). With create_graph, .grad gets a
 /// history that refers back to the leaf (a reference cycle, as in PyTorch):
 /// reset it (x.mutable_grad() = Tensor()) when done, or prefer grad().
@@ -39,12 +39,12 @@ void queue_callback(std::function<void()> callback);
 
 namespace detail {
 /// Runs a graph task: the core of grad() and backward().
-/// `needed`: sinks that must run (backward with inputs); `captures`: edges
+/// `needed`: sinks that must run (backward with inputs); `collects`: edges
 /// whose incoming gradient is returned (grad, non-leaf backward inputs). Both
 /// empty: run everything reachable.
 variable_list execute(const edge_list& roots, variable_list root_grads,
                       bool keep_graph, bool create_graph, const edge_list& needed,
-                      const edge_list& captures);
+                      const edge_list& collects);
 }  // namespace detail
 
 }  // namespace tg::autograd

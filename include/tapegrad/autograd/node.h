@@ -57,7 +57,7 @@ struct InputMetadata {
 /// nodes derive from it and implement apply() and name().
 class Node : public std::enable_shared_from_this<Node> {
  public:
-  /// A node with the next sequence number of this thread.
+  /// A node with the next sequence number (detail::next_sequence_nr).
   Node();
   /// A node with the given sequence number (later nodes run first).
   explicit Node(uint64_t sequence_nr);
@@ -169,8 +169,10 @@ class Node : public std::enable_shared_from_this<Node> {
 };
 
 namespace detail {
-/// A process-wide count of nodes created in this thread (PyTorch's per-thread
-/// sequence number): later nodes run first among ready ones.
+/// The next sequence number, from one counter for the whole process (PyTorch
+/// counts per thread; one count orders the nodes a device worker records in
+/// a create_graph backward against the forward's): later nodes run first
+/// among ready ones.
 uint64_t next_sequence_nr();
 /// True when no GraphTask runs on this thread, or the running one executes
 /// everything (no inputs given), or `fn` is needed or captured by it.

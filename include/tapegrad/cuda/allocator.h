@@ -19,7 +19,7 @@
 
 #include <cstdint>
 
-#include <tapegrad/cuda/graph.h>
+#include <tapegrad/cuda/capture.h>
 #include <tapegrad/cuda/stream.h>
 
 namespace tg::cuda {

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include <tapegrad/cuda/capture.h>
 #include <tapegrad/cuda/stream.h>
 
 namespace tg {
@@ -21,22 +22,6 @@ namespace tg::cuda {
 namespace fusion {
 struct Log;
 }
-
-/// A memory pool of the caching allocator that captures allocate from: {0, 0}
-/// asks for a new private pool; graph_pool_handle() or CUDAGraph::pool() name
-/// one to share between graphs (replay them in capture order).
-using MempoolId = std::pair<uint64_t, uint64_t>;
-
-/// A fresh pool id for graphs to share.
-MempoolId graph_pool_handle();
-
-/// How strictly CUDA forbids unsafe calls while a stream captures (as
-/// cudaStreamCaptureMode): Global (any thread's unsafe call fails the
-/// capture), ThreadLocal (only this thread's), Relaxed (none are checked).
-enum class CaptureMode { Global, ThreadLocal, Relaxed };
-
-/// Whether the current stream of the current device is capturing.
-bool is_current_stream_capturing();
 
 /// A captured CUDA graph.
 ///
@@ -123,8 +108,9 @@ class CUDAGraph {
   size_t depth() const { return depth_; }
 
  private:
-  friend void detail_abort_capture(CUDAGraph* g);
-  friend struct CaptureRegistry;
+  struct Observer;  // what the capture underway reports to this graph
+  friend struct Observer;
+  friend class Graph;
   void end_capture(bool abandon);
   void optimize(void* graph, fusion::Log* log);  // fusion, relaxation
   struct RngState;                // the generator state the replays move
@@ -148,7 +134,8 @@ class CUDAGraph {
   std::optional<size_t> reuse_delay_;
   size_t fused_nodes_ = 0;
   size_t captured_depth_ = 0, depth_ = 0;
-  std::shared_ptr<fusion::Log> fusion_log_;  // the fusable launches of the capture underway
+  std::shared_ptr<fusion::Log> fusion_log_;  // what the launches of the capture underway reported
+  std::unique_ptr<Observer> observer_;
   std::string abort_reason_;
 };
 
@@ -192,14 +179,11 @@ void register_static(const Tensor& t, const std::string& name);
 void unregister_static(const Tensor& t);
 /// The name `t` is registered with, or "" when it is not static.
 std::string static_name(const Tensor& t);
-/// Whether `t` is static and a live graph recorded its address.
-bool static_in_use(const Tensor& t);
+/// (static_in_use(t), in <tapegrad/cuda/capture.h>, says whether a live graph
+/// recorded `t`.)
 ///@}
 
 namespace detail {
-/// Throws a tg::Error naming `op` and the tensor when `t` is static and a
-/// live graph depends on its address (see register_static).
-void check_static_may_move(const Tensor& t, const char* op, const char* what);
 /// The tensors registered static now.
 std::vector<Tensor> static_tensors();
 /// A snapshot of the static tensors' addresses for a graph being captured,
@@ -208,21 +192,6 @@ std::shared_ptr<void> record_statics();
 /// Throws a tg::Error naming the tensor when one recorded in `statics`
 /// moved since (op: the caller, for the message).
 void check_statics(const std::shared_ptr<void>& statics, const char* op);
-/// Throws a tg::Error naming `op` when the current stream of `device` (-1:
-/// the current device) is capturing, after ending that capture (so the
-/// stream, the allocator and the engine stay usable): for ops that would
-/// synchronize with the host or read device memory from it.
-void check_not_capturing(const char* op, int device = -1);
-/// The same for stream `s`.
-void check_not_capturing(const char* op, const Stream& s);
-/// For a random draw of `n` values on `device` while its current stream
-/// captures: sets `state` to the graph's device-side {seed, offset} and
-/// `offset` to the draw's offset from it, and returns true; else false.
-bool capture_random(int device, uint64_t n, const int64_t** state, uint64_t* offset);
-/// When stream `s` captures into a CUDAGraph, `owner` (memory its captured
-/// nodes use, e.g. a pinned host buffer of a copy) stays alive with that
-/// graph until reset(), and true is returned; else false.
-bool keep_alive_with_capture(const Stream& s, std::shared_ptr<void> owner);
 }  // namespace detail
 
 }  // namespace tg::cuda

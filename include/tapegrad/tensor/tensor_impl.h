@@ -3,6 +3,7 @@
 // tensor/ never looks into (autograd/ owns what is behind it).
 #pragma once
 
+#include <atomic>
 #include <iosfwd>
 #include <memory>
 #include <vector>
@@ -32,6 +33,7 @@ struct AutogradMetaInterface {
 };
 
 class TensorImpl;
+struct StaticMark;  // tensor/static_mark.h
 
 /// The two dense tensors behind a sparse COO tensor (layout SparseCoo):
 /// indices Int64 [sparse_dim, nnz] and values [nnz, dense sizes...], with the
@@ -98,6 +100,15 @@ class TensorImpl final : public IntrusiveTarget {
   void set_autograd_meta(std::unique_ptr<AutogradMetaInterface> m) {
     autograd_meta_ = std::move(m);
   }
+  /// The static-tensor mark of CUDA graphs (register_static in
+  /// <tapegrad/cuda/graph.h>; null until the tensor is first registered),
+  /// and its maker (created once, kept until the tensor dies).
+  StaticMark* static_mark() const { return static_mark_.load(std::memory_order_acquire); }
+  /// Creates the mark on first use (see static_mark).
+  StaticMark& ensure_static_mark();
+  ~TensorImpl();
+  TensorImpl(const TensorImpl&) = delete;
+  TensorImpl& operator=(const TensorImpl&) = delete;
 
  private:
   IntrusivePtr<StorageImpl> storage_;
@@ -111,6 +122,7 @@ class TensorImpl final : public IntrusiveTarget {
   IntrusivePtr<VersionCounter> version_;
   std::unique_ptr<AutogradMetaInterface> autograd_meta_;
   std::unique_ptr<SparseCooParts> sparse_;
+  std::atomic<StaticMark*> static_mark_{nullptr};
 };
 
 /// Row-major strides of `sizes`.

@@ -8,7 +8,7 @@
 // the same dense range, so that element i of every step touches only
 // element i of memory another step writes). Edges from outside a group only
 // enter its first member, so merging each group into one node adds no cycle.
-#include "cuda/fusion.h"
+#include "graphs/fusion.h"
 
 #include <algorithm>
 #include <map>

@@ -1,13 +1,14 @@
-// Internal: elementwise fusion of captured CUDA graphs (docs/GRAPHS.md,
-// "Fusion"). While a stream captures, each elementwise kernel whose operands
+// Internal: what a captured CUDA graph does with what its launches reported
+// (docs/GRAPHS.md, "Fusion" and "Relaxed dependencies"). While a stream
+// captures, each launch encoder (cuda/launch.h) reports the nodes its call
+// added and the memory they touch, and an elementwise kernel whose operands
 // are all dense (or one-element broadcasts) over the same n elements of one
-// float dtype is recorded as a Step next to the graph node it became. At
-// capture end, chains of such nodes (each depending only on nodes of its
-// chain) are replaced by one node of the fused kernel, which runs the steps
-// in order for each element: every step still loads its inputs and stores
-// its outputs, so values, intermediate buffers and rounding are those of the
-// separate kernels. Shared between the host (graph.cpp, graph_fusion.cpp)
-// and the device (kernels/elementwise.cu): plain data only.
+// float dtype its Step. At capture end, chains of such nodes (each depending
+// only on nodes of its chain) are replaced by one node of the fused kernel,
+// which runs the steps in order for each element: every step still loads its
+// inputs and stores its outputs, so values, intermediate buffers and rounding
+// are those of the separate kernels. Then the edges are relaxed to those the
+// memory accesses need.
 #pragma once
 
 #include <cstddef>
@@ -15,84 +16,9 @@
 #include <utility>
 #include <vector>
 
-#include <tapegrad/tensor/scalar_type.h>
+#include "cuda/launch.h"
 
 namespace tg::cuda::fusion {
-
-enum Kind : int8_t {
-  kNone = 0,
-  kBinary,                 // BinaryFn
-  kBinaryScalar,           // BinaryScalarFn
-  kAddScaled,              // AddScaledFn
-  kUnary,                  // UnaryFn
-  kActivationGrad,         // ActivationGradFn
-  kActivationGradProduct,  // ActivationGradProductFn
-  kCopy,                   // CopyFn, same dtype
-  kAddN,                   // add_n: out, a, then the summands
-  kMulBackward,            // mul backward: ga, gb, g, a, b
-  kFill,                   // FillFn (the value's bits)
-};
-
-constexpr int kMaxOperands = 18;  // add_n: out, a and 16 summands
-constexpr int kFunctorBytes = 32;
-constexpr int kMaxSteps = 16;
-// Larger operands keep their own (vectorized) kernels: fusion is for the
-// launch-bound sizes.
-constexpr int64_t kMaxElements = int64_t(1) << 18;
-
-// One recorded kernel. Operands [0, nout) are written, the rest read; an
-// operand whose bit is set in `scalar` is one element read by every index;
-// a read operand o < 4 with period[o] > 0 is read at element i % period[o]
-// (a bias against rows).
-struct Step {
-  int8_t kind = kNone;
-  int8_t nops = 0;
-  int8_t nout = 1;
-  uint32_t scalar = 0;
-  bool periodic = false;  // some period[o] > 0
-  int32_t period[4] = {};
-  char* ptr[kMaxOperands] = {};
-  alignas(8) unsigned char fn[kFunctorBytes] = {};  // the functor's bytes (functor kinds)
-};
-
-// What the fused kernel runs: the steps in order for each of n elements.
-struct Program {
-  int64_t n = 0;
-  int nsteps = 0;
-  Step steps[kMaxSteps];
-};
-static_assert(sizeof(Program) <= 4096, "the fused kernel's argument must fit the classic 4 KiB limit");
-
-// Whether a capture is underway in this process (cheap: launches check it
-// before asking the runtime about their stream).
-bool captures_underway();
-
-// Records that the kernel just launched on `stream` (function `func`, first
-// argument `arg0` of `arg0_bytes` bytes, to verify the node is that launch)
-// is `step` over n elements of `dtype`, when the stream captures into a
-// CUDAGraph. Never throws; a launch it cannot attribute stays unfused.
-void record(void* stream, const void* func, const void* arg0, size_t arg0_bytes, ScalarType dtype,
-            int64_t n, const Step& step);
-
-// The fused kernel for a dtype (Float32, Float64), as a function pointer
-// for cudaKernelNodeParams::func (it takes one Program by value), and its
-// launch geometry for n elements.
-const void* fused_kernel(ScalarType dtype, int64_t n, unsigned* grid, unsigned* block);
-
-// A recorded launch: the graph node (cudaGraphNode_t) it became.
-struct Recorded {
-  void* node;
-  ScalarType dtype;
-  int64_t n;
-  Step step;
-};
-
-// Memory a recorded node reads or writes: [begin, begin + bytes).
-struct Access {
-  const char* begin;
-  int64_t bytes;
-  bool written;
-};
 
 // The nodes one call added to a capture (a cuBLAS GEMM and its split-K
 // reduction, a two-pass reduction, a strided elementwise kernel) and every
@@ -102,16 +28,16 @@ struct Region {
   std::vector<Access> accesses;
 };
 
+// The memory a recorded step touches.
+std::vector<Access> accesses_of(const Recorded& r);
+
 // What a capture recorded (owned by its CUDAGraph).
 struct Log {
   std::vector<Recorded> launches;
   std::vector<Region> regions;
 };
 
-// The memory a recorded launch touches.
-std::vector<Access> accesses_of(const Recorded& r);
-
-// Which nodes fuse (no CUDA involved; cuda/fusion_plan.cpp). Nodes are
+// Which nodes fuse (no CUDA involved; graphs/fusion_plan.cpp). Nodes are
 // 0..n-1, `edges` their dependencies (from, to), `launch_of[v]` the launch
 // recorded for node v or null. Groups list their nodes in a topological
 // order; a node outside every group has group_of -1.
@@ -129,7 +55,7 @@ Plan plan(size_t n, const std::vector<std::pair<size_t, size_t>>& edges,
 size_t fuse(void* graph, const std::vector<Recorded>& launches,
             std::vector<std::pair<void*, std::vector<void*>>>* merged = nullptr);
 
-// Dependency relaxation (no CUDA involved; cuda/fusion_plan.cpp). Stream
+// Dependency relaxation (no CUDA involved; graphs/fusion_plan.cpp). Stream
 // capture orders every node after the previous one on its stream; most of
 // those edges only serialize. Given nodes 0..n-1, their `edges`, and for
 // each node the memory it touches (`access_of[v]`, or null when unknown),

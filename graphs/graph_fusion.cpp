@@ -11,7 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/check.h"
-#include "cuda/fusion.h"
+#include "graphs/fusion.h"
 
 namespace tg::cuda::fusion {
 

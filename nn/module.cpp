@@ -1,10 +1,10 @@
 #include <tapegrad/nn/module.h>
-#include "autograd/nn/grads.h"
+#include "nn/grads.h"
 #include "tensor/kernels.h"
 
 #include <algorithm>
 
-#include <tapegrad/cuda/graph.h>
+#include <tapegrad/cuda/capture.h>
 #include <functional>
 #include <map>
 #include <ostream>

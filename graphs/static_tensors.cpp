@@ -1,40 +1,42 @@
 // Static tensors for CUDA graphs (docs/GRAPHS.md "Static tensors"): a
 // registry of tensors whose addresses graphs depend on, the snapshots the
-// graphs take at capture end, and the checks. Plain C++: built with and
-// without the CUDA backend (without it no graph ever records a snapshot).
+// graphs take at capture end, and the replay check. The mark each tensor
+// carries (tensor/static_mark.h) is what the layers below read. Plain C++:
+// built with and without the CUDA backend (without it no graph ever records
+// a snapshot).
 #include <tapegrad/cuda/graph.h>
 
-#include <atomic>
+#include <algorithm>
 #include <mutex>
 #include <sstream>
 #include <vector>
 
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/tensor.h>
+#include "tensor/static_mark.h"
 
 namespace tg::cuda {
 
 namespace {
 
-struct Entry {
-  Tensor t;  // kept alive while registered
-  std::string name;
-  int graphs = 0;  // live snapshots that hold it
-};
-
+// The registered tensors, in registration order (each holds its mark).
 std::mutex g_mu;
-std::vector<Entry> g_entries;
-std::atomic<int> g_in_use{0};  // sum of Entry::graphs: the fast path when 0
+std::vector<Tensor> g_entries;
 
-Entry* find(const TensorImpl* impl) {
-  for (Entry& e : g_entries)
-    if (e.t.impl() == impl) return &e;
-  return nullptr;
+std::vector<Tensor>::iterator find(const TensorImpl* impl) {
+  return std::find_if(g_entries.begin(), g_entries.end(), [&](const Tensor& t) { return t.impl() == impl; });
 }
 
 void* grad_ptr(const Tensor& t) {
   const Tensor& g = t.grad();
   return g.defined() && !g.is_sparse() ? g.data_ptr() : nullptr;
+}
+
+std::string name_of(const Tensor& t) {
+  StaticMark* m = t.impl()->static_mark();
+  if (!m) return "";
+  std::lock_guard<std::mutex> lock(m->mu);
+  return m->name;
 }
 
 struct Record {
@@ -47,12 +49,7 @@ struct Record {
 struct Snapshot {
   std::vector<Record> records;
   ~Snapshot() {
-    std::lock_guard<std::mutex> lock(g_mu);
-    for (const Record& r : records)
-      if (Entry* e = find(r.t.impl())) {
-        --e->graphs;
-        --g_in_use;
-      }
+    for (const Record& r : records) r.t.impl()->static_mark()->graphs.fetch_sub(1, std::memory_order_acq_rel);
   }
 };
 
@@ -67,60 +64,44 @@ std::string address(const void* p) {
 
 void register_static(const Tensor& t, const std::string& name) {
   TG_CHECK(t.defined(), "register_static: '", name, "' is an undefined tensor");
+  StaticMark& m = t.impl()->ensure_static_mark();
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.name = name;
+  }
   std::lock_guard<std::mutex> lock(g_mu);
-  if (Entry* e = find(t.impl())) e->name = name;
-  else g_entries.push_back({t, name, 0});
+  if (find(t.impl()) == g_entries.end()) g_entries.push_back(t);
+  m.registered.store(true, std::memory_order_release);
 }
 
 void unregister_static(const Tensor& t) {
   if (!t.defined()) return;
   std::lock_guard<std::mutex> lock(g_mu);
-  for (size_t i = 0; i < g_entries.size(); ++i)
-    if (g_entries[i].t.impl() == t.impl()) {
-      g_in_use -= g_entries[i].graphs;
-      g_entries.erase(g_entries.begin() + long(i));
-      return;
-    }
+  auto it = find(t.impl());
+  if (it == g_entries.end()) return;
+  t.impl()->static_mark()->registered.store(false, std::memory_order_release);
+  g_entries.erase(it);
 }
 
 std::string static_name(const Tensor& t) {
   if (!t.defined()) return "";
-  std::lock_guard<std::mutex> lock(g_mu);
-  const Entry* e = find(t.impl());
-  return e ? e->name : "";
-}
-
-bool static_in_use(const Tensor& t) {
-  if (g_in_use.load() == 0 || !t.defined()) return false;
-  std::lock_guard<std::mutex> lock(g_mu);
-  const Entry* e = find(t.impl());
-  return e && e->graphs > 0;
+  const StaticMark* m = t.impl()->static_mark();
+  return m && m->registered.load(std::memory_order_acquire) ? name_of(t) : "";
 }
 
 namespace detail {
 
-void check_static_may_move(const Tensor& t, const char* op, const char* what) {
-  if (!static_in_use(t)) return;
-  TG_ERROR(op, ": ", what, " of the static tensor '", static_name(t), "' (", t.dtype(), " ",
-           t.sizes(), " on ", t.device(), ") would move, and a captured CUDA graph depends on its "
-           "address; keep it in place (zero_grad(set_to_none=false), in-place updates), or reset "
-           "the graphs that recorded it and capture again");
-}
-
 std::vector<Tensor> static_tensors() {
   std::lock_guard<std::mutex> lock(g_mu);
-  std::vector<Tensor> out;
-  for (const Entry& e : g_entries) out.push_back(e.t);
-  return out;
+  return g_entries;
 }
 
 std::shared_ptr<void> record_statics() {
   auto s = std::make_shared<Snapshot>();
   std::lock_guard<std::mutex> lock(g_mu);
-  for (Entry& e : g_entries) {
-    s->records.push_back({e.t, e.name, e.t.data_ptr(), grad_ptr(e.t)});
-    ++e.graphs;
-    ++g_in_use;
+  for (const Tensor& t : g_entries) {
+    s->records.push_back({t, name_of(t), t.data_ptr(), grad_ptr(t)});
+    t.impl()->static_mark()->graphs.fetch_add(1, std::memory_order_acq_rel);
   }
   return s;
 }

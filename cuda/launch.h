@@ -1,0 +1,148 @@
+// Internal: the launch encoder. Every library call that puts work on a CUDA
+// stream that may be capturing (a kernel, a cuBLAS or cuSPARSE product, a
+// reduction, a gather or scatter, an asynchronous copy, a collective) opens
+// one LaunchEncoder on that stream first and names the memory its launches
+// read and write, temporaries included (calls that refuse a capture, such as
+// coalesce, need none); an elementwise kernel that can also run
+// as one step of a fused kernel says so (fusable). The kernels know nothing
+// else: while the stream captures, the encoder hands what the call added to
+// the capture (its graph nodes, their accesses, the fusable step) to the
+// capture's observer (cuda/capture_observer.h), which is where CUDA-graph
+// fusion and dependency relaxation (graphs/) read it. Off a capture an
+// encoder costs one atomic load. A call that names nothing is a barrier to
+// the relaxation, never a race.
+//
+// The step types below are plain data shared by the host and the fused
+// kernel (cuda/kernels/elementwise.cu) and read by graphs/fusion.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <tapegrad/tensor/scalar_type.h>
+#include <tapegrad/tensor/tensor.h>
+
+namespace tg::cuda {
+
+namespace fusion {
+
+enum Kind : int8_t {
+  kNone = 0,
+  kBinary,                 // BinaryFn
+  kBinaryScalar,           // BinaryScalarFn
+  kAddScaled,              // AddScaledFn
+  kUnary,                  // UnaryFn
+  kActivationGrad,         // ActivationGradFn
+  kActivationGradProduct,  // ActivationGradProductFn
+  kCopy,                   // CopyFn, same dtype
+  kAddN,                   // add_n: out, a, then the summands
+  kMulBackward,            // mul backward: ga, gb, g, a, b
+  kFill,                   // FillFn (the value's bits)
+};
+
+constexpr int kMaxOperands = 18;  // add_n: out, a and 16 summands
+constexpr int kFunctorBytes = 32;
+constexpr int kMaxSteps = 16;
+// Larger operands keep their own (vectorized) kernels: fusion is for the
+// launch-bound sizes.
+constexpr int64_t kMaxElements = int64_t(1) << 18;
+
+// One elementwise kernel as a step of a fused kernel. Operands [0, nout)
+// are written, the rest read; an operand whose bit is set in `scalar` is one
+// element read by every index; a read operand o < 4 with period[o] > 0 is
+// read at element i % period[o] (a bias against rows).
+struct Step {
+  int8_t kind = kNone;
+  int8_t nops = 0;
+  int8_t nout = 1;
+  uint32_t scalar = 0;
+  bool periodic = false;  // some period[o] > 0
+  int32_t period[4] = {};
+  char* ptr[kMaxOperands] = {};
+  alignas(8) unsigned char fn[kFunctorBytes] = {};  // the functor's bytes (functor kinds)
+};
+
+// What the fused kernel runs: the steps in order for each of n elements.
+struct Program {
+  int64_t n = 0;
+  int nsteps = 0;
+  Step steps[kMaxSteps];
+};
+static_assert(sizeof(Program) <= 4096, "the fused kernel's argument must fit the classic 4 KiB limit");
+
+// The fused kernel for a dtype (Float32, Float64), as a function pointer
+// for cudaKernelNodeParams::func (it takes one Program by value), and its
+// launch geometry for n elements.
+const void* fused_kernel(ScalarType dtype, int64_t n, unsigned* grid, unsigned* block);
+
+// A captured launch that can run as a step: the graph node
+// (cudaGraphNode_t) it became.
+struct Recorded {
+  void* node;
+  ScalarType dtype;
+  int64_t n;
+  Step step;
+};
+
+// Memory a launch reads or writes: [begin, begin + bytes).
+struct Access {
+  const char* begin;
+  int64_t bytes;
+  bool written;
+};
+
+// The bytes spanned by a strided tensor (its lowest to its highest element).
+Access span_of(const Tensor& t, bool written);
+
+// The whole storage under a tensor: for kernels that index it by data (a
+// gather reads, a scatter writes, anywhere along the indexed dim).
+inline Access storage_of(const Tensor& t, bool written) {
+  const auto& st = t.impl()->storage();
+  return {static_cast<const char*>(st->data()), int64_t(st->nbytes()), written};
+}
+
+// Whether a capture is underway in this process (cheap: an atomic load).
+bool captures_underway();
+
+}  // namespace fusion
+
+class LaunchEncoder {
+ public:
+  explicit LaunchEncoder(void* stream);  // cudaStream_t
+  ~LaunchEncoder();
+  LaunchEncoder(const LaunchEncoder&) = delete;
+  LaunchEncoder& operator=(const LaunchEncoder&) = delete;
+
+  // Whether the stream captures (what is named is then recorded).
+  bool recording() const { return active_; }
+  void add(const fusion::Access& a) {
+    if (active_) accesses_.push_back(a);
+  }
+  // The bytes a strided tensor spans (an undefined tensor is nothing).
+  void read(const Tensor& t) {
+    if (active_ && t.defined()) accesses_.push_back(fusion::span_of(t, false));
+  }
+  void write(const Tensor& t) {
+    if (active_ && t.defined()) accesses_.push_back(fusion::span_of(t, true));
+  }
+  // The call's one kernel (function `func`, first argument `arg0` of
+  // `arg0_bytes` bytes, to verify that the node is that launch) is `step`
+  // over n elements of `dtype`: fusion may run it inside a fused kernel.
+  // Only Float32 and Float64 steps of at most kMaxElements are kept.
+  void fusable(const void* func, const void* arg0, size_t arg0_bytes, ScalarType dtype, int64_t n,
+               const fusion::Step& step);
+
+ private:
+  bool active_ = false;
+  void* stream_ = nullptr;
+  unsigned long long id_ = 0;
+  std::vector<void*> before_;  // the stream's capture dependencies before the call
+  std::vector<fusion::Access> accesses_;
+  const void* func_ = nullptr;  // fusable(): the kernel, its first argument, the step
+  std::vector<unsigned char> arg0_;
+  bool fusable_ = false;
+  fusion::Recorded step_{};
+};
+
+}  // namespace tg::cuda

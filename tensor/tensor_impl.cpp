@@ -6,6 +6,8 @@
 #include <tapegrad/cuda/capture.h>
 #include "tensor/static_mark.h"
 
+#include <exception>
+
 namespace tg {
 
 IntList contiguous_strides(const IntList& sizes) {
@@ -112,6 +114,8 @@ bool static_in_use(const Tensor& t) {
 }
 
 namespace detail {
+int tensor_layer_uncaught_exceptions() { return std::uncaught_exceptions(); }
+
 void check_static_may_move(const Tensor& t, const char* op, const char* what) {
   if (!static_in_use(t)) return;
   StaticMark* m = t.impl()->static_mark();

@@ -11,8 +11,7 @@
 
 namespace tg::autograd {
 
-AccumulateGrad::AccumulateGrad(Tensor variable)
-    : Node(UINT64_MAX), variable_(std::move(variable)) {
+AccumulateGrad::AccumulateGrad(Tensor variable) : Node(UINT64_MAX), variable_(std::move(variable)) {
   add_input_metadata(variable_);
 }
 
@@ -49,8 +48,8 @@ variable_list AccumulateGrad::apply(variable_list&& grads) {
   grads.clear();
   if (!g.defined()) return {};
   AutogradMeta* m = impl::meta(variable_);
-  TG_CHECK(m && !m->grad_fn, "AccumulateGrad: the leaf tensor (shape ",
-           shape_str(variable_.sizes()), ") has been moved into the graph "
+  TG_CHECK(m && !m->grad_fn, "AccumulateGrad: the leaf tensor (shape ", shape_str(variable_.sizes()),
+           ") has been moved into the graph "
            "interior (it got a grad_fn after its accumulator was created)");
   if (!m->requires_grad) return {};
   accumulate_grad(variable_, m->grad, std::move(g), 1);
@@ -58,12 +57,11 @@ variable_list AccumulateGrad::apply(variable_list&& grads) {
   return {};
 }
 
-void accumulate_grad(const Tensor& variable, Tensor& variable_grad,
-                     Tensor&& incoming, size_t expected_refs) {
+void accumulate_grad(const Tensor& variable, Tensor& variable_grad, Tensor&& incoming, size_t expected_refs) {
   // A gradient carrying a forward-mode tangent (forward over reverse): the
   // public ops keep the tangent on .grad.
-  if (forward_ad::is_active() && (impl::fw_grad(incoming).defined() ||
-                                  (variable_grad.defined() && impl::fw_grad(variable_grad).defined()))) {
+  if (forward_ad::is_active() &&
+      (impl::fw_grad(incoming).defined() || (variable_grad.defined() && impl::fw_grad(variable_grad).defined()))) {
     variable_grad = variable_grad.defined() ? tg::add(variable_grad, incoming) : incoming.clone();
     return;
   }
@@ -85,8 +83,7 @@ void accumulate_grad(const Tensor& variable, Tensor& variable_grad,
     }
     // (3) dense: steal (no copy) when uniquely owned and contiguous or with
     // the leaf's strides; a tensor with autograd metadata is aliased without it.
-    bool layout_ok = incoming.is_contiguous() ||
-                     (!variable.is_sparse() && incoming.strides() == variable.strides());
+    bool layout_ok = incoming.is_contiguous() || (!variable.is_sparse() && incoming.strides() == variable.strides());
     if (layout_ok && uniquely_owned(incoming, expected_refs)) {
       variable_grad = impl::meta(incoming) ? raw::detach(incoming) : std::move(incoming);
       return;

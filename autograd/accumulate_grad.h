@@ -39,7 +39,6 @@ class AccumulateGrad final : public Node {
 //   not shared and .grad is contiguous (it keeps its identity), otherwise
 //   out of place;
 // - grad mode on (create_graph): always out of place, .grad gets history.
-void accumulate_grad(const Tensor& variable, Tensor& variable_grad,
-                     Tensor&& incoming, size_t expected_refs);
+void accumulate_grad(const Tensor& variable, Tensor& variable_grad, Tensor&& incoming, size_t expected_refs);
 
 }  // namespace tg::autograd

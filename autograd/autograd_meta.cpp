@@ -29,8 +29,7 @@ namespace impl {
 
 AutogradMeta& materialize_meta(const Tensor& t) {
   TG_CHECK(t.defined(), "autograd: undefined tensor");
-  if (!t.impl()->autograd_meta())
-    t.impl()->set_autograd_meta(std::make_unique<AutogradMeta>());
+  if (!t.impl()->autograd_meta()) t.impl()->set_autograd_meta(std::make_unique<AutogradMeta>());
   return *meta(t);
 }
 
@@ -103,9 +102,10 @@ void call_leaf_pre_hooks(const Tensor& leaf, Tensor& grad) {
 void check_hook_result(const Tensor& r, const Tensor& g, const std::string& who) {
   // A hook may change the values, not what the gradient is: a leaf's .grad
   // of another shape would reach the optimizer.
-  TG_CHECK(r.sizes() == g.sizes() && r.dtype() == g.dtype() && r.device() == g.device(), who, " returned a ",
-           r.dtype(), " ", shape_str(r.sizes()), " on ", r.device(), " gradient for a ", g.dtype(), " ",
-           shape_str(g.sizes()), " on ", g.device(), " one; a hook must return a tensor of the gradient's shape, "
+  TG_CHECK(r.sizes() == g.sizes() && r.dtype() == g.dtype() && r.device() == g.device(), who, " returned a ", r.dtype(),
+           " ", shape_str(r.sizes()), " on ", r.device(), " gradient for a ", g.dtype(), " ", shape_str(g.sizes()),
+           " on ", g.device(),
+           " one; a hook must return a tensor of the gradient's shape, "
            "dtype and device (or nothing)");
 }
 
@@ -117,7 +117,8 @@ void call_post_accumulate_hooks(const Tensor& leaf) {
     std::lock_guard<std::mutex> lock(h->m);
     post = h->post;
   }
-  for (auto& p : post) p.fn(leaf);
+  for (auto& p : post)
+    p.fn(leaf);
 }
 
 }  // namespace impl
@@ -133,14 +134,17 @@ bool autograd::ops::requires_grad(const Tensor& self) { return impl::requires_gr
 const Tensor& autograd::ops::requires_grad_(const Tensor& self, bool r) {
   TG_CHECK(self.defined(), "requires_grad_: undefined tensor");
   AutogradMeta* m = impl::meta(self);
-  TG_CHECK(!(m && m->grad_fn), "requires_grad_: you can only change the "
+  TG_CHECK(!(m && m->grad_fn),
+           "requires_grad_: you can only change the "
            "requires_grad flag of leaf tensors; this one was computed by ",
-           m->grad_fn->forward_op(), ". Use .detach() to get a tensor that "
+           m->grad_fn->forward_op(),
+           ". Use .detach() to get a tensor that "
            "does not require grad");
   if (r)
-    TG_CHECK(self.is_floating_point(), "requires_grad_: only floating-point tensors "
-             "can require gradients, got a tensor of ", self.dtype(), " (shape ",
-             shape_str(self.sizes()), "); convert it with .to(kFloat32) or .to(kFloat64)");
+    TG_CHECK(self.is_floating_point(),
+             "requires_grad_: only floating-point tensors "
+             "can require gradients, got a tensor of ",
+             self.dtype(), " (shape ", shape_str(self.sizes()), "); convert it with .to(kFloat32) or .to(kFloat64)");
   if (!r && !m) return self;
   impl::materialize_meta(self).requires_grad = r;
   return self;
@@ -179,8 +183,10 @@ uint32_t autograd::ops::output_nr(const Tensor& self) {
 }
 
 void autograd::ops::retain_grad(const Tensor& self) {
-  TG_CHECK(self.requires_grad(), "retain_grad: can't retain_grad on a tensor that "
-           "has requires_grad=false (shape ", shape_str(self.sizes()), ")");
+  TG_CHECK(self.requires_grad(),
+           "retain_grad: can't retain_grad on a tensor that "
+           "has requires_grad=false (shape ",
+           shape_str(self.sizes()), ")");
   if (self.is_leaf()) return;  // leaves keep .grad anyway
   AutogradMeta& m = impl::materialize_meta(self);
   if (m.retained_grad) return;
@@ -194,15 +200,17 @@ bool autograd::ops::retains_grad(const Tensor& self) {
 }
 
 void autograd::ops::backward(const Tensor& self, const Tensor& gradient, std::optional<bool> retain_graph,
-                      bool create_graph, const std::vector<Tensor>& inputs) {
+                             bool create_graph, const std::vector<Tensor>& inputs) {
   std::vector<Tensor> grads;
   if (gradient.defined()) grads.push_back(gradient);
   autograd::backward({self}, grads, retain_graph, create_graph, inputs);
 }
 
 HookHandle autograd::ops::register_hook(const Tensor& self, std::function<Tensor(const Tensor&)> hook) {
-  TG_CHECK(self.requires_grad(), "register_hook: cannot register a hook on a tensor "
-           "that doesn't require gradient (shape ", shape_str(self.sizes()), ")");
+  TG_CHECK(self.requires_grad(),
+           "register_hook: cannot register a hook on a tensor "
+           "that doesn't require gradient (shape ",
+           shape_str(self.sizes()), ")");
   AutogradMeta* m = impl::meta(self);
   if (m->grad_fn) return m->grad_fn->add_tensor_pre_hook(m->output_nr, std::move(hook));
   auto h = impl::leaf_hooks_of(self, true);
@@ -213,17 +221,19 @@ HookHandle autograd::ops::register_hook(const Tensor& self, std::function<Tensor
   return HookHandle([weak, id] {
     if (auto s = weak.lock()) {
       std::lock_guard<std::mutex> l(s->m);
-      s->pre.erase(std::remove_if(s->pre.begin(), s->pre.end(),
-                                  [id](const auto& e) { return e.id == id; }),
+      s->pre.erase(std::remove_if(s->pre.begin(), s->pre.end(), [id](const auto& e) { return e.id == id; }),
                    s->pre.end());
     }
   });
 }
 
-HookHandle autograd::ops::register_post_accumulate_grad_hook(const Tensor& self, std::function<void(const Tensor&)> hook) {
-  TG_CHECK(self.requires_grad() && self.is_leaf(), "register_post_accumulate_grad_hook: "
+HookHandle autograd::ops::register_post_accumulate_grad_hook(const Tensor& self,
+                                                             std::function<void(const Tensor&)> hook) {
+  TG_CHECK(self.requires_grad() && self.is_leaf(),
+           "register_post_accumulate_grad_hook: "
            "post-accumulate-grad hooks can only be registered on leaf tensors "
-           "that require grad (shape ", shape_str(self.sizes()), ")");
+           "that require grad (shape ",
+           shape_str(self.sizes()), ")");
   auto h = impl::leaf_hooks_of(self, true);
   std::lock_guard<std::mutex> lock(h->m);
   uint64_t id = h->next_id++;
@@ -232,8 +242,7 @@ HookHandle autograd::ops::register_post_accumulate_grad_hook(const Tensor& self,
   return HookHandle([weak, id] {
     if (auto s = weak.lock()) {
       std::lock_guard<std::mutex> l(s->m);
-      s->post.erase(std::remove_if(s->post.begin(), s->post.end(),
-                                   [id](const auto& e) { return e.id == id; }),
+      s->post.erase(std::remove_if(s->post.begin(), s->post.end(), [id](const auto& e) { return e.id == id; }),
                     s->post.end());
     }
   });

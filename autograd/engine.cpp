@@ -61,7 +61,7 @@ struct GraphTask {
   // current task): taken when the task starts.
   struct CallerState {
     bool anomaly = false;
-    forward_ad::detail::LevelState fw;  // the forward-mode level (none: 0)
+    forward_ad::detail::LevelState fw;              // the forward-mode level (none: 0)
     std::shared_ptr<const SavedTensorHooks> hooks;  // concurrent tasks only
   } caller;
   std::mutex mutex;            // guards everything below once concurrent
@@ -102,8 +102,7 @@ struct GraphTask {
 
   // Locks the task only when a worker may touch it.
   std::unique_lock<std::mutex> lock() {
-    return concurrent ? std::unique_lock<std::mutex>(mutex)
-                      : std::unique_lock<std::mutex>(mutex, std::defer_lock);
+    return concurrent ? std::unique_lock<std::mutex>(mutex) : std::unique_lock<std::mutex>(mutex, std::defer_lock);
   }
 
   void push(std::shared_ptr<Node> fn, InputBuffer&& buf) {
@@ -116,9 +115,7 @@ struct GraphTask {
     ready.pop_back();
     return t;
   }
-  static bool later_first(const ReadyTask& a, const ReadyTask& b) {
-    return a.fn->sequence_nr() < b.fn->sequence_nr();
-  }
+  static bool later_first(const ReadyTask& a, const ReadyTask& b) { return a.fn->sequence_nr() < b.fn->sequence_nr(); }
 };
 
 thread_local GraphTask* t_current_task = nullptr;
@@ -172,9 +169,7 @@ struct DeviceQueue {
     tasks.pop_back();
     return t;
   }
-  static bool later_first(const DeviceTask& a, const DeviceTask& b) {
-    return GraphTask::later_first(a.work, b.work);
-  }
+  static bool later_first(const DeviceTask& a, const DeviceTask& b) { return GraphTask::later_first(a.work, b.work); }
 };
 
 void worker_main(int device, DeviceQueue* queue);
@@ -219,8 +214,7 @@ DeviceQueue& device_queue(int device) {
 // The root of a backward with several outputs: its outputs are their grads.
 class GraphRoot final : public Node {
  public:
-  GraphRoot(const edge_list& roots, variable_list grads)
-      : Node(UINT64_MAX), grads_(std::move(grads)) {
+  GraphRoot(const edge_list& roots, variable_list grads) : Node(UINT64_MAX), grads_(std::move(grads)) {
     set_next_edges(roots);
   }
   variable_list apply(variable_list&&) override { return grads_; }
@@ -251,15 +245,13 @@ void validate_outputs(const Node& fn, variable_list& grads) {
     if (!g.defined() || !e.is_valid()) continue;
     const InputMetadata& m = e.function->input_metadata(e.input_nr);
     if (g.sizes() != m.sizes) {
-      TG_CHECK(is_expandable_to(m.sizes, g.sizes()), fn.name(),
-               ": returned an invalid gradient at index ", i, ": got shape ",
-               shape_str(g.sizes()), " but expected shape compatible with ",
-               shape_str(m.sizes));
+      TG_CHECK(is_expandable_to(m.sizes, g.sizes()), fn.name(), ": returned an invalid gradient at index ", i,
+               ": got shape ", shape_str(g.sizes()), " but expected shape compatible with ", shape_str(m.sizes));
       g = sum_to(g, m.sizes);
     }
     if (g.device() != m.device && m.sizes.empty()) g = g.to(m.device);  // 0-dim: moved
-    TG_CHECK(g.device() == m.device, fn.name(), ": returned a gradient on ",
-             g.device(), " at index ", i, " but the input lives on ", m.device);
+    TG_CHECK(g.device() == m.device, fn.name(), ": returned a gradient on ", g.device(), " at index ", i,
+             " but the input lives on ", m.device);
     if (g.dtype() != m.dtype) g = g.to(m.dtype);
   }
 }
@@ -286,12 +278,12 @@ void compute_dependencies(GraphTask& task, Node* root, uint64_t min_topo_nr) {
   }
 }
 
-void init_to_execute(GraphTask& task, Node* root, const edge_list& needed,
-                     const edge_list& collects, uint64_t min_topo_nr) {
-  for (const Edge& e : needed) task.exec_info[e.function.get()].needed = true;
+void init_to_execute(GraphTask& task, Node* root, const edge_list& needed, const edge_list& collects,
+                     uint64_t min_topo_nr) {
+  for (const Edge& e : needed)
+    task.exec_info[e.function.get()].needed = true;
   for (size_t i = 0; i < collects.size(); ++i)
-    task.exec_info[collects[i].function.get()].collects.emplace_back(
-        collects[i].input_nr, uint32_t(i));
+    task.exec_info[collects[i].function.get()].collects.emplace_back(collects[i].input_nr, uint32_t(i));
   task.collected.resize(collects.size());
   // A node is needed when one of its children is needed or collected. The
   // search goes past outputs to reach deeper ones.
@@ -330,10 +322,8 @@ void check_anomaly(const Node& fn, const variable_list& outputs) {
     const Tensor& g = outputs[i];
     if (!g.defined() || !g.is_floating_point() || g.numel() == 0) continue;
     Tensor bad = raw::sum(ne(g, g));
-    TG_CHECK(bad.item<int64_t>() == 0, "anomaly mode: ", fn.name(),
-             " (the backward of the forward op '", fn.forward_op(),
-             "') returned NaN values in its output ", i, " (shape ",
-             shape_str(g.sizes()), ")");
+    TG_CHECK(bad.item<int64_t>() == 0, "anomaly mode: ", fn.name(), " (the backward of the forward op '",
+             fn.forward_op(), "') returned NaN values in its output ", i, " (shape ", shape_str(g.sizes()), ")");
   }
 }
 
@@ -347,8 +337,7 @@ void add_leaf_stream(GraphTask& task, const cuda::Stream& s) {
 // Queues a ready node: on its device's worker when it runs on a GPU and the
 // task is concurrent (into `gpu`, flushed by flush_gpu), else for the calling
 // thread. The caller holds the lock.
-void schedule(GraphTask& task, std::shared_ptr<Node> fn, InputBuffer&& buf,
-              std::vector<DeviceTask>& gpu) {
+void schedule(GraphTask& task, std::shared_ptr<Node> fn, InputBuffer&& buf, std::vector<DeviceTask>& gpu) {
   ++task.outstanding;
   if (task.concurrent) {
     if (fn->stream().is_valid()) {
@@ -367,9 +356,8 @@ void schedule(GraphTask& task, std::shared_ptr<Node> fn, InputBuffer&& buf,
 void flush_gpu(std::vector<DeviceTask>& gpu) {
   while (!gpu.empty()) {
     const int device = gpu.front().work.fn->stream().device_index();
-    auto others = std::stable_partition(gpu.begin(), gpu.end(), [device](const DeviceTask& t) {
-      return t.work.fn->stream().device_index() == device;
-    });
+    auto others = std::stable_partition(
+        gpu.begin(), gpu.end(), [device](const DeviceTask& t) { return t.work.fn->stream().device_index() == device; });
     std::vector<DeviceTask> rest(std::make_move_iterator(others), std::make_move_iterator(gpu.end()));
     gpu.erase(others, gpu.end());
     device_queue(device).push(gpu);  // empties gpu
@@ -445,7 +433,8 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, Inp
     if (it == task.exec_info.end() || !it->second.needed) return;
   }
   bool any_defined = false;
-  for (const Tensor& t : inputs) any_defined |= t.defined();
+  for (const Tensor& t : inputs)
+    any_defined |= t.defined();
   variable_list outputs;
   detail::ProductSink products;
   if (!any_defined && !fn.apply_on_undefined()) {
@@ -465,7 +454,8 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, Inp
   if (!products.products.empty()) {
     TG_INTERNAL_ASSERT(outputs.size() == fn.num_outputs(), fn.name(), ": wrong number of gradients");
     auto& ps = products.products;
-    ps.erase(std::remove_if(ps.begin(), ps.end(), [&](const detail::ProductGrad& p) { return !keep_product(fn, p, outputs); }),
+    ps.erase(std::remove_if(ps.begin(), ps.end(),
+                            [&](const detail::ProductGrad& p) { return !keep_product(fn, p, outputs); }),
              ps.end());
   }
   if (is_anomaly_enabled()) check_anomaly(fn, outputs);
@@ -480,8 +470,7 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, Inp
     if (!e.is_valid()) continue;
     Node* next = e.function.get();
     auto dit = task.dependencies.find(next);
-    TG_INTERNAL_ASSERT(dit != task.dependencies.end(), "dependency not found for ",
-                       next->name());
+    TG_INTERNAL_ASSERT(dit != task.dependencies.end(), "dependency not found for ", next->name());
     bool ready = --dit->second == 0;
     if (ready) task.dependencies.erase(dit);
     // Output i's gradient into buf: the tensor, or the product handed over.
@@ -560,8 +549,7 @@ void worker_main(int device, DeviceQueue* queue) {
   t_run_inline = true;
   try {
     cuda::set_device(device);  // each node's StreamGuard sets it again
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   for (;;) {
     DeviceTask t = queue->pop();
     GraphTask& task = *t.task;
@@ -570,11 +558,11 @@ void worker_main(int device, DeviceQueue* queue) {
   }
 }
 
-variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
-                             bool keep_graph, bool create_graph,
+variable_list run_graph_task(const edge_list& roots, variable_list root_grads, bool keep_graph, bool create_graph,
                              const edge_list& needed, const edge_list& collects) {
   size_t depth = size_t(t_reentrant_depth);
-  while (t_task_pool.size() < depth + 1) t_task_pool.push_back(std::make_unique<GraphTask>());
+  while (t_task_pool.size() < depth + 1)
+    t_task_pool.push_back(std::make_unique<GraphTask>());
   GraphTask& task = *t_task_pool[depth];
   task.clear();
   struct Clear {  // drop every tensor the task holds, also on error
@@ -588,8 +576,7 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
   // Reentrant tasks (from a node, on the caller or on a worker) run inline,
   // and so does a task on a capturing stream: its GPU nodes are captured by
   // this thread, in order, into the caller's graph (docs/GRAPHS.md).
-  const bool use_workers =
-      t_reentrant_depth == 1 && !t_run_inline && !cuda::is_current_stream_capturing();
+  const bool use_workers = t_reentrant_depth == 1 && !t_run_inline && !cuda::is_current_stream_capturing();
 
   std::shared_ptr<Node> root;
   InputBuffer root_buffer(0);
@@ -605,14 +592,15 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
   uint64_t min_topo_nr = 0;
   if (!needed.empty() || !collects.empty()) {
     min_topo_nr = UINT64_MAX;
-    for (const Edge& e : needed) min_topo_nr = std::min(min_topo_nr, e.function->topological_nr());
-    for (const Edge& e : collects) min_topo_nr = std::min(min_topo_nr, e.function->topological_nr());
+    for (const Edge& e : needed)
+      min_topo_nr = std::min(min_topo_nr, e.function->topological_nr());
+    for (const Edge& e : collects)
+      min_topo_nr = std::min(min_topo_nr, e.function->topological_nr());
   }
   compute_dependencies(task, root.get(), min_topo_nr);
   task.concurrent = use_workers && (task.concurrent || root->stream().is_valid());
   if (task.concurrent) task.caller.hooks = current_saved_tensor_hooks();
-  if (!needed.empty() || !collects.empty())
-    init_to_execute(task, root.get(), needed, collects, min_topo_nr);
+  if (!needed.empty() || !collects.empty()) init_to_execute(task, root.get(), needed, collects, min_topo_nr);
 
   GraphTaskGuard guard(&task);
   AutoGradMode grad_mode(create_graph);
@@ -626,17 +614,17 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
     ReadyTask t{nullptr, InputBuffer(0)};
     {
       auto lock = task.lock();
-      if (task.concurrent)
-        task.cv.wait(lock, [&] { return !task.ready.empty() || task.outstanding == 0; });
+      if (task.concurrent) task.cv.wait(lock, [&] { return !task.ready.empty() || task.outstanding == 0; });
       if (task.ready.empty()) break;  // and nothing is queued or running
       t = task.pop();
     }
     run_node(task, t);
   }
   if (task.error) std::rethrow_exception(task.error);
-  TG_CHECK(task.not_ready.empty(), "autograd: could not compute gradients for "
-           "some functions (", task.not_ready.begin()->first->name(),
-           " never became ready)");
+  TG_CHECK(task.not_ready.empty(),
+           "autograd: could not compute gradients for "
+           "some functions (",
+           task.not_ready.begin()->first->name(), " never became ready)");
   // Final callbacks, in the order queued (a callback may queue more). The
   // workers are done with this task: no lock.
   for (size_t i = 0; i < task.final_callbacks.size(); ++i) {
@@ -656,8 +644,9 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads,
 
 void queue_callback(std::function<void()> callback) {
   GraphTask* t = t_current_task;
-  TG_CHECK(t, "queue_callback: no backward is running on this thread (call it from a hook or a node "
-              "during backward)");
+  TG_CHECK(t,
+           "queue_callback: no backward is running on this thread (call it from a hook or a node "
+           "during backward)");
   auto lock = t->lock();
   t->final_callbacks.push_back(std::move(callback));
 }
@@ -671,16 +660,14 @@ bool task_should_execute(const Node* fn) {
   return it != t->exec_info.end() && it->second.should_execute();
 }
 
-variable_list execute(const edge_list& roots, variable_list root_grads, bool keep_graph,
-                      bool create_graph, const edge_list& needed,
-                      const edge_list& collects) {
+variable_list execute(const edge_list& roots, variable_list root_grads, bool keep_graph, bool create_graph,
+                      const edge_list& needed, const edge_list& collects) {
   struct Depth {
     Depth() { ++t_reentrant_depth; }
     ~Depth() { --t_reentrant_depth; }
   } depth;
   if (t_reentrant_depth <= kMaxReentrantDepth)
-    return run_graph_task(roots, std::move(root_grads), keep_graph, create_graph,
-                          needed, collects);
+    return run_graph_task(roots, std::move(root_grads), keep_graph, create_graph, needed, collects);
   // Deep reentrant backward: continue on a fresh thread (bounded stack),
   // carrying this thread's saved-tensor hooks; the caller waits for it.
   variable_list result;
@@ -691,8 +678,7 @@ variable_list execute(const edge_list& roots, variable_list root_grads, bool kee
       t_run_inline = true;
       std::unique_ptr<SavedTensorHooksGuard> g;
       if (hooks) g = std::make_unique<SavedTensorHooksGuard>(*hooks);
-      result = run_graph_task(roots, std::move(root_grads), keep_graph, create_graph,
-                              needed, collects);
+      result = run_graph_task(roots, std::move(root_grads), keep_graph, create_graph, needed, collects);
     } catch (...) {
       error = std::current_exception();
     }
@@ -706,13 +692,11 @@ variable_list execute(const edge_list& roots, variable_list root_grads, bool kee
 
 namespace {
 
-void make_roots(const char* op, const std::vector<Tensor>& outputs,
-                const std::vector<Tensor>& grad_outputs, edge_list& edges,
-                variable_list& grads) {
+void make_roots(const char* op, const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
+                edge_list& edges, variable_list& grads) {
   TG_CHECK(!outputs.empty(), op, ": got no outputs to differentiate");
-  TG_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), op,
-           ": got ", grad_outputs.size(), " grad_outputs for ", outputs.size(),
-           " outputs; pass one per output (or none for one-element outputs)");
+  TG_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), op, ": got ", grad_outputs.size(),
+           " grad_outputs for ", outputs.size(), " outputs; pass one per output (or none for one-element outputs)");
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& y = outputs[i];
     TG_CHECK(y.defined(), op, ": output ", i, " is an undefined tensor");
@@ -723,18 +707,17 @@ void make_roots(const char* op, const std::vector<Tensor>& outputs,
              "from tensors that do not require grad?");
     Tensor g = grad_outputs.empty() ? Tensor() : grad_outputs[i];
     if (!g.defined()) {
-      TG_CHECK(y.numel() == 1, op, ": grad can be implicitly created only for "
-               "outputs with one element, but output ", i, " has shape ",
-               shape_str(y.sizes()), "; pass a gradient (grad_outputs) of that shape");
+      TG_CHECK(y.numel() == 1, op,
+               ": grad can be implicitly created only for "
+               "outputs with one element, but output ",
+               i, " has shape ", shape_str(y.sizes()), "; pass a gradient (grad_outputs) of that shape");
       g = ones_like(y);
     } else {
-      TG_CHECK(g.sizes() == y.sizes(), op, ": mismatch in shape: grad_outputs[", i,
-               "] has shape ", shape_str(g.sizes()), " but outputs[", i,
-               "] has shape ", shape_str(y.sizes()));
-      TG_CHECK(g.device() == y.device(), op, ": grad_outputs[", i, "] is on ",
-               g.device(), " but outputs[", i, "] is on ", y.device());
-      TG_CHECK(g.is_floating_point(), op, ": grad_outputs[", i,
-               "] must be floating point, got ", g.dtype());
+      TG_CHECK(g.sizes() == y.sizes(), op, ": mismatch in shape: grad_outputs[", i, "] has shape ",
+               shape_str(g.sizes()), " but outputs[", i, "] has shape ", shape_str(y.sizes()));
+      TG_CHECK(g.device() == y.device(), op, ": grad_outputs[", i, "] is on ", g.device(), " but outputs[", i,
+               "] is on ", y.device());
+      TG_CHECK(g.is_floating_point(), op, ": grad_outputs[", i, "] must be floating point, got ", g.dtype());
       if (g.dtype() != y.dtype()) g = g.to(y.dtype());
     }
     edges.push_back(impl::gradient_edge(y));
@@ -744,10 +727,8 @@ void make_roots(const char* op, const std::vector<Tensor>& outputs,
 
 }  // namespace
 
-std::vector<Tensor> grad(const std::vector<Tensor>& outputs,
-                         const std::vector<Tensor>& inputs,
-                         const std::vector<Tensor>& grad_outputs,
-                         std::optional<bool> retain_graph, bool create_graph,
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, std::optional<bool> retain_graph, bool create_graph,
                          bool allow_unused) {
   TG_CHECK(!inputs.empty(), "grad: requires non-empty inputs");
   edge_list roots;
@@ -762,20 +743,18 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs,
              "computing the outputs");
     collects.push_back(impl::gradient_edge(x));
   }
-  variable_list result = detail::execute(roots, std::move(root_grads),
-                                         retain_graph.value_or(create_graph),
-                                         create_graph, {}, collects);
+  variable_list result =
+      detail::execute(roots, std::move(root_grads), retain_graph.value_or(create_graph), create_graph, {}, collects);
   for (size_t i = 0; i < result.size(); ++i)
-    TG_CHECK(result[i].defined() || allow_unused, "grad: input ", i, " (shape ",
-             shape_str(inputs[i].sizes()), ") was not used to compute the "
+    TG_CHECK(result[i].defined() || allow_unused, "grad: input ", i, " (shape ", shape_str(inputs[i].sizes()),
+             ") was not used to compute the "
              "outputs, so it has no gradient; pass allow_unused=true to get an "
              "undefined tensor for it");
   return result;
 }
 
 void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& grad_tensors,
-              std::optional<bool> retain_graph, bool create_graph,
-              const std::vector<Tensor>& inputs) {
+              std::optional<bool> retain_graph, bool create_graph, const std::vector<Tensor>& inputs) {
   edge_list roots;
   variable_list root_grads;
   make_roots("backward", tensors, grad_tensors, roots, root_grads);
@@ -793,8 +772,7 @@ void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& gra
       collected_inputs.push_back(x);
     }
   }
-  variable_list got = detail::execute(roots, std::move(root_grads),
-                                      retain_graph.value_or(create_graph), create_graph,
+  variable_list got = detail::execute(roots, std::move(root_grads), retain_graph.value_or(create_graph), create_graph,
                                       needed, collects);
   // Non-leaf inputs: their incoming gradient was collected without running
   // their node (OURS); accumulate it into .grad like a leaf.

@@ -28,10 +28,10 @@ struct PendingTangent {
 };
 
 namespace {
-thread_local uint64_t t_level = 0;  // the active dual level (0: none)
-thread_local bool t_defer = false;  // DeferTangents is live
-thread_local int64_t t_resolved = 0;  // pending tangents computed in full
-thread_local int64_t t_batch = 0;   // its tangent batch (0: unbatched)
+thread_local uint64_t t_level = 0;                                // the active dual level (0: none)
+thread_local bool t_defer = false;                                // DeferTangents is live
+thread_local int64_t t_resolved = 0;                              // pending tangents computed in full
+thread_local int64_t t_batch = 0;                                 // its tangent batch (0: unbatched)
 thread_local const forward_ad::TaylorLayout* t_taylor = nullptr;  // its Taylor layout
 std::atomic<uint64_t> g_next_level{1};
 
@@ -43,7 +43,7 @@ size_t g_prune_at = 4096;
 
 std::shared_ptr<ForwardGrad> new_slot(uint64_t level) {
   std::shared_ptr<ForwardGrad> s(new ForwardGrad{Tensor(), level, nullptr});  // not make_shared: the weak
-  std::lock_guard<std::mutex> lock(g_slots_mutex);                    // refs keep only the block
+  std::lock_guard<std::mutex> lock(g_slots_mutex);                            // refs keep only the block
   if (g_slots.size() >= g_prune_at) {
     size_t kept = 0;
     for (auto& w : g_slots)
@@ -83,7 +83,8 @@ namespace forward_ad {
 dual_level::dual_level() : dual_level(0) {}
 
 dual_level::dual_level(int64_t batch) {
-  TG_CHECK(t_level == 0, "forward_ad::dual_level: a dual level is already active on this thread; "
+  TG_CHECK(t_level == 0,
+           "forward_ad::dual_level: a dual level is already active on this thread; "
            "nested levels are not supported (end the outer one first)");
   TG_CHECK(batch >= 0, "forward_ad::dual_level: the tangent batch must be >= 0 (0: unbatched), got ", batch);
   t_level = g_next_level.fetch_add(1);
@@ -131,7 +132,8 @@ void detail::defer_tangent(const Tensor& out, const Tensor& source, std::functio
   reads.push_back(source);
   for (Tensor& r : reads)
     if (r.defined()) p->versions.emplace_back(std::move(r), 0u);
-  for (auto& [t, v] : p->versions) v = t.version();
+  for (auto& [t, v] : p->versions)
+    v = t.version();
   p->grad_mode = is_grad_enabled();
   p->op = op;
   std::shared_ptr<ForwardGrad> slot = impl::fw_slot(out);
@@ -145,8 +147,8 @@ namespace {
 // rule would have run: forward mode paused, under the op's grad mode.
 Tensor apply_pending(PendingTangent& p, const Tensor& t) {
   for (const auto& [r, v] : p.versions)
-    TG_CHECK(r.version() == v, p.op, ": a tensor its Taylor-mode tangent reads (", r.dtype(), " ",
-             shape_str(r.sizes()), ") was modified in place (version ", v, " -> ", r.version(),
+    TG_CHECK(r.version() == v, p.op, ": a tensor its Taylor-mode tangent reads (", r.dtype(), " ", shape_str(r.sizes()),
+             ") was modified in place (version ", v, " -> ", r.version(),
              ") before the tangent was read; modify a copy, or read the coefficients first");
   detail::Suspend pause;
   AutoGradMode mode(p.grad_mode);
@@ -212,8 +214,8 @@ std::shared_ptr<TaylorLayout> make_layout(int order, int64_t directions,
     for (size_t q = 0; q < groups.size(); ++q) {
       TG_CHECK(!groups[q].empty(), "taylor_level: second-order group ", q, " has no pairs");
       for (const SecondOrderPair& p : groups[q]) {
-        TG_CHECK(p.a >= 0 && p.a < directions && p.b >= 0 && p.b < directions, "taylor_level: pair (",
-                 p.a, ", ", p.b, ") of group ", q, " names a direction outside [0, ", directions, ")");
+        TG_CHECK(p.a >= 0 && p.a < directions && p.b >= 0 && p.b < directions, "taylor_level: pair (", p.a, ", ", p.b,
+                 ") of group ", q, " names a direction outside [0, ", directions, ")");
         l->pair_a.push_back(p.a);
         l->pair_b.push_back(p.b);
         l->pair_group.push_back(int64_t(q));
@@ -224,21 +226,24 @@ std::shared_ptr<TaylorLayout> make_layout(int order, int64_t directions,
                       groups[q][0].b == int64_t(q) && groups[q][0].weight == 1.0;
     }
     l->univariate = l->univariate && int64_t(groups.size()) == directions;
-    TG_CHECK(order == 2 || l->univariate, "taylor_level: second-order groups other than the directions "
-             "themselves are for order 2 only (order ", order, " asked)");
+    TG_CHECK(order == 2 || l->univariate,
+             "taylor_level: second-order groups other than the directions "
+             "themselves are for order 2 only (order ",
+             order, " asked)");
   }
   return l;
 }
 std::vector<std::vector<SecondOrderPair>> univariate_groups(int64_t k) {
   std::vector<std::vector<SecondOrderPair>> g(static_cast<size_t>(k));
-  for (int64_t a = 0; a < k; ++a) g[size_t(a)] = {SecondOrderPair{a, a, 1.0}};
+  for (int64_t a = 0; a < k; ++a)
+    g[size_t(a)] = {SecondOrderPair{a, a, 1.0}};
   return g;
 }
 }  // namespace
 
 taylor_level::taylor_level(int order, int64_t directions)
-    : layout_(make_layout(order, directions, order >= 2 ? univariate_groups(directions)
-                                                         : std::vector<std::vector<SecondOrderPair>>{})),
+    : layout_(make_layout(order, directions,
+                          order >= 2 ? univariate_groups(directions) : std::vector<std::vector<SecondOrderPair>>{})),
       level_(std::make_unique<dual_level>(layout_->batch())) {
   t_taylor = layout_.get();
 }
@@ -268,8 +273,8 @@ Tensor make_jet(const Tensor& primal, const std::vector<Tensor>& coefficients) {
       continue;
     }
     TG_CHECK(c.sizes() == want && c.dtype() == primal.dtype() && c.device() == primal.device(),
-             "make_jet: coefficient ", j, " (", c.dtype(), " ", shape_str(c.sizes()), " on ", c.device(),
-             ") must be ", primal.dtype(), " ", shape_str(want), " on ", primal.device(),
+             "make_jet: coefficient ", j, " (", c.dtype(), " ", shape_str(c.sizes()), " on ", c.device(), ") must be ",
+             primal.dtype(), " ", shape_str(want), " on ", primal.device(),
              " (the coefficient's rows, then the primal's shape)");
     rows.push_back(c);
   }
@@ -288,7 +293,8 @@ std::vector<Tensor> jet_coefficients(const Tensor& t) {
   Tensor tan = impl::fw_grad(t);
   if (!tan.defined()) return out;
   detail::Suspend pause;
-  for (int j = 1; j <= l->order; ++j) out[size_t(j - 1)] = l->block(tan, j);
+  for (int j = 1; j <= l->order; ++j)
+    out[size_t(j - 1)] = l->block(tan, j);
   return out;
 }
 

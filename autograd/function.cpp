@@ -43,18 +43,17 @@ variable_list input_tangents(const variable_list& inputs) {
   return out;
 }
 
-void set_output_tangents(const std::string& fn, variable_list& outputs,
-                         const variable_list& tangents) {
-  TG_CHECK(tangents.size() == outputs.size(), fn_name(fn), ": jvp returned ", tangents.size(),
-           " tangents, expected ", outputs.size(), " (one per output of forward)");
+void set_output_tangents(const std::string& fn, variable_list& outputs, const variable_list& tangents) {
+  TG_CHECK(tangents.size() == outputs.size(), fn_name(fn), ": jvp returned ", tangents.size(), " tangents, expected ",
+           outputs.size(), " (one per output of forward)");
   for (size_t i = 0; i < outputs.size(); ++i) {
     Tensor& o = outputs[i];
     const Tensor& t = tangents[i];
     if (!t.defined() || !o.is_floating_point()) continue;
     const IntList want = ops_detail::fw_shape(o.sizes());
-    TG_CHECK(t.sizes() == want && t.dtype() == o.dtype() && t.device() == o.device(), fn_name(fn),
-             ": jvp's tangent ", i, " (", t.dtype(), " ", shape_str(t.sizes()), " on ", t.device(),
-             ") must match output ", i, " (", o.dtype(), " ", shape_str(o.sizes()), " on ", o.device(), ")");
+    TG_CHECK(t.sizes() == want && t.dtype() == o.dtype() && t.device() == o.device(), fn_name(fn), ": jvp's tangent ",
+             i, " (", t.dtype(), " ", shape_str(t.sizes()), " on ", t.device(), ") must match output ", i, " (",
+             o.dtype(), " ", shape_str(o.sizes()), " on ", o.device(), ")");
     impl::set_fw_grad(o, t);  // an input returned (mark_dirty): its tangent is the new one
   }
 }
@@ -71,7 +70,8 @@ std::vector<variable_list> input_coefficients(const variable_list& inputs) {
   std::vector<variable_list> out(size_t(l.order));
   forward_ad::detail::Suspend pause;
   for (int j = 1; j <= l.order; ++j)
-    for (const Tensor& t : tangents) out[size_t(j - 1)].push_back(t.defined() ? l.block(t, j) : t);
+    for (const Tensor& t : tangents)
+      out[size_t(j - 1)].push_back(t.defined() ? l.block(t, j) : t);
   return out;
 }
 
@@ -108,14 +108,16 @@ void set_output_coefficients(const std::string& fn, variable_list& outputs,
 }
 
 void no_taylor(const std::string& fn) {
-  TG_ERROR(fn_name(fn), ": this custom Function has no Taylor-mode rule and an input carries Taylor "
+  TG_ERROR(fn_name(fn),
+           ": this custom Function has no Taylor-mode rule and an input carries Taylor "
            "coefficients (forward_ad::taylor_level of order >= 2); give it static std::vector<variable_list> "
            "taylor(AutogradContext* ctx, std::vector<variable_list> coefficients) returning the outputs' "
            "coefficients, or compute it outside the Taylor level");
 }
 
 void no_jvp(const std::string& fn) {
-  TG_ERROR(fn_name(fn), ": this custom Function has no forward-mode rule and an input carries a tangent "
+  TG_ERROR(fn_name(fn),
+           ": this custom Function has no forward-mode rule and an input carries a tangent "
            "(forward_ad::make_dual); give it static variable_list jvp(AutogradContext* ctx, variable_list "
            "tangents) returning one tangent per output, or compute it outside the dual level");
 }
@@ -129,16 +131,19 @@ variable_list AutogradContext::get_saved_variables() const {
   auto node = node_.lock();
   variable_list out;
   out.reserve(saved_.size());
-  for (const SavedVariable& s : saved_) out.push_back(s.unpack(node.get(), "saved_tensors"));
+  for (const SavedVariable& s : saved_)
+    out.push_back(s.unpack(node.get(), "saved_tensors"));
   return out;
 }
 
 void AutogradContext::mark_dirty(const variable_list& inputs) {
-  for (const Tensor& t : inputs) dirty_.insert(t.impl());
+  for (const Tensor& t : inputs)
+    dirty_.insert(t.impl());
 }
 
 void AutogradContext::mark_non_differentiable(const variable_list& outputs) {
-  for (const Tensor& t : outputs) non_differentiable_.insert(t.impl());
+  for (const Tensor& t : outputs)
+    non_differentiable_.insert(t.impl());
 }
 
 bool AutogradContext::needs_input_grad(size_t i) const {
@@ -152,12 +157,16 @@ void CppNodeBase::wrap_outputs(const variable_list& inputs, variable_list& outpu
   for (Tensor& o : outputs) {
     TG_CHECK(o.defined(), name(), ": forward returned an undefined tensor");
     bool is_input = false;
-    for (const Tensor& in : inputs) is_input |= in.is_same(o);
+    for (const Tensor& in : inputs)
+      is_input |= in.is_same(o);
     bool dirty = ctx_.dirty_.count(o.impl()) > 0;
     bool differentiable = o.is_floating_point() && !ctx_.non_differentiable_.count(o.impl());
     if (dirty) {
-      TG_CHECK(!(o.is_leaf() && o.requires_grad()), name(), ": a leaf tensor that "
-               "requires grad (shape ", shape_str(o.sizes()), ") was modified in place "
+      TG_CHECK(!(o.is_leaf() && o.requires_grad()), name(),
+               ": a leaf tensor that "
+               "requires grad (shape ",
+               shape_str(o.sizes()),
+               ") was modified in place "
                "by forward (mark_dirty); clone it first");
     } else if (is_input && differentiable) {
       o = raw::detach(o);  // returning an input unchanged: a new alias gets the history
@@ -173,7 +182,8 @@ void CppNodeBase::wrap_outputs(const variable_list& inputs, variable_list& outpu
   }
   for (const Tensor& t : ctx_.to_save_) {
     bool is_output = false;
-    for (const Tensor& o : outputs) is_output |= o.is_same(t);
+    for (const Tensor& o : outputs)
+      is_output |= o.is_same(t);
     ctx_.saved_.emplace_back(t, is_output);
   }
   ctx_.to_save_.clear();
@@ -186,7 +196,8 @@ class DelayedError final : public Node {
  public:
   explicit DelayedError(std::string fn) : fn_(std::move(fn)) {}
   variable_list apply(variable_list&&) override {
-    TG_ERROR(fn_, " is once-differentiable: its backward ran under create_graph "
+    TG_ERROR(fn_,
+             " is once-differentiable: its backward ran under create_graph "
              "but cannot be differentiated again; remove once_differentiable and "
              "write its backward with differentiable ops");
   }
@@ -210,9 +221,9 @@ variable_list CppNodeBase::apply(variable_list&& grads) {
     res = call_backward(std::move(grads));
   }
   size_t n_tensors = tensor_arg_.size();
-  TG_CHECK(res.size() == num_args_ || res.size() == n_tensors, name(),
-           ": backward returned ", res.size(), " gradients, expected ", num_args_,
-           " (one per forward argument) or ", n_tensors, " (one per tensor argument)");
+  TG_CHECK(res.size() == num_args_ || res.size() == n_tensors, name(), ": backward returned ", res.size(),
+           " gradients, expected ", num_args_, " (one per forward argument) or ", n_tensors,
+           " (one per tensor argument)");
   variable_list out(n_tensors);
   for (size_t k = 0; k < n_tensors; ++k) {
     Tensor& g = res.size() == num_args_ ? res[size_t(tensor_arg_[k])] : res[k];
@@ -220,10 +231,13 @@ variable_list CppNodeBase::apply(variable_list&& grads) {
   }
   if (res.size() == num_args_ && num_args_ != n_tensors) {
     std::vector<bool> is_tensor(num_args_, false);
-    for (int64_t a : tensor_arg_) is_tensor[size_t(a)] = true;
+    for (int64_t a : tensor_arg_)
+      is_tensor[size_t(a)] = true;
     for (size_t a = 0; a < num_args_; ++a)
-      TG_CHECK(is_tensor[a] || !res[a].defined(), name(), ": backward returned a "
-               "defined gradient for non-tensor argument ", a, "; return Tensor() there");
+      TG_CHECK(is_tensor[a] || !res[a].defined(), name(),
+               ": backward returned a "
+               "defined gradient for non-tensor argument ",
+               a, "; return Tensor() there");
   }
   if (once_differentiable_ && is_grad_enabled()) {
     // Under create_graph the gradients depend on the incoming gradients and,
@@ -231,8 +245,10 @@ variable_list CppNodeBase::apply(variable_list&& grads) {
     // that leads there and fails when differentiated.
     auto err = std::make_shared<DelayedError>(name());
     edge_list edges;
-    for (const Tensor& g : incoming) edges.push_back(impl::gradient_edge(g));
-    for (const Edge& e : next_edges()) edges.push_back(e);
+    for (const Tensor& g : incoming)
+      edges.push_back(impl::gradient_edge(g));
+    for (const Edge& e : next_edges())
+      edges.push_back(e);
     err->set_next_edges(std::move(edges));
     for (Tensor& g : out) {
       if (!g.defined()) continue;
@@ -246,7 +262,8 @@ variable_list CppNodeBase::apply(variable_list&& grads) {
 }
 
 void CppNodeBase::release_variables() {
-  for (SavedVariable& s : ctx_.saved_) s.release();
+  for (SavedVariable& s : ctx_.saved_)
+    s.release();
 }
 
 }  // namespace tg::autograd

@@ -27,7 +27,8 @@ IntList unravel(int64_t k, const IntList& sizes) {
 double* element(const Tensor& t, int64_t k) {
   IntList idx = unravel(k, t.sizes());
   int64_t off = 0;
-  for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * t.strides()[d];
+  for (size_t d = 0; d < idx.size(); ++d)
+    off += idx[d] * t.strides()[d];
   return t.data_ptr<double>() + off;
 }
 
@@ -43,8 +44,7 @@ std::vector<std::vector<double>> flatten_outputs(const variable_list& outs) {
 
 // Column j of d outs[o] / d inputs[i] by forward mode: the outputs' tangents
 // for the tangent e_j on input i (zero on the others).
-std::vector<double> forward_column(const TensorsFn& fn, const variable_list& inputs, size_t o, size_t i,
-                                   int64_t j) {
+std::vector<double> forward_column(const TensorsFn& fn, const variable_list& inputs, size_t o, size_t i, int64_t j) {
   forward_ad::dual_level level;
   variable_list in = inputs;
   Tensor e = zeros(inputs[i].sizes(), inputs[i].options());
@@ -64,15 +64,16 @@ std::vector<double> forward_column(const TensorsFn& fn, const variable_list& inp
 
 // All columns of d outs[o] / d inputs[i] from one forward pass with the nx
 // basis tangents as a batch: column j is the output tangent's entry j.
-std::vector<std::vector<double>> batched_forward_columns(const TensorsFn& fn, const variable_list& inputs,
-                                                         size_t o, size_t i) {
+std::vector<std::vector<double>> batched_forward_columns(const TensorsFn& fn, const variable_list& inputs, size_t o,
+                                                         size_t i) {
   const Tensor& x = inputs[i];
   const int64_t nx = x.numel();
   forward_ad::dual_level level(nx);
   IntList shape = x.sizes();
   shape.insert(shape.begin(), nx);
   Tensor eye = zeros({nx, nx}, x.options());
-  for (int64_t j = 0; j < nx; ++j) *element(eye, j * nx + j) = 1.0;
+  for (int64_t j = 0; j < nx; ++j)
+    *element(eye, j * nx + j) = 1.0;
   variable_list in = inputs;
   in[i] = forward_ad::make_dual(x, eye.view(shape));
   variable_list outs;
@@ -90,26 +91,26 @@ std::vector<std::vector<double>> batched_forward_columns(const TensorsFn& fn, co
            ", expected ", shape_str(want));
   std::vector<double> flat = raw::to_dense(t.detach()).contiguous().to_vector<double>();
   for (int64_t j = 0; j < nx; ++j)
-    for (int64_t k = 0; k < ny; ++k) cols[size_t(j)][size_t(k)] = flat[size_t(j * ny + k)];
+    for (int64_t k = 0; k < ny; ++k)
+      cols[size_t(j)][size_t(k)] = flat[size_t(j * ny + k)];
   return cols;
 }
 
 }  // namespace
 
-GradcheckResult gradcheck(const TensorsFn& fn, const variable_list& inputs,
-                          const GradcheckOptions& opt) {
+GradcheckResult gradcheck(const TensorsFn& fn, const variable_list& inputs, const GradcheckOptions& opt) {
   for (size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i].defined() && inputs[i].requires_grad())
-      TG_CHECK(inputs[i].dtype() == kFloat64 && inputs[i].device().is_cpu(), "gradcheck: input ", i,
-               " is ", inputs[i].dtype(), " on ", inputs[i].device(),
+      TG_CHECK(inputs[i].dtype() == kFloat64 && inputs[i].device().is_cpu(), "gradcheck: input ", i, " is ",
+               inputs[i].dtype(), " on ", inputs[i].device(),
                "; gradcheck needs Float64 CPU inputs (finite differences in lower "
                "precision are too inaccurate)");
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& x = inputs[i];
     if (!x.defined() || !x.requires_grad()) continue;
     for (int64_t d = 0; d < x.dim(); ++d)
-      TG_CHECK(x.strides()[size_t(d)] != 0 || x.sizes()[size_t(d)] <= 1, "gradcheck: input ",
-               i, " (shape ", shape_str(x.sizes()), ", strides ", shape_str(x.strides()),
+      TG_CHECK(x.strides()[size_t(d)] != 0 || x.sizes()[size_t(d)] <= 1, "gradcheck: input ", i, " (shape ",
+               shape_str(x.sizes()), ", strides ", shape_str(x.strides()),
                ") has elements sharing memory (an expanded tensor), so they cannot be "
                "perturbed one at a time; pass .contiguous() of it");
   }
@@ -150,9 +151,8 @@ GradcheckResult gradcheck(const TensorsFn& fn, const variable_list& inputs,
           std::ostringstream m;
           m << "gradcheck: " << what << " mismatch for output " << o << " element "
             << shape_str(unravel(k, out.sizes())) << " w.r.t. input " << i << " element "
-            << shape_str(unravel(j, x.sizes())) << ": analytic " << a << ", numeric " << n
-            << " (|difference| " << err << " > atol " << opt.atol << " + rtol " << opt.rtol
-            << " * |numeric|)";
+            << shape_str(unravel(j, x.sizes())) << ": analytic " << a << ", numeric " << n << " (|difference| " << err
+            << " > atol " << opt.atol << " + rtol " << opt.rtol << " * |numeric|)";
           res.ok = false;
           res.message = m.str();
         }
@@ -181,21 +181,20 @@ GradcheckResult gradcheck(const TensorsFn& fn, const variable_list& inputs,
           Tensor g = grad({out}, {x}, {e}, true, false, true)[0];
           if (g.defined()) row = raw::to_dense(g).to_vector<double>();  // sparse too
         }
-        for (int64_t j = 0; j < nx; ++j) compare(row[size_t(j)], numeric[size_t(k * nx + j)], k, j, "Jacobian");
+        for (int64_t j = 0; j < nx; ++j)
+          compare(row[size_t(j)], numeric[size_t(k * nx + j)], k, j, "Jacobian");
       }
     }
   }
   return res;
 }
 
-GradcheckResult gradcheck(const std::function<Tensor(const variable_list&)>& fn,
-                          const variable_list& inputs, const GradcheckOptions& opt) {
-  return gradcheck(TensorsFn([&](const variable_list& in) { return variable_list{fn(in)}; }),
-                   inputs, opt);
+GradcheckResult gradcheck(const std::function<Tensor(const variable_list&)>& fn, const variable_list& inputs,
+                          const GradcheckOptions& opt) {
+  return gradcheck(TensorsFn([&](const variable_list& in) { return variable_list{fn(in)}; }), inputs, opt);
 }
 
-GradcheckResult gradgradcheck(const TensorsFn& fn, const variable_list& inputs,
-                              const GradcheckOptions& opt) {
+GradcheckResult gradgradcheck(const TensorsFn& fn, const variable_list& inputs, const GradcheckOptions& opt) {
   variable_list outs;
   {
     EnableGradGuard on;
@@ -225,7 +224,8 @@ GradcheckResult gradgradcheck(const TensorsFn& fn, const variable_list& inputs,
       ys.push_back(y[diff_outputs[k]]);
       vs.push_back(args[n_in + k]);
     }
-    for (size_t i : diff_inputs) xs.push_back(in[i]);
+    for (size_t i : diff_inputs)
+      xs.push_back(in[i]);
     if (ys.empty() || xs.empty()) return variable_list{};
     variable_list g = grad(ys, xs, vs, true, true, true);
     for (size_t k = 0; k < g.size(); ++k)
@@ -235,10 +235,9 @@ GradcheckResult gradgradcheck(const TensorsFn& fn, const variable_list& inputs,
   return gradcheck(first_grad, all, opt);
 }
 
-GradcheckResult gradgradcheck(const std::function<Tensor(const variable_list&)>& fn,
-                              const variable_list& inputs, const GradcheckOptions& opt) {
-  return gradgradcheck(TensorsFn([&](const variable_list& in) { return variable_list{fn(in)}; }),
-                       inputs, opt);
+GradcheckResult gradgradcheck(const std::function<Tensor(const variable_list&)>& fn, const variable_list& inputs,
+                              const GradcheckOptions& opt) {
+  return gradgradcheck(TensorsFn([&](const variable_list& in) { return variable_list{fn(in)}; }), inputs, opt);
 }
 
 }  // namespace tg::autograd

@@ -30,8 +30,8 @@ bool uniquely_owned(const Tensor& t, size_t expected_refs) {
 
 bool parts_uniquely_owned(const Tensor& s) {
   const SparseCooParts& p = s.impl()->sparse_parts();
-  return p.indices.use_count() == 1 && p.indices->storage().use_count() == 1 &&
-         p.values.use_count() == 1 && p.values->storage().use_count() == 1;
+  return p.indices.use_count() == 1 && p.indices->storage().use_count() == 1 && p.values.use_count() == 1 &&
+         p.values->storage().use_count() == 1;
 }
 
 bool add_into_dense_side(Tensor& old, Tensor&& incoming) {
@@ -52,8 +52,8 @@ bool accumulate_into_buffer(Tensor& old, Tensor&& incoming) {
   // (1) create_graph, or a summand carrying a forward-mode tangent
   // (forward over reverse): out of place through the public op, so the sum
   // is differentiable and its tangent is the sum of the tangents.
-  if (is_grad_enabled() || (forward_ad::is_active() && (impl::fw_grad(old).defined() ||
-                                                         impl::fw_grad(incoming).defined()))) {
+  if (is_grad_enabled() ||
+      (forward_ad::is_active() && (impl::fw_grad(old).defined() || impl::fw_grad(incoming).defined()))) {
     old = tg::add(old, incoming);
     return false;
   }
@@ -100,13 +100,12 @@ constexpr int64_t kDeferBytes = 256 << 10;
 // graph of the sum to record (create_graph, forward-mode tangents).
 bool deferrable(const Tensor& old, const Tensor& incoming) {
   if (is_grad_enabled() || forward_ad::is_active()) return false;
-  if (old.is_sparse() || incoming.is_sparse() || old.dtype() != incoming.dtype() ||
-      old.device() != incoming.device() || old.sizes() != incoming.sizes())
+  if (old.is_sparse() || incoming.is_sparse() || old.dtype() != incoming.dtype() || old.device() != incoming.device() ||
+      old.sizes() != incoming.sizes())
     return false;
   const ScalarType t = old.dtype();
   if (t != kFloat32 && t != kFloat64) return false;
-  if (!old.is_contiguous() || !incoming.is_contiguous() ||
-      incoming.numel() * int64_t(element_size(t)) > kDeferBytes)
+  if (!old.is_contiguous() || !incoming.is_contiguous() || incoming.numel() * int64_t(element_size(t)) > kDeferBytes)
     return false;
   return kernels::backend(old.device(), "backward").add_n != nullptr;
 }
@@ -245,8 +244,7 @@ bool InputBuffer::form_products_into(size_t pos, const Tensor& target, const cud
   return true;
 }
 
-void InputBuffer::add(size_t pos, Tensor&& var, const cuda::Stream& producer,
-                      const cuda::Stream& consumer) {
+void InputBuffer::add(size_t pos, Tensor&& var, const cuda::Stream& producer, const cuda::Stream& consumer) {
   if (!var.defined()) return;
   Slot& slot = slots_[pos];
   // Held products first become the slot's gradient (its streams are set).
@@ -310,7 +308,8 @@ void InputBuffer::add(size_t pos, Tensor&& var, const cuda::Stream& producer,
 }
 
 void InputBuffer::wait_for_consumer(const cuda::Stream& consumer) {
-  for (Slot& slot : slots_) flush(slot);
+  for (Slot& slot : slots_)
+    flush(slot);
   if (!consumer.is_valid()) return;
   for (const Slot& slot : slots_)
     if (slot.grad.defined() && slot.grad.is_cuda() && slot.ready_stream != consumer && slot.ready)
@@ -350,8 +349,9 @@ bool product_allowed(size_t output) {
 }
 
 Tensor product_grad(size_t output, const Tensor& l, const Tensor& r) {
-  if (product_allowed(output) && l.dim() == 2 && r.dim() == 2 && !l.is_sparse() && !r.is_sparse() && l.dtype() == r.dtype() &&
-      (l.dtype() == kFloat32 || l.dtype() == kFloat64) && l.device() == r.device() && l.size(0) == r.size(0)) {
+  if (product_allowed(output) && l.dim() == 2 && r.dim() == 2 && !l.is_sparse() && !r.is_sparse() &&
+      l.dtype() == r.dtype() && (l.dtype() == kFloat32 || l.dtype() == kFloat64) && l.device() == r.device() &&
+      l.size(0) == r.size(0)) {
     t_sink->products.push_back({output, l, r});
     return Tensor();
   }
@@ -369,9 +369,9 @@ std::pair<Tensor, Tensor> concatenated(const std::vector<std::pair<Tensor, Tenso
   if (products.size() == 1) return {l0, r0};
   int64_t k = 0;
   for (const auto& [l, r] : products) {
-    TG_INTERNAL_ASSERT(l.size(1) == l0.size(1) && r.size(1) == r0.size(1) && l.dtype() == l0.dtype() &&
-                           r.dtype() == l0.dtype(),
-                       "products of one gradient differ in shape or dtype");
+    TG_INTERNAL_ASSERT(
+        l.size(1) == l0.size(1) && r.size(1) == r0.size(1) && l.dtype() == l0.dtype() && r.dtype() == l0.dtype(),
+        "products of one gradient differ in shape or dtype");
     k += l.size(0);
   }
   Tensor L = empty({k, l0.size(1)}, l0.options());

@@ -34,8 +34,7 @@ class InputBuffer {
   // concatenated (docs/AUTOGRAD.md "Weight gradients"); a larger one is
   // multiplied on its producer's stream and added as `add` would. What is
   // held depends on sizes only, not on streams.
-  void add_product(size_t pos, Tensor&& l, Tensor&& r, const cuda::Stream& producer,
-                   const cuda::Stream& consumer);
+  void add_product(size_t pos, Tensor&& l, Tensor&& r, const cuda::Stream& producer, const cuda::Stream& consumer);
   // When input `pos` holds products alone (no other contribution) that
   // were to be formed on `consumer`: forms them into `target` (its
   // existing gradient: contiguous, of their shape, dtype and device) by
@@ -52,13 +51,13 @@ class InputBuffer {
  private:
   struct Slot {
     Tensor grad;
-    std::vector<Tensor> pending;        // contributions still to be added to grad
+    std::vector<Tensor> pending;                      // contributions still to be added to grad
     std::vector<std::pair<Tensor, Tensor>> products;  // held l^T r, still to be formed
-    int64_t product_bytes = 0;          // what `products` holds
-    cuda::Stream accumulate;            // chosen at the first producer
-    cuda::Stream consumer;              // resolved at the first producer
-    cuda::Stream ready_stream;          // the last writer
-    std::unique_ptr<cuda::Event> ready;  // recorded on ready_stream, if anyone waits
+    int64_t product_bytes = 0;                        // what `products` holds
+    cuda::Stream accumulate;                          // chosen at the first producer
+    cuda::Stream consumer;                            // resolved at the first producer
+    cuda::Stream ready_stream;                        // the last writer
+    std::unique_ptr<cuda::Event> ready;               // recorded on ready_stream, if anyone waits
   };
   // Forms slot.products and adds them and slot.pending into slot.grad (on
   // the accumulation stream).

@@ -23,8 +23,7 @@ uint64_t next_sequence_nr() {
 }
 }  // namespace detail
 
-InputMetadata::InputMetadata(const Tensor& t)
-    : sizes(t.sizes()), dtype(t.dtype()), device(t.device()) {
+InputMetadata::InputMetadata(const Tensor& t) : sizes(t.sizes()), dtype(t.dtype()), device(t.device()) {
   if (device.is_cuda()) stream = cuda::current_stream(device.index());
 }
 
@@ -34,9 +33,7 @@ cuda::Stream Node::stream() const {
   return cuda::Stream();
 }
 
-Tensor InputMetadata::zeros() const {
-  return tg::zeros(sizes, TensorOptions().dtype(dtype).device(device));
-}
+Tensor InputMetadata::zeros() const { return tg::zeros(sizes, TensorOptions().dtype(dtype).device(device)); }
 
 struct Node::PreHooks {
   struct Entry {
@@ -53,7 +50,8 @@ struct Node::PreHooks {
 Node::Node() : Node(detail::next_sequence_nr()) {}
 
 Node::~Node() {
-  for (Edge& e : next_edges_) tg::detail::release_deferred(std::move(e.function));
+  for (Edge& e : next_edges_)
+    tg::detail::release_deferred(std::move(e.function));
 }
 Node::Node(uint64_t sequence_nr) : sequence_nr_(sequence_nr) {}
 
@@ -67,7 +65,8 @@ void Node::add_next_edge(Edge e) {
 void Node::set_next_edges(edge_list edges) {
   next_edges_.clear();
   next_edges_.reserve(edges.size());
-  for (Edge& e : edges) add_next_edge(std::move(e));
+  for (Edge& e : edges)
+    add_next_edge(std::move(e));
 }
 
 uint32_t Node::add_input_metadata(const Tensor& t) {
@@ -97,10 +96,7 @@ HookHandle Node::add_tensor_pre_hook(uint32_t input_nr, TensorHook hook) {
     if (auto h = weak.lock()) {
       std::lock_guard<std::mutex> lock(h->m);
       auto& v = h->hooks;
-      v.erase(std::remove_if(v.begin(), v.end(), [id](const PreHooks::Entry& e) {
-                return e.id == id;
-              }),
-              v.end());
+      v.erase(std::remove_if(v.begin(), v.end(), [id](const PreHooks::Entry& e) { return e.id == id; }), v.end());
     }
   });
 }
@@ -140,15 +136,14 @@ void Node::call_tensor_pre_hooks(variable_list& grads) {
     auto slot = weak.lock();
     const Tensor& g = grads[nr];
     if (!slot || !g.defined()) continue;
-    if (is_grad_enabled())
-      *slot = slot->defined() ? tg::add(*slot, g) : g;
-    else
-      *slot = slot->defined() ? raw::add(*slot, g) : raw::clone(g);
+    if (is_grad_enabled()) *slot = slot->defined() ? tg::add(*slot, g) : g;
+    else *slot = slot->defined() ? raw::add(*slot, g) : raw::clone(g);
   }
 }
 
 void Node::call_post_hooks(const variable_list& outputs, const variable_list& inputs) const {
-  for (const auto& h : post_hooks_) h(outputs, inputs);
+  for (const auto& h : post_hooks_)
+    h(outputs, inputs);
 }
 
 }  // namespace tg::autograd

@@ -17,7 +17,7 @@ namespace tg::autograd {
 namespace {
 thread_local std::vector<std::shared_ptr<const SavedTensorHooks>> t_hooks_stack;
 thread_local int t_accept_overwritten = 0;  // AcceptOverwrittenSaved guards alive
-}
+}  // namespace
 
 SavedTensorHooksGuard::SavedTensorHooksGuard(PackHook pack, UnpackHook unpack)
     : SavedTensorHooksGuard(SavedTensorHooks{std::move(pack), std::move(unpack)}) {}
@@ -42,8 +42,7 @@ std::shared_ptr<const SavedTensorHooks> current_saved_tensor_hooks() {
 namespace hooks {
 
 SavedTensorHooks cast(ScalarType dtype) {
-  TG_CHECK(dtype == kBFloat16 || dtype == kFloat16,
-           "hooks::cast: expected BFloat16 or Float16, got ", dtype);
+  TG_CHECK(dtype == kBFloat16 || dtype == kFloat16, "hooks::cast: expected BFloat16 or Float16, got ", dtype);
   struct Packed {
     Tensor data;
     ScalarType original;
@@ -113,16 +112,18 @@ SavedVariable::SavedVariable(const Tensor& t, bool is_output) {
   Tensor alias = raw::detach(t);
   NoGradGuard no_grad;
   payload_ = hooks_->pack(alias);
-  TG_CHECK(t.version() == saved_version_, "saved tensor pack hook: the pack "
-           "hook modified its input in place (version ", saved_version_, " -> ",
-           t.version(), "); pack hooks must not modify the tensor they save");
+  TG_CHECK(t.version() == saved_version_,
+           "saved tensor pack hook: the pack "
+           "hook modified its input in place (version ",
+           saved_version_, " -> ", t.version(), "); pack hooks must not modify the tensor they save");
 }
 
 Tensor SavedVariable::unpack(const Node* owner, const char* slot) const {
   if (state_ == State::Empty) return Tensor();
   TG_CHECK(state_ == State::Saved, owner ? owner->name() : std::string("autograd"),
            ": trying to backward through the graph a second time (or to access "
-           "saved tensors after they have been freed): saved tensor '", slot,
+           "saved tensors after they have been freed): saved tensor '",
+           slot,
            "' was freed after the previous backward. Saved intermediate values "
            "of the graph are freed when you call backward() or grad(); pass "
            "retain_graph=true to the first call if you need to backward through "
@@ -130,21 +131,21 @@ Tensor SavedVariable::unpack(const Node* owner, const char* slot) const {
   Tensor data;
   if (hooks_) {
     data = hooks_->unpack(payload_);
-    TG_CHECK(data.defined(), owner ? owner->name() : std::string("autograd"),
-             ": the unpack hook of saved tensor '", slot, "' returned an undefined tensor");
+    TG_CHECK(data.defined(), owner ? owner->name() : std::string("autograd"), ": the unpack hook of saved tensor '",
+             slot, "' returned an undefined tensor");
     TG_CHECK(data.sizes() == sizes_, owner ? owner->name() : std::string("autograd"),
-             ": the unpack hook of saved tensor '", slot, "' returned shape ",
-             shape_str(data.sizes()), " but ", shape_str(sizes_), " was saved");
+             ": the unpack hook of saved tensor '", slot, "' returned shape ", shape_str(data.sizes()), " but ",
+             shape_str(sizes_), " was saved");
   } else {
     uint32_t now = data_.version();
     if (now != saved_version_ && t_accept_overwritten == 0) {
       std::string who = owner ? owner->name() : std::string("autograd");
-      std::string role = is_output_ ? "output " + std::to_string(output_nr_) + " of " + who
-                                    : "an input of " + who;
-      TG_ERROR(who, ": one of the tensors needed for gradient computation has "
-               "been modified by an in-place operation: saved tensor '", slot,
-               "' (", data_.dtype(), " ", shape_str(data_.sizes()), ", ", role,
-               ") is at version ", now, "; expected version ", saved_version_,
+      std::string role = is_output_ ? "output " + std::to_string(output_nr_) + " of " + who : "an input of " + who;
+      TG_ERROR(who,
+               ": one of the tensors needed for gradient computation has "
+               "been modified by an in-place operation: saved tensor '",
+               slot, "' (", data_.dtype(), " ", shape_str(data_.sizes()), ", ", role, ") is at version ", now,
+               "; expected version ", saved_version_,
                " instead. Hint: clone the tensor before modifying it in place, "
                "or modify it only after backward");
     }
@@ -160,8 +161,7 @@ Tensor SavedVariable::unpack(const Node* owner, const char* slot) const {
   if (!is_grad_enabled() || !requires_grad_) return out;
   if (is_output_) {
     TG_INTERNAL_ASSERT(owner != nullptr, "unpacking a saved output needs its node");
-    impl::set_gradient_edge(
-        out, Edge(const_cast<Node*>(owner)->shared_from_this(), output_nr_));
+    impl::set_gradient_edge(out, Edge(const_cast<Node*>(owner)->shared_from_this(), output_nr_));
   } else if (grad_fn_) {
     impl::set_gradient_edge(out, Edge(grad_fn_, output_nr_));
   } else if (accumulator_) {

@@ -28,8 +28,7 @@ inline cuda::Stream resolve_stream(const cuda::Stream& s, const cuda::Stream& cu
 // producer/consumer already resolved (see resolve_stream); `current` is the
 // current stream of var's device.
 inline StreamDecision choose_accumulation_stream(Device var_device, const cuda::Stream& producer,
-                                                 const cuda::Stream& consumer,
-                                                 const cuda::Stream& current) {
+                                                 const cuda::Stream& consumer, const cuda::Stream& current) {
   if (!var_device.is_cuda()) return {AccumulateOn::Cpu, cuda::Stream()};
   if (consumer.device_index() == var_device.index()) return {AccumulateOn::ConsumerStream, consumer};
   if (producer.device_index() == var_device.index()) return {AccumulateOn::ProducerStream, producer};

@@ -19,14 +19,14 @@ using tg::Tensor;
 namespace ag = tg::autograd;
 
 void per_pair(benchmark::State& state, int64_t n) {
-  state.counters["us_per_pair"] = benchmark::Counter(
-      double(n) * double(state.iterations()),
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["us_per_pair"] = benchmark::Counter(double(n) * double(state.iterations()),
+                                                     benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void chain(const Tensor& x0, const Tensor& w, const Tensor& b, int64_t n, Tensor& out) {
   Tensor x = x0;
-  for (int64_t i = 0; i < n; ++i) x = x * w + b;
+  for (int64_t i = 0; i < n; ++i)
+    x = x * w + b;
   out = x;
 }
 

@@ -22,8 +22,7 @@ constexpr int64_t kN = int64_t(1) << 26;
 tg::TensorOptions gpu_f32() { return tg::TensorOptions().device(kGpu); }
 
 // Times `f` with events on the current stream (manual time).
-template <class F>
-void timed(benchmark::State& state, F&& f) {
+template <class F> void timed(benchmark::State& state, F&& f) {
   if (!tg::cuda::is_available()) {
     state.SkipWithError("no CUDA GPU here");
     return;
@@ -39,9 +38,7 @@ void timed(benchmark::State& state, F&& f) {
   }
 }
 
-void bytes(benchmark::State& state, int64_t per_iter) {
-  state.SetBytesProcessed(state.iterations() * per_iter);
-}
+void bytes(benchmark::State& state, int64_t per_iter) { state.SetBytesProcessed(state.iterations() * per_iter); }
 
 void BM_CudaMemcpyD2D(benchmark::State& state) {
   if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
@@ -102,10 +99,9 @@ void gemm_args(benchmark::internal::Benchmark* b) {
   b->Args({4096, 4096, 4096})->Args({10000, 512, 512})->Args({512, 10000, 512});
 }
 void flops(benchmark::State& state) {
-  state.counters["TFLOPs"] = benchmark::Counter(
-      2.0 * double(state.range(0)) * double(state.range(1)) * double(state.range(2)) *
-          double(state.iterations()) / 1e12,
-      benchmark::Counter::kIsRate);
+  state.counters["TFLOPs"] = benchmark::Counter(2.0 * double(state.range(0)) * double(state.range(1)) *
+                                                    double(state.range(2)) * double(state.iterations()) / 1e12,
+                                                benchmark::Counter::kIsRate);
 }
 
 void BM_CudaMm(benchmark::State& state) {
@@ -128,8 +124,8 @@ void BM_CublasSgemmDirect(benchmark::State& state) {
   const float one = 1, zero = 0;
   // Row-major C = A B as column-major C^T = B^T A^T.
   timed(state, [&] {
-    cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, b.data_ptr<float>(), n,
-                a.data_ptr<float>(), k, &zero, c.data_ptr<float>(), n);
+    cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, b.data_ptr<float>(), n, a.data_ptr<float>(), k, &zero,
+                c.data_ptr<float>(), n);
   });
   cublasDestroy(h);
   flops(state);
@@ -139,21 +135,20 @@ void BM_CublasSgemmDirect(benchmark::State& state) {
 constexpr int64_t kPairs = 1000;
 
 void per_pair(benchmark::State& state) {
-  state.counters["us_per_pair"] = benchmark::Counter(
-      double(kPairs) * double(state.iterations()),
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["us_per_pair"] = benchmark::Counter(double(kPairs) * double(state.iterations()),
+                                                     benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 Tensor chain(const Tensor& x0, const Tensor& w, const Tensor& b) {
   Tensor x = x0;
-  for (int64_t i = 0; i < kPairs; ++i) x = x * w + b;
+  for (int64_t i = 0; i < kPairs; ++i)
+    x = x * w + b;
   return x;
 }
 
 void BM_CudaChainNoGrad(benchmark::State& state) {
   if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
-  Tensor x = tg::ones({1}, gpu_f32()), w = tg::full({1}, 0.999, gpu_f32()),
-         b = tg::full({1}, 0.001, gpu_f32());
+  Tensor x = tg::ones({1}, gpu_f32()), w = tg::full({1}, 0.999, gpu_f32()), b = tg::full({1}, 0.001, gpu_f32());
   tg::NoGradGuard no_grad;
   for (auto _ : state) {
     benchmark::DoNotOptimize(chain(x, w, b).data_ptr());
@@ -178,14 +173,15 @@ void BM_CudaChainForwardBackward(benchmark::State& state) {
 // out-of-place mul (with its allocation); per op, up to a synchronize.
 constexpr int kOps = 1000;
 void per_op(benchmark::State& state) {
-  state.counters["us_per_op"] = benchmark::Counter(
-      double(kOps) * double(state.iterations()), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["us_per_op"] = benchmark::Counter(double(kOps) * double(state.iterations()),
+                                                   benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 void BM_CudaLaunchFloor(benchmark::State& state) {
   if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
   tg::cuda::Stream s = tg::cuda::current_stream();
   for (auto _ : state) {
-    for (int i = 0; i < kOps; ++i) tg::cuda::delay(s, 0.0);
+    for (int i = 0; i < kOps; ++i)
+      tg::cuda::delay(s, 0.0);
     tg::cuda::synchronize();
   }
   per_op(state);
@@ -194,7 +190,8 @@ void BM_CudaTinyAddInPlace(benchmark::State& state) {
   if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
   Tensor a = tg::zeros({1}, gpu_f32()), b = tg::ones({1}, gpu_f32());
   for (auto _ : state) {
-    for (int i = 0; i < kOps; ++i) a.add_(b);
+    for (int i = 0; i < kOps; ++i)
+      a.add_(b);
     tg::cuda::synchronize();
   }
   per_op(state);
@@ -203,7 +200,8 @@ void BM_CudaTinyMul(benchmark::State& state) {
   if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
   Tensor a = tg::ones({1}, gpu_f32()), b = tg::ones({1}, gpu_f32());
   for (auto _ : state) {
-    for (int i = 0; i < kOps; ++i) benchmark::DoNotOptimize(tg::mul(a, b).data_ptr());
+    for (int i = 0; i < kOps; ++i)
+      benchmark::DoNotOptimize(tg::mul(a, b).data_ptr());
     tg::cuda::synchronize();
   }
   per_op(state);

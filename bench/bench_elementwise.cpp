@@ -26,42 +26,50 @@ void BM_Memcpy(benchmark::State& state) {
 // existing tensor, as memcpy does, to compare the kernels alone.
 void BM_Add(benchmark::State& state) {
   tg::Tensor a = tg::rand({kN}), b = tg::rand({kN});
-  for (auto _ : state) benchmark::DoNotOptimize(tg::add(a, b).data_ptr());
+  for (auto _ : state)
+    benchmark::DoNotOptimize(tg::add(a, b).data_ptr());
   state.SetBytesProcessed(state.iterations() * 3 * kN * 4);
 }
 void BM_Mul(benchmark::State& state) {
   tg::Tensor a = tg::rand({kN}), b = tg::rand({kN});
-  for (auto _ : state) benchmark::DoNotOptimize(tg::mul(a, b).data_ptr());
+  for (auto _ : state)
+    benchmark::DoNotOptimize(tg::mul(a, b).data_ptr());
   state.SetBytesProcessed(state.iterations() * 3 * kN * 4);
 }
 void BM_Tanh(benchmark::State& state) {
   tg::Tensor a = tg::rand({kN});
-  for (auto _ : state) benchmark::DoNotOptimize(tg::tanh(a).data_ptr());
+  for (auto _ : state)
+    benchmark::DoNotOptimize(tg::tanh(a).data_ptr());
   state.SetBytesProcessed(state.iterations() * 2 * kN * 4);
 }
 void BM_AddInPlace(benchmark::State& state) {
   tg::Tensor a = tg::rand({kN}), b = tg::rand({kN});
-  for (auto _ : state) benchmark::DoNotOptimize(a.add_(b).data_ptr());
+  for (auto _ : state)
+    benchmark::DoNotOptimize(a.add_(b).data_ptr());
   state.SetBytesProcessed(state.iterations() * 3 * kN * 4);
 }
 void BM_MulInPlace(benchmark::State& state) {
   tg::Tensor a = tg::ones({kN}), b = tg::ones({kN});
-  for (auto _ : state) benchmark::DoNotOptimize(a.mul_(b).data_ptr());
+  for (auto _ : state)
+    benchmark::DoNotOptimize(a.mul_(b).data_ptr());
   state.SetBytesProcessed(state.iterations() * 3 * kN * 4);
 }
 void BM_AddBroadcastRow(benchmark::State& state) {
   tg::Tensor a = tg::rand({kN / 1024, 1024}), b = tg::rand({1024});
-  for (auto _ : state) benchmark::DoNotOptimize(tg::add(a, b).data_ptr());
+  for (auto _ : state)
+    benchmark::DoNotOptimize(tg::add(a, b).data_ptr());
   state.SetBytesProcessed(state.iterations() * 2 * kN * 4);
 }
 void BM_AddTransposed(benchmark::State& state) {
   tg::Tensor a = tg::rand({4096, 4096}), b = tg::rand({4096, 4096}).t();
-  for (auto _ : state) benchmark::DoNotOptimize(tg::add(a, b).data_ptr());
+  for (auto _ : state)
+    benchmark::DoNotOptimize(tg::add(a, b).data_ptr());
   state.SetBytesProcessed(state.iterations() * 3 * kN * 4);
 }
 void BM_Sum(benchmark::State& state) {
   tg::Tensor a = tg::rand({kN});
-  for (auto _ : state) benchmark::DoNotOptimize(tg::sum(a).data_ptr());
+  for (auto _ : state)
+    benchmark::DoNotOptimize(tg::sum(a).data_ptr());
   state.SetBytesProcessed(state.iterations() * kN * 4);
 }
 

@@ -13,9 +13,8 @@ using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMa
 
 void set_flops(benchmark::State& state, int64_t m, int64_t k, int64_t n) {
   state.SetItemsProcessed(state.iterations() * 2 * m * k * n);
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      double(2 * m * k * n) * double(state.iterations()) / 1e9,
-      benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(double(2 * m * k * n) * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
 void BM_EigenDirect(benchmark::State& state) {
@@ -31,14 +30,16 @@ void BM_EigenDirect(benchmark::State& state) {
 void BM_TapegradMm(benchmark::State& state) {
   int64_t m = state.range(0), k = 512, n = 512;
   tg::Tensor a = tg::rand({m, k}), b = tg::rand({k, n});
-  for (auto _ : state) benchmark::DoNotOptimize(tg::mm(a, b).data_ptr());
+  for (auto _ : state)
+    benchmark::DoNotOptimize(tg::mm(a, b).data_ptr());
   set_flops(state, m, k, n);
 }
 
 void BM_TapegradMmTransposedB(benchmark::State& state) {  // x @ w^T, as linear
   int64_t m = state.range(0), k = 512, n = 512;
   tg::Tensor a = tg::rand({m, k}), w = tg::rand({n, k});
-  for (auto _ : state) benchmark::DoNotOptimize(tg::mm(a, w.t()).data_ptr());
+  for (auto _ : state)
+    benchmark::DoNotOptimize(tg::mm(a, w.t()).data_ptr());
   set_flops(state, m, k, n);
 }
 

@@ -23,12 +23,10 @@ using tg::Tensor;
 constexpr int64_t kV = 200000, kDim = 64, kRows = 4096;
 
 int64_t live_bytes(const tg::Device& d) {
-  return d.is_cpu() ? tg::cpu_allocator_stats().live_bytes
-                    : tg::cuda::memory_stats(d.index()).allocated_bytes;
+  return d.is_cpu() ? tg::cpu_allocator_stats().live_bytes : tg::cuda::memory_stats(d.index()).allocated_bytes;
 }
 int64_t peak_bytes(const tg::Device& d) {
-  return d.is_cpu() ? tg::cpu_allocator_stats().peak_bytes
-                    : tg::cuda::memory_stats(d.index()).peak_allocated_bytes;
+  return d.is_cpu() ? tg::cpu_allocator_stats().peak_bytes : tg::cuda::memory_stats(d.index()).peak_allocated_bytes;
 }
 void reset_peak(const tg::Device& d) {
   if (d.is_cpu()) tg::reset_cpu_peak_bytes();
@@ -82,9 +80,7 @@ void BM_EmbeddingGradSparse_Cpu(benchmark::State& s) { run(s, tg::Device(tg::kCP
 void BM_EmbeddingGradDense_Cpu(benchmark::State& s) { run(s, tg::Device(tg::kCPU), false); }
 void BM_EmbeddingGradSparse_Cuda(benchmark::State& s) { run(s, tg::Device(tg::kCUDA, 0), true); }
 void BM_EmbeddingGradDense_Cuda(benchmark::State& s) { run(s, tg::Device(tg::kCUDA, 0), false); }
-void BM_EmbeddingGradDenseDeterministic_Cuda(benchmark::State& s) {
-  run(s, tg::Device(tg::kCUDA, 0), false, true);
-}
+void BM_EmbeddingGradDenseDeterministic_Cuda(benchmark::State& s) { run(s, tg::Device(tg::kCUDA, 0), false, true); }
 
 BENCHMARK(BM_EmbeddingGradSparse_Cpu)->Arg(1)->Arg(8)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_EmbeddingGradDense_Cpu)->Arg(1)->Arg(8)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -16,15 +16,15 @@ namespace {
 
 size_t heap_in_use() { return mallinfo2().uordblks; }
 
-template <class Step>
-double bytes_per_op(int64_t n, Step step) {
+template <class Step> double bytes_per_op(int64_t n, Step step) {
   tg::Tensor x = tg::scalar_tensor(1.0).requires_grad_();
   tg::Tensor a = tg::scalar_tensor(1.0).requires_grad_();
   tg::Tensor y = step(x, a);  // warm up lazily created state (sinks, pools)
   y = tg::Tensor();
   const size_t before = heap_in_use();
   y = x;
-  for (int64_t i = 0; i < n; ++i) y = step(y, a);
+  for (int64_t i = 0; i < n; ++i)
+    y = step(y, a);
   const size_t after = heap_in_use();
   return double(after - before) / double(n);
 }

@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
   tg::manual_seed(1234);
   std::vector<Tensor> w, b;
   std::vector<int64_t> sizes{inputs};
-  for (int64_t l = 0; l < depth; ++l) sizes.push_back(width);
+  for (int64_t l = 0; l < depth; ++l)
+    sizes.push_back(width);
   sizes.push_back(1);
   for (size_t l = 0; l + 1 < sizes.size(); ++l) {
     w.push_back((tg::randn({sizes[l + 1], sizes[l]}) * std::sqrt(1.0 / double(sizes[l]))).to(d).requires_grad_());
@@ -79,23 +80,25 @@ int main(int argc, char** argv) {
   }
   auto mlp = [&](const Tensor& x) {
     Tensor h = x;
-    for (size_t l = 0; l + 1 < w.size(); ++l) h = tg::tanh(tg::linear(h, w[l], b[l]));
+    for (size_t l = 0; l + 1 < w.size(); ++l)
+      h = tg::tanh(tg::linear(h, w[l], b[l]));
     return tg::linear(h, w.back(), b.back());
   };
   Tensor x = (tg::rand({batch, inputs}) * 2 - 1).to(d);
   auto trace = [&](const Tensor& h) {  // [B, 1, n, n] -> [B, 1]
     Tensor eye = tg::zeros({inputs, inputs});
-    for (int64_t j = 0; j < inputs; ++j) eye.select(0, j).narrow(0, j, 1).fill_(1.0);
+    for (int64_t j = 0; j < inputs; ++j)
+      eye.select(0, j).narrow(0, j, 1).fill_(1.0);
     return (h * eye.to(d)).sum({2, 3});
   };
   const std::string where = cuda ? tg::cuda::get_device_properties(0).name : std::string("CPU");
   Tensor ref;
   nlohmann::json rows = nlohmann::json::array();
   if (!json)
-    std::printf("tapegrad Laplacian benchmark on %s: MLP %lld -> %lld x%lld -> 1 (tanh), B = %lld, median of %d runs\n"
-                "mode     strategy   median ms     min ms   peak MiB    max |diff|\n",
-                where.c_str(), (long long)inputs, (long long)width,
-                (long long)depth, (long long)batch, runs);
+    std::printf(
+        "tapegrad Laplacian benchmark on %s: MLP %lld -> %lld x%lld -> 1 (tanh), B = %lld, median of %d runs\n"
+        "mode     strategy   median ms     min ms   peak MiB    max |diff|\n",
+        where.c_str(), (long long)inputs, (long long)width, (long long)depth, (long long)batch, runs);
   for (const auto& mode : modes) {
     const bool bwd = mode == "lap+bwd";
     for (const auto& s : strategies) {
@@ -109,11 +112,13 @@ int main(int argc, char** argv) {
         if (bwd) {
           l.sum().backward();
           for (auto* ps : {&w, &b})
-            for (Tensor& p : *ps) p.mutable_grad() = Tensor();
+            for (Tensor& p : *ps)
+              p.mutable_grad() = Tensor();
         }
         return l.detach();
       };
-      for (int i = 0; i < warmup; ++i) run();
+      for (int i = 0; i < warmup; ++i)
+        run();
       sync(cuda);
       int64_t base = allocated(cuda);
       reset_peak(cuda);
@@ -132,15 +137,17 @@ int main(int argc, char** argv) {
       std::sort(ms.begin(), ms.end());
       double med = ms[ms.size() / 2];
       if (json)
-        rows.push_back({{"mode", mode}, {"strategy", s}, {"median_ms", med}, {"min_ms", ms.front()},
-                        {"peak_mib", peak_mib}, {"max_diff", diff}});
+        rows.push_back({{"mode", mode},
+                        {"strategy", s},
+                        {"median_ms", med},
+                        {"min_ms", ms.front()},
+                        {"peak_mib", peak_mib},
+                        {"max_diff", diff}});
       else
         std::printf("%-8s %-10s %9.2f %10.2f %10.1f %13.3g\n", mode.c_str(), s.c_str(), med, ms.front(), peak_mib,
                     diff);
     }
   }
-  if (json)
-    std::cout << nlohmann::json{{"device", where}, {"results", rows}}.dump()
-              << "\n";
+  if (json) std::cout << nlohmann::json{{"device", where}, {"results", rows}}.dump() << "\n";
   return 0;
 }

@@ -52,7 +52,8 @@ Net make_net(const Options& o, tg::Device dev, tg::ScalarType dt) {
   tg::manual_seed(1234);
   Net n;
   std::vector<int64_t> sizes{2};
-  for (int64_t i = 0; i < o.depth; ++i) sizes.push_back(o.width);
+  for (int64_t i = 0; i < o.depth; ++i)
+    sizes.push_back(o.width);
   sizes.push_back(1);
   auto opt = tg::TensorOptions().dtype(dt);
   for (size_t i = 0; i + 1 < sizes.size(); ++i) {
@@ -69,7 +70,8 @@ Net make_net(const Options& o, tg::Device dev, tg::ScalarType dt) {
 
 Tensor mlp(const Net& n, const Tensor& x) {
   Tensor h = x;
-  for (size_t i = 0; i + 1 < n.w.size(); ++i) h = tg::tanh(tg::linear(h, n.w[i], n.b[i]));
+  for (size_t i = 0; i + 1 < n.w.size(); ++i)
+    h = tg::tanh(tg::linear(h, n.w[i], n.b[i]));
   return tg::linear(h, n.w.back(), n.b.back());
 }
 
@@ -105,7 +107,8 @@ Tensor step(const Net& n, const Tensor& x, const Tensor& f, double lr, tg::optim
   Tensor loss = pinn_loss(n, x, f, taylor);
   std::vector<Tensor> grads = ag::grad({loss}, n.trained);
   ag::NoGradGuard no_grad;
-  for (size_t i = 0; i < grads.size(); ++i) n.trained[i].sub_(grads[i], lr);  // p -= lr * g
+  for (size_t i = 0; i < grads.size(); ++i)
+    n.trained[i].sub_(grads[i], lr);  // p -= lr * g
   return loss;
 }
 
@@ -114,16 +117,15 @@ void sync(tg::Device dev) {
 }
 
 // Median over `repeats` of the ms per step of `steps` calls of `fn`.
-template <class Fn>
-double ms_per_step(const Options& o, tg::Device dev, Fn fn) {
+template <class Fn> double ms_per_step(const Options& o, tg::Device dev, Fn fn) {
   std::vector<double> t;
   for (int r = 0; r < o.repeats; ++r) {
     sync(dev);
     auto t0 = std::chrono::steady_clock::now();
-    for (int s = 0; s < o.steps; ++s) fn();
+    for (int s = 0; s < o.steps; ++s)
+      fn();
     sync(dev);
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
-                o.steps);
+    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / o.steps);
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -176,11 +178,12 @@ int main(int argc, char** argv) {
   Tensor x = (tg::rand({o.batch, 2}, opt) * 2.0 - 1.0).to(dev);
   Tensor f = tg::sin(x.select(1, 0) * 3.14159) * tg::sin(x.select(1, 1) * 3.14159);
 
-  nlohmann::json result = {{"batch", o.batch}, {"width", o.width}, {"depth", o.depth}, {"optimizer", o.optimizer},
-                           {"dtype", o.dtype}, {"device", gpu ? "cuda" : "cpu"},
+  nlohmann::json result = {{"batch", o.batch},         {"width", o.width}, {"depth", o.depth},
+                           {"optimizer", o.optimizer}, {"dtype", o.dtype}, {"device", gpu ? "cuda" : "cpu"},
                            {"laplacian", o.laplacian}};
   const bool taylor = o.laplacian == "taylor";
-  for (int i = 0; i < 5; ++i) step(net, x, f, lr, adam.get(), taylor);  // warm-up: handles, cached blocks
+  for (int i = 0; i < 5; ++i)
+    step(net, x, f, lr, adam.get(), taylor);  // warm-up: handles, cached blocks
   result["eager_ms"] = o.no_eager ? 0.0 : ms_per_step(o, dev, [&] { step(net, x, f, lr, adam.get(), taylor); });
 
   if (gpu) {
@@ -189,7 +192,8 @@ int main(int argc, char** argv) {
     side.wait_stream(cu::current_stream());
     {
       cu::StreamGuard g(side);
-      for (int i = 0; i < 3; ++i) step(net, x, f, lr, adam.get(), taylor);  // warm-up on the capture stream
+      for (int i = 0; i < 3; ++i)
+        step(net, x, f, lr, adam.get(), taylor);  // warm-up on the capture stream
     }
     cu::current_stream().wait_stream(side);
     cu::CUDAGraph graph(/*keep_graph=*/true);

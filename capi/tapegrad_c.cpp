@@ -25,8 +25,7 @@ struct InvalidArgument {
   std::string message;
 };
 
-template <class F>
-tg_status guarded(const char* fn, F&& body) {
+template <class F> tg_status guarded(const char* fn, F&& body) {
   try {
     body();
     return TG_OK;
@@ -144,7 +143,8 @@ std::vector<tg::Tensor> tensors(const tg_tensor* h, int n, const char* name) {
   require(n >= 0, "a negative count");
   require(n == 0 || h, "an array is NULL");
   std::vector<tg::Tensor> v;
-  for (int i = 0; i < n; ++i) v.push_back(in(h[i], name));
+  for (int i = 0; i < n; ++i)
+    v.push_back(in(h[i], name));
   return v;
 }
 
@@ -182,7 +182,8 @@ tg_status tg_tensor_from_blob(void* data, const int64_t* shape, const int64_t* s
     require(out, "out is NULL");
     tg::IntList sizes = shape_of(shape, ndim);
     tg::IntList st = strides ? tg::IntList(strides, strides + ndim) : tg::IntList();
-    for (int64_t x : st) require(x >= 0, "a negative stride");
+    for (int64_t x : st)
+      require(x >= 0, "a negative stride");
     put(out, tg::from_blob(data, sizes, st, dtype_of(dtype), device_of(device), release, context));
   });
 }
@@ -254,7 +255,8 @@ tg_status tg_tensor_shape(tg_tensor t, int64_t* shape) {
   return guarded("tg_tensor_shape", [&] {
     const tg::Tensor& x = in(t, "t");
     require(shape || x.dim() == 0, "shape is NULL");
-    for (int64_t d = 0; d < x.dim(); ++d) shape[d] = x.size(d);
+    for (int64_t d = 0; d < x.dim(); ++d)
+      shape[d] = x.size(d);
   });
 }
 
@@ -449,10 +451,11 @@ tg_status tg_grad(const tg_tensor* outputs, int n_outputs, const tg_tensor* inpu
     std::vector<tg::Tensor> ins = tensors(inputs, n_inputs, "inputs[i]");
     std::vector<tg::Tensor> gos;
     if (grad_outputs)
-      for (int i = 0; i < n_outputs; ++i) gos.push_back(grad_outputs[i] ? grad_outputs[i]->t : tg::Tensor());
-    std::vector<tg::Tensor> g =
-        tg::autograd::grad(outs, ins, gos, std::nullopt, create_graph != 0, allow_unused != 0);
-    for (int i = 0; i < n_inputs; ++i) grads[i] = g[size_t(i)].defined() ? wrap(g[size_t(i)]) : nullptr;
+      for (int i = 0; i < n_outputs; ++i)
+        gos.push_back(grad_outputs[i] ? grad_outputs[i]->t : tg::Tensor());
+    std::vector<tg::Tensor> g = tg::autograd::grad(outs, ins, gos, std::nullopt, create_graph != 0, allow_unused != 0);
+    for (int i = 0; i < n_inputs; ++i)
+      grads[i] = g[size_t(i)].defined() ? wrap(g[size_t(i)]) : nullptr;
   });
 }
 

@@ -6,6 +6,5 @@
 // the tensor layer defines.
 extern "C" const void* tapegrad_autograd_ops();
 namespace {
-[[maybe_unused]] __attribute__((used)) const void* (*const tapegrad_autograd_anchor)() =
-    &tapegrad_autograd_ops;
+[[maybe_unused]] __attribute__((used)) const void* (*const tapegrad_autograd_anchor)() = &tapegrad_autograd_ops;
 }  // namespace

@@ -21,9 +21,9 @@ namespace tg::cuda {
 namespace {
 
 constexpr size_t kRound = 512;
-constexpr size_t kSmallRequest = size_t(1) << 20;  // <= 1 MiB: small pool
-constexpr size_t kSmallSegment = size_t(2) << 20;  // small pool segments
-constexpr size_t kLargeRound = size_t(2) << 20;    // large segments: 2 MiB multiples
+constexpr size_t kSmallRequest = size_t(1) << 20;   // <= 1 MiB: small pool
+constexpr size_t kSmallSegment = size_t(2) << 20;   // small pool segments
+constexpr size_t kLargeRound = size_t(2) << 20;     // large segments: 2 MiB multiples
 constexpr size_t kLargeSplitMin = size_t(1) << 20;  // split a large block above this rest
 constexpr int kMaxDevices = 64;
 
@@ -142,7 +142,8 @@ class DeviceCachingAllocator final : public Allocator {
       // (begin_capture); it stays `allocated` so no neighbour merges it.
       ps->held.push_back(block);
       ps->held_bytes += block->size;
-      while (ps->held_bytes > ps->reuse_delay) release_held(*ps, 1);  // the oldest first
+      while (ps->held_bytes > ps->reuse_delay)
+        release_held(*ps, 1);  // the oldest first
       return;
     }
     if (!block->stream_uses.empty() && !capture_pool_.empty()) {
@@ -185,9 +186,10 @@ class DeviceCachingAllocator final : public Allocator {
   void record_stream(const void* ptr, cudaStream_t s) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = allocated_.find(const_cast<void*>(ptr));
-    TG_CHECK(it != allocated_.end(), "record_stream: ", ptr, " is not the start of a block "
-             "of the CUDA caching allocator on device ", device_,
-             "; pass a storage's data pointer (t.impl()->storage()->data())");
+    TG_CHECK(it != allocated_.end(), "record_stream: ", ptr,
+             " is not the start of a block "
+             "of the CUDA caching allocator on device ",
+             device_, "; pass a storage's data pointer (t.impl()->storage()->data())");
     Block* b = it->second;
     if (s == b->stream) return;
     for (cudaStream_t u : b->stream_uses)
@@ -213,7 +215,8 @@ class DeviceCachingAllocator final : public Allocator {
     if (!capture_pool_.empty()) return;
     std::vector<Block*> later;
     later.swap(deferred_);
-    for (Block* b : later) free_after_uses(b);  // as deallocate() would have
+    for (Block* b : later)
+      free_after_uses(b);  // as deallocate() would have
   }
   // A graph that used pool_id is gone: when none is left, the pool's wholly
   // free segments go back to the device (now, unless a capture is underway;
@@ -240,10 +243,14 @@ class DeviceCachingAllocator final : public Allocator {
   void empty_cache() {
     DeviceGuard guard(device_);
     std::lock_guard<std::mutex> lock(mu_);
-    TG_CHECK(capture_pool_.empty(), "empty_cache: cannot run while a CUDA graph is being "
-             "captured on device ", device_, " (it would free memory the capture uses); call it "
+    TG_CHECK(capture_pool_.empty(),
+             "empty_cache: cannot run while a CUDA graph is being "
+             "captured on device ",
+             device_,
+             " (it would free memory the capture uses); call it "
              "after capture_end()");
-    for (auto& [e, b] : events_) (void)cudaEventSynchronize(e);
+    for (auto& [e, b] : events_)
+      (void)cudaEventSynchronize(e);
     process_events();
     release_cached();
   }
@@ -279,8 +286,8 @@ class DeviceCachingAllocator final : public Allocator {
 
   // May fail (returns null) only on running out of device memory, and only
   // when asked to.
-  Block* new_segment(size_t seg_size, cudaStream_t stream, bool small, size_t requested,
-                     uint64_t pool_id, bool may_fail = false) {
+  Block* new_segment(size_t seg_size, cudaStream_t stream, bool small, size_t requested, uint64_t pool_id,
+                     bool may_fail = false) {
     void* p = nullptr;
     cudaError_t err = malloc_relaxed(&p, seg_size);
     if (err == cudaErrorMemoryAllocation && may_fail) {
@@ -297,11 +304,11 @@ class DeviceCachingAllocator final : public Allocator {
       stats_.num_ooms += 1;
       size_t free_b = 0, total_b = 0;
       (void)cudaMemGetInfo(&free_b, &total_b);
-      TG_ERROR("CUDA out of memory: tried to allocate ", requested, " bytes (", mib(requested),
-               ") on device ", device_, "; the device has ", mib(free_b), " free of ",
-               mib(total_b), ", and tapegrad holds ", mib(size_t(stats_.allocated_bytes)),
-               " in tensors and ", mib(size_t(stats_.reserved_bytes)), " reserved (",
-               cudaGetErrorName(err), "). Free tensors, call tg::cuda::empty_cache(), or "
+      TG_ERROR("CUDA out of memory: tried to allocate ", requested, " bytes (", mib(requested), ") on device ", device_,
+               "; the device has ", mib(free_b), " free of ", mib(total_b), ", and tapegrad holds ",
+               mib(size_t(stats_.allocated_bytes)), " in tensors and ", mib(size_t(stats_.reserved_bytes)),
+               " reserved (", cudaGetErrorName(err),
+               "). Free tensors, call tg::cuda::empty_cache(), or "
                "reduce the problem size");
     }
     Block* b = new Block;
@@ -417,7 +424,7 @@ class DeviceCachingAllocator final : public Allocator {
   }
   std::unordered_map<uint64_t, PoolState> pools_;
   std::unordered_map<unsigned long long, uint64_t> capture_pool_;  // capture id -> pool
-  std::vector<Block*> deferred_;  // freed during a capture, used on other streams
+  std::vector<Block*> deferred_;                                   // freed during a capture, used on other streams
 };
 
 DeviceCachingAllocator* g_allocators[kMaxDevices] = {};
@@ -425,8 +432,8 @@ std::mutex g_allocators_mu;
 
 DeviceCachingAllocator& allocator(int device, const char* op) {
   detail::check_device(device, op);
-  TG_CHECK(device < kMaxDevices, op, ": device index ", device, " exceeds the ",
-           kMaxDevices, " devices the allocator supports");
+  TG_CHECK(device < kMaxDevices, op, ": device index ", device, " exceeds the ", kMaxDevices,
+           " devices the allocator supports");
   std::lock_guard<std::mutex> lock(g_allocators_mu);
   // Never destroyed: tensors with static lifetime may outlive everything.
   if (!g_allocators[device]) g_allocators[device] = new DeviceCachingAllocator(device);
@@ -461,9 +468,7 @@ namespace detail {
 void begin_allocate_to_pool(int device, uint64_t pool_id, uint64_t capture_id, size_t reuse_delay) {
   allocator(device, "capture_begin").begin_capture(pool_id, capture_id, reuse_delay);
 }
-void end_allocate_to_pool(int device, uint64_t capture_id) {
-  allocator(device, "capture_end").end_capture(capture_id);
-}
+void end_allocate_to_pool(int device, uint64_t capture_id) { allocator(device, "capture_end").end_capture(capture_id); }
 void release_pool(int device, uint64_t pool_id) { allocator(device, "reset").release_pool(pool_id); }
 }  // namespace detail
 
@@ -473,8 +478,7 @@ MemoryStats memory_stats(MempoolId pool, int device) {
 
 void record_stream(const void* ptr, const Stream& s) {
   TG_CHECK(s.is_valid(), "record_stream: not a stream");
-  allocator(s.device_index(), "record_stream")
-      .record_stream(ptr, static_cast<cudaStream_t>(s.handle()));
+  allocator(s.device_index(), "record_stream").record_stream(ptr, static_cast<cudaStream_t>(s.handle()));
 }
 
 }  // namespace tg::cuda

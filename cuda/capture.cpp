@@ -235,10 +235,8 @@ LaunchEncoder::~LaunchEncoder() {
       case cudaGraphNodeTypeHost:
       case cudaGraphNodeTypeEmpty:
       case cudaGraphNodeTypeEventRecord:  // a library's ordering across launches (NCCL)
-      case cudaGraphNodeTypeWaitEvent:
-        break;
-      default:
-        return;
+      case cudaGraphNodeTypeWaitEvent: break;
+      default: return;
     }
   }
   EncodedLaunch l;
@@ -295,7 +293,8 @@ void check_not_capturing(const char* op, const Stream& s) {
   } else {  // captured by someone else (the raw CUDA API): end it all the same
     capture::discard(s.handle());
   }
-  TG_ERROR(op, ": cannot run while a CUDA graph is being captured on this stream (it would "
+  TG_ERROR(op,
+           ": cannot run while a CUDA graph is being captured on this stream (it would "
            "synchronize with the host or read device memory from it); the capture was ended "
            "and its graph discarded. Move the call out of the captured region (docs/GRAPHS.md "
            "lists what cannot be captured)");

@@ -7,14 +7,13 @@
 #include <tapegrad/tensor/error.h>
 #include "tensor/env.h"
 
-#define TG_CUDA_CHECK(call, op)                                              \
-  do {                                                                       \
-    cudaError_t err_ = (call);                                               \
-    if (err_ != cudaSuccess) {                                               \
-      (void)cudaGetLastError();                                              \
-      TG_ERROR(op, ": CUDA call ", #call, " failed: ", cudaGetErrorName(err_), \
-               " (", cudaGetErrorString(err_), ")");                         \
-    }                                                                        \
+#define TG_CUDA_CHECK(call, op)                                                                                      \
+  do {                                                                                                               \
+    cudaError_t err_ = (call);                                                                                       \
+    if (err_ != cudaSuccess) {                                                                                       \
+      (void)cudaGetLastError();                                                                                      \
+      TG_ERROR(op, ": CUDA call ", #call, " failed: ", cudaGetErrorName(err_), " (", cudaGetErrorString(err_), ")"); \
+    }                                                                                                                \
   } while (0)
 
 namespace tg::cuda::detail {

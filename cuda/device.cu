@@ -39,8 +39,7 @@ __global__ void affine_kernel(int* out, int n) {
 
 __global__ void spin_kernel(long long cycles) {
   long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
+  while (clock64() - start < cycles) {}
 }
 
 }  // namespace
@@ -49,15 +48,17 @@ namespace detail {
 bool forked_after_cuda() { return g_forked_after_cuda.load(std::memory_order_relaxed); }
 
 void check_device(int device, const char* op) {
-  TG_CHECK(!forked_after_cuda(), op, ": CUDA cannot be used in a process forked after its parent used CUDA "
+  TG_CHECK(!forked_after_cuda(), op,
+           ": CUDA cannot be used in a process forked after its parent used CUDA "
            "(the CUDA runtime does not survive fork). Start such workers with spawn or fork + exec (Python "
            "multiprocessing: the 'spawn' start method), or use the GPU only in the children; CPU tensors and "
            "autograd work here as usual");
   int n = device_count();
-  TG_CHECK(n > 0, op, ": no CUDA device is available (cudaGetDeviceCount found "
+  TG_CHECK(n > 0, op,
+           ": no CUDA device is available (cudaGetDeviceCount found "
            "none); check the driver and CUDA_VISIBLE_DEVICES");
-  TG_CHECK(device >= 0 && device < n, op, ": device index ", device,
-           " is out of range; ", n, " CUDA device(s) visible");
+  TG_CHECK(device >= 0 && device < n, op, ": device index ", device, " is out of range; ", n,
+           " CUDA device(s) visible");
 }
 
 int resolve_device(int device, const char* op) {
@@ -75,8 +76,7 @@ void delay(const Stream& s, double milliseconds) {
   static std::atomic<int> clock_khz[64] = {};
   int khz = s.device_index() < 64 ? clock_khz[s.device_index()].load() : 0;
   if (khz <= 0) {
-    if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, s.device_index()) != cudaSuccess ||
-        khz <= 0) {
+    if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, s.device_index()) != cudaSuccess || khz <= 0) {
       (void)cudaGetLastError();
       khz = 2000000;  // assume 2 GHz
     }
@@ -126,8 +126,7 @@ void self_test(int device) {
   TG_CUDA_CHECK(launch, "cuda::self_test (kernel launch)");
   TG_CUDA_CHECK(copy, "cuda::self_test");
   for (int i = 0; i < n; ++i)
-    TG_CHECK(h[i] == 3 * i + 1, "cuda::self_test: element ", i, " is ", h[i],
-             ", expected ", 3 * i + 1);
+    TG_CHECK(h[i] == 3 * i + 1, "cuda::self_test: element ", i, " is ", h[i], ", expected ", 3 * i + 1);
 }
 
 }  // namespace tg::cuda

@@ -23,7 +23,8 @@ namespace {
 
 size_t size_class(size_t n) {
   size_t c = 4096;
-  while (c < n) c <<= 1;
+  while (c < n)
+    c <<= 1;
   return c;
 }
 

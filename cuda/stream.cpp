@@ -75,10 +75,10 @@ void raise_bad_index() {
   const int op = r->op;
   const long long value = r->value, size = r->size;
   r->op = 0;
-  const char* name = op == kBadIndexSelect ? "index_select"
-                     : op == kBadGather      ? "gather"
-                     : op == kBadScatterAdd  ? "scatter_add"
-                                             : "sparse tensor indices";
+  const char* name = op == kBadIndexSelect  ? "index_select"
+                     : op == kBadGather     ? "gather"
+                     : op == kBadScatterAdd ? "scatter_add"
+                                            : "sparse tensor indices";
   TG_ERROR(name, ": a CUDA kernel met index ", value, ", out of range for a dimension of size ", size,
            ", and skipped it, so results computed since are wrong. The op checked the index range when it "
            "was called: the index tensor was changed afterwards (written in place, or a sparse tensor's "
@@ -124,9 +124,7 @@ void Stream::wait_stream(const Stream& other) const {
   e.block(*this);
 }
 
-Stream default_stream(int device) {
-  return Stream(detail::resolve_device(device, "default_stream"), nullptr);
-}
+Stream default_stream(int device) { return Stream(detail::resolve_device(device, "default_stream"), nullptr); }
 
 Stream current_stream(int device) {
   device = detail::resolve_device(device, "current_stream");
@@ -212,8 +210,7 @@ void Event::record(const Stream& s) {
   DeviceGuard g(s.device_index());
   if (!event_) {
     cudaEvent_t e;
-    TG_CUDA_CHECK(cudaEventCreateWithFlags(&e, timing_ ? cudaEventDefault : cudaEventDisableTiming),
-                  "Event::record");
+    TG_CUDA_CHECK(cudaEventCreateWithFlags(&e, timing_ ? cudaEventDefault : cudaEventDisableTiming), "Event::record");
     event_ = e;
     device_ = s.device_index();
   }
@@ -227,8 +224,7 @@ void Event::record() { record(current_stream()); }
 void Event::block(const Stream& s) const {
   if (!event_) return;
   DeviceGuard g(s.device_index());
-  TG_CUDA_CHECK(cudaStreamWaitEvent(as_stream(s), static_cast<cudaEvent_t>(event_), 0),
-                "Event::block");
+  TG_CUDA_CHECK(cudaStreamWaitEvent(as_stream(s), static_cast<cudaEvent_t>(event_), 0), "Event::block");
 }
 
 bool Event::query() const {
@@ -254,8 +250,7 @@ float Event::elapsed_time(const Event& end) const {
   TG_CHECK(timing_ && end.timing_, "Event::elapsed_time: both events need enable_timing=true");
   TG_CHECK(event_ && end.event_, "Event::elapsed_time: both events must be recorded first");
   float ms = 0;
-  TG_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(event_),
-                                     static_cast<cudaEvent_t>(end.event_)),
+  TG_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(event_), static_cast<cudaEvent_t>(end.event_)),
                 "Event::elapsed_time");
   return ms;
 }

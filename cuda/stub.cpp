@@ -10,7 +10,8 @@
 namespace tg::cuda {
 
 void detail::no_cuda(const char* op) {
-  TG_ERROR(op, ": tapegrad was built without CUDA; reconfigure with "
+  TG_ERROR(op,
+           ": tapegrad was built without CUDA; reconfigure with "
            "-DTAPEGRAD_CUDA=ON on a machine with nvcc");
 }
 using detail::no_cuda;

@@ -23,16 +23,21 @@ namespace tg::distributed {
 class DistributedDataParallel::Reducer {
  public:
   Reducer(std::vector<Tensor> params, std::shared_ptr<ProcessGroup> group, DDPOptions o)
-      : params_(std::move(params)), group_(std::move(group)), options_(o), ready_(params_.size(), 0),
+      : params_(std::move(params)),
+        group_(std::move(group)),
+        options_(o),
+        ready_(params_.size(), 0),
         grad_ready_(params_.size()) {
     std::vector<size_t> order(params_.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;  // reverse of registration
+    for (size_t i = 0; i < order.size(); ++i)
+      order[i] = order.size() - 1 - i;  // reverse of registration
     build_buckets(order);
     for (size_t i = 0; i < params_.size(); ++i)
       hooks_.push_back(params_[i].register_post_accumulate_grad_hook([this, i](const Tensor&) { on_ready(i); }));
   }
   ~Reducer() {
-    for (HookHandle& h : hooks_) h.remove();
+    for (HookHandle& h : hooks_)
+      h.remove();
   }
 
   // forward(): arms the reducer for the backward of `output`.
@@ -55,7 +60,8 @@ class DistributedDataParallel::Reducer {
       rebuilt_ = true;
     }
     std::fill(ready_.begin(), ready_.end(), 0);
-    for (Bucket& b : buckets_) b.pending = b.params.size();
+    for (Bucket& b : buckets_)
+      b.pending = b.params.size();
     next_bucket_ = 0;
     caller_ = cuda::current_stream(group_->device());
     armed_event_ = std::make_unique<cuda::Event>(true);
@@ -78,7 +84,8 @@ class DistributedDataParallel::Reducer {
 
   std::vector<std::vector<size_t>> buckets() const {
     std::vector<std::vector<size_t>> out;
-    for (const Bucket& b : buckets_) out.push_back(b.params);
+    for (const Bucket& b : buckets_)
+      out.push_back(b.params);
     return out;
   }
 
@@ -113,8 +120,8 @@ class DistributedDataParallel::Reducer {
       const size_t nb = size_t(p.numel()) * element_size(p.dtype());
       // The open bucket's cap: the first one's is smaller (it starts early).
       const size_t cap = buckets_.size() == 1 ? options_.first_bucket_cap_bytes : options_.bucket_cap_bytes;
-      const bool fresh = buckets_.empty() || params_[buckets_.back().params.back()].dtype() != p.dtype() ||
-                         bytes + nb > cap;
+      const bool fresh =
+          buckets_.empty() || params_[buckets_.back().params.back()].dtype() != p.dtype() || bytes + nb > cap;
       if (fresh) {
         buckets_.emplace_back();
         bytes = 0;
@@ -142,12 +149,13 @@ class DistributedDataParallel::Reducer {
   // their bucket waits for the end of backward, the others need not.
   void rebuild_from_rank0_order() {
     std::vector<char> in(params_.size(), 0);
-    for (size_t i : order_seen_) in[i] = 1;
+    for (size_t i : order_seen_)
+      in[i] = 1;
     for (size_t i = params_.size(); i-- > 0;)
       if (!in[i]) order_seen_.push_back(i);
     std::vector<double> seen(order_seen_.begin(), order_seen_.end());
-    Tensor t = tg::tensor(seen, {int64_t(seen.size())}, TensorOptions().dtype(kInt64))
-                   .to(Device(kCUDA, group_->device()));
+    Tensor t =
+        tg::tensor(seen, {int64_t(seen.size())}, TensorOptions().dtype(kInt64)).to(Device(kCUDA, group_->device()));
     group_->broadcast(t, 0)->wait();
     std::vector<int64_t> order = t.to(Device(kCPU)).to_vector<int64_t>();
     std::vector<size_t> o(order.begin(), order.end());
@@ -217,7 +225,8 @@ class DistributedDataParallel::Reducer {
       last_grad_->record(cuda::current_stream(group_->device()));
     }
     if (--buckets_[bucket_of_[i]].pending > 0) return;
-    while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) launch(next_bucket_++);
+    while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0)
+      launch(next_bucket_++);
     if (next_bucket_ == buckets_.size()) finish();
   }
 
@@ -315,8 +324,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   {
     NoGradGuard no_grad;
     std::shared_ptr<Work> w;
-    for (const Tensor& p : module_->parameters()) w = group_->broadcast(p, 0);
-    for (const Tensor& b : module_->buffers()) w = group_->broadcast(b, 0);
+    for (const Tensor& p : module_->parameters())
+      w = group_->broadcast(p, 0);
+    for (const Tensor& b : module_->buffers())
+      w = group_->broadcast(b, 0);
     if (w) w->wait();
   }
   reducer_ = std::make_unique<Reducer>(std::move(params), group_, options);
@@ -330,8 +341,7 @@ Tensor DistributedDataParallel::forward(const Tensor& x) {
   return out;
 }
 
-DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp)
-    : ddp_(ddp), previous_(ddp.reducer_->no_sync()) {
+DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp) : ddp_(ddp), previous_(ddp.reducer_->no_sync()) {
   ddp_.reducer_->set_no_sync(true);
 }
 DistributedDataParallel::NoSync::~NoSync() { ddp_.reducer_->set_no_sync(previous_); }

@@ -5,8 +5,9 @@
 namespace tg::distributed {
 namespace {
 [[noreturn]] void unavailable(const char* what) {
-  TG_ERROR(what, ": tapegrad was built without NCCL (configure with TAPEGRAD_NCCL=ON on a machine "
-                        "with nccl.h and libnccl to use tg::distributed)");
+  TG_ERROR(what,
+           ": tapegrad was built without NCCL (configure with TAPEGRAD_NCCL=ON on a machine "
+           "with nccl.h and libnccl to use tg::distributed)");
 }
 }  // namespace
 

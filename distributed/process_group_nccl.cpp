@@ -127,8 +127,8 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
   }
   std::shared_ptr<Work> reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) override {
     TG_CHECK(in.numel() == out.numel() * size_ && out.dtype() == in.dtype(), "reduce_scatter: in (",
-             shape_str(in.sizes()), ", ", in.dtype(), ") must hold ", size_, " x out (", shape_str(out.sizes()),
-             ", ", out.dtype(), ")");
+             shape_str(in.sizes()), ", ", in.dtype(), ") must hold ", size_, " x out (", shape_str(out.sizes()), ", ",
+             out.dtype(), ")");
     return run("reduce_scatter", {out, in}, [&](cudaStream_t s) {
       return ncclReduceScatter(in.data_ptr(), out.data_ptr(), size_t(out.numel()),
                                nccl_dtype(in.dtype(), "reduce_scatter"), nccl_op(op), comm_, s);
@@ -161,8 +161,7 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
   }
 
  private:
-  template <class F>
-  std::shared_ptr<Work> run(const char* op, std::vector<Tensor> tensors, F&& launch) {
+  template <class F> std::shared_ptr<Work> run(const char* op, std::vector<Tensor> tensors, F&& launch) {
     for (const Tensor& t : tensors)
       TG_CHECK(t.is_cuda() && t.device().index() == device_ && !t.is_sparse() && t.is_contiguous(), op,
                ": tensors must be dense and contiguous on the group's device cuda:", device_, ", got ",
@@ -185,7 +184,8 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
       // run beside them; every collective also writes the group's order
       // byte, which keeps them in the order every rank launched them.
       cuda::LaunchEncoder access(stream_.handle());
-      for (const Tensor& t : tensors) access.write(t);
+      for (const Tensor& t : tensors)
+        access.write(t);
       access.write(order_);
       r = launch(static_cast<cudaStream_t>(stream_.handle()));
     }
@@ -229,8 +229,7 @@ class NcclGroup final : public ProcessGroup, public std::enable_shared_from_this
       if (stop_ || !error_.empty()) continue;
       if (comm_) {
         ncclResult_t async = ncclSuccess;
-        if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
-            async != ncclInProgress) {
+        if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
           abort_locked("NCCL reported an asynchronous error on rank " + std::to_string(rank_) + ": " +
                        ncclGetErrorString(async));
           continue;
@@ -345,8 +344,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(int rank, int world_size, const
   auto init = std::make_shared<Init>();
   std::thread([init, world_size, id, rank, device] {
     ncclComm_t comm = nullptr;
-    ncclResult_t r = cudaSetDevice(device) == cudaSuccess ? ncclCommInitRank(&comm, world_size, id, rank)
-                                                          : ncclUnhandledCudaError;
+    ncclResult_t r =
+        cudaSetDevice(device) == cudaSuccess ? ncclCommInitRank(&comm, world_size, id, rank) : ncclUnhandledCudaError;
     std::lock_guard<std::mutex> l(init->m);
     if (init->abandoned) {
       if (r == ncclSuccess) ncclCommDestroy(comm);
@@ -377,15 +376,16 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init_from_env(Options options) {
   TG_CHECK(l.rank >= 0 && !l.rendezvous_file.empty(),
            "ProcessGroup::init_from_env: no rank in the environment (set RANK and WORLD_SIZE, or start the "
            "processes with mpirun or srun) or no TG_RENDEZVOUS_FILE (a fresh path on a file system every rank "
-           "sees; got '", l.rendezvous_file, "')");
+           "sees; got '",
+           l.rendezvous_file, "')");
   return init(l.rank, l.world_size, l.rendezvous_file, l.local_rank, options);
 }
 
-std::vector<std::shared_ptr<ProcessGroup>> ProcessGroup::init_local(const std::vector<int>& devices,
-                                                                    Options options) {
+std::vector<std::shared_ptr<ProcessGroup>> ProcessGroup::init_local(const std::vector<int>& devices, Options options) {
   const int n = cuda::device_count();
   TG_CHECK(!devices.empty(), "ProcessGroup::init_local: no devices given");
-  for (int d : devices) TG_CHECK(d >= 0 && d < n, "ProcessGroup::init_local: device ", d, " does not exist (", n, " GPUs)");
+  for (int d : devices)
+    TG_CHECK(d >= 0 && d < n, "ProcessGroup::init_local: device ", d, " does not exist (", n, " GPUs)");
   std::vector<ncclComm_t> comms(devices.size());
   nccl_check(ncclCommInitAll(comms.data(), int(devices.size()), devices.data()), "ncclCommInitAll");
   std::vector<std::shared_ptr<ProcessGroup>> out;

@@ -45,8 +45,7 @@ struct Plan {
   std::vector<long> group_of;
   std::vector<std::vector<size_t>> groups;
 };
-Plan plan(size_t n, const std::vector<std::pair<size_t, size_t>>& edges,
-          const std::vector<const Recorded*>& launch_of);
+Plan plan(size_t n, const std::vector<std::pair<size_t, size_t>>& edges, const std::vector<const Recorded*>& launch_of);
 
 // Replaces the chains of recorded nodes in `graph` (cudaGraph_t) by fused
 // nodes; returns how many nodes the graph lost, and appends each fused node

@@ -64,14 +64,14 @@ size_t depth(size_t n, const std::vector<size_t>& order, const std::vector<std::
   size_t best = 0;
   for (size_t v : order) {
     best = std::max(best, d[v]);
-    for (size_t w : succs[v]) d[w] = std::max(d[w], d[v] + 1);
+    for (size_t w : succs[v])
+      d[w] = std::max(d[w], d[v] + 1);
   }
   return best;
 }
 
 std::vector<size_t> topological(size_t n, const std::vector<std::pair<size_t, size_t>>& edges,
-                                std::vector<std::vector<size_t>>* preds,
-                                std::vector<std::vector<size_t>>* succs) {
+                                std::vector<std::vector<size_t>>* preds, std::vector<std::vector<size_t>>* succs) {
   preds->assign(n, {});
   succs->assign(n, {});
   std::vector<size_t> indeg(n, 0);
@@ -151,7 +151,8 @@ class Hazards {
 
 std::vector<Access> accesses_of(const Recorded& r) {
   std::vector<Access> out;
-  for (const Range& g : ranges_of(r)) out.push_back({g.begin, g.bytes, g.written});
+  for (const Range& g : ranges_of(r))
+    out.push_back({g.begin, g.bytes, g.written});
   return out;
 }
 
@@ -172,16 +173,19 @@ Relaxed relax(size_t n, const std::vector<std::pair<size_t, size_t>>& edges,
   for (size_t v : order) {
     if (!access_of[v]) {  // a barrier: after everything so far
       if (frontier.empty() && barrier >= 0) edge(size_t(barrier), v);
-      for (size_t u : std::vector<size_t>(frontier.begin(), frontier.end())) edge(u, v);
+      for (size_t u : std::vector<size_t>(frontier.begin(), frontier.end()))
+        edge(u, v);
       hazards.clear();
       frontier = {v};
       barrier = long(v);
       continue;
     }
     std::set<size_t> deps;
-    for (const Access& a : *access_of[v]) hazards.touch(v, a, &deps);
+    for (const Access& a : *access_of[v])
+      hazards.touch(v, a, &deps);
     if (deps.empty() && barrier >= 0) deps.insert(size_t(barrier));
-    for (size_t u : deps) edge(u, v);
+    for (size_t u : deps)
+      edge(u, v);
     frontier.insert(v);
   }
   std::vector<std::vector<size_t>> p2, s2;
@@ -214,7 +218,8 @@ FusionDepths fusion_depths(size_t n, const std::vector<std::pair<size_t, size_t>
     else touched[rep[v]].insert(touched[rep[v]].end(), access_of[v]->begin(), access_of[v]->end());
   }
   std::vector<const std::vector<Access>*> merged_access(m);
-  for (size_t i = 0; i < m; ++i) merged_access[i] = unknown[i] ? nullptr : &touched[i];
+  for (size_t i = 0; i < m; ++i)
+    merged_access[i] = unknown[i] ? nullptr : &touched[i];
   std::set<std::pair<size_t, size_t>> merged_edges;
   for (const auto& [u, v] : edges)
     if (rep[u] != rep[v]) merged_edges.emplace(rep[u], rep[v]);

@@ -111,8 +111,7 @@ CUDAGraph::~CUDAGraph() {
   try {
     if (capturing_) end_capture(/*abandon=*/true);
     reset();
-  } catch (...) {
-  }
+  } catch (...) {}
 }
 
 void CUDAGraph::capture_begin(MempoolId pool, CaptureMode mode) {
@@ -120,7 +119,8 @@ void CUDAGraph::capture_begin(MempoolId pool, CaptureMode mode) {
   TG_CHECK(!has_graph(), "capture_begin: this CUDAGraph holds a graph; call reset() first");
   TG_CHECK(is_available(), "capture_begin: CUDA graphs need a GPU, and none is available");
   const Stream s = current_stream(-1);
-  TG_CHECK(!s.is_default(), "capture_begin: the current stream is the legacy default stream, "
+  TG_CHECK(!s.is_default(),
+           "capture_begin: the current stream is the legacy default stream, "
            "which cannot be captured; make a stream current first (StreamGuard with "
            "stream_from_pool()), or use the tg::cuda::Graph guard");
   TG_CHECK(!capture::capturing(s), "capture_begin: the current stream is already capturing");
@@ -134,8 +134,8 @@ void CUDAGraph::capture_begin(MempoolId pool, CaptureMode mode) {
     cudaError_t err = cudaStreamBeginCapture(cs, to_cuda(mode));
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
-      TG_ERROR("capture_begin: cudaStreamBeginCapture failed: ", cudaGetErrorName(err), " (",
-               cudaGetErrorString(err), ")");
+      TG_ERROR("capture_begin: cudaStreamBeginCapture failed: ", cudaGetErrorName(err), " (", cudaGetErrorString(err),
+               ")");
     }
     // Allocations of this capture (on this stream and the streams forked
     // from it) come from the pool from now on.
@@ -148,14 +148,13 @@ void CUDAGraph::capture_begin(MempoolId pool, CaptureMode mode) {
       TG_ERROR("capture_begin: cudaStreamGetCaptureInfo failed: ", cudaGetErrorName(err));
     }
     capture_id_ = id;
-    detail::begin_allocate_to_pool(device_, pool_.first, capture_id_,
-                                   relax_ && relax_allowed() ? reuse_delay() : 0);
+    detail::begin_allocate_to_pool(device_, pool_.first, capture_id_, relax_ && relax_allowed() ? reuse_delay() : 0);
   }
   capturing_ = true;
   rng_.reset();
   fused_nodes_ = captured_depth_ = depth_ = 0;
-  fusion_log_ = (fusion_ && fusion_allowed()) || (relax_ && relax_allowed()) ? std::make_shared<fusion::Log>()
-                                                                             : nullptr;
+  fusion_log_ =
+      (fusion_ && fusion_allowed()) || (relax_ && relax_allowed()) ? std::make_shared<fusion::Log>() : nullptr;
   observer_ = std::make_unique<Observer>(this);
   capture::observe(capture_id_, observer_.get());
 }
@@ -181,8 +180,8 @@ void CUDAGraph::end_capture(bool abandon) {
     discard();
     aborted_ = true;
     if (!abandon)
-      TG_ERROR("capture_end: the capture failed: ", cudaGetErrorName(err), " (",
-               cudaGetErrorString(err), "); an unsafe call (a host synchronization, or work "
+      TG_ERROR("capture_end: the capture failed: ", cudaGetErrorName(err), " (", cudaGetErrorString(err),
+               "); an unsafe call (a host synchronization, or work "
                "from another thread in Global mode) invalidated it");
     return;
   }
@@ -201,7 +200,8 @@ void CUDAGraph::end_capture(bool abandon) {
 void CUDAGraph::optimize(void* graph, fusion::Log* log) {
   std::unordered_map<void*, std::vector<fusion::Access>> access;
   if (log) {
-    for (const fusion::Recorded& r : log->launches) access[r.node] = fusion::accesses_of(r);
+    for (const fusion::Recorded& r : log->launches)
+      access[r.node] = fusion::accesses_of(r);
     for (fusion::Region& g : log->regions)
       for (void* n : g.nodes) {
         std::vector<fusion::Access>& a = access[n];
@@ -246,15 +246,17 @@ void CUDAGraph::capture_end() {
   TG_CHECK(capturing_ || aborted_, "capture_end: this CUDAGraph is not capturing");
   if (!capturing_) {
     aborted_ = false;
-    TG_ERROR("capture_end: the capture was ended by an op that cannot run under capture "
-             "(see the error it threw); nothing was captured");
+    TG_ERROR(
+        "capture_end: the capture was ended by an op that cannot run under capture "
+        "(see the error it threw); nothing was captured");
   }
   end_capture(/*abandon=*/false);
   if (!keep_graph_) instantiate();
 }
 
 void CUDAGraph::instantiate() {
-  TG_CHECK(graph_ != nullptr, "instantiate: no captured graph (capture first; with keep_graph "
+  TG_CHECK(graph_ != nullptr,
+           "instantiate: no captured graph (capture first; with keep_graph "
            "= false capture_end() has instantiated it already)");
   DeviceGuard g(device_);
   if (exec_) {
@@ -271,7 +273,8 @@ void CUDAGraph::instantiate() {
 }
 
 void CUDAGraph::replay() {
-  TG_CHECK(exec_ != nullptr, "replay: no instantiated graph (capture, and with keep_graph call "
+  TG_CHECK(exec_ != nullptr,
+           "replay: no instantiated graph (capture, and with keep_graph call "
            "instantiate())");
   detail::check_statics(statics_, "replay");
   DeviceGuard g(device_);
@@ -282,9 +285,9 @@ void CUDAGraph::replay() {
     raw::fill_(raw::narrow(rng_->state, 0, 0, 1), Scalar(int64_t(p.seed)));
     raw::fill_(raw::narrow(rng_->state, 0, 1, 1), Scalar(int64_t(p.offset)));
   }
-  TG_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_),
-                                static_cast<cudaStream_t>(current_stream(device_).handle())),
-                "replay");
+  TG_CUDA_CHECK(
+      cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), static_cast<cudaStream_t>(current_stream(device_).handle())),
+      "replay");
 }
 
 void CUDAGraph::reset() {
@@ -307,7 +310,8 @@ void CUDAGraph::reset() {
 }
 
 void* CUDAGraph::raw_graph() const {
-  TG_CHECK(graph_ != nullptr, "raw_graph: no captured graph is kept (construct the CUDAGraph "
+  TG_CHECK(graph_ != nullptr,
+           "raw_graph: no captured graph is kept (construct the CUDAGraph "
            "with keep_graph = true and capture first)");
   return graph_;
 }
@@ -319,8 +323,7 @@ void* CUDAGraph::raw_graph_exec() const {
 
 void CUDAGraph::debug_dump(const std::string& path) const {
   TG_CHECK(graph_ != nullptr, "debug_dump: no captured graph is kept (use keep_graph = true)");
-  TG_CUDA_CHECK(cudaGraphDebugDotPrint(static_cast<cudaGraph_t>(graph_), path.c_str(),
-                                       cudaGraphDebugDotFlagsVerbose),
+  TG_CUDA_CHECK(cudaGraphDebugDotPrint(static_cast<cudaGraph_t>(graph_), path.c_str(), cudaGraphDebugDotFlagsVerbose),
                 "debug_dump");
 }
 
@@ -347,8 +350,7 @@ Graph::~Graph() noexcept(false) {
   if (unwinding) {
     try {
       graph_.end_capture(/*abandon=*/true);
-    } catch (...) {
-    }
+    } catch (...) {}
     guard_.reset();
     return;
   }

@@ -40,9 +40,11 @@ Snapshot snapshot(cudaGraph_t graph, const char* op) {
   g.to.resize(ne);
   g.data.resize(ne);
   if (ne) TG_CUDA_CHECK(cudaGraphGetEdges(graph, g.from.data(), g.to.data(), g.data.data(), &ne), op);
-  for (size_t i = 0; i < nn; ++i) g.index[g.nodes[i]] = i;
+  for (size_t i = 0; i < nn; ++i)
+    g.index[g.nodes[i]] = i;
   g.pairs.resize(ne);
-  for (size_t e = 0; e < ne; ++e) g.pairs[e] = {g.index.at(g.from[e]), g.index.at(g.to[e])};
+  for (size_t e = 0; e < ne; ++e)
+    g.pairs[e] = {g.index.at(g.from[e]), g.index.at(g.to[e])};
   return g;
 }
 
@@ -76,7 +78,8 @@ size_t fuse(void* graph_handle, const std::vector<Recorded>& launches,
     Program prog;
     prog.n = first.n;
     prog.nsteps = int(members.size());
-    for (size_t s = 0; s < members.size(); ++s) prog.steps[s] = launch_of[members[s]]->step;
+    for (size_t s = 0; s < members.size(); ++s)
+      prog.steps[s] = launch_of[members[s]]->step;
     cudaKernelNodeParams kp{};
     unsigned grid = 0, block = 0;
     kp.func = const_cast<void*>(fused_kernel(first.dtype, first.n, &grid, &block));
@@ -126,7 +129,8 @@ size_t fuse(void* graph_handle, const std::vector<Recorded>& launches,
     ++added;
     if (merged) {
       std::vector<void*> members;
-      for (size_t i : p.groups[g]) members.push_back(nodes[i]);  // destroyed: handles only
+      for (size_t i : p.groups[g])
+        members.push_back(nodes[i]);  // destroyed: handles only
       merged->emplace_back(fused[g], std::move(members));
     }
   }
@@ -181,7 +185,8 @@ std::vector<const std::vector<Access>*> accesses_in(const Snapshot& g, const std
 
 std::vector<cudaGraphNodeType> types_of(const Snapshot& g, const char* op) {
   std::vector<cudaGraphNodeType> type(g.nodes.size());
-  for (size_t i = 0; i < type.size(); ++i) TG_CUDA_CHECK(cudaGraphNodeGetType(g.nodes[i], &type[i]), op);
+  for (size_t i = 0; i < type.size(); ++i)
+    TG_CUDA_CHECK(cudaGraphNodeGetType(g.nodes[i], &type[i]), op);
   return type;
 }
 
@@ -242,8 +247,8 @@ Relaxed relax_graph(void* graph_handle, const std::vector<std::pair<void*, std::
     ed.push_back(it != kept_data.end() ? it->second : cudaGraphEdgeData{});
   }
   if (ne) TG_CUDA_CHECK(cudaGraphRemoveDependencies(graph, from.data(), to.data(), data.data(), ne), op);
-  cudaError_t err = ef.empty() ? cudaSuccess
-                               : cudaGraphAddDependencies(graph, ef.data(), et.data(), ed.data(), ef.size());
+  cudaError_t err =
+      ef.empty() ? cudaSuccess : cudaGraphAddDependencies(graph, ef.data(), et.data(), ed.data(), ef.size());
   if (err != cudaSuccess) {  // the runtime refuses an edge: keep the capture's edges
     (void)cudaGetLastError();
     size_t now = 0;

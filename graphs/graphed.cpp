@@ -55,7 +55,7 @@ struct GraphedState {
     std::vector<size_t> cot_of;      // the parent output each cotangent belongs to
     int64_t replays = 0;
     std::vector<std::unique_ptr<Instance>> children;  // instances of level + 1
-    size_t used = 0;  // children called since this instance's last replay
+    size_t used = 0;                                  // children called since this instance's last replay
   };
   std::string name;
   int max_order = 1;
@@ -92,7 +92,8 @@ void copy_static(const Tensor& dst, const Tensor& src) {
 // The replay counts of an instance and its ancestors, as a call saw them.
 std::vector<int64_t> generations(const Instance& i) {
   std::vector<int64_t> g;
-  for (const Instance* p = &i; p; p = p->parent) g.push_back(p->replays);
+  for (const Instance* p = &i; p; p = p->parent)
+    g.push_back(p->replays);
   return g;
 }
 
@@ -112,7 +113,8 @@ void run_level(const GraphedState& s, Instance& L, const TensorFn& fn) {
   }
   const Instance& P = *L.parent;
   ag::variable_list outs, wrt;
-  for (size_t c = 0; c < L.cot_of.size(); ++c) outs.push_back(P.outputs[L.cot_of[c]]);
+  for (size_t c = 0; c < L.cot_of.size(); ++c)
+    outs.push_back(P.outputs[L.cot_of[c]]);
   for (size_t i = 0; i < P.inputs.size(); ++i)
     if (P.diff[i]) wrt.push_back(P.inputs[i]);
   // No output of the parent depends on anything that needs a gradient: its
@@ -122,7 +124,8 @@ void run_level(const GraphedState& s, Instance& L, const TensorFn& fn) {
                                                 /*create_graph=*/L.level < s.max_order, /*allow_unused=*/true);
   L.outputs = g;
   L.has_out.clear();
-  for (const Tensor& t : g) L.has_out.push_back(t.defined());
+  for (const Tensor& t : g)
+    L.has_out.push_back(t.defined());
 }
 
 // After its parent ran once: instance L's cotangents (zeros; requiring grad
@@ -139,14 +142,17 @@ void prepare_level(const GraphedState& s, Instance& L) {
     L.cotangents.push_back(c);
     L.cot_of.push_back(o);
   }
-  TG_CHECK(!L.cotangents.empty() || L.level > 1, "no output depends on an argument that requires grad or on a "
+  TG_CHECK(!L.cotangents.empty() || L.level > 1,
+           "no output depends on an argument that requires grad or on a "
            "parameter: there is no backward to capture (use max_order = 0)");
   L.inputs.clear();
   L.diff.clear();
   for (size_t i = 0; i < P.inputs.size(); ++i)
     if (P.diff[i]) L.inputs.push_back(P.inputs[i]);
-  for (const Tensor& c : L.cotangents) L.inputs.push_back(c);
-  for (const Tensor& t : L.inputs) L.diff.push_back(t.requires_grad());
+  for (const Tensor& c : L.cotangents)
+    L.inputs.push_back(c);
+  for (const Tensor& t : L.inputs)
+    L.diff.push_back(t.requires_grad());
 }
 
 // Captures `top` (level 0 with fn, or a fresh child of a captured instance)
@@ -221,14 +227,16 @@ struct GraphedLevel : ag::Function<GraphedLevel> {
   // inputs: level 0: arguments ++ parameters; level k: D(inputs of k-1) ++
   // the cotangents of level k-1's outputs that need them. `parent`: the
   // instance of level k-1 whose call this differentiates (null for level 0).
-  static ag::variable_list forward(ag::AutogradContext* ctx, ag::variable_list inputs,
-                                   std::shared_ptr<GraphedState> s, Instance* parent) {
+  static ag::variable_list forward(ag::AutogradContext* ctx, ag::variable_list inputs, std::shared_ptr<GraphedState> s,
+                                   Instance* parent) {
     Instance& L = parent ? child_for_call(*s, *parent) : *s->root;
     if (!parent) {
-      for (size_t i = 0; i < s->nargs; ++i) copy_static(L.inputs[i], inputs[i]);
+      for (size_t i = 0; i < s->nargs; ++i)
+        copy_static(L.inputs[i], inputs[i]);
     } else {
       const size_t first = inputs.size() - L.cotangents.size();
-      for (size_t i = 0; i < L.cotangents.size(); ++i) copy_static(L.cotangents[i], inputs[first + i]);
+      for (size_t i = 0; i < L.cotangents.size(); ++i)
+        copy_static(L.cotangents[i], inputs[first + i]);
     }
     L.graph->replay();
     ++L.replays;
@@ -249,10 +257,10 @@ struct GraphedLevel : ag::Function<GraphedLevel> {
     Instance* I = std::any_cast<Instance*>(ctx->saved_data["instance"]);
     const Instance& L = *I;
     TG_CHECK(L.level < s->max_order, "graphed callable '", s->name, "': a derivative of order ", L.level + 1,
-             " was asked for, but only orders up to ", s->max_order,
-             " were captured; raise GraphedOptions::max_order");
+             " was asked for, but only orders up to ", s->max_order, " were captured; raise GraphedOptions::max_order");
     const auto seen = std::any_cast<std::vector<int64_t>>(ctx->saved_data["generations"]);
-    TG_CHECK(seen == generations(L), "graphed callable '", s->name, "': this call's intermediate "
+    TG_CHECK(seen == generations(L), "graphed callable '", s->name,
+             "': this call's intermediate "
              "values were overwritten by a later call (its graphs keep one call's values); differentiate "
              "a call before calling the graphed callable again");
     ag::variable_list inputs = ctx->get_saved_variables();
@@ -303,8 +311,8 @@ std::shared_ptr<GraphedState> capture_callable(const Callable& c, const std::vec
   Instance& L0 = *s->root;
   for (size_t i = 0; i < sample.size(); ++i) {
     const Tensor& a = sample[i];
-    TG_CHECK(a.defined() && a.is_cuda(), "argument ", i, " is ",
-             a.defined() ? shape_dtype_device(a) : "undefined", "; graphed callables take CUDA tensors");
+    TG_CHECK(a.defined() && a.is_cuda(), "argument ", i, " is ", a.defined() ? shape_dtype_device(a) : "undefined",
+             "; graphed callables take CUDA tensors");
     Tensor st = a.detach().clone();
     if (a.requires_grad()) st.requires_grad_();
     L0.inputs.push_back(st);
@@ -314,7 +322,8 @@ std::shared_ptr<GraphedState> capture_callable(const Callable& c, const std::vec
     TG_CHECK(p.defined() && p.is_cuda() && p.is_leaf(), "parameter ", i, " must be a CUDA leaf tensor");
     L0.inputs.push_back(p);
   }
-  for (const Tensor& t : L0.inputs) L0.diff.push_back(t.requires_grad());
+  for (const Tensor& t : L0.inputs)
+    L0.diff.push_back(t.requires_grad());
   capture_chain(*s, L0, c.fn, side, pool);
   return s;
 }
@@ -341,11 +350,11 @@ std::vector<Tensor> GraphedCallable::operator()(const std::vector<Tensor>& args)
     const Tensor& a = args[i];
     const Tensor& st = L0.inputs[i];
     TG_CHECK(a.defined() && a.sizes() == st.sizes() && a.dtype() == st.dtype() && a.device() == st.device(),
-             "graphed callable '", s.name, "': argument ", i, " is ",
-             a.defined() ? shape_dtype_device(a) : "undefined", ", but the graphs were captured for ",
-             shape_dtype_device(st), " (a graph has fixed shapes: capture another callable for other shapes)");
-    TG_CHECK(!autograd::is_grad_enabled() || a.requires_grad() == st.requires_grad(), "graphed callable '",
-             s.name, "': argument ", i, (a.requires_grad() ? " requires" : " does not require"),
+             "graphed callable '", s.name, "': argument ", i, " is ", a.defined() ? shape_dtype_device(a) : "undefined",
+             ", but the graphs were captured for ", shape_dtype_device(st),
+             " (a graph has fixed shapes: capture another callable for other shapes)");
+    TG_CHECK(!autograd::is_grad_enabled() || a.requires_grad() == st.requires_grad(), "graphed callable '", s.name,
+             "': argument ", i, (a.requires_grad() ? " requires" : " does not require"),
              " grad, but the sample argument ", (st.requires_grad() ? "did" : "did not"),
              "; the captured backward computes gradients for the sample's choice");
   }
@@ -372,8 +381,8 @@ int64_t GraphedCallable::replays(int level) const {
 std::vector<GraphedCallable> make_graphed_callables(std::vector<Callable> callables,
                                                     std::vector<std::vector<Tensor>> sample_args,
                                                     GraphedOptions options) {
-  TG_CHECK(callables.size() == sample_args.size(), "make_graphed_callables: ", callables.size(),
-           " callables but ", sample_args.size(), " sample argument lists");
+  TG_CHECK(callables.size() == sample_args.size(), "make_graphed_callables: ", callables.size(), " callables but ",
+           sample_args.size(), " sample argument lists");
   TG_CHECK(options.max_order >= 0, "make_graphed_callables: max_order must be >= 0, got ", options.max_order);
   TG_CHECK(is_available(), "make_graphed_callables: CUDA graphs need a GPU, and none is available");
   const MempoolId pool = options.pool.first || options.pool.second ? options.pool : graph_pool_handle();
@@ -394,7 +403,6 @@ std::vector<GraphedCallable> make_graphed_callables(std::vector<Callable> callab
   caller.wait_stream(side);
   return out;
 }
-
 
 // ---- The graphed-function cache ------------------------------------------------------
 
@@ -464,8 +472,10 @@ struct GraphedFunction::Impl {
   std::vector<Tensor> warm_up(Entry& e, const std::vector<Tensor>& args) {
     std::vector<Tensor> statics = detail::static_tensors();
     std::vector<uint32_t> before, before_static;
-    for (const Tensor& a : args) before.push_back(version_of(a));
-    for (const Tensor& t : statics) before_static.push_back(version_of(t));
+    for (const Tensor& a : args)
+      before.push_back(version_of(a));
+    for (const Tensor& t : statics)
+      before_static.push_back(version_of(t));
     ++counters.warmups;
     std::vector<Tensor> out = fn(args);
     for (Tensor& t : out)
@@ -548,9 +558,11 @@ struct GraphedFunction::Impl {
     ++counters.replays;
     for (size_t i = 0; i < args.size(); ++i)
       if (e.written[i]) args[i].impl()->version_counter()->bump();
-    for (const Tensor& t : e.written_statics) t.impl()->version_counter()->bump();
+    for (const Tensor& t : e.written_statics)
+      t.impl()->version_counter()->bump();
     e.handed.clear();
-    for (const Tensor& out : e.outputs) e.handed.push_back(out.detach());
+    for (const Tensor& out : e.outputs)
+      e.handed.push_back(out.detach());
     return e.handed;
   }
 
@@ -559,9 +571,9 @@ struct GraphedFunction::Impl {
     if (e.state == Entry::State::Eager) return eager(e, args, "");
     for (size_t i = 0; i < args.size(); ++i)
       if (!args[i].defined() || !args[i].is_cuda())
-        return eager(e, args, "argument " + std::to_string(i) + " is " +
-                                  (args[i].defined() ? shape_dtype_device(args[i]) : "undefined") +
-                                  ", not a CUDA tensor");
+        return eager(e, args,
+                     "argument " + std::to_string(i) + " is " +
+                         (args[i].defined() ? shape_dtype_device(args[i]) : "undefined") + ", not a CUDA tensor");
     if (e.state == Entry::State::Fresh) return warm_up(e, args);
     if (e.state == Entry::State::Graphed) {
       // Static and pool arguments are read in place: they must be where
@@ -569,8 +581,9 @@ struct GraphedFunction::Impl {
       for (size_t i = 0; i < args.size(); ++i) {
         if (e.kind[i] == ArgKind::Ordinary || storage_of(args[i]) == e.address[i]) continue;
         if (e.re_records >= o.max_re_records)
-          return eager(e, args, "argument " + std::to_string(i) + " (static or an output of a graph) moved after " +
-                                    std::to_string(e.re_records) + " re-recordings");
+          return eager(e, args,
+                       "argument " + std::to_string(i) + " (static or an output of a graph) moved after " +
+                           std::to_string(e.re_records) + " re-recordings");
         ++e.re_records;
         ++counters.re_records;
         e.state = Entry::State::Record;
@@ -593,8 +606,8 @@ GraphedFunction::GraphedFunction(TensorFn fn, GraphedFunctionOptions options) : 
   impl_->fn = std::move(fn);
   impl_->o = std::move(options);
   impl_->pool = impl_->o.pool.first || impl_->o.pool.second ? impl_->o.pool
-                : is_available()                          ? graph_pool_handle()
-                                                          : MempoolId{0, 0};
+                : is_available()                            ? graph_pool_handle()
+                                                            : MempoolId{0, 0};
 }
 
 std::vector<Tensor> GraphedFunction::operator()(const std::vector<Tensor>& args) { return impl_->call(args); }

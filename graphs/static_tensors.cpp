@@ -49,7 +49,8 @@ struct Record {
 struct Snapshot {
   std::vector<Record> records;
   ~Snapshot() {
-    for (const Record& r : records) r.t.impl()->static_mark()->graphs.fetch_sub(1, std::memory_order_acq_rel);
+    for (const Record& r : records)
+      r.t.impl()->static_mark()->graphs.fetch_sub(1, std::memory_order_acq_rel);
   }
 };
 

@@ -29,10 +29,10 @@ void tg_c_api_version(int* major, int* minor);
 
 /** Outcome of a call. */
 typedef enum tg_status {
-  TG_OK = 0,                /**< success */
-  TG_ERROR = 1,             /**< the operation failed (tg_last_error says why) */
-  TG_INVALID_ARGUMENT = 2,  /**< a null handle or pointer, or an argument out of range */
-  TG_OUT_OF_MEMORY = 3      /**< host or device memory ran out */
+  TG_OK = 0,               /**< success */
+  TG_ERROR = 1,            /**< the operation failed (tg_last_error says why) */
+  TG_INVALID_ARGUMENT = 2, /**< a null handle or pointer, or an argument out of range */
+  TG_OUT_OF_MEMORY = 3     /**< host or device memory ran out */
 } tg_status;
 
 /** This thread's last failure's message ("" when none): valid until the
@@ -41,7 +41,12 @@ const char* tg_last_error(void);
 
 /** Element types. */
 typedef enum tg_dtype {
-  TG_FLOAT32 = 0, TG_FLOAT64 = 1, TG_BFLOAT16 = 2, TG_FLOAT16 = 3, TG_INT64 = 4, TG_BOOL = 5
+  TG_FLOAT32 = 0,
+  TG_FLOAT64 = 1,
+  TG_BFLOAT16 = 2,
+  TG_FLOAT16 = 3,
+  TG_INT64 = 4,
+  TG_BOOL = 5
 } tg_dtype;
 
 /** Devices: the CPU, or CUDA device `index`. */
@@ -106,16 +111,36 @@ tg_status tg_tensor_item(tg_tensor t, double* value);
 /* ---- ops (differentiable; results are new handles) ------------------------------ */
 
 /** Elementwise binary ops with broadcasting. */
-typedef enum tg_binary_op { TG_ADD = 0, TG_SUB = 1, TG_MUL = 2, TG_DIV = 3, TG_POW = 4, TG_MAXIMUM = 5,
-                            TG_MINIMUM = 6 } tg_binary_op;
+typedef enum tg_binary_op {
+  TG_ADD = 0,
+  TG_SUB = 1,
+  TG_MUL = 2,
+  TG_DIV = 3,
+  TG_POW = 4,
+  TG_MAXIMUM = 5,
+  TG_MINIMUM = 6
+} tg_binary_op;
 /** out = a op b. */
 tg_status tg_binary(tg_binary_op op, tg_tensor a, tg_tensor b, tg_tensor* out);
 /** out = a op s (a scalar on the right). */
 tg_status tg_binary_scalar(tg_binary_op op, tg_tensor a, double s, tg_tensor* out);
 /** Elementwise unary ops. */
 typedef enum tg_unary_op {
-  TG_NEG = 0, TG_EXP = 1, TG_LOG = 2, TG_SIN = 3, TG_COS = 4, TG_TANH = 5, TG_SIGMOID = 6, TG_RELU = 7,
-  TG_SILU = 8, TG_GELU = 9, TG_SOFTPLUS = 10, TG_SQRT = 11, TG_SQUARE = 12, TG_ABS = 13, TG_RECIPROCAL = 14
+  TG_NEG = 0,
+  TG_EXP = 1,
+  TG_LOG = 2,
+  TG_SIN = 3,
+  TG_COS = 4,
+  TG_TANH = 5,
+  TG_SIGMOID = 6,
+  TG_RELU = 7,
+  TG_SILU = 8,
+  TG_GELU = 9,
+  TG_SOFTPLUS = 10,
+  TG_SQRT = 11,
+  TG_SQUARE = 12,
+  TG_ABS = 13,
+  TG_RECIPROCAL = 14
 } tg_unary_op;
 /** out = op(a). */
 tg_status tg_unary(tg_unary_op op, tg_tensor a, tg_tensor* out);
@@ -162,8 +187,8 @@ tg_status tg_set_grad_enabled(int enabled, int* previous);
 /* ---- the functional API: functions are C callbacks ---------------------------------- */
 
 /** A function of one tensor: writes a new handle to *out (tapegrad frees
- *  it; it may be `x` itself, which is then freed once) and returns TG_OK, or a failure status (its tg_last_error message,
- *  if it set one through a failing tapegrad call, is reported). */
+ *  it; it may be `x` itself, which is then freed once) and returns TG_OK, or a failure status (its tg_last_error
+ * message, if it set one through a failing tapegrad call, is reported). */
 typedef tg_status (*tg_function)(tg_tensor x, tg_tensor* out, void* context);
 
 /** J [fn(x).shape + x.shape]. */
@@ -176,7 +201,10 @@ tg_status tg_hvp(tg_function fn, void* context, tg_tensor x, tg_tensor v, int cr
                  tg_tensor* out);
 /** Per-sample Hessians of a batched fn, x [B, n] -> [B, m]: H [B, m, n, n]. */
 typedef enum tg_hessian_strategy {
-  TG_HESSIAN_BATCHED_COTANGENTS = 0, TG_HESSIAN_ROWS = 1, TG_HESSIAN_FORWARD_OVER_REVERSE = 2, TG_HESSIAN_TAYLOR = 3
+  TG_HESSIAN_BATCHED_COTANGENTS = 0,
+  TG_HESSIAN_ROWS = 1,
+  TG_HESSIAN_FORWARD_OVER_REVERSE = 2,
+  TG_HESSIAN_TAYLOR = 3
 } tg_hessian_strategy;
 /** Per-sample Hessians with the given strategy. */
 tg_status tg_per_sample_hessian(tg_function fn, void* context, tg_tensor x, tg_hessian_strategy strategy,

@@ -19,7 +19,8 @@ std::pair<double, double> fans(const Tensor& t, const char* op) {
   check(t, op);
   TG_CHECK(t.dim() >= 2, op, ": fan in and fan out need a tensor of at least 2 dimensions, got shape ", t.sizes());
   double receptive = 1;
-  for (int64_t d = 2; d < t.dim(); ++d) receptive *= double(t.size(d));
+  for (int64_t d = 2; d < t.dim(); ++d)
+    receptive *= double(t.size(d));
   return {double(t.size(1)) * receptive, double(t.size(0)) * receptive};
 }
 

@@ -24,8 +24,7 @@ Tensor Module::forward(const Tensor&) {
 
 void Module::check_new_name(const std::string& name) const {
   TG_CHECK(!name.empty() && name.find('.') == std::string::npos, type_name_,
-           ": a parameter, buffer or submodule name must be non-empty and contain no '.', got '",
-           name, "'");
+           ": a parameter, buffer or submodule name must be non-empty and contain no '.', got '", name, "'");
   auto taken = [&](const auto& list) {
     return std::any_of(list.begin(), list.end(), [&](const auto& e) { return e.first == name; });
   };
@@ -59,38 +58,42 @@ namespace {
 // own entries under `prefix`, then (recurse) each child's under "prefix.child."
 template <class Sub>
 void collect(const std::string& prefix, bool recurse, const NamedTensors& own,
-             const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& kids, Sub sub,
-             NamedTensors& out) {
+             const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& kids, Sub sub, NamedTensors& out) {
   for (const auto& [n, t] : own)
     if (t.defined()) out.emplace_back(prefix + n, t);
   if (!recurse) return;
   for (const auto& [n, c] : kids)
-    for (auto& [sn, st] : sub(*c)) out.emplace_back(prefix + n + "." + sn, st);
+    for (auto& [sn, st] : sub(*c))
+      out.emplace_back(prefix + n + "." + sn, st);
 }
 std::vector<Tensor> values(const NamedTensors& nt) {
   std::vector<Tensor> v;
   v.reserve(nt.size());
-  for (const auto& e : nt) v.push_back(e.second);
+  for (const auto& e : nt)
+    v.push_back(e.second);
   return v;
 }
 }  // namespace
 
 NamedTensors Module::named_parameters(bool recurse) const {
   NamedTensors out;
-  collect("", recurse, params_, children_, [](const Module& c) { return c.named_parameters(true); }, out);
+  collect(
+      "", recurse, params_, children_, [](const Module& c) { return c.named_parameters(true); }, out);
   return out;
 }
 std::vector<Tensor> Module::parameters(bool recurse) const { return values(named_parameters(recurse)); }
 NamedTensors Module::named_buffers(bool recurse) const {
   NamedTensors out;
-  collect("", recurse, buffers_, children_, [](const Module& c) { return c.named_buffers(true); }, out);
+  collect(
+      "", recurse, buffers_, children_, [](const Module& c) { return c.named_buffers(true); }, out);
   return out;
 }
 std::vector<Tensor> Module::buffers(bool recurse) const { return values(named_buffers(recurse)); }
 std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const { return children_; }
 std::vector<std::shared_ptr<Module>> Module::children() const {
   std::vector<std::shared_ptr<Module>> v;
-  for (const auto& c : children_) v.push_back(c.second);
+  for (const auto& c : children_)
+    v.push_back(c.second);
   return v;
 }
 
@@ -98,7 +101,8 @@ std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modul
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
   for (const auto& [n, c] : children_) {
     out.emplace_back(n, c);
-    for (auto& [sn, sc] : c->named_modules()) out.emplace_back(n + "." + sn, sc);
+    for (auto& [sn, sc] : c->named_modules())
+      out.emplace_back(n + "." + sn, sc);
   }
   return out;
 }
@@ -125,14 +129,17 @@ std::ostream& operator<<(std::ostream& os, const Module& m) {
 
 void Module::train(bool on) {
   training_ = on;
-  for (auto& c : children_) c.second->train(on);
+  for (auto& c : children_)
+    c.second->train(on);
 }
 
-template <class F>
-void Module::for_each_tensor(F&& f) {
-  for (auto& e : params_) f(e.second, true);
-  for (auto& e : buffers_) f(e.second, false);
-  for (auto& c : children_) c.second->for_each_tensor(f);
+template <class F> void Module::for_each_tensor(F&& f) {
+  for (auto& e : params_)
+    f(e.second, true);
+  for (auto& e : buffers_)
+    f(e.second, false);
+  for (auto& c : children_)
+    c.second->for_each_tensor(f);
 }
 
 namespace {
@@ -153,16 +160,13 @@ void move_in_place(const Tensor& t, const std::function<Tensor(const Tensor&)>& 
 }  // namespace
 
 void Module::to(Device device) {
-  for_each_tensor([&](const Tensor& t, bool) {
-    move_in_place(t, [&](const Tensor& x) { return x.to(device); });
-  });
+  for_each_tensor([&](const Tensor& t, bool) { move_in_place(t, [&](const Tensor& x) { return x.to(device); }); });
 }
 
 void Module::to(ScalarType dtype) {
   TG_CHECK(is_floating_point(dtype), type_name_, ".to: modules convert to floating-point dtypes, got ", dtype);
   for_each_tensor([&](const Tensor& t, bool) {
-    if (t.defined() && t.is_floating_point())
-      move_in_place(t, [&](const Tensor& x) { return x.to(dtype); });
+    if (t.defined() && t.is_floating_point()) move_in_place(t, [&](const Tensor& x) { return x.to(dtype); });
   });
 }
 
@@ -171,7 +175,8 @@ void zero_grads(const std::vector<Tensor>& params, bool set_to_none) {
   if (set_to_none) {
     for (const Tensor& p : params)
       if (p.grad().defined()) cuda::detail::check_static_may_move(p, "zero_grad(set_to_none=true)", "the .grad");
-    for (const Tensor& p : params) p.mutable_grad() = Tensor();
+    for (const Tensor& p : params)
+      p.mutable_grad() = Tensor();
     return;
   }
   autograd::NoGradGuard no_grad;
@@ -182,8 +187,7 @@ void zero_grads(const std::vector<Tensor>& params, bool set_to_none) {
   for (const Tensor& p : params) {
     const Tensor& g = p.grad();
     if (!g.defined()) continue;
-    if (g.is_cuda() && !g.is_sparse() && g.is_contiguous() &&
-        (fused.empty() || fused[0].device() == g.device())) {
+    if (g.is_cuda() && !g.is_sparse() && g.is_contiguous() && (fused.empty() || fused[0].device() == g.device())) {
       if (!cuda) cuda = &kernels::backend(g.device(), "zero_grad");
       if (cuda->multi_tensor_zero) {
         fused.push_back(g);
@@ -200,14 +204,17 @@ void Module::zero_grad(bool set_to_none) { detail::zero_grads(parameters(), set_
 
 NamedTensors Module::state_dict() const {
   NamedTensors out;
-  for (auto& [n, t] : named_parameters()) out.emplace_back(n, t.detach());
-  for (auto& [n, t] : named_buffers()) out.emplace_back(n, t.detach());
+  for (auto& [n, t] : named_parameters())
+    out.emplace_back(n, t.detach());
+  for (auto& [n, t] : named_buffers())
+    out.emplace_back(n, t.detach());
   return out;
 }
 
 void Module::load_state_dict(const NamedTensors& state, bool strict) {
   NamedTensors mine = named_parameters();
-  for (auto& e : named_buffers()) mine.push_back(e);
+  for (auto& e : named_buffers())
+    mine.push_back(e);
   std::map<std::string, const Tensor*> given;  // the state by name
   for (const auto& e : state)
     TG_CHECK(given.emplace(e.first, &e.second).second, type_name_, ".load_state_dict: the key '", e.first,
@@ -224,21 +231,24 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
     }
     const Tensor& src = *it->second;
     TG_CHECK(src.defined(), type_name_, ".load_state_dict: '", n, "' is an undefined tensor");
-    TG_CHECK(src.sizes() == t.sizes(), type_name_, ".load_state_dict: size mismatch for '", n,
-             "': the module has ", t.sizes(), ", the state ", src.sizes());
+    TG_CHECK(src.sizes() == t.sizes(), type_name_, ".load_state_dict: size mismatch for '", n, "': the module has ",
+             t.sizes(), ", the state ", src.sizes());
     loads.emplace_back(t, &src);
   }
   for (const auto& e : state)
     if (!known.count(e.first)) unexpected.push_back(e.first);
   if (strict && (!missing.empty() || !unexpected.empty())) {
     std::string msg;
-    for (const auto& m : missing) msg += (msg.empty() ? "" : ", ") + std::string("missing '") + m + "'";
-    for (const auto& u : unexpected) msg += (msg.empty() ? "" : ", ") + std::string("unexpected '") + u + "'";
+    for (const auto& m : missing)
+      msg += (msg.empty() ? "" : ", ") + std::string("missing '") + m + "'";
+    for (const auto& u : unexpected)
+      msg += (msg.empty() ? "" : ", ") + std::string("unexpected '") + u + "'";
     TG_ERROR(type_name_, ".load_state_dict: the keys do not match (", msg,
              "); pass strict = false to load the matching ones");
   }
   autograd::NoGradGuard no_grad;
-  for (const auto& [t, src] : loads) t.copy_(src->to(t.device()).to(t.dtype()));
+  for (const auto& [t, src] : loads)
+    t.copy_(src->to(t.device()).to(t.dtype()));
 }
 
 }  // namespace tg::nn

@@ -8,8 +8,7 @@
 
 namespace tg::nn {
 
-Linear::Linear(int64_t in_features, int64_t out_features, bool has_bias, TensorOptions options)
-    : Module("Linear") {
+Linear::Linear(int64_t in_features, int64_t out_features, bool has_bias, TensorOptions options) : Module("Linear") {
   TG_CHECK(in_features > 0 && out_features > 0, "Linear: in_features and out_features must be positive, got ",
            in_features, " and ", out_features);
   // U(-1/sqrt(in), 1/sqrt(in)) for both, as LibTorch's reset_parameters.
@@ -25,14 +24,15 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool has_bias, TensorO
 Tensor Linear::forward(const Tensor& x) { return tg::linear(x, weight, bias); }
 
 std::string Linear::extra_repr() const {
-  return "Linear(in_features=" + std::to_string(weight.size(1)) + ", out_features=" +
-         std::to_string(weight.size(0)) + ", bias=" + (bias.defined() ? "true" : "false") + ")";
+  return "Linear(in_features=" + std::to_string(weight.size(1)) + ", out_features=" + std::to_string(weight.size(0)) +
+         ", bias=" + (bias.defined() ? "true" : "false") + ")";
 }
 
 Sequential::Sequential() : Module("Sequential") {}
 
 Sequential::Sequential(std::vector<std::shared_ptr<Module>> modules) : Sequential() {
-  for (auto& m : modules) push_back(std::move(m));
+  for (auto& m : modules)
+    push_back(std::move(m));
 }
 
 void Sequential::push_back(std::shared_ptr<Module> m) {
@@ -42,7 +42,8 @@ void Sequential::push_back(std::shared_ptr<Module> m) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (auto& m : modules_) h = m->forward(h);
+  for (auto& m : modules_)
+    h = m->forward(h);
   return h;
 }
 
@@ -54,9 +55,8 @@ Tanh::Tanh() : Activation("Tanh", [](const Tensor& x) { return tg::tanh(x); }) {
 SiLU::SiLU() : Activation("SiLU", [](const Tensor& x) { return tg::silu(x); }) {}
 ReLU::ReLU() : Activation("ReLU", [](const Tensor& x) { return tg::relu(x); }) {}
 GELU::GELU(bool tanh_approximation)
-    : Activation("GELU", [tanh_approximation](const Tensor& x) {
-        return tg::gelu(x, tanh_approximation ? "tanh" : "none");
-      }) {}
+    : Activation("GELU",
+                 [tanh_approximation](const Tensor& x) { return tg::gelu(x, tanh_approximation ? "tanh" : "none"); }) {}
 Softplus::Softplus(double beta, double threshold)
     : Activation("Softplus", [beta, threshold](const Tensor& x) { return tg::softplus(x, beta, threshold); }) {}
 Sigmoid::Sigmoid() : Activation("Sigmoid", [](const Tensor& x) { return tg::sigmoid(x); }) {}
@@ -68,8 +68,7 @@ std::shared_ptr<Module> make_activation(const std::string& name) {
   if (name == "gelu") return std::make_shared<GELU>();
   if (name == "softplus") return std::make_shared<Softplus>();
   if (name == "sigmoid") return std::make_shared<Sigmoid>();
-  TG_ERROR("make_activation: unknown activation '", name,
-           "'; expected tanh, silu, relu, gelu, softplus or sigmoid");
+  TG_ERROR("make_activation: unknown activation '", name, "'; expected tanh, silu, relu, gelu, softplus or sigmoid");
 }
 
 std::shared_ptr<Sequential> MLP(const std::vector<int64_t>& sizes, const std::string& activation,

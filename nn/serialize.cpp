@@ -34,8 +34,8 @@ const char* st_dtype(ScalarType t) {
 }
 
 bool from_st_dtype(const std::string& s, ScalarType* t) {
-  static const std::pair<const char*, ScalarType> table[] = {
-      {"F64", kFloat64}, {"F32", kFloat32}, {"F16", kFloat16}, {"BF16", kBFloat16}, {"I64", kInt64}, {"BOOL", kBool}};
+  static const std::pair<const char*, ScalarType> table[] = {{"F64", kFloat64},   {"F32", kFloat32}, {"F16", kFloat16},
+                                                             {"BF16", kBFloat16}, {"I64", kInt64},   {"BOOL", kBool}};
   for (const auto& [name, dt] : table)
     if (s == name) {
       *t = dt;
@@ -48,7 +48,7 @@ bool from_st_dtype(const std::string& s, ScalarType* t) {
 // tg::Error naming the file, nothing is allocated for the tensors before
 // the whole header is checked, and the JSON is bounded in size and depth.
 constexpr uint64_t kMaxHeader = uint64_t(100) << 20;  // the format's own limit
-constexpr int kMaxDepth = 8;  // a valid header nests 3 deep
+constexpr int kMaxDepth = 8;                          // a valid header nests 3 deep
 
 std::string read_file(const std::string& path) {
   std::error_code ec;
@@ -89,11 +89,12 @@ Json parse_header(const std::string& path, const std::string& bytes, size_t* dat
   TG_CHECK(bytes.size() >= 8, "load_safetensors: '", path, "' is ", bytes.size(),
            " bytes long, shorter than the 8-byte header length");
   uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | uint8_t(bytes[size_t(i)]);
-  TG_CHECK(n <= bytes.size() - 8, "load_safetensors: '", path, "' declares a header of ", n,
-           " bytes but holds only ", bytes.size() - 8, " after the length");
-  TG_CHECK(n <= kMaxHeader, "load_safetensors: the header of '", path, "' is ", n, " bytes, more than the ",
-           kMaxHeader, " the format allows");
+  for (int i = 7; i >= 0; --i)
+    n = (n << 8) | uint8_t(bytes[size_t(i)]);
+  TG_CHECK(n <= bytes.size() - 8, "load_safetensors: '", path, "' declares a header of ", n, " bytes but holds only ",
+           bytes.size() - 8, " after the length");
+  TG_CHECK(n <= kMaxHeader, "load_safetensors: the header of '", path, "' is ", n, " bytes, more than the ", kMaxHeader,
+           " the format allows");
   *data_start = 8 + size_t(n);
   const char* first = bytes.data() + 8;
   TG_CHECK(json_depth(first, first + n) <= kMaxDepth, "load_safetensors: the header of '", path,
@@ -157,20 +158,21 @@ std::vector<Entry> read_entries(const std::string& path, const Json& h, uint64_t
                " with more elements than fit in 64 bits");
     }
     const Json& off = e["data_offsets"];
-    TG_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(),
-             where(), " needs data_offsets [begin, end] of two non-negative integers, got ", off.dump());
+    TG_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), where(),
+             " needs data_offsets [begin, end] of two non-negative integers, got ", off.dump());
     en.begin = off[0].get<uint64_t>();
     en.end = off[1].get<uint64_t>();
     uint64_t want = 0;
     TG_CHECK(!__builtin_mul_overflow(uint64_t(numel), uint64_t(element_size(en.dtype)), &want), where(),
              " has a shape ", shape.dump(), " whose bytes do not fit in 64 bits");
     TG_CHECK(en.begin <= en.end && en.end <= buffer && en.end - en.begin == want, where(), " has data_offsets [",
-             en.begin, ", ", en.end, "] but its ", ds, " ", shape_str(en.shape), " needs ", want,
-             " bytes within the ", buffer, "-byte buffer");
+             en.begin, ", ", en.end, "] but its ", ds, " ", shape_str(en.shape), " needs ", want, " bytes within the ",
+             buffer, "-byte buffer");
     entries.push_back(std::move(en));
   }
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (const Entry& e : entries) ranges.emplace_back(e.begin, e.end);
+  for (const Entry& e : entries)
+    ranges.emplace_back(e.begin, e.end);
   std::sort(ranges.begin(), ranges.end());
   uint64_t at = 0;
   for (const auto& [b, e] : ranges) {
@@ -186,11 +188,13 @@ std::vector<Entry> read_entries(const std::string& path, const Json& h, uint64_t
 bool write_all(std::ofstream& f, const std::string& header, const std::vector<Tensor>& host) {
   const uint64_t n = header.size();
   char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = char((n >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    len[i] = char((n >> (8 * i)) & 0xff);
   f.write(len, 8);
   f.write(header.data(), std::streamsize(header.size()));
   for (const Tensor& c : host)
-    if (c.numel() > 0) f.write(static_cast<const char*>(c.data_ptr()), std::streamsize(c.numel() * int64_t(element_size(c.dtype()))));
+    if (c.numel() > 0)
+      f.write(static_cast<const char*>(c.data_ptr()), std::streamsize(c.numel() * int64_t(element_size(c.dtype()))));
   f.flush();
   const bool ok = f.good();
   f.close();
@@ -205,10 +209,12 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
     TG_CHECK(n != "__metadata__", "save_safetensors: '__metadata__' is reserved and cannot name a tensor");
     TG_CHECK(names.insert(n).second, "save_safetensors: the name '", n, "' appears twice");
     TG_CHECK(t.defined(), "save_safetensors: '", n, "' is an undefined tensor");
-    TG_CHECK(!t.is_sparse(), "save_safetensors: '", n, "' is a sparse tensor; save to_dense() or its indices and values");
+    TG_CHECK(!t.is_sparse(), "save_safetensors: '", n,
+             "' is a sparse tensor; save to_dense() or its indices and values");
   }
   std::vector<size_t> order(tensors.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     size_t ea = element_size(tensors[a].second.dtype()), eb = element_size(tensors[b].second.dtype());
     return ea != eb ? ea > eb : tensors[a].first < tensors[b].first;
@@ -216,7 +222,8 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
   Json h = Json::object();
   if (!metadata.empty()) {
     Json m = Json::object();
-    for (const auto& [k, v] : metadata) m[k] = v;
+    for (const auto& [k, v] : metadata)
+      m[k] = v;
     h["__metadata__"] = m;
   }
   std::vector<Tensor> host;

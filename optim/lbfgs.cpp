@@ -27,7 +27,8 @@ struct Flat {
   }
   Tensor values() const {
     std::vector<Tensor> parts;
-    for (const Tensor& p : ps) parts.push_back(p.detach().reshape({-1}));
+    for (const Tensor& p : ps)
+      parts.push_back(p.detach().reshape({-1}));
     return tg::cat(parts, 0);
   }
   void add(double t, const Tensor& d) const {
@@ -70,8 +71,8 @@ struct Trial {
 // decrease c1, curvature c2): bracketing by cubic extrapolation, then
 // zooming by cubic interpolation (Nocedal and Wright, algorithms 3.5 and
 // 3.6). eval(t) returns the loss and flat gradient at x + t d.
-Trial strong_wolfe(const std::function<std::pair<double, Tensor>(double)>& eval, double t, const Tensor& d,
-                   double f, const Tensor& g, double gtd, double tolerance_change, int64_t* evals) {
+Trial strong_wolfe(const std::function<std::pair<double, Tensor>(double)>& eval, double t, const Tensor& d, double f,
+                   const Tensor& g, double gtd, double tolerance_change, int64_t* evals) {
   const double c1 = 1e-4, c2 = 0.9;
   const int max_ls = 25;
   const double d_norm = max_abs(d);
@@ -98,8 +99,8 @@ Trial strong_wolfe(const std::function<std::pair<double, Tensor>(double)>& eval,
       br = {prev, cur};
       break;
     }
-    const double next = cubic_min(prev.t, prev.f, prev.gtd, cur.t, cur.f, cur.gtd,
-                                  cur.t + 0.01 * (cur.t - prev.t), cur.t * 10);
+    const double next =
+        cubic_min(prev.t, prev.f, prev.gtd, cur.t, cur.f, cur.gtd, cur.t + 0.01 * (cur.t - prev.t), cur.t * 10);
     prev = cur;
     cur = at(next);
     ++ls;
@@ -146,16 +147,17 @@ LBFGS::LBFGS(std::vector<Tensor> params, LBFGSOptions options)
   TG_CHECK(!params_.empty(), "LBFGS: got no parameters");
   for (size_t i = 1; i < params_.size(); ++i)
     TG_CHECK(params_[i].dtype() == params_[0].dtype() && params_[i].device() == params_[0].device(),
-             "LBFGS: every parameter must have one dtype and device (they are one vector); parameter ", i,
-             " is ", params_[i].dtype(), " on ", params_[i].device(), ", parameter 0 ", params_[0].dtype(),
-             " on ", params_[0].device());
+             "LBFGS: every parameter must have one dtype and device (they are one vector); parameter ", i, " is ",
+             params_[i].dtype(), " on ", params_[i].device(), ", parameter 0 ", params_[0].dtype(), " on ",
+             params_[0].device());
   TG_CHECK(o_.max_iter > 0 && o_.history_size > 0, "LBFGS: max_iter and history_size must be positive");
   if (o_.max_eval <= 0) o_.max_eval = o_.max_iter * 5 / 4;
 }
 
 void LBFGS::step() {
-  TG_ERROR("LBFGS: step() needs a closure that re-evaluates the loss: call step(closure), with a closure "
-           "that zeroes the gradients, computes the loss, calls backward and returns the loss");
+  TG_ERROR(
+      "LBFGS: step() needs a closure that re-evaluates the loss: call step(closure), with a closure "
+      "that zeroes the gradients, computes the loss, calls backward and returns the loss");
 }
 
 double LBFGS::step(const std::function<Tensor()>& closure) {

@@ -30,7 +30,8 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr, const char* name)
 
 Optimizer::~Optimizer() {
   if (registered_)
-    for (const Tensor& p : params_) cuda::unregister_static(p);
+    for (const Tensor& p : params_)
+      cuda::unregister_static(p);
 }
 
 void Optimizer::zero_grad(bool set_to_none) { nn::detail::zero_grads(params_, set_to_none); }
@@ -63,8 +64,10 @@ void Optimizer::init_fused(bool capturable) {
   }
   if (params_.empty()) why = "there are no parameters";
   if (why.empty() && !kernels::backend(dev, name_).multi_tensor_adam) why = "the backend has no multi-tensor update";
-  TG_CHECK(!capturable || why.empty(), name_, ": capturable needs float32/float64 contiguous parameters on "
-           "one CUDA device (the multi-tensor update), but ", why);
+  TG_CHECK(!capturable || why.empty(), name_,
+           ": capturable needs float32/float64 contiguous parameters on "
+           "one CUDA device (the multi-tensor update), but ",
+           why);
   if (!why.empty()) return;
   fused_ = true;
   auto opt = TensorOptions().dtype(kFloat64).device(dev);
@@ -90,13 +93,15 @@ void Optimizer::increment_device_steps(const std::vector<size_t>& present) {
     device_steps_.add_(1.0);
     return;
   }
-  for (size_t i : present) device_steps_.narrow(0, int64_t(i), 1).add_(1.0);
+  for (size_t i : present)
+    device_steps_.narrow(0, int64_t(i), 1).add_(1.0);
 }
 
 void Optimizer::check_capturable_step() const {
   if (fused_ || params_.empty() || !params_[0].is_cuda()) return;
   if (cuda::is_current_stream_capturing())
-    TG_ERROR(name_, ": step() under CUDA graph capture needs the multi-tensor update (float32/float64 "
+    TG_ERROR(name_,
+             ": step() under CUDA graph capture needs the multi-tensor update (float32/float64 "
              "contiguous parameters on one CUDA device); these parameters do not allow it, and a "
              "per-tensor step would bake the step count and learning rate into the graph");
 }
@@ -125,7 +130,8 @@ kernels::TensorLists lists_of(const std::vector<Tensor>& params, const std::vect
 void ensure_state(const char* name, const Tensor& p, size_t i, std::initializer_list<Tensor*> state) {
   for (Tensor* t : state) {
     if (t->defined()) continue;
-    TG_CHECK(!cuda::is_current_stream_capturing(), name, ": parameter ", i, " has no optimizer state yet, and "
+    TG_CHECK(!cuda::is_current_stream_capturing(), name, ": parameter ", i,
+             " has no optimizer state yet, and "
              "creating it under CUDA graph capture would reset it on every replay; construct the optimizer "
              "with capturable = true (the state is made up front), or run one step before capturing");
     *t = tg::zeros_like(p);
@@ -135,24 +141,27 @@ void ensure_state(const char* name, const Tensor& p, size_t i, std::initializer_
 
 SGD::SGD(std::vector<Tensor> params, SGDOptions options)
     : Optimizer(std::move(params), options.lr, "SGD"), o_(options), buf_(params_.size()), t_(params_.size(), 0) {
-  TG_CHECK(o_.momentum >= 0 && o_.weight_decay >= 0, "SGD: momentum and weight_decay must be >= 0, got ",
-           o_.momentum, " and ", o_.weight_decay);
+  TG_CHECK(o_.momentum >= 0 && o_.weight_decay >= 0, "SGD: momentum and weight_decay must be >= 0, got ", o_.momentum,
+           " and ", o_.weight_decay);
   TG_CHECK(!o_.nesterov || (o_.momentum > 0 && o_.dampening == 0),
            "SGD: Nesterov momentum needs momentum > 0 and dampening = 0");
   init_fused(o_.capturable);
   if (o_.capturable && o_.momentum != 0)
-    for (size_t i = 0; i < params_.size(); ++i) buf_[i] = tg::zeros_like(params_[i]);
+    for (size_t i = 0; i < params_.size(); ++i)
+      buf_[i] = tg::zeros_like(params_[i]);
 }
 
 void SGD::step() {
   autograd::NoGradGuard no_grad;
   check_capturable_step();
   const std::vector<size_t> present = with_grads(fused_);
-  for (size_t i : present) ++t_[i];
+  for (size_t i : present)
+    ++t_[i];
   if (fused_) {
     if (!present.empty()) {
       if (o_.momentum != 0)
-        for (size_t i : present) ensure_state(name_, params_[i], i, {&buf_[i]});
+        for (size_t i : present)
+          ensure_state(name_, params_[i], i, {&buf_[i]});
       increment_device_steps(present);
       const kernels::SGDUpdate u{o_.momentum, o_.dampening, o_.weight_decay, o_.nesterov};
       const auto& be = kernels::backend(params_[0].device(), name_);
@@ -192,8 +201,8 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, cons
       v_(params_.size()),
       vmax_(params_.size()),
       t_(params_.size(), 0) {
-  TG_CHECK(o_.beta1 >= 0 && o_.beta1 < 1 && o_.beta2 >= 0 && o_.beta2 < 1, name_,
-           ": betas must be in [0, 1), got ", o_.beta1, " and ", o_.beta2);
+  TG_CHECK(o_.beta1 >= 0 && o_.beta1 < 1 && o_.beta2 >= 0 && o_.beta2 < 1, name_, ": betas must be in [0, 1), got ",
+           o_.beta1, " and ", o_.beta2);
   TG_CHECK(o_.eps >= 0 && o_.weight_decay >= 0, name_, ": eps and weight_decay must be >= 0");
   init_fused(o_.capturable);
   if (o_.capturable)

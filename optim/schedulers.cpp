@@ -31,7 +31,12 @@ void CosineAnnealingLR::step() {
 
 ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& opt, double factor, int64_t patience, double threshold,
                                      int64_t cooldown, double min_lr)
-    : opt_(opt), factor_(factor), threshold_(threshold), min_lr_(min_lr), best_(0), patience_(patience),
+    : opt_(opt),
+      factor_(factor),
+      threshold_(threshold),
+      min_lr_(min_lr),
+      best_(0),
+      patience_(patience),
       cooldown_(cooldown) {
   TG_CHECK(factor > 0 && factor < 1, "ReduceLROnPlateau: factor must be in (0, 1), got ", factor);
   TG_CHECK(patience >= 0 && cooldown >= 0, "ReduceLROnPlateau: patience and cooldown must be >= 0");

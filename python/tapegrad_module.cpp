@@ -62,7 +62,8 @@ tg::IntList int_list(const py::object& o) {
 tg::IntList sizes_of(const py::args& args) {
   if (args.size() == 1 && !py::isinstance<py::int_>(args[0])) return int_list(args[0]);
   tg::IntList s;
-  for (const auto& a : args) s.push_back(a.cast<int64_t>());
+  for (const auto& a : args)
+    s.push_back(a.cast<int64_t>());
   return s;
 }
 
@@ -109,15 +110,15 @@ Tensor from_dlpack(const py::object& obj) {
   if (py::isinstance<py::capsule>(obj)) return from_capsule(obj.cast<py::capsule>());
   if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
   if (!py::hasattr(obj, "__dlpack__"))
-    throw tg::Error("from_dlpack: the object has no __dlpack__ (give a DLPack capsule, or an array of NumPy, "
-                    "PyTorch, JAX, CuPy ...)");
+    throw tg::Error(
+        "from_dlpack: the object has no __dlpack__ (give a DLPack capsule, or an array of NumPy, "
+        "PyTorch, JAX, CuPy ...)");
   py::tuple dev = obj.attr("__dlpack_device__")();
   const int type = dev[0].cast<int>(), index = dev[1].cast<int>();
   py::object cap;
   if (type == kDLCUDA || type == kDLCUDAManaged)
     cap = obj.attr("__dlpack__")(py::arg("stream") = consumer_stream(index));  // the producer makes it wait
-  else
-    cap = obj.attr("__dlpack__")();
+  else cap = obj.attr("__dlpack__")();
   return from_capsule(cap.cast<py::capsule>());
 }
 
@@ -125,8 +126,7 @@ Tensor from_dlpack(const py::object& obj) {
 // or 1 (the legacy default stream), 2 (per-thread default), -1 (no
 // synchronization) or a cudaStream_t as an integer.
 py::capsule dlpack(const Tensor& t, const py::object& stream) {
-  if (t.requires_grad())
-    throw tg::Error("__dlpack__: can't export a tensor that requires grad; use tensor.detach()");
+  if (t.requires_grad()) throw tg::Error("__dlpack__: can't export a tensor that requires grad; use tensor.detach()");
   std::optional<tg::cuda::Stream> consumer;
   if (t.is_cuda()) {
     const int64_t s = stream.is_none() ? 1 : stream.cast<int64_t>();
@@ -152,7 +152,8 @@ py::array to_numpy(const Tensor& t) {
   }
   const int64_t es = int64_t(tg::element_size(t.dtype()));
   std::vector<py::ssize_t> shape(t.sizes().begin(), t.sizes().end()), strides;
-  for (int64_t s : t.strides()) strides.push_back(py::ssize_t(s * es));
+  for (int64_t s : t.strides())
+    strides.push_back(py::ssize_t(s * es));
   auto* keep = new Tensor(t);
   py::capsule owner(keep, [](void* p) { delete static_cast<Tensor*>(p); });
   return py::array(dt, shape, strides, t.data_ptr(), owner);
@@ -179,15 +180,15 @@ Tensor make_tensor(const py::object& data, const std::optional<std::string>& dty
 std::vector<Tensor> tensor_list(const py::object& o) {
   if (py::isinstance<Tensor>(o)) return {o.cast<Tensor>()};
   std::vector<Tensor> v;
-  for (const auto& x : o) v.push_back(x.is_none() ? Tensor() : x.cast<Tensor>());
+  for (const auto& x : o)
+    v.push_back(x.is_none() ? Tensor() : x.cast<Tensor>());
   return v;
 }
 
 py::object or_none(const Tensor& t) { return t.defined() ? py::cast(t) : py::none(); }
 
 // A scalar or tensor right-hand side.
-template <class F, class G>
-py::object binary(const Tensor& a, const py::object& b, F tensor_op, G scalar_op) {
+template <class F, class G> py::object binary(const Tensor& a, const py::object& b, F tensor_op, G scalar_op) {
   if (py::isinstance<Tensor>(b)) return py::cast(tensor_op(a, b.cast<Tensor>()));
   if (py::isinstance(b, py::module_::import("numpy").attr("ndarray")))  // as PyTorch: a tensor on a's device
     return py::cast(tensor_op(a, make_tensor(b, std::nullopt, device_name(a.device()), false)));
@@ -205,7 +206,8 @@ bool is_integer_key(const py::object& k) { return PyIndex_Check(k.ptr()) != 0; }
 Tensor index_tensor(const Tensor& t, const py::object& key) {
   std::vector<py::object> items;
   if (py::isinstance<py::tuple>(key)) {
-    for (const py::handle& h : key.cast<py::tuple>()) items.push_back(py::reinterpret_borrow<py::object>(h));
+    for (const py::handle& h : key.cast<py::tuple>())
+      items.push_back(py::reinterpret_borrow<py::object>(h));
   } else {
     items.push_back(key);
   }
@@ -243,9 +245,9 @@ Tensor index_tensor(const Tensor& t, const py::object& key) {
       if (!k.cast<py::slice>().compute(py::ssize_t(r.size(d)), &start, &stop, &step, &length))
         throw py::error_already_set();
       if (step <= 0) throw py::value_error("tapegrad slices take a positive step");
-      r = length == 0 ? r.narrow(d, std::min<int64_t>(start, r.size(d)), 0)
-                      : r.slice(d, int64_t(start), int64_t(start) + int64_t(step) * (int64_t(length) - 1) + 1,
-                                int64_t(step));
+      r = length == 0
+              ? r.narrow(d, std::min<int64_t>(start, r.size(d)), 0)
+              : r.slice(d, int64_t(start), int64_t(start) + int64_t(step) * (int64_t(length) - 1) + 1, int64_t(step));
       ++d;
     }
   }
@@ -268,7 +270,8 @@ py::dict array_interface(const Tensor& t) {
   }
   const int64_t es = int64_t(tg::element_size(t.dtype()));
   py::list strides;
-  for (int64_t st : t.strides()) strides.append(st * es);
+  for (int64_t st : t.strides())
+    strides.append(st * es);
   py::dict d;
   d["version"] = 3;
   d["shape"] = py::tuple(py::cast(std::vector<int64_t>(t.sizes())));
@@ -319,8 +322,7 @@ ag::TensorFn tensor_fn(const py::function& fn) {
 
 // Runs body (a call that may call Python callables), raising a callable's
 // exception again as it was.
-template <class F>
-auto calling_python(F&& body) -> decltype(body()) {
+template <class F> auto calling_python(F&& body) -> decltype(body()) {
   try {
     return body();
   } catch (CallbackError& e) {
@@ -348,7 +350,8 @@ PYBIND11_MODULE(_C, m) {
   py::register_exception<tg::Error>(m, "Error", PyExc_RuntimeError);
 
   py::class_<Tensor>(m, "Tensor")
-      .def_property_readonly("shape", [](const Tensor& t) { return py::tuple(py::cast(std::vector<int64_t>(t.sizes()))); })
+      .def_property_readonly("shape",
+                             [](const Tensor& t) { return py::tuple(py::cast(std::vector<int64_t>(t.sizes()))); })
       .def("size", [](const Tensor& t, int64_t d) { return t.size(d); })
       .def_property_readonly("ndim", [](const Tensor& t) { return t.dim(); })
       .def("dim", [](const Tensor& t) { return t.dim(); })
@@ -358,35 +361,56 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("device", [](const Tensor& t) { return device_name(t.device()); })
       .def_property_readonly("is_cuda", [](const Tensor& t) { return t.is_cuda(); })
       .def_property_readonly("is_leaf", [](const Tensor& t) { return t.is_leaf(); })
-      .def_property("requires_grad", [](const Tensor& t) { return t.requires_grad(); },
-                    [](Tensor& t, bool r) { t.requires_grad_(r); })
+      .def_property(
+          "requires_grad", [](const Tensor& t) { return t.requires_grad(); },
+          [](Tensor& t, bool r) { t.requires_grad_(r); })
       .def_property_readonly("grad", [](const Tensor& t) { return or_none(t.grad()); })
       .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); })
-      .def("requires_grad_", [](Tensor& t, bool r) { t.requires_grad_(r); return t; }, py::arg("requires_grad") = true)
+      .def(
+          "requires_grad_",
+          [](Tensor& t, bool r) {
+            t.requires_grad_(r);
+            return t;
+          },
+          py::arg("requires_grad") = true)
       .def("detach", &Tensor::detach)
       .def("clone", [](const Tensor& t) { return t.clone(); })
       .def("contiguous", [](const Tensor& t) { return t.contiguous(); })
       .def("item", [](const Tensor& t) { return t.detach().to(tg::kFloat64).item<double>(); })
-      .def("tolist", [](const Tensor& t) { return to_numpy(t.detach().to(tg::Device(tg::kCPU)).to(tg::kFloat64).contiguous()).attr("tolist")(); })
+      .def("tolist",
+           [](const Tensor& t) {
+             return to_numpy(t.detach().to(tg::Device(tg::kCPU)).to(tg::kFloat64).contiguous()).attr("tolist")();
+           })
       .def("numpy", &to_numpy)
       .def("cpu", [](const Tensor& t) { return t.to(tg::Device(tg::kCPU)); })
-      .def("cuda", [](const Tensor& t, int index) { return t.to(tg::Device(tg::kCUDA, index)); }, py::arg("device") = 0)
-      .def("to", [](const Tensor& t, const std::string& what) {
-        if (what == "cpu" || what.rfind("cuda", 0) == 0) return t.to(device_from(what));
-        return t.to(dtype_from(what));
-      })
-      .def("backward", [](const Tensor& t, const std::optional<Tensor>& gradient, std::optional<bool> retain_graph,
-                          bool create_graph) {
-        std::vector<Tensor> g;
-        if (gradient) g.push_back(*gradient);
-        ag::backward({t}, g, retain_graph, create_graph);
-      }, py::arg("gradient") = py::none(), py::arg("retain_graph") = py::none(), py::arg("create_graph") = false)
-      .def("sum", [](const Tensor& t, const py::object& dim, bool keepdim) {
-        return dim.is_none() ? tg::sum(t) : tg::sum(t, int_list(dim), keepdim);
-      }, py::arg("dim") = py::none(), py::arg("keepdim") = false)
-      .def("mean", [](const Tensor& t, const py::object& dim, bool keepdim) {
-        return dim.is_none() ? tg::mean(t) : tg::mean(t, int_list(dim), keepdim);
-      }, py::arg("dim") = py::none(), py::arg("keepdim") = false)
+      .def(
+          "cuda", [](const Tensor& t, int index) { return t.to(tg::Device(tg::kCUDA, index)); }, py::arg("device") = 0)
+      .def("to",
+           [](const Tensor& t, const std::string& what) {
+             if (what == "cpu" || what.rfind("cuda", 0) == 0) return t.to(device_from(what));
+             return t.to(dtype_from(what));
+           })
+      .def(
+          "backward",
+          [](const Tensor& t, const std::optional<Tensor>& gradient, std::optional<bool> retain_graph,
+             bool create_graph) {
+            std::vector<Tensor> g;
+            if (gradient) g.push_back(*gradient);
+            ag::backward({t}, g, retain_graph, create_graph);
+          },
+          py::arg("gradient") = py::none(), py::arg("retain_graph") = py::none(), py::arg("create_graph") = false)
+      .def(
+          "sum",
+          [](const Tensor& t, const py::object& dim, bool keepdim) {
+            return dim.is_none() ? tg::sum(t) : tg::sum(t, int_list(dim), keepdim);
+          },
+          py::arg("dim") = py::none(), py::arg("keepdim") = false)
+      .def(
+          "mean",
+          [](const Tensor& t, const py::object& dim, bool keepdim) {
+            return dim.is_none() ? tg::mean(t) : tg::mean(t, int_list(dim), keepdim);
+          },
+          py::arg("dim") = py::none(), py::arg("keepdim") = false)
       .def("reshape", [](const Tensor& t, const py::args& s) { return t.reshape(sizes_of(s)); })
       .def("view", [](const Tensor& t, const py::args& s) { return t.view(sizes_of(s)); })
       .def("transpose", [](const Tensor& t, int64_t a, int64_t b) { return t.transpose(a, b); })
@@ -395,54 +419,90 @@ PYBIND11_MODULE(_C, m) {
       .def("narrow", [](const Tensor& t, int64_t d, int64_t s, int64_t n) { return t.narrow(d, s, n); })
       .def("__getitem__", &index_tensor)
       .def_property_readonly("__array_interface__", &array_interface)
-      .def("__array__", [](const Tensor& t, const py::object& dtype, const py::object& /*copy*/) {
-        py::object a = to_numpy(t);
-        return dtype.is_none() ? a : a.attr("astype")(dtype);
-      }, py::arg("dtype") = py::none(), py::arg("copy") = py::none())
+      .def(
+          "__array__",
+          [](const Tensor& t, const py::object& dtype, const py::object& /*copy*/) {
+            py::object a = to_numpy(t);
+            return dtype.is_none() ? a : a.attr("astype")(dtype);
+          },
+          py::arg("dtype") = py::none(), py::arg("copy") = py::none())
       .def_property_readonly_static("__array_priority__", [](const py::object&) { return 1000; })
-      .def("__len__", [](const Tensor& t) {
-        if (t.dim() == 0) throw tg::Error("len() of a 0-d tensor");
-        return t.size(0);
-      })
-      .def("__add__", [](const Tensor& a, const py::object& b) {
-        return binary(a, b, [](const Tensor& x, const Tensor& y) { return x + y; }, [](const Tensor& x, double s) { return x + s; });
-      })
-      .def("__radd__", [](const Tensor& a, const py::object& b) {
-        return binary(a, b, [](const Tensor& x, const Tensor& y) { return y + x; }, [](const Tensor& x, double s) { return s + x; });
-      })
-      .def("__sub__", [](const Tensor& a, const py::object& b) {
-        return binary(a, b, [](const Tensor& x, const Tensor& y) { return x - y; }, [](const Tensor& x, double s) { return x - s; });
-      })
-      .def("__rsub__", [](const Tensor& a, const py::object& b) {
-        return binary(a, b, [](const Tensor& x, const Tensor& y) { return y - x; }, [](const Tensor& x, double s) { return s - x; });
-      })
-      .def("__mul__", [](const Tensor& a, const py::object& b) {
-        return binary(a, b, [](const Tensor& x, const Tensor& y) { return x * y; }, [](const Tensor& x, double s) { return x * s; });
-      })
-      .def("__rmul__", [](const Tensor& a, const py::object& b) {
-        return binary(a, b, [](const Tensor& x, const Tensor& y) { return y * x; }, [](const Tensor& x, double s) { return s * x; });
-      })
-      .def("__truediv__", [](const Tensor& a, const py::object& b) {
-        return binary(a, b, [](const Tensor& x, const Tensor& y) { return x / y; }, [](const Tensor& x, double s) { return x / s; });
-      })
-      .def("__rtruediv__", [](const Tensor& a, const py::object& b) {
-        return binary(a, b, [](const Tensor& x, const Tensor& y) { return y / x; }, [](const Tensor& x, double s) { return s / x; });
-      })
-      .def("__pow__", [](const Tensor& a, const py::object& b) {
-        return binary(a, b, [](const Tensor& x, const Tensor& y) { return tg::pow(x, y); }, [](const Tensor& x, double s) { return tg::pow(x, s); });
-      })
+      .def("__len__",
+           [](const Tensor& t) {
+             if (t.dim() == 0) throw tg::Error("len() of a 0-d tensor");
+             return t.size(0);
+           })
+      .def("__add__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(
+                 a, b, [](const Tensor& x, const Tensor& y) { return x + y; },
+                 [](const Tensor& x, double s) { return x + s; });
+           })
+      .def("__radd__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(
+                 a, b, [](const Tensor& x, const Tensor& y) { return y + x; },
+                 [](const Tensor& x, double s) { return s + x; });
+           })
+      .def("__sub__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(
+                 a, b, [](const Tensor& x, const Tensor& y) { return x - y; },
+                 [](const Tensor& x, double s) { return x - s; });
+           })
+      .def("__rsub__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(
+                 a, b, [](const Tensor& x, const Tensor& y) { return y - x; },
+                 [](const Tensor& x, double s) { return s - x; });
+           })
+      .def("__mul__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(
+                 a, b, [](const Tensor& x, const Tensor& y) { return x * y; },
+                 [](const Tensor& x, double s) { return x * s; });
+           })
+      .def("__rmul__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(
+                 a, b, [](const Tensor& x, const Tensor& y) { return y * x; },
+                 [](const Tensor& x, double s) { return s * x; });
+           })
+      .def("__truediv__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(
+                 a, b, [](const Tensor& x, const Tensor& y) { return x / y; },
+                 [](const Tensor& x, double s) { return x / s; });
+           })
+      .def("__rtruediv__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(
+                 a, b, [](const Tensor& x, const Tensor& y) { return y / x; },
+                 [](const Tensor& x, double s) { return s / x; });
+           })
+      .def("__pow__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(
+                 a, b, [](const Tensor& x, const Tensor& y) { return tg::pow(x, y); },
+                 [](const Tensor& x, double s) { return tg::pow(x, s); });
+           })
       .def("__neg__", [](const Tensor& a) { return -a; })
       .def("__matmul__", [](const Tensor& a, const Tensor& b) { return tg::matmul(a, b); })
-      .def("__repr__", [](const Tensor& t) {
-        std::string s = "tapegrad.Tensor(shape=" + py::str(py::tuple(py::cast(std::vector<int64_t>(t.sizes())))).cast<std::string>() +
-                        ", dtype=" + dtype_name(t.dtype()) + ", device=" + device_name(t.device());
-        if (t.requires_grad()) s += ", requires_grad=True";
-        return s + ")";
-      })
-      .def("__dlpack__", [](const Tensor& t, const py::object& stream, const py::object&, const py::object&,
-                            const py::object&) { return dlpack(t, stream); },
-           py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
-           py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
+      .def("__repr__",
+           [](const Tensor& t) {
+             std::string s = "tapegrad.Tensor(shape=" +
+                             py::str(py::tuple(py::cast(std::vector<int64_t>(t.sizes())))).cast<std::string>() +
+                             ", dtype=" + dtype_name(t.dtype()) + ", device=" + device_name(t.device());
+             if (t.requires_grad()) s += ", requires_grad=True";
+             return s + ")";
+           })
+      .def(
+          "__dlpack__",
+          [](const Tensor& t, const py::object& stream, const py::object&, const py::object&, const py::object&) {
+            return dlpack(t, stream);
+          },
+          py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
+          py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
       .def("__dlpack_device__", [](const Tensor& t) {
         return py::make_tuple(t.is_cuda() ? int(kDLCUDA) : int(kDLCPU), t.is_cuda() ? t.device().index() : 0);
       });
@@ -450,114 +510,191 @@ PYBIND11_MODULE(_C, m) {
   // Creation and exchange.
   m.def("from_dlpack", &from_dlpack, py::arg("obj"),
         "A tensor viewing a DLPack producer's memory (NumPy, PyTorch, JAX ... or a capsule), no copy");
-  m.def("to_dlpack", [](const Tensor& t) { return dlpack(t, py::none()); }, "A DLPack capsule viewing t (no copy)");
+  m.def(
+      "to_dlpack", [](const Tensor& t) { return dlpack(t, py::none()); }, "A DLPack capsule viewing t (no copy)");
   m.def("tensor", &make_tensor, py::arg("data"), py::arg("dtype") = py::none(), py::arg("device") = "cpu",
         py::arg("requires_grad") = false, "A tensor holding a copy of array-like data");
   auto factory = [&](const char* name, Tensor (*f)(const tg::IntList&, tg::TensorOptions)) {
-    m.def(name, [f](const py::args& shape, const std::string& dtype, const std::string& device, bool requires_grad) {
-      Tensor t = f(sizes_of(shape), options(dtype, device));
-      if (requires_grad) t.requires_grad_(true);
-      return t;
-    }, py::kw_only(), py::arg("dtype") = "float32", py::arg("device") = "cpu", py::arg("requires_grad") = false);
+    m.def(
+        name,
+        [f](const py::args& shape, const std::string& dtype, const std::string& device, bool requires_grad) {
+          Tensor t = f(sizes_of(shape), options(dtype, device));
+          if (requires_grad) t.requires_grad_(true);
+          return t;
+        },
+        py::kw_only(), py::arg("dtype") = "float32", py::arg("device") = "cpu", py::arg("requires_grad") = false);
   };
   factory("zeros", [](const tg::IntList& s, tg::TensorOptions o) { return tg::zeros(s, o); });
   factory("ones", [](const tg::IntList& s, tg::TensorOptions o) { return tg::ones(s, o); });
   factory("randn", [](const tg::IntList& s, tg::TensorOptions o) { return tg::randn(s, o); });
   factory("rand", [](const tg::IntList& s, tg::TensorOptions o) { return tg::rand(s, o); });
-  m.def("eye", [](int64_t n, const std::string& dtype, const std::string& device) { return tg::eye(n, options(dtype, device)); },
-        py::arg("n"), py::arg("dtype") = "float32", py::arg("device") = "cpu");
+  m.def(
+      "eye",
+      [](int64_t n, const std::string& dtype, const std::string& device) { return tg::eye(n, options(dtype, device)); },
+      py::arg("n"), py::arg("dtype") = "float32", py::arg("device") = "cpu");
   m.def("manual_seed", [](uint64_t s) { tg::manual_seed(s); });
 
   // Ops.
-#define TG_PY_UNARY(name) m.def(#name, [](const Tensor& x) { return tg::name(x); });
-  TG_PY_UNARY(exp) TG_PY_UNARY(log) TG_PY_UNARY(sin) TG_PY_UNARY(cos) TG_PY_UNARY(tan) TG_PY_UNARY(tanh)
-  TG_PY_UNARY(sigmoid) TG_PY_UNARY(relu) TG_PY_UNARY(silu) TG_PY_UNARY(gelu) TG_PY_UNARY(softplus) TG_PY_UNARY(sqrt)
-  TG_PY_UNARY(rsqrt) TG_PY_UNARY(square) TG_PY_UNARY(abs) TG_PY_UNARY(neg) TG_PY_UNARY(reciprocal) TG_PY_UNARY(log1p)
-  TG_PY_UNARY(expm1)
-#undef TG_PY_UNARY
+  for (auto [name, fn] : std::initializer_list<std::pair<const char*, Tensor (*)(const Tensor&)>>{
+           {"exp", [](const Tensor& x) { return tg::exp(x); }},
+           {"log", [](const Tensor& x) { return tg::log(x); }},
+           {"sin", [](const Tensor& x) { return tg::sin(x); }},
+           {"cos", [](const Tensor& x) { return tg::cos(x); }},
+           {"tan", [](const Tensor& x) { return tg::tan(x); }},
+           {"tanh", [](const Tensor& x) { return tg::tanh(x); }},
+           {"sigmoid", [](const Tensor& x) { return tg::sigmoid(x); }},
+           {"relu", [](const Tensor& x) { return tg::relu(x); }},
+           {"silu", [](const Tensor& x) { return tg::silu(x); }},
+           {"gelu", [](const Tensor& x) { return tg::gelu(x); }},
+           {"softplus", [](const Tensor& x) { return tg::softplus(x); }},
+           {"sqrt", [](const Tensor& x) { return tg::sqrt(x); }},
+           {"rsqrt", [](const Tensor& x) { return tg::rsqrt(x); }},
+           {"square", [](const Tensor& x) { return tg::square(x); }},
+           {"abs", [](const Tensor& x) { return tg::abs(x); }},
+           {"neg", [](const Tensor& x) { return tg::neg(x); }},
+           {"reciprocal", [](const Tensor& x) { return tg::reciprocal(x); }},
+           {"log1p", [](const Tensor& x) { return tg::log1p(x); }},
+           {"expm1", [](const Tensor& x) { return tg::expm1(x); }},
+       })
+    m.def(name, fn);
   m.def("matmul", [](const Tensor& a, const Tensor& b) { return tg::matmul(a, b); });
-  m.def("linear", [](const Tensor& x, const Tensor& w, const std::optional<Tensor>& b) {
-    return tg::linear(x, w, b ? *b : Tensor());
-  }, py::arg("x"), py::arg("w"), py::arg("b") = py::none());
+  m.def(
+      "linear",
+      [](const Tensor& x, const Tensor& w, const std::optional<Tensor>& b) {
+        return tg::linear(x, w, b ? *b : Tensor());
+      },
+      py::arg("x"), py::arg("w"), py::arg("b") = py::none());
   m.def("maximum", [](const Tensor& a, const Tensor& b) { return tg::maximum(a, b); });
   m.def("minimum", [](const Tensor& a, const Tensor& b) { return tg::minimum(a, b); });
   m.def("where", [](const Tensor& c, const Tensor& a, const Tensor& b) { return tg::where(c, a, b); });
-  m.def("sum", [](const Tensor& t, const py::object& dim, bool keepdim) {
-    return dim.is_none() ? tg::sum(t) : tg::sum(t, int_list(dim), keepdim);
-  }, py::arg("x"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
-  m.def("mean", [](const Tensor& t, const py::object& dim, bool keepdim) {
-    return dim.is_none() ? tg::mean(t) : tg::mean(t, int_list(dim), keepdim);
-  }, py::arg("x"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
-  m.def("cat", [](const std::vector<Tensor>& ts, int64_t dim) { return tg::cat(ts, dim); }, py::arg("tensors"), py::arg("dim") = 0);
-  m.def("stack", [](const std::vector<Tensor>& ts, int64_t dim) { return tg::stack(ts, dim); }, py::arg("tensors"), py::arg("dim") = 0);
-  m.def("allclose", [](const Tensor& a, const Tensor& b, double rtol, double atol) { return tg::allclose(a, b, rtol, atol); },
-        py::arg("a"), py::arg("b"), py::arg("rtol") = 1e-5, py::arg("atol") = 1e-8);
+  m.def(
+      "sum",
+      [](const Tensor& t, const py::object& dim, bool keepdim) {
+        return dim.is_none() ? tg::sum(t) : tg::sum(t, int_list(dim), keepdim);
+      },
+      py::arg("x"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  m.def(
+      "mean",
+      [](const Tensor& t, const py::object& dim, bool keepdim) {
+        return dim.is_none() ? tg::mean(t) : tg::mean(t, int_list(dim), keepdim);
+      },
+      py::arg("x"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  m.def(
+      "cat", [](const std::vector<Tensor>& ts, int64_t dim) { return tg::cat(ts, dim); }, py::arg("tensors"),
+      py::arg("dim") = 0);
+  m.def(
+      "stack", [](const std::vector<Tensor>& ts, int64_t dim) { return tg::stack(ts, dim); }, py::arg("tensors"),
+      py::arg("dim") = 0);
+  m.def(
+      "allclose",
+      [](const Tensor& a, const Tensor& b, double rtol, double atol) { return tg::allclose(a, b, rtol, atol); },
+      py::arg("a"), py::arg("b"), py::arg("rtol") = 1e-5, py::arg("atol") = 1e-8);
 
   // Autograd.
-  m.def("grad", [](const py::object& outputs, const py::object& inputs, const py::object& grad_outputs,
-                   std::optional<bool> retain_graph, bool create_graph, bool allow_unused) {
-    std::vector<Tensor> gos = grad_outputs.is_none() ? std::vector<Tensor>{} : tensor_list(grad_outputs);
-    std::vector<Tensor> g = ag::grad(tensor_list(outputs), tensor_list(inputs), gos, retain_graph, create_graph, allow_unused);
-    py::list out;
-    for (const Tensor& t : g) out.append(or_none(t));
-    return py::tuple(out);
-  }, py::arg("outputs"), py::arg("inputs"), py::arg("grad_outputs") = py::none(), py::arg("retain_graph") = py::none(),
-     py::arg("create_graph") = false, py::arg("allow_unused") = false,
-     "Gradients of outputs with respect to inputs (torch.autograd.grad); a tuple");
-  m.def("backward", [](const py::object& tensors, const py::object& grad_tensors, std::optional<bool> retain_graph,
-                       bool create_graph) {
-    ag::backward(tensor_list(tensors), grad_tensors.is_none() ? std::vector<Tensor>{} : tensor_list(grad_tensors),
-                 retain_graph, create_graph);
-  }, py::arg("tensors"), py::arg("grad_tensors") = py::none(), py::arg("retain_graph") = py::none(),
-     py::arg("create_graph") = false);
+  m.def(
+      "grad",
+      [](const py::object& outputs, const py::object& inputs, const py::object& grad_outputs,
+         std::optional<bool> retain_graph, bool create_graph, bool allow_unused) {
+        std::vector<Tensor> gos = grad_outputs.is_none() ? std::vector<Tensor>{} : tensor_list(grad_outputs);
+        std::vector<Tensor> g =
+            ag::grad(tensor_list(outputs), tensor_list(inputs), gos, retain_graph, create_graph, allow_unused);
+        py::list out;
+        for (const Tensor& t : g)
+          out.append(or_none(t));
+        return py::tuple(out);
+      },
+      py::arg("outputs"), py::arg("inputs"), py::arg("grad_outputs") = py::none(), py::arg("retain_graph") = py::none(),
+      py::arg("create_graph") = false, py::arg("allow_unused") = false,
+      "Gradients of outputs with respect to inputs (torch.autograd.grad); a tuple");
+  m.def(
+      "backward",
+      [](const py::object& tensors, const py::object& grad_tensors, std::optional<bool> retain_graph,
+         bool create_graph) {
+        ag::backward(tensor_list(tensors), grad_tensors.is_none() ? std::vector<Tensor>{} : tensor_list(grad_tensors),
+                     retain_graph, create_graph);
+      },
+      py::arg("tensors"), py::arg("grad_tensors") = py::none(), py::arg("retain_graph") = py::none(),
+      py::arg("create_graph") = false);
   m.def("is_grad_enabled", &ag::is_grad_enabled);
   py::class_<GradMode>(m, "_GradMode")
       .def(py::init([](bool enabled) { return GradMode{enabled}; }))
-      .def("__enter__", [](GradMode& g) {
-        g.previous = ag::is_grad_enabled();
-        ag::set_grad_enabled(g.enabled);
-      })
+      .def("__enter__",
+           [](GradMode& g) {
+             g.previous = ag::is_grad_enabled();
+             ag::set_grad_enabled(g.enabled);
+           })
       .def("__exit__", [](GradMode& g, const py::args&) { ag::set_grad_enabled(g.previous); });
 
   // The functional API (fn: a Python callable Tensor -> Tensor).
-  m.def("jacobian", [](const py::function& fn, const Tensor& x, bool create_graph, const std::string& mode) {
-    return calling_python([&] { return ag::jacobian(tensor_fn(fn), x, create_graph, mode_from(mode)); });
-  }, py::arg("fn"), py::arg("x"), py::arg("create_graph") = false, py::arg("mode") = "reverse");
-  m.def("hessian", [](const py::function& fn, const Tensor& x, bool create_graph, const std::string& mode) {
-    return calling_python([&] { return ag::hessian(tensor_fn(fn), x, create_graph, mode_from(mode)); });
-  }, py::arg("fn"), py::arg("x"), py::arg("create_graph") = false, py::arg("mode") = "reverse");
-  m.def("vjp", [](const py::function& fn, const Tensor& x, const Tensor& v, bool create_graph) {
-    return calling_python([&] { return ag::vjp(tensor_fn(fn), x, v, create_graph); });
-  }, py::arg("fn"), py::arg("x"), py::arg("v"), py::arg("create_graph") = false);
-  m.def("jvp", [](const py::function& fn, const Tensor& x, const Tensor& v, bool create_graph) {
-    return calling_python([&] { return ag::jvp(tensor_fn(fn), x, v, create_graph); });
-  }, py::arg("fn"), py::arg("x"), py::arg("v"), py::arg("create_graph") = false);
-  m.def("hvp", [](const py::function& fn, const Tensor& x, const Tensor& v, bool create_graph) {
-    return calling_python([&] { return ag::hvp(tensor_fn(fn), x, v, create_graph); });
-  }, py::arg("fn"), py::arg("x"), py::arg("v"), py::arg("create_graph") = false);
-  m.def("per_sample_hessian", [](const py::function& fn, const Tensor& x, const std::string& strategy, bool create_graph) {
-    return calling_python([&] { return ag::per_sample_hessian(tensor_fn(fn), x, strategy_from(strategy), create_graph); });
-  }, py::arg("fn"), py::arg("x"), py::arg("strategy") = "batched_cotangents", py::arg("create_graph") = false);
-  m.def("laplacian", [](const py::function& fn, const Tensor& x, bool create_graph) {
-    return calling_python([&] { return ag::laplacian(tensor_fn(fn), x, create_graph); });
-  }, py::arg("fn"), py::arg("x"), py::arg("create_graph") = false);
+  m.def(
+      "jacobian",
+      [](const py::function& fn, const Tensor& x, bool create_graph, const std::string& mode) {
+        return calling_python([&] { return ag::jacobian(tensor_fn(fn), x, create_graph, mode_from(mode)); });
+      },
+      py::arg("fn"), py::arg("x"), py::arg("create_graph") = false, py::arg("mode") = "reverse");
+  m.def(
+      "hessian",
+      [](const py::function& fn, const Tensor& x, bool create_graph, const std::string& mode) {
+        return calling_python([&] { return ag::hessian(tensor_fn(fn), x, create_graph, mode_from(mode)); });
+      },
+      py::arg("fn"), py::arg("x"), py::arg("create_graph") = false, py::arg("mode") = "reverse");
+  m.def(
+      "vjp",
+      [](const py::function& fn, const Tensor& x, const Tensor& v, bool create_graph) {
+        return calling_python([&] { return ag::vjp(tensor_fn(fn), x, v, create_graph); });
+      },
+      py::arg("fn"), py::arg("x"), py::arg("v"), py::arg("create_graph") = false);
+  m.def(
+      "jvp",
+      [](const py::function& fn, const Tensor& x, const Tensor& v, bool create_graph) {
+        return calling_python([&] { return ag::jvp(tensor_fn(fn), x, v, create_graph); });
+      },
+      py::arg("fn"), py::arg("x"), py::arg("v"), py::arg("create_graph") = false);
+  m.def(
+      "hvp",
+      [](const py::function& fn, const Tensor& x, const Tensor& v, bool create_graph) {
+        return calling_python([&] { return ag::hvp(tensor_fn(fn), x, v, create_graph); });
+      },
+      py::arg("fn"), py::arg("x"), py::arg("v"), py::arg("create_graph") = false);
+  m.def(
+      "per_sample_hessian",
+      [](const py::function& fn, const Tensor& x, const std::string& strategy, bool create_graph) {
+        return calling_python(
+            [&] { return ag::per_sample_hessian(tensor_fn(fn), x, strategy_from(strategy), create_graph); });
+      },
+      py::arg("fn"), py::arg("x"), py::arg("strategy") = "batched_cotangents", py::arg("create_graph") = false);
+  m.def(
+      "laplacian",
+      [](const py::function& fn, const Tensor& x, bool create_graph) {
+        return calling_python([&] { return ag::laplacian(tensor_fn(fn), x, create_graph); });
+      },
+      py::arg("fn"), py::arg("x"), py::arg("create_graph") = false);
 
   // CUDA.
   py::module_ cuda = m.def_submodule("cuda", "CUDA devices, streams and graphs");
   cuda.def("is_available", &tg::cuda::is_available);
   cuda.def("device_count", &tg::cuda::device_count);
-  cuda.def("synchronize", [](int device) { tg::cuda::synchronize(device); }, py::arg("device") = -1);
-  cuda.def("current_stream", [](int device) { return reinterpret_cast<uintptr_t>(tg::cuda::current_stream(device).handle()); },
-           py::arg("device") = -1, "This thread's current cudaStream_t (an int; 0: the legacy default stream)");
-  cuda.def("set_stream", [](uintptr_t handle, int device) {
-    tg::cuda::set_current_stream(tg::cuda::Stream(device, reinterpret_cast<void*>(handle)));
-  }, py::arg("stream"), py::arg("device") = 0, "Makes a cudaStream_t (an int) the current stream of `device`");
+  cuda.def(
+      "synchronize", [](int device) { tg::cuda::synchronize(device); }, py::arg("device") = -1);
+  cuda.def(
+      "current_stream",
+      [](int device) { return reinterpret_cast<uintptr_t>(tg::cuda::current_stream(device).handle()); },
+      py::arg("device") = -1, "This thread's current cudaStream_t (an int; 0: the legacy default stream)");
+  cuda.def(
+      "set_stream",
+      [](uintptr_t handle, int device) {
+        tg::cuda::set_current_stream(tg::cuda::Stream(device, reinterpret_cast<void*>(handle)));
+      },
+      py::arg("stream"), py::arg("device") = 0, "Makes a cudaStream_t (an int) the current stream of `device`");
   py::class_<tg::cuda::CUDAGraph>(cuda, "CUDAGraph")
       .def(py::init<bool>(), py::arg("keep_graph") = false)
       .def("replay", &tg::cuda::CUDAGraph::replay)
       .def("reset", &tg::cuda::CUDAGraph::reset);
   py::class_<GraphCapture>(cuda, "graph")
-      .def(py::init([](tg::cuda::CUDAGraph& g) { return GraphCapture{&g, nullptr}; }), py::keep_alive<1, 2>())
+      .def(py::init([](tg::cuda::CUDAGraph& g) {
+             return GraphCapture{&g, nullptr};
+           }),
+           py::keep_alive<1, 2>())
       .def("__enter__", [](GraphCapture& c) { c.scope = std::make_unique<tg::cuda::Graph>(*c.graph); })
       .def("__exit__", [](GraphCapture& c, const py::args&) { c.scope.reset(); });
 }

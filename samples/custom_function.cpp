@@ -57,8 +57,8 @@ int main() {
   Tensor jv;
   {
     ag::forward_ad::dual_level level;
-    Tensor y_dual = SoftplusProduct::apply(ag::forward_ad::make_dual(a.detach(), ta),
-                                           ag::forward_ad::make_dual(b.detach(), tb));
+    Tensor y_dual =
+        SoftplusProduct::apply(ag::forward_ad::make_dual(a.detach(), ta), ag::forward_ad::make_dual(b.detach(), tb));
     jv = ag::forward_ad::unpack_dual(y_dual).tangent;
   }
   Tensor jv_expect = tg::sigmoid(a * b).detach() * (ta * b.detach() + a.detach() * tb);

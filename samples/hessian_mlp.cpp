@@ -39,25 +39,23 @@ int main() {
     return h;
   };
   Tensor rows = timed("rows (reference)", [&] { return ag::per_sample_hessian(mlp, x, ag::HessianStrategy::Rows); });
-  Tensor batched = timed("batched cotangents", [&] {
-    return ag::per_sample_hessian(mlp, x, ag::HessianStrategy::BatchedCotangents);
-  });
-  Tensor general = timed("taylor mode (any fn)", [&] {
-    return ag::per_sample_hessian(mlp, x, ag::HessianStrategy::Taylor);
-  });
+  Tensor batched = timed("batched cotangents",
+                         [&] { return ag::per_sample_hessian(mlp, x, ag::HessianStrategy::BatchedCotangents); });
+  Tensor general =
+      timed("taylor mode (any fn)", [&] { return ag::per_sample_hessian(mlp, x, ag::HessianStrategy::Taylor); });
   Tensor taylor = timed("taylor (mlp_taylor)", [&] {
     tg::NoGradGuard no_grad;
     return ag::mlp_taylor(w, b, tg::Activation::Silu, x).hessian;
   });
   double e1 = tg::amax(tg::abs(batched - rows)).item<double>();
-  double e2 = std::max(tg::amax(tg::abs(taylor - rows)).item<double>(),
-                       tg::amax(tg::abs(general - rows)).item<double>());
+  double e2 =
+      std::max(tg::amax(tg::abs(taylor - rows)).item<double>(), tg::amax(tg::abs(general - rows)).item<double>());
   double asym = tg::amax(tg::abs(rows - rows.transpose(2, 3))).item<double>();
-  std::printf("H shape [%lld, %lld, %lld, %lld]; max |batched - rows| %.2e, |taylor - rows| %.2e (both Taylor paths), "
-              "asymmetry %.2e\n", (long long)rows.size(0), (long long)rows.size(1),
-              (long long)rows.size(2), (long long)rows.size(3), e1, e2, asym);
+  std::printf(
+      "H shape [%lld, %lld, %lld, %lld]; max |batched - rows| %.2e, |taylor - rows| %.2e (both Taylor paths), "
+      "asymmetry %.2e\n",
+      (long long)rows.size(0), (long long)rows.size(1), (long long)rows.size(2), (long long)rows.size(3), e1, e2, asym);
   std::printf("H[0, u] = [[%.6f, %.6f], [%.6f, %.6f]]\n", rows[0][0][0][0].item<double>(),
-              rows[0][0][0][1].item<double>(), rows[0][0][1][0].item<double>(),
-              rows[0][0][1][1].item<double>());
+              rows[0][0][0][1].item<double>(), rows[0][0][1][0].item<double>(), rows[0][0][1][1].item<double>());
   return e1 < 1e-10 && e2 < 1e-10 && asym < 1e-12 ? 0 : 1;
 }

@@ -27,7 +27,8 @@ int main() {
   const int64_t n = 20;
   auto f64 = tg::TensorOptions().dtype(tg::kFloat64);
   Tensor x = tg::zeros({n}, f64);
-  for (int64_t i = 0; i < n; ++i) x.narrow(0, i, 1).fill_(i % 2 == 0 ? -1.2 : 1.0);
+  for (int64_t i = 0; i < n; ++i)
+    x.narrow(0, i, 1).fill_(i % 2 == 0 ? -1.2 : 1.0);
   int hvps = 0;
   for (int it = 0; it < 100; ++it) {
     Tensor xl = x.detach().requires_grad_();

@@ -90,7 +90,7 @@ Result run_rank(const Args& a, std::shared_ptr<dist::ProcessGroup> g) {
   ao.lr = 1e-3;
   ao.capturable = a.graph;
   tg::optim::Adam adam(model->parameters(), ao);
-  tg::manual_seed(1000 + uint64_t(r));  // every rank its own collocation points
+  tg::manual_seed(1000 + uint64_t(r));     // every rank its own collocation points
   Tensor x = tg::rand({a.batch, 2}, opt);  // the graphed step's static input
   auto body = [&] {
     adam.zero_grad(/*set_to_none=*/!a.graph && !a.bucket_view);  // zeroing in place keeps bucket views
@@ -105,7 +105,8 @@ Result run_rank(const Args& a, std::shared_ptr<dist::ProcessGroup> g) {
   tg::cuda::CUDAGraph graph;
   auto step = [&] {
     x.copy_(tg::rand({a.batch, 2}, opt));
-    if (a.graph) graph.replay(); else body();
+    if (a.graph) graph.replay();
+    else body();
   };
   for (int i = 0; i < a.warmup; ++i) {
     x.copy_(tg::rand({a.batch, 2}, opt));
@@ -122,7 +123,8 @@ Result run_rank(const Args& a, std::shared_ptr<dist::ProcessGroup> g) {
   res.depth = graph.depth();
   g->barrier();
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < a.steps; ++i) step();
+  for (int i = 0; i < a.steps; ++i)
+    step();
   tg::cuda::synchronize();
   g->barrier();
   res.ms_per_step = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / a.steps;
@@ -208,7 +210,8 @@ int main(int argc, char** argv) {
   } else {
     const int n = a.gpus > 0 ? std::min(a.gpus, tg::cuda::device_count()) : tg::cuda::device_count();
     std::vector<int> devices;
-    for (int d = 0; d < n; ++d) devices.push_back(d);
+    for (int d = 0; d < n; ++d)
+      devices.push_back(d);
     groups = dist::ProcessGroup::init_local(devices);
   }
   std::vector<Result> results(groups.size());
@@ -224,7 +227,8 @@ int main(int argc, char** argv) {
         results[i].message = e.what();
       }
     });
-  for (auto& t : threads) t.join();
+  for (auto& t : threads)
+    t.join();
   bool ok = true;
   for (size_t i = 0; i < groups.size(); ++i) {
     if (!results[i].ok) std::fprintf(stderr, "pinn_ddp: rank %d: %s\n", groups[i]->rank(), results[i].message.c_str());
@@ -234,18 +238,19 @@ int main(int argc, char** argv) {
   if (groups[0]->rank() == 0) {
     const Result& r0 = results[0];
     const double sps = double(a.batch) * world / (r0.ms_per_step / 1000);
-    std::printf("%s%s, %d GPU%s (%s), %d points per GPU, %zu buckets: %.3f ms per step, %.0f samples/s, "
-                "all-reduce hidden %.0f%%\n",
-                a.loss.c_str(), a.graph ? " (graphed)" : "", world, world == 1 ? "" : "s", launched ? "one process each" : "threads",
-                a.batch, r0.buckets, r0.ms_per_step, sps, 100 * r0.hidden);
+    std::printf(
+        "%s%s, %d GPU%s (%s), %d points per GPU, %zu buckets: %.3f ms per step, %.0f samples/s, "
+        "all-reduce hidden %.0f%%\n",
+        a.loss.c_str(), a.graph ? " (graphed)" : "", world, world == 1 ? "" : "s",
+        launched ? "one process each" : "threads", a.batch, r0.buckets, r0.ms_per_step, sps, 100 * r0.hidden);
     if (a.graph)
       std::printf("the graphed step's longest chain: %zu nodes as captured, %zu relaxed\n", r0.captured_depth,
                   r0.depth);
     if (!a.json.empty()) {
       std::ofstream f(a.json);
-      f << "{\"loss\": \"" << a.loss << "\", \"graph\": " << (a.graph ? "true" : "false") << ", \"gpus\": " << world << ", \"batch_per_gpu\": " << a.batch
-        << ", \"ms_per_step\": " << r0.ms_per_step << ", \"samples_per_s\": " << sps
-        << ", \"hidden_fraction\": " << r0.hidden << "}\n";
+      f << "{\"loss\": \"" << a.loss << "\", \"graph\": " << (a.graph ? "true" : "false") << ", \"gpus\": " << world
+        << ", \"batch_per_gpu\": " << a.batch << ", \"ms_per_step\": " << r0.ms_per_step
+        << ", \"samples_per_s\": " << sps << ", \"hidden_fraction\": " << r0.hidden << "}\n";
     }
   }
   groups.clear();

@@ -68,8 +68,9 @@ struct Pinn {
   }
   double error() {
     Tensor t = tg::arange(64, tg::TensorOptions().dtype(tg::kFloat64)) / 63.0;
-    Tensor grid = tg::stack({t.view({64, 1}).expand({64, 64}).reshape({-1}),
-                             t.view({1, 64}).expand({64, 64}).reshape({-1})}, 1).to(dev);
+    Tensor grid =
+        tg::stack({t.view({64, 1}).expand({64, 64}).reshape({-1}), t.view({1, 64}).expand({64, 64}).reshape({-1})}, 1)
+            .to(dev);
     tg::NoGradGuard no_grad;
     Tensor ref = exact(grid);
     return std::sqrt(tg::square(u(grid) - ref).sum().item<double>() / tg::square(ref).sum().item<double>());
@@ -86,17 +87,20 @@ void train(Pinn& p, int steps, bool graphed, const char* what) {
   tg::manual_seed(12);  // the collocation points: the same draws for both
   auto t0 = std::chrono::steady_clock::now();
   auto report = [&](int it, const Tensor& l) {
-    if (it % 500 == 0 || it == steps - 1) std::printf("  %s step %4d  residual loss %.4e\n", what, it, l.item<double>());
+    if (it % 500 == 0 || it == steps - 1)
+      std::printf("  %s step %4d  residual loss %.4e\n", what, it, l.item<double>());
   };
   if (!graphed) {
-    for (int it = 0; it < steps; ++it) report(it, p.step());
+    for (int it = 0; it < steps; ++it)
+      report(it, p.step());
   } else {
     const int warmup = 3;
     cu::Stream side = cu::stream_from_pool();
     side.wait_stream(cu::current_stream());
     {
       cu::StreamGuard g(side);
-      for (int it = 0; it < warmup; ++it) report(it, p.step());
+      for (int it = 0; it < warmup; ++it)
+        report(it, p.step());
     }
     cu::current_stream().wait_stream(side);
     cu::CUDAGraph graph;
@@ -120,8 +124,8 @@ int main(int argc, char** argv) {
   const bool gpu = cu::is_available();
   const int steps = argc > 1 ? std::atoi(argv[1]) : gpu ? 1500 : 600;
   const tg::Device dev = gpu ? tg::Device(tg::kCUDA, 0) : tg::Device(tg::kCPU);
-  std::printf("Poisson PINN, MLP 2 -> 32 -> 32 -> 1 (tanh), %lld points per step, float64, on %s\n",
-              (long long)kPoints, gpu ? "the GPU" : "the CPU (no GPU here: eager only)");
+  std::printf("Poisson PINN, MLP 2 -> 32 -> 32 -> 1 (tanh), %lld points per step, float64, on %s\n", (long long)kPoints,
+              gpu ? "the GPU" : "the CPU (no GPU here: eager only)");
   Pinn graphed(dev);
   bool same = true;
   if (gpu) {
@@ -129,7 +133,8 @@ int main(int argc, char** argv) {
     train(eager, steps, false, "eager  ");
     train(graphed, steps, true, "graphed");
     auto a = eager.net->named_parameters(), b = graphed.net->named_parameters();
-    for (size_t i = 0; i < a.size(); ++i) same = same && tg::equal(a[i].second, b[i].second);
+    for (size_t i = 0; i < a.size(); ++i)
+      same = same && tg::equal(a[i].second, b[i].second);
     std::printf("graphed and eager parameters bitwise equal: %s\n", same ? "yes" : "NO");
   } else {
     train(graphed, steps, false, "eager");

@@ -29,9 +29,7 @@ int main() {
     Tensor x = xy.select(1, 0), y = xy.select(1, 1);
     return x * (1.0 - x) * y * (1.0 - y) * h.select(1, 0);
   };
-  auto exact = [](const Tensor& xy) {
-    return tg::sin(xy.select(1, 0) * kPi) * tg::sin(xy.select(1, 1) * kPi);
-  };
+  auto exact = [](const Tensor& xy) { return tg::sin(xy.select(1, 0) * kPi) * tg::sin(xy.select(1, 1) * kPi); };
   sample::Adam opt(params, 5e-3);
   const int steps = 1500;
   const int64_t n = 256;
@@ -50,15 +48,14 @@ int main() {
   }
   // Relative L2 error on a 64 x 64 grid.
   Tensor t = tg::arange(64, f64) / 63.0;
-  Tensor grid = tg::stack({t.view({64, 1}).expand({64, 64}).reshape({-1}),
-                           t.view({1, 64}).expand({64, 64}).reshape({-1})}, 1);
+  Tensor grid =
+      tg::stack({t.view({64, 1}).expand({64, 64}).reshape({-1}), t.view({1, 64}).expand({64, 64}).reshape({-1})}, 1);
   Tensor pred, ref = exact(grid);
   {
     tg::NoGradGuard no_grad;
     pred = u(grid);
   }
-  const double rel = std::sqrt(tg::square(pred - ref).sum().item<double>() /
-                               tg::square(ref).sum().item<double>());
+  const double rel = std::sqrt(tg::square(pred - ref).sum().item<double>() / tg::square(ref).sum().item<double>());
   std::printf("relative L2 error against sin(pi x) sin(pi y): %.3e\n", rel);
   return rel < 2e-2 ? 0 : 1;
 }

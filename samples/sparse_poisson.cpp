@@ -50,11 +50,10 @@ int main() {
   const int64_t N = 24;
   const double h = 1.0 / double(N + 1);
   Tensor L = laplacian(N, h);
-  std::printf("Laplacian: %lld x %lld sparse COO, nnz %lld\n", (long long)(N * N),
-              (long long)(N * N), (long long)L.nnz());
+  std::printf("Laplacian: %lld x %lld sparse COO, nnz %lld\n", (long long)(N * N), (long long)(N * N),
+              (long long)L.nnz());
   Tensor t = (tg::arange(N, f64) + 1.0) * h;
-  Tensor xy = tg::stack({t.view({N, 1}).expand({N, N}).reshape({-1}),
-                         t.view({1, N}).expand({N, N}).reshape({-1})}, 1);
+  Tensor xy = tg::stack({t.view({N, 1}).expand({N, N}).reshape({-1}), t.view({1, N}).expand({N, N}).reshape({-1})}, 1);
   Tensor x = xy.select(1, 0), y = xy.select(1, 1);
   Tensor exact = tg::sin(x * kPi) * tg::sin(y * kPi);
   Tensor f = (exact * (2 * kPi * kPi)).view({N * N, 1});
@@ -79,9 +78,7 @@ int main() {
     tg::NoGradGuard no_grad;
     pred = u().view({-1});
   }
-  const double rel = std::sqrt(tg::square(pred - exact).sum().item<double>() /
-                               tg::square(exact).sum().item<double>());
-  std::printf("final residual loss %.4e; relative L2 error against sin(pi x) sin(pi y): %.3e\n",
-              loss_v, rel);
+  const double rel = std::sqrt(tg::square(pred - exact).sum().item<double>() / tg::square(exact).sum().item<double>());
+  std::printf("final residual loss %.4e; relative L2 error against sin(pi x) sin(pi y): %.3e\n", loss_v, rel);
   return rel < 2e-2 ? 0 : 1;
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes docs/api/ops_generated.h: every declaration and definition that
+"""Writes docs/api/ops_generated.txt: every declaration and definition that
 include/tapegrad/tensor/ops.def generates, spelled out, so that grep and an
 editor find `tg::mul`, `Tensor::mul`, `tg::raw::mul` and the autograd entry
 `tg::autograd::ops::mul` as text. Not compiled: the headers expand ops.def
@@ -13,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs" / "api"))
 import ops_page  # noqa: E402  (the op list's parser)
 
-OUT = ROOT / "docs" / "api" / "ops_generated.h"
+OUT = ROOT / "docs" / "api" / "ops_generated.txt"
 FREE = {"FM", "F", "FMN", "FN"}
 METHOD = {"FM", "M", "IM", "FMN", "MN", "MA"}
 RECORDED = {"FM", "F", "M", "IM"}
@@ -38,7 +38,7 @@ def render():
            "// in autograd/ops/<family>.cpp, with the backward, tangent and Taylor",
            "// rules) when the op is recorded and libtapegrad_autograd is linked, else",
            "// the raw entry tg::raw::name (tensor/<family>.cpp).",
-           "#error \"docs/api/ops_generated.h is for reading, not for compiling\"", ""]
+           "#error \"docs/api/ops_generated.txt is for reading, not for compiling\"", ""]
     for e in ops_page.entries(text):
         if e[0] == "section":
             out += ["", f"// ---- {e[1]} " + "-" * max(0, 70 - len(e[1]))]

@@ -46,7 +46,8 @@ thread_local int t_small_state = 0;  // 0: not made yet, 1: alive, 2: destroyed
 SmallCache::~SmallCache() {
   t_small_state = 2;
   for (auto& l : lists)
-    for (void* p : l) std::free(p);
+    for (void* p : l)
+      std::free(p);
 }
 SmallCache* small_cache() {
   if (t_small_state == 2) return nullptr;
@@ -88,14 +89,13 @@ class CpuAllocator final : public Allocator {
       empty_cache();
       p = std::aligned_alloc(kAlignment, rounded);
     }
-    TG_CHECK(p != nullptr, "CPU allocator: out of memory allocating ", nbytes,
-             " bytes (", live_.load(), " bytes live", rounded > kMaxRequest ? "; more than this machine's " : "",
+    TG_CHECK(p != nullptr, "CPU allocator: out of memory allocating ", nbytes, " bytes (", live_.load(), " bytes live",
+             rounded > kMaxRequest ? "; more than this machine's " : "",
              rounded > kMaxRequest ? std::to_string(kMaxRequest) + " bytes of memory" : std::string(),
              "); free tensors or reduce the problem size");
     int64_t live = live_.fetch_add(int64_t(nbytes)) + int64_t(nbytes);
     int64_t peak = peak_.load();
-    while (live > peak && !peak_.compare_exchange_weak(peak, live)) {
-    }
+    while (live > peak && !peak_.compare_exchange_weak(peak, live)) {}
     allocs_.fetch_add(1);
     live_allocs_.fetch_add(1);
     return p;
@@ -125,7 +125,8 @@ class CpuAllocator final : public Allocator {
 
   void empty_cache() {
     std::lock_guard<std::mutex> g(mu_);
-    for (auto& [size, p] : cache_) std::free(p);
+    for (auto& [size, p] : cache_)
+      std::free(p);
     cache_.clear();
     cached_bytes_ = 0;
   }
@@ -135,10 +136,7 @@ class CpuAllocator final : public Allocator {
   }
   Device device() const override { return Device(DeviceType::CPU); }
 
-  AllocatorStats stats() {
-    return {live_.load(), peak_.load(), allocs_.load(), live_allocs_.load(),
-            cached_bytes()};
-  }
+  AllocatorStats stats() { return {live_.load(), peak_.load(), allocs_.load(), live_allocs_.load(), cached_bytes()}; }
   void reset_peak() { peak_.store(live_.load()); }
 
  private:
@@ -160,7 +158,7 @@ class CpuAllocator final : public Allocator {
 
 CpuAllocator& cpu() {
   static CpuAllocator* a = new CpuAllocator();  // never destroyed: outlives
-  return *a;                                     // static tensors
+  return *a;                                    // static tensors
 }
 
 }  // namespace
@@ -180,7 +178,8 @@ Allocator* allocator_for(Device d) {
 
 Allocator* pinned_allocator() {
   Allocator* a = kernels::cuda_pinned_allocator();
-  TG_CHECK(a != nullptr, "pin_memory: page-locked host memory needs the CUDA backend, "
+  TG_CHECK(a != nullptr,
+           "pin_memory: page-locked host memory needs the CUDA backend, "
            "and this build has none (reconfigure with -DTAPEGRAD_CUDA=ON)");
   return a;
 }

@@ -14,14 +14,10 @@
 namespace tg::detail {
 
 #define TG_D(...) = __VA_ARGS__
-#define TG_OP0(ret, name, id, form) \
-  TG_IF_RAW_##form(static ret name(const Tensor& self) { return raw::name(self); })
-#define TG_OP(ret, name, id, extras, args, form)                           \
-  TG_IF_RAW_##form(static ret name(const Tensor& self, TG_UNPAREN extras) { \
-    return raw::name(self, TG_UNPAREN args);                                \
-  })
-#define TG_FN(ret, name, id, params, args, form) \
-  TG_IF_RAW_##form(static ret name params { return raw::name args; })
+#define TG_OP0(ret, name, id, form) TG_IF_RAW_##form(static ret name(const Tensor& self) { return raw::name(self); })
+#define TG_OP(ret, name, id, extras, args, form) \
+  TG_IF_RAW_##form(static ret name(const Tensor& self, TG_UNPAREN extras) { return raw::name(self, TG_UNPAREN args); })
+#define TG_FN(ret, name, id, params, args, form) TG_IF_RAW_##form(static ret name params { return raw::name args; })
 struct RawOps {
 #include <tapegrad/tensor/ops.def>
 };
@@ -40,12 +36,11 @@ struct RawOps {
 #define TG_PUBLIC_MA(name, args, margs) self.name margs
 #define TG_OP0(ret, name, id, form) \
   TG_IF_RAW_##form(static ret name(const Tensor& self) { return TG_PUBLIC_##form(name, (self), ()); })
-#define TG_OP(ret, name, id, extras, args, form)                                 \
-  TG_IF_RAW_##form(static ret name(const Tensor& self, TG_UNPAREN extras) {       \
-    return TG_PUBLIC_##form(name, (self, TG_UNPAREN args), args);                 \
+#define TG_OP(ret, name, id, extras, args, form)                            \
+  TG_IF_RAW_##form(static ret name(const Tensor& self, TG_UNPAREN extras) { \
+    return TG_PUBLIC_##form(name, (self, TG_UNPAREN args), args);           \
   })
-#define TG_FN(ret, name, id, params, args, form) \
-  TG_IF_RAW_##form(static ret name params { return tg::name args; })
+#define TG_FN(ret, name, id, params, args, form) TG_IF_RAW_##form(static ret name params { return tg::name args; })
 struct PublicOps {
 #include <tapegrad/tensor/ops.def>
 };
@@ -56,24 +51,23 @@ struct PublicOps {
 
 inline void check_floating(const Tensor& x, const char* op) {
   check_defined(x, op);
-  TG_CHECK(x.is_floating_point(), op, ": expected a floating-point tensor, got ", x.dtype(),
-           " (shape ", shape_str(x.sizes()), "); convert it with .to(kFloat32) or .to(kFloat64)");
+  TG_CHECK(x.is_floating_point(), op, ": expected a floating-point tensor, got ", x.dtype(), " (shape ",
+           shape_str(x.sizes()), "); convert it with .to(kFloat32) or .to(kFloat64)");
 }
 
 // Sums x down to `shape` (x's shape broadcasts from it).
-template <class O>
-Tensor sum_to(const Tensor& x, const IntList& shape) {
+template <class O> Tensor sum_to(const Tensor& x, const IntList& shape) {
   check_defined(x, "sum_to");
   if (x.sizes() == shape) return x;
   int64_t lead = x.dim() - int64_t(shape.size());
-  TG_CHECK(lead >= 0, "sum_to: cannot sum shape ", shape_str(x.sizes()), " to ",
-           shape_str(shape), " (more dims)");
+  TG_CHECK(lead >= 0, "sum_to: cannot sum shape ", shape_str(x.sizes()), " to ", shape_str(shape), " (more dims)");
   IntList dims;
-  for (int64_t d = 0; d < lead; ++d) dims.push_back(d);
+  for (int64_t d = 0; d < lead; ++d)
+    dims.push_back(d);
   for (size_t i = 0; i < shape.size(); ++i) {
     int64_t have = x.sizes()[size_t(lead) + i];
-    TG_CHECK(shape[i] == have || shape[i] == 1, "sum_to: shape ", shape_str(x.sizes()),
-             " does not broadcast from ", shape_str(shape));
+    TG_CHECK(shape[i] == have || shape[i] == 1, "sum_to: shape ", shape_str(x.sizes()), " does not broadcast from ",
+             shape_str(shape));
     if (shape[i] == 1 && have != 1) dims.push_back(lead + int64_t(i));
   }
   return O::reshape(dims.empty() ? x : O::sum(x, dims, true), shape);
@@ -81,7 +75,8 @@ Tensor sum_to(const Tensor& x, const IntList& shape) {
 
 // The output shape of embedding(weight, indices) (the checks name embedding).
 inline IntList embedding_shape(const Tensor& weight, const Tensor& indices) {
-  TG_CHECK(indices.defined() && indices.dtype() == kInt64, "embedding: indices must be an Int64 "
+  TG_CHECK(indices.defined() && indices.dtype() == kInt64,
+           "embedding: indices must be an Int64 "
            "tensor");
   TG_CHECK(weight.defined() && weight.dim() == 2, "embedding: weight must be 2-D [num, dim], got ",
            weight.defined() ? shape_str(weight.sizes()) : std::string("an undefined tensor"));
@@ -92,8 +87,7 @@ inline IntList embedding_shape(const Tensor& weight, const Tensor& indices) {
 
 // log(sum(exp(x))) over dims, shifted by the (detached) max for range; an
 // infinite max is not subtracted (as PyTorch).
-template <class O>
-Tensor logsumexp(const Tensor& x, const IntList& dims, bool keepdim) {
+template <class O> Tensor logsumexp(const Tensor& x, const IntList& dims, bool keepdim) {
   check_floating(x, "logsumexp");
   Tensor m = O::detach(O::amax(x, dims, true));
   m = O::where(O::eq(O::abs(m), INFINITY), Scalar(0.0), m);
@@ -101,23 +95,20 @@ Tensor logsumexp(const Tensor& x, const IntList& dims, bool keepdim) {
   return O::add(O::log(s), keepdim ? m : O::reshape(m, s.sizes()));
 }
 
-template <class O>
-Tensor softmax(const Tensor& x, int64_t dim) {
+template <class O> Tensor softmax(const Tensor& x, int64_t dim) {
   check_floating(x, "softmax");
   Tensor e = O::exp(O::sub(x, O::detach(O::amax(x, {dim}, true))));
   return O::div(e, O::sum(e, {dim}, true));
 }
 
-template <class O>
-Tensor log_softmax(const Tensor& x, int64_t dim) {
+template <class O> Tensor log_softmax(const Tensor& x, int64_t dim) {
   check_floating(x, "log_softmax");
   return O::sub(x, logsumexp<O>(x, {dim}, true));
 }
 
 // (sum |x|^p)^(1/p); the double `where` keeps the gradient at a zero norm 0
 // instead of 0 * inf.
-template <class O>
-Tensor norm(const Tensor& x, double p, const IntList& dims, bool keepdim) {
+template <class O> Tensor norm(const Tensor& x, double p, const IntList& dims, bool keepdim) {
   check_floating(x, "norm");
   TG_CHECK(p > 0, "norm: p must be > 0 (or INFINITY), got ", p);
   if (std::isinf(p)) return O::amax(O::abs(x), dims, keepdim);
@@ -128,19 +119,18 @@ Tensor norm(const Tensor& x, double p, const IntList& dims, bool keepdim) {
   return O::where(zero, Scalar(0.0), r);
 }
 
-template <class O>
-Tensor dot(const Tensor& a, const Tensor& b) {
+template <class O> Tensor dot(const Tensor& a, const Tensor& b) {
   check_defined(a, "dot", "self");
   check_defined(b, "dot", "other");
-  TG_CHECK(a.dim() == 1 && b.dim() == 1 && a.size(0) == b.size(0), "dot: expected two 1-D tensors "
-           "of the same size, got ", shape_str(a.sizes()), " and ", shape_str(b.sizes()),
-           "; for matrices use matmul");
+  TG_CHECK(a.dim() == 1 && b.dim() == 1 && a.size(0) == b.size(0),
+           "dot: expected two 1-D tensors "
+           "of the same size, got ",
+           shape_str(a.sizes()), " and ", shape_str(b.sizes()), "; for matrices use matmul");
   return O::sum(O::mul(a, b));
 }
 
 // x along dim times the upper-triangular ones: out[j] = sum_{i <= j} x[i].
-template <class O>
-Tensor cumsum(const Tensor& x, int64_t dim) {
+template <class O> Tensor cumsum(const Tensor& x, int64_t dim) {
   check_floating(x, "cumsum");
   if (x.dim() == 0) return O::mul(x, 1.0);
   int64_t d = wrap_dim(dim, x.dim(), "cumsum", x.sizes());
@@ -152,8 +142,7 @@ Tensor cumsum(const Tensor& x, int64_t dim) {
 
 // (values, indices) of the first max (min) along dim; the values are
 // gathered, so their gradient goes to that element. A NaN is the extreme.
-template <class O>
-TensorPair extreme_dim(const Tensor& x_in, int64_t dim, bool keepdim, bool is_max, const char* op) {
+template <class O> TensorPair extreme_dim(const Tensor& x_in, int64_t dim, bool keepdim, bool is_max, const char* op) {
   check_defined(x_in, op);
   Tensor x = x_in.dim() == 0 ? O::reshape(x_in, {1}) : x_in;
   int64_t d = wrap_dim(dim, x.dim(), op, x.sizes());

@@ -20,9 +20,7 @@ std::ostream& operator<<(std::ostream& os, const Device& d) {
   return os << "cuda:" << d.index();
 }
 
-std::ostream& operator<<(std::ostream& os, Layout l) {
-  return os << (l == Layout::Strided ? "Strided" : "SparseCoo");
-}
+std::ostream& operator<<(std::ostream& os, Layout l) { return os << (l == Layout::Strided ? "Strided" : "SparseCoo"); }
 
 std::ostream& operator<<(std::ostream& os, const Scalar& s) {
   if (s.is_integral()) return os << s.to_int();
@@ -34,8 +32,7 @@ namespace kernels {
 const Backend& backend(Device d, const char* op) {
   if (d.is_cpu()) return cpu_backend();
   const Backend* b = cuda_backend();
-  TG_CHECK(b != nullptr, op, ": no kernels for device ", d,
-           " in this build; CUDA tensor kernels are not available");
+  TG_CHECK(b != nullptr, op, ": no kernels for device ", d, " in this build; CUDA tensor kernels are not available");
   return *b;
 }
 

@@ -43,9 +43,13 @@ const char* device_type_name(int t) {
 }
 
 std::string dtype_name(DLDataType t) {
-  const char* code = t.code == kDLInt ? "int" : t.code == kDLUInt ? "uint" : t.code == kDLFloat ? "float"
-                   : t.code == kDLBfloat ? "bfloat" : t.code == kDLComplex ? "complex"
-                   : t.code == kDLBoolCode ? "bool" : "opaque";
+  const char* code = t.code == kDLInt        ? "int"
+                     : t.code == kDLUInt     ? "uint"
+                     : t.code == kDLFloat    ? "float"
+                     : t.code == kDLBfloat   ? "bfloat"
+                     : t.code == kDLComplex  ? "complex"
+                     : t.code == kDLBoolCode ? "bool"
+                                             : "opaque";
   return std::string(code) + std::to_string(int(t.bits)) + (t.lanes != 1 ? "x" + std::to_string(t.lanes) : "");
 }
 
@@ -58,7 +62,8 @@ ScalarType from_dl_dtype(DLDataType t) {
     if (t.code == kDLInt && t.bits == 64) return kInt64;
     if (t.code == kDLBoolCode && t.bits == 8) return kBool;
   }
-  TG_CHECK(false, "from_dlpack: dtype ", dtype_name(t), " is not supported; tapegrad has float32, float64, float16, "
+  TG_CHECK(false, "from_dlpack: dtype ", dtype_name(t),
+           " is not supported; tapegrad has float32, float64, float16, "
            "bfloat16, int64 and bool (convert in the producer first)");
   return kFloat32;
 }
@@ -97,8 +102,7 @@ Tensor from_blob(void* data, const IntList& sizes, const IntList& strides_in, Sc
                  void (*release)(void*), void* context) {
   const int64_t numel = detail::checked_numel(sizes, "from_blob");  // negative sizes and overflow refused
   const IntList strides = strides_in.empty() ? contiguous_strides(sizes) : strides_in;
-  TG_CHECK(strides.size() == sizes.size(), "from_blob: ", strides.size(), " strides for the shape ",
-           shape_str(sizes));
+  TG_CHECK(strides.size() == sizes.size(), "from_blob: ", strides.size(), " strides for the shape ", shape_str(sizes));
   for (int64_t s : strides)
     TG_CHECK(s >= 0, "from_blob: strides ", shape_str(strides), " (shape ", shape_str(sizes),
              ") has a negative stride, which tapegrad does not support; make the memory contiguous first");
@@ -111,20 +115,20 @@ Tensor from_blob(void* data, const IntList& sizes, const IntList& strides_in, Sc
   if (numel > 0) {
     TG_CHECK(data, "from_blob: data is null for a tensor of shape ", shape_str(sizes));
     const int64_t last = detail::checked_reach(sizes, strides, 0, "from_blob").hi;  // strides are >= 0
-    extent = size_t(detail::checked_mul(detail::checked_add(last, 1, "from_blob", sizes),
-                                        int64_t(element_size(dtype)), "from_blob", sizes));
+    extent = size_t(detail::checked_mul(detail::checked_add(last, 1, "from_blob", sizes), int64_t(element_size(dtype)),
+                                        "from_blob", sizes));
   }
   auto storage = IntrusivePtr<StorageImpl>::make(data, extent, device, release, context);
-  return Tensor(IntrusivePtr<TensorImpl>::make(std::move(storage), sizes, strides, 0, dtype,
-                                               IntrusivePtr<VersionCounter>()));
+  return Tensor(
+      IntrusivePtr<TensorImpl>::make(std::move(storage), sizes, strides, 0, dtype, IntrusivePtr<VersionCounter>()));
 }
 
 Tensor from_dlpack(DLManagedTensor* src, std::optional<cuda::Stream> producer) {
   TG_CHECK(src, "from_dlpack: got a null DLManagedTensor");
   // Until the storage owns src, a throw releases it (the producer's memory
   // must not leak because tapegrad refused it).
-  std::unique_ptr<DLManagedTensor, void (*)(DLManagedTensor*)> guard(
-      src, [](DLManagedTensor* m) { release_managed(m); });
+  std::unique_ptr<DLManagedTensor, void (*)(DLManagedTensor*)> guard(src,
+                                                                     [](DLManagedTensor* m) { release_managed(m); });
   const DLTensor& t = src->dl_tensor;
   // The producer may put any int in the enum field: read as an int (an
   // out-of-range enum value is undefined behaviour in C++).
@@ -152,7 +156,8 @@ Tensor from_dlpack(DLManagedTensor* src, std::optional<cuda::Stream> producer) {
   TG_CHECK(!__builtin_add_overflow(reinterpret_cast<uintptr_t>(t.data), t.byte_offset, &first),
            "from_dlpack: data + byte_offset (", t.data, " + ", t.byte_offset, ") overflows the address space");
   TG_CHECK(first % elem == 0, "from_dlpack: data + byte_offset (", t.data, " + ", t.byte_offset,
-           ") is not aligned to the ", elem, "-byte elements of ", dtype, "; copy to aligned memory in the "
+           ") is not aligned to the ", elem, "-byte elements of ", dtype,
+           "; copy to aligned memory in the "
            "producer first");
   // The view starts at the first element (data + byte_offset); its release
   // is the producer's deleter.
@@ -168,7 +173,8 @@ DLManagedTensor* to_dlpack(const Tensor& t, std::optional<cuda::Stream> consumer
   TG_CHECK(t.defined(), "to_dlpack: got an undefined tensor");
   TG_CHECK(!t.is_sparse(), "to_dlpack: sparse tensors have no DLPack form (", t.dtype(), " ", t.sizes(),
            "); export to_dense() or the indices and values");
-  TG_CHECK(!t.requires_grad(), "to_dlpack: the tensor (", t.dtype(), " ", t.sizes(), ") requires grad; export "
+  TG_CHECK(!t.requires_grad(), "to_dlpack: the tensor (", t.dtype(), " ", t.sizes(),
+           ") requires grad; export "
            "t.detach() (the consumer sees the same memory, without the autograd history)");
   auto e = std::make_unique<Export>();
   e->tensor = t.detach();

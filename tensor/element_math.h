@@ -27,32 +27,26 @@ namespace tg::kernels {
 // Integer arithmetic wraps (two's complement), as PyTorch's: computed on the
 // unsigned type, where overflow is defined (signed overflow is undefined
 // behaviour, which the sanitizers make fatal). Floating point as written.
-template <class T>
-constexpr bool kWraps = std::is_integral_v<T> && !std::is_same_v<T, bool>;
-template <class T>
-TG_HOST_DEVICE inline T wrap_add(T a, T b) {
+template <class T> constexpr bool kWraps = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+template <class T> TG_HOST_DEVICE inline T wrap_add(T a, T b) {
   if constexpr (kWraps<T>) return T(std::make_unsigned_t<T>(a) + std::make_unsigned_t<T>(b));
   else return a + b;
 }
-template <class T>
-TG_HOST_DEVICE inline T wrap_sub(T a, T b) {
+template <class T> TG_HOST_DEVICE inline T wrap_sub(T a, T b) {
   if constexpr (kWraps<T>) return T(std::make_unsigned_t<T>(a) - std::make_unsigned_t<T>(b));
   else return a - b;
 }
-template <class T>
-TG_HOST_DEVICE inline T wrap_mul(T a, T b) {
+template <class T> TG_HOST_DEVICE inline T wrap_mul(T a, T b) {
   if constexpr (kWraps<T>) return T(std::make_unsigned_t<T>(a) * std::make_unsigned_t<T>(b));
   else return a * b;
 }
-template <class T>
-TG_HOST_DEVICE inline T wrap_neg(T a) {
+template <class T> TG_HOST_DEVICE inline T wrap_neg(T a) {
   if constexpr (kWraps<T>) return T(std::make_unsigned_t<T>(0) - std::make_unsigned_t<T>(a));
   else return -a;
 }
 
 // Integer power; negative exponents give 0 except for bases 1 and -1.
-template <class T>
-TG_HOST_DEVICE inline T ipow(T base, T e) {
+template <class T> TG_HOST_DEVICE inline T ipow(T base, T e) {
   if (e < 0) {
     if (base == 1) return 1;
     if (base == -1) return (e % 2 == 0) ? 1 : -1;
@@ -67,8 +61,7 @@ TG_HOST_DEVICE inline T ipow(T base, T e) {
   return r;
 }
 
-template <BinaryOp Op, class T>
-TG_HOST_DEVICE inline T binary_fn(T a, T b) {
+template <BinaryOp Op, class T> TG_HOST_DEVICE inline T binary_fn(T a, T b) {
   using std::pow;
   constexpr bool kInt = std::is_integral_v<T>;
   if constexpr (Op == BinaryOp::Add) return wrap_add(a, b);
@@ -89,8 +82,7 @@ TG_HOST_DEVICE inline T binary_fn(T a, T b) {
   }
 }
 
-template <class T>
-TG_HOST_DEVICE inline T binary_apply(BinaryOp op, T a, T b) {
+template <class T> TG_HOST_DEVICE inline T binary_apply(BinaryOp op, T a, T b) {
   switch (op) {
     case BinaryOp::Add: return binary_fn<BinaryOp::Add>(a, b);
     case BinaryOp::Sub: return binary_fn<BinaryOp::Sub>(a, b);
@@ -103,8 +95,7 @@ TG_HOST_DEVICE inline T binary_apply(BinaryOp op, T a, T b) {
   return T(0);
 }
 
-template <class T>
-TG_HOST_DEVICE inline bool compare_apply(CompareOp op, T a, T b) {
+template <class T> TG_HOST_DEVICE inline bool compare_apply(CompareOp op, T a, T b) {
   switch (op) {
     case CompareOp::Eq: return a == b;
     case CompareOp::Ne: return a != b;
@@ -118,8 +109,7 @@ TG_HOST_DEVICE inline bool compare_apply(CompareOp op, T a, T b) {
 
 // The unary ops' parameters in the compute type (UnaryParams: softplus a =
 // beta, b = threshold; clamp a = lo, b = hi where has_a / has_b).
-template <class T>
-struct UnaryArgs {
+template <class T> struct UnaryArgs {
   T a, b;
   bool has_a, has_b;
 };
@@ -129,7 +119,8 @@ struct UnaryArgs {
 constexpr bool is_float_only(UnaryOp op) {
   switch (op) {
 #define TG_UNARY(name, Kernel, float_only, ...) \
-  case UnaryOp::Kernel: return float_only;
+  case UnaryOp::Kernel:                         \
+    return float_only;
 #include <tapegrad/tensor/unary.def>
 #undef TG_UNARY
     case UnaryOp::Clamp: return false;
@@ -139,8 +130,7 @@ constexpr bool is_float_only(UnaryOp op) {
 
 // The element formula of op Op: those of unary.def, then the ops with
 // parameters.
-template <UnaryOp Op, class T>
-TG_HOST_DEVICE inline T unary_fn(T x, const UnaryArgs<T>& p) {
+template <UnaryOp Op, class T> TG_HOST_DEVICE inline T unary_fn(T x, const UnaryArgs<T>& p) {
   // The math functions a unary.def formula may call (float and double
   // overloads, host and device).
   using std::acos;
@@ -163,7 +153,7 @@ TG_HOST_DEVICE inline T unary_fn(T x, const UnaryArgs<T>& p) {
   (void)p;
   if constexpr (false) {
   }
-#define TG_UNARY(name, Kernel, float_only, forward, ...)             \
+#define TG_UNARY(name, Kernel, float_only, forward, ...)            \
   else if constexpr (Op == UnaryOp::Kernel) {                       \
     if constexpr (float_only && kInt) return x; /* never reached */ \
     else return forward;                                            \
@@ -193,11 +183,11 @@ TG_HOST_DEVICE inline T unary_fn(T x, const UnaryArgs<T>& p) {
 
 // Calls f(std::integral_constant<UnaryOp, op>{}), so the caller instantiates
 // its loop for the one op (the CPU kernels; the GPU switches per element).
-template <class F>
-inline void visit_unary(UnaryOp op, F&& f) {
+template <class F> inline void visit_unary(UnaryOp op, F&& f) {
   switch (op) {
 #define TG_UNARY(name, Kernel, ...) \
-  case UnaryOp::Kernel: return f(std::integral_constant<UnaryOp, UnaryOp::Kernel>{});
+  case UnaryOp::Kernel:             \
+    return f(std::integral_constant<UnaryOp, UnaryOp::Kernel>{});
 #include <tapegrad/tensor/unary.def>
 #undef TG_UNARY
 #define TG_CASE(o) \
@@ -206,8 +196,7 @@ inline void visit_unary(UnaryOp op, F&& f) {
 #undef TG_CASE
   }
 }
-template <class F>
-inline void visit_binary(BinaryOp op, F&& f) {
+template <class F> inline void visit_binary(BinaryOp op, F&& f) {
   switch (op) {
 #define TG_CASE(o) \
   case BinaryOp::o: return f(std::integral_constant<BinaryOp, BinaryOp::o>{});
@@ -216,11 +205,11 @@ inline void visit_binary(BinaryOp op, F&& f) {
   }
 }
 
-template <class T>
-TG_HOST_DEVICE inline T unary_apply(UnaryOp op, T x, const UnaryArgs<T>& p) {
+template <class T> TG_HOST_DEVICE inline T unary_apply(UnaryOp op, T x, const UnaryArgs<T>& p) {
   switch (op) {
 #define TG_UNARY(name, Kernel, ...) \
-  case UnaryOp::Kernel: return unary_fn<UnaryOp::Kernel>(x, p);
+  case UnaryOp::Kernel:             \
+    return unary_fn<UnaryOp::Kernel>(x, p);
 #include <tapegrad/tensor/unary.def>
 #undef TG_UNARY
 #define TG_CASE(o) \
@@ -231,9 +220,7 @@ TG_HOST_DEVICE inline T unary_apply(UnaryOp op, T x, const UnaryArgs<T>& p) {
   return x;
 }
 
-
-template <class T>
-TG_HOST_DEVICE inline T activation_derivative(Activation act, int k, T x) {
+template <class T> TG_HOST_DEVICE inline T activation_derivative(Activation act, int k, T x) {
   using std::exp;
   using std::tanh;
   switch (act) {

@@ -15,9 +15,8 @@ IntList broadcast_shapes(const IntList& a, const IntList& b, const char* op) {
   for (size_t i = 0; i < n; ++i) {
     int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
     int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    TG_CHECK(x == y || x == 1 || y == 1, op, ": shapes ", shape_str(a), " and ",
-             shape_str(b), " cannot be broadcast together (dim ", i, ": ", x,
-             " vs ", y, ")");
+    TG_CHECK(x == y || x == 1 || y == 1, op, ": shapes ", shape_str(a), " and ", shape_str(b),
+             " cannot be broadcast together (dim ", i, ": ", x, " vs ", y, ")");
     out[i] = x == 1 ? y : x;
   }
   return out;
@@ -40,8 +39,7 @@ const char* binary_name(BinaryOp op) {
   return "?";
 }
 
-ScalarType binary_result_type(BinaryOp op, ScalarType a, ScalarType b,
-                              const char* name) {
+ScalarType binary_result_type(BinaryOp op, ScalarType a, ScalarType b, const char* name) {
   ScalarType rt = promote_types(a, b);
   if (op == BinaryOp::Div && !is_floating_point(rt)) rt = kFloat32;
   TG_CHECK(!(op == BinaryOp::Sub && rt == kBool), name,
@@ -53,21 +51,19 @@ ScalarType binary_result_type(BinaryOp op, ScalarType a, ScalarType b,
 // Runs kernel(backend, out, a', b') with a, b broadcast to one shape and cast
 // to rt's compute type, into a new tensor of dtype rt (a, b already checked).
 template <class K>
-Tensor broadcast_into_new(const Tensor& a, const Tensor& b, ScalarType rt, const char* name,
-                          K&& kernel) {
+Tensor broadcast_into_new(const Tensor& a, const Tensor& b, ScalarType rt, const char* name, K&& kernel) {
   IntList shape = broadcast_shapes(a.sizes(), b.sizes(), name);
   ScalarType ct = compute_type(rt);
   Tensor out = detail::new_empty(shape, ct, a.device());
-  kernel(kernels::backend(a.device(), name), out, raw::expand(cast(a, ct), shape),
-         raw::expand(cast(b, ct), shape));
+  kernel(kernels::backend(a.device(), name), out, raw::expand(cast(a, ct), shape), raw::expand(cast(b, ct), shape));
   return cast(out, rt);
 }
 
-Tensor binary_into_new(BinaryOp op, const Tensor& a, const Tensor& b,
-                       ScalarType rt, const char* name) {
+Tensor binary_into_new(BinaryOp op, const Tensor& a, const Tensor& b, ScalarType rt, const char* name) {
   return broadcast_into_new(a, b, rt, name,
-                            [op](const kernels::Backend& be, const Tensor& out, const Tensor& x,
-                                 const Tensor& y) { be.binary(op, out, x, y); });
+                            [op](const kernels::Backend& be, const Tensor& out, const Tensor& x, const Tensor& y) {
+                              be.binary(op, out, x, y);
+                            });
 }
 
 // A 0-dim CPU tensor may join an operation on another device (as in
@@ -85,8 +81,7 @@ Tensor binary(BinaryOp op, const Tensor& a_in, const Tensor& b_in) {
   Tensor a = a_in, b = b_in;
   to_one_device(a, b);
   detail::check_same_device(a, b, name);
-  return binary_into_new(op, a, b, binary_result_type(op, a.dtype(), b.dtype(), name),
-                         name);
+  return binary_into_new(op, a, b, binary_result_type(op, a.dtype(), b.dtype(), name), name);
 }
 
 // A 0-dim tensor holding s, typed and placed to pair with t (checked defined
@@ -137,18 +132,17 @@ Tensor compare(CompareOp op, const Tensor& a_in, const Tensor& b_in, const char*
   IntList shape = broadcast_shapes(a.sizes(), b.sizes(), name);
   ScalarType ct = compute_type(promote_types(a.dtype(), b.dtype()));
   Tensor out = detail::new_empty(shape, kBool, a.device());
-  kernels::backend(a.device(), name)
-      .compare(op, out, raw::expand(cast(a, ct), shape), raw::expand(cast(b, ct), shape));
+  kernels::backend(a.device(), name).compare(op, out, raw::expand(cast(a, ct), shape), raw::expand(cast(b, ct), shape));
   return out;
 }
 
 // Float-only ops give Float32 for Int64/Bool inputs (as PyTorch).
-Tensor unary(UnaryOp op, const Tensor& x, const char* name, bool float_only,
-             kernels::UnaryParams prm = {}) {
+Tensor unary(UnaryOp op, const Tensor& x, const char* name, bool float_only, kernels::UnaryParams prm = {}) {
   detail::check_defined(x, name);
   ScalarType rt = x.dtype();
   if (float_only && !is_floating_point(rt)) rt = kFloat32;
-  TG_CHECK(rt != kBool, name, ": Bool tensors are not supported; convert with "
+  TG_CHECK(rt != kBool, name,
+           ": Bool tensors are not supported; convert with "
            ".to(kInt64) first");
   ScalarType ct = compute_type(rt);
   Tensor out = detail::new_empty(x.sizes(), ct, x.device());
@@ -167,22 +161,19 @@ IntList inplace_shape(const Tensor& self, const Tensor& other, const char* name)
 
 // self op= other, in place: other broadcasts to self; the promoted dtype
 // must be castable to self's (no float -> integer, nothing -> Bool).
-const Tensor& inplace_binary(const Tensor& self, BinaryOp op, const Tensor& other,
-                       const char* name) {
+const Tensor& inplace_binary(const Tensor& self, BinaryOp op, const Tensor& other, const char* name) {
   detail::check_defined(self, name, "self");
   detail::check_defined(other, name, "other");
   detail::check_same_device(self, other, name);
   ScalarType rt = binary_result_type(op, self.dtype(), other.dtype(), name);
   bool castable = self.dtype() == rt || is_floating_point(self.dtype());
-  TG_CHECK(castable, name, ": result type ", rt,
-           " can't be cast to the desired output type ", self.dtype());
+  TG_CHECK(castable, name, ": result type ", rt, " can't be cast to the desired output type ", self.dtype());
   const IntList shape = inplace_shape(self, other, name);
   detail::check_writable(self, name);
   Tensor src = detail::may_overlap(self, other) ? other.clone() : other;
   ScalarType ct = compute_type(rt);
   if (self.dtype() == ct && ct == rt) {
-    kernels::backend(self.device(), name)
-        .binary(op, self, self, raw::expand(cast(src, ct), shape));
+    kernels::backend(self.device(), name).binary(op, self, self, raw::expand(cast(src, ct), shape));
   } else {
     Tensor r = binary_into_new(op, self, src, rt, name);
     kernels::backend(self.device(), name).copy(self, r);
@@ -214,9 +205,7 @@ namespace raw {
 static bool any_sparse(const Tensor& a, const Tensor& b) {
   return (a.defined() && a.is_sparse()) || (b.defined() && b.is_sparse());
 }
-static Scalar negated(Scalar a) {
-  return a.is_integral() ? Scalar(-a.to_int()) : Scalar(-a.to_double());
-}
+static Scalar negated(Scalar a) { return a.is_integral() ? Scalar(-a.to_int()) : Scalar(-a.to_double()); }
 
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
   if (any_sparse(a, b)) return sparse_add(a, b, alpha);
@@ -246,8 +235,8 @@ Tensor div(const Tensor& a, Scalar b) {
 Tensor pow(const Tensor& a, Scalar e) {
   detail::check_defined(a, "pow");
   TG_CHECK(!(e.is_integral() && e.to_int() < 0 && !is_floating_point(a.dtype())),
-           "pow: integers to negative integer powers are not allowed (",
-           a.dtype(), " tensor, exponent ", e.to_int(), ")");
+           "pow: integers to negative integer powers are not allowed (", a.dtype(), " tensor, exponent ", e.to_int(),
+           ")");
   return binary(BinaryOp::Pow, a, e);
 }
 Tensor pow(Scalar base, const Tensor& e) {
@@ -270,18 +259,17 @@ Tensor ge(const Tensor& a, Scalar b) { return raw::ge(a, scalar_like(b, a, "ge")
 
 // The plain unary ops: one definition per line of unary.def (neg of a
 // sparse tensor negates its values).
-#define TG_UNARY(name, Kernel, float_only, ...)                                  \
-  Tensor name(const Tensor& x) {                                                 \
+#define TG_UNARY(name, Kernel, float_only, ...)                                                    \
+  Tensor name(const Tensor& x) {                                                                   \
     if (UnaryOp::Kernel == UnaryOp::Neg && x.defined() && x.is_sparse()) return sparse_mul(x, -1); \
-    return unary(UnaryOp::Kernel, x, #name, float_only);                         \
+    return unary(UnaryOp::Kernel, x, #name, float_only);                                           \
   }
 #include <tapegrad/tensor/unary.def>
 #undef TG_UNARY
 Tensor gelu(const Tensor& x, const std::string& approximate) {
-  TG_CHECK(approximate == "none" || approximate == "tanh",
-           "gelu: approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
-  return unary(approximate == "tanh" ? UnaryOp::GeluTanh : UnaryOp::Gelu, x,
-               "gelu", true);
+  TG_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be \"none\" or \"tanh\", got \"",
+           approximate, "\"");
+  return unary(approximate == "tanh" ? UnaryOp::GeluTanh : UnaryOp::Gelu, x, "gelu", true);
 }
 Tensor softplus(const Tensor& x, double beta, double threshold) {
   TG_CHECK(beta != 0, "softplus: beta must be nonzero");
@@ -298,8 +286,14 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi
   Tensor in = x;
   bool float_bound = (lo && !lo->is_integral()) || (hi && !hi->is_integral());
   if (float_bound && !x.is_floating_point()) in = x.to(kFloat32);
-  if (lo) { p.a = lo->to_double(); p.has_a = true; }
-  if (hi) { p.b = hi->to_double(); p.has_b = true; }
+  if (lo) {
+    p.a = lo->to_double();
+    p.has_a = true;
+  }
+  if (hi) {
+    p.b = hi->to_double();
+    p.has_b = true;
+  }
   return unary(UnaryOp::Clamp, in, "clamp", false, p);
 }
 
@@ -307,17 +301,15 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   detail::check_defined(cond, "where", "condition");
   detail::check_defined(a, "where", "first value");
   detail::check_defined(b, "where", "second value");
-  TG_CHECK(cond.dtype() == kBool, "where: condition must be a Bool tensor, got ",
-           cond.dtype(), "; compare first (e.g. gt(x, 0))");
+  TG_CHECK(cond.dtype() == kBool, "where: condition must be a Bool tensor, got ", cond.dtype(),
+           "; compare first (e.g. gt(x, 0))");
   detail::check_same_device(cond, a, "where");
   detail::check_same_device(a, b, "where");
-  IntList shape = broadcast_shapes(
-      broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(), "where");
+  IntList shape = broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(), "where");
   ScalarType rt = promote_types(a.dtype(), b.dtype());
   Tensor out = detail::new_empty(shape, rt, a.device());
   kernels::backend(a.device(), "where")
-      .where(out, raw::expand(cond, shape), raw::expand(cast(a, rt), shape),
-             raw::expand(cast(b, rt), shape));
+      .where(out, raw::expand(cond, shape), raw::expand(cast(a, rt), shape), raw::expand(cast(b, rt), shape));
   return out;
 }
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
@@ -389,8 +381,7 @@ static bool add_scaled_(const Tensor& self, const Tensor& o, Scalar alpha, const
   const kernels::Backend& be = kernels::backend(self.device(), name);
   if (!be.add_scaled || o.device() != self.device() || o.dtype() != self.dtype() ||
       compute_type(self.dtype()) != self.dtype() || self.dtype() == kBool ||
-      promote_with_scalar(self.dtype(), alpha.is_integral()) != self.dtype() ||
-      detail::may_overlap(self, o))
+      promote_with_scalar(self.dtype(), alpha.is_integral()) != self.dtype() || detail::may_overlap(self, o))
     return false;
   const IntList shape = inplace_shape(self, o, name);
   detail::check_writable(self, name);
@@ -401,15 +392,13 @@ static bool add_scaled_(const Tensor& self, const Tensor& o, Scalar alpha, const
 }
 const Tensor& add_(const Tensor& self, const Tensor& o, Scalar alpha) {
   if (any_sparse(self, o)) return sparse_add_(self, o, alpha);
-  if (alpha.is_integral() && alpha.to_int() == 1)
-    return inplace_binary(self, BinaryOp::Add, o, "add_");
+  if (alpha.is_integral() && alpha.to_int() == 1) return inplace_binary(self, BinaryOp::Add, o, "add_");
   if (add_scaled_(self, o, alpha, "add_")) return self;
   return inplace_binary(self, BinaryOp::Add, raw::mul(o, alpha), "add_");
 }
 const Tensor& sub_(const Tensor& self, const Tensor& o, Scalar alpha) {
   if (any_sparse(self, o)) return sparse_add_(self, o, negated(alpha));
-  if (alpha.is_integral() && alpha.to_int() == 1)
-    return inplace_binary(self, BinaryOp::Sub, o, "sub_");
+  if (alpha.is_integral() && alpha.to_int() == 1) return inplace_binary(self, BinaryOp::Sub, o, "sub_");
   if (add_scaled_(self, o, negated(alpha), "sub_")) return self;
   return inplace_binary(self, BinaryOp::Sub, raw::mul(o, alpha), "sub_");
 }
@@ -438,13 +427,11 @@ Tensor activation_grad(const Tensor& g_in, const Tensor& x_in, Activation act, i
   Tensor g = g_in, x = x_in;
   to_one_device(g, x);
   detail::check_same_device(g, x, name);
-  TG_CHECK(g.is_floating_point() && x.is_floating_point(), name,
-           ": g and x must be floating point, got ", g.dtype(), " and ", x.dtype());
+  TG_CHECK(g.is_floating_point() && x.is_floating_point(), name, ": g and x must be floating point, got ", g.dtype(),
+           " and ", x.dtype());
   return broadcast_into_new(g, x, promote_types(g.dtype(), x.dtype()), name,
-                            [act, order](const kernels::Backend& be, const Tensor& out,
-                                         const Tensor& gb, const Tensor& xb) {
-                              be.activation_grad(act, order, out, gb, xb);
-                            });
+                            [act, order](const kernels::Backend& be, const Tensor& out, const Tensor& gb,
+                                         const Tensor& xb) { be.activation_grad(act, order, out, gb, xb); });
 }
 
 const Tensor& copy_(const Tensor& self, const Tensor& src, bool non_blocking) {
@@ -474,19 +461,18 @@ const Tensor& copy_(const Tensor& self, const Tensor& src, bool non_blocking) {
 }  // namespace raw
 
 namespace detail {
-Tensor activation_grad_product(const Tensor& g, const Tensor& g2, const Tensor& x, Activation act,
-                               int order) {
+Tensor activation_grad_product(const Tensor& g, const Tensor& g2, const Tensor& x, Activation act, int order) {
   const char* name = "activation_grad";
   const kernels::Backend& be = kernels::backend(x.device(), name);
-  if (!be.activation_grad_product || g.device() != x.device() || g2.device() != x.device() ||
-      !g.is_floating_point() || !g2.is_floating_point() || !x.is_floating_point())
+  if (!be.activation_grad_product || g.device() != x.device() || g2.device() != x.device() || !g.is_floating_point() ||
+      !g2.is_floating_point() || !x.is_floating_point())
     return raw::activation_grad(raw::mul(g, g2), x, act, order);
   const ScalarType rt = promote_types(promote_types(g.dtype(), g2.dtype()), x.dtype());
   const ScalarType ct = compute_type(rt);
   const IntList shape = broadcast_shapes(broadcast_shapes(g.sizes(), g2.sizes(), name), x.sizes(), name);
   Tensor out = new_empty(shape, ct, x.device());
-  be.activation_grad_product(act, order, out, raw::expand(cast(g, ct), shape),
-                             raw::expand(cast(g2, ct), shape), raw::expand(cast(x, ct), shape));
+  be.activation_grad_product(act, order, out, raw::expand(cast(g, ct), shape), raw::expand(cast(g2, ct), shape),
+                             raw::expand(cast(x, ct), shape));
   return cast(out, rt);
 }
 }  // namespace detail

@@ -49,9 +49,7 @@ void manual_seed(uint64_t seed) {
   g_offset = 0;
 }
 
-Tensor empty(const IntList& sizes, TensorOptions o) {
-  return finish(make(sizes, o, "empty"), o);
-}
+Tensor empty(const IntList& sizes, TensorOptions o) { return finish(make(sizes, o, "empty"), o); }
 
 Tensor full(const IntList& sizes, Scalar v, TensorOptions o) {
   Tensor t = make(sizes, o, "full");
@@ -61,15 +59,12 @@ Tensor full(const IntList& sizes, Scalar v, TensorOptions o) {
 Tensor zeros(const IntList& sizes, TensorOptions o) { return full(sizes, 0, o); }
 Tensor ones(const IntList& sizes, TensorOptions o) { return full(sizes, 1, o); }
 
-static Tensor random_tensor(const IntList& sizes, TensorOptions o, bool normal,
-                            const char* op) {
-  TG_CHECK(is_floating_point(o.dtype()), op,
-           ": expected a floating-point dtype, got ", o.dtype());
+static Tensor random_tensor(const IntList& sizes, TensorOptions o, bool normal, const char* op) {
+  TG_CHECK(is_floating_point(o.dtype()), op, ": expected a floating-point dtype, got ", o.dtype());
   Tensor t = make(sizes, o.dtype(detail::compute_type(o.dtype())), op);
   const int64_t* state = nullptr;
   uint64_t rel = 0;
-  if (t.is_cuda() && t.numel() &&
-      cuda::detail::capture_random(t.device().index(), uint64_t(t.numel()), &state, &rel)) {
+  if (t.is_cuda() && t.numel() && cuda::detail::capture_random(t.device().index(), uint64_t(t.numel()), &state, &rel)) {
     kernels::backend(t.device(), op).random_from_state(t, normal, state, rel);
     return finish(detail::cast(t, o.dtype()), o);
   }
@@ -80,22 +75,16 @@ static Tensor random_tensor(const IntList& sizes, TensorOptions o, bool normal,
   }
   return finish(detail::cast(t, o.dtype()), o);
 }
-Tensor rand(const IntList& sizes, TensorOptions o) {
-  return random_tensor(sizes, o, false, "rand");
-}
-Tensor randn(const IntList& sizes, TensorOptions o) {
-  return random_tensor(sizes, o, true, "randn");
-}
+Tensor rand(const IntList& sizes, TensorOptions o) { return random_tensor(sizes, o, false, "rand"); }
+Tensor randn(const IntList& sizes, TensorOptions o) { return random_tensor(sizes, o, true, "randn"); }
 
 Tensor tensor(const std::vector<double>& values, const IntList& sizes, TensorOptions o) {
   IntList shape = sizes.empty() ? IntList{int64_t(values.size())} : sizes;
   check_sizes(shape, "tensor");
-  TG_CHECK(shape_numel(shape) == int64_t(values.size()), "tensor: ", values.size(),
-           " values do not fill shape ", shape_str(shape), " (",
-           shape_numel(shape), " elements)");
+  TG_CHECK(shape_numel(shape) == int64_t(values.size()), "tensor: ", values.size(), " values do not fill shape ",
+           shape_str(shape), " (", shape_numel(shape), " elements)");
   Tensor t = detail::new_empty(shape, kFloat64, Device(kCPU));
-  if (!values.empty())
-    std::copy(values.begin(), values.end(), t.data_ptr<double>());
+  if (!values.empty()) std::copy(values.begin(), values.end(), t.data_ptr<double>());
   return finish(raw::to(raw::to(t, o.device()), o.dtype()), o);
 }
 
@@ -108,8 +97,7 @@ Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions o) {
   if (!o.has_dtype()) o = o.dtype(integral ? kInt64 : kFloat32);
   double s = start.to_double(), e = end.to_double(), st = step.to_double();
   TG_CHECK(st != 0, "arange: step must be nonzero");
-  TG_CHECK((st > 0 && e >= s) || (st < 0 && e <= s),
-           "arange: upper bound ", e, " and lower bound ", s,
+  TG_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "arange: upper bound ", e, " and lower bound ", s,
            " are inconsistent with step sign ", st);
   int64_t n = int64_t(std::ceil((e - s) / st));
   std::vector<double> v(static_cast<size_t>(n));
@@ -126,8 +114,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
     double step = (end - start) / double(steps - 1);
     int64_t half = steps / 2;  // fill from both ends for symmetric rounding
     for (int64_t i = 0; i < steps; ++i)
-      v[size_t(i)] = i < half ? start + step * double(i)
-                              : end - step * double(steps - 1 - i);
+      v[size_t(i)] = i < half ? start + step * double(i) : end - step * double(steps - 1 - i);
   }
   return tensor(v, {steps}, o);
 }

@@ -12,24 +12,21 @@ namespace {
 
 void check_index_tensor(const Tensor& index, const char* op) {
   detail::check_defined(index, op, "index");
-  TG_CHECK(index.dtype() == kInt64, op, ": index must be an Int64 tensor, got ",
-           index.dtype());
+  TG_CHECK(index.dtype() == kInt64, op, ": index must be an Int64 tensor, got ", index.dtype());
 }
 
 // All index values in [0, size); names the first bad one.
 void check_index_range(const Tensor& index, int64_t size, int64_t dim, const char* op) {
   if (index.numel() == 0) return;
   int64_t lo = 0, hi = 0;
-  if (!index.impl()->storage()->known_index_range(index.impl()->version_counter().get(), index.version(), &lo,
-                                                   &hi)) {
+  if (!index.impl()->storage()->known_index_range(index.impl()->version_counter().get(), index.version(), &lo, &hi)) {
     if (index.is_cuda())  // the range is read on the host: name the op, not item
       cuda::detail::check_not_capturing(op, index.device().index());
     lo = amin(index).item<int64_t>();
     hi = amax(index).item<int64_t>();
   }
   int64_t bad = lo < 0 ? lo : hi;
-  TG_CHECK(lo >= 0 && hi < size, op, ": index ", bad,
-           " is out of range for dim ", dim, " with size ", size);
+  TG_CHECK(lo >= 0 && hi < size, op, ": index ", bad, " is out of range for dim ", dim, " with size ", size);
 }
 
 }  // namespace
@@ -42,8 +39,8 @@ Tensor detail::index_tensor(const std::vector<int64_t>& v, Device device) {
   Tensor t = device.is_cpu() ? cpu : cpu.pin_memory().to(device, /*non_blocking=*/true);
   if (!v.empty())
     t.impl()->storage()->set_known_index_range(*std::min_element(v.begin(), v.end()),
-                                               *std::max_element(v.begin(), v.end()),
-                                               t.impl()->version_counter().get(), t.version());
+                                               *std::max_element(v.begin(), v.end()), t.impl()->version_counter().get(),
+                                               t.version());
   return t;
 }
 
@@ -51,17 +48,17 @@ namespace detail {
 
 void scatter_add_into(const Tensor& out, int64_t d, const Tensor& index, const Tensor& src) {
   if (index.numel() == 0) return;
-  if (out.is_cuda() && are_deterministic_algorithms_enabled())
-    scatter_add_sorted(out, d, index, src);
-  else
-    kernels::backend(out.device(), "scatter_add").scatter_add(out, d, index, src);  // atomics on a GPU
+  if (out.is_cuda() && are_deterministic_algorithms_enabled()) scatter_add_sorted(out, d, index, src);
+  else kernels::backend(out.device(), "scatter_add").scatter_add(out, d, index, src);  // atomics on a GPU
 }
 
 void scatter_add_sorted(const Tensor& out, int64_t d, const Tensor& index, const Tensor& src) {
   if (index.numel() == 0) return;
   if (out.is_cuda())  // the sorted sum reads its unique count on the host
-    cuda::detail::check_not_capturing("scatter_add (deterministic mode: a sorted sum that reads "
-                                      "its count on the host)", out.device().index());
+    cuda::detail::check_not_capturing(
+        "scatter_add (deterministic mode: a sorted sum that reads "
+        "its count on the host)",
+        out.device().index());
   // The flattened targets below would land a bad index in another row:
   // the range is checked here (the sorted sum reads the host anyway).
   check_index_range(index, out.sizes()[size_t(d)], d, "scatter_add");
@@ -79,8 +76,8 @@ void scatter_add_sorted(const Tensor& out, int64_t d, const Tensor& index, const
     target = raw::add(target, raw::view(coord, shape));
   }
   const int64_t n = index.numel();
-  Tensor vals = raw::reshape(raw::contiguous(raw::as_strided(src, index.sizes(), src.strides(),
-                                                             src.storage_offset())), {n, 1});
+  Tensor vals =
+      raw::reshape(raw::contiguous(raw::as_strided(src, index.sizes(), src.strides(), src.storage_offset())), {n, 1});
   // A stable sort of the targets and one sum per target in element order
   // (coalesce), then one addition per distinct target: no two threads add
   // to one address, so the result is the same on every run.
@@ -97,7 +94,8 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
   TG_CHECK(!ts.empty(), "cat: expected a non-empty list of tensors");
   const Tensor& t0 = ts[0];
   detail::check_defined(t0, "cat", "tensor 0");
-  TG_CHECK(t0.dim() > 0, "cat: zero-dimensional tensor 0 cannot be concatenated; "
+  TG_CHECK(t0.dim() > 0,
+           "cat: zero-dimensional tensor 0 cannot be concatenated; "
            "use stack or unsqueeze first");
   int64_t d = detail::wrap_dim(dim, t0.dim(), "cat", t0.sizes());
   ScalarType rt = t0.dtype();
@@ -106,14 +104,12 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
     const Tensor& t = ts[i];
     detail::check_defined(t, "cat", "a tensor in the list");
     detail::check_same_device(t0, t, "cat");
-    TG_CHECK(t.dim() == t0.dim(), "cat: tensor ", i, " has shape ",
-             shape_str(t.sizes()), " but tensor 0 has ", shape_str(t0.sizes()),
-             " (different number of dims)");
+    TG_CHECK(t.dim() == t0.dim(), "cat: tensor ", i, " has shape ", shape_str(t.sizes()), " but tensor 0 has ",
+             shape_str(t0.sizes()), " (different number of dims)");
     for (int64_t k = 0; k < t.dim(); ++k)
-      TG_CHECK(k == d || t.sizes()[k] == t0.sizes()[k],
-               "cat: sizes of tensors must match except in dim ", d, "; tensor ", i,
-               " has shape ", shape_str(t.sizes()), " but tensor 0 has ",
-               shape_str(t0.sizes()), " (dim ", k, ")");
+      TG_CHECK(k == d || t.sizes()[k] == t0.sizes()[k], "cat: sizes of tensors must match except in dim ", d,
+               "; tensor ", i, " has shape ", shape_str(t.sizes()), " but tensor 0 has ", shape_str(t0.sizes()),
+               " (dim ", k, ")");
     total += t.sizes()[d];
     rt = promote_types(rt, t.dtype());
   }
@@ -139,10 +135,8 @@ Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
   for (size_t i = 0; i < ts.size(); ++i) {
     detail::check_defined(ts[i], "stack", "a tensor in the list");
     detail::check_same_device(ts[0], ts[i], "stack");
-    TG_CHECK(ts[i].sizes() == ts[0].sizes(),
-             "stack: expected each tensor to be equal size, but got ",
-             shape_str(ts[0].sizes()), " at entry 0 and ", shape_str(ts[i].sizes()),
-             " at entry ", i);
+    TG_CHECK(ts[i].sizes() == ts[0].sizes(), "stack: expected each tensor to be equal size, but got ",
+             shape_str(ts[0].sizes()), " at entry 0 and ", shape_str(ts[i].sizes()), " at entry ", i);
     parts.push_back(ts[i].unsqueeze(d));
   }
   return raw::cat(parts, d);
@@ -152,22 +146,22 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   detail::check_defined(x, "index_select");
   check_index_tensor(index, "index_select");
   detail::check_same_device(x, index, "index_select");
-  TG_CHECK(index.dim() <= 1, "index_select: index must be 0-D or 1-D, got shape ",
-           shape_str(index.sizes()));
+  TG_CHECK(index.dim() <= 1, "index_select: index must be 0-D or 1-D, got shape ", shape_str(index.sizes()));
   Tensor xs = x.dim() == 0 ? x.reshape({1}) : x;
   int64_t d = detail::wrap_dim(dim, xs.dim(), "index_select", x.sizes());
   int64_t n = xs.sizes()[d];
   check_index_range(index, n, d, "index_select");
   int64_t outer = 1, inner = 1, m = index.numel();
-  for (int64_t k = 0; k < d; ++k) outer *= xs.sizes()[k];
-  for (int64_t k = d + 1; k < xs.dim(); ++k) inner *= xs.sizes()[k];
+  for (int64_t k = 0; k < d; ++k)
+    outer *= xs.sizes()[k];
+  for (int64_t k = d + 1; k < xs.dim(); ++k)
+    inner *= xs.sizes()[k];
   IntList shape = xs.sizes();
   shape[d] = m;
   Tensor out = detail::new_empty(shape, x.dtype(), x.device());
   if (out.numel() > 0)
     kernels::backend(x.device(), "index_select")
-        .index_select(out.view({outer, m, inner}),
-                      xs.contiguous().view({outer, n, inner}), index.contiguous());
+        .index_select(out.view({outer, m, inner}), xs.contiguous().view({outer, n, inner}), index.contiguous());
   return x.dim() == 0 ? out.view({}) : out;
 }
 
@@ -175,14 +169,15 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   detail::check_defined(x, "gather");
   check_index_tensor(index, "gather");
   detail::check_same_device(x, index, "gather");
-  TG_CHECK(index.dim() == x.dim(), "gather: index must have the same number of dims "
-           "as the input (", x.dim(), "), got index shape ", shape_str(index.sizes()));
+  TG_CHECK(index.dim() == x.dim(),
+           "gather: index must have the same number of dims "
+           "as the input (",
+           x.dim(), "), got index shape ", shape_str(index.sizes()));
   if (x.dim() == 0) return x.clone();
   int64_t d = detail::wrap_dim(dim, x.dim(), "gather", x.sizes());
   for (int64_t k = 0; k < x.dim(); ++k)
-    TG_CHECK(k == d || index.sizes()[k] <= x.sizes()[k], "gather: index shape ",
-             shape_str(index.sizes()), " is larger than input shape ",
-             shape_str(x.sizes()), " at dim ", k);
+    TG_CHECK(k == d || index.sizes()[k] <= x.sizes()[k], "gather: index shape ", shape_str(index.sizes()),
+             " is larger than input shape ", shape_str(x.sizes()), " at dim ", k);
   check_index_range(index, x.sizes()[d], d, "gather");
   Tensor out = detail::new_empty(index.sizes(), x.dtype(), x.device());
   IntList st = x.strides();
@@ -199,21 +194,16 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   check_index_tensor(index, "scatter_add");
   detail::check_same_device(x, index, "scatter_add");
   detail::check_same_device(x, src, "scatter_add");
-  TG_CHECK(src.dtype() == x.dtype(), "scatter_add: src dtype ", src.dtype(),
-           " doesn't match self dtype ", x.dtype());
-  TG_CHECK(index.dim() == x.dim() && src.dim() == x.dim(),
-           "scatter_add: self ", shape_str(x.sizes()), ", index ",
-           shape_str(index.sizes()), " and src ", shape_str(src.sizes()),
-           " must have the same number of dims");
+  TG_CHECK(src.dtype() == x.dtype(), "scatter_add: src dtype ", src.dtype(), " doesn't match self dtype ", x.dtype());
+  TG_CHECK(index.dim() == x.dim() && src.dim() == x.dim(), "scatter_add: self ", shape_str(x.sizes()), ", index ",
+           shape_str(index.sizes()), " and src ", shape_str(src.sizes()), " must have the same number of dims");
   if (x.dim() == 0) return raw::add(x, src);
   int64_t d = detail::wrap_dim(dim, x.dim(), "scatter_add", x.sizes());
   for (int64_t k = 0; k < x.dim(); ++k) {
-    TG_CHECK(index.sizes()[k] <= src.sizes()[k], "scatter_add: index shape ",
-             shape_str(index.sizes()), " is larger than src shape ",
-             shape_str(src.sizes()), " at dim ", k);
-    TG_CHECK(k == d || index.sizes()[k] <= x.sizes()[k], "scatter_add: index shape ",
-             shape_str(index.sizes()), " is larger than self shape ",
-             shape_str(x.sizes()), " at dim ", k);
+    TG_CHECK(index.sizes()[k] <= src.sizes()[k], "scatter_add: index shape ", shape_str(index.sizes()),
+             " is larger than src shape ", shape_str(src.sizes()), " at dim ", k);
+    TG_CHECK(k == d || index.sizes()[k] <= x.sizes()[k], "scatter_add: index shape ", shape_str(index.sizes()),
+             " is larger than self shape ", shape_str(x.sizes()), " at dim ", k);
   }
   check_index_range(index, x.sizes()[d], d, "scatter_add");
   ScalarType ct = detail::compute_type(x.dtype());

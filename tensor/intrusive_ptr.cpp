@@ -26,8 +26,7 @@ thread_local Deferred t_deferred;
 
 Deferred::~Deferred() { t_dead = true; }
 
-template <class F>
-void drain(F&& first) noexcept {
+template <class F> void drain(F&& first) noexcept {
   t_draining = true;
   first();
   Deferred& q = t_deferred;

@@ -17,8 +17,7 @@ namespace tg::kernels {
 
 // Calls f(T{}) with T the C++ type of a compute dtype (float, double,
 // int64_t); the CPU and CUDA backends both dispatch through it.
-template <class F>
-void dispatch_compute(ScalarType t, const char* op, F&& f) {
+template <class F> void dispatch_compute(ScalarType t, const char* op, F&& f) {
   switch (t) {
     case ScalarType::Float32: f(float{}); return;
     case ScalarType::Float64: f(double{}); return;
@@ -29,8 +28,7 @@ void dispatch_compute(ScalarType t, const char* op, F&& f) {
 
 // Calls f(U{}) with U the unsigned integer type of `bytes` (1, 2, 4 or 8):
 // for kernels that only move elements (where, gather, index_select, fill).
-template <class F>
-void dispatch_bytes(size_t bytes, F&& f) {
+template <class F> void dispatch_bytes(size_t bytes, F&& f) {
   switch (bytes) {
     case 1: f(uint8_t{}); return;
     case 2: f(uint16_t{}); return;
@@ -47,7 +45,10 @@ enum class UnaryOp {
 #define TG_UNARY(name, Kernel, ...) Kernel,
 #include <tapegrad/tensor/unary.def>
 #undef TG_UNARY
-  Gelu, GeluTanh, Softplus, Clamp
+  Gelu,
+  GeluTanh,
+  Softplus,
+  Clamp
 };
 enum class ReduceOp { Sum, Max, Min };
 // The activations whose derivatives have fused kernels (activation_grad).
@@ -137,8 +138,7 @@ struct Backend {
   void (*compare)(CompareOp, const Tensor& out, const Tensor& a, const Tensor& b);
   void (*unary)(UnaryOp, const Tensor& out, const Tensor& x, const UnaryParams&);
   // cond is Bool; out, a, b share any dtype (bytes are moved).
-  void (*where)(const Tensor& out, const Tensor& cond, const Tensor& a,
-                const Tensor& b);
+  void (*where)(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
   // out has x's rank with size 1 in the reduced dims (keepdim shape).
   void (*reduce)(ReduceOp, const Tensor& out, const Tensor& x);
   // out[b] = a[b] @ b[b]; a: [B, n, k], b: [B, k, m], out: [B, n, m] contiguous.
@@ -154,8 +154,7 @@ struct Backend {
   // stride 0 on dim, dim_size and dim_stride = x's size and stride on dim
   // (elements). Any dtype. Index kernels check every index where they run
   // (the CPU throws; CUDA skips it and reports at the next synchronization).
-  void (*gather)(const Tensor& out, const Tensor& x, const Tensor& index,
-                 int64_t dim_size, int64_t dim_stride);
+  void (*gather)(const Tensor& out, const Tensor& x, const Tensor& index, int64_t dim_size, int64_t dim_stride);
   // Indices that were checked once and may have changed since (a sparse
   // tensor's, through _indices()): index Int64 1-D. CUDA only (the CPU
   // checks on the host): every index outside [0, size) is reported at the
@@ -163,8 +162,7 @@ struct Backend {
   // nothing is read but the index.
   void (*report_bad_indices)(const Tensor& index, int64_t size);
   // out (already a copy of self) [index along dim] += src; out contiguous.
-  void (*scatter_add)(const Tensor& out, int64_t dim, const Tensor& index,
-                      const Tensor& src);
+  void (*scatter_add)(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src);
   // Philox streams; see tensor/random.h for the element mapping.
   void (*uniform)(const Tensor& out, uint64_t seed, uint64_t offset);
   void (*normal)(const Tensor& out, uint64_t seed, uint64_t offset);
@@ -177,12 +175,11 @@ struct Backend {
   // when the host side allows it.
   void (*copy_across)(const Tensor& dst, const Tensor& src, bool non_blocking);
   // out = g * act^(order)(x), order in 0..kMaxFusedActivationOrder; Float32/64.
-  void (*activation_grad)(Activation act, int order, const Tensor& out, const Tensor& g,
-                          const Tensor& x);
+  void (*activation_grad)(Activation act, int order, const Tensor& out, const Tensor& g, const Tensor& x);
   // out = (g * g2) * act^(order)(x) in one pass (the unrecorded backward of
   // activation_grad); optional (null: mul, then activation_grad).
-  void (*activation_grad_product)(Activation act, int order, const Tensor& out, const Tensor& g,
-                                  const Tensor& g2, const Tensor& x);
+  void (*activation_grad_product)(Activation act, int order, const Tensor& out, const Tensor& g, const Tensor& g2,
+                                  const Tensor& x);
   // Taylor mode at order 2, one pass (autograd/ops/taylor.h): x [k + q, S]
   // contiguous holds the first (k rows) and second (q rows) coefficients,
   // d the op's first two derivatives d1, d2 [S] (Taylor2Derivatives);
@@ -209,13 +206,12 @@ struct Backend {
   // (rows with one index summed in their original order). May sync the host
   // to learn u, unless the indices are known to be unique (unique: then u =
   // nnz and nothing is read on the host, so it can be captured).
-  void (*coalesce)(const Tensor& lin, const Tensor& values, const IntList& sparse_sizes,
-                   Tensor& out_indices, Tensor& out_values, bool unique);
+  void (*coalesce)(const Tensor& lin, const Tensor& values, const IntList& sparse_sizes, Tensor& out_indices,
+                   Tensor& out_values, bool unique);
   // out [n, k] = S @ dense, S [n, m] coalesced: rows, cols Int64 [nnz]
   // (sorted by row), values [nnz]; dense [m, k]; all contiguous, one
   // floating compute dtype; out contiguous (written, not accumulated).
-  void (*spmm)(const Tensor& out, const Tensor& rows, const Tensor& cols, const Tensor& values,
-               const Tensor& dense);
+  void (*spmm)(const Tensor& out, const Tensor& rows, const Tensor& cols, const Tensor& values, const Tensor& dense);
   // Optional (null: the optimizers run their per-tensor ops). Adam/AdamW:
   // state1 = m, state2 = v, state3 = max v (amsgrad). SGD: state1 = the
   // momentum buffer (a step count of 1 initialises it with the gradient).
@@ -246,6 +242,5 @@ Allocator* cuda_pinned_allocator();
 namespace tg::detail {
 // (g * g2) * act^(order)(x), broadcast, not recorded: one kernel where the
 // backend has activation_grad_product, else mul then activation_grad.
-Tensor activation_grad_product(const Tensor& g, const Tensor& g2, const Tensor& x, Activation act,
-                               int order);
+Tensor activation_grad_product(const Tensor& g, const Tensor& g2, const Tensor& x, Activation act, int order);
 }  // namespace tg::detail

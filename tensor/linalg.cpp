@@ -14,9 +14,8 @@ void check_gemm_operands(const Tensor& a, const Tensor& b, const char* op) {
   detail::check_defined(a, op, "first operand");
   detail::check_defined(b, op, "second operand");
   detail::check_same_device(a, b, op);
-  TG_CHECK(a.dtype() == b.dtype(), op,
-           ": expected both operands to have the same dtype, got ", a.dtype(),
-           " and ", b.dtype(), "; convert one with .to(dtype)");
+  TG_CHECK(a.dtype() == b.dtype(), op, ": expected both operands to have the same dtype, got ", a.dtype(), " and ",
+           b.dtype(), "; convert one with .to(dtype)");
   TG_CHECK(a.dtype() != kBool, op, ": Bool tensors are not supported");
 }
 
@@ -26,9 +25,9 @@ std::atomic<uint64_t> g_gemm_flops{0};
 
 Tensor bmm_impl(const Tensor& a, const Tensor& b, const char* op) {
   g_gemm_calls.fetch_add(1, std::memory_order_relaxed);
-  g_gemm_flops.fetch_add(2 * uint64_t(a.sizes()[0]) * uint64_t(a.sizes()[1]) *
-                             uint64_t(a.sizes()[2]) * uint64_t(b.sizes()[2]),
-                         std::memory_order_relaxed);
+  g_gemm_flops.fetch_add(
+      2 * uint64_t(a.sizes()[0]) * uint64_t(a.sizes()[1]) * uint64_t(a.sizes()[2]) * uint64_t(b.sizes()[2]),
+      std::memory_order_relaxed);
   ScalarType rt = a.dtype(), ct = compute_type(rt);
   IntList shape{a.sizes()[0], a.sizes()[1], b.sizes()[2]};
   Tensor out = detail::new_empty(shape, ct, a.device());
@@ -36,10 +35,9 @@ Tensor bmm_impl(const Tensor& a, const Tensor& b, const char* op) {
   return cast(out, rt);
 }
 
-void check_inner(const Tensor& a, const Tensor& b, int64_t ka, int64_t kb,
-                 const char* op) {
-  TG_CHECK(ka == kb, op, ": cannot multiply ", shape_str(a.sizes()), " by ",
-           shape_str(b.sizes()), " (", ka, " != ", kb, ")");
+void check_inner(const Tensor& a, const Tensor& b, int64_t ka, int64_t kb, const char* op) {
+  TG_CHECK(ka == kb, op, ": cannot multiply ", shape_str(a.sizes()), " by ", shape_str(b.sizes()), " (", ka, " != ", kb,
+           ")");
 }
 
 }  // namespace
@@ -52,18 +50,18 @@ uint64_t gemm_flops() { return g_gemm_flops.load(std::memory_order_relaxed); }
 Tensor mm(const Tensor& a, const Tensor& b) {
   if (a.defined() && a.is_sparse()) return sparse_mm(a, b);
   check_gemm_operands(a, b, "mm");
-  TG_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D tensors, got ",
-           shape_str(a.sizes()), " and ", shape_str(b.sizes()));
+  TG_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D tensors, got ", shape_str(a.sizes()), " and ",
+           shape_str(b.sizes()));
   check_inner(a, b, a.sizes()[1], b.sizes()[0], "mm");
   return bmm_impl(a.unsqueeze(0), b.unsqueeze(0), "mm").squeeze(0);
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
   check_gemm_operands(a, b, "bmm");
-  TG_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D tensors, got ",
-           shape_str(a.sizes()), " and ", shape_str(b.sizes()));
-  TG_CHECK(a.sizes()[0] == b.sizes()[0], "bmm: batch sizes differ: ",
-           shape_str(a.sizes()), " and ", shape_str(b.sizes()));
+  TG_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D tensors, got ", shape_str(a.sizes()), " and ",
+           shape_str(b.sizes()));
+  TG_CHECK(a.sizes()[0] == b.sizes()[0], "bmm: batch sizes differ: ", shape_str(a.sizes()), " and ",
+           shape_str(b.sizes()));
   check_inner(a, b, a.sizes()[2], b.sizes()[1], "bmm");
   return bmm_impl(a, b, "bmm");
 }
@@ -72,16 +70,14 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (a.defined() && a.is_sparse()) return sparse_mm(a, b, "matmul");
   check_gemm_operands(a, b, "matmul");
   int64_t da = a.dim(), db = b.dim();
-  TG_CHECK(da >= 1 && db >= 1, "matmul: both arguments need at least 1 dimension, got ",
-           shape_str(a.sizes()), " and ", shape_str(b.sizes()));
+  TG_CHECK(da >= 1 && db >= 1, "matmul: both arguments need at least 1 dimension, got ", shape_str(a.sizes()), " and ",
+           shape_str(b.sizes()));
   int64_t ka = a.sizes()[size_t(da - 1)];
   int64_t kb = db == 1 ? b.sizes()[0] : b.sizes()[size_t(db - 2)];
   check_inner(a, b, ka, kb, "matmul");
-  if (da == 1 && db == 1)
-    return bmm_impl(a.view({1, 1, ka}), b.view({1, ka, 1}), "matmul").view({});
+  if (da == 1 && db == 1) return bmm_impl(a.view({1, 1, ka}), b.view({1, ka, 1}), "matmul").view({});
   if (da == 2 && db == 2) return bmm_impl(a.unsqueeze(0), b.unsqueeze(0), "matmul").squeeze(0);
-  if (da == 1 && db == 2)
-    return bmm_impl(a.view({1, 1, ka}), b.unsqueeze(0), "matmul").view({b.sizes()[1]});
+  if (da == 1 && db == 2) return bmm_impl(a.view({1, 1, ka}), b.unsqueeze(0), "matmul").view({b.sizes()[1]});
   if (db == 1) {  // [..., n, k] @ [k] -> [..., n]
     IntList out_shape(a.sizes().begin(), a.sizes().end() - 1);
     Tensor a2 = a.reshape({1, -1, ka});
@@ -103,8 +99,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   ea.insert(ea.end(), {n, ka});
   eb.insert(eb.end(), {kb, m});
   int64_t nb = shape_numel(batch);
-  Tensor r = bmm_impl(a3.expand(ea).reshape({nb, n, ka}),
-                      b.expand(eb).reshape({nb, kb, m}), "matmul");
+  Tensor r = bmm_impl(a3.expand(ea).reshape({nb, n, ka}), b.expand(eb).reshape({nb, kb, m}), "matmul");
   IntList out_shape = batch;
   if (da != 1) out_shape.push_back(n);
   out_shape.push_back(m);
@@ -114,19 +109,16 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   detail::check_defined(x, "linear", "input");
   detail::check_defined(w, "linear", "weight");
-  TG_CHECK(w.dim() == 2, "linear: weight must be 2-D [out_features, in_features], got ",
-           shape_str(w.sizes()));
-  TG_CHECK(x.dim() >= 1 && x.sizes().back() == w.sizes()[1], "linear: input shape ",
-           shape_str(x.sizes()), " doesn't match weight ", shape_str(w.sizes()),
-           " (in_features ", w.sizes()[1], ")");
+  TG_CHECK(w.dim() == 2, "linear: weight must be 2-D [out_features, in_features], got ", shape_str(w.sizes()));
+  TG_CHECK(x.dim() >= 1 && x.sizes().back() == w.sizes()[1], "linear: input shape ", shape_str(x.sizes()),
+           " doesn't match weight ", shape_str(w.sizes()), " (in_features ", w.sizes()[1], ")");
   TG_CHECK(x.dtype() == w.dtype(), "linear: input (", x.dtype(), ") and weight (", w.dtype(),
            ") must have the same dtype; convert one with .to(dtype)");
   detail::check_same_device(x, w, "linear");
   if (b.defined()) detail::check_same_device(x, b, "linear");
   if (b.defined())
-    TG_CHECK(b.dim() == 1 && b.sizes()[0] == w.sizes()[0], "linear: bias shape ",
-             shape_str(b.sizes()), " doesn't match weight ", shape_str(w.sizes()),
-             " (out_features ", w.sizes()[0], ")");
+    TG_CHECK(b.dim() == 1 && b.sizes()[0] == w.sizes()[0], "linear: bias shape ", shape_str(b.sizes()),
+             " doesn't match weight ", shape_str(w.sizes()), " (out_features ", w.sizes()[0], ")");
   Tensor y = raw::matmul(x, w.t());
   return b.defined() ? raw::add(y, b) : y;
 }

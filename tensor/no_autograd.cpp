@@ -9,7 +9,8 @@ namespace tg::no_autograd {
 
 namespace {
 [[noreturn]] void needs_autograd(const char* op) {
-  TG_CHECK(false, op, ": needs the autograd layer, which this program does not link; "
+  TG_CHECK(false, op,
+           ": needs the autograd layer, which this program does not link; "
            "link tapegrad::tapegrad (not only tapegrad::tensor)");
   std::abort();
 }
@@ -36,9 +37,7 @@ bool retains_grad(const Tensor&) { return false; }
 void backward(const Tensor&, const Tensor&, std::optional<bool>, bool, const std::vector<Tensor>&) {
   needs_autograd("backward");
 }
-HookHandle register_hook(const Tensor&, std::function<Tensor(const Tensor&)>) {
-  needs_autograd("register_hook");
-}
+HookHandle register_hook(const Tensor&, std::function<Tensor(const Tensor&)>) { needs_autograd("register_hook"); }
 HookHandle register_post_accumulate_grad_hook(const Tensor&, std::function<void(const Tensor&)>) {
   needs_autograd("register_post_accumulate_grad_hook");
 }

@@ -26,8 +26,7 @@ namespace tg::detail {
 namespace op_sig {
 #define TG_D(...)
 #define TG_OP0(ret, name, id, form) TG_IF_AUTOGRAD_##form(ret id(const Tensor& self);)
-#define TG_OP(ret, name, id, extras, args, form) \
-  TG_IF_AUTOGRAD_##form(ret id(const Tensor& self, TG_UNPAREN extras);)
+#define TG_OP(ret, name, id, extras, args, form) TG_IF_AUTOGRAD_##form(ret id(const Tensor& self, TG_UNPAREN extras);)
 #define TG_FN(ret, name, id, params, args, form) TG_IF_AUTOGRAD_##form(ret id params;)
 #include <tapegrad/tensor/ops.def>
 #undef TG_FN
@@ -66,8 +65,7 @@ const std::vector<OpInfo>& op_list();
 namespace tg::no_autograd {
 #define TG_D(...)
 #define TG_OP0(ret, name, id, form) TG_IF_ACCESSOR_##form(ret name(const Tensor& self);)
-#define TG_OP(ret, name, id, extras, args, form) \
-  TG_IF_ACCESSOR_##form(ret name(const Tensor& self, TG_UNPAREN extras);)
+#define TG_OP(ret, name, id, extras, args, form) TG_IF_ACCESSOR_##form(ret name(const Tensor& self, TG_UNPAREN extras);)
 #define TG_FN(...)
 #include <tapegrad/tensor/ops.def>
 #undef TG_FN

@@ -20,9 +20,7 @@ inline ScalarType compute_type(ScalarType t) {
   return t;
 }
 
-inline Tensor cast(const Tensor& t, ScalarType d) {
-  return t.dtype() == d ? t : t.to(d);
-}
+inline Tensor cast(const Tensor& t, ScalarType d) { return t.dtype() == d ? t : t.to(d); }
 
 void check_defined(const Tensor& t, const char* op, const char* what = "input");
 void check_same_device(const Tensor& a, const Tensor& b, const char* op);

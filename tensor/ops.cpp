@@ -12,17 +12,17 @@ const OpTable* autograd_ops() {
 }
 }  // namespace detail
 
-#define TG_CALL_REC(name, id, args)                                       \
-  {                                                                       \
+#define TG_CALL_REC(name, id, args)                                                     \
+  {                                                                                     \
     if (const detail::OpTable* table_ = detail::autograd_ops()) return table_->id args; \
-    return raw::name args;                                                \
+    return raw::name args;                                                              \
   }
 #define TG_CALL_RAW(name, id, args) \
   { return raw::name args; }
-#define TG_CALL_ACC(name, id, args)                                       \
-  {                                                                       \
+#define TG_CALL_ACC(name, id, args)                                                     \
+  {                                                                                     \
     if (const detail::OpTable* table_ = detail::autograd_ops()) return table_->id args; \
-    return no_autograd::name args;                                        \
+    return no_autograd::name args;                                                      \
   }
 #define TG_CALL_FM TG_CALL_REC
 #define TG_CALL_F TG_CALL_REC
@@ -34,16 +34,15 @@ const OpTable* autograd_ops() {
 #define TG_CALL_MA TG_CALL_ACC
 
 #define TG_D(...)
-#define TG_DEFINE(ret, name, id, params, mparams, args, form)               \
-  TG_IF_FREE_##form(ret name params TG_CALL_##form(name, id, args))         \
-  TG_IF_METHOD_##form(ret Tensor::name mparams const {                      \
-    const Tensor& self = *this;                                             \
-    TG_CALL_##form(name, id, args)                                          \
-  })
+#define TG_DEFINE(ret, name, id, params, mparams, args, form)       \
+  TG_IF_FREE_##form(ret name params TG_CALL_##form(name, id, args)) \
+      TG_IF_METHOD_##form(ret Tensor::name mparams const {          \
+        const Tensor& self = *this;                                 \
+        TG_CALL_##form(name, id, args)                              \
+      })
 #define TG_OP0(ret, name, id, form) TG_DEFINE(ret, name, id, (const Tensor& self), (), (self), form)
-#define TG_OP(ret, name, id, extras, args, form)                                                 \
-  TG_DEFINE(ret, name, id, (const Tensor& self, TG_UNPAREN extras), extras, (self, TG_UNPAREN args), \
-            form)
+#define TG_OP(ret, name, id, extras, args, form) \
+  TG_DEFINE(ret, name, id, (const Tensor& self, TG_UNPAREN extras), extras, (self, TG_UNPAREN args), form)
 #define TG_FN(ret, name, id, params, args, form) TG_IF_FREE_##form(ret name params TG_CALL_##form(name, id, args))
 #include <tapegrad/tensor/ops.def>
 #undef TG_FN
@@ -55,8 +54,7 @@ const OpTable* autograd_ops() {
 namespace detail {
 const std::vector<OpInfo>& op_list() {
   static const std::vector<OpInfo> list = {
-#define TG_OP0(ret, name, id, form) \
-  {#name, #id, false TG_IF_RECORDED_##form(|| true)},
+#define TG_OP0(ret, name, id, form) {#name, #id, false TG_IF_RECORDED_##form(|| true)},
 #define TG_OP(ret, name, id, extras, args, form) TG_OP0(ret, name, id, form)
 #define TG_FN(ret, name, id, params, args, form) TG_OP0(ret, name, id, form)
 #include <tapegrad/tensor/ops.def>

@@ -50,8 +50,7 @@ struct Printer {
       if (i > 0) {
         os << ',';
         if (last) os << ' ';
-        else os << std::string(size_t(sizes.size() - size_t(dim) - 1), '\n')
-                << std::string(size_t(indent + 1), ' ');
+        else os << std::string(size_t(sizes.size() - size_t(dim) - 1), '\n') << std::string(size_t(indent + 1), ' ');
       }
       print(os, dim + 1, off + i * strides[size_t(dim)], indent + 1);
     }
@@ -76,8 +75,13 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
     return os;
   }
   std::vector<double> v = t.to_vector<double>();
-  Printer p{v, t.sizes(), contiguous_strides(t.sizes()), t.dtype() == kInt64,
-            t.dtype() == kBool, false, t.numel() > kSummarizeAbove};
+  Printer p{v,
+            t.sizes(),
+            contiguous_strides(t.sizes()),
+            t.dtype() == kInt64,
+            t.dtype() == kBool,
+            false,
+            t.numel() > kSummarizeAbove};
   double amax = 0, amin_nz = INFINITY;
   for (double x : v)
     if (std::isfinite(x)) {
@@ -85,7 +89,8 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
       if (x != 0) amin_nz = std::min(amin_nz, std::fabs(x));
     }
   p.sci = !p.integral && !p.boolean && (amax >= 1e8 || amin_nz < 1e-4);
-  for (double x : v) p.width = std::max<int>(p.width, int(p.fmt(x).size()));
+  for (double x : v)
+    p.width = std::max<int>(p.width, int(p.fmt(x).size()));
   os << "tensor(";
   p.print(os, 0, 0, 7);
   if (t.numel() == 0) os << ", size=" << shape_str(t.sizes());

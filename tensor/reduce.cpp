@@ -23,12 +23,12 @@ const char* kind_name(Kind k) {
   return "?";
 }
 
-Tensor reduce(Kind kind, const Tensor& x_in, const IntList& dims_in, bool keepdim,
-              bool all) {
+Tensor reduce(Kind kind, const Tensor& x_in, const IntList& dims_in, bool keepdim, bool all) {
   const char* name = kind_name(kind);
   detail::check_defined(x_in, name);
   if (x_in.dim() == 0) {  // reduce a scalar as a [1] tensor
-    for (int64_t d : dims_in) detail::wrap_dim(d, 0, name, x_in.sizes());
+    for (int64_t d : dims_in)
+      detail::wrap_dim(d, 0, name, x_in.sizes());
     Tensor r = reduce(kind, x_in.reshape({1}), {0}, false, false);
     return r;
   }
@@ -38,8 +38,7 @@ Tensor reduce(Kind kind, const Tensor& x_in, const IntList& dims_in, bool keepdi
   if (!all && !dims_in.empty()) {
     for (int64_t d : dims_in) {
       int64_t w = detail::wrap_dim(d, nd, name, x.sizes());
-      TG_CHECK(!red[size_t(w)], name, ": dim ", w,
-               " appears multiple times in the list of dims ", shape_str(dims_in));
+      TG_CHECK(!red[size_t(w)], name, ": dim ", w, " appears multiple times in the list of dims ", shape_str(dims_in));
       red[size_t(w)] = true;
     }
   }
@@ -48,9 +47,8 @@ Tensor reduce(Kind kind, const Tensor& x_in, const IntList& dims_in, bool keepdi
   for (int64_t d = 0; d < nd; ++d) {
     if (red[size_t(d)]) {
       count *= x.sizes()[d];
-      TG_CHECK(x.sizes()[d] != 0 || kind == Kind::Sum || kind == Kind::Mean, name,
-               ": cannot reduce over dim ", d, " of size 0 (shape ",
-               shape_str(x.sizes()), "): the operation has no identity");
+      TG_CHECK(x.sizes()[d] != 0 || kind == Kind::Sum || kind == Kind::Mean, name, ": cannot reduce over dim ", d,
+               " of size 0 (shape ", shape_str(x.sizes()), "): the operation has no identity");
       keep_shape[d] = 1;
       if (keepdim) out_shape.push_back(1);
     } else {
@@ -59,18 +57,14 @@ Tensor reduce(Kind kind, const Tensor& x_in, const IntList& dims_in, bool keepdi
   }
   ScalarType rt = x.dtype();
   if (kind == Kind::Sum && !is_floating_point(rt)) rt = kInt64;
-  TG_CHECK(kind != Kind::Mean || is_floating_point(rt), name,
-           ": expected a floating-point tensor, got ", rt,
+  TG_CHECK(kind != Kind::Mean || is_floating_point(rt), name, ": expected a floating-point tensor, got ", rt,
            "; convert with .to(kFloat32) first");
   ScalarType ct = compute_type(rt);
   Tensor out = detail::new_empty(keep_shape, ct, x.device());
-  ReduceOp op = kind == Kind::Max ? ReduceOp::Max
-                : kind == Kind::Min ? ReduceOp::Min
-                                    : ReduceOp::Sum;
+  ReduceOp op = kind == Kind::Max ? ReduceOp::Max : kind == Kind::Min ? ReduceOp::Min : ReduceOp::Sum;
   if (x.numel() == 0)  // the sum of nothing (a max or min over a size-0 dim was refused above)
-    raw::zero_(out);  // and no kernel walks the other, possibly huge, dims of an empty tensor
-  else
-    kernels::backend(x.device(), name).reduce(op, out, cast(x, ct));
+    raw::zero_(out);   // and no kernel walks the other, possibly huge, dims of an empty tensor
+  else kernels::backend(x.device(), name).reduce(op, out, cast(x, ct));
   if (kind == Kind::Mean) out = raw::div(out, Scalar(double(count)));
   return cast(out, rt).view(out_shape);
 }
@@ -83,21 +77,13 @@ Tensor sum(const Tensor& x) {
   if (x.defined() && x.is_sparse()) return sparse_sum(x);
   return reduce(Kind::Sum, x, {}, false, true);
 }
-Tensor sum(const Tensor& x, const IntList& dims, bool keepdim) {
-  return reduce(Kind::Sum, x, dims, keepdim, false);
-}
+Tensor sum(const Tensor& x, const IntList& dims, bool keepdim) { return reduce(Kind::Sum, x, dims, keepdim, false); }
 Tensor mean(const Tensor& x) { return reduce(Kind::Mean, x, {}, false, true); }
-Tensor mean(const Tensor& x, const IntList& dims, bool keepdim) {
-  return reduce(Kind::Mean, x, dims, keepdim, false);
-}
+Tensor mean(const Tensor& x, const IntList& dims, bool keepdim) { return reduce(Kind::Mean, x, dims, keepdim, false); }
 Tensor amax(const Tensor& x) { return reduce(Kind::Max, x, {}, false, true); }
-Tensor amax(const Tensor& x, const IntList& dims, bool keepdim) {
-  return reduce(Kind::Max, x, dims, keepdim, false);
-}
+Tensor amax(const Tensor& x, const IntList& dims, bool keepdim) { return reduce(Kind::Max, x, dims, keepdim, false); }
 Tensor amin(const Tensor& x) { return reduce(Kind::Min, x, {}, false, true); }
-Tensor amin(const Tensor& x, const IntList& dims, bool keepdim) {
-  return reduce(Kind::Min, x, dims, keepdim, false);
-}
+Tensor amin(const Tensor& x, const IntList& dims, bool keepdim) { return reduce(Kind::Min, x, dims, keepdim, false); }
 
 }  // namespace raw
 
@@ -105,8 +91,7 @@ Tensor amin(const Tensor& x, const IntList& dims, bool keepdim) {
 
 namespace raw {
 
-bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol,
-              bool equal_nan) {
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
   detail::check_defined(a, "allclose", "first operand");
   detail::check_defined(b, "allclose", "second operand");
   detail::check_same_device(a, b, "allclose");

@@ -16,9 +16,7 @@ const char* to_string(ScalarType t) {
   return "Unknown";
 }
 
-std::ostream& operator<<(std::ostream& os, ScalarType t) {
-  return os << to_string(t);
-}
+std::ostream& operator<<(std::ostream& os, ScalarType t) { return os << to_string(t); }
 
 namespace {
 int rank(ScalarType t) {
@@ -78,10 +76,10 @@ uint16_t float_to_half_bits(float f) {
   std::memcpy(&u, &f, 4);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // overflow -> inf
-  if (abs < 0x38800000u) {  // result is subnormal or zero
-    if (abs < 0x33000000u) return uint16_t(sign);  // < half of smallest subnormal
+  if (abs < 0x38800000u) {                                  // result is subnormal or zero
+    if (abs < 0x33000000u) return uint16_t(sign);           // < half of smallest subnormal
     uint32_t e = abs >> 23;
     uint32_t man = (abs & 0x7fffffu) | 0x800000u;
     uint32_t shift = 126 - e;  // 14 - (e - 127) + 13 - 1 + 1

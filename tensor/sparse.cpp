@@ -19,8 +19,7 @@ Tensor val(const Tensor& s) { return Tensor(parts(s).values); }
 Tensor make(IntList sizes, const Tensor& indices, const Tensor& values, bool coalesced,
             IntrusivePtr<VersionCounter> version = {}) {
   return Tensor(TensorImpl::make_sparse_coo(
-      std::move(sizes), SparseCooParts{indices.impl_ptr(), values.impl_ptr(), coalesced},
-      std::move(version)));
+      std::move(sizes), SparseCooParts{indices.impl_ptr(), values.impl_ptr(), coalesced}, std::move(version)));
 }
 
 void check_sparse(const Tensor& s, const char* op) {
@@ -30,15 +29,12 @@ void check_sparse(const Tensor& s, const char* op) {
 
 std::string describe(const Tensor& t) {
   std::ostringstream os;
-  os << (t.is_sparse() ? "sparse " : "") << shape_str(t.sizes()) << ' ' << t.dtype() << " on "
-     << t.device();
+  os << (t.is_sparse() ? "sparse " : "") << shape_str(t.sizes()) << ' ' << t.dtype() << " on " << t.device();
   return os.str();
 }
 
 // Sizes of the sparse dims, and the product of the dense ones.
-IntList sparse_sizes(const Tensor& s) {
-  return IntList(s.sizes().begin(), s.sizes().begin() + s.sparse_dim());
-}
+IntList sparse_sizes(const Tensor& s) { return IntList(s.sizes().begin(), s.sizes().begin() + s.sparse_dim()); }
 
 // values as [nnz, D] in `ct`, contiguous.
 Tensor values_2d(const Tensor& s, ScalarType ct) {
@@ -63,8 +59,11 @@ void scatter_into(const Tensor& dense, const Tensor& s_in, Scalar alpha) {
 }
 
 void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
-  TG_CHECK(a.sizes() == b.sizes(), op, ": a sparse COO operand needs an operand of the same "
-           "shape (got ", describe(a), " and ", describe(b), "); broadcasting with sparse "
+  TG_CHECK(a.sizes() == b.sizes(), op,
+           ": a sparse COO operand needs an operand of the same "
+           "shape (got ",
+           describe(a), " and ", describe(b),
+           "); broadcasting with sparse "
            "tensors is not supported");
   detail::check_same_device(a, b, op);
 }
@@ -104,40 +103,40 @@ Tensor indices(const Tensor& self) {
 
 namespace raw {
 
-Tensor sparse_coo_tensor(const Tensor& indices, const Tensor& values, const IntList& sizes,
-                         bool check, bool coalesced) {
+Tensor sparse_coo_tensor(const Tensor& indices, const Tensor& values, const IntList& sizes, bool check,
+                         bool coalesced) {
   const char* op = "sparse_coo_tensor";
   detail::check_defined(indices, op, "indices");
   detail::check_defined(values, op, "values");
   TG_CHECK(indices.dtype() == kInt64 && indices.dim() == 2, op,
-           ": indices must be an Int64 tensor of shape [sparse_dim, nnz], got ",
-           describe(indices));
+           ": indices must be an Int64 tensor of shape [sparse_dim, nnz], got ", describe(indices));
   TG_CHECK(values.dim() >= 1 && values.sizes()[0] == indices.sizes()[1], op,
-           ": values must have shape [nnz, dense sizes...] with nnz = indices.size(1) = ",
-           indices.sizes()[1], ", got ", describe(values));
+           ": values must have shape [nnz, dense sizes...] with nnz = indices.size(1) = ", indices.sizes()[1], ", got ",
+           describe(values));
   detail::check_same_device(indices, values, op);
   int64_t sd = indices.sizes()[0], dd = values.dim() - 1;
   TG_CHECK(sd >= 1 && int64_t(sizes.size()) == sd + dd, op, ": sizes ", shape_str(sizes),
-           " must have sparse_dim + dense_dim = ", sd, " + ", dd, " = ", sd + dd,
-           " entries (indices ", shape_str(indices.sizes()), ", values ",
-           shape_str(values.sizes()), ")");
+           " must have sparse_dim + dense_dim = ", sd, " + ", dd, " = ", sd + dd, " entries (indices ",
+           shape_str(indices.sizes()), ", values ", shape_str(values.sizes()), ")");
   for (int64_t d = 0; d < dd; ++d)
-    TG_CHECK(sizes[size_t(sd + d)] == values.sizes()[size_t(1 + d)], op, ": sizes ",
-             shape_str(sizes), " do not match the dense sizes of values ",
-             shape_str(values.sizes()), " at dim ", sd + d);
-  for (int64_t s : sizes) TG_CHECK(s >= 0, op, ": negative size in ", shape_str(sizes));
+    TG_CHECK(sizes[size_t(sd + d)] == values.sizes()[size_t(1 + d)], op, ": sizes ", shape_str(sizes),
+             " do not match the dense sizes of values ", shape_str(values.sizes()), " at dim ", sd + d);
+  for (int64_t s : sizes)
+    TG_CHECK(s >= 0, op, ": negative size in ", shape_str(sizes));
   int64_t nnz = values.sizes()[0];
   if (check && nnz > 0) {
     if (indices.is_cuda())
-      cuda::detail::check_not_capturing("sparse_coo_tensor (its index check reads the indices on "
-                                        "the host)", indices.device().index());
+      cuda::detail::check_not_capturing(
+          "sparse_coo_tensor (its index check reads the indices on "
+          "the host)",
+          indices.device().index());
     std::vector<int64_t> lo = raw::amin(indices, {1}).to_vector<int64_t>();
     std::vector<int64_t> hi = raw::amax(indices, {1}).to_vector<int64_t>();
     for (int64_t d = 0; d < sd; ++d) {
       int64_t bad = lo[size_t(d)] < 0 ? lo[size_t(d)] : hi[size_t(d)];
-      TG_CHECK(lo[size_t(d)] >= 0 && hi[size_t(d)] < sizes[size_t(d)], op, ": index ", bad,
-               " in sparse dim ", d, " is out of range for size ", sizes[size_t(d)],
-               " (indices ", shape_str(indices.sizes()), ", sizes ", shape_str(sizes), ")");
+      TG_CHECK(lo[size_t(d)] >= 0 && hi[size_t(d)] < sizes[size_t(d)], op, ": index ", bad, " in sparse dim ", d,
+               " is out of range for size ", sizes[size_t(d)], " (indices ", shape_str(indices.sizes()), ", sizes ",
+               shape_str(sizes), ")");
     }
   }
   return make(sizes, indices, values, coalesced || nnz <= 1);
@@ -171,7 +170,8 @@ Tensor checked_sparse_dim(const Tensor& i, int64_t k, int64_t size) {
     const int64_t* p = c.data_ptr<int64_t>();
     for (int64_t j = 0; j < c.numel(); ++j)
       TG_CHECK(p[j] >= 0 && p[j] < size, "sparse tensor: index ", p[j], " in sparse dim ", k,
-               " is out of range for size ", size, " (the indices were written in place after the tensor "
+               " is out of range for size ", size,
+               " (the indices were written in place after the tensor "
                "was built, through _indices(); build it afresh)");
     return ik;
   }
@@ -243,14 +243,15 @@ Tensor sparse_add(const Tensor& a, const Tensor& b, Scalar alpha, const char* op
   check_same_shape(a, b, op);
   ScalarType rt = promote_types(a.dtype(), b.dtype());
   if (a.is_sparse() && b.is_sparse()) {
-    TG_CHECK(a.sparse_dim() == b.sparse_dim(), op, ": sparse operands with different "
-             "sparse_dim (", a.sparse_dim(), " and ", b.sparse_dim(), ") cannot be added");
+    TG_CHECK(a.sparse_dim() == b.sparse_dim(), op,
+             ": sparse operands with different "
+             "sparse_dim (",
+             a.sparse_dim(), " and ", b.sparse_dim(), ") cannot be added");
     Tensor bv = cast(val(b), rt);
     if (!(alpha.is_integral() && alpha.to_int() == 1)) bv = raw::mul(bv, alpha);
     if (a.nnz() == 0) return make(a.sizes(), ind(b), bv, parts(b).coalesced);
     if (b.nnz() == 0) return make(a.sizes(), ind(a), cast(val(a), rt), parts(a).coalesced);
-    return make(a.sizes(), raw::cat({ind(a), ind(b)}, 1), raw::cat({cast(val(a), rt), bv}, 0),
-                false);
+    return make(a.sizes(), raw::cat({ind(a), ind(b)}, 1), raw::cat({cast(val(a), rt), bv}, 0), false);
   }
   // One side dense: the result is dense, a copy of the dense side with the
   // sparse entries added into it.
@@ -272,8 +273,7 @@ const Tensor& sparse_add_(const Tensor& self, const Tensor& o, Scalar alpha) {
   TG_CHECK(o.is_sparse(), op, ": cannot add a dense tensor into a sparse one (", describe(self),
            ") in place; use add(), which gives a dense tensor");
   TG_CHECK(promote_types(self.dtype(), o.dtype()) == self.dtype(), op, ": result dtype ",
-           promote_types(self.dtype(), o.dtype()), " cannot be cast to ", self.dtype(),
-           " in place");
+           promote_types(self.dtype(), o.dtype()), " cannot be cast to ", self.dtype(), " in place");
   if (self.is_sparse()) {  // the handle keeps its identity; its parts are new
     self.impl()->set_sparse_parts(parts(sparse_add(self, o, alpha)));
     self.bump_version();
@@ -295,18 +295,18 @@ Tensor sparse_mul(const Tensor& s, Scalar c) {
 Tensor sparse_sum(const Tensor& s) { return raw::sum(val(s)); }
 
 Tensor sparse_mm(const Tensor& s, const Tensor& dense, const char* op) {
-  detail::check_defined(dense, op, "second operand (dense @ sparse is not supported: use "
-                                    "(S^T @ D^T)^T)");
+  detail::check_defined(dense, op,
+                        "second operand (dense @ sparse is not supported: use "
+                        "(S^T @ D^T)^T)");
   TG_CHECK(s.dim() == 2 && s.sparse_dim() == 2 && dense.dim() == 2, op,
-           ": expected a 2-D sparse matrix with 2 sparse dims times a 2-D dense matrix, got ",
-           describe(s), " and ", describe(dense));
-  TG_CHECK(s.sizes()[1] == dense.sizes()[0], op, ": shapes ", shape_str(s.sizes()), " and ",
-           shape_str(dense.sizes()), " cannot be multiplied (", s.sizes()[1], " vs ",
-           dense.sizes()[0], ")");
+           ": expected a 2-D sparse matrix with 2 sparse dims times a 2-D dense matrix, got ", describe(s), " and ",
+           describe(dense));
+  TG_CHECK(s.sizes()[1] == dense.sizes()[0], op, ": shapes ", shape_str(s.sizes()), " and ", shape_str(dense.sizes()),
+           " cannot be multiplied (", s.sizes()[1], " vs ", dense.sizes()[0], ")");
   detail::check_same_device(s, dense, op);
   ScalarType rt = promote_types(s.dtype(), dense.dtype());
-  TG_CHECK(is_floating_point(rt), op, ": sparse @ dense needs floating-point operands, got ",
-           s.dtype(), " and ", dense.dtype());
+  TG_CHECK(is_floating_point(rt), op, ": sparse @ dense needs floating-point operands, got ", s.dtype(), " and ",
+           dense.dtype());
   ScalarType ct = compute_type(rt);
   Tensor out = detail::new_empty({s.sizes()[0], dense.sizes()[1]}, ct, s.device());
   if (out.numel() == 0) return cast(out, rt);
@@ -318,8 +318,8 @@ Tensor sparse_mm(const Tensor& s, const Tensor& dense, const char* op) {
   Tensor i = ind(c);
   auto dim = [&](int64_t k) { return already_checked ? raw::select(i, 0, k) : checked_sparse_dim(i, k, s.sizes()[k]); };
   kernels::backend(s.device(), op)
-      .spmm(out, raw::contiguous(dim(0)), raw::contiguous(dim(1)),
-            raw::contiguous(cast(val(c), ct)), raw::contiguous(cast(dense, ct)));
+      .spmm(out, raw::contiguous(dim(0)), raw::contiguous(dim(1)), raw::contiguous(cast(val(c), ct)),
+            raw::contiguous(cast(dense, ct)));
   return cast(out, rt);
 }
 
@@ -328,11 +328,12 @@ Tensor sparse_transpose(const Tensor& s, int64_t d0, int64_t d1) {
   d0 = detail::wrap_dim(d0, s.dim(), "transpose", s.sizes());
   d1 = detail::wrap_dim(d1, s.dim(), "transpose", s.sizes());
   if (d0 == d1) return sparse_detach(s);
-  TG_CHECK(d0 < sd && d1 < sd, "transpose: a sparse COO tensor (", describe(s),
-           ", sparse_dim ", sd, ") can only swap two sparse dims, got ", d0, " and ", d1);
+  TG_CHECK(d0 < sd && d1 < sd, "transpose: a sparse COO tensor (", describe(s), ", sparse_dim ", sd,
+           ") can only swap two sparse dims, got ", d0, " and ", d1);
   // The index rows swapped (rows of the device tensor: nothing from the host).
   std::vector<Tensor> rows;
-  for (int64_t d = 0; d < sd; ++d) rows.push_back(raw::select(ind(s), 0, d == d0 ? d1 : d == d1 ? d0 : d));
+  for (int64_t d = 0; d < sd; ++d)
+    rows.push_back(raw::select(ind(s), 0, d == d0 ? d1 : d == d1 ? d0 : d));
   IntList sizes = s.sizes();
   std::swap(sizes[size_t(d0)], sizes[size_t(d1)]);
   Tensor t = make(sizes, raw::stack(rows, 0), val(s), s.nnz() <= 1);
@@ -357,8 +358,7 @@ Tensor sparse_to(const Tensor& s, ScalarType t) {
 
 Tensor sparse_to(const Tensor& s, Device d, bool non_blocking) {
   if (d == s.device()) return s;
-  return make(s.sizes(), raw::to(ind(s), d, non_blocking), raw::to(val(s), d, non_blocking),
-              parts(s).coalesced);
+  return make(s.sizes(), raw::to(ind(s), d, non_blocking), raw::to(val(s), d, non_blocking), parts(s).coalesced);
 }
 
 Tensor sparse_coo_tensor(const Tensor& indices, const Tensor& values, const IntList& sizes) {
@@ -376,8 +376,7 @@ Tensor values(const Tensor& self) {
 
 void print_sparse(std::ostream& os, const Tensor& s) {
   os << "sparse_coo_tensor(indices=" << ind(s) << ",\n       values=" << val(s)
-     << ",\n       size=" << shape_str(s.sizes()) << ", nnz=" << s.nnz()
-     << (s.is_coalesced() ? ", coalesced" : "");
+     << ",\n       size=" << shape_str(s.sizes()) << ", nnz=" << s.nnz() << (s.is_coalesced() ? ", coalesced" : "");
   if (s.dtype() != kFloat32) os << ", dtype=" << s.dtype();
   if (!s.device().is_cpu()) os << ", device=" << s.device();
   os << ')';

@@ -18,8 +18,8 @@ namespace tg::kernels {
 
 // out = [d1 x1; d1 x2 + d2 / 2 * cross]; kind as in kernels.h.
 template <class T>
-TG_TAYLOR2_FN void taylor2_forward(int kind, int64_t k, int64_t q, int64_t S, int64_t P, T* o, const T* x, T a1,
-                                   T a2, const int64_t* pa, const int64_t* pb) {
+TG_TAYLOR2_FN void taylor2_forward(int kind, int64_t k, int64_t q, int64_t S, int64_t P, T* o, const T* x, T a1, T a2,
+                                   const int64_t* pa, const int64_t* pb) {
   const T h2 = a2 * T(0.5);
   T acc = 0;
   for (int64_t r = 0; r < k; ++r) {
@@ -30,7 +30,8 @@ TG_TAYLOR2_FN void taylor2_forward(int kind, int64_t k, int64_t q, int64_t S, in
   }
   if (kind == 1) o[k * S] = a1 * x[k * P] + h2 * acc;
   if (kind == 2)
-    for (int64_t r = 0; r < q; ++r) o[(k + r) * S] = a1 * x[(k + r) * P] + h2 * x[pa[r] * P] * x[pb[r] * P];
+    for (int64_t r = 0; r < q; ++r)
+      o[(k + r) * S] = a1 * x[(k + r) * P] + h2 * x[pa[r] * P] * x[pb[r] * P];
 }
 
 // dx (rows), dd1 = sum_rows g x, dd2 = sum_second_rows g2 * cross / 2.
@@ -39,8 +40,10 @@ TG_TAYLOR2_FN void taylor2_backward(int kind, int64_t k, int64_t q, int64_t S, i
                                     const T* g, const T* x, T a1, T a2, const int64_t* pa, const int64_t* pb) {
   const T h2 = a2 * T(0.5);
   T s1 = 0, s2 = 0;
-  for (int64_t r = 0; r < k + q; ++r) s1 += g[r * S] * x[r * P];
-  for (int64_t r = 0; r < q; ++r) dx[(k + r) * S] = g[(k + r) * S] * a1;
+  for (int64_t r = 0; r < k + q; ++r)
+    s1 += g[r * S] * x[r * P];
+  for (int64_t r = 0; r < q; ++r)
+    dx[(k + r) * S] = g[(k + r) * S] * a1;
   if (kind == 0) {
     for (int64_t a = 0; a < k; ++a) {
       const T v = x[a * P], g2 = g[(k + a) * S];
@@ -56,7 +59,8 @@ TG_TAYLOR2_FN void taylor2_backward(int kind, int64_t k, int64_t q, int64_t S, i
     }
     s2 *= g2;
   } else {
-    for (int64_t a = 0; a < k; ++a) dx[a * S] = g[a * S] * a1;
+    for (int64_t a = 0; a < k; ++a)
+      dx[a * S] = g[a * S] * a1;
     for (int64_t r = 0; r < q; ++r) {
       const T g2 = g[(k + r) * S], va = x[pa[r] * P], vb = x[pb[r] * P];
       dx[pa[r] * S] += h2 * g2 * vb;
@@ -70,8 +74,7 @@ TG_TAYLOR2_FN void taylor2_backward(int kind, int64_t k, int64_t q, int64_t S, i
 
 // kernels.h Taylor2Derivatives as the kernels read it (pointers; z null:
 // d1, d2 given).
-template <class T>
-struct Taylor2Derivs {
+template <class T> struct Taylor2Derivs {
   const T *d1, *d2, *z;
   Activation act;
   int order;
@@ -88,9 +91,8 @@ struct Taylor2Derivs {
 
 // Element s of taylor2_unary (x's rows [rows, P]: s reads x[s % P]).
 template <class T>
-TG_TAYLOR2_FN void taylor2_forward_at(int kind, int64_t k, int64_t q, int64_t S, int64_t P, int64_t s, T* o,
-                                      const T* x, const Taylor2Derivs<T>& d, const int64_t* pa,
-                                      const int64_t* pb) {
+TG_TAYLOR2_FN void taylor2_forward_at(int kind, int64_t k, int64_t q, int64_t S, int64_t P, int64_t s, T* o, const T* x,
+                                      const Taylor2Derivs<T>& d, const int64_t* pa, const int64_t* pb) {
   T a1, a2;
   d.at(s, a1, a2);
   taylor2_forward<T>(kind, k, q, S, P, o + s, x + (P == S ? s : s % P), a1, a2, pa, pb);
@@ -98,9 +100,9 @@ TG_TAYLOR2_FN void taylor2_forward_at(int kind, int64_t k, int64_t q, int64_t S,
 
 // Element s of taylor2_unary_backward (with d.z: dd1 gets dz).
 template <class T>
-TG_TAYLOR2_FN void taylor2_backward_at(int kind, int64_t k, int64_t q, int64_t S, int64_t P, int64_t s, T* dx,
-                                       T* dd1, T* dd2, const T* g, const T* x, const Taylor2Derivs<T>& d,
-                                       const int64_t* pa, const int64_t* pb) {
+TG_TAYLOR2_FN void taylor2_backward_at(int kind, int64_t k, int64_t q, int64_t S, int64_t P, int64_t s, T* dx, T* dd1,
+                                       T* dd2, const T* g, const T* x, const Taylor2Derivs<T>& d, const int64_t* pa,
+                                       const int64_t* pb) {
   T a1, a2, e1, e2;
   d.at(s, a1, a2);
   taylor2_backward<T>(kind, k, q, S, P, dx + s, &e1, &e2, g + s, x + (P == S ? s : s % P), a1, a2, pa, pb);

@@ -16,7 +16,8 @@ using detail::wrap_dim;
 std::string shape_str(const IntList& shape) {
   std::ostringstream os;
   os << '[';
-  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  for (size_t i = 0; i < shape.size(); ++i)
+    os << (i ? ", " : "") << shape[i];
   os << ']';
   return os.str();
 }
@@ -27,38 +28,35 @@ namespace detail {
 
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op, const IntList& shape) {
   int64_t n = std::max<int64_t>(ndim, 1);  // a 0-dim tensor accepts 0 and -1
-  TG_CHECK(dim >= -n && dim < n, op, ": dimension ", dim,
-           " is out of range for a tensor of rank ", ndim, " (shape ",
+  TG_CHECK(dim >= -n && dim < n, op, ": dimension ", dim, " is out of range for a tensor of rank ", ndim, " (shape ",
            shape_str(shape), "); expected a dim in [", -n, ", ", n - 1, "]");
   return dim < 0 ? dim + n : dim;
 }
 
-int64_t wrap_insert_dim(int64_t dim, int64_t ndim, const char* op,
-                        const IntList& shape) {
+int64_t wrap_insert_dim(int64_t dim, int64_t ndim, const char* op, const IntList& shape) {
   TG_CHECK(dim >= -ndim - 1 && dim <= ndim, op, ": dimension ", dim,
-           " is out of range for inserting a dim into a tensor of rank ", ndim,
-           " (shape ", shape_str(shape), "); expected a dim in [", -ndim - 1,
-           ", ", ndim, "]");
+           " is out of range for inserting a dim into a tensor of rank ", ndim, " (shape ", shape_str(shape),
+           "); expected a dim in [", -ndim - 1, ", ", ndim, "]");
   return dim < 0 ? dim + ndim + 1 : dim;
 }
 
 void throw_undefined(const char* op) {
-  TG_ERROR(op, ": called on an undefined tensor (a default-constructed Tensor, or the "
+  TG_ERROR(op,
+           ": called on an undefined tensor (a default-constructed Tensor, or the "
            ".grad() of a tensor that has not received a gradient yet); check .defined() first");
 }
 
 void check_defined(const Tensor& t, const char* op, const char* what) {
   TG_CHECK(t.defined(), op, ": ", what, " is an undefined tensor");
-  TG_CHECK(!t.is_sparse(), op, ": ", what, " is a sparse COO tensor (shape ",
-           shape_str(t.sizes()), ", nnz ", t.nnz(), ") and this op takes strided tensors only; "
+  TG_CHECK(!t.is_sparse(), op, ": ", what, " is a sparse COO tensor (shape ", shape_str(t.sizes()), ", nnz ", t.nnz(),
+           ") and this op takes strided tensors only; "
            "convert it with .to_dense(), or use an op with sparse support (add, sub, mul or div "
            "by a scalar, neg, sum, mm, t, coalesce)");
 }
 
 void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
-  TG_CHECK(a.device() == b.device(), op,
-           ": expected all tensors on the same device, got ", a.device(),
-           " and ", b.device(), "; move one with .to(device)");
+  TG_CHECK(a.device() == b.device(), op, ": expected all tensors on the same device, got ", a.device(), " and ",
+           b.device(), "; move one with .to(device)");
 }
 
 Tensor new_empty(const IntList& sizes, ScalarType dtype, Device device) {
@@ -68,20 +66,18 @@ Tensor new_empty(const IntList& sizes, ScalarType dtype, Device device) {
 Tensor new_empty(const IntList& sizes, ScalarType dtype, Allocator* allocator) {
   const int64_t n = detail::checked_numel(sizes, "empty");
   int64_t nbytes;
-  TG_CHECK(!__builtin_mul_overflow(n, int64_t(element_size(dtype)), &nbytes),
-           "empty: shape ", shape_str(sizes), " of ", dtype, " needs more bytes than fit in 64 bits");
+  TG_CHECK(!__builtin_mul_overflow(n, int64_t(element_size(dtype)), &nbytes), "empty: shape ", shape_str(sizes), " of ",
+           dtype, " needs more bytes than fit in 64 bits");
   auto storage = IntrusivePtr<StorageImpl>::make(size_t(nbytes), allocator);
-  return Tensor(IntrusivePtr<TensorImpl>::make(
-      std::move(storage), sizes, contiguous_strides(sizes), 0, dtype,
-      IntrusivePtr<VersionCounter>()));
+  return Tensor(IntrusivePtr<TensorImpl>::make(std::move(storage), sizes, contiguous_strides(sizes), 0, dtype,
+                                               IntrusivePtr<VersionCounter>()));
 }
 
 bool may_overlap(const Tensor& dst, const Tensor& src) {
   if (dst.impl()->storage() != src.impl()->storage()) return false;
   if (dst.numel() == 0 || src.numel() == 0) return false;
-  bool same_view = dst.storage_offset() == src.storage_offset() &&
-                   dst.sizes() == src.sizes() && dst.strides() == src.strides() &&
-                   dst.dtype() == src.dtype();
+  bool same_view = dst.storage_offset() == src.storage_offset() && dst.sizes() == src.sizes() &&
+                   dst.strides() == src.strides() && dst.dtype() == src.dtype();
   return !same_view;
 }
 
@@ -89,8 +85,8 @@ void check_writable(const Tensor& t, const char* op) {
   for (int64_t d = 0; d < t.dim(); ++d)
     TG_CHECK(t.strides()[d] != 0 || t.sizes()[d] <= 1, op,
              ": unsupported operation: more than one element of the written-to "
-             "tensor (shape ", shape_str(t.sizes()), ", strides ",
-             shape_str(t.strides()),
+             "tensor (shape ",
+             shape_str(t.sizes()), ", strides ", shape_str(t.strides()),
              ") refers to a single memory location; call .clone() first");
 }
 
@@ -110,12 +106,11 @@ Tensor make_view(const Tensor& base, IntList sizes, IntList strides, int64_t off
     const auto& st = base.impl()->storage();
     const int64_t elements = st ? int64_t(st->nbytes() / element_size(base.dtype())) : 0;
     TG_CHECK(lo >= 0 && hi < elements, op, ": a view of shape ", shape_str(sizes), ", strides ", shape_str(strides),
-             " and offset ", offset, " reaches elements ", lo, " to ", hi, ", but the storage holds ", elements,
-             " (", base.dtype(), ")");
+             " and offset ", offset, " reaches elements ", lo, " to ", hi, ", but the storage holds ", elements, " (",
+             base.dtype(), ")");
   }
-  return Tensor(IntrusivePtr<TensorImpl>::make(
-      base.impl()->storage(), std::move(sizes), std::move(strides), offset,
-      base.dtype(), base.impl()->version_counter()));
+  return Tensor(IntrusivePtr<TensorImpl>::make(base.impl()->storage(), std::move(sizes), std::move(strides), offset,
+                                               base.dtype(), base.impl()->version_counter()));
 }
 
 IntList infer_size(const IntList& shape, int64_t numel, const char* op) {
@@ -123,30 +118,26 @@ IntList infer_size(const IntList& shape, int64_t numel, const char* op) {
   int64_t known = 1, infer = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
-      TG_CHECK(infer < 0, op, ": only one dimension can be inferred (-1) in ",
-               shape_str(shape));
+      TG_CHECK(infer < 0, op, ": only one dimension can be inferred (-1) in ", shape_str(shape));
       infer = int64_t(i);
     } else {
-      TG_CHECK(shape[i] >= 0, op, ": invalid shape dimension ", shape[i],
-               " in ", shape_str(shape));
+      TG_CHECK(shape[i] >= 0, op, ": invalid shape dimension ", shape[i], " in ", shape_str(shape));
       known = detail::checked_mul(known, shape[i], op, shape);
     }
   }
   if (infer >= 0) {
-    TG_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape_str(shape),
-             " is invalid for input of size ", numel);
+    TG_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape_str(shape), " is invalid for input of size ",
+             numel);
     res[size_t(infer)] = numel / known;
   } else {
-    TG_CHECK(known == numel, op, ": shape ", shape_str(shape),
-             " is invalid for input of size ", numel);
+    TG_CHECK(known == numel, op, ": shape ", shape_str(shape), " is invalid for input of size ", numel);
   }
   return res;
 }
 
 // Strides for viewing (sizes, strides) as new_sizes without a copy, or
 // false when the memory layout does not allow it.
-bool view_strides(const IntList& sizes, const IntList& strides,
-                  const IntList& new_sizes, IntList& out) {
+bool view_strides(const IntList& sizes, const IntList& strides, const IntList& new_sizes, IntList& out) {
   out.assign(new_sizes.size(), 0);
   if (sizes.empty() || shape_numel(sizes) == 0) {
     out = contiguous_strides(new_sizes);
@@ -198,9 +189,9 @@ Tensor view(const Tensor& self, const IntList& new_shape) {
   detail::check_defined(self, "view");
   IntList shape = infer_size(new_shape, self.numel(), "view");
   IntList st;
-  TG_CHECK(view_strides(self.sizes(), self.strides(), shape, st), "view: size ",
-           shape_str(shape), " is not compatible with the input's sizes ",
-           shape_str(self.sizes()), " and strides ", shape_str(self.strides()),
+  TG_CHECK(view_strides(self.sizes(), self.strides(), shape, st), "view: size ", shape_str(shape),
+           " is not compatible with the input's sizes ", shape_str(self.sizes()), " and strides ",
+           shape_str(self.strides()),
            " (at least one dimension spans two contiguous subspaces); use "
            ".reshape(...) instead");
   return make_view(self, shape, st, self.storage_offset());
@@ -210,16 +201,14 @@ Tensor reshape(const Tensor& self, const IntList& new_shape) {
   detail::check_defined(self, "reshape");
   IntList shape = infer_size(new_shape, self.numel(), "reshape");
   IntList st;
-  if (view_strides(self.sizes(), self.strides(), shape, st))
-    return make_view(self, shape, st, self.storage_offset());
+  if (view_strides(self.sizes(), self.strides(), shape, st)) return make_view(self, shape, st, self.storage_offset());
   return view(contiguous(self), shape);
 }
 
-Tensor as_strided(const Tensor& self, const IntList& sz, const IntList& st,
-                          std::optional<int64_t> offset) {
+Tensor as_strided(const Tensor& self, const IntList& sz, const IntList& st, std::optional<int64_t> offset) {
   detail::check_defined(self, "as_strided");
-  TG_CHECK(sz.size() == st.size(), "as_strided: sizes ", shape_str(sz),
-           " and strides ", shape_str(st), " have different lengths");
+  TG_CHECK(sz.size() == st.size(), "as_strided: sizes ", shape_str(sz), " and strides ", shape_str(st),
+           " have different lengths");
   return make_view(self, sz, st, offset.value_or(self.storage_offset()), "as_strided");
 }
 
@@ -237,22 +226,21 @@ Tensor transpose(const Tensor& self, int64_t d0, int64_t d1) {
 }
 
 Tensor t(const Tensor& self) {
-  TG_CHECK(self.dim() <= 2, "t: expects a tensor with <= 2 dimensions, but got shape ",
-           shape_str(self.sizes()), "; use transpose(d0, d1)");
+  TG_CHECK(self.dim() <= 2, "t: expects a tensor with <= 2 dimensions, but got shape ", shape_str(self.sizes()),
+           "; use transpose(d0, d1)");
   return self.dim() < 2 ? self : transpose(self, 0, 1);
 }
 
 Tensor permute(const Tensor& self, const IntList& dims) {
   detail::check_defined(self, "permute");
   int64_t n = self.dim();
-  TG_CHECK(int64_t(dims.size()) == n, "permute: got ", dims.size(),
-           " dims ", shape_str(dims), " for a tensor of shape ", shape_str(self.sizes()));
+  TG_CHECK(int64_t(dims.size()) == n, "permute: got ", dims.size(), " dims ", shape_str(dims),
+           " for a tensor of shape ", shape_str(self.sizes()));
   IntList sz(n), st(n);
   std::vector<bool> seen(size_t(n), false);
   for (int64_t i = 0; i < n; ++i) {
     int64_t d = wrap_dim(dims[i], n, "permute", self.sizes());
-    TG_CHECK(!seen[size_t(d)], "permute: dims ", shape_str(dims),
-             " is not a permutation (dim ", d, " repeats)");
+    TG_CHECK(!seen[size_t(d)], "permute: dims ", shape_str(dims), " is not a permutation (dim ", d, " repeats)");
     seen[size_t(d)] = true;
     sz[i] = self.sizes()[d];
     st[i] = self.strides()[d];
@@ -265,9 +253,8 @@ Tensor select(const Tensor& self, int64_t d, int64_t index) {
   TG_CHECK(self.dim() > 0, "select: cannot select on a 0-dim tensor");
   d = wrap_dim(d, self.dim(), "select", self.sizes());
   int64_t size = self.sizes()[d];
-  TG_CHECK(index >= -size && index < size, "select: index ", index,
-           " is out of range for dim ", d, " with size ", size, " (shape ",
-           shape_str(self.sizes()), ")");
+  TG_CHECK(index >= -size && index < size, "select: index ", index, " is out of range for dim ", d, " with size ", size,
+           " (shape ", shape_str(self.sizes()), ")");
   if (index < 0) index += size;
   IntList sz = self.sizes(), st = self.strides();
   int64_t off = self.storage_offset() + index * st[d];
@@ -276,8 +263,7 @@ Tensor select(const Tensor& self, int64_t d, int64_t index) {
   return make_view(self, sz, st, off);
 }
 
-Tensor slice(const Tensor& self, int64_t d, std::optional<int64_t> start,
-                     std::optional<int64_t> end, int64_t step) {
+Tensor slice(const Tensor& self, int64_t d, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step) {
   detail::check_defined(self, "slice");
   TG_CHECK(self.dim() > 0, "slice: cannot slice a 0-dim tensor");
   d = wrap_dim(d, self.dim(), "slice", self.sizes());
@@ -293,11 +279,11 @@ Tensor slice(const Tensor& self, int64_t d, std::optional<int64_t> start,
   IntList sz = self.sizes(), st = self.strides();
   sz[d] = len;
   st[d] = len > 1 ? detail::checked_mul(st[d], step, "slice", self.sizes()) : st[d];
-  return make_view(self, sz, st,
-                   detail::checked_add(self.storage_offset(),
-                                       detail::checked_mul(s, self.strides()[d], "slice", self.sizes()), "slice",
-                                       self.sizes()),
-                   "slice");
+  return make_view(
+      self, sz, st,
+      detail::checked_add(self.storage_offset(), detail::checked_mul(s, self.strides()[d], "slice", self.sizes()),
+                          "slice", self.sizes()),
+      "slice");
 }
 
 Tensor narrow(const Tensor& self, int64_t d, int64_t start, int64_t length) {
@@ -306,9 +292,9 @@ Tensor narrow(const Tensor& self, int64_t d, int64_t start, int64_t length) {
   d = wrap_dim(d, self.dim(), "narrow", self.sizes());
   int64_t size = self.sizes()[d];
   if (start < 0) start += size;
-  TG_CHECK(start >= 0 && length >= 0 && start <= size && length <= size - start, "narrow: start ",
-           start, " and length ", length, " are out of range for dim ", d,
-           " with size ", size, " (shape ", shape_str(self.sizes()), ")");
+  TG_CHECK(start >= 0 && length >= 0 && start <= size && length <= size - start, "narrow: start ", start,
+           " and length ", length, " are out of range for dim ", d, " with size ", size, " (shape ",
+           shape_str(self.sizes()), ")");
   return slice(self, d, start, start + length, 1);
 }
 
@@ -350,26 +336,25 @@ Tensor expand(const Tensor& self, const IntList& target) {
   int64_t n = int64_t(target.size()), nd = self.dim();
   TG_CHECK(n >= nd, "expand: the number of sizes provided (", n,
            ") must be greater or equal to the number of dimensions in the "
-           "tensor (", nd, "); shape ", shape_str(self.sizes()), " to ",
-           shape_str(target));
+           "tensor (",
+           nd, "); shape ", shape_str(self.sizes()), " to ", shape_str(target));
   IntList sz(n), st(n);
   for (int64_t i = n - 1; i >= 0; --i) {
     int64_t j = i - (n - nd);
     int64_t want = target[i];
     if (j < 0) {
-      TG_CHECK(want >= 0, "expand: a new leading dim takes a size >= 0, got ", want, " in ",
-               shape_str(target), " (-1 is only for existing dims)");
+      TG_CHECK(want >= 0, "expand: a new leading dim takes a size >= 0, got ", want, " in ", shape_str(target),
+               " (-1 is only for existing dims)");
       sz[i] = want;
       st[i] = 0;
       continue;
     }
     int64_t have = self.sizes()[j];
     if (want == -1) want = have;
-    TG_CHECK(want >= 0, "expand: negative size ", want, " in ", shape_str(target), " (shape ",
-             shape_str(self.sizes()), "); -1 keeps a dim's size");
-    TG_CHECK(have == want || have == 1, "expand: cannot expand shape ",
-             shape_str(self.sizes()), " to ", shape_str(target), " (dim ", i, ": ",
-             have, " != ", want, " and is not 1)");
+    TG_CHECK(want >= 0, "expand: negative size ", want, " in ", shape_str(target), " (shape ", shape_str(self.sizes()),
+             "); -1 keeps a dim's size");
+    TG_CHECK(have == want || have == 1, "expand: cannot expand shape ", shape_str(self.sizes()), " to ",
+             shape_str(target), " (dim ", i, ": ", have, " != ", want, " and is not 1)");
     sz[i] = want;
     st[i] = have == want ? self.strides()[j] : 0;
   }
@@ -386,7 +371,8 @@ Tensor flatten(const Tensor& self, int64_t start, int64_t end) {
   TG_CHECK(start <= end, "flatten: start_dim ", start, " must not come after end_dim ", end);
   IntList sz(self.sizes().begin(), self.sizes().begin() + start);
   int64_t m = 1;
-  for (int64_t d = start; d <= end; ++d) m *= self.sizes()[d];
+  for (int64_t d = start; d <= end; ++d)
+    m *= self.sizes()[d];
   sz.push_back(m);
   sz.insert(sz.end(), self.sizes().begin() + end + 1, self.sizes().end());
   return reshape(self, sz);
@@ -432,17 +418,15 @@ Tensor to(const Tensor& self, Device d, bool non_blocking) {
   Tensor src = contiguous(self);
   // A non-blocking copy to the host lands in pinned memory (as PyTorch):
   // the copy stays asynchronous, and the caller synchronises before reading.
-  Tensor out = non_blocking && d.is_cpu()
-                   ? detail::new_empty(self.sizes(), self.dtype(), pinned_allocator())
-                   : detail::new_empty(self.sizes(), self.dtype(), d);
+  Tensor out = non_blocking && d.is_cpu() ? detail::new_empty(self.sizes(), self.dtype(), pinned_allocator())
+                                          : detail::new_empty(self.sizes(), self.dtype(), d);
   be.copy_across(out, src, non_blocking);
   return out;
 }
 
 Tensor pin_memory(const Tensor& self) {
   detail::check_defined(self, "pin_memory");
-  TG_CHECK(self.device().is_cpu(), "pin_memory: only CPU tensors can be pinned, got a tensor on ",
-           self.device());
+  TG_CHECK(self.device().is_cpu(), "pin_memory: only CPU tensors can be pinned, got a tensor on ", self.device());
   if (self.is_pinned()) return self;
   Tensor out = detail::new_empty(self.sizes(), self.dtype(), pinned_allocator());
   kernels::backend(self.device(), "pin_memory").copy(out, self);
@@ -453,8 +437,7 @@ Tensor to(const Tensor& self, Device d, ScalarType t) { return to(to(self, d), t
 
 }  // namespace raw
 
-template <class T>
-static constexpr ScalarType dtype_of();
+template <class T> static constexpr ScalarType dtype_of();
 template <> constexpr ScalarType dtype_of<float>() { return kFloat32; }
 template <> constexpr ScalarType dtype_of<double>() { return kFloat64; }
 template <> constexpr ScalarType dtype_of<int64_t>() { return kInt64; }
@@ -462,36 +445,31 @@ template <> constexpr ScalarType dtype_of<bool>() { return kBool; }
 template <> constexpr ScalarType dtype_of<Half>() { return kFloat16; }
 template <> constexpr ScalarType dtype_of<BFloat16>() { return kBFloat16; }
 
-template <class T>
-T* Tensor::data_ptr() const {
+template <class T> T* Tensor::data_ptr() const {
   detail::check_defined(*this, "data_ptr");
-  TG_CHECK(dtype() == dtype_of<T>(), "data_ptr: expected dtype ", dtype_of<T>(),
-           " but the tensor is ", dtype());
+  TG_CHECK(dtype() == dtype_of<T>(), "data_ptr: expected dtype ", dtype_of<T>(), " but the tensor is ", dtype());
   return static_cast<T*>(impl_->data());
 }
 
-template <class T>
-T Tensor::item() const {
+template <class T> T Tensor::item() const {
   detail::check_defined(*this, "item");
-  TG_CHECK(numel() == 1, "item: a tensor with ", numel(),
-           " elements (shape ", shape_str(sizes()),
+  TG_CHECK(numel() == 1, "item: a tensor with ", numel(), " elements (shape ", shape_str(sizes()),
            ") cannot be converted to a scalar");
   if (is_cuda()) cuda::detail::check_not_capturing("item", device().index());
   Tensor one = raw::contiguous(raw::to(raw::to(*this, Device(kCPU)), dtype_of<T>()));
   return *one.data_ptr<T>();
 }
 
-template <class T>
-std::vector<T> Tensor::to_vector() const {
+template <class T> std::vector<T> Tensor::to_vector() const {
   detail::check_defined(*this, "to_vector");
   Tensor c = raw::contiguous(raw::to(raw::to(*this, Device(kCPU)), dtype_of<T>()));
   const T* p = c.numel() ? c.data_ptr<T>() : nullptr;
   return std::vector<T>(p, p + c.numel());
 }
 
-#define TG_INSTANTIATE_ACCESS(T)                  \
-  template T* Tensor::data_ptr<T>() const;        \
-  template T Tensor::item<T>() const;             \
+#define TG_INSTANTIATE_ACCESS(T)           \
+  template T* Tensor::data_ptr<T>() const; \
+  template T Tensor::item<T>() const;      \
   template std::vector<T> Tensor::to_vector<T>() const;
 TG_INSTANTIATE_ACCESS(float)
 TG_INSTANTIATE_ACCESS(double)

@@ -34,12 +34,8 @@ static bool compute_contiguous(const IntList& sizes, const IntList& strides) {
   return true;
 }
 
-TensorImpl::TensorImpl(IntrusivePtr<StorageImpl> storage,
-                       IntList sizes,
-                       IntList strides,
-                       int64_t offset,
-                       ScalarType dtype,
-                       IntrusivePtr<VersionCounter> version)
+TensorImpl::TensorImpl(IntrusivePtr<StorageImpl> storage, IntList sizes, IntList strides, int64_t offset,
+                       ScalarType dtype, IntrusivePtr<VersionCounter> version)
     : storage_(std::move(storage)),
       sizes_(std::move(sizes)),
       strides_(std::move(strides)),
@@ -47,8 +43,7 @@ TensorImpl::TensorImpl(IntrusivePtr<StorageImpl> storage,
       numel_(shape_numel(sizes_)),
       dtype_(dtype),
       contiguous_(compute_contiguous(sizes_, strides_)),
-      version_(version ? std::move(version)
-                       : IntrusivePtr<VersionCounter>::make()) {
+      version_(version ? std::move(version) : IntrusivePtr<VersionCounter>::make()) {
   TG_INTERNAL_ASSERT(sizes_.size() == strides_.size(), "rank mismatch");
 }
 
@@ -69,9 +64,8 @@ IntrusivePtr<TensorImpl> TensorImpl::make_sparse_coo(IntList sizes, SparseCooPar
   TG_INTERNAL_ASSERT(parts.indices && parts.values, "sparse tensor without parts");
   Allocator* alloc = parts.values->storage()->allocator();
   if (!alloc) alloc = allocator_for(parts.values->device());  // values in memory tapegrad does not own
-  auto impl = IntrusivePtr<TensorImpl>::make(IntrusivePtr<StorageImpl>::make(0, alloc), IntList{},
-                                             IntList{}, 0, parts.values->dtype(),
-                                             std::move(version));
+  auto impl = IntrusivePtr<TensorImpl>::make(IntrusivePtr<StorageImpl>::make(0, alloc), IntList{}, IntList{}, 0,
+                                             parts.values->dtype(), std::move(version));
   impl->sizes_ = std::move(sizes);
   impl->numel_ = shape_numel(impl->sizes_);
   impl->layout_ = Layout::SparseCoo;
@@ -124,8 +118,8 @@ void check_static_may_move(const Tensor& t, const char* op, const char* what) {
     std::lock_guard<std::mutex> lock(m->mu);
     name = m->name;
   }
-  TG_ERROR(op, ": ", what, " of the static tensor '", name, "' (", t.dtype(), " ", t.sizes(), " on ",
-           t.device(), ") would move, and a captured CUDA graph depends on its address; keep it in place "
+  TG_ERROR(op, ": ", what, " of the static tensor '", name, "' (", t.dtype(), " ", t.sizes(), " on ", t.device(),
+           ") would move, and a captured CUDA graph depends on its address; keep it in place "
            "(zero_grad(set_to_none=false), in-place updates), or reset the graphs that recorded it and "
            "capture again");
 }

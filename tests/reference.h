@@ -28,10 +28,8 @@ inline double read_element(const Tensor& t, int64_t elem_offset) {
   switch (t.dtype()) {
     case ScalarType::Float32: return *reinterpret_cast<const float*>(p);
     case ScalarType::Float64: return *reinterpret_cast<const double*>(p);
-    case ScalarType::BFloat16:
-      return tg::bf16_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
-    case ScalarType::Float16:
-      return tg::half_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
+    case ScalarType::BFloat16: return tg::bf16_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
+    case ScalarType::Float16: return tg::half_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
     case ScalarType::Int64: return double(*reinterpret_cast<const int64_t*>(p));
     case ScalarType::Bool: return *reinterpret_cast<const bool*>(p) ? 1.0 : 0.0;
   }
@@ -48,7 +46,8 @@ inline std::vector<double> values(const Tensor& t) {
   int64_t idx[32] = {};  // a fixed array: GCC 13 misreports a vector here
   for (int64_t n = 0; n < t.numel(); ++n) {
     int64_t off = t.storage_offset();
-    for (int64_t d = 0; d < t.dim(); ++d) off += idx[d] * t.strides()[size_t(d)];
+    for (int64_t d = 0; d < t.dim(); ++d)
+      off += idx[d] * t.strides()[size_t(d)];
     out.push_back(read_element(t, off));
     for (int64_t d = t.dim() - 1; d >= 0; --d) {
       if (++idx[d] < t.sizes()[size_t(d)]) break;
@@ -87,8 +86,8 @@ inline double tol_for(ScalarType t) {
   }
 }
 
-inline void expect_values(const Tensor& actual, const std::vector<double>& expected,
-                          double tol, const std::string& what) {
+inline void expect_values(const Tensor& actual, const std::vector<double>& expected, double tol,
+                          const std::string& what) {
   std::vector<double> got = values(actual);
   ASSERT_EQ(got.size(), expected.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -116,13 +115,11 @@ inline const char* layout_name(Layout l) {
   }
   return "?";
 }
-constexpr Layout kLayouts[] = {Layout::Contiguous, Layout::Transposed,
-                               Layout::Stepped, Layout::Expanded};
+constexpr Layout kLayouts[] = {Layout::Contiguous, Layout::Transposed, Layout::Stepped, Layout::Expanded};
 
 // A tensor of the given sizes (rank >= 2) and dtype in the given layout,
 // with values drawn from `gen` (uniform in [lo, hi) by default).
-inline Tensor make(const IntList& sizes, ScalarType dt, Layout l, double lo = -2,
-                   double hi = 2) {
+inline Tensor make(const IntList& sizes, ScalarType dt, Layout l, double lo = -2, double hi = 2) {
   auto draw = [&](const IntList& s) {
     Tensor u = tg::rand(s, tg::kFloat64) * (hi - lo) + lo;
     if (dt == ScalarType::Int64) u = tg::clamp(u * 2.0, -9, 9).to(tg::kInt64).to(tg::kFloat64);
@@ -136,8 +133,7 @@ inline Tensor make(const IntList& sizes, ScalarType dt, Layout l, double lo = -2
       IntList s = sizes;
       std::swap(s[size_t(n - 1)], s[size_t(n - 2)]);
       Tensor t = draw(s).transpose(n - 1, n - 2);
-      EXPECT_FALSE(t.is_contiguous() && t.numel() > 1 && sizes[size_t(n - 1)] > 1 &&
-                   sizes[size_t(n - 2)] > 1);
+      EXPECT_FALSE(t.is_contiguous() && t.numel() > 1 && sizes[size_t(n - 1)] > 1 && sizes[size_t(n - 2)] > 1);
       return t;
     }
     case Layout::Stepped: {
@@ -162,31 +158,29 @@ inline int replays(int n) {
   return cap ? std::min(n, std::atoi(cap)) : n;
 }
 
-constexpr ScalarType kFloatTypes[] = {tg::kFloat32, tg::kFloat64, tg::kBFloat16,
-                                      tg::kFloat16};
-constexpr ScalarType kAllTypes[] = {tg::kFloat32, tg::kFloat64, tg::kBFloat16,
-                                    tg::kFloat16, tg::kInt64,   tg::kBool};
+constexpr ScalarType kFloatTypes[] = {tg::kFloat32, tg::kFloat64, tg::kBFloat16, tg::kFloat16};
+constexpr ScalarType kAllTypes[] = {tg::kFloat32, tg::kFloat64, tg::kBFloat16, tg::kFloat16, tg::kInt64, tg::kBool};
 
 }  // namespace tgtest
 
 // GPU tests: skip with a message where there is no GPU (they must run on the
 // GPU machine).
-#define REQUIRE_GPU()                                                        \
-  if (!tg::cuda::is_available())                                            \
-  GTEST_SKIP() << "no CUDA GPU here (built with CUDA: "                      \
-               << (tg::cuda::is_built() ? "yes" : "no") << "); this test runs on the GPU machine"
+#define REQUIRE_GPU()                                                                            \
+  if (!tg::cuda::is_available())                                                                 \
+  GTEST_SKIP() << "no CUDA GPU here (built with CUDA: " << (tg::cuda::is_built() ? "yes" : "no") \
+               << "); this test runs on the GPU machine"
 
 // `stmt` throws a tg::Error whose message contains `text` (test_errors.cpp
 // checks message prefixes with its own EXPECT_ERROR).
-#define EXPECT_ERROR_CONTAINS(stmt, text)                                          \
-  do {                                                                             \
-    bool thrown = false;                                                           \
-    try {                                                                          \
-      (void)(stmt);                                                                \
-    } catch (const tg::Error& e) {                                                 \
-      thrown = true;                                                               \
-      EXPECT_NE(std::string(e.what()).find(text), std::string::npos)              \
-          << "message: " << e.what() << "\nexpected to contain: " << text;        \
-    }                                                                              \
-    EXPECT_TRUE(thrown) << #stmt " did not throw";                                 \
+#define EXPECT_ERROR_CONTAINS(stmt, text)                                  \
+  do {                                                                     \
+    bool thrown = false;                                                   \
+    try {                                                                  \
+      (void)(stmt);                                                        \
+    } catch (const tg::Error& e) {                                         \
+      thrown = true;                                                       \
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos)       \
+          << "message: " << e.what() << "\nexpected to contain: " << text; \
+    }                                                                      \
+    EXPECT_TRUE(thrown) << #stmt " did not throw";                         \
   } while (0)

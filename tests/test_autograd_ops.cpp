@@ -17,8 +17,7 @@ const tg::TensorOptions kF64 = tg::TensorOptions().dtype(tg::kFloat64);
 
 // A float64 leaf with values in [lo, hi); `transposed` gives a
 // non-contiguous leaf of the same shape.
-Tensor leaf(const IntList& sizes, uint64_t seed, double lo = -1, double hi = 1,
-            bool transposed = false) {
+Tensor leaf(const IntList& sizes, uint64_t seed, double lo = -1, double hi = 1, bool transposed = false) {
   tg::manual_seed(seed);
   Tensor t;
   if (transposed && sizes.size() == 2) {
@@ -30,13 +29,13 @@ Tensor leaf(const IntList& sizes, uint64_t seed, double lo = -1, double hi = 1,
   return t;
 }
 
-#define EXPECT_GRADS(fn, ...)                                               \
-  do {                                                                      \
-    variable_list in{__VA_ARGS__};                                          \
-    auto r1 = gradcheck(fn, in);                                            \
-    EXPECT_TRUE(r1.ok) << r1.message;                                       \
-    auto r2 = gradgradcheck(fn, in);                                        \
-    EXPECT_TRUE(r2.ok) << "gradgradcheck: " << r2.message;                  \
+#define EXPECT_GRADS(fn, ...)                              \
+  do {                                                     \
+    variable_list in{__VA_ARGS__};                         \
+    auto r1 = gradcheck(fn, in);                           \
+    EXPECT_TRUE(r1.ok) << r1.message;                      \
+    auto r2 = gradgradcheck(fn, in);                       \
+    EXPECT_TRUE(r2.ok) << "gradgradcheck: " << r2.message; \
   } while (0)
 
 using Fn = std::function<Tensor(const variable_list&)>;
@@ -58,8 +57,7 @@ TEST(AutogradOps, NonDifferentiablePoints) {
   EXPECT_EQ(gz, (std::vector<double>{0.5, 0, 1}));  // tie at 0 splits evenly
   EXPECT_EQ(gw, (std::vector<double>{0.5, 1, 0}));
   Tensor t = tg::tensor({3.0, 1.0, 3.0, 2.0}, {4}, kF64).requires_grad_();
-  EXPECT_EQ(tg::autograd::grad({tg::amax(t)}, {t})[0].to_vector<double>(),
-            (std::vector<double>{0.5, 0, 0.5, 0}));
+  EXPECT_EQ(tg::autograd::grad({tg::amax(t)}, {t})[0].to_vector<double>(), (std::vector<double>{0.5, 0, 0.5, 0}));
 }
 
 // d^3/dx^3 by three nested grad(create_graph) calls; the function is
@@ -78,34 +76,43 @@ TEST(AutogradOps, ThirdDerivativesMatchClosedForms) {
                    const std::function<double(double)>& closed) {
     SCOPED_TRACE(name);
     auto got = third(f, x);
-    for (size_t i = 0; i < xs.size(); ++i) EXPECT_NEAR(got[i], closed(xs[i]), 1e-10) << xs[i];
+    for (size_t i = 0; i < xs.size(); ++i)
+      EXPECT_NEAR(got[i], closed(xs[i]), 1e-10) << xs[i];
   };
-  check("tanh", [](const Tensor& t) { return tg::tanh(t); }, [](double v) {
-    double t = std::tanh(v);
-    return (1 - t * t) * (6 * t * t - 2);
-  });
-  check("sigmoid", [](const Tensor& t) { return tg::sigmoid(t); }, [](double v) {
-    double s = 1 / (1 + std::exp(-v)), s1 = s * (1 - s);
-    return s1 * (1 - 2 * s) * (1 - 2 * s) - 2 * s1 * s1;
-  });
-  check("silu", [](const Tensor& t) { return tg::silu(t); }, [](double v) {
-    double s = 1 / (1 + std::exp(-v)), s1 = s * (1 - s);
-    return 3 * s1 * (1 - 2 * s) + v * (s1 * (1 - 2 * s) * (1 - 2 * s) - 2 * s1 * s1);
-  });
-  check("exp(2x)", [](const Tensor& t) { return tg::exp(t * 2.0); },
-        [](double v) { return 8 * std::exp(2 * v); });
-  check("exp(sin x)", [](const Tensor& t) { return tg::exp(tg::sin(t)); }, [](double v) {
-    double f = std::exp(std::sin(v)), c = std::cos(v);
-    return f * c * (c * c - 3 * std::sin(v) - 1);
-  });
-  check("sin(x) * tanh(x)", [](const Tensor& t) { return tg::sin(t) * tg::tanh(t); },
-        [](double v) {
-          double s = std::sin(v), c = std::cos(v), t = std::tanh(v);
-          double t1 = 1 - t * t, t2 = -2 * t * t1, t3 = t1 * (6 * t * t - 2);
-          return -c * t + 3 * -s * t1 + 3 * c * t2 + s * t3;
-        });
+  check(
+      "tanh", [](const Tensor& t) { return tg::tanh(t); },
+      [](double v) {
+        double t = std::tanh(v);
+        return (1 - t * t) * (6 * t * t - 2);
+      });
+  check(
+      "sigmoid", [](const Tensor& t) { return tg::sigmoid(t); },
+      [](double v) {
+        double s = 1 / (1 + std::exp(-v)), s1 = s * (1 - s);
+        return s1 * (1 - 2 * s) * (1 - 2 * s) - 2 * s1 * s1;
+      });
+  check(
+      "silu", [](const Tensor& t) { return tg::silu(t); },
+      [](double v) {
+        double s = 1 / (1 + std::exp(-v)), s1 = s * (1 - s);
+        return 3 * s1 * (1 - 2 * s) + v * (s1 * (1 - 2 * s) * (1 - 2 * s) - 2 * s1 * s1);
+      });
+  check(
+      "exp(2x)", [](const Tensor& t) { return tg::exp(t * 2.0); }, [](double v) { return 8 * std::exp(2 * v); });
+  check(
+      "exp(sin x)", [](const Tensor& t) { return tg::exp(tg::sin(t)); },
+      [](double v) {
+        double f = std::exp(std::sin(v)), c = std::cos(v);
+        return f * c * (c * c - 3 * std::sin(v) - 1);
+      });
+  check(
+      "sin(x) * tanh(x)", [](const Tensor& t) { return tg::sin(t) * tg::tanh(t); },
+      [](double v) {
+        double s = std::sin(v), c = std::cos(v), t = std::tanh(v);
+        double t1 = 1 - t * t, t2 = -2 * t * t1, t3 = t1 * (6 * t * t - 2);
+        return -c * t + 3 * -s * t1 + 3 * c * t2 + s * t3;
+      });
 }
-
 
 // activation_grad: g * act^(k)(x) as one fused kernel for k <= 4, the
 // engine's reentrant derivative above. gradcheck + gradgradcheck at every
@@ -134,19 +141,17 @@ TEST(AutogradOps, ActivationGradEveryOrder) {
       EXPECT_GRADS(fn, leaf({3}, 70 + uint64_t(k), -1, 1), leaf({2, 3}, 60 + uint64_t(k), c.lo, c.hi, true));
     }
     Tensor x = leaf({4, 5}, 50, c.lo, c.hi).detach();
-    EXPECT_TRUE(tg::allclose(tg::activation_grad(tg::ones_like(x), x, c.act, 0), c.fn(x), 1e-14, 1e-14))
-        << c.name;
-    EXPECT_TRUE(tg::allclose(tg::activation_grad(tg::ones_like(x).to(tg::kFloat32), x.to(tg::kFloat32),
-                                                 c.act, 2).to(tg::kFloat64),
-                             tg::activation_grad(tg::ones_like(x), x, c.act, 2), 1e-5, 1e-6))
+    EXPECT_TRUE(tg::allclose(tg::activation_grad(tg::ones_like(x), x, c.act, 0), c.fn(x), 1e-14, 1e-14)) << c.name;
+    EXPECT_TRUE(tg::allclose(
+        tg::activation_grad(tg::ones_like(x).to(tg::kFloat32), x.to(tg::kFloat32), c.act, 2).to(tg::kFloat64),
+        tg::activation_grad(tg::ones_like(x), x, c.act, 2), 1e-5, 1e-6))
         << c.name << " float32";
   }
   try {
     tg::activation_grad(tg::ones({2}, kF64), tg::ones({2}, kF64), tg::Activation::Silu, -1);
     ADD_FAILURE() << "no error";
   } catch (const tg::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("activation_grad: order must be >= 0, got -1"),
-              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("activation_grad: order must be >= 0, got -1"), std::string::npos) << e.what();
   }
 }
 

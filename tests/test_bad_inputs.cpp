@@ -26,9 +26,7 @@ struct Op {
   std::function<Tensor(const Args&)> fn;
 };
 
-Tensor I64(std::vector<double> v, IntList s) {
-  return tg::tensor(v, s, tg::TensorOptions().dtype(tg::kInt64));
-}
+Tensor I64(std::vector<double> v, IntList s) { return tg::tensor(v, s, tg::TensorOptions().dtype(tg::kInt64)); }
 // Indices on the operand's device (the CPU for an undefined operand).
 Tensor I64(std::vector<double> v, IntList s, const Tensor& like) {
   return I64(std::move(v), std::move(s)).to(like.defined() ? like.device() : Device(tg::kCPU));
@@ -73,34 +71,74 @@ std::vector<Op> ops() {
       {"matmul", 2, [](const Args& a) { return matmul(a[0], a[1]); }},
       {"bmm", 2, [](const Args& a) { return bmm(a[0], a[1]); }},
       {"linear", 2, [](const Args& a) { return linear(a[0], a[1]); }},
-      {"cat", 2, [](const Args& a) { return cat({a[0], a[1]}, 0); }},
-      {"stack", 2, [](const Args& a) { return stack({a[0], a[1]}, 0); }},
-      {"index_select", 1, [](const Args& a) {
-         return index_select(a[0], 0, I64({0, 1, 7, -1}, {4}, a[0])); }},
-      {"gather", 1, [](const Args& a) {
-         return gather(a[0], 0, I64({0, 5, 1, 9}, {2, 2}, a[0])); }},
-      {"scatter_add", 1, [](const Args& a) {
-         return scatter_add(a[0], 0, I64({0, 9, 1, 0}, {2, 2}, a[0]), a[0]); }},
-      {"embedding", 1, [](const Args& a) {
-         return embedding(a[0], I64({0, 3, 11}, {3}, a[0])); }},
-      {"view", 1, [](const Args& a) { return a[0].view({-1, 4}); }},
-      {"reshape", 1, [](const Args& a) { return a[0].reshape({5, -1}); }},
+      {"cat", 2,
+       [](const Args& a) {
+         return cat({a[0], a[1]}, 0);
+       }},
+      {"stack", 2,
+       [](const Args& a) {
+         return stack({a[0], a[1]}, 0);
+       }},
+      {"index_select", 1,
+       [](const Args& a) {
+         return index_select(a[0], 0, I64({0, 1, 7, -1}, {4}, a[0]));
+       }},
+      {"gather", 1,
+       [](const Args& a) {
+         return gather(a[0], 0, I64({0, 5, 1, 9}, {2, 2}, a[0]));
+       }},
+      {"scatter_add", 1,
+       [](const Args& a) {
+         return scatter_add(a[0], 0, I64({0, 9, 1, 0}, {2, 2}, a[0]), a[0]);
+       }},
+      {"embedding", 1,
+       [](const Args& a) {
+         return embedding(a[0], I64({0, 3, 11}, {3}, a[0]));
+       }},
+      {"view", 1,
+       [](const Args& a) {
+         return a[0].view({-1, 4});
+       }},
+      {"reshape", 1,
+       [](const Args& a) {
+         return a[0].reshape({5, -1});
+       }},
       {"transpose", 1, [](const Args& a) { return a[0].transpose(0, 2); }},
       {"select", 1, [](const Args& a) { return a[0].select(0, 3); }},
       {"slice", 1, [](const Args& a) { return a[0].slice(1, 1, 100, 2); }},
       {"narrow", 1, [](const Args& a) { return a[0].narrow(0, 1, 4); }},
-      {"expand", 1, [](const Args& a) { return a[0].expand({2, 3, 3}); }},
-      {"permute", 1, [](const Args& a) { return a[0].permute({1, 0}); }},
+      {"expand", 1,
+       [](const Args& a) {
+         return a[0].expand({2, 3, 3});
+       }},
+      {"permute", 1,
+       [](const Args& a) {
+         return a[0].permute({1, 0});
+       }},
       {"squeeze", 1, [](const Args& a) { return a[0].squeeze(0); }},
       {"unsqueeze", 1, [](const Args& a) { return a[0].unsqueeze(3); }},
       {"flatten", 1, [](const Args& a) { return a[0].flatten(); }},
-      {"add_|clone", 2, [](const Args& a) { Tensor t = a[0].clone(); t.add_(a[1]); return t; }},
-      {"mul_|clone", 2, [](const Args& a) { Tensor t = a[0].clone(); t.mul_(a[1]); return t; }},
-      {"copy_|clone", 2, [](const Args& a) { Tensor t = a[0].clone(); t.copy_(a[1]); return t; }},
+      {"add_|clone", 2,
+       [](const Args& a) {
+         Tensor t = a[0].clone();
+         t.add_(a[1]);
+         return t;
+       }},
+      {"mul_|clone", 2,
+       [](const Args& a) {
+         Tensor t = a[0].clone();
+         t.mul_(a[1]);
+         return t;
+       }},
+      {"copy_|clone", 2,
+       [](const Args& a) {
+         Tensor t = a[0].clone();
+         t.copy_(a[1]);
+         return t;
+       }},
       {"to_dense", 1, [](const Args& a) { return a[0].to_dense(); }},
       {"coalesce", 1, [](const Args& a) { return a[0].coalesce(); }},
-      {"activation_grad", 2, [](const Args& a) {
-         return activation_grad(a[0], a[1], Activation::Silu, 2); }},
+      {"activation_grad", 2, [](const Args& a) { return activation_grad(a[0], a[1], Activation::Silu, 2); }},
   };
 }
 
@@ -143,7 +181,8 @@ std::vector<Input> inputs() {
 
 Args to_device(const Args& a, const Device& dev) {
   Args out;
-  for (const Tensor& t : a) out.push_back(t.defined() ? t.to(dev) : t);
+  for (const Tensor& t : a)
+    out.push_back(t.defined() ? t.to(dev) : t);
   return out;
 }
 
@@ -185,8 +224,7 @@ std::string check_call(const Op& op, const Args& args, const std::string& what) 
     return std::string("succeeded, but the contiguous CPU path throws: ") + e.what();
   }
   if (out.sizes() != ref.sizes() || out.dtype() != ref.dtype())
-    return "shape/dtype " + tg::shape_str(out.sizes()) + " differs from the reference's " +
-           tg::shape_str(ref.sizes());
+    return "shape/dtype " + tg::shape_str(out.sizes()) + " differs from the reference's " + tg::shape_str(ref.sizes());
   Tensor a = tg::to_dense(out).to(kCpu).to(tg::kFloat64), b = tg::to_dense(ref).to(tg::kFloat64);
   std::vector<double> av = tgtest::values(a), bv = tgtest::values(b);
   double tol = out.dtype() == tg::kFloat16 || out.dtype() == tg::kBFloat16 ? 2e-2 : 1e-5;
@@ -212,8 +250,7 @@ void sweep(const Device& dev) {
         (void)op.fn(a);
       } catch (const tg::Error&) {
         ++errors;
-      } catch (...) {
-      }
+      } catch (...) {}
     }
   }
   // The library is usable afterwards, and the sweep did exercise both paths.
@@ -250,7 +287,7 @@ TEST(BadInputs, SpecialValuesGiveTheSameResultOnVectorAndScalarPaths) {
         // NaN where NaN, the same infinity, else equal up to rounding (the
         // paths use different approximations) or both denormal-small.
         double g = w[size_t(i)], tol = dt == tg::kFloat32 ? 1e-6 : 1e-14;
-        bool same = std::isnan(e) ? std::isnan(g)
+        bool same = std::isnan(e)   ? std::isnan(g)
                     : std::isinf(e) ? g == e
                                     : std::isfinite(g) && std::fabs(g - e) <= tol * std::fabs(e) + 1e-30;
         EXPECT_TRUE(same) << op.name << " " << dt << " of " << v[size_t(i)] << ": " << w[size_t(i)]

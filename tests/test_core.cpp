@@ -20,7 +20,7 @@ TEST(ScalarTypes, HalfConversionRoundsToNearestEven) {
   EXPECT_EQ(tg::float_to_half_bits(1.0f), 0x3c00);
   EXPECT_EQ(tg::float_to_half_bits(-2.0f), 0xc000);
   EXPECT_EQ(tg::float_to_half_bits(65504.0f), 0x7bff);
-  EXPECT_EQ(tg::float_to_half_bits(65520.0f), 0x7c00);  // rounds to inf
+  EXPECT_EQ(tg::float_to_half_bits(65520.0f), 0x7c00);            // rounds to inf
   EXPECT_EQ(tg::float_to_half_bits(1.0f + 1.0f / 2048), 0x3c00);  // tie -> even
   EXPECT_EQ(tg::float_to_half_bits(1.0f + 3.0f / 2048), 0x3c02);  // tie -> even
   EXPECT_EQ(tg::float_to_half_bits(5.9604645e-8f), 0x0001);       // smallest subnormal
@@ -36,8 +36,8 @@ TEST(ScalarTypes, HalfConversionRoundsToNearestEven) {
 TEST(ScalarTypes, BFloat16ConversionRoundsToNearestEven) {
   EXPECT_EQ(tg::float_to_bf16_bits(1.0f), 0x3f80);
   EXPECT_EQ(tg::bf16_bits_to_float(0x3f80), 1.0f);
-  EXPECT_EQ(tg::float_to_bf16_bits(1.0f + 1.0f / 256), 0x3f80);      // tie -> even
-  EXPECT_EQ(tg::float_to_bf16_bits(1.0f + 3.0f / 256), 0x3f82);      // tie -> even
+  EXPECT_EQ(tg::float_to_bf16_bits(1.0f + 1.0f / 256), 0x3f80);  // tie -> even
+  EXPECT_EQ(tg::float_to_bf16_bits(1.0f + 3.0f / 256), 0x3f82);  // tie -> even
   EXPECT_TRUE(std::isnan(tg::bf16_bits_to_float(tg::float_to_bf16_bits(NAN))));
 }
 
@@ -59,8 +59,7 @@ TEST(Conversions, EveryDtypePairOnEveryLayout) {
           if (to == tg::kFloat16) r = tg::half_bits_to_float(tg::float_to_half_bits(float(v)));
           ref.push_back(r);
         }
-        expect_values(y, ref, 0, std::string(tg::to_string(from)) + " -> " +
-                                     tg::to_string(to) + " " + layout_name(l));
+        expect_values(y, ref, 0, std::string(tg::to_string(from)) + " -> " + tg::to_string(to) + " " + layout_name(l));
       }
 }
 

@@ -22,9 +22,10 @@ TEST(Cuda, QueriesAreSafeAndErrorsAreClear) {
     else if (n == 0)
       EXPECT_NE(msg.find("get_device_properties: no CUDA device is available"), std::string::npos) << msg;
     else
-      EXPECT_NE(msg.find("get_device_properties: device index " + std::to_string(n) +
-                         " is out of range; " + std::to_string(n) + " CUDA device(s) visible"),
-                std::string::npos) << msg;
+      EXPECT_NE(msg.find("get_device_properties: device index " + std::to_string(n) + " is out of range; " +
+                         std::to_string(n) + " CUDA device(s) visible"),
+                std::string::npos)
+          << msg;
   }
   // The library stays usable afterwards.
   EXPECT_EQ(tg::ones({2}).sum().item<float>(), 2.0f);
@@ -44,7 +45,8 @@ TEST(Cuda, CudaTensorsWorkOrAreRefusedClearly) {
   } catch (const tg::Error& e) {
     std::string m = e.what();
     EXPECT_TRUE(m.find("allocate: no allocator for device cuda:0") != std::string::npos ||
-                m.find("allocate: no CUDA device is available") != std::string::npos) << m;
+                m.find("allocate: no CUDA device is available") != std::string::npos)
+        << m;
   }
 }
 

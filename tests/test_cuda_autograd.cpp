@@ -29,20 +29,21 @@ Tensor leaf(const tg::IntList& sizes, uint64_t seed, double lo = -1, double hi =
 Fn on_gpu(Fn fn) {
   return [fn](const variable_list& in) {
     variable_list g;
-    for (const Tensor& t : in) g.push_back(t.to(kGpu));
+    for (const Tensor& t : in)
+      g.push_back(t.to(kGpu));
     Tensor out = fn(g);
     EXPECT_TRUE(out.is_cuda());
     return out.to(kCpu);
   };
 }
 
-#define EXPECT_GPU_GRADS(name, fn, ...)                                          \
-  do {                                                                           \
-    variable_list in{__VA_ARGS__};                                               \
-    auto r1 = tg::autograd::gradcheck(on_gpu(fn), in);                           \
-    EXPECT_TRUE(r1.ok) << name << ": " << r1.message;                            \
-    auto r2 = tg::autograd::gradgradcheck(on_gpu(fn), in);                       \
-    EXPECT_TRUE(r2.ok) << name << " gradgradcheck: " << r2.message;              \
+#define EXPECT_GPU_GRADS(name, fn, ...)                             \
+  do {                                                              \
+    variable_list in{__VA_ARGS__};                                  \
+    auto r1 = tg::autograd::gradcheck(on_gpu(fn), in);              \
+    EXPECT_TRUE(r1.ok) << name << ": " << r1.message;               \
+    auto r2 = tg::autograd::gradgradcheck(on_gpu(fn), in);          \
+    EXPECT_TRUE(r2.ok) << name << " gradgradcheck: " << r2.message; \
   } while (0)
 
 TEST(CudaGpuAutograd, HessianOfAnMlpMatchesCpu) {
@@ -65,6 +66,35 @@ TEST(CudaGpuAutograd, HessianOfAnMlpMatchesCpu) {
   EXPECT_TRUE(tg::allclose(gpu, cpu, 1e-10, 1e-12));
 }
 
+// Per-sample Hessians of an MLP with TF32 GEMMs: the check that rows are
+// independent allows for TF32's rounding (it refused the Hessian benchmark's
+// tf32 rows), still catches a batch mean, and the Hessians match Float32's.
+TEST(CudaGpuAutograd, PerSampleHessianWithTf32Gemms) {
+  REQUIRE_GPU();
+  tg::manual_seed(32);
+  auto o = tg::TensorOptions().dtype(tg::kFloat32).device(kGpu);
+  // Weights scaled by 1 / sqrt(fan_in), as nn::Linear's.
+  Tensor w1 = tg::randn({64, 2}, o) * 0.7, w2 = tg::randn({64, 64}, o) * 0.125, w3 = tg::randn({1, 64}, o) * 0.125;
+  auto fn = [&](const Tensor& x) { return tg::linear(tg::silu(tg::linear(tg::silu(tg::linear(x, w1)), w2)), w3); };
+  Tensor x = tg::rand({256, 2}, o);
+  Tensor exact = tg::autograd::per_sample_hessian(fn, x);
+  const bool before = tg::cuda::allow_tf32();
+  tg::cuda::set_allow_tf32(true);
+  struct Restore {
+    bool b;
+    ~Restore() { tg::cuda::set_allow_tf32(b); }
+  } restore{before};
+  for (auto s : {tg::autograd::HessianStrategy::BatchedCotangents, tg::autograd::HessianStrategy::ForwardOverReverse}) {
+    Tensor h = tg::autograd::per_sample_hessian(fn, x, s);
+    // TF32 keeps 10 mantissa bits: within a percent of the largest entry.
+    const double err = (h - exact).abs().max().item<double>(), big = exact.abs().max().item<double>();
+    EXPECT_GT(big, 0.0);
+    EXPECT_LE(err, 1e-2 * big) << "max |tf32 - fp32| " << err << " against max |H| " << big;
+  }
+  auto mixed = [&](const Tensor& x) { return tg::sub(fn(x), fn(x).mean()); };
+  EXPECT_ERROR_CONTAINS(tg::autograd::per_sample_hessian(mixed, x), "fn mixes rows of the batch");
+}
+
 // The engine's held contributions (summed by add_n) and mul's fused
 // backward on the GPU: the chain x = x * w + b gives bitwise the CPU's f32
 // gradients (same operations in the same order), and an InputBuffer fed from
@@ -77,7 +107,8 @@ TEST(CudaGpuAutograd, HeldContributionsAndFusedMulMatchCpuBitwise) {
     Tensor w = tg::full({3}, 0.999, f32).to(d).requires_grad_();
     Tensor b = tg::tensor({0.001, -0.002, 0.003}, {3}, f32).to(d).requires_grad_();
     Tensor x = tg::tensor({1.0, 2.0, -1.5}, {3}, f32).to(d);
-    for (int i = 0; i < 300; ++i) x = x * w + b;
+    for (int i = 0; i < 300; ++i)
+      x = x * w + b;
     std::vector<Tensor> g = tg::autograd::grad({x.sum()}, {w, b});
     return std::make_pair(g[0].to(kCpu).to_vector<float>(), g[1].to(kCpu).to_vector<float>());
   };
@@ -86,11 +117,13 @@ TEST(CudaGpuAutograd, HeldContributionsAndFusedMulMatchCpuBitwise) {
   tg::NoGradGuard no_grad;
   tg::manual_seed(8);
   std::vector<Tensor> parts;
-  for (int i = 0; i < 40; ++i) parts.push_back(tg::mul(tg::randn({7}, f32), std::pow(10.0, double(i % 5) - 2.0)));
+  for (int i = 0; i < 40; ++i)
+    parts.push_back(tg::mul(tg::randn({7}, f32), std::pow(10.0, double(i % 5) - 2.0)));
   std::vector<float> expect = parts[0].to_vector<float>();
   for (size_t i = 1; i < parts.size(); ++i) {
     std::vector<float> v = parts[i].to_vector<float>();
-    for (size_t j = 0; j < v.size(); ++j) expect[j] = expect[j] + v[j];
+    for (size_t j = 0; j < v.size(); ++j)
+      expect[j] = expect[j] + v[j];
   }
   tg::cuda::Stream main = tg::cuda::current_stream(), side = tg::cuda::stream_from_pool();
   tg::autograd::InputBuffer buf(1);
@@ -121,12 +154,14 @@ TEST(CudaGpuAutograd, WeightGradientProductsSumInOneGemm) {
   tg::NoGradGuard no_grad;
   tg::manual_seed(12);
   std::vector<std::pair<Tensor, Tensor>> ps;
-  for (int i = 0; i < 21; ++i) ps.emplace_back(tg::randn({40 + i, 6}, f64), tg::randn({40 + i, 5}, f64));
-  ps[3].first = tg::randn({6, 43}, f64).t();  // strided l
+  for (int i = 0; i < 21; ++i)
+    ps.emplace_back(tg::randn({40 + i, 6}, f64), tg::randn({40 + i, 5}, f64));
+  ps[3].first = tg::randn({6, 43}, f64).t();                          // strided l
   ps[15] = {tg::randn({50000, 6}, f64), tg::randn({50000, 5}, f64)};  // 4.4 MB: not held
   Tensor dense = tg::randn({6, 5}, f64);
   Tensor expect = dense.clone();
-  for (const auto& [l, r] : ps) expect = expect + tg::mm(l.t(), r);
+  for (const auto& [l, r] : ps)
+    expect = expect + tg::mm(l.t(), r);
   const tg::cuda::Stream main = tg::cuda::current_stream(), side = tg::cuda::stream_from_pool();
   const int64_t merged = tg::autograd::detail::merged_product_sums();
   tg::autograd::InputBuffer buf(1);
@@ -230,9 +265,13 @@ TEST(CudaGpuAutograd, SliceBackwardInOnePassEqualsTheCpu) {
         {[](const Tensor& t) { return t.slice(2, 1, 7, 2); }, tg::randn({4, 3, 3, 5}, o),
          [](const Tensor& t) { return t.transpose(0, 1); }},  // the outer dims do not collapse
         {[](const Tensor& t) { return t.select(3, 4); }, tg::randn({7, 4, 3}, o),
-         [](const Tensor& t) { return t.permute({2, 1, 0}); }},
+         [](const Tensor& t) {
+           return t.permute({2, 1, 0});
+         }},
         {[](const Tensor& t) { return t.narrow(1, 2, 2); }, tg::ones({1, 1, 1, 5}, o),
-         [](const Tensor& t) { return t.expand({3, 2, 7, 5}); }},
+         [](const Tensor& t) {
+           return t.expand({3, 2, 7, 5});
+         }},
         {[](const Tensor& t) { return t.select(0, 0); }, tg::randn({4, 7, 5}, o), same},
         {[](const Tensor& t) { return t.slice(2, 3, 3, 1); }, tg::randn({3, 4, 0, 5}, o), same},  // empty
     };
@@ -277,17 +316,15 @@ TEST(CudaGpuAutograd, OffloadHooksMoveSavedTensorsToTheCpu) {
   EXPECT_TRUE(tg::equal(g.to(kCpu), g_plain));
 }
 
-
 // The fused activation derivatives on CUDA, each order through the next.
 TEST(CudaGpuAutograd, ActivationGradOrders) {
   REQUIRE_GPU();
-  for (auto act : {tg::Activation::Silu, tg::Activation::Sigmoid, tg::Activation::Tanh,
-                   tg::Activation::Relu}) {
+  for (auto act : {tg::Activation::Silu, tg::Activation::Sigmoid, tg::Activation::Tanh, tg::Activation::Relu}) {
     const double lo = act == tg::Activation::Relu ? 0.1 : -1.5;
     for (int k = 0; k <= 4; ++k) {
       Fn fn = [act, k](const variable_list& v) { return tg::activation_grad(v[0], v[1], act, k); };
-      EXPECT_GPU_GRADS("activation_grad " + std::to_string(int(act)) + " order " + std::to_string(k),
-                       fn, leaf({3, 4}, 70 + uint64_t(k)), leaf({3, 4}, 80 + uint64_t(k), lo, 1.5));
+      EXPECT_GPU_GRADS("activation_grad " + std::to_string(int(act)) + " order " + std::to_string(k), fn,
+                       leaf({3, 4}, 70 + uint64_t(k)), leaf({3, 4}, 80 + uint64_t(k), lo, 1.5));
     }
   }
 }
@@ -314,8 +351,7 @@ struct GpuReentrant : tg::autograd::Function<GpuReentrant> {
 struct FailsOnGpu : tg::autograd::Function<FailsOnGpu> {
   static Tensor forward(tg::autograd::AutogradContext*, Tensor x) { return x * 1.0; }
   static variable_list backward(tg::autograd::AutogradContext*, variable_list g) {
-    TG_CHECK(false, "FailsOnGpu: backward refused a gradient of shape ",
-             tg::shape_str(g[0].sizes()));
+    TG_CHECK(false, "FailsOnGpu: backward refused a gradient of shape ", tg::shape_str(g[0].sizes()));
     return {};
   }
 };
@@ -373,8 +409,8 @@ TEST(CudaGpuAutograd, GpuNodesRunOnOneWorkerThreadPerDevice) {
     tg::autograd::grad({bad}, {x});
     ADD_FAILURE() << "no error";
   } catch (const tg::Error& err) {
-    EXPECT_NE(std::string(err.what()).find("FailsOnGpu: backward refused a gradient of shape [64]"),
-              std::string::npos) << err.what();
+    EXPECT_NE(std::string(err.what()).find("FailsOnGpu: backward refused a gradient of shape [64]"), std::string::npos)
+        << err.what();
   }
   Tensor ok = tg::autograd::grad({tg::exp(x.to(kGpu)).sum()}, {x})[0];
   EXPECT_TRUE(tg::allclose(ok, tg::exp(x).detach(), 1e-12, 1e-12));
@@ -388,7 +424,6 @@ TEST(CudaGpuAutograd, GpuNodesRunOnOneWorkerThreadPerDevice) {
   Tensor g2 = tg::autograd::grad({g1.sum()}, {x})[0];
   EXPECT_TRUE(tg::allclose(g2, (-tg::sin(x)).detach(), 1e-12, 1e-12));
 }
-
 
 // Two GPUs: each device's nodes run on its own worker thread, gradients
 // cross devices through ToCopyBackward and meet on the CPU. Skips with fewer

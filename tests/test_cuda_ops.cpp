@@ -10,12 +10,9 @@ using tg::Tensor;
 const tg::Device kGpu(tg::kCUDA, 0);
 
 // CPU operands in four layouts of shape [5, 7].
-std::vector<std::pair<const char*, Tensor>> layouts(tg::ScalarType dt, uint64_t seed, double lo,
-                                                    double hi) {
+std::vector<std::pair<const char*, Tensor>> layouts(tg::ScalarType dt, uint64_t seed, double lo, double hi) {
   tg::manual_seed(seed);
-  auto r = [&](tg::IntList s) {
-    return tg::rand(s, tg::TensorOptions().dtype(tg::kFloat64)) * (hi - lo) + lo;
-  };
+  auto r = [&](tg::IntList s) { return tg::rand(s, tg::TensorOptions().dtype(tg::kFloat64)) * (hi - lo) + lo; };
   return {{"contiguous", r({5, 7}).to(dt)},
           {"transposed", r({7, 5}).to(dt).t()},
           {"sliced", r({5, 14}).to(dt).slice(1, 0, std::nullopt, 2)},
@@ -38,15 +35,16 @@ TEST(CudaGpuOps, RoundTripsEveryDtype) {
     EXPECT_TRUE(g.is_cuda());
     EXPECT_EQ(g.device(), kGpu);
     EXPECT_TRUE(tg::equal(g.to(tg::Device(tg::kCPU)), x)) << dt;
-    EXPECT_TRUE(tg::equal(x.transpose(0, 2).contiguous(),
-                          g.transpose(0, 2).contiguous().to(tg::Device(tg::kCPU)))) << dt;
+    EXPECT_TRUE(tg::equal(x.transpose(0, 2).contiguous(), g.transpose(0, 2).contiguous().to(tg::Device(tg::kCPU))))
+        << dt;
   }
 }
 
 TEST(CudaGpuOps, CopyConvertsEveryDtypePair) {
   REQUIRE_GPU();
   std::vector<tg::ScalarType> all{tg::kFloat32, tg::kFloat64, tg::kBFloat16, tg::kFloat16, tg::kInt64, tg::kBool};
-  Tensor base = tg::tensor({-3.75, -1, 0, 0.5, 1, 2.25, 100.125, 65504}, {2, 4}, tg::TensorOptions().dtype(tg::kFloat64));
+  Tensor base =
+      tg::tensor({-3.75, -1, 0, 0.5, 1, 2.25, 100.125, 65504}, {2, 4}, tg::TensorOptions().dtype(tg::kFloat64));
   for (auto from : all)
     for (auto to : all) {
       Tensor cpu_src = base.to(from);
@@ -178,8 +176,8 @@ TEST(CudaGpuOps, ReductionsMatchCpu) {
     // coalesced column kernel: single pass, split, widths not a multiple of
     // 32, and a kept middle dim under reduced outer and inner ones.
     for (auto [rows, width] : {std::pair<int64_t, int64_t>{8192, 64}, {130, 7}, {100000, 3}, {2000, 1000}, {129, 33}}) {
-      std::string w = tg::to_string(dt) + std::string(" columns [") + std::to_string(rows) + ", " +
-                      std::to_string(width) + "]";
+      std::string w =
+          tg::to_string(dt) + std::string(" columns [") + std::to_string(rows) + ", " + std::to_string(width) + "]";
       Tensor c = tg::randn({rows, width}, tg::TensorOptions().dtype(dt));
       Tensor cg = c.to(kGpu);
       expect_close(tg::sum(cg, {0}), tg::sum(c, {0}), dt == tg::kFloat32 ? 1e-4 : 1e-10, "sum " + w);
@@ -210,8 +208,8 @@ TEST(CudaGpuOps, GemmMatchesCpu) {
     auto o = tg::TensorOptions().dtype(dt);
     Tensor a = tg::randn({37, 19}, o), b = tg::randn({19, 23}, o);
     expect_close(tg::mm(a.to(kGpu), b.to(kGpu)), tg::mm(a, b), tol, "mm");
-    expect_close(tg::mm(a.t().contiguous().to(kGpu).t(), b.to(kGpu).t().contiguous().t()),
-                 tg::mm(a, b), tol, "mm transposed operands");
+    expect_close(tg::mm(a.t().contiguous().to(kGpu).t(), b.to(kGpu).t().contiguous().t()), tg::mm(a, b), tol,
+                 "mm transposed operands");
     Tensor ba = tg::randn({4, 7, 5}, o), bb = tg::randn({4, 5, 3}, o);
     expect_close(tg::bmm(ba.to(kGpu), bb.to(kGpu)), tg::bmm(ba, bb), tol, "bmm");
     Tensor x = tg::randn({2, 6, 19}, o), w = tg::randn({8, 19}, o), bias = tg::randn({8}, o);
@@ -248,8 +246,8 @@ TEST(CudaGpuOps, IndexingJoiningAndRandomMatchCpu) {
   Tensor gidx = tg::tensor({0, 5, 1, 1, 4, 0, 2, 3}, {4, 2}, i64);
   expect_close(tg::gather(x.to(kGpu), 1, gidx.to(kGpu)), tg::gather(x, 1, gidx), 0, "gather");
   Tensor src = tg::randn({4, 2}, f64);
-  expect_close(tg::scatter_add(x.to(kGpu), 1, gidx.to(kGpu), src.to(kGpu)),
-               tg::scatter_add(x, 1, gidx, src), 1e-12, "scatter_add (repeated targets)");
+  expect_close(tg::scatter_add(x.to(kGpu), 1, gidx.to(kGpu), src.to(kGpu)), tg::scatter_add(x, 1, gidx, src), 1e-12,
+               "scatter_add (repeated targets)");
   Tensor y = tg::randn({2, 6}, f64);
   expect_close(tg::cat({x.to(kGpu), y.to(kGpu)}, 0), tg::cat({x, y}, 0), 0, "cat");
   expect_close(tg::stack({x.to(kGpu), x.to(kGpu)}, 1), tg::stack({x, x}, 1), 0, "stack");
@@ -265,7 +263,6 @@ TEST(CudaGpuOps, IndexingJoiningAndRandomMatchCpu) {
     expect_close(cn, hn, dt == tg::kFloat32 ? 1e-6 : 1e-12, "randn");
   }
 }
-
 
 // The 16-byte vectorized path (dense, aligned operands of one element size,
 // or broadcast scalars) and the generic loop it falls back to (a view one
@@ -313,12 +310,13 @@ TEST(CudaGpuOps, PeriodicBroadcastOperandsMatchCpu) {
   for (auto dt : {tg::kFloat32, tg::kFloat64, tg::kFloat16}) {
     const double tol = dt == tg::kFloat16 ? 1e-2 : 0;
     for (auto [rows, period] : {std::pair<int64_t, int64_t>{3, 8}, {5, 7}, {100, 4096}, {2, 1}}) {
-      std::string w = std::string(tg::to_string(dt)) + " [" + std::to_string(rows) + ", " + std::to_string(period) + "]";
+      std::string w =
+          std::string(tg::to_string(dt)) + " [" + std::to_string(rows) + ", " + std::to_string(period) + "]";
       tg::manual_seed(uint64_t(rows * period));
       Tensor big = (tg::rand({rows, period}, tg::TensorOptions().dtype(tg::kFloat64)) * 4 - 2).to(dt);
       Tensor base = (tg::rand({period + 1}, tg::TensorOptions().dtype(tg::kFloat64)) * 4 - 2).to(dt);
       for (auto [name, v] : {std::pair<const char*, Tensor>{"aligned", base.narrow(0, 0, period)},
-                            {"misaligned", base.narrow(0, 1, period)}}) {
+                             {"misaligned", base.narrow(0, 1, period)}}) {
         Tensor bg = big.to(kGpu), vg = v.to(kGpu);
         expect_close(bg * vg, big * v, tol, w + " " + name + " big * row");
         expect_close(vg - bg, v - big, tol, w + " " + name + " row - big");
@@ -348,8 +346,8 @@ TEST(CudaGpuOps, ScalarOperandsAndScaledAddsMatchCpu) {
     auto both = [&](auto f) {
       Tensor c = f(a.clone()), g = f(a.clone().to(kGpu));
       EXPECT_EQ(g.dtype(), c.dtype());
-      EXPECT_TRUE(tg::equal(g.to(kCpu), c)) << "max |diff| "
-          << tg::amax(tg::abs(g.to(kCpu).to(tg::kFloat64) - c.to(tg::kFloat64))).item<double>();
+      EXPECT_TRUE(tg::equal(g.to(kCpu), c))
+          << "max |diff| " << tg::amax(tg::abs(g.to(kCpu).to(tg::kFloat64) - c.to(tg::kFloat64))).item<double>();
     };
     const bool is_float = tg::is_floating_point(dt);
     both([](const Tensor& x) { return x * 3; });
@@ -361,8 +359,12 @@ TEST(CudaGpuOps, ScalarOperandsAndScaledAddsMatchCpu) {
     both([](const Tensor& x) { return x.add_(5); });
     if (is_float) both([](const Tensor& x) { return x.sub_(0.3); });
     const Tensor bd = b;
-    both([&](const Tensor& x) { return x.add_(x.device().is_cuda() ? bd.to(kGpu) : bd, is_float ? tg::Scalar(0.25) : tg::Scalar(3)); });
-    both([&](const Tensor& x) { return x.sub_(x.device().is_cuda() ? bd.to(kGpu) : bd, is_float ? tg::Scalar(1e-3) : tg::Scalar(2)); });
+    both([&](const Tensor& x) {
+      return x.add_(x.device().is_cuda() ? bd.to(kGpu) : bd, is_float ? tg::Scalar(0.25) : tg::Scalar(3));
+    });
+    both([&](const Tensor& x) {
+      return x.sub_(x.device().is_cuda() ? bd.to(kGpu) : bd, is_float ? tg::Scalar(1e-3) : tg::Scalar(2));
+    });
   }
   // The alpha path on a non-contiguous self and a broadcast other.
   Tensor a = tg::randn({8, 6}, tg::TensorOptions().dtype(tg::kFloat64));

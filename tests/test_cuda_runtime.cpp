@@ -28,7 +28,8 @@ TEST(CudaRuntime, CallsWorkOrSayWhy) {
   } catch (const tg::Error& e) {
     std::string m = e.what();
     EXPECT_TRUE(m.find("current_stream: tapegrad was built without CUDA") != std::string::npos ||
-                m.find("no CUDA device is available") != std::string::npos) << m;
+                m.find("no CUDA device is available") != std::string::npos)
+        << m;
   }
   try {
     cuda_empty(1024);
@@ -36,14 +37,14 @@ TEST(CudaRuntime, CallsWorkOrSayWhy) {
   } catch (const tg::Error& e) {
     std::string m = e.what();
     EXPECT_TRUE(m.find("allocate: no CUDA device is available") != std::string::npos ||
-                m.find("allocate: no allocator for device cuda:0") != std::string::npos) << m;
+                m.find("allocate: no allocator for device cuda:0") != std::string::npos)
+        << m;
   }
   try {
     tg::ones({4}).pin_memory();
     ADD_FAILURE() << "expected an error";
   } catch (const tg::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("pin_memory: page-locked host memory needs"),
-              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("pin_memory: page-locked host memory needs"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(tg::ones({4}).is_pinned());
   EXPECT_EQ(tg::ones({2}).sum().item<float>(), 2.0f);  // still usable
@@ -166,8 +167,8 @@ TEST(CudaGpu, EventsOrderStreamsWithoutHostSync) {
     never.elapsed_time(stop);
     ADD_FAILURE() << "expected an error";
   } catch (const tg::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("Event::elapsed_time: both events need enable_timing"),
-              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Event::elapsed_time: both events need enable_timing"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -232,7 +233,8 @@ TEST(CudaGpu, RecordStreamProtectsABlockUntilTheOtherStreamIsDone) {
     ADD_FAILURE() << "expected an error";
   } catch (const tg::Error& e) {
     EXPECT_NE(std::string(e.what()).find("is not the start of a block of the CUDA caching allocator"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -246,7 +248,8 @@ TEST(CudaGpu, OutOfMemoryIsAClearErrorAndTheAllocatorRecovers) {
   } catch (const tg::Error& e) {
     std::string m = e.what();
     EXPECT_NE(m.find("CUDA out of memory: tried to allocate " + std::to_string(total * 2) + " bytes"),
-              std::string::npos) << m;
+              std::string::npos)
+        << m;
     EXPECT_NE(m.find("free of"), std::string::npos) << m;
   }
   EXPECT_EQ(cu::memory_stats().num_ooms, ooms + 1);

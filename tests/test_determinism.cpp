@@ -50,7 +50,8 @@ TEST(Deterministic, SwitchAndScopeGuard) {
   Tensor out = tg::scatter_add(tg::zeros({7, 3}, tg::kFloat64), 0, index, src);
   std::vector<double> ref(21, 0.0), s = src.to_vector<double>();
   std::vector<int64_t> ix = index.to_vector<int64_t>();
-  for (size_t k = 0; k < s.size(); ++k) ref[size_t(ix[k] * 3 + int64_t(k % 3))] += s[k];
+  for (size_t k = 0; k < s.size(); ++k)
+    ref[size_t(ix[k] * 3 + int64_t(k % 3))] += s[k];
   tgtest::expect_values(out, ref, 1e-12, "scatter_add in deterministic mode");
 }
 
@@ -78,8 +79,7 @@ TEST(Deterministic, SortedScatterAddMatchesAHostLoop) {
           int64_t k = (a * isz[1] + b) * isz[2] + c;
           int64_t t[3] = {a, b, c};
           t[dim] = ix[size_t(k)];
-          ref[size_t((t[0] * self[1] + t[1]) * self[2] + t[2])] +=
-              sv[size_t((a * ssz[1] + b) * ssz[2] + c)];
+          ref[size_t((t[0] * self[1] + t[1]) * self[2] + t[2])] += sv[size_t((a * ssz[1] + b) * ssz[2] + c)];
         }
     tgtest::expect_values(out, ref, 1e-12, "sorted scatter_add along dim " + std::to_string(dim));
   }
@@ -108,38 +108,45 @@ std::vector<Case> cases() {
   // Random Int64 in [0, k), from the global generator (seeded by data()).
   auto below = [=](int64_t k, const Device& d) { return (tg::rand({n}) * double(k)).to(tg::kInt64).to(d); };
   return {
-      {"scatter_add", [=](const Device& d) {
+      {"scatter_add",
+       [=](const Device& d) {
          auto [src, rows] = data(d);
          Tensor index = rows.view({n, 1}).expand({n, 4}).contiguous();
          return tg::scatter_add(tg::zeros({targets, 4}, tg::TensorOptions().device(d)), 0, index, src);
        }},
-      {"scatter_add dim 1, strided src", [=](const Device& d) {
+      {"scatter_add dim 1, strided src",
+       [=](const Device& d) {
          auto [src, rows] = data(d);
          Tensor index = below(3, d).view({1, n}).expand({4, n}).contiguous();
          return tg::scatter_add(tg::zeros({4, 3}, tg::TensorOptions().device(d)), 1, index, src.t());
        }},
-      {"index_select backward", [=](const Device& d) {
+      {"index_select backward",
+       [=](const Device& d) {
          auto [src, rows] = data(d);
          Tensor w = tg::randn({targets, 4}).to(d).requires_grad_(true);
          return ag::grad({(tg::index_select(w, 0, rows) * src).sum()}, {w})[0];
        }},
-      {"gather backward", [=](const Device& d) {
+      {"gather backward",
+       [=](const Device& d) {
          auto [src, rows] = data(d);
          Tensor w = tg::randn({targets, 4}).to(d).requires_grad_(true);
          Tensor index = rows.view({n, 1}).expand({n, 4}).contiguous();
          return ag::grad({(tg::gather(w, 0, index) * src).sum()}, {w})[0];
        }},
-      {"embedding backward (dense)", [=](const Device& d) {
+      {"embedding backward (dense)",
+       [=](const Device& d) {
          auto [src, rows] = data(d);
          Tensor w = tg::randn({targets, 4}).to(d).requires_grad_(true);
          return ag::grad({(tg::embedding(w, rows, false) * src).sum()}, {w})[0];
        }},
-      {"to_dense of an uncoalesced tensor", [=](const Device& d) {
+      {"to_dense of an uncoalesced tensor",
+       [=](const Device& d) {
          auto [src, rows] = data(d);
          Tensor ind = tg::stack({rows, below(5, d)}).contiguous();
          return tg::sparse_coo_tensor(ind, src.select(1, 0).contiguous(), {targets, 5}).to_dense();
        }},
-      {"sparse @ dense and its gradients", [=](const Device& d) {
+      {"sparse @ dense and its gradients",
+       [=](const Device& d) {
          auto [src, rows] = data(d);
          Tensor ind = tg::stack({below(16, d), rows}).contiguous();
          Tensor v = src.select(1, 1).contiguous().requires_grad_(true);
@@ -174,7 +181,8 @@ TEST(DeterministicGpu, HessianMainJobIsBitwiseReproducible) {
   std::vector<Tensor> w = {tg::randn({256, 2}, o) / 2.0, tg::randn({256, 256}, o) / 16.0,
                            tg::randn({3, 256}, o) / 16.0};
   std::vector<Tensor> b = {tg::randn({256}, o), tg::randn({256}, o), tg::randn({3}, o)};
-  for (auto& t : w) t.requires_grad_(true);
+  for (auto& t : w)
+    t.requires_grad_(true);
   Tensor x = tg::rand({2000, 2}, o) * 2 - 1;
   auto net = [&](const Tensor& in) {
     Tensor h = tg::silu(tg::linear(in, w[0], b[0]));

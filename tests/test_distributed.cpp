@@ -21,13 +21,13 @@ namespace {
 using tg::Tensor;
 namespace dist = tg::distributed;
 
-#define REQUIRE_TWO_GPUS()                                                                        \
-  if (!dist::is_available() || tg::cuda::device_count() < 2)                                      \
+#define REQUIRE_TWO_GPUS()                                                                            \
+  if (!dist::is_available() || tg::cuda::device_count() < 2)                                          \
   GTEST_SKIP() << "needs NCCL and two GPUs (NCCL built in: " << (dist::is_available() ? "yes" : "no") \
                << ", GPUs: " << tg::cuda::device_count() << "); runs on the nvidia-h200-x2 machine"
 
 #define REQUIRE_NCCL_GPU()                                                                         \
-  if (!dist::is_available() || tg::cuda::device_count() < 1)                                      \
+  if (!dist::is_available() || tg::cuda::device_count() < 1)                                       \
   GTEST_SKIP() << "needs NCCL and a GPU (NCCL built in: " << (dist::is_available() ? "yes" : "no") \
                << ", GPUs: " << tg::cuda::device_count() << "); runs on the GPU machines"
 
@@ -35,13 +35,13 @@ int world() { return tg::cuda::device_count(); }
 
 std::vector<int> all_devices() {
   std::vector<int> d;
-  for (int i = 0; i < world(); ++i) d.push_back(i);
+  for (int i = 0; i < world(); ++i)
+    d.push_back(i);
   return d;
 }
 
 // Runs fn(rank, group) on one thread per GPU; rethrows the first failure.
-void run_ranks(const std::function<void(int, std::shared_ptr<dist::ProcessGroup>)>& fn,
-               dist::Options options = {}) {
+void run_ranks(const std::function<void(int, std::shared_ptr<dist::ProcessGroup>)>& fn, dist::Options options = {}) {
   auto groups = dist::ProcessGroup::init_local(all_devices(), options);
   std::vector<std::exception_ptr> errors(groups.size());
   std::vector<std::thread> threads;
@@ -54,7 +54,8 @@ void run_ranks(const std::function<void(int, std::shared_ptr<dist::ProcessGroup>
         errors[r] = std::current_exception();
       }
     });
-  for (auto& t : threads) t.join();
+  for (auto& t : threads)
+    t.join();
   groups.clear();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
@@ -90,9 +91,19 @@ TEST(Distributed, WithoutNcclOrGpusGroupsSaySo) {
 // Where a process sits in a launch, from each launcher's variables (no NCCL
 // or GPU needed). Every variable this test touches is restored.
 TEST(Distributed, LaunchInfoComesFromEachLaunchersEnvironment) {
-  const char* names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                         "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
-                         "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "TG_RENDEZVOUS_FILE"};
+  const char* names[] = {"RANK",
+                         "WORLD_SIZE",
+                         "LOCAL_RANK",
+                         "OMPI_COMM_WORLD_RANK",
+                         "OMPI_COMM_WORLD_SIZE",
+                         "OMPI_COMM_WORLD_LOCAL_RANK",
+                         "PMI_RANK",
+                         "PMI_SIZE",
+                         "MPI_LOCALRANKID",
+                         "SLURM_PROCID",
+                         "SLURM_NTASKS",
+                         "SLURM_LOCALID",
+                         "TG_RENDEZVOUS_FILE"};
   std::vector<std::pair<std::string, std::optional<std::string>>> saved;
   for (const char* n : names) {
     const char* v = std::getenv(n);
@@ -102,7 +113,8 @@ TEST(Distributed, LaunchInfoComesFromEachLaunchersEnvironment) {
   struct Restore {
     std::vector<std::pair<std::string, std::optional<std::string>>>& saved;
     ~Restore() {
-      for (auto& [n, v] : saved) v ? (void)::setenv(n.c_str(), v->c_str(), 1) : (void)::unsetenv(n.c_str());
+      for (auto& [n, v] : saved)
+        v ? (void)::setenv(n.c_str(), v->c_str(), 1) : (void)::unsetenv(n.c_str());
     }
   } restore{saved};
   dist::LaunchInfo l = dist::launch_from_env();
@@ -172,7 +184,8 @@ TEST(DistributedGpu, CollectivesGiveTheirValues) {
     Tensor gathered = tg::empty({2 * n}, on(r));
     g->all_gather(gathered, in)->wait();
     std::vector<double> expect;
-    for (int k = 0; k < n; ++k) expect.insert(expect.end(), {double(k), double(k)});
+    for (int k = 0; k < n; ++k)
+      expect.insert(expect.end(), {double(k), double(k)});
     EXPECT_EQ(host(gathered), expect);
     Tensor big = tg::arange(0, 3 * n, 1, on(r));  // rank k holds 0..3n-1
     Tensor mine = tg::empty({3}, on(r));
@@ -261,7 +274,8 @@ TEST(DistributedGpu, DataParallelGradientsEqualOneGpuOnTheGlobalBatch) {
       tg::square(f(x1) - y1).mean().backward();
     }
     std::vector<std::vector<double>> g;
-    for (const Tensor& p : ref->parameters()) g.push_back(grad_of(p));
+    for (const Tensor& p : ref->parameters())
+      g.push_back(grad_of(p));
     return g;
   };
   const auto want_mlp = ref_grads(0), want_pinn = ref_grads(1), want_acc = ref_grads(2);
@@ -281,7 +295,8 @@ TEST(DistributedGpu, DataParallelGradientsEqualOneGpuOnTheGlobalBatch) {
   // same numbers.
   for (const bool as_view : {false, true}) {
     std::vector<std::shared_ptr<tg::nn::Sequential>> models;
-    for (int r = 0; r < n; ++r) models.push_back(mlp(2, 16, 3, r, r == 0 ? 11 : 99));
+    for (int r = 0; r < n; ++r)
+      models.push_back(mlp(2, 16, 3, r, r == 0 ? 11 : 99));
     const char* variant = as_view ? " (gradient_as_bucket_view)" : "";
     run_ranks([&](int r, std::shared_ptr<dist::ProcessGroup> g) {
       auto model = models[size_t(r)];
@@ -295,7 +310,8 @@ TEST(DistributedGpu, DataParallelGradientsEqualOneGpuOnTheGlobalBatch) {
       auto shard = [&](const Tensor& t, int half) { return t.narrow(0, half * n * per + r * per, per).to(dev); };
       auto grads = [&] {
         std::vector<std::vector<double>> out;
-        for (const Tensor& p : model->parameters()) out.push_back(grad_of(p));
+        for (const Tensor& p : model->parameters())
+          out.push_back(grad_of(p));
         return out;
       };
       const std::vector<Tensor> params = model->parameters();
@@ -348,7 +364,8 @@ TEST(DistributedGpu, DataParallelStepCapturedInACudaGraph) {
     graphed_models.push_back(mlp(2, 32, 2, r, 3));
     eager_models.push_back(mlp(2, 32, 2, r, 3));
     tg::manual_seed(100 + uint64_t(r));  // different data on every rank
-    for (int i = 0; i < 8; ++i) data[size_t(r)].push_back(tg::rand({64, 2}, on(r)));
+    for (int i = 0; i < 8; ++i)
+      data[size_t(r)].push_back(tg::rand({64, 2}, on(r)));
   }
   run_ranks([&](int r, std::shared_ptr<dist::ProcessGroup> g) {
     auto graphed_model = graphed_models[size_t(r)], eager_model = eager_models[size_t(r)];
@@ -399,7 +416,8 @@ TEST(DistributedGpu, DataParallelStepCapturedInACudaGraph) {
       x.copy_(xs[i]);
       graph.replay();
       Tensor want = step(eager, adam_e, xs[i]);
-      EXPECT_NEAR(host(loss)[0], host(want)[0], 1e-12 * (1 + std::abs(host(want)[0]))) << "rank " << r << " replay " << i;
+      EXPECT_NEAR(host(loss)[0], host(want)[0], 1e-12 * (1 + std::abs(host(want)[0])))
+          << "rank " << r << " replay " << i;
       expect_same_parameters("after replay " + std::to_string(i));
     }
   });
@@ -456,7 +474,8 @@ TEST(DistributedGpu, CapturedCollectiveRunsBesideIndependentWork) {
     const auto mode = n == 1 ? tg::cuda::CaptureMode::Global : tg::cuda::CaptureMode::ThreadLocal;
     auto chain = [&] {  // eight dependent products: b w^8 = b
       Tensor y = b;
-      for (int i = 0; i < 8; ++i) y = tg::mm(y, w);
+      for (int i = 0; i < 8; ++i)
+        y = tg::mm(y, w);
       return y;
     };
     tg::cuda::CUDAGraph alone, both;
@@ -530,9 +549,11 @@ TEST(DistributedGpu, ParametersStayIdenticalAcrossRanksAfterAdamSteps) {
       pinn_loss([&](const Tensor& xi) { return ddp(xi); }, x).backward();
       adam.step();
     }
-    for (const Tensor& p : model->parameters()) finals[size_t(r)].push_back(host(p));
+    for (const Tensor& p : model->parameters())
+      finals[size_t(r)].push_back(host(p));
   });
-  for (int r = 1; r < n; ++r) EXPECT_EQ(finals[size_t(r)], finals[0]) << "rank " << r;  // bitwise
+  for (int r = 1; r < n; ++r)
+    EXPECT_EQ(finals[size_t(r)], finals[0]) << "rank " << r;  // bitwise
 }
 
 // The first bucket's all-reduce starts on the device before the last

@@ -28,9 +28,9 @@ struct Producer {
   int* deleted;
 };
 
-DLManagedTensor* make_producer(std::vector<double> buffer, std::vector<int64_t> shape,
-                               std::vector<int64_t> strides, uint64_t byte_offset, int* deleted,
-                               DLDataType dtype = {kDLFloat, 64, 1}, DLDeviceType dev = kDLCPU) {
+DLManagedTensor* make_producer(std::vector<double> buffer, std::vector<int64_t> shape, std::vector<int64_t> strides,
+                               uint64_t byte_offset, int* deleted, DLDataType dtype = {kDLFloat, 64, 1},
+                               DLDeviceType dev = kDLCPU) {
   auto* p = new Producer;
   p->buffer = std::move(buffer);
   p->shape = std::move(shape);
@@ -53,8 +53,8 @@ DLManagedTensor* make_producer(std::vector<double> buffer, std::vector<int64_t> 
   return &p->managed;
 }
 
-const std::vector<tg::ScalarType> kDtypes = {tg::kFloat32, tg::kFloat64, tg::kFloat16, tg::kBFloat16, tg::kInt64,
-                                             tg::kBool};
+const std::vector<tg::ScalarType> kDtypes = {tg::kFloat32,  tg::kFloat64, tg::kFloat16,
+                                             tg::kBFloat16, tg::kInt64,   tg::kBool};
 
 // Round trips through DLPack on `dev`: the same memory, sizes, strides and
 // values, for contiguous, transposed, narrowed (offset) and stepped views.
@@ -63,12 +63,11 @@ void round_trips(tg::Device dev) {
     SCOPED_TRACE(tg::to_string(dt));
     tg::manual_seed(3);
     Tensor base = (tg::randn({4, 6}, tg::TensorOptions().dtype(tg::kFloat64)) * 3).to(dt).to(dev);
-    const std::vector<std::pair<const char*, Tensor>> views = {
-        {"contiguous", base},
-        {"transposed", base.t()},
-        {"narrowed", base.narrow(1, 2, 3)},
-        {"stepped", base.as_strided({2, 3}, {12, 2}, 1)},
-        {"zero-size", base.narrow(0, 1, 0)}};
+    const std::vector<std::pair<const char*, Tensor>> views = {{"contiguous", base},
+                                                               {"transposed", base.t()},
+                                                               {"narrowed", base.narrow(1, 2, 3)},
+                                                               {"stepped", base.as_strided({2, 3}, {12, 2}, 1)},
+                                                               {"zero-size", base.narrow(0, 1, 0)}};
     for (const auto& [name, v] : views) {
       SCOPED_TRACE(name);
       DLManagedTensor* m = tg::to_dlpack(v);
@@ -93,13 +92,15 @@ TEST(DLPack, ProducerStridesOffsetsAndLifetime) {
   {
     // Column-major 3 x 4 in a buffer of 14 doubles, starting 2 elements in.
     std::vector<double> buf(14);
-    for (size_t i = 0; i < buf.size(); ++i) buf[i] = double(i);
+    for (size_t i = 0; i < buf.size(); ++i)
+      buf[i] = double(i);
     Tensor t = tg::from_dlpack(make_producer(buf, {3, 4}, {1, 3}, 2 * sizeof(double), &deleted));
     EXPECT_EQ(t.sizes(), (tg::IntList{3, 4}));
     EXPECT_EQ(t.strides(), (tg::IntList{1, 3}));
     EXPECT_FALSE(t.is_contiguous());
     for (int64_t i = 0; i < 3; ++i)
-      for (int64_t j = 0; j < 4; ++j) EXPECT_EQ(t.select(0, i).select(0, j).item<double>(), double(2 + i + 3 * j));
+      for (int64_t j = 0; j < 4; ++j)
+        EXPECT_EQ(t.select(0, i).select(0, j).item<double>(), double(2 + i + 3 * j));
     Tensor view = t.narrow(1, 1, 2);
     t = Tensor();
     EXPECT_EQ(deleted, 0) << "a view still uses the producer's memory";
@@ -207,7 +208,8 @@ TEST(DLPackGpu, StreamExchangeRule) {
   {
     cu::StreamGuard on(producer);
     Tensor big = tg::randn({256, 256}).to(kGpu);
-    for (int i = 0; i < 4; ++i) big = tg::matmul(big, big) * 1e-3;  // keep the producer busy
+    for (int i = 0; i < 4; ++i)
+      big = tg::matmul(big, big) * 1e-3;  // keep the producer busy
     src.fill_(3.0);
     m = tg::to_dlpack(src);
   }

@@ -27,20 +27,25 @@ std::vector<UnaryCase> unary_cases() {
       {"tanh", [](const Tensor& x) { return tg::tanh(x); }, [](double x) { return std::tanh(x); }, -4, 4, true, true},
       {"sigmoid", [](const Tensor& x) { return tg::sigmoid(x); }, sigmoid_ref, -6, 6, true, true},
       {"relu", [](const Tensor& x) { return tg::relu(x); }, [](double x) { return x < 0 ? 0 : x; }, -3, 3, false, true},
-      {"silu", [](const Tensor& x) { return tg::silu(x); }, [](double x) { return x * sigmoid_ref(x); }, -6, 6, true, true},
+      {"silu", [](const Tensor& x) { return tg::silu(x); }, [](double x) { return x * sigmoid_ref(x); }, -6, 6, true,
+       true},
       {"gelu", [](const Tensor& x) { return tg::gelu(x); },
        [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -4, 4, true, true},
       {"gelu_tanh", [](const Tensor& x) { return tg::gelu(x, "tanh"); },
-       [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); },
-       -4, 4, true, true},
+       [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }, -4, 4,
+       true, true},
       {"softplus", [](const Tensor& x) { return tg::softplus(x, 2.0, 5.0); },
        [](double x) { return 2 * x > 5 ? x : std::log1p(std::exp(2 * x)) / 2; }, -5, 5, true, true},
-      {"sqrt", [](const Tensor& x) { return tg::sqrt(x); }, [](double x) { return std::sqrt(x); }, 0.01, 9, true, false},
-      {"rsqrt", [](const Tensor& x) { return tg::rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }, 0.1, 9, true, false},
+      {"sqrt", [](const Tensor& x) { return tg::sqrt(x); }, [](double x) { return std::sqrt(x); }, 0.01, 9, true,
+       false},
+      {"rsqrt", [](const Tensor& x) { return tg::rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }, 0.1, 9, true,
+       false},
       {"abs", [](const Tensor& x) { return tg::abs(x); }, [](double x) { return std::fabs(x); }, -3, 3, false, true},
-      {"sign", [](const Tensor& x) { return tg::sign(x); }, [](double x) { return double((x > 0) - (x < 0)); }, -3, 3, false, true},
+      {"sign", [](const Tensor& x) { return tg::sign(x); }, [](double x) { return double((x > 0) - (x < 0)); }, -3, 3,
+       false, true},
       {"square", [](const Tensor& x) { return tg::square(x); }, [](double x) { return x * x; }, -3, 3, false, true},
-      {"reciprocal", [](const Tensor& x) { return tg::reciprocal(x); }, [](double x) { return 1 / x; }, 0.2, 4, true, false},
+      {"reciprocal", [](const Tensor& x) { return tg::reciprocal(x); }, [](double x) { return 1 / x; }, 0.2, 4, true,
+       false},
       {"clamp", [](const Tensor& x) { return tg::clamp(x, -1, 0.5); },
        [](double x) { return std::min(std::max(x, -1.0), 0.5); }, -3, 3, true, true},
   };
@@ -55,14 +60,15 @@ TEST(Unary, EveryOpLayoutAndDtypeMatchesDoubleLoop) {
         for (IntList shape : {IntList{5, 7}, IntList{3, 40, 300}}) {
           Tensor x = make(shape, dt, l, c.lo, c.hi);
           Tensor y = c.fn(x);
-          std::string what = std::string(c.name) + " " + tg::to_string(dt) + " " +
-                             layout_name(l) + " " + tg::shape_str(shape);
+          std::string what =
+              std::string(c.name) + " " + tg::to_string(dt) + " " + layout_name(l) + " " + tg::shape_str(shape);
           ScalarType want = dt;
           if (dt == tg::kInt64 && c.float_only) want = tg::kFloat32;
           ASSERT_EQ(y.dtype(), want) << what;
           ASSERT_EQ(y.sizes(), shape) << what;
           std::vector<double> in = values(x), ref;
-          for (double v : in) ref.push_back(c.ref(v));
+          for (double v : in)
+            ref.push_back(c.ref(v));
           // Reduced-precision results are computed in f32 from rounded inputs.
           expect_values(y, ref, std::max(tol_for(want), 4e-6), what);
         }
@@ -115,15 +121,14 @@ std::vector<BinaryCase> binary_cases() {
   };
 }
 
-void check_binary(const BinaryCase& c, const Tensor& a, const Tensor& b,
-                  const std::string& what) {
+void check_binary(const BinaryCase& c, const Tensor& a, const Tensor& b, const std::string& what) {
   Tensor y = c.fn(a, b);
   IntList shape = tg::broadcast_shapes(a.sizes(), b.sizes(), "test");
   ASSERT_EQ(y.sizes(), shape) << what;
   std::vector<double> va = values(a), vb = values(b), ref;
   for (int64_t i = 0; i < tg::shape_numel(shape); ++i)
-    ref.push_back(c.ref(va[size_t(broadcast_pos(i, shape, a.sizes()))],
-                        vb[size_t(broadcast_pos(i, shape, b.sizes()))]));
+    ref.push_back(
+        c.ref(va[size_t(broadcast_pos(i, shape, a.sizes()))], vb[size_t(broadcast_pos(i, shape, b.sizes()))]));
   expect_values(y, ref, std::max(tol_for(y.dtype()), 4e-6), what);
 }
 
@@ -139,8 +144,7 @@ TEST(Binary, EveryOpLayoutAndDtypeMatchesDoubleLoop) {
           IntList shape = la == Layout::Contiguous ? IntList{4, 50, 300} : IntList{6, 9};
           Tensor a = make(shape, dt, la, lo, hi), b = make(shape, dt, lb, lo, hi);
           check_binary(c, a, b,
-                       std::string(c.name) + " " + tg::to_string(dt) + " " +
-                           layout_name(la) + " x " + layout_name(lb));
+                       std::string(c.name) + " " + tg::to_string(dt) + " " + layout_name(la) + " x " + layout_name(lb));
         }
     }
   }
@@ -157,7 +161,8 @@ TEST(Binary, BoolOperandsOnEveryLayout) {
         Tensor y = c.fn(a, b);
         ASSERT_EQ(y.dtype(), tg::kBool) << name;
         std::vector<double> va = values(a), vb = values(b), ref;
-        for (size_t i = 0; i < va.size(); ++i) ref.push_back(c.ref(va[i], vb[i]) != 0);
+        for (size_t i = 0; i < va.size(); ++i)
+          ref.push_back(c.ref(va[i], vb[i]) != 0);
         expect_values(y, ref, 0, name + " Bool " + layout_name(la) + " x " + layout_name(lb));
       }
   }
@@ -166,14 +171,12 @@ TEST(Binary, BoolOperandsOnEveryLayout) {
 TEST(Binary, BroadcastShapes) {
   tg::manual_seed(3);
   for (const BinaryCase& c : binary_cases()) {
-    std::vector<std::pair<IntList, IntList>> shapes = {
-        {{3, 1, 5}, {4, 1}}, {{5}, {2, 3, 5}}, {{2, 1}, {1, 7}}, {{}, {3, 4}},
-        {{0, 3}, {1, 3}}, {{1}, {}}};
+    std::vector<std::pair<IntList, IntList>> shapes = {{{3, 1, 5}, {4, 1}}, {{5}, {2, 3, 5}}, {{2, 1}, {1, 7}},
+                                                       {{}, {3, 4}},        {{0, 3}, {1, 3}}, {{1}, {}}};
     for (auto& [sa, sb] : shapes) {
       Tensor a = tg::rand(sa, tg::kFloat64) * (c.hi - c.lo) + c.lo;
       Tensor b = tg::rand(sb, tg::kFloat64) * (c.hi - c.lo) + c.lo;
-      check_binary(c, a, b, std::string(c.name) + " " + tg::shape_str(sa) + " with " +
-                                tg::shape_str(sb));
+      check_binary(c, a, b, std::string(c.name) + " " + tg::shape_str(sa) + " with " + tg::shape_str(sb));
       check_binary(c, b, a, std::string(c.name) + " reversed");
     }
   }
@@ -288,7 +291,8 @@ TEST(InPlace, LargeStridedDestination) {
   Tensor add = tg::rand({300}, tg::kFloat64);
   view.add_(add);
   std::vector<double> va = values(add), ref;
-  for (size_t i = 0; i < before.size(); ++i) ref.push_back(before[i] + va[i % 300]);
+  for (size_t i = 0; i < before.size(); ++i)
+    ref.push_back(before[i] + va[i % 300]);
   expect_values(view, ref, 1e-15, "strided in-place add");
 }
 

@@ -81,7 +81,7 @@ TEST(Engine, RetainGradAndHooks) {
   Tensor y = (h * h).sum();
   y.backward({}, true);
   EXPECT_EQ(calls, 1);
-  EXPECT_EQ(V(h.grad()), (std::vector<double>{12, 24}));       // after the hook
+  EXPECT_EQ(V(h.grad()), (std::vector<double>{12, 24}));  // after the hook
   EXPECT_EQ(V(x.grad()), (std::vector<double>{36, 72}));
   handle.remove();
   x.mutable_grad() = Tensor();
@@ -97,13 +97,14 @@ TEST(Engine, RetainGradAndHooks) {
   (w * 5.0).sum().backward();
   EXPECT_EQ(seen, (std::vector<double>{6, 12}));
   EXPECT_ERROR_CONTAINS(vec({1}, false).register_hook([](const Tensor& g) { return g; }),
-               "register_hook: cannot register a hook on a tensor that doesn't require gradient");
+                        "register_hook: cannot register a hook on a tensor that doesn't require gradient");
   // A hook's result must be a gradient of the same shape, dtype and device:
   // a leaf whose .grad changed shape silently wrecked an optimizer's step.
   Tensor z = vec({1, 2, 3});
   auto bad = z.register_hook([](const Tensor&) { return tg::ones({5}, tg::kFloat64); });
-  EXPECT_ERROR_CONTAINS((z * 2.0).sum().backward(), "AccumulateGrad: a tensor hook on the leaf returned a Float64 "
-                                                      "[5] on cpu gradient for a Float64 [3] on cpu one");
+  EXPECT_ERROR_CONTAINS((z * 2.0).sum().backward(),
+                        "AccumulateGrad: a tensor hook on the leaf returned a Float64 "
+                        "[5] on cpu gradient for a Float64 [3] on cpu one");
   EXPECT_FALSE(z.grad().defined());
   bad.remove();
   auto wrong_dtype = z.register_hook([](const Tensor& g) { return g.to(tg::kFloat32); });
@@ -111,8 +112,9 @@ TEST(Engine, RetainGradAndHooks) {
   wrong_dtype.remove();
   Tensor mid = z * 3.0;  // on a non-leaf too
   mid.register_hook([](const Tensor& g) { return g.sum(); });
-  EXPECT_ERROR_CONTAINS(mid.sum().backward(), "MulBackward: a tensor hook on input 0 returned a Float64 [] on cpu "
-                                              "gradient");
+  EXPECT_ERROR_CONTAINS(mid.sum().backward(),
+                        "MulBackward: a tensor hook on input 0 returned a Float64 [] on cpu "
+                        "gradient");
   (z * 2.0).sum().backward();  // usable afterwards
   EXPECT_EQ(V(z.grad()), (std::vector<double>{2, 2, 2}));
 }
@@ -158,10 +160,12 @@ TEST(Engine, EdgeTrimmingSkipsWeightGemms) {
   tg::manual_seed(3);
   Tensor x = tg::randn({8, 4}, kF64).requires_grad_();
   std::vector<Tensor> ws;
-  for (int i = 0; i < 4; ++i) ws.push_back(tg::randn({4, 4}, kF64).requires_grad_());
+  for (int i = 0; i < 4; ++i)
+    ws.push_back(tg::randn({4, 4}, kF64).requires_grad_());
   auto forward = [&] {
     Tensor h = x;
-    for (auto& w : ws) h = tg::tanh(tg::linear(h, w));
+    for (auto& w : ws)
+      h = tg::tanh(tg::linear(h, w));
     return h.sum();
   };
   Tensor y = forward();
@@ -199,8 +203,7 @@ struct Scale : ag::Function<Scale> {
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     seen = {ctx->needs_input_grad(0), ctx->needs_input_grad(1)};
     auto s = ctx->get_saved_variables();
-    return {ctx->needs_input_grad(0) ? g[0] * s[1] : Tensor(),
-            ctx->needs_input_grad(1) ? g[0] * s[0] : Tensor()};
+    return {ctx->needs_input_grad(0) ? g[0] * s[1] : Tensor(), ctx->needs_input_grad(1) ? g[0] * s[0] : Tensor()};
   }
 };
 std::vector<bool> Scale::seen;
@@ -245,14 +248,16 @@ struct WeightedSquares : ag::Function<WeightedSquares> {
     ctx->save_for_backward(xs);
     ctx->saved_data["w"] = w;
     Tensor s = xs[0].square().sum() * w;
-    for (size_t i = 1; i < xs.size(); ++i) s = s + xs[i].square().sum() * (w * double(i + 1));
+    for (size_t i = 1; i < xs.size(); ++i)
+      s = s + xs[i].square().sum() * (w * double(i + 1));
     return s;
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     auto xs = ctx->get_saved_variables();
     const double w = std::any_cast<double>(ctx->saved_data["w"]);
     variable_list out;
-    for (size_t i = 0; i < xs.size(); ++i) out.push_back(g[0] * xs[i] * (2 * w * double(i + 1)));
+    for (size_t i = 0; i < xs.size(); ++i)
+      out.push_back(g[0] * xs[i] * (2 * w * double(i + 1)));
     return out;
   }
 };
@@ -284,13 +289,12 @@ TEST(Engine, GradcheckReportsTheWorstElement) {
   auto fn = [](const variable_list& v) { return WrongGrad::apply(v[0]); };
   auto r = ag::gradcheck(fn, {vec({1, -2, 0.5})});
   EXPECT_FALSE(r.ok);
-  EXPECT_NE(r.message.find("output 0 element [1] w.r.t. input 0 element [1]: analytic -6"),
-            std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("output 0 element [1] w.r.t. input 0 element [1]: analytic -6"), std::string::npos)
+      << r.message;
   EXPECT_NEAR(r.max_error, 2.0, 1e-6);
-  EXPECT_ERROR_CONTAINS(ag::gradcheck(fn, {tg::ones({2}).requires_grad_()}),
-               "gradcheck: input 0 is Float32");
+  EXPECT_ERROR_CONTAINS(ag::gradcheck(fn, {tg::ones({2}).requires_grad_()}), "gradcheck: input 0 is Float32");
   EXPECT_ERROR_CONTAINS(ag::gradcheck(fn, {tg::ones({1}, kF64).expand({3}).requires_grad_()}),
-               "gradcheck: input 0 (shape [3], strides [0]) has elements sharing memory");
+                        "gradcheck: input 0 (shape [3], strides [0]) has elements sharing memory");
 }
 
 struct OnceDiff : ag::Function<OnceDiff> {
@@ -309,8 +313,9 @@ TEST(Engine, OnceDifferentiableFailsUnderDoubleBackward) {
   Tensor y = OnceDiff::apply(x).sum();
   Tensor g = ag::grad({y}, {x}, {}, true, true)[0];
   EXPECT_EQ(V(g), (std::vector<double>{6}));
-  EXPECT_ERROR_CONTAINS(ag::grad({g.sum()}, {x}), "OnceDiffBackward is once-differentiable: its backward "
-               "ran under create_graph");
+  EXPECT_ERROR_CONTAINS(ag::grad({g.sum()}, {x}),
+                        "OnceDiffBackward is once-differentiable: its backward "
+                        "ran under create_graph");
   EXPECT_EQ(V(ag::grad({y}, {x})[0]), (std::vector<double>{6}));  // first order still fine
 }
 
@@ -350,9 +355,7 @@ struct DirtyAndNonDiff : ag::Function<DirtyAndNonDiff> {
     ctx->mark_non_differentiable({idx});
     return {buf, idx, x * 3.0};
   }
-  static variable_list backward(AutogradContext*, variable_list g) {
-    return {g[2] * 3.0, g[0] * 2.0};
-  }
+  static variable_list backward(AutogradContext*, variable_list g) { return {g[2] * 3.0, g[0] * 2.0}; }
 };
 
 TEST(Engine, MarkDirtyAndNonDifferentiable) {
@@ -381,51 +384,55 @@ TEST(Engine, ErrorsNameWhatWentWrong) {
   Tensor a = vec({1, 2}), b = vec({3, 4});
   Tensor p = a * b;
   b.detach().add_(1.0);  // b is saved by mul
-  EXPECT_ERROR_CONTAINS(p.sum().backward(), "MulBackward: one of the tensors needed for gradient "
-               "computation has been modified by an in-place operation: saved tensor 'other' "
-               "(Float64 [2], an input of MulBackward) is at version 1; expected version 0");
+  EXPECT_ERROR_CONTAINS(p.sum().backward(),
+                        "MulBackward: one of the tensors needed for gradient "
+                        "computation has been modified by an in-place operation: saved tensor 'other' "
+                        "(Float64 [2], an input of MulBackward) is at version 1; expected version 0");
   Tensor e = a.exp();
   e.detach().mul_(2.0);
-  EXPECT_ERROR_CONTAINS(e.sum().backward(), "saved tensor 'result' (Float64 [2], output 0 of ExpBackward) "
-               "is at version 1; expected version 0");
+  EXPECT_ERROR_CONTAINS(e.sum().backward(),
+                        "saved tensor 'result' (Float64 [2], output 0 of ExpBackward) "
+                        "is at version 1; expected version 0");
 
-  EXPECT_ERROR_CONTAINS((a * 2.0).backward(), "backward: grad can be implicitly created only for outputs "
-               "with one element, but output 0 has shape [2]");
+  EXPECT_ERROR_CONTAINS((a * 2.0).backward(),
+                        "backward: grad can be implicitly created only for outputs "
+                        "with one element, but output 0 has shape [2]");
   Tensor u = vec({1});
-  EXPECT_ERROR_CONTAINS(ag::grad({(a * 2.0).sum()}, {a, u}), "grad: input 1 (shape [1]) was not used "
-               "to compute the outputs, so it has no gradient; pass allow_unused=true");
+  EXPECT_ERROR_CONTAINS(ag::grad({(a * 2.0).sum()}, {a, u}),
+                        "grad: input 1 (shape [1]) was not used "
+                        "to compute the outputs, so it has no gradient; pass allow_unused=true");
   auto g = ag::grad({(a * 2.0).sum()}, {a, u}, {}, std::nullopt, false, true);
   EXPECT_FALSE(g[1].defined());
   EXPECT_ERROR_CONTAINS(tg::ones({2}, tg::TensorOptions().dtype(tg::kInt64)).requires_grad_(),
-               "requires_grad_: only floating-point tensors can require gradients, got a tensor of Int64");
+                        "requires_grad_: only floating-point tensors can require gradients, got a tensor of Int64");
   EXPECT_ERROR_CONTAINS(ag::grad({a * 2.0}, {a}, {tg::ones({3}, kF64)}),
-               "grad: mismatch in shape: grad_outputs[0] has shape [3] but outputs[0] has shape [2]");
+                        "grad: mismatch in shape: grad_outputs[0] has shape [3] but outputs[0] has shape [2]");
   EXPECT_ERROR_CONTAINS(ag::grad({vec({1}, false)}, {a}), "grad: output 0 (shape [1]) does not require grad");
   EXPECT_ERROR_CONTAINS(ag::grad({a.sum()}, {vec({1}, false)}), "grad: input 0 (shape [1]) does not require grad");
-  EXPECT_ERROR_CONTAINS(a.add_(1.0), "add_: a leaf tensor that requires grad (shape [2]) is being used in an in-place operation");
+  EXPECT_ERROR_CONTAINS(a.add_(1.0),
+                        "add_: a leaf tensor that requires grad (shape [2]) is being used in an in-place operation");
   Tensor base2 = a * 1.0;
   Tensor view2 = base2.narrow(0, 0, 1);
   EXPECT_ERROR_CONTAINS(view2.mul_(2.0), "mul_: in-place operation on a tensor that shares memory with another tensor");
   EXPECT_ERROR_CONTAINS(a.as_strided({1}, {1}), "as_strided: not differentiable");
-  EXPECT_ERROR_CONTAINS((a * 1.0).requires_grad_(false), "requires_grad_: you can only change the requires_grad flag of leaf tensors");
+  EXPECT_ERROR_CONTAINS((a * 1.0).requires_grad_(false),
+                        "requires_grad_: you can only change the requires_grad flag of leaf tensors");
   // The engine is still usable.
   EXPECT_EQ(V(ag::grad({(a * b).sum()}, {a})[0]), (std::vector<double>{4, 5}));
 }
 
 struct Throws : ag::Function<Throws> {
   static Tensor forward(AutogradContext*, Tensor x) { return x * 1.0; }
-  static variable_list backward(AutogradContext*, variable_list) {
-    TG_ERROR("Throws: backward failed on purpose");
-  }
+  static variable_list backward(AutogradContext*, variable_list) { TG_ERROR("Throws: backward failed on purpose"); }
 };
 
 TEST(Engine, InPlaceOpsRebaseHistory) {
   Tensor x = vec({1, 2}), w = vec({3, 4});
   Tensor h = x * 2.0;
-  h.mul_(w);          // h = 2 x w
-  h.add_(x, 3.0);     // h = 2 x w + 3 x
+  h.mul_(w);       // h = 2 x w
+  h.add_(x, 3.0);  // h = 2 x w + 3 x
   h.sub_(1.0);
-  h.div_(2.0);        // h = x w + 1.5 x - 0.5
+  h.div_(2.0);                                    // h = x w + 1.5 x - 0.5
   EXPECT_EQ(h.grad_fn()->name(), "MulBackward");  // div by a scalar
   auto g = ag::grad({h.sum()}, {x, w});
   EXPECT_EQ(V(g[0]), (std::vector<double>{4.5, 5.5}));  // w + 1.5
@@ -465,8 +472,9 @@ TEST(Engine, AnomalyModeNamesTheForwardOp) {
   Tensor y = (tg::sqrt(x) * 0.0).sum();  // sqrt backward: 0 / 0 at x = 0
   {
     ag::DetectAnomalyGuard anomaly;
-    EXPECT_ERROR_CONTAINS(ag::grad({y}, {x}, {}, true), "anomaly mode: SqrtBackward (the backward of the "
-                 "forward op 'sqrt') returned NaN values in its output 0");
+    EXPECT_ERROR_CONTAINS(ag::grad({y}, {x}, {}, true),
+                          "anomaly mode: SqrtBackward (the backward of the "
+                          "forward op 'sqrt') returned NaN values in its output 0");
   }
   Tensor g = ag::grad({y}, {x})[0];  // without anomaly mode: NaN passes through
   EXPECT_TRUE(std::isnan(V(g)[0]));
@@ -526,21 +534,24 @@ TEST(Engine, HeldContributionsSumInArrivalOrder) {
   std::vector<float> expect = parts[0].to_vector<float>();
   for (size_t i = 1; i < parts.size(); ++i) {
     std::vector<float> v = parts[i].to_vector<float>();
-    for (int64_t j = 0; j < n; ++j) expect[size_t(j)] = expect[size_t(j)] + v[size_t(j)];
+    for (int64_t j = 0; j < n; ++j)
+      expect[size_t(j)] = expect[size_t(j)] + v[size_t(j)];
   }
   const std::vector<float> first_before = parts[0].to_vector<float>();
   ag::InputBuffer buf(1);
-  for (const Tensor& t : parts) buf.add(0, Tensor(t), tg::cuda::Stream(), tg::cuda::Stream());
+  for (const Tensor& t : parts)
+    buf.add(0, Tensor(t), tg::cuda::Stream(), tg::cuda::Stream());
   variable_list out = buf.release();
-  EXPECT_EQ(out[0].to_vector<float>(), expect);                // bitwise
-  EXPECT_EQ(parts[0].to_vector<float>(), first_before);        // shared first: out of place
+  EXPECT_EQ(out[0].to_vector<float>(), expect);          // bitwise
+  EXPECT_EQ(parts[0].to_vector<float>(), first_before);  // shared first: out of place
   EXPECT_NE(out[0].impl(), parts[0].impl());
 
   // Large contributions (over the held size) and a sparse one in between.
   const int64_t big = 100000;
   ag::InputBuffer buf2(1);
   buf2.add(0, tg::ones({big}, f32), tg::cuda::Stream(), tg::cuda::Stream());
-  for (int i = 0; i < 3; ++i) buf2.add(0, tg::full({big}, 0.5, f32), tg::cuda::Stream(), tg::cuda::Stream());
+  for (int i = 0; i < 3; ++i)
+    buf2.add(0, tg::full({big}, 0.5, f32), tg::cuda::Stream(), tg::cuda::Stream());
   Tensor idx = tg::tensor({3}, {1, 1}, tg::TensorOptions().dtype(tg::kInt64));
   buf2.add(0, tg::sparse_coo_tensor(idx, tg::full({1}, 2.0, f32), {big}), tg::cuda::Stream(), tg::cuda::Stream());
   std::vector<float> r = buf2.release()[0].to_vector<float>();
@@ -552,7 +563,8 @@ TEST(Engine, HeldContributionsSumInArrivalOrder) {
   Tensor x = tg::ones({1}, kF64);
   {
     tg::EnableGradGuard on;
-    for (int i = 0; i < 1000; ++i) x = x * w + b;
+    for (int i = 0; i < 1000; ++i)
+      x = x * w + b;
   }
   std::vector<Tensor> g;
   {
@@ -643,7 +655,8 @@ TEST(Engine, ThreadsOnIndependentGraphs) {
     return std::vector<Tensor>{g[0].detach(), g[1].detach(), h};
   };
   std::vector<std::vector<Tensor>> expected;
-  for (uint64_t t = 0; t < 8; ++t) expected.push_back(run(100 + t));
+  for (uint64_t t = 0; t < 8; ++t)
+    expected.push_back(run(100 + t));
   std::atomic<int> mismatches{0};
   std::vector<std::thread> threads;
   for (uint64_t t = 0; t < 8; ++t)
@@ -662,12 +675,12 @@ TEST(Engine, ThreadsOnIndependentGraphs) {
         Tensor y = tg::silu(tg::linear(x, w)).sum();
         auto g = ag::grad({y}, {x, w}, {}, std::nullopt, true);
         Tensor h = ag::grad({g[0].sum()}, {w})[0];
-        if (!tg::equal(g[0], expected[t][0]) || !tg::equal(g[1], expected[t][1]) ||
-            !tg::equal(h, expected[t][2]))
+        if (!tg::equal(g[0], expected[t][0]) || !tg::equal(g[1], expected[t][1]) || !tg::equal(h, expected[t][2]))
           ++mismatches;
       }
     });
-  for (auto& th : threads) th.join();
+  for (auto& th : threads)
+    th.join();
   EXPECT_EQ(mismatches.load(), 0);
 }
 
@@ -686,15 +699,18 @@ TEST(Engine, ThreadsOnOneRetainedGraph) {
         if (!tg::equal(g[0], expected[0]) || !tg::equal(g[1], expected[1])) ++mismatches;
       }
     });
-  for (auto& th : threads) th.join();
+  for (auto& th : threads)
+    th.join();
   EXPECT_EQ(mismatches.load(), 0);
   // Concurrent backward into .grad of the shared leaves: sums exactly.
   threads.clear();
   for (int t = 0; t < 8; ++t)
     threads.emplace_back([&] {
-      for (int it = 0; it < 10; ++it) y.backward({}, true);
+      for (int it = 0; it < 10; ++it)
+        y.backward({}, true);
     });
-  for (auto& th : threads) th.join();
+  for (auto& th : threads)
+    th.join();
   EXPECT_TRUE(tg::allclose(w.grad(), expected[1] * 80.0, 1e-10, 1e-10));
 }
 
@@ -730,12 +746,14 @@ TEST(Engine, SavedTensorHooks) {
     EXPECT_NEAR(V(h)[size_t(i)], std::exp(v) * (2 + v), 1e-12);
   }
   // A pack hook may not modify its input.
-  ag::SavedTensorHooksGuard bad([](const Tensor& t) -> std::any {
-    Tensor a = t;
-    tg::NoGradGuard ng;
-    a.add_(1.0);
-    return t;
-  }, [](const std::any& p) { return std::any_cast<Tensor>(p); });
+  ag::SavedTensorHooksGuard bad(
+      [](const Tensor& t) -> std::any {
+        Tensor a = t;
+        tg::NoGradGuard ng;
+        a.add_(1.0);
+        return t;
+      },
+      [](const std::any& p) { return std::any_cast<Tensor>(p); });
   EXPECT_ERROR_CONTAINS(tg::exp(x), "the pack hook modified its input in place");
 }
 
@@ -800,7 +818,8 @@ TEST(Functional, ShapesAndValues) {
   Tensor h = ag::hessian(cubic, x);
   EXPECT_EQ(h.sizes(), (tg::IntList{3, 3}));
   std::vector<double> expect{6 * 0.3, 1, 0, 1, 6 * -0.7, 0, 0, 0, 6 * 1.2};
-  for (size_t i = 0; i < 9; ++i) EXPECT_NEAR(V(h)[i], expect[i], 1e-12);
+  for (size_t i = 0; i < 9; ++i)
+    EXPECT_NEAR(V(h)[i], expect[i], 1e-12);
   Tensor v = tg::tensor({1, 2, 3}, {3}, kF64);
   auto [y1, vjp] = ag::vjp(f, x, v);
   auto [y2, jvp] = ag::jvp(f, x, v);
@@ -817,7 +836,6 @@ TEST(Functional, ShapesAndValues) {
   EXPECT_TRUE(tg::allclose(jm.view({2, 3}), w));
 }
 
-
 // per_sample_hessian: both strategies against the closed form of a [B, 2] ->
 // [B, 3] function, against each other on an MLP (values, and the gradient of
 // H.sum() into the weights with create_graph), and the shape errors.
@@ -828,8 +846,8 @@ TEST(Functional, PerSampleHessianStrategiesAgree) {
   };
   tg::manual_seed(61);
   Tensor x = tg::rand({5, 2}, kF64) * 2 - 1;
-  for (auto s : {ag::HessianStrategy::Rows, ag::HessianStrategy::BatchedCotangents,
-                 ag::HessianStrategy::ForwardOverReverse}) {
+  for (auto s :
+       {ag::HessianStrategy::Rows, ag::HessianStrategy::BatchedCotangents, ag::HessianStrategy::ForwardOverReverse}) {
     Tensor h = ag::per_sample_hessian(f, x, s);
     ASSERT_EQ(h.sizes(), (tg::IntList{5, 3, 2, 2}));
     EXPECT_FALSE(h.requires_grad());
@@ -837,10 +855,10 @@ TEST(Functional, PerSampleHessianStrategiesAgree) {
     for (size_t bi = 0; bi < 5; ++bi) {
       double a = X[2 * bi], b = X[2 * bi + 1];
       double t = std::tanh(a * b), s2 = 1 - t * t;  // sech^2(ab)
-      double expect[3][2][2] = {{{2 * b, 2 * a}, {2 * a, 0}},
-                                {{-std::sin(a), 0}, {0, 6 * b}},
-                                {{-2 * t * s2 * b * b, s2 - 2 * t * s2 * a * b},
-                                 {s2 - 2 * t * s2 * a * b, -2 * t * s2 * a * a}}};
+      double expect[3][2][2] = {
+          {{2 * b, 2 * a}, {2 * a, 0}},
+          {{-std::sin(a), 0}, {0, 6 * b}},
+          {{-2 * t * s2 * b * b, s2 - 2 * t * s2 * a * b}, {s2 - 2 * t * s2 * a * b, -2 * t * s2 * a * a}}};
       for (size_t i = 0; i < 3; ++i)
         for (size_t j = 0; j < 2; ++j)
           for (size_t k = 0; k < 2; ++k)
@@ -853,8 +871,8 @@ TEST(Functional, PerSampleHessianStrategiesAgree) {
   Tensor w2 = (tg::randn({3, 8}, kF64) * 0.7).requires_grad_();
   auto mlp = [&](const Tensor& t) { return tg::linear(tg::silu(tg::linear(t, w1)), w2); };
   std::vector<Tensor> hs, g1s;
-  for (auto s : {ag::HessianStrategy::Rows, ag::HessianStrategy::BatchedCotangents,
-                 ag::HessianStrategy::ForwardOverReverse}) {
+  for (auto s :
+       {ag::HessianStrategy::Rows, ag::HessianStrategy::BatchedCotangents, ag::HessianStrategy::ForwardOverReverse}) {
     Tensor h = ag::per_sample_hessian(mlp, x, s, /*create_graph=*/true);
     ASSERT_TRUE(h.requires_grad());
     hs.push_back(h.detach());
@@ -869,11 +887,10 @@ TEST(Functional, PerSampleHessianStrategiesAgree) {
     ag::per_sample_hessian(mlp, tg::ones({4}, kF64));
     ADD_FAILURE() << "no error";
   } catch (const tg::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("per_sample_hessian: x must have shape [B, n], got [4]"),
-              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("per_sample_hessian: x must have shape [B, n], got [4]"), std::string::npos)
+        << e.what();
   }
 }
-
 
 // mlp_taylor (forward Taylor mode) against the reference reverse-mode path:
 // value, Jacobian and Hessian per sample, and the gradient of a loss of the
@@ -881,8 +898,7 @@ TEST(Functional, PerSampleHessianStrategiesAgree) {
 // activation), for each activation, on 3 inputs (6 second-derivative pairs).
 TEST(Functional, MlpTaylorMatchesReverseMode) {
   tg::manual_seed(71);
-  for (auto act : {tg::Activation::Silu, tg::Activation::Tanh, tg::Activation::Sigmoid,
-                   tg::Activation::Relu}) {
+  for (auto act : {tg::Activation::Silu, tg::Activation::Tanh, tg::Activation::Sigmoid, tg::Activation::Relu}) {
     SCOPED_TRACE(int(act));
     std::vector<int64_t> sizes{3, 7, 5, 2};
     std::vector<Tensor> w, b;
@@ -992,7 +1008,8 @@ TEST(Engine, WeightGradientProductsSumInOneGemm) {
   }
   sw.loss(sw.w).backward();
   std::vector<double> twice = expect;
-  for (double& v : twice) v *= 2;
+  for (double& v : twice)
+    v *= 2;
   expect_values(sw.w.grad(), twice, tol, "backward into an existing .grad");
 
   merged = ag::detail::merged_product_sums();

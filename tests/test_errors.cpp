@@ -6,15 +6,14 @@
 namespace tgtest {
 namespace {
 
-#define EXPECT_ERROR(expr, text)                                                  \
-  do {                                                                            \
-    try {                                                                         \
-      (void)(expr);                                                               \
-      ADD_FAILURE() << #expr << " did not throw";                                \
-    } catch (const tg::Error& e) {                                                \
-      EXPECT_EQ(std::string(e.what()).rfind(text, 0), 0u)                         \
-          << "message: " << e.what() << "\nexpected prefix: " << text;            \
-    }                                                                             \
+#define EXPECT_ERROR(expr, text)                                                                                       \
+  do {                                                                                                                 \
+    try {                                                                                                              \
+      (void)(expr);                                                                                                    \
+      ADD_FAILURE() << #expr << " did not throw";                                                                      \
+    } catch (const tg::Error& e) {                                                                                     \
+      EXPECT_EQ(std::string(e.what()).rfind(text, 0), 0u) << "message: " << e.what() << "\nexpected prefix: " << text; \
+    }                                                                                                                  \
   } while (0)
 
 TEST(Errors, Shapes) {
@@ -22,8 +21,7 @@ TEST(Errors, Shapes) {
   EXPECT_ERROR(tg::matmul(a, b), "matmul: cannot multiply [3, 4] by [5, 6] (4 != 5)");
   EXPECT_ERROR(tg::mm(a, b), "mm: cannot multiply [3, 4] by [5, 6] (4 != 5)");
   EXPECT_ERROR(tg::mm(a, tg::ones({4})), "mm: expected 2-D tensors, got [3, 4] and [4]");
-  EXPECT_ERROR(tg::bmm(tg::ones({2, 3, 4}), tg::ones({3, 4, 5})),
-               "bmm: batch sizes differ: [2, 3, 4] and [3, 4, 5]");
+  EXPECT_ERROR(tg::bmm(tg::ones({2, 3, 4}), tg::ones({3, 4, 5})), "bmm: batch sizes differ: [2, 3, 4] and [3, 4, 5]");
   EXPECT_ERROR(tg::bmm(a, a), "bmm: expected 3-D tensors, got [3, 4] and [3, 4]");
   EXPECT_ERROR(tg::matmul(tg::scalar_tensor(1), a),
                "matmul: both arguments need at least 1 dimension, got [] and [3, 4]");
@@ -31,8 +29,7 @@ TEST(Errors, Shapes) {
                "linear: input shape [3, 4] doesn't match weight [2, 5] (in_features 5)");
   EXPECT_ERROR(tg::linear(a, tg::ones({2, 4}), tg::ones({3})),
                "linear: bias shape [3] doesn't match weight [2, 4] (out_features 2)");
-  EXPECT_ERROR(tg::linear(a, tg::ones({4})),
-               "linear: weight must be 2-D [out_features, in_features], got [4]");
+  EXPECT_ERROR(tg::linear(a, tg::ones({4})), "linear: weight must be 2-D [out_features, in_features], got [4]");
   EXPECT_ERROR(a + b, "add: shapes [3, 4] and [5, 6] cannot be broadcast together (dim 0: 3 vs 5)");
   EXPECT_ERROR(tg::where(tg::gt(a, 0), a, tg::ones({2})),
                "where: shapes [3, 4] and [2] cannot be broadcast together (dim 1: 4 vs 2)");
@@ -41,8 +38,7 @@ TEST(Errors, Shapes) {
   EXPECT_ERROR(a.view({-1, -1}), "view: only one dimension can be inferred (-1) in [-1, -1]");
   EXPECT_ERROR(a.reshape({-2, 6}), "reshape: invalid shape dimension -2 in [-2, 6]");
   EXPECT_ERROR(a.t().view({12}), "view: size [12] is not compatible with the input's sizes [4, 3]");
-  EXPECT_ERROR(a.expand({3, 5}),
-               "expand: cannot expand shape [3, 4] to [3, 5] (dim 1: 4 != 5 and is not 1)");
+  EXPECT_ERROR(a.expand({3, 5}), "expand: cannot expand shape [3, 4] to [3, 5] (dim 1: 4 != 5 and is not 1)");
   EXPECT_ERROR(a.expand({4}), "expand: the number of sizes provided (1) must be greater or equal");
   EXPECT_ERROR(a.permute({0, 0}), "permute: dims [0, 0] is not a permutation (dim 0 repeats)");
   EXPECT_ERROR(a.permute({0}), "permute: got 1 dims [0] for a tensor of shape [3, 4]");
@@ -64,8 +60,9 @@ TEST(Errors, Shapes) {
   EXPECT_ERROR(mutable_a.copy_(tg::ones({5})),
                "copy_: shapes [3, 4] and [5] cannot be broadcast together (dim 1: 4 vs 5)");
   Tensor expanded = tg::ones({1, 4}).expand({3, 4});
-  EXPECT_ERROR(expanded.add_(1), "add_: unsupported operation: more than one element of the "
-                                 "written-to tensor (shape [3, 4], strides [0, 1])");
+  EXPECT_ERROR(expanded.add_(1),
+               "add_: unsupported operation: more than one element of the "
+               "written-to tensor (shape [3, 4], strides [0, 1])");
   EXPECT_ERROR(expanded.fill_(1), "fill_: unsupported operation: more than one element");
 }
 
@@ -73,14 +70,16 @@ TEST(Errors, IndicesAndDims) {
   Tensor a = tg::ones({3, 4});
   EXPECT_ERROR(a.select(1, 4), "select: index 4 is out of range for dim 1 with size 4 (shape [3, 4])");
   EXPECT_ERROR(a.select(0, -4), "select: index -4 is out of range for dim 0 with size 3 (shape [3, 4])");
-  EXPECT_ERROR(a.select(2, 0), "select: dimension 2 is out of range for a tensor of rank 2 (shape [3, 4]); "
-                               "expected a dim in [-2, 1]");
+  EXPECT_ERROR(a.select(2, 0),
+               "select: dimension 2 is out of range for a tensor of rank 2 (shape [3, 4]); "
+               "expected a dim in [-2, 1]");
   EXPECT_ERROR(tg::scalar_tensor(1).select(0, 0), "select: cannot select on a 0-dim tensor");
   EXPECT_ERROR(a.narrow(1, 3, 2), "narrow: start 3 and length 2 are out of range for dim 1 with size 4");
   EXPECT_ERROR(a.slice(0, 0, 2, 0), "slice: step must be positive, got 0");
   EXPECT_ERROR(a.transpose(0, 2), "transpose: dimension 2 is out of range for a tensor of rank 2");
-  EXPECT_ERROR(a.unsqueeze(3), "unsqueeze: dimension 3 is out of range for inserting a dim into a "
-                               "tensor of rank 2 (shape [3, 4]); expected a dim in [-3, 2]");
+  EXPECT_ERROR(a.unsqueeze(3),
+               "unsqueeze: dimension 3 is out of range for inserting a dim into a "
+               "tensor of rank 2 (shape [3, 4]); expected a dim in [-3, 2]");
   EXPECT_ERROR(tg::stack({a}, -4), "stack: dimension -4 is out of range for inserting a dim");
   EXPECT_ERROR(a.size(5), "size: dimension 5 is out of range for a tensor of rank 2");
   EXPECT_ERROR(tg::sum(a, {0, -2}), "sum: dim 0 appears multiple times in the list of dims [0, -2]");
@@ -166,8 +165,7 @@ TEST(Errors, UndefinedAndDevices) {
   EXPECT_ERROR(u.clone(), "clone: input is an undefined tensor");
   if (!tg::cuda::is_available()) {
     EXPECT_ERROR(a.to(tg::Device(tg::kCUDA)),
-                 (tg::cuda::is_built() ? "allocate: no CUDA device is available"
-                                       : "to: no kernels for device cuda:0"));
+                 (tg::cuda::is_built() ? "allocate: no CUDA device is available" : "to: no kernels for device cuda:0"));
   }
 }
 
@@ -190,14 +188,12 @@ TEST(Errors, LibraryStaysUsableAfterErrors) {
   for (int k = 0; k < 100; ++k) {
     try {
       tg::matmul(tg::ones({3, 4}), tg::ones({5, 6}));
-    } catch (const tg::Error&) {
-    }
+    } catch (const tg::Error&) {}
   }
   tg::AllocatorStats s = tg::cpu_allocator_stats();
   try {
     tg::index_select(tg::ones({1000}), 0, tg::tensor({5000}, {}, tg::kInt64));
-  } catch (const tg::Error&) {
-  }
+  } catch (const tg::Error&) {}
   EXPECT_EQ(tg::cpu_allocator_stats().live_bytes, s.live_bytes);  // nothing leaked
   EXPECT_EQ(tg::matmul(tg::ones({3, 4}), tg::ones({4, 2})).sum().item<float>(), 24.0f);
 }

@@ -66,8 +66,7 @@ TEST(Random, SameSeedSameNumbersAndStreamAdvances) {
   tg::manual_seed(99);
   Tensor u = tg::rand({5});
   for (int64_t i = 0; i < 5; ++i)
-    EXPECT_EQ(u.to_vector<float>()[size_t(i)],
-              tg::philox_u24(tg::philox4x32_10(99, uint64_t(i)).w[0]));
+    EXPECT_EQ(u.to_vector<float>()[size_t(i)], tg::philox_u24(tg::philox4x32_10(99, uint64_t(i)).w[0]));
 }
 
 TEST(Random, DistributionsLookRight) {

@@ -67,37 +67,54 @@ void check_jv(const std::string& what, const Fn& fn, const Tensor& x, double tol
 
 TEST(ForwardAD, UnaryOpsMatchFiniteDifferencesAndReverseMode) {
   tg::manual_seed(1);
-#define TG_UNARY(name, Kernel, float_only, forward, backward, saves, taylor, lo, hi)                  \
-  {                                                                                            \
-    Tensor x = tg::rand({3, 4}, kF64) * (double(hi) - double(lo)) + double(lo);               \
-    check_jv(#name, [](const Tensor& t) { return tg::name(t); }, x);                           \
+#define TG_UNARY(name, Kernel, float_only, forward, backward, saves, taylor, lo, hi) \
+  {                                                                                  \
+    Tensor x = tg::rand({3, 4}, kF64) * (double(hi) - double(lo)) + double(lo);      \
+    check_jv(                                                                        \
+        #name, [](const Tensor& t) { return tg::name(t); }, x);                      \
   }
 #include <tapegrad/tensor/unary.def>
 #undef TG_UNARY
   Tensor x = tg::rand({5}, kF64) + 0.5;
-  check_jv("gelu", [](const Tensor& t) { return tg::gelu(t); }, x);
-  check_jv("gelu tanh", [](const Tensor& t) { return tg::gelu(t, "tanh"); }, x);
-  check_jv("softplus", [](const Tensor& t) { return tg::softplus(t, 2.0, 20.0); }, x);
-  check_jv("clamp", [](const Tensor& t) { return tg::clamp(t, 0.7, 1.2); }, x);
-  check_jv("scalar ops", [](const Tensor& t) { return tg::pow((t + 1.0) * 3.0 - 0.5, 2.5) / 4.0; }, x);
-  check_jv("scalar base", [](const Tensor& t) { return tg::pow(2.0, t); }, x);
+  check_jv(
+      "gelu", [](const Tensor& t) { return tg::gelu(t); }, x);
+  check_jv(
+      "gelu tanh", [](const Tensor& t) { return tg::gelu(t, "tanh"); }, x);
+  check_jv(
+      "softplus", [](const Tensor& t) { return tg::softplus(t, 2.0, 20.0); }, x);
+  check_jv(
+      "clamp", [](const Tensor& t) { return tg::clamp(t, 0.7, 1.2); }, x);
+  check_jv(
+      "scalar ops", [](const Tensor& t) { return tg::pow((t + 1.0) * 3.0 - 0.5, 2.5) / 4.0; }, x);
+  check_jv(
+      "scalar base", [](const Tensor& t) { return tg::pow(2.0, t); }, x);
 }
 
 TEST(ForwardAD, BinaryOpsWithBroadcastingAndWhere) {
   tg::manual_seed(2);
   Tensor b = tg::rand({1, 4}, kF64) + 0.5;  // a constant, broadcast
   Tensor x = tg::rand({3, 4}, kF64) + 0.5;
-  check_jv("add", [&](const Tensor& t) { return tg::add(t, b, 2.0); }, x);
-  check_jv("sub", [&](const Tensor& t) { return tg::sub(b, t, 0.5); }, x);
-  check_jv("mul", [&](const Tensor& t) { return t * b * t; }, x);
-  check_jv("div", [&](const Tensor& t) { return b / t + t / b; }, x);
-  check_jv("pow", [&](const Tensor& t) { return tg::pow(t, b) + tg::pow(b, t); }, x);
-  check_jv("maximum", [&](const Tensor& t) { return tg::maximum(t, b) + tg::minimum(t * 2.0, b); }, x);
-  check_jv("where", [&](const Tensor& t) { return tg::where(tg::gt(b, 0.9), t.square(), t * 3.0); }, x);
-  check_jv("where scalar", [&](const Tensor& t) { return tg::where(tg::gt(t, 1.0), t, 0.5) + tg::where(tg::gt(t, 1.0), 2.0, t); }, x);
+  check_jv(
+      "add", [&](const Tensor& t) { return tg::add(t, b, 2.0); }, x);
+  check_jv(
+      "sub", [&](const Tensor& t) { return tg::sub(b, t, 0.5); }, x);
+  check_jv(
+      "mul", [&](const Tensor& t) { return t * b * t; }, x);
+  check_jv(
+      "div", [&](const Tensor& t) { return b / t + t / b; }, x);
+  check_jv(
+      "pow", [&](const Tensor& t) { return tg::pow(t, b) + tg::pow(b, t); }, x);
+  check_jv(
+      "maximum", [&](const Tensor& t) { return tg::maximum(t, b) + tg::minimum(t * 2.0, b); }, x);
+  check_jv(
+      "where", [&](const Tensor& t) { return tg::where(tg::gt(b, 0.9), t.square(), t * 3.0); }, x);
+  check_jv(
+      "where scalar",
+      [&](const Tensor& t) { return tg::where(tg::gt(t, 1.0), t, 0.5) + tg::where(tg::gt(t, 1.0), 2.0, t); }, x);
   // Both operands dual, the smaller one broadcast.
   Tensor y = tg::rand({4}, kF64) + 0.5;
-  check_jv("both broadcast", [&](const Tensor& t) { return t.narrow(0, 0, 1).reshape({4}) * t; }, x);
+  check_jv(
+      "both broadcast", [&](const Tensor& t) { return t.narrow(0, 0, 1).reshape({4}) * t; }, x);
   (void)y;
 }
 
@@ -105,17 +122,31 @@ TEST(ForwardAD, LinalgReductionsAndViews) {
   tg::manual_seed(3);
   Tensor w = tg::randn({5, 4}, kF64), bias = tg::randn({5}, kF64);
   Tensor x = tg::randn({3, 4}, kF64);
-  check_jv("mm", [&](const Tensor& t) { return tg::mm(t, w.t()) + tg::mm(t, t.t()).sum(); }, x);
-  check_jv("matmul", [&](const Tensor& t) { return tg::matmul(t, t.t().narrow(1, 0, 2)); }, x);
-  check_jv("matmul 1-d", [&](const Tensor& t) { return tg::matmul(t.select(0, 1), t.t()); }, x);
-  check_jv("bmm", [&](const Tensor& t) { return tg::bmm(t.unsqueeze(0).expand({2, 3, 4}), t.t().unsqueeze(0).expand({2, 4, 3})); }, x);
-  check_jv("linear", [&](const Tensor& t) { return tg::linear(t, w, bias); }, x);
-  check_jv("sum mean", [&](const Tensor& t) { return t.sum({1}, true) * t.mean() + t.mean({0}).sum(); }, x);
-  check_jv("views", [&](const Tensor& t) {
-    return t.view({4, 3}).transpose(0, 1).reshape({12}).slice(0, 1, 11, 2).unsqueeze(1).expand({5, 3}).squeeze() *
-           t.permute({1, 0}).flatten().select(0, 2);
-  }, x);
-  check_jv("clone", [&](const Tensor& t) { return t.clone() * 2.0; }, x);
+  check_jv(
+      "mm", [&](const Tensor& t) { return tg::mm(t, w.t()) + tg::mm(t, t.t()).sum(); }, x);
+  check_jv(
+      "matmul", [&](const Tensor& t) { return tg::matmul(t, t.t().narrow(1, 0, 2)); }, x);
+  check_jv(
+      "matmul 1-d", [&](const Tensor& t) { return tg::matmul(t.select(0, 1), t.t()); }, x);
+  check_jv(
+      "bmm",
+      [&](const Tensor& t) {
+        return tg::bmm(t.unsqueeze(0).expand({2, 3, 4}), t.t().unsqueeze(0).expand({2, 4, 3}));
+      },
+      x);
+  check_jv(
+      "linear", [&](const Tensor& t) { return tg::linear(t, w, bias); }, x);
+  check_jv(
+      "sum mean", [&](const Tensor& t) { return t.sum({1}, true) * t.mean() + t.mean({0}).sum(); }, x);
+  check_jv(
+      "views",
+      [&](const Tensor& t) {
+        return t.view({4, 3}).transpose(0, 1).reshape({12}).slice(0, 1, 11, 2).unsqueeze(1).expand({5, 3}).squeeze() *
+               t.permute({1, 0}).flatten().select(0, 2);
+      },
+      x);
+  check_jv(
+      "clone", [&](const Tensor& t) { return t.clone() * 2.0; }, x);
   {  // a dtype conversion converts the tangent
     fwd::dual_level level;
     Tensor v = tg::randn({3, 4}, kF64);
@@ -129,9 +160,11 @@ TEST(ForwardAD, MlpTangentEqualsReverseMode) {
   tg::manual_seed(4);
   auto net = tg::nn::MLP({3, 16, 16, 2}, "tanh", tg::kFloat64);
   Tensor x = tg::randn({8, 3}, kF64);
-  check_jv("mlp", [&](const Tensor& t) { return net->forward(t); }, x);
+  check_jv(
+      "mlp", [&](const Tensor& t) { return net->forward(t); }, x);
   auto silu = tg::nn::MLP({3, 8, 1}, "silu", tg::kFloat64);
-  check_jv("silu mlp", [&](const Tensor& t) { return silu->forward(t); }, x);
+  check_jv(
+      "silu mlp", [&](const Tensor& t) { return silu->forward(t); }, x);
 }
 
 // Forward over reverse: with x dual, the gradient's tangent is H v; equal to
@@ -322,12 +355,13 @@ TEST(ForwardAD, BatchedTangentsGiveJacobiansAndHessiansInOnePass) {
   auto f = [&](const Tensor& x) {
     Tensor h = x + tg::tanh(tg::matmul(x, w));
     Tensor c = tg::cat({h, h.narrow(0, 0, 1) * 2.0}, 0);  // [4]
-    return tg::stack({net->forward(h.unsqueeze(0)).squeeze(0).sum(), c.amax(), CubeTimes::apply(x, h).sum(),
-                      tg::logsumexp(c, {0})});
+    return tg::stack(
+        {net->forward(h.unsqueeze(0)).squeeze(0).sum(), c.amax(), CubeTimes::apply(x, h).sum(), tg::logsumexp(c, {0})});
   };
   Tensor x = tg::randn({3}, kF64);
   Tensor eye = tg::zeros({3, 3}, kF64);
-  for (int64_t j = 0; j < 3; ++j) eye.select(0, j).narrow(0, j, 1).fill_(1.0);
+  for (int64_t j = 0; j < 3; ++j)
+    eye.select(0, j).narrow(0, j, 1).fill_(1.0);
   Tensor jac_t;  // [k = 3, 4]: row j = J e_j
   {
     fwd::dual_level level(3);
@@ -351,13 +385,15 @@ TEST(ForwardAD, BatchedTangentsGiveJacobiansAndHessiansInOnePass) {
   EXPECT_LT(max_abs(hess_t - hess), 1e-11 * (1 + max_abs(hess)));
   // Misuse.
   fwd::dual_level level(2);
-  EXPECT_ERROR_CONTAINS(fwd::make_dual(x, eye), "make_dual: the tangent (Float64 [3, 3] on cpu) must have the "
-                                                "primal's shape after the level's batch dimension, dtype and "
-                                                "device (Float64 [2, 3] on cpu)");
+  EXPECT_ERROR_CONTAINS(fwd::make_dual(x, eye),
+                        "make_dual: the tangent (Float64 [3, 3] on cpu) must have the "
+                        "primal's shape after the level's batch dimension, dtype and "
+                        "device (Float64 [2, 3] on cpu)");
   Tensor v = fwd::make_dual(x, tg::ones({2, 3}, kF64));
   Tensor idx = tg::zeros({1, 3}, tg::TensorOptions().dtype(tg::kInt64));
-  EXPECT_ERROR_CONTAINS(tg::sparse_coo_tensor(idx, v, {2}), "sparse_coo_tensor: sparse tensors take no batched "
-                                                            "tangents");
+  EXPECT_ERROR_CONTAINS(tg::sparse_coo_tensor(idx, v, {2}),
+                        "sparse_coo_tensor: sparse tensors take no batched "
+                        "tangents");
 }
 
 // laplacian: a 100-input function's per-sample Laplacian equals the trace
@@ -371,11 +407,14 @@ TEST(ForwardAD, LaplacianEqualsTraceOfHessian) {
   ASSERT_EQ(lap.sizes(), (tg::IntList{3, 2}));
   Tensor h = ag::per_sample_hessian(f, x, ag::HessianStrategy::Rows);  // [3, 2, 100, 100]
   Tensor eye = tg::zeros({100, 100}, kF64);
-  for (int64_t j = 0; j < 100; ++j) eye.select(0, j).narrow(0, j, 1).fill_(1.0);
+  for (int64_t j = 0; j < 100; ++j)
+    eye.select(0, j).narrow(0, j, 1).fill_(1.0);
   Tensor trace = (h * eye).sum({2, 3});
   EXPECT_LT(max_abs(lap - trace), 1e-11 * (1 + max_abs(trace)));
   // sum_j x_j^3 + x_0 x_1: the Laplacian is 6 sum_j x_j.
-  auto g = [](const Tensor& t) { return (t * t * t).sum({1}, true) + t.select(1, 0).unsqueeze(1) * t.select(1, 1).unsqueeze(1); };
+  auto g = [](const Tensor& t) {
+    return (t * t * t).sum({1}, true) + t.select(1, 0).unsqueeze(1) * t.select(1, 1).unsqueeze(1);
+  };
   Tensor y = tg::randn({4, 5}, kF64);
   EXPECT_LT(max_abs(ag::laplacian(g, y) - y.sum({1}, true) * 6.0), 1e-12);
   // Inside a caller's dual level (no nesting) the reverse-mode trace, equal.
@@ -410,9 +449,7 @@ TEST(ForwardAD, DerivativeOperatorMatchesClosedForms) {
   tg::manual_seed(11);
   Tensor x = tg::rand({6, 2}, kF64) * 2 - 1;
   auto a = x.select(1, 0).unsqueeze(1), b = x.select(1, 1).unsqueeze(1);  // [6, 1]
-  auto se = [](const Tensor& t) {
-    return (tg::sin(t.select(1, 0)) * tg::exp(t.select(1, 1))).unsqueeze(1);
-  };
+  auto se = [](const Tensor& t) { return (tg::sin(t.select(1, 0)) * tg::exp(t.select(1, 1))).unsqueeze(1); };
   using P = std::vector<ag::Partial>;
   auto op = [&](const ag::TensorFn& f, P terms) { return ag::derivative_operator(f, x, terms); };
   auto near = [&](const Tensor& got, const Tensor& want, const char* what) {
@@ -447,8 +484,9 @@ TEST(ForwardAD, DerivativeOperatorMatchesClosedForms) {
   Tensor z = tg::randn({4, 3}, kF64);
   auto f = [&](const Tensor& in) { return net->forward(in); };
   near(ag::derivative_operator(f, z, {{{0, 0}}, {{1, 1}}, {{2, 2}}}), ag::laplacian(f, z), "MLP Laplacian");
-  EXPECT_ERROR_CONTAINS(ag::derivative_operator(f, z, {{{3}}}), "derivative_operator: a term names input dim 3, "
-                                                                "but x has 3 (shape [4, 3])");
+  EXPECT_ERROR_CONTAINS(ag::derivative_operator(f, z, {{{3}}}),
+                        "derivative_operator: a term names input dim 3, "
+                        "but x has 3 (shape [4, 3])");
 }
 
 // A loss on a third derivative trains: its gradient into the parameters
@@ -484,7 +522,8 @@ TEST(ForwardAD, JacobianAndHessianInForwardMode) {
   EXPECT_FALSE(hf.requires_grad());
   Tensor xr = tg::randn({3}, kF64).requires_grad_();
   Tensor wq = tg::randn({3}, kF64);
-  Tensor h = ag::hessian([&](const Tensor& t) { return (wq * t * t * t * t).sum(); }, xr, true, ag::JacobianMode::Forward);
+  Tensor h =
+      ag::hessian([&](const Tensor& t) { return (wq * t * t * t * t).sum(); }, xr, true, ag::JacobianMode::Forward);
   Tensor d = ag::grad({h.sum()}, {xr})[0];
   EXPECT_LT(max_abs(d - wq * xr.detach() * 24.0), 1e-12 * (1 + max_abs(wq * xr.detach() * 24.0)));
 }
@@ -494,16 +533,19 @@ TEST(ForwardAD, WhatIsNotSupportedSaysSo) {
   EXPECT_ERROR_CONTAINS(fwd::make_dual(x, x), "make_dual: no dual level is active");
   fwd::dual_level level;
   EXPECT_ERROR_CONTAINS(fwd::dual_level(), "a dual level is already active on this thread");
-  EXPECT_ERROR_CONTAINS(fwd::make_dual(x, tg::randn({4}, kF64)), "make_dual: the tangent (Float64 [4] on cpu) must "
-                                                                  "have the primal's shape");
+  EXPECT_ERROR_CONTAINS(fwd::make_dual(x, tg::randn({4}, kF64)),
+                        "make_dual: the tangent (Float64 [4] on cpu) must "
+                        "have the primal's shape");
   EXPECT_ERROR_CONTAINS(fwd::make_dual(Tensor(), x), "make_dual: primal and tangent must be defined");
   Tensor ints = tg::ones({3}, tg::TensorOptions().dtype(tg::kInt64));
   EXPECT_ERROR_CONTAINS(fwd::make_dual(ints, ints), "make_dual: the primal must be floating point, got Int64");
   Tensor d = fwd::make_dual(x, tg::ones({3}, kF64));
-  EXPECT_ERROR_CONTAINS(NoJvp::apply(d), "NoJvp: this custom Function has no forward-mode rule and an "
-                                         "input carries a tangent");
-  EXPECT_ERROR_CONTAINS(BadJvp::apply(d), "BadJvp: jvp's tangent 0 (Float64 [2] on cpu) must match output 0 "
-                                          "(Float64 [3] on cpu)");
+  EXPECT_ERROR_CONTAINS(NoJvp::apply(d),
+                        "NoJvp: this custom Function has no forward-mode rule and an "
+                        "input carries a tangent");
+  EXPECT_ERROR_CONTAINS(BadJvp::apply(d),
+                        "BadJvp: jvp's tangent 0 (Float64 [2] on cpu) must match output 0 "
+                        "(Float64 [3] on cpu)");
   NoJvp::apply(x);  // no tangent: fine
   // The primal of unpack_dual carries no tangent; ops on it are plain.
   auto u = fwd::unpack_dual(d);

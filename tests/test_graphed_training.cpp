@@ -73,12 +73,14 @@ TEST(GraphedTrainingGpu, WholePinnStepWithCapturableAdamEqualsEager) {
   const int steps = tgtest::replays(200);
   std::vector<Tensor> xs;
   tg::manual_seed(7);
-  for (int k = 0; k < steps + 3; ++k) xs.push_back(points(n));
+  for (int k = 0; k < steps + 3; ++k)
+    xs.push_back(points(n));
 
   // Warm-up (3 steps) on both, the graphed one on a side stream, then capture.
   Tensor x_static = xs[0].clone();
   std::vector<double> eager_losses, graphed_losses;
-  for (int k = 0; k < 3; ++k) eager_losses.push_back(train_step(*eager.net, *eager.opt, xs[size_t(k)]).item<double>());
+  for (int k = 0; k < 3; ++k)
+    eager_losses.push_back(train_step(*eager.net, *eager.opt, xs[size_t(k)]).item<double>());
   cu::Stream side = cu::stream_from_pool();
   side.wait_stream(cu::current_stream());
   {
@@ -156,8 +158,9 @@ TEST(GraphedTrainingGpu, StaticTensorsCannotMoveWhileAGraphDependsOnThem) {
   }
   const Tensor g0 = w0.grad();
   w0.mutable_grad() = g0.clone();
-  EXPECT_ERROR_CONTAINS(graph.replay(), "replay: the static tensor 'Adam parameter 0' moved since the capture "
-                                        "(its .grad was at");
+  EXPECT_ERROR_CONTAINS(graph.replay(),
+                        "replay: the static tensor 'Adam parameter 0' moved since the capture "
+                        "(its .grad was at");
   w0.mutable_grad() = g0;  // back where the graph writes it
   graph.replay();
   tg::cuda::synchronize();
@@ -366,14 +369,16 @@ TEST(GraphedTrainingGpu, GraphedCallableErrorsNameTheCallable) {
   {  // beyond max_order
     Tensor x = points(16).requires_grad_();
     Tensor du = ag::grad({g(x).sum()}, {x}, {}, std::nullopt, true)[0];
-    EXPECT_ERROR_CONTAINS(ag::grad({du.sum()}, {x}), "a derivative of order 2 was asked for, but only orders up "
-                                                     "to 1 were captured");
+    EXPECT_ERROR_CONTAINS(ag::grad({du.sum()}, {x}),
+                          "a derivative of order 2 was asked for, but only orders up "
+                          "to 1 were captured");
   }
   {  // a stale call
     Tensor x1 = points(16).requires_grad_(), x2 = points(16).requires_grad_();
     Tensor y1 = g(x1), y2 = g(x2);
-    EXPECT_ERROR_CONTAINS(ag::grad({y1.sum()}, {x1}), "this call's intermediate values were overwritten by a "
-                                                      "later call");
+    EXPECT_ERROR_CONTAINS(ag::grad({y1.sum()}, {x1}),
+                          "this call's intermediate values were overwritten by a "
+                          "later call");
     EXPECT_EQ(ag::grad({y2.sum()}, {x2})[0].sizes(), x2.sizes());  // the latest call differentiates
   }
   // A host sync cannot be captured; a CPU argument is refused.
@@ -391,9 +396,7 @@ TEST(GraphedTrainingGpu, GraphedCallableErrorsNameTheCallable) {
 
 namespace {
 
-Tensor gpu_tensor(std::vector<double> v) {
-  return tg::tensor(v, {int64_t(v.size())}, kF64).to(kGpu);
-}
+Tensor gpu_tensor(std::vector<double> v) { return tg::tensor(v, {int64_t(v.size())}, kF64).to(kGpu); }
 std::vector<double> host(const Tensor& t) { return t.to(tg::Device(tg::kCPU)).to_vector<double>(); }
 
 // The graphed-function cache: the first call of a signature runs eagerly,
@@ -435,8 +438,8 @@ TEST(GraphedTrainingGpu, GraphedFunctionMutationCheck) {
   cu::register_static(w, "w");
   cu::register_static(acc, "acc");
   auto step = [&](const std::vector<Tensor>& a) {
-    a[1].add_(a[0]);           // the static argument
-    acc.add_(a[0].sum());      // a static tensor from outside
+    a[1].add_(a[0]);       // the static argument
+    acc.add_(a[0].sum());  // a static tensor from outside
     return std::vector<Tensor>{a[1] * 2.0};
   };
   cu::GraphedFunction fs = cu::graphed(step, {8, {0, 0}, "static"});
@@ -460,15 +463,16 @@ TEST(GraphedTrainingGpu, GraphedFunctionMutationCheck) {
   EXPECT_EQ(fs.counters().recordings, 2);
 
   // (c) a tree: f2 writes an output of f1 (same pool) in place.
-  cu::GraphedFunction f1 = cu::graphed([](const std::vector<Tensor>& a) { return std::vector<Tensor>{a[0] + 1.0}; },
-                                       {8, {0, 0}, "f1"});
+  cu::GraphedFunction f1 =
+      cu::graphed([](const std::vector<Tensor>& a) { return std::vector<Tensor>{a[0] + 1.0}; }, {8, {0, 0}, "f1"});
   cu::GraphedFunction f2 = cu::graphed(
       [](const std::vector<Tensor>& a) {
         a[0].mul_(2.0);
         return std::vector<Tensor>{a[0] + 0.5};
       },
       {8, f1.pool(), "f2"});
-  for (int k = 0; k < 2; ++k) f1({gpu_tensor({0, 0})});  // f1 recorded: its outputs are the pool's
+  for (int k = 0; k < 2; ++k)
+    f1({gpu_tensor({0, 0})});  // f1 recorded: its outputs are the pool's
   for (int k = 0; k < 4; ++k) {
     Tensor y = f1({gpu_tensor({double(k), 1})})[0];
     Tensor z = f2({y})[0];
@@ -486,7 +490,8 @@ TEST(GraphedTrainingGpu, GraphedFunctionMutationCheck) {
         return std::vector<Tensor>{a[1] * 1.0};
       },
       {8, {0, 0}, "writes"});
-  for (int k = 0; k < 3; ++k) fo({gpu_tensor({1, 2}), buf});
+  for (int k = 0; k < 3; ++k)
+    fo({gpu_tensor({1, 2}), buf});
   EXPECT_EQ(host(buf), (std::vector<double>{3, 6}));
   EXPECT_EQ(fo.counters().recordings, 0);
   EXPECT_EQ(fo.counters().eager_calls, 2);
@@ -495,7 +500,8 @@ TEST(GraphedTrainingGpu, GraphedFunctionMutationCheck) {
                                                 "tensor"),
             std::string::npos)
       << fo.counters().eager_reasons[0];
-  for (const Tensor& t : {w, w2, acc}) cu::unregister_static(t);
+  for (const Tensor& t : {w, w2, acc})
+    cu::unregister_static(t);
 }
 
 }  // namespace

@@ -118,15 +118,15 @@ void expect_same(const std::vector<Tensor>& a, const std::vector<Tensor>& b, con
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     Tensor x = a[i].to(kCpu), y = b[i].to(kCpu);
-    EXPECT_TRUE(tg::equal(x, y)) << what << " output " << i << ": max |diff| " << tg::amax(tg::abs(x - y)).item<double>();
+    EXPECT_TRUE(tg::equal(x, y)) << what << " output " << i << ": max |diff| "
+                                 << tg::amax(tg::abs(x - y)).item<double>();
   }
 }
 
 // Captures `step` once on static input x (after an eager warm-up on the
 // capture stream, as with PyTorch), then replays it for `n` new inputs and
 // checks every replay against the eager step on the same values.
-template <class Step>
-void replay_equals_eager(Step step, int n, const char* what) {
+template <class Step> void replay_equals_eager(Step step, int n, const char* what) {
   n = replays(n);
   Mlp m(7);
   Tensor x = tg::rand({64, 2}, tg::TensorOptions().dtype(tg::kFloat64)).to(kGpu);
@@ -134,7 +134,8 @@ void replay_equals_eager(Step step, int n, const char* what) {
   side.wait_stream(cu::current_stream());
   {
     cu::StreamGuard g(side);
-    for (int i = 0; i < 2; ++i) step(m, x);  // warm-up: cuBLAS handles, cached blocks
+    for (int i = 0; i < 2; ++i)
+      step(m, x);  // warm-up: cuBLAS handles, cached blocks
   }
   cu::current_stream().wait_stream(side);
   cu::CUDAGraph graph;
@@ -226,18 +227,26 @@ TEST(GraphsGpu, CaptureIllegalOpsThrowAndLeaveEverythingUsable) {
       {"cuda::synchronize", [] { cu::synchronize(); }},
       {"Stream::synchronize", [] { cu::current_stream().synchronize(); }},
       {"Stream::query", [] { (void)cu::current_stream().query(); }},
-      {"Event::synchronize", [] {
+      {"Event::synchronize",
+       [] {
          cu::Event e;
          e.record();
          e.synchronize();
        }},
-      {"Event::query", [] {
+      {"Event::query",
+       [] {
          cu::Event e;
          e.record();
          (void)e.query();
        }},
-      {"coalesce", [&] { (void)tg::raw::sparse_coo_tensor(idx, vals, {2, 2}, false).coalesce(); }},
-      {"sparse_coo_tensor", [&] { (void)tg::sparse_coo_tensor(idx, vals, {2, 2}); }},
+      {"coalesce",
+       [&] {
+         (void)tg::raw::sparse_coo_tensor(idx, vals, {2, 2}, false).coalesce();
+       }},
+      {"sparse_coo_tensor",
+       [&] {
+         (void)tg::sparse_coo_tensor(idx, vals, {2, 2});
+       }},
       {"scatter_add", [&] { (void)tg::scatter_add(x, 0, rows, x.narrow(0, 0, 1)); }},
       {"index_select", [&] { (void)tg::index_select(x, 0, rows.select(0, 0)); }},
   };
@@ -254,7 +263,8 @@ TEST(GraphsGpu, CaptureIllegalOpsThrowAndLeaveEverythingUsable) {
       std::string msg = e.what();
       EXPECT_NE(msg.find("cannot run while a CUDA graph is being captured"), std::string::npos) << msg;
       EXPECT_NE(msg.find(name.substr(0, name.find(' ') == std::string::npos ? name.size() : name.find(' '))),
-                std::string::npos) << msg;
+                std::string::npos)
+          << msg;
     }
     EXPECT_TRUE(thrown);
     EXPECT_FALSE(cu::is_current_stream_capturing());
@@ -389,7 +399,8 @@ struct DeepMlp {
   }
   std::vector<Tensor> step(const Tensor& x) const {
     Tensor h = x;
-    for (size_t l = 0; l < w.size(); ++l) h = tg::tanh(tg::linear(h, w[l], b[l]));
+    for (size_t l = 0; l < w.size(); ++l)
+      h = tg::tanh(tg::linear(h, w[l], b[l]));
     Tensor loss = h.square().mean();
     std::vector<Tensor> params = w;
     params.insert(params.end(), b.begin(), b.end());
@@ -510,20 +521,24 @@ TEST(GraphsGpu, BackwardIntoStaticGradsAcrossReplays) {
     {
       cu::Graph capture(graph);
       if (existing)
-        for (const Tensor& p : m.params()) p.grad().zero_();
+        for (const Tensor& p : m.params())
+          p.grad().zero_();
       m(x).square().mean().backward();
     }
     std::vector<const void*> addr;
-    for (const Tensor& p : m.params()) addr.push_back(p.grad().data_ptr());
+    for (const Tensor& p : m.params())
+      addr.push_back(p.grad().data_ptr());
     for (int r = 0, n = replays(5); r < n; ++r) {
       tg::manual_seed(300 + uint64_t(r));
       Tensor fresh = tg::rand({64, 2}, tg::TensorOptions().dtype(tg::kFloat64)).to(kGpu);
       x.copy_(fresh);
       graph.replay();
       std::vector<Tensor> grads;
-      for (const Tensor& p : m.params()) grads.push_back(p.grad());
+      for (const Tensor& p : m.params())
+        grads.push_back(p.grad());
       expect_same(grads, eager_grads(fresh), "replay " + std::to_string(r));
-      for (size_t i = 0; i < addr.size(); ++i) EXPECT_EQ(m.params()[i].grad().data_ptr(), addr[i]);
+      for (size_t i = 0; i < addr.size(); ++i)
+        EXPECT_EQ(m.params()[i].grad().data_ptr(), addr[i]);
       if (::testing::Test::HasFailure()) return;
     }
   }
@@ -633,7 +648,8 @@ TEST(GraphsGpu, ElementwiseChainsFuseAndReplayEqualsEager) {
   auto line_step = [&] {
     tg::NoGradGuard no_grad;
     Tensor y = x;
-    for (int i = 0; i < 100; ++i) y = y * w + b;
+    for (int i = 0; i < 100; ++i)
+      y = y * w + b;
     y.add_(y);
     y.mul_(w);
     return y;
@@ -744,13 +760,15 @@ TEST(GraphFusionPlan, ALineFusesInGroupsOfSixteen) {
     if (i) edges.emplace_back(i - 1, i);
   }
   std::vector<const fu::Recorded*> launch(n);
-  for (size_t i = 0; i < n; ++i) launch[i] = &rec[i];
+  for (size_t i = 0; i < n; ++i)
+    launch[i] = &rec[i];
   const fu::Plan p = fu::plan(n, edges, launch);
   ASSERT_EQ(p.groups.size(), 3u);
   EXPECT_EQ(p.groups[0].size(), 16u);
   EXPECT_EQ(p.groups[1].size(), 16u);
   EXPECT_EQ(p.groups[2].size(), 8u);
-  for (size_t i = 0; i < n; ++i) EXPECT_EQ(p.group_of[i], long(i / 16));
+  for (size_t i = 0; i < n; ++i)
+    EXPECT_EQ(p.group_of[i], long(i / 16));
 }
 
 // Fusion is judged by the relaxed chain: a dependent line fuses to a
@@ -767,7 +785,8 @@ TEST(GraphFusionPlan, FusionIsJudgedByTheRelaxedChain) {
       acc.push_back(rec[i].n ? fu::accesses_of(rec[i]) : other[i]);
     }
     std::vector<const std::vector<fu::Access>*> access_of;
-    for (const auto& a : acc) access_of.push_back(&a);
+    for (const auto& a : acc)
+      access_of.push_back(&a);
     return fu::fusion_depths(rec.size(), edges, access_of, fu::plan(rec.size(), edges, launch));
   };
   std::vector<fu::Recorded> line;
@@ -780,7 +799,7 @@ TEST(GraphFusionPlan, FusionIsJudgedByTheRelaxedChain) {
   EXPECT_EQ(l.unfused, 40u);
   EXPECT_EQ(l.fused, 3u);
   const fu::Recorded gemm{};  // not recorded: its accesses are given
-  const std::vector<fu::Recorded> two{binary_at(8, 64, 0, 8192),    gemm, binary_at(8, 192, 128, 8192),
+  const std::vector<fu::Recorded> two{binary_at(8, 64, 0, 8192),      gemm, binary_at(8, 192, 128, 8192),
                                       binary_at(8, 1088, 1024, 8192), gemm, binary_at(8, 1216, 1152, 8192)};
   auto rd = [](size_t at) { return fu::Access{g_arena + at, 32, false}; };
   auto wr = [](size_t at) { return fu::Access{g_arena + at, 32, true}; };
@@ -793,15 +812,14 @@ TEST(GraphFusionPlan, FusionIsJudgedByTheRelaxedChain) {
 TEST(GraphFusionPlan, OverlapsDependenciesAndSizesSplitGroups) {
   auto groups_of = [](const std::vector<fu::Recorded>& rec, const std::vector<std::pair<size_t, size_t>>& edges) {
     std::vector<const fu::Recorded*> launch;
-    for (const auto& r : rec) launch.push_back(r.n ? &r : nullptr);
+    for (const auto& r : rec)
+      launch.push_back(r.n ? &r : nullptr);
     return fu::plan(rec.size(), edges, launch).group_of;
   };
   // t = a * c; a[1:] += t (writes over a read shifted by one element): apart.
-  EXPECT_EQ(groups_of({binary_at(8, 1024, 0, 512), binary_at(8, 4, 4, 1024)}, {{0, 1}}),
-            (std::vector<long>{0, 1}));
+  EXPECT_EQ(groups_of({binary_at(8, 1024, 0, 512), binary_at(8, 4, 4, 1024)}, {{0, 1}}), (std::vector<long>{0, 1}));
   // In place on the same range: together.
-  EXPECT_EQ(groups_of({binary_at(8, 1024, 0, 512), binary_at(8, 0, 0, 1024)}, {{0, 1}}),
-            (std::vector<long>{0, 0}));
+  EXPECT_EQ(groups_of({binary_at(8, 1024, 0, 512), binary_at(8, 0, 0, 1024)}, {{0, 1}}), (std::vector<long>{0, 0}));
   // A one-element operand read by all, then written: apart.
   EXPECT_EQ(groups_of({binary_at(8, 1024, 0, 512, 1u << 2), binary_at(8, 512, 512, 2048)}, {{0, 1}}),
             (std::vector<long>{0, 1}));
@@ -811,9 +829,9 @@ TEST(GraphFusionPlan, OverlapsDependenciesAndSizesSplitGroups) {
   // A node whose dependencies are in two groups starts its own; an
   // unrecorded node between two recorded ones separates them.
   fu::Recorded none{};
-  EXPECT_EQ(groups_of({binary_at(8, 1024, 0, 0), binary_at(8, 2048, 0, 0), binary_at(8, 4096, 1024, 2048)},
-                      {{0, 2}, {1, 2}}),
-            (std::vector<long>{0, 1, 2}));
+  EXPECT_EQ(
+      groups_of({binary_at(8, 1024, 0, 0), binary_at(8, 2048, 0, 0), binary_at(8, 4096, 1024, 2048)}, {{0, 2}, {1, 2}}),
+      (std::vector<long>{0, 1, 2}));
   EXPECT_EQ(groups_of({binary_at(8, 1024, 0, 0), none, binary_at(8, 4096, 1024, 1024)}, {{0, 1}, {1, 2}}),
             (std::vector<long>{0, -1, 1}));
 }
@@ -826,7 +844,8 @@ TEST(GraphFusionPlan, RandomGraphsGiveWellFormedAcyclicGroups) {
   for (int trial = 0; trial < 300; ++trial) {
     const size_t n = 2 + rng() % 40;
     std::vector<size_t> label(n);  // node ids in a shuffled order
-    for (size_t i = 0; i < n; ++i) label[i] = i;
+    for (size_t i = 0; i < n; ++i)
+      label[i] = i;
     std::shuffle(label.begin(), label.end(), rng);
     std::vector<std::pair<size_t, size_t>> edges;
     for (size_t v = 1; v < n; ++v)
@@ -844,7 +863,8 @@ TEST(GraphFusionPlan, RandomGraphsGiveWellFormedAcyclicGroups) {
     }
     const fu::Plan p = fu::plan(n, edges, launch);
     std::vector<std::vector<size_t>> preds(n);
-    for (const auto& [u, v] : edges) preds[v].push_back(u);
+    for (const auto& [u, v] : edges)
+      preds[v].push_back(u);
     for (const auto& g : p.groups) {
       ASSERT_FALSE(g.empty());
       ASSERT_LE(g.size(), size_t(fu::kMaxSteps));
@@ -854,12 +874,17 @@ TEST(GraphFusionPlan, RandomGraphsGiveWellFormedAcyclicGroups) {
         EXPECT_EQ(r.n, launch[g[0]]->n);
         EXPECT_EQ(r.dtype, launch[g[0]]->dtype);
         if (k > 0) {
-          for (size_t u : preds[g[k]]) EXPECT_TRUE(seen.count(u)) << "a later member depends on an outside node";
+          for (size_t u : preds[g[k]])
+            EXPECT_TRUE(seen.count(u)) << "a later member depends on an outside node";
         }
         seen.insert(g[k]);
       }
       // Written operand ranges meet others only as the same dense range.
-      struct R { const char* b; int64_t len; bool w, shared; };
+      struct R {
+        const char* b;
+        int64_t len;
+        bool w, shared;
+      };
       std::vector<R> rs;
       for (size_t v : g) {
         const fu::Recorded& r = *launch[v];
@@ -893,7 +918,8 @@ TEST(GraphFusionPlan, RandomGraphsGiveWellFormedAcyclicGroups) {
       for (size_t b : out[order[h]])
         if (--indeg[b] == 0) order.push_back(b);
     size_t live = 0;
-    for (size_t i = 0; i < total; ++i) live += i >= n || p.group_of[i] < 0;
+    for (size_t i = 0; i < total; ++i)
+      live += i >= n || p.group_of[i] < 0;
     ASSERT_EQ(order.size(), live) << "trial " << trial << ": the fused graph has a cycle";
   }
 }
@@ -919,7 +945,7 @@ TEST(GraphsGpu, RelaxedDependenciesLetIndependentBranchesOverlap) {
       b = keep.emplace_back(tg::tanh(keep.emplace_back(tg::matmul(b, w2))));
       Tensor ga = keep.emplace_back(tg::matmul(a.t(), x1));  // k = 1024: a long, thin product (split-K)
       Tensor gb = keep.emplace_back(tg::matmul(b.t(), x2));
-      a = keep.emplace_back(a + keep.emplace_back(keep.emplace_back(ga.sum({0})) * 1e-3));  // a column reduction
+      a = keep.emplace_back(a + keep.emplace_back(keep.emplace_back(ga.sum({0})) * 1e-3));      // a column reduction
       b = keep.emplace_back(b + keep.emplace_back(keep.emplace_back(gb.t().sum({1})) * 1e-3));  // strided
     }
     return std::vector<Tensor>{a, b};
@@ -953,7 +979,8 @@ TEST(GraphsGpu, DelayedReuseKeepsBranchesThatFreeMemoryApart) {
   const Tensor x1 = tg::randn({1024, 64}, f32).to(kGpu), x2 = tg::randn({1024, 64}, f32).to(kGpu);
   const Tensor w1 = (tg::randn({64, 64}, f32) * 0.125).to(kGpu), w2 = (tg::randn({64, 64}, f32) * 0.125).to(kGpu);
   auto branch = [](Tensor h, const Tensor& w) {
-    for (int i = 0; i < 6; ++i) h = tg::tanh(tg::matmul(h, w)) * 0.5 + h;
+    for (int i = 0; i < 6; ++i)
+      h = tg::tanh(tg::matmul(h, w)) * 0.5 + h;
     return h;
   };
   auto step = [&] {
@@ -1007,7 +1034,8 @@ std::vector<uint64_t> reach(size_t n, const std::vector<std::pair<size_t, size_t
   std::vector<uint64_t> r(n, 0);  // r[u] bit v: u reaches v
   for (size_t h = order.size(); h-- > 0;) {
     const size_t u = order[h];
-    for (size_t v : succ[u]) r[u] |= r[v] | (uint64_t(1) << v);
+    for (size_t v : succ[u])
+      r[u] |= r[v] | (uint64_t(1) << v);
   }
   return r;
 }
@@ -1032,11 +1060,13 @@ TEST(GraphRelaxPlan, TwoInterleavedChainsOnOneStreamBecomeTwoBranches) {
     if (i) edges.emplace_back(i - 1, i);
   }
   std::vector<const Acc*> of;
-  for (const Acc& a : acc) of.push_back(&a);
+  for (const Acc& a : acc)
+    of.push_back(&a);
   const fu::Relaxed r = fu::relax(n, edges, of);
   EXPECT_EQ(r.depth_before, n);
   EXPECT_EQ(r.depth_after, n / 2);
-  for (const auto& [u, v] : r.edges) EXPECT_EQ(u % 2, v % 2) << u << " -> " << v << " joins the chains";
+  for (const auto& [u, v] : r.edges)
+    EXPECT_EQ(u % 2, v % 2) << u << " -> " << v << " joins the chains";
   EXPECT_EQ(r.edges.size(), n - 2);
 }
 
@@ -1045,7 +1075,8 @@ TEST(GraphRelaxPlan, ReadersBeforeAWriteAndUnknownNodesStayOrdered) {
   // 0 writes x; 1 and 2 read x (concurrent); 3 writes x: after both readers.
   std::vector<Acc> acc = {{wr(0, 32)}, {rd(0, 32), wr(64, 8)}, {rd(0, 32), wr(128, 8)}, {wr(16, 8)}};
   std::vector<const Acc*> of;
-  for (const Acc& a : acc) of.push_back(&a);
+  for (const Acc& a : acc)
+    of.push_back(&a);
   fu::Relaxed r = fu::relax(4, {{0, 1}, {1, 2}, {2, 3}}, of);
   std::set<std::pair<size_t, size_t>> got(r.edges.begin(), r.edges.end());
   EXPECT_EQ(got, (std::set<std::pair<size_t, size_t>>{{0, 1}, {0, 2}, {1, 3}, {2, 3}, {0, 3}}));
@@ -1071,7 +1102,8 @@ TEST(GraphRelaxPlan, RandomGraphsKeepEveryConflictOrdered) {
     const size_t n = 2 + rng() % 60;
     const bool unknowns = trial % 2 == 0;
     std::vector<size_t> label(n);
-    for (size_t i = 0; i < n; ++i) label[i] = i;
+    for (size_t i = 0; i < n; ++i)
+      label[i] = i;
     std::shuffle(label.begin(), label.end(), rng);
     std::vector<std::pair<size_t, size_t>> edges;
     for (size_t v = 1; v < n; ++v)
@@ -1130,7 +1162,8 @@ std::vector<Tensor> fill_device_but(int64_t keep) {
       }
     }
   }
-  for (int64_t freed = 0; freed < keep && !fill.empty(); fill.pop_back()) freed += fill.back().numel() * 4;
+  for (int64_t freed = 0; freed < keep && !fill.empty(); fill.pop_back())
+    freed += fill.back().numel() * 4;
   cu::empty_cache();  // the freed chunks go back to the device
   return fill;
 }
@@ -1145,7 +1178,8 @@ TEST(GraphsGpuWholeDevice, HeldBlocksAreReusedWhenTheDeviceRunsOutOfMemory) {
   const Tensor x = tg::rand({n}, tg::TensorOptions().dtype(tg::kFloat32)).to(kGpu);
   auto step = [&] {
     Tensor y = x;
-    for (int i = 0; i < 24; ++i) y = y * 0.5 + x;  // 48 temporaries of 32 MiB: 1.5 GiB in all
+    for (int i = 0; i < 24; ++i)
+      y = y * 0.5 + x;  // 48 temporaries of 32 MiB: 1.5 GiB in all
     return y;
   };
   const Tensor eager = step();
@@ -1153,7 +1187,7 @@ TEST(GraphsGpuWholeDevice, HeldBlocksAreReusedWhenTheDeviceRunsOutOfMemory) {
   std::vector<Tensor> fill = fill_device_but(int64_t(256) << 20);
   ASSERT_FALSE(fill.empty());
   cu::CUDAGraph g(/*keep_graph=*/true);  // instantiated below, once the device has room
-  g.set_reuse_delay(size_t(1) << 40);     // never, unless memory runs out
+  g.set_reuse_delay(size_t(1) << 40);    // never, unless memory runs out
   Tensor out;
   {
     cu::Graph capture(g);

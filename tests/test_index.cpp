@@ -12,11 +12,10 @@ TEST(Index, CatAlongEachDimWithPromotion) {
   Tensor c1 = tg::cat({a, b}, 1);
   EXPECT_EQ(c1.dtype(), tg::kFloat64);
   expect_values(c1, {0, 1, 2, 6, 7, 8, 3, 4, 5, 9, 10, 11}, 0, "cat 1");
-  expect_values(tg::cat({a, tg::empty({2, 0}, tg::kInt64), a}, -1),
-                {0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4, 5}, 0, "cat with empty part");
+  expect_values(tg::cat({a, tg::empty({2, 0}, tg::kInt64), a}, -1), {0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4, 5}, 0,
+                "cat with empty part");
   Tensor e = tg::ones({3}).expand({2, 3});
-  expect_values(tg::cat({e, e.select(0, 0).unsqueeze(0)}), {1, 1, 1, 1, 1, 1, 1, 1, 1}, 0,
-                "cat expanded");
+  expect_values(tg::cat({e, e.select(0, 0).unsqueeze(0)}), {1, 1, 1, 1, 1, 1, 1, 1, 1}, 0, "cat expanded");
 }
 
 TEST(Index, StackInsertsADim) {
@@ -51,16 +50,16 @@ TEST(Index, IndexSelectEveryDimAndDtype) {
                       kk = dim == 2 ? id[size_t(k)] : k;
               ref.push_back(vx[size_t(ii * 30 + jj * 6 + kk)]);
             }
-        expect_values(y, ref, 0, std::string("index_select ") + tg::to_string(dt) + " " +
-                                     layout_name(l) + " dim " + std::to_string(dim));
+        expect_values(
+            y, ref, 0,
+            std::string("index_select ") + tg::to_string(dt) + " " + layout_name(l) + " dim " + std::to_string(dim));
       }
     }
   Tensor big = tg::rand({20000, 8});
   Tensor rows = tg::tensor({19999, 0, 5}, {}, tg::kInt64);
   expect_values(tg::index_select(big, 0, rows).select(1, 3),
-                {values(big.select(0, 19999))[3], values(big.select(0, 0))[3],
-                 values(big.select(0, 5))[3]},
-                0, "big index_select");
+                {values(big.select(0, 19999))[3], values(big.select(0, 0))[3], values(big.select(0, 5))[3]}, 0,
+                "big index_select");
   EXPECT_EQ(tg::index_select(big, 0, tg::empty({0}, tg::kInt64)).sizes(), (IntList{0, 8}));
 }
 
@@ -71,8 +70,7 @@ TEST(Index, GatherAndScatterAdd) {
     std::vector<double> vx = values(x);
     Tensor idx = tg::tensor({0, 3, 3, 1, 2, 2}, {3, 2}, tg::kInt64);
     Tensor g = tg::gather(x, 1, idx);
-    expect_values(g, {vx[0], vx[3], vx[7], vx[5], vx[10], vx[10]}, 0,
-                  std::string("gather dim 1 ") + layout_name(l));
+    expect_values(g, {vx[0], vx[3], vx[7], vx[5], vx[10], vx[10]}, 0, std::string("gather dim 1 ") + layout_name(l));
     Tensor idx0 = tg::tensor({2, 0, 1, 2}, {1, 4}, tg::kInt64);
     expect_values(tg::gather(x, 0, idx0), {vx[8], vx[1], vx[6], vx[11]}, 0, "gather dim 0");
     Tensor src = tg::tensor({1, 2, 3, 4, 5, 6}, {3, 2}, tg::kFloat64);
@@ -80,14 +78,14 @@ TEST(Index, GatherAndScatterAdd) {
     std::vector<double> ref = vx;
     std::vector<int64_t> id = {0, 3, 3, 1, 2, 2};
     for (int64_t i = 0; i < 3; ++i)
-      for (int64_t j = 0; j < 2; ++j) ref[size_t(i * 4 + id[size_t(i * 2 + j)])] += double(i * 2 + j + 1);
+      for (int64_t j = 0; j < 2; ++j)
+        ref[size_t(i * 4 + id[size_t(i * 2 + j)])] += double(i * 2 + j + 1);
     expect_values(s, ref, 1e-15, std::string("scatter_add ") + layout_name(l));
     expect_values(x, vx, 0, "scatter_add leaves the input alone");
   }
   // Repeated targets accumulate; integer and reduced-precision dtypes.
   Tensor z = tg::zeros({3}, tg::kInt64);
-  Tensor r = tg::scatter_add(z, 0, tg::tensor({1, 1, 1, 2}, {}, tg::kInt64),
-                             tg::ones({4}, tg::kInt64));
+  Tensor r = tg::scatter_add(z, 0, tg::tensor({1, 1, 1, 2}, {}, tg::kInt64), tg::ones({4}, tg::kInt64));
   expect_values(r, {0, 3, 1}, 0, "scatter_add repeats");
   Tensor h = tg::scatter_add(tg::zeros({2}, tg::kBFloat16), 0, tg::tensor({1, 1}, {}, tg::kInt64),
                              tg::ones({2}, tg::kBFloat16));

@@ -5,17 +5,15 @@ namespace tgtest {
 namespace {
 
 // C[b] = A[b] @ B[b] over row-major double vectors.
-std::vector<double> gemm_ref(const std::vector<double>& a, const std::vector<double>& b,
-                             int64_t batch, int64_t n, int64_t k, int64_t m,
-                             bool bcast_a = false, bool bcast_b = false) {
+std::vector<double> gemm_ref(const std::vector<double>& a, const std::vector<double>& b, int64_t batch, int64_t n,
+                             int64_t k, int64_t m, bool bcast_a = false, bool bcast_b = false) {
   std::vector<double> c(size_t(batch * n * m), 0);
   for (int64_t p = 0; p < batch; ++p)
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < m; ++j) {
         double s = 0;
         for (int64_t q = 0; q < k; ++q)
-          s += a[size_t((bcast_a ? 0 : p) * n * k + i * k + q)] *
-               b[size_t((bcast_b ? 0 : p) * k * m + q * m + j)];
+          s += a[size_t((bcast_a ? 0 : p) * n * k + i * k + q)] * b[size_t((bcast_b ? 0 : p) * k * m + q * m + j)];
         c[size_t(p * n * m + i * m + j)] = s;
       }
   return c;
@@ -37,10 +35,8 @@ TEST(Linalg, MmEveryLayoutAndDtype) {
           Tensor c = tg::mm(a, b);
           ASSERT_EQ(c.dtype(), dt);
           ASSERT_EQ(c.sizes(), (IntList{s[0], s[2]}));
-          expect_values(c, gemm_ref(values(a), values(b), 1, s[0], s[1], s[2]),
-                        gemm_tol(dt, s[1]),
-                        std::string("mm ") + tg::to_string(dt) + " " + layout_name(la) +
-                            " x " + layout_name(lb));
+          expect_values(c, gemm_ref(values(a), values(b), 1, s[0], s[1], s[2]), gemm_tol(dt, s[1]),
+                        std::string("mm ") + tg::to_string(dt) + " " + layout_name(la) + " x " + layout_name(lb));
         }
 }
 
@@ -48,8 +44,7 @@ TEST(Linalg, LargeMmUsesParallelRowSplit) {
   tg::manual_seed(9);
   Tensor a = tg::randn({700, 300}, tg::kFloat64), b = tg::randn({300, 200}, tg::kFloat64);
   expect_values(tg::mm(a, b), gemm_ref(values(a), values(b), 1, 700, 300, 200), 1e-11, "large mm");
-  expect_values(tg::mm(b.t(), a.t()),
-                gemm_ref(values(b.t()), values(a.t()), 1, 200, 300, 700), 1e-11, "large mm^T");
+  expect_values(tg::mm(b.t(), a.t()), gemm_ref(values(b.t()), values(a.t()), 1, 200, 300, 700), 1e-11, "large mm^T");
 }
 
 TEST(Linalg, BmmAndBatchedMatmulBroadcast) {
@@ -80,21 +75,19 @@ TEST(Linalg, MatmulRankCombinations) {
   Tensor t3 = tg::randn({2, 4, 5}, tg::kFloat64);
   std::vector<double> vv = values(v), vw = values(w);
   double dot = 0;
-  for (size_t i = 0; i < 5; ++i) dot += vv[i] * vw[i];
+  for (size_t i = 0; i < 5; ++i)
+    dot += vv[i] * vw[i];
   Tensor d = tg::matmul(v, w);
   EXPECT_EQ(d.dim(), 0);
   EXPECT_NEAR(d.item<double>(), dot, 1e-12);
   expect_values(tg::matmul(m, v), gemm_ref(values(m), vv, 1, 4, 5, 1), 1e-12, "2-D @ 1-D");
   expect_values(tg::matmul(v, n), gemm_ref(vv, values(n), 1, 1, 5, 3), 1e-12, "1-D @ 2-D");
   EXPECT_EQ(tg::matmul(v, n).sizes(), (IntList{3}));
-  expect_values(tg::matmul(t3, n), gemm_ref(values(t3), values(n), 2, 4, 5, 3, false, true),
-                1e-12, "3-D @ 2-D");
-  expect_values(tg::matmul(t3, v), gemm_ref(values(t3), vv, 2, 4, 5, 1, false, true), 1e-12,
-                "3-D @ 1-D");
+  expect_values(tg::matmul(t3, n), gemm_ref(values(t3), values(n), 2, 4, 5, 3, false, true), 1e-12, "3-D @ 2-D");
+  expect_values(tg::matmul(t3, v), gemm_ref(values(t3), vv, 2, 4, 5, 1, false, true), 1e-12, "3-D @ 1-D");
   EXPECT_EQ(tg::matmul(t3, v).sizes(), (IntList{2, 4}));
   Tensor t3b = tg::randn({2, 5, 3}, tg::kFloat64);
-  expect_values(tg::matmul(v, t3b), gemm_ref(vv, values(t3b), 2, 1, 5, 3, true, false), 1e-12,
-                "1-D @ 3-D");
+  expect_values(tg::matmul(v, t3b), gemm_ref(vv, values(t3b), 2, 1, 5, 3, true, false), 1e-12, "1-D @ 3-D");
   EXPECT_EQ(tg::matmul(v, t3b).sizes(), (IntList{2, 3}));
   expect_values(m.matmul(n), values(tg::mm(m, n)), 0, "method");
   // Empty inner and outer dims.
@@ -109,7 +102,8 @@ TEST(Linalg, LinearWithAndWithoutBias) {
   std::vector<double> ref = gemm_ref(values(x), values(w.t()), 2, 3, 4, 5, false, true);
   expect_values(tg::linear(x, w), ref, 1e-12, "linear no bias");
   std::vector<double> vb = values(b);
-  for (size_t i = 0; i < ref.size(); ++i) ref[i] += vb[i % 5];
+  for (size_t i = 0; i < ref.size(); ++i)
+    ref[i] += vb[i % 5];
   expect_values(tg::linear(x, w, b), ref, 1e-12, "linear with bias");
 }
 

@@ -17,7 +17,8 @@ namespace ag = tg::autograd;
 
 std::vector<std::string> names(const nn::NamedTensors& nt) {
   std::vector<std::string> v;
-  for (const auto& e : nt) v.push_back(e.first);
+  for (const auto& e : nt)
+    v.push_back(e.first);
   return v;
 }
 
@@ -37,13 +38,17 @@ TEST(NN, MlpRegistersItsLayersAndComputesTheComposition) {
   EXPECT_TRUE(tg::equal(y, ref));
   // Gradients reach every parameter.
   y.sum().backward();
-  for (const auto& [n, t] : mlp->named_parameters()) EXPECT_TRUE(t.grad().defined()) << n;
+  for (const auto& [n, t] : mlp->named_parameters())
+    EXPECT_TRUE(t.grad().defined()) << n;
   mlp->zero_grad(/*set_to_none=*/false);
-  for (const Tensor& t : mlp->parameters()) EXPECT_EQ(tg::amax(tg::abs(t.grad())).item<double>(), 0.0);
+  for (const Tensor& t : mlp->parameters())
+    EXPECT_EQ(tg::amax(tg::abs(t.grad())).item<double>(), 0.0);
   mlp->zero_grad();
-  for (const Tensor& t : mlp->parameters()) EXPECT_FALSE(t.grad().defined());
+  for (const Tensor& t : mlp->parameters())
+    EXPECT_FALSE(t.grad().defined());
   std::vector<std::string> mods;
-  for (const auto& e : mlp->named_modules()) mods.push_back(e.first);
+  for (const auto& e : mlp->named_modules())
+    mods.push_back(e.first);
   EXPECT_EQ(mods, (std::vector<std::string>{"0", "1", "2", "3", "4"}));
   std::ostringstream printed;
   printed << *nn::MLP({2, 3, 1});
@@ -112,7 +117,8 @@ TEST(NN, StateDictRoundTripsAndLoadNamesWhatDoesNotMatch) {
   EXPECT_FALSE(tg::equal(a->parameters()[0], b->parameters()[0]));
   const void* addr = b->parameters()[0].data_ptr();
   b->load_state_dict(a->state_dict());
-  for (size_t i = 0; i < a->parameters().size(); ++i) EXPECT_TRUE(tg::equal(a->parameters()[i], b->parameters()[i]));
+  for (size_t i = 0; i < a->parameters().size(); ++i)
+    EXPECT_TRUE(tg::equal(a->parameters()[i], b->parameters()[i]));
   EXPECT_EQ(b->parameters()[0].data_ptr(), addr);  // copied in place
   nn::NamedTensors sd = a->state_dict();
   sd.pop_back();
@@ -159,7 +165,8 @@ std::string hand_written_file() {
   std::string padded = header + std::string((8 - header.size() % 8) % 8, ' ');
   std::string out;
   uint64_t n = padded.size();
-  for (int i = 0; i < 8; ++i) out.push_back(char((n >> (8 * i)) & 0xff));
+  for (int i = 0; i < 8; ++i)
+    out.push_back(char((n >> (8 * i)) & 0xff));
   out += padded;
   const double w[4] = {1.5, -2.0, 0.25, 1e300};
   const float b[3] = {3.0f, -0.5f, 7.0f};
@@ -211,7 +218,8 @@ TEST(NN, SafetensorsRoundTripsEveryDtypeAndRejectsBadFiles) {
   tg::manual_seed(9);
   auto b = nn::MLP({2, 6, 1});
   nn::load(*b, path);
-  for (size_t i = 0; i < a->parameters().size(); ++i) EXPECT_TRUE(tg::equal(a->parameters()[i], b->parameters()[i]));
+  for (size_t i = 0; i < a->parameters().size(); ++i)
+    EXPECT_TRUE(tg::equal(a->parameters()[i], b->parameters()[i]));
   // Bad files name themselves and what is wrong.
   std::string good = hand_written_file();
   auto write = [&](const std::string& bytes) { std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes; };
@@ -243,7 +251,8 @@ TEST(NN, SafetensorsRefusesHostileFiles) {
     h.append((8 - h.size() % 8) % 8, ' ');
     std::string out;
     const uint64_t n = h.size();
-    for (int i = 0; i < 8; ++i) out.push_back(char((n >> (8 * i)) & 0xff));
+    for (int i = 0; i < 8; ++i)
+      out.push_back(char((n >> (8 * i)) & 0xff));
     return out + h + data;
   };
   auto write = [&](const std::string& bytes) { std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes; };
@@ -258,15 +267,19 @@ TEST(NN, SafetensorsRefusesHostileFiles) {
   // 1000 entries claiming the same 8 MiB: the tiling check comes first.
   std::string many = "{";
   for (int i = 0; i < 1000; ++i)
-    many += (i ? "," : "") + std::string("\"t") + std::to_string(i) + "\":{\"dtype\":\"F64\",\"shape\":[1048576],"
+    many += (i ? "," : "") + std::string("\"t") + std::to_string(i) +
+            "\":{\"dtype\":\"F64\",\"shape\":[1048576],"
             "\"data_offsets\":[0,8388608]}";
   many += "}";
   expect(many, std::string(8388608, '\0'), "overlap");
   // Wrong types and lenient values.
   const std::string data8(8, '\0');
-  expect(R"({"x":{"dtype":5,"shape":[1],"data_offsets":[0,8]}})", data8, "'x' in '" + path + "' has a dtype that is not a string");
-  expect(R"({"x":{"dtype":"F64","shape":null,"data_offsets":[0,8]}})", data8, "has a shape that is not a list of sizes: null");
-  expect(R"({"x":{"dtype":"F64","shape":2,"data_offsets":[0,8]}})", data8, "has a shape that is not a list of sizes: 2");
+  expect(R"({"x":{"dtype":5,"shape":[1],"data_offsets":[0,8]}})", data8,
+         "'x' in '" + path + "' has a dtype that is not a string");
+  expect(R"({"x":{"dtype":"F64","shape":null,"data_offsets":[0,8]}})", data8,
+         "has a shape that is not a list of sizes: null");
+  expect(R"({"x":{"dtype":"F64","shape":2,"data_offsets":[0,8]}})", data8,
+         "has a shape that is not a list of sizes: 2");
   expect(R"({"x":{"dtype":"F64","shape":{"x":2},"data_offsets":[0,8]}})", data8, "has a shape that is not a list");
   expect(R"({"x":{"dtype":"F64","shape":[1.5],"data_offsets":[0,8]}})", data8, "has a bad shape [1.5]");
   expect(R"({"x":{"dtype":"F64","shape":[-1],"data_offsets":[0,8]}})", data8, "has a bad shape [-1]");

@@ -54,10 +54,8 @@ struct OpEntry {
 Tensor make_leaf(const Leaf& l, uint64_t seed) {
   tg::manual_seed(seed);
   Tensor t;
-  if (l.transposed && l.sizes.size() == 2)
-    t = (tg::rand({l.sizes[1], l.sizes[0]}, kF64) * (l.hi - l.lo) + l.lo).t();
-  else
-    t = tg::rand(l.sizes, kF64) * (l.hi - l.lo) + l.lo;
+  if (l.transposed && l.sizes.size() == 2) t = (tg::rand({l.sizes[1], l.sizes[0]}, kF64) * (l.hi - l.lo) + l.lo).t();
+  else t = tg::rand(l.sizes, kF64) * (l.hi - l.lo) + l.lo;
   return t.detach().requires_grad_();
 }
 
@@ -87,8 +85,16 @@ Tensor sparse_of(const Tensor& values) {  // repeated and unsorted coordinates
   return tg::sparse_coo_tensor(idx, values, {3, 4});
 }
 
-#define F1(expr) [](const variable_list& v) -> Tensor { const Tensor& x = v[0]; return expr; }
-#define F2(expr) [](const variable_list& v) -> Tensor { const Tensor &x = v[0], &y = v[1]; return expr; }
+#define F1(expr)                         \
+  [](const variable_list& v) -> Tensor { \
+    const Tensor& x = v[0];              \
+    return expr;                         \
+  }
+#define F2(expr)                         \
+  [](const variable_list& v) -> Tensor { \
+    const Tensor &x = v[0], &y = v[1];   \
+    return expr;                         \
+  }
 
 std::vector<OpEntry> op_entries() {
   using namespace tg;
@@ -245,7 +251,8 @@ std::vector<OpEntry> op_entries() {
 // Sparse tensors take no batched tangents (embedding and
 // index_select_sparse_grad: their sparse gradients, in forward over reverse).
 bool is_sparse_entry(const std::string& id) {
-  for (const char* s : {"sparse_coo_tensor", "coalesce", "to_dense", "values", "_values", "index_select_sparse_grad", "embedding"})
+  for (const char* s :
+       {"sparse_coo_tensor", "coalesce", "to_dense", "values", "_values", "index_select_sparse_grad", "embedding"})
     if (id == s) return true;
   return false;
 }
@@ -283,7 +290,8 @@ std::string taylor_mismatch(const Fn& fn, const variable_list& in) {
       d.push_back(fwd::make_jet(in[i].detach(), {v[i].unsqueeze(0), w[i].unsqueeze(0), u[i].unsqueeze(0)}));
     Tensor out = fn(d);
     c = fwd::jet_coefficients(out);
-    for (Tensor& t : c) t = t.defined() ? t.select(0, 0).detach() : tg::zeros_like(out.detach());
+    for (Tensor& t : c)
+      t = t.defined() ? t.select(0, 0).detach() : tg::zeros_like(out.detach());
   }
   const double h = 1e-4;
   Tensor plus = g(h), zero = g(0), minus = g(-h);
@@ -326,7 +334,8 @@ TEST_P(OpTable, GradcheckAndGradgradcheckEveryOp) {
     }
     Fn fn = [&](const variable_list& in) {
       variable_list moved;
-      for (const Tensor& t : in) moved.push_back(t.to(dev));
+      for (const Tensor& t : in)
+        moved.push_back(t.to(dev));
       Tensor out = op.fn(moved);
       EXPECT_EQ(out.device(), dev) << op.id;
       return out.to(Device(tg::kCPU));
@@ -335,7 +344,8 @@ TEST_P(OpTable, GradcheckAndGradgradcheckEveryOp) {
     for (const Sample& s : op.samples) {
       SCOPED_TRACE(op.id + " on " + s.what);
       variable_list in;
-      for (const Leaf& l : s.leaves) in.push_back(make_leaf(l, seed++));
+      for (const Leaf& l : s.leaves)
+        in.push_back(make_leaf(l, seed++));
       tg::autograd::GradcheckOptions options = op.options;
       options.check_forward_ad = true;  // forward mode, and forward over reverse
       options.check_batched_forward_ad = !op.id.empty() && !is_sparse_entry(op.id);  // all columns in one pass
@@ -402,7 +412,8 @@ TEST_P(OpTable, NewOpsMatchClosedForms) {
   near(host(x.softmax(1).select(0, 0)), {std::exp(0.5 - lse0), std::exp(-1.0 - lse0), std::exp(2.0 - lse0)});
   near(host(x.log_softmax(1).select(0, 0).narrow(0, 2, 1)), {2.0 - lse0});
   double l2 = 0, l3 = 0, linf = 0;
-  for (double e : v) l2 += e * e, l3 += std::fabs(e) * e * e, linf = std::max(linf, std::fabs(e));
+  for (double e : v)
+    l2 += e * e, l3 += std::fabs(e) * e * e, linf = std::max(linf, std::fabs(e));
   near(host(x.norm()), {std::sqrt(l2)});
   near(host(tg::norm(x, 3.0)), {std::cbrt(l3)});
   near(host(tg::norm(x, INFINITY)), {linf});
@@ -435,7 +446,8 @@ TEST(OpTableCoverage, LibTorchHabitsCompile) {
 // Every op that autograd records has an entry, and every entry names an op.
 TEST(OpTableCoverage, EveryRecordedOpHasAnEntry) {
   std::set<std::string> entries;
-  for (const OpEntry& op : op_entries()) entries.insert(op.id);
+  for (const OpEntry& op : op_entries())
+    entries.insert(op.id);
   std::set<std::string> recorded;
   for (const tg::detail::OpInfo& info : tg::detail::op_list())
     if (info.recorded) recorded.insert(info.id);

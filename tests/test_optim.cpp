@@ -16,7 +16,8 @@ const auto kF64 = tg::TensorOptions().dtype(tg::kFloat64);
 // reference can recompute it).
 std::vector<double> grad_at(int k, const std::vector<double>& p) {
   std::vector<double> g(p.size());
-  for (size_t i = 0; i < p.size(); ++i) g[i] = std::sin(double(k + 1) * (double(i) + 0.5)) + 0.3 * p[i];
+  for (size_t i = 0; i < p.size(); ++i)
+    g[i] = std::sin(double(k + 1) * (double(i) + 0.5)) + 0.3 * p[i];
   return g;
 }
 
@@ -66,16 +67,20 @@ void sgd_matches_reference(tg::Device dev) {
     std::vector<std::vector<double>> want;
     for (int k = 0; k < 6; ++k) {
       std::vector<double> g = grad_at(k, p);
-      for (size_t i = 0; i < p.size(); ++i) g[i] += c.o.weight_decay * p[i];
+      for (size_t i = 0; i < p.size(); ++i)
+        g[i] += c.o.weight_decay * p[i];
       if (c.o.momentum != 0) {
         if (buf.empty()) {
           buf = g;
         } else {
-          for (size_t i = 0; i < p.size(); ++i) buf[i] = c.o.momentum * buf[i] + (1 - c.o.dampening) * g[i];
+          for (size_t i = 0; i < p.size(); ++i)
+            buf[i] = c.o.momentum * buf[i] + (1 - c.o.dampening) * g[i];
         }
-        for (size_t i = 0; i < p.size(); ++i) g[i] = c.o.nesterov ? g[i] + c.o.momentum * buf[i] : buf[i];
+        for (size_t i = 0; i < p.size(); ++i)
+          g[i] = c.o.nesterov ? g[i] + c.o.momentum * buf[i] : buf[i];
       }
-      for (size_t i = 0; i < p.size(); ++i) p[i] -= c.o.lr * g[i];
+      for (size_t i = 0; i < p.size(); ++i)
+        p[i] -= c.o.lr * g[i];
       want.push_back(p);
     }
     expect_near_all(got, want, c.what);
@@ -117,12 +122,10 @@ void adam_matches_reference(tg::Device dev, bool capturable) {
       o.amsgrad = amsgrad;
       o.capturable = capturable;
       const std::string what = std::string(amsgrad ? "amsgrad" : "adam") + " wd " + std::to_string(wd);
-      expect_near_all(
-          run([&](std::vector<Tensor> ps) { return std::make_unique<optim::Adam>(ps, o); }, kP0, 8, dev),
-          adam_reference(o, false, 8), "Adam " + what);
-      expect_near_all(
-          run([&](std::vector<Tensor> ps) { return std::make_unique<optim::AdamW>(ps, o); }, kP0, 8, dev),
-          adam_reference(o, true, 8), "AdamW " + what);
+      expect_near_all(run([&](std::vector<Tensor> ps) { return std::make_unique<optim::Adam>(ps, o); }, kP0, 8, dev),
+                      adam_reference(o, false, 8), "Adam " + what);
+      expect_near_all(run([&](std::vector<Tensor> ps) { return std::make_unique<optim::AdamW>(ps, o); }, kP0, 8, dev),
+                      adam_reference(o, true, 8), "AdamW " + what);
     }
   }
 }
@@ -225,7 +228,7 @@ TEST(Optim, AdamTrainsAnMlp) {
   double first = 0, last = 0;
   for (int k = 0; k < 400; ++k) {
     opt.zero_grad();
-    Tensor loss = ((*net)(x) - y).square().mean();
+    Tensor loss = ((*net)(x)-y).square().mean();
     loss.backward();
     opt.step();
     (k == 0 ? first : last) = loss.item<double>();
@@ -258,7 +261,8 @@ TEST(Optim, LbfgsSolvesAQuadraticAndRosenbrock) {
       loss.backward();
       return loss;
     };
-    for (int s = 0; s < 5; ++s) opt.step(closure);
+    for (int s = 0; s < 5; ++s)
+      opt.step(closure);
     // From |b| ~ 2 to about sqrt(machine epsilon): below that the loss (~10)
     // cannot tell the iterates apart.
     Tensor residual = tg::matmul(a, x.detach()) - b;
@@ -281,7 +285,8 @@ TEST(Optim, LbfgsSolvesAQuadraticAndRosenbrock) {
   };
   const double first = opt.step(rosen);
   EXPECT_NEAR(first, 6.25 + 100 * 0.0625, 1e-12);  // f(-1.5, 2)
-  for (int s = 0; s < 3; ++s) opt.step(rosen);
+  for (int s = 0; s < 3; ++s)
+    opt.step(rosen);
   EXPECT_NEAR(xy.to_vector<double>()[0], 1.0, 1e-8);  // 1.6e-9 and 3.2e-9 off, 53 evaluations
   EXPECT_NEAR(xy.to_vector<double>()[1], 1.0, 1e-8);
   EXPECT_ERROR_CONTAINS(opt.step(), "LBFGS: step() needs a closure");

@@ -9,7 +9,8 @@ enum class R { Sum, Mean, Max, Min };
 std::vector<double> reduce_ref(const Tensor& x, const std::vector<bool>& red, R op) {
   std::vector<double> v = values(x);
   IntList out_shape;
-  for (int64_t d = 0; d < x.dim(); ++d) out_shape.push_back(red[size_t(d)] ? 1 : x.sizes()[size_t(d)]);
+  for (int64_t d = 0; d < x.dim(); ++d)
+    out_shape.push_back(red[size_t(d)] ? 1 : x.sizes()[size_t(d)]);
   int64_t n_out = tg::shape_numel(out_shape);
   std::vector<double> acc(size_t(n_out), op == R::Max ? -INFINITY : op == R::Min ? INFINITY : 0.0);
   std::vector<int64_t> cnt(size_t(n_out), 0);
@@ -29,7 +30,8 @@ std::vector<double> reduce_ref(const Tensor& x, const std::vector<bool>& red, R 
     }
   }
   if (op == R::Mean)
-    for (size_t i = 0; i < acc.size(); ++i) acc[i] /= double(cnt[i]);
+    for (size_t i = 0; i < acc.size(); ++i)
+      acc[i] /= double(cnt[i]);
   return acc;
 }
 
@@ -55,13 +57,13 @@ TEST(Reduce, EveryDimSubsetLayoutAndDtype) {
             Tensor x = make({4, 5, 6}, dt, l);
             Tensor y = run(op, x, dims, keepdim);
             std::vector<bool> red(3, false);
-            for (int64_t d : dims) red[size_t(d < 0 ? d + 3 : d)] = true;
+            for (int64_t d : dims)
+              red[size_t(d < 0 ? d + 3 : d)] = true;
             IntList want;
             for (int64_t d = 0; d < 3; ++d)
               if (!red[size_t(d)]) want.push_back(x.sizes()[size_t(d)]);
               else if (keepdim) want.push_back(1);
-            std::string what = std::string(tg::to_string(dt)) + " " + layout_name(l) +
-                               " dims " + tg::shape_str(dims);
+            std::string what = std::string(tg::to_string(dt)) + " " + layout_name(l) + " dims " + tg::shape_str(dims);
             ASSERT_EQ(y.sizes(), want) << what;
             ScalarType rt = (op == R::Sum && !tg::is_floating_point(dt)) ? tg::kInt64 : dt;
             EXPECT_EQ(y.dtype(), rt) << what;
@@ -82,11 +84,13 @@ constexpr int64_t kLargeScale = 1;
 TEST(Reduce, AllElementsLargeAndParallel) {
   tg::manual_seed(7);
   constexpr int64_t k = kLargeScale;
-  for (IntList shape : {IntList{3000000 / k}, IntList{2, 1500000 / k}, IntList{1000 / k, 3000}, IntList{3000, 1000 / k}}) {
+  for (IntList shape :
+       {IntList{3000000 / k}, IntList{2, 1500000 / k}, IntList{1000 / k, 3000}, IntList{3000, 1000 / k}}) {
     Tensor x = tg::rand(shape, tg::kFloat32);
     std::vector<double> v = values(x);
     double s = 0, mx = -1;
-    for (double e : v) s += e, mx = std::max(mx, e);
+    for (double e : v)
+      s += e, mx = std::max(mx, e);
     EXPECT_NEAR(tg::sum(x).item<double>(), s, 1e-6 * s) << tg::shape_str(shape);
     EXPECT_NEAR(tg::mean(x).item<double>(), s / double(v.size()), 1e-6) << tg::shape_str(shape);
     EXPECT_EQ(tg::amax(x).item<double>(), mx);
@@ -96,7 +100,8 @@ TEST(Reduce, AllElementsLargeAndParallel) {
     r1.back() = true;
     expect_values(tg::sum(x, {0}), reduce_ref(x, r0, R::Sum), 2e-5, "sum dim 0");
     expect_values(tg::sum(x, {-1}), reduce_ref(x, r1, R::Sum), 2e-5, "sum last dim");
-    expect_values(tg::sum((x.dim() == 2 ? x.t() : x), {0}), reduce_ref((x.dim() == 2 ? x.t() : x), r0, R::Sum), 2e-5, "sum transposed");
+    expect_values(tg::sum((x.dim() == 2 ? x.t() : x), {0}), reduce_ref((x.dim() == 2 ? x.t() : x), r0, R::Sum), 2e-5,
+                  "sum transposed");
   }
 }
 
@@ -124,7 +129,7 @@ TEST(Compare, AllcloseAndEqual) {
   EXPECT_TRUE(tg::allclose(a, a + 1e-9));
   EXPECT_FALSE(tg::allclose(a, a + 1e-3));
   EXPECT_TRUE(tg::allclose(a, a + 1e-3, 1e-2));
-  EXPECT_TRUE(tg::allclose(a.to(tg::kFloat32), a));  // dtypes may differ
+  EXPECT_TRUE(tg::allclose(a.to(tg::kFloat32), a));             // dtypes may differ
   EXPECT_TRUE(tg::allclose(a, tg::tensor({1, 2, 3}, {1, 3})));  // broadcasts
   Tensor n = tg::tensor({1, NAN, INFINITY});
   EXPECT_FALSE(tg::allclose(n, n));

@@ -135,7 +135,8 @@ TEST(Depth, DeepGraphIsFreedOnAThreadWithA256KiBStack) {
   // Built, differentiated and freed on the small stack too.
   run_on_small_stack(256 * 1024, [&] {
     Tensor z = x;
-    for (int64_t i = 0; i < kDeepChain / 4; ++i) z = tg::exp(z) * 0.0 + z;  // dz/dx = 1
+    for (int64_t i = 0; i < kDeepChain / 4; ++i)
+      z = tg::exp(z) * 0.0 + z;  // dz/dx = 1
     Tensor gz = ag::grad({z}, {x})[0];
     if (gz.item<double>() != 1.0) throw std::runtime_error("wrong gradient on the small stack");
   });
@@ -200,7 +201,8 @@ TEST(NewUser, FunctionalApiWithCreateGraphIsDifferentiableInX) {
     auto [y, g1] = ag::vjp(cube, x, v, true);
     Tensor g = ag::grad({g1.sum() + y.sum()}, {x})[0];
     std::vector<double> e;
-    for (int i = 0; i < 3; ++i) e.push_back(6 * xv[i] * (i + 1) + 3 * xv[i] * xv[i]);
+    for (int i = 0; i < 3; ++i)
+      e.push_back(6 * xv[i] * (i + 1) + 3 * xv[i] * xv[i]);
     tgtest::expect_values(g, e, 1e-12, "d vjp/dx");
   }
   {  // jvp of x^3 with v: 3 x^2 v; d sum / dx = 6 x v.
@@ -211,8 +213,7 @@ TEST(NewUser, FunctionalApiWithCreateGraphIsDifferentiableInX) {
   {  // hvp of sum(x^4) with v: 12 x^2 v; d sum / dx = 24 x v.
     auto [y, hv] = ag::hvp(quartic, x, v, true);
     Tensor g = ag::grad({hv.sum()}, {x})[0];
-    tgtest::expect_values(g, {24 * xv[0] * 1, 24 * xv[1] * 2, 24 * xv[2] * 3}, 1e-12,
-                          "d hvp/dx");
+    tgtest::expect_values(g, {24 * xv[0] * 1, 24 * xv[1] * 2, 24 * xv[2] * 3}, 1e-12, "d hvp/dx");
   }
   // per_sample_hessian of f(x)[b] = sum_j x[b, j]^4: H[b, 0] = diag(12 x^2);
   // d sum(H) / dx = 24 x, for both strategies.
@@ -232,7 +233,8 @@ TEST(NewUser, FunctionalApiWithCreateGraphIsDifferentiableInX) {
   Tensor H = ag::hessian([&](const Tensor& t) { return (w * t * t * t * t).sum(); }, xc, true);
   Tensor gw = ag::grad({H.sum()}, {w})[0];
   double e = 0;
-  for (double xi : xv) e += 12 * xi * xi;
+  for (double xi : xv)
+    e += 12 * xi * xi;
   EXPECT_NEAR(gw.item<double>(), e, 1e-12);
 }
 
@@ -245,7 +247,6 @@ TEST(NewUser, NoGradFnErrorNamesCreateGraph) {
   Tensor g2 = ag::grad({(x * x).sum()}, {x}, {}, std::nullopt, true)[0];
   tgtest::expect_values(ag::grad({g2.sum()}, {x})[0], {2, 2, 2}, 0, "second derivative");
 }
-
 
 // A child forked after the parent used the GPU and ran backward (on the CPU
 // and on the device worker): the child's CPU forward, backward and double

@@ -49,7 +49,8 @@ Random random_sparse(IntList sizes, int64_t sd, int64_t nnz, uint64_t seed, Devi
   std::vector<double> ind;
   for (int64_t k = 0; k < sd; ++k) {
     Tensor r = (tg::rand({nnz}, kF64) * double(sizes[size_t(k)])).to(tg::kInt64);
-    for (double x : r.to(tg::kFloat64).to_vector<double>()) ind.push_back(x);
+    for (double x : r.to(tg::kFloat64).to_vector<double>())
+      ind.push_back(x);
   }
   IntList vs = {nnz};
   vs.insert(vs.end(), sizes.begin() + sd, sizes.end());
@@ -59,15 +60,16 @@ Random random_sparse(IntList sizes, int64_t sd, int64_t nnz, uint64_t seed, Devi
   int64_t D = values.numel() / std::max<int64_t>(nnz, 1);
   for (int64_t j = 0; j < nnz; ++j) {
     int64_t lin = 0;
-    for (int64_t k = 0; k < sd; ++k) lin = lin * sizes[size_t(k)] + int64_t(ind[size_t(k * nnz + j)]);
-    for (int64_t c = 0; c < D; ++c) ref[size_t(lin * D + c)] += vv[size_t(j * D + c)];
+    for (int64_t k = 0; k < sd; ++k)
+      lin = lin * sizes[size_t(k)] + int64_t(ind[size_t(k * nnz + j)]);
+    for (int64_t c = 0; c < D; ++c)
+      ref[size_t(lin * D + c)] += vv[size_t(j * D + c)];
   }
   Tensor s = tg::sparse_coo_tensor(idx(ind, {sd, nnz}, d), values.to(d).to(dt), sizes);
   return {s, tg::tensor(ref, sizes, kF64).to(d).to(dt)};
 }
 
-void expect_near(const std::vector<double>& a, const std::vector<double>& b, double tol,
-                 const std::string& what) {
+void expect_near(const std::vector<double>& a, const std::vector<double>& b, double tol, const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   for (size_t i = 0; i < a.size(); ++i)
     ASSERT_NEAR(a[i], b[i], tol * (1 + std::fabs(b[i]))) << what << " element " << i;
@@ -75,8 +77,7 @@ void expect_near(const std::vector<double>& a, const std::vector<double>& b, dou
 
 TEST(Sparse, ConstructInspectPrint) {
   for (Device d : devices()) {
-    Tensor s = tg::sparse_coo_tensor(idx({0, 1, 1, 2, 0, 2}, {2, 3}, d),
-                                     tg::tensor({3, 4, 5}, {}, kF64).to(d), {2, 3});
+    Tensor s = tg::sparse_coo_tensor(idx({0, 1, 1, 2, 0, 2}, {2, 3}, d), tg::tensor({3, 4, 5}, {}, kF64).to(d), {2, 3});
     EXPECT_TRUE(s.is_sparse());
     EXPECT_EQ(s.layout(), tg::kSparseCoo);
     EXPECT_EQ(s.device(), d);
@@ -90,8 +91,7 @@ TEST(Sparse, ConstructInspectPrint) {
     EXPECT_NE(p.find("sparse_coo_tensor(indices=tensor([[0, 1, 1],"), std::string::npos) << p;
     EXPECT_NE(p.find("size=[2, 3], nnz=3, dtype=Float64"), std::string::npos) << p;
     // A dense dim: rows 0 and 2 of a [3, 2] matrix.
-    Tensor h = tg::sparse_coo_tensor(idx({2, 0}, {1, 2}, d), tg::tensor({1, 2, 3, 4}, {2, 2}, kF64).to(d),
-                                     {3, 2});
+    Tensor h = tg::sparse_coo_tensor(idx({2, 0}, {1, 2}, d), tg::tensor({1, 2, 3, 4}, {2, 2}, kF64).to(d), {3, 2});
     EXPECT_EQ(h.sparse_dim(), 1);
     EXPECT_EQ(h.dense_dim(), 1);
     EXPECT_EQ(V(h), (std::vector<double>{3, 4, 0, 0, 1, 2})) << where(d);
@@ -102,13 +102,13 @@ TEST(Sparse, ValidationAndErrors) {
   Tensor i = idx({0, 1, 2, 3}, {2, 2});
   Tensor v = tg::ones({2}, kF64);
   EXPECT_ERROR_CONTAINS(tg::sparse_coo_tensor(i, v, {2, 3}),
-               "sparse_coo_tensor: index 3 in sparse dim 1 is out of range for size 3");
+                        "sparse_coo_tensor: index 3 in sparse dim 1 is out of range for size 3");
   EXPECT_ERROR_CONTAINS(tg::sparse_coo_tensor(idx({0, -1}, {1, 2}), v, {2}),
-               "sparse_coo_tensor: index -1 in sparse dim 0 is out of range for size 2");
+                        "sparse_coo_tensor: index -1 in sparse dim 0 is out of range for size 2");
   EXPECT_ERROR_CONTAINS(tg::sparse_coo_tensor(tg::zeros({2, 2}, kF64), v, {2, 3}),
-               "indices must be an Int64 tensor of shape [sparse_dim, nnz]");
+                        "indices must be an Int64 tensor of shape [sparse_dim, nnz]");
   EXPECT_ERROR_CONTAINS(tg::sparse_coo_tensor(i, tg::ones({3}, kF64), {4, 4}),
-               "values must have shape [nnz, dense sizes...] with nnz = indices.size(1) = 2");
+                        "values must have shape [nnz, dense sizes...] with nnz = indices.size(1) = 2");
   EXPECT_ERROR_CONTAINS(tg::sparse_coo_tensor(i, v, {4, 4, 4}), "must have sparse_dim + dense_dim = 2 + 0");
   Tensor s = tg::sparse_coo_tensor(idx({0, 0, 1, 1}, {2, 2}), v, {2, 2});
   EXPECT_ERROR_CONTAINS(tg::exp(s), "exp: input is a sparse COO tensor (shape [2, 2], nnz 2)");
@@ -118,7 +118,7 @@ TEST(Sparse, ValidationAndErrors) {
   EXPECT_ERROR_CONTAINS(s + tg::ones({2, 3}, kF64), "add: a sparse COO operand needs an operand of the same shape");
   EXPECT_ERROR_CONTAINS(tg::mm(s, tg::ones({3, 2}, kF64)), "mm: shapes [2, 2] and [3, 2] cannot be multiplied");
   EXPECT_ERROR_CONTAINS(tg::index_select(tg::ones({2, 2}, kF64), 1, idx({0}, {1}), true),
-               "index_select: a sparse gradient is available for dim 0 only");
+                        "index_select: a sparse gradient is available for dim 0 only");
   Tensor d = tg::ones({2, 2}, kF64);
   EXPECT_ERROR_CONTAINS(s.add_(d), "add_: cannot add a dense tensor into a sparse one");
   // The library is usable after the errors.
@@ -127,8 +127,8 @@ TEST(Sparse, ValidationAndErrors) {
 
 TEST(Sparse, CoalesceSortsAndSumsDuplicates) {
   for (Device d : devices()) {
-    Tensor s = tg::sparse_coo_tensor(idx({1, 0, 1, 0, 2, 1, 2, 1}, {2, 4}, d),
-                                     tg::tensor({1, 2, 3, 4}, {}, kF64).to(d), {2, 3});
+    Tensor s = tg::sparse_coo_tensor(idx({1, 0, 1, 0, 2, 1, 2, 1}, {2, 4}, d), tg::tensor({1, 2, 3, 4}, {}, kF64).to(d),
+                                     {2, 3});
     Tensor c = s.coalesce();
     EXPECT_TRUE(c.is_coalesced());
     EXPECT_EQ(c.indices().to(Device(tg::kCPU)).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 1, 2}));
@@ -219,40 +219,39 @@ std::vector<Case> sparse_cases(Device d, const IndexSet& set = kIndexSets[0]) {
       {"to_dense", {12}, [=](const variable_list& in) { return tg::tanh(S(in[0]).to_dense()); }},
       {"sparse+dense", {3, 4}, [=](const variable_list& in) { return tg::tanh(S(in[0]) + in[1]); }},
       {"dense-sparse", {3, 4}, [=](const variable_list& in) { return tg::tanh(in[1] - S(in[0])); }},
-      {"sparse+sparse", {12}, [=](const variable_list& in) {
-         return tg::tanh((S(in[0]) + S(tg::sin(in[0]))).to_dense()); }},
+      {"sparse+sparse",
+       {12},
+       [=](const variable_list& in) { return tg::tanh((S(in[0]) + S(tg::sin(in[0]))).to_dense()); }},
       {"sparse*scalar", {12}, [=](const variable_list& in) { return (S(in[0]) * 2.5).to_dense().square(); }},
       {"sum", {12}, [=](const variable_list& in) { return tg::square(S(in[0]).sum()); }},
       {"coalesce+values", {12}, [=](const variable_list& in) { return S(in[0]).coalesce().values().square(); }},
       {"spmm", {4, 3}, [=](const variable_list& in) { return tg::tanh(tg::mm(S(in[0]), in[1])); }},
       {"spmm of S^T", {3, 4}, [=](const variable_list& in) { return tg::tanh(tg::mm(S(in[0]).t(), in[1])); }},
-      {"embedding sparse", {4, 3}, [=](const variable_list& in) {
-         return tg::tanh(tg::embedding(in[1], rows, true)); }},
-      {"index_select sparse", {4, 3}, [=](const variable_list& in) {
-         return tg::square(tg::index_select(in[1], 0, rows, true)) * in[0].sum(); }},
+      {"embedding sparse", {4, 3}, [=](const variable_list& in) { return tg::tanh(tg::embedding(in[1], rows, true)); }},
+      {"index_select sparse",
+       {4, 3},
+       [=](const variable_list& in) { return tg::square(tg::index_select(in[1], 0, rows, true)) * in[0].sum(); }},
   };
 }
 
 TEST(Sparse, GradcheckAndGradgradcheck) {
   for (Device d : devices()) {
-   for (const IndexSet& set : kIndexSets) {
-    for (const Case& c : sparse_cases(d, set)) {
-      const std::string name = std::string(c.name) + " (" + set.name + ")";
-      Fn fn = c.fn;
-      tg::manual_seed(11);
-      Tensor v = (tg::rand({set.nnz}, kF64) * 2 - 1).requires_grad_(true);
-      Tensor x = (tg::rand(c.x_shape, kF64) * 2 - 1).requires_grad_(true);
-      Fn f = fn;
-      if (d.is_cuda())  // leaves stay on the CPU (finite differences), work runs on the GPU
-        f = [fn, d](const variable_list& in) {
-          return fn({in[0].to(d), in[1].to(d)}).to(Device(tg::kCPU));
-        };
-      auto r1 = ag::gradcheck(f, {v, x});
-      EXPECT_TRUE(r1.ok) << name << " on " << where(d) << ": " << r1.message;
-      auto r2 = ag::gradgradcheck(f, {v, x});
-      EXPECT_TRUE(r2.ok) << name << " on " << where(d) << " gradgradcheck: " << r2.message;
+    for (const IndexSet& set : kIndexSets) {
+      for (const Case& c : sparse_cases(d, set)) {
+        const std::string name = std::string(c.name) + " (" + set.name + ")";
+        Fn fn = c.fn;
+        tg::manual_seed(11);
+        Tensor v = (tg::rand({set.nnz}, kF64) * 2 - 1).requires_grad_(true);
+        Tensor x = (tg::rand(c.x_shape, kF64) * 2 - 1).requires_grad_(true);
+        Fn f = fn;
+        if (d.is_cuda())  // leaves stay on the CPU (finite differences), work runs on the GPU
+          f = [fn, d](const variable_list& in) { return fn({in[0].to(d), in[1].to(d)}).to(Device(tg::kCPU)); };
+        auto r1 = ag::gradcheck(f, {v, x});
+        EXPECT_TRUE(r1.ok) << name << " on " << where(d) << ": " << r1.message;
+        auto r2 = ag::gradgradcheck(f, {v, x});
+        EXPECT_TRUE(r2.ok) << name << " on " << where(d) << " gradgradcheck: " << r2.message;
+      }
     }
-   }
   }
 }
 
@@ -285,8 +284,8 @@ TEST(Sparse, SecondDerivativesWithRepeatedCoordinatesMatchClosedForm) {
           if (r[size_t(j)] == r[size_t(k)])
             for (int64_t m = 0; m < 3; ++m)
               e += 2 * dv[size_t(int64_t(c[size_t(j)]) * 3 + m)] * dv[size_t(int64_t(c[size_t(k)]) * 3 + m)];
-          EXPECT_NEAR(hv[size_t(k)], e, 1e-12) << where(d) << (via_dense ? " via to_dense" : " via spmm")
-                                               << " H[" << j << ", " << k << "]";
+          EXPECT_NEAR(hv[size_t(k)], e, 1e-12)
+              << where(d) << (via_dense ? " via to_dense" : " via spmm") << " H[" << j << ", " << k << "]";
         }
       }
       // The mixed derivative d(sum g_D)/dv runs through g_D = S^T @ 2y (a
@@ -460,11 +459,13 @@ void accumulate_grad_rules(Device d) {
 }
 
 TEST(Sparse, InputBufferRulesForEveryLayoutPair) {
-  for (Device d : devices()) input_buffer_rules(d);
+  for (Device d : devices())
+    input_buffer_rules(d);
 }
 
 TEST(Sparse, AccumulateGradRulesForEveryLayoutPair) {
-  for (Device d : devices()) accumulate_grad_rules(d);
+  for (Device d : devices())
+    accumulate_grad_rules(d);
 }
 
 // Two branches produce sparse gradients for one embedding weight on side

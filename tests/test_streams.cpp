@@ -44,12 +44,14 @@ TEST(StreamRules, EveryCaseWithoutAGpu) {
   // A missing producer/consumer stream reads as the device's current one.
   EXPECT_EQ(ag::resolve_stream(Stream(), cur1), cur1);
   EXPECT_EQ(ag::resolve_stream(p1, cur1), p1);
-  EXPECT_EQ(ag::choose_accumulation_stream(gpu1, ag::resolve_stream(Stream(), cur1),
-                                           ag::resolve_stream(Stream(), cur1), cur1).stream, cur1);
+  EXPECT_EQ(
+      ag::choose_accumulation_stream(gpu1, ag::resolve_stream(Stream(), cur1), ag::resolve_stream(Stream(), cur1), cur1)
+          .stream,
+      cur1);
   // Events only when somebody will wait.
   EXPECT_FALSE(ag::first_producer_needs_event(c0, c0, c0));
-  EXPECT_TRUE(ag::first_producer_needs_event(p0, c0, c0));   // consumer on another stream
-  EXPECT_TRUE(ag::first_producer_needs_event(p0, p0, c1));   // a later accumulation elsewhere
+  EXPECT_TRUE(ag::first_producer_needs_event(p0, c0, c0));  // consumer on another stream
+  EXPECT_TRUE(ag::first_producer_needs_event(p0, p0, c1));  // a later accumulation elsewhere
 }
 
 const tg::Device kGpu(tg::kCUDA, 0);
@@ -111,8 +113,7 @@ Branches forward(const Stream& s1, const Stream& s2, const Stream& s3, bool use_
 
 TEST(CudaGpuStreams, BranchesOnSideStreamsMatchOneStreamWithoutHostSync) {
   REQUIRE_GPU();
-  Stream s1 = tg::cuda::stream_from_pool(), s2 = tg::cuda::stream_from_pool(),
-         s3 = tg::cuda::stream_from_pool();
+  Stream s1 = tg::cuda::stream_from_pool(), s2 = tg::cuda::stream_from_pool(), s3 = tg::cuda::stream_from_pool();
   ASSERT_NE(s1, s2);
   g_delay_ms = 0;
   Branches ref = forward(s1, s2, s3, false);

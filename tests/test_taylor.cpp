@@ -117,7 +117,10 @@ std::vector<Case> cases() {
       {"mm", [](const Tensor& x) { return mm(x, x.t()); }},
       {"mm_constant", [w](const Tensor& x) { return mm(exp(x), w); }},
       {"bmm", [](const Tensor& x) { return bmm(x.unsqueeze(0), sin(x).t().unsqueeze(0)); }},
-      {"matmul_batched", [](const Tensor& x) { return matmul(x.view({3, 1, 4}), x.view({3, 4, 1})); }},
+      {"matmul_batched",
+       [](const Tensor& x) {
+         return matmul(x.view({3, 1, 4}), x.view({3, 4, 1}));
+       }},
       {"linear", [w, b](const Tensor& x) { return linear(tanh(x), w.t(), b); }},
       {"linear_both", [](const Tensor& x) { return linear(x, sin(x), x.sum({1})); }},
       {"dot", [](const Tensor& x) { return dot(x.view({12}), cos(x).view({12})); }},
@@ -130,11 +133,19 @@ std::vector<Case> cases() {
       {"norm", [](const Tensor& x) { return norm(x, 2.0, {1}, true); }},
       {"amax", [](const Tensor& x) { return amax(square(x), {1}, false); }},
       {"reductions", [](const Tensor& x) { return sum(square(x), {0}) + mean(exp(x), {1}, true).sum(); }},
-      {"views", [](const Tensor& x) { return square(x.t().reshape({2, 6}).permute({1, 0})).expand({3, 6, 2}); }},
-      {"cat_stack", [](const Tensor& x) { return stack({cat({x, sin(x)}, 1), cat({square(x), x}, 1)}, 0); }},
-      {"index", [](const Tensor& x) {
+      {"views",
+       [](const Tensor& x) {
+         return square(x.t().reshape({2, 6}).permute({1, 0})).expand({3, 6, 2});
+       }},
+      {"cat_stack",
+       [](const Tensor& x) {
+         return stack({cat({x, sin(x)}, 1), cat({square(x), x}, 1)}, 0);
+       }},
+      {"index",
+       [](const Tensor& x) {
          Tensor idx = tensor({2, 0}, {2}, TensorOptions().dtype(kInt64));
-         return index_select(square(x), 1, idx) * gather(x, 1, tensor({1, 3, 0, 2, 2, 1}, {3, 2}, TensorOptions().dtype(kInt64)));
+         return index_select(square(x), 1, idx) *
+                gather(x, 1, tensor({1, 3, 0, 2, 2, 1}, {3, 2}, TensorOptions().dtype(kInt64)));
        }},
       {"cumsum", [](const Tensor& x) { return cumsum(square(x), 1); }},
       {"composite", [](const Tensor& x) { return tanh(tanh(x) * sin(x)) / (x + 1.0); }, -0.5, 1},
@@ -160,11 +171,11 @@ TEST(TaylorMode, EveryOpsCoefficientsMatchReverseMode) {
     for (int K : {2, 4}) {  // order 2: the fused rule where it applies
       std::vector<Tensor> cf = taylor(c.fn, x, dirs, K);
       for (int64_t a = 0; a < 2; ++a)
-      for (int k = 1; k <= K; ++k) {
-        const double got = (cf[size_t(k - 1)].select(0, a) * weights).sum().item<double>() * factorial(k);
-        const double want = reverse_directional(c.fn, x, weights, std::vector<Tensor>(size_t(k), dirs.select(0, a)));
-        EXPECT_NEAR(got, want, 1e-8 * (1 + std::abs(want))) << "order " << k << " of " << K << ", direction " << a;
-      }
+        for (int k = 1; k <= K; ++k) {
+          const double got = (cf[size_t(k - 1)].select(0, a) * weights).sum().item<double>() * factorial(k);
+          const double want = reverse_directional(c.fn, x, weights, std::vector<Tensor>(size_t(k), dirs.select(0, a)));
+          EXPECT_NEAR(got, want, 1e-8 * (1 + std::abs(want))) << "order " << k << " of " << K << ", direction " << a;
+        }
     }
   }
 }
@@ -323,8 +334,7 @@ TEST(TaylorMode, SecondOrderGroupsMatchMixedPartials) {
     for (size_t q = 0; q < groups.size(); ++q) {
       double want = 0;
       for (const auto& p : groups[q])
-        want += p.weight / 2 *
-                reverse_directional(c.fn, x, weights, {dirs.select(0, p.a), dirs.select(0, p.b)});
+        want += p.weight / 2 * reverse_directional(c.fn, x, weights, {dirs.select(0, p.a), dirs.select(0, p.b)});
       const double got = (cf[1].select(0, int64_t(q)) * weights).sum().item<double>();
       EXPECT_NEAR(got, want, 1e-8 * (1 + std::abs(want))) << "group " << q;
     }
@@ -393,17 +403,20 @@ TEST(TaylorMode, PerSampleHessianMatchesRowsForGeneralNetworks) {
   Tensor freq = tg::randn({n, 4}, kF64), wf = tg::randn({2, 8}, kF64) * 0.3;
   Tensor v1 = tg::randn({d, n}, kF64) * 0.5, v2 = tg::randn({1, d}, kF64) * 0.5;
   std::vector<std::pair<std::string, Fn>> fns = {
-      {"residual MLP", [&](const Tensor& x) {
+      {"residual MLP",
+       [&](const Tensor& x) {
          Tensor h = tg::silu(tg::linear(x, w1, b1));
          h = h + tg::tanh(tg::linear(h, w2));  // residual block
          return tg::linear(h, w3);
        }},
-      {"Fourier features", [&](const Tensor& x) {
+      {"Fourier features",
+       [&](const Tensor& x) {
          Tensor z = tg::matmul(x, freq);
          Tensor f = tg::cat({tg::sin(z), tg::cos(z)}, 1);
          return tg::linear(tg::tanh(f), wf);
        }},
-      {"product of two networks", [&](const Tensor& x) {
+      {"product of two networks",
+       [&](const Tensor& x) {
          Tensor a = tg::linear(tg::tanh(tg::linear(x, w1, b1)), w3);
          Tensor b = tg::linear(tg::sigmoid(tg::linear(x, v1)), v2);
          return a * b;  // [B, 2] * [B, 1]
@@ -472,23 +485,28 @@ TEST(TaylorMode, StructurallyZeroHessiansSkipThePass) {
   std::vector<Case> cases = {
       {"relu MLP", relu_mlp, {0}, true},
       {"tanh after the relus", [&](const Tensor& x) { return tg::tanh(relu_mlp(x)); }, {0, B}, false},
-      {"product of a relu MLP and x", [&](const Tensor& x) { return relu_mlp(x) * x.narrow(1, 0, 1); }, {0, B},
+      {"product of a relu MLP and x", [&](const Tensor& x) { return relu_mlp(x) * x.narrow(1, 0, 1); }, {0, B}, false},
+      {"custom Function",
+       [&](const Tensor& x) { return tg::linear(Cube::apply(tg::relu(tg::linear(x, w1))), w3); },
+       {0, B},
        false},
-      {"custom Function", [&](const Tensor& x) { return tg::linear(Cube::apply(tg::relu(tg::linear(x, w1))), w3); },
-       {0, B}, false},
-      {"second-order term swallowed by fn", [&](const Tensor& x) {
+      {"second-order term swallowed by fn",
+       [&](const Tensor& x) {
          try {
            return tg::linear(tg::silu(tg::linear(x, w1)), w3);
          } catch (...) {
            return tg::linear(tg::relu(tg::linear(x, w1)), w3);
          }
        },
-       {0, B}, false},
-      {"fn that refuses an empty batch", [&](const Tensor& x) {
+       {0, B},
+       false},
+      {"fn that refuses an empty batch",
+       [&](const Tensor& x) {
          TG_CHECK(x.size(0) > 0, "test fn: wants samples");
          return relu_mlp(x);
        },
-       {0, B}, true},
+       {0, B},
+       true},
   };
   Tensor x = tg::randn({B, n}, kF64);
   for (const Case& c : cases) {
@@ -505,8 +523,9 @@ TEST(TaylorMode, StructurallyZeroHessiansSkipThePass) {
   // parameters), and no probe.
   calls.clear();
   Tensor w = w1.clone().requires_grad_();
-  Tensor h = ag::per_sample_hessian(counted([&](const Tensor& z) { return tg::linear(tg::relu(tg::linear(z, w)), w3); }),
-                                    x, ag::HessianStrategy::Taylor, /*create_graph=*/true);
+  Tensor h =
+      ag::per_sample_hessian(counted([&](const Tensor& z) { return tg::linear(tg::relu(tg::linear(z, w)), w3); }), x,
+                             ag::HessianStrategy::Taylor, /*create_graph=*/true);
   EXPECT_EQ(calls, (std::vector<int64_t>{B}));
   EXPECT_EQ(tg::abs(h).amax().item<double>(), 0.0);
 }
@@ -547,8 +566,10 @@ TEST(TaylorMode, FusedOrderTwoRuleGradchecks) {
       ag::TensorsFn second = [&, act = act](const ag::variable_list& p) {
         std::optional<fwd::taylor_level> level;
         if (kind == 0) level.emplace(2, 2);
-        else if (kind == 1) level.emplace(2, std::vector<std::vector<fwd::SecondOrderPair>>{{{0, 0, 1.0}, {1, 1, 1.0}}});
-        else level.emplace(2, std::vector<std::vector<fwd::SecondOrderPair>>{{{0, 1, 1.0}}, {{1, 1, 1.0}}, {{0, 0, 1.0}}});
+        else if (kind == 1)
+          level.emplace(2, std::vector<std::vector<fwd::SecondOrderPair>>{{{0, 0, 1.0}, {1, 1, 1.0}}});
+        else
+          level.emplace(2, std::vector<std::vector<fwd::SecondOrderPair>>{{{0, 1, 1.0}}, {{1, 1, 1.0}}, {{0, 0, 1.0}}});
         Tensor y = act(tg::linear(fwd::make_jet(p[0], {dirs, Tensor()}), p[1])) * p[2];
         return ag::variable_list{fwd::jet_coefficients(y)[1]};
       };
@@ -568,7 +589,8 @@ TEST(TaylorMode, FusedOrderTwoRuleGradchecks) {
       return ag::grad({(c2 * c2).sum()}, {xx, ww}, {}, std::nullopt, create_graph);
     };
     std::vector<Tensor> a = grads(false), b = grads(true);
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(tg::allclose(a[i], b[i], 1e-12, 1e-12)) << "input " << i;
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_TRUE(tg::allclose(a[i], b[i], 1e-12, 1e-12)) << "input " << i;
   }
 }
 
@@ -594,8 +616,8 @@ TEST(TaylorMode, HalfPrecisionNetworks) {
     Tensor ar = a.detach().requires_grad_();
     Tensor g = ag::grad({ag::laplacian(net(ar, b), xt, true).sum()}, {ar})[0];
     Tensor w64 = w1.detach().requires_grad_();
-    Tensor g64 = ag::grad({trace(ag::per_sample_hessian(net(w64, w2), x, ag::HessianStrategy::Rows, true)).sum()},
-                          {w64})[0];
+    Tensor g64 =
+        ag::grad({trace(ag::per_sample_hessian(net(w64, w2), x, ag::HessianStrategy::Rows, true)).sum()}, {w64})[0];
     expect_near(g.to(tg::kFloat64), g64, "d/dw of the Laplacian", 5e-2);
   }
 }
@@ -634,7 +656,7 @@ TEST(TaylorModeGpu, MatchesCpu) {
   Tensor cpu = ag::per_sample_hessian(net(w1, w2), x, ag::HessianStrategy::Taylor);
   Tensor gpu = ag::per_sample_hessian(net(w1.to(kGpu), w2.to(kGpu)), x.to(kGpu), ag::HessianStrategy::Taylor);
   expect_near(gpu, cpu, "Taylor Hessian, GPU vs CPU");
-  {  // a relu network on the GPU: the probe on an empty batch, zeros, no pass
+  {                      // a relu network on the GPU: the probe on an empty batch, zeros, no pass
     struct NoRowCheck {  // the calls the strategy makes, without the row check's
       NoRowCheck() { ag::set_check_rows_independent(false); }
       ~NoRowCheck() { ag::set_check_rows_independent(true); }
@@ -669,7 +691,8 @@ TEST(TaylorModeGpu, MatchesCpu) {
     auto [xc, dirs] = sample(c, 2);
     for (int K : {2, 4}) {  // order 2: the fused rules where they apply
       std::vector<Tensor> a = taylor(c.fn, xc, dirs, K), b = taylor(c.fn, xc.to(kGpu), dirs.to(kGpu), K);
-      for (size_t k = 0; k < a.size(); ++k) expect_near(b[k], a[k], "c_" + std::to_string(k + 1), 1e-9);
+      for (size_t k = 0; k < a.size(); ++k)
+        expect_near(b[k], a[k], "c_" + std::to_string(k + 1), 1e-9);
     }
   }
 }
@@ -690,7 +713,8 @@ TEST(RowIndependence, MixingRowsIsAnErrorForEveryPerSampleOperator) {
   auto head = [&](const Tensor& h) { return tg::tanh(tg::mm(h, w)); };  // [*, n] -> [*, 2], per row
   const std::vector<std::pair<std::string, Fn>> mixing = {
       {"mean over dim 0", [&](const Tensor& z) { return head(tg::square(z - z.mean({0}, true))); }},
-      {"batch norm", [&](const Tensor& z) {
+      {"batch norm",
+       [&](const Tensor& z) {
          Tensor c = z - z.mean({0}, true);
          return head(c / tg::sqrt(tg::square(c).mean({0}, true) + 1e-5));
        }},
@@ -700,13 +724,17 @@ TEST(RowIndependence, MixingRowsIsAnErrorForEveryPerSampleOperator) {
   };
   const std::vector<std::pair<std::string, std::function<Tensor(const Fn&)>>> operators = {
       {"laplacian", [&](const Fn& f) { return ag::laplacian(f, x); }},
-      {"derivative_operator", [&](const Fn& f) { return ag::derivative_operator(f, x, {{{0, 0}, 1.0}, {{1}, 2.0}}); }},
+      {"derivative_operator",
+       [&](const Fn& f) {
+         return ag::derivative_operator(f, x, {{{0, 0}, 1.0}, {{1}, 2.0}});
+       }},
       {"per_sample_hessian Rows", [&](const Fn& f) { return ag::per_sample_hessian(f, x, ag::HessianStrategy::Rows); }},
       {"per_sample_hessian BatchedCotangents",
        [&](const Fn& f) { return ag::per_sample_hessian(f, x, ag::HessianStrategy::BatchedCotangents); }},
       {"per_sample_hessian ForwardOverReverse",
        [&](const Fn& f) { return ag::per_sample_hessian(f, x, ag::HessianStrategy::ForwardOverReverse); }},
-      {"per_sample_hessian Taylor", [&](const Fn& f) { return ag::per_sample_hessian(f, x, ag::HessianStrategy::Taylor); }},
+      {"per_sample_hessian Taylor",
+       [&](const Fn& f) { return ag::per_sample_hessian(f, x, ag::HessianStrategy::Taylor); }},
   };
   ASSERT_TRUE(ag::check_rows_independent());
   for (const auto& [oname, op] : operators) {

@@ -12,18 +12,19 @@ TEST(Views, ValuesMatchIndexArithmetic) {
   std::vector<double> ref;
   for (int64_t k = 0; k < 4; ++k)
     for (int64_t j = 0; j < 3; ++j)
-      for (int64_t i = 0; i < 2; ++i) ref.push_back(at(i, j, k));
+      for (int64_t i = 0; i < 2; ++i)
+        ref.push_back(at(i, j, k));
   expect_values(x.permute({2, 1, 0}), ref, 0, "permute");
   ref.clear();
   for (int64_t i = 0; i < 2; ++i)
     for (int64_t k = 0; k < 4; ++k)
-      for (int64_t j = 0; j < 3; ++j) ref.push_back(at(i, j, k));
+      for (int64_t j = 0; j < 3; ++j)
+        ref.push_back(at(i, j, k));
   expect_values(x.transpose(1, 2), ref, 0, "transpose");
   expect_values(x.transpose(-1, -2), ref, 0, "transpose negative dims");
   expect_values(x.select(1, 2), {8, 9, 10, 11, 20, 21, 22, 23}, 0, "select");
   expect_values(x.select(-1, -1), {3, 7, 11, 15, 19, 23}, 0, "select negative");
-  expect_values(x.slice(2, 1, std::nullopt, 2), {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23}, 0,
-                "slice step 2");
+  expect_values(x.slice(2, 1, std::nullopt, 2), {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23}, 0, "slice step 2");
   expect_values(x.slice(1, -2, 100), {4, 5, 6, 7, 8, 9, 10, 11, 16, 17, 18, 19, 20, 21, 22, 23}, 0,
                 "slice clamps bounds");
   EXPECT_EQ(x.slice(1, 2, 1).sizes(), (IntList{2, 0, 4}));
@@ -64,9 +65,8 @@ TEST(Views, ViewOfNonContiguousAndReshape) {
     t.view({3, 8});  // dims 1 and 2 span two subspaces
     ADD_FAILURE() << "view should have thrown";
   } catch (const tg::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "view: size [3, 8] is not compatible with the input's sizes [3, 2, 4] "
-                  "and strides [4, 12, 1]"),
+    EXPECT_NE(std::string(e.what()).find("view: size [3, 8] is not compatible with the input's sizes [3, 2, 4] "
+                                         "and strides [4, 12, 1]"),
               std::string::npos)
         << e.what();
   }
@@ -106,7 +106,8 @@ TEST(Views, EveryViewStaysInsideItsStorage) {
   EXPECT_ERROR_CONTAINS(x.as_strided({-2}, {1}), "as_strided: negative size -2");
   EXPECT_ERROR_CONTAINS(x.as_strided({2}, {1}, -1), "as_strided: negative storage offset -1");
   EXPECT_ERROR_CONTAINS(x.as_strided({2}, {-1}, 0), "reaches elements -1 to 0");
-  EXPECT_ERROR_CONTAINS(x.as_strided({3}, {int64_t(1) << 62}), "as_strided: shape [3] (with its strides and offset) overflows");
+  EXPECT_ERROR_CONTAINS(x.as_strided({3}, {int64_t(1) << 62}),
+                        "as_strided: shape [3] (with its strides and offset) overflows");
   EXPECT_ERROR_CONTAINS(x.as_strided({int64_t(1) << 62, 4}, {1, 1}), "has more elements than fit in 64 bits");
   // In bounds: fine, also an empty view anywhere.
   EXPECT_EQ(x.as_strided({2, 2}, {1, 1}, 1).sizes(), (tg::IntList{2, 2}));
@@ -126,9 +127,9 @@ TEST(Views, EveryViewStaysInsideItsStorage) {
   // Shapes: negative sizes and element counts beyond 64 bits.
   EXPECT_ERROR_CONTAINS(tg::empty({-5}), "empty: negative dimension -5");
   EXPECT_ERROR_CONTAINS(y.reshape({int64_t(1) << 40, int64_t(1) << 40, -1}), "overflows 64-bit arithmetic");
-  EXPECT_ERROR_CONTAINS(tg::from_blob(nullptr, {int64_t(1) << 32, int64_t(1) << 32}, {0, 0}, tg::kFloat32,
-                                      tg::Device(tg::kCPU)),
-                        "from_blob: shape [4294967296, 4294967296] has more elements than fit in 64 bits");
+  EXPECT_ERROR_CONTAINS(
+      tg::from_blob(nullptr, {int64_t(1) << 32, int64_t(1) << 32}, {0, 0}, tg::kFloat32, tg::Device(tg::kCPU)),
+      "from_blob: shape [4294967296, 4294967296] has more elements than fit in 64 bits");
   // A block larger than the machine's memory is refused, not overcommitted.
   EXPECT_ERROR_CONTAINS(tg::zeros({int64_t(1) << 45}), "CPU allocator: out of memory allocating 140737488355328 bytes");
 }

@@ -12,6 +12,7 @@
 #include <tapegrad/autograd/grad_mode.h>
 #include <tapegrad/autograd/node.h>
 #include <tapegrad/cuda/capture.h>
+#include <tapegrad/cuda/device.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 
@@ -22,13 +23,11 @@
 namespace tg::autograd {
 namespace functional_detail {
 
-
 // The tensor fn is evaluated at. With create_graph and an x that requires
 // grad, a differentiable alias of x, so the results stay functions of x
 // (torch.autograd.functional does the same); otherwise a fresh leaf.
 Tensor input_for(const Tensor& x, const char* op, bool create_graph) {
-  TG_CHECK(x.defined() && x.is_floating_point(), op,
-           ": x must be a defined floating-point tensor");
+  TG_CHECK(x.defined() && x.is_floating_point(), op, ": x must be a defined floating-point tensor");
   if (create_graph && x.requires_grad()) {
     EnableGradGuard grad_on;
     return x.view(x.sizes());
@@ -102,7 +101,8 @@ std::string graph_ops(const Tensor& y) {
       if (e.is_valid()) stack.push_back(e.function.get());
   }
   std::string out;
-  for (size_t i = 0; i < names.size() && i < 16; ++i) out += (i ? ", " : "") + names[i];
+  for (size_t i = 0; i < names.size() && i < 16; ++i)
+    out += (i ? ", " : "") + names[i];
   if (names.size() > 16) out += ", ...";
   return out;
 }
@@ -165,17 +165,24 @@ void require_independent_rows(const TensorFn& fn, const Tensor& x, const char* o
   }
   if (!p) return;  // fn's output does not have B rows: the caller's shape check says so
   // Rounding differs between the two passes by a few ulps of the scale;
-  // a coupling of rows shows at the scale itself.
-  const double tol = x.scalar_type() == kFloat64 ? 1e3 * 2.2e-16
+  // a coupling of rows shows at the scale itself (on the four rows probed, a
+  // batch mean moves a row's gradient by a quarter of it). Float32 GEMMs in
+  // TF32 (cuda::set_allow_tf32) round to 10 mantissa bits: the two passes
+  // then differ by up to a few percent of the scale.
+  const bool tf32 = x.scalar_type() == kFloat32 && x.is_cuda() && cuda::allow_tf32();
+  const double tol = x.scalar_type() == kFloat64   ? 1e3 * 2.2e-16
+                     : tf32                        ? 32 * 9.8e-4
                      : x.scalar_type() == kFloat32 ? 1e3 * 1.2e-7
                                                    : 10 * 7.8e-3;  // float16 / bfloat16: a weak check
   if (!(p->deviation > tol * std::max(p->scale, 1e-300))) return;
   const int64_t row = pick.empty() ? p->row : int64_t(pick[size_t(p->row)]);
   TG_ERROR(op, ": fn mixes rows of the batch — row ", row, " of its gradient depends on other rows of x ",
-           shape_str(x.sizes()), " (", x.dtype(), "), but rows must be independent: row i of fn(x) may depend on row "
+           shape_str(x.sizes()), " (", x.dtype(),
+           "), but rows must be independent: row i of fn(x) may depend on row "
            "i of x alone. Per-row results would be silently wrong. Look in fn for an op that reduces, accumulates, "
            "contracts, gathers or moves along dim 0 (a mean or sum over the batch, a batch norm, cumsum over rows, "
-           "x^T x, index_select along 0, attention over the batch); fn's graph has: ", p->ops,
+           "x^T x, index_select along 0, attention over the batch); fn's graph has: ",
+           p->ops,
            ". Evaluate such fn per sample, or differentiate it with jacobian/hessian of the whole batch "
            "(set_check_rows_independent(false) skips this check)");
 }
@@ -190,8 +197,7 @@ Tensor rows(const Tensor& out, const Tensor& x, bool create_graph) {
     Tensor e = zeros({n}, out.options());
     e.narrow(0, k, 1).fill_(1);
     Tensor g;
-    if (out.requires_grad())
-      g = grad({out}, {x}, {e.view(out.sizes())}, true, create_graph, true)[0];
+    if (out.requires_grad()) g = grad({out}, {x}, {e.view(out.sizes())}, true, create_graph, true)[0];
     r.push_back(or_zeros(g, x));
   }
   IntList shape = out.sizes();
@@ -199,7 +205,6 @@ Tensor rows(const Tensor& out, const Tensor& x, bool create_graph) {
   if (r.empty()) return zeros(shape, x.options());
   return stack(r).view(shape);
 }
-
 
 // The n x n identity, on like's device with its dtype (made there: no host
 // copy, so capturable in a CUDA graph).
@@ -226,8 +231,8 @@ Tensor columns_to_jacobian(const Tensor& t, const Tensor& out, const Tensor& x) 
 // ([k, n], the same for every sample) and no higher ones. Only the orders
 // whose bit is set in `need` (bit j - 1 for c_j) are returned (the others
 // undefined).
-std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor& dirs, const char* op,
-                             bool record, unsigned need) {
+std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor& dirs, const char* op, bool record,
+                             unsigned need) {
   const forward_ad::TaylorLayout& l = *forward_ad::taylor_layout();
   AutoGradMode grad_mode(record);  // without create_graph nothing needs a history
   const int64_t B = xi.size(0), n = xi.size(1);
@@ -282,8 +287,7 @@ std::vector<std::vector<forward_ad::SecondOrderPair>> hessian_groups(int64_t n, 
   return groups;
 }
 
-std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const char* op, bool record,
-                                   bool jacobian) {
+std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const char* op, bool record, bool jacobian) {
   const int64_t B = xi.size(0), n = xi.size(1);
   std::vector<int64_t> entry;
   forward_ad::taylor_level level(n, hessian_groups(n, &entry));

@@ -39,13 +39,12 @@ Tensor basis_tangents(const Tensor& x);
 Tensor columns_to_jacobian(const Tensor& t, const Tensor& out, const Tensor& x);
 // fn's value and Taylor coefficients c_1..c_K at the active Taylor level
 // along `dirs` (autograd/functional/common.cpp says more).
-std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor& dirs, const char* op,
-                             bool record, unsigned need = ~0u);
+std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor& dirs, const char* op, bool record,
+                             unsigned need = ~0u);
 
 // Taylor mode for per-sample Hessians: {value [B, m], c_1 [n, B, m] (when
 // `jacobian`), H [B, m, n, n]}.
-std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const char* op, bool record,
-                                   bool jacobian);
+std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const char* op, bool record, bool jacobian);
 // The second-order groups of Taylor mode's Hessian: one per pair j <= k;
 // entry[j * n + k] names each pair's group.
 std::vector<std::vector<forward_ad::SecondOrderPair>> hessian_groups(int64_t n, std::vector<int64_t>* entry);

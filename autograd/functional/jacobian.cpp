@@ -46,8 +46,7 @@ Tensor hessian(const TensorFn& fn, const Tensor& x, bool create_graph, JacobianM
     forward_ad::dual_level level(x.numel());
     Tensor xd = forward_ad::make_dual(xi, basis_tangents(xi));
     Tensor y = call(fn, xd, "hessian");
-    TG_CHECK(y.numel() == 1, "hessian: fn must return a tensor with one element, got shape ",
-             shape_str(y.sizes()));
+    TG_CHECK(y.numel() == 1, "hessian: fn must return a tensor with one element, got shape ", shape_str(y.sizes()));
     EnableGradGuard grad_on;
     Tensor g = y.requires_grad() ? grad({y}, {xd}, {}, create_graph, create_graph, true)[0] : Tensor();
     Tensor t = g.defined() ? forward_ad::unpack_dual(g).tangent : Tensor();  // [nx] + x's shape: H e_j
@@ -55,29 +54,26 @@ Tensor hessian(const TensorFn& fn, const Tensor& x, bool create_graph, JacobianM
     return result(t.reshape(shape), create_graph);  // H is symmetric: row j = H e_j
   }
   Tensor y = call(fn, xi, "hessian");
-  TG_CHECK(y.numel() == 1, "hessian: fn must return a tensor with one element, got shape ",
-           shape_str(y.sizes()));
+  TG_CHECK(y.numel() == 1, "hessian: fn must return a tensor with one element, got shape ", shape_str(y.sizes()));
   EnableGradGuard grad_on;
   Tensor g = y.requires_grad() ? grad({y}, {xi}, {}, true, true, true)[0] : Tensor();
   if (!g.defined()) return zeros(shape, x.options());
   return result(rows(g, xi, create_graph), create_graph);
 }
 
-std::pair<Tensor, Tensor> vjp(const TensorFn& fn, const Tensor& x, const Tensor& v,
-                              bool create_graph) {
+std::pair<Tensor, Tensor> vjp(const TensorFn& fn, const Tensor& x, const Tensor& v, bool create_graph) {
   Tensor xi = input_for(x, "vjp", create_graph);
   Tensor y = call(fn, xi, "vjp");
-  TG_CHECK(v.sizes() == y.sizes(), "vjp: v has shape ", shape_str(v.sizes()),
-           " but fn(x) has shape ", shape_str(y.sizes()));
+  TG_CHECK(v.sizes() == y.sizes(), "vjp: v has shape ", shape_str(v.sizes()), " but fn(x) has shape ",
+           shape_str(y.sizes()));
   Tensor g = y.requires_grad() ? grad({y}, {xi}, {v}, create_graph, create_graph, true)[0] : Tensor();
   return {result(y, create_graph), result(or_zeros(g, x), create_graph)};
 }
 
-std::pair<Tensor, Tensor> jvp(const TensorFn& fn, const Tensor& x, const Tensor& v,
-                              bool create_graph) {
+std::pair<Tensor, Tensor> jvp(const TensorFn& fn, const Tensor& x, const Tensor& v, bool create_graph) {
   TG_CHECK(x.defined() && x.is_floating_point(), "jvp: x must be a defined floating-point tensor");
-  TG_CHECK(v.defined() && v.sizes() == x.sizes(), "jvp: v has shape ", v.defined() ? shape_str(v.sizes()) : "(undefined)",
-           " but x has shape ", shape_str(x.sizes()));
+  TG_CHECK(v.defined() && v.sizes() == x.sizes(), "jvp: v has shape ",
+           v.defined() ? shape_str(v.sizes()) : "(undefined)", " but x has shape ", shape_str(x.sizes()));
   if (!forward_ad::is_active()) {
     // One forward pass with the tangent v (forward mode).
     forward_ad::dual_level level;
@@ -94,17 +90,14 @@ std::pair<Tensor, Tensor> jvp(const TensorFn& fn, const Tensor& x, const Tensor&
   EnableGradGuard grad_on;
   Tensor u = zeros_like(y).requires_grad_(true);
   Tensor gx = grad({y}, {xi}, {u}, true, true, true)[0];
-  Tensor jv = gx.defined() && gx.requires_grad()
-                  ? grad({gx}, {u}, {v}, create_graph, create_graph, true)[0]
-                  : Tensor();
+  Tensor jv = gx.defined() && gx.requires_grad() ? grad({gx}, {u}, {v}, create_graph, create_graph, true)[0] : Tensor();
   return {result(y, create_graph), result(or_zeros(jv, y), create_graph)};
 }
 
-std::pair<Tensor, Tensor> hvp(const TensorFn& fn, const Tensor& x, const Tensor& v,
-                              bool create_graph) {
+std::pair<Tensor, Tensor> hvp(const TensorFn& fn, const Tensor& x, const Tensor& v, bool create_graph) {
   Tensor xi = input_for(x, "hvp", create_graph);
-  TG_CHECK(v.defined() && v.sizes() == x.sizes(), "hvp: v has shape ", v.defined() ? shape_str(v.sizes()) : "(undefined)",
-           " but x has shape ", shape_str(x.sizes()));
+  TG_CHECK(v.defined() && v.sizes() == x.sizes(), "hvp: v has shape ",
+           v.defined() ? shape_str(v.sizes()) : "(undefined)", " but x has shape ", shape_str(x.sizes()));
   std::optional<forward_ad::dual_level> level;
   Tensor at = xi;
   // Forward over reverse: with x dual along v, the gradient's tangent is H v
@@ -115,8 +108,7 @@ std::pair<Tensor, Tensor> hvp(const TensorFn& fn, const Tensor& x, const Tensor&
     at = forward_ad::make_dual(xi, create_graph ? v : v.detach());
   }
   Tensor y = call(fn, at, "hvp");
-  TG_CHECK(y.numel() == 1, "hvp: fn must return a tensor with one element, got shape ",
-           shape_str(y.sizes()));
+  TG_CHECK(y.numel() == 1, "hvp: fn must return a tensor with one element, got shape ", shape_str(y.sizes()));
   EnableGradGuard grad_on;
   Tensor hv;
   if (level) {

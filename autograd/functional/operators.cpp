@@ -31,30 +31,30 @@ Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph) {
   require_independent_rows(fn, x, "laplacian");
   const int64_t n = x.size(1);
   if (forward_ad::is_active())  // levels do not nest: the trace of the reverse-mode Hessians
-    return (per_sample_hessian(fn, x, HessianStrategy::BatchedCotangents, create_graph) * identity(n, x))
-        .sum({2, 3});
+    return (per_sample_hessian(fn, x, HessianStrategy::BatchedCotangents, create_graph) * identity(n, x)).sum({2, 3});
   Tensor xi = forward_input(x, "laplacian", create_graph);
   EnableGradGuard grad_on;
   // Taylor mode along the n unit directions with one second-order group of
   // the pairs (a, a): its c_2 is half the Laplacian (the forward Laplacian).
   std::vector<forward_ad::SecondOrderPair> diag;
-  for (int64_t a = 0; a < n; ++a) diag.push_back({a, a, 1.0});
+  for (int64_t a = 0; a < n; ++a)
+    diag.push_back({a, a, 1.0});
   forward_ad::taylor_level level(n, {diag});
   std::vector<Tensor> r = push_jet(fn, xi, identity(n, x), "laplacian", create_graph, /*c_2 only*/ 2u);
   return result(mul(r[2].select(0, 0), 2.0), create_graph);
 }
 
-Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vector<Partial>& terms,
-                           bool create_graph) {
+Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vector<Partial>& terms, bool create_graph) {
   check_batched_input(x, "derivative_operator");
   TG_CHECK(!terms.empty(), "derivative_operator: no terms given");
   require_independent_rows(fn, x, "derivative_operator");
   const int64_t n = x.size(1);
   for (const Partial& t : terms)
     for (int64_t d : t.dims)
-      TG_CHECK(d >= 0 && d < n, "derivative_operator: a term names input dim ", d, ", but x has ", n,
-               " (shape ", shape_str(x.sizes()), ")");
-  TG_CHECK(!forward_ad::is_active(), "derivative_operator: called inside a forward_ad::dual_level; it makes its "
+      TG_CHECK(d >= 0 && d < n, "derivative_operator: a term names input dim ", d, ", but x has ", n, " (shape ",
+               shape_str(x.sizes()), ")");
+  TG_CHECK(!forward_ad::is_active(),
+           "derivative_operator: called inside a forward_ad::dual_level; it makes its "
            "own (levels do not nest): call it outside");
   Tensor xi = input_for(x, "derivative_operator", create_graph);
   EnableGradGuard grad_on;
@@ -63,7 +63,8 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
   // Directions as rows of [k, n]: index of each (deduplicated).
   auto direction_rows = [&](const std::vector<std::vector<double>>& dirs) {
     std::vector<double> flat;
-    for (const auto& d : dirs) flat.insert(flat.end(), d.begin(), d.end());
+    for (const auto& d : dirs)
+      flat.insert(flat.end(), d.begin(), d.end());
     return tensor(flat, {int64_t(dirs.size()), n}, TensorOptions().dtype(x.dtype())).to(x.device());
   };
   auto find_or_add = [](std::vector<std::vector<double>>& dirs, const std::vector<double>& d) {
@@ -94,10 +95,12 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
     // One weight for every pair (u_xx + u_yy, say): unit weights and one
     // scale at the end (so the fused rule applies).
     double scale = 1;
-    if (!pairs.empty() && std::all_of(pairs.begin(), pairs.end(),
-                                      [&](const forward_ad::SecondOrderPair& p) { return p.weight == pairs[0].weight; })) {
+    if (!pairs.empty() && std::all_of(pairs.begin(), pairs.end(), [&](const forward_ad::SecondOrderPair& p) {
+          return p.weight == pairs[0].weight;
+        })) {
       scale = pairs[0].weight;
-      for (auto& p : pairs) p.weight = 1;
+      for (auto& p : pairs)
+        p.weight = 1;
     }
     if (!dirs.empty()) {
       std::optional<forward_ad::taylor_level> level;
@@ -107,7 +110,8 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
                                        (firsts.empty() ? 0u : 1u) | (pairs.empty() ? 0u : 2u));
       for (const Partial& t : terms)
         if (t.dims.empty()) accumulate(mul(r[0], t.coefficient));
-      for (auto [row, c] : firsts) accumulate(mul(r[1].select(0, row), c));
+      for (auto [row, c] : firsts)
+        accumulate(mul(r[1].select(0, row), c));
       if (!pairs.empty()) accumulate(scale == 1 ? r[2].select(0, 0) : mul(r[2].select(0, 0), scale));
     } else if (values) {
       Tensor y = call(fn, xi, "derivative_operator");
@@ -130,7 +134,8 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
       if (m <= 2) continue;
       order = std::max(order, m);
       double fact = 1;
-      for (int i = 2; i <= m; ++i) fact *= i;
+      for (int i = 2; i <= m; ++i)
+        fact *= i;
       if (std::all_of(dims.begin(), dims.end(), [&](int64_t d) { return d == dims[0]; })) {
         uses[t].emplace_back(find_or_add(dirs, unit(dims[0])), fact * terms[t].coefficient);
         continue;
@@ -151,19 +156,20 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
       forward_ad::taylor_level level(order, int64_t(dirs.size()));
       std::vector<Tensor> r = push_jet(fn, xi, direction_rows(dirs), "derivative_operator", create_graph);
       for (size_t t = 0; t < terms.size(); ++t)
-        for (auto [row, factor] : uses[t]) accumulate(mul(r[terms[t].dims.size()].select(0, row), factor));
+        for (auto [row, factor] : uses[t])
+          accumulate(mul(r[terms[t].dims.size()].select(0, row), factor));
     }
   }
   return result(out, create_graph);
 }
 
-MlpDerivatives mlp_taylor(const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
-                          Activation act, const Tensor& x) {
+MlpDerivatives mlp_taylor(const std::vector<Tensor>& weights, const std::vector<Tensor>& biases, Activation act,
+                          const Tensor& x) {
   check_batched_input(x, "mlp_taylor");
-  TG_CHECK(!weights.empty() && (biases.empty() || biases.size() == weights.size()),
-           "mlp_taylor: got ", weights.size(), " weights and ", biases.size(),
-           " biases; pass one bias per layer, or none");
-  TG_CHECK(!forward_ad::is_active(), "mlp_taylor: called inside a forward_ad::dual_level; it makes its own "
+  TG_CHECK(!weights.empty() && (biases.empty() || biases.size() == weights.size()), "mlp_taylor: got ", weights.size(),
+           " weights and ", biases.size(), " biases; pass one bias per layer, or none");
+  TG_CHECK(!forward_ad::is_active(),
+           "mlp_taylor: called inside a forward_ad::dual_level; it makes its own "
            "(levels do not nest): call it outside");
   // The MLP as a function, through Taylor mode (per_sample_hessian's Taylor
   // strategy): each layer is one GEMM on the stacked coefficients.
@@ -171,12 +177,14 @@ MlpDerivatives mlp_taylor(const std::vector<Tensor>& weights, const std::vector<
     Tensor h = in;
     for (size_t l = 0; l < weights.size(); ++l) {
       const Tensor& w = weights[l];
-      TG_CHECK(w.dim() == 2 && w.size(1) == h.size(1), "mlp_taylor: weight ", l, " has shape ",
-               shape_str(w.sizes()), " but the layer's input has ", h.size(1), " features");
+      TG_CHECK(w.dim() == 2 && w.size(1) == h.size(1), "mlp_taylor: weight ", l, " has shape ", shape_str(w.sizes()),
+               " but the layer's input has ", h.size(1), " features");
       h = linear(h, w, biases.empty() ? Tensor() : biases[l]);
       if (l + 1 < weights.size())
-        h = act == Activation::Silu ? silu(h) : act == Activation::Tanh ? tanh(h)
-            : act == Activation::Sigmoid ? sigmoid(h) : relu(h);
+        h = act == Activation::Silu      ? silu(h)
+            : act == Activation::Tanh    ? tanh(h)
+            : act == Activation::Sigmoid ? sigmoid(h)
+                                         : relu(h);
     }
     return h;
   };
@@ -187,6 +195,5 @@ MlpDerivatives mlp_taylor(const std::vector<Tensor>& weights, const std::vector<
   d.hessian = r[2];
   return d;
 }
-
 
 }  // namespace tg::autograd

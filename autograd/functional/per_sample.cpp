@@ -28,11 +28,11 @@ using namespace functional_detail;
 namespace {
 
 // [R * B, width] where block r (of B rows) is the one-hot row e_{col(r)}.
-Tensor one_hot_blocks(int64_t B, int64_t width, const std::vector<int64_t>& col,
-                      const TensorOptions& opts) {
+Tensor one_hot_blocks(int64_t B, int64_t width, const std::vector<int64_t>& col, const TensorOptions& opts) {
   const int64_t R = int64_t(col.size());
   Tensor e = zeros({R, width}, TensorOptions().dtype(opts.dtype()));
-  for (int64_t r = 0; r < R; ++r) e.select(0, r).narrow(0, col[size_t(r)], 1).fill_(1);
+  for (int64_t r = 0; r < R; ++r)
+    e.select(0, r).narrow(0, col[size_t(r)], 1).fill_(1);
   return e.to(opts.device()).view({R, 1, width}).expand({R, B, width}).reshape({R * B, width});
 }
 
@@ -52,8 +52,8 @@ std::vector<Tensor> hessian_rows_fwd(const TensorFn& fn, const Tensor& xi, bool 
   Tensor ones_b = ones({B}, y.options());
   std::vector<Tensor> rows;
   for (int64_t i = 0; i < m; ++i) {
-    Tensor g = grad({y.select(1, i)}, {xd}, {ones_b}, /*retain_graph=*/i + 1 < m || create_graph, create_graph,
-                    true)[0];
+    Tensor g =
+        grad({y.select(1, i)}, {xd}, {ones_b}, /*retain_graph=*/i + 1 < m || create_graph, create_graph, true)[0];
     Tensor t = g.defined() ? forward_ad::unpack_dual(g).tangent : Tensor();
     rows.push_back(t.defined() ? t : zeros({n, B, n}, xi.options()));
   }
@@ -66,8 +66,7 @@ namespace {
 Tensor structurally_zero_hessian(const TensorFn& fn, const Tensor& xi);
 }  // namespace
 
-Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy strategy,
-                          bool create_graph) {
+Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy strategy, bool create_graph) {
   check_batched_input(x, "per_sample_hessian");
   require_independent_rows(fn, x, "per_sample_hessian");
   const int64_t B = x.size(0), n = x.size(1);
@@ -106,7 +105,8 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
   }
   if (strategy == HessianStrategy::ForwardOverReverse && !forward_ad::is_active()) {
     std::vector<Tensor> rows = hessian_rows_fwd(fn, xi, create_graph, "per_sample_hessian");
-    for (Tensor& r : rows) r = r.permute({1, 0, 2});  // [B, j, k]
+    for (Tensor& r : rows)
+      r = r.permute({1, 0, 2});  // [B, j, k]
     return result(stack(rows, 1), create_graph);
   }
   // Batched cotangents (also ForwardOverReverse inside a caller's dual level,
@@ -116,8 +116,10 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
   {
     NoGradGuard no_grad;
     Tensor probe = fn(xi.narrow(0, 0, std::min<int64_t>(B, 1)));
-    TG_CHECK(probe.defined() && probe.dim() == 2, "per_sample_hessian: fn must map [B, n] to "
-             "[B, m], got shape ", probe.defined() ? shape_str(probe.sizes()) : std::string("undefined"));
+    TG_CHECK(probe.defined() && probe.dim() == 2,
+             "per_sample_hessian: fn must map [B, n] to "
+             "[B, m], got shape ",
+             probe.defined() ? shape_str(probe.sizes()) : std::string("undefined"));
     m = probe.size(1);
   }
   const int64_t R = m * n;
@@ -132,8 +134,7 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
   check_out(y, R * B);
   Tensor jac = grad({y}, {X}, {one_hot_blocks(B, m, out_col, y.options())}, true, true)[0];
   Tensor v = (jac * one_hot_blocks(B, n, in_col, jac.options())).sum({1});
-  Tensor h = v.requires_grad() ? grad({v}, {X}, {ones({R * B}, v.options())}, true, create_graph, true)[0]
-                               : Tensor();
+  Tensor h = v.requires_grad() ? grad({v}, {X}, {ones({R * B}, v.options())}, true, create_graph, true)[0] : Tensor();
   h = or_zeros(h, X);
   return result(h.view({R, B, n}).permute({1, 0, 2}).reshape({B, m, n, n}), create_graph);
 }

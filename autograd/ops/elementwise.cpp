@@ -31,8 +31,7 @@ namespace {
 struct UnaryArgs {
   double a = 0, b = 0;
 };
-using UnaryFormula = Tensor (*)(const Tensor& g, const Tensor& x, const Tensor& r,
-                                const UnaryArgs&);
+using UnaryFormula = Tensor (*)(const Tensor& g, const Tensor& x, const Tensor& r, const UnaryArgs&);
 enum Saves : uint8_t { kNone = 0, kSelf = 1, kOther = 2, kResult = 4 };
 
 // A unary op's Taylor rule: where its derivatives f^(j)(x), j = 1..K, come
@@ -69,19 +68,23 @@ TaylorRule by_reverse() { return {TaylorRule::kByReverse}; }
 void log_derivatives(const Tensor& u, std::vector<Tensor>& d) {
   Tensor inv = reciprocal(u);
   d[1] = inv;
-  for (size_t j = 2; j < d.size(); ++j) d[j] = mul(d[j - 1], mul(inv, -double(j - 1)));
+  for (size_t j = 2; j < d.size(); ++j)
+    d[j] = mul(d[j - 1], mul(inv, -double(j - 1)));
 }
 // sin^(j) = sin(x + j pi / 2): a cycle of four, starting `shift` along it.
 void sine_derivatives(const Tensor& sn, const Tensor& cs, int shift, std::vector<Tensor>& d) {
   const Tensor cycle[4] = {sn, cs, neg(sn), neg(cs)};
-  for (size_t j = 1; j < d.size(); ++j) d[j] = cycle[(j + size_t(shift)) % 4];
+  for (size_t j = 1; j < d.size(); ++j)
+    d[j] = cycle[(j + size_t(shift)) % 4];
 }
 void exp_d(const Tensor&, const Tensor& r, const UnaryArgs&, std::vector<Tensor>& d) {
-  for (size_t j = 1; j < d.size(); ++j) d[j] = r;
+  for (size_t j = 1; j < d.size(); ++j)
+    d[j] = r;
 }
 void expm1_d(const Tensor&, const Tensor& r, const UnaryArgs&, std::vector<Tensor>& d) {
   Tensor e = add(r, 1);
-  for (size_t j = 1; j < d.size(); ++j) d[j] = e;
+  for (size_t j = 1; j < d.size(); ++j)
+    d[j] = e;
 }
 void log_d(const Tensor& x, const Tensor&, const UnaryArgs&, std::vector<Tensor>& d) { log_derivatives(x, d); }
 void log1p_d(const Tensor& x, const Tensor&, const UnaryArgs&, std::vector<Tensor>& d) {
@@ -95,7 +98,8 @@ void cos_d(const Tensor& x, const Tensor& r, const UnaryArgs&, std::vector<Tenso
 }
 // (ln a)^j a^x for a^x (pow with a scalar base a = args.a).
 void pow_base_d(const Tensor&, const Tensor& r, const UnaryArgs& args, std::vector<Tensor>& d) {
-  for (size_t j = 1; j < d.size(); ++j) d[j] = mul(r, std::pow(std::log(args.a), double(j)));
+  for (size_t j = 1; j < d.size(); ++j)
+    d[j] = mul(r, std::pow(std::log(args.a), double(j)));
 }
 }  // namespace taylor_rule
 
@@ -139,8 +143,7 @@ class UnaryBackward final : public OpNode {
 bool closed_derivatives(const UnarySpec& spec, const Tensor& x, const Tensor& r, const UnaryArgs& args,
                         std::vector<Tensor>& d);
 
-template <class F>
-Tensor unary_op(const Tensor& x, const UnarySpec& spec, F&& raw_fn, UnaryArgs args = {});
+template <class F> Tensor unary_op(const Tensor& x, const UnarySpec& spec, F&& raw_fn, UnaryArgs args = {});
 
 // f^(j)(x), j = 1..K, for an op without closed forms: its backward formula
 // with a unit gradient is f', and since f is elementwise, f^(j+1) is the
@@ -149,7 +152,8 @@ Tensor unary_op(const Tensor& x, const UnarySpec& spec, F&& raw_fn, UnaryArgs ar
 template <class F>
 std::vector<Tensor> derivatives_by_reverse(const UnarySpec& spec, const Tensor& x, const Tensor& out,
                                            const UnaryArgs& args, F&& raw_fn, int K) {
-  const bool recorded = autograd::is_grad_enabled() && autograd::impl::requires_grad(x) && autograd::impl::requires_grad(out);
+  const bool recorded =
+      autograd::is_grad_enabled() && autograd::impl::requires_grad(x) && autograd::impl::requires_grad(out);
   autograd::AutoGradMode grad_on(true);
   Tensor xv = x, rv = out;
   if (!recorded) {
@@ -170,8 +174,7 @@ std::vector<Tensor> derivatives_by_reverse(const UnarySpec& spec, const Tensor& 
 // The tangent rule of an elementwise op is its backward formula with the
 // tangent for the incoming gradient: the Jacobian is diagonal. Taylor mode:
 // Faa di Bruno on the op's derivatives (jet_unary).
-template <class F>
-Tensor unary_op(const Tensor& x, const UnarySpec& spec, F&& raw_fn, UnaryArgs args) {
+template <class F> Tensor unary_op(const Tensor& x, const UnarySpec& spec, F&& raw_fn, UnaryArgs args) {
   Tensor out;
   if (!should_record({&x})) {
     out = run_raw([&] { return raw_fn(x); });
@@ -202,16 +205,16 @@ constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 
-#define TG_UNARY_BACKWARD(var, op, node, saves, taylor, body)                         \
-  const UnarySpec var{op, node,                                                      \
-                      [](const Tensor& g, const Tensor& x, const Tensor& r,          \
-                         const UnaryArgs& args) -> Tensor {                          \
-                        (void)x, (void)r, (void)args;                                \
-                        return body;                                                 \
-                      },                                                             \
-                      saves, [] {                                                    \
-                        using namespace taylor_rule;                                 \
-                        return taylor;                                               \
+#define TG_UNARY_BACKWARD(var, op, node, saves, taylor, body)                                                  \
+  const UnarySpec var{op, node,                                                                                \
+                      [](const Tensor& g, const Tensor& x, const Tensor& r, const UnaryArgs& args) -> Tensor { \
+                        (void)x, (void)r, (void)args;                                                          \
+                        return body;                                                                           \
+                      },                                                                                       \
+                      saves,                                                                                   \
+                      [] {                                                                                     \
+                        using namespace taylor_rule;                                                           \
+                        return taylor;                                                                         \
                       }()};
 
 // The plain unary ops: the backward formula of each line of unary.def (the
@@ -221,35 +224,32 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
   TG_UNARY_BACKWARD(k##Kernel, #name, #Kernel "Backward", saves, taylor, backward)
 #include <tapegrad/tensor/unary.def>
 #undef TG_UNARY
-TG_UNARY_BACKWARD(kGelu, "gelu", "GeluBackward", kSelf, by_reverse(),
-         [&] {
-           Tensor cdf = mul(add(erf(mul(x, kInvSqrt2)), 1), 0.5);
-           Tensor pdf = mul(exp(mul(square(x), -0.5)), kInvSqrt2Pi);
-           return mul(g, add(cdf, mul(x, pdf)));
-         }())
-TG_UNARY_BACKWARD(kGeluTanh, "gelu", "GeluBackward", kSelf, by_reverse(),
-         [&] {
-           constexpr double c = 0.044715;
-           Tensor x2 = square(x);
-           Tensor t = tanh(mul(mul(add(mul(x2, c), 1), x), kSqrt2OverPi));
-           Tensor left = mul(add(t, 1), 0.5);
-           Tensor dt = mul(add(neg(square(t)), 1), mul(add(mul(x2, 3 * c), 1), kSqrt2OverPi));
-           return mul(g, add(left, mul(mul(x, dt), 0.5)));
-         }())
-TG_UNARY_BACKWARD(kSoftplus, "softplus", "SoftplusBackward", kSelf, by_reverse(),
-         [&] {
-           Tensor z = mul(x, args.a);
-           return where(gt(z, args.b), g, mul(g, sigmoid(z)));
-         }())
+TG_UNARY_BACKWARD(kGelu, "gelu", "GeluBackward", kSelf, by_reverse(), [&] {
+  Tensor cdf = mul(add(erf(mul(x, kInvSqrt2)), 1), 0.5);
+  Tensor pdf = mul(exp(mul(square(x), -0.5)), kInvSqrt2Pi);
+  return mul(g, add(cdf, mul(x, pdf)));
+}())
+TG_UNARY_BACKWARD(kGeluTanh, "gelu", "GeluBackward", kSelf, by_reverse(), [&] {
+  constexpr double c = 0.044715;
+  Tensor x2 = square(x);
+  Tensor t = tanh(mul(mul(add(mul(x2, c), 1), x), kSqrt2OverPi));
+  Tensor left = mul(add(t, 1), 0.5);
+  Tensor dt = mul(add(neg(square(t)), 1), mul(add(mul(x2, 3 * c), 1), kSqrt2OverPi));
+  return mul(g, add(left, mul(mul(x, dt), 0.5)));
+}())
+TG_UNARY_BACKWARD(kSoftplus, "softplus", "SoftplusBackward", kSelf, by_reverse(), [&] {
+  Tensor z = mul(x, args.a);
+  return where(gt(z, args.b), g, mul(g, sigmoid(z)));
+}())
 // clamp: args.a = lo, args.b = hi; the spec says which bounds exist.
 TG_UNARY_BACKWARD(kClampLo, "clamp", "ClampBackward", kSelf, linear(), where(ge(x, args.a), g, 0))
 TG_UNARY_BACKWARD(kClampHi, "clamp", "ClampBackward", kSelf, linear(), where(le(x, args.b), g, 0))
 TG_UNARY_BACKWARD(kClampBoth, "clamp", "ClampBackward", kSelf, linear(),
-         where(ge(x, args.a), where(le(x, args.b), g, 0), 0))
+                  where(ge(x, args.a), where(le(x, args.b), g, 0), 0))
 TG_UNARY_BACKWARD(kAddScalar, "add", "AddBackward", kNone, linear(), g)
 TG_UNARY_BACKWARD(kMulScalar, "mul", "MulBackward", kNone, linear(), mul(g, args.a))
 TG_UNARY_BACKWARD(kPowScalar, "pow", "PowBackward", kSelf, power_of_args(),
-         args.a == 0 ? zeros_like(g) : mul(g, mul(pow(x, args.a - 1), args.a)))
+                  args.a == 0 ? zeros_like(g) : mul(g, mul(pow(x, args.a - 1), args.a)))
 TG_UNARY_BACKWARD(kPowScalarBase, "pow", "PowBackward", kResult, derivatives(pow_base_d),
                   mul(g, mul(r, std::log(args.a))))
 #undef TG_UNARY_BACKWARD
@@ -257,7 +257,8 @@ TG_UNARY_BACKWARD(kPowScalarBase, "pow", "PowBackward", kResult, derivatives(pow
 // d[j] = act^(order + j)(x), j = 1..K (the fused kernels).
 void activation_derivatives(const Tensor& x, Activation act, int order, std::vector<Tensor>& d) {
   Tensor one = broadcast_one(x);
-  for (size_t j = 1; j < d.size(); ++j) d[j] = activation_grad(one, x, act, order + int(j));
+  for (size_t j = 1; j < d.size(); ++j)
+    d[j] = activation_grad(one, x, act, order + int(j));
 }
 
 // d[1..K] by the spec's Taylor rule; false for by_reverse (the caller
@@ -266,9 +267,7 @@ bool closed_derivatives(const UnarySpec& s, const Tensor& x, const Tensor& r, co
                         std::vector<Tensor>& d) {
   const TaylorRule& t = s.taylor;
   switch (t.kind) {
-    case TaylorRule::kActivation:
-      activation_derivatives(x, t.act, 0, d);
-      return true;
+    case TaylorRule::kActivation: activation_derivatives(x, t.act, 0, d); return true;
     case TaylorRule::kPower: {  // d^j x^e = e (e - 1) ... (e - j + 1) x^(e - j)
       const double e = t.exponent_from_args ? args.a : t.exponent;
       double c = 1;
@@ -279,20 +278,16 @@ bool closed_derivatives(const UnarySpec& s, const Tensor& x, const Tensor& r, co
       }
       return true;
     }
-    case TaylorRule::kClosed:
-      t.derivs(x, r, args, d);
-      return true;
+    case TaylorRule::kClosed: t.derivs(x, r, args, d); return true;
     case TaylorRule::kLinear:  // handled by the tangent rule; never asked
-    case TaylorRule::kByReverse:
-      return false;
+    case TaylorRule::kByReverse: return false;
   }
   return false;
 }
 
 // ---- binary ---------------------------------------------------------------------
 
-using BinaryFormula = Tensor (*)(const Tensor& g, const Tensor& a, const Tensor& b,
-                                 const Tensor& r, double alpha);
+using BinaryFormula = Tensor (*)(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& r, double alpha);
 // A binary op's Taylor rule: kTangent, the tangent rule (the formulas with
 // the tangents for g) maps every coefficient (add, sub, and maximum/minimum,
 // piecewise linear); the others combine the coefficients (jet_product,
@@ -318,9 +313,8 @@ bool fused_product_backward(const Tensor& g, const Tensor& a, const Tensor& b, v
   if (autograd::is_grad_enabled() || autograd::forward_ad::is_active()) return false;
   const ScalarType t = g.dtype();
   if ((t != kFloat32 && t != kFloat64) || a.dtype() != t || b.dtype() != t) return false;
-  if (a.device() != g.device() || b.device() != g.device() || a.sizes() != g.sizes() ||
-      b.sizes() != g.sizes() || !g.is_contiguous() || !a.is_contiguous() || !b.is_contiguous() ||
-      g.is_sparse() || a.is_sparse() || b.is_sparse())
+  if (a.device() != g.device() || b.device() != g.device() || a.sizes() != g.sizes() || b.sizes() != g.sizes() ||
+      !g.is_contiguous() || !a.is_contiguous() || !b.is_contiguous() || g.is_sparse() || a.is_sparse() || b.is_sparse())
     return false;
   const kernels::Backend& be = kernels::backend(g.device(), "mul");
   if (!be.mul_backward) return false;
@@ -332,15 +326,16 @@ bool fused_product_backward(const Tensor& g, const Tensor& a, const Tensor& b, v
 
 class BinaryBackward final : public OpNode {
  public:
-  BinaryBackward(const BinarySpec& spec, double alpha)
-      : OpNode(spec.op, spec.node), spec_(spec), alpha_(alpha) {}
+  BinaryBackward(const BinarySpec& spec, double alpha) : OpNode(spec.op, spec.node), spec_(spec), alpha_(alpha) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(2);
     bool ga = should_compute_output(0), gb = should_compute_output(1);
     if (!ga && !gb) return out;
     Tensor a = self_.unpack(this, "self"), b = other_.unpack(this, "other");
     Tensor r = result_.unpack(this, "result");
-    if (spec_.taylor == BinaryTaylor::kProduct && ga && gb && grads[0].defined() && fused_product_backward(grads[0], a, b, out)) return out;
+    if (spec_.taylor == BinaryTaylor::kProduct && ga && gb && grads[0].defined() &&
+        fused_product_backward(grads[0], a, b, out))
+      return out;
     if (ga) out[0] = spec_.fa(grads[0], a, b, r, alpha_);
     if (gb) out[1] = spec_.fb(grads[0], a, b, r, alpha_);
     return out;
@@ -359,20 +354,18 @@ class BinaryBackward final : public OpNode {
 
 // Taylor mode: the tangent of a nonlinear binary op (mul, div, pow);
 // undefined for the others, whose tangent rule maps every coefficient.
-Tensor binary_taylor(const BinarySpec& spec, const Tensor& a, const Tensor& b, const Tensor& out,
-                     const Tensor& ta, const Tensor& tb);
+Tensor binary_taylor(const BinarySpec& spec, const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& ta,
+                     const Tensor& tb);
 
 template <class F>
-Tensor binary_op(const Tensor& a, const Tensor& b, const BinarySpec& spec, F&& raw_fn,
-                 double alpha = 1) {
+Tensor binary_op(const Tensor& a, const Tensor& b, const BinarySpec& spec, F&& raw_fn, double alpha = 1) {
   Tensor out;
   if (!should_record({&a, &b})) {
     out = run_raw(raw_fn);
   } else {
     auto node = make_node<BinaryBackward>({&a, &b}, spec, alpha);
     out = run_raw(raw_fn);
-    uint8_t saves = (node->needs_input_grad(0) ? spec.saves_a : 0) |
-                    (node->needs_input_grad(1) ? spec.saves_b : 0);
+    uint8_t saves = (node->needs_input_grad(0) ? spec.saves_a : 0) | (node->needs_input_grad(1) ? spec.saves_b : 0);
     if (saves & kSelf) node->self_ = SavedVariable(a, false);
     if (saves & kOther) node->other_ = SavedVariable(b, false);
     out = finish(out, node);
@@ -390,45 +383,48 @@ Tensor binary_op(const Tensor& a, const Tensor& b, const BinarySpec& spec, F&& r
   return out;
 }
 
-#define TG_BINARY_FORMULA(body)                                                   \
-  [](const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& r,          \
-     double alpha) -> Tensor {                                                    \
-    (void)g, (void)a, (void)b, (void)r, (void)alpha;                              \
-    return body;                                                                  \
+#define TG_BINARY_FORMULA(body)                                                                    \
+  [](const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& r, double alpha) -> Tensor { \
+    (void)g, (void)a, (void)b, (void)r, (void)alpha;                                               \
+    return body;                                                                                   \
   }
 
 Tensor both(const Tensor& m1, const Tensor& m2) {  // logical and of two masks
   return eq(raw::add(raw::to(m1, kInt64), raw::to(m2, kInt64)), 2);
 }
 
-const BinarySpec kAdd{"add", "AddBackward", TG_BINARY_FORMULA(g),
-                      TG_BINARY_FORMULA(alpha == 1 ? g : mul(g, alpha)), kNone, kNone};
-const BinarySpec kSub{"sub", "SubBackward", TG_BINARY_FORMULA(g),
-                      TG_BINARY_FORMULA(alpha == 1 ? neg(g) : mul(g, -alpha)), kNone, kNone};
-const BinarySpec kMul{"mul", "MulBackward", TG_BINARY_FORMULA(mul(g, b)),
-                      TG_BINARY_FORMULA(mul(g, a)), kOther, kSelf, BinaryTaylor::kProduct};
-const BinarySpec kDiv{"div", "DivBackward", TG_BINARY_FORMULA(div(g, b)),
-                      TG_BINARY_FORMULA(neg(mul(g, div(a, square(b))))), kOther,
-                      kSelf | kOther, BinaryTaylor::kQuotient};
-const BinarySpec kPow{
-    "pow", "PowBackward",
-    TG_BINARY_FORMULA(where(eq(b, 0), zeros_like(g), mul(g, mul(b, pow(a, sub(b, 1)))))),
-    TG_BINARY_FORMULA(where(both(eq(a, 0), ge(b, 0)), zeros_like(g), mul(g, mul(r, log(a))))),
-    kSelf | kOther, kSelf | kOther | kResult, BinaryTaylor::kPower};
-const BinarySpec kMaximum{
-    "maximum", "MaximumBackward",
-    TG_BINARY_FORMULA(where(gt(a, b), g, where(eq(a, b), mul(g, 0.5), zeros_like(g)))),
-    TG_BINARY_FORMULA(where(lt(a, b), g, where(eq(a, b), mul(g, 0.5), zeros_like(g)))),
-    kSelf | kOther, kSelf | kOther};
-const BinarySpec kMinimum{
-    "minimum", "MinimumBackward",
-    TG_BINARY_FORMULA(where(lt(a, b), g, where(eq(a, b), mul(g, 0.5), zeros_like(g)))),
-    TG_BINARY_FORMULA(where(gt(a, b), g, where(eq(a, b), mul(g, 0.5), zeros_like(g)))),
-    kSelf | kOther, kSelf | kOther};
+const BinarySpec kAdd{"add", "AddBackward", TG_BINARY_FORMULA(g), TG_BINARY_FORMULA(alpha == 1 ? g : mul(g, alpha)),
+                      kNone, kNone};
+const BinarySpec kSub{
+    "sub", "SubBackward", TG_BINARY_FORMULA(g), TG_BINARY_FORMULA(alpha == 1 ? neg(g) : mul(g, -alpha)), kNone, kNone};
+const BinarySpec kMul{"mul",  "MulBackward", TG_BINARY_FORMULA(mul(g, b)), TG_BINARY_FORMULA(mul(g, a)),
+                      kOther, kSelf,         BinaryTaylor::kProduct};
+const BinarySpec kDiv{
+    "div",  "DivBackward",  TG_BINARY_FORMULA(div(g, b)), TG_BINARY_FORMULA(neg(mul(g, div(a, square(b))))),
+    kOther, kSelf | kOther, BinaryTaylor::kQuotient};
+const BinarySpec kPow{"pow",
+                      "PowBackward",
+                      TG_BINARY_FORMULA(where(eq(b, 0), zeros_like(g), mul(g, mul(b, pow(a, sub(b, 1)))))),
+                      TG_BINARY_FORMULA(where(both(eq(a, 0), ge(b, 0)), zeros_like(g), mul(g, mul(r, log(a))))),
+                      kSelf | kOther,
+                      kSelf | kOther | kResult,
+                      BinaryTaylor::kPower};
+// maximum and minimum: the gradient goes to the larger (smaller) operand,
+// split evenly at ties; `wins`/`loses` compare a with b.
+#define TG_EXTREMUM_SPEC(var, op, node, wins, loses)                                                          \
+  const BinarySpec var{op,                                                                                    \
+                       node,                                                                                  \
+                       TG_BINARY_FORMULA(where(wins(a, b), g, where(eq(a, b), mul(g, 0.5), zeros_like(g)))),  \
+                       TG_BINARY_FORMULA(where(loses(a, b), g, where(eq(a, b), mul(g, 0.5), zeros_like(g)))), \
+                       kSelf | kOther,                                                                        \
+                       kSelf | kOther};
+TG_EXTREMUM_SPEC(kMaximum, "maximum", "MaximumBackward", gt, lt)
+TG_EXTREMUM_SPEC(kMinimum, "minimum", "MinimumBackward", lt, gt)
+#undef TG_EXTREMUM_SPEC
 #undef TG_BINARY_FORMULA
 
-Tensor binary_taylor(const BinarySpec& spec, const Tensor& a, const Tensor& b, const Tensor& out,
-                     const Tensor& ta, const Tensor& tb) {
+Tensor binary_taylor(const BinarySpec& spec, const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& ta,
+                     const Tensor& tb) {
   if (spec.taylor == BinaryTaylor::kProduct) return jet_product(a, ta, b, tb, jet_mul);
   if (spec.taylor == BinaryTaylor::kQuotient) return tb.defined() ? jet_quotient(out, ta, b, tb) : Tensor();
   if (spec.taylor != BinaryTaylor::kPower) return Tensor();
@@ -450,7 +446,8 @@ Tensor binary_taylor(const BinarySpec& spec, const Tensor& a, const Tensor& b, c
     tl = jet_unary(ta, d);
   }
   Tensor tm = jet_product(b, tb, la, tl, jet_mul);
-  for (int j = 1; j <= K; ++j) d[size_t(j)] = out;
+  for (int j = 1; j <= K; ++j)
+    d[size_t(j)] = out;
   return jet_unary(tm, d);
 }
 
@@ -477,10 +474,12 @@ class WhereBackward final : public OpNode {
 // ---- public ops ----------------------------------------------------------------
 
 Tensor autograd::ops::add(const Tensor& a, const Tensor& b, Scalar alpha) {
-  return binary_op(a, b, kAdd, [&] { return raw::add(a, b, alpha); }, alpha.to_double());
+  return binary_op(
+      a, b, kAdd, [&] { return raw::add(a, b, alpha); }, alpha.to_double());
 }
 Tensor autograd::ops::sub(const Tensor& a, const Tensor& b, Scalar alpha) {
-  return binary_op(a, b, kSub, [&] { return raw::sub(a, b, alpha); }, alpha.to_double());
+  return binary_op(
+      a, b, kSub, [&] { return raw::sub(a, b, alpha); }, alpha.to_double());
 }
 Tensor autograd::ops::mul(const Tensor& a, const Tensor& b) {
   return binary_op(a, b, kMul, [&] { return raw::mul(a, b); });
@@ -505,25 +504,21 @@ Tensor autograd::ops::sub(const Tensor& a, Scalar b) {
   return unary_op(a, kAddScalar, [&](const Tensor& x) { return raw::sub(x, b); });
 }
 Tensor autograd::ops::mul(const Tensor& a, Scalar b) {
-  return unary_op(a, kMulScalar, [&](const Tensor& x) { return raw::mul(x, b); },
-                  {b.to_double(), 0});
+  return unary_op(a, kMulScalar, [&](const Tensor& x) { return raw::mul(x, b); }, {b.to_double(), 0});
 }
 Tensor autograd::ops::div(const Tensor& a, Scalar b) {
-  return unary_op(a, kMulScalar, [&](const Tensor& x) { return raw::div(x, b); },
-                  {1.0 / b.to_double(), 0});
+  return unary_op(a, kMulScalar, [&](const Tensor& x) { return raw::div(x, b); }, {1.0 / b.to_double(), 0});
 }
 Tensor autograd::ops::pow(const Tensor& a, Scalar e) {
-  return unary_op(a, kPowScalar, [&](const Tensor& x) { return raw::pow(x, e); },
-                  {e.to_double(), 0});
+  return unary_op(a, kPowScalar, [&](const Tensor& x) { return raw::pow(x, e); }, {e.to_double(), 0});
 }
 Tensor autograd::ops::pow(Scalar base, const Tensor& e) {
-  return unary_op(e, kPowScalarBase, [&](const Tensor& x) { return raw::pow(base, x); },
-                  {base.to_double(), 0});
+  return unary_op(e, kPowScalarBase, [&](const Tensor& x) { return raw::pow(base, x); }, {base.to_double(), 0});
 }
 
 // The plain unary ops of unary.def, recorded with their spec above.
-#define TG_UNARY(name, Kernel, ...)                                            \
-  Tensor autograd::ops::name(const Tensor& x) {                                \
+#define TG_UNARY(name, Kernel, ...)                                              \
+  Tensor autograd::ops::name(const Tensor& x) {                                  \
     return unary_op(x, k##Kernel, [](const Tensor& t) { return raw::name(t); }); \
   }
 #include <tapegrad/tensor/unary.def>
@@ -534,9 +529,7 @@ Tensor autograd::ops::gelu(const Tensor& x, const std::string& approximate) {
                   [&](const Tensor& t) { return raw::gelu(t, approximate); });
 }
 Tensor autograd::ops::softplus(const Tensor& x, double beta, double threshold) {
-  return unary_op(x, kSoftplus,
-                  [&](const Tensor& t) { return raw::softplus(t, beta, threshold); },
-                  {beta, threshold});
+  return unary_op(x, kSoftplus, [&](const Tensor& t) { return raw::softplus(t, beta, threshold); }, {beta, threshold});
 }
 Tensor autograd::ops::clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   const UnarySpec& spec = lo && hi ? kClampBoth : lo ? kClampLo : kClampHi;
@@ -545,9 +538,9 @@ Tensor autograd::ops::clamp(const Tensor& x, std::optional<Scalar> lo, std::opti
 }
 
 Tensor autograd::ops::where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  Tensor out = !should_record({&a, &b}) ? run_raw([&] { return raw::where(cond, a, b); })
-                                        : finish(run_raw([&] { return raw::where(cond, a, b); }),
-                                                 make_node<WhereBackward>({&a, &b}, cond));
+  Tensor out = !should_record({&a, &b})
+                   ? run_raw([&] { return raw::where(cond, a, b); })
+                   : finish(run_raw([&] { return raw::where(cond, a, b); }), make_node<WhereBackward>({&a, &b}, cond));
   if (fw_any({&a, &b})) {  // the tangent of the branch taken
     const Tensor ta = fw_pad(fw_t(a), out.dim()), tb = fw_pad(fw_t(b), out.dim());
     fw_rule(out, [&] { return tg::where(cond, ta.defined() ? ta : zeros_like(a), tb.defined() ? tb : zeros_like(b)); });
@@ -585,8 +578,7 @@ Tensor composite_top_order(const Tensor& x, Activation act) {
       Tensor u = mul(s, sub(ones_like(s), s)), a = sub(ones_like(s), mul(s, 2.0));
       if (act == Activation::Sigmoid) return mul(mul(u, a), sub(square(a), mul(u, 8.0)));
       Tensor xa = mul(x, a);
-      return mul(u, sub(add(mul(square(a), 4.0), mul(xa, square(a))),
-                        add(mul(mul(xa, u), 8.0), mul(u, 8.0))));
+      return mul(u, sub(add(mul(square(a), 4.0), mul(xa, square(a))), add(mul(mul(xa, u), 8.0), mul(u, 8.0))));
     }
     case Activation::Tanh: {
       Tensor t = tanh(x), t2 = square(t);
@@ -604,11 +596,9 @@ Tensor activation_grad_beyond(const Tensor& g, const Tensor& x, Activation act, 
   Tensor deriv;
   {
     EnableGradGuard on;
-    Tensor prev = order - 1 == kernels::kMaxFusedActivationOrder
-                      ? composite_top_order(xin, act)
-                      : activation_grad(ones_like(xin), xin, act, order - 1);
-    if (prev.requires_grad())
-      deriv = autograd::grad({prev}, {xin}, {ones_like(prev)}, true, keep, true)[0];
+    Tensor prev = order - 1 == kernels::kMaxFusedActivationOrder ? composite_top_order(xin, act)
+                                                                 : activation_grad(ones_like(xin), xin, act, order - 1);
+    if (prev.requires_grad()) deriv = autograd::grad({prev}, {xin}, {ones_like(prev)}, true, keep, true)[0];
   }
   if (!deriv.defined()) deriv = zeros_like(xin);
   return mul(g, deriv);
@@ -629,8 +619,7 @@ class ActivationGradBackward final : public OpNode {
       else if (!autograd::is_grad_enabled() && order_ + 1 <= kernels::kMaxFusedActivationOrder)
         // Not recorded (the last backward of a chain): the mul fused in.
         out[1] = tg::detail::activation_grad_product(gg, g_.unpack(this, "g"), x, act_, order_ + 1);
-      else
-        out[1] = activation_grad(mul(gg, g_.unpack(this, "g")), x, act_, order_ + 1);
+      else out[1] = activation_grad(mul(gg, g_.unpack(this, "g")), x, act_, order_ + 1);
     }
     return out;
   }

@@ -18,14 +18,15 @@ class CatBackward final : public OpNode {
  public:
   CatBackward(bool stack, int64_t dim, IntList lengths)
       : OpNode(stack ? "stack" : "cat", stack ? "StackBackward" : "CatBackward"),
-        stack_(stack), dim_(dim), lengths_(std::move(lengths)) {}
+        stack_(stack),
+        dim_(dim),
+        lengths_(std::move(lengths)) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(lengths_.size());
     const Tensor& g = grads[0];
     int64_t off = 0;
     for (size_t i = 0; i < lengths_.size(); ++i) {
-      if (should_compute_output(i))
-        out[i] = stack_ ? g.select(dim_, int64_t(i)) : g.narrow(dim_, off, lengths_[i]);
+      if (should_compute_output(i)) out[i] = stack_ ? g.select(dim_, int64_t(i)) : g.narrow(dim_, off, lengths_[i]);
       off += lengths_[i];
     }
     return out;
@@ -43,11 +44,16 @@ class IndexBackward final : public OpNode {
  public:
   enum Kind { IndexSelect, Gather, ScatterAdd };
   IndexBackward(Kind kind, int64_t dim, Tensor index, IntList sizes)
-      : OpNode(kind == IndexSelect ? "index_select" : kind == Gather ? "gather" : "scatter_add",
+      : OpNode(kind == IndexSelect ? "index_select"
+               : kind == Gather    ? "gather"
+                                   : "scatter_add",
                kind == IndexSelect ? "IndexSelectBackward"
                : kind == Gather    ? "GatherBackward"
                                    : "ScatterAddBackward"),
-        kind_(kind), dim_(dim), index_(index, false), sizes_(std::move(sizes)) {}
+        kind_(kind),
+        dim_(dim),
+        index_(index, false),
+        sizes_(std::move(sizes)) {}
   variable_list apply(variable_list&& grads) override {
     const Tensor& g = grads[0];
     // Version-checked: an index changed in place after the forward would
@@ -113,7 +119,8 @@ Tensor autograd::ops::cat(const std::vector<Tensor>& ts, int64_t dim) {
   if (should_record(ts)) {
     int64_t d = wrap(dim, out.dim());
     IntList lengths;
-    for (const Tensor& t : ts) lengths.push_back(t.dim() == 0 ? 0 : t.size(d));
+    for (const Tensor& t : ts)
+      lengths.push_back(t.dim() == 0 ? 0 : t.size(d));
     out = finish(out, make_node<CatBackward>(ts, false, d, std::move(lengths)));
   }
   if (fw) {
@@ -142,8 +149,8 @@ Tensor autograd::ops::index_select(const Tensor& x, int64_t dim, const Tensor& i
   if (!should_record({&x}) && !fw_any({&x})) return raw::index_select(x, dim, index);
   Tensor out = run_raw([&] { return raw::index_select(x, dim, index); });
   if (should_record({&x}))
-    out = finish(out, make_node<IndexBackward>({&x}, IndexBackward::IndexSelect,
-                                               x.dim() == 0 ? 0 : wrap(dim, x.dim()), index, x.sizes()));
+    out = finish(out, make_node<IndexBackward>({&x}, IndexBackward::IndexSelect, x.dim() == 0 ? 0 : wrap(dim, x.dim()),
+                                               index, x.sizes()));
   return fw_linear(out, x, [&](const Tensor& t) {
     if (x.dim() == 0) return t.clone();  // the one element
     return tg::index_select(t, fw_dim(dim, x.dim()), index);
@@ -154,11 +161,9 @@ Tensor autograd::ops::gather(const Tensor& x, int64_t dim, const Tensor& index) 
   if (!should_record({&x}) && !fw_any({&x})) return raw::gather(x, dim, index);
   Tensor out = run_raw([&] { return raw::gather(x, dim, index); });
   if (should_record({&x}))
-    out = finish(out, make_node<IndexBackward>({&x}, IndexBackward::Gather,
-                                               x.dim() == 0 ? 0 : wrap(dim, x.dim()), index, x.sizes()));
-  return fw_linear(out, x, [&](const Tensor& t) {
-    return tg::gather(t, fw_dim(dim, x.dim()), batched_index(index));
-  });
+    out = finish(out, make_node<IndexBackward>({&x}, IndexBackward::Gather, x.dim() == 0 ? 0 : wrap(dim, x.dim()),
+                                               index, x.sizes()));
+  return fw_linear(out, x, [&](const Tensor& t) { return tg::gather(t, fw_dim(dim, x.dim()), batched_index(index)); });
 }
 
 // scatter_add is linear in (x, src) jointly.

@@ -20,8 +20,7 @@ namespace {
 class GemmBackward final : public OpNode {
  public:
   explicit GemmBackward(bool batched)
-      : OpNode(batched ? "bmm" : "mm", batched ? "BmmBackward" : "MmBackward"),
-        batched_(batched) {}
+      : OpNode(batched ? "bmm" : "mm", batched ? "BmmBackward" : "MmBackward"), batched_(batched) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(2);
     const Tensor& g = grads[0];
@@ -165,12 +164,12 @@ Tensor autograd::ops::matmul(const Tensor& a, const Tensor& b) {
   }
   if (!should_record({&a, &b}) && !fw_any({&a, &b})) return raw::matmul(a, b);
   int64_t da = a.dim(), db = b.dim();
-  TG_CHECK(da >= 1 && db >= 1, "matmul: both arguments need at least 1 dimension, got ",
-           shape_str(a.sizes()), " and ", shape_str(b.sizes()));
+  TG_CHECK(da >= 1 && db >= 1, "matmul: both arguments need at least 1 dimension, got ", shape_str(a.sizes()), " and ",
+           shape_str(b.sizes()));
   int64_t ka = a.size(-1);
   int64_t kb = db == 1 ? b.size(0) : b.size(-2);
-  TG_CHECK(ka == kb, "matmul: cannot multiply ", shape_str(a.sizes()), " by ",
-           shape_str(b.sizes()), " (", ka, " != ", kb, ")");
+  TG_CHECK(ka == kb, "matmul: cannot multiply ", shape_str(a.sizes()), " by ", shape_str(b.sizes()), " (", ka,
+           " != ", kb, ")");
   if (da == 1 && db == 1) return tg::mm(a.view({1, ka}), b.view({ka, 1})).view({});
   if (da == 2 && db == 2) return tg::mm(a, b);
   if (da == 1 && db == 2) return tg::mm(a.unsqueeze(0), b).squeeze(0);

@@ -10,8 +10,7 @@
 namespace tg::autograd::ops {
 #define TG_D(...)
 #define TG_OP0(ret, name, id, form) TG_IF_AUTOGRAD_##form(ret name(const Tensor& self);)
-#define TG_OP(ret, name, id, extras, args, form) \
-  TG_IF_AUTOGRAD_##form(ret name(const Tensor& self, TG_UNPAREN extras);)
+#define TG_OP(ret, name, id, extras, args, form) TG_IF_AUTOGRAD_##form(ret name(const Tensor& self, TG_UNPAREN extras);)
 #define TG_FN(ret, name, id, params, args, form) TG_IF_AUTOGRAD_##form(ret name params;)
 #include <tapegrad/tensor/ops.def>
 #undef TG_FN

@@ -40,17 +40,18 @@ std::shared_ptr<N> make_node(std::initializer_list<const Tensor*> inputs, Args&&
   auto node = std::make_shared<N>(std::forward<Args>(args)...);
   edge_list edges;
   edges.reserve(inputs.size());
-  for (const Tensor* t : inputs) edges.push_back(impl::gradient_edge(*t));
+  for (const Tensor* t : inputs)
+    edges.push_back(impl::gradient_edge(*t));
   node->set_next_edges(std::move(edges));
   return node;
 }
 
-template <class N, class... Args>
-std::shared_ptr<N> make_node(const std::vector<Tensor>& inputs, Args&&... args) {
+template <class N, class... Args> std::shared_ptr<N> make_node(const std::vector<Tensor>& inputs, Args&&... args) {
   auto node = std::make_shared<N>(std::forward<Args>(args)...);
   edge_list edges;
   edges.reserve(inputs.size());
-  for (const Tensor& t : inputs) edges.push_back(impl::gradient_edge(t));
+  for (const Tensor& t : inputs)
+    edges.push_back(impl::gradient_edge(t));
   node->set_next_edges(std::move(edges));
   return node;
 }
@@ -58,8 +59,7 @@ std::shared_ptr<N> make_node(const std::vector<Tensor>& inputs, Args&&... args) 
 // Runs the raw op with grad mode and forward mode off, so that method calls
 // inside the raw layer (views, casts) on inputs that require grad or carry
 // tangents neither record nor push tangents.
-template <class F>
-Tensor run_raw(F&& f) {
+template <class F> Tensor run_raw(F&& f) {
   AutoGradMode no_grad(false);
   forward_ad::detail::Suspend no_tangents;
   return f();
@@ -130,8 +130,7 @@ inline Tensor fw_add(const Tensor& a, const Tensor& b) {
 }
 // Sets out's tangent to rule(), run with forward mode paused (the rule's own
 // ops push no tangents; read the inputs' tangents before).
-template <class F>
-void fw_rule(const Tensor& out, F&& rule) {
+template <class F> void fw_rule(const Tensor& out, F&& rule) {
   Tensor t;
   {
     forward_ad::detail::Suspend pause;
@@ -141,8 +140,7 @@ void fw_rule(const Tensor& out, F&& rule) {
 }
 // For an op linear in `self` (views, copies, sums): out's tangent is the op
 // applied to self's tangent (`op` is the differentiable op).
-template <class F>
-Tensor fw_linear(Tensor out, const Tensor& self, F&& op) {
+template <class F> Tensor fw_linear(Tensor out, const Tensor& self, F&& op) {
   if (forward_ad::is_active())
     if (Tensor t = fw_t(self); t.defined()) fw_rule(out, [&] { return op(t); });
   return out;
@@ -166,8 +164,7 @@ namespace tg::autograd::impl {
 // Differentiable sparse pieces (autograd/ops/sparse.cpp): sparse_coo_tensor
 // without the index checks (for gradients built on indices known to be
 // valid), and the sparse forms that sum, mm and matmul route to.
-Tensor sparse_coo_unchecked(const Tensor& indices, const Tensor& values, const IntList& sizes,
-                            bool coalesced = false);
+Tensor sparse_coo_unchecked(const Tensor& indices, const Tensor& values, const IntList& sizes, bool coalesced = false);
 Tensor sparse_sum(const Tensor& s);
 Tensor sparse_mm(const Tensor& s, const Tensor& dense, const char* op = "mm");
 }  // namespace tg::autograd::impl

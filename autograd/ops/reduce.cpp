@@ -19,11 +19,13 @@ namespace {
 IntList reduced_dims(const IntList& dims, int64_t ndim) {
   IntList out;
   if (dims.empty()) {
-    for (int64_t d = 0; d < ndim; ++d) out.push_back(d);
+    for (int64_t d = 0; d < ndim; ++d)
+      out.push_back(d);
     return out;
   }
   int64_t n = std::max<int64_t>(ndim, 1);
-  for (int64_t d : dims) out.push_back(d < 0 ? d + n : d);
+  for (int64_t d : dims)
+    out.push_back(d < 0 ? d + n : d);
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   if (ndim == 0) out.clear();
@@ -34,17 +36,16 @@ IntList reduced_dims(const IntList& dims, int64_t ndim) {
 Tensor unsqueeze_reduced(const Tensor& g, const IntList& dims, bool keepdim) {
   if (keepdim) return g;
   Tensor r = g;
-  for (int64_t d : dims) r = r.unsqueeze(d);
+  for (int64_t d : dims)
+    r = r.unsqueeze(d);
   return r;
 }
 
 class ReduceBackward final : public OpNode {
  public:
   enum Kind { Sum, Mean, Extreme };
-  ReduceBackward(const char* op, const char* name, Kind kind, IntList sizes, IntList dims,
-                 bool keepdim)
-      : OpNode(op, name), kind_(kind), sizes_(std::move(sizes)), dims_(std::move(dims)),
-        keepdim_(keepdim) {}
+  ReduceBackward(const char* op, const char* name, Kind kind, IntList sizes, IntList dims, bool keepdim)
+      : OpNode(op, name), kind_(kind), sizes_(std::move(sizes)), dims_(std::move(dims)), keepdim_(keepdim) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
     if (!should_compute_output(0)) return out;
@@ -53,7 +54,8 @@ class ReduceBackward final : public OpNode {
       out[0] = g.expand(sizes_);
     } else if (kind_ == Mean) {
       int64_t count = 1;
-      for (int64_t d : dims_) count *= sizes_[d];
+      for (int64_t d : dims_)
+        count *= sizes_[d];
       out[0] = div(g, double(count)).expand(sizes_);
     } else {
       Tensor x = self_.unpack(this, "self");
@@ -77,12 +79,11 @@ class ReduceBackward final : public OpNode {
 };
 
 template <class F>
-Tensor reduce_op(const Tensor& x, const char* op, const char* name, ReduceBackward::Kind kind,
-                 const IntList& dims, bool keepdim, F&& raw_fn) {
+Tensor reduce_op(const Tensor& x, const char* op, const char* name, ReduceBackward::Kind kind, const IntList& dims,
+                 bool keepdim, F&& raw_fn) {
   if (!should_record({&x})) return run_raw(raw_fn);
   Tensor out = run_raw(raw_fn);  // checks dims before the node is built
-  auto node = make_node<ReduceBackward>({&x}, op, name, kind, x.sizes(),
-                                        reduced_dims(dims, x.dim()), keepdim);
+  auto node = make_node<ReduceBackward>({&x}, op, name, kind, x.sizes(), reduced_dims(dims, x.dim()), keepdim);
   if (kind == ReduceBackward::Extreme) node->self_ = SavedVariable(x, false);
   out = finish(out, node);
   if (kind == ReduceBackward::Extreme) node->result_ = SavedVariable(out, true);
@@ -99,7 +100,8 @@ Tensor reduce_tangent(const Tensor& t, const Tensor& x, const IntList& dims, boo
   if (fw_batch() == 0) return dims.empty() && !keepdim ? op(t, IntList{}, false, true) : op(t, dims, keepdim, false);
   IntList rd = reduced_dims(dims, x.dim());
   if (rd.empty()) return t.clone();  // a 0-dim x: nothing to reduce
-  for (int64_t& d : rd) d += 1;
+  for (int64_t& d : rd)
+    d += 1;
   return op(t, rd, keepdim, false);
 }
 Tensor sum_op(const Tensor& t, const IntList& dims, bool keepdim, bool all) {
@@ -112,9 +114,8 @@ Tensor mean_op(const Tensor& t, const IntList& dims, bool keepdim, bool all) {
 
 Tensor autograd::ops::sum(const Tensor& x) {
   if (x.defined() && x.is_sparse()) return autograd::impl::sparse_sum(x);
-  return fw_linear(reduce_op(x, "sum", "SumBackward", ReduceBackward::Sum, {}, false,
-                             [&] { return raw::sum(x); }),
-                   x, [&](const Tensor& t) { return reduce_tangent(t, x, {}, false, sum_op); });
+  return fw_linear(reduce_op(x, "sum", "SumBackward", ReduceBackward::Sum, {}, false, [&] { return raw::sum(x); }), x,
+                   [&](const Tensor& t) { return reduce_tangent(t, x, {}, false, sum_op); });
 }
 Tensor autograd::ops::sum(const Tensor& x, const IntList& dims, bool keepdim) {
   return fw_linear(reduce_op(x, "sum", "SumBackward", ReduceBackward::Sum, dims, keepdim,
@@ -122,8 +123,7 @@ Tensor autograd::ops::sum(const Tensor& x, const IntList& dims, bool keepdim) {
                    x, [&](const Tensor& t) { return reduce_tangent(t, x, dims, keepdim, sum_op); });
 }
 Tensor autograd::ops::mean(const Tensor& x) {
-  return fw_linear(reduce_op(x, "mean", "MeanBackward", ReduceBackward::Mean, {}, false,
-                             [&] { return raw::mean(x); }),
+  return fw_linear(reduce_op(x, "mean", "MeanBackward", ReduceBackward::Mean, {}, false, [&] { return raw::mean(x); }),
                    x, [&](const Tensor& t) { return reduce_tangent(t, x, {}, false, mean_op); });
 }
 Tensor autograd::ops::mean(const Tensor& x, const IntList& dims, bool keepdim) {
@@ -136,8 +136,7 @@ namespace {
 // amax/amin: the tangent is the mean of x's tangent over the extreme
 // elements (ties share it, as the gradient).
 template <class F>
-Tensor extreme(const Tensor& x, const char* op, const char* name, const IntList& dims, bool keepdim,
-               F&& raw_fn) {
+Tensor extreme(const Tensor& x, const char* op, const char* name, const IntList& dims, bool keepdim, F&& raw_fn) {
   Tensor out = reduce_op(x, op, name, ReduceBackward::Extreme, dims, keepdim, raw_fn);
   if (fw_any({&x})) {
     const Tensor t = fw_t(x);
@@ -145,8 +144,9 @@ Tensor extreme(const Tensor& x, const char* op, const char* name, const IntList&
       IntList rd = reduced_dims(dims, x.dim());
       Tensor mask = raw::to(eq(x, unsqueeze_reduced(out.detach(), rd, keepdim)), x.dtype());
       if (rd.empty()) return mul(t, mask);  // 0-dim x
-      IntList td = rd;  // the tangent's dims (past a batch dim)
-      for (int64_t& d : td) d = fw_dim(d, x.dim());
+      IntList td = rd;                      // the tangent's dims (past a batch dim)
+      for (int64_t& d : td)
+        d = fw_dim(d, x.dim());
       return div(sum(mul(t, mask), td, keepdim), raw::sum(mask, rd, keepdim));
     });
   }

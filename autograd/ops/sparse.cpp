@@ -31,7 +31,8 @@ class SparseCooTensorBackward final : public OpNode {
  public:
   SparseCooTensorBackward(Tensor indices, IntList sizes)
       : OpNode("sparse_coo_tensor", "SparseCooTensorBackward"),
-        indices_(std::move(indices)), sizes_(std::move(sizes)) {}
+        indices_(std::move(indices)),
+        sizes_(std::move(sizes)) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
     if (!should_compute_output(0)) return out;
@@ -70,12 +71,13 @@ class SparseCooTensorBackward final : public OpNode {
 class SparseValuesBackward final : public OpNode {
  public:
   SparseValuesBackward(Tensor indices, IntList sizes, bool coalesced)
-      : OpNode("values", "ValuesBackward"), indices_(std::move(indices)), sizes_(std::move(sizes)),
+      : OpNode("values", "ValuesBackward"),
+        indices_(std::move(indices)),
+        sizes_(std::move(sizes)),
         coalesced_(coalesced) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
-    if (should_compute_output(0))
-      out[0] = autograd::impl::sparse_coo_unchecked(indices_, grads[0], sizes_, coalesced_);
+    if (should_compute_output(0)) out[0] = autograd::impl::sparse_coo_unchecked(indices_, grads[0], sizes_, coalesced_);
     return out;
   }
   void release_variables() override { indices_ = Tensor(); }
@@ -105,11 +107,12 @@ class SparseSumBackward final : public OpNode {
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
     if (!should_compute_output(0)) return out;
-    TG_CHECK(s_.defined(), "SparseSumBackward: trying to backward through the graph a second "
+    TG_CHECK(s_.defined(),
+             "SparseSumBackward: trying to backward through the graph a second "
              "time; specify retain_graph=true on the first backward");
     Tensor c = raw::coalesce(s_);
-    out[0] = autograd::impl::sparse_coo_unchecked(
-        raw::sparse_indices(c), grads[0].expand(raw::sparse_values(c).sizes()), c.sizes(), true);
+    out[0] = autograd::impl::sparse_coo_unchecked(raw::sparse_indices(c),
+                                                  grads[0].expand(raw::sparse_values(c).sizes()), c.sizes(), true);
     return out;
   }
   void release_variables() override { s_ = Tensor(); }
@@ -149,10 +152,11 @@ class SparseMmBackward final : public OpNode {
 class SelectRowsBackward final : public OpNode {
  public:
   SelectRowsBackward(const char* op, Tensor index, IntList sizes, bool sparse)
-      : OpNode(op, std::string(op) == "embedding"
-                       ? (sparse ? "EmbeddingSparseBackward" : "EmbeddingBackward")
-                       : "IndexSelectSparseBackward"),
-        index_(index, false), sizes_(std::move(sizes)), sparse_(sparse) {}
+      : OpNode(op, std::string(op) == "embedding" ? (sparse ? "EmbeddingSparseBackward" : "EmbeddingBackward")
+                                                  : "IndexSelectSparseBackward"),
+        index_(index, false),
+        sizes_(std::move(sizes)),
+        sparse_(sparse) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
     if (!should_compute_output(0)) return out;
@@ -181,7 +185,8 @@ class SelectRowsBackward final : public OpNode {
 Tensor select_rows(const Tensor& x, const Tensor& index, bool sparse, const char* op) {
   TG_CHECK(index.defined() && index.dim() == 1, op, ": expected a 1-D index, got ",
            index.defined() ? shape_str(index.sizes()) : std::string("an undefined tensor"));
-  TG_CHECK(x.defined() && x.dim() >= 1, op, ": expected a tensor with at least one dim to "
+  TG_CHECK(x.defined() && x.dim() >= 1, op,
+           ": expected a tensor with at least one dim to "
            "select rows from");
   // Errors of the row lookup name the op the caller called (embedding).
   auto rows = [&] {
@@ -210,13 +215,11 @@ Tensor unary_sparse_op(const Tensor& x, F&& raw_fn, T&& tangent_fn, Args&&... ar
 
 // sparse_coo_tensor is linear in its values: the tangent is the sparse
 // tensor of the values' tangent on the same indices.
-Tensor sparse_of_values(const Tensor& indices, const Tensor& values, const IntList& sizes, bool check,
-                        bool coalesced) {
+Tensor sparse_of_values(const Tensor& indices, const Tensor& values, const IntList& sizes, bool check, bool coalesced) {
   auto raw_fn = [&] { return raw::sparse_coo_tensor(indices, values, sizes, check, coalesced); };
   if (!should_record({&values}) && !fw_any({&values})) return raw_fn();
   Tensor out = run_raw(raw_fn);
-  if (should_record({&values}))
-    out = finish(out, make_node<SparseCooTensorBackward>({&values}, indices, sizes));
+  if (should_record({&values})) out = finish(out, make_node<SparseCooTensorBackward>({&values}, indices, sizes));
   return fw_linear(out, values, [&](const Tensor& t) {
     TG_CHECK(fw_batch() == 0, "sparse_coo_tensor: sparse tensors take no batched tangents (the values carry ",
              fw_batch(), " directions); use an unbatched forward_ad::dual_level");
@@ -227,8 +230,7 @@ Tensor sparse_of_values(const Tensor& indices, const Tensor& values, const IntLi
 }  // namespace
 
 namespace autograd::impl {
-Tensor sparse_coo_unchecked(const Tensor& indices, const Tensor& values, const IntList& sizes,
-                            bool coalesced) {
+Tensor sparse_coo_unchecked(const Tensor& indices, const Tensor& values, const IntList& sizes, bool coalesced) {
   return sparse_of_values(indices, values, sizes, false, coalesced);
 }
 }  // namespace autograd::impl
@@ -238,17 +240,17 @@ Tensor autograd::ops::sparse_coo_tensor(const Tensor& indices, const Tensor& val
 }
 
 Tensor autograd::ops::coalesce(const Tensor& s) {
-  return unary_sparse_op<SparseIdentityBackward>(s, [&] { return raw::coalesce(s); },
-                                                 [](const Tensor& t) { return tg::coalesce(t); }, "coalesce",
-                                                 "CoalesceBackward");
+  return unary_sparse_op<SparseIdentityBackward>(
+      s, [&] { return raw::coalesce(s); }, [](const Tensor& t) { return tg::coalesce(t); }, "coalesce",
+      "CoalesceBackward");
 }
 
 Tensor autograd::ops::to_dense(const Tensor& x) {
   TG_CHECK(x.defined(), "to_dense: input is an undefined tensor");
   if (!x.is_sparse()) return x;
-  return unary_sparse_op<SparseIdentityBackward>(x, [&] { return raw::to_dense(x); },
-                                                 [](const Tensor& t) { return tg::to_dense(t); }, "to_dense",
-                                                 "ToDenseBackward");
+  return unary_sparse_op<SparseIdentityBackward>(
+      x, [&] { return raw::to_dense(x); }, [](const Tensor& t) { return tg::to_dense(t); }, "to_dense",
+      "ToDenseBackward");
 }
 
 Tensor autograd::ops::_values(const Tensor& self) {
@@ -256,24 +258,24 @@ Tensor autograd::ops::_values(const Tensor& self) {
   if (!should_record({&self}) && !fw_any({&self})) return v;
   v = raw::detach(v);
   if (should_record({&self}))
-    v = finish(v, make_node<SparseValuesBackward>({&self}, raw::sparse_indices(self), self.sizes(),
-                                                  self.is_coalesced()));
+    v = finish(v,
+               make_node<SparseValuesBackward>({&self}, raw::sparse_indices(self), self.sizes(), self.is_coalesced()));
   // Entry by entry: the tangent is sparse on the same indices (the tangent
   // of sparse_coo_tensor and of coalesce is).
   return fw_linear(v, self, [](const Tensor& t) { return t._values(); });
 }
 
 Tensor autograd::ops::values(const Tensor& self) {
-  TG_CHECK(self.is_coalesced(), "values: the sparse tensor (shape ", shape_str(self.sizes()),
-           ", nnz ", self.nnz(), ") is not coalesced; call .coalesce() first, or use ._values() "
+  TG_CHECK(self.is_coalesced(), "values: the sparse tensor (shape ", shape_str(self.sizes()), ", nnz ", self.nnz(),
+           ") is not coalesced; call .coalesce() first, or use ._values() "
            "for the values as stored");
   return _values(self);
 }
 
 namespace autograd::impl {
 Tensor sparse_sum(const Tensor& s) {
-  return unary_sparse_op<SparseSumBackward>(s, [&] { return raw::sparse_sum(s); },
-                                            [](const Tensor& t) { return tg::sum(t); }, raw::detach(s));
+  return unary_sparse_op<SparseSumBackward>(
+      s, [&] { return raw::sparse_sum(s); }, [](const Tensor& t) { return tg::sum(t); }, raw::detach(s));
 }
 
 Tensor sparse_mm(const Tensor& s, const Tensor& d, const char* op) {
@@ -304,8 +306,10 @@ Tensor autograd::ops::embedding(const Tensor& weight, const Tensor& indices, boo
 
 Tensor autograd::ops::index_select(const Tensor& x, int64_t dim, const Tensor& index, bool sparse_grad) {
   if (!sparse_grad) return tg::index_select(x, dim, index);
-  TG_CHECK(x.defined() && (dim == 0 || dim == -x.dim()), "index_select: a sparse gradient "
-           "is available for dim 0 only (rows), got dim ", dim);
+  TG_CHECK(x.defined() && (dim == 0 || dim == -x.dim()),
+           "index_select: a sparse gradient "
+           "is available for dim 0 only (rows), got dim ",
+           dim);
   return select_rows(x, index, true, "index_select");
 }
 

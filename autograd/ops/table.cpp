@@ -25,17 +25,11 @@ bool has_tangent(const std::vector<Tensor>& ts) {
     if (has_tangent(t)) return true;
   return false;
 }
-template <class T>
-bool has_tangent(const T&) {
-  return false;
-}
+template <class T> bool has_tangent(const T&) { return false; }
 
 bool output_ok(const Tensor& o) { return !o.defined() || !o.is_floating_point() || has_tangent(o); }
 bool output_ok(const TensorPair& p) { return output_ok(std::get<0>(p)) && output_ok(std::get<1>(p)); }
-template <class T>
-bool output_ok(const T&) {
-  return true;
-}
+template <class T> bool output_ok(const T&) { return true; }
 
 // Ops called inside an op (composites) are checked through the outer one.
 thread_local int t_fw_depth = 0;
@@ -53,7 +47,8 @@ decltype(auto) fw_checked(const char* op, F&& f, const In0& in0, const In&... in
     ~Depth() { --t_fw_depth; }
   } depth;
   R out = f();
-  TG_CHECK(output_ok(out), op, ": no forward-mode (tangent) rule yet; an input carries a tangent "
+  TG_CHECK(output_ok(out), op,
+           ": no forward-mode (tangent) rule yet; an input carries a tangent "
            "(forward_ad::make_dual) and its derivative would be lost. Compute this step outside the dual "
            "level, or use reverse mode (grad, vjp) for it");
   return out;
@@ -61,18 +56,20 @@ decltype(auto) fw_checked(const char* op, F&& f, const In0& in0, const In&... in
 
 namespace ops = autograd::ops;
 #define TG_D(...)
-#define TG_OP0(ret, name, id, form)                                                            \
-  TG_IF_RECORDED_##form(ret fw_##id(const Tensor& self) {                                    \
-    return fw_checked(#name, [&]() -> ret { return ops::name(self); }, self);                \
+#define TG_OP0(ret, name, id, form)                             \
+  TG_IF_RECORDED_##form(ret fw_##id(const Tensor& self) {       \
+    return fw_checked(                                          \
+        #name, [&]() -> ret { return ops::name(self); }, self); \
   })
-#define TG_OP(ret, name, id, extras, args, form)                                               \
-  TG_IF_RECORDED_##form(ret fw_##id(const Tensor& self, TG_UNPAREN extras) {                 \
-    return fw_checked(#name, [&]() -> ret { return ops::name(self, TG_UNPAREN args); }, self, \
-                      TG_UNPAREN args);                                                        \
+#define TG_OP(ret, name, id, extras, args, form)                                                  \
+  TG_IF_RECORDED_##form(ret fw_##id(const Tensor& self, TG_UNPAREN extras) {                      \
+    return fw_checked(                                                                            \
+        #name, [&]() -> ret { return ops::name(self, TG_UNPAREN args); }, self, TG_UNPAREN args); \
   })
-#define TG_FN(ret, name, id, params, args, form)                                               \
-  TG_IF_RECORDED_##form(ret fw_##id params {                                                 \
-    return fw_checked(#name, [&]() -> ret { return ops::name(TG_UNPAREN args); }, TG_UNPAREN args); \
+#define TG_FN(ret, name, id, params, args, form)                                      \
+  TG_IF_RECORDED_##form(ret fw_##id params {                                          \
+    return fw_checked(                                                                \
+        #name, [&]() -> ret { return ops::name(TG_UNPAREN args); }, TG_UNPAREN args); \
   })
 #include <tapegrad/tensor/ops.def>
 #undef TG_FN
@@ -88,9 +85,8 @@ extern "C" const tg::detail::OpTable* tapegrad_autograd_ops() {
   using namespace tg;
   static const tg::detail::OpTable table = [] {
     tg::detail::OpTable t;
-#define TG_OP0(ret, name, id, form)                                                       \
-  TG_IF_ACCESSOR_##form(t.id = static_cast<decltype(t.id)>(&ops::name);)                \
-  TG_IF_RECORDED_##form(t.id = &fw_##id;)
+#define TG_OP0(ret, name, id, form) \
+  TG_IF_ACCESSOR_##form(t.id = static_cast<decltype(t.id)>(&ops::name);) TG_IF_RECORDED_##form(t.id = &fw_##id;)
 #define TG_OP(ret, name, id, extras, args, form) TG_OP0(ret, name, id, form)
 #define TG_FN(ret, name, id, params, args, form) TG_OP0(ret, name, id, form)
 #include <tapegrad/tensor/ops.def>

@@ -39,8 +39,8 @@ struct PairTensors {
   Tensor ia, ib;        // Int64 [P]
   bool a_iota = false;  // pair_a is 0..P-1 (no gather needed)
   bool b_iota = false;
-  Tensor weight;        // [P] (undefined: all 1)
-  Tensor groups;        // [Q, P] 0/1 (undefined: one pair per group, or one group)
+  Tensor weight;  // [P] (undefined: all 1)
+  Tensor groups;  // [Q, P] 0/1 (undefined: one pair per group, or one group)
 };
 thread_local PairTensors t_pairs;
 
@@ -56,11 +56,13 @@ const PairTensors& pair_tensors(const TaylorLayout& l, const Tensor& like) {
   p.ia = tg::detail::index_tensor(l.pair_a, like.device());
   p.ib = tg::detail::index_tensor(l.pair_b, like.device());
   bool unit = true;
-  for (double w : l.pair_weight) unit = unit && w == 1.0;
+  for (double w : l.pair_weight)
+    unit = unit && w == 1.0;
   if (!unit) p.weight = tensor(l.pair_weight, {}, real);
   if (P != Q && Q != 1) {
     std::vector<double> m(size_t(Q * P), 0.0);
-    for (int64_t i = 0; i < P; ++i) m[size_t(l.pair_group[size_t(i)] * P + i)] = 1.0;
+    for (int64_t i = 0; i < P; ++i)
+      m[size_t(l.pair_group[size_t(i)] * P + i)] = 1.0;
     p.groups = tensor(m, {Q, P}, real);
   }
   p.id = l.id;
@@ -71,7 +73,8 @@ const PairTensors& pair_tensors(const TaylorLayout& l, const Tensor& like) {
 
 double factorial(int j) {
   double f = 1;
-  for (int i = 2; i <= j; ++i) f *= i;
+  for (int i = 2; i <= j; ++i)
+    f *= i;
   return f;
 }
 
@@ -79,7 +82,8 @@ double factorial(int j) {
 std::vector<Tensor> blocks(const TaylorLayout& l, const Tensor& t) {
   std::vector<Tensor> b(size_t(l.order) + 1);
   if (t.defined())
-    for (int j = 1; j <= l.order; ++j) b[size_t(j)] = l.block(t, j);
+    for (int j = 1; j <= l.order; ++j)
+      b[size_t(j)] = l.block(t, j);
   return b;
 }
 
@@ -126,8 +130,14 @@ Tensor taylor2_rows(const Tensor& t) {
 class Taylor2UnaryBackward final : public OpNode {
  public:
   Taylor2UnaryBackward(int kind, int64_t k, Tensor pa, Tensor pb, bool activation, Activation act, int order)
-      : OpNode("taylor2_unary", "Taylor2UnaryBackward"), kind_(kind), k_(k), pa_(std::move(pa)), pb_(std::move(pb)),
-        activation_(activation), act_(act), order_(order) {}
+      : OpNode("taylor2_unary", "Taylor2UnaryBackward"),
+        kind_(kind),
+        k_(k),
+        pa_(std::move(pa)),
+        pb_(std::move(pb)),
+        activation_(activation),
+        act_(act),
+        order_(order) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(activation_ ? 2 : 3);
     const Tensor& g = grads[0];
@@ -189,8 +199,9 @@ class Taylor2UnaryBackward final : public OpNode {
     const bool want_d1 = should_compute_output(1), want_d2 = activation_ ? want_d1 : should_compute_output(2);
     Tensor dd1 = want_d1 ? sum(mul(g, x), {0}) : Tensor(), dd2;
     if (want_d2) {
-      Tensor cross = kind_ == 0 ? mul(x1, x1) : kind_ == 1 ? sum(mul(x1, x1), {0}, true)
-                                                           : mul(rows(x1, pa_), rows(x1, pb_));
+      Tensor cross = kind_ == 0   ? mul(x1, x1)
+                     : kind_ == 1 ? sum(mul(x1, x1), {0}, true)
+                                  : mul(rows(x1, pa_), rows(x1, pb_));
       dd2 = mul(sum(mul(g2, cross), {0}), 0.5);
     }
     if (activation_) {
@@ -249,7 +260,7 @@ Tensor taylor2_fused(const TaylorLayout& l, const Tensor& tx, const kernels::Tay
   const int kind = taylor2_kind(l);
   if (kind < 0) return Tensor();
   second_order_term();  // the kernel forms the cross term
-  Tensor pa, pb;  // kind 2's pairs
+  Tensor pa, pb;        // kind 2's pairs
   if (kind == 2) {
     const PairTensors& p = pair_tensors(l, tx);
     pa = p.ia;
@@ -341,7 +352,8 @@ Tensor jet_unary(const Tensor& tx, const std::vector<Tensor>& d) {
   const TaylorLayout& l = layout();
   const int K = l.order;
   bool higher = false;
-  for (int j = 2; j <= K; ++j) higher = higher || d[size_t(j)].defined();
+  for (int j = 2; j <= K; ++j)
+    higher = higher || d[size_t(j)].defined();
   if (higher) second_order_term();
   if (K == 2) {
     kernels::Taylor2Derivatives fd;
@@ -354,14 +366,15 @@ Tensor jet_unary(const Tensor& tx, const std::vector<Tensor>& d) {
   std::vector<Tensor> x = blocks(l, tx), y = blocks(l, lin);
   // bell[m][j]: the coefficient of t^m in (c_1 t + c_2 t^2 + ...)^j.
   std::vector<std::vector<Tensor>> bell(size_t(K) + 1, std::vector<Tensor>(size_t(K) + 1));
-  for (int m = 1; m <= K; ++m) bell[size_t(m)][1] = x[size_t(m)];
+  for (int m = 1; m <= K; ++m)
+    bell[size_t(m)][1] = x[size_t(m)];
   for (int m = 2; m <= K; ++m) {
     for (int j = 2; j <= m; ++j) {
       Tensor s;
-      if (m == 2)
-        s = jet_cross(x[1], x[1], jet_mul, true);  // the pairs' c_1 c_1
+      if (m == 2) s = jet_cross(x[1], x[1], jet_mul, true);  // the pairs' c_1 c_1
       else
-        for (int i = 1; i <= m - j + 1; ++i) s = fw_add(s, mul(x[size_t(i)], bell[size_t(m - i)][size_t(j - 1)]));
+        for (int i = 1; i <= m - j + 1; ++i)
+          s = fw_add(s, mul(x[size_t(i)], bell[size_t(m - i)][size_t(j - 1)]));
       bell[size_t(m)][size_t(j)] = s;
       if (const Tensor& dj = d[size_t(j)]; dj.defined())
         y[size_t(m)] = fw_add(y[size_t(m)], mul(s, mul(dj, 1.0 / factorial(j))));
@@ -389,7 +402,8 @@ Tensor jet_product(const Tensor& a, const Tensor& ta, const Tensor& b, const Ten
   for (int m = 2; m <= l.order; ++m) {
     Tensor s = m == 2 ? jet_cross(A[1], B[1], f) : Tensor();
     if (m > 2)
-      for (int i = 1; i < m; ++i) s = fw_add(s, f(A[size_t(i)], B[size_t(m - i)]));
+      for (int i = 1; i < m; ++i)
+        s = fw_add(s, f(A[size_t(i)], B[size_t(m - i)]));
     y[size_t(m)] = add(y[size_t(m)], s);
   }
   return stack_blocks(l, std::move(y), lin);
@@ -404,7 +418,8 @@ Tensor jet_quotient(const Tensor& q, const Tensor& ta, const Tensor& b, const Te
     Tensor s = B[size_t(m)].defined() ? mul(B[size_t(m)], q) : Tensor();
     if (m == 2) s = fw_add(s, jet_cross(B[1], Q[1], jet_mul));
     else
-      for (int j = 1; j < m; ++j) s = fw_add(s, mul(B[size_t(j)], Q[size_t(m - j)]));
+      for (int j = 1; j < m; ++j)
+        s = fw_add(s, mul(B[size_t(j)], Q[size_t(m - j)]));
     Tensor num = A[size_t(m)].defined() ? (s.defined() ? sub(A[size_t(m)], s) : A[size_t(m)]) : neg(s);
     Q[size_t(m)] = div(num, b);
   }

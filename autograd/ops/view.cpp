@@ -22,8 +22,7 @@ using GradFn = std::function<Tensor(const Tensor& g)>;
 // with differentiable ops (captured sizes/dims only; no saved tensors).
 class ViewBackward final : public OpNode {
  public:
-  ViewBackward(const char* op, const char* name, GradFn fn)
-      : OpNode(op, name), fn_(std::move(fn)) {}
+  ViewBackward(const char* op, const char* name, GradFn fn) : OpNode(op, name), fn_(std::move(fn)) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
     if (should_compute_output(0)) out[0] = fn_(grads[0]);
@@ -38,8 +37,7 @@ class ViewBackward final : public OpNode {
 // (called only when recording). A raw op that returned its input itself (a
 // no-op view) gets a fresh alias, so the input's history is never replaced.
 template <class F, class G>
-Tensor view_op(const Tensor& self, const char* op, const char* name, F&& raw_fn,
-               G&& make_grad_fn) {
+Tensor view_op(const Tensor& self, const char* op, const char* name, F&& raw_fn, G&& make_grad_fn) {
   if (!should_record({&self})) return run_raw(raw_fn);
   Tensor out = run_raw(raw_fn);
   if (out.is_same(self)) out = raw::detach(out);
@@ -48,8 +46,7 @@ Tensor view_op(const Tensor& self, const char* op, const char* name, F&& raw_fn,
 
 // zeros(sizes) with g written into the slice [start:end:step] of `dim`: the
 // backward of slice/narrow/select; its own backward slices again.
-Tensor slice_backward(const Tensor& g, const IntList& sizes, int64_t dim, int64_t start,
-                      int64_t end, int64_t step) {
+Tensor slice_backward(const Tensor& g, const IntList& sizes, int64_t dim, int64_t start, int64_t end, int64_t step) {
   auto raw_fn = [&] {
     // One pass where the backend has it (a kernel node fewer), else zeros
     // and a strided copy.
@@ -61,13 +58,12 @@ Tensor slice_backward(const Tensor& g, const IntList& sizes, int64_t dim, int64_
     raw::copy_(part, g);
     return z;
   };
-  Tensor out = !should_record({&g})
-                   ? run_raw(raw_fn)
-                   : finish(run_raw(raw_fn),
-                            make_node<ViewBackward>({&g}, "slice_backward", "SliceBackwardBackward",
-                                                    GradFn([=](const Tensor& gg) {
-                                                      return gg.slice(dim, start, end, step);
-                                                    })));
+  Tensor out =
+      !should_record({&g})
+          ? run_raw(raw_fn)
+          : finish(run_raw(raw_fn),
+                   make_node<ViewBackward>({&g}, "slice_backward", "SliceBackwardBackward",
+                                           GradFn([=](const Tensor& gg) { return gg.slice(dim, start, end, step); })));
   // Linear in g (forward over reverse through select/slice/narrow).
   return fw_linear(out, g, [&](const Tensor& t) {
     return slice_backward(t, fw_shape(sizes), fw_dim(dim, int64_t(sizes.size())), start, end, step);
@@ -80,115 +76,134 @@ Tensor slice_backward(const Tensor& g, const IntList& sizes, int64_t dim, int64_
 
 // The tangent of a view that only changes the shape: `op` applied to it
 // (batched: reshaped to [k] + out's shape).
-template <class F>
-Tensor fw_reshaping(const Tensor& out, const Tensor& self, F&& op) {
-  return fw_linear(out, self, [&](const Tensor& t) { return fw_batch() > 0 ? t.reshape(fw_shape(out.sizes())) : op(t); });
+template <class F> Tensor fw_reshaping(const Tensor& out, const Tensor& self, F&& op) {
+  return fw_linear(out, self,
+                   [&](const Tensor& t) { return fw_batch() > 0 ? t.reshape(fw_shape(out.sizes())) : op(t); });
 }
 
 // The backward of a view that only changes the shape.
-#define TG_RESHAPE_GRAD [&] { IntList in = self.sizes(); return GradFn([in](const Tensor& g) { return g.reshape(in); }); }
+#define TG_RESHAPE_GRAD                                             \
+  [&] {                                                             \
+    IntList in = self.sizes();                                      \
+    return GradFn([in](const Tensor& g) { return g.reshape(in); }); \
+  }
 
 Tensor autograd::ops::view(const Tensor& self, const IntList& s) {
-  return fw_reshaping(view_op(self, "view", "ViewBackward", [&] { return raw::view(self, s); },
-                 TG_RESHAPE_GRAD), self, [&](const Tensor& t) { return t.view(s); });
+  return fw_reshaping(view_op(
+                          self, "view", "ViewBackward", [&] { return raw::view(self, s); }, TG_RESHAPE_GRAD),
+                      self, [&](const Tensor& t) { return t.view(s); });
 }
 Tensor autograd::ops::reshape(const Tensor& self, const IntList& s) {
-  return fw_reshaping(view_op(self, "reshape", "ReshapeBackward", [&] { return raw::reshape(self, s); },
-                 TG_RESHAPE_GRAD), self, [&](const Tensor& t) { return t.reshape(s); });
+  return fw_reshaping(view_op(
+                          self, "reshape", "ReshapeBackward", [&] { return raw::reshape(self, s); }, TG_RESHAPE_GRAD),
+                      self, [&](const Tensor& t) { return t.reshape(s); });
 }
 Tensor autograd::ops::flatten(const Tensor& self, int64_t start, int64_t end) {
-  return fw_reshaping(view_op(self, "flatten", "FlattenBackward",
-                 [&] { return raw::flatten(self, start, end); }, TG_RESHAPE_GRAD), self, [&](const Tensor& t) { return t.flatten(start, end); });
+  return fw_reshaping(
+      view_op(
+          self, "flatten", "FlattenBackward", [&] { return raw::flatten(self, start, end); }, TG_RESHAPE_GRAD),
+      self, [&](const Tensor& t) { return t.flatten(start, end); });
 }
 Tensor autograd::ops::squeeze(const Tensor& self) {
-  return fw_reshaping(view_op(self, "squeeze", "SqueezeBackward", [&] { return raw::squeeze(self); },
-                 TG_RESHAPE_GRAD), self, [&](const Tensor& t) { return t.squeeze(); });
+  return fw_reshaping(view_op(
+                          self, "squeeze", "SqueezeBackward", [&] { return raw::squeeze(self); }, TG_RESHAPE_GRAD),
+                      self, [&](const Tensor& t) { return t.squeeze(); });
 }
 Tensor autograd::ops::squeeze(const Tensor& self, int64_t d) {
-  return fw_reshaping(view_op(self, "squeeze", "SqueezeBackward", [&] { return raw::squeeze(self, d); },
-                 TG_RESHAPE_GRAD), self, [&](const Tensor& t) { return t.squeeze(d); });
+  return fw_reshaping(view_op(
+                          self, "squeeze", "SqueezeBackward", [&] { return raw::squeeze(self, d); }, TG_RESHAPE_GRAD),
+                      self, [&](const Tensor& t) { return t.squeeze(d); });
 }
 #undef TG_RESHAPE_GRAD
 
 Tensor autograd::ops::unsqueeze(const Tensor& self, int64_t d) {
-  return fw_reshaping(view_op(self, "unsqueeze", "UnsqueezeBackward",
-                 [&] { return raw::unsqueeze(self, d); },
-                 [&] {
-                   int64_t w = d < 0 ? d + self.dim() + 1 : d;
-                   return GradFn([w](const Tensor& g) { return g.squeeze(w); });
-                 }), self, [&](const Tensor& t) { return t.unsqueeze(d); });
+  return fw_reshaping(view_op(
+                          self, "unsqueeze", "UnsqueezeBackward", [&] { return raw::unsqueeze(self, d); },
+                          [&] {
+                            int64_t w = d < 0 ? d + self.dim() + 1 : d;
+                            return GradFn([w](const Tensor& g) { return g.squeeze(w); });
+                          }),
+                      self, [&](const Tensor& t) { return t.unsqueeze(d); });
 }
 Tensor autograd::ops::transpose(const Tensor& self, int64_t d0, int64_t d1) {
-  return fw_linear(view_op(self, "transpose", "TransposeBackward",
-                 [&] { return raw::transpose(self, d0, d1); }, [&] {
-                   return GradFn([d0, d1](const Tensor& g) { return g.transpose(d0, d1); });
-                 }), self, [&](const Tensor& t) {
-                   return t.transpose(fw_dim(d0, self.dim()), fw_dim(d1, self.dim()));
-                 });
+  return fw_linear(view_op(
+                       self, "transpose", "TransposeBackward", [&] { return raw::transpose(self, d0, d1); },
+                       [&] { return GradFn([d0, d1](const Tensor& g) { return g.transpose(d0, d1); }); }),
+                   self, [&](const Tensor& t) { return t.transpose(fw_dim(d0, self.dim()), fw_dim(d1, self.dim())); });
 }
 Tensor autograd::ops::t(const Tensor& self) {
-  return fw_linear(view_op(self, "t", "TBackward", [&] { return raw::t(self); },
-                 [] { return GradFn([](const Tensor& g) { return g.t(); }); }), self, [&](const Tensor& t) {
-                   if (fw_batch() == 0) return t.t();
-                   return self.dim() == 2 ? t.transpose(1, 2) : t.view(t.sizes());
-                 });
+  return fw_linear(view_op(
+                       self, "t", "TBackward", [&] { return raw::t(self); },
+                       [] { return GradFn([](const Tensor& g) { return g.t(); }); }),
+                   self, [&](const Tensor& t) {
+                     if (fw_batch() == 0) return t.t();
+                     return self.dim() == 2 ? t.transpose(1, 2) : t.view(t.sizes());
+                   });
 }
 Tensor autograd::ops::permute(const Tensor& self, const IntList& dims) {
-  return fw_linear(view_op(self, "permute", "PermuteBackward", [&] { return raw::permute(self, dims); },
-                 [&] {  // runs after raw::permute validated dims
-                   int64_t n = self.dim();
-                   IntList inverse(size_t(n), 0);
-                   for (int64_t i = 0; i < n; ++i) {
-                     int64_t d = dims[size_t(i)] < 0 ? dims[size_t(i)] + n : dims[size_t(i)];
-                     inverse[size_t(d)] = i;
-                   }
-                   return GradFn([inverse](const Tensor& g) { return g.permute(inverse); });
-                 }), self, [&](const Tensor& t) {
-                   if (fw_batch() == 0) return t.permute(dims);
-                   IntList p{0};
-                   for (int64_t d : dims) p.push_back(fw_dim(d, self.dim()));
-                   return t.permute(p);
-                 });
+  return fw_linear(view_op(
+                       self, "permute", "PermuteBackward", [&] { return raw::permute(self, dims); },
+                       [&] {  // runs after raw::permute validated dims
+                         int64_t n = self.dim();
+                         IntList inverse(size_t(n), 0);
+                         for (int64_t i = 0; i < n; ++i) {
+                           int64_t d = dims[size_t(i)] < 0 ? dims[size_t(i)] + n : dims[size_t(i)];
+                           inverse[size_t(d)] = i;
+                         }
+                         return GradFn([inverse](const Tensor& g) { return g.permute(inverse); });
+                       }),
+                   self, [&](const Tensor& t) {
+                     if (fw_batch() == 0) return t.permute(dims);
+                     IntList p{0};
+                     for (int64_t d : dims)
+                       p.push_back(fw_dim(d, self.dim()));
+                     return t.permute(p);
+                   });
 }
 Tensor autograd::ops::expand(const Tensor& self, const IntList& target) {
-  return fw_linear(view_op(self, "expand", "ExpandBackward", [&] { return raw::expand(self, target); },
-                 [&] {
-                   IntList in = self.sizes();
-                   return GradFn([in](const Tensor& g) { return tg::sum_to(g, in); });
-                 }), self, [&](const Tensor& t) {
-                   return fw_batch() == 0 ? t.expand(target) : fw_pad(t, int64_t(target.size())).expand(fw_shape(raw::expand(self, target).sizes()));
-                 });
+  return fw_linear(view_op(
+                       self, "expand", "ExpandBackward", [&] { return raw::expand(self, target); },
+                       [&] {
+                         IntList in = self.sizes();
+                         return GradFn([in](const Tensor& g) { return tg::sum_to(g, in); });
+                       }),
+                   self, [&](const Tensor& t) {
+                     return fw_batch() == 0
+                                ? t.expand(target)
+                                : fw_pad(t, int64_t(target.size())).expand(fw_shape(raw::expand(self, target).sizes()));
+                   });
 }
 Tensor autograd::ops::expand_as(const Tensor& self, const Tensor& other) { return self.expand(other.sizes()); }
 
 Tensor autograd::ops::select(const Tensor& self, int64_t d, int64_t index) {
-  return fw_linear(view_op(self, "select", "SelectBackward", [&] { return raw::select(self, d, index); },
-                 [&] {
-                   IntList in = self.sizes();
-                   int64_t w = d < 0 ? d + self.dim() : d;
-                   int64_t i = index < 0 ? index + in[size_t(w)] : index;
-                   return GradFn([in, w, i](const Tensor& g) {
-                     return slice_backward(g.unsqueeze(w), in, w, i, i + 1, 1);
-                   });
-                 }), self, [&](const Tensor& t) { return t.select(fw_dim(d, self.dim()), index); });
+  return fw_linear(
+      view_op(
+          self, "select", "SelectBackward", [&] { return raw::select(self, d, index); },
+          [&] {
+            IntList in = self.sizes();
+            int64_t w = d < 0 ? d + self.dim() : d;
+            int64_t i = index < 0 ? index + in[size_t(w)] : index;
+            return GradFn([in, w, i](const Tensor& g) { return slice_backward(g.unsqueeze(w), in, w, i, i + 1, 1); });
+          }),
+      self, [&](const Tensor& t) { return t.select(fw_dim(d, self.dim()), index); });
 }
 Tensor autograd::ops::slice(const Tensor& self, int64_t d, std::optional<int64_t> start, std::optional<int64_t> end,
-                     int64_t step) {
-  return fw_linear(view_op(self, "slice", "SliceBackward",
-                 [&] { return raw::slice(self, d, start, end, step); },
-                 [&] {
-                   IntList in = self.sizes();
-                   int64_t w = d < 0 ? d + self.dim() : d;
-                   int64_t size = in[size_t(w)];
-                   auto clampi = [size](int64_t i) {
-                     if (i < 0) i += size;
-                     return std::min(std::max<int64_t>(i, 0), size);
-                   };
-                   int64_t s0 = clampi(start.value_or(0)), e0 = clampi(end.value_or(size));
-                   return GradFn([in, w, s0, e0, step](const Tensor& g) {
-                     return slice_backward(g, in, w, s0, e0, step);
-                   });
-                 }), self, [&](const Tensor& t) { return t.slice(fw_dim(d, self.dim()), start, end, step); });
+                            int64_t step) {
+  return fw_linear(
+      view_op(
+          self, "slice", "SliceBackward", [&] { return raw::slice(self, d, start, end, step); },
+          [&] {
+            IntList in = self.sizes();
+            int64_t w = d < 0 ? d + self.dim() : d;
+            int64_t size = in[size_t(w)];
+            auto clampi = [size](int64_t i) {
+              if (i < 0) i += size;
+              return std::min(std::max<int64_t>(i, 0), size);
+            };
+            int64_t s0 = clampi(start.value_or(0)), e0 = clampi(end.value_or(size));
+            return GradFn([in, w, s0, e0, step](const Tensor& g) { return slice_backward(g, in, w, s0, e0, step); });
+          }),
+      self, [&](const Tensor& t) { return t.slice(fw_dim(d, self.dim()), start, end, step); });
 }
 Tensor autograd::ops::narrow(const Tensor& self, int64_t d, int64_t start, int64_t length) {
   if (!should_record({&self}) && !fw_any({&self})) return raw::narrow(self, d, start, length);
@@ -199,9 +214,9 @@ Tensor autograd::ops::narrow(const Tensor& self, int64_t d, int64_t start, int64
 }
 
 Tensor autograd::ops::as_strided(const Tensor& self, const IntList& sz, const IntList& st,
-                          std::optional<int64_t> offset) {
-  TG_CHECK(!should_record({&self}), "as_strided: not differentiable in tapegrad (shape ",
-           shape_str(self.sizes()), " requires grad); use view/slice/select/expand, or "
+                                 std::optional<int64_t> offset) {
+  TG_CHECK(!should_record({&self}), "as_strided: not differentiable in tapegrad (shape ", shape_str(self.sizes()),
+           " requires grad); use view/slice/select/expand, or "
            "call it on .detach() or under NoGradGuard");
   return raw::as_strided(self, sz, st, offset);
 }
@@ -211,14 +226,17 @@ Tensor autograd::ops::as_strided(const Tensor& self, const IntList& sz, const In
 Tensor autograd::ops::detach(const Tensor& self) { return raw::detach(self); }
 
 Tensor autograd::ops::clone(const Tensor& self) {
-  return fw_linear(view_op(self, "clone", "CloneBackward", [&] { return raw::clone(self); },
-                 [] { return GradFn([](const Tensor& g) { return g; }); }), self, [&](const Tensor& t) { return t.clone(); });
+  return fw_linear(view_op(
+                       self, "clone", "CloneBackward", [&] { return raw::clone(self); },
+                       [] { return GradFn([](const Tensor& g) { return g; }); }),
+                   self, [&](const Tensor& t) { return t.clone(); });
 }
 
 Tensor autograd::ops::pin_memory(const Tensor& self) {
   if (self.defined() && self.is_pinned()) return self;
-  return fw_linear(view_op(self, "pin_memory", "PinMemoryBackward", [&] { return raw::pin_memory(self); },
-                           [] { return GradFn([](const Tensor& g) { return g; }); }),
+  return fw_linear(view_op(
+                       self, "pin_memory", "PinMemoryBackward", [&] { return raw::pin_memory(self); },
+                       [] { return GradFn([](const Tensor& g) { return g; }); }),
                    self, [](const Tensor& t) { return t.pin_memory(); });
 }
 
@@ -226,19 +244,22 @@ Tensor autograd::ops::contiguous(const Tensor& self) { return self.is_contiguous
 
 Tensor autograd::ops::to(const Tensor& self, ScalarType t) {
   if (self.defined() && t == self.dtype()) return self;
-  Tensor out = view_op(self, "to", "ToCopyBackward", [&] { return raw::to(self, t); }, [&] {
-    ScalarType in = self.dtype();
-    return GradFn([in](const Tensor& g) { return g.to(in); });
-  });
+  Tensor out = view_op(
+      self, "to", "ToCopyBackward", [&] { return raw::to(self, t); },
+      [&] {
+        ScalarType in = self.dtype();
+        return GradFn([in](const Tensor& g) { return g.to(in); });
+      });
   return fw_linear(out, self, [&](const Tensor& tan) { return tan.to(t); });
 }
 Tensor autograd::ops::to(const Tensor& self, Device d, bool non_blocking) {
   if (self.defined() && d == self.device()) return self;
-  return fw_linear(view_op(self, "to", "ToCopyBackward",
-                           [&] { return raw::to(self, d, non_blocking); }, [&] {
-                             Device in = self.device();
-                             return GradFn([in](const Tensor& g) { return g.to(in); });
-                           }),
+  return fw_linear(view_op(
+                       self, "to", "ToCopyBackward", [&] { return raw::to(self, d, non_blocking); },
+                       [&] {
+                         Device in = self.device();
+                         return GradFn([in](const Tensor& g) { return g.to(in); });
+                       }),
                    self, [&](const Tensor& t) { return t.to(d, non_blocking); });
 }
 Tensor autograd::ops::to(const Tensor& self, Device d, ScalarType t) { return self.to(d).to(t); }
@@ -257,27 +278,30 @@ namespace {
 
 bool involves_grad(const Tensor& self, const Tensor* other) {
   if (!autograd::is_grad_enabled()) return false;
-  return (self.defined() && self.requires_grad()) ||
-         (other && other->defined() && other->requires_grad());
+  return (self.defined() && self.requires_grad()) || (other && other->defined() && other->requires_grad());
 }
 
 void check_rebase(const Tensor& self, const char* op) {
-  TG_CHECK(!(self.requires_grad() && self.is_leaf()), op, ": a leaf tensor that "
-           "requires grad (shape ", shape_str(self.sizes()), ") is being used in an "
+  TG_CHECK(!(self.requires_grad() && self.is_leaf()), op,
+           ": a leaf tensor that "
+           "requires grad (shape ",
+           shape_str(self.sizes()),
+           ") is being used in an "
            "in-place operation; do it under NoGradGuard (as an optimizer step does) "
            "or on .detach()");
-  TG_CHECK(self.impl()->storage().use_count() == 1, op, ": in-place operation on a "
+  TG_CHECK(self.impl()->storage().use_count() == 1, op,
+           ": in-place operation on a "
            "tensor that shares memory with another tensor (a view, or an output "
-           "saved for backward), shape ", shape_str(self.sizes()), ", while grad is "
+           "saved for backward), shape ",
+           shape_str(self.sizes()),
+           ", while grad is "
            "recorded: the other aliases would keep a stale history. Use the "
            "out-of-place op (x = x + y), or clone() first");
 }
 
 // Whether a tangent is involved: forward mode pushes self's and other's
 // tangents through the same out-of-place op.
-bool involves_tangent(const Tensor& self, const Tensor* other) {
-  return fw_any({&self}) || (other && fw_any({other}));
-}
+bool involves_tangent(const Tensor& self, const Tensor* other) { return fw_any({&self}) || (other && fw_any({other})); }
 
 // self <- result (same shape); when recording, self takes result's history;
 // in a dual level, result's tangent (zeros when result has none but self
@@ -311,8 +335,7 @@ const Tensor& rebase(const Tensor& self, const Tensor& result, bool record) {
 
 // The in-place op through its out-of-place form, when grad is recorded or a
 // tangent is pushed; `other` is the tensor operand (nullptr: a scalar).
-template <class F>
-const Tensor& inplace_op(const Tensor& self, const Tensor* other, const char* op, F&& out_of_place) {
+template <class F> const Tensor& inplace_op(const Tensor& self, const Tensor* other, const char* op, F&& out_of_place) {
   const bool record = involves_grad(self, other);
   if (record) check_rebase(self, op);
   return rebase(self, out_of_place(self.clone()), record);
@@ -320,7 +343,7 @@ const Tensor& inplace_op(const Tensor& self, const Tensor* other, const char* op
 
 }  // namespace
 
-#define TG_INPLACE(name, raw_call, other, out_of_place)                         \
+#define TG_INPLACE(name, raw_call, other, out_of_place)                               \
   if (!involves_grad(self, other) && !involves_tangent(self, other)) return raw_call; \
   return inplace_op(self, other, #name, [&](const Tensor& s) { return out_of_place; });
 
@@ -364,8 +387,7 @@ const Tensor& autograd::ops::copy_(const Tensor& self, const Tensor& src, bool n
   const bool record = involves_grad(self, &src);
   if (!record && !involves_tangent(self, &src)) return raw::copy_(self, src, non_blocking);
   if (record) check_rebase(self, "copy_");
-  TG_CHECK(src.device() == self.device(), "copy_: expected src on ", self.device(), ", got ",
-           src.device());
+  TG_CHECK(src.device() == self.device(), "copy_: expected src on ", self.device(), ", got ", src.device());
   return rebase(self, src.to(self.dtype()).expand(self.sizes()).clone(), record);
 }
 

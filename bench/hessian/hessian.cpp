@@ -46,7 +46,8 @@ namespace ag = tg::autograd;
 struct Options {
   bool cuda = false;
   int64_t batch = 0, width = 512, depth = 6;
-  std::vector<std::string> acts, precisions, modes{"hess", "hess+bwd"}, strategies{"rows", "batched", "forward", "general", "taylor"};
+  std::vector<std::string> acts, precisions, modes{"hess", "hess+bwd"},
+      strategies{"rows", "batched", "forward", "general", "taylor"};
   int runs = 0, warmup = 3;
   int64_t check = 64;
   bool trimming = true, json = false, deterministic = false;
@@ -63,21 +64,20 @@ Options parse(int argc, char** argv) {
   int64_t batch = 0;
   int runs = 0;
   app.add_option("--device", dev, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
-  app.add_option("--batch", batch, "batch size B (default 10000 on a GPU, 256 on the CPU)")
-      ->check(CLI::PositiveNumber);
+  app.add_option("--batch", batch, "batch size B (default 10000 on a GPU, 256 on the CPU)")->check(CLI::PositiveNumber);
   app.add_option("--width", o.width, "hidden width")->check(CLI::PositiveNumber);
   app.add_option("--depth", o.depth, "hidden layers")->check(CLI::PositiveNumber);
   app.add_option("--act", o.acts, "activations")->check(CLI::IsMember({"silu", "tanh", "relu"}));
   app.add_option("--precision", o.precisions, "GEMM precisions")->check(CLI::IsMember({"fp32", "tf32"}));
   app.add_option("--mode", o.modes, "hess, hess+bwd")->check(CLI::IsMember({"hess", "hess+bwd"}));
-  app.add_option("--strategy", o.strategies, "rows, batched, forward (forward over reverse), general (Taylor mode), taylor (mlp_taylor)")
+  app.add_option("--strategy", o.strategies,
+                 "rows, batched, forward (forward over reverse), general (Taylor mode), taylor (mlp_taylor)")
       ->check(CLI::IsMember({"rows", "batched", "forward", "general", "taylor"}));
   app.add_option("--runs", runs, "timed runs (default 20 on a GPU, 5 on the CPU)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup, "warm-up runs")->check(CLI::NonNegativeNumber);
   app.add_option("--check", o.check, "samples checked against float64")->check(CLI::PositiveNumber);
   app.add_option("--trimming", trimming, "edge trimming")->check(CLI::IsMember({"on", "off"}));
-  app.add_option("--deterministic", deterministic, "deterministic algorithms")
-      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--deterministic", deterministic, "deterministic algorithms")->check(CLI::IsMember({"on", "off"}));
   app.add_flag("--json", o.json, "print JSON instead of the table");
   app.add_option("--out", o.out, "also write the JSON to this file");
   try {
@@ -92,8 +92,10 @@ Options parse(int argc, char** argv) {
   o.cuda = dev == "cuda";
   o.batch = batch ? batch : (o.cuda ? 10000 : 256);
   o.runs = runs ? runs : (o.cuda ? 20 : 5);
-  if (o.acts.empty()) o.acts = o.cuda ? std::vector<std::string>{"silu", "tanh", "relu"} : std::vector<std::string>{"silu"};
-  if (o.precisions.empty()) o.precisions = o.cuda ? std::vector<std::string>{"fp32", "tf32"} : std::vector<std::string>{"fp32"};
+  if (o.acts.empty())
+    o.acts = o.cuda ? std::vector<std::string>{"silu", "tanh", "relu"} : std::vector<std::string>{"silu"};
+  if (o.precisions.empty())
+    o.precisions = o.cuda ? std::vector<std::string>{"fp32", "tf32"} : std::vector<std::string>{"fp32"};
   o.trimming = trimming == "on";
   o.deterministic = deterministic == "on";
   o.check = std::min(o.check, o.batch);
@@ -137,7 +139,8 @@ Mlp make_mlp(const Options& o, const std::string& act, tg::Device d) {
   tg::manual_seed(1234);
   Mlp m{{}, {}, act};
   std::vector<int64_t> sizes{2};
-  for (int64_t l = 0; l < o.depth; ++l) sizes.push_back(o.width);
+  for (int64_t l = 0; l < o.depth; ++l)
+    sizes.push_back(o.width);
   sizes.push_back(3);
   for (size_t l = 0; l + 1 < sizes.size(); ++l) {
     double scale = std::sqrt(1.0 / double(sizes[l]));  // LeCun normal
@@ -155,11 +158,13 @@ using tgbench::sync;
 // ms of one GEMM of the hidden layer's shape [B, W] x [W, W], for the floor.
 double gemm_rate_flops_per_ms(const Options& o, tg::Device d) {
   Tensor a = tg::randn({o.batch, o.width}).to(d), b = tg::randn({o.width, o.width}).to(d);
-  for (int i = 0; i < 3; ++i) tg::mm(a, b);
+  for (int i = 0; i < 3; ++i)
+    tg::mm(a, b);
   sync(o.cuda);
   const int reps = o.cuda ? 50 : 3;
   auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) tg::mm(a, b);
+  for (int i = 0; i < reps; ++i)
+    tg::mm(a, b);
   sync(o.cuda);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
   return 2.0 * double(o.batch) * double(o.width) * double(o.width) / ms;
@@ -179,10 +184,11 @@ int main(int argc, char** argv) {
   tg::use_deterministic_algorithms(o.deterministic);
   std::string where = o.cuda ? tg::cuda::get_device_properties(0).name : std::string("CPU");
   if (!o.json)
-    std::printf("tapegrad Hessian benchmark on %s: MLP 2 -> %lld x%lld -> 3, B = %lld, H [B, 3, 2, 2], "
-                "median of %d runs after %d warm-up, trimming %s, deterministic %s\n",
-                where.c_str(), (long long)o.width, (long long)o.depth, (long long)o.batch, o.runs,
-                o.warmup, o.trimming ? "on" : "off", o.deterministic ? "on" : "off");
+    std::printf(
+        "tapegrad Hessian benchmark on %s: MLP 2 -> %lld x%lld -> 3, B = %lld, H [B, 3, 2, 2], "
+        "median of %d runs after %d warm-up, trimming %s, deterministic %s\n",
+        where.c_str(), (long long)o.width, (long long)o.depth, (long long)o.batch, o.runs, o.warmup,
+        o.trimming ? "on" : "off", o.deterministic ? "on" : "off");
   tg::manual_seed(99);
   Tensor x = (tg::rand({o.batch, 2}) * 2 - 1).to(dev);
   std::vector<Row> rows;
@@ -211,12 +217,15 @@ int main(int argc, char** argv) {
             Tensor h = hessian();
             if (bwd) {
               h.sum().backward();
-              for (auto& w : mlp.w) w.mutable_grad() = Tensor();
-              for (auto& b : mlp.b) b.mutable_grad() = Tensor();
+              for (auto& w : mlp.w)
+                w.mutable_grad() = Tensor();
+              for (auto& b : mlp.b)
+                b.mutable_grad() = Tensor();
             }
             return h.detach();
           };
-          for (int i = 0; i < o.warmup; ++i) run();
+          for (int i = 0; i < o.warmup; ++i)
+            run();
           sync(o.cuda);
           Row r{act, precision, mode, strategy};
           // Peak memory and FLOPs of one run, then the timed runs.
@@ -245,26 +254,37 @@ int main(int argc, char** argv) {
           rows.push_back(r);
           if (!o.json) {
             if (rows.size() == 1)
-              std::printf("%-5s %-4s %-8s %-8s %10s %10s %10s %10s %10s %12s\n", "act", "prec", "mode",
-                          "strategy", "median ms", "min ms", "peak MiB", "GEMM GFLOP", "floor ms",
-                          "max err");
+              std::printf("%-5s %-4s %-8s %-8s %10s %10s %10s %10s %10s %12s\n", "act", "prec", "mode", "strategy",
+                          "median ms", "min ms", "peak MiB", "GEMM GFLOP", "floor ms", "max err");
             std::printf("%-5s %-4s %-8s %-8s %10.2f %10.2f %10.1f %10.2f %10.2f %12.3g\n", act.c_str(),
-                        precision.c_str(), mode.c_str(), strategy.c_str(), r.median_ms, r.min_ms,
-                        r.peak_mib, r.gflop, r.floor_ms, r.max_err);
+                        precision.c_str(), mode.c_str(), strategy.c_str(), r.median_ms, r.min_ms, r.peak_mib, r.gflop,
+                        r.floor_ms, r.max_err);
             std::fflush(stdout);
           }
         }
       }
     }
   }
-  nlohmann::json doc = {{"device", where}, {"batch", o.batch}, {"width", o.width}, {"depth", o.depth},
-                         {"runs", o.runs}, {"trimming", o.trimming}, {"deterministic", o.deterministic},
-                         {"results", nlohmann::json::array()}};
+  nlohmann::json doc = {{"device", where},
+                        {"batch", o.batch},
+                        {"width", o.width},
+                        {"depth", o.depth},
+                        {"runs", o.runs},
+                        {"trimming", o.trimming},
+                        {"deterministic", o.deterministic},
+                        {"results", nlohmann::json::array()}};
   for (const Row& r : rows)
-    doc["results"].push_back({{"act", r.act}, {"precision", r.precision}, {"mode", r.mode},
-                              {"strategy", r.strategy}, {"median_ms", r.median_ms}, {"min_ms", r.min_ms},
-                              {"peak_mib", r.peak_mib}, {"gemm_gflop", r.gflop}, {"floor_ms", r.floor_ms},
-                              {"max_abs_err", r.max_err}, {"ref_max_abs", r.ref_scale}});
+    doc["results"].push_back({{"act", r.act},
+                              {"precision", r.precision},
+                              {"mode", r.mode},
+                              {"strategy", r.strategy},
+                              {"median_ms", r.median_ms},
+                              {"min_ms", r.min_ms},
+                              {"peak_mib", r.peak_mib},
+                              {"gemm_gflop", r.gflop},
+                              {"floor_ms", r.floor_ms},
+                              {"max_abs_err", r.max_err},
+                              {"ref_max_abs", r.ref_scale}});
   if (o.json) std::cout << doc.dump(2) << "\n";
   if (!o.out.empty()) {
     std::ofstream f(o.out);

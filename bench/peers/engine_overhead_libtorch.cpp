@@ -21,8 +21,7 @@ double median_us(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-template <class F>
-double time_us(F&& f, int reps) {
+template <class F> double time_us(F&& f, int reps) {
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
     auto s = std::chrono::steady_clock::now();
@@ -49,7 +48,8 @@ int main(int argc, char** argv) {
   auto b = make(0.001f).requires_grad_();
   auto chain = [&] {
     auto h = x;
-    for (int i = 0; i < n; ++i) h = h * w + b;
+    for (int i = 0; i < n; ++i)
+      h = h * w + b;
     return h;
   };
   auto nograd = [&] {
@@ -67,7 +67,8 @@ int main(int argc, char** argv) {
     fwdbwd();
   }
   double t0 = time_us(nograd, 200), t1 = time_us(fwdbwd, 200);
-  std::printf("libtorch %s on %s: no-grad forward %.1f us, forward+backward %.1f us, "
-              "engine overhead %.2f us per pair (N = %d)\n",
-              TORCH_VERSION, cuda ? "cuda" : "cpu", t0, t1, (t1 - t0) / n, n);
+  std::printf(
+      "libtorch %s on %s: no-grad forward %.1f us, forward+backward %.1f us, "
+      "engine overhead %.2f us per pair (N = %d)\n",
+      TORCH_VERSION, cuda ? "cuda" : "cpu", t0, t1, (t1 - t0) / n, n);
 }

@@ -58,7 +58,8 @@ int main(int argc, char** argv) {
       }
     }
   };
-  for (int i = 0; i < 3; ++i) step();
+  for (int i = 0; i < 3; ++i)
+    step();
   torch::cuda::synchronize();
   std::vector<double> ms;
   for (int i = 0; i < runs; ++i) {
@@ -73,6 +74,5 @@ int main(int argc, char** argv) {
   step();
   torch::cuda::synchronize();
   auto peak = c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].peak;
-  std::printf("{\"median_ms\": %.4f, \"peak_mib\": %.2f}\n", ms[ms.size() / 2],
-              double(peak - base) / (1 << 20));
+  std::printf("{\"median_ms\": %.4f, \"peak_mib\": %.2f}\n", ms[ms.size() / 2], double(peak - base) / (1 << 20));
 }

@@ -31,8 +31,7 @@ using kernels::CompareOp;
 using kernels::UnaryOp;
 
 // ---- copy, fill, where ----------------------------------------------------------------
-template <class D, class S>
-struct CopyFn {
+template <class D, class S> struct CopyFn {
   static constexpr int kElemSize = sizeof(D) == sizeof(S) ? int(sizeof(D)) : 0;
   static constexpr fusion::Kind kFusion = std::is_same_v<D, S> ? fusion::kCopy : fusion::kNone;
   __device__ void operator()(char* const* p, const int64_t* off) const {
@@ -43,20 +42,15 @@ struct CopyFn {
 void copy_kernel(const Tensor& dst, const Tensor& src) {
   Tensor ops[2] = {dst, src};
   dispatch_all(dst.dtype(), [&](auto d) {
-    dispatch_all(src.dtype(), [&](auto s) {
-      launch(ops, 2, "copy", CopyFn<decltype(d), decltype(s)>{});
-    });
+    dispatch_all(src.dtype(), [&](auto s) { launch(ops, 2, "copy", CopyFn<decltype(d), decltype(s)>{}); });
   });
 }
 
-template <class U>
-struct FillFn {
+template <class U> struct FillFn {
   static constexpr int kElemSize = sizeof(U);
   static constexpr fusion::Kind kFusion = fusion::kFill;
   U bits;
-  __device__ void operator()(char* const* p, const int64_t* off) const {
-    *reinterpret_cast<U*>(p[0] + off[0]) = bits;
-  }
+  __device__ void operator()(char* const* p, const int64_t* off) const { *reinterpret_cast<U*>(p[0] + off[0]) = bits; }
 };
 
 void fill_kernel(const Tensor& dst, Scalar v) {
@@ -70,8 +64,7 @@ void fill_kernel(const Tensor& dst, Scalar v) {
   });
 }
 
-template <class U>
-struct WhereFn {
+template <class U> struct WhereFn {
   __device__ void operator()(char* const* p, const int64_t* off) const {
     bool c = *reinterpret_cast<const bool*>(p[1] + off[1]);
     *reinterpret_cast<U*>(p[0] + off[0]) = *reinterpret_cast<const U*>(c ? p[2] + off[2] : p[3] + off[3]);
@@ -80,13 +73,11 @@ struct WhereFn {
 
 void where_kernel(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
   Tensor ops[4] = {out, cond, a, b};
-  dispatch_bytes(element_size(out.dtype()),
-                 [&](auto u) { launch(ops, 4, "where", WhereFn<decltype(u)>{}); });
+  dispatch_bytes(element_size(out.dtype()), [&](auto u) { launch(ops, 4, "where", WhereFn<decltype(u)>{}); });
 }
 
 // ---- binary and compare --------------------------------------------------------------
-template <class T>
-struct BinaryFn {
+template <class T> struct BinaryFn {
   static constexpr int kElemSize = sizeof(T);
   static constexpr fusion::Kind kFusion = fusion::kBinary;
   BinaryOp op;
@@ -99,14 +90,11 @@ struct BinaryFn {
 
 void binary_kernel(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
   Tensor ops[3] = {out, a, b};
-  dispatch_compute(out.dtype(), "binary", [&](auto tag) {
-    launch(ops, 3, "binary", BinaryFn<decltype(tag)>{op});
-  });
+  dispatch_compute(out.dtype(), "binary", [&](auto tag) { launch(ops, 3, "binary", BinaryFn<decltype(tag)>{op}); });
 }
 
 // out = a (op) s, the scalar by value (no 0-dim tensor, no fill kernel).
-template <class T>
-struct BinaryScalarFn {
+template <class T> struct BinaryScalarFn {
   static constexpr int kElemSize = sizeof(T);
   static constexpr fusion::Kind kFusion = fusion::kBinaryScalar;
   BinaryOp op;
@@ -131,8 +119,7 @@ __device__ inline float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 __device__ inline double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 __device__ inline int64_t mul_rn(int64_t a, int64_t b) { return a * b; }
 
-template <class T>
-struct AddScaledFn {
+template <class T> struct AddScaledFn {
   static constexpr int kElemSize = sizeof(T);
   static constexpr fusion::Kind kFusion = fusion::kAddScaled;
   T alpha;
@@ -152,8 +139,7 @@ void add_scaled_kernel(const Tensor& out, const Tensor& a, const Tensor& b, doub
 
 // The engine's deferred accumulation: out = ((a + s0) + s1) + ..., the
 // summands' pointers by value (at most kMaxAddN), contiguous operands.
-template <class T>
-struct AddNArgs {
+template <class T> struct AddNArgs {
   T* out;
   const T* a;
   const T* s[kernels::kMaxAddN];
@@ -161,21 +147,19 @@ struct AddNArgs {
 };
 
 // One element of add_n and of mul backward (their kernels and the fused one).
-template <class T>
-__device__ inline void add_n_at(T* out, const T* a, const T* const* s, int k, int64_t i) {
+template <class T> __device__ inline void add_n_at(T* out, const T* a, const T* const* s, int k, int64_t i) {
   T acc = a[i];
-  for (int j = 0; j < k; ++j) acc = acc + s[j][i];
+  for (int j = 0; j < k; ++j)
+    acc = acc + s[j][i];
   out[i] = acc;
 }
-template <class T>
-__device__ inline void mul_backward_at(T* ga, T* gb, const T* g, const T* a, const T* b, int64_t i) {
+template <class T> __device__ inline void mul_backward_at(T* ga, T* gb, const T* g, const T* a, const T* b, int64_t i) {
   const T gv = g[i];
   ga[i] = gv * b[i];
   gb[i] = gv * a[i];
 }
 
-template <class T>
-__global__ void add_n_kernel_impl(AddNArgs<T> p, int64_t n) {
+template <class T> __global__ void add_n_kernel_impl(AddNArgs<T> p, int64_t n) {
   wait_for_predecessors();
   const int64_t stride = int64_t(blockDim.x) * gridDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
@@ -199,12 +183,14 @@ void add_n_kernel(const Tensor& out, const Tensor& a, const std::vector<Tensor>&
     p.out = static_cast<T*>(out.data_ptr());
     p.a = static_cast<const T*>(a.data_ptr());
     p.k = int(s.size());
-    for (size_t j = 0; j < s.size(); ++j) p.s[j] = static_cast<const T*>(s[j].data_ptr());
+    for (size_t j = 0; j < s.size(); ++j)
+      p.s[j] = static_cast<const T*>(s[j].data_ptr());
     DeviceGuard dg(out.device().index());
     LaunchEncoder access(stream_of(out));
     access.write(out);
     access.read(a);
-    for (const Tensor& t : s) access.read(t);
+    for (const Tensor& t : s)
+      access.read(t);
     launch_pdl(&add_n_kernel_impl<T>, grid_for(n), kBlock, stream_of(out), out.device().index(), "add_n", p, n);
     if (access.recording()) {
       fusion::Step st;
@@ -212,29 +198,29 @@ void add_n_kernel(const Tensor& out, const Tensor& a, const std::vector<Tensor>&
       st.nops = int8_t(2 + p.k);
       st.ptr[0] = reinterpret_cast<char*>(p.out);
       st.ptr[1] = reinterpret_cast<char*>(const_cast<T*>(p.a));
-      for (int j = 0; j < p.k; ++j) st.ptr[2 + j] = reinterpret_cast<char*>(const_cast<T*>(p.s[j]));
+      for (int j = 0; j < p.k; ++j)
+        st.ptr[2 + j] = reinterpret_cast<char*>(const_cast<T*>(p.s[j]));
       access.fusable(reinterpret_cast<const void*>(&add_n_kernel_impl<T>), &p, sizeof(p), out.dtype(), n, st);
     }
   });
 }
 
 // copy_n: block row y copies pair y (grid-stride over its elements).
-template <class T>
-struct CopyNArgs {
+template <class T> struct CopyNArgs {
   T* dst[kernels::kMaxCopyN];
   const T* src[kernels::kMaxCopyN];
   int64_t n[kernels::kMaxCopyN];
 };
 
-template <class T>
-__global__ void copy_n_kernel_impl(const __grid_constant__ CopyNArgs<T> p) {
+template <class T> __global__ void copy_n_kernel_impl(const __grid_constant__ CopyNArgs<T> p) {
   wait_for_predecessors();
   const int j = blockIdx.y;
   const int64_t n = p.n[j];
   T* d = p.dst[j];
   const T* s = p.src[j];
   const int64_t stride = int64_t(blockDim.x) * gridDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) d[i] = s[i];
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    d[i] = s[i];
 }
 
 void copy_n_kernel(const std::vector<Tensor>& dst, const std::vector<Tensor>& src) {
@@ -302,8 +288,10 @@ bool embed_kernel(const Tensor& out, const Tensor& g, int64_t dim, int64_t start
   const int64_t go = collapsed_stride(g, 0, dim), gi = collapsed_stride(g, dim + 1, nd);
   if (go < 0 || gi < 0 || !out.is_contiguous() || step < 1) return false;
   int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < dim; ++d) outer *= out.sizes()[size_t(d)];
-  for (int64_t d = dim + 1; d < nd; ++d) inner *= out.sizes()[size_t(d)];
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= out.sizes()[size_t(d)];
+  for (int64_t d = dim + 1; d < nd; ++d)
+    inner *= out.sizes()[size_t(d)];
   const int64_t n = out.sizes()[size_t(dim)], len = g.sizes()[size_t(dim)], total = out.numel();
   if (total == 0) return true;
   DeviceGuard dg(out.device().index());
@@ -314,8 +302,8 @@ bool embed_kernel(const Tensor& out, const Tensor& g, int64_t dim, int64_t start
   dispatch_bytes(element_size(out.dtype()), [&](auto u) {
     using U = decltype(u);
     launch_pdl(&embed_kernel_impl<U>, grid_for(total), kBlock, s, out.device().index(), "slice backward",
-               static_cast<U*>(out.data_ptr()), static_cast<const U*>(g.data_ptr()), n, inner, start, step, len,
-               go, g.strides()[size_t(dim)], gi, total);
+               static_cast<U*>(out.data_ptr()), static_cast<const U*>(g.data_ptr()), n, inner, start, step, len, go,
+               g.strides()[size_t(dim)], gi, total);
   });
   return true;
 }
@@ -330,25 +318,25 @@ void mul_backward_kernel(const Tensor& ga, const Tensor& gb, const Tensor& g, co
     LaunchEncoder access(stream_of(g));
     access.write(ga);
     access.write(gb);
-    for (const Tensor* t : {&g, &a, &b}) access.read(*t);
-    launch_pdl(&mul_backward_kernel_impl<T>, grid_for(n), kBlock, stream_of(g), g.device().index(), "mul backward",
-               pga, static_cast<T*>(gb.data_ptr()), static_cast<const T*>(g.data_ptr()),
-               static_cast<const T*>(a.data_ptr()), static_cast<const T*>(b.data_ptr()), n);
+    for (const Tensor* t : {&g, &a, &b})
+      access.read(*t);
+    launch_pdl(&mul_backward_kernel_impl<T>, grid_for(n), kBlock, stream_of(g), g.device().index(), "mul backward", pga,
+               static_cast<T*>(gb.data_ptr()), static_cast<const T*>(g.data_ptr()), static_cast<const T*>(a.data_ptr()),
+               static_cast<const T*>(b.data_ptr()), n);
     if (access.recording()) {
       fusion::Step st;
       st.kind = fusion::kMulBackward;
       st.nops = 5;
       st.nout = 2;
       const Tensor* t[5] = {&ga, &gb, &g, &a, &b};
-      for (int o = 0; o < 5; ++o) st.ptr[o] = static_cast<char*>(t[o]->data_ptr());
-      access.fusable(reinterpret_cast<const void*>(&mul_backward_kernel_impl<T>), &pga, sizeof(pga), g.dtype(), n,
-                     st);
+      for (int o = 0; o < 5; ++o)
+        st.ptr[o] = static_cast<char*>(t[o]->data_ptr());
+      access.fusable(reinterpret_cast<const void*>(&mul_backward_kernel_impl<T>), &pga, sizeof(pga), g.dtype(), n, st);
     }
   });
 }
 
-template <class T>
-struct CompareFn {
+template <class T> struct CompareFn {
   CompareOp op;
   __device__ void operator()(char* const* p, const int64_t* off) const {
     T x = *reinterpret_cast<const T*>(p[1] + off[1]);
@@ -360,21 +348,17 @@ struct CompareFn {
 
 void compare_kernel(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
   Tensor ops[3] = {out, a, b};
-  dispatch_compute(a.dtype(), "compare", [&](auto tag) {
-    launch(ops, 3, "compare", CompareFn<decltype(tag)>{op});
-  });
+  dispatch_compute(a.dtype(), "compare", [&](auto tag) { launch(ops, 3, "compare", CompareFn<decltype(tag)>{op}); });
 }
 
 // ---- unary ----------------------------------------------------------------------------
-template <class T>
-struct UnaryFn {
+template <class T> struct UnaryFn {
   static constexpr int kElemSize = sizeof(T);
   static constexpr fusion::Kind kFusion = fusion::kUnary;
   UnaryOp op;
   kernels::UnaryArgs<T> args;
   __device__ void operator()(char* const* p, const int64_t* off) const {
-    *reinterpret_cast<T*>(p[0] + off[0]) =
-        kernels::unary_apply(op, *reinterpret_cast<const T*>(p[1] + off[1]), args);
+    *reinterpret_cast<T*>(p[0] + off[0]) = kernels::unary_apply(op, *reinterpret_cast<const T*>(p[1] + off[1]), args);
   }
 };
 
@@ -387,8 +371,7 @@ void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, const kernels:
 }
 
 // ---- activation derivatives ------------------------------------------------------------
-template <class T>
-struct ActivationGradFn {
+template <class T> struct ActivationGradFn {
   static constexpr int kElemSize = sizeof(T);
   static constexpr fusion::Kind kFusion = fusion::kActivationGrad;
   Activation act;
@@ -400,19 +383,15 @@ struct ActivationGradFn {
   }
 };
 
-void activation_grad_kernel(Activation act, int order, const Tensor& out, const Tensor& g,
-                            const Tensor& x) {
+void activation_grad_kernel(Activation act, int order, const Tensor& out, const Tensor& g, const Tensor& x) {
   Tensor ops[3] = {out, g, x};
-  if (out.dtype() == ScalarType::Float64)
-    launch(ops, 3, "activation_grad", ActivationGradFn<double>{act, order});
-  else
-    launch(ops, 3, "activation_grad", ActivationGradFn<float>{act, order});
+  if (out.dtype() == ScalarType::Float64) launch(ops, 3, "activation_grad", ActivationGradFn<double>{act, order});
+  else launch(ops, 3, "activation_grad", ActivationGradFn<float>{act, order});
 }
 
 // (g * g2) * act^(order)(x): the mul that precedes a higher derivative,
 // fused (as mul then activation_grad would round it, in T).
-template <class T>
-struct ActivationGradProductFn {
+template <class T> struct ActivationGradProductFn {
   static constexpr int kElemSize = sizeof(T);
   static constexpr fusion::Kind kFusion = fusion::kActivationGradProduct;
   Activation act;
@@ -424,13 +403,12 @@ struct ActivationGradProductFn {
   }
 };
 
-void activation_grad_product_kernel(Activation act, int order, const Tensor& out, const Tensor& g,
-                                    const Tensor& g2, const Tensor& x) {
+void activation_grad_product_kernel(Activation act, int order, const Tensor& out, const Tensor& g, const Tensor& g2,
+                                    const Tensor& x) {
   Tensor ops[4] = {out, g, g2, x};
   if (out.dtype() == ScalarType::Float64)
     launch(ops, 4, "activation_grad", ActivationGradProductFn<double>{act, order});
-  else
-    launch(ops, 4, "activation_grad", ActivationGradProductFn<float>{act, order});
+  else launch(ops, 4, "activation_grad", ActivationGradProductFn<float>{act, order});
 }
 
 // ---- Taylor mode, order 2 (kernels.h, tensor/taylor2.h) ----------------------------------
@@ -476,32 +454,37 @@ void taylor2_launch(int kind, int64_t k, const Tensor& full, const Tensor& x, co
   TG_CUDA_CHECK(cudaGetLastError(), "taylor2_unary");
 }
 
-void taylor2_unary_kernel(int kind, int64_t k, const Tensor& out, const Tensor& x,
-                          const kernels::Taylor2Derivatives& d, const Tensor& pa, const Tensor& pb) {
+void taylor2_unary_kernel(int kind, int64_t k, const Tensor& out, const Tensor& x, const kernels::Taylor2Derivatives& d,
+                          const Tensor& pa, const Tensor& pb) {
   LaunchEncoder access(stream_of(out));
   access.write(out);
-  for (const Tensor* t : {&x, &d.d1, &d.d2, &d.z, &pa, &pb}) access.read(*t);
-  taylor2_launch(kind, k, out, x, d, pa, pb, [&](auto tag, unsigned blocks, int64_t S, int64_t P, int64_t q,
-                                                  const int64_t* ia, const int64_t* ib, auto derivs) {
-    using T = decltype(tag);
-    taylor2_unary_k<T><<<blocks, 256, 0, stream_of(out)>>>(kind, k, q, S, P, out.data_ptr<T>(), x.data_ptr<T>(),
-                                                           derivs, ia, ib);
-  });
+  for (const Tensor* t : {&x, &d.d1, &d.d2, &d.z, &pa, &pb})
+    access.read(*t);
+  taylor2_launch(kind, k, out, x, d, pa, pb,
+                 [&](auto tag, unsigned blocks, int64_t S, int64_t P, int64_t q, const int64_t* ia, const int64_t* ib,
+                     auto derivs) {
+                   using T = decltype(tag);
+                   taylor2_unary_k<T><<<blocks, 256, 0, stream_of(out)>>>(kind, k, q, S, P, out.data_ptr<T>(),
+                                                                          x.data_ptr<T>(), derivs, ia, ib);
+                 });
 }
 
 void taylor2_unary_backward_kernel(int kind, int64_t k, const Tensor& dx, const Tensor& dd1, const Tensor& dd2,
                                    const Tensor& g, const Tensor& x, const kernels::Taylor2Derivatives& d,
                                    const Tensor& pa, const Tensor& pb) {
   LaunchEncoder access(stream_of(dx));
-  for (const Tensor* t : {&dx, &dd1, &dd2}) access.write(*t);
-  for (const Tensor* t : {&g, &x, &d.d1, &d.d2, &d.z, &pa, &pb}) access.read(*t);
-  taylor2_launch(kind, k, dx, x, d, pa, pb, [&](auto tag, unsigned blocks, int64_t S, int64_t P, int64_t q,
-                                                 const int64_t* ia, const int64_t* ib, auto derivs) {
-    using T = decltype(tag);
-    taylor2_unary_backward_k<T><<<blocks, 256, 0, stream_of(dx)>>>(
-        kind, k, q, S, P, dx.data_ptr<T>(), dd1.data_ptr<T>(), d.z.defined() ? nullptr : dd2.data_ptr<T>(),
-        g.data_ptr<T>(), x.data_ptr<T>(), derivs, ia, ib);
-  });
+  for (const Tensor* t : {&dx, &dd1, &dd2})
+    access.write(*t);
+  for (const Tensor* t : {&g, &x, &d.d1, &d.d2, &d.z, &pa, &pb})
+    access.read(*t);
+  taylor2_launch(kind, k, dx, x, d, pa, pb,
+                 [&](auto tag, unsigned blocks, int64_t S, int64_t P, int64_t q, const int64_t* ia, const int64_t* ib,
+                     auto derivs) {
+                   using T = decltype(tag);
+                   taylor2_unary_backward_k<T><<<blocks, 256, 0, stream_of(dx)>>>(
+                       kind, k, q, S, P, dx.data_ptr<T>(), dd1.data_ptr<T>(),
+                       d.z.defined() ? nullptr : dd2.data_ptr<T>(), g.data_ptr<T>(), x.data_ptr<T>(), derivs, ia, ib);
+                 });
 }
 
 // ---- between devices --------------------------------------------------------------------
@@ -511,8 +494,7 @@ void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
   if (dst.is_cuda() && src.is_cuda()) {
     DeviceGuard g(dst.device().index());
     detail::check_not_capturing("to (a copy between GPUs)", dst.device().index());
-    TG_CUDA_CHECK(cudaMemcpyPeer(dst.data_ptr(), dst.device().index(), src.data_ptr(),
-                                 src.device().index(), bytes),
+    TG_CUDA_CHECK(cudaMemcpyPeer(dst.data_ptr(), dst.device().index(), src.data_ptr(), src.device().index(), bytes),
                   "to");
     return;
   }
@@ -561,13 +543,13 @@ void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
 // Each step runs the functor or element body of the kernel it replaces, on
 // the step's operands at element i (0 for one-element operands): the same
 // code, loads and stores as the separate kernels, one launch.
-template <class F, class T>
-__device__ inline void run_functor(const fusion::Step& st, int64_t i) {
+template <class F, class T> __device__ inline void run_functor(const fusion::Step& st, int64_t i) {
   F f;
   memcpy(&f, st.fn, sizeof(F));
   int64_t off[kMaxOps];
 #pragma unroll
-  for (int o = 0; o < kMaxOps; ++o) off[o] = (st.scalar >> o) & 1u ? 0 : i * int64_t(sizeof(T));
+  for (int o = 0; o < kMaxOps; ++o)
+    off[o] = (st.scalar >> o) & 1u ? 0 : i * int64_t(sizeof(T));
   if (st.periodic) {  // uniform across the grid; i < 2^18: 32-bit remainders
 #pragma unroll
     for (int o = 1; o < kMaxOps; ++o)
@@ -576,8 +558,7 @@ __device__ inline void run_functor(const fusion::Step& st, int64_t i) {
   f(st.ptr, off);
 }
 
-template <class T>
-__device__ inline void run_step(const fusion::Step& st, int64_t i) {
+template <class T> __device__ inline void run_step(const fusion::Step& st, int64_t i) {
   switch (st.kind) {
     case fusion::kBinary: run_functor<BinaryFn<T>, T>(st, i); break;
     case fusion::kBinaryScalar: run_functor<BinaryScalarFn<T>, T>(st, i); break;
@@ -586,9 +567,7 @@ __device__ inline void run_step(const fusion::Step& st, int64_t i) {
     case fusion::kActivationGrad: run_functor<ActivationGradFn<T>, T>(st, i); break;
     case fusion::kActivationGradProduct: run_functor<ActivationGradProductFn<T>, T>(st, i); break;
     case fusion::kCopy: run_functor<CopyFn<T, T>, T>(st, i); break;
-    case fusion::kFill:
-      run_functor<FillFn<std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>>, T>(st, i);
-      break;
+    case fusion::kFill: run_functor<FillFn<std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>>, T>(st, i); break;
     case fusion::kAddN:
       add_n_at<T>(reinterpret_cast<T*>(st.ptr[0]), reinterpret_cast<const T*>(st.ptr[1]),
                   reinterpret_cast<const T* const*>(st.ptr + 2), st.nops - 2, i);
@@ -602,12 +581,12 @@ __device__ inline void run_step(const fusion::Step& st, int64_t i) {
   }
 }
 
-template <class T>
-__global__ void fused_kernel_impl(const __grid_constant__ fusion::Program p) {
+template <class T> __global__ void fused_kernel_impl(const __grid_constant__ fusion::Program p) {
   wait_for_predecessors();
   const int64_t stride = int64_t(blockDim.x) * gridDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.n; i += stride)
-    for (int s = 0; s < p.nsteps; ++s) run_step<T>(p.steps[s], i);
+    for (int s = 0; s < p.nsteps; ++s)
+      run_step<T>(p.steps[s], i);
 }
 
 const kernels::Backend& backend() {

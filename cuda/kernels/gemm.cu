@@ -40,11 +40,10 @@ const char* cublas_name(cublasStatus_t s) {
   }
 }
 
-#define TG_CUBLAS_CHECK(call, op)                                                     \
-  do {                                                                                \
-    cublasStatus_t st_ = (call);                                                      \
-    TG_CHECK(st_ == CUBLAS_STATUS_SUCCESS, op, ": cuBLAS call ", #call, " failed: ", \
-             cublas_name(st_));                                                       \
+#define TG_CUBLAS_CHECK(call, op)                                                                       \
+  do {                                                                                                  \
+    cublasStatus_t st_ = (call);                                                                        \
+    TG_CHECK(st_ == CUBLAS_STATUS_SUCCESS, op, ": cuBLAS call ", #call, " failed: ", cublas_name(st_)); \
   } while (0)
 
 // cuBLAS handles: one per (thread, device), taken from a pool and returned
@@ -132,8 +131,7 @@ cublasHandle_t handle(int device, cudaStream_t stream) {
   // PyTorch does): it then never allocates, also under graph capture, and
   // picks the same algorithms captured and eager. Setting the stream resets
   // the workspace, so it is set again every time.
-  TG_CUBLAS_CHECK(cublasSetWorkspace(mine.h[device], stream_workspace(device, stream), workspace_bytes(device)),
-                  "bmm");
+  TG_CUBLAS_CHECK(cublasSetWorkspace(mine.h[device], stream_workspace(device, stream), workspace_bytes(device)), "bmm");
   return mine.h[device];
 }
 
@@ -158,9 +156,8 @@ Operand as_operand(const Tensor& x) {
 }
 
 template <class T>
-__global__ void gemm_int64_k(T* out, const T* a, const T* b, int64_t B, int64_t n, int64_t k,
-                             int64_t m, int64_t sab, int64_t sar, int64_t sac, int64_t sbb,
-                             int64_t sbr, int64_t sbc) {
+__global__ void gemm_int64_k(T* out, const T* a, const T* b, int64_t B, int64_t n, int64_t k, int64_t m, int64_t sab,
+                             int64_t sar, int64_t sac, int64_t sbb, int64_t sbr, int64_t sbc) {
   int64_t total = B * n * m, stride = int64_t(blockDim.x) * gridDim.x;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += stride) {
     int64_t j = t % m, i = (t / m) % n, bi = t / (n * m);
@@ -195,7 +192,8 @@ struct LtKey {
 struct LtKeyHash {
   size_t operator()(const LtKey& k) const {
     size_t h = 1469598103934665603ull;
-    for (int64_t x : k.v) h = (h ^ size_t(x)) * 1099511628211ull;
+    for (int64_t x : k.v)
+      h = (h ^ size_t(x)) * 1099511628211ull;
     return h;
   }
 };
@@ -229,7 +227,8 @@ cublasLtHandle_t lt_handle(int device) {
 
 uint32_t alignment_of(const void* p) {
   uint32_t a = 256;
-  while (a > 1 && reinterpret_cast<uintptr_t>(p) % a) a /= 2;
+  while (a > 1 && reinterpret_cast<uintptr_t>(p) % a)
+    a /= 2;
   return a;
 }
 
@@ -238,8 +237,8 @@ std::shared_ptr<LtPlan> lt_plan(int device, bool f64, cublasComputeType_t comput
                                 cublasOperation_t opb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t sa,
                                 int64_t ldb, int64_t sb, int64_t batch, uint32_t align_a, uint32_t align_b,
                                 uint32_t align_c) {
-  const LtKey key{{device, f64, int64_t(compute), int64_t(opa), int64_t(opb), m, n, k, lda, sa, ldb, sb, batch,
-                   align_a, align_b, align_c}};
+  const LtKey key{{device, f64, int64_t(compute), int64_t(opa), int64_t(opb), m, n, k, lda, sa, ldb, sb, batch, align_a,
+                   align_b, align_c}};
   static std::mutex mu;
   static std::unordered_map<LtKey, std::shared_ptr<LtPlan>, LtKeyHash> cache;
   {
@@ -250,8 +249,7 @@ std::shared_ptr<LtPlan> lt_plan(int device, bool f64, cublasComputeType_t comput
   auto p = std::make_shared<LtPlan>();
   const cudaDataType_t type = f64 ? CUDA_R_64F : CUDA_R_32F;
   auto layout = [&](cublasLtMatrixLayout_t* l, int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
-    if (cublasLtMatrixLayoutCreate(l, type, uint64_t(rows), uint64_t(cols), ld) != CUBLAS_STATUS_SUCCESS)
-      return false;
+    if (cublasLtMatrixLayoutCreate(l, type, uint64_t(rows), uint64_t(cols), ld) != CUBLAS_STATUS_SUCCESS) return false;
     if (batch > 1) {
       int32_t count = int32_t(batch);
       cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count));
@@ -272,14 +270,10 @@ std::shared_ptr<LtPlan> lt_plan(int device, bool f64, cublasComputeType_t comput
     if (cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
       const uint64_t ws = workspace_bytes(device);
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
-                                           sizeof(align_a));
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
-                                           sizeof(align_b));
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
-                                           sizeof(align_c));
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
-                                           sizeof(align_c));
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a));
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b));
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c));
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c));
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
       detail::RelaxedCaptureMode relaxed;  // a host-side query, allowed under capture
@@ -314,8 +308,8 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) 
     access.read(b);
     gemm_int64_k<int64_t><<<unsigned(blocks), 256, 0, s>>>(
         static_cast<int64_t*>(out.data_ptr()), static_cast<const int64_t*>(a.data_ptr()),
-        static_cast<const int64_t*>(b.data_ptr()), B, n, k, m, a.strides()[0], a.strides()[1],
-        a.strides()[2], b.strides()[0], b.strides()[1], b.strides()[2]);
+        static_cast<const int64_t*>(b.data_ptr()), B, n, k, m, a.strides()[0], a.strides()[1], a.strides()[2],
+        b.strides()[0], b.strides()[1], b.strides()[2]);
     TG_CUDA_CHECK(cudaGetLastError(), "bmm");
     return;
   }
@@ -323,7 +317,7 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) 
   Operand ob = as_operand(b), oa = as_operand(a);
   bool f64 = out.dtype() == kFloat64;
   cudaDataType_t type = f64 ? CUDA_R_64F : CUDA_R_32F;
-  cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F
+  cublasComputeType_t compute = f64                   ? CUBLAS_COMPUTE_64F
                                 : g_allow_tf32.load() ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                       : CUBLAS_COMPUTE_32F;
   double one64 = 1, zero64 = 0;
@@ -338,10 +332,9 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) 
   access.read(oa.t);
   access.write(out);  // read too when accumulating: a write covers both
   if (lt_enabled()) {
-    std::shared_ptr<LtPlan> plan =
-        lt_plan(device, f64, compute, opb, opa, m, n, k, ob.ld, B == 1 ? 0 : ob.batch_stride, oa.ld,
-                B == 1 ? 0 : oa.batch_stride, B, alignment_of(ob.t.data_ptr()), alignment_of(oa.t.data_ptr()),
-                alignment_of(out.data_ptr()));
+    std::shared_ptr<LtPlan> plan = lt_plan(device, f64, compute, opb, opa, m, n, k, ob.ld, B == 1 ? 0 : ob.batch_stride,
+                                           oa.ld, B == 1 ? 0 : oa.batch_stride, B, alignment_of(ob.t.data_ptr()),
+                                           alignment_of(oa.t.data_ptr()), alignment_of(out.data_ptr()));
     if (plan->ok) {
       void* ws = nullptr;
       if (plan->workspace > 0 && access.recording()) {
@@ -354,10 +347,10 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) 
       }
       if (plan->workspace > 0 && !ws) ws = stream_workspace(device, s);
       access.add({static_cast<const char*>(ws), int64_t(plan->workspace), true});
-      TG_CUBLAS_CHECK(cublasLtMatmul(lt_handle(device), plan->desc, alpha, ob.t.data_ptr(), plan->a,
-                                     oa.t.data_ptr(), plan->b, beta, out.data_ptr(), plan->c, out.data_ptr(),
-                                     plan->c, &plan->algo, ws, plan->workspace, s),
-                      "bmm");
+      TG_CUBLAS_CHECK(
+          cublasLtMatmul(lt_handle(device), plan->desc, alpha, ob.t.data_ptr(), plan->a, oa.t.data_ptr(), plan->b, beta,
+                         out.data_ptr(), plan->c, out.data_ptr(), plan->c, &plan->algo, ws, plan->workspace, s),
+          "bmm");
       return;
     }
   }
@@ -367,18 +360,16 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) 
     // A single product goes through cublasGemmEx: cuBLAS's heuristics for the
     // non-batched call pick split-K for the long, thin products of weight
     // gradients (k = batch), which the batched entry with one batch does not.
-    TG_CUBLAS_CHECK(cublasGemmEx(h, opb, opa, int(m), int(n), int(k), alpha, ob.t.data_ptr(), type,
-                                 int(ob.ld), oa.t.data_ptr(), type, int(oa.ld), beta, out.data_ptr(),
-                                 type, int(m), compute, CUBLAS_GEMM_DEFAULT),
-                    "bmm");
+    TG_CUBLAS_CHECK(
+        cublasGemmEx(h, opb, opa, int(m), int(n), int(k), alpha, ob.t.data_ptr(), type, int(ob.ld), oa.t.data_ptr(),
+                     type, int(oa.ld), beta, out.data_ptr(), type, int(m), compute, CUBLAS_GEMM_DEFAULT),
+        "bmm");
     return;
   }
   TG_CUBLAS_CHECK(
-      cublasGemmStridedBatchedEx(
-          h, opb, opa, int(m), int(n), int(k), alpha,
-          ob.t.data_ptr(), type, int(ob.ld), ob.batch_stride, oa.t.data_ptr(), type, int(oa.ld),
-          oa.batch_stride, beta, out.data_ptr(), type, int(m), n * m, int(B), compute,
-          CUBLAS_GEMM_DEFAULT),
+      cublasGemmStridedBatchedEx(h, opb, opa, int(m), int(n), int(k), alpha, ob.t.data_ptr(), type, int(ob.ld),
+                                 ob.batch_stride, oa.t.data_ptr(), type, int(oa.ld), oa.batch_stride, beta,
+                                 out.data_ptr(), type, int(m), n * m, int(B), compute, CUBLAS_GEMM_DEFAULT),
       "bmm");
 }
 

@@ -40,8 +40,8 @@ __device__ __forceinline__ void wait_for_predecessors() {
 bool pdl_enabled(int device);
 
 template <class... KArgs, class... Args>
-void launch_pdl(void (*kernel)(KArgs...), dim3 blocks, unsigned threads, cudaStream_t s, int device,
-                const char* op, Args&&... args) {
+void launch_pdl(void (*kernel)(KArgs...), dim3 blocks, unsigned threads, cudaStream_t s, int device, const char* op,
+                Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = blocks;
   cfg.blockDim = dim3(threads);
@@ -78,10 +78,10 @@ struct Indexer {
   // indexed by constants after unrolling and stays in registers. I is
   // uint32_t for element counts below 2^32 (32-bit division is several times
   // cheaper on the GPU), else int64_t.
-  template <class I>
-  __device__ void offsets(I i, int64_t* off) const {
+  template <class I> __device__ void offsets(I i, int64_t* off) const {
 #pragma unroll
-    for (int o = 0; o < kMaxOps; ++o) off[o] = 0;
+    for (int o = 0; o < kMaxOps; ++o)
+      off[o] = 0;
     for (int d = ndim - 1; d >= 0; --d) {
       const I size = I(sizes[d]);
       const I idx = i % size;
@@ -110,17 +110,19 @@ inline Indexer make_indexer(const Tensor* ops, int nops, const char* op) {
       st[o][n] = ops[o].strides()[size_t(d)] * int64_t(element_size(ops[o].dtype()));
     if (n > 0) {
       bool merge = true;
-      for (int o = 0; o < nops; ++o) merge &= st[o][n - 1] == st[o][n] * sz[n];
+      for (int o = 0; o < nops; ++o)
+        merge &= st[o][n - 1] == st[o][n] * sz[n];
       if (merge) {
         sz[n - 1] *= sz[n];
-        for (int o = 0; o < nops; ++o) st[o][n - 1] = st[o][n];
+        for (int o = 0; o < nops; ++o)
+          st[o][n - 1] = st[o][n];
         continue;
       }
     }
     ++n;
   }
-  TG_CHECK(n <= kMaxDims, op, ": CUDA kernels support at most ", kMaxDims,
-           " non-mergeable dims, got ", n, " (shape ", shape_str(out.sizes()), ")");
+  TG_CHECK(n <= kMaxDims, op, ": CUDA kernels support at most ", kMaxDims, " non-mergeable dims, got ", n, " (shape ",
+           shape_str(out.sizes()), ")");
   ix.ndim = n;
   for (int o = 0; o < nops; ++o) {
     ix.ptrs[o] = static_cast<char*>(ops[o].data_ptr());
@@ -128,7 +130,8 @@ inline Indexer make_indexer(const Tensor* ops, int nops, const char* op) {
   }
   for (int d = 0; d < n; ++d) {
     ix.sizes[d] = sz[d];
-    for (int o = 0; o < nops; ++o) ix.strides[o][d] = st[o][d];
+    for (int o = 0; o < nops; ++o)
+      ix.strides[o][d] = st[o][d];
   }
   ix.linear = n <= 1;
   for (int o = 0; o < nops; ++o) {
@@ -169,36 +172,27 @@ struct LinearArgs {
   int nops;
   bool broadcast[kMaxOps];
   int64_t period[kMaxOps];  // elements (0: not periodic): operand o's element i is i % period
-  bool aligned;  // every dense operand 16-byte aligned (E > 0 only), periods whole vectors
+  bool aligned;             // every dense operand 16-byte aligned (E > 0 only), periods whole vectors
 };
 
 // i % p, in 32 bits when both fit (several times cheaper on the GPU).
 __device__ inline int64_t wrap_index(int64_t i, int64_t p) {
   return (uint64_t(i) | uint64_t(p)) <= UINT32_MAX ? int64_t(uint32_t(i) % uint32_t(p)) : i % p;
 }
-template <class F, class = void>
-struct VecElemSize {
-  static constexpr int value = 0;
-};
-template <class F>
-struct VecElemSize<F, std::void_t<decltype(F::kElemSize)>> {
+template <class F, class = void> struct VecElemSize { static constexpr int value = 0; };
+template <class F> struct VecElemSize<F, std::void_t<decltype(F::kElemSize)>> {
   static constexpr int value = F::kElemSize;
 };
 
 // A functor the fused kernel of a captured graph can run declares
 // `static constexpr fusion::Kind kFusion = ...;` (cuda/launch.h): the
 // launch tells its encoder it is fusable.
-template <class F, class = void>
-struct FusionKindOf {
-  static constexpr fusion::Kind value = fusion::kNone;
-};
-template <class F>
-struct FusionKindOf<F, std::void_t<decltype(F::kFusion)>> {
+template <class F, class = void> struct FusionKindOf { static constexpr fusion::Kind value = fusion::kNone; };
+template <class F> struct FusionKindOf<F, std::void_t<decltype(F::kFusion)>> {
   static constexpr fusion::Kind value = F::kFusion;
 };
 
-template <int E, class F>
-__global__ void linear_kernel(LinearArgs a, int64_t n, F f) {
+template <int E, class F> __global__ void linear_kernel(LinearArgs a, int64_t n, F f) {
   wait_for_predecessors();
   const int64_t stride = int64_t(blockDim.x) * gridDim.x;
   const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -215,7 +209,8 @@ __global__ void linear_kernel(LinearArgs a, int64_t n, F f) {
           if (a.broadcast[o]) {
             char* b = reinterpret_cast<char*>(&buf[o]);
 #pragma unroll
-            for (int j = 0; j < V; ++j) memcpy(b + j * E, a.ptrs[o], E);
+            for (int j = 0; j < V; ++j)
+              memcpy(b + j * E, a.ptrs[o], E);
           } else if (a.period[o] > 0) {
             buf[o] = reinterpret_cast<const uint4*>(a.ptrs[o])[wrap_index(v, a.period[o] / V)];
           } else {
@@ -224,12 +219,14 @@ __global__ void linear_kernel(LinearArgs a, int64_t n, F f) {
         }
         char* local[kMaxOps];
 #pragma unroll
-        for (int o = 0; o < kMaxOps; ++o) local[o] = reinterpret_cast<char*>(&buf[o]);
+        for (int o = 0; o < kMaxOps; ++o)
+          local[o] = reinterpret_cast<char*>(&buf[o]);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           int64_t off[kMaxOps];
 #pragma unroll
-          for (int o = 0; o < kMaxOps; ++o) off[o] = int64_t(j) * E;
+          for (int o = 0; o < kMaxOps; ++o)
+            off[o] = int64_t(j) * E;
           f(local, off);
         }
         reinterpret_cast<uint4*>(a.ptrs[0])[v] = buf[0];
@@ -258,14 +255,12 @@ inline LinearArgs linear_args(const Indexer& ix, int E) {
     a.broadcast[o] = o < ix.nops && ix.broadcast[o];
     a.period[o] = o < ix.nops ? ix.period[o] : 0;
     if (o < ix.nops && !a.broadcast[o])
-      a.aligned &= ix.elem[o] == E && reinterpret_cast<uintptr_t>(ix.ptrs[o]) % 16 == 0 &&
-                   (a.period[o] * E) % 16 == 0;
+      a.aligned &= ix.elem[o] == E && reinterpret_cast<uintptr_t>(ix.ptrs[o]) % 16 == 0 && (a.period[o] * E) % 16 == 0;
   }
   return a;
 }
 
-template <class F>
-__global__ void elementwise_kernel(Indexer ix, int64_t n, F f) {
+template <class F> __global__ void elementwise_kernel(Indexer ix, int64_t n, F f) {
   wait_for_predecessors();
   int64_t stride = int64_t(blockDim.x) * gridDim.x;
   const bool small = n <= int64_t(UINT32_MAX);  // uniform across the grid
@@ -288,8 +283,7 @@ inline unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + kBl
 // Tells the encoder that a linear launch can run as a fused step when every
 // operand is dense or one element and the dtype is a float one.
 template <class F>
-void describe_step(LaunchEncoder& enc, const void* func, const LinearArgs& a, ScalarType dtype, int64_t n,
-                   const F& f) {
+void describe_step(LaunchEncoder& enc, const void* func, const LinearArgs& a, ScalarType dtype, int64_t n, const F& f) {
   if (!enc.recording() || n > fusion::kMaxElements) return;
   if (dtype != ScalarType::Float32 && dtype != ScalarType::Float64) return;
   static_assert(sizeof(F) <= fusion::kFunctorBytes, "functor too large to fuse");
@@ -309,19 +303,19 @@ void describe_step(LaunchEncoder& enc, const void* func, const LinearArgs& a, Sc
   enc.fusable(func, &a, sizeof(a), dtype, n, st);
 }
 
-template <class F>
-void launch(const Tensor* ops, int nops, const char* op, F f) {
+template <class F> void launch(const Tensor* ops, int nops, const char* op, F f) {
   int64_t n = ops[0].numel();
   if (n == 0) return;
   for (int o = 1; o < nops; ++o)
-    TG_CHECK(ops[o].device() == ops[0].device(), op, ": expected all tensors on ",
-             ops[0].device(), ", got ", ops[o].device());
+    TG_CHECK(ops[o].device() == ops[0].device(), op, ": expected all tensors on ", ops[0].device(), ", got ",
+             ops[o].device());
   DeviceGuard g(ops[0].device().index());
   Indexer ix = make_indexer(ops, nops, op);
   cudaStream_t s = static_cast<cudaStream_t>(current_stream(ops[0].device().index()).handle());
   LaunchEncoder access(s);  // operand 0 is written, the others read
   access.write(ops[0]);
-  for (int o = 1; o < nops; ++o) access.read(ops[o]);
+  for (int o = 1; o < nops; ++o)
+    access.read(ops[o]);
   constexpr int E = VecElemSize<F>::value;
   if (ix.linear) {
     LinearArgs a = linear_args(ix, E);
@@ -335,8 +329,7 @@ void launch(const Tensor* ops, int nops, const char* op, F f) {
 }
 
 // ---- dtypes on the device ------------------------------------------------------------
-template <class F>
-void dispatch_all(ScalarType t, F&& f) {
+template <class F> void dispatch_all(ScalarType t, F&& f) {
   switch (t) {
     case ScalarType::Float32: f(float{}); return;
     case ScalarType::Float64: f(double{}); return;
@@ -349,18 +342,15 @@ void dispatch_all(ScalarType t, F&& f) {
 using kernels::dispatch_bytes;
 using kernels::dispatch_compute;
 
-template <class T>
-constexpr bool is_half_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+template <class T> constexpr bool is_half_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
 
-template <class S>
-__device__ float to_float(S s) {
+template <class S> __device__ float to_float(S s) {
   if constexpr (std::is_same_v<S, __half>) return __half2float(s);
   else if constexpr (std::is_same_v<S, __nv_bfloat16>) return __bfloat162float(s);
   else return float(s);
 }
 
-template <class D, class S>
-__device__ D convert(S s) {
+template <class D, class S> __device__ D convert(S s) {
   if constexpr (std::is_same_v<D, S>) {
     return s;
   } else if constexpr (is_half_v<S>) {

@@ -29,7 +29,8 @@ struct ListArgs {
 // This block's tensor and the range of its chunk.
 __device__ inline int find_tensor(const ListArgs& a, int64_t* begin, int64_t* end) {
   int t = 0;
-  while (t + 1 < a.ntensors && a.block_start[t + 1] <= int64_t(blockIdx.x)) ++t;
+  while (t + 1 < a.ntensors && a.block_start[t + 1] <= int64_t(blockIdx.x))
+    ++t;
   *begin = (int64_t(blockIdx.x) - a.block_start[t]) * kChunk;
   *end = ::min(*begin + kChunk, a.n[t]);
   return t;
@@ -94,10 +95,12 @@ __global__ void zero_kernel(ListArgs a) {
   const int t = find_tensor(a, &begin, &end);
   if (a.arg[t] == 4) {
     uint32_t* w = static_cast<uint32_t*>(a.ptr[0][t]);
-    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) w[i] = 0;
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+      w[i] = 0;
   } else {
     char* c = static_cast<char*>(a.ptr[0][t]);
-    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) c[i] = 0;
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+      c[i] = 0;
   }
 }
 
@@ -116,7 +119,8 @@ void for_each_launch(Device dev, const std::vector<std::array<void*, 5>>& ptrs, 
     int k = 0;
     for (; i < ptrs.size() && k < kListSize; ++i) {
       if (n[i] == 0) continue;
-      for (int l = 0; l < 5; ++l) a.ptr[l][k] = ptrs[i][l];
+      for (int l = 0; l < 5; ++l)
+        a.ptr[l][k] = ptrs[i][l];
       a.n[k] = n[i];
       a.arg[k] = arg[i];
       a.block_start[k] = blocks;
@@ -142,18 +146,17 @@ std::vector<std::array<void*, 5>> entries(const kernels::TensorLists& l, int nst
   for (size_t i = 0; i < P; ++i) {
     const Tensor& p = l.param[i];
     auto check = [&](const Tensor& t, const char* what) {
-      TG_CHECK(t.defined() && t.is_cuda() && t.device() == p.device() && t.dtype() == p.dtype() &&
-                   t.is_contiguous() && t.numel() == p.numel(),
-               op, ": parameter ", i, "'s ", what, " must be a contiguous ", p.dtype(), " tensor of ",
-               p.numel(), " elements on ", p.device());
+      TG_CHECK(t.defined() && t.is_cuda() && t.device() == p.device() && t.dtype() == p.dtype() && t.is_contiguous() &&
+                   t.numel() == p.numel(),
+               op, ": parameter ", i, "'s ", what, " must be a contiguous ", p.dtype(), " tensor of ", p.numel(),
+               " elements on ", p.device());
       return t.data_ptr();
     };
     out[i][0] = check(p, "value");
     out[i][1] = check(l.grad[i], "gradient");
     for (int k = 0; k < 3; ++k)
-      out[i][2 + k] = k < nstate && state[k]->size() > i && (*state[k])[i].defined()
-                          ? check((*state[k])[i], "state")
-                          : nullptr;
+      out[i][2 + k] =
+          k < nstate && state[k]->size() > i && (*state[k])[i].defined() ? check((*state[k])[i], "state") : nullptr;
     n->push_back(p.numel());
   }
   return out;
@@ -163,8 +166,7 @@ std::vector<std::array<void*, 5>> entries(const kernels::TensorLists& l, int nst
 // counts and learning rate.
 template <class U>
 void multi_tensor_update(const kernels::TensorLists& l, int nstate, const char* op, const Tensor& steps,
-                         const Tensor& lr, const U& u,
-                         void (*k32)(ListArgs, const double*, const double*, U),
+                         const Tensor& lr, const U& u, void (*k32)(ListArgs, const double*, const double*, U),
                          void (*k64)(ListArgs, const double*, const double*, U)) {
   if (l.param.empty()) return;
   std::vector<int64_t> n;
@@ -174,14 +176,15 @@ void multi_tensor_update(const kernels::TensorLists& l, int nstate, const char* 
   auto kernel = l.param[0].dtype() == kFloat64 ? k64 : k32;
   LaunchEncoder access(stream_of(l.param[0]));
   for (const auto* list : {&l.param, &l.state1, &l.state2, &l.state3})
-    for (const Tensor& t : *list) access.write(t);
-  for (const Tensor& t : l.grad) access.read(t);
+    for (const Tensor& t : *list)
+      access.write(t);
+  for (const Tensor& t : l.grad)
+    access.read(t);
   access.read(steps);
   access.read(lr);
-  for_each_launch(l.param[0].device(), e, n, l.step_index, op,
-                  [&](const ListArgs& a, unsigned blocks, cudaStream_t s) {
-                    kernel<<<blocks, kThreads, 0, s>>>(a, st, r, u);
-                  });
+  for_each_launch(l.param[0].device(), e, n, l.step_index, op, [&](const ListArgs& a, unsigned blocks, cudaStream_t s) {
+    kernel<<<blocks, kThreads, 0, s>>>(a, st, r, u);
+  });
 }
 
 void multi_tensor_adam(const kernels::TensorLists& l, const Tensor& steps, const Tensor& lr,
@@ -202,8 +205,8 @@ void multi_tensor_zero(const std::vector<Tensor>& ts) {
   std::vector<int64_t> n, word;  // word: 4 when zeroed as 32-bit words, else 1 (bytes)
   for (size_t i = 0; i < ts.size(); ++i) {
     const Tensor& t = ts[i];
-    TG_CHECK(t.is_cuda() && t.device() == ts[0].device() && t.is_contiguous(),
-             "zero_grad (multi-tensor): tensor ", i, " must be contiguous on ", ts[0].device());
+    TG_CHECK(t.is_cuda() && t.device() == ts[0].device() && t.is_contiguous(), "zero_grad (multi-tensor): tensor ", i,
+             " must be contiguous on ", ts[0].device());
     const int64_t bytes = t.numel() * int64_t(element_size(t.dtype()));
     const bool words = bytes % 4 == 0 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 4 == 0;
     e.push_back({t.data_ptr(), nullptr, nullptr, nullptr, nullptr});
@@ -211,11 +214,11 @@ void multi_tensor_zero(const std::vector<Tensor>& ts) {
     word.push_back(words ? 4 : 1);
   }
   LaunchEncoder access(stream_of(ts[0]));
-  for (const Tensor& t : ts) access.write(t);
-  for_each_launch(ts[0].device(), e, n, word, "zero_grad (multi-tensor)",
-                  [&](const ListArgs& a, unsigned blocks, cudaStream_t s) {
-                    zero_kernel<<<blocks, kThreads, 0, s>>>(a);
-                  });
+  for (const Tensor& t : ts)
+    access.write(t);
+  for_each_launch(
+      ts[0].device(), e, n, word, "zero_grad (multi-tensor)",
+      [&](const ListArgs& a, unsigned blocks, cudaStream_t s) { zero_kernel<<<blocks, kThreads, 0, s>>>(a); });
 }
 
 }  // namespace

@@ -41,13 +41,9 @@ Dims walk(int64_t size, int64_t stride) {
   return d;
 }
 
-template <class T>
-struct Acc {
-  using type = std::conditional_t<std::is_same_v<T, float>, double, T>;
-};
+template <class T> struct Acc { using type = std::conditional_t<std::is_same_v<T, float>, double, T>; };
 
-template <class A>
-__device__ A combine(ReduceOp op, A a, A b) {
+template <class A> __device__ A combine(ReduceOp op, A a, A b) {
   switch (op) {
     case ReduceOp::Sum: return a + b;
     case ReduceOp::Max:
@@ -62,8 +58,7 @@ __device__ A combine(ReduceOp op, A a, A b) {
   return a;
 }
 
-template <class A>
-struct Combine {
+template <class A> struct Combine {
   ReduceOp op;
   __device__ A operator()(A a, A b) const { return combine(op, a, b); }
 };
@@ -75,8 +70,8 @@ constexpr int kBlock = 256;
 // into the output: one kernel, no second pass).
 // Every split's range [s * chunk, min(inner, (s + 1) * chunk)) is non-empty.
 template <class T, class A, class Out>
-__global__ void reduce_block_kernel(const T* x, Dims kept, Dims red, int64_t inner, int64_t chunk,
-                                    int64_t splits, ReduceOp op, Out* partial) {
+__global__ void reduce_block_kernel(const T* x, Dims kept, Dims red, int64_t inner, int64_t chunk, int64_t splits,
+                                    ReduceOp op, Out* partial) {
   using BlockReduce = cub::BlockReduce<A, kBlock>;
   __shared__ typename BlockReduce::TempStorage tmp;
   int64_t o = blockIdx.x, s = blockIdx.y;
@@ -104,8 +99,8 @@ __global__ void reduce_block_kernel(const T* x, Dims kept, Dims red, int64_t inn
 // reduced dim (the common case) walks by its stride, four loads in flight.
 constexpr int kColRows = 8;
 template <class T, class A, class Out>
-__global__ void reduce_columns_kernel(const T* x, Dims kept, Dims red, int64_t outer, int64_t inner,
-                                      int64_t chunk, ReduceOp op, Out* out) {
+__global__ void reduce_columns_kernel(const T* x, Dims kept, Dims red, int64_t outer, int64_t inner, int64_t chunk,
+                                      ReduceOp op, Out* out) {
   __shared__ A sh[kColRows][33];
   const int64_t o = int64_t(blockIdx.x) * 32 + threadIdx.x, s = blockIdx.y;
   const int64_t begin = s * chunk, end = begin + chunk < inner ? begin + chunk : inner;
@@ -123,28 +118,32 @@ __global__ void reduce_columns_kernel(const T* x, Dims kept, Dims red, int64_t o
                 v3 = A(p[(r + 3 * kColRows) * st]);
         acc = combine(op, combine(op, acc, combine(op, v0, v1)), combine(op, v2, v3));
       }
-      for (; r < end; r += kColRows) acc = combine(op, acc, A(p[r * st]));
+      for (; r < end; r += kColRows)
+        acc = combine(op, acc, A(p[r * st]));
     } else {
-      for (; r < end; r += kColRows) acc = combine(op, acc, A(p[red.offset(r)]));
+      for (; r < end; r += kColRows)
+        acc = combine(op, acc, A(p[red.offset(r)]));
     }
   }
   sh[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && o < outer) {
-    for (int y = 1; y < kColRows; ++y) acc = combine(op, acc, sh[y][threadIdx.x]);
+    for (int y = 1; y < kColRows; ++y)
+      acc = combine(op, acc, sh[y][threadIdx.x]);
     out[s * outer + o] = Out(acc);
   }
 }
 
 // One thread per output over `inner` elements (few elements per output).
 template <class T, class A, class In>
-__global__ void reduce_thread_kernel(const In* x, Dims kept, Dims red, int64_t outer, int64_t inner,
-                                     ReduceOp op, T* out) {
+__global__ void reduce_thread_kernel(const In* x, Dims kept, Dims red, int64_t outer, int64_t inner, ReduceOp op,
+                                     T* out) {
   int64_t stride = int64_t(blockDim.x) * gridDim.x;
   for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < outer; o += stride) {
     int64_t base = kept.offset(o);
     A acc = inner > 0 ? A(x[base + red.offset(0)]) : A(0);
-    for (int64_t r = 1; r < inner; ++r) acc = combine(op, acc, A(x[base + red.offset(r)]));
+    for (int64_t r = 1; r < inner; ++r)
+      acc = combine(op, acc, A(x[base + red.offset(r)]));
     out[o] = T(acc);
   }
 }
@@ -198,15 +197,15 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
         reduce_columns_kernel<T, A, T><<<dim3{unsigned(col_blocks), 1, 1}, dim3{32, kColRows, 1}, 0, s>>>(
             xp, kept, red, outer, inner, chunk, op, op_);
       else
-        reduce_block_kernel<T, A, T><<<dim3{unsigned(outer), 1, 1}, kBlock, 0, s>>>(xp, kept, red, inner, chunk, 1,
-                                                                                    op, op_);
+        reduce_block_kernel<T, A, T>
+            <<<dim3{unsigned(outer), 1, 1}, kBlock, 0, s>>>(xp, kept, red, inner, chunk, 1, op, op_);
       TG_CUDA_CHECK(cudaGetLastError(), "reduce");
       return;
     }
     Tensor partial = tg::empty({outer, splits}, TensorOptions()
-                                                    .dtype(std::is_same_v<A, double> ? kFloat64
+                                                    .dtype(std::is_same_v<A, double>    ? kFloat64
                                                            : std::is_same_v<A, int64_t> ? kInt64
-                                                                                       : kFloat32)
+                                                                                        : kFloat32)
                                                     .device(out.device()));
     A* pp = static_cast<A*>(partial.data_ptr());
     access.write(partial);
@@ -219,12 +218,12 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
       TG_CUDA_CHECK(cudaGetLastError(), "reduce");
       return;
     }
-    reduce_block_kernel<T, A, A><<<dim3{unsigned(outer), unsigned(splits), 1}, kBlock, 0, s>>>(xp, kept, red, inner,
-                                                                                                chunk, splits, op, pp);
+    reduce_block_kernel<T, A, A>
+        <<<dim3{unsigned(outer), unsigned(splits), 1}, kBlock, 0, s>>>(xp, kept, red, inner, chunk, splits, op, pp);
     TG_CUDA_CHECK(cudaGetLastError(), "reduce");
     int64_t blocks = std::min<int64_t>((outer + kBlock - 1) / kBlock, 65536);
-    reduce_thread_kernel<T, A, A><<<unsigned(blocks), kBlock, 0, s>>>(pp, walk(outer, splits), walk(splits, 1), outer,
-                                                                       splits, op, op_);
+    reduce_thread_kernel<T, A, A>
+        <<<unsigned(blocks), kBlock, 0, s>>>(pp, walk(outer, splits), walk(splits, 1), outer, splits, op, op_);
     TG_CUDA_CHECK(cudaGetLastError(), "reduce");
   });
 }
@@ -243,8 +242,8 @@ __device__ inline bool index_ok(int64_t j, int64_t size, detail::BadIndex* bad, 
 }
 
 template <class U>
-__global__ void index_select_k(U* out, const U* x, const int64_t* idx, int64_t istride,
-                               int64_t total, int64_t m, int64_t n, int64_t inner, detail::BadIndex* bad) {
+__global__ void index_select_k(U* out, const U* x, const int64_t* idx, int64_t istride, int64_t total, int64_t m,
+                               int64_t n, int64_t inner, detail::BadIndex* bad) {
   int64_t stride = int64_t(blockDim.x) * gridDim.x;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += stride) {
     int64_t k = t % inner, j = (t / inner) % m, o = t / (inner * m);
@@ -271,15 +270,13 @@ void index_select_kernel(const Tensor& out, const Tensor& x, const Tensor& index
   auto run = [&](auto tag) {
     using U = decltype(tag);
     index_select_k<U><<<unsigned(blocks), kBlock, 0, stream_of(out)>>>(
-        static_cast<U*>(out.data_ptr()), static_cast<const U*>(x.data_ptr()), ip, istride, total, m,
-        n, inner, bad);
+        static_cast<U*>(out.data_ptr()), static_cast<const U*>(x.data_ptr()), ip, istride, total, m, n, inner, bad);
   };
   dispatch_bytes(element_size(out.dtype()), run);
   TG_CUDA_CHECK(cudaGetLastError(), "index_select");
 }
 
-template <class U>
-struct GatherFn {
+template <class U> struct GatherFn {
   int64_t step;  // bytes per index step along dim
   int64_t size;  // x's size along dim
   detail::BadIndex* bad;
@@ -290,8 +287,7 @@ struct GatherFn {
   }
 };
 
-void gather_kernel(const Tensor& out, const Tensor& x, const Tensor& index, int64_t dim_size,
-                   int64_t dim_stride) {
+void gather_kernel(const Tensor& out, const Tensor& x, const Tensor& index, int64_t dim_size, int64_t dim_stride) {
   Tensor ops[3] = {out, index, x};
   int64_t esz = int64_t(element_size(out.dtype()));
   LaunchEncoder access(stream_of(out));  // x is read by index, anywhere in its storage
@@ -315,9 +311,9 @@ void report_bad_indices_kernel(const Tensor& index, int64_t size) {
   LaunchEncoder access(stream_of(index));  // reads the index; writes only host memory
   access.read(index);
   const int64_t blocks = std::min<int64_t>((n + kBlock - 1) / kBlock, 65536);
-  report_bad_indices_k<<<unsigned(blocks), kBlock, 0, stream_of(index)>>>(
-      static_cast<const int64_t*>(index.data_ptr()), index.dim() == 0 ? 0 : index.strides()[0], n, size,
-      detail::bad_index_record());
+  report_bad_indices_k<<<unsigned(blocks), kBlock, 0, stream_of(index)>>>(static_cast<const int64_t*>(index.data_ptr()),
+                                                                          index.dim() == 0 ? 0 : index.strides()[0], n,
+                                                                          size, detail::bad_index_record());
   TG_CUDA_CHECK(cudaGetLastError(), "sparse tensor indices");
 }
 
@@ -327,8 +323,7 @@ __device__ inline void atomic_add(int64_t* p, int64_t v) {
   atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
 }
 
-template <class T>
-struct ScatterAddFn {
+template <class T> struct ScatterAddFn {
   int64_t step;
   int64_t size;  // out's size along dim
   detail::BadIndex* bad;
@@ -376,8 +371,7 @@ __global__ void random_k(T* out, int64_t n, uint64_t seed, uint64_t offset, cons
   }
 }
 
-template <bool kNormal>
-void random_kernel(const Tensor& out, uint64_t seed, uint64_t offset, const int64_t* state) {
+template <bool kNormal> void random_kernel(const Tensor& out, uint64_t seed, uint64_t offset, const int64_t* state) {
   int64_t n = out.numel();
   if (n == 0) return;
   DeviceGuard g(out.device().index());
@@ -386,11 +380,11 @@ void random_kernel(const Tensor& out, uint64_t seed, uint64_t offset, const int6
   access.write(out);
   if (state) access.add({reinterpret_cast<const char*>(state), 2 * int64_t(sizeof(int64_t)), false});
   if (out.dtype() == kFloat64)
-    random_k<double, kNormal><<<unsigned(blocks), kBlock, 0, stream_of(out)>>>(
-        static_cast<double*>(out.data_ptr()), n, seed, offset, state);
+    random_k<double, kNormal>
+        <<<unsigned(blocks), kBlock, 0, stream_of(out)>>>(static_cast<double*>(out.data_ptr()), n, seed, offset, state);
   else
-    random_k<float, kNormal><<<unsigned(blocks), kBlock, 0, stream_of(out)>>>(
-        static_cast<float*>(out.data_ptr()), n, seed, offset, state);
+    random_k<float, kNormal>
+        <<<unsigned(blocks), kBlock, 0, stream_of(out)>>>(static_cast<float*>(out.data_ptr()), n, seed, offset, state);
   TG_CUDA_CHECK(cudaGetLastError(), kNormal ? "randn" : "rand");
 }
 
@@ -405,9 +399,7 @@ void register_reduce_index_random(kernels::Backend& b) {
   b.uniform = [](const Tensor& out, uint64_t seed, uint64_t offset) {
     random_kernel<false>(out, seed, offset, nullptr);
   };
-  b.normal = [](const Tensor& out, uint64_t seed, uint64_t offset) {
-    random_kernel<true>(out, seed, offset, nullptr);
-  };
+  b.normal = [](const Tensor& out, uint64_t seed, uint64_t offset) { random_kernel<true>(out, seed, offset, nullptr); };
   b.random_from_state = [](const Tensor& out, bool normal, const int64_t* state, uint64_t offset) {
     if (normal) random_kernel<true>(out, 0, offset, state);
     else random_kernel<false>(out, 0, offset, state);

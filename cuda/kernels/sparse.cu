@@ -24,9 +24,7 @@ unsigned blocks_for(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads
 
 // Raw device scratch from the caching allocator (stream-ordered on the
 // current stream): an Int64 tensor of at least `bytes` bytes.
-Tensor scratch(size_t bytes, Device d) {
-  return tg::detail::new_empty({int64_t(bytes / 8 + 1)}, kInt64, d);
-}
+Tensor scratch(size_t bytes, Device d) { return tg::detail::new_empty({int64_t(bytes / 8 + 1)}, kInt64, d); }
 
 __global__ void iota_k(int64_t* p, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -53,8 +51,8 @@ struct SparseSizes {
   int64_t v[kMaxSparseDims];
 };
 
-__global__ void unravel_k(const int64_t* keys, const int64_t* starts, SparseSizes sizes, int sd,
-                          int64_t* out, int64_t u) {
+__global__ void unravel_k(const int64_t* keys, const int64_t* starts, SparseSizes sizes, int sd, int64_t* out,
+                          int64_t u) {
   for (int64_t s = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; s < u; s += int64_t(gridDim.x) * blockDim.x) {
     int64_t l = keys[starts[s]];
     for (int d = sd - 1; d >= 0; --d) {
@@ -66,18 +64,19 @@ __global__ void unravel_k(const int64_t* keys, const int64_t* starts, SparseSize
 
 // Each output element sums its segment's rows in sorted (= original) order.
 template <class T>
-__global__ void segment_sum_k(const T* values, const int64_t* perm, const int64_t* starts, T* out,
-                              int64_t u, int64_t D) {
+__global__ void segment_sum_k(const T* values, const int64_t* perm, const int64_t* starts, T* out, int64_t u,
+                              int64_t D) {
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < u * D; t += int64_t(gridDim.x) * blockDim.x) {
     int64_t s = t / D, c = t % D;
     T acc = 0;
-    for (int64_t p = starts[s]; p < starts[s + 1]; ++p) acc += values[perm[p] * D + c];
+    for (int64_t p = starts[s]; p < starts[s + 1]; ++p)
+      acc += values[perm[p] * D + c];
     out[t] = acc;
   }
 }
 
-void coalesce_kernel(const Tensor& lin, const Tensor& values, const IntList& sparse_sizes,
-                     Tensor& out_indices, Tensor& out_values, bool unique) {
+void coalesce_kernel(const Tensor& lin, const Tensor& values, const IntList& sparse_sizes, Tensor& out_indices,
+                     Tensor& out_values, bool unique) {
   const char* op = "coalesce";
   Device dev = lin.device();
   DeviceGuard g(dev.index());
@@ -89,26 +88,34 @@ void coalesce_kernel(const Tensor& lin, const Tensor& values, const IntList& spa
   const int sd = int(sparse_sizes.size());
   int64_t total = shape_numel(sparse_sizes);
   int bits = 1;
-  while (bits < 63 && (int64_t(1) << bits) < total) ++bits;
+  while (bits < 63 && (int64_t(1) << bits) < total)
+    ++bits;
   Tensor keys = tg::detail::new_empty({n}, kInt64, dev), perm_in = tg::detail::new_empty({n}, kInt64, dev);
   Tensor perm = tg::detail::new_empty({n}, kInt64, dev);
   iota_k<<<blocks_for(n), kThreads, 0, s>>>(perm_in.data_ptr<int64_t>(), n);
   // CUB radix sort is stable: equal keys keep their original order.
   size_t bytes = 0;
   TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, lin.data_ptr<int64_t>(), keys.data_ptr<int64_t>(),
-                                                perm_in.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), n, 0, bits, s), op);
+                                                perm_in.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), n, 0, bits, s),
+                op);
   Tensor tmp = scratch(bytes, dev);
-  TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(tmp.data_ptr(), bytes, lin.data_ptr<int64_t>(), keys.data_ptr<int64_t>(),
-                                                perm_in.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), n, 0, bits, s), op);
+  TG_CUDA_CHECK(
+      cub::DeviceRadixSort::SortPairs(tmp.data_ptr(), bytes, lin.data_ptr<int64_t>(), keys.data_ptr<int64_t>(),
+                                      perm_in.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), n, 0, bits, s),
+      op);
   Tensor flags = tg::detail::new_empty({n}, kInt64, dev), seg = tg::detail::new_empty({n}, kInt64, dev);
   head_flags_k<<<blocks_for(n), kThreads, 0, s>>>(keys.data_ptr<int64_t>(), flags.data_ptr<int64_t>(), n);
   bytes = 0;
-  TG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, bytes, flags.data_ptr<int64_t>(), seg.data_ptr<int64_t>(), n, s), op);
+  TG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, bytes, flags.data_ptr<int64_t>(), seg.data_ptr<int64_t>(), n, s),
+                op);
   Tensor tmp2 = scratch(bytes, dev);
-  TG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(tmp2.data_ptr(), bytes, flags.data_ptr<int64_t>(), seg.data_ptr<int64_t>(), n, s), op);
+  TG_CUDA_CHECK(
+      cub::DeviceScan::InclusiveSum(tmp2.data_ptr(), bytes, flags.data_ptr<int64_t>(), seg.data_ptr<int64_t>(), n, s),
+      op);
   int64_t u = n;  // the number of unique indices: the host needs it for the shapes
   if (!unique) {
-    TG_CUDA_CHECK(cudaMemcpyAsync(&u, seg.data_ptr<int64_t>() + (n - 1), sizeof(int64_t), cudaMemcpyDeviceToHost, s), op);
+    TG_CUDA_CHECK(cudaMemcpyAsync(&u, seg.data_ptr<int64_t>() + (n - 1), sizeof(int64_t), cudaMemcpyDeviceToHost, s),
+                  op);
     TG_CUDA_CHECK(cudaStreamSynchronize(s), op);
   }
   Tensor starts = tg::detail::new_empty({u + 1}, kInt64, dev);
@@ -116,29 +123,29 @@ void coalesce_kernel(const Tensor& lin, const Tensor& values, const IntList& spa
                                               starts.data_ptr<int64_t>(), n, u);
   TG_CHECK(sd <= kMaxSparseDims, op, ": at most ", kMaxSparseDims, " sparse dims are supported on CUDA, got ", sd);
   SparseSizes sizes{};
-  for (int d = 0; d < sd; ++d) sizes.v[d] = sparse_sizes[size_t(d)];
+  for (int d = 0; d < sd; ++d)
+    sizes.v[d] = sparse_sizes[size_t(d)];
   out_indices = tg::detail::new_empty({int64_t(sd), u}, kInt64, dev);
-  unravel_k<<<blocks_for(u), kThreads, 0, s>>>(keys.data_ptr<int64_t>(), starts.data_ptr<int64_t>(),
-                                               sizes, sd, out_indices.data_ptr<int64_t>(), u);
+  unravel_k<<<blocks_for(u), kThreads, 0, s>>>(keys.data_ptr<int64_t>(), starts.data_ptr<int64_t>(), sizes, sd,
+                                               out_indices.data_ptr<int64_t>(), u);
   IntList vs = values.sizes();
   vs[0] = u;
   out_values = tg::detail::new_empty(vs, values.dtype(), dev);
   kernels::dispatch_compute(values.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    segment_sum_k<T><<<blocks_for(u * D), kThreads, 0, s>>>(
-        static_cast<const T*>(values.data_ptr()), perm.data_ptr<int64_t>(), starts.data_ptr<int64_t>(),
-        static_cast<T*>(out_values.data_ptr()), u, D);
+    segment_sum_k<T><<<blocks_for(u * D), kThreads, 0, s>>>(static_cast<const T*>(values.data_ptr()),
+                                                            perm.data_ptr<int64_t>(), starts.data_ptr<int64_t>(),
+                                                            static_cast<T*>(out_values.data_ptr()), u, D);
   });
   TG_CUDA_CHECK(cudaGetLastError(), op);
 }
 
 // ---- cuSPARSE -------------------------------------------------------------------------
 
-#define TG_CUSPARSE_CHECK(call, op)                                                        \
-  do {                                                                                     \
-    cusparseStatus_t st_ = (call);                                                         \
-    TG_CHECK(st_ == CUSPARSE_STATUS_SUCCESS, op, ": cuSPARSE call ", #call, " failed: ",  \
-             cusparseGetErrorString(st_));                                                 \
+#define TG_CUSPARSE_CHECK(call, op)                                                                                    \
+  do {                                                                                                                 \
+    cusparseStatus_t st_ = (call);                                                                                     \
+    TG_CHECK(st_ == CUSPARSE_STATUS_SUCCESS, op, ": cuSPARSE call ", #call, " failed: ", cusparseGetErrorString(st_)); \
   } while (0)
 
 // One handle per (thread, device), like the cuBLAS handles (a handle is not
@@ -178,12 +185,13 @@ struct SpMMDescs {
 // reproducible (deterministic mode; cuSPARSE's row-major COO algorithm does
 // not promise that).
 template <class T>
-__global__ void spmm_rows_k(const int64_t* starts, const int64_t* cols, const T* values, const T* dense,
-                            T* out, int64_t n, int64_t k) {
+__global__ void spmm_rows_k(const int64_t* starts, const int64_t* cols, const T* values, const T* dense, T* out,
+                            int64_t n, int64_t k) {
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < n * k; t += int64_t(gridDim.x) * blockDim.x) {
     int64_t r = t / k, c = t % k;
     T acc = 0;
-    for (int64_t j = starts[r]; j < starts[r + 1]; ++j) acc += values[j] * dense[cols[j] * k + c];
+    for (int64_t j = starts[r]; j < starts[r + 1]; ++j)
+      acc += values[j] * dense[cols[j] * k + c];
     out[t] = acc;
   }
 }
@@ -207,8 +215,7 @@ void spmm_deterministic(const Tensor& out, const Tensor& rows, const Tensor& col
   TG_CUDA_CHECK(cudaGetLastError(), "mm");
 }
 
-void spmm_kernel(const Tensor& out, const Tensor& rows, const Tensor& cols, const Tensor& values,
-                 const Tensor& dense) {
+void spmm_kernel(const Tensor& out, const Tensor& rows, const Tensor& cols, const Tensor& values, const Tensor& dense) {
   const char* op = "mm";
   TG_CHECK(out.dtype() == kFloat32 || out.dtype() == kFloat64, op,
            ": sparse @ dense on CUDA supports Float32 and Float64, got ", out.dtype());
@@ -216,7 +223,8 @@ void spmm_kernel(const Tensor& out, const Tensor& rows, const Tensor& cols, cons
   cudaStream_t s = stream_of(out);
   LaunchEncoder access(s);  // the product touches these, and its temporaries below
   access.write(out);
-  for (const Tensor* t : {&rows, &cols, &values}) access.add(fusion::storage_of(*t, false));
+  for (const Tensor* t : {&rows, &cols, &values})
+    access.add(fusion::storage_of(*t, false));
   access.read(dense);
   if (are_deterministic_algorithms_enabled()) return spmm_deterministic(out, rows, cols, values, dense, s, access);
   const int64_t n = out.sizes()[0], k = out.sizes()[1], m = dense.sizes()[0], nnz = values.numel();
@@ -224,7 +232,8 @@ void spmm_kernel(const Tensor& out, const Tensor& rows, const Tensor& cols, cons
   cusparseHandle_t h = sparse_handle(out.device().index(), s);
   SpMMDescs d;
   TG_CUSPARSE_CHECK(cusparseCreateCoo(&d.a, n, m, nnz, rows.data_ptr(), cols.data_ptr(), values.data_ptr(),
-                                      CUSPARSE_INDEX_64I, CUSPARSE_INDEX_BASE_ZERO, type), op);
+                                      CUSPARSE_INDEX_64I, CUSPARSE_INDEX_BASE_ZERO, type),
+                    op);
   TG_CUSPARSE_CHECK(cusparseCreateDnMat(&d.b, m, k, k, dense.data_ptr(), type, CUSPARSE_ORDER_ROW), op);
   TG_CUSPARSE_CHECK(cusparseCreateDnMat(&d.c, n, k, k, out.data_ptr(), type, CUSPARSE_ORDER_ROW), op);
   double one64 = 1, zero64 = 0;
@@ -236,11 +245,13 @@ void spmm_kernel(const Tensor& out, const Tensor& rows, const Tensor& cols, cons
   cusparseSpMMAlg_t alg = CUSPARSE_SPMM_COO_ALG4;
   size_t bytes = 0;
   TG_CUSPARSE_CHECK(cusparseSpMM_bufferSize(h, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE,
-                                            alpha, d.a, d.b, beta, d.c, type, alg, &bytes), op);
+                                            alpha, d.a, d.b, beta, d.c, type, alg, &bytes),
+                    op);
   Tensor buf = scratch(bytes, out.device());
   if (bytes) access.write(buf);
-  TG_CUSPARSE_CHECK(cusparseSpMM(h, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, alpha,
-                                 d.a, d.b, beta, d.c, type, alg, buf.data_ptr()), op);
+  TG_CUSPARSE_CHECK(cusparseSpMM(h, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, alpha, d.a, d.b,
+                                 beta, d.c, type, alg, buf.data_ptr()),
+                    op);
 }
 
 void lower_bound_kernel(const Tensor& out, const Tensor& sorted, const Tensor& values) {
@@ -253,8 +264,7 @@ void lower_bound_kernel(const Tensor& out, const Tensor& sorted, const Tensor& v
   access.write(out);
   access.read(sorted);
   access.read(values);
-  thrust::lower_bound(thrust::cuda::par_nosync.on(stream_of(out)), sp, sp + n, vp, vp + m,
-                      out.data_ptr<int64_t>());
+  thrust::lower_bound(thrust::cuda::par_nosync.on(stream_of(out)), sp, sp + n, vp, vp + m, out.data_ptr<int64_t>());
   TG_CUDA_CHECK(cudaGetLastError(), "lower_bound");
 }
 

@@ -19,11 +19,9 @@ using kernels::CompareOp;
 using kernels::UnaryOp;
 
 // ---- conversions ---------------------------------------------------------------
-template <class T>
-constexpr bool is_half_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+template <class T> constexpr bool is_half_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
-template <class D, class S>
-inline D convert(S s) {
+template <class D, class S> inline D convert(S s) {
   if constexpr (is_half_v<S>) {
     return convert<D>(float(s));
   } else if constexpr (is_half_v<D>) {
@@ -35,8 +33,7 @@ inline D convert(S s) {
   }
 }
 
-template <class F>
-void dispatch_all(ScalarType t, F&& f) {
+template <class F> void dispatch_all(ScalarType t, F&& f) {
   switch (t) {
     case ScalarType::Float32: f(float{}); return;
     case ScalarType::Float64: f(double{}); return;
@@ -47,8 +44,7 @@ void dispatch_all(ScalarType t, F&& f) {
   }
 }
 
-template <class D, class S>
-void copy_typed(const Tensor& dst, const Tensor& src) {
+template <class D, class S> void copy_typed(const Tensor& dst, const Tensor& src) {
   Tensor ops[2] = {dst, src};
   for_each(ops, 2, [](char** p, const int64_t* s, int64_t n) {
     if (s[0] == sizeof(D) && s[1] == sizeof(S)) {
@@ -57,21 +53,19 @@ void copy_typed(const Tensor& dst, const Tensor& src) {
       if constexpr (std::is_same_v<D, S>) {
         std::memcpy(o, a, size_t(n) * sizeof(D));
       } else {
-        for (int64_t i = 0; i < n; ++i) o[i] = convert<D>(a[i]);
+        for (int64_t i = 0; i < n; ++i)
+          o[i] = convert<D>(a[i]);
       }
       return;
     }
     for (int64_t i = 0; i < n; ++i)
-      *reinterpret_cast<D*>(p[0] + i * s[0]) =
-          convert<D>(*reinterpret_cast<const S*>(p[1] + i * s[1]));
+      *reinterpret_cast<D*>(p[0] + i * s[0]) = convert<D>(*reinterpret_cast<const S*>(p[1] + i * s[1]));
   });
 }
 
 void copy_kernel(const Tensor& dst, const Tensor& src) {
   dispatch_all(dst.dtype(), [&](auto d) {
-    dispatch_all(src.dtype(), [&](auto s) {
-      copy_typed<decltype(d), decltype(s)>(dst, src);
-    });
+    dispatch_all(src.dtype(), [&](auto s) { copy_typed<decltype(d), decltype(s)>(dst, src); });
   });
 }
 
@@ -83,7 +77,8 @@ void fill_kernel(const Tensor& dst, Scalar v) {
     for_each(ops, 1, [value](char** p, const int64_t* s, int64_t n) {
       if (s[0] == sizeof(T)) {
         T* o = reinterpret_cast<T*>(p[0]);
-        for (int64_t i = 0; i < n; ++i) o[i] = value;
+        for (int64_t i = 0; i < n; ++i)
+          o[i] = value;
       } else {
         for (int64_t i = 0; i < n; ++i)
           *reinterpret_cast<T*>(p[0] + i * s[0]) = value;
@@ -94,32 +89,32 @@ void fill_kernel(const Tensor& dst, Scalar v) {
 
 // ---- binary (element math: tensor/element_math.h) ------------------------------
 // out[i] = f(a[i], b[i]); contiguous and scalar-operand fast paths.
-template <class T, class R, class F>
-void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
+template <class T, class R, class F> void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
   Tensor ops[3] = {out, a, b};
   for_each(ops, 3, [f](char** p, const int64_t* s, int64_t n) {
     R* o = reinterpret_cast<R*>(p[0]);
     const T* x = reinterpret_cast<const T*>(p[1]);
     const T* y = reinterpret_cast<const T*>(p[2]);
     if (s[0] == sizeof(R) && s[1] == sizeof(T) && s[2] == sizeof(T)) {
-      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+      for (int64_t i = 0; i < n; ++i)
+        o[i] = f(x[i], y[i]);
     } else if (s[0] == sizeof(R) && s[1] == sizeof(T) && s[2] == 0) {
       const T yv = *y;
-      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], yv);
+      for (int64_t i = 0; i < n; ++i)
+        o[i] = f(x[i], yv);
     } else if (s[0] == sizeof(R) && s[1] == 0 && s[2] == sizeof(T)) {
       const T xv = *x;
-      for (int64_t i = 0; i < n; ++i) o[i] = f(xv, y[i]);
+      for (int64_t i = 0; i < n; ++i)
+        o[i] = f(xv, y[i]);
     } else {
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<R*>(p[0] + i * s[0]) =
-            f(*reinterpret_cast<const T*>(p[1] + i * s[1]),
-              *reinterpret_cast<const T*>(p[2] + i * s[2]));
+            f(*reinterpret_cast<const T*>(p[1] + i * s[1]), *reinterpret_cast<const T*>(p[2] + i * s[2]));
     }
   });
 }
 
-void binary_kernel(BinaryOp op, const Tensor& out, const Tensor& a,
-                   const Tensor& b) {
+void binary_kernel(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
   dispatch_compute(out.dtype(), "binary", [&](auto tag) {
     using T = decltype(tag);
     kernels::visit_binary(op, [&](auto o) {
@@ -132,8 +127,7 @@ void binary_kernel(BinaryOp op, const Tensor& out, const Tensor& a,
 // loop so each instance vectorises.
 template <class T, Activation A, int K>
 void activation_grad_typed(const Tensor& out, const Tensor& g, const Tensor& x) {
-  binary_loop<T, T>(out, g, x,
-                    [](T gv, T xv) { return gv * kernels::activation_derivative<T>(A, K, xv); });
+  binary_loop<T, T>(out, g, x, [](T gv, T xv) { return gv * kernels::activation_derivative<T>(A, K, xv); });
 }
 
 template <class T, Activation A>
@@ -147,8 +141,7 @@ void activation_grad_order(int order, const Tensor& out, const Tensor& g, const 
   }
 }
 
-void activation_grad_kernel(Activation act, int order, const Tensor& out, const Tensor& g,
-                            const Tensor& x) {
+void activation_grad_kernel(Activation act, int order, const Tensor& out, const Tensor& g, const Tensor& x) {
   dispatch_compute(out.dtype(), "activation_grad", [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<T>) {
@@ -194,7 +187,8 @@ void taylor2_unary_kernel(int kind, int64_t k, const Tensor& out, const Tensor& 
                  using T = decltype(tag);
                  T* o = out.data_ptr<T>();
                  const T* xp = x.data_ptr<T>();
-                 for (int64_t s = b; s < e; ++s) kernels::taylor2_forward_at<T>(kind, k, q, S, P, s, o, xp, derivs, ia, ib);
+                 for (int64_t s = b; s < e; ++s)
+                   kernels::taylor2_forward_at<T>(kind, k, q, S, P, s, o, xp, derivs, ia, ib);
                });
 }
 
@@ -212,8 +206,7 @@ void taylor2_unary_backward_kernel(int kind, int64_t k, const Tensor& dx, const 
                });
 }
 
-void compare_kernel(CompareOp op, const Tensor& out, const Tensor& a,
-                    const Tensor& b) {
+void compare_kernel(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
   dispatch_compute(a.dtype(), "compare", [&](auto tag) {
     using T = decltype(tag);
     binary_loop<T, bool>(out, a, b, [op](T x, T y) { return kernels::compare_apply(op, x, y); });
@@ -221,15 +214,12 @@ void compare_kernel(CompareOp op, const Tensor& out, const Tensor& a,
 }
 
 // ---- unary -----------------------------------------------------------------------
-template <class T>
-using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <class T>
-using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <class T> using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <class T> using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 // f: scalar function; v: Eigen array expression used on contiguous runs
 // (vectorized exp/log/tanh/...), or nullptr_t to use f there too.
-template <class T, class F, class V>
-void unary_loop(const Tensor& out, const Tensor& x, F f, V v) {
+template <class T, class F, class V> void unary_loop(const Tensor& out, const Tensor& x, F f, V v) {
   Tensor ops[2] = {out, x};
   for_each(ops, 2, [f, v](char** p, const int64_t* s, int64_t n) {
     if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
@@ -238,21 +228,20 @@ void unary_loop(const Tensor& out, const Tensor& x, F f, V v) {
       if constexpr (!std::is_same_v<V, std::nullptr_t>) {
         ArrayMap<T>(o, n) = v(ConstArrayMap<T>(a, n));
       } else {
-        for (int64_t i = 0; i < n; ++i) o[i] = f(a[i]);
+        for (int64_t i = 0; i < n; ++i)
+          o[i] = f(a[i]);
       }
       return;
     }
     for (int64_t i = 0; i < n; ++i)
-      *reinterpret_cast<T*>(p[0] + i * s[0]) =
-          f(*reinterpret_cast<const T*>(p[1] + i * s[1]));
+      *reinterpret_cast<T*>(p[0] + i * s[0]) = f(*reinterpret_cast<const T*>(p[1] + i * s[1]));
   });
 }
 
 // Eigen's vectorized form of an op that is one library function, used on
 // contiguous runs; nullptr for the others (their element loop vectorizes or
 // calls the element math). The special-value test checks both paths agree.
-template <UnaryOp Op>
-auto eigen_form() {
+template <UnaryOp Op> auto eigen_form() {
   if constexpr (Op == UnaryOp::Exp) return [](const auto& a) { return a.exp(); };
   else if constexpr (Op == UnaryOp::Log) return [](const auto& a) { return a.log(); };
   else if constexpr (Op == UnaryOp::Sin) return [](const auto& a) { return a.sin(); };
@@ -264,8 +253,7 @@ auto eigen_form() {
   else return nullptr;  // sqrt too: Eigen's packet sqrt of float gives NaN for +inf
 }
 
-void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x,
-                  const kernels::UnaryParams& prm) {
+void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, const kernels::UnaryParams& prm) {
   dispatch_compute(out.dtype(), "unary", [&](auto tag) {
     using T = decltype(tag);
     const kernels::UnaryArgs<T> args{T(prm.a), T(prm.b), prm.has_a, prm.has_b};
@@ -274,9 +262,11 @@ void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x,
       if constexpr (std::is_integral_v<T> && kernels::is_float_only(O)) {
         TG_INTERNAL_ASSERT(false, "float-only unary op on an integer tensor");
       } else if constexpr (std::is_integral_v<T>) {
-        unary_loop<T>(out, x, [args](T a) { return kernels::unary_fn<O>(a, args); }, nullptr);
+        unary_loop<T>(
+            out, x, [args](T a) { return kernels::unary_fn<O>(a, args); }, nullptr);
       } else {
-        unary_loop<T>(out, x, [args](T a) { return kernels::unary_fn<O>(a, args); }, eigen_form<O>());
+        unary_loop<T>(
+            out, x, [args](T a) { return kernels::unary_fn<O>(a, args); }, eigen_form<O>());
       }
     });
   });
@@ -289,11 +279,13 @@ void add_n_kernel(const Tensor& out, const Tensor& a, const std::vector<Tensor>&
     T* o = static_cast<T*>(out.data_ptr());
     const T* x = static_cast<const T*>(a.data_ptr());
     std::vector<const T*> p;
-    for (const Tensor& t : s) p.push_back(static_cast<const T*>(t.data_ptr()));
+    for (const Tensor& t : s)
+      p.push_back(static_cast<const T*>(t.data_ptr()));
     parallel_for(out.numel(), 16384, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         T acc = x[i];
-        for (const T* q : p) acc = acc + q[i];
+        for (const T* q : p)
+          acc = acc + q[i];
         o[i] = acc;
       }
     });
@@ -319,23 +311,18 @@ void mul_backward_kernel(const Tensor& ga, const Tensor& gb, const Tensor& g, co
 }
 
 // ---- where: moves bytes, so one instantiation per element size -------------------
-template <class U>
-void where_typed(const Tensor& out, const Tensor& cond, const Tensor& a,
-                 const Tensor& b) {
+template <class U> void where_typed(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
   Tensor ops[4] = {out, cond, a, b};
   for_each(ops, 4, [](char** p, const int64_t* s, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
       bool c = *reinterpret_cast<const bool*>(p[1] + i * s[1]);
-      *reinterpret_cast<U*>(p[0] + i * s[0]) =
-          *reinterpret_cast<const U*>(c ? p[2] + i * s[2] : p[3] + i * s[3]);
+      *reinterpret_cast<U*>(p[0] + i * s[0]) = *reinterpret_cast<const U*>(c ? p[2] + i * s[2] : p[3] + i * s[3]);
     }
   });
 }
 
-void where_kernel(const Tensor& out, const Tensor& cond, const Tensor& a,
-                  const Tensor& b) {
-  dispatch_bytes(element_size(out.dtype()),
-                 [&](auto u) { where_typed<decltype(u)>(out, cond, a, b); });
+void where_kernel(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
+  dispatch_bytes(element_size(out.dtype()), [&](auto u) { where_typed<decltype(u)>(out, cond, a, b); });
 }
 
 }  // namespace

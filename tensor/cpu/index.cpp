@@ -19,8 +19,7 @@ namespace {
            "or a sparse tensor's indices were written in place; build indices afresh)");
 }
 
-void index_select_kernel(const Tensor& out, const Tensor& x,
-                         const Tensor& index) {
+void index_select_kernel(const Tensor& out, const Tensor& x, const Tensor& index) {
   int64_t outer = x.sizes()[0], n = x.sizes()[1], inner = x.sizes()[2];
   int64_t m = index.numel();
   size_t row = size_t(inner) * element_size(x.dtype());
@@ -45,8 +44,7 @@ void index_select_kernel(const Tensor& out, const Tensor& x,
 }
 
 template <class U>
-void gather_typed(const Tensor& out, const Tensor& x, const Tensor& index, int64_t dim_size,
-                  int64_t dim_stride) {
+void gather_typed(const Tensor& out, const Tensor& x, const Tensor& index, int64_t dim_size, int64_t dim_stride) {
   Tensor ops[3] = {out, index, x};
   int64_t step = dim_stride * int64_t(sizeof(U));
   FirstBadIndex bad;
@@ -58,22 +56,19 @@ void gather_typed(const Tensor& out, const Tensor& x, const Tensor& index, int64
         *reinterpret_cast<U*>(p[0] + i * s[0]) = U{};
         continue;
       }
-      *reinterpret_cast<U*>(p[0] + i * s[0]) =
-          *reinterpret_cast<const U*>(p[2] + i * s[2] + j * step);
+      *reinterpret_cast<U*>(p[0] + i * s[0]) = *reinterpret_cast<const U*>(p[2] + i * s[2] + j * step);
     }
   });
   if (bad.any) bad_index("gather", bad.value, dim_size);
 }
 
-void gather_kernel(const Tensor& out, const Tensor& x, const Tensor& index,
-                   int64_t dim_size, int64_t dim_stride) {
+void gather_kernel(const Tensor& out, const Tensor& x, const Tensor& index, int64_t dim_size, int64_t dim_stride) {
   dispatch_bytes(element_size(out.dtype()),
                  [&](auto u) { gather_typed<decltype(u)>(out, x, index, dim_size, dim_stride); });
 }
 
 // out[.., index[i], ..] += src[i] over index's shape; serial (targets repeat).
-void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index,
-                        const Tensor& src) {
+void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
   IntList st = out.strides();
   st[size_t(dim)] = 0;
   Tensor target = out.as_strided(index.sizes(), st);
@@ -89,8 +84,7 @@ void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index,
           for (int64_t i = 0; i < n; ++i) {
             int64_t j = *reinterpret_cast<const int64_t*>(p[1] + i * s[1]);
             if (j < 0 || j >= size) bad_index("scatter_add", j, size);  // serial: nothing half-written
-            *reinterpret_cast<T*>(p[0] + i * s[0] + j * step) +=
-                *reinterpret_cast<const T*>(p[2] + i * s[2]);
+            *reinterpret_cast<T*>(p[0] + i * s[0] + j * step) += *reinterpret_cast<const T*>(p[2] + i * s[2]);
           }
         },
         /*parallel=*/false);
@@ -98,21 +92,19 @@ void scatter_add_kernel(const Tensor& out, int64_t dim, const Tensor& index,
 }
 
 // See tensor/random.h for the element -> counter mapping.
-template <class T, class F>
-void random_fill(const Tensor& out, uint64_t seed, uint64_t offset, F f) {
+template <class T, class F> void random_fill(const Tensor& out, uint64_t seed, uint64_t offset, F f) {
   T* o = out.data_ptr<T>();
   parallel_for(out.numel(), 4096, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) o[i] = f(philox4x32_10(seed, offset + uint64_t(i)));
+    for (int64_t i = b; i < e; ++i)
+      o[i] = f(philox4x32_10(seed, offset + uint64_t(i)));
   });
 }
 
 void uniform_kernel(const Tensor& out, uint64_t seed, uint64_t offset) {
   if (out.dtype() == ScalarType::Float64) {
-    random_fill<double>(out, seed, offset,
-                        [](PhiloxBlock b) { return philox_u53(b.w[0], b.w[1]); });
+    random_fill<double>(out, seed, offset, [](PhiloxBlock b) { return philox_u53(b.w[0], b.w[1]); });
   } else {
-    random_fill<float>(out, seed, offset,
-                       [](PhiloxBlock b) { return philox_u24(b.w[0]); });
+    random_fill<float>(out, seed, offset, [](PhiloxBlock b) { return philox_u24(b.w[0]); });
   }
 }
 
@@ -125,8 +117,7 @@ void normal_kernel(const Tensor& out, uint64_t seed, uint64_t offset) {
   if (out.dtype() == ScalarType::Float64) {
     random_fill<double>(out, seed, offset, box_muller);
   } else {
-    random_fill<float>(out, seed, offset,
-                       [](PhiloxBlock b) { return float(box_muller(b)); });
+    random_fill<float>(out, seed, offset, [](PhiloxBlock b) { return float(box_muller(b)); });
   }
 }
 

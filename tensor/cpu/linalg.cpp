@@ -8,10 +8,8 @@
 namespace tg::cpu {
 namespace {
 
-template <class T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+template <class T> using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T> using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
 using Stride = Eigen::OuterStride<>;
 
 // A matrix operand: rows x cols with element strides (rs, cs).
@@ -29,8 +27,7 @@ void gemm_rows(const MA& a, const MB& b, T* c, int64_t n, int64_t r0, int64_t r1
 }
 
 template <class T, class MA>
-void gemm_b(const MA& a, const T* b, const MatView& bv, T* c, int64_t n,
-            int64_t r0, int64_t r1) {
+void gemm_b(const MA& a, const T* b, const MatView& bv, T* c, int64_t n, int64_t r0, int64_t r1) {
   if (bv.row_major()) {
     Eigen::Map<const RowMat<T>, 0, Stride> bm(b, bv.rows, bv.cols, Stride(bv.rs));
     gemm_rows<T>(a, bm, c, n, r0, r1);
@@ -41,8 +38,7 @@ void gemm_b(const MA& a, const T* b, const MatView& bv, T* c, int64_t n,
 }
 
 template <class T>
-void gemm(const T* a, const MatView& av, const T* b, const MatView& bv, T* c,
-          int64_t r0, int64_t r1) {
+void gemm(const T* a, const MatView& av, const T* b, const MatView& bv, T* c, int64_t r0, int64_t r1) {
   int64_t n = bv.cols;
   if (av.row_major()) {
     Eigen::Map<const RowMat<T>, 0, Stride> am(a, av.rows, av.cols, Stride(av.rs));
@@ -77,15 +73,15 @@ void bmm_kernel(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   dispatch_compute(out.dtype(), "bmm", [&](auto tag) {
     using T = decltype(tag);
     auto one = [&](int64_t i, int64_t r0, int64_t r1) {
-      gemm<T>(reinterpret_cast<const T*>(a0 + i * sa), av,
-              reinterpret_cast<const T*>(b0 + i * sb), bv,
+      gemm<T>(reinterpret_cast<const T*>(a0 + i * sa), av, reinterpret_cast<const T*>(b0 + i * sb), bv,
               reinterpret_cast<T*>(c0 + i * sc), r0, r1);
     };
     const int64_t flops_per_row = 2 * n * k;
     if (batch > 1) {
       int64_t grain = std::max<int64_t>(1, (int64_t(1) << 22) / std::max<int64_t>(flops_per_row * m, 1));
       parallel_for(batch, grain, [&](int64_t b0_, int64_t e) {
-        for (int64_t i = b0_; i < e; ++i) one(i, 0, m);
+        for (int64_t i = b0_; i < e; ++i)
+          one(i, 0, m);
       });
     } else {
       // One product: split rows so both cores work on large GEMMs.

@@ -21,11 +21,9 @@ Plan make_plan(const Tensor* ops, int nops) {
   p.nops = nops;
   const Tensor& out = ops[0];
   int nd = int(out.dim());
-  TG_CHECK(nd <= kMaxDims, "elementwise: tensors of rank ", nd,
-           " are not supported (at most ", kMaxDims, ")");
+  TG_CHECK(nd <= kMaxDims, "elementwise: tensors of rank ", nd, " are not supported (at most ", kMaxDims, ")");
   for (int k = 0; k < nops; ++k) {
-    TG_INTERNAL_ASSERT(ops[k].sizes() == out.sizes(), "operand ", k,
-                       " has shape ", shape_str(ops[k].sizes()), " not ",
+    TG_INTERNAL_ASSERT(ops[k].sizes() == out.sizes(), "operand ", k, " has shape ", shape_str(ops[k].sizes()), " not ",
                        shape_str(out.sizes()));
     p.base[k] = static_cast<char*>(ops[k].data_ptr());
   }
@@ -56,8 +54,7 @@ Plan make_plan(const Tensor* ops, int nops) {
     if (m > 0) {  // coalesce with the previous (inner) dim when possible
       bool ok = true;
       for (int k = 0; k < nops && ok; ++k)
-        ok = ops[k].strides()[d] * int64_t(element_size(ops[k].dtype())) ==
-             p.strides[m - 1][k] * p.shape[m - 1];
+        ok = ops[k].strides()[d] * int64_t(element_size(ops[k].dtype())) == p.strides[m - 1][k] * p.shape[m - 1];
       if (ok) {
         p.shape[m - 1] *= size;
         continue;
@@ -65,13 +62,13 @@ Plan make_plan(const Tensor* ops, int nops) {
     }
     p.shape[m] = size;
     for (int k = 0; k < nops; ++k)
-      p.strides[m][k] =
-          ops[k].strides()[d] * int64_t(element_size(ops[k].dtype()));
+      p.strides[m][k] = ops[k].strides()[d] * int64_t(element_size(ops[k].dtype()));
     ++m;
   }
   if (m == 0) {  // scalar-like: one element
     p.shape[0] = 1;
-    for (int k = 0; k < nops; ++k) p.strides[0][k] = 0;
+    for (int k = 0; k < nops; ++k)
+      p.strides[0][k] = 0;
     m = 1;
   }
   p.ndim = m;
@@ -88,7 +85,8 @@ void run_range(const Plan& p, int64_t begin, int64_t end, InnerLoop& inner) {
   }
   for (int k = 0; k < p.nops; ++k) {
     char* ptr = p.base[k];
-    for (int d = 0; d < p.ndim; ++d) ptr += idx[d] * p.strides[d][k];
+    for (int d = 0; d < p.ndim; ++d)
+      ptr += idx[d] * p.strides[d][k];
     ptrs[k] = ptr;
   }
   int64_t pos = begin;
@@ -98,7 +96,8 @@ void run_range(const Plan& p, int64_t begin, int64_t end, InnerLoop& inner) {
     pos += n;
     if (pos >= end) break;
     // Advance: the inner dim wrapped; carry into outer dims.
-    for (int k = 0; k < p.nops; ++k) ptrs[k] += (n - 0) * p.strides[0][k];
+    for (int k = 0; k < p.nops; ++k)
+      ptrs[k] += (n - 0) * p.strides[0][k];
     idx[0] += n;
     for (int d = 0; d + 1 < p.ndim && idx[d] == p.shape[d]; ++d) {
       for (int k = 0; k < p.nops; ++k)
@@ -120,8 +119,7 @@ void for_each(const Tensor* ops, int nops, InnerLoop inner, bool parallel) {
     run_range(p, 0, numel, inner);
     return;
   }
-  parallel_for(numel, kGrainSize,
-               [&](int64_t b, int64_t e) { run_range(p, b, e, inner); });
+  parallel_for(numel, kGrainSize, [&](int64_t b, int64_t e) { run_range(p, b, e, inner); });
 }
 
 #ifdef TAPEGRAD_TSAN
@@ -130,8 +128,7 @@ constexpr bool kTsanBuild = true;
 constexpr bool kTsanBuild = false;
 #endif
 
-void parallel_for(int64_t n, int64_t grain,
-                  FunctionRef<void(int64_t, int64_t)> f) {
+void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> f) {
   if (n <= 0) return;
   // Debian's libtbb is not built with ThreadSanitizer, which then cannot see
   // TBB's own synchronisation and reports its work stealing as races: under
@@ -142,9 +139,7 @@ void parallel_for(int64_t n, int64_t grain,
     return;
   }
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
-                    [&](const tbb::blocked_range<int64_t>& r) {
-                      f(r.begin(), r.end());
-                    });
+                    [&](const tbb::blocked_range<int64_t>& r) { f(r.begin(), r.end()); });
 }
 
 }  // namespace tg::cpu

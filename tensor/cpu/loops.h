@@ -19,18 +19,13 @@ constexpr int kMaxOps = 4;
 constexpr int kMaxDims = 25;
 constexpr int64_t kGrainSize = 32768;
 
-template <class Fn>
-class FunctionRef;
-template <class R, class... A>
-class FunctionRef<R(A...)> {
+template <class Fn> class FunctionRef;
+template <class R, class... A> class FunctionRef<R(A...)> {
  public:
-  template <class F, class = std::enable_if_t<
-                         !std::is_same_v<std::decay_t<F>, FunctionRef>>>
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, FunctionRef>>>
   FunctionRef(F&& f)  // NOLINT
-      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
-        call_([](void* o, A... a) -> R {
-          return (*static_cast<std::remove_reference_t<F>*>(o))(
-              std::forward<A>(a)...);
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))), call_([](void* o, A... a) -> R {
+          return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<A>(a)...);
         }) {}
   R operator()(A... a) const { return call_(obj_, std::forward<A>(a)...); }
 

@@ -20,13 +20,11 @@ using kernels::kWraps;
 using kernels::ReduceOp;
 using kernels::wrap_add;
 
-template <class T>
-struct Acc {  // accumulator type: float sums are blocked and carried in double
+template <class T> struct Acc {  // accumulator type: float sums are blocked and carried in double
   using type = std::conditional_t<std::is_same_v<T, float>, double, T>;
 };
 
-template <class T>
-T combine(ReduceOp op, T a, T b) {
+template <class T> T combine(ReduceOp op, T a, T b) {
   switch (op) {
     case ReduceOp::Sum: return wrap_add(a, b);  // Int64 sums wrap
     case ReduceOp::Max:
@@ -42,12 +40,12 @@ T combine(ReduceOp op, T a, T b) {
 }
 
 // Reduces a contiguous run of n >= 1 elements.
-template <class T>
-typename Acc<T>::type reduce_run(ReduceOp op, const T* p, int64_t n) {
+template <class T> typename Acc<T>::type reduce_run(ReduceOp op, const T* p, int64_t n) {
   using A = typename Acc<T>::type;
   if (op == ReduceOp::Sum && kWraps<T>) {
     A total = 0;
-    for (int64_t i = 0; i < n; ++i) total = wrap_add(total, A(p[i]));
+    for (int64_t i = 0; i < n; ++i)
+      total = wrap_add(total, A(p[i]));
     return total;
   }
   if (op == ReduceOp::Sum) {
@@ -60,21 +58,23 @@ typename Acc<T>::type reduce_run(ReduceOp op, const T* p, int64_t n) {
     return total;
   }
   T acc = p[0];
-  for (int64_t i = 1; i < n; ++i) acc = combine(op, acc, p[i]);
+  for (int64_t i = 1; i < n; ++i)
+    acc = combine(op, acc, p[i]);
   return A(acc);
 }
 
-template <class T>
-void reduce_rows(ReduceOp op, const T* in, T* out, int64_t rows, int64_t len) {
+template <class T> void reduce_rows(ReduceOp op, const T* in, T* out, int64_t rows, int64_t len) {
   using A = typename Acc<T>::type;
   if (len == 0) {  // empty reduction: sum gives 0 (max/min were rejected)
-    for (int64_t r = 0; r < rows; ++r) out[r] = T(0);
+    for (int64_t r = 0; r < rows; ++r)
+      out[r] = T(0);
     return;
   }
   if (rows >= 16 || rows * len < kGrainSize) {
     int64_t grain = std::max<int64_t>(1, kGrainSize / len);
     parallel_for(rows, grain, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) out[r] = T(reduce_run(op, in + r * len, len));
+      for (int64_t r = b; r < e; ++r)
+        out[r] = T(reduce_run(op, in + r * len, len));
     });
     return;
   }
@@ -90,29 +90,33 @@ void reduce_rows(ReduceOp op, const T* in, T* out, int64_t rows, int64_t len) {
   });
   for (int64_t r = 0; r < rows; ++r) {
     A acc = part[size_t(r * chunks)];
-    for (int64_t c = 1; c < chunks; ++c) acc = combine(op, acc, part[size_t(r * chunks + c)]);
+    for (int64_t c = 1; c < chunks; ++c)
+      acc = combine(op, acc, part[size_t(r * chunks + c)]);
     out[r] = T(acc);
   }
 }
 
 // in: [len, cols] contiguous; out[j] = reduce_i in[i, j].
-template <class T>
-void reduce_cols(ReduceOp op, const T* in, T* out, int64_t len, int64_t cols) {
+template <class T> void reduce_cols(ReduceOp op, const T* in, T* out, int64_t len, int64_t cols) {
   if (len == 0) {
-    for (int64_t j = 0; j < cols; ++j) out[j] = T(0);
+    for (int64_t j = 0; j < cols; ++j)
+      out[j] = T(0);
     return;
   }
   int64_t grain = std::max<int64_t>(64, kGrainSize / std::max<int64_t>(len, 1));
   parallel_for(cols, grain, [&](int64_t b, int64_t e) {
     T* o = out + b;
     int64_t w = e - b;
-    for (int64_t j = 0; j < w; ++j) o[j] = in[b + j];
+    for (int64_t j = 0; j < w; ++j)
+      o[j] = in[b + j];
     for (int64_t i = 1; i < len; ++i) {
       const T* row = in + i * cols + b;
       if (op == ReduceOp::Sum) {
-        for (int64_t j = 0; j < w; ++j) o[j] = wrap_add(o[j], row[j]);
+        for (int64_t j = 0; j < w; ++j)
+          o[j] = wrap_add(o[j], row[j]);
       } else {
-        for (int64_t j = 0; j < w; ++j) o[j] = combine(op, o[j], row[j]);
+        for (int64_t j = 0; j < w; ++j)
+          o[j] = combine(op, o[j], row[j]);
       }
     }
   });

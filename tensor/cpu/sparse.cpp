@@ -11,8 +11,8 @@
 namespace tg::cpu {
 namespace {
 
-void coalesce_kernel(const Tensor& lin_t, const Tensor& values, const IntList& sparse_sizes,
-                     Tensor& out_indices, Tensor& out_values, bool /*unique: the host reads anyway*/) {
+void coalesce_kernel(const Tensor& lin_t, const Tensor& values, const IntList& sparse_sizes, Tensor& out_indices,
+                     Tensor& out_values, bool /*unique: the host reads anyway*/) {
   const int64_t nnz = lin_t.numel();
   const int64_t D = values.numel() / std::max<int64_t>(nnz, 1);
   const int64_t* lin = lin_t.data_ptr<int64_t>();
@@ -54,15 +54,16 @@ void coalesce_kernel(const Tensor& lin_t, const Tensor& values, const IntList& s
         std::fill(row, row + D, T(0));
         for (int64_t p = starts[size_t(s)]; p < starts[size_t(s + 1)]; ++p) {
           const T* src = v + perm[size_t(p)] * D;
-          for (int64_t c = 0; c < D; ++c) row[c] += src[c];
+          for (int64_t c = 0; c < D; ++c)
+            row[c] += src[c];
         }
       }
     });
   });
 }
 
-void spmm_kernel(const Tensor& out, const Tensor& rows_t, const Tensor& cols_t,
-                 const Tensor& values, const Tensor& dense) {
+void spmm_kernel(const Tensor& out, const Tensor& rows_t, const Tensor& cols_t, const Tensor& values,
+                 const Tensor& dense) {
   const int64_t n = out.sizes()[0], k = out.sizes()[1], nnz = rows_t.numel();
   const int64_t* rows = rows_t.data_ptr<int64_t>();
   const int64_t* cols = cols_t.data_ptr<int64_t>();
@@ -87,7 +88,8 @@ void spmm_kernel(const Tensor& out, const Tensor& rows_t, const Tensor& cols_t,
             continue;
           }
           const T* drow = d + cols[j] * k;
-          for (int64_t c = 0; c < k; ++c) orow[c] += a * drow[c];
+          for (int64_t c = 0; c < k; ++c)
+            orow[c] += a * drow[c];
         }
       }
     });
@@ -103,7 +105,8 @@ void lower_bound_kernel(const Tensor& out, const Tensor& sorted_t, const Tensor&
   const int64_t* v = values_t.data_ptr<int64_t>();
   int64_t* o = out.data_ptr<int64_t>();
   parallel_for(values_t.numel(), 4096, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) o[i] = std::lower_bound(sorted, sorted + n, v[i]) - sorted;
+    for (int64_t i = b; i < e; ++i)
+      o[i] = std::lower_bound(sorted, sorted + n, v[i]) - sorted;
   });
 }
 

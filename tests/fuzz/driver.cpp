@@ -40,8 +40,19 @@ constexpr size_t kMaxSize = 1 << 16;
 
 void mutate(Bytes& b, const std::vector<Bytes>& seeds, Rng& r) {
   static const uint8_t kBytes[] = {0, 1, 2, 0x7f, 0x80, 0xff, '"', '[', ']', '{', '}', ',', ':', '0', '9', '-'};
-  static const int64_t kInts[] = {0, 1, -1, 2, 8, 255, 65536, int64_t(1) << 31, int64_t(1) << 32,
-                                  int64_t(1) << 62, INT64_MAX, INT64_MIN, -(int64_t(1) << 32)};
+  static const int64_t kInts[] = {0,
+                                  1,
+                                  -1,
+                                  2,
+                                  8,
+                                  255,
+                                  65536,
+                                  int64_t(1) << 31,
+                                  int64_t(1) << 32,
+                                  int64_t(1) << 62,
+                                  INT64_MAX,
+                                  INT64_MIN,
+                                  -(int64_t(1) << 32)};
   const int n = 1 + int(r.below(4));
   for (int k = 0; k < n; ++k) {
     switch (r.below(8)) {
@@ -60,7 +71,8 @@ void mutate(Bytes& b, const std::vector<Bytes>& seeds, Rng& r) {
       case 3: {  // insert random bytes
         const size_t at = r.below(b.size() + 1), len = 1 + r.below(16);
         Bytes ins(len);
-        for (auto& c : ins) c = uint8_t(r.next());
+        for (auto& c : ins)
+          c = uint8_t(r.next());
         b.insert(b.begin() + std::ptrdiff_t(at), ins.begin(), ins.end());
         break;
       }
@@ -104,8 +116,8 @@ void run(const Bytes& b, const char* dump, long number, double slow) {
   LLVMFuzzerTestOneInput(b.data(), b.size());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (s > slow) {
-    std::fprintf(stderr, "finding: input %ld (%zu bytes) took %.1f s (TG_FUZZ_DUMP=file keeps it)\n", number,
-                 b.size(), s);
+    std::fprintf(stderr, "finding: input %ld (%zu bytes) took %.1f s (TG_FUZZ_DUMP=file keeps it)\n", number, b.size(),
+                 s);
     std::abort();
   }
 }

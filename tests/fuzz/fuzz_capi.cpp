@@ -15,7 +15,8 @@
 
 namespace {
 tg_status checked(tg_status s) {
-  if (s != TG_OK && s != TG_ERROR && s != TG_INVALID_ARGUMENT && s != TG_OUT_OF_MEMORY) tgfuzz::finding("fuzz_capi", "unknown status");
+  if (s != TG_OK && s != TG_ERROR && s != TG_INVALID_ARGUMENT && s != TG_OUT_OF_MEMORY)
+    tgfuzz::finding("fuzz_capi", "unknown status");
   return s;
 }
 }  // namespace
@@ -36,8 +37,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   device.index = in.get<int8_t>();
   // 64 entries: the most the API reads (a larger ndim is refused unread).
   std::vector<int64_t> shape(64), strides(64);
-  for (auto& s : shape) s = in.get<int64_t>();
-  for (auto& s : strides) s = in.get<int64_t>();
+  for (auto& s : shape)
+    s = in.get<int64_t>();
+  for (auto& s : strides)
+    s = in.get<int64_t>();
   const int shape_n = ndim < 0 ? 0 : ndim > 64 ? 64 : ndim;
   // Small tensors only (a valid huge shape, or a huge dim beside a zero one,
   // would just allocate a huge result); shapes whose element count
@@ -59,8 +62,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     default: {
       // Host memory only (a host pointer claimed as CUDA memory is a lie no
       // API can check); the view is read only when it lies in the buffer.
-      checked(tg_tensor_from_blob((how & 0x40) ? nullptr : buffer, shape.data(), (how & 0x20) ? strides.data() : nullptr,
-                                  ndim, dtype, tg_device{TG_CPU, 0}, nullptr, nullptr, &t));
+      checked(tg_tensor_from_blob((how & 0x40) ? nullptr : buffer, shape.data(),
+                                  (how & 0x20) ? strides.data() : nullptr, ndim, dtype, tg_device{TG_CPU, 0}, nullptr,
+                                  nullptr, &t));
       break;
     }
   }
@@ -87,10 +91,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   checked(tg_transpose(t, in.get<int8_t>(), in.get<int8_t>(), &b));
   const int rn = in.get<uint8_t>() % 6;
   std::vector<int64_t> rs(6);
-  for (auto& s : rs) s = in.get<int64_t>() % 70;
+  for (auto& s : rs)
+    s = in.get<int64_t>() % 70;
   checked(tg_reshape(t, rs.data(), rn, &c));
   const int64_t dims[2] = {in.get<int8_t>(), in.get<int8_t>()};
   checked(tg_sum(t, dims, in.get<uint8_t>() % 3, in.get<uint8_t>() & 1, &d));
-  for (tg_tensor h : {t, a, b, c, d}) tg_tensor_free(h);
+  for (tg_tensor h : {t, a, b, c, d})
+    tg_tensor_free(h);
   return 0;
 }

@@ -32,8 +32,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // At most 64 sizes are read from the input; a larger ndim points past them
   // (from_dlpack must refuse it before reading).
   std::vector<int64_t> shape(64), strides(64);
-  for (auto& s : shape) s = in.get<int64_t>();
-  for (auto& s : strides) s = in.get<int64_t>();
+  for (auto& s : shape)
+    s = in.get<int64_t>();
+  for (auto& s : strides)
+    s = in.get<int64_t>();
   DLManagedTensor m{};
   m.dl_tensor.data = (flags & 4) ? nullptr : buffer;
   m.dl_tensor.ndim = ndim;  // as given: beyond 64, refused before shape is read past its entries

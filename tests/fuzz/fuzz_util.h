@@ -18,8 +18,7 @@ namespace tgfuzz {
 struct Reader {
   const uint8_t* p;
   size_t n;
-  template <class T>
-  T get() {
+  template <class T> T get() {
     T v{};
     const size_t k = n < sizeof(T) ? n : sizeof(T);
     std::memcpy(&v, p, k);

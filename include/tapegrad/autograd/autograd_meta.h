@@ -17,25 +17,25 @@ struct PendingTangent;  // internal (Taylor mode): a tangent computed when first
 /// the output's tangent is set; forward over reverse reads it there); the
 /// level clears it when it ends (so tangent -> node -> tensor cycles break).
 struct ForwardGrad {
-  Tensor tangent;      ///< undefined: zero (unless pending)
-  uint64_t level = 0;  ///< 0: none
+  Tensor tangent;                           ///< undefined: zero (unless pending)
+  uint64_t level = 0;                       ///< 0: none
   std::shared_ptr<PendingTangent> pending;  ///< internal: see forward_ad::detail::defer_tangent
 };
 
 /// A tensor's autograd state (created on first need).
 struct AutogradMeta final : AutogradMetaInterface {
-  bool requires_grad = false;  ///< leaves only; non-leaves require grad via grad_fn
-  uint32_t output_nr = 0;  ///< which output of grad_fn this tensor is
-  std::shared_ptr<Node> grad_fn;  ///< the node that computed it (non-leaves)
-  std::weak_ptr<Node> grad_accumulator;  ///< leaves: the AccumulateGrad sink
-  Tensor grad;  ///< leaves: the accumulated gradient
+  bool requires_grad = false;             ///< leaves only; non-leaves require grad via grad_fn
+  uint32_t output_nr = 0;                 ///< which output of grad_fn this tensor is
+  std::shared_ptr<Node> grad_fn;          ///< the node that computed it (non-leaves)
+  std::weak_ptr<Node> grad_accumulator;   ///< leaves: the AccumulateGrad sink
+  Tensor grad;                            ///< leaves: the accumulated gradient
   std::shared_ptr<Tensor> retained_grad;  ///< non-leaves after retain_grad()
   /// Leaves: hooks run on the incoming gradient before accumulation, and
   /// after it (post-accumulate-grad hooks).
   struct LeafHooks;
   std::shared_ptr<LeafHooks> leaf_hooks;  ///< see LeafHooks
-  std::shared_ptr<ForwardGrad> fw;  ///< forward-mode tangent (see ForwardGrad)
-  std::mutex mutex;  ///< guards grad and the hooks
+  std::shared_ptr<ForwardGrad> fw;        ///< forward-mode tangent (see ForwardGrad)
+  std::mutex mutex;                       ///< guards grad and the hooks
 };
 
 namespace impl {

@@ -85,20 +85,22 @@ struct SecondOrderPair {
 
 /// The coefficient layout of a Taylor level.
 struct TaylorLayout {
-  int order = 1;                 ///< K: coefficients c_1..c_K
-  int64_t directions = 0;        ///< rows of every coefficient but c_2
-  int64_t second_rows = 0;       ///< rows of c_2 (groups; order >= 2)
-  std::vector<int64_t> pair_a;       ///< the pairs' a, sorted by group
-  std::vector<int64_t> pair_b;       ///< the pairs' b
-  std::vector<int64_t> pair_group;   ///< the pairs' group
-  std::vector<double> pair_weight;   ///< the pairs' weight
-  bool univariate = true;  ///< group a is the single pair (a, a, 1): plain Taylor
-  bool diagonal = true;    ///< every pair has a == b
-  uint64_t id = 0;         ///< unique per level (caches key on it)
+  int order = 1;                    ///< K: coefficients c_1..c_K
+  int64_t directions = 0;           ///< rows of every coefficient but c_2
+  int64_t second_rows = 0;          ///< rows of c_2 (groups; order >= 2)
+  std::vector<int64_t> pair_a;      ///< the pairs' a, sorted by group
+  std::vector<int64_t> pair_b;      ///< the pairs' b
+  std::vector<int64_t> pair_group;  ///< the pairs' group
+  std::vector<double> pair_weight;  ///< the pairs' weight
+  bool univariate = true;           ///< group a is the single pair (a, a, 1): plain Taylor
+  bool diagonal = true;             ///< every pair has a == b
+  uint64_t id = 0;                  ///< unique per level (caches key on it)
   /// The rows of coefficient j (1-based).
   int64_t rows(int j) const { return j == 2 ? second_rows : directions; }
   /// Where coefficient j's rows start in the stacked tangent.
-  int64_t offset(int j) const { return j <= 2 ? (j - 1) * directions : directions + second_rows + (j - 3) * directions; }
+  int64_t offset(int j) const {
+    return j <= 2 ? (j - 1) * directions : directions + second_rows + (j - 3) * directions;
+  }
   /// The stacked tangent's leading dimension (all coefficients' rows).
   int64_t batch() const { return offset(order) + rows(order); }
   /// Coefficient j's rows of a stacked tangent (a view).

@@ -73,8 +73,7 @@ class AutogradContext {
   std::unordered_map<std::string, std::any> saved_data;  ///< anything else backward needs
 
  private:
-  template <class T>
-  friend struct Function;
+  template <class T> friend struct Function;
   friend class CppNodeBase;
   variable_list to_save_;
   std::vector<SavedVariable> saved_;
@@ -94,10 +93,10 @@ class CppNodeBase : public Node {
   void release_variables() override;
   bool apply_on_undefined() const override { return true; }
 
-  AutogradContext ctx_;  ///< the context forward filled
+  AutogradContext ctx_;                     ///< the context forward filled
   std::vector<InputMetadata> output_info_;  ///< the forward outputs (for zero gradients)
-  size_t num_args_ = 0;             ///< forward arguments (tensor and not)
-  std::vector<int64_t> tensor_arg_;  ///< argument index of each tensor input
+  size_t num_args_ = 0;                     ///< forward arguments (tensor and not)
+  std::vector<int64_t> tensor_arg_;         ///< argument index of each tensor input
 
   /// Set by apply(): outputs, saves, and history after forward ran.
   void wrap_outputs(const variable_list& inputs, variable_list& outputs);
@@ -112,8 +111,7 @@ class CppNodeBase : public Node {
 };
 
 namespace detail {
-template <class T, class = void>
-struct is_once_differentiable : std::false_type {};
+template <class T, class = void> struct is_once_differentiable : std::false_type {};
 template <class T>
 struct is_once_differentiable<T, std::void_t<decltype(T::once_differentiable)>>
     : std::bool_constant<T::once_differentiable> {};
@@ -121,24 +119,19 @@ struct is_once_differentiable<T, std::void_t<decltype(T::once_differentiable)>>
 /// "Scale" -> "ScaleBackward" (namespaces dropped).
 std::string function_node_name(const char* mangled);
 
-template <class T>
-class CppNode final : public CppNodeBase {
+template <class T> class CppNode final : public CppNodeBase {
  public:
-  CppNode()
-      : CppNodeBase(function_node_name(typeid(T).name()), is_once_differentiable<T>::value) {}
+  CppNode() : CppNodeBase(function_node_name(typeid(T).name()), is_once_differentiable<T>::value) {}
 
  protected:
-  variable_list call_backward(variable_list&& grads) override {
-    return T::backward(&ctx_, std::move(grads));
-  }
+  variable_list call_backward(variable_list&& grads) override { return T::backward(&ctx_, std::move(grads)); }
 };
 
 // The tensor arguments: a Tensor is one input, a variable_list one input per
 // element (then `flat` is set: backward returns one gradient per tensor).
 inline void collect(variable_list&, std::vector<int64_t>&, int64_t&, bool&) {}
 template <class A, class... Rest>
-void collect(variable_list& ts, std::vector<int64_t>& idx, int64_t& pos, bool& flat, const A& a,
-             const Rest&... rest) {
+void collect(variable_list& ts, std::vector<int64_t>& idx, int64_t& pos, bool& flat, const A& a, const Rest&... rest) {
   if constexpr (std::is_same_v<std::decay_t<A>, Tensor>) {
     ts.push_back(a);
     idx.push_back(pos);
@@ -153,17 +146,15 @@ void collect(variable_list& ts, std::vector<int64_t>& idx, int64_t& pos, bool& f
   collect(ts, idx, pos, flat, rest...);
 }
 
-template <class T, class = void>
-struct has_jvp : std::false_type {};
+template <class T, class = void> struct has_jvp : std::false_type {};
 template <class T>
 struct has_jvp<T, std::void_t<decltype(T::jvp(std::declval<AutogradContext*>(), std::declval<variable_list>()))>>
     : std::true_type {};
 
-template <class T, class = void>
-struct has_taylor : std::false_type {};
+template <class T, class = void> struct has_taylor : std::false_type {};
 template <class T>
-struct has_taylor<T, std::void_t<decltype(T::taylor(std::declval<AutogradContext*>(),
-                                                    std::declval<std::vector<variable_list>>()))>>
+struct has_taylor<
+    T, std::void_t<decltype(T::taylor(std::declval<AutogradContext*>(), std::declval<std::vector<variable_list>>()))>>
     : std::true_type {};
 
 /// Whether a Taylor level of order >= 2 is active.
@@ -190,7 +181,8 @@ inline variable_list to_list(variable_list v) { return v; }
 }  // namespace detail
 
 template <class T>
-/// A custom differentiable function: T has static forward(ctx, args...) and backward(ctx, grads) (as LibTorch's torch::autograd::Function).
+/// A custom differentiable function: T has static forward(ctx, args...) and backward(ctx, grads) (as LibTorch's
+/// torch::autograd::Function).
 struct Function {
   template <class... Args>
   /// Runs forward and records the node when an input requires grad.
@@ -202,21 +194,25 @@ struct Function {
     detail::collect(inputs, tensor_arg, pos, flat, args...);
     if (flat) {  // list arguments: gradients are counted per tensor
       pos = int64_t(inputs.size());
-      for (size_t i = 0; i < inputs.size(); ++i) tensor_arg[i] = int64_t(i);
+      for (size_t i = 0; i < inputs.size(); ++i)
+        tensor_arg[i] = int64_t(i);
     }
     bool record = is_grad_enabled();
     bool any = false;
-    for (const Tensor& t : inputs) any |= impl::requires_grad(t);
+    for (const Tensor& t : inputs)
+      any |= impl::requires_grad(t);
     record = record && any;
 
     auto node = std::make_shared<detail::CppNode<T>>();
     node->num_args_ = size_t(pos);
     node->tensor_arg_ = tensor_arg;
     edge_list edges;
-    for (const Tensor& t : inputs) edges.push_back(record ? impl::gradient_edge(t) : Edge());
+    for (const Tensor& t : inputs)
+      edges.push_back(record ? impl::gradient_edge(t) : Edge());
     node->set_next_edges(std::move(edges));
     node->ctx_.node_ = node;
-    for (const Tensor& t : inputs) node->ctx_.forward_needs_.push_back(impl::requires_grad(t));
+    for (const Tensor& t : inputs)
+      node->ctx_.forward_needs_.push_back(impl::requires_grad(t));
 
     const bool fw = detail::any_tangent(inputs);
     using Out = decltype(T::forward(&node->ctx_, std::forward<Args>(args)...));

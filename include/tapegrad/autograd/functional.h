@@ -38,16 +38,13 @@ Tensor jacobian(const TensorFn& fn, const Tensor& x, bool create_graph = false,
 Tensor hessian(const TensorFn& fn, const Tensor& x, bool create_graph = false,
                JacobianMode mode = JacobianMode::Reverse);
 /// {fn(x), v^T J}, v of fn(x)'s shape.
-std::pair<Tensor, Tensor> vjp(const TensorFn& fn, const Tensor& x, const Tensor& v,
-                              bool create_graph = false);
+std::pair<Tensor, Tensor> vjp(const TensorFn& fn, const Tensor& x, const Tensor& v, bool create_graph = false);
 /// {fn(x), J v}, v of x's shape: one forward pass in forward mode (inside a
 /// caller's forward_ad::dual_level, where levels do not nest: a double vjp).
-std::pair<Tensor, Tensor> jvp(const TensorFn& fn, const Tensor& x, const Tensor& v,
-                              bool create_graph = false);
+std::pair<Tensor, Tensor> jvp(const TensorFn& fn, const Tensor& x, const Tensor& v, bool create_graph = false);
 /// Scalar fn: {fn(x), H v}, by forward over reverse (the gradient's tangent
 /// along v; inside a caller's dual level: reverse over reverse).
-std::pair<Tensor, Tensor> hvp(const TensorFn& fn, const Tensor& x, const Tensor& v,
-                              bool create_graph = false);
+std::pair<Tensor, Tensor> hvp(const TensorFn& fn, const Tensor& x, const Tensor& v, bool create_graph = false);
 
 /// How per_sample_hessian computes.
 enum class HessianStrategy {
@@ -87,8 +84,7 @@ enum class HessianStrategy {
 /// dx[b, j] dx[b, k]. With create_graph, H is differentiable (e.g. into the
 /// parameters fn closes over).
 Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x,
-                          HessianStrategy strategy = HessianStrategy::BatchedCotangents,
-                          bool create_graph = false);
+                          HessianStrategy strategy = HessianStrategy::BatchedCotangents, bool create_graph = false);
 
 /// per_sample_hessian, laplacian and derivative_operator check that fn's
 /// rows are independent (row i of fn(x) depends on row i of x alone) and
@@ -147,7 +143,7 @@ struct MlpDerivatives {
   Tensor hessian;   ///< [B, m, n, n]
 };
 /// See MlpDerivatives: the value, Jacobian and Hessian of the MLP at x.
-MlpDerivatives mlp_taylor(const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
-                          tg::Activation act, const Tensor& x);
+MlpDerivatives mlp_taylor(const std::vector<Tensor>& weights, const std::vector<Tensor>& biases, tg::Activation act,
+                          const Tensor& x);
 
 }  // namespace tg::autograd

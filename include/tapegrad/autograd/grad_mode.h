@@ -15,9 +15,7 @@ void set_grad_enabled(bool enabled);
 class AutoGradMode {
  public:
   /// Sets grad mode to `enabled` until the guard ends.
-  explicit AutoGradMode(bool enabled) : prev_(is_grad_enabled()) {
-    set_grad_enabled(enabled);
-  }
+  explicit AutoGradMode(bool enabled) : prev_(is_grad_enabled()) { set_grad_enabled(enabled); }
   ~AutoGradMode() { set_grad_enabled(prev_); }
   AutoGradMode(const AutoGradMode&) = delete;
   AutoGradMode& operator=(const AutoGradMode&) = delete;

@@ -28,7 +28,7 @@ struct GradcheckOptions {
 
 /// What gradcheck found.
 struct GradcheckResult {
-  bool ok = true;  ///< whether every element passed
+  bool ok = true;        ///< whether every element passed
   double max_error = 0;  ///< largest |analytic - numeric|
   /// Empty when ok; otherwise names the worst element: output, its index,
   /// input, its index, the analytic and the numeric value.
@@ -45,10 +45,9 @@ using TensorsFn = std::function<variable_list(const variable_list&)>;
 /// Inputs that require grad must be Float64; fn may return several outputs
 /// (those with a floating dtype are checked). The inputs keep their strides,
 /// so non-contiguous inputs are checked as given.
-GradcheckResult gradcheck(const TensorsFn& fn, const variable_list& inputs,
+GradcheckResult gradcheck(const TensorsFn& fn, const variable_list& inputs, const GradcheckOptions& options = {});
+GradcheckResult gradcheck(const std::function<Tensor(const variable_list&)>& fn, const variable_list& inputs,
                           const GradcheckOptions& options = {});
-GradcheckResult gradcheck(const std::function<Tensor(const variable_list&)>& fn,
-                          const variable_list& inputs, const GradcheckOptions& options = {});
 ///@}
 
 ///@{
@@ -56,10 +55,8 @@ GradcheckResult gradcheck(const std::function<Tensor(const variable_list&)>& fn,
 /// Checks the gradient of the gradient: gradcheck of
 /// (inputs, v) -> grad(fn(inputs), inputs, v, create_graph=true)
 /// with deterministic pseudo-random float64 v (the global RNG is not used).
-GradcheckResult gradgradcheck(const TensorsFn& fn, const variable_list& inputs,
-                              const GradcheckOptions& options = {});
-GradcheckResult gradgradcheck(const std::function<Tensor(const variable_list&)>& fn,
-                              const variable_list& inputs,
+GradcheckResult gradgradcheck(const TensorsFn& fn, const variable_list& inputs, const GradcheckOptions& options = {});
+GradcheckResult gradgradcheck(const std::function<Tensor(const variable_list&)>& fn, const variable_list& inputs,
                               const GradcheckOptions& options = {});
 ///@}
 

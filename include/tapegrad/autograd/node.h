@@ -47,10 +47,10 @@ struct InputMetadata {
   explicit InputMetadata(const Tensor& t);
   /// A zero gradient of this shape, dtype and device.
   Tensor zeros() const;
-  IntList sizes;                            ///< the forward tensor's sizes
-  ScalarType dtype = ScalarType::Float32;   ///< its dtype
-  Device device{DeviceType::CPU};           ///< its device
-  cuda::Stream stream;  ///< invalid for CPU tensors
+  IntList sizes;                           ///< the forward tensor's sizes
+  ScalarType dtype = ScalarType::Float32;  ///< its dtype
+  Device device{DeviceType::CPU};          ///< its device
+  cuda::Stream stream;                     ///< invalid for CPU tensors
 };
 
 /// A backward function of the tape (docs/AUTOGRAD.md "Recording"). Custom
@@ -125,9 +125,7 @@ class Node : public std::enable_shared_from_this<Node> {
   /// should_compute_output() for some output.
   bool should_compute_any_output() const;
   /// The static rule: the edge is valid (the forward input requires grad).
-  bool needs_input_grad(size_t i) const {
-    return i < next_edges_.size() && next_edges_[i].is_valid();
-  }
+  bool needs_input_grad(size_t i) const { return i < next_edges_.size() && next_edges_[i].is_valid(); }
 
   /// Tensor pre-hooks on input `input_nr` (from Tensor::register_hook and
   /// retain_grad on this node's outputs). A defined return replaces the grad.
@@ -156,10 +154,10 @@ class Node : public std::enable_shared_from_this<Node> {
   std::mutex& mutex() { return mutex_; }
 
  protected:
-  uint64_t sequence_nr_;                        ///< see sequence_nr()
-  uint64_t topological_nr_ = 0;  ///< fixed at construction (edges set once)
-  edge_list next_edges_;                        ///< see next_edges()
-  std::vector<InputMetadata> input_metadata_;   ///< see input_metadata()
+  uint64_t sequence_nr_;                       ///< see sequence_nr()
+  uint64_t topological_nr_ = 0;                ///< fixed at construction (edges set once)
+  edge_list next_edges_;                       ///< see next_edges()
+  std::vector<InputMetadata> input_metadata_;  ///< see input_metadata()
 
  private:
   struct PreHooks;

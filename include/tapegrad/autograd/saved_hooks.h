@@ -38,7 +38,7 @@ using UnpackHook = std::function<Tensor(const std::any&)>;
 
 /// A pack/unpack pair (docs/AUTOGRAD.md "Saved-tensor hooks").
 struct SavedTensorHooks {
-  PackHook pack;  ///< runs when a tensor is saved; returns what to keep
+  PackHook pack;      ///< runs when a tensor is saved; returns what to keep
   UnpackHook unpack;  ///< runs when backward needs it; returns the tensor
 };
 

@@ -41,8 +41,8 @@ class SavedVariable {
   bool requires_grad_ = false;
   uint32_t output_nr_ = 0;
   uint32_t saved_version_ = 0;
-  Tensor data_;                      ///< original (input) or alias (output)
-  std::shared_ptr<Node> grad_fn_;    ///< inputs saved through hooks
+  Tensor data_;                        ///< original (input) or alias (output)
+  std::shared_ptr<Node> grad_fn_;      ///< inputs saved through hooks
   std::shared_ptr<Node> accumulator_;  ///< leaves saved through hooks
   std::shared_ptr<const SavedTensorHooks> hooks_;
   /// The tensor's tangent slot, when saved inside a dual level and not

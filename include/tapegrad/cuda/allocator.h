@@ -29,9 +29,9 @@ struct MemoryStats {
   int64_t allocated_bytes = 0;       ///< in blocks handed out
   int64_t reserved_bytes = 0;        ///< in segments obtained with cudaMalloc
   int64_t peak_allocated_bytes = 0;  ///< largest allocated_bytes since reset_peak_memory_stats()
-  int64_t peak_reserved_bytes = 0;  ///< largest reserved_bytes since then
+  int64_t peak_reserved_bytes = 0;   ///< largest reserved_bytes since then
   int64_t num_allocs = 0;            ///< allocate() calls served
-  int64_t num_frees = 0;  ///< deallocate() calls
+  int64_t num_frees = 0;             ///< deallocate() calls
   int64_t num_segments = 0;          ///< live cudaMalloc segments
   int64_t num_cuda_mallocs = 0;      ///< since start
   int64_t num_ooms = 0;              ///< requests that failed even after the retry

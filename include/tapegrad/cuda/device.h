@@ -10,10 +10,10 @@ namespace tg::cuda {
 
 /// What get_device_properties() reports of a GPU.
 struct DeviceProperties {
-  std::string name;  ///< e.g. "NVIDIA H100 80GB HBM3"
-  int major = 0;  ///< compute capability, major
-  int minor = 0;  ///< compute capability, minor
-  int64_t total_memory = 0;  ///< bytes
+  std::string name;              ///< e.g. "NVIDIA H100 80GB HBM3"
+  int major = 0;                 ///< compute capability, major
+  int minor = 0;                 ///< compute capability, minor
+  int64_t total_memory = 0;      ///< bytes
   int multiprocessor_count = 0;  ///< SMs
 };
 

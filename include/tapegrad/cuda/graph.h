@@ -113,7 +113,7 @@ class CUDAGraph {
   friend class Graph;
   void end_capture(bool abandon);
   void optimize(void* graph, fusion::Log* log);  // fusion, relaxation
-  struct RngState;                // the generator state the replays move
+  struct RngState;                               // the generator state the replays move
   std::shared_ptr<RngState> rng_;
   // Host memory the graph's nodes read or write (pinned buffers of captured
   // copies): alive until reset().
@@ -124,7 +124,7 @@ class CUDAGraph {
   void* graph_ = nullptr;  // cudaGraph_t
   void* exec_ = nullptr;   // cudaGraphExec_t
   MempoolId pool_{0, 0};
-  Stream stream_;          // the capturing stream (while capturing)
+  Stream stream_;  // the capturing stream (while capturing)
   int device_ = -1;
   uint64_t capture_id_ = 0;  // CUDA's id of the capture underway
   bool capturing_ = false;
@@ -148,8 +148,7 @@ class CUDAGraph {
 class Graph {
  public:
   /// Starts capturing into `graph` (see the class).
-  explicit Graph(CUDAGraph& graph, MempoolId pool = {0, 0},
-                 std::optional<Stream> stream = std::nullopt,
+  explicit Graph(CUDAGraph& graph, MempoolId pool = {0, 0}, std::optional<Stream> stream = std::nullopt,
                  CaptureMode mode = CaptureMode::Global);
   ~Graph() noexcept(false);
   Graph(const Graph&) = delete;

@@ -78,8 +78,8 @@ class GraphedCallable {
   int64_t replays(int level) const;
 
  private:
-  friend std::vector<GraphedCallable> make_graphed_callables(std::vector<Callable>,
-                                                             std::vector<std::vector<Tensor>>, GraphedOptions);
+  friend std::vector<GraphedCallable> make_graphed_callables(std::vector<Callable>, std::vector<std::vector<Tensor>>,
+                                                             GraphedOptions);
   std::shared_ptr<detail::GraphedState> state_;
 };
 
@@ -107,11 +107,11 @@ struct GraphedFunctionOptions {
 
 /// What a graphed function did (GraphedFunction::counters()).
 struct GraphedFunctionCounters {
-  int64_t warmups = 0;     ///< eager first calls of a signature (they find what it writes)
-  int64_t recordings = 0;  ///< graphs captured (re-records included)
-  int64_t replays = 0;     ///< calls answered by a replay
-  int64_t re_records = 0;  ///< recordings after a static or pool input moved
-  int64_t eager_calls = 0; ///< calls run eagerly because their signature cannot be graphed
+  int64_t warmups = 0;                     ///< eager first calls of a signature (they find what it writes)
+  int64_t recordings = 0;                  ///< graphs captured (re-records included)
+  int64_t replays = 0;                     ///< calls answered by a replay
+  int64_t re_records = 0;                  ///< recordings after a static or pool input moved
+  int64_t eager_calls = 0;                 ///< calls run eagerly because their signature cannot be graphed
   std::vector<std::string> eager_reasons;  ///< why, one per signature that went eager
 };
 

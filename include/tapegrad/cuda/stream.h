@@ -29,9 +29,9 @@ class Stream {
   /// The stream `handle` (a cudaStream_t; null: the legacy default stream) of `device`.
   Stream(int device, void* handle) : device_(device), handle_(handle) {}
   /// Its device, its cudaStream_t, whether it is a stream at all, whether it is the default stream.
-  int device_index() const { return device_; }  ///< the device it was created on (-1 before)
-  void* handle() const { return handle_; }  ///< its cudaStream_t (null: the legacy default stream)
-  bool is_valid() const { return device_ >= 0; }  ///< whether it is a stream at all
+  int device_index() const { return device_; }            ///< the device it was created on (-1 before)
+  void* handle() const { return handle_; }                ///< its cudaStream_t (null: the legacy default stream)
+  bool is_valid() const { return device_ >= 0; }          ///< whether it is a stream at all
   bool is_default() const { return handle_ == nullptr; }  ///< whether it is the legacy default stream
   /// True when all work queued on the stream has finished.
   bool query() const;
@@ -119,7 +119,7 @@ class Event {
   /// Whether it exists on a device, which device, and its cudaEvent_t.
   bool is_created() const { return event_ != nullptr; }
   int device_index() const { return device_; }  ///< the device it was created on (-1 before)
-  void* handle() const { return event_; }  ///< its cudaEvent_t
+  void* handle() const { return event_; }       ///< its cudaEvent_t
 
  private:
   void* event_ = nullptr;

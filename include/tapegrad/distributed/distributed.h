@@ -91,8 +91,7 @@ class ProcessGroup {
   static std::shared_ptr<ProcessGroup> init_from_env(Options options = {});
   /// One process driving several GPUs: one group member per device (rank i
   /// on devices[i]); drive each from its own thread.
-  static std::vector<std::shared_ptr<ProcessGroup>> init_local(const std::vector<int>& devices,
-                                                               Options options = {});
+  static std::vector<std::shared_ptr<ProcessGroup>> init_local(const std::vector<int>& devices, Options options = {});
 
   /// This member's rank.
   virtual int rank() const = 0;
@@ -111,8 +110,7 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> all_gather(const Tensor& out, const Tensor& in) = 0;
   /// out [n...] = rank r's block of the reduction of every rank's in
   /// [size * n...].
-  virtual std::shared_ptr<Work> reduce_scatter(const Tensor& out, const Tensor& in,
-                                               ReduceOp op = ReduceOp::Sum) = 0;
+  virtual std::shared_ptr<Work> reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::Sum) = 0;
   /// Every rank reaches this point (a host wait, up to the timeout).
   virtual void barrier() = 0;
   /// Aborts the group's communicator: pending collectives end, later ones
@@ -212,7 +210,7 @@ class DistributedDataParallel {
   /// bucket in launch order when its all-reduce began and ended on the
   /// communication stream.
   struct Timeline {
-    float last_gradient = 0;         ///< the last gradient ready
+    float last_gradient = 0;          ///< the last gradient ready
     std::vector<float> bucket_start;  ///< each bucket's all-reduce began
     std::vector<float> bucket_end;    ///< each bucket's gradients were written back
   };

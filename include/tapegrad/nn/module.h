@@ -93,8 +93,7 @@ class Module : public std::enable_shared_from_this<Module> {
   /// Registers a buffer and returns its handle.
   Tensor register_buffer(const std::string& name, Tensor t);
   /// Registers a submodule and returns it.
-  template <class M>
-  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+  template <class M> std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     add_child(name, m);
     return m;
   }
@@ -102,8 +101,7 @@ class Module : public std::enable_shared_from_this<Module> {
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> m);
   void check_new_name(const std::string& name) const;
-  template <class F>
-  void for_each_tensor(F&& f);
+  template <class F> void for_each_tensor(F&& f);
   std::string type_name_;
   NamedTensors params_, buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

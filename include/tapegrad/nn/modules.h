@@ -19,12 +19,11 @@ namespace tg::nn {
 class Linear : public Module {
  public:
   /// in_features -> out_features; `options` gives the dtype and device.
-  Linear(int64_t in_features, int64_t out_features, bool bias = true,
-         TensorOptions options = TensorOptions());
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, TensorOptions options = TensorOptions());
   Tensor forward(const Tensor& x) override;  ///< linear(x, weight, bias)
   std::string extra_repr() const override;   ///< "Linear(in_features=.., out_features=.., bias=..)"
-  Tensor weight;  ///< [out_features, in_features]
-  Tensor bias;    ///< [out_features], undefined without bias
+  Tensor weight;                             ///< [out_features, in_features]
+  Tensor bias;                               ///< [out_features], undefined without bias
 };
 
 /// Runs its modules in order.

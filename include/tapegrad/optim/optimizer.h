@@ -71,12 +71,12 @@ class Optimizer {
 
 /// SGD's settings (torch.optim.SGD's).
 struct SGDOptions {
-  double lr = 1e-3;            ///< learning rate
-  double momentum = 0;         ///< momentum factor
-  double dampening = 0;        ///< dampening of the momentum
-  double weight_decay = 0;     ///< L2 penalty added to the gradient
-  bool nesterov = false;       ///< Nesterov momentum (needs momentum > 0, dampening 0)
-  bool capturable = false;     ///< state up front, parameters static: step() may be captured
+  double lr = 1e-3;         ///< learning rate
+  double momentum = 0;      ///< momentum factor
+  double dampening = 0;     ///< dampening of the momentum
+  double weight_decay = 0;  ///< L2 penalty added to the gradient
+  bool nesterov = false;    ///< Nesterov momentum (needs momentum > 0, dampening 0)
+  bool capturable = false;  ///< state up front, parameters static: step() may be captured
 };
 
 /// Stochastic gradient descent with momentum, Nesterov and weight decay.
@@ -94,13 +94,13 @@ class SGD : public Optimizer {
 
 /// Adam's and AdamW's settings (torch.optim.Adam's).
 struct AdamOptions {
-  double lr = 1e-3;            ///< learning rate
-  double beta1 = 0.9;          ///< decay of the first moment
-  double beta2 = 0.999;        ///< decay of the second moment
-  double eps = 1e-8;           ///< added to the denominator
-  double weight_decay = 0;     ///< Adam: L2 added to the gradient; AdamW: decoupled decay
-  bool amsgrad = false;        ///< keep the maximum of the second moment
-  bool capturable = false;     ///< state up front, parameters static: step() may be captured
+  double lr = 1e-3;         ///< learning rate
+  double beta1 = 0.9;       ///< decay of the first moment
+  double beta2 = 0.999;     ///< decay of the second moment
+  double eps = 1e-8;        ///< added to the denominator
+  double weight_decay = 0;  ///< Adam: L2 added to the gradient; AdamW: decoupled decay
+  bool amsgrad = false;     ///< keep the maximum of the second moment
+  bool capturable = false;  ///< state up front, parameters static: step() may be captured
 };
 
 /// Adam (Kingma and Ba), with AMSGrad as an option.
@@ -132,13 +132,13 @@ class AdamW : public Adam {
 
 /// L-BFGS's settings (torch.optim.LBFGS's).
 struct LBFGSOptions {
-  double lr = 1;                    ///< step length (the line search's first trial)
-  int64_t max_iter = 20;            ///< iterations per step()
-  int64_t max_eval = 0;             ///< closure calls per step() (0: max_iter * 5 / 4)
-  double tolerance_grad = 1e-7;     ///< stop when max |gradient| is at most this
-  double tolerance_change = 1e-9;   ///< stop when the step or the loss change is below this
-  int64_t history_size = 100;       ///< curvature pairs kept
-  bool strong_wolfe = false;        ///< line search with the strong Wolfe conditions (else fixed steps)
+  double lr = 1;                   ///< step length (the line search's first trial)
+  int64_t max_iter = 20;           ///< iterations per step()
+  int64_t max_eval = 0;            ///< closure calls per step() (0: max_iter * 5 / 4)
+  double tolerance_grad = 1e-7;    ///< stop when max |gradient| is at most this
+  double tolerance_change = 1e-9;  ///< stop when the step or the loss change is below this
+  int64_t history_size = 100;      ///< curvature pairs kept
+  bool strong_wolfe = false;       ///< line search with the strong Wolfe conditions (else fixed steps)
 };
 
 /// Limited-memory BFGS over all parameters as one vector, optionally with a
@@ -160,7 +160,7 @@ class LBFGS : public Optimizer {
  private:
   LBFGSOptions o_;
   int64_t evals_ = 0, iter_ = 0;
-  Tensor d_, prev_g_;     // direction, previous gradient (flat)
+  Tensor d_, prev_g_;  // direction, previous gradient (flat)
   double t_ = 0, h_diag_ = 1, prev_loss_ = 0;
   std::vector<Tensor> old_y_, old_s_;
   std::vector<double> ro_;

@@ -24,10 +24,10 @@ class Allocator {
 
 /// Counters of the CPU allocator (cpu_allocator_stats()).
 struct AllocatorStats {
-  int64_t live_bytes = 0;  ///< in live allocations
-  int64_t peak_bytes = 0;  ///< largest live_bytes since start or reset_cpu_peak_bytes()
-  int64_t num_allocs = 0;  ///< allocations made since start
-  int64_t live_allocs = 0;  ///< allocations not yet freed
+  int64_t live_bytes = 0;    ///< in live allocations
+  int64_t peak_bytes = 0;    ///< largest live_bytes since start or reset_cpu_peak_bytes()
+  int64_t num_allocs = 0;    ///< allocations made since start
+  int64_t live_allocs = 0;   ///< allocations not yet freed
   int64_t cached_bytes = 0;  ///< freed large blocks kept for reuse (CPU)
 };
 

@@ -31,13 +31,13 @@ class IntrusiveTarget {
   size_t use_count() const { return refcount_.load(std::memory_order_acquire); }
 
  private:
-  template <class T>
-  friend class IntrusivePtr;
+  template <class T> friend class IntrusivePtr;
   mutable std::atomic<size_t> refcount_{0};
 };
 
 template <class T>
-/// A shared pointer whose count lives in the object (T derives from IntrusiveTarget); freeing never recurses (detail::destroy_intrusive).
+/// A shared pointer whose count lives in the object (T derives from IntrusiveTarget); freeing never recurses
+/// (detail::destroy_intrusive).
 class IntrusivePtr {
  public:
   IntrusivePtr() = default;
@@ -64,15 +64,14 @@ class IntrusivePtr {
 
   /// The object (null when empty), its count, and whether there is one.
   T* get() const { return p_; }
-  T* operator->() const { return p_; }  ///< the object
-  T& operator*() const { return *p_; }  ///< the object
-  explicit operator bool() const { return p_ != nullptr; }  ///< whether there is an object
+  T* operator->() const { return p_; }                           ///< the object
+  T& operator*() const { return *p_; }                           ///< the object
+  explicit operator bool() const { return p_ != nullptr; }       ///< whether there is an object
   size_t use_count() const { return p_ ? p_->use_count() : 0; }  ///< its count (0 when empty)
 
   /// Lets go (frees the object when this was the last owner).
   void reset() {
-    if (p_ && p_->refcount_.fetch_sub(1, std::memory_order_acq_rel) == 1)
-      detail::destroy_intrusive(p_);
+    if (p_ && p_->refcount_.fetch_sub(1, std::memory_order_acq_rel) == 1) detail::destroy_intrusive(p_);
     p_ = nullptr;
   }
   /// Gives up ownership without decrementing (used by converting moves).
@@ -83,17 +82,12 @@ class IntrusivePtr {
   }
 
   /// Whether both point at the same object.
-  friend bool operator==(const IntrusivePtr& a, const IntrusivePtr& b) {
-    return a.p_ == b.p_;
-  }
+  friend bool operator==(const IntrusivePtr& a, const IntrusivePtr& b) { return a.p_ == b.p_; }
   /// Whether they point at different objects.
-  friend bool operator!=(const IntrusivePtr& a, const IntrusivePtr& b) {
-    return a.p_ != b.p_;
-  }
+  friend bool operator!=(const IntrusivePtr& a, const IntrusivePtr& b) { return a.p_ != b.p_; }
 
  private:
-  template <class U>
-  friend class IntrusivePtr;
+  template <class U> friend class IntrusivePtr;
   void retain() {
     if (p_) p_->refcount_.fetch_add(1, std::memory_order_relaxed);
   }

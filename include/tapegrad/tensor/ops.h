@@ -42,9 +42,7 @@ Tensor eye(int64_t n, int64_t m, TensorOptions opts = {});
 /// A tensor of `values` in row-major order (`sizes` empty: 1-D of
 /// values.size()); scalar_tensor: a 0-dim tensor; the *_like factories: a new
 /// tensor of t's sizes, dtype and device.
-Tensor tensor(const std::vector<double>& values,
-              const IntList& sizes = {},
-              TensorOptions opts = {});
+Tensor tensor(const std::vector<double>& values, const IntList& sizes = {}, TensorOptions opts = {});
 Tensor scalar_tensor(Scalar value, TensorOptions opts = {});
 Tensor empty_like(const Tensor& t);
 Tensor zeros_like(const Tensor& t);
@@ -113,8 +111,7 @@ enum class Activation { Silu, Sigmoid, Tanh, Relu };
 //   torch.allclose; equal: same sizes and values (dtypes may differ).
 #define TG_D(...) = __VA_ARGS__
 #define TG_OP0(ret, name, id, form) TG_IF_FREE_##form(ret name(const Tensor& self);)
-#define TG_OP(ret, name, id, extras, args, form) \
-  TG_IF_FREE_##form(ret name(const Tensor& self, TG_UNPAREN extras);)
+#define TG_OP(ret, name, id, extras, args, form) TG_IF_FREE_##form(ret name(const Tensor& self, TG_UNPAREN extras);)
 #define TG_FN(ret, name, id, params, args, form) TG_IF_FREE_##form(ret name params;)
 #include <tapegrad/tensor/ops.def>
 #undef TG_FN

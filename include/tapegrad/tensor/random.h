@@ -51,13 +51,11 @@ TG_HOST_DEVICE inline double philox_u53(uint32_t a, uint32_t b) {
   return double(x & ((uint64_t(1) << 53) - 1)) * (1.0 / 9007199254740992.0);
 }
 /// A float uniform in [0, 1) from one word (24 bits).
-TG_HOST_DEVICE inline float philox_u24(uint32_t a) {
-  return float(a >> 8) * (1.0f / 16777216.0f);
-}
+TG_HOST_DEVICE inline float philox_u24(uint32_t a) { return float(a >> 8) * (1.0f / 16777216.0f); }
 
 /// Where a reservation of the global generator starts.
 struct PhiloxState {
-  uint64_t seed;  ///< the generator seed
+  uint64_t seed;    ///< the generator seed
   uint64_t offset;  ///< the first reserved counter
 };
 /// Reserves `n` counters of the global generator; returns where they start.

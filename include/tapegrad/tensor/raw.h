@@ -18,8 +18,7 @@ namespace tg::raw {
 // the public signature; in-place ops take and return a const handle.
 #define TG_D(...) = __VA_ARGS__
 #define TG_OP0(ret, name, id, form) TG_IF_RAW_##form(ret name(const Tensor& self);)
-#define TG_OP(ret, name, id, extras, args, form) \
-  TG_IF_RAW_##form(ret name(const Tensor& self, TG_UNPAREN extras);)
+#define TG_OP(ret, name, id, extras, args, form) TG_IF_RAW_##form(ret name(const Tensor& self, TG_UNPAREN extras);)
 #define TG_FN(ret, name, id, params, args, form) TG_IF_RAW_##form(ret name params;)
 #include <tapegrad/tensor/ops.def>
 #undef TG_FN
@@ -34,8 +33,8 @@ namespace tg::raw {
 /// clone, detach, to) route to these; every other op rejects them with an
 /// error naming the op (detail::check_defined).
 /// `coalesced`: the caller knows the indices are sorted and unique.
-Tensor sparse_coo_tensor(const Tensor& indices, const Tensor& values, const IntList& sizes,
-                         bool check, bool coalesced = false);
+Tensor sparse_coo_tensor(const Tensor& indices, const Tensor& values, const IntList& sizes, bool check,
+                         bool coalesced = false);
 Tensor sparse_indices(const Tensor& s);  ///< the parts as stored (any coalesced state)
 Tensor sparse_values(const Tensor& s);
 ///@}

@@ -11,16 +11,16 @@ namespace tg {
 /// Element types; the k* constants name them as in LibTorch (kFloat = kFloat32, kDouble = kFloat64, kLong = kInt64).
 enum class ScalarType : int8_t { Float32, Float64, BFloat16, Float16, Int64, Bool };
 
-constexpr ScalarType kFloat32 = ScalarType::Float32;  ///< 32-bit float
-constexpr ScalarType kFloat64 = ScalarType::Float64;  ///< 64-bit float
+constexpr ScalarType kFloat32 = ScalarType::Float32;    ///< 32-bit float
+constexpr ScalarType kFloat64 = ScalarType::Float64;    ///< 64-bit float
 constexpr ScalarType kBFloat16 = ScalarType::BFloat16;  ///< bfloat16
-constexpr ScalarType kFloat16 = ScalarType::Float16;  ///< IEEE half
-constexpr ScalarType kInt64 = ScalarType::Int64;  ///< 64-bit integer
-constexpr ScalarType kBool = ScalarType::Bool;  ///< bool
-constexpr ScalarType kFloat = kFloat32;  ///< kFloat32
-constexpr ScalarType kDouble = kFloat64;  ///< kFloat64
-constexpr ScalarType kLong = kInt64;  ///< kInt64
-constexpr int kNumScalarTypes = 6;  ///< how many dtypes there are
+constexpr ScalarType kFloat16 = ScalarType::Float16;    ///< IEEE half
+constexpr ScalarType kInt64 = ScalarType::Int64;        ///< 64-bit integer
+constexpr ScalarType kBool = ScalarType::Bool;          ///< bool
+constexpr ScalarType kFloat = kFloat32;                 ///< kFloat32
+constexpr ScalarType kDouble = kFloat64;                ///< kFloat64
+constexpr ScalarType kLong = kInt64;                    ///< kInt64
+constexpr int kNumScalarTypes = 6;                      ///< how many dtypes there are
 
 /// The dtype's name ("Float32", ...); operator<< prints it.
 const char* to_string(ScalarType t);
@@ -42,13 +42,10 @@ constexpr size_t element_size(ScalarType t) {
 
 /// Float32, Float64, BFloat16 or Float16.
 constexpr bool is_floating_point(ScalarType t) {
-  return t == ScalarType::Float32 || t == ScalarType::Float64 ||
-         t == ScalarType::BFloat16 || t == ScalarType::Float16;
+  return t == ScalarType::Float32 || t == ScalarType::Float64 || t == ScalarType::BFloat16 || t == ScalarType::Float16;
 }
 /// BFloat16 or Float16 (computed in Float32).
-constexpr bool is_reduced_float(ScalarType t) {
-  return t == ScalarType::BFloat16 || t == ScalarType::Float16;
-}
+constexpr bool is_reduced_float(ScalarType t) { return t == ScalarType::BFloat16 || t == ScalarType::Float16; }
 
 /// Type promotion for two tensor operands (see docs/TENSOR.md):
 ///   Bool < Int64 < {BFloat16, Float16} < Float32 < Float64,
@@ -95,7 +92,7 @@ inline uint16_t float_to_bf16_bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  ///< round to nearest even
+  u += 0x7fffu + ((u >> 16) & 1u);                                         ///< round to nearest even
   return uint16_t(u >> 16);
 }
 

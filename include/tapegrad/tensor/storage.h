@@ -15,10 +15,7 @@ class StorageImpl final : public IntrusiveTarget {
  public:
   /// `nbytes` from `alloc` (returned to it when the storage dies).
   StorageImpl(size_t nbytes, Allocator* alloc)
-      : data_(alloc->allocate(nbytes)),
-        nbytes_(nbytes),
-        allocator_(alloc),
-        device_(alloc->device()) {}
+      : data_(alloc->allocate(nbytes)), nbytes_(nbytes), allocator_(alloc), device_(alloc->device()) {}
   /// Memory the storage does not own (a DLPack producer's): `data`, `nbytes`
   /// on `device`; `release(context)` runs when the storage dies. Its
   /// allocator() is null.

@@ -87,9 +87,7 @@ class Tensor {
   ScalarType scalar_type() const { return checked("scalar_type").dtype(); }
   Device device() const { return checked("device").device(); }
   Layout layout() const { return checked("layout").layout(); }
-  TensorOptions options() const {
-    return TensorOptions().dtype(dtype()).device(device());
-  }
+  TensorOptions options() const { return TensorOptions().dtype(dtype()).device(device()); }
   bool is_contiguous() const { return checked("is_contiguous").is_contiguous(); }
   bool is_sparse() const { return checked("is_sparse").layout() == Layout::SparseCoo; }
   bool is_cuda() const { return device().is_cuda(); }
@@ -126,12 +124,9 @@ class Tensor {
   /// dtype; item<T>() reads a one-element tensor (from any device);
   /// to_vector<T>() copies all elements in row-major order.
   void* data_ptr() const { return checked("data_ptr").data(); }
-  template <class T>
-  T* data_ptr() const;
-  template <class T>
-  T item() const;
-  template <class T>
-  std::vector<T> to_vector() const;
+  template <class T> T* data_ptr() const;
+  template <class T> T item() const;
+  template <class T> std::vector<T> to_vector() const;
   ///@}
 
   /// Whether the memory is page-locked host memory (pin_memory(): CPU

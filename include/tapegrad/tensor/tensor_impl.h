@@ -40,19 +40,16 @@ struct StaticMark;  // tensor/static_mark.h
 /// flag saying the indices are sorted (row-major) and unique.
 struct SparseCooParts {
   IntrusivePtr<TensorImpl> indices;  ///< Int64 [sparse_dim, nnz]
-  IntrusivePtr<TensorImpl> values;  ///< [nnz, dense sizes...]
-  bool coalesced = false;  ///< indices sorted row-major and unique
+  IntrusivePtr<TensorImpl> values;   ///< [nnz, dense sizes...]
+  bool coalesced = false;            ///< indices sorted row-major and unique
 };
 
-/// The tensor behind a Tensor handle: storage, sizes, strides, offset (in elements), dtype, layout, the version counter shared with its views, and the autograd slot.
+/// The tensor behind a Tensor handle: storage, sizes, strides, offset (in elements), dtype, layout, the version counter
+/// shared with its views, and the autograd slot.
 class TensorImpl final : public IntrusiveTarget {
  public:
   /// A strided tensor viewing `storage`.
-  TensorImpl(IntrusivePtr<StorageImpl> storage,
-             IntList sizes,
-             IntList strides,
-             int64_t offset,
-             ScalarType dtype,
+  TensorImpl(IntrusivePtr<StorageImpl> storage, IntList sizes, IntList strides, int64_t offset, ScalarType dtype,
              IntrusivePtr<VersionCounter> version);
 
   /// A sparse COO tensor of logical shape `sizes` (sparse dims first, then
@@ -64,26 +61,21 @@ class TensorImpl final : public IntrusiveTarget {
 
   /// Sizes, strides, offset, element count, rank, dtype, device, layout and contiguity (as on Tensor).
   const IntList& sizes() const { return sizes_; }
-  const IntList& strides() const { return strides_; }  ///< strides in elements
-  int64_t offset() const { return offset_; }  ///< offset into the storage, in elements
-  int64_t numel() const { return numel_; }  ///< element count
+  const IntList& strides() const { return strides_; }     ///< strides in elements
+  int64_t offset() const { return offset_; }              ///< offset into the storage, in elements
+  int64_t numel() const { return numel_; }                ///< element count
   int64_t dim() const { return int64_t(sizes_.size()); }  ///< rank
-  ScalarType dtype() const { return dtype_; }  ///< element type
-  Device device() const { return storage_->device(); }  ///< the storage's device
-  Layout layout() const { return layout_; }  ///< strided or sparse COO
-  bool is_contiguous() const { return contiguous_; }  ///< row-major without gaps
+  ScalarType dtype() const { return dtype_; }             ///< element type
+  Device device() const { return storage_->device(); }    ///< the storage's device
+  Layout layout() const { return layout_; }               ///< strided or sparse COO
+  bool is_contiguous() const { return contiguous_; }      ///< row-major without gaps
 
   /// The storage and the version counter (shared with the views).
   const IntrusivePtr<StorageImpl>& storage() const { return storage_; }
   /// The version counter shared with the views.
-  const IntrusivePtr<VersionCounter>& version_counter() const {
-    return version_;
-  }
+  const IntrusivePtr<VersionCounter>& version_counter() const { return version_; }
   /// The address of the first element.
-  void* data() const {
-    return static_cast<char*>(storage_->data()) +
-           offset_ * int64_t(element_size(dtype_));
-  }
+  void* data() const { return static_cast<char*>(storage_->data()) + offset_ * int64_t(element_size(dtype_)); }
 
   /// Layout SparseCoo only (asserted).
   const SparseCooParts& sparse_parts() const;
@@ -97,9 +89,7 @@ class TensorImpl final : public IntrusiveTarget {
   /// The autograd slot (null until the autograd layer fills it) and its setter.
   AutogradMetaInterface* autograd_meta() const { return autograd_meta_.get(); }
   /// Fills the autograd slot (the autograd layer does).
-  void set_autograd_meta(std::unique_ptr<AutogradMetaInterface> m) {
-    autograd_meta_ = std::move(m);
-  }
+  void set_autograd_meta(std::unique_ptr<AutogradMetaInterface> m) { autograd_meta_ = std::move(m); }
   /// The static-tensor mark of CUDA graphs (register_static in
   /// <tapegrad/cuda/graph.h>; null until the tensor is first registered),
   /// and its maker (created once, kept until the tensor dies).

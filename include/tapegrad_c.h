@@ -40,14 +40,11 @@ typedef enum tg_status {
 const char* tg_last_error(void);
 
 /** Element types. */
+/* clang-format off */
 typedef enum tg_dtype {
-  TG_FLOAT32 = 0,
-  TG_FLOAT64 = 1,
-  TG_BFLOAT16 = 2,
-  TG_FLOAT16 = 3,
-  TG_INT64 = 4,
-  TG_BOOL = 5
+  TG_FLOAT32 = 0, TG_FLOAT64 = 1, TG_BFLOAT16 = 2, TG_FLOAT16 = 3, TG_INT64 = 4, TG_BOOL = 5
 } tg_dtype;
+/* clang-format on */
 
 /** Devices: the CPU, or CUDA device `index`. */
 typedef enum tg_device_type { TG_CPU = 0, TG_CUDA = 1 } tg_device_type;
@@ -111,15 +108,10 @@ tg_status tg_tensor_item(tg_tensor t, double* value);
 /* ---- ops (differentiable; results are new handles) ------------------------------ */
 
 /** Elementwise binary ops with broadcasting. */
-typedef enum tg_binary_op {
-  TG_ADD = 0,
-  TG_SUB = 1,
-  TG_MUL = 2,
-  TG_DIV = 3,
-  TG_POW = 4,
-  TG_MAXIMUM = 5,
-  TG_MINIMUM = 6
-} tg_binary_op;
+/* clang-format off */
+typedef enum tg_binary_op { TG_ADD = 0, TG_SUB = 1, TG_MUL = 2, TG_DIV = 3, TG_POW = 4, TG_MAXIMUM = 5,
+                            TG_MINIMUM = 6 } tg_binary_op;
+/* clang-format on */
 /** out = a op b. */
 tg_status tg_binary(tg_binary_op op, tg_tensor a, tg_tensor b, tg_tensor* out);
 /** out = a op s (a scalar on the right). */

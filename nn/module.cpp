@@ -75,18 +75,21 @@ std::vector<Tensor> values(const NamedTensors& nt) {
 }
 }  // namespace
 
-NamedTensors Module::named_parameters(bool recurse) const {
+// A module's own tensors of one kind (`own`), then its children's by the same
+// member function `of`, prefixed with their names.
+NamedTensors Module::named_tensors(const NamedTensors& own, NamedTensors (Module::*of)(bool) const,
+                                   bool recurse) const {
   NamedTensors out;
   collect(
-      "", recurse, params_, children_, [](const Module& c) { return c.named_parameters(true); }, out);
+      "", recurse, own, children_, [of](const Module& c) { return (c.*of)(true); }, out);
   return out;
+}
+NamedTensors Module::named_parameters(bool recurse) const {
+  return named_tensors(params_, &Module::named_parameters, recurse);
 }
 std::vector<Tensor> Module::parameters(bool recurse) const { return values(named_parameters(recurse)); }
 NamedTensors Module::named_buffers(bool recurse) const {
-  NamedTensors out;
-  collect(
-      "", recurse, buffers_, children_, [](const Module& c) { return c.named_buffers(true); }, out);
-  return out;
+  return named_tensors(buffers_, &Module::named_buffers, recurse);
 }
 std::vector<Tensor> Module::buffers(bool recurse) const { return values(named_buffers(recurse)); }
 std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const { return children_; }

@@ -638,24 +638,16 @@ PYBIND11_MODULE(_C, m) {
         return calling_python([&] { return ag::hessian(tensor_fn(fn), x, create_graph, mode_from(mode)); });
       },
       py::arg("fn"), py::arg("x"), py::arg("create_graph") = false, py::arg("mode") = "reverse");
-  m.def(
-      "vjp",
-      [](const py::function& fn, const Tensor& x, const Tensor& v, bool create_graph) {
-        return calling_python([&] { return ag::vjp(tensor_fn(fn), x, v, create_graph); });
-      },
-      py::arg("fn"), py::arg("x"), py::arg("v"), py::arg("create_graph") = false);
-  m.def(
-      "jvp",
-      [](const py::function& fn, const Tensor& x, const Tensor& v, bool create_graph) {
-        return calling_python([&] { return ag::jvp(tensor_fn(fn), x, v, create_graph); });
-      },
-      py::arg("fn"), py::arg("x"), py::arg("v"), py::arg("create_graph") = false);
-  m.def(
-      "hvp",
-      [](const py::function& fn, const Tensor& x, const Tensor& v, bool create_graph) {
-        return calling_python([&] { return ag::hvp(tensor_fn(fn), x, v, create_graph); });
-      },
-      py::arg("fn"), py::arg("x"), py::arg("v"), py::arg("create_graph") = false);
+  // vjp, jvp, hvp: {fn(x), the product with v}.
+  using Product = std::pair<Tensor, Tensor> (*)(const ag::TensorFn&, const Tensor&, const Tensor&, bool);
+  for (auto [name, product] :
+       std::initializer_list<std::pair<const char*, Product>>{{"vjp", &ag::vjp}, {"jvp", &ag::jvp}, {"hvp", &ag::hvp}})
+    m.def(
+        name,
+        [product = product](const py::function& fn, const Tensor& x, const Tensor& v, bool create_graph) {
+          return calling_python([&] { return product(tensor_fn(fn), x, v, create_graph); });
+        },
+        py::arg("fn"), py::arg("x"), py::arg("v"), py::arg("create_graph") = false);
   m.def(
       "per_sample_hessian",
       [](const py::function& fn, const Tensor& x, const std::string& strategy, bool create_graph) {

@@ -162,4 +162,41 @@ template <class O> TensorPair extreme_dim(const Tensor& x_in, int64_t dim, bool 
   return {values, idx};
 }
 
+// matmul's shapes (NumPy semantics) over O's mm and bmm: 1-D operands gain
+// and lose a dim, a batch of a times a matrix is one large GEMM, batch dims
+// broadcast. The raw entry (tensor/linalg.cpp) and the recording one
+// (autograd/ops/linalg.cpp) both run this.
+template <class O> Tensor matmul_shapes(const Tensor& a, const Tensor& b) {
+  const int64_t da = a.dim(), db = b.dim();
+  TG_CHECK(da >= 1 && db >= 1, "matmul: both arguments need at least 1 dimension, got ", shape_str(a.sizes()), " and ",
+           shape_str(b.sizes()));
+  const int64_t ka = a.size(-1), kb = db == 1 ? b.size(0) : b.size(-2);
+  TG_CHECK(ka == kb, "matmul: cannot multiply ", shape_str(a.sizes()), " by ", shape_str(b.sizes()), " (", ka,
+           " != ", kb, ")");
+  if (da == 1 && db == 1) return O::mm(a.view({1, ka}), b.view({ka, 1})).view({});
+  if (da == 2 && db == 2) return O::mm(a, b);
+  if (da == 1 && db == 2) return O::mm(a.unsqueeze(0), b).squeeze(0);
+  IntList lead(a.sizes().begin(), a.sizes().end() - 1);
+  if (db == 1) return O::mm(a.reshape({-1, ka}), b.unsqueeze(1)).view(lead);  // [..., n, k] @ [k]
+  const int64_t m = b.size(-1);
+  if (db == 2) {  // fold the batch of a into rows: one large GEMM
+    lead.push_back(m);
+    return O::mm(a.reshape({-1, ka}), b).view(lead);
+  }
+  // Batched, with NumPy broadcasting of the batch dims.
+  Tensor a3 = da == 1 ? a.unsqueeze(0) : a;
+  const int64_t n = a3.size(-2);
+  IntList batch = broadcast_shapes(IntList(a3.sizes().begin(), a3.sizes().end() - 2),
+                                   IntList(b.sizes().begin(), b.sizes().end() - 2), "matmul");
+  IntList ea = batch, eb = batch;
+  ea.insert(ea.end(), {n, ka});
+  eb.insert(eb.end(), {kb, m});
+  const int64_t nb = shape_numel(batch);
+  Tensor r = O::bmm(a3.expand(ea).reshape({nb, n, ka}), b.expand(eb).reshape({nb, kb, m}));
+  IntList out_shape = batch;
+  if (da != 1) out_shape.push_back(n);
+  out_shape.push_back(m);
+  return r.view(out_shape);
+}
+
 }  // namespace tg::detail

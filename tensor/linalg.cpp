@@ -3,6 +3,8 @@
 
 #include "tensor/op_util.h"
 
+#include "tensor/composite.h"
+
 namespace tg {
 
 using detail::cast;
@@ -69,41 +71,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 Tensor matmul(const Tensor& a, const Tensor& b) {
   if (a.defined() && a.is_sparse()) return sparse_mm(a, b, "matmul");
   check_gemm_operands(a, b, "matmul");
-  int64_t da = a.dim(), db = b.dim();
-  TG_CHECK(da >= 1 && db >= 1, "matmul: both arguments need at least 1 dimension, got ", shape_str(a.sizes()), " and ",
-           shape_str(b.sizes()));
-  int64_t ka = a.sizes()[size_t(da - 1)];
-  int64_t kb = db == 1 ? b.sizes()[0] : b.sizes()[size_t(db - 2)];
-  check_inner(a, b, ka, kb, "matmul");
-  if (da == 1 && db == 1) return bmm_impl(a.view({1, 1, ka}), b.view({1, ka, 1}), "matmul").view({});
-  if (da == 2 && db == 2) return bmm_impl(a.unsqueeze(0), b.unsqueeze(0), "matmul").squeeze(0);
-  if (da == 1 && db == 2) return bmm_impl(a.view({1, 1, ka}), b.unsqueeze(0), "matmul").view({b.sizes()[1]});
-  if (db == 1) {  // [..., n, k] @ [k] -> [..., n]
-    IntList out_shape(a.sizes().begin(), a.sizes().end() - 1);
-    Tensor a2 = a.reshape({1, -1, ka});
-    return bmm_impl(a2, b.view({1, ka, 1}), "matmul").view(out_shape);
-  }
-  int64_t m = b.sizes()[size_t(db - 1)];
-  if (db == 2) {  // fold the batch of a into rows: one large GEMM
-    IntList out_shape(a.sizes().begin(), a.sizes().end() - 1);
-    out_shape.push_back(m);
-    return bmm_impl(a.reshape({1, -1, ka}), b.unsqueeze(0), "matmul").view(out_shape);
-  }
-  // Batched, with NumPy broadcasting of the batch dims.
-  Tensor a3 = da == 1 ? a.unsqueeze(0) : a;
-  int64_t n = a3.sizes()[size_t(a3.dim() - 2)];
-  IntList ba(a3.sizes().begin(), a3.sizes().end() - 2);
-  IntList bb(b.sizes().begin(), b.sizes().end() - 2);
-  IntList batch = broadcast_shapes(ba, bb, "matmul");
-  IntList ea = batch, eb = batch;
-  ea.insert(ea.end(), {n, ka});
-  eb.insert(eb.end(), {kb, m});
-  int64_t nb = shape_numel(batch);
-  Tensor r = bmm_impl(a3.expand(ea).reshape({nb, n, ka}), b.expand(eb).reshape({nb, kb, m}), "matmul");
-  IntList out_shape = batch;
-  if (da != 1) out_shape.push_back(n);
-  out_shape.push_back(m);
-  return r.view(out_shape);
+  return detail::matmul_shapes<detail::RawOps>(a, b);
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {

@@ -8,6 +8,8 @@
 #include "autograd/ops/record.h"
 #include "autograd/ops/taylor.h"
 
+#include "tensor/composite.h"
+
 namespace tg {
 
 using autograd::SavedVariable;
@@ -163,37 +165,7 @@ Tensor autograd::ops::matmul(const Tensor& a, const Tensor& b) {
     }
   }
   if (!should_record({&a, &b}) && !fw_any({&a, &b})) return raw::matmul(a, b);
-  int64_t da = a.dim(), db = b.dim();
-  TG_CHECK(da >= 1 && db >= 1, "matmul: both arguments need at least 1 dimension, got ", shape_str(a.sizes()), " and ",
-           shape_str(b.sizes()));
-  int64_t ka = a.size(-1);
-  int64_t kb = db == 1 ? b.size(0) : b.size(-2);
-  TG_CHECK(ka == kb, "matmul: cannot multiply ", shape_str(a.sizes()), " by ", shape_str(b.sizes()), " (", ka,
-           " != ", kb, ")");
-  if (da == 1 && db == 1) return tg::mm(a.view({1, ka}), b.view({ka, 1})).view({});
-  if (da == 2 && db == 2) return tg::mm(a, b);
-  if (da == 1 && db == 2) return tg::mm(a.unsqueeze(0), b).squeeze(0);
-  IntList lead(a.sizes().begin(), a.sizes().end() - 1);
-  if (db == 1) return tg::mm(a.reshape({-1, ka}), b.unsqueeze(1)).view(lead);
-  int64_t m = b.size(-1);
-  if (db == 2) {
-    lead.push_back(m);
-    return tg::mm(a.reshape({-1, ka}), b).view(lead);
-  }
-  Tensor a3 = da == 1 ? a.unsqueeze(0) : a;
-  int64_t n = a3.size(-2);
-  IntList ba(a3.sizes().begin(), a3.sizes().end() - 2);
-  IntList bb(b.sizes().begin(), b.sizes().end() - 2);
-  IntList batch = broadcast_shapes(ba, bb, "matmul");
-  IntList ea = batch, eb = batch;
-  ea.insert(ea.end(), {n, ka});
-  eb.insert(eb.end(), {kb, m});
-  int64_t nb = shape_numel(batch);
-  Tensor r = tg::bmm(a3.expand(ea).reshape({nb, n, ka}), b.expand(eb).reshape({nb, kb, m}));
-  IntList out_shape = batch;
-  if (da != 1) out_shape.push_back(n);
-  out_shape.push_back(m);
-  return r.view(out_shape);
+  return tg::detail::matmul_shapes<tg::detail::PublicOps>(a, b);
 }
 
 }  // namespace tg

@@ -104,6 +104,8 @@ class Module : public std::enable_shared_from_this<Module> {
   template <class F> void for_each_tensor(F&& f);
   std::string type_name_;
   NamedTensors params_, buffers_;
+  // `own` and the children's tensors of the same kind (named_parameters, named_buffers).
+  NamedTensors named_tensors(const NamedTensors& own, NamedTensors (Module::*of)(bool) const, bool recurse) const;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
 };

@@ -1,5 +1,7 @@
 // CUDA backend, elementwise family: copy/convert, fill, binary, compare,
 // unary, where, and copies between devices; and the backend table itself.
+// The functors that a captured graph's fused kernel also runs are in
+// functors.cuh; that kernel is in fused.cu.
 // loops.cuh runs them: operand sets dense along one dim (after size-1 dims
 // are dropped and adjacent dims merged) take the linear kernel, 16-byte
 // vectorized when aligned; others the strided kernel with the offset
@@ -20,24 +22,14 @@
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
 
+#include "functors.cuh"
 #include "loops.cuh"
 #include "register.h"
 
 namespace tg::cuda {
 namespace {
 
-using kernels::BinaryOp;
-using kernels::CompareOp;
-using kernels::UnaryOp;
-
 // ---- copy, fill, where ----------------------------------------------------------------
-template <class D, class S> struct CopyFn {
-  static constexpr int kElemSize = sizeof(D) == sizeof(S) ? int(sizeof(D)) : 0;
-  static constexpr fusion::Kind kFusion = std::is_same_v<D, S> ? fusion::kCopy : fusion::kNone;
-  __device__ void operator()(char* const* p, const int64_t* off) const {
-    *reinterpret_cast<D*>(p[0] + off[0]) = convert<D>(*reinterpret_cast<const S*>(p[1] + off[1]));
-  }
-};
 
 void copy_kernel(const Tensor& dst, const Tensor& src) {
   Tensor ops[2] = {dst, src};
@@ -45,13 +37,6 @@ void copy_kernel(const Tensor& dst, const Tensor& src) {
     dispatch_all(src.dtype(), [&](auto s) { launch(ops, 2, "copy", CopyFn<decltype(d), decltype(s)>{}); });
   });
 }
-
-template <class U> struct FillFn {
-  static constexpr int kElemSize = sizeof(U);
-  static constexpr fusion::Kind kFusion = fusion::kFill;
-  U bits;
-  __device__ void operator()(char* const* p, const int64_t* off) const { *reinterpret_cast<U*>(p[0] + off[0]) = bits; }
-};
 
 void fill_kernel(const Tensor& dst, Scalar v) {
   // The value's bytes in dst's dtype, converted on the host by the CPU kernels.
@@ -77,32 +62,11 @@ void where_kernel(const Tensor& out, const Tensor& cond, const Tensor& a, const 
 }
 
 // ---- binary and compare --------------------------------------------------------------
-template <class T> struct BinaryFn {
-  static constexpr int kElemSize = sizeof(T);
-  static constexpr fusion::Kind kFusion = fusion::kBinary;
-  BinaryOp op;
-  __device__ T apply(T a, T b) const { return kernels::binary_apply(op, a, b); }
-  __device__ void operator()(char* const* p, const int64_t* off) const {
-    *reinterpret_cast<T*>(p[0] + off[0]) =
-        apply(*reinterpret_cast<const T*>(p[1] + off[1]), *reinterpret_cast<const T*>(p[2] + off[2]));
-  }
-};
 
 void binary_kernel(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
   Tensor ops[3] = {out, a, b};
   dispatch_compute(out.dtype(), "binary", [&](auto tag) { launch(ops, 3, "binary", BinaryFn<decltype(tag)>{op}); });
 }
-
-// out = a (op) s, the scalar by value (no 0-dim tensor, no fill kernel).
-template <class T> struct BinaryScalarFn {
-  static constexpr int kElemSize = sizeof(T);
-  static constexpr fusion::Kind kFusion = fusion::kBinaryScalar;
-  BinaryOp op;
-  T s;
-  __device__ void operator()(char* const* p, const int64_t* off) const {
-    *reinterpret_cast<T*>(p[0] + off[0]) = kernels::binary_apply(op, *reinterpret_cast<const T*>(p[1] + off[1]), s);
-  }
-};
 
 void binary_scalar_kernel(BinaryOp op, const Tensor& out, const Tensor& a, double sd, int64_t si) {
   Tensor ops[2] = {out, a};
@@ -113,50 +77,12 @@ void binary_scalar_kernel(BinaryOp op, const Tensor& out, const Tensor& a, doubl
   });
 }
 
-// a * b rounded on its own (never contracted into an fma with a later add),
-// so a fused a + alpha * b rounds as mul then add.
-__device__ inline float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-__device__ inline double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-__device__ inline int64_t mul_rn(int64_t a, int64_t b) { return a * b; }
-
-template <class T> struct AddScaledFn {
-  static constexpr int kElemSize = sizeof(T);
-  static constexpr fusion::Kind kFusion = fusion::kAddScaled;
-  T alpha;
-  __device__ void operator()(char* const* p, const int64_t* off) const {
-    *reinterpret_cast<T*>(p[0] + off[0]) =
-        *reinterpret_cast<const T*>(p[1] + off[1]) + mul_rn(*reinterpret_cast<const T*>(p[2] + off[2]), alpha);
-  }
-};
-
 void add_scaled_kernel(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, int64_t ialpha) {
   Tensor ops[3] = {out, a, b};
   dispatch_compute(out.dtype(), "add_", [&](auto tag) {
     using T = decltype(tag);
     launch(ops, 3, "add_", AddScaledFn<T>{std::is_integral<T>::value ? T(ialpha) : T(alpha)});
   });
-}
-
-// The engine's deferred accumulation: out = ((a + s0) + s1) + ..., the
-// summands' pointers by value (at most kMaxAddN), contiguous operands.
-template <class T> struct AddNArgs {
-  T* out;
-  const T* a;
-  const T* s[kernels::kMaxAddN];
-  int k;
-};
-
-// One element of add_n and of mul backward (their kernels and the fused one).
-template <class T> __device__ inline void add_n_at(T* out, const T* a, const T* const* s, int k, int64_t i) {
-  T acc = a[i];
-  for (int j = 0; j < k; ++j)
-    acc = acc + s[j][i];
-  out[i] = acc;
-}
-template <class T> __device__ inline void mul_backward_at(T* ga, T* gb, const T* g, const T* a, const T* b, int64_t i) {
-  const T gv = g[i];
-  ga[i] = gv * b[i];
-  gb[i] = gv * a[i];
 }
 
 template <class T> __global__ void add_n_kernel_impl(AddNArgs<T> p, int64_t n) {
@@ -352,15 +278,6 @@ void compare_kernel(CompareOp op, const Tensor& out, const Tensor& a, const Tens
 }
 
 // ---- unary ----------------------------------------------------------------------------
-template <class T> struct UnaryFn {
-  static constexpr int kElemSize = sizeof(T);
-  static constexpr fusion::Kind kFusion = fusion::kUnary;
-  UnaryOp op;
-  kernels::UnaryArgs<T> args;
-  __device__ void operator()(char* const* p, const int64_t* off) const {
-    *reinterpret_cast<T*>(p[0] + off[0]) = kernels::unary_apply(op, *reinterpret_cast<const T*>(p[1] + off[1]), args);
-  }
-};
 
 void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, const kernels::UnaryParams& prm) {
   Tensor ops[2] = {out, x};
@@ -371,37 +288,12 @@ void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, const kernels:
 }
 
 // ---- activation derivatives ------------------------------------------------------------
-template <class T> struct ActivationGradFn {
-  static constexpr int kElemSize = sizeof(T);
-  static constexpr fusion::Kind kFusion = fusion::kActivationGrad;
-  Activation act;
-  int order;
-  __device__ void operator()(char* const* p, const int64_t* off) const {
-    T g = *reinterpret_cast<const T*>(p[1] + off[1]);
-    T x = *reinterpret_cast<const T*>(p[2] + off[2]);
-    *reinterpret_cast<T*>(p[0] + off[0]) = g * kernels::activation_derivative<T>(act, order, x);
-  }
-};
 
 void activation_grad_kernel(Activation act, int order, const Tensor& out, const Tensor& g, const Tensor& x) {
   Tensor ops[3] = {out, g, x};
   if (out.dtype() == ScalarType::Float64) launch(ops, 3, "activation_grad", ActivationGradFn<double>{act, order});
   else launch(ops, 3, "activation_grad", ActivationGradFn<float>{act, order});
 }
-
-// (g * g2) * act^(order)(x): the mul that precedes a higher derivative,
-// fused (as mul then activation_grad would round it, in T).
-template <class T> struct ActivationGradProductFn {
-  static constexpr int kElemSize = sizeof(T);
-  static constexpr fusion::Kind kFusion = fusion::kActivationGradProduct;
-  Activation act;
-  int order;
-  __device__ void operator()(char* const* p, const int64_t* off) const {
-    T g = *reinterpret_cast<const T*>(p[1] + off[1]) * *reinterpret_cast<const T*>(p[2] + off[2]);
-    T x = *reinterpret_cast<const T*>(p[3] + off[3]);
-    *reinterpret_cast<T*>(p[0] + off[0]) = g * kernels::activation_derivative<T>(act, order, x);
-  }
-};
 
 void activation_grad_product_kernel(Activation act, int order, const Tensor& out, const Tensor& g, const Tensor& g2,
                                     const Tensor& x) {
@@ -539,56 +431,6 @@ void copy_across(const Tensor& dst, const Tensor& src, bool non_blocking) {
   // cudaMemcpyAsync returns, so it may be freed or changed right after.
 }
 
-// ---- the fused kernel of a captured graph (cuda/launch.h) -------------------------------
-// Each step runs the functor or element body of the kernel it replaces, on
-// the step's operands at element i (0 for one-element operands): the same
-// code, loads and stores as the separate kernels, one launch.
-template <class F, class T> __device__ inline void run_functor(const fusion::Step& st, int64_t i) {
-  F f;
-  memcpy(&f, st.fn, sizeof(F));
-  int64_t off[kMaxOps];
-#pragma unroll
-  for (int o = 0; o < kMaxOps; ++o)
-    off[o] = (st.scalar >> o) & 1u ? 0 : i * int64_t(sizeof(T));
-  if (st.periodic) {  // uniform across the grid; i < 2^18: 32-bit remainders
-#pragma unroll
-    for (int o = 1; o < kMaxOps; ++o)
-      if (st.period[o] > 0) off[o] = int64_t(uint32_t(i) % uint32_t(st.period[o])) * int64_t(sizeof(T));
-  }
-  f(st.ptr, off);
-}
-
-template <class T> __device__ inline void run_step(const fusion::Step& st, int64_t i) {
-  switch (st.kind) {
-    case fusion::kBinary: run_functor<BinaryFn<T>, T>(st, i); break;
-    case fusion::kBinaryScalar: run_functor<BinaryScalarFn<T>, T>(st, i); break;
-    case fusion::kAddScaled: run_functor<AddScaledFn<T>, T>(st, i); break;
-    case fusion::kUnary: run_functor<UnaryFn<T>, T>(st, i); break;
-    case fusion::kActivationGrad: run_functor<ActivationGradFn<T>, T>(st, i); break;
-    case fusion::kActivationGradProduct: run_functor<ActivationGradProductFn<T>, T>(st, i); break;
-    case fusion::kCopy: run_functor<CopyFn<T, T>, T>(st, i); break;
-    case fusion::kFill: run_functor<FillFn<std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>>, T>(st, i); break;
-    case fusion::kAddN:
-      add_n_at<T>(reinterpret_cast<T*>(st.ptr[0]), reinterpret_cast<const T*>(st.ptr[1]),
-                  reinterpret_cast<const T* const*>(st.ptr + 2), st.nops - 2, i);
-      break;
-    case fusion::kMulBackward:
-      mul_backward_at<T>(reinterpret_cast<T*>(st.ptr[0]), reinterpret_cast<T*>(st.ptr[1]),
-                         reinterpret_cast<const T*>(st.ptr[2]), reinterpret_cast<const T*>(st.ptr[3]),
-                         reinterpret_cast<const T*>(st.ptr[4]), i);
-      break;
-    default: break;
-  }
-}
-
-template <class T> __global__ void fused_kernel_impl(const __grid_constant__ fusion::Program p) {
-  wait_for_predecessors();
-  const int64_t stride = int64_t(blockDim.x) * gridDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.n; i += stride)
-    for (int s = 0; s < p.nsteps; ++s)
-      run_step<T>(p.steps[s], i);
-}
-
 const kernels::Backend& backend() {
   static const kernels::Backend b = [] {
     kernels::Backend t{};
@@ -619,15 +461,6 @@ const kernels::Backend& backend() {
 }
 
 }  // namespace
-
-namespace fusion {
-const void* fused_kernel(ScalarType dtype, int64_t n, unsigned* grid, unsigned* block) {
-  *grid = grid_for(n);
-  *block = kBlock;
-  return dtype == ScalarType::Float64 ? reinterpret_cast<const void*>(&fused_kernel_impl<double>)
-                                      : reinterpret_cast<const void*>(&fused_kernel_impl<float>);
-}
-}  // namespace fusion
 
 bool pdl_enabled(int device) {
   static const std::vector<bool> on = [] {

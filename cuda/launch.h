@@ -13,7 +13,7 @@
 // the relaxation, never a race.
 //
 // The step types below are plain data shared by the host and the fused
-// kernel (cuda/kernels/elementwise.cu) and read by graphs/fusion.h.
+// kernel (cuda/kernels/fused.cu, functors.cuh) and read by graphs/fusion.h.
 #pragma once
 
 #include <cstddef>

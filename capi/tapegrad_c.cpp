@@ -62,10 +62,18 @@ tg_tensor wrap(tg::Tensor t) { return new tg_tensor_s{std::move(t)}; }
 // Writes a new handle to *out only once everything succeeded.
 void put(tg_tensor* out, tg::Tensor t) { *out = wrap(std::move(t)); }
 
-// Enums arrive from C as any int: read as ints, never as out-of-range enum
-// values (undefined behaviour in C++).
-tg::ScalarType dtype_of(tg_dtype d_in) {
-  const int d = static_cast<int>(d_in);
+// Enums arrive from C as any int: their bytes are read as an int, never
+// loaded as an out-of-range enum value (undefined behaviour in C++, which
+// UBSan reports).
+template <class E> int enum_int(const E& e) {
+  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized");
+  int v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
+tg::ScalarType dtype_of(const tg_dtype& d_in) {
+  const int d = enum_int(d_in);
   switch (d) {
     case TG_FLOAT32: return tg::kFloat32;
     case TG_FLOAT64: return tg::kFloat64;
@@ -89,8 +97,8 @@ tg_dtype c_dtype(tg::ScalarType t) {
   return TG_FLOAT32;
 }
 
-tg::Device device_of(tg_device d) {
-  const int type = static_cast<int>(d.type);
+tg::Device device_of(const tg_device& d) {
+  const int type = enum_int(d.type);
   if (type == TG_CPU) return tg::Device(tg::kCPU);
   if (type == TG_CUDA) return tg::Device(tg::kCUDA, d.index);
   throw InvalidArgument{"unknown tg_device_type " + std::to_string(type)};
@@ -117,7 +125,7 @@ tg::Tensor take_result(tg_tensor given, tg_tensor result) {
   return t;
 }
 
-tg::TensorOptions options(tg_dtype dtype, tg_device device) {
+tg::TensorOptions options(const tg_dtype& dtype, const tg_device& device) {
   return tg::TensorOptions().dtype(dtype_of(dtype)).device(device_of(device));
 }
 
@@ -293,7 +301,7 @@ tg_status tg_binary(tg_binary_op op, tg_tensor a, tg_tensor b, tg_tensor* out) {
   return guarded("tg_binary", [&] {
     require(out, "out is NULL");
     const tg::Tensor &x = in(a, "a"), &y = in(b, "b");
-    switch (static_cast<int>(op)) {
+    switch (enum_int(op)) {
       case TG_ADD: return put(out, tg::add(x, y));
       case TG_SUB: return put(out, tg::sub(x, y));
       case TG_MUL: return put(out, tg::mul(x, y));
@@ -302,7 +310,7 @@ tg_status tg_binary(tg_binary_op op, tg_tensor a, tg_tensor b, tg_tensor* out) {
       case TG_MAXIMUM: return put(out, tg::maximum(x, y));
       case TG_MINIMUM: return put(out, tg::minimum(x, y));
     }
-    throw InvalidArgument{"unknown tg_binary_op " + std::to_string(int(op))};
+    throw InvalidArgument{"unknown tg_binary_op " + std::to_string(enum_int(op))};
   });
 }
 
@@ -310,7 +318,7 @@ tg_status tg_binary_scalar(tg_binary_op op, tg_tensor a, double s, tg_tensor* ou
   return guarded("tg_binary_scalar", [&] {
     require(out, "out is NULL");
     const tg::Tensor& x = in(a, "a");
-    switch (static_cast<int>(op)) {
+    switch (enum_int(op)) {
       case TG_ADD: return put(out, x + s);
       case TG_SUB: return put(out, x - s);
       case TG_MUL: return put(out, x * s);
@@ -319,7 +327,7 @@ tg_status tg_binary_scalar(tg_binary_op op, tg_tensor a, double s, tg_tensor* ou
       case TG_MAXIMUM: return put(out, tg::clamp(x, s, std::nullopt));
       case TG_MINIMUM: return put(out, tg::clamp(x, std::nullopt, s));
     }
-    throw InvalidArgument{"unknown tg_binary_op " + std::to_string(int(op))};
+    throw InvalidArgument{"unknown tg_binary_op " + std::to_string(enum_int(op))};
   });
 }
 
@@ -327,7 +335,7 @@ tg_status tg_unary(tg_unary_op op, tg_tensor a, tg_tensor* out) {
   return guarded("tg_unary", [&] {
     require(out, "out is NULL");
     const tg::Tensor& x = in(a, "a");
-    switch (static_cast<int>(op)) {
+    switch (enum_int(op)) {
       case TG_NEG: return put(out, tg::neg(x));
       case TG_EXP: return put(out, tg::exp(x));
       case TG_LOG: return put(out, tg::log(x));
@@ -344,7 +352,7 @@ tg_status tg_unary(tg_unary_op op, tg_tensor a, tg_tensor* out) {
       case TG_ABS: return put(out, tg::abs(x));
       case TG_RECIPROCAL: return put(out, tg::reciprocal(x));
     }
-    throw InvalidArgument{"unknown tg_unary_op " + std::to_string(int(op))};
+    throw InvalidArgument{"unknown tg_unary_op " + std::to_string(enum_int(op))};
   });
 }
 
@@ -496,12 +504,12 @@ tg_status tg_per_sample_hessian(tg_function fn, void* context, tg_tensor x, tg_h
     require(out, "out is NULL");
     using S = tg::autograd::HessianStrategy;
     S s;
-    switch (static_cast<int>(strategy)) {
+    switch (enum_int(strategy)) {
       case TG_HESSIAN_BATCHED_COTANGENTS: s = S::BatchedCotangents; break;
       case TG_HESSIAN_ROWS: s = S::Rows; break;
       case TG_HESSIAN_FORWARD_OVER_REVERSE: s = S::ForwardOverReverse; break;
       case TG_HESSIAN_TAYLOR: s = S::Taylor; break;
-      default: throw InvalidArgument{"unknown tg_hessian_strategy " + std::to_string(int(strategy))};
+      default: throw InvalidArgument{"unknown tg_hessian_strategy " + std::to_string(enum_int(strategy))};
     }
     put(out, tg::autograd::per_sample_hessian(function_of(fn, context), in(x, "x"), s, create_graph != 0));
   });

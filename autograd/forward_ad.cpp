@@ -120,8 +120,7 @@ detail::Suspend::~Suspend() {
 detail::DeferTangents::DeferTangents() : prev_(t_defer) { t_defer = true; }
 detail::DeferTangents::~DeferTangents() { t_defer = prev_; }
 bool detail::deferring_tangents() {
-  static const bool allowed = tg::detail::switched_on<tg::detail::OffSwitch::kDeferTangents>();  // off: for A/B timing
-  return allowed && t_defer && t_level != 0;
+  return tg::detail::switched_on<tg::detail::OffSwitch::kDeferTangents>() && t_defer && t_level != 0;
 }
 
 void detail::defer_tangent(const Tensor& out, const Tensor& source, std::function<Tensor(const Tensor&)> map,

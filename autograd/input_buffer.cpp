@@ -335,10 +335,7 @@ thread_local ProductSink* t_sink = nullptr;
 ProductSinkGuard::ProductSinkGuard(ProductSink* sink) : prev_(t_sink) { t_sink = sink; }
 ProductSinkGuard::~ProductSinkGuard() { t_sink = prev_; }
 
-bool products_enabled() {
-  static const bool on = tg::detail::switched_on<tg::detail::OffSwitch::kMergeWeightGrads>();
-  return on;
-}
+bool products_enabled() { return tg::detail::switched_on<tg::detail::OffSwitch::kMergeWeightGrads>(); }
 
 int64_t merged_product_sums() { return g_merged.load(); }
 int64_t products_formed_in_place() { return g_in_place.load(); }

@@ -147,7 +147,6 @@ void LaunchEncoder::fusable(const void* func, const void* arg0, size_t arg0_byte
                             const fusion::Step& step) {
   if (!active_ || n > fusion::kMaxElements) return;
   if (dtype != ScalarType::Float32 && dtype != ScalarType::Float64) return;
-  fusable_ = true;
   func_ = func;
   const auto* a = static_cast<const unsigned char*>(arg0);
   arg0_.assign(a, a + arg0_bytes);
@@ -240,7 +239,7 @@ LaunchEncoder::~LaunchEncoder() {
     }
   }
   EncodedLaunch l;
-  if (fusable_ && after.size() == 1) {
+  if (step_ && after.size() == 1) {
     cudaKernelNodeParams kp{};
     cudaGraphNodeType type;
     const cudaGraphNode_t node = static_cast<cudaGraphNode_t>(after[0]);
@@ -250,7 +249,7 @@ LaunchEncoder::~LaunchEncoder() {
     } else if (kp.func == func_ && kp.kernelParams != nullptr &&
                std::memcmp(kp.kernelParams[0], arg0_.data(), arg0_.size()) == 0) {
       l.fusable = true;
-      l.step = step_;
+      l.step = *step_;
       l.step.node = after[0];
     }
   }

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include <tapegrad/tensor/scalar_type.h>
@@ -139,10 +140,11 @@ class LaunchEncoder {
   unsigned long long id_ = 0;
   std::vector<void*> before_;  // the stream's capture dependencies before the call
   std::vector<fusion::Access> accesses_;
-  const void* func_ = nullptr;  // fusable(): the kernel, its first argument, the step
+  // fusable(): the kernel, its first argument, the step (left empty, not
+  // zeroed, by the launches that never capture)
+  const void* func_ = nullptr;
   std::vector<unsigned char> arg0_;
-  bool fusable_ = false;
-  fusion::Recorded step_{};
+  std::optional<fusion::Recorded> step_;
 };
 
 }  // namespace tg::cuda

@@ -3,10 +3,7 @@
 // the launches reported (graphs/fusion.h).
 #include <tapegrad/cuda/graph.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <mutex>
 #include <unordered_map>
@@ -26,15 +23,9 @@ namespace tg::cuda {
 
 namespace {
 
-bool fusion_allowed() {
-  static const bool on = tg::detail::switched_on<tg::detail::OffSwitch::kGraphFusion>();
-  return on;
-}
+bool fusion_allowed() { return tg::detail::switched_on<tg::detail::OffSwitch::kGraphFusion>(); }
 
-bool relax_allowed() {
-  static const bool on = tg::detail::switched_on<tg::detail::OffSwitch::kGraphRelax>();
-  return on;
-}
+bool relax_allowed() { return tg::detail::switched_on<tg::detail::OffSwitch::kGraphRelax>(); }
 
 // TG_CUDA_GRAPH_REUSE_DELAY_MB (MiB), else CUDAGraph::kDefaultReuseDelay.
 size_t default_reuse_delay() {

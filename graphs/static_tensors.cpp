@@ -35,8 +35,7 @@ void* grad_ptr(const Tensor& t) {
 std::string name_of(const Tensor& t) {
   StaticMark* m = t.impl()->static_mark();
   if (!m) return "";
-  std::lock_guard<std::mutex> lock(m->mu);
-  return m->name;
+  return m->name();
 }
 
 struct Record {
@@ -66,10 +65,7 @@ std::string address(const void* p) {
 void register_static(const Tensor& t, const std::string& name) {
   TG_CHECK(t.defined(), "register_static: '", name, "' is an undefined tensor");
   StaticMark& m = t.impl()->ensure_static_mark();
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    m.name = name;
-  }
+  m.set_name(name);
   std::lock_guard<std::mutex> lock(g_mu);
   if (find(t.impl()) == g_entries.end()) g_entries.push_back(t);
   m.registered.store(true, std::memory_order_release);

@@ -10,11 +10,23 @@
 
 namespace tg {
 
-struct StaticMark {
+class StaticMark {
+ public:
   std::atomic<bool> registered{false};
   std::atomic<int> graphs{0};  // live graphs whose snapshot recorded the tensor
-  std::mutex mu;               // guards name
-  std::string name;
+
+  std::string name() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return name_;
+  }
+  void set_name(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    name_ = name;
+  }
+
+ private:
+  mutable std::mutex mu_;  // guards name_ (renamed while other threads read it)
+  std::string name_;
 };
 
 }  // namespace tg

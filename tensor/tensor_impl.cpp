@@ -112,13 +112,8 @@ int tensor_layer_uncaught_exceptions() { return std::uncaught_exceptions(); }
 
 void check_static_may_move(const Tensor& t, const char* op, const char* what) {
   if (!static_in_use(t)) return;
-  StaticMark* m = t.impl()->static_mark();
-  std::string name;
-  {
-    std::lock_guard<std::mutex> lock(m->mu);
-    name = m->name;
-  }
-  TG_ERROR(op, ": ", what, " of the static tensor '", name, "' (", t.dtype(), " ", t.sizes(), " on ", t.device(),
+  TG_ERROR(op, ": ", what, " of the static tensor '", t.impl()->static_mark()->name(), "' (", t.dtype(), " ", t.sizes(),
+           " on ", t.device(),
            ") would move, and a captured CUDA graph depends on its address; keep it in place "
            "(zero_grad(set_to_none=false), in-place updates), or reset the graphs that recorded it and "
            "capture again");

@@ -98,8 +98,7 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
     Tensor xf = forward_input(x, "per_sample_hessian", create_graph);
     // Without create_graph, a structurally zero Hessian (a relu network's)
     // costs one probe on an empty batch instead of the pass.
-    static const bool probe = tg::detail::switched_on<tg::detail::OffSwitch::kStructureProbe>();  // off: for A/B timing
-    if (probe && !create_graph && B > 1)
+    if (tg::detail::switched_on<tg::detail::OffSwitch::kStructureProbe>() && !create_graph && B > 1)
       if (Tensor zero = structurally_zero_hessian(fn, xf); zero.defined()) return zero;
     return result(taylor_hessian(fn, xf, "per_sample_hessian", create_graph, /*jacobian=*/false)[2], create_graph);
   }

@@ -180,10 +180,7 @@ __global__ void gemm_int64_k(T* out, const T* a, const T* b, int64_t B, int64_t 
 // workspace. Both run the same algorithm: captured and eager results are
 // equal bit for bit. TG_CUBLASLT=0 goes back to cublasGemmEx (whose
 // captured products share the workspace, and so stay ordered).
-bool lt_enabled() {
-  static const bool on = tg::detail::switched_on<tg::detail::OffSwitch::kCublasLt>();
-  return on;
-}
+bool lt_enabled() { return tg::detail::switched_on<tg::detail::OffSwitch::kCublasLt>(); }
 
 struct LtKey {
   int64_t v[16];  // device is enough for the workspace size: fixed per device

@@ -33,7 +33,7 @@ struct AutogradMetaInterface {
 };
 
 class TensorImpl;
-struct StaticMark;  // tensor/static_mark.h
+class StaticMark;  // tensor/static_mark.h
 
 /// The two dense tensors behind a sparse COO tensor (layout SparseCoo):
 /// indices Int64 [sparse_dim, nnz] and values [nnz, dense sizes...], with the

@@ -365,31 +365,6 @@ void flush_gpu(std::vector<DeviceTask>& gpu) {
   }
 }
 
-// The outputs of fn whose gradient may be handed to the engine as a product
-// (detail::product_grad): those flowing straight into a leaf's
-// AccumulateGrad, in a task that records nothing (no create_graph), with no
-// post hook and no anomaly check to see the gradient (docs/AUTOGRAD.md
-// "Weight gradients").
-uint64_t product_outputs(const GraphTask& task, const Node& fn) {
-  if (task.create_graph || fn.has_post_hooks() || is_anomaly_enabled() || !detail::products_enabled()) return 0;
-  uint64_t allowed = 0;
-  const size_t n = std::min<size_t>(fn.num_outputs(), 64);
-  for (size_t i = 0; i < n; ++i)
-    if (dynamic_cast<const AccumulateGrad*>(fn.next_edge(i).function.get())) allowed |= uint64_t(1) << i;
-  return allowed;
-}
-
-// Checks a handed-over product against the input it flows into as
-// validate_outputs would; a product that would need a conversion is formed
-// now, into outputs (false).
-bool keep_product(const Node& fn, const detail::ProductGrad& p, variable_list& outputs) {
-  const Edge& e = fn.next_edge(p.output);
-  const InputMetadata& m = e.function->input_metadata(e.input_nr);
-  if (m.sizes == IntList{p.l.size(1), p.r.size(1)} && m.dtype == p.l.dtype() && m.device == p.l.device()) return true;
-  outputs[p.output] = raw::mm(p.l.t(), p.r);
-  return false;
-}
-
 // Whether fn runs in this task and no grad() collects its inputs.
 bool runs_uncollected(const GraphTask& task, const Node& fn) {
   if (task.exec_info.empty()) return true;
@@ -436,27 +411,16 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, Inp
   for (const Tensor& t : inputs)
     any_defined |= t.defined();
   variable_list outputs;
-  detail::ProductSink products;
+  FormulaProducts products;  // weight gradients the formula hands over unformed (accumulation.h)
   if (!any_defined && !fn.apply_on_undefined()) {
     outputs.resize(fn.num_outputs());
   } else {
     variable_list inputs_copy;
     if (fn.has_post_hooks()) inputs_copy = inputs;
     std::lock_guard<std::mutex> lock(fn.mutex());
-    products.allowed = product_outputs(task, fn);
-    {
-      detail::ProductSinkGuard sink(products.allowed ? &products : nullptr);
-      outputs = fn.apply(std::move(inputs));
-    }
+    outputs = products.apply(fn, std::move(inputs), task.create_graph);
     if (!task.keep_graph) fn.release_variables();
     if (fn.has_post_hooks()) fn.call_post_hooks(outputs, inputs_copy);
-  }
-  if (!products.products.empty()) {
-    TG_INTERNAL_ASSERT(outputs.size() == fn.num_outputs(), fn.name(), ": wrong number of gradients");
-    auto& ps = products.products;
-    ps.erase(std::remove_if(ps.begin(), ps.end(),
-                            [&](const detail::ProductGrad& p) { return !keep_product(fn, p, outputs); }),
-             ps.end());
   }
   if (is_anomaly_enabled()) check_anomaly(fn, outputs);
   validate_outputs(fn, outputs);
@@ -473,12 +437,7 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, Inp
     TG_INTERNAL_ASSERT(dit != task.dependencies.end(), "dependency not found for ", next->name());
     bool ready = --dit->second == 0;
     if (ready) task.dependencies.erase(dit);
-    // Output i's gradient into buf: the tensor, or the product handed over.
-    auto add = [&](InputBuffer& buf) {
-      for (detail::ProductGrad& p : products.products)
-        if (p.output == i) return buf.add_product(e.input_nr, std::move(p.l), std::move(p.r), stream, next->stream());
-      buf.add(e.input_nr, std::move(outputs[i]), stream, next->stream());
-    };
+    auto add = [&](InputBuffer& buf) { buf.add(e.input_nr, products.take(i, outputs), stream, next->stream()); };
     auto nit = task.not_ready.find(next);
     if (nit == task.not_ready.end()) {
       if (!task.exec_info.empty()) {

@@ -141,7 +141,7 @@ TEST(CudaGpuAutograd, HeldContributionsAndFusedMulMatchCpuBitwise) {
   EXPECT_EQ(buf.release()[0].to(kCpu).to_vector<float>(), expect);
 }
 
-// Products of one weight gradient (autograd/input_buffer.cpp) are held and
+// Products of one weight gradient (autograd/accumulation.cpp) are held and
 // formed by one GEMM over their rows concatenated (one copy_n launch for
 // the contiguous operands, a strided one copied alone). One made on a side
 // stream whose work lands late is held too (the accumulation stream waits
@@ -175,7 +175,7 @@ TEST(CudaGpuAutograd, WeightGradientProductsSumInOneGemm) {
       l = ps[i].first.to(kGpu);
       r = ps[i].second.to(kGpu);
     }
-    buf.add_product(0, std::move(l), std::move(r), producer, main);
+    buf.add(0, tg::autograd::Contribution::product(std::move(l), std::move(r)), producer, main);
     if (i == 10) buf.add(0, dense.to(kGpu), main, main);
   }
   buf.wait_for_consumer(main);

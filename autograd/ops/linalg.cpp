@@ -3,7 +3,7 @@
 // linear layer the weight GEMM is skipped (edge trimming).
 #include <tapegrad/tensor/error.h>
 
-#include "autograd/input_buffer.h"
+#include "autograd/accumulation.h"
 #include "autograd/ops/ops.h"
 #include "autograd/ops/record.h"
 #include "autograd/ops/taylor.h"
@@ -36,9 +36,9 @@ class GemmBackward final : public OpNode {
     // create_graph b stays a direct input (no transpose node before it).
     if (should_compute_output(0)) {
       const Tensor b = other_.unpack(this, "mat2");
-      out[0] = autograd::detail::product_allowed(0) ? autograd::detail::product_grad(0, g.t(), b.t()) : linear(g, b);
+      out[0] = autograd::product_allowed(0) ? autograd::product_grad(0, g.t(), b.t()) : linear(g, b);
     }
-    if (should_compute_output(1)) out[1] = autograd::detail::product_grad(1, self_.unpack(this, "self"), g);
+    if (should_compute_output(1)) out[1] = autograd::product_grad(1, self_.unpack(this, "self"), g);
     return out;
   }
   void release_variables() override {
@@ -89,7 +89,7 @@ class LinearBackward final : public OpNode {
       Tensor g2 = g.reshape({-1, g.size(-1)});
       if (gw) {
         Tensor x = input_.unpack(this, "input");
-        out[1] = autograd::detail::product_grad(1, g2, x.reshape({-1, x.size(-1)}));
+        out[1] = autograd::product_grad(1, g2, x.reshape({-1, x.size(-1)}));
       }
       if (gb) out[2] = sum(g2, {0});
     }

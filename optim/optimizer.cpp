@@ -1,6 +1,6 @@
 #include <tapegrad/optim/optimizer.h>
 #include "nn/grads.h"
-#include "tensor/kernels.h"
+#include "optim/kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -63,7 +63,7 @@ void Optimizer::init_fused(bool capturable) {
     else if (!p.is_contiguous()) why = "parameter " + std::to_string(i) + " is not contiguous";
   }
   if (params_.empty()) why = "there are no parameters";
-  if (why.empty() && !kernels::backend(dev, name_).multi_tensor_adam) why = "the backend has no multi-tensor update";
+  if (why.empty() && !detail::cuda_multi_tensor_updates()) why = "the build has no multi-tensor update";
   TG_CHECK(!capturable || why.empty(), name_,
            ": capturable needs float32/float64 contiguous parameters on "
            "one CUDA device (the multi-tensor update), but ",
@@ -108,10 +108,10 @@ void Optimizer::check_capturable_step() const {
 
 namespace {
 // The fused update's lists for the parameters of `present` of one dtype.
-kernels::TensorLists lists_of(const std::vector<Tensor>& params, const std::vector<size_t>& present, ScalarType dt,
-                              const std::vector<Tensor>* s1, const std::vector<Tensor>* s2,
-                              const std::vector<Tensor>* s3) {
-  kernels::TensorLists l;
+detail::TensorLists lists_of(const std::vector<Tensor>& params, const std::vector<size_t>& present, ScalarType dt,
+                             const std::vector<Tensor>* s1, const std::vector<Tensor>* s2,
+                             const std::vector<Tensor>* s3) {
+  detail::TensorLists l;
   for (size_t i : present) {
     if (params[i].dtype() != dt) continue;
     l.param.push_back(params[i]);
@@ -163,11 +163,11 @@ void SGD::step() {
         for (size_t i : present)
           ensure_state(name_, params_[i], i, {&buf_[i]});
       increment_device_steps(present);
-      const kernels::SGDUpdate u{o_.momentum, o_.dampening, o_.weight_decay, o_.nesterov};
-      const auto& be = kernels::backend(params_[0].device(), name_);
+      const detail::SGDUpdate u{o_.momentum, o_.dampening, o_.weight_decay, o_.nesterov};
+      const detail::MultiTensorUpdates& be = *detail::cuda_multi_tensor_updates();
       for (ScalarType dt : {kFloat32, kFloat64}) {
-        kernels::TensorLists l = lists_of(params_, present, dt, o_.momentum != 0 ? &buf_ : nullptr, nullptr, nullptr);
-        if (!l.param.empty()) be.multi_tensor_sgd(l, device_steps_, device_lr_, u);
+        detail::TensorLists l = lists_of(params_, present, dt, o_.momentum != 0 ? &buf_ : nullptr, nullptr, nullptr);
+        if (!l.param.empty()) be.sgd(l, device_steps_, device_lr_, u);
       }
     }
     ++steps_;
@@ -225,11 +225,11 @@ void Adam::step() {
         ++t_[i];
       }
       increment_device_steps(present);
-      const kernels::AdamUpdate u{o_.beta1, o_.beta2, o_.eps, o_.weight_decay, o_.amsgrad, decoupled_};
-      const auto& be = kernels::backend(params_[0].device(), name_);
+      const detail::AdamUpdate u{o_.beta1, o_.beta2, o_.eps, o_.weight_decay, o_.amsgrad, decoupled_};
+      const detail::MultiTensorUpdates& be = *detail::cuda_multi_tensor_updates();
       for (ScalarType dt : {kFloat32, kFloat64}) {
-        kernels::TensorLists l = lists_of(params_, present, dt, &m_, &v_, o_.amsgrad ? &vmax_ : nullptr);
-        if (!l.param.empty()) be.multi_tensor_adam(l, device_steps_, device_lr_, u);
+        detail::TensorLists l = lists_of(params_, present, dt, &m_, &v_, o_.amsgrad ? &vmax_ : nullptr);
+        if (!l.param.empty()) be.adam(l, device_steps_, device_lr_, u);
       }
     }
     ++steps_;

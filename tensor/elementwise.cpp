@@ -460,21 +460,4 @@ const Tensor& copy_(const Tensor& self, const Tensor& src, bool non_blocking) {
 
 }  // namespace raw
 
-namespace detail {
-Tensor activation_grad_product(const Tensor& g, const Tensor& g2, const Tensor& x, Activation act, int order) {
-  const char* name = "activation_grad";
-  const kernels::Backend& be = kernels::backend(x.device(), name);
-  if (!be.activation_grad_product || g.device() != x.device() || g2.device() != x.device() || !g.is_floating_point() ||
-      !g2.is_floating_point() || !x.is_floating_point())
-    return raw::activation_grad(raw::mul(g, g2), x, act, order);
-  const ScalarType rt = promote_types(promote_types(g.dtype(), g2.dtype()), x.dtype());
-  const ScalarType ct = compute_type(rt);
-  const IntList shape = broadcast_shapes(broadcast_shapes(g.sizes(), g2.sizes(), name), x.sizes(), name);
-  Tensor out = new_empty(shape, ct, x.device());
-  be.activation_grad_product(act, order, out, raw::expand(cast(g, ct), shape), raw::expand(cast(g2, ct), shape),
-                             raw::expand(cast(x, ct), shape));
-  return cast(out, rt);
-}
-}  // namespace detail
-
 }  // namespace tg

@@ -56,17 +56,6 @@ using tg::Activation;
 // Orders of derivative the kernels compute (activation_math.h).
 constexpr int kMaxFusedActivationOrder = 4;
 
-// The op's first two derivatives for the order-2 Taylor kernels
-// (taylor2_unary): given (d1, d2 [S], contiguous, the compute dtype), or —
-// z defined — computed in the kernel from z [S]: d_j = act^(order + j)(z),
-// with order + 3 <= kMaxFusedActivationOrder (the backward's chain needs
-// the third).
-struct Taylor2Derivatives {
-  Tensor d1, d2, z;
-  Activation act = Activation::Tanh;
-  int order = 0;
-};
-
 // The most summands one add_n call takes.
 constexpr size_t kMaxAddN = 16;
 // The most pairs one copy_n call takes.
@@ -76,25 +65,6 @@ constexpr size_t kMaxCopyN = 32;
 struct UnaryParams {
   double a = 0, b = 0;
   bool has_a = false, has_b = false;
-};
-
-// Multi-tensor optimizer updates (docs/OPTIM.md "Fused and capturable").
-// One list entry per parameter; every tensor of an update is contiguous, on
-// one device, of one dtype (Float32 or Float64). `steps` is a Float64 tensor
-// of per-parameter step counts (already incremented for this step) and
-// step_index[i] the entry of parameter i; `lr` a 0-dim Float64 tensor: both
-// read when the kernel runs, so a captured update stays right on replay.
-struct AdamUpdate {
-  double beta1, beta2, eps, weight_decay;
-  bool amsgrad, decoupled;  // decoupled: AdamW's weight decay
-};
-struct SGDUpdate {
-  double momentum, dampening, weight_decay;
-  bool nesterov;
-};
-struct TensorLists {
-  std::vector<Tensor> param, grad, state1, state2, state3;  // state: Adam m, v, vmax; SGD buf
-  std::vector<int64_t> step_index;
 };
 
 struct Backend {
@@ -116,24 +86,15 @@ struct Backend {
   // out = ((a + s[0]) + s[1]) + ... in that order, rounded after each add
   // (bitwise the sequential adds): a, out and every s[j] contiguous, of one
   // shape and compute dtype; out may alias a; s.size() <= kMaxAddN.
-  // Optional (null: one add per summand). The engine sums deferred gradient
-  // contributions with it (autograd/input_buffer.cpp).
+  // Optional (null: one add per summand). The engine sums held gradient
+  // contributions with it (autograd/accumulation.cpp).
   void (*add_n)(const Tensor& out, const Tensor& a, const std::vector<Tensor>& s);
   // dst[j] = src[j] for every j in one launch: each pair contiguous, of one
   // shape; every tensor of one compute dtype (Float32 or Float64) and
   // device; dst[j] disjoint from every src; dst.size() <= kMaxCopyN.
   // Optional (null: one copy each). The engine concatenates the operands
-  // of a weight's products with it (autograd/input_buffer.cpp).
+  // of a weight's products with it (autograd/accumulation.cpp).
   void (*copy_n)(const std::vector<Tensor>& dst, const std::vector<Tensor>& src);
-  // The backward of a slice in one pass: out (contiguous, any dtype) is
-  // zero except out.narrow-like positions start, start + step, ... along
-  // dim (g.size(dim) of them), which take g's elements. Returns false (and
-  // writes nothing) when g's dims before and after dim do not each collapse
-  // to one strided dim. Optional (null: zeros, then a strided copy).
-  bool (*embed)(const Tensor& out, const Tensor& g, int64_t dim, int64_t start, int64_t step);
-  // mul's backward in one pass: ga = g * b and gb = g * a, every operand
-  // contiguous, of one shape and compute dtype. Optional (null: two muls).
-  void (*mul_backward)(const Tensor& ga, const Tensor& gb, const Tensor& g, const Tensor& a, const Tensor& b);
   // out is Bool; a and b share a compute dtype.
   void (*compare)(CompareOp, const Tensor& out, const Tensor& a, const Tensor& b);
   void (*unary)(UnaryOp, const Tensor& out, const Tensor& x, const UnaryParams&);
@@ -146,7 +107,7 @@ struct Backend {
   // out += a @ b in one GEMM (beta 1): out [n, m] contiguous, a [n, k],
   // b [k, m], one Float32/Float64 dtype. Optional (null: the engine adds a
   // separate product). AccumulateGrad forms a weight's held products into an
-  // existing .grad with it (autograd/input_buffer.cpp).
+  // existing .grad with it (autograd/accumulation.cpp).
   void (*mm_accumulate)(const Tensor& out, const Tensor& a, const Tensor& b);
   // x contiguous [outer, n, inner]; index Int64 [m] (validated); out [outer, m, inner].
   void (*index_select)(const Tensor& out, const Tensor& x, const Tensor& index);
@@ -176,30 +137,6 @@ struct Backend {
   void (*copy_across)(const Tensor& dst, const Tensor& src, bool non_blocking);
   // out = g * act^(order)(x), order in 0..kMaxFusedActivationOrder; Float32/64.
   void (*activation_grad)(Activation act, int order, const Tensor& out, const Tensor& g, const Tensor& x);
-  // out = (g * g2) * act^(order)(x) in one pass (the unrecorded backward of
-  // activation_grad); optional (null: mul, then activation_grad).
-  void (*activation_grad_product)(Activation act, int order, const Tensor& out, const Tensor& g, const Tensor& g2,
-                                  const Tensor& x);
-  // Taylor mode at order 2, one pass (autograd/ops/taylor.h): x [k + q, S]
-  // contiguous holds the first (k rows) and second (q rows) coefficients,
-  // d the op's first two derivatives d1, d2 [S] (Taylor2Derivatives);
-  // writes out [k + q, S] = [d1 x1; d1 x2 + d2 / 2 * cross] with the cross
-  // term by `kind`: 0 (q == k): row a is x1[a]^2; 1 (q == 1): the sum over a
-  // of x1[a]^2; 2: row r is x1[pa[r]] x1[pb[r]] (pa, pb Int64 [q], on the
-  // device). x may be [k + q, P] with P dividing S: element s reads x[:, s
-  // % P] (rows broadcast over the shape's outer part). Float32/64; optional
-  // (null: the composite).
-  void (*taylor2_unary)(int kind, int64_t k, const Tensor& out, const Tensor& x, const Taylor2Derivatives& d,
-                        const Tensor& pa, const Tensor& pb);
-  // taylor2_unary's backward in one pass (not recorded): from g [k + q, S]
-  // and its inputs (x as above), writes dx [k + q, S], dd1 [S] = the sum over
-  // rows of g x, dd2 [S] = the sum over the second rows of g2 * cross / 2;
-  // with d.z, the chain through the derivatives instead: dd1 = dz = that
-  // dd1 * act^(order + 2)(z) + that dd2 * act^(order + 3)(z) (dd2 unused).
-  // Optional.
-  void (*taylor2_unary_backward)(int kind, int64_t k, const Tensor& dx, const Tensor& dd1, const Tensor& dd2,
-                                 const Tensor& g, const Tensor& x, const Taylor2Derivatives& d, const Tensor& pa,
-                                 const Tensor& pb);
   // Sparse COO coalesce: lin Int64 [nnz] (row-major linear index over the
   // sparse sizes), values [nnz, D] contiguous, compute dtype. Sets
   // out_indices Int64 [sparse_dim, u] (sorted, unique) and out_values [u, D]
@@ -212,12 +149,8 @@ struct Backend {
   // (sorted by row), values [nnz]; dense [m, k]; all contiguous, one
   // floating compute dtype; out contiguous (written, not accumulated).
   void (*spmm)(const Tensor& out, const Tensor& rows, const Tensor& cols, const Tensor& values, const Tensor& dense);
-  // Optional (null: the optimizers run their per-tensor ops). Adam/AdamW:
-  // state1 = m, state2 = v, state3 = max v (amsgrad). SGD: state1 = the
-  // momentum buffer (a step count of 1 initialises it with the gradient).
-  // multi_tensor_zero zeroes every tensor of `ts` (contiguous, any dtype).
-  void (*multi_tensor_adam)(const TensorLists& l, const Tensor& steps, const Tensor& lr, const AdamUpdate& u);
-  void (*multi_tensor_sgd)(const TensorLists& l, const Tensor& steps, const Tensor& lr, const SGDUpdate& u);
+  // Zeroes every tensor of `ts` (contiguous, any dtype) in as few launches
+  // as their count allows. Optional (null: one fill each).
   void (*multi_tensor_zero)(const std::vector<Tensor>& ts);
   // out[i] = the first position p in `sorted` with sorted[p] >= values[i]
   // (a vectorized lower bound); all Int64, contiguous, 1-D.
@@ -238,9 +171,3 @@ Allocator* cuda_device_allocator(int index);
 Allocator* cuda_pinned_allocator();
 
 }  // namespace tg::kernels
-
-namespace tg::detail {
-// (g * g2) * act^(order)(x), broadcast, not recorded: one kernel where the
-// backend has activation_grad_product, else mul then activation_grad.
-Tensor activation_grad_product(const Tensor& g, const Tensor& g2, const Tensor& x, Activation act, int order);
-}  // namespace tg::detail

@@ -15,7 +15,9 @@
 #include "autograd/ops/taylor.h"
 
 #include <tapegrad/autograd/engine.h>
+#include "autograd/kernels/kernels.h"
 #include "tensor/kernels.h"
+#include "tensor/op_util.h"
 
 namespace tg {
 
@@ -316,11 +318,11 @@ bool fused_product_backward(const Tensor& g, const Tensor& a, const Tensor& b, v
   if (a.device() != g.device() || b.device() != g.device() || a.sizes() != g.sizes() || b.sizes() != g.sizes() ||
       !g.is_contiguous() || !a.is_contiguous() || !b.is_contiguous() || g.is_sparse() || a.is_sparse() || b.is_sparse())
     return false;
-  const kernels::Backend& be = kernels::backend(g.device(), "mul");
-  if (!be.mul_backward) return false;
+  const auto mul_backward = autograd::kernels::derivative_kernels(g.device()).mul_backward;
+  if (!mul_backward) return false;
   out[0] = empty_like(g);
   out[1] = empty_like(g);
-  be.mul_backward(out[0], out[1], g, a, b);
+  mul_backward(out[0], out[1], g, a, b);
   return true;
 }
 
@@ -566,11 +568,29 @@ Tensor autograd::ops::where(const Tensor& cond, Scalar a, const Tensor& b) {
 // the dependence on x when grad mode is on.
 namespace {
 
+// (g * g2) * act^(order)(x), broadcast, not recorded: one kernel where the
+// device has activation_grad_product (autograd/kernels/kernels.h), else mul
+// then activation_grad.
+Tensor activation_grad_product(const Tensor& g, const Tensor& g2, const Tensor& x, Activation act, int order) {
+  const char* name = "activation_grad";
+  const auto fused = autograd::kernels::derivative_kernels(x.device()).activation_grad_product;
+  if (!fused || g.device() != x.device() || g2.device() != x.device() || !g.is_floating_point() ||
+      !g2.is_floating_point() || !x.is_floating_point())
+    return raw::activation_grad(raw::mul(g, g2), x, act, order);
+  const ScalarType rt = promote_types(promote_types(g.dtype(), g2.dtype()), x.dtype());
+  const ScalarType ct = detail::compute_type(rt);
+  const IntList shape = broadcast_shapes(broadcast_shapes(g.sizes(), g2.sizes(), name), x.sizes(), name);
+  Tensor out = detail::new_empty(shape, ct, x.device());
+  fused(act, order, out, raw::expand(detail::cast(g, ct), shape), raw::expand(detail::cast(g2, ct), shape),
+        raw::expand(detail::cast(x, ct), shape));
+  return detail::cast(out, rt);
+}
+
 // The highest fused order written with differentiable ops (activation_math.h
 // has the formulas), so that differentiating it never asks for a higher
 // fused order again.
 Tensor composite_top_order(const Tensor& x, Activation act) {
-  static_assert(kernels::kMaxFusedActivationOrder == 4, "update the composite formulas");
+  static_assert(tg::kernels::kMaxFusedActivationOrder == 4, "update the composite formulas");
   switch (act) {
     case Activation::Silu:
     case Activation::Sigmoid: {
@@ -596,8 +616,9 @@ Tensor activation_grad_beyond(const Tensor& g, const Tensor& x, Activation act, 
   Tensor deriv;
   {
     EnableGradGuard on;
-    Tensor prev = order - 1 == kernels::kMaxFusedActivationOrder ? composite_top_order(xin, act)
-                                                                 : activation_grad(ones_like(xin), xin, act, order - 1);
+    Tensor prev = order - 1 == tg::kernels::kMaxFusedActivationOrder
+                      ? composite_top_order(xin, act)
+                      : activation_grad(ones_like(xin), xin, act, order - 1);
     if (prev.requires_grad()) deriv = autograd::grad({prev}, {xin}, {ones_like(prev)}, true, keep, true)[0];
   }
   if (!deriv.defined()) deriv = zeros_like(xin);
@@ -616,9 +637,9 @@ class ActivationGradBackward final : public OpNode {
     if (should_compute_output(1)) {
       if (act_ == Activation::Relu && order_ >= 1)
         out[1] = zeros_like(x);  // relu's derivatives vanish from the second on
-      else if (!autograd::is_grad_enabled() && order_ + 1 <= kernels::kMaxFusedActivationOrder)
+      else if (!autograd::is_grad_enabled() && order_ + 1 <= tg::kernels::kMaxFusedActivationOrder)
         // Not recorded (the last backward of a chain): the mul fused in.
-        out[1] = tg::detail::activation_grad_product(gg, g_.unpack(this, "g"), x, act_, order_ + 1);
+        out[1] = activation_grad_product(gg, g_.unpack(this, "g"), x, act_, order_ + 1);
       else out[1] = activation_grad(mul(gg, g_.unpack(this, "g")), x, act_, order_ + 1);
     }
     return out;
@@ -638,7 +659,7 @@ class ActivationGradBackward final : public OpNode {
 
 Tensor autograd::ops::activation_grad(const Tensor& g, const Tensor& x, Activation act, int order) {
   TG_CHECK(order >= 0, "activation_grad: order must be >= 0, got ", order);
-  if (order > kernels::kMaxFusedActivationOrder) return activation_grad_beyond(g, x, act, order);
+  if (order > tg::kernels::kMaxFusedActivationOrder) return activation_grad_beyond(g, x, act, order);
   Tensor out;
   if (!should_record({&g, &x})) {
     out = run_raw([&] { return raw::activation_grad(g, x, act, order); });

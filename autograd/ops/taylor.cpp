@@ -8,6 +8,7 @@
 #include <tapegrad/tensor/raw.h>
 
 #include "autograd/ops/record.h"
+#include "autograd/kernels/kernels.h"
 #include "tensor/kernels.h"
 #include "tensor/op_util.h"
 
@@ -144,11 +145,11 @@ class Taylor2UnaryBackward final : public OpNode {
     Tensor x = x_.unpack(this, "x");
     Tensor z = activation_ ? z_.unpack(this, "z") : Tensor();
     const int64_t q = x.size(0) - k_;
-    const kernels::Backend& be = kernels::backend(x.device(), "taylor2_unary");
+    const auto& be = autograd::kernels::derivative_kernels(x.device());
     if (!autograd::is_grad_enabled() && be.taylor2_unary_backward && g.device() == x.device()) {
       // Not recorded: one kernel (half types compute in float).
       const ScalarType t = x.dtype(), ct = tg::detail::compute_type(t);
-      kernels::Taylor2Derivatives d;
+      autograd::kernels::Taylor2Derivatives d;
       Tensor like;  // an input of the derivatives' shape and dtype
       if (activation_) {
         d.z = z.to(ct).contiguous();
@@ -243,11 +244,11 @@ int taylor2_kind(const TaylorLayout& l) {
 
 // The fused rule, or undefined where it does not apply. `d`: d1 and d2
 // (the op's derivatives, any dtype matching tx's), or z with an activation.
-Tensor taylor2_fused(const TaylorLayout& l, const Tensor& tx, const kernels::Taylor2Derivatives& d) {
+Tensor taylor2_fused(const TaylorLayout& l, const Tensor& tx, const autograd::kernels::Taylor2Derivatives& d) {
   const bool activation = d.z.defined();
   const Tensor& like = activation ? d.z : d.d1;  // the derivatives' shape
   if (!tx.defined() || !like.defined() || (!activation && !d.d2.defined())) return Tensor();
-  if (activation && (d.act == Activation::Relu || d.order + 3 > kernels::kMaxFusedActivationOrder)) return Tensor();
+  if (activation && (d.act == Activation::Relu || d.order + 3 > tg::kernels::kMaxFusedActivationOrder)) return Tensor();
   const ScalarType t = tx.dtype();
   if (!tx.is_floating_point() || like.dtype() != t || (!activation && d.d2.dtype() != t)) return Tensor();
   if (like.device() != tx.device() || (!activation && d.d2.device() != tx.device())) return Tensor();
@@ -255,7 +256,7 @@ Tensor taylor2_fused(const TaylorLayout& l, const Tensor& tx, const kernels::Tay
   if (s.empty() || s[0] != l.batch()) return Tensor();
   s.erase(s.begin());
   if (like.sizes() != s || (!activation && d.d2.sizes() != s)) return Tensor();
-  const kernels::Backend& be = kernels::backend(tx.device(), "taylor2_unary");
+  const auto& be = autograd::kernels::derivative_kernels(tx.device());
   if (!be.taylor2_unary) return Tensor();
   const int kind = taylor2_kind(l);
   if (kind < 0) return Tensor();
@@ -268,7 +269,7 @@ Tensor taylor2_fused(const TaylorLayout& l, const Tensor& tx, const kernels::Tay
   }
   auto compute = [&] {  // half types compute in float
     const ScalarType ct = tg::detail::compute_type(t);
-    kernels::Taylor2Derivatives dc = d;
+    autograd::kernels::Taylor2Derivatives dc = d;
     for (Tensor* u : {&dc.d1, &dc.d2, &dc.z})
       if (u->defined()) *u = u->to(ct).contiguous();
     Tensor x = taylor2_rows(tx.to(ct));
@@ -356,7 +357,7 @@ Tensor jet_unary(const Tensor& tx, const std::vector<Tensor>& d) {
     higher = higher || d[size_t(j)].defined();
   if (higher) second_order_term();
   if (K == 2) {
-    kernels::Taylor2Derivatives fd;
+    autograd::kernels::Taylor2Derivatives fd;
     fd.d1 = d[1];
     fd.d2 = d[2];
     if (Tensor fused = taylor2_fused(l, tx, fd); fused.defined()) return fused;
@@ -386,7 +387,7 @@ Tensor jet_unary(const Tensor& tx, const std::vector<Tensor>& d) {
 Tensor jet_activation(const Tensor& tx, const Tensor& x, Activation act, int order) {
   const TaylorLayout& l = layout();
   if (l.order != 2) return Tensor();
-  kernels::Taylor2Derivatives d;
+  autograd::kernels::Taylor2Derivatives d;
   d.z = x;
   d.act = act;
   d.order = order;

@@ -7,7 +7,7 @@
 
 #include "autograd/ops/ops.h"
 #include "autograd/ops/record.h"
-#include "tensor/kernels.h"
+#include "autograd/kernels/kernels.h"
 
 namespace tg {
 
@@ -48,9 +48,9 @@ Tensor view_op(const Tensor& self, const char* op, const char* name, F&& raw_fn,
 // backward of slice/narrow/select; its own backward slices again.
 Tensor slice_backward(const Tensor& g, const IntList& sizes, int64_t dim, int64_t start, int64_t end, int64_t step) {
   auto raw_fn = [&] {
-    // One pass where the backend has it (a kernel node fewer), else zeros
+    // One pass where the device has it (a kernel node fewer), else zeros
     // and a strided copy.
-    const auto embed = kernels::backend(g.device(), "slice backward").embed;
+    const auto embed = autograd::kernels::derivative_kernels(g.device()).embed;
     Tensor z = embed ? empty(sizes, g.options()) : zeros(sizes, g.options());
     if (embed && embed(z, g, dim, start, step)) return z;
     if (embed) raw::zero_(z);

@@ -7,5 +7,5 @@ namespace tg::cuda {
 void register_reduce_index_random(kernels::Backend& b);
 void register_gemm(kernels::Backend& b);
 void register_sparse(kernels::Backend& b);
-void register_optim(kernels::Backend& b);
+void register_multi_tensor(kernels::Backend& b);
 }  // namespace tg::cuda

@@ -1,4 +1,4 @@
-// Taylor mode's fused order-2 rule (kernels.h taylor2_unary and its
+// Taylor mode's fused order-2 rule (autograd/kernels/kernels.h taylor2_unary and its
 // backward) for one element s: the CPU and CUDA kernels call these with the
 // element's base pointers (row r of s at p[r * S]; x's at x[r * P], P = S or,
 // for x's rows broadcast over the shape's outer part, their period).
@@ -14,9 +14,11 @@
 #define TG_TAYLOR2_FN inline
 #endif
 
-namespace tg::kernels {
+namespace tg::autograd::kernels {
 
-// out = [d1 x1; d1 x2 + d2 / 2 * cross]; kind as in kernels.h.
+using tg::kernels::activation_derivative;
+
+// out = [d1 x1; d1 x2 + d2 / 2 * cross]; kind as in autograd/kernels/kernels.h.
 template <class T>
 TG_TAYLOR2_FN void taylor2_forward(int kind, int64_t k, int64_t q, int64_t S, int64_t P, T* o, const T* x, T a1, T a2,
                                    const int64_t* pa, const int64_t* pb) {
@@ -72,7 +74,7 @@ TG_TAYLOR2_FN void taylor2_backward(int kind, int64_t k, int64_t q, int64_t S, i
   *dd2 = s2 * T(0.5);
 }
 
-// kernels.h Taylor2Derivatives as the kernels read it (pointers; z null:
+// Taylor2Derivatives as the kernels read it (pointers; z null:
 // d1, d2 given).
 template <class T> struct Taylor2Derivs {
   const T *d1, *d2, *z;
@@ -115,4 +117,4 @@ TG_TAYLOR2_FN void taylor2_backward_at(int kind, int64_t k, int64_t q, int64_t S
   }
 }
 
-}  // namespace tg::kernels
+}  // namespace tg::autograd::kernels

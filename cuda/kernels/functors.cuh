@@ -1,18 +1,18 @@
 // CUDA elementwise functors that both their own kernels (elementwise.cu,
 // through loops.cuh's launch) and the fused kernel of a captured graph
-// (fused.cu) run: each declares its fused step kind (kFusion, cuda/launch.h)
-// and, when vectorizable, its element size (kElemSize).
+// (fused.cu) run; when vectorizable, each declares its element size
+// (kElemSize). They know nothing of graphs: which fused step each one is
+// lives beside the fused kernel (fused_steps.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <type_traits>
 
-#include "cuda/launch.h"
 #include "tensor/element_math.h"
 #include "tensor/kernels.h"
 
-#include "loops.cuh"
+#include "dtypes.cuh"
 
 namespace tg::cuda {
 
@@ -22,7 +22,6 @@ using kernels::UnaryOp;
 
 template <class D, class S> struct CopyFn {
   static constexpr int kElemSize = sizeof(D) == sizeof(S) ? int(sizeof(D)) : 0;
-  static constexpr fusion::Kind kFusion = std::is_same_v<D, S> ? fusion::kCopy : fusion::kNone;
   __device__ void operator()(char* const* p, const int64_t* off) const {
     *reinterpret_cast<D*>(p[0] + off[0]) = convert<D>(*reinterpret_cast<const S*>(p[1] + off[1]));
   }
@@ -30,14 +29,12 @@ template <class D, class S> struct CopyFn {
 
 template <class U> struct FillFn {
   static constexpr int kElemSize = sizeof(U);
-  static constexpr fusion::Kind kFusion = fusion::kFill;
   U bits;
   __device__ void operator()(char* const* p, const int64_t* off) const { *reinterpret_cast<U*>(p[0] + off[0]) = bits; }
 };
 
 template <class T> struct BinaryFn {
   static constexpr int kElemSize = sizeof(T);
-  static constexpr fusion::Kind kFusion = fusion::kBinary;
   BinaryOp op;
   __device__ T apply(T a, T b) const { return kernels::binary_apply(op, a, b); }
   __device__ void operator()(char* const* p, const int64_t* off) const {
@@ -49,7 +46,6 @@ template <class T> struct BinaryFn {
 // out = a (op) s, the scalar by value (no 0-dim tensor, no fill kernel).
 template <class T> struct BinaryScalarFn {
   static constexpr int kElemSize = sizeof(T);
-  static constexpr fusion::Kind kFusion = fusion::kBinaryScalar;
   BinaryOp op;
   T s;
   __device__ void operator()(char* const* p, const int64_t* off) const {
@@ -65,7 +61,6 @@ __device__ inline int64_t mul_rn(int64_t a, int64_t b) { return a * b; }
 
 template <class T> struct AddScaledFn {
   static constexpr int kElemSize = sizeof(T);
-  static constexpr fusion::Kind kFusion = fusion::kAddScaled;
   T alpha;
   __device__ void operator()(char* const* p, const int64_t* off) const {
     *reinterpret_cast<T*>(p[0] + off[0]) =
@@ -97,7 +92,6 @@ template <class T> __device__ inline void mul_backward_at(T* ga, T* gb, const T*
 
 template <class T> struct UnaryFn {
   static constexpr int kElemSize = sizeof(T);
-  static constexpr fusion::Kind kFusion = fusion::kUnary;
   UnaryOp op;
   kernels::UnaryArgs<T> args;
   __device__ void operator()(char* const* p, const int64_t* off) const {
@@ -107,7 +101,6 @@ template <class T> struct UnaryFn {
 
 template <class T> struct ActivationGradFn {
   static constexpr int kElemSize = sizeof(T);
-  static constexpr fusion::Kind kFusion = fusion::kActivationGrad;
   Activation act;
   int order;
   __device__ void operator()(char* const* p, const int64_t* off) const {
@@ -121,7 +114,6 @@ template <class T> struct ActivationGradFn {
 // fused (as mul then activation_grad would round it, in T).
 template <class T> struct ActivationGradProductFn {
   static constexpr int kElemSize = sizeof(T);
-  static constexpr fusion::Kind kFusion = fusion::kActivationGradProduct;
   Activation act;
   int order;
   __device__ void operator()(char* const* p, const int64_t* off) const {

@@ -5,7 +5,7 @@
 
 #include "cuda/launch.h"
 
-#include "functors.cuh"
+#include "fused_steps.cuh"
 #include "loops.cuh"
 
 namespace tg::cuda {
@@ -29,6 +29,7 @@ template <class F, class T> __device__ inline void run_functor(const fusion::Ste
   f(st.ptr, off);
 }
 
+// One case per kind of cuda/launch.h (the functors as fused_steps.cuh maps them).
 template <class T> __device__ inline void run_step(const fusion::Step& st, int64_t i) {
   switch (st.kind) {
     case fusion::kBinary: run_functor<BinaryFn<T>, T>(st, i); break;

@@ -13,6 +13,8 @@
 #include <utility>
 
 #include "cuda/check.h"
+#include "cuda/kernels/dtypes.cuh"
+#include "cuda/kernels/fused_steps.cuh"
 #include "cuda/launch.h"
 #include <tapegrad/cuda/stream.h>
 #include "tensor/kernels.h"
@@ -184,14 +186,6 @@ template <class F> struct VecElemSize<F, std::void_t<decltype(F::kElemSize)>> {
   static constexpr int value = F::kElemSize;
 };
 
-// A functor the fused kernel of a captured graph can run declares
-// `static constexpr fusion::Kind kFusion = ...;` (cuda/launch.h): the
-// launch tells its encoder it is fusable.
-template <class F, class = void> struct FusionKindOf { static constexpr fusion::Kind value = fusion::kNone; };
-template <class F> struct FusionKindOf<F, std::void_t<decltype(F::kFusion)>> {
-  static constexpr fusion::Kind value = F::kFusion;
-};
-
 template <int E, class F> __global__ void linear_kernel(LinearArgs a, int64_t n, F f) {
   wait_for_predecessors();
   const int64_t stride = int64_t(blockDim.x) * gridDim.x;
@@ -288,7 +282,7 @@ void describe_step(LaunchEncoder& enc, const void* func, const LinearArgs& a, Sc
   if (dtype != ScalarType::Float32 && dtype != ScalarType::Float64) return;
   static_assert(sizeof(F) <= fusion::kFunctorBytes, "functor too large to fuse");
   fusion::Step st;
-  st.kind = FusionKindOf<F>::value;
+  st.kind = FusedStep<F>::kind;
   st.nops = int8_t(a.nops);
   for (int o = 0; o < a.nops; ++o) {
     if (a.elem[o] != int64_t(element_size(dtype))) return;
@@ -321,49 +315,11 @@ template <class F> void launch(const Tensor* ops, int nops, const char* op, F f)
     LinearArgs a = linear_args(ix, E);
     int64_t work = a.aligned ? std::max<int64_t>(n / (16 / std::max(E, 1)), 1) : n;
     launch_pdl(&linear_kernel<E, F>, grid_for(work), kBlock, s, ops[0].device().index(), op, a, n, f);
-    if constexpr (FusionKindOf<F>::value != fusion::kNone)
+    if constexpr (FusedStep<F>::kind != fusion::kNone)
       describe_step(access, reinterpret_cast<const void*>(&linear_kernel<E, F>), a, ops[0].dtype(), n, f);
     return;
   }
   launch_pdl(&elementwise_kernel<F>, grid_for(n), kBlock, s, ops[0].device().index(), op, ix, n, f);
-}
-
-// ---- dtypes on the device ------------------------------------------------------------
-template <class F> void dispatch_all(ScalarType t, F&& f) {
-  switch (t) {
-    case ScalarType::Float32: f(float{}); return;
-    case ScalarType::Float64: f(double{}); return;
-    case ScalarType::BFloat16: f(__nv_bfloat16{}); return;
-    case ScalarType::Float16: f(__half{}); return;
-    case ScalarType::Int64: f(int64_t{}); return;
-    case ScalarType::Bool: f(bool{}); return;
-  }
-}
-using kernels::dispatch_bytes;
-using kernels::dispatch_compute;
-
-template <class T> constexpr bool is_half_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
-
-template <class S> __device__ float to_float(S s) {
-  if constexpr (std::is_same_v<S, __half>) return __half2float(s);
-  else if constexpr (std::is_same_v<S, __nv_bfloat16>) return __bfloat162float(s);
-  else return float(s);
-}
-
-template <class D, class S> __device__ D convert(S s) {
-  if constexpr (std::is_same_v<D, S>) {
-    return s;
-  } else if constexpr (is_half_v<S>) {
-    return convert<D>(to_float(s));
-  } else if constexpr (std::is_same_v<D, __half>) {
-    return __float2half_rn(float(s));
-  } else if constexpr (std::is_same_v<D, __nv_bfloat16>) {
-    return __float2bfloat16_rn(float(s));
-  } else if constexpr (std::is_same_v<D, bool>) {
-    return s != S(0);
-  } else {
-    return static_cast<D>(s);
-  }
 }
 
 }  // namespace tg::cuda

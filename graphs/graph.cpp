@@ -318,15 +318,8 @@ void CUDAGraph::debug_dump(const std::string& path) const {
                 "debug_dump");
 }
 
-namespace {
-// Exceptions in flight, counted by this library's C++ runtime and by the
-// tensor layer's (see detail::tensor_layer_uncaught_exceptions): an op that
-// cannot be captured throws from the tensor layer.
-int in_flight() { return std::uncaught_exceptions() + detail::tensor_layer_uncaught_exceptions(); }
-}  // namespace
-
 Graph::Graph(CUDAGraph& graph, MempoolId pool, std::optional<Stream> stream, CaptureMode mode)
-    : graph_(graph), uncaught_(in_flight()) {
+    : graph_(graph), uncaught_(std::uncaught_exceptions()) {
   TG_CHECK(is_available(), "Graph: CUDA graphs need a GPU, and none is available");
   caller_ = current_stream(-1);
   capture_stream_ = stream ? *stream : default_capture_stream(caller_.device_index());
@@ -337,7 +330,7 @@ Graph::Graph(CUDAGraph& graph, MempoolId pool, std::optional<Stream> stream, Cap
 }
 
 Graph::~Graph() noexcept(false) {
-  const bool unwinding = in_flight() > uncaught_;
+  const bool unwinding = std::uncaught_exceptions() > uncaught_;
   if (unwinding) {
     try {
       graph_.end_capture(/*abandon=*/true);

@@ -3,6 +3,11 @@
 #include "reference.h"
 #include "tensor/op_util.h"
 
+#include <exception>
+
+#include <tapegrad/cuda/capture.h>
+#include <tapegrad/tensor/raw.h>
+
 namespace tgtest {
 namespace {
 
@@ -200,3 +205,30 @@ TEST(Errors, LibraryStaysUsableAfterErrors) {
 
 }  // namespace
 }  // namespace tgtest
+
+// The libraries share one C++ runtime: an exception thrown by a tensor op
+// (in libtapegrad_tensor) is counted by std::uncaught_exceptions() here as
+// well as there. A runtime copy linked into one library (the static culibos
+// did that with CUDA 13, CMakeLists.txt keeps it out) counts apart, and a
+// guard such as tg::cuda::Graph would then miss the exception and throw
+// while unwinding.
+TEST(Errors, OneCxxRuntimeCountsExceptionsThrownByOps) {
+  struct Seen {
+    int here = -1, tensor_layer = -1;
+  } seen;
+  struct Probe {
+    Seen* seen;
+    ~Probe() {
+      seen->here = std::uncaught_exceptions();
+      seen->tensor_layer = tg::cuda::detail::tensor_layer_uncaught_exceptions();
+    }
+  };
+  EXPECT_THROW(
+      {
+        Probe probe{&seen};
+        tg::raw::add(tg::ones({2, 3}), tg::ones({4}));
+      },
+      tg::Error);
+  EXPECT_EQ(seen.here, 1);
+  EXPECT_EQ(seen.tensor_layer, 1);
+}

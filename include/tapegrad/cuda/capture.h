@@ -53,11 +53,11 @@ bool capture_random(int device, uint64_t n, const int64_t** state, uint64_t* off
 /// nodes use, e.g. a pinned host buffer of a copy) stays alive with that
 /// graph until reset(), and true is returned; else false.
 bool keep_alive_with_capture(const Stream& s, std::shared_ptr<void> owner);
-/// The exceptions in flight as the tensor layer's C++ runtime counts them.
-/// Where a CUDA library links parts of the C++ runtime statically into
-/// libtapegrad_tensor (seen with CUDA 13), an exception it throws is
-/// counted there and not by std::uncaught_exceptions() in the other
-/// libraries; the Graph guard adds both to know whether it is unwinding.
+/// The exceptions in flight as libtapegrad_tensor's C++ runtime counts them:
+/// std::uncaught_exceptions() there. The libraries must share one C++
+/// runtime (a copy linked statically into one of them, as the static culibos
+/// once brought with CUDA 13, would count apart and the Graph guard would
+/// miss an exception thrown by an op); a test compares the two counts.
 int tensor_layer_uncaught_exceptions();
 /// Throws a tg::Error naming `op` and the tensor when `t` is static and a
 /// live graph depends on its address (`what` moves: "its data", "the .grad").

@@ -39,9 +39,14 @@ def render():
            "// rules) when the op is recorded and libtapegrad_autograd is linked, else",
            "// the raw entry tg::raw::name (tensor/<family>.cpp).",
            "#error \"docs/api/ops_generated.txt is for reading, not for compiling\"", ""]
-    for e in ops_page.entries(text):
+    for e in ops_page.entries(text, kernels=True):
         if e[0] == "section":
             out += ["", f"// ---- {e[1]} " + "-" * max(0, 70 - len(e[1]))]
+            continue
+        if e[0] == "kernel":
+            ret, name, kparams = ops_page.split_top(re.match(r"TG_KERNEL\((.*)\)$", e[1]).group(1))
+            out.append(f"/// its kernel, one per device (tensor/<family>.cpp on the CPU, cuda/kernels/ on CUDA):")
+            out.append(f"{ret} (*tg::kernels::Backend::{name}){kparams};")
             continue
         body, doc = e[1], e[2]
         kind, inner = re.match(r"TG_(OP0|OP|FN)\((.*)\)$", body).groups()

@@ -1,5 +1,5 @@
 // Internal: the element math of every elementwise kernel, written once and
-// called from the CPU kernels (tensor/cpu/elementwise.cpp) and the CUDA
+// called from the CPU kernels (tensor/elementwise.cpp) and the CUDA
 // kernels (cuda/kernels/elementwise.cu) alike: binary and unary ops with
 // their NaN and integer rules, comparisons, and the activations' derivatives
 // of orders 0..4 as closed forms (docs/AUTOGRAD.md).

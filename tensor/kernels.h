@@ -67,6 +67,9 @@ struct UnaryParams {
   bool has_a = false, has_b = false;
 };
 
+// The kernels of one device. The slots below are shared by several ops; an
+// op with a kernel of its own declares its slot under its entry in ops.def
+// (TG_KERNEL), expanded at the end.
 struct Backend {
   // dst[i] = convert(src[i]); any dtypes incl. Bool/BFloat16/Float16.
   void (*copy)(const Tensor& dst, const Tensor& src);
@@ -109,13 +112,6 @@ struct Backend {
   // separate product). AccumulateGrad forms a weight's held products into an
   // existing .grad with it (autograd/accumulation.cpp).
   void (*mm_accumulate)(const Tensor& out, const Tensor& a, const Tensor& b);
-  // x contiguous [outer, n, inner]; index Int64 [m] (validated); out [outer, m, inner].
-  void (*index_select)(const Tensor& out, const Tensor& x, const Tensor& index);
-  // out[..i..] = x[..index[..i..] along dim..]; x restrided: index/out shape,
-  // stride 0 on dim, dim_size and dim_stride = x's size and stride on dim
-  // (elements). Any dtype. Index kernels check every index where they run
-  // (the CPU throws; CUDA skips it and reports at the next synchronization).
-  void (*gather)(const Tensor& out, const Tensor& x, const Tensor& index, int64_t dim_size, int64_t dim_stride);
   // Indices that were checked once and may have changed since (a sparse
   // tensor's, through _indices()): index Int64 1-D. CUDA only (the CPU
   // checks on the host): every index outside [0, size) is reported at the
@@ -155,6 +151,17 @@ struct Backend {
   // out[i] = the first position p in `sorted` with sorted[p] >= values[i]
   // (a vectorized lower bound); all Int64, contiguous, 1-D.
   void (*lower_bound)(const Tensor& out, const Tensor& sorted, const Tensor& values);
+
+  // The slots ops.def declares with TG_KERNEL.
+#define TG_OP0(...)
+#define TG_OP(...)
+#define TG_FN(...)
+#define TG_KERNEL(ret, name, params) ret(*name) params;
+#include <tapegrad/tensor/ops.def>
+#undef TG_KERNEL
+#undef TG_FN
+#undef TG_OP
+#undef TG_OP0
 };
 
 // The backend of a device; throws a clear error when the device has none.

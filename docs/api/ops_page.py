@@ -17,7 +17,9 @@ FORMS = {
 }
 
 
-def entries(text):
+def entries(text, kernels=False):
+    """("section", title), ("op", entry, doc), and with kernels=True
+    ("kernel", TG_KERNEL line) for the kernel slots declared under an op."""
     doc, section = [], ""
     lines = text.split("\n")
     i = 0
@@ -33,8 +35,12 @@ def entries(text):
             while body.count("(") > body.count(")"):
                 i += 1
                 body += " " + lines[i].strip()
-            yield ("op", body, " ".join(doc))
-            doc = []
+            if body.startswith("TG_KERNEL("):
+                if kernels:
+                    yield ("kernel", body)
+            else:
+                yield ("op", body, " ".join(doc))
+                doc = []
         i += 1
 
 

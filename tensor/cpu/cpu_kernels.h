@@ -1,4 +1,5 @@
-// Internal: each CPU kernel file fills its part of the CPU Backend table.
+// Internal: each op family (tensor/<family>.cpp, its raw entries followed by
+// its CPU kernels) fills its part of the CPU Backend table.
 #pragma once
 
 #include "tensor/kernels.h"

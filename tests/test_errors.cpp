@@ -206,12 +206,13 @@ TEST(Errors, LibraryStaysUsableAfterErrors) {
 }  // namespace
 }  // namespace tgtest
 
-// The libraries share one C++ runtime: an exception thrown by a tensor op
-// (in libtapegrad_tensor) is counted by std::uncaught_exceptions() here as
-// well as there. A runtime copy linked into one library (the static culibos
-// did that with CUDA 13, CMakeLists.txt keeps it out) counts apart, and a
-// guard such as tg::cuda::Graph would then miss the exception and throw
-// while unwinding.
+// The libraries and the program share one C++ runtime: an exception thrown
+// by a tensor op (in libtapegrad_tensor) is counted by
+// std::uncaught_exceptions() here as well as there. A private copy of
+// libstdc++ in each (a toolchain without libstdc++.so links the static one;
+// CMakeLists.txt then links the shared one by its soname) counts apart, and
+// a guard such as tg::cuda::Graph would miss the exception and throw while
+// unwinding.
 TEST(Errors, OneCxxRuntimeCountsExceptionsThrownByOps) {
   struct Seen {
     int here = -1, tensor_layer = -1;

@@ -55,9 +55,9 @@ bool capture_random(int device, uint64_t n, const int64_t** state, uint64_t* off
 bool keep_alive_with_capture(const Stream& s, std::shared_ptr<void> owner);
 /// The exceptions in flight as libtapegrad_tensor's C++ runtime counts them:
 /// std::uncaught_exceptions() there. The libraries must share one C++
-/// runtime (a copy linked statically into one of them, as the static culibos
-/// once brought with CUDA 13, would count apart and the Graph guard would
-/// miss an exception thrown by an op); a test compares the two counts.
+/// runtime (a static copy of libstdc++ linked into each would count apart,
+/// and the Graph guard would miss an exception thrown by an op); a test
+/// compares the two counts.
 int tensor_layer_uncaught_exceptions();
 /// Throws a tg::Error naming `op` and the tensor when `t` is static and a
 /// live graph depends on its address (`what` moves: "its data", "the .grad").

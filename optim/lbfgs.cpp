@@ -144,7 +144,6 @@ Trial strong_wolfe(const std::function<std::pair<double, Tensor>(double)>& eval,
 
 LBFGS::LBFGS(std::vector<Tensor> params, LBFGSOptions options)
     : Optimizer(std::move(params), options.lr, "LBFGS"), o_(options) {
-  TG_CHECK(!params_.empty(), "LBFGS: got no parameters");
   for (size_t i = 1; i < params_.size(); ++i)
     TG_CHECK(params_[i].dtype() == params_[0].dtype() && params_[i].device() == params_[0].device(),
              "LBFGS: every parameter must have one dtype and device (they are one vector); parameter ", i, " is ",

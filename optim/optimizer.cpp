@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <tuple>
+#include <unordered_map>
 
 #include <string>
 
@@ -19,12 +20,15 @@ namespace tg::optim {
 Optimizer::Optimizer(std::vector<Tensor> params, double lr, const char* name)
     : params_(std::move(params)), lr_(lr), name_(name) {
   TG_CHECK(lr >= 0, name_, ": the learning rate must be >= 0, got ", lr);
+  TG_CHECK(!params_.empty(), name_,
+           ": got an empty parameter list; give it the tensors to optimize (e.g. model.parameters())");
+  std::unordered_map<const void*, size_t> seen;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     TG_CHECK(p.defined() && p.is_floating_point() && p.is_leaf(), name_, ": parameter ", i,
              " must be a floating-point leaf tensor", p.defined() ? "" : " (it is undefined)");
-    for (size_t j = 0; j < i; ++j)
-      TG_CHECK(params_[j].impl() != p.impl(), name_, ": parameter ", i, " is the same tensor as parameter ", j);
+    auto [it, fresh] = seen.emplace(p.impl(), i);
+    TG_CHECK(fresh, name_, ": parameter ", i, " is the same tensor as parameter ", it->second);
   }
 }
 
@@ -62,7 +66,6 @@ void Optimizer::init_fused(bool capturable) {
       why = "parameter " + std::to_string(i) + " is " + std::string(to_string(p.dtype()));
     else if (!p.is_contiguous()) why = "parameter " + std::to_string(i) + " is not contiguous";
   }
-  if (params_.empty()) why = "there are no parameters";
   if (why.empty() && !detail::cuda_multi_tensor_updates()) why = "the build has no multi-tensor update";
   TG_CHECK(!capturable || why.empty(), name_,
            ": capturable needs float32/float64 contiguous parameters on "

@@ -347,6 +347,24 @@ Tensor operator-(Scalar a, const Tensor& b) { return add(neg(b), a); }
 Tensor operator*(Scalar a, const Tensor& b) { return mul(b, a); }
 Tensor operator/(Scalar a, const Tensor& b) { return mul(reciprocal(b), a); }
 Tensor operator-(const Tensor& x) { return neg(x); }
+Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
+Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
+Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
+Tensor operator==(const Tensor& a, Scalar b) { return eq(a, b); }
+Tensor operator!=(const Tensor& a, Scalar b) { return ne(a, b); }
+Tensor operator<(const Tensor& a, Scalar b) { return lt(a, b); }
+Tensor operator<=(const Tensor& a, Scalar b) { return le(a, b); }
+Tensor operator>(const Tensor& a, Scalar b) { return gt(a, b); }
+Tensor operator>=(const Tensor& a, Scalar b) { return ge(a, b); }
+Tensor operator==(Scalar a, const Tensor& b) { return eq(b, a); }
+Tensor operator!=(Scalar a, const Tensor& b) { return ne(b, a); }
+Tensor operator<(Scalar a, const Tensor& b) { return gt(b, a); }
+Tensor operator<=(Scalar a, const Tensor& b) { return ge(b, a); }
+Tensor operator>(Scalar a, const Tensor& b) { return lt(b, a); }
+Tensor operator>=(Scalar a, const Tensor& b) { return le(b, a); }
 Tensor& operator+=(Tensor& a, const Tensor& b) {
   a.add_(b);
   return a;

@@ -40,6 +40,26 @@ TEST(CudaGpuOps, RoundTripsEveryDtype) {
   }
 }
 
+// The comparison operators on the GPU: the CPU's Bool results, tensor with
+// tensor (broadcast, strided) and with a scalar on either side.
+TEST(CudaGpuOps, ComparisonOperatorsMatchTheCpu) {
+  REQUIRE_GPU();
+  const tg::Device cpu(tg::kCPU);
+  Tensor a = tg::tensor({1, 2, 3, 4, 5, 6}, {2, 3}, tg::kFloat64), b = tg::tensor({2, 5, 3}, {3}, tg::kInt64);
+  Tensor ga = a.to(kGpu), gb = b.to(kGpu);
+  const std::vector<std::pair<Tensor, Tensor>> pairs = {
+      {ga < gb, a < b},          {ga <= gb, a <= b},
+      {ga > gb, a > b},          {ga >= gb, a >= b},
+      {ga == gb, a == b},        {ga != gb, a != b},
+      {ga > 3.5, a > 3.5},       {2 >= ga, 2 >= a},
+      {ga.t() != 4, a.t() != 4}, {gb.view({3, 1}) < ga.t(), b.view({3, 1}) < a.t()}};
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    EXPECT_TRUE(pairs[i].first.is_cuda()) << "case " << i;
+    EXPECT_EQ(pairs[i].first.dtype(), tg::kBool) << "case " << i;
+    EXPECT_TRUE(tg::equal(pairs[i].first.to(cpu), pairs[i].second)) << "case " << i;
+  }
+}
+
 TEST(CudaGpuOps, CopyConvertsEveryDtypePair) {
   REQUIRE_GPU();
   std::vector<tg::ScalarType> all{tg::kFloat32, tg::kFloat64, tg::kBFloat16, tg::kFloat16, tg::kInt64, tg::kBool};

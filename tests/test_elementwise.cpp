@@ -235,6 +235,34 @@ TEST(Compare, AllOpsWithBroadcastAndScalars) {
   expect_values(tg::eq(a, 2), {0, 1, 0, 0, 0, 0}, 0, "eq scalar");
 }
 
+// The C++ comparison operators are the comparison ops: Bool results of the
+// broadcast shape, never recorded; a scalar on the left mirrors the
+// comparison (0.5 < x is x > 0.5).
+TEST(Compare, OperatorsAreTheOpsOnEitherSide) {
+  Tensor a = tg::tensor({1, 2, 3, 4, 5, 6}, {2, 3}, tg::kFloat64).requires_grad_();
+  Tensor b = tg::tensor({2, 2, 2}, {3}, tg::kInt64);
+  const std::vector<std::pair<Tensor, std::vector<double>>> cases = {
+      {a < b, {1, 0, 0, 0, 0, 0}},       {a <= b, {1, 1, 0, 0, 0, 0}},
+      {a > b, {0, 0, 1, 1, 1, 1}},       {a >= b, {0, 1, 1, 1, 1, 1}},
+      {a == b, {0, 1, 0, 0, 0, 0}},      {a != b, {1, 0, 1, 1, 1, 1}},
+      {a > 3.5, {0, 0, 0, 1, 1, 1}},     {a <= 2, {1, 1, 0, 0, 0, 0}},
+      {a == 5, {0, 0, 0, 0, 1, 0}},      {a != 5, {1, 1, 1, 1, 0, 1}},
+      {a < 2, {1, 0, 0, 0, 0, 0}},       {a >= 6, {0, 0, 0, 0, 0, 1}},
+      {3.5 < a, {0, 0, 0, 1, 1, 1}},     {2 >= a, {1, 1, 0, 0, 0, 0}},
+      {5 == a, {0, 0, 0, 0, 1, 0}},      {5 != a, {1, 1, 1, 1, 0, 1}},
+      {2 > a, {1, 0, 0, 0, 0, 0}},       {6 <= a, {0, 0, 0, 0, 0, 1}},
+      {a.t() > 2.5, {0, 1, 0, 1, 1, 1}}, {b.view({3, 1}) > a.t(), {1, 0, 0, 0, 0, 0}}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Tensor& r = cases[i].first;
+    EXPECT_EQ(r.dtype(), tg::kBool) << "case " << i;
+    EXPECT_FALSE(r.requires_grad()) << "case " << i;
+    EXPECT_EQ(r.sizes(), (i + 2 == cases.size() || i + 1 == cases.size() ? tg::IntList{3, 2} : tg::IntList{2, 3}))
+        << "case " << i;
+    expect_values(r, cases[i].second, 0, "operator case " + std::to_string(i));
+  }
+  EXPECT_THROW(a < tg::ones({4}), tg::Error);  // shapes that do not broadcast
+}
+
 TEST(Where, BroadcastsAndPromotes) {
   Tensor c = tg::gt(tg::tensor({1, -1, 2}, {}, tg::kFloat32), 0);
   Tensor a = tg::tensor({10, 20, 30, 40, 50, 60}, {2, 3}, tg::kFloat64);

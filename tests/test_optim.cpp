@@ -214,6 +214,10 @@ TEST(Optim, StepSkipsParametersWithoutGradientsAndUpdatesInPlace) {
   EXPECT_EQ(opt.steps(), 1);
   EXPECT_ERROR_CONTAINS(optim::SGD({tg::ones({2}, tg::TensorOptions().dtype(tg::kInt64))}), "SGD: parameter 0");
   EXPECT_ERROR_CONTAINS(optim::SGD({a, a}), "is the same tensor as parameter 0");
+  EXPECT_ERROR_CONTAINS(optim::SGD({b, a, b}), "SGD: parameter 2 is the same tensor as parameter 0");
+  EXPECT_ERROR_CONTAINS(optim::SGD({}), "SGD: got an empty parameter list");
+  EXPECT_ERROR_CONTAINS(optim::Adam({}), "Adam: got an empty parameter list");
+  EXPECT_ERROR_CONTAINS(optim::LBFGS({}), "LBFGS: got an empty parameter list");
   EXPECT_ERROR_CONTAINS(optim::Adam({a}, optim::AdamOptions{0.1, 1.0}), "betas must be in [0, 1)");
 }
 

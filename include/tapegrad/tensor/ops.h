@@ -154,6 +154,27 @@ Tensor& operator+=(Tensor& a, Scalar b);
 Tensor& operator-=(Tensor& a, Scalar b);
 Tensor& operator*=(Tensor& a, Scalar b);
 Tensor& operator/=(Tensor& a, Scalar b);
+/// Comparisons as eq, ne, lt, le, gt, ge: Bool tensors of the broadcast
+/// shape, never recorded; tensor with tensor, tensor with scalar (`x > 0.0`)
+/// and scalar with tensor (`0.0 < x`, the comparison mirrored).
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, Scalar b);
+Tensor operator!=(const Tensor& a, Scalar b);
+Tensor operator<(const Tensor& a, Scalar b);
+Tensor operator<=(const Tensor& a, Scalar b);
+Tensor operator>(const Tensor& a, Scalar b);
+Tensor operator>=(const Tensor& a, Scalar b);
+Tensor operator==(Scalar a, const Tensor& b);
+Tensor operator!=(Scalar a, const Tensor& b);
+Tensor operator<(Scalar a, const Tensor& b);
+Tensor operator<=(Scalar a, const Tensor& b);
+Tensor operator>(Scalar a, const Tensor& b);
+Tensor operator>=(Scalar a, const Tensor& b);
 ///@}
 
 }  // namespace tg

@@ -267,6 +267,28 @@ Tensor le(const Tensor& a, Scalar b) { return raw::le(a, scalar_like(b, a, "le")
 Tensor gt(const Tensor& a, Scalar b) { return raw::gt(a, scalar_like(b, a, "gt")); }
 Tensor ge(const Tensor& a, Scalar b) { return raw::ge(a, scalar_like(b, a, "ge")); }
 
+// The logical ops, as comparisons under their own names: with p = a != 0
+// and z = b == 0 (Bool, false < true), a and b is p > z, a or b is p >= z;
+// a xor b is p != (b != 0).
+Tensor logical_not(const Tensor& x) {
+  return compare(CompareOp::Eq, x, scalar_like(0, x, "logical_not"), "logical_not");
+}
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  const char* name = "logical_and";
+  return compare(CompareOp::Gt, compare(CompareOp::Ne, a, scalar_like(0, a, name), name),
+                 compare(CompareOp::Eq, b, scalar_like(0, b, name), name), name);
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  const char* name = "logical_or";
+  return compare(CompareOp::Ge, compare(CompareOp::Ne, a, scalar_like(0, a, name), name),
+                 compare(CompareOp::Eq, b, scalar_like(0, b, name), name), name);
+}
+Tensor logical_xor(const Tensor& a, const Tensor& b) {
+  const char* name = "logical_xor";
+  return compare(CompareOp::Ne, compare(CompareOp::Ne, a, scalar_like(0, a, name), name),
+                 compare(CompareOp::Ne, b, scalar_like(0, b, name), name), name);
+}
+
 // The plain unary ops: one definition per line of unary.def (neg of a
 // sparse tensor negates its values).
 #define TG_UNARY(name, Kernel, float_only, ...)                                                    \
@@ -365,6 +387,35 @@ Tensor operator<(Scalar a, const Tensor& b) { return gt(b, a); }
 Tensor operator<=(Scalar a, const Tensor& b) { return ge(b, a); }
 Tensor operator>(Scalar a, const Tensor& b) { return lt(b, a); }
 Tensor operator>=(Scalar a, const Tensor& b) { return le(b, a); }
+
+namespace {
+// The operands of a Bool-only operator (`op`: its spelling).
+void check_bool(const char* op, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts) {
+    detail::check_defined(*t, op);
+    TG_CHECK(t->dtype() == kBool, op, ": defined on Bool tensors only, got ", t->dtype(),
+             " (bitwise operators are not supported; use logical_and, logical_or, logical_xor or logical_not)");
+  }
+}
+}  // namespace
+
+Tensor operator!(const Tensor& x) { return logical_not(x); }
+Tensor operator~(const Tensor& x) {
+  check_bool("operator~", {&x});
+  return logical_not(x);
+}
+Tensor operator&(const Tensor& a, const Tensor& b) {
+  check_bool("operator&", {&a, &b});
+  return logical_and(a, b);
+}
+Tensor operator|(const Tensor& a, const Tensor& b) {
+  check_bool("operator|", {&a, &b});
+  return logical_or(a, b);
+}
+Tensor operator^(const Tensor& a, const Tensor& b) {
+  check_bool("operator^", {&a, &b});
+  return logical_xor(a, b);
+}
 Tensor& operator+=(Tensor& a, const Tensor& b) {
   a.add_(b);
   return a;

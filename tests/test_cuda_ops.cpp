@@ -40,8 +40,8 @@ TEST(CudaGpuOps, RoundTripsEveryDtype) {
   }
 }
 
-// The comparison operators on the GPU: the CPU's Bool results, tensor with
-// tensor (broadcast, strided) and with a scalar on either side.
+// The comparison and logical operators and ops on the GPU: the CPU's Bool
+// results, tensor with tensor (broadcast, strided) and with a scalar.
 TEST(CudaGpuOps, ComparisonOperatorsMatchTheCpu) {
   REQUIRE_GPU();
   const tg::Device cpu(tg::kCPU);
@@ -53,10 +53,22 @@ TEST(CudaGpuOps, ComparisonOperatorsMatchTheCpu) {
       {ga == gb, a == b},        {ga != gb, a != b},
       {ga > 3.5, a > 3.5},       {2 >= ga, 2 >= a},
       {ga.t() != 4, a.t() != 4}, {gb.view({3, 1}) < ga.t(), b.view({3, 1}) < a.t()}};
-  for (size_t i = 0; i < pairs.size(); ++i) {
-    EXPECT_TRUE(pairs[i].first.is_cuda()) << "case " << i;
-    EXPECT_EQ(pairs[i].first.dtype(), tg::kBool) << "case " << i;
-    EXPECT_TRUE(tg::equal(pairs[i].first.to(cpu), pairs[i].second)) << "case " << i;
+  std::vector<std::pair<Tensor, Tensor>> all = pairs;
+  Tensor gp = ga > 2.5, p = a > 2.5, gq = gb > 2, q = b > 2;
+  for (auto& c : std::vector<std::pair<Tensor, Tensor>>{
+           {tg::logical_and(ga, gb - 3), tg::logical_and(a, b - 3)},
+           {tg::logical_or(ga - 1, gb - 2), tg::logical_or(a - 1, b - 2)},
+           {tg::logical_xor(ga.t(), gb.view({3, 1})), tg::logical_xor(a.t(), b.view({3, 1}))},
+           {!(ga - 2), !(a - 2)},
+           {gp & gq, p & q},
+           {gp | gq, p | q},
+           {gp ^ gq, p ^ q},
+           {~gp, ~p}})
+    all.push_back(c);
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_TRUE(all[i].first.is_cuda()) << "case " << i;
+    EXPECT_EQ(all[i].first.dtype(), tg::kBool) << "case " << i;
+    EXPECT_TRUE(tg::equal(all[i].first.to(cpu), all[i].second)) << "case " << i;
   }
 }
 

@@ -263,6 +263,33 @@ TEST(Compare, OperatorsAreTheOpsOnEitherSide) {
   EXPECT_THROW(a < tg::ones({4}), tg::Error);  // shapes that do not broadcast
 }
 
+// The logical ops on every dtype (nonzero is true, NaN included), with
+// broadcasting; the operators: ! on any dtype, & | ^ ~ on Bool only (an
+// error names the operator otherwise, as LibTorch's are bitwise there).
+TEST(Compare, LogicalOpsAndOperators) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor a = tg::tensor({0, 1, -2, nan, 0, 3}, {2, 3}, tg::kFloat64);
+  Tensor b = tg::tensor({0, 5, 0}, {3}, tg::kInt64);
+  expect_values(tg::logical_and(a, b), {0, 1, 0, 0, 0, 0}, 0, "logical_and");
+  expect_values(tg::logical_or(a, b), {0, 1, 1, 1, 1, 1}, 0, "logical_or");
+  expect_values(tg::logical_xor(a, b), {0, 0, 1, 1, 1, 1}, 0, "logical_xor");
+  expect_values(tg::logical_not(a), {1, 0, 0, 0, 1, 0}, 0, "logical_not");
+  expect_values(a.logical_and(b.to(tg::kBool)), {0, 1, 0, 0, 0, 0}, 0, "logical_and method, Bool operand");
+  expect_values(!a, {1, 0, 0, 0, 1, 0}, 0, "!");
+  for (const Tensor& r : {tg::logical_and(a, b), tg::logical_not(a.t()), !b})
+    EXPECT_EQ(r.dtype(), tg::kBool);
+  Tensor p = a > 0.0, q = tg::tensor({1, 0, 1}, {3}, tg::kFloat32) > 0.5;
+  expect_values(p & q, {0, 0, 0, 0, 0, 1}, 0, "&");
+  expect_values(p | q, {1, 1, 1, 1, 0, 1}, 0, "|");
+  expect_values(p ^ q, {1, 1, 1, 1, 0, 0}, 0, "^");
+  expect_values(~p, {1, 0, 1, 1, 1, 0}, 0, "~");
+  EXPECT_ERROR_CONTAINS(a & b, "operator&: defined on Bool tensors only, got Float64");
+  EXPECT_ERROR_CONTAINS(p | b, "operator|: defined on Bool tensors only, got Int64");
+  EXPECT_ERROR_CONTAINS(~b, "operator~: defined on Bool tensors only");
+  EXPECT_ERROR_CONTAINS(tg::logical_and(a, tg::ones({4})), "logical_and");
+  EXPECT_ERROR_CONTAINS(tg::logical_not(Tensor()), "logical_not");
+}
+
 TEST(Where, BroadcastsAndPromotes) {
   Tensor c = tg::gt(tg::tensor({1, -1, 2}, {}, tg::kFloat32), 0);
   Tensor a = tg::tensor({10, 20, 30, 40, 50, 60}, {2, 3}, tg::kFloat64);

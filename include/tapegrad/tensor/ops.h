@@ -175,6 +175,16 @@ Tensor operator<(Scalar a, const Tensor& b);
 Tensor operator<=(Scalar a, const Tensor& b);
 Tensor operator>(Scalar a, const Tensor& b);
 Tensor operator>=(Scalar a, const Tensor& b);
+/// Logical operators: `!x` is logical_not (any dtype). `&`, `|`, `^` and
+/// `~` are logical_and, logical_or, logical_xor and logical_not on Bool
+/// tensors, as LibTorch's on Bool; on other dtypes LibTorch's are bitwise,
+/// which tapegrad does not have, so they throw, naming the operator (use
+/// the logical ops).
+Tensor operator!(const Tensor& x);
+Tensor operator~(const Tensor& x);
+Tensor operator&(const Tensor& a, const Tensor& b);
+Tensor operator|(const Tensor& a, const Tensor& b);
+Tensor operator^(const Tensor& a, const Tensor& b);
 ///@}
 
 }  // namespace tg

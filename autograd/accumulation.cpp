@@ -108,6 +108,13 @@ const Tensor& HeldContributions::first() const {
 
 Tensor HeldContributions::form(const Contribution& c) { return raw::mm(c.l.t(), c.r); }
 
+std::vector<std::pair<Tensor, Tensor>> HeldContributions::take_products() {
+  std::vector<std::pair<Tensor, Tensor>> products = std::move(products_);
+  products_.clear();
+  product_bytes_ = 0;
+  return products;
+}
+
 void HeldContributions::sum_into(Tensor& grad) {
   // The summands, in place when grad is ours alone (as
   // accumulate_into_buffer's case 4).
@@ -120,9 +127,7 @@ void HeldContributions::sum_into(Tensor& grad) {
     grad = std::move(out);
   };
   if (!products_.empty()) {
-    std::vector<std::pair<Tensor, Tensor>> products = std::move(products_);
-    products_.clear();
-    product_bytes_ = 0;
+    std::vector<std::pair<Tensor, Tensor>> products = take_products();
     Tensor s = detail::sum_of_products(products);
     products.clear();
     if (!grad.defined()) {
@@ -145,9 +150,7 @@ bool HeldContributions::form_into(const Tensor& target) {
   if (!mm_accumulate || target.dtype() != l0.dtype() || target.device() != l0.device() ||
       target.sizes() != IntList{l0.size(1), products_.front().second.size(1)} || !target.is_contiguous())
     return false;
-  std::vector<std::pair<Tensor, Tensor>> products = std::move(products_);
-  products_.clear();
-  product_bytes_ = 0;
+  std::vector<std::pair<Tensor, Tensor>> products = take_products();
   auto [L, R] = concatenated(products);
   products.clear();
   mm_accumulate(target, L.t(), R);

@@ -73,6 +73,8 @@ class HeldContributions {
   static Tensor form(const Contribution& c);
 
  private:
+  // Empties the held products, returning them.
+  std::vector<std::pair<Tensor, Tensor>> take_products();
   std::vector<Tensor> summands_;
   std::vector<std::pair<Tensor, Tensor>> products_;
   int64_t product_bytes_ = 0;

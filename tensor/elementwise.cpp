@@ -270,23 +270,23 @@ Tensor ge(const Tensor& a, Scalar b) { return raw::ge(a, scalar_like(b, a, "ge")
 // The logical ops, as comparisons under their own names: with p = a != 0
 // and z = b == 0 (Bool, false < true), a and b is p > z, a or b is p >= z;
 // a xor b is p != (b != 0).
-Tensor logical_not(const Tensor& x) {
-  return compare(CompareOp::Eq, x, scalar_like(0, x, "logical_not"), "logical_not");
+namespace {
+Tensor vs_zero(CompareOp op, const Tensor& x, const char* name) {
+  return compare(op, x, scalar_like(0, x, name), name);
 }
+}  // namespace
+Tensor logical_not(const Tensor& x) { return vs_zero(CompareOp::Eq, x, "logical_not"); }
 Tensor logical_and(const Tensor& a, const Tensor& b) {
   const char* name = "logical_and";
-  return compare(CompareOp::Gt, compare(CompareOp::Ne, a, scalar_like(0, a, name), name),
-                 compare(CompareOp::Eq, b, scalar_like(0, b, name), name), name);
+  return compare(CompareOp::Gt, vs_zero(CompareOp::Ne, a, name), vs_zero(CompareOp::Eq, b, name), name);
 }
 Tensor logical_or(const Tensor& a, const Tensor& b) {
   const char* name = "logical_or";
-  return compare(CompareOp::Ge, compare(CompareOp::Ne, a, scalar_like(0, a, name), name),
-                 compare(CompareOp::Eq, b, scalar_like(0, b, name), name), name);
+  return compare(CompareOp::Ge, vs_zero(CompareOp::Ne, a, name), vs_zero(CompareOp::Eq, b, name), name);
 }
 Tensor logical_xor(const Tensor& a, const Tensor& b) {
   const char* name = "logical_xor";
-  return compare(CompareOp::Ne, compare(CompareOp::Ne, a, scalar_like(0, a, name), name),
-                 compare(CompareOp::Ne, b, scalar_like(0, b, name), name), name);
+  return compare(CompareOp::Ne, vs_zero(CompareOp::Ne, a, name), vs_zero(CompareOp::Ne, b, name), name);
 }
 
 // The plain unary ops: one definition per line of unary.def (neg of a

@@ -536,25 +536,11 @@ PYBIND11_MODULE(_C, m) {
 
   // Ops.
   for (auto [name, fn] : std::initializer_list<std::pair<const char*, Tensor (*)(const Tensor&)>>{
-           {"exp", [](const Tensor& x) { return tg::exp(x); }},
-           {"log", [](const Tensor& x) { return tg::log(x); }},
-           {"sin", [](const Tensor& x) { return tg::sin(x); }},
-           {"cos", [](const Tensor& x) { return tg::cos(x); }},
-           {"tan", [](const Tensor& x) { return tg::tan(x); }},
-           {"tanh", [](const Tensor& x) { return tg::tanh(x); }},
-           {"sigmoid", [](const Tensor& x) { return tg::sigmoid(x); }},
-           {"relu", [](const Tensor& x) { return tg::relu(x); }},
-           {"silu", [](const Tensor& x) { return tg::silu(x); }},
+#define TG_UNARY(name, ...) {#name, [](const Tensor& x) { return tg::name(x); }},
+#include <tapegrad/tensor/unary.def>
+#undef TG_UNARY
            {"gelu", [](const Tensor& x) { return tg::gelu(x); }},
            {"softplus", [](const Tensor& x) { return tg::softplus(x); }},
-           {"sqrt", [](const Tensor& x) { return tg::sqrt(x); }},
-           {"rsqrt", [](const Tensor& x) { return tg::rsqrt(x); }},
-           {"square", [](const Tensor& x) { return tg::square(x); }},
-           {"abs", [](const Tensor& x) { return tg::abs(x); }},
-           {"neg", [](const Tensor& x) { return tg::neg(x); }},
-           {"reciprocal", [](const Tensor& x) { return tg::reciprocal(x); }},
-           {"log1p", [](const Tensor& x) { return tg::log1p(x); }},
-           {"expm1", [](const Tensor& x) { return tg::expm1(x); }},
        })
     m.def(name, fn);
   m.def("matmul", [](const Tensor& a, const Tensor& b) { return tg::matmul(a, b); });

@@ -74,6 +74,25 @@ template <BinaryOp Op, class T> TG_HOST_DEVICE inline T binary_fn(T a, T b) {
   } else if constexpr (Op == BinaryOp::Pow) {
     if constexpr (kInt) return ipow(a, b);
     else return pow(a, b);
+  } else if constexpr (Op == BinaryOp::Atan2 || Op == BinaryOp::Hypot) {
+    using std::atan2;
+    using std::hypot;
+    if constexpr (kInt) return a;  // float-only: the op layer converts integers
+    else if constexpr (Op == BinaryOp::Atan2) return atan2(a, b);
+    else return hypot(a, b);
+  } else if constexpr (Op == BinaryOp::Fmod || Op == BinaryOp::Remainder) {
+    // fmod: the sign of a (C's); remainder: the sign of b (Python's), as
+    // PyTorch computes it: fmod shifted by b when the signs differ. Integer
+    // division by 0 is refused by the op layer; -1 never traps.
+    T r;
+    if constexpr (kInt) r = (b == 0 || b == T(-1)) ? T(0) : T(a % b);
+    else {
+      using std::fmod;
+      r = fmod(a, b);
+    }
+    if constexpr (Op == BinaryOp::Remainder)
+      if (r != T(0) && ((r < T(0)) != (b < T(0)))) r = r + b;
+    return r;
   } else {  // Max, Min: NaN propagates, as torch.maximum/minimum
     if constexpr (!kInt)
       if (a != a || b != b) return a != a ? a : b;
@@ -91,6 +110,10 @@ template <class T> TG_HOST_DEVICE inline T binary_apply(BinaryOp op, T a, T b) {
     case BinaryOp::Pow: return binary_fn<BinaryOp::Pow>(a, b);
     case BinaryOp::Max: return binary_fn<BinaryOp::Max>(a, b);
     case BinaryOp::Min: return binary_fn<BinaryOp::Min>(a, b);
+    case BinaryOp::Atan2: return binary_fn<BinaryOp::Atan2>(a, b);
+    case BinaryOp::Hypot: return binary_fn<BinaryOp::Hypot>(a, b);
+    case BinaryOp::Fmod: return binary_fn<BinaryOp::Fmod>(a, b);
+    case BinaryOp::Remainder: return binary_fn<BinaryOp::Remainder>(a, b);
   }
   return T(0);
 }
@@ -105,6 +128,23 @@ template <class T> TG_HOST_DEVICE inline bool compare_apply(CompareOp op, T a, T
     case CompareOp::Ge: return a >= b;
   }
   return false;
+}
+
+// floor, ceil, round (halves to even) and trunc; integers are unchanged.
+enum class RoundMode { Floor, Ceil, Nearest, Trunc };
+template <RoundMode M, class T> TG_HOST_DEVICE inline T to_integer(T x) {
+  if constexpr (std::is_integral_v<T>) {
+    return x;
+  } else {
+    using std::ceil;
+    using std::floor;
+    using std::rint;
+    using std::trunc;
+    if constexpr (M == RoundMode::Floor) return floor(x);
+    else if constexpr (M == RoundMode::Ceil) return ceil(x);
+    else if constexpr (M == RoundMode::Nearest) return rint(x);  // the default rounding: halves to even
+    else return trunc(x);
+  }
 }
 
 // The unary ops' parameters in the compute type (UnaryParams: softplus a =
@@ -134,16 +174,22 @@ template <UnaryOp Op, class T> TG_HOST_DEVICE inline T unary_fn(T x, const Unary
   // The math functions a unary.def formula may call (float and double
   // overloads, host and device).
   using std::acos;
+  using std::acosh;
   using std::asin;
+  using std::asinh;
   using std::atan;
+  using std::atanh;
   using std::cbrt;
   using std::cos;
   using std::cosh;
   using std::erf;
   using std::exp;
+  using std::exp2;
   using std::expm1;
   using std::log;
+  using std::log10;
   using std::log1p;
+  using std::log2;
   using std::sin;
   using std::sinh;
   using std::sqrt;
@@ -200,7 +246,10 @@ template <class F> inline void visit_binary(BinaryOp op, F&& f) {
   switch (op) {
 #define TG_CASE(o) \
   case BinaryOp::o: return f(std::integral_constant<BinaryOp, BinaryOp::o>{});
+    // clang-format off
     TG_CASE(Add) TG_CASE(Sub) TG_CASE(Mul) TG_CASE(Div) TG_CASE(Pow) TG_CASE(Max) TG_CASE(Min)
+    TG_CASE(Atan2) TG_CASE(Hypot) TG_CASE(Fmod) TG_CASE(Remainder)
+    // clang-format on
 #undef TG_CASE
   }
 }

@@ -45,13 +45,20 @@ const char* binary_name(BinaryOp op) {
     case BinaryOp::Pow: return "pow";
     case BinaryOp::Max: return "maximum";
     case BinaryOp::Min: return "minimum";
+    case BinaryOp::Atan2: return "atan2";
+    case BinaryOp::Hypot: return "hypot";
+    case BinaryOp::Fmod: return "fmod";
+    case BinaryOp::Remainder: return "remainder";
   }
   return "?";
 }
 
 ScalarType binary_result_type(BinaryOp op, ScalarType a, ScalarType b, const char* name) {
   ScalarType rt = promote_types(a, b);
-  if (op == BinaryOp::Div && !is_floating_point(rt)) rt = kFloat32;
+  const bool float_only = op == BinaryOp::Div || op == BinaryOp::Atan2 || op == BinaryOp::Hypot;
+  if (float_only && !is_floating_point(rt)) rt = kFloat32;
+  TG_CHECK(!((op == BinaryOp::Fmod || op == BinaryOp::Remainder) && rt == kBool), name,
+           ": not defined on two Bool tensors; convert them with .to(kInt64)");
   TG_CHECK(!(op == BinaryOp::Sub && rt == kBool), name,
            ": subtracting two Bool tensors is not supported; use .to(kInt64) "
            "or logical ops");
@@ -232,6 +239,26 @@ Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Div, a, b
 Tensor pow(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Pow, a, b); }
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Max, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Min, a, b); }
+Tensor atan2(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Atan2, a, b); }
+Tensor hypot(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Hypot, a, b); }
+// Integer division by zero is refused, as PyTorch's ZeroDivisionError (one
+// look at the divisor: a host sync on a GPU, integer tensors only).
+static Tensor integer_modulo(BinaryOp op, const Tensor& a, const Tensor& b) {
+  if (a.defined() && b.defined() && !is_floating_point(promote_types(a.dtype(), b.dtype())) && b.numel() > 0)
+    TG_CHECK(raw::sum(raw::eq(b, Scalar(int64_t(0)))).item<int64_t>() == 0, binary_name(op),
+             ": integer division by zero (the divisor ", shape_str(b.sizes()), " ", b.dtype(),
+             " holds a 0); use floating-point operands for NaN results");
+  return binary(op, a, b);
+}
+Tensor fmod(const Tensor& a, const Tensor& b) { return integer_modulo(BinaryOp::Fmod, a, b); }
+static Tensor integer_modulo(BinaryOp op, const Tensor& a, Scalar b) {
+  TG_CHECK(!(b.is_integral() && b.to_int() == 0 && a.defined() && !is_floating_point(a.dtype())), binary_name(op),
+           ": integer division by zero (", a.dtype(), " tensor by the number 0)");
+  return binary(op, a, b);
+}
+Tensor fmod(const Tensor& a, Scalar b) { return integer_modulo(BinaryOp::Fmod, a, b); }
+Tensor remainder(const Tensor& a, Scalar b) { return integer_modulo(BinaryOp::Remainder, a, b); }
+Tensor remainder(const Tensor& a, const Tensor& b) { return integer_modulo(BinaryOp::Remainder, a, b); }
 Tensor add(const Tensor& a, Scalar b) { return binary(BinaryOp::Add, a, b); }
 Tensor sub(const Tensor& a, Scalar b) { return binary(BinaryOp::Sub, a, b); }
 Tensor mul(const Tensor& a, Scalar b) {

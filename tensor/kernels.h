@@ -37,7 +37,7 @@ template <class F> void dispatch_bytes(size_t bytes, F&& f) {
   }
 }
 
-enum class BinaryOp { Add, Sub, Mul, Div, Pow, Max, Min };
+enum class BinaryOp { Add, Sub, Mul, Div, Pow, Max, Min, Atan2, Hypot, Fmod, Remainder };
 enum class CompareOp { Eq, Ne, Lt, Le, Gt, Ge };
 // The plain unary ops of <tapegrad/tensor/unary.def>, then those with
 // parameters.

@@ -126,6 +126,22 @@ TEST(CudaGpuOps, UnaryOpsMatchCpu) {
       {"sign", [](const Tensor& x) { return tg::sign(x); }, -3, 3},
       {"square", [](const Tensor& x) { return tg::square(x); }, -3, 3},
       {"reciprocal", [](const Tensor& x) { return tg::reciprocal(x); }, 0.1, 3},
+      {"asin", [](const Tensor& x) { return tg::asin(x); }, -0.9, 0.9},
+      {"acos", [](const Tensor& x) { return tg::acos(x); }, -0.9, 0.9},
+      {"atan", [](const Tensor& x) { return tg::atan(x); }, -3, 3},
+      {"sinh", [](const Tensor& x) { return tg::sinh(x); }, -3, 3},
+      {"cosh", [](const Tensor& x) { return tg::cosh(x); }, -3, 3},
+      {"asinh", [](const Tensor& x) { return tg::asinh(x); }, -3, 3},
+      {"acosh", [](const Tensor& x) { return tg::acosh(x); }, 1.1, 3},
+      {"atanh", [](const Tensor& x) { return tg::atanh(x); }, -0.9, 0.9},
+      {"log2", [](const Tensor& x) { return tg::log2(x); }, 0.1, 3},
+      {"log10", [](const Tensor& x) { return tg::log10(x); }, 0.1, 3},
+      {"exp2", [](const Tensor& x) { return tg::exp2(x); }, -3, 3},
+      {"floor", [](const Tensor& x) { return tg::floor(x); }, -3, 3},
+      {"ceil", [](const Tensor& x) { return tg::ceil(x); }, -3, 3},
+      {"round", [](const Tensor& x) { return tg::round(x); }, -3, 3},
+      {"trunc", [](const Tensor& x) { return tg::trunc(x); }, -3, 3},
+      {"frac", [](const Tensor& x) { return tg::frac(x); }, -3, 3},
       {"clamp", [](const Tensor& x) { return tg::clamp(x, -0.5, 0.7); }, -3, 3},
       {"pow_scalar", [](const Tensor& x) { return tg::pow(x, 2.5); }, 0.1, 3},
       {"mul_scalar", [](const Tensor& x) { return x * 1.5 + 2.0; }, -3, 3},
@@ -140,6 +156,7 @@ TEST(CudaGpuOps, UnaryOpsMatchCpu) {
   Tensor i = tg::tensor({-3, -1, 0, 2, 5}, {}, tg::TensorOptions().dtype(tg::kInt64));
   EXPECT_TRUE(tg::equal(tg::abs(i.to(kGpu)).to(tg::Device(tg::kCPU)), tg::abs(i)));
   EXPECT_TRUE(tg::equal(tg::clamp(i.to(kGpu), -1, 3).to(tg::Device(tg::kCPU)), tg::clamp(i, -1, 3)));
+  EXPECT_TRUE(tg::equal(tg::floor(i.to(kGpu)).to(tg::Device(tg::kCPU)), i));
 }
 
 TEST(CudaGpuOps, BinaryCompareAndWhereMatchCpu) {
@@ -152,6 +169,10 @@ TEST(CudaGpuOps, BinaryCompareAndWhereMatchCpu) {
       {"pow", [](const Tensor& a, const Tensor& b) { return tg::pow(tg::abs(a), b); }},
       {"maximum", [](const Tensor& a, const Tensor& b) { return tg::maximum(a, b); }},
       {"minimum", [](const Tensor& a, const Tensor& b) { return tg::minimum(a, b); }},
+      {"atan2", [](const Tensor& a, const Tensor& b) { return tg::atan2(a, b); }},
+      {"hypot", [](const Tensor& a, const Tensor& b) { return tg::hypot(a, b); }},
+      {"fmod", [](const Tensor& a, const Tensor& b) { return tg::fmod(a * 3.0, b); }},
+      {"remainder", [](const Tensor& a, const Tensor& b) { return tg::remainder(a * 3.0, b); }},
       {"lt", [](const Tensor& a, const Tensor& b) { return tg::lt(a, b); }},
       {"ge", [](const Tensor& a, const Tensor& b) { return tg::ge(a, b); }},
       {"eq", [](const Tensor& a, const Tensor& b) { return tg::eq(a, tg::maximum(a, b)); }},

@@ -116,6 +116,12 @@ std::vector<OpEntry> op_entries() {
       {"pow", F2(pow(x, y)), binary_samples(0.5, 2)},
       {"maximum", F2(maximum(x, y)), binary_samples()},
       {"minimum", F2(minimum(x, y)), binary_samples()},
+      {"atan2", F2(atan2(x, y)), binary_samples()},
+      {"hypot", F2(hypot(x, y)), binary_samples(0.5, 2)},
+      {"fmod", F2(fmod(x * 3.0, y) + fmod(-x * 3.0, y)), binary_samples(0.5, 2)},
+      {"remainder", F2(remainder(x * 3.0, y) + remainder(-x * 3.0, y)), binary_samples(0.5, 2)},
+      {"fmod_scalar", F1(fmod(x * 3.0, 0.7) + x.fmod(-0.7)), unit},
+      {"remainder_scalar", F1(remainder(x * 3.0, 0.7) + x.remainder(-0.7)), unit},
       {"add_scalar", F1(add(x, 2.0)), unit},
       {"sub_scalar", F1(sub(x, 2.0)), unit},
       {"mul_scalar", F1(mul(x, 3.0)), unit},
@@ -394,6 +400,44 @@ TEST_P(OpTable, NewOpsMatchClosedForms) {
   near(host(tg::log1p(x.narrow(1, 0, 1).abs())), {std::log1p(0.5), std::log1p(3.0)});
   near(host(tg::expm1(tg::tensor({1e-9}, {1}, kF64).to(dev))), {std::expm1(1e-9)});
   near(host(x.narrow(1, 0, 1).tan()), {std::tan(0.5), std::tan(3.0)});
+  // Rounding: halves to even, toward minus infinity, toward zero; frac keeps the sign.
+  Tensor h = tg::tensor({0.5, 1.5, -2.5, -1.75, 2.25, -0.0}, {6}, kF64).to(dev);
+  near(host(h.round()), {0, 2, -2, -2, 2, 0});
+  near(host(h.floor()), {0, 1, -3, -2, 2, 0});
+  near(host(h.ceil()), {1, 2, -2, -1, 3, 0});
+  near(host(h.trunc()), {0, 1, -2, -1, 2, 0});
+  near(host(h.frac()), {0.5, 0.5, -0.5, -0.75, 0.25, 0});
+  Tensor hi = tg::tensor({-3, 7}, {2}, tg::TensorOptions().dtype(tg::kInt64)).to(dev);
+  EXPECT_EQ(hi.floor().dtype(), tg::kInt64);
+  EXPECT_EQ(host(hi.round()), (std::vector<double>{-3, 7}));
+  EXPECT_EQ(hi.frac().dtype(), tg::kFloat32);
+  near(host(tg::atan(x.narrow(1, 2, 1))), {std::atan(2.0), std::atan(-2.0)});
+  near(host(tg::log2(x.abs()).narrow(1, 0, 1)), {-1.0, std::log2(3.0)});
+  near(host(tg::log10(x.abs()).narrow(1, 1, 1)), {0.0, -9.0});
+  near(host(tg::exp2(x).narrow(1, 2, 1)), {4.0, 0.25});
+  near(host(tg::asinh(x).narrow(1, 0, 1)), {std::asinh(0.5), std::asinh(3.0)});
+  near(host(tg::cosh(x).narrow(1, 1, 1)), {std::cosh(-1.0), std::cosh(1e-9)});
+  EXPECT_TRUE(std::isnan(host(tg::asin(x))[2]));  // outside [-1, 1]
+  EXPECT_TRUE(std::isinf(host(tg::atanh(tg::tensor({1.0}, {1}, kF64).to(dev)))[0]));
+  // atan2's quadrants, hypot without overflow, the signs of fmod and remainder.
+  Tensor ya = tg::tensor({1, 1, -1, -1, 0, 0}, {6}, kF64).to(dev),
+         xa = tg::tensor({1, -1, 1, -1, -1, 1}, {6}, kF64).to(dev);
+  near(host(tg::atan2(ya, xa)), {M_PI / 4, 3 * M_PI / 4, -M_PI / 4, -3 * M_PI / 4, M_PI, 0});
+  near(host(tg::hypot(tg::tensor({3e300, 3}, {2}, kF64).to(dev), tg::tensor({4e300, 4}, {2}, kF64).to(dev))),
+       {5e300, 5});
+  Tensor na = tg::tensor({5.5, -5.5, 5.5, -5.5}, {4}, kF64).to(dev), nb = tg::tensor({2, 2, -2, -2}, {4}, kF64).to(dev);
+  near(host(tg::fmod(na, nb)), {1.5, -1.5, 1.5, -1.5});
+  near(host(tg::remainder(na, nb)), {1.5, 0.5, -0.5, -1.5});
+  near(host(na.remainder(2.0)), {1.5, 0.5, 1.5, 0.5});
+  Tensor ia = tg::tensor({7, -7, 7, -7}, {4}, tg::TensorOptions().dtype(tg::kInt64)).to(dev);
+  Tensor ib = tg::tensor({3, 3, -3, -3}, {4}, tg::TensorOptions().dtype(tg::kInt64)).to(dev);
+  EXPECT_EQ(host(tg::fmod(ia, ib)), (std::vector<double>{1, -1, 1, -1}));
+  EXPECT_EQ(host(tg::remainder(ia, ib)), (std::vector<double>{1, 2, -2, -1}));
+  EXPECT_EQ(tg::remainder(ia, ib).dtype(), tg::kInt64);
+  EXPECT_EQ(tg::atan2(ia, ib).dtype(), tg::kFloat32);
+  EXPECT_THROW(tg::fmod(ia, ib * 0), tg::Error);
+  EXPECT_THROW(ia.remainder(0), tg::Error);
+  EXPECT_TRUE(std::isnan(host(tg::fmod(na, nb * 0.0))[0]));
   auto [mx, imx] = x.max(1);
   near(host(mx), {2.0, 3.0});
   EXPECT_EQ(host(imx), (std::vector<double>{2, 0}));

@@ -98,6 +98,34 @@ void sin_d(const Tensor& x, const Tensor& r, const UnaryArgs&, std::vector<Tenso
 void cos_d(const Tensor& x, const Tensor& r, const UnaryArgs&, std::vector<Tensor>& d) {
   sine_derivatives(sin(x), r, 1, d);
 }
+// sinh and cosh: their derivatives alternate between cosh and sinh.
+void sinh_d(const Tensor& x, const Tensor& r, const UnaryArgs&, std::vector<Tensor>& d) {
+  Tensor c = cosh(x);
+  for (size_t j = 1; j < d.size(); ++j)
+    d[j] = j % 2 ? c : r;
+}
+void cosh_d(const Tensor& x, const Tensor& r, const UnaryArgs&, std::vector<Tensor>& d) {
+  Tensor s = sinh(x);
+  for (size_t j = 1; j < d.size(); ++j)
+    d[j] = j % 2 ? s : r;
+}
+// log_b(x) = ln(x) / ln(b).
+void scaled_log_derivatives(const Tensor& x, double ln_b, std::vector<Tensor>& d) {
+  log_derivatives(x, d);
+  for (size_t j = 1; j < d.size(); ++j)
+    d[j] = mul(d[j], 1 / ln_b);
+}
+void log2_d(const Tensor& x, const Tensor&, const UnaryArgs&, std::vector<Tensor>& d) {
+  scaled_log_derivatives(x, std::log(2.0), d);
+}
+void log10_d(const Tensor& x, const Tensor&, const UnaryArgs&, std::vector<Tensor>& d) {
+  scaled_log_derivatives(x, std::log(10.0), d);
+}
+// (ln 2)^j 2^x.
+void exp2_d(const Tensor&, const Tensor& r, const UnaryArgs&, std::vector<Tensor>& d) {
+  for (size_t j = 1; j < d.size(); ++j)
+    d[j] = mul(r, std::pow(std::log(2.0), double(j)));
+}
 // (ln a)^j a^x for a^x (pow with a scalar base a = args.a).
 void pow_base_d(const Tensor&, const Tensor& r, const UnaryArgs& args, std::vector<Tensor>& d) {
   for (size_t j = 1; j < d.size(); ++j)
@@ -250,6 +278,8 @@ TG_UNARY_BACKWARD(kClampBoth, "clamp", "ClampBackward", kSelf, linear(),
                   where(ge(x, args.a), where(le(x, args.b), g, 0), 0))
 TG_UNARY_BACKWARD(kAddScalar, "add", "AddBackward", kNone, linear(), g)
 TG_UNARY_BACKWARD(kMulScalar, "mul", "MulBackward", kNone, linear(), mul(g, args.a))
+TG_UNARY_BACKWARD(kFmodScalar, "fmod", "FmodBackward", kNone, linear(), g)
+TG_UNARY_BACKWARD(kRemainderScalar, "remainder", "RemainderBackward", kNone, linear(), g)
 TG_UNARY_BACKWARD(kPowScalar, "pow", "PowBackward", kSelf, power_of_args(),
                   args.a == 0 ? zeros_like(g) : mul(g, mul(pow(x, args.a - 1), args.a)))
 TG_UNARY_BACKWARD(kPowScalarBase, "pow", "PowBackward", kResult, derivatives(pow_base_d),
@@ -294,7 +324,9 @@ using BinaryFormula = Tensor (*)(const Tensor& g, const Tensor& a, const Tensor&
 // the tangents for g) maps every coefficient (add, sub, and maximum/minimum,
 // piecewise linear); the others combine the coefficients (jet_product,
 // jet_quotient, pow through exp(b log a)).
-enum class BinaryTaylor : uint8_t { kTangent, kProduct, kQuotient, kPower };
+// kComposite: the op's jet is that of `composite`, a formula through other
+// ops with the op's derivatives (atan2, hypot).
+enum class BinaryTaylor : uint8_t { kTangent, kProduct, kQuotient, kPower, kComposite };
 
 // An op's derivative rules, side by side: the backward formulas of a and b,
 // what each reads, and its Taylor rule.
@@ -305,7 +337,16 @@ struct BinarySpec {
   uint8_t saves_a, saves_b;  // what the gradient of a (of b) reads
   // kProduct: a * b, whose two gradients may also come from one kernel
   BinaryTaylor taylor = BinaryTaylor::kTangent;
+  Tensor (*composite)(const Tensor& a, const Tensor& b) = nullptr;
 };
+
+// atan2's jet: atan(a / b) where |b| >= |a|, else -atan(b / a), the
+// same derivatives as atan2 (they differ by constants); the divisor of
+// the branch not taken is 1, so neither branch makes a NaN.
+Tensor atan2_composite(const Tensor& a, const Tensor& b) {
+  const Tensor by_b = ge(abs(b), abs(a));
+  return where(by_b, atan(div(a, where(by_b, b, 1.0))), neg(atan(div(b, where(by_b, 1.0, a)))));
+}
 
 // mul's two gradients g * b and g * a in one kernel, when nothing is
 // recorded (no create_graph, no tangents), both are wanted and every operand
@@ -373,7 +414,9 @@ Tensor binary_op(const Tensor& a, const Tensor& b, const BinarySpec& spec, F&& r
     out = finish(out, node);
     if (saves & kResult) node->result_ = SavedVariable(out, true);
   }
-  if (fw_any({&a, &b})) {
+  if (fw_any({&a, &b}) && spec.taylor == BinaryTaylor::kComposite && fw_taylor()) {
+    fw_set(out, fw_t(spec.composite(a, b)));  // the formula's parts push the jet
+  } else if (fw_any({&a, &b})) {
     const Tensor ta = fw_pad(fw_t(a), out.dim()), tb = fw_pad(fw_t(b), out.dim());  // batched: broadcast
     fw_rule(out, [&] {
       if (fw_taylor())
@@ -420,6 +463,30 @@ const BinarySpec kPow{"pow",
                        TG_BINARY_FORMULA(where(loses(a, b), g, where(eq(a, b), mul(g, 0.5), zeros_like(g)))), \
                        kSelf | kOther,                                                                        \
                        kSelf | kOther};
+// atan2(a, b) = the angle of (b, a): d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2).
+const BinarySpec kAtan2{"atan2",
+                        "Atan2Backward",
+                        TG_BINARY_FORMULA(mul(g, div(b, add(square(a), square(b))))),
+                        TG_BINARY_FORMULA(neg(mul(g, div(a, add(square(a), square(b)))))),
+                        kSelf | kOther,
+                        kSelf | kOther,
+                        BinaryTaylor::kComposite,
+                        atan2_composite};
+const BinarySpec kHypot{"hypot",
+                        "HypotBackward",
+                        TG_BINARY_FORMULA(mul(g, div(a, r))),
+                        TG_BINARY_FORMULA(mul(g, div(b, r))),
+                        kSelf | kResult,
+                        kOther | kResult,
+                        BinaryTaylor::kComposite,
+                        [](const Tensor& a, const Tensor& b) { return sqrt(add(square(a), square(b))); }};
+// fmod and remainder are a - q b with q = trunc(a / b) (floor(a / b))
+// constant between its jumps: d/da = 1, d/db = -q; piecewise linear.
+const BinarySpec kFmod{"fmod", "FmodBackward", TG_BINARY_FORMULA(g), TG_BINARY_FORMULA(neg(mul(g, trunc(div(a, b))))),
+                       kNone,  kSelf | kOther};
+const BinarySpec kRemainder{
+    "remainder", "RemainderBackward", TG_BINARY_FORMULA(g), TG_BINARY_FORMULA(neg(mul(g, floor(div(a, b))))),
+    kNone,       kSelf | kOther};
 TG_EXTREMUM_SPEC(kMaximum, "maximum", "MaximumBackward", gt, lt)
 TG_EXTREMUM_SPEC(kMinimum, "minimum", "MinimumBackward", lt, gt)
 #undef TG_EXTREMUM_SPEC
@@ -499,6 +566,24 @@ Tensor autograd::ops::minimum(const Tensor& a, const Tensor& b) {
   return binary_op(a, b, kMinimum, [&] { return raw::minimum(a, b); });
 }
 
+Tensor autograd::ops::atan2(const Tensor& a, const Tensor& b) {
+  return binary_op(a, b, kAtan2, [&] { return raw::atan2(a, b); });
+}
+Tensor autograd::ops::hypot(const Tensor& a, const Tensor& b) {
+  return binary_op(a, b, kHypot, [&] { return raw::hypot(a, b); });
+}
+Tensor autograd::ops::fmod(const Tensor& a, const Tensor& b) {
+  return binary_op(a, b, kFmod, [&] { return raw::fmod(a, b); });
+}
+Tensor autograd::ops::remainder(const Tensor& a, const Tensor& b) {
+  return binary_op(a, b, kRemainder, [&] { return raw::remainder(a, b); });
+}
+Tensor autograd::ops::fmod(const Tensor& a, Scalar b) {
+  return unary_op(a, kFmodScalar, [&](const Tensor& x) { return raw::fmod(x, b); });
+}
+Tensor autograd::ops::remainder(const Tensor& a, Scalar b) {
+  return unary_op(a, kRemainderScalar, [&](const Tensor& x) { return raw::remainder(x, b); });
+}
 Tensor autograd::ops::add(const Tensor& a, Scalar b) {
   return unary_op(a, kAddScalar, [&](const Tensor& x) { return raw::add(x, b); });
 }

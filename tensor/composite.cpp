@@ -26,3 +26,183 @@ Tensor dot(const Tensor& self, const Tensor& other) { return detail::dot<RawOps>
 Tensor cumsum(const Tensor& self, int64_t dim) { return detail::cumsum<RawOps>(self, dim); }
 
 }  // namespace tg::raw
+
+// ---- the everyday surface ----------------------------------------------------------
+namespace tg::detail {
+
+EinsumPlan einsum_parse(const std::string& equation, const std::vector<Tensor>& operands) {
+  std::string eq;
+  for (char c : equation)
+    if (c != ' ') eq += c;
+  const size_t arrow = eq.find("->");
+  const std::string lhs = eq.substr(0, arrow);
+  std::vector<std::string> terms(1);
+  for (char c : lhs)
+    if (c == ',') terms.emplace_back();
+    else terms.back() += c;
+  TG_CHECK(!operands.empty(), "einsum: no operands for \"", equation, "\"");
+  TG_CHECK(terms.size() == operands.size(), "einsum: \"", equation, "\" names ", terms.size(), " operands, got ",
+           operands.size());
+  EinsumPlan plan;
+  int64_t ellipsis_dims = 0;
+  // Letters and one "..." per term; the rest is an error.
+  auto labels_of = [&](const std::string& term, int64_t ndim, int64_t index, std::vector<int>& out) {
+    const size_t dots = term.find("...");
+    TG_CHECK(dots == std::string::npos || term.find("...", dots + 1) == std::string::npos, "einsum: \"", term,
+             "\" has more than one \"...\"");
+    int64_t letters = 0;
+    for (size_t k = 0; k < term.size(); ++k) {
+      if (dots != std::string::npos && k >= dots && k < dots + 3) continue;
+      TG_CHECK(std::isalpha(static_cast<unsigned char>(term[k])), "einsum: invalid character '", term[k], "' in \"",
+               equation, "\"; labels are letters, with \"...\" for broadcast dims");
+      ++letters;
+    }
+    const int64_t rest = ndim - letters;
+    TG_CHECK(index < 0 || rest == 0 || (dots != std::string::npos && rest > 0), "einsum: operand ", index, " has ",
+             ndim, " dims but \"", term, "\" labels ", letters);
+    if (index >= 0) ellipsis_dims = std::max(ellipsis_dims, dots == std::string::npos ? 0 : rest);
+    for (size_t k = 0; k < term.size(); ++k) {
+      if (dots != std::string::npos && k == dots) {
+        const int64_t n = index >= 0 ? rest : ellipsis_dims;
+        for (int64_t e = n; e > 0; --e)
+          out.push_back(256 + int(e - 1));
+        k += 2;
+      } else {
+        out.push_back(term[k]);
+      }
+    }
+  };
+  for (size_t i = 0; i < terms.size(); ++i) {
+    plan.inputs.emplace_back();
+    labels_of(terms[i], operands[i].dim(), int64_t(i), plan.inputs.back().labels);
+  }
+  std::map<int, int> seen;
+  for (const EinsumTerm& t : plan.inputs)
+    for (int l : t.labels)
+      ++seen[l];
+  if (arrow != std::string::npos) {
+    const std::string rhs = eq.substr(arrow + 2);
+    labels_of(rhs, 0, -1, plan.output);
+    for (size_t k = 0; k < plan.output.size(); ++k) {
+      const int l = plan.output[k];
+      TG_CHECK(seen.count(l), "einsum: output label '", char(l < 256 ? l : '.'), "' of \"", equation,
+               "\" is in no operand");
+      TG_CHECK(std::count(plan.output.begin(), plan.output.end(), l) == 1, "einsum: output label '", char(l), "' of \"",
+               equation, "\" appears twice");
+    }
+  } else {  // implicit: the "..." dims, then the labels seen once, sorted
+    for (int64_t e = ellipsis_dims; e > 0; --e)
+      plan.output.push_back(256 + int(e - 1));
+    for (auto [l, n] : seen)
+      if (l < 256 && n == 1) plan.output.push_back(l);
+  }
+  return plan;
+}
+
+}  // namespace tg::detail
+
+namespace tg::raw {
+
+using detail::RawOps;
+
+#define TG_RAW_COMPOSITE(ret, name, params, args)                           \
+  ret name params {                                                         \
+    return detail::as_op(#name, [&] { return detail::name<RawOps> args; }); \
+  }
+TG_RAW_COMPOSITE(Tensor, lerp, (const Tensor& self, const Tensor& end, const Tensor& weight), (self, end, weight))
+TG_RAW_COMPOSITE(Tensor, lerp, (const Tensor& self, const Tensor& end, Scalar weight), (self, end, weight))
+TG_RAW_COMPOSITE(Tensor, prod, (const Tensor& self), (self))
+TG_RAW_COMPOSITE(Tensor, prod, (const Tensor& self, int64_t dim, bool keepdim), (self, dim, keepdim))
+TG_RAW_COMPOSITE(TensorPair, sort, (const Tensor& self, int64_t dim, bool descending), (self, dim, descending))
+TG_RAW_COMPOSITE(TensorPair, topk, (const Tensor& self, int64_t k, int64_t dim, bool largest, bool sorted),
+                 (self, k, dim, largest, sorted))
+TG_RAW_COMPOSITE(Tensor, median, (const Tensor& self), (self))
+TG_RAW_COMPOSITE(TensorPair, median, (const Tensor& self, int64_t dim, bool keepdim), (self, dim, keepdim))
+TG_RAW_COMPOSITE(Tensor, outer, (const Tensor& self, const Tensor& other), (self, other))
+TG_RAW_COMPOSITE(Tensor, cross, (const Tensor& self, const Tensor& other, int64_t dim), (self, other, dim))
+TG_RAW_COMPOSITE(Tensor, einsum, (const std::string& equation, const std::vector<Tensor>& operands),
+                 (equation, operands))
+TG_RAW_COMPOSITE(Tensor, diagonal, (const Tensor& self, int64_t offset, int64_t dim1, int64_t dim2),
+                 (self, offset, dim1, dim2))
+TG_RAW_COMPOSITE(Tensor, diag, (const Tensor& self, int64_t diagonal), (self, diagonal))
+TG_RAW_COMPOSITE(Tensor, diag_embed, (const Tensor& self, int64_t offset, int64_t dim1, int64_t dim2),
+                 (self, offset, dim1, dim2))
+TG_RAW_COMPOSITE(Tensor, trace, (const Tensor& self), (self))
+TG_RAW_COMPOSITE(Tensor, masked_select, (const Tensor& self, const Tensor& mask), (self, mask))
+TG_RAW_COMPOSITE(std::vector<Tensor>, split, (const Tensor& self, int64_t split_size, int64_t dim),
+                 (self, split_size, dim))
+TG_RAW_COMPOSITE(std::vector<Tensor>, chunk, (const Tensor& self, int64_t chunks, int64_t dim), (self, chunks, dim))
+TG_RAW_COMPOSITE(Tensor, repeat, (const Tensor& self, const IntList& repeats), (self, repeats))
+TG_RAW_COMPOSITE(Tensor, tile, (const Tensor& self, const IntList& reps), (self, reps))
+TG_RAW_COMPOSITE(Tensor, repeat_interleave, (const Tensor& self, int64_t repeats, std::optional<int64_t> dim),
+                 (self, repeats, dim))
+TG_RAW_COMPOSITE(Tensor, repeat_interleave, (const Tensor& self, const Tensor& repeats, std::optional<int64_t> dim),
+                 (self, repeats, dim))
+TG_RAW_COMPOSITE(Tensor, flip, (const Tensor& self, const IntList& dims), (self, dims))
+TG_RAW_COMPOSITE(Tensor, roll, (const Tensor& self, const IntList& shifts, const IntList& dims), (self, shifts, dims))
+TG_RAW_COMPOSITE(std::vector<Tensor>, meshgrid, (const std::vector<Tensor>& tensors, const std::string& indexing),
+                 (tensors, indexing))
+#undef TG_RAW_COMPOSITE
+
+std::vector<Tensor> split(const Tensor& self, const IntList& sizes, int64_t dim) {
+  return detail::as_op("split", [&] { return detail::split_sizes<RawOps>(self, sizes, dim); });
+}
+Tensor clamp_min(const Tensor& self, Scalar min) {
+  return detail::as_op("clamp_min", [&] { return raw::clamp(self, min, std::nullopt); });
+}
+Tensor clamp_max(const Tensor& self, Scalar max) {
+  return detail::as_op("clamp_max", [&] { return raw::clamp(self, std::nullopt, max); });
+}
+Tensor clamp_min(const Tensor& self, const Tensor& min) {
+  return detail::as_op("clamp_min", [&] { return detail::clamp_bound<RawOps>(self, min, true, "clamp_min"); });
+}
+Tensor clamp_max(const Tensor& self, const Tensor& max) {
+  return detail::as_op("clamp_max", [&] { return detail::clamp_bound<RawOps>(self, max, false, "clamp_max"); });
+}
+Tensor var(const Tensor& self, const IntList& dims, double correction, bool keepdim) {
+  return detail::as_op("var", [&] { return detail::var<RawOps>(self, dims, correction, keepdim, "var"); });
+}
+Tensor std(const Tensor& self, const IntList& dims, double correction, bool keepdim) {
+  return detail::as_op("std", [&] { return raw::sqrt(detail::var<RawOps>(self, dims, correction, keepdim, "std")); });
+}
+Tensor any(const Tensor& self) {
+  return detail::as_op("any", [&] { return detail::any_all(self, std::nullopt, false, true, "any"); });
+}
+Tensor any(const Tensor& self, int64_t dim, bool keepdim) {
+  return detail::as_op("any", [&] { return detail::any_all(self, dim, keepdim, true, "any"); });
+}
+Tensor all(const Tensor& self) {
+  return detail::as_op("all", [&] { return detail::any_all(self, std::nullopt, false, false, "all"); });
+}
+Tensor all(const Tensor& self, int64_t dim, bool keepdim) {
+  return detail::as_op("all", [&] { return detail::any_all(self, dim, keepdim, false, "all"); });
+}
+Tensor argmax(const Tensor& self, std::optional<int64_t> dim, bool keepdim) {
+  return detail::as_op("argmax", [&] { return detail::arg_extreme(self, dim, keepdim, true, "argmax"); });
+}
+Tensor argmin(const Tensor& self, std::optional<int64_t> dim, bool keepdim) {
+  return detail::as_op("argmin", [&] { return detail::arg_extreme(self, dim, keepdim, false, "argmin"); });
+}
+TensorPair kthvalue(const Tensor& self, int64_t k, int64_t dim, bool keepdim) {
+  return detail::as_op("kthvalue", [&] { return detail::kthvalue<RawOps>(self, k, dim, keepdim, "kthvalue"); });
+}
+Tensor tril(const Tensor& self, int64_t diagonal) {
+  return detail::as_op("tril", [&] { return detail::triangle<RawOps>(self, diagonal, true, "tril"); });
+}
+Tensor triu(const Tensor& self, int64_t diagonal) {
+  return detail::as_op("triu", [&] { return detail::triangle<RawOps>(self, diagonal, false, "triu"); });
+}
+Tensor masked_fill(const Tensor& self, const Tensor& mask, const Tensor& value) {
+  return detail::as_op("masked_fill", [&] { return detail::masked_fill<RawOps>(self, mask, value); });
+}
+Tensor masked_fill(const Tensor& self, const Tensor& mask, Scalar value) {
+  detail::check_defined(self, "masked_fill", "self");
+  return detail::as_op("masked_fill", [&] {
+    return detail::masked_fill<RawOps>(self, mask, scalar_tensor(value, TensorOptions().dtype(self.dtype())));
+  });
+}
+Tensor nonzero(const Tensor& self) {
+  return detail::as_op("nonzero", [&] { return detail::nonzero_indices(self); });
+}
+
+}  // namespace tg::raw

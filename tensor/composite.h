@@ -6,8 +6,14 @@
 // from the op list (ops.def).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
 
+#include <tapegrad/cuda/capture.h>
 #include "tensor/op_table.h"
 #include "tensor/op_util.h"
 
@@ -197,6 +203,589 @@ template <class O> Tensor matmul_shapes(const Tensor& a, const Tensor& b) {
   if (da != 1) out_shape.push_back(n);
   out_shape.push_back(m);
   return r.view(out_shape);
+}
+
+// ---- the everyday surface: composites ----------------------------------------------
+
+// Runs a composite op's formula; an error from one of its parts is given the
+// op's name first ("lerp: sub: shapes ... cannot be broadcast"), so the
+// user sees the op they called.
+template <class F> auto as_op(const char* op, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    if (msg.rfind(std::string(op) + ":", 0) == 0) throw;
+    throw Error(std::string(op) + ": " + msg);
+  }
+}
+
+// Int64 indices start, start + step, ... (below end), on `device`.
+inline Tensor index_range(int64_t start, int64_t end, int64_t step, Device device) {
+  return raw::to(tg::arange(start, end, step, TensorOptions().dtype(kInt64)), device);
+}
+inline IntList all_dims(const Tensor& x) {
+  IntList d(size_t(x.dim()));
+  for (int64_t i = 0; i < x.dim(); ++i)
+    d[size_t(i)] = i;
+  return d;
+}
+
+// PyTorch's two-sided formula: self + w (end - self) below |w| = 1/2, else
+// end - (end - self)(1 - w), so weight 1 gives end exactly.
+template <class O> Tensor lerp(const Tensor& self, const Tensor& end, const Tensor& weight) {
+  check_floating(self, "lerp");
+  check_floating(end, "lerp");
+  check_floating(weight, "lerp");
+  Tensor diff = O::sub(end, self);
+  Tensor low = O::add(self, O::mul(weight, diff));
+  Tensor high = O::sub(end, O::mul(diff, O::add(O::neg(weight), Scalar(1.0))));
+  return O::where(O::lt(O::abs(weight), Scalar(0.5)), low, high);
+}
+template <class O> Tensor lerp(const Tensor& self, const Tensor& end, Scalar weight) {
+  check_floating(self, "lerp");
+  check_floating(end, "lerp");
+  const double w = weight.to_double();
+  Tensor diff = O::sub(end, self);
+  return std::fabs(w) < 0.5 ? O::add(self, O::mul(diff, Scalar(w))) : O::sub(end, O::mul(diff, Scalar(1.0 - w)));
+}
+
+// x where x >= bound (x gets the gradient at ties), else bound; NaN on
+// either side propagates.
+template <class O> Tensor clamp_bound(const Tensor& x, const Tensor& bound, bool lower, const char* op) {
+  check_defined(x, op, "self");
+  check_defined(bound, op, lower ? "min" : "max");
+  Tensor keep = lower ? O::ge(x, bound) : O::le(x, bound);
+  return O::where(O::ne(x, x), x, O::where(keep, x, bound));
+}
+
+// The product along d by a tree of pairwise products (log2 n steps, exact
+// gradients with zeros, every order).
+template <class O> Tensor prod_along(const Tensor& x_in, int64_t d, bool keepdim) {
+  Tensor x = x_in.dtype() == kBool ? O::to(x_in, kInt64) : x_in;
+  if (x.size(d) == 0) {
+    Tensor one = O::add(O::sum(O::mul(x, Scalar(0)), {d}, true), Scalar(1));
+    return keepdim ? one : O::squeeze(one, d);
+  }
+  while (x.size(d) > 1) {
+    const int64_t n = x.size(d), h = n / 2;
+    Tensor p = O::mul(O::narrow(x, d, 0, h), O::narrow(x, d, h, h));
+    x = n % 2 ? O::cat({p, O::narrow(x, d, 2 * h, 1)}, d) : p;
+  }
+  return keepdim ? x : O::squeeze(x, d);
+}
+template <class O> Tensor prod(const Tensor& x) {
+  check_defined(x, "prod");
+  return prod_along<O>(O::reshape(x, {-1}), 0, false);
+}
+template <class O> Tensor prod(const Tensor& x, int64_t dim, bool keepdim) {
+  check_defined(x, "prod");
+  if (x.dim() == 0) return prod<O>(x);
+  return prod_along<O>(x, wrap_dim(dim, x.dim(), "prod", x.sizes()), keepdim);
+}
+
+template <class O>
+Tensor var(const Tensor& x, const IntList& dims_in, double correction, bool keepdim, const char* op) {
+  check_floating(x, op);
+  if (x.dim() == 0) {  // one element: dims 0 and -1 name it
+    for (int64_t d : dims_in)
+      wrap_dim(d, 0, op, x.sizes());
+    return O::reshape(var<O>(O::reshape(x, {1}), {0}, correction, false, op), {});
+  }
+  IntList dims = dims_in.empty() ? all_dims(x) : dims_in;
+  double n = 1;
+  for (int64_t d : dims)
+    n *= double(x.size(wrap_dim(d, x.dim(), op, x.sizes())));
+  Tensor centered = O::sub(x, O::mean(x, dims, true));
+  Tensor s = dims.empty() ? O::square(centered) : O::sum(O::square(centered), dims, keepdim);
+  return O::div(s, Scalar(std::max(0.0, n - correction)));
+}
+
+// any / all: how many elements are nonzero (zero).
+inline Tensor any_all(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bool any, const char* op) {
+  check_defined(x, op);
+  Tensor hits = any ? raw::ne(x, Scalar(0)) : raw::eq(x, Scalar(0));
+  Tensor count;
+  if (!dim || x.dim() == 0) {
+    if (dim) wrap_dim(*dim, std::max<int64_t>(x.dim(), 1), op, x.sizes());
+    count = raw::sum(hits);
+  } else {
+    count = raw::sum(hits, {wrap_dim(*dim, x.dim(), op, x.sizes())}, keepdim);
+  }
+  return any ? raw::gt(count, Scalar(0)) : raw::eq(count, Scalar(0));
+}
+
+inline Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bool is_max, const char* op) {
+  check_defined(x, op);
+  TG_CHECK(x.dtype() != kBool, op, ": not defined on Bool tensors; convert with .to(kInt64)");
+  if (dim) return std::get<1>(extreme_dim<RawOps>(x, *dim, keepdim, is_max, op));
+  TG_CHECK(x.numel() > 0, op, ": cannot take the ", is_max ? "largest" : "smallest",
+           " element of an empty tensor (shape ", shape_str(x.sizes()), "); pass a dim");
+  Tensor i = std::get<1>(extreme_dim<RawOps>(raw::reshape(x, {-1}), 0, false, is_max, op));
+  return keepdim ? raw::reshape(i, IntList(size_t(x.dim()), 1)) : i;
+}
+
+// Sorted values are x gathered at argsort's permutation (their gradient
+// scatters back through it).
+template <class O> TensorPair sort(const Tensor& x, int64_t dim, bool descending) {
+  Tensor idx = raw::argsort(x, dim, descending);
+  if (x.dim() == 0) return {O::clone(x), idx};
+  return {O::gather(x, wrap_dim(dim, x.dim(), "sort", x.sizes()), idx), idx};
+}
+template <class O> TensorPair topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool sorted) {
+  check_defined(x, "topk");
+  const int64_t d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), "topk", x.sizes());
+  const int64_t n = x.dim() == 0 ? 1 : x.size(d);
+  TG_CHECK(k >= 0 && k <= n, "topk: k = ", k, " is out of range for dim ", dim, " of size ", n, " (shape ",
+           shape_str(x.sizes()), ")");
+  (void)sorted;  // always sorted (a full sort underneath)
+  auto [v, i] = sort<O>(x, dim, largest);
+  if (x.dim() == 0) return {v, i};
+  return {O::narrow(v, d, 0, k), raw::narrow(i, d, 0, k)};
+}
+template <class O> TensorPair kthvalue(const Tensor& x, int64_t k, int64_t dim, bool keepdim, const char* op) {
+  check_defined(x, op);
+  const int64_t d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), op, x.sizes());
+  const int64_t n = x.dim() == 0 ? 1 : x.size(d);
+  TG_CHECK(k >= 1 && k <= n, op, ": k = ", k, " is out of range for dim ", dim, " of size ", n, " (shape ",
+           shape_str(x.sizes()), "); k counts from 1");
+  auto [v, i] = sort<O>(x, dim, false);
+  if (x.dim() == 0) return {v, i};
+  Tensor vk = O::narrow(v, d, k - 1, 1), ik = raw::narrow(i, d, k - 1, 1);
+  if (!keepdim) return {O::squeeze(vk, d), raw::squeeze(ik, d)};
+  return {vk, ik};
+}
+// The lower median; NaN when the row has one (sorting puts NaN last, so the
+// row's NaN count decides, as PyTorch).
+template <class O> TensorPair median(const Tensor& x, int64_t dim, bool keepdim) {
+  check_defined(x, "median");
+  const int64_t d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), "median", x.sizes());
+  const int64_t n = x.dim() == 0 ? 1 : x.size(d);
+  TG_CHECK(n > 0, "median: cannot take the median of dim ", dim, " of size 0 (shape ", shape_str(x.sizes()), ")");
+  auto [v, i] = kthvalue<O>(x, (n + 1) / 2, dim, true, "median");
+  if (x.is_floating_point() && x.dim() > 0) {  // a row with NaN: its first NaN
+    Tensor nan_row = raw::gt(raw::sum(raw::ne(x, x), {d}, true), Scalar(0));
+    auto [sv, si] = sort<O>(x, dim, true);  // descending: NaN first
+    v = O::where(nan_row, O::narrow(sv, d, 0, 1), v);
+    i = raw::where(nan_row, raw::narrow(si, d, 0, 1), i);
+  }
+  if (!keepdim && x.dim() > 0) return {O::squeeze(v, d), raw::squeeze(i, d)};
+  return {v, i};
+}
+template <class O> Tensor median(const Tensor& x) {
+  check_defined(x, "median");
+  TG_CHECK(x.numel() > 0, "median: cannot take the median of an empty tensor (shape ", shape_str(x.sizes()), ")");
+  return std::get<0>(median<O>(O::reshape(x, {-1}), 0, false));
+}
+
+template <class O> Tensor outer(const Tensor& a, const Tensor& b) {
+  check_defined(a, "outer", "self");
+  check_defined(b, "outer", "other");
+  TG_CHECK(a.dim() == 1 && b.dim() == 1, "outer: expected two 1-D tensors, got ", shape_str(a.sizes()), " and ",
+           shape_str(b.sizes()));
+  return O::mul(O::unsqueeze(a, 1), O::unsqueeze(b, 0));
+}
+template <class O> Tensor cross(const Tensor& a_in, const Tensor& b_in, int64_t dim) {
+  check_defined(a_in, "cross", "self");
+  check_defined(b_in, "cross", "other");
+  IntList shape = broadcast_shapes(a_in.sizes(), b_in.sizes(), "cross");
+  Tensor a = O::expand(a_in, shape), b = O::expand(b_in, shape);
+  TG_CHECK(!shape.empty(), "cross: expected 3-vectors, got 0-dim tensors");
+  const int64_t d = wrap_dim(dim, int64_t(shape.size()), "cross", shape);
+  TG_CHECK(shape[size_t(d)] == 3, "cross: dim ", dim, " must have size 3, got ", shape[size_t(d)], " (shapes ",
+           shape_str(a_in.sizes()), " and ", shape_str(b_in.sizes()), ")");
+  auto c = [&](const Tensor& t, int64_t i) { return O::narrow(t, d, i, 1); };
+  auto term = [&](int64_t i, int64_t j) { return O::sub(O::mul(c(a, i), c(b, j)), O::mul(c(a, j), c(b, i))); };
+  return O::cat({term(1, 2), term(2, 0), term(0, 1)}, d);
+}
+
+template <class O> Tensor triangle(const Tensor& x, int64_t k, bool lower, const char* op) {
+  check_defined(x, op);
+  TG_CHECK(x.dim() >= 2, op, ": expected a matrix or a batch of matrices, got shape ", shape_str(x.sizes()));
+  const int64_t n = x.size(-2), m = x.size(-1);
+  Tensor rows = raw::reshape(index_range(0, n, 1, x.device()), {n, 1});
+  Tensor offset = raw::sub(raw::reshape(index_range(0, m, 1, x.device()), {1, m}), rows);  // col - row
+  Tensor keep = lower ? raw::le(offset, Scalar(k)) : raw::ge(offset, Scalar(k));
+  return O::where(keep, x, Scalar(0));
+}
+
+// The diagonal through the flattened last two dims: elements m + 1 apart.
+template <class O> Tensor diagonal(const Tensor& x, int64_t offset, int64_t dim1, int64_t dim2) {
+  check_defined(x, "diagonal");
+  TG_CHECK(x.dim() >= 2, "diagonal: expected at least 2 dims, got shape ", shape_str(x.sizes()));
+  const int64_t d1 = wrap_dim(dim1, x.dim(), "diagonal", x.sizes()),
+                d2 = wrap_dim(dim2, x.dim(), "diagonal", x.sizes());
+  TG_CHECK(d1 != d2, "diagonal: dim1 and dim2 are the same dim (", dim1, ", ", dim2, ")");
+  IntList perm, lead;
+  for (int64_t i = 0; i < x.dim(); ++i)
+    if (i != d1 && i != d2) perm.push_back(i), lead.push_back(x.size(i));
+  perm.push_back(d1);
+  perm.push_back(d2);
+  const int64_t n = x.size(d1), m = x.size(d2);
+  const int64_t len = std::max<int64_t>(0, offset >= 0 ? std::min(n, m - offset) : std::min(n + offset, m));
+  IntList flat = lead;
+  flat.push_back(n * m);
+  Tensor y = O::reshape(O::permute(x, perm), flat);
+  if (len == 0) return O::narrow(y, -1, 0, 0);
+  const int64_t start = offset >= 0 ? offset : -offset * m;
+  return O::slice(y, -1, start, start + (len - 1) * (m + 1) + 1, m + 1);
+}
+template <class O> Tensor diag_embed(const Tensor& x, int64_t offset, int64_t dim1, int64_t dim2) {
+  check_defined(x, "diag_embed");
+  TG_CHECK(x.dim() >= 1, "diag_embed: expected at least 1 dim, got a 0-dim tensor");
+  const int64_t nd = x.dim() + 1;
+  const int64_t d1 = wrap_dim(dim1, nd, "diag_embed", x.sizes()), d2 = wrap_dim(dim2, nd, "diag_embed", x.sizes());
+  TG_CHECK(d1 != d2, "diag_embed: dim1 and dim2 are the same dim (", dim1, ", ", dim2, ")");
+  const int64_t n = x.size(-1), m = n + (offset < 0 ? -offset : offset);
+  const int64_t start = offset >= 0 ? offset : -offset * m;
+  IntList flat(x.sizes().begin(), x.sizes().end() - 1);
+  flat.push_back(m * m);
+  Tensor pos = raw::expand(index_range(start, start + n * (m + 1), m + 1, x.device()), x.sizes());
+  Tensor zeros = raw::to(tg::zeros(flat, TensorOptions().dtype(x.dtype())), x.device());
+  IntList square(x.sizes().begin(), x.sizes().end() - 1);
+  square.push_back(m);
+  square.push_back(m);
+  Tensor out = O::reshape(O::scatter_add(zeros, -1, raw::contiguous(pos), x), square);
+  IntList perm(static_cast<size_t>(nd), 0);
+  for (int64_t p = 0, lead = 0; p < nd; ++p)
+    perm[size_t(p)] = p == d1 ? nd - 2 : p == d2 ? nd - 1 : lead++;
+  return perm == all_dims(out) ? out : O::permute(out, perm);
+}
+template <class O> Tensor diag(const Tensor& x, int64_t k) {
+  check_defined(x, "diag");
+  TG_CHECK(x.dim() == 1 || x.dim() == 2, "diag: expected a 1-D or 2-D tensor, got shape ", shape_str(x.sizes()));
+  return x.dim() == 1 ? diag_embed<O>(x, k, 0, 1) : diagonal<O>(x, k, 0, 1);
+}
+template <class O> Tensor trace(const Tensor& x) {
+  check_defined(x, "trace");
+  TG_CHECK(x.dim() == 2, "trace: expected a matrix, got shape ", shape_str(x.sizes()));
+  return O::sum(diagonal<O>(x, 0, 0, 1));
+}
+
+inline void check_mask(const Tensor& x, const Tensor& mask, const char* op, bool to_x) {
+  check_defined(x, op, "self");
+  check_defined(mask, op, "mask");
+  TG_CHECK(mask.dtype() == kBool, op, ": mask must be a Bool tensor, got ", mask.dtype(),
+           "; compare to get one (x > 0)");
+  IntList b = broadcast_shapes(x.sizes(), mask.sizes(), op);
+  TG_CHECK(!to_x || b == x.sizes(), op, ": mask of shape ", shape_str(mask.sizes()), " does not broadcast to ",
+           shape_str(x.sizes()));
+}
+template <class O> Tensor masked_fill(const Tensor& x, const Tensor& mask, const Tensor& value) {
+  check_mask(x, mask, "masked_fill", true);
+  check_defined(value, "masked_fill", "value");
+  TG_CHECK(value.dim() == 0, "masked_fill: value must be a 0-dim tensor, got shape ", shape_str(value.sizes()));
+  return O::where(mask, O::to(O::to(value, x.device()), x.dtype()), x);
+}
+inline Tensor nonzero_indices(const Tensor& x) {
+  check_defined(x, "nonzero");
+  if (x.is_cuda()) cuda::detail::check_not_capturing("nonzero", x.device().index());  // the count is read
+  Tensor hit = raw::contiguous(raw::to(raw::ne(x, Scalar(0)), Device(kCPU)));
+  const bool* h = static_cast<const bool*>(hit.data_ptr());
+  const int64_t nd = x.dim(), n = hit.numel();
+  std::vector<double> idx;
+  IntList at(size_t(nd), 0);
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (h[i]) {
+      ++count;
+      for (int64_t a : at)
+        idx.push_back(double(a));
+    }
+    for (int64_t d = nd - 1; d >= 0; --d) {  // the next position, row-major
+      if (++at[size_t(d)] < x.size(d)) break;
+      at[size_t(d)] = 0;
+    }
+  }
+  return raw::to(tg::tensor(idx, {count, nd}, TensorOptions().dtype(kInt64)), x.device());
+}
+template <class O> Tensor masked_select(const Tensor& x, const Tensor& mask) {
+  check_mask(x, mask, "masked_select", false);
+  IntList shape = broadcast_shapes(x.sizes(), mask.sizes(), "masked_select");
+  Tensor where = raw::reshape(nonzero_indices(raw::reshape(raw::expand(mask, shape), {-1})), {-1});
+  return O::index_select(O::reshape(O::expand(x, shape), {-1}), 0, where);
+}
+
+template <class O> std::vector<Tensor> split(const Tensor& x, const IntList& sizes, int64_t d) {
+  std::vector<Tensor> out;
+  int64_t at = 0;
+  for (int64_t s : sizes) {
+    out.push_back(O::narrow(x, d, at, s));
+    at += s;
+  }
+  return out;
+}
+template <class O> std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t dim) {
+  check_defined(x, "split");
+  TG_CHECK(x.dim() > 0, "split: cannot split a 0-dim tensor");
+  const int64_t d = wrap_dim(dim, x.dim(), "split", x.sizes()), n = x.size(d);
+  TG_CHECK(size > 0 || (size == 0 && n == 0), "split: split_size must be positive, got ", size, " for dim ", dim,
+           " of size ", n);
+  IntList sizes;
+  for (int64_t at = 0; at < n; at += size)
+    sizes.push_back(std::min(size, n - at));
+  if (sizes.empty()) sizes.push_back(0);
+  return split<O>(x, sizes, d);
+}
+template <class O> std::vector<Tensor> split_sizes(const Tensor& x, const IntList& sizes, int64_t dim) {
+  check_defined(x, "split");
+  TG_CHECK(x.dim() > 0, "split: cannot split a 0-dim tensor");
+  const int64_t d = wrap_dim(dim, x.dim(), "split", x.sizes());
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    TG_CHECK(s >= 0, "split: sizes must be >= 0, got ", shape_str(sizes));
+    total += s;
+  }
+  TG_CHECK(total == x.size(d), "split: sizes ", shape_str(sizes), " sum to ", total, ", not to dim ", dim, "'s size ",
+           x.size(d), " (shape ", shape_str(x.sizes()), ")");
+  return split<O>(x, sizes, d);
+}
+template <class O> std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  check_defined(x, "chunk");
+  TG_CHECK(chunks > 0, "chunk: chunks must be positive, got ", chunks);
+  TG_CHECK(x.dim() > 0, "chunk: cannot chunk a 0-dim tensor");
+  const int64_t d = wrap_dim(dim, x.dim(), "chunk", x.sizes()), n = x.size(d);
+  return split<O>(x, (n + chunks - 1) / chunks, d);
+}
+
+// [s0, s1, ...] viewed [1, s0, 1, s1, ...], expanded [r0, s0, r1, s1, ...]
+// and merged pairwise.
+template <class O> Tensor repeat(const Tensor& x, const IntList& reps) {
+  check_defined(x, "repeat");
+  TG_CHECK(int64_t(reps.size()) >= x.dim(), "repeat: got ", reps.size(), " repeats for a tensor of ", x.dim(),
+           " dims (shape ", shape_str(x.sizes()), "); give at least one per dim");
+  IntList sizes(reps.size() - size_t(x.dim()), 1);
+  sizes.insert(sizes.end(), x.sizes().begin(), x.sizes().end());
+  IntList inter, expanded, merged;
+  for (size_t i = 0; i < reps.size(); ++i) {
+    TG_CHECK(reps[i] >= 0, "repeat: repeats must be >= 0, got ", shape_str(reps));
+    inter.insert(inter.end(), {1, sizes[i]});
+    expanded.insert(expanded.end(), {reps[i], sizes[i]});
+    merged.push_back(reps[i] * sizes[i]);
+  }
+  return O::reshape(O::expand(O::reshape(x, inter), expanded), merged);
+}
+template <class O> Tensor tile(const Tensor& x, const IntList& reps_in) {
+  check_defined(x, "tile");
+  IntList reps = reps_in;
+  if (int64_t(reps.size()) < x.dim()) reps.insert(reps.begin(), size_t(x.dim()) - reps.size(), 1);
+  return repeat<O>(x, reps);
+}
+template <class O> Tensor repeat_interleave(const Tensor& x_in, int64_t repeats, std::optional<int64_t> dim) {
+  check_defined(x_in, "repeat_interleave");
+  TG_CHECK(repeats >= 0, "repeat_interleave: repeats must be >= 0, got ", repeats);
+  Tensor x = dim && x_in.dim() > 0 ? x_in : O::reshape(x_in, {-1});
+  const int64_t d = dim && x_in.dim() > 0 ? wrap_dim(*dim, x.dim(), "repeat_interleave", x.sizes()) : 0;
+  IntList shape = x.sizes(), out = x.sizes();
+  shape.insert(shape.begin() + d + 1, repeats);
+  out[size_t(d)] *= repeats;
+  return O::reshape(O::expand(O::unsqueeze(x, d + 1), shape), out);
+}
+template <class O> Tensor repeat_interleave(const Tensor& x_in, const Tensor& repeats, std::optional<int64_t> dim) {
+  check_defined(x_in, "repeat_interleave");
+  check_defined(repeats, "repeat_interleave", "repeats");
+  TG_CHECK(repeats.dtype() == kInt64 && repeats.dim() <= 1,
+           "repeat_interleave: repeats must be a 0-D or 1-D Int64 "
+           "tensor, got ",
+           repeats.dtype(), " ", shape_str(repeats.sizes()));
+  Tensor x = dim && x_in.dim() > 0 ? x_in : O::reshape(x_in, {-1});
+  const int64_t d = dim && x_in.dim() > 0 ? wrap_dim(*dim, x.dim(), "repeat_interleave", x.sizes()) : 0;
+  if (repeats.is_cuda()) cuda::detail::check_not_capturing("repeat_interleave", repeats.device().index());
+  Tensor r = raw::contiguous(raw::to(repeats, Device(kCPU)));
+  const int64_t n = x.size(d);
+  TG_CHECK(r.numel() == 1 || r.numel() == n, "repeat_interleave: ", r.numel(), " repeats for dim ", d, " of size ", n,
+           " (give one, or one per slice)");
+  const int64_t* rp = static_cast<const int64_t*>(r.data_ptr());
+  std::vector<double> idx;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = rp[r.numel() == 1 ? 0 : i];
+    TG_CHECK(k >= 0, "repeat_interleave: repeats must be >= 0, got ", k, " at ", i);
+    idx.insert(idx.end(), size_t(k), double(i));
+  }
+  Tensor index = raw::to(tg::tensor(idx, {int64_t(idx.size())}, TensorOptions().dtype(kInt64)), x.device());
+  return O::index_select(x, d, index);
+}
+template <class O> Tensor flip(const Tensor& x, const IntList& dims) {
+  check_defined(x, "flip");
+  Tensor y = x;
+  std::vector<bool> seen(size_t(std::max<int64_t>(x.dim(), 1)), false);
+  for (int64_t dim : dims) {
+    const int64_t d = wrap_dim(dim, x.dim(), "flip", x.sizes());
+    TG_CHECK(!seen[size_t(d)], "flip: dim ", dim, " appears twice in ", shape_str(dims));
+    seen[size_t(d)] = true;
+    if (x.dim() > 0 && x.size(d) > 1) y = O::index_select(y, d, index_range(x.size(d) - 1, -1, -1, x.device()));
+  }
+  return dims.empty() ? O::clone(x) : y;
+}
+template <class O> Tensor roll(const Tensor& x, const IntList& shifts, const IntList& dims) {
+  check_defined(x, "roll");
+  if (dims.empty()) {
+    TG_CHECK(shifts.size() == 1, "roll: without dims give one shift, got ", shape_str(shifts));
+    return O::reshape(roll<O>(O::reshape(x, {-1}), shifts, {0}), x.sizes());
+  }
+  TG_CHECK(shifts.size() == dims.size(), "roll: ", shifts.size(), " shifts for ", dims.size(), " dims (",
+           shape_str(shifts), ", ", shape_str(dims), ")");
+  Tensor y = x;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t d = wrap_dim(dims[i], x.dim(), "roll", x.sizes()), n = x.dim() == 0 ? 0 : x.size(d);
+    if (n == 0) continue;
+    const int64_t s = ((shifts[i] % n) + n) % n;
+    if (s) y = O::cat({O::narrow(y, d, n - s, s), O::narrow(y, d, 0, n - s)}, d);
+  }
+  return y;
+}
+template <class O> std::vector<Tensor> meshgrid(const std::vector<Tensor>& tensors, const std::string& indexing) {
+  TG_CHECK(indexing == "ij" || indexing == "xy", "meshgrid: indexing must be \"ij\" or \"xy\", got \"", indexing, "\"");
+  IntList shape;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    check_defined(tensors[i], "meshgrid");
+    TG_CHECK(tensors[i].dim() <= 1, "meshgrid: expected 0-D or 1-D tensors, tensor ", i, " has shape ",
+             shape_str(tensors[i].sizes()));
+    shape.push_back(tensors[i].numel());
+  }
+  const bool xy = indexing == "xy" && tensors.size() >= 2;
+  if (xy) std::swap(shape[0], shape[1]);
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    IntList view(shape.size(), 1);
+    view[xy && i < 2 ? 1 - i : i] = -1;
+    out.push_back(O::expand(O::reshape(tensors[i], view), shape));
+  }
+  return out;
+}
+
+// ---- einsum -----------------------------------------------------------------------------
+// Labels are ints: letters as themselves, the "..." dims as 256 + i counted
+// from the right.
+struct EinsumTerm {
+  std::vector<int> labels;
+};
+struct EinsumPlan {
+  std::vector<EinsumTerm> inputs;
+  std::vector<int> output;
+};
+EinsumPlan einsum_parse(const std::string& equation, const std::vector<Tensor>& operands);
+
+template <class O> Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) {
+  for (size_t i = 0; i < operands.size(); ++i) {
+    check_floating(operands[i], "einsum");
+    TG_CHECK(operands[i].device() == operands[0].device(), "einsum: operands on ", operands[0].device(), " and ",
+             operands[i].device());
+  }
+  EinsumPlan plan = einsum_parse(equation, operands);
+  std::map<int, int64_t> size;
+  for (size_t i = 0; i < operands.size(); ++i)
+    for (size_t k = 0; k < plan.inputs[i].labels.size(); ++k) {
+      int64_t& s = size[plan.inputs[i].labels[k]];
+      const int64_t have = operands[i].size(int64_t(k));
+      TG_CHECK(s <= 1 || have == 1 || have == s, "einsum: label sizes disagree in \"", equation, "\" (", s, " and ",
+               have, ", operand ", i, " of shape ", shape_str(operands[i].sizes()), ")");
+      s = std::max(s, have);
+    }
+  struct Part {
+    Tensor t;
+    std::vector<int> labels;
+  };
+  std::vector<Part> parts;
+  auto count_elsewhere = [&](const std::vector<Part>& ps, size_t skip_a, size_t skip_b, int label) {
+    int c = std::count(plan.output.begin(), plan.output.end(), label) > 0 ? 1 : 0;
+    for (size_t j = 0; j < ps.size(); ++j)
+      if (j != skip_a && j != skip_b) c += std::count(ps[j].labels.begin(), ps[j].labels.end(), label) > 0;
+    return c;
+  };
+  // Each operand: repeated labels to their diagonal, size-1 dims broadcast.
+  for (size_t i = 0; i < operands.size(); ++i) {
+    Part p{operands[i], plan.inputs[i].labels};
+    for (size_t a = 0; a < p.labels.size(); ++a)
+      for (size_t b = a + 1; b < p.labels.size();)
+        if (p.labels[a] == p.labels[b]) {
+          p.t = diagonal<O>(p.t, 0, int64_t(a), int64_t(b));  // to the last dim
+          const int l = p.labels[a];
+          p.labels.erase(p.labels.begin() + int64_t(b));
+          p.labels.erase(p.labels.begin() + int64_t(a));
+          p.labels.push_back(l);
+          b = a + 1;
+        } else {
+          ++b;
+        }
+    IntList full;
+    for (int l : p.labels)
+      full.push_back(size[l]);
+    if (full != p.t.sizes()) p.t = O::expand(p.t, full);
+    parts.push_back(std::move(p));
+  }
+  // Sums over the labels of a part that nothing else needs.
+  auto sum_private = [&](std::vector<Part>& ps, size_t i) {
+    IntList dims;
+    std::vector<int> kept;
+    for (size_t k = 0; k < ps[i].labels.size(); ++k)
+      if (count_elsewhere(ps, i, i, ps[i].labels[k]) == 0) dims.push_back(int64_t(k));
+      else kept.push_back(ps[i].labels[k]);
+    if (!dims.empty()) ps[i].t = O::sum(ps[i].t, dims, false);
+    ps[i].labels = kept;
+  };
+  for (size_t i = 0; i < parts.size(); ++i)
+    sum_private(parts, i);
+  auto numel_of = [&](const std::vector<int>& labels) {
+    double n = 1;
+    for (int l : labels)
+      n *= double(size[l]);
+    return n;
+  };
+  while (parts.size() > 1) {
+    // The greedy choice: the pair whose product is smallest against its operands.
+    size_t bi = 0, bj = 1;
+    double best = INFINITY;
+    for (size_t i = 0; i < parts.size(); ++i)
+      for (size_t j = i + 1; j < parts.size(); ++j) {
+        std::vector<int> out;
+        for (const Part* p : {&parts[i], &parts[j]})
+          for (int l : p->labels)
+            if (std::find(out.begin(), out.end(), l) == out.end() && count_elsewhere(parts, i, j, l) > 0)
+              out.push_back(l);
+        const double cost = numel_of(out) - numel_of(parts[i].labels) - numel_of(parts[j].labels);
+        if (cost < best) best = cost, bi = i, bj = j;
+      }
+    Part& a = parts[bi];
+    Part& b = parts[bj];
+    std::vector<int> batch, left, right, contract;
+    for (int l : a.labels) {
+      const bool in_b = std::count(b.labels.begin(), b.labels.end(), l) > 0;
+      const bool kept = count_elsewhere(parts, bi, bj, l) > 0;
+      (in_b ? (kept ? batch : contract) : left).push_back(l);
+    }
+    for (int l : b.labels)
+      if (!std::count(a.labels.begin(), a.labels.end(), l)) right.push_back(l);
+    auto arrange = [&](const Part& p, std::initializer_list<const std::vector<int>*> groups) {
+      IntList perm, shape;
+      for (const std::vector<int>* g : groups) {
+        int64_t n = 1;
+        for (int l : *g) {
+          perm.push_back(int64_t(std::find(p.labels.begin(), p.labels.end(), l) - p.labels.begin()));
+          n *= size[l];
+        }
+        shape.push_back(n);
+      }
+      return O::reshape(O::permute(p.t, perm), shape);
+    };
+    Tensor prod = O::bmm(arrange(a, {&batch, &left, &contract}), arrange(b, {&batch, &contract, &right}));
+    std::vector<int> labels = batch;
+    labels.insert(labels.end(), left.begin(), left.end());
+    labels.insert(labels.end(), right.begin(), right.end());
+    IntList shape;
+    for (int l : labels)
+      shape.push_back(size[l]);
+    Part joined{O::reshape(prod, shape), labels};
+    parts.erase(parts.begin() + int64_t(bj));
+    parts.erase(parts.begin() + int64_t(bi));
+    parts.push_back(std::move(joined));
+    sum_private(parts, parts.size() - 1);
+  }
+  Part& last = parts[0];
+  IntList perm;
+  for (int l : plan.output)
+    perm.push_back(int64_t(std::find(last.labels.begin(), last.labels.end(), l) - last.labels.begin()));
+  return perm == all_dims(last.t) ? O::clone(last.t) : O::permute(last.t, perm);
 }
 
 }  // namespace tg::detail

@@ -6,6 +6,7 @@
 #include "tensor/op_util.h"
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include "tensor/cpu/loops.h"
 #include <tapegrad/tensor/random.h>
 #include "tensor/cpu/cpu_kernels.h"
@@ -236,6 +237,30 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, bool sparse) {
   return raw::view(rows, shape);
 }
 
+// The sort runs over contiguous rows of the dim moved last; Bool sorts as
+// Int64 and the reduced floating types as Float32 (the order is the same).
+Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
+  detail::check_defined(x, "argsort");
+  const Device dev = x.device();
+  if (x.dim() == 0) return raw::to(tg::zeros({}, TensorOptions().dtype(kInt64)), dev);
+  const int64_t d = detail::wrap_dim(dim, x.dim(), "argsort", x.sizes());
+  ScalarType kt = x.dtype() == kBool      ? kInt64
+                  : x.dtype() == kFloat64 ? kFloat64
+                  : x.dtype() == kInt64   ? kInt64
+                                          : kFloat32;
+  TG_CHECK(!x.is_sparse(), "argsort: not defined on sparse tensors; call to_dense() first");
+  Tensor keys = raw::transpose(cast(x, kt), d, -1);
+  if (is_floating_point(kt))  // one NaN (positive) and one zero (+0): radix sorts see bits
+    keys = raw::add(raw::where(raw::ne(keys, keys), Scalar(NAN), keys), Scalar(0.0));
+  keys = raw::contiguous(keys);
+  Tensor out = detail::new_empty(keys.sizes(), kInt64, dev);
+  const int64_t n = keys.dim() == 0 ? 1 : keys.size(-1);
+  if (keys.numel() > 0)
+    kernels::backend(dev, "argsort")
+        .argsort(raw::view(out, {keys.numel() / n, n}), raw::view(keys, {keys.numel() / n, n}), descending);
+  return raw::contiguous(raw::transpose(out, d, -1));
+}
+
 }  // namespace raw
 
 }  // namespace tg
@@ -358,9 +383,34 @@ void normal_kernel(const Tensor& out, uint64_t seed, uint64_t offset) {
   }
 }
 
+// Each row's stable sorting permutation; NaN compares largest, -0 equals 0.
+void argsort_kernel(const Tensor& out, const Tensor& x, bool descending) {
+  const int64_t rows = x.size(0), n = x.size(1);
+  int64_t* o = out.data_ptr<int64_t>();
+  dispatch_compute(x.dtype(), "argsort", [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = static_cast<const T*>(x.data_ptr());
+    parallel_for(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const T* row = p + r * n;
+        int64_t* idx = o + r * n;
+        std::iota(idx, idx + n, int64_t(0));
+        auto nan = [](T v) { return v != v; };
+        if (descending)
+          std::stable_sort(idx, idx + n,
+                           [&](int64_t i, int64_t j) { return (nan(row[i]) && !nan(row[j])) || row[i] > row[j]; });
+        else
+          std::stable_sort(idx, idx + n,
+                           [&](int64_t i, int64_t j) { return (!nan(row[i]) && nan(row[j])) || row[i] < row[j]; });
+      }
+    });
+  });
+}
+
 }  // namespace
 
 void register_index(kernels::Backend& b) {
+  b.argsort = argsort_kernel;
   b.index_select = index_select_kernel;
   b.gather = gather_kernel;
   b.scatter_add = scatter_add_kernel;

@@ -175,6 +175,67 @@ std::vector<OpEntry> op_entries() {
        matrix_samples()},
       {"dot", F2(dot(x, y) + x.dot(y)), {one("[5] . [5]", {{{5}}, {{5}}}), one("[0] . [0]", {{{0}}, {{0}}})}},
       {"cumsum", F1(cumsum(x, 1) + x.cumsum(0)), matrix_samples()},
+      // the everyday surface (composites of recorded ops, and sort's gather)
+      {"lerp", [](const variable_list& v) { return lerp(v[0], v[1], v[2]); },
+       {one("[3, 4] with [4], weight [3, 1]", {{{3, 4}}, {{4}}, {{3, 1}, -0.2, 1.2}}),
+        one("[2, 3] transposed", {{{2, 3}}, {{2, 3}, -1, 1, true}, {{2, 3}, 0.1, 0.9}})}},
+      {"lerp_scalar", F2(lerp(x, y, 0.3) + x.lerp(y, 0.8)), binary_samples()},
+      {"clamp_min", F1(clamp_min(x, -0.2) + x.clamp_min(0.3)), unit},
+      {"clamp_max", F1(clamp_max(x, 0.2) * 2.0 + x.clamp_max(-0.4)), unit},
+      {"clamp_min_tensor", F2(clamp_min(x, y)), binary_samples()},
+      {"clamp_max_tensor", F2(x.clamp_max(y)), binary_samples()},
+      {"prod", F1(prod(x) + x.prod()), unit},
+      {"prod_dim", F1(prod(x, 1) + x.prod(0, true).sum() + prod(where(eq(x, x.amax()), 0.0, x), 0).sum()),
+       {one("[3, 4]", {{{3, 4}}}), one("[3, 5] transposed", {{{3, 5}, -1, 1, true}}), one("[5, 3]", {{{5, 3}}})}},
+      {"var", F1(var(x) + x.var({1}, 0.0, true).sum() + var(x, {0}).sum()), matrix_samples()},
+      {"std", F1(tg::std(x) + x.std({1}).sum() + tg::std(x, {0, 1}, 2.0)), matrix_samples()},
+      {"sort", F1(std::get<0>(sort(x)) * 2.0 + std::get<0>(x.sort(0, true))), unit},
+      {"topk", F1(std::get<0>(topk(x, 2)) + std::get<0>(x.topk(2, -1, false)) * 3.0), matrix_samples()},
+      {"kthvalue", F1(std::get<0>(kthvalue(x, 2, 1)) + std::get<0>(x.kthvalue(1, 0, true)).sum()), matrix_samples()},
+      {"median", F1(median(x) + x.median() * 2.0), matrix_samples()},
+      {"median_dim", F1(std::get<0>(median(x, 1)) + std::get<0>(x.median(0, true)).sum()), matrix_samples()},
+      {"outer", F2(outer(x, y) + x.outer(y)), {one("[3] x [4]", {{{3}}, {{4}}}), one("[0] x [2]", {{{0}}, {{2}}})}},
+      {"cross", F2(cross(x, y, x.size(-1) == 3 ? -1 : 0)),
+       {one("[4, 3] x [3]", {{{4, 3}}, {{3}}}), one("[3, 2] x [3, 2] transposed, dim 0", {{{3, 2}}, {{3, 2}, -1, 1, true}})}},
+      {"einsum",
+       F2(einsum("ij,jk->ik", {x, y}) * 2.0 + einsum("ij,jk", {sin(x), y}) + einsum("...j,jk->...k", {x, y}) +
+          einsum("ij,jk,ij->ik", {x, y, x}) + einsum("ij->i", {x}).unsqueeze(1) + einsum("ij,jk->", {x, y})),
+       {one("[3, 4], [4, 2] transposed", {{{3, 4}}, {{4, 2}, -1, 1, true}}), one("[2, 3], [3, 2]", {{{2, 3}}, {{3, 2}}})}},
+      {"einsum", F2(einsum("ii->i", {x}) * einsum("i,i->i", {y, y}) + einsum("bij,bjk->bik", {x.unsqueeze(0), x.unsqueeze(0)}).diagonal(0, 1, 2).squeeze(0) + einsum("ij->", {x})),
+       {one("[3, 3], [3]", {{{3, 3}}, {{3}}})}},
+      {"tril", F1(tril(x) + x.tril(1) * 2.0 + tril(x, -1) * 3.0), matrix_samples()},
+      {"triu", F1(triu(x) + x.triu(-1) * 2.0 + triu(x, 2) * 3.0),
+       {one("[3, 4]", {{{3, 4}}}), one("batched [2, 3, 4]", {{{2, 3, 4}}})}},
+      {"diagonal", F1(cat({diagonal(x), x.diagonal(1, 1, 0), diagonal(x, -2)})), matrix_samples()},
+      {"diagonal", F1(diagonal(x, 1, 0, 2) * 2.0), {one("[3, 2, 4]", {{{3, 2, 4}}})}},
+      {"diag", F1(x.dim() == 1 ? diag(x, 1) + x.diag(-1) : diag(x) * 2.0 + x.diag(1).sum()),
+       {one("[3]", {{{3}}}), one("[3, 4] transposed", {{{3, 4}, -1, 1, true}})}},
+      {"diag_embed", F1(cat({diag_embed(x).reshape({-1}), diag_embed(x, -1, 0, 2).reshape({-1}), x.diag_embed(2).reshape({-1})})),
+       {one("[2, 3]", {{{2, 3}}}), one("[3, 2] transposed", {{{3, 2}, -1, 1, true}})}},
+      {"trace", F1(trace(x) + x.trace()), matrix_samples()},
+      {"masked_fill", F1(masked_fill(x, gt(x, 0.0), 2.0) + x.masked_fill(lt(x, 0.5), -1.0) * x), unit},
+      {"masked_fill_tensor", F2(masked_fill(x, gt(x, 0.0), y) + x.masked_fill(tensor({1, 0, 0, 1}, {4}, TensorOptions().dtype(kBool)).to(x.device()), y * 2.0)),
+       {one("[3, 4] with 0-dim", {{{3, 4}}, {{}}}), one("[3, 4] transposed with 0-dim", {{{3, 4}, -1, 1, true}, {{}}})}},
+      {"masked_select", F1(cat({masked_select(x, gt(x, 0.0)), x.masked_select(gt(x.sum({0}, true), 0.0)) * 2.0})),
+       matrix_samples()},
+      {"split", F1([&] { auto p = split(x, 3, 1); return cat({p[0] * 2.0, p[1]}, 1); }()), matrix_samples()},
+      {"split_sizes", F1([&] { auto p = x.split({1, 0, 3}, 1); return cat({p[2], p[1], p[0] * 3.0}, 1); }()),
+       matrix_samples()},
+      {"chunk", F1([&] { auto p = x.chunk(2, 0); return cat({p[1] * 2.0, p[0]}, 0); }()), matrix_samples()},
+      {"repeat", F1(x.repeat({2, 1, 3})), unit},
+      {"tile", F1(tile(x, {2}) + x.tile({1, 2}).sum()), unit},
+      {"repeat_interleave", F1(cat({repeat_interleave(x, 2), x.repeat_interleave(3, 0).reshape({-1})})), unit},
+      {"repeat_interleave_tensor",
+       F1(repeat_interleave(x, I64({2, 0, 1}, {3}, x), 0) + x.repeat_interleave(I64({2}, {1}, x), 0).narrow(0, 0, 3)),
+       matrix_samples()},
+      {"flip", F1(flip(x, {0, 1}) + x.flip({-1}) * 2.0), matrix_samples()},
+      {"roll", F1(roll(x, {1, -5}, {0, 1}) + x.roll({7}) * 2.0), matrix_samples()},
+      {"meshgrid", F2([&] {
+         auto g = meshgrid({x, y});
+         auto h = meshgrid({x, y}, "xy");
+         return cat({g[0] * g[1], h[0].t() + h[1].t() * 2.0}, 0);
+       }()),
+       {one("[3] and [4]", {{{3}}, {{4}}})}},
       // linear algebra
       {"mm", F2(mm(x, y)), {one("[3, 4] @ [4, 2] transposed", {{{3, 4}}, {{4, 2}, -1, 1, true}}),
                             one("[0, 4] @ [4, 2]", {{{0, 4}}, {{4, 2}}})}},
@@ -373,6 +434,142 @@ TEST_P(OpTable, GradcheckAndGradgradcheckEveryOp) {
     }
   }
   EXPECT_GT(checked, 150);
+}
+
+// The everyday surface against values worked out by hand (PyTorch's
+// semantics: ties, NaN, stability, correction, halves), on every device.
+TEST_P(OpTable, EverydayOpsMatchHandWorkedValues) {
+  const bool gpu = GetParam() == tg::kCUDA;
+  if (gpu) {
+    REQUIRE_GPU();
+  }
+  const Device dev = gpu ? Device(tg::kCUDA, 0) : Device(tg::kCPU);
+  auto T = [&](std::vector<double> v, IntList s) { return tg::tensor(v, s, kF64).to(dev); };
+  auto I = [&](std::vector<double> v, IntList s) {
+    return tg::tensor(v, s, tg::TensorOptions().dtype(tg::kInt64)).to(dev);
+  };
+  auto host = [](const Tensor& t) { return tgtest::values(t); };
+  using V = std::vector<double>;
+  auto near = [](const V& got, const V& want, const char* what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!(std::isnan(want[i]) && std::isnan(got[i])) && got[i] != want[i]) {
+        EXPECT_NEAR(got[i], want[i], 1e-12 * (1 + std::fabs(want[i]))) << what << " at " << i;
+      }
+    }
+  };
+  const double nan = std::nan("");
+  Tensor m = T({3, 1, 2, 1, 5, -4}, {2, 3});
+  // reductions
+  near(host(m.prod()), {-120}, "prod");
+  near(host(tg::prod(m, 1)), {6, -20}, "prod dim");
+  near(host(tg::prod(T({2, 0, 3}, {3}))), {0}, "prod with a zero");
+  EXPECT_EQ(tg::prod(I({2, 3}, {2})).dtype(), tg::kInt64);
+  near(host(tg::prod(T({}, {0}))), {1}, "prod of nothing");
+  {
+    V v = {3, 1, 2, 1, 5, -4};
+    double mean = 8.0 / 6, ss = 0;
+    for (double e : v)
+      ss += (e - mean) * (e - mean);
+    near(host(m.var()), {ss / 5}, "var, correction 1");
+    near(host(tg::var(m, {}, 0.0)), {ss / 6}, "var, correction 0");
+    near(host(m.std()), {std::sqrt(ss / 5)}, "std");
+  }
+  near(host(tg::var(m, {1})), {1, 61.0 / 3}, "var dim");
+  near(host(tg::std(m, {0}, 1, true)), {std::sqrt(2.0), std::sqrt(8.0), std::sqrt(18.0)}, "std dim keepdim");
+  EXPECT_TRUE(std::isnan(host(tg::var(T({1}, {1})))[0]));  // N - correction = 0
+  // any, all, argmax, argmin
+  Tensor z = T({0, nan, 0, 0}, {2, 2});
+  EXPECT_EQ(host(z.any()), V{1});
+  EXPECT_EQ(host(z.all()), V{0});
+  EXPECT_EQ(host(tg::any(z, 1)), (V{1, 0}));
+  EXPECT_EQ(host(tg::all(T({}, {0}))), V{1});
+  EXPECT_EQ(host(tg::any(T({}, {0}))), V{0});
+  EXPECT_EQ(tg::any(z).dtype(), tg::kBool);
+  Tensor ties = T({1, 5, 5, -2, 5, -2}, {2, 3});
+  EXPECT_EQ(host(ties.argmax()), V{1});  // the first of the ties, flattened
+  EXPECT_EQ(host(tg::argmin(ties)), V{3});
+  EXPECT_EQ(host(tg::argmax(ties, 1)), (V{1, 1}));
+  EXPECT_EQ(host(tg::argmin(ties, 0, true)), (V{1, 0, 1}));
+  EXPECT_EQ(tg::argmax(ties, std::nullopt, true).sizes(), (IntList{1, 1}));
+  EXPECT_EQ(host(tg::argmax(T({1, nan, 3}, {3}))), V{1});  // NaN is the largest
+  // sort: stable, NaN last ascending and first descending, -0 equal to 0
+  Tensor u = T({2, nan, -1, 2, 0, -0.0, 2}, {7});
+  auto [sv, si] = u.sort();
+  near(host(sv), {-1, 0, -0.0, 2, 2, 2, nan}, "sort values");
+  EXPECT_EQ(host(si), (V{2, 4, 5, 0, 3, 6, 1}));
+  auto [dv, di] = tg::sort(u, 0, true);
+  near(host(dv), {nan, 2, 2, 2, 0, -0.0, -1}, "sort descending");
+  EXPECT_EQ(host(di), (V{1, 0, 3, 6, 4, 5, 2}));
+  EXPECT_EQ(host(tg::argsort(I({3, 1, 3, 1}, {4}))), (V{1, 3, 0, 2}));
+  EXPECT_EQ(host(std::get<1>(tg::sort(m, 0))), (V{1, 0, 1, 0, 1, 0}));
+  auto [tv, ti] = tg::topk(m, 2);
+  near(host(tv), {3, 2, 5, 1}, "topk");
+  EXPECT_EQ(host(ti), (V{0, 2, 1, 0}));
+  near(host(std::get<0>(m.topk(1, 0, false))), {1, 1, -4}, "topk smallest");
+  auto [kv, ki] = tg::kthvalue(m, 2, 1);
+  near(host(kv), {2, 1}, "kthvalue");
+  EXPECT_EQ(host(ki), (V{2, 0}));
+  near(host(T({4, 1, 3, 2}, {4}).median()), {2}, "median, lower");
+  auto [mv, mi] = tg::median(T({4, 1, 3, nan, 2, 6}, {2, 3}), 1);
+  near(host(mv), {3, nan}, "median with NaN");
+  EXPECT_EQ(host(mi), (V{2, 0}));
+  // products, triangles, diagonals
+  near(host(tg::outer(T({1, 2}, {2}), T({3, 4, 5}, {3}))), {3, 4, 5, 6, 8, 10}, "outer");
+  near(host(tg::cross(T({1, 0, 0, 0, 1, 0}, {2, 3}), T({0, 1, 0}, {3}))), {0, 0, 1, 0, 0, 0}, "cross");
+  Tensor sq = T({1, 2, 3, 4, 5, 6, 7, 8, 9}, {3, 3});
+  near(host(sq.tril()), {1, 0, 0, 4, 5, 0, 7, 8, 9}, "tril");
+  near(host(tg::triu(sq, 1)), {0, 2, 3, 0, 0, 6, 0, 0, 0}, "triu 1");
+  near(host(tg::tril(sq, -1)), {0, 0, 0, 4, 0, 0, 7, 8, 0}, "tril -1");
+  near(host(sq.diagonal()), {1, 5, 9}, "diagonal");
+  near(host(tg::diagonal(sq, 1)), {2, 6}, "diagonal 1");
+  near(host(tg::diagonal(sq, -2)), {7}, "diagonal -2");
+  near(host(tg::diagonal(sq, 0, 1, 0)), {1, 5, 9}, "diagonal dims swapped");
+  EXPECT_EQ(tg::diagonal(sq, 5).numel(), 0);
+  near(host(tg::diag(T({1, 2}, {2}), 1)), {0, 1, 0, 0, 0, 2, 0, 0, 0}, "diag of a vector");
+  near(host(tg::diag_embed(T({1, 2, 3, 4}, {2, 2}), -1)), {0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 0, 3, 0, 0, 0, 4, 0},
+       "diag_embed -1");
+  near(host(sq.trace()), {15}, "trace");
+  // masks
+  Tensor mask = tg::tensor({1, 0, 1}, {3}, tg::TensorOptions().dtype(tg::kBool)).to(dev);
+  near(host(m.masked_fill(mask, -7.0)), {-7, 1, -7, -7, 5, -7}, "masked_fill");
+  EXPECT_EQ(host(I({1, 2, 3}, {3}).masked_fill(mask, 9)), (V{9, 2, 9}));
+  near(host(m.masked_select(mask)), {3, 2, 1, -4}, "masked_select");
+  EXPECT_EQ(host(tg::nonzero(T({0, 2, 0, 3}, {2, 2}))), (V{0, 1, 1, 1}));
+  EXPECT_EQ(tg::nonzero(T({0, 0}, {2})).sizes(), (IntList{0, 1}));
+  // pieces and copies
+  auto parts = tg::split(T({0, 1, 2, 3, 4}, {5}), 2);
+  ASSERT_EQ(parts.size(), 3u);
+  near(host(parts[2]), {4}, "split last piece");
+  auto chunks = T({0, 1, 2, 3, 4, 5}, {6}).chunk(4);  // ceil(6 / 4) = 2 each: 3 chunks, as PyTorch
+  EXPECT_EQ(chunks.size(), 3u);
+  near(host(T({1, 2}, {2}).repeat({2, 2})), {1, 2, 1, 2, 1, 2, 1, 2}, "repeat");
+  EXPECT_EQ(T({1, 2}, {2}).repeat({3, 1, 2}).sizes(), (IntList{3, 1, 4}));
+  EXPECT_EQ(tg::tile(T({1, 2, 3, 4}, {2, 2}), {2}).sizes(), (IntList{2, 4}));
+  near(host(tg::repeat_interleave(T({1, 2}, {2}), 2)), {1, 1, 2, 2}, "repeat_interleave");
+  near(host(tg::repeat_interleave(T({1, 2, 3, 4}, {2, 2}), I({1, 2}, {2}), 0)), {1, 2, 3, 4, 3, 4},
+       "repeat_interleave counts");
+  near(host(tg::flip(m, {1})), {2, 1, 3, -4, 5, 1}, "flip");
+  near(host(tg::roll(T({1, 2, 3, 4}, {4}), {1})), {4, 1, 2, 3}, "roll");
+  near(host(tg::roll(m, {-1}, {1})), {1, 2, 3, 5, -4, 1}, "roll dim");
+  auto grid = tg::meshgrid({T({1, 2}, {2}), T({3, 4, 5}, {3})}, "xy");
+  EXPECT_EQ(grid[0].sizes(), (IntList{3, 2}));
+  near(host(grid[0]), {1, 2, 1, 2, 1, 2}, "meshgrid xy");
+  // einsum against the ops it stands for
+  Tensor a = T({1, 2, 3, 4, 5, 6}, {2, 3}), b = T({1, 0, 2, 1, 0, 3}, {3, 2});
+  near(host(tg::einsum("ij,jk->ik", {a, b})), host(tg::mm(a, b)), "einsum mm");
+  near(host(tg::einsum("ij,jk", {a, b})), host(tg::mm(a, b)), "einsum implicit");
+  near(host(tg::einsum("ij->ji", {a})), host(a.t()), "einsum transpose");
+  near(host(tg::einsum("ii", {sq})), {15}, "einsum trace");
+  near(host(tg::einsum("i,j->ij", {T({1, 2}, {2}), T({3, 4, 5}, {3})})), {3, 4, 5, 6, 8, 10}, "einsum outer");
+  near(host(tg::einsum("b...j,jk->b...k", {a.unsqueeze(0), b})), host(tg::mm(a, b)), "einsum ellipsis");
+  near(host(tg::einsum("ij,jk,kl->il", {a, b, T({1, 2, 3, 4}, {2, 2})})),
+       host(tg::mm(tg::mm(a, b), T({1, 2, 3, 4}, {2, 2}))), "einsum chain");
+  // elementwise
+  near(host(tg::lerp(T({1, 2}, {2}), T({3, 10}, {2}), 1.0)), {3, 10}, "lerp at 1");
+  near(host(tg::lerp(T({1, 2}, {2}), T({3, 10}, {2}), T({0.25, 0.75}, {2}))), {1.5, 8}, "lerp");
+  near(host(tg::clamp_min(T({nan, 1, -1}, {3}), 0.0)), {nan, 1, 0}, "clamp_min");
+  near(host(tg::clamp_max(T({1, -1}, {2}), T({0, nan}, {2}))), {0, nan}, "clamp_max NaN bound");
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, OpTable, ::testing::Values(tg::kCPU, tg::kCUDA),

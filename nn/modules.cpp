@@ -1,5 +1,7 @@
 #include <tapegrad/nn/modules.h>
 
+#include <tapegrad/nn/functional.h>
+
 #include <cmath>
 
 #include <tapegrad/autograd/grad_mode.h>
@@ -60,6 +62,10 @@ GELU::GELU(bool tanh_approximation)
 Softplus::Softplus(double beta, double threshold)
     : Activation("Softplus", [beta, threshold](const Tensor& x) { return tg::softplus(x, beta, threshold); }) {}
 Sigmoid::Sigmoid() : Activation("Sigmoid", [](const Tensor& x) { return tg::sigmoid(x); }) {}
+LeakyReLU::LeakyReLU(double slope)
+    : Activation("LeakyReLU", [slope](const Tensor& x) { return functional::leaky_relu(x, slope); }) {}
+ELU::ELU(double alpha) : Activation("ELU", [alpha](const Tensor& x) { return functional::elu(x, alpha); }) {}
+Tanhshrink::Tanhshrink() : Activation("Tanhshrink", [](const Tensor& x) { return functional::tanhshrink(x); }) {}
 
 std::shared_ptr<Module> make_activation(const std::string& name) {
   if (name == "tanh") return std::make_shared<Tanh>();
@@ -68,7 +74,11 @@ std::shared_ptr<Module> make_activation(const std::string& name) {
   if (name == "gelu") return std::make_shared<GELU>();
   if (name == "softplus") return std::make_shared<Softplus>();
   if (name == "sigmoid") return std::make_shared<Sigmoid>();
-  TG_ERROR("make_activation: unknown activation '", name, "'; expected tanh, silu, relu, gelu, softplus or sigmoid");
+  if (name == "leaky_relu") return std::make_shared<LeakyReLU>();
+  if (name == "elu") return std::make_shared<ELU>();
+  if (name == "tanhshrink") return std::make_shared<Tanhshrink>();
+  TG_ERROR("make_activation: unknown activation '", name,
+           "'; expected tanh, silu, relu, gelu, softplus, sigmoid, leaky_relu, elu or tanhshrink");
 }
 
 std::shared_ptr<Sequential> MLP(const std::vector<int64_t>& sizes, const std::string& activation,

@@ -249,10 +249,7 @@ Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
                   : x.dtype() == kInt64   ? kInt64
                                           : kFloat32;
   TG_CHECK(!x.is_sparse(), "argsort: not defined on sparse tensors; call to_dense() first");
-  Tensor keys = raw::transpose(cast(x, kt), d, -1);
-  if (is_floating_point(kt))  // one NaN (positive) and one zero (+0): radix sorts see bits
-    keys = raw::add(raw::where(raw::ne(keys, keys), Scalar(NAN), keys), Scalar(0.0));
-  keys = raw::contiguous(keys);
+  Tensor keys = raw::contiguous(raw::transpose(cast(x, kt), d, -1));
   Tensor out = detail::new_empty(keys.sizes(), kInt64, dev);
   const int64_t n = keys.dim() == 0 ? 1 : keys.size(-1);
   if (keys.numel() > 0)

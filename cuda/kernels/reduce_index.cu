@@ -1,6 +1,8 @@
 // CUDA backend: reductions (CUB block reduce; split across blocks when few
 // outputs reduce many elements), index_select, gather, scatter_add (atomics),
 // and Philox random numbers with the CPU's element mapping (tensor/random.h).
+#include <cstdint>
+
 #include <cub/block/block_reduce.cuh>
 #include <cub/device/device_segmented_sort.cuh>
 
@@ -390,39 +392,52 @@ template <bool kNormal> void random_kernel(const Tensor& out, uint64_t seed, uin
   TG_CUDA_CHECK(cudaGetLastError(), kNormal ? "randn" : "rand");
 }
 
+// A floating key as an Int64 of the same order (CUB's segmented sort
+// compares keys directly in its small-segment path, where NaN would break
+// the order): the bits, negatives with their magnitude bits flipped; -0 as
+// +0, NaN above +inf.
+template <class T> __global__ void order_key_k(const T* x, int64_t* out, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const double v = double(x[i]);
+  int64_t b = v != v ? INT64_MAX : __double_as_longlong(v == 0 ? 0.0 : v);
+  out[i] = b >= 0 ? b : b ^ INT64_MAX;
+}
+
 // Each row's stable sorting permutation: one CUB segmented sort of (key,
-// position) pairs. The op layer gives one NaN bit pattern (positive: after
-// +inf in the radix order, so largest) and +0 for -0.
+// position) pairs over Int64 keys.
 void argsort_kernel(const Tensor& out, const Tensor& x, bool descending) {
   const int64_t rows = x.size(0), n = x.size(1), total = rows * n;
   TG_CHECK(total < (int64_t(1) << 31), "argsort: ", total, " elements is more than one CUDA sort takes (2^31)");
   const Device dev = x.device();
   cudaStream_t s = stream_of(out);
+  Tensor keys = x;
+  if (x.dtype() != kInt64) {
+    keys = tg::detail::new_empty(x.sizes(), kInt64, dev);
+    const unsigned blocks = unsigned((total + 255) / 256);
+    if (x.dtype() == kFloat64)
+      order_key_k<<<blocks, 256, 0, s>>>(static_cast<const double*>(x.data_ptr()), keys.data_ptr<int64_t>(), total);
+    else order_key_k<<<blocks, 256, 0, s>>>(static_cast<const float*>(x.data_ptr()), keys.data_ptr<int64_t>(), total);
+    TG_CUDA_CHECK(cudaGetLastError(), "argsort");
+  }
   Tensor offsets = raw::to(tg::arange(0, total + 1, std::max<int64_t>(n, 1), TensorOptions().dtype(kInt64)), dev);
   Tensor pos = raw::contiguous(raw::expand(raw::to(tg::arange(n, TensorOptions().dtype(kInt64)), dev), {rows, n}));
-  Tensor sorted_keys = tg::detail::new_empty(x.sizes(), x.dtype(), dev);
+  Tensor sorted_keys = tg::detail::new_empty(x.sizes(), kInt64, dev);
   const int64_t* begin = offsets.data_ptr<int64_t>();
-  dispatch_compute(x.dtype(), "argsort", [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int64_t>) {
-      auto run = [&](void* tmp, size_t& bytes) {
-        const T* k = static_cast<const T*>(x.data_ptr());
-        T* ko = static_cast<T*>(sorted_keys.data_ptr());
-        const int64_t* v = pos.data_ptr<int64_t>();
-        int64_t* vo = out.data_ptr<int64_t>();
-        return descending ? cub::DeviceSegmentedSort::StableSortPairsDescending(tmp, bytes, k, ko, v, vo, int(total),
-                                                                                int(rows), begin, begin + 1, s)
-                          : cub::DeviceSegmentedSort::StableSortPairs(tmp, bytes, k, ko, v, vo, int(total), int(rows),
-                                                                      begin, begin + 1, s);
-      };
-      size_t bytes = 0;
-      TG_CUDA_CHECK(run(nullptr, bytes), "argsort");
-      Tensor tmp = tg::detail::new_empty({int64_t(bytes / 8 + 1)}, kInt64, dev);
-      TG_CUDA_CHECK(run(tmp.data_ptr(), bytes), "argsort");
-    } else {
-      TG_CHECK(false, "argsort: keys of dtype ", x.dtype(), " (the op layer gives Float32, Float64 or Int64)");
-    }
-  });
+  auto run = [&](void* tmp, size_t& bytes) {
+    const int64_t* k = keys.data_ptr<int64_t>();
+    int64_t* ko = sorted_keys.data_ptr<int64_t>();
+    const int64_t* v = pos.data_ptr<int64_t>();
+    int64_t* vo = out.data_ptr<int64_t>();
+    return descending ? cub::DeviceSegmentedSort::StableSortPairsDescending(tmp, bytes, k, ko, v, vo, int(total),
+                                                                            int(rows), begin, begin + 1, s)
+                      : cub::DeviceSegmentedSort::StableSortPairs(tmp, bytes, k, ko, v, vo, int(total), int(rows),
+                                                                  begin, begin + 1, s);
+  };
+  size_t bytes = 0;
+  TG_CUDA_CHECK(run(nullptr, bytes), "argsort");
+  Tensor tmp = tg::detail::new_empty({int64_t(bytes / 8 + 1)}, kInt64, dev);
+  TG_CUDA_CHECK(run(tmp.data_ptr(), bytes), "argsort");
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <tapegrad/cuda/stream.h>
 #include <tapegrad/nn/init.h>
 #include <tapegrad/nn/module.h>
+#include <tapegrad/nn/functional.h>
+#include <tapegrad/nn/layers.h>
 #include <tapegrad/nn/modules.h>
 #include <tapegrad/nn/serialize.h>
 #include <tapegrad/optim/optimizer.h>

@@ -80,8 +80,21 @@ struct Sigmoid : Activation {
   Sigmoid();  ///< the module
 };
 
+/// x where x > 0, else negative_slope x.
+struct LeakyReLU : Activation {
+  explicit LeakyReLU(double negative_slope = 0.01);  ///< the module
+};
+/// x where x > 0, else alpha (e^x - 1).
+struct ELU : Activation {
+  explicit ELU(double alpha = 1.0);  ///< the module
+};
+/// x - tanh(x).
+struct Tanhshrink : Activation {
+  Tanhshrink();  ///< the module
+};
 /// The activation module named `name` ("tanh", "silu", "relu", "gelu",
-/// "softplus", "sigmoid"); an error lists them otherwise.
+/// "softplus", "sigmoid", "leaky_relu", "elu", "tanhshrink"); an error lists
+/// them otherwise.
 std::shared_ptr<Module> make_activation(const std::string& name);
 
 /// A multilayer perceptron as a Sequential: Linear(sizes[0] -> sizes[1]),

@@ -1,0 +1,78 @@
+// The losses and the functional forms of the layers (docs/NN.md "Losses"),
+// tg::nn::functional as torch.nn.functional: every one is a formula of
+// differentiable ops, so its gradients (and theirs, to any order) follow.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include <tapegrad/tensor/tensor.h>
+
+namespace tg::nn {
+
+/// How a loss reduces its per-element values: none (the values, input's
+/// shape), their mean, or their sum; kBatchMean (kl_div only) divides the
+/// sum by the batch size (input.size(0)).
+enum class Reduction { kNone, kMean, kSum, kBatchMean };
+
+namespace functional {
+
+/// @name Losses (input first, then target; shapes must match unless said)
+///@{
+/// (input - target)^2, reduced.
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
+/// |input - target|, reduced.
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
+/// 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target); beta = 0 is l1_loss.
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean,
+                      double beta = 1.0);
+/// 0.5 d^2 where |d| <= delta, else delta (|d| - 0.5 delta).
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean,
+                  double delta = 1.0);
+/// Negative log-likelihood of log-probabilities input [N, C] (or [C], or
+/// [N, C, d...]) at class indices target (Int64 [N] / [] / [N, d...]):
+/// -weight[t] input[n, t]; kMean divides by the summed weights of the
+/// counted targets; targets equal to ignore_index count nothing.
+Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                Reduction reduction = Reduction::kMean, int64_t ignore_index = -100);
+/// nll_loss(log_softmax(input, 1), target) for class-index targets (Int64),
+/// or -sum(target * log_softmax(input, 1)) over classes for class
+/// probabilities (floating target of input's shape). label_smoothing eps
+/// mixes the target with the uniform distribution: (1 - eps) target + eps / C.
+Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                     Reduction reduction = Reduction::kMean, int64_t ignore_index = -100, double label_smoothing = 0.0);
+/// -(target log(input) + (1 - target) log(1 - input)), the logs clamped at
+/// -100 (as PyTorch); input in [0, 1]; weight broadcasts to input.
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                            Reduction reduction = Reduction::kMean);
+/// binary_cross_entropy(sigmoid(input), target) computed stably from logits;
+/// pos_weight multiplies the positive term (broadcast along the last dim).
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                                        Reduction reduction = Reduction::kMean, const Tensor& pos_weight = {});
+/// target (log(target) - input) for log-probabilities input; log_target:
+/// target holds log-probabilities too. kBatchMean is the mathematically
+/// right reduction (PyTorch's kMean divides by the element count).
+Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean,
+              bool log_target = false);
+///@}
+
+/// @name Layers and activations
+///@{
+/// x where x > 0, else negative_slope x.
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+/// x where x > 0, else alpha (e^x - 1).
+Tensor elu(const Tensor& x, double alpha = 1.0);
+/// x - tanh(x).
+Tensor tanhshrink(const Tensor& x);
+/// Normalizes over the last dims (normalized_shape: their sizes) with the
+/// biased variance: (x - mean) / sqrt(var + eps) * weight + bias (both optional).
+Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
+/// In training, each element zeroed with probability p and the rest scaled by
+/// 1 / (1 - p) (the mask from the global generator: manual_seed makes it
+/// reproducible); x itself otherwise.
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
+///@}
+
+}  // namespace functional
+}  // namespace tg::nn

@@ -218,7 +218,7 @@ double LBFGS::step(const std::function<Tensor()>& closure) {
     }
     prev_g_ = g.clone();
     prev_loss_ = loss;
-    t_ = iter_ == 1 ? std::min(1.0, 1.0 / tg::sum(tg::abs(g)).item<double>()) * lr_ : lr_;
+    t_ = iter_ == 1 ? std::min(1.0, 1.0 / tg::sum(tg::abs(g)).item<double>()) * lr() : lr();
     const double gtd = vdot(g, d_);
     if (gtd > -o_.tolerance_change) break;  // not a descent direction any more
     int64_t ls_evals = 0;

@@ -14,22 +14,98 @@
 #include <tapegrad/cuda/graph.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
+#include <tapegrad/tensor/scalar_type.h>
 
 namespace tg::optim {
 
 Optimizer::Optimizer(std::vector<Tensor> params, double lr, const char* name)
-    : params_(std::move(params)), lr_(lr), name_(name) {
+    : Optimizer(std::vector<ParamGroup>{ParamGroup{std::move(params)}}, lr, 0.0, name) {}
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay, const char* name)
+    : default_lr_(lr), name_(name) {
+  default_weight_decay_ = weight_decay;
   TG_CHECK(lr >= 0, name_, ": the learning rate must be >= 0, got ", lr);
-  TG_CHECK(!params_.empty(), name_,
+  TG_CHECK(!groups.empty(), name_,
            ": got an empty parameter list; give it the tensors to optimize (e.g. model.parameters())");
+  for (ParamGroup& g : groups)
+    add_group(std::move(g));
+}
+
+void Optimizer::add_group(ParamGroup group) {
+  const size_t g = groups_.size();
+  TG_CHECK(!group.params.empty(), name_, ": ", g == 0 ? "got an empty parameter list" : "parameter group ",
+           g == 0 ? "" : std::to_string(g), g == 0 ? "" : " is empty",
+           "; give it the tensors to optimize (e.g. model.parameters())");
+  const double lr = group.lr.value_or(default_lr_), wd = group.weight_decay.value_or(default_weight_decay_);
+  TG_CHECK(lr >= 0 && wd >= 0, name_, ": parameter group ", g, " needs lr and weight_decay >= 0, got ", lr, " and ",
+           wd);
   std::unordered_map<const void*, size_t> seen;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i];
+  for (size_t i = 0; i < params_.size(); ++i)
+    seen.emplace(params_[i].impl(), i);
+  const size_t begin = params_.size();
+  for (size_t k = 0; k < group.params.size(); ++k) {
+    const Tensor& p = group.params[k];
+    const size_t i = begin + k;
     TG_CHECK(p.defined() && p.is_floating_point() && p.is_leaf(), name_, ": parameter ", i,
              " must be a floating-point leaf tensor", p.defined() ? "" : " (it is undefined)");
     auto [it, fresh] = seen.emplace(p.impl(), i);
-    TG_CHECK(fresh, name_, ": parameter ", i, " is the same tensor as parameter ", it->second);
+    TG_CHECK(fresh, name_, ": parameter ", i, " is the same tensor as parameter ", it->second,
+             " (a parameter may be in one group only)");
   }
+  for (Tensor& p : group.params) {
+    params_.push_back(std::move(p));
+    group_of_.push_back(g);
+    t_.push_back(0);
+  }
+  groups_.push_back(Group{begin, params_.size(), lr, wd, std::nullopt, Tensor()});
+  for (auto& [name, list] : state_)
+    list->resize(params_.size());
+}
+
+void Optimizer::add_param_group(ParamGroup group) {
+  TG_CHECK(!cuda::is_current_stream_capturing(), name_, ": add_param_group during CUDA graph capture");
+  const size_t first = params_.size();
+  if (fused_) {
+    ParamGroup probe = group;  // checked before anything changes
+    std::vector<Tensor> all = params_;
+    all.insert(all.end(), probe.params.begin(), probe.params.end());
+    std::swap(all, params_);
+    const std::string why = fused_obstacle(first, params_.size());
+    std::swap(all, params_);
+    TG_CHECK(why.empty(), name_, ": the new group cannot join the multi-tensor update (", why,
+             "); give it float32/float64 contiguous parameters on ", params_[0].device());
+  }
+  add_group(std::move(group));
+  if (fused_) {
+    auto opt = TensorOptions().dtype(kFloat64).device(params_[0].device());
+    device_steps_ = tg::cat({device_steps_, tg::zeros({int64_t(params_.size() - first)}, opt)});
+    groups_.back().device_lr = tg::full({}, groups_.back().lr, opt);
+    if (registered_)
+      for (size_t i = first; i < params_.size(); ++i)
+        cuda::register_static(params_[i], std::string(name_) + " parameter " + std::to_string(i));
+  }
+  on_params_added(first);
+}
+
+std::vector<Tensor> Optimizer::group_params(size_t g) const {
+  TG_CHECK(g < groups_.size(), name_, ": no parameter group ", g, " (there are ", groups_.size(), ")");
+  return std::vector<Tensor>(params_.begin() + int64_t(groups_[g].begin), params_.begin() + int64_t(groups_[g].end));
+}
+
+double Optimizer::lr(size_t g) const {
+  TG_CHECK(g < groups_.size(), name_, ": no parameter group ", g, " (there are ", groups_.size(), ")");
+  return groups_[g].lr;
+}
+
+double Optimizer::weight_decay(size_t g) const {
+  TG_CHECK(g < groups_.size(), name_, ": no parameter group ", g, " (there are ", groups_.size(), ")");
+  return groups_[g].weight_decay;
+}
+
+double Optimizer::initial_lr(size_t g) {
+  TG_CHECK(g < groups_.size(), name_, ": no parameter group ", g, " (there are ", groups_.size(), ")");
+  if (!groups_[g].initial_lr) groups_[g].initial_lr = groups_[g].lr;
+  return *groups_[g].initial_lr;
 }
 
 Optimizer::~Optimizer() {
@@ -41,11 +117,113 @@ Optimizer::~Optimizer() {
 void Optimizer::zero_grad(bool set_to_none) { nn::detail::zero_grads(params_, set_to_none); }
 
 void Optimizer::set_lr(double lr) {
+  for (size_t g = 0; g < groups_.size(); ++g)
+    set_lr(g, lr);
+}
+
+void Optimizer::set_lr(size_t g, double lr) {
+  TG_CHECK(g < groups_.size(), name_, ": no parameter group ", g, " (there are ", groups_.size(), ")");
   TG_CHECK(lr >= 0, name_, ": the learning rate must be >= 0, got ", lr);
-  lr_ = lr;
-  if (device_lr_.defined()) {
+  groups_[g].lr = lr;
+  if (groups_[g].device_lr.defined()) {
     autograd::NoGradGuard no_grad;
-    device_lr_.fill_(lr);  // a kernel on the current stream: no host sync
+    groups_[g].device_lr.fill_(lr);  // a kernel on the current stream: no host sync
+  }
+}
+
+void Optimizer::add_state(const char* name, std::vector<Tensor>* per_param) {
+  per_param->resize(params_.size());
+  state_.emplace_back(name, per_param);
+}
+
+namespace {
+Tensor f64(double v) { return tg::full({}, v, TensorOptions().dtype(kFloat64)); }
+double read(const NamedTensors& state, const std::string& key, const char* name) {
+  for (const auto& [k, t] : state)
+    if (k == key) {
+      TG_CHECK(t.numel() == 1, name, ": state '", key, "' must hold one number, got shape ", shape_str(t.sizes()));
+      return t.to(Device(kCPU)).to(kFloat64).item<double>();
+    }
+  TG_ERROR(name, ": the state has no '", key, "'; was it saved by this kind of optimizer with these groups?");
+}
+}  // namespace
+
+NamedTensors Optimizer::state_dict() const {
+  NamedTensors out;
+  out.emplace_back("steps", f64(double(steps_)));
+  out.emplace_back("param_groups", f64(double(groups_.size())));
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const std::string k = "param_groups." + std::to_string(g) + ".";
+    out.emplace_back(k + "params", f64(double(groups_[g].end - groups_[g].begin)));
+    out.emplace_back(k + "lr", f64(groups_[g].lr));
+    out.emplace_back(k + "weight_decay", f64(groups_[g].weight_decay));
+    if (groups_[g].initial_lr) out.emplace_back(k + "initial_lr", f64(*groups_[g].initial_lr));
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string k = "state." + std::to_string(i) + ".";
+    out.emplace_back(k + "step", f64(double(t_[i])));
+    for (const auto& [name, list] : state_)
+      if ((*list)[i].defined()) out.emplace_back(k + name, (*list)[i]);
+  }
+  return out;
+}
+
+void Optimizer::load_state_dict(const NamedTensors& state) {
+  TG_CHECK(!cuda::is_current_stream_capturing(), name_, ": load_state_dict during CUDA graph capture");
+  // Every check first: a refused state changes nothing.
+  TG_CHECK(read(state, "param_groups", name_) == double(groups_.size()), name_, ": the state has ",
+           read(state, "param_groups", name_), " parameter groups, this optimizer ", groups_.size());
+  std::unordered_map<std::string, const Tensor*> by_name;
+  for (const auto& [k, t] : state)
+    by_name[k] = &t;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const double n = read(state, "param_groups." + std::to_string(g) + ".params", name_);
+    TG_CHECK(n == double(groups_[g].end - groups_[g].begin), name_, ": group ", g, " of the state has ", n,
+             " parameters, this optimizer's ", groups_[g].end - groups_[g].begin);
+  }
+  size_t known = 2 + 3 * groups_.size();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string k = "state." + std::to_string(i) + ".";
+    read(state, k + "step", name_);
+    ++known;
+    for (const auto& [name, list] : state_) {
+      auto it = by_name.find(k + name);
+      if (it == by_name.end()) continue;
+      ++known;
+      TG_CHECK(it->second->sizes() == params_[i].sizes(), name_, ": state '", k + name, "' has shape ",
+               shape_str(it->second->sizes()), ", parameter ", i, " ", shape_str(params_[i].sizes()));
+    }
+  }
+  for (size_t g = 0; g < groups_.size(); ++g)
+    known += by_name.count("param_groups." + std::to_string(g) + ".initial_lr");
+  TG_CHECK(known == state.size(), name_, ": the state has ", state.size() - known,
+           " entries this optimizer does not know (saved by another kind of optimizer?)");
+  autograd::NoGradGuard no_grad;
+  steps_ = int64_t(read(state, "steps", name_));
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const std::string k = "param_groups." + std::to_string(g) + ".";
+    set_lr(g, read(state, k + "lr", name_));
+    groups_[g].weight_decay = read(state, k + "weight_decay", name_);
+    groups_[g].initial_lr.reset();
+    if (by_name.count(k + "initial_lr")) groups_[g].initial_lr = read(state, k + "initial_lr", name_);
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string k = "state." + std::to_string(i) + ".";
+    t_[i] = int64_t(read(state, k + "step", name_));
+    for (const auto& [name, list] : state_) {
+      auto it = by_name.find(k + name);
+      Tensor& dst = (*list)[i];
+      if (it == by_name.end()) {
+        if (dst.defined()) dst.zero_();  // not yet made when saved: as fresh
+        continue;
+      }
+      if (!dst.defined()) dst = tg::zeros_like(params_[i]);
+      dst.copy_(*it->second);
+    }
+  }
+  if (fused_) {
+    std::vector<double> steps(t_.begin(), t_.end());
+    device_steps_.copy_(tg::tensor(steps, {int64_t(steps.size())}, TensorOptions().dtype(kFloat64)));
   }
 }
 
@@ -55,27 +233,32 @@ void Optimizer::register_static() {
   registered_ = true;
 }
 
-void Optimizer::init_fused(bool capturable) {
-  std::string why;
-  const Device dev = params_.empty() ? Device(kCPU) : params_[0].device();
-  for (size_t i = 0; i < params_.size() && why.empty(); ++i) {
+std::string Optimizer::fused_obstacle(size_t begin, size_t end) const {
+  const Device dev = params_[0].device();
+  for (size_t i = begin; i < end; ++i) {
     const Tensor& p = params_[i];
-    if (!p.is_cuda()) why = "parameter " + std::to_string(i) + " is on the CPU";
-    else if (p.device() != dev) why = "parameters 0 and " + std::to_string(i) + " are on different devices";
-    else if (p.dtype() != kFloat32 && p.dtype() != kFloat64)
-      why = "parameter " + std::to_string(i) + " is " + std::string(to_string(p.dtype()));
-    else if (!p.is_contiguous()) why = "parameter " + std::to_string(i) + " is not contiguous";
+    if (!p.is_cuda()) return "parameter " + std::to_string(i) + " is on the CPU";
+    if (p.device() != dev) return "parameters 0 and " + std::to_string(i) + " are on different devices";
+    if (p.dtype() != kFloat32 && p.dtype() != kFloat64)
+      return "parameter " + std::to_string(i) + " is " + std::string(to_string(p.dtype()));
+    if (!p.is_contiguous()) return "parameter " + std::to_string(i) + " is not contiguous";
   }
-  if (why.empty() && !detail::cuda_multi_tensor_updates()) why = "the build has no multi-tensor update";
+  if (!detail::cuda_multi_tensor_updates()) return "the build has no multi-tensor update";
+  return "";
+}
+
+void Optimizer::init_fused(bool capturable) {
+  const std::string why = fused_obstacle(0, params_.size());
   TG_CHECK(!capturable || why.empty(), name_,
            ": capturable needs float32/float64 contiguous parameters on "
            "one CUDA device (the multi-tensor update), but ",
            why);
   if (!why.empty()) return;
   fused_ = true;
-  auto opt = TensorOptions().dtype(kFloat64).device(dev);
+  auto opt = TensorOptions().dtype(kFloat64).device(params_[0].device());
   device_steps_ = tg::zeros({int64_t(params_.size())}, opt);
-  device_lr_ = tg::full({}, lr_, opt);
+  for (Group& g : groups_)
+    g.device_lr = tg::full({}, g.lr, opt);
   if (capturable) register_static();
 }
 
@@ -142,15 +325,31 @@ void ensure_state(const char* name, const Tensor& p, size_t i, std::initializer_
 }
 }  // namespace
 
+// The parameters of `present` in group g.
+static std::vector<size_t> in_group(const std::vector<size_t>& present, size_t begin, size_t end) {
+  std::vector<size_t> out;
+  for (size_t i : present)
+    if (i >= begin && i < end) out.push_back(i);
+  return out;
+}
+
 SGD::SGD(std::vector<Tensor> params, SGDOptions options)
-    : Optimizer(std::move(params), options.lr, "SGD"), o_(options), buf_(params_.size()), t_(params_.size(), 0) {
+    : SGD(std::vector<ParamGroup>{ParamGroup{std::move(params)}}, options) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
+    : Optimizer(std::move(groups), options.lr, options.weight_decay, "SGD"), o_(options) {
   TG_CHECK(o_.momentum >= 0 && o_.weight_decay >= 0, "SGD: momentum and weight_decay must be >= 0, got ", o_.momentum,
            " and ", o_.weight_decay);
   TG_CHECK(!o_.nesterov || (o_.momentum > 0 && o_.dampening == 0),
            "SGD: Nesterov momentum needs momentum > 0 and dampening = 0");
+  add_state("momentum_buffer", &buf_);
   init_fused(o_.capturable);
+  on_params_added(0);
+}
+
+void SGD::on_params_added(size_t first_new) {
   if (o_.capturable && o_.momentum != 0)
-    for (size_t i = 0; i < params_.size(); ++i)
+    for (size_t i = first_new; i < params_.size(); ++i)
       buf_[i] = tg::zeros_like(params_[i]);
 }
 
@@ -166,11 +365,14 @@ void SGD::step() {
         for (size_t i : present)
           ensure_state(name_, params_[i], i, {&buf_[i]});
       increment_device_steps(present);
-      const detail::SGDUpdate u{o_.momentum, o_.dampening, o_.weight_decay, o_.nesterov};
       const detail::MultiTensorUpdates& be = *detail::cuda_multi_tensor_updates();
-      for (ScalarType dt : {kFloat32, kFloat64}) {
-        detail::TensorLists l = lists_of(params_, present, dt, o_.momentum != 0 ? &buf_ : nullptr, nullptr, nullptr);
-        if (!l.param.empty()) be.sgd(l, device_steps_, device_lr_, u);
+      for (const Group& grp : groups_) {
+        const std::vector<size_t> mine = in_group(present, grp.begin, grp.end);
+        const detail::SGDUpdate u{o_.momentum, o_.dampening, grp.weight_decay, o_.nesterov};
+        for (ScalarType dt : {kFloat32, kFloat64}) {
+          detail::TensorLists l = lists_of(params_, mine, dt, o_.momentum != 0 ? &buf_ : nullptr, nullptr, nullptr);
+          if (!l.param.empty()) be.sgd(l, device_steps_, grp.device_lr, u);
+        }
       }
     }
     ++steps_;
@@ -179,7 +381,8 @@ void SGD::step() {
   for (size_t i : present) {
     const Tensor& p = params_[i];
     const Tensor& g = p.grad();
-    Tensor d = o_.weight_decay != 0 ? g.add(p, o_.weight_decay) : g;
+    const Group& grp = groups_[group_of_[i]];
+    Tensor d = grp.weight_decay != 0 ? g.add(p, grp.weight_decay) : g;
     if (o_.momentum != 0) {
       if (t_[i] == 1 || !buf_[i].defined()) {
         buf_[i] = d.clone();
@@ -189,31 +392,35 @@ void SGD::step() {
       }
       d = o_.nesterov ? d.add(buf_[i], o_.momentum) : buf_[i];
     }
-    p.add_(d, -lr_);
+    p.add_(d, -grp.lr);
   }
   ++steps_;
 }
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Adam(std::move(params), options, false, "Adam") {}
+Adam::Adam(std::vector<Tensor> params, AdamOptions options)
+    : Adam(std::vector<ParamGroup>{ParamGroup{std::move(params)}}, options, false, "Adam") {}
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, const char* name)
-    : Optimizer(std::move(params), options.lr, name),
-      o_(options),
-      decoupled_(decoupled),
-      m_(params_.size()),
-      v_(params_.size()),
-      vmax_(params_.size()),
-      t_(params_.size(), 0) {
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options) : Adam(std::move(groups), options, false, "Adam") {}
+
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled, const char* name)
+    : Optimizer(std::move(groups), options.lr, options.weight_decay, name), o_(options), decoupled_(decoupled) {
   TG_CHECK(o_.beta1 >= 0 && o_.beta1 < 1 && o_.beta2 >= 0 && o_.beta2 < 1, name_, ": betas must be in [0, 1), got ",
            o_.beta1, " and ", o_.beta2);
   TG_CHECK(o_.eps >= 0 && o_.weight_decay >= 0, name_, ": eps and weight_decay must be >= 0");
+  add_state("exp_avg", &m_);
+  add_state("exp_avg_sq", &v_);
+  add_state("max_exp_avg_sq", &vmax_);
   init_fused(o_.capturable);
-  if (o_.capturable)
-    for (size_t i = 0; i < params_.size(); ++i) {
-      m_[i] = tg::zeros_like(params_[i]);
-      v_[i] = tg::zeros_like(params_[i]);
-      if (o_.amsgrad) vmax_[i] = tg::zeros_like(params_[i]);
-    }
+  on_params_added(0);
+}
+
+void Adam::on_params_added(size_t first_new) {
+  if (!o_.capturable) return;
+  for (size_t i = first_new; i < params_.size(); ++i) {
+    m_[i] = tg::zeros_like(params_[i]);
+    v_[i] = tg::zeros_like(params_[i]);
+    if (o_.amsgrad) vmax_[i] = tg::zeros_like(params_[i]);
+  }
 }
 
 void Adam::step() {
@@ -228,11 +435,14 @@ void Adam::step() {
         ++t_[i];
       }
       increment_device_steps(present);
-      const detail::AdamUpdate u{o_.beta1, o_.beta2, o_.eps, o_.weight_decay, o_.amsgrad, decoupled_};
       const detail::MultiTensorUpdates& be = *detail::cuda_multi_tensor_updates();
-      for (ScalarType dt : {kFloat32, kFloat64}) {
-        detail::TensorLists l = lists_of(params_, present, dt, &m_, &v_, o_.amsgrad ? &vmax_ : nullptr);
-        if (!l.param.empty()) be.adam(l, device_steps_, device_lr_, u);
+      for (const Group& grp : groups_) {
+        const std::vector<size_t> mine = in_group(present, grp.begin, grp.end);
+        const detail::AdamUpdate u{o_.beta1, o_.beta2, o_.eps, grp.weight_decay, o_.amsgrad, decoupled_};
+        for (ScalarType dt : {kFloat32, kFloat64}) {
+          detail::TensorLists l = lists_of(params_, mine, dt, &m_, &v_, o_.amsgrad ? &vmax_ : nullptr);
+          if (!l.param.empty()) be.adam(l, device_steps_, grp.device_lr, u);
+        }
       }
     }
     ++steps_;
@@ -241,15 +451,16 @@ void Adam::step() {
   for (size_t i : present) {
     const Tensor& p = params_[i];
     Tensor g = p.grad();
+    const Group& grp = groups_[group_of_[i]];
     if (!m_[i].defined()) {
       m_[i] = tg::zeros_like(p);
       v_[i] = tg::zeros_like(p);
-      if (o_.amsgrad) vmax_[i] = tg::zeros_like(p);
     }
+    if (o_.amsgrad && !vmax_[i].defined()) vmax_[i] = tg::zeros_like(p);
     const int64_t t = ++t_[i];
-    if (o_.weight_decay != 0) {
-      if (decoupled_) p.mul_(1 - lr_ * o_.weight_decay);
-      else g = g.add(p, o_.weight_decay);
+    if (grp.weight_decay != 0) {
+      if (decoupled_) p.mul_(1 - grp.lr * grp.weight_decay);
+      else g = g.add(p, grp.weight_decay);
     }
     m_[i].mul_(o_.beta1);
     m_[i].add_(g, 1 - o_.beta1);
@@ -262,7 +473,7 @@ void Adam::step() {
       second = vmax_[i];
     }
     Tensor denom = tg::sqrt(second) / std::sqrt(bc2) + o_.eps;
-    p.add_(m_[i] / denom, -lr_ / bc1);
+    p.add_(m_[i] / denom, -grp.lr / bc1);
   }
   ++steps_;
 }
@@ -273,6 +484,8 @@ AdamOptions AdamW::AdamWDefaults() {
   return o;
 }
 
-AdamW::AdamW(std::vector<Tensor> params, AdamOptions options) : Adam(std::move(params), options, true, "AdamW") {}
+AdamW::AdamW(std::vector<Tensor> params, AdamOptions options)
+    : Adam(std::vector<ParamGroup>{ParamGroup{std::move(params)}}, options, true, "AdamW") {}
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamOptions options) : Adam(std::move(groups), options, true, "AdamW") {}
 
 }  // namespace tg::optim

@@ -2,31 +2,123 @@
 // PyTorch's scheduler of the same name.
 #include <tapegrad/optim/optimizer.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include <tapegrad/tensor/error.h>
 
 namespace tg::optim {
 
-StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma)
-    : opt_(opt), base_(opt.lr()), step_size_(step_size), gamma_(gamma) {
-  TG_CHECK(step_size > 0, "StepLR: step_size must be positive, got ", step_size);
+LRScheduler::LRScheduler(Optimizer& opt) : opt_(opt) {
+  for (size_t g = 0; g < opt.num_param_groups(); ++g)
+    base_.push_back(opt.initial_lr(g));
 }
 
-void StepLR::step() {
-  ++epoch_;
-  opt_.set_lr(base_ * std::pow(gamma_, double(epoch_ / step_size_)));
+void LRScheduler::step() { set_epoch(epoch_ + 1); }
+
+void LRScheduler::set_epoch(int64_t epoch) {
+  TG_CHECK(epoch >= 0, "set_epoch: the epoch must be >= 0, got ", epoch);
+  TG_CHECK(base_.size() == opt_.num_param_groups(), "LRScheduler: the optimizer has ", opt_.num_param_groups(),
+           " parameter groups, the scheduler was made for ", base_.size(),
+           "; make the scheduler after add_param_group");
+  epoch_ = epoch;
+  for (size_t g = 0; g < base_.size(); ++g)
+    opt_.set_lr(g, lr_at(g, epoch));
 }
+
+StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma)
+    : LRScheduler(opt), step_size_(step_size), gamma_(gamma) {
+  TG_CHECK(step_size > 0, "StepLR: step_size must be positive, got ", step_size);
+  set_epoch(0);
+}
+double StepLR::lr_at(size_t g, int64_t e) const { return base_[g] * std::pow(gamma_, double(e / step_size_)); }
 
 CosineAnnealingLR::CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_min)
-    : opt_(opt), base_(opt.lr()), eta_min_(eta_min), t_max_(t_max) {
+    : LRScheduler(opt), eta_min_(eta_min), t_max_(t_max) {
   TG_CHECK(t_max > 0, "CosineAnnealingLR: t_max must be positive, got ", t_max);
+  set_epoch(0);
+}
+double CosineAnnealingLR::lr_at(size_t g, int64_t e) const {
+  const double pi = std::acos(-1.0);
+  return eta_min_ + (base_[g] - eta_min_) * (1 + std::cos(pi * double(e) / double(t_max_))) / 2;
 }
 
-void CosineAnnealingLR::step() {
-  ++epoch_;
-  const double pi = std::acos(-1.0);
-  opt_.set_lr(eta_min_ + (base_ - eta_min_) * (1 + std::cos(pi * double(epoch_) / double(t_max_))) / 2);
+LambdaLR::LambdaLR(Optimizer& opt, std::function<double(int64_t)> lambda)
+    : LRScheduler(opt), lambda_(std::move(lambda)) {
+  TG_CHECK(lambda_ != nullptr, "LambdaLR: the lambda is empty");
+  set_epoch(0);
+}
+double LambdaLR::lr_at(size_t g, int64_t e) const { return base_[g] * lambda_(e); }
+
+ExponentialLR::ExponentialLR(Optimizer& opt, double gamma) : LRScheduler(opt), gamma_(gamma) {
+  TG_CHECK(gamma > 0, "ExponentialLR: gamma must be > 0, got ", gamma);
+  set_epoch(0);
+}
+double ExponentialLR::lr_at(size_t g, int64_t e) const { return base_[g] * std::pow(gamma_, double(e)); }
+
+LinearLR::LinearLR(Optimizer& opt, double start_factor, double end_factor, int64_t total_iters)
+    : LRScheduler(opt), start_(start_factor), end_(end_factor), total_(total_iters) {
+  TG_CHECK(start_factor > 0 && start_factor <= 1 && end_factor >= 0 && end_factor <= 1,
+           "LinearLR: start_factor must be in (0, 1] and end_factor in [0, 1], got ", start_factor, " and ",
+           end_factor);
+  TG_CHECK(total_iters > 0, "LinearLR: total_iters must be positive, got ", total_iters);
+  set_epoch(0);
+}
+double LinearLR::lr_at(size_t g, int64_t e) const {
+  const double f = start_ + (end_ - start_) * double(std::min(e, total_)) / double(total_);
+  return base_[g] * f;
+}
+
+OneCycleLR::OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, double pct_start, bool cos_anneal,
+                       double div_factor, double final_div_factor, bool three_phase)
+    : LRScheduler(opt), total_(total_steps), cos_(cos_anneal) {
+  TG_CHECK(total_steps > 0, "OneCycleLR: total_steps must be positive, got ", total_steps);
+  TG_CHECK(pct_start > 0 && pct_start < 1, "OneCycleLR: pct_start must be in (0, 1), got ", pct_start);
+  TG_CHECK(max_lr > 0 && div_factor > 0 && final_div_factor > 0,
+           "OneCycleLR: max_lr, div_factor and final_div_factor must be > 0");
+  initial_ = max_lr / div_factor;
+  const double min_lr = initial_ / final_div_factor, up = pct_start * double(total_steps) - 1;
+  if (three_phase)
+    phases_ = {{up, max_lr}, {2 * pct_start * double(total_steps) - 2, initial_}, {double(total_steps) - 1, min_lr}};
+  else phases_ = {{up, max_lr}, {double(total_steps) - 1, min_lr}};
+  for (size_t g = 0; g < base_.size(); ++g)
+    base_[g] = initial_;
+  set_epoch(0);
+}
+double OneCycleLR::lr_at(size_t, int64_t e) const {
+  TG_CHECK(e <= total_, "OneCycleLR: stepped ", e, " times, past total_steps = ", total_,
+           "; make total_steps the number of batches you train");
+  double start_step = 0, start_lr = initial_;
+  for (size_t k = 0; k < phases_.size(); ++k) {
+    const auto [end_step, end_lr] = phases_[k];
+    if (double(e) <= end_step || k + 1 == phases_.size()) {
+      const double pct = (double(e) - start_step) / (end_step - start_step);
+      if (cos_) return end_lr + (start_lr - end_lr) / 2 * (std::cos(std::acos(-1.0) * pct) + 1);
+      return (end_lr - start_lr) * pct + start_lr;
+    }
+    start_step = end_step;
+    start_lr = end_lr;
+  }
+  return start_lr;
+}
+
+SequentialLR::SequentialLR(Optimizer& opt, std::vector<std::shared_ptr<LRScheduler>> schedulers,
+                           std::vector<int64_t> milestones)
+    : LRScheduler(opt), schedulers_(std::move(schedulers)), milestones_(std::move(milestones)) {
+  TG_CHECK(!schedulers_.empty() && schedulers_.size() == milestones_.size() + 1, "SequentialLR: got ",
+           schedulers_.size(), " schedulers for ", milestones_.size(), " milestones; give one more scheduler");
+  for (size_t k = 0; k < milestones_.size(); ++k)
+    TG_CHECK(milestones_[k] > (k ? milestones_[k - 1] : 0), "SequentialLR: milestones must increase from > 0, got ",
+             milestones_[k], " at ", k);
+  for (const auto& s : schedulers_)
+    TG_CHECK(s != nullptr, "SequentialLR: a scheduler is null");
+  set_epoch(0);
+}
+double SequentialLR::lr_at(size_t g, int64_t e) const {
+  size_t k = 0;
+  while (k < milestones_.size() && e >= milestones_[k])
+    ++k;
+  return schedulers_[k]->lr_at(g, e - (k ? milestones_[k - 1] : 0));
 }
 
 ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& opt, double factor, int64_t patience, double threshold,

@@ -12,17 +12,35 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <tapegrad/tensor/tensor.h>
 
 namespace tg::optim {
 
+/// Tensors by name (as tg::nn::NamedTensors): an optimizer's state dict.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+/// A parameter group (PyTorch's param_groups entry): its parameters and the
+/// options it sets for them; an unset option takes the optimizer's.
+struct ParamGroup {
+  std::vector<Tensor> params;                         ///< the group's parameters
+  std::optional<double> lr = std::nullopt;            ///< its learning rate
+  std::optional<double> weight_decay = std::nullopt;  ///< its weight decay
+};
+
 /// The base of every optimizer.
 class Optimizer {
  public:
   /// Optimizes `params` (floating-point leaves) with learning rate `lr`.
   Optimizer(std::vector<Tensor> params, double lr, const char* name);
+  /// Optimizes parameter groups; lr and weight_decay are the defaults of
+  /// the groups that do not set their own.
+  Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay, const char* name);
   virtual ~Optimizer();
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -30,12 +48,44 @@ class Optimizer {
   virtual void step() = 0;
   /// Drops the gradients (set_to_none), or zeroes them in place.
   void zero_grad(bool set_to_none = true);
-  /// The parameters, in the order given.
+  /// The parameters, in the order given (the groups' one after another).
   const std::vector<Tensor>& parameters() const { return params_; }
-  /// The learning rate (schedulers set it).
-  double lr() const { return lr_; }
-  /// Sets the learning rate.
+  /// The learning rate of group 0.
+  double lr() const { return groups_[0].lr; }
+  /// Sets the learning rate of every group.
   void set_lr(double lr);
+  /// @name Parameter groups (torch.optim's param_groups)
+  ///@{
+  /// How many groups there are.
+  size_t num_param_groups() const { return groups_.size(); }
+  /// The parameters of group g.
+  std::vector<Tensor> group_params(size_t g) const;
+  /// The learning rate of group g.
+  double lr(size_t g) const;
+  /// Sets the learning rate of group g (on the device too: no host sync).
+  void set_lr(size_t g, double lr);
+  /// The weight decay of group g.
+  double weight_decay(size_t g) const;
+  /// The rate schedulers start from (PyTorch's initial_lr): set by the first
+  /// scheduler made for this optimizer to the rate at that time.
+  double initial_lr(size_t g);
+  /// Adds a group (PyTorch's add_param_group): its parameters must be new
+  /// to the optimizer; on CUDA it joins the multi-tensor update when the
+  /// optimizer has one (and must qualify when capturable).
+  void add_param_group(ParamGroup group);
+  ///@}
+  /// @name Saving and resuming
+  ///@{
+  /// The state that resuming needs, by name: each group's options
+  /// ("param_groups.<g>.lr", ...), each parameter's state
+  /// ("state.<i>.exp_avg", "state.<i>.step", ...) and the step count
+  /// ("steps"); save it with nn::save_safetensors beside the model.
+  NamedTensors state_dict() const;
+  /// Restores a state_dict() of an optimizer of the same kind over
+  /// parameters of the same groups and shapes (every name is checked):
+  /// the next step() is bitwise the one the saved optimizer would take.
+  void load_state_dict(const NamedTensors& state);
+  ///@}
   /// How many steps were taken.
   int64_t steps() const { return steps_; }
   /// Registers every parameter (and so its .grad) as static for CUDA graphs
@@ -51,6 +101,26 @@ class Optimizer {
   /// Sets up the multi-tensor update when the parameters allow it; with
   /// `capturable`, requires it (else throws naming the parameter).
   void init_fused(bool capturable);
+  /// Why parameters [begin, end) cannot join the multi-tensor update ("" if
+  /// they can).
+  std::string fused_obstacle(size_t begin, size_t end) const;
+  /// Registers per-parameter state (one entry per parameter, undefined until
+  /// used) under `name` for state_dict and add_param_group.
+  void add_state(const char* name, std::vector<Tensor>* per_param);
+  /// Called with the new parameter count after add_param_group (states of
+  /// add_state are resized already).
+  virtual void on_params_added(size_t first_new) { (void)first_new; }
+  /// One group: parameters [begin, end) and their options.
+  struct Group {
+    size_t begin, end;
+    double lr, weight_decay;
+    std::optional<double> initial_lr;
+    Tensor device_lr;  ///< fused: its learning rate on the device (Float64 0-dim)
+  };
+  std::vector<Group> groups_;        ///< the parameter groups
+  std::vector<size_t> group_of_;     ///< each parameter's group
+  std::vector<int64_t> t_;           ///< per-parameter step counts
+  double default_weight_decay_ = 0;  ///< for groups that do not set theirs
   /// The parameters that have a gradient; throws for a sparse one when
   /// `dense_only`.
   std::vector<size_t> with_grads(bool dense_only) const;
@@ -60,13 +130,15 @@ class Optimizer {
   void check_capturable_step() const;
 
   std::vector<Tensor> params_;  ///< what is optimized
-  double lr_;                   ///< the learning rate
+  double default_lr_;           ///< for groups that do not set theirs
   int64_t steps_ = 0;           ///< step() calls so far
   const char* name_;            ///< for errors
   bool fused_ = false;          ///< step() runs the multi-tensor update
   Tensor device_steps_;         ///< fused: Float64 [P] per-parameter step counts on the device
-  Tensor device_lr_;            ///< fused: Float64 0-dim learning rate on the device
   bool registered_ = false;     ///< register_static() was called
+ private:
+  std::vector<std::pair<std::string, std::vector<Tensor>*>> state_;
+  void add_group(ParamGroup group);
 };
 
 /// SGD's settings (torch.optim.SGD's).
@@ -84,12 +156,13 @@ class SGD : public Optimizer {
  public:
   /// The optimizer over `params`.
   SGD(std::vector<Tensor> params, SGDOptions options = {});
+  /// The optimizer over parameter groups (options: the defaults).
+  SGD(std::vector<ParamGroup> groups, SGDOptions options = {});
   void step() override;  ///< p -= lr * (momentum-averaged gradient + weight decay)
-
  private:
+  void on_params_added(size_t first_new) override;
   SGDOptions o_;
   std::vector<Tensor> buf_;  // momentum buffers (undefined until first used)
-  std::vector<int64_t> t_;   // per-parameter step counts
 };
 
 /// Adam's and AdamW's settings (torch.optim.Adam's).
@@ -108,17 +181,18 @@ class Adam : public Optimizer {
  public:
   /// The optimizer over `params`.
   Adam(std::vector<Tensor> params, AdamOptions options = {});
+  /// The optimizer over parameter groups (options: the defaults).
+  Adam(std::vector<ParamGroup> groups, AdamOptions options = {});
   void step() override;  ///< one bias-corrected Adam update
-
  protected:
   /// decoupled: AdamW's weight decay (p *= 1 - lr * weight_decay first).
-  Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, const char* name);
+  Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled, const char* name);
 
  private:
+  void on_params_added(size_t first_new) override;
   AdamOptions o_;
   bool decoupled_;
   std::vector<Tensor> m_, v_, vmax_;  // moments (undefined until first used)
-  std::vector<int64_t> t_;            // per-parameter step counts
 };
 
 /// AdamW: Adam with decoupled weight decay (default 1e-2, as PyTorch's).
@@ -126,6 +200,8 @@ class AdamW : public Adam {
  public:
   /// The optimizer over `params`; weight_decay defaults to 1e-2.
   AdamW(std::vector<Tensor> params, AdamOptions options = AdamWDefaults());
+  /// The optimizer over parameter groups.
+  AdamW(std::vector<ParamGroup> groups, AdamOptions options = AdamWDefaults());
   /// AdamOptions with weight_decay = 1e-2.
   static AdamOptions AdamWDefaults();
 };
@@ -166,36 +242,163 @@ class LBFGS : public Optimizer {
   std::vector<double> ro_;
 };
 
-/// Multiplies the learning rate by gamma every step_size epochs (StepLR).
-class StepLR {
+/// The settings of RMSprop, Adagrad, Adamax, NAdam and RAdam (set lr when
+/// porting: PyTorch's defaults are 1e-2 for RMSprop and Adagrad, 2e-3 for
+/// Adamax and NAdam, 1e-3 for RAdam).
+struct AdaptiveOptions {
+  double lr = 1e-3;                      ///< learning rate
+  double alpha = 0.99;                   ///< RMSprop: smoothing of the squared gradient
+  double beta1 = 0.9;                    ///< Adamax, NAdam, RAdam: first-moment decay
+  double beta2 = 0.999;                  ///< Adamax, NAdam, RAdam: second-moment decay
+  double eps = 1e-8;                     ///< added to the denominator (Adagrad: PyTorch's is 1e-10)
+  double weight_decay = 0;               ///< L2 penalty added to the gradient
+  double momentum = 0;                   ///< RMSprop: momentum
+  bool centered = false;                 ///< RMSprop: divide by the estimated variance
+  double lr_decay = 0;                   ///< Adagrad: lr / (1 + (t - 1) lr_decay)
+  double initial_accumulator_value = 0;  ///< Adagrad: the sum's start
+  double momentum_decay = 4e-3;          ///< NAdam: psi of the momentum schedule
+};
+/// RMSprop, Adagrad, Adamax, NAdam and RAdam with PyTorch's update rules
+/// (torch.optim's single-tensor forms): a few tensor ops per parameter, on
+/// any device; not yet multi-tensor or capturable on CUDA.
+class Adaptive : public Optimizer {
  public:
-  /// Schedules `opt` from its current learning rate.
-  StepLR(Optimizer& opt, int64_t step_size, double gamma = 0.1);
-  /// One epoch done: sets lr = base * gamma^(epoch / step_size).
-  void step();
-
+  /// Which rule.
+  enum class Rule { kRMSprop, kAdagrad, kAdamax, kNAdam, kRAdam };
+  /// The optimizer over parameter groups.
+  Adaptive(Rule rule, std::vector<ParamGroup> groups, AdaptiveOptions options, const char* name);
+  void step() override;  ///< one update of every parameter with a gradient
  private:
-  Optimizer& opt_;
-  double base_;
-  int64_t step_size_, epoch_ = 0;
+  void on_params_added(size_t first_new) override;
+  Rule rule_;
+  AdaptiveOptions o_;
+  std::vector<Tensor> s1_, s2_, s3_;  // the rule's state (optim/adaptive.cpp)
+  std::vector<double> mu_product_;    // NAdam: the product of the momentum factors so far,
+  std::vector<int64_t> mu_steps_;     // of this many steps (recomputed when they disagree)
+};
+/// One of the rules as an optimizer: constructed from parameters or groups.
+template <Adaptive::Rule R> class AdaptiveRule : public Adaptive {
+ public:
+  /// The optimizer over `params`.
+  AdaptiveRule(std::vector<Tensor> params, AdaptiveOptions options);
+  /// The optimizer over parameter groups.
+  AdaptiveRule(std::vector<ParamGroup> groups, AdaptiveOptions options);
+};
+/// RMSprop (torch.optim.RMSprop).
+using RMSprop = AdaptiveRule<Adaptive::Rule::kRMSprop>;
+/// Adagrad (torch.optim.Adagrad).
+using Adagrad = AdaptiveRule<Adaptive::Rule::kAdagrad>;
+/// Adamax (torch.optim.Adamax): Adam with the infinity norm.
+using Adamax = AdaptiveRule<Adaptive::Rule::kAdamax>;
+/// NAdam (torch.optim.NAdam): Adam with Nesterov momentum.
+using NAdam = AdaptiveRule<Adaptive::Rule::kNAdam>;
+/// RAdam (torch.optim.RAdam): Adam with the variance rectified.
+using RAdam = AdaptiveRule<Adaptive::Rule::kRAdam>;
+extern template class AdaptiveRule<Adaptive::Rule::kRMSprop>;
+extern template class AdaptiveRule<Adaptive::Rule::kAdagrad>;
+extern template class AdaptiveRule<Adaptive::Rule::kAdamax>;
+extern template class AdaptiveRule<Adaptive::Rule::kNAdam>;
+extern template class AdaptiveRule<Adaptive::Rule::kRAdam>;
+
+/// The base of the epoch schedulers: each sets every group's rate to a
+/// closed form of the epoch and the group's initial_lr (PyTorch's
+/// chainable forms agree with these). The constructor applies epoch 0.
+class LRScheduler {
+ public:
+  /// Schedules `opt` (its groups' initial_lr are set if they are not yet).
+  explicit LRScheduler(Optimizer& opt);
+  virtual ~LRScheduler() = default;
+  /// One epoch (or batch, for OneCycleLR) done: applies the next epoch's rates.
+  void step();
+  /// The epoch the rates are at.
+  int64_t epoch() const { return epoch_; }
+  /// Jumps to `epoch` (resuming: the rates are those of that epoch).
+  void set_epoch(int64_t epoch);
+  /// Group g's rate at `epoch`.
+  virtual double lr_at(size_t g, int64_t epoch) const = 0;
+
+ protected:
+  Optimizer& opt_;            ///< the optimizer scheduled
+  std::vector<double> base_;  ///< each group's initial_lr
+  int64_t epoch_ = 0;         ///< the current epoch
+};
+/// Multiplies the learning rate by gamma every step_size epochs (StepLR).
+class StepLR : public LRScheduler {
+ public:
+  /// base * gamma^(epoch / step_size).
+  StepLR(Optimizer& opt, int64_t step_size, double gamma = 0.1);
+  double lr_at(size_t g, int64_t epoch) const override;  ///< the closed form
+ private:
+  int64_t step_size_;
   double gamma_;
 };
-
 /// Cosine annealing from the base rate to eta_min over t_max epochs
 /// (CosineAnnealingLR's closed form).
-class CosineAnnealingLR {
+class CosineAnnealingLR : public LRScheduler {
  public:
-  /// Schedules `opt` from its current learning rate.
+  /// eta_min + (base - eta_min) (1 + cos(pi epoch / t_max)) / 2.
   CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_min = 0);
-  /// One epoch done: lr = eta_min + (base - eta_min) (1 + cos(pi epoch / t_max)) / 2.
-  void step();
-
+  double lr_at(size_t g, int64_t epoch) const override;  ///< the closed form
  private:
-  Optimizer& opt_;
-  double base_, eta_min_;
-  int64_t t_max_, epoch_ = 0;
+  double eta_min_;
+  int64_t t_max_;
 };
-
+/// base * lambda(epoch) (LambdaLR).
+class LambdaLR : public LRScheduler {
+ public:
+  /// lambda gives the factor of the base rate at each epoch.
+  LambdaLR(Optimizer& opt, std::function<double(int64_t)> lambda);
+  double lr_at(size_t g, int64_t epoch) const override;  ///< base * lambda(epoch)
+ private:
+  std::function<double(int64_t)> lambda_;
+};
+/// base * gamma^epoch (ExponentialLR).
+class ExponentialLR : public LRScheduler {
+ public:
+  /// The decay per epoch.
+  ExponentialLR(Optimizer& opt, double gamma);
+  double lr_at(size_t g, int64_t epoch) const override;  ///< base * gamma^epoch
+ private:
+  double gamma_;
+};
+/// The factor moves linearly from start_factor to end_factor over
+/// total_iters epochs, then stays (LinearLR).
+class LinearLR : public LRScheduler {
+ public:
+  /// PyTorch's defaults: 1/3 to 1 over 5 epochs.
+  LinearLR(Optimizer& opt, double start_factor = 1.0 / 3, double end_factor = 1.0, int64_t total_iters = 5);
+  double lr_at(size_t g, int64_t epoch) const override;  ///< base * the factor
+ private:
+  double start_, end_;
+  int64_t total_;
+};
+/// The one-cycle policy (OneCycleLR, the learning rate only: PyTorch's
+/// cycle_momentum = false): from max_lr / div_factor up to max_lr over
+/// pct_start of total_steps, then down to that / final_div_factor, cosine
+/// (or linear) annealing; stepped once per batch.
+class OneCycleLR : public LRScheduler {
+ public:
+  /// The schedule over total_steps steps.
+  OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, double pct_start = 0.3, bool cos_anneal = true,
+             double div_factor = 25, double final_div_factor = 1e4, bool three_phase = false);
+  double lr_at(size_t g, int64_t epoch) const override;  ///< PyTorch's phases
+ private:
+  int64_t total_;
+  bool cos_;
+  double initial_;
+  std::vector<std::pair<double, double>> phases_;  // (end step, end lr), from (0, initial)
+};
+/// Runs schedulers one after another, switching at the milestones; each
+/// starts at its own epoch 0 (SequentialLR).
+class SequentialLR : public LRScheduler {
+ public:
+  /// schedulers.size() == milestones.size() + 1, milestones increasing.
+  SequentialLR(Optimizer& opt, std::vector<std::shared_ptr<LRScheduler>> schedulers, std::vector<int64_t> milestones);
+  double lr_at(size_t g, int64_t epoch) const override;  ///< the current scheduler's rate
+ private:
+  std::vector<std::shared_ptr<LRScheduler>> schedulers_;
+  std::vector<int64_t> milestones_;
+};
 /// Lowers the learning rate when a metric stops improving
 /// (ReduceLROnPlateau, mode "min", relative threshold).
 class ReduceLROnPlateau {
@@ -213,5 +416,15 @@ class ReduceLROnPlateau {
   int64_t patience_, cooldown_, bad_epochs_ = 0, cooldown_left_ = 0;
   bool has_best_ = false;
 };
+
+/// Scales the gradients of `params` so that their joint norm_type-norm is
+/// at most max_norm (by max_norm / (norm + 1e-6) where above, as PyTorch's);
+/// returns the norm before clipping as a 0-dim tensor on the gradients'
+/// device. Nothing is read on the host (so it may be captured in a CUDA
+/// graph) unless error_if_nonfinite asks for the check.
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
+                       bool error_if_nonfinite = false);
+/// Clamps every gradient of `params` to [-clip_value, clip_value] in place.
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 
 }  // namespace tg::optim

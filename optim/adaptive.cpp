@@ -1,0 +1,216 @@
+// RMSprop, Adagrad, Adamax, NAdam and RAdam: torch.optim's single-tensor
+// update rules, written with tensor ops (any device, any float dtype).
+#include <cmath>
+
+#include <tapegrad/autograd/grad_mode.h>
+#include <tapegrad/optim/optimizer.h>
+#include <tapegrad/tensor/error.h>
+#include <tapegrad/tensor/ops.h>
+
+namespace tg::optim {
+
+namespace {
+std::vector<ParamGroup> one_group(std::vector<Tensor> params) { return {ParamGroup{std::move(params)}}; }
+const char* rule_name(Adaptive::Rule r) {
+  switch (r) {
+    case Adaptive::Rule::kRMSprop: return "RMSprop";
+    case Adaptive::Rule::kAdagrad: return "Adagrad";
+    case Adaptive::Rule::kAdamax: return "Adamax";
+    case Adaptive::Rule::kNAdam: return "NAdam";
+    case Adaptive::Rule::kRAdam: return "RAdam";
+  }
+  return "?";
+}
+// Adam's moments: m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2.
+void adam_moments(const Tensor& m, const Tensor& v, const Tensor& g, double b1, double b2) {
+  m.mul_(b1);
+  m.add_(g, 1 - b1);
+  v.mul_(b2);
+  v.add_(g * g, 1 - b2);
+}
+// NAdam's momentum factor of step t.
+double nadam_mu(const AdaptiveOptions& o, int64_t t) {
+  return o.beta1 * (1 - 0.5 * std::pow(0.96, double(t) * o.momentum_decay));
+}
+}  // namespace
+
+Adaptive::Adaptive(Rule rule, std::vector<ParamGroup> groups, AdaptiveOptions options, const char* name)
+    : Optimizer(std::move(groups), options.lr, options.weight_decay, name), rule_(rule), o_(options) {
+  TG_CHECK(o_.eps >= 0 && o_.weight_decay >= 0 && o_.momentum >= 0 && o_.lr_decay >= 0, name_,
+           ": eps, weight_decay, momentum and lr_decay must be >= 0");
+  TG_CHECK(o_.alpha >= 0 && o_.beta1 >= 0 && o_.beta1 < 1 && o_.beta2 >= 0 && o_.beta2 < 1, name_,
+           ": alpha and the betas must be in [0, 1)");
+  // state names as torch.optim's
+  switch (rule_) {
+    case Rule::kRMSprop:
+      add_state("square_avg", &s1_);
+      add_state("momentum_buffer", &s2_);
+      add_state("grad_avg", &s3_);
+      break;
+    case Rule::kAdagrad: add_state("sum", &s1_); break;
+    case Rule::kAdamax:
+      add_state("exp_avg", &s1_);
+      add_state("exp_inf", &s2_);
+      break;
+    case Rule::kNAdam:
+    case Rule::kRAdam:
+      add_state("exp_avg", &s1_);
+      add_state("exp_avg_sq", &s2_);
+      break;
+  }
+  on_params_added(0);
+}
+
+void Adaptive::on_params_added(size_t) {
+  mu_product_.resize(params_.size(), 1.0);
+  mu_steps_.resize(params_.size(), 0);
+}
+
+void Adaptive::step() {
+  autograd::NoGradGuard no_grad;
+  check_capturable_step();
+  for (size_t i : with_grads(true)) {
+    const Tensor& p = params_[i];
+    const Group& grp = groups_[group_of_[i]];
+    const double lr = grp.lr;
+    Tensor g = grp.weight_decay != 0 ? p.grad().add(p, grp.weight_decay) : p.grad();
+    const int64_t t = ++t_[i];
+    auto state = [&](Tensor& s, double init = 0) -> Tensor& {
+      if (!s.defined()) s = tg::full_like(p, init);
+      return s;
+    };
+    switch (rule_) {
+      case Rule::kRMSprop: {
+        Tensor& sq = state(s1_[i]);
+        sq.mul_(o_.alpha);
+        sq.add_(g * g, 1 - o_.alpha);
+        Tensor avg;
+        if (o_.centered) {
+          Tensor& ga = state(s3_[i]);
+          ga.mul_(o_.alpha);
+          ga.add_(g, 1 - o_.alpha);
+          avg = tg::sqrt(sq - ga * ga);
+        } else {
+          avg = tg::sqrt(sq);
+        }
+        avg = avg + o_.eps;
+        if (o_.momentum > 0) {
+          Tensor& buf = state(s2_[i]);
+          buf.mul_(o_.momentum);
+          buf.add_(g / avg);
+          p.add_(buf, -lr);
+        } else {
+          p.add_(g / avg, -lr);
+        }
+        break;
+      }
+      case Rule::kAdagrad: {
+        Tensor& sum = state(s1_[i], o_.initial_accumulator_value);
+        const double clr = lr / (1 + double(t - 1) * o_.lr_decay);
+        sum.add_(g * g);
+        p.add_(g / (tg::sqrt(sum) + o_.eps), -clr);
+        break;
+      }
+      case Rule::kAdamax: {
+        Tensor& m = state(s1_[i]);
+        Tensor& u = state(s2_[i]);
+        m.mul_(o_.beta1);
+        m.add_(g, 1 - o_.beta1);
+        u.copy_(tg::maximum(u * o_.beta2, tg::abs(g) + o_.eps));
+        p.add_(m / u, -lr / (1 - std::pow(o_.beta1, double(t))));
+        break;
+      }
+      case Rule::kNAdam: {
+        Tensor& m = state(s1_[i]);
+        Tensor& v = state(s2_[i]);
+        if (mu_steps_[i] != t - 1) {  // resumed: the product from the step count
+          mu_product_[i] = 1;
+          for (int64_t k = 1; k < t; ++k)
+            mu_product_[i] *= nadam_mu(o_, k);
+        }
+        const double mu = nadam_mu(o_, t), mu_next = nadam_mu(o_, t + 1);
+        mu_product_[i] *= mu;
+        mu_steps_[i] = t;
+        adam_moments(m, v, g, o_.beta1, o_.beta2);
+        Tensor denom = tg::sqrt(v / (1 - std::pow(o_.beta2, double(t)))) + o_.eps;
+        p.add_(g / denom, -lr * (1 - mu) / (1 - mu_product_[i]));
+        p.add_(m / denom, -lr * mu_next / (1 - mu_product_[i] * mu_next));
+        break;
+      }
+      case Rule::kRAdam: {
+        Tensor& m = state(s1_[i]);
+        Tensor& v = state(s2_[i]);
+        adam_moments(m, v, g, o_.beta1, o_.beta2);
+        const double bc1 = 1 - std::pow(o_.beta1, double(t)), bc2 = 1 - std::pow(o_.beta2, double(t));
+        const double rho_inf = 2 / (1 - o_.beta2) - 1;
+        const double rho_t = rho_inf - 2 * double(t) * std::pow(o_.beta2, double(t)) / bc2;
+        Tensor corrected = m / bc1;
+        if (rho_t > 5) {
+          const double rect = std::sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t));
+          p.add_(corrected * lr * (std::sqrt(bc2) / (tg::sqrt(v) + o_.eps)) * rect, -1.0);
+        } else {
+          p.add_(corrected * lr, -1.0);
+        }
+        break;
+      }
+    }
+  }
+  ++steps_;
+}
+
+template <Adaptive::Rule R>
+AdaptiveRule<R>::AdaptiveRule(std::vector<Tensor> params, AdaptiveOptions o)
+    : AdaptiveRule(one_group(std::move(params)), o) {}
+template <Adaptive::Rule R>
+AdaptiveRule<R>::AdaptiveRule(std::vector<ParamGroup> groups, AdaptiveOptions o)
+    : Adaptive(R, std::move(groups), o, rule_name(R)) {}
+template class AdaptiveRule<Adaptive::Rule::kRMSprop>;
+template class AdaptiveRule<Adaptive::Rule::kAdagrad>;
+template class AdaptiveRule<Adaptive::Rule::kAdamax>;
+template class AdaptiveRule<Adaptive::Rule::kNAdam>;
+template class AdaptiveRule<Adaptive::Rule::kRAdam>;
+
+namespace {
+std::vector<Tensor> grads_of(const std::vector<Tensor>& params, const char* op) {
+  std::vector<Tensor> gs;
+  for (size_t i = 0; i < params.size(); ++i) {
+    TG_CHECK(params[i].defined(), op, ": parameter ", i, " is undefined");
+    const Tensor& g = params[i].grad();
+    if (!g.defined()) continue;
+    TG_CHECK(!g.is_sparse(), op, ": parameter ", i, " has a sparse gradient; call to_dense() on it first");
+    TG_CHECK(gs.empty() || g.device() == gs[0].device(), op, ": gradients on ", gs[0].device(), " and ", g.device());
+    gs.push_back(g);
+  }
+  return gs;
+}
+}  // namespace
+
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite) {
+  TG_CHECK(norm_type > 0, "clip_grad_norm_: norm_type must be > 0 (or INFINITY), got ", norm_type);
+  std::vector<Tensor> gs = grads_of(params, "clip_grad_norm_");
+  autograd::NoGradGuard no_grad;
+  if (gs.empty()) return tg::zeros({});
+  // One norm per gradient, then the norm of the norms (every step on the device).
+  std::vector<Tensor> norms;
+  for (const Tensor& g : gs)
+    norms.push_back(tg::norm(g.to(kFloat64), norm_type).reshape({1}));
+  Tensor total = tg::norm(tg::cat(norms), norm_type);
+  if (error_if_nonfinite) {
+    const double v = total.item<double>();
+    TG_CHECK(std::isfinite(v), "clip_grad_norm_: the total norm of the gradients is ", v,
+             "; they cannot be clipped (error_if_nonfinite = true)");
+  }
+  Tensor coef = tg::clamp_max(tg::reciprocal(total + 1e-6) * max_norm, 1.0);
+  for (const Tensor& g : gs)
+    g.mul_(coef.to(g.dtype()));
+  return total.to(gs[0].dtype());
+}
+
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
+  TG_CHECK(clip_value >= 0, "clip_grad_value_: clip_value must be >= 0, got ", clip_value);
+  autograd::NoGradGuard no_grad;
+  for (const Tensor& g : grads_of(params, "clip_grad_value_"))
+    g.copy_(tg::clamp(g, -clip_value, clip_value));
+}
+
+}  // namespace tg::optim

@@ -1,0 +1,336 @@
+// optim's parameter groups, state dicts (a stopped run resumes bitwise),
+// RMSprop, Adagrad, Adamax, NAdam and RAdam step by step against PyTorch's
+// update rules written out in doubles (1e-12), the schedulers' closed forms
+// and gradient clipping.
+#include <cmath>
+#include <cstdio>
+
+#include "reference.h"
+
+namespace {
+
+using tg::Tensor;
+namespace optim = tg::optim;
+namespace nn = tg::nn;
+const auto kF64 = tg::TensorOptions().dtype(tg::kFloat64);
+using V = std::vector<double>;
+
+V vals(const Tensor& t) { return tgtest::values(t); }
+Tensor param(V v) { return tg::tensor(v, {int64_t(v.size())}, kF64).requires_grad_(); }
+// The gradient fed at step k to element j: varied signs and sizes.
+double grad_at(int k, size_t j) { return std::sin(1.3 * k + 0.7 * double(j)) * (1 + 0.5 * double(j)); }
+void feed(const Tensor& p, int k) {
+  V g(size_t(p.numel()));
+  for (size_t j = 0; j < g.size(); ++j)
+    g[j] = grad_at(k, j);
+  p.mutable_grad() = tg::tensor(g, {int64_t(g.size())}, kF64);
+}
+void expect_near(const V& got, const V& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t j = 0; j < got.size(); ++j)
+    EXPECT_NEAR(got[j], want[j], 1e-12 * (1 + std::fabs(want[j]))) << what << " element " << j;
+}
+
+// PyTorch's single-tensor rules in doubles, one parameter vector.
+struct Reference {
+  std::string rule;
+  optim::AdaptiveOptions o;
+  V p, s1, s2, s3;
+  double mu_product = 1;
+  int t = 0;
+  void step(int k) {
+    ++t;
+    const size_t n = p.size();
+    if (s1.empty()) {
+      s1.assign(n, rule == "Adagrad" ? o.initial_accumulator_value : 0.0);
+      s2.assign(n, 0.0);
+      s3.assign(n, 0.0);
+    }
+    const double b1 = o.beta1, b2 = o.beta2, lr = o.lr;
+    const double mu = b1 * (1 - 0.5 * std::pow(0.96, t * o.momentum_decay));
+    const double mu_next = b1 * (1 - 0.5 * std::pow(0.96, (t + 1) * o.momentum_decay));
+    if (rule == "NAdam") mu_product *= mu;
+    for (size_t j = 0; j < n; ++j) {
+      double g = grad_at(k, j) + o.weight_decay * p[j];
+      if (rule == "RMSprop") {
+        s1[j] = o.alpha * s1[j] + (1 - o.alpha) * g * g;
+        double avg;
+        if (o.centered) {
+          s3[j] = o.alpha * s3[j] + (1 - o.alpha) * g;
+          avg = std::sqrt(s1[j] - s3[j] * s3[j]) + o.eps;
+        } else {
+          avg = std::sqrt(s1[j]) + o.eps;
+        }
+        if (o.momentum > 0) {
+          s2[j] = o.momentum * s2[j] + g / avg;
+          p[j] -= lr * s2[j];
+        } else {
+          p[j] -= lr * g / avg;
+        }
+      } else if (rule == "Adagrad") {
+        s1[j] += g * g;
+        p[j] -= lr / (1 + (t - 1) * o.lr_decay) * g / (std::sqrt(s1[j]) + o.eps);
+      } else if (rule == "Adamax") {
+        s1[j] = b1 * s1[j] + (1 - b1) * g;
+        s2[j] = std::max(b2 * s2[j], std::fabs(g) + o.eps);
+        p[j] -= lr / (1 - std::pow(b1, t)) * s1[j] / s2[j];
+      } else if (rule == "NAdam") {
+        s1[j] = b1 * s1[j] + (1 - b1) * g;
+        s2[j] = b2 * s2[j] + (1 - b2) * g * g;
+        const double denom = std::sqrt(s2[j] / (1 - std::pow(b2, t))) + o.eps;
+        p[j] -= lr * (1 - mu) / (1 - mu_product) * g / denom;
+        p[j] -= lr * mu_next / (1 - mu_product * mu_next) * s1[j] / denom;
+      } else {  // RAdam
+        s1[j] = b1 * s1[j] + (1 - b1) * g;
+        s2[j] = b2 * s2[j] + (1 - b2) * g * g;
+        const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+        const double rho_inf = 2 / (1 - b2) - 1, rho_t = rho_inf - 2 * t * std::pow(b2, t) / bc2;
+        if (rho_t > 5) {
+          const double rect = std::sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t));
+          p[j] -= s1[j] / bc1 * lr * std::sqrt(bc2) / (std::sqrt(s2[j]) + o.eps) * rect;
+        } else {
+          p[j] -= s1[j] / bc1 * lr;
+        }
+      }
+    }
+  }
+};
+
+std::unique_ptr<optim::Optimizer> make(const std::string& rule, std::vector<Tensor> ps, optim::AdaptiveOptions o) {
+  if (rule == "RMSprop") return std::make_unique<optim::RMSprop>(std::move(ps), o);
+  if (rule == "Adagrad") return std::make_unique<optim::Adagrad>(std::move(ps), o);
+  if (rule == "Adamax") return std::make_unique<optim::Adamax>(std::move(ps), o);
+  if (rule == "NAdam") return std::make_unique<optim::NAdam>(std::move(ps), o);
+  return std::make_unique<optim::RAdam>(std::move(ps), o);
+}
+
+TEST(OptimRules, NewOptimizersFollowPyTorchsUpdateRulesStepByStep) {
+  struct Case {
+    std::string rule;
+    optim::AdaptiveOptions o;
+  };
+  optim::AdaptiveOptions base;
+  base.lr = 0.05;
+  std::vector<Case> cases;
+  for (const char* rule : {"RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam"}) {
+    cases.push_back({rule, base});
+    optim::AdaptiveOptions o = base;  // the options each rule has, all set
+    o.weight_decay = 0.1;
+    o.momentum = 0.8;
+    o.centered = true;
+    o.lr_decay = 0.05;
+    o.initial_accumulator_value = 0.3;
+    o.alpha = 0.9;
+    o.beta1 = 0.8;
+    o.beta2 = 0.95;
+    o.eps = 1e-6;
+    o.momentum_decay = 0.01;
+    cases.push_back({rule, o});
+  }
+  for (const Case& c : cases) {
+    V start = {0.5, -1.2, 2.0, 0.03};
+    Tensor p = param(start);
+    auto opt = make(c.rule, {p}, c.o);
+    Reference ref{c.rule, c.o, start, {}, {}, {}};
+    for (int k = 1; k <= 12; ++k) {  // RAdam's rectification starts at step 6 with these betas
+      feed(p, k);
+      opt->step();
+      ref.step(k);
+      expect_near(vals(p), ref.p, c.rule + " step " + std::to_string(k) + (c.o.momentum > 0 ? " (all options)" : ""));
+    }
+  }
+}
+
+TEST(OptimGroups, EachGroupHasItsOwnRateAndDecay) {
+  Tensor a = param({1.0, -2.0}), b = param({0.5}), c = param({3.0});
+  optim::SGDOptions so;
+  so.lr = 0.1;
+  so.weight_decay = 0.01;
+  optim::SGD sgd({{{a}}, {{b}, 0.5, 0.2}}, so);
+  EXPECT_EQ(sgd.num_param_groups(), 2u);
+  EXPECT_EQ(sgd.lr(1), 0.5);
+  EXPECT_EQ(sgd.weight_decay(0), 0.01);
+  feed(a, 1);
+  feed(b, 1);
+  sgd.step();
+  expect_near(vals(a), {1.0 - 0.1 * (grad_at(1, 0) + 0.01 * 1.0), -2.0 - 0.1 * (grad_at(1, 1) + 0.01 * -2.0)},
+              "group 0");
+  expect_near(vals(b), {0.5 - 0.5 * (grad_at(1, 0) + 0.2 * 0.5)}, "group 1");
+  sgd.add_param_group({{c}, 1.0});
+  EXPECT_EQ(sgd.num_param_groups(), 3u);
+  EXPECT_EQ(sgd.weight_decay(2), 0.01);
+  feed(c, 2);
+  a.mutable_grad() = Tensor();
+  b.mutable_grad() = Tensor();
+  sgd.step();
+  expect_near(vals(c), {3.0 - 1.0 * (grad_at(2, 0) + 0.01 * 3.0)}, "added group");
+  sgd.set_lr(0.3);
+  EXPECT_EQ(sgd.lr(2), 0.3);
+  EXPECT_ERROR_CONTAINS(sgd.add_param_group({{a}}), "SGD: parameter 3 is the same tensor as parameter 0");
+  EXPECT_ERROR_CONTAINS(sgd.add_param_group({{}}), "SGD: parameter group 3 is empty");
+  EXPECT_ERROR_CONTAINS(sgd.lr(7), "SGD: no parameter group 7 (there are 3)");
+  EXPECT_EQ(sgd.num_param_groups(), 3u);  // the refused groups changed nothing
+  // Adam and AdamW per group: decoupled decay uses the group's rate and decay.
+  Tensor x = param({1.0}), y = param({1.0});
+  optim::AdamOptions ao;
+  ao.lr = 0.1;
+  optim::AdamW adamw({{{x}, 0.1, 0.5}, {{y}, 0.01, 0.0}}, ao);
+  feed(x, 1);
+  feed(y, 1);
+  adamw.step();
+  // step 1: m / (sqrt(v) + eps) with bias correction = sign(g) (|g| >> eps)
+  const double g = grad_at(1, 0), u = g / (std::fabs(g) + 1e-8);
+  expect_near(vals(x), {1.0 * (1 - 0.1 * 0.5) - 0.1 * u}, "AdamW group 0");
+  expect_near(vals(y), {1.0 - 0.01 * u}, "AdamW group 1");
+}
+
+// Trains a small MLP, stopping after `stop` of `total` steps to save and
+// reload everything into fresh objects (as a new process would).
+V train(const std::string& kind, int total, int stop, bool load_optimizer = true) {
+  auto build = [&](uint64_t seed) {
+    tg::manual_seed(seed);
+    return nn::MLP({2, 8, 1}, "tanh", kF64);
+  };
+  auto make_opt = [&](nn::Module& net) -> std::unique_ptr<optim::Optimizer> {
+    auto ps = net.parameters();
+    std::vector<optim::ParamGroup> groups = {{{ps[0], ps[1]}, 0.02}, {{ps[2], ps[3]}, 0.01, 0.05}};
+    if (kind == "Adam") return std::make_unique<optim::Adam>(groups, optim::AdamOptions{});
+    if (kind == "SGD") return std::make_unique<optim::SGD>(groups, optim::SGDOptions{0.01, 0.9});
+    optim::AdaptiveOptions o;
+    o.lr = 0.01;
+    return std::make_unique<optim::NAdam>(groups, o);
+  };
+  Tensor x = tg::tensor({0.1, 0.2, -0.3, 0.5, 0.9, -0.7}, {3, 2}, kF64), y = tg::tensor({0.3, -0.1, 0.2}, {3, 1}, kF64);
+  auto net = build(1);
+  auto opt = make_opt(*net);
+  auto sched = std::make_unique<optim::OneCycleLR>(*opt, 0.05, total);
+  const std::string dir = ::testing::TempDir();
+  for (int k = 0; k < total; ++k) {
+    if (k == stop) {
+      nn::save(*net, dir + "tg_resume_model.safetensors");
+      nn::save_safetensors(dir + "tg_resume_optim.safetensors", opt->state_dict());
+      const int64_t epoch = sched->epoch();
+      sched.reset();
+      opt.reset();
+      net = build(99);  // other weights: the load must replace them
+      nn::load(*net, dir + "tg_resume_model.safetensors");
+      opt = make_opt(*net);
+      if (load_optimizer) opt->load_state_dict(nn::load_safetensors(dir + "tg_resume_optim.safetensors"));
+      sched = std::make_unique<optim::OneCycleLR>(*opt, 0.05, total);
+      sched->set_epoch(epoch);
+      std::remove((dir + "tg_resume_model.safetensors").c_str());
+      std::remove((dir + "tg_resume_optim.safetensors").c_str());
+    }
+    opt->zero_grad();
+    Tensor loss = tg::square((*net)(x)-y).mean();
+    loss.backward();
+    optim::clip_grad_norm_(net->parameters(), 0.5);
+    opt->step();
+    sched->step();
+  }
+  V out;
+  for (const Tensor& p : net->parameters())
+    for (double v : vals(p))
+      out.push_back(v);
+  return out;
+}
+
+TEST(OptimState, AStoppedRunResumesBitwise) {
+  for (const char* kind : {"Adam", "SGD", "NAdam"}) {
+    const V straight = train(kind, 12, -1), resumed = train(kind, 12, 5);
+    EXPECT_EQ(straight, resumed) << kind;  // bitwise
+    EXPECT_NE(straight, train(kind, 12, 5, false)) << kind << ": the optimizer's state matters (the test can fail)";
+  }
+  // Loading checks everything first and names what does not match.
+  Tensor a = param({1.0, 2.0}), b = param({1.0});
+  optim::Adam adam({a});
+  feed(a, 1);
+  adam.step();
+  optim::Adam other({b});
+  EXPECT_ERROR_CONTAINS(other.load_state_dict(adam.state_dict()),
+                        "state 'state.0.exp_avg' has shape [2], parameter 0 [1]");
+  optim::SGD sgd({a});
+  EXPECT_ERROR_CONTAINS(sgd.load_state_dict(adam.state_dict()), "entries this optimizer does not know");
+  optim::Adam two(std::vector<optim::ParamGroup>{{{a}}, {{b}}});
+  EXPECT_ERROR_CONTAINS(two.load_state_dict(adam.state_dict()), "the state has 1 parameter groups, this optimizer 2");
+}
+
+TEST(OptimSchedulers, NewSchedulersFollowPyTorchsClosedForms) {
+  Tensor p = param({0.0});
+  auto lr_after = [&](optim::Optimizer& opt, optim::LRScheduler& s, int steps) {
+    V got = {opt.lr()};
+    for (int e = 0; e < steps; ++e) {
+      s.step();
+      got.push_back(opt.lr());
+    }
+    return got;
+  };
+  {
+    optim::SGD opt({p}, {0.5});
+    optim::LambdaLR s(opt, [](int64_t e) { return 1.0 / double(e + 1); });
+    expect_near(lr_after(opt, s, 3), {0.5, 0.25, 0.5 / 3, 0.125}, "LambdaLR");
+  }
+  {
+    optim::SGD opt({p}, {0.5});
+    optim::ExponentialLR s(opt, 0.9);
+    expect_near(lr_after(opt, s, 3), {0.5, 0.45, 0.405, 0.3645}, "ExponentialLR");
+  }
+  {
+    optim::SGD opt({p}, {0.3});
+    optim::LinearLR s(opt, 0.5, 1.0, 4);
+    expect_near(lr_after(opt, s, 5), {0.15, 0.1875, 0.225, 0.2625, 0.3, 0.3}, "LinearLR");
+  }
+  {
+    // OneCycleLR(max_lr=1, total_steps=10): up over pct 0.3 (steps 0..2),
+    // then down to 1/25/1e4 at step 9, cosine, as PyTorch computes it.
+    optim::SGD opt({p}, {0.1});
+    optim::OneCycleLR s(opt, 1.0, 10);
+    const double lo = 1.0 / 25, fin = lo / 1e4, pi = std::acos(-1.0);
+    auto cosine = [&](double a, double b, double pct) { return b + (a - b) / 2 * (std::cos(pi * pct) + 1); };
+    V want;
+    for (int e = 0; e <= 9; ++e)
+      want.push_back(e <= 2 ? cosine(lo, 1.0, e / 2.0) : cosine(1.0, fin, (e - 2) / 7.0));
+    expect_near(lr_after(opt, s, 9), want, "OneCycleLR");
+    EXPECT_ERROR_CONTAINS(s.set_epoch(11), "OneCycleLR: stepped 11 times, past total_steps = 10");
+  }
+  {
+    // SequentialLR: LinearLR warm-up for 2 epochs, then ExponentialLR from its epoch 0.
+    optim::SGD opt({p}, {1.0});
+    auto warm = std::make_shared<optim::LinearLR>(opt, 0.5, 1.0, 2);
+    auto decay = std::make_shared<optim::ExponentialLR>(opt, 0.5);
+    optim::SequentialLR s(opt, {warm, decay}, {2});
+    expect_near(lr_after(opt, s, 4), {0.5, 0.75, 1.0, 0.5, 0.25}, "SequentialLR");
+    s.set_epoch(1);
+    EXPECT_DOUBLE_EQ(opt.lr(), 0.75);
+  }
+  {
+    // Groups: each from its own initial rate.
+    Tensor q = param({0.0});
+    optim::SGD opt({{{p}, 1.0}, {{q}, 0.1}}, {});
+    optim::StepLR s(opt, 1, 0.5);
+    s.step();
+    EXPECT_DOUBLE_EQ(opt.lr(0), 0.5);
+    EXPECT_DOUBLE_EQ(opt.lr(1), 0.05);
+  }
+}
+
+TEST(OptimClip, ClipGradNormAndValue) {
+  Tensor a = param({3.0, 0.0}), b = param({4.0}), c = param({1.0});
+  a.mutable_grad() = tg::tensor({3.0, 0.0}, {2}, kF64);
+  b.mutable_grad() = tg::tensor({-4.0}, {1}, kF64);
+  Tensor total = optim::clip_grad_norm_({a, b, c}, 1.0);  // c has no gradient
+  EXPECT_NEAR(total.item<double>(), 5.0, 1e-15);
+  const double s = 1.0 / (5.0 + 1e-6);
+  expect_near(vals(a.grad()), {3 * s, 0}, "clipped a");
+  expect_near(vals(b.grad()), {-4 * s}, "clipped b");
+  // Below the bound nothing changes; the infinity norm is the largest |g|.
+  EXPECT_NEAR(optim::clip_grad_norm_({a, b}, 10.0, INFINITY).item<double>(), 4 * s, 1e-15);
+  expect_near(vals(b.grad()), {-4 * s}, "unclipped b");
+  b.mutable_grad() = tg::tensor({NAN}, {1}, kF64);
+  EXPECT_ERROR_CONTAINS(optim::clip_grad_norm_({a, b}, 1.0, 2.0, true), "the total norm of the gradients is nan");
+  a.mutable_grad() = tg::tensor({3.0, -0.2}, {2}, kF64);
+  optim::clip_grad_value_({a}, 0.5);
+  expect_near(vals(a.grad()), {0.5, -0.2}, "clip_grad_value_");
+}
+
+}  // namespace

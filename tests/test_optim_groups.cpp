@@ -333,4 +333,118 @@ TEST(OptimClip, ClipGradNormAndValue) {
   expect_near(vals(a.grad()), {0.5, -0.2}, "clip_grad_value_");
 }
 
+// On a GPU: groups in the multi-tensor update (one launch list per group,
+// its rate on the device) equal the per-tensor step on the CPU; a fused
+// optimizer resumes bitwise; clip_grad_norm_ and dropout replay in a CUDA graph.
+TEST(OptimGpu, GroupsResumeClipAndDropoutOnTheGpu) {
+  REQUIRE_GPU();
+  const tg::Device gpu(tg::kCUDA, 0);
+  tg::manual_seed(3);
+  std::vector<Tensor> cpu, dev;
+  for (int i = 0; i < 6; ++i) {
+    Tensor p = tg::randn({17 + i}, kF64);
+    cpu.push_back(p.clone().requires_grad_());
+    dev.push_back(p.to(gpu).requires_grad_());
+  }
+  auto groups = [](const std::vector<Tensor>& ps) {
+    return std::vector<optim::ParamGroup>{{{ps[0], ps[1]}, 0.05, 0.1}, {{ps[2], ps[3]}, 0.01}};
+  };
+  optim::AdamOptions o;
+  o.lr = 0.02;
+  optim::AdamW a_cpu(groups(cpu), o), a_dev(groups(dev), o);
+  ASSERT_TRUE(a_dev.fused());
+  a_cpu.add_param_group({{cpu[4], cpu[5]}, 0.03});
+  a_dev.add_param_group({{dev[4], dev[5]}, 0.03});
+  auto step_both = [&](int k) {
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      Tensor g = tg::randn(cpu[i].sizes(), kF64);
+      cpu[i].mutable_grad() = g;
+      dev[i].mutable_grad() = g.to(gpu);
+    }
+    a_cpu.step();
+    a_dev.step();
+    (void)k;
+  };
+  for (int k = 0; k < 3; ++k)
+    step_both(k);
+  a_dev.set_lr(1, 0.002);
+  a_cpu.set_lr(1, 0.002);
+  step_both(3);
+  for (size_t i = 0; i < cpu.size(); ++i)
+    expect_near(vals(dev[i]), vals(cpu[i]), "fused group parameter " + std::to_string(i));
+  // Resume: a fresh fused optimizer loaded from the state takes the same step, bitwise.
+  std::vector<Tensor> twin;
+  for (const Tensor& p : dev)
+    twin.push_back(p.detach().clone().requires_grad_());
+  std::vector<optim::ParamGroup> tg3 = groups(twin);
+  tg3.push_back({{twin[4], twin[5]}, 0.03});
+  optim::AdamW resumed(tg3, o);
+  resumed.load_state_dict(a_dev.state_dict());
+  for (size_t i = 0; i < dev.size(); ++i) {
+    Tensor g = tg::randn(dev[i].sizes(), kF64).to(gpu);
+    dev[i].mutable_grad() = g;
+    twin[i].mutable_grad() = g.clone();
+  }
+  a_dev.step();
+  resumed.step();
+  for (size_t i = 0; i < dev.size(); ++i)
+    EXPECT_TRUE(tg::equal(dev[i], twin[i])) << "resumed parameter " << i;
+  // clip_grad_norm_ under capture: replays clip fresh gradients as eagerly.
+  namespace cu = tg::cuda;
+  std::vector<Tensor> ps = {dev[0], dev[1]};
+  auto fill = [&](double scale) {
+    dev[0].mutable_grad().copy_(tg::full({17}, scale, kF64));
+    dev[1].mutable_grad().copy_(tg::full({18}, -scale, kF64));
+  };
+  fill(1.0);
+  cu::Stream side = cu::stream_from_pool();
+  side.wait_stream(cu::current_stream());
+  {
+    cu::StreamGuard sg(side);
+    optim::clip_grad_norm_(ps, 1.0);  // warm-up
+  }
+  cu::current_stream().wait_stream(side);
+  cu::CUDAGraph graph;
+  Tensor total;
+  {
+    cu::Graph capture(graph);
+    total = optim::clip_grad_norm_(ps, 1.0);
+  }
+  for (double scale : {0.01, 2.0, 5.0}) {
+    fill(scale);
+    graph.replay();
+    const double norm = scale * std::sqrt(35.0), c = std::min(1.0, 1.0 / (norm + 1e-6));
+    EXPECT_NEAR(total.item<double>(), norm, 1e-12 * norm);
+    EXPECT_NEAR(vals(dev[0].grad())[0], scale * c, 1e-12);
+    EXPECT_NEAR(vals(dev[1].grad())[3], -scale * c, 1e-12);
+  }
+  // Dropout in a graph: each replay draws a new mask (the generator's
+  // offset advances on the device), each mask zeroes about p of the elements.
+  nn::Dropout drop(0.5);
+  Tensor x = tg::ones({4096}, kF64).to(gpu);
+  side.wait_stream(cu::current_stream());
+  {
+    cu::StreamGuard sg(side);
+    drop(x);
+  }
+  cu::current_stream().wait_stream(side);
+  cu::CUDAGraph dg;
+  Tensor y;
+  {
+    cu::Graph capture(dg);
+    y = drop(x);
+  }
+  dg.replay();
+  const V first = vals(y);
+  dg.replay();
+  const V second = vals(y);
+  EXPECT_NE(first, second) << "a replayed dropout must draw a new mask";
+  for (const V* m : {&first, &second}) {
+    double kept = 0;
+    for (double e : *m)
+      kept += e != 0;
+    EXPECT_NEAR(kept / 4096, 0.5, 0.05);
+  }
+}
+
 }  // namespace

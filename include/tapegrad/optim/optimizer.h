@@ -112,10 +112,12 @@ class Optimizer {
   virtual void on_params_added(size_t first_new) { (void)first_new; }
   /// One group: parameters [begin, end) and their options.
   struct Group {
-    size_t begin, end;
-    double lr, weight_decay;
-    std::optional<double> initial_lr;
-    Tensor device_lr;  ///< fused: its learning rate on the device (Float64 0-dim)
+    size_t begin;                      ///< its first parameter's index
+    size_t end;                        ///< one past its last parameter's index
+    double lr;                         ///< its learning rate
+    double weight_decay;               ///< its weight decay
+    std::optional<double> initial_lr;  ///< set by the first scheduler
+    Tensor device_lr;                  ///< fused: its learning rate on the device (Float64 0-dim)
   };
   std::vector<Group> groups_;        ///< the parameter groups
   std::vector<size_t> group_of_;     ///< each parameter's group

@@ -71,26 +71,38 @@ double LinearLR::lr_at(size_t g, int64_t e) const {
 
 OneCycleLR::OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, double pct_start, bool cos_anneal,
                        double div_factor, double final_div_factor, bool three_phase)
-    : LRScheduler(opt), total_(total_steps), cos_(cos_anneal) {
+    : OneCycleLR(opt, std::vector<double>(opt.num_param_groups(), max_lr), total_steps, pct_start, cos_anneal,
+                 div_factor, final_div_factor, three_phase) {}
+
+OneCycleLR::OneCycleLR(Optimizer& opt, std::vector<double> max_lrs, int64_t total_steps, double pct_start,
+                       bool cos_anneal, double div_factor, double final_div_factor, bool three_phase)
+    : LRScheduler(opt),
+      total_(total_steps),
+      cos_(cos_anneal),
+      max_(std::move(max_lrs)),
+      div_(div_factor),
+      final_div_(final_div_factor) {
   TG_CHECK(total_steps > 0, "OneCycleLR: total_steps must be positive, got ", total_steps);
   TG_CHECK(pct_start > 0 && pct_start < 1, "OneCycleLR: pct_start must be in (0, 1), got ", pct_start);
-  TG_CHECK(max_lr > 0 && div_factor > 0 && final_div_factor > 0,
-           "OneCycleLR: max_lr, div_factor and final_div_factor must be > 0");
-  initial_ = max_lr / div_factor;
-  const double min_lr = initial_ / final_div_factor, up = pct_start * double(total_steps) - 1;
+  TG_CHECK(max_.size() == base_.size(), "OneCycleLR: got ", max_.size(), " max_lr values for ", base_.size(),
+           " parameter groups");
+  for (double m : max_)
+    TG_CHECK(m > 0, "OneCycleLR: max_lr must be > 0, got ", m);
+  TG_CHECK(div_factor > 0 && final_div_factor > 0, "OneCycleLR: div_factor and final_div_factor must be > 0");
+  const double up = pct_start * double(total_steps) - 1, low = 1 / div_factor, end = low / final_div_factor;
   if (three_phase)
-    phases_ = {{up, max_lr}, {2 * pct_start * double(total_steps) - 2, initial_}, {double(total_steps) - 1, min_lr}};
-  else phases_ = {{up, max_lr}, {double(total_steps) - 1, min_lr}};
+    phases_ = {{up, 1.0}, {2 * pct_start * double(total_steps) - 2, low}, {double(total_steps) - 1, end}};
+  else phases_ = {{up, 1.0}, {double(total_steps) - 1, end}};
   for (size_t g = 0; g < base_.size(); ++g)
-    base_[g] = initial_;
+    base_[g] = max_[g] * low;
   set_epoch(0);
 }
-double OneCycleLR::lr_at(size_t, int64_t e) const {
+double OneCycleLR::lr_at(size_t g, int64_t e) const {
   TG_CHECK(e <= total_, "OneCycleLR: stepped ", e, " times, past total_steps = ", total_,
            "; make total_steps the number of batches you train");
-  double start_step = 0, start_lr = initial_;
+  double start_step = 0, start_lr = max_[g] / div_;
   for (size_t k = 0; k < phases_.size(); ++k) {
-    const auto [end_step, end_lr] = phases_[k];
+    const double end_step = phases_[k].first, end_lr = max_[g] * phases_[k].second;
     if (double(e) <= end_step || k + 1 == phases_.size()) {
       const double pct = (double(e) - start_step) / (end_step - start_step);
       if (cos_) return end_lr + (start_lr - end_lr) / 2 * (std::cos(std::acos(-1.0) * pct) + 1);

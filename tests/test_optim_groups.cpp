@@ -292,6 +292,17 @@ TEST(OptimSchedulers, NewSchedulersFollowPyTorchsClosedForms) {
       want.push_back(e <= 2 ? cosine(lo, 1.0, e / 2.0) : cosine(1.0, fin, (e - 2) / 7.0));
     expect_near(lr_after(opt, s, 9), want, "OneCycleLR");
     EXPECT_ERROR_CONTAINS(s.set_epoch(11), "OneCycleLR: stepped 11 times, past total_steps = 10");
+    // A max_lr per group: the same curve, scaled.
+    Tensor q = param({0.0});
+    optim::SGD two(std::vector<optim::ParamGroup>{{{p}}, {{q}}}, {0.1});
+    optim::OneCycleLR per(two, {1.0, 0.1}, 10);
+    for (int e = 1; e <= 9; ++e) {
+      per.step();
+      EXPECT_NEAR(two.lr(0), want[size_t(e)], 1e-15);
+      EXPECT_NEAR(two.lr(1), 0.1 * want[size_t(e)], 1e-15);
+    }
+    EXPECT_ERROR_CONTAINS(optim::OneCycleLR(two, std::vector<double>{1.0}, 10),
+                          "got 1 max_lr values for 2 parameter groups");
   }
   {
     // SequentialLR: LinearLR warm-up for 2 epochs, then ExponentialLR from its epoch 0.

@@ -380,15 +380,19 @@ class LinearLR : public LRScheduler {
 /// (or linear) annealing; stepped once per batch.
 class OneCycleLR : public LRScheduler {
  public:
-  /// The schedule over total_steps steps.
+  /// The schedule over total_steps steps, one max_lr for every group.
   OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, double pct_start = 0.3, bool cos_anneal = true,
              double div_factor = 25, double final_div_factor = 1e4, bool three_phase = false);
+  /// The schedule with a max_lr per parameter group (PyTorch's list form).
+  OneCycleLR(Optimizer& opt, std::vector<double> max_lrs, int64_t total_steps, double pct_start = 0.3,
+             bool cos_anneal = true, double div_factor = 25, double final_div_factor = 1e4, bool three_phase = false);
   double lr_at(size_t g, int64_t epoch) const override;  ///< PyTorch's phases
  private:
   int64_t total_;
   bool cos_;
-  double initial_;
-  std::vector<std::pair<double, double>> phases_;  // (end step, end lr), from (0, initial)
+  std::vector<double> max_;  // per group
+  double div_, final_div_;
+  std::vector<std::pair<double, double>> phases_;  // (end step, end lr as a fraction of max_lr), from (0, 1 / div)
 };
 /// Runs schedulers one after another, switching at the milestones; each
 /// starts at its own epoch 0 (SequentialLR).

@@ -86,6 +86,7 @@ namespace {
 // where ignored).
 struct ClassTargets {
   Tensor logp, safe, w;
+  Tensor valid;   // 1 where the target counts, 0 where ignored (input's dtype)
   IntList shape;  // the targets' shape (kNone's result)
 };
 
@@ -116,7 +117,8 @@ ClassTargets class_targets(const Tensor& input, const Tensor& target, const Tens
   }
   Tensor w = weight.defined() ? tg::index_select(weight.to(input.device()), 0, ct.safe)
                               : tg::ones({t.numel()}, TensorOptions().dtype(input.dtype()).device(input.device()));
-  ct.w = w * valid.to(input.dtype());
+  ct.valid = valid.to(input.dtype());
+  ct.w = w * ct.valid;
   return ct;
 }
 
@@ -126,13 +128,19 @@ Tensor reduce_weighted(const Tensor& l, const ClassTargets& ct, Reduction r, con
   return reduce(l, r, op);
 }
 
+// -weight[t] logp[t] per target, reduced (nll_loss, and cross_entropy's
+// class-index case).
+Tensor weighted_nll(const Tensor& logp, const ClassTargets& ct, Reduction r, const char* op) {
+  Tensor picked = tg::gather(logp, 1, ct.safe.unsqueeze(1)).squeeze(1);
+  return reduce_weighted(-(picked * ct.w), ct, r, op);
+}
+
 }  // namespace
 
 Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction,
                 int64_t ignore_index) {
   ClassTargets ct = class_targets(input, target, weight, ignore_index, "nll_loss");
-  Tensor picked = tg::gather(ct.logp, 1, ct.safe.unsqueeze(1)).squeeze(1);
-  return reduce_weighted(-(picked * ct.w), ct, reduction, "nll_loss");
+  return weighted_nll(ct.logp, ct, reduction, "nll_loss");
 }
 
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction,
@@ -145,19 +153,13 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
   if (!target.is_floating_point()) {
     ClassTargets ct = class_targets(input, target, weight, ignore_index, "cross_entropy");
     Tensor logp = tg::log_softmax(ct.logp, 1);
-    Tensor picked = tg::gather(logp, 1, ct.safe.unsqueeze(1)).squeeze(1);
-    Tensor nll = reduce_weighted(-(picked * ct.w), ct, reduction, "cross_entropy");
+    Tensor nll = weighted_nll(logp, ct, reduction, "cross_entropy");
     if (label_smoothing == 0) return nll;
     // PyTorch's: the uniform part weighs every class (by its weight), ignored
-    // targets count nothing, kMean divides by the counted targets' weights.
+    // targets count nothing, kMean divides by the counted targets' weights
+    // (their count without weights), as nll's.
     Tensor per_class = weight.defined() ? logp * weight.to(input.device()).unsqueeze(0) : logp;
-    Tensor valid = tg::ne(ct.w, 0.0);
-    if (weight.defined()) valid = tg::ne(target.reshape({-1}), ignore_index);
-    Tensor smooth = -per_class.sum({1}) * valid.to(input.dtype());
-    Tensor s = reduction == Reduction::kNone ? smooth.reshape(ct.shape)
-               : reduction == Reduction::kMean
-                   ? tg::sum(smooth) / (weight.defined() ? tg::sum(ct.w) : tg::sum(valid.to(input.dtype())))
-                   : reduce(smooth, reduction, "cross_entropy");
+    Tensor s = reduce_weighted(-per_class.sum({1}) * ct.valid, ct, reduction, "cross_entropy");
     return nll * (1 - label_smoothing) + s * (label_smoothing / double(C));
   }
   // Class probabilities.

@@ -1,6 +1,7 @@
 // RMSprop, Adagrad, Adamax, NAdam and RAdam: torch.optim's single-tensor
 // update rules, written with tensor ops (any device, any float dtype).
 #include <cmath>
+#include <map>
 
 #include <tapegrad/autograd/grad_mode.h>
 #include <tapegrad/optim/optimizer.h>
@@ -201,8 +202,12 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
              "; they cannot be clipped (error_if_nonfinite = true)");
   }
   Tensor coef = tg::clamp_max(tg::reciprocal(total + 1e-6) * max_norm, 1.0);
-  for (const Tensor& g : gs)
-    g.mul_(coef.to(g.dtype()));
+  std::map<ScalarType, Tensor> coef_as;  // one conversion per gradient dtype
+  for (const Tensor& g : gs) {
+    Tensor& c = coef_as[g.dtype()];
+    if (!c.defined()) c = coef.to(g.dtype());
+    g.mul_(c);
+  }
   return total.to(gs[0].dtype());
 }
 

@@ -66,12 +66,7 @@ void Optimizer::add_param_group(ParamGroup group) {
   TG_CHECK(!cuda::is_current_stream_capturing(), name_, ": add_param_group during CUDA graph capture");
   const size_t first = params_.size();
   if (fused_) {
-    ParamGroup probe = group;  // checked before anything changes
-    std::vector<Tensor> all = params_;
-    all.insert(all.end(), probe.params.begin(), probe.params.end());
-    std::swap(all, params_);
-    const std::string why = fused_obstacle(first, params_.size());
-    std::swap(all, params_);
+    const std::string why = fused_obstacle(group.params, first);  // checked before anything changes
     TG_CHECK(why.empty(), name_, ": the new group cannot join the multi-tensor update (", why,
              "); give it float32/float64 contiguous parameters on ", params_[0].device());
   }
@@ -138,13 +133,14 @@ void Optimizer::add_state(const char* name, std::vector<Tensor>* per_param) {
 
 namespace {
 Tensor f64(double v) { return tg::full({}, v, TensorOptions().dtype(kFloat64)); }
-double read(const NamedTensors& state, const std::string& key, const char* name) {
-  for (const auto& [k, t] : state)
-    if (k == key) {
-      TG_CHECK(t.numel() == 1, name, ": state '", key, "' must hold one number, got shape ", shape_str(t.sizes()));
-      return t.to(Device(kCPU)).to(kFloat64).item<double>();
-    }
-  TG_ERROR(name, ": the state has no '", key, "'; was it saved by this kind of optimizer with these groups?");
+// The one number under `key` (an error naming it when absent).
+double read(const std::unordered_map<std::string, const Tensor*>& state, const std::string& key, const char* name) {
+  auto it = state.find(key);
+  TG_CHECK(it != state.end(), name, ": the state has no '", key,
+           "'; was it saved by this kind of optimizer with these groups?");
+  const Tensor& t = *it->second;
+  TG_CHECK(t.numel() == 1, name, ": state '", key, "' must hold one number, got shape ", shape_str(t.sizes()));
+  return t.to(Device(kCPU)).to(kFloat64).item<double>();
 }
 }  // namespace
 
@@ -170,21 +166,35 @@ NamedTensors Optimizer::state_dict() const {
 
 void Optimizer::load_state_dict(const NamedTensors& state) {
   TG_CHECK(!cuda::is_current_stream_capturing(), name_, ": load_state_dict during CUDA graph capture");
-  // Every check first: a refused state changes nothing.
-  TG_CHECK(read(state, "param_groups", name_) == double(groups_.size()), name_, ": the state has ",
-           read(state, "param_groups", name_), " parameter groups, this optimizer ", groups_.size());
   std::unordered_map<std::string, const Tensor*> by_name;
   for (const auto& [k, t] : state)
     by_name[k] = &t;
+  // Everything is read and checked first: a refused state changes nothing.
+  const double n_groups = read(by_name, "param_groups", name_);
+  TG_CHECK(n_groups == double(groups_.size()), name_, ": the state has ", n_groups,
+           " parameter groups, this optimizer ", groups_.size());
+  const int64_t steps = int64_t(read(by_name, "steps", name_));
+  struct GroupState {
+    double lr, weight_decay;
+    std::optional<double> initial_lr;
+  };
+  std::vector<GroupState> gs;
+  size_t known = 2 + 3 * groups_.size();
   for (size_t g = 0; g < groups_.size(); ++g) {
-    const double n = read(state, "param_groups." + std::to_string(g) + ".params", name_);
+    const std::string k = "param_groups." + std::to_string(g) + ".";
+    const double n = read(by_name, k + "params", name_);
     TG_CHECK(n == double(groups_[g].end - groups_[g].begin), name_, ": group ", g, " of the state has ", n,
              " parameters, this optimizer's ", groups_[g].end - groups_[g].begin);
+    gs.push_back({read(by_name, k + "lr", name_), read(by_name, k + "weight_decay", name_), std::nullopt});
+    if (by_name.count(k + "initial_lr")) {
+      gs.back().initial_lr = read(by_name, k + "initial_lr", name_);
+      ++known;
+    }
   }
-  size_t known = 2 + 3 * groups_.size();
+  std::vector<int64_t> t(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string k = "state." + std::to_string(i) + ".";
-    read(state, k + "step", name_);
+    t[i] = int64_t(read(by_name, k + "step", name_));
     ++known;
     for (const auto& [name, list] : state_) {
       auto it = by_name.find(k + name);
@@ -194,22 +204,18 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
                shape_str(it->second->sizes()), ", parameter ", i, " ", shape_str(params_[i].sizes()));
     }
   }
-  for (size_t g = 0; g < groups_.size(); ++g)
-    known += by_name.count("param_groups." + std::to_string(g) + ".initial_lr");
   TG_CHECK(known == state.size(), name_, ": the state has ", state.size() - known,
            " entries this optimizer does not know (saved by another kind of optimizer?)");
   autograd::NoGradGuard no_grad;
-  steps_ = int64_t(read(state, "steps", name_));
+  steps_ = steps;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    const std::string k = "param_groups." + std::to_string(g) + ".";
-    set_lr(g, read(state, k + "lr", name_));
-    groups_[g].weight_decay = read(state, k + "weight_decay", name_);
-    groups_[g].initial_lr.reset();
-    if (by_name.count(k + "initial_lr")) groups_[g].initial_lr = read(state, k + "initial_lr", name_);
+    set_lr(g, gs[g].lr);
+    groups_[g].weight_decay = gs[g].weight_decay;
+    groups_[g].initial_lr = gs[g].initial_lr;
   }
+  t_ = t;
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string k = "state." + std::to_string(i) + ".";
-    t_[i] = int64_t(read(state, k + "step", name_));
     for (const auto& [name, list] : state_) {
       auto it = by_name.find(k + name);
       Tensor& dst = (*list)[i];
@@ -222,8 +228,8 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
     }
   }
   if (fused_) {
-    std::vector<double> steps(t_.begin(), t_.end());
-    device_steps_.copy_(tg::tensor(steps, {int64_t(steps.size())}, TensorOptions().dtype(kFloat64)));
+    std::vector<double> steps_d(t_.begin(), t_.end());
+    device_steps_.copy_(tg::tensor(steps_d, {int64_t(steps_d.size())}, TensorOptions().dtype(kFloat64)));
   }
 }
 
@@ -233,22 +239,24 @@ void Optimizer::register_static() {
   registered_ = true;
 }
 
-std::string Optimizer::fused_obstacle(size_t begin, size_t end) const {
+std::string Optimizer::fused_obstacle(const std::vector<Tensor>& params, size_t first) const {
   const Device dev = params_[0].device();
-  for (size_t i = begin; i < end; ++i) {
-    const Tensor& p = params_[i];
-    if (!p.is_cuda()) return "parameter " + std::to_string(i) + " is on the CPU";
-    if (p.device() != dev) return "parameters 0 and " + std::to_string(i) + " are on different devices";
+  for (size_t k = 0; k < params.size(); ++k) {
+    const Tensor& p = params[k];
+    if (!p.defined()) continue;  // add_group's checks name it
+    const std::string i = std::to_string(first + k);
+    if (!p.is_cuda()) return "parameter " + i + " is on the CPU";
+    if (p.device() != dev) return "parameters 0 and " + i + " are on different devices";
     if (p.dtype() != kFloat32 && p.dtype() != kFloat64)
-      return "parameter " + std::to_string(i) + " is " + std::string(to_string(p.dtype()));
-    if (!p.is_contiguous()) return "parameter " + std::to_string(i) + " is not contiguous";
+      return "parameter " + i + " is " + std::string(to_string(p.dtype()));
+    if (!p.is_contiguous()) return "parameter " + i + " is not contiguous";
   }
   if (!detail::cuda_multi_tensor_updates()) return "the build has no multi-tensor update";
   return "";
 }
 
 void Optimizer::init_fused(bool capturable) {
-  const std::string why = fused_obstacle(0, params_.size());
+  const std::string why = fused_obstacle(params_, 0);
   TG_CHECK(!capturable || why.empty(), name_,
            ": capturable needs float32/float64 contiguous parameters on "
            "one CUDA device (the multi-tensor update), but ",

@@ -105,66 +105,18 @@ namespace tg::raw {
 
 using detail::RawOps;
 
-#define TG_RAW_COMPOSITE(ret, name, params, args)                           \
-  ret name params {                                                         \
-    return detail::as_op(#name, [&] { return detail::name<RawOps> args; }); \
+#define TG_COMPOSITE_F(ret, name, params, args, inputs, formula) \
+  ret name params {                                              \
+    using O = RawOps;                                            \
+    return detail::as_op(#name, [&] { return formula; });        \
   }
-TG_RAW_COMPOSITE(Tensor, lerp, (const Tensor& self, const Tensor& end, const Tensor& weight), (self, end, weight))
-TG_RAW_COMPOSITE(Tensor, lerp, (const Tensor& self, const Tensor& end, Scalar weight), (self, end, weight))
-TG_RAW_COMPOSITE(Tensor, prod, (const Tensor& self), (self))
-TG_RAW_COMPOSITE(Tensor, prod, (const Tensor& self, int64_t dim, bool keepdim), (self, dim, keepdim))
-TG_RAW_COMPOSITE(TensorPair, sort, (const Tensor& self, int64_t dim, bool descending), (self, dim, descending))
-TG_RAW_COMPOSITE(TensorPair, topk, (const Tensor& self, int64_t k, int64_t dim, bool largest, bool sorted),
-                 (self, k, dim, largest, sorted))
-TG_RAW_COMPOSITE(Tensor, median, (const Tensor& self), (self))
-TG_RAW_COMPOSITE(TensorPair, median, (const Tensor& self, int64_t dim, bool keepdim), (self, dim, keepdim))
-TG_RAW_COMPOSITE(Tensor, outer, (const Tensor& self, const Tensor& other), (self, other))
-TG_RAW_COMPOSITE(Tensor, cross, (const Tensor& self, const Tensor& other, int64_t dim), (self, other, dim))
-TG_RAW_COMPOSITE(Tensor, einsum, (const std::string& equation, const std::vector<Tensor>& operands),
-                 (equation, operands))
-TG_RAW_COMPOSITE(Tensor, diagonal, (const Tensor& self, int64_t offset, int64_t dim1, int64_t dim2),
-                 (self, offset, dim1, dim2))
-TG_RAW_COMPOSITE(Tensor, diag, (const Tensor& self, int64_t diagonal), (self, diagonal))
-TG_RAW_COMPOSITE(Tensor, diag_embed, (const Tensor& self, int64_t offset, int64_t dim1, int64_t dim2),
-                 (self, offset, dim1, dim2))
-TG_RAW_COMPOSITE(Tensor, trace, (const Tensor& self), (self))
-TG_RAW_COMPOSITE(Tensor, masked_select, (const Tensor& self, const Tensor& mask), (self, mask))
-TG_RAW_COMPOSITE(std::vector<Tensor>, split, (const Tensor& self, int64_t split_size, int64_t dim),
-                 (self, split_size, dim))
-TG_RAW_COMPOSITE(std::vector<Tensor>, chunk, (const Tensor& self, int64_t chunks, int64_t dim), (self, chunks, dim))
-TG_RAW_COMPOSITE(Tensor, repeat, (const Tensor& self, const IntList& repeats), (self, repeats))
-TG_RAW_COMPOSITE(Tensor, tile, (const Tensor& self, const IntList& reps), (self, reps))
-TG_RAW_COMPOSITE(Tensor, repeat_interleave, (const Tensor& self, int64_t repeats, std::optional<int64_t> dim),
-                 (self, repeats, dim))
-TG_RAW_COMPOSITE(Tensor, repeat_interleave, (const Tensor& self, const Tensor& repeats, std::optional<int64_t> dim),
-                 (self, repeats, dim))
-TG_RAW_COMPOSITE(Tensor, flip, (const Tensor& self, const IntList& dims), (self, dims))
-TG_RAW_COMPOSITE(Tensor, roll, (const Tensor& self, const IntList& shifts, const IntList& dims), (self, shifts, dims))
-TG_RAW_COMPOSITE(std::vector<Tensor>, meshgrid, (const std::vector<Tensor>& tensors, const std::string& indexing),
-                 (tensors, indexing))
-#undef TG_RAW_COMPOSITE
+#define TG_COMPOSITE(ret, name, params, args, inputs) \
+  TG_COMPOSITE_F(ret, name, params, args, inputs, tg::detail::name<O> args)
+#include "tensor/composite_ops.def"
+#undef TG_COMPOSITE
+#undef TG_COMPOSITE_F
 
-std::vector<Tensor> split(const Tensor& self, const IntList& sizes, int64_t dim) {
-  return detail::as_op("split", [&] { return detail::split_sizes<RawOps>(self, sizes, dim); });
-}
-Tensor clamp_min(const Tensor& self, Scalar min) {
-  return detail::as_op("clamp_min", [&] { return raw::clamp(self, min, std::nullopt); });
-}
-Tensor clamp_max(const Tensor& self, Scalar max) {
-  return detail::as_op("clamp_max", [&] { return raw::clamp(self, std::nullopt, max); });
-}
-Tensor clamp_min(const Tensor& self, const Tensor& min) {
-  return detail::as_op("clamp_min", [&] { return detail::clamp_bound<RawOps>(self, min, true, "clamp_min"); });
-}
-Tensor clamp_max(const Tensor& self, const Tensor& max) {
-  return detail::as_op("clamp_max", [&] { return detail::clamp_bound<RawOps>(self, max, false, "clamp_max"); });
-}
-Tensor var(const Tensor& self, const IntList& dims, double correction, bool keepdim) {
-  return detail::as_op("var", [&] { return detail::var<RawOps>(self, dims, correction, keepdim, "var"); });
-}
-Tensor std(const Tensor& self, const IntList& dims, double correction, bool keepdim) {
-  return detail::as_op("std", [&] { return raw::sqrt(detail::var<RawOps>(self, dims, correction, keepdim, "std")); });
-}
+// The never-recorded ones (Bool and index results).
 Tensor any(const Tensor& self) {
   return detail::as_op("any", [&] { return detail::any_all(self, std::nullopt, false, true, "any"); });
 }
@@ -182,24 +134,6 @@ Tensor argmax(const Tensor& self, std::optional<int64_t> dim, bool keepdim) {
 }
 Tensor argmin(const Tensor& self, std::optional<int64_t> dim, bool keepdim) {
   return detail::as_op("argmin", [&] { return detail::arg_extreme(self, dim, keepdim, false, "argmin"); });
-}
-TensorPair kthvalue(const Tensor& self, int64_t k, int64_t dim, bool keepdim) {
-  return detail::as_op("kthvalue", [&] { return detail::kthvalue<RawOps>(self, k, dim, keepdim, "kthvalue"); });
-}
-Tensor tril(const Tensor& self, int64_t diagonal) {
-  return detail::as_op("tril", [&] { return detail::triangle<RawOps>(self, diagonal, true, "tril"); });
-}
-Tensor triu(const Tensor& self, int64_t diagonal) {
-  return detail::as_op("triu", [&] { return detail::triangle<RawOps>(self, diagonal, false, "triu"); });
-}
-Tensor masked_fill(const Tensor& self, const Tensor& mask, const Tensor& value) {
-  return detail::as_op("masked_fill", [&] { return detail::masked_fill<RawOps>(self, mask, value); });
-}
-Tensor masked_fill(const Tensor& self, const Tensor& mask, Scalar value) {
-  detail::check_defined(self, "masked_fill", "self");
-  return detail::as_op("masked_fill", [&] {
-    return detail::masked_fill<RawOps>(self, mask, scalar_tensor(value, TensorOptions().dtype(self.dtype())));
-  });
 }
 Tensor nonzero(const Tensor& self) {
   return detail::as_op("nonzero", [&] { return detail::nonzero_indices(self); });

@@ -477,6 +477,10 @@ template <class O> Tensor masked_fill(const Tensor& x, const Tensor& mask, const
   TG_CHECK(value.dim() == 0, "masked_fill: value must be a 0-dim tensor, got shape ", shape_str(value.sizes()));
   return O::where(mask, O::to(O::to(value, x.device()), x.dtype()), x);
 }
+template <class O> Tensor masked_fill_scalar(const Tensor& x, const Tensor& mask, Scalar value) {
+  check_defined(x, "masked_fill", "self");
+  return masked_fill<O>(x, mask, scalar_tensor(value, TensorOptions().dtype(x.dtype())));
+}
 inline Tensor nonzero_indices(const Tensor& x) {
   check_defined(x, "nonzero");
   if (x.is_cuda()) cuda::detail::check_not_capturing("nonzero", x.device().index());  // the count is read

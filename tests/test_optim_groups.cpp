@@ -251,6 +251,14 @@ TEST(OptimState, AStoppedRunResumesBitwise) {
                         "state 'state.0.exp_avg' has shape [2], parameter 0 [1]");
   optim::SGD sgd({a});
   EXPECT_ERROR_CONTAINS(sgd.load_state_dict(adam.state_dict()), "entries this optimizer does not know");
+  // A state missing an entry is refused before anything changes.
+  optim::NamedTensors partial;
+  for (const auto& [k, v] : adam.state_dict())
+    if (k != "param_groups.0.weight_decay") partial.emplace_back(k, k == "param_groups.0.lr" ? v * 10.0 : v);
+  optim::Adam fresh({param({1.0, 2.0})});
+  EXPECT_ERROR_CONTAINS(fresh.load_state_dict(partial), "Adam: the state has no 'param_groups.0.weight_decay'");
+  EXPECT_EQ(fresh.lr(), optim::AdamOptions().lr);
+  EXPECT_EQ(fresh.steps(), 0);
   optim::Adam two(std::vector<optim::ParamGroup>{{{a}}, {{b}}});
   EXPECT_ERROR_CONTAINS(two.load_state_dict(adam.state_dict()), "the state has 1 parameter groups, this optimizer 2");
 }

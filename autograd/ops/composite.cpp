@@ -52,78 +52,18 @@ Tensor autograd::ops::cumsum(const Tensor& self, int64_t dim) {
   return tg::detail::cumsum<PublicOps>(self, dim);
 }
 
-// ---- the everyday surface: each runs raw when nothing records or pushes a
-// tangent, else its formula through the public ops.
-#define TG_RECORDED(ret, name, params, args, inputs, formula)           \
+// ---- the everyday surface (tensor/composite_ops.def): each runs raw when
+// nothing records or pushes a tangent, else its formula through the public ops.
+#define TG_COMPOSITE_F(ret, name, params, args, inputs, formula)        \
   ret autograd::ops::name params {                                      \
     if (!should_record inputs && !fw_any inputs) return raw::name args; \
+    using O = PublicOps;                                                \
     return tg::detail::as_op(#name, [&] { return formula; });           \
   }
 #define TG_COMPOSITE(ret, name, params, args, inputs) \
-  TG_RECORDED(ret, name, params, args, inputs, tg::detail::name<PublicOps> args)
-TG_COMPOSITE(Tensor, lerp, (const Tensor& self, const Tensor& end, const Tensor& weight), (self, end, weight),
-             ({&self, &end, &weight}))
-TG_COMPOSITE(Tensor, lerp, (const Tensor& self, const Tensor& end, Scalar weight), (self, end, weight), ({&self, &end}))
-TG_COMPOSITE(Tensor, prod, (const Tensor& self), (self), ({&self}))
-TG_COMPOSITE(Tensor, prod, (const Tensor& self, int64_t dim, bool keepdim), (self, dim, keepdim), ({&self}))
-TG_COMPOSITE(TensorPair, sort, (const Tensor& self, int64_t dim, bool descending), (self, dim, descending), ({&self}))
-TG_COMPOSITE(TensorPair, topk, (const Tensor& self, int64_t k, int64_t dim, bool largest, bool sorted),
-             (self, k, dim, largest, sorted), ({&self}))
-TG_COMPOSITE(Tensor, median, (const Tensor& self), (self), ({&self}))
-TG_COMPOSITE(TensorPair, median, (const Tensor& self, int64_t dim, bool keepdim), (self, dim, keepdim), ({&self}))
-TG_COMPOSITE(Tensor, outer, (const Tensor& self, const Tensor& other), (self, other), ({&self, &other}))
-TG_COMPOSITE(Tensor, cross, (const Tensor& self, const Tensor& other, int64_t dim), (self, other, dim),
-             ({&self, &other}))
-TG_COMPOSITE(Tensor, einsum, (const std::string& equation, const std::vector<Tensor>& operands), (equation, operands),
-             (operands))
-TG_COMPOSITE(Tensor, diagonal, (const Tensor& self, int64_t offset, int64_t dim1, int64_t dim2),
-             (self, offset, dim1, dim2), ({&self}))
-TG_COMPOSITE(Tensor, diag, (const Tensor& self, int64_t diagonal), (self, diagonal), ({&self}))
-TG_COMPOSITE(Tensor, diag_embed, (const Tensor& self, int64_t offset, int64_t dim1, int64_t dim2),
-             (self, offset, dim1, dim2), ({&self}))
-TG_COMPOSITE(Tensor, trace, (const Tensor& self), (self), ({&self}))
-TG_COMPOSITE(Tensor, masked_select, (const Tensor& self, const Tensor& mask), (self, mask), ({&self}))
-TG_COMPOSITE(std::vector<Tensor>, split, (const Tensor& self, int64_t split_size, int64_t dim), (self, split_size, dim),
-             ({&self}))
-TG_COMPOSITE(std::vector<Tensor>, chunk, (const Tensor& self, int64_t chunks, int64_t dim), (self, chunks, dim),
-             ({&self}))
-TG_COMPOSITE(Tensor, repeat, (const Tensor& self, const IntList& repeats), (self, repeats), ({&self}))
-TG_COMPOSITE(Tensor, tile, (const Tensor& self, const IntList& reps), (self, reps), ({&self}))
-TG_COMPOSITE(Tensor, repeat_interleave, (const Tensor& self, int64_t repeats, std::optional<int64_t> dim),
-             (self, repeats, dim), ({&self}))
-TG_COMPOSITE(Tensor, repeat_interleave, (const Tensor& self, const Tensor& repeats, std::optional<int64_t> dim),
-             (self, repeats, dim), ({&self}))
-TG_COMPOSITE(Tensor, flip, (const Tensor& self, const IntList& dims), (self, dims), ({&self}))
-TG_COMPOSITE(Tensor, roll, (const Tensor& self, const IntList& shifts, const IntList& dims), (self, shifts, dims),
-             ({&self}))
-TG_COMPOSITE(std::vector<Tensor>, meshgrid, (const std::vector<Tensor>& tensors, const std::string& indexing),
-             (tensors, indexing), (tensors))
-TG_RECORDED(std::vector<Tensor>, split, (const Tensor& self, const IntList& sizes, int64_t dim), (self, sizes, dim),
-            ({&self}), tg::detail::split_sizes<PublicOps>(self, sizes, dim))
-TG_RECORDED(Tensor, clamp_min, (const Tensor& self, Scalar min), (self, min), ({&self}), tg::clamp(self, min))
-TG_RECORDED(Tensor, clamp_max, (const Tensor& self, Scalar max), (self, max), ({&self}),
-            tg::clamp(self, std::nullopt, max))
-TG_RECORDED(Tensor, clamp_min, (const Tensor& self, const Tensor& min), (self, min), ({&self, &min}),
-            tg::detail::clamp_bound<PublicOps>(self, min, true, "clamp_min"))
-TG_RECORDED(Tensor, clamp_max, (const Tensor& self, const Tensor& max), (self, max), ({&self, &max}),
-            tg::detail::clamp_bound<PublicOps>(self, max, false, "clamp_max"))
-TG_RECORDED(Tensor, var, (const Tensor& self, const IntList& dims, double correction, bool keepdim),
-            (self, dims, correction, keepdim), ({&self}),
-            tg::detail::var<PublicOps>(self, dims, correction, keepdim, "var"))
-TG_RECORDED(Tensor, std, (const Tensor& self, const IntList& dims, double correction, bool keepdim),
-            (self, dims, correction, keepdim), ({&self}),
-            tg::sqrt(tg::detail::var<PublicOps>(self, dims, correction, keepdim, "std")))
-TG_RECORDED(TensorPair, kthvalue, (const Tensor& self, int64_t k, int64_t dim, bool keepdim), (self, k, dim, keepdim),
-            ({&self}), tg::detail::kthvalue<PublicOps>(self, k, dim, keepdim, "kthvalue"))
-TG_RECORDED(Tensor, tril, (const Tensor& self, int64_t diagonal), (self, diagonal), ({&self}),
-            tg::detail::triangle<PublicOps>(self, diagonal, true, "tril"))
-TG_RECORDED(Tensor, triu, (const Tensor& self, int64_t diagonal), (self, diagonal), ({&self}),
-            tg::detail::triangle<PublicOps>(self, diagonal, false, "triu"))
-TG_RECORDED(Tensor, masked_fill, (const Tensor& self, const Tensor& mask, const Tensor& value), (self, mask, value),
-            ({&self, &value}), tg::detail::masked_fill<PublicOps>(self, mask, value))
-TG_RECORDED(Tensor, masked_fill, (const Tensor& self, const Tensor& mask, Scalar value), (self, mask, value), ({&self}),
-            tg::detail::masked_fill<PublicOps>(self, mask, scalar_tensor(value, TensorOptions().dtype(self.dtype()))))
+  TG_COMPOSITE_F(ret, name, params, args, inputs, tg::detail::name<O> args)
+#include "tensor/composite_ops.def"
 #undef TG_COMPOSITE
-#undef TG_RECORDED
+#undef TG_COMPOSITE_F
 
 }  // namespace tg

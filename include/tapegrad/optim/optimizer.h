@@ -101,9 +101,9 @@ class Optimizer {
   /// Sets up the multi-tensor update when the parameters allow it; with
   /// `capturable`, requires it (else throws naming the parameter).
   void init_fused(bool capturable);
-  /// Why parameters [begin, end) cannot join the multi-tensor update ("" if
-  /// they can).
-  std::string fused_obstacle(size_t begin, size_t end) const;
+  /// Why `params` (numbered from `first`) cannot join the multi-tensor
+  /// update with the optimizer's ("" if they can).
+  std::string fused_obstacle(const std::vector<Tensor>& params, size_t first) const;
   /// Registers per-parameter state (one entry per parameter, undefined until
   /// used) under `name` for state_dict and add_param_group.
   void add_state(const char* name, std::vector<Tensor>* per_param);

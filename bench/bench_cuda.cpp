@@ -7,6 +7,9 @@
 // - Engine overhead: the chain of bench_autograd (x = x * w + b, N = 1000
 //   one-element tensors) on the GPU; forward + backward minus the no-grad
 //   forward, per pair, wall time up to a device synchronize.
+#include <functional>
+#include <memory>
+
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -253,9 +256,11 @@ void BM_CudaChainForwardBackwardGraphed(benchmark::State& state) {
   per_pair(state);
 }
 
-// Adam's step over 100 parameters: wall time per step (eager: launch and
-// run, synchronized) and the nodes of one captured step.
-void adam_step(benchmark::State& state, bool graphed) {
+// An optimizer's step (or a clip_grad_norm_) over 100 float32 parameters of
+// 64 x 64: wall time per step (eager: launch and run, synchronized) and the
+// nodes of one captured step. `make` builds the step over the parameters.
+using StepMaker = std::function<std::function<void()>(const std::vector<Tensor>&)>;
+void timed_step(benchmark::State& state, bool graphed, const StepMaker& make) {
   if (!tg::cuda::is_available()) return state.SkipWithError("no CUDA GPU here");
   tg::manual_seed(0);
   std::vector<Tensor> ps;
@@ -264,15 +269,12 @@ void adam_step(benchmark::State& state, bool graphed) {
     p.mutable_grad() = tg::randn({64, 64}, gpu_f32());
     ps.push_back(p);
   }
-  tg::optim::AdamOptions o;
-  o.lr = 1e-3;
-  o.capturable = true;
-  tg::optim::Adam adam(ps, o);
-  adam.step();
+  std::function<void()> step = make(ps);
+  step();
   tg::cuda::CUDAGraph graph(/*keep_graph=*/true);
   {
     tg::cuda::Graph capture(graph);
-    adam.step();
+    step();
   }
   size_t nodes = 0;
   cudaGraphGetNodes(static_cast<cudaGraph_t>(graph.raw_graph()), nullptr, &nodes);
@@ -280,12 +282,44 @@ void adam_step(benchmark::State& state, bool graphed) {
   state.counters["launches_per_step"] = double(nodes);
   for (auto _ : state) {
     if (graphed) graph.replay();
-    else adam.step();
+    else step();
     tg::cuda::synchronize();
   }
 }
-void BM_CudaAdamStep100Params(benchmark::State& state) { adam_step(state, false); }
-void BM_CudaAdamStep100ParamsGraphed(benchmark::State& state) { adam_step(state, true); }
+std::function<void()> adam_step(const std::vector<Tensor>& ps) {
+  tg::optim::AdamOptions o;
+  o.lr = 1e-3;
+  o.capturable = true;
+  auto opt = std::make_shared<tg::optim::Adam>(ps, o);
+  return [opt] { opt->step(); };
+}
+void BM_CudaAdamStep100Params(benchmark::State& state) { timed_step(state, false, adam_step); }
+void BM_CudaAdamStep100ParamsGraphed(benchmark::State& state) { timed_step(state, true, adam_step); }
+
+// RMSprop, Adagrad, Adamax, NAdam, RAdam (the argument: Adaptive::Rule's
+// order), capturable, PyTorch's default options otherwise.
+void adaptive_step(benchmark::State& state, bool graphed) {
+  const int rule = int(state.range(0));
+  static const char* const names[] = {"RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam"};
+  state.SetLabel(names[rule]);
+  timed_step(state, graphed, [rule](const std::vector<Tensor>& ps) -> std::function<void()> {
+    tg::optim::AdaptiveOptions o;
+    o.lr = 1e-3;
+    o.capturable = true;
+    auto opt = std::make_shared<tg::optim::Adaptive>(tg::optim::Adaptive::Rule(rule),
+                                                     std::vector<tg::optim::ParamGroup>{{ps}}, o, names[rule]);
+    return [opt] { opt->step(); };
+  });
+}
+void BM_CudaAdaptiveStep100Params(benchmark::State& state) { adaptive_step(state, false); }
+void BM_CudaAdaptiveStep100ParamsGraphed(benchmark::State& state) { adaptive_step(state, true); }
+
+// clip_grad_norm_ (max_norm 1) over the 100 gradients.
+std::function<void()> clip_step(const std::vector<Tensor>& ps) {
+  return [ps] { tg::optim::clip_grad_norm_(ps, 1.0); };
+}
+void BM_CudaClipGradNorm100Params(benchmark::State& state) { timed_step(state, false, clip_step); }
+void BM_CudaClipGradNorm100ParamsGraphed(benchmark::State& state) { timed_step(state, true, clip_step); }
 
 }  // namespace
 
@@ -309,4 +343,8 @@ BENCHMARK(BM_CudaChainBackwardSynced)->Unit(benchmark::kMillisecond)->UseRealTim
 BENCHMARK(BM_CudaChainForwardBackwardGraphed)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_CudaAdamStep100Params)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_CudaAdamStep100ParamsGraphed)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_CudaAdaptiveStep100Params)->DenseRange(0, 4)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_CudaAdaptiveStep100ParamsGraphed)->DenseRange(0, 4)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_CudaClipGradNorm100Params)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_CudaClipGradNorm100ParamsGraphed)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_MAIN();

@@ -8,6 +8,8 @@
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 
+#include "optim/kernels.h"
+
 namespace tg::optim {
 
 namespace {
@@ -59,18 +61,56 @@ Adaptive::Adaptive(Rule rule, std::vector<ParamGroup> groups, AdaptiveOptions op
       add_state("exp_avg_sq", &s2_);
       break;
   }
+  init_fused(o_.capturable);
   on_params_added(0);
 }
 
-void Adaptive::on_params_added(size_t) {
+std::vector<std::vector<Tensor>*> Adaptive::used_states() {
+  switch (rule_) {
+    case Rule::kRMSprop: return {&s1_, o_.momentum > 0 ? &s2_ : nullptr, o_.centered ? &s3_ : nullptr};
+    case Rule::kAdagrad: return {&s1_};
+    default: return {&s1_, &s2_};
+  }
+}
+
+void Adaptive::on_params_added(size_t first_new) {
   mu_product_.resize(params_.size(), 1.0);
   mu_steps_.resize(params_.size(), 0);
+  autograd::NoGradGuard no_grad;
+  if (fused_ && rule_ == Rule::kNAdam) {  // slot 0 of a new parameter: the empty product
+    Tensor fresh = tg::ones({int64_t(2 * (params_.size() - first_new))},
+                            TensorOptions().dtype(kFloat64).device(params_[0].device()));
+    device_mu_product_ = device_mu_product_.defined() ? tg::cat({device_mu_product_, fresh}) : fresh;
+  }
+  if (!o_.capturable) return;
+  const double init = rule_ == Rule::kAdagrad ? o_.initial_accumulator_value : 0.0;
+  for (std::vector<Tensor>* list : used_states())
+    if (list)
+      for (size_t i = first_new; i < params_.size(); ++i)
+        (*list)[i] = tg::full_like(params_[i], init);
+}
+
+void Adaptive::on_state_loaded() {
+  if (fused_ && rule_ == Rule::kNAdam)
+    detail::cuda_multi_tensor_updates()->nadam_products(device_steps_, device_mu_product_, o_.beta1, o_.momentum_decay);
 }
 
 void Adaptive::step() {
   autograd::NoGradGuard no_grad;
   check_capturable_step();
-  for (size_t i : with_grads(true)) {
+  const std::vector<size_t> present = with_grads(true);
+  if (fused_) {
+    const detail::MultiTensorUpdates& be = *detail::cuda_multi_tensor_updates();
+    const double init = rule_ == Rule::kAdagrad ? o_.initial_accumulator_value : 0.0;
+    fused_step_over(present, used_states(), init, [&](const detail::TensorLists& l, const Group& grp) {
+      const detail::AdaptiveUpdate u{int(rule_),  o_.alpha,    o_.beta1,          o_.beta2,    o_.eps, grp.weight_decay,
+                                     o_.momentum, o_.lr_decay, o_.momentum_decay, o_.centered, nullptr};
+      be.adaptive(l, device_steps_, grp.device_lr, device_mu_product_, u);
+    });
+    ++steps_;
+    return;
+  }
+  for (size_t i : present) {
     const Tensor& p = params_[i];
     const Group& grp = groups_[group_of_[i]];
     const double lr = grp.lr;
@@ -191,22 +231,43 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   std::vector<Tensor> gs = grads_of(params, "clip_grad_norm_");
   autograd::NoGradGuard no_grad;
   if (gs.empty()) return tg::zeros({});
-  // One norm per gradient, then the norm of the norms (every step on the device).
-  std::vector<Tensor> norms;
+  // On one CUDA device (float32/float64, contiguous): the multi-tensor
+  // partial norms, their total, and one multi-tensor scaling that reads it.
+  const detail::MultiTensorUpdates* be = detail::cuda_multi_tensor_updates();
+  bool fused = be != nullptr;
   for (const Tensor& g : gs)
-    norms.push_back(tg::norm(g.to(kFloat64), norm_type).reshape({1}));
-  Tensor total = tg::norm(tg::cat(norms), norm_type);
+    fused = fused && g.is_cuda() && g.device() == gs[0].device() && g.is_contiguous() &&
+            (g.dtype() == kFloat32 || g.dtype() == kFloat64);
+  Tensor total;
+  if (fused) {
+    Tensor part = be->norm_partials(gs, norm_type);
+    total = std::isinf(norm_type) ? tg::amax(part)
+            : norm_type == 1      ? part.sum()
+            : norm_type == 2      ? tg::sqrt(part.sum())
+                                  : tg::pow(part.sum(), 1 / norm_type);
+  } else {  // one norm per gradient, then the norm of the norms (every step on the device)
+    std::vector<Tensor> norms;
+    for (const Tensor& g : gs)
+      if (g.numel() > 0)  // an empty one adds nothing (and has no max)
+        norms.push_back(tg::norm(g.to(kFloat64), norm_type).reshape({1}));
+    total = norms.empty() ? tg::zeros({}, TensorOptions().dtype(kFloat64).device(gs[0].device()))
+                          : tg::norm(tg::cat(norms), norm_type);
+  }
   if (error_if_nonfinite) {
     const double v = total.item<double>();
     TG_CHECK(std::isfinite(v), "clip_grad_norm_: the total norm of the gradients is ", v,
              "; they cannot be clipped (error_if_nonfinite = true)");
   }
-  Tensor coef = tg::clamp_max(tg::reciprocal(total + 1e-6) * max_norm, 1.0);
-  std::map<ScalarType, Tensor> coef_as;  // one conversion per gradient dtype
-  for (const Tensor& g : gs) {
-    Tensor& c = coef_as[g.dtype()];
-    if (!c.defined()) c = coef.to(g.dtype());
-    g.mul_(c);
+  if (fused) {
+    be->clip_scale(gs, total, max_norm);
+  } else {
+    Tensor coef = tg::clamp_max(max_norm / (total + 1e-6), 1.0);
+    std::map<ScalarType, Tensor> coef_as;  // one conversion per gradient dtype
+    for (const Tensor& g : gs) {
+      Tensor& c = coef_as[g.dtype()];
+      if (!c.defined()) c = coef.to(g.dtype());
+      g.mul_(c);
+    }
   }
   return total.to(gs[0].dtype());
 }

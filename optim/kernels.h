@@ -22,6 +22,17 @@ struct SGDUpdate {
   double momentum, dampening, weight_decay;
   bool nesterov;
 };
+// RMSprop, Adagrad, Adamax, NAdam, RAdam (rule: Adaptive::Rule's order).
+// mu_product: NAdam's running products of the momentum factors, two slots
+// per parameter (Float64 [2P]; slot step % 2 holds the product of `step`
+// factors), so every block of an update reads the previous step's slot and
+// the first block of each tensor writes the new one without a race.
+struct AdaptiveUpdate {
+  int rule;
+  double alpha, beta1, beta2, eps, weight_decay, momentum, lr_decay, momentum_decay;
+  bool centered;
+  double* mu_product;
+};
 struct TensorLists {
   std::vector<Tensor> param, grad, state1, state2, state3;  // state: Adam m, v, vmax; SGD buf
   std::vector<int64_t> step_index;
@@ -29,10 +40,22 @@ struct TensorLists {
 
 // Adam/AdamW: state1 = m, state2 = v, state3 = max v (amsgrad). SGD: state1
 // = the momentum buffer (a step count of 1 initialises it with the
-// gradient).
+// gradient). Adaptive: RMSprop square_avg, momentum_buffer, grad_avg;
+// Adagrad sum; Adamax exp_avg, exp_inf; NAdam and RAdam exp_avg, exp_avg_sq.
+// nadam_products sets each parameter's mu_product slot of its step count to
+// the product of that many factors (a resumed state), as the updates would.
+// norm_partials: per block of the gradients, sum |g|^p (p finite) or max |g|
+// (p infinite) as a Float64 [blocks] tensor (one element, 0, when every
+// gradient is empty); clip_scale multiplies each gradient by
+// min(max_norm / (total + 1e-6), 1), total a Float64 0-dim device norm.
 struct MultiTensorUpdates {
   void (*adam)(const TensorLists& l, const Tensor& steps, const Tensor& lr, const AdamUpdate& u);
   void (*sgd)(const TensorLists& l, const Tensor& steps, const Tensor& lr, const SGDUpdate& u);
+  void (*adaptive)(const TensorLists& l, const Tensor& steps, const Tensor& lr, const Tensor& mu_product,
+                   const AdaptiveUpdate& u);
+  void (*nadam_products)(const Tensor& steps, const Tensor& mu_product, double beta1, double momentum_decay);
+  Tensor (*norm_partials)(const std::vector<Tensor>& grads, double p);
+  void (*clip_scale)(const std::vector<Tensor>& grads, const Tensor& total, double max_norm);
 };
 
 // The GPU's updates: defined by optim/multi_tensor.cu, null from

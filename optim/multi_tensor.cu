@@ -1,12 +1,17 @@
-// The optimizers' multi-tensor updates on CUDA (optim/kernels.h): Adam/AdamW
-// and SGD over every parameter in ceil(P / kListSize) launches
-// (cuda/kernels/multi_tensor.cuh). The step counts and the learning rate are
-// read from device memory when the kernel runs (capturable).
+// The optimizers' multi-tensor updates on CUDA (optim/kernels.h): Adam/AdamW,
+// SGD, RMSprop, Adagrad, Adamax, NAdam and RAdam over every parameter in
+// ceil(P / kListSize) launches (cuda/kernels/multi_tensor.cuh), and
+// clip_grad_norm_'s norm and scaling. The step counts, the learning rate and
+// the norm are read from device memory when the kernel runs (capturable).
 #include <array>
 #include <cmath>
+#include <string>
+
+#include <cub/block/block_reduce.cuh>
 
 #include "cuda/kernels/multi_tensor.cuh"
 #include "optim/kernels.h"
+#include <tapegrad/tensor/ops.h>
 
 namespace tg::optim::detail {
 
@@ -67,6 +72,168 @@ template <class T> __global__ void sgd_kernel(ListArgs a, const double* steps, c
   }
 }
 
+// NAdam's momentum factor of step k.
+__device__ inline double nadam_mu(double beta1, double momentum_decay, double k) {
+  return beta1 * (1 - 0.5 * ::pow(0.96, k * momentum_decay));
+}
+
+// The larger of a and b, NaN when either is (torch.maximum).
+template <class T> __device__ inline T nan_max(T a, T b) { return (a != a || a > b) ? a : b; }
+
+// torch.optim's single-tensor rules (optim/adaptive.cpp), one element at a
+// time; the per-tensor coefficients are worked out in double first.
+template <class T>
+__global__ void adaptive_kernel(ListArgs a, const double* steps, const double* lr_ptr, AdaptiveUpdate u) {
+  int64_t begin, end;
+  const int t = find_tensor(a, &begin, &end);
+  T* p = static_cast<T*>(a.ptr[0][t]);
+  const T* g = static_cast<const T*>(a.ptr[1][t]);
+  T* s1 = static_cast<T*>(a.ptr[2][t]);
+  T* s2 = static_cast<T*>(a.ptr[3][t]);
+  T* s3 = static_cast<T*>(a.ptr[4][t]);
+  const double step = steps[a.arg[t]], lr = *lr_ptr;
+  const T wd = T(u.weight_decay), eps = T(u.eps);
+  auto grad = [&](int64_t i) { return u.weight_decay != 0 ? g[i] + wd * p[i] : g[i]; };
+  switch (u.rule) {
+    case 0: {  // RMSprop
+      const T alpha = T(u.alpha), rest = T(1 - u.alpha), mom = T(u.momentum), tlr = T(lr);
+      for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+        const T gi = grad(i);
+        const T sq = s1[i] * alpha + (gi * gi) * rest;
+        s1[i] = sq;
+        T avg;
+        if (u.centered) {
+          const T ga = s3[i] * alpha + gi * rest;
+          s3[i] = ga;
+          avg = ::sqrt(sq - ga * ga) + eps;
+        } else {
+          avg = ::sqrt(sq) + eps;
+        }
+        if (u.momentum > 0) {
+          const T b = s2[i] * mom + gi / avg;
+          s2[i] = b;
+          p[i] = p[i] - tlr * b;
+        } else {
+          p[i] = p[i] - tlr * (gi / avg);
+        }
+      }
+      break;
+    }
+    case 1: {  // Adagrad
+      const T clr = T(lr / (1 + (step - 1) * u.lr_decay));
+      for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+        const T gi = grad(i);
+        const T sum = s1[i] + gi * gi;
+        s1[i] = sum;
+        p[i] = p[i] - clr * (gi / (::sqrt(sum) + eps));
+      }
+      break;
+    }
+    case 2: {  // Adamax
+      const T b1 = T(u.beta1), rest = T(1 - u.beta1), b2 = T(u.beta2);
+      const T clr = T(lr / (1 - ::pow(u.beta1, step)));
+      for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+        const T gi = grad(i);
+        const T m = s1[i] * b1 + gi * rest;
+        const T inf = nan_max(s2[i] * b2, T(::fabs(gi) + eps));
+        s1[i] = m;
+        s2[i] = inf;
+        p[i] = p[i] - clr * (m / inf);
+      }
+      break;
+    }
+    case 3: {  // NAdam
+      const double mu = nadam_mu(u.beta1, u.momentum_decay, step);
+      const double mu_next = nadam_mu(u.beta1, u.momentum_decay, step + 1);
+      const int64_t slot = 2 * a.arg[t], parity = int64_t(step) & 1;
+      const double product = u.mu_product[slot + (1 - parity)] * mu;
+      if (begin == 0 && threadIdx.x == 0) u.mu_product[slot + parity] = product;
+      const T b1 = T(u.beta1), rest1 = T(1 - u.beta1), b2 = T(u.beta2), rest2 = T(1 - u.beta2);
+      const T bc2 = T(1 - ::pow(u.beta2, step));
+      const T c_grad = T(lr * (1 - mu) / (1 - product)), c_avg = T(lr * mu_next / (1 - product * mu_next));
+      for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+        const T gi = grad(i);
+        const T m = s1[i] * b1 + gi * rest1;
+        const T v = s2[i] * b2 + (gi * gi) * rest2;
+        s1[i] = m;
+        s2[i] = v;
+        const T denom = ::sqrt(v / bc2) + eps;
+        T pi = p[i] - c_grad * (gi / denom);
+        p[i] = pi - c_avg * (m / denom);
+      }
+      break;
+    }
+    default: {  // RAdam
+      const double bc1 = 1 - ::pow(u.beta1, step), bc2 = 1 - ::pow(u.beta2, step);
+      const double rho_inf = 2 / (1 - u.beta2) - 1;
+      const double rho_t = rho_inf - 2 * step * ::pow(u.beta2, step) / bc2;
+      const bool rectified = rho_t > 5;
+      const T rect =
+          rectified ? T(::sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))) : T(1);
+      const T b1 = T(u.beta1), rest1 = T(1 - u.beta1), b2 = T(u.beta2), rest2 = T(1 - u.beta2);
+      const T tbc1 = T(bc1), tlr = T(lr), sqrt_bc2 = T(::sqrt(bc2));
+      for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+        const T gi = grad(i);
+        const T m = s1[i] * b1 + gi * rest1;
+        const T v = s2[i] * b2 + (gi * gi) * rest2;
+        s1[i] = m;
+        s2[i] = v;
+        const T step_i = (m / tbc1) * tlr;
+        p[i] = p[i] - (rectified ? step_i * (sqrt_bc2 / (::sqrt(v) + eps)) * rect : step_i);
+      }
+      break;
+    }
+  }
+}
+
+// A resumed NAdam: each parameter's product of its step count's factors, in
+// the order the updates multiply them.
+__global__ void nadam_products_kernel(const double* steps, double* product, int64_t P, double beta1,
+                                      double momentum_decay) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= P) return;
+  const int64_t n = int64_t(steps[i]);
+  double prod = 1;
+  for (int64_t k = 1; k <= n; ++k)
+    prod = prod * nadam_mu(beta1, momentum_decay, double(k));
+  product[2 * i + (n & 1)] = prod;
+}
+
+// clip_grad_norm_: block b's partial (sum |g|^p, or max |g| when p is
+// infinite) into out[b]; `mode` 0: p = 2, 1: p = 1, 2: infinite, 3: other p.
+template <class T> __global__ void norm_kernel(ListArgs a, int mode, double p, double* out) {
+  using BlockReduce = cub::BlockReduce<double, kThreads>;
+  __shared__ typename BlockReduce::TempStorage tmp;
+  int64_t begin, end;
+  const int t = find_tensor(a, &begin, &end);
+  const T* g = static_cast<const T*>(a.ptr[0][t]);
+  double acc = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const double x = ::fabs(double(g[i]));
+    switch (mode) {
+      case 0: acc += x * x; break;
+      case 1: acc += x; break;
+      case 2: acc = nan_max(acc, x); break;
+      default: acc += ::pow(x, p);
+    }
+  }
+  const double r = mode == 2 ? BlockReduce(tmp).Reduce(acc, [](double x, double y) { return nan_max(x, y); })
+                             : BlockReduce(tmp).Sum(acc);
+  if (threadIdx.x == 0) out[blockIdx.x] = r;
+}
+
+// clip_grad_norm_: g *= min(max_norm / (total + 1e-6), 1) (NaN stays NaN).
+template <class T> __global__ void clip_scale_kernel(ListArgs a, const double* total, double max_norm) {
+  int64_t begin, end;
+  const int t = find_tensor(a, &begin, &end);
+  T* g = static_cast<T*>(a.ptr[0][t]);
+  double c = max_norm / (*total + 1e-6);
+  if (c > 1) c = 1;
+  const T tc = T(c);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    g[i] = g[i] * tc;
+}
+
 // The lists as launch entries, after checking what the kernels assume.
 std::vector<std::array<void*, 5>> entries(const TensorLists& l, int nstate, const char* op, std::vector<int64_t>* n) {
   const size_t P = l.param.size();
@@ -97,7 +264,7 @@ std::vector<std::array<void*, 5>> entries(const TensorLists& l, int nstate, cons
 template <class U>
 void multi_tensor_update(const TensorLists& l, int nstate, const char* op, const Tensor& steps, const Tensor& lr,
                          const U& u, void (*k32)(ListArgs, const double*, const double*, U),
-                         void (*k64)(ListArgs, const double*, const double*, U)) {
+                         void (*k64)(ListArgs, const double*, const double*, U), const Tensor& also_written = {}) {
   if (l.param.empty()) return;
   std::vector<int64_t> n;
   auto e = entries(l, nstate, op, &n);
@@ -110,6 +277,7 @@ void multi_tensor_update(const TensorLists& l, int nstate, const char* op, const
       access.write(t);
   for (const Tensor& t : l.grad)
     access.read(t);
+  access.write(also_written);
   access.read(steps);
   access.read(lr);
   for_each_launch(l.param[0].device(), e, n, l.step_index, op, [&](const ListArgs& a, unsigned blocks, cudaStream_t s) {
@@ -127,10 +295,123 @@ void multi_tensor_sgd(const TensorLists& l, const Tensor& steps, const Tensor& l
                       &sgd_kernel<double>);
 }
 
+const char* const kRuleNames[] = {"RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam"};
+
+void multi_tensor_adaptive(const TensorLists& l, const Tensor& steps, const Tensor& lr, const Tensor& mu_product,
+                           const AdaptiveUpdate& u) {
+  const std::string op = std::string(kRuleNames[u.rule]) + " (multi-tensor)";
+  AdaptiveUpdate d = u;
+  d.mu_product = nullptr;
+  if (u.rule == 3) {
+    TG_CHECK(mu_product.defined() && mu_product.is_cuda() && mu_product.dtype() == kFloat64 &&
+                 mu_product.is_contiguous() && mu_product.numel() == 2 * steps.numel(),
+             op, ": mu_product must be a contiguous Float64 CUDA tensor of two entries per parameter");
+    d.mu_product = static_cast<double*>(mu_product.data_ptr());
+  }
+  multi_tensor_update(l, 3, op.c_str(), steps, lr, d, &adaptive_kernel<float>, &adaptive_kernel<double>,
+                      u.rule == 3 ? mu_product : Tensor());
+}
+
+void nadam_products(const Tensor& steps, const Tensor& mu_product, double beta1, double momentum_decay) {
+  const int64_t P = steps.numel();
+  TG_CHECK(mu_product.numel() == 2 * P && mu_product.is_contiguous() && steps.is_contiguous(),
+           "NAdam (multi-tensor): mu_product must hold two entries per parameter");
+  if (P == 0) return;
+  DeviceGuard guard(steps.device().index());
+  cudaStream_t s = stream_of(steps);
+  LaunchEncoder access(s);
+  access.read(steps);
+  access.write(mu_product);
+  const unsigned blocks = unsigned((P + kThreads - 1) / kThreads);
+  nadam_products_kernel<<<blocks, kThreads, 0, s>>>(static_cast<const double*>(steps.data_ptr()),
+                                                    static_cast<double*>(mu_product.data_ptr()), P, beta1,
+                                                    momentum_decay);
+  TG_CUDA_CHECK(cudaGetLastError(), "NAdam (multi-tensor)");
+}
+
+// One list entry per gradient (checked), with the blocks it takes.
+std::vector<std::array<void*, 5>> gradient_entries(const std::vector<Tensor>& gs, const char* op,
+                                                   std::vector<int64_t>* n, int64_t* blocks) {
+  std::vector<std::array<void*, 5>> e;
+  *blocks = 0;
+  for (size_t i = 0; i < gs.size(); ++i) {
+    const Tensor& g = gs[i];
+    TG_CHECK(g.is_cuda() && g.device() == gs[0].device() && g.is_contiguous() &&
+                 (g.dtype() == kFloat32 || g.dtype() == kFloat64),
+             op, ": gradient ", i, " must be a contiguous float32/float64 tensor on ", gs[0].device());
+    e.push_back({g.data_ptr(), nullptr, nullptr, nullptr, nullptr});
+    n->push_back(g.numel());
+    *blocks += (g.numel() + kChunk - 1) / kChunk;
+  }
+  return e;
+}
+
+// The launches over the gradients of one dtype at a time: `launch(args,
+// blocks, stream, dtype, first block)`, the first block counted over every
+// launch before.
+template <class Launch> void per_dtype(const std::vector<Tensor>& gs, const char* op, Launch launch) {
+  std::vector<int64_t> n;
+  int64_t total = 0;
+  auto e = gradient_entries(gs, op, &n, &total);
+  int64_t offset = 0;
+  for (ScalarType dt : {kFloat32, kFloat64}) {
+    std::vector<std::array<void*, 5>> mine;
+    std::vector<int64_t> mine_n;
+    for (size_t i = 0; i < gs.size(); ++i)
+      if (gs[i].dtype() == dt) {
+        mine.push_back(e[i]);
+        mine_n.push_back(n[i]);
+      }
+    for_each_launch(gs[0].device(), mine, mine_n, std::vector<int64_t>(mine.size(), 0), op,
+                    [&](const ListArgs& a, unsigned blocks, cudaStream_t s) {
+                      launch(a, blocks, s, dt, offset);
+                      offset += blocks;
+                    });
+  }
+}
+
+Tensor norm_partials(const std::vector<Tensor>& gs, double p) {
+  const char* op = "clip_grad_norm_ (multi-tensor)";
+  TG_CHECK(!gs.empty(), op, ": no gradients");
+  std::vector<int64_t> n;
+  int64_t blocks = 0;
+  gradient_entries(gs, op, &n, &blocks);
+  Tensor out = tg::empty({blocks > 0 ? blocks : 1}, TensorOptions().dtype(kFloat64).device(gs[0].device()));
+  if (blocks == 0) return out.zero_();
+  const int mode = p == 2 ? 0 : p == 1 ? 1 : std::isinf(p) ? 2 : 3;
+  double* o = static_cast<double*>(out.data_ptr());
+  LaunchEncoder access(stream_of(gs[0]));
+  for (const Tensor& g : gs)
+    access.read(g);
+  access.write(out);
+  per_dtype(gs, op, [&](const ListArgs& a, unsigned nb, cudaStream_t s, ScalarType dt, int64_t first) {
+    if (dt == kFloat64) norm_kernel<double><<<nb, kThreads, 0, s>>>(a, mode, p, o + first);
+    else norm_kernel<float><<<nb, kThreads, 0, s>>>(a, mode, p, o + first);
+  });
+  return out;
+}
+
+void clip_scale(const std::vector<Tensor>& gs, const Tensor& total, double max_norm) {
+  const char* op = "clip_grad_norm_ (multi-tensor)";
+  if (gs.empty()) return;
+  TG_CHECK(total.is_cuda() && total.device() == gs[0].device() && total.dtype() == kFloat64 && total.numel() == 1, op,
+           ": the total norm must be one Float64 number on ", gs[0].device());
+  const double* tp = static_cast<const double*>(total.data_ptr());
+  LaunchEncoder access(stream_of(gs[0]));
+  for (const Tensor& g : gs)
+    access.write(g);
+  access.read(total);
+  per_dtype(gs, op, [&](const ListArgs& a, unsigned nb, cudaStream_t s, ScalarType dt, int64_t) {
+    if (dt == kFloat64) clip_scale_kernel<double><<<nb, kThreads, 0, s>>>(a, tp, max_norm);
+    else clip_scale_kernel<float><<<nb, kThreads, 0, s>>>(a, tp, max_norm);
+  });
+}
+
 }  // namespace
 
 const MultiTensorUpdates* cuda_multi_tensor_updates() {
-  static const MultiTensorUpdates k{multi_tensor_adam, multi_tensor_sgd};
+  static const MultiTensorUpdates k{multi_tensor_adam, multi_tensor_sgd, multi_tensor_adaptive,
+                                    nadam_products,    norm_partials,    clip_scale};
   return &k;
 }
 

@@ -231,6 +231,7 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
     std::vector<double> steps_d(t_.begin(), t_.end());
     device_steps_.copy_(tg::tensor(steps_d, {int64_t(steps_d.size())}, TensorOptions().dtype(kFloat64)));
   }
+  on_state_loaded();
 }
 
 void Optimizer::register_static() {
@@ -300,45 +301,37 @@ void Optimizer::check_capturable_step() const {
              "per-tensor step would bake the step count and learning rate into the graph");
 }
 
-namespace {
-// The fused update's lists for the parameters of `present` of one dtype.
-detail::TensorLists lists_of(const std::vector<Tensor>& params, const std::vector<size_t>& present, ScalarType dt,
-                             const std::vector<Tensor>* s1, const std::vector<Tensor>* s2,
-                             const std::vector<Tensor>* s3) {
-  detail::TensorLists l;
+void Optimizer::fused_step_over(const std::vector<size_t>& present, const std::vector<std::vector<Tensor>*>& states,
+                                double init,
+                                const std::function<void(const detail::TensorLists&, const Group&)>& update) {
+  if (present.empty()) return;
   for (size_t i : present) {
-    if (params[i].dtype() != dt) continue;
-    l.param.push_back(params[i]);
-    l.grad.push_back(params[i].grad().contiguous());
-    if (s1) l.state1.push_back((*s1)[i]);
-    if (s2) l.state2.push_back((*s2)[i]);
-    if (s3) l.state3.push_back((*s3)[i]);
-    l.step_index.push_back(int64_t(i));
+    for (std::vector<Tensor>* list : states) {
+      if (!list || (*list)[i].defined()) continue;
+      // Made under capture, the state would be in the graph's pool and reset by every replay.
+      TG_CHECK(!cuda::is_current_stream_capturing(), name_, ": parameter ", i,
+               " has no optimizer state yet, and "
+               "creating it under CUDA graph capture would reset it on every replay; construct the optimizer "
+               "with capturable = true (the state is made up front), or run one step before capturing");
+      (*list)[i] = tg::full_like(params_[i], init);
+    }
+    ++t_[i];
   }
-  return l;
-}
-
-// Creates the state tensors of parameter i that are missing (zeros); under
-// capture that would put them in the graph's pool and zero them on every
-// replay, so there it is an error.
-void ensure_state(const char* name, const Tensor& p, size_t i, std::initializer_list<Tensor*> state) {
-  for (Tensor* t : state) {
-    if (t->defined()) continue;
-    TG_CHECK(!cuda::is_current_stream_capturing(), name, ": parameter ", i,
-             " has no optimizer state yet, and "
-             "creating it under CUDA graph capture would reset it on every replay; construct the optimizer "
-             "with capturable = true (the state is made up front), or run one step before capturing");
-    *t = tg::zeros_like(p);
-  }
-}
-}  // namespace
-
-// The parameters of `present` in group g.
-static std::vector<size_t> in_group(const std::vector<size_t>& present, size_t begin, size_t end) {
-  std::vector<size_t> out;
-  for (size_t i : present)
-    if (i >= begin && i < end) out.push_back(i);
-  return out;
+  increment_device_steps(present);
+  for (const Group& grp : groups_)
+    for (ScalarType dt : {kFloat32, kFloat64}) {
+      detail::TensorLists l;  // the group's parameters of this dtype
+      for (size_t i : present) {
+        if (i < grp.begin || i >= grp.end || params_[i].dtype() != dt) continue;
+        l.param.push_back(params_[i]);
+        l.grad.push_back(params_[i].grad().contiguous());
+        std::vector<Tensor>* out[3] = {&l.state1, &l.state2, &l.state3};
+        for (size_t k = 0; k < states.size() && k < 3; ++k)
+          if (states[k]) out[k]->push_back((*states[k])[i]);
+        l.step_index.push_back(int64_t(i));
+      }
+      if (!l.param.empty()) update(l, grp);
+    }
 }
 
 SGD::SGD(std::vector<Tensor> params, SGDOptions options)
@@ -365,28 +358,18 @@ void SGD::step() {
   autograd::NoGradGuard no_grad;
   check_capturable_step();
   const std::vector<size_t> present = with_grads(fused_);
-  for (size_t i : present)
-    ++t_[i];
   if (fused_) {
-    if (!present.empty()) {
-      if (o_.momentum != 0)
-        for (size_t i : present)
-          ensure_state(name_, params_[i], i, {&buf_[i]});
-      increment_device_steps(present);
-      const detail::MultiTensorUpdates& be = *detail::cuda_multi_tensor_updates();
-      for (const Group& grp : groups_) {
-        const std::vector<size_t> mine = in_group(present, grp.begin, grp.end);
-        const detail::SGDUpdate u{o_.momentum, o_.dampening, grp.weight_decay, o_.nesterov};
-        for (ScalarType dt : {kFloat32, kFloat64}) {
-          detail::TensorLists l = lists_of(params_, mine, dt, o_.momentum != 0 ? &buf_ : nullptr, nullptr, nullptr);
-          if (!l.param.empty()) be.sgd(l, device_steps_, grp.device_lr, u);
-        }
-      }
-    }
+    const detail::MultiTensorUpdates& be = *detail::cuda_multi_tensor_updates();
+    fused_step_over(present, {o_.momentum != 0 ? &buf_ : nullptr}, 0.0,
+                    [&](const detail::TensorLists& l, const Group& grp) {
+                      be.sgd(l, device_steps_, grp.device_lr,
+                             detail::SGDUpdate{o_.momentum, o_.dampening, grp.weight_decay, o_.nesterov});
+                    });
     ++steps_;
     return;
   }
   for (size_t i : present) {
+    ++t_[i];
     const Tensor& p = params_[i];
     const Tensor& g = p.grad();
     const Group& grp = groups_[group_of_[i]];
@@ -436,23 +419,12 @@ void Adam::step() {
   check_capturable_step();
   const std::vector<size_t> present = with_grads(true);
   if (fused_) {
-    if (!present.empty()) {
-      for (size_t i : present) {
-        ensure_state(name_, params_[i], i, {&m_[i], &v_[i]});
-        if (o_.amsgrad) ensure_state(name_, params_[i], i, {&vmax_[i]});
-        ++t_[i];
-      }
-      increment_device_steps(present);
-      const detail::MultiTensorUpdates& be = *detail::cuda_multi_tensor_updates();
-      for (const Group& grp : groups_) {
-        const std::vector<size_t> mine = in_group(present, grp.begin, grp.end);
-        const detail::AdamUpdate u{o_.beta1, o_.beta2, o_.eps, grp.weight_decay, o_.amsgrad, decoupled_};
-        for (ScalarType dt : {kFloat32, kFloat64}) {
-          detail::TensorLists l = lists_of(params_, mine, dt, &m_, &v_, o_.amsgrad ? &vmax_ : nullptr);
-          if (!l.param.empty()) be.adam(l, device_steps_, grp.device_lr, u);
-        }
-      }
-    }
+    const detail::MultiTensorUpdates& be = *detail::cuda_multi_tensor_updates();
+    fused_step_over(present, {&m_, &v_, o_.amsgrad ? &vmax_ : nullptr}, 0.0,
+                    [&](const detail::TensorLists& l, const Group& grp) {
+                      be.adam(l, device_steps_, grp.device_lr,
+                              detail::AdamUpdate{o_.beta1, o_.beta2, o_.eps, grp.weight_decay, o_.amsgrad, decoupled_});
+                    });
     ++steps_;
     return;
   }

@@ -11,7 +11,8 @@
 #                             PyTorch eager, torch.cuda.graph and JAX jit
 #   scripts/gpu.sh train      the PINN training step with Adam (B = 1024 and 8192),
 #                             the same peers, and torch.compile's attempt
-#   scripts/gpu.sh optim      Adam's step over 100 parameters, ours and PyTorch's
+#   scripts/gpu.sh optim      optimizer steps (Adam, RMSprop, Adagrad, Adamax, NAdam, RAdam)
+#                             and clip_grad_norm_ over 100 parameters, ours and PyTorch's
 #                             foreach and fused (launches per step, us per step)
 #   scripts/gpu.sh profile    per-kernel GPU time of one replay of the graphed PINN
 #                             step, ours and PyTorch's (ncu, graph nodes one by one;
@@ -83,7 +84,7 @@ for step in "$@"; do
       timeout 100 python3 bench/peers/pinn_peers.py --optimizer adam --frameworks compile 2>&1 |
         grep -E "failed|compile" | tee -a "$OUT/pinn_train.txt" ;;
     optim)
-      $B/bench/bench_cuda --benchmark_filter=Adam --benchmark_min_time=0.3 2>&1 | tee "$OUT/optim.txt" | grep -E "^BM_"
+      $B/bench/bench_cuda --benchmark_filter="Adam|Adaptive|ClipGradNorm" --benchmark_min_time=0.3 2>&1 | tee "$OUT/optim.txt" | grep -E "^BM_"
       python3 bench/peers/optim_peers.py 2>&1 | tee -a "$OUT/optim.txt" ;;
     profile)
       for who in tapegrad torch; do

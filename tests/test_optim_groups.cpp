@@ -139,6 +139,14 @@ TEST(OptimRules, NewOptimizersFollowPyTorchsUpdateRulesStepByStep) {
       expect_near(vals(p), ref.p, c.rule + " step " + std::to_string(k) + (c.o.momentum > 0 ? " (all options)" : ""));
     }
   }
+  // capturable needs the multi-tensor update.
+  EXPECT_ERROR_CONTAINS(optim::RAdam({tg::ones({2}, kF64).requires_grad_()},
+                                     [] {
+                                       optim::AdaptiveOptions o;
+                                       o.capturable = true;
+                                       return o;
+                                     }()),
+                        "RAdam: capturable needs float32/float64 contiguous parameters on one CUDA device");
 }
 
 TEST(OptimGroups, EachGroupHasItsOwnRateAndDecay) {
@@ -345,6 +353,11 @@ TEST(OptimClip, ClipGradNormAndValue) {
   // Below the bound nothing changes; the infinity norm is the largest |g|.
   EXPECT_NEAR(optim::clip_grad_norm_({a, b}, 10.0, INFINITY).item<double>(), 4 * s, 1e-15);
   expect_near(vals(b.grad()), {-4 * s}, "unclipped b");
+  // An empty gradient adds nothing, under every norm; only empty ones: 0.
+  Tensor e = tg::zeros({0}, kF64).requires_grad_();
+  e.mutable_grad() = tg::zeros({0}, kF64);
+  EXPECT_NEAR(optim::clip_grad_norm_({e, b}, 10.0, INFINITY).item<double>(), 4 * s, 1e-15);
+  EXPECT_EQ(optim::clip_grad_norm_({e}, 1.0, INFINITY).item<double>(), 0.0);
   b.mutable_grad() = tg::tensor({NAN}, {1}, kF64);
   EXPECT_ERROR_CONTAINS(optim::clip_grad_norm_({a, b}, 1.0, 2.0, true), "the total norm of the gradients is nan");
   a.mutable_grad() = tg::tensor({3.0, -0.2}, {2}, kF64);
@@ -464,6 +477,160 @@ TEST(OptimGpu, GroupsResumeClipAndDropoutOnTheGpu) {
       kept += e != 0;
     EXPECT_NEAR(kept / 4096, 0.5, 0.05);
   }
+}
+
+// The options each rule has, all set (one case beside the defaults).
+optim::AdaptiveOptions all_options(optim::AdaptiveOptions o) {
+  o.weight_decay = 0.1;
+  o.momentum = 0.8;
+  o.centered = true;
+  o.lr_decay = 0.05;
+  o.initial_accumulator_value = 0.3;
+  o.alpha = 0.9;
+  o.beta1 = 0.8;
+  o.beta2 = 0.95;
+  o.eps = 1e-6;
+  o.momentum_decay = 0.01;
+  return o;
+}
+
+std::unique_ptr<optim::Optimizer> make_groups(const std::string& rule, std::vector<optim::ParamGroup> gs,
+                                              optim::AdaptiveOptions o) {
+  if (rule == "RMSprop") return std::make_unique<optim::RMSprop>(std::move(gs), o);
+  if (rule == "Adagrad") return std::make_unique<optim::Adagrad>(std::move(gs), o);
+  if (rule == "Adamax") return std::make_unique<optim::Adamax>(std::move(gs), o);
+  if (rule == "NAdam") return std::make_unique<optim::NAdam>(std::move(gs), o);
+  return std::make_unique<optim::RAdam>(std::move(gs), o);
+}
+
+void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
+  const double tol = want.dtype() == tg::kFloat32 ? 2e-6 : 1e-12;
+  const V g = vals(got), w = vals(want);
+  ASSERT_EQ(g.size(), w.size()) << what;
+  for (size_t j = 0; j < g.size(); ++j)
+    ASSERT_NEAR(g[j], w[j], tol * (1 + std::fabs(w[j]))) << what << " element " << j;
+}
+
+// RMSprop, Adagrad, Adamax, NAdam and RAdam on a GPU take the multi-tensor
+// update (one kernel per group and dtype), with and without capturable: 12
+// steps (RAdam rectifies from step 6) over two groups of float32 and float64
+// parameters, some without a gradient at some steps and one of size 0,
+// equal the per-tensor step on the CPU; a captured step replays them too;
+// a fused NAdam resumed from its state steps bitwise as the original.
+TEST(OptimGpu, AdaptiveRulesAreMultiTensorAndCapturable) {
+  REQUIRE_GPU();
+  namespace cu = tg::cuda;
+  const tg::Device gpu(tg::kCUDA, 0);
+  optim::AdaptiveOptions base;
+  base.lr = 0.05;
+  for (const char* rule : {"RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam"})
+    for (bool all : {false, true})
+      for (bool capturable : {false, true}) {
+        SCOPED_TRACE(std::string(rule) + (all ? " all options" : " defaults") + (capturable ? " capturable" : ""));
+        tg::manual_seed(11);
+        std::vector<Tensor> cpu, dev;
+        const int64_t sizes[] = {5, 300, 0, 7, 4100, 3};
+        for (int i = 0; i < 6; ++i) {
+          Tensor p = tg::randn({sizes[i]}, tg::TensorOptions().dtype(i == 3 ? tg::kFloat32 : tg::kFloat64));
+          cpu.push_back(p.clone().requires_grad_());
+          dev.push_back(p.to(gpu).requires_grad_());
+        }
+        auto groups = [](const std::vector<Tensor>& ps) {
+          return std::vector<optim::ParamGroup>{{{ps[0], ps[1], ps[2]}, 0.02, 0.05}, {{ps[3], ps[4], ps[5]}}};
+        };
+        optim::AdaptiveOptions o = all ? all_options(base) : base;
+        auto o_cpu = make_groups(rule, groups(cpu), o);
+        o.capturable = capturable;
+        auto o_dev = make_groups(rule, groups(dev), o);
+        ASSERT_TRUE(o_dev->fused());
+        auto feed_both = [&](int k) {
+          for (size_t i = 0; i < cpu.size(); ++i) {
+            if (!capturable && (i + size_t(k)) % 4 == 1) {  // no gradient this step
+              cpu[i].mutable_grad() = Tensor();
+              dev[i].mutable_grad() = Tensor();
+              continue;
+            }
+            Tensor g = tg::randn(cpu[i].sizes(), cpu[i].options());
+            cpu[i].mutable_grad() = g;
+            if (dev[i].grad().defined()) dev[i].mutable_grad().copy_(g.to(gpu));
+            else dev[i].mutable_grad() = g.to(gpu);
+          }
+        };
+        if (!capturable) {
+          for (int k = 1; k <= 12; ++k) {
+            feed_both(k);
+            o_cpu->step();
+            o_dev->step();
+          }
+        } else {  // step 1 eagerly, steps 2 to 12 replayed
+          feed_both(1);
+          o_cpu->step();
+          o_dev->step();
+          cu::CUDAGraph graph;
+          {
+            cu::Graph capture(graph);
+            o_dev->step();
+          }
+          for (int k = 2; k <= 12; ++k) {
+            feed_both(k);
+            o_cpu->step();
+            graph.replay();
+          }
+        }
+        for (size_t i = 0; i < cpu.size(); ++i)
+          expect_close(dev[i], cpu[i], "parameter " + std::to_string(i));
+        if (std::string(rule) != "NAdam" || capturable) continue;
+        // Resume: a fresh fused NAdam from the state takes the same step bitwise.
+        std::vector<Tensor> twin;
+        for (const Tensor& p : dev)
+          twin.push_back(p.detach().clone().requires_grad_());
+        auto resumed = make_groups(rule, groups(twin), o);
+        resumed->load_state_dict(o_dev->state_dict());
+        for (size_t i = 0; i < dev.size(); ++i) {
+          Tensor g = tg::randn(dev[i].sizes(), dev[i].options());
+          dev[i].mutable_grad() = g;
+          twin[i].mutable_grad() = g.clone();
+        }
+        o_dev->step();
+        resumed->step();
+        for (size_t i = 0; i < dev.size(); ++i)
+          EXPECT_TRUE(tg::equal(dev[i], twin[i])) << "resumed parameter " << i;
+      }
+}
+
+// clip_grad_norm_ over many CUDA gradients of two dtypes (several launches'
+// worth, some of size 0) takes the multi-tensor norm and scaling: the norms
+// (2, 1, 3, infinity) and clipped gradients equal the CPU's; a NaN gives a
+// NaN norm and NaN gradients, or an error when asked.
+TEST(OptimGpu, ClipGradNormIsMultiTensor) {
+  REQUIRE_GPU();
+  const tg::Device gpu(tg::kCUDA, 0);
+  tg::manual_seed(8);
+  for (double p : {2.0, 1.0, 3.0, double(INFINITY)}) {
+    SCOPED_TRACE("p = " + std::to_string(p));
+    std::vector<Tensor> cpu, dev;
+    for (int i = 0; i < 110; ++i) {
+      const int64_t n = i % 9 == 0 ? 0 : 1 + (i * 53) % 6000;
+      Tensor q = tg::zeros({n}, tg::TensorOptions().dtype(i % 4 == 0 ? tg::kFloat32 : tg::kFloat64));
+      cpu.push_back(q.clone().requires_grad_());
+      dev.push_back(q.to(gpu).requires_grad_());
+      Tensor g = tg::randn({n}, q.options());
+      cpu.back().mutable_grad() = g;
+      dev.back().mutable_grad() = g.to(gpu);
+    }
+    const double want = optim::clip_grad_norm_(cpu, 1.5, p).item<double>();
+    const double got = optim::clip_grad_norm_(dev, 1.5, p).item<double>();
+    EXPECT_GT(want, 1.5);  // so the gradients were scaled
+    EXPECT_NEAR(got, want, 1e-12 * want);
+    for (size_t i = 0; i < cpu.size(); ++i)
+      expect_close(dev[i].grad(), cpu[i].grad(), "gradient " + std::to_string(i));
+  }
+  Tensor a = tg::ones({10}, kF64).to(gpu).requires_grad_(), b = tg::ones({3}, kF64).to(gpu).requires_grad_();
+  a.mutable_grad() = tg::full({10}, 2.0, kF64).to(gpu);
+  b.mutable_grad() = tg::tensor({1.0, NAN, 1.0}, {3}, kF64).to(gpu);
+  EXPECT_ERROR_CONTAINS(optim::clip_grad_norm_({a, b}, 1.0, 2.0, true), "the total norm of the gradients is nan");
+  EXPECT_TRUE(std::isnan(optim::clip_grad_norm_({a, b}, 1.0).item<double>()));
+  EXPECT_TRUE(std::isnan(vals(a.grad())[0]));
 }
 
 }  // namespace

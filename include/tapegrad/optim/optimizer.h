@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -21,6 +22,10 @@
 #include <tapegrad/tensor/tensor.h>
 
 namespace tg::optim {
+
+namespace detail {
+struct TensorLists;  // a multi-tensor update's lists (optim/kernels.h)
+}  // namespace detail
 
 /// Tensors by name (as tg::nn::NamedTensors): an optimizer's state dict.
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
@@ -110,6 +115,8 @@ class Optimizer {
   /// Called with the new parameter count after add_param_group (states of
   /// add_state are resized already).
   virtual void on_params_added(size_t first_new) { (void)first_new; }
+  /// Called at the end of load_state_dict (t_ and the states restored).
+  virtual void on_state_loaded() {}
   /// One group: parameters [begin, end) and their options.
   struct Group {
     size_t begin;                      ///< its first parameter's index
@@ -130,6 +137,12 @@ class Optimizer {
   void increment_device_steps(const std::vector<size_t>& present);
   /// Throws when a non-fused step() runs under CUDA graph capture.
   void check_capturable_step() const;
+  /// The fused step of the parameters of `present`: makes their missing
+  /// state tensors of `states` (null: unused) filled with `init` (an error
+  /// under capture), counts the step on the host and the device, then calls
+  /// `update(lists, group)` once per group and dtype that has parameters.
+  void fused_step_over(const std::vector<size_t>& present, const std::vector<std::vector<Tensor>*>& states, double init,
+                       const std::function<void(const detail::TensorLists&, const Group&)>& update);
 
   std::vector<Tensor> params_;  ///< what is optimized
   double default_lr_;           ///< for groups that do not set theirs
@@ -259,10 +272,12 @@ struct AdaptiveOptions {
   double lr_decay = 0;                   ///< Adagrad: lr / (1 + (t - 1) lr_decay)
   double initial_accumulator_value = 0;  ///< Adagrad: the sum's start
   double momentum_decay = 4e-3;          ///< NAdam: psi of the momentum schedule
+  bool capturable = false;               ///< state up front, parameters static: step() may be captured
 };
 /// RMSprop, Adagrad, Adamax, NAdam and RAdam with PyTorch's update rules
-/// (torch.optim's single-tensor forms): a few tensor ops per parameter, on
-/// any device; not yet multi-tensor or capturable on CUDA.
+/// (torch.optim's single-tensor forms): on CUDA one multi-tensor kernel per
+/// group and dtype (fused(), capturable as Adam's); elsewhere a few tensor
+/// ops per parameter.
 class Adaptive : public Optimizer {
  public:
   /// Which rule.
@@ -272,11 +287,14 @@ class Adaptive : public Optimizer {
   void step() override;  ///< one update of every parameter with a gradient
  private:
   void on_params_added(size_t first_new) override;
+  void on_state_loaded() override;
+  std::vector<std::vector<Tensor>*> used_states();  // the rule's state lists with these options
   Rule rule_;
   AdaptiveOptions o_;
   std::vector<Tensor> s1_, s2_, s3_;  // the rule's state (optim/adaptive.cpp)
   std::vector<double> mu_product_;    // NAdam: the product of the momentum factors so far,
   std::vector<int64_t> mu_steps_;     // of this many steps (recomputed when they disagree)
+  Tensor device_mu_product_;          // NAdam fused: Float64 [2P], two slots per parameter (optim/kernels.h)
 };
 /// One of the rules as an optimizer: constructed from parameters or groups.
 template <Adaptive::Rule R> class AdaptiveRule : public Adaptive {

@@ -232,42 +232,40 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   autograd::NoGradGuard no_grad;
   if (gs.empty()) return tg::zeros({});
   // On one CUDA device (float32/float64, contiguous): the multi-tensor
-  // partial norms, their total, and one multi-tensor scaling that reads it.
+  // partial norms, then one multi-tensor scaling that works out the norm
+  // from them (two launches per kListSize gradients).
   const detail::MultiTensorUpdates* be = detail::cuda_multi_tensor_updates();
   bool fused = be != nullptr;
   for (const Tensor& g : gs)
     fused = fused && g.is_cuda() && g.device() == gs[0].device() && g.is_contiguous() &&
             (g.dtype() == kFloat32 || g.dtype() == kFloat64);
-  Tensor total;
-  if (fused) {
-    Tensor part = be->norm_partials(gs, norm_type);
-    total = std::isinf(norm_type) ? tg::amax(part)
-            : norm_type == 1      ? part.sum()
-            : norm_type == 2      ? tg::sqrt(part.sum())
-                                  : tg::pow(part.sum(), 1 / norm_type);
-  } else {  // one norm per gradient, then the norm of the norms (every step on the device)
-    std::vector<Tensor> norms;
-    for (const Tensor& g : gs)
-      if (g.numel() > 0)  // an empty one adds nothing (and has no max)
-        norms.push_back(tg::norm(g.to(kFloat64), norm_type).reshape({1}));
-    total = norms.empty() ? tg::zeros({}, TensorOptions().dtype(kFloat64).device(gs[0].device()))
-                          : tg::norm(tg::cat(norms), norm_type);
-  }
-  if (error_if_nonfinite) {
+  auto check = [&](const Tensor& total) {
     const double v = total.item<double>();
     TG_CHECK(std::isfinite(v), "clip_grad_norm_: the total norm of the gradients is ", v,
              "; they cannot be clipped (error_if_nonfinite = true)");
-  }
+  };
   if (fused) {
-    be->clip_scale(gs, total, max_norm);
-  } else {
-    Tensor coef = tg::clamp_max(max_norm / (total + 1e-6), 1.0);
-    std::map<ScalarType, Tensor> coef_as;  // one conversion per gradient dtype
-    for (const Tensor& g : gs) {
-      Tensor& c = coef_as[g.dtype()];
-      if (!c.defined()) c = coef.to(g.dtype());
-      g.mul_(c);
-    }
+    Tensor part = be->norm_partials(gs, norm_type);
+    if (error_if_nonfinite)  // the norm on its own first (this reads it on the host anyway)
+      check(std::isinf(norm_type) ? tg::amax(part) : part.sum());
+    Tensor total = tg::empty({}, gs[0].options());
+    be->clip_scale(gs, part, norm_type, max_norm, total);
+    return total;
+  }
+  // One norm per gradient, then the norm of the norms (every step on the device).
+  std::vector<Tensor> norms;
+  for (const Tensor& g : gs)
+    if (g.numel() > 0)  // an empty one adds nothing (and has no max)
+      norms.push_back(tg::norm(g.to(kFloat64), norm_type).reshape({1}));
+  Tensor total = norms.empty() ? tg::zeros({}, TensorOptions().dtype(kFloat64).device(gs[0].device()))
+                               : tg::norm(tg::cat(norms), norm_type);
+  if (error_if_nonfinite) check(total);
+  Tensor coef = tg::clamp_max(max_norm / (total + 1e-6), 1.0);
+  std::map<ScalarType, Tensor> coef_as;  // one conversion per gradient dtype
+  for (const Tensor& g : gs) {
+    Tensor& c = coef_as[g.dtype()];
+    if (!c.defined()) c = coef.to(g.dtype());
+    g.mul_(c);
   }
   return total.to(gs[0].dtype());
 }

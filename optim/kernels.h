@@ -46,8 +46,9 @@ struct TensorLists {
 // the product of that many factors (a resumed state), as the updates would.
 // norm_partials: per block of the gradients, sum |g|^p (p finite) or max |g|
 // (p infinite) as a Float64 [blocks] tensor (one element, 0, when every
-// gradient is empty); clip_scale multiplies each gradient by
-// min(max_norm / (total + 1e-6), 1), total a Float64 0-dim device norm.
+// gradient is empty); clip_scale works out the p-norm from them in every
+// block, writes it to `total` (0-dim, float32/float64) and multiplies each
+// gradient by min(max_norm / (norm + 1e-6), 1).
 struct MultiTensorUpdates {
   void (*adam)(const TensorLists& l, const Tensor& steps, const Tensor& lr, const AdamUpdate& u);
   void (*sgd)(const TensorLists& l, const Tensor& steps, const Tensor& lr, const SGDUpdate& u);
@@ -55,7 +56,8 @@ struct MultiTensorUpdates {
                    const AdaptiveUpdate& u);
   void (*nadam_products)(const Tensor& steps, const Tensor& mu_product, double beta1, double momentum_decay);
   Tensor (*norm_partials)(const std::vector<Tensor>& grads, double p);
-  void (*clip_scale)(const std::vector<Tensor>& grads, const Tensor& total, double max_norm);
+  void (*clip_scale)(const std::vector<Tensor>& grads, const Tensor& partials, double p, double max_norm,
+                     const Tensor& total);
 };
 
 // The GPU's updates: defined by optim/multi_tensor.cu, null from

@@ -23,15 +23,16 @@ using namespace tg::cuda::multi_tensor;
 template <class T> __global__ void adam_kernel(ListArgs a, const double* steps, const double* lr_ptr, AdamUpdate u) {
   int64_t begin, end;
   const int t = find_tensor(a, &begin, &end);
-  T* p = static_cast<T*>(a.ptr[0][t]);
-  const T* g = static_cast<const T*>(a.ptr[1][t]);
-  T* m = static_cast<T*>(a.ptr[2][t]);
-  T* v = static_cast<T*>(a.ptr[3][t]);
-  T* vmax = static_cast<T*>(a.ptr[4][t]);
+  T* __restrict__ p = static_cast<T*>(a.ptr[0][t]);
+  const T* __restrict__ g = static_cast<const T*>(a.ptr[1][t]);
+  T* __restrict__ m = static_cast<T*>(a.ptr[2][t]);
+  T* __restrict__ v = static_cast<T*>(a.ptr[3][t]);
+  T* __restrict__ vmax = static_cast<T*>(a.ptr[4][t]);
   const double step = steps[a.arg[t]], lr = *lr_ptr;
   const T bc1 = T(1 - ::pow(u.beta1, step)), sqrt_bc2 = T(::sqrt(1 - ::pow(u.beta2, step)));
   const T b1 = T(u.beta1), b2 = T(u.beta2), eps = T(u.eps), wd = T(u.weight_decay), tlr = T(lr);
   const T decay = T(1 - lr * u.weight_decay);
+#pragma unroll 4
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     T gi = g[i], pi = p[i];
     if (u.weight_decay != 0) {
@@ -55,11 +56,12 @@ template <class T> __global__ void adam_kernel(ListArgs a, const double* steps, 
 template <class T> __global__ void sgd_kernel(ListArgs a, const double* steps, const double* lr_ptr, SGDUpdate u) {
   int64_t begin, end;
   const int t = find_tensor(a, &begin, &end);
-  T* p = static_cast<T*>(a.ptr[0][t]);
-  const T* g = static_cast<const T*>(a.ptr[1][t]);
-  T* buf = static_cast<T*>(a.ptr[2][t]);
+  T* __restrict__ p = static_cast<T*>(a.ptr[0][t]);
+  const T* __restrict__ g = static_cast<const T*>(a.ptr[1][t]);
+  T* __restrict__ buf = static_cast<T*>(a.ptr[2][t]);
   const bool first = steps[a.arg[t]] <= 1;
   const T lr = T(*lr_ptr), wd = T(u.weight_decay), mom = T(u.momentum), damp = T(1 - u.dampening);
+#pragma unroll 4
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     T d = g[i];
     if (u.weight_decay != 0) d = d + wd * p[i];
@@ -86,17 +88,18 @@ template <class T>
 __global__ void adaptive_kernel(ListArgs a, const double* steps, const double* lr_ptr, AdaptiveUpdate u) {
   int64_t begin, end;
   const int t = find_tensor(a, &begin, &end);
-  T* p = static_cast<T*>(a.ptr[0][t]);
-  const T* g = static_cast<const T*>(a.ptr[1][t]);
-  T* s1 = static_cast<T*>(a.ptr[2][t]);
-  T* s2 = static_cast<T*>(a.ptr[3][t]);
-  T* s3 = static_cast<T*>(a.ptr[4][t]);
+  T* __restrict__ p = static_cast<T*>(a.ptr[0][t]);
+  const T* __restrict__ g = static_cast<const T*>(a.ptr[1][t]);
+  T* __restrict__ s1 = static_cast<T*>(a.ptr[2][t]);
+  T* __restrict__ s2 = static_cast<T*>(a.ptr[3][t]);
+  T* __restrict__ s3 = static_cast<T*>(a.ptr[4][t]);
   const double step = steps[a.arg[t]], lr = *lr_ptr;
   const T wd = T(u.weight_decay), eps = T(u.eps);
   auto grad = [&](int64_t i) { return u.weight_decay != 0 ? g[i] + wd * p[i] : g[i]; };
   switch (u.rule) {
     case 0: {  // RMSprop
       const T alpha = T(u.alpha), rest = T(1 - u.alpha), mom = T(u.momentum), tlr = T(lr);
+#pragma unroll 4
       for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
         const T gi = grad(i);
         const T sq = s1[i] * alpha + (gi * gi) * rest;
@@ -121,6 +124,7 @@ __global__ void adaptive_kernel(ListArgs a, const double* steps, const double* l
     }
     case 1: {  // Adagrad
       const T clr = T(lr / (1 + (step - 1) * u.lr_decay));
+#pragma unroll 4
       for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
         const T gi = grad(i);
         const T sum = s1[i] + gi * gi;
@@ -132,6 +136,7 @@ __global__ void adaptive_kernel(ListArgs a, const double* steps, const double* l
     case 2: {  // Adamax
       const T b1 = T(u.beta1), rest = T(1 - u.beta1), b2 = T(u.beta2);
       const T clr = T(lr / (1 - ::pow(u.beta1, step)));
+#pragma unroll 4
       for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
         const T gi = grad(i);
         const T m = s1[i] * b1 + gi * rest;
@@ -151,6 +156,7 @@ __global__ void adaptive_kernel(ListArgs a, const double* steps, const double* l
       const T b1 = T(u.beta1), rest1 = T(1 - u.beta1), b2 = T(u.beta2), rest2 = T(1 - u.beta2);
       const T bc2 = T(1 - ::pow(u.beta2, step));
       const T c_grad = T(lr * (1 - mu) / (1 - product)), c_avg = T(lr * mu_next / (1 - product * mu_next));
+#pragma unroll 4
       for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
         const T gi = grad(i);
         const T m = s1[i] * b1 + gi * rest1;
@@ -172,6 +178,7 @@ __global__ void adaptive_kernel(ListArgs a, const double* steps, const double* l
           rectified ? T(::sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))) : T(1);
       const T b1 = T(u.beta1), rest1 = T(1 - u.beta1), b2 = T(u.beta2), rest2 = T(1 - u.beta2);
       const T tbc1 = T(bc1), tlr = T(lr), sqrt_bc2 = T(::sqrt(bc2));
+#pragma unroll 4
       for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
         const T gi = grad(i);
         const T m = s1[i] * b1 + gi * rest1;
@@ -206,8 +213,9 @@ template <class T> __global__ void norm_kernel(ListArgs a, int mode, double p, d
   __shared__ typename BlockReduce::TempStorage tmp;
   int64_t begin, end;
   const int t = find_tensor(a, &begin, &end);
-  const T* g = static_cast<const T*>(a.ptr[0][t]);
+  const T* __restrict__ g = static_cast<const T*>(a.ptr[0][t]);
   double acc = 0;
+#pragma unroll 4
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const double x = ::fabs(double(g[i]));
     switch (mode) {
@@ -222,14 +230,40 @@ template <class T> __global__ void norm_kernel(ListArgs a, int mode, double p, d
   if (threadIdx.x == 0) out[blockIdx.x] = r;
 }
 
-// clip_grad_norm_: g *= min(max_norm / (total + 1e-6), 1) (NaN stays NaN).
-template <class T> __global__ void clip_scale_kernel(ListArgs a, const double* total, double max_norm) {
+// The norm from the partials of norm_kernel (every block alike, in a fixed
+// order, so all agree).
+__device__ inline double norm_of_partials(const double* part, int64_t nparts, int mode, double p) {
+  using BlockReduce = cub::BlockReduce<double, kThreads>;
+  __shared__ typename BlockReduce::TempStorage tmp;
+  __shared__ double total;
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < nparts; i += blockDim.x)
+    acc = mode == 2 ? nan_max(acc, part[i]) : acc + part[i];
+  const double r = mode == 2 ? BlockReduce(tmp).Reduce(acc, [](double x, double y) { return nan_max(x, y); })
+                             : BlockReduce(tmp).Sum(acc);
+  if (threadIdx.x == 0) total = mode == 0 ? ::sqrt(r) : mode == 3 ? ::pow(r, 1 / p) : r;
+  __syncthreads();
+  return total;
+}
+
+// clip_grad_norm_: the norm from the partials, then g *= min(max_norm /
+// (norm + 1e-6), 1) (NaN stays NaN); the first block writes the norm to
+// `out` (when given: float or double as `out_double`).
+template <class T>
+__global__ void clip_scale_kernel(ListArgs a, const double* part, int64_t nparts, int mode, double p, double max_norm,
+                                  void* out, bool out_double) {
+  const double total = norm_of_partials(part, nparts, mode, p);
+  if (out && blockIdx.x == 0 && threadIdx.x == 0) {
+    if (out_double) *static_cast<double*>(out) = total;
+    else *static_cast<float*>(out) = float(total);
+  }
   int64_t begin, end;
   const int t = find_tensor(a, &begin, &end);
-  T* g = static_cast<T*>(a.ptr[0][t]);
-  double c = max_norm / (*total + 1e-6);
+  T* __restrict__ g = static_cast<T*>(a.ptr[0][t]);
+  double c = max_norm / (total + 1e-6);
   if (c > 1) c = 1;
   const T tc = T(c);
+#pragma unroll 4
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
     g[i] = g[i] * tc;
 }
@@ -370,6 +404,9 @@ template <class Launch> void per_dtype(const std::vector<Tensor>& gs, const char
   }
 }
 
+// norm_kernel's mode for the p-norm.
+int norm_mode(double p) { return p == 2 ? 0 : p == 1 ? 1 : std::isinf(p) ? 2 : 3; }
+
 Tensor norm_partials(const std::vector<Tensor>& gs, double p) {
   const char* op = "clip_grad_norm_ (multi-tensor)";
   TG_CHECK(!gs.empty(), op, ": no gradients");
@@ -378,7 +415,7 @@ Tensor norm_partials(const std::vector<Tensor>& gs, double p) {
   gradient_entries(gs, op, &n, &blocks);
   Tensor out = tg::empty({blocks > 0 ? blocks : 1}, TensorOptions().dtype(kFloat64).device(gs[0].device()));
   if (blocks == 0) return out.zero_();
-  const int mode = p == 2 ? 0 : p == 1 ? 1 : std::isinf(p) ? 2 : 3;
+  const int mode = norm_mode(p);
   double* o = static_cast<double*>(out.data_ptr());
   LaunchEncoder access(stream_of(gs[0]));
   for (const Tensor& g : gs)
@@ -391,19 +428,36 @@ Tensor norm_partials(const std::vector<Tensor>& gs, double p) {
   return out;
 }
 
-void clip_scale(const std::vector<Tensor>& gs, const Tensor& total, double max_norm) {
+void clip_scale(const std::vector<Tensor>& gs, const Tensor& partials, double p, double max_norm, const Tensor& total) {
   const char* op = "clip_grad_norm_ (multi-tensor)";
   if (gs.empty()) return;
-  TG_CHECK(total.is_cuda() && total.device() == gs[0].device() && total.dtype() == kFloat64 && total.numel() == 1, op,
-           ": the total norm must be one Float64 number on ", gs[0].device());
-  const double* tp = static_cast<const double*>(total.data_ptr());
+  TG_CHECK(partials.is_cuda() && partials.device() == gs[0].device() && partials.dtype() == kFloat64 &&
+               partials.is_contiguous(),
+           op, ": the partial norms must be a contiguous Float64 tensor on ", gs[0].device());
+  TG_CHECK(total.is_cuda() && total.device() == gs[0].device() && total.numel() == 1 &&
+               (total.dtype() == kFloat32 || total.dtype() == kFloat64),
+           op, ": the norm's output must be one float32/float64 number on ", gs[0].device());
+  std::vector<int64_t> n;
+  int64_t blocks = 0;
+  gradient_entries(gs, op, &n, &blocks);
+  if (blocks == 0) {  // every gradient empty: the norm is 0
+    total.zero_();
+    return;
+  }
+  const double* part = static_cast<const double*>(partials.data_ptr());
+  const int mode = norm_mode(p);
+  const bool out_double = total.dtype() == kFloat64;
   LaunchEncoder access(stream_of(gs[0]));
   for (const Tensor& g : gs)
     access.write(g);
-  access.read(total);
-  per_dtype(gs, op, [&](const ListArgs& a, unsigned nb, cudaStream_t s, ScalarType dt, int64_t) {
-    if (dt == kFloat64) clip_scale_kernel<double><<<nb, kThreads, 0, s>>>(a, tp, max_norm);
-    else clip_scale_kernel<float><<<nb, kThreads, 0, s>>>(a, tp, max_norm);
+  access.read(partials);
+  access.write(total);
+  per_dtype(gs, op, [&](const ListArgs& a, unsigned nb, cudaStream_t s, ScalarType dt, int64_t first) {
+    void* out = first == 0 ? total.data_ptr() : nullptr;  // the first launch writes the norm
+    if (dt == kFloat64)
+      clip_scale_kernel<double><<<nb, kThreads, 0, s>>>(a, part, partials.numel(), mode, p, max_norm, out, out_double);
+    else
+      clip_scale_kernel<float><<<nb, kThreads, 0, s>>>(a, part, partials.numel(), mode, p, max_norm, out, out_double);
   });
 }
 

@@ -611,7 +611,7 @@ TEST(OptimGpu, ClipGradNormIsMultiTensor) {
     std::vector<Tensor> cpu, dev;
     for (int i = 0; i < 110; ++i) {
       const int64_t n = i % 9 == 0 ? 0 : 1 + (i * 53) % 6000;
-      Tensor q = tg::zeros({n}, tg::TensorOptions().dtype(i % 4 == 0 ? tg::kFloat32 : tg::kFloat64));
+      Tensor q = tg::zeros({n}, tg::TensorOptions().dtype(i % 4 == 1 ? tg::kFloat32 : tg::kFloat64));
       cpu.push_back(q.clone().requires_grad_());
       dev.push_back(q.to(gpu).requires_grad_());
       Tensor g = tg::randn({n}, q.options());
@@ -619,7 +619,10 @@ TEST(OptimGpu, ClipGradNormIsMultiTensor) {
       dev.back().mutable_grad() = g.to(gpu);
     }
     const double want = optim::clip_grad_norm_(cpu, 1.5, p).item<double>();
-    const double got = optim::clip_grad_norm_(dev, 1.5, p).item<double>();
+    Tensor total = optim::clip_grad_norm_(dev, 1.5, p);
+    EXPECT_EQ(total.dtype(), tg::kFloat64);  // the first gradient's
+    EXPECT_TRUE(total.is_cuda());
+    const double got = total.item<double>();
     EXPECT_GT(want, 1.5);  // so the gradients were scaled
     EXPECT_NEAR(got, want, 1e-12 * want);
     for (size_t i = 0; i < cpu.size(); ++i)
@@ -631,6 +634,17 @@ TEST(OptimGpu, ClipGradNormIsMultiTensor) {
   EXPECT_ERROR_CONTAINS(optim::clip_grad_norm_({a, b}, 1.0, 2.0, true), "the total norm of the gradients is nan");
   EXPECT_TRUE(std::isnan(optim::clip_grad_norm_({a, b}, 1.0).item<double>()));
   EXPECT_TRUE(std::isnan(vals(a.grad())[0]));
+  // Float32 first: the norm comes back as float32; only empty gradients: 0.
+  Tensor f = tg::ones({4}, tg::TensorOptions().device(gpu)).requires_grad_();
+  f.mutable_grad() = tg::full({4}, 3.0, tg::TensorOptions().device(gpu));
+  Tensor nf = optim::clip_grad_norm_({f}, 100.0);
+  EXPECT_EQ(nf.dtype(), tg::kFloat32);
+  EXPECT_EQ(nf.item<double>(), 6.0);
+  EXPECT_EQ(vals(f.grad())[2], 3.0);
+  Tensor e = tg::zeros({0}, kF64).to(gpu).requires_grad_();
+  e.mutable_grad() = tg::zeros({0}, kF64).to(gpu);
+  for (double q : {2.0, double(INFINITY)})
+    EXPECT_EQ(optim::clip_grad_norm_({e}, 1.0, q).item<double>(), 0.0);
 }
 
 }  // namespace

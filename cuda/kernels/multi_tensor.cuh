@@ -17,7 +17,7 @@ namespace tg::cuda::multi_tensor {
 
 constexpr int kListSize = 48;
 constexpr int kThreads = 256;
-constexpr int64_t kChunk = 4 * 1024;  // elements per block
+constexpr int64_t kChunk = 2 * 1024;  // elements per block (8 per thread: enough blocks to hide latency)
 
 struct ListArgs {
   void* ptr[5][kListSize];

@@ -2,7 +2,8 @@
 // LibTorch's torch::optim: an optimizer holds the parameters and its state,
 // step() updates every parameter that has a gradient (under no-grad, in
 // place: parameters keep their addresses), zero_grad() clears the gradients.
-// The update rules are PyTorch's (torch.optim.SGD, Adam, AdamW). On CUDA,
+// The update rules are PyTorch's (torch.optim.SGD, Adam, AdamW, RMSprop,
+// Adagrad, Adamax, NAdam, RAdam). On CUDA,
 // float32/float64 parameters on one device are updated by multi-tensor
 // kernels (a few launches per step), with the step counts and the learning
 // rate in device memory, so a step can be captured in a CUDA graph;
@@ -445,7 +446,8 @@ class ReduceLROnPlateau {
 /// at most max_norm (by max_norm / (norm + 1e-6) where above, as PyTorch's);
 /// returns the norm before clipping as a 0-dim tensor on the gradients'
 /// device. Nothing is read on the host (so it may be captured in a CUDA
-/// graph) unless error_if_nonfinite asks for the check.
+/// graph) unless error_if_nonfinite asks for the check. On one CUDA device
+/// (float32/float64, contiguous) a multi-tensor norm and scaling.
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
                        bool error_if_nonfinite = false);
 /// Clamps every gradient of `params` to [-clip_value, clip_value] in place.

@@ -32,9 +32,10 @@ void adam_moments(const Tensor& m, const Tensor& v, const Tensor& g, double b1, 
   v.add_(g * g, 1 - b2);
 }
 // NAdam's momentum factor of step t.
-double nadam_mu(const AdaptiveOptions& o, int64_t t) {
-  return o.beta1 * (1 - 0.5 * std::pow(0.96, double(t) * o.momentum_decay));
+double nadam_mu(double beta1, const AdaptiveOptions& o, int64_t t) {
+  return beta1 * (1 - 0.5 * std::pow(0.96, double(t) * o.momentum_decay));
 }
+Tensor f64(double v) { return tg::full({}, v, TensorOptions().dtype(kFloat64)); }
 }  // namespace
 
 Adaptive::Adaptive(Rule rule, std::vector<ParamGroup> groups, AdaptiveOptions options, const char* name)
@@ -61,6 +62,15 @@ Adaptive::Adaptive(Rule rule, std::vector<ParamGroup> groups, AdaptiveOptions op
       add_state("exp_avg_sq", &s2_);
       break;
   }
+  if (rule_ == Rule::kRMSprop) {
+    if (o_.momentum > 0) enable_momentum(o_.momentum, false);
+  } else if (rule_ != Rule::kAdagrad) {
+    enable_momentum(o_.beta1, true);
+  }
+  if (rule_ == Rule::kNAdam)  // PyTorch's mu_product, saved: with a scheduled beta1 it is not a function of t
+    add_number_state(
+        "mu_product", [this](size_t i) { return mu_product_of(i); },
+        [this](size_t i, const Tensor& v) { set_mu_product(i, v); });
   init_fused(o_.capturable);
   on_params_added(0);
 }
@@ -90,6 +100,35 @@ void Adaptive::on_params_added(size_t first_new) {
         (*list)[i] = tg::full_like(params_[i], init);
 }
 
+double Adaptive::mu_product_after(size_t i, int64_t n) {
+  if (mu_steps_[i] != n) {  // resumed without it: the product of n factors at today's beta1
+    mu_product_[i] = 1;
+    for (int64_t k = 1; k <= n; ++k)
+      mu_product_[i] *= nadam_mu(groups_[group_of_[i]].momentum, o_, k);
+    mu_steps_[i] = n;
+  }
+  return mu_product_[i];
+}
+
+// The slot of parameter i's product after t steps (optim/kernels.h).
+static int64_t slot_of(size_t i, int64_t t) { return 2 * int64_t(i) + (t & 1); }
+
+Tensor Adaptive::mu_product_of(size_t i) {
+  if (!fused_) return f64(mu_product_after(i, t_[i]));
+  const int64_t t = int64_t(device_steps_.narrow(0, int64_t(i), 1).to(Device(kCPU)).item<double>());
+  return device_mu_product_.narrow(0, slot_of(i, t), 1).reshape({}).to(Device(kCPU));
+}
+
+void Adaptive::set_mu_product(size_t i, const Tensor& v) {
+  const Tensor value = v.to(Device(kCPU)).to(kFloat64).reshape({});
+  mu_product_[i] = value.item<double>();
+  mu_steps_[i] = t_[i];
+  if (fused_) {
+    autograd::NoGradGuard no_grad;
+    device_mu_product_.narrow(0, slot_of(i, t_[i]), 1).copy_(value.reshape({1}));
+  }
+}
+
 void Adaptive::on_state_loaded() {
   if (fused_ && rule_ == Rule::kNAdam)
     detail::cuda_multi_tensor_updates()->nadam_products(device_steps_, device_mu_product_, o_.beta1, o_.momentum_decay);
@@ -103,9 +142,9 @@ void Adaptive::step() {
     const detail::MultiTensorUpdates& be = *detail::cuda_multi_tensor_updates();
     const double init = rule_ == Rule::kAdagrad ? o_.initial_accumulator_value : 0.0;
     fused_step_over(present, used_states(), init, [&](const detail::TensorLists& l, const Group& grp) {
-      const detail::AdaptiveUpdate u{int(rule_),  o_.alpha,    o_.beta1,          o_.beta2,    o_.eps, grp.weight_decay,
+      const detail::AdaptiveUpdate u{int(rule_),  o_.alpha,    o_.beta2,          o_.eps,      grp.weight_decay,
                                      o_.momentum, o_.lr_decay, o_.momentum_decay, o_.centered, nullptr};
-      be.adaptive(l, device_steps_, grp.device_lr, device_mu_product_, u);
+      be.adaptive(l, device_steps_, grp.device_options, device_mu_product_, u);
     });
     ++steps_;
     return;
@@ -113,7 +152,7 @@ void Adaptive::step() {
   for (size_t i : present) {
     const Tensor& p = params_[i];
     const Group& grp = groups_[group_of_[i]];
-    const double lr = grp.lr;
+    const double lr = grp.lr, b1 = grp.momentum;  // b1: RMSprop's momentum, the others' beta1
     Tensor g = grp.weight_decay != 0 ? p.grad().add(p, grp.weight_decay) : p.grad();
     const int64_t t = ++t_[i];
     auto state = [&](Tensor& s, double init = 0) -> Tensor& {
@@ -137,7 +176,7 @@ void Adaptive::step() {
         avg = avg + o_.eps;
         if (o_.momentum > 0) {
           Tensor& buf = state(s2_[i]);
-          buf.mul_(o_.momentum);
+          buf.mul_(b1);
           buf.add_(g / avg);
           p.add_(buf, -lr);
         } else {
@@ -155,24 +194,20 @@ void Adaptive::step() {
       case Rule::kAdamax: {
         Tensor& m = state(s1_[i]);
         Tensor& u = state(s2_[i]);
-        m.mul_(o_.beta1);
-        m.add_(g, 1 - o_.beta1);
+        m.mul_(b1);
+        m.add_(g, 1 - b1);
         u.copy_(tg::maximum(u * o_.beta2, tg::abs(g) + o_.eps));
-        p.add_(m / u, -lr / (1 - std::pow(o_.beta1, double(t))));
+        p.add_(m / u, -lr / (1 - std::pow(b1, double(t))));
         break;
       }
       case Rule::kNAdam: {
         Tensor& m = state(s1_[i]);
         Tensor& v = state(s2_[i]);
-        if (mu_steps_[i] != t - 1) {  // resumed: the product from the step count
-          mu_product_[i] = 1;
-          for (int64_t k = 1; k < t; ++k)
-            mu_product_[i] *= nadam_mu(o_, k);
-        }
-        const double mu = nadam_mu(o_, t), mu_next = nadam_mu(o_, t + 1);
+        mu_product_after(i, t - 1);
+        const double mu = nadam_mu(b1, o_, t), mu_next = nadam_mu(b1, o_, t + 1);
         mu_product_[i] *= mu;
         mu_steps_[i] = t;
-        adam_moments(m, v, g, o_.beta1, o_.beta2);
+        adam_moments(m, v, g, b1, o_.beta2);
         Tensor denom = tg::sqrt(v / (1 - std::pow(o_.beta2, double(t)))) + o_.eps;
         p.add_(g / denom, -lr * (1 - mu) / (1 - mu_product_[i]));
         p.add_(m / denom, -lr * mu_next / (1 - mu_product_[i] * mu_next));
@@ -181,8 +216,8 @@ void Adaptive::step() {
       case Rule::kRAdam: {
         Tensor& m = state(s1_[i]);
         Tensor& v = state(s2_[i]);
-        adam_moments(m, v, g, o_.beta1, o_.beta2);
-        const double bc1 = 1 - std::pow(o_.beta1, double(t)), bc2 = 1 - std::pow(o_.beta2, double(t));
+        adam_moments(m, v, g, b1, o_.beta2);
+        const double bc1 = 1 - std::pow(b1, double(t)), bc2 = 1 - std::pow(o_.beta2, double(t));
         const double rho_inf = 2 / (1 - o_.beta2) - 1;
         const double rho_t = rho_inf - 2 * double(t) * std::pow(o_.beta2, double(t)) / bc2;
         Tensor corrected = m / bc1;

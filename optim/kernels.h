@@ -3,8 +3,11 @@
 // parameter; every tensor of an update is contiguous, on one device, of one
 // dtype (Float32 or Float64). `steps` is a Float64 tensor of per-parameter
 // step counts (already incremented for this step) and step_index[i] the
-// entry of parameter i; `lr` a 0-dim Float64 tensor: both read when the
-// kernel runs, so a captured update stays right on replay.
+// entry of parameter i; `lr` the group's Float64 [2] {learning rate,
+// momentum or β1} (Optimizer::Group::device_options): both read when the
+// kernel runs, so a captured update stays right on replay. The momentum and
+// β1 in the structs below are not read from there: SGD's and RMSprop's
+// momentum there only says whether the optimizer keeps momentum buffers.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +18,7 @@
 namespace tg::optim::detail {
 
 struct AdamUpdate {
-  double beta1, beta2, eps, weight_decay;
+  double beta2, eps, weight_decay;
   bool amsgrad, decoupled;  // decoupled: AdamW's weight decay
 };
 struct SGDUpdate {
@@ -29,7 +32,7 @@ struct SGDUpdate {
 // the first block of each tensor writes the new one without a race.
 struct AdaptiveUpdate {
   int rule;
-  double alpha, beta1, beta2, eps, weight_decay, momentum, lr_decay, momentum_decay;
+  double alpha, beta2, eps, weight_decay, momentum, lr_decay, momentum_decay;
   bool centered;
   double* mu_product;
 };

@@ -28,9 +28,9 @@ template <class T> __global__ void adam_kernel(ListArgs a, const double* steps, 
   T* __restrict__ m = static_cast<T*>(a.ptr[2][t]);
   T* __restrict__ v = static_cast<T*>(a.ptr[3][t]);
   T* __restrict__ vmax = static_cast<T*>(a.ptr[4][t]);
-  const double step = steps[a.arg[t]], lr = *lr_ptr;
-  const T bc1 = T(1 - ::pow(u.beta1, step)), sqrt_bc2 = T(::sqrt(1 - ::pow(u.beta2, step)));
-  const T b1 = T(u.beta1), b2 = T(u.beta2), eps = T(u.eps), wd = T(u.weight_decay), tlr = T(lr);
+  const double step = steps[a.arg[t]], lr = lr_ptr[0], beta1 = lr_ptr[1];
+  const T bc1 = T(1 - ::pow(beta1, step)), sqrt_bc2 = T(::sqrt(1 - ::pow(u.beta2, step)));
+  const T b1 = T(beta1), b2 = T(u.beta2), eps = T(u.eps), wd = T(u.weight_decay), tlr = T(lr);
   const T decay = T(1 - lr * u.weight_decay);
 #pragma unroll 4
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
@@ -60,7 +60,7 @@ template <class T> __global__ void sgd_kernel(ListArgs a, const double* steps, c
   const T* __restrict__ g = static_cast<const T*>(a.ptr[1][t]);
   T* __restrict__ buf = static_cast<T*>(a.ptr[2][t]);
   const bool first = steps[a.arg[t]] <= 1;
-  const T lr = T(*lr_ptr), wd = T(u.weight_decay), mom = T(u.momentum), damp = T(1 - u.dampening);
+  const T lr = T(lr_ptr[0]), wd = T(u.weight_decay), mom = T(lr_ptr[1]), damp = T(1 - u.dampening);
 #pragma unroll 4
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     T d = g[i];
@@ -93,12 +93,12 @@ __global__ void adaptive_kernel(ListArgs a, const double* steps, const double* l
   T* __restrict__ s1 = static_cast<T*>(a.ptr[2][t]);
   T* __restrict__ s2 = static_cast<T*>(a.ptr[3][t]);
   T* __restrict__ s3 = static_cast<T*>(a.ptr[4][t]);
-  const double step = steps[a.arg[t]], lr = *lr_ptr;
+  const double step = steps[a.arg[t]], lr = lr_ptr[0], beta1 = lr_ptr[1];  // beta1: RMSprop's momentum
   const T wd = T(u.weight_decay), eps = T(u.eps);
   auto grad = [&](int64_t i) { return u.weight_decay != 0 ? g[i] + wd * p[i] : g[i]; };
   switch (u.rule) {
     case 0: {  // RMSprop
-      const T alpha = T(u.alpha), rest = T(1 - u.alpha), mom = T(u.momentum), tlr = T(lr);
+      const T alpha = T(u.alpha), rest = T(1 - u.alpha), mom = T(beta1), tlr = T(lr);
 #pragma unroll 4
       for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
         const T gi = grad(i);
@@ -134,8 +134,8 @@ __global__ void adaptive_kernel(ListArgs a, const double* steps, const double* l
       break;
     }
     case 2: {  // Adamax
-      const T b1 = T(u.beta1), rest = T(1 - u.beta1), b2 = T(u.beta2);
-      const T clr = T(lr / (1 - ::pow(u.beta1, step)));
+      const T b1 = T(beta1), rest = T(1 - beta1), b2 = T(u.beta2);
+      const T clr = T(lr / (1 - ::pow(beta1, step)));
 #pragma unroll 4
       for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
         const T gi = grad(i);
@@ -148,12 +148,12 @@ __global__ void adaptive_kernel(ListArgs a, const double* steps, const double* l
       break;
     }
     case 3: {  // NAdam
-      const double mu = nadam_mu(u.beta1, u.momentum_decay, step);
-      const double mu_next = nadam_mu(u.beta1, u.momentum_decay, step + 1);
+      const double mu = nadam_mu(beta1, u.momentum_decay, step);
+      const double mu_next = nadam_mu(beta1, u.momentum_decay, step + 1);
       const int64_t slot = 2 * a.arg[t], parity = int64_t(step) & 1;
       const double product = u.mu_product[slot + (1 - parity)] * mu;
       if (begin == 0 && threadIdx.x == 0) u.mu_product[slot + parity] = product;
-      const T b1 = T(u.beta1), rest1 = T(1 - u.beta1), b2 = T(u.beta2), rest2 = T(1 - u.beta2);
+      const T b1 = T(beta1), rest1 = T(1 - beta1), b2 = T(u.beta2), rest2 = T(1 - u.beta2);
       const T bc2 = T(1 - ::pow(u.beta2, step));
       const T c_grad = T(lr * (1 - mu) / (1 - product)), c_avg = T(lr * mu_next / (1 - product * mu_next));
 #pragma unroll 4
@@ -170,13 +170,13 @@ __global__ void adaptive_kernel(ListArgs a, const double* steps, const double* l
       break;
     }
     default: {  // RAdam
-      const double bc1 = 1 - ::pow(u.beta1, step), bc2 = 1 - ::pow(u.beta2, step);
+      const double bc1 = 1 - ::pow(beta1, step), bc2 = 1 - ::pow(u.beta2, step);
       const double rho_inf = 2 / (1 - u.beta2) - 1;
       const double rho_t = rho_inf - 2 * step * ::pow(u.beta2, step) / bc2;
       const bool rectified = rho_t > 5;
       const T rect =
           rectified ? T(::sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))) : T(1);
-      const T b1 = T(u.beta1), rest1 = T(1 - u.beta1), b2 = T(u.beta2), rest2 = T(1 - u.beta2);
+      const T b1 = T(beta1), rest1 = T(1 - beta1), b2 = T(u.beta2), rest2 = T(1 - u.beta2);
       const T tbc1 = T(bc1), tlr = T(lr), sqrt_bc2 = T(::sqrt(bc2));
 #pragma unroll 4
       for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
@@ -300,6 +300,9 @@ void multi_tensor_update(const TensorLists& l, int nstate, const char* op, const
                          const U& u, void (*k32)(ListArgs, const double*, const double*, U),
                          void (*k64)(ListArgs, const double*, const double*, U), const Tensor& also_written = {}) {
   if (l.param.empty()) return;
+  TG_CHECK(lr.is_cuda() && lr.device() == l.param[0].device() && lr.dtype() == kFloat64 && lr.numel() == 2 &&
+               lr.is_contiguous(),
+           op, ": the group's options must be a Float64 [2] tensor {lr, momentum} on ", l.param[0].device());
   std::vector<int64_t> n;
   auto e = entries(l, nstate, op, &n);
   const double* st = static_cast<const double*>(steps.data_ptr());

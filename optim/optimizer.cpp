@@ -57,7 +57,7 @@ void Optimizer::add_group(ParamGroup group) {
     group_of_.push_back(g);
     t_.push_back(0);
   }
-  groups_.push_back(Group{begin, params_.size(), lr, wd, std::nullopt, Tensor()});
+  groups_.push_back(Group{begin, params_.size(), lr, wd, std::nullopt, default_momentum_, Tensor()});
   for (auto& [name, list] : state_)
     list->resize(params_.size());
 }
@@ -74,7 +74,7 @@ void Optimizer::add_param_group(ParamGroup group) {
   if (fused_) {
     auto opt = TensorOptions().dtype(kFloat64).device(params_[0].device());
     device_steps_ = tg::cat({device_steps_, tg::zeros({int64_t(params_.size() - first)}, opt)});
-    groups_.back().device_lr = tg::full({}, groups_.back().lr, opt);
+    groups_.back().device_options = device_options_of(groups_.back());
     if (registered_)
       for (size_t i = first; i < params_.size(); ++i)
         cuda::register_static(params_[i], std::string(name_) + " parameter " + std::to_string(i));
@@ -120,10 +120,46 @@ void Optimizer::set_lr(size_t g, double lr) {
   TG_CHECK(g < groups_.size(), name_, ": no parameter group ", g, " (there are ", groups_.size(), ")");
   TG_CHECK(lr >= 0, name_, ": the learning rate must be >= 0, got ", lr);
   groups_[g].lr = lr;
-  if (groups_[g].device_lr.defined()) {
+  if (groups_[g].device_options.defined()) {
     autograd::NoGradGuard no_grad;
-    groups_[g].device_lr.fill_(lr);  // a kernel on the current stream: no host sync
+    groups_[g].device_options.narrow(0, 0, 1).fill_(lr);  // a kernel on the current stream: no host sync
   }
+}
+
+double Optimizer::momentum(size_t g) const {
+  TG_CHECK(has_momentum(), name_,
+           " has no momentum to read or set (SGD and RMSprop have one when built with "
+           "momentum > 0; Adam, AdamW, Adamax, NAdam and RAdam have beta1)");
+  TG_CHECK(g < groups_.size(), name_, ": no parameter group ", g, " (there are ", groups_.size(), ")");
+  return groups_[g].momentum;
+}
+
+void Optimizer::set_momentum(size_t g, double m) {
+  (void)momentum(g);  // the checks
+  TG_CHECK(m >= 0 && (!*momentum_is_beta_ || m < 1), name_, ": the ", *momentum_is_beta_ ? "beta1" : "momentum",
+           " must be in ", *momentum_is_beta_ ? "[0, 1)" : "[0, inf)", ", got ", m);
+  groups_[g].momentum = m;
+  if (groups_[g].device_options.defined()) {
+    autograd::NoGradGuard no_grad;
+    groups_[g].device_options.narrow(0, 1, 1).fill_(m);
+  }
+}
+
+void Optimizer::enable_momentum(double value, bool is_beta) {
+  momentum_is_beta_ = is_beta;
+  default_momentum_ = value;
+  for (Group& g : groups_)
+    g.momentum = value;
+}
+
+Tensor Optimizer::device_options_of(const Group& g) const {
+  return tg::tensor(std::vector<double>{g.lr, g.momentum}, {2}, TensorOptions().dtype(kFloat64))
+      .to(params_[0].device());
+}
+
+void Optimizer::add_number_state(const char* name, std::function<Tensor(size_t)> get,
+                                 std::function<void(size_t, const Tensor&)> set) {
+  numbers_.push_back({name, std::move(get), std::move(set)});
 }
 
 void Optimizer::add_state(const char* name, std::vector<Tensor>* per_param) {
@@ -154,12 +190,19 @@ NamedTensors Optimizer::state_dict() const {
     out.emplace_back(k + "lr", f64(groups_[g].lr));
     out.emplace_back(k + "weight_decay", f64(groups_[g].weight_decay));
     if (groups_[g].initial_lr) out.emplace_back(k + "initial_lr", f64(*groups_[g].initial_lr));
+    if (has_momentum()) out.emplace_back(k + "momentum", f64(groups_[g].momentum));
   }
+  // Fused, the device counts are the true ones (replays of a captured step
+  // advance them, not t_).
+  const std::vector<double> steps =
+      fused_ ? device_steps_.to(Device(kCPU)).to_vector<double>() : std::vector<double>(t_.begin(), t_.end());
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string k = "state." + std::to_string(i) + ".";
-    out.emplace_back(k + "step", f64(double(t_[i])));
+    out.emplace_back(k + "step", f64(steps[i]));
     for (const auto& [name, list] : state_)
       if ((*list)[i].defined()) out.emplace_back(k + name, (*list)[i]);
+    for (const NumberState& n : numbers_)
+      out.emplace_back(k + n.name, n.get(i));
   }
   return out;
 }
@@ -176,7 +219,7 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
   const int64_t steps = int64_t(read(by_name, "steps", name_));
   struct GroupState {
     double lr, weight_decay;
-    std::optional<double> initial_lr;
+    std::optional<double> initial_lr, momentum;
   };
   std::vector<GroupState> gs;
   size_t known = 2 + 3 * groups_.size();
@@ -185,9 +228,16 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
     const double n = read(by_name, k + "params", name_);
     TG_CHECK(n == double(groups_[g].end - groups_[g].begin), name_, ": group ", g, " of the state has ", n,
              " parameters, this optimizer's ", groups_[g].end - groups_[g].begin);
-    gs.push_back({read(by_name, k + "lr", name_), read(by_name, k + "weight_decay", name_), std::nullopt});
+    gs.push_back(
+        {read(by_name, k + "lr", name_), read(by_name, k + "weight_decay", name_), std::nullopt, std::nullopt});
     if (by_name.count(k + "initial_lr")) {
       gs.back().initial_lr = read(by_name, k + "initial_lr", name_);
+      ++known;
+    }
+    if (has_momentum() && by_name.count(k + "momentum")) {
+      gs.back().momentum = read(by_name, k + "momentum", name_);
+      TG_CHECK(*gs.back().momentum >= 0 && (!*momentum_is_beta_ || *gs.back().momentum < 1), name_, ": state '",
+               k + "momentum", "' is ", *gs.back().momentum, ", out of range");
       ++known;
     }
   }
@@ -203,6 +253,11 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
       TG_CHECK(it->second->sizes() == params_[i].sizes(), name_, ": state '", k + name, "' has shape ",
                shape_str(it->second->sizes()), ", parameter ", i, " ", shape_str(params_[i].sizes()));
     }
+    for (const NumberState& n : numbers_)
+      if (by_name.count(k + n.name)) {
+        (void)read(by_name, k + n.name, name_);  // one number
+        ++known;
+      }
   }
   TG_CHECK(known == state.size(), name_, ": the state has ", state.size() - known,
            " entries this optimizer does not know (saved by another kind of optimizer?)");
@@ -212,6 +267,7 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
     set_lr(g, gs[g].lr);
     groups_[g].weight_decay = gs[g].weight_decay;
     groups_[g].initial_lr = gs[g].initial_lr;
+    if (gs[g].momentum) set_momentum(g, *gs[g].momentum);
   }
   t_ = t;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -232,6 +288,11 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
     device_steps_.copy_(tg::tensor(steps_d, {int64_t(steps_d.size())}, TensorOptions().dtype(kFloat64)));
   }
   on_state_loaded();
+  for (size_t i = 0; i < params_.size(); ++i)
+    for (const NumberState& n : numbers_) {
+      auto it = by_name.find("state." + std::to_string(i) + "." + n.name);
+      if (it != by_name.end()) n.set(i, *it->second);
+    }
 }
 
 void Optimizer::register_static() {
@@ -267,7 +328,7 @@ void Optimizer::init_fused(bool capturable) {
   auto opt = TensorOptions().dtype(kFloat64).device(params_[0].device());
   device_steps_ = tg::zeros({int64_t(params_.size())}, opt);
   for (Group& g : groups_)
-    g.device_lr = tg::full({}, g.lr, opt);
+    g.device_options = device_options_of(g);
   if (capturable) register_static();
 }
 
@@ -344,6 +405,7 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
   TG_CHECK(!o_.nesterov || (o_.momentum > 0 && o_.dampening == 0),
            "SGD: Nesterov momentum needs momentum > 0 and dampening = 0");
   add_state("momentum_buffer", &buf_);
+  if (o_.momentum > 0) enable_momentum(o_.momentum, false);
   init_fused(o_.capturable);
   on_params_added(0);
 }
@@ -362,7 +424,7 @@ void SGD::step() {
     const detail::MultiTensorUpdates& be = *detail::cuda_multi_tensor_updates();
     fused_step_over(present, {o_.momentum != 0 ? &buf_ : nullptr}, 0.0,
                     [&](const detail::TensorLists& l, const Group& grp) {
-                      be.sgd(l, device_steps_, grp.device_lr,
+                      be.sgd(l, device_steps_, grp.device_options,
                              detail::SGDUpdate{o_.momentum, o_.dampening, grp.weight_decay, o_.nesterov});
                     });
     ++steps_;
@@ -378,10 +440,10 @@ void SGD::step() {
       if (t_[i] == 1 || !buf_[i].defined()) {
         buf_[i] = d.clone();
       } else {
-        buf_[i].mul_(o_.momentum);
+        buf_[i].mul_(grp.momentum);
         buf_[i].add_(d, 1 - o_.dampening);
       }
-      d = o_.nesterov ? d.add(buf_[i], o_.momentum) : buf_[i];
+      d = o_.nesterov ? d.add(buf_[i], grp.momentum) : buf_[i];
     }
     p.add_(d, -grp.lr);
   }
@@ -401,6 +463,7 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled, 
   add_state("exp_avg", &m_);
   add_state("exp_avg_sq", &v_);
   add_state("max_exp_avg_sq", &vmax_);
+  enable_momentum(o_.beta1, true);
   init_fused(o_.capturable);
   on_params_added(0);
 }
@@ -422,8 +485,8 @@ void Adam::step() {
     const detail::MultiTensorUpdates& be = *detail::cuda_multi_tensor_updates();
     fused_step_over(present, {&m_, &v_, o_.amsgrad ? &vmax_ : nullptr}, 0.0,
                     [&](const detail::TensorLists& l, const Group& grp) {
-                      be.adam(l, device_steps_, grp.device_lr,
-                              detail::AdamUpdate{o_.beta1, o_.beta2, o_.eps, grp.weight_decay, o_.amsgrad, decoupled_});
+                      be.adam(l, device_steps_, grp.device_options,
+                              detail::AdamUpdate{o_.beta2, o_.eps, grp.weight_decay, o_.amsgrad, decoupled_});
                     });
     ++steps_;
     return;
@@ -442,11 +505,12 @@ void Adam::step() {
       if (decoupled_) p.mul_(1 - grp.lr * grp.weight_decay);
       else g = g.add(p, grp.weight_decay);
     }
-    m_[i].mul_(o_.beta1);
-    m_[i].add_(g, 1 - o_.beta1);
+    const double b1 = grp.momentum;
+    m_[i].mul_(b1);
+    m_[i].add_(g, 1 - b1);
     v_[i].mul_(o_.beta2);
     v_[i].add_(g * g, 1 - o_.beta2);
-    const double bc1 = 1 - std::pow(o_.beta1, double(t)), bc2 = 1 - std::pow(o_.beta2, double(t));
+    const double bc1 = 1 - std::pow(b1, double(t)), bc2 = 1 - std::pow(o_.beta2, double(t));
     Tensor second = v_[i];
     if (o_.amsgrad) {
       vmax_[i].copy_(tg::maximum(vmax_[i], v_[i]));

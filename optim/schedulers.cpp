@@ -22,8 +22,10 @@ void LRScheduler::set_epoch(int64_t epoch) {
            " parameter groups, the scheduler was made for ", base_.size(),
            "; make the scheduler after add_param_group");
   epoch_ = epoch;
-  for (size_t g = 0; g < base_.size(); ++g)
+  for (size_t g = 0; g < base_.size(); ++g) {
     opt_.set_lr(g, lr_at(g, epoch));
+    if (std::optional<double> m = momentum_at(g, epoch)) opt_.set_momentum(g, *m);
+  }
 }
 
 StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma)
@@ -70,18 +72,22 @@ double LinearLR::lr_at(size_t g, int64_t e) const {
 }
 
 OneCycleLR::OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, double pct_start, bool cos_anneal,
-                       double div_factor, double final_div_factor, bool three_phase)
+                       double div_factor, double final_div_factor, bool three_phase, bool cycle_momentum,
+                       double base_momentum, double max_momentum)
     : OneCycleLR(opt, std::vector<double>(opt.num_param_groups(), max_lr), total_steps, pct_start, cos_anneal,
-                 div_factor, final_div_factor, three_phase) {}
+                 div_factor, final_div_factor, three_phase, cycle_momentum, base_momentum, max_momentum) {}
 
 OneCycleLR::OneCycleLR(Optimizer& opt, std::vector<double> max_lrs, int64_t total_steps, double pct_start,
-                       bool cos_anneal, double div_factor, double final_div_factor, bool three_phase)
+                       bool cos_anneal, double div_factor, double final_div_factor, bool three_phase,
+                       bool cycle_momentum, double base_momentum, double max_momentum)
     : LRScheduler(opt),
       total_(total_steps),
       cos_(cos_anneal),
       max_(std::move(max_lrs)),
       div_(div_factor),
-      final_div_(final_div_factor) {
+      final_div_(final_div_factor),
+      cycle_momentum_(cycle_momentum),
+      max_momentum_(max_momentum) {
   TG_CHECK(total_steps > 0, "OneCycleLR: total_steps must be positive, got ", total_steps);
   TG_CHECK(pct_start > 0 && pct_start < 1, "OneCycleLR: pct_start must be in (0, 1), got ", pct_start);
   TG_CHECK(max_.size() == base_.size(), "OneCycleLR: got ", max_.size(), " max_lr values for ", base_.size(),
@@ -89,29 +95,53 @@ OneCycleLR::OneCycleLR(Optimizer& opt, std::vector<double> max_lrs, int64_t tota
   for (double m : max_)
     TG_CHECK(m > 0, "OneCycleLR: max_lr must be > 0, got ", m);
   TG_CHECK(div_factor > 0 && final_div_factor > 0, "OneCycleLR: div_factor and final_div_factor must be > 0");
+  TG_CHECK(!cycle_momentum || opt.has_momentum(), "OneCycleLR: cycle_momentum needs an optimizer with a momentum ",
+           "(SGD or RMSprop built with momentum > 0) or beta1 (Adam, AdamW, Adamax, NAdam, RAdam); ", opt.name(),
+           " has none: pass cycle_momentum = false");
+  TG_CHECK(!cycle_momentum || (base_momentum >= 0 && base_momentum <= max_momentum),
+           "OneCycleLR: need 0 <= ", "base_momentum <= max_momentum, got ", base_momentum, " and ", max_momentum);
   const double up = pct_start * double(total_steps) - 1, low = 1 / div_factor, end = low / final_div_factor;
-  if (three_phase)
-    phases_ = {{up, 1.0}, {2 * pct_start * double(total_steps) - 2, low}, {double(total_steps) - 1, end}};
-  else phases_ = {{up, 1.0}, {double(total_steps) - 1, end}};
+  if (three_phase) {
+    phase_end_ = {up, 2 * pct_start * double(total_steps) - 2, double(total_steps) - 1};
+    lr_end_ = {1.0, low, end};
+    mom_end_ = {base_momentum, max_momentum, max_momentum};
+  } else {
+    phase_end_ = {up, double(total_steps) - 1};
+    lr_end_ = {1.0, end};
+    mom_end_ = {base_momentum, max_momentum};
+  }
   for (size_t g = 0; g < base_.size(); ++g)
     base_[g] = max_[g] * low;
   set_epoch(0);
 }
-double OneCycleLR::lr_at(size_t g, int64_t e) const {
+
+double OneCycleLR::along(int64_t e, double start, const std::vector<double>& ends) const {
   TG_CHECK(e <= total_, "OneCycleLR: stepped ", e, " times, past total_steps = ", total_,
            "; make total_steps the number of batches you train");
-  double start_step = 0, start_lr = max_[g] / div_;
-  for (size_t k = 0; k < phases_.size(); ++k) {
-    const double end_step = phases_[k].first, end_lr = max_[g] * phases_[k].second;
-    if (double(e) <= end_step || k + 1 == phases_.size()) {
+  double start_step = 0;
+  for (size_t k = 0; k < phase_end_.size(); ++k) {
+    const double end_step = phase_end_[k], end_value = ends[k];
+    if (double(e) <= end_step || k + 1 == phase_end_.size()) {
       const double pct = (double(e) - start_step) / (end_step - start_step);
-      if (cos_) return end_lr + (start_lr - end_lr) / 2 * (std::cos(std::acos(-1.0) * pct) + 1);
-      return (end_lr - start_lr) * pct + start_lr;
+      if (cos_) return end_value + (start - end_value) / 2 * (std::cos(std::acos(-1.0) * pct) + 1);
+      return (end_value - start) * pct + start;
     }
     start_step = end_step;
-    start_lr = end_lr;
+    start = end_value;
   }
-  return start_lr;
+  return start;
+}
+
+double OneCycleLR::lr_at(size_t g, int64_t e) const {
+  std::vector<double> ends(lr_end_.size());
+  for (size_t k = 0; k < ends.size(); ++k)
+    ends[k] = max_[g] * lr_end_[k];
+  return along(e, max_[g] / div_, ends);
+}
+
+std::optional<double> OneCycleLR::momentum_at(size_t, int64_t e) const {
+  if (!cycle_momentum_) return std::nullopt;
+  return along(e, max_momentum_, mom_end_);
 }
 
 SequentialLR::SequentialLR(Optimizer& opt, std::vector<std::shared_ptr<LRScheduler>> schedulers,
@@ -126,11 +156,19 @@ SequentialLR::SequentialLR(Optimizer& opt, std::vector<std::shared_ptr<LRSchedul
     TG_CHECK(s != nullptr, "SequentialLR: a scheduler is null");
   set_epoch(0);
 }
-double SequentialLR::lr_at(size_t g, int64_t e) const {
+std::pair<size_t, int64_t> SequentialLR::current(int64_t e) const {
   size_t k = 0;
   while (k < milestones_.size() && e >= milestones_[k])
     ++k;
-  return schedulers_[k]->lr_at(g, e - (k ? milestones_[k - 1] : 0));
+  return {k, e - (k ? milestones_[k - 1] : 0)};
+}
+double SequentialLR::lr_at(size_t g, int64_t e) const {
+  const auto [k, local] = current(e);
+  return schedulers_[k]->lr_at(g, local);
+}
+std::optional<double> SequentialLR::momentum_at(size_t g, int64_t e) const {
+  const auto [k, local] = current(e);
+  return schedulers_[k]->momentum_at(g, local);
 }
 
 ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& opt, double factor, int64_t patience, double threshold,

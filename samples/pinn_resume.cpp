@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   optim::AdamOptions ao;
   optim::Adam opt({{{params[0], params[1], params[2], params[3]}, 2e-3, 1e-4}, {{params[4], params[5]}, 1e-3, 0.0}},
                   ao);
-  optim::OneCycleLR sched(opt, {1e-2, 5e-3}, steps);  // a peak rate per group
+  optim::OneCycleLR sched(opt, {1e-2, 5e-3}, steps);  // a peak rate per group; beta1 cycles 0.95 -> 0.85 -> 0.95
   int64_t start = 0;
   if (resume) {
     nn::load(*net, dir + "/pinn_model.safetensors");

@@ -149,6 +149,66 @@ TEST(OptimRules, NewOptimizersFollowPyTorchsUpdateRulesStepByStep) {
                         "RAdam: capturable needs float32/float64 contiguous parameters on one CUDA device");
 }
 
+// set_momentum (what OneCycleLR drives) changes the momentum or beta1 each
+// rule uses: an optimizer set to x steps as one built with x, for every
+// rule with one, and Adagrad has none. A NAdam whose beta1 moved resumes
+// bitwise, because its mu_product is saved (PyTorch's state name).
+TEST(OptimRules, SetMomentumIsTheMomentumOrBeta1) {
+  optim::AdaptiveOptions o;
+  o.lr = 0.05;
+  o.momentum = 0.5;
+  for (const char* rule : {"RMSprop", "Adamax", "NAdam", "RAdam"}) {
+    Tensor a = param({0.5, -1.2, 2.0}), b = param({0.5, -1.2, 2.0});
+    auto moved = make(rule, {a}, o);
+    optim::AdaptiveOptions built = o;
+    if (std::string(rule) == "RMSprop") built.momentum = 0.7;
+    else built.beta1 = 0.7;
+    auto fresh = make(rule, {b}, built);
+    ASSERT_TRUE(moved->has_momentum()) << rule;
+    moved->set_momentum(0, 0.7);
+    for (int k = 1; k <= 8; ++k) {
+      feed(a, k);
+      feed(b, k);
+      moved->step();
+      fresh->step();
+    }
+    EXPECT_EQ(vals(a), vals(b)) << rule;
+  }
+  EXPECT_FALSE(optim::Adagrad({param({1.0})}, o).has_momentum());
+  Tensor a = param({1.0}), b = param({1.0});
+  optim::Adam moved({a}), fresh({b}, optim::AdamOptions{1e-3, 0.7});
+  moved.set_momentum(0, 0.7);
+  for (int k = 1; k <= 5; ++k) {
+    feed(a, k);
+    feed(b, k);
+    moved.step();
+    fresh.step();
+  }
+  EXPECT_EQ(vals(a), vals(b)) << "Adam";
+  // NAdam with beta1 moved every step, stopped and resumed.
+  Tensor p = param({0.5, -1.2, 2.0});
+  optim::NAdam run({p}, o);
+  for (int k = 1; k <= 5; ++k) {
+    run.set_momentum(0, 0.9 - 0.02 * k);
+    feed(p, k);
+    run.step();
+  }
+  const optim::NamedTensors state = run.state_dict();
+  bool saved = false;
+  for (const auto& [name, t] : state)
+    saved = saved || (name == "state.0.mu_product" && t.numel() == 1);
+  EXPECT_TRUE(saved) << "state.0.mu_product";
+  Tensor twin = p.detach().clone().requires_grad_();
+  optim::NAdam resumed({twin}, o);
+  resumed.load_state_dict(state);
+  EXPECT_DOUBLE_EQ(resumed.momentum(0), 0.8);
+  feed(p, 6);
+  feed(twin, 6);
+  run.step();
+  resumed.step();
+  EXPECT_EQ(vals(p), vals(twin));
+}
+
 TEST(OptimGroups, EachGroupHasItsOwnRateAndDecay) {
   Tensor a = param({1.0, -2.0}), b = param({0.5}), c = param({3.0});
   optim::SGDOptions so;
@@ -298,19 +358,46 @@ TEST(OptimSchedulers, NewSchedulersFollowPyTorchsClosedForms) {
   }
   {
     // OneCycleLR(max_lr=1, total_steps=10): up over pct 0.3 (steps 0..2),
-    // then down to 1/25/1e4 at step 9, cosine, as PyTorch computes it.
-    optim::SGD opt({p}, {0.1});
+    // then down to 1/25/1e4 at step 9, cosine, as PyTorch computes it; the
+    // momentum the other way, 0.95 down to 0.85 and back.
+    optim::SGD opt({p}, {0.1, 0.9});
     optim::OneCycleLR s(opt, 1.0, 10);
     const double lo = 1.0 / 25, fin = lo / 1e4, pi = std::acos(-1.0);
     auto cosine = [&](double a, double b, double pct) { return b + (a - b) / 2 * (std::cos(pi * pct) + 1); };
     V want;
     for (int e = 0; e <= 9; ++e)
       want.push_back(e <= 2 ? cosine(lo, 1.0, e / 2.0) : cosine(1.0, fin, (e - 2) / 7.0));
+    EXPECT_NEAR(opt.momentum(0), 0.95, 1e-15);
     expect_near(lr_after(opt, s, 9), want, "OneCycleLR");
+    for (int e = 0; e <= 9; ++e) {
+      s.set_epoch(e);
+      const double m = e <= 2 ? cosine(0.95, 0.85, e / 2.0) : cosine(0.85, 0.95, (e - 2) / 7.0);
+      EXPECT_NEAR(opt.momentum(0), m, 1e-15) << "momentum at epoch " << e;
+    }
     EXPECT_ERROR_CONTAINS(s.set_epoch(11), "OneCycleLR: stepped 11 times, past total_steps = 10");
+    // Three phases, linear: beta1 of Adam 0.9 -> 0.8 over steps 0..2, back to 0.9 at 4, then held.
+    Tensor r = param({0.0});
+    optim::Adam adam({r});
+    optim::OneCycleLR three(adam, 1.0, 10, 0.3, /*cos_anneal=*/false, 25, 1e4, /*three_phase=*/true, true, 0.8, 0.9);
+    const V beta1 = {0.9, 0.85, 0.8, 0.85, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9};
+    for (int e = 0; e <= 9; ++e) {
+      three.set_epoch(e);
+      EXPECT_NEAR(adam.momentum(0), beta1[size_t(e)], 1e-15) << "beta1 at epoch " << e;
+    }
+    // Without a momentum to cycle: an error that says what to do; or cycle_momentum = false.
+    optim::SGD plain({p}, {0.1});
+    EXPECT_FALSE(plain.has_momentum());
+    EXPECT_ERROR_CONTAINS(optim::OneCycleLR(plain, 1.0, 10),
+                          "OneCycleLR: cycle_momentum needs an optimizer with a momentum (SGD or RMSprop built with "
+                          "momentum > 0) or beta1 (Adam, AdamW, Adamax, NAdam, RAdam); SGD has none: pass "
+                          "cycle_momentum = false");
+    optim::OneCycleLR lr_only(plain, 1.0, 10, 0.3, true, 25, 1e4, false, /*cycle_momentum=*/false);
+    EXPECT_NEAR(plain.lr(), 1.0 / 25, 1e-15);
+    EXPECT_ERROR_CONTAINS(plain.momentum(0), "SGD has no momentum to read or set");
+    EXPECT_ERROR_CONTAINS(adam.set_momentum(0, 1.0), "Adam: the beta1 must be in [0, 1), got 1");
     // A max_lr per group: the same curve, scaled.
     Tensor q = param({0.0});
-    optim::SGD two(std::vector<optim::ParamGroup>{{{p}}, {{q}}}, {0.1});
+    optim::SGD two(std::vector<optim::ParamGroup>{{{p}}, {{q}}}, {0.1, 0.5});
     optim::OneCycleLR per(two, {1.0, 0.1}, 10);
     for (int e = 1; e <= 9; ++e) {
       per.step();
@@ -515,8 +602,9 @@ void expect_close(const Tensor& got, const Tensor& want, const std::string& what
 // update (one kernel per group and dtype), with and without capturable: 12
 // steps (RAdam rectifies from step 6) over two groups of float32 and float64
 // parameters, some without a gradient at some steps and one of size 0,
-// equal the per-tensor step on the CPU; a captured step replays them too;
-// a fused NAdam resumed from its state steps bitwise as the original.
+// equal the per-tensor step on the CPU, also when a group's momentum (or
+// beta1) moves; a captured step replays them too; a fused NAdam resumed
+// from its state (its mu_product saved) steps bitwise as the original.
 TEST(OptimGpu, AdaptiveRulesAreMultiTensorAndCapturable) {
   REQUIRE_GPU();
   namespace cu = tg::cuda;
@@ -556,9 +644,16 @@ TEST(OptimGpu, AdaptiveRulesAreMultiTensorAndCapturable) {
             else dev[i].mutable_grad() = g.to(gpu);
           }
         };
+        // Group 1's momentum (or beta1) moves at step 6, read on the device by a replay too.
+        auto move_momentum = [&](int k) {
+          if (k != 6 || !o_dev->has_momentum()) return;
+          o_cpu->set_momentum(1, 0.6);
+          o_dev->set_momentum(1, 0.6);
+        };
         if (!capturable) {
           for (int k = 1; k <= 12; ++k) {
             feed_both(k);
+            move_momentum(k);
             o_cpu->step();
             o_dev->step();
           }
@@ -573,6 +668,7 @@ TEST(OptimGpu, AdaptiveRulesAreMultiTensorAndCapturable) {
           }
           for (int k = 2; k <= 12; ++k) {
             feed_both(k);
+            move_momentum(k);
             o_cpu->step();
             graph.replay();
           }

@@ -75,6 +75,15 @@ class Optimizer {
   /// The rate schedulers start from (PyTorch's initial_lr): set by the first
   /// scheduler made for this optimizer to the rate at that time.
   double initial_lr(size_t g);
+  /// Whether the optimizer has a momentum that schedulers may set: SGD's and
+  /// RMSprop's momentum (when built with momentum > 0) or β1 of Adam, AdamW,
+  /// Adamax, NAdam and RAdam (what OneCycleLR cycles).
+  bool has_momentum() const { return momentum_is_beta_.has_value(); }
+  /// Group g's momentum (or β1); an error when has_momentum() is false.
+  double momentum(size_t g) const;
+  /// Sets group g's momentum (or β1; on the device too, no host sync: a
+  /// captured step reads it when replayed).
+  void set_momentum(size_t g, double momentum);
   /// Adds a group (PyTorch's add_param_group): its parameters must be new
   /// to the optimizer; on CUDA it joins the multi-tensor update when the
   /// optimizer has one (and must qualify when capturable).
@@ -94,6 +103,8 @@ class Optimizer {
   ///@}
   /// How many steps were taken.
   int64_t steps() const { return steps_; }
+  /// The optimizer's name ("Adam", ...), as errors give it.
+  const char* name() const { return name_; }
   /// Registers every parameter (and so its .grad) as static for CUDA graphs
   /// (tg::cuda::register_static), named "<optimizer> parameter <i>"; undone
   /// when the optimizer is destroyed. Capturable optimizers do it at
@@ -116,8 +127,18 @@ class Optimizer {
   /// Called with the new parameter count after add_param_group (states of
   /// add_state are resized already).
   virtual void on_params_added(size_t first_new) { (void)first_new; }
-  /// Called at the end of load_state_dict (t_ and the states restored).
+  /// Called at the end of load_state_dict (t_ and the states restored),
+  /// before the number states of add_number_state are set.
   virtual void on_state_loaded() {}
+  /// Registers a per-parameter number (NAdam's mu_product) under `name` for
+  /// state_dict ("state.<i>.<name>", 0-dim, from get(i)); load_state_dict
+  /// hands a saved one to set(i, value) (an absent one is left to
+  /// on_state_loaded).
+  void add_number_state(const char* name, std::function<Tensor(size_t)> get,
+                        std::function<void(size_t, const Tensor&)> set);
+  /// Makes the groups' momentum settable (has_momentum), starting at
+  /// `value`; `is_beta`: it must stay below 1 (β1).
+  void enable_momentum(double value, bool is_beta);
   /// One group: parameters [begin, end) and their options.
   struct Group {
     size_t begin;                      ///< its first parameter's index
@@ -125,7 +146,8 @@ class Optimizer {
     double lr;                         ///< its learning rate
     double weight_decay;               ///< its weight decay
     std::optional<double> initial_lr;  ///< set by the first scheduler
-    Tensor device_lr;                  ///< fused: its learning rate on the device (Float64 0-dim)
+    double momentum = 0;               ///< its momentum or β1 (when has_momentum)
+    Tensor device_options;             ///< fused: {lr, momentum} on the device (Float64 [2])
   };
   std::vector<Group> groups_;        ///< the parameter groups
   std::vector<size_t> group_of_;     ///< each parameter's group
@@ -153,7 +175,16 @@ class Optimizer {
   Tensor device_steps_;         ///< fused: Float64 [P] per-parameter step counts on the device
   bool registered_ = false;     ///< register_static() was called
  private:
+  struct NumberState {
+    std::string name;
+    std::function<Tensor(size_t)> get;
+    std::function<void(size_t, const Tensor&)> set;
+  };
   std::vector<std::pair<std::string, std::vector<Tensor>*>> state_;
+  std::vector<NumberState> numbers_;
+  std::optional<bool> momentum_is_beta_;  // set when has_momentum
+  double default_momentum_ = 0;           // for groups added later
+  Tensor device_options_of(const Group& g) const;
   void add_group(ParamGroup group);
 };
 
@@ -290,6 +321,9 @@ class Adaptive : public Optimizer {
   void on_params_added(size_t first_new) override;
   void on_state_loaded() override;
   std::vector<std::vector<Tensor>*> used_states();  // the rule's state lists with these options
+  double mu_product_after(size_t i, int64_t n);     // NAdam: parameter i's product of n factors (host)
+  Tensor mu_product_of(size_t i);                   // NAdam: its product now, for state_dict
+  void set_mu_product(size_t i, const Tensor& v);   // NAdam: from a state_dict
   Rule rule_;
   AdaptiveOptions o_;
   std::vector<Tensor> s1_, s2_, s3_;  // the rule's state (optim/adaptive.cpp)
@@ -337,6 +371,12 @@ class LRScheduler {
   void set_epoch(int64_t epoch);
   /// Group g's rate at `epoch`.
   virtual double lr_at(size_t g, int64_t epoch) const = 0;
+  /// Group g's momentum at `epoch`, when the scheduler sets it (OneCycleLR).
+  virtual std::optional<double> momentum_at(size_t g, int64_t epoch) const {
+    (void)g;
+    (void)epoch;
+    return std::nullopt;
+  }
 
  protected:
   Optimizer& opt_;            ///< the optimizer scheduled
@@ -393,25 +433,36 @@ class LinearLR : public LRScheduler {
   double start_, end_;
   int64_t total_;
 };
-/// The one-cycle policy (OneCycleLR, the learning rate only: PyTorch's
-/// cycle_momentum = false): from max_lr / div_factor up to max_lr over
-/// pct_start of total_steps, then down to that / final_div_factor, cosine
-/// (or linear) annealing; stepped once per batch.
+/// The one-cycle policy (OneCycleLR): the rate from max_lr / div_factor up
+/// to max_lr over pct_start of total_steps, then down to that /
+/// final_div_factor, cosine (or linear) annealing; with cycle_momentum the
+/// momentum (β1) the other way, from max_momentum down to base_momentum and
+/// back (the optimizer must have one: has_momentum). Stepped once per batch.
 class OneCycleLR : public LRScheduler {
  public:
   /// The schedule over total_steps steps, one max_lr for every group.
   OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, double pct_start = 0.3, bool cos_anneal = true,
-             double div_factor = 25, double final_div_factor = 1e4, bool three_phase = false);
+             double div_factor = 25, double final_div_factor = 1e4, bool three_phase = false,
+             bool cycle_momentum = true, double base_momentum = 0.85, double max_momentum = 0.95);
   /// The schedule with a max_lr per parameter group (PyTorch's list form).
   OneCycleLR(Optimizer& opt, std::vector<double> max_lrs, int64_t total_steps, double pct_start = 0.3,
-             bool cos_anneal = true, double div_factor = 25, double final_div_factor = 1e4, bool three_phase = false);
+             bool cos_anneal = true, double div_factor = 25, double final_div_factor = 1e4, bool three_phase = false,
+             bool cycle_momentum = true, double base_momentum = 0.85, double max_momentum = 0.95);
   double lr_at(size_t g, int64_t epoch) const override;  ///< PyTorch's phases
+  /// max_momentum down to base_momentum and back (cycle_momentum), else none.
+  std::optional<double> momentum_at(size_t g, int64_t epoch) const override;
+
  private:
+  double along(int64_t e, double start, const std::vector<double>& ends) const;
   int64_t total_;
   bool cos_;
   std::vector<double> max_;  // per group
   double div_, final_div_;
-  std::vector<std::pair<double, double>> phases_;  // (end step, end lr as a fraction of max_lr), from (0, 1 / div)
+  bool cycle_momentum_;
+  double max_momentum_;
+  std::vector<double> phase_end_;  // each phase's last step
+  std::vector<double> lr_end_;     // each phase's end rate, a fraction of max_lr (from 1 / div)
+  std::vector<double> mom_end_;    // each phase's end momentum (from max_momentum)
 };
 /// Runs schedulers one after another, switching at the milestones; each
 /// starts at its own epoch 0 (SequentialLR).
@@ -420,7 +471,11 @@ class SequentialLR : public LRScheduler {
   /// schedulers.size() == milestones.size() + 1, milestones increasing.
   SequentialLR(Optimizer& opt, std::vector<std::shared_ptr<LRScheduler>> schedulers, std::vector<int64_t> milestones);
   double lr_at(size_t g, int64_t epoch) const override;  ///< the current scheduler's rate
+  /// The current scheduler's momentum.
+  std::optional<double> momentum_at(size_t g, int64_t epoch) const override;
+
  private:
+  std::pair<size_t, int64_t> current(int64_t epoch) const;  // the scheduler and its epoch
   std::vector<std::shared_ptr<LRScheduler>> schedulers_;
   std::vector<int64_t> milestones_;
 };

@@ -675,6 +675,15 @@ TEST(OptimGpu, AdaptiveRulesAreMultiTensorAndCapturable) {
         }
         for (size_t i = 0; i < cpu.size(); ++i)
           expect_close(dev[i], cpu[i], "parameter " + std::to_string(i));
+        if (capturable) {  // the saved step counts are the device's: 1 eager step + 11 replays
+          bool found = false;
+          for (const auto& [name, t] : o_dev->state_dict())
+            if (name == "state.0.step") {
+              found = true;
+              EXPECT_EQ(t.item<double>(), 12.0);
+            }
+          EXPECT_TRUE(found);
+        }
         if (std::string(rule) != "NAdam" || capturable) continue;
         // Resume: a fresh fused NAdam from the state takes the same step bitwise.
         std::vector<Tensor> twin;

@@ -366,38 +366,40 @@ void nadam_products(const Tensor& steps, const Tensor& mu_product, double beta1,
   TG_CUDA_CHECK(cudaGetLastError(), "NAdam (multi-tensor)");
 }
 
-// One list entry per gradient (checked), with the blocks it takes.
-std::vector<std::array<void*, 5>> gradient_entries(const std::vector<Tensor>& gs, const char* op,
-                                                   std::vector<int64_t>* n, int64_t* blocks) {
-  std::vector<std::array<void*, 5>> e;
-  *blocks = 0;
+// The gradients as list entries (checked), with their sizes and the blocks
+// they take.
+struct GradientEntries {
+  std::vector<std::array<void*, 5>> ptr;
+  std::vector<int64_t> n;
+  int64_t blocks = 0;
+};
+GradientEntries gradient_entries(const std::vector<Tensor>& gs, const char* op) {
+  GradientEntries e;
   for (size_t i = 0; i < gs.size(); ++i) {
     const Tensor& g = gs[i];
     TG_CHECK(g.is_cuda() && g.device() == gs[0].device() && g.is_contiguous() &&
                  (g.dtype() == kFloat32 || g.dtype() == kFloat64),
              op, ": gradient ", i, " must be a contiguous float32/float64 tensor on ", gs[0].device());
-    e.push_back({g.data_ptr(), nullptr, nullptr, nullptr, nullptr});
-    n->push_back(g.numel());
-    *blocks += (g.numel() + kChunk - 1) / kChunk;
+    e.ptr.push_back({g.data_ptr(), nullptr, nullptr, nullptr, nullptr});
+    e.n.push_back(g.numel());
+    e.blocks += (g.numel() + kChunk - 1) / kChunk;
   }
   return e;
 }
 
-// The launches over the gradients of one dtype at a time: `launch(args,
+// The launches over the entries of one dtype at a time: `launch(args,
 // blocks, stream, dtype, first block)`, the first block counted over every
 // launch before.
-template <class Launch> void per_dtype(const std::vector<Tensor>& gs, const char* op, Launch launch) {
-  std::vector<int64_t> n;
-  int64_t total = 0;
-  auto e = gradient_entries(gs, op, &n, &total);
+template <class Launch>
+void per_dtype(const std::vector<Tensor>& gs, const GradientEntries& e, const char* op, Launch launch) {
   int64_t offset = 0;
   for (ScalarType dt : {kFloat32, kFloat64}) {
     std::vector<std::array<void*, 5>> mine;
     std::vector<int64_t> mine_n;
     for (size_t i = 0; i < gs.size(); ++i)
       if (gs[i].dtype() == dt) {
-        mine.push_back(e[i]);
-        mine_n.push_back(n[i]);
+        mine.push_back(e.ptr[i]);
+        mine_n.push_back(e.n[i]);
       }
     for_each_launch(gs[0].device(), mine, mine_n, std::vector<int64_t>(mine.size(), 0), op,
                     [&](const ListArgs& a, unsigned blocks, cudaStream_t s) {
@@ -413,18 +415,16 @@ int norm_mode(double p) { return p == 2 ? 0 : p == 1 ? 1 : std::isinf(p) ? 2 : 3
 Tensor norm_partials(const std::vector<Tensor>& gs, double p) {
   const char* op = "clip_grad_norm_ (multi-tensor)";
   TG_CHECK(!gs.empty(), op, ": no gradients");
-  std::vector<int64_t> n;
-  int64_t blocks = 0;
-  gradient_entries(gs, op, &n, &blocks);
-  Tensor out = tg::empty({blocks > 0 ? blocks : 1}, TensorOptions().dtype(kFloat64).device(gs[0].device()));
-  if (blocks == 0) return out.zero_();
+  const GradientEntries e = gradient_entries(gs, op);
+  Tensor out = tg::empty({e.blocks > 0 ? e.blocks : 1}, TensorOptions().dtype(kFloat64).device(gs[0].device()));
+  if (e.blocks == 0) return out.zero_();
   const int mode = norm_mode(p);
   double* o = static_cast<double*>(out.data_ptr());
   LaunchEncoder access(stream_of(gs[0]));
   for (const Tensor& g : gs)
     access.read(g);
   access.write(out);
-  per_dtype(gs, op, [&](const ListArgs& a, unsigned nb, cudaStream_t s, ScalarType dt, int64_t first) {
+  per_dtype(gs, e, op, [&](const ListArgs& a, unsigned nb, cudaStream_t s, ScalarType dt, int64_t first) {
     if (dt == kFloat64) norm_kernel<double><<<nb, kThreads, 0, s>>>(a, mode, p, o + first);
     else norm_kernel<float><<<nb, kThreads, 0, s>>>(a, mode, p, o + first);
   });
@@ -440,10 +440,8 @@ void clip_scale(const std::vector<Tensor>& gs, const Tensor& partials, double p,
   TG_CHECK(total.is_cuda() && total.device() == gs[0].device() && total.numel() == 1 &&
                (total.dtype() == kFloat32 || total.dtype() == kFloat64),
            op, ": the norm's output must be one float32/float64 number on ", gs[0].device());
-  std::vector<int64_t> n;
-  int64_t blocks = 0;
-  gradient_entries(gs, op, &n, &blocks);
-  if (blocks == 0) {  // every gradient empty: the norm is 0
+  const GradientEntries e = gradient_entries(gs, op);
+  if (e.blocks == 0) {  // every gradient empty: the norm is 0
     total.zero_();
     return;
   }
@@ -455,7 +453,7 @@ void clip_scale(const std::vector<Tensor>& gs, const Tensor& partials, double p,
     access.write(g);
   access.read(partials);
   access.write(total);
-  per_dtype(gs, op, [&](const ListArgs& a, unsigned nb, cudaStream_t s, ScalarType dt, int64_t first) {
+  per_dtype(gs, e, op, [&](const ListArgs& a, unsigned nb, cudaStream_t s, ScalarType dt, int64_t first) {
     void* out = first == 0 ? total.data_ptr() : nullptr;  // the first launch writes the norm
     if (dt == kFloat64)
       clip_scale_kernel<double><<<nb, kThreads, 0, s>>>(a, part, partials.numel(), mode, p, max_norm, out, out_double);

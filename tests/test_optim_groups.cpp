@@ -96,12 +96,32 @@ struct Reference {
   }
 };
 
+std::unique_ptr<optim::Optimizer> make_groups(const std::string& rule, std::vector<optim::ParamGroup> gs,
+                                              optim::AdaptiveOptions o) {
+  if (rule == "RMSprop") return std::make_unique<optim::RMSprop>(std::move(gs), o);
+  if (rule == "Adagrad") return std::make_unique<optim::Adagrad>(std::move(gs), o);
+  if (rule == "Adamax") return std::make_unique<optim::Adamax>(std::move(gs), o);
+  if (rule == "NAdam") return std::make_unique<optim::NAdam>(std::move(gs), o);
+  return std::make_unique<optim::RAdam>(std::move(gs), o);
+}
+
 std::unique_ptr<optim::Optimizer> make(const std::string& rule, std::vector<Tensor> ps, optim::AdaptiveOptions o) {
-  if (rule == "RMSprop") return std::make_unique<optim::RMSprop>(std::move(ps), o);
-  if (rule == "Adagrad") return std::make_unique<optim::Adagrad>(std::move(ps), o);
-  if (rule == "Adamax") return std::make_unique<optim::Adamax>(std::move(ps), o);
-  if (rule == "NAdam") return std::make_unique<optim::NAdam>(std::move(ps), o);
-  return std::make_unique<optim::RAdam>(std::move(ps), o);
+  return make_groups(rule, {optim::ParamGroup{std::move(ps)}}, o);
+}
+
+// The options each rule has, all set (one case beside the defaults).
+optim::AdaptiveOptions all_options(optim::AdaptiveOptions o) {
+  o.weight_decay = 0.1;
+  o.momentum = 0.8;
+  o.centered = true;
+  o.lr_decay = 0.05;
+  o.initial_accumulator_value = 0.3;
+  o.alpha = 0.9;
+  o.beta1 = 0.8;
+  o.beta2 = 0.95;
+  o.eps = 1e-6;
+  o.momentum_decay = 0.01;
+  return o;
 }
 
 TEST(OptimRules, NewOptimizersFollowPyTorchsUpdateRulesStepByStep) {
@@ -114,18 +134,7 @@ TEST(OptimRules, NewOptimizersFollowPyTorchsUpdateRulesStepByStep) {
   std::vector<Case> cases;
   for (const char* rule : {"RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam"}) {
     cases.push_back({rule, base});
-    optim::AdaptiveOptions o = base;  // the options each rule has, all set
-    o.weight_decay = 0.1;
-    o.momentum = 0.8;
-    o.centered = true;
-    o.lr_decay = 0.05;
-    o.initial_accumulator_value = 0.3;
-    o.alpha = 0.9;
-    o.beta1 = 0.8;
-    o.beta2 = 0.95;
-    o.eps = 1e-6;
-    o.momentum_decay = 0.01;
-    cases.push_back({rule, o});
+    cases.push_back({rule, all_options(base)});
   }
   for (const Case& c : cases) {
     V start = {0.5, -1.2, 2.0, 0.03};
@@ -564,30 +573,6 @@ TEST(OptimGpu, GroupsResumeClipAndDropoutOnTheGpu) {
       kept += e != 0;
     EXPECT_NEAR(kept / 4096, 0.5, 0.05);
   }
-}
-
-// The options each rule has, all set (one case beside the defaults).
-optim::AdaptiveOptions all_options(optim::AdaptiveOptions o) {
-  o.weight_decay = 0.1;
-  o.momentum = 0.8;
-  o.centered = true;
-  o.lr_decay = 0.05;
-  o.initial_accumulator_value = 0.3;
-  o.alpha = 0.9;
-  o.beta1 = 0.8;
-  o.beta2 = 0.95;
-  o.eps = 1e-6;
-  o.momentum_decay = 0.01;
-  return o;
-}
-
-std::unique_ptr<optim::Optimizer> make_groups(const std::string& rule, std::vector<optim::ParamGroup> gs,
-                                              optim::AdaptiveOptions o) {
-  if (rule == "RMSprop") return std::make_unique<optim::RMSprop>(std::move(gs), o);
-  if (rule == "Adagrad") return std::make_unique<optim::Adagrad>(std::move(gs), o);
-  if (rule == "Adamax") return std::make_unique<optim::Adamax>(std::move(gs), o);
-  if (rule == "NAdam") return std::make_unique<optim::NAdam>(std::move(gs), o);
-  return std::make_unique<optim::RAdam>(std::move(gs), o);
 }
 
 void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {

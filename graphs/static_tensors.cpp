@@ -28,6 +28,7 @@ std::vector<Tensor>::iterator find(const TensorImpl* impl) {
 }
 
 void* grad_ptr(const Tensor& t) {
+  if (!t.is_leaf() && !t.retains_grad()) return nullptr;  // no .grad() (reading it throws)
   const Tensor& g = t.grad();
   return g.defined() && !g.is_sparse() ? g.data_ptr() : nullptr;
 }

@@ -118,6 +118,12 @@ Tensor from_blob(void* data, const IntList& sizes, const IntList& strides_in, Sc
     extent = size_t(detail::checked_mul(detail::checked_add(last, 1, "from_blob", sizes), int64_t(element_size(dtype)),
                                         "from_blob", sizes));
   }
+  // The last byte must be an address: a producer's claim that runs past the
+  // end of the address space is refused (reading it would wrap around).
+  uintptr_t end = 0;
+  TG_CHECK(!__builtin_add_overflow(reinterpret_cast<uintptr_t>(data), extent, &end), "from_blob: data (", data,
+           ") plus the ", extent, " bytes that shape ", shape_str(sizes), " and strides ", shape_str(strides),
+           " reach overflows the address space; the pointer or the shape is wrong");
   auto storage = IntrusivePtr<StorageImpl>::make(data, extent, device, release, context);
   return Tensor(
       IntrusivePtr<TensorImpl>::make(std::move(storage), sizes, strides, 0, dtype, IntrusivePtr<VersionCounter>()));

@@ -114,12 +114,12 @@ Tensor scalar_like(Scalar s, const Tensor& t, const char* op) {
 std::pair<double, int64_t> scalar_in(Scalar s, ScalarType st) {
   const double d = s.to_double();
   switch (st) {
-    case kFloat64: return {d, int64_t(d)};
-    case kFloat32: return {double(float(d)), int64_t(d)};
-    case kFloat16: return {double(float(Half(float(d)))), int64_t(d)};
-    case kBFloat16: return {double(float(BFloat16(float(d)))), int64_t(d)};
+    case kFloat64: return {d, s.to_int()};
+    case kFloat32: return {double(float(d)), s.to_int()};
+    case kFloat16: return {double(float(Half(float(d)))), s.to_int()};
+    case kBFloat16: return {double(float(BFloat16(float(d)))), s.to_int()};
     default: {
-      const int64_t i = s.is_integral() ? s.to_int() : int64_t(d);
+      const int64_t i = s.to_int();
       return {double(i), i};
     }
   }
@@ -518,6 +518,7 @@ const Tensor& div_(const Tensor& self, Scalar s) { return inplace_scalar(self, B
 const Tensor& fill_(const Tensor& self, Scalar s) {
   detail::check_defined(self, "fill_");
   detail::check_writable(self, "fill_");
+  detail::check_scalar_fits(s, self.dtype(), "fill_");
   kernels::backend(self.device(), "fill_").fill(self, s);
   self.bump_version();
   return self;
@@ -588,6 +589,12 @@ template <class D, class S> inline D convert(S s) {
     return D(float(s));
   } else if constexpr (std::is_same_v<D, bool>) {
     return s != S(0);
+  } else if constexpr (std::is_integral_v<D> && std::is_floating_point_v<S>) {
+    // Defined for every input (a plain cast of NaN, +-inf or 1e30 is
+    // undefined behaviour): saturating, NaN to 0, as CUDA's conversion does.
+    if (fits_int64(double(s))) return static_cast<D>(s);
+    if (s != s) return D(0);
+    return s > 0 ? std::numeric_limits<D>::max() : std::numeric_limits<D>::min();
   } else {
     return static_cast<D>(s);
   }

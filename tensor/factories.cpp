@@ -52,6 +52,7 @@ void manual_seed(uint64_t seed) {
 Tensor empty(const IntList& sizes, TensorOptions o) { return finish(make(sizes, o, "empty"), o); }
 
 Tensor full(const IntList& sizes, Scalar v, TensorOptions o) {
+  detail::check_scalar_fits(v, o.dtype(), "full");
   Tensor t = make(sizes, o, "full");
   if (t.numel()) kernels::backend(t.device(), "full").fill(t, v);
   return finish(t, o);

@@ -40,6 +40,10 @@ Tensor index_tensor(const std::vector<int64_t>& v, Device device);
 bool may_overlap(const Tensor& dst, const Tensor& src);
 // Throws when `t` has several elements at one address (an expanded view).
 void check_writable(const Tensor& t, const char* op);
+// Throws, naming `op`, when `v` cannot be stored in `dtype` without
+// overflow (as PyTorch's): NaN, +-inf or an out-of-range number into Int64,
+// a finite number beyond the largest finite value of a narrower float.
+void check_scalar_fits(Scalar v, ScalarType dtype, const char* op);
 
 // out (contiguous, compute dtype) [index along d] += src, index validated.
 // Deterministic mode on a GPU: a sorted, ordered sum instead of atomics.

@@ -4,6 +4,8 @@
 #include "tensor/checked.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <sstream>
 
 #include <tapegrad/cuda/capture.h>
@@ -88,6 +90,22 @@ void check_writable(const Tensor& t, const char* op) {
              "tensor (shape ",
              shape_str(t.sizes()), ", strides ", shape_str(t.strides()),
              ") refers to a single memory location; call .clone() first");
+}
+
+void check_scalar_fits(Scalar v, ScalarType dtype, const char* op) {
+  if (v.is_integral() || dtype == kBool || dtype == kFloat64) return;  // every int64 is some double
+  const double d = v.to_double();
+  if (dtype == kInt64) {
+    TG_CHECK(fits_int64(d), op, ": the value ", d, " cannot be converted to Int64 without overflow",
+             std::isnan(d) ? " (NaN has no integer value)" : "",
+             "; use a floating tensor, or a value in [-2^63, 2^63)");
+    return;
+  }
+  const double max = dtype == kFloat32 ? double(std::numeric_limits<float>::max())
+                     : dtype == kFloat16 ? 65504.0
+                                         : 3.3895313892515355e38;  // bfloat16
+  TG_CHECK(!std::isfinite(d) || std::fabs(d) <= max, op, ": the value ", d, " cannot be converted to ", dtype,
+           " without overflow (its largest finite value is ", max, "); use a wider dtype or pass inf explicitly");
 }
 
 }  // namespace detail

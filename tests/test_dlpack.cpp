@@ -189,6 +189,28 @@ TEST(DLPack, RefusalsNameWhatIsUnsupportedAndReleaseTheProducer) {
   EXPECT_EQ(tg::from_dlpack(m).sum().item<float>(), 2.0f);
 }
 
+// A claim whose first element is an address but whose extent runs past the
+// end of the address space is refused before any storage exists (reading it
+// would wrap around to address 0).
+TEST(DLPack, RefusesAnExtentThatOverflowsTheAddressSpace) {
+  int deleted = 0;
+  DLManagedTensor* m = make_producer({1, 2}, {4}, {}, 0, &deleted);
+  const uintptr_t data = reinterpret_cast<uintptr_t>(m->dl_tensor.data);
+  const uintptr_t top = (~uintptr_t(0) - 15) & ~uintptr_t(7);  // aligned, 16 bytes below the end
+  m->dl_tensor.byte_offset = uint64_t(top - data);                 // 4 doubles need 32 bytes from there
+  EXPECT_ERROR_CONTAINS(tg::from_dlpack(m), "overflows the address space");
+  EXPECT_EQ(deleted, 1);
+  // One element (8 bytes) fits below the end: the check is exact, not a guess.
+  m = make_producer({1, 2}, {1}, {}, 0, &deleted);
+  m->dl_tensor.byte_offset = uint64_t(top - reinterpret_cast<uintptr_t>(m->dl_tensor.data));
+  {
+    Tensor t = tg::from_dlpack(m);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()), top);
+  }
+  EXPECT_EQ(deleted, 2);
+  EXPECT_ERROR_CONTAINS(tg::from_blob(reinterpret_cast<void*>(top), {3}, {}, tg::kFloat64, kCpu, nullptr, nullptr), "overflows the address space");
+}
+
 TEST(DLPackGpu, RoundTripsEveryDtypeAndViewWithoutCopies) {
   REQUIRE_GPU();
   round_trips(kGpu);

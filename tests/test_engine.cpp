@@ -892,6 +892,34 @@ TEST(Functional, PerSampleHessianStrategiesAgree) {
   }
 }
 
+// The default strategy (batched cotangents) on a fn that closes over
+// per-row tensors (per-sample weights, expanded from one): such a fn cannot
+// run on one row or on stacked copies; it falls back and gives the same
+// Hessians as the other strategies (it failed with a bare broadcast error
+// from mul). A fn with a [B] output is refused naming that shape (it said
+// "[1]", the shape of the one-row probe).
+TEST(Functional, PerSampleHessianDefaultHandlesPerRowClosuresAndNamesRealShapes) {
+  tg::manual_seed(63);
+  const int64_t B = 4, n = 3;
+  Tensor x = tg::rand({B, n}, kF64) * 2 - 1;
+  Tensor w = tg::randn({1, n, 2}, kF64).expand({B, n, 2}).contiguous();  // per-sample weights
+  Tensor scale = tg::rand({B, 1}, kF64) + 0.5;                             // per-row
+  auto per_row = [&](const Tensor& t) { return tg::tanh(tg::bmm(t.unsqueeze(1), w).squeeze(1)) * scale; };
+  Tensor ref = ag::per_sample_hessian(per_row, x, ag::HessianStrategy::Rows);
+  ASSERT_EQ(ref.sizes(), (tg::IntList{B, 2, n, n}));
+  EXPECT_GT(tg::abs(ref).sum().item<double>(), 1e-3);
+  Tensor h = ag::per_sample_hessian(per_row, x);
+  EXPECT_TRUE(tg::allclose(h, ref, 1e-12, 1e-12));
+  Tensor hc = ag::per_sample_hessian(per_row, x, ag::HessianStrategy::BatchedCotangents, /*create_graph=*/true);
+  EXPECT_TRUE(tg::allclose(hc.detach(), ref, 1e-12, 1e-12));
+  {  // inside a caller's dual level too (no nested levels: the reverse rows)
+    tg::autograd::forward_ad::dual_level level;
+    EXPECT_TRUE(tg::allclose(ag::per_sample_hessian(per_row, x), ref, 1e-12, 1e-12));
+  }
+  auto flat = [](const Tensor& t) { return (t * t).sum({1}); };  // [B], not [B, m]
+  EXPECT_ERROR_CONTAINS(ag::per_sample_hessian(flat, x), "fn must map [B, n] to [B, m] (B = 4), got shape [4]");
+}
+
 // mlp_taylor (forward Taylor mode) against the reference reverse-mode path:
 // value, Jacobian and Hessian per sample, and the gradient of a loss of the
 // Hessian into the weights and biases (third derivatives through the

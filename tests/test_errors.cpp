@@ -174,6 +174,38 @@ TEST(Errors, UndefinedAndDevices) {
   }
 }
 
+// softmax and log_softmax name themselves for a bad dim (they said "amax",
+// the first of their parts to look at it).
+TEST(Errors, SoftmaxNamesItselfForABadDim) {
+  Tensor x = tg::ones({2, 3});
+  EXPECT_ERROR(tg::softmax(x, 2), "softmax: dimension 2 is out of range for a tensor of rank 2");
+  EXPECT_ERROR(tg::log_softmax(x, -3), "log_softmax: dimension -3 is out of range");
+  expect_values(tg::softmax(tg::scalar_tensor(2.0), 0), {1.0}, 0, "softmax of a 0-dim tensor over dim 0");
+}
+
+// .grad() of a non-leaf says why it has none (it read as undefined, and the
+// first use failed far away: "sum: input is an undefined tensor"); a leaf
+// and a retained non-leaf read as before.
+TEST(Errors, GradOfANonLeafSaysSo) {
+  Tensor x = tg::ones({3}, tg::kFloat64).requires_grad_();
+  Tensor y = x * 2.0;
+  Tensor z = y.sum();
+  z.backward({}, true);
+  EXPECT_ERROR(y.grad(), "grad: this tensor (shape [3], computed by mul) is not a leaf");
+  try {
+    (void)y.grad();
+  } catch (const tg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("call retain_grad()"), std::string::npos) << e.what();
+  }
+  expect_values(x.grad(), {2, 2, 2}, 0, "leaf");
+  Tensor r = x * 3.0;
+  r.retain_grad();
+  EXPECT_FALSE(r.grad().defined()) << "retained, before backward";
+  r.sum().backward();
+  expect_values(r.grad(), {1, 1, 1}, 0, "retained non-leaf");
+  EXPECT_FALSE(tg::ones({2}).grad().defined()) << "a tensor without autograd has no gradient";
+}
+
 TEST(Errors, LimitsAndOutOfMemory) {
   Tensor a = tg::ones({3, 4});
   EXPECT_ERROR(a.as_strided({3}, {1, 1}), "as_strided: sizes [3] and strides [1, 1] have different lengths");

@@ -87,3 +87,47 @@ TEST(Random, DistributionsLookRight) {
 
 }  // namespace
 }  // namespace tgtest
+
+namespace tgtest {
+namespace {
+
+// A number that an integer tensor cannot hold is refused, as PyTorch's
+// "cannot be converted ... without overflow" (a plain cast of NaN, +-inf or
+// 1e30 to int64_t is undefined behaviour and gave INT64_MIN here), and the
+// tensor is left as it was.
+TEST(Factories, NumbersThatDoNotFitAnIntegerTensorAreRefused) {
+  Tensor t = tg::tensor({1, 2, 3}, {3}, tg::kInt64);
+  for (double bad : {1e30, -1e30, 9223372036854775808.0, std::nan(""), double(INFINITY), -double(INFINITY)}) {
+    EXPECT_ERROR_CONTAINS(t.fill_(bad), "fill_: the value");
+    EXPECT_ERROR_CONTAINS(tg::full({2}, bad, tg::kInt64), "cannot be converted to Int64 without overflow");
+    EXPECT_ERROR_CONTAINS(t.masked_fill(tg::tensor({1, 0, 1}, {3}, tg::kBool), bad), "masked_fill: the value");
+  }
+  EXPECT_EQ(t.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3})) << "a refused fill_ writes nothing";
+  // In range: truncated toward zero, as PyTorch; -2^63 is the smallest.
+  t.fill_(-2.75);
+  EXPECT_EQ(t.to_vector<int64_t>(), (std::vector<int64_t>{-2, -2, -2}));
+  EXPECT_EQ(tg::full({1}, -9223372036854775808.0, tg::kInt64).to_vector<int64_t>()[0], INT64_MIN);
+  // A narrower float refuses a finite value beyond its range; inf and NaN are its own values.
+  EXPECT_ERROR_CONTAINS(tg::full({1}, 1e300, tg::kFloat32), "cannot be converted to Float32 without overflow");
+  EXPECT_ERROR_CONTAINS(tg::zeros({1}, tg::kFloat16).fill_(1e5), "Float16");
+  EXPECT_TRUE(std::isinf(tg::full({1}, INFINITY, tg::kFloat32).item<float>()));
+  EXPECT_TRUE(std::isnan(tg::full({1}, std::nan(""), tg::kFloat16).to(tg::kFloat32).item<float>()));
+  expect_values(tg::full({1}, 1e300, tg::kFloat64), {1e300}, 0, "Float64 holds it");
+  // A Scalar of a floating value out of int64's range has no integer value:
+  // to_int() is 0 (defined), fits_int64 says so.
+  EXPECT_FALSE(tg::fits_int64(std::nan("")));
+  EXPECT_FALSE(tg::fits_int64(9223372036854775808.0));
+  EXPECT_TRUE(tg::fits_int64(-9223372036854775808.0));
+  EXPECT_EQ(tg::Scalar(1e30).to_int(), 0);
+  EXPECT_EQ(tg::Scalar(-7.9).to_int(), -7);
+  // Converting a float tensor to Int64 is defined for every value: saturating,
+  // NaN to 0 (as CUDA's conversion; UBSan's float-cast-overflow checks it).
+  Tensor f = tg::tensor({std::nan(""), double(INFINITY), -double(INFINITY), 1e30, -1e30, 3.9, -3.9}, {7}, tg::kFloat64);
+  EXPECT_EQ(f.to(tg::kInt64).to_vector<int64_t>(),
+            (std::vector<int64_t>{0, INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN, 3, -3}));
+  EXPECT_EQ(f.to(tg::kFloat32).to(tg::kInt64).to_vector<int64_t>(),
+            (std::vector<int64_t>{0, INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN, 3, -3}));
+}
+
+}  // namespace
+}  // namespace tgtest

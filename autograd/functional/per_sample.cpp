@@ -111,14 +111,28 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
   // Batched cotangents (also ForwardOverReverse inside a caller's dual level,
   // where levels do not nest): probe the output width with the first sample, then
   // R = m * n copies; copy r = i * n + j carries e_i, and row j is selected.
+  // A fn that does not map one row to one row (it closes over per-row
+  // tensors: per-sample weights, say) cannot take the R * B stacked copies
+  // either: the whole batch tells its real output shape, and such a fn gets
+  // forward over reverse (rows of x, batched tangents) or, inside a caller's
+  // dual level, the reverse rows.
   int64_t m;
   {
     NoGradGuard no_grad;
-    Tensor probe = fn(xi.narrow(0, 0, std::min<int64_t>(B, 1)));
-    TG_CHECK(probe.defined() && probe.dim() == 2,
-             "per_sample_hessian: fn must map [B, n] to "
-             "[B, m], got shape ",
-             probe.defined() ? shape_str(probe.sizes()) : std::string("undefined"));
+    const int64_t first = std::min<int64_t>(B, 1);
+    Tensor probe;
+    bool one_row_works = false;
+    try {
+      probe = fn(xi.narrow(0, 0, first));
+      one_row_works = probe.defined() && probe.dim() == 2 && probe.size(0) == first;
+    } catch (const Error&) {
+    }
+    if (!one_row_works) {
+      Tensor whole = fn(xi);  // its errors are fn's own, on the input it was given
+      check_batched_output(whole, B, "per_sample_hessian");
+      if (!forward_ad::is_active()) return per_sample_hessian(fn, x, HessianStrategy::ForwardOverReverse, create_graph);
+      return per_sample_hessian(fn, x, HessianStrategy::Rows, create_graph);
+    }
     m = probe.size(1);
   }
   const int64_t R = m * n;

@@ -55,7 +55,10 @@ enum class HessianStrategy {
   /// Batched cotangents: fn runs once on m * n stacked copies of x, copy
   /// (i, j) gets the cotangent e_i, and two backward passes (Jacobian, then
   /// the selected Hessian rows) do the work of m + m * n, with GEMMs m * n
-  /// times taller and m * n times fewer launches.
+  /// times taller and m * n times fewer launches. A fn that does not map one
+  /// row of x to one row (it closes over per-row tensors, such as expanded
+  /// per-sample weights) cannot run on the stacked copies: it gets
+  /// ForwardOverReverse (Rows inside a caller's forward_ad::dual_level).
   BatchedCotangents,
   /// Forward over reverse (JAX's jacfwd(jacrev)): fn runs once with x
   /// carrying the n tangents e_1..e_n as a batch (forward_ad::dual_level(n):

@@ -4,10 +4,16 @@
 #include <tapegrad/nn/functional.h>
 
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <string>
 
+#include <tapegrad/autograd/grad_mode.h>
+#include <tapegrad/cuda/capture.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
+
+#include "nn/embedding_checks.h"
 
 namespace tg::nn::functional {
 namespace {
@@ -163,6 +169,12 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
     return nll * (1 - label_smoothing) + s * (label_smoothing / double(C));
   }
   // Class probabilities.
+  IntList index_shape = input.sizes();
+  index_shape.erase(index_shape.begin() + cdim);
+  TG_CHECK(target.sizes() != index_shape, "cross_entropy: target ", shape_str(target.sizes()), " is ", target.dtype(),
+           " of the class-index shape (input ", shape_str(input.sizes()),
+           " without its class dim); pass the class indices as Int64 (target.to(kInt64)), or class probabilities of "
+           "input's shape");
   TG_CHECK(target.sizes() == input.sizes(), "cross_entropy: probability targets must have input's shape ",
            shape_str(input.sizes()), ", got ", shape_str(target.sizes()));
   Tensor logp = tg::log_softmax(input, cdim);
@@ -178,17 +190,67 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& we
   return reduce(-prod.sum({cdim}), reduction, "cross_entropy");
 }
 
+namespace {
+
+// A weight of the binary losses multiplies the per-element loss: its shape
+// must broadcast to input's without changing it (a [3, 1] weight against a
+// [3] input would make a [3, 3] loss of every pair).
+void check_weight_shape(const Tensor& w, const Tensor& input, const char* what, const char* op) {
+  if (!w.defined()) return;
+  const IntList &ws = w.sizes(), &is = input.sizes();
+  bool ok = ws.size() <= is.size();
+  for (size_t k = 1; ok && k <= ws.size(); ++k)
+    ok = ws[ws.size() - k] == 1 || ws[ws.size() - k] == is[is.size() - k];
+  TG_CHECK(ok, op, ": ", what, " ", shape_str(ws), " does not broadcast to input's shape ", shape_str(is),
+           " without changing it (aligned from the right, each of its sizes must be 1 or input's); reshape ", what,
+           " to fit input");
+}
+
+// PyTorch's rule: every element of input is a probability in [0, 1] (NaN is
+// not). Read on the host: on the CPU directly, on a GPU after one sync (as
+// the class-index range of nll_loss). While a CUDA graph is being captured
+// nothing can be read: the result of `loss` is then NaN where input is out
+// of range (and so is any reduction of it), never a finite wrong number.
+Tensor check_probabilities(const Tensor& input, const std::function<Tensor()>& loss) {
+  const char* op = "binary_cross_entropy";
+  Tensor ok;
+  {
+    autograd::NoGradGuard no_grad;
+    ok = tg::logical_and(tg::ge(input.detach(), 0.0), tg::le(input.detach(), 1.0));
+  }
+  if (input.is_cuda() && cuda::is_current_stream_capturing())
+    return tg::where(ok, loss(), std::numeric_limits<double>::quiet_NaN());
+  if (input.numel() > 0 && !tg::all(ok).item<bool>()) {
+    const std::vector<double> v = input.detach().to_vector<double>();
+    size_t i = 0;
+    while (i + 1 < v.size() && v[i] >= 0 && v[i] <= 1)
+      ++i;
+    TG_ERROR(op, ": all elements of input should be between 0 and 1, got ", v[i], " at (flattened) index ", i,
+             " of input ", shape_str(input.sizes()),
+             "; pass probabilities (sigmoid of the logits), or the logits to binary_cross_entropy_with_logits");
+  }
+  return loss();
+}
+
+}  // namespace
+
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction) {
   check_pair(input, target, "binary_cross_entropy");
-  Tensor l =
-      -(target * tg::clamp_min(tg::log(input), -100.0) + (1.0 - target) * tg::clamp_min(tg::log(1.0 - input), -100.0));
+  check_weight_shape(weight, input, "weight", "binary_cross_entropy");
+  Tensor l = check_probabilities(input, [&] {
+    return -(target * tg::clamp_min(tg::log(input), -100.0) +
+             (1.0 - target) * tg::clamp_min(tg::log(1.0 - input), -100.0));
+  });
   if (weight.defined()) l = l * weight;
   return reduce(l, reduction, "binary_cross_entropy");
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight,
                                         Reduction reduction, const Tensor& pos_weight) {
-  check_pair(input, target, "binary_cross_entropy_with_logits");
+  const char* op = "binary_cross_entropy_with_logits";
+  check_pair(input, target, op);
+  check_weight_shape(weight, input, "weight", op);
+  check_weight_shape(pos_weight, input, "pos_weight", op);
   Tensor sp = softplus_exact(-input);  // -log sigmoid(input)
   Tensor l = pos_weight.defined() ? (1.0 - target) * input + ((pos_weight - 1.0) * target + 1.0) * sp
                                   : (1.0 - target) * input + sp;
@@ -203,6 +265,60 @@ Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction, bo
                         : target * (tg::log(tg::where(tg::gt(target, 0.0), target, 1.0)) - input);
   if (reduction == Reduction::kBatchMean) return tg::sum(l) / double(input.dim() == 0 ? 1 : input.size(0));
   return reduce(l, reduction, "kl_div");
+}
+
+}  // namespace tg::nn::functional
+
+namespace tg::nn::detail {
+
+int64_t embedding_padding_idx(int64_t padding_idx, int64_t num, const char* op) {
+  TG_CHECK(padding_idx >= -num && padding_idx < num, op, ": padding_idx ", padding_idx, " is out of range for ", num,
+           " embeddings; it must be in [", -num, ", ", num, ") (negative counts from the end)");
+  return padding_idx < 0 ? padding_idx + num : padding_idx;
+}
+
+void check_embedding_norm(std::optional<double> max_norm, double norm_type, const char* op) {
+  TG_CHECK(!max_norm || (*max_norm >= 0 && std::isfinite(*max_norm)), op,
+           ": max_norm must be a finite number >= 0, got ", *max_norm);
+  TG_CHECK(norm_type > 0, op, ": norm_type must be > 0 (a p-norm; INFINITY for the largest |entry|), got ", norm_type);
+}
+
+}  // namespace tg::nn::detail
+
+namespace tg::nn::functional {
+
+Tensor embedding(const Tensor& input, const Tensor& weight, std::optional<int64_t> padding_idx,
+                 std::optional<double> max_norm, double norm_type, bool sparse) {
+  TG_CHECK(weight.defined() && weight.dim() >= 1, "embedding: weight must be a table [num_embeddings, dim...], got ",
+           weight.defined() ? shape_str(weight.sizes()) : std::string("an undefined tensor"));
+  const int64_t num = weight.size(0);
+  const int64_t pad = padding_idx ? detail::embedding_padding_idx(*padding_idx, num, "embedding") : -1;
+  detail::check_embedding_norm(max_norm, norm_type, "embedding");
+  if (max_norm) {
+    // PyTorch's embedding_renorm_: the looked-up rows whose norm exceeds
+    // max_norm, scaled in place (a row looked up twice once).
+    autograd::NoGradGuard no_grad;
+    Tensor w = weight.detach();
+    tg::embedding(w, input);  // checks the indices, naming embedding
+    Tensor flat = input.reshape({-1}), table = w.reshape({num, -1});
+    Tensor hits = tg::scatter_add(tg::zeros({num}, TensorOptions().dtype(w.dtype()).device(w.device())), 0, flat,
+                                  tg::ones({flat.numel()}, TensorOptions().dtype(w.dtype()).device(w.device())));
+    Tensor norms = tg::norm(table, norm_type, {1});
+    Tensor scale =
+        tg::where(tg::logical_and(tg::gt(hits, 0.0), tg::gt(norms, *max_norm)), *max_norm / (norms + 1e-7), 1.0);
+    IntList ones(size_t(w.dim()), 1);
+    ones[0] = num;
+    w.mul_(scale.reshape(ones));
+  }
+  Tensor out = tg::embedding(weight, input, sparse);
+  if (pad >= 0 && out.requires_grad()) {
+    // The padding row's lookups read it, but their gradient stops here.
+    IntList ks = input.sizes();
+    ks.resize(ks.size() + size_t(weight.dim() - 1), 1);
+    Tensor keep = tg::ne(input, pad).reshape(ks);
+    out = tg::where(keep, out, out.detach());
+  }
+  return out;
 }
 
 Tensor leaky_relu(const Tensor& x, double negative_slope) { return tg::where(tg::gt(x, 0.0), x, x * negative_slope); }

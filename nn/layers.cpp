@@ -7,6 +7,8 @@
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 
+#include "nn/embedding_checks.h"
+
 namespace tg::nn {
 
 ModuleList::ModuleList() : Module("ModuleList") {}
@@ -74,15 +76,28 @@ std::string LayerNorm::extra_repr() const {
   return s.str();
 }
 
-Embedding::Embedding(int64_t num, int64_t dim, bool sparse, TensorOptions options)
-    : Module("Embedding"), sparse_(sparse) {
+Embedding::Embedding(int64_t num, int64_t dim, bool sparse, TensorOptions options, std::optional<int64_t> padding_idx,
+                     std::optional<double> max_norm, double norm_type)
+    : Module("Embedding"), sparse_(sparse), max_norm_(max_norm), norm_type_(norm_type) {
   TG_CHECK(num > 0 && dim > 0, "Embedding: num_embeddings and embedding_dim must be positive, got ", num, " and ", dim);
+  if (padding_idx) padding_idx_ = detail::embedding_padding_idx(*padding_idx, num, "Embedding");
+  detail::check_embedding_norm(max_norm, norm_type, "Embedding");
   autograd::NoGradGuard no_grad;
-  weight = register_parameter("weight", tg::randn({num, dim}, options));
+  Tensor w = tg::randn({num, dim}, options);
+  if (padding_idx_) w.select(0, *padding_idx_).zero_();  // as PyTorch's reset_parameters
+  weight = register_parameter("weight", w);
 }
-Tensor Embedding::forward(const Tensor& indices) { return tg::embedding(weight, indices, sparse_); }
+Tensor Embedding::forward(const Tensor& indices) {
+  return functional::embedding(indices, weight, padding_idx_, max_norm_, norm_type_, sparse_);
+}
 std::string Embedding::extra_repr() const {
-  return "Embedding(" + std::to_string(weight.size(0)) + ", " + std::to_string(weight.size(1)) + ")";
+  std::ostringstream s;
+  s << "Embedding(" << weight.size(0) << ", " << weight.size(1);
+  if (padding_idx_) s << ", padding_idx=" << *padding_idx_;
+  if (max_norm_) s << ", max_norm=" << *max_norm_;
+  if (max_norm_ && norm_type_ != 2.0) s << ", norm_type=" << norm_type_;
+  if (sparse_) s << ", sparse=true";
+  return s.str() + ")";
 }
 
 FourierFeatures::FourierFeatures(int64_t in, int64_t m, double sigma, bool trainable, TensorOptions options)

@@ -51,7 +51,27 @@ Tensor Module::register_buffer(const std::string& name, Tensor t) {
 void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   TG_CHECK(m != nullptr, type_name_, ": register_module('", name, "') got a null module");
   check_new_name(name);
+  check_not_ancestor(name, *m);
   children_.emplace_back(name, std::move(m));
+}
+
+// A module tree must stay a tree (or a DAG of shared submodules): `m` and
+// everything below it, walked with an explicit stack (each module once),
+// must not contain this module, or every recursive walk (named_parameters,
+// train, to, printing) would never end.
+void Module::check_not_ancestor(const std::string& name, const Module& m) const {
+  std::vector<std::pair<const Module*, std::string>> todo = {{&m, name}};
+  std::set<const Module*> seen;
+  while (!todo.empty()) {
+    auto [cur, path] = std::move(todo.back());
+    todo.pop_back();
+    TG_CHECK(cur != this, type_name_, ": registering the ", m.type_name_, " '", name, "' would make this ", type_name_,
+             " its own descendant (it is '", path,
+             "' below itself); a module cannot contain itself: register a new module, or a child of it, instead");
+    if (!seen.insert(cur).second) continue;
+    for (const auto& [n, c] : cur->children_)
+      todo.emplace_back(c.get(), path + "." + n);
+  }
 }
 
 namespace {
@@ -155,7 +175,7 @@ void move_in_place(const Tensor& t, const std::function<Tensor(const Tensor&)>& 
     cuda::detail::check_static_may_move(t, "Module::to", "the data");
     t.impl()->set_data(*c.impl());
   }
-  if (t.grad().defined()) {
+  if ((t.is_leaf() || t.retains_grad()) && t.grad().defined()) {  // a non-leaf has no .grad()
     Tensor g = convert(t.grad());
     if (g.impl() != t.grad().impl()) t.grad().impl()->set_data(*g.impl());
   }

@@ -314,4 +314,72 @@ TEST(NN, SafetensorsRefusesHostileFiles) {
   std::remove(path.c_str());
 }
 
+// A module tree stays acyclic: every registration path refuses a module that
+// holds the registering one (today's recursion never ended), names the path,
+// and leaves both modules as they were. Shared submodules (a DAG) stay allowed.
+TEST(NN, AModuleRefusesToBecomeItsOwnDescendant) {
+  struct Holder : nn::Module {
+    Holder() : Module("Holder") {}
+    void add(const std::string& name, std::shared_ptr<nn::Module> m) { register_module(name, std::move(m)); }
+  };
+  auto list = std::make_shared<nn::ModuleList>();
+  list->push_back(std::make_shared<nn::Identity>());
+  EXPECT_ERROR_CONTAINS(list->push_back(list),
+                        "ModuleList: registering the ModuleList '1' would make this ModuleList its own descendant "
+                        "(it is '1' below itself)");
+  EXPECT_EQ(list->size(), 1u);
+  list->push_back(std::make_shared<nn::Tanh>());  // still usable, under the same next name
+  EXPECT_EQ(list->named_modules().size(), 2u);
+  EXPECT_EQ(list->named_children()[1].first, "1");
+
+  auto outer = std::make_shared<nn::ModuleDict>(), inner = std::make_shared<nn::ModuleDict>();
+  outer->insert("inner", inner);
+  EXPECT_ERROR_CONTAINS(inner->insert("back", outer),
+                        "ModuleDict: registering the ModuleDict 'back' would make this ModuleDict its own descendant "
+                        "(it is 'back.inner' below itself)");
+  EXPECT_FALSE(inner->contains("back"));
+  EXPECT_EQ(inner->size(), 0u);
+  EXPECT_TRUE(inner->named_children().empty());
+  inner->insert("back", std::make_shared<nn::Identity>());  // the key is still free
+  EXPECT_EQ(outer->named_modules().size(), 2u);
+
+  // register_module of an ancestor three levels up, and a Sequential into itself.
+  auto a = std::make_shared<Holder>(), b = std::make_shared<Holder>();
+  auto seq = std::make_shared<nn::Sequential>();
+  seq->push_back(b);
+  a->add("seq", seq);
+  EXPECT_ERROR_CONTAINS(b->add("up", a),
+                        "Holder: registering the Holder 'up' would make this Holder its own descendant (it is "
+                        "'up.seq.0' below itself)");
+  EXPECT_ERROR_CONTAINS(b->add("me", b), "(it is 'me' below itself)");
+  EXPECT_ERROR_CONTAINS(seq->push_back(seq), "Sequential: registering the Sequential '1'");
+  EXPECT_EQ(seq->size(), 1u);
+  std::ostringstream printed;
+  printed << *a;
+  EXPECT_EQ(printed.str(), "Holder (\n  (seq): Sequential (\n    (0): Holder\n  )\n)");
+  a->train(false);
+  EXPECT_FALSE(b->is_training());
+
+  // The same module twice (shared weights) is no cycle, nor is a diamond of
+  // 40 levels (each level's check visits each module once).
+  auto lin = std::make_shared<nn::Linear>(2, 2);
+  auto twice = std::make_shared<Holder>();
+  twice->add("x", lin);
+  twice->add("y", lin);
+  EXPECT_EQ(names(twice->named_parameters()), (std::vector<std::string>{"x.weight", "x.bias", "y.weight", "y.bias"}));
+  auto bottom = std::make_shared<Holder>();
+  std::shared_ptr<nn::Module> top = bottom;
+  std::string path = "root.top";
+  for (int level = 0; level < 40; ++level) {
+    auto h = std::make_shared<Holder>();
+    h->add("l", top);
+    h->add("r", top);
+    top = h;
+    path += ".r";
+  }
+  auto root = std::make_shared<Holder>();
+  root->add("top", top);
+  EXPECT_ERROR_CONTAINS(bottom->add("root", root), "(it is '" + path + "' below itself)");
+}
+
 }  // namespace

@@ -330,4 +330,175 @@ TEST(Layers, ContainersEmbeddingAndSavedState) {
   std::remove(path.c_str());
 }
 
+// binary_cross_entropy takes probabilities only (PyTorch's rule: today 1.5
+// gave NaN), and weights that would broadcast the loss to another shape are
+// refused (today a [3, 1] weight made a [3, 3] loss of a [3] input).
+TEST(Losses, BinaryCrossEntropyRefusesInputsOutsideZeroOneAndWeightsThatChangeTheShape) {
+  Tensor y = T({0, 1, 0}, {3});
+  EXPECT_ERROR_CONTAINS(F::binary_cross_entropy(T({0.2, 1.5, 0.3}, {3}), y),
+                        "binary_cross_entropy: all elements of input should be between 0 and 1, got 1.5 at "
+                        "(flattened) index 1 of input [3]");
+  EXPECT_ERROR_CONTAINS(F::binary_cross_entropy(T({-0.25, 0.5, 0.3}, {3}), y, {}, Reduction::kNone),
+                        "got -0.25 at (flattened) index 0");
+  EXPECT_ERROR_CONTAINS(F::binary_cross_entropy(T({0.2, 0.5, std::nan("")}, {3}), y), "got nan at (flattened) index 2");
+  EXPECT_ERROR_CONTAINS(nn::BCELoss()(T({0.5, 2.0}, {1, 2}), T({1, 0}, {1, 2})), "got 2 at (flattened) index 1");
+  // 0 and 1 themselves are probabilities (the logs clamp at -100).
+  EXPECT_NEAR(scalar(F::binary_cross_entropy(T({0, 1, 0.5}, {3}), T({1, 0, 1}, {3}), {}, Reduction::kSum)),
+              200 + std::log(2.0), 1e-12);
+  Tensor q = T({0.2, 0.6, 0.9}, {3}).requires_grad_();
+  std::vector<double> qv = vals(q), yv = vals(y);
+  auto bce = [&](size_t i) { return -(yv[i] * std::log(qv[i]) + (1 - yv[i]) * std::log(1 - qv[i])); };
+  // Weights of shape [3], [1] and [] keep the [3] loss; [3, 1] is refused.
+  EXPECT_ERROR_CONTAINS(F::binary_cross_entropy(q, y, T({1, 2, 3}, {3, 1}), Reduction::kNone),
+                        "binary_cross_entropy: weight [3, 1] does not broadcast to input's shape [3] without changing "
+                        "it");
+  EXPECT_ERROR_CONTAINS(nn::BCELoss(T({1, 2}, {2}))(q, y), "weight [2] does not broadcast to input's shape [3]");
+  std::vector<double> l3 = vals(F::binary_cross_entropy(q, y, T({1, 2, 3}, {3}), Reduction::kNone));
+  std::vector<double> l1 = vals(F::binary_cross_entropy(q, y, T({2}, {1}), Reduction::kNone));
+  std::vector<double> l0 = vals(F::binary_cross_entropy(q, y, T({2}, {}), Reduction::kNone));
+  ASSERT_EQ(l3.size(), 3u);
+  ASSERT_EQ(l1.size(), 3u);
+  ASSERT_EQ(l0.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NEAR(l3[i], double(i + 1) * bce(i), 1e-12);
+    EXPECT_NEAR(l1[i], 2 * bce(i), 1e-12);
+    EXPECT_NEAR(l0[i], 2 * bce(i), 1e-12);
+  }
+  F::binary_cross_entropy(q, y).backward();  // nothing refused is left half-done
+  EXPECT_NEAR(vals(q.grad())[1], -1 / 0.6 / 3, 1e-12);
+  // The logits form: weight and pos_weight by the same rule; pos_weight [C]
+  // for an [N, C] input multiplies each class's positive term.
+  Tensor x = T({-1, 0.5, 2, -0.3}, {2, 2}), t = T({1, 0, 1, 1}, {2, 2});
+  const char* logits = "binary_cross_entropy_with_logits: ";
+  EXPECT_ERROR_CONTAINS(F::binary_cross_entropy_with_logits(x, t, T({1, 2}, {2, 1, 1})),
+                        std::string(logits) + "weight [2, 1, 1] does not broadcast to input's shape [2, 2]");
+  EXPECT_ERROR_CONTAINS(F::binary_cross_entropy_with_logits(x.reshape({4}), t.reshape({4}), {}, Reduction::kNone,
+                                                            T({1, 2, 3, 4}, {4, 1})),
+                        std::string(logits) + "pos_weight [4, 1] does not broadcast to input's shape [4]");
+  EXPECT_ERROR_CONTAINS(nn::BCEWithLogitsLoss({}, Reduction::kMean, T({1, 2, 3}, {3}))(x, t),
+                        "pos_weight [3] does not broadcast to input's shape [2, 2]");
+  std::vector<double> xv = vals(x), tv = vals(t), pw = {2, 5};
+  std::vector<double> got = vals(F::binary_cross_entropy_with_logits(x, t, {}, Reduction::kNone, T(pw, {2})));
+  ASSERT_EQ(got.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    const double log_s = -std::log1p(std::exp(-xv[i])), log_1ms = -xv[i] + log_s;
+    EXPECT_NEAR(got[i], -(pw[i % 2] * tv[i] * log_s + (1 - tv[i]) * log_1ms), 1e-12);
+  }
+}
+
+// cross_entropy with a floating target of the class-index shape says to pass
+// Int64 class indices (it read as a probability target of the wrong shape).
+TEST(Losses, CrossEntropyWithAFloatingClassIndexTargetSaysToPassInt64) {
+  Tensor z = T({0.2, -1.0, 2.0, 0.5, 1.0, 0.0}, {2, 3});
+  EXPECT_ERROR_CONTAINS(F::cross_entropy(z, T({2, 0}, {2})),
+                        "cross_entropy: target [2] is Float64 of the class-index shape (input [2, 3] without its "
+                        "class dim); pass the class indices as Int64");
+  EXPECT_ERROR_CONTAINS(nn::CrossEntropyLoss()(T({0.2, -1.0, 2.0}, {3}), T({1}, {1}).reshape({})),
+                        "pass the class indices as Int64");
+  EXPECT_ERROR_CONTAINS(F::cross_entropy(z, T({1, 0, 0, 0}, {2, 2})), "probability targets must have input's shape");
+  EXPECT_NEAR(scalar(F::cross_entropy(z, T({2, 0}, {2}).to(tg::kInt64))), scalar(F::cross_entropy(z, I({2, 0}, {2}))),
+              0);
+}
+
+// Embedding's padding_idx (PyTorch's): a negative one wraps, its row starts at
+// zero, lookups read it but give it no gradient; max_norm scales the rows
+// looked up (only those) down to it, in place.
+TEST(Layers, EmbeddingPaddingIdxAndMaxNorm) {
+  tg::manual_seed(11);
+  nn::Embedding e(5, 3, false, kF64, -2);
+  ASSERT_TRUE(e.padding_idx().has_value());
+  EXPECT_EQ(*e.padding_idx(), 3);
+  EXPECT_EQ(vals(e.weight.select(0, 3)), (std::vector<double>{0, 0, 0}));
+  EXPECT_NE(vals(e.weight.select(0, 2)), (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(e.extra_repr(), "Embedding(5, 3, padding_idx=3)");
+  {
+    ag::NoGradGuard no_grad;
+    e.weight.select(0, 3).fill_(2.0);  // the forward still reads the row
+  }
+  Tensor idx = I({3, 1, 3, 0}, {2, 2});
+  Tensor out = e(idx);
+  ASSERT_EQ(out.sizes(), (tg::IntList{2, 2, 3}));
+  EXPECT_EQ(vals(out.select(0, 0).select(0, 0)), (std::vector<double>{2, 2, 2}));
+  Tensor coef = tg::arange(12, kF64).reshape({2, 2, 3}) + 1.0;
+  (out * coef).sum().backward();
+  std::vector<double> g = vals(e.weight.grad());
+  const std::vector<double> want = {10, 11, 12, 4, 5, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  EXPECT_EQ(g, want);
+  // The sparse gradient sums to the same table; the functional form too.
+  nn::Embedding es(5, 3, true, kF64, 3);
+  es.weight.select(0, 3).detach().fill_(2.0);
+  (es(idx) * coef).sum().backward();
+  ASSERT_TRUE(es.weight.grad().is_sparse());
+  EXPECT_EQ(vals(es.weight.grad().to_dense()), want);
+  Tensor w = T({1, 2, 3, 4, 5, 6}, {3, 2}).requires_grad_();
+  F::embedding(I({0, 0, 2}, {3}), w, 0).sum().backward();
+  EXPECT_EQ(vals(w.grad()), (std::vector<double>{0, 0, 0, 0, 1, 1}));
+  EXPECT_ERROR_CONTAINS(nn::Embedding(5, 3, false, kF64, 5),
+                        "Embedding: padding_idx 5 is out of range for 5 embeddings; it must be in [-5, 5)");
+  EXPECT_ERROR_CONTAINS(F::embedding(I({0}, {1}), w, -4), "embedding: padding_idx -4 is out of range for 3 embeddings");
+  // max_norm: rows 0 and 2 are looked up and too long; row 1 is as long but
+  // not looked up, row 3 exactly at the limit.
+  Tensor m = T({3, 4, 3, 4, 6, 8, 1, 0}, {4, 2}).requires_grad_();
+  Tensor r = F::embedding(I({2, 0, 2, 3}, {4}), m, std::nullopt, 1.0);
+  const double s0 = 1 / (5 + 1e-7), s2 = 1 / (10 + 1e-7);
+  std::vector<double> mv = vals(m), rv = vals(r);
+  const std::vector<double> renormed = {3 * s0, 4 * s0, 3, 4, 6 * s2, 8 * s2, 1, 0};
+  for (size_t i = 0; i < 8; ++i)
+    EXPECT_DOUBLE_EQ(mv[i], renormed[i]) << i;
+  const std::vector<double> looked = {6 * s2, 8 * s2, 3 * s0, 4 * s0, 6 * s2, 8 * s2, 1, 0};
+  for (size_t i = 0; i < 8; ++i)
+    EXPECT_DOUBLE_EQ(rv[i], looked[i]) << i;
+  EXPECT_TRUE(m.is_leaf());
+  r.sum().backward();
+  EXPECT_EQ(vals(m.grad()), (std::vector<double>{1, 1, 0, 0, 2, 2, 1, 1}));
+  // The 1-norm, through the module.
+  nn::Embedding en(4, 2, false, kF64, std::nullopt, 2.0, 1.0);
+  {
+    ag::NoGradGuard no_grad;
+    en.weight.copy_(T({3, 4, 0.5, 0.5, 1, 1, 2, -2}, {4, 2}));
+  }
+  en(I({0, 1, 3}, {3}));
+  std::vector<double> ev = vals(en.weight);
+  EXPECT_DOUBLE_EQ(ev[0], 3 * 2 / (7 + 1e-7));
+  EXPECT_DOUBLE_EQ(ev[2], 0.5);
+  EXPECT_DOUBLE_EQ(ev[6], 2 * 2 / (4 + 1e-7));
+  EXPECT_EQ(en.extra_repr(), "Embedding(4, 2, max_norm=2, norm_type=1)");
+  EXPECT_ERROR_CONTAINS(nn::Embedding(4, 2, false, kF64, std::nullopt, -1.0),
+                        "Embedding: max_norm must be a finite number >= 0, got -1");
+  EXPECT_ERROR_CONTAINS(F::embedding(I({7}, {1}), m, std::nullopt, 1.0), "out of range");
+}
+
+// On a GPU the range is read on the host too (one sync: the same error as on
+// the CPU); under CUDA graph capture nothing can be read, so a replay with an
+// input out of range gives a NaN loss, never a finite wrong one.
+TEST(Losses, BinaryCrossEntropyChecksItsRangeOnTheGpuAndIsNaNUnderCapture) {
+  REQUIRE_GPU();
+  namespace cu = tg::cuda;
+  const tg::Device gpu(tg::kCUDA, 0);
+  Tensor y = T({0, 1, 0}, {3}).to(gpu), good = T({0.2, 0.5, 0.3}, {3}), bad = T({0.2, 1.5, 0.3}, {3});
+  EXPECT_ERROR_CONTAINS(F::binary_cross_entropy(bad.to(gpu), y),
+                        "binary_cross_entropy: all elements of input should be between 0 and 1, got 1.5 at "
+                        "(flattened) index 1");
+  const double want = scalar(F::binary_cross_entropy(good, y.to(tg::Device(tg::kCPU))));
+  EXPECT_NEAR(scalar(F::binary_cross_entropy(good.to(gpu), y)), want, 1e-12);
+  Tensor x = good.to(gpu), loss;
+  cu::Stream side = cu::stream_from_pool();
+  side.wait_stream(cu::current_stream());
+  {
+    cu::StreamGuard g(side);
+    F::binary_cross_entropy(x, y);  // warm-up on the capture stream
+  }
+  cu::current_stream().wait_stream(side);
+  cu::CUDAGraph graph;
+  {
+    cu::Graph capture(graph);
+    loss = F::binary_cross_entropy(x, y);
+  }
+  graph.replay();
+  EXPECT_NEAR(scalar(loss), want, 1e-12);
+  x.copy_(bad.to(gpu));
+  graph.replay();
+  EXPECT_TRUE(std::isnan(scalar(loss)));
+}
+
 }  // namespace

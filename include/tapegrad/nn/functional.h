@@ -42,11 +42,15 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight 
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
                      Reduction reduction = Reduction::kMean, int64_t ignore_index = -100, double label_smoothing = 0.0);
 /// -(target log(input) + (1 - target) log(1 - input)), the logs clamped at
-/// -100 (as PyTorch); input in [0, 1]; weight broadcasts to input.
+/// -100 (as PyTorch). Every input element must be in [0, 1] (an error
+/// otherwise, read on the host: one sync on a GPU; under CUDA graph capture
+/// the loss is NaN where input is out of range instead); weight must
+/// broadcast to input's shape without changing it.
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
                             Reduction reduction = Reduction::kMean);
 /// binary_cross_entropy(sigmoid(input), target) computed stably from logits;
-/// pos_weight multiplies the positive term (broadcast along the last dim).
+/// pos_weight multiplies the positive term; weight and pos_weight must
+/// broadcast to input's shape without changing it (pos_weight [C] for input [N, C]).
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight = {},
                                         Reduction reduction = Reduction::kMean, const Tensor& pos_weight = {});
 /// target (log(target) - input) for log-probabilities input; log_target:
@@ -58,6 +62,15 @@ Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = R
 
 /// @name Layers and activations
 ///@{
+/// Rows of weight [num, dim...] at Int64 indices `input` (any shape):
+/// [input..., dim...], as tg::embedding, with PyTorch's options.
+/// padding_idx (in [-num, num), negative wraps): lookups of that row read it
+/// but pass no gradient to weight. max_norm: first, in place under no-grad,
+/// every row that input looks up whose norm_type-norm exceeds max_norm is
+/// scaled by max_norm / (norm + 1e-7) (weight changes, as PyTorch's; this
+/// costs a pass over the whole table per call).
+Tensor embedding(const Tensor& input, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt,
+                 std::optional<double> max_norm = std::nullopt, double norm_type = 2.0, bool sparse = false);
 /// x where x > 0, else negative_slope x.
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 /// x where x > 0, else alpha (e^x - 1).

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,18 +94,28 @@ class LayerNorm : public Module {
 };
 
 /// A lookup table: rows of weight [num_embeddings, embedding_dim] (N(0, 1),
-/// as LibTorch's) at Int64 indices of any shape.
+/// as LibTorch's) at Int64 indices of any shape; the options are PyTorch's
+/// (functional::embedding).
 class Embedding : public Module {
  public:
   /// The table; sparse: weight's gradient is a sparse COO tensor.
-  Embedding(int64_t num_embeddings, int64_t embedding_dim, bool sparse = false,
-            TensorOptions options = TensorOptions());
-  Tensor forward(const Tensor& indices) override;  ///< embedding(weight, indices)
-  std::string extra_repr() const override;         ///< "Embedding(num, dim)"
-  Tensor weight;                                   ///< [num_embeddings, embedding_dim]
+  /// padding_idx (negative wraps): that row starts at zero and gets no
+  /// gradient. max_norm: looked-up rows longer than it (in the norm_type
+  /// norm) are scaled down to it in place before each lookup.
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, bool sparse = false, TensorOptions options = TensorOptions(),
+            std::optional<int64_t> padding_idx = std::nullopt, std::optional<double> max_norm = std::nullopt,
+            double norm_type = 2.0);
+  Tensor forward(const Tensor& indices) override;  ///< functional::embedding(indices, weight, ...)
+  std::string extra_repr() const override;         ///< "Embedding(num, dim[, padding_idx=..][, max_norm=..])"
+  /// The padding row (wrapped into [0, num_embeddings)), if any.
+  std::optional<int64_t> padding_idx() const { return padding_idx_; }
+  Tensor weight;  ///< [num_embeddings, embedding_dim]
 
  private:
   bool sparse_;
+  std::optional<int64_t> padding_idx_;
+  std::optional<double> max_norm_;
+  double norm_type_;
 };
 
 /// Random Fourier features (Tancik et al.): x [..., in] maps to

@@ -92,7 +92,8 @@ class Module : public std::enable_shared_from_this<Module> {
   Tensor register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
   /// Registers a buffer and returns its handle.
   Tensor register_buffer(const std::string& name, Tensor t);
-  /// Registers a submodule and returns it.
+  /// Registers a submodule and returns it; a module that holds this one
+  /// (itself, or an ancestor: a cycle) is refused with a tg::Error naming the path.
   template <class M> std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     add_child(name, m);
     return m;
@@ -101,6 +102,7 @@ class Module : public std::enable_shared_from_this<Module> {
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> m);
   void check_new_name(const std::string& name) const;
+  void check_not_ancestor(const std::string& name, const Module& m) const;
   template <class F> void for_each_tensor(F&& f);
   std::string type_name_;
   NamedTensors params_, buffers_;

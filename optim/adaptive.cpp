@@ -31,9 +31,9 @@ void adam_moments(const Tensor& m, const Tensor& v, const Tensor& g, double b1, 
   v.mul_(b2);
   v.add_(g * g, 1 - b2);
 }
-// NAdam's momentum factor of step t.
+// NAdam's momentum factor of step t (optim/kernels.h).
 double nadam_mu(double beta1, const AdaptiveOptions& o, int64_t t) {
-  return beta1 * (1 - 0.5 * std::pow(0.96, double(t) * o.momentum_decay));
+  return detail::nadam_mu(beta1, o.momentum_decay, double(t));
 }
 Tensor f64(double v) { return tg::full({}, v, TensorOptions().dtype(kFloat64)); }
 }  // namespace
@@ -44,6 +44,11 @@ Adaptive::Adaptive(Rule rule, std::vector<ParamGroup> groups, AdaptiveOptions op
            ": eps, weight_decay, momentum and lr_decay must be >= 0");
   TG_CHECK(o_.alpha >= 0 && o_.beta1 >= 0 && o_.beta1 < 1 && o_.beta2 >= 0 && o_.beta2 < 1, name_,
            ": alpha and the betas must be in [0, 1)");
+  TG_CHECK(std::isfinite(o_.momentum_decay) && o_.momentum_decay >= 0, name_,
+           ": momentum_decay must be finite and >= 0, got ", o_.momentum_decay);
+  TG_CHECK(!o_.decoupled_weight_decay || rule_ == Rule::kNAdam || rule_ == Rule::kRAdam, name_,
+           ": decoupled_weight_decay is an option of NAdam and RAdam (as PyTorch's); for ", name_,
+           " leave it false (weight_decay is added to the gradient)");
   // state names as torch.optim's
   switch (rule_) {
     case Rule::kRMSprop:
@@ -70,7 +75,9 @@ Adaptive::Adaptive(Rule rule, std::vector<ParamGroup> groups, AdaptiveOptions op
   if (rule_ == Rule::kNAdam)  // PyTorch's mu_product, saved: with a scheduled beta1 it is not a function of t
     add_number_state(
         "mu_product", [this](size_t i) { return mu_product_of(i); },
-        [this](size_t i, const Tensor& v) { set_mu_product(i, v); });
+        [this](size_t i, const Tensor& v) { set_mu_product(i, v); }, 0.0, 1.0);
+  if (rule_ == Rule::kNAdam || rule_ == Rule::kRAdam)
+    add_flag_option("decoupled_weight_decay", &o_.decoupled_weight_decay);
   init_fused(o_.capturable);
   on_params_added(0);
 }
@@ -101,10 +108,8 @@ void Adaptive::on_params_added(size_t first_new) {
 }
 
 double Adaptive::mu_product_after(size_t i, int64_t n) {
-  if (mu_steps_[i] != n) {  // resumed without it: the product of n factors at today's beta1
-    mu_product_[i] = 1;
-    for (int64_t k = 1; k <= n; ++k)
-      mu_product_[i] *= nadam_mu(groups_[group_of_[i]].momentum, o_, k);
+  if (mu_steps_[i] != n) {  // resumed without it: the product of n factors at today's beta1 (bounded time)
+    mu_product_[i] = detail::nadam_mu_product(groups_[group_of_[i]].momentum, o_.momentum_decay, n);
     mu_steps_[i] = n;
   }
   return mu_product_[i];
@@ -142,8 +147,10 @@ void Adaptive::step() {
     const detail::MultiTensorUpdates& be = *detail::cuda_multi_tensor_updates();
     const double init = rule_ == Rule::kAdagrad ? o_.initial_accumulator_value : 0.0;
     fused_step_over(present, used_states(), init, [&](const detail::TensorLists& l, const Group& grp) {
-      const detail::AdaptiveUpdate u{int(rule_),  o_.alpha,    o_.beta2,          o_.eps,      grp.weight_decay,
-                                     o_.momentum, o_.lr_decay, o_.momentum_decay, o_.centered, nullptr};
+      const detail::AdaptiveUpdate u{
+          int(rule_),  o_.alpha,    o_.beta2,          o_.eps,      grp.weight_decay,
+          o_.momentum, o_.lr_decay, o_.momentum_decay, o_.centered, o_.decoupled_weight_decay,
+          nullptr};
       be.adaptive(l, device_steps_, grp.device_options, device_mu_product_, u);
     });
     ++steps_;
@@ -153,7 +160,11 @@ void Adaptive::step() {
     const Tensor& p = params_[i];
     const Group& grp = groups_[group_of_[i]];
     const double lr = grp.lr, b1 = grp.momentum;  // b1: RMSprop's momentum, the others' beta1
-    Tensor g = grp.weight_decay != 0 ? p.grad().add(p, grp.weight_decay) : p.grad();
+    Tensor g = p.grad();
+    if (grp.weight_decay != 0) {  // PyTorch's order: the decoupled decay before the update
+      if (o_.decoupled_weight_decay) p.mul_(1 - lr * grp.weight_decay);
+      else g = g.add(p, grp.weight_decay);
+    }
     const int64_t t = ++t_[i];
     auto state = [&](Tensor& s, double init = 0) -> Tensor& {
       if (!s.defined()) s = tg::full_like(p, init);

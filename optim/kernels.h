@@ -10,6 +10,7 @@
 // momentum there only says whether the optimizer keeps momentum buffers.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -30,12 +31,51 @@ struct SGDUpdate {
 // per parameter (Float64 [2P]; slot step % 2 holds the product of `step`
 // factors), so every block of an update reads the previous step's slot and
 // the first block of each tensor writes the new one without a race.
+// decoupled: NAdam's and RAdam's decoupled_weight_decay (p *= 1 - lr wd first).
 struct AdaptiveUpdate {
   int rule;
   double alpha, beta2, eps, weight_decay, momentum, lr_decay, momentum_decay;
-  bool centered;
+  bool centered, decoupled;
   double* mu_product;
 };
+
+#ifdef __CUDACC__
+#define TG_OPTIM_HD __host__ __device__
+#else
+#define TG_OPTIM_HD
+#endif
+// NAdam's momentum factor of step k: beta1 (1 - 0.5 * 0.96^(k psi)), one
+// expression for the CPU and the GPU.
+TG_OPTIM_HD inline double nadam_mu(double beta1, double psi, double k) {
+  return beta1 * (1 - 0.5 * ::pow(0.96, k * psi));
+}
+// The step counts up to which nadam_mu_product multiplies the factors one by
+// one, as the updates do (so bitwise as an uninterrupted run).
+constexpr int64_t kNAdamExactSteps = int64_t(1) << 20;
+// The product of the factors of steps 1..n (psi >= 0) in bounded time: the
+// first kNAdamExactSteps one by one, the other m of steps a..n at once,
+// beta1^m prod (1 - q^k / 2) with q = 0.96^psi, whose log is (from log(1 - x)
+// = -sum x^j / j, summed over k as geometric series)
+// m log beta1 - sum_j 2^-j / j q^(a j) (1 - q^(m j)) / (1 - q^j),
+// at most 64 terms (each under half the one before).
+TG_OPTIM_HD inline double nadam_mu_product(double beta1, double psi, int64_t n) {
+  const int64_t exact = n < kNAdamExactSteps ? n : kNAdamExactSteps;
+  double prod = 1;
+  for (int64_t k = 1; k <= exact; ++k)
+    prod = prod * nadam_mu(beta1, psi, double(k));
+  if (exact == n || prod == 0) return prod;  // beta1 = 0, or underflowed
+  const double m = double(n - exact), a = double(exact + 1), log_q = psi * ::log(0.96);
+  double log_rest = m * ::log(beta1), half_j = 1;
+  for (int j = 1; j <= 64; ++j) {
+    half_j *= 0.5;
+    const double ratio = log_q == 0 ? m : ::expm1(m * j * log_q) / ::expm1(j * log_q);
+    const double term = half_j / j * ::exp(a * j * log_q) * ratio;
+    log_rest -= term;
+    if (term <= 1e-17 * ::fabs(log_rest)) break;
+  }
+  return prod * ::exp(log_rest);
+}
+
 struct TensorLists {
   std::vector<Tensor> param, grad, state1, state2, state3;  // state: Adam m, v, vmax; SGD buf
   std::vector<int64_t> step_index;

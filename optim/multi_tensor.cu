@@ -74,11 +74,6 @@ template <class T> __global__ void sgd_kernel(ListArgs a, const double* steps, c
   }
 }
 
-// NAdam's momentum factor of step k.
-__device__ inline double nadam_mu(double beta1, double momentum_decay, double k) {
-  return beta1 * (1 - 0.5 * ::pow(0.96, k * momentum_decay));
-}
-
 // The larger of a and b, NaN when either is (torch.maximum).
 template <class T> __device__ inline T nan_max(T a, T b) { return (a != a || a > b) ? a : b; }
 
@@ -94,8 +89,13 @@ __global__ void adaptive_kernel(ListArgs a, const double* steps, const double* l
   T* __restrict__ s2 = static_cast<T*>(a.ptr[3][t]);
   T* __restrict__ s3 = static_cast<T*>(a.ptr[4][t]);
   const double step = steps[a.arg[t]], lr = lr_ptr[0], beta1 = lr_ptr[1];  // beta1: RMSprop's momentum
-  const T wd = T(u.weight_decay), eps = T(u.eps);
-  auto grad = [&](int64_t i) { return u.weight_decay != 0 ? g[i] + wd * p[i] : g[i]; };
+  const T wd = T(u.weight_decay), eps = T(u.eps), decay = T(1 - lr * u.weight_decay);
+  // L2 weight decay adds wd p to the gradient; decoupled (NAdam, RAdam), p *= 1 - lr wd first.
+  const bool l2 = u.weight_decay != 0 && !u.decoupled, decoupled = u.weight_decay != 0 && u.decoupled;
+  auto grad = [&](int64_t i) {
+    if (decoupled) p[i] = p[i] * decay;
+    return l2 ? g[i] + wd * p[i] : g[i];
+  };
   switch (u.rule) {
     case 0: {  // RMSprop
       const T alpha = T(u.alpha), rest = T(1 - u.alpha), mom = T(beta1), tlr = T(lr);
@@ -193,17 +193,15 @@ __global__ void adaptive_kernel(ListArgs a, const double* steps, const double* l
   }
 }
 
-// A resumed NAdam: each parameter's product of its step count's factors, in
-// the order the updates multiply them.
+// A resumed NAdam: each parameter's product of its step count's factors
+// (nadam_mu_product: up to 2^20 steps in the order the updates multiply
+// them, beyond in closed form, so a huge count takes bounded time).
 __global__ void nadam_products_kernel(const double* steps, double* product, int64_t P, double beta1,
                                       double momentum_decay) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= P) return;
-  const int64_t n = int64_t(steps[i]);
-  double prod = 1;
-  for (int64_t k = 1; k <= n; ++k)
-    prod = prod * nadam_mu(beta1, momentum_decay, double(k));
-  product[2 * i + (n & 1)] = prod;
+  const int64_t n = int64_t(steps[i]);  // load_state_dict checked it: an integer in [0, 2^53]
+  product[2 * i + (n & 1)] = nadam_mu_product(beta1, momentum_decay, n);
 }
 
 // clip_grad_norm_: block b's partial (sum |g|^p, or max |g| when p is

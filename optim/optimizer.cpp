@@ -158,8 +158,22 @@ Tensor Optimizer::device_options_of(const Group& g) const {
 }
 
 void Optimizer::add_number_state(const char* name, std::function<Tensor(size_t)> get,
-                                 std::function<void(size_t, const Tensor&)> set) {
-  numbers_.push_back({name, std::move(get), std::move(set)});
+                                 std::function<void(size_t, const Tensor&)> set, double lo, double hi) {
+  numbers_.push_back({name, std::move(get), std::move(set), lo, hi});
+}
+
+void Optimizer::add_flag_option(const char* name, bool* value) { flags_.emplace_back(name, value); }
+
+void Optimizer::claim_rates(const std::shared_ptr<int>& token, const char* who, bool constructing) {
+  const std::shared_ptr<void> current = scheduler_.lock();
+  TG_CHECK(constructing || !current || current.get() == token.get() || scheduler_steps_ != steps_, who, ": ",
+           scheduler_name_, " already set ", name_, "'s learning rates at this optimizer step (", steps_,
+           " steps taken); chained schedulers would leave the last one's rate, silently, so two schedulers may ",
+           "not step one optimizer in the same epoch: combine them (SequentialLR, or one LambdaLR whose factor is ",
+           "their product) or step one of them only");
+  scheduler_ = token;
+  scheduler_name_ = who;
+  scheduler_steps_ = steps_;
 }
 
 void Optimizer::add_state(const char* name, std::vector<Tensor>* per_param) {
@@ -175,8 +189,27 @@ double read(const std::unordered_map<std::string, const Tensor*>& state, const s
   TG_CHECK(it != state.end(), name, ": the state has no '", key,
            "'; was it saved by this kind of optimizer with these groups?");
   const Tensor& t = *it->second;
-  TG_CHECK(t.numel() == 1, name, ": state '", key, "' must hold one number, got shape ", shape_str(t.sizes()));
+  TG_CHECK(t.defined() && t.numel() == 1, name, ": state '", key, "' must hold one number, got ",
+           t.defined() ? "shape " + shape_str(t.sizes()) : std::string("an undefined tensor"));
   return t.to(Device(kCPU)).to(kFloat64).item<double>();
+}
+// A count (steps, groups, parameters): an integer in [0, 2^53] (what a
+// Float64 holds exactly), refused otherwise (NaN, inf, 1e30, -1, 2.5).
+int64_t read_count(const std::unordered_map<std::string, const Tensor*>& state, const std::string& key,
+                   const char* name) {
+  const double v = read(state, key, name);
+  TG_CHECK(v >= 0 && v <= 9007199254740992.0 && v == std::floor(v), name, ": state '", key,
+           "' must be an integer count in [0, 2^53], got ", v,
+           "; the state is damaged or not one that state_dict() saved: load an intact one");
+  return int64_t(v);
+}
+// An option that must be finite and in [lo, hi] (lr, weight_decay, momentum, ...).
+double read_in(const std::unordered_map<std::string, const Tensor*>& state, const std::string& key, const char* name,
+               double lo, double hi) {
+  const double v = read(state, key, name);
+  TG_CHECK(std::isfinite(v) && v >= lo && v <= hi, name, ": state '", key, "' must be finite and in [", lo, ", ", hi,
+           "], got ", v, "; the state is damaged or not one that state_dict() saved: load an intact one");
+  return v;
 }
 }  // namespace
 
@@ -204,6 +237,9 @@ NamedTensors Optimizer::state_dict() const {
     for (const NumberState& n : numbers_)
       out.emplace_back(k + n.name, n.get(i));
   }
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (const auto& [name, value] : flags_)
+      out.emplace_back("param_groups." + std::to_string(g) + "." + name, f64(*value ? 1.0 : 0.0));
   return out;
 }
 
@@ -212,50 +248,68 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
   std::unordered_map<std::string, const Tensor*> by_name;
   for (const auto& [k, t] : state)
     by_name[k] = &t;
-  // Everything is read and checked first: a refused state changes nothing.
-  const double n_groups = read(by_name, "param_groups", name_);
-  TG_CHECK(n_groups == double(groups_.size()), name_, ": the state has ", n_groups,
+  // Everything is read and checked first (counts, rates, shapes, ranges):
+  // a refused state changes nothing.
+  const double inf = INFINITY;
+  const int64_t n_groups = read_count(by_name, "param_groups", name_);
+  TG_CHECK(n_groups == int64_t(groups_.size()), name_, ": the state has ", n_groups,
            " parameter groups, this optimizer ", groups_.size());
-  const int64_t steps = int64_t(read(by_name, "steps", name_));
+  const int64_t steps = read_count(by_name, "steps", name_);
   struct GroupState {
     double lr, weight_decay;
     std::optional<double> initial_lr, momentum;
   };
   std::vector<GroupState> gs;
   size_t known = 2 + 3 * groups_.size();
+  std::vector<std::optional<bool>> flags(flags_.size());
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::string k = "param_groups." + std::to_string(g) + ".";
-    const double n = read(by_name, k + "params", name_);
-    TG_CHECK(n == double(groups_[g].end - groups_[g].begin), name_, ": group ", g, " of the state has ", n,
+    const int64_t n = read_count(by_name, k + "params", name_);
+    TG_CHECK(n == int64_t(groups_[g].end - groups_[g].begin), name_, ": group ", g, " of the state has ", n,
              " parameters, this optimizer's ", groups_[g].end - groups_[g].begin);
-    gs.push_back(
-        {read(by_name, k + "lr", name_), read(by_name, k + "weight_decay", name_), std::nullopt, std::nullopt});
+    gs.push_back({read_in(by_name, k + "lr", name_, 0, inf), read_in(by_name, k + "weight_decay", name_, 0, inf),
+                  std::nullopt, std::nullopt});
     if (by_name.count(k + "initial_lr")) {
-      gs.back().initial_lr = read(by_name, k + "initial_lr", name_);
+      gs.back().initial_lr = read_in(by_name, k + "initial_lr", name_, 0, inf);
       ++known;
     }
     if (has_momentum() && by_name.count(k + "momentum")) {
-      gs.back().momentum = read(by_name, k + "momentum", name_);
-      TG_CHECK(*gs.back().momentum >= 0 && (!*momentum_is_beta_ || *gs.back().momentum < 1), name_, ": state '",
-               k + "momentum", "' is ", *gs.back().momentum, ", out of range");
+      const double m = read_in(by_name, k + "momentum", name_, 0, inf);
+      TG_CHECK(!*momentum_is_beta_ || m < 1, name_, ": state '", k + "momentum", "' is ", m,
+               ", out of range: beta1 must be in [0, 1)");
+      gs.back().momentum = m;
+      ++known;
+    }
+    for (size_t f = 0; f < flags_.size(); ++f) {
+      const std::string key = k + flags_[f].first;
+      if (!by_name.count(key)) continue;
+      const double v = read(by_name, key, name_);
+      TG_CHECK(v == 0 || v == 1, name_, ": state '", key, "' must be 0 or 1, got ", v);
+      TG_CHECK(!flags[f] || *flags[f] == (v == 1), name_, ": state '", key, "' is ", v,
+               ", another group's differs; this optimizer holds one ", flags_[f].first, " for all groups");
+      flags[f] = v == 1;
       ++known;
     }
   }
   std::vector<int64_t> t(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string k = "state." + std::to_string(i) + ".";
-    t[i] = int64_t(read(by_name, k + "step", name_));
+    t[i] = read_count(by_name, k + "step", name_);
     ++known;
     for (const auto& [name, list] : state_) {
       auto it = by_name.find(k + name);
       if (it == by_name.end()) continue;
       ++known;
-      TG_CHECK(it->second->sizes() == params_[i].sizes(), name_, ": state '", k + name, "' has shape ",
-               shape_str(it->second->sizes()), ", parameter ", i, " ", shape_str(params_[i].sizes()));
+      const Tensor& v = *it->second;
+      TG_CHECK(v.defined() && v.is_floating_point(), name_, ": state '", k + name,
+               "' must be a floating-point tensor, got ",
+               v.defined() ? std::string(to_string(v.dtype())) : std::string("an undefined one"));
+      TG_CHECK(v.sizes() == params_[i].sizes(), name_, ": state '", k + name, "' has shape ", shape_str(v.sizes()),
+               ", parameter ", i, " ", shape_str(params_[i].sizes()));
     }
     for (const NumberState& n : numbers_)
       if (by_name.count(k + n.name)) {
-        (void)read(by_name, k + n.name, name_);  // one number
+        (void)read_in(by_name, k + n.name, name_, n.lo, n.hi);
         ++known;
       }
   }
@@ -269,6 +323,8 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
     groups_[g].initial_lr = gs[g].initial_lr;
     if (gs[g].momentum) set_momentum(g, *gs[g].momentum);
   }
+  for (size_t f = 0; f < flags_.size(); ++f)
+    if (flags[f]) *flags_[f].second = *flags[f];
   t_ = t;
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string k = "state." + std::to_string(i) + ".";

@@ -2,9 +2,12 @@
 // RMSprop, Adagrad, Adamax, NAdam and RAdam step by step against PyTorch's
 // update rules written out in doubles (1e-12), the schedulers' closed forms
 // and gradient clipping.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
+#include "optim/kernels.h"
 #include "reference.h"
 
 namespace {
@@ -37,7 +40,7 @@ struct Reference {
   optim::AdaptiveOptions o;
   V p, s1, s2, s3;
   double mu_product = 1;
-  int t = 0;
+  double t = 0;  // the step count (a double: a resumed state may hold 1e12)
   void step(int k) {
     ++t;
     const size_t n = p.size();
@@ -51,7 +54,9 @@ struct Reference {
     const double mu_next = b1 * (1 - 0.5 * std::pow(0.96, (t + 1) * o.momentum_decay));
     if (rule == "NAdam") mu_product *= mu;
     for (size_t j = 0; j < n; ++j) {
-      double g = grad_at(k, j) + o.weight_decay * p[j];
+      double g = grad_at(k, j);
+      if (o.decoupled_weight_decay) p[j] *= 1 - lr * o.weight_decay;  // PyTorch 2's, before the update
+      else g += o.weight_decay * p[j];
       if (rule == "RMSprop") {
         s1[j] = o.alpha * s1[j] + (1 - o.alpha) * g * g;
         double avg;
@@ -735,6 +740,390 @@ TEST(OptimGpu, ClipGradNormIsMultiTensor) {
   e.mutable_grad() = tg::zeros({0}, kF64).to(gpu);
   for (double q : {2.0, double(INFINITY)})
     EXPECT_EQ(optim::clip_grad_norm_({e}, 1.0, q).item<double>(), 0.0);
+}
+
+// ---- Issue 45: schedulers, state loading and NAdam ----
+
+// SequentialLR reads a child's per-group rates only for a child of its
+// optimizer with its group count (before: a heap over-read and a garbage
+// rate); a scheduler asked for a group it does not have says so; the epoch
+// cannot overflow; OneCycleLR refuses a phase of no length (before: 0 / 0).
+TEST(OptimSchedulers, ChildrenEpochsAndPhasesAreChecked) {
+  Tensor p = param({0.0}), q = param({0.0}), r = param({0.0});
+  optim::SGD two(std::vector<optim::ParamGroup>{{{p}, 1.0}, {{q}, 0.5}}, {});
+  optim::SGD one({r}, {2.0});
+  auto mine = std::make_shared<optim::StepLR>(two, 2, 0.5);
+  auto other = std::make_shared<optim::StepLR>(one, 2, 0.5);
+  EXPECT_ERROR_CONTAINS(optim::SequentialLR(two, {mine, other}, {3}),
+                        "SequentialLR: scheduler 1 (StepLR) schedules another optimizer (SGD at ");
+  EXPECT_ERROR_CONTAINS(other->lr_at(1, 0), "StepLR: no parameter group 1 (it schedules 1)");
+  EXPECT_DOUBLE_EQ(mine->lr_at(1, 2), 0.25);
+  // A child made before add_param_group has fewer groups than the optimizer.
+  Tensor a = param({0.0}), b = param({0.0});
+  optim::SGD grows({a}, {1.0});
+  auto early = std::make_shared<optim::ExponentialLR>(grows, 0.5);
+  grows.add_param_group({{b}, 0.1});
+  auto late = std::make_shared<optim::ExponentialLR>(grows, 0.9);
+  EXPECT_ERROR_CONTAINS(optim::SequentialLR(grows, {early, late}, {2}),
+                        "SequentialLR: scheduler 0 (ExponentialLR) was made for 1 parameter groups, the optimizer "
+                        "has 2; make the schedulers after add_param_group");
+  EXPECT_EQ(grows.lr(1), 0.1);  // untouched
+  // The epoch: the largest one applies, stepping past it is an error that changes nothing.
+  Tensor c = param({0.0});
+  optim::SGD big({c}, {1.0});
+  optim::StepLR st(big, 1000, 0.5);
+  st.set_epoch(std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(big.lr(), 0.0);
+  EXPECT_ERROR_CONTAINS(st.step(), "StepLR: the epoch 9223372036854775807 is the largest an int64 holds");
+  EXPECT_EQ(st.epoch(), std::numeric_limits<int64_t>::max());
+  EXPECT_ERROR_CONTAINS(st.set_epoch(-1), "StepLR.set_epoch: the epoch must be >= 0, got -1");
+  st.set_epoch(3);
+  EXPECT_EQ(big.lr(), 1.0);
+  // OneCycleLR: pct_start * total_steps = 1 leaves the warm-up no step
+  // (0 to 0), 0.5 a negative one; three phases of 5 steps at 0.6 leave the
+  // last none (4 to 4).
+  optim::SGD oc({c}, {0.1, 0.9});
+  EXPECT_ERROR_CONTAINS(optim::OneCycleLR(oc, 1.0, 10, 0.1),
+                        "OneCycleLR: phase 1 of 2 would span steps 0 to 0, no length");
+  EXPECT_ERROR_CONTAINS(optim::OneCycleLR(oc, 1.0, 5, 0.1), "OneCycleLR: phase 1 of 2 would span steps 0 to -0.5");
+  EXPECT_ERROR_CONTAINS(optim::OneCycleLR(oc, 1.0, 5, 0.6, true, 25, 1e4, /*three_phase=*/true),
+                        "OneCycleLR: phase 3 of 3 would span steps 4 to 4, no length (total_steps = 5, pct_start = "
+                        "0.6, pct_start * total_steps = 3); raise total_steps or move pct_start");
+  EXPECT_EQ(oc.lr(), 0.1);
+  optim::OneCycleLR fine(oc, 1.0, 5, 0.6);  // two phases: 0 to 2, 2 to 4
+  fine.set_epoch(5);
+  EXPECT_TRUE(std::isfinite(oc.lr()));
+}
+
+// Two schedulers stepping one optimizer in the same epoch are refused (the
+// last one would win silently); each alone, one after the other, or as
+// SequentialLR's children works.
+TEST(OptimSchedulers, ChainedSchedulersAreRefused) {
+  Tensor p = param({0.0});
+  optim::SGD opt({p}, {1.0});
+  optim::StepLR a(opt, 1, 0.5);
+  {
+    optim::ExponentialLR b(opt, 0.9);
+    opt.step();  // no gradient: only counts
+    a.step();
+    EXPECT_DOUBLE_EQ(opt.lr(), 0.5);
+    EXPECT_ERROR_CONTAINS(b.step(),
+                          "ExponentialLR: StepLR already set SGD's learning rates at this optimizer step (1 steps "
+                          "taken); chained schedulers would leave the last one's rate, silently");
+    EXPECT_DOUBLE_EQ(opt.lr(), 0.5);  // refused: nothing changed
+    EXPECT_EQ(b.epoch(), 0);
+    a.step();  // the same scheduler again is fine
+    EXPECT_DOUBLE_EQ(opt.lr(), 0.25);
+  }
+  opt.step();
+  a.step();
+  EXPECT_DOUBLE_EQ(opt.lr(), 0.125);
+  optim::ReduceLROnPlateau plateau(opt, 0.5, 0);
+  plateau.step(1.0);
+  opt.step();
+  plateau.step(2.0);
+  EXPECT_ERROR_CONTAINS(a.step(), "StepLR: ReduceLROnPlateau already set SGD's learning rates");
+  opt.step();
+  a.step();
+  EXPECT_ERROR_CONTAINS(plateau.step(1.0), "ReduceLROnPlateau: StepLR already set SGD's learning rates");
+  // SequentialLR drives its children: stepping one of them too is chaining.
+  Tensor q = param({0.0});
+  optim::SGD o2({q}, {1.0});
+  auto warm = std::make_shared<optim::LinearLR>(o2, 0.5, 1.0, 2);
+  auto decay = std::make_shared<optim::ExponentialLR>(o2, 0.5);
+  optim::SequentialLR seq(o2, {warm, decay}, {2});
+  seq.step();
+  EXPECT_DOUBLE_EQ(o2.lr(), 0.75);
+  EXPECT_ERROR_CONTAINS(decay->step(), "ExponentialLR: SequentialLR already set SGD's learning rates");
+  EXPECT_DOUBLE_EQ(o2.lr(), 0.75);
+}
+
+// ReduceLROnPlateau scales each group's own rate (before: every group got
+// group 0's), starts from best = +inf (-inf in mode max) so that a NaN
+// metric is only a bad epoch (before: it became the best and no metric
+// improved on it), and has PyTorch's modes, threshold modes and eps.
+TEST(OptimSchedulers, ReduceLROnPlateauPerGroupAndNaN) {
+  Tensor p = param({0.0}), q = param({0.0});
+  optim::SGD opt(std::vector<optim::ParamGroup>{{{p}, 1.0}, {{q}, 0.1}}, {});
+  optim::ReduceLROnPlateau plateau(opt, 0.5, /*patience=*/1);
+  EXPECT_EQ(plateau.best(), INFINITY);
+  V lr0, lr1;
+  for (double m : {double(NAN), 1.0, 0.9, 0.9, 0.9}) {
+    plateau.step(m);
+    lr0.push_back(opt.lr(0));
+    lr1.push_back(opt.lr(1));
+  }
+  EXPECT_EQ(lr0, (V{1, 1, 1, 1, 0.5}));
+  EXPECT_EQ(lr1, (V{0.1, 0.1, 0.1, 0.1, 0.05}));
+  EXPECT_EQ(plateau.best(), 0.9);
+  // Mode max, absolute threshold 0.1: 1.25 is no improvement on 1.2.
+  optim::SGD up_opt({param({0.0})}, {1.0});
+  optim::ReduceLROnPlateau up(up_opt, 0.5, 0, 0.1, 0, 0, "max", "abs");
+  EXPECT_EQ(up.best(), -INFINITY);
+  V got;
+  for (double m : {1.0, 1.2, 1.25, 1.4}) {
+    up.step(m);
+    got.push_back(up_opt.lr());
+  }
+  EXPECT_EQ(got, (V{1, 1, 0.5, 0.5}));
+  EXPECT_EQ(up.best(), 1.4);
+  // A change of at most eps (1e-8) is not made.
+  optim::SGD tiny({param({0.0})}, {1.5e-8});
+  optim::ReduceLROnPlateau near(tiny, 0.5, 0, 1e-4, 0, /*min_lr=*/1e-8);
+  near.step(1.0);
+  near.step(1.0);
+  EXPECT_EQ(tiny.lr(), 1.5e-8);
+  EXPECT_ERROR_CONTAINS(optim::ReduceLROnPlateau(tiny, 0.5, 0, 1e-4, 0, 0, "up"),
+                        "ReduceLROnPlateau: mode must be \"min\" or \"max\", got \"up\"");
+  EXPECT_ERROR_CONTAINS(optim::ReduceLROnPlateau(tiny, 0.5, 0, NAN), "threshold, min_lr and eps must be finite");
+}
+
+// load_state_dict refuses non-finite, negative, non-integral or huge counts
+// and out-of-range options (before: int64_t(NaN) and int64_t(1e30), which
+// are undefined, and steps overwritten before lr was checked) and changes
+// nothing when it refuses: the optimizer then loads a good state.
+TEST(OptimState, LoadRefusesBadNumbersAndChangesNothing) {
+  optim::AdaptiveOptions o;
+  o.lr = 0.01;
+  Tensor a = param({1.0, 2.0});
+  optim::NAdam src({a}, o);
+  optim::StepLR sched(src, 10);  // so that the state has an initial_lr
+  for (int k = 1; k <= 3; ++k) {
+    feed(a, k);
+    src.step();
+  }
+  const optim::NamedTensors good = src.state_dict();
+  auto with = [&](const std::string& key, double v) {
+    optim::NamedTensors st;
+    bool found = false;
+    for (const auto& [k, t] : good) {
+      found = found || k == key;
+      st.emplace_back(k, k == key ? tg::full({}, v, kF64) : t);
+    }
+    EXPECT_TRUE(found) << key;
+    return st;
+  };
+  struct Bad {
+    std::string key;
+    double value;
+    std::string message;
+  };
+  const std::string count = "' must be an integer count in [0, 2^53], got ";
+  const std::string rate = "' must be finite and in [0, inf], got ";
+  const std::vector<Bad> bads = {
+      {"steps", NAN, "NAdam: state 'steps" + count + "nan"},
+      {"steps", INFINITY, "state 'steps" + count + "inf"},
+      {"steps", 1e30, "state 'steps" + count + "1e+30"},
+      {"steps", -1, "state 'steps" + count + "-1"},
+      {"state.0.step", 2.5, "state 'state.0.step" + count + "2.5"},
+      {"state.0.step", -INFINITY, "state 'state.0.step" + count + "-inf"},
+      {"state.0.step", 1e19, "state 'state.0.step" + count + "1e+19"},
+      {"param_groups", NAN, "state 'param_groups" + count + "nan"},
+      {"param_groups.0.params", 1.5, "state 'param_groups.0.params" + count + "1.5"},
+      {"param_groups.0.lr", NAN, "NAdam: state 'param_groups.0.lr" + rate + "nan"},
+      {"param_groups.0.lr", INFINITY, "state 'param_groups.0.lr" + rate + "inf"},
+      {"param_groups.0.lr", -0.1, "state 'param_groups.0.lr" + rate + "-0.1"},
+      {"param_groups.0.weight_decay", -1, "state 'param_groups.0.weight_decay" + rate + "-1"},
+      {"param_groups.0.initial_lr", NAN, "state 'param_groups.0.initial_lr" + rate + "nan"},
+      {"param_groups.0.momentum", NAN, "state 'param_groups.0.momentum" + rate + "nan"},
+      {"param_groups.0.momentum", 1.0, "state 'param_groups.0.momentum' is 1, out of range: beta1 must be in [0, 1)"},
+      {"state.0.mu_product", 1.5, "state 'state.0.mu_product' must be finite and in [0, 1], got 1.5"},
+      {"state.0.mu_product", NAN, "state 'state.0.mu_product' must be finite and in [0, 1], got nan"},
+      {"param_groups.0.decoupled_weight_decay", 0.5, "state 'param_groups.0.decoupled_weight_decay' must be 0 or 1"},
+  };
+  Tensor b = param({1.0, 2.0});
+  optim::NAdam dst({b}, o);
+  for (const Bad& bad : bads) {
+    SCOPED_TRACE(bad.key + " = " + std::to_string(bad.value));
+    EXPECT_ERROR_CONTAINS(dst.load_state_dict(with(bad.key, bad.value)), bad.message);
+    EXPECT_EQ(dst.steps(), 0);
+    EXPECT_EQ(dst.lr(), 0.01);
+    EXPECT_DOUBLE_EQ(dst.momentum(0), 0.9);
+    for (const auto& [k, t] : dst.state_dict()) {
+      EXPECT_NE(k, "state.0.exp_avg");  // no moments were made
+      EXPECT_NE(k, "param_groups.0.initial_lr");
+      if (k == "state.0.step" || k == "param_groups.0.decoupled_weight_decay") {
+        EXPECT_EQ(t.item<double>(), 0.0) << k;
+      }
+    }
+  }
+  dst.load_state_dict(good);  // still usable
+  EXPECT_EQ(dst.steps(), 3);
+  Tensor twin = a.detach().clone().requires_grad_();
+  optim::NAdam resumed({twin}, o);
+  resumed.load_state_dict(good);
+  feed(a, 4);
+  feed(twin, 4);
+  src.step();
+  resumed.step();
+  EXPECT_EQ(vals(a), vals(twin));
+}
+
+// NAdam's mu_product after a loaded step count without one takes bounded
+// time (before: one factor per past step, so a state at step 1e12 took
+// hours): the first 2^20 factors one by one as the steps multiply them
+// (bitwise), the rest in closed form, which agrees with the factor-by-factor
+// product; a state at step 1e12 loads and steps at once, as PyTorch's
+// formulas say.
+TEST(OptimRules, NAdamMuProductOfAHugeStepCountTakesBoundedTime) {
+  // psi = 1 and beta1 near 1 keep the product away from 0 over millions of steps.
+  const double beta1 = 0.9999999, psi = 1.0;
+  double loop = 1;
+  for (int64_t k = 1; k <= 3000000; ++k) {
+    loop *= beta1 * (1 - 0.5 * std::pow(0.96, double(k) * psi));
+    if (k == 1000 || k == optim::detail::kNAdamExactSteps) {
+      EXPECT_EQ(optim::detail::nadam_mu_product(beta1, psi, k), loop) << k;  // the same products
+    }
+    if (k == optim::detail::kNAdamExactSteps + 1 || k == 2000000 || k == 3000000) {
+      const double got = optim::detail::nadam_mu_product(beta1, psi, k);
+      EXPECT_NEAR(got, loop, 1e-9 * loop) << k;
+      EXPECT_GT(got, 1e-7) << k;
+    }
+  }
+  EXPECT_EQ(optim::detail::nadam_mu_product(0.0, psi, 5000000), 0.0);
+  EXPECT_EQ(optim::detail::nadam_mu_product(0.9, 4e-3, 0), 1.0);
+  // Through load_state_dict: a state without mu_product at step n.
+  optim::AdaptiveOptions o;
+  o.lr = 0.01;
+  o.beta1 = beta1;
+  o.momentum_decay = psi;
+  for (double n : {3e6, 1e12}) {
+    SCOPED_TRACE("step " + std::to_string(n));
+    Tensor a = param({0.5, -1.2, 2.0});
+    optim::NAdam src({a}, o);
+    feed(a, 1);
+    src.step();
+    optim::NamedTensors st;
+    V m, v;
+    for (const auto& [k, t] : src.state_dict()) {
+      if (k == "state.0.mu_product") continue;
+      if (k == "state.0.exp_avg") m = vals(t);
+      if (k == "state.0.exp_avg_sq") v = vals(t);
+      st.emplace_back(k, k == "state.0.step" ? tg::full({}, n, kF64) : t);
+    }
+    Tensor b = param(vals(a));
+    optim::NAdam dst({b}, o);
+    const auto start = std::chrono::steady_clock::now();
+    dst.load_state_dict(st);
+    feed(b, 2);
+    dst.step();
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(secs, 10.0);  // about 0.05 s: 2^20 factors
+    Reference ref{"NAdam", o, vals(a), m, v, V(3, 0.0)};
+    ref.t = n;
+    ref.mu_product = n == 3e6 ? loop : 0.0;  // beta1^1e12 underflows
+    ref.step(2);
+    expect_near(vals(b), ref.p, "NAdam resumed at a huge step");
+  }
+}
+
+// NAdam's and RAdam's decoupled_weight_decay (PyTorch 2): p *= 1 - lr wd
+// before the update, instead of wd p added to the gradient; saved with the
+// groups, restored by load_state_dict; the other rules refuse it.
+TEST(OptimRules, DecoupledWeightDecayOfNAdamAndRAdam) {
+  optim::AdaptiveOptions base;
+  base.lr = 0.05;
+  for (const char* rule : {"NAdam", "RAdam"}) {
+    SCOPED_TRACE(rule);
+    optim::AdaptiveOptions o = all_options(base);
+    o.decoupled_weight_decay = true;
+    const V start = {0.5, -1.2, 2.0, 0.03};
+    Tensor p = param(start), l2 = param(start);
+    auto opt = make(rule, {p}, o);
+    optim::AdaptiveOptions o_l2 = o;
+    o_l2.decoupled_weight_decay = false;
+    auto opt_l2 = make(rule, {l2}, o_l2);
+    Reference ref{rule, o, start, {}, {}, {}};
+    for (int k = 1; k <= 12; ++k) {
+      feed(p, k);
+      feed(l2, k);
+      opt->step();
+      opt_l2->step();
+      ref.step(k);
+      expect_near(vals(p), ref.p, std::string(rule) + " decoupled step " + std::to_string(k));
+    }
+    EXPECT_GT(std::fabs(vals(p)[2] - vals(l2)[2]), 1e-4);  // the option matters
+    const optim::NamedTensors state = opt->state_dict();
+    bool saved = false;
+    for (const auto& [k, t] : state)
+      saved = saved || (k == "param_groups.0.decoupled_weight_decay" && t.item<double>() == 1.0);
+    EXPECT_TRUE(saved);
+    Tensor twin = p.detach().clone().requires_grad_();
+    auto resumed = make(rule, {twin}, o_l2);  // built without: the state sets it
+    resumed->load_state_dict(state);
+    feed(p, 13);
+    feed(twin, 13);
+    opt->step();
+    resumed->step();
+    EXPECT_EQ(vals(p), vals(twin));
+  }
+  optim::AdaptiveOptions o = base;
+  o.decoupled_weight_decay = true;
+  EXPECT_ERROR_CONTAINS(optim::RMSprop({param({1.0})}, o),
+                        "RMSprop: decoupled_weight_decay is an option of NAdam and RAdam (as PyTorch's)");
+  o.decoupled_weight_decay = false;
+  o.momentum_decay = -1;
+  EXPECT_ERROR_CONTAINS(optim::NAdam({param({1.0})}, o), "NAdam: momentum_decay must be finite and >= 0, got -1");
+}
+
+// On a GPU: the fused NAdam and RAdam with decoupled_weight_decay equal the
+// per-tensor step on the CPU (float64 and float32); a fused NAdam loaded
+// from a state without mu_product at a huge step count rebuilds it on the
+// device in bounded time (nadam_mu_product) as the CPU does.
+TEST(OptimGpu, DecoupledWeightDecayAndHugeNAdamStepsOnTheGpu) {
+  REQUIRE_GPU();
+  const tg::Device gpu(tg::kCUDA, 0);
+  optim::AdaptiveOptions base;
+  base.lr = 0.05;
+  for (const char* rule : {"NAdam", "RAdam"}) {
+    SCOPED_TRACE(rule);
+    optim::AdaptiveOptions o = all_options(base);
+    o.decoupled_weight_decay = true;
+    tg::manual_seed(4);
+    std::vector<Tensor> cpu, dev;
+    for (int i = 0; i < 3; ++i) {
+      Tensor p = tg::randn({i == 1 ? 7 : 300}, tg::TensorOptions().dtype(i == 1 ? tg::kFloat32 : tg::kFloat64));
+      cpu.push_back(p.clone().requires_grad_());
+      dev.push_back(p.to(gpu).requires_grad_());
+    }
+    auto c = make(rule, cpu, o), d = make(rule, dev, o);
+    ASSERT_TRUE(d->fused());
+    for (int k = 1; k <= 8; ++k) {
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        Tensor g = tg::randn(cpu[i].sizes(), cpu[i].options());
+        cpu[i].mutable_grad() = g;
+        dev[i].mutable_grad() = g.to(gpu);
+      }
+      c->step();
+      d->step();
+    }
+    for (size_t i = 0; i < cpu.size(); ++i)
+      expect_close(dev[i], cpu[i], "parameter " + std::to_string(i));
+  }
+  optim::AdaptiveOptions o;
+  o.lr = 0.01;
+  o.beta1 = 0.9999999;
+  o.momentum_decay = 1.0;
+  for (double n : {3e6, 1e12}) {
+    SCOPED_TRACE("step " + std::to_string(n));
+    Tensor a = param({0.5, -1.2, 2.0});
+    optim::NAdam src({a}, o);
+    feed(a, 1);
+    src.step();
+    optim::NamedTensors st;
+    for (const auto& [k, t] : src.state_dict())
+      if (k != "state.0.mu_product") st.emplace_back(k, k == "state.0.step" ? tg::full({}, n, kF64) : t);
+    Tensor on_cpu = param(vals(a)), on_gpu = param(vals(a)).detach().to(gpu).requires_grad_();
+    optim::NAdam c({on_cpu}, o), d({on_gpu}, o);
+    ASSERT_TRUE(d.fused());
+    c.load_state_dict(st);
+    d.load_state_dict(st);
+    feed(on_cpu, 2);
+    on_gpu.mutable_grad() = on_cpu.grad().to(gpu);
+    c.step();
+    d.step();
+    expect_close(on_gpu, on_cpu, "NAdam resumed at a huge step");
+  }
 }
 
 }  // namespace

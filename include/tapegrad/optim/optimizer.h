@@ -132,10 +132,14 @@ class Optimizer {
   virtual void on_state_loaded() {}
   /// Registers a per-parameter number (NAdam's mu_product) under `name` for
   /// state_dict ("state.<i>.<name>", 0-dim, from get(i)); load_state_dict
-  /// hands a saved one to set(i, value) (an absent one is left to
-  /// on_state_loaded).
+  /// refuses a saved one outside [lo, hi] and hands it to set(i, value) (an
+  /// absent one is left to on_state_loaded).
   void add_number_state(const char* name, std::function<Tensor(size_t)> get,
-                        std::function<void(size_t, const Tensor&)> set);
+                        std::function<void(size_t, const Tensor&)> set, double lo, double hi);
+  /// Registers an optimizer-wide on/off option saved with every group
+  /// ("param_groups.<g>.<name>", 0 or 1, as PyTorch's param_groups hold
+  /// it); load_state_dict sets it from a state that has it.
+  void add_flag_option(const char* name, bool* value);
   /// Makes the groups' momentum settable (has_momentum), starting at
   /// `value`; `is_beta`: it must stay below 1 (β1).
   void enable_momentum(double value, bool is_beta);
@@ -175,13 +179,24 @@ class Optimizer {
   Tensor device_steps_;         ///< fused: Float64 [P] per-parameter step counts on the device
   bool registered_ = false;     ///< register_static() was called
  private:
+  friend class LRScheduler;
+  friend class ReduceLROnPlateau;
   struct NumberState {
     std::string name;
     std::function<Tensor(size_t)> get;
     std::function<void(size_t, const Tensor&)> set;
+    double lo, hi;  // its range
   };
   std::vector<std::pair<std::string, std::vector<Tensor>*>> state_;
   std::vector<NumberState> numbers_;
+  std::vector<std::pair<std::string, bool*>> flags_;
+  // The scheduler that last set the rates (alive while its token is), its
+  // name and steps_ then: another live one setting them at the same step
+  // count is refused (chained schedulers, docs/OPTIM.md).
+  std::weak_ptr<void> scheduler_;
+  const char* scheduler_name_ = nullptr;
+  int64_t scheduler_steps_ = -1;
+  void claim_rates(const std::shared_ptr<int>& token, const char* who, bool constructing);
   std::optional<bool> momentum_is_beta_;  // set when has_momentum
   double default_momentum_ = 0;           // for groups added later
   Tensor device_options_of(const Group& g) const;
@@ -304,6 +319,7 @@ struct AdaptiveOptions {
   double lr_decay = 0;                   ///< Adagrad: lr / (1 + (t - 1) lr_decay)
   double initial_accumulator_value = 0;  ///< Adagrad: the sum's start
   double momentum_decay = 4e-3;          ///< NAdam: psi of the momentum schedule
+  bool decoupled_weight_decay = false;   ///< NAdam, RAdam: p *= 1 - lr wd first (AdamW's), not L2
   bool capturable = false;               ///< state up front, parameters static: step() may be captured
 };
 /// RMSprop, Adagrad, Adamax, NAdam and RAdam with PyTorch's update rules
@@ -357,11 +373,13 @@ extern template class AdaptiveRule<Adaptive::Rule::kRAdam>;
 
 /// The base of the epoch schedulers: each sets every group's rate to a
 /// closed form of the epoch and the group's initial_lr (PyTorch's
-/// chainable forms agree with these). The constructor applies epoch 0.
+/// chainable forms agree with these for one scheduler). The constructor
+/// applies epoch 0. Two schedulers setting one optimizer's rates at the
+/// same optimizer step (chained) are refused (docs/OPTIM.md).
 class LRScheduler {
  public:
   /// Schedules `opt` (its groups' initial_lr are set if they are not yet).
-  explicit LRScheduler(Optimizer& opt);
+  explicit LRScheduler(Optimizer& opt, const char* name = "LRScheduler");
   virtual ~LRScheduler() = default;
   /// One epoch (or batch, for OneCycleLR) done: applies the next epoch's rates.
   void step();
@@ -369,6 +387,12 @@ class LRScheduler {
   int64_t epoch() const { return epoch_; }
   /// Jumps to `epoch` (resuming: the rates are those of that epoch).
   void set_epoch(int64_t epoch);
+  /// The optimizer scheduled.
+  const Optimizer& optimizer() const { return opt_; }
+  /// How many parameter groups it schedules (the optimizer's when made).
+  size_t num_groups() const { return base_.size(); }
+  /// Its name ("StepLR", ...), as errors give it.
+  const char* name() const { return name_; }
   /// Group g's rate at `epoch`.
   virtual double lr_at(size_t g, int64_t epoch) const = 0;
   /// Group g's momentum at `epoch`, when the scheduler sets it (OneCycleLR).
@@ -379,9 +403,19 @@ class LRScheduler {
   }
 
  protected:
+  /// Throws naming the scheduler unless g is one of its groups.
+  void check_group(size_t g) const;
+  /// Group g's initial_lr (checked).
+  double base(size_t g) const;
+  /// Applies `epoch`'s rates (every one worked out before any is set);
+  /// `constructing`: the scheduler takes the optimizer over.
+  void apply(int64_t epoch, bool constructing);
   Optimizer& opt_;            ///< the optimizer scheduled
   std::vector<double> base_;  ///< each group's initial_lr
   int64_t epoch_ = 0;         ///< the current epoch
+  const char* name_;          ///< for errors
+  /// Alive as long as the scheduler: the optimizer's record of who set its rates.
+  std::shared_ptr<int> token_ = std::make_shared<int>(0);
 };
 /// Multiplies the learning rate by gamma every step_size epochs (StepLR).
 class StepLR : public LRScheduler {
@@ -480,21 +514,28 @@ class SequentialLR : public LRScheduler {
   std::vector<int64_t> milestones_;
 };
 /// Lowers the learning rate when a metric stops improving
-/// (ReduceLROnPlateau, mode "min", relative threshold).
+/// (ReduceLROnPlateau): each group's own rate, as PyTorch's.
 class ReduceLROnPlateau {
  public:
-  /// lr *= factor after `patience` epochs without a relative improvement of
-  /// `threshold`, then waits `cooldown` epochs; never below min_lr.
+  /// Each group's lr *= factor after `patience` epochs without an
+  /// improvement of `threshold` (relative: "rel", or "abs"), then waits
+  /// `cooldown` epochs; never below min_lr, and not when the change would
+  /// be at most eps. mode "min": lower is better, "max": higher.
   ReduceLROnPlateau(Optimizer& opt, double factor = 0.1, int64_t patience = 10, double threshold = 1e-4,
-                    int64_t cooldown = 0, double min_lr = 0);
-  /// One epoch done with `metric` (lower is better).
+                    int64_t cooldown = 0, double min_lr = 0, const std::string& mode = "min",
+                    const std::string& threshold_mode = "rel", double eps = 1e-8);
+  /// One epoch done with `metric` (a NaN one is never an improvement).
   void step(double metric);
+  /// The best metric so far (+inf in mode "min", -inf in "max" before any).
+  double best() const { return best_; }
 
  private:
+  bool better(double metric) const;
   Optimizer& opt_;
-  double factor_, threshold_, min_lr_, best_;
+  double factor_, threshold_, min_lr_, eps_, best_;
+  bool max_mode_, abs_threshold_;
   int64_t patience_, cooldown_, bad_epochs_ = 0, cooldown_left_ = 0;
-  bool has_best_ = false;
+  std::shared_ptr<int> token_ = std::make_shared<int>(0);  // for the optimizer's claim_rates
 };
 
 /// Scales the gradients of `params` so that their joint norm_type-norm is

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <tapegrad/cuda/capture.h>
+#include "tensor/checked.h"
 #include "tensor/op_table.h"
 #include "tensor/op_util.h"
 
@@ -138,6 +139,7 @@ template <class O> Tensor dot(const Tensor& a, const Tensor& b) {
 // x along dim times the upper-triangular ones: out[j] = sum_{i <= j} x[i].
 template <class O> Tensor cumsum(const Tensor& x, int64_t dim) {
   check_floating(x, "cumsum");
+  wrap_dim(dim, x.dim(), "cumsum", x.sizes());  // a 0-dim tensor takes 0 and -1
   if (x.dim() == 0) return O::mul(x, 1.0);
   int64_t d = wrap_dim(dim, x.dim(), "cumsum", x.sizes());
   int64_t n = x.size(d);
@@ -224,6 +226,13 @@ template <class F> auto as_op(const char* op, F&& f) -> decltype(f()) {
 inline Tensor index_range(int64_t start, int64_t end, int64_t step, Device device) {
   return raw::to(tg::arange(start, end, step, TensorOptions().dtype(kInt64)), device);
 }
+// y, or a copy of it where y shares x's storage: the result of an op that
+// is no view (repeat, flip, roll, prod, ...) is new storage even where its
+// formula came out as a view of x (repeats of one, a shift of 0), so that
+// writing it leaves x alone (as PyTorch's).
+template <class O> Tensor fresh(const Tensor& y, const Tensor& x) {
+  return y.impl()->storage() == x.impl()->storage() ? O::clone(y) : y;
+}
 inline IntList all_dims(const Tensor& x) {
   IntList d(size_t(x.dim()));
   for (int64_t i = 0; i < x.dim(); ++i)
@@ -272,7 +281,7 @@ template <class O> Tensor prod_along(const Tensor& x_in, int64_t d, bool keepdim
     Tensor p = O::mul(O::narrow(x, d, 0, h), O::narrow(x, d, h, h));
     x = n % 2 ? O::cat({p, O::narrow(x, d, 2 * h, 1)}, d) : p;
   }
-  return keepdim ? x : O::squeeze(x, d);
+  return fresh<O>(keepdim ? x : O::squeeze(x, d), x_in);  // a size-1 dim: a copy
 }
 template <class O> Tensor prod(const Tensor& x) {
   check_defined(x, "prod");
@@ -280,8 +289,9 @@ template <class O> Tensor prod(const Tensor& x) {
 }
 template <class O> Tensor prod(const Tensor& x, int64_t dim, bool keepdim) {
   check_defined(x, "prod");
+  const int64_t d = wrap_dim(dim, x.dim(), "prod", x.sizes());  // a 0-dim tensor takes 0 and -1
   if (x.dim() == 0) return prod<O>(x);
-  return prod_along<O>(x, wrap_dim(dim, x.dim(), "prod", x.sizes()), keepdim);
+  return prod_along<O>(x, d, keepdim);
 }
 
 template <class O>
@@ -328,13 +338,15 @@ inline Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keep
 // Sorted values are x gathered at argsort's permutation (their gradient
 // scatters back through it).
 template <class O> TensorPair sort(const Tensor& x, int64_t dim, bool descending) {
+  check_defined(x, "sort");
+  const int64_t d = wrap_dim(dim, x.dim(), "sort", x.sizes());  // a 0-dim tensor takes 0 and -1
   Tensor idx = raw::argsort(x, dim, descending);
   if (x.dim() == 0) return {O::clone(x), idx};
-  return {O::gather(x, wrap_dim(dim, x.dim(), "sort", x.sizes()), idx), idx};
+  return {O::gather(x, d, idx), idx};
 }
 template <class O> TensorPair topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool sorted) {
   check_defined(x, "topk");
-  const int64_t d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), "topk", x.sizes());
+  const int64_t d = wrap_dim(dim, x.dim(), "topk", x.sizes());
   const int64_t n = x.dim() == 0 ? 1 : x.size(d);
   TG_CHECK(k >= 0 && k <= n, "topk: k = ", k, " is out of range for dim ", dim, " of size ", n, " (shape ",
            shape_str(x.sizes()), ")");
@@ -345,7 +357,7 @@ template <class O> TensorPair topk(const Tensor& x, int64_t k, int64_t dim, bool
 }
 template <class O> TensorPair kthvalue(const Tensor& x, int64_t k, int64_t dim, bool keepdim, const char* op) {
   check_defined(x, op);
-  const int64_t d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), op, x.sizes());
+  const int64_t d = wrap_dim(dim, x.dim(), op, x.sizes());
   const int64_t n = x.dim() == 0 ? 1 : x.size(d);
   TG_CHECK(k >= 1 && k <= n, op, ": k = ", k, " is out of range for dim ", dim, " of size ", n, " (shape ",
            shape_str(x.sizes()), "); k counts from 1");
@@ -359,7 +371,7 @@ template <class O> TensorPair kthvalue(const Tensor& x, int64_t k, int64_t dim, 
 // row's NaN count decides, as PyTorch).
 template <class O> TensorPair median(const Tensor& x, int64_t dim, bool keepdim) {
   check_defined(x, "median");
-  const int64_t d = x.dim() == 0 ? 0 : wrap_dim(dim, x.dim(), "median", x.sizes());
+  const int64_t d = wrap_dim(dim, x.dim(), "median", x.sizes());
   const int64_t n = x.dim() == 0 ? 1 : x.size(d);
   TG_CHECK(n > 0, "median: cannot take the median of dim ", dim, " of size 0 (shape ", shape_str(x.sizes()), ")");
   auto [v, i] = kthvalue<O>(x, (n + 1) / 2, dim, true, "median");
@@ -372,10 +384,23 @@ template <class O> TensorPair median(const Tensor& x, int64_t dim, bool keepdim)
   if (!keepdim && x.dim() > 0) return {O::squeeze(v, d), raw::squeeze(i, d)};
   return {v, i};
 }
+// The median of all elements; its gradient is spread evenly over the
+// elements equal to it (all NaNs when it is NaN), as PyTorch's median()
+// (the dim form sends it to the selected index, as PyTorch's). The value is
+// the selected element exactly: v - sum(where(tied, v - x, 0)) / count adds
+// an exact +0 that carries 1/count to each tie; an infinite or NaN median is
+// the mean of its ties (themselves), where v - x would be NaN.
 template <class O> Tensor median(const Tensor& x) {
   check_defined(x, "median");
   TG_CHECK(x.numel() > 0, "median: cannot take the median of an empty tensor (shape ", shape_str(x.sizes()), ")");
-  return std::get<0>(median<O>(O::reshape(x, {-1}), 0, false));
+  Tensor flat = O::reshape(x, {-1});
+  Tensor v = std::get<0>(median<RawOps>(raw::detach(flat), 0, false));
+  if (std::is_same_v<O, RawOps> || !x.is_floating_point()) return v;
+  Tensor tied = raw::where(raw::ne(v, v), raw::ne(flat, flat), raw::eq(flat, v));
+  Tensor count = raw::to(raw::sum(tied), x.dtype());
+  Tensor gap = O::div(O::sum(O::where(tied, O::sub(v, flat), Scalar(0))), count);
+  Tensor mean = O::div(O::sum(O::where(tied, flat, Scalar(0))), count);
+  return O::where(raw::eq(raw::sub(v, v), Scalar(0)), O::sub(v, gap), mean);
 }
 
 template <class O> Tensor outer(const Tensor& a, const Tensor& b) {
@@ -436,11 +461,22 @@ template <class O> Tensor diag_embed(const Tensor& x, int64_t offset, int64_t di
   const int64_t nd = x.dim() + 1;
   const int64_t d1 = wrap_dim(dim1, nd, "diag_embed", x.sizes()), d2 = wrap_dim(dim2, nd, "diag_embed", x.sizes());
   TG_CHECK(d1 != d2, "diag_embed: dim1 and dim2 are the same dim (", dim1, ", ", dim2, ")");
-  const int64_t n = x.size(-1), m = n + (offset < 0 ? -offset : offset);
+  // The side m = n + |offset|, the m * m block and the last position, each
+  // checked before anything is allocated.
+  const int64_t n = x.size(-1);
+  int64_t m = 0, mm = 0, span = 0, end = 0;
+  const bool fits = offset != INT64_MIN && !__builtin_add_overflow(n, offset < 0 ? -offset : offset, &m) &&
+                    !__builtin_mul_overflow(m, m, &mm) && !__builtin_mul_overflow(n, m + 1, &span) &&
+                    !__builtin_add_overflow(offset >= 0 ? offset : -offset * m, span, &end);
+  TG_CHECK(fits, "diag_embed: offset ", offset, " with a last dim of size ", n, " (shape ", shape_str(x.sizes()),
+           ") makes matrices of side ", n, " + |", offset,
+           "|, whose elements do not fit in 64 bits; use a smaller offset");
   const int64_t start = offset >= 0 ? offset : -offset * m;
   IntList flat(x.sizes().begin(), x.sizes().end() - 1);
-  flat.push_back(m * m);
-  Tensor pos = raw::expand(index_range(start, start + n * (m + 1), m + 1, x.device()), x.sizes());
+  flat.push_back(mm);
+  checked_numel(flat, "diag_embed");
+  Tensor pos = x.numel() == 0 ? raw::to(tg::zeros(x.sizes(), TensorOptions().dtype(kInt64)), x.device())
+                              : raw::expand(index_range(start, end, m + 1, x.device()), x.sizes());
   Tensor zeros = raw::to(tg::zeros(flat, TensorOptions().dtype(x.dtype())), x.device());
   IntList square(x.sizes().begin(), x.sizes().end() - 1);
   square.push_back(m);
@@ -519,16 +555,25 @@ template <class O> std::vector<Tensor> split(const Tensor& x, const IntList& siz
   }
   return out;
 }
+// A split makes one view per piece: a dim of an empty tensor can be longer
+// than memory could hold pieces for, so its count is bounded.
+inline void check_pieces(int64_t pieces, const Tensor& x, int64_t dim, const char* op) {
+  const int64_t most = std::max<int64_t>(x.numel(), int64_t(1) << 20);
+  TG_CHECK(pieces <= most, op, ": dim ", dim, " of shape ", shape_str(x.sizes()), " would make ", pieces,
+           " pieces, more than the limit of ", most,
+           " (the element count, at least 2^20); ask for fewer, larger pieces");
+}
 template <class O> std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t dim) {
   check_defined(x, "split");
   TG_CHECK(x.dim() > 0, "split: cannot split a 0-dim tensor");
   const int64_t d = wrap_dim(dim, x.dim(), "split", x.sizes()), n = x.size(d);
   TG_CHECK(size > 0 || (size == 0 && n == 0), "split: split_size must be positive, got ", size, " for dim ", dim,
            " of size ", n);
+  const int64_t pieces = n == 0 ? 1 : n / size + (n % size != 0);  // one empty piece of an empty dim
+  check_pieces(pieces, x, dim, "split");
   IntList sizes;
-  for (int64_t at = 0; at < n; at += size)
-    sizes.push_back(std::min(size, n - at));
-  if (sizes.empty()) sizes.push_back(0);
+  for (int64_t i = 0; i < pieces; ++i)
+    sizes.push_back(std::min(size, n - i * size));
   return split<O>(x, sizes, d);
 }
 template <class O> std::vector<Tensor> split_sizes(const Tensor& x, const IntList& sizes, int64_t dim) {
@@ -538,22 +583,27 @@ template <class O> std::vector<Tensor> split_sizes(const Tensor& x, const IntLis
   int64_t total = 0;
   for (int64_t s : sizes) {
     TG_CHECK(s >= 0, "split: sizes must be >= 0, got ", shape_str(sizes));
-    total += s;
+    TG_CHECK(!__builtin_add_overflow(total, s, &total), "split: sizes ", shape_str(sizes),
+             " sum past 2^63 - 1; they must sum to dim ", dim, "'s size ", x.size(d));
   }
   TG_CHECK(total == x.size(d), "split: sizes ", shape_str(sizes), " sum to ", total, ", not to dim ", dim, "'s size ",
            x.size(d), " (shape ", shape_str(x.sizes()), ")");
   return split<O>(x, sizes, d);
 }
+// PyTorch's rule: pieces of ceil(n / chunks) (one element each when chunks
+// > n), so possibly fewer than chunks; an empty dim gives chunks empty pieces.
 template <class O> std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   check_defined(x, "chunk");
-  TG_CHECK(chunks > 0, "chunk: chunks must be positive, got ", chunks);
+  TG_CHECK(chunks > 0, "chunk: chunks must be positive, got ", chunks, "; ask for at least one piece");
   TG_CHECK(x.dim() > 0, "chunk: cannot chunk a 0-dim tensor");
   const int64_t d = wrap_dim(dim, x.dim(), "chunk", x.sizes()), n = x.size(d);
-  return split<O>(x, (n + chunks - 1) / chunks, d);
+  if (n > 0) return split<O>(x, n / chunks + (n % chunks != 0), d);  // ceil, without overflow at INT64_MAX
+  check_pieces(chunks, x, dim, "chunk");
+  return split<O>(x, IntList(size_t(chunks), 0), d);
 }
 
 // [s0, s1, ...] viewed [1, s0, 1, s1, ...], expanded [r0, s0, r1, s1, ...]
-// and merged pairwise.
+// and merged pairwise; every size is checked before anything is allocated.
 template <class O> Tensor repeat(const Tensor& x, const IntList& reps) {
   check_defined(x, "repeat");
   TG_CHECK(int64_t(reps.size()) >= x.dim(), "repeat: got ", reps.size(), " repeats for a tensor of ", x.dim(),
@@ -563,11 +613,16 @@ template <class O> Tensor repeat(const Tensor& x, const IntList& reps) {
   IntList inter, expanded, merged;
   for (size_t i = 0; i < reps.size(); ++i) {
     TG_CHECK(reps[i] >= 0, "repeat: repeats must be >= 0, got ", shape_str(reps));
+    int64_t m;
+    TG_CHECK(!__builtin_mul_overflow(reps[i], sizes[i], &m), "repeat: repeats ", shape_str(reps), " of shape ",
+             shape_str(x.sizes()), " make dim ", i, " ", reps[i], " * ", sizes[i],
+             " long, more than fits in 64 bits; use smaller repeats");
     inter.insert(inter.end(), {1, sizes[i]});
     expanded.insert(expanded.end(), {reps[i], sizes[i]});
-    merged.push_back(reps[i] * sizes[i]);
+    merged.push_back(m);
   }
-  return O::reshape(O::expand(O::reshape(x, inter), expanded), merged);
+  checked_numel(merged, "repeat");
+  return fresh<O>(O::reshape(O::expand(O::reshape(x, inter), expanded), merged), x);
 }
 template <class O> Tensor tile(const Tensor& x, const IntList& reps_in) {
   check_defined(x, "tile");
@@ -575,15 +630,22 @@ template <class O> Tensor tile(const Tensor& x, const IntList& reps_in) {
   if (int64_t(reps.size()) < x.dim()) reps.insert(reps.begin(), size_t(x.dim()) - reps.size(), 1);
   return repeat<O>(x, reps);
 }
+// Each i of [0, n) counts[i] times (counts[0] each when ncounts is 1): an
+// Int64 index [total] on `device` (tensor/index.cpp).
+Tensor repeat_index(const int64_t* counts, int64_t ncounts, int64_t n, int64_t total, Device device);
 template <class O> Tensor repeat_interleave(const Tensor& x_in, int64_t repeats, std::optional<int64_t> dim) {
   check_defined(x_in, "repeat_interleave");
   TG_CHECK(repeats >= 0, "repeat_interleave: repeats must be >= 0, got ", repeats);
+  if (dim) wrap_dim(*dim, x_in.dim(), "repeat_interleave", x_in.sizes());  // a 0-dim tensor takes 0 and -1
   Tensor x = dim && x_in.dim() > 0 ? x_in : O::reshape(x_in, {-1});
   const int64_t d = dim && x_in.dim() > 0 ? wrap_dim(*dim, x.dim(), "repeat_interleave", x.sizes()) : 0;
   IntList shape = x.sizes(), out = x.sizes();
   shape.insert(shape.begin() + d + 1, repeats);
-  out[size_t(d)] *= repeats;
-  return O::reshape(O::expand(O::unsqueeze(x, d + 1), shape), out);
+  TG_CHECK(!__builtin_mul_overflow(out[size_t(d)], repeats, &out[size_t(d)]), "repeat_interleave: ", repeats,
+           " repeats of dim ", d, " of size ", x.size(d), " (shape ", shape_str(x_in.sizes()),
+           ") are more elements than fit in 64 bits; use fewer repeats");
+  checked_numel(out, "repeat_interleave");
+  return fresh<O>(O::reshape(O::expand(O::unsqueeze(x, d + 1), shape), out), x_in);
 }
 template <class O> Tensor repeat_interleave(const Tensor& x_in, const Tensor& repeats, std::optional<int64_t> dim) {
   check_defined(x_in, "repeat_interleave");
@@ -592,6 +654,7 @@ template <class O> Tensor repeat_interleave(const Tensor& x_in, const Tensor& re
            "repeat_interleave: repeats must be a 0-D or 1-D Int64 "
            "tensor, got ",
            repeats.dtype(), " ", shape_str(repeats.sizes()));
+  if (dim) wrap_dim(*dim, x_in.dim(), "repeat_interleave", x_in.sizes());  // a 0-dim tensor takes 0 and -1
   Tensor x = dim && x_in.dim() > 0 ? x_in : O::reshape(x_in, {-1});
   const int64_t d = dim && x_in.dim() > 0 ? wrap_dim(*dim, x.dim(), "repeat_interleave", x.sizes()) : 0;
   if (repeats.is_cuda()) cuda::detail::check_not_capturing("repeat_interleave", repeats.device().index());
@@ -599,15 +662,21 @@ template <class O> Tensor repeat_interleave(const Tensor& x_in, const Tensor& re
   const int64_t n = x.size(d);
   TG_CHECK(r.numel() == 1 || r.numel() == n, "repeat_interleave: ", r.numel(), " repeats for dim ", d, " of size ", n,
            " (give one, or one per slice)");
+  // The counts' sum and the result's size, checked before the index is built.
   const int64_t* rp = static_cast<const int64_t*>(r.data_ptr());
-  std::vector<double> idx;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t k = rp[r.numel() == 1 ? 0 : i];
-    TG_CHECK(k >= 0, "repeat_interleave: repeats must be >= 0, got ", k, " at ", i);
-    idx.insert(idx.end(), size_t(k), double(i));
+  int64_t total = 0;
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    TG_CHECK(rp[i] >= 0, "repeat_interleave: repeats must be >= 0, got ", rp[i], " at ", i);
+    TG_CHECK(!__builtin_add_overflow(total, rp[i], &total), "repeat_interleave: the repeats sum past 2^63 - 1 (at ", i,
+             ", count ", rp[i], "); use smaller counts");
   }
-  Tensor index = raw::to(tg::tensor(idx, {int64_t(idx.size())}, TensorOptions().dtype(kInt64)), x.device());
-  return O::index_select(x, d, index);
+  TG_CHECK(r.numel() != 1 || !__builtin_mul_overflow(total, n, &total), "repeat_interleave: ", rp[0],
+           " repeats of dim ", d, " of size ", n, " (shape ", shape_str(x_in.sizes()),
+           ") are more elements than fit in 64 bits; use fewer repeats");
+  IntList out = x.sizes();
+  out[size_t(d)] = total;
+  if (checked_numel(out, "repeat_interleave") == 0) return fresh<O>(O::reshape(O::narrow(x, d, 0, 0), out), x_in);
+  return O::index_select(x, d, repeat_index(rp, r.numel(), n, total, x.device()));
 }
 template <class O> Tensor flip(const Tensor& x, const IntList& dims) {
   check_defined(x, "flip");
@@ -619,7 +688,7 @@ template <class O> Tensor flip(const Tensor& x, const IntList& dims) {
     seen[size_t(d)] = true;
     if (x.dim() > 0 && x.size(d) > 1) y = O::index_select(y, d, index_range(x.size(d) - 1, -1, -1, x.device()));
   }
-  return dims.empty() ? O::clone(x) : y;
+  return fresh<O>(y, x);  // no dims, size-1 dims or a 0-dim tensor: a copy
 }
 template <class O> Tensor roll(const Tensor& x, const IntList& shifts, const IntList& dims) {
   check_defined(x, "roll");
@@ -636,7 +705,7 @@ template <class O> Tensor roll(const Tensor& x, const IntList& shifts, const Int
     const int64_t s = ((shifts[i] % n) + n) % n;
     if (s) y = O::cat({O::narrow(y, d, n - s, s), O::narrow(y, d, 0, n - s)}, d);
   }
-  return y;
+  return fresh<O>(y, x);  // shifts of 0 or of the size: a copy
 }
 template <class O> std::vector<Tensor> meshgrid(const std::vector<Tensor>& tensors, const std::string& indexing) {
   TG_CHECK(indexing == "ij" || indexing == "xy", "meshgrid: indexing must be \"ij\" or \"xy\", got \"", indexing, "\"");

@@ -36,19 +36,41 @@ void check_index_range(const Tensor& index, int64_t size, int64_t dim, const cha
   TG_CHECK(lo >= 0 && hi < size, op, ": index ", bad, " is out of range for dim ", dim, " with size ", size);
 }
 
+// A filled CPU Int64 index on `device`, its values' range [lo, hi] noted.
+// From pinned memory, asynchronously: a graph node under capture (the
+// buffer is kept with the graph), no wait on the device otherwise.
+Tensor place_index(const Tensor& cpu, int64_t lo, int64_t hi, Device device) {
+  Tensor t = device.is_cpu() ? cpu : cpu.pin_memory().to(device, /*non_blocking=*/true);
+  if (cpu.numel() > 0)
+    t.impl()->storage()->set_known_index_range(lo, hi, t.impl()->version_counter().get(), t.version());
+  return t;
+}
+
 }  // namespace
 
 Tensor detail::index_tensor(const std::vector<int64_t>& v, Device device) {
   Tensor cpu = detail::new_empty({int64_t(v.size())}, kInt64, Device(kCPU));
   std::copy(v.begin(), v.end(), static_cast<int64_t*>(cpu.data_ptr()));
-  // From pinned memory, asynchronously: a graph node under capture (the
-  // buffer is kept with the graph), no wait on the device otherwise.
-  Tensor t = device.is_cpu() ? cpu : cpu.pin_memory().to(device, /*non_blocking=*/true);
-  if (!v.empty())
-    t.impl()->storage()->set_known_index_range(*std::min_element(v.begin(), v.end()),
-                                               *std::max_element(v.begin(), v.end()), t.impl()->version_counter().get(),
-                                               t.version());
-  return t;
+  if (v.empty()) return place_index(cpu, 0, 0, device);
+  return place_index(cpu, *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()), device);
+}
+
+// The caller checked the counts (>= 0) and their sum `total`; the index is
+// allocated before it is filled, so an impossible total is the allocator's
+// error; the loop runs over the given counts, or with one count (> 0) over
+// no more than `total` positions.
+Tensor detail::repeat_index(const int64_t* counts, int64_t ncounts, int64_t n, int64_t total, Device device) {
+  Tensor cpu = detail::new_empty({total}, kInt64, Device(kCPU));
+  int64_t* p = static_cast<int64_t*>(cpu.data_ptr());
+  int64_t lo = -1, hi = 0;
+  for (int64_t i = 0; i < n && total > 0; ++i) {
+    const int64_t k = counts[ncounts == 1 ? 0 : i];
+    if (k == 0) continue;
+    lo = lo < 0 ? i : lo;
+    hi = i;
+    p = std::fill_n(p, k, i);
+  }
+  return place_index(cpu, lo, hi, device);
 }
 
 namespace detail {
@@ -242,8 +264,8 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, bool sparse) {
 Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
   detail::check_defined(x, "argsort");
   const Device dev = x.device();
+  const int64_t d = detail::wrap_dim(dim, x.dim(), "argsort", x.sizes());  // a 0-dim tensor takes 0 and -1
   if (x.dim() == 0) return raw::to(tg::zeros({}, TensorOptions().dtype(kInt64)), dev);
-  const int64_t d = detail::wrap_dim(dim, x.dim(), "argsort", x.sizes());
   ScalarType kt = x.dtype() == kBool      ? kInt64
                   : x.dtype() == kFloat64 ? kFloat64
                   : x.dtype() == kInt64   ? kInt64

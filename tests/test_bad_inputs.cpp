@@ -224,6 +224,16 @@ std::vector<Op> ops() {
          return flip(a[0], {0, -1});
        }},
       {"roll", 1, [](const Args& a) { return roll(a[0], {3}, {1}); }},
+      // dims beyond a 0-dim tensor's {0, -1} are refused, as sum's
+      {"sort", 1, [](const Args& a) { return std::get<0>(sort(a[0], 1)); }},
+      {"argsort", 1, [](const Args& a) { return argsort(a[0], -2); }},
+      {"topk", 1, [](const Args& a) { return std::get<0>(topk(a[0], 1, 1)); }},
+      {"kthvalue", 1, [](const Args& a) { return std::get<0>(kthvalue(a[0], 1, 1, true)); }},
+      {"median", 1, [](const Args& a) { return std::get<0>(median(a[0], -2)); }},
+      {"prod", 1, [](const Args& a) { return prod(a[0], 1, true); }},
+      {"cumsum", 1, [](const Args& a) { return cumsum(a[0], 1); }},
+      {"repeat_interleave", 1, [](const Args& a) { return repeat_interleave(a[0], 1, -2); }},
+      {"chunk", 1, [](const Args& a) { return cat(a[0].chunk(100, -1), -1); }},
       {"meshgrid", 2,
        [](const Args& a) {
          return meshgrid({a[0], a[1]})[1];
@@ -351,6 +361,38 @@ void sweep(const Device& dev) {
 }
 
 TEST(BadInputs, EveryOpReturnsTheReferenceOrNamesItselfOnCpu) { sweep(kCpu); }
+
+// A 0-dim tensor takes dim 0 or -1 and no other, as sum and PyTorch: these
+// ops took any dim of one before (issue 45), raw and recorded.
+TEST(BadInputs, ZeroDimTensorsTakeOnlyDimZeroOrMinusOne) {
+  using namespace tg;
+  for (bool record : {false, true}) {
+    Tensor s = scalar_tensor(2.5, kFloat64);
+    if (record) s.requires_grad_();
+    const std::vector<std::pair<const char*, std::function<Tensor(int64_t)>>> ops = {
+        {"sum", [&](int64_t d) { return sum(s, {d}); }},
+        {"sort", [&](int64_t d) { return std::get<0>(sort(s, d)); }},
+        {"argsort", [&](int64_t d) { return add(argsort(s, d).to(kFloat64), 2.5); }},
+        {"topk", [&](int64_t d) { return std::get<0>(topk(s, 1, d)); }},
+        {"kthvalue", [&](int64_t d) { return std::get<0>(kthvalue(s, 1, d)); }},
+        {"median", [&](int64_t d) { return std::get<0>(median(s, d, true)); }},
+        {"prod", [&](int64_t d) { return prod(s, d); }},
+        {"cumsum", [&](int64_t d) { return cumsum(s, d); }},
+        {"repeat_interleave", [&](int64_t d) { return repeat_interleave(s, 1, d); }},
+        {"repeat_interleave", [&](int64_t d) { return repeat_interleave(s, I64({1}, {1}), d); }},
+    };
+    for (const auto& [name, fn] : ops) {
+      SCOPED_TRACE(std::string(name) + (record ? " (recorded)" : " (raw)"));
+      for (int64_t d : {0, -1})
+        EXPECT_EQ(tgtest::values(fn(d)), (std::vector<double>{2.5})) << "dim " << d;
+      for (int64_t d : {1, -2, 5})
+        EXPECT_ERROR_CONTAINS(fn(d),
+                              std::string(name) + ": dimension " + std::to_string(d) +
+                                  " is out of range for a tensor of rank 0 (shape []); expected a dim in [-1, 0]");
+    }
+    EXPECT_EQ(s.item<double>(), 2.5);  // usable afterwards
+  }
+}
 
 // Elementwise ops on NaN/Inf/0/-0/tiny/huge values: the vectorized CPU path
 // (12 elements) agrees with the scalar path (each element alone), in float32

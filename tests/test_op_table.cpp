@@ -672,6 +672,55 @@ TEST_P(OpTable, NewOpsMatchClosedForms) {
   EXPECT_ERROR_CONTAINS(tg::cumsum(x.to(tg::kInt64), 0), "cumsum: expected a floating-point tensor");
 }
 
+// median() of a whole tensor spreads its gradient evenly over the elements
+// equal to it (all NaNs when it is NaN), as PyTorch's; its value is the
+// element itself (-0 stays -0, inf stays inf). median(dim) keeps PyTorch's
+// gradient to the selected index. All of it went to one element before.
+TEST_P(OpTable, MedianOfATensorSpreadsItsGradientOverTies) {
+  const bool gpu = GetParam() == tg::kCUDA;
+  if (gpu) {
+    REQUIRE_GPU();
+  }
+  const Device dev = gpu ? Device(tg::kCUDA, 0) : Device(tg::kCPU);
+  using V = std::vector<double>;
+  const double nan = std::nan(""), inf = INFINITY;
+  struct Case {
+    V x;
+    IntList shape;
+    double value;
+    V grad;
+  };
+  const std::vector<Case> cases = {
+      {{1, 2, 2, 3}, {4}, 2, {0, 0.5, 0.5, 0}},
+      {{2, 5, 2, 2, 7, 0}, {2, 3}, 2, {1.0 / 3, 0, 1.0 / 3, 1.0 / 3, 0, 0}},
+      {{4, 1, 3, 2}, {2, 2}, 2, {0, 0, 0, 1}},
+      {{nan, 1, nan}, {3}, nan, {0.5, 0, 0.5}},
+      {{inf, inf, 1}, {3}, inf, {0.5, 0.5, 0}},
+      {{-inf, 5, -inf}, {3}, -inf, {0.5, 0, 0.5}},
+      {{-0.0, 1, -0.0}, {3}, -0.0, {0.5, 0, 0.5}},
+      {{7}, {}, 7, {1}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(tg::shape_str(c.shape) + " median " + std::to_string(c.value));
+    Tensor x = tg::tensor(c.x, c.shape, kF64).to(dev).requires_grad_();
+    Tensor m = tg::median(x);
+    const double got = m.item<double>();
+    if (std::isnan(c.value)) EXPECT_TRUE(std::isnan(got));
+    else EXPECT_TRUE(got == c.value && std::signbit(got) == std::signbit(c.value)) << got;
+    const V g = tgtest::values(tg::autograd::grad({m * 3.0}, {x})[0]);
+    ASSERT_EQ(g.size(), c.grad.size());
+    for (size_t k = 0; k < g.size(); ++k)
+      EXPECT_NEAR(g[k], 3 * c.grad[k], 1e-15) << k;
+    const double raw = tg::median(x.detach()).item<double>();  // the raw path: the same value
+    EXPECT_TRUE(std::isnan(got) ? std::isnan(raw) : raw == got && std::signbit(raw) == std::signbit(got));
+  }
+  // median(dim) sends it to the selected index, as PyTorch's.
+  Tensor x = tg::tensor({1, 2, 2, 3}, {4}, kF64).to(dev).requires_grad_();
+  auto [v, i] = tg::median(x, 0);
+  EXPECT_EQ(tgtest::values(tg::autograd::grad({v}, {x})[0]), (V{0, 1, 0, 0}));
+  EXPECT_EQ(i.item<int64_t>(), 1);
+}
+
 // LibTorch habits that compile: in-place ops on a const handle (the gradient
 // accessor returns one), printing sizes.
 TEST(OpTableCoverage, LibTorchHabitsCompile) {

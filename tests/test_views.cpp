@@ -133,3 +133,119 @@ TEST(Views, EveryViewStaysInsideItsStorage) {
   // A block larger than the machine's memory is refused, not overcommitted.
   EXPECT_ERROR_CONTAINS(tg::zeros({int64_t(1) << 45}), "CPU allocator: out of memory allocating 140737488355328 bytes");
 }
+
+// Ops that are no views return new storage even where their formula comes
+// out as a view of the input (repeats of one, flips of size-1 dims or of a
+// 0-dim tensor, shifts of 0 or of the size, products over a size-1 dim):
+// writing the result leaves the input alone, raw and recorded (issue 45).
+TEST(Views, ShapeOpsThatAreNoViewsReturnNewStorage) {
+  using tg::Tensor;
+  for (bool record : {false, true}) {
+    Tensor x = tg::tensor({1, 2, 3}, {3, 1}, tg::kFloat64);
+    Tensor s = tg::scalar_tensor(5.0, tg::kFloat64);
+    if (record) {
+      x.requires_grad_();
+      s.requires_grad_();
+    }
+    const Tensor ones = tg::tensor({1, 1, 1}, {3}, tg::kInt64);
+    struct Case {
+      const char* what;
+      const Tensor& input;
+      std::function<Tensor()> fn;
+    };
+    const std::vector<Case> cases = {
+        {"repeat", x,
+         [&] {
+           return x.repeat({1, 1});
+         }},
+        {"tile", x, [&] { return tg::tile(x, {1}); }},
+        {"repeat_interleave dim", x, [&] { return tg::repeat_interleave(x, 1, 0); }},
+        {"repeat_interleave flat", x, [&] { return tg::repeat_interleave(x, 1); }},
+        {"repeat_interleave counts", x, [&] { return tg::repeat_interleave(x, ones, 0); }},
+        {"flip size-1 dim", x, [&] { return tg::flip(x, {1}); }},
+        {"flip no dims", x, [&] { return tg::flip(x, {}); }},
+        {"roll 0", x, [&] { return tg::roll(x, {0}, {0}); }},
+        {"roll by the size", x, [&] { return tg::roll(x, {3}, {0}); }},
+        {"roll flat by the size", x, [&] { return tg::roll(x, {-3}); }},
+        {"prod size-1 dim", x, [&] { return tg::prod(x, 1); }},
+        {"prod size-1 dim keepdim", x, [&] { return tg::prod(x, 1, true); }},
+        {"prod one element", x, [&] { return tg::prod(x.narrow(0, 1, 1)); }},
+        {"flip 0-dim", s, [&] { return tg::flip(s, {0}); }},
+        {"roll 0-dim", s, [&] { return tg::roll(s, {1}, {0}); }},
+        {"prod 0-dim", s, [&] { return tg::prod(s); }},
+        {"prod 0-dim dim", s, [&] { return tg::prod(s, -1); }},
+        {"repeat 0-dim", s, [&] { return s.repeat({}); }},
+    };
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(c.what) + (record ? " (recorded)" : " (raw)"));
+      Tensor y = c.fn();
+      EXPECT_NE(y.impl()->storage(), c.input.impl()->storage());
+      EXPECT_NE(y.data_ptr(), c.input.data_ptr());
+      EXPECT_EQ(y.requires_grad(), record);
+      y.detach().fill_(-7.0);
+      EXPECT_EQ(tgtest::values(x), (std::vector<double>{1, 2, 3}));
+      EXPECT_EQ(s.item<double>(), 5.0);
+    }
+  }
+}
+
+// Every size a shape op works out from its arguments is checked before it
+// allocates: huge repeats, sizes, chunks and offsets are a tg::Error at once,
+// not a wrapped size or a host vector of terabytes (issue 45).
+TEST(Views, ShapeOpSizesAreCheckedBeforeTheyAllocate) {
+  using tg::IntList;
+  using tg::Tensor;
+  const int64_t big = int64_t(1) << 62;
+  const auto i64 = tg::TensorOptions().dtype(tg::kInt64);
+  Tensor x = tg::tensor({1, 2, 3}, {3}, tg::kFloat32);
+  // split by sizes: their sum wrapped to 3 and passed.
+  EXPECT_ERROR_CONTAINS(tg::split(x, IntList{INT64_MAX, INT64_MAX, 5}, 0),
+                        "split: sizes [9223372036854775807, 9223372036854775807, 5] sum past 2^63 - 1");
+  // split of a huge empty dim: a piece per element, without bound.
+  Tensor wide = tg::empty({0, big});
+  EXPECT_ERROR_CONTAINS(tg::split(wide, 1, 1),
+                        "split: dim 1 of shape [0, 4611686018427387904] would make "
+                        "4611686018427387904 pieces, more than the limit of 1048576");
+  EXPECT_EQ(tg::split(wide, big / 2, 1).size(), 2u);
+  // chunk: PyTorch's rule, pieces of ceil(n / chunks); more chunks than
+  // elements give one-element pieces (n + chunks - 1 overflowed).
+  for (int64_t chunks : {int64_t(4), int64_t(3), big, INT64_MAX}) {
+    std::vector<Tensor> c = x.chunk(chunks);
+    ASSERT_EQ(c.size(), 3u) << chunks;
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_EQ(tgtest::values(c[i]), (std::vector<double>{double(i + 1)})) << chunks;
+  }
+  EXPECT_EQ(tg::ones({5}).chunk(3).size(), 3u);          // 2, 2, 1
+  EXPECT_EQ(tg::ones({6}).chunk(4).size(), 3u);          // 2, 2, 2
+  EXPECT_EQ(tg::ones({10}).chunk(4).back().numel(), 1);  // 3, 3, 3, 1
+  EXPECT_EQ(tg::zeros({0, 4}).chunk(3).size(), 3u);      // an empty dim: chunks empty pieces, as PyTorch
+  EXPECT_ERROR_CONTAINS(tg::zeros({0, 4}).chunk(big), "chunk: dim 0 of shape [0, 4] would make");
+  EXPECT_ERROR_CONTAINS(x.chunk(0), "chunk: chunks must be positive, got 0");
+  EXPECT_ERROR_CONTAINS(x.chunk(-2), "chunk: chunks must be positive, got -2");
+  // repeat and tile: each repeated dim and the element count.
+  EXPECT_ERROR_CONTAINS(x.repeat({INT64_MAX}), "repeat: repeats [9223372036854775807] of shape [3] make dim 0");
+  EXPECT_ERROR_CONTAINS(tg::ones({1}).repeat({big, 4}), "repeat: shape [4611686018427387904, 4] has more elements");
+  EXPECT_ERROR_CONTAINS(tg::tile(x, {big}), "tile: repeat: repeats [4611686018427387904] of shape [3]");
+  EXPECT_EQ(tg::empty({0}).repeat({big}).sizes(), (IntList{0}));  // nothing to allocate
+  EXPECT_EQ(tg::empty({0, 2}).repeat({big, 1}).sizes(), (IntList{0, 2}));
+  // repeat_interleave: the int count and the counts' sum.
+  EXPECT_ERROR_CONTAINS(tg::repeat_interleave(x, INT64_MAX),
+                        "repeat_interleave: 9223372036854775807 repeats of dim 0 of size 3");
+  Tensor counts = tg::tensor({double(big), double(big), double(big)}, {3}, i64);
+  EXPECT_ERROR_CONTAINS(tg::repeat_interleave(x, counts, 0), "repeat_interleave: the repeats sum past 2^63 - 1");
+  EXPECT_ERROR_CONTAINS(tg::repeat_interleave(x, tg::tensor({double(big)}, {1}, i64), 0),
+                        "repeat_interleave: 4611686018427387904 repeats of dim 0 of size 3");
+  // A sum that fits but cannot be allocated: the allocator's error, not a
+  // host vector of 8 TB; nothing to allocate: the shape at once.
+  Tensor tera = tg::tensor({double(int64_t(1) << 40), 1, 1}, {3}, i64);
+  EXPECT_ERROR_CONTAINS(tg::repeat_interleave(x, tera, 0), "repeat_interleave: CPU allocator: out of memory");
+  EXPECT_EQ(tg::repeat_interleave(tg::zeros({3, 0}), tera, 0).sizes(), (IntList{(int64_t(1) << 40) + 2, 0}));
+  // diag_embed: |offset| + size and its square.
+  EXPECT_ERROR_CONTAINS(tg::diag_embed(x, INT64_MAX),
+                        "diag_embed: offset 9223372036854775807 with a last dim of size 3");
+  EXPECT_ERROR_CONTAINS(tg::diag_embed(x, INT64_MIN), "diag_embed: offset -9223372036854775808");
+  EXPECT_ERROR_CONTAINS(tg::diag_embed(x, big), "whose elements do not fit in 64 bits; use a smaller offset");
+  EXPECT_ERROR_CONTAINS(tg::diag(x, -big), "diag: diag_embed: offset -4611686018427387904");
+  // The library is usable afterwards.
+  EXPECT_EQ(tgtest::values(x.repeat({2})), (std::vector<double>{1, 2, 3, 1, 2, 3}));
+}

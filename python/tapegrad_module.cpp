@@ -53,18 +53,72 @@ tg::Device device_from(const std::string& s) {
 
 std::string device_name(tg::Device d) { return d.is_cuda() ? "cuda:" + std::to_string(d.index()) : "cpu"; }
 
-tg::IntList int_list(const py::object& o) {
-  if (py::isinstance<py::int_>(o)) return tg::IntList{o.cast<int64_t>()};
-  return tg::IntList(o.cast<std::vector<int64_t>>());
+[[noreturn]] void raise(PyObject* type, const std::string& message) {
+  PyErr_SetString(type, message.c_str());
+  throw py::error_already_set();
+}
+
+// o (a Python int, or anything with __index__: NumPy's integers) as int64
+// in v, exactly; false when it does not fit (Python ints are unbounded).
+bool fits_int64(const py::handle& o, int64_t& v) {
+  auto i = py::reinterpret_steal<py::object>(PyNumber_Index(o.ptr()));
+  if (!i) throw py::error_already_set();  // TypeError: not an integer
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
+  v = int64_t(x);
+  return overflow == 0;
+}
+
+// An integer argument of `op` (`what`: "size", "index", "dim" ...); one beyond
+// int64 raises `type`: OverflowError for sizes, IndexError for indices and
+// dims (as Python's sequences), never wraps.
+int64_t int64_arg(const py::handle& o, const char* op, const char* what, PyObject* type = PyExc_OverflowError) {
+  int64_t v = 0;
+  if (!fits_int64(o, v))
+    raise(type, std::string(op) + ": " + what + " " + py::str(o).cast<std::string>() +
+                    " does not fit in int64 (the range is -2**63 .. 2**63-1)");
+  return v;
+}
+
+tg::IntList int_list(const py::object& o, const char* op, const char* what = "size",
+                     PyObject* type = PyExc_OverflowError) {
+  if (PyIndex_Check(o.ptr())) return tg::IntList{int64_arg(o, op, what, type)};
+  tg::IntList l;
+  for (const py::handle& x : o)
+    l.push_back(int64_arg(x, op, what, type));
+  return l;
 }
 
 // `shape` may be given as *sizes or as one sequence.
-tg::IntList sizes_of(const py::args& args) {
-  if (args.size() == 1 && !py::isinstance<py::int_>(args[0])) return int_list(args[0]);
+tg::IntList sizes_of(const py::args& args, const char* op) {
+  if (args.size() == 1 && !PyIndex_Check(args[0].ptr())) return int_list(args[0], op);
   tg::IntList s;
   for (const auto& a : args)
-    s.push_back(a.cast<int64_t>());
+    s.push_back(int64_arg(a, op, "size"));
   return s;
+}
+
+// A Python number as the Scalar operand of `op`: bools as bool, ints (and
+// NumPy's integers) exactly as int64, floats as double; nullopt for anything
+// else. An int beyond int64 becomes a double where the other side is
+// floating (`floating`), and raises OverflowError where it is an integer or
+// Bool tensor, as PyTorch's (no silent wrap or rounding).
+std::optional<tg::Scalar> scalar_of(const py::handle& o, bool floating, const char* op) {
+  if (PyBool_Check(o.ptr())) return tg::Scalar(o.ptr() == Py_True);
+  if (PyFloat_Check(o.ptr())) return tg::Scalar(PyFloat_AsDouble(o.ptr()));
+  py::module_ np = py::module_::import("numpy");  // NumPy's bool_ and float32 are no Python bool or float
+  if (py::isinstance(o, np.attr("bool_"))) return tg::Scalar(o.cast<bool>());
+  if (py::isinstance(o, np.attr("floating"))) return tg::Scalar(o.cast<double>());
+  if (!PyIndex_Check(o.ptr())) return std::nullopt;
+  int64_t v = 0;
+  if (fits_int64(o, v)) return tg::Scalar(static_cast<long long>(v));
+  if (!floating)
+    raise(PyExc_OverflowError, std::string(op) + ": the integer " + py::str(o).cast<std::string>() +
+                                   " does not fit in int64; use a float (or a floating tensor) for it");
+  const double d = PyLong_AsDouble(py::reinterpret_steal<py::object>(PyNumber_Index(o.ptr())).ptr());
+  if (d == -1.0 && PyErr_Occurred()) throw py::error_already_set();  // OverflowError beyond double
+  return tg::Scalar(d);
 }
 
 tg::TensorOptions options(const std::string& dtype, const std::string& device) {
@@ -150,8 +204,9 @@ py::array to_numpy(const Tensor& t) {
     case tg::kBool: dt = py::dtype::of<bool>(); break;
     default: throw tg::Error("numpy: NumPy has no " + dtype_name(t.dtype()) + "; convert with .to('float32')");
   }
-  const int64_t es = int64_t(tg::element_size(t.dtype()));
   std::vector<py::ssize_t> shape(t.sizes().begin(), t.sizes().end()), strides;
+  if (t.numel() == 0) return py::array(dt, shape);  // no memory to share (and maybe no pointer)
+  const int64_t es = int64_t(tg::element_size(t.dtype()));
   for (int64_t s : t.strides())
     strides.push_back(py::ssize_t(s * es));
   auto* keep = new Tensor(t);
@@ -159,15 +214,32 @@ py::array to_numpy(const Tensor& t) {
   return py::array(dt, shape, strides, t.data_ptr(), owner);
 }
 
-// tapegrad.tensor(data): a copy of array-like data; Python floats become
-// float32 and ints int64 (as torch.tensor), NumPy arrays keep their dtype.
+// tapegrad.tensor(data): a copy of array-like data, of its shape (a number
+// gives a 0-d tensor); Python floats become float32, bools bool and ints
+// int64, exactly (as torch.tensor; an int beyond int64 raises
+// OverflowError); NumPy arrays and scalars keep their dtype, unsigned ones
+// become int64 (exactly: uint64 values beyond int64 raise OverflowError).
 Tensor make_tensor(const py::object& data, const std::optional<std::string>& dtype, const std::string& device,
                    bool requires_grad) {
   py::module_ np = py::module_::import("numpy");
-  const bool is_array = py::isinstance(data, np.attr("ndarray"));
-  py::object arr = np.attr("ascontiguousarray")(data);
-  if (!is_array && arr.attr("dtype").attr("kind").cast<std::string>() == "f") arr = arr.attr("astype")("float32");
-  const std::string kind = arr.attr("dtype").attr("kind").cast<std::string>();
+  const bool is_array = py::isinstance(data, np.attr("ndarray")) || py::isinstance(data, np.attr("generic"));
+  py::object arr = np.attr("asarray")(data);
+  if (arr.attr("ndim").cast<int64_t>() > 0) arr = np.attr("ascontiguousarray")(arr);  // that one makes 0-d 1-d
+  if (!arr.attr("flags").attr("writeable").cast<bool>()) arr = arr.attr("copy")();    // NumPy exports no read-only one
+  std::string kind = arr.attr("dtype").attr("kind").cast<std::string>();
+  if (!is_array && (kind == "u" || kind == "O")) {  // NumPy's types for ints beyond int64
+    for (const py::handle& x : arr.attr("ravel")())
+      if (PyLong_Check(x.ptr()) || py::isinstance(x, np.attr("unsignedinteger")))
+        (void)int64_arg(x, "tensor", "the integer");
+  }
+  if (kind == "u" && arr.attr("dtype").attr("itemsize").cast<int64_t>() == 8 && arr.attr("size").cast<int64_t>() > 0) {
+    py::object top = arr.attr("max")();
+    if (top.cast<uint64_t>() > uint64_t(INT64_MAX))
+      raise(PyExc_OverflowError, "tensor: the uint64 value " + py::str(top).cast<std::string>() +
+                                     " does not fit in int64, tapegrad's integer type; convert the array with "
+                                     ".astype(numpy.float64) (or keep its values below 2**63)");
+  }
+  if (!is_array && kind == "f") arr = arr.attr("astype")("float32");
   if (kind == "i" || kind == "u" || kind == "b") arr = arr.attr("astype")("int64");  // NumPy < 1.25: no bool in DLPack
   Tensor t = from_dlpack(arr).clone();
   if (kind == "b") t = t.to(tg::kBool);
@@ -187,21 +259,32 @@ std::vector<Tensor> tensor_list(const py::object& o) {
 
 py::object or_none(const Tensor& t) { return t.defined() ? py::cast(t) : py::none(); }
 
-// A scalar or tensor right-hand side.
-template <class F, class G> py::object binary(const Tensor& a, const py::object& b, F tensor_op, G scalar_op) {
+// A scalar or tensor right-hand side (`op` names the operator in errors);
+// NotImplemented for anything else (so `t == None` is False).
+template <class F, class G>
+py::object binary(const Tensor& a, const py::object& b, const char* op, F tensor_op, G scalar_op) {
   if (py::isinstance<Tensor>(b)) return py::cast(tensor_op(a, b.cast<Tensor>()));
   if (py::isinstance(b, py::module_::import("numpy").attr("ndarray")))  // as PyTorch: a tensor on a's device
     return py::cast(tensor_op(a, make_tensor(b, std::nullopt, device_name(a.device()), false)));
-  if (py::isinstance<py::float_>(b) || py::isinstance<py::int_>(b) || py::isinstance<py::bool_>(b))
-    return py::cast(scalar_op(a, b.cast<double>()));
+  if (auto s = scalar_of(b, a.defined() && tg::is_floating_point(a.dtype()), op)) return py::cast(scalar_op(a, *s));
   return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+}
+// The same with one (generic) op for both forms.
+template <class F> py::object binary(const Tensor& a, const py::object& b, const char* op, F f) {
+  return binary(a, b, op, f, f);
 }
 
 // t[key] as NumPy and PyTorch index: integers (negative from the end; past
-// the end: IndexError, so iteration stops), slices (views, steps > 0), None
-// (a new dim), Ellipsis, and tuples of them. Every result is a view.
+// the end or beyond int64: IndexError, so iteration stops), slices (views,
+// steps > 0), None (a new dim), True and False (a new dim of size 1 or 0;
+// as PyTorch's, integers are not advanced indices beside them, so NumPy
+// differs where one stands apart from a bool), Ellipsis, and tuples of them.
+// Every result is a view.
+bool is_bool_key(const py::object& k) {
+  return PyBool_Check(k.ptr()) || py::isinstance(k, py::module_::import("numpy").attr("bool_"));
+}
 // An integer index: Python's int, NumPy's integers, anything with __index__.
-bool is_integer_key(const py::object& k) { return PyIndex_Check(k.ptr()) != 0; }
+bool is_integer_key(const py::object& k) { return PyIndex_Check(k.ptr()) != 0 && !is_bool_key(k); }
 
 Tensor index_tensor(const Tensor& t, const py::object& key) {
   std::vector<py::object> items;
@@ -213,13 +296,13 @@ Tensor index_tensor(const Tensor& t, const py::object& key) {
   }
   int64_t consumed = 0, ellipses = 0;
   for (const py::object& k : items) {
-    if (k.is_none()) continue;
+    if (k.is_none() || is_bool_key(k)) continue;
     if (py::isinstance<py::ellipsis>(k)) {
       ++ellipses;
       continue;
     }
     if (!is_integer_key(k) && !py::isinstance<py::slice>(k))
-      throw py::type_error("tapegrad indexing takes integers, slices, None and ... (got " +
+      throw py::type_error("tapegrad indexing takes integers, slices, None, ... and bools (got " +
                            py::str(py::type::of(k)).cast<std::string>() + "); index tensors: index_select");
     ++consumed;
   }
@@ -227,15 +310,21 @@ Tensor index_tensor(const Tensor& t, const py::object& key) {
   if (consumed > t.dim())
     throw py::index_error("too many indices for a tensor of dimension " + std::to_string(t.dim()));
   Tensor r = t;
-  int64_t d = 0;  // the dim of r the next item applies to
+  int64_t d = 0;               // the dim of r the next item applies to
+  std::vector<int64_t> bools;  // the dims (of size 1) the bools added
+  bool all_true = true;
   for (const py::object& k : items) {
     if (k.is_none()) {
+      r = r.unsqueeze(d++);
+    } else if (is_bool_key(k)) {
+      all_true = all_true && py::cast<bool>(k);
+      bools.push_back(d);
       r = r.unsqueeze(d++);
     } else if (py::isinstance<py::ellipsis>(k)) {
       d += t.dim() - consumed;
     } else if (is_integer_key(k)) {
       const int64_t size = r.size(d);
-      const int64_t i = py::int_(k).cast<int64_t>();
+      const int64_t i = int64_arg(k, "index", "index", PyExc_IndexError);
       if (i < -size || i >= size)
         throw py::index_error("index " + std::to_string(i) + " is out of bounds for dimension " + std::to_string(d) +
                               " with size " + std::to_string(size));
@@ -251,14 +340,25 @@ Tensor index_tensor(const Tensor& t, const py::object& key) {
       ++d;
     }
   }
-  return r;
+  if (bools.empty()) return r;
+  // The bools are 0-d index arrays: together one dim, of size 1 (all True)
+  // or 0, where the first stands if they are adjacent, else first of all.
+  int64_t at = bools[0];
+  if (bools.size() > 1) {
+    if (bools.back() - bools.front() + 1 != int64_t(bools.size())) at = 0;
+    for (size_t i = bools.size(); i-- > 0;)
+      r = r.squeeze(bools[i]);
+    r = r.unsqueeze(at);
+  }
+  return all_true ? r : r.narrow(at, 0, 0);
 }
 
 // The NumPy array interface of a CPU tensor (zero copy; NumPy keeps the
 // tensor's Python object alive as the array's base).
 py::dict array_interface(const Tensor& t) {
-  if (!t.defined() || t.is_cuda() || t.requires_grad())
-    throw py::attribute_error("__array_interface__: only CPU tensors that do not require grad");
+  // (an empty tensor may have no pointer to give, NumPy takes __array__'s array)
+  if (!t.defined() || t.is_cuda() || t.requires_grad() || t.numel() == 0)
+    throw py::attribute_error("__array_interface__: only nonempty CPU tensors that do not require grad");
   std::string typestr;
   switch (t.dtype()) {
     case tg::kFloat32: typestr = "<f4"; break;
@@ -352,7 +452,8 @@ PYBIND11_MODULE(_C, m) {
   py::class_<Tensor>(m, "Tensor")
       .def_property_readonly("shape",
                              [](const Tensor& t) { return py::tuple(py::cast(std::vector<int64_t>(t.sizes()))); })
-      .def("size", [](const Tensor& t, int64_t d) { return t.size(d); })
+      .def("size",
+           [](const Tensor& t, const py::object& d) { return t.size(int64_arg(d, "size", "dim", PyExc_IndexError)); })
       .def_property_readonly("ndim", [](const Tensor& t) { return t.dim(); })
       .def("dim", [](const Tensor& t) { return t.dim(); })
       .def("numel", [](const Tensor& t) { return t.numel(); })
@@ -364,7 +465,10 @@ PYBIND11_MODULE(_C, m) {
       .def_property(
           "requires_grad", [](const Tensor& t) { return t.requires_grad(); },
           [](Tensor& t, bool r) { t.requires_grad_(r); })
-      .def_property_readonly("grad", [](const Tensor& t) { return or_none(t.grad()); })
+      .def_property_readonly("grad",
+                             [](const Tensor& t) {  // None for a non-leaf, as PyTorch's (C++ throws there)
+                               return t.is_leaf() || t.retains_grad() ? or_none(t.grad()) : or_none(Tensor());
+                             })
       .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); })
       .def(
           "requires_grad_",
@@ -376,10 +480,17 @@ PYBIND11_MODULE(_C, m) {
       .def("detach", &Tensor::detach)
       .def("clone", [](const Tensor& t) { return t.clone(); })
       .def("contiguous", [](const Tensor& t) { return t.contiguous(); })
-      .def("item", [](const Tensor& t) { return t.detach().to(tg::kFloat64).item<double>(); })
+      .def("item",  // int for Int64 (exact), bool for Bool, float otherwise (as PyTorch)
+           [](const Tensor& t) -> py::object {
+             if (t.dtype() == tg::kInt64) return py::int_(t.detach().item<int64_t>());
+             if (t.dtype() == tg::kBool) return py::bool_(t.detach().item<bool>());
+             return py::float_(t.detach().to(tg::kFloat64).item<double>());
+           })
       .def("tolist",
            [](const Tensor& t) {
-             return to_numpy(t.detach().to(tg::Device(tg::kCPU)).to(tg::kFloat64).contiguous()).attr("tolist")();
+             Tensor c = t.detach().to(tg::Device(tg::kCPU));
+             if (t.dtype() != tg::kInt64 && t.dtype() != tg::kBool) c = c.to(tg::kFloat64);
+             return to_numpy(c.contiguous()).attr("tolist")();
            })
       .def("numpy", &to_numpy)
       .def("cpu", [](const Tensor& t) { return t.to(tg::Device(tg::kCPU)); })
@@ -402,21 +513,42 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "sum",
           [](const Tensor& t, const py::object& dim, bool keepdim) {
-            return dim.is_none() ? tg::sum(t) : tg::sum(t, int_list(dim), keepdim);
+            return dim.is_none() ? tg::sum(t) : tg::sum(t, int_list(dim, "sum", "dim", PyExc_IndexError), keepdim);
           },
           py::arg("dim") = py::none(), py::arg("keepdim") = false)
       .def(
           "mean",
           [](const Tensor& t, const py::object& dim, bool keepdim) {
-            return dim.is_none() ? tg::mean(t) : tg::mean(t, int_list(dim), keepdim);
+            return dim.is_none() ? tg::mean(t) : tg::mean(t, int_list(dim, "mean", "dim", PyExc_IndexError), keepdim);
           },
           py::arg("dim") = py::none(), py::arg("keepdim") = false)
-      .def("reshape", [](const Tensor& t, const py::args& s) { return t.reshape(sizes_of(s)); })
-      .def("view", [](const Tensor& t, const py::args& s) { return t.view(sizes_of(s)); })
-      .def("transpose", [](const Tensor& t, int64_t a, int64_t b) { return t.transpose(a, b); })
+      .def("reshape", [](const Tensor& t, const py::args& s) { return t.reshape(sizes_of(s, "reshape")); })
+      .def("view", [](const Tensor& t, const py::args& s) { return t.view(sizes_of(s, "view")); })
+      .def("transpose",
+           [](const Tensor& t, const py::object& a, const py::object& b) {
+             return t.transpose(int64_arg(a, "transpose", "dim", PyExc_IndexError),
+                                int64_arg(b, "transpose", "dim", PyExc_IndexError));
+           })
       .def_property_readonly("T", [](const Tensor& t) { return t.t(); })
-      .def("select", [](const Tensor& t, int64_t d, int64_t i) { return t.select(d, i); })
-      .def("narrow", [](const Tensor& t, int64_t d, int64_t s, int64_t n) { return t.narrow(d, s, n); })
+      .def("select",
+           [](const Tensor& t, const py::object& d, const py::object& i) {
+             return t.select(int64_arg(d, "select", "dim", PyExc_IndexError),
+                             int64_arg(i, "select", "index", PyExc_IndexError));
+           })
+      .def("narrow",
+           [](const Tensor& t, const py::object& d, const py::object& s, const py::object& n) {
+             return t.narrow(int64_arg(d, "narrow", "dim", PyExc_IndexError),
+                             int64_arg(s, "narrow", "start", PyExc_IndexError), int64_arg(n, "narrow", "length"));
+           })
+      .def("fill_",
+           [](Tensor& t, const py::object& v) {
+             auto s = scalar_of(v, t.defined() && tg::is_floating_point(t.dtype()), "fill_");
+             if (!s) throw py::type_error("fill_: the value must be a number (bool, int or float)");
+             t.fill_(*s);
+             return t;
+           })
+      .def("all", [](const Tensor& t) { return tg::all(t); })
+      .def("any", [](const Tensor& t) { return tg::any(t); })
       .def("__getitem__", &index_tensor)
       .def_property_readonly("__array_interface__", &array_interface)
       .def(
@@ -427,6 +559,13 @@ PYBIND11_MODULE(_C, m) {
           },
           py::arg("dtype") = py::none(), py::arg("copy") = py::none())
       .def_property_readonly_static("__array_priority__", [](const py::object&) { return 1000; })
+      .def("__bool__",  // as PyTorch: a one-element tensor's truth value, else an error
+           [](const Tensor& t) {
+             if (t.numel() != 1)
+               throw tg::Error("bool(): the truth value of a tensor with " + std::to_string(t.numel()) +
+                               " elements is ambiguous; use .any() or .all()");
+             return t.detach().to(tg::kBool).item<bool>();
+           })
       .def("__len__",
            [](const Tensor& t) {
              if (t.dim() == 0) throw tg::Error("len() of a 0-d tensor");
@@ -435,58 +574,84 @@ PYBIND11_MODULE(_C, m) {
       .def("__add__",
            [](const Tensor& a, const py::object& b) {
              return binary(
-                 a, b, [](const Tensor& x, const Tensor& y) { return x + y; },
-                 [](const Tensor& x, double s) { return x + s; });
+                 a, b, "add", [](const Tensor& x, const Tensor& y) { return x + y; },
+                 [](const Tensor& x, tg::Scalar s) { return x + s; });
            })
       .def("__radd__",
            [](const Tensor& a, const py::object& b) {
              return binary(
-                 a, b, [](const Tensor& x, const Tensor& y) { return y + x; },
-                 [](const Tensor& x, double s) { return s + x; });
+                 a, b, "add", [](const Tensor& x, const Tensor& y) { return y + x; },
+                 [](const Tensor& x, tg::Scalar s) { return s + x; });
            })
       .def("__sub__",
            [](const Tensor& a, const py::object& b) {
              return binary(
-                 a, b, [](const Tensor& x, const Tensor& y) { return x - y; },
-                 [](const Tensor& x, double s) { return x - s; });
+                 a, b, "sub", [](const Tensor& x, const Tensor& y) { return x - y; },
+                 [](const Tensor& x, tg::Scalar s) { return x - s; });
            })
       .def("__rsub__",
            [](const Tensor& a, const py::object& b) {
              return binary(
-                 a, b, [](const Tensor& x, const Tensor& y) { return y - x; },
-                 [](const Tensor& x, double s) { return s - x; });
+                 a, b, "sub", [](const Tensor& x, const Tensor& y) { return y - x; },
+                 [](const Tensor& x, tg::Scalar s) { return s - x; });
            })
       .def("__mul__",
            [](const Tensor& a, const py::object& b) {
              return binary(
-                 a, b, [](const Tensor& x, const Tensor& y) { return x * y; },
-                 [](const Tensor& x, double s) { return x * s; });
+                 a, b, "mul", [](const Tensor& x, const Tensor& y) { return x * y; },
+                 [](const Tensor& x, tg::Scalar s) { return x * s; });
            })
       .def("__rmul__",
            [](const Tensor& a, const py::object& b) {
              return binary(
-                 a, b, [](const Tensor& x, const Tensor& y) { return y * x; },
-                 [](const Tensor& x, double s) { return s * x; });
+                 a, b, "mul", [](const Tensor& x, const Tensor& y) { return y * x; },
+                 [](const Tensor& x, tg::Scalar s) { return s * x; });
            })
       .def("__truediv__",
            [](const Tensor& a, const py::object& b) {
              return binary(
-                 a, b, [](const Tensor& x, const Tensor& y) { return x / y; },
-                 [](const Tensor& x, double s) { return x / s; });
+                 a, b, "div", [](const Tensor& x, const Tensor& y) { return x / y; },
+                 [](const Tensor& x, tg::Scalar s) { return x / s; });
            })
       .def("__rtruediv__",
            [](const Tensor& a, const py::object& b) {
              return binary(
-                 a, b, [](const Tensor& x, const Tensor& y) { return y / x; },
-                 [](const Tensor& x, double s) { return s / x; });
+                 a, b, "div", [](const Tensor& x, const Tensor& y) { return y / x; },
+                 [](const Tensor& x, tg::Scalar s) { return s / x; });
            })
       .def("__pow__",
            [](const Tensor& a, const py::object& b) {
              return binary(
-                 a, b, [](const Tensor& x, const Tensor& y) { return tg::pow(x, y); },
-                 [](const Tensor& x, double s) { return tg::pow(x, s); });
+                 a, b, "pow", [](const Tensor& x, const Tensor& y) { return tg::pow(x, y); },
+                 [](const Tensor& x, tg::Scalar s) { return tg::pow(x, s); });
            })
       .def("__neg__", [](const Tensor& a) { return -a; })
+      // Elementwise comparisons giving Bool tensors, as PyTorch's (the
+      // reflected forms are Python's: 2 < t is t > 2).
+      .def("__eq__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "eq", [](const auto& x, const auto& y) { return x == y; });
+           })
+      .def("__ne__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "ne", [](const auto& x, const auto& y) { return x != y; });
+           })
+      .def("__lt__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "lt", [](const auto& x, const auto& y) { return x < y; });
+           })
+      .def("__le__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "le", [](const auto& x, const auto& y) { return x <= y; });
+           })
+      .def("__gt__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "gt", [](const auto& x, const auto& y) { return x > y; });
+           })
+      .def("__ge__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "ge", [](const auto& x, const auto& y) { return x >= y; });
+           })
       .def("__matmul__", [](const Tensor& a, const Tensor& b) { return tg::matmul(a, b); })
       .def("__repr__",
            [](const Tensor& t) {
@@ -506,6 +671,9 @@ PYBIND11_MODULE(_C, m) {
       .def("__dlpack_device__", [](const Tensor& t) {
         return py::make_tuple(t.is_cuda() ? int(kDLCUDA) : int(kDLCPU), t.is_cuda() ? t.device().index() : 0);
       });
+  // __eq__ compares elements, so a tensor hashes by identity (as PyTorch's):
+  // tensors stay usable as dict keys and set members.
+  m.attr("Tensor").attr("__hash__") = py::module_::import("builtins").attr("object").attr("__hash__");
 
   // Creation and exchange.
   m.def("from_dlpack", &from_dlpack, py::arg("obj"),
@@ -517,8 +685,8 @@ PYBIND11_MODULE(_C, m) {
   auto factory = [&](const char* name, Tensor (*f)(const tg::IntList&, tg::TensorOptions)) {
     m.def(
         name,
-        [f](const py::args& shape, const std::string& dtype, const std::string& device, bool requires_grad) {
-          Tensor t = f(sizes_of(shape), options(dtype, device));
+        [f, name](const py::args& shape, const std::string& dtype, const std::string& device, bool requires_grad) {
+          Tensor t = f(sizes_of(shape, name), options(dtype, device));
           if (requires_grad) t.requires_grad_(true);
           return t;
         },
@@ -530,8 +698,30 @@ PYBIND11_MODULE(_C, m) {
   factory("rand", [](const tg::IntList& s, tg::TensorOptions o) { return tg::rand(s, o); });
   m.def(
       "eye",
-      [](int64_t n, const std::string& dtype, const std::string& device) { return tg::eye(n, options(dtype, device)); },
+      [](const py::object& n, const std::string& dtype, const std::string& device) {
+        return tg::eye(int64_arg(n, "eye", "size"), options(dtype, device));
+      },
       py::arg("n"), py::arg("dtype") = "float32", py::arg("device") = "cpu");
+  // full(shape, value): the dtype of the value's type where none is given
+  // (bool, int64 or float32, as torch.full); ints exactly.
+  m.def(
+      "full",
+      [](const py::object& shape, const py::object& value, const std::optional<std::string>& dtype,
+         const std::string& device, bool requires_grad) {
+        auto s = scalar_of(value, dtype && tg::is_floating_point(dtype_from(*dtype)), "full");
+        if (!s) throw py::type_error("full: the fill value must be a number (bool, int or float)");
+        const bool is_bool =
+            PyBool_Check(value.ptr()) || py::isinstance(value, py::module_::import("numpy").attr("bool_"));
+        const tg::ScalarType dt = dtype               ? dtype_from(*dtype)
+                                  : !s->is_integral() ? tg::kFloat32
+                                  : is_bool           ? tg::kBool
+                                                      : tg::kInt64;
+        Tensor t = tg::full(int_list(shape, "full"), *s, options(dtype_name(dt), device));
+        if (requires_grad) t.requires_grad_(true);
+        return t;
+      },
+      py::arg("size"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = "cpu",
+      py::arg("requires_grad") = false);
   m.def("manual_seed", [](uint64_t s) { tg::manual_seed(s); });
 
   // Ops.
@@ -556,13 +746,13 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "sum",
       [](const Tensor& t, const py::object& dim, bool keepdim) {
-        return dim.is_none() ? tg::sum(t) : tg::sum(t, int_list(dim), keepdim);
+        return dim.is_none() ? tg::sum(t) : tg::sum(t, int_list(dim, "sum", "dim", PyExc_IndexError), keepdim);
       },
       py::arg("x"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
   m.def(
       "mean",
       [](const Tensor& t, const py::object& dim, bool keepdim) {
-        return dim.is_none() ? tg::mean(t) : tg::mean(t, int_list(dim), keepdim);
+        return dim.is_none() ? tg::mean(t) : tg::mean(t, int_list(dim, "mean", "dim", PyExc_IndexError), keepdim);
       },
       py::arg("x"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
   m.def(

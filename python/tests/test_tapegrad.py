@@ -281,3 +281,130 @@ def test_indexing_gives_views_and_stops_iteration():
     x = tg.tensor([1.0, 2.0, 3.0], dtype="float64", requires_grad=True)
     (x[1:] * x[:-1]).sum().backward()
     assert x.grad.tolist() == [2.0, 4.0, 2.0]
+
+
+# ---- PyTorch's semantics for numbers, comparisons and indexing (issue 45) ---------------
+
+def test_a_number_gives_a_0d_tensor():
+    for data, dtype in ((3.0, "float32"), (7, "int64"), (True, "bool"), (np.float64(2.5), "float64")):
+        t = tg.tensor(data)
+        assert t.shape == () and t.ndim == 0 and t.dtype == dtype, data
+        assert t.item() == data and t.tolist() == data
+    assert tg.tensor(3.0, dtype="float64", requires_grad=True).shape == ()
+    assert tg.tensor([[1, 2]]).shape == (1, 2) and tg.tensor([]).shape == (0,)
+    r = np.arange(3.0)
+    r.setflags(write=False)
+    assert tg.tensor(r).tolist() == [0.0, 1.0, 2.0]  # a read-only array is copied too
+    for s in (np.float32(2.0), np.True_):  # NumPy's scalars are numbers, the result a tensor
+        assert isinstance(tg.ones(2) + s, tg.Tensor) and (tg.ones(2) + s).tolist() == [1.0 + s] * 2
+
+
+BIG = 2**62 + 1  # no double holds it (the nearest is 2**62)
+
+
+def test_integers_stay_int64():
+    t = tg.tensor([BIG, -BIG])
+    assert t.dtype == "int64" and t.tolist() == [BIG, -BIG]
+    assert tg.tensor(BIG).item() == BIG and isinstance(tg.tensor(BIG).item(), int)
+    for got, want in ((t + 2, [BIG + 2, -BIG + 2]), (2 + t, [BIG + 2, -BIG + 2]), (t - 1, [BIG - 1, -BIG - 1]),
+                      (1 - t, [1 - BIG, 1 + BIG]), (t * 1, [BIG, -BIG]), (t + True, [BIG + 1, -BIG + 1]),
+                      (t + np.int64(3), [BIG + 3, -BIG + 3])):
+        assert got.dtype == "int64" and got.tolist() == want
+    assert (tg.tensor([3, -2]) ** 2).tolist() == [9, 4] and (tg.tensor([3]) ** 2).dtype == "int64"
+    assert (tg.tensor([3]) / 2).dtype == "float32"  # true division, as PyTorch's
+    f = tg.full((2,), BIG)
+    assert f.dtype == "int64" and f.tolist() == [BIG, BIG]
+    assert tg.full(2, 1.5).dtype == "float32" and tg.full([1], True).dtype == "bool"
+    assert tg.full(1, np.float32(0.5)).dtype == "float32" and tg.full(1, np.True_).tolist() == [True]
+    u = tg.zeros(2, dtype="int64")
+    assert u.fill_(-BIG).tolist() == [-BIG, -BIG]
+    # comparisons with an int compare exactly (BIG > 2**62; as doubles they are equal)
+    assert (t > 2**62).tolist() == [True, False] and (t == BIG).tolist() == [True, False]
+    assert (t != BIG).tolist() == [False, True] and (t <= -BIG).tolist() == [False, True]
+    # Beyond int64: OverflowError where the tensor is an integer one, never a wrap
+    for bad in (lambda: t + 2**64, lambda: t == 2**63, lambda: tg.tensor([2**63]), lambda: tg.tensor([1, 2**64]),
+                lambda: tg.tensor(-2**63 - 1), lambda: tg.full((1,), 2**63), lambda: u.fill_(2**64)):
+        with pytest.raises(OverflowError, match="int64"):
+            bad()
+    assert t.tolist() == [BIG, -BIG] and u.tolist() == [-BIG, -BIG]  # unchanged, usable
+    # ... and a double where it is floating, as NumPy's
+    assert (tg.ones(1, dtype="float64") + 2**64).item() == 2.0**64 + 1
+    assert tg.full((1,), 2**64, dtype="float64").item() == 2.0**64
+
+
+def test_bool_indices_add_a_dim():
+    a = np.arange(6).reshape(2, 3)
+    t = tg.tensor(a)
+    for key in (True, False, np.True_, np.False_, (True,), (slice(None), True), (Ellipsis, False), (True, 1),
+                (None, False, 0), (True, True), (True, False), (True, 0, True), (True, slice(None), True),
+                (slice(None), True, slice(None), False), (None, True, None, True)):
+        got, want = t[key], a[key]
+        assert got.shape == want.shape, key
+        np.testing.assert_array_equal(got.numpy(), want, err_msg=str(key))
+    assert np.shares_memory(t[True].numpy(), t.numpy())  # a view
+    assert t[1, ..., True].shape == (3, 1)  # PyTorch's: in place (NumPy moves it first, apart from the 1)
+    s = tg.tensor(5)
+    assert s[True].tolist() == [5] and s[False].shape == (0,)
+
+
+def test_unsigned_arrays_convert_exactly_or_are_refused():
+    for dtype in (np.uint8, np.uint16, np.uint32, np.uint64):
+        a = np.array([0, 1, np.iinfo(dtype).max if dtype != np.uint64 else 2**63 - 1], dtype=dtype)
+        t = tg.tensor(a)
+        assert t.dtype == "int64" and t.tolist() == [int(v) for v in a], dtype
+    assert tg.tensor(np.zeros((0, 2), dtype=np.uint64)).shape == (0, 2)
+    for big in (2**63, 2**64 - 1):
+        with pytest.raises(OverflowError, match=f"uint64 value {big} does not fit in int64.*float64"):
+            tg.tensor(np.array([1, big], dtype=np.uint64))
+    with pytest.raises(OverflowError, match="uint64"):
+        tg.ones(2, dtype="int64") + np.array([2**63], dtype=np.uint64)
+
+
+def test_equality_compares_elements():
+    x = tg.tensor([1.0, 2.0, float("nan")])
+    eq = x.clone() == x
+    assert isinstance(eq, tg.Tensor) and eq.dtype == "bool" and eq.tolist() == [True, True, False]
+    assert (x != x.clone()).tolist() == [False, False, True]
+    assert (x == 2.0).tolist() == [False, True, False] and (2.0 == x).tolist() == [False, True, False]
+    assert (x < 2).tolist() == [True, False, False] and (2 < x).tolist() == [False, False, False]
+    assert (x >= 2.0).tolist() == [False, True, False]
+    assert (x <= np.array([1.0, 1.0, 1.0])).tolist() == [True, False, False]
+    assert (tg.tensor([1, 2]) == tg.tensor([1.0, 2.5])).tolist() == [True, False]
+    assert (x == None) is False and (x != None) is True  # noqa: E711
+    # a one-element result has a truth value; a longer one is ambiguous, as PyTorch's
+    assert bool(tg.tensor([1.0]) == 1.0) and not (tg.tensor(2) == 1)
+    with pytest.raises(tg.Error, match="ambiguous.*any.*all"):
+        bool(x == x)
+    y = tg.tensor([1.0, 2.0])
+    assert (y.clone() == y).all().item() is True and (y != y).any().item() is False
+    # tensors hash by identity: dict keys and set members still work
+    d = {x: 1, y: 2}
+    assert d[x] == 1 and d[y] == 2 and hash(x) == hash(x)
+    assert len({x, x.clone()}) == 2
+
+
+def test_indices_and_sizes_beyond_int64_raise():
+    t = tg.zeros(3, 2)
+    for key in (2**64, -2**64, (0, 2**63), np.uint64(2**63)):
+        with pytest.raises(IndexError):
+            t[key]
+    for bad in (lambda: t.select(0, 2**64), lambda: t.size(2**64), lambda: t.transpose(0, 2**64),
+                lambda: t.sum(2**64)):
+        with pytest.raises(IndexError, match="int64"):
+            bad()
+    for bad in (lambda: tg.zeros(2**64), lambda: tg.ones(2, 2**63), lambda: tg.zeros((2**64, 1)),
+                lambda: t.reshape(2**64), lambda: t.view(-1, 2**64), lambda: tg.eye(2**64),
+                lambda: tg.full((2**64,), 1.0), lambda: t.narrow(0, 0, 2**64)):
+        with pytest.raises(OverflowError, match="int64"):
+            bad()
+    assert t[0:2**70].shape == (3, 2) and t[-2**70:1].shape == (1, 2)  # slices clamp, as Python's
+    assert t.sum().item() == 0.0  # still usable
+
+
+def test_empty_tensors_convert_to_numpy():
+    for t, shape in ((tg.zeros(0, 3), (0, 3)), (tg.ones(2, 0, dtype="int64"), (2, 0)), (tg.zeros(3)[3:], (0,))):
+        a = np.asarray(t)
+        assert a.shape == shape and a.dtype == t.numpy().dtype and t.numpy().shape == shape
+    assert np.asarray(tg.zeros(0, 3, dtype="float64")).dtype == np.float64
+    assert tg.ones(2, 0, dtype="int64").tolist() == [[], []]
+    assert tg.tensor(np.zeros((0, 3))).shape == (0, 3)

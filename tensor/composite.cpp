@@ -23,12 +23,31 @@ Tensor norm(const Tensor& self, double p, const IntList& dims, bool keepdim) {
 }
 Tensor sum_to(const Tensor& self, const IntList& shape) { return detail::sum_to<RawOps>(self, shape); }
 Tensor dot(const Tensor& self, const Tensor& other) { return detail::dot<RawOps>(self, other); }
-Tensor cumsum(const Tensor& self, int64_t dim) { return detail::cumsum<RawOps>(self, dim); }
 
 }  // namespace tg::raw
 
 // ---- the everyday surface ----------------------------------------------------------
 namespace tg::detail {
+
+namespace {
+// 'i' for a letter, "..." dim k for a broadcast dim (256 + k from the right).
+std::string label_name(int l) {
+  if (l < 256) return std::string("label '") + char(l) + "'";
+  return "the \"...\" dim " + std::to_string(l - 256) + " from the right";
+}
+std::string labels_str(const std::vector<int>& labels) {
+  std::string s;
+  for (int l : labels)
+    s += l < 256 ? std::string(1, char(l)) : std::string(".");
+  return "\"" + s + "\"";
+}
+std::string sizes_str(const EinsumPlan& plan, const std::vector<int>& labels) {
+  IntList s;
+  for (int l : labels)
+    s.push_back(plan.size.at(l));
+  return shape_str(s);
+}
+}  // namespace
 
 EinsumPlan einsum_parse(const std::string& equation, const std::vector<Tensor>& operands) {
   std::string eq;
@@ -96,7 +115,44 @@ EinsumPlan einsum_parse(const std::string& equation, const std::vector<Tensor>& 
     for (auto [l, n] : seen)
       if (l < 256 && n == 1) plan.output.push_back(l);
   }
+  // Sizes: a repeated label's within an operand are equal (its diagonal is
+  // taken); one label's across operands are equal or 1 (broadcast).
+  std::map<int, size_t> first;  // the operand that gave a label its size
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const std::vector<int>& labels = plan.inputs[i].labels;
+    for (size_t k = 0; k < labels.size(); ++k) {
+      const int l = labels[k];
+      const int64_t have = operands[i].sizes()[k];
+      for (size_t j = 0; j < k; ++j)
+        TG_CHECK(labels[j] != l || operands[i].sizes()[j] == have, "einsum: ", label_name(l),
+                 " is repeated in operand ", i, " of \"", equation, "\" with sizes ", operands[i].sizes()[j], " and ",
+                 have, " (shape ", shape_str(operands[i].sizes()),
+                 "); a repeated label takes the diagonal, so its sizes must be equal");
+      auto [it, fresh] = plan.size.emplace(l, have);
+      if (fresh || it->second == have) {
+        if (fresh) first[l] = i;
+        continue;
+      }
+      const size_t f = first[l];
+      TG_CHECK(it->second == 1 || have == 1, "einsum: ", label_name(l), " of \"", equation, "\" has size ", it->second,
+               " in operand ", f, " (shape ", shape_str(operands[f].sizes()), ") but ", have, " in operand ", i,
+               " (shape ", shape_str(operands[i].sizes()), "); the sizes of a label must be equal, or 1 to broadcast");
+      if (it->second == 1) it->second = have, first[l] = i;
+    }
+  }
+  einsum_numel(plan, plan.output, equation);
   return plan;
+}
+
+int64_t einsum_numel(const EinsumPlan& plan, const std::vector<int>& labels, const std::string& equation) {
+  int64_t n = 1;
+  for (int l : labels) {
+    const int64_t s = plan.size.at(l);
+    TG_CHECK(!__builtin_mul_overflow(n, s, &n), "einsum: \"", equation, "\" asks for a result (or a product of two ",
+             "operands) with labels ", labels_str(labels), " of sizes ", sizes_str(plan, labels),
+             ", more elements than fit in 64 bits; contract fewer dims at once");
+  }
+  return n;
 }
 
 }  // namespace tg::detail

@@ -136,18 +136,6 @@ template <class O> Tensor dot(const Tensor& a, const Tensor& b) {
   return O::sum(O::mul(a, b));
 }
 
-// x along dim times the upper-triangular ones: out[j] = sum_{i <= j} x[i].
-template <class O> Tensor cumsum(const Tensor& x, int64_t dim) {
-  check_floating(x, "cumsum");
-  wrap_dim(dim, x.dim(), "cumsum", x.sizes());  // a 0-dim tensor takes 0 and -1
-  if (x.dim() == 0) return O::mul(x, 1.0);
-  int64_t d = wrap_dim(dim, x.dim(), "cumsum", x.sizes());
-  int64_t n = x.size(d);
-  Tensor i = O::to(tg::arange(n, TensorOptions().dtype(kInt64)), x.device());
-  Tensor tri = O::to(O::ge(O::unsqueeze(i, 0), O::unsqueeze(i, 1)), x.dtype());
-  return O::transpose(O::matmul(O::transpose(x, d, -1), tri), d, -1);
-}
-
 // (values, indices) of the first max (min) along dim; the values are
 // gathered, so their gradient goes to that element. A NaN is the extreme.
 template <class O> TensorPair extreme_dim(const Tensor& x_in, int64_t dim, bool keepdim, bool is_max, const char* op) {
@@ -736,8 +724,17 @@ struct EinsumTerm {
 struct EinsumPlan {
   std::vector<EinsumTerm> inputs;
   std::vector<int> output;
+  std::map<int, int64_t> size;  // each label's size (the largest where 1s broadcast)
 };
+// Parses the equation and checks every size: a repeated label's within an
+// operand (equal), one label's across operands (equal or 1), the output's
+// and every pairwise product's element count (within 64 bits).
 EinsumPlan einsum_parse(const std::string& equation, const std::vector<Tensor>& operands);
+// The element count of labels' dims (checked, naming the equation).
+int64_t einsum_numel(const EinsumPlan& plan, const std::vector<int>& labels, const std::string& equation);
+// Above this many parts the contraction goes left to right: the greedy
+// search costs O(parts^3 labels) per contraction.
+constexpr size_t kEinsumGreedyParts = 48;
 
 template <class O> Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) {
   for (size_t i = 0; i < operands.size(); ++i) {
@@ -745,27 +742,14 @@ template <class O> Tensor einsum(const std::string& equation, const std::vector<
     TG_CHECK(operands[i].device() == operands[0].device(), "einsum: operands on ", operands[0].device(), " and ",
              operands[i].device());
   }
-  EinsumPlan plan = einsum_parse(equation, operands);
-  std::map<int, int64_t> size;
-  for (size_t i = 0; i < operands.size(); ++i)
-    for (size_t k = 0; k < plan.inputs[i].labels.size(); ++k) {
-      int64_t& s = size[plan.inputs[i].labels[k]];
-      const int64_t have = operands[i].size(int64_t(k));
-      TG_CHECK(s <= 1 || have == 1 || have == s, "einsum: label sizes disagree in \"", equation, "\" (", s, " and ",
-               have, ", operand ", i, " of shape ", shape_str(operands[i].sizes()), ")");
-      s = std::max(s, have);
-    }
+  const EinsumPlan plan = einsum_parse(equation, operands);
+  const std::map<int, int64_t>& size = plan.size;
   struct Part {
     Tensor t;
-    std::vector<int> labels;
+    std::vector<int> labels;  // distinct
+    bool has(int l) const { return std::find(labels.begin(), labels.end(), l) != labels.end(); }
   };
   std::vector<Part> parts;
-  auto count_elsewhere = [&](const std::vector<Part>& ps, size_t skip_a, size_t skip_b, int label) {
-    int c = std::count(plan.output.begin(), plan.output.end(), label) > 0 ? 1 : 0;
-    for (size_t j = 0; j < ps.size(); ++j)
-      if (j != skip_a && j != skip_b) c += std::count(ps[j].labels.begin(), ps[j].labels.end(), label) > 0;
-    return c;
-  };
   // Each operand: repeated labels to their diagonal, size-1 dims broadcast.
   for (size_t i = 0; i < operands.size(); ++i) {
     Part p{operands[i], plan.inputs[i].labels};
@@ -783,76 +767,98 @@ template <class O> Tensor einsum(const std::string& equation, const std::vector<
         }
     IntList full;
     for (int l : p.labels)
-      full.push_back(size[l]);
-    if (full != p.t.sizes()) p.t = O::expand(p.t, full);
+      full.push_back(size.at(l));
+    if (full != p.t.sizes()) {
+      einsum_numel(plan, p.labels, equation);
+      p.t = O::expand(p.t, full);
+    }
     parts.push_back(std::move(p));
   }
+  // How many parts hold each label, plus one if the output does.
+  std::map<int, int64_t> users;
+  for (int l : plan.output)
+    users[l] = 1;
+  for (const Part& p : parts)
+    for (int l : p.labels)
+      ++users[l];
+  auto count_elsewhere = [&](size_t a, size_t b, int l) {
+    return users[l] - parts[a].has(l) - (b != a && parts[b].has(l));
+  };
   // Sums over the labels of a part that nothing else needs.
-  auto sum_private = [&](std::vector<Part>& ps, size_t i) {
+  auto sum_private = [&](size_t i) {
     IntList dims;
     std::vector<int> kept;
-    for (size_t k = 0; k < ps[i].labels.size(); ++k)
-      if (count_elsewhere(ps, i, i, ps[i].labels[k]) == 0) dims.push_back(int64_t(k));
-      else kept.push_back(ps[i].labels[k]);
-    if (!dims.empty()) ps[i].t = O::sum(ps[i].t, dims, false);
-    ps[i].labels = kept;
+    for (size_t k = 0; k < parts[i].labels.size(); ++k)
+      if (count_elsewhere(i, i, parts[i].labels[k]) == 0) dims.push_back(int64_t(k));
+      else kept.push_back(parts[i].labels[k]);
+    for (int64_t k : dims)
+      --users[parts[i].labels[size_t(k)]];
+    if (!dims.empty()) parts[i].t = O::sum(parts[i].t, dims, false);
+    parts[i].labels = kept;
   };
   for (size_t i = 0; i < parts.size(); ++i)
-    sum_private(parts, i);
+    sum_private(i);
   auto numel_of = [&](const std::vector<int>& labels) {
     double n = 1;
     for (int l : labels)
-      n *= double(size[l]);
+      n *= double(size.at(l));
     return n;
   };
   while (parts.size() > 1) {
-    // The greedy choice: the pair whose product is smallest against its operands.
+    // The greedy choice: the pair whose product is smallest against its
+    // operands; with many parts, the first two (left to right).
     size_t bi = 0, bj = 1;
+    const bool greedy = parts.size() <= kEinsumGreedyParts;
     double best = INFINITY;
-    for (size_t i = 0; i < parts.size(); ++i)
+    for (size_t i = 0; greedy && i < parts.size(); ++i)
       for (size_t j = i + 1; j < parts.size(); ++j) {
         std::vector<int> out;
         for (const Part* p : {&parts[i], &parts[j]})
           for (int l : p->labels)
-            if (std::find(out.begin(), out.end(), l) == out.end() && count_elsewhere(parts, i, j, l) > 0)
-              out.push_back(l);
+            if (std::find(out.begin(), out.end(), l) == out.end() && count_elsewhere(i, j, l) > 0) out.push_back(l);
         const double cost = numel_of(out) - numel_of(parts[i].labels) - numel_of(parts[j].labels);
         if (cost < best) best = cost, bi = i, bj = j;
       }
-    Part& a = parts[bi];
-    Part& b = parts[bj];
+    const Part& a = parts[bi];
+    const Part& b = parts[bj];
     std::vector<int> batch, left, right, contract;
-    for (int l : a.labels) {
-      const bool in_b = std::count(b.labels.begin(), b.labels.end(), l) > 0;
-      const bool kept = count_elsewhere(parts, bi, bj, l) > 0;
-      (in_b ? (kept ? batch : contract) : left).push_back(l);
-    }
+    for (int l : a.labels)
+      (b.has(l) ? (count_elsewhere(bi, bj, l) > 0 ? batch : contract) : left).push_back(l);
     for (int l : b.labels)
-      if (!std::count(a.labels.begin(), a.labels.end(), l)) right.push_back(l);
+      if (!a.has(l)) right.push_back(l);
     auto arrange = [&](const Part& p, std::initializer_list<const std::vector<int>*> groups) {
       IntList perm, shape;
       for (const std::vector<int>* g : groups) {
-        int64_t n = 1;
-        for (int l : *g) {
+        for (int l : *g)
           perm.push_back(int64_t(std::find(p.labels.begin(), p.labels.end(), l) - p.labels.begin()));
-          n *= size[l];
-        }
-        shape.push_back(n);
+        shape.push_back(einsum_numel(plan, *g, equation));
       }
       return O::reshape(O::permute(p.t, perm), shape);
     };
-    Tensor prod = O::bmm(arrange(a, {&batch, &left, &contract}), arrange(b, {&batch, &contract, &right}));
     std::vector<int> labels = batch;
     labels.insert(labels.end(), left.begin(), left.end());
     labels.insert(labels.end(), right.begin(), right.end());
+    einsum_numel(plan, labels, equation);  // before the product allocates
+    Tensor prod = O::bmm(arrange(a, {&batch, &left, &contract}), arrange(b, {&batch, &contract, &right}));
     IntList shape;
     for (int l : labels)
-      shape.push_back(size[l]);
+      shape.push_back(size.at(l));
+    for (int l : a.labels)
+      --users[l];
+    for (int l : b.labels)
+      --users[l];
+    for (int l : labels)
+      ++users[l];
     Part joined{O::reshape(prod, shape), labels};
     parts.erase(parts.begin() + int64_t(bj));
-    parts.erase(parts.begin() + int64_t(bi));
-    parts.push_back(std::move(joined));
-    sum_private(parts, parts.size() - 1);
+    if (greedy) {  // the joined part last
+      parts.erase(parts.begin() + int64_t(bi));
+      parts.push_back(std::move(joined));
+      sum_private(parts.size() - 1);
+    } else {  // the running product first
+      parts[bi] = std::move(joined);
+      sum_private(bi);
+    }
   }
   Part& last = parts[0];
   IntList perm;

@@ -94,6 +94,27 @@ Tensor amax(const Tensor& x, const IntList& dims, bool keepdim) { return reduce(
 Tensor amin(const Tensor& x) { return reduce(Kind::Min, x, {}, false, true); }
 Tensor amin(const Tensor& x, const IntList& dims, bool keepdim) { return reduce(Kind::Min, x, dims, keepdim, false); }
 
+// The scanned dim in the middle of [outer, n, inner]; integer and Bool
+// inputs sum in Int64 (as PyTorch), BFloat16/Float16 through Float32.
+Tensor cumsum(const Tensor& x, int64_t dim) {
+  detail::check_defined(x, "cumsum");
+  TG_CHECK(!x.is_sparse(), "cumsum: not defined on sparse tensors; call to_dense() first");
+  const int64_t d = detail::wrap_dim(dim, x.dim(), "cumsum", x.sizes());
+  const ScalarType rt = is_floating_point(x.dtype()) ? x.dtype() : kInt64, ct = compute_type(rt);
+  Tensor out = detail::new_empty(x.sizes(), ct, x.device());
+  if (x.numel() > 0) {
+    int64_t outer = 1, inner = 1;
+    for (int64_t k = 0; k < d; ++k)
+      outer *= x.sizes()[size_t(k)];
+    for (int64_t k = d + 1; k < x.dim(); ++k)
+      inner *= x.sizes()[size_t(k)];
+    const int64_t n = x.dim() == 0 ? 1 : x.sizes()[size_t(d)];
+    kernels::backend(x.device(), "cumsum")
+        .cumsum(raw::view(out, {outer, n, inner}), raw::view(raw::contiguous(cast(x, ct)), {outer, n, inner}));
+  }
+  return cast(out, rt);
+}
+
 }  // namespace raw
 
 // ---- whole-tensor comparisons --------------------------------------------------------
@@ -274,8 +295,42 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
   });
 }
 
+// out[o, i, j] = x[o, 0, j] + ... + x[o, i, j] over contiguous [outer, n,
+// inner]: each task carries the running sums of up to kCols columns of one
+// outer slice down the dim (a row when inner is 1), in the accumulator type.
+void cumsum_kernel(const Tensor& out, const Tensor& x) {
+  const int64_t outer = x.sizes()[0], n = x.sizes()[1], inner = x.sizes()[2];
+  constexpr int64_t kCols = 256;
+  const int64_t blocks = (inner + kCols - 1) / kCols, width = std::min(inner, kCols);
+  dispatch_compute(x.dtype(), "cumsum", [&](auto tag) {
+    using T = decltype(tag);
+    using A = typename Acc<T>::type;
+    const T* in = static_cast<const T*>(x.data_ptr());
+    T* o = static_cast<T*>(out.data_ptr());
+    parallel_for(outer * blocks, std::max<int64_t>(1, kGrainSize / (n * width)), [&](int64_t b, int64_t e) {
+      A acc[kCols];
+      for (int64_t t = b; t < e; ++t) {
+        const int64_t j0 = (t % blocks) * kCols, w = std::min(kCols, inner - j0);
+        const int64_t base = (t / blocks) * n * inner + j0;
+        std::fill(acc, acc + w, A(0));
+        for (int64_t i = 0; i < n; ++i) {
+          const T* p = in + base + i * inner;
+          T* q = o + base + i * inner;
+          for (int64_t j = 0; j < w; ++j) {
+            acc[j] = wrap_add(acc[j], A(p[j]));
+            q[j] = T(acc[j]);
+          }
+        }
+      }
+    });
+  });
+}
+
 }  // namespace
 
-void register_reduce(kernels::Backend& b) { b.reduce = reduce_kernel; }
+void register_reduce(kernels::Backend& b) {
+  b.reduce = reduce_kernel;
+  b.cumsum = cumsum_kernel;
+}
 
 }  // namespace tg::cpu

@@ -427,3 +427,45 @@ TEST(CudaGpuOps, ScalarOperandsAndScaledAddsMatchCpu) {
   ga.t().sub_(b.t().to(kGpu), 0.5);
   EXPECT_TRUE(tg::equal(ga.to(kCpu), a));
 }
+
+// cumsum's three CUDA paths against the CPU scan: rows (one CUB scan by
+// key over every element), many columns (a thread each) and few long
+// columns (transposed to rows); every layout, float sums carried in double
+// on both, Int64 and Bool exactly, and the gradient (a reverse scan).
+TEST(CudaGpuOps, CumsumMatchesCpu) {
+  REQUIRE_GPU();
+  const tg::Device kCpu(tg::kCPU);
+  for (auto dt : {tg::kFloat32, tg::kFloat64}) {
+    const double tol = dt == tg::kFloat32 ? 1e-5 : 1e-12;
+    for (auto& [layout, x] : layouts(dt, 6, -2, 2))
+      for (int64_t dim : {0, 1, -1})
+        expect_close(tg::cumsum(x.to(kGpu), dim), tg::cumsum(x, dim), tol,
+                     std::string("cumsum ") + layout + " dim " + std::to_string(dim) + " " + tg::to_string(dt));
+    tg::manual_seed(7);
+    for (tg::IntList shape : {tg::IntList{100000}, tg::IntList{3, 70000}, tg::IntList{1000, 5}, tg::IntList{4, 3000, 2},
+                              tg::IntList{2, 50, 300}, tg::IntList{1, 1}}) {
+      Tensor c = tg::rand(shape, tg::TensorOptions().dtype(dt)) - 0.5;
+      for (int64_t dim = 0; dim < c.dim(); ++dim)
+        expect_close(tg::cumsum(c.to(kGpu), dim), tg::cumsum(c, dim), dt == tg::kFloat32 ? 1e-4 : 1e-10,
+                     "cumsum " + tg::shape_str(shape) + " dim " + std::to_string(dim) + " " + tg::to_string(dt));
+    }
+  }
+  Tensor i = (tg::randn({5, 9}) * 100.0).to(tg::kInt64);
+  EXPECT_TRUE(tg::equal(tg::cumsum(i.to(kGpu), 1).to(kCpu), tg::cumsum(i, 1)));
+  EXPECT_TRUE(tg::equal(tg::cumsum(i.t().to(kGpu), 1).to(kCpu), tg::cumsum(i.t(), 1)));
+  Tensor b = tg::gt(tg::randn({4, 6}), 0.0);
+  Tensor bg = tg::cumsum(b.to(kGpu), 0);
+  EXPECT_EQ(bg.dtype(), tg::kInt64);
+  EXPECT_TRUE(tg::equal(bg.to(kCpu), tg::cumsum(b, 0)));
+  EXPECT_EQ(tg::cumsum(tg::scalar_tensor(2.5).to(kGpu), 0).item<float>(), 2.5f);
+  EXPECT_EQ(tg::cumsum(tg::empty({0, 4}).to(kGpu), 1).sizes(), (tg::IntList{0, 4}));
+  Tensor h = tg::rand({3, 40}).to(tg::kFloat16);
+  expect_close(tg::cumsum(h.to(kGpu), 1), tg::cumsum(h, 1), 1e-2, "cumsum Float16");
+  Tensor x = tg::randn({6, 500}, tg::TensorOptions().dtype(tg::kFloat64));
+  Tensor w = tg::randn({6, 500}, tg::TensorOptions().dtype(tg::kFloat64));
+  auto grad_on = [&](tg::Device d) {
+    Tensor xl = x.to(d).detach().requires_grad_();
+    return tg::autograd::grad({(tg::cumsum(xl, 1) * w.to(d)).sum()}, {xl})[0];
+  };
+  expect_close(grad_on(kGpu), grad_on(kCpu), 1e-12, "cumsum gradient");
+}

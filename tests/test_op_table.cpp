@@ -9,6 +9,7 @@
 // drift from the list. Every sample also checks forward mode (gradcheck's
 // check_forward_ad and check_batched_forward_ad) and Taylor mode to the
 // third order (taylor_mismatch).
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <set>
@@ -669,7 +670,85 @@ TEST_P(OpTable, NewOpsMatchClosedForms) {
   Tensor t = tg::tensor({1, 3, 3}, {3}, kF64).to(dev).requires_grad_();
   EXPECT_EQ(host(tg::autograd::grad({std::get<0>(t.max(0))}, {t})[0]), (std::vector<double>{0, 1, 0}));
   EXPECT_ERROR_CONTAINS(tg::dot(x, x), "dot: expected two 1-D tensors");
-  EXPECT_ERROR_CONTAINS(tg::cumsum(x.to(tg::kInt64), 0), "cumsum: expected a floating-point tensor");
+  // An integer cumsum is an Int64 scan, as PyTorch's (it used to be refused).
+  Tensor xi = tg::cumsum(tg::tensor({3, -1, 4, 1, 5, 9}, {2, 3}).to(tg::kInt64).to(dev), 1);
+  EXPECT_EQ(xi.dtype(), tg::kInt64);
+  EXPECT_EQ(host(xi), (std::vector<double>{3, 2, 6, 1, 6, 15}));
+}
+
+// A repeated label's sizes within one operand must be equal (its diagonal is
+// taken); one label's across operands equal or 1 (broadcast), as PyTorch's.
+TEST(Einsum, LabelSizesAreChecked) {
+  // "ii->i" of a [1, 3] tensor used to return zeros.
+  EXPECT_ERROR_CONTAINS(tg::einsum("ii->i", {tg::ones({1, 3}, kF64)}),
+                        "einsum: label 'i' is repeated in operand 0 of \"ii->i\" with sizes 1 and 3 (shape [1, 3])");
+  EXPECT_ERROR_CONTAINS(tg::einsum("bii->b", {tg::ones({2, 3, 1}, kF64)}), "with sizes 3 and 1");
+  EXPECT_ERROR_CONTAINS(tg::einsum("ij,jk->ik", {tg::ones({2, 3}, kF64), tg::ones({4, 5}, kF64)}),
+                        "einsum: label 'j' of \"ij,jk->ik\" has size 3 in operand 0 (shape [2, 3]) but 4 in operand 1");
+  // A size 0 is no size 1: it does not broadcast (it used to fail in expand).
+  EXPECT_ERROR_CONTAINS(tg::einsum("i,i->i", {tg::ones({0}, kF64), tg::ones({5}, kF64)}), "has size 0 in operand 0");
+  EXPECT_ERROR_CONTAINS(tg::einsum("...i,...i", {tg::ones({2, 3}, kF64), tg::ones({4, 3}, kF64)}),
+                        "the \"...\" dim 0 from the right of \"...i,...i\" has size 2 in operand 0");
+  // Sizes 1 broadcast; equal repeated sizes take the diagonal.
+  EXPECT_EQ(tgtest::values(tg::einsum("i,i->i", {tg::tensor({2}, {1}, kF64), tg::tensor({1, 2, 3}, {3}, kF64)})),
+            (std::vector<double>{2, 4, 6}));
+  EXPECT_EQ(tgtest::values(tg::einsum("ii->i", {tg::tensor({1, 2, 3, 4}, {2, 2}, kF64)})), (std::vector<double>{1, 4}));
+  EXPECT_EQ(tgtest::values(tg::einsum("ij,j->i", {tg::ones({2, 1}, kF64), tg::tensor({1, 2}, {2}, kF64)})),
+            (std::vector<double>{3, 3}));
+}
+
+// A result (or a pairwise product) with more elements than 64 bits count is
+// refused before anything is allocated.
+TEST(Einsum, ResultSizesAreOverflowChecked) {
+  Tensor big = tg::ones({1}, kF64).expand({int64_t(1) << 22});  // one element, no memory
+  EXPECT_ERROR_CONTAINS(tg::einsum("i,j,k->ijk", {big, big, big}),
+                        "einsum: \"i,j,k->ijk\" asks for a result (or a product of two operands) with labels \"ijk\" "
+                        "of sizes [4194304, 4194304, 4194304], more elements than fit in 64 bits");
+  Tensor huge = tg::ones({1}, kF64).expand({int64_t(1) << 32});
+  EXPECT_ERROR_CONTAINS(tg::einsum("i,j->ij", {huge, huge}), "more elements than fit in 64 bits");
+  EXPECT_EQ(tg::einsum("i,i->", {big, big}).item<double>(), double(int64_t(1) << 22));  // still usable
+}
+
+// The greedy search for the contraction order costs O(parts^3) per step:
+// many operands contract left to right instead (1000 operands took minutes).
+TEST(Einsum, ManyOperandsContractInBoundedTime) {
+  auto timed = [](const std::string& eq, const std::vector<Tensor>& ops) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Tensor r = tg::einsum(eq, ops);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(s, 3.0) << eq.substr(0, 20) << "... (" << ops.size() << " operands) took " << s << " s";
+    return tgtest::values(r);
+  };
+  std::string eq = "i";
+  std::vector<Tensor> ops(1000, tg::tensor({1.001, -1}, {2}, kF64));
+  for (size_t k = 1; k < ops.size(); ++k)
+    eq += ",i";
+  std::vector<double> r = timed(eq + "->i", ops);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_NEAR(r[0], std::pow(1.001, 1000), 1e-10 * r[0]);
+  EXPECT_EQ(r[1], 1.0);
+  // 600 matrices, alternately M and its transpose: sum over a, b of (M_ab M_ba)^300.
+  Tensor m = tg::tensor({1, 1.001, 0.999, 1}, {2, 2}, kF64);
+  std::string eq2;
+  std::vector<Tensor> ms;
+  for (int k = 0; k < 600; ++k) {
+    eq2 += k == 0 ? "" : ",";
+    eq2 += k % 2 ? "ba" : "ab";
+    ms.push_back(m);
+  }
+  std::vector<double> r2 = timed(eq2 + "->", ms);
+  ASSERT_EQ(r2.size(), 1u);
+  EXPECT_NEAR(r2[0], 2 + 2 * std::pow(1.001 * 0.999, 300), 1e-12);
+  // Their gradient too (each operand's: the product of the others).
+  std::vector<Tensor> leaves;
+  for (int k = 0; k < 200; ++k)
+    leaves.push_back(tg::tensor({1.001, -1}, {2}, kF64).requires_grad_());
+  std::string eq3 = "i";
+  for (size_t k = 1; k < leaves.size(); ++k)
+    eq3 += ",i";
+  variable_list g = tg::autograd::grad({tg::einsum(eq3 + "->", leaves)}, {leaves[7]});
+  EXPECT_NEAR(tgtest::values(g[0])[0], std::pow(1.001, 199), 1e-12);
+  EXPECT_NEAR(tgtest::values(g[0])[1], -1.0, 1e-12);
 }
 
 // median() of a whole tensor spreads its gradient evenly over the elements

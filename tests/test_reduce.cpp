@@ -124,6 +124,84 @@ TEST(Reduce, EmptyZeroDimAndNaN) {
   EXPECT_TRUE(tg::amax(tg::gt(tg::tensor({-1, 1}), 0)).item<bool>());
 }
 
+// cumsum against a double loop along `dim` (of x read from storage).
+std::vector<double> cumsum_ref(const Tensor& x, int64_t dim) {
+  std::vector<double> v = values(x);
+  if (x.dim() == 0) return v;
+  int64_t inner = 1;
+  for (int64_t d = dim + 1; d < x.dim(); ++d)
+    inner *= x.sizes()[size_t(d)];
+  const int64_t n = x.sizes()[size_t(dim)];
+  for (size_t i = 0; i < v.size(); ++i)
+    if ((int64_t(i) / inner) % n > 0) v[i] += v[i - size_t(inner)];
+  return v;
+}
+
+TEST(Cumsum, EveryDimLayoutAndDtype) {
+  tg::manual_seed(8);
+  for (ScalarType dt : kAllTypes)
+    for (Layout l : kLayouts)
+      for (int64_t dim : {0, 1, 2, -1}) {
+        Tensor x = make({4, 5, 6}, dt, l);
+        Tensor y = tg::cumsum(x, dim);
+        std::string what = std::string(tg::to_string(dt)) + " " + layout_name(l) + " dim " + std::to_string(dim);
+        ASSERT_EQ(y.sizes(), x.sizes()) << what;
+        // Integer and Bool inputs give Int64, as PyTorch's.
+        EXPECT_EQ(y.dtype(), tg::is_floating_point(dt) ? dt : tg::kInt64) << what;
+        expect_values(y, cumsum_ref(x, dim < 0 ? dim + 3 : dim), std::max(tol_for(dt), 1e-6), what);
+      }
+  Tensor i = tg::tensor({3, -1, 4, 1, -5}, {}, tg::kInt64);
+  EXPECT_EQ(values(i.cumsum(0)), (std::vector<double>{3, 2, 6, 7, 2}));
+  EXPECT_EQ(values(tg::cumsum(tg::gt(i, 0), 0)), (std::vector<double>{1, 1, 2, 3, 3}));
+}
+
+// 100000 elements along the dim: the triangular matrix it used to build
+// (80 GB in float64) is gone; the scan is O(n) in time and memory. Rows,
+// columns, a transposed (non-contiguous) input, and the gradient (the
+// reverse cumulative sum) at that size.
+TEST(Cumsum, LongDimInLinearMemory) {
+  constexpr int64_t n = 100000;
+  tg::manual_seed(9);
+  Tensor x = tg::rand({n}, tg::kFloat64) - 0.5;
+  std::vector<double> want = cumsum_ref(x, 0);
+  expect_values(tg::cumsum(x, 0), want, 1e-12, "1-D");
+  expect_values(x.view({1, n}).cumsum(1), want, 1e-12, "a row");
+  Tensor cols = tg::rand({3, n}, tg::kFloat64).t();  // [n, 3], non-contiguous
+  ASSERT_FALSE(cols.is_contiguous());
+  expect_values(tg::cumsum(cols, 0), cumsum_ref(cols.contiguous(), 0), 1e-12, "transposed columns");
+  Tensor f = tg::rand({n}, tg::kFloat32);  // float sums carried in double
+  expect_values(tg::cumsum(f, -1), cumsum_ref(f, 0), 1e-6, "float32");
+  Tensor w = tg::rand({n}, tg::kFloat64);
+  Tensor xr = x.clone().requires_grad_();
+  Tensor g = tg::autograd::grad({(tg::cumsum(xr, 0) * w).sum()}, {xr})[0];
+  std::vector<double> wv = values(w), rev(wv.size());
+  double acc = 0;
+  for (size_t k = wv.size(); k-- > 0;)
+    rev[k] = acc += wv[k];
+  expect_values(g, rev, 1e-12, "gradient");
+}
+
+TEST(Cumsum, ZeroDimEmptyNonFiniteAndHigherOrder) {
+  Tensor s = tg::scalar_tensor(2.5, tg::kFloat64);
+  EXPECT_EQ(tg::cumsum(s, 0).dim(), 0);
+  EXPECT_EQ(tg::cumsum(s, -1).item<double>(), 2.5);
+  // A 0-d tensor takes dims 0 and -1 only, as sum (it used to accept any).
+  EXPECT_ERROR_CONTAINS(tg::cumsum(s, 1), "cumsum: dimension 1 is out of range for a tensor of rank 0");
+  EXPECT_ERROR_CONTAINS(tg::cumsum(tg::ones({2, 3}), -3), "cumsum: dimension -3 is out of range");
+  EXPECT_EQ(tg::cumsum(tg::empty({0, 3}), 0).sizes(), (IntList{0, 3}));
+  EXPECT_EQ(tg::cumsum(tg::empty({2, 0}), 0).sizes(), (IntList{2, 0}));
+  expect_values(tg::cumsum(tg::tensor({1, NAN, 2}), 0), {1, NAN, NAN}, 0, "NaN");
+  expect_values(tg::cumsum(tg::tensor({1, INFINITY, -1}), 0), {1, INFINITY, INFINITY}, 0, "inf");
+  // Second order through the recorded backward: d/dx of the gradient of
+  // sum(cumsum(x)^2) is 2 revcumsum(cumsum(1)) = [12, 10, 6] for n = 3.
+  Tensor x = tg::tensor({0.5, -1, 2}, {}, tg::kFloat64).requires_grad_();
+  Tensor g = tg::autograd::grad({tg::square(tg::cumsum(x, 0)).sum()}, {x}, {}, std::nullopt, true)[0];
+  expect_values(g, {2 * (0.5 - 0.5 + 1.5), 2 * (-0.5 + 1.5), 2 * 1.5}, 1e-12, "gradient");
+  expect_values(tg::autograd::grad({g.sum()}, {x})[0], {12, 10, 6}, 1e-12, "second order");
+  Tensor s2 = tg::scalar_tensor(1.5, tg::kFloat64).requires_grad_();
+  EXPECT_EQ(tg::autograd::grad({tg::cumsum(s2, 0) * 2.0}, {s2})[0].item<double>(), 2.0);
+}
+
 TEST(Compare, AllcloseAndEqual) {
   Tensor a = tg::tensor({1, 2, 3}, {}, tg::kFloat64);
   EXPECT_TRUE(tg::allclose(a, a + 1e-9));

@@ -47,10 +47,6 @@ Tensor autograd::ops::dot(const Tensor& self, const Tensor& other) {
   if (!should_record({&self, &other}) && !fw_any({&self, &other})) return raw::dot(self, other);
   return tg::detail::dot<PublicOps>(self, other);
 }
-Tensor autograd::ops::cumsum(const Tensor& self, int64_t dim) {
-  if (!should_record({&self}) && !fw_any({&self})) return raw::cumsum(self, dim);
-  return tg::detail::cumsum<PublicOps>(self, dim);
-}
 
 // ---- the everyday surface (tensor/composite_ops.def): each runs raw when
 // nothing records or pushes a tangent, else its formula through the public ops.

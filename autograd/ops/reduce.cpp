@@ -167,4 +167,32 @@ Tensor autograd::ops::amin(const Tensor& x, const IntList& dims, bool keepdim) {
   return extreme(x, "amin", "AminBackward", dims, keepdim, [&] { return raw::amin(x, dims, keepdim); });
 }
 
+namespace {
+// cumsum is linear: its gradient is the reverse cumulative sum of g (flip,
+// cumsum, flip, each differentiable again, so every order follows).
+class CumsumBackward final : public OpNode {
+ public:
+  explicit CumsumBackward(int64_t dim) : OpNode("cumsum", "CumsumBackward"), dim_(dim) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(1);
+    if (!should_compute_output(0)) return out;
+    const Tensor& g = grads[0];
+    out[0] = g.dim() == 0 ? g : tg::flip(tg::cumsum(tg::flip(g, {dim_}), dim_), {dim_});
+    return out;
+  }
+
+ private:
+  int64_t dim_;
+};
+}  // namespace
+
+// The tangent (every Taylor coefficient: the batch dim) is the cumsum of x's.
+Tensor autograd::ops::cumsum(const Tensor& x, int64_t dim) {
+  Tensor out = run_raw([&] { return raw::cumsum(x, dim); });  // checks dim
+  const int64_t d = x.dim() == 0 ? 0 : dim < 0 ? dim + x.dim() : dim;
+  if (should_record({&x})) out = finish(out, make_node<CumsumBackward>({&x}, d));
+  return fw_linear(out, x,
+                   [&](const Tensor& t) { return x.dim() == 0 ? t.clone() : tg::cumsum(t, fw_dim(d, x.dim())); });
+}
+
 }  // namespace tg

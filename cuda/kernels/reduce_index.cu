@@ -4,8 +4,12 @@
 #include <cstdint>
 
 #include <cub/block/block_reduce.cuh>
+#include <cub/device/device_scan.cuh>
 #include <cub/device/device_segmented_sort.cuh>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
 
+#include "tensor/element_math.h"
 #include "tensor/kernels.h"
 #include "tensor/op_util.h"
 #include <tapegrad/tensor/ops.h>
@@ -19,6 +23,7 @@ namespace tg::cuda {
 namespace {
 
 using kernels::ReduceOp;
+using kernels::wrap_add;
 
 // ---- reductions ----------------------------------------------------------------------
 
@@ -440,10 +445,82 @@ void argsort_kernel(const Tensor& out, const Tensor& x, bool descending) {
   TG_CUDA_CHECK(run(tmp.data_ptr(), bytes), "argsort");
 }
 
+// ---- cumulative sum ---------------------------------------------------------------------
+
+template <class A> struct ScanAdd {  // Int64 wraps
+  __host__ __device__ A operator()(A a, A b) const { return wrap_add(a, b); }
+};
+template <class T, class A> struct AsAcc {  // element i in the accumulator type
+  const T* x;
+  __host__ __device__ A operator()(int64_t i) const { return A(x[i]); }
+};
+struct RowOf {  // the row of element i: the scan restarts at each
+  int64_t n;
+  __host__ __device__ int64_t operator()(int64_t i) const { return i / n; }
+};
+
+// One thread per (outer, inner) column carries its sum down the dim;
+// neighbouring threads read neighbouring columns.
+template <class T, class A>
+__global__ void cumsum_columns_k(const T* x, T* out, int64_t outer, int64_t n, int64_t inner) {
+  const int64_t cols = outer * inner;
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < cols; c += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t base = (c / inner) * n * inner + c % inner;
+    A acc = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      acc = wrap_add(acc, A(x[base + i * inner]));
+      out[base + i * inner] = T(acc);
+    }
+  }
+}
+
+// Rows (inner 1): one device-wide CUB scan by key (the row) over every
+// element. Many columns: a thread each. Few long columns: transposed to
+// rows and back.
+void cumsum_kernel(const Tensor& out, const Tensor& x) {
+  const int64_t outer = x.sizes()[0], n = x.sizes()[1], inner = x.sizes()[2], total = x.numel();
+  if (inner > 1 && outer * inner <= 2048 && n >= 1024) {
+    Tensor xt = raw::contiguous(raw::transpose(x, 1, 2));
+    Tensor ot = tg::detail::new_empty(xt.sizes(), xt.dtype(), xt.device());
+    cumsum_kernel(raw::view(ot, {outer * inner, n, 1}), raw::view(xt, {outer * inner, n, 1}));
+    raw::copy_(out, raw::transpose(ot, 1, 2));
+    return;
+  }
+  DeviceGuard g(out.device().index());
+  cudaStream_t s = stream_of(out);
+  LaunchEncoder access(s);  // the scan's temporary storage too
+  access.read(x);
+  access.write(out);
+  dispatch_compute(x.dtype(), "cumsum", [&](auto tag) {
+    using T = decltype(tag);
+    using A = typename Acc<T>::type;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* op = static_cast<T*>(out.data_ptr());
+    if (inner > 1) {
+      const int64_t blocks = std::min<int64_t>((outer * inner + kBlock - 1) / kBlock, 65536);
+      cumsum_columns_k<T, A><<<unsigned(blocks), kBlock, 0, s>>>(xp, op, outer, n, inner);
+      TG_CUDA_CHECK(cudaGetLastError(), "cumsum");
+      return;
+    }
+    auto keys = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0), RowOf{n});
+    auto values = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0), AsAcc<T, A>{xp});
+    auto run = [&](void* tmp, size_t& bytes) {
+      return cub::DeviceScan::InclusiveScanByKey(tmp, bytes, keys, values, op, ScanAdd<A>{}, total,
+                                                 ::cuda::std::equal_to<>{}, s);
+    };
+    size_t bytes = 0;
+    TG_CUDA_CHECK(run(nullptr, bytes), "cumsum");
+    Tensor tmp = tg::detail::new_empty({int64_t(bytes / 8 + 1)}, kInt64, out.device());
+    access.write(tmp);
+    TG_CUDA_CHECK(run(tmp.data_ptr(), bytes), "cumsum");
+  });
+}
+
 }  // namespace
 
 void register_reduce_index_random(kernels::Backend& b) {
   b.argsort = argsort_kernel;
+  b.cumsum = cumsum_kernel;
   b.reduce = reduce_kernel;
   b.index_select = index_select_kernel;
   b.gather = gather_kernel;

@@ -158,9 +158,10 @@ const Tensor& autograd::ops::grad(const Tensor& self) {
   AutogradMeta* m = impl::meta(self);
   if (!m) return kUndefined;
   if (m->retained_grad) return *m->retained_grad;
-  // backward() fills .grad() of leaves only: a non-leaf's would always read
-  // as undefined, and the first use of it fail far from here.
-  TG_CHECK(!m->grad_fn, "grad: this tensor (shape ", shape_str(self.sizes()), ", computed by ",
+  // backward() fills .grad() of leaves only (and of a non-leaf named in its
+  // inputs): a non-leaf's would read as undefined, and the first use of it
+  // fail far from here.
+  TG_CHECK(!m->grad_fn || m->grad.defined(), "grad: this tensor (shape ", shape_str(self.sizes()), ", computed by ",
            m->grad_fn->forward_op(),
            ") is not a leaf, so backward() leaves nothing in its .grad(); call retain_grad() on it before "
            "backward(), or get its gradient with tg::autograd::grad({output}, {tensor})");

@@ -104,12 +104,14 @@ template <class O> Tensor logsumexp(const Tensor& x, const IntList& dims, bool k
 
 template <class O> Tensor softmax(const Tensor& x, int64_t dim) {
   check_floating(x, "softmax");
+  wrap_dim(dim, x.dim(), "softmax", x.sizes());  // named here, not by its parts
   Tensor e = O::exp(O::sub(x, O::detach(O::amax(x, {dim}, true))));
   return O::div(e, O::sum(e, {dim}, true));
 }
 
 template <class O> Tensor log_softmax(const Tensor& x, int64_t dim) {
   check_floating(x, "log_softmax");
+  wrap_dim(dim, x.dim(), "log_softmax", x.sizes());
   return O::sub(x, logsumexp<O>(x, {dim}, true));
 }
 
@@ -503,6 +505,7 @@ template <class O> Tensor masked_fill(const Tensor& x, const Tensor& mask, const
 }
 template <class O> Tensor masked_fill_scalar(const Tensor& x, const Tensor& mask, Scalar value) {
   check_defined(x, "masked_fill", "self");
+  check_scalar_fits(value, x.dtype(), "masked_fill");
   return masked_fill<O>(x, mask, scalar_tensor(value, TensorOptions().dtype(x.dtype())));
 }
 inline Tensor nonzero_indices(const Tensor& x) {

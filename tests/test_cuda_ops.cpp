@@ -86,6 +86,24 @@ TEST(CudaGpuOps, CopyConvertsEveryDtypePair) {
     }
 }
 
+// Float to Int64 is defined for every value and the same on both devices:
+// truncation, saturation at the limits, NaN to 0; a number an integer tensor
+// cannot hold is refused before any kernel runs.
+TEST(CudaGpuOps, FloatToIntConversionSaturatesAsOnTheCpu) {
+  REQUIRE_GPU();
+  Tensor f = tg::tensor({std::nan(""), double(INFINITY), -double(INFINITY), 1e30, -1e30, 3.9, -3.9}, {7}, tg::kFloat64);
+  for (tg::ScalarType src : {tg::kFloat64, tg::kFloat32}) {
+    Tensor cpu = f.to(src).to(tg::kInt64);
+    Tensor gpu = f.to(src).to(kGpu).to(tg::kInt64).to(tg::Device(tg::kCPU));
+    EXPECT_EQ(gpu.to_vector<int64_t>(), cpu.to_vector<int64_t>()) << src;
+    EXPECT_EQ(gpu.to_vector<int64_t>(), (std::vector<int64_t>{0, INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN, 3, -3}));
+  }
+  Tensor t = tg::zeros({3}, tg::TensorOptions().dtype(tg::kInt64).device(kGpu));
+  EXPECT_ERROR_CONTAINS(t.fill_(1e30), "fill_: the value");
+  EXPECT_ERROR_CONTAINS(tg::full({2}, std::nan(""), tg::TensorOptions().dtype(tg::kInt64).device(kGpu)), "full: the value");
+  EXPECT_EQ(t.to(tg::Device(tg::kCPU)).to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 0}));
+}
+
 TEST(CudaGpuOps, FillAndFactories) {
   REQUIRE_GPU();
   for (auto dt : {tg::kFloat32, tg::kFloat64, tg::kBFloat16, tg::kFloat16, tg::kInt64, tg::kBool}) {

@@ -627,9 +627,8 @@ Tensor repeat_index(const int64_t* counts, int64_t ncounts, int64_t n, int64_t t
 template <class O> Tensor repeat_interleave(const Tensor& x_in, int64_t repeats, std::optional<int64_t> dim) {
   check_defined(x_in, "repeat_interleave");
   TG_CHECK(repeats >= 0, "repeat_interleave: repeats must be >= 0, got ", repeats);
-  if (dim) wrap_dim(*dim, x_in.dim(), "repeat_interleave", x_in.sizes());  // a 0-dim tensor takes 0 and -1
+  const int64_t d = dim ? wrap_dim(*dim, x_in.dim(), "repeat_interleave", x_in.sizes()) : 0;  // 0-dim: 0 and -1
   Tensor x = dim && x_in.dim() > 0 ? x_in : O::reshape(x_in, {-1});
-  const int64_t d = dim && x_in.dim() > 0 ? wrap_dim(*dim, x.dim(), "repeat_interleave", x.sizes()) : 0;
   IntList shape = x.sizes(), out = x.sizes();
   shape.insert(shape.begin() + d + 1, repeats);
   TG_CHECK(!__builtin_mul_overflow(out[size_t(d)], repeats, &out[size_t(d)]), "repeat_interleave: ", repeats,
@@ -645,9 +644,8 @@ template <class O> Tensor repeat_interleave(const Tensor& x_in, const Tensor& re
            "repeat_interleave: repeats must be a 0-D or 1-D Int64 "
            "tensor, got ",
            repeats.dtype(), " ", shape_str(repeats.sizes()));
-  if (dim) wrap_dim(*dim, x_in.dim(), "repeat_interleave", x_in.sizes());  // a 0-dim tensor takes 0 and -1
+  const int64_t d = dim ? wrap_dim(*dim, x_in.dim(), "repeat_interleave", x_in.sizes()) : 0;  // 0-dim: 0 and -1
   Tensor x = dim && x_in.dim() > 0 ? x_in : O::reshape(x_in, {-1});
-  const int64_t d = dim && x_in.dim() > 0 ? wrap_dim(*dim, x.dim(), "repeat_interleave", x.sizes()) : 0;
   if (repeats.is_cuda()) cuda::detail::check_not_capturing("repeat_interleave", repeats.device().index());
   Tensor r = raw::contiguous(raw::to(repeats, Device(kCPU)));
   const int64_t n = x.size(d);

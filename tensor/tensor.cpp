@@ -101,7 +101,7 @@ void check_scalar_fits(Scalar v, ScalarType dtype, const char* op) {
              "; use a floating tensor, or a value in [-2^63, 2^63)");
     return;
   }
-  const double max = dtype == kFloat32 ? double(std::numeric_limits<float>::max())
+  const double max = dtype == kFloat32   ? double(std::numeric_limits<float>::max())
                      : dtype == kFloat16 ? 65504.0
                                          : 3.3895313892515355e38;  // bfloat16
   TG_CHECK(!std::isfinite(d) || std::fabs(d) <= max, op, ": the value ", d, " cannot be converted to ", dtype,

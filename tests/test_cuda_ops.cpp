@@ -100,7 +100,8 @@ TEST(CudaGpuOps, FloatToIntConversionSaturatesAsOnTheCpu) {
   }
   Tensor t = tg::zeros({3}, tg::TensorOptions().dtype(tg::kInt64).device(kGpu));
   EXPECT_ERROR_CONTAINS(t.fill_(1e30), "fill_: the value");
-  EXPECT_ERROR_CONTAINS(tg::full({2}, std::nan(""), tg::TensorOptions().dtype(tg::kInt64).device(kGpu)), "full: the value");
+  EXPECT_ERROR_CONTAINS(tg::full({2}, std::nan(""), tg::TensorOptions().dtype(tg::kInt64).device(kGpu)),
+                        "full: the value");
   EXPECT_EQ(t.to(tg::Device(tg::kCPU)).to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 0}));
 }
 

@@ -197,7 +197,7 @@ TEST(DLPack, RefusesAnExtentThatOverflowsTheAddressSpace) {
   DLManagedTensor* m = make_producer({1, 2}, {4}, {}, 0, &deleted);
   const uintptr_t data = reinterpret_cast<uintptr_t>(m->dl_tensor.data);
   const uintptr_t top = (~uintptr_t(0) - 15) & ~uintptr_t(7);  // aligned, 16 bytes below the end
-  m->dl_tensor.byte_offset = uint64_t(top - data);                 // 4 doubles need 32 bytes from there
+  m->dl_tensor.byte_offset = uint64_t(top - data);             // 4 doubles need 32 bytes from there
   EXPECT_ERROR_CONTAINS(tg::from_dlpack(m), "overflows the address space");
   EXPECT_EQ(deleted, 1);
   // One element (8 bytes) fits below the end: the check is exact, not a guess.
@@ -208,7 +208,8 @@ TEST(DLPack, RefusesAnExtentThatOverflowsTheAddressSpace) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()), top);
   }
   EXPECT_EQ(deleted, 2);
-  EXPECT_ERROR_CONTAINS(tg::from_blob(reinterpret_cast<void*>(top), {3}, {}, tg::kFloat64, kCpu, nullptr, nullptr), "overflows the address space");
+  EXPECT_ERROR_CONTAINS(tg::from_blob(reinterpret_cast<void*>(top), {3}, {}, tg::kFloat64, kCpu, nullptr, nullptr),
+                        "overflows the address space");
 }
 
 TEST(DLPackGpu, RoundTripsEveryDtypeAndViewWithoutCopies) {

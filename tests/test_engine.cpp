@@ -903,7 +903,7 @@ TEST(Functional, PerSampleHessianDefaultHandlesPerRowClosuresAndNamesRealShapes)
   const int64_t B = 4, n = 3;
   Tensor x = tg::rand({B, n}, kF64) * 2 - 1;
   Tensor w = tg::randn({1, n, 2}, kF64).expand({B, n, 2}).contiguous();  // per-sample weights
-  Tensor scale = tg::rand({B, 1}, kF64) + 0.5;                             // per-row
+  Tensor scale = tg::rand({B, 1}, kF64) + 0.5;                           // per-row
   auto per_row = [&](const Tensor& t) { return tg::tanh(tg::bmm(t.unsqueeze(1), w).squeeze(1)) * scale; };
   Tensor ref = ag::per_sample_hessian(per_row, x, ag::HessianStrategy::Rows);
   ASSERT_EQ(ref.sizes(), (tg::IntList{B, 2, n, n}));

@@ -125,8 +125,7 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
     try {
       probe = fn(xi.narrow(0, 0, first));
       one_row_works = probe.defined() && probe.dim() == 2 && probe.size(0) == first;
-    } catch (const Error&) {
-    }
+    } catch (const Error&) {}
     if (!one_row_works) {
       Tensor whole = fn(xi);  // its errors are fn's own, on the input it was given
       check_batched_output(whole, B, "per_sample_hessian");

@@ -15,11 +15,11 @@ class Scalar {
  public:
   /// From a number; integral for integer and bool types.
   Scalar(double v) : d_(v), i_(fits_int64(v) ? int64_t(v) : 0), integral_(false) {}  // NOLINT
-  Scalar(float v) : Scalar(double(v)) {}                          ///< floating
-  Scalar(int v) : d_(v), i_(v), integral_(true) {}                ///< integral
-  Scalar(long v) : d_(double(v)), i_(v), integral_(true) {}       ///< integral
-  Scalar(long long v) : d_(double(v)), i_(v), integral_(true) {}  ///< integral
-  Scalar(bool v) : d_(v), i_(v), integral_(true) {}               ///< integral (0 or 1)
+  Scalar(float v) : Scalar(double(v)) {}                                             ///< floating
+  Scalar(int v) : d_(v), i_(v), integral_(true) {}                                   ///< integral
+  Scalar(long v) : d_(double(v)), i_(v), integral_(true) {}                          ///< integral
+  Scalar(long long v) : d_(double(v)), i_(v), integral_(true) {}                     ///< integral
+  Scalar(bool v) : d_(v), i_(v), integral_(true) {}                                  ///< integral (0 or 1)
 
   /// Whether it came from an integer; its value as double and as int64_t.
   bool is_integral() const { return integral_; }

@@ -238,8 +238,17 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
   check_pair(input, target, "binary_cross_entropy");
   check_weight_shape(weight, input, "weight", "binary_cross_entropy");
   Tensor l = check_probabilities(input, [&] {
-    return -(target * tg::clamp_min(tg::log(input), -100.0) +
-             (1.0 - target) * tg::clamp_min(tg::log(1.0 - input), -100.0));
+    auto logs = [&](const Tensor& x) {  // logs clamped at -100, as PyTorch's
+      return -(target * tg::clamp_min(tg::log(x), -100.0) + (1.0 - target) * tg::clamp_min(tg::log(1.0 - x), -100.0));
+    };
+    // At x = 0 or 1 a log's derivative is infinite and the clamp's 0 times it
+    // NaN (sigmoid(20) is 1 in float32: ordinary training reaches it). There
+    // the loss is the clamped value and its slope PyTorch's (x - t) / 1e-12
+    // (0 where x = t); the logs of the inner branch see 0.5 instead.
+    Tensor edge = tg::eq(input * (1.0 - input), 0.0);
+    Tensor xd = input.detach();
+    Tensor at_edge = logs(xd) + (input - xd) * ((xd - target) * 1e12);
+    return tg::where(edge, at_edge, logs(tg::where(edge, tg::full_like(input, 0.5), input)));
   });
   if (weight.defined()) l = l * weight;
   return reduce(l, reduction, "binary_cross_entropy");

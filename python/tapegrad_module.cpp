@@ -404,8 +404,14 @@ struct CallbackError {
   std::shared_ptr<py::error_already_set> error;
 };
 
+// tapegrad.Error, the Python type of tg::Error (set where it is registered).
+PyObject* g_error_type = nullptr;
+
 // fn as a TensorFn (called with the GIL held: the functional API calls fn
-// on the calling thread).
+// on the calling thread). A tapegrad.Error raised inside fn (an op of fn
+// refusing its input) goes on as the tg::Error it was, so the engine's
+// fallbacks see it as in C++: per_sample_hessian probing fn on fewer rows
+// than it closes over, say.
 ag::TensorFn tensor_fn(const py::function& fn) {
   return [fn](const Tensor& x) -> Tensor {
     try {
@@ -415,6 +421,7 @@ ag::TensorFn tensor_fn(const py::function& fn) {
                         ", not a tapegrad.Tensor");
       return y.cast<Tensor>();
     } catch (py::error_already_set& e) {
+      if (g_error_type && e.matches(g_error_type)) throw tg::Error(py::str(e.value()).cast<std::string>());
       throw CallbackError{std::make_shared<py::error_already_set>(std::move(e))};
     }
   };
@@ -447,7 +454,7 @@ struct GraphCapture {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "tapegrad: higher-order autograd on CPU and CUDA (C++ engine)";
-  py::register_exception<tg::Error>(m, "Error", PyExc_RuntimeError);
+  g_error_type = py::register_exception<tg::Error>(m, "Error", PyExc_RuntimeError).ptr();
 
   py::class_<Tensor>(m, "Tensor")
       .def_property_readonly("shape",

@@ -93,31 +93,58 @@ Tensor scalar_tensor(Scalar v, TensorOptions o) { return full({}, v, o); }
 
 Tensor arange(Scalar end, TensorOptions o) { return arange(0, end, 1, o); }
 
+// A host [n] tensor of `dtype` filled by fill(data), then converted and
+// placed as o asks (its size checked by the allocator, not a host vector).
+template <class T, class F> static Tensor host_filled(int64_t n, ScalarType dtype, TensorOptions o, F fill) {
+  Tensor t = detail::new_empty({n}, dtype, Device(kCPU));
+  if (n > 0) fill(t.data_ptr<T>());
+  return finish(raw::to(raw::to(t, o.device()), o.dtype()), o);
+}
+
 Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions o) {
   bool integral = start.is_integral() && end.is_integral() && step.is_integral();
   if (!o.has_dtype()) o = o.dtype(integral ? kInt64 : kFloat32);
   double s = start.to_double(), e = end.to_double(), st = step.to_double();
+  TG_CHECK(std::isfinite(s) && std::isfinite(e) && std::isfinite(st), "arange: unsupported range ", s, " -> ", e,
+           " with step ", st, "; start, end and step must be finite");
   TG_CHECK(st != 0, "arange: step must be nonzero");
   TG_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "arange: upper bound ", e, " and lower bound ", s,
            " are inconsistent with step sign ", st);
-  int64_t n = int64_t(std::ceil((e - s) / st));
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i)
-    v[size_t(i)] = integral ? double(start.to_int() + i * step.to_int()) : s + double(i) * st;
-  return tensor(v, {n}, o);
+  if (integral) {  // exact in integers: no rounding through double (2^62 + 1 stays itself)
+    const __int128 a = start.to_int(), b = end.to_int(), d = step.to_int();
+    const __int128 count = (b - a + d + (d > 0 ? -1 : 1)) / d;  // ceil((b - a) / d), signs agree
+    TG_CHECK(count <= INT64_MAX, "arange: ", start.to_int(), " to ", end.to_int(), " by ", step.to_int(),
+             " has more elements than fit in 64 bits");
+    return host_filled<int64_t>(int64_t(count), kInt64, o, [&](int64_t* v) {
+      for (int64_t i = 0; i < int64_t(count); ++i)
+        v[i] = int64_t(a + __int128(i) * d);  // in [start, end): fits
+    });
+  }
+  if (!is_floating_point(o.dtype())) {  // a floating bound must fit the integer dtype, as PyTorch's
+    detail::check_scalar_fits(start, o.dtype(), "arange");
+    detail::check_scalar_fits(end, o.dtype(), "arange");
+  }
+  const double count = std::ceil((e - s) / st);
+  TG_CHECK(count < 9223372036854775808.0, "arange: ", s, " to ", e, " by ", st, " has ", count,
+           " elements, more than fit in 64 bits");
+  const int64_t n = int64_t(count);
+  return host_filled<double>(n, kFloat64, o, [&](double* v) {
+    for (int64_t i = 0; i < n; ++i)
+      v[i] = s + double(i) * st;
+  });
 }
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
   TG_CHECK(steps >= 0, "linspace: number of steps must be non-negative, got ", steps);
-  std::vector<double> v(static_cast<size_t>(steps));
-  if (steps == 1) v[0] = start;
-  if (steps > 1) {
-    double step = (end - start) / double(steps - 1);
-    int64_t half = steps / 2;  // fill from both ends for symmetric rounding
-    for (int64_t i = 0; i < steps; ++i)
-      v[size_t(i)] = i < half ? start + step * double(i) : end - step * double(steps - 1 - i);
-  }
-  return tensor(v, {steps}, o);
+  return host_filled<double>(steps, kFloat64, o, [&](double* v) {
+    if (steps == 1) v[0] = start;
+    if (steps > 1) {
+      double step = (end - start) / double(steps - 1);
+      int64_t half = steps / 2;  // fill from both ends for symmetric rounding
+      for (int64_t i = 0; i < steps; ++i)
+        v[i] = i < half ? start + step * double(i) : end - step * double(steps - 1 - i);
+    }
+  });
 }
 
 Tensor eye(int64_t n, TensorOptions o) { return eye(n, n, o); }

@@ -101,7 +101,16 @@ TEST(Factories, NumbersThatDoNotFitAnIntegerTensorAreRefused) {
     EXPECT_ERROR_CONTAINS(t.fill_(bad), "fill_: the value");
     EXPECT_ERROR_CONTAINS(tg::full({2}, bad, tg::kInt64), "cannot be converted to Int64 without overflow");
     EXPECT_ERROR_CONTAINS(t.masked_fill(tg::tensor({1, 0, 1}, {3}, tg::kBool), bad), "masked_fill: the value");
+    // The 0-dim tensor form too (it wrote INT64_MAX, or 0 for NaN).
+    EXPECT_ERROR_CONTAINS(t.masked_fill(tg::tensor({1, 0, 1}, {3}, tg::kBool), tg::scalar_tensor(bad, tg::kFloat64)),
+                          "masked_fill: the value");
   }
+  EXPECT_ERROR_CONTAINS(
+      tg::zeros({2}, tg::kFloat16).masked_fill(tg::ones({2}, tg::kBool), tg::scalar_tensor(1e10, tg::kFloat64)),
+      "cannot be converted to Float16");
+  EXPECT_EQ(
+      t.masked_fill(tg::tensor({1, 0, 1}, {3}, tg::kBool), tg::scalar_tensor(-2.5, tg::kFloat64)).to_vector<int64_t>(),
+      (std::vector<int64_t>{-2, 2, -2}));
   EXPECT_EQ(t.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3})) << "a refused fill_ writes nothing";
   // In range: truncated toward zero, as PyTorch; -2^63 is the smallest.
   t.fill_(-2.75);
@@ -113,6 +122,24 @@ TEST(Factories, NumbersThatDoNotFitAnIntegerTensorAreRefused) {
   EXPECT_TRUE(std::isinf(tg::full({1}, INFINITY, tg::kFloat32).item<float>()));
   EXPECT_TRUE(std::isnan(tg::full({1}, std::nan(""), tg::kFloat16).to(tg::kFloat32).item<float>()));
   expect_values(tg::full({1}, 1e300, tg::kFloat64), {1e300}, 0, "Float64 holds it");
+  // arange and linspace: a range that is not finite, or that has more
+  // elements than 64 bits count, is a named error before anything is
+  // allocated (they threw std::length_error or bad_alloc from a host vector,
+  // or cast inf to int64_t); integer ranges are exact (no round trip through
+  // double) and a floating bound must fit an integer dtype.
+  EXPECT_ERROR_CONTAINS(tg::arange(0.0, double(INFINITY), 1.0), "arange: unsupported range 0 -> inf");
+  EXPECT_ERROR_CONTAINS(tg::arange(0.0, 1.0, std::nan("")), "must be finite");
+  EXPECT_ERROR_CONTAINS(tg::arange(0, 1.0, 1e-300), "more than fit in 64 bits");
+  EXPECT_ERROR_CONTAINS(tg::arange(INT64_MIN, INT64_MAX, 1), "has more elements than fit in 64 bits");
+  EXPECT_ERROR_CONTAINS(tg::arange(1e30, 1e30 + 1e15, 1e14, tg::kInt64), "arange: the value 1e+30 cannot be converted");
+  EXPECT_THROW(tg::arange(0, INT64_MAX, 1), tg::Error);  // 2^66 bytes: the allocator's error
+  EXPECT_THROW(tg::linspace(0, 1, INT64_MAX), tg::Error);
+  const int64_t big = (int64_t(1) << 62) + 1;
+  EXPECT_EQ(tg::arange(big, big + 7, 3).to_vector<int64_t>(), (std::vector<int64_t>{big, big + 3, big + 6}));
+  EXPECT_EQ(tg::arange(INT64_MAX - 2, INT64_MAX, 1).to_vector<int64_t>(),
+            (std::vector<int64_t>{INT64_MAX - 2, INT64_MAX - 1}));
+  EXPECT_EQ(tg::arange(INT64_MIN, INT64_MIN + 5, 2).to_vector<int64_t>(),
+            (std::vector<int64_t>{INT64_MIN, INT64_MIN + 2, INT64_MIN + 4}));
   // A Scalar of a floating value out of int64's range has no integer value:
   // to_int() is 0 (defined), fits_int64 says so.
   EXPECT_FALSE(tg::fits_int64(std::nan("")));

@@ -471,6 +471,32 @@ TEST(Layers, EmbeddingPaddingIdxAndMaxNorm) {
 // On a GPU the range is read on the host too (one sync: the same error as on
 // the CPU); under CUDA graph capture nothing can be read, so a replay with an
 // input out of range gives a NaN loss, never a finite wrong one.
+// At an input of exactly 0 or 1 (sigmoid(20) in float32) the gradient is
+// PyTorch's (x - t) / 1e-12: 0 where the target matches, +-1e12 where it
+// does not, never NaN (the clamp's zero slope times the log's infinite one
+// was NaN even for a matching target); inside (0, 1) it is the exact one.
+TEST(Losses, BinaryCrossEntropyGradientAtZeroAndOneIsPyTorchsNotNaN) {
+  Tensor x = T({0, 1, 0, 1, 0.25}, {5}).requires_grad_();
+  Tensor t = T({0, 1, 1, 0, 1}, {5});
+  Tensor loss = F::binary_cross_entropy(x, t, {}, Reduction::kSum);
+  EXPECT_NEAR(loss.item<double>(), 200 - std::log(0.25), 1e-12);
+  loss.backward();
+  tgtest::expect_values(x.grad(), {0, 0, -1e12, 1e12, -4}, 1e-3, "d/dx at the edges and inside");
+  // Through a float32 sigmoid that rounds to 1 and 0: finite, 0 where it matches.
+  Tensor z = tg::tensor({20.0, -20.0, 0.5}, {3}).requires_grad_();
+  F::binary_cross_entropy(tg::sigmoid(z), tg::tensor({1.0, 0.0, 1.0}, {3})).backward();
+  std::vector<double> g = tgtest::values(z.grad());
+  EXPECT_EQ(g[0], 0.0);
+  EXPECT_TRUE(std::isfinite(g[1]) && std::fabs(g[1]) < 1e-8) << g[1];
+  EXPECT_NEAR(g[2], -(1 - 1 / (1 + std::exp(-0.5))) / 3, 1e-6);
+  // Second derivatives inside (0, 1) are the exact ones: d2/dx2 = t/x^2 + (1-t)/(1-x)^2.
+  Tensor xi = T({0.25, 0.6}, {2}).requires_grad_();
+  Tensor gi =
+      tg::autograd::grad({F::binary_cross_entropy(xi, T({1, 0}, {2}), {}, Reduction::kSum)}, {xi}, {}, true, true)[0];
+  Tensor hi = tg::autograd::grad({gi.sum()}, {xi})[0];
+  tgtest::expect_values(hi, {16, 1 / 0.16}, 1e-12, "second derivative");
+}
+
 TEST(Losses, BinaryCrossEntropyChecksItsRangeOnTheGpuAndIsNaNUnderCapture) {
   REQUIRE_GPU();
   namespace cu = tg::cuda;

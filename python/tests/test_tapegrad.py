@@ -134,6 +134,26 @@ def test_per_sample_hessian_and_laplacian(strategy):
     np.testing.assert_allclose(lap, 2 * b - np.sin(b), atol=1e-13)
 
 
+@pytest.mark.parametrize("strategy", ["batched_cotangents", "rows", "forward_over_reverse", "taylor"])
+@pytest.mark.parametrize("B", [3, 6])
+def test_per_sample_derivatives_of_a_function_closing_over_per_row_tensors(strategy, B):
+    # A Python fn that runs on its whole batch only (per-row weights W): an op
+    # of fn refusing fewer rows raises tapegrad.Error inside the callable,
+    # which the engine's probes must see as in C++ (it was a bare broadcast
+    # error from mul for B > 4, and a reshape error for the default strategy).
+    rng = np.random.default_rng(5)
+    W, X = rng.standard_normal((B, 3)), rng.standard_normal((B, 3))
+    w = tg.tensor(W)
+
+    def f(z):  # sum_j z_j^3 W_j, per row
+        return (z * z * z * w).sum(1, True)
+
+    H = tg.per_sample_hessian(f, tg.tensor(X), strategy=strategy).numpy()
+    want = np.stack([np.diag(6 * X[b] * W[b]) for b in range(B)])[:, None]
+    np.testing.assert_allclose(H, want, atol=1e-12)
+    np.testing.assert_allclose(tg.laplacian(f, tg.tensor(X)).numpy()[:, 0], (6 * X * W).sum(1), atol=1e-12)
+
+
 def test_laplacian_loss_trains():
     tg.manual_seed(0)
     w = (tg.randn(8, 2, dtype="float64") * 0.5).requires_grad_()

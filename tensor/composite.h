@@ -56,6 +56,13 @@ struct PublicOps {
 #undef TG_FN
 #undef TG_D
 
+// Each of dims is a dim of x: checked under the composite's name (not that
+// of the first of its parts to look at it).
+inline void check_dims(const Tensor& x, const IntList& dims, const char* op) {
+  for (int64_t d : dims)
+    wrap_dim(d, x.dim(), op, x.sizes());
+}
+
 inline void check_floating(const Tensor& x, const char* op) {
   check_defined(x, op);
   TG_CHECK(x.is_floating_point(), op, ": expected a floating-point tensor, got ", x.dtype(), " (shape ",
@@ -96,6 +103,7 @@ inline IntList embedding_shape(const Tensor& weight, const Tensor& indices) {
 // infinite max is not subtracted (as PyTorch).
 template <class O> Tensor logsumexp(const Tensor& x, const IntList& dims, bool keepdim) {
   check_floating(x, "logsumexp");
+  check_dims(x, dims, "logsumexp");
   Tensor m = O::detach(O::amax(x, dims, true));
   m = O::where(O::eq(O::abs(m), INFINITY), Scalar(0.0), m);
   Tensor s = O::sum(O::exp(O::sub(x, m)), dims, keepdim);
@@ -119,6 +127,7 @@ template <class O> Tensor log_softmax(const Tensor& x, int64_t dim) {
 // instead of 0 * inf.
 template <class O> Tensor norm(const Tensor& x, double p, const IntList& dims, bool keepdim) {
   check_floating(x, "norm");
+  check_dims(x, dims, "norm");
   TG_CHECK(p > 0, "norm: p must be > 0 (or INFINITY), got ", p);
   if (std::isinf(p)) return O::amax(O::abs(x), dims, keepdim);
   Tensor s = p == 2 ? O::sum(O::square(x), dims, keepdim) : O::sum(O::pow(O::abs(x), p), dims, keepdim);
@@ -142,6 +151,7 @@ template <class O> Tensor dot(const Tensor& a, const Tensor& b) {
 // gathered, so their gradient goes to that element. A NaN is the extreme.
 template <class O> TensorPair extreme_dim(const Tensor& x_in, int64_t dim, bool keepdim, bool is_max, const char* op) {
   check_defined(x_in, op);
+  wrap_dim(dim, x_in.dim(), op, x_in.sizes());  // named with x's own rank (a 0-dim tensor: 0 or -1)
   Tensor x = x_in.dim() == 0 ? O::reshape(x_in, {1}) : x_in;
   int64_t d = wrap_dim(dim, x.dim(), op, x.sizes());
   int64_t n = x.size(d);
@@ -307,7 +317,7 @@ inline Tensor any_all(const Tensor& x, std::optional<int64_t> dim, bool keepdim,
   Tensor hits = any ? raw::ne(x, Scalar(0)) : raw::eq(x, Scalar(0));
   Tensor count;
   if (!dim || x.dim() == 0) {
-    if (dim) wrap_dim(*dim, std::max<int64_t>(x.dim(), 1), op, x.sizes());
+    if (dim) wrap_dim(*dim, x.dim(), op, x.sizes());  // a 0-dim tensor: 0 or -1
     count = raw::sum(hits);
   } else {
     count = raw::sum(hits, {wrap_dim(*dim, x.dim(), op, x.sizes())}, keepdim);

@@ -104,8 +104,15 @@ void check_scalar_fits(Scalar v, ScalarType dtype, const char* op) {
   const double max = dtype == kFloat32   ? double(std::numeric_limits<float>::max())
                      : dtype == kFloat16 ? 65504.0
                                          : 3.3895313892515355e38;  // bfloat16
-  TG_CHECK(!std::isfinite(d) || std::fabs(d) <= max, op, ": the value ", d, " cannot be converted to ", dtype,
-           " without overflow (its largest finite value is ", max, "); use a wider dtype or pass inf explicitly");
+  auto exact = [](double v) {  // all the digits: 3.40282e+38 would read as the limit itself
+    std::ostringstream o;
+    o.precision(17);
+    o << v;
+    return o.str();
+  };
+  TG_CHECK(!std::isfinite(d) || std::fabs(d) <= max, op, ": the value ", exact(d), " cannot be converted to ", dtype,
+           " without overflow (its largest finite value is ", exact(max),
+           "); use a wider dtype or pass inf explicitly");
 }
 
 }  // namespace detail
@@ -234,9 +241,9 @@ Tensor transpose(const Tensor& self, int64_t d0, int64_t d1) {
   if (self.defined() && self.is_sparse()) return sparse_transpose(self, d0, d1);
   detail::check_defined(self, "transpose");
   int64_t n = self.dim();
-  if (n == 0) return self;
-  d0 = wrap_dim(d0, n, "transpose", self.sizes());
+  d0 = wrap_dim(d0, n, "transpose", self.sizes());  // a 0-dim tensor takes 0 and -1 only
   d1 = wrap_dim(d1, n, "transpose", self.sizes());
+  if (n == 0) return self;
   IntList sz = self.sizes(), st = self.strides();
   std::swap(sz[d0], sz[d1]);
   std::swap(st[d0], st[d1]);
@@ -339,8 +346,8 @@ Tensor squeeze(const Tensor& self) {
 
 Tensor squeeze(const Tensor& self, int64_t d) {
   detail::check_defined(self, "squeeze");
+  d = wrap_dim(d, self.dim(), "squeeze", self.sizes());  // a 0-dim tensor takes 0 and -1 only
   if (self.dim() == 0) return self;
-  d = wrap_dim(d, self.dim(), "squeeze", self.sizes());
   if (self.sizes()[d] != 1) return self;
   IntList sz = self.sizes(), st = self.strides();
   sz.erase(sz.begin() + d);

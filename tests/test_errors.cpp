@@ -183,6 +183,31 @@ TEST(Errors, SoftmaxNamesItselfForABadDim) {
   expect_values(tg::softmax(tg::scalar_tensor(2.0), 0), {1.0}, 0, "softmax of a 0-dim tensor over dim 0");
 }
 
+// Composites check their dims under their own names and with the input's
+// own rank (a 0-dim tensor takes 0 and -1, as sum does): logsumexp said
+// "amax", norm "sum", max/argmax of a 0-dim tensor "rank 1 (shape [1])",
+// and squeeze/transpose of a 0-dim tensor took any dim.
+TEST(Errors, CompositesNameThemselvesAndTheRealRankForABadDim) {
+  Tensor s = tg::scalar_tensor(2.0, tg::kFloat64);
+  EXPECT_ERROR(tg::logsumexp(s, {1}), "logsumexp: dimension 1 is out of range for a tensor of rank 0 (shape [])");
+  EXPECT_ERROR(tg::norm(s, 2, {1}), "norm: dimension 1 is out of range for a tensor of rank 0");
+  EXPECT_ERROR(tg::norm(tg::ones({2, 3}), 2, {2}), "norm: dimension 2 is out of range for a tensor of rank 2");
+  EXPECT_ERROR(tg::max(s, 1), "max: dimension 1 is out of range for a tensor of rank 0 (shape [])");
+  EXPECT_ERROR(tg::argmax(s, 1), "argmax: dimension 1 is out of range for a tensor of rank 0 (shape [])");
+  EXPECT_ERROR(tg::any(s, 1), "any: dimension 1 is out of range for a tensor of rank 0 (shape [])");
+  EXPECT_ERROR(s.squeeze(1), "squeeze: dimension 1 is out of range for a tensor of rank 0");
+  EXPECT_ERROR(s.squeeze(INT64_MAX), "squeeze: dimension");
+  EXPECT_ERROR(s.transpose(0, 1), "transpose: dimension 1 is out of range for a tensor of rank 0");
+  expect_values(s.squeeze(-1), {2}, 0, "squeeze(-1) of a 0-dim tensor");
+  expect_values(s.transpose(0, -1), {2}, 0, "transpose(0, -1) of a 0-dim tensor");
+  expect_values(tg::logsumexp(s, {0}), {2}, 1e-15, "logsumexp over dim 0 of a 0-dim tensor");
+  EXPECT_EQ(std::get<1>(tg::max(s, 0)).item<int64_t>(), 0);
+  // All the digits of a limit: "3.40282e+38 ... largest finite value is 3.40282e+38" read as a contradiction.
+  EXPECT_ERROR(tg::full({1}, 3.4028235e38, tg::kFloat32),
+               "full: the value 3.4028234999999999e+38 cannot be converted to Float32 without overflow (its largest "
+               "finite value is 3.4028234663852886e+38)");
+}
+
 // .grad() of a non-leaf says why it has none (it read as undefined, and the
 // first use failed far away: "sum: input is an undefined tensor"); a leaf
 // and a retained non-leaf read as before.

@@ -152,7 +152,25 @@ const Tensor& autograd::ops::requires_grad_(const Tensor& self, bool r) {
 
 namespace {
 const Tensor kUndefined;
+
+// Adds `hook` to the leaf hooks of `self` (`list`: the pre or the post
+// hooks); the handle removes it while the hooks live.
+template <class Entry, class Hook>
+HookHandle add_leaf_hook(const Tensor& self, std::vector<Entry> AutogradMeta::LeafHooks::*list, Hook hook) {
+  auto h = impl::leaf_hooks_of(self, true);
+  std::lock_guard<std::mutex> lock(h->m);
+  uint64_t id = h->next_id++;
+  ((*h).*list).push_back({id, std::move(hook)});
+  std::weak_ptr<AutogradMeta::LeafHooks> weak = h;
+  return HookHandle([weak, id, list] {
+    if (auto s = weak.lock()) {
+      std::lock_guard<std::mutex> l(s->m);
+      auto& hooks = (*s).*list;
+      hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [id](const auto& e) { return e.id == id; }), hooks.end());
+    }
+  });
 }
+}  // namespace
 
 const Tensor& autograd::ops::grad(const Tensor& self) {
   AutogradMeta* m = impl::meta(self);
@@ -220,18 +238,7 @@ HookHandle autograd::ops::register_hook(const Tensor& self, std::function<Tensor
            shape_str(self.sizes()), ")");
   AutogradMeta* m = impl::meta(self);
   if (m->grad_fn) return m->grad_fn->add_tensor_pre_hook(m->output_nr, std::move(hook));
-  auto h = impl::leaf_hooks_of(self, true);
-  std::lock_guard<std::mutex> lock(h->m);
-  uint64_t id = h->next_id++;
-  h->pre.push_back({id, std::move(hook)});
-  std::weak_ptr<AutogradMeta::LeafHooks> weak = h;
-  return HookHandle([weak, id] {
-    if (auto s = weak.lock()) {
-      std::lock_guard<std::mutex> l(s->m);
-      s->pre.erase(std::remove_if(s->pre.begin(), s->pre.end(), [id](const auto& e) { return e.id == id; }),
-                   s->pre.end());
-    }
-  });
+  return add_leaf_hook(self, &AutogradMeta::LeafHooks::pre, std::move(hook));
 }
 
 HookHandle autograd::ops::register_post_accumulate_grad_hook(const Tensor& self,
@@ -241,18 +248,7 @@ HookHandle autograd::ops::register_post_accumulate_grad_hook(const Tensor& self,
            "post-accumulate-grad hooks can only be registered on leaf tensors "
            "that require grad (shape ",
            shape_str(self.sizes()), ")");
-  auto h = impl::leaf_hooks_of(self, true);
-  std::lock_guard<std::mutex> lock(h->m);
-  uint64_t id = h->next_id++;
-  h->post.push_back({id, std::move(hook)});
-  std::weak_ptr<AutogradMeta::LeafHooks> weak = h;
-  return HookHandle([weak, id] {
-    if (auto s = weak.lock()) {
-      std::lock_guard<std::mutex> l(s->m);
-      s->post.erase(std::remove_if(s->post.begin(), s->post.end(), [id](const auto& e) { return e.id == id; }),
-                    s->post.end());
-    }
-  });
+  return add_leaf_hook(self, &AutogradMeta::LeafHooks::post, std::move(hook));
 }
 
 }  // namespace tg

@@ -328,25 +328,27 @@ class DeviceCachingAllocator final : public Allocator {
     return b;
   }
 
+  // Merges `next` (the block right after `b`) into `b` and deletes it.
+  static void absorb_next(Block* b, Block* next) {
+    b->size += next->size;
+    b->next = next->next;
+    if (next->next) next->next->prev = b;
+    delete next;
+  }
+
   void free_block(Block* b) {
     b->allocated = false;
     auto& pool = b->small ? small_free_ : large_free_;
     if (b->prev && !b->prev->allocated) {  // merge into the free block before
       Block* p = b->prev;
       pool.erase(p);
-      p->size += b->size;
-      p->next = b->next;
-      if (b->next) b->next->prev = p;
-      delete b;
+      absorb_next(p, b);
       b = p;
     }
     if (b->next && !b->next->allocated) {  // absorb the free block after
       Block* n = b->next;
       pool.erase(n);
-      b->size += n->size;
-      b->next = n->next;
-      if (n->next) n->next->prev = b;
-      delete n;
+      absorb_next(b, n);
     }
     pool.insert(b);
   }

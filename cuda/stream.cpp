@@ -33,6 +33,17 @@ thread_local bool t_set_a_stream = false;  // set_current_stream was given a non
 
 cudaStream_t as_stream(const Stream& s) { return static_cast<cudaStream_t>(s.handle()); }
 
+// A stream or event query's answer: false while its work is pending
+// (clearing that error), true when done; other errors are raised.
+bool query_done(cudaError_t err, const char* what) {
+  if (err == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  TG_CUDA_CHECK(err, what);
+  return true;
+}
+
 }  // namespace
 
 int current_device() {
@@ -98,13 +109,7 @@ bool Stream::query() const {
   TG_CHECK(is_valid(), "Stream::query: not a stream");
   detail::check_not_capturing("Stream::query", *this);
   DeviceGuard g(device_);
-  cudaError_t err = cudaStreamQuery(as_stream(*this));
-  if (err == cudaErrorNotReady) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  TG_CUDA_CHECK(err, "Stream::query");
-  return true;
+  return query_done(cudaStreamQuery(as_stream(*this)), "Stream::query");
 }
 
 void Stream::synchronize() const {
@@ -230,13 +235,7 @@ void Event::block(const Stream& s) const {
 bool Event::query() const {
   if (!event_) return true;
   detail::check_not_capturing("Event::query", device_);
-  cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event_));
-  if (err == cudaErrorNotReady) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  TG_CUDA_CHECK(err, "Event::query");
-  return true;
+  return query_done(cudaEventQuery(static_cast<cudaEvent_t>(event_)), "Event::query");
 }
 
 void Event::synchronize() const {

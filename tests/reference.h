@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -156,6 +157,19 @@ inline Tensor make(const IntList& sizes, ScalarType dt, Layout l, double lo = -2
 inline int replays(int n) {
   const char* cap = std::getenv("TG_TEST_MAX_REPLAYS");
   return cap ? std::min(n, std::atoi(cap)) : n;
+}
+
+// `f()` throws a tg::Error whose message contains one of `texts` (calls
+// whose message depends on how the library was built or what the machine has).
+template <class F> void expect_error_containing_one_of(F&& f, std::initializer_list<const char*> texts) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error";
+  } catch (const tg::Error& e) {
+    const std::string m = e.what();
+    EXPECT_TRUE(std::any_of(texts.begin(), texts.end(), [&](const char* t) { return m.find(t) != std::string::npos; }))
+        << m;
+  }
 }
 
 constexpr ScalarType kFloatTypes[] = {tg::kFloat32, tg::kFloat64, tg::kBFloat16, tg::kFloat16};

@@ -123,6 +123,33 @@ void expect_same(const std::vector<Tensor>& a, const std::vector<Tensor>& b, con
   }
 }
 
+// Replays `a` and `b` (captured by capture_each, returning `out_a` and
+// `out_b`) `times` times each, in turn; then both outputs equal a fresh eager
+// step's.
+template <class Step>
+void replay_each_and_compare(cu::CUDAGraph& a, const std::vector<Tensor>& out_a, const char* what_a, cu::CUDAGraph& b,
+                             const std::vector<Tensor>& out_b, const char* what_b, int times, const Step& step) {
+  for (int r = 0; r < times; ++r) {
+    a.replay();
+    b.replay();
+  }
+  const std::vector<Tensor> eager = step();
+  expect_same(out_a, eager, what_a);
+  expect_same(out_b, eager, what_b);
+}
+
+// Two branches' inputs on the GPU after manual_seed(seed): x1, x2 [1024, 64]
+// and w1, w2 [64, 64] (times 0.125), float32.
+struct BranchInputs {
+  Tensor x1, x2, w1, w2;
+};
+BranchInputs branch_inputs(uint64_t seed) {
+  tg::manual_seed(seed);
+  const auto f32 = tg::TensorOptions().dtype(tg::kFloat32);
+  return {tg::randn({1024, 64}, f32).to(kGpu), tg::randn({1024, 64}, f32).to(kGpu),
+          (tg::randn({64, 64}, f32) * 0.125).to(kGpu), (tg::randn({64, 64}, f32) * 0.125).to(kGpu)};
+}
+
 // Captures `step` once on static input x (after an eager warm-up on the
 // capture stream, as with PyTorch), then replays it for `n` new inputs and
 // checks every replay against the eager step on the same values.
@@ -638,11 +665,7 @@ TEST(GraphsGpu, ElementwiseChainsFuseAndReplayEqualsEager) {
   auto [a, c] = capture_each(fused, plain, step);
   EXPECT_EQ(plain.fused_nodes(), 0u);
   EXPECT_GT(fused.fused_nodes(), 300u) << "the forward and the backward chains fuse";
-  fused.replay();
-  plain.replay();
-  const std::vector<Tensor> eager = step();
-  expect_same(a, eager, "fused graph");
-  expect_same(c, eager, "unfused graph");
+  replay_each_and_compare(fused, a, "fused graph", plain, c, "unfused graph", 1, step);
 
   // 202 kernels in a line (the last two in place): groups of 16 steps, 13 nodes.
   auto line_step = [&] {
@@ -736,6 +759,21 @@ TEST(GraphsGpu, OverlappingOperandsAreNotFused) {
 namespace fu = tg::cuda::fusion;
 
 char g_arena[1 << 16];  // fake device addresses
+
+// A random DAG over n nodes numbered in a shuffled order: each pair in order
+// is an edge with chance 1/one_in, each consecutive pair also with chance
+// 1 - 1/chain_one_in.
+std::vector<std::pair<size_t, size_t>> random_dag(std::mt19937& rng, size_t n, unsigned one_in, unsigned chain_one_in) {
+  std::vector<size_t> label(n);  // node ids in a shuffled order
+  for (size_t i = 0; i < n; ++i)
+    label[i] = i;
+  std::shuffle(label.begin(), label.end(), rng);
+  std::vector<std::pair<size_t, size_t>> edges;
+  for (size_t v = 1; v < n; ++v)
+    for (size_t u = 0; u < v; ++u)
+      if (rng() % one_in == 0 || (u + 1 == v && rng() % chain_one_in)) edges.emplace_back(label[u], label[v]);
+  return edges;
+}
 
 // A recorded binary step out = a (op) b over n f32 elements at byte offsets.
 fu::Recorded binary_at(int64_t n, size_t out, size_t a, size_t b, uint32_t scalar = 0) {
@@ -843,14 +881,7 @@ TEST(GraphFusionPlan, RandomGraphsGiveWellFormedAcyclicGroups) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 300; ++trial) {
     const size_t n = 2 + rng() % 40;
-    std::vector<size_t> label(n);  // node ids in a shuffled order
-    for (size_t i = 0; i < n; ++i)
-      label[i] = i;
-    std::shuffle(label.begin(), label.end(), rng);
-    std::vector<std::pair<size_t, size_t>> edges;
-    for (size_t v = 1; v < n; ++v)
-      for (size_t u = 0; u < v; ++u)
-        if (rng() % 4 == 0 || (u + 1 == v && rng() % 2)) edges.emplace_back(label[u], label[v]);
+    const std::vector<std::pair<size_t, size_t>> edges = random_dag(rng, n, 4, 2);
     std::vector<fu::Recorded> rec(n);
     std::vector<const fu::Recorded*> launch(n, nullptr);
     for (size_t i = 0; i < n; ++i) {
@@ -930,21 +961,18 @@ TEST(GraphFusionPlan, RandomGraphsGiveWellFormedAcyclicGroups) {
 // unrelaxed graph's and the eager results bit for bit.
 TEST(GraphsGpu, RelaxedDependenciesLetIndependentBranchesOverlap) {
   REQUIRE_GPU();
-  tg::manual_seed(5);
-  const auto f32 = tg::TensorOptions().dtype(tg::kFloat32);
-  const Tensor x1 = tg::randn({1024, 64}, f32).to(kGpu), x2 = tg::randn({1024, 64}, f32).to(kGpu);
-  const Tensor w1 = (tg::randn({64, 64}, f32) * 0.125).to(kGpu), w2 = (tg::randn({64, 64}, f32) * 0.125).to(kGpu);
+  const BranchInputs in = branch_inputs(5);
   // Every intermediate stays alive until the capture ends: memory the
   // allocator hands from one branch to the other would order them.
   std::vector<Tensor> keep;
   auto step = [&] {
     tg::NoGradGuard no_grad;
-    Tensor a = x1, b = x2;
+    Tensor a = in.x1, b = in.x2;
     for (int i = 0; i < 4; ++i) {
-      a = keep.emplace_back(tg::tanh(keep.emplace_back(tg::matmul(a, w1))));
-      b = keep.emplace_back(tg::tanh(keep.emplace_back(tg::matmul(b, w2))));
-      Tensor ga = keep.emplace_back(tg::matmul(a.t(), x1));  // k = 1024: a long, thin product (split-K)
-      Tensor gb = keep.emplace_back(tg::matmul(b.t(), x2));
+      a = keep.emplace_back(tg::tanh(keep.emplace_back(tg::matmul(a, in.w1))));
+      b = keep.emplace_back(tg::tanh(keep.emplace_back(tg::matmul(b, in.w2))));
+      Tensor ga = keep.emplace_back(tg::matmul(a.t(), in.x1));  // k = 1024: a long, thin product (split-K)
+      Tensor gb = keep.emplace_back(tg::matmul(b.t(), in.x2));
       a = keep.emplace_back(a + keep.emplace_back(keep.emplace_back(ga.sum({0})) * 1e-3));      // a column reduction
       b = keep.emplace_back(b + keep.emplace_back(keep.emplace_back(gb.t().sum({1})) * 1e-3));  // strided
     }
@@ -959,13 +987,7 @@ TEST(GraphsGpu, RelaxedDependenciesLetIndependentBranchesOverlap) {
   ASSERT_GT(relaxed.captured_depth(), 20u);
   EXPECT_LE(relaxed.depth(), relaxed.captured_depth() / 2 + 1)
       << "captured " << relaxed.captured_depth() << ", relaxed " << relaxed.depth();
-  for (int i = 0; i < replays(5); ++i) {
-    relaxed.replay();
-    plain.replay();
-  }
-  const std::vector<Tensor> eager = step();
-  expect_same(r, eager, "relaxed graph");
-  expect_same(p, eager, "unrelaxed graph");
+  replay_each_and_compare(relaxed, r, "relaxed graph", plain, p, "unrelaxed graph", replays(5), step);
 }
 
 // Two branches captured one after the other on one stream, each freeing its
@@ -974,10 +996,7 @@ TEST(GraphsGpu, RelaxedDependenciesLetIndependentBranchesOverlap) {
 // the branches stay apart. Both replay as the eager step, bit for bit.
 TEST(GraphsGpu, DelayedReuseKeepsBranchesThatFreeMemoryApart) {
   REQUIRE_GPU();
-  tg::manual_seed(6);
-  const auto f32 = tg::TensorOptions().dtype(tg::kFloat32);
-  const Tensor x1 = tg::randn({1024, 64}, f32).to(kGpu), x2 = tg::randn({1024, 64}, f32).to(kGpu);
-  const Tensor w1 = (tg::randn({64, 64}, f32) * 0.125).to(kGpu), w2 = (tg::randn({64, 64}, f32) * 0.125).to(kGpu);
+  const BranchInputs in = branch_inputs(6);
   auto branch = [](Tensor h, const Tensor& w) {
     for (int i = 0; i < 6; ++i)
       h = tg::tanh(tg::matmul(h, w)) * 0.5 + h;
@@ -985,8 +1004,8 @@ TEST(GraphsGpu, DelayedReuseKeepsBranchesThatFreeMemoryApart) {
   };
   auto step = [&] {
     tg::NoGradGuard no_grad;
-    Tensor a = branch(x1, w1);
-    Tensor b = branch(x2, w2);
+    Tensor a = branch(in.x1, in.w1);
+    Tensor b = branch(in.x2, in.w2);
     return std::vector<Tensor>{a, b};
   };
   (void)step();
@@ -1001,13 +1020,7 @@ TEST(GraphsGpu, DelayedReuseKeepsBranchesThatFreeMemoryApart) {
       << "reused at once, the second branch should wait for the first (relaxed " << immediate.depth() << ")";
   // The delayed pool keeps the first branch's temporaries apart from the second's.
   EXPECT_GT(cu::memory_stats(delayed.pool()).reserved_bytes, cu::memory_stats(immediate.pool()).reserved_bytes);
-  for (int r = 0; r < replays(5); ++r) {
-    delayed.replay();
-    immediate.replay();
-  }
-  const std::vector<Tensor> eager = step();
-  expect_same(d, eager, "delayed reuse");
-  expect_same(i, eager, "immediate reuse");
+  replay_each_and_compare(delayed, d, "delayed reuse", immediate, i, "immediate reuse", replays(5), step);
 }
 
 // ---- dependency relaxation (CPU: the rules) ---------------------------------------------
@@ -1101,14 +1114,7 @@ TEST(GraphRelaxPlan, RandomGraphsKeepEveryConflictOrdered) {
   for (int trial = 0; trial < 400; ++trial) {
     const size_t n = 2 + rng() % 60;
     const bool unknowns = trial % 2 == 0;
-    std::vector<size_t> label(n);
-    for (size_t i = 0; i < n; ++i)
-      label[i] = i;
-    std::shuffle(label.begin(), label.end(), rng);
-    std::vector<std::pair<size_t, size_t>> edges;
-    for (size_t v = 1; v < n; ++v)
-      for (size_t u = 0; u < v; ++u)
-        if (rng() % 6 == 0 || (u + 1 == v && rng() % 3)) edges.emplace_back(label[u], label[v]);
+    const std::vector<std::pair<size_t, size_t>> edges = random_dag(rng, n, 6, 3);
     std::vector<Acc> acc(n);
     std::vector<const Acc*> of(n, nullptr);
     for (size_t i = 0; i < n; ++i) {

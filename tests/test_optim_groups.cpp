@@ -959,6 +959,34 @@ TEST(OptimState, LoadRefusesBadNumbersAndChangesNothing) {
   EXPECT_EQ(vals(a), vals(twin));
 }
 
+// all_options(base) with decoupled_weight_decay.
+optim::AdaptiveOptions decoupled_all_options(const optim::AdaptiveOptions& base) {
+  optim::AdaptiveOptions o = all_options(base);
+  o.decoupled_weight_decay = true;
+  return o;
+}
+
+// NAdam's options with lr 0.01, beta1 and momentum_decay psi.
+optim::AdaptiveOptions nadam_options(double beta1, double psi) {
+  optim::AdaptiveOptions o;
+  o.lr = 0.01;
+  o.beta1 = beta1;
+  o.momentum_decay = psi;
+  return o;
+}
+
+// The state of a NAdam over `a` after one step (gradient feed(a, 1)), as a
+// save without mu_product at step count n.
+optim::NamedTensors nadam_state_at_step(const Tensor& a, const optim::AdaptiveOptions& o, double n) {
+  optim::NAdam src({a}, o);
+  feed(a, 1);
+  src.step();
+  optim::NamedTensors st;
+  for (const auto& [k, t] : src.state_dict())
+    if (k != "state.0.mu_product") st.emplace_back(k, k == "state.0.step" ? tg::full({}, n, kF64) : t);
+  return st;
+}
+
 // NAdam's mu_product after a loaded step count without one takes bounded
 // time (before: one factor per past step, so a state at step 1e12 took
 // hours): the first 2^20 factors one by one as the steps multiply them
@@ -983,23 +1011,15 @@ TEST(OptimRules, NAdamMuProductOfAHugeStepCountTakesBoundedTime) {
   EXPECT_EQ(optim::detail::nadam_mu_product(0.0, psi, 5000000), 0.0);
   EXPECT_EQ(optim::detail::nadam_mu_product(0.9, 4e-3, 0), 1.0);
   // Through load_state_dict: a state without mu_product at step n.
-  optim::AdaptiveOptions o;
-  o.lr = 0.01;
-  o.beta1 = beta1;
-  o.momentum_decay = psi;
+  const optim::AdaptiveOptions o = nadam_options(beta1, psi);
   for (double n : {3e6, 1e12}) {
     SCOPED_TRACE("step " + std::to_string(n));
     Tensor a = param({0.5, -1.2, 2.0});
-    optim::NAdam src({a}, o);
-    feed(a, 1);
-    src.step();
-    optim::NamedTensors st;
+    const optim::NamedTensors st = nadam_state_at_step(a, o, n);
     V m, v;
-    for (const auto& [k, t] : src.state_dict()) {
-      if (k == "state.0.mu_product") continue;
+    for (const auto& [k, t] : st) {
       if (k == "state.0.exp_avg") m = vals(t);
       if (k == "state.0.exp_avg_sq") v = vals(t);
-      st.emplace_back(k, k == "state.0.step" ? tg::full({}, n, kF64) : t);
     }
     Tensor b = param(vals(a));
     optim::NAdam dst({b}, o);
@@ -1025,8 +1045,7 @@ TEST(OptimRules, DecoupledWeightDecayOfNAdamAndRAdam) {
   base.lr = 0.05;
   for (const char* rule : {"NAdam", "RAdam"}) {
     SCOPED_TRACE(rule);
-    optim::AdaptiveOptions o = all_options(base);
-    o.decoupled_weight_decay = true;
+    const optim::AdaptiveOptions o = decoupled_all_options(base);
     const V start = {0.5, -1.2, 2.0, 0.03};
     Tensor p = param(start), l2 = param(start);
     auto opt = make(rule, {p}, o);
@@ -1077,8 +1096,7 @@ TEST(OptimGpu, DecoupledWeightDecayAndHugeNAdamStepsOnTheGpu) {
   base.lr = 0.05;
   for (const char* rule : {"NAdam", "RAdam"}) {
     SCOPED_TRACE(rule);
-    optim::AdaptiveOptions o = all_options(base);
-    o.decoupled_weight_decay = true;
+    const optim::AdaptiveOptions o = decoupled_all_options(base);
     tg::manual_seed(4);
     std::vector<Tensor> cpu, dev;
     for (int i = 0; i < 3; ++i) {
@@ -1100,19 +1118,11 @@ TEST(OptimGpu, DecoupledWeightDecayAndHugeNAdamStepsOnTheGpu) {
     for (size_t i = 0; i < cpu.size(); ++i)
       expect_close(dev[i], cpu[i], "parameter " + std::to_string(i));
   }
-  optim::AdaptiveOptions o;
-  o.lr = 0.01;
-  o.beta1 = 0.9999999;
-  o.momentum_decay = 1.0;
+  const optim::AdaptiveOptions o = nadam_options(0.9999999, 1.0);
   for (double n : {3e6, 1e12}) {
     SCOPED_TRACE("step " + std::to_string(n));
     Tensor a = param({0.5, -1.2, 2.0});
-    optim::NAdam src({a}, o);
-    feed(a, 1);
-    src.step();
-    optim::NamedTensors st;
-    for (const auto& [k, t] : src.state_dict())
-      if (k != "state.0.mu_product") st.emplace_back(k, k == "state.0.step" ? tg::full({}, n, kF64) : t);
+    const optim::NamedTensors st = nadam_state_at_step(a, o, n);
     Tensor on_cpu = param(vals(a)), on_gpu = param(vals(a)).detach().to(gpu).requires_grad_();
     optim::NAdam c({on_cpu}, o), d({on_gpu}, o);
     ASSERT_TRUE(d.fused());

@@ -144,21 +144,16 @@ struct UnarySpec {
   TaylorRule taylor;
 };
 
-class UnaryBackward final : public OpNode {
+class UnaryBackward final : public SelfResultNode {
  public:
   UnaryBackward(const UnarySpec& spec, UnaryArgs args)
-      : OpNode(spec.op, spec.node), formula_(spec.formula), args_(args) {}
+      : SelfResultNode(spec.op, spec.node), formula_(spec.formula), args_(args) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
     if (should_compute_output(0))
       out[0] = formula_(grads[0], self_.unpack(this, "self"), result_.unpack(this, "result"), args_);
     return out;
   }
-  void release_variables() override {
-    self_.release();
-    result_.release();
-  }
-  SavedVariable self_, result_;
 
  private:
   UnaryFormula formula_;

@@ -143,27 +143,36 @@ Tensor autograd::ops::stack(const std::vector<Tensor>& ts, int64_t dim) {
   return out;
 }
 
+namespace {
+
 // index_select and gather are linear in x: the tangent is the same selection
-// of x's tangent.
-Tensor autograd::ops::index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  if (!should_record({&x}) && !fw_any({&x})) return raw::index_select(x, dim, index);
-  Tensor out = run_raw([&] { return raw::index_select(x, dim, index); });
+// of x's tangent (`tangent(t)`); `raw_op()` is the raw selection, recorded as
+// an IndexBackward of `kind`.
+template <class Raw, class Tangent>
+Tensor selection(const Tensor& x, int64_t dim, const Tensor& index, IndexBackward::Kind kind, Raw&& raw_op,
+                 Tangent&& tangent) {
+  if (!should_record({&x}) && !fw_any({&x})) return raw_op();
+  Tensor out = run_raw(raw_op);
   if (should_record({&x}))
-    out = finish(out, make_node<IndexBackward>({&x}, IndexBackward::IndexSelect, x.dim() == 0 ? 0 : wrap(dim, x.dim()),
-                                               index, x.sizes()));
-  return fw_linear(out, x, [&](const Tensor& t) {
-    if (x.dim() == 0) return t.clone();  // the one element
-    return tg::index_select(t, fw_dim(dim, x.dim()), index);
-  });
+    out = finish(out, make_node<IndexBackward>({&x}, kind, x.dim() == 0 ? 0 : wrap(dim, x.dim()), index, x.sizes()));
+  return fw_linear(out, x, tangent);
+}
+
+}  // namespace
+
+Tensor autograd::ops::index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  return selection(
+      x, dim, index, IndexBackward::IndexSelect, [&] { return raw::index_select(x, dim, index); },
+      [&](const Tensor& t) {
+        if (x.dim() == 0) return t.clone();  // the one element
+        return tg::index_select(t, fw_dim(dim, x.dim()), index);
+      });
 }
 
 Tensor autograd::ops::gather(const Tensor& x, int64_t dim, const Tensor& index) {
-  if (!should_record({&x}) && !fw_any({&x})) return raw::gather(x, dim, index);
-  Tensor out = run_raw([&] { return raw::gather(x, dim, index); });
-  if (should_record({&x}))
-    out = finish(out, make_node<IndexBackward>({&x}, IndexBackward::Gather, x.dim() == 0 ? 0 : wrap(dim, x.dim()),
-                                               index, x.sizes()));
-  return fw_linear(out, x, [&](const Tensor& t) { return tg::gather(t, fw_dim(dim, x.dim()), batched_index(index)); });
+  return selection(
+      x, dim, index, IndexBackward::Gather, [&] { return raw::gather(x, dim, index); },
+      [&](const Tensor& t) { return tg::gather(t, fw_dim(dim, x.dim()), batched_index(index)); });
 }
 
 // scatter_add is linear in (x, src) jointly.

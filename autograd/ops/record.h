@@ -158,6 +158,18 @@ class OpNode : public Node {
   const char* name_;
 };
 
+// An OpNode that saves its input `self` and its output `result` (either may
+// stay empty) and releases both after backward.
+class SelfResultNode : public OpNode {
+ public:
+  using OpNode::OpNode;
+  void release_variables() override {
+    self_.release();
+    result_.release();
+  }
+  SavedVariable self_, result_;
+};
+
 }  // namespace tg::autograd::ops_detail
 
 namespace tg::autograd::impl {

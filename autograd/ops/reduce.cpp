@@ -41,11 +41,11 @@ Tensor unsqueeze_reduced(const Tensor& g, const IntList& dims, bool keepdim) {
   return r;
 }
 
-class ReduceBackward final : public OpNode {
+class ReduceBackward final : public SelfResultNode {
  public:
   enum Kind { Sum, Mean, Extreme };
   ReduceBackward(const char* op, const char* name, Kind kind, IntList sizes, IntList dims, bool keepdim)
-      : OpNode(op, name), kind_(kind), sizes_(std::move(sizes)), dims_(std::move(dims)), keepdim_(keepdim) {}
+      : SelfResultNode(op, name), kind_(kind), sizes_(std::move(sizes)), dims_(std::move(dims)), keepdim_(keepdim) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
     if (!should_compute_output(0)) return out;
@@ -66,11 +66,6 @@ class ReduceBackward final : public OpNode {
     }
     return out;
   }
-  void release_variables() override {
-    self_.release();
-    result_.release();
-  }
-  SavedVariable self_, result_;
 
  private:
   Kind kind_;

@@ -6,6 +6,7 @@
  * check fails the test otherwise. Prints each check; exits non-zero on the
  * first failure. On the GPU machine the numeric checks run on CUDA too. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,15 @@ static int failures = 0;
 
 static int contains(const char* s, const char* part) { return strstr(s, part) != NULL; }
 
+/* Frees the n handles that follow (NULL ones too). */
+static void free_tensors(int n, ...) {
+  va_list ap;
+  va_start(ap, n);
+  for (int i = 0; i < n; ++i)
+    tg_tensor_free(va_arg(ap, tg_tensor));
+  va_end(ap);
+}
+
 /* ---- functions for the functional API --------------------------------------------------- */
 
 /* sum(x^3) / 3 + x0 x1: gradient x^2 + (x1, x0, 0...), Hessian diag(2x) + the (0,1) pair. */
@@ -58,10 +68,7 @@ static tg_status cubic(tg_tensor x, tg_tensor* out, void* context) {
       tg_tensor_free(third);
     }
   }
-  tg_tensor_free(s);
-  tg_tensor_free(x0);
-  tg_tensor_free(x1);
-  tg_tensor_free(p);
+  free_tensors(4, s, x0, x1, p);
   return st;
 }
 
@@ -76,12 +83,7 @@ static tg_status batched(tg_tensor x, tg_tensor* out, void* context) {
       (st = tg_binary(TG_MUL, a2, b, &t)) == TG_OK && (st = tg_unary(TG_SIN, b, &sb)) == TG_OK &&
       (st = tg_binary(TG_ADD, t, sb, &u)) == TG_OK)
     st = tg_reshape(u, col, 2, out);
-  tg_tensor_free(a);
-  tg_tensor_free(b);
-  tg_tensor_free(a2);
-  tg_tensor_free(t);
-  tg_tensor_free(sb);
-  tg_tensor_free(u);
+  free_tensors(6, a, b, a2, t, sb, u);
   return st;
 }
 
@@ -206,10 +208,7 @@ static void numeric_checks(tg_device dev) {
     OK(tg_tensor_copy_to(hs[0], out, 3 * sizeof(double)));
     EXPECT(fabs(out[0] - 1.0) < 1e-14 && fabs(out[1] - 1.0) < 1e-14 && out[2] == 0.0, "%s: second order %g %g %g",
            where, out[0], out[1], out[2]);
-    tg_tensor_free(gs[0]);
-    tg_tensor_free(g0);
-    tg_tensor_free(hs[0]);
-    tg_tensor_free(y);
+    free_tensors(4, gs[0], g0, hs[0], y);
   }
 
   /* hessian and hvp against the closed form. */
@@ -280,11 +279,7 @@ static void numeric_checks(tg_device dev) {
     tg_tensor_free(xd);
   }
 
-  tg_tensor_free(val);
-  tg_tensor_free(hv);
-  tg_tensor_free(v);
-  tg_tensor_free(h);
-  tg_tensor_free(x);
+  free_tensors(5, val, hv, v, h, x);
   printf("numeric checks on the %s: done\n", where);
 }
 
@@ -342,9 +337,7 @@ int main(void) {
     OK(tg_sum(y, NULL, 0, 0, &z));
     OK(tg_backward(z, NULL, 0));
     EXPECT(packs >= 1 && unpacks >= 1, "hooks ran: %d packs, %d unpacks", packs, unpacks);
-    tg_tensor_free(x);
-    tg_tensor_free(y);
-    tg_tensor_free(z);
+    free_tensors(3, x, y, z);
   }
 
   /* Error paths: codes and messages, and the library stays usable. */
@@ -374,10 +367,7 @@ int main(void) {
     OK(tg_sum(c, NULL, 0, 0, &h));
     OK(tg_tensor_item(h, &v));
     EXPECT(v == 6.0, "usable after errors: %g", v);
-    tg_tensor_free(a);
-    tg_tensor_free(b);
-    tg_tensor_free(c);
-    tg_tensor_free(h);
+    free_tensors(4, a, b, c, h);
     tg_tensor_free(NULL);
   }
 
@@ -414,11 +404,7 @@ int main(void) {
     OK(tg_sum(z, NULL, 0, 0, &t));
     OK(tg_tensor_item(t, &v));
     EXPECT(v == 6.0, "d sum(x*x)/dx through same-handle hooks: sum %g", v);
-    tg_tensor_free(t);
-    tg_tensor_free(z);
-    tg_tensor_free(y);
-    tg_tensor_free(j);
-    tg_tensor_free(x);
+    free_tensors(5, t, z, y, j, x);
     /* Hooks left pushed when a thread ends: freed with the thread. */
     EXPECT(pthread_create(&th, NULL, push_and_leave, NULL) == 0, "pthread_create");
     pthread_join(th, &thread_status);

@@ -209,8 +209,12 @@ template <UnaryOp Op, class T> TG_HOST_DEVICE inline T unary_fn(T x, const Unary
   else if constexpr (Op == UnaryOp::Clamp) {
     if constexpr (!kInt)
       if (x != x) return x;
-    if (p.has_a && x < p.a) x = p.a;
-    if (p.has_b && x > p.b) x = p.b;
+    // Written so that a NaN bound gives NaN (as a NaN tensor bound does, and
+    // PyTorch's): x >= NaN and x <= NaN are false.
+    if (p.has_a && !(x >= p.a)) x = p.a;
+    if constexpr (!kInt)
+      if (x != x) return x;  // a NaN min stays (integer tensors take float bounds as Float32)
+    if (p.has_b && !(x <= p.b)) x = p.b;
     return x;
   } else if constexpr (kInt) {
     return x;  // float-only ops never see integers (the op layer converts)

@@ -105,6 +105,15 @@ TEST(CudaGpuOps, FloatToIntConversionSaturatesAsOnTheCpu) {
   EXPECT_EQ(t.to(tg::Device(tg::kCPU)).to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 0}));
 }
 
+TEST(CudaGpuOps, ClampWithANaNBoundIsNaNAsOnTheCpu) {
+  REQUIRE_GPU();
+  Tensor f = tg::tensor({0, 5, -3, std::nan("")}, {4}, tg::kFloat32).to(kGpu);
+  for (Tensor r : {tg::clamp(f, std::nan(""), std::nullopt), tg::clamp_max(f, std::nan(""))})
+    for (double v : tgtest::values(r.to(tg::Device(tg::kCPU))))
+      EXPECT_TRUE(std::isnan(v));
+  EXPECT_TRUE(tg::equal(tg::clamp(f, -1.0, 1.0).to(tg::Device(tg::kCPU)).narrow(0, 0, 3), tg::tensor({0, 1, -1}, {3})));
+}
+
 TEST(CudaGpuOps, FillAndFactories) {
   REQUIRE_GPU();
   for (auto dt : {tg::kFloat32, tg::kFloat64, tg::kBFloat16, tg::kFloat16, tg::kInt64, tg::kBool}) {

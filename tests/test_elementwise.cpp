@@ -160,6 +160,20 @@ void check_binary(const BinaryCase& c, const Tensor& a, const Tensor& b, const s
   expect_values(y, ref, std::max(tol_for(y.dtype()), 4e-6), what);
 }
 
+// A NaN number bound makes clamp NaN, as a NaN tensor bound does (and
+// PyTorch's): it used to leave the input as it was.
+TEST(Unary, ClampWithANaNBoundIsNaN) {
+  const double nan = std::nan("");
+  Tensor f = tg::tensor({0, 5, -3}, {3}, tg::kFloat64);
+  for (Tensor r :
+       {tg::clamp(f, nan, std::nullopt), tg::clamp(f, std::nullopt, nan), tg::clamp(f, 0.0, nan), tg::clamp_min(f, nan),
+        tg::clamp_max(f, nan), tg::clamp(tg::tensor({1, 2}, {2}, tg::kInt64), nan, 3)})
+    for (double v : values(r))
+      EXPECT_TRUE(std::isnan(v)) << r;
+  expect_values(tg::clamp(f, -1.0, 1.0), {0, 1, -1}, 0, "finite bounds");
+  expect_values(tg::clamp(tg::tensor({nan, 2}, {2}, tg::kFloat32), 0.0, 1.0), {nan, 1}, 0, "a NaN input stays NaN");
+}
+
 TEST(Binary, EveryOpLayoutAndDtypeMatchesDoubleLoop) {
   tg::manual_seed(2);
   for (const BinaryCase& c : binary_cases()) {

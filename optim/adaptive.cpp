@@ -41,9 +41,15 @@ Tensor f64(double v) { return tg::full({}, v, TensorOptions().dtype(kFloat64)); 
 Adaptive::Adaptive(Rule rule, std::vector<ParamGroup> groups, AdaptiveOptions options, const char* name)
     : Optimizer(std::move(groups), options.lr, options.weight_decay, name), rule_(rule), o_(options) {
   TG_CHECK(o_.eps >= 0 && o_.weight_decay >= 0 && o_.momentum >= 0 && o_.lr_decay >= 0, name_,
-           ": eps, weight_decay, momentum and lr_decay must be >= 0");
-  TG_CHECK(o_.alpha >= 0 && o_.beta1 >= 0 && o_.beta1 < 1 && o_.beta2 >= 0 && o_.beta2 < 1, name_,
-           ": alpha and the betas must be in [0, 1)");
+           ": eps, weight_decay, momentum and lr_decay must be >= 0, got ", o_.eps, ", ", o_.weight_decay, ", ",
+           o_.momentum, " and ", o_.lr_decay);
+  // PyTorch's rules: alpha >= 0 (above 1 allowed, NaN not), each beta in [0, 1).
+  TG_CHECK(o_.alpha >= 0, name_, ": alpha must be >= 0 (any number from 0 up; NaN is not one), got ", o_.alpha);
+  TG_CHECK(o_.beta1 >= 0 && o_.beta1 < 1 && o_.beta2 >= 0 && o_.beta2 < 1, name_,
+           ": beta1 and beta2 must be in [0, 1), got ", o_.beta1, " and ", o_.beta2);
+  TG_CHECK(rule_ != Rule::kAdagrad || o_.initial_accumulator_value >= 0, name_, ": invalid initial_accumulator_value ",
+           o_.initial_accumulator_value,
+           "; it must be >= 0 (the sum of squared gradients starts there: a negative one makes its square root NaN)");
   TG_CHECK(std::isfinite(o_.momentum_decay) && o_.momentum_decay >= 0, name_,
            ": momentum_decay must be finite and >= 0, got ", o_.momentum_decay);
   TG_CHECK(!o_.decoupled_weight_decay || rule_ == Rule::kNAdam || rule_ == Rule::kRAdam, name_,
@@ -53,10 +59,10 @@ Adaptive::Adaptive(Rule rule, std::vector<ParamGroup> groups, AdaptiveOptions op
   switch (rule_) {
     case Rule::kRMSprop:
       add_state("square_avg", &s1_);
-      add_state("momentum_buffer", &s2_);
-      add_state("grad_avg", &s3_);
+      add_state("momentum_buffer", &s2_, o_.momentum > 0);
+      add_state("grad_avg", &s3_, o_.centered);
       break;
-    case Rule::kAdagrad: add_state("sum", &s1_); break;
+    case Rule::kAdagrad: add_state("sum", &s1_, true, o_.initial_accumulator_value); break;
     case Rule::kAdamax:
       add_state("exp_avg", &s1_);
       add_state("exp_inf", &s2_);

@@ -58,8 +58,8 @@ void Optimizer::add_group(ParamGroup group) {
     t_.push_back(0);
   }
   groups_.push_back(Group{begin, params_.size(), lr, wd, std::nullopt, default_momentum_, Tensor()});
-  for (auto& [name, list] : state_)
-    list->resize(params_.size());
+  for (StateList& st : state_)
+    st.list->resize(params_.size());
 }
 
 void Optimizer::add_param_group(ParamGroup group) {
@@ -176,9 +176,9 @@ void Optimizer::claim_rates(const std::shared_ptr<int>& token, const char* who, 
   scheduler_steps_ = steps_;
 }
 
-void Optimizer::add_state(const char* name, std::vector<Tensor>* per_param) {
+void Optimizer::add_state(const char* name, std::vector<Tensor>* per_param, bool needed, double init) {
   per_param->resize(params_.size());
-  state_.emplace_back(name, per_param);
+  state_.push_back({name, per_param, needed, init});
 }
 
 namespace {
@@ -232,8 +232,8 @@ NamedTensors Optimizer::state_dict() const {
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string k = "state." + std::to_string(i) + ".";
     out.emplace_back(k + "step", f64(steps[i]));
-    for (const auto& [name, list] : state_)
-      if ((*list)[i].defined()) out.emplace_back(k + name, (*list)[i]);
+    for (const StateList& st : state_)
+      if ((*st.list)[i].defined()) out.emplace_back(k + st.name, (*st.list)[i]);
     for (const NumberState& n : numbers_)
       out.emplace_back(k + n.name, n.get(i));
   }
@@ -246,8 +246,11 @@ NamedTensors Optimizer::state_dict() const {
 void Optimizer::load_state_dict(const NamedTensors& state) {
   TG_CHECK(!cuda::is_current_stream_capturing(), name_, ": load_state_dict during CUDA graph capture");
   std::unordered_map<std::string, const Tensor*> by_name;
-  for (const auto& [k, t] : state)
-    by_name[k] = &t;
+  for (const auto& [k, t] : state) {
+    const bool fresh = by_name.emplace(k, &t).second;
+    TG_CHECK(fresh, name_, ": the state has the key '", k,
+             "' more than once; a state_dict() holds each key once: load an intact one");
+  }
   // Everything is read and checked first (counts, rates, shapes, ranges):
   // a refused state changes nothing.
   const double inf = INFINITY;
@@ -292,19 +295,25 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
     }
   }
   std::vector<int64_t> t(params_.size());
+  std::vector<std::string> missing(params_.size());  // a state tensor the rule needs, absent
+  std::vector<std::string> present(params_.size());  // one that is there
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string k = "state." + std::to_string(i) + ".";
     t[i] = read_count(by_name, k + "step", name_);
     ++known;
-    for (const auto& [name, list] : state_) {
-      auto it = by_name.find(k + name);
-      if (it == by_name.end()) continue;
+    for (const StateList& st : state_) {
+      auto it = by_name.find(k + st.name);
+      if (it == by_name.end()) {
+        if (st.needed && missing[i].empty()) missing[i] = k + st.name;
+        continue;
+      }
       ++known;
+      if (present[i].empty()) present[i] = k + st.name;
       const Tensor& v = *it->second;
-      TG_CHECK(v.defined() && v.is_floating_point(), name_, ": state '", k + name,
+      TG_CHECK(v.defined() && v.is_floating_point(), name_, ": state '", k + st.name,
                "' must be a floating-point tensor, got ",
                v.defined() ? std::string(to_string(v.dtype())) : std::string("an undefined one"));
-      TG_CHECK(v.sizes() == params_[i].sizes(), name_, ": state '", k + name, "' has shape ", shape_str(v.sizes()),
+      TG_CHECK(v.sizes() == params_[i].sizes(), name_, ": state '", k + st.name, "' has shape ", shape_str(v.sizes()),
                ", parameter ", i, " ", shape_str(params_[i].sizes()));
     }
     for (const NumberState& n : numbers_)
@@ -315,6 +324,14 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
   }
   TG_CHECK(known == state.size(), name_, ": the state has ", state.size() - known,
            " entries this optimizer does not know (saved by another kind of optimizer?)");
+  // A parameter with state (steps taken, or any state tensor) needs every
+  // tensor its rule reads: a missing one would restart as zeros, silently.
+  for (size_t i = 0; i < params_.size(); ++i)
+    TG_CHECK(missing[i].empty() || (t[i] == 0 && present[i].empty()), name_, ": the state has no '", missing[i],
+             "', which ", name_, " (with these options) needs for parameter ", i, ", whose state has ",
+             present[i].empty() ? "'state." + std::to_string(i) + ".step' = " + std::to_string(t[i])
+                                : "'" + present[i] + "'",
+             "; the state is damaged or was saved by an optimizer with other options: load a complete one");
   autograd::NoGradGuard no_grad;
   steps_ = steps;
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -328,11 +345,14 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
   t_ = t;
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string k = "state." + std::to_string(i) + ".";
-    for (const auto& [name, list] : state_) {
-      auto it = by_name.find(k + name);
-      Tensor& dst = (*list)[i];
+    for (const StateList& st : state_) {
+      auto it = by_name.find(k + st.name);
+      Tensor& dst = (*st.list)[i];
       if (it == by_name.end()) {
-        if (dst.defined()) dst.zero_();  // not yet made when saved: as fresh
+        // Not yet made when saved: as fresh (fused, the tensor keeps its
+        // address for captured steps and takes the rule's starting value).
+        if (fused_ && dst.defined()) dst.fill_(st.init);
+        else dst = Tensor();
         continue;
       }
       if (!dst.defined()) dst = tg::zeros_like(params_[i]);
@@ -460,7 +480,7 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
            " and ", o_.weight_decay);
   TG_CHECK(!o_.nesterov || (o_.momentum > 0 && o_.dampening == 0),
            "SGD: Nesterov momentum needs momentum > 0 and dampening = 0");
-  add_state("momentum_buffer", &buf_);
+  add_state("momentum_buffer", &buf_, o_.momentum != 0);
   if (o_.momentum > 0) enable_momentum(o_.momentum, false);
   init_fused(o_.capturable);
   on_params_added(0);
@@ -518,7 +538,7 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled, 
   TG_CHECK(o_.eps >= 0 && o_.weight_decay >= 0, name_, ": eps and weight_decay must be >= 0");
   add_state("exp_avg", &m_);
   add_state("exp_avg_sq", &v_);
-  add_state("max_exp_avg_sq", &vmax_);
+  add_state("max_exp_avg_sq", &vmax_, o_.amsgrad);
   enable_momentum(o_.beta1, true);
   init_fused(o_.capturable);
   on_params_added(0);

@@ -24,6 +24,12 @@ double LRScheduler::base(size_t g) const {
   return base_[g];
 }
 
+void LRScheduler::set_initial_lr(size_t g, double lr) {
+  check_group(g);
+  base_[g] = lr;
+  opt_.groups_[g].initial_lr = lr;
+}
+
 void LRScheduler::step() {
   TG_CHECK(epoch_ < std::numeric_limits<int64_t>::max(), name_, ": the epoch ", epoch_,
            " is the largest an int64 holds; it cannot advance (set_epoch to a smaller one)");
@@ -44,16 +50,16 @@ void LRScheduler::apply(int64_t epoch, bool constructing) {
   std::vector<std::optional<double>> moms(base_.size());
   for (size_t g = 0; g < base_.size(); ++g) {
     lrs[g] = lr_at(g, epoch);
-    TG_CHECK(lrs[g] >= 0, name_, ": group ", g, "'s rate at epoch ", epoch, " is ", lrs[g],
-             "; a learning rate must be >= 0 (check the schedule's arguments)");
+    TG_CHECK(std::isfinite(lrs[g]) && lrs[g] >= 0, name_, ": group ", g, "'s rate at epoch ", epoch, " is ", lrs[g],
+             "; a learning rate must be finite and >= 0 (check the schedule's arguments and the epoch)");
     moms[g] = momentum_at(g, epoch);
     if (moms[g]) {
       const bool beta = opt_.momentum_is_beta_.value_or(false);
-      TG_CHECK(opt_.has_momentum() && *moms[g] >= 0 && (!beta || *moms[g] < 1), name_, ": group ", g,
-               "'s momentum at epoch ", epoch, " is ", *moms[g], "; ", opt_.name(),
+      TG_CHECK(opt_.has_momentum() && std::isfinite(*moms[g]) && *moms[g] >= 0 && (!beta || *moms[g] < 1), name_,
+               ": group ", g, "'s momentum at epoch ", epoch, " is ", *moms[g], "; ", opt_.name(),
                !opt_.has_momentum() ? " has no momentum"
                : beta               ? "'s beta1 must be in [0, 1)"
-                                    : "'s momentum must be >= 0");
+                                    : "'s momentum must be finite and >= 0");
     }
   }
   opt_.claim_rates(token_, name_, constructing);
@@ -154,9 +160,11 @@ OneCycleLR::OneCycleLR(Optimizer& opt, std::vector<double> max_lrs, int64_t tota
              "); raise total_steps or move pct_start so that every phase spans at least one step");
     start = phase_end_[k];
   }
-  for (size_t g = 0; g < base_.size(); ++g)
-    base_[g] = max_[g] * low;
   apply(0, true);
+  // PyTorch's OneCycleLR sets each group's initial_lr to max_lr / div_factor
+  // (a scheduler made after it, e.g. SequentialLR's next child, starts there).
+  for (size_t g = 0; g < base_.size(); ++g)
+    set_initial_lr(g, max_[g] * low);
 }
 
 double OneCycleLR::along(int64_t e, double start, const std::vector<double>& ends) const {

@@ -334,4 +334,229 @@ TEST(Optim, SchedulersFollowTheirClosedForms) {
   EXPECT_EQ(opt.lr(), 0.2);
 }
 
+// --- Loading and scheduling checks (issue 45, adversary findings) ---
+
+using MakeOpt = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
+
+Tensor param3() { return tg::tensor(std::vector<double>{0.5, -1.0, 2.0}, {3}, kF64).requires_grad_(); }
+
+// Three steps of `opt` on its parameters, with gradients that vary.
+void three_steps(optim::Optimizer& opt) {
+  for (int k = 0; k < 3; ++k) {
+    for (const Tensor& p : opt.parameters())
+      p.mutable_grad() = tg::tensor(grad_at(k, p.to_vector<double>()), {p.numel()}, kF64);
+    opt.step();
+  }
+}
+
+// A state dict's names and values, to compare one before and after.
+std::vector<std::pair<std::string, std::vector<double>>> flat(const optim::NamedTensors& st) {
+  std::vector<std::pair<std::string, std::vector<double>>> out;
+  for (const auto& [k, v] : st)
+    out.emplace_back(k, v.to(tg::kFloat64).contiguous().to_vector<double>());
+  return out;
+}
+
+optim::NamedTensors without(const optim::NamedTensors& st, const std::string& key) {
+  optim::NamedTensors out;
+  for (const auto& [k, v] : st)
+    if (k != key) out.emplace_back(k, v);
+  return out;
+}
+
+TEST(OptimLoad, AStateMissingATensorTheRuleNeedsIsRefused) {
+  struct Case {
+    const char* what;
+    MakeOpt make;
+    std::vector<std::string> needed;  // every state tensor the rule reads with these options
+  };
+  optim::SGDOptions sgd;
+  sgd.lr = 0.1;
+  sgd.momentum = 0.9;
+  optim::AdamOptions ams;
+  ams.amsgrad = true;
+  optim::AdaptiveOptions rms;
+  rms.lr = 0.01;
+  rms.momentum = 0.5;
+  rms.centered = true;
+  optim::AdaptiveOptions ada;
+  ada.lr = 0.01;
+  const std::vector<Case> cases{
+      {"SGD", [&](std::vector<Tensor> ps) { return std::make_unique<optim::SGD>(ps, sgd); }, {"momentum_buffer"}},
+      {"Adam", [](std::vector<Tensor> ps) { return std::make_unique<optim::Adam>(ps); }, {"exp_avg", "exp_avg_sq"}},
+      {"Adam amsgrad",
+       [&](std::vector<Tensor> ps) { return std::make_unique<optim::Adam>(ps, ams); },
+       {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}},
+      {"AdamW", [](std::vector<Tensor> ps) { return std::make_unique<optim::AdamW>(ps); }, {"exp_avg", "exp_avg_sq"}},
+      {"RMSprop",
+       [&](std::vector<Tensor> ps) { return std::make_unique<optim::RMSprop>(ps, rms); },
+       {"square_avg", "momentum_buffer", "grad_avg"}},
+      {"Adagrad", [&](std::vector<Tensor> ps) { return std::make_unique<optim::Adagrad>(ps, ada); }, {"sum"}},
+      {"Adamax",
+       [&](std::vector<Tensor> ps) { return std::make_unique<optim::Adamax>(ps, ada); },
+       {"exp_avg", "exp_inf"}},
+      {"NAdam",
+       [&](std::vector<Tensor> ps) { return std::make_unique<optim::NAdam>(ps, ada); },
+       {"exp_avg", "exp_avg_sq"}},
+      {"RAdam",
+       [&](std::vector<Tensor> ps) { return std::make_unique<optim::RAdam>(ps, ada); },
+       {"exp_avg", "exp_avg_sq"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    // Parameter 0 takes three steps; parameter 1 none (no state: it loads as fresh).
+    Tensor a = param3(), b = param3();
+    auto saver = c.make({a, b});
+    for (int k = 0; k < 3; ++k) {
+      a.mutable_grad() = tg::tensor(grad_at(k, a.to_vector<double>()), {3}, kF64);
+      saver->step();
+    }
+    const optim::NamedTensors saved = saver->state_dict();
+    auto target = c.make({param3(), param3()});
+    three_steps(*target);
+    const auto before = flat(target->state_dict());
+    for (const std::string& name : c.needed) {
+      const std::string key = "state.0." + name;
+      EXPECT_ERROR_CONTAINS(target->load_state_dict(without(saved, key)),
+                            std::string(saver->name()) + ": the state has no '" + key + "'");
+      EXPECT_EQ(flat(target->state_dict()), before) << "a refused state changed the optimizer (" << key << ")";
+    }
+    // Only the step count left for parameter 0: refused too, naming the first missing tensor.
+    optim::NamedTensors step_only;
+    for (const auto& [k, v] : saved)
+      if (k.rfind("state.0.", 0) != 0 || k == "state.0.step" || k == "state.0.mu_product") step_only.emplace_back(k, v);
+    EXPECT_ERROR_CONTAINS(target->load_state_dict(step_only),
+                          "no 'state.0." + c.needed[0] + "', which " + saver->name() +
+                              " (with these options) needs for parameter 0, whose state has 'state.0.step' = 3");
+    EXPECT_EQ(flat(target->state_dict()), before);
+    // The complete state loads, and the next steps are the saver's.
+    target->load_state_dict(saved);
+    EXPECT_EQ(flat(target->state_dict()), flat(saved));
+  }
+}
+
+TEST(OptimLoad, AParameterWithoutStateLoadsAsFresh) {
+  // Adagrad's sum restarts at initial_accumulator_value (not at 0) when the
+  // loaded state has none for the parameter.
+  optim::AdaptiveOptions o;
+  o.lr = 0.1;
+  o.initial_accumulator_value = 0.3;
+  Tensor p = param3(), q = param3();
+  optim::Adagrad used({p}, o), fresh({q}, o);
+  three_steps(used);
+  used.load_state_dict(fresh.state_dict());  // step 0, no sum
+  EXPECT_EQ(flat(used.state_dict()), flat(fresh.state_dict()));
+  // The same gradient moves both by the same amount: -0.1 g / (sqrt(0.3 + g^2) + 1e-8).
+  const std::vector<double> g{1.0, -2.0, 0.5};
+  std::vector<std::vector<double>> moved;
+  for (optim::Adagrad* opt : {&used, &fresh}) {
+    const Tensor& x = opt->parameters()[0];
+    const std::vector<double> x0 = x.to_vector<double>();
+    x.mutable_grad() = tg::tensor(g, {3}, kF64);
+    opt->step();
+    std::vector<double> d = x.to_vector<double>();
+    for (size_t j = 0; j < d.size(); ++j)
+      d[j] -= x0[j];
+    moved.push_back(d);
+  }
+  for (size_t j = 0; j < g.size(); ++j) {
+    const double want = -0.1 * g[j] / (std::sqrt(0.3 + g[j] * g[j]) + 1e-8);
+    EXPECT_NEAR(moved[0][j], want, 1e-14) << "the loaded one, element " << j;
+    EXPECT_NEAR(moved[1][j], want, 1e-14) << "the fresh one, element " << j;
+  }
+}
+
+TEST(OptimLoad, ADuplicatedKeyIsNamed) {
+  Tensor p = param3();
+  optim::Adam adam({p});
+  three_steps(adam);
+  optim::NamedTensors st = adam.state_dict();
+  const auto before = flat(st);
+  st.push_back(st[3]);
+  optim::Adam other({param3()});
+  EXPECT_ERROR_CONTAINS(other.load_state_dict(st), "Adam: the state has the key '" + st[3].first + "' more than once");
+  EXPECT_EQ(other.steps(), 0);
+  EXPECT_DOUBLE_EQ(other.lr(), optim::AdamOptions().lr);
+  other.load_state_dict(adam.state_dict());  // once each: loads
+  EXPECT_EQ(flat(other.state_dict()), before);
+}
+
+TEST(OptimOptions, AdagradAndRmspropCheckTheirOptionsAsPyTorch) {
+  optim::AdaptiveOptions o;
+  o.initial_accumulator_value = -0.5;  // its first step's square root would be NaN
+  EXPECT_ERROR_CONTAINS(optim::Adagrad({param3()}, o), "Adagrad: invalid initial_accumulator_value -0.5");
+  o.initial_accumulator_value = NAN;
+  EXPECT_ERROR_CONTAINS(optim::Adagrad({param3()}, o), "invalid initial_accumulator_value nan; it must be >= 0");
+  o.initial_accumulator_value = 0;
+  EXPECT_NO_THROW(optim::Adagrad({param3()}, o));
+  // alpha: PyTorch's rule is alpha >= 0 (2 is allowed, NaN is not); the message says so.
+  optim::AdaptiveOptions r;
+  r.lr = 0.01;
+  r.alpha = 2;
+  Tensor p = param3();
+  optim::RMSprop rms({p}, r);
+  p.mutable_grad() = tg::tensor(std::vector<double>{1.0, 1.0, 1.0}, {3}, kF64);
+  rms.step();  // square_avg = 2 * 0 + (1 - 2) * 1 = -1: sqrt is NaN, as PyTorch's
+  EXPECT_TRUE(std::isnan(p.to_vector<double>()[0]));
+  r.alpha = NAN;
+  EXPECT_ERROR_CONTAINS(optim::RMSprop({param3()}, r), "RMSprop: alpha must be >= 0");
+  r.alpha = -0.1;
+  EXPECT_ERROR_CONTAINS(optim::RMSprop({param3()}, r),
+                        "alpha must be >= 0 (any number from 0 up; NaN is not one), got -0.1");
+  r.alpha = 0.99;
+  r.beta1 = 1;
+  EXPECT_ERROR_CONTAINS(optim::RMSprop({param3()}, r), "beta1 and beta2 must be in [0, 1), got 1 and 0.999");
+}
+
+TEST(OptimSchedulers, OneCycleLrSetsInitialLrAsPyTorch) {
+  // PyTorch: OneCycleLR sets each group's initial_lr to max_lr / div_factor,
+  // so the next child of a SequentialLR starts there (0.1 / 25 = 0.004).
+  Tensor p = param3();
+  optim::SGD opt({p}, {0.01});
+  auto one = std::make_shared<optim::OneCycleLR>(opt, 0.1, 10, 0.3, true, 25, 1e4, false, /*cycle_momentum=*/false);
+  EXPECT_DOUBLE_EQ(opt.initial_lr(0), 0.004);
+  auto expo = std::make_shared<optim::ExponentialLR>(opt, 0.5);
+  optim::SequentialLR seq(opt, {one, expo}, {4});
+  EXPECT_DOUBLE_EQ(opt.lr(), 0.004);
+  std::vector<double> lrs;
+  for (int e = 1; e <= 6; ++e) {
+    opt.step();
+    seq.step();
+    lrs.push_back(opt.lr());
+  }
+  EXPECT_DOUBLE_EQ(lrs[3], 0.004);  // epoch 4: ExponentialLR's epoch 0
+  EXPECT_DOUBLE_EQ(lrs[4], 0.002);
+  EXPECT_DOUBLE_EQ(lrs[5], 0.001);
+  bool saved = false;
+  for (const auto& [k, v] : opt.state_dict())
+    if (k == "param_groups.0.initial_lr") {
+      saved = true;
+      EXPECT_DOUBLE_EQ(v.item<double>(), 0.004);
+    }
+  EXPECT_TRUE(saved);
+}
+
+TEST(OptimSchedulers, ANonFiniteRateIsRefused) {
+  Tensor p = param3();
+  optim::SGD opt({p}, {0.1});
+  optim::ExponentialLR sched(opt, 10);
+  sched.set_epoch(2);
+  EXPECT_DOUBLE_EQ(opt.lr(), 10.0);
+  EXPECT_ERROR_CONTAINS(sched.set_epoch(1000), "ExponentialLR: group 0's rate at epoch 1000 is inf");
+  EXPECT_ERROR_CONTAINS(sched.set_epoch(1000), "a learning rate must be finite and >= 0");
+  EXPECT_EQ(sched.epoch(), 2);
+  EXPECT_DOUBLE_EQ(opt.lr(), 10.0);
+  // What it leaves can be saved and loaded back.
+  optim::SGD other({param3()}, {0.1});
+  other.load_state_dict(opt.state_dict());
+  EXPECT_DOUBLE_EQ(other.lr(), 10.0);
+  optim::SGD opt2({param3()}, {0.1});
+  optim::LambdaLR lambda(opt2, [](int64_t e) { return e == 3 ? INFINITY : 1.0; });
+  lambda.step();
+  lambda.step();
+  EXPECT_ERROR_CONTAINS(lambda.step(), "LambdaLR: group 0's rate at epoch 3 is inf");
+  EXPECT_EQ(lambda.epoch(), 2);
+  EXPECT_DOUBLE_EQ(opt2.lr(), 0.1);
+}
+
 }  // namespace

@@ -122,8 +122,12 @@ class Optimizer {
   /// update with the optimizer's ("" if they can).
   std::string fused_obstacle(const std::vector<Tensor>& params, size_t first) const;
   /// Registers per-parameter state (one entry per parameter, undefined until
-  /// used) under `name` for state_dict and add_param_group.
-  void add_state(const char* name, std::vector<Tensor>* per_param);
+  /// used) under `name` for state_dict and add_param_group. `needed`: the
+  /// rule reads it (with these options), so load_state_dict refuses a state
+  /// in which a parameter that has state (a step count > 0 or any state
+  /// tensor) lacks it; `init`: its fresh value (Adagrad's
+  /// initial_accumulator_value), given to a parameter without state on load.
+  void add_state(const char* name, std::vector<Tensor>* per_param, bool needed = true, double init = 0);
   /// Called with the new parameter count after add_param_group (states of
   /// add_state are resized already).
   virtual void on_params_added(size_t first_new) { (void)first_new; }
@@ -187,7 +191,13 @@ class Optimizer {
     std::function<void(size_t, const Tensor&)> set;
     double lo, hi;  // its range
   };
-  std::vector<std::pair<std::string, std::vector<Tensor>*>> state_;
+  struct StateList {
+    std::string name;
+    std::vector<Tensor>* list;
+    bool needed;  // the rule reads it
+    double init;  // its fresh value
+  };
+  std::vector<StateList> state_;
   std::vector<NumberState> numbers_;
   std::vector<std::pair<std::string, bool*>> flags_;
   // The scheduler that last set the rates (alive while its token is), its
@@ -407,6 +417,9 @@ class LRScheduler {
   void check_group(size_t g) const;
   /// Group g's initial_lr (checked).
   double base(size_t g) const;
+  /// Sets group g's initial_lr, here and in the optimizer (OneCycleLR's
+  /// max_lr / div_factor, as PyTorch's).
+  void set_initial_lr(size_t g, double lr);
   /// Applies `epoch`'s rates (every one worked out before any is set);
   /// `constructing`: the scheduler takes the optimizer over.
   void apply(int64_t epoch, bool constructing);

@@ -512,7 +512,7 @@ template <class O> Tensor masked_fill(const Tensor& x, const Tensor& mask, const
   check_defined(value, "masked_fill", "value");
   TG_CHECK(value.dim() == 0, "masked_fill: value must be a 0-dim tensor, got shape ", shape_str(value.sizes()));
   // A floating value on the host must fit x's dtype, as the number form's
-  // (on a GPU it is not read back: the conversion there saturates, NaN to 0).
+  // (on a GPU it is not read back: the conversion there saturates, NaN to the smallest value).
   if (!value.is_cuda() && is_floating_point(value.dtype()) && value.dtype() != x.dtype())
     check_scalar_fits(Scalar(value.detach().to(kFloat64).template item<double>()), x.dtype(), "masked_fill");
   return O::where(mask, O::to(O::to(value, x.device()), x.dtype()), x);

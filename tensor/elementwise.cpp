@@ -591,9 +591,9 @@ template <class D, class S> inline D convert(S s) {
     return s != S(0);
   } else if constexpr (std::is_integral_v<D> && std::is_floating_point_v<S>) {
     // Defined for every input (a plain cast of NaN, +-inf or 1e30 is
-    // undefined behaviour): saturating, NaN to 0, as CUDA's conversion does.
+    // undefined behaviour): saturating, NaN to the smallest value, as CUDA's
+    // conversion (and what PyTorch gives on both devices).
     if (fits_int64(double(s))) return static_cast<D>(s);
-    if (s != s) return D(0);
     return s > 0 ? std::numeric_limits<D>::max() : std::numeric_limits<D>::min();
   } else {
     return static_cast<D>(s);

@@ -245,8 +245,8 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
     // NaN (sigmoid(20) is 1 in float32: ordinary training reaches it). There
     // the loss is the clamped value and its slope PyTorch's (x - t) / 1e-12
     // (0 where x = t); the logs of the inner branch see 0.5 instead.
-    Tensor edge = tg::eq(input * (1.0 - input), 0.0);
     Tensor xd = input.detach();
+    Tensor edge = tg::eq(xd * (1.0 - xd), 0.0);
     Tensor at_edge = logs(xd) + (input - xd) * ((xd - target) * 1e12);
     return tg::where(edge, at_edge, logs(tg::where(edge, tg::full_like(input, 0.5), input)));
   });

@@ -580,57 +580,39 @@ PYBIND11_MODULE(_C, m) {
            })
       .def("__add__",
            [](const Tensor& a, const py::object& b) {
-             return binary(
-                 a, b, "add", [](const Tensor& x, const Tensor& y) { return x + y; },
-                 [](const Tensor& x, tg::Scalar s) { return x + s; });
+             return binary(a, b, "add", [](const auto& x, const auto& y) { return x + y; });
            })
       .def("__radd__",
            [](const Tensor& a, const py::object& b) {
-             return binary(
-                 a, b, "add", [](const Tensor& x, const Tensor& y) { return y + x; },
-                 [](const Tensor& x, tg::Scalar s) { return s + x; });
+             return binary(a, b, "add", [](const auto& x, const auto& y) { return y + x; });
            })
       .def("__sub__",
            [](const Tensor& a, const py::object& b) {
-             return binary(
-                 a, b, "sub", [](const Tensor& x, const Tensor& y) { return x - y; },
-                 [](const Tensor& x, tg::Scalar s) { return x - s; });
+             return binary(a, b, "sub", [](const auto& x, const auto& y) { return x - y; });
            })
       .def("__rsub__",
            [](const Tensor& a, const py::object& b) {
-             return binary(
-                 a, b, "sub", [](const Tensor& x, const Tensor& y) { return y - x; },
-                 [](const Tensor& x, tg::Scalar s) { return s - x; });
+             return binary(a, b, "sub", [](const auto& x, const auto& y) { return y - x; });
            })
       .def("__mul__",
            [](const Tensor& a, const py::object& b) {
-             return binary(
-                 a, b, "mul", [](const Tensor& x, const Tensor& y) { return x * y; },
-                 [](const Tensor& x, tg::Scalar s) { return x * s; });
+             return binary(a, b, "mul", [](const auto& x, const auto& y) { return x * y; });
            })
       .def("__rmul__",
            [](const Tensor& a, const py::object& b) {
-             return binary(
-                 a, b, "mul", [](const Tensor& x, const Tensor& y) { return y * x; },
-                 [](const Tensor& x, tg::Scalar s) { return s * x; });
+             return binary(a, b, "mul", [](const auto& x, const auto& y) { return y * x; });
            })
       .def("__truediv__",
            [](const Tensor& a, const py::object& b) {
-             return binary(
-                 a, b, "div", [](const Tensor& x, const Tensor& y) { return x / y; },
-                 [](const Tensor& x, tg::Scalar s) { return x / s; });
+             return binary(a, b, "div", [](const auto& x, const auto& y) { return x / y; });
            })
       .def("__rtruediv__",
            [](const Tensor& a, const py::object& b) {
-             return binary(
-                 a, b, "div", [](const Tensor& x, const Tensor& y) { return y / x; },
-                 [](const Tensor& x, tg::Scalar s) { return s / x; });
+             return binary(a, b, "div", [](const auto& x, const auto& y) { return y / x; });
            })
       .def("__pow__",
            [](const Tensor& a, const py::object& b) {
-             return binary(
-                 a, b, "pow", [](const Tensor& x, const Tensor& y) { return tg::pow(x, y); },
-                 [](const Tensor& x, tg::Scalar s) { return tg::pow(x, s); });
+             return binary(a, b, "pow", [](const auto& x, const auto& y) { return tg::pow(x, y); });
            })
       .def("__neg__", [](const Tensor& a) { return -a; })
       // Elementwise comparisons giving Bool tensors, as PyTorch's (the
@@ -717,12 +699,10 @@ PYBIND11_MODULE(_C, m) {
          const std::string& device, bool requires_grad) {
         auto s = scalar_of(value, dtype && tg::is_floating_point(dtype_from(*dtype)), "full");
         if (!s) throw py::type_error("full: the fill value must be a number (bool, int or float)");
-        const bool is_bool =
-            PyBool_Check(value.ptr()) || py::isinstance(value, py::module_::import("numpy").attr("bool_"));
-        const tg::ScalarType dt = dtype               ? dtype_from(*dtype)
-                                  : !s->is_integral() ? tg::kFloat32
-                                  : is_bool           ? tg::kBool
-                                                      : tg::kInt64;
+        const tg::ScalarType dt = dtype                ? dtype_from(*dtype)
+                                  : !s->is_integral()  ? tg::kFloat32
+                                  : is_bool_key(value) ? tg::kBool
+                                                       : tg::kInt64;
         Tensor t = tg::full(int_list(shape, "full"), *s, options(dtype_name(dt), device));
         if (requires_grad) t.requires_grad_(true);
         return t;

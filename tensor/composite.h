@@ -151,9 +151,9 @@ template <class O> Tensor dot(const Tensor& a, const Tensor& b) {
 // gathered, so their gradient goes to that element. A NaN is the extreme.
 template <class O> TensorPair extreme_dim(const Tensor& x_in, int64_t dim, bool keepdim, bool is_max, const char* op) {
   check_defined(x_in, op);
-  wrap_dim(dim, x_in.dim(), op, x_in.sizes());  // named with x's own rank (a 0-dim tensor: 0 or -1)
+  // Checked with x's own rank (a 0-dim tensor takes 0 or -1: dim 0 of its [1] view).
+  const int64_t d = wrap_dim(dim, x_in.dim(), op, x_in.sizes());
   Tensor x = x_in.dim() == 0 ? O::reshape(x_in, {1}) : x_in;
-  int64_t d = wrap_dim(dim, x.dim(), op, x.sizes());
   int64_t n = x.size(d);
   TG_CHECK(n > 0, op, ": cannot reduce dim ", dim, " of size 0 (shape ", shape_str(x.sizes()), ")");
   Tensor ext = O::detach(is_max ? O::amax(x, {d}, true) : O::amin(x, {d}, true));

@@ -95,8 +95,14 @@ void check_writable(const Tensor& t, const char* op) {
 void check_scalar_fits(Scalar v, ScalarType dtype, const char* op) {
   if (v.is_integral() || dtype == kBool || dtype == kFloat64) return;  // every int64 is some double
   const double d = v.to_double();
+  auto exact = [](double v) {  // all the digits: 9.22337e+18 or 3.40282e+38 would read as the limit itself
+    std::ostringstream o;
+    o.precision(17);
+    o << v;
+    return o.str();
+  };
   if (dtype == kInt64) {
-    TG_CHECK(fits_int64(d), op, ": the value ", d, " cannot be converted to Int64 without overflow",
+    TG_CHECK(fits_int64(d), op, ": the value ", exact(d), " cannot be converted to Int64 without overflow",
              std::isnan(d) ? " (NaN has no integer value)" : "",
              "; use a floating tensor, or a value in [-2^63, 2^63)");
     return;
@@ -104,12 +110,6 @@ void check_scalar_fits(Scalar v, ScalarType dtype, const char* op) {
   const double max = dtype == kFloat32   ? double(std::numeric_limits<float>::max())
                      : dtype == kFloat16 ? 65504.0
                                          : 3.3895313892515355e38;  // bfloat16
-  auto exact = [](double v) {  // all the digits: 3.40282e+38 would read as the limit itself
-    std::ostringstream o;
-    o.precision(17);
-    o << v;
-    return o.str();
-  };
   TG_CHECK(!std::isfinite(d) || std::fabs(d) <= max, op, ": the value ", exact(d), " cannot be converted to ", dtype,
            " without overflow (its largest finite value is ", exact(max),
            "); use a wider dtype or pass inf explicitly");

@@ -1,10 +1,11 @@
 // Internal: the launch encoder. Every library call that puts work on a CUDA
-// stream that may be capturing (a kernel, a cuBLAS or cuSPARSE product, a
-// reduction, a gather or scatter, an asynchronous copy, a collective) opens
-// one LaunchEncoder on that stream first and names the memory its launches
-// read and write, temporaries included (calls that refuse a capture, such as
-// coalesce, need none); an elementwise kernel that can also run
-// as one step of a fused kernel says so (fusable). The kernels know nothing
+// stream (a kernel, a cuBLAS, cuSOLVER or cuSPARSE call, a CUB sort or scan,
+// a reduction, a gather or scatter, an asynchronous copy, a collective)
+// opens one LaunchEncoder on that stream first and names the memory its
+// launches read and write, temporaries included; memory a call needs for
+// itself (a library's workspace, a sort's temporary storage) it asks of the
+// encoder (workspace), which makes it capturable. An elementwise kernel that
+// can also run as one step of a fused kernel says so (fusable). The kernels know nothing
 // else: while the stream captures, the encoder hands what the call added to
 // the capture (its graph nodes, their accesses, the fusable step) to the
 // capture's observer (cuda/capture_observer.h), which is where CUDA-graph
@@ -18,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -133,6 +135,18 @@ class LaunchEncoder {
   // Only Float32 and Float64 steps of at most kMaxElements are kept.
   void fusable(const void* func, const void* arg0, size_t arg0_bytes, ScalarType dtype, int64_t n,
                const fusion::Step& step);
+  // `bytes` of device memory for the call's own use (a library's workspace,
+  // a sort's temporary storage), recorded as written; nullptr for 0 bytes.
+  // On the current device, whose current stream must be the encoder's; valid
+  // for the launches queued while the encoder lives; the requests of one
+  // encoder never overlap. While the stream captures into a CUDA graph the
+  // memory is the graph's own, kept alive with it (captured calls then touch
+  // disjoint memory: the graph's relaxation may run them concurrently); else
+  // `eager` when given (memory of at least `bytes` that the caller keeps for
+  // this stream, such as cuBLAS's workspace), else a per-(thread, stream)
+  // cache that grows as needed (cuda/libraries.cpp).
+  void* workspace(size_t bytes, void* eager = nullptr);
+  template <class T> T* workspace_for(int64_t count) { return static_cast<T*>(workspace(size_t(count) * sizeof(T))); }
 
  private:
   bool active_ = false;
@@ -145,6 +159,10 @@ class LaunchEncoder {
   const void* func_ = nullptr;
   std::vector<unsigned char> arg0_;
   std::optional<fusion::Recorded> step_;
+  // workspace(): cached buffers outgrown during this call (freed when it
+  // ends) and the bytes of the current one handed out so far
+  std::vector<std::shared_ptr<void>> held_;
+  size_t cached_used_ = 0;
 };
 
 }  // namespace tg::cuda

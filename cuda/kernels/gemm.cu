@@ -17,7 +17,7 @@
 #include <tapegrad/tensor/raw.h>
 
 #include "cuda/launch.h"
-#include <tapegrad/cuda/capture.h>
+#include "cuda/libraries.h"
 #include "loops.cuh"
 #include "register.h"
 
@@ -26,114 +26,6 @@ namespace tg::cuda {
 namespace {
 
 std::atomic<bool> g_allow_tf32{false};
-
-const char* cublas_name(cublasStatus_t s) {
-  switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    default: return "CUBLAS_STATUS_(other)";
-  }
-}
-
-#define TG_CUBLAS_CHECK(call, op)                                                                       \
-  do {                                                                                                  \
-    cublasStatus_t st_ = (call);                                                                        \
-    TG_CHECK(st_ == CUBLAS_STATUS_SUCCESS, op, ": cuBLAS call ", #call, " failed: ", cublas_name(st_)); \
-  } while (0)
-
-// cuBLAS handles: one per (thread, device), taken from a pool and returned
-// when the thread ends (a handle is not safe to share between threads).
-struct HandlePool {
-  std::mutex mu;
-  std::vector<std::pair<int, cublasHandle_t>> free;
-};
-HandlePool& pool() {
-  static HandlePool* p = new HandlePool();  // never destroyed (outlives threads)
-  return *p;
-}
-
-struct ThreadHandles {
-  cublasHandle_t h[64] = {};
-  ~ThreadHandles() {
-    std::lock_guard<std::mutex> lock(pool().mu);
-    for (int d = 0; d < 64; ++d)
-      if (h[d]) pool().free.emplace_back(d, h[d]);
-  }
-};
-
-// Bytes of cuBLAS workspace per stream. CUBLAS_WORKSPACE_CONFIG, when set,
-// decides as it does for cuBLAS itself (":KiB:count" pairs, summed); else 32
-// MiB on Hopper and later, 4 MiB before (cuBLAS's recommended sizes). The
-// size matters beyond memory: cuBLAS's heuristics pick deeper split-K for
-// the long, thin products of weight gradients when the workspace allows it.
-size_t workspace_bytes(int device) {
-  static size_t sizes[64] = {};
-  static std::once_flag once[64];
-  std::call_once(once[device], [device] {
-    size_t bytes = 0;
-    if (const char* cfg = std::getenv("CUBLAS_WORKSPACE_CONFIG")) {
-      const char* p = cfg;
-      while (*p == ':') {
-        char* end = nullptr;
-        unsigned long long kib = std::strtoull(p + 1, &end, 10);
-        if (end == p + 1 || *end != ':') break;
-        p = end;
-        unsigned long long count = std::strtoull(p + 1, &end, 10);
-        if (end == p + 1) break;
-        bytes += size_t(kib) * 1024 * size_t(count);
-        p = end;
-      }
-    }
-    if (bytes == 0) bytes = size_t(get_device_properties(device).major >= 9 ? 32 : 4) << 20;
-    sizes[device] = bytes;
-  });
-  return sizes[device];
-}
-
-// This thread's workspace for `stream` (workspace_bytes), kept for the
-// thread's life.
-void* stream_workspace(int device, cudaStream_t stream) {
-  thread_local std::unordered_map<cudaStream_t, void*> workspace[64];
-  void*& ws = workspace[device][stream];
-  if (!ws) {
-    detail::RelaxedCaptureMode relaxed;
-    TG_CUDA_CHECK(cudaMalloc(&ws, workspace_bytes(device)), "bmm (cuBLAS workspace)");
-  }
-  return ws;
-}
-
-cublasHandle_t handle(int device, cudaStream_t stream) {
-  thread_local ThreadHandles mine;
-  TG_CHECK(device < 64, "bmm: device index ", device, " too large");
-  if (!mine.h[device]) {
-    {
-      std::lock_guard<std::mutex> lock(pool().mu);
-      auto& f = pool().free;
-      for (size_t i = 0; i < f.size(); ++i)
-        if (f[i].first == device) {
-          mine.h[device] = f[i].second;
-          f.erase(f.begin() + long(i));
-          break;
-        }
-    }
-    if (!mine.h[device]) {  // may allocate: allowed while a capture is underway
-      detail::RelaxedCaptureMode relaxed;
-      TG_CUBLAS_CHECK(cublasCreate(&mine.h[device]), "bmm");
-    }
-  }
-  TG_CUBLAS_CHECK(cublasSetStream(mine.h[device], stream), "bmm");
-  // cuBLAS gets a workspace of ours for each stream this thread uses (as
-  // PyTorch does): it then never allocates, also under graph capture, and
-  // picks the same algorithms captured and eager. Setting the stream resets
-  // the workspace, so it is set again every time.
-  TG_CUBLAS_CHECK(cublasSetWorkspace(mine.h[device], stream_workspace(device, stream), workspace_bytes(device)), "bmm");
-  return mine.h[device];
-}
 
 // A [B, r, c] operand as cuBLAS sees it: column-major with a leading
 // dimension, transposed or not, and a batch stride (elements).
@@ -172,14 +64,13 @@ __global__ void gemm_int64_k(T* out, const T* a, const T* b, int64_t B, int64_t 
 // Float products go through cublasLtMatmul with the algorithm its heuristic
 // ranks first for the shape, layouts and pointer alignments (cached: the
 // query costs more than a small product). The heuristic also says how much
-// workspace that algorithm uses, which is what graph capture needs: a
-// captured product gets a workspace of exactly that size from the graph's
-// pool, its own for the graph's life, so that captured products touch
-// disjoint memory and the graph's dependency relaxation may run them
-// concurrently (docs/GRAPHS.md). Eager products share the stream's
-// workspace. Both run the same algorithm: captured and eager results are
-// equal bit for bit. TG_CUBLASLT=0 goes back to cublasGemmEx (whose
-// captured products share the workspace, and so stay ordered).
+// workspace that algorithm uses, which is what graph capture needs: the
+// launch encoder's workspace request gives a captured product exactly that
+// size of the graph's own memory, so that captured products touch disjoint
+// memory and the graph's dependency relaxation may run them concurrently
+// (docs/GRAPHS.md). Eager products share the stream's cuBLAS workspace. Both run the same algorithm: captured and eager
+// results are equal bit for bit. TG_CUBLASLT=0 goes back to cublasGemmEx (whose captured products share the workspace,
+// and so stay ordered).
 bool lt_enabled() { return tg::detail::switched_on<tg::detail::OffSwitch::kCublasLt>(); }
 
 struct LtKey {
@@ -208,19 +99,6 @@ struct LtPlan {
     if (desc) cublasLtMatmulDescDestroy(desc);
   }
 };
-
-// One cuBLASLt handle per device, shared by threads: every call passes its
-// stream and workspace, and nothing configures the handle after creation.
-cublasLtHandle_t lt_handle(int device) {
-  static std::mutex mu;
-  static cublasLtHandle_t handles[64] = {};  // never destroyed (outlive threads)
-  std::lock_guard<std::mutex> lock(mu);
-  if (!handles[device]) {
-    detail::RelaxedCaptureMode relaxed;
-    TG_CUBLAS_CHECK(cublasLtCreate(&handles[device]), "bmm");
-  }
-  return handles[device];
-}
 
 uint32_t alignment_of(const void* p) {
   uint32_t a = 256;
@@ -265,7 +143,7 @@ std::shared_ptr<LtPlan> lt_plan(int device, bool f64, cublasComputeType_t comput
   if (made) {
     cublasLtMatmulPreference_t pref = nullptr;
     if (cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
-      const uint64_t ws = workspace_bytes(device);
+      const uint64_t ws = lib::cublas_workspace_bytes(device);
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a));
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b));
@@ -274,8 +152,8 @@ std::shared_ptr<LtPlan> lt_plan(int device, bool f64, cublasComputeType_t comput
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
       detail::RelaxedCaptureMode relaxed;  // a host-side query, allowed under capture
-      if (cublasLtMatmulAlgoGetHeuristic(lt_handle(device), p->desc, p->a, p->b, p->c, p->c, pref, 1, &result,
-                                         &found) == CUBLAS_STATUS_SUCCESS &&
+      if (cublasLtMatmulAlgoGetHeuristic(lib::cublaslt(device, "bmm"), p->desc, p->a, p->b, p->c, p->c, pref, 1,
+                                         &result, &found) == CUBLAS_STATUS_SUCCESS &&
           found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
         p->algo = result.algo;
         p->workspace = result.workspaceSize;
@@ -333,26 +211,18 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) 
                                            oa.ld, B == 1 ? 0 : oa.batch_stride, B, alignment_of(ob.t.data_ptr()),
                                            alignment_of(oa.t.data_ptr()), alignment_of(out.data_ptr()));
     if (plan->ok) {
-      void* ws = nullptr;
-      if (plan->workspace > 0 && access.recording()) {
-        // Under capture: a workspace of the graph's own, kept with it (when
-        // the capture is a CUDAGraph's; else the stream's).
-        auto buf = std::make_shared<Tensor>(
-            tg::empty({int64_t(plan->workspace)}, TensorOptions().dtype(kBool).device(out.device())));
-        void* own = buf->data_ptr();
-        if (detail::keep_alive_with_capture(current_stream(device), std::move(buf))) ws = own;
-      }
-      if (plan->workspace > 0 && !ws) ws = stream_workspace(device, s);
-      access.add({static_cast<const char*>(ws), int64_t(plan->workspace), true});
-      TG_CUBLAS_CHECK(
-          cublasLtMatmul(lt_handle(device), plan->desc, alpha, ob.t.data_ptr(), plan->a, oa.t.data_ptr(), plan->b, beta,
-                         out.data_ptr(), plan->c, out.data_ptr(), plan->c, &plan->algo, ws, plan->workspace, s),
-          "bmm");
+      // Captured: the graph's own workspace of the plan's size; eager: the
+      // stream's cuBLAS workspace.
+      void* ws =
+          plan->workspace > 0 ? access.workspace(plan->workspace, lib::cublas_workspace(device, s, "bmm")) : nullptr;
+      TG_CUBLAS_CHECK(cublasLtMatmul(lib::cublaslt(device, "bmm"), plan->desc, alpha, ob.t.data_ptr(), plan->a,
+                                     oa.t.data_ptr(), plan->b, beta, out.data_ptr(), plan->c, out.data_ptr(), plan->c,
+                                     &plan->algo, ws, plan->workspace, s),
+                      "bmm");
       return;
     }
   }
-  cublasHandle_t h = handle(device, s);
-  access.add({static_cast<const char*>(stream_workspace(device, s)), int64_t(workspace_bytes(device)), true});
+  cublasHandle_t h = lib::cublas(device, s, access, "bmm");
   if (B == 1) {
     // A single product goes through cublasGemmEx: cuBLAS's heuristics for the
     // non-batched call pick split-K for the long, thin products of weight

@@ -1,0 +1,93 @@
+// Internal: the CUDA libraries' handles and workspaces, in one place (cuBLAS
+// and cuBLASLt for the GEMMs and triangular solves, cuSOLVER for the
+// factorizations, cuSPARSE for sparse products; cuFFT plans and cuDNN
+// handles belong here too when those families come).
+//
+// - A handle is per (thread, device): a library handle is not safe to share
+//   between threads. The calls below set the stream on every call (handles
+//   are reused across the streams a thread uses); a handle is created on
+//   first use, also while a capture is underway (creation is not stream
+//   work: it runs under the Relaxed capture mode).
+// - Memory a library call needs for itself comes from the call's launch
+//   encoder (LaunchEncoder::workspace, cuda/launch.h): while the stream
+//   captures into a CUDA graph it is the graph's own, else a per-stream
+//   cache. No library call handles capture itself.
+// - cuBLAS's own workspace (cublasSetWorkspace) is a fixed buffer per
+//   (thread, device, stream), as PyTorch's: cuBLAS then never allocates, also
+//   under capture, and picks the same algorithms captured and eager. Calls
+//   sharing it on one stream stay ordered (the encoder records it written).
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cusolverDn.h>
+#include <cusparse.h>
+
+#include <cstddef>
+
+#include <tapegrad/tensor/error.h>
+
+#define TG_CUBLAS_CHECK(call, op)                                       \
+  do {                                                                  \
+    cublasStatus_t st_ = (call);                                        \
+    TG_CHECK(st_ == CUBLAS_STATUS_SUCCESS, op, ": cuBLAS call ", #call, \
+             " failed: ", ::tg::cuda::lib::cublas_status_name(st_));    \
+  } while (0)
+
+#define TG_CUSOLVER_CHECK(call, op)                                         \
+  do {                                                                      \
+    cusolverStatus_t st_ = (call);                                          \
+    TG_CHECK(st_ == CUSOLVER_STATUS_SUCCESS, op, ": cuSOLVER call ", #call, \
+             " failed: ", ::tg::cuda::lib::cusolver_status_name(st_));      \
+  } while (0)
+
+#define TG_CUSPARSE_CHECK(call, op)                                                                                    \
+  do {                                                                                                                 \
+    cusparseStatus_t st_ = (call);                                                                                     \
+    TG_CHECK(st_ == CUSPARSE_STATUS_SUCCESS, op, ": cuSPARSE call ", #call, " failed: ", cusparseGetErrorString(st_)); \
+  } while (0)
+
+namespace tg::cuda {
+
+class LaunchEncoder;
+
+namespace lib {
+
+constexpr int kMaxDevices = 64;
+
+const char* cublas_status_name(cublasStatus_t s);
+const char* cusolver_status_name(cusolverStatus_t s);
+
+// ---- cuBLAS ------------------------------------------------------------------------------
+// This thread's cuBLAS handle for `device` (the current device), its stream
+// set to `stream` and its workspace to the stream's (below), which `enc`,
+// the call's encoder, records as written. `op` names the caller in errors.
+cublasHandle_t cublas(int device, cudaStream_t stream, LaunchEncoder& enc, const char* op);
+// The bytes of cuBLAS's workspace per stream: CUBLAS_WORKSPACE_CONFIG when
+// set (":KiB:count" pairs, summed), else 32 MiB on Hopper and later, 4 MiB
+// before (cuBLAS's recommended sizes). The size matters beyond memory:
+// cuBLAS's heuristics pick deeper split-K for the long, thin products of
+// weight gradients when the workspace allows it.
+size_t cublas_workspace_bytes(int device);
+// This thread's cuBLAS workspace for `stream` (cublas_workspace_bytes), kept
+// for the thread's life.
+void* cublas_workspace(int device, cudaStream_t stream, const char* op);
+
+// ---- cuBLASLt ----------------------------------------------------------------------------
+// One handle per device, shared by threads: every call passes its stream and
+// workspace, and nothing configures the handle after creation.
+cublasLtHandle_t cublaslt(int device, const char* op);
+
+// ---- cuSOLVER (dense) --------------------------------------------------------------------
+// This thread's handle for `device`, its stream set to `stream`. Every
+// routine's workspace comes from the call's encoder (its *_bufferSize says
+// how much).
+cusolverDnHandle_t cusolver_dn(int device, cudaStream_t stream, const char* op);
+
+// ---- cuSPARSE ----------------------------------------------------------------------------
+// This thread's handle for `device`, its stream set to `stream`.
+cusparseHandle_t cusparse(int device, cudaStream_t stream, const char* op);
+
+}  // namespace lib
+}  // namespace tg::cuda

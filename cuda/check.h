@@ -41,18 +41,27 @@ int resolve_device(int device, const char* op);
 // the runtime does not survive fork, so every CUDA entry point throws
 // (check_device says why), and nothing can be capturing here.
 bool forked_after_cuda();
-// An index out of range that a CUDA kernel met (the op checked the range
-// when it was called; the index changed since, or came from a path that
-// trusts it). The kernel skips the element and fills this record, which
-// lives in pinned host memory mapped into every device (the same address
-// on both sides); the host raises it at its next synchronization.
+// A failure that a CUDA kernel met and the host learns of later: an index
+// out of range (the op checked the range when it was called; the index
+// changed since, or came from a path that trusts it: the kernel skips the
+// element), or a linear algebra op's nonzero info under graph capture (the
+// op cannot read info on the host there: kLinalgInfo, with `value` the info
+// value, `size` the batch index and `message` a registered message). The
+// kernel fills this record, which lives in pinned host memory mapped into
+// every device (the same address on both sides); the host raises it at its
+// next synchronization.
 struct BadIndex {
   volatile int op;  // 0: none; else a BadIndexOp
+  volatile int message;
   volatile long long value, size;
 };
-enum BadIndexOp { kBadIndexSelect = 1, kBadGather = 2, kBadScatterAdd = 3, kBadSparseIndex = 4 };
+enum BadIndexOp { kBadIndexSelect = 1, kBadGather = 2, kBadScatterAdd = 3, kBadSparseIndex = 4, kLinalgInfo = 5 };
 // The record (allocated on first use; never null: throws when it cannot be).
 BadIndex* bad_index_record();
+// The id of the message "`op`: `what`" (`what` with "%v" where the value
+// goes) for BadIndex::message: the same id for the same texts, kept for the
+// process's life (a captured graph may report it at any later replay).
+int register_device_message(const char* op, const char* what);
 // Throws (once) what a kernel recorded, if anything; called after every
 // host synchronization with a device (synchronize, item, copies to host).
 void raise_bad_index();

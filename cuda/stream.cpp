@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <mutex>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -80,12 +82,41 @@ BadIndex* bad_index_record() {
   return r;
 }
 
+// The registered messages, by id (BadIndex::message).
+std::mutex g_messages_mutex;
+std::vector<std::pair<std::string, std::string>>& messages() {
+  static auto* m = new std::vector<std::pair<std::string, std::string>>();  // never destroyed
+  return *m;
+}
+
+int register_device_message(const char* op, const char* what) {
+  std::lock_guard<std::mutex> l(g_messages_mutex);
+  auto& m = messages();
+  for (size_t i = 0; i < m.size(); ++i)
+    if (m[i].first == op && m[i].second == what) return int(i);
+  m.emplace_back(op, what);
+  return int(m.size() - 1);
+}
+
 void raise_bad_index() {
   BadIndex* r = g_bad_index.load(std::memory_order_acquire);
   if (!r || r->op == 0) return;
-  const int op = r->op;
+  const int op = r->op, message = r->message;
   const long long value = r->value, size = r->size;
   r->op = 0;
+  if (op == kLinalgInfo) {
+    std::pair<std::string, std::string> text("a linear algebra op", "failed with info %v");
+    {
+      std::lock_guard<std::mutex> l(g_messages_mutex);
+      if (message >= 0 && size_t(message) < messages().size()) text = messages()[size_t(message)];
+    }
+    std::string what = text.second;
+    const size_t at = what.find("%v");
+    if (at != std::string::npos) what.replace(at, 2, std::to_string(value));
+    TG_ERROR(text.first, ": ", what, " (batch element ", size,
+             " in batch order; found on the device while a captured CUDA graph ran, and reported at the first "
+             "synchronization after it: results computed from it since are not valid)");
+  }
   const char* name = op == kBadIndexSelect  ? "index_select"
                      : op == kBadGather     ? "gather"
                      : op == kBadScatterAdd ? "scatter_add"

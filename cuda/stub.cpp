@@ -6,6 +6,7 @@
 #include <tapegrad/tensor/error.h>
 #include "cuda/stub.h"
 #include "tensor/kernels.h"
+#include "tensor/linalg_kernels.h"
 
 namespace tg::cuda {
 
@@ -75,6 +76,7 @@ bool keep_alive_with_capture(const Stream&, std::shared_ptr<void>) { return fals
 
 namespace tg::kernels {
 const Backend* cuda_backend() { return nullptr; }
+const LinalgKernels* cuda_linalg_kernels() { return nullptr; }
 Allocator* cuda_device_allocator(int) { return nullptr; }
 Allocator* cuda_pinned_allocator() { return nullptr; }
 }  // namespace tg::kernels

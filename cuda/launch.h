@@ -144,7 +144,8 @@ class LaunchEncoder {
   // disjoint memory: the graph's relaxation may run them concurrently); else
   // `eager` when given (memory of at least `bytes` that the caller keeps for
   // this stream, such as cuBLAS's workspace), else a per-(thread, stream)
-  // cache that grows as needed (cuda/libraries.cpp).
+  // cache that grows as needed up to a few MiB, beyond which the memory is
+  // the call's own, freed when the encoder ends (cuda/libraries.cpp).
   void* workspace(size_t bytes, void* eager = nullptr);
   template <class T> T* workspace_for(int64_t count) { return static_cast<T*>(workspace(size_t(count) * sizeof(T))); }
 

@@ -191,6 +191,12 @@ cusparseHandle_t cusparse(int device, cudaStream_t stream, const char* op) {
 namespace {
 
 constexpr size_t kWorkspaceAlign = 256;
+// Requests up to this size (summed over one call) come from the stream's
+// cached buffer, which grows to at most this size; larger ones (a big
+// matrix's eigensolver workspace, a long sort's temporary storage) are the
+// call's own, given back to the caching allocator when the call ends, so
+// that no thread keeps a large buffer for its life.
+constexpr size_t kCachedWorkspaceMax = size_t(4) << 20;
 size_t align_up(size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
 
 // `bytes` from the device's caching allocator, on the current stream (a
@@ -202,8 +208,9 @@ std::shared_ptr<void> device_memory(int device, size_t bytes) {
   return std::shared_ptr<void>(p, [a, bytes](void* q) { a->deallocate(q, bytes); });
 }
 
-// A stream's cached workspace on this thread: grown on demand, freed (to the
-// caching allocator, stream-ordered) when outgrown or when the thread ends.
+// A stream's cached workspace on this thread: grown on demand (up to
+// kCachedWorkspaceMax), freed (to the caching allocator, stream-ordered) when
+// outgrown or when the thread ends.
 struct CachedWorkspace {
   std::shared_ptr<void> mem;
   size_t bytes = 0;
@@ -231,6 +238,11 @@ void* LaunchEncoder::workspace(size_t bytes, void* eager) {
     if (detail::keep_alive_with_capture(stream, mem)) p = mem.get();
   }
   if (!p && eager) p = eager;
+  if (!p && align_up(cached_used_) + bytes > kCachedWorkspaceMax) {
+    std::shared_ptr<void> mem = device_memory(device, bytes);
+    p = mem.get();
+    held_.push_back(std::move(mem));  // freed when the call's launches are queued
+  }
   if (!p) {
     thread_local std::unordered_map<void*, CachedWorkspace> cache[lib::kMaxDevices];
     CachedWorkspace& c = cache[device][stream_];

@@ -415,19 +415,28 @@ void argsort_kernel(const Tensor& out, const Tensor& x, bool descending) {
   const int64_t rows = x.size(0), n = x.size(1), total = rows * n;
   TG_CHECK(total < (int64_t(1) << 31), "argsort: ", total, " elements is more than one CUDA sort takes (2^31)");
   const Device dev = x.device();
+  DeviceGuard g(dev.index());
+  // The segments' offsets and each row's positions (tensor ops, each its own
+  // launch), then the sort's operands, before the sort's encoder.
+  Tensor offsets = raw::to(tg::arange(0, total + 1, std::max<int64_t>(n, 1), TensorOptions().dtype(kInt64)), dev);
+  Tensor pos = raw::contiguous(raw::expand(raw::to(tg::arange(n, TensorOptions().dtype(kInt64)), dev), {rows, n}));
+  Tensor keys = x.dtype() == kInt64 ? x : tg::detail::new_empty(x.sizes(), kInt64, dev);
+  Tensor sorted_keys = tg::detail::new_empty(x.sizes(), kInt64, dev);
   cudaStream_t s = stream_of(out);
-  Tensor keys = x;
+  LaunchEncoder access(s);  // the sort's temporary storage too
+  access.read(x);
+  access.read(offsets);
+  access.read(pos);
+  if (x.dtype() != kInt64) access.write(keys);  // x converted
+  access.write(sorted_keys);
+  access.write(out);
   if (x.dtype() != kInt64) {
-    keys = tg::detail::new_empty(x.sizes(), kInt64, dev);
     const unsigned blocks = unsigned((total + 255) / 256);
     if (x.dtype() == kFloat64)
       order_key_k<<<blocks, 256, 0, s>>>(static_cast<const double*>(x.data_ptr()), keys.data_ptr<int64_t>(), total);
     else order_key_k<<<blocks, 256, 0, s>>>(static_cast<const float*>(x.data_ptr()), keys.data_ptr<int64_t>(), total);
     TG_CUDA_CHECK(cudaGetLastError(), "argsort");
   }
-  Tensor offsets = raw::to(tg::arange(0, total + 1, std::max<int64_t>(n, 1), TensorOptions().dtype(kInt64)), dev);
-  Tensor pos = raw::contiguous(raw::expand(raw::to(tg::arange(n, TensorOptions().dtype(kInt64)), dev), {rows, n}));
-  Tensor sorted_keys = tg::detail::new_empty(x.sizes(), kInt64, dev);
   const int64_t* begin = offsets.data_ptr<int64_t>();
   auto run = [&](void* tmp, size_t& bytes) {
     const int64_t* k = keys.data_ptr<int64_t>();
@@ -441,8 +450,9 @@ void argsort_kernel(const Tensor& out, const Tensor& x, bool descending) {
   };
   size_t bytes = 0;
   TG_CUDA_CHECK(run(nullptr, bytes), "argsort");
-  Tensor tmp = tg::detail::new_empty({int64_t(bytes / 8 + 1)}, kInt64, dev);
-  TG_CUDA_CHECK(run(tmp.data_ptr(), bytes), "argsort");
+  // Never null: CUB takes a null temporary storage for a size query.
+  void* tmp = access.workspace(std::max<size_t>(bytes, 1));
+  TG_CUDA_CHECK(run(tmp, bytes), "argsort");
 }
 
 // ---- cumulative sum ---------------------------------------------------------------------
@@ -510,9 +520,8 @@ void cumsum_kernel(const Tensor& out, const Tensor& x) {
     };
     size_t bytes = 0;
     TG_CUDA_CHECK(run(nullptr, bytes), "cumsum");
-    Tensor tmp = tg::detail::new_empty({int64_t(bytes / 8 + 1)}, kInt64, out.device());
-    access.write(tmp);
-    TG_CUDA_CHECK(run(tmp.data_ptr(), bytes), "cumsum");
+    void* tmp = access.workspace(std::max<size_t>(bytes, 1));  // never null: null asks for the size
+    TG_CUDA_CHECK(run(tmp, bytes), "cumsum");
   });
 }
 

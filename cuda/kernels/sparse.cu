@@ -11,6 +11,7 @@
 #include <thrust/iterator/counting_iterator.h>
 
 #include "cuda/check.h"
+#include "cuda/libraries.h"
 #include "tensor/op_util.h"
 
 #include "loops.cuh"
@@ -21,10 +22,6 @@ namespace {
 
 constexpr int kThreads = 256;
 unsigned blocks_for(int64_t n) { return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20)); }
-
-// Raw device scratch from the caching allocator (stream-ordered on the
-// current stream): an Int64 tensor of at least `bytes` bytes.
-Tensor scratch(size_t bytes, Device d) { return tg::detail::new_empty({int64_t(bytes / 8 + 1)}, kInt64, d); }
 
 __global__ void iota_k(int64_t* p, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -86,32 +83,37 @@ void coalesce_kernel(const Tensor& lin, const Tensor& values, const IntList& spa
   cudaStream_t s = stream_of(lin);
   const int64_t n = lin.numel(), D = values.numel() / std::max<int64_t>(n, 1);
   const int sd = int(sparse_sizes.size());
+  TG_CHECK(sd <= kMaxSparseDims, op, ": at most ", kMaxSparseDims, " sparse dims are supported on CUDA, got ", sd);
   int64_t total = shape_numel(sparse_sizes);
   int bits = 1;
   while (bits < 63 && (int64_t(1) << bits) < total)
     ++bits;
   Tensor keys = tg::detail::new_empty({n}, kInt64, dev), perm_in = tg::detail::new_empty({n}, kInt64, dev);
   Tensor perm = tg::detail::new_empty({n}, kInt64, dev);
+  Tensor flags = tg::detail::new_empty({n}, kInt64, dev), seg = tg::detail::new_empty({n}, kInt64, dev);
+  LaunchEncoder access(s);  // the sort's and the scan's temporary storage too
+  access.read(lin);
+  access.read(values);
+  for (const Tensor* t : {&keys, &perm_in, &perm, &flags, &seg})
+    access.write(*t);
   iota_k<<<blocks_for(n), kThreads, 0, s>>>(perm_in.data_ptr<int64_t>(), n);
-  // CUB radix sort is stable: equal keys keep their original order.
+  // CUB radix sort is stable: equal keys keep their original order. Its
+  // temporary storage is never null (null asks for the size).
   size_t bytes = 0;
   TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, lin.data_ptr<int64_t>(), keys.data_ptr<int64_t>(),
                                                 perm_in.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), n, 0, bits, s),
                 op);
-  Tensor tmp = scratch(bytes, dev);
-  TG_CUDA_CHECK(
-      cub::DeviceRadixSort::SortPairs(tmp.data_ptr(), bytes, lin.data_ptr<int64_t>(), keys.data_ptr<int64_t>(),
-                                      perm_in.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), n, 0, bits, s),
-      op);
-  Tensor flags = tg::detail::new_empty({n}, kInt64, dev), seg = tg::detail::new_empty({n}, kInt64, dev);
+  void* tmp = access.workspace(std::max<size_t>(bytes, 1));
+  TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(tmp, bytes, lin.data_ptr<int64_t>(), keys.data_ptr<int64_t>(),
+                                                perm_in.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), n, 0, bits, s),
+                op);
   head_flags_k<<<blocks_for(n), kThreads, 0, s>>>(keys.data_ptr<int64_t>(), flags.data_ptr<int64_t>(), n);
   bytes = 0;
   TG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, bytes, flags.data_ptr<int64_t>(), seg.data_ptr<int64_t>(), n, s),
                 op);
-  Tensor tmp2 = scratch(bytes, dev);
-  TG_CUDA_CHECK(
-      cub::DeviceScan::InclusiveSum(tmp2.data_ptr(), bytes, flags.data_ptr<int64_t>(), seg.data_ptr<int64_t>(), n, s),
-      op);
+  void* tmp2 = access.workspace(std::max<size_t>(bytes, 1));
+  TG_CUDA_CHECK(cub::DeviceScan::InclusiveSum(tmp2, bytes, flags.data_ptr<int64_t>(), seg.data_ptr<int64_t>(), n, s),
+                op);
   int64_t u = n;  // the number of unique indices: the host needs it for the shapes
   if (!unique) {
     TG_CUDA_CHECK(cudaMemcpyAsync(&u, seg.data_ptr<int64_t>() + (n - 1), sizeof(int64_t), cudaMemcpyDeviceToHost, s),
@@ -119,18 +121,20 @@ void coalesce_kernel(const Tensor& lin, const Tensor& values, const IntList& spa
     TG_CUDA_CHECK(cudaStreamSynchronize(s), op);
   }
   Tensor starts = tg::detail::new_empty({u + 1}, kInt64, dev);
-  starts_k<<<blocks_for(n), kThreads, 0, s>>>(flags.data_ptr<int64_t>(), seg.data_ptr<int64_t>(),
-                                              starts.data_ptr<int64_t>(), n, u);
-  TG_CHECK(sd <= kMaxSparseDims, op, ": at most ", kMaxSparseDims, " sparse dims are supported on CUDA, got ", sd);
-  SparseSizes sizes{};
-  for (int d = 0; d < sd; ++d)
-    sizes.v[d] = sparse_sizes[size_t(d)];
   out_indices = tg::detail::new_empty({int64_t(sd), u}, kInt64, dev);
-  unravel_k<<<blocks_for(u), kThreads, 0, s>>>(keys.data_ptr<int64_t>(), starts.data_ptr<int64_t>(), sizes, sd,
-                                               out_indices.data_ptr<int64_t>(), u);
   IntList vs = values.sizes();
   vs[0] = u;
   out_values = tg::detail::new_empty(vs, values.dtype(), dev);
+  access.write(starts);
+  access.write(out_indices);
+  access.write(out_values);
+  starts_k<<<blocks_for(n), kThreads, 0, s>>>(flags.data_ptr<int64_t>(), seg.data_ptr<int64_t>(),
+                                              starts.data_ptr<int64_t>(), n, u);
+  SparseSizes sizes{};
+  for (int d = 0; d < sd; ++d)
+    sizes.v[d] = sparse_sizes[size_t(d)];
+  unravel_k<<<blocks_for(u), kThreads, 0, s>>>(keys.data_ptr<int64_t>(), starts.data_ptr<int64_t>(), sizes, sd,
+                                               out_indices.data_ptr<int64_t>(), u);
   kernels::dispatch_compute(values.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     segment_sum_k<T><<<blocks_for(u * D), kThreads, 0, s>>>(static_cast<const T*>(values.data_ptr()),
@@ -141,33 +145,8 @@ void coalesce_kernel(const Tensor& lin, const Tensor& values, const IntList& spa
 }
 
 // ---- cuSPARSE -------------------------------------------------------------------------
-
-#define TG_CUSPARSE_CHECK(call, op)                                                                                    \
-  do {                                                                                                                 \
-    cusparseStatus_t st_ = (call);                                                                                     \
-    TG_CHECK(st_ == CUSPARSE_STATUS_SUCCESS, op, ": cuSPARSE call ", #call, " failed: ", cusparseGetErrorString(st_)); \
-  } while (0)
-
-// One handle per (thread, device), like the cuBLAS handles (a handle is not
-// safe to share between threads); destroyed when the thread ends.
-struct ThreadSparseHandles {
-  cusparseHandle_t h[64] = {};
-  ~ThreadSparseHandles() {
-    for (cusparseHandle_t x : h)
-      if (x) cusparseDestroy(x);
-  }
-};
-
-cusparseHandle_t sparse_handle(int device, cudaStream_t stream) {
-  thread_local ThreadSparseHandles mine;
-  TG_CHECK(device >= 0 && device < 64, "mm: device index ", device, " too large");
-  if (!mine.h[device]) {
-    detail::RelaxedCaptureMode relaxed;  // first use may be under capture: not stream work
-    TG_CUSPARSE_CHECK(cusparseCreate(&mine.h[device]), "mm");
-  }
-  TG_CUSPARSE_CHECK(cusparseSetStream(mine.h[device], stream), "mm");
-  return mine.h[device];
-}
+// The handle is this thread's (cuda/libraries.h); SpMM's buffer comes from
+// the launch encoder (the graph's own memory under capture).
 
 // Descriptors destroyed on every path (errors included).
 struct SpMMDescs {
@@ -229,7 +208,7 @@ void spmm_kernel(const Tensor& out, const Tensor& rows, const Tensor& cols, cons
   if (are_deterministic_algorithms_enabled()) return spmm_deterministic(out, rows, cols, values, dense, s, access);
   const int64_t n = out.sizes()[0], k = out.sizes()[1], m = dense.sizes()[0], nnz = values.numel();
   cudaDataType_t type = out.dtype() == kFloat64 ? CUDA_R_64F : CUDA_R_32F;
-  cusparseHandle_t h = sparse_handle(out.device().index(), s);
+  cusparseHandle_t h = lib::cusparse(out.device().index(), s, op);
   SpMMDescs d;
   TG_CUSPARSE_CHECK(cusparseCreateCoo(&d.a, n, m, nnz, rows.data_ptr(), cols.data_ptr(), values.data_ptr(),
                                       CUSPARSE_INDEX_64I, CUSPARSE_INDEX_BASE_ZERO, type),
@@ -247,10 +226,9 @@ void spmm_kernel(const Tensor& out, const Tensor& rows, const Tensor& cols, cons
   TG_CUSPARSE_CHECK(cusparseSpMM_bufferSize(h, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE,
                                             alpha, d.a, d.b, beta, d.c, type, alg, &bytes),
                     op);
-  Tensor buf = scratch(bytes, out.device());
-  if (bytes) access.write(buf);
+  void* buf = access.workspace(std::max<size_t>(bytes, 1));
   TG_CUSPARSE_CHECK(cusparseSpMM(h, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, alpha, d.a, d.b,
-                                 beta, d.c, type, alg, buf.data_ptr()),
+                                 beta, d.c, type, alg, buf),
                     op);
 }
 

@@ -185,11 +185,14 @@ template <class O> Tensor matmul_shapes(const Tensor& a, const Tensor& b) {
   if (da == 2 && db == 2) return O::mm(a, b);
   if (da == 1 && db == 2) return O::mm(a.unsqueeze(0), b).squeeze(0);
   IntList lead(a.sizes().begin(), a.sizes().end() - 1);
-  if (db == 1) return O::mm(a.reshape({-1, ka}), b.unsqueeze(1)).view(lead);  // [..., n, k] @ [k]
+  int64_t rows = 1;  // a's rows folded (explicit: -1 cannot be inferred when ka = 0)
+  for (int64_t s : lead)
+    rows *= s;
+  if (db == 1) return O::mm(a.reshape({rows, ka}), b.unsqueeze(1)).view(lead);  // [..., n, k] @ [k]
   const int64_t m = b.size(-1);
   if (db == 2) {  // fold the batch of a into rows: one large GEMM
     lead.push_back(m);
-    return O::mm(a.reshape({-1, ka}), b).view(lead);
+    return O::mm(a.reshape({rows, ka}), b).view(lead);
   }
   // Batched, with NumPy broadcasting of the batch dims.
   Tensor a3 = da == 1 ? a.unsqueeze(0) : a;

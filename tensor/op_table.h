@@ -14,9 +14,11 @@
 // object in static links.
 #pragma once
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
+#include <tapegrad/tensor/linalg.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
 
@@ -48,11 +50,34 @@ struct OpTable {
 // The autograd layer's table, or nullptr when it is not linked.
 const OpTable* autograd_ops();
 
+// The linear algebra family's table (<tapegrad/tensor/linalg.def>): a slot per
+// primitive, and the Taylor-coverage guard the composites declared `X` call
+// (throws at `op` when a Taylor level of order >= 2 is active and an input
+// carries coefficients). Found like OpTable, through
+// tapegrad_autograd_linalg_ops().
+namespace linalg_sig {
+#define TG_LINALG_IF_P_P(...) __VA_ARGS__
+#define TG_LINALG_IF_P_C(...)
+#define TG_D(...)
+#define TG_LINALG(ret, name, id, params, args, kind, taylor) TG_LINALG_IF_P_##kind(ret id params;)
+#include <tapegrad/tensor/linalg.def>
+#undef TG_LINALG
+#undef TG_D
+}  // namespace linalg_sig
+struct LinalgOpTable {
+#define TG_LINALG(ret, name, id, params, args, kind, taylor) \
+  TG_LINALG_IF_P_##kind(decltype(&linalg_sig::id) id = nullptr;)
+#include <tapegrad/tensor/linalg.def>
+#undef TG_LINALG
+  void (*no_taylor_rule)(const char* op, std::initializer_list<const Tensor*> inputs) = nullptr;
+};
+const LinalgOpTable* autograd_linalg_ops();
+
 // One row per op of the list: its name, its id (unique per overload) and
 // whether autograd records it (so it needs a backward formula and an entry
 // in the gradient test table).
 struct OpInfo {
-  const char* name;
+  const char* name;  // linalg ops: "linalg.<name>"
   const char* id;
   bool recorded;
 };
@@ -75,3 +100,4 @@ namespace tg::no_autograd {
 }  // namespace tg::no_autograd
 
 extern "C" const tg::detail::OpTable* tapegrad_autograd_ops() __attribute__((weak));
+extern "C" const tg::detail::LinalgOpTable* tapegrad_autograd_linalg_ops() __attribute__((weak));

@@ -61,6 +61,11 @@ const std::vector<OpInfo>& op_list() {
 #undef TG_FN
 #undef TG_OP
 #undef TG_OP0
+  // The linear algebra family: every op, primitive or composite, is
+  // differentiable and has a test-table entry ("linalg.<id>").
+#define TG_LINALG(ret, name, id, params, args, kind, taylor) {"linalg." #name, "linalg." #id, true},
+#include <tapegrad/tensor/linalg.def>
+#undef TG_LINALG
   };
   return list;
 }

@@ -9,6 +9,7 @@
 #include "autograd/ops/taylor.h"
 
 #include "tensor/composite.h"
+#include "tensor/linalg_kernels.h"
 
 namespace tg {
 
@@ -168,4 +169,531 @@ Tensor autograd::ops::matmul(const Tensor& a, const Tensor& b) {
   return tg::detail::matmul_shapes<tg::detail::PublicOps>(a, b);
 }
 
+}  // namespace tg
+
+// ---- tg::linalg's primitives (<tapegrad/tensor/linalg.def>) -----------------------
+// Each node's backward formula is written with the public ops (linalg
+// included), so it differentiates again; each tangent rule likewise, and the
+// implicit ones (cholesky, the solves, slogdet) give their Taylor rule
+// through the jets of autograd/ops/taylor.h. Multi-output ops record one node
+// whose inputs are their floating outputs; a gradient may come from any
+// subset (the others arrive undefined).
+namespace tg {
+namespace {
+
+Tensor mT(const Tensor& t) { return t.transpose(-2, -1); }
+Tensor sym(const Tensor& t) { return mul(add(t, mT(t)), 0.5); }
+// The lower triangle with its diagonal halved (Cholesky's Phi).
+Tensor phi(const Tensor& t) { return sub(tril(t), mul(diag_embed(diagonal(t, 0, -2, -1)), 0.5)); }
+// A triangle as solve_triangular reads it.
+Tensor triangle(const Tensor& t, bool upper, bool unit) {
+  return upper ? triu(t, unit ? 1 : 0) : tril(t, unit ? -1 : 0);
+}
+Tensor add_defined(const Tensor& a, const Tensor& b) { return fw_add(a, b); }
+// F_ij = 1 / (d_j - d_i) off the diagonal, 0 on it (no inf anywhere, so its
+// own derivative has no NaN).
+Tensor inverse_gaps(const Tensor& d) {
+  const int64_t n = d.size(-1);
+  Tensor eye_mask = gt(eye(n, TensorOptions().dtype(d.dtype()).device(d.device())), 0.5);
+  Tensor e = sub(d.unsqueeze(-2), d.unsqueeze(-1));
+  Tensor safe = where(eye_mask, ones_like(e), e);
+  return where(eye_mask, zeros_like(e), reciprocal(safe));
+}
+// X's rows picked by an Int64 permutation p [..., n] (X [..., n, k]).
+Tensor permute_rows(const Tensor& X, const Tensor& p) {
+  IntList batch = broadcast_shapes(IntList(X.sizes().begin(), X.sizes().end() - 2),
+                                   IntList(p.sizes().begin(), p.sizes().end() - 1), "linalg.lu_factor");
+  IntList xs = batch, is = batch;
+  xs.insert(xs.end(), {X.size(-2), X.size(-1)});
+  is.insert(is.end(), {p.size(-1), X.size(-1)});
+  return gather(X.expand(xs), -2, p.unsqueeze(-1).expand(is));
+}
+// The row order (P^T A)[i] = A[perm[i]] of lu_factor's pivots (no recording).
+Tensor permutation_of(const Tensor& LU, const Tensor& pivots) {
+  // lu_solve of the identity's rows would do; the kernel is direct.
+  Tensor perm = pivots.clone();
+  const int64_t n = pivots.size(-1);
+  if (pivots.numel() > 0)
+    tg::kernels::linalg_kernels(LU.device(), "linalg.lu_factor")
+        .pivots_to_permutation(pivots.contiguous().view({-1, n}), perm.view({-1, n}));
+  return perm;
+}
+
+// ---- cholesky ----
+class CholeskyBackward final : public OpNode {
+ public:
+  explicit CholeskyBackward(bool upper) : OpNode("linalg.cholesky", "LinalgCholeskyBackward"), upper_(upper) {}
+  // gA = sym(L^-T Phi(L^T gL) L^-1).
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(1);
+    if (!grads[0].defined() || !should_compute_output(0)) return out;
+    Tensor L = factor_.unpack(this, "L");
+    if (upper_) L = mT(L);
+    const Tensor gL = upper_ ? mT(grads[0]) : grads[0];
+    Tensor x = linalg::solve_triangular(mT(L), phi(matmul(mT(L), gL)), true);
+    out[0] = sym(linalg::solve_triangular(L, x, false, false));
+    return out;
+  }
+  void release_variables() override { factor_.release(); }
+  SavedVariable factor_;
+
+ private:
+  bool upper_;
+};
+
+// tL = L Phi(L^-1 sym(tA) L^-T); Taylor: jet_square with f(u, v) = u v^T.
+Tensor cholesky_lin0(const Tensor& L, const Tensor& r) {
+  Tensor y = linalg::solve_triangular(L, sym(r), false);
+  Tensor z = linalg::solve_triangular(L, mT(y), false);
+  return matmul(L, phi(z));
+}
+
+// ---- solve_triangular ----
+class SolveTriangularBackward final : public OpNode {
+ public:
+  SolveTriangularBackward(bool upper, bool left, bool unit)
+      : OpNode("linalg.solve_triangular", "LinalgSolveTriangularBackward"), upper_(upper), left_(left), unit_(unit) {}
+  // left: gB = A^-T g, gA = -gB X^T; right: gB = g A^-T, gA = -X^T gB; gA on
+  // the triangle read.
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(2);
+    const Tensor& g = grads[0];
+    if (!g.defined()) return out;
+    Tensor A = a_.unpack(this, "A");
+    Tensor gB = tg::linalg::solve_triangular(mT(A), g, !upper_, left_, unit_);
+    if (should_compute_output(0)) {
+      Tensor X = x_.unpack(this, "result");
+      out[0] = triangle(neg(left_ ? matmul(gB, mT(X)) : matmul(mT(X), gB)), upper_, unit_);
+    }
+    if (should_compute_output(1)) out[1] = gB;
+    return out;
+  }
+  void release_variables() override {
+    a_.release();
+    x_.release();
+  }
+  SavedVariable a_, x_;
+
+ private:
+  bool upper_, left_, unit_;
+};
+
+// ---- solve ----
+class SolveBackward final : public OpNode {
+ public:
+  SolveBackward(bool left, bool vec) : OpNode("linalg.solve", "LinalgSolveBackward"), left_(left), vec_(vec) {}
+  // left: gB = A^-T g, gA = -gB X^T; right: gB = g A^-T, gA = -X^T gB.
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(2);
+    if (!grads[0].defined()) return out;
+    Tensor A = a_.unpack(this, "A");
+    Tensor g = vec_ ? grads[0].unsqueeze(-1) : grads[0];
+    Tensor gB = std::get<0>(tg::linalg::solve_ex(mT(A), g, left_, false));
+    if (should_compute_output(0)) {
+      Tensor X = x_.unpack(this, "result");
+      if (vec_) X = X.unsqueeze(-1);
+      out[0] = neg(left_ ? matmul(gB, mT(X)) : matmul(mT(X), gB));
+    }
+    if (should_compute_output(1)) out[1] = vec_ ? gB.squeeze(-1) : gB;
+    return out;
+  }
+  void release_variables() override {
+    a_.release();
+    x_.release();
+  }
+  SavedVariable a_, x_;
+
+ private:
+  bool left_, vec_;
+};
+
+// ---- slogdet ----
+class SlogdetBackward final : public OpNode {
+ public:
+  SlogdetBackward() : OpNode("linalg.slogdet", "LinalgSlogdetBackward") {}
+  // d log|det A| / dA = A^-T (sign has no gradient).
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(1);
+    if (!grads[0].defined() || !should_compute_output(0)) return out;
+    Tensor A = a_.unpack(this, "A");
+    Tensor inv = std::get<0>(tg::linalg::inv_ex(A, false));
+    out[0] = mul(grads[0].unsqueeze(-1).unsqueeze(-1), mT(inv));
+    return out;
+  }
+  void release_variables() override { a_.release(); }
+  SavedVariable a_;
+};
+
+// ---- lu_factor ----
+class LuFactorBackward final : public OpNode {
+ public:
+  LuFactorBackward() : OpNode("linalg.lu_factor", "LinalgLuFactorBackward") {}
+  // A = P L U: gA = P L^-T (tril(L^T gL, -1) + triu(gU U^T)) U^-T.
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(1);
+    const Tensor& g = grads[0];
+    if (!g.defined() || !should_compute_output(0)) return out;
+    Tensor LU = lu_.unpack(this, "LU");
+    const int64_t n = LU.size(-1);
+    Tensor L = add(tril(LU, -1), eye(n, TensorOptions().dtype(LU.dtype()).device(LU.device())));
+    Tensor U = triu(LU);
+    Tensor M = add(tril(matmul(mT(L), tril(g, -1)), -1), triu(matmul(triu(g), mT(U))));
+    Tensor x = tg::linalg::solve_triangular(mT(L), M, true, true, true);
+    Tensor y = tg::linalg::solve_triangular(mT(U), x, false, false);
+    out[0] = permute_rows(y, argsort(perm_, -1));
+    return out;
+  }
+  void release_variables() override { lu_.release(); }
+  SavedVariable lu_;
+  Tensor perm_;  // Int64, not differentiable
+};
+
+// ---- eigh ----
+class EighBackward final : public OpNode {
+ public:
+  EighBackward() : OpNode("linalg.eigh", "LinalgEighBackward") {}
+  // gA = sym(V (diag(gw) + F o (V^T gV)) V^T), F_ij = 1 / (w_j - w_i).
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(1);
+    const Tensor &gw = grads[0], &gV = grads[1];
+    if ((!gw.defined() && !gV.defined()) || !should_compute_output(0)) return out;
+    Tensor V = v_.unpack(this, "eigenvectors");
+    Tensor inner = gw.defined() ? diag_embed(gw) : Tensor();
+    if (gV.defined()) {
+      Tensor w = w_.unpack(this, "eigenvalues");
+      inner = add_defined(inner, mul(inverse_gaps(w), matmul(mT(V), gV)));
+    }
+    out[0] = sym(matmul(matmul(V, inner), mT(V)));
+    return out;
+  }
+  void release_variables() override {
+    w_.release();
+    v_.release();
+  }
+  SavedVariable w_, v_;
+};
+
+// ---- qr ----
+class QrBackward final : public OpNode {
+ public:
+  explicit QrBackward(std::string mode) : OpNode("linalg.qr", "LinalgQrBackward"), mode_(std::move(mode)) {}
+  // m >= n: gA = (gQ + Q N) R^-T, N = triu(M) + triu(M, 1)^T,
+  // M = gR R^T - Q^T gQ.
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(1);
+    const Tensor &gQ = grads[0], &gR = grads[1];
+    if ((!gQ.defined() && !gR.defined()) || !should_compute_output(0)) return out;
+    Tensor Q = q_.unpack(this, "Q"), R = r_.unpack(this, "R");
+    Tensor M = gR.defined() ? matmul(gR, mT(R)) : Tensor();
+    if (gQ.defined()) M = M.defined() ? sub(M, matmul(mT(Q), gQ)) : neg(matmul(mT(Q), gQ));
+    Tensor N = add(triu(M), mT(triu(M, 1)));
+    Tensor rhs = add_defined(gQ, matmul(Q, N));
+    out[0] = tg::linalg::solve_triangular(mT(R), rhs, false, false);
+    return out;
+  }
+  void release_variables() override {
+    q_.release();
+    r_.release();
+  }
+  SavedVariable q_, r_;
+
+ private:
+  std::string mode_;
+};
+
+// ---- svd ----
+// The reduced SVD's pieces: U [m, k], S [k], V [n, k].
+struct SvdParts {
+  Tensor U, S, V;
+};
+class SvdBackward final : public OpNode {
+ public:
+  SvdBackward() : OpNode("linalg.svd", "LinalgSvdBackward") {}
+  // Townsend (2016), F_ij = 1 / (s_j^2 - s_i^2):
+  // gA = U [(F o (U^T gU - gU^T U)) S + diag(gS) + S (F o (V^T gV - gV^T V))] V^T
+  //      + (I - U U^T) gU S^-1 V^T + U S^-1 gV^T (I - V V^T).
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(1);
+    Tensor gU = grads[0], gS = grads[1], gVh = grads[2];
+    if ((!gU.defined() && !gS.defined() && !gVh.defined()) || !should_compute_output(0)) return out;
+    Tensor U = u_.unpack(this, "U"), S = s_.unpack(this, "S"), Vh = vh_.unpack(this, "Vh");
+    const int64_t m = U.size(-2), n = Vh.size(-1), k = S.size(-1);
+    if (U.size(-1) != k || Vh.size(-2) != k) {
+      TG_CHECK(!gU.defined() && !gVh.defined(), "linalg.svd: the derivative of U and Vh with full_matrices=true on a ",
+               m, " x ", n, " matrix is not defined (their extra columns are arbitrary); use full_matrices=false");
+      U = U.narrow(-1, 0, k);
+      Vh = Vh.narrow(-2, 0, k);
+    }
+    Tensor V = mT(Vh), gV = gVh.defined() ? mT(gVh) : Tensor();
+    Tensor inner = gS.defined() ? diag_embed(gS) : Tensor();
+    if (gU.defined() || gV.defined()) {
+      Tensor F = inverse_gaps(mul(S, S));
+      if (gU.defined()) {
+        Tensor UtgU = matmul(mT(U), gU);
+        inner = add_defined(inner, mul(mul(F, sub(UtgU, mT(UtgU))), S.unsqueeze(-2)));
+      }
+      if (gV.defined()) {
+        Tensor VtgV = matmul(mT(V), gV);
+        inner = add_defined(inner, mul(S.unsqueeze(-1), mul(F, sub(VtgV, mT(VtgV)))));
+      }
+    }
+    Tensor gA = matmul(matmul(U, inner), Vh);
+    Tensor Sinv = reciprocal(S);
+    if (gU.defined() && m > k) gA = add(gA, matmul(mul(sub(gU, matmul(U, matmul(mT(U), gU))), Sinv.unsqueeze(-2)), Vh));
+    if (gV.defined() && n > k)
+      gA = add(gA, matmul(mul(U, Sinv.unsqueeze(-2)), sub(mT(gV), matmul(matmul(mT(gV), V), Vh))));
+    out[0] = gA;
+    return out;
+  }
+  void release_variables() override {
+    u_.release();
+    s_.release();
+    vh_.release();
+  }
+  SavedVariable u_, s_, vh_;
+};
+
+// The primitives' differentiable forms (the table's entries forward here:
+// in namespace tg, matmul & co. name the public ops).
+namespace linalg_impl {
+
+TensorPair cholesky_ex(const Tensor& A, bool upper, bool check_errors) {
+  TensorPair r = run_raw([&] { return raw::linalg::cholesky_ex(A, upper, check_errors); });
+  Tensor F = std::get<0>(r);
+  if (should_record({&A})) {
+    auto node = make_node<CholeskyBackward>({&A}, upper);
+    F = finish(F, node);
+    node->factor_ = SavedVariable(F, true);
+  }
+  if (fw_any({&A})) {
+    const Tensor tA = fw_t(A);
+    fw_rule(F, [&] {
+      const Tensor L = upper ? mT(F) : F;
+      Tensor tL = jet_square(
+          tA, [](const Tensor& u, const Tensor& v) { return matmul(u, mT(v)); },
+          [&](const Tensor& res) { return cholesky_lin0(L, res); });
+      return upper && tL.defined() ? mT(tL) : tL;
+    });
+  }
+  return {F, std::get<1>(r)};
+}
+
+Tensor solve_triangular(const Tensor& A, const Tensor& B, bool upper, bool left, bool unit) {
+  Tensor X = run_raw([&] { return raw::linalg::solve_triangular(A, B, upper, left, unit); });
+  if (should_record({&A, &B})) {
+    auto node = make_node<SolveTriangularBackward>({&A, &B}, upper, left, unit);
+    node->a_ = SavedVariable(A, false);
+    X = finish(X, node);
+    if (node->needs_input_grad(0)) node->x_ = SavedVariable(X, true);
+  }
+  if (fw_any({&A, &B})) {
+    // Tangents padded to X's rank (batch dims broadcast against A's or B's).
+    const Tensor tA = fw_pad(fw_t(A), X.dim()), tB = fw_pad(fw_t(B), X.dim());
+    fw_rule(X, [&] {
+      Tensor ta = tA.defined() ? triangle(tA, upper, unit) : Tensor();
+      auto f = [left](const Tensor& a, const Tensor& y) { return left ? matmul(a, y) : matmul(y, a); };
+      return jet_divide(X, ta, tB, f,
+                        [&](const Tensor& r) { return tg::linalg::solve_triangular(A, r, upper, left, unit); });
+    });
+  }
+  return X;
+}
+
+TensorPair solve_ex(const Tensor& A, const Tensor& B, bool left, bool check_errors) {
+  TensorPair r = run_raw([&] { return raw::linalg::solve_ex(A, B, left, check_errors); });
+  Tensor X = std::get<0>(r);
+  const bool vec =
+      B.dim() == 1 || (B.dim() == A.dim() - 1 && IntList(A.sizes().begin(), A.sizes().end() - 1) == B.sizes());
+  if (should_record({&A, &B})) {
+    auto node = make_node<SolveBackward>({&A, &B}, left, vec);
+    node->a_ = SavedVariable(A, false);
+    X = finish(X, node);
+    if (node->needs_input_grad(0)) node->x_ = SavedVariable(X, true);
+  }
+  if (fw_any({&A, &B})) {
+    const Tensor Xm = vec ? X.unsqueeze(-1) : X;
+    const Tensor tB0 = fw_t(B);
+    // Tangents padded to the matrix solution's rank (batch dims broadcast).
+    const Tensor tA = fw_pad(fw_t(A), Xm.dim());
+    const Tensor tBm = fw_pad(vec && tB0.defined() ? tB0.unsqueeze(-1) : tB0, Xm.dim());
+    fw_rule(X, [&] {
+      auto f = [left](const Tensor& a, const Tensor& y) { return left ? matmul(a, y) : matmul(y, a); };
+      Tensor t = jet_divide(Xm, tA, tBm, f,
+                            [&](const Tensor& res) { return std::get<0>(tg::linalg::solve_ex(A, res, left, false)); });
+      return vec && t.defined() ? t.squeeze(-1) : t;
+    });
+  }
+  return {X, std::get<1>(r)};
+}
+
+TensorPair slogdet(const Tensor& A) {
+  TensorPair r = run_raw([&] { return raw::linalg::slogdet(A); });
+  Tensor logabs = std::get<1>(r);
+  if (should_record({&A})) {
+    auto node = make_node<SlogdetBackward>({&A});
+    node->a_ = SavedVariable(A, false);
+    logabs = finish(logabs, node);
+  }
+  if (fw_any({&A})) {
+    const Tensor tA = fw_t(A);
+    fw_rule(logabs, [&] {
+      // Z = A^-1 and its jet (A Z = I), then tr(Z A')'s recurrence.
+      Tensor Z = std::get<0>(tg::linalg::inv_ex(A, false));
+      Tensor tZ;
+      if (fw_taylor())
+        tZ = jet_divide(
+            Z, tA, Tensor(), [](const Tensor& a, const Tensor& y) { return matmul(a, y); },
+            [&](const Tensor& res) { return matmul(Z, res); });
+      return jet_logabsdet(Z, tZ, tA);
+    });
+  }
+  return {std::get<0>(r), logabs};
+}
+
+TensorTriple lu_factor_ex(const Tensor& A, bool pivot, bool check_errors) {
+  TensorTriple r = run_raw([&] { return raw::linalg::lu_factor_ex(A, pivot, check_errors); });
+  Tensor LU = std::get<0>(r);
+  const Tensor& piv = std::get<1>(r);
+  const bool fw = fw_any({&A});
+  Tensor perm = should_record({&A}) || fw ? run_raw([&] { return permutation_of(LU, piv); }) : Tensor();
+  if (should_record({&A})) {
+    auto node = make_node<LuFactorBackward>({&A});
+    LU = finish(LU, node);
+    node->lu_ = SavedVariable(LU, true);
+    node->perm_ = perm;
+  }
+  if (fw) {
+    const Tensor tA = fw_t(A);
+    fw_rule(LU, [&] {
+      // X = L^-1 P^T tA U^-1; tLU = L tril(X, -1) + triu(X) U.
+      const int64_t n = LU.size(-1);
+      Tensor L = add(tril(LU, -1), eye(n, TensorOptions().dtype(LU.dtype()).device(LU.device())));
+      Tensor U = triu(LU);
+      Tensor y = tg::linalg::solve_triangular(L, permute_rows(tA, perm), false, true, true);
+      Tensor X = tg::linalg::solve_triangular(U, y, true, false);
+      return add(matmul(L, tril(X, -1)), matmul(triu(X), U));
+    });
+  }
+  return {LU, piv, std::get<2>(r)};
+}
+
+TensorPair eigh(const Tensor& A, const std::string& UPLO) {
+  TensorPair r = run_raw([&] { return raw::linalg::eigh(A, UPLO); });
+  Tensor w = std::get<0>(r), V = std::get<1>(r);
+  if (should_record({&A})) {
+    auto node = make_node<EighBackward>({&A});
+    w = finish(w, node);
+    V = finish(V, node);
+    node->w_ = SavedVariable(w, true);
+    node->v_ = SavedVariable(V, true);
+  }
+  if (fw_any({&A})) {
+    // M = V^T sym(tA) V: tw = diag(M), tV = V (F o M).
+    const Tensor tA = fw_t(A);
+    Tensor M, F;
+    {
+      autograd::forward_ad::detail::Suspend pause;
+      M = matmul(matmul(mT(V), sym(tA)), V);
+      F = inverse_gaps(w);
+    }
+    fw_rule(w, [&] { return diagonal(M, 0, -2, -1); });
+    fw_rule(V, [&] { return matmul(V, mul(F, M)); });
+  }
+  return {w, V};
+}
+
+TensorPair qr(const Tensor& A, const std::string& mode) {
+  TensorPair r = run_raw([&] { return raw::linalg::qr(A, mode); });
+  Tensor Q = std::get<0>(r), R = std::get<1>(r);
+  const int64_t m = A.size(-2), n = A.size(-1);
+  const bool differentiable = mode != "r" && (m >= n && (mode == "reduced" || m == n));
+  if (should_record({&A}) || fw_any({&A}))
+    TG_CHECK(differentiable, "linalg.qr: the derivative is defined for mode \"reduced\" with rows >= columns (or a ",
+             "square A), got mode \"", mode, "\" on ", shape_str(A.sizes()),
+             "; for rows < columns differentiate the QR of A's transpose");
+  if (should_record({&A})) {
+    auto node = make_node<QrBackward>({&A}, mode);
+    Q = finish(Q, node);
+    R = finish(R, node);
+    node->q_ = SavedVariable(Q, true);
+    node->r_ = SavedVariable(R, true);
+  }
+  if (fw_any({&A})) {
+    // C = Q^T tA R^-1, Omega = tril(C, -1) - tril(C, -1)^T:
+    // tR = (C - Omega) R, tQ = tA R^-1 - Q (C - Omega).
+    const Tensor tA = fw_t(A);
+    Tensor tAR, CO;
+    {
+      autograd::forward_ad::detail::Suspend pause;
+      tAR = tg::linalg::solve_triangular(R, tA, true, false);
+      Tensor C = matmul(mT(Q), tAR);
+      Tensor low = tril(C, -1);
+      CO = add(triu(C), mT(low));
+    }
+    fw_rule(Q, [&] { return sub(tAR, matmul(Q, CO)); });
+    fw_rule(R, [&] { return matmul(CO, R); });
+  }
+  return {Q, R};
+}
+
+TensorTriple svd(const Tensor& A, bool full_matrices) {
+  TensorTriple r = run_raw([&] { return raw::linalg::svd(A, full_matrices); });
+  Tensor U = std::get<0>(r), S = std::get<1>(r), Vh = std::get<2>(r);
+  if (should_record({&A})) {
+    auto node = make_node<SvdBackward>({&A});
+    U = finish(U, node);
+    S = finish(S, node);
+    Vh = finish(Vh, node);
+    node->u_ = SavedVariable(U, true);
+    node->s_ = SavedVariable(S, true);
+    node->vh_ = SavedVariable(Vh, true);
+  }
+  if (fw_any({&A})) {
+    const int64_t m = A.size(-2), n = A.size(-1), k = S.size(-1);
+    const bool extra = U.size(-1) != k || Vh.size(-2) != k;
+    TG_CHECK(!extra, "linalg.svd: the tangent of U and Vh with full_matrices=true on a ", m, " x ", n,
+             " matrix is not defined (their extra columns are arbitrary); use full_matrices=false");
+    // dP = U^T tA V: tS = diag(dP), tU = U (F o (dP S + S dP^T)) + (I - U U^T) tA V S^-1,
+    // tV = V (F o (S dP + dP^T S)) + (I - V V^T) tA^T U S^-1.
+    const Tensor tA = fw_t(A);
+    Tensor tS, tU, tVh;
+    {
+      autograd::forward_ad::detail::Suspend pause;
+      Tensor V = mT(Vh);
+      Tensor dP = matmul(matmul(mT(U), tA), V);
+      Tensor F = inverse_gaps(mul(S, S));
+      Tensor Sr = S.unsqueeze(-2), Sc = S.unsqueeze(-1), Sinv = reciprocal(S).unsqueeze(-2);
+      tS = diagonal(dP, 0, -2, -1);
+      tU = matmul(U, mul(F, add(mul(dP, Sr), mul(Sc, mT(dP)))));
+      Tensor tV = matmul(V, mul(F, add(mul(Sc, dP), mul(mT(dP), Sr))));
+      if (m > k) {
+        Tensor tAV = matmul(tA, V);
+        tU = add(tU, mul(sub(tAV, matmul(U, matmul(mT(U), tAV))), Sinv));
+      }
+      if (n > k) {
+        Tensor tAtU = matmul(mT(tA), U);
+        tV = add(tV, mul(sub(tAtU, matmul(V, matmul(Vh, tAtU))), Sinv));
+      }
+      tVh = mT(tV);
+    }
+    fw_rule(U, [&] { return tU; });
+    fw_rule(S, [&] { return tS; });
+    fw_rule(Vh, [&] { return tVh; });
+  }
+  return {U, S, Vh};
+}
+
+}  // namespace linalg_impl
+}  // namespace
+
+namespace autograd::ops::linalg {
+#define TG_LINALG_IF_P_P(...) __VA_ARGS__
+#define TG_LINALG_IF_P_C(...)
+#define TG_D(...)
+#define TG_LINALG(ret, name, id, params, args, kind, taylor) \
+  TG_LINALG_IF_P_##kind(ret name params { return tg::linalg_impl::name args; })
+#include <tapegrad/tensor/linalg.def>
+#undef TG_LINALG
+#undef TG_D
+}  // namespace autograd::ops::linalg
 }  // namespace tg

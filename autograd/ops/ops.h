@@ -5,6 +5,7 @@
 // tensor layer.
 #pragma once
 
+#include <tapegrad/tensor/linalg.h>
 #include <tapegrad/tensor/ops.h>
 
 namespace tg::autograd::ops {
@@ -18,3 +19,15 @@ namespace tg::autograd::ops {
 #undef TG_OP0
 #undef TG_D
 }  // namespace tg::autograd::ops
+
+// The linear algebra family's primitives (<tapegrad/tensor/linalg.def>),
+// defined in autograd/ops/linalg.cpp.
+namespace tg::autograd::ops::linalg {
+#define TG_LINALG_IF_P_P(...) __VA_ARGS__
+#define TG_LINALG_IF_P_C(...)
+#define TG_D(...)
+#define TG_LINALG(ret, name, id, params, args, kind, taylor) TG_LINALG_IF_P_##kind(ret name params;)
+#include <tapegrad/tensor/linalg.def>
+#undef TG_LINALG
+#undef TG_D
+}  // namespace tg::autograd::ops::linalg

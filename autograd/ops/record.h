@@ -59,7 +59,7 @@ template <class N, class... Args> std::shared_ptr<N> make_node(const std::vector
 // Runs the raw op with grad mode and forward mode off, so that method calls
 // inside the raw layer (views, casts) on inputs that require grad or carry
 // tangents neither record nor push tangents.
-template <class F> Tensor run_raw(F&& f) {
+template <class F> auto run_raw(F&& f) -> decltype(f()) {
   AutoGradMode no_grad(false);
   forward_ad::detail::Suspend no_tangents;
   return f();

@@ -5,6 +5,8 @@
 // tangent rule yet, and says so instead of dropping the tangent (a wrong,
 // zero derivative).
 #include <cstring>
+#include <tuple>
+#include <vector>
 #include <string>
 
 #include "autograd/ops/ops.h"
@@ -28,8 +30,35 @@ bool has_tangent(const std::vector<Tensor>& ts) {
 template <class T> bool has_tangent(const T&) { return false; }
 
 bool output_ok(const Tensor& o) { return !o.defined() || !o.is_floating_point() || has_tangent(o); }
-bool output_ok(const TensorPair& p) { return output_ok(std::get<0>(p)) && output_ok(std::get<1>(p)); }
 template <class T> bool output_ok(const T&) { return true; }
+// Several outputs: some floating output carries a tangent (or none is
+// floating). Outputs without a derivative (slogdet's sign) carry none.
+bool floating(const Tensor& o) { return o.defined() && o.is_floating_point(); }
+template <class... T> bool output_ok(const std::tuple<T...>& t) {
+  return std::apply([](const auto&... o) { return !(floating(o) || ...) || ((floating(o) && has_tangent(o)) || ...); },
+                    t);
+}
+
+// The Taylor-coverage guard (LinalgOpTable::no_taylor_rule): inside a Taylor
+// level of order >= 2, an op without a Taylor rule whose input carries
+// coefficients throws at itself (a tangent rule alone would give wrong
+// higher coefficients).
+void no_taylor_rule(const char* op, std::initializer_list<const Tensor*> inputs) {
+  const auto* l = fad::detail::current_state().taylor;
+  if (!l || l->order < 2) return;
+  for (const Tensor* t : inputs)
+    TG_CHECK(!t->defined() || !has_tangent(*t), op, ": no Taylor-mode rule (Taylor level of order ", l->order,
+             "): its tangent rule gives only first-order coefficients. Compute this step outside the Taylor level, "
+             "or nest forward or reverse mode for its higher derivatives (docs/AUTOGRAD.md \"Taylor mode\")");
+}
+template <class T> void push_tensor(std::vector<const Tensor*>&, const T&) {}
+void push_tensor(std::vector<const Tensor*>& v, const Tensor& t) { v.push_back(&t); }
+template <class... A> void guard_taylor(const char* op, const A&... a) {
+  std::vector<const Tensor*> ts;
+  (push_tensor(ts, a), ...);
+  for (const Tensor* t : ts)
+    no_taylor_rule(op, {t});
+}
 
 // Ops called inside an op (composites) are checked through the outer one.
 thread_local int t_fw_depth = 0;
@@ -77,8 +106,36 @@ namespace ops = autograd::ops;
 #undef TG_OP0
 #undef TG_D
 
+// The linear algebra primitives: the forward-mode check, and the Taylor
+// guard where the op list declares no Taylor rule (`X`).
+#define TG_LINALG_GUARD_T(...)
+#define TG_LINALG_GUARD_X(op, ...) guard_taylor(op, __VA_ARGS__);
+#define TG_LINALG_IF_P_P(...) __VA_ARGS__
+#define TG_LINALG_IF_P_C(...)
+#define TG_D(...)
+#define TG_LINALG(ret, name, id, params, args, kind, taylor)                                \
+  TG_LINALG_IF_P_##kind(ret linalg_##id params {                                            \
+    TG_LINALG_GUARD_##taylor("linalg." #name, TG_UNPAREN args) return fw_checked(           \
+        "linalg." #name, [&]() -> ret { return ops::linalg::name args; }, TG_UNPAREN args); \
+  })
+#include <tapegrad/tensor/linalg.def>
+#undef TG_LINALG
+#undef TG_D
+
 }  // namespace
 }  // namespace tg
+
+extern "C" const tg::detail::LinalgOpTable* tapegrad_autograd_linalg_ops() {
+  static const tg::detail::LinalgOpTable table = [] {
+    tg::detail::LinalgOpTable t;
+#define TG_LINALG(ret, name, id, params, args, kind, taylor) TG_LINALG_IF_P_##kind(t.id = &tg::linalg_##id;)
+#include <tapegrad/tensor/linalg.def>
+#undef TG_LINALG
+    t.no_taylor_rule = &tg::no_taylor_rule;
+    return t;
+  }();
+  return &table;
+}
 
 extern "C" const tg::detail::OpTable* tapegrad_autograd_ops() {
   namespace ops = tg::autograd::ops;

@@ -411,20 +411,84 @@ Tensor jet_product(const Tensor& a, const Tensor& ta, const Tensor& b, const Ten
 }
 
 Tensor jet_quotient(const Tensor& q, const Tensor& ta, const Tensor& b, const Tensor& tb) {
+  // a = q b: the divide rule with f = mul, solve0 = division by b.
+  return jet_divide(q, tb, ta, jet_mul, [&](const Tensor& r) { return div(r, b); });
+}
+
+Tensor jet_divide(const Tensor& y, const Tensor& ta, const Tensor& tb, const Bilinear& f, const LinearMap& solve0) {
+  auto residual = [&](const Tensor& bm, const Tensor& am, const Tensor& cross) {
+    // bm - f(am, y) - cross, any term undefined (zero)
+    Tensor s = fw_add(am.defined() ? f(am, y) : Tensor(), cross);
+    if (!bm.defined()) return s.defined() ? neg(s) : Tensor();
+    return s.defined() ? sub(bm, s) : bm;
+  };
+  auto solved = [&](const Tensor& r) { return r.defined() ? solve0(r) : Tensor(); };
+  if (!fw_taylor()) {
+    Tensor r = residual(tb, ta, Tensor());
+    return r.defined() ? solve0(r) : Tensor();
+  }
   second_order_term();
   const TaylorLayout& l = layout();
-  // a = q b: a_m = sum_{j=0..m} b_j q_{m-j}, so q_m = (a_m - sum_{j=1..m} b_j q_{m-j}) / b.
-  std::vector<Tensor> A = blocks(l, ta), B = blocks(l, tb), Q(size_t(l.order) + 1);
+  std::vector<Tensor> A = blocks(l, ta), Bc = blocks(l, tb), Y(size_t(l.order) + 1);
   for (int m = 1; m <= l.order; ++m) {
-    Tensor s = B[size_t(m)].defined() ? mul(B[size_t(m)], q) : Tensor();
-    if (m == 2) s = fw_add(s, jet_cross(B[1], Q[1], jet_mul));
-    else
+    Tensor cross;
+    if (m == 2) {
+      if (A[1].defined() && Y[1].defined()) cross = jet_cross(A[1], Y[1], f);
+    } else {
       for (int j = 1; j < m; ++j)
-        s = fw_add(s, mul(B[size_t(j)], Q[size_t(m - j)]));
-    Tensor num = A[size_t(m)].defined() ? (s.defined() ? sub(A[size_t(m)], s) : A[size_t(m)]) : neg(s);
-    Q[size_t(m)] = div(num, b);
+        if (A[size_t(j)].defined() && Y[size_t(m - j)].defined())
+          cross = fw_add(cross, f(A[size_t(j)], Y[size_t(m - j)]));
+    }
+    Y[size_t(m)] = solved(residual(Bc[size_t(m)], A[size_t(m)], cross));
   }
-  return stack_blocks(l, std::move(Q), ta.defined() ? ta : tb);
+  const Tensor& like = ta.defined() ? ta : tb;
+  // stack_blocks shapes a missing block after `like`'s rows and y's shape.
+  IntList sh = y.sizes();
+  sh.insert(sh.begin(), like.size(0));
+  return stack_blocks(l, std::move(Y), zeros({1}, y.options()).expand(sh));
+}
+
+Tensor jet_square(const Tensor& tx, const Bilinear& f, const LinearMap& lin0) {
+  if (!tx.defined()) return Tensor();
+  if (!fw_taylor()) return lin0(tx);
+  second_order_term();
+  const TaylorLayout& l = layout();
+  std::vector<Tensor> X = blocks(l, tx), Y(size_t(l.order) + 1);
+  for (int m = 1; m <= l.order; ++m) {
+    Tensor cross;
+    if (m == 2) cross = jet_cross(Y[1], Y[1], f);  // f(y_a, y_b) is not symmetric in a, b
+    else
+      for (int i = 1; i < m; ++i)
+        cross = fw_add(cross, f(Y[size_t(i)], Y[size_t(m - i)]));
+    Tensor r = X[size_t(m)].defined() ? (cross.defined() ? sub(X[size_t(m)], cross) : X[size_t(m)]) : neg(cross);
+    Y[size_t(m)] = lin0(r);
+  }
+  return stack_blocks(l, std::move(Y), tx);
+}
+
+Tensor jet_logabsdet(const Tensor& z, const Tensor& tz, const Tensor& ta) {
+  // tr(P Q) over the last two dims, batched.
+  auto tr = [](const Tensor& p, const Tensor& q) { return sum(mul(p, q.transpose(-2, -1)), {-2, -1}); };
+  if (!ta.defined()) return Tensor();
+  if (!fw_taylor()) return tr(z, ta);
+  second_order_term();
+  const TaylorLayout& l = layout();
+  std::vector<Tensor> A = blocks(l, ta), Z = blocks(l, tz), Y(size_t(l.order) + 1);
+  for (int m = 1; m <= l.order; ++m) {
+    Tensor s = A[size_t(m)].defined() ? mul(tr(z, A[size_t(m)]), double(m)) : Tensor();
+    if (m == 2) {
+      if (Z[1].defined() && A[1].defined()) s = fw_add(s, jet_cross(Z[1], A[1], tr));
+    } else {
+      for (int i = 1; i < m; ++i)
+        if (Z[size_t(m - i)].defined() && A[size_t(i)].defined())
+          s = fw_add(s, mul(tr(Z[size_t(m - i)], A[size_t(i)]), double(i)));
+    }
+    Y[size_t(m)] = s.defined() ? mul(s, 1.0 / m) : Tensor();
+  }
+  IntList sh = z.sizes();
+  sh.resize(sh.size() - 2);
+  sh.insert(sh.begin(), ta.size(0));
+  return stack_blocks(l, std::move(Y), zeros({1}, z.options()).expand(sh));
 }
 
 }  // namespace ops_detail

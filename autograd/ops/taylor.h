@@ -69,7 +69,25 @@ Tensor jet_unary(const Tensor& tx, const std::vector<Tensor>& d);
 Tensor jet_activation(const Tensor& tx, const Tensor& x, Activation act, int order);
 /// f(a, b)'s tangent for bilinear f from a, b and their tangents.
 Tensor jet_product(const Tensor& a, const Tensor& ta, const Tensor& b, const Tensor& tb, const Bilinear& f);
-/// (a / b)'s tangent; q = a / b (the output).
+/// (a / b)'s tangent; q = a / b (the output): jet_divide with f = mul.
 Tensor jet_quotient(const Tensor& q, const Tensor& ta, const Tensor& b, const Tensor& tb);
+
+using LinearMap = std::function<Tensor(const Tensor&)>;
+/// The jet of implicit matrix functions. y solves f(a, y) = b with f
+/// bilinear (a / b: mul; A X = B: matmul; a triangular solve: matmul with
+/// A's triangle); y is the output, ta and tb the tangents of a and b
+/// (undefined: zero), solve0(r) the y with f(a, y) = r at the primal a
+/// (e.g. A^{-1} r). From b_m = sum_j f(a_j, y_{m-j}):
+///   y_m = solve0(b_m - f(a_m, y) - sum_{j=1..m-1} f(a_j, y_{m-j})).
+/// In plain forward mode only y_1: solve0(tb - f(ta, y)).
+Tensor jet_divide(const Tensor& y, const Tensor& ta, const Tensor& tb, const Bilinear& f, const LinearMap& solve0);
+/// y solves f(y, y) = x with f bilinear (Cholesky: y y^T = x); lin0(r) is
+/// the y_m with f(y_m, y) + f(y, y_m) = r: x_m = f(y, y_m) + f(y_m, y) +
+/// sum_{i=1..m-1} f(y_i, y_{m-i}), so y_m = lin0(x_m - sum_{i=1..m-1} f(y_i, y_{m-i})).
+Tensor jet_square(const Tensor& tx, const Bilinear& f, const LinearMap& lin0);
+/// log|det A|'s tangent from A's (ta) and the jet of Z = A^{-1} (z the
+/// primal inverse, tz its tangent): y' = tr(Z A') gives
+///   y_m = (1/m) sum_{i=1..m} i tr(Z_{m-i} A_i).
+Tensor jet_logabsdet(const Tensor& z, const Tensor& tz, const Tensor& ta);
 
 }  // namespace tg::autograd::ops_detail

@@ -109,3 +109,189 @@ TEST(Linalg, LinearWithAndWithoutBias) {
 
 }  // namespace
 }  // namespace tgtest
+
+// ---- tg::linalg: closed forms, third derivatives, multi-output nodes, bad inputs
+namespace tgtest {
+namespace {
+
+namespace la = tg::linalg;
+using tg::autograd::grad;
+
+const tg::TensorOptions kF64 = tg::TensorOptions().dtype(tg::kFloat64);
+
+class LinalgFamily : public ::testing::TestWithParam<tg::DeviceType> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == tg::kCUDA) {
+      REQUIRE_GPU();
+    }
+  }
+  tg::Device dev() const { return GetParam() == tg::kCUDA ? tg::Device(tg::kCUDA, 0) : tg::Device(tg::kCPU); }
+  Tensor T(std::vector<double> v, IntList s) const { return tg::tensor(v, s, kF64).to(dev()); }
+};
+
+double max_abs(const Tensor& t) { return tg::abs(t).amax().to(tg::Device(tg::kCPU)).item<double>(); }
+
+TEST_P(LinalgFamily, FactorizationsReconstructTheirInput) {
+  const Tensor A = T({4, 2, 0.6, 2, 5, 1, 0.6, 1, 3}, {3, 3});  // symmetric positive definite
+  const Tensor L = la::cholesky(A);
+  EXPECT_LT(max_abs(tg::matmul(L, L.transpose(0, 1)) - A), 1e-12);
+  EXPECT_EQ(max_abs(tg::triu(L, 1)), 0.0);
+  const Tensor U = la::cholesky(A, true);
+  EXPECT_LT(max_abs(tg::matmul(U.transpose(0, 1), U) - A), 1e-12);
+  auto [w, V] = la::eigh(A);
+  EXPECT_LT(max_abs(tg::matmul(tg::mul(V, w.unsqueeze(0)), V.transpose(0, 1)) - A), 1e-12);
+  EXPECT_LT(values(w)[0], values(w)[1]);  // ascending
+  const Tensor B = T({1, 2, 3, 4, 5, 6, 7, 8, 10, 1, 0, 2}, {4, 3});
+  auto [Q, R] = la::qr(B);
+  EXPECT_LT(max_abs(tg::matmul(Q, R) - B), 1e-12);
+  EXPECT_LT(max_abs(tg::matmul(Q.transpose(0, 1), Q) - tg::eye(3, kF64).to(dev())), 1e-12);
+  auto [Us, S, Vh] = la::svd(B, false);
+  EXPECT_LT(max_abs(tg::matmul(tg::mul(Us, S.unsqueeze(0)), Vh) - B), 1e-12);
+  auto [Uf, Sf, Vhf] = la::svd(B);
+  EXPECT_EQ(Uf.sizes(), (IntList{4, 4}));
+  EXPECT_LT(max_abs(tg::matmul(Uf.transpose(0, 1), Uf) - tg::eye(4, kF64).to(dev())), 1e-12);
+  // LAPACK's pivots: [[1, 2], [3, 4]] swaps its rows first.
+  auto [LU, piv] = la::lu_factor(T({1, 2, 3, 4}, {2, 2}));
+  expect_values(LU, {3, 4, 1.0 / 3, 2.0 / 3}, 1e-12, "");
+  EXPECT_EQ(values(piv), (std::vector<double>{2, 2}));
+  expect_values(la::lu_solve(LU, piv, T({5, 6}, {2, 1})), {-4, 4.5}, 1e-12, "");  // [[1,2],[3,4]] x = [5, 6]
+}
+
+TEST_P(LinalgFamily, ValuesMatchClosedForms) {
+  const Tensor A = T({2, 1, 1, 3}, {2, 2});  // det 5
+  expect_values(la::det(A), {5}, 1e-12, "");
+  expect_values(la::logdet(A), {std::log(5.0)}, 1e-12, "");
+  auto [sign, logabs] = la::slogdet(T({0, 1, 1, 0}, {2, 2}));  // det -1
+  expect_values(sign, {-1}, 0, "");
+  expect_values(logabs, {0}, 1e-14, "");
+  EXPECT_TRUE(std::isnan(values(la::logdet(T({0, 1, 1, 0}, {2, 2})))[0]));
+  auto [s0, l0] = la::slogdet(T({1, 2, 2, 4}, {2, 2}));  // singular
+  expect_values(s0, {0}, 0, "");
+  EXPECT_EQ(values(l0)[0], -std::numeric_limits<double>::infinity());
+  expect_values(la::inv(A), {0.6, -0.2, -0.2, 0.4}, 1e-12, "");
+  expect_values(la::solve(A, T({3, 4}, {2})), {1, 1}, 1e-12, "");  // a vector right-hand side
+  // exp of a nilpotent and of a rotation generator (scaling and squaring at t = 10).
+  expect_values(la::matrix_exp(T({0, 1, 0, 0}, {2, 2})), {1, 1, 0, 1}, 1e-14, "");
+  expect_values(la::matrix_exp(T({0, 10, -10, 0}, {2, 2})), {std::cos(10), std::sin(10), -std::sin(10), std::cos(10)},
+                1e-11, "rotation");
+  expect_values(la::matrix_norm(T({1, -2, 3, 4}, {2, 2}), 1.0), {6}, 1e-14, "");
+  expect_values(la::matrix_norm(T({1, -2, 3, 4}, {2, 2}), std::numeric_limits<double>::infinity()), {7}, 1e-14, "");
+  expect_values(la::matrix_norm(T({3, 0, 0, 4}, {2, 2}), "nuc"), {7}, 1e-12, "");
+  expect_values(la::vector_norm(T({3, -4, 0}, {3}), 0.0), {2}, 0, "");
+  expect_values(la::pinv(T({1, 0, 0, 0}, {2, 2})), {1, 0, 0, 0}, 1e-14, "");  // the zero singular value drops
+  auto [X, res, rank, sv] = la::lstsq(T({1, 0, 0, 1, 1, 1}, {3, 2}), T({1, 2, 4}, {3, 1}));
+  expect_values(X, {4.0 / 3, 7.0 / 3}, 1e-12, "");    // normal equations [[2,1],[1,2]] x = [5, 6]
+  expect_values(res, {1.0 / 3}, 1e-12, "residuals");  // A x - b = [1, -1, 1] / 3
+}
+
+// d logdet(A)/dA = A^-T, and its derivative along E: -(A^-1 E A^-1)^T.
+TEST_P(LinalgFamily, LogdetGradientAndHessianAreClosedForms) {
+  const Tensor A0 = T({3, 1, 0.5, 0.2, 2, 0.3, 0.1, 0.4, 4}, {3, 3});
+  const Tensor E = T({0.1, -0.2, 0.3, 0.4, 0.5, -0.6, 0.7, 0.8, 0.9}, {3, 3});
+  const Tensor A = A0.detach().requires_grad_();
+  const Tensor g = grad({la::logdet(A)}, {A}, {}, false, true)[0];
+  const Tensor Ainv = la::inv(A0);
+  EXPECT_LT(max_abs(g - Ainv.transpose(0, 1)), 1e-12);
+  const Tensor h = grad({tg::sum(g * E)}, {A})[0];
+  EXPECT_LT(max_abs(h + tg::matmul(tg::matmul(Ainv, E), Ainv).transpose(0, 1)), 1e-12);
+}
+
+// d lambda_i / dA = v_i v_i^T for a symmetric A with distinct eigenvalues;
+// a gradient from the eigenvalues alone (the eigenvectors' undefined).
+TEST_P(LinalgFamily, EigenvalueDerivativesAreOuterProducts) {
+  const Tensor A = T({4, 1, 0, 1, 3, 1, 0, 1, 2}, {3, 3}).requires_grad_();
+  auto [w, V] = la::eigh(A);
+  const Tensor g = grad({w.select(0, 2)}, {A})[0];
+  const Tensor v = V.select(1, 2).detach();
+  EXPECT_LT(max_abs(g - tg::mul(v.unsqueeze(1), v.unsqueeze(0))), 1e-12);
+  // sum of eigenvalues = trace: gradient I.
+  auto [w2, V2] = la::eigh(A);
+  EXPECT_LT(max_abs(grad({w2.sum()}, {A})[0] - tg::eye(3, kF64).to(dev())), 1e-12);
+  // svd: only S, sum S = nuclear norm, gradient U Vh.
+  const Tensor B = T({1, 2, 3, 4, 5, 7}, {3, 2}).requires_grad_();
+  auto [U, S, Vh] = la::svd(B, false);
+  EXPECT_LT(max_abs(grad({S.sum()}, {B})[0] - tg::matmul(U, Vh).detach()), 1e-12);
+  // qr: only R.
+  auto [Q, R] = la::qr(B);
+  EXPECT_EQ(grad({R.sum()}, {B})[0].sizes(), B.sizes());
+}
+
+// f(t) = logdet(A + t E): f''' = 2 tr(M^3), M = A^-1 E; x(t) = (A + t E)^-1 b:
+// x''' = -6 M^3 A^-1 b; cholesky's third derivative against differences of its second.
+TEST_P(LinalgFamily, ThirdDerivativesOfLogdetSolveAndCholesky) {
+  const Tensor A = T({3, 1, 0.5, 1, 2, 0.3, 0.5, 0.3, 4}, {3, 3});
+  const Tensor E = T({0.1, 0.2, 0.3, 0.2, 0.5, -0.1, 0.3, -0.1, 0.9}, {3, 3});  // symmetric
+  const Tensor b = T({1, -1, 2}, {3, 1});
+  auto third = [&](const std::function<Tensor(const Tensor&)>& f, double t0) {
+    Tensor t = tg::full({}, t0, kF64).to(dev()).requires_grad_();
+    Tensor d1 = grad({f(t)}, {t}, {}, true, true)[0];
+    Tensor d2 = grad({d1}, {t}, {}, true, true)[0];
+    return std::vector<double>{values(d2)[0], values(grad({d2}, {t})[0])[0]};
+  };
+  const Tensor M = tg::matmul(la::inv(A), E);
+  const Tensor M3 = tg::matmul(M, tg::matmul(M, M));
+  const double want_logdet = 2 * values(tg::diagonal(M3, 0, 0, 1).sum())[0];
+  EXPECT_NEAR(third([&](const Tensor& t) { return la::logdet(A + E * t); }, 0)[1], want_logdet, 1e-10);
+  const Tensor w = T({0.3, -0.7, 1.1}, {3, 1});
+  const double want_solve = values(tg::sum(w * tg::matmul(M3, la::solve(A, b)) * -6.0))[0];
+  EXPECT_NEAR(third([&](const Tensor& t) { return tg::sum(w * la::solve(A + E * t, b)); }, 0)[1], want_solve, 1e-10);
+  const Tensor W = T({1, 0.5, -0.3, 0.2, 1, 0.7, -0.4, 0.9, 1}, {3, 3});
+  auto chol = [&](const Tensor& t) { return tg::sum(W * la::cholesky(A + E * t)); };
+  const double h = 1e-4;
+  const double fd = (third(chol, h)[0] - third(chol, -h)[0]) / (2 * h);
+  EXPECT_NEAR(third(chol, 0)[1], fd, 1e-6 * (1 + std::abs(fd)));
+}
+
+TEST_P(LinalgFamily, BadInputsNameTheOpAndWhatIsWrong) {
+  EXPECT_ERROR_CONTAINS(la::cholesky(T({1, 2, 3, 4, 5, 6}, {2, 3})), "linalg.cholesky: expected A to be a square");
+  // Batch element [1] fails at its leading minor of order 2.
+  const Tensor bad = T({4, 0, 0, 1, 1, 0, 1, 1, 1, 2, 0, 2, 0, 0, 0, 3}, {2, 2, 2, 2}).reshape({2, 2, 2, 2});
+  const Tensor spd_then_not = T({2, 0, 0, 2, 1, 2, 2, 1}, {2, 2, 2});
+  EXPECT_ERROR_CONTAINS(la::cholesky(spd_then_not), "leading minor of order 2");
+  EXPECT_ERROR_CONTAINS(la::cholesky(spd_then_not), "batch element [1]");
+  auto [L, info] = la::cholesky_ex(spd_then_not);  // no throw: the info tensor says it
+  EXPECT_EQ(values(info), (std::vector<double>{0, 2}));
+  (void)bad;
+  EXPECT_ERROR_CONTAINS(la::solve(T({1, 2, 2, 4}, {2, 2}), T({1, 1}, {2})), "singular");
+  EXPECT_ERROR_CONTAINS(la::inv(T({1, 2, 2, 4}, {2, 2})), "singular");
+  EXPECT_ERROR_CONTAINS(la::solve(T({1, 0, 0, 1}, {2, 2}), T({1, 1, 1}, {3, 1})), "do not match");
+  EXPECT_ERROR_CONTAINS(la::solve_triangular(T({1, 0, 0, 1}, {2, 2}), T({1, 1, 1}, {3, 1}), false), "do not match");
+  EXPECT_ERROR_CONTAINS(la::cholesky(tg::ones({2, 2}, tg::TensorOptions().dtype(tg::kInt64)).to(dev())),
+                        "Float32 or Float64");
+  EXPECT_ERROR_CONTAINS(la::eigh(T({1, 0, 0, 1}, {2, 2}), "X"), "UPLO");
+  EXPECT_ERROR_CONTAINS(la::qr(T({1, 0, 0, 1}, {2, 2}), "full"), "mode");
+  EXPECT_ERROR_CONTAINS(la::matrix_norm(T({1, 0, 0, 1}, {2, 2}), 3.0), "ord");
+  auto [LU, piv] = la::lu_factor(T({1, 2, 3, 4}, {2, 2}));
+  EXPECT_ERROR_CONTAINS(la::lu_solve(LU, piv * 0, T({1, 1}, {2, 1})), "pivots");
+  // Still usable.
+  expect_values(la::cholesky(T({4, 0, 0, 9}, {2, 2})), {2, 0, 0, 3}, 1e-14, "");
+}
+
+// An op without a Taylor rule refuses a Taylor level at itself; one with a
+// rule gives the coefficients of the composed polynomial.
+TEST_P(LinalgFamily, TaylorCoverageIsDeclaredAndChecked) {
+  namespace fwd = tg::autograd::forward_ad;
+  const Tensor A = T({3, 1, 1, 2}, {2, 2});
+  const Tensor v = T({1, 0, 0, 1}, {1, 2, 2});
+  const Tensor z = tg::zeros({1, 2, 2}, kF64).to(dev());
+  {
+    fwd::taylor_level level(2, 1);
+    Tensor x = fwd::make_jet(A, {v, z});
+    EXPECT_ERROR_CONTAINS(la::eigh(x), "linalg.eigh: no Taylor-mode rule");
+    EXPECT_ERROR_CONTAINS(la::svdvals(x), "no Taylor-mode rule");
+    // logdet(A + t I) = logdet A + t tr(A^-1) - t^2 tr(A^-2) / 2 + ...
+    auto c = fwd::jet_coefficients(la::logdet(x));
+    const Tensor Ai = la::inv(A);
+    EXPECT_NEAR(values(c[0])[0], values(tg::diagonal(Ai, 0, 0, 1).sum())[0], 1e-12);
+    EXPECT_NEAR(values(c[1])[0], -0.5 * values(tg::diagonal(tg::matmul(Ai, Ai), 0, 0, 1).sum())[0], 1e-12);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, LinalgFamily, ::testing::Values(tg::kCPU, tg::kCUDA),
+                         [](const ::testing::TestParamInfo<tg::DeviceType>& i) {
+                           return i.param == tg::kCUDA ? std::string("Cuda") : std::string("Cpu");
+                         });
+
+}  // namespace
+}  // namespace tgtest

@@ -4,7 +4,8 @@
 #   scripts/gpu.sh test       the whole suite (GPU tests must run, not skip)
 #   scripts/gpu.sh sanitize   compute-sanitizer memcheck on the GPU tests,
 #                             racecheck and synccheck on the stream tests
-#   scripts/gpu.sh bench      bench_cuda (bandwidth, GEMM, engine overhead)
+#   scripts/gpu.sh bench      bench_cuda (bandwidth, GEMM, engine overhead) and the
+#                             tg::linalg workloads with PyTorch and JAX (bench/peers/linalg_peers.py)
 #   scripts/gpu.sh sparse     bench_sparse (sparse vs dense gradient accumulation)
 #   scripts/gpu.sh peers      the LibTorch engine-overhead peer, CPU and CUDA
 #   scripts/gpu.sh pinn       the PINN step, eager and graphed, side by side with
@@ -68,7 +69,10 @@ for step in "$@"; do
     sparse)
       $B/bench/bench_sparse --benchmark_min_time=0.3 2>&1 | tee "$OUT/bench_sparse.txt" | grep -E "^BM_|^Run on" ;;
     bench)
-      $B/bench/bench_cuda --benchmark_min_time=0.3 2>&1 | tee "$OUT/bench_cuda.txt" | grep -E "^BM_|^Run on" ;;
+      $B/bench/bench_cuda --benchmark_min_time=0.3 2>&1 | tee "$OUT/bench_cuda.txt" | grep -E "^BM_|^Run on"
+      # tg::linalg: GP NLML gradient and Hessian, batched Cholesky; the table
+      # with PyTorch and JAX (LINALG_ARGS, e.g. "--sizes 1024 --frameworks tapegrad,jax").
+      python3 bench/peers/linalg_peers.py ${LINALG_ARGS:-} 2>&1 | tee "$OUT/linalg_peers.txt" ;;
     peers)
       { cmake -S bench/peers -B build-peers \
           -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')" &&

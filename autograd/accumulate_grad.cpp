@@ -3,7 +3,7 @@
 #include <tapegrad/autograd/autograd_meta.h>
 #include <tapegrad/autograd/forward_ad.h>
 #include <tapegrad/autograd/grad_mode.h>
-#include <tapegrad/cuda/capture.h>
+#include <tapegrad/cuda/static_tensor.h>
 #include "autograd/input_buffer.h"
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>

@@ -10,9 +10,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/capture_observer.h"
-#include "cuda/check.h"
-#include "cuda/pool.h"
+#include "cuda/runtime/capture_observer.h"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/pool.h"
 #include "graphs/fusion.h"
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/tensor/ops.h>

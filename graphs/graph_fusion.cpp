@@ -10,7 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/check.h"
+#include "cuda/runtime/check.h"
 #include "graphs/fusion.h"
 
 namespace tg::cuda::fusion {

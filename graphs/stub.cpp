@@ -2,7 +2,7 @@
 #include <tapegrad/cuda/graph.h>
 
 #include <tapegrad/tensor/error.h>
-#include "cuda/stub.h"
+#include "cuda/runtime/stub.h"
 #include "graphs/fusion.h"
 
 namespace tg::cuda {

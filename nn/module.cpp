@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include <tapegrad/cuda/capture.h>
+#include <tapegrad/cuda/static_tensor.h>
 #include <functional>
 #include <map>
 #include <ostream>

@@ -11,10 +11,19 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 # Lowest first. A path belongs to the first layer with a matching prefix.
 LAYERS = [
-    ("tensor", ["tensor/", "include/tapegrad/tensor/", "include/tapegrad/cuda/device.h",
-                "include/tapegrad/cuda/stream.h", "include/tapegrad/cuda/allocator.h",
-                "include/tapegrad/cuda/capture.h"]),
-    ("cuda", ["cuda/"]),
+    # The few dependency-free pieces both the CUDA runtime and the tensor
+    # layer need: errors, the environment switches, dtypes, devices and the
+    # Allocator interface.
+    ("core", ["include/tapegrad/tensor/error.h", "tensor/error.cpp", "tensor/env.h",
+              "include/tapegrad/tensor/scalar_type.h", "tensor/scalar_type.cpp",
+              "include/tapegrad/tensor/device.h", "include/tapegrad/tensor/allocator.h"]),
+    # Devices, streams, events, caching allocators, the capture state, the
+    # launch encoder's byte-range side and the library handles (as c10/cuda
+    # under ATen): no Tensor.
+    ("cuda-runtime", ["cuda/runtime/", "include/tapegrad/cuda/device.h", "include/tapegrad/cuda/stream.h",
+                      "include/tapegrad/cuda/allocator.h", "include/tapegrad/cuda/capture.h"]),
+    ("tensor", ["tensor/", "include/tapegrad/tensor/", "include/tapegrad/cuda/static_tensor.h"]),
+    ("cuda-kernels", ["cuda/kernels/", "cuda/launch.h"]),
     ("autograd", ["autograd/", "include/tapegrad/autograd/"]),
     ("nn", ["nn/", "include/tapegrad/nn/"]),
     ("graphs", ["graphs/", "include/tapegrad/cuda/graph.h", "include/tapegrad/cuda/graphed.h"]),

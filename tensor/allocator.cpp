@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include <tapegrad/tensor/error.h>
-#include "tensor/kernels.h"
+#include "cuda/runtime/allocators.h"
 
 namespace tg {
 namespace {

@@ -115,7 +115,7 @@ struct Backend {
   // Indices that were checked once and may have changed since (a sparse
   // tensor's, through _indices()): index Int64 1-D. CUDA only (the CPU
   // checks on the host): every index outside [0, size) is reported at the
-  // next synchronization as `sparse tensor indices` (cuda/check.h BadIndex);
+  // next synchronization as `sparse tensor indices` (cuda/runtime/check.h BadIndex);
   // nothing is read but the index.
   void (*report_bad_indices)(const Tensor& index, int64_t size);
   // out (already a copy of self) [index along dim] += src; out contiguous.
@@ -168,13 +168,11 @@ struct Backend {
 const Backend& backend(Device d, const char* op);
 
 const Backend& cpu_backend();
-// The CUDA kernels: defined by cuda/kernels (nullptr from cuda/stub.cpp in a
-// build without CUDA). Chosen at link time, initialised on first use: no
-// registration by static initializer, so a static link keeps it.
+// The CUDA kernels: defined by cuda/kernels (nullptr from cuda/kernels/stub.cpp
+// in a build without CUDA). Chosen at link time, initialised on first use: no
+// registration by static initializer, so a static link keeps it. (The same
+// seam for memory, the device and pinned allocators, is the runtime's:
+// cuda/runtime/allocators.h.)
 const Backend* cuda_backend();
-// The same seam for memory: device `index`'s caching allocator (throws for a
-// bad index) and the pinned host allocator; nullptr without CUDA.
-Allocator* cuda_device_allocator(int index);
-Allocator* cuda_pinned_allocator();
 
 }  // namespace tg::kernels

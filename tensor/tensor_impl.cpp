@@ -3,7 +3,7 @@
 
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/tensor.h>
-#include <tapegrad/cuda/capture.h>
+#include <tapegrad/cuda/static_tensor.h>
 #include "tensor/static_mark.h"
 
 #include <exception>

@@ -5,7 +5,7 @@
 
 #include <exception>
 
-#include <tapegrad/cuda/capture.h>
+#include <tapegrad/cuda/static_tensor.h>
 #include <tapegrad/tensor/raw.h>
 
 namespace tgtest {

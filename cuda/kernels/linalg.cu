@@ -26,9 +26,9 @@
 #include "tensor/op_util.h"
 #include <tapegrad/tensor/raw.h>
 
-#include "cuda/check.h"
+#include "cuda/runtime/check.h"
 #include "cuda/launch.h"
-#include "cuda/libraries.h"
+#include "cuda/runtime/libraries.h"
 #include "loops.cuh"
 #include "register.h"
 

@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "cuda/check.h"
+#include "cuda/runtime/check.h"
 #include "cuda/kernels/dtypes.cuh"
 #include "cuda/kernels/fused_steps.cuh"
 #include "cuda/launch.h"

@@ -239,7 +239,7 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
 
 // ---- indexing --------------------------------------------------------------------------
 
-// An index out of range (cuda/check.h, detail::BadIndex): the element is
+// An index out of range (cuda/runtime/check.h, detail::BadIndex): the element is
 // skipped and the host told at its next synchronization.
 __device__ inline bool index_ok(int64_t j, int64_t size, detail::BadIndex* bad, int op) {
   if (j >= 0 && j < size) return true;

@@ -10,8 +10,8 @@
 #include <thrust/execution_policy.h>
 #include <thrust/iterator/counting_iterator.h>
 
-#include "cuda/check.h"
-#include "cuda/libraries.h"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/libraries.h"
 #include "tensor/op_util.h"
 
 #include "loops.cuh"
@@ -145,7 +145,7 @@ void coalesce_kernel(const Tensor& lin, const Tensor& values, const IntList& spa
 }
 
 // ---- cuSPARSE -------------------------------------------------------------------------
-// The handle is this thread's (cuda/libraries.h); SpMM's buffer comes from
+// The handle is this thread's (cuda/runtime/libraries.h); SpMM's buffer comes from
 // the launch encoder (the graph's own memory under capture).
 
 // Descriptors destroyed on every path (errors included).

@@ -1,7 +1,10 @@
 // The capture state every layer may ask about: whether a stream captures,
 // the memory pools captures allocate from, and the checks an op makes before
 // it does something a capture cannot hold. The CUDA graphs themselves
-// (CUDAGraph, the Graph guard, static tensors) are in <tapegrad/cuda/graph.h>.
+// (CUDAGraph, the Graph guard, static tensors) are in <tapegrad/cuda/graph.h>;
+// the checks that read a tensor (static_in_use) in
+// <tapegrad/cuda/static_tensor.h>. This is the CUDA runtime layer, below the
+// tensor layer: nothing here names a Tensor.
 #pragma once
 
 #include <cstdint>
@@ -9,10 +12,6 @@
 #include <utility>
 
 #include <tapegrad/cuda/stream.h>
-
-namespace tg {
-class Tensor;
-}
 
 namespace tg::cuda {
 
@@ -32,11 +31,6 @@ enum class CaptureMode { Global, ThreadLocal, Relaxed };
 /// Whether the current stream of the current device is capturing.
 bool is_current_stream_capturing();
 
-/// Whether `t` is a static tensor (register_static in <tapegrad/cuda/graph.h>)
-/// and a live graph recorded its address: a flag on the tensor, read without
-/// a lock or a registry lookup.
-bool static_in_use(const Tensor& t);
-
 namespace detail {
 /// Throws a tg::Error naming `op` when the current stream of `device` (-1:
 /// the current device) is capturing, after ending that capture (so the
@@ -53,15 +47,6 @@ bool capture_random(int device, uint64_t n, const int64_t** state, uint64_t* off
 /// nodes use, e.g. a pinned host buffer of a copy) stays alive with that
 /// graph until reset(), and true is returned; else false.
 bool keep_alive_with_capture(const Stream& s, std::shared_ptr<void> owner);
-/// The exceptions in flight as libtapegrad_tensor's C++ runtime counts them:
-/// std::uncaught_exceptions() there. The libraries must share one C++
-/// runtime (a static copy of libstdc++ linked into each would count apart,
-/// and the Graph guard would miss an exception thrown by an op); a test
-/// compares the two counts.
-int tensor_layer_uncaught_exceptions();
-/// Throws a tg::Error naming `op` and the tensor when `t` is static and a
-/// live graph depends on its address (`what` moves: "its data", "the .grad").
-void check_static_may_move(const Tensor& t, const char* op, const char* what);
 }  // namespace detail
 
 }  // namespace tg::cuda

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <tapegrad/cuda/capture.h>
+#include <tapegrad/cuda/static_tensor.h>
 #include <tapegrad/cuda/stream.h>
 
 namespace tg {
@@ -178,7 +179,7 @@ void register_static(const Tensor& t, const std::string& name);
 void unregister_static(const Tensor& t);
 /// The name `t` is registered with, or "" when it is not static.
 std::string static_name(const Tensor& t);
-/// (static_in_use(t), in <tapegrad/cuda/capture.h>, says whether a live graph
+/// (static_in_use(t), in <tapegrad/cuda/static_tensor.h>, says whether a live graph
 /// recorded `t`.)
 ///@}
 

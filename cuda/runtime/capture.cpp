@@ -1,6 +1,6 @@
-// The capture state (<tapegrad/cuda/capture.h>, cuda/capture_observer.h):
+// The capture state (<tapegrad/cuda/capture.h>, cuda/runtime/capture_observer.h):
 // which streams capture, who observes each capture, and the launch encoder
-// (cuda/launch.h) that reports each library call's nodes to the observer.
+// (cuda/runtime/launch.h) that reports each library call's nodes to the observer.
 // CUDAGraph (graphs/) is the observer; nothing here knows about graphs.
 #include <tapegrad/cuda/capture.h>
 
@@ -12,9 +12,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/capture_observer.h"
-#include "cuda/check.h"
-#include "cuda/launch.h"
+#include "cuda/runtime/capture_observer.h"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/launch.h"
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/tensor/error.h>
 
@@ -124,27 +124,16 @@ namespace fusion {
 
 bool captures_underway() { return g_underway.load(std::memory_order_relaxed) > 0; }
 
-Access span_of(const Tensor& t, bool written) {
-  const int64_t elem = int64_t(element_size(t.dtype()));
-  int64_t lo = 0, hi = 0;
-  for (size_t d = 0; d < t.sizes().size(); ++d) {
-    if (t.sizes()[d] == 0) return {static_cast<const char*>(t.data_ptr()), 0, written};
-    const int64_t reach = (t.sizes()[d] - 1) * t.strides()[d];
-    (reach < 0 ? lo : hi) += reach;
-  }
-  return {static_cast<const char*>(t.data_ptr()) + lo * elem, (hi - lo + 1) * elem, written};
-}
-
 }  // namespace fusion
 
-LaunchEncoder::LaunchEncoder(void* stream) : stream_(stream) {
+LaunchEncoderBase::LaunchEncoderBase(void* stream) : stream_(stream) {
   if (!fusion::captures_underway()) return;
   detail::RelaxedCaptureMode relaxed;  // only queries; never fail a Global capture
   active_ = capture_info(static_cast<cudaStream_t>(stream), &id_, &before_);
 }
 
-void LaunchEncoder::fusable(const void* func, const void* arg0, size_t arg0_bytes, ScalarType dtype, int64_t n,
-                            const fusion::Step& step) {
+void LaunchEncoderBase::fusable(const void* func, const void* arg0, size_t arg0_bytes, ScalarType dtype, int64_t n,
+                                const fusion::Step& step) {
   if (!active_ || n > fusion::kMaxElements) return;
   if (dtype != ScalarType::Float32 && dtype != ScalarType::Float64) return;
   func_ = func;
@@ -162,7 +151,7 @@ void LaunchEncoder::fusable(const void* func, const void* arg0, size_t arg0_byte
 // barriers. A fusable call's one kernel is the stream's last node unless
 // another thread launched on the same stream in between: its kernel and
 // first argument are compared.
-LaunchEncoder::~LaunchEncoder() {
+LaunchEncoderBase::~LaunchEncoderBase() {
   if (!active_) return;
   detail::RelaxedCaptureMode relaxed;
   unsigned long long id = 0;

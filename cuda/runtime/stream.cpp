@@ -9,7 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/check.h"
+#include "cuda/runtime/check.h"
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/cuda/capture.h>
 

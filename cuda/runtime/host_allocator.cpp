@@ -12,10 +12,10 @@
 #include <vector>
 
 #include <tapegrad/cuda/allocator.h>
-#include "cuda/check.h"
+#include "cuda/runtime/check.h"
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/tensor/allocator.h>
-#include "tensor/kernels.h"
+#include "cuda/runtime/allocators.h"
 #include <tapegrad/tensor/error.h>
 
 namespace tg::cuda {

@@ -1,4 +1,4 @@
-#include "cuda/check.h"
+#include "cuda/runtime/check.h"
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/cuda/stream.h>
 

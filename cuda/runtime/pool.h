@@ -1,4 +1,4 @@
-// Internal: the caching allocator's side of graph capture (cuda/graph.cpp).
+// Internal: the caching allocator's side of graph capture (graphs/graph.cpp).
 #pragma once
 
 #include <cstddef>

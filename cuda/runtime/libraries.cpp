@@ -1,6 +1,6 @@
-// The CUDA libraries' handles and workspaces (cuda/libraries.h), and the
-// launch encoder's workspace request (cuda/launch.h).
-#include "cuda/libraries.h"
+// The CUDA libraries' handles and workspaces (cuda/runtime/libraries.h), and the
+// launch encoder's workspace request (cuda/runtime/launch.h).
+#include "cuda/runtime/libraries.h"
 
 #include <cstdlib>
 #include <memory>
@@ -13,8 +13,9 @@
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/cuda/stream.h>
 #include <tapegrad/tensor/allocator.h>
-#include "cuda/check.h"
-#include "cuda/launch.h"
+#include "cuda/runtime/allocators.h"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/launch.h"
 
 namespace tg::cuda {
 
@@ -146,7 +147,7 @@ void* cublas_workspace(int device, cudaStream_t stream, const char* op) {
   return ws;
 }
 
-cublasHandle_t cublas(int device, cudaStream_t stream, LaunchEncoder& enc, const char* op) {
+cublasHandle_t cublas(int device, cudaStream_t stream, LaunchEncoderBase& enc, const char* op) {
   cublasHandle_t h =
       thread_handle<cublasHandle_t>(device, op, [op](cublasHandle_t* p) { TG_CUBLAS_CHECK(cublasCreate(p), op); });
   TG_CUBLAS_CHECK(cublasSetStream(h, stream), op);
@@ -203,7 +204,7 @@ size_t align_up(size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign *
 // capturing stream's: its graph's pool), given back when the last owner
 // lets go.
 std::shared_ptr<void> device_memory(int device, size_t bytes) {
-  Allocator* a = allocator_for(Device(DeviceType::CUDA, device));
+  Allocator* a = kernels::cuda_device_allocator(device);
   void* p = a->allocate(bytes);
   return std::shared_ptr<void>(p, [a, bytes](void* q) { a->deallocate(q, bytes); });
 }
@@ -218,7 +219,7 @@ struct CachedWorkspace {
 
 }  // namespace
 
-void* LaunchEncoder::workspace(size_t bytes, void* eager) {
+void* LaunchEncoderBase::workspace(size_t bytes, void* eager) {
   if (bytes == 0) return nullptr;
   int device = 0;
   TG_CUDA_CHECK(cudaGetDevice(&device), "workspace");

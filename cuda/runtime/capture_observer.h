@@ -1,7 +1,7 @@
-// Internal: who watches a capture. The capture state (cuda/capture.cpp) maps
+// Internal: who watches a capture. The capture state (cuda/runtime/capture.cpp) maps
 // CUDA's capture ids to observers; a CUDAGraph (graphs/graph.cpp) observes
 // its capture from capture_begin to its end. The layers below graphs/ talk
-// to the observer only through the launch encoder (cuda/launch.h) and the
+// to the observer only through the launch encoder (cuda/runtime/launch.h) and the
 // checks of <tapegrad/cuda/capture.h>.
 #pragma once
 
@@ -9,11 +9,11 @@
 #include <memory>
 #include <vector>
 
-#include "cuda/launch.h"
+#include "cuda/runtime/launch.h"
 
 namespace tg::cuda {
 
-// What one library call added to a capture (cuda/launch.h).
+// What one library call added to a capture (cuda/runtime/launch.h).
 struct EncodedLaunch {
   std::vector<void*> nodes;  // cudaGraphNode_t
   std::vector<fusion::Access> accesses;

@@ -1,4 +1,4 @@
-// Internal: built without the CUDA backend (cuda/stub.cpp, graphs/stub.cpp).
+// Internal: built without the CUDA backend (cuda/runtime/stub.cpp, cuda/kernels/stub.cpp, graphs/stub.cpp).
 #pragma once
 
 namespace tg::cuda::detail {

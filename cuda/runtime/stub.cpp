@@ -1,12 +1,13 @@
-// Built when TAPEGRAD_CUDA is off or nvcc is missing: no device, clear errors.
+// The CUDA runtime built when TAPEGRAD_CUDA is off or nvcc is missing: no
+// device, clear errors. (The kernel tables' nullptrs are in
+// cuda/kernels/stub.cpp, a layer above.)
 #include <tapegrad/cuda/allocator.h>
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/cuda/capture.h>
 #include <tapegrad/cuda/stream.h>
 #include <tapegrad/tensor/error.h>
-#include "cuda/stub.h"
-#include "tensor/kernels.h"
-#include "tensor/linalg_kernels.h"
+#include "cuda/runtime/allocators.h"
+#include "cuda/runtime/stub.h"
 
 namespace tg::cuda {
 
@@ -75,8 +76,6 @@ bool keep_alive_with_capture(const Stream&, std::shared_ptr<void>) { return fals
 }  // namespace tg::cuda
 
 namespace tg::kernels {
-const Backend* cuda_backend() { return nullptr; }
-const LinalgKernels* cuda_linalg_kernels() { return nullptr; }
 Allocator* cuda_device_allocator(int) { return nullptr; }
 Allocator* cuda_pinned_allocator() { return nullptr; }
 }  // namespace tg::kernels

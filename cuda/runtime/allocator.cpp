@@ -10,11 +10,11 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/check.h"
+#include "cuda/runtime/check.h"
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/tensor/allocator.h>
-#include "cuda/pool.h"
-#include "tensor/kernels.h"
+#include "cuda/runtime/pool.h"
+#include "cuda/runtime/allocators.h"
 
 namespace tg::cuda {
 
@@ -197,7 +197,7 @@ class DeviceCachingAllocator final : public Allocator {
     b->stream_uses.push_back(s);
   }
 
-  // ---- graph-private pools (cuda/graph.cpp) -------------------------------------
+  // ---- graph-private pools (graphs/graph.cpp) -------------------------------------
   void begin_capture(uint64_t pool_id, unsigned long long capture_id, size_t reuse_delay) {
     std::lock_guard<std::mutex> lock(mu_);
     capture_pool_[capture_id] = pool_id;

@@ -9,7 +9,7 @@
 //   first use, also while a capture is underway (creation is not stream
 //   work: it runs under the Relaxed capture mode).
 // - Memory a library call needs for itself comes from the call's launch
-//   encoder (LaunchEncoder::workspace, cuda/launch.h): while the stream
+//   encoder (LaunchEncoderBase::workspace, cuda/runtime/launch.h): while the stream
 //   captures into a CUDA graph it is the graph's own, else a per-stream
 //   cache. No library call handles capture itself.
 // - cuBLAS's own workspace (cublasSetWorkspace) is a fixed buffer per
@@ -50,7 +50,7 @@
 
 namespace tg::cuda {
 
-class LaunchEncoder;
+class LaunchEncoderBase;
 
 namespace lib {
 
@@ -63,7 +63,7 @@ const char* cusolver_status_name(cusolverStatus_t s);
 // This thread's cuBLAS handle for `device` (the current device), its stream
 // set to `stream` and its workspace to the stream's (below), which `enc`,
 // the call's encoder, records as written. `op` names the caller in errors.
-cublasHandle_t cublas(int device, cudaStream_t stream, LaunchEncoder& enc, const char* op);
+cublasHandle_t cublas(int device, cudaStream_t stream, LaunchEncoderBase& enc, const char* op);
 // The bytes of cuBLAS's workspace per stream: CUBLAS_WORKSPACE_CONFIG when
 // set (":KiB:count" pairs, summed), else 32 MiB on Hopper and later, 4 MiB
 // before (cuBLAS's recommended sizes). The size matters beyond memory:

@@ -238,7 +238,8 @@ TensorPair cholesky_ex(const Tensor& A, bool upper, bool check_errors) {
   Tensor a = fortran_copy(A, batch);
   kern(A, op).cholesky(a, info.reshape({B}));
   if (check_errors)
-    check_info(info, batch, op, "the input is not positive definite: its leading minor of order %v is not");
+    check_info(info, batch, op,
+               "the input is not positive definite: its leading minor of order %v is not positive definite");
   Tensor L = raw::tril(a.reshape(join(batch, {n, n})));
   return {upper ? L.transpose(-2, -1) : L, info};
 }
@@ -337,7 +338,8 @@ TensorPair slogdet(const Tensor& A) {
   Tensor swaps =
       raw::sum(raw::ne(piv, tg::arange(1, n + 1, 1, TensorOptions().dtype(kInt64).device(A.device()))), {-1});
   Tensor perm_sign = raw::sub(raw::mul(raw::remainder(swaps, 2).to(A.dtype()), -2.0), -1.0);
-  Tensor sign = raw::mul(raw::prod(raw::sign(d), -1), perm_sign);
+  // + 0: a singular matrix's sign is 0, not -0.
+  Tensor sign = raw::add(raw::mul(raw::prod(raw::sign(d), -1), perm_sign), 0.0);
   return {sign.reshape(batch), logabs.reshape(batch)};
 }
 
@@ -458,6 +460,12 @@ Tensor mT(const Tensor& t) { return t.transpose(-2, -1); }
 Tensor cholesky(const Tensor& A, bool upper) { return std::get<0>(cholesky_ex(A, upper, true)); }
 
 Tensor cholesky_solve(const Tensor& Bm, const Tensor& L, bool upper) {
+  const char* op = "linalg.cholesky_solve";
+  check_square(L, op, "L");
+  check_matrix(Bm, op, "B");
+  check_pair(L, Bm, op);
+  TG_CHECK(Bm.size(-2) == L.size(-1), op, ": B ", shape_of(Bm), " and L ", shape_of(L), " do not match: B's rows (",
+           Bm.size(-2), ") must equal L's size (", L.size(-1), ")");
   // A = L L^T: X = L^-T (L^-1 B); A = U^T U: X = U^-1 (U^-T B).
   if (upper) return solve_triangular(L, solve_triangular(mT(L), Bm, false), true);
   return solve_triangular(mT(L), solve_triangular(L, Bm, false), true);
@@ -468,7 +476,10 @@ Tensor solve(const Tensor& A, const Tensor& Bm, bool left) { return std::get<0>(
 TensorPair inv_ex(const Tensor& A, bool check_errors) {
   check_square(A, "linalg.inv");
   Tensor I = eye_batch({}, A.size(-1), A.size(-1), A);
-  return solve_ex(A, I.expand(A.sizes()), true, check_errors);
+  TensorPair r = solve_ex(A, I.expand(A.sizes()), true, false);
+  if (check_errors)
+    check_info(std::get<1>(r), batch_of(A), "linalg.inv", "the input is singular: U's diagonal element %v is zero");
+  return r;
 }
 Tensor inv(const Tensor& A) {
   check_square(A, "linalg.inv");
@@ -478,10 +489,12 @@ Tensor inv(const Tensor& A) {
 }
 
 Tensor det(const Tensor& A) {
+  check_square(A, "linalg.det");
   auto [sign, logabs] = slogdet(A);
   return tg::mul(sign, tg::exp(logabs));
 }
 Tensor logdet(const Tensor& A) {
+  check_square(A, "linalg.logdet");
   auto [sign, logabs] = slogdet(A);
   return tg::add(logabs, tg::log(sign));  // log(-1) = NaN, log(0) = -inf (as torch.logdet)
 }
@@ -498,19 +511,31 @@ Tensor lu_solve(const Tensor& LU, const Tensor& pivots, const Tensor& Bm, bool l
   check_matrix(Bm, op, "B");
   check_pair(LU, Bm, op);
   const int64_t n = LU.size(-1);
-  TG_CHECK(pivots.defined() && pivots.dtype() == kInt64 && pivots.dim() == LU.dim() - 1 && pivots.size(-1) == n &&
-               pivots.device() == LU.device(),
-           op, ": expected pivots of dtype Int64 and shape ",
-           shape_str(IntList(LU.sizes().begin(), LU.sizes().end() - 1)), " on ", LU.device(), " (lu_factor's), got ",
-           pivots.defined() ? shape_of(pivots) : "an undefined tensor");
+  // B's rows (left) or columns (right) must be A's size.
+  const int64_t along = left ? Bm.size(-2) : Bm.size(-1);
+  TG_CHECK(along == n, op, ": LU ", shape_of(LU), " and B ", shape_of(Bm), " do not match: B's ",
+           left ? "rows" : "columns", " (", along, ") must equal A's size (", n, ")");
+  // Pivots exactly LU's shape without the last dim (no broadcasting: each
+  // matrix has its own interchanges).
+  const IntList want = IntList(LU.sizes().begin(), LU.sizes().end() - 1);
+  TG_CHECK(pivots.defined() && pivots.dtype() == kInt64 && pivots.sizes() == want && pivots.device() == LU.device(), op,
+           ": expected pivots of dtype Int64 and shape ", shape_str(want), " on ", LU.device(), " (lu_factor's), got ",
+           pivots.defined() ? shape_of(pivots) + " of dtype " + to_string(pivots.dtype()) : std::string("undefined"));
   // Pivot i must lie in [i + 1, n] (LAPACK's ipiv): checked, one read.
-  const IntList pb = batch_of(pivots, 1);
   Tensor perm = detail::new_empty(pivots.sizes(), kInt64, pivots.device());
   if (pivots.numel() > 0) {
     Tensor lo = tg::arange(1, n + 1, 1, TensorOptions().dtype(kInt64).device(pivots.device()));
     Tensor bad = raw::logical_or(raw::lt(pivots, lo), raw::gt(pivots, tg::full_like(pivots, n)));
-    TG_CHECK(!raw::any(bad).item<bool>(), op, ": pivots hold an entry outside [i + 1, ", n,
-             "] at position i: they must come from lu_factor");
+    if (raw::any(bad).item<bool>()) {
+      Tensor hb = bad.to(Device(kCPU)).contiguous(), hp = pivots.to(Device(kCPU)).contiguous();
+      const bool* b = static_cast<const bool*>(hb.data_ptr());
+      const int64_t* v = static_cast<const int64_t*>(hp.data_ptr());
+      int64_t at = 0;
+      while (!b[at])
+        ++at;
+      TG_ERROR(op, ": pivots[", at % n, "] = ", v[at], batch_index(at / n, IntList(want.begin(), want.end() - 1)),
+               " is outside [", at % n + 1, ", ", n, "]: pivots must come from lu_factor");
+    }
     kern(LU, op).pivots_to_permutation(pivots.contiguous().view({-1, n}), perm.view({-1, n}));
   }
   auto rows = [&](const Tensor& X, const Tensor& p) {  // X[..., p[i], :] for each i
@@ -533,9 +558,15 @@ Tensor lu_solve(const Tensor& LU, const Tensor& pivots, const Tensor& Bm, bool l
   return mT(adjoint ? solve_left(mT(Bm)) : solve_adjoint(mT(Bm)));
 }
 
-Tensor eigvalsh(const Tensor& A, const std::string& UPLO) { return std::get<0>(eigh(A, UPLO)); }
+Tensor eigvalsh(const Tensor& A, const std::string& UPLO) {
+  check_square(A, "linalg.eigvalsh");
+  TG_CHECK(UPLO == "L" || UPLO == "U", "linalg.eigvalsh: UPLO must be \"L\" or \"U\", got \"", UPLO, "\"");
+  no_taylor("linalg.eigvalsh", {&A});
+  return std::get<0>(eigh(A, UPLO));
+}
 
 Tensor svdvals(const Tensor& A) {
+  check_matrix(A, "linalg.svdvals", "A");
   no_taylor("linalg.svdvals", {&A});
   return std::get<1>(svd(A, false));
 }
@@ -644,6 +675,7 @@ Tensor matrix_norm(const Tensor& A, const std::string& ord, bool keepdim) {
   if (ord == "fro") return tg::sqrt(tg::sum(tg::mul(A, A), {-2, -1}, keepdim));
   TG_CHECK(ord == "nuc", op, ": ord must be \"fro\" or \"nuc\" (or a number: 1, -1, 2, -2, inf, -inf), got \"", ord,
            "\"");
+  no_taylor(op, {&A});  // through the SVD
   return keep2(tg::sum(svdvals(A), {-1}), keepdim);
 }
 
@@ -656,6 +688,7 @@ Tensor matrix_norm(const Tensor& A, double ord, bool keepdim) {
   TG_CHECK(A.size(-1) > 0 && A.size(-2) > 0, op, ": ord ", ord, " is not defined for an empty matrix ", shape_of(A));
   Tensor t;
   if (ord == 2 || ord == -2) {
+    no_taylor(op, {&A});  // through the SVD
     Tensor s = svdvals(A);
     t = ord > 0 ? tg::amax(s, {-1}) : tg::amin(s, {-1});
   } else {
@@ -668,11 +701,27 @@ Tensor matrix_norm(const Tensor& A, double ord, bool keepdim) {
 Tensor vector_norm(const Tensor& x, double ord, const IntList& dim, bool keepdim) {
   const char* op = "linalg.vector_norm";
   check_float(x, op, "x");
-  if (ord == 0) return tg::sum(tg::ne(x, 0.0).to(x.dtype()), dim, keepdim);
-  if (std::isinf(ord) && ord < 0) {
-    TG_CHECK(x.numel() > 0, op, ": ord -inf is not defined for an empty tensor ", shape_of(x));
-    return dim.empty() && !keepdim ? tg::amin(tg::abs(x)) : tg::amin(tg::abs(x), dim, keepdim);
+  TG_CHECK(!std::isnan(ord), op, ": ord must be a number (0, inf, -inf or any p), got NaN");
+  {  // the dims, named here (the reductions below would name themselves)
+    std::vector<bool> seen(size_t(std::max<int64_t>(x.dim(), 1)), false);
+    for (int64_t d : dim) {
+      const int64_t w = detail::wrap_dim(d, std::max<int64_t>(x.dim(), 1), op, x.sizes());
+      TG_CHECK(!seen[size_t(w)], op, ": dim ", d, " appears twice in ", shape_str(dim));
+      seen[size_t(w)] = true;
+    }
   }
+  if (ord == 0) return tg::sum(tg::ne(x, 0.0).to(x.dtype()), dim, keepdim);
+  if (std::isinf(ord)) {
+    TG_CHECK(x.numel() > 0, op, ": ord ", ord, " is not defined for an empty tensor ", shape_of(x));
+    auto red = [&](const Tensor& a) {
+      if (ord > 0) return dim.empty() && !keepdim ? tg::amax(a) : tg::amax(a, dim, keepdim);
+      return dim.empty() && !keepdim ? tg::amin(a) : tg::amin(a, dim, keepdim);
+    };
+    return red(tg::abs(x));
+  }
+  // (sum |x|^p)^(1/p) for negative and fractional p (torch's); norm's fused
+  // form for p >= 1.
+  if (ord < 1) return tg::pow(tg::sum(tg::pow(tg::abs(x), ord), dim, keepdim), 1.0 / ord);
   return tg::norm(x, ord, dim, keepdim);
 }
 
@@ -812,7 +861,12 @@ void cholesky_kernel(const Tensor& a, const Tensor& info) {
   each_matrix(a, "linalg.cholesky", n * n * n, [&](auto tag, int64_t b) {
     using T = decltype(tag);
     MapMat<T> m = mat<T>(a, b);
-    const Eigen::Index k = Eigen::internal::llt_inplace<T, Eigen::Lower>::blocked(m);
+    Eigen::Index k = Eigen::internal::llt_inplace<T, Eigen::Lower>::blocked(m);
+    // Eigen tests x <= 0, which NaN passes; LAPACK's potrf counts NaN as
+    // not positive definite: the first NaN on the factor's diagonal.
+    if (k < 0)
+      for (Eigen::Index i = 0; i < m.rows() && k < 0; ++i)
+        if (std::isnan(m(i, i))) k = i;
     i64(info)[b] = k < 0 ? 0 : int64_t(k) + 1;
   });
 }

@@ -3,7 +3,7 @@
 // time like kernels::Backend: the CPU table is filled in tensor/linalg.cpp
 // (Eigen's decompositions), the CUDA table in cuda/kernels/linalg.cu
 // (cuSOLVER, cuBLAS batched routines; through the library handles and
-// workspaces of cuda/libraries.h), and cuda/stub.cpp answers nullptr without
+// workspaces of cuda/runtime/libraries.h), and cuda/kernels/stub.cpp answers nullptr without
 // CUDA. The raw entries (tensor/linalg.cpp) check arguments, broadcast batch
 // dims, convert half types through Float32 and hand a kernel only:
 //
@@ -76,7 +76,7 @@ struct LinalgKernels {
 const LinalgKernels& linalg_kernels(Device d, const char* op);
 const LinalgKernels& cpu_linalg_kernels();
 // The CUDA table: defined by cuda/kernels/linalg.cu, nullptr from
-// cuda/stub.cpp in a build without CUDA.
+// cuda/kernels/stub.cpp in a build without CUDA.
 const LinalgKernels* cuda_linalg_kernels();
 
 }  // namespace tg::kernels

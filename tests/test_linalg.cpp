@@ -264,6 +264,25 @@ TEST_P(LinalgFamily, BadInputsNameTheOpAndWhatIsWrong) {
   EXPECT_ERROR_CONTAINS(la::matrix_norm(T({1, 0, 0, 1}, {2, 2}), 3.0), "ord");
   auto [LU, piv] = la::lu_factor(T({1, 2, 3, 4}, {2, 2}));
   EXPECT_ERROR_CONTAINS(la::lu_solve(LU, piv * 0, T({1, 1}, {2, 1})), "pivots");
+  // The adversary's findings: B's rows checked against LU (a silently
+  // truncated solve before), pivots never broadcast over LU's batch, NaN not
+  // positive definite (as LAPACK's potrf), composites name themselves.
+  EXPECT_ERROR_CONTAINS(la::lu_solve(LU, piv, T({1, 1, 1}, {3, 1})), "linalg.lu_solve: LU [2, 2] and B [3, 1]");
+  auto [LU3, piv3] = la::lu_factor(T({4, 1, 2, 5, 3, 1, 1, 1, 6, 2, 1, 0}, {3, 2, 2}));
+  EXPECT_ERROR_CONTAINS(la::lu_solve(LU3, piv3.narrow(0, 0, 1), T({1, 1}, {2, 1})), "expected pivots");
+  EXPECT_ERROR_CONTAINS(la::lu_solve(LU, piv.to(tg::kFloat64), T({1, 1}, {2, 1})), "Float64");
+  EXPECT_ERROR_CONTAINS(la::lu_solve(LU, piv * 0 + 3, T({1, 1}, {2, 1})), "pivots[0] = 3");
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(values(std::get<1>(la::cholesky_ex(T({nan, 0, 0, 1}, {2, 2})))), (std::vector<double>{1}));
+  EXPECT_ERROR_CONTAINS(la::cholesky(T({1, 0, 0, nan}, {2, 2})), "order 2 is not positive definite");
+  EXPECT_ERROR_CONTAINS(la::det(T({1, 2}, {2})), "linalg.det");
+  EXPECT_ERROR_CONTAINS(la::cholesky_solve(T({1, 1, 1}, {3, 1}), T({1, 0, 0, 1}, {2, 2})), "linalg.cholesky_solve");
+  EXPECT_ERROR_CONTAINS(la::inv_ex(T({1, 2, 2, 4}, {2, 2}), true), "linalg.inv");
+  EXPECT_ERROR_CONTAINS(la::vector_norm(tg::zeros({0}, kF64).to(dev()), std::numeric_limits<double>::infinity()),
+                        "linalg.vector_norm");
+  EXPECT_ERROR_CONTAINS(la::vector_norm(T({1, 2}, {2}), 2.0, {0, -1}), "appears twice");
+  expect_values(la::vector_norm(T({1, 2}, {2}), -1.0), {2.0 / 3}, 1e-14, "p = -1");
+  EXPECT_FALSE(std::signbit(values(la::det(T({1, 2, 2, 4}, {2, 2})))[0]));  // 0, not -0
   // Still usable.
   expect_values(la::cholesky(T({4, 0, 0, 9}, {2, 2})), {2, 0, 0, 3}, 1e-14, "");
 }

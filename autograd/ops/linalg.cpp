@@ -610,7 +610,9 @@ TensorPair qr(const Tensor& A, const std::string& mode) {
   if (should_record({&A}) || fw_any({&A}))
     TG_CHECK(differentiable, "linalg.qr: the derivative is defined for mode \"reduced\" with rows >= columns (or a ",
              "square A), got mode \"", mode, "\" on ", shape_str(A.sizes()),
-             "; for rows < columns differentiate the QR of A's transpose");
+             mode == "r" ? "; mode \"r\" computes no Q, which the derivative needs: use \"reduced\""
+             : m < n     ? "; for rows < columns differentiate the QR of A's transpose"
+                         : "; the extra columns of a complete Q are arbitrary: use mode \"reduced\"");
   if (should_record({&A})) {
     auto node = make_node<QrBackward>({&A}, mode);
     Q = finish(Q, node);

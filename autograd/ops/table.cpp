@@ -109,6 +109,7 @@ namespace ops = autograd::ops;
 // The linear algebra primitives: the forward-mode check, and the Taylor
 // guard where the op list declares no Taylor rule (`X`).
 #define TG_LINALG_GUARD_T(...)
+#define TG_LINALG_GUARD_A(...)
 #define TG_LINALG_GUARD_X(op, ...) guard_taylor(op, __VA_ARGS__);
 #define TG_LINALG_IF_P_P(...) __VA_ARGS__
 #define TG_LINALG_IF_P_C(...)

@@ -76,7 +76,31 @@ def inline_includes(path):
     return re.sub(r"#include <(tapegrad/tensor/\w+\.def)>", splice, text)
 
 
+def linalg_page(text):
+    """linalg.def: the linear algebra family's page (tg::linalg)."""
+    kinds = {"P": "primitive", "C": "composite"}
+    taylor = {"T": "Taylor rule", "X": "no Taylor rule (refused)", "A": "by argument"}
+    out = ["/** \\page linalg_ops The linear algebra op list", "",
+           "tg::linalg, from include/tapegrad/tensor/linalg.def: torch.linalg's names and semantics, "
+           "differentiable to any order in reverse, forward and (where stated) Taylor mode. *primitive*: "
+           "its own node and kernels; *composite*: written over the public ops.", "",
+           "| op | C++ | kind | Taylor mode | |", "|---|---|---|---|---|"]
+    for e in entries(text):
+        if e[0] != "op":
+            continue
+        body, doc = e[1], e[2]
+        parts = split_top(re.match(r"TG_LINALG\((.*)\)$", body).group(1))
+        ret, name, oid, prm, kind, tay = parts[0], parts[1], parts[2], parts[3], parts[5], parts[6]
+        sig = f"`{ret} tg::linalg::{name}({params(prm)})`"
+        out.append(f"| `{oid}` | {sig} | {kinds[kind]} | {taylor[tay]} | {doc.replace('|', '/')} |")
+    out.append("*/")
+    print("\n".join(out))
+
+
 def main():
+    if sys.argv[1].endswith("linalg.def"):
+        linalg_page(open(sys.argv[1]).read())
+        return
     text = inline_includes(sys.argv[1])
     out = ["/** \\page ops The op list", "",
            "Every op of tapegrad, from include/tapegrad/tensor/ops.def. *recorded*: autograd records it "

@@ -17,7 +17,9 @@
 
 namespace tg {
 
+/// Three results (lu_factor_ex: LU, pivots, info; svd: U, S, Vh).
 using TensorTriple = std::tuple<Tensor, Tensor, Tensor>;
+/// Four results (lstsq: solution, residuals, rank, singular values).
 using TensorQuad = std::tuple<Tensor, Tensor, Tensor, Tensor>;
 
 namespace linalg {

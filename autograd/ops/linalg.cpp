@@ -184,7 +184,18 @@ namespace {
 Tensor mT(const Tensor& t) { return t.transpose(-2, -1); }
 Tensor sym(const Tensor& t) { return mul(add(t, mT(t)), 0.5); }
 // The lower triangle with its diagonal halved (Cholesky's Phi).
-Tensor phi(const Tensor& t) { return sub(tril(t), mul(diag_embed(diagonal(t, 0, -2, -1)), 0.5)); }
+// One multiply by the constant weights tril(1) - I / 2 (linear in t, so it
+// differentiates again as itself).
+Tensor phi(const Tensor& t) {
+  const int64_t n = t.size(-1);
+  const TensorOptions o = TensorOptions().dtype(t.dtype()).device(t.device());
+  return mul(t, sub(tril(ones({n, n}, o)), mul(eye(n, o), 0.5)));
+}
+// diag(v) of the last dim: v_i on the diagonal (a broadcast multiply by I).
+Tensor diag_of(const Tensor& v) {
+  const int64_t n = v.size(-1);
+  return mul(v.unsqueeze(-1), eye(n, TensorOptions().dtype(v.dtype()).device(v.device())));
+}
 // A triangle as solve_triangular reads it.
 Tensor triangle(const Tensor& t, bool upper, bool unit) {
   return upper ? triu(t, unit ? 1 : 0) : tril(t, unit ? -1 : 0);
@@ -358,7 +369,7 @@ class EighBackward final : public OpNode {
     const Tensor &gw = grads[0], &gV = grads[1];
     if ((!gw.defined() && !gV.defined()) || !should_compute_output(0)) return out;
     Tensor V = v_.unpack(this, "eigenvectors");
-    Tensor inner = gw.defined() ? diag_embed(gw) : Tensor();
+    Tensor inner = gw.defined() ? diag_of(gw) : Tensor();
     if (gV.defined()) {
       Tensor w = w_.unpack(this, "eigenvalues");
       inner = add_defined(inner, mul(inverse_gaps(w), matmul(mT(V), gV)));
@@ -425,7 +436,7 @@ class SvdBackward final : public OpNode {
       Vh = Vh.narrow(-2, 0, k);
     }
     Tensor V = mT(Vh), gV = gVh.defined() ? mT(gVh) : Tensor();
-    Tensor inner = gS.defined() ? diag_embed(gS) : Tensor();
+    Tensor inner = gS.defined() ? diag_of(gS) : Tensor();
     if (gU.defined() || gV.defined()) {
       Tensor F = inverse_gaps(mul(S, S));
       if (gU.defined()) {

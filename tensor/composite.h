@@ -226,8 +226,14 @@ template <class F> auto as_op(const char* op, F&& f) -> decltype(f()) {
 }
 
 // Int64 indices start, start + step, ... (below end), on `device`.
+// On a GPU made there (a scan of ones: no host copy, so a CUDA graph can
+// capture it: triangle masks, diag_embed).
 inline Tensor index_range(int64_t start, int64_t end, int64_t step, Device device) {
-  return raw::to(tg::arange(start, end, step, TensorOptions().dtype(kInt64)), device);
+  if (device.type() == kCPU || end <= start)
+    return raw::to(tg::arange(start, end, step, TensorOptions().dtype(kInt64)), device);
+  const int64_t count = (end - start + step - 1) / step;
+  Tensor iota = raw::sub(raw::cumsum(tg::ones({count}, TensorOptions().dtype(kInt64).device(device)), 0), Scalar(1));
+  return step == 1 && start == 0 ? iota : raw::add(raw::mul(iota, Scalar(step)), Scalar(start));
 }
 // y, or a copy of it where y shares x's storage: the result of an op that
 // is no view (repeat, flip, roll, prod, ...) is new storage even where its

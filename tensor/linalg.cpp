@@ -142,6 +142,17 @@ void check_pair(const Tensor& a, const Tensor& b, const char* op) {
            b.dtype(), "; convert one with .to(dtype)");
 }
 
+// A x = B (left) or x A = B: A square, B a matrix of the same dtype and
+// device whose rows (left) or columns match A's size.
+void check_system(const Tensor& A, const Tensor& Bm, bool left, const char* op, const char* a_name) {
+  check_square(A, op, a_name);
+  check_matrix(Bm, op, "B");
+  check_pair(A, Bm, op);
+  const int64_t n = A.size(-1), along = left ? Bm.size(-2) : Bm.size(-1);
+  TG_CHECK(along == n, op, ": ", a_name, " ", shape_of(A), " and B ", shape_of(Bm), " do not match: B's ",
+           left ? "rows" : "columns", " (", along, ") must equal ", a_name, "'s size (", n, ")");
+}
+
 IntList batch_of(const Tensor& t, int64_t matrix_dims = 2) {
   return IntList(t.sizes().begin(), t.sizes().end() - matrix_dims);
 }
@@ -246,13 +257,8 @@ TensorPair cholesky_ex(const Tensor& A, bool upper, bool check_errors) {
 
 Tensor solve_triangular(const Tensor& A, const Tensor& Bm, bool upper, bool left, bool unitriangular) {
   const char* op = "linalg.solve_triangular";
-  check_square(A, op, "A");
-  check_matrix(Bm, op, "B");
-  check_pair(A, Bm, op);
+  check_system(A, Bm, left, op, "A");
   const int64_t n = A.size(-1);
-  const int64_t along = left ? Bm.size(-2) : Bm.size(-1);
-  TG_CHECK(along == n, op, ": A ", shape_of(A), " and B ", shape_of(Bm), " do not match: B's ",
-           left ? "rows" : "columns", " (", along, ") must equal A's size (", n, ")");
   const IntList batch = broadcast_shapes(batch_of(A), batch_of(Bm), op);
   const int64_t k = left ? Bm.size(-1) : Bm.size(-2), B = count(batch);
   const IntList out_shape = join(batch, {left ? n : k, left ? k : n});
@@ -460,12 +466,7 @@ Tensor mT(const Tensor& t) { return t.transpose(-2, -1); }
 Tensor cholesky(const Tensor& A, bool upper) { return std::get<0>(cholesky_ex(A, upper, true)); }
 
 Tensor cholesky_solve(const Tensor& Bm, const Tensor& L, bool upper) {
-  const char* op = "linalg.cholesky_solve";
-  check_square(L, op, "L");
-  check_matrix(Bm, op, "B");
-  check_pair(L, Bm, op);
-  TG_CHECK(Bm.size(-2) == L.size(-1), op, ": B ", shape_of(Bm), " and L ", shape_of(L), " do not match: B's rows (",
-           Bm.size(-2), ") must equal L's size (", L.size(-1), ")");
+  check_system(L, Bm, true, "linalg.cholesky_solve", "L");
   // A = L L^T: X = L^-T (L^-1 B); A = U^T U: X = U^-1 (U^-T B).
   if (upper) return solve_triangular(L, solve_triangular(mT(L), Bm, false), true);
   return solve_triangular(mT(L), solve_triangular(L, Bm, false), true);
@@ -507,14 +508,8 @@ TensorPair lu_factor(const Tensor& A, bool pivot) {
 
 Tensor lu_solve(const Tensor& LU, const Tensor& pivots, const Tensor& Bm, bool left, bool adjoint) {
   const char* op = "linalg.lu_solve";
-  check_square(LU, op, "LU");
-  check_matrix(Bm, op, "B");
-  check_pair(LU, Bm, op);
+  check_system(LU, Bm, left, op, "LU");
   const int64_t n = LU.size(-1);
-  // B's rows (left) or columns (right) must be A's size.
-  const int64_t along = left ? Bm.size(-2) : Bm.size(-1);
-  TG_CHECK(along == n, op, ": LU ", shape_of(LU), " and B ", shape_of(Bm), " do not match: B's ",
-           left ? "rows" : "columns", " (", along, ") must equal A's size (", n, ")");
   // Pivots exactly LU's shape without the last dim (no broadcasting: each
   // matrix has its own interchanges).
   const IntList want = IntList(LU.sizes().begin(), LU.sizes().end() - 1);

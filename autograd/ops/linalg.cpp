@@ -201,6 +201,20 @@ Tensor triangle(const Tensor& t, bool upper, bool unit) {
   return upper ? triu(t, unit ? 1 : 0) : tril(t, unit ? -1 : 0);
 }
 Tensor add_defined(const Tensor& a, const Tensor& b) { return fw_add(a, b); }
+// Makes `node` the producer of each output, in order, and saves each in its
+// slot (a multi-output op's one node).
+template <class N>
+void record_outputs(const std::shared_ptr<N>& node, std::initializer_list<std::pair<Tensor*, SavedVariable*>> outs) {
+  for (const auto& o : outs) {
+    *o.first = finish(*o.first, node);
+    *o.second = SavedVariable(*o.first, true);
+  }
+}
+// Runs f with forward mode paused (a tangent rule's own ops push no tangents).
+template <class F> void paused(F&& f) {
+  autograd::forward_ad::detail::Suspend pause;
+  f();
+}
 // F_ij = 1 / (d_j - d_i) off the diagonal, 0 on it (no inf anywhere, so its
 // own derivative has no NaN).
 Tensor inverse_gaps(const Tensor& d) {
@@ -231,22 +245,20 @@ Tensor permutation_of(const Tensor& LU, const Tensor& pivots) {
 }
 
 // ---- cholesky ----
-class CholeskyBackward final : public OpNode {
+class CholeskyBackward final : public SelfResultNode {  // result_: the factor
  public:
-  explicit CholeskyBackward(bool upper) : OpNode("linalg.cholesky", "LinalgCholeskyBackward"), upper_(upper) {}
+  explicit CholeskyBackward(bool upper) : SelfResultNode("linalg.cholesky", "LinalgCholeskyBackward"), upper_(upper) {}
   // gA = sym(L^-T Phi(L^T gL) L^-1).
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
     if (!grads[0].defined() || !should_compute_output(0)) return out;
-    Tensor L = factor_.unpack(this, "L");
+    Tensor L = result_.unpack(this, "L");
     if (upper_) L = mT(L);
     const Tensor gL = upper_ ? mT(grads[0]) : grads[0];
     Tensor x = linalg::solve_triangular(mT(L), phi(matmul(mT(L), gL)), true);
     out[0] = sym(linalg::solve_triangular(L, x, false, false));
     return out;
   }
-  void release_variables() override { factor_.release(); }
-  SavedVariable factor_;
 
  private:
   bool upper_;
@@ -260,91 +272,82 @@ Tensor cholesky_lin0(const Tensor& L, const Tensor& r) {
 }
 
 // ---- solve_triangular ----
-class SolveTriangularBackward final : public OpNode {
+class SolveTriangularBackward final : public SelfResultNode {  // self_: A, result_: X
  public:
   SolveTriangularBackward(bool upper, bool left, bool unit)
-      : OpNode("linalg.solve_triangular", "LinalgSolveTriangularBackward"), upper_(upper), left_(left), unit_(unit) {}
+      : SelfResultNode("linalg.solve_triangular", "LinalgSolveTriangularBackward"),
+        upper_(upper),
+        left_(left),
+        unit_(unit) {}
   // left: gB = A^-T g, gA = -gB X^T; right: gB = g A^-T, gA = -X^T gB; gA on
   // the triangle read.
   variable_list apply(variable_list&& grads) override {
     variable_list out(2);
     const Tensor& g = grads[0];
     if (!g.defined()) return out;
-    Tensor A = a_.unpack(this, "A");
+    Tensor A = self_.unpack(this, "A");
     Tensor gB = tg::linalg::solve_triangular(mT(A), g, !upper_, left_, unit_);
     if (should_compute_output(0)) {
-      Tensor X = x_.unpack(this, "result");
+      Tensor X = result_.unpack(this, "result");
       out[0] = triangle(neg(left_ ? matmul(gB, mT(X)) : matmul(mT(X), gB)), upper_, unit_);
     }
     if (should_compute_output(1)) out[1] = gB;
     return out;
   }
-  void release_variables() override {
-    a_.release();
-    x_.release();
-  }
-  SavedVariable a_, x_;
 
  private:
   bool upper_, left_, unit_;
 };
 
 // ---- solve ----
-class SolveBackward final : public OpNode {
+class SolveBackward final : public SelfResultNode {  // self_: A, result_: X
  public:
-  SolveBackward(bool left, bool vec) : OpNode("linalg.solve", "LinalgSolveBackward"), left_(left), vec_(vec) {}
+  SolveBackward(bool left, bool vec) : SelfResultNode("linalg.solve", "LinalgSolveBackward"), left_(left), vec_(vec) {}
   // left: gB = A^-T g, gA = -gB X^T; right: gB = g A^-T, gA = -X^T gB.
   variable_list apply(variable_list&& grads) override {
     variable_list out(2);
     if (!grads[0].defined()) return out;
-    Tensor A = a_.unpack(this, "A");
+    Tensor A = self_.unpack(this, "A");
     Tensor g = vec_ ? grads[0].unsqueeze(-1) : grads[0];
     Tensor gB = std::get<0>(tg::linalg::solve_ex(mT(A), g, left_, false));
     if (should_compute_output(0)) {
-      Tensor X = x_.unpack(this, "result");
+      Tensor X = result_.unpack(this, "result");
       if (vec_) X = X.unsqueeze(-1);
       out[0] = neg(left_ ? matmul(gB, mT(X)) : matmul(mT(X), gB));
     }
     if (should_compute_output(1)) out[1] = vec_ ? gB.squeeze(-1) : gB;
     return out;
   }
-  void release_variables() override {
-    a_.release();
-    x_.release();
-  }
-  SavedVariable a_, x_;
 
  private:
   bool left_, vec_;
 };
 
 // ---- slogdet ----
-class SlogdetBackward final : public OpNode {
+class SlogdetBackward final : public SelfResultNode {  // self_: A
  public:
-  SlogdetBackward() : OpNode("linalg.slogdet", "LinalgSlogdetBackward") {}
+  SlogdetBackward() : SelfResultNode("linalg.slogdet", "LinalgSlogdetBackward") {}
   // d log|det A| / dA = A^-T (sign has no gradient).
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
     if (!grads[0].defined() || !should_compute_output(0)) return out;
-    Tensor A = a_.unpack(this, "A");
+    Tensor A = self_.unpack(this, "A");
     Tensor inv = std::get<0>(tg::linalg::inv_ex(A, false));
     out[0] = mul(grads[0].unsqueeze(-1).unsqueeze(-1), mT(inv));
     return out;
   }
-  void release_variables() override { a_.release(); }
-  SavedVariable a_;
 };
 
 // ---- lu_factor ----
-class LuFactorBackward final : public OpNode {
+class LuFactorBackward final : public SelfResultNode {  // result_: LU
  public:
-  LuFactorBackward() : OpNode("linalg.lu_factor", "LinalgLuFactorBackward") {}
+  LuFactorBackward() : SelfResultNode("linalg.lu_factor", "LinalgLuFactorBackward") {}
   // A = P L U: gA = P L^-T (tril(L^T gL, -1) + triu(gU U^T)) U^-T.
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
     const Tensor& g = grads[0];
     if (!g.defined() || !should_compute_output(0)) return out;
-    Tensor LU = lu_.unpack(this, "LU");
+    Tensor LU = result_.unpack(this, "LU");
     const int64_t n = LU.size(-1);
     Tensor L = add(tril(LU, -1), eye(n, TensorOptions().dtype(LU.dtype()).device(LU.device())));
     Tensor U = triu(LU);
@@ -354,8 +357,6 @@ class LuFactorBackward final : public OpNode {
     out[0] = permute_rows(y, argsort(perm_, -1));
     return out;
   }
-  void release_variables() override { lu_.release(); }
-  SavedVariable lu_;
   Tensor perm_;  // Int64, not differentiable
 };
 
@@ -474,7 +475,7 @@ TensorPair cholesky_ex(const Tensor& A, bool upper, bool check_errors) {
   if (should_record({&A})) {
     auto node = make_node<CholeskyBackward>({&A}, upper);
     F = finish(F, node);
-    node->factor_ = SavedVariable(F, true);
+    node->result_ = SavedVariable(F, true);
   }
   if (fw_any({&A})) {
     const Tensor tA = fw_t(A);
@@ -493,9 +494,9 @@ Tensor solve_triangular(const Tensor& A, const Tensor& B, bool upper, bool left,
   Tensor X = run_raw([&] { return raw::linalg::solve_triangular(A, B, upper, left, unit); });
   if (should_record({&A, &B})) {
     auto node = make_node<SolveTriangularBackward>({&A, &B}, upper, left, unit);
-    node->a_ = SavedVariable(A, false);
+    node->self_ = SavedVariable(A, false);
     X = finish(X, node);
-    if (node->needs_input_grad(0)) node->x_ = SavedVariable(X, true);
+    if (node->needs_input_grad(0)) node->result_ = SavedVariable(X, true);
   }
   if (fw_any({&A, &B})) {
     // Tangents padded to X's rank (batch dims broadcast against A's or B's).
@@ -517,9 +518,9 @@ TensorPair solve_ex(const Tensor& A, const Tensor& B, bool left, bool check_erro
       B.dim() == 1 || (B.dim() == A.dim() - 1 && IntList(A.sizes().begin(), A.sizes().end() - 1) == B.sizes());
   if (should_record({&A, &B})) {
     auto node = make_node<SolveBackward>({&A, &B}, left, vec);
-    node->a_ = SavedVariable(A, false);
+    node->self_ = SavedVariable(A, false);
     X = finish(X, node);
-    if (node->needs_input_grad(0)) node->x_ = SavedVariable(X, true);
+    if (node->needs_input_grad(0)) node->result_ = SavedVariable(X, true);
   }
   if (fw_any({&A, &B})) {
     const Tensor Xm = vec ? X.unsqueeze(-1) : X;
@@ -542,7 +543,7 @@ TensorPair slogdet(const Tensor& A) {
   Tensor logabs = std::get<1>(r);
   if (should_record({&A})) {
     auto node = make_node<SlogdetBackward>({&A});
-    node->a_ = SavedVariable(A, false);
+    node->self_ = SavedVariable(A, false);
     logabs = finish(logabs, node);
   }
   if (fw_any({&A})) {
@@ -570,7 +571,7 @@ TensorTriple lu_factor_ex(const Tensor& A, bool pivot, bool check_errors) {
   if (should_record({&A})) {
     auto node = make_node<LuFactorBackward>({&A});
     LU = finish(LU, node);
-    node->lu_ = SavedVariable(LU, true);
+    node->result_ = SavedVariable(LU, true);
     node->perm_ = perm;
   }
   if (fw) {
@@ -593,20 +594,16 @@ TensorPair eigh(const Tensor& A, const std::string& UPLO) {
   Tensor w = std::get<0>(r), V = std::get<1>(r);
   if (should_record({&A})) {
     auto node = make_node<EighBackward>({&A});
-    w = finish(w, node);
-    V = finish(V, node);
-    node->w_ = SavedVariable(w, true);
-    node->v_ = SavedVariable(V, true);
+    record_outputs(node, {{&w, &node->w_}, {&V, &node->v_}});
   }
   if (fw_any({&A})) {
     // M = V^T sym(tA) V: tw = diag(M), tV = V (F o M).
     const Tensor tA = fw_t(A);
     Tensor M, F;
-    {
-      autograd::forward_ad::detail::Suspend pause;
+    paused([&] {
       M = matmul(matmul(mT(V), sym(tA)), V);
       F = inverse_gaps(w);
-    }
+    });
     fw_rule(w, [&] { return diagonal(M, 0, -2, -1); });
     fw_rule(V, [&] { return matmul(V, mul(F, M)); });
   }
@@ -626,23 +623,18 @@ TensorPair qr(const Tensor& A, const std::string& mode) {
                          : "; the extra columns of a complete Q are arbitrary: use mode \"reduced\"");
   if (should_record({&A})) {
     auto node = make_node<QrBackward>({&A}, mode);
-    Q = finish(Q, node);
-    R = finish(R, node);
-    node->q_ = SavedVariable(Q, true);
-    node->r_ = SavedVariable(R, true);
+    record_outputs(node, {{&Q, &node->q_}, {&R, &node->r_}});
   }
   if (fw_any({&A})) {
     // C = Q^T tA R^-1, Omega = tril(C, -1) - tril(C, -1)^T:
     // tR = (C - Omega) R, tQ = tA R^-1 - Q (C - Omega).
     const Tensor tA = fw_t(A);
     Tensor tAR, CO;
-    {
-      autograd::forward_ad::detail::Suspend pause;
+    paused([&] {
       tAR = tg::linalg::solve_triangular(R, tA, true, false);
       Tensor C = matmul(mT(Q), tAR);
-      Tensor low = tril(C, -1);
-      CO = add(triu(C), mT(low));
-    }
+      CO = add(triu(C), mT(tril(C, -1)));
+    });
     fw_rule(Q, [&] { return sub(tAR, matmul(Q, CO)); });
     fw_rule(R, [&] { return matmul(CO, R); });
   }
@@ -654,12 +646,7 @@ TensorTriple svd(const Tensor& A, bool full_matrices) {
   Tensor U = std::get<0>(r), S = std::get<1>(r), Vh = std::get<2>(r);
   if (should_record({&A})) {
     auto node = make_node<SvdBackward>({&A});
-    U = finish(U, node);
-    S = finish(S, node);
-    Vh = finish(Vh, node);
-    node->u_ = SavedVariable(U, true);
-    node->s_ = SavedVariable(S, true);
-    node->vh_ = SavedVariable(Vh, true);
+    record_outputs(node, {{&U, &node->u_}, {&S, &node->s_}, {&Vh, &node->vh_}});
   }
   if (fw_any({&A})) {
     const int64_t m = A.size(-2), n = A.size(-1), k = S.size(-1);
@@ -670,8 +657,7 @@ TensorTriple svd(const Tensor& A, bool full_matrices) {
     // tV = V (F o (S dP + dP^T S)) + (I - V V^T) tA^T U S^-1.
     const Tensor tA = fw_t(A);
     Tensor tS, tU, tVh;
-    {
-      autograd::forward_ad::detail::Suspend pause;
+    paused([&] {
       Tensor V = mT(Vh);
       Tensor dP = matmul(matmul(mT(U), tA), V);
       Tensor F = inverse_gaps(mul(S, S));
@@ -688,7 +674,7 @@ TensorTriple svd(const Tensor& A, bool full_matrices) {
         tV = add(tV, mul(sub(tAtU, matmul(V, matmul(Vh, tAtU))), Sinv));
       }
       tVh = mT(tV);
-    }
+    });
     fw_rule(U, [&] { return tU; });
     fw_rule(S, [&] { return tS; });
     fw_rule(Vh, [&] { return tVh; });

@@ -483,6 +483,24 @@ struct GesvdjParams {
   ~GesvdjParams() { cusolverDnDestroyGesvdjInfo(p); }
 };
 
+// One slot's call on t's device: the device guard, its current stream and
+// the call's launch encoder (members in that order of construction).
+struct Call {
+  explicit Call(const Tensor& t) : device(t.device().index()), guard(device), s(stream_on(device)), enc(s) {}
+  // The encoder names what the call reads and writes (undefined: skipped).
+  Call(const Tensor& t, std::initializer_list<const Tensor*> reads, std::initializer_list<const Tensor*> writes)
+      : Call(t) {
+    for (const Tensor* r : reads)
+      if (r->defined()) enc.read(*r);
+    for (const Tensor* w : writes)
+      if (w->defined()) enc.write(*w);
+  }
+  const int device;
+  DeviceGuard guard;
+  cudaStream_t s;
+  LaunchEncoder enc;
+};
+
 // ---- the slots --------------------------------------------------------------------------
 
 template <class T> void cholesky_impl(const Tensor& a, const Tensor& info) {
@@ -490,12 +508,10 @@ template <class T> void cholesky_impl(const Tensor& a, const Tensor& info) {
   const Mat A = mat(a, op, "A");
   const int64_t B = A.B;
   const int n = int(A.r), lda = int(A.ld);
-  const int device = a.device().index();
-  DeviceGuard g(device);
-  cudaStream_t s = stream_on(device);
-  LaunchEncoder enc(s);
-  enc.write(a);
-  enc.write(info);
+  Call call(a, {}, {&a, &info});
+  const int device = call.device;
+  cudaStream_t s = call.s;
+  LaunchEncoder& enc = call.enc;
   cusolverDnHandle_t h = lib::cusolver_dn(device, s, op);
   int* info32 = enc.workspace_for<int>(B);
   if (B > 1 && n <= kBatchedCholeskyMax) {
@@ -518,12 +534,10 @@ template <class T> void triangular_solve_impl(const Tensor& a, const Tensor& b, 
   TG_INTERNAL_ASSERT(A.r == A.c && A.r == X.r && (A.B == X.B || A.B == 1), op, ": mismatched operands");
   const int64_t B = X.B;
   const int n = int(X.r), k = int(X.c);
-  const int device = b.device().index();
-  DeviceGuard g(device);
-  cudaStream_t s = stream_on(device);
-  LaunchEncoder enc(s);
-  enc.read(a);
-  enc.write(b);
+  Call call(b, {&a}, {&b});
+  const int device = call.device;
+  cudaStream_t s = call.s;
+  LaunchEncoder& enc = call.enc;
   cublasHandle_t h = lib::cublas(device, s, enc, op);
   const cublasFillMode_t uplo = upper ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
   const cublasOperation_t trans = transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -553,13 +567,10 @@ template <class T> void lu_factor_impl(const Tensor& a, const Tensor& pivots, co
   TG_INTERNAL_ASSERT(A.r == A.c, op, ": the CUDA kernel takes square matrices");
   const int64_t B = A.B;
   const int n = int(A.r), lda = int(A.ld);
-  const int device = a.device().index();
-  DeviceGuard g(device);
-  cudaStream_t s = stream_on(device);
-  LaunchEncoder enc(s);
-  enc.write(a);
-  enc.write(pivots);
-  enc.write(info);
+  Call call(a, {}, {&a, &pivots, &info});
+  const int device = call.device;
+  cudaStream_t s = call.s;
+  LaunchEncoder& enc = call.enc;
   int* piv32 = enc.workspace_for<int>(B * n);
   int* info32 = enc.workspace_for<int>(B);
   if (B > 1 && n <= kBatchedLuMax) {
@@ -585,13 +596,10 @@ template <class T> void lu_solve_impl(const Tensor& lu, const Tensor& pivots, co
                      ": mismatched operands");
   const int64_t B = X.B;
   const int n = int(X.r), k = int(X.c);
-  const int device = b.device().index();
-  DeviceGuard g(device);
-  cudaStream_t s = stream_on(device);
-  LaunchEncoder enc(s);
-  enc.read(lu);
-  enc.read(pivots);
-  enc.write(b);
+  Call call(b, {&lu, &pivots}, {&b});
+  const int device = call.device;
+  cudaStream_t s = call.s;
+  LaunchEncoder& enc = call.enc;
   const int64_t lu_stride = LU.B == 1 ? 0 : LU.bs;  // one factorization for every right-hand side
   // The pivots as the libraries take them: int32, one row per right-hand side.
   int* piv32 = enc.workspace_for<int>(B * n);
@@ -714,13 +722,10 @@ template <class T> void qr_impl(const Tensor& a, const Tensor& q, const Tensor& 
   const int nq = q.defined() ? int(Q.c) : 0;
   TG_INTERNAL_ASSERT(R.c == n && R.r <= m && (!q.defined() || (Q.r == m && nq >= k && nq <= m)), op,
                      ": mismatched operands");
-  const int device = a.device().index();
-  DeviceGuard g(device);
-  cudaStream_t s = stream_on(device);
-  LaunchEncoder enc(s);
-  enc.write(a);
-  enc.write(q);
-  enc.write(r);
+  Call call(a, {}, {&a, &q, &r});
+  const int device = call.device;
+  cudaStream_t s = call.s;
+  LaunchEncoder& enc = call.enc;
   cusolverDnHandle_t h = lib::cusolver_dn(device, s, op);
   T* tau = enc.workspace_for<T>(B * k);
   int* dinfo = enc.workspace_for<int>(1);  // argument checks only

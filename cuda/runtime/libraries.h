@@ -28,25 +28,20 @@
 
 #include <tapegrad/tensor/error.h>
 
-#define TG_CUBLAS_CHECK(call, op)                                       \
-  do {                                                                  \
-    cublasStatus_t st_ = (call);                                        \
-    TG_CHECK(st_ == CUBLAS_STATUS_SUCCESS, op, ": cuBLAS call ", #call, \
-             " failed: ", ::tg::cuda::lib::cublas_status_name(st_));    \
+// A library call's status checked: `lib` names the library in the message,
+// `name(status)` says what went wrong.
+#define TG_LIBRARY_CHECK(Status, ok, lib, name, call, op)                      \
+  do {                                                                         \
+    Status st_ = (call);                                                       \
+    TG_CHECK(st_ == ok, op, ": " lib " call ", #call, " failed: ", name(st_)); \
   } while (0)
-
-#define TG_CUSOLVER_CHECK(call, op)                                         \
-  do {                                                                      \
-    cusolverStatus_t st_ = (call);                                          \
-    TG_CHECK(st_ == CUSOLVER_STATUS_SUCCESS, op, ": cuSOLVER call ", #call, \
-             " failed: ", ::tg::cuda::lib::cusolver_status_name(st_));      \
-  } while (0)
-
-#define TG_CUSPARSE_CHECK(call, op)                                                                                    \
-  do {                                                                                                                 \
-    cusparseStatus_t st_ = (call);                                                                                     \
-    TG_CHECK(st_ == CUSPARSE_STATUS_SUCCESS, op, ": cuSPARSE call ", #call, " failed: ", cusparseGetErrorString(st_)); \
-  } while (0)
+#define TG_CUBLAS_CHECK(call, op) \
+  TG_LIBRARY_CHECK(cublasStatus_t, CUBLAS_STATUS_SUCCESS, "cuBLAS", ::tg::cuda::lib::cublas_status_name, call, op)
+#define TG_CUSOLVER_CHECK(call, op)                                                                                    \
+  TG_LIBRARY_CHECK(cusolverStatus_t, CUSOLVER_STATUS_SUCCESS, "cuSOLVER", ::tg::cuda::lib::cusolver_status_name, call, \
+                   op)
+#define TG_CUSPARSE_CHECK(call, op) \
+  TG_LIBRARY_CHECK(cusparseStatus_t, CUSPARSE_STATUS_SUCCESS, "cuSPARSE", cusparseGetErrorString, call, op)
 
 namespace tg::cuda {
 

@@ -11,13 +11,18 @@
 //   logdet = 2 sum log diag L; BM_BatchedCholSolveLogdetGrad the forward and
 //   the gradient of sum(x) + sum(logdet) in A and b.
 // Each iteration is timed by wall clock up to a device synchronize (manual
-// time); run with --benchmark_repetitions=N for medians. On the CPU the large
+// time); run with --benchmark_repetitions=N for medians. With
+// TG_BENCH_PROFILE=1 the first timed call of each workload after its warm-up
+// is bracketed by cuda::profiler_start/stop (for ncu --profile-from-start
+// off: scripts/gpu.sh lprofile). On the CPU the large
 // sizes are skipped with a message (a 2-core CPU takes minutes on them); set
 // TG_BENCH_CPU_BIG=1 to run them anyway.
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <set>
 #include <string>
+#include <typeinfo>
 
 #include <benchmark/benchmark.h>
 
@@ -45,10 +50,26 @@ bool size_ok(benchmark::State& state, bool big) {
   return true;
 }
 
+// One call of f between profiler_start and profiler_stop, once per workload,
+// when TG_BENCH_PROFILE=1 and there is a GPU.
+template <class F> void profile_once(benchmark::State& state, F& f) {
+  static std::set<std::string> done;
+  const char* env = std::getenv("TG_BENCH_PROFILE");
+  const std::string key = std::string(typeid(F).name()) + "/" + std::to_string(state.range(0));
+  if (!env || std::string(env) != "1" || !tg::cuda::is_available() || !done.insert(key).second) return;
+  f();
+  sync();
+  tg::cuda::profiler_start();
+  f();
+  sync();
+  tg::cuda::profiler_stop();
+}
+
 // Times f (one warm-up call first: allocator caches, library handles).
 template <class F> void timed(benchmark::State& state, F&& f) {
   f();
   sync();
+  profile_once(state, f);
   for (auto _ : state) {
     auto t0 = std::chrono::steady_clock::now();
     f();

@@ -18,6 +18,9 @@
 #   scripts/gpu.sh profile    per-kernel GPU time of one replay of the graphed PINN
 #                             step, ours and PyTorch's (ncu, graph nodes one by one;
 #                             PROFILE_ARGS go to pinn_step, e.g. "--laplacian taylor")
+#   scripts/gpu.sh lprofile   per-kernel GPU time of one call of the linalg workloads
+#                             (LPROFILE: "gp_grad:4096 chol+grad:10000" by default),
+#                             tapegrad, PyTorch and JAX (ncu)
 #   scripts/gpu.sh python     the Python tests (PyTorch and JAX zero copy on CUDA) and
 #                             the cost of crossing the boundary (bench/peers/interop_peers.py)
 #   scripts/gpu.sh laplacian  the Laplacian benchmark side by side with PyTorch
@@ -97,6 +100,23 @@ for step in "$@"; do
         ncu --profile-from-start off --graph-profiling node --metrics gpu__time_duration.sum --csv \
           "${cmd[@]}" > "$OUT/ncu_$who.csv" 2> "$OUT/ncu_$who.err" || { tail -5 "$OUT/ncu_$who.err"; rc=1; continue; }
         python3 scripts/ncu_summary.py "$OUT/ncu_$who.csv" | tee "$OUT/ncu_$who.txt" | head -40
+      done ;;
+    lprofile)
+      for w in ${LPROFILE:-gp_grad:4096 chol+grad:10000}; do
+        name=${w%%:*} size=${w##*:}
+        case $name in
+          gp_grad) filt="BM_GpNlmlGrad/$size/" ;; gp_hessian) filt="BM_GpHessian/$size/" ;;
+          chol) filt="BM_BatchedCholSolveLogdet/$size/" ;; chol+grad) filt="BM_BatchedCholSolveLogdetGrad/$size/" ;;
+        esac
+        for who in tapegrad torch jax; do
+          if [ $who = tapegrad ]; then cmd=(env TG_BENCH_PROFILE=1 $B/bench/bench_linalg --benchmark_filter="$filt" --benchmark_min_time=0.01)
+          else cmd=(env XLA_PYTHON_CLIENT_PREALLOCATE=false python3 bench/peers/linalg_peers.py --worker $who --profile
+                    --workloads "$name" --sizes "$size" --batch "$size"); fi
+          f="$OUT/ncu_${name/+/_}_${size}_$who"
+          ncu --profile-from-start off --metrics gpu__time_duration.sum --csv "${cmd[@]}" > "$f.csv" 2> "$f.err" ||
+            { tail -5 "$f.err"; rc=1; continue; }
+          echo "== $who $name $size"; python3 scripts/ncu_summary.py "$f.csv" | tee "$f.txt" | head -25
+        done
       done ;;
     python)  # the pytest suite with the peers (PyTorch, JAX) present, and the boundary's cost
       PYTHONPATH=$B/python python3 -m pytest -q -p no:cacheprovider python/tests -rs 2>&1 | tee "$OUT/pytest.txt" | tail -15 || rc=1

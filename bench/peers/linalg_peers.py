@@ -37,7 +37,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 LOG2PI = math.log(2 * math.pi)
 
 
-def median_ms(fn, sync, runs, warmup=1):
+def median_ms(fn, sync, runs, warmup=1, profile=None):
+    """The median of `runs` synchronized calls; with `profile` (a pair of
+    profiler start/stop functions) one call bracketed for ncu instead."""
+    if profile:
+        for _ in range(2):
+            sync(fn())
+        profile[0]()
+        sync(fn())
+        profile[1]()
+        return 0.0
     for _ in range(warmup):
         sync(fn())
     times = []
@@ -74,14 +83,20 @@ def worker_torch(args):
     torch.backends.cuda.matmul.allow_tf32 = False
     out = {}
 
+    prof = (torch.cuda.profiler.start, torch.cuda.profiler.stop) if args.profile else None
+
     def record(key, fn):
+        if args.workloads and key.split(" ")[0] not in args.workloads:
+            return
         try:
-            out[key] = median_ms(fn, sync, args.runs)
+            out[key] = median_ms(fn, sync, args.runs, profile=prof)
         except Exception as e:  # report, keep going
             out[key] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
         print(f"torch {key}: {out[key]}", file=sys.stderr, flush=True)
 
-    for n in args.sizes:
+    gp = not args.workloads or any(w.startswith("gp") for w in args.workloads)
+    chol_wanted = not args.workloads or any(w.startswith("chol") for w in args.workloads)
+    for n in args.sizes if gp else []:
         sq, y, theta = (torch.tensor(a, dtype=torch.float64, device=dev) for a in gp_data(n))
         eye = torch.eye(n, dtype=torch.float64, device=dev)
 
@@ -99,6 +114,8 @@ def worker_torch(args):
         from torch.func import jacfwd, jacrev
         record(f"gp_hessian {n}", lambda: jacfwd(jacrev(nlml))(theta))
         del sq, eye
+    if not chol_wanted:
+        return out
     A0, b0 = (torch.tensor(a, device=dev) for a in batch_data(args.batch))
 
     def chol(A, b):
@@ -120,6 +137,14 @@ def worker_torch(args):
     return out
 
 
+def _try_cdll(name):
+    import ctypes
+    try:
+        return ctypes.CDLL(name)
+    except OSError:
+        return None
+
+
 def worker_jax(args):
     import jax
     jax.config.update("jax_enable_x64", True)
@@ -131,14 +156,27 @@ def worker_jax(args):
     sync = jax.block_until_ready
     out = {}
 
+    prof = None
+    if args.profile:  # cudaProfilerStart/Stop through the CUDA runtime JAX loaded (the primary context)
+        import ctypes
+        rt = next((lib for lib in (_try_cdll(n) for n in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"))
+                   if lib), None)
+        if rt is None:
+            raise RuntimeError("--profile: no libcudart.so found for cudaProfilerStart")
+        prof = (rt.cudaProfilerStart, rt.cudaProfilerStop)
+
     def record(key, fn):
+        if args.workloads and key.split(" ")[0] not in args.workloads:
+            return
         try:
-            out[key] = median_ms(fn, sync, args.runs)
+            out[key] = median_ms(fn, sync, args.runs, profile=prof)
         except Exception as e:
             out[key] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
         print(f"jax {key}: {out[key]}", file=sys.stderr, flush=True)
 
-    for n in args.sizes:
+    gp = not args.workloads or any(w.startswith("gp") for w in args.workloads)
+    chol_wanted = not args.workloads or any(w.startswith("chol") for w in args.workloads)
+    for n in args.sizes if gp else []:
         sq, y, theta = (jnp.asarray(a, dtype=jnp.float64) for a in gp_data(n))
 
         def nlml(t, sq, y):
@@ -152,6 +190,8 @@ def worker_jax(args):
         record(f"gp_grad {n}", lambda: vg(theta, sq, y))
         record(f"gp_hessian {n}", lambda: hess(theta, sq, y))
         del sq, y
+    if not chol_wanted:
+        return out
     A0, b0 = (jnp.asarray(a, dtype=jnp.float32) for a in batch_data(args.batch))
 
     def chol1(A, b):
@@ -204,8 +244,13 @@ def main():
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--build", default="build-gpu", help="tapegrad's build directory")
     p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--workloads", default="", help="only these (gp_grad,gp_hessian,chol,chol+grad)")
+    p.add_argument("--profile", action="store_true",
+                   help="with --worker torch|jax: one call of each workload bracketed by the CUDA profiler "
+                        "start/stop, for ncu --profile-from-start off (scripts/gpu.sh lprofile)")
     args = p.parse_args()
     args.sizes = [int(s) for s in args.sizes.split(",")]
+    args.workloads = [w for w in args.workloads.split(",") if w]
     if args.worker:
         res = worker_torch(args) if args.worker == "torch" else worker_jax(args)
         print(json.dumps(res))

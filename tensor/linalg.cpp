@@ -176,6 +176,22 @@ Tensor fortran_copy(const Tensor& t, const IntList& batch) {
   out.copy_(src.transpose(1, 2));
   return out.transpose(1, 2);
 }
+// A square operand [..batch, n, n] that a kernel only reads, as [B, n, n]
+// in batched column-major layout without a copy where its memory allows:
+// column-major already, or row-major (then the view is of A^T and `flipped`
+// is set; the caller swaps upper/lower and the transpose). Else a copy.
+Tensor read_operand(const Tensor& A, const IntList& batch, bool& flipped) {
+  const int64_t n = A.size(-1);
+  Tensor v = A.expand(join(batch, {n, n})).reshape({count(batch), n, n});
+  const auto st = v.strides();
+  flipped = false;
+  if (n <= 1 || (st[1] == 1 && st[2] == n)) return v;
+  if (st[2] == 1 && st[1] == n) {
+    flipped = true;
+    return v.transpose(1, 2);
+  }
+  return fortran_copy(A, batch);
+}
 // A fresh batched column-major [B, r, c] tensor.
 Tensor fortran_empty(int64_t B, int64_t r, int64_t c, const Tensor& like) {
   return detail::new_empty({B, c, r}, like.dtype(), like.device()).transpose(1, 2);
@@ -246,12 +262,16 @@ TensorPair cholesky_ex(const Tensor& A, bool upper, bool check_errors) {
   const int64_t n = A.size(-1), B = count(batch);
   Tensor info = int64_zeros(batch, A.device());
   if (is_empty(A)) return {detail::new_empty(A.sizes(), A.dtype(), A.device()), info};
-  Tensor a = fortran_copy(A, batch);
-  kern(A, op).cholesky(a, info.reshape({B}));
+  // A row-major copy (a plain copy for a contiguous A) is the column-major
+  // A^T, whose upper triangle is A's lower: its factor U (A = U^T U, the
+  // kernel zeroing the rest) read row-major is L, contiguous.
+  Tensor c = detail::new_empty({B, n, n}, A.dtype(), A.device());
+  c.copy_(A.expand(join(batch, {n, n})).reshape({B, n, n}));
+  kern(A, op).cholesky(c.transpose(1, 2), info.reshape({B}), true);
   if (check_errors)
     check_info(info, batch, op,
                "the input is not positive definite: its leading minor of order %v is not positive definite");
-  Tensor L = raw::tril(a.reshape(join(batch, {n, n})));
+  Tensor L = c.reshape(join(batch, {n, n}));
   return {upper ? L.transpose(-2, -1) : L, info};
 }
 
@@ -267,14 +287,38 @@ Tensor solve_triangular(const Tensor& A, const Tensor& Bm, bool upper, bool left
     out.fill_(0);
     return out;
   }
-  // X A = B is A^T X^T = B^T: the kernel solves with A^T on B^T.
+  // X A = B is A^T X^T = B^T: the kernel solves with A^T on B^T. A is read
+  // in place when it is row- or column-major (row-major: the kernel sees
+  // A^T, the other triangle, and transposes back).
   Tensor b = fortran_copy(left ? Bm : Bm.transpose(-2, -1), batch);
-  Tensor a = fortran_copy(A, batch);
-  kern(A, op).triangular_solve(a, b, upper, unitriangular, !left);
+  bool flipped = false;
+  Tensor a = read_operand(A, batch, flipped);
+  kern(A, op).triangular_solve(a, b, flipped ? !upper : upper, unitriangular, flipped ? left : !left);
   Tensor x = b.reshape(join(batch, {n, k}));
   return left ? x : x.transpose(-2, -1);
 }
 
+}  // namespace raw::linalg
+
+namespace detail {
+Tensor triangular_inverse(const Tensor& T, bool upper) {
+  const char* op = "linalg.triangular_inverse";
+  check_square(T, op, "T");
+  const IntList batch = batch_of(T);
+  const int64_t n = T.size(-1), B = count(batch);
+  const auto& k = kern(T, op);
+  if (is_empty(T) || !k.triangular_inverse) return raw::linalg::solve_triangular(T, eye_batch(batch, n, n, T), upper);
+  // As cholesky_ex: a row-major copy is the column-major T^T (the other
+  // triangle), whose inverse read row-major is T^-1.
+  Tensor c = new_empty({B, n, n}, T.dtype(), T.device());
+  c.copy_(T.expand(join(batch, {n, n})).reshape({B, n, n}));
+  k.triangular_inverse(c.transpose(1, 2), !upper);
+  Tensor r = c.reshape(join(batch, {n, n}));
+  return upper ? raw::triu(r) : raw::tril(r);
+}
+}  // namespace detail
+
+namespace raw::linalg {
 namespace {
 // A vector right-hand side of solve: B [..., n] with A [..., n, n], as
 // torch.linalg.solve reads it (B 1-D, or B's shape A's without the last dim).
@@ -851,12 +895,19 @@ template <class F> void each_matrix(const Tensor& t, const char* op, int64_t wor
   else run(float{});
 }
 
-void cholesky_kernel(const Tensor& a, const Tensor& info) {
+void cholesky_kernel(const Tensor& a, const Tensor& info, bool upper) {
   const int64_t n = a.sizes()[1];
   each_matrix(a, "linalg.cholesky", n * n * n, [&](auto tag, int64_t b) {
     using T = decltype(tag);
     MapMat<T> m = mat<T>(a, b);
-    Eigen::Index k = Eigen::internal::llt_inplace<T, Eigen::Lower>::blocked(m);
+    Eigen::Index k;
+    if (upper) {
+      k = Eigen::internal::llt_inplace<T, Eigen::Upper>::blocked(m);
+      m.template triangularView<Eigen::StrictlyLower>().setZero();
+    } else {
+      k = Eigen::internal::llt_inplace<T, Eigen::Lower>::blocked(m);
+      m.template triangularView<Eigen::StrictlyUpper>().setZero();
+    }
     // Eigen tests x <= 0, which NaN passes; LAPACK's potrf counts NaN as
     // not positive definite: the first NaN on the factor's diagonal.
     if (k < 0)

@@ -255,7 +255,18 @@ class CholeskyBackward final : public SelfResultNode {  // result_: the factor
     Tensor L = result_.unpack(this, "L");
     if (upper_) L = mT(L);
     const Tensor gL = upper_ ? mT(grads[0]) : grads[0];
-    Tensor x = linalg::solve_triangular(mT(L), phi(matmul(mT(L), gL)), true);
+    Tensor p = phi(matmul(mT(L), gL));
+    if (!autograd::is_grad_enabled() && !fw_any({&L, &gL}) &&
+        tg::kernels::linalg_kernels(L.device(), "linalg.cholesky").triangular_inverse) {
+      // First order (nothing records, no tangents) where the device has a
+      // triangular inverse (the GPU): L^-1 once and two GEMMs, several times
+      // faster there than two triangular solves with n right-hand sides
+      // (cuBLAS's trsm runs a 64 x 64 batch at ~2 TFLOP/s).
+      Tensor Li = tg::detail::triangular_inverse(L, false);
+      out[0] = sym(matmul(mT(Li), matmul(p, Li)));
+      return out;
+    }
+    Tensor x = linalg::solve_triangular(mT(L), p, true);
     out[0] = sym(linalg::solve_triangular(L, x, false, false));
     return out;
   }

@@ -8,7 +8,9 @@
 // op list (ops.def) that autograd records has no entry, so coverage cannot
 // drift from the list. Every sample also checks forward mode (gradcheck's
 // check_forward_ad and check_batched_forward_ad) and Taylor mode to the
-// third order (taylor_mismatch).
+// third order (taylor_mismatch) as the op lists declare it (linalg.def's
+// column, ops.def's TG_TAYLOR lines); a test fails when a recorded op's
+// declaration is checked on no sample.
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -49,7 +51,8 @@ struct OpEntry {
   tg::autograd::GradcheckOptions options = {};
   bool gpu_only = false;  // needs a GPU even for the "CPU" run (pin_memory)
   // For an op that is not a function of its input's values (detach): a check
-  // of its gradient on a device, instead of finite differences.
+  // of its gradient on a device, instead of finite differences. It checks
+  // every mode, Taylor mode's declaration (ops.def) included.
   std::function<void(const Device&)> check = nullptr;
 };
 
@@ -283,6 +286,12 @@ std::vector<OpEntry> op_entries() {
          EXPECT_TRUE(tg::equal(x.as_strided({2, 2}, {1, 2}, 1).to(Device(kCPU)),
                                tg::tensor({1, 3, 2, 4}, {2, 2}, kF64)));
          EXPECT_ERROR_CONTAINS(x.requires_grad_().as_strided({2}, {1}), "as_strided: not differentiable");
+         // Declared without a Taylor rule (ops.def): refused at itself.
+         namespace fwd = tg::autograd::forward_ad;
+         fwd::taylor_level level(3, 1);
+         Tensor c = tg::ones({1, 6}, kF64).to(d);
+         EXPECT_ERROR_CONTAINS(fwd::make_jet(x.detach(), {c, c, c}).as_strided({2}, {1}),
+                               "as_strided: no Taylor-mode rule");
        }},
       // conversions
       {"to_device", F1(x.to(x.device()) * 2.0), unit},
@@ -297,6 +306,20 @@ std::vector<OpEntry> op_entries() {
          Tensor g = tg::autograd::grad({(x * x.detach()).sum()}, {x})[0];
          EXPECT_TRUE(tg::allclose(g.to(Device(kCPU)), x.detach().to(Device(kCPU)), 1e-15, 0));
          EXPECT_FALSE(x.detach().requires_grad());
+         // Taylor mode: detach drops the coefficients, so x * detach(x)
+         // has x's coefficients times x.
+         namespace fwd = tg::autograd::forward_ad;
+         fwd::taylor_level level(3, 1);
+         const Tensor x0 = x.detach();
+         std::vector<Tensor> cs = {tg::rand({1, 3, 4}, kF64).to(d), tg::rand({1, 3, 4}, kF64).to(d),
+                                   tg::rand({1, 3, 4}, kF64).to(d)};
+         const Tensor j = fwd::make_jet(x0, cs);
+         const std::vector<Tensor> got = fwd::jet_coefficients(j * j.detach());
+         EXPECT_FALSE(fwd::jet_coefficients(j.detach())[0].defined());
+         ASSERT_EQ(got.size(), 3u);
+         for (size_t k = 0; k < 3; ++k)
+           EXPECT_TRUE(tg::allclose(got[k].to(Device(kCPU)), (cs[k] * x0).to(Device(kCPU)), 1e-15, 0))
+               << "c_" << k + 1;
        }},
       // sparse COO (repeated, unsorted coordinates; test_sparse.cpp covers
       // every index set)
@@ -490,24 +513,37 @@ std::vector<OpEntry> op_entries() {
 #undef F1
 #undef F2
 
-// Taylor coverage as the op list declares it: a linalg op declared `X` has
-// no Taylor rule and must throw at itself in a Taylor level (never a wrong
-// coefficient); every other op is checked against finite differences.
-// `A` (by argument): refused at the op, or right.
-char declared_taylor(const std::string& id) {
+// Taylor coverage as the op lists declare it: linalg.def's column, ops.def's
+// TG_TAYLOR lines (an op without one: `T`). An op declared `X` has no Taylor
+// rule and must throw at itself in a Taylor level (never a wrong
+// coefficient); `S` (sparse) refuses through sparse_coo_tensor, whose values'
+// coefficients a sparse tensor cannot carry; `A` (by argument): refused at
+// the op, or right; every other op is checked against finite differences.
+const std::map<std::string, char>& declared_taylor_columns() {
   static const std::map<std::string, char> cols = [] {
     std::map<std::string, char> s;
 #define TG_D(...)
 #define TG_LINALG(ret, name, id, params, args, kind, taylor) s["linalg." #id] = #taylor[0];
 #include <tapegrad/tensor/linalg.def>
 #undef TG_LINALG
+#define TG_OP0(...)
+#define TG_OP(...)
+#define TG_FN(...)
+#define TG_TAYLOR(id, coverage) s[#id] = #coverage[0];
+#include <tapegrad/tensor/ops.def>
+#undef TG_TAYLOR
+#undef TG_FN
+#undef TG_OP
+#undef TG_OP0
 #undef TG_D
     return s;
   }();
-  auto it = cols.find(id);
-  return it == cols.end() ? 'T' : it->second;
+  return cols;
 }
-bool declares_no_taylor_rule(const std::string& id) { return declared_taylor(id) == 'X'; }
+char declared_taylor(const std::string& id) {
+  auto it = declared_taylor_columns().find(id);
+  return it == declared_taylor_columns().end() ? 'T' : it->second;
+}
 
 // Sparse tensors take no batched tangents (embedding and
 // index_select_sparse_grad: their sparse gradients, in forward over reverse).
@@ -523,8 +559,9 @@ bool is_sparse_entry(const std::string& id) {
 // are exercised too); y(t) = fn(x(t)) has y'(t) = g(t), the forward-mode
 // J(x(t)) x'(t) (itself checked by gradcheck's check_forward_ad), and an
 // order-3 Taylor pass must give c_2 = g'(0) / 2 and c_3 = g''(0) / 6, here
-// by central differences of g. Returns an empty string when they agree.
-std::string taylor_mismatch(const Fn& fn, const variable_list& in) {
+// by central differences of g with step h. Returns an empty string when they
+// agree.
+std::string taylor_mismatch(const Fn& fn, const variable_list& in, double h = 1e-4) {
   namespace fwd = tg::autograd::forward_ad;
   tg::manual_seed(77);
   variable_list v, w, u;
@@ -554,7 +591,6 @@ std::string taylor_mismatch(const Fn& fn, const variable_list& in) {
     for (Tensor& t : c)
       t = t.defined() ? t.select(0, 0).detach() : tg::zeros_like(out.detach());
   }
-  const double h = 1e-4;
   Tensor plus = g(h), zero = g(0), minus = g(-h);
   Tensor want2 = (plus - minus) / (4 * h), want3 = (plus - zero * 2.0 + minus) / (6 * h * h);
   std::ostringstream msg;
@@ -586,11 +622,18 @@ TEST_P(OpTable, GradcheckAndGradgradcheckEveryOp) {
   }
   const Device dev = gpu ? Device(tg::kCUDA, 0) : Device(tg::kCPU);
   int checked = 0;
+  // The ops whose Taylor declaration a sample checked (on nonempty inputs),
+  // and those not run here at all (pin_memory without a GPU).
+  std::set<std::string> taylor_checked, not_run;
   for (const OpEntry& op : op_entries()) {
-    if (op.gpu_only && !tg::cuda::is_available()) continue;
+    if (op.gpu_only && !tg::cuda::is_available()) {
+      not_run.insert(op.id);
+      continue;
+    }
     if (op.check) {
       SCOPED_TRACE(op.id);
       op.check(dev);
+      taylor_checked.insert(op.id);
       continue;
     }
     Fn fn = [&](const variable_list& in) {
@@ -615,9 +658,13 @@ TEST_P(OpTable, GradcheckAndGradgradcheckEveryOp) {
         EXPECT_TRUE(r1.ok) << "gradcheck: " << r1.message;
         auto r2 = tg::autograd::gradgradcheck(fn, in, options);
         EXPECT_TRUE(r2.ok) << "gradgradcheck: " << r2.message;
-        // Taylor mode rides in batched tangents; ops through float32 (a
-        // coarse step) leave no room for second differences.
-        if (declares_no_taylor_rule(op.id)) {
+        // Taylor mode rides in batched tangents. An empty input carries no
+        // coefficients worth checking.
+        bool empty = false;
+        for (const Tensor& t : in)
+          empty = empty || t.numel() == 0;
+        const char taylor = declared_taylor(op.id);
+        if (taylor == 'X') {
           bool threw = false;
           try {
             taylor_mismatch(fn, in);
@@ -625,23 +672,35 @@ TEST_P(OpTable, GradcheckAndGradgradcheckEveryOp) {
             threw = std::string(err.what()).find("no Taylor-mode rule") != std::string::npos;
             EXPECT_TRUE(threw) << "Taylor mode threw another error: " << err.what();
           }
-          // An empty input carries no coefficients worth refusing.
-          bool empty = false;
-          for (const Tensor& t : in)
-            empty = empty || t.numel() == 0;
           EXPECT_TRUE(threw || empty)
-              << "declared without a Taylor rule (linalg.def `X`) but did not refuse Taylor mode";
-        } else if (declared_taylor(op.id) == 'A') {
+              << "declared without a Taylor rule (`X` in its op list) but did not refuse Taylor mode";
+        } else if (taylor == 'S') {
+          std::string what;
+          try {
+            taylor_mismatch(fn, in);
+          } catch (const tg::Error& err) {
+            what = err.what();
+          }
+          EXPECT_NE(what.find("sparse tensors take no batched tangents"), std::string::npos)
+              << "declared sparse (`S` in ops.def): Taylor mode should be refused at sparse_coo_tensor, got "
+              << (what.empty() ? std::string("no error") : what);
+        } else if (taylor == 'A') {
           try {
             const std::string bad = taylor_mismatch(fn, in);
             EXPECT_TRUE(bad.empty()) << "Taylor mode: " << bad;
           } catch (const tg::Error& err) {
             EXPECT_NE(std::string(err.what()).find("no Taylor-mode rule"), std::string::npos) << err.what();
           }
-        } else if (options.check_batched_forward_ad && options.eps == tg::autograd::GradcheckOptions().eps) {
-          const std::string bad = taylor_mismatch(fn, in);
+        } else {
+          // The entries through float32 (a coarse step) are linear, so g is
+          // a quadratic in t whose central differences are exact at any
+          // step: a long one keeps float32's rounding out of them (a
+          // nonlinear op would fail, not pass, by it).
+          const bool coarse = options.eps != tg::autograd::GradcheckOptions().eps;
+          const std::string bad = taylor_mismatch(fn, in, coarse ? 0.25 : 1e-4);
           EXPECT_TRUE(bad.empty()) << "Taylor mode: " << bad;
         }
+        if (!empty) taylor_checked.insert(op.id);
       } catch (const std::exception& e) {
         ADD_FAILURE() << "threw: " << e.what();
       }
@@ -649,6 +708,16 @@ TEST_P(OpTable, GradcheckAndGradgradcheckEveryOp) {
     }
   }
   EXPECT_GT(checked, 150);
+  // Every recorded op's Taylor declaration is checked on some sample: an op
+  // declared covered that nothing checks would be an unchecked claim.
+  for (const tg::detail::OpInfo& info : tg::detail::op_list()) {
+    if (!info.recorded || not_run.count(info.id)) continue;
+    EXPECT_TRUE(taylor_checked.count(info.id))
+        << "op '" << info.id << "' declares Taylor coverage `" << declared_taylor(info.id)
+        << "` (ops.def: no TG_TAYLOR line means `T`) but no nonempty sample of its test-table entry checks it; "
+           "add a sample, or declare it honestly (TG_TAYLOR(id, X) and a guard)";
+  }
+  EXPECT_GE(taylor_checked.size(), 190u);  // 191 entries on the CPU, 192 with pin_memory on a GPU
 }
 
 // The everyday surface against values worked out by hand (PyTorch's
@@ -1038,6 +1107,9 @@ TEST(OpTableCoverage, EveryRecordedOpHasAnEntry) {
     EXPECT_TRUE(entries.count(id)) << "op '" << id << "' is in the op list but has no test-table entry";
   for (const std::string& id : entries)
     EXPECT_TRUE(recorded.count(id) || id == "mlp") << "entry '" << id << "' names no recorded op";
+  // A Taylor declaration (TG_TAYLOR in ops.def) names a recorded op.
+  for (const auto& [id, col] : declared_taylor_columns())
+    EXPECT_TRUE(recorded.count(id)) << "TG_TAYLOR(" << id << ", " << col << ") names no recorded op";
   EXPECT_GT(recorded.size(), 90u);
 }
 

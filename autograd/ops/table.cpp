@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 #include <string>
+#include <string_view>
 
 #include "autograd/ops/ops.h"
 #include "tensor/op_table.h"
@@ -39,10 +40,10 @@ template <class... T> bool output_ok(const std::tuple<T...>& t) {
                     t);
 }
 
-// The Taylor-coverage guard (LinalgOpTable::no_taylor_rule): inside a Taylor
-// level of order >= 2, an op without a Taylor rule whose input carries
-// coefficients throws at itself (a tangent rule alone would give wrong
-// higher coefficients).
+// The Taylor-coverage guard (LinalgOpTable::no_taylor_rule, and the ops.def
+// entries declared TG_TAYLOR(id, X)): inside a Taylor level of order >= 2,
+// an op without a Taylor rule whose input carries coefficients throws at
+// itself (a tangent rule alone would give wrong higher coefficients).
 void no_taylor_rule(const char* op, std::initializer_list<const Tensor*> inputs) {
   const auto* l = fad::detail::current_state().taylor;
   if (!l || l->order < 2) return;
@@ -65,12 +66,16 @@ thread_local int t_fw_depth = 0;
 
 // Ops whose tensor operands after the first only give a shape.
 bool shape_only_operands(const char* op) { return std::strcmp(op, "expand_as") == 0; }
+// Ops whose output carries no tangent by definition: detach drops it (as
+// PyTorch; docs/AUTOGRAD.md), so in a dual or Taylor level it is not an op
+// without a rule.
+bool drops_tangent(const char* op) { return std::strcmp(op, "detach") == 0; }
 
 template <class F, class In0, class... In>
 decltype(auto) fw_checked(const char* op, F&& f, const In0& in0, const In&... in) {
   using R = decltype(f());
   if (t_fw_depth > 0 || !fad::is_active() || !(has_tangent(in0) || (has_tangent(in) || ...))) return f();
-  if (shape_only_operands(op) && !has_tangent(in0)) return f();
+  if ((shape_only_operands(op) && !has_tangent(in0)) || drops_tangent(op)) return f();
   struct Depth {
     Depth() { ++t_fw_depth; }
     ~Depth() { --t_fw_depth; }
@@ -83,22 +88,50 @@ decltype(auto) fw_checked(const char* op, F&& f, const In0& in0, const In&... in
   return out;
 }
 
+// The ops that ops.def declares without a Taylor rule (TG_TAYLOR(id, X)
+// under the entry, which comes after it: hence this first pass). Their
+// entries guard a Taylor level of order >= 2 before anything runs; `S` (a
+// sparse input carries no coefficients) needs no guard.
+constexpr std::string_view kNoTaylorRule[] = {
+#define TG_OP0(...)
+#define TG_OP(...)
+#define TG_FN(...)
+#define TG_TAYLOR_ID_X(id) #id,
+#define TG_TAYLOR_ID_S(id)
+#define TG_TAYLOR(id, coverage) TG_TAYLOR_ID_##coverage(id)
+#include <tapegrad/tensor/ops.def>
+#undef TG_TAYLOR
+#undef TG_TAYLOR_ID_S
+#undef TG_TAYLOR_ID_X
+#undef TG_FN
+#undef TG_OP
+#undef TG_OP0
+    ""};
+constexpr bool declared_without_taylor_rule(std::string_view id) {
+  for (std::string_view s : kNoTaylorRule)
+    if (s == id) return true;
+  return false;
+}
+
 namespace ops = autograd::ops;
 #define TG_D(...)
-#define TG_OP0(ret, name, id, form)                             \
-  TG_IF_RECORDED_##form(ret fw_##id(const Tensor& self) {       \
-    return fw_checked(                                          \
-        #name, [&]() -> ret { return ops::name(self); }, self); \
+#define TG_OP0(ret, name, id, form)                                             \
+  TG_IF_RECORDED_##form(ret fw_##id(const Tensor& self) {                       \
+    if constexpr (declared_without_taylor_rule(#id)) guard_taylor(#name, self); \
+    return fw_checked(                                                          \
+        #name, [&]() -> ret { return ops::name(self); }, self);                 \
   })
 #define TG_OP(ret, name, id, extras, args, form)                                                  \
   TG_IF_RECORDED_##form(ret fw_##id(const Tensor& self, TG_UNPAREN extras) {                      \
+    if constexpr (declared_without_taylor_rule(#id)) guard_taylor(#name, self, TG_UNPAREN args);  \
     return fw_checked(                                                                            \
         #name, [&]() -> ret { return ops::name(self, TG_UNPAREN args); }, self, TG_UNPAREN args); \
   })
-#define TG_FN(ret, name, id, params, args, form)                                      \
-  TG_IF_RECORDED_##form(ret fw_##id params {                                          \
-    return fw_checked(                                                                \
-        #name, [&]() -> ret { return ops::name(TG_UNPAREN args); }, TG_UNPAREN args); \
+#define TG_FN(ret, name, id, params, args, form)                                           \
+  TG_IF_RECORDED_##form(ret fw_##id params {                                               \
+    if constexpr (declared_without_taylor_rule(#id)) guard_taylor(#name, TG_UNPAREN args); \
+    return fw_checked(                                                                     \
+        #name, [&]() -> ret { return ops::name(TG_UNPAREN args); }, TG_UNPAREN args);      \
   })
 #include <tapegrad/tensor/ops.def>
 #undef TG_FN

@@ -17,9 +17,15 @@ FORMS = {
 }
 
 
-def entries(text, kernels=False):
-    """("section", title), ("op", entry, doc), and with kernels=True
-    ("kernel", TG_KERNEL line) for the kernel slots declared under an op."""
+# ops.def's Taylor-mode declarations (TG_TAYLOR(id, coverage) under an entry;
+# none: covered).
+TAYLOR = {"X": "Taylor mode: no rule (refused at the op)", "S": "Taylor mode: a sparse input carries no coefficients"}
+
+
+def entries(text, kernels=False, taylor=False):
+    """("section", title), ("op", entry, doc), with kernels=True
+    ("kernel", TG_KERNEL line) for the kernel slots declared under an op, and
+    with taylor=True ("taylor", id, coverage) for its TG_TAYLOR line."""
     doc, section = [], ""
     lines = text.split("\n")
     i = 0
@@ -38,6 +44,10 @@ def entries(text, kernels=False):
             if body.startswith("TG_KERNEL("):
                 if kernels:
                     yield ("kernel", body)
+            elif body.startswith("TG_TAYLOR("):
+                if taylor:
+                    oid, cov = split_top(re.match(r"TG_TAYLOR\((.*)\)$", body).group(1))
+                    yield ("taylor", oid, cov)
             else:
                 yield ("op", body, " ".join(doc))
                 doc = []
@@ -104,9 +114,16 @@ def main():
     text = inline_includes(sys.argv[1])
     out = ["/** \\page ops The op list", "",
            "Every op of tapegrad, from include/tapegrad/tensor/ops.def. *recorded*: autograd records it "
-           "(it has a backward formula, to any order); *raw*: never recorded. Every op also has a "
+           "(it has a backward formula, to any order; and a Taylor-mode rule, or is linear, unless the row "
+           "says otherwise); *raw*: never recorded. Every op also has a "
            "non-recording form tg::raw::name with the free function's signature.", ""]
-    for e in entries(text):
+    for e in entries(text, taylor=True):
+        if e[0] == "taylor":  # under its op's row: in that row's status
+            assert f"| `{e[1]}` |" in out[-1], f"TG_TAYLOR({e[1]}, ...) is not under its op's entry"
+            cells = out[-1].split(" | ")
+            cells[2] += f"; {TAYLOR[e[2]]}"
+            out[-1] = " | ".join(cells)
+            continue
         if e[0] == "section":
             out += ["", f"\\section ops_{len(out)} {e[1]}", "",
                     "| op | C++ | | |", "|---|---|---|---|"]

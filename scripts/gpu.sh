@@ -112,10 +112,10 @@ for step in "$@"; do
           if [ $who = tapegrad ]; then cmd=(env TG_BENCH_PROFILE=1 $B/bench/bench_linalg --benchmark_filter="$filt" --benchmark_min_time=0.01)
           else cmd=(env XLA_PYTHON_CLIENT_PREALLOCATE=false python3 bench/peers/linalg_peers.py --worker $who --profile
                     --workloads "$name" --sizes "$size" --batch "$size"); fi
-          f="$OUT/ncu_${name/+/_}_${size}_$who"
-          ncu --profile-from-start off --metrics gpu__time_duration.sum --csv "${cmd[@]}" > "$f.csv" 2> "$f.err" ||
-            { tail -5 "$f.err"; rc=1; continue; }
-          echo "== $who $name $size"; python3 scripts/ncu_summary.py "$f.csv" | tee "$f.txt" | head -25
+          f="ncu_${name/+/_}_${size}_$who" tmp=$(mktemp -d)  # the raw CSV stays out of $OUT (few files come back)
+          ncu --profile-from-start off --metrics gpu__time_duration.sum --csv "${cmd[@]}" > "$tmp/$f.csv" 2> "$tmp/$f.err" ||
+            { tail -5 "$tmp/$f.err"; rc=1; continue; }
+          echo "== $who $name $size"; python3 scripts/ncu_summary.py "$tmp/$f.csv" | tee "$OUT/$f.txt" | head -${LPROFILE_ROWS:-25}
         done
       done ;;
     python)  # the pytest suite with the peers (PyTorch, JAX) present, and the boundary's cost

@@ -297,14 +297,130 @@ TEST_P(LinalgFamily, TaylorCoverageIsDeclaredAndChecked) {
   {
     fwd::taylor_level level(2, 1);
     Tensor x = fwd::make_jet(A, {v, z});
-    EXPECT_ERROR_CONTAINS(la::eigh(x), "linalg.eigh: no Taylor-mode rule");
+    EXPECT_ERROR_CONTAINS(la::qr(x), "linalg.qr: no Taylor-mode rule");
     EXPECT_ERROR_CONTAINS(la::svdvals(x), "no Taylor-mode rule");
+    // eigvalsh(A + t I) = eigvalsh(A) + t: c_1 = 1, c_2 = 0.
+    auto e = fwd::jet_coefficients(la::eigvalsh(x));
+    expect_values(e[0], {1, 1}, 1e-12, "eigvalsh c_1");
+    expect_values(e[1], {0, 0}, 1e-12, "eigvalsh c_2");
     // logdet(A + t I) = logdet A + t tr(A^-1) - t^2 tr(A^-2) / 2 + ...
     auto c = fwd::jet_coefficients(la::logdet(x));
     const Tensor Ai = la::inv(A);
     EXPECT_NEAR(values(c[0])[0], values(tg::diagonal(Ai, 0, 0, 1).sum())[0], 1e-12);
     EXPECT_NEAR(values(c[1])[0], -0.5 * values(tg::diagonal(tg::matmul(Ai, Ai), 0, 0, 1).sum())[0], 1e-12);
   }
+}
+
+// eigh's Taylor rule (the implicit jet of A V = V Lambda, V^T V = I) at
+// order 4. A 2 x 2 [[a, b], [b, c]](t), linear in t, has the closed form
+// lambda = p -+ s, s = sqrt(h^2 + b^2), p = (a + c) / 2, h = (a - c) / 2, and
+// the larger one's eigenvector (cos th, sin th) has cos^2 th = (1 + h / s) / 2;
+// their series follow from s^2 = q and r s = h (r = h / s).
+TEST_P(LinalgFamily, EighTaylorCoefficientsMatchTheTwoByTwoClosedForm) {
+  namespace fwd = tg::autograd::forward_ad;
+  const int K = 4;
+  const double a0 = 2, b0 = 0.7, c0 = -1, a1 = 0.3, b1 = -0.5, c1 = 1.1;
+  const double h0 = (a0 - c0) / 2, h1 = (a1 - c1) / 2;
+  std::vector<double> q = {h0 * h0 + b0 * b0, 2 * (h0 * h1 + b0 * b1), h1 * h1 + b1 * b1, 0, 0};
+  std::vector<double> hs = {h0, h1, 0, 0, 0}, sq(K + 1), r(K + 1);
+  sq[0] = std::sqrt(q[0]);
+  for (int m = 1; m <= K; ++m) {
+    double acc = q[size_t(m)];
+    for (int i = 1; i < m; ++i)
+      acc -= sq[size_t(i)] * sq[size_t(m - i)];
+    sq[size_t(m)] = acc / (2 * sq[0]);
+  }
+  for (int m = 0; m <= K; ++m) {
+    double acc = hs[size_t(m)];
+    for (int i = 0; i < m; ++i)
+      acc -= r[size_t(i)] * sq[size_t(m - i)];
+    r[size_t(m)] = acc / sq[0];
+  }
+  for (const char* uplo : {"L", "U"}) {
+    SCOPED_TRACE(uplo);
+    fwd::taylor_level level(K, 1);
+    const Tensor z = tg::zeros({1, 2, 2}, kF64).to(dev());
+    // The unread triangle holds garbage (the coefficients' too): eigh reads one.
+    const bool lower = std::string(uplo) == "L";
+    const Tensor A = lower ? T({a0, 9, b0, c0}, {2, 2}) : T({a0, b0, 9, c0}, {2, 2});
+    const Tensor E = T({a1, b1, b1, c1}, {1, 2, 2});
+    Tensor x = fwd::make_jet(A, {E, z, z, z});
+    auto [w, V] = la::eigh(x, uplo);
+    auto cw = fwd::jet_coefficients(w), cv = fwd::jet_coefficients(tg::mul(V, V));
+    auto cs = fwd::jet_coefficients(la::eigvalsh(x, uplo));
+    for (int m = 1; m <= K; ++m) {
+      const double p = m == 1 ? (a1 + c1) / 2 : 0;
+      const double sm = sq[size_t(m)], rm = r[size_t(m)] / 2;
+      const std::string at = "c_" + std::to_string(m);
+      expect_values(cw[size_t(m - 1)], {p - sm, p + sm}, 1e-11, (at + " eigenvalues").c_str());
+      expect_values(cs[size_t(m - 1)], {p - sm, p + sm}, 1e-11, (at + " eigvalsh").c_str());
+      // V o V = [[sin^2, cos^2], [cos^2, sin^2]] of the larger's angle.
+      expect_values(cv[size_t(m - 1)], {-rm, rm, rm, -rm}, 1e-11, (at + " eigenvectors squared").c_str());
+    }
+  }
+}
+
+// Order 4 on a batch of 4 x 4 matrices, two directions with their own second
+// input coefficients (A(t) = A0 + E t + G t^2), against nested reverse mode
+// (the fourth derivative of a weighted sum of the eigenvalues and of the
+// squared eigenvectors, sign-free functions of them).
+TEST_P(LinalgFamily, EighTaylorCoefficientsMatchNestedReverseMode) {
+  namespace fwd = tg::autograd::forward_ad;
+  const int K = 4;
+  auto symmetric = [&](const Tensor& t) { return (t + t.transpose(-2, -1)) * 0.5; };
+  tg::manual_seed(46);
+  const Tensor A0 = (symmetric(tg::randn({2, 4, 4}, kF64)) +
+                     tg::diag_embed(tg::tensor({-3.0, -1.0, 1.0, 3.0}, {4}, kF64)).unsqueeze(0))
+                        .to(dev());
+  const Tensor E = symmetric(tg::randn({2, 2, 4, 4}, kF64)).to(dev());
+  const Tensor G = (symmetric(tg::randn({2, 2, 4, 4}, kF64)) * 0.5).to(dev());
+  const Tensor Ww = tg::randn({2, 4}, kF64).to(dev()), Wv = tg::randn({2, 4, 4}, kF64).to(dev());
+  auto scalar = [&](const Tensor& A) {
+    auto [w, V] = la::eigh(A);
+    return tg::sum(Ww * w) + tg::sum(Wv * V * V);
+  };
+  std::vector<Tensor> c;
+  {
+    fwd::taylor_level level(K, 2);
+    const Tensor z = tg::zeros({2, 2, 4, 4}, kF64).to(dev());
+    auto [w, V] = la::eigh(fwd::make_jet(A0, {E, G, z, z}));
+    auto cw = fwd::jet_coefficients(w), cv = fwd::jet_coefficients(V * V);
+    for (int m = 0; m < K; ++m)  // [2 directions]
+      c.push_back(tg::sum(Ww * cw[size_t(m)], {1, 2}) + tg::sum(Wv * cv[size_t(m)], {1, 2, 3}));
+  }
+  double factorial = 1;
+  for (int d = 0; d < 2; ++d) {
+    Tensor t = tg::zeros({}, kF64).to(dev()).requires_grad_();
+    Tensor f = scalar(A0 + E.select(0, d) * t + G.select(0, d) * (t * t));
+    factorial = 1;
+    for (int m = 1; m <= K; ++m) {
+      f = grad({f}, {t}, {}, true, true)[0];
+      factorial *= m;
+      const double want = values(f)[0] / factorial, got = values(c[size_t(m - 1)])[size_t(d)];
+      EXPECT_NEAR(got, want, 1e-9 * (1 + std::abs(want))) << "direction " << d << ", c_" << m;
+    }
+  }
+}
+
+// per_sample_hessian(..., Taylor) and laplacian through eigh (second-order
+// groups: the cross terms polarized over pairs) against the reverse rows.
+TEST_P(LinalgFamily, HessianAndLaplacianThroughEighInTaylorMode) {
+  namespace ag = tg::autograd;
+  tg::manual_seed(7);
+  const Tensor basis = tg::randn({3, 9}, kF64).to(dev());
+  const Tensor A0 = T({3, 0.5, 0.2, 0.5, 1, -0.3, 0.2, -0.3, -2}, {3, 3});
+  auto fn = [&](const Tensor& x) {  // x [B, 3] -> [B, 3 + 9]
+    const int64_t B = x.size(0);
+    Tensor S = tg::matmul(x, basis).reshape({B, 3, 3});
+    auto [w, V] = la::eigh(A0 + (S + S.transpose(-2, -1)) * 0.5, "U");
+    return tg::cat({w, (V * V).reshape({B, 9}), la::eigvalsh(S + S.transpose(-2, -1) + A0 * 2.0)}, 1);
+  };
+  const Tensor x = (tg::randn({5, 3}, kF64) * 0.3).to(dev());
+  const Tensor want = ag::per_sample_hessian(fn, x, ag::HessianStrategy::Rows);
+  const Tensor h = ag::per_sample_hessian(fn, x, ag::HessianStrategy::Taylor);
+  EXPECT_LT(max_abs(h - want), 1e-9 * (1 + max_abs(want)));
+  const Tensor lap = ag::laplacian(fn, x);
+  EXPECT_LT(max_abs(lap - tg::sum(tg::diagonal(want, 0, -2, -1), {-1})), 1e-9 * (1 + max_abs(want)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, LinalgFamily, ::testing::Values(tg::kCPU, tg::kCUDA),

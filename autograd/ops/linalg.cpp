@@ -608,15 +608,21 @@ TensorPair eigh(const Tensor& A, const std::string& UPLO) {
     record_outputs(node, {{&w, &node->w_}, {&V, &node->v_}});
   }
   if (fw_any({&A})) {
-    // M = V^T sym(tA) V: tw = diag(M), tV = V (F o M).
+    // M = V^T sym(tA) V: tw = diag(M), tV = V (F o M), F_ik = 1 / (w_k - w_i).
+    // Taylor mode: V(t) = V W(t) with B_m = V^T sym(A_m) V (all coefficients
+    // in one product) and, order by order (jet_eigh),
+    //   R_m = B_m + sum_{j<m} (B_j W_{m-j} - W_j diag(w_{m-j})),
+    //   w_m = diag(R_m), W_m = F o R_m - diag(sum_{j<m} W_j^T W_{m-j}) / 2.
     const Tensor tA = fw_t(A);
-    Tensor M, F;
+    Tensor tw, tV;
     paused([&] {
-      M = matmul(matmul(mT(V), sym(tA)), V);
-      F = inverse_gaps(w);
+      const Tensor M = matmul(matmul(mT(V), sym(tA)), V);
+      Tensor tW;
+      std::tie(tw, tW) = jet_eigh(inverse_gaps(w), M);
+      tV = matmul(V, tW);
     });
-    fw_rule(w, [&] { return diagonal(M, 0, -2, -1); });
-    fw_rule(V, [&] { return matmul(V, mul(F, M)); });
+    fw_rule(w, [&] { return tw; });
+    fw_rule(V, [&] { return tV; });
   }
   return {w, V};
 }

@@ -491,6 +491,43 @@ Tensor jet_logabsdet(const Tensor& z, const Tensor& tz, const Tensor& ta) {
   return stack_blocks(l, std::move(Y), zeros({1}, z.options()).expand(sh));
 }
 
+std::pair<Tensor, Tensor> jet_eigh(const Tensor& gaps, const Tensor& tb) {
+  auto diag = [](const Tensor& r) { return diagonal(r, 0, -2, -1); };
+  if (!tb.defined()) return {};
+  if (!fw_taylor()) return {diag(tb), mul(gaps, tb)};
+  second_order_term();
+  const TaylorLayout& l = layout();
+  const int64_t n = tb.size(-1);
+  const Tensor eye_n = eye(n, TensorOptions().dtype(tb.dtype()).device(tb.device()));
+  // The products of the recurrence as bilinear maps (jet_cross polarizes
+  // them over a level's second-order groups): B W, W diag(lambda), and
+  // diag(W^T W') (symmetric in W, W').
+  auto bw = [](const Tensor& b, const Tensor& w) { return matmul(b, w); };
+  auto wl = [](const Tensor& w, const Tensor& lam) { return mul(w, lam.unsqueeze(-2)); };
+  auto wtw = [](const Tensor& u, const Tensor& v) { return sum(mul(u, v), {-2}); };
+  std::vector<Tensor> B = blocks(l, tb), Lam(size_t(l.order) + 1), W(size_t(l.order) + 1);
+  for (int m = 1; m <= l.order; ++m) {
+    Tensor R = B[size_t(m)], d;
+    if (m == 2) {
+      R = add(R, sub(jet_cross(B[1], W[1], bw), jet_cross(W[1], Lam[1], wl)));
+      d = jet_cross(W[1], W[1], wtw, true);
+    } else {
+      for (int j = 1; j < m; ++j) {
+        R = add(R, sub(bw(B[size_t(j)], W[size_t(m - j)]), wl(W[size_t(j)], Lam[size_t(m - j)])));
+        d = fw_add(d, wtw(W[size_t(j)], W[size_t(m - j)]));
+      }
+    }
+    Lam[size_t(m)] = diag(R);
+    W[size_t(m)] = mul(gaps, R);
+    if (d.defined()) W[size_t(m)] = sub(W[size_t(m)], mul(d.unsqueeze(-1), mul(eye_n, 0.5)));
+  }
+  auto stack = [&](std::vector<Tensor>& c) {
+    std::vector<Tensor> parts(c.begin() + 1, c.end());
+    return parts.size() == 1 ? parts[0] : cat(parts, 0);
+  };
+  return {stack(Lam), stack(W)};
+}
+
 }  // namespace ops_detail
 
 namespace forward_ad {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include <tapegrad/autograd/forward_ad.h>
@@ -89,5 +90,15 @@ Tensor jet_square(const Tensor& tx, const Bilinear& f, const LinearMap& lin0);
 /// primal inverse, tz its tangent): y' = tr(Z A') gives
 ///   y_m = (1/m) sum_{i=1..m} i tr(Z_{m-i} A_i).
 Tensor jet_logabsdet(const Tensor& z, const Tensor& tz, const Tensor& ta);
+/// The symmetric eigenproblem's jet in the primal eigenbasis: A(t) V(t) =
+/// V(t) Lambda(t), V^T V = I, written V(t) = V0 W(t) (W_0 = I), from tb, the
+/// coefficients B_m = V0^T sym(A_m) V0, and gaps F_ik = 1 / (lambda_k -
+/// lambda_i) off the diagonal (0 on it). Order by order, B W = W Lambda and
+/// W^T W = I give
+///   R_m = B_m + sum_{j=1..m-1} (B_j W_{m-j} - W_j Lambda_{m-j}),
+///   Lambda_m = diag(R_m), W_m = F o R_m - diag(sum_{j=1..m-1} W_j^T W_{m-j}) / 2.
+/// Returns (the eigenvalues' tangent, W's tangent); in plain forward mode
+/// only m = 1: (diag(tb), F o tb).
+std::pair<Tensor, Tensor> jet_eigh(const Tensor& gaps, const Tensor& tb);
 
 }  // namespace tg::autograd::ops_detail

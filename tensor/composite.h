@@ -437,9 +437,11 @@ template <class O> Tensor triangle(const Tensor& x, int64_t k, bool lower, const
   check_defined(x, op);
   TG_CHECK(x.dim() >= 2, op, ": expected a matrix or a batch of matrices, got shape ", shape_str(x.sizes()));
   const int64_t n = x.size(-2), m = x.size(-1);
-  Tensor rows = raw::reshape(index_range(0, n, 1, x.device()), {n, 1});
-  Tensor offset = raw::sub(raw::reshape(index_range(0, m, 1, x.device()), {1, m}), rows);  // col - row
-  Tensor keep = lower ? raw::le(offset, Scalar(k)) : raw::ge(offset, Scalar(k));
+  // col <= row + k (lower) by one broadcast compare of [1, m] with [n, 1]:
+  // no [n, m] index tensor.
+  Tensor rows = raw::add(raw::reshape(index_range(0, n, 1, x.device()), {n, 1}), Scalar(k));
+  Tensor cols = raw::reshape(index_range(0, m, 1, x.device()), {1, m});
+  Tensor keep = lower ? raw::le(cols, rows) : raw::ge(cols, rows);
   return O::where(keep, x, Scalar(0));
 }
 

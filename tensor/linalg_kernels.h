@@ -24,21 +24,21 @@
 namespace tg::kernels {
 
 struct LinalgKernels {
+  // Batches (B > 1) of matrices of order up to this go to batched routines,
+  // which factor either triangle of a Cholesky equally fast; one matrix, or
+  // larger ones, to one-matrix routines, faster on the lower triangle (0:
+  // none, the CPU). cholesky_ex picks its layout by it.
+  int64_t batched_max_n;
   // In place: a's lower triangle := L with A = L L^T (A read from the lower
   // triangle; upper: U with A = U^T U, from the upper triangle); the other
-  // strict triangle := 0. info[b] := 0, or the order k >= 1 of the first
-  // leading minor that is not positive definite (the factor is then
+  // strict triangle is not touched. info[b] := 0, or the order k >= 1 of the
+  // first leading minor that is not positive definite (the factor is then
   // unspecified).
   void (*cholesky)(const Tensor& a, const Tensor& info, bool upper);
   // In place: b [B, n, k] := op(A)^{-1} b with A [B, n, n] triangular (upper
   // or lower; unit: diagonal taken as 1, not read); op(A) = A^T when
   // `transpose`. Only A's triangle is read.
   void (*triangular_solve)(const Tensor& a, const Tensor& b, bool upper, bool unit, bool transpose);
-  // In place: a [B, n, n] := T^{-1} for T triangular (upper or lower) read
-  // from that triangle of a (non-unit diagonal; a zero on it gives inf/NaN,
-  // unchecked); the other strict triangle is left unspecified. Optional
-  // (null: the op layer solves T X = I instead).
-  void (*triangular_inverse)(const Tensor& a, bool upper);
   // In place: a [B, n, n] := its LU factors with partial pivoting (L unit
   // lower below the diagonal, U on and above); pivots [B, n] := the 1-based
   // row interchanges (LAPACK's ipiv); info[b] := 0, or k >= 1 where U(k, k)
@@ -86,12 +86,3 @@ const LinalgKernels& cpu_linalg_kernels();
 const LinalgKernels* cuda_linalg_kernels();
 
 }  // namespace tg::kernels
-
-namespace tg::detail {
-// T^{-1} of triangular T [..., n, n] (upper or lower, read from that
-// triangle; a zero on the diagonal gives inf/NaN), the other triangle zero.
-// Not recorded: first-order backward formulas use it where grad mode is off
-// (the Cholesky backward's L^-T Phi L^-1 as two GEMMs instead of two
-// triangular solves).
-Tensor triangular_inverse(const Tensor& T, bool upper);
-}  // namespace tg::detail

@@ -256,16 +256,6 @@ class CholeskyBackward final : public SelfResultNode {  // result_: the factor
     if (upper_) L = mT(L);
     const Tensor gL = upper_ ? mT(grads[0]) : grads[0];
     Tensor p = phi(matmul(mT(L), gL));
-    if (!autograd::is_grad_enabled() && !fw_any({&L, &gL}) &&
-        tg::kernels::linalg_kernels(L.device(), "linalg.cholesky").triangular_inverse) {
-      // First order (nothing records, no tangents) where the device has a
-      // triangular inverse (the GPU): L^-1 once and two GEMMs, several times
-      // faster there than two triangular solves with n right-hand sides
-      // (cuBLAS's trsm runs a 64 x 64 batch at ~2 TFLOP/s).
-      Tensor Li = tg::detail::triangular_inverse(L, false);
-      out[0] = sym(matmul(mT(Li), matmul(p, Li)));
-      return out;
-    }
     Tensor x = linalg::solve_triangular(mT(L), p, true);
     out[0] = sym(linalg::solve_triangular(L, x, false, false));
     return out;
@@ -300,7 +290,8 @@ class SolveTriangularBackward final : public SelfResultNode {  // self_: A, resu
     Tensor gB = tg::linalg::solve_triangular(mT(A), g, !upper_, left_, unit_);
     if (should_compute_output(0)) {
       Tensor X = result_.unpack(this, "result");
-      out[0] = triangle(neg(left_ ? matmul(gB, mT(X)) : matmul(mT(X), gB)), upper_, unit_);
+      const Tensor ngB = neg(gB);  // on the factor: [n, k] rather than the [n, n] product
+      out[0] = triangle(left_ ? matmul(ngB, mT(X)) : matmul(mT(X), ngB), upper_, unit_);
     }
     if (should_compute_output(1)) out[1] = gB;
     return out;

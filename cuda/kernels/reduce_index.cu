@@ -230,9 +230,11 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
     reduce_block_kernel<T, A, A>
         <<<dim3{unsigned(outer), unsigned(splits), 1}, kBlock, 0, s>>>(xp, kept, red, inner, chunk, splits, op, pp);
     TG_CUDA_CHECK(cudaGetLastError(), "reduce");
-    int64_t blocks = std::min<int64_t>((outer + kBlock - 1) / kBlock, 65536);
-    reduce_thread_kernel<T, A, A>
-        <<<unsigned(blocks), kBlock, 0, s>>>(pp, walk(outer, splits), walk(splits, 1), outer, splits, op, op_);
+    // The partials (outer < 1024 here): a block per output. One thread per
+    // output walked up to 1024 partials one dependent load at a time
+    // (0.3 ms for a full sum on an H200).
+    reduce_block_kernel<A, A, T><<<dim3{unsigned(outer), 1, 1}, kBlock, 0, s>>>(
+        pp, walk(outer, splits), walk(splits, 1), splits, splits, 1, op, op_);
     TG_CUDA_CHECK(cudaGetLastError(), "reduce");
   });
 }

@@ -268,17 +268,16 @@ TensorPair cholesky_ex(const Tensor& A, bool upper, bool check_errors) {
   if (is_empty(A)) return {detail::new_empty(A.sizes(), A.dtype(), A.device()), info};
   const auto& k = kern(A, op);
   Tensor L;
-  // The factor overwrites a copy of A's lower triangle (zeros above: the
-  // kernels leave the other triangle as it is).
-  Tensor low = raw::tril(A.expand(join(batch, {n, n})).reshape({B, n, n}));
+  // The factor overwrites a copy of A (the kernels zero the other triangle).
   if (B > 1 && n <= k.batched_max_n) {
-    // Row-major, it is the column-major A^T, whose upper triangle is A's
-    // lower: its factor U (A = U^T U) read row-major is L, contiguous.
-    Tensor c = low.contiguous();  // low is fresh: written in place
+    // Row-major, the copy is the column-major A^T, whose upper triangle is
+    // A's lower: its factor U (A = U^T U) read row-major is L, contiguous.
+    Tensor c = detail::new_empty({B, n, n}, A.dtype(), A.device());
+    c.copy_(A.expand(join(batch, {n, n})).reshape({B, n, n}));
     k.cholesky(c.transpose(1, 2), info.reshape({B}), true);
     L = c.reshape(join(batch, {n, n}));
   } else {
-    Tensor a = fortran_copy(low, {B});  // column-major L
+    Tensor a = fortran_copy(A, batch);  // column-major L
     k.cholesky(a, info.reshape({B}), false);
     L = a.reshape(join(batch, {n, n}));
   }
@@ -303,10 +302,20 @@ Tensor solve_triangular(const Tensor& A, const Tensor& Bm, bool upper, bool left
   // X A = B is A^T X^T = B^T: the kernel solves with A^T on B^T. A is read
   // in place when it is row- or column-major (row-major: the kernel sees
   // A^T, the other triangle, and transposes back).
-  Tensor b = fortran_copy(left ? Bm : Bm.transpose(-2, -1), batch);
+  const auto& kt = kern(A, op);
+  const Tensor rhs = left ? Bm : Bm.transpose(-2, -1);
+  // The solution overwrites a copy of B: in B's own memory order where the
+  // kernel takes any layout (a plain copy), else column-major.
+  Tensor b;
+  if (n <= kt.solve_any_layout_max_n && rhs.stride(-1) == 1) {
+    b = detail::new_empty({B, n, k}, rhs.dtype(), rhs.device());
+    b.copy_(rhs.expand(join(batch, {n, k})).reshape({B, n, k}));
+  } else {
+    b = fortran_copy(rhs, batch);
+  }
   bool flipped = false;
   Tensor a = read_operand(A, batch, flipped);
-  kern(A, op).triangular_solve(a, b, flipped ? !upper : upper, unitriangular, flipped ? left : !left);
+  kt.triangular_solve(a, b, flipped ? !upper : upper, unitriangular, flipped ? left : !left);
   Tensor x = b.reshape(join(batch, {n, k}));
   return left ? x : x.transpose(-2, -1);
 }
@@ -627,7 +636,6 @@ TensorQuad lstsq(const Tensor& A, const Tensor& Bm) {
 Tensor matrix_exp(const Tensor& A) {
   const char* op = "linalg.matrix_exp";
   check_square(A, op);
-  if (A.numel() == 0) return A.clone();
   // Scaling and squaring with the degree-13 Pade approximant (Higham 2005):
   // exp(A) = r(A / 2^s)^(2^s), s from the largest 1-norm of the batch (one
   // read on the host).
@@ -645,8 +653,21 @@ Tensor matrix_exp(const Tensor& A) {
                              16380.0,
                              182.0,
                              1.0};
+  // An empty batch (or 0 x 0 matrices) has no norm to read: s = 0, and the
+  // same ops still run (on no elements), so the result stays the same
+  // function of A as for a nonempty batch. A shortcut (a copy of A) would be
+  // linear in A: per_sample_hessian's structure probe, which runs fn on an
+  // empty batch and watches which rules form second-order terms, took
+  // matrix_exp's Hessian for zero.
   double norm1 = 0;
-  {
+  if (A.numel() > 0) {
+    // The read cannot be captured in a CUDA graph: refused naming the op
+    // (item() would name only itself), the capture ended.
+    if (A.is_cuda())
+      cuda::detail::check_not_capturing(
+          "linalg.matrix_exp (it chooses its scaling on the host from the batch's "
+          "largest 1-norm, a read of device memory)",
+          A.device().index());
     Tensor cols = raw::amax(raw::sum(raw::abs(A), {-2}), {-1});  // raw: reads values only
     norm1 = raw::amax(cols).to(kFloat64).item<double>();
   }
@@ -742,7 +763,13 @@ Tensor vector_norm(const Tensor& x, double ord, const IntList& dim, bool keepdim
   }
   if (ord == 0) return tg::sum(tg::ne(x, 0.0).to(x.dtype()), dim, keepdim);
   if (std::isinf(ord)) {
-    TG_CHECK(x.numel() > 0, op, ": ord ", ord, " is not defined for an empty tensor ", shape_of(x));
+    // Undefined only where a reduction is over no element (as PyTorch's): an
+    // empty batch reduced over nonempty dims gives an empty result.
+    bool over_nothing = x.numel() == 0 && dim.empty();
+    for (int64_t d : dim)
+      over_nothing = over_nothing || (x.dim() > 0 && x.size(d) == 0);
+    TG_CHECK(!over_nothing, op, ": ord ", ord, " is not defined for a reduction over no element (", shape_of(x),
+             " over dims ", dim.empty() ? std::string("all") : shape_str(dim), ")");
     auto red = [&](const Tensor& a) {
       if (ord > 0) return dim.empty() && !keepdim ? tg::amax(a) : tg::amax(a, dim, keepdim);
       return dim.empty() && !keepdim ? tg::amin(a) : tg::amin(a, dim, keepdim);
@@ -892,8 +919,13 @@ void cholesky_kernel(const Tensor& a, const Tensor& info, bool upper) {
     using T = decltype(tag);
     MapMat<T> m = mat<T>(a, b);
     Eigen::Index k;
-    k = upper ? Eigen::internal::llt_inplace<T, Eigen::Upper>::blocked(m)
-              : Eigen::internal::llt_inplace<T, Eigen::Lower>::blocked(m);
+    if (upper) {
+      k = Eigen::internal::llt_inplace<T, Eigen::Upper>::blocked(m);
+      m.template triangularView<Eigen::StrictlyLower>().setZero();
+    } else {
+      k = Eigen::internal::llt_inplace<T, Eigen::Lower>::blocked(m);
+      m.template triangularView<Eigen::StrictlyUpper>().setZero();
+    }
     // Eigen tests x <= 0, which NaN passes; LAPACK's potrf counts NaN as
     // not positive definite: the first NaN on the factor's diagonal.
     if (k < 0)
@@ -1049,6 +1081,7 @@ const LinalgKernels& cpu_linalg_kernels() {
   static const LinalgKernels table = [] {
     LinalgKernels t{};
     t.batched_max_n = 0;
+    t.solve_any_layout_max_n = 0;
     t.cholesky = cpu::cholesky_kernel;
     t.triangular_solve = cpu::triangular_solve_kernel;
     t.lu_factor = cpu::lu_factor_kernel;

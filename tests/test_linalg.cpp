@@ -423,6 +423,113 @@ TEST_P(LinalgFamily, HessianAndLaplacianThroughEighInTaylorMode) {
   EXPECT_LT(max_abs(lap - tg::sum(tg::diagonal(want, 0, -2, -1), {-1})), 1e-9 * (1 + max_abs(want)));
 }
 
+// per_sample_hessian(..., Taylor) through each composite where it is fn's
+// only nonlinearity, with and without create_graph, against the reverse rows.
+// Without create_graph the structure probe first runs fn on an empty batch:
+// a composite whose empty-batch path were a different function of its input
+// (matrix_exp's copy of A was linear) would make the Hessian zeros.
+TEST_P(LinalgFamily, HessianThroughEachCompositeInTaylorModeMatchesTheRows) {
+  namespace ag = tg::autograd;
+  using Fn = std::function<Tensor(const Tensor&)>;
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor A0 = T({2, 0.3, 0.1, 1.5}, {2, 2}), S0 = T({2, 0.3, 0.3, 1.5}, {2, 2});
+  const Tensor b = T({1, -0.5, 0.25, 2, 0.5, -1}, {2, 3});
+  const auto [LU0, piv0] = la::lu_factor(T({0.5, 2, 1.5, 0.3}, {2, 2}));
+  auto M = [](const Tensor& x) { return x.view({x.size(0), 2, 2}); };  // x [B, 4] -> [B, 2, 2]
+  auto sym = [](const Tensor& X) { return (X + X.transpose(-2, -1)) * 0.5; };
+  const std::vector<std::pair<std::string, Fn>> cases = {
+      {"matrix_exp", [&](const Tensor& x) { return la::matrix_exp(M(x)).flatten(1); }},
+      // Scaled and squared (s > 0) on the real rows; s = 0 on the empty batch.
+      {"matrix_exp squared", [&](const Tensor& x) { return la::matrix_exp(M(x) * 8.0 + A0).flatten(1); }},
+      {"inv", [&](const Tensor& x) { return la::inv(M(x) + A0).flatten(1); }},
+      {"det", [&](const Tensor& x) { return la::det(M(x) + A0).unsqueeze(1); }},
+      {"logdet", [&](const Tensor& x) { return la::logdet(M(x) + A0).unsqueeze(1); }},
+      {"solve", [&](const Tensor& x) { return la::solve(M(x) + A0, b).flatten(1); }},
+      {"cholesky, cholesky_solve",
+       [&](const Tensor& x) { return la::cholesky_solve(b, la::cholesky(sym(M(x)) + S0)).flatten(1); }},
+      {"lu_solve",
+       [&](const Tensor& x) {
+         const int64_t B = x.size(0);
+         return la::lu_solve(M(x) * 0.2 + LU0, piv0.expand({B, 2}), b).flatten(1);
+       }},
+      {"eigvalsh", [&](const Tensor& x) { return la::eigvalsh(sym(M(x)) + S0); }},
+      {"vector_norm 2", [&](const Tensor& x) { return la::vector_norm(x + 1.0, 2.0, {1}, true); }},
+      {"vector_norm 3", [&](const Tensor& x) { return la::vector_norm(x + 1.0, 3.0, {1}, true); }},
+      {"vector_norm -1", [&](const Tensor& x) { return la::vector_norm(x + 1.0, -1.0, {1}, true); }},
+      // Piecewise linear: zero Hessians, the probe's shortcut.
+      {"vector_norm inf", [&](const Tensor& x) { return la::vector_norm(x, inf, {1}, true); }},
+      {"matrix_norm fro", [&](const Tensor& x) { return la::matrix_norm(M(x) + A0).unsqueeze(1); }},
+      {"matrix_norm 1", [&](const Tensor& x) { return la::matrix_norm(M(x) + A0, 1.0).unsqueeze(1); }},
+  };
+  tg::manual_seed(0);
+  const Tensor x = (tg::randn({3, 4}, kF64) * 0.3).to(dev());
+  for (const auto& [name, fn] : cases) {
+    SCOPED_TRACE(name);
+    const Tensor want = ag::per_sample_hessian(fn, x, ag::HessianStrategy::Rows);
+    const double scale = 1 + max_abs(want);
+    const bool zero = name == "vector_norm inf" || name == "matrix_norm 1";
+    EXPECT_EQ(max_abs(want) == 0.0, zero);
+    for (bool create_graph : {false, true}) {
+      const Tensor h = ag::per_sample_hessian(fn, x, ag::HessianStrategy::Taylor, create_graph);
+      ASSERT_EQ(h.sizes(), want.sizes());
+      EXPECT_LT(max_abs(h - want), 1e-9 * scale) << "create_graph " << create_graph;
+    }
+  }
+}
+
+// An output carrying no Taylor coefficients on the probe's empty batch (a
+// path that drops x there) leaves the structure unknown: the pass runs.
+TEST_P(LinalgFamily, TaylorHessianProbeTreatsAnOutputWithoutCoefficientsAsUnknown) {
+  namespace ag = tg::autograd;
+  const tg::TensorOptions o = kF64.device(dev());
+  auto fn = [&](const Tensor& x) {
+    if (x.size(0) == 0) return tg::zeros({0, 1}, o);  // as an op's constant shortcut would
+    return tg::exp(x).sum({1}, true);
+  };
+  const Tensor x = T({0.1, -0.2, 0.3, 0.4, 0.5, -0.6}, {3, 2});
+  const Tensor want = ag::per_sample_hessian(fn, x, ag::HessianStrategy::Rows);
+  EXPECT_GT(max_abs(want), 0.5);
+  const Tensor h = ag::per_sample_hessian(fn, x, ag::HessianStrategy::Taylor);
+  EXPECT_LT(max_abs(h - want), 1e-12 * (1 + max_abs(want)));
+}
+
+// The composites on an empty batch (and on 0 x 0 matrices) give their
+// results' shapes, as on a nonempty batch.
+TEST_P(LinalgFamily, CompositesOnEmptyBatchesGiveTheirShapes) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const tg::TensorOptions o = kF64.device(dev());
+  auto shape = [](const Tensor& t) { return t.sizes(); };
+  using S = tg::IntList;
+  const Tensor A = tg::zeros({0, 3, 3}, o), W = tg::zeros({0, 2, 3}, o), Bm = tg::zeros({0, 3, 2}, o);
+  EXPECT_EQ(shape(la::matrix_exp(A)), (S{0, 3, 3}));
+  EXPECT_EQ(shape(la::matrix_exp(tg::zeros({2, 0, 0}, o))), (S{2, 0, 0}));
+  EXPECT_EQ(shape(la::inv(A)), (S{0, 3, 3}));
+  EXPECT_EQ(shape(la::det(A)), (S{0}));
+  EXPECT_EQ(shape(la::logdet(A)), (S{0}));
+  EXPECT_EQ(values(la::det(tg::zeros({2, 0, 0}, o))), (std::vector<double>{1, 1}));
+  EXPECT_EQ(shape(la::solve(A, Bm)), (S{0, 3, 2}));
+  EXPECT_EQ(shape(la::cholesky(A)), (S{0, 3, 3}));
+  EXPECT_EQ(shape(la::cholesky_solve(Bm, A)), (S{0, 3, 2}));
+  auto [LU, piv] = la::lu_factor(A);
+  EXPECT_EQ(shape(piv), (S{0, 3}));
+  EXPECT_EQ(shape(la::lu_solve(LU, piv, Bm)), (S{0, 3, 2}));
+  EXPECT_EQ(shape(la::eigvalsh(A)), (S{0, 3}));
+  EXPECT_EQ(shape(la::svdvals(W)), (S{0, 2}));
+  EXPECT_EQ(shape(la::pinv(W)), (S{0, 3, 2}));
+  EXPECT_EQ(shape(la::pinv(A, std::nullopt, std::nullopt, true)), (S{0, 3, 3}));
+  EXPECT_EQ(shape(std::get<0>(la::lstsq(tg::zeros({0, 3, 2}, o), tg::zeros({0, 3, 4}, o)))), (S{0, 2, 4}));
+  EXPECT_EQ(shape(la::matrix_norm(W)), (S{0}));
+  EXPECT_EQ(shape(la::matrix_norm(W, "nuc")), (S{0}));
+  for (double ord : {1.0, -1.0, 2.0, -2.0, inf, -inf})
+    EXPECT_EQ(shape(la::matrix_norm(W, ord, true)), (S{0, 1, 1})) << "ord " << ord;
+  const Tensor v = tg::zeros({0, 4}, o);
+  for (double ord : {0.0, 0.5, 1.0, 2.0, 3.0, inf, -inf})
+    EXPECT_EQ(shape(la::vector_norm(v, ord, {1})), (S{0})) << "ord " << ord;
+  // A reduction over no element has no inf norm (PyTorch's refusal).
+  EXPECT_ERROR_CONTAINS(la::vector_norm(v, inf, {0}), "over no element");
+  EXPECT_ERROR_CONTAINS(la::vector_norm(v, -inf), "linalg.vector_norm");
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, LinalgFamily, ::testing::Values(tg::kCPU, tg::kCUDA),
                          [](const ::testing::TestParamInfo<tg::DeviceType>& i) {
                            return i.param == tg::kCUDA ? std::string("Cuda") : std::string("Cpu");
@@ -436,6 +543,39 @@ INSTANTIATE_TEST_SUITE_P(Devices, LinalgFamily, ::testing::Values(tg::kCPU, tg::
 // device's, raised at the next synchronization).
 namespace tgtest {
 namespace {
+
+// matrix_exp reads the batch's largest 1-norm on the host: under capture it
+// refuses naming itself (not item()), ending the capture; then eager work and
+// a new capture work.
+TEST(LinalgGpu, MatrixExpUnderCaptureRefusesNamingItself) {
+  REQUIRE_GPU();
+  namespace cu = tg::cuda;
+  const tg::Device gpu(tg::kCUDA, 0);
+  const Tensor A = tg::full({2, 3, 3}, 0.1, tg::TensorOptions().dtype(tg::kFloat64)).to(gpu);
+  cu::CUDAGraph g;
+  bool thrown = false;
+  try {
+    cu::Graph capture(g);
+    (void)tg::linalg::matrix_exp(A);
+  } catch (const tg::Error& e) {
+    thrown = true;
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("linalg.matrix_exp"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("cannot run while a CUDA graph is being captured"), std::string::npos) << msg;
+  }
+  EXPECT_TRUE(thrown);
+  EXPECT_FALSE(cu::is_current_stream_capturing());
+  const Tensor e = tg::linalg::matrix_exp(A);
+  EXPECT_LT(max_abs(e - tg::linalg::matrix_exp(A.to(tg::Device(tg::kCPU))).to(gpu)), 1e-13);
+  cu::CUDAGraph g2;
+  Tensor y;
+  {
+    cu::Graph capture(g2);
+    y = A * 2.0;
+  }
+  g2.replay();
+  EXPECT_LT(max_abs(y - A * 2.0), 1e-15);
+}
 
 TEST(LinalgGpu, CapturedCholeskySolveEighAndGradientReplayEqualsEager) {
   REQUIRE_GPU();

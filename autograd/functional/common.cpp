@@ -230,9 +230,10 @@ Tensor columns_to_jacobian(const Tensor& t, const Tensor& out, const Tensor& x) 
 // active Taylor level, x [B, n] carrying the first coefficients `dirs`
 // ([k, n], the same for every sample) and no higher ones. Only the orders
 // whose bit is set in `need` (bit j - 1 for c_j) are returned (the others
-// undefined).
+// undefined). `carries` (optional): whether y carries coefficients at all
+// (an output that is not a function of x carries none).
 std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor& dirs, const char* op, bool record,
-                             unsigned need) {
+                             unsigned need, bool* carries) {
   const forward_ad::TaylorLayout& l = *forward_ad::taylor_layout();
   AutoGradMode grad_mode(record);  // without create_graph nothing needs a history
   const int64_t B = xi.size(0), n = xi.size(1);
@@ -255,6 +256,7 @@ std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor&
   }
   TG_CHECK(y.defined(), op, ": fn returned an undefined tensor");
   check_batched_output(y, B, op);
+  if (carries) *carries = forward_ad::detail::jet_block(y, 1).defined();  // one block of a pending tangent
   std::vector<Tensor> out(size_t(l.order));
   for (int j = 1; j <= l.order; ++j) {
     if (!(need >> (j - 1) & 1u)) continue;

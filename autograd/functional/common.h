@@ -38,9 +38,10 @@ Tensor basis_tangents(const Tensor& x);
 // Jacobian columns t laid out as out's shape by x's.
 Tensor columns_to_jacobian(const Tensor& t, const Tensor& out, const Tensor& x);
 // fn's value and Taylor coefficients c_1..c_K at the active Taylor level
-// along `dirs` (autograd/functional/common.cpp says more).
+// along `dirs` (autograd/functional/common.cpp says more); `carries`, when
+// given, is set to whether fn's output carries coefficients at all.
 std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor& dirs, const char* op, bool record,
-                             unsigned need = ~0u);
+                             unsigned need = ~0u, bool* carries = nullptr);
 
 // Taylor mode for per-sample Hessians: {value [B, m], c_1 [n, B, m] (when
 // `jacobian`), H [B, m, n, n]}.

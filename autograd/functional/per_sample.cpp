@@ -161,19 +161,27 @@ namespace {
 // Like torch.func's transforms, this takes fn to apply the same ops to every
 // sample (no control flow on x's values); fn runs once more. Anything fn
 // throws here (one that refuses an empty batch, say) is left to the full
-// pass to report.
+// pass to report. So is an output that carries no coefficients at all: the
+// empty batch may have taken a path that drops x (an op's shortcut for empty
+// inputs returning a constant), so "no term formed" proves nothing there
+// (a fn that truly ignores x costs one pass more). The probe cannot see a
+// shortcut that keeps a linear dependence on x: ops keep their empty-batch
+// paths the same functions of their inputs (tg::linalg::matrix_exp runs its
+// whole op sequence on no elements, tested with the composites in
+// tests/test_linalg.cpp).
 Tensor structurally_zero_hessian(const TensorFn& fn, const Tensor& xi) {
   const int64_t B = xi.size(0), n = xi.size(1);
   Tensor y;
+  bool carries = false;
   ops_detail::StructureProbe probe;
   try {
     std::vector<int64_t> entry;
     forward_ad::taylor_level level(n, hessian_groups(n, &entry));
-    y = push_jet(fn, xi.narrow(0, 0, 0), Tensor(), "per_sample_hessian", /*record=*/false, /*none*/ 0u)[0];
+    y = push_jet(fn, xi.narrow(0, 0, 0), Tensor(), "per_sample_hessian", /*record=*/false, /*none*/ 0u, &carries)[0];
   } catch (...) {
     return Tensor();
   }
-  if (probe.found() || !y.defined()) return Tensor();
+  if (probe.found() || !y.defined() || !carries) return Tensor();
   return zeros({B, y.size(1), n, n}, y.options());
 }
 

@@ -307,7 +307,7 @@ Tensor solve_triangular(const Tensor& A, const Tensor& Bm, bool upper, bool left
   // The solution overwrites a copy of B: in B's own memory order where the
   // kernel takes any layout (a plain copy), else column-major.
   Tensor b;
-  if (n <= kt.solve_any_layout_max_n && rhs.stride(-1) == 1) {
+  if (n <= kt.solve_any_layout_max_n && k <= kt.solve_any_layout_max_k && rhs.stride(-1) == 1) {
     b = detail::new_empty({B, n, k}, rhs.dtype(), rhs.device());
     b.copy_(rhs.expand(join(batch, {n, k})).reshape({B, n, k}));
   } else {
@@ -1082,6 +1082,7 @@ const LinalgKernels& cpu_linalg_kernels() {
     LinalgKernels t{};
     t.batched_max_n = 0;
     t.solve_any_layout_max_n = 0;
+    t.solve_any_layout_max_k = 0;
     t.cholesky = cpu::cholesky_kernel;
     t.triangular_solve = cpu::triangular_solve_kernel;
     t.lu_factor = cpu::lu_factor_kernel;

@@ -29,9 +29,10 @@ struct LinalgKernels {
   // larger ones, to one-matrix routines, faster on the lower triangle (0:
   // none, the CPU). cholesky_ex picks its layout by it.
   int64_t batched_max_n;
-  // triangular_solve takes b in any layout (row-major too) up to this order
-  // (0: column-major always).
-  int64_t solve_any_layout_max_n;
+  // triangular_solve takes b [B, n, k] in any layout (row-major too) for
+  // n <= solve_any_layout_max_n and k <= solve_any_layout_max_k (0:
+  // column-major always).
+  int64_t solve_any_layout_max_n, solve_any_layout_max_k;
   // In place: a's lower triangle := L with A = L L^T (A read from the lower
   // triangle; upper: U with A = U^T U, from the upper triangle); the other
   // strict triangle := 0. info[b] := 0, or the order k >= 1 of the
@@ -41,7 +42,7 @@ struct LinalgKernels {
   // In place: b [B, n, k] := op(A)^{-1} b with A [B, n, n] triangular (upper
   // or lower; unit: diagonal taken as 1, not read; A's batch may be 1 for
   // every b); op(A) = A^T when `transpose`. Only A's triangle is read. b is
-  // column-major, or of any strides up to solve_any_layout_max_n.
+  // column-major, or of any strides within solve_any_layout_max_n/_k.
   void (*triangular_solve)(const Tensor& a, const Tensor& b, bool upper, bool unit, bool transpose);
   // In place: a [B, n, n] := its LU factors with partial pivoting (L unit
   // lower below the diagonal, U on and above); pivots [B, n] := the 1-based

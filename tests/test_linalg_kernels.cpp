@@ -52,6 +52,17 @@ TEST(LinalgKernels, CholeskyReadsOnlyTheLowerTriangleOfEveryLayout) {
     }
     Tensor U = la::cholesky(A.to(dev), true);
     EXPECT_LT(max_abs(U.to(tg::Device(tg::kCPU)) - ref.transpose(-2, -1)), 1e-12);
+    // One matrix (the one-matrix routines), with junk above, both layouts,
+    // small and above the batched routines' sizes.
+    for (int64_t n : {7, 600}) {
+      Tensor A1 = spd(1, n, 2).select(0, 0), ref1 = la::cholesky(A1);
+      Tensor junk1 = A1 + tg::triu(tg::full({n, n}, 1e3, kF64), 1);
+      for (const Tensor& in : {junk1, junk1.t().contiguous().t()}) {
+        Tensor L1 = la::cholesky(in.to(dev));
+        EXPECT_EQ(max_abs(tg::triu(L1, 1)), 0.0) << n;
+        EXPECT_LT(max_abs(L1.to(tg::Device(tg::kCPU)) - ref1), 1e-10) << n;
+      }
+    }
   }
 }
 
@@ -98,7 +109,7 @@ TEST(LinalgKernels, SolveTriangularEveryOrderAndRightHandSideCount) {
   for (const tg::Device& dev : devices()) {
     SCOPED_TRACE(name(dev));
     for (int64_t n : {1, 2, 31, 33, 64, 65, 100})
-      for (int64_t k : {1, 5, 64, 70})
+      for (int64_t k : {1, 3, 4, 5, 64, 70})
         for (tg::ScalarType dt : {tg::kFloat64, tg::kFloat32}) {
           const int64_t B = n * k % 2 == 0 ? 3 : 1;
           Tensor L = lower(B, n, uint64_t(n * 100 + k));

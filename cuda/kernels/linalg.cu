@@ -529,11 +529,6 @@ template <class T> void cholesky_impl(const Tensor& a, const Tensor& info, bool 
   if (B > 1 && n <= kBatchedCholeskyMax) {
     T** ptrs = batch_pointers<T>(enc, A, s, op);
     TG_CUSOLVER_CHECK(Lib<T>::potrfBatched(h, uplo, n, ptrs, lda, info32, int(B)), op);
-    // potrfBatched writes the other triangle too (measured on an H100: an
-    // upper factorization leaves values in the strict lower triangle).
-    const dim3 grid(unsigned((n * n + kThreads - 1) / kThreads), unsigned(std::min<int64_t>(B, 65535)), 1);
-    zero_triangle_k<T><<<grid, kThreads, 0, s>>>(ptr_of<T>(A), B, n, upper);
-    TG_CUDA_CHECK(cudaGetLastError(), op);
   } else {
     const int lwork =
         query_lwork([&](int* lw) { TG_CUSOLVER_CHECK(Lib<T>::potrf_bufferSize(h, uplo, n, A.at<T>(0), lda, lw), op); });
@@ -541,30 +536,36 @@ template <class T> void cholesky_impl(const Tensor& a, const Tensor& info, bool 
     for (int64_t b = 0; b < B; ++b)
       TG_CUSOLVER_CHECK(Lib<T>::potrf(h, uplo, n, A.at<T>(b), lda, work, lwork, info32 + b), op);
   }
+  // The other triangle: potrf leaves A's values there, and potrfBatched
+  // writes it too (measured on an H100: values in the strict lower triangle
+  // of an upper factorization).
+  if (n > 1) {
+    const dim3 grid(unsigned((n * n + kThreads - 1) / kThreads), unsigned(std::min<int64_t>(B, 65535)), 1);
+    zero_triangle_k<T><<<grid, kThreads, 0, s>>>(ptr_of<T>(A), B, n, upper);
+    TG_CUDA_CHECK(cudaGetLastError(), op);
+  }
   widen(info32, info, B, s, op);
 }
 
-// Triangular solves of order n <= kSmallTrsmMax, any batch and right-hand
-// sides, b in any layout: one block per (matrix, chunk of columns) holds
-// op(A) in shared memory; a thread per (row, column group) keeps its row's
-// values of the chunk's columns in registers, and the substitution takes a
-// step per row: the row's threads divide by the diagonal and publish x_i,
-// every later row subtracts its multiple (one barrier a step). cuBLAS has no
-// faster batched routine at these sizes: its trsmBatched solves 10^4 64 x 64
-// systems with 64 right-hand sides in 1.4 ms on an H200 (~2 TFLOP/s; a
-// batched GEMM of the same shape takes 0.22 ms), the bottleneck of every
-// batched Cholesky gradient, PyTorch's and JAX's too.
+// Triangular solves of order n <= kSmallTrsmMax with few right-hand sides
+// (a batch of vectors, cholesky_solve's usual case), b in any layout: a block
+// per matrix holds op(A) in shared memory and a thread per (row, column)
+// its value in a register; the substitution takes a step per row: the row's
+// threads divide by the diagonal and publish x_i, every later row subtracts
+// its multiple (one barrier a step). Slightly faster than cuBLAS's
+// trsmBatched there, and taking b in any layout it saves the transposing
+// copies into column-major order; with many right-hand sides the n barriers
+// dominate (10^4 64 x 64 systems with 64 of them: 2.9 ms, trsmBatched 1.4;
+// with one: 0.18 ms, trsmBatched 0.21, both on an H200).
 constexpr int kSmallTrsmMax = 64;
-constexpr int kSmallTrsmGroups = 4;  // column groups (blockDim.y)
-template <class T, int CPT>
+constexpr int kSmallTrsmMaxRhs = 4;
+template <class T>
 __global__ void small_trsm_k(const T* a, int64_t a_ld, int64_t a_bs, T* x, int64_t x_rs, int64_t x_cs, int64_t x_bs,
                              int n, int k, bool lower, bool unit, bool trans) {
   extern __shared__ unsigned char smem[];
-  const int G = int(blockDim.y), W = G * CPT;  // the chunk's columns
-  T* sa = reinterpret_cast<T*>(smem);          // op(A): (i, j) at i * (n + 1) + j
-  T* sx = sa + n * (n + 1);                    // the published x_i: (i, w) at i * W + w
+  T* sa = reinterpret_cast<T*>(smem);  // op(A): (i, j) at i * (n + 1) + j
+  T* sx = sa + n * (n + 1);            // the published x_i: (i, c) at i * k + c
   const int64_t b = blockIdx.x;
-  const int c0 = int(blockIdx.y) * W;
   const int tid = int(threadIdx.y * blockDim.x + threadIdx.x), threads = int(blockDim.x * blockDim.y);
   const T* ab = a + b * a_bs;
   for (int t = tid; t < n * n; t += threads) {  // coalesced along A's columns
@@ -573,75 +574,37 @@ __global__ void small_trsm_k(const T* a, int64_t a_ld, int64_t a_bs, T* x, int64
     if (trans) sa[c * (n + 1) + r] = v;
     else sa[r * (n + 1) + c] = v;
   }
-  const int r = int(threadIdx.x), g = int(threadIdx.y);
+  const int r = int(threadIdx.x), c = int(threadIdx.y);
   T* xb = x + b * x_bs;
-  T val[CPT];
-#pragma unroll
-  for (int q = 0; q < CPT; ++q) {
-    const int c = c0 + q * G + g;
-    val[q] = r < n && c < k ? xb[r * x_rs + int64_t(c) * x_cs] : T(0);
-  }
+  T val = r < n ? xb[r * x_rs + int64_t(c) * x_cs] : T(0);
   __syncthreads();
   for (int step = 0; step < n; ++step) {
     const int i = lower ? step : n - 1 - step;
     if (r == i) {
-      const T d = unit ? T(1) : sa[i * (n + 1) + i];
-#pragma unroll
-      for (int q = 0; q < CPT; ++q) {
-        if (!unit) val[q] /= d;
-        sx[i * W + q * G + g] = val[q];
-      }
+      if (!unit) val /= sa[i * (n + 1) + i];
+      sx[i * k + c] = val;
     }
     __syncthreads();  // x_i published; the next step writes another row of sx
-    if (r < n && (lower ? r > i : r < i)) {
-      const T l = sa[r * (n + 1) + i];
-#pragma unroll
-      for (int q = 0; q < CPT; ++q)
-        val[q] -= l * sx[i * W + q * G + g];
-    }
+    if (r < n && (lower ? r > i : r < i)) val -= sa[r * (n + 1) + i] * sx[i * k + c];
   }
-#pragma unroll
-  for (int q = 0; q < CPT; ++q) {
-    const int c = c0 + q * G + g;
-    if (r < n && c < k) xb[r * x_rs + int64_t(c) * x_cs] = val[q];
-  }
+  if (r < n) xb[r * x_rs + int64_t(c) * x_cs] = val;
 }
 
 // b [B, n, k] := op(A)^-1 b for A [A.B, n, n] column-major (a_stride 0: one
-// A for the batch), b with any strides.
+// A for the batch), b with any strides, n <= kSmallTrsmMax, k <= kSmallTrsmMaxRhs.
 template <class T>
 void small_trsm(const Mat& A, int64_t a_stride, const Tensor& b, bool upper, bool unit, bool transpose, cudaStream_t s,
                 const char* op) {
   const int64_t B = b.sizes()[0];
   const int n = int(b.sizes()[1]), k = int(b.sizes()[2]);
-  const int groups = std::min(kSmallTrsmGroups, k);
-  const int per_thread = (k + groups - 1) / groups;
-  // Columns per thread: a power of two up to 16 covering k where shared
-  // memory allows (48 KiB, the static limit: op(A) and the published rows).
-  const size_t fixed = size_t(n) * size_t(n + 1) * sizeof(T), limit = 48 * 1024;
-  int cpt = 1;
-  while (cpt < per_thread && cpt < 16 && fixed + size_t(n) * size_t(groups * cpt * 2) * sizeof(T) <= limit)
-    cpt *= 2;
-  const int width = groups * cpt;
-  const dim3 block(unsigned(std::max(32, (n + 31) / 32 * 32)), unsigned(groups), 1);
-  const dim3 grid(unsigned(B), unsigned((k + width - 1) / width), 1);
-  TG_CHECK(B <= INT32_MAX && grid.y <= 65535, op, ": ", B, " systems of ", k, " right-hand sides exceed one launch");
-  const size_t shared = fixed + size_t(n) * size_t(width) * sizeof(T);
+  const dim3 block(unsigned(std::max(32, (n + 31) / 32 * 32)), unsigned(k), 1);
+  TG_CHECK(B <= INT32_MAX, op, ": ", B, " systems exceed one launch");
+  const size_t shared = (size_t(n) * size_t(n + 1) + size_t(n) * size_t(k)) * sizeof(T);
   const int64_t xb = B > 1 ? b.strides()[0] : 0, xr = b.strides()[1], xc = b.strides()[2];
-  T* xp = static_cast<T*>(b.data_ptr());
   // op(A) is lower triangular when A is lower and not transposed, or upper
   // and transposed: forward substitution; else backward.
-  const bool lower = upper == transpose;
-  auto launch = [&](auto kernel) {
-    kernel<<<grid, block, shared, s>>>(A.at<T>(0), A.ld, a_stride, xp, xr, xc, xb, n, k, lower, unit, transpose);
-  };
-  switch (cpt) {
-    case 1: launch(small_trsm_k<T, 1>); break;
-    case 2: launch(small_trsm_k<T, 2>); break;
-    case 4: launch(small_trsm_k<T, 4>); break;
-    case 8: launch(small_trsm_k<T, 8>); break;
-    default: launch(small_trsm_k<T, 16>); break;
-  }
+  small_trsm_k<T><<<unsigned(B), block, shared, s>>>(A.at<T>(0), A.ld, a_stride, static_cast<T*>(b.data_ptr()), xr, xc,
+                                                     xb, n, k, upper == transpose, unit, transpose);
   TG_CUDA_CHECK(cudaGetLastError(), op);
 }
 
@@ -653,7 +616,7 @@ template <class T> void triangular_solve_impl(const Tensor& a, const Tensor& b, 
   cudaStream_t s = call.s;
   LaunchEncoder& enc = call.enc;
   const int64_t a_stride = A.B == 1 ? 0 : A.bs;  // one A for every right-hand side
-  if (A.r <= kSmallTrsmMax) {
+  if (A.r <= kSmallTrsmMax && b.sizes()[2] <= kSmallTrsmMaxRhs) {
     TG_INTERNAL_ASSERT(b.dim() == 3 && b.sizes()[1] == A.r && (A.B == b.sizes()[0] || A.B == 1), op,
                        ": mismatched operands");
     small_trsm<T>(A, a_stride, b, upper, unit, transpose, s, op);
@@ -1018,6 +981,7 @@ const kernels::LinalgKernels& linalg_table() {
     kernels::LinalgKernels k{};
     k.batched_max_n = std::min(kBatchedCholeskyMax, kBatchedTrsmMax);
     k.solve_any_layout_max_n = kSmallTrsmMax;
+    k.solve_any_layout_max_k = kSmallTrsmMaxRhs;
     k.cholesky = [](const Tensor& a, const Tensor& info, bool upper) {
       dispatch_float(a.dtype(), "linalg.cholesky", [&](auto tag) { cholesky_impl<decltype(tag)>(a, info, upper); });
     };

@@ -257,6 +257,14 @@ bool is_empty(const Tensor& t) { return t.numel() == 0; }
 
 }  // namespace
 
+namespace detail {
+Tensor permute_rows(const Tensor& X, const Tensor& p, const char* op) {
+  const IntList s = broadcast_shapes(batch_of(X), batch_of(p, 1), op);
+  Tensor Xb = X.expand(join(s, {X.size(-2), X.size(-1)}));
+  return tg::gather(Xb, -2, p.unsqueeze(-1).expand(join(s, {p.size(-1), X.size(-1)})));
+}
+}  // namespace detail
+
 namespace raw::linalg {
 
 TensorPair cholesky_ex(const Tensor& A, bool upper, bool check_errors) {
@@ -564,6 +572,11 @@ Tensor lu_solve(const Tensor& LU, const Tensor& pivots, const Tensor& Bm, bool l
   // Pivot i must lie in [i + 1, n] (LAPACK's ipiv): checked, one read.
   Tensor perm = detail::new_empty(pivots.sizes(), kInt64, pivots.device());
   if (pivots.numel() > 0) {
+    if (pivots.is_cuda())  // item() below would name only itself
+      cuda::detail::check_not_capturing(
+          "linalg.lu_solve (it checks its pivots' ranges on the host; solve with the factor outside the capture, or "
+          "use linalg.solve)",
+          pivots.device().index());
     Tensor lo = tg::arange(1, n + 1, 1, TensorOptions().dtype(kInt64).device(pivots.device()));
     Tensor bad = raw::logical_or(raw::lt(pivots, lo), raw::gt(pivots, tg::full_like(pivots, n)));
     if (raw::any(bad).item<bool>()) {
@@ -578,11 +591,7 @@ Tensor lu_solve(const Tensor& LU, const Tensor& pivots, const Tensor& Bm, bool l
     }
     kern(LU, op).pivots_to_permutation(pivots.contiguous().view({-1, n}), perm.view({-1, n}));
   }
-  auto rows = [&](const Tensor& X, const Tensor& p) {  // X[..., p[i], :] for each i
-    IntList s = broadcast_shapes(batch_of(X), batch_of(p, 1), op);
-    Tensor Xb = X.expand(join(s, {X.size(-2), X.size(-1)}));
-    return tg::gather(Xb, -2, p.unsqueeze(-1).expand(join(s, {n, X.size(-1)})));
-  };
+  auto rows = [&](const Tensor& X, const Tensor& p) { return detail::permute_rows(X, p, op); };
   // A = P L U (L unit lower, U upper, both packed in LU).
   auto solve_left = [&](const Tensor& Bx) {  // A X = B: X = U^-1 L^-1 P^T B
     Tensor y = solve_triangular(LU, rows(Bx, perm), false, true, true);

@@ -91,3 +91,10 @@ const LinalgKernels& cpu_linalg_kernels();
 const LinalgKernels* cuda_linalg_kernels();
 
 }  // namespace tg::kernels
+
+namespace tg::detail {
+// X's rows picked by an Int64 permutation p [..., n] (X [..., n, k], batch
+// dims broadcast): X[..., p[i], :] for each i, through the public gather (so
+// it differentiates); shape errors name `op`.
+Tensor permute_rows(const Tensor& X, const Tensor& p, const char* op);
+}  // namespace tg::detail

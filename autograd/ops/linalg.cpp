@@ -224,15 +224,7 @@ Tensor inverse_gaps(const Tensor& d) {
   Tensor safe = where(eye_mask, ones_like(e), e);
   return where(eye_mask, zeros_like(e), reciprocal(safe));
 }
-// X's rows picked by an Int64 permutation p [..., n] (X [..., n, k]).
-Tensor permute_rows(const Tensor& X, const Tensor& p) {
-  IntList batch = broadcast_shapes(IntList(X.sizes().begin(), X.sizes().end() - 2),
-                                   IntList(p.sizes().begin(), p.sizes().end() - 1), "linalg.lu_factor");
-  IntList xs = batch, is = batch;
-  xs.insert(xs.end(), {X.size(-2), X.size(-1)});
-  is.insert(is.end(), {p.size(-1), X.size(-1)});
-  return gather(X.expand(xs), -2, p.unsqueeze(-1).expand(is));
-}
+Tensor permute_rows(const Tensor& X, const Tensor& p) { return tg::detail::permute_rows(X, p, "linalg.lu_factor"); }
 // The row order (P^T A)[i] = A[perm[i]] of lu_factor's pivots (no recording).
 Tensor permutation_of(const Tensor& LU, const Tensor& pivots) {
   // lu_solve of the identity's rows would do; the kernel is direct.

@@ -11,7 +11,8 @@
 //   logdet = 2 sum log diag L; BM_BatchedCholSolveLogdetGrad the forward and
 //   the gradient of sum(x) + sum(logdet) in A and b.
 // Each iteration is timed by wall clock up to a device synchronize (manual
-// time); run with --benchmark_repetitions=N for medians. With
+// time); run with --benchmark_repetitions=N for medians. The counter
+// peak_MiB is one call's peak of allocated device memory (inputs included). With
 // TG_BENCH_PROFILE=1 the first timed call of each workload after its warm-up
 // is bracketed by cuda::profiler_start/stop (for ncu --profile-from-start
 // off: scripts/gpu.sh lprofile). On the CPU the large
@@ -77,6 +78,15 @@ template <class F> void timed(benchmark::State& state, F&& f) {
     state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   state.SetLabel(tg::cuda::is_available() ? "cuda" : "cpu");
+  // Peak device memory of one call (the allocator's allocated bytes, inputs
+  // included: torch.cuda.max_memory_allocated's measure), in MiB.
+  if (tg::cuda::is_available()) {
+    tg::cuda::synchronize();
+    tg::cuda::reset_peak_memory_stats();
+    f();
+    sync();
+    state.counters["peak_MiB"] = double(tg::cuda::memory_stats().peak_allocated_bytes) / (1 << 20);
+  }
 }
 
 // The GP problem of samples/gp_regression.cpp at n points: a noisy sine on

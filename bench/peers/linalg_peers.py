@@ -22,7 +22,10 @@ default). Each framework runs in its own process (JAX without preallocation),
 one warm-up call, then the median of --runs calls each synchronized
 (torch.cuda.synchronize, block_until_ready). The peers draw their own data
 (same recipe, other generators). Prints one table: median ms, and each
-peer's ratio to tapegrad.
+peer's ratio to tapegrad; with --memory a second one of each workload's peak
+device memory (one call, inputs included: tapegrad's allocator peak,
+torch.cuda.max_memory_allocated, JAX's peak_bytes_in_use in a process of its
+own, which also counts what XLA's compilation and autotuning held).
 """
 import argparse
 import json
@@ -90,6 +93,11 @@ def worker_torch(args):
             return
         try:
             out[key] = median_ms(fn, sync, args.runs, profile=prof)
+            if dev.type == "cuda":  # one call's peak, inputs included
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                sync(fn())
+                out["peak " + key] = torch.cuda.max_memory_allocated() / 2**20
         except Exception as e:  # report, keep going
             out[key] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
         print(f"torch {key}: {out[key]}", file=sys.stderr, flush=True)
@@ -170,6 +178,9 @@ def worker_jax(args):
             return
         try:
             out[key] = median_ms(fn, sync, args.runs, profile=prof)
+            stats = jax.devices()[0].memory_stats() or {}
+            if "peak_bytes_in_use" in stats:  # since the process began: one workload per process (--memory)
+                out["peak " + key] = stats["peak_bytes_in_use"] / 2**20
         except Exception as e:
             out[key] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
         print(f"jax {key}: {out[key]}", file=sys.stderr, flush=True)
@@ -232,6 +243,8 @@ def run_tapegrad(args):
         elif b.get("aggregate_name") == "median":
             scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b["time_unit"]]
             out[key] = b["real_time"] * scale
+            if "peak_MiB" in b:
+                out["peak " + key] = b["peak_MiB"]
     return out, r.get("benchmarks", [{}])[0].get("label", "?")
 
 
@@ -245,6 +258,9 @@ def main():
     p.add_argument("--build", default="build-gpu", help="tapegrad's build directory")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--workloads", default="", help="only these (gp_grad,gp_hessian,chol,chol+grad)")
+    p.add_argument("--memory", action="store_true",
+                   help="also a table of each workload's peak device memory (MiB); the peers then run one "
+                        "workload per process (JAX's peak counts from its process's start)")
     p.add_argument("--profile", action="store_true",
                    help="with --worker torch|jax: one call of each workload bracketed by the CUDA profiler "
                         "start/stop, for ncu --profile-from-start off (scripts/gpu.sh lprofile)")
@@ -265,13 +281,20 @@ def main():
                 print(f"tapegrad on {dev}", flush=True)
             else:
                 env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
-                cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--sizes",
-                       ",".join(map(str, args.sizes)), "--batch", str(args.batch), "--runs", str(args.runs),
-                       "--device", args.device]
-                proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-                if proc.returncode != 0:
-                    raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed")
-                res = json.loads(proc.stdout.strip().splitlines()[-1])
+                jobs = [(args.workloads, args.sizes)]
+                if args.memory:  # one (workload, size) per process
+                    ws = args.workloads or ["gp_grad", "gp_hessian", "chol", "chol+grad"]
+                    jobs = [([w], [n]) for w in ws if w.startswith("gp") for n in args.sizes] + \
+                        [([w], args.sizes[:1]) for w in ws if w.startswith("chol")]
+                res = {}
+                for wl, sizes in jobs:
+                    cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--sizes",
+                           ",".join(map(str, sizes)), "--batch", str(args.batch), "--runs", str(args.runs),
+                           "--device", args.device] + (["--workloads", ",".join(wl)] if wl else [])
+                    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                    if proc.returncode != 0:
+                        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed")
+                    res.update(json.loads(proc.stdout.strip().splitlines()[-1]))
             results[labels[name]] = res
         except Exception as e:  # report, keep going
             print(f"{name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
@@ -292,6 +315,18 @@ def main():
             else:
                 cells.append(f"failed: {v}" if v else "—")
         print(f"| {k} | " + " | ".join(cells) + " |")
+    if args.memory:
+        print(f"\npeak device memory of one call, MiB ({args.device}; ratio to tapegrad)")
+        print("| workload | " + " | ".join(cols) + " |")
+        print("|---|" + "---|" * len(cols))
+        for k in keys:
+            base = results.get("tapegrad", {}).get("peak " + k)
+            cells = []
+            for c in cols:
+                v = results[c].get("peak " + k)
+                ratio = f" ({v / base:.2f}x)" if isinstance(v, (int, float)) and base and c != "tapegrad" else ""
+                cells.append(f"{v:.0f}{ratio}" if isinstance(v, (int, float)) else "—")
+            print(f"| {k} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,10 @@ namespace tg::detail {
   X(kDeferTangents, "TG_DEFER_TANGENTS", "deferred tangents of a last linear layer in Taylor mode",                \
     "autograd/forward_ad.cpp")                                                                                     \
   X(kMergeWeightGrads, "TG_MERGE_WEIGHT_GRADS", "merged weight-gradient products in the backward",                 \
-    "autograd/input_buffer.cpp")
+    "autograd/input_buffer.cpp")                                                                                   \
+  X(kSmallTrsm, "TG_SMALL_TRSM",                                                                                   \
+    "the shared-memory triangular solve for 5 to 64 right-hand sides of order <= 64 (back to cuBLAS trsmBatched)", \
+    "cuda/kernels/linalg.cu")
 
 enum class OffSwitch {
 #define TG_SWITCH_ENUM(e, var, what, where) e,

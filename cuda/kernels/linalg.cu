@@ -21,6 +21,7 @@
 
 #include <tapegrad/cuda/capture.h>
 #include <tapegrad/cuda/device.h>
+#include "tensor/env.h"
 #include "tensor/kernels.h"
 #include "tensor/linalg_kernels.h"
 #include "tensor/op_util.h"
@@ -547,25 +548,31 @@ template <class T> void cholesky_impl(const Tensor& a, const Tensor& info, bool 
   widen(info32, info, B, s, op);
 }
 
-// Triangular solves of order n <= kSmallTrsmMax with few right-hand sides
-// (a batch of vectors, cholesky_solve's usual case), b in any layout: a block
-// per matrix holds op(A) in shared memory and a thread per (row, column)
-// its value in a register; the substitution takes a step per row: the row's
-// threads divide by the diagonal and publish x_i, every later row subtracts
-// its multiple (one barrier a step). Slightly faster than cuBLAS's
-// trsmBatched there, and taking b in any layout it saves the transposing
-// copies into column-major order; with many right-hand sides the n barriers
-// dominate (10^4 64 x 64 systems with 64 of them: 2.9 ms, trsmBatched 1.4;
-// with one: 0.18 ms, trsmBatched 0.21, both on an H200).
+// Triangular solves of order n <= kSmallTrsmMax with up to
+// small_trsm_max_rhs() right-hand sides, b in any layout: a block per
+// (matrix, chunk of <= 64 columns) holds op(A), the reciprocals of its
+// diagonal and the chunk in shared memory (staged with coalesced loads in
+// b's own memory order); a thread per (row, column group) keeps its row's
+// values of up to 16 columns in registers, and the substitution takes a step
+// per row: the row's threads scale by the reciprocal and publish x_i, every
+// later row subtracts its multiple (one barrier a step). cuBLAS's
+// trsmBatched runs these sizes at ~2 TFLOP/s (10^4 64 x 64 systems with 64
+// right-hand sides: 1.4 ms on an H200, where a batched GEMM of the same shape
+// takes 0.22 ms): the bottleneck of the batched Cholesky gradient, PyTorch's
+// and JAX's too. TG_SMALL_TRSM=0 leaves more than 4 right-hand sides to it.
 constexpr int kSmallTrsmMax = 64;
-constexpr int kSmallTrsmMaxRhs = 4;
-template <class T>
+int small_trsm_max_rhs() { return tg::detail::switched_on<tg::detail::OffSwitch::kSmallTrsm>() ? 64 : 4; }
+constexpr int kSmallTrsmGroups = 4;  // column groups (blockDim.y)
+template <class T, int CPT>
 __global__ void small_trsm_k(const T* a, int64_t a_ld, int64_t a_bs, T* x, int64_t x_rs, int64_t x_cs, int64_t x_bs,
                              int n, int k, bool lower, bool unit, bool trans) {
   extern __shared__ unsigned char smem[];
-  T* sa = reinterpret_cast<T*>(smem);  // op(A): (i, j) at i * (n + 1) + j
-  T* sx = sa + n * (n + 1);            // the published x_i: (i, c) at i * k + c
+  const int G = int(blockDim.y), W = G * CPT;  // the chunk's columns
+  T* sa = reinterpret_cast<T*>(smem);          // op(A): (i, j) at i * (n + 1) + j
+  T* rd = sa + n * (n + 1);                    // 1 / op(A)(i, i)
+  T* sx = rd + n;                              // the chunk: (i, w) at i * W + w
   const int64_t b = blockIdx.x;
+  const int c0 = int(blockIdx.y) * W, cols = W < k - c0 ? W : k - c0;
   const int tid = int(threadIdx.y * blockDim.x + threadIdx.x), threads = int(blockDim.x * blockDim.y);
   const T* ab = a + b * a_bs;
   for (int t = tid; t < n * n; t += threads) {  // coalesced along A's columns
@@ -574,37 +581,82 @@ __global__ void small_trsm_k(const T* a, int64_t a_ld, int64_t a_bs, T* x, int64
     if (trans) sa[c * (n + 1) + r] = v;
     else sa[r * (n + 1) + c] = v;
   }
-  const int r = int(threadIdx.x), c = int(threadIdx.y);
-  T* xb = x + b * x_bs;
-  T val = r < n ? xb[r * x_rs + int64_t(c) * x_cs] : T(0);
+  T* xb = x + b * x_bs + int64_t(c0) * x_cs;
+  const bool rows_inner = x_cs != 1;  // b column-major-like: walk rows fastest
+  for (int t = tid; t < n * cols; t += threads) {
+    const int r = rows_inner ? t % n : t / cols, c = rows_inner ? t / n : t % cols;
+    sx[r * W + c] = xb[r * x_rs + int64_t(c) * x_cs];
+  }
+  __syncthreads();
+  for (int i = tid; i < n; i += threads)
+    rd[i] = unit ? T(1) : T(1) / sa[i * (n + 1) + i];
+  const int r = int(threadIdx.x), g = int(threadIdx.y);
+  T val[CPT];
+#pragma unroll
+  for (int q = 0; q < CPT; ++q)
+    val[q] = r < n ? sx[r * W + q * G + g] : T(0);
   __syncthreads();
   for (int step = 0; step < n; ++step) {
     const int i = lower ? step : n - 1 - step;
     if (r == i) {
-      if (!unit) val /= sa[i * (n + 1) + i];
-      sx[i * k + c] = val;
+      const T d = rd[i];
+#pragma unroll
+      for (int q = 0; q < CPT; ++q) {
+        val[q] *= d;
+        sx[i * W + q * G + g] = val[q];
+      }
     }
-    __syncthreads();  // x_i published; the next step writes another row of sx
-    if (r < n && (lower ? r > i : r < i)) val -= sa[r * (n + 1) + i] * sx[i * k + c];
+    __syncthreads();  // x_i published (row i of sx: no other thread writes it)
+    if (r < n && (lower ? r > i : r < i)) {
+      const T l = sa[r * (n + 1) + i];
+#pragma unroll
+      for (int q = 0; q < CPT; ++q)
+        val[q] -= l * sx[i * W + q * G + g];
+    }
   }
-  if (r < n) xb[r * x_rs + int64_t(c) * x_cs] = val;
+  // Every row was published at its step: sx holds the solution.
+  __syncthreads();
+  for (int t = tid; t < n * cols; t += threads) {
+    const int r = rows_inner ? t % n : t / cols, c = rows_inner ? t / n : t % cols;
+    xb[r * x_rs + int64_t(c) * x_cs] = sx[r * W + c];
+  }
 }
 
 // b [B, n, k] := op(A)^-1 b for A [A.B, n, n] column-major (a_stride 0: one
-// A for the batch), b with any strides, n <= kSmallTrsmMax, k <= kSmallTrsmMaxRhs.
+// A for the batch), b with any strides.
 template <class T>
 void small_trsm(const Mat& A, int64_t a_stride, const Tensor& b, bool upper, bool unit, bool transpose, cudaStream_t s,
                 const char* op) {
   const int64_t B = b.sizes()[0];
   const int n = int(b.sizes()[1]), k = int(b.sizes()[2]);
-  const dim3 block(unsigned(std::max(32, (n + 31) / 32 * 32)), unsigned(k), 1);
-  TG_CHECK(B <= INT32_MAX, op, ": ", B, " systems exceed one launch");
-  const size_t shared = (size_t(n) * size_t(n + 1) + size_t(n) * size_t(k)) * sizeof(T);
+  const int groups = std::min(kSmallTrsmGroups, k);
+  const int per_thread = (k + groups - 1) / groups;
+  // Columns per thread: a power of two up to 16 covering k where shared
+  // memory allows (48 KiB, the static limit).
+  const size_t fixed = size_t(n) * size_t(n + 2) * sizeof(T), limit = 48 * 1024;
+  int cpt = 1;
+  while (cpt < per_thread && cpt < 16 && fixed + size_t(n) * size_t(groups * cpt * 2) * sizeof(T) <= limit)
+    cpt *= 2;
+  const int width = groups * cpt;
+  const dim3 block(unsigned(std::max(32, (n + 31) / 32 * 32)), unsigned(groups), 1);
+  const dim3 grid(unsigned(B), unsigned((k + width - 1) / width), 1);
+  TG_CHECK(B <= INT32_MAX && grid.y <= 65535, op, ": ", B, " systems of ", k, " right-hand sides exceed one launch");
+  const size_t shared = fixed + size_t(n) * size_t(width) * sizeof(T);
   const int64_t xb = B > 1 ? b.strides()[0] : 0, xr = b.strides()[1], xc = b.strides()[2];
+  T* xp = static_cast<T*>(b.data_ptr());
   // op(A) is lower triangular when A is lower and not transposed, or upper
   // and transposed: forward substitution; else backward.
-  small_trsm_k<T><<<unsigned(B), block, shared, s>>>(A.at<T>(0), A.ld, a_stride, static_cast<T*>(b.data_ptr()), xr, xc,
-                                                     xb, n, k, upper == transpose, unit, transpose);
+  const bool lower = upper == transpose;
+  auto launch = [&](auto kernel) {
+    kernel<<<grid, block, shared, s>>>(A.at<T>(0), A.ld, a_stride, xp, xr, xc, xb, n, k, lower, unit, transpose);
+  };
+  switch (cpt) {
+    case 1: launch(small_trsm_k<T, 1>); break;
+    case 2: launch(small_trsm_k<T, 2>); break;
+    case 4: launch(small_trsm_k<T, 4>); break;
+    case 8: launch(small_trsm_k<T, 8>); break;
+    default: launch(small_trsm_k<T, 16>); break;
+  }
   TG_CUDA_CHECK(cudaGetLastError(), op);
 }
 
@@ -616,7 +668,7 @@ template <class T> void triangular_solve_impl(const Tensor& a, const Tensor& b, 
   cudaStream_t s = call.s;
   LaunchEncoder& enc = call.enc;
   const int64_t a_stride = A.B == 1 ? 0 : A.bs;  // one A for every right-hand side
-  if (A.r <= kSmallTrsmMax && b.sizes()[2] <= kSmallTrsmMaxRhs) {
+  if (A.r <= kSmallTrsmMax && b.sizes()[2] <= small_trsm_max_rhs()) {
     TG_INTERNAL_ASSERT(b.dim() == 3 && b.sizes()[1] == A.r && (A.B == b.sizes()[0] || A.B == 1), op,
                        ": mismatched operands");
     small_trsm<T>(A, a_stride, b, upper, unit, transpose, s, op);
@@ -981,7 +1033,7 @@ const kernels::LinalgKernels& linalg_table() {
     kernels::LinalgKernels k{};
     k.batched_max_n = std::min(kBatchedCholeskyMax, kBatchedTrsmMax);
     k.solve_any_layout_max_n = kSmallTrsmMax;
-    k.solve_any_layout_max_k = kSmallTrsmMaxRhs;
+    k.solve_any_layout_max_k = small_trsm_max_rhs();
     k.cholesky = [](const Tensor& a, const Tensor& info, bool upper) {
       dispatch_float(a.dtype(), "linalg.cholesky", [&](auto tag) { cholesky_impl<decltype(tag)>(a, info, upper); });
     };

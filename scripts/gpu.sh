@@ -36,7 +36,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-logs}
 mkdir -p "$OUT"
-B=build-gpu
+B=${TG_GPU_BUILD:-build-gpu}  # a path outside the checkout survives a re-sent working tree
 TESTS=$B/tests/tapegrad_tests
 # racecheck and synccheck: the stream and graph tests. The saved-tensor hooks
 # graph test is left to memcheck: its kernels (cuBLAS GEMMs, elementwise,
@@ -75,7 +75,7 @@ for step in "$@"; do
       $B/bench/bench_cuda --benchmark_min_time=0.3 2>&1 | tee "$OUT/bench_cuda.txt" | grep -E "^BM_|^Run on"
       # tg::linalg: GP NLML gradient and Hessian, batched Cholesky; the table
       # with PyTorch and JAX (LINALG_ARGS, e.g. "--sizes 1024 --frameworks tapegrad,jax").
-      python3 bench/peers/linalg_peers.py --memory ${LINALG_ARGS:-} 2>&1 | tee "$OUT/linalg_peers.txt" ;;
+      python3 bench/peers/linalg_peers.py --build "$B" --memory ${LINALG_ARGS:-} 2>&1 | tee "$OUT/linalg_peers.txt" ;;
     peers)
       { cmake -S bench/peers -B build-peers \
           -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')" &&

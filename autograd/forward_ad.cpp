@@ -3,9 +3,12 @@
 // the ops' backward formulas in autograd/ops/.
 #include <tapegrad/autograd/forward_ad.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include <tapegrad/autograd/autograd_meta.h>
@@ -34,6 +37,8 @@ thread_local int64_t t_resolved = 0;                              // pending tan
 thread_local int64_t t_batch = 0;                                 // its tangent batch (0: unbatched)
 thread_local const forward_ad::TaylorLayout* t_taylor = nullptr;  // its Taylor layout
 std::atomic<uint64_t> g_next_level{1};
+std::atomic<uint64_t> g_next_gen{1};  // ForwardGrad::gen: unique per tangent set
+uint64_t next_gen() { return g_next_gen.fetch_add(1); }
 
 // Every tangent slot made, weakly, so a level can clear its own when it ends
 // (a tangent's history may hold its tensor: a cycle until cleared).
@@ -138,6 +143,7 @@ void detail::defer_tangent(const Tensor& out, const Tensor& source, std::functio
   std::shared_ptr<ForwardGrad> slot = impl::fw_slot(out);
   TG_CHECK(slot, op, ": no tangent slot for its output");
   slot->tangent = Tensor();
+  slot->gen = next_gen();
   std::atomic_store(&slot->pending, std::shared_ptr<PendingTangent>(std::move(p)));
 }
 
@@ -176,6 +182,12 @@ Tensor detail::jet_block(const Tensor& t, int j) {
   const TaylorLayout* l = taylor_layout();
   TG_CHECK(l, "jet_block: no Taylor level is active");
   AutogradMeta* m = impl::meta(t);
+  if (m && m->view_of && m->view_of->base.defined()) {  // a view: its part of the base's tangent
+    const Tensor tan = impl::fw_grad(t);
+    if (!tan.defined()) return Tensor();
+    Suspend pause;
+    return l->block(tan, j);
+  }
   if (!m || !m->fw || m->fw->level != t_level) return Tensor();
   std::shared_ptr<PendingTangent> p = std::atomic_load(&m->fw->pending);
   if (p) {
@@ -308,7 +320,12 @@ Tensor make_dual(const Tensor& primal, const Tensor& tangent) {
            ") must have the primal's shape", t_batch > 0 ? " after the level's batch dimension" : "",
            ", dtype and device (", primal.dtype(), " ", shape_str(want), " on ", primal.device(), ")");
   TG_CHECK(!(t_batch > 0 && primal.is_sparse()), "make_dual: sparse tensors take no batched tangents");
-  Tensor dual = primal.view(primal.sizes());  // a view: keeps primal's reverse-mode history
+  Tensor dual;
+  {
+    detail::Suspend pause;               // not a view sharing primal's tangent (PyTorch's
+    dual = primal.view(primal.sizes());  // make_dual): an alias keeping its reverse-mode history
+  }
+  impl::fw_track_alias(dual, primal, /*shares_tangent=*/false);
   impl::set_fw_grad(dual, tangent);
   return dual;
 }
@@ -317,9 +334,12 @@ UnpackedDual unpack_dual(const Tensor& t) {
   UnpackedDual u;
   u.tangent = impl::fw_grad(t);
   if (!t.defined()) return u;
-  detail::Suspend no_tangent;  // the primal gets none
-  // A view keeping t's reverse-mode history (sparse: a copy, no views).
-  u.primal = t.is_sparse() ? t.clone() : t.view(t.sizes());
+  {
+    detail::Suspend no_tangent;  // the primal gets none
+    // A view keeping t's reverse-mode history (sparse: a copy, no views).
+    u.primal = t.is_sparse() ? t.clone() : t.view(t.sizes());
+  }
+  impl::fw_track_alias(u.primal, t, /*shares_tangent=*/false);
   return u;
 }
 
@@ -327,17 +347,182 @@ UnpackedDual unpack_dual(const Tensor& t) {
 
 namespace impl {
 
+// ---- views (docs/AUTOGRAD.md "Forward mode") ----
+// A view taken inside a dual level records its base (ViewOf). Its tangent is
+// that part of the base's: it is read from the base's current tangent
+// (again whenever the base's changed: ForwardGrad::gen), and an in-place op
+// on the view writes its new tangent into a copy of the base's (a zero one
+// when the base has none), which becomes the base's. The part is found from
+// the memory layout (which base element each view element is), so every
+// view op, and chains of them, map the same way, batched or not.
+namespace {
+
+// The view's ViewOf when it shares its base's tangent.
+ViewOf* tangent_view(const AutogradMeta* m) {
+  return m && m->view_of && m->view_of->base.defined() ? m->view_of.get() : nullptr;
+}
+
+// t's slot at the current level when it holds a tangent (or a pending one).
+ForwardGrad* live_slot(const Tensor& t) {
+  AutogradMeta* m = meta(t);
+  if (!(m && m->fw && m->fw->level == t_level)) return nullptr;
+  if (!(m->fw->tangent.defined() || std::atomic_load(&m->fw->pending))) return nullptr;
+  return m->fw.get();
+}
+
+// The storage positions of t's elements, row-major.
+std::vector<int64_t> positions(const Tensor& t) {
+  const IntList& sz = t.sizes();
+  const IntList& st = t.strides();
+  std::vector<int64_t> out(size_t(t.numel()));
+  if (out.empty()) return out;
+  std::vector<int64_t> idx(sz.size(), 0);
+  int64_t pos = t.storage_offset();
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = pos;
+    for (size_t k = sz.size(); k-- > 0;) {
+      if (++idx[k] < sz[k]) {
+        pos += st[k];
+        break;
+      }
+      pos -= st[k] * (sz[k] - 1);
+      idx[k] = 0;
+    }
+  }
+  return out;
+}
+
+Tensor index_tensor(const std::vector<int64_t>& v, Device device) {
+  Tensor t = empty({int64_t(v.size())}, TensorOptions().dtype(kInt64));
+  if (!v.empty()) std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(int64_t));
+  return device == t.device() ? t : t.to(device);
+}
+
+// v's read index (and write index): which base element each element of
+// `view` is. Under v.mu, forward mode paused.
+void build_indices(ViewOf& v, const Tensor& view, const char* op, bool write) {
+  if (v.read_index.defined() && (!write || v.write_index.defined())) return;
+  const Tensor& base = v.base;
+  const std::vector<int64_t> bp = positions(base), vp = positions(view);
+  const int64_t n = int64_t(bp.size());
+  // storage position -> base element (a table over the base's span when it
+  // is dense enough, else a hash map)
+  int64_t lo = 0, hi = -1;
+  if (n > 0) {
+    auto [a, b] = std::minmax_element(bp.begin(), bp.end());
+    lo = *a, hi = *b;
+  }
+  const bool dense = hi - lo + 1 <= 4 * n + 64;
+  std::vector<int64_t> table(dense && n > 0 ? size_t(hi - lo + 1) : 0, -1);
+  std::unordered_map<int64_t, int64_t> map;
+  auto overlap = [&] {
+    TG_CHECK(false, op, ": in-place operation in a forward-mode level on a view of a tensor (", base.dtype(), " ",
+             shape_str(base.sizes()),
+             ") whose elements overlap in memory (an expanded tensor): its tangent has no single place per "
+             "element. Use out-of-place ops, or clone() the base first");
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    if (dense) {
+      int64_t& e = table[size_t(bp[size_t(i)] - lo)];
+      if (e >= 0) overlap();
+      e = i;
+    } else if (!map.emplace(bp[size_t(i)], i).second) {
+      overlap();
+    }
+  }
+  std::vector<int64_t> ri(vp.size());
+  for (size_t e = 0; e < vp.size(); ++e) {
+    const int64_t p = vp[e];
+    int64_t b = -1;
+    if (dense) {
+      if (p >= lo && p <= hi) b = table[size_t(p - lo)];
+    } else if (auto it = map.find(p); it != map.end()) {
+      b = it->second;
+    }
+    TG_CHECK(b >= 0, op, ": forward mode: a view (", shape_str(view.sizes()), ") reaches memory outside its base (",
+             shape_str(base.sizes()), "); its tangent cannot be placed");
+    ri[e] = b;
+  }
+  if (!v.read_index.defined()) v.read_index = index_tensor(ri, view.device());
+  if (!write) return;
+  std::vector<int64_t> wi(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    wi[size_t(i)] = i;
+  for (size_t e = 0; e < ri.size(); ++e) {
+    int64_t& w = wi[size_t(ri[e])];
+    TG_CHECK(w == ri[e], op, ": in-place operation in a forward-mode level on a view (", shape_str(view.sizes()),
+             ", strides ", shape_str(view.strides()),
+             ") that reaches an element of its base twice (an expanded view): use out-of-place ops");
+    w = n + int64_t(e);
+  }
+  v.write_index = index_tensor(wi, view.device());
+}
+
+// The view's part of base tangent bt ([batch] + base's shape). Paused.
+Tensor read_part(const ViewOf& v, const Tensor& view, const Tensor& bt, int64_t batch) {
+  const int64_t n = v.base.numel();
+  Tensor flat = batch > 0 ? bt.reshape({batch, n}) : bt.reshape({n});
+  IntList s = view.sizes();
+  if (batch > 0) s.insert(s.begin(), batch);
+  return flat.index_select(batch > 0 ? 1 : 0, v.read_index).reshape(s);
+}
+
+// Base tangent bt (undefined: zero) with the view's part replaced by t. Paused.
+Tensor write_part(const ViewOf& v, const Tensor& view, const Tensor& bt, const Tensor& t, int64_t batch) {
+  const int64_t n = v.base.numel(), m = view.numel();
+  const Tensor& b = v.base;
+  IntList flat_n = batch > 0 ? IntList{batch, n} : IntList{n};
+  IntList flat_m = batch > 0 ? IntList{batch, m} : IntList{m};
+  Tensor flat = bt.defined() ? bt.reshape(flat_n) : zeros(flat_n, b.options());
+  Tensor both = cat({flat, t.to(b.dtype()).reshape(flat_m)}, batch > 0 ? 1 : 0);
+  IntList s = b.sizes();
+  if (batch > 0) s.insert(s.begin(), batch);
+  return both.index_select(batch > 0 ? 1 : 0, v.write_index).reshape(s);
+}
+
+// A view's tangent: its own while it was taken from the base's current one,
+// else read again from the base's.
+Tensor view_fw_grad(const Tensor& t, AutogradMeta& m, ViewOf& v) {
+  ForwardGrad* bs = live_slot(v.base);
+  if (!bs) return m.fw && m.fw->level == t_level ? forward_ad::resolve(*m.fw) : Tensor();
+  std::lock_guard<std::mutex> lock(v.mu);
+  if (m.fw && m.fw->level == t_level && m.fw->from_gen == bs->gen &&
+      (m.fw->tangent.defined() || std::atomic_load(&m.fw->pending)))
+    return forward_ad::resolve(*m.fw);
+  const uint64_t gen = bs->gen;
+  const Tensor bt = forward_ad::resolve(*bs);
+  Tensor tan;
+  {
+    forward_ad::detail::Suspend pause;
+    build_indices(v, t, "forward AD", false);
+    tan = read_part(v, t, bt, t_batch);
+  }
+  std::shared_ptr<ForwardGrad> slot = fw_slot(t);
+  slot->tangent = tan;
+  std::atomic_store(&slot->pending, std::shared_ptr<PendingTangent>());
+  slot->gen = next_gen();
+  slot->from_gen = gen;
+  return tan;
+}
+
+}  // namespace
+
 Tensor fw_grad(const Tensor& t) {
   if (t_level == 0) return Tensor();
   AutogradMeta* m = meta(t);
-  if (!(m && m->fw && m->fw->level == t_level)) return Tensor();
+  if (!m) return Tensor();
+  if (ViewOf* v = tangent_view(m)) return view_fw_grad(t, *m, *v);
+  if (!(m->fw && m->fw->level == t_level)) return Tensor();
   return forward_ad::resolve(*m->fw);
 }
 
 bool has_fw_grad(const Tensor& t) {
   if (t_level == 0) return false;
   AutogradMeta* m = meta(t);
-  return m && m->fw && m->fw->level == t_level && (std::atomic_load(&m->fw->pending) || m->fw->tangent.defined());
+  if (!m) return false;
+  if (m->fw && m->fw->level == t_level && (std::atomic_load(&m->fw->pending) || m->fw->tangent.defined())) return true;
+  ViewOf* v = tangent_view(m);
+  return v && live_slot(v->base);
 }
 
 std::shared_ptr<ForwardGrad> fw_slot(const Tensor& t) {
@@ -353,6 +538,85 @@ void set_fw_grad(const Tensor& t, const Tensor& tangent) {
   std::shared_ptr<ForwardGrad> slot = fw_slot(t);
   slot->tangent = tangent;
   std::atomic_store(&slot->pending, std::shared_ptr<PendingTangent>());
+  slot->gen = next_gen();
+  // A view's tangent set by its op is its base's part (taken from the base's
+  // current tangent, the view op's rule): valid until the base's changes.
+  if (ViewOf* v = tangent_view(meta(t))) {
+    ForwardGrad* bs = live_slot(v->base);
+    slot->from_gen = bs ? bs->gen : 0;
+  }
+}
+
+void fw_track_alias(const Tensor& out, const Tensor& self, bool shares_tangent) {
+  if (t_level == 0 || !out.defined() || !self.defined() || out.is_same(self)) return;
+  if (out.is_sparse() || self.is_sparse() || !out.is_floating_point()) return;  // never a tangent
+  if (out.impl()->storage().get() != self.impl()->storage().get()) return;      // a copy
+  AutogradMeta& sm = materialize_meta(self);
+  std::shared_ptr<std::atomic<int64_t>> count;
+  Tensor base;
+  {
+    std::lock_guard<std::mutex> lock(sm.mutex);
+    if (sm.view_of) {
+      count = sm.view_of->count;
+    } else {
+      if (!sm.sharers) sm.sharers = std::make_shared<std::atomic<int64_t>>(0);
+      count = sm.sharers;
+    }
+    if (shares_tangent) base = sm.view_of && sm.view_of->base.defined() ? sm.view_of->base : self;
+  }
+  auto v = std::make_shared<ViewOf>();
+  v->base = std::move(base);
+  count->fetch_add(1);
+  v->count = std::move(count);
+  materialize_meta(out).view_of = std::move(v);
+}
+
+void fw_check_inplace(const Tensor& self, const char* op) {
+  if (t_level == 0 || !self.defined() || self.is_sparse() || !self.is_floating_point()) return;
+  AutogradMeta* m = meta(self);
+  ViewOf* v = tangent_view(m);
+  const Tensor& root = v ? v->base : self;
+  AutogradMeta* rm = meta(root);
+  // A root made inside a level (make_dual, detach) shares memory only with
+  // tensors made from it there (tracked) or with tensors that do not share
+  // its tangent. Any other root: every tensor sharing its memory must be
+  // one tracked from it, else it may be a view the tangent cannot reach.
+  if (!(rm && rm->view_of)) {
+    const int64_t known = rm && rm->sharers ? rm->sharers->load() : 0;
+    const int64_t users = int64_t(root.impl()->storage().use_count());
+    TG_CHECK(users - 1 - known <= 0, op, ": in-place operation in a forward-mode level on a tensor (", self.dtype(),
+             " ", shape_str(self.sizes()), v ? ", a view" : "",
+             ") that shares memory with a tensor forward mode does not track (a view, detach() or as_strided() "
+             "alias taken outside the dual level, or the tensor such a view was taken from): in-place ops on "
+             "views are supported only for views taken inside the dual level, whose tangent is their part of "
+             "their base's. Take the view inside the level, or use out-of-place ops (y = x * 2, cat) or "
+             "clone() first");
+  }
+  if (v) {
+    std::lock_guard<std::mutex> lock(v->mu);
+    forward_ad::detail::Suspend pause;
+    build_indices(*v, self, op, true);
+  }
+}
+
+void set_fw_grad_inplace(const Tensor& self, const Tensor& tangent) {
+  if (t_level == 0 || !self.defined() || !tangent.defined()) return;
+  ViewOf* v = tangent_view(meta(self));
+  if (!v || self.is_sparse()) {
+    set_fw_grad(self, tangent);
+    return;
+  }
+  const Tensor base = v->base;
+  const Tensor bt = fw_grad(base);
+  Tensor nb;
+  {
+    std::lock_guard<std::mutex> lock(v->mu);
+    forward_ad::detail::Suspend pause;
+    build_indices(*v, self, "forward AD", true);
+    nb = write_part(*v, self, bt, tangent, t_batch);
+  }
+  set_fw_grad(base, nb);
+  set_fw_grad(self, tangent);  // its part of the base's new tangent
 }
 
 }  // namespace impl

@@ -65,6 +65,29 @@ void check_jv(const std::string& what, const Fn& fn, const Tensor& x, double tol
   EXPECT_TRUE(tg::equal(ag::jvp(fn, x, v).second, jv));
 }
 
+// check_jv for functions reverse mode refuses (in-place ops on views while
+// recording): against central differences, unbatched, batched (three
+// directions in one pass) and through the functional jvp.
+void check_jv_no_reverse(const std::string& what, const Fn& fn, const Tensor& x, double tol = 1e-7) {
+  SCOPED_TRACE(what);
+  Tensor vs = tg::randn({3, x.size(0), x.size(1)}, kF64);
+  Tensor jv = forward_jv(fn, x, vs.select(0, 0));
+  Tensor num = numeric_jv(fn, x, vs.select(0, 0));
+  ASSERT_EQ(jv.sizes(), num.sizes());
+  EXPECT_LT(max_abs(jv - num), tol * (1 + max_abs(num)));
+  EXPECT_LT(max_abs(ag::jvp(fn, x, vs.select(0, 0)).second - num), tol * (1 + max_abs(num)));
+  Tensor batched;
+  {
+    fwd::dual_level level(3);
+    batched = fwd::unpack_dual(fn(fwd::make_dual(x, vs))).tangent;
+  }
+  ASSERT_TRUE(batched.defined());
+  for (int64_t i = 0; i < 3; ++i) {
+    Tensor n = numeric_jv(fn, x, vs.select(0, i));
+    EXPECT_LT(max_abs(batched.select(0, i) - n), tol * (1 + max_abs(n))) << "batched direction " << i;
+  }
+}
+
 TEST(ForwardAD, UnaryOpsMatchFiniteDifferencesAndReverseMode) {
   tg::manual_seed(1);
 #define TG_UNARY(name, Kernel, float_only, forward, backward, saves, taylor, lo, hi) \
@@ -329,6 +352,111 @@ TEST(ForwardAD, InPlaceOps) {
   EXPECT_FALSE(tangent(plain).defined());
 }
 
+// In-place ops on views (PyTorch's semantics): the view's tangent is its
+// part of the base's, so an in-place op on a view taken inside the level
+// updates the base's tangent (a zero one is made for a base without) and
+// every view of it, taken before or after.
+TEST(ForwardAD, InPlaceOpsOnViewsReachTheBase) {
+  const Tensor x = tg::tensor({2.0, 3.0}, {2}, kF64);
+  fwd::dual_level level;
+  auto tangent = [](const Tensor& t) { return fwd::unpack_dual(t).tangent; };
+  // The reproducer.
+  Tensor a = fwd::make_dual(x, tg::ones({2}, kF64)).clone();
+  Tensor before = a.narrow(0, 1, 1);
+  a.narrow(0, 0, 1).mul_(5.0);
+  EXPECT_TRUE(tg::equal(a, tg::tensor({10.0, 3.0}, {2}, kF64)));
+  ASSERT_TRUE(tangent(a).defined());
+  EXPECT_TRUE(tg::equal(tangent(a), tg::tensor({5.0, 1.0}, {2}, kF64)));
+  EXPECT_TRUE(tg::equal(tangent(a.select(0, 0)), tg::full({}, 5.0, kF64)));
+  EXPECT_TRUE(tg::equal(tangent(before), tg::tensor({1.0}, {1}, kF64)));
+  // A base without a tangent gets a zero one with the view's part written;
+  // a view taken before that sees it.
+  Tensor c = tg::zeros({2}, kF64);
+  Tensor c1 = c.narrow(0, 1, 1), c0 = c.select(0, 0);
+  c.narrow(0, 0, 1).copy_(fwd::make_dual(x, tg::ones({2}, kF64)).narrow(0, 0, 1));
+  ASSERT_TRUE(tangent(c).defined());
+  EXPECT_TRUE(tg::equal(tangent(c), tg::tensor({1.0, 0.0}, {2}, kF64)));
+  EXPECT_TRUE(tg::equal(tangent(c1), tg::tensor({0.0}, {1}, kF64)));
+  EXPECT_TRUE(tg::equal(tangent(c0), tg::full({}, 1.0, kF64)));
+  // A view of a view; then an in-place op on the base reaches the views.
+  Tensor m = tg::zeros({3, 4}, kF64);
+  Tensor col = m.t().select(0, 2);  // column 2, stride 4
+  Tensor mid = col.narrow(0, 1, 1);
+  mid.add_(fwd::make_dual(x, tg::tensor({7.0, 8.0}, {2}, kF64)).narrow(0, 1, 1));
+  Tensor want = tg::zeros({3, 4}, kF64);
+  want.select(0, 1).select(0, 2).fill_(8.0);
+  EXPECT_TRUE(tg::equal(tangent(m), want));
+  EXPECT_TRUE(tg::equal(tangent(col), tg::tensor({0.0, 8.0, 0.0}, {3}, kF64)));
+  m.mul_(2.0);
+  EXPECT_TRUE(tg::equal(tangent(mid), tg::tensor({16.0}, {1}, kF64)));
+  m.select(0, 1).zero_();
+  EXPECT_TRUE(tg::equal(tangent(col), tg::zeros({3}, kF64)));
+  // make_dual and unpack_dual's primal are aliases that keep their own
+  // tangents (as PyTorch): an in-place op on one leaves the other's.
+  Tensor p = x.clone();
+  Tensor d = fwd::make_dual(p, tg::ones({2}, kF64));
+  d.narrow(0, 0, 1).mul_(3.0);
+  EXPECT_TRUE(tg::equal(tangent(d), tg::tensor({3.0, 1.0}, {2}, kF64)));
+  EXPECT_FALSE(tangent(p).defined());
+  p.narrow(0, 1, 1).copy_(d.narrow(0, 0, 1));  // p gets a tangent, d keeps its own
+  EXPECT_TRUE(tg::equal(tangent(p), tg::tensor({0.0, 3.0}, {2}, kF64)));
+  EXPECT_TRUE(tg::equal(tangent(d), tg::tensor({3.0, 1.0}, {2}, kF64)));
+  // The user's tangent is never written.
+  Tensor v = tg::ones({2}, kF64);
+  Tensor e = fwd::make_dual(x.clone(), v);
+  e.narrow(0, 0, 1).mul_(4.0);
+  EXPECT_TRUE(tg::equal(v, tg::ones({2}, kF64)));
+}
+
+// Every in-place op on every kind of view, with a scalar and with a dual
+// operand, on a dual base and on a base without a tangent: the base and its
+// views (taken before and after) against central differences (the functions
+// are polynomial or rational in x, so differences are accurate), unbatched,
+// batched (dual_level(3)) and through the functional jvp.
+TEST(ForwardAD, InPlaceOpsOnEveryViewMatchFiniteDifferences) {
+  tg::manual_seed(11);
+  const Tensor x = tg::rand({3, 4}, kF64) + 0.5;
+  using View = std::function<Tensor(const Tensor&)>;
+  const std::vector<std::pair<std::string, View>> views = {
+      {"itself", [](const Tensor& b) { return b; }},
+      {"narrow", [](const Tensor& b) { return b.narrow(0, 1, 2); }},
+      {"select", [](const Tensor& b) { return b.select(1, 2); }},
+      {"transposed", [](const Tensor& b) { return b.t().narrow(0, 1, 2); }},
+      {"strided slice", [](const Tensor& b) { return b.slice(1, 0, 4, 2); }},
+      {"view of a view", [](const Tensor& b) { return b.t().select(0, 3).narrow(0, 0, 2); }},
+      {"reshaped",
+       [](const Tensor& b) {
+         return b.view({12}).narrow(0, 3, 6).view({2, 3});
+       }},
+  };
+  using Op = std::function<void(const Tensor& view, const Tensor& dual)>;  // dual: an operand of view's shape
+  const std::vector<std::pair<std::string, Op>> ops = {
+      {"mul_ scalar", [](const Tensor& w, const Tensor&) { w.mul_(5.0); }},
+      {"div_ scalar", [](const Tensor& w, const Tensor&) { w.div_(4.0); }},
+      {"add_ scalar", [](const Tensor& w, const Tensor&) { w.add_(2.0); }},
+      {"mul_ dual", [](const Tensor& w, const Tensor& o) { w.mul_(o); }},
+      {"div_ dual", [](const Tensor& w, const Tensor& o) { w.div_(o); }},
+      {"add_ dual", [](const Tensor& w, const Tensor& o) { w.add_(o, 3.0); }},
+      {"sub_ dual", [](const Tensor& w, const Tensor& o) { w.sub_(o); }},
+      {"copy_ dual", [](const Tensor& w, const Tensor& o) { w.copy_(o); }},
+      {"fill_", [](const Tensor& w, const Tensor&) { w.fill_(1.5); }},
+  };
+  for (const auto& [vname, view] : views)
+    for (const auto& [oname, op] : ops)
+      for (bool dual_base : {true, false}) {
+        if (!dual_base && oname.find("dual") == std::string::npos) continue;  // nothing to push
+        auto fn = [&, dual_base](const Tensor& xi) {
+          // Operand: a nonlinear function of x, of the view's shape.
+          Tensor o = view(tg::exp(xi * 0.3) + 1.0);
+          Tensor base = dual_base ? xi * xi : tg::zeros({3, 4}, kF64) + 1.0;
+          Tensor pre = base.select(0, 1);  // taken before the in-place op
+          op(view(base), o);
+          return tg::cat({base.flatten(), pre * 1.0, view(base).flatten() * 2.0, base.select(1, 0)});
+        };
+        check_jv_no_reverse(vname + ", " + oname + (dual_base ? ", dual base" : ", base without tangent"), fn, x);
+      }
+}
+
 // The tangent of a tensor whose forward-over-reverse history saves the
 // tensor itself (exp: the tangent t * exp(x) keeps exp(x)) forms a cycle;
 // the level clears tangents when it ends, so the graph is freed.
@@ -552,6 +680,27 @@ TEST(ForwardAD, WhatIsNotSupportedSaysSo) {
   EXPECT_TRUE(tg::equal(u.primal, x));
   EXPECT_FALSE(fwd::unpack_dual(u.primal * 2.0).tangent.defined());
   EXPECT_TRUE(tg::equal(u.tangent, tg::ones({3}, kF64)));
+}
+
+// An in-place op whose tangent could not reach every tensor sharing the
+// memory is an error naming the op, never a silently wrong tangent.
+TEST(ForwardAD, InPlaceOpsOnUntrackedViewsSaySo) {
+  Tensor x = tg::randn({2}, kF64);
+  Tensor c = tg::zeros({2}, kF64);
+  Tensor outside = c.narrow(0, 0, 1);  // taken before the level: not tracked
+  fwd::dual_level level;
+  Tensor d = fwd::make_dual(x, tg::ones({2}, kF64));
+  EXPECT_ERROR_CONTAINS(outside.copy_(d.narrow(0, 0, 1)),
+                        "copy_: in-place operation in a forward-mode level on a tensor (Float64 [1]) that shares "
+                        "memory with a tensor forward mode does not track");
+  EXPECT_ERROR_CONTAINS(c.mul_(d), "mul_: in-place operation in a forward-mode level");
+  EXPECT_ERROR_CONTAINS(c.narrow(0, 1, 1).add_(d.narrow(0, 0, 1)), "use out-of-place ops");
+  EXPECT_FALSE(fwd::unpack_dual(c).tangent.defined());
+  // Plain in-place ops (no tangent involved) stay allowed.
+  outside.mul_(2.0);
+  // An expanded view reaches a base element twice.
+  Tensor b = tg::zeros({1}, kF64);
+  EXPECT_ERROR_CONTAINS(b.expand({3}).mul_(fwd::make_dual(tg::ones({3}, kF64), tg::ones({3}, kF64))), "mul_:");
 }
 
 }  // namespace

@@ -383,6 +383,87 @@ TEST(TaylorMode, ClosedForms) {
   expect_near(r[4].select(0, 0), tg::zeros({2}, kF64), "rosenbrock, c_5");
 }
 
+// In-place ops on views in a Taylor level write every coefficient into the
+// base's (the coefficients are the stacked tangent): order 3, two
+// directions, against the same function written out of place (Taylor mode)
+// and against nested reverse mode on that.
+TEST(TaylorMode, InPlaceOpsOnViewsCarryEveryCoefficient) {
+  tg::manual_seed(12);
+  const Tensor x = tg::rand({3, 4}, kF64) + 0.5;
+  const Tensor dirs = tg::randn({2, 3, 4}, kF64);
+  struct Pair {
+    std::string name;
+    Fn inplace, reference;
+  };
+  const std::vector<Pair> pairs = {
+      {"narrow: mul_ and div_ by dual operands, then a square",
+       [](const Tensor& z) {
+         Tensor o = tg::sin(z) + 2.0;
+         Tensor a = z.clone();
+         Tensor row0 = a.select(0, 0);  // taken before
+         a.narrow(0, 1, 2).mul_(o.narrow(0, 0, 2));
+         a.narrow(0, 0, 1).div_(o.narrow(0, 2, 1));
+         return tg::cat({(a * a).flatten(), row0 * 3.0});
+       },
+       [](const Tensor& z) {
+         Tensor o = tg::sin(z) + 2.0;
+         Tensor a = tg::cat({z.narrow(0, 0, 1) / o.narrow(0, 2, 1), z.narrow(0, 1, 2) * o.narrow(0, 0, 2)}, 0);
+         return tg::cat({(a * a).flatten(), a.select(0, 0) * 3.0});
+       }},
+      {"transposed select copy_, strided slice add_ and mul_ by a scalar, then a cube",
+       [](const Tensor& z) {
+         Tensor o = z * z;
+         Tensor a = z * 1.0;
+         a.t().select(0, 1).copy_(o.select(1, 3));
+         a.slice(1, 0, 4, 2).add_(o.slice(1, 1, 4, 2));
+         a.narrow(1, 3, 1).mul_(5.0);
+         return a * a * a;
+       },
+       [](const Tensor& z) {
+         Tensor o = z * z;
+         Tensor a = tg::stack(
+             {z.select(1, 0) + o.select(1, 1), o.select(1, 3), z.select(1, 2) + o.select(1, 3), z.select(1, 3) * 5.0},
+             1);
+         return a * a * a;
+       }},
+      {"a base without coefficients",
+       [](const Tensor& z) {
+         Tensor c = tg::zeros({3, 4}, kF64);
+         Tensor col = c.select(1, 1);  // taken before c has coefficients
+         c.narrow(0, 0, 1).copy_(z.narrow(0, 0, 1) * z.narrow(0, 1, 1));
+         c.select(1, 1).add_(tg::exp(z.select(1, 2)));
+         return tg::cat({(c * c.sum()).flatten(), col * col});
+       },
+       [](const Tensor& z) {
+         Tensor top = z.narrow(0, 0, 1) * z.narrow(0, 1, 1);  // [1, 4]
+         Tensor c = tg::cat({top, tg::zeros({2, 4}, kF64)}, 0);
+         Tensor add =
+             tg::stack({tg::zeros({3}, kF64), tg::exp(z.select(1, 2)), tg::zeros({3}, kF64), tg::zeros({3}, kF64)}, 1);
+         c = c + add;
+         Tensor col = c.select(1, 1);
+         return tg::cat({(c * c.sum()).flatten(), col * col});
+       }},
+  };
+  for (const Pair& p : pairs) {
+    SCOPED_TRACE(p.name);
+    expect_near(p.inplace(x), p.reference(x), "the values");
+    std::vector<Tensor> got = taylor(p.inplace, x, dirs, 3), want = taylor(p.reference, x, dirs, 3);
+    for (size_t k = 0; k < 3; ++k)
+      expect_near(got[k], want[k], "c_" + std::to_string(k + 1), 1e-12);
+    const Tensor w = tg::randn(p.reference(x).sizes(), kF64);
+    for (int64_t d = 0; d < 2; ++d) {
+      const Tensor v = dirs.select(0, d);
+      std::vector<Tensor> vs;
+      for (int k = 1; k <= 3; ++k) {
+        vs.push_back(v);
+        const double rev = reverse_directional(p.reference, x, w, vs) / factorial(k);
+        const double tay = (got[size_t(k - 1)].select(0, d) * w).sum().item<double>();
+        EXPECT_NEAR(tay, rev, 1e-9 * (1.0 + std::abs(rev))) << "direction " << d << ", c_" << k;
+      }
+    }
+  }
+}
+
 // A custom Function with a Taylor rule: cube(x) = x^3.
 struct Cube : ag::Function<Cube> {
   static Tensor forward(ag::AutogradContext* ctx, const Tensor& x) {

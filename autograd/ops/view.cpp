@@ -36,12 +36,18 @@ class ViewBackward final : public OpNode {
 // Runs a raw view/conversion and records the node made by `make_grad_fn`
 // (called only when recording). A raw op that returned its input itself (a
 // no-op view) gets a fresh alias, so the input's history is never replaced.
+// In a dual level a view (the output shares self's memory) records its base,
+// so that an in-place op on it reaches the base's tangent (PyTorch's
+// semantics; forward_ad.cpp).
 template <class F, class G>
 Tensor view_op(const Tensor& self, const char* op, const char* name, F&& raw_fn, G&& make_grad_fn) {
-  if (!should_record({&self})) return run_raw(raw_fn);
   Tensor out = run_raw(raw_fn);
-  if (out.is_same(self)) out = raw::detach(out);
-  return finish(out, make_node<ViewBackward>({&self}, op, name, make_grad_fn()));
+  if (should_record({&self})) {
+    if (out.is_same(self)) out = raw::detach(out);
+    finish(out, make_node<ViewBackward>({&self}, op, name, make_grad_fn()));
+  }
+  if (autograd::forward_ad::is_active()) autograd::impl::fw_track_alias(out, self, /*shares_tangent=*/true);
+  return out;
 }
 
 // zeros(sizes) with g written into the slice [start:end:step] of `dim`: the
@@ -206,7 +212,11 @@ Tensor autograd::ops::slice(const Tensor& self, int64_t d, std::optional<int64_t
       self, [&](const Tensor& t) { return t.slice(fw_dim(d, self.dim()), start, end, step); });
 }
 Tensor autograd::ops::narrow(const Tensor& self, int64_t d, int64_t start, int64_t length) {
-  if (!should_record({&self}) && !fw_any({&self})) return raw::narrow(self, d, start, length);
+  if (!should_record({&self}) && !fw_any({&self})) {
+    Tensor out = raw::narrow(self, d, start, length);
+    if (autograd::forward_ad::is_active()) autograd::impl::fw_track_alias(out, self, /*shares_tangent=*/true);
+    return out;
+  }
   run_raw([&] { return raw::narrow(self, d, start, length); });  // argument checks
   int64_t w = d < 0 ? d + self.dim() : d;
   int64_t s = start < 0 ? start + self.size(w) : start;
@@ -223,7 +233,12 @@ Tensor autograd::ops::as_strided(const Tensor& self, const IntList& sz, const In
 
 // ---- conversions ---------------------------------------------------------------------
 
-Tensor autograd::ops::detach(const Tensor& self) { return raw::detach(self); }
+Tensor autograd::ops::detach(const Tensor& self) {
+  Tensor out = raw::detach(self);
+  // An alias that drops the tangent (PyTorch): tracked only as memory shared.
+  if (autograd::forward_ad::is_active()) autograd::impl::fw_track_alias(out, self, /*shares_tangent=*/false);
+  return out;
+}
 
 Tensor autograd::ops::clone(const Tensor& self) {
   return fw_linear(view_op(
@@ -305,12 +320,15 @@ bool involves_tangent(const Tensor& self, const Tensor* other) { return fw_any({
 
 // self <- result (same shape); when recording, self takes result's history;
 // in a dual level, result's tangent (zeros when result has none but self
-// had one: the new value does not depend on the old tangent).
-const Tensor& rebase(const Tensor& self, const Tensor& result, bool record) {
+// had one: the new value does not depend on the old tangent). On a view
+// taken in the level the tangent goes into the base's (forward_ad.cpp):
+// checked before self is written.
+const Tensor& rebase(const Tensor& self, const Tensor& result, bool record, const char* op) {
   Tensor tangent;
   if (autograd::forward_ad::is_active()) {
     tangent = fw_t(result);
     if (!tangent.defined() && fw_t(self).defined()) tangent = fw_zeros(self);
+    if (tangent.defined()) autograd::impl::fw_check_inplace(self, op);
   }
   {
     autograd::AutoGradMode no_grad(false);
@@ -329,7 +347,7 @@ const Tensor& rebase(const Tensor& self, const Tensor& result, bool record) {
       sm->output_nr = 0;
     }
   }
-  if (tangent.defined()) autograd::impl::set_fw_grad(self, tangent);
+  if (tangent.defined()) autograd::impl::set_fw_grad_inplace(self, tangent);
   return self;
 }
 
@@ -338,7 +356,7 @@ const Tensor& rebase(const Tensor& self, const Tensor& result, bool record) {
 template <class F> const Tensor& inplace_op(const Tensor& self, const Tensor* other, const char* op, F&& out_of_place) {
   const bool record = involves_grad(self, other);
   if (record) check_rebase(self, op);
-  return rebase(self, out_of_place(self.clone()), record);
+  return rebase(self, out_of_place(self.clone()), record, op);
 }
 
 }  // namespace
@@ -377,10 +395,12 @@ const Tensor& autograd::ops::fill_(const Tensor& self, Scalar v) {
   const bool record = involves_grad(self, nullptr);
   if (!record && !involves_tangent(self, nullptr)) return raw::fill_(self, v);
   if (record) check_rebase(self, "fill_");
+  const bool had_tangent = autograd::impl::has_fw_grad(self);
+  if (had_tangent) autograd::impl::fw_check_inplace(self, "fill_");
   raw::fill_(self, v);
   if (record)
     if (auto* m = autograd::impl::meta(self)) m->grad_fn = nullptr;  // a constant now
-  if (fw_t(self).defined()) autograd::impl::set_fw_grad(self, fw_zeros(self));
+  if (had_tangent) autograd::impl::set_fw_grad_inplace(self, fw_zeros(self));
   return self;
 }
 const Tensor& autograd::ops::copy_(const Tensor& self, const Tensor& src, bool non_blocking) {
@@ -388,7 +408,7 @@ const Tensor& autograd::ops::copy_(const Tensor& self, const Tensor& src, bool n
   if (!record && !involves_tangent(self, &src)) return raw::copy_(self, src, non_blocking);
   if (record) check_rebase(self, "copy_");
   TG_CHECK(src.device() == self.device(), "copy_: expected src on ", self.device(), ", got ", src.device());
-  return rebase(self, src.to(self.dtype()).expand(self.sizes()).clone(), record);
+  return rebase(self, src.to(self.dtype()).expand(self.sizes()).clone(), record, "copy_");
 }
 
 }  // namespace tg

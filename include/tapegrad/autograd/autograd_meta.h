@@ -2,6 +2,8 @@
 // helpers the differentiable ops use to record history.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -20,6 +22,26 @@ struct ForwardGrad {
   Tensor tangent;                           ///< undefined: zero (unless pending)
   uint64_t level = 0;                       ///< 0: none
   std::shared_ptr<PendingTangent> pending;  ///< internal: see forward_ad::detail::defer_tangent
+  uint64_t gen = 0;                         ///< unique per tangent set (a view compares its base's against from_gen)
+  uint64_t from_gen = 0;                    ///< a view's slot: the base's gen its tangent was taken from
+};
+
+/// Forward mode (internal): how a tensor made inside a dual level shares
+/// memory with the tensor it was made from (docs/AUTOGRAD.md "Forward mode",
+/// views). A view's tangent is that part of its base's tangent (PyTorch's
+/// semantics): read from the base's current tangent, and an in-place op on
+/// the view writes into it. An alias that does not share the tangent
+/// (make_dual, unpack_dual's primal, detach) is tracked only so that the
+/// memory it shares is accounted for.
+struct ViewOf {
+  Tensor base;                                  ///< the tangent's owner (undefined: an alias)
+  std::shared_ptr<std::atomic<int64_t>> count;  ///< the memory's known sharers (see AutogradMeta::sharers)
+  Tensor read_index;                            ///< lazily: Int64 [numel], the base element (flat) of each element
+  Tensor write_index;  ///< lazily: Int64 [base numel], n or base numel + the element written there
+  std::mutex mu;       ///< guards the indices and the derivation of the view's tangent
+  ~ViewOf() {
+    if (count) count->fetch_sub(1);
+  }
 };
 
 /// A tensor's autograd state (created on first need).
@@ -35,7 +57,12 @@ struct AutogradMeta final : AutogradMetaInterface {
   struct LeafHooks;
   std::shared_ptr<LeafHooks> leaf_hooks;  ///< see LeafHooks
   std::shared_ptr<ForwardGrad> fw;        ///< forward-mode tangent (see ForwardGrad)
-  std::mutex mutex;                       ///< guards grad and the hooks
+  std::shared_ptr<ViewOf> view_of;        ///< made from another tensor's memory in a dual level
+  /// A tensor not made from another's memory in a dual level: how many live
+  /// tensors made from it (or from those) in a level share its memory, so
+  /// that others (views taken outside any level) can be told apart.
+  std::shared_ptr<std::atomic<int64_t>> sharers;
+  std::mutex mutex;  ///< guards grad and the hooks
 };
 
 namespace impl {
@@ -72,6 +99,20 @@ void set_fw_grad(const Tensor& t, const Tensor& tangent);
 /// t's tangent slot at the current level, created (empty) when it has none;
 /// nullptr when no level is active or t is not floating point.
 std::shared_ptr<ForwardGrad> fw_slot(const Tensor& t);
+/// Forward mode: records that `out`, made from `self`'s memory while a dual
+/// level is active, is a view of it (shares_tangent: its tangent is that part
+/// of the base's) or an alias with its own tangent (make_dual, detach). Does
+/// nothing outside a level or when out does not share self's memory.
+void fw_track_alias(const Tensor& out, const Tensor& self, bool shares_tangent);
+/// Forward mode, before in-place op `op` changes self's tangent: throws,
+/// naming op, when the tangent could not reach every tensor that shares it
+/// (self shares memory with a tensor made outside a level; a view that
+/// overlaps itself).
+void fw_check_inplace(const Tensor& self, const char* op);
+/// Forward mode: self's tangent after an in-place op; a view writes it into
+/// its base's tangent (a zero one is made for a base without), so the base
+/// and its other views see it.
+void set_fw_grad_inplace(const Tensor& self, const Tensor& tangent);
 /// Leaf hooks (run by AccumulateGrad and for captured leaves).
 void call_leaf_pre_hooks(const Tensor& leaf, Tensor& grad);
 /// Throws naming `who` unless a tensor hook's `result` has the shape, dtype

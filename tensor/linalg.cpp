@@ -394,8 +394,7 @@ TensorPair slogdet(const Tensor& A) {
   Tensor d = raw::diagonal(lu, 0, -2, -1);  // [B, n]
   Tensor logabs = raw::sum(raw::log(raw::abs(d)), {-1});
   // The permutation's sign: (-1)^(rows interchanged).
-  Tensor swaps =
-      raw::sum(raw::ne(piv, tg::arange(1, n + 1, 1, TensorOptions().dtype(kInt64).device(A.device()))), {-1});
+  Tensor swaps = raw::sum(raw::ne(piv, raw::add(detail::index_range(0, n, 1, A.device()), Scalar(1))), {-1});
   Tensor perm_sign = raw::sub(raw::mul(raw::remainder(swaps, 2).to(A.dtype()), -2.0), -1.0);
   // + 0: a singular matrix's sign is 0, not -0.
   Tensor sign = raw::add(raw::mul(raw::prod(raw::sign(d), -1), perm_sign), 0.0);

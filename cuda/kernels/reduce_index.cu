@@ -411,6 +411,13 @@ template <class T> __global__ void order_key_k(const T* x, int64_t* out, int64_t
   out[i] = b >= 0 ? b : b ^ INT64_MAX;
 }
 
+// offsets[r] = r * n (r <= rows) and pos[r, c] = c.
+__global__ void sort_positions_k(int64_t* offsets, int64_t* pos, int64_t rows, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < rows * n) pos[i] = i % n;
+  if (i <= rows) offsets[i] = i * n;
+}
+
 // Each row's stable sorting permutation: one CUB segmented sort of (key,
 // position) pairs over Int64 keys.
 void argsort_kernel(const Tensor& out, const Tensor& x, bool descending) {
@@ -418,17 +425,20 @@ void argsort_kernel(const Tensor& out, const Tensor& x, bool descending) {
   TG_CHECK(total < (int64_t(1) << 31), "argsort: ", total, " elements is more than one CUDA sort takes (2^31)");
   const Device dev = x.device();
   DeviceGuard g(dev.index());
-  // The segments' offsets and each row's positions (tensor ops, each its own
-  // launch), then the sort's operands, before the sort's encoder.
-  Tensor offsets = raw::to(tg::arange(0, total + 1, std::max<int64_t>(n, 1), TensorOptions().dtype(kInt64)), dev);
-  Tensor pos = raw::contiguous(raw::expand(raw::to(tg::arange(n, TensorOptions().dtype(kInt64)), dev), {rows, n}));
+  // The segments' offsets and each row's positions, made on the device (a
+  // host arange copied over would refuse a CUDA graph capture).
+  Tensor offsets = tg::detail::new_empty({rows + 1}, kInt64, dev);
+  Tensor pos = tg::detail::new_empty({rows, n}, kInt64, dev);
   Tensor keys = x.dtype() == kInt64 ? x : tg::detail::new_empty(x.sizes(), kInt64, dev);
   Tensor sorted_keys = tg::detail::new_empty(x.sizes(), kInt64, dev);
   cudaStream_t s = stream_of(out);
   LaunchEncoder access(s);  // the sort's temporary storage too
   access.read(x);
-  access.read(offsets);
-  access.read(pos);
+  access.write(offsets);
+  access.write(pos);
+  sort_positions_k<<<unsigned((std::max(total, rows + 1) + 255) / 256), 256, 0, s>>>(offsets.data_ptr<int64_t>(),
+                                                                                     pos.data_ptr<int64_t>(), rows, n);
+  TG_CUDA_CHECK(cudaGetLastError(), "argsort");
   if (x.dtype() != kInt64) access.write(keys);  // x converted
   access.write(sorted_keys);
   access.write(out);

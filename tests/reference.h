@@ -184,6 +184,24 @@ constexpr ScalarType kAllTypes[] = {tg::kFloat32, tg::kFloat64, tg::kBFloat16, t
   GTEST_SKIP() << "no CUDA GPU here (built with CUDA: " << (tg::cuda::is_built() ? "yes" : "no") \
                << "); this test runs on the GPU machine"
 
+// PyTorch's capture recipe: `warmups` calls of `step` on a side stream (what
+// a capture may not create: library handles, cached blocks), then one call
+// captured into `graph`; returns that call's result (the graph's outputs).
+template <class Step> auto capture_after_warmup(tg::cuda::CUDAGraph& graph, Step&& step, int warmups = 2) {
+  namespace cu = tg::cuda;
+  cu::Stream side = cu::stream_from_pool();
+  side.wait_stream(cu::current_stream());
+  {
+    cu::StreamGuard guard(side);
+    for (int i = 0; i < warmups; ++i)
+      step();
+  }
+  cu::current_stream().wait_stream(side);
+  cu::Graph capture(graph);
+  EXPECT_TRUE(cu::is_current_stream_capturing());
+  return step();
+}
+
 // `stmt` throws a tg::Error whose message contains `text` (test_errors.cpp
 // checks message prefixes with its own EXPECT_ERROR).
 #define EXPECT_ERROR_CONTAINS(stmt, text)                                  \

@@ -157,21 +157,8 @@ template <class Step> void replay_equals_eager(Step step, int n, const char* wha
   n = replays(n);
   Mlp m(7);
   Tensor x = tg::rand({64, 2}, tg::TensorOptions().dtype(tg::kFloat64)).to(kGpu);
-  cu::Stream side = cu::stream_from_pool();
-  side.wait_stream(cu::current_stream());
-  {
-    cu::StreamGuard g(side);
-    for (int i = 0; i < 2; ++i)
-      step(m, x);  // warm-up: cuBLAS handles, cached blocks
-  }
-  cu::current_stream().wait_stream(side);
   cu::CUDAGraph graph;
-  std::vector<Tensor> out;
-  {
-    cu::Graph capture(graph);
-    EXPECT_TRUE(cu::is_current_stream_capturing());
-    out = step(m, x);
-  }
+  std::vector<Tensor> out = capture_after_warmup(graph, [&] { return step(m, x); });
   EXPECT_FALSE(cu::is_current_stream_capturing());
   const void* loss_addr = out[0].data_ptr();
   for (int r = 0; r < n; ++r) {

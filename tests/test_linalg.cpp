@@ -598,20 +598,8 @@ TEST(LinalgGpu, CapturedCholeskySolveEighAndGradientReplayEqualsEager) {
     Tensor g = tg::autograd::grad({x.sum() + logdet.sum()}, {Ar})[0];
     return std::vector<Tensor>{x.detach(), logdet.detach(), w, g};
   };
-  cu::Stream side = cu::stream_from_pool();
-  side.wait_stream(cu::current_stream());
-  {
-    cu::StreamGuard guard(side);
-    for (int i = 0; i < 2; ++i)
-      step(A, b);  // warm-up: library handles, cached blocks
-  }
-  cu::current_stream().wait_stream(side);
   cu::CUDAGraph graph;
-  std::vector<Tensor> out;
-  {
-    cu::Graph capture(graph);
-    out = step(A, b);
-  }
+  std::vector<Tensor> out = capture_after_warmup(graph, [&] { return step(A, b); });
   for (uint64_t r = 0; r < 3; ++r) {
     Tensor fresh = spd(10 + r);
     A.copy_(fresh);

@@ -175,19 +175,8 @@ TEST(LinalgKernelsGpu, SlogdetAndArgsortCapture) {
     auto [sign, logabs] = la::slogdet(A);
     return std::vector<Tensor>{sign, logabs, tg::argsort(v, -1)};
   };
-  cu::Stream side = cu::stream_from_pool();
-  side.wait_stream(cu::current_stream());
-  {
-    cu::StreamGuard guard(side);
-    step();  // warm-up: library handles, cached blocks
-  }
-  cu::current_stream().wait_stream(side);
   cu::CUDAGraph graph;
-  std::vector<Tensor> out;
-  {
-    cu::Graph capture(graph);
-    out = step();
-  }
+  std::vector<Tensor> out = capture_after_warmup(graph, step);
   for (uint64_t r = 0; r < 2; ++r) {
     tg::manual_seed(100 + r);
     A.copy_(tg::randn({4, 5, 5}, kF64).to(gpu));

@@ -182,11 +182,24 @@ namespace tg {
 namespace {
 
 Tensor mT(const Tensor& t) { return t.transpose(-2, -1); }
-Tensor sym(const Tensor& t) { return mul(add(t, mT(t)), 0.5); }
-// The lower triangle with its diagonal halved (Cholesky's Phi).
-// One multiply by the constant weights tril(1) - I / 2 (linear in t, so it
-// differentiates again as itself).
+// A rule at first order (nothing records, no tangent): it may work in place
+// on its own fresh results, saving whole-matrix temporaries.
+bool first_order(const Tensor& t) { return !autograd::is_grad_enabled() && !fw_any({&t}); }
+Tensor sym(const Tensor& t) {
+  if (first_order(t)) return add(t, mT(t)).mul_(0.5);
+  return mul(add(t, mT(t)), 0.5);
+}
+// The lower triangle with its diagonal halved (Cholesky's Phi). Recorded: one
+// multiply by the constant weights tril(1) - I / 2 (linear in t, so it
+// differentiates again as itself); at first order tril(t) with its diagonal
+// halved in place (no n x n weights: their temporaries were most of the
+// n = 4096 GP gradient's extra peak memory).
 Tensor phi(const Tensor& t) {
+  if (first_order(t)) {
+    Tensor out = tril(t);
+    diagonal(out, 0, -2, -1).mul_(0.5);
+    return out;
+  }
   const int64_t n = t.size(-1);
   const TensorOptions o = TensorOptions().dtype(t.dtype()).device(t.device());
   return mul(t, sub(tril(ones({n, n}, o)), mul(eye(n, o), 0.5)));

@@ -581,7 +581,15 @@ void fw_check_inplace(const Tensor& self, const char* op) {
   // tensors made from it there (tracked) or with tensors that do not share
   // its tangent. Any other root: every tensor sharing its memory must be
   // one tracked from it, else it may be a view the tangent cannot reach.
-  if (!(rm && rm->view_of)) {
+  // A tensor that is its whole storage (no view: a leaf, a result), written
+  // in place, keeps its own tangent right; tensors sharing that memory
+  // untracked (views taken outside the level, or those a rule saved while
+  // paused: linear's w.t() for the backward of a loss still alive) do not see
+  // it, as documented. A partial view that is not tracked would leave its
+  // base's tangent stale: refused below.
+  const bool whole_storage = !v && self.storage_offset() == 0 && self.is_contiguous() &&
+                             size_t(self.numel()) * element_size(self.dtype()) == self.impl()->storage()->nbytes();
+  if (!(rm && rm->view_of) && !whole_storage) {
     const int64_t known = rm && rm->sharers ? rm->sharers->load() : 0;
     const int64_t users = int64_t(root.impl()->storage().use_count());
     TG_CHECK(users - 1 - known <= 0, op, ": in-place operation in a forward-mode level on a tensor (", self.dtype(),

@@ -770,14 +770,19 @@ Tensor vector_norm(const Tensor& x, double ord, const IntList& dim, bool keepdim
     }
   }
   if (ord == 0) return tg::sum(tg::ne(x, 0.0).to(x.dtype()), dim, keepdim);
-  if (std::isinf(ord)) {
-    // Undefined only where a reduction is over no element (as PyTorch's): an
-    // empty batch reduced over nonempty dims gives an empty result.
+  if (std::isinf(ord) || ord < 0) {
+    // inf, -inf and negative p have no value over no element (no identity:
+    // max, min, and (sum |x|^p)^(1/p) = 0^(1/p) = inf), so a reduction over
+    // a zero-size dim is refused, as PyTorch's; an empty batch reduced over
+    // nonempty dims gives an empty result.
     bool over_nothing = x.numel() == 0 && dim.empty();
     for (int64_t d : dim)
       over_nothing = over_nothing || (x.dim() > 0 && x.size(d) == 0);
     TG_CHECK(!over_nothing, op, ": ord ", ord, " is not defined for a reduction over no element (", shape_of(x),
-             " over dims ", dim.empty() ? std::string("all") : shape_str(dim), ")");
+             " over dims ", dim.empty() ? std::string("all") : shape_str(dim),
+             "): it has no identity; reduce over nonempty dims");
+  }
+  if (std::isinf(ord)) {
     auto red = [&](const Tensor& a) {
       if (ord > 0) return dim.empty() && !keepdim ? tg::amax(a) : tg::amax(a, dim, keepdim);
       return dim.empty() && !keepdim ? tg::amin(a) : tg::amin(a, dim, keepdim);

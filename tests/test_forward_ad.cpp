@@ -693,14 +693,61 @@ TEST(ForwardAD, InPlaceOpsOnUntrackedViewsSaySo) {
   EXPECT_ERROR_CONTAINS(outside.copy_(d.narrow(0, 0, 1)),
                         "copy_: in-place operation in a forward-mode level on a tensor (Float64 [1]) that shares "
                         "memory with a tensor forward mode does not track");
-  EXPECT_ERROR_CONTAINS(c.mul_(d), "mul_: in-place operation in a forward-mode level");
   EXPECT_ERROR_CONTAINS(c.narrow(0, 1, 1).add_(d.narrow(0, 0, 1)), "use out-of-place ops");
   EXPECT_FALSE(fwd::unpack_dual(c).tangent.defined());
+  // The whole tensor written in place keeps its own tangent right (the view
+  // taken outside the level does not see it, as documented).
+  c.copy_(d);
+  EXPECT_EQ(tgtest::values(fwd::unpack_dual(c).tangent), (std::vector<double>{1, 1}));
   // Plain in-place ops (no tangent involved) stay allowed.
   outside.mul_(2.0);
   // An expanded view reaches a base element twice.
   Tensor b = tg::zeros({1}, kF64);
   EXPECT_ERROR_CONTAINS(b.expand({3}).mul_(fwd::make_dual(tg::ones({3}, kF64), tg::ones({3}, kF64))), "mul_:");
+}
+
+// The composite views (chunk, split, diagonal, diag) taken in a level of a
+// base without a tangent are tracked like narrow: building an output in
+// parts reaches the base's tangent.
+TEST(ForwardAD, InPlaceOpsOnCompositeViewsReachTheBase) {
+  Tensor x = tg::tensor({2.0, 3.0, 5.0}, {3}, kF64);
+  fwd::dual_level level;
+  Tensor d = fwd::make_dual(x, tg::tensor({1.0, 10.0, 100.0}, {3}, kF64));
+  Tensor out = tg::zeros({6}, kF64);
+  out.chunk(2)[1].copy_(d);
+  EXPECT_EQ(tgtest::values(fwd::unpack_dual(out).tangent), (std::vector<double>{0, 0, 0, 1, 10, 100}));
+  Tensor parts = tg::zeros({4}, kF64);
+  parts.split(1, 0)[2].copy_(d.narrow(0, 1, 1));
+  EXPECT_EQ(tgtest::values(fwd::unpack_dual(parts).tangent), (std::vector<double>{0, 0, 10, 0}));
+  Tensor m = tg::ones({3, 3}, kF64);
+  m.diagonal().mul_(d);  // m's diagonal is x: tangent d's
+  EXPECT_EQ(tgtest::values(fwd::unpack_dual(m).tangent), (std::vector<double>{1, 0, 0, 0, 10, 0, 0, 0, 100}));
+  Tensor m2 = tg::ones({3, 3}, kF64);
+  tg::diag(m2).copy_(d);
+  EXPECT_EQ(tgtest::values(fwd::unpack_dual(m2).tangent), (std::vector<double>{1, 0, 0, 0, 10, 0, 0, 0, 100}));
+}
+
+// An optimizer-like step inside a level: a parameter updated in place with a
+// dual gradient while the loss (whose graph saved views of the parameter,
+// made while the rules ran paused) is alive. The parameter is its whole
+// storage: allowed, and its tangent is the step's.
+TEST(ForwardAD, InPlaceUpdateOfAWholeTensorWhoseViewsARuleSavedIsAllowed) {
+  tg::manual_seed(3);
+  Tensor W1 = tg::randn({4, 3}, kF64).requires_grad_(), W2 = tg::randn({2, 4}, kF64).requires_grad_();
+  Tensor xb = tg::randn({6, 3}, kF64), vb = tg::randn({6, 3}, kF64);
+  fwd::dual_level level;
+  Tensor xd = fwd::make_dual(xb, vb);
+  Tensor loss = tg::linear(tg::tanh(tg::linear(xd, W1)), W2).pow(2).sum();
+  auto g = tg::autograd::grad({loss}, {W1, W2});
+  Tensor before = W2.detach().clone();
+  Tensor step_tangent = fwd::unpack_dual(g[1]).tangent;
+  ASSERT_TRUE(step_tangent.defined());
+  {
+    tg::NoGradGuard no_grad;
+    W2.sub_(g[1] * 0.1);
+  }
+  EXPECT_LT(tg::abs(W2.detach() - (before - fwd::unpack_dual(g[1]).primal * 0.1)).amax().item<double>(), 1e-14);
+  EXPECT_LT(tg::abs(fwd::unpack_dual(W2).tangent + step_tangent * 0.1).amax().item<double>(), 1e-14);
 }
 
 }  // namespace

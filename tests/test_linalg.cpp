@@ -523,11 +523,15 @@ TEST_P(LinalgFamily, CompositesOnEmptyBatchesGiveTheirShapes) {
   for (double ord : {1.0, -1.0, 2.0, -2.0, inf, -inf})
     EXPECT_EQ(shape(la::matrix_norm(W, ord, true)), (S{0, 1, 1})) << "ord " << ord;
   const Tensor v = tg::zeros({0, 4}, o);
-  for (double ord : {0.0, 0.5, 1.0, 2.0, 3.0, inf, -inf})
+  for (double ord : {0.0, 0.5, 1.0, 2.0, 3.0, inf, -inf, -1.0, -0.5})
     EXPECT_EQ(shape(la::vector_norm(v, ord, {1})), (S{0})) << "ord " << ord;
-  // A reduction over no element has no inf norm (PyTorch's refusal).
+  // A reduction over no element has no inf or negative-p norm (no identity:
+  // PyTorch's refusal); 0 and positive p are 0 there.
   EXPECT_ERROR_CONTAINS(la::vector_norm(v, inf, {0}), "over no element");
   EXPECT_ERROR_CONTAINS(la::vector_norm(v, -inf), "linalg.vector_norm");
+  EXPECT_ERROR_CONTAINS(la::vector_norm(v, -1.0, {0}), "over no element");
+  EXPECT_ERROR_CONTAINS(la::vector_norm(v, -0.5), "linalg.vector_norm");
+  EXPECT_EQ(tgtest::values(la::vector_norm(v, 2.0, {0}).to(tg::Device(tg::kCPU))), (std::vector<double>{0, 0, 0, 0}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, LinalgFamily, ::testing::Values(tg::kCPU, tg::kCUDA),

@@ -49,12 +49,15 @@ Tensor autograd::ops::dot(const Tensor& self, const Tensor& other) {
 }
 
 // ---- the everyday surface (tensor/composite_ops.def): each runs raw when
-// nothing records or pushes a tangent, else its formula through the public ops.
-#define TG_COMPOSITE_F(ret, name, params, args, inputs, formula)        \
-  ret autograd::ops::name params {                                      \
-    if (!should_record inputs && !fw_any inputs) return raw::name args; \
-    using O = PublicOps;                                                \
-    return tg::detail::as_op(#name, [&] { return formula; });           \
+// nothing records and no forward-mode level is open, else its formula
+// through the public ops (in a level even without a tangent: the views
+// some of them return, diagonal, split, chunk, meshgrid, must be the level's
+// tracked views for an in-place op on them to reach their base's tangent).
+#define TG_COMPOSITE_F(ret, name, params, args, inputs, formula)                                              \
+  ret autograd::ops::name params {                                                                            \
+    if (!should_record inputs && !autograd::forward_ad::is_active() && !fw_any inputs) return raw::name args; \
+    using O = PublicOps;                                                                                      \
+    return tg::detail::as_op(#name, [&] { return formula; });                                                 \
   }
 #define TG_COMPOSITE(ret, name, params, args, inputs) \
   TG_COMPOSITE_F(ret, name, params, args, inputs, tg::detail::name<O> args)

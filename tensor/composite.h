@@ -433,9 +433,14 @@ template <class O> Tensor cross(const Tensor& a_in, const Tensor& b_in, int64_t 
   return O::cat({term(1, 2), term(2, 0), term(0, 1)}, d);
 }
 
+// tril/triu's raw form: a copy whose other triangle a kernel zeros
+// (tensor/linalg.cpp; x at least 2-dim).
+Tensor triangle_copy(const Tensor& x, int64_t k, bool lower);
 template <class O> Tensor triangle(const Tensor& x, int64_t k, bool lower, const char* op) {
   check_defined(x, op);
   TG_CHECK(x.dim() >= 2, op, ": expected a matrix or a batch of matrices, got shape ", shape_str(x.sizes()));
+  if constexpr (std::is_same_v<O, RawOps>) return triangle_copy(x, k, lower);
+  // Recorded: a where, whose backward is the same triangle of the gradient.
   const int64_t n = x.size(-2), m = x.size(-1);
   // col <= row + k (lower) by one broadcast compare of [1, m] with [n, 1]:
   // no [n, m] index tensor.

@@ -1086,6 +1086,29 @@ void svd_kernel(const Tensor& a, const Tensor& u, const Tensor& s, const Tensor&
   });
 }
 
+template <class U> void zero_triangle_typed(U* p, int64_t B, int64_t r, int64_t c, int64_t k, bool keep_lower) {
+  parallel_for(B * r, std::max<int64_t>(1, 32768 / std::max<int64_t>(c, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row) {
+      const int64_t i = row % r;
+      U* x = p + row * c;
+      // keep_lower zeros j > i + k; else j < i + k.
+      const int64_t lo = keep_lower ? std::clamp<int64_t>(i + k + 1, 0, c) : 0;
+      const int64_t hi = keep_lower ? c : std::clamp<int64_t>(i + k, 0, c);
+      std::fill(x + lo, x + hi, U(0));
+    }
+  });
+}
+void zero_triangle_kernel(const Tensor& m, int64_t k, bool keep_lower) {
+  const int64_t B = m.size(0), r = m.size(1), c = m.size(2);
+  switch (element_size(m.dtype())) {
+    case 1: return zero_triangle_typed(static_cast<uint8_t*>(m.data_ptr()), B, r, c, k, keep_lower);
+    case 2: return zero_triangle_typed(static_cast<uint16_t*>(m.data_ptr()), B, r, c, k, keep_lower);
+    case 4: return zero_triangle_typed(static_cast<uint32_t*>(m.data_ptr()), B, r, c, k, keep_lower);
+    case 8: return zero_triangle_typed(static_cast<uint64_t*>(m.data_ptr()), B, r, c, k, keep_lower);
+    default: TG_INTERNAL_ASSERT(false, "zero_triangle: element size ", element_size(m.dtype()));
+  }
+}
+
 }  // namespace
 }  // namespace tg::cpu
 
@@ -1104,6 +1127,7 @@ const LinalgKernels& cpu_linalg_kernels() {
     t.eigh = cpu::eigh_kernel;
     t.qr = cpu::qr_kernel;
     t.svd = cpu::svd_kernel;
+    t.zero_triangle = cpu::zero_triangle_kernel;
     t.report_info = nullptr;
     return t;
   }();
@@ -1117,3 +1141,17 @@ const LinalgKernels& linalg_kernels(Device d, const char* op) {
   return *t;
 }
 }  // namespace tg::kernels
+
+namespace tg::detail {
+Tensor triangle_copy(const Tensor& x, int64_t k, bool lower) {
+  Tensor out = raw::clone(x);  // new, contiguous storage
+  if (out.numel() == 0) return out;
+  const int64_t r = x.size(-2), c = x.size(-1);
+  // k beyond the matrix: every element kept, or every one zeroed (clamped so
+  // that j - i stays in range of the kernel's int64 compare).
+  k = std::clamp<int64_t>(k, -r - 1, c + 1);
+  kernels::linalg_kernels(x.device(), lower ? "tril" : "triu")
+      .zero_triangle(raw::reshape(out, {out.numel() / (r * c), r, c}), k, lower);
+  return out;
+}
+}  // namespace tg::detail

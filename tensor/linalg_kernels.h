@@ -74,6 +74,10 @@ struct LinalgKernels {
   // u and vh undefined: values only. `a` may be overwritten. info[b] := 0,
   // or > 0 when the algorithm did not converge.
   void (*svd)(const Tensor& a, const Tensor& u, const Tensor& s, const Tensor& vh, const Tensor& info);
+  // In place, tril/triu's kernel (after a copy): m [B, r, c] contiguous
+  // row-major, any dtype := 0 where j - i > k (keep_lower) or j - i < k
+  // (else). B, r, c >= 1.
+  void (*zero_triangle)(const Tensor& m, int64_t k, bool keep_lower);
   // The first b (in batch order) with info[b] != 0 is raised, as `op` with
   // `what` (e.g. "the leading minor of order %v is not positive definite"),
   // at the next host synchronization with the device: under CUDA graph

@@ -3,6 +3,8 @@
 // column-major A^T, the other triangle), the Cholesky factor of a batch made
 // row-major, and every route of the triangular solve (the GPU's
 // shared-memory kernel up to order 64, cuBLAS above).
+#include <algorithm>
+#include <limits>
 #include <sstream>
 
 #include "reference.h"
@@ -13,7 +15,10 @@ namespace {
 namespace la = tg::linalg;
 const auto kF64 = tg::TensorOptions().dtype(tg::kFloat64);
 
-double max_abs(const Tensor& t) { return tg::abs(t).amax().to(tg::Device(tg::kCPU)).item<double>(); }
+// 0 for an empty tensor (no element differs).
+double max_abs(const Tensor& t) {
+  return t.numel() == 0 ? 0.0 : tg::abs(t).amax().to(tg::Device(tg::kCPU)).item<double>();
+}
 
 std::string name(const tg::Device& d) {
   std::ostringstream os;
@@ -186,6 +191,84 @@ TEST(LinalgKernelsGpu, SlogdetAndArgsortCapture) {
     for (size_t i = 0; i < out.size(); ++i)
       EXPECT_LT(max_abs(out[i].to(tg::kFloat64) - eager[i].to(tg::kFloat64)), 1e-12)
           << "output " << i << " replay " << r;
+  }
+}
+
+// tril and triu (a copy whose other triangle a kernel zeros) against the
+// recorded form's mask (a broadcast compare and where): every offset, far
+// ones too, each element size, transposed, broadcast and empty inputs; the
+// result is new contiguous storage.
+TEST(LinalgKernels, TrilTriuEveryOffsetDtypeAndLayout) {
+  const int64_t big = std::numeric_limits<int64_t>::max(), small = std::numeric_limits<int64_t>::min();
+  for (const tg::Device& dev : devices()) {
+    SCOPED_TRACE(name(dev));
+    for (tg::ScalarType dt : {tg::kFloat64, tg::kFloat32, tg::kBFloat16, tg::kInt64, tg::kBool}) {
+      SCOPED_TRACE(int(dt));
+      tg::manual_seed(7);
+      Tensor base = (tg::randn({2, 5, 7}, kF64) * 4).to(dt).to(dev);
+      for (const Tensor& x : {base, base.transpose(-2, -1), base.select(0, 1).expand({3, 5, 7}), base.narrow(-1, 1, 4),
+                              tg::zeros({0, 3, 4}, tg::TensorOptions().dtype(dt)).to(dev),
+                              tg::zeros({2, 0, 4}, tg::TensorOptions().dtype(dt)).to(dev)}) {
+        const int64_t r = x.size(-2), c = x.size(-1);
+        const auto opt = tg::TensorOptions().dtype(tg::kInt64);
+        Tensor diff = (tg::arange(0, c, 1, opt).reshape({1, c}) - tg::arange(0, r, 1, opt).reshape({r, 1})).to(dev);
+        Tensor xc = x.to(tg::Device(tg::kCPU)).to(tg::kFloat64);
+        for (int64_t k : {small, int64_t(-100), -r, int64_t(-2), int64_t(-1), int64_t(0), int64_t(1), int64_t(3), c,
+                          int64_t(100), big}) {
+          SCOPED_TRACE(k);
+          const Tensor lo = tg::tril(x, k), up = tg::triu(x, k);
+          ASSERT_EQ(lo.sizes(), x.sizes());
+          EXPECT_TRUE(lo.is_contiguous() && up.is_contiguous());
+          EXPECT_EQ(lo.dtype(), dt);
+          // The mask (k clamped into int range of the compare's operands).
+          const int64_t kk = std::clamp<int64_t>(k, -r - 1, c + 1);
+          Tensor keep_lo = tg::le(diff, kk).to(tg::Device(tg::kCPU)),
+                 keep_up = tg::ge(diff, kk).to(tg::Device(tg::kCPU));
+          Tensor want_lo = tg::where(keep_lo, xc, 0.0), want_up = tg::where(keep_up, xc, 0.0);
+          EXPECT_EQ(max_abs(lo.to(tg::Device(tg::kCPU)).to(tg::kFloat64) - want_lo), 0.0);
+          EXPECT_EQ(max_abs(up.to(tg::Device(tg::kCPU)).to(tg::kFloat64) - want_up), 0.0);
+        }
+      }
+      // New storage: writing the result leaves the input alone.
+      const Tensor before = base.to(tg::Device(tg::kCPU)).to(tg::kFloat64);
+      Tensor t = tg::tril(base, 100);
+      EXPECT_FALSE(t.data_ptr() == base.data_ptr());
+      t.fill_(1);
+      EXPECT_EQ(max_abs(base.to(tg::Device(tg::kCPU)).to(tg::kFloat64) - before), 0.0);
+    }
+  }
+}
+
+// Elementwise kernels read an input that is dense along its second-to-last
+// dim (a transpose) through shared-memory tiles when the output is dense
+// along its last: values equal the CPU's exactly, partial tiles, more batch
+// entries than a grid's z extent, mixed element sizes and four operands
+// (where), and the shapes too small for tiles.
+TEST(CudaGpu, ElementwiseReadsTransposedInputsThroughTiles) {
+  REQUIRE_GPU();
+  const tg::Device gpu(tg::kCUDA, 0), cpu(tg::kCPU);
+  for (tg::ScalarType dt : {tg::kFloat64, tg::kFloat32, tg::kBFloat16, tg::kInt64, tg::kBool}) {
+    for (const std::vector<int64_t>& shape :
+         std::vector<std::vector<int64_t>>{{3, 37, 37}, {2, 2, 64, 64}, {70000, 9, 9}, {5, 4, 4}, {1, 100, 100}}) {
+      SCOPED_TRACE(int(dt) * 1000 + shape[0]);
+      tg::manual_seed(3);
+      Tensor x = (tg::randn(shape, kF64) * 8).to(dt), y = (tg::randn(shape, kF64) * 8).to(dt);
+      Tensor m = tg::randn(shape, kF64) > 0;
+      Tensor xg = x.to(gpu), yg = y.to(gpu), mg = m.to(gpu);
+      auto same = [&](const Tensor& g, const Tensor& c) {
+        ASSERT_EQ(g.sizes(), c.sizes());
+        EXPECT_EQ(max_abs(g.to(cpu).to(tg::kFloat64) - c.to(tg::kFloat64)), 0.0);
+      };
+      same(xg.transpose(-2, -1).contiguous(), x.transpose(-2, -1).contiguous());
+      same(xg.transpose(-2, -1).to(tg::kFloat32), x.transpose(-2, -1).to(tg::kFloat32));
+      same(tg::where(mg, xg.transpose(-2, -1), yg), tg::where(m, x.transpose(-2, -1), y));
+      same(tg::where(mg.transpose(-2, -1), yg, xg.transpose(-2, -1)),
+           tg::where(m.transpose(-2, -1), y, x.transpose(-2, -1)));
+      if (dt != tg::kBool) {
+        same(xg + xg.transpose(-2, -1), x + x.transpose(-2, -1));
+        same(xg.transpose(-2, -1) * yg.select(0, 0), x.transpose(-2, -1) * y.select(0, 0));  // broadcast too
+      }
+    }
   }
 }
 

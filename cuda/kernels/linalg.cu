@@ -515,6 +515,43 @@ template <class T> __global__ void zero_triangle_k(MatPtr<T> m, int64_t B, int n
     m(b, i, j) = T(0);
 }
 
+// tril/triu after a copy: m [B, r, c] row-major := 0 where j - i > k
+// (keep_lower) or j - i < k; U: an unsigned type of the element's size.
+template <class U>
+__global__ void zero_rowmajor_triangle_k(U* m, int64_t total, int64_t r, int64_t c, int64_t k, bool keep_lower) {
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t j = t % c, i = (t / c) % r;
+    if (keep_lower ? j - i > k : j - i < k) m[t] = U(0);
+  }
+}
+void zero_triangle(const Tensor& m, int64_t k, bool keep_lower) {
+  const char* op = keep_lower ? "tril" : "triu";
+  TG_INTERNAL_ASSERT(m.dim() == 3 && m.is_contiguous(), op, ": the CUDA kernel expected a contiguous [B, r, c]");
+  Call call(m, {}, {&m});
+  const int64_t total = m.numel(), r = m.size(1), c = m.size(2);
+  const unsigned grid = unsigned(std::min<int64_t>((total + kThreads - 1) / kThreads, 65536));
+  switch (element_size(m.dtype())) {
+    case 1:
+      zero_rowmajor_triangle_k<<<grid, kThreads, 0, call.s>>>(static_cast<uint8_t*>(m.data_ptr()), total, r, c, k,
+                                                              keep_lower);
+      break;
+    case 2:
+      zero_rowmajor_triangle_k<<<grid, kThreads, 0, call.s>>>(static_cast<uint16_t*>(m.data_ptr()), total, r, c, k,
+                                                              keep_lower);
+      break;
+    case 4:
+      zero_rowmajor_triangle_k<<<grid, kThreads, 0, call.s>>>(static_cast<uint32_t*>(m.data_ptr()), total, r, c, k,
+                                                              keep_lower);
+      break;
+    case 8:
+      zero_rowmajor_triangle_k<<<grid, kThreads, 0, call.s>>>(static_cast<uint64_t*>(m.data_ptr()), total, r, c, k,
+                                                              keep_lower);
+      break;
+    default: TG_INTERNAL_ASSERT(false, op, ": element size ", element_size(m.dtype()));
+  }
+  TG_CUDA_CHECK(cudaGetLastError(), op);
+}
+
 template <class T> void cholesky_impl(const Tensor& a, const Tensor& info, bool upper) {
   const char* op = "linalg.cholesky";
   const Mat A = mat(a, op, "A");
@@ -1049,6 +1086,7 @@ const kernels::LinalgKernels& linalg_table() {
                      [&](auto tag) { lu_solve_impl<decltype(tag)>(lu, pivots, b, transpose); });
     };
     k.pivots_to_permutation = pivots_to_permutation;
+    k.zero_triangle = zero_triangle;
     k.eigh = [](const Tensor& a, const Tensor& w, const Tensor& v, const Tensor& info) {
       dispatch_float(a.dtype(), "linalg.eigh", [&](auto tag) { eigh_impl<decltype(tag)>(a, w, v, info); });
     };

@@ -42,11 +42,11 @@ __device__ __forceinline__ void wait_for_predecessors() {
 bool pdl_enabled(int device);
 
 template <class... KArgs, class... Args>
-void launch_pdl(void (*kernel)(KArgs...), dim3 blocks, unsigned threads, cudaStream_t s, int device, const char* op,
+void launch_pdl(void (*kernel)(KArgs...), dim3 blocks, dim3 threads, cudaStream_t s, int device, const char* op,
                 Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = blocks;
-  cfg.blockDim = dim3(threads);
+  cfg.blockDim = threads;
   cfg.stream = s;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -266,6 +266,98 @@ template <class F> __global__ void elementwise_kernel(Indexer ix, int64_t n, F f
   }
 }
 
+// ---- inputs read across their dense dim ----------------------------------------------
+// An input whose second-to-last dim is its dense one while the output is
+// dense along the last (x + x.mT(), x.mT().contiguous(), where(m, x.mT(),
+// y)): the plain kernel's neighbouring threads read one element per cache
+// line of it. The tiled kernel stages kTile x kTile tiles of such inputs
+// through shared memory, read along their dense dim, and every thread then
+// runs the functor on one element of the tile with those operands pointing
+// into shared memory (the functor sees only pointers and byte offsets).
+constexpr int kTile = 32, kTileRows = 8, kTileMaxElem = 8;
+struct TileArgs {
+  Indexer ix;  // its ndim: the batch dims only; the last two are rows and cols
+  int64_t rows, cols, batch;
+  int64_t rs[kMaxOps], cs[kMaxOps];  // byte strides of the rows and cols dims
+  unsigned staged;                   // bit o: input o is read through shared memory
+};
+
+__device__ __forceinline__ void copy_elem(char* dst, const char* src, int64_t e) {
+  switch (e) {
+    case 8: *reinterpret_cast<uint64_t*>(dst) = *reinterpret_cast<const uint64_t*>(src); break;
+    case 4: *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(src); break;
+    case 2: *reinterpret_cast<uint16_t*>(dst) = *reinterpret_cast<const uint16_t*>(src); break;
+    default: *dst = *src; break;
+  }
+}
+
+template <class F> __global__ void __launch_bounds__(kTile* kTileRows) tiled_kernel(TileArgs a, F f) {
+  wait_for_predecessors();
+  constexpr int kPitch = kTile + 1;  // one element of padding per tile row: no bank conflicts
+  __shared__ __align__(16) char smem[kMaxOps - 1][kTile * kPitch * kTileMaxElem];
+  const int tx = int(threadIdx.x), ty = int(threadIdx.y);
+  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+  for (int64_t b = blockIdx.z; b < a.batch; b += gridDim.z) {
+    int64_t base[kMaxOps];
+    a.ix.offsets(b, base);
+#pragma unroll
+    for (int o = 1; o < kMaxOps; ++o) {
+      if (o >= a.ix.nops || !(a.staged >> o & 1u)) continue;
+      const int64_t e = a.ix.elem[o];
+      for (int k = ty; k < kTile; k += kTileRows) {  // tile (col k, row tx): rows are the dense dim
+        const int64_t r = r0 + tx, c = c0 + k;
+        if (r < a.rows && c < a.cols)
+          copy_elem(smem[o - 1] + (int64_t(k) * kPitch + tx) * e, a.ix.ptrs[o] + base[o] + r * a.rs[o] + c * a.cs[o],
+                    e);
+      }
+    }
+    __syncthreads();
+    for (int k = ty; k < kTile; k += kTileRows) {
+      const int64_t r = r0 + k, c = c0 + tx;
+      if (r >= a.rows || c >= a.cols) continue;
+      char* p[kMaxOps];
+      int64_t off[kMaxOps];
+#pragma unroll
+      for (int o = 0; o < kMaxOps; ++o) {
+        const bool staged = o < a.ix.nops && (a.staged >> o & 1u);
+        p[o] = staged ? smem[o > 0 ? o - 1 : 0] : a.ix.ptrs[o];
+        off[o] = staged ? (int64_t(tx) * kPitch + k) * a.ix.elem[o]
+                        : (o < a.ix.nops ? base[o] + r * a.rs[o] + c * a.cs[o] : 0);
+      }
+      f(p, off);
+    }
+    __syncthreads();  // the next batch entry overwrites the tiles
+  }
+}
+
+// The tiled launch's arguments when it applies: the output dense along the
+// last dim, some input dense along the second-to-last and not the last,
+// both dims at least kTileRows long.
+inline bool tile_args(const Indexer& ix, TileArgs& a) {
+  const int n = ix.ndim;
+  if (n < 2 || ix.strides[0][n - 1] != ix.elem[0]) return false;
+  a.staged = 0;
+  for (int o = 1; o < ix.nops; ++o)
+    if (ix.strides[o][n - 2] == ix.elem[o] && ix.strides[o][n - 1] != ix.elem[o] && ix.strides[o][n - 1] != 0 &&
+        ix.elem[o] <= kTileMaxElem)
+      a.staged |= 1u << o;
+  a.rows = ix.sizes[n - 2];
+  a.cols = ix.sizes[n - 1];
+  if (a.staged == 0 || a.rows < kTileRows || a.cols < kTileRows || (a.rows + kTile - 1) / kTile > 65535 ||
+      (a.cols + kTile - 1) / kTile > INT32_MAX)
+    return false;
+  a.ix = ix;
+  a.ix.ndim = n - 2;
+  a.batch = 1;
+  for (int d = 0; d < n - 2; ++d)
+    a.batch *= ix.sizes[d];
+  for (int o = 0; o < kMaxOps; ++o) {
+    a.rs[o] = o < ix.nops ? ix.strides[o][n - 2] : 0;
+    a.cs[o] = o < ix.nops ? ix.strides[o][n - 1] : 0;
+  }
+  return true;
+}
+
 inline cudaStream_t stream_of(const Tensor& t) {
   return static_cast<cudaStream_t>(current_stream(t.device().index()).handle());
 }
@@ -317,6 +409,13 @@ template <class F> void launch(const Tensor* ops, int nops, const char* op, F f)
     launch_pdl(&linear_kernel<E, F>, grid_for(work), kBlock, s, ops[0].device().index(), op, a, n, f);
     if constexpr (FusedStep<F>::kind != fusion::kNone)
       describe_step(access, reinterpret_cast<const void*>(&linear_kernel<E, F>), a, ops[0].dtype(), n, f);
+    return;
+  }
+  TileArgs ta;
+  if (tile_args(ix, ta)) {
+    const dim3 grid(unsigned((ta.cols + kTile - 1) / kTile), unsigned((ta.rows + kTile - 1) / kTile),
+                    unsigned(std::min<int64_t>(ta.batch, 65535)));
+    launch_pdl(&tiled_kernel<F>, grid, dim3(kTile, kTileRows), s, ops[0].device().index(), op, ta, f);
     return;
   }
   launch_pdl(&elementwise_kernel<F>, grid_for(n), kBlock, s, ops[0].device().index(), op, ix, n, f);

@@ -20,7 +20,7 @@
 #                             PROFILE_ARGS go to pinn_step, e.g. "--laplacian taylor")
 #   scripts/gpu.sh lprofile   per-kernel GPU time of one call of the linalg workloads
 #                             (LPROFILE: "gp_grad:4096 chol+grad:10000" by default),
-#                             tapegrad, PyTorch and JAX (ncu)
+#                             tapegrad, PyTorch and JAX (ncu; LPROFILE_WHO=tapegrad: ours only)
 #   scripts/gpu.sh python     the Python tests (PyTorch and JAX zero copy on CUDA) and
 #                             the cost of crossing the boundary (bench/peers/interop_peers.py)
 #   scripts/gpu.sh laplacian  the Laplacian benchmark side by side with PyTorch
@@ -108,7 +108,7 @@ for step in "$@"; do
           gp_grad) filt="BM_GpNlmlGrad/$size/" ;; gp_hessian) filt="BM_GpHessian/$size/" ;;
           chol) filt="BM_BatchedCholSolveLogdet/$size/" ;; chol+grad) filt="BM_BatchedCholSolveLogdetGrad/$size/" ;;
         esac
-        for who in tapegrad torch jax; do
+        for who in ${LPROFILE_WHO:-tapegrad torch jax}; do
           if [ $who = tapegrad ]; then cmd=(env TG_BENCH_PROFILE=1 $B/bench/bench_linalg --benchmark_filter="$filt" --benchmark_min_time=0.01)
           else cmd=(env XLA_PYTHON_CLIENT_PREALLOCATE=false python3 bench/peers/linalg_peers.py --worker $who --profile
                     --workloads "$name" --sizes "$size" --batch "$size"); fi

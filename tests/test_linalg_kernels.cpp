@@ -242,14 +242,14 @@ TEST(LinalgKernels, TrilTriuEveryOffsetDtypeAndLayout) {
 // Elementwise kernels read an input that is dense along its second-to-last
 // dim (a transpose) through shared-memory tiles when the output is dense
 // along its last: values equal the CPU's exactly, partial tiles, more batch
-// entries than a grid's z extent, mixed element sizes and four operands
-// (where), and the shapes too small for tiles.
+// entries than the launch's blocks along z, mixed element sizes and four
+// operands (where), and the shapes too small for tiles.
 TEST(CudaGpu, ElementwiseReadsTransposedInputsThroughTiles) {
   REQUIRE_GPU();
   const tg::Device gpu(tg::kCUDA, 0), cpu(tg::kCPU);
   for (tg::ScalarType dt : {tg::kFloat64, tg::kFloat32, tg::kBFloat16, tg::kInt64, tg::kBool}) {
     for (const std::vector<int64_t>& shape :
-         std::vector<std::vector<int64_t>>{{3, 37, 37}, {2, 2, 64, 64}, {70000, 9, 9}, {5, 4, 4}, {1, 100, 100}}) {
+         std::vector<std::vector<int64_t>>{{3, 130, 130}, {2, 2, 128, 128}, {1, 300, 300}, {5, 40, 40}, {2, 4, 4}}) {
       SCOPED_TRACE(int(dt) * 1000 + shape[0]);
       tg::manual_seed(3);
       Tensor x = (tg::randn(shape, kF64) * 8).to(dt), y = (tg::randn(shape, kF64) * 8).to(dt);
@@ -270,6 +270,11 @@ TEST(CudaGpu, ElementwiseReadsTransposedInputsThroughTiles) {
       }
     }
   }
+  // More batch entries than the tiled launch's blocks along z.
+  tg::manual_seed(4);
+  Tensor x = tg::randn({1100, 128, 128}, tg::TensorOptions().dtype(tg::kFloat32));
+  Tensor got = (x.to(gpu) + x.to(gpu).transpose(-2, -1)).to(cpu);
+  EXPECT_EQ(max_abs(got - (x + x.transpose(-2, -1))), 0.0);
 }
 
 }  // namespace

@@ -517,10 +517,12 @@ template <class T> __global__ void zero_triangle_k(MatPtr<T> m, int64_t B, int n
 
 // tril/triu after a copy: m [B, r, c] row-major := 0 where j - i > k
 // (keep_lower) or j - i < k; U: an unsigned type of the element's size.
-template <class U>
-__global__ void zero_rowmajor_triangle_k(U* m, int64_t total, int64_t r, int64_t c, int64_t k, bool keep_lower) {
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t j = t % c, i = (t / c) % r;
+// I: the index type, uint32_t when every index fits (64-bit division is
+// several times dearer).
+template <class U, class I>
+__global__ void zero_rowmajor_triangle_k(U* m, I total, I r, I c, int64_t k, bool keep_lower) {
+  for (I t = I(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += I(gridDim.x) * blockDim.x) {
+    const int64_t j = int64_t(t % c), i = int64_t((t / c) % r);
     if (keep_lower ? j - i > k : j - i < k) m[t] = U(0);
   }
 }
@@ -530,23 +532,21 @@ void zero_triangle(const Tensor& m, int64_t k, bool keep_lower) {
   Call call(m, {}, {&m});
   const int64_t total = m.numel(), r = m.size(1), c = m.size(2);
   const unsigned grid = unsigned(std::min<int64_t>((total + kThreads - 1) / kThreads, 65536));
+  auto run = [&](auto u, auto idx) {
+    using U = decltype(u);
+    using I = decltype(idx);
+    zero_rowmajor_triangle_k<U, I>
+        <<<grid, kThreads, 0, call.s>>>(static_cast<U*>(m.data_ptr()), I(total), I(r), I(c), k, keep_lower);
+  };
+  auto sized = [&](auto u) {
+    if (total + int64_t(kThreads) * 65536 < int64_t(UINT32_MAX)) run(u, uint32_t{});
+    else run(u, int64_t{});
+  };
   switch (element_size(m.dtype())) {
-    case 1:
-      zero_rowmajor_triangle_k<<<grid, kThreads, 0, call.s>>>(static_cast<uint8_t*>(m.data_ptr()), total, r, c, k,
-                                                              keep_lower);
-      break;
-    case 2:
-      zero_rowmajor_triangle_k<<<grid, kThreads, 0, call.s>>>(static_cast<uint16_t*>(m.data_ptr()), total, r, c, k,
-                                                              keep_lower);
-      break;
-    case 4:
-      zero_rowmajor_triangle_k<<<grid, kThreads, 0, call.s>>>(static_cast<uint32_t*>(m.data_ptr()), total, r, c, k,
-                                                              keep_lower);
-      break;
-    case 8:
-      zero_rowmajor_triangle_k<<<grid, kThreads, 0, call.s>>>(static_cast<uint64_t*>(m.data_ptr()), total, r, c, k,
-                                                              keep_lower);
-      break;
+    case 1: sized(uint8_t{}); break;
+    case 2: sized(uint16_t{}); break;
+    case 4: sized(uint32_t{}); break;
+    case 8: sized(uint64_t{}); break;
     default: TG_INTERNAL_ASSERT(false, op, ": element size ", element_size(m.dtype()));
   }
   TG_CUDA_CHECK(cudaGetLastError(), op);

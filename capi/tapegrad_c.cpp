@@ -75,24 +75,24 @@ template <class E> int enum_int(const E& e) {
 tg::ScalarType dtype_of(const tg_dtype& d_in) {
   const int d = enum_int(d_in);
   switch (d) {
-    case TG_FLOAT32: return tg::kFloat32;
-    case TG_FLOAT64: return tg::kFloat64;
-    case TG_BFLOAT16: return tg::kBFloat16;
-    case TG_FLOAT16: return tg::kFloat16;
-    case TG_INT64: return tg::kInt64;
-    case TG_BOOL: return tg::kBool;
+#define TG_DTYPE(Name, HostT, DeviceT, Category, Compute, Rank, DlCode, DlBits, CudaType, NcclType, py, st, numpy, \
+                 CEnum)                                                                                            \
+  case CEnum:                                                                                                      \
+    return tg::ScalarType::Name;
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
   }
   throw InvalidArgument{"unknown tg_dtype " + std::to_string(d)};
 }
 
 tg_dtype c_dtype(tg::ScalarType t) {
   switch (t) {
-    case tg::kFloat32: return TG_FLOAT32;
-    case tg::kFloat64: return TG_FLOAT64;
-    case tg::kBFloat16: return TG_BFLOAT16;
-    case tg::kFloat16: return TG_FLOAT16;
-    case tg::kInt64: return TG_INT64;
-    case tg::kBool: return TG_BOOL;
+#define TG_DTYPE(Name, HostT, DeviceT, Category, Compute, Rank, DlCode, DlBits, CudaType, NcclType, py, st, numpy, \
+                 CEnum)                                                                                            \
+  case tg::ScalarType::Name:                                                                                       \
+    return CEnum;
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
   }
   return TG_FLOAT32;
 }

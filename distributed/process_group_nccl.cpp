@@ -33,15 +33,17 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 ncclDataType_t nccl_dtype(ScalarType t, const char* op) {
+  ncclDataType_t r = ncclNumTypes;  // the list's "NCCL has no such type"
   switch (t) {
-    case ScalarType::Float32: return ncclFloat32;
-    case ScalarType::Float64: return ncclFloat64;
-    case ScalarType::BFloat16: return ncclBfloat16;
-    case ScalarType::Float16: return ncclFloat16;
-    case ScalarType::Int64: return ncclInt64;
-    default: TG_CHECK(false, op, ": NCCL collectives take float32, float64, bfloat16, float16 or int64, got ", t);
+#define TG_DTYPE(Name, HostT, DeviceT, Category, Compute, Rank, DlCode, DlBits, CudaType, NcclType, ...) \
+  case ScalarType::Name:                                                                                 \
+    r = NcclType;                                                                                        \
+    break;
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
   }
-  return ncclFloat32;
+  TG_CHECK(r != ncclNumTypes, op, ": NCCL collectives take float32, float64, bfloat16, float16 or int64, got ", t);
+  return r;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {

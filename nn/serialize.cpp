@@ -23,22 +23,19 @@ using Json = nlohmann::ordered_json;
 
 const char* st_dtype(ScalarType t) {
   switch (t) {
-    case kFloat64: return "F64";
-    case kFloat32: return "F32";
-    case kFloat16: return "F16";
-    case kBFloat16: return "BF16";
-    case kInt64: return "I64";
-    case kBool: return "BOOL";
+#define TG_DTYPE(Name, HostT, DeviceT, Category, Compute, Rank, DlCode, DlBits, CudaType, NcclType, py, st, ...) \
+  case ScalarType::Name:                                                                                         \
+    return st;
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
   }
   return "?";
 }
 
 bool from_st_dtype(const std::string& s, ScalarType* t) {
-  static const std::pair<const char*, ScalarType> table[] = {{"F64", kFloat64},   {"F32", kFloat32}, {"F16", kFloat16},
-                                                             {"BF16", kBFloat16}, {"I64", kInt64},   {"BOOL", kBool}};
-  for (const auto& [name, dt] : table)
-    if (s == name) {
-      *t = dt;
+  for (int i = 0; i < kNumScalarTypes; ++i)
+    if (s == st_dtype(ScalarType(i))) {
+      *t = ScalarType(i);
       return true;
     }
   return false;

@@ -22,26 +22,33 @@ namespace ag = tg::autograd;
 
 namespace {
 
+// The dtype list's Python names (tg::python_name), and PyTorch's aliases.
 tg::ScalarType dtype_from(const std::string& s) {
-  if (s == "float32" || s == "float") return tg::kFloat32;
-  if (s == "float64" || s == "double") return tg::kFloat64;
-  if (s == "bfloat16") return tg::kBFloat16;
-  if (s == "float16" || s == "half") return tg::kFloat16;
-  if (s == "int64" || s == "long") return tg::kInt64;
-  if (s == "bool") return tg::kBool;
-  throw tg::Error("tapegrad: unknown dtype '" + s + "' (float32, float64, bfloat16, float16, int64, bool)");
+  if (s == "float") return tg::kFloat32;
+  if (s == "double") return tg::kFloat64;
+  if (s == "half") return tg::kFloat16;
+  if (s == "long") return tg::kInt64;
+  for (int i = 0; i < tg::kNumScalarTypes; ++i)
+    if (s == tg::python_name(tg::ScalarType(i))) return tg::ScalarType(i);
+  std::string names;
+  for (int i = 0; i < tg::kNumScalarTypes; ++i)
+    names += std::string(i ? ", " : "") + tg::python_name(tg::ScalarType(i));
+  throw tg::Error("tapegrad: unknown dtype '" + s + "' (" + names + ")");
 }
 
-std::string dtype_name(tg::ScalarType t) {
+std::string dtype_name(tg::ScalarType t) { return tg::python_name(t); }
+
+// NumPy's typestr of a dtype (the list's numpy column); nullptr: NumPy has none.
+const char* numpy_typestr(tg::ScalarType t) {
   switch (t) {
-    case tg::kFloat32: return "float32";
-    case tg::kFloat64: return "float64";
-    case tg::kBFloat16: return "bfloat16";
-    case tg::kFloat16: return "float16";
-    case tg::kInt64: return "int64";
-    case tg::kBool: return "bool";
+#define TG_DTYPE(Name, HostT, DeviceT, Category, Compute, Rank, DlCode, DlBits, CudaType, NcclType, py, st, numpy, \
+                 ...)                                                                                              \
+  case tg::ScalarType::Name:                                                                                       \
+    return numpy;
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
   }
-  return "?";
+  return nullptr;
 }
 
 tg::Device device_from(const std::string& s) {
@@ -195,15 +202,9 @@ py::array to_numpy(const Tensor& t) {
   if (!t.defined()) throw tg::Error("numpy: undefined tensor");
   if (t.is_cuda()) throw tg::Error("numpy: the tensor is on " + device_name(t.device()) + "; call .cpu() first");
   if (t.requires_grad()) throw tg::Error("numpy: the tensor requires grad; use tensor.detach().numpy()");
-  py::dtype dt;
-  switch (t.dtype()) {
-    case tg::kFloat32: dt = py::dtype::of<float>(); break;
-    case tg::kFloat64: dt = py::dtype::of<double>(); break;
-    case tg::kFloat16: dt = py::dtype("float16"); break;
-    case tg::kInt64: dt = py::dtype::of<int64_t>(); break;
-    case tg::kBool: dt = py::dtype::of<bool>(); break;
-    default: throw tg::Error("numpy: NumPy has no " + dtype_name(t.dtype()) + "; convert with .to('float32')");
-  }
+  const char* typestr = numpy_typestr(t.dtype());
+  if (!typestr) throw tg::Error("numpy: NumPy has no " + dtype_name(t.dtype()) + "; convert with .to('float32')");
+  py::dtype dt(typestr);
   std::vector<py::ssize_t> shape(t.sizes().begin(), t.sizes().end()), strides;
   if (t.numel() == 0) return py::array(dt, shape);  // no memory to share (and maybe no pointer)
   const int64_t es = int64_t(tg::element_size(t.dtype()));
@@ -359,15 +360,9 @@ py::dict array_interface(const Tensor& t) {
   // (an empty tensor may have no pointer to give, NumPy takes __array__'s array)
   if (!t.defined() || t.is_cuda() || t.requires_grad() || t.numel() == 0)
     throw py::attribute_error("__array_interface__: only nonempty CPU tensors that do not require grad");
-  std::string typestr;
-  switch (t.dtype()) {
-    case tg::kFloat32: typestr = "<f4"; break;
-    case tg::kFloat64: typestr = "<f8"; break;
-    case tg::kFloat16: typestr = "<f2"; break;
-    case tg::kInt64: typestr = "<i8"; break;
-    case tg::kBool: typestr = "|b1"; break;
-    default: throw py::attribute_error("__array_interface__: NumPy has no " + dtype_name(t.dtype()));
-  }
+  const char* typestr_or_null = numpy_typestr(t.dtype());
+  if (!typestr_or_null) throw py::attribute_error("__array_interface__: NumPy has no " + dtype_name(t.dtype()));
+  const std::string typestr = typestr_or_null;
   const int64_t es = int64_t(tg::element_size(t.dtype()));
   py::list strides;
   for (int64_t st : t.strides())

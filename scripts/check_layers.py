@@ -15,7 +15,8 @@ LAYERS = [
     # layer need: errors, the environment switches, dtypes, devices and the
     # Allocator interface.
     ("core", ["include/tapegrad/tensor/error.h", "tensor/error.cpp", "tensor/env.h",
-              "include/tapegrad/tensor/scalar_type.h", "tensor/scalar_type.cpp",
+              "include/tapegrad/tensor/scalar_type.h", "include/tapegrad/tensor/dtypes.def",
+              "tensor/scalar_type.cpp",
               "include/tapegrad/tensor/device.h", "include/tapegrad/tensor/allocator.h"]),
     # Devices, streams, events, caching allocators, the capture state, the
     # launch encoder's byte-range side and the library handles (as c10/cuda

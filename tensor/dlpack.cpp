@@ -53,29 +53,29 @@ std::string dtype_name(DLDataType t) {
   return std::string(code) + std::to_string(int(t.bits)) + (t.lanes != 1 ? "x" + std::to_string(t.lanes) : "");
 }
 
+// The list's DlCode and DlBits columns.
 ScalarType from_dl_dtype(DLDataType t) {
   if (t.lanes == 1) {
-    if (t.code == kDLFloat && t.bits == 32) return kFloat32;
-    if (t.code == kDLFloat && t.bits == 64) return kFloat64;
-    if (t.code == kDLFloat && t.bits == 16) return kFloat16;
-    if (t.code == kDLBfloat && t.bits == 16) return kBFloat16;
-    if (t.code == kDLInt && t.bits == 64) return kInt64;
-    if (t.code == kDLBoolCode && t.bits == 8) return kBool;
+#define TG_DTYPE(Name, HostT, DeviceT, Category, Compute, Rank, DlCode, DlBits, ...) \
+  if (t.code == DlCode && t.bits == DlBits) return ScalarType::Name;
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
   }
-  TG_CHECK(false, "from_dlpack: dtype ", dtype_name(t),
-           " is not supported; tapegrad has float32, float64, float16, "
-           "bfloat16, int64 and bool (convert in the producer first)");
+  std::string have;
+  for (int i = 0; i < kNumScalarTypes; ++i)
+    have += std::string(i == 0 ? "" : i + 1 == kNumScalarTypes ? " and " : ", ") + python_name(ScalarType(i));
+  TG_CHECK(false, "from_dlpack: dtype ", dtype_name(t), " is not supported; tapegrad has ", have,
+           " (convert in the producer first)");
   return kFloat32;
 }
 
 DLDataType to_dl_dtype(ScalarType t) {
   switch (t) {
-    case kFloat32: return {uint8_t(kDLFloat), 32, 1};
-    case kFloat64: return {uint8_t(kDLFloat), 64, 1};
-    case kFloat16: return {uint8_t(kDLFloat), 16, 1};
-    case kBFloat16: return {uint8_t(kDLBfloat), 16, 1};
-    case kInt64: return {uint8_t(kDLInt), 64, 1};
-    case kBool: return {kDLBoolCode, 8, 1};
+#define TG_DTYPE(Name, HostT, DeviceT, Category, Compute, Rank, DlCode, DlBits, ...) \
+  case ScalarType::Name:                                                             \
+    return {uint8_t(DlCode), uint8_t(DlBits), 1};
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
   }
   TG_INTERNAL_ASSERT(false, "to_dlpack: unknown dtype");
   return {};

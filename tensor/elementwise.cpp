@@ -113,16 +113,15 @@ Tensor scalar_like(Scalar s, const Tensor& t, const char* op) {
 // int64) for binary_scalar.
 std::pair<double, int64_t> scalar_in(Scalar s, ScalarType st) {
   const double d = s.to_double();
-  switch (st) {
-    case kFloat64: return {d, s.to_int()};
-    case kFloat32: return {double(float(d)), s.to_int()};
-    case kFloat16: return {double(float(Half(float(d)))), s.to_int()};
-    case kBFloat16: return {double(float(BFloat16(float(d)))), s.to_int()};
-    default: {
-      const int64_t i = s.to_int();
-      return {double(i), i};
-    }
-  }
+  std::pair<double, int64_t> r;
+  const bool floating = kernels::dispatch_if<is_floating_point>(st, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, double>) r = {d, s.to_int()};
+    else r = {double(float(T(float(d)))), s.to_int()};
+  });
+  if (floating) return r;
+  const int64_t i = s.to_int();
+  return {double(i), i};
 }
 
 Tensor binary(BinaryOp op, const Tensor& a, Scalar s) {
@@ -600,16 +599,7 @@ template <class D, class S> inline D convert(S s) {
   }
 }
 
-template <class F> void dispatch_all(ScalarType t, F&& f) {
-  switch (t) {
-    case ScalarType::Float32: f(float{}); return;
-    case ScalarType::Float64: f(double{}); return;
-    case ScalarType::BFloat16: f(BFloat16{}); return;
-    case ScalarType::Float16: f(Half{}); return;
-    case ScalarType::Int64: f(int64_t{}); return;
-    case ScalarType::Bool: f(bool{}); return;
-  }
-}
+using kernels::dispatch_all;
 
 template <class D, class S> void copy_typed(const Tensor& dst, const Tensor& src) {
   Tensor ops[2] = {dst, src};

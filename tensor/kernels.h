@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include <tapegrad/tensor/error.h>
@@ -15,15 +16,57 @@
 
 namespace tg::kernels {
 
-// Calls f(T{}) with T the C++ type of a compute dtype (float, double,
-// int64_t); the CPU and CUDA backends both dispatch through it.
-template <class F> void dispatch_compute(ScalarType t, const char* op, F&& f) {
+// The dispatchers, generated from the dtype list
+// (<tapegrad/tensor/dtypes.def>) and chosen by its columns: each calls f(T{})
+// with T the dtype's host type. A dtype a dispatcher does not take reaches
+// its error naming the op and the dtype, never another dtype's code.
+
+// A dtype kernels compute in (its Compute column is itself): Float32,
+// Float64, Int64.
+constexpr bool is_compute_dtype(ScalarType t) { return compute_type(t) == t; }
+// A compute dtype of category Floating (Float32, Float64): what the "real
+// floating" kernels (GEMMs, solvers, the derivative kernels) take.
+constexpr bool is_floating_compute(ScalarType t) {
+  return is_compute_dtype(t) && category(t) == DtypeCategory::Floating;
+}
+constexpr bool any_dtype(ScalarType) { return true; }
+
+// f(T{}) when Takes(t), returning whether it did. The dtypes Takes refuses
+// instantiate nothing.
+template <bool (*Takes)(ScalarType), class F> bool dispatch_if(ScalarType t, F&& f) {
   switch (t) {
-    case ScalarType::Float32: f(float{}); return;
-    case ScalarType::Float64: f(double{}); return;
-    case ScalarType::Int64: f(int64_t{}); return;
-    default: TG_INTERNAL_ASSERT(false, op, ": kernel got non-compute dtype ", t);
+#define TG_DTYPE(Name, HostT, ...)           \
+  case ScalarType::Name:                     \
+    if constexpr (Takes(ScalarType::Name)) { \
+      f(HostT{});                            \
+      return true;                           \
+    } else {                                 \
+      return false;                          \
+    }
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
   }
+  return false;
+}
+
+// Every dtype (copy, fill: host types, Half and BFloat16 included).
+template <class F> void dispatch_all(ScalarType t, F&& f) {
+  const bool done = dispatch_if<any_dtype>(t, f);
+  TG_INTERNAL_ASSERT(done, "dispatch_all: unknown dtype ", int(t));
+}
+
+// A compute dtype (float, double, int64_t); the op layer converts the others
+// (tensor/op_util.h), so another one here is an internal error.
+template <class F> void dispatch_compute(ScalarType t, const char* op, F&& f) {
+  const bool done = dispatch_if<is_compute_dtype>(t, f);
+  TG_INTERNAL_ASSERT(done, op, ": kernel got non-compute dtype ", t);
+}
+
+// A real floating compute dtype (float, double); any other dtype is refused
+// naming the op and the dtype (where code once read "Float64, else float").
+template <class F> void dispatch_floating(ScalarType t, const char* op, F&& f) {
+  const bool done = dispatch_if<is_floating_compute>(t, f);
+  TG_CHECK(done, op, ": no kernel for dtype ", t, " (it takes Float32 or Float64)");
 }
 
 // Calls f(U{}) with U the unsigned integer type of `bytes` (1, 2, 4 or 8):

@@ -14,11 +14,8 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op, const IntList& shape
 int64_t wrap_insert_dim(int64_t dim, int64_t ndim, const char* op, const IntList& shape);
 
 // The dtype kernels compute in: BFloat16/Float16 -> Float32, Bool -> Int64.
-inline ScalarType compute_type(ScalarType t) {
-  if (is_reduced_float(t)) return ScalarType::Float32;
-  if (t == ScalarType::Bool) return ScalarType::Int64;
-  return t;
-}
+// (tg::compute_type, the dtype list's Compute column.)
+using tg::compute_type;
 
 inline Tensor cast(const Tensor& t, ScalarType d) { return t.dtype() == d ? t : t.to(d); }
 

@@ -1,32 +1,54 @@
 #include <tapegrad/tensor/scalar_type.h>
 
+#include <cstring>
 #include <ostream>
 
 namespace tg {
 
 const char* to_string(ScalarType t) {
   switch (t) {
-    case ScalarType::Float32: return "Float32";
-    case ScalarType::Float64: return "Float64";
-    case ScalarType::BFloat16: return "BFloat16";
-    case ScalarType::Float16: return "Float16";
-    case ScalarType::Int64: return "Int64";
-    case ScalarType::Bool: return "Bool";
+#define TG_DTYPE(Name, ...) \
+  case ScalarType::Name:    \
+    return #Name;
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
   }
   return "Unknown";
+}
+
+const char* python_name(ScalarType t) {
+  switch (t) {
+#define TG_DTYPE(Name, HostT, DeviceT, Category, Compute, Rank, DlCode, DlBits, CudaType, NcclType, py, ...) \
+  case ScalarType::Name:                                                                                     \
+    return py;
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
+  }
+  return "unknown";
+}
+
+bool scalar_type_from_string(const char* name, ScalarType* t) {
+  for (int i = 0; i < kNumScalarTypes; ++i) {
+    const auto d = ScalarType(i);
+    if (std::strcmp(name, to_string(d)) == 0 || std::strcmp(name, python_name(d)) == 0) {
+      *t = d;
+      return true;
+    }
+  }
+  return false;
 }
 
 std::ostream& operator<<(std::ostream& os, ScalarType t) { return os << to_string(t); }
 
 namespace {
+// The list's Rank column.
 int rank(ScalarType t) {
   switch (t) {
-    case ScalarType::Bool: return 0;
-    case ScalarType::Int64: return 1;
-    case ScalarType::BFloat16:
-    case ScalarType::Float16: return 2;
-    case ScalarType::Float32: return 3;
-    case ScalarType::Float64: return 4;
+#define TG_DTYPE(Name, HostT, DeviceT, Category, Compute, Rank, ...) \
+  case ScalarType::Name:                                             \
+    return Rank;
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
   }
   return 0;
 }
@@ -34,8 +56,13 @@ int rank(ScalarType t) {
 
 ScalarType promote_types(ScalarType a, ScalarType b) {
   if (a == b) return a;
-  if (is_reduced_float(a) && is_reduced_float(b)) return ScalarType::Float32;
-  return rank(a) >= rank(b) ? a : b;
+  if (rank(a) == rank(b)) {
+    // Storage types of one rank meet in their compute type (two compute
+    // dtypes of one rank would be an error in the list: the first wins).
+    const ScalarType ca = compute_type(a), cb = compute_type(b);
+    return ca == a && cb == b ? a : promote_types(ca, cb);
+  }
+  return rank(a) > rank(b) ? a : b;
 }
 
 ScalarType promote_with_scalar(ScalarType t, bool scalar_is_integral) {

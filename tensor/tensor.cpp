@@ -462,13 +462,12 @@ Tensor to(const Tensor& self, Device d, ScalarType t) { return to(to(self, d), t
 
 }  // namespace raw
 
+// The dtype of a host type (the dtype list's HostT column).
 template <class T> static constexpr ScalarType dtype_of();
-template <> constexpr ScalarType dtype_of<float>() { return kFloat32; }
-template <> constexpr ScalarType dtype_of<double>() { return kFloat64; }
-template <> constexpr ScalarType dtype_of<int64_t>() { return kInt64; }
-template <> constexpr ScalarType dtype_of<bool>() { return kBool; }
-template <> constexpr ScalarType dtype_of<Half>() { return kFloat16; }
-template <> constexpr ScalarType dtype_of<BFloat16>() { return kBFloat16; }
+#define TG_DTYPE(Name, HostT, ...) \
+  template <> constexpr ScalarType dtype_of<HostT>() { return ScalarType::Name; }
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
 
 template <class T> T* Tensor::data_ptr() const {
   detail::check_defined(*this, "data_ptr");
@@ -496,12 +495,9 @@ template <class T> std::vector<T> Tensor::to_vector() const {
   template T* Tensor::data_ptr<T>() const; \
   template T Tensor::item<T>() const;      \
   template std::vector<T> Tensor::to_vector<T>() const;
-TG_INSTANTIATE_ACCESS(float)
-TG_INSTANTIATE_ACCESS(double)
-TG_INSTANTIATE_ACCESS(int64_t)
-TG_INSTANTIATE_ACCESS(bool)
-TG_INSTANTIATE_ACCESS(Half)
-TG_INSTANTIATE_ACCESS(BFloat16)
+#define TG_DTYPE(Name, HostT, ...) TG_INSTANTIATE_ACCESS(HostT)
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
 #undef TG_INSTANTIATE_ACCESS
 
 }  // namespace tg

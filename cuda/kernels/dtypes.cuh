@@ -12,18 +12,33 @@
 
 namespace tg::cuda {
 
-template <class F> void dispatch_all(ScalarType t, F&& f) {
+// f(T{}) with T the dtype's device type (the dtype list's DeviceT column)
+// when Takes(t), returning whether it did (kernels::dispatch_if on the
+// device types).
+template <bool (*Takes)(ScalarType), class F> bool dispatch_device_if(ScalarType t, F&& f) {
   switch (t) {
-    case ScalarType::Float32: f(float{}); return;
-    case ScalarType::Float64: f(double{}); return;
-    case ScalarType::BFloat16: f(__nv_bfloat16{}); return;
-    case ScalarType::Float16: f(__half{}); return;
-    case ScalarType::Int64: f(int64_t{}); return;
-    case ScalarType::Bool: f(bool{}); return;
+#define TG_DTYPE(Name, HostT, DeviceT, ...)  \
+  case ScalarType::Name:                     \
+    if constexpr (Takes(ScalarType::Name)) { \
+      f(DeviceT{});                          \
+      return true;                           \
+    } else {                                 \
+      return false;                          \
+    }
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
   }
+  return false;
+}
+
+// Every dtype, as its device type (__half, __nv_bfloat16 for the reduced ones).
+template <class F> void dispatch_all(ScalarType t, F&& f) {
+  const bool done = dispatch_device_if<kernels::any_dtype>(t, f);
+  TG_INTERNAL_ASSERT(done, "dispatch_all: unknown dtype ", int(t));
 }
 using kernels::dispatch_bytes;
 using kernels::dispatch_compute;
+using kernels::dispatch_floating;
 
 template <class T> constexpr bool is_half_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
 

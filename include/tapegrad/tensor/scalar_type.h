@@ -8,8 +8,14 @@
 
 namespace tg {
 
-/// Element types; the k* constants name them as in LibTorch (kFloat = kFloat32, kDouble = kFloat64, kLong = kInt64).
-enum class ScalarType : int8_t { Float32, Float64, BFloat16, Float16, Int64, Bool };
+/// Element types, in the order of <tapegrad/tensor/dtypes.def> (the one dtype
+/// list); the k* constants name them as in LibTorch (kFloat = kFloat32,
+/// kDouble = kFloat64, kLong = kInt64).
+enum class ScalarType : int8_t {
+#define TG_DTYPE(Name, ...) Name,
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
+};
 
 constexpr ScalarType kFloat32 = ScalarType::Float32;    ///< 32-bit float
 constexpr ScalarType kFloat64 = ScalarType::Float64;    ///< 64-bit float
@@ -20,36 +26,71 @@ constexpr ScalarType kBool = ScalarType::Bool;          ///< bool
 constexpr ScalarType kFloat = kFloat32;                 ///< kFloat32
 constexpr ScalarType kDouble = kFloat64;                ///< kFloat64
 constexpr ScalarType kLong = kInt64;                    ///< kInt64
-constexpr int kNumScalarTypes = 6;                      ///< how many dtypes there are
+/// How many dtypes there are.
+constexpr int kNumScalarTypes = 0
+#define TG_DTYPE(...) +1
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
+    ;
+
+/// What kind of number a dtype holds (the list's Category column).
+enum class DtypeCategory : int8_t {
+  Bool,             ///< bool
+  Integral,         ///< an integer type
+  Floating,         ///< a real floating type kernels compute in
+  ReducedFloating,  ///< a real floating storage type computed in a wider one (BFloat16, Float16)
+};
+
+/// The dtype's category.
+constexpr DtypeCategory category(ScalarType t) {
+  switch (t) {
+#define TG_DTYPE(Name, HostT, DeviceT, Category, ...) \
+  case ScalarType::Name:                              \
+    return DtypeCategory::Category;
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
+  }
+  return DtypeCategory::Bool;
+}
 
 /// The dtype's name ("Float32", ...); operator<< prints it.
 const char* to_string(ScalarType t);
 /// Prints to_string(t).
 std::ostream& operator<<(std::ostream& os, ScalarType t);
+/// The dtype named `name`: to_string's name ("Float32") or the Python one
+/// ("float32"); false (and *t untouched) for any other name.
+bool scalar_type_from_string(const char* name, ScalarType* t);
+/// The Python binding's lower-case name ("float32", ...).
+const char* python_name(ScalarType t);
 
-/// Bytes per element.
-constexpr size_t element_size(ScalarType t) {
-  switch (t) {
-    case ScalarType::Float32: return 4;
-    case ScalarType::Float64: return 8;
-    case ScalarType::BFloat16: return 2;
-    case ScalarType::Float16: return 2;
-    case ScalarType::Int64: return 8;
-    case ScalarType::Bool: return 1;
-  }
-  return 0;
-}
-
-/// Float32, Float64, BFloat16 or Float16.
+/// Float32, Float64, BFloat16 or Float16 (every real floating dtype).
 constexpr bool is_floating_point(ScalarType t) {
-  return t == ScalarType::Float32 || t == ScalarType::Float64 || t == ScalarType::BFloat16 || t == ScalarType::Float16;
+  return category(t) == DtypeCategory::Floating || category(t) == DtypeCategory::ReducedFloating;
 }
 /// BFloat16 or Float16 (computed in Float32).
-constexpr bool is_reduced_float(ScalarType t) { return t == ScalarType::BFloat16 || t == ScalarType::Float16; }
+constexpr bool is_reduced_float(ScalarType t) { return category(t) == DtypeCategory::ReducedFloating; }
+/// An integer dtype (Int64), and Bool too when include_bool.
+constexpr bool is_integral(ScalarType t, bool include_bool) {
+  return category(t) == DtypeCategory::Integral || (include_bool && category(t) == DtypeCategory::Bool);
+}
 
-/// Type promotion for two tensor operands (see docs/TENSOR.md):
-///   Bool < Int64 < {BFloat16, Float16} < Float32 < Float64,
-///   and BFloat16 with Float16 gives Float32.
+/// The dtype kernels compute in (the list's Compute column): BFloat16/Float16
+/// -> Float32, Bool -> Int64, the others themselves.
+constexpr ScalarType compute_type(ScalarType t) {
+  switch (t) {
+#define TG_DTYPE(Name, HostT, DeviceT, Category, Compute, ...) \
+  case ScalarType::Name:                                       \
+    return ScalarType::Compute;
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
+  }
+  return t;
+}
+
+/// Type promotion for two tensor operands (see docs/TENSOR.md), by the list's
+/// Rank column: Bool < Int64 < {BFloat16, Float16} < Float32 < Float64, and
+/// two dtypes of one rank (BFloat16 with Float16) give their compute type
+/// (Float32).
 ScalarType promote_types(ScalarType a, ScalarType b);
 
 /// The dtype of `tensor op scalar`: a floating scalar lifts a Bool/Int64
@@ -63,7 +104,6 @@ struct Half {
   Half() = default;
   Half(float f);  ///< NOLINT: implicit like a built-in float type
   /// The value as a float.
-  /// The value as a float.
   operator float() const;
 };
 
@@ -75,6 +115,18 @@ struct BFloat16 {
   /// The value as a float.
   operator float() const;
 };
+
+/// Bytes per element (sizeof the list's host type).
+constexpr size_t element_size(ScalarType t) {
+  switch (t) {
+#define TG_DTYPE(Name, HostT, ...) \
+  case ScalarType::Name:           \
+    return sizeof(HostT);
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
+  }
+  return 0;
+}
 
 /// IEEE half bits to float.
 float half_bits_to_float(uint16_t h);

@@ -305,7 +305,9 @@ void multi_tensor_update(const TensorLists& l, int nstate, const char* op, const
   auto e = entries(l, nstate, op, &n);
   const double* st = static_cast<const double*>(steps.data_ptr());
   const double* r = static_cast<const double*>(lr.data_ptr());
-  auto kernel = l.param[0].dtype() == kFloat64 ? k64 : k32;
+  void (*kernel)(ListArgs, const double*, const double*, U) = nullptr;
+  tg::kernels::dispatch_floating(l.param[0].dtype(), op,
+                                 [&](auto tag) { kernel = std::is_same_v<decltype(tag), double> ? k64 : k32; });
   LaunchEncoder access(stream_of(l.param[0]));
   for (const auto* list : {&l.param, &l.state1, &l.state2, &l.state3})
     for (const Tensor& t : *list)
@@ -423,8 +425,8 @@ Tensor norm_partials(const std::vector<Tensor>& gs, double p) {
     access.read(g);
   access.write(out);
   per_dtype(gs, e, op, [&](const ListArgs& a, unsigned nb, cudaStream_t s, ScalarType dt, int64_t first) {
-    if (dt == kFloat64) norm_kernel<double><<<nb, kThreads, 0, s>>>(a, mode, p, o + first);
-    else norm_kernel<float><<<nb, kThreads, 0, s>>>(a, mode, p, o + first);
+    tg::kernels::dispatch_floating(
+        dt, op, [&](auto tag) { norm_kernel<decltype(tag)><<<nb, kThreads, 0, s>>>(a, mode, p, o + first); });
   });
   return out;
 }
@@ -453,10 +455,10 @@ void clip_scale(const std::vector<Tensor>& gs, const Tensor& partials, double p,
   access.write(total);
   per_dtype(gs, e, op, [&](const ListArgs& a, unsigned nb, cudaStream_t s, ScalarType dt, int64_t first) {
     void* out = first == 0 ? total.data_ptr() : nullptr;  // the first launch writes the norm
-    if (dt == kFloat64)
-      clip_scale_kernel<double><<<nb, kThreads, 0, s>>>(a, part, partials.numel(), mode, p, max_norm, out, out_double);
-    else
-      clip_scale_kernel<float><<<nb, kThreads, 0, s>>>(a, part, partials.numel(), mode, p, max_norm, out, out_double);
+    tg::kernels::dispatch_floating(dt, op, [&](auto tag) {
+      clip_scale_kernel<decltype(tag)>
+          <<<nb, kThreads, 0, s>>>(a, part, partials.numel(), mode, p, max_norm, out, out_double);
+    });
   });
 }
 

@@ -266,10 +266,7 @@ Tensor argsort(const Tensor& x, int64_t dim, bool descending) {
   const Device dev = x.device();
   const int64_t d = detail::wrap_dim(dim, x.dim(), "argsort", x.sizes());  // a 0-dim tensor takes 0 and -1
   if (x.dim() == 0) return raw::to(tg::zeros({}, TensorOptions().dtype(kInt64)), dev);
-  ScalarType kt = x.dtype() == kBool      ? kInt64
-                  : x.dtype() == kFloat64 ? kFloat64
-                  : x.dtype() == kInt64   ? kInt64
-                                          : kFloat32;
+  const ScalarType kt = compute_type(x.dtype());
   TG_CHECK(!x.is_sparse(), "argsort: not defined on sparse tensors; call to_dense() first");
   Tensor keys = raw::contiguous(raw::transpose(cast(x, kt), d, -1));
   Tensor out = detail::new_empty(keys.sizes(), kInt64, dev);
@@ -382,11 +379,11 @@ template <class T, class F> void random_fill(const Tensor& out, uint64_t seed, u
 }
 
 void uniform_kernel(const Tensor& out, uint64_t seed, uint64_t offset) {
-  if (out.dtype() == ScalarType::Float64) {
-    random_fill<double>(out, seed, offset, [](PhiloxBlock b) { return philox_u53(b.w[0], b.w[1]); });
-  } else {
-    random_fill<float>(out, seed, offset, [](PhiloxBlock b) { return philox_u24(b.w[0]); });
-  }
+  kernels::dispatch_floating(out.dtype(), "rand", [&](auto tag) {
+    if constexpr (std::is_same_v<decltype(tag), double>)
+      random_fill<double>(out, seed, offset, [](PhiloxBlock b) { return philox_u53(b.w[0], b.w[1]); });
+    else random_fill<float>(out, seed, offset, [](PhiloxBlock b) { return philox_u24(b.w[0]); });
+  });
 }
 
 double box_muller(PhiloxBlock b) {
@@ -395,11 +392,10 @@ double box_muller(PhiloxBlock b) {
 }
 
 void normal_kernel(const Tensor& out, uint64_t seed, uint64_t offset) {
-  if (out.dtype() == ScalarType::Float64) {
-    random_fill<double>(out, seed, offset, box_muller);
-  } else {
-    random_fill<float>(out, seed, offset, [](PhiloxBlock b) { return float(box_muller(b)); });
-  }
+  kernels::dispatch_floating(out.dtype(), "randn", [&](auto tag) {
+    if constexpr (std::is_same_v<decltype(tag), double>) random_fill<double>(out, seed, offset, box_muller);
+    else random_fill<float>(out, seed, offset, [](PhiloxBlock b) { return float(box_muller(b)); });
+  });
 }
 
 // Each row's stable sorting permutation; NaN compares largest, -0 equals 0.

@@ -49,6 +49,16 @@ template <bool (*Takes)(ScalarType), class F> bool dispatch_if(ScalarType t, F&&
   return false;
 }
 
+// The dtype of a host type (the dtype list's HostT column); a type not in the
+// list does not compile.
+template <class T> constexpr ScalarType scalar_type_of() {
+#define TG_DTYPE(Name, HostT, ...) \
+  if constexpr (std::is_same_v<T, HostT>) return ScalarType::Name;
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
+  throw Error("scalar_type_of: no dtype has this host type");
+}
+
 // Every dtype (copy, fill: host types, Half and BFloat16 included).
 template <class F> void dispatch_all(ScalarType t, F&& f) {
   const bool done = dispatch_if<any_dtype>(t, f);

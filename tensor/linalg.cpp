@@ -703,8 +703,9 @@ Tensor pinv(const Tensor& A, std::optional<double> atol, std::optional<double> r
   check_matrix(A, op, "A");
   no_taylor(op, {&A});
   const int64_t m = A.size(-2), n = A.size(-1);
-  const double eps =
-      A.dtype() == kFloat64 ? std::numeric_limits<double>::epsilon() : double(std::numeric_limits<float>::epsilon());
+  double eps = 0;
+  kernels::dispatch_floating(A.dtype(), op,
+                             [&](auto tag) { eps = double(std::numeric_limits<decltype(tag)>::epsilon()); });
   const double r = rtol ? *rtol : (atol && *atol > 0 ? 0.0 : double(std::max(m, n)) * eps);
   const double a = atol ? *atol : 0.0;
   TG_CHECK(a >= 0 && r >= 0, op, ": atol and rtol must be >= 0, got ", a, " and ", r);
@@ -921,9 +922,7 @@ template <class F> void each_matrix(const Tensor& t, const char* op, int64_t wor
         f(T{}, b);
     });
   };
-  TG_INTERNAL_ASSERT(t.dtype() == kFloat32 || t.dtype() == kFloat64, op, ": kernel got dtype ", t.dtype());
-  if (t.dtype() == kFloat64) run(double{});
-  else run(float{});
+  kernels::dispatch_floating(t.dtype(), op, run);
 }
 
 void cholesky_kernel(const Tensor& a, const Tensor& info, bool upper) {

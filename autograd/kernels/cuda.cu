@@ -132,9 +132,9 @@ void mul_backward_kernel(const Tensor& ga, const Tensor& gb, const Tensor& g, co
 void activation_grad_product_kernel(Activation act, int order, const Tensor& out, const Tensor& g, const Tensor& g2,
                                     const Tensor& x) {
   Tensor ops[4] = {out, g, g2, x};
-  if (out.dtype() == ScalarType::Float64)
-    launch(ops, 4, "activation_grad", ActivationGradProductFn<double>{act, order});
-  else launch(ops, 4, "activation_grad", ActivationGradProductFn<float>{act, order});
+  tg::kernels::dispatch_floating(out.dtype(), "activation_grad", [&](auto tag) {
+    launch(ops, 4, "activation_grad", ActivationGradProductFn<decltype(tag)>{act, order});
+  });
 }
 
 // ---- Taylor mode, order 2 (kernels.h, taylor2.h) ----------------------------------
@@ -175,8 +175,7 @@ void taylor2_launch(int kind, int64_t k, const Tensor& full, const Tensor& x, co
     auto ptr = [](const Tensor& t) { return t.defined() ? t.data_ptr<T>() : static_cast<const T*>(nullptr); };
     run(tag, blocks, S, P, q, ia, ib, Taylor2Derivs<T>{ptr(d.d1), ptr(d.d2), ptr(d.z), d.act, d.order});
   };
-  if (full.dtype() == ScalarType::Float64) go(double{});
-  else go(float{});
+  tg::kernels::dispatch_floating(full.dtype(), "taylor2_unary", go);
   TG_CUDA_CHECK(cudaGetLastError(), "taylor2_unary");
 }
 

@@ -4,6 +4,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <library_types.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -36,6 +37,19 @@ template <class F> void dispatch_all(ScalarType t, F&& f) {
   const bool done = dispatch_device_if<kernels::any_dtype>(t, f);
   TG_INTERNAL_ASSERT(done, "dispatch_all: unknown dtype ", int(t));
 }
+// cuBLAS's/cuSPARSE's cudaDataType_t of a dtype (the list's CudaType column).
+inline cudaDataType_t cuda_data_type(ScalarType t) {
+  switch (t) {
+#define TG_DTYPE(Name, HostT, DeviceT, Category, Compute, Rank, DlCode, DlBits, CudaType, ...) \
+  case ScalarType::Name:                                                                       \
+    return CudaType;
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
+  }
+  TG_INTERNAL_ASSERT(false, "cuda_data_type: unknown dtype ", int(t));
+  return CUDA_R_32F;
+}
+
 using kernels::dispatch_bytes;
 using kernels::dispatch_compute;
 using kernels::dispatch_floating;

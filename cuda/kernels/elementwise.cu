@@ -195,8 +195,9 @@ void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, const kernels:
 
 void activation_grad_kernel(Activation act, int order, const Tensor& out, const Tensor& g, const Tensor& x) {
   Tensor ops[3] = {out, g, x};
-  if (out.dtype() == ScalarType::Float64) launch(ops, 3, "activation_grad", ActivationGradFn<double>{act, order});
-  else launch(ops, 3, "activation_grad", ActivationGradFn<float>{act, order});
+  dispatch_floating(out.dtype(), "activation_grad", [&](auto tag) {
+    launch(ops, 3, "activation_grad", ActivationGradFn<decltype(tag)>{act, order});
+  });
 }
 
 // ---- between devices --------------------------------------------------------------------

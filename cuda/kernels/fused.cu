@@ -67,8 +67,10 @@ namespace fusion {
 const void* fused_kernel(ScalarType dtype, int64_t n, unsigned* grid, unsigned* block) {
   *grid = grid_for(n);
   *block = kBlock;
-  return dtype == ScalarType::Float64 ? reinterpret_cast<const void*>(&fused_kernel_impl<double>)
-                                      : reinterpret_cast<const void*>(&fused_kernel_impl<float>);
+  const void* k = nullptr;
+  kernels::dispatch_floating(dtype, "fused kernel",
+                             [&](auto tag) { k = reinterpret_cast<const void*>(&fused_kernel_impl<decltype(tag)>); });
+  return k;
 }
 }  // namespace fusion
 

@@ -202,8 +202,10 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) 
   }
   // Row-major C[n, m] = A B is column-major C^T[m, n] = B^T A^T.
   Operand ob = as_operand(b), oa = as_operand(a);
+  TG_CHECK(kernels::is_floating_compute(out.dtype()), "bmm: no CUDA GEMM for dtype ", out.dtype(),
+           " (it takes Float32, Float64 or Int64)");
   bool f64 = out.dtype() == kFloat64;
-  cudaDataType_t type = f64 ? CUDA_R_64F : CUDA_R_32F;
+  cudaDataType_t type = cuda_data_type(out.dtype());
   cublasComputeType_t compute = f64                   ? CUBLAS_COMPUTE_64F
                                 : g_allow_tf32.load() ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                       : CUBLAS_COMPUTE_32F;
@@ -367,10 +369,10 @@ TG_LAPACK_ROUTINES(float, S)
 TG_LAPACK_ROUTINES(double, D)
 #undef TG_LAPACK_ROUTINES
 
+// The real floating dtypes (the dtype list's Floating category); another
+// dtype is refused naming the op.
 template <class F> void dispatch_float(ScalarType dtype, const char* op, F&& f) {
-  if (dtype == kFloat32) return f(float{});
-  TG_CHECK(dtype == kFloat64, op, ": the CUDA kernels take Float32 or Float64, got ", dtype);
-  f(double{});
+  kernels::dispatch_floating(dtype, op, std::forward<F>(f));
 }
 
 // The current device's current stream (the caller's DeviceGuard made the

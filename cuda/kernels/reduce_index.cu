@@ -211,11 +211,8 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
       TG_CUDA_CHECK(cudaGetLastError(), "reduce");
       return;
     }
-    Tensor partial = tg::empty({outer, splits}, TensorOptions()
-                                                    .dtype(std::is_same_v<A, double>    ? kFloat64
-                                                           : std::is_same_v<A, int64_t> ? kInt64
-                                                                                        : kFloat32)
-                                                    .device(out.device()));
+    Tensor partial =
+        tg::empty({outer, splits}, TensorOptions().dtype(kernels::scalar_type_of<A>()).device(out.device()));
     A* pp = static_cast<A*>(partial.data_ptr());
     access.write(partial);
     if (columns) {  // partials [splits, outer]: a column reduction again, one split
@@ -390,12 +387,11 @@ template <bool kNormal> void random_kernel(const Tensor& out, uint64_t seed, uin
   LaunchEncoder access(stream_of(out));
   access.write(out);
   if (state) access.add({reinterpret_cast<const char*>(state), 2 * int64_t(sizeof(int64_t)), false});
-  if (out.dtype() == kFloat64)
-    random_k<double, kNormal>
-        <<<unsigned(blocks), kBlock, 0, stream_of(out)>>>(static_cast<double*>(out.data_ptr()), n, seed, offset, state);
-  else
-    random_k<float, kNormal>
-        <<<unsigned(blocks), kBlock, 0, stream_of(out)>>>(static_cast<float*>(out.data_ptr()), n, seed, offset, state);
+  dispatch_floating(out.dtype(), kNormal ? "randn" : "rand", [&](auto tag) {
+    using T = decltype(tag);
+    random_k<T, kNormal>
+        <<<unsigned(blocks), kBlock, 0, stream_of(out)>>>(static_cast<T*>(out.data_ptr()), n, seed, offset, state);
+  });
   TG_CUDA_CHECK(cudaGetLastError(), kNormal ? "randn" : "rand");
 }
 
@@ -444,9 +440,10 @@ void argsort_kernel(const Tensor& out, const Tensor& x, bool descending) {
   access.write(out);
   if (x.dtype() != kInt64) {
     const unsigned blocks = unsigned((total + 255) / 256);
-    if (x.dtype() == kFloat64)
-      order_key_k<<<blocks, 256, 0, s>>>(static_cast<const double*>(x.data_ptr()), keys.data_ptr<int64_t>(), total);
-    else order_key_k<<<blocks, 256, 0, s>>>(static_cast<const float*>(x.data_ptr()), keys.data_ptr<int64_t>(), total);
+    dispatch_floating(x.dtype(), "argsort", [&](auto tag) {
+      using T = decltype(tag);
+      order_key_k<<<blocks, 256, 0, s>>>(static_cast<const T*>(x.data_ptr()), keys.data_ptr<int64_t>(), total);
+    });
     TG_CUDA_CHECK(cudaGetLastError(), "argsort");
   }
   const int64_t* begin = offsets.data_ptr<int64_t>();

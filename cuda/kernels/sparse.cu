@@ -207,7 +207,7 @@ void spmm_kernel(const Tensor& out, const Tensor& rows, const Tensor& cols, cons
   access.read(dense);
   if (are_deterministic_algorithms_enabled()) return spmm_deterministic(out, rows, cols, values, dense, s, access);
   const int64_t n = out.sizes()[0], k = out.sizes()[1], m = dense.sizes()[0], nnz = values.numel();
-  cudaDataType_t type = out.dtype() == kFloat64 ? CUDA_R_64F : CUDA_R_32F;
+  cudaDataType_t type = cuda_data_type(out.dtype());
   cusparseHandle_t h = lib::cusparse(out.device().index(), s, op);
   SpMMDescs d;
   TG_CUSPARSE_CHECK(cusparseCreateCoo(&d.a, n, m, nnz, rows.data_ptr(), cols.data_ptr(), values.data_ptr(),

@@ -141,7 +141,7 @@ const Tensor& autograd::ops::requires_grad_(const Tensor& self, bool r) {
            ". Use .detach() to get a tensor that "
            "does not require grad");
   if (r)
-    TG_CHECK(self.is_floating_point(),
+    TG_CHECK(is_differentiable(self.dtype()),
              "requires_grad_: only floating-point tensors "
              "can require gradients, got a tensor of ",
              self.dtype(), " (shape ", shape_str(self.sizes()), "); convert it with .to(kFloat32) or .to(kFloat64)");

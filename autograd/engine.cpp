@@ -320,7 +320,7 @@ void init_to_execute(GraphTask& task, Node* root, const edge_list& needed, const
 void check_anomaly(const Node& fn, const variable_list& outputs) {
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& g = outputs[i];
-    if (!g.defined() || !g.is_floating_point() || g.numel() == 0) continue;
+    if (!g.defined() || !is_differentiable(g.dtype()) || g.numel() == 0) continue;
     Tensor bad = raw::sum(ne(g, g));
     TG_CHECK(bad.item<int64_t>() == 0, "anomaly mode: ", fn.name(), " (the backward of the forward op '",
              fn.forward_op(), "') returned NaN values in its output ", i, " (shape ", shape_str(g.sizes()), ")");
@@ -676,7 +676,7 @@ void make_roots(const char* op, const std::vector<Tensor>& outputs, const std::v
                shape_str(g.sizes()), " but outputs[", i, "] has shape ", shape_str(y.sizes()));
       TG_CHECK(g.device() == y.device(), op, ": grad_outputs[", i, "] is on ", g.device(), " but outputs[", i,
                "] is on ", y.device());
-      TG_CHECK(g.is_floating_point(), op, ": grad_outputs[", i, "] must be floating point, got ", g.dtype());
+      TG_CHECK(is_differentiable(g.dtype()), op, ": grad_outputs[", i, "] must be floating point, got ", g.dtype());
       if (g.dtype() != y.dtype()) g = g.to(y.dtype());
     }
     edges.push_back(impl::gradient_edge(y));

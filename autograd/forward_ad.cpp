@@ -312,7 +312,7 @@ std::vector<Tensor> jet_coefficients(const Tensor& t) {
 Tensor make_dual(const Tensor& primal, const Tensor& tangent) {
   TG_CHECK(t_level != 0, "make_dual: no dual level is active; create a forward_ad::dual_level first");
   TG_CHECK(primal.defined() && tangent.defined(), "make_dual: primal and tangent must be defined");
-  TG_CHECK(primal.is_floating_point(), "make_dual: the primal must be floating point, got ", primal.dtype());
+  TG_CHECK(is_differentiable(primal.dtype()), "make_dual: the primal must be floating point, got ", primal.dtype());
   IntList want = primal.sizes();
   if (t_batch > 0) want.insert(want.begin(), t_batch);
   TG_CHECK(tangent.sizes() == want && tangent.dtype() == primal.dtype() && tangent.device() == primal.device(),
@@ -526,7 +526,7 @@ bool has_fw_grad(const Tensor& t) {
 }
 
 std::shared_ptr<ForwardGrad> fw_slot(const Tensor& t) {
-  if (t_level == 0 || !t.defined() || !t.is_floating_point()) return nullptr;
+  if (t_level == 0 || !t.defined() || !is_differentiable(t.dtype())) return nullptr;
   AutogradMeta& m = materialize_meta(t);
   if (!m.fw || m.fw->level != t_level) m.fw = new_slot(t_level);
   return m.fw;
@@ -534,7 +534,7 @@ std::shared_ptr<ForwardGrad> fw_slot(const Tensor& t) {
 
 void set_fw_grad(const Tensor& t, const Tensor& tangent) {
   if (t_level == 0 || !t.defined()) return;
-  TG_CHECK(t.is_floating_point(), "forward AD: a tangent on a ", t.dtype(), " tensor");
+  TG_CHECK(is_differentiable(t.dtype()), "forward AD: a tangent on a ", t.dtype(), " tensor");
   std::shared_ptr<ForwardGrad> slot = fw_slot(t);
   slot->tangent = tangent;
   std::atomic_store(&slot->pending, std::shared_ptr<PendingTangent>());
@@ -549,8 +549,8 @@ void set_fw_grad(const Tensor& t, const Tensor& tangent) {
 
 void fw_track_alias(const Tensor& out, const Tensor& self, bool shares_tangent) {
   if (t_level == 0 || !out.defined() || !self.defined() || out.is_same(self)) return;
-  if (out.is_sparse() || self.is_sparse() || !out.is_floating_point()) return;  // never a tangent
-  if (out.impl()->storage().get() != self.impl()->storage().get()) return;      // a copy
+  if (out.is_sparse() || self.is_sparse() || !is_differentiable(out.dtype())) return;  // never a tangent
+  if (out.impl()->storage().get() != self.impl()->storage().get()) return;             // a copy
   AutogradMeta& sm = materialize_meta(self);
   std::shared_ptr<std::atomic<int64_t>> count;
   Tensor base;
@@ -572,7 +572,7 @@ void fw_track_alias(const Tensor& out, const Tensor& self, bool shares_tangent) 
 }
 
 void fw_check_inplace(const Tensor& self, const char* op) {
-  if (t_level == 0 || !self.defined() || self.is_sparse() || !self.is_floating_point()) return;
+  if (t_level == 0 || !self.defined() || self.is_sparse() || !is_differentiable(self.dtype())) return;
   AutogradMeta* m = meta(self);
   ViewOf* v = tangent_view(m);
   const Tensor& root = v ? v->base : self;

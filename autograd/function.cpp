@@ -37,7 +37,7 @@ variable_list input_tangents(const variable_list& inputs) {
   variable_list out;
   for (const Tensor& t : inputs) {
     Tensor tan = impl::fw_grad(t);
-    if (!tan.defined() && t.defined() && t.is_floating_point()) tan = ops_detail::fw_zeros(t);
+    if (!tan.defined() && t.defined() && is_differentiable(t.dtype())) tan = ops_detail::fw_zeros(t);
     out.push_back(tan);
   }
   return out;
@@ -49,7 +49,7 @@ void set_output_tangents(const std::string& fn, variable_list& outputs, const va
   for (size_t i = 0; i < outputs.size(); ++i) {
     Tensor& o = outputs[i];
     const Tensor& t = tangents[i];
-    if (!t.defined() || !o.is_floating_point()) continue;
+    if (!t.defined() || !is_differentiable(o.dtype())) continue;
     const IntList want = ops_detail::fw_shape(o.sizes());
     TG_CHECK(t.sizes() == want && t.dtype() == o.dtype() && t.device() == o.device(), fn_name(fn), ": jvp's tangent ",
              i, " (", t.dtype(), " ", shape_str(t.sizes()), " on ", t.device(), ") must match output ", i, " (",
@@ -91,7 +91,7 @@ void set_output_coefficients(const std::string& fn, variable_list& outputs,
       IntList want = o.sizes();
       want.insert(want.begin(), l.rows(j));
       Tensor c = cj[i];
-      if (!c.defined() && o.is_floating_point()) c = zeros(want, o.options());
+      if (!c.defined() && is_differentiable(o.dtype())) c = zeros(want, o.options());
       TG_CHECK(!c.defined() || c.sizes() == want, fn_name(fn), ": taylor's coefficient ", j, " of output ", i,
                " has shape ", shape_str(c.sizes()), ", expected ", shape_str(want),
                " (the coefficient's rows, then the output's shape)");
@@ -160,7 +160,7 @@ void CppNodeBase::wrap_outputs(const variable_list& inputs, variable_list& outpu
     for (const Tensor& in : inputs)
       is_input |= in.is_same(o);
     bool dirty = ctx_.dirty_.count(o.impl()) > 0;
-    bool differentiable = o.is_floating_point() && !ctx_.non_differentiable_.count(o.impl());
+    bool differentiable = is_differentiable(o.dtype()) && !ctx_.non_differentiable_.count(o.impl());
     if (dirty) {
       TG_CHECK(!(o.is_leaf() && o.requires_grad()), name(),
                ": a leaf tensor that "

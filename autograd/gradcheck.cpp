@@ -123,7 +123,7 @@ GradcheckResult gradcheck(const TensorsFn& fn, const variable_list& inputs, cons
   double worst_excess = -1;
   for (size_t o = 0; o < outs.size(); ++o) {
     const Tensor& out = outs[o];
-    if (!out.defined() || !out.is_floating_point()) continue;
+    if (!out.defined() || !is_differentiable(out.dtype())) continue;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const Tensor& x = inputs[i];
       if (!x.defined() || !x.requires_grad()) continue;

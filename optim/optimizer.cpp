@@ -46,7 +46,7 @@ void Optimizer::add_group(ParamGroup group) {
   for (size_t k = 0; k < group.params.size(); ++k) {
     const Tensor& p = group.params[k];
     const size_t i = begin + k;
-    TG_CHECK(p.defined() && p.is_floating_point() && p.is_leaf(), name_, ": parameter ", i,
+    TG_CHECK(p.defined() && is_differentiable(p.dtype()) && p.is_leaf(), name_, ": parameter ", i,
              " must be a floating-point leaf tensor", p.defined() ? "" : " (it is undefined)");
     auto [it, fresh] = seen.emplace(p.impl(), i);
     TG_CHECK(fresh, name_, ": parameter ", i, " is the same tensor as parameter ", it->second,

@@ -27,7 +27,7 @@ namespace functional_detail {
 // grad, a differentiable alias of x, so the results stay functions of x
 // (torch.autograd.functional does the same); otherwise a fresh leaf.
 Tensor input_for(const Tensor& x, const char* op, bool create_graph) {
-  TG_CHECK(x.defined() && x.is_floating_point(), op, ": x must be a defined floating-point tensor");
+  TG_CHECK(x.defined() && is_differentiable(x.dtype()), op, ": x must be a defined floating-point tensor");
   if (create_graph && x.requires_grad()) {
     EnableGradGuard grad_on;
     return x.view(x.sizes());
@@ -124,7 +124,7 @@ void require_independent_rows(const TensorFn& fn, const Tensor& x, const char* o
     xr.requires_grad_(true);
     Tensor y = fn(xr);
     if (!y.defined() || y.dim() < 1 || y.size(0) != k) return std::nullopt;
-    if (!y.requires_grad() || !y.is_floating_point() || y.numel() == 0) return Probe{};
+    if (!y.requires_grad() || !is_differentiable(y.dtype()) || y.numel() == 0) return Probe{};
     Tensor yf = y.reshape({k, -1});
     // Fixed pseudo-random cotangents (the global generator is left alone)
     // and distinct row scales in [1, 2).

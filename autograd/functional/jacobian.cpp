@@ -71,7 +71,7 @@ std::pair<Tensor, Tensor> vjp(const TensorFn& fn, const Tensor& x, const Tensor&
 }
 
 std::pair<Tensor, Tensor> jvp(const TensorFn& fn, const Tensor& x, const Tensor& v, bool create_graph) {
-  TG_CHECK(x.defined() && x.is_floating_point(), "jvp: x must be a defined floating-point tensor");
+  TG_CHECK(x.defined() && is_differentiable(x.dtype()), "jvp: x must be a defined floating-point tensor");
   TG_CHECK(v.defined() && v.sizes() == x.sizes(), "jvp: v has shape ",
            v.defined() ? shape_str(v.sizes()) : "(undefined)", " but x has shape ", shape_str(x.sizes()));
   if (!forward_ad::is_active()) {

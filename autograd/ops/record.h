@@ -67,7 +67,7 @@ template <class F> auto run_raw(F&& f) -> decltype(f()) {
 
 // Makes `out` the output of `node`; integer/bool outputs never require grad.
 inline Tensor finish(Tensor out, const std::shared_ptr<Node>& node) {
-  if (out.is_floating_point()) impl::set_history(out, node);
+  if (is_differentiable(out.dtype())) impl::set_history(out, node);
   return out;
 }
 
@@ -116,7 +116,7 @@ inline Tensor fw_zeros(const Tensor& like) { return zeros(fw_shape(like.sizes())
 // Sets out's tangent to `tangent` (a sum of per-input contributions, any of
 // them undefined), at out's shape (a broadcast contribution is expanded).
 inline void fw_set(const Tensor& out, Tensor tangent) {
-  if (!tangent.defined() || !out.is_floating_point()) return;
+  if (!tangent.defined() || !is_differentiable(out.dtype())) return;
   const IntList want = fw_shape(out.sizes());
   if (tangent.sizes() != want) tangent = fw_pad(tangent, out.dim()).expand(want).contiguous();
   if (tangent.dtype() != out.dtype()) tangent = tangent.to(out.dtype());

@@ -30,11 +30,11 @@ bool has_tangent(const std::vector<Tensor>& ts) {
 }
 template <class T> bool has_tangent(const T&) { return false; }
 
-bool output_ok(const Tensor& o) { return !o.defined() || !o.is_floating_point() || has_tangent(o); }
+bool output_ok(const Tensor& o) { return !o.defined() || !is_differentiable(o.dtype()) || has_tangent(o); }
 template <class T> bool output_ok(const T&) { return true; }
 // Several outputs: some floating output carries a tangent (or none is
 // floating). Outputs without a derivative (slogdet's sign) carry none.
-bool floating(const Tensor& o) { return o.defined() && o.is_floating_point(); }
+bool floating(const Tensor& o) { return o.defined() && is_differentiable(o.dtype()); }
 template <class... T> bool output_ok(const std::tuple<T...>& t) {
   return std::apply([](const auto&... o) { return !(floating(o) || ...) || ((floating(o) && has_tangent(o)) || ...); },
                     t);

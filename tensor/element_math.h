@@ -61,59 +61,66 @@ template <class T> TG_HOST_DEVICE inline T ipow(T base, T e) {
   return r;
 }
 
-template <BinaryOp Op, class T> TG_HOST_DEVICE inline T binary_fn(T a, T b) {
+// The binary element formulas binary.def's forward column names.
+// No trap on integer division by 0, nor on the minimum over -1.
+template <class T> TG_HOST_DEVICE inline T div_elem(T a, T b) {
+  if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : b == T(-1) ? wrap_neg(a) : a / b;
+  else return a / b;
+}
+template <class T> TG_HOST_DEVICE inline T pow_elem(T a, T b) {
   using std::pow;
-  constexpr bool kInt = std::is_integral_v<T>;
-  if constexpr (Op == BinaryOp::Add) return wrap_add(a, b);
-  else if constexpr (Op == BinaryOp::Sub) return wrap_sub(a, b);
-  else if constexpr (Op == BinaryOp::Mul) return wrap_mul(a, b);
-  else if constexpr (Op == BinaryOp::Div) {
-    // No trap on integer division by 0, nor on the minimum over -1.
-    if constexpr (kInt) return b == 0 ? T(0) : b == T(-1) ? wrap_neg(a) : a / b;
-    else return a / b;
-  } else if constexpr (Op == BinaryOp::Pow) {
-    if constexpr (kInt) return ipow(a, b);
-    else return pow(a, b);
-  } else if constexpr (Op == BinaryOp::Atan2 || Op == BinaryOp::Hypot) {
-    using std::atan2;
-    using std::hypot;
-    if constexpr (kInt) return a;  // float-only: the op layer converts integers
-    else if constexpr (Op == BinaryOp::Atan2) return atan2(a, b);
-    else return hypot(a, b);
-  } else if constexpr (Op == BinaryOp::Fmod || Op == BinaryOp::Remainder) {
-    // fmod: the sign of a (C's); remainder: the sign of b (Python's), as
-    // PyTorch computes it: fmod shifted by b when the signs differ. Integer
-    // division by 0 is refused by the op layer; -1 never traps.
-    T r;
-    if constexpr (kInt) r = (b == 0 || b == T(-1)) ? T(0) : T(a % b);
-    else {
-      using std::fmod;
-      r = fmod(a, b);
-    }
-    if constexpr (Op == BinaryOp::Remainder)
-      if (r != T(0) && ((r < T(0)) != (b < T(0)))) r = r + b;
-    return r;
-  } else {  // Max, Min: NaN propagates, as torch.maximum/minimum
-    if constexpr (!kInt)
-      if (a != a || b != b) return a != a ? a : b;
-    if constexpr (Op == BinaryOp::Max) return a > b ? a : b;
-    else return a < b ? a : b;
+  if constexpr (std::is_integral_v<T>) return ipow(a, b);
+  else return pow(a, b);
+}
+// float-only ops: the op layer converts integers (an integer T returns a).
+template <class T> TG_HOST_DEVICE inline T atan2_elem(T a, T b) {
+  using std::atan2;
+  if constexpr (std::is_integral_v<T>) return a;
+  else return atan2(a, b);
+}
+template <class T> TG_HOST_DEVICE inline T hypot_elem(T a, T b) {
+  using std::hypot;
+  if constexpr (std::is_integral_v<T>) return a;
+  else return hypot(a, b);
+}
+// fmod: the sign of a (C's); remainder: the sign of b (Python's), as
+// PyTorch computes it: fmod shifted by b when the signs differ. Integer
+// division by 0 is refused by the op layer; -1 never traps.
+template <bool kRemainder, class T> TG_HOST_DEVICE inline T fmod_elem(T a, T b) {
+  T r;
+  if constexpr (std::is_integral_v<T>) r = (b == 0 || b == T(-1)) ? T(0) : T(a % b);
+  else {
+    using std::fmod;
+    r = fmod(a, b);
   }
+  if constexpr (kRemainder)
+    if (r != T(0) && ((r < T(0)) != (b < T(0)))) r = r + b;
+  return r;
+}
+// maximum, minimum: NaN propagates, as torch.maximum/minimum.
+template <bool kMax, class T> TG_HOST_DEVICE inline T extremum_elem(T a, T b) {
+  if constexpr (!std::is_integral_v<T>)
+    if (a != a || b != b) return a != a ? a : b;
+  if constexpr (kMax) return a > b ? a : b;
+  else return a < b ? a : b;
+}
+
+// The forward column of binary.def.
+template <BinaryOp Op, class T> TG_HOST_DEVICE inline T binary_fn(T a, T b) {
+#define TG_BINARY(name, Kernel, arg, form, float_only, forward, ...) \
+  if constexpr (Op == BinaryOp::Kernel) return forward;
+#include <tapegrad/tensor/binary.def>
+#undef TG_BINARY
+  return T(0);
 }
 
 template <class T> TG_HOST_DEVICE inline T binary_apply(BinaryOp op, T a, T b) {
   switch (op) {
-    case BinaryOp::Add: return binary_fn<BinaryOp::Add>(a, b);
-    case BinaryOp::Sub: return binary_fn<BinaryOp::Sub>(a, b);
-    case BinaryOp::Mul: return binary_fn<BinaryOp::Mul>(a, b);
-    case BinaryOp::Div: return binary_fn<BinaryOp::Div>(a, b);
-    case BinaryOp::Pow: return binary_fn<BinaryOp::Pow>(a, b);
-    case BinaryOp::Max: return binary_fn<BinaryOp::Max>(a, b);
-    case BinaryOp::Min: return binary_fn<BinaryOp::Min>(a, b);
-    case BinaryOp::Atan2: return binary_fn<BinaryOp::Atan2>(a, b);
-    case BinaryOp::Hypot: return binary_fn<BinaryOp::Hypot>(a, b);
-    case BinaryOp::Fmod: return binary_fn<BinaryOp::Fmod>(a, b);
-    case BinaryOp::Remainder: return binary_fn<BinaryOp::Remainder>(a, b);
+#define TG_BINARY(name, Kernel, ...) \
+  case BinaryOp::Kernel:             \
+    return binary_fn<BinaryOp::Kernel>(a, b);
+#include <tapegrad/tensor/binary.def>
+#undef TG_BINARY
   }
   return T(0);
 }
@@ -248,13 +255,11 @@ template <class F> inline void visit_unary(UnaryOp op, F&& f) {
 }
 template <class F> inline void visit_binary(BinaryOp op, F&& f) {
   switch (op) {
-#define TG_CASE(o) \
-  case BinaryOp::o: return f(std::integral_constant<BinaryOp, BinaryOp::o>{});
-    // clang-format off
-    TG_CASE(Add) TG_CASE(Sub) TG_CASE(Mul) TG_CASE(Div) TG_CASE(Pow) TG_CASE(Max) TG_CASE(Min)
-    TG_CASE(Atan2) TG_CASE(Hypot) TG_CASE(Fmod) TG_CASE(Remainder)
-    // clang-format on
-#undef TG_CASE
+#define TG_BINARY(name, Kernel, ...) \
+  case BinaryOp::Kernel:             \
+    return f(std::integral_constant<BinaryOp, BinaryOp::Kernel>{});
+#include <tapegrad/tensor/binary.def>
+#undef TG_BINARY
   }
 }
 

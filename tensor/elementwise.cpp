@@ -38,24 +38,26 @@ namespace {
 
 const char* binary_name(BinaryOp op) {
   switch (op) {
-    case BinaryOp::Add: return "add";
-    case BinaryOp::Sub: return "sub";
-    case BinaryOp::Mul: return "mul";
-    case BinaryOp::Div: return "div";
-    case BinaryOp::Pow: return "pow";
-    case BinaryOp::Max: return "maximum";
-    case BinaryOp::Min: return "minimum";
-    case BinaryOp::Atan2: return "atan2";
-    case BinaryOp::Hypot: return "hypot";
-    case BinaryOp::Fmod: return "fmod";
-    case BinaryOp::Remainder: return "remainder";
+#define TG_BINARY(name, Kernel, ...) \
+  case BinaryOp::Kernel:             \
+    return #name;
+#include <tapegrad/tensor/binary.def>
+#undef TG_BINARY
   }
   return "?";
 }
 
 ScalarType binary_result_type(BinaryOp op, ScalarType a, ScalarType b, const char* name) {
   ScalarType rt = promote_types(a, b);
-  const bool float_only = op == BinaryOp::Div || op == BinaryOp::Atan2 || op == BinaryOp::Hypot;
+  bool float_only = false;  // binary.def's float_only column
+  switch (op) {
+#define TG_BINARY(name, Kernel, arg, form, float_only_, ...) \
+  case BinaryOp::Kernel:                                     \
+    float_only = float_only_;                                \
+    break;
+#include <tapegrad/tensor/binary.def>
+#undef TG_BINARY
+  }
   if (float_only && !is_floating_point(rt)) rt = kFloat32;
   TG_CHECK(!((op == BinaryOp::Fmod || op == BinaryOp::Remainder) && rt == kBool), name,
            ": not defined on two Bool tensors; convert them with .to(kInt64)");
@@ -233,13 +235,17 @@ Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
   if (alpha.is_integral() && alpha.to_int() == 1) return binary(BinaryOp::Sub, a, b);
   return binary(BinaryOp::Sub, a, raw::mul(b, alpha));
 }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Mul, a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Div, a, b); }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Pow, a, b); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Max, a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Min, a, b); }
-Tensor atan2(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Atan2, a, b); }
-Tensor hypot(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Hypot, a, b); }
+// The binary ops of form G: one definition per line of binary.def.
+#define TG_BINARY_RAW_A(name, Kernel)
+#define TG_BINARY_RAW_R(name, Kernel)
+#define TG_BINARY_RAW_G(name, Kernel) \
+  Tensor name(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Kernel, a, b); }
+#define TG_BINARY(name, Kernel, arg, form, ...) TG_BINARY_RAW_##form(name, Kernel)
+#include <tapegrad/tensor/binary.def>
+#undef TG_BINARY
+#undef TG_BINARY_RAW_A
+#undef TG_BINARY_RAW_R
+#undef TG_BINARY_RAW_G
 // Integer division by zero is refused, as PyTorch's ZeroDivisionError (one
 // look at the divisor: a host sync on a GPU, integer tensors only).
 static Tensor integer_modulo(BinaryOp op, const Tensor& a, const Tensor& b) {

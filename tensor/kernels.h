@@ -90,7 +90,12 @@ template <class F> void dispatch_bytes(size_t bytes, F&& f) {
   }
 }
 
-enum class BinaryOp { Add, Sub, Mul, Div, Pow, Max, Min, Atan2, Hypot, Fmod, Remainder };
+// The binary ops of <tapegrad/tensor/binary.def>.
+enum class BinaryOp {
+#define TG_BINARY(name, Kernel, ...) Kernel,
+#include <tapegrad/tensor/binary.def>
+#undef TG_BINARY
+};
 enum class CompareOp { Eq, Ne, Lt, Le, Gt, Ge };
 // The plain unary ops of <tapegrad/tensor/unary.def>, then those with
 // parameters.

@@ -113,18 +113,13 @@ std::vector<OpEntry> op_entries() {
   {#name, F1(tg::name(x)), unary_samples(lo, hi)},
 #include <tapegrad/tensor/unary.def>
 #undef TG_UNARY
-      // elementwise, binary
-      {"add", F2(add(x, y, 2.5)), binary_samples()},
-      {"sub", F2(sub(x, y, 0.5)), binary_samples()},
-      {"mul", F2(mul(x, y)), binary_samples()},
-      {"div", F2(div(x, y)), binary_samples(0.5, 2)},
-      {"pow", F2(pow(x, y)), binary_samples(0.5, 2)},
-      {"maximum", F2(maximum(x, y)), binary_samples()},
-      {"minimum", F2(minimum(x, y)), binary_samples()},
-      {"atan2", F2(atan2(x, y)), binary_samples()},
-      {"hypot", F2(hypot(x, y)), binary_samples(0.5, 2)},
-      {"fmod", F2(fmod(x * 3.0, y) + fmod(-x * 3.0, y)), binary_samples(0.5, 2)},
-      {"remainder", F2(remainder(x * 3.0, y) + remainder(-x * 3.0, y)), binary_samples(0.5, 2)},
+  // elementwise, binary
+  // the binary ops: their line of binary.def gives the sample and its range
+#define TG_BINARY(name, Kernel, arg, form, float_only, forward, grad_a, grad_b, saves_a, saves_b, taylor, composite, \
+                  sample, lo, hi)                                                                                    \
+  {#name, F2(sample), binary_samples(lo, hi)},
+#include <tapegrad/tensor/binary.def>
+#undef TG_BINARY
       {"fmod_scalar", F1(fmod(x * 3.0, 0.7) + x.fmod(-0.7)), unit},
       {"remainder_scalar", F1(remainder(x * 3.0, 0.7) + x.remainder(-0.7)), unit},
       {"add_scalar", F1(add(x, 2.0)), unit},

@@ -433,58 +433,21 @@ Tensor both(const Tensor& m1, const Tensor& m2) {  // logical and of two masks
   return eq(raw::add(raw::to(m1, kInt64), raw::to(m2, kInt64)), 2);
 }
 
-const BinarySpec kAdd{"add", "AddBackward", TG_BINARY_FORMULA(g), TG_BINARY_FORMULA(alpha == 1 ? g : mul(g, alpha)),
-                      kNone, kNone};
-const BinarySpec kSub{
-    "sub", "SubBackward", TG_BINARY_FORMULA(g), TG_BINARY_FORMULA(alpha == 1 ? neg(g) : mul(g, -alpha)), kNone, kNone};
-const BinarySpec kMul{"mul",  "MulBackward", TG_BINARY_FORMULA(mul(g, b)), TG_BINARY_FORMULA(mul(g, a)),
-                      kOther, kSelf,         BinaryTaylor::kProduct};
-const BinarySpec kDiv{
-    "div",  "DivBackward",  TG_BINARY_FORMULA(div(g, b)), TG_BINARY_FORMULA(neg(mul(g, div(a, square(b))))),
-    kOther, kSelf | kOther, BinaryTaylor::kQuotient};
-const BinarySpec kPow{"pow",
-                      "PowBackward",
-                      TG_BINARY_FORMULA(where(eq(b, 0), zeros_like(g), mul(g, mul(b, pow(a, sub(b, 1)))))),
-                      TG_BINARY_FORMULA(where(both(eq(a, 0), ge(b, 0)), zeros_like(g), mul(g, mul(r, log(a))))),
-                      kSelf | kOther,
-                      kSelf | kOther | kResult,
-                      BinaryTaylor::kPower};
-// maximum and minimum: the gradient goes to the larger (smaller) operand,
-// split evenly at ties; `wins`/`loses` compare a with b.
-#define TG_EXTREMUM_SPEC(var, op, node, wins, loses)                                                          \
-  const BinarySpec var{op,                                                                                    \
-                       node,                                                                                  \
-                       TG_BINARY_FORMULA(where(wins(a, b), g, where(eq(a, b), mul(g, 0.5), zeros_like(g)))),  \
-                       TG_BINARY_FORMULA(where(loses(a, b), g, where(eq(a, b), mul(g, 0.5), zeros_like(g)))), \
-                       kSelf | kOther,                                                                        \
-                       kSelf | kOther};
-// atan2(a, b) = the angle of (b, a): d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2).
-const BinarySpec kAtan2{"atan2",
-                        "Atan2Backward",
-                        TG_BINARY_FORMULA(mul(g, div(b, add(square(a), square(b))))),
-                        TG_BINARY_FORMULA(neg(mul(g, div(a, add(square(a), square(b)))))),
-                        kSelf | kOther,
-                        kSelf | kOther,
-                        BinaryTaylor::kComposite,
-                        atan2_composite};
-const BinarySpec kHypot{"hypot",
-                        "HypotBackward",
-                        TG_BINARY_FORMULA(mul(g, div(a, r))),
-                        TG_BINARY_FORMULA(mul(g, div(b, r))),
-                        kSelf | kResult,
-                        kOther | kResult,
-                        BinaryTaylor::kComposite,
-                        [](const Tensor& a, const Tensor& b) { return sqrt(add(square(a), square(b))); }};
-// fmod and remainder are a - q b with q = trunc(a / b) (floor(a / b))
-// constant between its jumps: d/da = 1, d/db = -q; piecewise linear.
-const BinarySpec kFmod{"fmod", "FmodBackward", TG_BINARY_FORMULA(g), TG_BINARY_FORMULA(neg(mul(g, trunc(div(a, b))))),
-                       kNone,  kSelf | kOther};
-const BinarySpec kRemainder{
-    "remainder", "RemainderBackward", TG_BINARY_FORMULA(g), TG_BINARY_FORMULA(neg(mul(g, floor(div(a, b))))),
-    kNone,       kSelf | kOther};
-TG_EXTREMUM_SPEC(kMaximum, "maximum", "MaximumBackward", gt, lt)
-TG_EXTREMUM_SPEC(kMinimum, "minimum", "MinimumBackward", lt, gt)
-#undef TG_EXTREMUM_SPEC
+Tensor hypot_composite(const Tensor& a, const Tensor& b) { return sqrt(add(square(a), square(b))); }
+
+// The binary ops: the spec of each line of binary.def.
+#define TG_BINARY(name, Kernel, arg, form, float_only, forward, grad_a, grad_b, saves_a, saves_b, taylor, composite, \
+                  ...)                                                                                               \
+  const BinarySpec k##Kernel{#name,                                                                                  \
+                             #Kernel "Backward",                                                                     \
+                             TG_BINARY_FORMULA(grad_a),                                                              \
+                             TG_BINARY_FORMULA(grad_b),                                                              \
+                             saves_a,                                                                                \
+                             saves_b,                                                                                \
+                             BinaryTaylor::taylor,                                                                   \
+                             composite};
+#include <tapegrad/tensor/binary.def>
+#undef TG_BINARY
 #undef TG_BINARY_FORMULA
 
 Tensor binary_taylor(const BinarySpec& spec, const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& ta,
@@ -545,34 +508,19 @@ Tensor autograd::ops::sub(const Tensor& a, const Tensor& b, Scalar alpha) {
   return binary_op(
       a, b, kSub, [&] { return raw::sub(a, b, alpha); }, alpha.to_double());
 }
-Tensor autograd::ops::mul(const Tensor& a, const Tensor& b) {
-  return binary_op(a, b, kMul, [&] { return raw::mul(a, b); });
-}
-Tensor autograd::ops::div(const Tensor& a, const Tensor& b) {
-  return binary_op(a, b, kDiv, [&] { return raw::div(a, b); });
-}
-Tensor autograd::ops::pow(const Tensor& a, const Tensor& b) {
-  return binary_op(a, b, kPow, [&] { return raw::pow(a, b); });
-}
-Tensor autograd::ops::maximum(const Tensor& a, const Tensor& b) {
-  return binary_op(a, b, kMaximum, [&] { return raw::maximum(a, b); });
-}
-Tensor autograd::ops::minimum(const Tensor& a, const Tensor& b) {
-  return binary_op(a, b, kMinimum, [&] { return raw::minimum(a, b); });
-}
-
-Tensor autograd::ops::atan2(const Tensor& a, const Tensor& b) {
-  return binary_op(a, b, kAtan2, [&] { return raw::atan2(a, b); });
-}
-Tensor autograd::ops::hypot(const Tensor& a, const Tensor& b) {
-  return binary_op(a, b, kHypot, [&] { return raw::hypot(a, b); });
-}
-Tensor autograd::ops::fmod(const Tensor& a, const Tensor& b) {
-  return binary_op(a, b, kFmod, [&] { return raw::fmod(a, b); });
-}
-Tensor autograd::ops::remainder(const Tensor& a, const Tensor& b) {
-  return binary_op(a, b, kRemainder, [&] { return raw::remainder(a, b); });
-}
+// The binary ops of forms G and R: one entry per line of binary.def.
+#define TG_BINARY_AUTOGRAD_A(name, Kernel)
+#define TG_BINARY_AUTOGRAD_G(name, Kernel)                              \
+  Tensor autograd::ops::name(const Tensor& a, const Tensor& b) {        \
+    return binary_op(a, b, k##Kernel, [&] { return raw::name(a, b); }); \
+  }
+#define TG_BINARY_AUTOGRAD_R(name, Kernel) TG_BINARY_AUTOGRAD_G(name, Kernel)
+#define TG_BINARY(name, Kernel, arg, form, ...) TG_BINARY_AUTOGRAD_##form(name, Kernel)
+#include <tapegrad/tensor/binary.def>
+#undef TG_BINARY
+#undef TG_BINARY_AUTOGRAD_A
+#undef TG_BINARY_AUTOGRAD_G
+#undef TG_BINARY_AUTOGRAD_R
 Tensor autograd::ops::fmod(const Tensor& a, Scalar b) {
   return unary_op(a, kFmodScalar, [&](const Tensor& x) { return raw::fmod(x, b); });
 }

@@ -73,16 +73,42 @@ def params(p):
     return p
 
 
+def binary_entries(text):
+    """Each TG_BINARY(...) line of binary.def as the TG_OP entry ops.def makes
+    of it (forms G and R), or nothing (form A)."""
+    out, i = [], 0
+    while True:
+        j = text.find("TG_BINARY(", i)
+        if j < 0:
+            out.append(text[i:])
+            return "".join(out)
+        out.append(text[i:j])
+        k, depth = j + len("TG_BINARY"), 0
+        while True:
+            depth += text[k] == "("
+            depth -= text[k] == ")"
+            if depth == 0:
+                break
+            k += 1
+        parts = split_top(text[j + len("TG_BINARY("):k])
+        name, arg, form = parts[0], parts[2], parts[3]
+        if form in ("G", "R"):
+            out.append(f"TG_OP(Tensor, {name}, {name}, (const Tensor& {arg}), ({arg}), FM)")
+        i = k + 1
+
+
 def inline_includes(path):
-    """ops.def with the lists it includes (unary.def) spliced in; a unary.def
-    line becomes the TG_OP0 entry ops.def makes of it."""
+    """ops.def with the lists it includes (unary.def, binary.def) spliced in; a
+    unary.def line becomes the TG_OP0 entry ops.def makes of it, a binary.def
+    line of form G or R its TG_OP entry (form A: nothing, ops.def has it)."""
     import os
     text = open(path).read()
     def splice(m):
         inc = open(os.path.join(os.path.dirname(path), os.path.basename(m.group(1)))).read()
         inc = "\n".join(l for l in inc.split("\n") if not l.startswith("// "))
-        return re.sub(r"TG_UNARY\((\w+),\s*(\w+),[^\n]*(?:\n\s+[^\n]*)?\)",
-                      lambda u: f"TG_OP0(Tensor, {u.group(1)}, {u.group(1)}, FM)", inc)
+        inc = re.sub(r"TG_UNARY\((\w+),\s*(\w+),[^\n]*(?:\n\s+[^\n]*)?\)",
+                     lambda u: f"TG_OP0(Tensor, {u.group(1)}, {u.group(1)}, FM)", inc)
+        return binary_entries(inc)
     return re.sub(r"#include <(tapegrad/tensor/\w+\.def)>", splice, text)
 
 

@@ -33,7 +33,26 @@ namespace {
 struct UnaryArgs {
   double a = 0, b = 0;
 };
-using UnaryFormula = Tensor (*)(const Tensor& g, const Tensor& x, const Tensor& r, const UnaryArgs&);
+// u f'(x): an op's derivative, stated once (unary.def's derivative column).
+using UnaryFormula = Tensor (*)(const Tensor& u, const Tensor& x, const Tensor& r, const UnaryArgs&);
+
+// Complex conjugation where a tensor's dtype is complex: the identity on the
+// real dtypes, which are all tapegrad has today (issue 47 adds complex ones,
+// and conj here). docs/AUTOGRAD.md, "Conjugation": gradients are conjugate
+// Wirtinger derivatives, so the backward of f is g conj(f') and the tangent
+// t f'.
+Tensor conj_if_complex(const Tensor& t) {
+  TG_INTERNAL_ASSERT(!t.defined() || !is_differentiable(t.dtype()) || is_floating_point(t.dtype()),
+                     "conj_if_complex: a differentiable dtype that is not real (", t.dtype(),
+                     ") needs its conjugation here");
+  return t;
+}
+// The two rules from one derivative d(u) = u f': the backward g conj(f') =
+// conj(d(conj(g))) and the tangent d(t) = t f'.
+template <class D, class... A> Tensor backward_from(D d, const Tensor& g, const A&... args) {
+  return conj_if_complex(d(conj_if_complex(g), args...));
+}
+template <class D, class... A> Tensor tangent_from(D d, const Tensor& t, const A&... args) { return d(t, args...); }
 enum Saves : uint8_t { kNone = 0, kSelf = 1, kOther = 2, kResult = 4 };
 
 // A unary op's Taylor rule: where its derivatives f^(j)(x), j = 1..K, come
@@ -133,13 +152,13 @@ void pow_base_d(const Tensor&, const Tensor& r, const UnaryArgs& args, std::vect
 }
 }  // namespace taylor_rule
 
-// An op's derivative rules, side by side: its backward formula and what it
-// saves, and its Taylor rule; the tangent rule is the formula with the
-// tangent for g (the Jacobian is diagonal).
+// An op's derivative rules, side by side: its derivative u f'(x), from which
+// the backward and the tangent rule both come (the Jacobian is diagonal), what
+// it saves, and its Taylor rule.
 struct UnarySpec {
   const char* op;
   const char* node;
-  UnaryFormula formula;
+  UnaryFormula derivative;
   uint8_t saves;
   TaylorRule taylor;
 };
@@ -147,16 +166,16 @@ struct UnarySpec {
 class UnaryBackward final : public SelfResultNode {
  public:
   UnaryBackward(const UnarySpec& spec, UnaryArgs args)
-      : SelfResultNode(spec.op, spec.node), formula_(spec.formula), args_(args) {}
+      : SelfResultNode(spec.op, spec.node), derivative_(spec.derivative), args_(args) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
     if (should_compute_output(0))
-      out[0] = formula_(grads[0], self_.unpack(this, "self"), result_.unpack(this, "result"), args_);
+      out[0] = backward_from(derivative_, grads[0], self_.unpack(this, "self"), result_.unpack(this, "result"), args_);
     return out;
   }
 
  private:
-  UnaryFormula formula_;
+  UnaryFormula derivative_;
   UnaryArgs args_;
 };
 
@@ -170,8 +189,8 @@ bool closed_derivatives(const UnarySpec& spec, const Tensor& x, const Tensor& r,
 
 template <class F> Tensor unary_op(const Tensor& x, const UnarySpec& spec, F&& raw_fn, UnaryArgs args = {});
 
-// f^(j)(x), j = 1..K, for an op without closed forms: its backward formula
-// with a unit gradient is f', and since f is elementwise, f^(j+1) is the
+// f^(j)(x), j = 1..K, for an op without closed forms: its derivative at
+// u = 1 is f', and since f is elementwise, f^(j+1) is the
 // gradient of the sum of f^(j). On x itself when x is recorded (so the
 // derivatives keep x's history), else on a leaf copy.
 template <class F>
@@ -187,7 +206,7 @@ std::vector<Tensor> derivatives_by_reverse(const UnarySpec& spec, const Tensor& 
     rv = unary_op(xv, spec, raw_fn, args);
   }
   std::vector<Tensor> d(size_t(K) + 1);
-  d[1] = spec.formula(ones_like(xv), xv, rv, args);
+  d[1] = spec.derivative(ones_like(xv), xv, rv, args);
   for (int j = 2; j <= K && d[size_t(j - 1)].requires_grad(); ++j)
     d[size_t(j)] = autograd::grad({d[size_t(j - 1)]}, {xv}, {ones_like(xv)}, true, true, true)[0];
   if (!recorded)
@@ -196,8 +215,8 @@ std::vector<Tensor> derivatives_by_reverse(const UnarySpec& spec, const Tensor& 
   return d;
 }
 
-// The tangent rule of an elementwise op is its backward formula with the
-// tangent for the incoming gradient: the Jacobian is diagonal. Taylor mode:
+// The tangent rule of an elementwise op is its derivative at the tangent
+// (tangent_from): the Jacobian is diagonal. Taylor mode:
 // Faa di Bruno on the op's derivatives (jet_unary).
 template <class F> Tensor unary_op(const Tensor& x, const UnarySpec& spec, F&& raw_fn, UnaryArgs args) {
   Tensor out;
@@ -214,7 +233,7 @@ template <class F> Tensor unary_op(const Tensor& x, const UnarySpec& spec, F&& r
     const Tensor t = fw_t(x);
     fw_rule(out, [&] {
       const autograd::forward_ad::TaylorLayout* taylor = fw_taylor();
-      if (!taylor || spec.taylor.kind == TaylorRule::kLinear) return spec.formula(t, x, out, args);
+      if (!taylor || spec.taylor.kind == TaylorRule::kLinear) return tangent_from(spec.derivative, t, x, out, args);
       if (spec.taylor.kind == TaylorRule::kActivation)  // order 2: one kernel, derivatives in it
         if (Tensor fused = jet_activation(t, x, spec.taylor.act, 0); fused.defined()) return fused;
       std::vector<Tensor> d(size_t(taylor->order) + 1);
@@ -232,7 +251,7 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
 
 #define TG_UNARY_BACKWARD(var, op, node, saves, taylor, body)                                                  \
   const UnarySpec var{op, node,                                                                                \
-                      [](const Tensor& g, const Tensor& x, const Tensor& r, const UnaryArgs& args) -> Tensor { \
+                      [](const Tensor& u, const Tensor& x, const Tensor& r, const UnaryArgs& args) -> Tensor { \
                         (void)x, (void)r, (void)args;                                                          \
                         return body;                                                                           \
                       },                                                                                       \
@@ -242,17 +261,17 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
                         return taylor;                                                                         \
                       }()};
 
-// The plain unary ops: the backward formula of each line of unary.def (the
+// The plain unary ops: the derivative of each line of unary.def (the
 // activations' is one fused kernel, differentiable again with one kernel per
 // order: activation_grad below).
-#define TG_UNARY(name, Kernel, float_only, forward, backward, saves, taylor, lo, hi) \
-  TG_UNARY_BACKWARD(k##Kernel, #name, #Kernel "Backward", saves, taylor, backward)
+#define TG_UNARY(name, Kernel, float_only, forward, derivative, saves, taylor, lo, hi) \
+  TG_UNARY_BACKWARD(k##Kernel, #name, #Kernel "Backward", saves, taylor, derivative)
 #include <tapegrad/tensor/unary.def>
 #undef TG_UNARY
 TG_UNARY_BACKWARD(kGelu, "gelu", "GeluBackward", kSelf, by_reverse(), [&] {
   Tensor cdf = mul(add(erf(mul(x, kInvSqrt2)), 1), 0.5);
   Tensor pdf = mul(exp(mul(square(x), -0.5)), kInvSqrt2Pi);
-  return mul(g, add(cdf, mul(x, pdf)));
+  return mul(u, add(cdf, mul(x, pdf)));
 }())
 TG_UNARY_BACKWARD(kGeluTanh, "gelu", "GeluBackward", kSelf, by_reverse(), [&] {
   constexpr double c = 0.044715;
@@ -260,25 +279,25 @@ TG_UNARY_BACKWARD(kGeluTanh, "gelu", "GeluBackward", kSelf, by_reverse(), [&] {
   Tensor t = tanh(mul(mul(add(mul(x2, c), 1), x), kSqrt2OverPi));
   Tensor left = mul(add(t, 1), 0.5);
   Tensor dt = mul(add(neg(square(t)), 1), mul(add(mul(x2, 3 * c), 1), kSqrt2OverPi));
-  return mul(g, add(left, mul(mul(x, dt), 0.5)));
+  return mul(u, add(left, mul(mul(x, dt), 0.5)));
 }())
 TG_UNARY_BACKWARD(kSoftplus, "softplus", "SoftplusBackward", kSelf, by_reverse(), [&] {
   Tensor z = mul(x, args.a);
-  return where(gt(z, args.b), g, mul(g, sigmoid(z)));
+  return where(gt(z, args.b), u, mul(u, sigmoid(z)));
 }())
 // clamp: args.a = lo, args.b = hi; the spec says which bounds exist.
-TG_UNARY_BACKWARD(kClampLo, "clamp", "ClampBackward", kSelf, linear(), where(ge(x, args.a), g, 0))
-TG_UNARY_BACKWARD(kClampHi, "clamp", "ClampBackward", kSelf, linear(), where(le(x, args.b), g, 0))
+TG_UNARY_BACKWARD(kClampLo, "clamp", "ClampBackward", kSelf, linear(), where(ge(x, args.a), u, 0))
+TG_UNARY_BACKWARD(kClampHi, "clamp", "ClampBackward", kSelf, linear(), where(le(x, args.b), u, 0))
 TG_UNARY_BACKWARD(kClampBoth, "clamp", "ClampBackward", kSelf, linear(),
-                  where(ge(x, args.a), where(le(x, args.b), g, 0), 0))
-TG_UNARY_BACKWARD(kAddScalar, "add", "AddBackward", kNone, linear(), g)
-TG_UNARY_BACKWARD(kMulScalar, "mul", "MulBackward", kNone, linear(), mul(g, args.a))
-TG_UNARY_BACKWARD(kFmodScalar, "fmod", "FmodBackward", kNone, linear(), g)
-TG_UNARY_BACKWARD(kRemainderScalar, "remainder", "RemainderBackward", kNone, linear(), g)
+                  where(ge(x, args.a), where(le(x, args.b), u, 0), 0))
+TG_UNARY_BACKWARD(kAddScalar, "add", "AddBackward", kNone, linear(), u)
+TG_UNARY_BACKWARD(kMulScalar, "mul", "MulBackward", kNone, linear(), mul(u, args.a))
+TG_UNARY_BACKWARD(kFmodScalar, "fmod", "FmodBackward", kNone, linear(), u)
+TG_UNARY_BACKWARD(kRemainderScalar, "remainder", "RemainderBackward", kNone, linear(), u)
 TG_UNARY_BACKWARD(kPowScalar, "pow", "PowBackward", kSelf, power_of_args(),
-                  args.a == 0 ? zeros_like(g) : mul(g, mul(pow(x, args.a - 1), args.a)))
+                  args.a == 0 ? zeros_like(u) : mul(u, mul(pow(x, args.a - 1), args.a)))
 TG_UNARY_BACKWARD(kPowScalarBase, "pow", "PowBackward", kResult, derivatives(pow_base_d),
-                  mul(g, mul(r, std::log(args.a))))
+                  mul(u, mul(r, std::log(args.a))))
 #undef TG_UNARY_BACKWARD
 
 // d[j] = act^(order + j)(x), j = 1..K (the fused kernels).
@@ -314,7 +333,9 @@ bool closed_derivatives(const UnarySpec& s, const Tensor& x, const Tensor& r, co
 
 // ---- binary ---------------------------------------------------------------------
 
-using BinaryFormula = Tensor (*)(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& r, double alpha);
+// u df/da (or u df/db): a partial derivative, stated once (binary.def's d_a,
+// d_b columns).
+using BinaryFormula = Tensor (*)(const Tensor& u, const Tensor& a, const Tensor& b, const Tensor& r, double alpha);
 // A binary op's Taylor rule: kTangent, the tangent rule (the formulas with
 // the tangents for g) maps every coefficient (add, sub, and maximum/minimum,
 // piecewise linear); the others combine the coefficients (jet_product,
@@ -323,12 +344,13 @@ using BinaryFormula = Tensor (*)(const Tensor& g, const Tensor& a, const Tensor&
 // ops with the op's derivatives (atan2, hypot).
 enum class BinaryTaylor : uint8_t { kTangent, kProduct, kQuotient, kPower, kComposite };
 
-// An op's derivative rules, side by side: the backward formulas of a and b,
-// what each reads, and its Taylor rule.
+// An op's derivative rules, side by side: its partial derivatives u df/da
+// and u df/db (binary.def's d_a, d_b), from which the backward and the
+// tangent rule both come, what each reads, and its Taylor rule.
 struct BinarySpec {
   const char* op;
   const char* node;
-  BinaryFormula fa, fb;
+  BinaryFormula fa, fb;      // d_a, d_b
   uint8_t saves_a, saves_b;  // what the gradient of a (of b) reads
   // kProduct: a * b, whose two gradients may also come from one kernel
   BinaryTaylor taylor = BinaryTaylor::kTangent;
@@ -374,8 +396,8 @@ class BinaryBackward final : public OpNode {
     if (spec_.taylor == BinaryTaylor::kProduct && ga && gb && grads[0].defined() &&
         fused_product_backward(grads[0], a, b, out))
       return out;
-    if (ga) out[0] = spec_.fa(grads[0], a, b, r, alpha_);
-    if (gb) out[1] = spec_.fb(grads[0], a, b, r, alpha_);
+    if (ga) out[0] = backward_from(spec_.fa, grads[0], a, b, r, alpha_);
+    if (gb) out[1] = backward_from(spec_.fb, grads[0], a, b, r, alpha_);
     return out;
   }
   void release_variables() override {
@@ -416,16 +438,16 @@ Tensor binary_op(const Tensor& a, const Tensor& b, const BinarySpec& spec, F&& r
     fw_rule(out, [&] {
       if (fw_taylor())
         if (Tensor t = binary_taylor(spec, a, b, out, ta, tb); t.defined()) return t;
-      return fw_add(ta.defined() ? spec.fa(ta, a, b, out, alpha) : Tensor(),
-                    tb.defined() ? spec.fb(tb, a, b, out, alpha) : Tensor());
+      return fw_add(ta.defined() ? tangent_from(spec.fa, ta, a, b, out, alpha) : Tensor(),
+                    tb.defined() ? tangent_from(spec.fb, tb, a, b, out, alpha) : Tensor());
     });
   }
   return out;
 }
 
 #define TG_BINARY_FORMULA(body)                                                                    \
-  [](const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& r, double alpha) -> Tensor { \
-    (void)g, (void)a, (void)b, (void)r, (void)alpha;                                               \
+  [](const Tensor& u, const Tensor& a, const Tensor& b, const Tensor& r, double alpha) -> Tensor { \
+    (void)u, (void)a, (void)b, (void)r, (void)alpha;                                               \
     return body;                                                                                   \
   }
 
@@ -436,15 +458,14 @@ Tensor both(const Tensor& m1, const Tensor& m2) {  // logical and of two masks
 Tensor hypot_composite(const Tensor& a, const Tensor& b) { return sqrt(add(square(a), square(b))); }
 
 // The binary ops: the spec of each line of binary.def.
-#define TG_BINARY(name, Kernel, arg, form, float_only, forward, grad_a, grad_b, saves_a, saves_b, taylor, composite, \
-                  ...)                                                                                               \
-  const BinarySpec k##Kernel{#name,                                                                                  \
-                             #Kernel "Backward",                                                                     \
-                             TG_BINARY_FORMULA(grad_a),                                                              \
-                             TG_BINARY_FORMULA(grad_b),                                                              \
-                             saves_a,                                                                                \
-                             saves_b,                                                                                \
-                             BinaryTaylor::taylor,                                                                   \
+#define TG_BINARY(name, Kernel, arg, form, float_only, forward, d_a, d_b, saves_a, saves_b, taylor, composite, ...) \
+  const BinarySpec k##Kernel{#name,                                                                                 \
+                             #Kernel "Backward",                                                                    \
+                             TG_BINARY_FORMULA(d_a),                                                                \
+                             TG_BINARY_FORMULA(d_b),                                                                \
+                             saves_a,                                                                               \
+                             saves_b,                                                                               \
+                             BinaryTaylor::taylor,                                                                  \
                              composite};
 #include <tapegrad/tensor/binary.def>
 #undef TG_BINARY

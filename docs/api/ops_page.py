@@ -133,7 +133,25 @@ def linalg_page(text):
     print("\n".join(out))
 
 
+def dtypes_page(text):
+    """dtypes.def: the dtype list's page."""
+    out = ["/** \\page dtypes The dtype list", "",
+           "Every dtype (tg::ScalarType), from include/tapegrad/tensor/dtypes.def, the one list its names, "
+           "promotion, sizes, DLPack codes and kernel dispatch are generated from.", "",
+           "| dtype | C++ element type | category | computed in | promotion rank | DLPack code/bits | Python |",
+           "|---|---|---|---|---|---|---|"]
+    body = "\n".join(l for l in text.split("\n") if not l.startswith("//"))
+    for m in re.finditer(r"TG_DTYPE\(([^()]*(?:\([^()]*\)[^()]*)*)\)", body):
+        p = [x.strip() for x in split_top(m.group(1))]
+        out.append(f"| `k{p[0]}` | `{p[1]}` | {p[3]} | `k{p[4]}` | {p[5]} | {p[6]}/{p[7]} | {p[10]} |")
+    out.append("*/")
+    print("\n".join(out))
+
+
 def main():
+    if sys.argv[1].endswith("dtypes.def"):
+        dtypes_page(open(sys.argv[1]).read())
+        return
     if sys.argv[1].endswith("linalg.def"):
         linalg_page(open(sys.argv[1]).read())
         return

@@ -92,6 +92,20 @@ void check_writable(const Tensor& t, const char* op) {
              ") refers to a single memory location; call .clone() first");
 }
 
+namespace {
+template <class T> double largest_finite() { return double(std::numeric_limits<T>::max()); }
+template <> double largest_finite<Half>() {
+  Half h;
+  h.bits = 0x7bff;  // 65504
+  return double(float(h));
+}
+template <> double largest_finite<BFloat16>() {
+  BFloat16 b;
+  b.bits = 0x7f7f;  // 3.3895313892515355e38
+  return double(float(b));
+}
+}  // namespace
+
 void check_scalar_fits(Scalar v, ScalarType dtype, const char* op) {
   if (v.is_integral() || dtype == kBool || dtype == kFloat64) return;  // every int64 is some double
   const double d = v.to_double();
@@ -107,9 +121,15 @@ void check_scalar_fits(Scalar v, ScalarType dtype, const char* op) {
              "; use a floating tensor, or a value in [-2^63, 2^63)");
     return;
   }
-  const double max = dtype == kFloat32   ? double(std::numeric_limits<float>::max())
-                     : dtype == kFloat16 ? 65504.0
-                                         : 3.3895313892515355e38;  // bfloat16
+  double max = 0;  // the dtype's largest finite value, from the dtype list's host type
+  switch (dtype) {
+#define TG_DTYPE(Name, HostT, ...) \
+  case ScalarType::Name:           \
+    max = largest_finite<HostT>(); \
+    break;
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
+  }
   TG_CHECK(!std::isfinite(d) || std::fabs(d) <= max, op, ": the value ", exact(d), " cannot be converted to ", dtype,
            " without overflow (its largest finite value is ", exact(max),
            "); use a wider dtype or pass inf explicitly");

@@ -119,6 +119,13 @@ TEST(Factories, NumbersThatDoNotFitAnIntegerTensorAreRefused) {
   // A narrower float refuses a finite value beyond its range; inf and NaN are its own values.
   EXPECT_ERROR_CONTAINS(tg::full({1}, 1e300, tg::kFloat32), "cannot be converted to Float32 without overflow");
   EXPECT_ERROR_CONTAINS(tg::zeros({1}, tg::kFloat16).fill_(1e5), "Float16");
+  // The largest finite values (from the dtype list's host types) fit; beyond them, refused.
+  EXPECT_EQ(tg::full({1}, 65504.0, tg::kFloat16).to(tg::kFloat64).item<double>(), 65504.0);
+  EXPECT_ERROR_CONTAINS(tg::full({1}, 65520.0, tg::kFloat16), "its largest finite value is 65504");
+  EXPECT_EQ(tg::full({1}, 3.3895313892515355e38, tg::kBFloat16).to(tg::kFloat64).item<double>(),
+            3.3895313892515355e38);
+  EXPECT_ERROR_CONTAINS(tg::full({1}, 3.39e38, tg::kBFloat16), "cannot be converted to BFloat16");
+  EXPECT_ERROR_CONTAINS(tg::full({1}, 3.5e38, tg::kFloat32), "cannot be converted to Float32");
   EXPECT_TRUE(std::isinf(tg::full({1}, INFINITY, tg::kFloat32).item<float>()));
   EXPECT_TRUE(std::isnan(tg::full({1}, std::nan(""), tg::kFloat16).to(tg::kFloat32).item<float>()));
   expect_values(tg::full({1}, 1e300, tg::kFloat64), {1e300}, 0, "Float64 holds it");

@@ -122,8 +122,7 @@ TEST(Factories, NumbersThatDoNotFitAnIntegerTensorAreRefused) {
   // The largest finite values (from the dtype list's host types) fit; beyond them, refused.
   EXPECT_EQ(tg::full({1}, 65504.0, tg::kFloat16).to(tg::kFloat64).item<double>(), 65504.0);
   EXPECT_ERROR_CONTAINS(tg::full({1}, 65520.0, tg::kFloat16), "its largest finite value is 65504");
-  EXPECT_EQ(tg::full({1}, 3.3895313892515355e38, tg::kBFloat16).to(tg::kFloat64).item<double>(),
-            3.3895313892515355e38);
+  EXPECT_EQ(tg::full({1}, 3.3895313892515355e38, tg::kBFloat16).to(tg::kFloat64).item<double>(), 3.3895313892515355e38);
   EXPECT_ERROR_CONTAINS(tg::full({1}, 3.39e38, tg::kBFloat16), "cannot be converted to BFloat16");
   EXPECT_ERROR_CONTAINS(tg::full({1}, 3.5e38, tg::kFloat32), "cannot be converted to Float32");
   EXPECT_TRUE(std::isinf(tg::full({1}, INFINITY, tg::kFloat32).item<float>()));

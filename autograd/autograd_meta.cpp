@@ -6,6 +6,7 @@
 
 #include "autograd/accumulate_grad.h"
 #include <tapegrad/autograd/engine.h>
+#include <tapegrad/autograd/forward_ad.h>
 #include <tapegrad/tensor/error.h>
 
 namespace tg::autograd {
@@ -200,6 +201,10 @@ std::shared_ptr<autograd::Node> autograd::ops::grad_fn(const Tensor& self) {
 bool autograd::ops::is_leaf(const Tensor& self) {
   AutogradMeta* m = impl::meta(self);
   return !m || !m->grad_fn;
+}
+
+bool autograd::ops::has_tangent(const Tensor& self) {
+  return self.defined() && forward_ad::is_active() && impl::has_fw_grad(self);
 }
 
 uint32_t autograd::ops::output_nr(const Tensor& self) {

@@ -42,7 +42,8 @@ const char* tg_last_error(void);
 /** Element types. */
 /* clang-format off */
 typedef enum tg_dtype {
-  TG_FLOAT32 = 0, TG_FLOAT64 = 1, TG_BFLOAT16 = 2, TG_FLOAT16 = 3, TG_INT64 = 4, TG_BOOL = 5
+  TG_FLOAT32 = 0, TG_FLOAT64 = 1, TG_BFLOAT16 = 2, TG_FLOAT16 = 3, TG_INT64 = 4, TG_BOOL = 5, TG_COMPLEX64 = 6,
+  TG_COMPLEX128 = 7
 } tg_dtype;
 /* clang-format on */
 

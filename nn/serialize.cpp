@@ -34,7 +34,7 @@ const char* st_dtype(ScalarType t) {
 
 bool from_st_dtype(const std::string& s, ScalarType* t) {
   for (int i = 0; i < kNumScalarTypes; ++i)
-    if (s == st_dtype(ScalarType(i))) {
+    if (const char* name = st_dtype(ScalarType(i)); name && s == name) {
       *t = ScalarType(i);
       return true;
     }
@@ -206,6 +206,9 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
     TG_CHECK(n != "__metadata__", "save_safetensors: '__metadata__' is reserved and cannot name a tensor");
     TG_CHECK(names.insert(n).second, "save_safetensors: the name '", n, "' appears twice");
     TG_CHECK(t.defined(), "save_safetensors: '", n, "' is an undefined tensor");
+    TG_CHECK(st_dtype(t.dtype()), "save_safetensors: '", n, "' is ", t.dtype(),
+             ", which the safetensors format has no dtype for; save view_as_real(t) (its real and imaginary parts "
+             "as a last dim of 2) and view_as_complex it after loading");
     TG_CHECK(!t.is_sparse(), "save_safetensors: '", n,
              "' is a sparse tensor; save to_dense() or its indices and values");
   }

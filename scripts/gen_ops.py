@@ -39,7 +39,10 @@ def render():
            "// rules) when the op is recorded and libtapegrad_autograd is linked, else",
            "// the raw entry tg::raw::name (tensor/<family>.cpp).",
            "#error \"docs/api/ops_generated.txt is for reading, not for compiling\"", ""]
-    for e in ops_page.entries(text, kernels=True, taylor=True):
+    for e in ops_page.entries(text, kernels=True, taylor=True, complex_=True):
+        if e[0] == "complex":  # under its op: any other op refuses complex operands
+            out.append(f"/// TG_COMPLEX({e[1]}): takes complex operands")
+            continue
         if e[0] == "taylor":  # under its op: a recorded op without one is covered
             out.append(f"/// TG_TAYLOR({e[1]}, {e[2]}): {ops_page.TAYLOR[e[2]]}")
             continue

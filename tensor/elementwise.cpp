@@ -587,8 +587,22 @@ using kernels::UnaryOp;
 // ---- conversions ---------------------------------------------------------------
 template <class T> constexpr bool is_half_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
+template <class T> struct is_complex_t : std::false_type {};
+template <class T> struct is_complex_t<complex<T>> : std::true_type {};
+
+// Between complex and real: a real value is the real part (imaginary 0); a
+// complex value to a real dtype keeps its real part (PyTorch's cast, which
+// warns), to Bool whether it is nonzero.
 template <class D, class S> inline D convert(S s) {
-  if constexpr (is_half_v<S>) {
+  if constexpr (is_complex_t<D>::value && is_complex_t<S>::value) {
+    return D(s);
+  } else if constexpr (is_complex_t<D>::value) {
+    using P = decltype(D{}.re);
+    return D(convert<P>(s), P(0));
+  } else if constexpr (is_complex_t<S>::value) {
+    if constexpr (std::is_same_v<D, bool>) return s.re != 0 || s.im != 0;
+    else return convert<D>(s.re);
+  } else if constexpr (is_half_v<S>) {
     return convert<D>(float(s));
   } else if constexpr (is_half_v<D>) {
     return D(float(s));

@@ -21,9 +21,11 @@ namespace tg::kernels {
 // with T the dtype's host type. A dtype a dispatcher does not take reaches
 // its error naming the op and the dtype, never another dtype's code.
 
-// A dtype kernels compute in (its Compute column is itself): Float32,
+// A real dtype kernels compute in (its Compute column is itself): Float32,
 // Float64, Int64.
-constexpr bool is_compute_dtype(ScalarType t) { return compute_type(t) == t; }
+// Not the complex ones: the real kernels (arithmetic, reductions, compares)
+// refuse them; complex kernels take them by name.
+constexpr bool is_compute_dtype(ScalarType t) { return compute_type(t) == t && !is_complex(t); }
 // A compute dtype of category Floating (Float32, Float64): what the "real
 // floating" kernels (GEMMs, solvers, the derivative kernels) take.
 constexpr bool is_floating_compute(ScalarType t) {
@@ -68,6 +70,8 @@ template <class F> void dispatch_all(ScalarType t, F&& f) {
 // A compute dtype (float, double, int64_t); the op layer converts the others
 // (tensor/op_util.h), so another one here is an internal error.
 template <class F> void dispatch_compute(ScalarType t, const char* op, F&& f) {
+  TG_CHECK(!is_complex(t), op, ": no kernel for complex dtype ", t,
+           " yet; take view_as_real(t), or real(t) and imag(t), and compute on the parts");
   const bool done = dispatch_if<is_compute_dtype>(t, f);
   TG_INTERNAL_ASSERT(done, op, ": kernel got non-compute dtype ", t);
 }

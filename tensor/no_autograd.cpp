@@ -32,6 +32,7 @@ Tensor& mutable_grad(const Tensor&) { needs_autograd("mutable_grad"); }
 std::shared_ptr<autograd::Node> grad_fn(const Tensor&) { return nullptr; }
 bool is_leaf(const Tensor&) { return true; }
 uint32_t output_nr(const Tensor&) { return 0; }
+bool has_tangent(const Tensor&) { return false; }
 void retain_grad(const Tensor&) { needs_autograd("retain_grad"); }
 bool retains_grad(const Tensor&) { return false; }
 void backward(const Tensor&, const Tensor&, std::optional<bool>, bool, const std::vector<Tensor>&) {

@@ -14,11 +14,20 @@ constexpr int64_t kSummarizeAbove = 1000;
 constexpr int64_t kEdgeItems = 3;
 
 struct Printer {
-  const std::vector<double>& v;
+  const std::vector<double>& v;  // the values (a complex tensor's real parts)
   const IntList& sizes;
   IntList strides;  // contiguous, in elements
   bool integral, boolean, sci, summarize;
+  const std::vector<double>* im = nullptr;  // a complex tensor's imaginary parts
   int width = 0;
+
+  // Element i: a real value, or re+imj / re-imj as PyTorch prints complex.
+  std::string element(size_t i) const {
+    if (!im) return fmt(v[i]);
+    const double b = (*im)[i];
+    const bool minus = std::signbit(b) && !std::isnan(b);
+    return fmt(v[i]) + (minus ? "-" : "+") + fmt(minus ? -b : b) + "j";
+  }
 
   std::string fmt(double x) const {
     char buf[64];
@@ -33,7 +42,7 @@ struct Printer {
 
   void print(std::ostream& os, int64_t dim, int64_t off, int indent) const {
     if (dim == int64_t(sizes.size())) {
-      std::string s = fmt(v[size_t(off)]);
+      std::string s = element(size_t(off));
       os << std::string(size_t(std::max<int>(0, width - int(s.size()))), ' ') << s;
       return;
     }
@@ -74,23 +83,33 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
     print_sparse(os, t);
     return os;
   }
-  std::vector<double> v = t.to_vector<double>();
+  std::vector<double> v, im;
+  if (is_complex(t.dtype())) {
+    for (const complex<double>& z : t.to_vector<complex<double>>()) {
+      v.push_back(z.re);
+      im.push_back(z.im);
+    }
+  } else {
+    v = t.to_vector<double>();
+  }
   Printer p{v,
             t.sizes(),
             contiguous_strides(t.sizes()),
-            t.dtype() == kInt64,
+            is_integral(t.dtype(), false),
             t.dtype() == kBool,
             false,
             t.numel() > kSummarizeAbove};
+  if (is_complex(t.dtype())) p.im = &im;
   double amax = 0, amin_nz = INFINITY;
-  for (double x : v)
-    if (std::isfinite(x)) {
-      amax = std::max(amax, std::fabs(x));
-      if (x != 0) amin_nz = std::min(amin_nz, std::fabs(x));
-    }
+  for (const std::vector<double>* part : {&v, &im})
+    for (double x : *part)
+      if (std::isfinite(x)) {
+        amax = std::max(amax, std::fabs(x));
+        if (x != 0) amin_nz = std::min(amin_nz, std::fabs(x));
+      }
   p.sci = !p.integral && !p.boolean && (amax >= 1e8 || amin_nz < 1e-4);
-  for (double x : v)
-    p.width = std::max<int>(p.width, int(p.fmt(x).size()));
+  for (size_t i = 0; i < v.size(); ++i)
+    p.width = std::max<int>(p.width, int(p.element(i).size()));
   os << "tensor(";
   p.print(os, 0, 0, 7);
   if (t.numel() == 0) os << ", size=" << shape_str(t.sizes());

@@ -56,6 +56,9 @@ int rank(ScalarType t) {
 
 ScalarType promote_types(ScalarType a, ScalarType b) {
   if (a == b) return a;
+  // A complex operand: the complex dtype of the promoted parts (Complex64
+  // with Float64 is Complex128, with BFloat16 Complex64).
+  if (is_complex(a) || is_complex(b)) return complex_type(promote_types(real_type(a), real_type(b)));
   if (rank(a) == rank(b)) {
     // Storage types of one rank meet in their compute type (two compute
     // dtypes of one rank would be an error in the list: the first wins).
@@ -66,7 +69,7 @@ ScalarType promote_types(ScalarType a, ScalarType b) {
 }
 
 ScalarType promote_with_scalar(ScalarType t, bool scalar_is_integral) {
-  if (!scalar_is_integral && !is_floating_point(t)) return ScalarType::Float32;
+  if (!scalar_is_integral && !is_floating_point(t) && !is_complex(t)) return ScalarType::Float32;
   if (scalar_is_integral && t == ScalarType::Bool) return ScalarType::Int64;
   return t;
 }

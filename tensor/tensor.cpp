@@ -93,7 +93,12 @@ void check_writable(const Tensor& t, const char* op) {
 }
 
 namespace {
-template <class T> double largest_finite() { return double(std::numeric_limits<T>::max()); }
+template <class T> struct complex_part { using type = T; };
+template <class T> struct complex_part<complex<T>> { using type = T; };
+// A complex dtype's: its parts'.
+template <class T> double largest_finite() {
+  return double(std::numeric_limits<typename complex_part<T>::type>::max());
+}
 template <> double largest_finite<Half>() {
   Half h;
   h.bits = 0x7bff;  // 65504
@@ -156,6 +161,22 @@ Tensor make_view(const Tensor& base, IntList sizes, IntList strides, int64_t off
   }
   return Tensor(IntrusivePtr<TensorImpl>::make(base.impl()->storage(), std::move(sizes), std::move(strides), offset,
                                                base.dtype(), base.impl()->version_counter()));
+}
+
+// A view of base's storage as another dtype (view_as_real, view_as_complex):
+// sizes, strides and offset in elements of `dtype`, checked as make_view's.
+Tensor make_typed_view(const Tensor& base, ScalarType dtype, IntList sizes, IntList strides, int64_t offset,
+                       const char* op) {
+  const int64_t n = detail::checked_numel(sizes, op);
+  if (n > 0) {
+    const auto [lo, hi] = detail::checked_reach(sizes, strides, offset, op);
+    const auto& st = base.impl()->storage();
+    const int64_t elements = st ? int64_t(st->nbytes() / element_size(dtype)) : 0;
+    TG_CHECK(lo >= 0 && hi < elements, op, ": a view of shape ", shape_str(sizes), " reaches elements ", lo, " to ", hi,
+             " of a storage of ", elements, " (", dtype, ")");
+  }
+  return Tensor(IntrusivePtr<TensorImpl>::make(base.impl()->storage(), std::move(sizes), std::move(strides), offset,
+                                               dtype, base.impl()->version_counter()));
 }
 
 IntList infer_size(const IntList& shape, int64_t numel, const char* op) {
@@ -435,6 +456,72 @@ Tensor clone(const Tensor& self) {
   detail::check_defined(self, "clone");
   Tensor out = detail::new_empty(self.sizes(), self.dtype(), self.device());
   kernels::backend(self.device(), "clone").copy(out, self);
+  return out;
+}
+
+// ---- complex ----
+
+Tensor view_as_real(const Tensor& self) {
+  detail::check_defined(self, "view_as_real");
+  TG_CHECK(!self.is_sparse(), "view_as_real: a sparse tensor; call to_dense() first");
+  TG_CHECK(is_complex(self.dtype()), "view_as_real: expected a complex tensor (Complex64 or Complex128), got ",
+           self.dtype(), " (shape ", shape_str(self.sizes()), "); a real tensor is its own real part");
+  IntList sz = self.sizes(), st;
+  sz.push_back(2);
+  for (int64_t x : self.strides())
+    st.push_back(detail::checked_mul(x, 2, "view_as_real", self.sizes()));
+  st.push_back(1);
+  return make_typed_view(self, real_type(self.dtype()), sz, st,
+                         detail::checked_mul(self.storage_offset(), 2, "view_as_real", self.sizes()), "view_as_real");
+}
+
+Tensor view_as_complex(const Tensor& self) {
+  const char* op = "view_as_complex";
+  detail::check_defined(self, op);
+  TG_CHECK(!self.is_sparse(), op, ": a sparse tensor; call to_dense() first");
+  TG_CHECK(category(self.dtype()) == DtypeCategory::Floating, op, ": expected a Float32 or Float64 tensor, got ",
+           self.dtype(), " (shape ", shape_str(self.sizes()), "); convert it with .to(kFloat32) first");
+  TG_CHECK(!self.requires_grad() && !self.has_tangent(), op, ": the tensor (", self.dtype(), " ",
+           shape_str(self.sizes()),
+           ") requires grad or carries a forward-mode tangent, and complex tensors are not differentiable in "
+           "tapegrad yet; call it on .detach()");
+  const IntList& sz = self.sizes();
+  const IntList& st = self.strides();
+  TG_CHECK(self.dim() >= 1 && sz.back() == 2, op, ": expected a last dim of size 2 (real, imaginary), got shape ",
+           shape_str(sz));
+  TG_CHECK(st.back() == 1, op, ": the last dim must have stride 1, got strides ", shape_str(st), " (shape ",
+           shape_str(sz), "); call contiguous() first");
+  for (size_t d = 0; d + 1 < st.size(); ++d)
+    TG_CHECK(st[d] % 2 == 0 || sz[d] == 1, op,
+             ": every stride but the last must be even (whole complex elements), got strides ", shape_str(st),
+             " (shape ", shape_str(sz), "); call contiguous() first");
+  TG_CHECK(self.storage_offset() % 2 == 0, op, ": the storage offset must be even (whole complex elements), got ",
+           self.storage_offset(), "; call contiguous() first");
+  IntList csz(sz.begin(), sz.end() - 1), cst;
+  for (size_t d = 0; d + 1 < st.size(); ++d)
+    cst.push_back(st[d] / 2);
+  return make_typed_view(self, complex_type(self.dtype()), csz, cst, self.storage_offset() / 2, op);
+}
+
+Tensor real(const Tensor& self) {
+  detail::check_defined(self, "real");
+  if (!is_complex(self.dtype())) return self;
+  return raw::select(raw::view_as_real(self), -1, 0);
+}
+
+Tensor imag(const Tensor& self) {
+  detail::check_defined(self, "imag");
+  TG_CHECK(is_complex(self.dtype()), "imag: a ", self.dtype(), " tensor (shape ", shape_str(self.sizes()),
+           ") has no imaginary part; imag takes Complex64 or Complex128");
+  return raw::select(raw::view_as_real(self), -1, 1);
+}
+
+Tensor conj(const Tensor& self) {
+  detail::check_defined(self, "conj");
+  if (!is_complex(self.dtype())) return self;
+  Tensor out = clone(self);
+  Tensor im = raw::select(raw::view_as_real(out), -1, 1);
+  raw::copy_(im, raw::neg(im));
   return out;
 }
 

@@ -33,8 +33,10 @@ inline double read_element(const Tensor& t, int64_t elem_offset) {
     case ScalarType::Float16: return tg::half_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
     case ScalarType::Int64: return double(*reinterpret_cast<const int64_t*>(p));
     case ScalarType::Bool: return *reinterpret_cast<const bool*>(p) ? 1.0 : 0.0;
+    case ScalarType::Complex64:
+    case ScalarType::Complex128: break;
   }
-  return 0;
+  throw tg::Error("read_element: a complex tensor (compare view_as_real(t))");
 }
 
 // Row-major values of t, read through its strides (a GPU tensor is copied to

@@ -62,9 +62,23 @@ template <class S> __device__ float to_float(S s) {
   else return float(s);
 }
 
+template <class T> struct is_complex_t : std::false_type {};
+template <class T> struct is_complex_t<complex<T>> : std::true_type {};
+
+// Complex and real as on the host (tensor/elementwise.cpp): a real value is
+// the real part; a complex one to a real dtype keeps its real part, to bool
+// whether it is nonzero.
 template <class D, class S> __device__ D convert(S s) {
   if constexpr (std::is_same_v<D, S>) {
     return s;
+  } else if constexpr (is_complex_t<D>::value && is_complex_t<S>::value) {
+    return D(s);
+  } else if constexpr (is_complex_t<D>::value) {
+    using P = decltype(D{}.re);
+    return D(convert<P>(s), P(0));
+  } else if constexpr (is_complex_t<S>::value) {
+    if constexpr (std::is_same_v<D, bool>) return s.re != 0 || s.im != 0;
+    else return convert<D>(s.re);
   } else if constexpr (is_half_v<S>) {
     return convert<D>(to_float(s));
   } else if constexpr (std::is_same_v<D, __half>) {

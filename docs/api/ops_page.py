@@ -22,10 +22,11 @@ FORMS = {
 TAYLOR = {"X": "Taylor mode: no rule (refused at the op)", "S": "Taylor mode: a sparse input carries no coefficients"}
 
 
-def entries(text, kernels=False, taylor=False):
+def entries(text, kernels=False, taylor=False, complex_=False):
     """("section", title), ("op", entry, doc), with kernels=True
-    ("kernel", TG_KERNEL line) for the kernel slots declared under an op, and
-    with taylor=True ("taylor", id, coverage) for its TG_TAYLOR line."""
+    ("kernel", TG_KERNEL line) for the kernel slots declared under an op,
+    with taylor=True ("taylor", id, coverage) for its TG_TAYLOR line, and with
+    complex_=True ("complex", id) for its TG_COMPLEX line."""
     doc, section = [], ""
     lines = text.split("\n")
     i = 0
@@ -44,6 +45,9 @@ def entries(text, kernels=False, taylor=False):
             if body.startswith("TG_KERNEL("):
                 if kernels:
                     yield ("kernel", body)
+            elif body.startswith("TG_COMPLEX("):
+                if complex_:
+                    yield ("complex", re.match(r"TG_COMPLEX\((.*)\)$", body).group(1).strip())
             elif body.startswith("TG_TAYLOR("):
                 if taylor:
                     oid, cov = split_top(re.match(r"TG_TAYLOR\((.*)\)$", body).group(1))
@@ -161,7 +165,13 @@ def main():
            "(it has a backward formula, to any order; and a Taylor-mode rule, or is linear, unless the row "
            "says otherwise); *raw*: never recorded. Every op also has a "
            "non-recording form tg::raw::name with the free function's signature.", ""]
-    for e in entries(text, taylor=True):
+    for e in entries(text, taylor=True, complex_=True):
+        if e[0] == "complex":  # under its op's row: in that row's status
+            assert f"| `{e[1]}` |" in out[-1], f"TG_COMPLEX({e[1]}) is not under its op's entry"
+            cells = out[-1].split(" | ")
+            cells[2] += "; takes complex"
+            out[-1] = " | ".join(cells)
+            continue
         if e[0] == "taylor":  # under its op's row: in that row's status
             assert f"| `{e[1]}` |" in out[-1], f"TG_TAYLOR({e[1]}, ...) is not under its op's entry"
             cells = out[-1].split(" | ")

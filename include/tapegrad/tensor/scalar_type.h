@@ -6,7 +6,36 @@
 #include <cstring>
 #include <iosfwd>
 
+#if defined(__CUDACC__)
+#define TG_HOST_DEVICE __host__ __device__
+#else
+#define TG_HOST_DEVICE
+#endif
+
 namespace tg {
+
+/// A complex number of two T (float or double), laid out as std::complex<T>
+/// and C's T _Complex (real part first): the element type of Complex64 and
+/// Complex128, on the host and in CUDA code.
+template <class T> struct alignas(2 * sizeof(T)) complex {
+  T re{};  ///< the real part
+  T im{};  ///< the imaginary part
+  constexpr complex() = default;
+  /// re + i im; a real number converts implicitly, as to std::complex.
+  TG_HOST_DEVICE constexpr complex(T r, T i = T(0)) : re(r), im(i) {}  // NOLINT
+  /// From the other precision.
+  template <class U> TG_HOST_DEVICE constexpr explicit complex(const complex<U>& z) : re(T(z.re)), im(T(z.im)) {}
+  /// The real part.
+  TG_HOST_DEVICE constexpr T real() const { return re; }
+  /// The imaginary part.
+  TG_HOST_DEVICE constexpr T imag() const { return im; }
+  /// Both parts equal.
+  TG_HOST_DEVICE friend constexpr bool operator==(const complex& a, const complex& b) {
+    return a.re == b.re && a.im == b.im;
+  }
+  /// Not ==.
+  TG_HOST_DEVICE friend constexpr bool operator!=(const complex& a, const complex& b) { return !(a == b); }
+};
 
 /// Element types, in the order of <tapegrad/tensor/dtypes.def> (the one dtype
 /// list); the k* constants name them as in LibTorch (kFloat = kFloat32,
@@ -17,15 +46,19 @@ enum class ScalarType : int8_t {
 #undef TG_DTYPE
 };
 
-constexpr ScalarType kFloat32 = ScalarType::Float32;    ///< 32-bit float
-constexpr ScalarType kFloat64 = ScalarType::Float64;    ///< 64-bit float
-constexpr ScalarType kBFloat16 = ScalarType::BFloat16;  ///< bfloat16
-constexpr ScalarType kFloat16 = ScalarType::Float16;    ///< IEEE half
-constexpr ScalarType kInt64 = ScalarType::Int64;        ///< 64-bit integer
-constexpr ScalarType kBool = ScalarType::Bool;          ///< bool
-constexpr ScalarType kFloat = kFloat32;                 ///< kFloat32
-constexpr ScalarType kDouble = kFloat64;                ///< kFloat64
-constexpr ScalarType kLong = kInt64;                    ///< kInt64
+constexpr ScalarType kFloat32 = ScalarType::Float32;        ///< 32-bit float
+constexpr ScalarType kFloat64 = ScalarType::Float64;        ///< 64-bit float
+constexpr ScalarType kBFloat16 = ScalarType::BFloat16;      ///< bfloat16
+constexpr ScalarType kFloat16 = ScalarType::Float16;        ///< IEEE half
+constexpr ScalarType kInt64 = ScalarType::Int64;            ///< 64-bit integer
+constexpr ScalarType kBool = ScalarType::Bool;              ///< bool
+constexpr ScalarType kComplex64 = ScalarType::Complex64;    ///< two float32 (real, imaginary)
+constexpr ScalarType kComplex128 = ScalarType::Complex128;  ///< two float64 (real, imaginary)
+constexpr ScalarType kComplexFloat = kComplex64;            ///< kComplex64
+constexpr ScalarType kComplexDouble = kComplex128;          ///< kComplex128
+constexpr ScalarType kFloat = kFloat32;                     ///< kFloat32
+constexpr ScalarType kDouble = kFloat64;                    ///< kFloat64
+constexpr ScalarType kLong = kInt64;                        ///< kInt64
 /// How many dtypes there are.
 constexpr int kNumScalarTypes = 0
 #define TG_DTYPE(...) +1
@@ -39,6 +72,7 @@ enum class DtypeCategory : int8_t {
   Integral,         ///< an integer type
   Floating,         ///< a real floating type kernels compute in
   ReducedFloating,  ///< a real floating storage type computed in a wider one (BFloat16, Float16)
+  Complex,          ///< a complex type: two of a Floating type (Complex64, Complex128)
 };
 
 /// The dtype's category.
@@ -63,7 +97,10 @@ bool scalar_type_from_string(const char* name, ScalarType* t);
 /// The Python binding's lower-case name ("float32", ...).
 const char* python_name(ScalarType t);
 
-/// Float32, Float64, BFloat16 or Float16 (every real floating dtype).
+/// Complex64 or Complex128.
+constexpr bool is_complex(ScalarType t) { return category(t) == DtypeCategory::Complex; }
+/// Float32, Float64, BFloat16 or Float16 (every real floating dtype; not the
+/// complex ones, as PyTorch's).
 constexpr bool is_floating_point(ScalarType t) {
   return category(t) == DtypeCategory::Floating || category(t) == DtypeCategory::ReducedFloating;
 }
@@ -130,6 +167,28 @@ constexpr size_t element_size(ScalarType t) {
 #undef TG_DTYPE
   }
   return 0;
+}
+
+/// The dtype of a complex dtype's parts (Complex64 -> Float32, Complex128 ->
+/// Float64); any other dtype itself. From the list: the Floating dtype of
+/// half the element size.
+constexpr ScalarType real_type(ScalarType t) {
+  if (!is_complex(t)) return t;
+  for (int i = 0; i < kNumScalarTypes; ++i)
+    if (category(ScalarType(i)) == DtypeCategory::Floating && 2 * element_size(ScalarType(i)) == element_size(t))
+      return ScalarType(i);
+  return t;
+}
+/// The complex dtype that holds values of `t`: Complex128 for Float64,
+/// Complex64 for the other real dtypes (PyTorch's; Int64 and Bool as the
+/// default float dtype), a complex dtype itself.
+constexpr ScalarType complex_type(ScalarType t) {
+  if (is_complex(t)) return t;
+  const ScalarType part = is_floating_point(t) ? compute_type(t) : ScalarType::Float32;
+  for (int i = 0; i < kNumScalarTypes; ++i)
+    if (category(ScalarType(i)) == DtypeCategory::Complex && element_size(ScalarType(i)) == 2 * element_size(part))
+      return ScalarType(i);
+  return t;
 }
 
 /// IEEE half bits to float.

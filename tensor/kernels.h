@@ -90,7 +90,8 @@ template <class F> void dispatch_bytes(size_t bytes, F&& f) {
     case 1: f(uint8_t{}); return;
     case 2: f(uint16_t{}); return;
     case 4: f(uint32_t{}); return;
-    default: f(uint64_t{}); return;
+    case 8: f(uint64_t{}); return;
+    default: TG_INTERNAL_ASSERT(false, "dispatch_bytes: no element type of ", bytes, " bytes");
   }
 }
 

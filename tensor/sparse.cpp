@@ -359,6 +359,8 @@ Tensor sparse_detach(const Tensor& s) {
 
 Tensor sparse_to(const Tensor& s, ScalarType t) {
   if (t == s.dtype()) return s;
+  TG_CHECK(!is_complex(t), "to: sparse tensors cannot be ", t, " (no sparse op takes complex values yet; shape ",
+           shape_str(s.sizes()), "); convert to_dense() first");
   return make(s.sizes(), ind(s), raw::to(val(s), t), parts(s).coalesced);
 }
 

@@ -175,6 +175,7 @@ Tensor make_typed_view(const Tensor& base, ScalarType dtype, IntList sizes, IntL
     TG_CHECK(lo >= 0 && hi < elements, op, ": a view of shape ", shape_str(sizes), " reaches elements ", lo, " to ", hi,
              " of a storage of ", elements, " (", dtype, ")");
   }
+  if (const auto& st = base.impl()->storage()) st->set_viewed_across_dtypes();
   return Tensor(IntrusivePtr<TensorImpl>::make(base.impl()->storage(), std::move(sizes), std::move(strides), offset,
                                                dtype, base.impl()->version_counter()));
 }
@@ -576,6 +577,14 @@ template <class T> static constexpr ScalarType dtype_of();
 #include <tapegrad/tensor/dtypes.def>
 #undef TG_DTYPE
 
+// Reading a complex tensor's values as a real type would drop the imaginary
+// parts without a word (a cast with to() does so by request, as PyTorch's).
+static void check_parts_kept(const Tensor& t, ScalarType want, const char* op) {
+  TG_CHECK(!is_complex(t.dtype()) || is_complex(want), op, ": the tensor is ", t.dtype(), ", which ", want,
+           " cannot hold (its imaginary parts would be dropped); read it as tg::complex<float> or "
+           "tg::complex<double>, or take real(t) / imag(t) first");
+}
+
 template <class T> T* Tensor::data_ptr() const {
   detail::check_defined(*this, "data_ptr");
   TG_CHECK(dtype() == dtype_of<T>(), "data_ptr: expected dtype ", dtype_of<T>(), " but the tensor is ", dtype());
@@ -586,6 +595,7 @@ template <class T> T Tensor::item() const {
   detail::check_defined(*this, "item");
   TG_CHECK(numel() == 1, "item: a tensor with ", numel(), " elements (shape ", shape_str(sizes()),
            ") cannot be converted to a scalar");
+  check_parts_kept(*this, dtype_of<T>(), "item");
   if (is_cuda()) cuda::detail::check_not_capturing("item", device().index());
   Tensor one = raw::contiguous(raw::to(raw::to(*this, Device(kCPU)), dtype_of<T>()));
   return *one.data_ptr<T>();
@@ -593,6 +603,7 @@ template <class T> T Tensor::item() const {
 
 template <class T> std::vector<T> Tensor::to_vector() const {
   detail::check_defined(*this, "to_vector");
+  check_parts_kept(*this, dtype_of<T>(), "to_vector");
   Tensor c = raw::contiguous(raw::to(raw::to(*this, Device(kCPU)), dtype_of<T>()));
   const T* p = c.numel() ? c.data_ptr<T>() : nullptr;
   return std::vector<T>(p, p + c.numel());

@@ -95,6 +95,11 @@ TEST(Complex, CreationAndConversionOnEveryDevice) {
     dst.copy_(c);
     EXPECT_TRUE(dst.to_vector<complex<float>>()[1] == complex<float>(-3.0f, -0.5f));
     EXPECT_TRUE(c.select(0, 1).item<complex<double>>() == complex<double>(-3.0, -0.5));
+    EXPECT_TRUE(c32.select(0, 0).item<complex<double>>() == complex<double>(1.5, 2.0));
+    // Reading complex values as a real type would drop the imaginary parts:
+    // refused (a to() cast drops them by request).
+    EXPECT_ERROR_CONTAINS(c.select(0, 1).item<double>(), "imaginary parts would be dropped");
+    EXPECT_ERROR_CONTAINS(c32.to_vector<float>(), "imaginary parts would be dropped");
   }
 }
 
@@ -262,6 +267,77 @@ TEST(Complex, SafetensorsRefusesComplexNamingTheWayOut) {
   tg::nn::save_safetensors(path, {{"z", tg::view_as_real(z)}});
   EXPECT_TRUE(std::filesystem::exists(path));
   std::remove(path.c_str());
+}
+
+// The adversary's findings on the first part (each was silently wrong or a
+// crash): complex data aligned only as its parts, forward mode across
+// dtype views, custom functions with complex outputs, sparse complex.
+TEST(Complex, DataAlignedAsItsPartsWorks) {
+  alignas(64) static double buf[2 + 8];
+  for (int i = 0; i < 10; ++i)
+    buf[i] = i;
+  // 8-byte aligned, not 16: a Float64 view whose complex view holds (1, 2), (3, 4), ...
+  Tensor x = tg::from_blob(buf + 1, {4, 2}, {}, tg::kFloat64, kCpu);
+  Tensor z = tg::view_as_complex(x);
+  EXPECT_TRUE(z.to_vector<complex<double>>()[1] == complex<double>(3, 4));
+  EXPECT_TRUE(z.to(tg::kComplex64).to_vector<complex<float>>()[3] == complex<float>(7, 8));
+  EXPECT_EQ(z.to(tg::kFloat64).to_vector<double>(), (std::vector<double>{1, 3, 5, 7}));
+  std::ostringstream os;
+  os << z;
+  EXPECT_NE(os.str().find("7.0000+8.0000j"), std::string::npos) << os.str();
+  z.fill_(1.0);
+  EXPECT_EQ(buf[1], 1.0);
+  EXPECT_EQ(buf[2], 0.0);
+  Tensor b = tg::from_blob(buf + 1, {4}, {}, tg::kComplex128, kCpu);
+  EXPECT_TRUE(b.clone().to_vector<complex<double>>()[0] == complex<double>(1, 0));
+}
+
+TEST(Complex, ForwardModeRefusesInPlaceWritesAcrossDtypeViews) {
+  namespace fwd = tg::autograd::forward_ad;
+  const auto f64 = tg::TensorOptions().dtype(tg::kFloat64);
+  fwd::dual_level level;
+  Tensor dual = fwd::make_dual(tg::ones({2, 2}, f64), tg::full({2, 2}, 5.0, f64));
+  {
+    Tensor x = tg::zeros({2, 2}, f64);
+    Tensor r = tg::view_as_real(tg::view_as_complex(x));
+    EXPECT_ERROR_CONTAINS(r.copy_(dual), "complex view shares");
+    EXPECT_ERROR_CONTAINS(x.copy_(dual), "complex view shares");
+    EXPECT_FALSE(x.has_tangent() || r.has_tangent());
+  }
+  {
+    Tensor z = tg::zeros({2}, tg::TensorOptions().dtype(tg::kComplex128));
+    EXPECT_ERROR_CONTAINS(tg::view_as_real(z).copy_(dual), "complex view shares");
+    EXPECT_ERROR_CONTAINS(tg::real(z).copy_(dual.select(1, 0)), "complex view shares");
+  }
+  // Memory never viewed across dtypes still takes tangents in place.
+  Tensor y = tg::zeros({2, 2}, f64);
+  y.copy_(dual);
+  EXPECT_TRUE(y.has_tangent());
+}
+
+struct MakeComplex : tg::autograd::Function<MakeComplex> {
+  static Tensor forward(tg::autograd::AutogradContext*, const Tensor& x) {
+    return tg::view_as_complex(x.detach()).clone();
+  }
+  static tg::autograd::variable_list backward(tg::autograd::AutogradContext*, tg::autograd::variable_list g) {
+    return {tg::view_as_real(g[0])};
+  }
+};
+
+TEST(Complex, CustomFunctionWithAComplexOutputIsRefusedWhenRecorded) {
+  Tensor x = tg::ones({2, 2}, tg::TensorOptions().dtype(tg::kFloat64)).requires_grad_();
+  EXPECT_ERROR_CONTAINS(MakeComplex::apply(x), "complex tensors are not differentiable");
+  EXPECT_EQ(MakeComplex::apply(x.detach()).dtype(), tg::kComplex128);  // nothing to record: fine
+  // view_as_complex refuses a tensor that requires grad with grad mode off
+  // too (documented: detach() it).
+  tg::autograd::NoGradGuard off;
+  EXPECT_ERROR_CONTAINS(tg::view_as_complex(x), "detach()");
+}
+
+TEST(Complex, SparseTensorsRefuseComplex) {
+  Tensor i = tg::zeros({1, 1}, tg::TensorOptions().dtype(tg::kInt64));
+  Tensor s = tg::sparse_coo_tensor(i, tg::ones({1}), {3});
+  EXPECT_ERROR_CONTAINS(s.to(tg::kComplex64), "sparse tensors cannot be Complex64");
 }
 
 }  // namespace

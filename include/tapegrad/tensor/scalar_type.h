@@ -15,9 +15,9 @@
 namespace tg {
 
 /// A complex number of two T (float or double), laid out as std::complex<T>
-/// and C's T _Complex (real part first): the element type of Complex64 and
-/// Complex128, on the host and in CUDA code.
-template <class T> struct alignas(2 * sizeof(T)) complex {
+/// and C's T _Complex (real part first, aligned as T): the element type of
+/// Complex64 and Complex128, on the host and in CUDA code.
+template <class T> struct complex {
   T re{};  ///< the real part
   T im{};  ///< the imaginary part
   constexpr complex() = default;

@@ -52,6 +52,12 @@ class StorageImpl final : public IntrusiveTarget {
   void set_gradient_bucket(bool on) { gradient_bucket_ = on; }
   /// Whether set_gradient_bucket(true) was called.
   bool gradient_bucket() const { return gradient_bucket_; }
+  /// Marks memory viewed as another dtype (view_as_real, view_as_complex):
+  /// forward mode cannot follow a tangent across such views, so it refuses
+  /// in-place writes to this memory in a dual level.
+  void set_viewed_across_dtypes() { viewed_across_dtypes_ = true; }
+  /// Whether set_viewed_across_dtypes() was called.
+  bool viewed_across_dtypes() const { return viewed_across_dtypes_; }
 
   /// The range set above, if the reader's counter and version are the recorded ones.
   bool known_index_range(const void* counter, uint32_t version, int64_t* lo, int64_t* hi) const {
@@ -71,7 +77,9 @@ class StorageImpl final : public IntrusiveTarget {
   const void* range_counter_ = nullptr;  // see set_known_index_range
   int64_t range_lo_ = 0, range_hi_ = 0;
   uint32_t range_version_ = 0;
-  bool gradient_bucket_ = false;  // see set_gradient_bucket
+  bool gradient_bucket_ = false;
+  std::atomic<bool> viewed_across_dtypes_{
+      false};  // views of several dtypes may be made on several threads  // see set_gradient_bucket
 };
 
 /// Shared by a tensor and all its views; every in-place op bumps it, and saved

@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // dtype and must be refused; tg_device_type's is 0..1). Values outside it
   // are undefined behaviour in C++ itself, so tests/c/test_capi.c, in C,
   // passes those.
-  const int32_t dt = int32_t(in.get<uint32_t>() % 8);
+  const int32_t dt = int32_t(in.get<uint32_t>() % 9);  // 8: no such dtype (refused)
   const tg_dtype dtype = static_cast<tg_dtype>(dt);
   tg_device device{};
   device.type = static_cast<tg_device_type>(in.get<uint32_t>() % 2);
@@ -69,8 +69,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   if (!t) return 0;
-  if (how % 4 == 3) {  // a view of the buffer: read only when it lies inside
-    static const int64_t kElem[] = {4, 8, 2, 2, 8, 1};
+  if (how % 4 == 3) {                                          // a view of the buffer: read only when it lies inside
+    static const int64_t kElem[] = {4, 8, 2, 2, 8, 1, 8, 16};  // tg_dtype's element sizes, TG_FLOAT32 .. TG_COMPLEX128
     int64_t extent = 0;
     if (numel > 0) {
       int64_t last = 0;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <ostream>
 #include <sstream>
+#include <string>
 
 #include "tensor/op_util.h"
 
@@ -18,11 +19,13 @@ struct Printer {
   const IntList& sizes;
   IntList strides;  // contiguous, in elements
   bool integral, boolean, sci, summarize;
-  const std::vector<double>* im = nullptr;  // a complex tensor's imaginary parts
+  const std::vector<double>* im = nullptr;     // a complex tensor's imaginary parts
+  const std::vector<int64_t>* ints = nullptr;  // an Int64 tensor's values (a double holds 53 bits)
   int width = 0;
 
   // Element i: a real value, or re+imj / re-imj as PyTorch prints complex.
   std::string element(size_t i) const {
+    if (ints) return std::to_string((*ints)[i]);
     if (!im) return fmt(v[i]);
     const double b = (*im)[i];
     const bool minus = std::signbit(b) && !std::isnan(b);
@@ -100,6 +103,11 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
             false,
             t.numel() > kSummarizeAbove};
   if (is_complex(t.dtype())) p.im = &im;
+  std::vector<int64_t> ints;
+  if (p.integral) {
+    ints = t.to_vector<int64_t>();
+    p.ints = &ints;
+  }
   double amax = 0, amin_nz = INFINITY;
   for (const std::vector<double>* part : {&v, &im})
     for (double x : *part)

@@ -1,4 +1,6 @@
 // Scalar types, conversions, storage, allocator accounting, version counters.
+#include <limits>
+
 #include "reference.h"
 
 namespace tgtest {
@@ -148,6 +150,16 @@ TEST(Printing, MatchesPyTorchStyle) {
   std::string big = tg::arange(2000).to_string();
   EXPECT_NE(big.find("2, ..., 1997, 1998, 1999], dtype=Int64)"), std::string::npos) << big;
   EXPECT_EQ(Tensor().to_string(), "[ undefined tensor ]");
+  // Int64 values print exactly (a double holds 53 bits: the limits and
+  // 2^53 + 1 printed wrong, INT64_MAX as INT64_MIN).
+  Tensor ints = tg::tensor({1.0}, {1}, tg::kInt64).expand({3}).contiguous();
+  ints.select(0, 0).fill_(std::numeric_limits<int64_t>::max());
+  ints.select(0, 1).fill_(std::numeric_limits<int64_t>::min());
+  ints.select(0, 2).fill_(int64_t(9007199254740993));
+  EXPECT_EQ(ints.to_string(),
+            "tensor([ 9223372036854775807, -9223372036854775808,     9007199254740993], dtype=Int64)");
+  EXPECT_EQ(tg::tensor({double(INFINITY)}, {1}, tg::kFloat64).to(tg::kInt64).to_string(),
+            "tensor([9223372036854775807], dtype=Int64)");
 }
 
 }  // namespace

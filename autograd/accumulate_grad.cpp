@@ -52,6 +52,12 @@ variable_list AccumulateGrad::apply(variable_list&& grads) {
            ") has been moved into the graph "
            "interior (it got a grad_fn after its accumulator was created)");
   if (!m->requires_grad) return {};
+  // A .grad assigned through mutable_grad() must hold what the leaf's
+  // gradients are (a complex .grad on a real leaf failed later in a kernel).
+  TG_CHECK(!m->grad.defined() || m->grad.dtype() == variable_.dtype(), "AccumulateGrad: the leaf (", variable_.dtype(),
+           " ", shape_str(variable_.sizes()), ") has a ", m->grad.dtype(),
+           " .grad (assigned through mutable_grad()?); a gradient has the leaf's dtype: assign one of ",
+           variable_.dtype(), ", or reset it with mutable_grad() = Tensor()");
   accumulate_grad(variable_, m->grad, std::move(g), 1);
   impl::call_post_accumulate_hooks(variable_);
   return {};

@@ -334,6 +334,15 @@ TEST(Complex, CustomFunctionWithAComplexOutputIsRefusedWhenRecorded) {
   EXPECT_ERROR_CONTAINS(tg::view_as_complex(x), "detach()");
 }
 
+TEST(Complex, AComplexGradAssignedToARealLeafIsNamedAtAccumulation) {
+  Tensor x = tg::ones({2}, tg::TensorOptions().dtype(tg::kFloat64)).requires_grad_();
+  x.mutable_grad() = tg::zeros({2}, tg::TensorOptions().dtype(tg::kComplex128));
+  EXPECT_ERROR_CONTAINS((x * 2).sum().backward(), "has a Complex128 .grad (assigned through mutable_grad()?)");
+  x.mutable_grad() = Tensor();
+  (x * 2).sum().backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 2}));
+}
+
 TEST(Complex, SparseTensorsRefuseComplex) {
   Tensor i = tg::zeros({1, 1}, tg::TensorOptions().dtype(tg::kInt64));
   Tensor s = tg::sparse_coo_tensor(i, tg::ones({1}), {3});

@@ -577,7 +577,7 @@ void fw_check_inplace(const Tensor& self, const char* op) {
   TG_CHECK(!storage || !storage->viewed_across_dtypes(), op, ": in-place operation in a forward-mode level on a ",
            self.dtype(), " tensor (shape ", shape_str(self.sizes()),
            ") whose memory a complex view shares (view_as_real / view_as_complex / real / imag): forward mode "
-           "cannot carry its tangent across dtypes, and complex tensors are not differentiable yet. clone() it "
+           "cannot carry its tangent across dtypes. clone() it "
            "first, or use out-of-place ops");
   AutogradMeta* m = meta(self);
   ViewOf* v = tangent_view(m);

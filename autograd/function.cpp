@@ -50,8 +50,6 @@ void set_output_tangents(const std::string& fn, variable_list& outputs, const va
     Tensor& o = outputs[i];
     const Tensor& t = tangents[i];
     if (!t.defined()) continue;
-    TG_CHECK(!is_complex(o.dtype()), fn_name(fn), ": jvp gave a tangent for output ", i, ", which is ", o.dtype(),
-             ": complex tensors are not differentiable in tapegrad yet (no tangent can be carried)");
     if (!is_differentiable(o.dtype())) continue;
     const IntList want = ops_detail::fw_shape(o.sizes());
     TG_CHECK(t.sizes() == want && t.dtype() == o.dtype() && t.device() == o.device(), fn_name(fn), ": jvp's tangent ",
@@ -163,13 +161,6 @@ void CppNodeBase::wrap_outputs(const variable_list& inputs, variable_list& outpu
     for (const Tensor& in : inputs)
       is_input |= in.is_same(o);
     bool dirty = ctx_.dirty_.count(o.impl()) > 0;
-    // A complex output of a recorded call would lose its history without a
-    // word (complex tensors are not differentiable yet): refused unless
-    // marked non-differentiable.
-    TG_CHECK(!is_complex(o.dtype()) || ctx_.non_differentiable_.count(o.impl()), name(), ": forward returned a ",
-             o.dtype(),
-             " output while an input requires grad: complex tensors are not differentiable in tapegrad yet; "
-             "mark it non-differentiable (ctx->mark_non_differentiable) or detach() the inputs");
     bool differentiable = is_differentiable(o.dtype()) && !ctx_.non_differentiable_.count(o.impl());
     if (dirty) {
       TG_CHECK(!(o.is_leaf() && o.requires_grad()), name(),

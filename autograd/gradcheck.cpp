@@ -96,9 +96,56 @@ std::vector<std::vector<double>> batched_forward_columns(const TensorsFn& fn, co
   return cols;
 }
 
+// Complex inputs and outputs (as PyTorch's gradcheck): the function is
+// checked as one of the real parts. A complex input that requires grad
+// becomes a Float64 leaf [..., 2] (its parts) entering fn through
+// view_as_complex; a complex output leaves through view_as_real. The real
+// check of that function covers the complex rules, the gradient convention
+// (dL/dRe z + i dL/dIm z, docs/AUTOGRAD.md "Conjugation") included.
+struct RealForm {
+  TensorsFn fn;
+  variable_list inputs;
+};
+RealForm real_form(const TensorsFn& fn, const variable_list& inputs) {
+  std::vector<bool> cx(inputs.size(), false);
+  variable_list rin = inputs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& x = inputs[i];
+    if (!x.defined() || !is_complex(x.dtype()) || !x.requires_grad()) continue;
+    TG_CHECK(x.dtype() == kComplex128, "gradcheck: input ", i, " is ", x.dtype(),
+             "; gradcheck needs Complex128 (or Float64) inputs (finite differences in lower precision are too "
+             "inaccurate)");
+    cx[i] = true;
+    rin[i] = raw::view_as_real(x.detach()).clone().requires_grad_(true);
+  }
+  TensorsFn wrapped = [fn, cx](const variable_list& in) {
+    variable_list zin = in;
+    for (size_t i = 0; i < in.size(); ++i)
+      if (cx[i]) zin[i] = view_as_complex(in[i]);
+    variable_list out = fn(zin);
+    for (Tensor& o : out)
+      if (o.defined() && is_complex(o.dtype())) o = view_as_real(o);
+    return out;
+  };
+  return {std::move(wrapped), std::move(rin)};
+}
+
+GradcheckResult gradcheck_real(const TensorsFn& fn, const variable_list& inputs, const GradcheckOptions& opt);
+GradcheckResult gradgradcheck_real(const TensorsFn& fn, const variable_list& inputs, const GradcheckOptions& opt);
+
 }  // namespace
 
 GradcheckResult gradcheck(const TensorsFn& fn, const variable_list& inputs, const GradcheckOptions& opt) {
+  RealForm r = real_form(fn, inputs);
+  return gradcheck_real(r.fn, r.inputs, opt);
+}
+GradcheckResult gradgradcheck(const TensorsFn& fn, const variable_list& inputs, const GradcheckOptions& opt) {
+  RealForm r = real_form(fn, inputs);
+  return gradgradcheck_real(r.fn, r.inputs, opt);
+}
+
+namespace {
+GradcheckResult gradcheck_real(const TensorsFn& fn, const variable_list& inputs, const GradcheckOptions& opt) {
   for (size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i].defined() && inputs[i].requires_grad())
       TG_CHECK(inputs[i].dtype() == kFloat64 && inputs[i].device().is_cpu(), "gradcheck: input ", i, " is ",
@@ -189,12 +236,15 @@ GradcheckResult gradcheck(const TensorsFn& fn, const variable_list& inputs, cons
   return res;
 }
 
+}  // namespace
+
 GradcheckResult gradcheck(const std::function<Tensor(const variable_list&)>& fn, const variable_list& inputs,
                           const GradcheckOptions& opt) {
   return gradcheck(TensorsFn([&](const variable_list& in) { return variable_list{fn(in)}; }), inputs, opt);
 }
 
-GradcheckResult gradgradcheck(const TensorsFn& fn, const variable_list& inputs, const GradcheckOptions& opt) {
+namespace {
+GradcheckResult gradgradcheck_real(const TensorsFn& fn, const variable_list& inputs, const GradcheckOptions& opt) {
   variable_list outs;
   {
     EnableGradGuard on;
@@ -232,8 +282,9 @@ GradcheckResult gradgradcheck(const TensorsFn& fn, const variable_list& inputs, 
       if (!g[k].defined()) g[k] = zeros_like(xs[k]);
     return g;
   };
-  return gradcheck(first_grad, all, opt);
+  return gradcheck_real(first_grad, all, opt);
 }
+}  // namespace
 
 GradcheckResult gradgradcheck(const std::function<Tensor(const variable_list&)>& fn, const variable_list& inputs,
                               const GradcheckOptions& opt) {

@@ -163,10 +163,10 @@ void Adaptive::step() {
     return;
   }
   for (size_t i : present) {
-    const Tensor& p = params_[i];
+    const Tensor p = stepped(i);
     const Group& grp = groups_[group_of_[i]];
     const double lr = grp.lr, b1 = grp.momentum;  // b1: RMSprop's momentum, the others' beta1
-    Tensor g = p.grad();
+    Tensor g = stepped_grad(i);
     if (grp.weight_decay != 0) {  // PyTorch's order: the decoupled decay before the update
       if (o_.decoupled_weight_decay) p.mul_(1 - lr * grp.weight_decay);
       else g = g.add(p, grp.weight_decay);
@@ -308,7 +308,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   std::vector<Tensor> norms;
   for (const Tensor& g : gs)
     if (g.numel() > 0)  // an empty one adds nothing (and has no max)
-      norms.push_back(tg::norm(g.to(kFloat64), norm_type).reshape({1}));
+      norms.push_back(tg::norm((is_complex(g.dtype()) ? tg::abs(g) : g).to(kFloat64), norm_type).reshape({1}));
   Tensor total = norms.empty() ? tg::zeros({}, TensorOptions().dtype(kFloat64).device(gs[0].device()))
                                : tg::norm(tg::cat(norms), norm_type);
   if (error_if_nonfinite) check(total);
@@ -319,7 +319,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
     if (!c.defined()) c = coef.to(g.dtype());
     g.mul_(c);
   }
-  return total.to(gs[0].dtype());
+  return total.to(real_type(gs[0].dtype()));  // a complex gradient's norm is of its moduli
 }
 
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {

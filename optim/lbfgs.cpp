@@ -17,12 +17,21 @@ namespace {
 
 // The parameters as one flat vector: gather the gradients, move along a
 // direction, save and restore the values.
+// A complex parameter enters as its parts (view_as_real), as PyTorch's.
+Tensor parts_of(const Tensor& t) { return is_complex(t.dtype()) ? tg::view_as_real(t) : t; }
 struct Flat {
-  const std::vector<Tensor>& ps;
+  const std::vector<Tensor>& params;
+  std::vector<Tensor> ps;  // the parameters as stepped (their parts)
+  explicit Flat(const std::vector<Tensor>& params_in) : params(params_in) {
+    for (const Tensor& p : params)
+      ps.push_back(parts_of(p));
+  }
   Tensor grad() const {
     std::vector<Tensor> parts;
-    for (const Tensor& p : ps)
-      parts.push_back(p.grad().defined() ? p.grad().reshape({-1}) : tg::zeros({p.numel()}, p.options()));
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const Tensor& g = params[i].grad();
+      parts.push_back(g.defined() ? parts_of(g).reshape({-1}) : tg::zeros({ps[i].numel()}, ps[i].options()));
+    }
     return tg::cat(parts, 0);
   }
   Tensor values() const {

@@ -408,6 +408,12 @@ void Optimizer::init_fused(bool capturable) {
   if (capturable) register_static();
 }
 
+namespace {
+Tensor real_form(const Tensor& t) { return t.defined() && is_complex(t.dtype()) ? tg::view_as_real(t) : t; }
+}  // namespace
+Tensor Optimizer::stepped(size_t i) const { return real_form(params_[i]); }
+Tensor Optimizer::stepped_grad(size_t i) const { return real_form(params_[i].grad()); }
+
 std::vector<size_t> Optimizer::with_grads(bool dense_only) const {
   std::vector<size_t> present;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -508,8 +514,8 @@ void SGD::step() {
   }
   for (size_t i : present) {
     ++t_[i];
-    const Tensor& p = params_[i];
-    const Tensor& g = p.grad();
+    const Tensor p = stepped(i);
+    const Tensor g = stepped_grad(i);
     const Group& grp = groups_[group_of_[i]];
     Tensor d = grp.weight_decay != 0 ? g.add(p, grp.weight_decay) : g;
     if (o_.momentum != 0) {
@@ -547,9 +553,9 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled, 
 void Adam::on_params_added(size_t first_new) {
   if (!o_.capturable) return;
   for (size_t i = first_new; i < params_.size(); ++i) {
-    m_[i] = tg::zeros_like(params_[i]);
-    v_[i] = tg::zeros_like(params_[i]);
-    if (o_.amsgrad) vmax_[i] = tg::zeros_like(params_[i]);
+    m_[i] = tg::zeros_like(stepped(i));
+    v_[i] = tg::zeros_like(stepped(i));
+    if (o_.amsgrad) vmax_[i] = tg::zeros_like(stepped(i));
   }
 }
 
@@ -568,8 +574,8 @@ void Adam::step() {
     return;
   }
   for (size_t i : present) {
-    const Tensor& p = params_[i];
-    Tensor g = p.grad();
+    const Tensor p = stepped(i);
+    Tensor g = stepped_grad(i);
     const Group& grp = groups_[group_of_[i]];
     if (!m_[i].defined()) {
       m_[i] = tg::zeros_like(p);

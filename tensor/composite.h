@@ -771,7 +771,10 @@ constexpr size_t kEinsumGreedyParts = 48;
 
 template <class O> Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) {
   for (size_t i = 0; i < operands.size(); ++i) {
-    check_floating(operands[i], "einsum");
+    check_defined(operands[i], "einsum");
+    TG_CHECK(operands[i].is_floating_point() || is_complex(operands[i].dtype()),
+             "einsum: expected floating-point or complex operands, got ", operands[i].dtype(), " (operand ", i,
+             ", shape ", shape_str(operands[i].sizes()), "); convert it with .to(kFloat32) or .to(kFloat64)");
     TG_CHECK(operands[i].device() == operands[0].device(), "einsum: operands on ", operands[0].device(), " and ",
              operands[i].device());
   }

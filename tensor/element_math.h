@@ -14,6 +14,12 @@
 #include <type_traits>
 #include <utility>
 
+#if defined(__CUDACC__)
+#include <thrust/complex.h>
+#else
+#include <complex>
+#endif
+
 #include "tensor/kernels.h"
 
 #if defined(__CUDACC__)
@@ -319,6 +325,152 @@ template <class T> TG_HOST_DEVICE inline T activation_derivative(Activation act,
       return T(0);
   }
   return T(0);
+}
+
+// ---- complex (Complex64, Complex128) ---------------------------------------------
+// The complex element math runs on the platform's complex type: std::complex
+// on the host, thrust::complex in CUDA code (the same functions, host and
+// device). tg::complex<R> has their layout; the kernels convert element by
+// element with to_math / from_math. The ops whose def line says C take
+// complex operands; their forward formula is written so that it compiles for
+// that type (the math functions by argument-dependent lookup).
+template <class T> struct is_complex_t : std::false_type {};
+template <class R> struct is_complex_t<complex<R>> : std::true_type {};
+#if defined(__CUDACC__)
+template <class R> using math_complex = thrust::complex<R>;
+#else
+template <class R> using math_complex = std::complex<R>;
+#endif
+template <class R> TG_HOST_DEVICE inline math_complex<R> to_math(complex<R> z) { return math_complex<R>(z.re, z.im); }
+template <class R> TG_HOST_DEVICE inline complex<R> from_math(const math_complex<R>& z) {
+  return complex<R>(z.real(), z.imag());
+}
+
+// Whether a unary (binary) op has a complex kernel: its def line's cx column
+// is C (abs's A: the op layer computes the modulus).
+constexpr bool takes_complex(UnaryOp op) {
+  switch (op) {
+#define TG_UNARY(name, Kernel, float_only, forward, derivative, saves, taylor, lo, hi, cx) \
+  case UnaryOp::Kernel:                                                                    \
+    return #cx[0] == 'C';
+#include <tapegrad/tensor/unary.def>
+#undef TG_UNARY
+    default: return false;
+  }
+}
+constexpr bool takes_complex(BinaryOp op) {
+  switch (op) {
+#define TG_BINARY(name, Kernel, arg, form, float_only, forward, d_a, d_b, saves_a, saves_b, taylor, composite, sample, \
+                  lo, hi, cx)                                                                                          \
+  case BinaryOp::Kernel:                                                                                               \
+    return #cx[0] == 'C';
+#include <tapegrad/tensor/binary.def>
+#undef TG_BINARY
+  }
+  return false;
+}
+
+// The forward formula of a unary op that takes complex inputs (others return
+// z: never reached, the op layer refuses them).
+template <UnaryOp Op, class R> TG_HOST_DEVICE inline complex<R> unary_complex_fn(complex<R> z) {
+  using T = math_complex<R>;
+  const T x = to_math(z);
+  (void)x;
+  if constexpr (false) {}
+#define TG_UNARY_CX_R(Kernel, forward)
+#define TG_UNARY_CX_A(Kernel, forward) /* abs: the op layer's (a real result) */
+#define TG_UNARY_CX_C(Kernel, forward) else if constexpr (Op == UnaryOp::Kernel) return from_math<R>(forward);
+#define TG_UNARY(name, Kernel, float_only, forward, derivative, saves, taylor, lo, hi, cx) \
+  TG_UNARY_CX_##cx(Kernel, forward)
+#include <tapegrad/tensor/unary.def>
+#undef TG_UNARY
+#undef TG_UNARY_CX_C
+#undef TG_UNARY_CX_A
+#undef TG_UNARY_CX_R
+  return z;
+}
+template <class R> TG_HOST_DEVICE inline complex<R> unary_complex_apply(UnaryOp op, complex<R> z) {
+  switch (op) {
+#define TG_UNARY(name, Kernel, ...) \
+  case UnaryOp::Kernel:             \
+    return unary_complex_fn<UnaryOp::Kernel>(z);
+#include <tapegrad/tensor/unary.def>
+#undef TG_UNARY
+    default: return z;
+  }
+}
+
+// The forward formula of a binary op that takes complex operands.
+template <BinaryOp Op, class R> TG_HOST_DEVICE inline complex<R> binary_complex_fn(complex<R> za, complex<R> zb) {
+  using T = math_complex<R>;
+  const T a = to_math(za), b = to_math(zb);
+  (void)a, (void)b;
+  if constexpr (false) {}
+#define TG_BINARY_CX_R(Kernel, forward)
+#define TG_BINARY_CX_C(Kernel, forward) else if constexpr (Op == BinaryOp::Kernel) return from_math<R>(forward);
+#define TG_BINARY(name, Kernel, arg, form, float_only, forward, d_a, d_b, saves_a, saves_b, taylor, composite, sample, \
+                  lo, hi, cx)                                                                                          \
+  TG_BINARY_CX_##cx(Kernel, forward)
+#include <tapegrad/tensor/binary.def>
+#undef TG_BINARY
+#undef TG_BINARY_CX_C
+#undef TG_BINARY_CX_R
+  return za;
+}
+template <class R> TG_HOST_DEVICE inline complex<R> binary_complex_apply(BinaryOp op, complex<R> a, complex<R> b) {
+  switch (op) {
+#define TG_BINARY(name, Kernel, ...) \
+  case BinaryOp::Kernel:             \
+    return binary_complex_fn<BinaryOp::Kernel>(a, b);
+#include <tapegrad/tensor/binary.def>
+#undef TG_BINARY
+  }
+  return a;
+}
+
+// act^(k)(z) for a complex z: the real closed forms hold for the holomorphic
+// activations (silu, sigmoid, tanh); relu has no complex meaning (refused by
+// the op layer).
+template <class R> TG_HOST_DEVICE inline complex<R> activation_derivative_complex(Activation act, int k, complex<R> z) {
+  using T = math_complex<R>;
+  using std::exp;
+  using std::tanh;
+  const T x = to_math(z);
+  switch (act) {
+    case Activation::Silu:
+    case Activation::Sigmoid: {
+      T s = T(1) / (T(1) + exp(-x));
+      T u = s * (T(1) - s), a = T(1) - T(2) * s;
+      if (act == Activation::Sigmoid) {
+        switch (k) {
+          case 0: return from_math<R>(s);
+          case 1: return from_math<R>(u);
+          case 2: return from_math<R>(u * a);
+          case 3: return from_math<R>(u * (a * a - T(2) * u));
+          default: return from_math<R>(u * a * (a * a - T(8) * u));
+        }
+      }
+      switch (k) {
+        case 0: return from_math<R>(x * s);
+        case 1: return from_math<R>(s + x * u);
+        case 2: return from_math<R>(u * (T(2) + x * a));
+        case 3: return from_math<R>(u * (a * (T(3) + x * a) - T(2) * x * u));
+        default: return from_math<R>(u * (T(4) * a * a + x * a * a * a - T(8) * x * a * u - T(8) * u));
+      }
+    }
+    case Activation::Tanh: {
+      T t = tanh(x), v = T(1) - t * t;
+      switch (k) {
+        case 0: return from_math<R>(t);
+        case 1: return from_math<R>(v);
+        case 2: return from_math<R>(T(-2) * t * v);
+        case 3: return from_math<R>(v * (T(6) * t * t - T(2)));
+        default: return from_math<R>(v * t * (T(16) - T(24) * t * t));
+      }
+    }
+    case Activation::Relu: return complex<R>(R(0), R(0));
+  }
+  return complex<R>(R(0), R(0));
 }
 
 }  // namespace tg::kernels

@@ -58,7 +58,9 @@ ScalarType binary_result_type(BinaryOp op, ScalarType a, ScalarType b, const cha
 #include <tapegrad/tensor/binary.def>
 #undef TG_BINARY
   }
-  if (float_only && !is_floating_point(rt)) rt = kFloat32;
+  if (float_only && !is_floating_point(rt) && !is_complex(rt)) rt = kFloat32;
+  TG_CHECK(!is_complex(rt) || kernels::takes_complex(op), name, ": not defined for complex operands (", a, " and ", b,
+           "); take real(t) and imag(t), or abs(t), and compute on the parts");
   TG_CHECK(!((op == BinaryOp::Fmod || op == BinaryOp::Remainder) && rt == kBool), name,
            ": not defined on two Bool tensors; convert them with .to(kInt64)");
   TG_CHECK(!(op == BinaryOp::Sub && rt == kBool), name,
@@ -131,7 +133,7 @@ Tensor binary(BinaryOp op, const Tensor& a, Scalar s) {
   detail::check_defined(a, name, "first operand");
   const kernels::Backend& be = kernels::backend(a.device(), name);
   const ScalarType st = promote_with_scalar(a.dtype(), s.is_integral());
-  if (!be.binary_scalar || a.is_sparse()) return binary(op, a, scalar_like(s, a, name));
+  if (!be.binary_scalar || a.is_sparse() || is_complex(st)) return binary(op, a, scalar_like(s, a, name));
   // The scalar is a kernel argument: one launch, no 0-dim tensor to fill.
   const ScalarType rt = binary_result_type(op, a.dtype(), st, name);
   const ScalarType ct = compute_type(rt);
@@ -149,6 +151,8 @@ Tensor compare(CompareOp op, const Tensor& a_in, const Tensor& b_in, const char*
   detail::check_same_device(a, b, name);
   IntList shape = broadcast_shapes(a.sizes(), b.sizes(), name);
   ScalarType ct = compute_type(promote_types(a.dtype(), b.dtype()));
+  TG_CHECK(!is_complex(ct) || op == CompareOp::Eq || op == CompareOp::Ne, name, ": complex numbers are not ordered (",
+           a.dtype(), " and ", b.dtype(), "); compare abs(t) or real(t)");
   Tensor out = detail::new_empty(shape, kBool, a.device());
   kernels::backend(a.device(), name).compare(op, out, raw::expand(cast(a, ct), shape), raw::expand(cast(b, ct), shape));
   return out;
@@ -158,7 +162,9 @@ Tensor compare(CompareOp op, const Tensor& a_in, const Tensor& b_in, const char*
 Tensor unary(UnaryOp op, const Tensor& x, const char* name, bool float_only, kernels::UnaryParams prm = {}) {
   detail::check_defined(x, name);
   ScalarType rt = x.dtype();
-  if (float_only && !is_floating_point(rt)) rt = kFloat32;
+  TG_CHECK(!is_complex(rt) || kernels::takes_complex(op), name, ": not defined for a complex tensor (", rt, ", shape ",
+           shape_str(x.sizes()), "); take real(t) and imag(t), or abs(t), and compute on the parts");
+  if (float_only && !is_floating_point(rt) && !is_complex(rt)) rt = kFloat32;
   TG_CHECK(rt != kBool, name,
            ": Bool tensors are not supported; convert with "
            ".to(kInt64) first");
@@ -184,7 +190,9 @@ const Tensor& inplace_binary(const Tensor& self, BinaryOp op, const Tensor& othe
   detail::check_defined(other, name, "other");
   detail::check_same_device(self, other, name);
   ScalarType rt = binary_result_type(op, self.dtype(), other.dtype(), name);
-  bool castable = self.dtype() == rt || is_floating_point(self.dtype());
+  // No complex result into a real self (the imaginary parts would be lost).
+  bool castable =
+      self.dtype() == rt || (is_floating_point(self.dtype()) && !is_complex(rt)) || is_complex(self.dtype());
   TG_CHECK(castable, name, ": result type ", rt, " can't be cast to the desired output type ", self.dtype());
   const IntList shape = inplace_shape(self, other, name);
   detail::check_writable(self, name);
@@ -207,7 +215,7 @@ const Tensor& inplace_scalar(const Tensor& self, BinaryOp op, Scalar s, const ch
   const kernels::Backend& be = kernels::backend(self.device(), name);
   const ScalarType st = promote_with_scalar(self.dtype(), s.is_integral());
   const ScalarType rt = binary_result_type(op, self.dtype(), st, name);
-  if (!be.binary_scalar || self.is_sparse() || self.dtype() != rt || compute_type(rt) != rt)
+  if (!be.binary_scalar || self.is_sparse() || self.dtype() != rt || compute_type(rt) != rt || is_complex(rt))
     return inplace_binary(self, op, scalar_like(s, self, name), name);
   detail::check_writable(self, name);
   const auto [sd, si] = scalar_in(s, st);
@@ -323,9 +331,12 @@ Tensor logical_xor(const Tensor& a, const Tensor& b) {
 
 // The plain unary ops: one definition per line of unary.def (neg of a
 // sparse tensor negates its values).
+// abs of a complex tensor is its modulus (real), hypot of the parts.
 #define TG_UNARY(name, Kernel, float_only, ...)                                                    \
   Tensor name(const Tensor& x) {                                                                   \
     if (UnaryOp::Kernel == UnaryOp::Neg && x.defined() && x.is_sparse()) return sparse_mul(x, -1); \
+    if (UnaryOp::Kernel == UnaryOp::Abs && x.defined() && is_complex(x.dtype()) && !x.is_sparse()) \
+      return raw::hypot(raw::real(x), raw::imag(x));                                               \
     return unary(UnaryOp::Kernel, x, #name, float_only);                                           \
   }
 #include <tapegrad/tensor/unary.def>
@@ -490,7 +501,7 @@ static bool add_scaled_(const Tensor& self, const Tensor& o, Scalar alpha, const
   detail::check_defined(self, name, "self");
   detail::check_defined(o, name, "other");
   const kernels::Backend& be = kernels::backend(self.device(), name);
-  if (!be.add_scaled || o.device() != self.device() || o.dtype() != self.dtype() ||
+  if (!be.add_scaled || is_complex(self.dtype()) || o.device() != self.device() || o.dtype() != self.dtype() ||
       compute_type(self.dtype()) != self.dtype() || self.dtype() == kBool ||
       promote_with_scalar(self.dtype(), alpha.is_integral()) != self.dtype() || detail::may_overlap(self, o))
     return false;
@@ -539,8 +550,10 @@ Tensor activation_grad(const Tensor& g_in, const Tensor& x_in, Activation act, i
   Tensor g = g_in, x = x_in;
   to_one_device(g, x);
   detail::check_same_device(g, x, name);
-  TG_CHECK(g.is_floating_point() && x.is_floating_point(), name, ": g and x must be floating point, got ", g.dtype(),
-           " and ", x.dtype());
+  const bool cx = is_complex(g.dtype()) || is_complex(x.dtype());
+  TG_CHECK((g.is_floating_point() || is_complex(g.dtype())) && (x.is_floating_point() || is_complex(x.dtype())), name,
+           ": g and x must be floating point or complex, got ", g.dtype(), " and ", x.dtype());
+  TG_CHECK(!cx || act != Activation::Relu, name, ": relu has no complex meaning (", g.dtype(), " and ", x.dtype(), ")");
   return broadcast_into_new(g, x, promote_types(g.dtype(), x.dtype()), name,
                             [act, order](const kernels::Backend& be, const Tensor& out, const Tensor& gb,
                                          const Tensor& xb) { be.activation_grad(act, order, out, gb, xb); });
@@ -587,8 +600,7 @@ using kernels::UnaryOp;
 // ---- conversions ---------------------------------------------------------------
 template <class T> constexpr bool is_half_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
-template <class T> struct is_complex_t : std::false_type {};
-template <class T> struct is_complex_t<complex<T>> : std::true_type {};
+using kernels::is_complex_t;
 
 // Between complex and real: a real value is the real part (imaginary 0); a
 // complex value to a real dtype keeps its real part (PyTorch's cast, which
@@ -691,7 +703,23 @@ template <class T, class R, class F> void binary_loop(const Tensor& out, const T
   });
 }
 
+// The complex dtypes' kernels: T is tg::complex<R>, the math in std::complex
+// (element_math.h); the op layer passes only the ops whose def line says C.
+template <class F> bool dispatch_complex(ScalarType t, F&& f) {
+  return kernels::dispatch_if<is_complex>(t, std::forward<F>(f));
+}
+
 void binary_kernel(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  if (dispatch_complex(out.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        using R = decltype(T{}.re);
+        TG_INTERNAL_ASSERT(kernels::takes_complex(op), "binary: complex operands for a real-only op");
+        kernels::visit_binary(op, [&](auto o) {
+          binary_loop<T, T>(out, a, b,
+                            [](T x, T y) { return kernels::binary_complex_fn<decltype(o)::value, R>(x, y); });
+        });
+      }))
+    return;
   dispatch_compute(out.dtype(), "binary", [&](auto tag) {
     using T = decltype(tag);
     kernels::visit_binary(op, [&](auto o) {
@@ -719,6 +747,15 @@ void activation_grad_order(int order, const Tensor& out, const Tensor& g, const 
 }
 
 void activation_grad_kernel(Activation act, int order, const Tensor& out, const Tensor& g, const Tensor& x) {
+  if (dispatch_complex(out.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        using R = decltype(T{}.re);
+        binary_loop<T, T>(out, g, x, [act, order](T gv, T xv) {
+          return kernels::from_math<R>(kernels::to_math(gv) *
+                                       kernels::to_math(kernels::activation_derivative_complex<R>(act, order, xv)));
+        });
+      }))
+    return;
   dispatch_compute(out.dtype(), "activation_grad", [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<T>) {
@@ -735,6 +772,11 @@ void activation_grad_kernel(Activation act, int order, const Tensor& out, const 
 }
 
 void compare_kernel(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  if (dispatch_complex(a.dtype(), [&](auto tag) {  // eq and ne only (the op layer)
+        using T = decltype(tag);
+        binary_loop<T, bool>(out, a, b, [op](T x, T y) { return op == CompareOp::Eq ? x == y : x != y; });
+      }))
+    return;
   dispatch_compute(a.dtype(), "compare", [&](auto tag) {
     using T = decltype(tag);
     binary_loop<T, bool>(out, a, b, [op](T x, T y) { return kernels::compare_apply(op, x, y); });
@@ -782,6 +824,16 @@ template <UnaryOp Op> auto eigen_form() {
 }
 
 void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, const kernels::UnaryParams& prm) {
+  if (dispatch_complex(out.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        using R = decltype(T{}.re);
+        TG_INTERNAL_ASSERT(kernels::takes_complex(op), "unary: a complex input for a real-only op");
+        kernels::visit_unary(op, [&](auto o) {
+          unary_loop<T>(
+              out, x, [](T z) { return kernels::unary_complex_fn<decltype(o)::value, R>(z); }, nullptr);
+        });
+      }))
+    return;
   dispatch_compute(out.dtype(), "unary", [&](auto tag) {
     using T = decltype(tag);
     const kernels::UnaryArgs<T> args{T(prm.a), T(prm.b), prm.has_a, prm.has_b};
@@ -802,6 +854,12 @@ void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, const kernels:
 
 // ---- the engine's fused accumulation and mul backward (contiguous operands) ------
 void add_n_kernel(const Tensor& out, const Tensor& a, const std::vector<Tensor>& s) {
+  if (is_complex(out.dtype())) {  // componentwise: the sums of the parts
+    std::vector<Tensor> parts;
+    for (const Tensor& t : s)
+      parts.push_back(raw::view_as_real(t));
+    return add_n_kernel(raw::view_as_real(out), raw::view_as_real(a), parts);
+  }
   dispatch_compute(out.dtype(), "add_n", [&](auto tag) {
     using T = decltype(tag);
     T* o = static_cast<T*>(out.data_ptr());

@@ -83,14 +83,20 @@ template <class F> void dispatch_floating(ScalarType t, const char* op, F&& f) {
   TG_CHECK(done, op, ": no kernel for dtype ", t, " (it takes Float32 or Float64)");
 }
 
-// Calls f(U{}) with U the unsigned integer type of `bytes` (1, 2, 4 or 8):
-// for kernels that only move elements (where, gather, index_select, fill).
+// Sixteen bytes as one element (Complex128), aligned as its parts.
+struct Bytes16 {
+  uint64_t lo, hi;
+};
+// Calls f(U{}) with U the unsigned integer type of `bytes` (1, 2, 4 or 8),
+// or Bytes16 for 16: for kernels that only move elements (where, gather,
+// index_select, fill).
 template <class F> void dispatch_bytes(size_t bytes, F&& f) {
   switch (bytes) {
     case 1: f(uint8_t{}); return;
     case 2: f(uint16_t{}); return;
     case 4: f(uint32_t{}); return;
     case 8: f(uint64_t{}); return;
+    case 16: f(Bytes16{}); return;
     default: TG_INTERNAL_ASSERT(false, "dispatch_bytes: no element type of ", bytes, " bytes");
   }
 }

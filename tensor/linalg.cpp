@@ -5,6 +5,7 @@
 // decompositions).
 #include <atomic>
 #include <cmath>
+#include <complex>
 #include <cstdio>
 #include <limits>
 #include <sstream>
@@ -869,7 +870,7 @@ void bmm_kernel(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   char* b0 = static_cast<char*>(b.data_ptr());
   char* c0 = static_cast<char*>(out.data_ptr());
   int64_t sa = a.strides()[0] * esz, sb = b.strides()[0] * esz, sc = m * n * esz;
-  dispatch_compute(out.dtype(), "bmm", [&](auto tag) {
+  auto run = [&](auto tag) {
     using T = decltype(tag);
     auto one = [&](int64_t i, int64_t r0, int64_t r1) {
       gemm<T>(reinterpret_cast<const T*>(a0 + i * sa), av, reinterpret_cast<const T*>(b0 + i * sb), bv,
@@ -887,7 +888,14 @@ void bmm_kernel(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
       int64_t grain = std::max<int64_t>(64, (int64_t(1) << 24) / std::max<int64_t>(flops_per_row, 1));
       parallel_for(m, grain, [&](int64_t r0, int64_t r1) { one(0, r0, r1); });
     }
-  });
+  };
+  // Complex: Eigen's complex GEMM on std::complex (tg::complex's layout).
+  if (kernels::dispatch_if<is_complex>(out.dtype(), [&](auto tag) {
+        using R = decltype(decltype(tag){}.re);
+        run(std::complex<R>{});
+      }))
+    return;
+  dispatch_compute(out.dtype(), "bmm", run);
 }
 
 }  // namespace

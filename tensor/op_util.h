@@ -41,6 +41,10 @@ void check_writable(const Tensor& t, const char* op);
 // overflow (as PyTorch's): NaN, +-inf or an out-of-range number into Int64,
 // a finite number beyond the largest finite value of a narrower float.
 void check_scalar_fits(Scalar v, ScalarType dtype, const char* op);
+// The two real parts of a complex result (complex_from's real and imag,
+// polar's abs and angle): defined, one Float32 or Float64 dtype, one device,
+// broadcastable; throws naming `op`. Returns the broadcast shape.
+IntList check_complex_parts(const Tensor& a, const Tensor& b, const char* op);
 
 // out (contiguous, compute dtype) [index along d] += src, index validated.
 // Deterministic mode on a GPU: a sorted, ordered sum instead of atomics.

@@ -41,6 +41,19 @@ Tensor reduce(Kind kind, const Tensor& x_in, const IntList& dims_in, bool keepdi
     Tensor r = reduce(kind, x_in.reshape({1}), {0}, false, false);
     return r;
   }
+  if (is_complex(x_in.dtype())) {
+    // Sum and mean of the parts: the real reduction of view_as_real over the
+    // same dims (the parts' dim, last, kept).
+    TG_INTERNAL_ASSERT(kind == Kind::Sum || kind == Kind::Mean, name, ": no complex kernel");
+    IntList dims;
+    if (all || dims_in.empty())
+      for (int64_t d = 0; d < x_in.dim(); ++d)
+        dims.push_back(d);
+    else
+      for (int64_t d : dims_in)
+        dims.push_back(detail::wrap_dim(d, x_in.dim(), name, x_in.sizes()));
+    return raw::view_as_complex(reduce(kind, raw::view_as_real(x_in), dims, keepdim, false).contiguous());
+  }
   const Tensor& x = x_in;
   int64_t nd = x.dim();
   std::vector<bool> red(size_t(nd), all || dims_in.empty());

@@ -111,6 +111,17 @@ template <> double largest_finite<BFloat16>() {
 }
 }  // namespace
 
+IntList check_complex_parts(const Tensor& a, const Tensor& b, const char* op) {
+  check_defined(a, op, "first part");
+  check_defined(b, op, "second part");
+  TG_CHECK(!a.is_sparse() && !b.is_sparse(), op, ": sparse parts; call to_dense() first");
+  TG_CHECK(category(a.dtype()) == DtypeCategory::Floating && a.dtype() == b.dtype(), op,
+           ": expected two Float32 or two Float64 tensors, got ", a.dtype(), " and ", b.dtype(),
+           "; convert them with .to(kFloat64)");
+  check_same_device(a, b, op);
+  return broadcast_shapes(a.sizes(), b.sizes(), op);
+}
+
 void check_scalar_fits(Scalar v, ScalarType dtype, const char* op) {
   if (v.is_integral() || dtype == kBool || dtype == kFloat64) return;  // every int64 is some double
   const double d = v.to_double();
@@ -235,6 +246,7 @@ bool view_strides(const IntList& sizes, const IntList& strides, const IntList& n
 
 int64_t Tensor::size(int64_t d) const {
   const TensorImpl& i = checked("size");
+  TG_CHECK(i.dim() > 0, "size: dimension specified as ", d, " but the tensor has no dimensions (0-dim)");
   return i.sizes()[size_t(wrap_dim(d, i.dim(), "size", i.sizes()))];
 }
 bool Tensor::is_pinned() const {
@@ -245,6 +257,7 @@ bool Tensor::is_pinned() const {
 
 int64_t Tensor::stride(int64_t d) const {
   const TensorImpl& i = checked("stride");
+  TG_CHECK(i.dim() > 0, "stride: dimension specified as ", d, " but the tensor has no dimensions (0-dim)");
   return i.strides()[size_t(wrap_dim(d, i.dim(), "stride", i.sizes()))];
 }
 
@@ -482,10 +495,6 @@ Tensor view_as_complex(const Tensor& self) {
   TG_CHECK(!self.is_sparse(), op, ": a sparse tensor; call to_dense() first");
   TG_CHECK(category(self.dtype()) == DtypeCategory::Floating, op, ": expected a Float32 or Float64 tensor, got ",
            self.dtype(), " (shape ", shape_str(self.sizes()), "); convert it with .to(kFloat32) first");
-  TG_CHECK(!self.requires_grad() && !self.has_tangent(), op, ": the tensor (", self.dtype(), " ",
-           shape_str(self.sizes()),
-           ") requires grad or carries a forward-mode tangent, and complex tensors are not differentiable in "
-           "tapegrad yet; call it on .detach()");
   const IntList& sz = self.sizes();
   const IntList& st = self.strides();
   TG_CHECK(self.dim() >= 1 && sz.back() == 2, op, ": expected a last dim of size 2 (real, imaginary), got shape ",
@@ -524,6 +533,29 @@ Tensor conj(const Tensor& self) {
   Tensor im = raw::select(raw::view_as_real(out), -1, 1);
   raw::copy_(im, raw::neg(im));
   return out;
+}
+
+Tensor angle(const Tensor& self) {
+  detail::check_defined(self, "angle");
+  if (is_complex(self.dtype())) return raw::atan2(raw::imag(self), raw::real(self));
+  // A real x: pi where negative, else 0 (NaN stays), in its floating dtype.
+  const Tensor x = is_floating_point(self.dtype()) ? self : raw::to(self, kFloat32);
+  const Tensor neg = raw::to(raw::lt(x, 0), x.dtype());
+  return raw::where(raw::ne(x, x), x, raw::mul(neg, 3.14159265358979323846));
+}
+
+Tensor complex_from(const Tensor& re, const Tensor& im) {
+  const IntList shape = detail::check_complex_parts(re, im, "complex_from");
+  Tensor out = detail::new_empty(shape, complex_type(re.dtype()), re.device());
+  Tensor parts = raw::view_as_real(out);
+  raw::copy_(raw::select(parts, -1, 0), raw::expand(re, shape));
+  raw::copy_(raw::select(parts, -1, 1), raw::expand(im, shape));
+  return out;
+}
+
+Tensor polar(const Tensor& abs, const Tensor& angle) {
+  detail::check_complex_parts(abs, angle, "polar");
+  return raw::complex_from(raw::mul(abs, raw::cos(angle)), raw::mul(abs, raw::sin(angle)));
 }
 
 Tensor detach(const Tensor& self) {

@@ -18,6 +18,8 @@
 #include <set>
 #include <sstream>
 
+#include <tapegrad/tensor/fft.h>
+
 #include "reference.h"
 #include "tensor/op_table.h"
 
@@ -36,6 +38,13 @@ struct Leaf {
   IntList sizes;
   double lo = -1, hi = 1;
   bool transposed = false;  // rank 2: a transposed (non-contiguous) tensor
+  // Complex128: real parts in [lo, hi], imaginary parts in 0.4 [lo, hi]
+  // (inside the branch cuts of the inverse functions). The checks see its
+  // parts: a Float64 leaf [sizes..., 2] entering the op through
+  // view_as_complex, a complex result leaving through view_as_real (as
+  // gradcheck does for complex inputs), so every mode, Taylor's included,
+  // checks the complex rules and the gradient convention.
+  bool complex = false;
 };
 struct Sample {
   std::string what;
@@ -59,6 +68,15 @@ struct OpEntry {
 Tensor make_leaf(const Leaf& l, uint64_t seed) {
   tg::manual_seed(seed);
   Tensor t;
+  if (l.complex) {
+    IntList s = l.sizes;
+    if (l.transposed && s.size() == 2) std::swap(s[0], s[1]);
+    s.push_back(2);
+    t = tg::rand(s, kF64) * (l.hi - l.lo) + l.lo;
+    t.select(-1, 1).mul_(0.4);
+    if (l.transposed && l.sizes.size() == 2) t = t.transpose(0, 1);
+    return t.detach().requires_grad_();
+  }
   if (l.transposed && l.sizes.size() == 2) t = (tg::rand({l.sizes[1], l.sizes[0]}, kF64) * (l.hi - l.lo) + l.lo).t();
   else t = tg::rand(l.sizes, kF64) * (l.hi - l.lo) + l.lo;
   return t.detach().requires_grad_();
@@ -76,6 +94,23 @@ std::vector<Sample> binary_samples(double lo = -1, double hi = 1) {
           {"broadcast [3, 1] with [4]", {{{3, 1}, lo, hi}, {{4}, lo, hi}}},
           {"broadcast [2, 3, 4] with 0-dim", {{{2, 3, 4}, lo, hi}, {{}, lo, hi}}},
           {"zero-size [0, 4] with [4]", {{{0, 4}, lo, hi}, {{4}, lo, hi}}}};
+}
+// The same samples with complex leaves (complex_with_real: the second operand
+// real, promoted).
+std::vector<Sample> as_complex(std::vector<Sample> samples, bool complex_with_real = false) {
+  for (Sample& s : samples) {
+    for (size_t i = 0; i < s.leaves.size(); ++i)
+      s.leaves[i].complex = !(complex_with_real && i == 1);
+    s.what += complex_with_real ? " (complex with real)" : " (complex)";
+  }
+  return samples;
+}
+std::vector<Sample> complex_unary_samples(double lo, double hi) { return as_complex(unary_samples(lo, hi)); }
+std::vector<Sample> complex_binary_samples(double lo, double hi) {
+  std::vector<Sample> s = as_complex(binary_samples(lo, hi));
+  for (Sample& m : as_complex({binary_samples(lo, hi)[0], binary_samples(lo, hi)[1]}, true))
+    s.push_back(m);
+  return s;
 }
 std::vector<Sample> matrix_samples() {
   return {{"[3, 4]", {{{3, 4}}}}, {"[3, 4] transposed", {{{3, 4}, -1, 1, true}}}};
@@ -109,17 +144,27 @@ std::vector<OpEntry> op_entries() {
   coarse.atol = 1e-3;
   std::vector<OpEntry> e = {
   // the plain unary ops: their line of unary.def gives the range
-#define TG_UNARY(name, Kernel, float_only, forward, backward, saves, taylor, lo, hi) \
-  {#name, F1(tg::name(x)), unary_samples(lo, hi)},
+#define TG_UNARY_CX_C(name, lo, hi) {#name, F1(tg::name(x)), complex_unary_samples(lo, hi)},
+#define TG_UNARY_CX_A(name, lo, hi)
+#define TG_UNARY_CX_R(name, lo, hi)
+#define TG_UNARY(name, Kernel, float_only, forward, backward, saves, taylor, lo, hi, cx) \
+  {#name, F1(tg::name(x)), unary_samples(lo, hi)}, TG_UNARY_CX_##cx(name, lo, hi)
 #include <tapegrad/tensor/unary.def>
 #undef TG_UNARY
+#undef TG_UNARY_CX_C
+#undef TG_UNARY_CX_A
+#undef TG_UNARY_CX_R
   // elementwise, binary
   // the binary ops: their line of binary.def gives the sample and its range
+#define TG_BINARY_CX_C(name, sample, lo, hi) {#name, F2(sample), complex_binary_samples(lo, hi)},
+#define TG_BINARY_CX_R(name, sample, lo, hi)
 #define TG_BINARY(name, Kernel, arg, form, float_only, forward, grad_a, grad_b, saves_a, saves_b, taylor, composite, \
-                  sample, lo, hi)                                                                                    \
-  {#name, F2(sample), binary_samples(lo, hi)},
+                  sample, lo, hi, cx)                                                                                \
+  {#name, F2(sample), binary_samples(lo, hi)}, TG_BINARY_CX_##cx(name, sample, lo, hi)
 #include <tapegrad/tensor/binary.def>
 #undef TG_BINARY
+#undef TG_BINARY_CX_C
+#undef TG_BINARY_CX_R
       {"fmod_scalar", F1(fmod(x * 3.0, 0.7) + x.fmod(-0.7)), unit},
       {"remainder_scalar", F1(remainder(x * 3.0, 0.7) + x.remainder(-0.7)), unit},
       {"add_scalar", F1(add(x, 2.0)), unit},
@@ -130,6 +175,35 @@ std::vector<OpEntry> op_entries() {
       {"pow_scalar_base", F1(pow(2.5, x)), unit},
       // elementwise, unary
       {"abs", F1(abs(x) + abs(x - 2.0)), unary_samples(0.1, 1)},  // both sides of 0
+      {"abs", F1(abs(x)), complex_unary_samples(-1, 1)},
+      // complex: the parts, views and constructors
+      {"angle", F1(angle(x)), complex_unary_samples(-1, 1)},
+      {"angle", F1(angle(x) * x), unit},  // real: piecewise constant
+      {"real", F1(real(x) * imag(x)), complex_unary_samples(-1, 1)},
+      {"imag", F1(imag(x) + real(x) * 2.0), complex_unary_samples(-1, 1)},
+      {"conj", F1(conj(x) * x + conj(x)), complex_unary_samples(-1, 1)},
+      {"view_as_real", F1(view_as_real(x) * 1.5), complex_unary_samples(-1, 1)},
+      {"view_as_complex", F1(view_as_complex(stack({x, x * x}, -1))), unit},
+      {"complex_from", F2(complex_from(x, y)), binary_samples()},
+      {"polar", F2(polar(x, y)), binary_samples(0.5, 2)},
+      // FFTs: the primitives through tg::fft (odd and even sizes, padding
+      // and cropping, every norm, dims in any order)
+      {"_fft_c2c",
+       F1(cat({fft::fft(x, std::nullopt, 1).reshape({-1}), fft::ifft2(x, IntList{5, 2}, {-2, -1}, "ortho").reshape({-1}),
+               fft::fftn(x, std::nullopt, IntList{1, 0}, "forward").reshape({-1})})),
+       as_complex({one("[3, 4]", {{{3, 4}}}), one("[3, 4] transposed", {{{3, 4}, -1, 1, true}})})},
+      {"_fft_c2c", F1(fft::fft(x, std::nullopt, 1)), as_complex({one("zero-size [0, 4]", {{{0, 4}}})})},
+      {"_fft_c2c", F1(fft::fft(x, 6, 0) * 2.0 + fft::fft(x.to(kComplex128), 6, 0, "ortho")),
+       {one("[3, 4]", {{{3, 4}}}), one("[5]", {{{5}}})}},
+      {"_fft_r2c",
+       F1(cat({fft::rfft(x).reshape({-1}), fft::rfft2(x, IntList{4, 6}, {-2, -1}, "ortho").reshape({-1}),
+               fft::ihfft(x, 5, 0).reshape({-1}), fft::rfftn(x, std::nullopt, IntList{1, 0}).reshape({-1})})),
+       {one("[3, 4]", {{{3, 4}}}), one("[3, 4] transposed", {{{3, 4}, -1, 1, true}})}},
+      {"_fft_c2r",
+       F1(cat({fft::irfft(x).reshape({-1}), fft::irfft(x, 5, 0, "ortho").reshape({-1}),
+               fft::hfft(x, 7).reshape({-1}), fft::irfft2(x, IntList{4, 5}, {-2, -1}, "forward").reshape({-1}),
+               fft::irfftn(x, IntList{3, 4}, IntList{1, 0}).reshape({-1})})),
+       as_complex({one("[3, 4]", {{{3, 4}}}), one("[3, 4] transposed", {{{3, 4}, -1, 1, true}})})},
       {"sign", F1(sign(x) * x), unary_samples(0.1, 1)},
       {"gelu", F1(gelu(x) + gelu(x * 0.5, "tanh")), any},
       {"softplus", F1(softplus(x, 2.0, 1.0)), unit},
@@ -155,6 +229,15 @@ std::vector<OpEntry> op_entries() {
       {"copy_", F2([&] { Tensor h = zeros_like(x * y); h.copy_(x * y); return h; }()), binary_samples()},
       // reductions
       {"sum", F1(sum(x)), unit},
+      {"sum", F1(sum(x)), complex_unary_samples(-1, 1)},
+      {"sum_dim", F1(sum(x, {-1}).unsqueeze(1) * sum(x, {0}, true)), as_complex(matrix_samples())},
+      {"mean", F1(mean(x)), complex_unary_samples(-1, 1)},
+      {"mean_dim", F1(mean(x, {0})), as_complex(matrix_samples())},
+      {"sum_to", F1(sum_to(x, {1, 4})), as_complex(matrix_samples())},
+      {"mul_scalar", F1(mul(x, 3.0) + div(x, 2.0) + add(x, 1.5) - sub(x, 0.5) + pow(x, 2.0) + pow(x, 0.5)),
+       complex_unary_samples(0.5, 2)},
+      {"where", F2(where(gt(real(x), 0.0), x, y)), as_complex(binary_samples())},
+      {"where", F2(where(eq(x, x * 1.0), x * y, y) + where(ne(x, 0.0), x, y)), as_complex(binary_samples())},
       {"sum_dim", F1(sum(x, {-1}) + sum(x, {0, 1}, true).sum()), matrix_samples()},
       {"mean", F1(mean(x)), unit},
       {"mean_dim", F1(mean(x, {0})), matrix_samples()},
@@ -240,6 +323,14 @@ std::vector<OpEntry> op_entries() {
       {"mm", F2(mm(x, y)), {one("[3, 4] @ [4, 2] transposed", {{{3, 4}}, {{4, 2}, -1, 1, true}}),
                             one("[0, 4] @ [4, 2]", {{{0, 4}}, {{4, 2}}})}},
       {"bmm", F2(bmm(x, y)), {one("[2, 3, 4] @ [2, 4, 2]", {{{2, 3, 4}}, {{2, 4, 2}}})}},
+      {"mm", F2(mm(x, y)), as_complex({one("[3, 4] @ [4, 2] transposed", {{{3, 4}}, {{4, 2}, -1, 1, true}})})},
+      {"bmm", F2(bmm(x, y)), as_complex({one("[2, 3, 4] @ [2, 4, 2]", {{{2, 3, 4}}, {{2, 4, 2}}})})},
+      {"matmul", F2(matmul(x, y)),
+       as_complex({one("[2, 3, 4] @ [4]", {{{2, 3, 4}}, {{4}}}), one("[3, 4] @ [2, 4, 2]", {{{3, 4}}, {{2, 4, 2}}})})},
+      {"einsum", F2(einsum("bij,jk->bik", {x, y}) + einsum("bij->b", {x}).unsqueeze(1).unsqueeze(2)),
+       as_complex({one("[2, 3, 4] with [4, 2]", {{{2, 3, 4}}, {{4, 2}}})})},
+      {"cat", F2(cat({x, y}, 0)), as_complex({one("[2, 3] with [1, 3]", {{{2, 3}}, {{1, 3}}})})},
+      {"stack", F2(stack({x, y}, 1)), as_complex({one("[2, 3] with [2, 3] transposed", {{{2, 3}}, {{2, 3}, -1, 1, true}})})},
       {"matmul", F2(matmul(x, y)),
        {one("[4] @ [4]", {{{4}}, {{4}}}), one("[3, 4] @ [4]", {{{3, 4}}, {{4}}}),
         one("[4] @ [4, 3]", {{{4}}, {{4, 3}, -1, 1, true}}),
@@ -631,17 +722,21 @@ TEST_P(OpTable, GradcheckAndGradgradcheckEveryOp) {
       taylor_checked.insert(op.id);
       continue;
     }
-    Fn fn = [&](const variable_list& in) {
-      variable_list moved;
-      for (const Tensor& t : in)
-        moved.push_back(t.to(dev));
-      Tensor out = op.fn(moved);
-      EXPECT_EQ(out.device(), dev) << op.id;
-      return out.to(Device(tg::kCPU));
-    };
     uint64_t seed = 1;
     for (const Sample& s : op.samples) {
       SCOPED_TRACE(op.id + " on " + s.what);
+      // A complex leaf enters as its parts (Leaf::complex).
+      Fn fn = [&](const variable_list& in) {
+        variable_list moved;
+        for (size_t i = 0; i < in.size(); ++i) {
+          Tensor t = in[i].to(dev);
+          moved.push_back(s.leaves[i].complex ? tg::view_as_complex(t) : t);
+        }
+        Tensor out = op.fn(moved);
+        EXPECT_EQ(out.device(), dev) << op.id;
+        if (tg::is_complex(out.dtype())) out = tg::view_as_real(out);
+        return out.to(Device(tg::kCPU));
+      };
       variable_list in;
       for (const Leaf& l : s.leaves)
         in.push_back(make_leaf(l, seed++));

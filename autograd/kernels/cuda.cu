@@ -38,7 +38,7 @@ __global__ void embed_kernel_impl(U* out, const U* g, I n, I inner, I start, I s
   const I stride = I(blockDim.x) * gridDim.x;
   for (I i = I(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
     const I in = i % inner, t = i / inner, c = t % n, o = t / n;
-    U v = 0;
+    U v{};
     if (c >= start) {
       const I d = c - start;
       if (d % step == 0 && d / step < len) v = g[int64_t(o) * go + int64_t(d / step) * gn + int64_t(in) * gi];

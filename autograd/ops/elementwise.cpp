@@ -36,17 +36,11 @@ struct UnaryArgs {
 // u f'(x): an op's derivative, stated once (unary.def's derivative column).
 using UnaryFormula = Tensor (*)(const Tensor& u, const Tensor& x, const Tensor& r, const UnaryArgs&);
 
-// Complex conjugation where a tensor's dtype is complex: the identity on the
-// real dtypes, which are all tapegrad has today (issue 47 adds complex ones,
-// and conj here). docs/AUTOGRAD.md, "Conjugation": gradients are conjugate
+// Complex conjugation where a tensor's dtype is complex, the identity on the
+// real dtypes. docs/AUTOGRAD.md, "Conjugation": gradients are conjugate
 // Wirtinger derivatives, so the backward of f is g conj(f') and the tangent
 // t f'.
-Tensor conj_if_complex(const Tensor& t) {
-  TG_INTERNAL_ASSERT(!t.defined() || !is_differentiable(t.dtype()) || is_floating_point(t.dtype()),
-                     "conj_if_complex: a differentiable dtype that is not real (", t.dtype(),
-                     ") needs its conjugation here");
-  return t;
-}
+Tensor conj_if_complex(const Tensor& t) { return t.defined() && is_complex(t.dtype()) ? conj(t) : t; }
 // The two rules from one derivative d(u) = u f': the backward g conj(f') =
 // conj(d(conj(g))) and the tangent d(t) = t f'.
 template <class D, class... A> Tensor backward_from(D d, const Tensor& g, const A&... args) {
@@ -207,8 +201,9 @@ std::vector<Tensor> derivatives_by_reverse(const UnarySpec& spec, const Tensor& 
   }
   std::vector<Tensor> d(size_t(K) + 1);
   d[1] = spec.derivative(ones_like(xv), xv, rv, args);
+  // The engine gives conj(f^(j+1)) for a complex x (holomorphic f).
   for (int j = 2; j <= K && d[size_t(j - 1)].requires_grad(); ++j)
-    d[size_t(j)] = autograd::grad({d[size_t(j - 1)]}, {xv}, {ones_like(xv)}, true, true, true)[0];
+    d[size_t(j)] = conj_if_complex(autograd::grad({d[size_t(j - 1)]}, {xv}, {ones_like(xv)}, true, true, true)[0]);
   if (!recorded)
     for (Tensor& t : d)
       if (t.defined()) t = t.detach();
@@ -264,7 +259,7 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
 // The plain unary ops: the derivative of each line of unary.def (the
 // activations' is one fused kernel, differentiable again with one kernel per
 // order: activation_grad below).
-#define TG_UNARY(name, Kernel, float_only, forward, derivative, saves, taylor, lo, hi) \
+#define TG_UNARY(name, Kernel, float_only, forward, derivative, saves, taylor, lo, hi, cx) \
   TG_UNARY_BACKWARD(k##Kernel, #name, #Kernel "Backward", saves, taylor, derivative)
 #include <tapegrad/tensor/unary.def>
 #undef TG_UNARY
@@ -567,10 +562,111 @@ Tensor autograd::ops::pow(Scalar base, const Tensor& e) {
   return unary_op(e, kPowScalarBase, [&](const Tensor& x) { return raw::pow(base, x); }, {base.to_double(), 0});
 }
 
-// The plain unary ops of unary.def, recorded with their spec above.
-#define TG_UNARY(name, Kernel, ...)                                              \
-  Tensor autograd::ops::name(const Tensor& x) {                                  \
-    return unary_op(x, k##Kernel, [](const Tensor& t) { return raw::name(t); }); \
+namespace {
+// ---- complex: the modulus and the argument ----------------------------------------
+// Not holomorphic, so not of the `u f'` form: their backward formulas are
+// written out (g real; the gradient of a complex z is dL/dRe z + i dL/dIm z,
+// docs/AUTOGRAD.md "Conjugation"), zero where z is 0 (as PyTorch's).
+using ComplexFormula = Tensor (*)(const Tensor& g, const Tensor& z);
+class ComplexToRealBackward final : public SelfResultNode {
+ public:
+  ComplexToRealBackward(const char* op, const char* name, ComplexFormula f) : SelfResultNode(op, name), f_(f) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(1);
+    if (should_compute_output(0)) out[0] = f_(grads[0], self_.unpack(this, "self"));
+    return out;
+  }
+
+ private:
+  ComplexFormula f_;
+};
+
+// |z|^2, and a copy of it with 1 where z is 0 (a divisor whose derivative
+// stays finite there).
+Tensor modulus_squared(const Tensor& z) { return add(square(real(z)), square(imag(z))); }
+Tensor safe_divisor(const Tensor& d) { return where(eq(d, 0), ones_like(d), d); }
+// z / |z|, 0 where z is 0.
+Tensor sgn_of(const Tensor& z) { return div(z, safe_divisor(abs(z))); }
+
+// d|z| = Re(conj(sgn z) dz); the gradient g sgn(z).
+Tensor abs_grad(const Tensor& g, const Tensor& z) { return mul(g, sgn_of(z)); }
+// d arg z = Im(conj(z) dz) / |z|^2; the gradient g i z / |z|^2.
+Tensor angle_grad(const Tensor& g, const Tensor& z) {
+  if (!is_complex(z.dtype())) return zeros_like(g);  // piecewise constant
+  return mul(g, div(complex_from(neg(imag(z)), real(z)), safe_divisor(modulus_squared(z))));
+}
+
+template <class Raw, class Tangent>
+Tensor complex_to_real(const Tensor& z, const char* op, const char* name, ComplexFormula grad, Raw&& raw_fn,
+                       Tangent&& tangent) {
+  Tensor out;
+  if (!should_record({&z})) {
+    out = run_raw(raw_fn);
+  } else {
+    auto node = make_node<ComplexToRealBackward>({&z}, op, name, grad);
+    out = run_raw(raw_fn);
+    node->self_ = SavedVariable(z, false);
+    out = finish(out, node);
+  }
+  return fw_linear(out, z, tangent);
+}
+
+// Taylor mode: through the parts (sqrt(re^2 + im^2), atan2(im, re)), whose
+// ops have Taylor rules (the tangent formulas above are first order only).
+bool taylor_through_parts(const Tensor& z) { return fw_taylor() && fw_any({&z}) && is_complex(z.dtype()); }
+
+Tensor complex_abs(const Tensor& z) {
+  if (taylor_through_parts(z)) return sqrt(modulus_squared(z));
+  return complex_to_real(
+      z, "abs", "AbsBackward", abs_grad, [&] { return raw::abs(z); },
+      [&](const Tensor& t) { return real(mul(conj(sgn_of(z)), t)); });
+}
+
+class ComplexFromBackward final : public OpNode {
+ public:
+  ComplexFromBackward() : OpNode("complex_from", "ComplexFromBackward") {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(2);
+    if (should_compute_output(0)) out[0] = real(grads[0]);
+    if (should_compute_output(1)) out[1] = imag(grads[0]);
+    return out;
+  }
+};
+}  // namespace
+
+Tensor autograd::ops::angle(const Tensor& z) {
+  if (taylor_through_parts(z)) return tg::atan2(tg::imag(z), tg::real(z));
+  return complex_to_real(
+      z, "angle", "AngleBackward", angle_grad, [&] { return raw::angle(z); },
+      [&](const Tensor& t) {
+        return is_complex(z.dtype()) ? tg::div(tg::imag(tg::mul(tg::conj(z), t)), safe_divisor(modulus_squared(z)))
+                                     : zeros_like(t);
+      });
+}
+Tensor autograd::ops::complex_from(const Tensor& re, const Tensor& im) {
+  Tensor out = !should_record({&re, &im}) ? run_raw([&] { return raw::complex_from(re, im); })
+                                          : finish(run_raw([&] { return raw::complex_from(re, im); }),
+                                                   make_node<ComplexFromBackward>({&re, &im}));
+  if (fw_any({&re, &im})) {
+    const Tensor tr = fw_pad(fw_t(re), out.dim()), ti = fw_pad(fw_t(im), out.dim());
+    fw_rule(out,
+            [&] { return tg::complex_from(tr.defined() ? tr : zeros_like(ti), ti.defined() ? ti : zeros_like(tr)); });
+  }
+  return out;
+}
+Tensor autograd::ops::polar(const Tensor& abs, const Tensor& angle) {
+  if (!should_record({&abs, &angle}) && !fw_any({&abs, &angle})) return raw::polar(abs, angle);
+  tg::detail::check_complex_parts(abs, angle, "polar");
+  return tg::complex_from(tg::mul(abs, tg::cos(angle)), tg::mul(abs, tg::sin(angle)));
+}
+
+// The plain unary ops of unary.def, recorded with their spec above (abs of a
+// complex tensor: its modulus, above).
+#define TG_UNARY(name, Kernel, ...)                                                                        \
+  Tensor autograd::ops::name(const Tensor& x) {                                                            \
+    if (tg::kernels::UnaryOp::Kernel == tg::kernels::UnaryOp::Abs && x.defined() && is_complex(x.dtype())) \
+      return complex_abs(x);                                                                               \
+    return unary_op(x, k##Kernel, [](const Tensor& t) { return raw::name(t); });                           \
   }
 #include <tapegrad/tensor/unary.def>
 #undef TG_UNARY
@@ -668,7 +764,9 @@ Tensor activation_grad_beyond(const Tensor& g, const Tensor& x, Activation act, 
     Tensor prev = order - 1 == tg::kernels::kMaxFusedActivationOrder
                       ? composite_top_order(xin, act)
                       : activation_grad(ones_like(xin), xin, act, order - 1);
-    if (prev.requires_grad()) deriv = autograd::grad({prev}, {xin}, {ones_like(prev)}, true, keep, true)[0];
+    // The engine gives conj(prev') for a complex x (holomorphic prev).
+    if (prev.requires_grad())
+      deriv = conj_if_complex(autograd::grad({prev}, {xin}, {ones_like(prev)}, true, keep, true)[0]);
   }
   if (!deriv.defined()) deriv = zeros_like(xin);
   return mul(g, deriv);
@@ -682,6 +780,12 @@ class ActivationGradBackward final : public OpNode {
     variable_list out(2);
     const Tensor& gg = grads[0];
     Tensor x = x_.unpack(this, "x");
+    if (is_complex(x.dtype())) {  // g conj(f'): conj(conj(g) f') (holomorphic)
+      const Tensor cg = conj(gg);
+      if (should_compute_output(0)) out[0] = conj_if_complex(activation_grad(cg, x, act_, order_));
+      if (should_compute_output(1)) out[1] = conj(activation_grad(mul(cg, g_.unpack(this, "g")), x, act_, order_ + 1));
+      return out;
+    }
     if (should_compute_output(0)) out[0] = activation_grad(gg, x, act_, order_);
     if (should_compute_output(1)) {
       if (act_ == Activation::Relu && order_ >= 1)

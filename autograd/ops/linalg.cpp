@@ -19,7 +19,8 @@ using namespace autograd::ops_detail;
 
 namespace {
 
-// mm (batched = false) or bmm (batched = true): dA = g B^T, dB = A^T g.
+// mm (batched = false) or bmm (batched = true): dA = g B^T, dB = A^T g
+// (complex: g B^H, A^H g).
 class GemmBackward final : public OpNode {
  public:
   explicit GemmBackward(bool batched)
@@ -27,6 +28,12 @@ class GemmBackward final : public OpNode {
   variable_list apply(variable_list&& grads) override {
     variable_list out(2);
     const Tensor& g = grads[0];
+    if (is_complex(g.dtype())) {
+      auto mat = [this](const Tensor& x, const Tensor& y) { return batched_ ? bmm(x, y) : mm(x, y); };
+      if (should_compute_output(0)) out[0] = mat(g, conj(other_.unpack(this, "mat2")).transpose(-2, -1));
+      if (should_compute_output(1)) out[1] = mat(conj(self_.unpack(this, "self")).transpose(-2, -1), g);
+      return out;
+    }
     if (batched_) {
       if (should_compute_output(0)) out[0] = bmm(g, other_.unpack(this, "mat2").transpose(1, 2));
       if (should_compute_output(1)) out[1] = bmm(self_.unpack(this, "self").transpose(1, 2), g);

@@ -67,13 +67,7 @@ template <class F> auto run_raw(F&& f) -> decltype(f()) {
 }
 
 // Makes `out` the output of `node`; integer/bool outputs never require grad.
-// A complex output of a recorded op (its inputs require grad) is refused:
-// complex tensors are not differentiable yet, and dropping the history would
-// leave a silently zero gradient.
 inline Tensor finish(Tensor out, const std::shared_ptr<Node>& node) {
-  TG_CHECK(!out.defined() || !is_complex(out.dtype()), node->forward_op(), ": its ", out.dtype(),
-           " result would need a gradient (an input requires grad), and complex tensors are not differentiable in "
-           "tapegrad yet; detach() the input first, or convert under NoGradGuard");
   if (is_differentiable(out.dtype())) impl::set_history(out, node);
   return out;
 }
@@ -124,9 +118,6 @@ inline Tensor fw_zeros(const Tensor& like) { return zeros(fw_shape(like.sizes())
 // them undefined), at out's shape (a broadcast contribution is expanded).
 inline void fw_set(const Tensor& out, Tensor tangent) {
   if (!tangent.defined()) return;
-  TG_CHECK(!is_complex(out.dtype()), "forward AD: a forward-mode tangent reached a ", out.dtype(), " result (shape ",
-           shape_str(out.sizes()),
-           "), and complex tensors are not differentiable in tapegrad yet; detach() the input first");
   if (!is_differentiable(out.dtype())) return;
   const IntList want = fw_shape(out.sizes());
   if (tangent.sizes() != want) tangent = fw_pad(tangent, out.dim()).expand(want).contiguous();

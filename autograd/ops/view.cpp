@@ -279,6 +279,46 @@ Tensor autograd::ops::to(const Tensor& self, Device d, bool non_blocking) {
 }
 Tensor autograd::ops::to(const Tensor& self, Device d, ScalarType t) { return self.to(d).to(t); }
 
+// ---- complex views and parts -------------------------------------------------------
+// A complex tensor's gradient is dL/dRe + i dL/dIm (docs/AUTOGRAD.md
+// "Conjugation"), so the views between the two layouts map gradients by the
+// same views, and the parts' gradients enter as real or imaginary parts.
+Tensor autograd::ops::view_as_real(const Tensor& self) {
+  return fw_linear(view_op(
+                       self, "view_as_real", "ViewAsRealBackward", [&] { return raw::view_as_real(self); },
+                       [] { return GradFn([](const Tensor& g) { return tg::view_as_complex(g.contiguous()); }); }),
+                   self, [](const Tensor& t) { return tg::view_as_real(t); });
+}
+Tensor autograd::ops::view_as_complex(const Tensor& self) {
+  return fw_linear(view_op(
+                       self, "view_as_complex", "ViewAsComplexBackward", [&] { return raw::view_as_complex(self); },
+                       [] { return GradFn([](const Tensor& g) { return tg::view_as_real(g); }); }),
+                   self, [](const Tensor& t) { return tg::view_as_complex(t.contiguous()); });
+}
+Tensor autograd::ops::real(const Tensor& self) {
+  if (!self.defined() || !is_complex(self.dtype())) return raw::real(self);  // self itself
+  const ScalarType ct = self.dtype();
+  return fw_linear(view_op(
+                       self, "real", "RealBackward", [&] { return raw::real(self); },
+                       [ct] { return GradFn([ct](const Tensor& g) { return g.to(ct); }); }),
+                   self, [](const Tensor& t) { return tg::real(t); });
+}
+Tensor autograd::ops::imag(const Tensor& self) {
+  return fw_linear(view_op(
+                       self, "imag", "ImagBackward", [&] { return raw::imag(self); },
+                       [] { return GradFn([](const Tensor& g) { return tg::complex_from(zeros_like(g), g); }); }),
+                   self, [](const Tensor& t) { return tg::imag(t); });
+}
+// Not a view (conj is eager), so no alias is tracked.
+Tensor autograd::ops::conj(const Tensor& self) {
+  if (!self.defined() || !is_complex(self.dtype())) return raw::conj(self);  // self itself
+  Tensor out = run_raw([&] { return raw::conj(self); });
+  if (should_record({&self}))
+    out = finish(out, make_node<ViewBackward>({&self}, "conj", "ConjBackward",
+                                              GradFn([](const Tensor& g) { return tg::conj(g); })));
+  return fw_linear(out, self, [](const Tensor& t) { return tg::conj(t); });
+}
+
 // ---- in place ----------------------------------------------------------------------
 //
 // Under grad mode an in-place op that involves a tensor requiring grad is

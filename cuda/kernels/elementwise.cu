@@ -62,8 +62,15 @@ void where_kernel(const Tensor& out, const Tensor& cond, const Tensor& a, const 
 
 // ---- binary and compare --------------------------------------------------------------
 
+// The complex dtypes (the op layer passes only the ops that take them).
+template <class F> bool dispatch_complex(ScalarType t, F&& f) {
+  return dispatch_device_if<is_complex>(t, std::forward<F>(f));
+}
+
 void binary_kernel(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
   Tensor ops[3] = {out, a, b};
+  if (dispatch_complex(out.dtype(), [&](auto tag) { launch(ops, 3, "binary", ComplexBinaryFn<decltype(tag)>{op}); }))
+    return;
   dispatch_compute(out.dtype(), "binary", [&](auto tag) { launch(ops, 3, "binary", BinaryFn<decltype(tag)>{op}); });
 }
 
@@ -94,6 +101,12 @@ template <class T> __global__ void add_n_kernel_impl(AddNArgs<T> p, int64_t n) {
 void add_n_kernel(const Tensor& out, const Tensor& a, const std::vector<Tensor>& s) {
   const int64_t n = out.numel();
   if (n == 0) return;
+  if (is_complex(out.dtype())) {  // componentwise: the sums of the parts
+    std::vector<Tensor> parts;
+    for (const Tensor& t : s)
+      parts.push_back(raw::view_as_real(t));
+    return add_n_kernel(raw::view_as_real(out), raw::view_as_real(a), parts);
+  }
   dispatch_compute(out.dtype(), "add_n", [&](auto tag) {
     using T = decltype(tag);
     AddNArgs<T> p{};
@@ -142,6 +155,14 @@ template <class T> __global__ void copy_n_kernel_impl(const __grid_constant__ Co
 
 void copy_n_kernel(const std::vector<Tensor>& dst, const std::vector<Tensor>& src) {
   if (dst.empty()) return;
+  if (is_complex(dst[0].dtype())) {  // the parts
+    std::vector<Tensor> d, s;
+    for (size_t j = 0; j < dst.size(); ++j) {
+      d.push_back(raw::view_as_real(dst[j]));
+      s.push_back(raw::view_as_real(src[j]));
+    }
+    return copy_n_kernel(d, s);
+  }
   TG_INTERNAL_ASSERT(dst.size() == src.size() && dst.size() <= kernels::kMaxCopyN, "copy_n: bad lists");
   dispatch_compute(dst[0].dtype(), "copy_n", [&](auto tag) {
     using T = decltype(tag);
@@ -178,6 +199,10 @@ template <class T> struct CompareFn {
 
 void compare_kernel(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
   Tensor ops[3] = {out, a, b};
+  if (dispatch_complex(a.dtype(), [&](auto tag) {  // eq and ne only (the op layer)
+        launch(ops, 3, "compare", ComplexEqualFn<decltype(tag)>{op == CompareOp::Ne});
+      }))
+    return;
   dispatch_compute(a.dtype(), "compare", [&](auto tag) { launch(ops, 3, "compare", CompareFn<decltype(tag)>{op}); });
 }
 
@@ -185,6 +210,8 @@ void compare_kernel(CompareOp op, const Tensor& out, const Tensor& a, const Tens
 
 void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, const kernels::UnaryParams& prm) {
   Tensor ops[2] = {out, x};
+  if (dispatch_complex(out.dtype(), [&](auto tag) { launch(ops, 2, "unary", ComplexUnaryFn<decltype(tag)>{op}); }))
+    return;
   dispatch_compute(out.dtype(), "unary", [&](auto tag) {
     using T = decltype(tag);
     launch(ops, 2, "unary", UnaryFn<T>{op, {T(prm.a), T(prm.b), prm.has_a, prm.has_b}});
@@ -195,6 +222,10 @@ void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, const kernels:
 
 void activation_grad_kernel(Activation act, int order, const Tensor& out, const Tensor& g, const Tensor& x) {
   Tensor ops[3] = {out, g, x};
+  if (dispatch_complex(out.dtype(), [&](auto tag) {
+        launch(ops, 3, "activation_grad", ComplexActivationGradFn<decltype(tag)>{act, order});
+      }))
+    return;
   dispatch_floating(out.dtype(), "activation_grad", [&](auto tag) {
     launch(ops, 3, "activation_grad", ActivationGradFn<decltype(tag)>{act, order});
   });
@@ -271,6 +302,7 @@ const kernels::Backend& backend() {
     register_gemm(t);
     register_sparse(t);
     register_multi_tensor(t);
+    register_fft(t);
     return t;
   }();
   return b;

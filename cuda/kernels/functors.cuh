@@ -90,6 +90,41 @@ template <class T> __device__ inline void mul_backward_at(T* ga, T* gb, const T*
   gb[i] = gv * a[i];
 }
 
+// The complex dtypes' functors (T = tg::complex<R>; the math in
+// thrust::complex, element_math.h). Never fused into a graph's kernel.
+template <class T> struct ComplexBinaryFn {
+  static constexpr int kElemSize = sizeof(T);
+  BinaryOp op;
+  __device__ void operator()(char* const* p, const int64_t* off) const {
+    *reinterpret_cast<T*>(p[0] + off[0]) = kernels::binary_complex_apply(op, *reinterpret_cast<const T*>(p[1] + off[1]),
+                                                                         *reinterpret_cast<const T*>(p[2] + off[2]));
+  }
+};
+template <class T> struct ComplexUnaryFn {
+  static constexpr int kElemSize = sizeof(T);
+  UnaryOp op;
+  __device__ void operator()(char* const* p, const int64_t* off) const {
+    *reinterpret_cast<T*>(p[0] + off[0]) = kernels::unary_complex_apply(op, *reinterpret_cast<const T*>(p[1] + off[1]));
+  }
+};
+template <class T> struct ComplexActivationGradFn {
+  static constexpr int kElemSize = sizeof(T);
+  Activation act;
+  int order;
+  __device__ void operator()(char* const* p, const int64_t* off) const {
+    const T g = *reinterpret_cast<const T*>(p[1] + off[1]);
+    const T d = kernels::activation_derivative_complex(act, order, *reinterpret_cast<const T*>(p[2] + off[2]));
+    *reinterpret_cast<T*>(p[0] + off[0]) = kernels::from_math(kernels::to_math(g) * kernels::to_math(d));
+  }
+};
+template <class T> struct ComplexEqualFn {  // eq (ne: negated)
+  bool ne;
+  __device__ void operator()(char* const* p, const int64_t* off) const {
+    const bool same = *reinterpret_cast<const T*>(p[1] + off[1]) == *reinterpret_cast<const T*>(p[2] + off[2]);
+    *reinterpret_cast<bool*>(p[0] + off[0]) = same != ne;
+  }
+};
+
 template <class T> struct UnaryFn {
   static constexpr int kElemSize = sizeof(T);
   UnaryOp op;

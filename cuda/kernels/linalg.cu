@@ -202,17 +202,21 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) 
   }
   // Row-major C[n, m] = A B is column-major C^T[m, n] = B^T A^T.
   Operand ob = as_operand(b), oa = as_operand(a);
-  TG_CHECK(kernels::is_floating_compute(out.dtype()), "bmm: no CUDA GEMM for dtype ", out.dtype(),
-           " (it takes Float32, Float64 or Int64)");
-  bool f64 = out.dtype() == kFloat64;
+  // Complex: cuBLAS's complex GEMM (cuBLASLt's plans are for the real ones).
+  const bool cx = is_complex(out.dtype());
+  TG_CHECK(kernels::is_floating_compute(out.dtype()) || cx, "bmm: no CUDA GEMM for dtype ", out.dtype(),
+           " (it takes Float32, Float64, Complex64, Complex128 or Int64)");
+  bool f64 = out.dtype() == kFloat64 || out.dtype() == kComplex128;
   cudaDataType_t type = cuda_data_type(out.dtype());
-  cublasComputeType_t compute = f64                   ? CUBLAS_COMPUTE_64F
-                                : g_allow_tf32.load() ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                      : CUBLAS_COMPUTE_32F;
-  double one64 = 1, zero64 = 0;
-  float one32 = 1, zero32 = 0;
-  const void* alpha = f64 ? static_cast<const void*>(&one64) : &one32;
-  const void* beta = f64 ? static_cast<const void*>(accumulate ? &one64 : &zero64) : accumulate ? &one32 : &zero32;
+  cublasComputeType_t compute = f64                          ? CUBLAS_COMPUTE_64F
+                                : g_allow_tf32.load() && !cx ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                             : CUBLAS_COMPUTE_32F;
+  // 1 and 0 (or 1 when accumulating) in the compute type, as complex numbers
+  // (imaginary part 0) for the complex GEMMs.
+  double one64[2] = {1, 0}, zero64[2] = {0, 0};
+  float one32[2] = {1, 0}, zero32[2] = {0, 0};
+  const void* alpha = f64 ? static_cast<const void*>(one64) : one32;
+  const void* beta = f64 ? static_cast<const void*>(accumulate ? one64 : zero64) : accumulate ? one32 : zero32;
   const int device = out.device().index();
   cublasOperation_t opb = ob.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
   cublasOperation_t opa = oa.row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
@@ -220,7 +224,7 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) 
   access.read(ob.t);
   access.read(oa.t);
   access.write(out);  // read too when accumulating: a write covers both
-  if (lt_enabled()) {
+  if (lt_enabled() && !cx) {
     std::shared_ptr<LtPlan> plan = lt_plan(device, f64, compute, opb, opa, m, n, k, ob.ld, B == 1 ? 0 : ob.batch_stride,
                                            oa.ld, B == 1 ? 0 : oa.batch_stride, B, alignment_of(ob.t.data_ptr()),
                                            alignment_of(oa.t.data_ptr()), alignment_of(out.data_ptr()));

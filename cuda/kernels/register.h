@@ -8,4 +8,5 @@ void register_reduce_index_random(kernels::Backend& b);
 void register_gemm(kernels::Backend& b);
 void register_sparse(kernels::Backend& b);
 void register_multi_tensor(kernels::Backend& b);
+void register_fft(kernels::Backend& b);
 }  // namespace tg::cuda

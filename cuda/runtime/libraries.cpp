@@ -3,7 +3,10 @@
 #include "cuda/runtime/libraries.h"
 
 #include <cstdlib>
+#include <map>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -183,6 +186,106 @@ cusparseHandle_t cusparse(int device, cudaStream_t stream, const char* op) {
       device, op, [op](cusparseHandle_t* p) { TG_CUSPARSE_CHECK(cusparseCreate(p), op); });
   TG_CUSPARSE_CHECK(cusparseSetStream(h, stream), op);
   return h;
+}
+
+const char* cufft_status_name(cufftResult r) {
+  switch (r) {
+    case CUFFT_SUCCESS: return "CUFFT_SUCCESS";
+    case CUFFT_INVALID_PLAN: return "CUFFT_INVALID_PLAN";
+    case CUFFT_ALLOC_FAILED: return "CUFFT_ALLOC_FAILED (out of device memory)";
+    case CUFFT_INVALID_VALUE: return "CUFFT_INVALID_VALUE";
+    case CUFFT_INTERNAL_ERROR: return "CUFFT_INTERNAL_ERROR";
+    case CUFFT_EXEC_FAILED: return "CUFFT_EXEC_FAILED";
+    case CUFFT_SETUP_FAILED: return "CUFFT_SETUP_FAILED";
+    case CUFFT_INVALID_SIZE: return "CUFFT_INVALID_SIZE";
+    case CUFFT_NOT_SUPPORTED: return "CUFFT_NOT_SUPPORTED";
+    default: return "an unknown cuFFT status";
+  }
+}
+
+namespace {
+struct FftKey {
+  int device, type, rank;
+  long long n[3], batch;
+  bool operator<(const FftKey& o) const {
+    return std::tie(device, type, rank, n[0], n[1], n[2], batch) <
+           std::tie(o.device, o.type, o.rank, o.n[0], o.n[1], o.n[2], o.batch);
+  }
+};
+struct FftEntry {
+  FftPlan plan;
+  uint64_t used = 0;
+  bool pinned = false;  // ran under a capture
+};
+// Plans of threads that ended, for the next thread that wants one (never
+// destroyed: they may outlive the runtime's teardown).
+struct FftPool {
+  std::mutex mu;
+  std::multimap<FftKey, FftEntry> free;
+  static FftPool& get() {
+    static FftPool* p = new FftPool();
+    return *p;
+  }
+};
+struct ThreadFftPlans {
+  std::map<FftKey, FftEntry> plans;
+  uint64_t clock = 0;
+  ~ThreadFftPlans() {
+    FftPool& p = FftPool::get();
+    std::lock_guard<std::mutex> lock(p.mu);
+    for (auto& [k, e] : plans)
+      p.free.emplace(k, e);
+  }
+};
+}  // namespace
+
+FftPlan cufft_plan(int device, cufftType type, int rank, const long long* n, long long batch, bool capturing,
+                   const char* op) {
+  check_index(device, op);
+  TG_INTERNAL_ASSERT(rank >= 1 && rank <= 3, "cufft_plan: rank ", rank);
+  thread_local ThreadFftPlans mine;
+  FftKey key{device, int(type), rank, {1, 1, 1}, batch};
+  for (int i = 0; i < rank; ++i)
+    key.n[i] = n[i];
+  auto it = mine.plans.find(key);
+  if (it == mine.plans.end()) {
+    FftEntry e;
+    {
+      FftPool& p = FftPool::get();
+      std::lock_guard<std::mutex> lock(p.mu);
+      if (auto f = p.free.find(key); f != p.free.end()) {
+        e = f->second;
+        p.free.erase(f);
+      }
+    }
+    if (!e.plan.handle) {
+      detail::RelaxedCaptureMode relaxed;  // plan creation allocates its tables: legal beside a capture
+      TG_CUFFT_CHECK(cufftCreate(&e.plan.handle), op);
+      TG_CUFFT_CHECK(cufftSetAutoAllocation(e.plan.handle, 0), op);
+      long long dims[3] = {key.n[0], key.n[1], key.n[2]};
+      size_t work = 0;
+      const cufftResult r =
+          cufftMakePlanMany64(e.plan.handle, rank, dims, nullptr, 1, 0, nullptr, 1, 0, type, batch, &work);
+      if (r != CUFFT_SUCCESS) cufftDestroy(e.plan.handle);
+      TG_CHECK(r == CUFFT_SUCCESS, op, ": cuFFT could not plan ", batch, " transforms of ", dims[0],
+               rank > 1 ? " x " : "", rank > 1 ? std::to_string(dims[1]) : "", rank > 2 ? " x " : "",
+               rank > 2 ? std::to_string(dims[2]) : "", " points: ", cufft_status_name(r));
+      e.plan.work = work;
+    }
+    if (mine.plans.size() >= kMaxFftPlans) {  // the least recently used plan that no graph reads
+      auto old = mine.plans.end();
+      for (auto j = mine.plans.begin(); j != mine.plans.end(); ++j)
+        if (!j->second.pinned && (old == mine.plans.end() || j->second.used < old->second.used)) old = j;
+      if (old != mine.plans.end()) {
+        cufftDestroy(old->second.plan.handle);  // cudaFree inside waits for the work that used it
+        mine.plans.erase(old);
+      }
+    }
+    it = mine.plans.emplace(key, e).first;
+  }
+  it->second.used = ++mine.clock;
+  it->second.pinned |= capturing;
+  return it->second.plan;
 }
 
 }  // namespace lib

@@ -1,7 +1,7 @@
 // Internal: the CUDA libraries' handles and workspaces, in one place (cuBLAS
 // and cuBLASLt for the GEMMs and triangular solves, cuSOLVER for the
-// factorizations, cuSPARSE for sparse products; cuFFT plans and cuDNN
-// handles belong here too when those families come).
+// factorizations, cuSPARSE for sparse products, cuFFT's plans; cuDNN
+// handles belong here too when that family comes).
 //
 // - A handle is per (thread, device): a library handle is not safe to share
 //   between threads. The calls below set the stream on every call (handles
@@ -20,6 +20,7 @@
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cufft.h>
 #include <cuda_runtime_api.h>
 #include <cusolverDn.h>
 #include <cusparse.h>
@@ -40,6 +41,8 @@
 #define TG_CUSOLVER_CHECK(call, op)                                                                                    \
   TG_LIBRARY_CHECK(cusolverStatus_t, CUSOLVER_STATUS_SUCCESS, "cuSOLVER", ::tg::cuda::lib::cusolver_status_name, call, \
                    op)
+#define TG_CUFFT_CHECK(call, op) \
+  TG_LIBRARY_CHECK(cufftResult, CUFFT_SUCCESS, "cuFFT", ::tg::cuda::lib::cufft_status_name, call, op)
 #define TG_CUSPARSE_CHECK(call, op) \
   TG_LIBRARY_CHECK(cusparseStatus_t, CUSPARSE_STATUS_SUCCESS, "cuSPARSE", cusparseGetErrorString, call, op)
 
@@ -83,6 +86,24 @@ cusolverDnHandle_t cusolver_dn(int device, cudaStream_t stream, const char* op);
 // ---- cuSPARSE ----------------------------------------------------------------------------
 // This thread's handle for `device`, its stream set to `stream`.
 cusparseHandle_t cusparse(int device, cudaStream_t stream, const char* op);
+
+// ---- cuFFT -------------------------------------------------------------------------------
+const char* cufft_status_name(cufftResult r);
+// A plan for `batch` transforms of `type` over the last `rank` (1 to 3) dims
+// of contiguous data, the signal's sizes n (real sizes for R2C and C2R),
+// like PyTorch's plan cache: this thread's, made on first use for `device`
+// (the current device) and kept (the most recently used kMaxFftPlans; a plan
+// that ran under a CUDA graph capture is never evicted, since the graph
+// reads its tables), handed to other threads when this one ends. Its work
+// area is unset: the caller sets `work` bytes from its encoder
+// (cufftSetWorkArea; a capture's are the graph's own), and its stream.
+struct FftPlan {
+  cufftHandle handle = 0;
+  size_t work = 0;
+};
+constexpr size_t kMaxFftPlans = 64;
+FftPlan cufft_plan(int device, cufftType type, int rank, const long long* n, long long batch, bool capturing,
+                   const char* op);
 
 }  // namespace lib
 }  // namespace tg::cuda

@@ -94,25 +94,52 @@ def binary_entries(text):
             if depth == 0:
                 break
             k += 1
-        parts = split_top(text[j + len("TG_BINARY("):k])
+        inner = text[j + len("TG_BINARY("):k]
+        parts = split_top(inner)
         name, arg, form = parts[0], parts[2], parts[3]
         if form in ("G", "R"):
             out.append(f"TG_OP(Tensor, {name}, {name}, (const Tensor& {arg}), ({arg}), FM)")
+            if inner.rsplit(",", 1)[1].strip() == "C":  # the cx column
+                out.append(f"\nTG_COMPLEX({name})")
+        i = k + 1
+
+
+def unary_entries(text):
+    """Each TG_UNARY(...) line of unary.def as the TG_OP0 entry ops.def makes
+    of it, with its TG_COMPLEX line when its cx column is C or A."""
+    out, i = [], 0
+    while True:
+        j = text.find("TG_UNARY(", i)
+        if j < 0:
+            out.append(text[i:])
+            return "".join(out)
+        out.append(text[i:j])
+        k, depth = j + len("TG_UNARY"), 0
+        while True:
+            depth += text[k] == "("
+            depth -= text[k] == ")"
+            if depth == 0:
+                break
+            k += 1
+        inner = text[j + len("TG_UNARY("):k]
+        name = inner.split(",", 1)[0].strip()
+        out.append(f"TG_OP0(Tensor, {name}, {name}, FM)")
+        if inner.rsplit(",", 1)[1].strip() in ("C", "A"):
+            out.append(f"\nTG_COMPLEX({name})")
         i = k + 1
 
 
 def inline_includes(path):
     """ops.def with the lists it includes (unary.def, binary.def) spliced in; a
     unary.def line becomes the TG_OP0 entry ops.def makes of it, a binary.def
-    line of form G or R its TG_OP entry (form A: nothing, ops.def has it)."""
+    line of form G or R its TG_OP entry (form A: nothing, ops.def has it),
+    each with its TG_COMPLEX line when it takes complex operands."""
     import os
     text = open(path).read()
     def splice(m):
         inc = open(os.path.join(os.path.dirname(path), os.path.basename(m.group(1)))).read()
         inc = "\n".join(l for l in inc.split("\n") if not l.startswith("// "))
-        inc = re.sub(r"TG_UNARY\((\w+),\s*(\w+),[^\n]*(?:\n\s+[^\n]*)?\)",
-                     lambda u: f"TG_OP0(Tensor, {u.group(1)}, {u.group(1)}, FM)", inc)
-        return binary_entries(inc)
+        return binary_entries(unary_entries(inc))
     return re.sub(r"#include <(tapegrad/tensor/\w+\.def)>", splice, text)
 
 

@@ -16,6 +16,7 @@
 #include <tapegrad/optim/optimizer.h>
 #include <tapegrad/tensor/dlpack.h>
 #include <tapegrad/tensor/error.h>
+#include <tapegrad/tensor/fft.h>
 #include <tapegrad/tensor/linalg.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/random.h>

@@ -11,6 +11,7 @@ const Backend& cpu_backend() {
     cpu::register_index(t);
     cpu::register_random(t);
     cpu::register_sparse(t);
+    cpu::register_fft(t);
     return t;
   }();
   return b;

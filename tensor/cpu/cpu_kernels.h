@@ -11,4 +11,5 @@ void register_linalg(kernels::Backend& b);
 void register_index(kernels::Backend& b);
 void register_random(kernels::Backend& b);
 void register_sparse(kernels::Backend& b);
+void register_fft(kernels::Backend& b);
 }  // namespace tg::cpu

@@ -1,5 +1,7 @@
 // gradcheck / gradgradcheck: compare backward against float64 central
-// differences, as torch.autograd.gradcheck.
+// differences, as torch.autograd.gradcheck. Complex128 inputs and complex
+// outputs are checked through their real parts (view_as_real), which covers
+// the gradient convention (docs/AUTOGRAD.md "Conjugation").
 #pragma once
 
 #include <functional>

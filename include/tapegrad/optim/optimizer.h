@@ -115,6 +115,13 @@ class Optimizer {
   bool fused() const { return fused_; }
 
  protected:
+  /// Parameter i as the update rules step it: a complex parameter as its
+  /// parts (view_as_real, [..., 2]: each part stepped as a real parameter,
+  /// as PyTorch's optimizers do), a real one itself. Its state has that
+  /// shape too.
+  Tensor stepped(size_t i) const;
+  /// Parameter i's gradient as stepped() (undefined when it has none).
+  Tensor stepped_grad(size_t i) const;
   /// Sets up the multi-tensor update when the parameters allow it; with
   /// `capturable`, requires it (else throws naming the parameter).
   void init_fused(bool capturable);

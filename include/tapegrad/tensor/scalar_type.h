@@ -105,9 +105,9 @@ constexpr bool is_floating_point(ScalarType t) {
   return category(t) == DtypeCategory::Floating || category(t) == DtypeCategory::ReducedFloating;
 }
 /// Whether a tensor of this dtype can require grad and carry gradients and
-/// tangents: the floating dtypes (complex ones will be too). Prefer it to
-/// is_floating_point where that is the question.
-constexpr bool is_differentiable(ScalarType t) { return is_floating_point(t); }
+/// tangents: the floating and the complex dtypes (as PyTorch's). Prefer it
+/// to is_floating_point where that is the question.
+constexpr bool is_differentiable(ScalarType t) { return is_floating_point(t) || is_complex(t); }
 /// BFloat16 or Float16 (computed in Float32).
 constexpr bool is_reduced_float(ScalarType t) { return category(t) == DtypeCategory::ReducedFloating; }
 /// An integer dtype (Int64), and Bool too when include_bool.

@@ -1,0 +1,112 @@
+// The differentiable FFT primitives. Each is linear, so its backward is its
+// adjoint, another FFT written with the public ops (so every order
+// follows), and its tangent, at every Taylor order, the op itself on the
+// tangent (fw_linear). With a forward transform s F (F_jk = e^(-2 pi i jk/n),
+// s the norm's scale) the gradient is s F^H g (docs/AUTOGRAD.md
+// "Conjugation"):
+//   _fft_c2c   g -> _fft_c2c(g) in the other direction, the same scale;
+//   _fft_r2c   (onesided) g zero-padded to the full spectrum, its inverse
+//              transform's real part (the input is real);
+//   _fft_c2r   the forward real transform of g, the entries that stand for
+//              two (their conjugates are implied) doubled.
+#include <functional>
+
+#include "autograd/ops/ops.h"
+#include "autograd/ops/record.h"
+
+namespace tg {
+
+using autograd::variable_list;
+using namespace autograd::ops_detail;
+
+namespace {
+
+class FftBackward final : public OpNode {
+ public:
+  FftBackward(const char* op, const char* name, std::function<Tensor(const Tensor&)> fn)
+      : OpNode(op, name), fn_(std::move(fn)) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(1);
+    if (should_compute_output(0)) out[0] = fn_(grads[0]);
+    return out;
+  }
+
+ private:
+  std::function<Tensor(const Tensor&)> fn_;
+};
+
+// The dims of a transform of a (possibly batched) tangent.
+IntList tangent_dims(const IntList& dims, int64_t ndim) {
+  IntList d;
+  for (int64_t k : dims)
+    d.push_back(fw_dim(k, ndim));
+  return d;
+}
+
+// The highest of the (distinct) dims: the primitives' onesided dim.
+int64_t onesided_dim(const IntList& dims, int64_t ndim) {
+  int64_t top = -1;
+  for (int64_t k : dims)
+    top = std::max(top, k < 0 ? k + ndim : k);
+  return top;
+}
+
+template <class Raw, class Grad, class Tangent>
+Tensor fft_op(const Tensor& self, const char* op, const char* name, Raw&& raw_fn, Grad&& grad, Tangent&& tangent) {
+  Tensor out = run_raw(raw_fn);
+  if (should_record({&self})) out = finish(out, make_node<FftBackward>({&self}, op, name, grad()));
+  return fw_linear(out, self, tangent);
+}
+
+}  // namespace
+
+Tensor autograd::ops::_fft_c2c(const Tensor& self, const IntList& dims, int64_t normalization, bool forward) {
+  return fft_op(
+      self, "_fft_c2c", "FftC2CBackward", [&] { return raw::_fft_c2c(self, dims, normalization, forward); },
+      [&] {
+        return
+            [dims, normalization, forward](const Tensor& g) { return tg::_fft_c2c(g, dims, normalization, !forward); };
+      },
+      [&](const Tensor& t) { return tg::_fft_c2c(t, tangent_dims(dims, self.dim()), normalization, forward); });
+}
+
+Tensor autograd::ops::_fft_r2c(const Tensor& self, const IntList& dims, int64_t normalization, bool onesided) {
+  if (!onesided && self.defined() && is_differentiable(self.dtype()) && !is_complex(self.dtype()))
+    return tg::_fft_c2c(self.to(complex_type(self.dtype())), dims, normalization, true);
+  return fft_op(
+      self, "_fft_r2c", "FftR2CBackward", [&] { return raw::_fft_r2c(self, dims, normalization, onesided); },
+      [&] {
+        const int64_t last = onesided_dim(dims, self.dim()), n = self.size(last);
+        return [dims, normalization, last, n](const Tensor& g) {
+          IntList pad = g.sizes();
+          pad[size_t(last)] = n - g.size(last);
+          const Tensor full = pad[size_t(last)] > 0 ? tg::cat({g, tg::zeros(pad, g.options())}, last) : g;
+          return tg::real(tg::_fft_c2c(full, dims, normalization, false));
+        };
+      },
+      [&](const Tensor& t) { return tg::_fft_r2c(t, tangent_dims(dims, self.dim()), normalization, onesided); });
+}
+
+Tensor autograd::ops::_fft_c2r(const Tensor& self, const IntList& dims, int64_t normalization, int64_t last_dim_size) {
+  return fft_op(
+      self, "_fft_c2r", "FftC2RBackward", [&] { return raw::_fft_c2r(self, dims, normalization, last_dim_size); },
+      [&] {
+        const int64_t last = onesided_dim(dims, self.dim()), ndim = self.dim();
+        return [dims, normalization, last, ndim, last_dim_size](const Tensor& g) {
+          Tensor gi = tg::_fft_r2c(g, dims, normalization, true);
+          const int64_t m = gi.size(last), doubled = last_dim_size - m;
+          if (doubled <= 0) return gi;
+          // Weights 1, 2, ..., 2, (1) along the onesided dim.
+          std::vector<double> w(size_t(m), 1.0);
+          for (int64_t k = 1; k <= doubled; ++k)
+            w[size_t(k)] = 2.0;
+          IntList shape(size_t(ndim - last), 1);
+          shape[0] = m;
+          const ScalarType rt = real_type(gi.dtype());
+          return tg::mul(gi, tg::tensor(w, shape, TensorOptions().dtype(rt)).to(gi.device()));
+        };
+      },
+      [&](const Tensor& t) { return tg::_fft_c2r(t, tangent_dims(dims, self.dim()), normalization, last_dim_size); });
+}
+
+}  // namespace tg

@@ -1,0 +1,208 @@
+// tg::fft (issue 47 point 2): values against a direct DFT, Parseval and
+// round-trip identities, every norm, odd and even sizes, padding and
+// cropping, non-contiguous inputs and dims in any order, on every device.
+// The derivatives of the primitives, every mode, are the op table's
+// (tests/test_op_table.cpp).
+#include <cmath>
+#include <complex>
+
+#include <tapegrad/tensor/fft.h>
+
+#include "reference.h"
+
+namespace tgtest {
+namespace {
+
+using C = std::complex<double>;
+const tg::Device kCpu(tg::kCPU);
+const tg::TensorOptions kF64 = tg::TensorOptions().dtype(tg::kFloat64);
+
+std::vector<tg::Device> devices() {
+  std::vector<tg::Device> d{kCpu};
+  if (tg::cuda::is_available()) d.emplace_back(tg::kCUDA, 0);
+  return d;
+}
+
+std::vector<C> values(const Tensor& z) {
+  Tensor c = z.to(kCpu);
+  if (!tg::is_complex(c.dtype())) c = c.to(tg::kComplex128);
+  std::vector<double> v = tg::view_as_real(c.to(tg::kComplex128).contiguous()).contiguous().to_vector<double>();
+  std::vector<C> out;
+  for (size_t i = 0; i + 1 < v.size(); i += 2)
+    out.emplace_back(v[i], v[i + 1]);
+  return out;
+}
+
+// The DFT of x (n points) by its definition, sign -1 (forward) or +1.
+std::vector<C> dft(const std::vector<C>& x, int sign) {
+  const size_t n = x.size();
+  std::vector<C> y(n);
+  for (size_t k = 0; k < n; ++k)
+    for (size_t j = 0; j < n; ++j)
+      y[k] += x[j] * std::polar(1.0, sign * 2 * M_PI * double(j * k % n) / double(n));
+  return y;
+}
+
+void expect_close(const std::vector<C>& got, const std::vector<C>& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 1;
+  for (const C& w : want)
+    scale = std::max(scale, std::abs(w));
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_LE(std::abs(got[i] - want[i]), tol * scale)
+        << what << " element " << i << ": " << got[i] << " vs " << want[i];
+}
+
+Tensor random_complex(tg::IntList sizes, uint64_t seed, const tg::Device& dev) {
+  tg::manual_seed(seed);
+  return tg::complex_from(tg::randn(sizes, kF64), tg::randn(sizes, kF64)).to(dev);
+}
+
+TEST(Fft, OneDimensionalTransformsMatchTheDefinition) {
+  for (const tg::Device& dev : devices())
+    for (int64_t n : {1, 2, 5, 8, 12, 17, 64}) {
+      SCOPED_TRACE(std::string(dev.is_cpu() ? "cpu" : "cuda") + " n=" + std::to_string(n));
+      Tensor x = random_complex({3, n}, 1 + uint64_t(n), dev);
+      for (int64_t row = 0; row < 3; ++row) {
+        const std::vector<C> xr = values(x.select(0, row));
+        const std::vector<C> f = dft(xr, -1), b = dft(xr, +1);
+        expect_close(values(tg::fft::fft(x).select(0, row)), f, 1e-12, "fft");
+        std::vector<C> fi = b;
+        for (C& v : fi)
+          v /= double(n);
+        expect_close(values(tg::fft::ifft(x).select(0, row)), fi, 1e-12, "ifft");
+        std::vector<C> fo = f;
+        for (C& v : fo)
+          v /= std::sqrt(double(n));
+        expect_close(values(tg::fft::fft(x, std::nullopt, -1, "ortho").select(0, row)), fo, 1e-12, "fft ortho");
+        std::vector<C> ff = f;
+        for (C& v : ff)
+          v /= double(n);
+        expect_close(values(tg::fft::fft(x, std::nullopt, -1, "forward").select(0, row)), ff, 1e-12, "fft forward");
+        // rfft of the real part: the first n/2 + 1 of its DFT.
+        std::vector<C> re;
+        for (const C& v : xr)
+          re.emplace_back(v.real(), 0);
+        std::vector<C> rf = dft(re, -1);
+        rf.resize(size_t(n / 2 + 1));
+        expect_close(values(tg::fft::rfft(tg::real(x)).select(0, row)), rf, 1e-12, "rfft");
+      }
+      // Complex64 too (float32 accuracy).
+      const std::vector<C> want = values(tg::fft::fft(x));
+      expect_close(values(tg::fft::fft(x.to(tg::kComplex64))), want, 2e-6 * double(n), "fft complex64");
+    }
+}
+
+TEST(Fft, RoundTripsAndParseval) {
+  for (const tg::Device& dev : devices())
+    for (int64_t n : {6, 7, 16, 15}) {
+      SCOPED_TRACE(std::string(dev.is_cpu() ? "cpu" : "cuda") + " n=" + std::to_string(n));
+      Tensor x = random_complex({2, 3, n}, 10 + uint64_t(n), dev);
+      Tensor r = tg::real(x).contiguous();
+      expect_close(values(tg::fft::ifft(tg::fft::fft(x))), values(x), 1e-13, "ifft(fft)");
+      expect_close(values(tg::fft::ifftn(tg::fft::fftn(x))), values(x), 1e-13, "ifftn(fftn)");
+      expect_close(values(tg::fft::irfft(tg::fft::rfft(r), n)), values(r), 1e-13, "irfft(rfft)");
+      expect_close(values(tg::fft::irfftn(tg::fft::rfftn(r), tg::IntList{2, 3, n})), values(r), 1e-13, "irfftn(rfftn)");
+      expect_close(values(tg::fft::irfft2(tg::fft::rfft2(r), tg::IntList{3, n})), values(r), 1e-13, "irfft2(rfft2)");
+      expect_close(values(tg::fft::hfft(tg::fft::ihfft(r), n)), values(r), 1e-13, "hfft(ihfft)");
+      // Parseval: ortho transforms keep the energy.
+      const double e = tg::sum(tg::abs(x).pow(2.0)).to(kCpu).item<double>();
+      const double ef =
+          tg::sum(tg::abs(tg::fft::fftn(x, std::nullopt, std::nullopt, "ortho")).pow(2.0)).to(kCpu).item<double>();
+      EXPECT_NEAR(ef, e, 1e-10 * e);
+      // fft2 over the last two dims is fftn over them; over dims given in
+      // another order, the same.
+      expect_close(values(tg::fft::fft2(x)), values(tg::fft::fftn(x, std::nullopt, tg::IntList{-2, -1})), 1e-13,
+                   "fft2");
+      expect_close(values(tg::fft::fftn(x, std::nullopt, tg::IntList{2, 0})),
+                   values(tg::fft::fft(tg::fft::fft(x, std::nullopt, 0), std::nullopt, 2)), 1e-12, "dims {2, 0}");
+      // rfftn's onesided dim is the last given, wherever it is.
+      Tensor a = tg::fft::rfftn(r, std::nullopt, tg::IntList{2, 1});
+      EXPECT_EQ(a.sizes(), (tg::IntList{2, 2, n}));
+      expect_close(values(a), values(tg::fft::fftn(r, std::nullopt, tg::IntList{2, 1}).narrow(1, 0, 2)), 1e-12,
+                   "rfftn onesided in dim 1");
+      // Non-contiguous input.
+      Tensor t = x.transpose(0, 2);
+      expect_close(values(tg::fft::fft(t, std::nullopt, 1)), values(tg::fft::fft(t.contiguous(), std::nullopt, 1)),
+                   1e-14, "transposed input");
+    }
+}
+
+TEST(Fft, PaddingCroppingAndHelpers) {
+  for (const tg::Device& dev : devices()) {
+    SCOPED_TRACE(dev.is_cpu() ? "cpu" : "cuda");
+    Tensor x = random_complex({5}, 3, dev);
+    const std::vector<C> xv = values(x);
+    std::vector<C> padded = xv;
+    padded.resize(8);
+    expect_close(values(tg::fft::fft(x, 8)), dft(padded, -1), 1e-12, "padded");
+    expect_close(values(tg::fft::fft(x, 3)), dft({xv[0], xv[1], xv[2]}, -1), 1e-12, "cropped");
+    // irfft's default n is 2 (m - 1); its input's imaginary parts at 0 (and
+    // at n/2 for even n) are ignored, as cuFFT's and pocketfft's.
+    Tensor h = random_complex({4}, 4, dev);
+    EXPECT_EQ(tg::fft::irfft(h).size(0), 6);
+    Tensor h2 = h.clone();
+    tg::imag(h2).narrow(0, 0, 1).fill_(9.0);
+    tg::imag(h2).narrow(0, 3, 1).fill_(-7.0);
+    expect_close(values(tg::fft::irfft(h2)), values(tg::fft::irfft(h)), 1e-13, "irfft ignores DC/Nyquist imag");
+    // fftfreq, rfftfreq, fftshift, ifftshift.
+    EXPECT_EQ(tg::fft::fftfreq(5, 0.5, kF64).to_vector<double>(), (std::vector<double>{0, 0.4, 0.8, -0.8, -0.4}));
+    EXPECT_EQ(tg::fft::fftfreq(4, 1.0, kF64).to_vector<double>(), (std::vector<double>{0, 0.25, -0.5, -0.25}));
+    EXPECT_EQ(tg::fft::rfftfreq(5, 1.0, kF64).to_vector<double>(), (std::vector<double>{0, 0.2, 0.4}));
+    Tensor k = tg::arange(0, 5, 1, tg::TensorOptions().dtype(tg::kFloat64).device(dev));
+    EXPECT_EQ(tg::fft::fftshift(k).to(kCpu).to_vector<double>(), (std::vector<double>{3, 4, 0, 1, 2}));
+    EXPECT_EQ(tg::fft::ifftshift(tg::fft::fftshift(k)).to(kCpu).to_vector<double>(),
+              (std::vector<double>{0, 1, 2, 3, 4}));
+    // A real input of fft becomes complex; Float32 gives Complex64.
+    EXPECT_EQ(tg::fft::fft(tg::ones({4}, tg::TensorOptions().device(dev))).dtype(), tg::kComplex64);
+    EXPECT_EQ(tg::fft::rfft(tg::ones({4}, kF64.device(dev))).dtype(), tg::kComplex128);
+  }
+}
+
+TEST(Fft, BadArgumentsAreNamed) {
+  Tensor x = tg::ones({4}, kF64);
+  Tensor z = x.to(tg::kComplex128);
+  EXPECT_ERROR_CONTAINS(tg::fft::fft(x, std::nullopt, -1, "sideways"), "fft: norm must be");
+  EXPECT_ERROR_CONTAINS(tg::fft::rfft(z), "rfft: expects a real input");
+  EXPECT_ERROR_CONTAINS(tg::fft::fft(x, 0), "fft: invalid number of data points (0)");
+  EXPECT_ERROR_CONTAINS(tg::fft::irfft(tg::ones({1}, tg::kComplex64)), "irfft: invalid number of data points (0)");
+  EXPECT_ERROR_CONTAINS(tg::fft::fft(x, std::nullopt, 3), "fft");
+  EXPECT_ERROR_CONTAINS(tg::fft::fftn(tg::ones({2, 2}), std::nullopt, tg::IntList{0, -2}), "distinct");
+  EXPECT_ERROR_CONTAINS(tg::fft::fft(tg::ones({}), std::nullopt, 0), "0-dim");
+  EXPECT_ERROR_CONTAINS(tg::fft::fftfreq(0), "fftfreq: n must be >= 1");
+  EXPECT_ERROR_CONTAINS(tg::_fft_c2r(z.narrow(0, 0, 2), {0}, 0, 5), "onesided spectrum of 5 points has 3 entries");
+  EXPECT_ERROR_CONTAINS(tg::_fft_c2c(x, {0}, 0, true), "expected a complex tensor");
+  EXPECT_ERROR_CONTAINS(tg::_fft_c2c(z, {0}, 3, true), "normalization must be");
+  EXPECT_ERROR_CONTAINS(tg::ones({}).size(0), "no dimensions");
+  EXPECT_ERROR_CONTAINS(tg::ones({}).stride(0), "no dimensions");
+  // The library stays usable.
+  EXPECT_EQ(tg::fft::fft(x).to(tg::kComplex128).dtype(), tg::kComplex128);
+}
+
+TEST(FftGpu, CapturedTransformsReplayAsEager) {
+  REQUIRE_GPU();
+  const tg::Device dev(tg::kCUDA, 0);
+  Tensor x = random_complex({4, 32, 32}, 5, dev).to(tg::kComplex64);
+  Tensor r = tg::real(x).contiguous();
+  auto step = [&] {
+    return std::vector<Tensor>{
+        tg::fft::irfft2(tg::fft::rfft2(r) * 2.0, tg::IntList{32, 32}),
+        tg::fft::ifftn(tg::fft::fftn(x, std::nullopt, tg::IntList{0, 2}), std::nullopt, tg::IntList{0, 2})};
+  };
+  tg::cuda::CUDAGraph graph;
+  std::vector<Tensor> out = capture_after_warmup(graph, step);
+  for (int rep = 0; rep < 3; ++rep) {
+    Tensor fresh = random_complex({4, 32, 32}, 6 + uint64_t(rep), dev).to(tg::kComplex64);
+    x.copy_(fresh);
+    r.copy_(tg::real(fresh));
+    graph.replay();
+    std::vector<Tensor> eager = step();
+    EXPECT_LT(tg::amax(tg::abs(out[0] - eager[0])).item<float>(), 1e-5f) << rep;
+    EXPECT_LT(tg::amax(tg::abs(out[1] - eager[1])).item<float>(), 1e-5f) << rep;
+    EXPECT_LT(tg::amax(tg::abs(out[0] - r * 2.0)).item<float>(), 1e-4f) << rep;
+    EXPECT_LT(tg::amax(tg::abs(out[1] - x)).item<float>(), 1e-4f) << rep;
+  }
+}
+
+}  // namespace
+}  // namespace tgtest

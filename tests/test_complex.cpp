@@ -500,7 +500,7 @@ TEST(Complex, OptimizersStepComplexParametersAsTheirParts) {
       {"SGD",
        [](std::vector<Tensor> p) {
          optim::SGDOptions o;
-         o.lr = 0.1;
+         o.lr = 0.01;
          o.momentum = 0.9;
          o.weight_decay = 0.01;
          return std::make_unique<optim::SGD>(std::move(p), o);
@@ -546,8 +546,8 @@ TEST(Complex, OptimizersStepComplexParametersAsTheirParts) {
       const std::vector<double> got = tg::view_as_real(z.detach()).to(kCpu).contiguous().to_vector<double>();
       const std::vector<double> want = twin.detach().to(kCpu).to_vector<double>();
       for (size_t i = 0; i < got.size(); ++i)
-        EXPECT_NEAR(got[i], want[i], 1e-12) << i;
-      EXPECT_GT(std::abs(got[0] - 0.5), 1e-3);  // it moved
+        EXPECT_NEAR(got[i], want[i], 1e-12 * (1 + std::abs(want[i]))) << i;  // CUDA may round differently
+      EXPECT_GT(std::abs(got[0] - 0.5), 1e-3);                               // it moved
     }
   // clip_grad_norm_: the norm of the moduli (a real number).
   Tensor w = tg::view_as_complex(tg::tensor({3, 4}, {1, 2}, tg::kFloat64)).requires_grad_();

@@ -5,6 +5,7 @@
 // Transforms over other dims run on a permuted contiguous copy; more than
 // three dims go three at a time (the transform is separable).
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 
 #include <tapegrad/cuda/device.h>
@@ -48,9 +49,16 @@ IntList take_group(IntList& dims) {
   return g;
 }
 
+bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
 // One cuFFT call: x and y contiguous with the transformed dims last; signal
-// the transformed sizes (real ones for R2C and C2R).
-void run_plan(cufftType type, const Tensor& y, const Tensor& x, const IntList& signal, bool forward, const char* op) {
+// the transformed sizes (real ones for R2C and C2R). cuFFT refuses data that
+// is not 16-byte aligned (CUFFT_INVALID_VALUE: a Float64 view at an odd
+// offset, say): such an input is copied first.
+void run_plan(cufftType type, const Tensor& y, const Tensor& x_in, const IntList& signal, bool forward,
+              const char* op) {
+  TG_INTERNAL_ASSERT(aligned16(y), op, ": a cuFFT output that is not 16-byte aligned");
+  const Tensor x = aligned16(x_in) ? x_in : raw::clone(x_in);
   const int device = y.device().index();
   DeviceGuard g(device);
   cudaStream_t s = stream_of(y);

@@ -188,8 +188,12 @@ void Module::to(Device device) {
 
 void Module::to(ScalarType dtype) {
   TG_CHECK(is_floating_point(dtype), type_name_, ".to: modules convert to floating-point dtypes, got ", dtype);
+  // Complex tensors become the complex dtype of `dtype` (as PyTorch's
+  // module.double() makes Complex128 of Complex64).
   for_each_tensor([&](const Tensor& t, bool) {
     if (t.defined() && t.is_floating_point()) move_in_place(t, [&](const Tensor& x) { return x.to(dtype); });
+    else if (t.defined() && is_complex(t.dtype()))
+      move_in_place(t, [&](const Tensor& x) { return x.to(complex_type(dtype)); });
   });
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <complex>
 
+#include <tapegrad/nn/fno.h>
 #include <tapegrad/tensor/fft.h>
 
 #include "reference.h"
@@ -202,6 +203,79 @@ TEST(FftGpu, CapturedTransformsReplayAsEager) {
     EXPECT_LT(tg::amax(tg::abs(out[0] - r * 2.0)).item<float>(), 1e-4f) << rep;
     EXPECT_LT(tg::amax(tg::abs(out[1] - x)).item<float>(), 1e-4f) << rep;
   }
+}
+
+// ---- spectral convolutions and the FNO (issue 47 point 4) ----
+
+TEST(Fno, SpectralConvKeepsAndDropsTheModesItShould) {
+  for (const tg::Device& dev : devices()) {
+    SCOPED_TRACE(dev.is_cpu() ? "cpu" : "cuda");
+    const int64_t n = 16;
+    tg::nn::SpectralConv1d conv(2, 2, n / 2 + 1, kF64);
+    conv.to(dev);
+    EXPECT_EQ(conv.weight.dtype(), tg::kComplex128);
+    {  // identity weights: every mode kept unchanged
+      tg::NoGradGuard off;
+      Tensor eye = tg::eye(2, kF64).unsqueeze(-1).expand({2, 2, n / 2 + 1}).to(tg::kComplex128).to(dev);
+      conv.weight.copy_(eye);
+    }
+    Tensor x = tg::randn({3, 2, n}, kF64).to(dev);
+    expect_close(values(conv.forward(x)), values(x), 1e-13, "identity weights");
+    // Three modes of weight 2i: cos(2 pi k t / n) -> 2i cos(...) filtered,
+    // i.e. -2 sin(2 pi k t / n) for k < 3, and 0 for k >= 3.
+    tg::nn::SpectralConv1d low(1, 1, 3, kF64);
+    low.to(dev);
+    {
+      tg::NoGradGuard off;
+      low.weight.copy_(tg::complex_from(tg::zeros({1, 1, 3}, kF64), tg::full({1, 1, 3}, 2.0, kF64)).to(dev));
+    }
+    Tensor t = tg::arange(0, n, 1, kF64) * (2 * M_PI / double(n));
+    for (int64_t k : {1, 2, 3, 5}) {
+      Tensor in = tg::cos(t * double(k)).view({1, 1, n}).to(dev);
+      Tensor want = k < 3 ? tg::sin(t * double(k)) * -2.0 : tg::zeros({n}, kF64);
+      expect_close(values(low.forward(in).view({n})), values(want), 1e-12, "mode " + std::to_string(k));
+    }
+  }
+}
+
+TEST(Fno, SpectralConv2dAndFnoGradientsOfEveryOrder) {
+  tg::manual_seed(21);
+  tg::nn::SpectralConv2d conv(2, 3, 2, 2, kF64);
+  Tensor x = tg::randn({2, 2, 5, 6}, kF64).requires_grad_();
+  auto f = [&](const tg::autograd::variable_list& v) {
+    conv.weight1 = v[1];
+    conv.weight2 = v[2];
+    return conv.forward(v[0]);
+  };
+  Tensor w1 = conv.weight1.detach().clone().requires_grad_(), w2 = conv.weight2.detach().clone().requires_grad_();
+  tg::autograd::GradcheckOptions opt;
+  opt.check_forward_ad = true;
+  auto r = tg::autograd::gradcheck(f, {x, w1, w2}, opt);
+  EXPECT_TRUE(r.ok) << r.message;
+  auto r2 = tg::autograd::gradgradcheck(f, {x, w1, w2}, opt);
+  EXPECT_TRUE(r2.ok) << r2.message;
+  // The FNO (2-D, tiny) in its input.
+  tg::nn::FNOOptions o;
+  o.width = 3;
+  o.modes = {2, 2};
+  o.layers = 2;
+  o.projection = 4;
+  o.options = kF64;
+  tg::nn::FNO fno(o);
+  Tensor a = tg::randn({1, 4, 4, 1}, kF64).requires_grad_();
+  auto g = [&](const tg::autograd::variable_list& v) { return fno.forward(v[0]); };
+  EXPECT_EQ(fno.forward(a).sizes(), (tg::IntList{1, 4, 4, 1}));
+  auto r3 = tg::autograd::gradcheck(g, {a}, opt);
+  EXPECT_TRUE(r3.ok) << r3.message;
+  // A 1-D FNO's shapes; modes beyond the grid are refused naming the layer.
+  o.modes = {3};
+  tg::nn::FNO line(o);
+  EXPECT_EQ(line.forward(tg::randn({2, 8, 1}, kF64)).sizes(), (tg::IntList{2, 8, 1}));
+  EXPECT_ERROR_CONTAINS(line.forward(tg::randn({2, 3, 1}, kF64)), "SpectralConv1d: 3 modes need a grid");
+  EXPECT_ERROR_CONTAINS(fno.forward(tg::randn({1, 4, 4, 2}, kF64)), "FNO: expected an input");
+  // Module::to(Float32) makes the complex weights Complex64.
+  fno.to(tg::kFloat32);
+  EXPECT_EQ(std::dynamic_pointer_cast<tg::nn::SpectralConv2d>(fno.spectral[0])->weight1.dtype(), tg::kComplex64);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <tapegrad/cuda/graph.h>
 #include <tapegrad/cuda/graphed.h>
 #include <tapegrad/cuda/stream.h>
+#include <tapegrad/nn/fno.h>
 #include <tapegrad/nn/init.h>
 #include <tapegrad/nn/module.h>
 #include <tapegrad/nn/functional.h>

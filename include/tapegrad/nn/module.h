@@ -75,7 +75,8 @@ class Module : public std::enable_shared_from_this<Module> {
   bool is_training() const { return training_; }
   /// Moves every parameter and buffer (and gradient) to `device`, in place.
   void to(Device device);
-  /// Casts every floating-point parameter and buffer (and gradient) to `dtype`, in place.
+  /// Casts every floating-point parameter and buffer (and gradient) to `dtype`, in place; complex ones to the
+  /// complex dtype of `dtype` (Complex128 for Float64).
   void to(ScalarType dtype);
   /// Drops every parameter's gradient (set_to_none), or zeroes it in place.
   void zero_grad(bool set_to_none = true);

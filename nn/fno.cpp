@@ -1,0 +1,162 @@
+#include <tapegrad/nn/fno.h>
+
+#include <sstream>
+
+#include <tapegrad/autograd/grad_mode.h>
+#include <tapegrad/tensor/error.h>
+#include <tapegrad/tensor/fft.h>
+#include <tapegrad/tensor/ops.h>
+
+namespace tg::nn {
+
+namespace {
+
+// Complex weights, parts U(0, 1) scaled by 1 / (in out).
+Tensor spectral_weight(const IntList& sizes, int64_t in, int64_t out, const TensorOptions& options) {
+  TG_CHECK(is_floating_point(options.dtype()),
+           "SpectralConv: the options' dtype must be Float32 or Float64 (the "
+           "weights are its complex dtype), got ",
+           options.dtype());
+  autograd::NoGradGuard no_grad;
+  const double scale = 1.0 / double(in * out);
+  return tg::complex_from(tg::rand(sizes, options) * scale, tg::rand(sizes, options) * scale);
+}
+
+void check_channels(int64_t in, int64_t out, const char* op) {
+  TG_CHECK(in > 0 && out > 0, op, ": in_channels and out_channels must be positive, got ", in, " and ", out);
+}
+
+// x [B, in, spatial...] with `dims` spatial dims and `in` channels.
+void check_input(const Tensor& x, int64_t dims, int64_t in, const char* op) {
+  TG_CHECK(x.defined() && x.dim() == 2 + dims && x.size(1) == in, op, ": expected an input [batch, ", in,
+           dims == 1 ? ", n]" : ", h, w]", ", got ", x.defined() ? shape_str(x.sizes()) : std::string("undefined"));
+}
+
+// t with zeros appended along `dim` up to `size`.
+Tensor zero_pad(const Tensor& t, int64_t dim, int64_t size) {
+  const int64_t have = t.size(dim);
+  if (have == size) return t;
+  IntList pad = t.sizes();
+  pad[size_t(dim)] = size - have;
+  return tg::cat({t, tg::zeros(pad, t.options())}, dim);
+}
+
+}  // namespace
+
+SpectralConv1d::SpectralConv1d(int64_t in, int64_t out, int64_t modes, TensorOptions options)
+    : Module("SpectralConv1d"), in_(in), out_(out), modes_(modes) {
+  check_channels(in, out, "SpectralConv1d");
+  TG_CHECK(modes > 0, "SpectralConv1d: modes must be positive, got ", modes);
+  weight = register_parameter("weight", spectral_weight({in, out, modes}, in, out, options));
+}
+
+Tensor SpectralConv1d::forward(const Tensor& x) {
+  check_input(x, 1, in_, "SpectralConv1d");
+  const int64_t n = x.size(2), half = n / 2 + 1;
+  TG_CHECK(modes_ <= half, "SpectralConv1d: ", modes_, " modes need a grid of at least ", 2 * (modes_ - 1),
+           " points, got ", n);
+  Tensor xf = fft::rfft(x);  // [B, in, n/2 + 1]
+  Tensor mixed = tg::einsum("bix,iox->box", {xf.narrow(2, 0, modes_), weight});
+  return fft::irfft(zero_pad(mixed, 2, half), n);
+}
+
+std::string SpectralConv1d::extra_repr() const {
+  std::ostringstream s;
+  s << "SpectralConv1d(" << in_ << ", " << out_ << ", modes=" << modes_ << ")";
+  return s.str();
+}
+
+SpectralConv2d::SpectralConv2d(int64_t in, int64_t out, int64_t modes1, int64_t modes2, TensorOptions options)
+    : Module("SpectralConv2d"), in_(in), out_(out), m1_(modes1), m2_(modes2) {
+  check_channels(in, out, "SpectralConv2d");
+  TG_CHECK(modes1 > 0 && modes2 > 0, "SpectralConv2d: modes must be positive, got ", modes1, " and ", modes2);
+  weight1 = register_parameter("weight1", spectral_weight({in, out, modes1, modes2}, in, out, options));
+  weight2 = register_parameter("weight2", spectral_weight({in, out, modes1, modes2}, in, out, options));
+}
+
+Tensor SpectralConv2d::forward(const Tensor& x) {
+  check_input(x, 2, in_, "SpectralConv2d");
+  const int64_t h = x.size(2), w = x.size(3), half = w / 2 + 1;
+  TG_CHECK(2 * m1_ <= h && m2_ <= half, "SpectralConv2d: modes (", m1_, ", ", m2_, ") need a grid of at least ",
+           2 * m1_, " x ", 2 * (m2_ - 1), ", got ", h, " x ", w);
+  Tensor xf = fft::rfft2(x);  // [B, in, h, w/2 + 1]
+  Tensor low = xf.narrow(3, 0, m2_);
+  Tensor top = tg::einsum("bixy,ioxy->boxy", {low.narrow(2, 0, m1_), weight1});
+  Tensor bottom = tg::einsum("bixy,ioxy->boxy", {low.narrow(2, h - m1_, m1_), weight2});
+  IntList gap = top.sizes();
+  gap[2] = h - 2 * m1_;
+  Tensor rows = tg::cat({top, tg::zeros(gap, top.options()), bottom}, 2);  // [B, out, h, modes2]
+  return fft::irfft2(zero_pad(rows, 3, half), IntList{h, w});
+}
+
+std::string SpectralConv2d::extra_repr() const {
+  std::ostringstream s;
+  s << "SpectralConv2d(" << in_ << ", " << out_ << ", modes=(" << m1_ << ", " << m2_ << "))";
+  return s.str();
+}
+
+FNO::FNO(FNOOptions o) : Module("FNO"), o_(std::move(o)) {
+  const int64_t dims = int64_t(o_.modes.size());
+  TG_CHECK(dims == 1 || dims == 2, "FNO: modes gives the modes per spatial dim, one or two of them, got ",
+           shape_str(o_.modes));
+  TG_CHECK(o_.in_channels > 0 && o_.out_channels > 0 && o_.width > 0 && o_.layers > 0 && o_.projection > 0,
+           "FNO: in_channels, out_channels, width, layers and projection must be positive");
+  lift = std::make_shared<Linear>(o_.in_channels + dims, o_.width, true, o_.options);
+  register_module("lift", lift);
+  for (int64_t l = 0; l < o_.layers; ++l) {
+    std::shared_ptr<Module> conv;
+    if (dims == 1) conv = std::make_shared<SpectralConv1d>(o_.width, o_.width, o_.modes[0], o_.options);
+    else conv = std::make_shared<SpectralConv2d>(o_.width, o_.width, o_.modes[0], o_.modes[1], o_.options);
+    register_module("spectral" + std::to_string(l), conv);
+    spectral.push_back(conv);
+    auto w = std::make_shared<Linear>(o_.width, o_.width, true, o_.options);
+    register_module("pointwise" + std::to_string(l), w);
+    pointwise.push_back(w);
+  }
+  proj1 = std::make_shared<Linear>(o_.width, o_.projection, true, o_.options);
+  register_module("proj1", proj1);
+  proj2 = std::make_shared<Linear>(o_.projection, o_.out_channels, true, o_.options);
+  register_module("proj2", proj2);
+}
+
+Tensor FNO::forward(const Tensor& x) {
+  const int64_t dims = int64_t(o_.modes.size());
+  TG_CHECK(x.defined() && x.dim() == 2 + dims && x.size(-1) == o_.in_channels, "FNO: expected an input [batch, ",
+           dims == 1 ? "n" : "h, w", ", ", o_.in_channels, "], got ",
+           x.defined() ? shape_str(x.sizes()) : std::string("undefined"));
+  // The grid coordinates in [0, 1], appended to each point's channels.
+  std::vector<Tensor> parts{x};
+  const TensorOptions opt = TensorOptions().dtype(x.dtype()).device(x.device());
+  for (int64_t d = 0; d < dims; ++d) {
+    const int64_t n = x.size(1 + d);
+    Tensor coord = tg::arange(0, n, 1, opt) / double(std::max<int64_t>(n - 1, 1));
+    IntList view(size_t(dims + 2), 1);
+    view[size_t(1 + d)] = n;
+    IntList full = x.sizes();
+    full.back() = 1;
+    parts.push_back(coord.view(view).expand(full));
+  }
+  Tensor v = lift->forward(tg::cat(parts, -1));  // [B, spatial..., width]
+  IntList to_channels{0, dims + 1}, to_last{0};
+  for (int64_t d = 0; d < dims; ++d)
+    to_channels.push_back(1 + d);
+  for (int64_t d = 0; d < dims; ++d)
+    to_last.push_back(2 + d);
+  to_last.push_back(1);
+  v = v.permute(to_channels);  // [B, width, spatial...]
+  for (int64_t l = 0; l < o_.layers; ++l) {
+    Tensor skip = pointwise[size_t(l)]->forward(v.permute(to_last)).permute(to_channels);
+    v = spectral[size_t(l)]->forward(v) + skip;
+    if (l + 1 < o_.layers) v = tg::gelu(v);
+  }
+  return proj2->forward(tg::gelu(proj1->forward(v.permute(to_last))));
+}
+
+std::string FNO::extra_repr() const {
+  std::ostringstream s;
+  s << "FNO(dims=" << o_.modes.size() << ", width=" << o_.width << ", modes=" << shape_str(o_.modes)
+    << ", layers=" << o_.layers << ")";
+  return s.str();
+}
+
+}  // namespace tg::nn

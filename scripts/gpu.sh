@@ -29,6 +29,9 @@
 #                             tests, pinn_ddp one process per GPU, and the scaling table
 #                             against PyTorch DDP (bench/peers/ddp_peers.py; DDP_ARGS, e.g.
 #                             "--losses pinn --batch 8192 --frameworks tapegrad_graph,torch_graph")
+#   scripts/gpu.sh fno        the FNO-2D training step (64^2 and 128^2; FNO_ARGS, e.g. "--pino"),
+#                             tapegrad eager and graphed, PyTorch eager, torch.cuda.graph,
+#                             torch.compile and JAX jit (bench/peers/fno_peers.py)
 #   scripts/gpu.sh hessian    the Hessian benchmark side by side with LibTorch,
 #                             PyTorch eager, torch.func and JAX (needs peers built)
 # Logs go to $OUT (or ./gpu-logs). Several steps may be given in order.
@@ -82,6 +85,8 @@ for step in "$@"; do
         cmake --build build-peers -j"$(nproc)"; } > "$OUT/peers_build.log" 2>&1 || { tail -20 "$OUT/peers_build.log"; rc=1; continue; }
       build-peers/engine_overhead_libtorch cuda | tee "$OUT/peers.txt"
       build-peers/engine_overhead_libtorch | tee -a "$OUT/peers.txt" ;;
+    fno)
+      python3 bench/peers/fno_peers.py --build "$B" ${FNO_ARGS:-} 2>&1 | tee -a "$OUT/fno_peers.txt" ;;
     pinn)
       python3 bench/peers/pinn_peers.py ${PINN_ARGS:-} 2>&1 | tee -a "$OUT/pinn_peers.txt" ;;
     train)

@@ -670,6 +670,9 @@ void make_roots(const char* op, const std::vector<Tensor>& outputs, const std::v
                ": grad can be implicitly created only for "
                "outputs with one element, but output ",
                i, " has shape ", shape_str(y.sizes()), "; pass a gradient (grad_outputs) of that shape");
+      TG_CHECK(!is_complex(y.dtype()), op, ": grad can be implicitly created only for real outputs, but output ", i,
+               " is ", y.dtype(),
+               "; pass a gradient (grad_outputs), or differentiate a real function of it (abs, real)");
       g = ones_like(y);
     } else {
       TG_CHECK(g.sizes() == y.sizes(), op, ": mismatch in shape: grad_outputs[", i, "] has shape ",
@@ -677,6 +680,9 @@ void make_roots(const char* op, const std::vector<Tensor>& outputs, const std::v
       TG_CHECK(g.device() == y.device(), op, ": grad_outputs[", i, "] is on ", g.device(), " but outputs[", i,
                "] is on ", y.device());
       TG_CHECK(is_differentiable(g.dtype()), op, ": grad_outputs[", i, "] must be floating point, got ", g.dtype());
+      TG_CHECK(is_complex(g.dtype()) == is_complex(y.dtype()), op, ": mismatch in dtype: grad_outputs[", i, "] is ",
+               g.dtype(), " but outputs[", i, "] is ", y.dtype(),
+               " (a gradient is complex exactly when its output is)");
       if (g.dtype() != y.dtype()) g = g.to(y.dtype());
     }
     edges.push_back(impl::gradient_edge(y));

@@ -110,7 +110,7 @@ void Adaptive::on_params_added(size_t first_new) {
   for (std::vector<Tensor>* list : used_states())
     if (list)
       for (size_t i = first_new; i < params_.size(); ++i)
-        (*list)[i] = tg::full_like(params_[i], init);
+        (*list)[i] = tg::full_like(stepped(i), init);
 }
 
 double Adaptive::mu_product_after(size_t i, int64_t n) {

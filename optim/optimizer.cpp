@@ -313,8 +313,10 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
       TG_CHECK(v.defined() && v.is_floating_point(), name_, ": state '", k + st.name,
                "' must be a floating-point tensor, got ",
                v.defined() ? std::string(to_string(v.dtype())) : std::string("an undefined one"));
-      TG_CHECK(v.sizes() == params_[i].sizes(), name_, ": state '", k + st.name, "' has shape ", shape_str(v.sizes()),
-               ", parameter ", i, " ", shape_str(params_[i].sizes()));
+      // (A complex parameter's state has its parts' shape, [..., 2].)
+      TG_CHECK(v.sizes() == stepped(i).sizes(), name_, ": state '", k + st.name, "' has shape ", shape_str(v.sizes()),
+               ", parameter ", i, " ", shape_str(params_[i].sizes()),
+               is_complex(params_[i].dtype()) ? " (complex: its state has its parts' shape, a last dim of 2)" : "");
     }
     for (const NumberState& n : numbers_)
       if (by_name.count(k + n.name)) {
@@ -355,7 +357,7 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
         else dst = Tensor();
         continue;
       }
-      if (!dst.defined()) dst = tg::zeros_like(params_[i]);
+      if (!dst.defined()) dst = tg::zeros_like(stepped(i));
       dst.copy_(*it->second);
     }
   }
@@ -385,8 +387,9 @@ std::string Optimizer::fused_obstacle(const std::vector<Tensor>& params, size_t 
     const std::string i = std::to_string(first + k);
     if (!p.is_cuda()) return "parameter " + i + " is on the CPU";
     if (p.device() != dev) return "parameters 0 and " + i + " are on different devices";
-    if (p.dtype() != kFloat32 && p.dtype() != kFloat64)
-      return "parameter " + i + " is " + std::string(to_string(p.dtype()));
+    // A complex parameter is stepped as its parts (stepped()).
+    const ScalarType parts = real_type(p.dtype());
+    if (parts != kFloat32 && parts != kFloat64) return "parameter " + i + " is " + std::string(to_string(p.dtype()));
     if (!p.is_contiguous()) return "parameter " + i + " is not contiguous";
   }
   if (!detail::cuda_multi_tensor_updates()) return "the build has no multi-tensor update";
@@ -456,7 +459,7 @@ void Optimizer::fused_step_over(const std::vector<size_t>& present, const std::v
                " has no optimizer state yet, and "
                "creating it under CUDA graph capture would reset it on every replay; construct the optimizer "
                "with capturable = true (the state is made up front), or run one step before capturing");
-      (*list)[i] = tg::full_like(params_[i], init);
+      (*list)[i] = tg::full_like(stepped(i), init);
     }
     ++t_[i];
   }
@@ -465,9 +468,9 @@ void Optimizer::fused_step_over(const std::vector<size_t>& present, const std::v
     for (ScalarType dt : {kFloat32, kFloat64}) {
       detail::TensorLists l;  // the group's parameters of this dtype
       for (size_t i : present) {
-        if (i < grp.begin || i >= grp.end || params_[i].dtype() != dt) continue;
-        l.param.push_back(params_[i]);
-        l.grad.push_back(params_[i].grad().contiguous());
+        if (i < grp.begin || i >= grp.end || stepped(i).dtype() != dt) continue;
+        l.param.push_back(stepped(i));
+        l.grad.push_back(stepped_grad(i).contiguous());
         std::vector<Tensor>* out[3] = {&l.state1, &l.state2, &l.state3};
         for (size_t k = 0; k < states.size() && k < 3; ++k)
           if (states[k]) out[k]->push_back((*states[k])[i]);
@@ -495,7 +498,7 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
 void SGD::on_params_added(size_t first_new) {
   if (o_.capturable && o_.momentum != 0)
     for (size_t i = first_new; i < params_.size(); ++i)
-      buf_[i] = tg::zeros_like(params_[i]);
+      buf_[i] = tg::zeros_like(stepped(i));
 }
 
 void SGD::step() {

@@ -76,6 +76,7 @@ template <class T> TG_HOST_DEVICE inline T div_elem(T a, T b) {
 template <class T> TG_HOST_DEVICE inline T pow_elem(T a, T b) {
   using std::pow;
   if constexpr (std::is_integral_v<T>) return ipow(a, b);
+  else if (b == T(0)) return T(1);  // 0^0 = 1 (complex pow would give exp(0 log 0) = NaN)
   else return pow(a, b);
 }
 // float-only ops: the op layer converts integers (an integer T returns a).

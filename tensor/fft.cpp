@@ -362,27 +362,31 @@ Tensor c2r(const char* op, const Tensor& input, const std::optional<IntList>& s,
   return last != top ? y.transpose(last, top) : y;
 }
 
-std::optional<IntList> one(std::optional<int64_t> n) { return n ? std::optional<IntList>(IntList{*n}) : std::nullopt; }
+// A 1-D transform's n (-1 is not "keep the size" there, as in torch.fft).
+std::optional<IntList> one(std::optional<int64_t> n, const char* op) {
+  TG_CHECK(!n || *n >= 1, op, ": invalid number of data points (", n ? *n : 0, ") specified");
+  return n ? std::optional<IntList>(IntList{*n}) : std::nullopt;
+}
 
 }  // namespace
 
 Tensor fft(const Tensor& input, std::optional<int64_t> n, int64_t dim, const std::string& norm) {
-  return c2c("fft", input, one(n), IntList{dim}, norm, true);
+  return c2c("fft", input, one(n, "fft"), IntList{dim}, norm, true);
 }
 Tensor ifft(const Tensor& input, std::optional<int64_t> n, int64_t dim, const std::string& norm) {
-  return c2c("ifft", input, one(n), IntList{dim}, norm, false);
+  return c2c("ifft", input, one(n, "ifft"), IntList{dim}, norm, false);
 }
 Tensor rfft(const Tensor& input, std::optional<int64_t> n, int64_t dim, const std::string& norm) {
-  return r2c("rfft", input, one(n), IntList{dim}, norm, true);
+  return r2c("rfft", input, one(n, "rfft"), IntList{dim}, norm, true);
 }
 Tensor irfft(const Tensor& input, std::optional<int64_t> n, int64_t dim, const std::string& norm) {
-  return c2r("irfft", input, one(n), IntList{dim}, norm, false);
+  return c2r("irfft", input, one(n, "irfft"), IntList{dim}, norm, false);
 }
 Tensor hfft(const Tensor& input, std::optional<int64_t> n, int64_t dim, const std::string& norm) {
-  return c2r("hfft", input, one(n), IntList{dim}, norm, true);
+  return c2r("hfft", input, one(n, "hfft"), IntList{dim}, norm, true);
 }
 Tensor ihfft(const Tensor& input, std::optional<int64_t> n, int64_t dim, const std::string& norm) {
-  return r2c("ihfft", input, one(n), IntList{dim}, norm, false);
+  return r2c("ihfft", input, one(n, "ihfft"), IntList{dim}, norm, false);
 }
 Tensor fftn(const Tensor& input, std::optional<IntList> s, std::optional<IntList> dim, const std::string& norm) {
   return c2c("fftn", input, s, dim, norm, true);

@@ -52,7 +52,12 @@ Tensor reduce(Kind kind, const Tensor& x_in, const IntList& dims_in, bool keepdi
     else
       for (int64_t d : dims_in)
         dims.push_back(detail::wrap_dim(d, x_in.dim(), name, x_in.sizes()));
-    return raw::view_as_complex(reduce(kind, raw::view_as_real(x_in), dims, keepdim, false).contiguous());
+    // Complex64's parts accumulate in Float64: the parts interleave, so their
+    // sums run down columns, which the real kernels add in the element type.
+    const bool single = x_in.dtype() == kComplex64;
+    Tensor parts = raw::view_as_real(x_in);
+    Tensor r = reduce(kind, single ? raw::to(parts, kFloat64) : parts, dims, keepdim, false);
+    return raw::view_as_complex((single ? raw::to(r, kFloat32) : r).contiguous());
   }
   const Tensor& x = x_in;
   int64_t nd = x.dim();

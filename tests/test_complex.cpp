@@ -13,6 +13,7 @@
 #include <tapegrad/nn/serialize.h>
 #include <tapegrad/optim/optimizer.h>
 #include <tapegrad/tensor/dlpack.h>
+#include <tapegrad/tensor/fft.h>
 
 #include "reference.h"
 
@@ -556,6 +557,55 @@ TEST(Complex, OptimizersStepComplexParametersAsTheirParts) {
   EXPECT_EQ(total.dtype(), tg::kFloat64);
   EXPECT_NEAR(total.item<double>(), 10.0, 1e-12);
   EXPECT_NEAR(tg::abs(w.grad()).item<double>(), 5.0, 1e-5);
+}
+
+// The adversary's findings on the complex surface (issue 47), each fixed.
+TEST(Complex, AdversaryFindingsStayFixed) {
+  const auto f64 = tg::TensorOptions().dtype(tg::kFloat64);
+  Tensor z = tg::complex_from(tg::full({2}, 1.0, f64), tg::full({2}, 5.0, f64));
+  // A real self refuses a complex result also while autograd or forward mode
+  // tracks (the imaginary parts were dropped silently).
+  Tensor y = tg::zeros({2}, f64);
+  EXPECT_ERROR_CONTAINS(y.add_(z.clone().requires_grad_()), "add_: result type Complex128 can't be cast");
+  EXPECT_ERROR_CONTAINS(y.mul_(z.clone().requires_grad_()), "mul_: result type Complex128 can't be cast");
+  Tensor i = tg::zeros({2}, tg::kInt64);
+  EXPECT_ERROR_CONTAINS(i.add_(tg::ones({2}, f64).requires_grad_()), "can't be cast to the desired output type Int64");
+  EXPECT_FALSE(i.requires_grad());
+  {
+    tg::autograd::forward_ad::dual_level level;
+    Tensor d = tg::autograd::forward_ad::make_dual(tg::zeros({2}, f64), tg::ones({2}, f64));
+    EXPECT_ERROR_CONTAINS(d.mul_(z), "can't be cast");
+  }
+  // Complex64 sums accumulate as accurately as Float32's (in Float64).
+  Tensor c = tg::complex_from(tg::ones({int64_t(1) << 25}), tg::ones({int64_t(1) << 25}));
+  EXPECT_EQ(c.sum().item<complex<float>>(), (complex<float>(33554432.0f, 33554432.0f)));
+  EXPECT_EQ(c.mean().item<complex<float>>(), (complex<float>(1.0f, 1.0f)));
+  // pow: 0^0 = 1; a negative real base with a complex exponent has a finite
+  // gradient (the log of the base is taken in the complex dtype).
+  Tensor zero = tg::zeros({1}, tg::TensorOptions().dtype(tg::kComplex128));
+  EXPECT_EQ(tg::pow(zero, 0.0).item<complex<double>>(), (complex<double>(1, 0)));
+  EXPECT_EQ(tg::pow(zero, zero).item<complex<double>>(), (complex<double>(1, 0)));
+  Tensor e = tg::complex_from(tg::full({2}, 0.3, f64), tg::full({2}, -0.4, f64)).requires_grad_();
+  auto f = [&](const tg::autograd::variable_list& v) { return tg::pow(tg::full({2}, -1.7, f64), v[0]); };
+  tg::autograd::GradcheckOptions opt;
+  opt.check_forward_ad = true;
+  auto r = tg::autograd::gradcheck(f, {e}, opt);
+  EXPECT_TRUE(r.ok) << r.message;
+  // An optimizer loads the state it saved for a complex parameter.
+  Tensor q = tg::view_as_complex(tg::tensor({1, 2, 3, 4, 5, 6}, {3, 2}, tg::kFloat64)).requires_grad_();
+  tg::optim::Adam a({q});
+  tg::real(q * tg::conj(q)).sum().backward();
+  a.step();
+  tg::optim::Adam b({q});
+  b.load_state_dict(a.state_dict());
+  EXPECT_EQ(b.state_dict().size(), a.state_dict().size());
+  // A 1-D transform refuses n = -1; backward() of a complex output needs a
+  // gradient; a complex gradient for a real output is refused.
+  EXPECT_ERROR_CONTAINS(tg::fft::fft(z, -1), "fft: invalid number of data points (-1)");
+  Tensor w = z.clone().requires_grad_();
+  EXPECT_ERROR_CONTAINS(w.sum().backward(), "implicitly created only for real outputs");
+  Tensor x = tg::ones({2}, f64).requires_grad_();
+  EXPECT_ERROR_CONTAINS((x * 2.0).backward(z), "mismatch in dtype");
 }
 
 }  // namespace

@@ -393,10 +393,18 @@ const Tensor& rebase(const Tensor& self, const Tensor& result, bool record, cons
 
 // The in-place op through its out-of-place form, when grad is recorded or a
 // tangent is pushed; `other` is the tensor operand (nullptr: a scalar).
+// The raw in-place ops' dtype rule (tensor/elementwise.cpp's
+// inplace_binary): the result must be castable to self's dtype, so no
+// complex result into a real self (its imaginary parts would be dropped)
+// and no floating result into an integer one.
 template <class F> const Tensor& inplace_op(const Tensor& self, const Tensor* other, const char* op, F&& out_of_place) {
   const bool record = involves_grad(self, other);
   if (record) check_rebase(self, op);
-  return rebase(self, out_of_place(self.clone()), record, op);
+  Tensor result = out_of_place(self.clone());
+  const ScalarType rt = result.dtype(), st = self.dtype();
+  TG_CHECK(rt == st || (is_floating_point(st) && !is_complex(rt)) || is_complex(st), op, ": result type ", rt,
+           " can't be cast to the desired output type ", st);
+  return rebase(self, result, record, op);
 }
 
 }  // namespace

@@ -129,7 +129,9 @@ Tensor FNO::forward(const Tensor& x) {
   const TensorOptions opt = TensorOptions().dtype(x.dtype()).device(x.device());
   for (int64_t d = 0; d < dims; ++d) {
     const int64_t n = x.size(1 + d);
-    Tensor coord = tg::arange(0, n, 1, opt) / double(std::max<int64_t>(n - 1, 1));
+    // 0, 1, ..., n - 1 by a cumulative sum on the device (capturable: no
+    // values from the host).
+    Tensor coord = (tg::ones({n}, opt).cumsum(0) - 1.0) / double(std::max<int64_t>(n - 1, 1));
     IntList view(size_t(dims + 2), 1);
     view[size_t(1 + d)] = n;
     IntList full = x.sizes();

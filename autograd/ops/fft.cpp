@@ -96,14 +96,17 @@ Tensor autograd::ops::_fft_c2r(const Tensor& self, const IntList& dims, int64_t 
           Tensor gi = tg::_fft_r2c(g, dims, normalization, true);
           const int64_t m = gi.size(last), doubled = last_dim_size - m;
           if (doubled <= 0) return gi;
-          // Weights 1, 2, ..., 2, (1) along the onesided dim.
-          std::vector<double> w(size_t(m), 1.0);
-          for (int64_t k = 1; k <= doubled; ++k)
-            w[size_t(k)] = 2.0;
+          // Weights 1, 2, ..., 2, (1) along the onesided dim, made on the
+          // device (capturable: no values from the host).
           IntList shape(size_t(ndim - last), 1);
           shape[0] = m;
-          const ScalarType rt = real_type(gi.dtype());
-          return tg::mul(gi, tg::tensor(w, shape, TensorOptions().dtype(rt)).to(gi.device()));
+          Tensor w = tg::full(shape, 2.0, TensorOptions().dtype(real_type(gi.dtype())).device(gi.device()));
+          {
+            autograd::NoGradGuard no_grad;
+            w.narrow(0, 0, 1).fill_(1.0);
+            if (doubled + 1 < m) w.narrow(0, doubled + 1, m - doubled - 1).fill_(1.0);
+          }
+          return tg::mul(gi, w);
         };
       },
       [&](const Tensor& t) { return tg::_fft_c2r(t, tangent_dims(dims, self.dim()), normalization, last_dim_size); });

@@ -415,7 +415,12 @@ namespace {
 Tensor real_form(const Tensor& t) { return t.defined() && is_complex(t.dtype()) ? tg::view_as_real(t) : t; }
 }  // namespace
 Tensor Optimizer::stepped(size_t i) const { return real_form(params_[i]); }
-Tensor Optimizer::stepped_grad(size_t i) const { return real_form(params_[i].grad()); }
+Tensor Optimizer::stepped_grad(size_t i) const {
+  const Tensor& g = params_[i].grad();
+  TG_CHECK(!g.defined() || g.dtype() == params_[i].dtype(), name_, ": parameter ", i, " is ", params_[i].dtype(),
+           " but its .grad is ", g.dtype(), " (assigned through mutable_grad()?); give it a gradient of its dtype");
+  return real_form(g);
+}
 
 std::vector<size_t> Optimizer::with_grads(bool dense_only) const {
   std::vector<size_t> present;

@@ -143,7 +143,9 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool e
   detail::check_defined(a, "allclose", "first operand");
   detail::check_defined(b, "allclose", "second operand");
   detail::check_same_device(a, b, "allclose");
-  Tensor x = raw::to(a, kFloat64), y = raw::to(b, kFloat64);
+  // In Complex128 when either is complex (|.| is then the modulus).
+  const ScalarType t = is_complex(a.dtype()) || is_complex(b.dtype()) ? kComplex128 : kFloat64;
+  Tensor x = raw::to(a, t), y = raw::to(b, t);
   Tensor ok = raw::le(raw::abs(raw::sub(x, y)), raw::add(raw::mul(raw::abs(y), rtol), atol));
   ok = raw::maximum(ok, raw::eq(x, y));  // equal infinities are close
   if (equal_nan) ok = raw::maximum(ok, raw::mul(raw::ne(x, x), raw::ne(y, y)));

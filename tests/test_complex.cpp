@@ -606,6 +606,16 @@ TEST(Complex, AdversaryFindingsStayFixed) {
   EXPECT_ERROR_CONTAINS(w.sum().backward(), "implicitly created only for real outputs");
   Tensor x = tg::ones({2}, f64).requires_grad_();
   EXPECT_ERROR_CONTAINS((x * 2.0).backward(z), "mismatch in dtype");
+  // equal and allclose take complex tensors; an optimizer names a .grad of
+  // another dtype than its parameter's.
+  EXPECT_TRUE(tg::equal(z, z.clone()));
+  EXPECT_FALSE(tg::equal(z, tg::conj(z)));
+  EXPECT_TRUE(tg::allclose(z, z + 1e-12));
+  EXPECT_FALSE(tg::allclose(z, tg::conj(z)));
+  Tensor p = z.clone().requires_grad_();
+  tg::optim::SGD sgd({p}, tg::optim::SGDOptions{});
+  p.mutable_grad() = tg::ones({2}, f64);
+  EXPECT_ERROR_CONTAINS(sgd.step(), "its .grad is Float64");
 }
 
 }  // namespace

@@ -320,9 +320,11 @@ template <class T> TG_HOST_DEVICE inline T activation_derivative(Activation act,
         default: return v * t * (T(16) - T(24) * t * t);
       }
     }
-    case Activation::Relu:
-      if (k == 0) return x > T(0) ? x : T(0);
-      if (k == 1) return x > T(0) ? T(1) : T(0);
+    case Activation::Relu:  // ordered types only: the op layer refuses complex relu
+      if constexpr (std::is_arithmetic_v<T>) {
+        if (k == 0) return x > T(0) ? x : T(0);
+        if (k == 1) return x > T(0) ? T(1) : T(0);
+      }
       return T(0);
   }
   return T(0);
@@ -429,49 +431,11 @@ template <class R> TG_HOST_DEVICE inline complex<R> binary_complex_apply(BinaryO
   return a;
 }
 
-// act^(k)(z) for a complex z: the real closed forms hold for the holomorphic
-// activations (silu, sigmoid, tanh); relu has no complex meaning (refused by
-// the op layer).
+// act^(k)(z) for a complex z: the real closed forms above hold for the
+// holomorphic activations (silu, sigmoid, tanh), run on the platform's
+// complex type; relu has no complex meaning (refused by the op layer).
 template <class R> TG_HOST_DEVICE inline complex<R> activation_derivative_complex(Activation act, int k, complex<R> z) {
-  using T = math_complex<R>;
-  using std::exp;
-  using std::tanh;
-  const T x = to_math(z);
-  switch (act) {
-    case Activation::Silu:
-    case Activation::Sigmoid: {
-      T s = T(1) / (T(1) + exp(-x));
-      T u = s * (T(1) - s), a = T(1) - T(2) * s;
-      if (act == Activation::Sigmoid) {
-        switch (k) {
-          case 0: return from_math<R>(s);
-          case 1: return from_math<R>(u);
-          case 2: return from_math<R>(u * a);
-          case 3: return from_math<R>(u * (a * a - T(2) * u));
-          default: return from_math<R>(u * a * (a * a - T(8) * u));
-        }
-      }
-      switch (k) {
-        case 0: return from_math<R>(x * s);
-        case 1: return from_math<R>(s + x * u);
-        case 2: return from_math<R>(u * (T(2) + x * a));
-        case 3: return from_math<R>(u * (a * (T(3) + x * a) - T(2) * x * u));
-        default: return from_math<R>(u * (T(4) * a * a + x * a * a * a - T(8) * x * a * u - T(8) * u));
-      }
-    }
-    case Activation::Tanh: {
-      T t = tanh(x), v = T(1) - t * t;
-      switch (k) {
-        case 0: return from_math<R>(t);
-        case 1: return from_math<R>(v);
-        case 2: return from_math<R>(T(-2) * t * v);
-        case 3: return from_math<R>(v * (T(6) * t * t - T(2)));
-        default: return from_math<R>(v * t * (T(16) - T(24) * t * t));
-      }
-    }
-    case Activation::Relu: return complex<R>(R(0), R(0));
-  }
-  return complex<R>(R(0), R(0));
+  return from_math<R>(activation_derivative<math_complex<R>>(act, k, to_math(z)));
 }
 
 }  // namespace tg::kernels

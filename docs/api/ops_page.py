@@ -77,56 +77,49 @@ def params(p):
     return p
 
 
-def binary_entries(text):
-    """Each TG_BINARY(...) line of binary.def as the TG_OP entry ops.def makes
-    of it (forms G and R), or nothing (form A)."""
+def replace_calls(text, macro, expand):
+    """text with each macro(...) call (parentheses balanced) replaced by
+    expand(inner), inner the text between its parentheses."""
     out, i = [], 0
     while True:
-        j = text.find("TG_BINARY(", i)
+        j = text.find(macro + "(", i)
         if j < 0:
             out.append(text[i:])
             return "".join(out)
         out.append(text[i:j])
-        k, depth = j + len("TG_BINARY"), 0
+        k, depth = j + len(macro), 0
         while True:
             depth += text[k] == "("
             depth -= text[k] == ")"
             if depth == 0:
                 break
             k += 1
-        inner = text[j + len("TG_BINARY("):k]
+        out.append(expand(text[j + len(macro) + 1:k]))
+        i = k + 1
+
+
+def binary_entries(text):
+    """Each TG_BINARY(...) line of binary.def as the TG_OP entry ops.def makes
+    of it (forms G and R), or nothing (form A), with its TG_COMPLEX line when
+    its cx column is C."""
+    def expand(inner):
         parts = split_top(inner)
         name, arg, form = parts[0], parts[2], parts[3]
-        if form in ("G", "R"):
-            out.append(f"TG_OP(Tensor, {name}, {name}, (const Tensor& {arg}), ({arg}), FM)")
-            if inner.rsplit(",", 1)[1].strip() == "C":  # the cx column
-                out.append(f"\nTG_COMPLEX({name})")
-        i = k + 1
+        if form not in ("G", "R"):
+            return ""
+        entry = f"TG_OP(Tensor, {name}, {name}, (const Tensor& {arg}), ({arg}), FM)"
+        return entry + (f"\nTG_COMPLEX({name})" if inner.rsplit(",", 1)[1].strip() == "C" else "")
+    return replace_calls(text, "TG_BINARY", expand)
 
 
 def unary_entries(text):
     """Each TG_UNARY(...) line of unary.def as the TG_OP0 entry ops.def makes
     of it, with its TG_COMPLEX line when its cx column is C or A."""
-    out, i = [], 0
-    while True:
-        j = text.find("TG_UNARY(", i)
-        if j < 0:
-            out.append(text[i:])
-            return "".join(out)
-        out.append(text[i:j])
-        k, depth = j + len("TG_UNARY"), 0
-        while True:
-            depth += text[k] == "("
-            depth -= text[k] == ")"
-            if depth == 0:
-                break
-            k += 1
-        inner = text[j + len("TG_UNARY("):k]
+    def expand(inner):
         name = inner.split(",", 1)[0].strip()
-        out.append(f"TG_OP0(Tensor, {name}, {name}, FM)")
-        if inner.rsplit(",", 1)[1].strip() in ("C", "A"):
-            out.append(f"\nTG_COMPLEX({name})")
-        i = k + 1
+        entry = f"TG_OP0(Tensor, {name}, {name}, FM)"
+        return entry + (f"\nTG_COMPLEX({name})" if inner.rsplit(",", 1)[1].strip() in ("C", "A") else "")
+    return replace_calls(text, "TG_UNARY", expand)
 
 
 def inline_includes(path):

@@ -9,7 +9,7 @@
 // by copying into the captured ones.
 //
 //   fno_step [--grid 64] [--batch 20] [--width 32] [--modes 12] [--layers 4] [--pino]
-//            [--steps 50] [--repeats 5] [--device cuda|cpu] [--json]
+//            [--steps 50] [--repeats 5] [--device cuda|cpu] [--json] [--profile]
 //
 // Prints ms per step (median of --repeats timings of --steps steps) and the
 // peak device memory; bench/peers/fno_peers.py runs the same step in PyTorch
@@ -34,7 +34,7 @@ struct Options {
   int64_t grid = 64, batch = 20, width = 32, modes = 12, layers = 4;
   int steps = 50, repeats = 5;
   std::string device = "cuda";
-  bool json = false, pino = false;
+  bool json = false, pino = false, profile = false;
 };
 
 // Mean over the batch of |pred - target| / |target|.
@@ -85,6 +85,8 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "cuda or cpu");
   app.add_flag("--pino", o.pino, "add the mean square of the output's spectral Laplacian to the loss");
   app.add_flag("--json", o.json, "print JSON");
+  app.add_flag("--profile", o.profile,
+               "bracket one replay with cuda::profiler_start/stop (ncu --profile-from-start off)");
   CLI11_PARSE(app, argc, argv);
   const bool gpu = o.device == "cuda" && tg::cuda::is_available();
   const tg::Device dev = gpu ? tg::Device(tg::kCUDA, 0) : tg::Device(tg::kCPU);
@@ -145,6 +147,13 @@ int main(int argc, char** argv) {
       graph.replay();
     });
     result["graph_pool_mib"] = double(cu::memory_stats(graph.pool()).reserved_bytes) / double(1 << 20);
+    if (o.profile) {
+      sync(dev);
+      cu::profiler_start();
+      graph.replay();
+      sync(dev);
+      cu::profiler_stop();
+    }
     result["graphed_loss"] = loss.item<double>();
   }
   if (o.json) {

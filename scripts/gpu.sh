@@ -32,6 +32,8 @@
 #   scripts/gpu.sh fno        the FNO-2D training step (64^2 and 128^2; FNO_ARGS, e.g. "--pino"),
 #                             tapegrad eager and graphed, PyTorch eager, torch.cuda.graph,
 #                             torch.compile and JAX jit (bench/peers/fno_peers.py)
+#   scripts/gpu.sh fprofile   per-kernel GPU time of one replay of the graphed FNO step
+#                             (FPROFILE_GRIDS, default "64 128"; FNO_ARGS)
 #   scripts/gpu.sh hessian    the Hessian benchmark side by side with LibTorch,
 #                             PyTorch eager, torch.func and JAX (needs peers built)
 # Logs go to $OUT (or ./gpu-logs). Several steps may be given in order.
@@ -87,6 +89,13 @@ for step in "$@"; do
       build-peers/engine_overhead_libtorch | tee -a "$OUT/peers.txt" ;;
     fno)
       python3 bench/peers/fno_peers.py --build "$B" ${FNO_ARGS:-} 2>&1 | tee -a "$OUT/fno_peers.txt" ;;
+    fprofile)
+      for g in ${FPROFILE_GRIDS:-64 128}; do
+        ncu --profile-from-start off --graph-profiling node --metrics gpu__time_duration.sum --csv \
+          $B/bench/fno_step --grid $g --steps 5 --repeats 1 --profile ${FNO_ARGS:-} > "$OUT/ncu_fno$g.csv" 2> "$OUT/ncu_fno$g.err" ||
+          { tail -5 "$OUT/ncu_fno$g.err"; rc=1; continue; }
+        python3 scripts/ncu_summary.py "$OUT/ncu_fno$g.csv" | tee "$OUT/ncu_fno$g.txt" | head -45
+      done ;;
     pinn)
       python3 bench/peers/pinn_peers.py ${PINN_ARGS:-} 2>&1 | tee -a "$OUT/pinn_peers.txt" ;;
     train)

@@ -38,7 +38,7 @@ Tensor zero_pad(const Tensor& t, int64_t dim, int64_t size) {
   if (have == size) return t;
   IntList pad = t.sizes();
   pad[size_t(dim)] = size - have;
-  return tg::cat({t, tg::zeros(pad, t.options())}, dim);
+  return tg::cat({t, tg::zeros({}, t.options()).expand(pad)}, dim);  // the zeros read as one element
 }
 
 }  // namespace
@@ -79,14 +79,17 @@ Tensor SpectralConv2d::forward(const Tensor& x) {
   const int64_t h = x.size(2), w = x.size(3), half = w / 2 + 1;
   TG_CHECK(2 * m1_ <= h && m2_ <= half, "SpectralConv2d: modes (", m1_, ", ", m2_, ") need a grid of at least ",
            2 * m1_, " x ", 2 * (m2_ - 1), ", got ", h, " x ", w);
-  Tensor xf = fft::rfft2(x);  // [B, in, h, w/2 + 1]
-  Tensor low = xf.narrow(3, 0, m2_);
-  Tensor top = tg::einsum("bixy,ioxy->boxy", {low.narrow(2, 0, m1_), weight1});
-  Tensor bottom = tg::einsum("bixy,ioxy->boxy", {low.narrow(2, h - m1_, m1_), weight2});
+  // rfft2 and irfft2 one dim at a time, the columns past modes2 dropped
+  // between the two (their modes are zero): the transforms along h run on
+  // modes2 columns instead of w / 2 + 1. The same sums as rfft2 / irfft2.
+  Tensor low = fft::rfft(x, std::nullopt, 3).narrow(3, 0, m2_);  // [B, in, h, modes2]
+  Tensor xf = fft::fft(low, std::nullopt, 2);
+  Tensor top = tg::einsum("bixy,ioxy->boxy", {xf.narrow(2, 0, m1_), weight1});
+  Tensor bottom = tg::einsum("bixy,ioxy->boxy", {xf.narrow(2, h - m1_, m1_), weight2});
   IntList gap = top.sizes();
   gap[2] = h - 2 * m1_;
-  Tensor rows = tg::cat({top, tg::zeros(gap, top.options()), bottom}, 2);  // [B, out, h, modes2]
-  return fft::irfft2(zero_pad(rows, 3, half), IntList{h, w});
+  Tensor rows = tg::cat({top, tg::zeros({}, top.options()).expand(gap), bottom}, 2);  // [B, out, h, modes2]
+  return fft::irfft(zero_pad(fft::ifft(rows, std::nullopt, 2), 3, half), w, 3);
 }
 
 std::string SpectralConv2d::extra_repr() const {
@@ -124,34 +127,46 @@ Tensor FNO::forward(const Tensor& x) {
   TG_CHECK(x.defined() && x.dim() == 2 + dims && x.size(-1) == o_.in_channels, "FNO: expected an input [batch, ",
            dims == 1 ? "n" : "h, w", ", ", o_.in_channels, "], got ",
            x.defined() ? shape_str(x.sizes()) : std::string("undefined"));
-  // The grid coordinates in [0, 1], appended to each point's channels.
-  std::vector<Tensor> parts{x};
+  // The network runs channels first, [B, channels, spatial...], the FFTs'
+  // layout: each pointwise linear map is one batched GEMM of its weight and
+  // the [B, channels, points] matrix, and nothing is transposed but the
+  // input and the output.
+  const int64_t b = x.size(0);
+  IntList to_channels{0, dims + 1}, to_last{0};
+  for (int64_t d = 0; d < dims; ++d) {
+    to_channels.push_back(1 + d);
+    to_last.push_back(2 + d);
+  }
+  to_last.push_back(1);
+  std::vector<Tensor> parts{x.permute(to_channels)};  // [B, in, spatial...]
   const TensorOptions opt = TensorOptions().dtype(x.dtype()).device(x.device());
+  IntList coord_shape = parts[0].sizes();
+  coord_shape[1] = 1;
+  // The grid coordinates in [0, 1], appended to each point's channels.
   for (int64_t d = 0; d < dims; ++d) {
     const int64_t n = x.size(1 + d);
     // 0, 1, ..., n - 1 by a cumulative sum on the device (capturable: no
     // values from the host).
     Tensor coord = (tg::ones({n}, opt).cumsum(0) - 1.0) / double(std::max<int64_t>(n - 1, 1));
     IntList view(size_t(dims + 2), 1);
-    view[size_t(1 + d)] = n;
-    IntList full = x.sizes();
-    full.back() = 1;
-    parts.push_back(coord.view(view).expand(full));
+    view[size_t(2 + d)] = n;
+    parts.push_back(coord.view(view).expand(coord_shape));
   }
-  Tensor v = lift->forward(tg::cat(parts, -1));  // [B, spatial..., width]
-  IntList to_channels{0, dims + 1}, to_last{0};
-  for (int64_t d = 0; d < dims; ++d)
-    to_channels.push_back(1 + d);
-  for (int64_t d = 0; d < dims; ++d)
-    to_last.push_back(2 + d);
-  to_last.push_back(1);
-  v = v.permute(to_channels);  // [B, width, spatial...]
+  IntList spatial(x.sizes().begin() + 1, x.sizes().end() - 1);
+  // lin's map of each point of t [B, c, spatial...]: W t + b.
+  auto pointwise_map = [&](const Linear& lin, const Tensor& t) {
+    IntList shape{b, lin.weight.size(0)};
+    shape.insert(shape.end(), spatial.begin(), spatial.end());
+    Tensor y = tg::matmul(lin.weight, t.reshape({b, t.size(1), -1}));  // [B, out, points]
+    if (lin.bias.defined()) y = y + lin.bias.view({-1, 1});
+    return y.view(shape);
+  };
+  Tensor v = pointwise_map(*lift, tg::cat(parts, 1));  // [B, width, spatial...]
   for (int64_t l = 0; l < o_.layers; ++l) {
-    Tensor skip = pointwise[size_t(l)]->forward(v.permute(to_last)).permute(to_channels);
-    v = spectral[size_t(l)]->forward(v) + skip;
+    v = spectral[size_t(l)]->forward(v) + pointwise_map(*pointwise[size_t(l)], v);
     if (l + 1 < o_.layers) v = tg::gelu(v);
   }
-  return proj2->forward(tg::gelu(proj1->forward(v.permute(to_last))));
+  return pointwise_map(*proj2, tg::gelu(pointwise_map(*proj1, v))).permute(to_last);  // [B, spatial..., out]
 }
 
 std::string FNO::extra_repr() const {

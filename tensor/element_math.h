@@ -286,6 +286,7 @@ template <class T> TG_HOST_DEVICE inline T unary_apply(UnaryOp op, T x, const Un
 }
 
 template <class T> TG_HOST_DEVICE inline T activation_derivative(Activation act, int k, T x) {
+  using std::erf;
   using std::exp;
   using std::tanh;
   switch (act) {
@@ -324,6 +325,19 @@ template <class T> TG_HOST_DEVICE inline T activation_derivative(Activation act,
       if constexpr (std::is_arithmetic_v<T>) {
         if (k == 0) return x > T(0) ? x : T(0);
         if (k == 1) return x > T(0) ? T(1) : T(0);
+      }
+      return T(0);
+    case Activation::Gelu:  // exact: x Phi(x); real types only (gelu has no complex kernel)
+      if constexpr (std::is_arithmetic_v<T>) {
+        // gelu^(k) = x Phi^(k) + k Phi^(k-1), Phi' = phi, phi' = -x phi.
+        const T pdf = T(0.39894228040143267794) * exp(T(-0.5) * x * x), x2 = x * x;
+        switch (k) {
+          case 0: return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
+          case 1: return T(0.5) * (T(1) + erf(x * T(0.70710678118654752440))) + x * pdf;
+          case 2: return pdf * (T(2) - x2);
+          case 3: return pdf * x * (x2 - T(4));
+          default: return pdf * ((T(7) - x2) * x2 - T(4));
+        }
       }
       return T(0);
   }

@@ -553,7 +553,8 @@ Tensor activation_grad(const Tensor& g_in, const Tensor& x_in, Activation act, i
   const bool cx = is_complex(g.dtype()) || is_complex(x.dtype());
   TG_CHECK((g.is_floating_point() || is_complex(g.dtype())) && (x.is_floating_point() || is_complex(x.dtype())), name,
            ": g and x must be floating point or complex, got ", g.dtype(), " and ", x.dtype());
-  TG_CHECK(!cx || act != Activation::Relu, name, ": relu has no complex meaning (", g.dtype(), " and ", x.dtype(), ")");
+  TG_CHECK(!cx || (act != Activation::Relu && act != Activation::Gelu), name, ": ",
+           act == Activation::Relu ? "relu" : "gelu", " has no complex meaning (", g.dtype(), " and ", x.dtype(), ")");
   return broadcast_into_new(g, x, promote_types(g.dtype(), x.dtype()), name,
                             [act, order](const kernels::Backend& be, const Tensor& out, const Tensor& gb,
                                          const Tensor& xb) { be.activation_grad(act, order, out, gb, xb); });
@@ -764,6 +765,7 @@ void activation_grad_kernel(Activation act, int order, const Tensor& out, const 
         case Activation::Sigmoid: return activation_grad_order<T, Activation::Sigmoid>(order, out, g, x);
         case Activation::Tanh: return activation_grad_order<T, Activation::Tanh>(order, out, g, x);
         case Activation::Relu: return activation_grad_order<T, Activation::Relu>(order, out, g, x);
+        case Activation::Gelu: return activation_grad_order<T, Activation::Gelu>(order, out, g, x);
       }
     } else {
       TG_INTERNAL_ASSERT(false, "activation_grad: integer dtype");

@@ -40,10 +40,12 @@ void check_normalization(int64_t norm, const char* op) {
   TG_CHECK(norm >= 0 && norm <= 2, op, ": normalization must be 0 (none), 1 (1/sqrt(n)) or 2 (1/n), got ", norm);
 }
 
+// The normalization's factor for a signal of `n` points.
+double norm_scale(int64_t norm, double n) { return norm == 0 ? 1.0 : norm == 1 ? 1 / std::sqrt(n) : 1 / n; }
 // out scaled in place by the normalization for a signal of `n` points.
 Tensor normalized(Tensor out, int64_t norm, double n) {
   if (norm == 0 || out.numel() == 0) return out;
-  raw::mul_(out, Scalar(norm == 1 ? 1 / std::sqrt(n) : 1 / n));
+  raw::mul_(out, Scalar(norm_scale(norm, n)));
   return out;
 }
 
@@ -109,8 +111,9 @@ Tensor _fft_c2r(const Tensor& self, const IntList& dims, int64_t normalization, 
   shape[size_t(last)] = last_dim_size;
   Tensor out = detail::new_empty(shape, real_type(self.dtype()), self.device());
   if (out.numel() == 0) return out;
-  kernels::backend(self.device(), op).fft_c2r(out, raw::contiguous(self), d);
-  return normalized(out, normalization, signal_points(shape, d));
+  kernels::backend(self.device(), op)
+      .fft_c2r(out, raw::contiguous(self), d, norm_scale(normalization, signal_points(shape, d)));
+  return out;
 }
 
 }  // namespace raw
@@ -205,7 +208,7 @@ void fft_r2c_kernel(const Tensor& out, const Tensor& in, const IntList& dims) {
   });
 }
 
-void fft_c2r_kernel(const Tensor& out, const Tensor& in, const IntList& dims) {
+void fft_c2r_kernel(const Tensor& out, const Tensor& in, const IntList& dims, double scale) {
   dispatch_parts(in.dtype(), [&](auto r) {
     using R = decltype(r);
     Tensor work = in;
@@ -230,7 +233,7 @@ void fft_c2r_kernel(const Tensor& out, const Tensor& in, const IntList& dims) {
         else f.inv(line.data(), half.data(), dst.n);
         R* q = y + dst.start(l, dst.n);
         for (int64_t k = 0; k < dst.n; ++k)
-          q[k * dst.inner] = line[size_t(k)];
+          q[k * dst.inner] = line[size_t(k)] * R(scale);
       }
     });
   });
@@ -283,7 +286,7 @@ Tensor resized(const Tensor& x, int64_t dim, int64_t n, const char* op) {
   if (n < have) return x.narrow(dim, 0, n);
   IntList pad = x.sizes();
   pad[size_t(dim)] = n - have;
-  return tg::cat({x, tg::zeros(pad, x.options())}, dim);
+  return tg::cat({x, tg::zeros({}, x.options()).expand(pad)}, dim);  // the zeros read as one element
 }
 
 // fftn's dims and signal sizes, as torch.fft's: dims default to the last

@@ -131,6 +131,7 @@ TEST(AutogradOps, ActivationGradEveryOrder) {
       {"sigmoid", tg::Activation::Sigmoid, -2, 2, [](const Tensor& t) { return tg::sigmoid(t); }},
       {"tanh", tg::Activation::Tanh, -1.5, 1.5, [](const Tensor& t) { return tg::tanh(t); }},
       {"relu", tg::Activation::Relu, 0.1, 1, [](const Tensor& t) { return tg::relu(t); }},
+      {"gelu", tg::Activation::Gelu, -2.5, 2.5, [](const Tensor& t) { return tg::gelu(t); }},
   };
   for (const Case& c : cases) {
     for (int k = 0; k <= 5; ++k) {

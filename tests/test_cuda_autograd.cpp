@@ -319,7 +319,8 @@ TEST(CudaGpuAutograd, OffloadHooksMoveSavedTensorsToTheCpu) {
 // The fused activation derivatives on CUDA, each order through the next.
 TEST(CudaGpuAutograd, ActivationGradOrders) {
   REQUIRE_GPU();
-  for (auto act : {tg::Activation::Silu, tg::Activation::Sigmoid, tg::Activation::Tanh, tg::Activation::Relu}) {
+  for (auto act : {tg::Activation::Silu, tg::Activation::Sigmoid, tg::Activation::Tanh, tg::Activation::Relu,
+                   tg::Activation::Gelu}) {
     const double lo = act == tg::Activation::Relu ? 0.1 : -1.5;
     for (int k = 0; k <= 4; ++k) {
       Fn fn = [act, k](const variable_list& v) { return tg::activation_grad(v[0], v[1], act, k); };

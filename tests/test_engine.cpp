@@ -926,7 +926,8 @@ TEST(Functional, PerSampleHessianDefaultHandlesPerRowClosuresAndNamesRealShapes)
 // activation), for each activation, on 3 inputs (6 second-derivative pairs).
 TEST(Functional, MlpTaylorMatchesReverseMode) {
   tg::manual_seed(71);
-  for (auto act : {tg::Activation::Silu, tg::Activation::Tanh, tg::Activation::Sigmoid, tg::Activation::Relu}) {
+  for (auto act : {tg::Activation::Silu, tg::Activation::Tanh, tg::Activation::Sigmoid, tg::Activation::Relu,
+                   tg::Activation::Gelu}) {
     SCOPED_TRACE(int(act));
     std::vector<int64_t> sizes{3, 7, 5, 2};
     std::vector<Tensor> w, b;

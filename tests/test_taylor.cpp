@@ -140,6 +140,7 @@ std::vector<Case> cases() {
       {"activation_grad", [](const Tensor& x) { return activation_grad(x, x, Activation::Tanh, 1); }, -2, 2},
       {"activation_grad_0", [](const Tensor& x) { return activation_grad(x, x, Activation::Relu, 0); }, -2, 2},
       {"activation_grad_silu2", [](const Tensor& x) { return activation_grad(sin(x), x, Activation::Silu, 2); }, -2, 2},
+      {"activation_grad_gelu3", [](const Tensor& x) { return activation_grad(sin(x), x, Activation::Gelu, 3); }, -2, 2},
       {"softmax", [](const Tensor& x) { return softmax(x, 1); }, -2, 2},
       {"log_softmax", [](const Tensor& x) { return log_softmax(x, 0); }, -2, 2},
       {"logsumexp", [](const Tensor& x) { return logsumexp(x, {1}, false); }, -2, 2},

@@ -184,6 +184,7 @@ MlpDerivatives mlp_taylor(const std::vector<Tensor>& weights, const std::vector<
         h = act == Activation::Silu      ? silu(h)
             : act == Activation::Tanh    ? tanh(h)
             : act == Activation::Sigmoid ? sigmoid(h)
+            : act == Activation::Gelu    ? gelu(h)
                                          : relu(h);
     }
     return h;

@@ -240,7 +240,6 @@ template <class F> Tensor unary_op(const Tensor& x, const UnarySpec& spec, F&& r
   return out;
 }
 
-constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 
@@ -263,11 +262,8 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
   TG_UNARY_BACKWARD(k##Kernel, #name, #Kernel "Backward", saves, taylor, derivative)
 #include <tapegrad/tensor/unary.def>
 #undef TG_UNARY
-TG_UNARY_BACKWARD(kGelu, "gelu", "GeluBackward", kSelf, by_reverse(), [&] {
-  Tensor cdf = mul(add(erf(mul(x, kInvSqrt2)), 1), 0.5);
-  Tensor pdf = mul(exp(mul(square(x), -0.5)), kInvSqrt2Pi);
-  return mul(u, add(cdf, mul(x, pdf)));
-}())
+TG_UNARY_BACKWARD(kGelu, "gelu", "GeluBackward", kSelf, activation(Activation::Gelu),
+                  activation_grad(u, x, Activation::Gelu, 1))
 TG_UNARY_BACKWARD(kGeluTanh, "gelu", "GeluBackward", kSelf, by_reverse(), [&] {
   constexpr double c = 0.044715;
   Tensor x2 = square(x);
@@ -751,6 +747,11 @@ Tensor composite_top_order(const Tensor& x, Activation act) {
       return mul(mul(v, t), sub(full_like(t, 16.0), mul(t2, 24.0)));
     }
     case Activation::Relu: return zeros_like(x);
+    case Activation::Gelu: {  // phi(x) ((7 - x^2) x^2 - 4)
+      Tensor x2 = square(x);
+      Tensor pdf = mul(exp(mul(x2, -0.5)), kInvSqrt2Pi);
+      return mul(pdf, sub(mul(sub(full_like(x2, 7.0), x2), x2), 4.0));
+    }
   }
   return Tensor();
 }

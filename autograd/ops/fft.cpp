@@ -5,8 +5,12 @@
 // s the norm's scale) the gradient is s F^H g (docs/AUTOGRAD.md
 // "Conjugation"):
 //   _fft_c2c   g -> _fft_c2c(g) in the other direction, the same scale;
-//   _fft_r2c   (onesided) g zero-padded to the full spectrum, its inverse
-//              transform's real part (the input is real);
+//   _fft_r2c   (onesided) the real part of the inverse transform of g
+//              zero-padded to the full spectrum, which is the onesided
+//              inverse (_fft_c2r, after the inverse _fft_c2c over the other
+//              dims) of g with the entries that stand for two halved (c2r
+//              counts them twice, and ignores the imaginary parts of the
+//              others, whose real parts are what the real input sees);
 //   _fft_c2r   the forward real transform of g, the entries that stand for
 //              two (their conjugates are implied) doubled.
 #include <functional>
@@ -51,6 +55,21 @@ int64_t onesided_dim(const IntList& dims, int64_t ndim) {
   return top;
 }
 
+// Weights along the onesided dim `last` of a spectrum g (m entries of an
+// n-point signal), shaped to broadcast against g: `interior` for the entries
+// that stand for two (1 .. (n - 1) / 2), 1 for the others. Made on the device
+// (capturable: no values from the host).
+Tensor onesided_weights(const Tensor& g, int64_t last, int64_t n, double interior) {
+  const int64_t m = g.size(last), doubled = n - m;
+  IntList shape(size_t(g.dim() - last), 1);
+  shape[0] = m;
+  Tensor w = tg::full(shape, interior, TensorOptions().dtype(real_type(g.dtype())).device(g.device()));
+  autograd::NoGradGuard no_grad;
+  w.narrow(0, 0, 1).fill_(1.0);
+  if (doubled + 1 < m) w.narrow(0, doubled + 1, m - doubled - 1).fill_(1.0);
+  return w;
+}
+
 template <class Raw, class Grad, class Tangent>
 Tensor fft_op(const Tensor& self, const char* op, const char* name, Raw&& raw_fn, Grad&& grad, Tangent&& tangent) {
   Tensor out = run_raw(raw_fn);
@@ -77,11 +96,13 @@ Tensor autograd::ops::_fft_r2c(const Tensor& self, const IntList& dims, int64_t 
       self, "_fft_r2c", "FftR2CBackward", [&] { return raw::_fft_r2c(self, dims, normalization, onesided); },
       [&] {
         const int64_t last = onesided_dim(dims, self.dim()), n = self.size(last);
-        return [dims, normalization, last, n](const Tensor& g) {
-          IntList pad = g.sizes();
-          pad[size_t(last)] = n - g.size(last);
-          const Tensor full = pad[size_t(last)] > 0 ? tg::cat({g, tg::zeros(pad, g.options())}, last) : g;
-          return tg::real(tg::_fft_c2c(full, dims, normalization, false));
+        IntList others;
+        for (int64_t k : dims)
+          if ((k < 0 ? k + self.dim() : k) != last) others.push_back(k);
+        return [others, normalization, last, n](const Tensor& g) {
+          Tensor z = others.empty() ? g : tg::_fft_c2c(g, others, normalization, false);
+          if (n > 2) z = tg::mul(z, onesided_weights(z, last, n, 0.5));
+          return tg::_fft_c2r(z, {last}, normalization, n);
         };
       },
       [&](const Tensor& t) { return tg::_fft_r2c(t, tangent_dims(dims, self.dim()), normalization, onesided); });
@@ -91,22 +112,11 @@ Tensor autograd::ops::_fft_c2r(const Tensor& self, const IntList& dims, int64_t 
   return fft_op(
       self, "_fft_c2r", "FftC2RBackward", [&] { return raw::_fft_c2r(self, dims, normalization, last_dim_size); },
       [&] {
-        const int64_t last = onesided_dim(dims, self.dim()), ndim = self.dim();
-        return [dims, normalization, last, ndim, last_dim_size](const Tensor& g) {
+        const int64_t last = onesided_dim(dims, self.dim());
+        return [dims, normalization, last, last_dim_size](const Tensor& g) {
           Tensor gi = tg::_fft_r2c(g, dims, normalization, true);
-          const int64_t m = gi.size(last), doubled = last_dim_size - m;
-          if (doubled <= 0) return gi;
-          // Weights 1, 2, ..., 2, (1) along the onesided dim, made on the
-          // device (capturable: no values from the host).
-          IntList shape(size_t(ndim - last), 1);
-          shape[0] = m;
-          Tensor w = tg::full(shape, 2.0, TensorOptions().dtype(real_type(gi.dtype())).device(gi.device()));
-          {
-            autograd::NoGradGuard no_grad;
-            w.narrow(0, 0, 1).fill_(1.0);
-            if (doubled + 1 < m) w.narrow(0, doubled + 1, m - doubled - 1).fill_(1.0);
-          }
-          return tg::mul(gi, w);
+          if (last_dim_size <= 2) return gi;  // no entry stands for two
+          return tg::mul(gi, onesided_weights(gi, last, last_dim_size, 2.0));
         };
       },
       [&](const Tensor& t) { return tg::_fft_c2r(t, tangent_dims(dims, self.dim()), normalization, last_dim_size); });

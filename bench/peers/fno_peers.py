@@ -5,7 +5,9 @@ torch.compile, and JAX jit, on one GPU, with the same model (lifting with the
 grid appended, 4 Fourier layers of width 32 with 12 x 12 modes and a
 pointwise linear skip, GELU, projection through 128 channels), batch 20,
 float32, relative L2 loss (--pino: plus the mean square of the output's
-spectral Laplacian), and Adam. Prints ms per step and peak device memory.
+spectral Laplacian), and Adam. Prints ms per step and peak device memory:
+the most allocated at once over the timed steps, and for the graphed rows
+over the step's capture (a replay allocates nothing).
 
   fno_peers.py --build BUILD [--grids 64 128] [--pino] [--frameworks ...]
 """
@@ -22,7 +24,7 @@ def tapegrad_row(build, grid, pino, steps):
         cmd.append("--pino")
     r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     return [("tapegrad eager", r["eager_ms"], r.get("eager_peak_mib")),
-            ("tapegrad graphed", r.get("graphed_ms"), r.get("graph_pool_mib"))]
+            ("tapegrad graphed", r.get("graphed_ms"), r.get("graphed_peak_mib"))]
 
 
 def timed(fn, sync, steps, repeats=5):
@@ -121,12 +123,17 @@ def torch_rows(grid, pino, steps, frameworks, batch=20, width=32, modes=12, laye
                         step()
                 torch.cuda.current_stream().wait_stream(s)
                 g = torch.cuda.CUDAGraph()
+                torch.cuda.reset_peak_memory_stats()
                 with torch.cuda.graph(g):
                     step()
                 fn = g.replay
-            torch.cuda.reset_peak_memory_stats()
+                peak = torch.cuda.max_memory_allocated()  # the captured step's peak
+            else:
+                torch.cuda.reset_peak_memory_stats()
             ms = timed(fn, torch.cuda.synchronize, steps)
-            rows.append((mode.replace("_", " "), ms, torch.cuda.max_memory_allocated() / 2**20))
+            if mode != "torch_graph":
+                peak = torch.cuda.max_memory_allocated()
+            rows.append((mode.replace("_", " "), ms, peak / 2**20))
         except Exception as e:  # torch.compile may fail on complex einsum/FFT
             rows.append((mode.replace("_", " ") + f" (failed: {type(e).__name__})", None, None))
     return rows

@@ -152,15 +152,20 @@ void fft_r2c_kernel(const Tensor& out, const Tensor& in, const IntList& dims) {
   fft_c2c_kernel(out, raw::contiguous(back), rest, true);
 }
 
-void fft_c2r_kernel(const Tensor& out, const Tensor& in, const IntList& dims) {
+void fft_c2r_kernel(const Tensor& out, const Tensor& in, const IntList& dims, double scale) {
   const cufftType type = in.dtype() == kComplex64 ? CUFFT_C2R : CUFFT_Z2D;
   IntList rest = dims;
   const IntList group = take_group(rest);  // holds the onesided dim, last
   // The other dims first, into a buffer of our own: cuFFT's C2R writes its
-  // input.
-  Tensor work = tg::detail::new_empty(in.sizes(), in.dtype(), in.device());
-  if (rest.empty()) raw::copy_(work, in);
-  else fft_c2c_kernel(work, in, rest, false);
+  // input. The scale is applied on the way (to the input: linear).
+  Tensor work;
+  if (rest.empty()) {
+    work = scale != 1 ? raw::mul(in, Scalar(scale)) : raw::clone(in);
+  } else {
+    work = tg::detail::new_empty(in.sizes(), in.dtype(), in.device());
+    fft_c2c_kernel(work, in, rest, false);
+    if (scale != 1) raw::mul_(work, Scalar(scale));
+  }
   const IntList p = perm_last(in.dim(), group);
   const bool trailing = is_identity(p);
   const Tensor x = trailing ? work : raw::contiguous(raw::permute(work, p));

@@ -65,7 +65,8 @@ struct FNOOptions {
   TensorOptions options = {};  ///< dtype and device of the parameters
 };
 
-/// A Fourier Neural Operator on a 1-D or 2-D grid, channels last:
+/// A Fourier Neural Operator on a 1-D or 2-D grid, channels last (inside, it
+/// runs channels first; the result is a view of its [B, out, spatial...]):
 /// x [B, (n | h, w), in] -> [B, (n | h, w), out]. The grid coordinates in
 /// [0, 1] are appended to each point's channels, a linear lifting maps them to
 /// `width`, each Fourier layer computes GELU(SpectralConv(v) + W v) (no GELU

@@ -80,11 +80,11 @@ class DeterministicGuard {
 };
 
 /// g * act^(order)(x): the order-th derivative of an activation at x, times g,
-/// in one fused kernel (the backward of silu/sigmoid/tanh/relu uses it with
-/// order 1). Differentiable to any order: orders 0..4 are fused kernels, and
+/// in one fused kernel (the backward of silu/sigmoid/tanh/relu and of exact
+/// gelu uses it with order 1). Differentiable to any order: orders 0..4 are fused kernels, and
 /// each derivative raises the order by one (above 4 the engine differentiates
 /// the order-4 kernel's graph).
-enum class Activation { Silu, Sigmoid, Tanh, Relu };
+enum class Activation { Silu, Sigmoid, Tanh, Relu, Gelu };
 
 // ---- the op list ------------------------------------------------------------------
 // Every op of <tapegrad/tensor/ops.def> that is a free function, declared

@@ -81,15 +81,17 @@ Tensor SpectralConv2d::forward(const Tensor& x) {
            2 * m1_, " x ", 2 * (m2_ - 1), ", got ", h, " x ", w);
   // rfft2 and irfft2 one dim at a time, the columns past modes2 dropped
   // between the two (their modes are zero): the transforms along h run on
-  // modes2 columns instead of w / 2 + 1. The same sums as rfft2 / irfft2.
-  Tensor low = fft::rfft(x, std::nullopt, 3).narrow(3, 0, m2_);  // [B, in, h, modes2]
-  Tensor xf = fft::fft(low, std::nullopt, 2);
-  Tensor top = tg::einsum("bixy,ioxy->boxy", {xf.narrow(2, 0, m1_), weight1});
-  Tensor bottom = tg::einsum("bixy,ioxy->boxy", {xf.narrow(2, h - m1_, m1_), weight2});
+  // modes2 columns instead of w / 2 + 1, transposed so that h is their last
+  // dim (cuFFT's layout: no copies around them). The same sums as rfft2 and
+  // irfft2.
+  Tensor low = fft::rfft(x, std::nullopt, 3).narrow(3, 0, m2_).transpose(2, 3);  // [B, in, modes2, h]
+  Tensor xf = fft::fft(low);
+  Tensor top = tg::einsum("biyx,ioxy->boyx", {xf.narrow(3, 0, m1_), weight1});
+  Tensor bottom = tg::einsum("biyx,ioxy->boyx", {xf.narrow(3, h - m1_, m1_), weight2});
   IntList gap = top.sizes();
-  gap[2] = h - 2 * m1_;
-  Tensor rows = tg::cat({top, tg::zeros({}, top.options()).expand(gap), bottom}, 2);  // [B, out, h, modes2]
-  return fft::irfft(zero_pad(fft::ifft(rows, std::nullopt, 2), 3, half), w, 3);
+  gap[3] = h - 2 * m1_;
+  Tensor cols = tg::cat({top, tg::zeros({}, top.options()).expand(gap), bottom}, 3);  // [B, out, modes2, h]
+  return fft::irfft(zero_pad(fft::ifft(cols).transpose(2, 3), 3, half), w, 3);
 }
 
 std::string SpectralConv2d::extra_repr() const {

@@ -405,9 +405,40 @@ TEST(CudaGpuOps, PeriodicBroadcastOperandsMatchCpu) {
         expect_close(tg::where(tg::gt(bg, 0.0), vg, bg), tg::where(tg::gt(big, 0.0), v, big), tol,
                      w + " " + name + " where");
       }
-      // A column ([rows, 1]) and a transposed operand stay on the generic path.
+      // A strided column ([rows, 1] of stride period) stays on the generic path.
       Tensor col = big.narrow(1, 0, 1);
       expect_close(big.to(kGpu) + col.to(kGpu), big + col, tol, w + " column");
+    }
+  }
+}
+
+// One value per channel against [batch, channels, points] or [channels,
+// points] (a bias in channels-first layout) takes the divided linear path:
+// one value per 16-byte vector when the points are whole vectors, element by
+// element otherwise; mixed with dense and scalar operands; equal to the CPU.
+TEST(CudaGpuOps, PerChannelBroadcastOperandsMatchCpu) {
+  REQUIRE_GPU();
+  for (auto dt : {tg::kFloat32, tg::kFloat64, tg::kFloat16}) {
+    const double tol = dt == tg::kFloat16 ? 1e-2 : 0;
+    for (const tg::IntList& shape : {tg::IntList{3, 5, 8}, tg::IntList{2, 3, 7}, tg::IntList{20, 32, 4096},
+                                     tg::IntList{5, 16}, tg::IntList{4, 9}, tg::IntList{3, 1, 8}}) {
+      const std::string w = std::string(tg::to_string(dt)) + " " + tg::shape_str(shape);
+      tg::manual_seed(uint64_t(shape.back() * 7 + int64_t(shape.size())));
+      const int64_t c = shape[shape.size() - 2];
+      Tensor big = (tg::rand(shape, tg::TensorOptions().dtype(tg::kFloat64)) * 4 - 2).to(dt);
+      Tensor other = (tg::rand(shape, tg::TensorOptions().dtype(tg::kFloat64)) * 4 - 2).to(dt);
+      Tensor base = (tg::rand({c + 1}, tg::TensorOptions().dtype(tg::kFloat64)) * 4 - 2).to(dt);
+      for (auto [name, v] : {std::pair<const char*, Tensor>{"aligned", base.narrow(0, 0, c).view({c, 1})},
+                             {"misaligned", base.narrow(0, 1, c).view({c, 1})}}) {
+        Tensor bg = big.to(kGpu), vg = v.to(kGpu), og = other.to(kGpu);
+        expect_close(bg + vg, big + v, tol, w + " " + name + " big + channel");
+        expect_close(vg - bg, v - big, tol, w + " " + name + " channel - big");
+        expect_close(tg::where(tg::gt(bg, 0.0), vg, og), tg::where(tg::gt(big, 0.0), v, other), tol,
+                     w + " " + name + " where(dense, channel, dense)");
+        expect_close(tg::where(tg::gt(bg, 0.0), vg, tg::full({}, 0.5, og.options())),
+                     tg::where(tg::gt(big, 0.0), v, tg::full({}, 0.5, other.options())), tol,
+                     w + " " + name + " where(dense, channel, scalar)");
+      }
     }
   }
 }

@@ -334,7 +334,10 @@ std::vector<OpEntry> op_entries() {
       {"matmul", F2(matmul(x, y)),
        {one("[4] @ [4]", {{{4}}, {{4}}}), one("[3, 4] @ [4]", {{{3, 4}}, {{4}}}),
         one("[4] @ [4, 3]", {{{4}}, {{4, 3}, -1, 1, true}}),
-        one("[2, 1, 3, 4] @ [3, 4, 2]", {{{2, 1, 3, 4}}, {{3, 4, 2}}})}},
+        one("[2, 1, 3, 4] @ [3, 4, 2]", {{{2, 1, 3, 4}}, {{3, 4, 2}}}),
+        // a matrix times a batch: its own node (a's gradient one folded GEMM)
+        one("[3, 4] transposed @ [2, 2, 4, 2]", {{{3, 4}, -1, 1, true}, {{2, 2, 4, 2}}}),
+        one("[3, 4] @ zero-size [0, 4, 2]", {{{3, 4}}, {{0, 4, 2}}})}},
       {"linear", [](const variable_list& v) { return linear(v[0], v[1], v[2]) + linear(v[0], v[1]); },
        {one("[2, 5, 3], [2, 3] transposed, [2]", {{{2, 5, 3}}, {{2, 3}, -1, 1, true}, {{2}}}),
         one("[3], [2, 3], [2]", {{{3}}, {{2, 3}}, {{2}}})}},

@@ -72,9 +72,13 @@ struct Indexer {
   // the output dense and every input dense, broadcast, or dense along the
   // inner dim and broadcast along the outer ("periodic": a batch of
   // tangents against its primal, a bias against rows).
+  // Or three dims with the output and every input dense, broadcast, or
+  // varying along the middle dim only (a per-channel bias against
+  // [batch, channels, points]: "divided").
   bool linear = true;
   bool broadcast[kMaxOps];
   int64_t period[kMaxOps];  // elements; 0: not periodic
+  int64_t divide[kMaxOps];  // elements; > 1: element (i / divide) % period
 
   // Loops over operands run to kMaxOps with a guard, so that `off` is
   // indexed by constants after unrolling and stays in registers. I is
@@ -138,6 +142,7 @@ inline Indexer make_indexer(const Tensor* ops, int nops, const char* op) {
   ix.linear = n <= 1;
   for (int o = 0; o < nops; ++o) {
     ix.period[o] = 0;
+    ix.divide[o] = 1;
     ix.broadcast[o] = n == 1 && st[o][0] == 0 && o > 0;
     ix.linear &= n == 0 || st[o][0] == ix.elem[o] || ix.broadcast[o];
   }
@@ -157,6 +162,31 @@ inline Indexer make_indexer(const Tensor* ops, int nops, const char* op) {
       }
     }
   }
+  // Divided: [outer, channels, inner] (or [channels, inner]) with the output
+  // dense and each input dense, a scalar, or one value per channel.
+  const int c = n - 2;  // the channel dim
+  if (!ix.linear && (n == 2 || n == 3) && st[0][n - 1] == ix.elem[0] && st[0][c] == sz[n - 1] * ix.elem[0] &&
+      (n == 2 || st[0][0] == sz[1] * sz[2] * ix.elem[0])) {
+    bool ok = true, any = false;
+    for (int o = 1; o < nops; ++o) {
+      const bool dense = st[o][n - 1] == ix.elem[o] && st[o][c] == sz[n - 1] * ix.elem[o] &&
+                         (n == 2 || st[o][0] == sz[1] * sz[2] * ix.elem[o]);
+      const bool scalar = st[o][n - 1] == 0 && st[o][c] == 0 && (n == 2 || st[o][0] == 0);
+      const bool channel = st[o][n - 1] == 0 && st[o][c] == ix.elem[o] && (n == 2 || st[o][0] == 0);
+      ok &= dense || scalar || channel;
+      any |= channel;
+    }
+    if (ok && any) {
+      ix.linear = true;
+      for (int o = 1; o < nops; ++o) {
+        ix.broadcast[o] = st[o][n - 1] == 0 && st[o][c] == 0;
+        if (st[o][n - 1] == 0 && st[o][c] == ix.elem[o]) {
+          ix.period[o] = sz[c];
+          ix.divide[o] = sz[n - 1];
+        }
+      }
+    }
+  }
   return ix;
 }
 
@@ -173,9 +203,21 @@ struct LinearArgs {
   int64_t elem[kMaxOps];
   int nops;
   bool broadcast[kMaxOps];
-  int64_t period[kMaxOps];  // elements (0: not periodic): operand o's element i is i % period
+  int64_t period[kMaxOps];  // elements (0: not periodic): operand o's element i is (i / divide) % period
+  int64_t divide[kMaxOps];  // 1, or > 1 (divided: one value per run of `divide` elements)
+  bool divided;             // some operand is
   bool aligned;             // every dense operand 16-byte aligned (E > 0 only), periods whole vectors
 };
+
+// Operand o's element for index i of a linear launch.
+__device__ inline int64_t operand_index(const LinearArgs& a, int o, int64_t i) {
+  if (a.period[o] == 0) return i;
+  if (a.divide[o] > 1)
+    i = (uint64_t(i) | uint64_t(a.divide[o])) <= UINT32_MAX ? int64_t(uint32_t(i) / uint32_t(a.divide[o]))
+                                                            : i / a.divide[o];
+  return (uint64_t(i) | uint64_t(a.period[o])) <= UINT32_MAX ? int64_t(uint32_t(i) % uint32_t(a.period[o]))
+                                                             : i % a.period[o];
+}
 
 // i % p, in 32 bits when both fit (several times cheaper on the GPU).
 __device__ inline int64_t wrap_index(int64_t i, int64_t p) {
@@ -200,11 +242,12 @@ template <int E, class F> __global__ void linear_kernel(LinearArgs a, int64_t n,
 #pragma unroll
         for (int o = 1; o < kMaxOps; ++o) {
           if (o >= a.nops) break;
-          if (a.broadcast[o]) {
+          if (a.broadcast[o] || a.divide[o] > 1) {  // one value for the vector (divide % V == 0)
+            const char* src = a.ptrs[o] + (a.broadcast[o] ? 0 : operand_index(a, o, v * V) * E);
             char* b = reinterpret_cast<char*>(&buf[o]);
 #pragma unroll
             for (int j = 0; j < V; ++j)
-              memcpy(b + j * E, a.ptrs[o], E);
+              memcpy(b + j * E, src, E);
           } else if (a.period[o] > 0) {
             buf[o] = reinterpret_cast<const uint4*>(a.ptrs[o])[wrap_index(v, a.period[o] / V)];
           } else {
@@ -232,9 +275,7 @@ template <int E, class F> __global__ void linear_kernel(LinearArgs a, int64_t n,
     int64_t off[kMaxOps];
 #pragma unroll
     for (int o = 0; o < kMaxOps; ++o)
-      off[o] = (o < a.nops && !a.broadcast[o])
-                   ? (a.period[o] > 0 ? wrap_index(i, a.period[o]) : i) * (E > 0 ? int64_t(E) : a.elem[o])
-                   : 0;
+      off[o] = (o < a.nops && !a.broadcast[o]) ? operand_index(a, o, i) * (E > 0 ? int64_t(E) : a.elem[o]) : 0;
     f(a.ptrs, off);
   }
 }
@@ -243,13 +284,21 @@ inline LinearArgs linear_args(const Indexer& ix, int E) {
   LinearArgs a;
   a.nops = ix.nops;
   a.aligned = E > 0;
+  a.divided = false;
   for (int o = 0; o < kMaxOps; ++o) {
     a.ptrs[o] = o < ix.nops ? ix.ptrs[o] : nullptr;
     a.elem[o] = o < ix.nops ? ix.elem[o] : 0;
     a.broadcast[o] = o < ix.nops && ix.broadcast[o];
     a.period[o] = o < ix.nops ? ix.period[o] : 0;
-    if (o < ix.nops && !a.broadcast[o])
-      a.aligned &= ix.elem[o] == E && reinterpret_cast<uintptr_t>(ix.ptrs[o]) % 16 == 0 && (a.period[o] * E) % 16 == 0;
+    a.divide[o] = o < ix.nops ? ix.divide[o] : 1;
+    a.divided |= a.divide[o] > 1;
+    if (o < ix.nops && !a.broadcast[o]) {
+      if (a.divide[o] > 1)  // one value per vector
+        a.aligned &= E > 0 && (a.divide[o] * E) % 16 == 0;
+      else
+        a.aligned &=
+            ix.elem[o] == E && reinterpret_cast<uintptr_t>(ix.ptrs[o]) % 16 == 0 && (a.period[o] * E) % 16 == 0;
+    }
   }
   return a;
 }
@@ -373,7 +422,7 @@ inline unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + kBl
 // operand is dense or one element and the dtype is a float one.
 template <class F>
 void describe_step(LaunchEncoder& enc, const void* func, const LinearArgs& a, ScalarType dtype, int64_t n, const F& f) {
-  if (!enc.recording() || n > fusion::kMaxElements) return;
+  if (!enc.recording() || n > fusion::kMaxElements || a.divided) return;
   if (dtype != ScalarType::Float32 && dtype != ScalarType::Float64) return;
   static_assert(sizeof(F) <= fusion::kFunctorBytes, "functor too large to fuse");
   fusion::Step st;

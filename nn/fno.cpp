@@ -27,9 +27,11 @@ void check_channels(int64_t in, int64_t out, const char* op) {
 }
 
 // x [B, in, spatial...] with `dims` spatial dims and `in` channels.
-void check_input(const Tensor& x, int64_t dims, int64_t in, const char* op) {
-  TG_CHECK(x.defined() && x.dim() == 2 + dims && x.size(1) == in, op, ": expected an input [batch, ", in,
-           dims == 1 ? ", n]" : ", h, w]", ", got ", x.defined() ? shape_str(x.sizes()) : std::string("undefined"));
+// Or [in, B, spatial...] (channel_major).
+void check_input(const Tensor& x, int64_t dims, int64_t in, bool channel_major, const char* op) {
+  TG_CHECK(x.defined() && x.dim() == 2 + dims && x.size(channel_major ? 0 : 1) == in, op, ": expected an input ",
+           channel_major ? "[" : "[batch, ", in, channel_major ? ", batch" : "", dims == 1 ? ", n]" : ", h, w]",
+           ", got ", x.defined() ? shape_str(x.sizes()) : std::string("undefined"));
 }
 
 // t with zeros appended along `dim` up to `size`.
@@ -50,13 +52,16 @@ SpectralConv1d::SpectralConv1d(int64_t in, int64_t out, int64_t modes, TensorOpt
   weight = register_parameter("weight", spectral_weight({in, out, modes}, in, out, options));
 }
 
-Tensor SpectralConv1d::forward(const Tensor& x) {
-  check_input(x, 1, in_, "SpectralConv1d");
+Tensor SpectralConv1d::forward(const Tensor& x) { return apply(x, false); }
+Tensor SpectralConv1d::forward_channel_major(const Tensor& x) { return apply(x, true); }
+
+Tensor SpectralConv1d::apply(const Tensor& x, bool channel_major) {
+  check_input(x, 1, in_, channel_major, "SpectralConv1d");
   const int64_t n = x.size(2), half = n / 2 + 1;
   TG_CHECK(modes_ <= half, "SpectralConv1d: ", modes_, " modes need a grid of at least ", 2 * (modes_ - 1),
            " points, got ", n);
   Tensor xf = fft::rfft(x);  // [B, in, n/2 + 1]
-  Tensor mixed = tg::einsum("bix,iox->box", {xf.narrow(2, 0, modes_), weight});
+  Tensor mixed = tg::einsum(channel_major ? "ibx,iox->obx" : "bix,iox->box", {xf.narrow(2, 0, modes_), weight});
   return fft::irfft(zero_pad(mixed, 2, half), n);
 }
 
@@ -74,8 +79,11 @@ SpectralConv2d::SpectralConv2d(int64_t in, int64_t out, int64_t modes1, int64_t 
   weight2 = register_parameter("weight2", spectral_weight({in, out, modes1, modes2}, in, out, options));
 }
 
-Tensor SpectralConv2d::forward(const Tensor& x) {
-  check_input(x, 2, in_, "SpectralConv2d");
+Tensor SpectralConv2d::forward(const Tensor& x) { return apply(x, false); }
+Tensor SpectralConv2d::forward_channel_major(const Tensor& x) { return apply(x, true); }
+
+Tensor SpectralConv2d::apply(const Tensor& x, bool channel_major) {
+  check_input(x, 2, in_, channel_major, "SpectralConv2d");
   const int64_t h = x.size(2), w = x.size(3), half = w / 2 + 1;
   TG_CHECK(2 * m1_ <= h && m2_ <= half, "SpectralConv2d: modes (", m1_, ", ", m2_, ") need a grid of at least ",
            2 * m1_, " x ", 2 * (m2_ - 1), ", got ", h, " x ", w);
@@ -86,11 +94,12 @@ Tensor SpectralConv2d::forward(const Tensor& x) {
   // irfft2.
   Tensor low = fft::rfft(x, std::nullopt, 3).narrow(3, 0, m2_).transpose(2, 3);  // [B, in, modes2, h]
   Tensor xf = fft::fft(low);
-  Tensor top = tg::einsum("biyx,ioxy->boyx", {xf.narrow(3, 0, m1_), weight1});
-  Tensor bottom = tg::einsum("biyx,ioxy->boyx", {xf.narrow(3, h - m1_, m1_), weight2});
+  const char* mix = channel_major ? "ibyx,ioxy->obyx" : "biyx,ioxy->boyx";
+  Tensor top = tg::einsum(mix, {xf.narrow(3, 0, m1_), weight1});
+  Tensor bottom = tg::einsum(mix, {xf.narrow(3, h - m1_, m1_), weight2});
   IntList gap = top.sizes();
   gap[3] = h - 2 * m1_;
-  Tensor cols = tg::cat({top, tg::zeros({}, top.options()).expand(gap), bottom}, 3);  // [B, out, modes2, h]
+  Tensor cols = tg::cat({top, tg::zeros({}, top.options()).expand(gap), bottom}, 3);  // [(B, out | out, B), modes2, h]
   return fft::irfft(zero_pad(fft::ifft(cols).transpose(2, 3), 3, half), w, 3);
 }
 
@@ -129,21 +138,21 @@ Tensor FNO::forward(const Tensor& x) {
   TG_CHECK(x.defined() && x.dim() == 2 + dims && x.size(-1) == o_.in_channels, "FNO: expected an input [batch, ",
            dims == 1 ? "n" : "h, w", ", ", o_.in_channels, "], got ",
            x.defined() ? shape_str(x.sizes()) : std::string("undefined"));
-  // The network runs channels first, [B, channels, spatial...], the FFTs'
-  // layout: each pointwise linear map is one batched GEMM of its weight and
-  // the [B, channels, points] matrix, and nothing is transposed but the
-  // input and the output.
-  const int64_t b = x.size(0);
-  IntList to_channels{0, dims + 1}, to_last{0};
-  for (int64_t d = 0; d < dims; ++d) {
-    to_channels.push_back(1 + d);
-    to_last.push_back(2 + d);
-  }
-  to_last.push_back(1);
-  std::vector<Tensor> parts{x.permute(to_channels)};  // [B, in, spatial...]
+  // The network runs channel-major, [channels, B, spatial...]: the FFTs
+  // transform the trailing dims, and each pointwise linear map is one GEMM of
+  // its weight and the [channels, B * points] matrix, whose weight gradient
+  // is one GEMM too, its bias gradient a sum along rows. Nothing is
+  // transposed but the input and the output.
+  IntList to_channels{dims + 1}, to_last;
+  for (int64_t d = 0; d <= dims; ++d)
+    to_channels.push_back(d);
+  for (int64_t d = 1; d <= dims + 1; ++d)
+    to_last.push_back(d);
+  to_last.push_back(0);
+  std::vector<Tensor> parts{x.permute(to_channels)};  // [in, B, spatial...]
   const TensorOptions opt = TensorOptions().dtype(x.dtype()).device(x.device());
   IntList coord_shape = parts[0].sizes();
-  coord_shape[1] = 1;
+  coord_shape[0] = 1;
   // The grid coordinates in [0, 1], appended to each point's channels.
   for (int64_t d = 0; d < dims; ++d) {
     const int64_t n = x.size(1 + d);
@@ -154,18 +163,22 @@ Tensor FNO::forward(const Tensor& x) {
     view[size_t(2 + d)] = n;
     parts.push_back(coord.view(view).expand(coord_shape));
   }
-  IntList spatial(x.sizes().begin() + 1, x.sizes().end() - 1);
-  // lin's map of each point of t [B, c, spatial...]: W t + b.
+  IntList grid(x.sizes().begin(), x.sizes().end() - 1);  // [B, spatial...]
+  // lin's map of each point of t [c, B, spatial...]: W t + b.
   auto pointwise_map = [&](const Linear& lin, const Tensor& t) {
-    IntList shape{b, lin.weight.size(0)};
-    shape.insert(shape.end(), spatial.begin(), spatial.end());
-    Tensor y = tg::matmul(lin.weight, t.reshape({b, t.size(1), -1}));  // [B, out, points]
+    IntList shape{lin.weight.size(0)};
+    shape.insert(shape.end(), grid.begin(), grid.end());
+    Tensor y = tg::mm(lin.weight, t.reshape({t.size(0), -1}));  // [out, B * points]
     if (lin.bias.defined()) y = y + lin.bias.view({-1, 1});
     return y.view(shape);
   };
-  Tensor v = pointwise_map(*lift, tg::cat(parts, 1));  // [B, width, spatial...]
+  auto spectral_map = [&](size_t l, const Tensor& t) {
+    if (auto* c = dynamic_cast<SpectralConv1d*>(spectral[l].get())) return c->forward_channel_major(t);
+    return static_cast<SpectralConv2d&>(*spectral[l]).forward_channel_major(t);
+  };
+  Tensor v = pointwise_map(*lift, tg::cat(parts, 0));  // [width, B, spatial...]
   for (int64_t l = 0; l < o_.layers; ++l) {
-    v = spectral[size_t(l)]->forward(v) + pointwise_map(*pointwise[size_t(l)], v);
+    v = spectral_map(size_t(l), v) + pointwise_map(*pointwise[size_t(l)], v);
     if (l + 1 < o_.layers) v = tg::gelu(v);
   }
   return pointwise_map(*proj2, tg::gelu(pointwise_map(*proj1, v))).permute(to_last);  // [B, spatial..., out]

@@ -412,6 +412,26 @@ TEST(CudaGpuOps, PeriodicBroadcastOperandsMatchCpu) {
   }
 }
 
+// Strided operands with long rows take the row kernel (offsets once per
+// row): a batch transposed whole rows at a time, a row broadcast across
+// channels, a narrowed matrix with more rows than a grid has blocks along y,
+// rows not a multiple of the block; every dtype class; equal to the CPU.
+TEST(CudaGpuOps, LongRowStridedOperandsMatchCpu) {
+  REQUIRE_GPU();
+  for (auto dt : {tg::kFloat32, tg::kFloat64, tg::kInt64, tg::kComplex64}) {
+    const std::string w = tg::to_string(dt);
+    tg::manual_seed(3);
+    Tensor x = (tg::rand({3, 5, 300}, tg::TensorOptions().dtype(tg::kFloat64)) * 100).to(dt);
+    Tensor xg = x.to(kGpu);
+    expect_close(xg.permute({1, 0, 2}).contiguous(), x.permute({1, 0, 2}).contiguous(), 0, w + " batch transpose");
+    Tensor row = x.narrow(1, 0, 1);  // [3, 1, 300] of stride 1500
+    expect_close(xg * row.to(kGpu), x * row, 0, w + " row broadcast");
+    Tensor wide = (tg::rand({70000, 260}, tg::TensorOptions().dtype(tg::kFloat64)) * 100).to(dt);
+    expect_close(wide.to(kGpu).narrow(1, 2, 256).contiguous(), wide.narrow(1, 2, 256).contiguous(), 0,
+                 w + " 70000 rows");
+  }
+}
+
 // One value per channel against [batch, channels, points] or [channels,
 // points] (a bias in channels-first layout) takes the divided linear path:
 // one value per 16-byte vector when the points are whole vectors, element by

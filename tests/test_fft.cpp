@@ -276,9 +276,89 @@ TEST(Fno, SpectralConv2dAndFnoGradientsOfEveryOrder) {
   EXPECT_EQ(line.forward(tg::randn({2, 8, 1}, kF64)).sizes(), (tg::IntList{2, 8, 1}));
   EXPECT_ERROR_CONTAINS(line.forward(tg::randn({2, 3, 1}, kF64)), "SpectralConv1d: 3 modes need a grid");
   EXPECT_ERROR_CONTAINS(fno.forward(tg::randn({1, 4, 4, 2}, kF64)), "FNO: expected an input");
+  // And in its parameters (a pointwise map's weight and bias, the lifting's
+  // weight, a spectral weight): the channel-major GEMMs' rules.
+  auto h = [&](const tg::autograd::variable_list& v) {
+    fno.pointwise[0]->weight = v[0];
+    fno.pointwise[0]->bias = v[1];
+    fno.lift->weight = v[2];
+    std::dynamic_pointer_cast<tg::nn::SpectralConv2d>(fno.spectral[1])->weight1 = v[3];
+    return fno.forward(a.detach());
+  };
+  auto param = [](const Tensor& p) { return p.detach().clone().requires_grad_(); };
+  auto r4 =
+      tg::autograd::gradcheck(h,
+                              {param(fno.pointwise[0]->weight), param(fno.pointwise[0]->bias), param(fno.lift->weight),
+                               param(std::dynamic_pointer_cast<tg::nn::SpectralConv2d>(fno.spectral[1])->weight1)},
+                              opt);
+  EXPECT_TRUE(r4.ok) << r4.message;
   // Module::to(Float32) makes the complex weights Complex64.
   fno.to(tg::kFloat32);
   EXPECT_EQ(std::dynamic_pointer_cast<tg::nn::SpectralConv2d>(fno.spectral[0])->weight1.dtype(), tg::kComplex64);
+}
+
+// The FNO runs channel-major inside; its values are those of the layers
+// composed channels last as the reference implementation writes them (the
+// modules' own forward), 1-D and 2-D, on each device; and each spectral
+// convolution's channel-major form is its forward with the first two dims
+// swapped.
+TEST(Fno, ChannelMajorLayoutMatchesTheChannelsLastComposition) {
+  for (const tg::Device& dev : devices()) {
+    SCOPED_TRACE(dev.is_cpu() ? "cpu" : "cuda");
+    for (const tg::IntList& modes : {tg::IntList{3, 2}, tg::IntList{4}}) {
+      tg::manual_seed(5);
+      tg::nn::FNOOptions o;
+      o.width = 4;
+      o.modes = modes;
+      o.layers = 3;
+      o.projection = 6;
+      o.in_channels = 2;
+      o.out_channels = 2;
+      o.options = tg::TensorOptions().dtype(tg::kFloat64).device(dev);
+      tg::nn::FNO fno(o);
+      const bool two = modes.size() == 2;
+      tg::IntList shape = two ? tg::IntList{3, 8, 6, 2} : tg::IntList{3, 10, 2};
+      Tensor x = tg::randn(shape, kF64).to(dev);
+      // Channels last, [B, spatial..., c], with the grid coordinates.
+      std::vector<Tensor> parts{x};
+      for (size_t d = 0; d < modes.size(); ++d) {
+        const int64_t n = x.size(int64_t(1 + d));
+        Tensor c = tg::arange(0, n, 1, kF64) / double(n - 1);
+        tg::IntList view(shape.size(), 1);
+        view[1 + d] = n;
+        tg::IntList full = shape;
+        full.back() = 1;
+        parts.push_back(c.to(dev).view(view).expand(full));
+      }
+      Tensor v = fno.lift->forward(tg::cat(parts, -1));
+      tg::IntList first = two ? tg::IntList{0, 3, 1, 2} : tg::IntList{0, 2, 1};
+      tg::IntList last = two ? tg::IntList{0, 2, 3, 1} : tg::IntList{0, 2, 1};
+      for (int64_t l = 0; l < o.layers; ++l) {
+        Tensor s = fno.spectral[size_t(l)]->forward(v.permute(first)).permute(last);
+        v = s + fno.pointwise[size_t(l)]->forward(v);
+        if (l + 1 < o.layers) v = tg::gelu(v);
+      }
+      Tensor want = fno.proj2->forward(tg::gelu(fno.proj1->forward(v)));
+      Tensor got = fno.forward(x);
+      ASSERT_EQ(got.sizes(), want.sizes());
+      expect_close(values(got), values(want), 1e-12, two ? "2-D FNO" : "1-D FNO");
+      // The spectral convolution's channel-major form.
+      Tensor in = tg::randn(two ? tg::IntList{2, 4, 8, 6} : tg::IntList{2, 4, 10}, kF64).to(dev);
+      Tensor by_batch, by_channel;
+      if (two) {
+        auto& c = static_cast<tg::nn::SpectralConv2d&>(*fno.spectral[0]);
+        by_batch = c.forward(in);
+        by_channel = c.forward_channel_major(in.transpose(0, 1)).transpose(0, 1);
+        EXPECT_ERROR_CONTAINS(c.forward_channel_major(in), "SpectralConv2d: expected an input [4, batch, h, w]");
+      } else {
+        auto& c = static_cast<tg::nn::SpectralConv1d&>(*fno.spectral[0]);
+        by_batch = c.forward(in);
+        by_channel = c.forward_channel_major(in.transpose(0, 1)).transpose(0, 1);
+        EXPECT_ERROR_CONTAINS(c.forward_channel_major(in), "SpectralConv1d: expected an input [4, batch, n]");
+      }
+      expect_close(values(by_channel), values(by_batch), 1e-13, "channel-major spectral convolution");
+    }
+  }
 }
 
 }  // namespace

@@ -27,10 +27,14 @@ class SpectralConv1d : public Module {
   /// reference implementation's.
   SpectralConv1d(int64_t in_channels, int64_t out_channels, int64_t modes, TensorOptions options = TensorOptions());
   Tensor forward(const Tensor& x) override;  ///< irfft(modes of rfft(x) times weight, n)
-  std::string extra_repr() const override;   ///< "SpectralConv1d(in, out, modes=..)"
-  Tensor weight;                             ///< [in, out, modes], complex
+  /// The same map with the channels first and the batch second: x [in, B, n]
+  /// -> [out, B, n] (the FNO's layout: its pointwise maps are then single GEMMs).
+  Tensor forward_channel_major(const Tensor& x);
+  std::string extra_repr() const override;  ///< "SpectralConv1d(in, out, modes=..)"
+  Tensor weight;                            ///< [in, out, modes], complex
 
  private:
+  Tensor apply(const Tensor& x, bool channel_major);
   int64_t in_, out_, modes_;
 };
 
@@ -45,11 +49,15 @@ class SpectralConv2d : public Module {
   SpectralConv2d(int64_t in_channels, int64_t out_channels, int64_t modes1, int64_t modes2,
                  TensorOptions options = TensorOptions());
   Tensor forward(const Tensor& x) override;  ///< irfft2 of the mixed modes, (h, w)
-  std::string extra_repr() const override;   ///< "SpectralConv2d(in, out, modes=(.., ..))"
-  Tensor weight1;                            ///< [in, out, modes1, modes2]: rows 0 .. modes1 - 1
-  Tensor weight2;                            ///< [in, out, modes1, modes2]: rows h - modes1 .. h - 1
+  /// The same map with the channels first and the batch second: x [in, B, h,
+  /// w] -> [out, B, h, w] (the FNO's layout).
+  Tensor forward_channel_major(const Tensor& x);
+  std::string extra_repr() const override;  ///< "SpectralConv2d(in, out, modes=(.., ..))"
+  Tensor weight1;                           ///< [in, out, modes1, modes2]: rows 0 .. modes1 - 1
+  Tensor weight2;                           ///< [in, out, modes1, modes2]: rows h - modes1 .. h - 1
 
  private:
+  Tensor apply(const Tensor& x, bool channel_major);
   int64_t in_, out_, m1_, m2_;
 };
 
@@ -66,7 +74,8 @@ struct FNOOptions {
 };
 
 /// A Fourier Neural Operator on a 1-D or 2-D grid, channels last (inside, it
-/// runs channels first; the result is a view of its [B, out, spatial...]):
+/// runs channel-major, [channels, B, spatial...]; the result is a view of its
+/// [out, B, spatial...]):
 /// x [B, (n | h, w), in] -> [B, (n | h, w), out]. The grid coordinates in
 /// [0, 1] are appended to each point's channels, a linear lifting maps them to
 /// `width`, each Fourier layer computes GELU(SpectralConv(v) + W v) (no GELU

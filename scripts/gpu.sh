@@ -91,7 +91,9 @@ for step in "$@"; do
       python3 bench/peers/fno_peers.py --build "$B" ${FNO_ARGS:-} 2>&1 | tee -a "$OUT/fno_peers.txt" ;;
     fprofile)
       for g in ${FPROFILE_GRIDS:-64 128}; do
-        ncu --profile-from-start off --graph-profiling node --metrics gpu__time_duration.sum --csv \
+        # --cache-control none: the kernels find what their producers left in
+        # L2, as they do in a replay (flushing it inflates bandwidth-bound ones)
+        ncu --profile-from-start off --graph-profiling node --cache-control none --metrics gpu__time_duration.sum --csv \
           $B/bench/fno_step --grid $g --steps 5 --repeats 1 --profile ${FNO_ARGS:-} > "$OUT/ncu_fno$g.csv" 2> "$OUT/ncu_fno$g.err" ||
           { tail -5 "$OUT/ncu_fno$g.err"; rc=1; continue; }
         python3 scripts/ncu_summary.py "$OUT/ncu_fno$g.csv" | tee "$OUT/ncu_fno$g.txt" | head -45

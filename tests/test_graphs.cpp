@@ -977,6 +977,43 @@ TEST(GraphsGpu, RelaxedDependenciesLetIndependentBranchesOverlap) {
   replay_each_and_compare(relaxed, r, "relaxed graph", plain, p, "unrelaxed graph", replays(5), step);
 }
 
+// Branches whose nodes each stream more memory than the L2 holds are left
+// as captured (their working sets would evict each other's): depth() 0, the
+// replay equal to the eager step; the same step on small tensors is relaxed.
+TEST(GraphsGpu, NodesStreamingPastTheL2StayAsCaptured) {
+  REQUIRE_GPU();
+  const int64_t l2 = cu::get_device_properties(0).l2_cache_size;
+  ASSERT_GT(l2, 0);
+  for (int64_t n : {int64_t(4096), l2 / 4 + 1024}) {  // floats: one operand of n is past the L2
+    SCOPED_TRACE("n = " + std::to_string(n));
+    Tensor x = tg::rand({n}, kGpu), y = tg::rand({n}, kGpu);
+    std::vector<Tensor> keep;
+    auto step = [&] {
+      tg::NoGradGuard no_grad;
+      Tensor a = x, b = y;
+      for (int i = 0; i < 4; ++i) {
+        a = keep.emplace_back(a * 1.5 + 0.25);
+        b = keep.emplace_back(tg::tanh(b));
+      }
+      return std::vector<Tensor>{a, b};
+    };
+    const std::vector<Tensor> eager = step();
+    keep.clear();
+    cu::CUDAGraph graph;
+    std::vector<Tensor> out;
+    {
+      cu::Graph capture(graph);
+      out = step();
+    }
+    keep.clear();
+    if (n > 4096) EXPECT_EQ(graph.depth(), 0u) << "relaxed although each node streams past the L2";
+    else EXPECT_GT(graph.depth(), 0u) << "small nodes were not relaxed";
+    graph.replay();
+    for (size_t i = 0; i < out.size(); ++i)
+      EXPECT_TRUE(tg::equal(out[i].to(tg::Device(tg::kCPU)), eager[i].to(tg::Device(tg::kCPU)))) << "output " << i;
+  }
+}
+
 // Two branches captured one after the other on one stream, each freeing its
 // temporaries as it goes: reused at once, the second branch's memory orders
 // it after the first (depth as captured); with reuse delayed (the default)

@@ -106,6 +106,7 @@ DeviceProperties get_device_properties(int device) {
   r.minor = p.minor;
   r.total_memory = int64_t(p.totalGlobalMem);
   r.multiprocessor_count = p.multiProcessorCount;
+  r.l2_cache_size = p.l2CacheSize;
   return r;
 }
 

@@ -15,6 +15,7 @@ struct DeviceProperties {
   int minor = 0;                 ///< compute capability, minor
   int64_t total_memory = 0;      ///< bytes
   int multiprocessor_count = 0;  ///< SMs
+  int64_t l2_cache_size = 0;     ///< bytes
 };
 
 ///@{

@@ -27,11 +27,15 @@ void check_channels(int64_t in, int64_t out, const char* op) {
 }
 
 // x [B, in, spatial...] with `dims` spatial dims and `in` channels.
-// Or [in, B, spatial...] (channel_major).
-void check_input(const Tensor& x, int64_t dims, int64_t in, bool channel_major, const char* op) {
+// Or [in, B, spatial...] (channel_major); real, of the weights' parts'
+// dtype.
+void check_input(const Tensor& x, int64_t dims, int64_t in, bool channel_major, const Tensor& weight, const char* op) {
   TG_CHECK(x.defined() && x.dim() == 2 + dims && x.size(channel_major ? 0 : 1) == in, op, ": expected an input ",
            channel_major ? "[" : "[batch, ", in, channel_major ? ", batch" : "", dims == 1 ? ", n]" : ", h, w]",
            ", got ", x.defined() ? shape_str(x.sizes()) : std::string("undefined"));
+  const ScalarType want = real_type(weight.dtype());
+  TG_CHECK(x.dtype() == want, op, ": expected a ", want, " input (the weights are ", weight.dtype(), "), got ",
+           x.dtype(), "; convert the input with .to(", want, ") or the module with .to(", x.dtype(), ")");
 }
 
 // t with zeros appended along `dim` up to `size`.
@@ -56,7 +60,7 @@ Tensor SpectralConv1d::forward(const Tensor& x) { return apply(x, false); }
 Tensor SpectralConv1d::forward_channel_major(const Tensor& x) { return apply(x, true); }
 
 Tensor SpectralConv1d::apply(const Tensor& x, bool channel_major) {
-  check_input(x, 1, in_, channel_major, "SpectralConv1d");
+  check_input(x, 1, in_, channel_major, weight, "SpectralConv1d");
   const int64_t n = x.size(2), half = n / 2 + 1;
   TG_CHECK(modes_ <= half, "SpectralConv1d: ", modes_, " modes need a grid of at least ", 2 * (modes_ - 1),
            " points, got ", n);
@@ -83,7 +87,7 @@ Tensor SpectralConv2d::forward(const Tensor& x) { return apply(x, false); }
 Tensor SpectralConv2d::forward_channel_major(const Tensor& x) { return apply(x, true); }
 
 Tensor SpectralConv2d::apply(const Tensor& x, bool channel_major) {
-  check_input(x, 2, in_, channel_major, "SpectralConv2d");
+  check_input(x, 2, in_, channel_major, weight1, "SpectralConv2d");
   const int64_t h = x.size(2), w = x.size(3), half = w / 2 + 1;
   TG_CHECK(2 * m1_ <= h && m2_ <= half, "SpectralConv2d: modes (", m1_, ", ", m2_, ") need a grid of at least ",
            2 * m1_, " x ", 2 * (m2_ - 1), ", got ", h, " x ", w);
@@ -138,6 +142,9 @@ Tensor FNO::forward(const Tensor& x) {
   TG_CHECK(x.defined() && x.dim() == 2 + dims && x.size(-1) == o_.in_channels, "FNO: expected an input [batch, ",
            dims == 1 ? "n" : "h, w", ", ", o_.in_channels, "], got ",
            x.defined() ? shape_str(x.sizes()) : std::string("undefined"));
+  TG_CHECK(x.dtype() == lift->weight.dtype(), "FNO: expected a ", lift->weight.dtype(),
+           " input (the parameters' dtype), got ", x.dtype(), "; convert the input with .to(", lift->weight.dtype(),
+           ") or the model with .to(", x.dtype(), ")");
   // The network runs channel-major, [channels, B, spatial...]: the FFTs
   // transform the trailing dims, and each pointwise linear map is one GEMM of
   // its weight and the [channels, B * points] matrix, whose weight gradient

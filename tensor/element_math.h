@@ -331,9 +331,13 @@ template <class T> TG_HOST_DEVICE inline T activation_derivative(Activation act,
       if constexpr (std::is_arithmetic_v<T>) {
         // gelu^(k) = x Phi^(k) + k Phi^(k-1), Phi' = phi, phi' = -x phi.
         const T pdf = T(0.39894228040143267794) * exp(T(-0.5) * x * x), x2 = x * x;
+        const T cdf = T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
+        // Where phi underflows, x phi and phi's polynomials are 0 (x^k may
+        // have overflowed: inf * 0).
+        if (k >= 1 && pdf == T(0)) return k == 1 ? cdf : T(0);
         switch (k) {
           case 0: return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));
-          case 1: return T(0.5) * (T(1) + erf(x * T(0.70710678118654752440))) + x * pdf;
+          case 1: return cdf + x * pdf;
           case 2: return pdf * (T(2) - x2);
           case 3: return pdf * x * (x2 - T(4));
           default: return pdf * ((T(7) - x2) * x2 - T(4));

@@ -148,6 +148,25 @@ TEST(AutogradOps, ActivationGradEveryOrder) {
         tg::activation_grad(tg::ones_like(x), x, c.act, 2), 1e-5, 1e-6))
         << c.name << " float32";
   }
+  // Gelu far in the tails (the adversary's finding): every order 0 where phi
+  // underflows, no NaN from x^k overflowing against phi = 0, and no denormal
+  // floor of a clamped exp times x^5 above the fused orders.
+  for (auto dt : {tg::kFloat32, tg::kFloat64}) {
+    Tensor far = tg::tensor({-1e20, -1e10, -1e7, -50.0, 50.0, 1e7, 1e10, 1e20}, {8}, kF64).to(dt);
+    for (int k = 2; k <= 6; ++k) {
+      Tensor d = tg::activation_grad(tg::ones_like(far), far, tg::Activation::Gelu, k);
+      EXPECT_TRUE(tg::equal(d, tg::zeros_like(d))) << dt << " order " << k << ": " << d;
+    }
+    Tensor d1 = tg::activation_grad(tg::ones_like(far), far, tg::Activation::Gelu, 1).to(tg::kFloat64);
+    EXPECT_TRUE(tg::equal(d1, tg::tensor({0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0}, {8}, kF64))) << dt << ": " << d1;
+  }
+  // relu and gelu have no complex meaning at any order (orders past the
+  // fused ones were let through).
+  for (auto act : {tg::Activation::Relu, tg::Activation::Gelu})
+    for (int k : {1, 4, 5, 6}) {
+      Tensor z = tg::complex_from(tg::ones({2}, kF64), tg::ones({2}, kF64));
+      EXPECT_ERROR_CONTAINS(tg::activation_grad(z, z, act, k), "has no complex meaning");
+    }
   try {
     tg::activation_grad(tg::ones({2}, kF64), tg::ones({2}, kF64), tg::Activation::Silu, -1);
     ADD_FAILURE() << "no error";

@@ -276,6 +276,11 @@ TEST(Fno, SpectralConv2dAndFnoGradientsOfEveryOrder) {
   EXPECT_EQ(line.forward(tg::randn({2, 8, 1}, kF64)).sizes(), (tg::IntList{2, 8, 1}));
   EXPECT_ERROR_CONTAINS(line.forward(tg::randn({2, 3, 1}, kF64)), "SpectralConv1d: 3 modes need a grid");
   EXPECT_ERROR_CONTAINS(fno.forward(tg::randn({1, 4, 4, 2}, kF64)), "FNO: expected an input");
+  // Dtypes are named by the layer (the adversary found inner ops named).
+  EXPECT_ERROR_CONTAINS(fno.forward(tg::randn({1, 4, 4, 1})), "FNO: expected a Float64 input");
+  EXPECT_ERROR_CONTAINS(conv.forward(tg::randn({2, 2, 5, 6})), "SpectralConv2d: expected a Float64 input");
+  EXPECT_ERROR_CONTAINS(conv.forward(tg::randn({2, 2, 5, 6}, kF64).to(tg::kComplex128)),
+                        "SpectralConv2d: expected a Float64 input");
   // And in its parameters (a pointwise map's weight and bias, the lifting's
   // weight, a spectral weight): the channel-major GEMMs' rules.
   auto h = [&](const tg::autograd::variable_list& v) {

@@ -747,10 +747,15 @@ Tensor composite_top_order(const Tensor& x, Activation act) {
       return mul(mul(v, t), sub(full_like(t, 16.0), mul(t2, 24.0)));
     }
     case Activation::Relu: return zeros_like(x);
-    case Activation::Gelu: {  // phi(x) ((7 - x^2) x^2 - 4)
-      Tensor x2 = square(x);
+    case Activation::Gelu: {  // phi(x) ((7 - x^2) x^2 - 4), 0 where phi underflows
+      // (|x| > 40: the polynomial's powers would overflow, and a clamped
+      // vectorized exp leaves phi at a denormal instead of 0). x is zeroed
+      // there first, so the branch not taken differentiates to 0, not NaN.
+      Tensor far = gt(abs(x), 40.0);
+      Tensor xs = where(far, 0.0, x);
+      Tensor x2 = square(xs);
       Tensor pdf = mul(exp(mul(x2, -0.5)), kInvSqrt2Pi);
-      return mul(pdf, sub(mul(sub(full_like(x2, 7.0), x2), x2), 4.0));
+      return where(far, 0.0, mul(pdf, sub(mul(sub(full_like(x2, 7.0), x2), x2), 4.0)));
     }
   }
   return Tensor();
@@ -813,7 +818,13 @@ class ActivationGradBackward final : public OpNode {
 
 Tensor autograd::ops::activation_grad(const Tensor& g, const Tensor& x, Activation act, int order) {
   TG_CHECK(order >= 0, "activation_grad: order must be >= 0, got ", order);
-  if (order > tg::kernels::kMaxFusedActivationOrder) return activation_grad_beyond(g, x, act, order);
+  if (order > tg::kernels::kMaxFusedActivationOrder) {
+    // The fused kernels' checks, for the orders past them.
+    TG_CHECK(!(x.defined() && is_complex(x.dtype()) && (act == Activation::Relu || act == Activation::Gelu)),
+             "activation_grad: ", act == Activation::Relu ? "relu" : "gelu", " has no complex meaning (", x.dtype(),
+             ")");
+    return activation_grad_beyond(g, x, act, order);
+  }
   Tensor out;
   if (!should_record({&g, &x})) {
     out = run_raw([&] { return raw::activation_grad(g, x, act, order); });

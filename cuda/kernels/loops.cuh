@@ -206,7 +206,9 @@ struct LinearArgs {
   int64_t period[kMaxOps];  // elements (0: not periodic): operand o's element i is (i / divide) % period
   int64_t divide[kMaxOps];  // 1, or > 1 (divided: one value per run of `divide` elements)
   bool divided;             // some operand is
-  bool aligned;             // every dense operand 16-byte aligned (E > 0 only), periods whole vectors
+  bool gather[kMaxOps];     // periodic, gathered element by element into the vector (a period of
+                            // other than whole vectors, or a misaligned one)
+  bool aligned;             // every dense operand 16-byte aligned (E > 0 only)
 };
 
 // Operand o's element for index i of a linear launch.
@@ -248,6 +250,11 @@ template <int E, class F> __global__ void linear_kernel(LinearArgs a, int64_t n,
 #pragma unroll
             for (int j = 0; j < V; ++j)
               memcpy(b + j * E, src, E);
+          } else if (a.gather[o]) {
+            char* b = reinterpret_cast<char*>(&buf[o]);
+#pragma unroll
+            for (int j = 0; j < V; ++j)
+              memcpy(b + j * E, a.ptrs[o] + operand_index(a, o, v * V + j) * E, E);
           } else if (a.period[o] > 0) {
             buf[o] = reinterpret_cast<const uint4*>(a.ptrs[o])[wrap_index(v, a.period[o] / V)];
           } else {
@@ -292,12 +299,18 @@ inline LinearArgs linear_args(const Indexer& ix, int E) {
     a.period[o] = o < ix.nops ? ix.period[o] : 0;
     a.divide[o] = o < ix.nops ? ix.divide[o] : 1;
     a.divided |= a.divide[o] > 1;
+    a.gather[o] = false;
     if (o < ix.nops && !a.broadcast[o]) {
-      if (a.divide[o] > 1)  // one value per vector
+      if (a.divide[o] > 1) {  // one value per vector
         a.aligned &= E > 0 && (a.divide[o] * E) % 16 == 0;
-      else
+      } else if (a.period[o] > 0 && ix.elem[o] == E &&
+                 ((a.period[o] * E) % 16 != 0 || reinterpret_cast<uintptr_t>(ix.ptrs[o]) % 16 != 0)) {
+        a.gather[o] = o > 0;  // the output is never periodic
+        a.aligned &= o > 0;
+      } else {
         a.aligned &=
             ix.elem[o] == E && reinterpret_cast<uintptr_t>(ix.ptrs[o]) % 16 == 0 && (a.period[o] * E) % 16 == 0;
+      }
     }
   }
   return a;

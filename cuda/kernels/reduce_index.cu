@@ -88,7 +88,22 @@ __global__ void reduce_block_kernel(const T* x, Dims kept, Dims red, int64_t inn
   int64_t begin = s * chunk, end = begin + chunk < inner ? begin + chunk : inner;
   bool any = false;
   A acc{};
-  for (int64_t r = begin + threadIdx.x; r < end; r += kBlock) {
+  int64_t r = begin + threadIdx.x;
+  if (red.n == 1) {  // one reduced dim (a row sum): four loads in flight, combined in order
+    const T* p = x + base;
+    const int64_t st = red.strides[0];
+    if (r < end) {
+      acc = A(p[r * st]);
+      any = true;
+      r += kBlock;
+    }
+    for (; r + 3 * kBlock < end; r += 4 * kBlock) {
+      const A v0 = A(p[r * st]), v1 = A(p[(r + kBlock) * st]), v2 = A(p[(r + 2 * kBlock) * st]),
+              v3 = A(p[(r + 3 * kBlock) * st]);
+      acc = combine(op, combine(op, combine(op, combine(op, acc, v0), v1), v2), v3);
+    }
+  }
+  for (; r < end; r += kBlock) {
     A v = A(x[base + red.offset(r)]);
     acc = any ? combine(op, acc, v) : v;
     any = true;
@@ -96,8 +111,8 @@ __global__ void reduce_block_kernel(const T* x, Dims kept, Dims red, int64_t inn
   // Threads without elements contribute 0 to a sum and the range's first
   // element to max/min (neutral for both).
   if (!any) acc = op == ReduceOp::Sum ? A(0) : A(x[base + red.offset(begin)]);
-  A r = BlockReduce(tmp).Reduce(acc, Combine<A>{op});
-  if (threadIdx.x == 0) partial[o * splits + s] = Out(r);
+  A total = BlockReduce(tmp).Reduce(acc, Combine<A>{op});
+  if (threadIdx.x == 0) partial[o * splits + s] = Out(total);
 }
 
 // Outputs contiguous in x (the innermost kept dim has stride 1, the reduced

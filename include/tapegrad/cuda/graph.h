@@ -84,10 +84,10 @@ class CUDAGraph {
   /// whose memory accesses are known waits only for the nodes whose memory
   /// it conflicts with (read after write, write after read or write), so
   /// independent work (weight gradients beside the input-gradient chain, the
-  /// passes of a double backward) runs concurrently. A graph whose median
-  /// node touches more bytes than the device's L2 holds stays as captured
-  /// (such kernels fill the GPU alone, and side by side they evict each
-  /// other's data from L2). Set before capture_begin().
+  /// passes of a double backward) runs concurrently. A graph most of whose
+  /// memory traffic is in nodes that each touch more bytes than the device's
+  /// L2 holds stays as captured (such kernels fill the GPU alone, and side
+  /// by side they evict each other's data from L2). Set before capture_begin().
   void set_relax_dependencies(bool on) { relax_ = on; }
   /// Whether relaxation is asked for (set_relax_dependencies).
   bool relax_dependencies() const { return relax_; }

@@ -137,10 +137,10 @@ Tensor broadcast_matmul(const Tensor& a, const Tensor& b) {
       // A batch of tangents of a ([K, n, k]) meets b's batch dims after K.
       auto prod = [&](const Tensor& x, const Tensor& y) {
         if (fw_batch() == 0 || x.dim() == 2) return tg::matmul(x, y);
-        IntList shape{x.size(0)};
-        shape.insert(shape.end(), size_t(batch_dims), 1);
-        shape.insert(shape.end(), {x.size(1), x.size(2)});
-        return tg::matmul(x.view(shape), y);
+        Tensor xb = x;  // [K, 1 (per batch dim of b)..., n, k]: a view of any layout
+        for (int64_t d = 0; d < batch_dims; ++d)
+          xb = xb.unsqueeze(1);
+        return tg::matmul(xb, y);
       };
       return jet_product(a, ta, b, tb, prod);
     });

@@ -9,7 +9,7 @@
 // by copying into the captured ones.
 //
 //   fno_step [--grid 64] [--batch 20] [--width 32] [--modes 12] [--layers 4] [--pino]
-//            [--steps 50] [--repeats 5] [--device cuda|cpu] [--json] [--profile] [--no-relax]
+//            [--steps 50] [--repeats 5] [--device cuda|cpu] [--json] [--profile] [--no-relax] [--tf32]
 //
 // Prints ms per step (median of --repeats timings of --steps steps) and the
 // peak device memory; bench/peers/fno_peers.py runs the same step in PyTorch
@@ -34,7 +34,7 @@ struct Options {
   int64_t grid = 64, batch = 20, width = 32, modes = 12, layers = 4;
   int steps = 50, repeats = 5;
   std::string device = "cuda";
-  bool json = false, pino = false, profile = false, no_relax = false;
+  bool json = false, pino = false, profile = false, no_relax = false, tf32 = false;
 };
 
 // Mean over the batch of |pred - target| / |target|.
@@ -85,12 +85,14 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "cuda or cpu");
   app.add_flag("--pino", o.pino, "add the mean square of the output's spectral Laplacian to the loss");
   app.add_flag("--json", o.json, "print JSON");
+  app.add_flag("--tf32", o.tf32, "float32 GEMMs in TF32 (tg::cuda::set_allow_tf32; JAX's default on this GPU)");
   app.add_flag("--no-relax", o.no_relax, "keep the captured dependencies (CUDAGraph::set_relax_dependencies(false))");
   app.add_flag("--profile", o.profile,
                "bracket one replay with cuda::profiler_start/stop (ncu --profile-from-start off)");
   CLI11_PARSE(app, argc, argv);
   const bool gpu = o.device == "cuda" && tg::cuda::is_available();
   const tg::Device dev = gpu ? tg::Device(tg::kCUDA, 0) : tg::Device(tg::kCPU);
+  if (gpu && o.tf32) tg::cuda::set_allow_tf32(true);
 
   tg::manual_seed(0);
   tg::nn::FNOOptions fo;

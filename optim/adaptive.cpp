@@ -325,8 +325,11 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
   TG_CHECK(clip_value >= 0, "clip_grad_value_: clip_value must be >= 0, got ", clip_value);
   autograd::NoGradGuard no_grad;
-  for (const Tensor& g : grads_of(params, "clip_grad_value_"))
+  for (const Tensor& g : grads_of(params, "clip_grad_value_")) {
+    TG_CHECK(!is_complex(g.dtype()), "clip_grad_value_: a ", g.dtype(), " gradient (shape ", shape_str(g.sizes()),
+             ") has no order to clamp by (as PyTorch, which refuses it too); clip_grad_norm_ takes complex gradients");
     g.copy_(tg::clamp(g, -clip_value, clip_value));
+  }
 }
 
 }  // namespace tg::optim

@@ -61,7 +61,17 @@ Tensor zeros(const IntList& sizes, TensorOptions o) { return full(sizes, 0, o); 
 Tensor ones(const IntList& sizes, TensorOptions o) { return full(sizes, 1, o); }
 
 static Tensor random_tensor(const IntList& sizes, TensorOptions o, bool normal, const char* op) {
-  TG_CHECK(is_floating_point(o.dtype()), op, ": expected a floating-point dtype, got ", o.dtype());
+  if (is_complex(o.dtype())) {
+    // As PyTorch's: the real and imaginary parts independent, each U[0, 1)
+    // (rand) or N(0, 1/2) (randn: E|z|^2 = 1).
+    check_sizes(sizes, op);
+    IntList parts = sizes;
+    parts.push_back(2);
+    Tensor r = random_tensor(parts, plain(o).dtype(real_type(o.dtype())), normal, op);
+    if (normal) raw::mul_(r, Scalar(std::sqrt(0.5)));
+    return finish(raw::view_as_complex(r), o);
+  }
+  TG_CHECK(is_floating_point(o.dtype()), op, ": expected a floating-point or complex dtype, got ", o.dtype());
   Tensor t = make(sizes, o.dtype(detail::compute_type(o.dtype())), op);
   const int64_t* state = nullptr;
   uint64_t rel = 0;
@@ -150,6 +160,8 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
 Tensor eye(int64_t n, TensorOptions o) { return eye(n, n, o); }
 Tensor eye(int64_t n, int64_t m, TensorOptions o) {
   TG_CHECK(n >= 0 && m >= 0, "eye: n and m must be non-negative, got ", n, " and ", m);
+  if (is_complex(o.dtype()))  // the real identity, converted (ones on the diagonal, imaginary parts 0)
+    return finish(raw::to(eye(n, m, plain(o).dtype(real_type(o.dtype()))), o.dtype()), o);
   Tensor t = zeros({n, m}, plain(o));
   int64_t k = std::min(n, m);
   if (k > 0) t.as_strided({k}, {m + 1}, 0).fill_(1);

@@ -221,6 +221,41 @@ TEST(Complex, DlpackRoundTripKeepsTheComplexCode) {
 
 // Ops without complex kernels yet refuse complex operands with an error
 // naming the op and the dtype; the library stays usable.
+// rand and randn draw complex values as PyTorch's (the parts independent,
+// U[0, 1) or N(0, 1/2)), eye makes the complex identity, on each device;
+// clip_grad_value_ names itself on complex gradients (no order to clamp by).
+TEST(Complex, RandomFactoriesAndEye) {
+  for (const tg::Device& dev : devices()) {
+    SCOPED_TRACE(dev.is_cpu() ? "cpu" : "cuda");
+    for (tg::ScalarType dt : {tg::kComplex64, tg::kComplex128}) {
+      const auto o = tg::TensorOptions().dtype(dt).device(dev);
+      tg::manual_seed(11);
+      Tensor n = tg::randn({100000}, o);
+      ASSERT_EQ(n.dtype(), dt);
+      Tensor parts = tg::view_as_real(n).to(tg::kFloat64).to(kCpu);
+      for (int64_t p = 0; p < 2; ++p) {
+        Tensor c = parts.select(1, p);
+        EXPECT_NEAR(c.mean().item<double>(), 0.0, 0.01) << dt << " part " << p;
+        EXPECT_NEAR((c * c).mean().item<double>(), 0.5, 0.01) << dt << " part " << p;
+      }
+      EXPECT_NEAR((parts * parts).sum({1}).mean().item<double>(), 1.0, 0.02) << dt << ": E|z|^2";
+      Tensor u = tg::view_as_real(tg::rand({50000}, o)).to(tg::kFloat64).to(kCpu);
+      EXPECT_GE(u.min().item<double>(), 0.0);
+      EXPECT_LT(u.max().item<double>(), 1.0);
+      EXPECT_NEAR(u.mean().item<double>(), 0.5, 0.01);
+      EXPECT_EQ(tg::randn_like(n).dtype(), dt);
+      EXPECT_TRUE(tg::randn({3}, o.requires_grad(true)).requires_grad());
+      Tensor e = tg::eye(2, 3, o);
+      ASSERT_EQ(e.dtype(), dt);
+      EXPECT_EQ(tg::view_as_real(e).to(tg::kFloat64).to(kCpu).to_vector<double>(),
+                (std::vector<double>{1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}));
+    }
+    Tensor p = tg::zeros({2}, tg::TensorOptions().dtype(tg::kComplex64).device(dev)).requires_grad_();
+    (tg::abs(p + 1.0) * 2.0).sum().backward();
+    EXPECT_ERROR_CONTAINS(tg::optim::clip_grad_value_({p}, 1.0), "clip_grad_value_: a Complex64 gradient");
+  }
+}
+
 TEST(Complex, OpsWithoutComplexKernelsRefuseNamingThemselves) {
   for (const tg::Device& dev : devices()) {
     SCOPED_TRACE(dev.is_cpu() ? "cpu" : "cuda");
@@ -243,7 +278,6 @@ TEST(Complex, OpsWithoutComplexKernelsRefuseNamingThemselves) {
         {"index_select",
          [&] { return z.index_select(0, tg::zeros({1}, tg::TensorOptions().dtype(tg::kInt64).device(dev))); }},
         {"cholesky", [&] { return tg::linalg::cholesky(z); }},
-        {"randn", [&] { return tg::randn({2}, tg::TensorOptions().dtype(tg::kComplex64).device(dev)); }},
         {"activation_grad", [&] { return tg::activation_grad(z, z, tg::Activation::Relu, 1); }},
         {"polar", [&] { return tg::polar(z, z); }},
     };

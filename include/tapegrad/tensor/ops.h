@@ -24,7 +24,9 @@ namespace tg {
 /// CPU by default): uninitialised, zeros, ones, `value`, uniform in [0, 1),
 /// standard normal; arange: start, start + step, ... below end (Int64 when
 /// every bound is integral and no dtype is given); linspace: `steps` evenly
-/// spaced values from start to end; eye: the identity (n x m).
+/// spaced values from start to end; eye: the identity (n x m). For a complex
+/// dtype rand and randn draw the real and imaginary parts independently,
+/// each U[0, 1) or N(0, 1/2) (as PyTorch: E|z|^2 = 1 for randn).
 Tensor empty(const IntList& sizes, TensorOptions opts = {});
 Tensor zeros(const IntList& sizes, TensorOptions opts = {});
 Tensor ones(const IntList& sizes, TensorOptions opts = {});

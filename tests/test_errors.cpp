@@ -145,8 +145,8 @@ TEST(Errors, Dtypes) {
   EXPECT_ERROR(b - b, "sub: subtracting two Bool tensors is not supported");
   EXPECT_ERROR(tg::neg(b), "neg: Bool tensors are not supported; convert with .to(kInt64) first");
   EXPECT_ERROR(tg::mean(i), "mean: expected a floating-point tensor, got Int64");
-  EXPECT_ERROR(tg::rand({2}, tg::kInt64), "rand: expected a floating-point dtype, got Int64");
-  EXPECT_ERROR(tg::randn({2}, tg::kBool), "randn: expected a floating-point dtype, got Bool");
+  EXPECT_ERROR(tg::rand({2}, tg::kInt64), "rand: expected a floating-point or complex dtype, got Int64");
+  EXPECT_ERROR(tg::randn({2}, tg::kBool), "randn: expected a floating-point or complex dtype, got Bool");
   EXPECT_ERROR(tg::pow(i, -1), "pow: integers to negative integer powers are not allowed (Int64 tensor, exponent -1)");
   EXPECT_ERROR(tg::where(f, f, f), "where: condition must be a Bool tensor, got Float32");
   EXPECT_ERROR(f.data_ptr<double>(), "data_ptr: expected dtype Float64 but the tensor is Float32");

@@ -171,17 +171,22 @@ Tensor FNO::forward(const Tensor& x) {
     parts.push_back(coord.view(view).expand(coord_shape));
   }
   IntList grid(x.sizes().begin(), x.sizes().end() - 1);  // [B, spatial...]
+  int64_t points = 1;                                    // B * points, explicit (-1 is not inferred for a zero batch)
+  for (int64_t s : grid)
+    points *= s;
   // lin's map of each point of t [c, B, spatial...]: W t + b.
   auto pointwise_map = [&](const Linear& lin, const Tensor& t) {
     IntList shape{lin.weight.size(0)};
     shape.insert(shape.end(), grid.begin(), grid.end());
-    Tensor y = tg::mm(lin.weight, t.reshape({t.size(0), -1}));  // [out, B * points]
+    Tensor y = tg::mm(lin.weight, t.reshape({t.size(0), points}));  // [out, B * points]
     if (lin.bias.defined()) y = y + lin.bias.view({-1, 1});
     return y.view(shape);
   };
   auto spectral_map = [&](size_t l, const Tensor& t) {
     if (auto* c = dynamic_cast<SpectralConv1d*>(spectral[l].get())) return c->forward_channel_major(t);
-    return static_cast<SpectralConv2d&>(*spectral[l]).forward_channel_major(t);
+    if (auto* c = dynamic_cast<SpectralConv2d*>(spectral[l].get())) return c->forward_channel_major(t);
+    // A module put there by the user: its forward takes [B, c, spatial...].
+    return spectral[l]->forward(t.transpose(0, 1)).transpose(0, 1);
   };
   Tensor v = pointwise_map(*lift, tg::cat(parts, 0));  // [width, B, spatial...]
   for (int64_t l = 0; l < o_.layers; ++l) {

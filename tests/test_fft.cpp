@@ -274,6 +274,7 @@ TEST(Fno, SpectralConv2dAndFnoGradientsOfEveryOrder) {
   o.modes = {3};
   tg::nn::FNO line(o);
   EXPECT_EQ(line.forward(tg::randn({2, 8, 1}, kF64)).sizes(), (tg::IntList{2, 8, 1}));
+  EXPECT_EQ(line.forward(tg::randn({0, 8, 1}, kF64)).sizes(), (tg::IntList{0, 8, 1}));  // a zero batch
   EXPECT_ERROR_CONTAINS(line.forward(tg::randn({2, 3, 1}, kF64)), "SpectralConv1d: 3 modes need a grid");
   EXPECT_ERROR_CONTAINS(fno.forward(tg::randn({1, 4, 4, 2}, kF64)), "FNO: expected an input");
   // Dtypes are named by the layer (the adversary found inner ops named).
@@ -301,6 +302,17 @@ TEST(Fno, SpectralConv2dAndFnoGradientsOfEveryOrder) {
   fno.to(tg::kFloat32);
   EXPECT_EQ(std::dynamic_pointer_cast<tg::nn::SpectralConv2d>(fno.spectral[0])->weight1.dtype(), tg::kComplex64);
 }
+
+// A spectral layer replaced by the user's module (batch-major, as forward's
+// contract): the FNO hands it [B, c, spatial...].
+struct BatchMajor : tg::nn::Module {
+  explicit BatchMajor(std::shared_ptr<tg::nn::Module> inner) : Module("BatchMajor"), inner_(std::move(inner)) {}
+  Tensor forward(const Tensor& x) override {
+    EXPECT_EQ(x.size(1), 4) << "not batch-major";
+    return inner_->forward(x);
+  }
+  std::shared_ptr<tg::nn::Module> inner_;
+};
 
 // The FNO runs channel-major inside; its values are those of the layers
 // composed channels last as the reference implementation writes them (the
@@ -347,6 +359,8 @@ TEST(Fno, ChannelMajorLayoutMatchesTheChannelsLastComposition) {
       Tensor got = fno.forward(x);
       ASSERT_EQ(got.sizes(), want.sizes());
       expect_close(values(got), values(want), 1e-12, two ? "2-D FNO" : "1-D FNO");
+      fno.spectral[1] = std::make_shared<BatchMajor>(fno.spectral[1]);
+      expect_close(values(fno.forward(x)), values(got), 1e-13, "a user's spectral module");
       // The spectral convolution's channel-major form.
       Tensor in = tg::randn(two ? tg::IntList{2, 4, 8, 6} : tg::IntList{2, 4, 10}, kF64).to(dev);
       Tensor by_batch, by_channel;

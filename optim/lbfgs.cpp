@@ -154,10 +154,14 @@ Trial strong_wolfe(const std::function<std::pair<double, Tensor>(double)>& eval,
 LBFGS::LBFGS(std::vector<Tensor> params, LBFGSOptions options)
     : Optimizer(std::move(params), options.lr, "LBFGS"), o_(options) {
   for (size_t i = 1; i < params_.size(); ++i)
-    TG_CHECK(params_[i].dtype() == params_[0].dtype() && params_[i].device() == params_[0].device(),
-             "LBFGS: every parameter must have one dtype and device (they are one vector); parameter ", i, " is ",
-             params_[i].dtype(), " on ", params_[i].device(), ", parameter 0 ", params_[0].dtype(), " on ",
-             params_[0].device());
+    // One vector of values: a complex parameter's are its parts (Complex64
+    // goes with Float32, as in PyTorch's LBFGS).
+    TG_CHECK(
+        real_type(params_[i].dtype()) == real_type(params_[0].dtype()) && params_[i].device() == params_[0].device(),
+        "LBFGS: every parameter must have one dtype and device (they are one vector; a complex parameter's "
+        "values are its real and imaginary parts); parameter ",
+        i, " is ", params_[i].dtype(), " on ", params_[i].device(), ", parameter 0 ", params_[0].dtype(), " on ",
+        params_[0].device());
   TG_CHECK(o_.max_iter > 0 && o_.history_size > 0, "LBFGS: max_iter and history_size must be positive");
   if (o_.max_eval <= 0) o_.max_eval = o_.max_iter * 5 / 4;
 }

@@ -295,6 +295,26 @@ TEST(Optim, LbfgsSolvesAQuadraticAndRosenbrock) {
   EXPECT_NEAR(xy.to_vector<double>()[1], 1.0, 1e-8);
   EXPECT_ERROR_CONTAINS(opt.step(), "LBFGS: step() needs a closure");
   EXPECT_ERROR_CONTAINS(optim::LBFGS({xy, tg::zeros({1}).requires_grad_()}), "one dtype and device");
+  EXPECT_ERROR_CONTAINS(optim::LBFGS({xy, tg::zeros({1}, tg::TensorOptions().dtype(tg::kComplex64)).requires_grad_()}),
+                        "one dtype and device");
+  // A complex parameter beside a real one of its parts' dtype (as PyTorch's
+  // LBFGS: one vector of the values): |z - (2 - i)|^2 + |r - 3|^2 solved.
+  Tensor z = tg::zeros({2}, tg::TensorOptions().dtype(tg::kComplex128)).requires_grad_(),
+         r = tg::zeros({3}, kF64).requires_grad_();
+  const Tensor target = tg::complex_from(tg::full({2}, 2.0, kF64), tg::full({2}, -1.0, kF64));
+  optim::LBFGSOptions mixed;
+  mixed.strong_wolfe = true;
+  optim::LBFGS both({z, r}, mixed);
+  auto quad = [&] {
+    both.zero_grad();
+    Tensor loss = tg::abs(z - target).square().sum() + (r - 3.0).square().sum();
+    loss.backward();
+    return loss;
+  };
+  for (int s = 0; s < 3; ++s)
+    both.step(quad);
+  EXPECT_LT(tg::amax(tg::abs(z.detach() - target)).item<double>(), 1e-8);
+  EXPECT_LT(tg::amax(tg::abs(r.detach() - 3.0)).item<double>(), 1e-8);
 }
 
 TEST(Optim, SchedulersFollowTheirClosedForms) {

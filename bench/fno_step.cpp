@@ -26,6 +26,8 @@
 #include <nlohmann/json.hpp>
 #include <tapegrad/tapegrad.h>
 
+#include "step_timing.h"
+
 namespace {
 
 using tg::Tensor;
@@ -52,22 +54,11 @@ Tensor spectral_laplacian(const Tensor& u, const Tensor& k2) {
   return tg::fft::irfft2(uf * k2, tg::IntList{s, s});
 }
 
-void sync(tg::Device dev) {
-  if (dev.is_cuda()) tg::cuda::synchronize();
-}
+using tgbench::sync;
 
+// Median over `repeats` of the ms per step of `steps` calls of `fn`.
 template <class Fn> double ms_per_step(const Options& o, tg::Device dev, Fn fn) {
-  std::vector<double> t;
-  for (int r = 0; r < o.repeats; ++r) {
-    sync(dev);
-    auto t0 = std::chrono::steady_clock::now();
-    for (int s = 0; s < o.steps; ++s)
-      fn();
-    sync(dev);
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / o.steps);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return tgbench::ms_per_step(o.steps, o.repeats, dev, fn);
 }
 
 }  // namespace

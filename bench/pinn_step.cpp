@@ -30,6 +30,8 @@
 #include <nlohmann/json.hpp>
 #include <tapegrad/tapegrad.h>
 
+#include "step_timing.h"
+
 namespace {
 
 using tg::Tensor;
@@ -112,23 +114,11 @@ Tensor step(const Net& n, const Tensor& x, const Tensor& f, double lr, tg::optim
   return loss;
 }
 
-void sync(tg::Device dev) {
-  if (dev.is_cuda()) tg::cuda::synchronize();
-}
+using tgbench::sync;
 
 // Median over `repeats` of the ms per step of `steps` calls of `fn`.
 template <class Fn> double ms_per_step(const Options& o, tg::Device dev, Fn fn) {
-  std::vector<double> t;
-  for (int r = 0; r < o.repeats; ++r) {
-    sync(dev);
-    auto t0 = std::chrono::steady_clock::now();
-    for (int s = 0; s < o.steps; ++s)
-      fn();
-    sync(dev);
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / o.steps);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return tgbench::ms_per_step(o.steps, o.repeats, dev, fn);
 }
 
 }  // namespace

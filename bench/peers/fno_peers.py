@@ -15,7 +15,8 @@ import argparse
 import json
 import math
 import subprocess
-import time
+
+from timing import ms_per_step  # bench/peers/timing.py
 
 
 def tapegrad_row(build, grid, pino, steps):
@@ -27,16 +28,6 @@ def tapegrad_row(build, grid, pino, steps):
             ("tapegrad graphed", r.get("graphed_ms"), r.get("graphed_peak_mib"))]
 
 
-def timed(fn, sync, steps, repeats=5):
-    out = []
-    for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            fn()
-        sync()
-        out.append((time.perf_counter() - t0) * 1e3 / steps)
-    return sorted(out)[len(out) // 2]
 
 
 # ---- PyTorch ----------------------------------------------------------------------
@@ -130,7 +121,7 @@ def torch_rows(grid, pino, steps, frameworks, batch=20, width=32, modes=12, laye
                 peak = torch.cuda.max_memory_allocated()  # the captured step's peak
             else:
                 torch.cuda.reset_peak_memory_stats()
-            ms = timed(fn, torch.cuda.synchronize, steps)
+            ms = ms_per_step(fn, torch.cuda.synchronize, steps)
             if mode != "torch_graph":
                 peak = torch.cuda.max_memory_allocated()
             rows.append((mode.replace("_", " "), ms, peak / 2**20))
@@ -224,7 +215,7 @@ def jax_rows(grid, pino, steps, batch=20, width=32, modes=12, layers=4):
     for _ in range(3):
         run()
     dev = jax.devices()[0]
-    ms = timed(run, lambda: jax.block_until_ready(state[0]), steps)
+    ms = ms_per_step(run, lambda: jax.block_until_ready(state[0]), steps)
     stats = dev.memory_stats() or {}
     return [("jax jit", ms, stats.get("peak_bytes_in_use", 0) / 2**20 or None)]
 

@@ -17,7 +17,7 @@ import tempfile
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pinn_peers import ms_per_step  # noqa: E402  (median of 5 timings)
+from timing import ms_per_step  # noqa: E402  (bench/peers/timing.py: median of 5 timings)
 
 
 def timed(make):

@@ -23,25 +23,15 @@ steps) and each time's ratio to tapegrad graphed.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
+
+from timing import ms_per_step  # bench/peers/timing.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LR = 1e-4
 
 
-def ms_per_step(fn, sync, steps, repeats=5):
-    t = []
-    for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            fn()
-        sync()
-        t.append((time.perf_counter() - t0) * 1e3 / steps)
-    return statistics.median(t)
 
 
 def torch_setup(a, capturable=False):

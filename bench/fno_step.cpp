@@ -54,8 +54,6 @@ Tensor spectral_laplacian(const Tensor& u, const Tensor& k2) {
   return tg::fft::irfft2(uf * k2, tg::IntList{s, s});
 }
 
-using tgbench::sync;
-
 // Median over `repeats` of the ms per step of `steps` calls of `fn`.
 template <class Fn> double ms_per_step(const Options& o, tg::Device dev, Fn fn) {
   return tgbench::ms_per_step(o.steps, o.repeats, dev, fn);
@@ -146,13 +144,7 @@ int main(int argc, char** argv) {
     // capture reports) and what the graph's pool holds.
     result["graphed_peak_mib"] = double(cu::memory_stats().peak_allocated_bytes) / double(1 << 20);
     result["graph_pool_mib"] = double(cu::memory_stats(graph.pool()).reserved_bytes) / double(1 << 20);
-    if (o.profile) {
-      sync(dev);
-      cu::profiler_start();
-      graph.replay();
-      sync(dev);
-      cu::profiler_stop();
-    }
+    if (o.profile) tgbench::profile_replay(graph, dev);
     result["graphed_loss"] = loss.item<double>();
   }
   if (o.json) {

@@ -114,8 +114,6 @@ Tensor step(const Net& n, const Tensor& x, const Tensor& f, double lr, tg::optim
   return loss;
 }
 
-using tgbench::sync;
-
 // Median over `repeats` of the ms per step of `steps` calls of `fn`.
 template <class Fn> double ms_per_step(const Options& o, tg::Device dev, Fn fn) {
   return tgbench::ms_per_step(o.steps, o.repeats, dev, fn);
@@ -203,13 +201,7 @@ int main(int argc, char** argv) {
       x.copy_(fresh);  // new collocation points, as a training loop would
       graph.replay();
     });
-    if (o.profile) {
-      sync(dev);
-      cu::profiler_start();
-      graph.replay();
-      sync(dev);
-      cu::profiler_stop();
-    }
+    if (o.profile) tgbench::profile_replay(graph, dev);
     result["graphed_loss"] = loss.item<double>();
     if (!o.no_eager) result["speedup"] = result["eager_ms"].get<double>() / result["graphed_ms"].get<double>();
   }

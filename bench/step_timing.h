@@ -10,20 +10,28 @@
 
 #include <tapegrad/tapegrad.h>
 
+#include "device_memory.h"  // tgbench::sync
+
 namespace tgbench {
 
-inline void sync(tg::Device dev) {
-  if (dev.is_cuda()) tg::cuda::synchronize();
+// One replay of `graph` bracketed by cuda::profiler_start/stop, for
+// `ncu --profile-from-start off` (the benchmarks' --profile).
+inline void profile_replay(tg::cuda::CUDAGraph& graph, tg::Device dev) {
+  sync(dev.is_cuda());
+  tg::cuda::profiler_start();
+  graph.replay();
+  sync(dev.is_cuda());
+  tg::cuda::profiler_stop();
 }
 
 template <class Fn> double ms_per_step(int steps, int repeats, tg::Device dev, Fn fn) {
   std::vector<double> t;
   for (int r = 0; r < repeats; ++r) {
-    sync(dev);
+    sync(dev.is_cuda());
     auto t0 = std::chrono::steady_clock::now();
     for (int s = 0; s < steps; ++s)
       fn();
-    sync(dev);
+    sync(dev.is_cuda());
     t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps);
   }
   std::sort(t.begin(), t.end());

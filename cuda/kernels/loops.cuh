@@ -211,20 +211,20 @@ struct LinearArgs {
   bool aligned;             // every dense operand 16-byte aligned (E > 0 only)
 };
 
+// i % p, in 32 bits when both fit (several times cheaper on the GPU).
+__device__ inline int64_t wrap_index(int64_t i, int64_t p) {
+  return (uint64_t(i) | uint64_t(p)) <= UINT32_MAX ? int64_t(uint32_t(i) % uint32_t(p)) : i % p;
+}
+
 // Operand o's element for index i of a linear launch.
 __device__ inline int64_t operand_index(const LinearArgs& a, int o, int64_t i) {
   if (a.period[o] == 0) return i;
   if (a.divide[o] > 1)
     i = (uint64_t(i) | uint64_t(a.divide[o])) <= UINT32_MAX ? int64_t(uint32_t(i) / uint32_t(a.divide[o]))
                                                             : i / a.divide[o];
-  return (uint64_t(i) | uint64_t(a.period[o])) <= UINT32_MAX ? int64_t(uint32_t(i) % uint32_t(a.period[o]))
-                                                             : i % a.period[o];
+  return wrap_index(i, a.period[o]);
 }
 
-// i % p, in 32 bits when both fit (several times cheaper on the GPU).
-__device__ inline int64_t wrap_index(int64_t i, int64_t p) {
-  return (uint64_t(i) | uint64_t(p)) <= UINT32_MAX ? int64_t(uint32_t(i) % uint32_t(p)) : i % p;
-}
 template <class F, class = void> struct VecElemSize { static constexpr int value = 0; };
 template <class F> struct VecElemSize<F, std::void_t<decltype(F::kElemSize)>> {
   static constexpr int value = F::kElemSize;

@@ -91,20 +91,12 @@ Tensor SpectralConv2d::apply(const Tensor& x, bool channel_major) {
   const int64_t h = x.size(2), w = x.size(3), half = w / 2 + 1;
   TG_CHECK(2 * m1_ <= h && m2_ <= half, "SpectralConv2d: modes (", m1_, ", ", m2_, ") need a grid of at least ",
            2 * m1_, " x ", 2 * (m2_ - 1), ", got ", h, " x ", w);
-  // rfft2 and irfft2 one dim at a time, the columns past modes2 dropped
-  // between the two (their modes are zero): the transforms along h run on
-  // modes2 columns instead of w / 2 + 1, transposed so that h is their last
-  // dim (cuFFT's layout: no copies around them). The same sums as rfft2 and
-  // irfft2.
-  Tensor low = fft::rfft(x, std::nullopt, 3).narrow(3, 0, m2_).transpose(2, 3);  // [B, in, modes2, h]
-  Tensor xf = fft::fft(low);
-  const char* mix = channel_major ? "ibyx,ioxy->obyx" : "biyx,ioxy->boyx";
-  Tensor top = tg::einsum(mix, {xf.narrow(3, 0, m1_), weight1});
-  Tensor bottom = tg::einsum(mix, {xf.narrow(3, h - m1_, m1_), weight2});
-  IntList gap = top.sizes();
-  gap[3] = h - 2 * m1_;
-  Tensor cols = tg::cat({top, tg::zeros({}, top.options()).expand(gap), bottom}, 3);  // [(B, out | out, B), modes2, h]
-  return fft::irfft(zero_pad(fft::ifft(cols).transpose(2, 3), 3, half), w, 3);
+  // rfft2, the kept modes mixed and the others zeroed in one op
+  // (spectral_mix2d, whose spectrum comes out in the input's channel
+  // order), irfft2.
+  Tensor xf = fft::rfft2(x);  // [(B, in | in, B), h, w / 2 + 1]
+  Tensor mixed = tg::spectral_mix2d(channel_major ? xf.transpose(0, 1) : xf, weight1, weight2);
+  return fft::irfft2(channel_major ? mixed.transpose(0, 1) : mixed, IntList{h, w});
 }
 
 std::string SpectralConv2d::extra_repr() const {

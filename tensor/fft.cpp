@@ -16,6 +16,7 @@
 
 #include "tensor/cpu/cpu_kernels.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/checked.h"
 #include "tensor/op_util.h"
 
 namespace tg {
@@ -114,6 +115,41 @@ Tensor _fft_c2r(const Tensor& self, const IntList& dims, int64_t normalization, 
   kernels::backend(self.device(), op)
       .fft_c2r(out, raw::contiguous(self), d, norm_scale(normalization, signal_points(shape, d)));
   return out;
+}
+
+Tensor spectral_mix2d(const Tensor& self, const Tensor& weight1, const Tensor& weight2) {
+  const char* op = "spectral_mix2d";
+  detail::check_defined(self, op);
+  detail::check_defined(weight1, op);
+  detail::check_defined(weight2, op);
+  TG_CHECK(is_complex(self.dtype()) && weight1.dtype() == self.dtype() && weight2.dtype() == self.dtype(), op,
+           ": expected complex tensors of one dtype, got ", self.dtype(), ", ", weight1.dtype(), " and ",
+           weight2.dtype(), "; convert them with .to(", is_complex(self.dtype()) ? self.dtype() : kComplex64, ")");
+  detail::check_same_device(self, weight1, op);
+  detail::check_same_device(self, weight2, op);
+  TG_CHECK(
+      self.dim() >= 3 && weight1.dim() == 4 && weight1.sizes() == weight2.sizes() && weight1.size(0) == self.size(-3),
+      op, ": expected a spectrum [..., in, h, wf] and two weights [in, out, m1, m2] of one shape, got ",
+      shape_str(self.sizes()), ", ", shape_str(weight1.sizes()), " and ", shape_str(weight2.sizes()));
+  const int64_t in = weight1.size(0), out_ch = weight1.size(1), m1 = weight1.size(2), m2 = weight1.size(3);
+  const int64_t h = self.size(-2), wf = self.size(-1);
+  TG_CHECK(2 * m1 <= h && m2 <= wf, op, ": ", m1, " x ", m2, " modes need a spectrum of at least ", 2 * m1, " x ", m2,
+           " (h x wf), got ", h, " x ", wf, " (shape ", shape_str(self.sizes()), ")");
+  IntList shape = self.sizes();
+  shape[shape.size() - 3] = out_ch;
+  // [N, in, h, wf]: the leading dims as one (a copy only where they do not
+  // merge).
+  IntList lead(self.sizes().begin(), self.sizes().end() - 3);
+  int64_t n = 1;
+  for (int64_t d : lead)
+    n = detail::checked_mul(n, d, op, self.sizes());
+  Tensor x = self.dim() == 4 ? self : raw::reshape(self, {n, in, h, wf});
+  // Channel-major in (in outermost in memory), channel-major out.
+  const bool channel_major = n > 1 && in > 1 && x.stride(1) > x.stride(0);
+  Tensor out = channel_major ? raw::transpose(detail::new_empty({out_ch, n, h, wf}, self.dtype(), self.device()), 0, 1)
+                             : detail::new_empty({n, out_ch, h, wf}, self.dtype(), self.device());
+  if (out.numel() > 0) kernels::backend(self.device(), op).spectral_mix2d(out, x, weight1, weight2);
+  return self.dim() == 4 ? out : raw::reshape(out, shape);
 }
 
 }  // namespace raw
@@ -239,12 +275,49 @@ void fft_c2r_kernel(const Tensor& out, const Tensor& in, const IntList& dims, do
   });
 }
 
+// The mode mixing, one (n, o) plane per task: each kept mode a sum over the
+// input channels, every other entry zero.
+void spectral_mix2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w1, const Tensor& w2) {
+  const int64_t n = out.size(0), oc = out.size(1), h = out.size(2), wf = out.size(3);
+  const int64_t in = w1.size(0), m1 = w1.size(2), m2 = w1.size(3);
+  dispatch_parts(out.dtype(), [&](auto r) {
+    using R = decltype(r);
+    using C = std::complex<R>;
+    C* y = static_cast<C*>(out.data_ptr());
+    const C* xp = static_cast<const C*>(x.data_ptr());
+    const C* a = static_cast<const C*>(w1.data_ptr());
+    const C* b = static_cast<const C*>(w2.data_ptr());
+    const IntList so = out.strides(), sx = x.strides(), sw = w1.strides(), sw2 = w2.strides();
+    parallel_for(n * oc, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        const int64_t bi = p / oc, o = p % oc;
+        for (int64_t row = 0; row < h; ++row) {
+          const bool top = row < m1, bottom = row >= h - m1;
+          for (int64_t c = 0; c < wf; ++c) {
+            C acc(0, 0);
+            if ((top || bottom) && c < m2) {
+              const C* w = top ? a : b;
+              const IntList& st = top ? sw : sw2;
+              const int64_t wr = top ? row : row - (h - m1);
+              for (int64_t i = 0; i < in; ++i)
+                acc += xp[bi * sx[0] + i * sx[1] + row * sx[2] + c * sx[3]] *
+                       w[i * st[0] + o * st[1] + wr * st[2] + c * st[3]];
+            }
+            y[bi * so[0] + o * so[1] + row * so[2] + c * so[3]] = acc;
+          }
+        }
+      }
+    });
+  });
+}
+
 }  // namespace
 
 void register_fft(kernels::Backend& b) {
   b.fft_c2c = fft_c2c_kernel;
   b.fft_r2c = fft_r2c_kernel;
   b.fft_c2r = fft_c2r_kernel;
+  b.spectral_mix2d = spectral_mix2d_kernel;
 }
 
 }  // namespace cpu

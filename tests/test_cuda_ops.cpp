@@ -252,6 +252,21 @@ TEST(CudaGpuOps, ReductionsMatchCpu) {
     Tensor big = tg::randn({3, 200000}, tg::TensorOptions().dtype(dt));
     expect_close(tg::sum(big.to(kGpu), {1}), tg::sum(big, {1}), dt == tg::kFloat32 ? 1e-4 : 1e-10, "big sum");
     expect_close(tg::amax(big.to(kGpu)), tg::amax(big), 0, "big amax");
+    // Rows read 16 bytes per load where every row start is aligned: row
+    // lengths that are and are not a multiple of the pack, a tail past the
+    // last whole pack, a view starting one element in (unaligned).
+    for (int64_t len : {70000, 70002, 70003}) {
+      Tensor rows = tg::randn({32, len}, tg::TensorOptions().dtype(dt));
+      const std::string w = std::string(tg::to_string(dt)) + " rows of " + std::to_string(len);
+      expect_close(tg::sum(rows.to(kGpu), {1}), tg::sum(rows, {1}), dt == tg::kFloat32 ? 1e-4 : 1e-10, "sum " + w);
+      expect_close(tg::amin(rows.to(kGpu), {1}), tg::amin(rows, {1}), 0, "amin " + w);
+      Tensor shifted = rows.to(kGpu).narrow(1, 1, len - 1);
+      expect_close(tg::sum(shifted, {1}), tg::sum(rows.narrow(1, 1, len - 1), {1}), dt == tg::kFloat32 ? 1e-4 : 1e-10,
+                   "sum shifted " + w);
+      Tensor cut = rows.to(kGpu).narrow(1, 0, len - 1);  // aligned rows, a tail
+      expect_close(tg::sum(cut, {1}), tg::sum(rows.narrow(1, 0, len - 1), {1}), dt == tg::kFloat32 ? 1e-4 : 1e-10,
+                   "sum cut " + w);
+    }
     Tensor cube = tg::randn({4, 300, 5}, tg::TensorOptions().dtype(dt)).transpose(0, 2);
     expect_close(tg::sum(cube.to(kGpu), {0, 2}), tg::sum(cube, {0, 2}), tol * 10, "cube sum");
     // Outputs contiguous in x (a bias gradient: [B, W] over B) take the
@@ -278,6 +293,15 @@ TEST(CudaGpuOps, ReductionsMatchCpu) {
   EXPECT_EQ(mx.select(0, 4).item<float>(), 0.0f);
   Tensor i = tg::arange(0, 1000, 1, tg::TensorOptions().dtype(tg::kInt64)).view({10, 100});
   EXPECT_TRUE(tg::equal(tg::sum(i.to(kGpu), {1}).to(tg::Device(tg::kCPU)), tg::sum(i, {1})));
+  // A NaN inside a pack and one in a row's tail propagate through max.
+  Tensor rownan = tg::zeros({4, 80004});
+  rownan.select(0, 1).narrow(0, 40001, 1).fill_(NAN);
+  rownan.select(0, 3).narrow(0, 80002, 1).fill_(NAN);
+  Tensor rmx = tg::amax(rownan.to(kGpu).narrow(1, 0, 80003), {1}).to(tg::Device(tg::kCPU));
+  EXPECT_TRUE(std::isnan(rmx.select(0, 1).item<float>()) && std::isnan(rmx.select(0, 3).item<float>()));
+  EXPECT_EQ(rmx.select(0, 2).item<float>(), 0.0f);
+  Tensor irows = tg::arange(0, 3 * 50000, 1, tg::TensorOptions().dtype(tg::kInt64)).view({3, 50000});
+  EXPECT_TRUE(tg::equal(tg::sum(irows.to(kGpu), {1}).to(tg::Device(tg::kCPU)), tg::sum(irows, {1})));
   Tensor nan = tg::tensor({1, NAN, 3}, {});
   EXPECT_TRUE(std::isnan(tg::amax(nan.to(kGpu)).item<float>()));
 }
@@ -314,6 +338,31 @@ TEST(CudaGpuOps, GemmMatchesCpu) {
   tg::cuda::set_allow_tf32(false);
   EXPECT_FALSE(tg::cuda::allow_tf32());
   expect_close(t32, tg::mm(a, b), 5e-2, "tf32");
+}
+
+// Long, thin products (weight gradients, k = batch x points): k cut into
+// slices whose products are summed, a remainder shorter than a slice added
+// last (k = 70001 is not a multiple of the slice length); either operand
+// stored transposed; an accumulating product (a weight's .grad, twice).
+TEST(CudaGpuOps, LongThinGemmMatchesCpu) {
+  REQUIRE_GPU();
+  tg::manual_seed(61);
+  for (auto dt : {tg::kFloat32, tg::kFloat64}) {
+    const auto o = tg::TensorOptions().dtype(dt);
+    const double tol = dt == tg::kFloat64 ? 1e-10 : 2e-3;
+    Tensor a = tg::randn({24, 70001}, o), b = tg::randn({70001, 20}, o);
+    const Tensor want = tg::mm(a.to(tg::kFloat64), b.to(tg::kFloat64)).to(dt);
+    expect_close(tg::mm(a.to(kGpu), b.to(kGpu)), want, tol, "long thin mm");
+    expect_close(tg::mm(a.t().contiguous().to(kGpu).t(), b.t().contiguous().to(kGpu).t()), want, tol,
+                 "long thin mm, transposed operands");
+    Tensor w = tg::randn({20, 24}, o).to(kGpu).requires_grad_(true);
+    Tensor x = a.to(kGpu);
+    Tensor g = tg::randn({20, 70001}, o);
+    for (int i = 0; i < 2; ++i)
+      tg::mm(w, x).backward(g.to(kGpu));
+    expect_close(w.grad(), tg::mm(g.to(tg::kFloat64), a.to(tg::kFloat64).t()).to(dt) * 2.0, 2 * tol,
+                 "weight gradient, accumulated twice");
+  }
 }
 
 TEST(CudaGpuOps, IndexingJoiningAndRandomMatchCpu) {

@@ -241,6 +241,65 @@ TEST(Fno, SpectralConvKeepsAndDropsTheModesItShould) {
   }
 }
 
+// spectral_mix2d against its definition (a loop over the modes), on every
+// device, both complex dtypes: batch-major and channel-major spectra (the
+// latter comes back channel-major), weights given as strided views (the
+// layout its backward passes: conj(w) with in and out swapped), h odd.
+TEST(Fno, SpectralMix2dMatchesItsDefinition) {
+  tg::manual_seed(31);
+  const int64_t B = 3, I = 4, O = 2, h = 7, wf = 5, m1 = 2, m2 = 3;
+  for (const tg::Device& dev : devices()) {
+    for (auto dt : {tg::kComplex128, tg::kComplex64}) {
+      const auto o = tg::TensorOptions().dtype(dt);
+      Tensor x = tg::randn({B, I, h, wf}, o), w1 = tg::randn({O, I, m1, m2}, o).transpose(0, 1),
+             w2 = tg::randn({O, I, m1, m2}, o).transpose(0, 1);
+      const std::vector<C> xv = values(x), w1v = values(w1.contiguous()), w2v = values(w2.contiguous());
+      std::vector<C> want(size_t(B * O * h * wf));
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t q = 0; q < O; ++q)
+          for (int64_t r = 0; r < h; ++r)
+            for (int64_t c = 0; c < m2; ++c) {
+              const bool top = r < m1, bottom = r >= h - m1;
+              if (!top && !bottom) continue;
+              const std::vector<C>& w = top ? w1v : w2v;
+              const int64_t wr = top ? r : r - (h - m1);
+              C acc = 0;
+              for (int64_t i = 0; i < I; ++i)
+                acc += xv[size_t(((b * I + i) * h + r) * wf + c)] * w[size_t(((i * O + q) * m1 + wr) * m2 + c)];
+              want[size_t(((b * O + q) * h + r) * wf + c)] = acc;
+            }
+      const double tol = dt == tg::kComplex128 ? 1e-12 : 1e-5;
+      const std::string what = std::string(tg::to_string(dt)) + (dev.is_cuda() ? " on CUDA" : " on the CPU");
+      Tensor got = tg::spectral_mix2d(x.to(dev), w1.to(dev), w2.to(dev));
+      EXPECT_EQ(got.sizes(), (tg::IntList{B, O, h, wf}));
+      expect_close(values(got), want, tol, "batch-major " + what);
+      // Channel-major: the same values, the output's channels outermost.
+      Tensor cm = tg::spectral_mix2d(x.transpose(0, 1).contiguous().to(dev).transpose(0, 1), w1.to(dev), w2.to(dev));
+      EXPECT_GT(cm.stride(1), cm.stride(0)) << what;
+      expect_close(values(cm.contiguous()), want, tol, "channel-major " + what);
+      // No batch dim; two leading dims.
+      expect_close(values(tg::spectral_mix2d(x.select(0, 1).to(dev), w1.to(dev), w2.to(dev))),
+                   std::vector<C>(want.begin() + O * h * wf, want.begin() + 2 * O * h * wf), tol, "no batch " + what);
+      expect_close(values(tg::spectral_mix2d(x.to(dev).view({1, B, I, h, wf}), w1.to(dev), w2.to(dev))), want, tol,
+                   "two leading dims " + what);
+    }
+  }
+  // Bad input is refused naming the op and what it got.
+  const auto c = tg::TensorOptions().dtype(tg::kComplex64);
+  Tensor x = tg::randn({2, 3, 6, 4}, c), w = tg::randn({3, 2, 2, 2}, c);
+  EXPECT_ERROR_CONTAINS(tg::spectral_mix2d(tg::real(x), w, w), "spectral_mix2d: expected complex tensors of one dtype");
+  EXPECT_ERROR_CONTAINS(tg::spectral_mix2d(x, w.to(tg::kComplex128), w), "Complex128");
+  EXPECT_ERROR_CONTAINS(tg::spectral_mix2d(x, w, w.narrow(3, 0, 1)), "two weights [in, out, m1, m2] of one shape");
+  EXPECT_ERROR_CONTAINS(tg::spectral_mix2d(x.narrow(1, 0, 2), w, w), "[2, 2, 6, 4]");
+  EXPECT_ERROR_CONTAINS(tg::spectral_mix2d(x, tg::randn({3, 2, 4, 2}, c), tg::randn({3, 2, 4, 2}, c)),
+                        "4 x 2 modes need a spectrum of at least 8 x 2");
+  EXPECT_ERROR_CONTAINS(tg::spectral_mix2d(x.narrow(3, 0, 1), w, w), "got 6 x 1");
+  EXPECT_ERROR_CONTAINS(tg::spectral_mix2d(x.select(0, 0).select(0, 0), w, w), "spectral_mix2d: expected a spectrum");
+  if (tg::cuda::is_available())
+    EXPECT_ERROR_CONTAINS(tg::spectral_mix2d(x.to(tg::Device(tg::kCUDA, 0)), w, w), "spectral_mix2d");
+  EXPECT_EQ(tg::spectral_mix2d(x, w, w).sizes(), (tg::IntList{2, 2, 6, 4}));  // still usable
+}
+
 TEST(Fno, SpectralConv2dAndFnoGradientsOfEveryOrder) {
   tg::manual_seed(21);
   tg::nn::SpectralConv2d conv(2, 3, 2, 2, kF64);

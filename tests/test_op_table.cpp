@@ -204,6 +204,17 @@ std::vector<OpEntry> op_entries() {
                fft::hfft(x, 7).reshape({-1}), fft::irfft2(x, IntList{4, 5}, {-2, -1}, "forward").reshape({-1}),
                fft::irfftn(x, IntList{3, 4}, IntList{1, 0}).reshape({-1})})),
        as_complex({one("[3, 4]", {{{3, 4}}}), one("[3, 4] transposed", {{{3, 4}, -1, 1, true}})})},
+      // The spectral convolution's mode mixing: batch-major, channel-major
+      // (a transposed view), no batch, an empty batch, modes filling the
+      // spectrum (h = 2 m1, wf = m2).
+      {"spectral_mix2d", [](const variable_list& v) { return tg::spectral_mix2d(v[0], v[1], v[2]); },
+       as_complex({one("[2, 3, 5, 4] by [3, 2, 2, 2]", {{{2, 3, 5, 4}}, {{3, 2, 2, 2}}, {{3, 2, 2, 2}}}),
+                   one("[3, 4, 3] by [3, 2, 1, 2]", {{{3, 4, 3}}, {{3, 2, 1, 2}}, {{3, 2, 1, 2}}}),
+                   one("[0, 2, 4, 3] by [2, 3, 1, 2]", {{{0, 2, 4, 3}}, {{2, 3, 1, 2}}, {{2, 3, 1, 2}}}),
+                   one("[1, 2, 4, 2] by [2, 2, 2, 2]", {{{1, 2, 4, 2}}, {{2, 2, 2, 2}}, {{2, 2, 2, 2}}})})},
+      {"spectral_mix2d",
+       [](const variable_list& v) { return tg::spectral_mix2d(v[0].transpose(0, 1), v[1], v[2]); },
+       as_complex({one("channel-major [3, 2, 6, 4] by [3, 2, 2, 3]", {{{3, 2, 6, 4}}, {{3, 2, 2, 3}}, {{3, 2, 2, 3}}})})},
       {"sign", F1(sign(x) * x), unary_samples(0.1, 1)},
       {"gelu", F1(gelu(x) + gelu(x * 0.5, "tanh")), any},
       {"softplus", F1(softplus(x, 2.0, 1.0)), unit},

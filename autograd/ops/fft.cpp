@@ -13,13 +13,21 @@
 //              others, whose real parts are what the real input sees);
 //   _fft_c2r   the forward real transform of g, the entries that stand for
 //              two (their conjugates are implied) doubled.
+// spectral_mix2d is bilinear in the spectrum x and the weights: its
+// gradient in x is the same mixing of g by the conjugate weights with in
+// and out swapped, in each weight the sum over the leading dims of conj(x) g
+// on that weight's modes (einsum); its tangent and Taylor coefficients are
+// the product rule (jet_product) over a broadcasting sum-of-products form of
+// the mixing that batched tangents pass through.
 #include <functional>
 
 #include "autograd/ops/ops.h"
 #include "autograd/ops/record.h"
+#include "autograd/ops/taylor.h"
 
 namespace tg {
 
+using autograd::SavedVariable;
 using autograd::variable_list;
 using namespace autograd::ops_detail;
 
@@ -78,6 +86,85 @@ Tensor fft_op(const Tensor& self, const char* op, const char* name, Raw&& raw_fn
 }
 
 }  // namespace
+
+namespace {
+
+// The part of spectral_mix2d that weight b (rows r0 .. r0 + m1 of the
+// spectrum) makes, by broadcasting products: a [..., in, h, wf], b
+// [..., in, out, m1, m2] (a batched tangent padded to broadcast), the rows
+// and columns off b's modes zero.
+Tensor mix_part(const Tensor& a, const Tensor& b, int64_t r0, int64_t h, int64_t wf) {
+  const int64_t m1 = b.size(-2), m2 = b.size(-1);
+  Tensor part = sum(mul(a.narrow(-2, r0, m1).narrow(-1, 0, m2).unsqueeze(-3), b), {-4});  // [..., out, m1, m2]
+  auto zeros_of = [&](const Tensor& like, int64_t dim, int64_t n) {
+    IntList s = like.sizes();
+    s[size_t(like.dim() + dim)] = n;
+    return zeros({}, like.options()).expand(s);
+  };
+  std::vector<Tensor> rows;
+  if (r0 > 0) rows.push_back(zeros_of(part, -2, r0));
+  rows.push_back(part);
+  if (r0 + m1 < h) rows.push_back(zeros_of(part, -2, h - r0 - m1));
+  Tensor full = rows.size() == 1 ? part : cat(rows, -2);
+  return m2 < wf ? cat({full, zeros_of(full, -1, wf - m2)}, -1) : full;
+}
+
+class SpectralMix2dBackward final : public OpNode {
+ public:
+  SpectralMix2dBackward() : OpNode("spectral_mix2d", "SpectralMix2dBackward") {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(3);
+    const Tensor& g = grads[0];
+    if (should_compute_output(0)) {
+      const Tensor w1 = w1_.unpack(this, "weight1"), w2 = w2_.unpack(this, "weight2");
+      out[0] = spectral_mix2d(g, conj(w1).transpose(0, 1), conj(w2).transpose(0, 1));
+    }
+    for (int k = 1; k <= 2; ++k) {
+      if (!should_compute_output(size_t(k))) continue;
+      const Tensor x = x_.unpack(this, "self");
+      const int64_t h = x.size(-2), in = x.size(-3), oc = g.size(-3);
+      const int64_t r0 = k == 1 ? 0 : h - m1_;
+      const Tensor xk = x.narrow(-2, r0, m1_).narrow(-1, 0, m2_).reshape({-1, in, m1_, m2_});
+      const Tensor gk = g.narrow(-2, r0, m1_).narrow(-1, 0, m2_).reshape({-1, oc, m1_, m2_});
+      out[size_t(k)] = einsum("nixy,noxy->ioxy", {conj(xk), gk});
+    }
+    return out;
+  }
+  void release_variables() override {
+    x_.release();
+    w1_.release();
+    w2_.release();
+  }
+  SavedVariable x_, w1_, w2_;
+  int64_t m1_ = 0, m2_ = 0;
+};
+
+}  // namespace
+
+Tensor autograd::ops::spectral_mix2d(const Tensor& x, const Tensor& w1, const Tensor& w2) {
+  Tensor out = run_raw([&] { return raw::spectral_mix2d(x, w1, w2); });
+  if (should_record({&x, &w1, &w2})) {
+    auto node = make_node<SpectralMix2dBackward>({&x, &w1, &w2});
+    if (node->needs_input_grad(1) || node->needs_input_grad(2)) node->x_ = SavedVariable(x, false);
+    if (node->needs_input_grad(0)) {
+      node->w1_ = SavedVariable(w1, false);
+      node->w2_ = SavedVariable(w2, false);
+    }
+    node->m1_ = w1.size(2);
+    node->m2_ = w1.size(3);
+    out = finish(out, node);
+  }
+  if (fw_any({&x, &w1, &w2})) {
+    const Tensor tx = fw_t(x), tw1 = fw_pad(fw_t(w1), x.dim() + 1), tw2 = fw_pad(fw_t(w2), x.dim() + 1);
+    const int64_t h = x.size(-2), wf = x.size(-1), m1 = w1.size(2);
+    fw_rule(out, [&] {
+      const Bilinear top = [h, wf](const Tensor& a, const Tensor& b) { return mix_part(a, b, 0, h, wf); };
+      const Bilinear bottom = [h, wf, m1](const Tensor& a, const Tensor& b) { return mix_part(a, b, h - m1, h, wf); };
+      return fw_add(jet_product(x, tx, w1, tw1, top), jet_product(x, tx, w2, tw2, bottom));
+    });
+  }
+  return out;
+}
 
 Tensor autograd::ops::_fft_c2c(const Tensor& self, const IntList& dims, int64_t normalization, bool forward) {
   return fft_op(

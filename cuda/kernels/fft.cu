@@ -177,12 +177,86 @@ void fft_c2r_kernel(const Tensor& out, const Tensor& in, const IntList& dims, do
   if (!trailing) raw::copy_(out, raw::permute(y, inverse_perm(p)));
 }
 
+// ---- the mode mixing of a 2-D spectral convolution ----------------------------------------
+// One thread per element of out, in out's memory order (o outer for a
+// channel-major out): the kept modes sum over the input channels (reads of x
+// along the columns coalesce, the weights' too), the rest write zero.
+struct MixArgs {
+  int64_t n, oc, h, wf, in, m1, m2;
+  int64_t so[4], sx[4], sa[4], sb[4];
+  bool o_outer;
+};
+
+template <class R>
+__global__ void spectral_mix2d_k(R* y, const R* x, const R* a, const R* b, MixArgs p, int64_t total) {
+  const int64_t step = int64_t(blockDim.x) * gridDim.x;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += step) {
+    const int64_t c = t % p.wf, row = (t / p.wf) % p.h, q = t / (p.wf * p.h);
+    const int64_t bi = p.o_outer ? q % p.n : q / p.oc, o = p.o_outer ? q / p.n : q % p.oc;
+    R re = 0, im = 0;
+    const bool top = row < p.m1, bottom = row >= p.h - p.m1;
+    if ((top || bottom) && c < p.m2) {
+      const R* w = top ? a : b;
+      const int64_t* st = top ? p.sa : p.sb;
+      const int64_t wr = top ? row : row - (p.h - p.m1);
+      const R* xv = x + 2 * (bi * p.sx[0] + row * p.sx[2] + c * p.sx[3]);
+      const R* wv = w + 2 * (o * st[1] + wr * st[2] + c * st[3]);
+      for (int64_t i = 0; i < p.in; ++i) {
+        const R xr = xv[2 * i * p.sx[1]], xi = xv[2 * i * p.sx[1] + 1];
+        const R wr_ = wv[2 * i * st[0]], wi = wv[2 * i * st[0] + 1];
+        re += xr * wr_ - xi * wi;
+        im += xr * wi + xi * wr_;
+      }
+    }
+    R* yo = y + 2 * (bi * p.so[0] + o * p.so[1] + row * p.so[2] + c * p.so[3]);
+    yo[0] = re;
+    yo[1] = im;
+  }
+}
+
+void spectral_mix2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w1, const Tensor& w2) {
+  MixArgs p;
+  p.n = out.size(0);
+  p.oc = out.size(1);
+  p.h = out.size(2);
+  p.wf = out.size(3);
+  p.in = w1.size(0);
+  p.m1 = w1.size(2);
+  p.m2 = w1.size(3);
+  for (int d = 0; d < 4; ++d) {
+    p.so[d] = out.stride(d);
+    p.sx[d] = x.stride(d);
+    p.sa[d] = w1.stride(d);
+    p.sb[d] = w2.stride(d);
+  }
+  p.o_outer = p.so[1] > p.so[0];
+  const int64_t total = out.numel();
+  DeviceGuard g(out.device().index());
+  cudaStream_t s = stream_of(out);
+  LaunchEncoder access(s);
+  access.read(x);
+  access.read(w1);
+  access.read(w2);
+  access.write(out);
+  const unsigned blocks = unsigned(std::min<int64_t>((total + 255) / 256, 65536));
+  if (out.dtype() == kComplex64)
+    spectral_mix2d_k<float><<<blocks, 256, 0, s>>>(
+        static_cast<float*>(out.data_ptr()), static_cast<const float*>(x.data_ptr()),
+        static_cast<const float*>(w1.data_ptr()), static_cast<const float*>(w2.data_ptr()), p, total);
+  else
+    spectral_mix2d_k<double><<<blocks, 256, 0, s>>>(
+        static_cast<double*>(out.data_ptr()), static_cast<const double*>(x.data_ptr()),
+        static_cast<const double*>(w1.data_ptr()), static_cast<const double*>(w2.data_ptr()), p, total);
+  TG_CUDA_CHECK(cudaGetLastError(), "spectral_mix2d");
+}
+
 }  // namespace
 
 void register_fft(kernels::Backend& b) {
   b.fft_c2c = fft_c2c_kernel;
   b.fft_r2c = fft_r2c_kernel;
   b.fft_c2r = fft_c2r_kernel;
+  b.spectral_mix2d = spectral_mix2d_kernel;
 }
 
 }  // namespace tg::cuda

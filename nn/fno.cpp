@@ -38,15 +38,6 @@ void check_input(const Tensor& x, int64_t dims, int64_t in, bool channel_major, 
            x.dtype(), "; convert the input with .to(", want, ") or the module with .to(", x.dtype(), ")");
 }
 
-// t with zeros appended along `dim` up to `size`.
-Tensor zero_pad(const Tensor& t, int64_t dim, int64_t size) {
-  const int64_t have = t.size(dim);
-  if (have == size) return t;
-  IntList pad = t.sizes();
-  pad[size_t(dim)] = size - have;
-  return tg::cat({t, tg::zeros({}, t.options()).expand(pad)}, dim);  // the zeros read as one element
-}
-
 }  // namespace
 
 SpectralConv1d::SpectralConv1d(int64_t in, int64_t out, int64_t modes, TensorOptions options)
@@ -66,7 +57,7 @@ Tensor SpectralConv1d::apply(const Tensor& x, bool channel_major) {
            " points, got ", n);
   Tensor xf = fft::rfft(x);  // [B, in, n/2 + 1]
   Tensor mixed = tg::einsum(channel_major ? "ibx,iox->obx" : "bix,iox->box", {xf.narrow(2, 0, modes_), weight});
-  return fft::irfft(zero_pad(mixed, 2, half), n);
+  return fft::irfft(mixed, n);  // the modes past modes_ zero (a short spectrum)
 }
 
 std::string SpectralConv1d::extra_repr() const {
@@ -91,12 +82,19 @@ Tensor SpectralConv2d::apply(const Tensor& x, bool channel_major) {
   const int64_t h = x.size(2), w = x.size(3), half = w / 2 + 1;
   TG_CHECK(2 * m1_ <= h && m2_ <= half, "SpectralConv2d: modes (", m1_, ", ", m2_, ") need a grid of at least ",
            2 * m1_, " x ", 2 * (m2_ - 1), ", got ", h, " x ", w);
-  // rfft2, the kept modes mixed and the others zeroed in one op
-  // (spectral_mix2d, whose spectrum comes out in the input's channel
-  // order), irfft2.
-  Tensor xf = fft::rfft2(x);  // [(B, in | in, B), h, w / 2 + 1]
-  Tensor mixed = tg::spectral_mix2d(channel_major ? xf.transpose(0, 1) : xf, weight1, weight2);
-  return fft::irfft2(channel_major ? mixed.transpose(0, 1) : mixed, IntList{h, w});
+  // rfft2 and irfft2 one dim at a time, the columns past modes2 dropped
+  // between: the transforms along h run on modes2 columns instead of
+  // w / 2 + 1, stored by columns (h last: cuFFT's layout). Between them
+  // spectral_mix2d mixes the kept modes and zeroes the rows between them in
+  // one op (its result in the input's memory order: by columns, and
+  // channel-major when the input is); irfft along w takes the modes2
+  // columns as a short spectrum (the others zero). The same sums as rfft2,
+  // the mixing and irfft2.
+  Tensor cols = fft::fft(fft::rfft(x, std::nullopt, 3).narrow(3, 0, m2_).transpose(2, 3));  // [.., modes2, h]
+  Tensor spec = cols.transpose(2, 3);                                                       // [.., h, modes2]
+  Tensor mixed = tg::spectral_mix2d(channel_major ? spec.transpose(0, 1) : spec, weight1, weight2);
+  if (channel_major) mixed = mixed.transpose(0, 1);
+  return fft::irfft(fft::ifft(mixed.transpose(2, 3)).transpose(2, 3), w, 3);
 }
 
 std::string SpectralConv2d::extra_repr() const {

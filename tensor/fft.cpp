@@ -105,9 +105,9 @@ Tensor _fft_c2r(const Tensor& self, const IntList& dims, int64_t normalization, 
   TG_CHECK(!d.empty(), op, ": no dims to transform");
   TG_CHECK(last_dim_size >= 1, op, ": last_dim_size must be >= 1, got ", last_dim_size);
   const int64_t last = d.back();
-  TG_CHECK(self.size(last) == last_dim_size / 2 + 1, op, ": a onesided spectrum of ", last_dim_size, " points has ",
-           last_dim_size / 2 + 1, " entries along dim ", last, ", got ", self.size(last), " (shape ",
-           shape_str(self.sizes()), ")");
+  TG_CHECK(self.size(last) >= 1 && self.size(last) <= last_dim_size / 2 + 1, op, ": a onesided spectrum of ",
+           last_dim_size, " points has ", last_dim_size / 2 + 1, " entries along dim ", last,
+           " (fewer: the rest are zero), got ", self.size(last), " (shape ", shape_str(self.sizes()), ")");
   IntList shape = self.sizes();
   shape[size_t(last)] = last_dim_size;
   Tensor out = detail::new_empty(shape, real_type(self.dtype()), self.device());
@@ -144,10 +144,19 @@ Tensor spectral_mix2d(const Tensor& self, const Tensor& weight1, const Tensor& w
   for (int64_t d : lead)
     n = detail::checked_mul(n, d, op, self.sizes());
   Tensor x = self.dim() == 4 ? self : raw::reshape(self, {n, in, h, wf});
-  // Channel-major in (in outermost in memory), channel-major out.
-  const bool channel_major = n > 1 && in > 1 && x.stride(1) > x.stride(0);
-  Tensor out = channel_major ? raw::transpose(detail::new_empty({out_ch, n, h, wf}, self.dtype(), self.device()), 0, 1)
-                             : detail::new_empty({n, out_ch, h, wf}, self.dtype(), self.device());
+  // out in x's memory order (its dims ordered by x's strides): channel-major
+  // in, channel-major out; a spectrum stored by columns, out by columns.
+  IntList order{0, 1, 2, 3};
+  std::stable_sort(order.begin(), order.end(), [&](int64_t i, int64_t j) {
+    return (x.size(i) == 1 ? 0 : x.stride(i)) > (x.size(j) == 1 ? 0 : x.stride(j));
+  });
+  const IntList sizes{n, out_ch, h, wf};
+  IntList stored, back(4);
+  for (size_t k = 0; k < 4; ++k) {
+    stored.push_back(sizes[size_t(order[k])]);
+    back[size_t(order[k])] = int64_t(k);
+  }
+  Tensor out = raw::permute(detail::new_empty(stored, self.dtype(), self.device()), back);
   if (out.numel() > 0) kernels::backend(self.device(), op).spectral_mix2d(out, x, weight1, weight2);
   return self.dim() == 4 ? out : raw::reshape(out, shape);
 }
@@ -259,7 +268,7 @@ void fft_c2r_kernel(const Tensor& out, const Tensor& in, const IntList& dims, do
     R* y = static_cast<R*>(out.data_ptr());
     parallel_for(src.count, lines_grain(dst.n), [&](int64_t b, int64_t e) {
       Eigen::FFT<R> f = unscaled_fft<R>();
-      std::vector<std::complex<R>> half(size_t(src.n));
+      std::vector<std::complex<R>> half(size_t(dst.n / 2 + 1));  // a short spectrum's tail stays zero
       std::vector<R> line(size_t(dst.n));
       for (int64_t l = b; l < e; ++l) {
         const std::complex<R>* p = x + src.start(l, src.n);
@@ -429,8 +438,8 @@ Tensor c2r(const char* op, const Tensor& input, const std::optional<IntList>& s,
   TG_CHECK(n >= 1, op, ": invalid number of data points (", n, ") specified (", x.size(last),
            " input entries along dim ", last, "; give n)");
   sh.s.back() = n / 2 + 1;
-  for (size_t i = 0; i < sh.dims.size(); ++i)
-    x = resized(x, sh.dims[i], sh.s[i], op);
+  for (size_t i = 0; i < sh.dims.size(); ++i)  // a short onesided dim is padded by the primitive (no copy here)
+    if (i + 1 < sh.dims.size() || x.size(sh.dims[i]) > sh.s[i]) x = resized(x, sh.dims[i], sh.s[i], op);
   if (forward) x = tg::conj(x);  // hfft: the inverse transform of the conjugate
   const int64_t top = *std::max_element(sh.dims.begin(), sh.dims.end());
   if (last != top) x = x.transpose(last, top);

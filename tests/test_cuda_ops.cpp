@@ -507,6 +507,15 @@ TEST(CudaGpuOps, PerChannelBroadcastOperandsMatchCpu) {
         expect_close(tg::where(tg::gt(bg, 0.0), vg, tg::full({}, 0.5, og.options())),
                      tg::where(tg::gt(big, 0.0), v, tg::full({}, 0.5, other.options())), tol,
                      w + " " + name + " where(dense, channel, scalar)");
+        // An outer product (a channel operand times one row of points for
+        // every channel, as mm's of an inner size 1), rows aligned or not.
+        tg::IntList rs = shape;
+        rs[rs.size() - 2] = 1;
+        if (rs.size() == 3) rs[0] = 1;
+        Tensor rowv = (tg::rand(rs, tg::TensorOptions().dtype(tg::kFloat64)) * 4 - 2).to(dt);
+        expect_close(vg * rowv.to(kGpu), v * rowv, tol, w + " " + name + " channel * row");
+        expect_close(tg::where(tg::gt(bg, 0.0), rowv.to(kGpu), vg), tg::where(tg::gt(big, 0.0), rowv, v), tol,
+                     w + " " + name + " where(dense, row, channel)");
       }
     }
   }

@@ -146,6 +146,21 @@ TEST(Fft, PaddingCroppingAndHelpers) {
     tg::imag(h2).narrow(0, 0, 1).fill_(9.0);
     tg::imag(h2).narrow(0, 3, 1).fill_(-7.0);
     expect_close(values(tg::fft::irfft(h2)), values(tg::fft::irfft(h)), 1e-13, "irfft ignores DC/Nyquist imag");
+    // A short onesided spectrum is read as zero-padded (the primitive pads:
+    // no copy in tg::fft), over one dim and after a transform of another,
+    // every norm.
+    Tensor s2 = random_complex({3, 4}, 11, dev);
+    Tensor s2full = tg::cat({s2, tg::zeros({3, 2}, s2.options())}, 1);  // 6 entries: n = 10 or 11
+    for (const char* norm : {"backward", "ortho", "forward"})
+      for (int64_t n : {10, 11}) {
+        const std::string w = std::string(norm) + " n " + std::to_string(n);
+        expect_close(values(tg::fft::irfft(s2, n, -1, norm)), values(tg::fft::irfft(s2full, n, -1, norm)), 1e-13,
+                     "short irfft " + w);
+        expect_close(values(tg::fft::irfft2(s2, tg::IntList{5, n}, {-2, -1}, norm)),
+                     values(tg::fft::irfft2(s2full, tg::IntList{5, n}, {-2, -1}, norm)), 1e-13, "short irfft2 " + w);
+        expect_close(values(tg::fft::hfft(s2, n, -1, norm)), values(tg::fft::hfft(s2full, n, -1, norm)), 1e-13,
+                     "short hfft " + w);
+      }
     // fftfreq, rfftfreq, fftshift, ifftshift.
     EXPECT_EQ(tg::fft::fftfreq(5, 0.5, kF64).to_vector<double>(), (std::vector<double>{0, 0.4, 0.8, -0.8, -0.4}));
     EXPECT_EQ(tg::fft::fftfreq(4, 1.0, kF64).to_vector<double>(), (std::vector<double>{0, 0.25, -0.5, -0.25}));
@@ -171,7 +186,9 @@ TEST(Fft, BadArgumentsAreNamed) {
   EXPECT_ERROR_CONTAINS(tg::fft::fftn(tg::ones({2, 2}), std::nullopt, tg::IntList{0, -2}), "distinct");
   EXPECT_ERROR_CONTAINS(tg::fft::fft(tg::ones({}), std::nullopt, 0), "0-dim");
   EXPECT_ERROR_CONTAINS(tg::fft::fftfreq(0), "fftfreq: n must be >= 1");
-  EXPECT_ERROR_CONTAINS(tg::_fft_c2r(z.narrow(0, 0, 2), {0}, 0, 5), "onesided spectrum of 5 points has 3 entries");
+  EXPECT_ERROR_CONTAINS(tg::_fft_c2r(z, {0}, 0, 5), "onesided spectrum of 5 points has 3 entries");
+  EXPECT_ERROR_CONTAINS(tg::_fft_c2r(z.narrow(0, 0, 0), {0}, 0, 5), "_fft_c2r");
+  EXPECT_EQ(tg::_fft_c2r(z.narrow(0, 0, 2), {0}, 0, 5).size(0), 5);  // short: the missing entry zero
   EXPECT_ERROR_CONTAINS(tg::_fft_c2c(x, {0}, 0, true), "expected a complex tensor");
   EXPECT_ERROR_CONTAINS(tg::_fft_c2c(z, {0}, 3, true), "normalization must be");
   EXPECT_ERROR_CONTAINS(tg::ones({}).size(0), "no dimensions");

@@ -201,6 +201,7 @@ std::vector<OpEntry> op_entries() {
        {one("[3, 4]", {{{3, 4}}}), one("[3, 4] transposed", {{{3, 4}, -1, 1, true}})}},
       {"_fft_c2r",
        F1(cat({fft::irfft(x).reshape({-1}), fft::irfft(x, 5, 0, "ortho").reshape({-1}),
+               fft::irfft(x, 9).reshape({-1}), fft::irfft2(x, IntList{4, 10}, {-2, -1}).reshape({-1}),
                fft::hfft(x, 7).reshape({-1}), fft::irfft2(x, IntList{4, 5}, {-2, -1}, "forward").reshape({-1}),
                fft::irfftn(x, IntList{3, 4}, IntList{1, 0}).reshape({-1})})),
        as_complex({one("[3, 4]", {{{3, 4}}}), one("[3, 4] transposed", {{{3, 4}, -1, 1, true}})})},

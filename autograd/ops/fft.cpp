@@ -67,8 +67,10 @@ int64_t onesided_dim(const IntList& dims, int64_t ndim) {
 // n-point signal), shaped to broadcast against g: `interior` for the entries
 // that stand for two (1 .. (n - 1) / 2), 1 for the others. Made on the device
 // (capturable: no values from the host).
+// A spectrum shorter than n / 2 + 1 entries (a short input of _fft_c2r)
+// takes the first m of the weights.
 Tensor onesided_weights(const Tensor& g, int64_t last, int64_t n, double interior) {
-  const int64_t m = g.size(last), doubled = n - m;
+  const int64_t m = g.size(last), doubled = (n - 1) / 2;  // entries 1 .. doubled stand for two
   IntList shape(size_t(g.dim() - last), 1);
   shape[0] = m;
   Tensor w = tg::full(shape, interior, TensorOptions().dtype(real_type(g.dtype())).device(g.device()));
@@ -199,10 +201,11 @@ Tensor autograd::ops::_fft_c2r(const Tensor& self, const IntList& dims, int64_t 
   return fft_op(
       self, "_fft_c2r", "FftC2RBackward", [&] { return raw::_fft_c2r(self, dims, normalization, last_dim_size); },
       [&] {
-        const int64_t last = onesided_dim(dims, self.dim());
-        return [dims, normalization, last, last_dim_size](const Tensor& g) {
+        const int64_t last = onesided_dim(dims, self.dim()), m = self.size(last);
+        return [dims, normalization, last, last_dim_size, m](const Tensor& g) {
           Tensor gi = tg::_fft_r2c(g, dims, normalization, true);
-          if (last_dim_size <= 2) return gi;  // no entry stands for two
+          if (gi.size(last) > m) gi = gi.narrow(last, 0, m);  // a short spectrum: its entries only
+          if (last_dim_size <= 2) return gi;                  // no entry stands for two
           return tg::mul(gi, onesided_weights(gi, last, last_dim_size, 2.0));
         };
       },

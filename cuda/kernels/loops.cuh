@@ -163,7 +163,9 @@ inline Indexer make_indexer(const Tensor* ops, int nops, const char* op) {
     }
   }
   // Divided: [outer, channels, inner] (or [channels, inner]) with the output
-  // dense and each input dense, a scalar, or one value per channel.
+  // dense and each input dense, a scalar, one value per channel, or one row
+  // of inner values for every channel (periodic: with a per-channel one, an
+  // outer product, [C, 1] * [1, N]).
   const int c = n - 2;  // the channel dim
   if (!ix.linear && (n == 2 || n == 3) && st[0][n - 1] == ix.elem[0] && st[0][c] == sz[n - 1] * ix.elem[0] &&
       (n == 2 || st[0][0] == sz[1] * sz[2] * ix.elem[0])) {
@@ -173,7 +175,8 @@ inline Indexer make_indexer(const Tensor* ops, int nops, const char* op) {
                          (n == 2 || st[o][0] == sz[1] * sz[2] * ix.elem[o]);
       const bool scalar = st[o][n - 1] == 0 && st[o][c] == 0 && (n == 2 || st[o][0] == 0);
       const bool channel = st[o][n - 1] == 0 && st[o][c] == ix.elem[o] && (n == 2 || st[o][0] == 0);
-      ok &= dense || scalar || channel;
+      const bool row = st[o][n - 1] == ix.elem[o] && st[o][c] == 0 && (n == 2 || st[o][0] == 0);
+      ok &= dense || scalar || channel || row;
       any |= channel;
     }
     if (ok && any) {
@@ -183,6 +186,8 @@ inline Indexer make_indexer(const Tensor* ops, int nops, const char* op) {
         if (st[o][n - 1] == 0 && st[o][c] == ix.elem[o]) {
           ix.period[o] = sz[c];
           ix.divide[o] = sz[n - 1];
+        } else if (st[o][n - 1] == ix.elem[o] && st[o][c] == 0) {
+          ix.period[o] = sz[n - 1];
         }
       }
     }

@@ -301,6 +301,18 @@ TEST(Fno, SpectralMix2dMatchesItsDefinition) {
                    "two leading dims " + what);
     }
   }
+  // On the GPU, against the CPU: the batch in several chunks of shared
+  // memory (150 x 32 inputs of a mode), and weights too large to stage
+  // (60 x 60 Complex128: the unstaged kernel).
+  if (tg::cuda::is_available()) {
+    const tg::Device gpu(tg::kCUDA, 0);
+    const auto z = tg::TensorOptions().dtype(tg::kComplex128);
+    for (auto [n, ch] : {std::pair<int64_t, int64_t>{150, 32}, {3, 60}}) {
+      Tensor x = tg::randn({n, ch, 5, 3}, z), w1 = tg::randn({ch, ch, 2, 2}, z), w2 = tg::randn({ch, ch, 2, 2}, z);
+      expect_close(values(tg::spectral_mix2d(x.to(gpu), w1.to(gpu), w2.to(gpu))), values(tg::spectral_mix2d(x, w1, w2)),
+                   1e-12, "GPU against CPU, batch " + std::to_string(n) + ", channels " + std::to_string(ch));
+    }
+  }
   // Bad input is refused naming the op and what it got.
   const auto c = tg::TensorOptions().dtype(tg::kComplex64);
   Tensor x = tg::randn({2, 3, 6, 4}, c), w = tg::randn({3, 2, 2, 2}, c);

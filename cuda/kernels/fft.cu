@@ -197,28 +197,85 @@ void fft_c2r_kernel(const Tensor& out, const Tensor& in_given, const IntList& di
 }
 
 // ---- the mode mixing of a 2-D spectral convolution ----------------------------------------
-// out (dense) is zeroed by one memset; then one thread per kept output
-// element (o fastest, then n, then the mode) sums over the input channels.
-// Threads of one n read the same x element (one transaction); the weights
-// (small) come from the caches. The zeros are most of out: a thread per
-// element of out spent 90 us on 42 MB at 128 x 128 (H200), the memset ~12.
+// out (dense) is zeroed by one memset; then each kept mode is a small
+// product, out[n, :] = x[n, :] w (in x out), over the n: a block per mode
+// (and chunk of n) stages that mode's weights and inputs in shared memory
+// (their reads are scattered: each element of a mode lies in a different
+// line) and writes the outputs. A thread per kept output reading the
+// weights itself read them line by line, 77 us at 128 x 128 (H200). Weights
+// too large to stage take that path.
 struct MixArgs {
   int64_t n, oc, h, in, m1, m2;
   int64_t so[4], sx[4], sa[4], sb[4];
 };
 
+// Where kept mode `mode` (2 m1 rows of m2 columns: the top rows, then the
+// bottom ones) lies: its row of out and x, its weight and the row in it.
+struct Mode {
+  int64_t row, wr, c;
+  bool top;
+};
+__device__ inline Mode mode_of(const MixArgs& p, int64_t mode) {
+  Mode m;
+  m.c = mode % p.m2;
+  const int64_t kr = mode / p.m2;
+  m.top = kr < p.m1;
+  m.wr = m.top ? kr : kr - p.m1;
+  m.row = m.top ? kr : p.h - 2 * p.m1 + kr;
+  return m;
+}
+
+template <class R>
+__global__ void spectral_mix2d_staged_k(R* y, const R* x, const R* a, const R* b, MixArgs p, int64_t chunk,
+                                        int64_t chunks) {
+  extern __shared__ unsigned char smem[];
+  R* ws = reinterpret_cast<R*>(smem);  // [in, out] complex
+  R* xs = ws + 2 * p.in * p.oc;        // [chunk, in] complex
+  const Mode m = mode_of(p, blockIdx.x);
+  const R* w = m.top ? a : b;
+  const int64_t* st = m.top ? p.sa : p.sb;
+  for (int64_t e = threadIdx.x; e < p.in * p.oc; e += blockDim.x) {
+    const int64_t i = e / p.oc, o = e % p.oc;
+    const R* src = w + 2 * (i * st[0] + o * st[1] + m.wr * st[2] + m.c * st[3]);
+    ws[2 * e] = src[0];
+    ws[2 * e + 1] = src[1];
+  }
+  for (int64_t k = blockIdx.y; k < chunks; k += gridDim.y) {
+    const int64_t n0 = k * chunk, nc = chunk < p.n - n0 ? chunk : p.n - n0;
+    __syncthreads();  // the previous chunk's reads of xs are done (and ws is staged)
+    for (int64_t e = threadIdx.x; e < nc * p.in; e += blockDim.x) {
+      const int64_t nn = e / p.in, i = e % p.in;
+      const R* src = x + 2 * ((n0 + nn) * p.sx[0] + i * p.sx[1] + m.row * p.sx[2] + m.c * p.sx[3]);
+      xs[2 * e] = src[0];
+      xs[2 * e + 1] = src[1];
+    }
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < nc * p.oc; e += blockDim.x) {
+      const int64_t nn = e / p.oc, o = e % p.oc;
+      R re = 0, im = 0;
+      for (int64_t i = 0; i < p.in; ++i) {
+        const R xr = xs[2 * (nn * p.in + i)], xi = xs[2 * (nn * p.in + i) + 1];
+        const R vr = ws[2 * (i * p.oc + o)], vi = ws[2 * (i * p.oc + o) + 1];
+        re += xr * vr - xi * vi;
+        im += xr * vi + xi * vr;
+      }
+      R* yo = y + 2 * ((n0 + nn) * p.so[0] + o * p.so[1] + m.row * p.so[2] + m.c * p.so[3]);
+      yo[0] = re;
+      yo[1] = im;
+    }
+  }
+}
+
 template <class R>
 __global__ void spectral_mix2d_k(R* y, const R* x, const R* a, const R* b, MixArgs p, int64_t total) {
   const int64_t step = int64_t(blockDim.x) * gridDim.x;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += step) {
-    const int64_t o = t % p.oc, bi = (t / p.oc) % p.n, mode = t / (p.oc * p.n);
-    const int64_t c = mode % p.m2, kr = mode / p.m2;  // kr < 2 m1: the top rows, then the bottom ones
-    const bool top = kr < p.m1;
-    const int64_t wr = top ? kr : kr - p.m1, row = top ? kr : p.h - 2 * p.m1 + kr;
-    const R* w = top ? a : b;
-    const int64_t* st = top ? p.sa : p.sb;
-    const R* xv = x + 2 * (bi * p.sx[0] + row * p.sx[2] + c * p.sx[3]);
-    const R* wv = w + 2 * (o * st[1] + wr * st[2] + c * st[3]);
+    const int64_t o = t % p.oc, bi = (t / p.oc) % p.n;
+    const Mode m = mode_of(p, t / (p.oc * p.n));
+    const R* w = m.top ? a : b;
+    const int64_t* st = m.top ? p.sa : p.sb;
+    const R* xv = x + 2 * (bi * p.sx[0] + m.row * p.sx[2] + m.c * p.sx[3]);
+    const R* wv = w + 2 * (o * st[1] + m.wr * st[2] + m.c * st[3]);
     const int64_t xs = 2 * p.sx[1], ws = 2 * st[0];
     R re = 0, im = 0;
 #pragma unroll 4
@@ -227,7 +284,7 @@ __global__ void spectral_mix2d_k(R* y, const R* x, const R* a, const R* b, MixAr
       re += xr * vr - xi * vi;
       im += xr * vi + xi * vr;
     }
-    R* yo = y + 2 * (bi * p.so[0] + o * p.so[1] + row * p.so[2] + c * p.so[3]);
+    R* yo = y + 2 * (bi * p.so[0] + o * p.so[1] + m.row * p.so[2] + m.c * p.so[3]);
     yo[0] = re;
     yo[1] = im;
   }
@@ -273,17 +330,31 @@ void spectral_mix2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w1,
   access.write(out);
   TG_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, size_t(out.numel()) * element_size(out.dtype()), s),
                 "spectral_mix2d");
-  const int64_t total = p.n * p.oc * 2 * p.m1 * p.m2;
+  const int64_t modes = 2 * p.m1 * p.m2, total = p.n * p.oc * modes;
   if (total == 0) return;
-  const unsigned blocks = unsigned(std::min<int64_t>((total + 255) / 256, 65536));
-  if (out.dtype() == kComplex64)
-    spectral_mix2d_k<float><<<blocks, 256, 0, s>>>(
-        static_cast<float*>(out.data_ptr()), static_cast<const float*>(x.data_ptr()),
-        static_cast<const float*>(w1.data_ptr()), static_cast<const float*>(w2.data_ptr()), p, total);
-  else
-    spectral_mix2d_k<double><<<blocks, 256, 0, s>>>(
-        static_cast<double*>(out.data_ptr()), static_cast<const double*>(x.data_ptr()),
-        static_cast<const double*>(w1.data_ptr()), static_cast<const double*>(w2.data_ptr()), p, total);
+  // Staged: the mode's weights and a chunk of n's inputs in 48 KB of shared
+  // memory (the static limit), a chunk of at least one.
+  const int64_t elem = int64_t(element_size(out.dtype())), budget = 48 * 1024;
+  const int64_t wbytes = p.in * p.oc * elem;
+  const int64_t chunk = p.in > 0 ? std::min<int64_t>(p.n, (budget - wbytes) / (p.in * elem)) : p.n;
+  auto dispatch = [&](auto r) {
+    using R = decltype(r);
+    R* yp = static_cast<R*>(out.data_ptr());
+    const R* xp = static_cast<const R*>(x.data_ptr());
+    const R* ap = static_cast<const R*>(w1.data_ptr());
+    const R* bp = static_cast<const R*>(w2.data_ptr());
+    if (p.in > 0 && chunk >= 1 && modes <= INT32_MAX) {
+      const int64_t chunks = (p.n + chunk - 1) / chunk;
+      const dim3 grid(unsigned(modes), unsigned(std::min<int64_t>(chunks, 65535)), 1);
+      const size_t shared = size_t(wbytes + chunk * p.in * elem);
+      spectral_mix2d_staged_k<R><<<grid, 256, shared, s>>>(yp, xp, ap, bp, p, chunk, chunks);
+    } else {
+      const unsigned blocks = unsigned(std::min<int64_t>((total + 255) / 256, 65536));
+      spectral_mix2d_k<R><<<blocks, 256, 0, s>>>(yp, xp, ap, bp, p, total);
+    }
+  };
+  if (out.dtype() == kComplex64) dispatch(float{});
+  else dispatch(double{});
   TG_CUDA_CHECK(cudaGetLastError(), "spectral_mix2d");
 }
 

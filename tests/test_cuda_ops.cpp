@@ -509,9 +509,7 @@ TEST(CudaGpuOps, PerChannelBroadcastOperandsMatchCpu) {
                      w + " " + name + " where(dense, channel, scalar)");
         // An outer product (a channel operand times one row of points for
         // every channel, as mm's of an inner size 1), rows aligned or not.
-        tg::IntList rs = shape;
-        rs[rs.size() - 2] = 1;
-        if (rs.size() == 3) rs[0] = 1;
+        const tg::IntList rs = shape.size() == 2 ? tg::IntList{1, shape.back()} : tg::IntList{1, 1, shape.back()};
         Tensor rowv = (tg::rand(rs, tg::TensorOptions().dtype(tg::kFloat64)) * 4 - 2).to(dt);
         expect_close(vg * rowv.to(kGpu), v * rowv, tol, w + " " + name + " channel * row");
         expect_close(tg::where(tg::gt(bg, 0.0), rowv.to(kGpu), vg), tg::where(tg::gt(big, 0.0), rowv, v), tol,

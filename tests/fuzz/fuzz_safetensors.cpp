@@ -20,7 +20,12 @@ const std::string& scratch() {
       (std::filesystem::temp_directory_path() / ("tg_fuzz_safetensors_" + std::to_string(::getpid()))).string();
   return path;
 }
+// The scratch file is removed at exit. Its path is made first (statics are
+// destroyed in reverse order: the path outlives the cleanup; made on first
+// use instead, it was destroyed before the cleanup read it, and the file
+// stayed behind).
 struct Cleanup {
+  Cleanup() { (void)scratch(); }
   ~Cleanup() { std::remove(scratch().c_str()); }
 } cleanup;
 

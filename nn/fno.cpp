@@ -55,8 +55,8 @@ Tensor SpectralConv1d::apply(const Tensor& x, bool channel_major) {
   const int64_t n = x.size(2), half = n / 2 + 1;
   TG_CHECK(modes_ <= half, "SpectralConv1d: ", modes_, " modes need a grid of at least ", 2 * (modes_ - 1),
            " points, got ", n);
-  Tensor xf = fft::rfft(x);  // [B, in, n/2 + 1]
-  Tensor mixed = tg::einsum(channel_major ? "ibx,iox->obx" : "bix,iox->box", {xf.narrow(2, 0, modes_), weight});
+  Tensor xf = tg::_fft_r2c(x, {2}, 0, true, modes_);  // [B, in, modes]: rfft's first modes entries
+  Tensor mixed = tg::einsum(channel_major ? "ibx,iox->obx" : "bix,iox->box", {xf, weight});
   return fft::irfft(mixed, n);  // the modes past modes_ zero (a short spectrum)
 }
 
@@ -90,8 +90,10 @@ Tensor SpectralConv2d::apply(const Tensor& x, bool channel_major) {
   // channel-major when the input is); irfft along w takes the modes2
   // columns as a short spectrum (the others zero). The same sums as rfft2,
   // the mixing and irfft2.
-  Tensor cols = fft::fft(fft::rfft(x, std::nullopt, 3).narrow(3, 0, m2_).transpose(2, 3));  // [.., modes2, h]
-  Tensor spec = cols.transpose(2, 3);                                                       // [.., h, modes2]
+  // The first modes2 entries of rfft along w (_fft_r2c's onesided_length:
+  // its gradient is a short C2R, no zero-padded embedding).
+  Tensor cols = fft::fft(tg::_fft_r2c(x, {3}, 0, true, m2_).transpose(2, 3));  // [.., modes2, h]
+  Tensor spec = cols.transpose(2, 3);                                          // [.., h, modes2]
   Tensor mixed = tg::spectral_mix2d(channel_major ? spec.transpose(0, 1) : spec, weight1, weight2);
   if (channel_major) mixed = mixed.transpose(0, 1);
   return fft::irfft(fft::ifft(mixed.transpose(2, 3)).transpose(2, 3), w, 3);

@@ -78,7 +78,8 @@ Tensor _fft_c2c(const Tensor& self, const IntList& dims, int64_t normalization, 
   return normalized(out, normalization, signal_points(self.sizes(), d));
 }
 
-Tensor _fft_r2c(const Tensor& self, const IntList& dims, int64_t normalization, bool onesided) {
+Tensor _fft_r2c(const Tensor& self, const IntList& dims, int64_t normalization, bool onesided,
+                int64_t onesided_length) {
   const char* op = "_fft_r2c";
   detail::check_defined(self, op);
   TG_CHECK(category(self.dtype()) == DtypeCategory::Floating, op, ": expected a Float32 or Float64 tensor, got ",
@@ -86,13 +87,21 @@ Tensor _fft_r2c(const Tensor& self, const IntList& dims, int64_t normalization, 
   check_normalization(normalization, op);
   const IntList d = fft_dims(self, dims, op);
   TG_CHECK(!d.empty(), op, ": no dims to transform");
+  const int64_t full = self.size(d.back()) / 2 + 1;
+  TG_CHECK(onesided_length == -1 || (onesided && onesided_length >= 1 && onesided_length <= full), op,
+           ": onesided_length must be -1 (all) or 1 .. ", full, " (n / 2 + 1 of dim ", d.back(), "'s ",
+           self.size(d.back()), " points) with onesided, got ", onesided_length, onesided ? "" : " (not onesided)");
   if (!onesided) return raw::_fft_c2c(raw::to(self, complex_type(self.dtype())), dims, normalization, true);
   IntList shape = self.sizes();
-  shape[size_t(d.back())] = shape[size_t(d.back())] / 2 + 1;
+  shape[size_t(d.back())] = full;
   Tensor out = detail::new_empty(shape, complex_type(self.dtype()), self.device());
-  if (out.numel() == 0) return out;
-  kernels::backend(self.device(), op).fft_r2c(out, raw::contiguous(self), d);
-  return normalized(out, normalization, signal_points(self.sizes(), d));
+  if (out.numel() > 0) {
+    kernels::backend(self.device(), op).fft_r2c(out, raw::contiguous(self), d);
+    out = normalized(out, normalization, signal_points(self.sizes(), d));
+  }
+  // The first entries: a view of the transform's own buffer (its other
+  // entries are never read).
+  return onesided_length == -1 || onesided_length == full ? out : raw::narrow(out, d.back(), 0, onesided_length);
 }
 
 Tensor _fft_c2r(const Tensor& self, const IntList& dims, int64_t normalization, int64_t last_dim_size) {

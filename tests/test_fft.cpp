@@ -187,6 +187,10 @@ TEST(Fft, BadArgumentsAreNamed) {
   EXPECT_ERROR_CONTAINS(tg::fft::fft(tg::ones({}), std::nullopt, 0), "0-dim");
   EXPECT_ERROR_CONTAINS(tg::fft::fftfreq(0), "fftfreq: n must be >= 1");
   EXPECT_ERROR_CONTAINS(tg::_fft_c2r(z, {0}, 0, 5), "onesided spectrum of 5 points has 3 entries");
+  EXPECT_ERROR_CONTAINS(tg::_fft_r2c(x, {0}, 0, true, 4), "_fft_r2c: onesided_length must be -1 (all) or 1 .. 3");
+  EXPECT_ERROR_CONTAINS(tg::_fft_r2c(x, {0}, 0, true, 0), "onesided_length");
+  EXPECT_ERROR_CONTAINS(tg::_fft_r2c(x, {0}, 0, false, 2), "(not onesided)");
+  expect_close(values(tg::_fft_r2c(x, {0}, 0, true, 2)), values(tg::fft::rfft(x).narrow(0, 0, 2)), 0, "first entries");
   EXPECT_ERROR_CONTAINS(tg::_fft_c2r(z.narrow(0, 0, 0), {0}, 0, 5), "_fft_c2r");
   EXPECT_EQ(tg::_fft_c2r(z.narrow(0, 0, 2), {0}, 0, 5).size(0), 5);  // short: the missing entry zero
   EXPECT_ERROR_CONTAINS(tg::_fft_c2c(x, {0}, 0, true), "expected a complex tensor");

@@ -197,6 +197,7 @@ std::vector<OpEntry> op_entries() {
        {one("[3, 4]", {{{3, 4}}}), one("[5]", {{{5}}})}},
       {"_fft_r2c",
        F1(cat({fft::rfft(x).reshape({-1}), fft::rfft2(x, IntList{4, 6}, {-2, -1}, "ortho").reshape({-1}),
+               _fft_r2c(x, {1}, 0, true, 2).reshape({-1}), _fft_r2c(x, {0, 1}, 1, true, 2).reshape({-1}),
                fft::ihfft(x, 5, 0).reshape({-1}), fft::rfftn(x, std::nullopt, IntList{1, 0}).reshape({-1})})),
        {one("[3, 4]", {{{3, 4}}}), one("[3, 4] transposed", {{{3, 4}, -1, 1, true}})}},
       {"_fft_c2r",

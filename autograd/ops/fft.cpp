@@ -178,23 +178,30 @@ Tensor autograd::ops::_fft_c2c(const Tensor& self, const IntList& dims, int64_t 
       [&](const Tensor& t) { return tg::_fft_c2c(t, tangent_dims(dims, self.dim()), normalization, forward); });
 }
 
-Tensor autograd::ops::_fft_r2c(const Tensor& self, const IntList& dims, int64_t normalization, bool onesided) {
-  if (!onesided && self.defined() && is_differentiable(self.dtype()) && !is_complex(self.dtype()))
+Tensor autograd::ops::_fft_r2c(const Tensor& self, const IntList& dims, int64_t normalization, bool onesided,
+                               int64_t onesided_length) {
+  if (!onesided && onesided_length == -1 && self.defined() && is_differentiable(self.dtype()) &&
+      !is_complex(self.dtype()))
     return tg::_fft_c2c(self.to(complex_type(self.dtype())), dims, normalization, true);
   return fft_op(
-      self, "_fft_r2c", "FftR2CBackward", [&] { return raw::_fft_r2c(self, dims, normalization, onesided); },
+      self, "_fft_r2c", "FftR2CBackward",
+      [&] { return raw::_fft_r2c(self, dims, normalization, onesided, onesided_length); },
       [&] {
         const int64_t last = onesided_dim(dims, self.dim()), n = self.size(last);
         IntList others;
         for (int64_t k : dims)
           if ((k < 0 ? k + self.dim() : k) != last) others.push_back(k);
+        // g holds the first entries only (onesided_length): the inverse reads
+        // it as a short spectrum.
         return [others, normalization, last, n](const Tensor& g) {
           Tensor z = others.empty() ? g : tg::_fft_c2c(g, others, normalization, false);
           if (n > 2) z = tg::mul(z, onesided_weights(z, last, n, 0.5));
           return tg::_fft_c2r(z, {last}, normalization, n);
         };
       },
-      [&](const Tensor& t) { return tg::_fft_r2c(t, tangent_dims(dims, self.dim()), normalization, onesided); });
+      [&](const Tensor& t) {
+        return tg::_fft_r2c(t, tangent_dims(dims, self.dim()), normalization, onesided, onesided_length);
+      });
 }
 
 Tensor autograd::ops::_fft_c2r(const Tensor& self, const IntList& dims, int64_t normalization, int64_t last_dim_size) {

@@ -35,7 +35,9 @@ void check_input(const Tensor& x, int64_t dims, int64_t in, bool channel_major, 
            ", got ", x.defined() ? shape_str(x.sizes()) : std::string("undefined"));
   const ScalarType want = real_type(weight.dtype());
   TG_CHECK(x.dtype() == want, op, ": expected a ", want, " input (the weights are ", weight.dtype(), "), got ",
-           x.dtype(), "; convert the input with .to(", want, ") or the module with .to(", x.dtype(), ")");
+           x.dtype(), "; convert the input with .to(", want, ")",
+           is_floating_point(x.dtype()) ? std::string(" or the module with .to(") + to_string(x.dtype()) + ")"
+                                        : std::string());
 }
 
 }  // namespace
@@ -136,7 +138,9 @@ Tensor FNO::forward(const Tensor& x) {
            x.defined() ? shape_str(x.sizes()) : std::string("undefined"));
   TG_CHECK(x.dtype() == lift->weight.dtype(), "FNO: expected a ", lift->weight.dtype(),
            " input (the parameters' dtype), got ", x.dtype(), "; convert the input with .to(", lift->weight.dtype(),
-           ") or the model with .to(", x.dtype(), ")");
+           ")",
+           is_floating_point(x.dtype()) ? std::string(" or the model with .to(") + to_string(x.dtype()) + ")"
+                                        : std::string());
   // The network runs channel-major, [channels, B, spatial...]: the FFTs
   // transform the trailing dims, and each pointwise linear map is one GEMM of
   // its weight and the [channels, B * points] matrix, whose weight gradient

@@ -128,12 +128,18 @@ Tensor _fft_c2r(const Tensor& self, const IntList& dims, int64_t normalization, 
 
 Tensor spectral_mix2d(const Tensor& self, const Tensor& weight1, const Tensor& weight2) {
   const char* op = "spectral_mix2d";
-  detail::check_defined(self, op);
-  detail::check_defined(weight1, op);
-  detail::check_defined(weight2, op);
+  TG_CHECK(self.defined() && weight1.defined() && weight2.defined(), op, ": ",
+           !self.defined()      ? "the spectrum (self)"
+           : !weight1.defined() ? "weight1"
+                                : "weight2",
+           " is an undefined tensor");
+  const ScalarType common = is_complex(self.dtype())      ? self.dtype()
+                            : is_complex(weight1.dtype()) ? weight1.dtype()
+                            : is_complex(weight2.dtype()) ? weight2.dtype()
+                                                          : kComplex64;
   TG_CHECK(is_complex(self.dtype()) && weight1.dtype() == self.dtype() && weight2.dtype() == self.dtype(), op,
            ": expected complex tensors of one dtype, got ", self.dtype(), ", ", weight1.dtype(), " and ",
-           weight2.dtype(), "; convert them with .to(", is_complex(self.dtype()) ? self.dtype() : kComplex64, ")");
+           weight2.dtype(), "; convert them with .to(", common, ")");
   detail::check_same_device(self, weight1, op);
   detail::check_same_device(self, weight2, op);
   TG_CHECK(
@@ -447,8 +453,11 @@ Tensor c2r(const char* op, const Tensor& input, const std::optional<IntList>& s,
   TG_CHECK(n >= 1, op, ": invalid number of data points (", n, ") specified (", x.size(last),
            " input entries along dim ", last, "; give n)");
   sh.s.back() = n / 2 + 1;
-  for (size_t i = 0; i < sh.dims.size(); ++i)  // a short onesided dim is padded by the primitive (no copy here)
-    if (i + 1 < sh.dims.size() || x.size(sh.dims[i]) > sh.s[i]) x = resized(x, sh.dims[i], sh.s[i], op);
+  // A short onesided dim is padded by the primitive (no copy here); one
+  // with no entries is padded here (the primitive transforms no empty dim).
+  for (size_t i = 0; i < sh.dims.size(); ++i)
+    if (i + 1 < sh.dims.size() || x.size(sh.dims[i]) > sh.s[i] || x.size(sh.dims[i]) == 0)
+      x = resized(x, sh.dims[i], sh.s[i], op);
   if (forward) x = tg::conj(x);  // hfft: the inverse transform of the conjugate
   const int64_t top = *std::max_element(sh.dims.begin(), sh.dims.end());
   if (last != top) x = x.transpose(last, top);

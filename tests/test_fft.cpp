@@ -146,6 +146,11 @@ TEST(Fft, PaddingCroppingAndHelpers) {
     tg::imag(h2).narrow(0, 0, 1).fill_(9.0);
     tg::imag(h2).narrow(0, 3, 1).fill_(-7.0);
     expect_close(values(tg::fft::irfft(h2)), values(tg::fft::irfft(h)), 1e-13, "irfft ignores DC/Nyquist imag");
+    // No entries at all, n given: zeros (as PyTorch).
+    const auto z = tg::TensorOptions().dtype(tg::kComplex128).device(dev);
+    EXPECT_EQ(values(tg::fft::irfft(tg::zeros({0}, z), 4)), std::vector<C>(4));
+    EXPECT_EQ(values(tg::fft::hfft(tg::zeros({0}, z), 5)), std::vector<C>(5));
+    EXPECT_EQ(values(tg::fft::irfft2(tg::zeros({3, 0}, z), tg::IntList{3, 4})), std::vector<C>(12));
     // A short onesided spectrum is read as zero-padded (the primitive pads:
     // no copy in tg::fft), over one dim and after a transform of another,
     // every norm.
@@ -354,10 +359,27 @@ TEST(Fno, SpectralMix2dMatchesItsDefinition) {
                    1e-12, "GPU against CPU, batch " + std::to_string(n) + ", channels " + std::to_string(ch));
     }
   }
+  // No input or no output channels: zeros forward, gradients of their
+  // shapes (zeros or empty) backward.
+  for (auto [in, out] : {std::pair<int64_t, int64_t>{0, 2}, {2, 0}}) {
+    const auto z = tg::TensorOptions().dtype(tg::kComplex128);
+    Tensor x = tg::randn({2, in, 4, 3}, z).requires_grad_(), w1 = tg::randn({in, out, 1, 2}, z).requires_grad_(),
+           w2 = tg::randn({in, out, 1, 2}, z).requires_grad_();
+    Tensor y = tg::spectral_mix2d(x, w1, w2);
+    EXPECT_EQ(y.sizes(), (tg::IntList{2, out, 4, 3}));
+    std::vector<Tensor> g = tg::autograd::grad({tg::view_as_real(y).sum()}, {x, w1, w2}, {}, std::nullopt, true);
+    EXPECT_EQ(g[0].sizes(), x.sizes());
+    EXPECT_EQ(g[1].sizes(), w1.sizes());
+    EXPECT_EQ(g[2].sizes(), w2.sizes());
+    if (g[0].numel() > 0) EXPECT_EQ(tg::amax(tg::abs(g[0])).item<double>(), 0.0);
+  }
   // Bad input is refused naming the op and what it got.
   const auto c = tg::TensorOptions().dtype(tg::kComplex64);
   Tensor x = tg::randn({2, 3, 6, 4}, c), w = tg::randn({3, 2, 2, 2}, c);
   EXPECT_ERROR_CONTAINS(tg::spectral_mix2d(tg::real(x), w, w), "spectral_mix2d: expected complex tensors of one dtype");
+  EXPECT_ERROR_CONTAINS(tg::spectral_mix2d(tg::real(x), w.to(tg::kComplex128), w.to(tg::kComplex128)),
+                        "convert them with .to(Complex128)");
+  EXPECT_ERROR_CONTAINS(tg::spectral_mix2d(x, Tensor(), w), "spectral_mix2d: weight1 is an undefined tensor");
   EXPECT_ERROR_CONTAINS(tg::spectral_mix2d(x, w.to(tg::kComplex128), w), "Complex128");
   EXPECT_ERROR_CONTAINS(tg::spectral_mix2d(x, w, w.narrow(3, 0, 1)), "two weights [in, out, m1, m2] of one shape");
   EXPECT_ERROR_CONTAINS(tg::spectral_mix2d(x.narrow(1, 0, 2), w, w), "[2, 2, 6, 4]");
@@ -409,6 +431,14 @@ TEST(Fno, SpectralConv2dAndFnoGradientsOfEveryOrder) {
   // Dtypes are named by the layer (the adversary found inner ops named).
   EXPECT_ERROR_CONTAINS(fno.forward(tg::randn({1, 4, 4, 1})), "FNO: expected a Float64 input");
   EXPECT_ERROR_CONTAINS(conv.forward(tg::randn({2, 2, 5, 6})), "SpectralConv2d: expected a Float64 input");
+  // An integer input: converting the module to it is no advice.
+  try {
+    conv.forward(tg::ones({2, 2, 5, 6}, tg::TensorOptions().dtype(tg::kInt64)));
+    ADD_FAILURE() << "an Int64 input was taken";
+  } catch (const tg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("convert the input with .to(Float64)"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("module"), std::string::npos) << e.what();
+  }
   EXPECT_ERROR_CONTAINS(conv.forward(tg::randn({2, 2, 5, 6}, kF64).to(tg::kComplex128)),
                         "SpectralConv2d: expected a Float64 input");
   // And in its parameters (a pointwise map's weight and bias, the lifting's

@@ -126,8 +126,11 @@ class SpectralMix2dBackward final : public OpNode {
       const Tensor x = x_.unpack(this, "self");
       const int64_t h = x.size(-2), in = x.size(-3), oc = g.size(-3);
       const int64_t r0 = k == 1 ? 0 : h - m1_;
-      const Tensor xk = x.narrow(-2, r0, m1_).narrow(-1, 0, m2_).reshape({-1, in, m1_, m2_});
-      const Tensor gk = g.narrow(-2, r0, m1_).narrow(-1, 0, m2_).reshape({-1, oc, m1_, m2_});
+      int64_t n = 1;  // the leading dims as one (given: -1 is not inferred from zero elements)
+      for (int64_t d = 0; d + 3 < x.dim(); ++d)
+        n *= x.size(d);
+      const Tensor xk = x.narrow(-2, r0, m1_).narrow(-1, 0, m2_).reshape({n, in, m1_, m2_});
+      const Tensor gk = g.narrow(-2, r0, m1_).narrow(-1, 0, m2_).reshape({n, oc, m1_, m2_});
       out[size_t(k)] = einsum("nixy,noxy->ioxy", {conj(xk), gk});
     }
     return out;

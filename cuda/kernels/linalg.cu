@@ -230,6 +230,7 @@ template <class T> __global__ void sum_slices_k(T* out, const T* part, int64_t S
 void gemm_long_thin(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) {
   const int64_t n = out.sizes()[1], m = out.sizes()[2], k = a.sizes()[2];
   const int device = out.device().index();
+  DeviceGuard g(device);  // the sum's launch (the products guard themselves)
   // Slices a multiple of 8 long (aligned batch offsets), at least 512.
   const int64_t want = 8 * int64_t(sm_count(device));
   const int64_t len = std::max<int64_t>(512, ((k + want - 1) / want + 7) / 8 * 8);

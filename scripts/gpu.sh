@@ -33,7 +33,8 @@
 #                             tapegrad eager and graphed, PyTorch eager, torch.cuda.graph,
 #                             torch.compile and JAX jit (bench/peers/fno_peers.py)
 #   scripts/gpu.sh fprofile   per-kernel GPU time of one replay of the graphed FNO step
-#                             (FPROFILE_GRIDS, default "64 128"; FNO_ARGS)
+#                             (FPROFILE_GRIDS, default "64 128"; FNO_ARGS; FPROFILE_WHO="tapegrad jax"
+#                             adds JAX's jitted step)
 #   scripts/gpu.sh hessian    the Hessian benchmark side by side with LibTorch,
 #                             PyTorch eager, torch.func and JAX (needs peers built)
 # Logs go to $OUT (or ./gpu-logs). Several steps may be given in order.
@@ -91,12 +92,16 @@ for step in "$@"; do
       python3 bench/peers/fno_peers.py --build "$B" ${FNO_ARGS:-} 2>&1 | tee -a "$OUT/fno_peers.txt" ;;
     fprofile)
       for g in ${FPROFILE_GRIDS:-64 128}; do
-        # --cache-control none: the kernels find what their producers left in
-        # L2, as they do in a replay (flushing it inflates bandwidth-bound ones)
-        ncu --profile-from-start off --graph-profiling node --cache-control none --metrics gpu__time_duration.sum --csv \
-          $B/bench/fno_step --grid $g --steps 5 --repeats 1 --profile ${FNO_ARGS:-} > "$OUT/ncu_fno$g.csv" 2> "$OUT/ncu_fno$g.err" ||
-          { tail -5 "$OUT/ncu_fno$g.err"; rc=1; continue; }
-        python3 scripts/ncu_summary.py "$OUT/ncu_fno$g.csv" | tee "$OUT/ncu_fno$g.txt" | head -45
+        for who in ${FPROFILE_WHO:-tapegrad}; do  # FPROFILE_WHO="tapegrad jax": JAX's jitted step too
+          if [ $who = tapegrad ]; then cmd=($B/bench/fno_step --grid $g --steps 5 --repeats 1 --profile ${FNO_ARGS:-})
+          else cmd=(env XLA_PYTHON_CLIENT_PREALLOCATE=false python3 bench/peers/fno_peers.py --frameworks jax --grids $g --profile ${FNO_ARGS:-}); fi
+          f=ncu_fno${g}_$who
+          # --cache-control none: the kernels find what their producers left in
+          # L2, as they do in a replay (flushing it inflates bandwidth-bound ones)
+          ncu --profile-from-start off --graph-profiling node --cache-control none --metrics gpu__time_duration.sum --csv \
+            "${cmd[@]}" > "$OUT/$f.csv" 2> "$OUT/$f.err" || { tail -5 "$OUT/$f.err"; rc=1; continue; }
+          echo "== $who $g"; python3 scripts/ncu_summary.py "$OUT/$f.csv" | tee "$OUT/$f.txt" | head -${FPROFILE_ROWS:-45}
+        done
       done ;;
     pinn)
       python3 bench/peers/pinn_peers.py ${PINN_ARGS:-} 2>&1 | tee -a "$OUT/pinn_peers.txt" ;;

@@ -16,7 +16,7 @@ import json
 import math
 import subprocess
 
-from timing import ms_per_step  # bench/peers/timing.py
+from timing import cuda_profiler, ms_per_step  # bench/peers/timing.py
 
 
 def tapegrad_row(build, grid, pino, steps):
@@ -131,7 +131,7 @@ def torch_rows(grid, pino, steps, frameworks, batch=20, width=32, modes=12, laye
 
 
 # ---- JAX ---------------------------------------------------------------------------
-def jax_rows(grid, pino, steps, batch=20, width=32, modes=12, layers=4):
+def jax_rows(grid, pino, steps, profile=False, batch=20, width=32, modes=12, layers=4):
     import jax
     import jax.numpy as jnp
 
@@ -214,6 +214,14 @@ def jax_rows(grid, pino, steps, batch=20, width=32, modes=12, layers=4):
 
     for _ in range(3):
         run()
+    if profile:  # one step bracketed for ncu (scripts/gpu.sh fprofile)
+        start, stop = cuda_profiler()
+        jax.block_until_ready(state[0])
+        start()
+        run()
+        jax.block_until_ready(state[0])
+        stop()
+        return []
     dev = jax.devices()[0]
     ms = ms_per_step(run, lambda: jax.block_until_ready(state[0]), steps)
     stats = dev.memory_stats() or {}
@@ -226,6 +234,9 @@ def main():
     ap.add_argument("--grids", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--pino", action="store_true")
     ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--profile", action="store_true",
+                    help="with --frameworks jax: one step bracketed by the CUDA profiler's start/stop, "
+                         "for ncu --profile-from-start off (scripts/gpu.sh fprofile)")
     ap.add_argument("--frameworks", nargs="+",
                     default=["tapegrad", "torch_eager", "torch_graph", "torch_compile", "jax"])
     args = ap.parse_args()
@@ -237,7 +248,7 @@ def main():
         if torch_modes:
             rows += torch_rows(grid, args.pino, args.steps, torch_modes)
         if "jax" in args.frameworks:
-            rows += jax_rows(grid, args.pino, args.steps)
+            rows += jax_rows(grid, args.pino, args.steps, args.profile)
         print(f"FNO-2D step, {grid} x {grid}, batch 20, width 32, 12 modes, 4 layers, float32"
               f"{', PINO loss' if args.pino else ''}")
         print(f"  {'framework':34s} {'ms/step':>9s} {'peak MiB':>9s}")

@@ -36,6 +36,8 @@ import subprocess
 import sys
 import time
 
+from timing import cuda_profiler  # bench/peers/timing.py
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LOG2PI = math.log(2 * math.pi)
 
@@ -145,14 +147,6 @@ def worker_torch(args):
     return out
 
 
-def _try_cdll(name):
-    import ctypes
-    try:
-        return ctypes.CDLL(name)
-    except OSError:
-        return None
-
-
 def worker_jax(args):
     import jax
     jax.config.update("jax_enable_x64", True)
@@ -165,13 +159,8 @@ def worker_jax(args):
     out = {}
 
     prof = None
-    if args.profile:  # cudaProfilerStart/Stop through the CUDA runtime JAX loaded (the primary context)
-        import ctypes
-        rt = next((lib for lib in (_try_cdll(n) for n in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"))
-                   if lib), None)
-        if rt is None:
-            raise RuntimeError("--profile: no libcudart.so found for cudaProfilerStart")
-        prof = (rt.cudaProfilerStart, rt.cudaProfilerStop)
+    if args.profile:
+        prof = cuda_profiler()
 
     def record(key, fn):
         if args.workloads and key.split(" ")[0] not in args.workloads:

@@ -15,3 +15,16 @@ def ms_per_step(fn, sync, steps, repeats=5):
         sync()
         t.append((time.perf_counter() - t0) * 1e3 / steps)
     return statistics.median(t)
+
+
+def cuda_profiler():
+    """cudaProfilerStart/Stop through the CUDA runtime a framework loaded (its
+    primary context), for ncu --profile-from-start off."""
+    import ctypes
+    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
+        try:
+            rt = ctypes.CDLL(name)
+        except OSError:
+            continue
+        return rt.cudaProfilerStart, rt.cudaProfilerStop
+    raise RuntimeError("--profile: no libcudart.so found for cudaProfilerStart")

@@ -93,12 +93,14 @@ for step in "$@"; do
     fprofile)
       for g in ${FPROFILE_GRIDS:-64 128}; do
         for who in ${FPROFILE_WHO:-tapegrad}; do  # FPROFILE_WHO="tapegrad jax": JAX's jitted step too
-          if [ $who = tapegrad ]; then cmd=($B/bench/fno_step --grid $g --steps 5 --repeats 1 --profile ${FNO_ARGS:-})
-          else cmd=(env XLA_PYTHON_CLIENT_PREALLOCATE=false python3 bench/peers/fno_peers.py --frameworks jax --grids $g --profile ${FNO_ARGS:-}); fi
+          # JAX: its step's kernels one by one (XLA's command buffers, CUDA
+          # graphs of its own, off: ncu's node-by-node graph profiling crashes it)
+          if [ $who = tapegrad ]; then cmd=($B/bench/fno_step --grid $g --steps 5 --repeats 1 --profile ${FNO_ARGS:-}) gp=(--graph-profiling node)
+          else cmd=(env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= python3 bench/peers/fno_peers.py --frameworks jax --grids $g --profile ${FNO_ARGS:-}) gp=(); fi
           f=ncu_fno${g}_$who
           # --cache-control none: the kernels find what their producers left in
           # L2, as they do in a replay (flushing it inflates bandwidth-bound ones)
-          ncu --profile-from-start off --graph-profiling node --cache-control none --metrics gpu__time_duration.sum --csv \
+          ncu --profile-from-start off "${gp[@]}" --cache-control none --metrics gpu__time_duration.sum --csv \
             "${cmd[@]}" > "$OUT/$f.csv" 2> "$OUT/$f.err" || { tail -5 "$OUT/$f.err"; rc=1; continue; }
           echo "== $who $g"; python3 scripts/ncu_summary.py "$OUT/$f.csv" | tee "$OUT/$f.txt" | head -${FPROFILE_ROWS:-45}
         done

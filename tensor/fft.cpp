@@ -95,13 +95,11 @@ Tensor _fft_r2c(const Tensor& self, const IntList& dims, int64_t normalization, 
   IntList shape = self.sizes();
   shape[size_t(d.back())] = full;
   Tensor out = detail::new_empty(shape, complex_type(self.dtype()), self.device());
-  if (out.numel() > 0) {
-    kernels::backend(self.device(), op).fft_r2c(out, raw::contiguous(self), d);
-    out = normalized(out, normalization, signal_points(self.sizes(), d));
-  }
+  if (out.numel() > 0) kernels::backend(self.device(), op).fft_r2c(out, raw::contiguous(self), d);
   // The first entries: a view of the transform's own buffer (its other
-  // entries are never read).
-  return onesided_length == -1 || onesided_length == full ? out : raw::narrow(out, d.back(), 0, onesided_length);
+  // entries are never read, nor scaled).
+  if (onesided_length != -1 && onesided_length != full) out = raw::narrow(out, d.back(), 0, onesided_length);
+  return normalized(out, normalization, signal_points(self.sizes(), d));
 }
 
 Tensor _fft_c2r(const Tensor& self, const IntList& dims, int64_t normalization, int64_t last_dim_size) {
@@ -121,8 +119,7 @@ Tensor _fft_c2r(const Tensor& self, const IntList& dims, int64_t normalization, 
   shape[size_t(last)] = last_dim_size;
   Tensor out = detail::new_empty(shape, real_type(self.dtype()), self.device());
   if (out.numel() == 0) return out;
-  kernels::backend(self.device(), op)
-      .fft_c2r(out, raw::contiguous(self), d, norm_scale(normalization, signal_points(shape, d)));
+  kernels::backend(self.device(), op).fft_c2r(out, self, d, norm_scale(normalization, signal_points(shape, d)));
   return out;
 }
 
@@ -268,7 +265,8 @@ void fft_r2c_kernel(const Tensor& out, const Tensor& in, const IntList& dims) {
   });
 }
 
-void fft_c2r_kernel(const Tensor& out, const Tensor& in, const IntList& dims, double scale) {
+void fft_c2r_kernel(const Tensor& out, const Tensor& in_given, const IntList& dims, double scale) {
+  const Tensor in = raw::contiguous(in_given);
   dispatch_parts(in.dtype(), [&](auto r) {
     using R = decltype(r);
     Tensor work = in;

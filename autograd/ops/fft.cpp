@@ -19,6 +19,7 @@
 // on that weight's modes (einsum); its tangent and Taylor coefficients are
 // the product rule (jet_product) over a broadcasting sum-of-products form of
 // the mixing that batched tangents pass through.
+#include <cmath>
 #include <functional>
 
 #include "autograd/ops/ops.h"
@@ -64,20 +65,30 @@ int64_t onesided_dim(const IntList& dims, int64_t ndim) {
 }
 
 // Weights along the onesided dim `last` of a spectrum g (m entries of an
-// n-point signal), shaped to broadcast against g: `interior` for the entries
-// that stand for two (1 .. (n - 1) / 2), 1 for the others. Made on the device
-// (capturable: no values from the host).
+// n-point signal), shaped to broadcast against g: `scale` times `interior`
+// for the entries that stand for two (1 .. (n - 1) / 2), `scale` for the
+// others. Made on the device (capturable: no values from the host), of g's
+// dtype (no cast in the product).
 // A spectrum shorter than n / 2 + 1 entries (a short input of _fft_c2r)
 // takes the first m of the weights.
-Tensor onesided_weights(const Tensor& g, int64_t last, int64_t n, double interior) {
+Tensor onesided_weights(const Tensor& g, int64_t last, int64_t n, double interior, double scale = 1) {
   const int64_t m = g.size(last), doubled = (n - 1) / 2;  // entries 1 .. doubled stand for two
   IntList shape(size_t(g.dim() - last), 1);
   shape[0] = m;
-  Tensor w = tg::full(shape, interior, TensorOptions().dtype(real_type(g.dtype())).device(g.device()));
+  Tensor w = tg::full(shape, interior * scale, TensorOptions().dtype(g.dtype()).device(g.device()));
   autograd::NoGradGuard no_grad;
-  w.narrow(0, 0, 1).fill_(1.0);
-  if (doubled + 1 < m) w.narrow(0, doubled + 1, m - doubled - 1).fill_(1.0);
+  w.narrow(0, 0, 1).fill_(scale);
+  if (doubled + 1 < m) w.narrow(0, doubled + 1, m - doubled - 1).fill_(scale);
   return w;
+}
+
+// The factor of normalization `norm` (0, 1, 2: 1, 1/sqrt(n), 1/n) for the
+// signal of t's sizes over dims.
+double norm_factor(int64_t norm, const Tensor& t, const IntList& dims) {
+  double n = 1;
+  for (int64_t k : dims)
+    n *= double(t.size(k < 0 ? k + t.dim() : k));
+  return norm == 0 ? 1.0 : norm == 1 ? 1 / std::sqrt(n) : 1 / n;
 }
 
 template <class Raw, class Grad, class Tangent>
@@ -213,10 +224,12 @@ Tensor autograd::ops::_fft_c2r(const Tensor& self, const IntList& dims, int64_t 
       [&] {
         const int64_t last = onesided_dim(dims, self.dim()), m = self.size(last);
         return [dims, normalization, last, last_dim_size, m](const Tensor& g) {
-          Tensor gi = tg::_fft_r2c(g, dims, normalization, true);
-          if (gi.size(last) > m) gi = gi.narrow(last, 0, m);  // a short spectrum: its entries only
-          if (last_dim_size <= 2) return gi;                  // no entry stands for two
-          return tg::mul(gi, onesided_weights(gi, last, last_dim_size, 2.0));
+          // A short spectrum: its entries only (a view of the transform's
+          // buffer). Unscaled: the scale rides on the weights' product.
+          const Tensor gi = tg::_fft_r2c(g, dims, 0, true, m < last_dim_size / 2 + 1 ? m : -1);
+          const double s = norm_factor(normalization, g, dims);
+          if (last_dim_size <= 2) return s == 1 ? gi : tg::mul(gi, s);  // no entry stands for two
+          return tg::mul(gi, onesided_weights(gi, last, last_dim_size, 2.0, s));
         };
       },
       [&](const Tensor& t) { return tg::_fft_c2r(t, tangent_dims(dims, self.dim()), normalization, last_dim_size); });

@@ -133,14 +133,6 @@ Tensor binary(BinaryOp op, const Tensor& a, Scalar s) {
   detail::check_defined(a, name, "first operand");
   const kernels::Backend& be = kernels::backend(a.device(), name);
   const ScalarType st = promote_with_scalar(a.dtype(), s.is_integral());
-  if (be.binary_scalar && !a.is_sparse() && is_complex(st) && op == BinaryOp::Mul) {
-    // A complex tensor times a real number: both parts scaled, by the real
-    // kernel on the parts (one launch, no 0-dim tensor to fill).
-    const auto [sd, si] = scalar_in(s, real_type(st));
-    Tensor out = detail::new_empty(a.sizes(), st, a.device());
-    be.binary_scalar(op, raw::view_as_real(out), raw::view_as_real(cast(a, st)), sd, si);
-    return out;
-  }
   if (!be.binary_scalar || a.is_sparse() || is_complex(st)) return binary(op, a, scalar_like(s, a, name));
   // The scalar is a kernel argument: one launch, no 0-dim tensor to fill.
   const ScalarType rt = binary_result_type(op, a.dtype(), st, name);
@@ -223,19 +215,11 @@ const Tensor& inplace_scalar(const Tensor& self, BinaryOp op, Scalar s, const ch
   const kernels::Backend& be = kernels::backend(self.device(), name);
   const ScalarType st = promote_with_scalar(self.dtype(), s.is_integral());
   const ScalarType rt = binary_result_type(op, self.dtype(), st, name);
-  const bool complex_mul = is_complex(rt) && op == BinaryOp::Mul && self.dtype() == rt;  // on the parts
-  if (!be.binary_scalar || self.is_sparse() || self.dtype() != rt || compute_type(rt) != rt ||
-      (is_complex(rt) && !complex_mul))
+  if (!be.binary_scalar || self.is_sparse() || self.dtype() != rt || compute_type(rt) != rt || is_complex(rt))
     return inplace_binary(self, op, scalar_like(s, self, name), name);
   detail::check_writable(self, name);
-  if (complex_mul) {
-    const auto [sd, si] = scalar_in(s, real_type(rt));
-    const Tensor parts = raw::view_as_real(self);
-    be.binary_scalar(op, parts, parts, sd, si);
-  } else {
-    const auto [sd, si] = scalar_in(s, st);
-    be.binary_scalar(op, self, self, sd, si);
-  }
+  const auto [sd, si] = scalar_in(s, st);
+  be.binary_scalar(op, self, self, sd, si);
   self.bump_version();
   return self;
 }

@@ -46,7 +46,9 @@ double norm_scale(int64_t norm, double n) { return norm == 0 ? 1.0 : norm == 1 ?
 // out scaled in place by the normalization for a signal of `n` points.
 Tensor normalized(Tensor out, int64_t norm, double n) {
   if (norm == 0 || out.numel() == 0) return out;
-  raw::mul_(out, Scalar(norm_scale(norm, n)));
+  // The parts scaled (a complex spectrum by a real factor, as pocketfft
+  // does): on CUDA one launch, no 0-dim tensor.
+  raw::mul_(is_complex(out.dtype()) ? raw::view_as_real(out) : out, Scalar(norm_scale(norm, n)));
   return out;
 }
 

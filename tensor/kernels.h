@@ -181,6 +181,11 @@ struct Backend {
   // separate product). AccumulateGrad forms a weight's held products into an
   // existing .grad with it (autograd/accumulation.cpp).
   void (*mm_accumulate)(const Tensor& out, const Tensor& a, const Tensor& b);
+  // out = a @ b + bias (bias along the rows): out [n, m] contiguous, a
+  // [n, k], b [k, m], bias [m] contiguous, one Float32/Float64 dtype.
+  // Optional (null: the product, then an add). linear's forward takes it
+  // (the bias in the GEMM's epilogue on CUDA: no pass of its own).
+  void (*mm_bias)(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias);
   // Indices that were checked once and may have changed since (a sparse
   // tensor's, through _indices()): index Int64 1-D. CUDA only (the CPU
   // checks on the host): every index outside [0, size) is reported at the

@@ -113,6 +113,18 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   if (b.defined())
     TG_CHECK(b.dim() == 1 && b.sizes()[0] == w.sizes()[0], "linear: bias shape ", shape_str(b.sizes()),
              " doesn't match weight ", shape_str(w.sizes()), " (out_features ", w.sizes()[0], ")");
+  // A bias on a backend that adds it in the product (CUDA: the GEMM's
+  // epilogue), for a contiguous input of two dims or more: one launch.
+  const kernels::Backend& be = kernels::backend(x.device(), "linear");
+  if (b.defined() && be.mm_bias && x.dim() >= 2 && x.is_contiguous() && b.is_contiguous() &&
+      (x.dtype() == kFloat32 || x.dtype() == kFloat64) && b.dtype() == x.dtype() && x.numel() > 0 && w.size(0) > 0) {
+    const int64_t in = w.size(1), rows = x.numel() / in;
+    IntList shape = x.sizes();
+    shape.back() = w.size(0);
+    Tensor y = detail::new_empty({rows, w.size(0)}, x.dtype(), x.device());
+    be.mm_bias(y, raw::view(x, {rows, in}), w.t(), b);
+    return raw::view(y, shape);
+  }
   Tensor y = raw::matmul(x, w.t());
   return b.defined() ? raw::add(y, b) : y;
 }

@@ -198,6 +198,29 @@ TEST(Complex, RealImagConj) {
   }
 }
 
+// A complex tensor times a real number: both parts scaled (a complex
+// product with a zero imaginary part); the in-place form on a strided view
+// writes that view only. (FFTs scale their spectra so.)
+TEST(Complex, TimesARealScalarScalesBothParts) {
+  for (const tg::Device& dev : devices()) {
+    SCOPED_TRACE(dev.is_cpu() ? "cpu" : "cuda");
+    Tensor z = tg::view_as_complex(tg::tensor({1.0, -2.0, 4.0, 0.5, 0.25, 3.0}, {3, 2}, tg::kFloat64).to(dev));
+    const std::vector<complex<double>> got = (z * -2.5).to(kCpu).to_vector<complex<double>>();
+    EXPECT_TRUE(got[0] == complex<double>(-2.5, 5.0) && got[1] == complex<double>(-10.0, -1.25) &&
+                got[2] == complex<double>(-0.625, -7.5));
+    EXPECT_EQ((z * 2).dtype(), tg::kComplex128);
+    Tensor m =
+        tg::view_as_complex(tg::arange(0, 24, 1, tg::TensorOptions().dtype(tg::kFloat32)).reshape({3, 4, 2}).to(dev));
+    m.select(1, 1).mul_(0.5);  // strided: every fourth element
+    const std::vector<complex<float>> all = m.to(kCpu).to_vector<complex<float>>();
+    for (int64_t r = 0; r < 3; ++r)
+      for (int64_t c = 0; c < 4; ++c) {
+        const float base = float(8 * r + 2 * c), s = c == 1 ? 0.5f : 1.0f;
+        EXPECT_TRUE(all[size_t(4 * r + c)] == complex<float>(base * s, (base + 1) * s)) << r << " " << c;
+      }
+  }
+}
+
 TEST(Complex, Printing) {
   Tensor z = tg::view_as_complex(tg::tensor({1.0f, 2.0f, 3.0f, -4.0f}, {2, 2}, tg::kFloat32));
   std::ostringstream os;

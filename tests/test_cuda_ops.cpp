@@ -340,6 +340,35 @@ TEST(CudaGpuOps, GemmMatchesCpu) {
   expect_close(t32, tg::mm(a, b), 5e-2, "tf32");
 }
 
+// linear's bias rides in the product's epilogue (cuBLASLt) where it can: a
+// contiguous input of 2 or 3 dims, wide and narrow outputs; else the
+// product and an add: a bias at an odd offset (not 16-byte aligned), a
+// transposed input, a long thin product (k = 20000), an input of one dim.
+// Every form equals the CPU's.
+TEST(CudaGpuOps, LinearWithBiasMatchesCpuInEveryForm) {
+  REQUIRE_GPU();
+  tg::manual_seed(62);
+  for (auto dt : {tg::kFloat32, tg::kFloat64}) {
+    const auto o = tg::TensorOptions().dtype(dt);
+    const double tol = dt == tg::kFloat64 ? 1e-10 : 2e-4;
+    auto check = [&](const Tensor& x, const Tensor& w, const Tensor& b, const char* what) {
+      expect_close(tg::linear(x.to(kGpu), w.to(kGpu), b.to(kGpu)), tg::linear(x, w, b), tol, what);
+    };
+    Tensor w = tg::randn({40, 33}, o), b = tg::randn({40}, o);
+    check(tg::randn({300, 33}, o), w, b, "rows");
+    check(tg::randn({4, 50, 33}, o), w, b, "batched rows");
+    check(tg::randn({300, 33}, o), tg::randn({1, 33}, o), tg::randn({1}, o), "one output");
+    check(tg::randn({2000, 3}, o), tg::randn({128, 3}, o), tg::randn({128}, o), "wide, k = 3");
+    check(tg::randn({33}, o), w, b, "one input vector");
+    check(tg::randn({33, 300}, o).t(), w, b, "transposed input");
+    const Tensor odd = tg::randn({41}, o);
+    Tensor x = tg::randn({300, 33}, o);
+    const Tensor want = tg::linear(x, w, odd.narrow(0, 1, 40));
+    expect_close(tg::linear(x.to(kGpu), w.to(kGpu), odd.to(kGpu).narrow(0, 1, 40)), want, tol, "bias at an odd offset");
+    check(tg::randn({8, 20000}, o), tg::randn({16, 20000}, o), tg::randn({16}, o), "long thin product");
+  }
+}
+
 // Long, thin products (weight gradients, k = batch x points): k cut into
 // slices whose products are summed, a remainder shorter than a slice added
 // last (k = 70001 is not a multiple of the slice length); either operand

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <vector>
 
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/tensor/ops.h>
@@ -152,13 +153,105 @@ void fft_r2c_kernel(const Tensor& out, const Tensor& in, const IntList& dims) {
   fft_c2c_kernel(out, raw::contiguous(back), rest, true);
 }
 
+// ---- the input of a C2R: gathered, scaled and zero-padded in one pass --------------------
+// Division by a fixed divisor as a multiply-high and a shift (Granlund and
+// Montgomery; numerators below 2^31): the gather's index arithmetic, a few
+// instructions per element where a division is tens.
+struct FastDiv {
+  uint32_t d = 1, mul = 0, shift = 0;
+  FastDiv() = default;
+  explicit FastDiv(uint32_t divisor) : d(divisor) {
+    while ((uint64_t(1) << shift) < d)
+      ++shift;
+    mul = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << shift) - d)) / d + 1);
+  }
+  __device__ uint32_t div(uint32_t n) const { return (__umulhi(n, mul) + n) >> shift; }
+};
+
+constexpr int kPadDims = 8;  // leading dims of the input (after merging)
+struct PadArgs {
+  int nd = 0;                // leading dims
+  FastDiv size[kPadDims];    // their sizes, innermost last
+  int64_t stride[kPadDims];  // the input's strides along them (elements)
+  int64_t last_stride = 0;   // along the spectrum's dim
+  FastDiv full;              // entries per output row
+  uint32_t m = 0;            // entries per input row (m <= full)
+};
+
+// out [rows, full] (contiguous) = scale * in[row, k] for k < m, else 0; in
+// given by its leading dims' sizes and strides.
+template <class V, class R> __global__ void c2r_pad_k(V* out, const V* in, PadArgs p, uint32_t total, R scale) {
+  const uint32_t step = blockDim.x * gridDim.x;
+  for (uint32_t t = blockIdx.x * blockDim.x + threadIdx.x; t < total; t += step) {
+    uint32_t row = p.full.div(t);
+    const uint32_t k = t - row * p.full.d;
+    V v{R(0), R(0)};
+    if (k < p.m) {
+      int64_t off = int64_t(k) * p.last_stride;
+      for (int d = p.nd - 1; d >= 0; --d) {
+        const uint32_t q = p.size[d].div(row);
+        off += int64_t(row - q * p.size[d].d) * p.stride[d];
+        row = q;
+      }
+      const V x = in[off];
+      v.x = x.x * scale;
+      v.y = x.y * scale;
+    }
+    out[t] = v;
+  }
+}
+
+// work (contiguous, the spectrum's dim last, `full` entries) = scale * in
+// zero-padded along it. False when the sizes are past the kernel's 32-bit
+// indexing or its dims (the caller pads with tensor ops instead).
+bool c2r_pad(const Tensor& work, const Tensor& in, double scale) {
+  const int64_t d_last = in.dim() - 1, total = work.numel();
+  if (total == 0) return true;
+  if (total >= (int64_t(1) << 31)) return false;
+  // The leading dims, merged where the input's strides allow, size 1 dropped.
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (size, stride), outermost first
+  for (int64_t d = 0; d < d_last; ++d) {
+    if (in.size(d) == 1) continue;
+    if (!dims.empty() && dims.back().second == in.stride(d) * in.size(d))
+      dims.back() = {dims.back().first * in.size(d), in.stride(d)};
+    else dims.push_back({in.size(d), in.stride(d)});
+  }
+  if (int64_t(dims.size()) > kPadDims) return false;
+  PadArgs p;
+  p.nd = int(dims.size());
+  for (int d = 0; d < p.nd; ++d) {
+    p.size[d] = FastDiv(uint32_t(dims[size_t(d)].first));
+    p.stride[d] = dims[size_t(d)].second;
+  }
+  p.last_stride = in.stride(d_last);
+  p.full = FastDiv(uint32_t(work.size(d_last)));
+  p.m = uint32_t(in.size(d_last));
+  DeviceGuard g(work.device().index());
+  cudaStream_t s = stream_of(work);
+  LaunchEncoder access(s);
+  access.read(in);
+  access.write(work);
+  const unsigned blocks = unsigned(std::min<int64_t>((total + 255) / 256, 65536));
+  if (work.dtype() == kComplex64)
+    c2r_pad_k<float2, float><<<blocks, 256, 0, s>>>(static_cast<float2*>(work.data_ptr()),
+                                                    static_cast<const float2*>(in.data_ptr()), p, uint32_t(total),
+                                                    float(scale));
+  else
+    c2r_pad_k<double2, double><<<blocks, 256, 0, s>>>(
+        static_cast<double2*>(work.data_ptr()), static_cast<const double2*>(in.data_ptr()), p, uint32_t(total), scale);
+  TG_CUDA_CHECK(cudaGetLastError(), "irfft");
+  return true;
+}
+
 void fft_c2r_kernel(const Tensor& out, const Tensor& in, const IntList& dims, double scale) {
   const cufftType type = in.dtype() == kComplex64 ? CUFFT_C2R : CUFFT_Z2D;
   IntList rest = dims;
   const IntList group = take_group(rest);  // holds the onesided dim, last
   // The buffer cuFFT's C2R writes (its input): in, with any strides, scaled
-  // (the transform is linear) and, when short, zeros appended, written by
-  // one gather (the zeros by a fill of the tail alone).
+  // (the transform is linear) and, when short, zeros appended. (A fill of
+  // the tail and a strided scaled copy, through the elementwise kernels'
+  // general indexing, took 61 us at 128 x 128 where the gather takes one
+  // pass.)
   const int64_t last = dims.back(), full = out.size(last) / 2 + 1, m = in.size(last);
   Tensor work;
   if (!rest.empty() && m == full && scale == 1 && in.is_contiguous()) {
@@ -167,12 +260,16 @@ void fft_c2r_kernel(const Tensor& out, const Tensor& in, const IntList& dims, do
     IntList sizes = in.sizes();
     sizes[size_t(last)] = full;
     work = tg::detail::new_empty(sizes, in.dtype(), in.device());
-    const Tensor head = m < full ? raw::narrow(work, last, 0, m) : work;
-    if (m < full) raw::zero_(raw::narrow(work, last, m, full - m));
-    if (scale != 1)
-      kernels::backend(in.device(), "irfft")
-          .binary_scalar(kernels::BinaryOp::Mul, raw::view_as_real(head), raw::view_as_real(in), scale, 0);
-    else raw::copy_(head, in);
+    // One gather when the spectrum's dim is last (the usual case), else
+    // (or past 32-bit sizes) a fill, then a scaled copy into the head.
+    if (last != in.dim() - 1 || !c2r_pad(work, in, scale)) {
+      const Tensor head = m < full ? raw::narrow(work, last, 0, m) : work;
+      if (m < full) raw::zero_(work);
+      if (scale != 1)
+        kernels::backend(in.device(), "irfft")
+            .binary_scalar(kernels::BinaryOp::Mul, raw::view_as_real(head), raw::view_as_real(in), scale, 0);
+      else raw::copy_(head, in);
+    }
   }
   if (!rest.empty()) {  // the other dims, into a buffer of our own
     Tensor done = tg::detail::new_empty(work.sizes(), work.dtype(), work.device());
@@ -337,7 +434,11 @@ void spectral_mix2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w1,
   // memory (the static limit), a chunk of at least one.
   const int64_t elem = int64_t(element_size(out.dtype())), budget = 48 * 1024;
   const int64_t wbytes = p.in * p.oc * elem;
-  const int64_t chunk = p.in > 0 ? std::min<int64_t>(p.n, (budget - wbytes) / (p.in * elem)) : p.n;
+  int64_t chunk = p.in > 0 ? std::min<int64_t>(p.n, (budget - wbytes) / (p.in * elem)) : p.n;
+  // Some 512 blocks at least (a few per SM): the n cut into that many
+  // chunks when the modes are fewer (each block stages its mode's weights).
+  const int64_t cuts = std::max<int64_t>(1, (512 + modes - 1) / std::max<int64_t>(modes, 1));
+  if (chunk > 0) chunk = std::min(chunk, std::max<int64_t>(1, (p.n + cuts - 1) / cuts));
   auto dispatch = [&](auto r) {
     using R = decltype(r);
     R* yp = static_cast<R*>(out.data_ptr());

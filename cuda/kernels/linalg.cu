@@ -86,7 +86,7 @@ __global__ void gemm_int64_k(T* out, const T* a, const T* b, int64_t B, int64_t 
 bool lt_enabled() { return tg::detail::switched_on<tg::detail::OffSwitch::kCublasLt>(); }
 
 struct LtKey {
-  int64_t v[16];  // device is enough for the workspace size: fixed per device
+  int64_t v[17];  // device is enough for the workspace size: fixed per device
   bool operator==(const LtKey& o) const { return std::memcmp(v, o.v, sizeof(v)) == 0; }
 };
 struct LtKeyHash {
@@ -103,7 +103,14 @@ struct LtPlan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
-  bool ok = false;  // false: the heuristic found nothing; use cublasGemmEx
+  bool ok = false;    // false: the heuristic found nothing; use cublasGemmEx
+  bool bias = false;  // with the bias epilogue
+  // The heuristic's candidates, best ranked first (algo is the first), and
+  // which one timing chose (-1: not timed; see tuned_algo).
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  std::vector<size_t> workspaces;
+  std::atomic<int> chosen{-1};
+  std::once_flag timing;
   ~LtPlan() {
     if (c) cublasLtMatrixLayoutDestroy(c);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -119,15 +126,23 @@ uint32_t alignment_of(const void* p) {
   return a;
 }
 
-// The plan for C (m x n, column-major, ld m) = op(A) op(B), batched.
+// The plan for C (m x n, column-major, ld m) = op(A) op(B), batched; with
+// `bias`, plus a vector of m broadcast along the columns (the epilogue
+// adds it before the one rounding to C: PyTorch's addmm with a bias row
+// does the same). A bias plan's descriptor takes the bias pointer at each
+// call, so those plans are per thread (no two threads set it at once).
 std::shared_ptr<LtPlan> lt_plan(int device, bool f64, cublasComputeType_t compute, cublasOperation_t opa,
                                 cublasOperation_t opb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t sa,
                                 int64_t ldb, int64_t sb, int64_t batch, uint32_t align_a, uint32_t align_b,
-                                uint32_t align_c) {
+                                uint32_t align_c, bool bias = false) {
   const LtKey key{{device, f64, int64_t(compute), int64_t(opa), int64_t(opb), m, n, k, lda, sa, ldb, sb, batch, align_a,
-                   align_b, align_c}};
-  static std::mutex mu;
-  static std::unordered_map<LtKey, std::shared_ptr<LtPlan>, LtKeyHash> cache;
+                   align_b, align_c, bias}};
+  static std::mutex shared_mu;
+  static std::unordered_map<LtKey, std::shared_ptr<LtPlan>, LtKeyHash> shared_cache;
+  thread_local std::mutex own_mu;  // uncontended: this thread's bias plans
+  thread_local std::unordered_map<LtKey, std::shared_ptr<LtPlan>, LtKeyHash> own_cache;
+  std::mutex& mu = bias ? own_mu : shared_mu;
+  auto& cache = bias ? own_cache : shared_cache;
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = cache.find(key);
@@ -148,7 +163,12 @@ std::shared_ptr<LtPlan> lt_plan(int device, bool f64, cublasComputeType_t comput
   if (made) {
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
-    made = layout(&p->a, opa == CUBLAS_OP_N ? m : k, opa == CUBLAS_OP_N ? k : m, lda, sa) &&
+    if (bias) {
+      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+      made = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)) ==
+             CUBLAS_STATUS_SUCCESS;
+    }
+    made = made && layout(&p->a, opa == CUBLAS_OP_N ? m : k, opa == CUBLAS_OP_N ? k : m, lda, sa) &&
            layout(&p->b, opb == CUBLAS_OP_N ? k : n, opb == CUBLAS_OP_N ? n : k, ldb, sb) &&
            layout(&p->c, m, n, m, m * n);
   }
@@ -161,15 +181,23 @@ std::shared_ptr<LtPlan> lt_plan(int device, bool f64, cublasComputeType_t comput
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b));
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c));
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c));
-      cublasLtMatmulHeuristicResult_t result{};
+      constexpr int kCandidates = 8;
+      cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
       int found = 0;
       detail::RelaxedCaptureMode relaxed;  // a host-side query, allowed under capture
-      if (cublasLtMatmulAlgoGetHeuristic(lib::cublaslt(device, "bmm"), p->desc, p->a, p->b, p->c, p->c, pref, 1,
-                                         &result, &found) == CUBLAS_STATUS_SUCCESS &&
-          found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
-        p->algo = result.algo;
-        p->workspace = result.workspaceSize;
+      if (cublasLtMatmulAlgoGetHeuristic(lib::cublaslt(device, "bmm"), p->desc, p->a, p->b, p->c, p->c, pref,
+                                         kCandidates, results, &found) == CUBLAS_STATUS_SUCCESS) {
+        for (int i = 0; i < found; ++i) {
+          if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+          p->algos.push_back(results[i].algo);
+          p->workspaces.push_back(results[i].workspaceSize);
+        }
+      }
+      if (!p->algos.empty()) {
+        p->algo = p->algos[0];
+        p->workspace = p->workspaces[0];
         p->ok = true;
+        p->bias = bias;
       }
       cublasLtMatmulPreferenceDestroy(pref);
     }
@@ -179,7 +207,60 @@ std::shared_ptr<LtPlan> lt_plan(int device, bool f64, cublasComputeType_t comput
   return cache.emplace(key, p).first->second;
 }
 
-void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate);
+// ---- timing the candidates --------------------------------------------------------------
+// cuBLASLt's heuristic ranks its algorithms without running them, and for
+// the skinny products of pointwise layers (k or n of 32 over 10^5 rows) its
+// first is far from the fastest. A large product's first eager call (not
+// captured, not accumulating, not in deterministic mode: the choice is by
+// timing, which may differ from run to run) times each candidate on its own
+// operands, three calls each after one to warm, and the plan keeps the
+// fastest for every later call, captured ones included (XLA's GEMM
+// autotuning does the same at compile time). Captured before any eager
+// call, or in deterministic mode, a product runs the heuristic's first.
+// TG_GEMM_AUTOTUNE=0 turns the timing off.
+bool worth_timing(int64_t m, int64_t n, int64_t k) { return double(m) * double(n) * double(k) >= double(1 << 24); }
+
+// The candidate a call runs: time them first when this call may.
+// run(i, ws) launches candidate i with workspace ws; false when it failed.
+template <class Run>
+const cublasLtMatmulAlgo_t& tuned_algo(LtPlan& plan, bool may_time, int device, cudaStream_t s, Run&& run) {
+  if (plan.algos.size() > 1 && may_time && tg::detail::switched_on<tg::detail::OffSwitch::kGemmAutotune>() &&
+      !are_deterministic_algorithms_enabled()) {
+    std::call_once(plan.timing, [&] {
+      detail::RelaxedCaptureMode relaxed;  // another thread's capture does not forbid this one's event sync
+      void* ws = lib::cublas_workspace(device, s, "bmm");
+      cudaEvent_t e0 = nullptr, e1 = nullptr;
+      int best = 0;
+      float best_ms = 0;
+      if (cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess) {
+        for (size_t i = 0; i < plan.algos.size(); ++i) {
+          if (!run(i, ws)) continue;
+          cudaEventRecord(e0, s);
+          bool ok = true;
+          for (int r = 0; r < 3 && ok; ++r)
+            ok = run(i, ws);
+          cudaEventRecord(e1, s);
+          float ms = 0;
+          if (!ok || cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+            continue;
+          if (i == 0 || ms < best_ms) {
+            best = int(i);
+            best_ms = ms;
+          }
+        }
+      }
+      if (e0) cudaEventDestroy(e0);
+      if (e1) cudaEventDestroy(e1);
+      (void)cudaGetLastError();
+      plan.chosen.store(best);
+    });
+  }
+  const int i = are_deterministic_algorithms_enabled() ? -1 : plan.chosen.load();
+  return plan.algos[size_t(i < 0 ? 0 : i)];
+}
+
+void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate, const Tensor& bias = {});
+bool gemm_product(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate, const Tensor& bias);
 
 // ---- long, thin products ----------------------------------------------------------------
 // A weight gradient multiplies two [channels, batch x points] matrices along
@@ -258,20 +339,37 @@ void gemm_long_thin(const Tensor& out, const Tensor& a, const Tensor& b, bool ac
   if (rest > 0) gemm(out, raw::narrow(a, 2, S * len, rest), raw::narrow(b, 1, S * len, rest), true);
 }
 
-// out = a b, or out += a b (accumulate: beta 1; Float32/Float64).
-void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) {
+// out = a b, or out += a b (accumulate: beta 1; Float32/Float64); with a
+// bias (one product, no accumulate: the bias [m] contiguous, of out's
+// dtype) out = a b + bias along the rows, in the product's epilogue where
+// cuBLASLt has one for the shape, else by an add after it.
+void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate, const Tensor& bias) {
   int64_t B = out.sizes()[0], n = out.sizes()[1], m = out.sizes()[2], k = a.sizes()[2];
   if (out.numel() == 0) return;
+  const bool with_bias = bias.defined();
+  TG_INTERNAL_ASSERT(!with_bias || (B == 1 && !accumulate && bias.is_contiguous() && bias.numel() == m),
+                     "bmm: a bias takes one product of [", m, "] outputs, not accumulated");
+  auto add_bias = [&] {
+    if (with_bias) raw::add_(out, bias);
+  };
   if (B == 1 && (out.dtype() == kFloat32 || out.dtype() == kFloat64) && long_thin(n, m, k) && out.is_contiguous() &&
       a.is_cuda() && b.is_cuda()) {
     gemm_long_thin(out, a, b, accumulate);
+    add_bias();
     return;
   }
+  if (!gemm_product(out, a, b, accumulate, bias)) add_bias();  // (after the product's launch encoder closed)
+}
+
+// gemm's product (not long and thin); true when it added the bias.
+bool gemm_product(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate, const Tensor& bias) {
+  const int64_t B = out.sizes()[0], n = out.sizes()[1], m = out.sizes()[2], k = a.sizes()[2];
+  const bool with_bias = bias.defined();
   TG_CHECK(a.is_cuda() && b.is_cuda(), "bmm: expected both operands on ", out.device());
   DeviceGuard g(out.device().index());
   cudaStream_t s = stream_of(out);
   if (out.dtype() == kInt64) {
-    TG_INTERNAL_ASSERT(!accumulate, "bmm: no accumulating Int64 product");
+    TG_INTERNAL_ASSERT(!accumulate && !with_bias, "bmm: no accumulating Int64 product, nor one with a bias");
     int64_t blocks = std::min<int64_t>((out.numel() + 255) / 256, 65536);
     LaunchEncoder access(s);
     access.write(out);
@@ -282,7 +380,7 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) 
         static_cast<const int64_t*>(b.data_ptr()), B, n, k, m, a.strides()[0], a.strides()[1], a.strides()[2],
         b.strides()[0], b.strides()[1], b.strides()[2]);
     TG_CUDA_CHECK(cudaGetLastError(), "bmm");
-    return;
+    return false;
   }
   // Row-major C[n, m] = A B is column-major C^T[m, n] = B^T A^T.
   Operand ob = as_operand(b), oa = as_operand(a);
@@ -308,20 +406,41 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) 
   access.read(ob.t);
   access.read(oa.t);
   access.write(out);  // read too when accumulating: a write covers both
+  // (The epilogue's bias read 16-byte aligned: a view at an odd offset adds
+  // after the product.)
+  const bool epilogue = with_bias && alignment_of(bias.data_ptr()) >= 16;
   if (lt_enabled() && !cx) {
     std::shared_ptr<LtPlan> plan = lt_plan(device, f64, compute, opb, opa, m, n, k, ob.ld, B == 1 ? 0 : ob.batch_stride,
                                            oa.ld, B == 1 ? 0 : oa.batch_stride, B, alignment_of(ob.t.data_ptr()),
-                                           alignment_of(oa.t.data_ptr()), alignment_of(out.data_ptr()));
+                                           alignment_of(oa.t.data_ptr()), alignment_of(out.data_ptr()), epilogue);
+    if (epilogue && !plan->ok)  // no algorithm with the epilogue: the plain product, then the add
+      plan = lt_plan(device, f64, compute, opb, opa, m, n, k, ob.ld, B == 1 ? 0 : ob.batch_stride, oa.ld,
+                     B == 1 ? 0 : oa.batch_stride, B, alignment_of(ob.t.data_ptr()), alignment_of(oa.t.data_ptr()),
+                     alignment_of(out.data_ptr()));
+    const bool fused = epilogue && plan->ok && plan->bias;
+    if (fused) {
+      access.read(bias);
+      const void* bp = bias.data_ptr();
+      TG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof(bp)),
+                      "linear");
+    }
     if (plan->ok) {
-      // Captured: the graph's own workspace of the plan's size; eager: the
-      // stream's cuBLAS workspace.
-      void* ws =
-          plan->workspace > 0 ? access.workspace(plan->workspace, lib::cublas_workspace(device, s, "bmm")) : nullptr;
-      TG_CUBLAS_CHECK(cublasLtMatmul(lib::cublaslt(device, "bmm"), plan->desc, alpha, ob.t.data_ptr(), plan->a,
-                                     oa.t.data_ptr(), plan->b, beta, out.data_ptr(), plan->c, out.data_ptr(), plan->c,
-                                     &plan->algo, ws, plan->workspace, s),
-                      "bmm");
-      return;
+      cublasLtHandle_t lt = lib::cublaslt(device, "bmm");
+      auto launch = [&](const cublasLtMatmulAlgo_t& algo, void* ws, size_t ws_bytes) {
+        return cublasLtMatmul(lt, plan->desc, alpha, ob.t.data_ptr(), plan->a, oa.t.data_ptr(), plan->b, beta,
+                              out.data_ptr(), plan->c, out.data_ptr(), plan->c, &algo, ws, ws_bytes, s);
+      };
+      const bool may_time = !access.recording() && !accumulate && worth_timing(m, n, k);
+      const cublasLtMatmulAlgo_t& algo = tuned_algo(*plan, may_time, device, s, [&](size_t i, void* ws) {
+        return launch(plan->algos[i], plan->workspaces[i] > 0 ? ws : nullptr, plan->workspaces[i]) ==
+               CUBLAS_STATUS_SUCCESS;
+      });
+      const size_t bytes = plan->workspaces[size_t(&algo - plan->algos.data())];
+      // Captured: the graph's own workspace of the algorithm's size; eager:
+      // the stream's cuBLAS workspace.
+      void* ws = bytes > 0 ? access.workspace(bytes, lib::cublas_workspace(device, s, "bmm")) : nullptr;
+      TG_CUBLAS_CHECK(launch(algo, ws, bytes), "bmm");
+      return fused;
     }
   }
   cublasHandle_t h = lib::cublas(device, s, access, "bmm");
@@ -333,19 +452,24 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) 
         cublasGemmEx(h, opb, opa, int(m), int(n), int(k), alpha, ob.t.data_ptr(), type, int(ob.ld), oa.t.data_ptr(),
                      type, int(oa.ld), beta, out.data_ptr(), type, int(m), compute, CUBLAS_GEMM_DEFAULT),
         "bmm");
-    return;
+    return false;
   }
   TG_CUBLAS_CHECK(
       cublasGemmStridedBatchedEx(h, opb, opa, int(m), int(n), int(k), alpha, ob.t.data_ptr(), type, int(ob.ld),
                                  ob.batch_stride, oa.t.data_ptr(), type, int(oa.ld), oa.batch_stride, beta,
                                  out.data_ptr(), type, int(m), n * m, int(B), compute, CUBLAS_GEMM_DEFAULT),
       "bmm");
+  return false;
 }
 
 void bmm_kernel(const Tensor& out, const Tensor& a, const Tensor& b) { gemm(out, a, b, false); }
 
 void mm_accumulate_kernel(const Tensor& out, const Tensor& a, const Tensor& b) {
   gemm(out.unsqueeze(0), a.unsqueeze(0), b.unsqueeze(0), true);
+}
+
+void mm_bias_kernel(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
+  gemm(out.unsqueeze(0), a.unsqueeze(0), b.unsqueeze(0), false, bias);
 }
 
 }  // namespace
@@ -356,6 +480,7 @@ bool allow_tf32() { return g_allow_tf32.load(); }
 void register_gemm(kernels::Backend& b) {
   b.bmm = bmm_kernel;
   b.mm_accumulate = mm_accumulate_kernel;
+  b.mm_bias = mm_bias_kernel;
 }
 
 }  // namespace tg::cuda

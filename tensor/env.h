@@ -11,23 +11,22 @@
 namespace tg::detail {
 
 // X(enumerator, variable, what it turns off, where)
-#define TG_OFF_SWITCHES(X)                                                                                             \
-  X(kCublasLt, "TG_CUBLASLT", "cuBLASLt GEMMs with cached plans (back to cublasGemmEx)", "cuda/kernels/linalg.cu")     \
-  X(kGemmAutotune, "TG_GEMM_AUTOTUNE",                                                                                 \
-    "timing cuBLASLt's candidate algorithms for a large GEMM at its first eager call (back to its heuristic's first)", \
-    "cuda/kernels/linalg.cu")                                                                                          \
-  X(kCudaPdl, "TG_CUDA_PDL", "programmatic dependent launch of the elementwise kernels",                               \
-    "cuda/kernels/elementwise.cu")                                                                                     \
-  X(kGraphFusion, "TG_CUDA_GRAPH_FUSION", "fusion of elementwise chains in captured graphs", "graphs/graph.cpp")       \
-  X(kGraphRelax, "TG_CUDA_GRAPH_RELAX", "dependency relaxation of captured graphs", "graphs/graph.cpp")                \
-  X(kStructureProbe, "TG_STRUCTURE_PROBE", "the structural-zero probe of per-sample Hessians",                         \
-    "autograd/functional/per_sample.cpp")                                                                              \
-  X(kDeferTangents, "TG_DEFER_TANGENTS", "deferred tangents of a last linear layer in Taylor mode",                    \
-    "autograd/forward_ad.cpp")                                                                                         \
-  X(kMergeWeightGrads, "TG_MERGE_WEIGHT_GRADS", "merged weight-gradient products in the backward",                     \
-    "autograd/input_buffer.cpp")                                                                                       \
-  X(kSmallTrsm, "TG_SMALL_TRSM",                                                                                       \
-    "the shared-memory triangular solve for 5 to 64 right-hand sides of order <= 64 (back to cuBLAS trsmBatched)",     \
+#define TG_OFF_SWITCHES(X)                                                                                         \
+  X(kCublasLt, "TG_CUBLASLT", "cuBLASLt GEMMs with cached plans (back to cublasGemmEx)", "cuda/kernels/linalg.cu") \
+  X(kBiasEpilogue, "TG_BIAS_EPILOGUE", "linear's bias in the GEMM's epilogue (back to the product, then an add)",  \
+    "cuda/kernels/linalg.cu")                                                                                      \
+  X(kCudaPdl, "TG_CUDA_PDL", "programmatic dependent launch of the elementwise kernels",                           \
+    "cuda/kernels/elementwise.cu")                                                                                 \
+  X(kGraphFusion, "TG_CUDA_GRAPH_FUSION", "fusion of elementwise chains in captured graphs", "graphs/graph.cpp")   \
+  X(kGraphRelax, "TG_CUDA_GRAPH_RELAX", "dependency relaxation of captured graphs", "graphs/graph.cpp")            \
+  X(kStructureProbe, "TG_STRUCTURE_PROBE", "the structural-zero probe of per-sample Hessians",                     \
+    "autograd/functional/per_sample.cpp")                                                                          \
+  X(kDeferTangents, "TG_DEFER_TANGENTS", "deferred tangents of a last linear layer in Taylor mode",                \
+    "autograd/forward_ad.cpp")                                                                                     \
+  X(kMergeWeightGrads, "TG_MERGE_WEIGHT_GRADS", "merged weight-gradient products in the backward",                 \
+    "autograd/input_buffer.cpp")                                                                                   \
+  X(kSmallTrsm, "TG_SMALL_TRSM",                                                                                   \
+    "the shared-memory triangular solve for 5 to 64 right-hand sides of order <= 64 (back to cuBLAS trsmBatched)", \
     "cuda/kernels/linalg.cu")
 
 enum class OffSwitch {

@@ -105,12 +105,6 @@ struct LtPlan {
   size_t workspace = 0;
   bool ok = false;    // false: the heuristic found nothing; use cublasGemmEx
   bool bias = false;  // with the bias epilogue
-  // The heuristic's candidates, best ranked first (algo is the first), and
-  // which one timing chose (-1: not timed; see tuned_algo).
-  std::vector<cublasLtMatmulAlgo_t> algos;
-  std::vector<size_t> workspaces;
-  std::atomic<int> chosen{-1};
-  std::once_flag timing;
   ~LtPlan() {
     if (c) cublasLtMatrixLayoutDestroy(c);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -181,21 +175,14 @@ std::shared_ptr<LtPlan> lt_plan(int device, bool f64, cublasComputeType_t comput
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b));
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c));
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c));
-      constexpr int kCandidates = 8;
-      cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
+      cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
       detail::RelaxedCaptureMode relaxed;  // a host-side query, allowed under capture
-      if (cublasLtMatmulAlgoGetHeuristic(lib::cublaslt(device, "bmm"), p->desc, p->a, p->b, p->c, p->c, pref,
-                                         kCandidates, results, &found) == CUBLAS_STATUS_SUCCESS) {
-        for (int i = 0; i < found; ++i) {
-          if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
-          p->algos.push_back(results[i].algo);
-          p->workspaces.push_back(results[i].workspaceSize);
-        }
-      }
-      if (!p->algos.empty()) {
-        p->algo = p->algos[0];
-        p->workspace = p->workspaces[0];
+      if (cublasLtMatmulAlgoGetHeuristic(lib::cublaslt(device, "bmm"), p->desc, p->a, p->b, p->c, p->c, pref, 1,
+                                         &result, &found) == CUBLAS_STATUS_SUCCESS &&
+          found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+        p->algo = result.algo;
+        p->workspace = result.workspaceSize;
         p->ok = true;
         p->bias = bias;
       }
@@ -205,58 +192,6 @@ std::shared_ptr<LtPlan> lt_plan(int device, bool f64, cublasComputeType_t comput
   (void)cudaGetLastError();
   std::lock_guard<std::mutex> lock(mu);
   return cache.emplace(key, p).first->second;
-}
-
-// ---- timing the candidates --------------------------------------------------------------
-// cuBLASLt's heuristic ranks its algorithms without running them, and for
-// the skinny products of pointwise layers (k or n of 32 over 10^5 rows) its
-// first is far from the fastest. A large product's first eager call (not
-// captured, not accumulating, not in deterministic mode: the choice is by
-// timing, which may differ from run to run) times each candidate on its own
-// operands, three calls each after one to warm, and the plan keeps the
-// fastest for every later call, captured ones included (XLA's GEMM
-// autotuning does the same at compile time). Captured before any eager
-// call, or in deterministic mode, a product runs the heuristic's first.
-// TG_GEMM_AUTOTUNE=0 turns the timing off.
-bool worth_timing(int64_t m, int64_t n, int64_t k) { return double(m) * double(n) * double(k) >= double(1 << 24); }
-
-// The candidate a call runs: time them first when this call may.
-// run(i, ws) launches candidate i with workspace ws; false when it failed.
-template <class Run>
-const cublasLtMatmulAlgo_t& tuned_algo(LtPlan& plan, bool may_time, int device, cudaStream_t s, Run&& run) {
-  if (plan.algos.size() > 1 && may_time && tg::detail::switched_on<tg::detail::OffSwitch::kGemmAutotune>() &&
-      !are_deterministic_algorithms_enabled()) {
-    std::call_once(plan.timing, [&] {
-      detail::RelaxedCaptureMode relaxed;  // another thread's capture does not forbid this one's event sync
-      void* ws = lib::cublas_workspace(device, s, "bmm");
-      cudaEvent_t e0 = nullptr, e1 = nullptr;
-      int best = 0;
-      float best_ms = 0;
-      if (cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess) {
-        for (size_t i = 0; i < plan.algos.size(); ++i) {
-          if (!run(i, ws)) continue;
-          cudaEventRecord(e0, s);
-          bool ok = true;
-          for (int r = 0; r < 3 && ok; ++r)
-            ok = run(i, ws);
-          cudaEventRecord(e1, s);
-          float ms = 0;
-          if (!ok || cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
-            continue;
-          if (i == 0 || ms < best_ms) {
-            best = int(i);
-            best_ms = ms;
-          }
-        }
-      }
-      if (e0) cudaEventDestroy(e0);
-      if (e1) cudaEventDestroy(e1);
-      (void)cudaGetLastError();
-      plan.chosen.store(best);
-    });
-  }
-  const int i = are_deterministic_algorithms_enabled() ? -1 : plan.chosen.load();
-  return plan.algos[size_t(i < 0 ? 0 : i)];
 }
 
 void gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate, const Tensor& bias = {});
@@ -408,7 +343,8 @@ bool gemm_product(const Tensor& out, const Tensor& a, const Tensor& b, bool accu
   access.write(out);  // read too when accumulating: a write covers both
   // (The epilogue's bias read 16-byte aligned: a view at an odd offset adds
   // after the product.)
-  const bool epilogue = with_bias && alignment_of(bias.data_ptr()) >= 16;
+  const bool epilogue = with_bias && alignment_of(bias.data_ptr()) >= 16 &&
+                        tg::detail::switched_on<tg::detail::OffSwitch::kBiasEpilogue>();
   if (lt_enabled() && !cx) {
     std::shared_ptr<LtPlan> plan = lt_plan(device, f64, compute, opb, opa, m, n, k, ob.ld, B == 1 ? 0 : ob.batch_stride,
                                            oa.ld, B == 1 ? 0 : oa.batch_stride, B, alignment_of(ob.t.data_ptr()),
@@ -425,21 +361,14 @@ bool gemm_product(const Tensor& out, const Tensor& a, const Tensor& b, bool accu
                       "linear");
     }
     if (plan->ok) {
-      cublasLtHandle_t lt = lib::cublaslt(device, "bmm");
-      auto launch = [&](const cublasLtMatmulAlgo_t& algo, void* ws, size_t ws_bytes) {
-        return cublasLtMatmul(lt, plan->desc, alpha, ob.t.data_ptr(), plan->a, oa.t.data_ptr(), plan->b, beta,
-                              out.data_ptr(), plan->c, out.data_ptr(), plan->c, &algo, ws, ws_bytes, s);
-      };
-      const bool may_time = !access.recording() && !accumulate && worth_timing(m, n, k);
-      const cublasLtMatmulAlgo_t& algo = tuned_algo(*plan, may_time, device, s, [&](size_t i, void* ws) {
-        return launch(plan->algos[i], plan->workspaces[i] > 0 ? ws : nullptr, plan->workspaces[i]) ==
-               CUBLAS_STATUS_SUCCESS;
-      });
-      const size_t bytes = plan->workspaces[size_t(&algo - plan->algos.data())];
-      // Captured: the graph's own workspace of the algorithm's size; eager:
-      // the stream's cuBLAS workspace.
-      void* ws = bytes > 0 ? access.workspace(bytes, lib::cublas_workspace(device, s, "bmm")) : nullptr;
-      TG_CUBLAS_CHECK(launch(algo, ws, bytes), "bmm");
+      // Captured: the graph's own workspace of the plan's size; eager: the
+      // stream's cuBLAS workspace.
+      void* ws =
+          plan->workspace > 0 ? access.workspace(plan->workspace, lib::cublas_workspace(device, s, "bmm")) : nullptr;
+      TG_CUBLAS_CHECK(cublasLtMatmul(lib::cublaslt(device, "bmm"), plan->desc, alpha, ob.t.data_ptr(), plan->a,
+                                     oa.t.data_ptr(), plan->b, beta, out.data_ptr(), plan->c, out.data_ptr(), plan->c,
+                                     &plan->algo, ws, plan->workspace, s),
+                      "bmm");
       return fused;
     }
   }

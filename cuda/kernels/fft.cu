@@ -316,55 +316,50 @@ __device__ inline Mode mode_of(const MixArgs& p, int64_t mode) {
   return m;
 }
 
-// 32-bit index arithmetic inside a block (the host checks the sizes). A
-// block takes G adjacent columns of one kept row (G modes): their weights
-// lie side by side in memory (a weight's last dim), so the staging reads
-// come G complex numbers to a run instead of one to a 32-byte sector. With
-// one mode per block and a read per float the staging's scattered reads
-// bounded the kernel on the L1 (80% busy, 19 us at both grids on an H100).
-template <class V, class R>
-__global__ void spectral_mix2d_staged_k(V* y, const V* x, const V* a, const V* b, MixArgs p, int G, int chunk,
-                                        int chunks) {
+// 32-bit index arithmetic inside a block (the host checks the sizes): its
+// divisions are a few instructions where 64-bit ones are a hundred, which
+// bounded this kernel (19 us at both grids on an H200, under ncu).
+template <class R>
+__global__ void spectral_mix2d_staged_k(R* y, const R* x, const R* a, const R* b, MixArgs p, int chunk, int chunks) {
   extern __shared__ unsigned char smem[];
-  const int in = int(p.in), oc = int(p.oc), n = int(p.n), m2 = int(p.m2);
-  const int groups = (m2 + G - 1) / G;
-  V* ws = reinterpret_cast<V*>(smem);  // [in, out, G]
-  V* xs = ws + in * oc * G;            // [chunk, in, G]
-  const int kr = int(blockIdx.x) / groups, c0 = (int(blockIdx.x) - kr * groups) * G;
-  const int gn = m2 - c0 < G ? m2 - c0 : G;  // the columns this block has
-  const Mode m = mode_of(p, int64_t(kr) * p.m2 + c0);
+  const int in = int(p.in), oc = int(p.oc), n = int(p.n);
+  R* ws = reinterpret_cast<R*>(smem);  // [in, out] complex
+  R* xs = ws + 2 * in * oc;            // [chunk, in] complex
+  const Mode m = mode_of(p, blockIdx.x);
   const int64_t* st = m.top ? p.sa : p.sb;
-  const V* w = (m.top ? a : b) + (m.wr * st[2] + int64_t(c0) * st[3]);
-  for (int e = threadIdx.x; e < in * oc * G; e += blockDim.x) {
-    const int io = e / G, g = e - io * G, i = io / oc, o = io - i * oc;
-    if (g < gn) ws[e] = w[i * st[0] + o * st[1] + g * st[3]];
+  const R* w = (m.top ? a : b) + 2 * (m.wr * st[2] + m.c * st[3]);
+  for (int e = threadIdx.x; e < in * oc; e += blockDim.x) {
+    const int i = e / oc, o = e - i * oc;
+    const R* src = w + 2 * (i * st[0] + o * st[1]);
+    ws[2 * e] = src[0];
+    ws[2 * e + 1] = src[1];
   }
-  const V* xm = x + (m.row * p.sx[2] + int64_t(c0) * p.sx[3]);
-  V* ym = y + (m.row * p.so[2] + int64_t(c0) * p.so[3]);
+  const R* xm = x + 2 * (m.row * p.sx[2] + m.c * p.sx[3]);
+  R* ym = y + 2 * (m.row * p.so[2] + m.c * p.so[3]);
   for (int k = blockIdx.y; k < chunks; k += gridDim.y) {
     const int n0 = k * chunk, nc = chunk < n - n0 ? chunk : n - n0;
     __syncthreads();  // the previous chunk's reads of xs are done (and ws is staged)
-    for (int e = threadIdx.x; e < nc * in * G; e += blockDim.x) {
-      const int ni = e / G, g = e - ni * G, nn = ni / in, i = ni - nn * in;
-      if (g < gn) xs[e] = xm[(n0 + nn) * p.sx[0] + i * p.sx[1] + g * p.sx[3]];
+    for (int e = threadIdx.x; e < nc * in; e += blockDim.x) {
+      const int nn = e / in, i = e - nn * in;
+      const R* src = xm + 2 * ((n0 + nn) * p.sx[0] + i * p.sx[1]);
+      xs[2 * e] = src[0];
+      xs[2 * e + 1] = src[1];
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < nc * oc * G; e += blockDim.x) {
-      const int no = e / G, g = e - no * G, nn = no / oc, o = no - nn * oc;
-      if (g >= gn) continue;
-      const V* xr = xs + nn * in * G + g;
-      const V* wr = ws + o * G + g;
+    for (int e = threadIdx.x; e < nc * oc; e += blockDim.x) {
+      const int nn = e / oc, o = e - nn * oc;
+      const R* xr = xs + 2 * nn * in;
+      const R* wr = ws + 2 * o;
       R re = 0, im = 0;
 #pragma unroll 8
       for (int i = 0; i < in; ++i) {
-        const V u = xr[i * G], v = wr[i * oc * G];
-        re += u.x * v.x - u.y * v.y;
-        im += u.x * v.y + u.y * v.x;
+        const R ar = xr[2 * i], ai = xr[2 * i + 1], vr = wr[2 * i * oc], vi = wr[2 * i * oc + 1];
+        re += ar * vr - ai * vi;
+        im += ar * vi + ai * vr;
       }
-      V out;
-      out.x = re;
-      out.y = im;
-      ym[(n0 + nn) * p.so[0] + o * p.so[1] + g * p.so[3]] = out;
+      R* yo = ym + 2 * ((n0 + nn) * p.so[0] + o * p.so[1]);
+      yo[0] = re;
+      yo[1] = im;
     }
   }
 }
@@ -435,40 +430,35 @@ void spectral_mix2d_kernel(const Tensor& out, const Tensor& x, const Tensor& w1,
                 "spectral_mix2d");
   const int64_t modes = 2 * p.m1 * p.m2, total = p.n * p.oc * modes;
   if (total == 0) return;
-  // Staged: G modes' weights and a chunk of n's inputs in 48 KB of shared
-  // memory (the static limit): G of 4, 2 or 1 whose weights take at most
-  // 32 KB, a chunk of at least one.
+  // Staged: the mode's weights and a chunk of n's inputs in 48 KB of shared
+  // memory (the static limit), a chunk of at least one.
   const int64_t elem = int64_t(element_size(out.dtype())), budget = 48 * 1024;
-  int64_t G = 4;
-  while (G > 1 && (G * p.in * p.oc * elem > 32 * 1024 || G > p.m2))
-    G /= 2;
-  const int64_t wbytes = G * p.in * p.oc * elem, groups = (p.m2 + G - 1) / G, blocks = 2 * p.m1 * groups;
-  int64_t chunk = p.in > 0 ? std::min<int64_t>(p.n, (budget - wbytes) / (G * p.in * elem)) : p.n;
+  const int64_t wbytes = p.in * p.oc * elem;
+  int64_t chunk = p.in > 0 ? std::min<int64_t>(p.n, (budget - wbytes) / (p.in * elem)) : p.n;
   // Some 512 blocks at least (a few per SM): the n cut into that many
-  // chunks when the mode groups are fewer (each block stages its weights).
-  const int64_t cuts = std::max<int64_t>(1, (512 + blocks - 1) / std::max<int64_t>(blocks, 1));
+  // chunks when the modes are fewer (each block stages its mode's weights).
+  const int64_t cuts = std::max<int64_t>(1, (512 + modes - 1) / std::max<int64_t>(modes, 1));
   if (chunk > 0) chunk = std::min(chunk, std::max<int64_t>(1, (p.n + cuts - 1) / cuts));
-  auto dispatch = [&](auto r, auto v) {
+  auto dispatch = [&](auto r) {
     using R = decltype(r);
-    using V = decltype(v);
-    // (32-bit indices within a block: n, in x out x G and a chunk's elements.)
-    if (p.in > 0 && chunk >= 1 && blocks <= INT32_MAX && p.n <= INT32_MAX && G * p.in * p.oc <= INT32_MAX &&
-        G * chunk * std::max(p.in, p.oc) <= INT32_MAX) {
+    R* yp = static_cast<R*>(out.data_ptr());
+    const R* xp = static_cast<const R*>(x.data_ptr());
+    const R* ap = static_cast<const R*>(w1.data_ptr());
+    const R* bp = static_cast<const R*>(w2.data_ptr());
+    // (32-bit indices within a block: n, in x out and a chunk's elements.)
+    if (p.in > 0 && chunk >= 1 && modes <= INT32_MAX && p.n <= INT32_MAX && p.in * p.oc <= INT32_MAX &&
+        chunk * std::max(p.in, p.oc) <= INT32_MAX) {
       const int64_t chunks = (p.n + chunk - 1) / chunk;
-      const dim3 grid(unsigned(blocks), unsigned(std::min<int64_t>(chunks, 65535)), 1);
-      const size_t shared = size_t(wbytes + G * chunk * p.in * elem);
-      spectral_mix2d_staged_k<V, R><<<grid, 256, shared, s>>>(
-          static_cast<V*>(out.data_ptr()), static_cast<const V*>(x.data_ptr()), static_cast<const V*>(w1.data_ptr()),
-          static_cast<const V*>(w2.data_ptr()), p, int(G), int(chunk), int(chunks));
+      const dim3 grid(unsigned(modes), unsigned(std::min<int64_t>(chunks, 65535)), 1);
+      const size_t shared = size_t(wbytes + chunk * p.in * elem);
+      spectral_mix2d_staged_k<R><<<grid, 256, shared, s>>>(yp, xp, ap, bp, p, int(chunk), int(chunks));
     } else {
-      const unsigned nb = unsigned(std::min<int64_t>((total + 255) / 256, 65536));
-      spectral_mix2d_k<R><<<nb, 256, 0, s>>>(static_cast<R*>(out.data_ptr()), static_cast<const R*>(x.data_ptr()),
-                                             static_cast<const R*>(w1.data_ptr()), static_cast<const R*>(w2.data_ptr()),
-                                             p, total);
+      const unsigned blocks = unsigned(std::min<int64_t>((total + 255) / 256, 65536));
+      spectral_mix2d_k<R><<<blocks, 256, 0, s>>>(yp, xp, ap, bp, p, total);
     }
   };
-  if (out.dtype() == kComplex64) dispatch(float{}, float2{});
-  else dispatch(double{}, double2{});
+  if (out.dtype() == kComplex64) dispatch(float{});
+  else dispatch(double{});
   TG_CUDA_CHECK(cudaGetLastError(), "spectral_mix2d");
 }
 

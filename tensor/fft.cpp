@@ -25,6 +25,8 @@ namespace {
 
 // The dims of a transform: wrapped, distinct, sorted; every one of size > 0.
 IntList fft_dims(const Tensor& x, const IntList& dims, const char* op) {
+  TG_CHECK(x.dim() > 0 || dims.empty(), op, ": a 0-dim tensor has no dim ", shape_str(dims),
+           " to transform; give it one with unsqueeze(0)");
   IntList d;
   for (int64_t k : dims)
     d.push_back(detail::wrap_dim(k, x.dim(), op, x.sizes()));

@@ -110,9 +110,14 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
            ") must have the same dtype; convert one with .to(dtype)");
   detail::check_same_device(x, w, "linear");
   if (b.defined()) detail::check_same_device(x, b, "linear");
-  if (b.defined())
+  if (b.defined()) {
     TG_CHECK(b.dim() == 1 && b.sizes()[0] == w.sizes()[0], "linear: bias shape ", shape_str(b.sizes()),
              " doesn't match weight ", shape_str(w.sizes()), " (out_features ", w.sizes()[0], ")");
+    // As PyTorch's: no promotion through the bias (a Float64 bias would
+    // silently turn a Float32 layer's output into Float64).
+    TG_CHECK(b.dtype() == x.dtype(), "linear: bias (", b.dtype(), ") must have the input's and weight's dtype (",
+             x.dtype(), "); convert it with .to(", x.dtype(), ")");
+  }
   // A bias on a backend that adds it in the product (CUDA: the GEMM's
   // epilogue), for a contiguous input of two dims or more: one launch.
   const kernels::Backend& be = kernels::backend(x.device(), "linear");

@@ -200,6 +200,10 @@ TEST(Fft, BadArgumentsAreNamed) {
   EXPECT_EQ(tg::_fft_c2r(z.narrow(0, 0, 2), {0}, 0, 5).size(0), 5);  // short: the missing entry zero
   EXPECT_ERROR_CONTAINS(tg::_fft_c2c(x, {0}, 0, true), "expected a complex tensor");
   EXPECT_ERROR_CONTAINS(tg::_fft_c2c(z, {0}, 3, true), "normalization must be");
+  // The primitives name themselves for a 0-dim input (adversary's finding).
+  EXPECT_ERROR_CONTAINS(tg::_fft_r2c(tg::ones({}, kF64), {0}, 0, true), "_fft_r2c: a 0-dim tensor has no dim");
+  EXPECT_ERROR_CONTAINS(tg::_fft_c2c(tg::ones({}, tg::kComplex128), {-1}, 0, true), "_fft_c2c: a 0-dim tensor");
+  EXPECT_ERROR_CONTAINS(tg::_fft_c2r(tg::ones({}, tg::kComplex128), {0}, 0, 4), "_fft_c2r: a 0-dim tensor");
   EXPECT_ERROR_CONTAINS(tg::ones({}).size(0), "no dimensions");
   EXPECT_ERROR_CONTAINS(tg::ones({}).stride(0), "no dimensions");
   // The library stays usable.

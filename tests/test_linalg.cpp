@@ -105,6 +105,26 @@ TEST(Linalg, LinearWithAndWithoutBias) {
   for (size_t i = 0; i < ref.size(); ++i)
     ref[i] += vb[i % 5];
   expect_values(tg::linear(x, w, b), ref, 1e-12, "linear with bias");
+  // A bias of another dtype is refused, as PyTorch's (it would promote the
+  // layer's output); the layer stays usable (adversary's finding).
+  EXPECT_ERROR_CONTAINS(tg::linear(x, w, b.to(tg::kFloat32)), "linear: bias (Float32) must have the input's");
+  EXPECT_ERROR_CONTAINS(tg::linear(x.to(tg::kFloat32), w.to(tg::kFloat32), b), "convert it with .to(Float32)");
+  expect_values(tg::linear(x, w, b), ref, 1e-12, "linear with bias, after the errors");
+  // No input features: the output is the bias, and every gradient is formed
+  // (the weight's [5, 0]; -1 was not inferred from zero elements).
+  for (const IntList& xs : {IntList{2, 0}, IntList{3, 2, 0}, IntList{0}, IntList{0, 0}}) {
+    SCOPED_TRACE(tg::shape_str(xs));
+    Tensor x0 = tg::zeros(xs, tg::kFloat64).requires_grad_(true);
+    Tensor w0 = tg::zeros({5, 0}, tg::kFloat64).requires_grad_(true), b0 = b.detach().requires_grad_(true);
+    Tensor y = tg::linear(x0, w0, b0);
+    std::vector<Tensor> g = tg::autograd::grad({y.sum()}, {x0, w0, b0});
+    EXPECT_EQ(g[0].sizes(), xs);
+    EXPECT_EQ(g[1].sizes(), (IntList{5, 0}));
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < xs.size(); ++d)
+      rows *= xs[d];
+    expect_values(g[2], std::vector<double>(5, double(rows)), 0, "bias gradient: the rows' count");
+  }
 }
 
 }  // namespace

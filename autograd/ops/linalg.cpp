@@ -158,10 +158,18 @@ class LinearBackward final : public OpNode {
     if (should_compute_output(0)) out[0] = matmul(g, weight_.unpack(this, "weight"));
     bool gw = should_compute_output(1), gb = should_compute_output(2);
     if (gw || gb) {
-      Tensor g2 = g.reshape({-1, g.size(-1)});
+      // The leading dims as one, given (-1 is not inferred from zero
+      // elements: no input or output features).
+      auto rows = [](const Tensor& t) {
+        int64_t r = 1;
+        for (int64_t d = 0; d + 1 < t.dim(); ++d)
+          r *= t.size(d);
+        return r;
+      };
+      Tensor g2 = g.reshape({rows(g), g.size(-1)});
       if (gw) {
         Tensor x = input_.unpack(this, "input");
-        out[1] = autograd::product_grad(1, g2, x.reshape({-1, x.size(-1)}));
+        out[1] = autograd::product_grad(1, g2, x.reshape({rows(x), x.size(-1)}));
       }
       if (gb) out[2] = sum(g2, {0});
     }

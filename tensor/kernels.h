@@ -181,7 +181,7 @@ struct Backend {
   // separate product). AccumulateGrad forms a weight's held products into an
   // existing .grad with it (autograd/accumulation.cpp).
   void (*mm_accumulate)(const Tensor& out, const Tensor& a, const Tensor& b);
-  // out = a @ b + bias (bias along the rows): out [n, m] contiguous, a
+  // out = a @ b + bias (bias added to each of the n rows): out [n, m] contiguous, a
   // [n, k], b [k, m], bias [m] contiguous, one Float32/Float64 dtype.
   // Optional (null: the product, then an add). linear's forward takes it
   // (the bias in the GEMM's epilogue on CUDA: no pass of its own).

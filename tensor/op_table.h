@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include <tapegrad/tensor/grid.h>
 #include <tapegrad/tensor/linalg.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/raw.h>
@@ -73,6 +74,24 @@ struct LinalgOpTable {
 };
 const LinalgOpTable* autograd_linalg_ops();
 
+// The grid family's table (<tapegrad/tensor/grid.def>): a slot per
+// primitive, found through tapegrad_autograd_grid_ops().
+namespace grid_sig {
+#define TG_GRID_IF_P_P(...) __VA_ARGS__
+#define TG_GRID_IF_P_C(...)
+#define TG_D(...)
+#define TG_GRID(ret, name, id, params, args, kind, taylor) TG_GRID_IF_P_##kind(ret id params;)
+#include <tapegrad/tensor/grid.def>
+#undef TG_GRID
+#undef TG_D
+}  // namespace grid_sig
+struct GridOpTable {
+#define TG_GRID(ret, name, id, params, args, kind, taylor) TG_GRID_IF_P_##kind(decltype(&grid_sig::id) id = nullptr;)
+#include <tapegrad/tensor/grid.def>
+#undef TG_GRID
+};
+const GridOpTable* autograd_grid_ops();
+
 // One row per op of the list: its name, its id (unique per overload) and
 // whether autograd records it (so it needs a backward formula and an entry
 // in the gradient test table).
@@ -101,3 +120,4 @@ namespace tg::no_autograd {
 
 extern "C" const tg::detail::OpTable* tapegrad_autograd_ops() __attribute__((weak));
 extern "C" const tg::detail::LinalgOpTable* tapegrad_autograd_linalg_ops() __attribute__((weak));
+extern "C" const tg::detail::GridOpTable* tapegrad_autograd_grid_ops() __attribute__((weak));

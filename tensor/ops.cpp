@@ -131,6 +131,10 @@ const std::vector<OpInfo>& op_list() {
 #define TG_LINALG(ret, name, id, params, args, kind, taylor) {"linalg." #name, "linalg." #id, true},
 #include <tapegrad/tensor/linalg.def>
 #undef TG_LINALG
+  // The grid family likewise (its own ids).
+#define TG_GRID(ret, name, id, params, args, kind, taylor) {#name, #id, true},
+#include <tapegrad/tensor/grid.def>
+#undef TG_GRID
   };
   return list;
 }

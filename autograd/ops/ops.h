@@ -5,6 +5,7 @@
 // tensor layer.
 #pragma once
 
+#include <tapegrad/tensor/grid.h>
 #include <tapegrad/tensor/linalg.h>
 #include <tapegrad/tensor/ops.h>
 
@@ -31,3 +32,15 @@ namespace tg::autograd::ops::linalg {
 #undef TG_LINALG
 #undef TG_D
 }  // namespace tg::autograd::ops::linalg
+
+// The grid family's primitives (<tapegrad/tensor/grid.def>), defined in
+// autograd/ops/grid.cpp.
+namespace tg::autograd::ops::grid {
+#define TG_GRID_IF_P_P(...) __VA_ARGS__
+#define TG_GRID_IF_P_C(...)
+#define TG_D(...)
+#define TG_GRID(ret, name, id, params, args, kind, taylor) TG_GRID_IF_P_##kind(ret name params;)
+#include <tapegrad/tensor/grid.def>
+#undef TG_GRID
+#undef TG_D
+}  // namespace tg::autograd::ops::grid

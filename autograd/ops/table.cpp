@@ -156,8 +156,33 @@ namespace ops = autograd::ops;
 #undef TG_LINALG
 #undef TG_D
 
+// The grid primitives: the forward-mode check (each has a tangent and a
+// Taylor rule: grid.def's column is T throughout).
+#define TG_GRID_IF_P_P(...) __VA_ARGS__
+#define TG_GRID_IF_P_C(...)
+#define TG_D(...)
+#define TG_GRID(ret, name, id, params, args, kind, taylor)                      \
+  TG_GRID_IF_P_##kind(ret grid_##id params {                                    \
+    return fw_checked(                                                          \
+        #name, [&]() -> ret { return ops::grid::name args; }, TG_UNPAREN args); \
+  })
+#include <tapegrad/tensor/grid.def>
+#undef TG_GRID
+#undef TG_D
+
 }  // namespace
 }  // namespace tg
+
+extern "C" const tg::detail::GridOpTable* tapegrad_autograd_grid_ops() {
+  static const tg::detail::GridOpTable table = [] {
+    tg::detail::GridOpTable t;
+#define TG_GRID(ret, name, id, params, args, kind, taylor) TG_GRID_IF_P_##kind(t.id = &tg::grid_##id;)
+#include <tapegrad/tensor/grid.def>
+#undef TG_GRID
+    return t;
+  }();
+  return &table;
+}
 
 extern "C" const tg::detail::LinalgOpTable* tapegrad_autograd_linalg_ops() {
   static const tg::detail::LinalgOpTable table = [] {

@@ -11,6 +11,7 @@
 #include <tapegrad/nn/init.h>
 #include <tapegrad/nn/module.h>
 #include <tapegrad/nn/functional.h>
+#include <tapegrad/nn/grid.h>
 #include <tapegrad/nn/layers.h>
 #include <tapegrad/nn/modules.h>
 #include <tapegrad/nn/serialize.h>
@@ -18,6 +19,7 @@
 #include <tapegrad/tensor/dlpack.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/fft.h>
+#include <tapegrad/tensor/grid.h>
 #include <tapegrad/tensor/linalg.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/random.h>

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 
+#include <tapegrad/tensor/grid.h>
 #include <tapegrad/tensor/tensor.h>
 
 namespace tg::nn {
@@ -85,6 +86,39 @@ Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor
 /// 1 / (1 - p) (the mask from the global generator: manual_seed makes it
 /// reproducible); x itself otherwise.
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
+///@}
+
+/// @name Grid ops (<tapegrad/tensor/grid.h>: convolutions, pooling, padding,
+/// resampling, normalizations), as torch.nn.functional's
+///@{
+using tg::adaptive_avg_pool1d;
+using tg::adaptive_avg_pool2d;
+using tg::adaptive_avg_pool3d;
+using tg::avg_pool1d;
+using tg::avg_pool2d;
+using tg::avg_pool3d;
+using tg::batch_norm;
+using tg::conv1d;
+using tg::conv2d;
+using tg::conv3d;
+using tg::conv_transpose1d;
+using tg::conv_transpose2d;
+using tg::conv_transpose3d;
+using tg::convolution;
+using tg::fold;
+using tg::group_norm;
+using tg::instance_norm;
+using tg::interpolate;
+using tg::max_pool1d;
+using tg::max_pool1d_with_indices;
+using tg::max_pool2d;
+using tg::max_pool2d_with_indices;
+using tg::max_pool3d;
+using tg::max_pool3d_with_indices;
+using tg::pad;
+using tg::pixel_shuffle;
+using tg::pixel_unshuffle;
+using tg::unfold;
 ///@}
 
 }  // namespace functional

@@ -188,6 +188,18 @@ cusparseHandle_t cusparse(int device, cudaStream_t stream, const char* op) {
   return h;
 }
 
+#if TAPEGRAD_CUDNN
+cudnnHandle_t cudnn(int device, cudaStream_t stream, const char* op) {
+  cudnnHandle_t h = thread_handle<cudnnHandle_t>(device, op, [op](cudnnHandle_t* p) {
+    const cudnnStatus_t st = cudnnCreate(p);
+    TG_CHECK(st == CUDNN_STATUS_SUCCESS, op, ": cuDNN call cudnnCreate failed: ", cudnnGetErrorString(st));
+  });
+  const cudnnStatus_t st = cudnnSetStream(h, stream);
+  TG_CHECK(st == CUDNN_STATUS_SUCCESS, op, ": cuDNN call cudnnSetStream failed: ", cudnnGetErrorString(st));
+  return h;
+}
+#endif
+
 const char* cufft_status_name(cufftResult r) {
   switch (r) {
     case CUFFT_SUCCESS: return "CUFFT_SUCCESS";

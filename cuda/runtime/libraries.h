@@ -1,7 +1,7 @@
 // Internal: the CUDA libraries' handles and workspaces, in one place (cuBLAS
 // and cuBLASLt for the GEMMs and triangular solves, cuSOLVER for the
-// factorizations, cuSPARSE for sparse products, cuFFT's plans; cuDNN
-// handles belong here too when that family comes).
+// factorizations, cuSPARSE for sparse products, cuFFT's plans, cuDNN for
+// the convolutions).
 //
 // - A handle is per (thread, device): a library handle is not safe to share
 //   between threads. The calls below set the stream on every call (handles
@@ -24,6 +24,9 @@
 #include <cuda_runtime_api.h>
 #include <cusolverDn.h>
 #include <cusparse.h>
+#if TAPEGRAD_CUDNN
+#include <cudnn.h>
+#endif
 
 #include <cstddef>
 
@@ -86,6 +89,13 @@ cusolverDnHandle_t cusolver_dn(int device, cudaStream_t stream, const char* op);
 // ---- cuSPARSE ----------------------------------------------------------------------------
 // This thread's handle for `device`, its stream set to `stream`.
 cusparseHandle_t cusparse(int device, cudaStream_t stream, const char* op);
+
+// ---- cuDNN (a build with TAPEGRAD_CUDNN) -------------------------------------------------
+#if TAPEGRAD_CUDNN
+// This thread's handle for `device`, its stream set to `stream`. Workspaces
+// come from the call's encoder.
+cudnnHandle_t cudnn(int device, cudaStream_t stream, const char* op);
+#endif
 
 // ---- cuFFT -------------------------------------------------------------------------------
 const char* cufft_status_name(cufftResult r);

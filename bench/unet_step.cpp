@@ -1,0 +1,162 @@
+// The physics-informed U-Net training step, eager and as one replayed CUDA
+// graph (docs/PERFORMANCE.md "A physics-informed U-Net step"): nn::UNet2d
+// (4 levels of 32-64-128-256 channels, two 3 x 3 convolutions with
+// GroupNorm(8) and GELU per level, 2 x 2 average pooling, bilinear
+// upsampling with concatenated skips, a 1 x 1 head; float32, no TF32) on a
+// batch of 16 fields [x, y, a] on a grid of --grid points a side. The loss
+// is the data misfit plus the mean square of the residual u_xx + u_yy + f,
+// the derivatives taken by autograd with respect to the input's coordinate
+// channels (double backward through every convolution); then the gradient
+// of the loss in the parameters and a capturable Adam step.
+//
+//   unet_step [--grid 64] [--batch 16] [--steps 20] [--repeats 3] [--device cuda|cpu] [--json]
+//   unet_step --conv [--n 16] [--c 64] [--hw 64] [--json]   conv2d alone: forward, backward, double backward
+//
+// bench/peers/unet_peers.py runs the same step in PyTorch (eager, under
+// torch.cuda.graph) and JAX (jit) with the same fields (its docstring).
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <tapegrad/tapegrad.h>
+
+#include "step_timing.h"
+
+namespace {
+
+using tg::Tensor;
+
+struct Options {
+  int64_t grid = 64, batch = 16, n = 16, c = 64, hw = 64;
+  int steps = 20, repeats = 3;
+  std::string device = "cuda";
+  bool json = false, conv = false;
+};
+
+double mib(size_t bytes) { return double(bytes) / double(1 << 20); }
+
+// conv2d alone (3 x 3, padding 1, no bias): forward; input and weight
+// gradients; the double backward of sum(gx v) with gx the input gradient.
+nlohmann::json conv_rows(const Options& o, tg::Device dev) {
+  namespace ag = tg::autograd;
+  const auto f32 = tg::TensorOptions().device(dev);
+  tg::manual_seed(0);
+  Tensor x = tg::randn({o.n, o.c, o.hw, o.hw}, f32).requires_grad_();
+  Tensor w = (tg::randn({o.c, o.c, 3, 3}, f32) / std::sqrt(9.0 * double(o.c))).detach().requires_grad_();
+  Tensor go = tg::randn({o.n, o.c, o.hw, o.hw}, f32), v = tg::randn({o.n, o.c, o.hw, o.hw}, f32);
+  nlohmann::json r = {{"n", o.n}, {"c", o.c}, {"hw", o.hw}};
+  r["fwd_ms"] = tgbench::ms_per_step(o.steps, o.repeats, dev, [&] {
+    ag::NoGradGuard g;
+    tg::conv2d(x, w, {}, {1}, {1});
+  });
+  Tensor y = tg::conv2d(x, w, {}, {1}, {1});
+  r["bwd_ms"] = tgbench::ms_per_step(o.steps, o.repeats, dev, [&] { ag::grad({y}, {x, w}, {go}, true); });
+  Tensor gx = ag::grad({y}, {x}, {go}, true, true)[0];
+  r["dbl_ms"] = tgbench::ms_per_step(o.steps, o.repeats, dev, [&] {
+    ag::grad({tg::sum(gx * v)}, {x, w}, {}, true, false, true);
+  });
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"The physics-informed U-Net training step, eager and graphed"};
+  app.add_option("--grid", o.grid, "points per side");
+  app.add_option("--batch", o.batch, "fields per step");
+  app.add_option("--steps", o.steps, "steps per timing");
+  app.add_option("--repeats", o.repeats, "timings (the median is reported)");
+  app.add_option("--device", o.device, "cuda or cpu");
+  app.add_flag("--conv", o.conv, "time conv2d alone (forward, backward, double backward)");
+  app.add_option("--n", o.n, "conv: batch");
+  app.add_option("--c", o.c, "conv: channels in and out");
+  app.add_option("--hw", o.hw, "conv: height and width");
+  app.add_flag("--json", o.json, "print JSON");
+  CLI11_PARSE(app, argc, argv);
+  const bool gpu = o.device == "cuda" && tg::cuda::is_available();
+  const tg::Device dev = gpu ? tg::Device(tg::kCUDA, 0) : tg::Device(tg::kCPU);
+  if (o.conv) {
+    nlohmann::json r = conv_rows(o, dev);
+    if (o.json) std::cout << r.dump(2) << "\n";
+    else
+      std::printf("conv2d 3x3 [%lld, %lld, %lld, %lld]: forward %.3f ms, backward %.3f ms, double backward %.3f ms\n",
+                  (long long)o.n, (long long)o.c, (long long)o.hw, (long long)o.hw, r["fwd_ms"].get<double>(),
+                  r["bwd_ms"].get<double>(), r["dbl_ms"].get<double>());
+    return 0;
+  }
+
+  tg::manual_seed(0);
+  const auto f32 = tg::TensorOptions().device(dev);
+  tg::nn::UNet2d model(3, 1, {32, 64, 128, 256}, 8, f32);
+  tg::optim::AdamOptions ao;
+  ao.lr = 1e-3;
+  ao.capturable = gpu;
+  std::vector<Tensor> params = model.parameters();
+  tg::optim::Adam adam(params, ao);
+  // The fields (unet_peers.py's): r_k = k / (G - 1); x along the width, y
+  // along the height; a = 1 + 0.5 sin(2 pi x + phi_b) sin(2 pi y) with
+  // phi_b = 2 pi b / B; u = sin(pi x) sin(pi y), f = 2 pi^2 u.
+  const int64_t G = o.grid, B = o.batch;
+  Tensor r = tg::arange(G, f32.dtype(tg::kFloat32)) / double(G - 1);
+  Tensor xg = r.view({1, 1, 1, G}).expand({B, 1, G, G}).contiguous();
+  Tensor yg = r.view({1, 1, G, 1}).expand({B, 1, G, G}).contiguous();
+  Tensor phase = tg::arange(B, f32.dtype(tg::kFloat32)).view({B, 1, 1, 1}) * (2 * M_PI / double(B));
+  Tensor a = tg::sin(xg * (2 * M_PI) + phase) * tg::sin(yg * (2 * M_PI)) * 0.5 + 1.0;
+  Tensor u_data = tg::sin(xg * M_PI) * tg::sin(yg * M_PI), f = u_data * (2 * M_PI * M_PI);
+  Tensor xc = xg.detach().requires_grad_(), yc = yg.detach().requires_grad_();
+
+  auto step = [&] {
+    namespace ag = tg::autograd;
+    adam.zero_grad(/*set_to_none=*/false);
+    Tensor u = model.forward(tg::cat({xc, yc, a}, 1));
+    std::vector<Tensor> g1 = ag::grad({tg::sum(u)}, {xc, yc}, {}, true, true);
+    Tensor uxx = ag::grad({tg::sum(g1[0])}, {xc}, {}, true, true)[0];
+    Tensor uyy = ag::grad({tg::sum(g1[1])}, {yc}, {}, true, true)[0];
+    Tensor res = uxx + uyy + f, d = u - u_data;
+    Tensor loss = tg::mean(d * d) + tg::mean(res * res);
+    ag::backward({loss}, {}, std::nullopt, false, params);
+    adam.step();
+    return loss;
+  };
+  nlohmann::json result = {{"grid", G}, {"batch", B}, {"device", gpu ? "cuda" : "cpu"}};
+  for (int i = 0; i < 3; ++i)
+    step();
+  if (gpu) tg::cuda::reset_peak_memory_stats();
+  result["eager_ms"] = tgbench::ms_per_step(o.steps, o.repeats, dev, step);
+  if (gpu) {
+    namespace cu = tg::cuda;
+    result["eager_peak_mib"] = mib(cu::memory_stats().peak_allocated_bytes);
+    cu::Stream side = cu::stream_from_pool();
+    side.wait_stream(cu::current_stream());
+    {
+      cu::StreamGuard g(side);
+      for (int i = 0; i < 3; ++i)
+        step();
+    }
+    cu::current_stream().wait_stream(side);
+    cu::CUDAGraph graph;
+    Tensor loss;
+    cu::reset_peak_memory_stats();
+    {
+      cu::Graph capture(graph);
+      loss = step();
+    }
+    result["graphed_ms"] = tgbench::ms_per_step(o.steps, o.repeats, dev, [&] { graph.replay(); });
+    result["graphed_peak_mib"] = mib(cu::memory_stats().peak_allocated_bytes);
+    result["graphed_loss"] = loss.item<double>();
+  }
+  if (o.json) {
+    std::cout << result.dump(2) << "\n";
+  } else {
+    std::printf("physics-informed U-Net step (%lld x %lld grid, batch %lld, %s)\n", (long long)G, (long long)G,
+                (long long)B, gpu ? "cuda" : "cpu");
+    std::printf("  tapegrad eager    %8.3f ms/step\n", result["eager_ms"].get<double>());
+    if (gpu) std::printf("  tapegrad graphed  %8.3f ms/step\n", result["graphed_ms"].get<double>());
+  }
+  return 0;
+}

@@ -11,12 +11,14 @@
 //
 //   unet_step [--grid 64] [--batch 16] [--steps 20] [--repeats 3] [--device cuda|cpu] [--json]
 //   unet_step --conv [--n 16] [--c 64] [--hw 64] [--json]   conv2d alone: forward, backward, double backward
+//   unet_step --part conv|gn|gelu|up|pool|cat [--grid 128]    one piece under the step's passes
 //
 // bench/peers/unet_peers.py runs the same step in PyTorch (eager, under
 // torch.cuda.graph) and JAX (jit) with the same fields (its docstring).
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,7 @@ struct Options {
   int steps = 20, repeats = 3;
   std::string device = "cuda";
   bool json = false, conv = false;
+  std::string part;
 };
 
 double mib(size_t bytes) { return double(bytes) / double(1 << 20); }
@@ -62,6 +65,38 @@ nlohmann::json conv_rows(const Options& o, tg::Device dev) {
   return r;
 }
 
+// One piece of the U-Net under the step's passes (forward; the input
+// derivative with create_graph; its derivative with create_graph; the
+// parameters' gradient of a loss of both), on [batch, 32, grid, grid]: where
+// the step's time goes, piece by piece.
+double part_ms(const Options& o, tg::Device dev) {
+  namespace ag = tg::autograd;
+  const auto f32 = tg::TensorOptions().device(dev);
+  tg::manual_seed(0);
+  const int64_t c = 32, g = o.grid;
+  const bool up = o.part == "up";
+  Tensor x = tg::randn({o.batch, c, up ? g / 2 : g, up ? g / 2 : g}, f32).requires_grad_();
+  Tensor w = (tg::randn({c, c, 3, 3}, f32) * 0.05).requires_grad_(), b = tg::zeros({c}, f32).requires_grad_();
+  Tensor gw = tg::ones({c}, f32).requires_grad_(), gb = tg::zeros({c}, f32).requires_grad_();
+  auto piece = [&](const Tensor& t) -> Tensor {
+    if (o.part == "conv") return tg::conv2d(t, w, b, {1}, {1});
+    if (o.part == "gn") return tg::group_norm(t, 8, gw, gb);
+    if (o.part == "gelu") return tg::gelu(t);
+    if (o.part == "up") return tg::interpolate(t, {}, {2.0}, "bilinear", false);
+    if (o.part == "pool") return tg::avg_pool2d(t, {2});
+    if (o.part == "cat") return tg::cat({t, t * 2.0}, 1);
+    throw std::runtime_error("unknown --part " + o.part + " (conv, gn, gelu, up, pool, cat)");
+  };
+  std::vector<Tensor> params = {w, b, gw, gb};
+  return tgbench::ms_per_step(o.steps, o.repeats, dev, [&] {
+    Tensor u = piece(x);
+    Tensor ux = ag::grad({tg::sum(u)}, {x}, {}, true, true)[0];
+    Tensor uxx = ux.requires_grad() ? ag::grad({tg::sum(ux)}, {x}, {}, true, true, true)[0] : Tensor();
+    Tensor loss = tg::mean(u * u) + (uxx.defined() ? tg::mean(uxx * uxx) : tg::sum(u) * 0.0);
+    ag::grad({loss}, params, {}, false, false, true);
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -77,9 +112,15 @@ int main(int argc, char** argv) {
   app.add_option("--c", o.c, "conv: channels in and out");
   app.add_option("--hw", o.hw, "conv: height and width");
   app.add_flag("--json", o.json, "print JSON");
+  app.add_option("--part", o.part, "time one piece under the step's passes: conv, gn, gelu, up, pool, cat");
   CLI11_PARSE(app, argc, argv);
   const bool gpu = o.device == "cuda" && tg::cuda::is_available();
   const tg::Device dev = gpu ? tg::Device(tg::kCUDA, 0) : tg::Device(tg::kCPU);
+  if (!o.part.empty()) {
+    std::printf("part %-5s [%lld, 32, %lld, %lld]: %.3f ms per step's passes\n", o.part.c_str(), (long long)o.batch,
+                (long long)o.grid, (long long)o.grid, part_ms(o, dev));
+    return 0;
+  }
   if (o.conv) {
     nlohmann::json r = conv_rows(o, dev);
     if (o.json) std::cout << r.dump(2) << "\n";

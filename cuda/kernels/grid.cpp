@@ -1,14 +1,13 @@
 // The grid family's CUDA kernel table (tensor/grid_kernels.h): convolutions
 // from cuDNN when the build found it (TAPEGRAD_CUDNN), through its handles
-// in cuda/runtime/libraries.h and workspaces from the call's launch encoder
-// (a CUDA graph's own under capture). Without cuDNN every slot is empty and
+// in cuda/runtime/libraries.h. Without cuDNN every slot is empty and
 // the op layer's im2col + GEMM path runs on the GPU (strided copies and
 // cuBLAS).
 //
 // Each call describes its operands (1-D convolutions as 2-D ones of height
 // 1), asks cuDNN's heuristics for algorithms (cudnnGet*Algorithm_v7, as
 // PyTorch does without benchmark mode) and keeps the first one that fits a
-// workspace cap, is deterministic when deterministic mode is on, and
+// workspace cap (the workspace comes from the caching allocator), is deterministic when deterministic mode is on, and
 // honours the float32 math mode (no TF32 unless tg::cuda::set_allow_tf32):
 // the choice is cached per shape, so a captured call repeats the eager one.
 // A slot answers false (the op layer's path runs) where cuDNN has no such
@@ -34,6 +33,7 @@
 #include "cuda/launch.h"
 #include "cuda/runtime/libraries.h"
 #include "tensor/env.h"
+#include "tensor/op_util.h"
 #endif
 
 namespace tg::kernels {
@@ -235,11 +235,19 @@ bool run(Kind k, const Tensor& x_in, const Tensor& w_in, const Tensor& y_in, con
       break;
   }
   if (st != CUDNN_STATUS_SUCCESS) return false;
+  // The workspace is a tensor from the caching allocator (a CUDA graph's
+  // pool under capture), freed when the call returns: later calls on the
+  // stream reuse it in stream order, and the encoder records it written, so
+  // a captured graph's relaxation keeps the calls that share it in order
+  // (the encoder's own workspaces would stay the graph's, one per call:
+  // gigabytes over a U-Net's hundreds of convolutions).
+  const Tensor scratch = bytes ? detail::new_empty({int64_t((bytes + 15) / 16) * 4}, kFloat32, x.device()) : Tensor();
   cuda::LaunchEncoder access(stream);
   access.read(k == Kind::BackwardData ? y : x);
   access.read(k == Kind::BackwardFilter ? y : w);
   access.write(k == Kind::Forward ? y : k == Kind::BackwardData ? x : w);
-  void* ws = bytes ? access.workspace(bytes) : nullptr;
+  access.write(scratch);
+  void* ws = bytes ? scratch.data_ptr() : nullptr;
   const double one64 = 1, zero64 = 0;
   const float one32 = 1, zero32 = 0;
   const bool dbl = x.dtype() == kFloat64;

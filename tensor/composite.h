@@ -160,7 +160,12 @@ template <class O> TensorPair extreme_dim(const Tensor& x_in, int64_t dim, bool 
   Tensor hit = O::where(O::ne(ext, ext), O::ne(x, x), O::eq(x, ext));
   IntList shape(size_t(x.dim()), 1);
   shape[size_t(d)] = n;
-  Tensor pos = O::reshape(O::to(tg::arange(n, TensorOptions().dtype(kInt64)), x.device()), shape);
+  // Positions 0 .. n - 1 from pinned memory (index_tensor): capturable in a
+  // CUDA graph, where a pageable upload is not.
+  std::vector<int64_t> iota(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    iota[size_t(i)] = i;
+  Tensor pos = O::reshape(index_tensor(iota, x.device()), shape);
   Tensor idx = O::amin(O::where(hit, pos, Scalar(n)), {d}, true);
   Tensor values = O::gather(x, d, idx);
   if (!keepdim || x_in.dim() == 0) {

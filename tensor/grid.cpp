@@ -759,7 +759,15 @@ TensorPair max_pool(const Tensor& input, const IntList& kernel_size, const IntLi
   check_floating(x, op, "input");
   const PoolGeometry g = pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, op);
   Tensor win = pool_windows(pool_pad(x, g, -std::numeric_limits<double>::infinity()), g);  // [N, C, K, out...]
-  auto [values, arg] = max(win, 2);
+  // The first maximum of each window (NaN counts as the largest, as
+  // PyTorch's), gathered: its gradient goes to that element. argmax's range
+  // [0, K) is known by construction and noted, so the gathers (and their
+  // gradients) read nothing back from the device: capturable.
+  Tensor arg = argmax(win.detach(), 2, true);
+  if (arg.numel() > 0)
+    arg.impl()->storage()->set_known_index_range(0, win.size(2) - 1, arg.impl()->version_counter().get(),
+                                                 arg.version());
+  Tensor values = gather(win, 2, arg).squeeze(2);
   // Each window position's input index (flattened over the input's spatial
   // dims): a constant map [K, out...] read at the maximum's position.
   int64_t K = 1;
@@ -788,7 +796,7 @@ TensorPair max_pool(const Tensor& input, const IntList& kernel_size, const IntLi
                                               }
                                             });
   IntList full = win.sizes();
-  Tensor indices = gather(where_in.unsqueeze(0).unsqueeze(0).expand(full), 2, arg.unsqueeze(2)).squeeze(2);
+  Tensor indices = gather(where_in.unsqueeze(0).unsqueeze(0).expand(full), 2, arg).squeeze(2);
   return {b.restore(values), b.restore(indices)};
 }
 

@@ -25,6 +25,7 @@
 #include <sstream>
 #include <string>
 
+#include <tapegrad/cuda/capture.h>
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/cuda/stream.h>
 #include <tapegrad/tensor/ops.h>
@@ -44,7 +45,8 @@ namespace {
 #define TG_CUDNN_CHECK(call, op) \
   TG_LIBRARY_CHECK(cudnnStatus_t, CUDNN_STATUS_SUCCESS, "cuDNN", cudnnGetErrorString, call, op)
 
-constexpr size_t kMaxWorkspace = size_t(1) << 30;  // algorithms that ask for more are skipped
+constexpr size_t kMaxWorkspace = size_t(1) << 30;   // algorithms that ask for more are skipped
+constexpr size_t kFindWorkspace = size_t(1) << 28;  // the timed search's scratch
 
 enum class Kind { Forward, BackwardData, BackwardFilter };
 
@@ -155,16 +157,26 @@ std::map<std::string, int>& algo_cache() {
   return *m;
 }
 
-// The first heuristic algorithm that succeeds, fits, and is deterministic
-// when asked: its id, or -1.
-template <class Perf, class Query> int pick(Query&& query) {
+// Whether the call being chosen for is float32 without TF32 (set by run()).
+thread_local bool t_float32_strict = false;
+
+// The first algorithm (heuristics' rank, or timed order) that succeeds,
+// fits, is deterministic when asked and keeps float32 out of TF32: its id,
+// or -1.
+template <class Perf, class Query> int pick(size_t max_workspace, Query&& query) {
   constexpr int kCount = 16;
   Perf perf[kCount];
   int returned = 0;
   if (query(kCount, &returned, perf) != CUDNN_STATUS_SUCCESS) return -1;
+  const bool tf32_ok = t_float32_strict ? false : true;
   const bool deterministic = are_deterministic_algorithms_enabled();
   for (int i = 0; i < returned; ++i) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kMaxWorkspace) continue;
+    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > max_workspace) continue;
+    // float32 without TF32: no tensor-core algorithm (the timed search may
+    // report one; the heuristics honour the descriptor's math mode).
+    if (!tf32_ok &&
+        (perf[i].mathType == CUDNN_TENSOR_OP_MATH || perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+      continue;
     if (deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
     return int(perf[i].algo);
   }
@@ -190,33 +202,62 @@ bool run(Kind k, const Tensor& x_in, const Tensor& w_in, const Tensor& y_in, con
   if (!describe(d, x, w, y, g)) return false;
   cudnnHandle_t h = cuda::lib::cudnn(device, stream, op);
   const std::string key = key_of(k, x, w, y, g);
+  t_float32_strict = x.dtype() == kFloat32 && !cuda::allow_tf32();
   int algo = -2;
   {
     std::lock_guard<std::mutex> lock(algo_mutex());
     auto it = algo_cache().find(key);
     if (it != algo_cache().end()) algo = it->second;
   }
+  const bool capturing = cuda::is_current_stream_capturing();
   if (algo == -2) {
+    // Eagerly, the algorithms are timed once per shape (cudnnFind*Ex:
+    // PyTorch's benchmark mode) with up to kFindWorkspace of scratch; under
+    // capture, or with TG_CUDNN_FIND=0, cuDNN's heuristics choose.
+    Tensor scratch;
+    size_t scratch_bytes = 0;
+    if (!capturing && detail::switched_on<detail::OffSwitch::kCudnnFind>()) {
+      try {
+        scratch = detail::new_empty({int64_t(kFindWorkspace / 4)}, kFloat32, x.device());
+        scratch_bytes = kFindWorkspace;
+      } catch (const Error&) {  // no room to time them: the heuristics
+      }
+    }
+    void* sp = scratch_bytes ? scratch.data_ptr() : nullptr;
+    const bool timed = scratch_bytes > 0;
     switch (k) {
       case Kind::Forward:
-        algo = pick<cudnnConvolutionFwdAlgoPerf_t>([&](int n, int* r, cudnnConvolutionFwdAlgoPerf_t* p) {
-          return cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, n, r, p);
-        });
+        algo = pick<cudnnConvolutionFwdAlgoPerf_t>(
+            timed ? scratch_bytes : kMaxWorkspace, [&](int n, int* r, cudnnConvolutionFwdAlgoPerf_t* p) {
+              return timed ? cudnnFindConvolutionForwardAlgorithmEx(h, d.x, x.data_ptr(), d.w, w.data_ptr(), d.conv,
+                                                                    d.y, y.data_ptr(), n, r, p, sp, scratch_bytes)
+                           : cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, n, r, p);
+            });
         break;
       case Kind::BackwardData:
-        algo = pick<cudnnConvolutionBwdDataAlgoPerf_t>([&](int n, int* r, cudnnConvolutionBwdDataAlgoPerf_t* p) {
-          return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, n, r, p);
-        });
+        algo = pick<cudnnConvolutionBwdDataAlgoPerf_t>(
+            timed ? scratch_bytes : kMaxWorkspace, [&](int n, int* r, cudnnConvolutionBwdDataAlgoPerf_t* p) {
+              return timed
+                         ? cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w, w.data_ptr(), d.y, y.data_ptr(), d.conv,
+                                                                       d.x, x.data_ptr(), n, r, p, sp, scratch_bytes)
+                         : cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, n, r, p);
+            });
         break;
       case Kind::BackwardFilter:
-        algo = pick<cudnnConvolutionBwdFilterAlgoPerf_t>([&](int n, int* r, cudnnConvolutionBwdFilterAlgoPerf_t* p) {
-          return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, n, r, p);
-        });
+        algo = pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
+            timed ? scratch_bytes : kMaxWorkspace, [&](int n, int* r, cudnnConvolutionBwdFilterAlgoPerf_t* p) {
+              return timed ? cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x, x.data_ptr(), d.y, y.data_ptr(),
+                                                                           d.conv, d.w, w.data_ptr(), n, r, p, sp,
+                                                                           scratch_bytes)
+                           : cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, n, r, p);
+            });
         break;
     }
-    std::lock_guard<std::mutex> lock(algo_mutex());
-    if (algo_cache().size() > 4096) algo_cache().clear();
-    algo_cache()[key] = algo;
+    if (!capturing) {
+      std::lock_guard<std::mutex> lock(algo_mutex());
+      if (algo_cache().size() > 4096) algo_cache().clear();
+      algo_cache()[key] = algo;
+    }
   }
   if (algo < 0) return false;
   size_t bytes = 0;

@@ -44,13 +44,20 @@ void check_min(const IntList& v, int64_t lo, const char* op, const char* what) {
 // The output size of a window op along one dim (floor or ceil mode), as
 // PyTorch's pooling_output_shape: in ceil mode the last window must start
 // inside the input or its left padding.
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 int64_t window_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
   const int64_t span = in + 2 * p - d * (k - 1) - 1;
-  if (span < 0) return 0;
-  int64_t o = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
-  if (ceil_mode && (o - 1) * s >= in + p) --o;
-  return o;
+  int64_t o = floor_div(span + (ceil_mode ? s - 1 : 0), s) + 1;
+  if (ceil_mode && o > 0 && (o - 1) * s >= in + p) --o;
+  return std::max<int64_t>(o, 0);
 }
+
+// Whether two tensors share storage (a result that would alias its input).
+bool shares_storage(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.impl()->storage() == b.impl()->storage();
+}
+// r, copied when it would alias `input` (results never alias their inputs).
+Tensor fresh(const Tensor& r, const Tensor& input) { return shares_storage(r, input) ? r.clone() : r; }
 
 struct Geometry {
   size_t S = 0;  // spatial dims
@@ -471,6 +478,8 @@ Tensor add_bias(const Tensor& y, const Tensor& bias, const char* op) {
   if (!bias.defined()) return y;
   detail::check_same_device(y, bias, op);
   check_channel_vector(bias, y.size(1), op, "bias");
+  TG_CHECK(bias.dtype() == y.dtype(), op, ": bias has dtype ", bias.dtype(), " but input and weight have ", y.dtype(),
+           "; convert it with .to(", y.dtype(), ")");
   return add(y, channel_view(bias, y.dim()));
 }
 
@@ -498,8 +507,8 @@ Tensor convolution(const Tensor& input, const Tensor& weight, const Tensor& bias
   check_min(op_, 0, op, "output_padding");
   IntList out;
   for (size_t i = 0; i < S; ++i) {
-    TG_CHECK(op_[i] < s[i], op, ": output_padding ", list_str(op_), " must be smaller than stride ", list_str(s),
-             " in every dim");
+    TG_CHECK(op_[i] < s[i] || op_[i] < d[i], op, ": output_padding ", list_str(op_),
+             " must be smaller than either stride ", list_str(s), " or dilation ", list_str(d), " in every dim");
     const int64_t o =
         (input.size(int64_t(i) + 2) - 1) * s[i] - 2 * p[i] + d[i] * (weight.size(int64_t(i) + 2) - 1) + op_[i] + 1;
     TG_CHECK(o >= 1, op, ": the output size ", o, " of spatial dim ", i, " is < 1 for input ", shape_str(input.sizes()),
@@ -507,7 +516,27 @@ Tensor convolution(const Tensor& input, const Tensor& weight, const Tensor& bias
              list_str(d));
     out.push_back(o);
   }
-  return add_bias(_convolution_backward_input(input, weight, out, s, p, d, groups), bias, op);
+  // An output_padding of a stride or more (below the dilation) makes an
+  // output whose convolution is longer than the input: the extra positions
+  // of that convolution's output receive nothing, so the input is their
+  // zeros appended.
+  IntList extra;
+  bool any_extra = false;
+  for (size_t i = 0; i < S; ++i) {
+    const int64_t back = window_out(out[i], weight.size(int64_t(i) + 2), s[i], p[i], d[i], false);
+    extra.push_back(std::max<int64_t>(back - input.size(int64_t(i) + 2), 0));
+    any_extra = any_extra || extra.back() > 0;
+  }
+  Tensor x = input;
+  if (any_extra) {
+    IntList pads;
+    for (size_t i = S; i-- > 0;) {
+      pads.push_back(0);
+      pads.push_back(extra[i]);
+    }
+    x = pad(input, pads);
+  }
+  return add_bias(_convolution_backward_input(x, weight, out, s, p, d, groups), bias, op);
 }
 
 #define TG_CONV_N(n)                                                                                                \
@@ -546,20 +575,24 @@ Tensor pad(const Tensor& input, const IntList& p, const std::string& mode, doubl
     const int64_t d = input.dim() - 1 - i, lo = p[size_t(2 * i)], hi = p[size_t(2 * i + 1)], n = x.size(d);
     if (lo == 0 && hi == 0) continue;
     if (constant) {
-      TG_CHECK(n + lo + hi >= 0, op, ": pad ", list_str(p), " crops dim ", d, " of input ", shape_str(input.sizes()),
+      // Output j of [0, total) reads x[j - lo] where that is inside x, else
+      // `value`: a block of values, x's kept run [a, b), a block of values.
+      const int64_t total = detail::checked_add(detail::checked_add(n, lo, op, input.sizes()), hi, op, input.sizes());
+      TG_CHECK(total >= 0, op, ": pad ", list_str(p), " crops dim ", d, " of input ", shape_str(input.sizes()),
                " below size 0");
-      if (lo < 0) x = x.narrow(d, -lo, n + lo);
-      if (hi < 0) x = x.narrow(d, 0, x.size(d) + hi);
+      const int64_t a = lo < 0 ? std::min(-lo, n) : 0, b = hi < 0 ? std::max<int64_t>(n + hi, 0) : n;
+      const int64_t left = std::clamp<int64_t>(lo, 0, total), kept = std::clamp<int64_t>(b - a, 0, total - left);
+      const int64_t right = total - left - kept;
       std::vector<Tensor> parts;
       auto block = [&](int64_t len) {
         IntList s = x.sizes();
         s[size_t(d)] = len;
         return tg::full(s, value, x.options());
       };
-      if (lo > 0) parts.push_back(block(lo));
-      parts.push_back(x);
-      if (hi > 0) parts.push_back(block(hi));
-      if (parts.size() > 1) x = cat(parts, d);
+      if (left > 0) parts.push_back(block(left));
+      if (kept > 0 || (left == 0 && right == 0)) parts.push_back(x.narrow(d, kept > 0 ? a : 0, kept));
+      if (right > 0) parts.push_back(block(right));
+      x = parts.size() == 1 ? parts[0] : cat(parts, d);
       continue;
     }
     TG_CHECK(lo >= 0 && hi >= 0, op, ": mode \"", mode, "\" takes pads >= 0, got ", list_str(p));
@@ -589,7 +622,7 @@ Tensor pad(const Tensor& input, const IntList& p, const std::string& mode, doubl
     }
     x = cat(parts, d);
   }
-  return x.is_same(input) ? input.clone() : x;
+  return fresh(x.is_same(input) ? input.clone() : x, input);
 }
 
 Tensor unfold(const Tensor& input, const IntList& kernel_size, const IntList& dilation, const IntList& padding,
@@ -616,24 +649,28 @@ Tensor pixel_shuffle(const Tensor& input, int64_t r) {
   const char* op = "pixel_shuffle";
   detail::check_defined(input, op);
   TG_CHECK(input.dim() >= 3, op, ": input must be [*, C r^2, H, W], got ", shape_str(input.sizes()));
-  TG_CHECK(r >= 1, op, ": upscale_factor must be >= 1, got ", r);
+  TG_CHECK(r >= 1 && r <= 3037000499, op, ": upscale_factor must be in [1, 3037000499] (its square fits 64 bits), got ",
+           r);
   const int64_t C = input.size(-3), H = input.size(-2), W = input.size(-1);
   TG_CHECK(C % (r * r) == 0, op, ": channels (", C, ") must be divisible by upscale_factor^2 (", r * r, "), input ",
            shape_str(input.sizes()));
+  detail::checked_mul(detail::checked_mul(H, r, op, input.sizes()), detail::checked_mul(W, r, op, input.sizes()), op,
+                      input.sizes());
   IntList lead(std::vector<int64_t>(input.sizes().begin(), input.sizes().end() - 3));
   const int64_t B = detail::checked_numel(lead, op), c = C / (r * r);
   Tensor t = input.reshape({B, c, r, r, H, W}).permute({0, 1, 4, 2, 5, 3});
   IntList out = lead;
   for (int64_t v : {c, H * r, W * r})
     out.push_back(v);
-  return t.reshape(out);
+  return fresh(t.reshape(out), input);
 }
 
 Tensor pixel_unshuffle(const Tensor& input, int64_t r) {
   const char* op = "pixel_unshuffle";
   detail::check_defined(input, op);
   TG_CHECK(input.dim() >= 3, op, ": input must be [*, C, H r, W r], got ", shape_str(input.sizes()));
-  TG_CHECK(r >= 1, op, ": downscale_factor must be >= 1, got ", r);
+  TG_CHECK(r >= 1 && r <= 3037000499, op,
+           ": downscale_factor must be in [1, 3037000499] (its square fits 64 bits), got ", r);
   const int64_t C = input.size(-3), H = input.size(-2), W = input.size(-1);
   TG_CHECK(H % r == 0 && W % r == 0, op, ": height (", H, ") and width (", W,
            ") must be divisible by downscale_factor (", r, "), input ", shape_str(input.sizes()));
@@ -641,9 +678,9 @@ Tensor pixel_unshuffle(const Tensor& input, int64_t r) {
   const int64_t B = detail::checked_numel(lead, op);
   Tensor t = input.reshape({B, C, H / r, r, W / r, r}).permute({0, 1, 3, 5, 2, 4});
   IntList out = lead;
-  for (int64_t v : {C * r * r, H / r, W / r})
+  for (int64_t v : {detail::checked_mul(C, r * r, op, input.sizes()), H / r, W / r})
     out.push_back(v);
-  return t.reshape(out);
+  return fresh(t.reshape(out), input);
 }
 
 // ---- pooling ----
@@ -694,7 +731,10 @@ Tensor pool_pad(const Tensor& x, const PoolGeometry& g, double value) {
 // The windows of the padded x as [N, C, K, out...].
 Tensor pool_windows(const Tensor& xp, const PoolGeometry& g) {
   Tensor cols = _im2col(xp, g.k, g.d, {0}, g.s);
-  IntList s = {xp.size(0), xp.size(1), cols.size(1) / xp.size(1)};
+  int64_t K = 1;
+  for (int64_t k : g.k)
+    K *= k;
+  IntList s = {xp.size(0), xp.size(1), K};
   for (int64_t o : g.out)
     s.push_back(o);
   return cols.view(s);
@@ -800,31 +840,6 @@ TensorPair max_pool(const Tensor& input, const IntList& kernel_size, const IntLi
   return {b.restore(values), b.restore(indices)};
 }
 
-// The averaging matrix [out, in] of adaptive pooling along one dim.
-Tensor adaptive_matrix(int64_t in, int64_t out, const Tensor& like) {
-  return constant<double>(key_of("adaptive", {{in, out}}), {out, in}, like.dtype(), like.device(),
-                          [&](double* v, int64_t) {
-                            for (int64_t o = 0; o < out; ++o) {
-                              const int64_t start = (o * in) / out, end = ((o + 1) * in + out - 1) / out;
-                              for (int64_t i = 0; i < in; ++i)
-                                v[o * in + i] = (i >= start && i < end) ? 1.0 / double(end - start) : 0.0;
-                            }
-                          });
-}
-
-// x with matrix m [out, in] applied along dim d (a linear map of that dim).
-Tensor apply_along(const Tensor& x, int64_t d, const Tensor& m) {
-  if (d == x.dim() - 1) return matmul(x, m.transpose(0, 1));
-  int64_t before = 1, after = 1;
-  for (int64_t i = 0; i < d; ++i)
-    before *= x.size(i);
-  for (int64_t i = d + 1; i < x.dim(); ++i)
-    after *= x.size(i);
-  IntList out = x.sizes();
-  out[size_t(d)] = m.size(0);
-  return matmul(m, x.reshape({before, x.size(d), after})).reshape(out);
-}
-
 Tensor adaptive_avg_pool(const Tensor& input, const IntList& output_size, int64_t S, const char* op) {
   Batched b = batched(input, S, op);
   Tensor x = b.x;
@@ -842,7 +857,33 @@ Tensor adaptive_avg_pool(const Tensor& input, const IntList& output_size, int64_
       x = mean(x.reshape(s), {d + 1});
       continue;
     }
-    x = apply_along(x, d, adaptive_matrix(in, o, x));
+    // Unequal bins: each bin's elements gathered into kmax slots (the slots
+    // past a bin's end read an appended zero), summed, divided by the bin's
+    // size: a NaN reaches only its bins.
+    int64_t kmax = 0;
+    for (int64_t j = 0; j < o; ++j)
+      kmax = std::max(kmax, ((j + 1) * in + o - 1) / o - (j * in) / o);
+    const std::string key = key_of("adaptive", {{in, o}});
+    const Tensor idx = constant<int64_t>(key + "idx", {o * kmax}, kInt64, x.device(), [&](int64_t* v, int64_t) {
+      for (int64_t j = 0; j < o; ++j) {
+        const int64_t start = (j * in) / o, end = ((j + 1) * in + o - 1) / o;
+        for (int64_t k = 0; k < kmax; ++k)
+          v[j * kmax + k] = start + k < end ? start + k : in;
+      }
+    });
+    IntList zs = x.sizes();
+    zs[size_t(d)] = 1;
+    Tensor ext = cat({x, tg::zeros(zs, x.options())}, d);
+    IntList split = x.sizes();
+    split[size_t(d)] = o;
+    split.insert(split.begin() + d + 1, kmax);
+    IntList ws(std::vector<int64_t>(size_t(x.dim()), 1));
+    ws[size_t(d)] = o;
+    const Tensor inv = constant<double>(key + "inv", {o}, x.dtype(), x.device(), [&](double* v, int64_t) {
+                         for (int64_t j = 0; j < o; ++j)
+                           v[j] = 1.0 / double(((j + 1) * in + o - 1) / o - (j * in) / o);
+                       }).view(ws);
+    x = mul(sum(index_select(ext, d, idx).reshape(split), {d + 1}), inv);
   }
   return b.restore(x.is_same(b.x) ? x.clone() : x);
 }
@@ -927,29 +968,46 @@ Tensor interpolate(const Tensor& input, const IntList& size, const std::vector<d
       continue;
     }
     if (!nearest && in == o && !corners && scale.empty()) continue;
-    const Tensor m = constant<double>(key_of(nearest ? "nearest" : "linear", {{in, o}}, {sc, double(corners)}), {o, in},
-                                      x.dtype(), x.device(), [&](double* v, int64_t) {
-                                        std::fill(v, v + o * in, 0);
-                                        for (int64_t j = 0; j < o; ++j) {
-                                          if (nearest) {
-                                            const int64_t src = std::min(int64_t(std::floor(double(j) * sc)), in - 1);
-                                            v[j * in + src] = 1;
-                                            continue;
-                                          }
-                                          double src = corners
-                                                           ? (o > 1 ? double(j) * double(in - 1) / double(o - 1) : 0.0)
-                                                           : (double(j) + 0.5) * sc - 0.5;
-                                          if (src < 0) src = 0;
-                                          const int64_t i0 = std::min(int64_t(std::floor(src)), in - 1);
-                                          const int64_t i1 = std::min(i0 + 1, in - 1);
-                                          const double l1 = src - double(i0);
-                                          v[j * in + i0] += 1 - l1;
-                                          v[j * in + i1] += l1;
-                                        }
-                                      });
-    x = apply_along(x, d, m);
+    // PyTorch's stencil per output: nearest, floor(j sc); linear, the two
+    // neighbours of the source coordinate (the second clamped to the edge)
+    // and their weights. Gathers, so a NaN or inf reaches only the outputs
+    // whose stencil holds it.
+    std::vector<int64_t> i0(static_cast<size_t>(o)), i1(static_cast<size_t>(o));
+    std::vector<double> w1(static_cast<size_t>(o));
+    for (int64_t j = 0; j < o; ++j) {
+      if (nearest) {
+        i0[size_t(j)] = std::min(int64_t(std::floor(double(j) * sc)), in - 1);
+        continue;
+      }
+      double src = corners ? (o > 1 ? double(j) * double(in - 1) / double(o - 1) : 0.0) : (double(j) + 0.5) * sc - 0.5;
+      if (src < 0) src = 0;
+      i0[size_t(j)] = std::min(int64_t(std::floor(src)), in - 1);
+      i1[size_t(j)] = std::min(i0[size_t(j)] + 1, in - 1);
+      w1[size_t(j)] = src - double(i0[size_t(j)]);
+    }
+    const std::string key = key_of(nearest ? "nearest" : "linear", {{in, o}}, {sc, double(corners)});
+    auto index_of = [&](const std::vector<int64_t>& v, const char* which) {
+      return constant<int64_t>(key + which, {o}, kInt64, x.device(),
+                               [&](int64_t* out, int64_t) { std::copy(v.begin(), v.end(), out); });
+    };
+    Tensor first = index_select(x, d, index_of(i0, "i0"));
+    if (nearest) {
+      x = first;
+      continue;
+    }
+    IntList ws(std::vector<int64_t>(size_t(x.dim()), 1));
+    ws[size_t(d)] = o;
+    auto weight_of = [&](bool second, const char* which) {
+      return constant<double>(key + which, {o}, x.dtype(), x.device(),
+                              [&](double* out, int64_t) {
+                                for (int64_t j = 0; j < o; ++j)
+                                  out[j] = second ? w1[size_t(j)] : 1 - w1[size_t(j)];
+                              })
+          .view(ws);
+    };
+    x = add(mul(first, weight_of(false, "w0")), mul(index_select(x, d, index_of(i1, "i1")), weight_of(true, "w1")));
   }
-  return x.is_same(input) ? input.clone() : x;
+  return fresh(x.is_same(input) ? input.clone() : x, input);
 }
 
 // ---- normalization ----
@@ -963,12 +1021,12 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
            num_groups, ")");
   check_channel_vector(weight, C, op, "weight");
   check_channel_vector(bias, C, op, "bias");
-  Tensor xg = input.reshape({N, num_groups, -1});
-  if (xg.size(2) == 0 || N == 0) {
+  if (input.numel() == 0) {
     Tensor y = mul(input, 1.0);
     if (weight.defined()) y = mul(y, channel_view(weight, input.dim()));
     return bias.defined() ? add(y, channel_view(bias, input.dim())) : y;
   }
+  Tensor xg = input.reshape({N, num_groups, -1});
   Tensor m = mean(xg, {2}, true);
   Tensor c = sub(xg, m);
   Tensor v = mean(mul(c, c), {2}, true);
@@ -1009,6 +1067,8 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   check_channel_vector(running_var, C, op, "running_var");
   for (const Tensor* t : {&weight, &bias, &running_mean, &running_var})
     if (t->defined()) detail::check_same_device(input, *t, op);
+  for (const Tensor* t : {&running_mean, &running_var})
+    if (t->defined()) check_floating(*t, op, "running statistics");
   if (!training) {
     TG_CHECK(running_mean.defined() && running_var.defined(), op,
              ": evaluation (training=false) needs running_mean and running_var");
@@ -1018,6 +1078,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   IntList dims = {0};
   for (int64_t d = 2; d < input.dim(); ++d)
     dims.push_back(d);
+  if (input.numel() == 0) return mul(input, 1.0);  // nothing to normalize; the statistics stay
   const int64_t count = input.numel() / std::max<int64_t>(C, 1);
   TG_CHECK(count > 1, op, ": training needs more than one value per channel, got input ", shape_str(input.sizes()));
   Tensor m = mean(input, dims, true);
@@ -1051,8 +1112,11 @@ Tensor instance_norm(const Tensor& input, const Tensor& running_mean, const Tens
   IntList dims;
   for (int64_t d = 2; d < input.dim(); ++d)
     dims.push_back(d);
-  const int64_t count = input.numel() / std::max<int64_t>(input.size(0) * C, 1);
+  int64_t count = 1;
+  for (int64_t d = 2; d < input.dim(); ++d)
+    count *= input.size(d);
   TG_CHECK(count > 1, op, ": needs more than one spatial element per channel, got input ", shape_str(input.sizes()));
+  if (input.numel() == 0) return mul(input, 1.0);
   Tensor m = mean(input, dims, true);
   Tensor c = sub(input, m);
   Tensor v = mean(mul(c, c), dims, true);

@@ -434,6 +434,63 @@ TEST_P(Grid, ModulesInitializeAsLibTorchAndKeepTheirState) {
   EXPECT_EQ(tg::nn::functional::conv2d(x, conv.weight, {}, {1}, {1}, {1}, 2).sizes(), (IntList{2, 6, 5, 7}));
 }
 
+// The adversary's findings (issue 48), each a regression test.
+TEST_P(Grid, EdgeCasesFoundByTheAdversary) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  // Pools of an input without channels are empty, not a crash.
+  EXPECT_EQ(tg::max_pool2d(on(tg::randn({1, 0, 4, 4}, kF64)), {2}).sizes(), (IntList{1, 0, 2, 2}));
+  EXPECT_EQ(tg::avg_pool2d(on(tg::randn({1, 0, 4, 4}, kF64)), {2}, {}, {1}).sizes(), (IntList{1, 0, 3, 3}));
+  // An upscale factor whose square overflows is an error.
+  EXPECT_THROW(tg::pixel_shuffle(on(tg::randn({1, 4, 2, 2}, kF64)), int64_t(1) << 32), tg::Error);
+  // Resampling keeps a NaN or inf to the outputs whose stencil holds it (PyTorch's).
+  Tensor l = on(tg::tensor({1.0, 1, 1, 1, 1, 1, 1, nan}, {1, 1, 8}, kF64));
+  std::vector<double> lv = values(tg::interpolate(l, {4}, {}, "linear"));
+  EXPECT_EQ(lv[0], 1.0);
+  EXPECT_EQ(lv[2], 1.0);
+  EXPECT_TRUE(std::isnan(lv[3]));
+  Tensor sq = tg::ones({1, 1, 4, 4}, kF64);
+  sq.select(2, 0).select(2, 0).fill_(inf);
+  std::vector<double> bv = values(tg::interpolate(on(sq), {8, 8}, {}, "bilinear"));
+  EXPECT_EQ(bv[0], inf);
+  EXPECT_EQ(bv[63], 1.0);
+  std::vector<double> av = values(tg::adaptive_avg_pool1d(l, {3}));  // bins [0, 3), [2, 6), [5, 8)
+  EXPECT_EQ(av[0], 1.0);
+  EXPECT_EQ(av[1], 1.0);
+  EXPECT_TRUE(std::isnan(av[2]));
+  std::vector<double> nv = values(tg::interpolate(l, {16}, {}, "nearest"));  // source floor(j / 2)
+  EXPECT_EQ(nv[13], 1.0);
+  EXPECT_TRUE(std::isnan(nv[14]));
+  // ceil_mode: an input smaller than the kernel still has a window.
+  Tensor t3 = on(tg::tensor({1.0, 2, 3}, {1, 1, 3}, kF64));
+  EXPECT_EQ(values(tg::avg_pool1d(t3, {4}, {4}, {0}, true)), (std::vector<double>{2.0}));
+  EXPECT_EQ(values(tg::max_pool1d(t3, {4}, {4}, {0}, {1}, true)), (std::vector<double>{3.0}));
+  // Constant pads: a crop past the other side's padding.
+  EXPECT_EQ(values(tg::pad(t3, {2, -4}, "constant", 9)), (std::vector<double>{9.0}));
+  EXPECT_EQ(tg::pad(t3, {1, -4}).numel(), 0);
+  EXPECT_EQ(values(tg::pad(t3, {-4, 2}, "constant", 5)), (std::vector<double>{5.0}));
+  // output_padding of the stride or more, below the dilation (PyTorch takes it).
+  tg::manual_seed(18);
+  Tensor x = tg::randn({1, 2, 4}, kF64), w = tg::randn({2, 3, 2}, kF64);
+  IntList os;
+  std::vector<double> want = ref_conv_transpose(x, w, {1}, {0}, {1}, {2}, 1, &os);
+  Tensor y = tg::conv_transpose1d(on(x), on(w), {}, {1}, {0}, {1}, 1, {2});
+  EXPECT_EQ(y.sizes(), os);
+  expect_near(values(y), want, 1e-12, "conv_transpose with output_padding >= stride");
+  // No result aliases its input.
+  Tensor z = on(tg::randn({1, 4, 4, 4}, kF64));
+  EXPECT_NE(tg::interpolate(z, {4, 4}).data_ptr(), z.data_ptr());
+  EXPECT_NE(tg::interpolate(z, {}, {1.0}, "nearest").data_ptr(), z.data_ptr());
+  EXPECT_NE(tg::pixel_shuffle(z, 1).data_ptr(), z.data_ptr());
+  EXPECT_NE(tg::pixel_unshuffle(z, 1).data_ptr(), z.data_ptr());
+  // Normalizations of an empty batch are empty.
+  Tensor e = on(tg::randn({0, 4, 3, 3}, kF64));
+  EXPECT_EQ(tg::group_norm(e, 2).sizes(), e.sizes());
+  EXPECT_EQ(tg::instance_norm(e).sizes(), e.sizes());
+  EXPECT_EQ(tg::batch_norm(e, {}, {}, {}, {}, true).sizes(), e.sizes());
+  // A bias of another dtype is an error naming the conversion.
+  EXPECT_THROW(tg::conv1d(on(x), on(tg::randn({3, 2, 2}, kF64)), on(tg::zeros({3}, tg::TensorOptions()))), tg::Error);
+}
+
 // Every grid op inside one captured CUDA graph (forward, a double-backward
 // input derivative, the parameters' gradient) replays to the eager values.
 TEST(GridGpu, CapturedStepMatchesEager) {

@@ -13,6 +13,7 @@
 #include <tapegrad/tensor/grid.h>
 
 #include "tensor/checked.h"
+#include "tensor/composite.h"
 #include "tensor/grid_kernels.h"
 #include "tensor/op_table.h"
 #include "tensor/op_util.h"
@@ -488,68 +489,74 @@ Tensor add_bias(const Tensor& y, const Tensor& bias, const char* op) {
 Tensor convolution(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,
                    const IntList& padding, const IntList& dilation, bool transposed, const IntList& output_padding,
                    int64_t groups) {
-  const char* op = transposed ? "conv_transpose" : "convolution";
-  detail::check_defined(input, op, "input");
-  detail::check_defined(weight, op, "weight");
-  TG_CHECK(input.dim() >= 3 && input.dim() <= 5, op,
-           ": input must be [N, C, spatial...] with 1 to 3 spatial dims, got ", shape_str(input.sizes()));
-  if (!transposed) return add_bias(_convolution(input, weight, stride, padding, dilation, groups), bias, op);
-  // A transposed convolution: the input gradient of the convolution whose
-  // output has input's shape; weight [C_in, C_out / groups, k...].
-  const size_t S = size_t(input.dim() - 2);
-  TG_CHECK(weight.dim() == input.dim(), op, ": weight ", shape_str(weight.sizes()),
-           " must be [in_channels, out_channels / groups, kernel...] of the input's rank; input ",
-           shape_str(input.sizes()));
-  const IntList s = per_dim(stride, S, op, "stride"), p = per_dim(padding, S, op, "padding"),
-                d = per_dim(dilation, S, op, "dilation"), op_ = per_dim(output_padding, S, op, "output_padding");
-  check_min(s, 1, op, "stride");
-  check_min(d, 1, op, "dilation");
-  check_min(op_, 0, op, "output_padding");
-  IntList out;
-  for (size_t i = 0; i < S; ++i) {
-    TG_CHECK(op_[i] < s[i] || op_[i] < d[i], op, ": output_padding ", list_str(op_),
-             " must be smaller than either stride ", list_str(s), " or dilation ", list_str(d), " in every dim");
-    const int64_t o =
-        (input.size(int64_t(i) + 2) - 1) * s[i] - 2 * p[i] + d[i] * (weight.size(int64_t(i) + 2) - 1) + op_[i] + 1;
-    TG_CHECK(o >= 1, op, ": the output size ", o, " of spatial dim ", i, " is < 1 for input ", shape_str(input.sizes()),
-             ", weight ", shape_str(weight.sizes()), ", stride ", list_str(s), ", padding ", list_str(p), ", dilation ",
-             list_str(d));
-    out.push_back(o);
-  }
-  // An output_padding of a stride or more (below the dilation) makes an
-  // output whose convolution is longer than the input: the extra positions
-  // of that convolution's output receive nothing, so the input is their
-  // zeros appended.
-  IntList extra;
-  bool any_extra = false;
-  for (size_t i = 0; i < S; ++i) {
-    const int64_t back = window_out(out[i], weight.size(int64_t(i) + 2), s[i], p[i], d[i], false);
-    extra.push_back(std::max<int64_t>(back - input.size(int64_t(i) + 2), 0));
-    any_extra = any_extra || extra.back() > 0;
-  }
-  Tensor x = input;
-  if (any_extra) {
-    IntList pads;
-    for (size_t i = S; i-- > 0;) {
-      pads.push_back(0);
-      pads.push_back(extra[i]);
+  return detail::as_op(transposed ? "conv_transpose" : "convolution", [&]() -> Tensor {
+    const char* op = transposed ? "conv_transpose" : "convolution";
+    detail::check_defined(input, op, "input");
+    detail::check_defined(weight, op, "weight");
+    TG_CHECK(input.dim() >= 3 && input.dim() <= 5, op,
+             ": input must be [N, C, spatial...] with 1 to 3 spatial dims, got ", shape_str(input.sizes()));
+    if (!transposed) return add_bias(_convolution(input, weight, stride, padding, dilation, groups), bias, op);
+    // A transposed convolution: the input gradient of the convolution whose
+    // output has input's shape; weight [C_in, C_out / groups, k...].
+    const size_t S = size_t(input.dim() - 2);
+    TG_CHECK(weight.dim() == input.dim(), op, ": weight ", shape_str(weight.sizes()),
+             " must be [in_channels, out_channels / groups, kernel...] of the input's rank; input ",
+             shape_str(input.sizes()));
+    const IntList s = per_dim(stride, S, op, "stride"), p = per_dim(padding, S, op, "padding"),
+                  d = per_dim(dilation, S, op, "dilation"), op_ = per_dim(output_padding, S, op, "output_padding");
+    check_min(s, 1, op, "stride");
+    check_min(d, 1, op, "dilation");
+    check_min(op_, 0, op, "output_padding");
+    IntList out;
+    for (size_t i = 0; i < S; ++i) {
+      TG_CHECK(op_[i] < s[i] || op_[i] < d[i], op, ": output_padding ", list_str(op_),
+               " must be smaller than either stride ", list_str(s), " or dilation ", list_str(d), " in every dim");
+      const int64_t o =
+          (input.size(int64_t(i) + 2) - 1) * s[i] - 2 * p[i] + d[i] * (weight.size(int64_t(i) + 2) - 1) + op_[i] + 1;
+      TG_CHECK(o >= 1, op, ": the output size ", o, " of spatial dim ", i, " is < 1 for input ",
+               shape_str(input.sizes()), ", weight ", shape_str(weight.sizes()), ", stride ", list_str(s), ", padding ",
+               list_str(p), ", dilation ", list_str(d));
+      out.push_back(o);
     }
-    x = pad(input, pads);
-  }
-  return add_bias(_convolution_backward_input(x, weight, out, s, p, d, groups), bias, op);
+    // An output_padding of a stride or more (below the dilation) makes an
+    // output whose convolution is longer than the input: the extra positions
+    // of that convolution's output receive nothing, so the input is their
+    // zeros appended.
+    IntList extra;
+    bool any_extra = false;
+    for (size_t i = 0; i < S; ++i) {
+      const int64_t back = window_out(out[i], weight.size(int64_t(i) + 2), s[i], p[i], d[i], false);
+      extra.push_back(std::max<int64_t>(back - input.size(int64_t(i) + 2), 0));
+      any_extra = any_extra || extra.back() > 0;
+    }
+    Tensor x = input;
+    if (any_extra) {
+      IntList pads;
+      for (size_t i = S; i-- > 0;) {
+        pads.push_back(0);
+        pads.push_back(extra[i]);
+      }
+      x = pad(input, pads);
+    }
+    return add_bias(_convolution_backward_input(x, weight, out, s, p, d, groups), bias, op);
+  });
 }
 
 #define TG_CONV_N(n)                                                                                                \
   Tensor conv##n##d(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,           \
                     const IntList& padding, const IntList& dilation, int64_t groups) {                              \
-    Batched b = batched(input, n, "conv" #n "d");                                                                   \
-    return b.restore(convolution(b.x, weight, bias, stride, padding, dilation, false, {0}, groups));                \
+    return detail::as_op("conv" #n "d", [&] {                                                                       \
+      Batched b = batched(input, n, "conv" #n "d");                                                                 \
+      return b.restore(convolution(b.x, weight, bias, stride, padding, dilation, false, {0}, groups));              \
+    });                                                                                                             \
   }                                                                                                                 \
   Tensor conv_transpose##n##d(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride, \
                               const IntList& padding, const IntList& output_padding, int64_t groups,                \
                               const IntList& dilation) {                                                            \
-    Batched b = batched(input, n, "conv_transpose" #n "d");                                                         \
-    return b.restore(convolution(b.x, weight, bias, stride, padding, dilation, true, output_padding, groups));      \
+    return detail::as_op("conv_transpose" #n "d", [&] {                                                             \
+      Batched b = batched(input, n, "conv_transpose" #n "d");                                                       \
+      return b.restore(convolution(b.x, weight, bias, stride, padding, dilation, true, output_padding, groups));    \
+    });                                                                                                             \
   }
 TG_CONV_N(1)
 TG_CONV_N(2)
@@ -557,130 +564,140 @@ TG_CONV_N(3)
 #undef TG_CONV_N
 
 Tensor pad(const Tensor& input, const IntList& p, const std::string& mode, double value) {
-  const char* op = "pad";
-  detail::check_defined(input, op);
-  TG_CHECK(p.size() % 2 == 0 && int64_t(p.size()) / 2 <= input.dim(), op, ": pad ", list_str(p),
-           " must hold (before, after) pairs for at most the input's ", input.dim(), " dims (input ",
-           shape_str(input.sizes()), ")");
-  const int64_t nd = int64_t(p.size()) / 2;
-  const bool constant = mode == "constant";
-  TG_CHECK(constant || mode == "reflect" || mode == "replicate" || mode == "circular", op, ": unknown mode \"", mode,
-           "\"; use \"constant\", \"reflect\", \"replicate\" or \"circular\"");
-  if (!constant)
-    TG_CHECK(nd <= 3 && nd < input.dim(), op, ": mode \"", mode,
-             "\" pads the last 1 to 3 dims of a batched or unbatched input, not ", nd, " of input ",
-             shape_str(input.sizes()));
-  Tensor x = input;
-  for (int64_t i = 0; i < nd; ++i) {
-    const int64_t d = input.dim() - 1 - i, lo = p[size_t(2 * i)], hi = p[size_t(2 * i + 1)], n = x.size(d);
-    if (lo == 0 && hi == 0) continue;
-    if (constant) {
-      // Output j of [0, total) reads x[j - lo] where that is inside x, else
-      // `value`: a block of values, x's kept run [a, b), a block of values.
-      const int64_t total = detail::checked_add(detail::checked_add(n, lo, op, input.sizes()), hi, op, input.sizes());
-      TG_CHECK(total >= 0, op, ": pad ", list_str(p), " crops dim ", d, " of input ", shape_str(input.sizes()),
-               " below size 0");
-      const int64_t a = lo < 0 ? std::min(-lo, n) : 0, b = hi < 0 ? std::max<int64_t>(n + hi, 0) : n;
-      const int64_t left = std::clamp<int64_t>(lo, 0, total), kept = std::clamp<int64_t>(b - a, 0, total - left);
-      const int64_t right = total - left - kept;
+  return detail::as_op("pad", [&]() -> Tensor {
+    const char* op = "pad";
+    detail::check_defined(input, op);
+    TG_CHECK(p.size() % 2 == 0 && int64_t(p.size()) / 2 <= input.dim(), op, ": pad ", list_str(p),
+             " must hold (before, after) pairs for at most the input's ", input.dim(), " dims (input ",
+             shape_str(input.sizes()), ")");
+    const int64_t nd = int64_t(p.size()) / 2;
+    const bool constant = mode == "constant";
+    TG_CHECK(constant || mode == "reflect" || mode == "replicate" || mode == "circular", op, ": unknown mode \"", mode,
+             "\"; use \"constant\", \"reflect\", \"replicate\" or \"circular\"");
+    if (!constant)
+      TG_CHECK(nd <= 3 && nd < input.dim(), op, ": mode \"", mode,
+               "\" pads the last 1 to 3 dims of a batched or unbatched input, not ", nd, " of input ",
+               shape_str(input.sizes()));
+    Tensor x = input;
+    for (int64_t i = 0; i < nd; ++i) {
+      const int64_t d = input.dim() - 1 - i, lo = p[size_t(2 * i)], hi = p[size_t(2 * i + 1)], n = x.size(d);
+      if (lo == 0 && hi == 0) continue;
+      if (constant) {
+        // Output j of [0, total) reads x[j - lo] where that is inside x, else
+        // `value`: a block of values, x's kept run [a, b), a block of values.
+        const int64_t total = detail::checked_add(detail::checked_add(n, lo, op, input.sizes()), hi, op, input.sizes());
+        TG_CHECK(total >= 0, op, ": pad ", list_str(p), " crops dim ", d, " of input ", shape_str(input.sizes()),
+                 " below size 0");
+        const int64_t a = lo < 0 ? std::min(-lo, n) : 0, b = hi < 0 ? std::max<int64_t>(n + hi, 0) : n;
+        const int64_t left = std::clamp<int64_t>(lo, 0, total), kept = std::clamp<int64_t>(b - a, 0, total - left);
+        const int64_t right = total - left - kept;
+        std::vector<Tensor> parts;
+        auto block = [&](int64_t len) {
+          IntList s = x.sizes();
+          s[size_t(d)] = len;
+          return tg::full(s, value, x.options());
+        };
+        if (left > 0) parts.push_back(block(left));
+        if (kept > 0 || (left == 0 && right == 0)) parts.push_back(x.narrow(d, kept > 0 ? a : 0, kept));
+        if (right > 0) parts.push_back(block(right));
+        x = parts.size() == 1 ? parts[0] : cat(parts, d);
+        continue;
+      }
+      TG_CHECK(lo >= 0 && hi >= 0, op, ": mode \"", mode, "\" takes pads >= 0, got ", list_str(p));
       std::vector<Tensor> parts;
-      auto block = [&](int64_t len) {
-        IntList s = x.sizes();
-        s[size_t(d)] = len;
-        return tg::full(s, value, x.options());
-      };
-      if (left > 0) parts.push_back(block(left));
-      if (kept > 0 || (left == 0 && right == 0)) parts.push_back(x.narrow(d, kept > 0 ? a : 0, kept));
-      if (right > 0) parts.push_back(block(right));
-      x = parts.size() == 1 ? parts[0] : cat(parts, d);
-      continue;
+      if (mode == "reflect") {
+        TG_CHECK(lo < n && hi < n, op, ": reflect padding ", list_str(p), " must be smaller than the padded dim ", d,
+                 " of input ", shape_str(input.sizes()), " (size ", n, ")");
+        if (lo > 0) parts.push_back(flip(x.narrow(d, 1, lo), {d}));
+        parts.push_back(x);
+        if (hi > 0) parts.push_back(flip(x.narrow(d, n - 1 - hi, hi), {d}));
+      } else if (mode == "replicate") {
+        TG_CHECK(n > 0, op, ": replicate padding of an empty dim ", d, " of input ", shape_str(input.sizes()));
+        auto edge = [&](int64_t at, int64_t len) {
+          IntList s = x.sizes();
+          s[size_t(d)] = len;
+          return x.narrow(d, at, 1).expand(s);
+        };
+        if (lo > 0) parts.push_back(edge(0, lo));
+        parts.push_back(x);
+        if (hi > 0) parts.push_back(edge(n - 1, hi));
+      } else {
+        TG_CHECK(lo <= n && hi <= n, op, ": circular padding ", list_str(p), " must be at most the padded dim ", d,
+                 " of input ", shape_str(input.sizes()), " (size ", n, ")");
+        if (lo > 0) parts.push_back(x.narrow(d, n - lo, lo));
+        parts.push_back(x);
+        if (hi > 0) parts.push_back(x.narrow(d, 0, hi));
+      }
+      x = cat(parts, d);
     }
-    TG_CHECK(lo >= 0 && hi >= 0, op, ": mode \"", mode, "\" takes pads >= 0, got ", list_str(p));
-    std::vector<Tensor> parts;
-    if (mode == "reflect") {
-      TG_CHECK(lo < n && hi < n, op, ": reflect padding ", list_str(p), " must be smaller than the padded dim ", d,
-               " of input ", shape_str(input.sizes()), " (size ", n, ")");
-      if (lo > 0) parts.push_back(flip(x.narrow(d, 1, lo), {d}));
-      parts.push_back(x);
-      if (hi > 0) parts.push_back(flip(x.narrow(d, n - 1 - hi, hi), {d}));
-    } else if (mode == "replicate") {
-      TG_CHECK(n > 0, op, ": replicate padding of an empty dim ", d, " of input ", shape_str(input.sizes()));
-      auto edge = [&](int64_t at, int64_t len) {
-        IntList s = x.sizes();
-        s[size_t(d)] = len;
-        return x.narrow(d, at, 1).expand(s);
-      };
-      if (lo > 0) parts.push_back(edge(0, lo));
-      parts.push_back(x);
-      if (hi > 0) parts.push_back(edge(n - 1, hi));
-    } else {
-      TG_CHECK(lo <= n && hi <= n, op, ": circular padding ", list_str(p), " must be at most the padded dim ", d,
-               " of input ", shape_str(input.sizes()), " (size ", n, ")");
-      if (lo > 0) parts.push_back(x.narrow(d, n - lo, lo));
-      parts.push_back(x);
-      if (hi > 0) parts.push_back(x.narrow(d, 0, hi));
-    }
-    x = cat(parts, d);
-  }
-  return fresh(x.is_same(input) ? input.clone() : x, input);
+    return fresh(x.is_same(input) ? input.clone() : x, input);
+  });
 }
 
 Tensor unfold(const Tensor& input, const IntList& kernel_size, const IntList& dilation, const IntList& padding,
               const IntList& stride) {
-  Batched b = batched(input, 2, "unfold");
-  return b.restore(_im2col(b.x, kernel_size, dilation, padding, stride));
+  return detail::as_op("unfold", [&]() -> Tensor {
+    Batched b = batched(input, 2, "unfold");
+    return b.restore(_im2col(b.x, kernel_size, dilation, padding, stride));
+  });
 }
 
 Tensor fold(const Tensor& input, const IntList& output_size, const IntList& kernel_size, const IntList& dilation,
             const IntList& padding, const IntList& stride) {
-  const char* op = "fold";
-  detail::check_defined(input, op);
-  TG_CHECK(input.dim() == 3 || input.dim() == 2, op, ": input must be [N, C * kh * kw, L] or unbatched, got ",
-           shape_str(input.sizes()));
-  TG_CHECK(output_size.size() == 2 || output_size.size() == 1, op, ": output_size must give 2 sizes, got ",
-           list_str(output_size));
-  const bool added = input.dim() == 2;
-  Tensor y = _col2im(added ? input.unsqueeze(0) : input, per_dim(output_size, 2, op, "output_size"), kernel_size,
-                     dilation, padding, stride);
-  return added ? y.squeeze(0) : y;
+  return detail::as_op("fold", [&]() -> Tensor {
+    const char* op = "fold";
+    detail::check_defined(input, op);
+    TG_CHECK(input.dim() == 3 || input.dim() == 2, op, ": input must be [N, C * kh * kw, L] or unbatched, got ",
+             shape_str(input.sizes()));
+    TG_CHECK(output_size.size() == 2 || output_size.size() == 1, op, ": output_size must give 2 sizes, got ",
+             list_str(output_size));
+    const bool added = input.dim() == 2;
+    Tensor y = _col2im(added ? input.unsqueeze(0) : input, per_dim(output_size, 2, op, "output_size"), kernel_size,
+                       dilation, padding, stride);
+    return added ? y.squeeze(0) : y;
+  });
 }
 
 Tensor pixel_shuffle(const Tensor& input, int64_t r) {
-  const char* op = "pixel_shuffle";
-  detail::check_defined(input, op);
-  TG_CHECK(input.dim() >= 3, op, ": input must be [*, C r^2, H, W], got ", shape_str(input.sizes()));
-  TG_CHECK(r >= 1 && r <= 3037000499, op, ": upscale_factor must be in [1, 3037000499] (its square fits 64 bits), got ",
-           r);
-  const int64_t C = input.size(-3), H = input.size(-2), W = input.size(-1);
-  TG_CHECK(C % (r * r) == 0, op, ": channels (", C, ") must be divisible by upscale_factor^2 (", r * r, "), input ",
-           shape_str(input.sizes()));
-  detail::checked_mul(detail::checked_mul(H, r, op, input.sizes()), detail::checked_mul(W, r, op, input.sizes()), op,
-                      input.sizes());
-  IntList lead(std::vector<int64_t>(input.sizes().begin(), input.sizes().end() - 3));
-  const int64_t B = detail::checked_numel(lead, op), c = C / (r * r);
-  Tensor t = input.reshape({B, c, r, r, H, W}).permute({0, 1, 4, 2, 5, 3});
-  IntList out = lead;
-  for (int64_t v : {c, H * r, W * r})
-    out.push_back(v);
-  return fresh(t.reshape(out), input);
+  return detail::as_op("pixel_shuffle", [&]() -> Tensor {
+    const char* op = "pixel_shuffle";
+    detail::check_defined(input, op);
+    TG_CHECK(input.dim() >= 3, op, ": input must be [*, C r^2, H, W], got ", shape_str(input.sizes()));
+    TG_CHECK(r >= 1 && r <= 3037000499, op,
+             ": upscale_factor must be in [1, 3037000499] (its square fits 64 bits), got ", r);
+    const int64_t C = input.size(-3), H = input.size(-2), W = input.size(-1);
+    TG_CHECK(C % (r * r) == 0, op, ": channels (", C, ") must be divisible by upscale_factor^2 (", r * r, "), input ",
+             shape_str(input.sizes()));
+    detail::checked_mul(detail::checked_mul(H, r, op, input.sizes()), detail::checked_mul(W, r, op, input.sizes()), op,
+                        input.sizes());
+    IntList lead(std::vector<int64_t>(input.sizes().begin(), input.sizes().end() - 3));
+    const int64_t B = detail::checked_numel(lead, op), c = C / (r * r);
+    Tensor t = input.reshape({B, c, r, r, H, W}).permute({0, 1, 4, 2, 5, 3});
+    IntList out = lead;
+    for (int64_t v : {c, H * r, W * r})
+      out.push_back(v);
+    return fresh(t.reshape(out), input);
+  });
 }
 
 Tensor pixel_unshuffle(const Tensor& input, int64_t r) {
-  const char* op = "pixel_unshuffle";
-  detail::check_defined(input, op);
-  TG_CHECK(input.dim() >= 3, op, ": input must be [*, C, H r, W r], got ", shape_str(input.sizes()));
-  TG_CHECK(r >= 1 && r <= 3037000499, op,
-           ": downscale_factor must be in [1, 3037000499] (its square fits 64 bits), got ", r);
-  const int64_t C = input.size(-3), H = input.size(-2), W = input.size(-1);
-  TG_CHECK(H % r == 0 && W % r == 0, op, ": height (", H, ") and width (", W,
-           ") must be divisible by downscale_factor (", r, "), input ", shape_str(input.sizes()));
-  IntList lead(std::vector<int64_t>(input.sizes().begin(), input.sizes().end() - 3));
-  const int64_t B = detail::checked_numel(lead, op);
-  Tensor t = input.reshape({B, C, H / r, r, W / r, r}).permute({0, 1, 3, 5, 2, 4});
-  IntList out = lead;
-  for (int64_t v : {detail::checked_mul(C, r * r, op, input.sizes()), H / r, W / r})
-    out.push_back(v);
-  return fresh(t.reshape(out), input);
+  return detail::as_op("pixel_unshuffle", [&]() -> Tensor {
+    const char* op = "pixel_unshuffle";
+    detail::check_defined(input, op);
+    TG_CHECK(input.dim() >= 3, op, ": input must be [*, C, H r, W r], got ", shape_str(input.sizes()));
+    TG_CHECK(r >= 1 && r <= 3037000499, op,
+             ": downscale_factor must be in [1, 3037000499] (its square fits 64 bits), got ", r);
+    const int64_t C = input.size(-3), H = input.size(-2), W = input.size(-1);
+    TG_CHECK(H % r == 0 && W % r == 0, op, ": height (", H, ") and width (", W,
+             ") must be divisible by downscale_factor (", r, "), input ", shape_str(input.sizes()));
+    IntList lead(std::vector<int64_t>(input.sizes().begin(), input.sizes().end() - 3));
+    const int64_t B = detail::checked_numel(lead, op);
+    Tensor t = input.reshape({B, C, H / r, r, W / r, r}).permute({0, 1, 3, 5, 2, 4});
+    IntList out = lead;
+    for (int64_t v : {detail::checked_mul(C, r * r, op, input.sizes()), H / r, W / r})
+      out.push_back(v);
+    return fresh(t.reshape(out), input);
+  });
 }
 
 // ---- pooling ----
@@ -743,149 +760,155 @@ Tensor pool_windows(const Tensor& xp, const PoolGeometry& g) {
 Tensor avg_pool(const Tensor& input, const IntList& kernel_size, const IntList& stride, const IntList& padding,
                 bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override, int64_t S,
                 const char* op) {
-  Batched b = batched(input, S, op);
-  const Tensor& x = b.x;
-  check_floating(x, op, "input");
-  if (divisor_override) TG_CHECK(*divisor_override != 0, op, ": divisor_override must be nonzero");
-  const PoolGeometry g = pool_geometry(x, kernel_size, stride, padding, {1}, ceil_mode, op);
-  const bool tiles =
-      all_zero(g.p) && g.s == g.k && std::all_of(g.extra.begin(), g.extra.end(), [](int64_t e) { return e == 0; });
-  bool exact = tiles;
-  for (size_t i = 0; i < g.k.size(); ++i)
-    exact = exact && g.in[i] == g.out[i] * g.k[i];
-  if (exact && x.numel() > 0) {  // non-overlapping tiles: a mean over reshaped dims
-    IntList s = {x.size(0), x.size(1)};
-    for (size_t i = 0; i < g.k.size(); ++i) {
-      s.push_back(g.out[i]);
-      s.push_back(g.k[i]);
-    }
-    IntList dims;
+  return detail::as_op(op, [&]() -> Tensor {
+    Batched b = batched(input, S, op);
+    const Tensor& x = b.x;
+    check_floating(x, op, "input");
+    if (divisor_override) TG_CHECK(*divisor_override != 0, op, ": divisor_override must be nonzero");
+    const PoolGeometry g = pool_geometry(x, kernel_size, stride, padding, {1}, ceil_mode, op);
+    const bool tiles =
+        all_zero(g.p) && g.s == g.k && std::all_of(g.extra.begin(), g.extra.end(), [](int64_t e) { return e == 0; });
+    bool exact = tiles;
     for (size_t i = 0; i < g.k.size(); ++i)
-      dims.push_back(3 + 2 * int64_t(i));
-    Tensor y = x.reshape(s);
-    Tensor r = divisor_override ? div(sum(y, dims), double(*divisor_override)) : mean(y, dims);
-    return b.restore(r);
-  }
-  Tensor sums = sum(pool_windows(pool_pad(x, g, 0.0), g), {2});
-  if (divisor_override) return b.restore(div(sums, double(*divisor_override)));
-  // PyTorch's divisor: the window clipped to the padded input (or, without
-  // count_include_pad, to the input), per output position.
-  const Tensor divisor = constant<double>(key_of("avg_pool", {g.k, g.s, g.p, g.in, g.out}, {double(count_include_pad)}),
-                                          g.out, x.dtype(), x.device(), [&](double* v, int64_t n) {
-                                            const size_t S_ = g.k.size();
-                                            for (int64_t flat = 0; flat < n; ++flat) {
-                                              int64_t rem = flat;
-                                              double count = 1;
-                                              for (size_t i = S_; i-- > 0;) {
-                                                const int64_t o = rem % g.out[i];
-                                                rem /= g.out[i];
-                                                int64_t start = o * g.s[i] - g.p[i],
-                                                        end = std::min(start + g.k[i], g.in[i] + g.p[i]);
-                                                const int64_t pool = end - start;
-                                                start = std::max<int64_t>(start, 0);
-                                                end = std::min(end, g.in[i]);
-                                                count *= double(count_include_pad ? pool : end - start);
-                                              }
-                                              v[flat] = count;
-                                            }
-                                          });
-  return b.restore(div(sums, divisor));
+      exact = exact && g.in[i] == g.out[i] * g.k[i];
+    if (exact && x.numel() > 0) {  // non-overlapping tiles: a mean over reshaped dims
+      IntList s = {x.size(0), x.size(1)};
+      for (size_t i = 0; i < g.k.size(); ++i) {
+        s.push_back(g.out[i]);
+        s.push_back(g.k[i]);
+      }
+      IntList dims;
+      for (size_t i = 0; i < g.k.size(); ++i)
+        dims.push_back(3 + 2 * int64_t(i));
+      Tensor y = x.reshape(s);
+      Tensor r = divisor_override ? div(sum(y, dims), double(*divisor_override)) : mean(y, dims);
+      return b.restore(r);
+    }
+    Tensor sums = sum(pool_windows(pool_pad(x, g, 0.0), g), {2});
+    if (divisor_override) return b.restore(div(sums, double(*divisor_override)));
+    // PyTorch's divisor: the window clipped to the padded input (or, without
+    // count_include_pad, to the input), per output position.
+    const Tensor divisor =
+        constant<double>(key_of("avg_pool", {g.k, g.s, g.p, g.in, g.out}, {double(count_include_pad)}), g.out,
+                         x.dtype(), x.device(), [&](double* v, int64_t n) {
+                           const size_t S_ = g.k.size();
+                           for (int64_t flat = 0; flat < n; ++flat) {
+                             int64_t rem = flat;
+                             double count = 1;
+                             for (size_t i = S_; i-- > 0;) {
+                               const int64_t o = rem % g.out[i];
+                               rem /= g.out[i];
+                               int64_t start = o * g.s[i] - g.p[i], end = std::min(start + g.k[i], g.in[i] + g.p[i]);
+                               const int64_t pool = end - start;
+                               start = std::max<int64_t>(start, 0);
+                               end = std::min(end, g.in[i]);
+                               count *= double(count_include_pad ? pool : end - start);
+                             }
+                             v[flat] = count;
+                           }
+                         });
+    return b.restore(div(sums, divisor));
+  });
 }
 
 TensorPair max_pool(const Tensor& input, const IntList& kernel_size, const IntList& stride, const IntList& padding,
                     const IntList& dilation, bool ceil_mode, int64_t S, const char* op) {
-  Batched b = batched(input, S, op);
-  const Tensor& x = b.x;
-  check_floating(x, op, "input");
-  const PoolGeometry g = pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, op);
-  Tensor win = pool_windows(pool_pad(x, g, -std::numeric_limits<double>::infinity()), g);  // [N, C, K, out...]
-  // The first maximum of each window (NaN counts as the largest, as
-  // PyTorch's), gathered: its gradient goes to that element. argmax's range
-  // [0, K) is known by construction and noted, so the gathers (and their
-  // gradients) read nothing back from the device: capturable.
-  Tensor arg = argmax(win.detach(), 2, true);
-  if (arg.numel() > 0)
-    arg.impl()->storage()->set_known_index_range(0, win.size(2) - 1, arg.impl()->version_counter().get(),
-                                                 arg.version());
-  Tensor values = gather(win, 2, arg).squeeze(2);
-  // Each window position's input index (flattened over the input's spatial
-  // dims): a constant map [K, out...] read at the maximum's position.
-  int64_t K = 1;
-  for (int64_t k : g.k)
-    K *= k;
-  IntList map_shape = {K};
-  for (int64_t o : g.out)
-    map_shape.push_back(o);
-  const Tensor where_in = constant<int64_t>(key_of("max_pool", {g.k, g.s, g.p, g.d, g.in, g.out}), map_shape, kInt64,
-                                            x.device(), [&](int64_t* v, int64_t n) {
-                                              const size_t S_ = g.k.size();
-                                              int64_t L = 1;
-                                              for (int64_t o : g.out)
-                                                L *= o;
-                                              for (int64_t flat = 0; flat < n; ++flat) {
-                                                int64_t kk = flat / L, l = flat % L, idx = 0, scale = 1;
-                                                for (size_t i = S_; i-- > 0;) {
-                                                  const int64_t o = l % g.out[i], k = kk % g.k[i];
-                                                  l /= g.out[i];
-                                                  kk /= g.k[i];
-                                                  const int64_t at = o * g.s[i] - g.p[i] + k * g.d[i];
-                                                  idx += std::clamp<int64_t>(at, 0, g.in[i] - 1) * scale;
-                                                  scale *= g.in[i];
+  return detail::as_op(op, [&]() -> TensorPair {
+    Batched b = batched(input, S, op);
+    const Tensor& x = b.x;
+    check_floating(x, op, "input");
+    const PoolGeometry g = pool_geometry(x, kernel_size, stride, padding, dilation, ceil_mode, op);
+    Tensor win = pool_windows(pool_pad(x, g, -std::numeric_limits<double>::infinity()), g);  // [N, C, K, out...]
+    // The first maximum of each window (NaN counts as the largest, as
+    // PyTorch's), gathered: its gradient goes to that element. argmax's range
+    // [0, K) is known by construction and noted, so the gathers (and their
+    // gradients) read nothing back from the device: capturable.
+    Tensor arg = argmax(win.detach(), 2, true);
+    if (arg.numel() > 0)
+      arg.impl()->storage()->set_known_index_range(0, win.size(2) - 1, arg.impl()->version_counter().get(),
+                                                   arg.version());
+    Tensor values = gather(win, 2, arg).squeeze(2);
+    // Each window position's input index (flattened over the input's spatial
+    // dims): a constant map [K, out...] read at the maximum's position.
+    int64_t K = 1;
+    for (int64_t k : g.k)
+      K *= k;
+    IntList map_shape = {K};
+    for (int64_t o : g.out)
+      map_shape.push_back(o);
+    const Tensor where_in = constant<int64_t>(key_of("max_pool", {g.k, g.s, g.p, g.d, g.in, g.out}), map_shape, kInt64,
+                                              x.device(), [&](int64_t* v, int64_t n) {
+                                                const size_t S_ = g.k.size();
+                                                int64_t L = 1;
+                                                for (int64_t o : g.out)
+                                                  L *= o;
+                                                for (int64_t flat = 0; flat < n; ++flat) {
+                                                  int64_t kk = flat / L, l = flat % L, idx = 0, scale = 1;
+                                                  for (size_t i = S_; i-- > 0;) {
+                                                    const int64_t o = l % g.out[i], k = kk % g.k[i];
+                                                    l /= g.out[i];
+                                                    kk /= g.k[i];
+                                                    const int64_t at = o * g.s[i] - g.p[i] + k * g.d[i];
+                                                    idx += std::clamp<int64_t>(at, 0, g.in[i] - 1) * scale;
+                                                    scale *= g.in[i];
+                                                  }
+                                                  v[flat] = idx;
                                                 }
-                                                v[flat] = idx;
-                                              }
-                                            });
-  IntList full = win.sizes();
-  Tensor indices = gather(where_in.unsqueeze(0).unsqueeze(0).expand(full), 2, arg).squeeze(2);
-  return {b.restore(values), b.restore(indices)};
+                                              });
+    IntList full = win.sizes();
+    Tensor indices = gather(where_in.unsqueeze(0).unsqueeze(0).expand(full), 2, arg).squeeze(2);
+    return {b.restore(values), b.restore(indices)};
+  });
 }
 
 Tensor adaptive_avg_pool(const Tensor& input, const IntList& output_size, int64_t S, const char* op) {
-  Batched b = batched(input, S, op);
-  Tensor x = b.x;
-  check_floating(x, op, "input");
-  const IntList out = per_dim(output_size, size_t(S), op, "output_size");
-  check_min(out, 1, op, "output_size");
-  for (int64_t i = 0; i < S; ++i) {
-    const int64_t d = i + 2, in = x.size(d), o = out[size_t(i)];
-    TG_CHECK(in >= 1, op, ": input ", shape_str(input.sizes()), " has an empty spatial dim");
-    if (in == o) continue;
-    if (in % o == 0) {  // equal bins: a mean over a split dim
-      IntList s = x.sizes();
-      s[size_t(d)] = o;
-      s.insert(s.begin() + d + 1, in / o);
-      x = mean(x.reshape(s), {d + 1});
-      continue;
-    }
-    // Unequal bins: each bin's elements gathered into kmax slots (the slots
-    // past a bin's end read an appended zero), summed, divided by the bin's
-    // size: a NaN reaches only its bins.
-    int64_t kmax = 0;
-    for (int64_t j = 0; j < o; ++j)
-      kmax = std::max(kmax, ((j + 1) * in + o - 1) / o - (j * in) / o);
-    const std::string key = key_of("adaptive", {{in, o}});
-    const Tensor idx = constant<int64_t>(key + "idx", {o * kmax}, kInt64, x.device(), [&](int64_t* v, int64_t) {
-      for (int64_t j = 0; j < o; ++j) {
-        const int64_t start = (j * in) / o, end = ((j + 1) * in + o - 1) / o;
-        for (int64_t k = 0; k < kmax; ++k)
-          v[j * kmax + k] = start + k < end ? start + k : in;
+  return detail::as_op(op, [&]() -> Tensor {
+    Batched b = batched(input, S, op);
+    Tensor x = b.x;
+    check_floating(x, op, "input");
+    const IntList out = per_dim(output_size, size_t(S), op, "output_size");
+    check_min(out, 1, op, "output_size");
+    for (int64_t i = 0; i < S; ++i) {
+      const int64_t d = i + 2, in = x.size(d), o = out[size_t(i)];
+      TG_CHECK(in >= 1, op, ": input ", shape_str(input.sizes()), " has an empty spatial dim");
+      if (in == o) continue;
+      if (in % o == 0) {  // equal bins: a mean over a split dim
+        IntList s = x.sizes();
+        s[size_t(d)] = o;
+        s.insert(s.begin() + d + 1, in / o);
+        x = mean(x.reshape(s), {d + 1});
+        continue;
       }
-    });
-    IntList zs = x.sizes();
-    zs[size_t(d)] = 1;
-    Tensor ext = cat({x, tg::zeros(zs, x.options())}, d);
-    IntList split = x.sizes();
-    split[size_t(d)] = o;
-    split.insert(split.begin() + d + 1, kmax);
-    IntList ws(std::vector<int64_t>(size_t(x.dim()), 1));
-    ws[size_t(d)] = o;
-    const Tensor inv = constant<double>(key + "inv", {o}, x.dtype(), x.device(), [&](double* v, int64_t) {
-                         for (int64_t j = 0; j < o; ++j)
-                           v[j] = 1.0 / double(((j + 1) * in + o - 1) / o - (j * in) / o);
-                       }).view(ws);
-    x = mul(sum(index_select(ext, d, idx).reshape(split), {d + 1}), inv);
-  }
-  return b.restore(x.is_same(b.x) ? x.clone() : x);
+      // Unequal bins: each bin's elements gathered into kmax slots (the slots
+      // past a bin's end read an appended zero), summed, divided by the bin's
+      // size: a NaN reaches only its bins.
+      int64_t kmax = 0;
+      for (int64_t j = 0; j < o; ++j)
+        kmax = std::max(kmax, ((j + 1) * in + o - 1) / o - (j * in) / o);
+      const std::string key = key_of("adaptive", {{in, o}});
+      const Tensor idx = constant<int64_t>(key + "idx", {o * kmax}, kInt64, x.device(), [&](int64_t* v, int64_t) {
+        for (int64_t j = 0; j < o; ++j) {
+          const int64_t start = (j * in) / o, end = ((j + 1) * in + o - 1) / o;
+          for (int64_t k = 0; k < kmax; ++k)
+            v[j * kmax + k] = start + k < end ? start + k : in;
+        }
+      });
+      IntList zs = x.sizes();
+      zs[size_t(d)] = 1;
+      Tensor ext = cat({x, tg::zeros(zs, x.options())}, d);
+      IntList split = x.sizes();
+      split[size_t(d)] = o;
+      split.insert(split.begin() + d + 1, kmax);
+      IntList ws(std::vector<int64_t>(size_t(x.dim()), 1));
+      ws[size_t(d)] = o;
+      const Tensor inv = constant<double>(key + "inv", {o}, x.dtype(), x.device(), [&](double* v, int64_t) {
+                           for (int64_t j = 0; j < o; ++j)
+                             v[j] = 1.0 / double(((j + 1) * in + o - 1) / o - (j * in) / o);
+                         }).view(ws);
+      x = mul(sum(index_select(ext, d, idx).reshape(split), {d + 1}), inv);
+    }
+    return b.restore(x.is_same(b.x) ? x.clone() : x);
+  });
 }
 
 }  // namespace
@@ -923,117 +946,123 @@ Tensor avg_pool3d(const Tensor& input, const IntList& kernel_size, const IntList
 // ---- resampling ----
 Tensor interpolate(const Tensor& input, const IntList& size, const std::vector<double>& scale_factor,
                    const std::string& mode, std::optional<bool> align_corners) {
-  const char* op = "interpolate";
-  detail::check_defined(input, op);
-  TG_CHECK(input.dim() >= 3 && input.dim() <= 5, op,
-           ": input must be [N, C, spatial...] with 1 to 3 spatial dims, got ", shape_str(input.sizes()));
-  check_floating(input, op, "input");
-  const size_t S = size_t(input.dim() - 2);
-  const bool nearest = mode == "nearest";
-  const char* want = S == 1 ? "linear" : S == 2 ? "bilinear" : "trilinear";
-  TG_CHECK(nearest || mode == want, op, ": mode \"", mode, "\" does not apply to a ", input.dim(), "-D input ",
-           shape_str(input.sizes()), "; use \"nearest\" or \"", want, "\"");
-  TG_CHECK(!(nearest && align_corners.has_value()), op,
-           ": align_corners applies to the linear modes only; leave it unset for \"nearest\"");
-  TG_CHECK(size.empty() != scale_factor.empty(), op, ": give exactly one of size and scale_factor");
-  const bool corners = align_corners.value_or(false);
-  IntList out;
-  std::vector<double> scale;  // the source step per output step, as PyTorch computes it
-  if (!size.empty()) {
-    out = per_dim(size, S, op, "size");
-    check_min(out, 1, op, "size");
-  } else {
-    TG_CHECK(scale_factor.size() == 1 || scale_factor.size() == S, op, ": scale_factor must have 1 or ", S, " entries");
+  return detail::as_op("interpolate", [&]() -> Tensor {
+    const char* op = "interpolate";
+    detail::check_defined(input, op);
+    TG_CHECK(input.dim() >= 3 && input.dim() <= 5, op,
+             ": input must be [N, C, spatial...] with 1 to 3 spatial dims, got ", shape_str(input.sizes()));
+    check_floating(input, op, "input");
+    const size_t S = size_t(input.dim() - 2);
+    const bool nearest = mode == "nearest";
+    const char* want = S == 1 ? "linear" : S == 2 ? "bilinear" : "trilinear";
+    TG_CHECK(nearest || mode == want, op, ": mode \"", mode, "\" does not apply to a ", input.dim(), "-D input ",
+             shape_str(input.sizes()), "; use \"nearest\" or \"", want, "\"");
+    TG_CHECK(!(nearest && align_corners.has_value()), op,
+             ": align_corners applies to the linear modes only; leave it unset for \"nearest\"");
+    TG_CHECK(size.empty() != scale_factor.empty(), op, ": give exactly one of size and scale_factor");
+    const bool corners = align_corners.value_or(false);
+    IntList out;
+    std::vector<double> scale;  // the source step per output step, as PyTorch computes it
+    if (!size.empty()) {
+      out = per_dim(size, S, op, "size");
+      check_min(out, 1, op, "size");
+    } else {
+      TG_CHECK(scale_factor.size() == 1 || scale_factor.size() == S, op, ": scale_factor must have 1 or ", S,
+               " entries");
+      for (size_t i = 0; i < S; ++i) {
+        const double f = scale_factor.size() == 1 ? scale_factor[0] : scale_factor[i];
+        TG_CHECK(std::isfinite(f) && f > 0, op, ": scale_factor must be finite and > 0, got ", f);
+        out.push_back(int64_t(std::floor(double(input.size(int64_t(i) + 2)) * f)));
+        TG_CHECK(out.back() >= 1, op, ": scale_factor ", f, " makes spatial dim ", i, " of input ",
+                 shape_str(input.sizes()), " empty");
+        scale.push_back(1.0 / f);
+      }
+    }
+    Tensor x = input;
     for (size_t i = 0; i < S; ++i) {
-      const double f = scale_factor.size() == 1 ? scale_factor[0] : scale_factor[i];
-      TG_CHECK(std::isfinite(f) && f > 0, op, ": scale_factor must be finite and > 0, got ", f);
-      out.push_back(int64_t(std::floor(double(input.size(int64_t(i) + 2)) * f)));
-      TG_CHECK(out.back() >= 1, op, ": scale_factor ", f, " makes spatial dim ", i, " of input ",
-               shape_str(input.sizes()), " empty");
-      scale.push_back(1.0 / f);
-    }
-  }
-  Tensor x = input;
-  for (size_t i = 0; i < S; ++i) {
-    const int64_t d = int64_t(i) + 2, in = x.size(d), o = out[i];
-    TG_CHECK(in >= 1, op, ": input ", shape_str(input.sizes()), " has an empty spatial dim");
-    const double sc = scale.empty() ? double(in) / double(o) : scale[i];
-    if (nearest && o % in == 0 && std::abs(sc * double(o / in) - 1.0) < 1e-12) {  // whole copies: expand
-      IntList s = x.sizes(), e = x.sizes();
-      s.insert(s.begin() + d + 1, 1);
-      e.insert(e.begin() + d + 1, o / in);
-      IntList r = x.sizes();
-      r[size_t(d)] = o;
-      x = x.reshape(s).expand(e).reshape(r);
-      continue;
-    }
-    if (!nearest && in == o && !corners && scale.empty()) continue;
-    // PyTorch's stencil per output: nearest, floor(j sc); linear, the two
-    // neighbours of the source coordinate (the second clamped to the edge)
-    // and their weights. Gathers, so a NaN or inf reaches only the outputs
-    // whose stencil holds it.
-    std::vector<int64_t> i0(static_cast<size_t>(o)), i1(static_cast<size_t>(o));
-    std::vector<double> w1(static_cast<size_t>(o));
-    for (int64_t j = 0; j < o; ++j) {
-      if (nearest) {
-        i0[size_t(j)] = std::min(int64_t(std::floor(double(j) * sc)), in - 1);
+      const int64_t d = int64_t(i) + 2, in = x.size(d), o = out[i];
+      TG_CHECK(in >= 1, op, ": input ", shape_str(input.sizes()), " has an empty spatial dim");
+      const double sc = scale.empty() ? double(in) / double(o) : scale[i];
+      if (nearest && o % in == 0 && std::abs(sc * double(o / in) - 1.0) < 1e-12) {  // whole copies: expand
+        IntList s = x.sizes(), e = x.sizes();
+        s.insert(s.begin() + d + 1, 1);
+        e.insert(e.begin() + d + 1, o / in);
+        IntList r = x.sizes();
+        r[size_t(d)] = o;
+        x = x.reshape(s).expand(e).reshape(r);
         continue;
       }
-      double src = corners ? (o > 1 ? double(j) * double(in - 1) / double(o - 1) : 0.0) : (double(j) + 0.5) * sc - 0.5;
-      if (src < 0) src = 0;
-      i0[size_t(j)] = std::min(int64_t(std::floor(src)), in - 1);
-      i1[size_t(j)] = std::min(i0[size_t(j)] + 1, in - 1);
-      w1[size_t(j)] = src - double(i0[size_t(j)]);
+      if (!nearest && in == o && !corners && scale.empty()) continue;
+      // PyTorch's stencil per output: nearest, floor(j sc); linear, the two
+      // neighbours of the source coordinate (the second clamped to the edge)
+      // and their weights. Gathers, so a NaN or inf reaches only the outputs
+      // whose stencil holds it.
+      std::vector<int64_t> i0(static_cast<size_t>(o)), i1(static_cast<size_t>(o));
+      std::vector<double> w1(static_cast<size_t>(o));
+      for (int64_t j = 0; j < o; ++j) {
+        if (nearest) {
+          i0[size_t(j)] = std::min(int64_t(std::floor(double(j) * sc)), in - 1);
+          continue;
+        }
+        double src =
+            corners ? (o > 1 ? double(j) * double(in - 1) / double(o - 1) : 0.0) : (double(j) + 0.5) * sc - 0.5;
+        if (src < 0) src = 0;
+        i0[size_t(j)] = std::min(int64_t(std::floor(src)), in - 1);
+        i1[size_t(j)] = std::min(i0[size_t(j)] + 1, in - 1);
+        w1[size_t(j)] = src - double(i0[size_t(j)]);
+      }
+      const std::string key = key_of(nearest ? "nearest" : "linear", {{in, o}}, {sc, double(corners)});
+      auto index_of = [&](const std::vector<int64_t>& v, const char* which) {
+        return constant<int64_t>(key + which, {o}, kInt64, x.device(),
+                                 [&](int64_t* out, int64_t) { std::copy(v.begin(), v.end(), out); });
+      };
+      Tensor first = index_select(x, d, index_of(i0, "i0"));
+      if (nearest) {
+        x = first;
+        continue;
+      }
+      IntList ws(std::vector<int64_t>(size_t(x.dim()), 1));
+      ws[size_t(d)] = o;
+      auto weight_of = [&](bool second, const char* which) {
+        return constant<double>(key + which, {o}, x.dtype(), x.device(),
+                                [&](double* out, int64_t) {
+                                  for (int64_t j = 0; j < o; ++j)
+                                    out[j] = second ? w1[size_t(j)] : 1 - w1[size_t(j)];
+                                })
+            .view(ws);
+      };
+      x = add(mul(first, weight_of(false, "w0")), mul(index_select(x, d, index_of(i1, "i1")), weight_of(true, "w1")));
     }
-    const std::string key = key_of(nearest ? "nearest" : "linear", {{in, o}}, {sc, double(corners)});
-    auto index_of = [&](const std::vector<int64_t>& v, const char* which) {
-      return constant<int64_t>(key + which, {o}, kInt64, x.device(),
-                               [&](int64_t* out, int64_t) { std::copy(v.begin(), v.end(), out); });
-    };
-    Tensor first = index_select(x, d, index_of(i0, "i0"));
-    if (nearest) {
-      x = first;
-      continue;
-    }
-    IntList ws(std::vector<int64_t>(size_t(x.dim()), 1));
-    ws[size_t(d)] = o;
-    auto weight_of = [&](bool second, const char* which) {
-      return constant<double>(key + which, {o}, x.dtype(), x.device(),
-                              [&](double* out, int64_t) {
-                                for (int64_t j = 0; j < o; ++j)
-                                  out[j] = second ? w1[size_t(j)] : 1 - w1[size_t(j)];
-                              })
-          .view(ws);
-    };
-    x = add(mul(first, weight_of(false, "w0")), mul(index_select(x, d, index_of(i1, "i1")), weight_of(true, "w1")));
-  }
-  return fresh(x.is_same(input) ? input.clone() : x, input);
+    return fresh(x.is_same(input) ? input.clone() : x, input);
+  });
 }
 
 // ---- normalization ----
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
-  const char* op = "group_norm";
-  detail::check_defined(input, op);
-  TG_CHECK(input.dim() >= 2, op, ": input must be [N, C, ...], got ", shape_str(input.sizes()));
-  check_floating(input, op, "input");
-  const int64_t N = input.size(0), C = input.size(1);
-  TG_CHECK(num_groups >= 1 && C % num_groups == 0, op, ": channels (", C, ") must be divisible by num_groups (",
-           num_groups, ")");
-  check_channel_vector(weight, C, op, "weight");
-  check_channel_vector(bias, C, op, "bias");
-  if (input.numel() == 0) {
-    Tensor y = mul(input, 1.0);
+  return detail::as_op("group_norm", [&]() -> Tensor {
+    const char* op = "group_norm";
+    detail::check_defined(input, op);
+    TG_CHECK(input.dim() >= 2, op, ": input must be [N, C, ...], got ", shape_str(input.sizes()));
+    check_floating(input, op, "input");
+    const int64_t N = input.size(0), C = input.size(1);
+    TG_CHECK(num_groups >= 1 && C % num_groups == 0, op, ": channels (", C, ") must be divisible by num_groups (",
+             num_groups, ")");
+    check_channel_vector(weight, C, op, "weight");
+    check_channel_vector(bias, C, op, "bias");
+    if (input.numel() == 0) {
+      Tensor y = mul(input, 1.0);
+      if (weight.defined()) y = mul(y, channel_view(weight, input.dim()));
+      return bias.defined() ? add(y, channel_view(bias, input.dim())) : y;
+    }
+    Tensor xg = input.reshape({N, num_groups, -1});
+    Tensor m = mean(xg, {2}, true);
+    Tensor c = sub(xg, m);
+    Tensor v = mean(mul(c, c), {2}, true);
+    Tensor y = mul(c, rsqrt(add(v, eps))).reshape(input.sizes());
     if (weight.defined()) y = mul(y, channel_view(weight, input.dim()));
-    return bias.defined() ? add(y, channel_view(bias, input.dim())) : y;
-  }
-  Tensor xg = input.reshape({N, num_groups, -1});
-  Tensor m = mean(xg, {2}, true);
-  Tensor c = sub(xg, m);
-  Tensor v = mean(mul(c, c), {2}, true);
-  Tensor y = mul(c, rsqrt(add(v, eps))).reshape(input.sizes());
-  if (weight.defined()) y = mul(y, channel_view(weight, input.dim()));
-  if (bias.defined()) y = add(y, channel_view(bias, input.dim()));
-  return y;
+    if (bias.defined()) y = add(y, channel_view(bias, input.dim()));
+    return y;
+  });
 }
 
 namespace {
@@ -1056,79 +1085,83 @@ Tensor normalize_affine(const Tensor& x, const Tensor& m, const Tensor& v, const
 
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
-  const char* op = "batch_norm";
-  detail::check_defined(input, op);
-  TG_CHECK(input.dim() >= 2, op, ": input must be [N, C, ...], got ", shape_str(input.sizes()));
-  check_floating(input, op, "input");
-  const int64_t C = input.size(1);
-  check_channel_vector(weight, C, op, "weight");
-  check_channel_vector(bias, C, op, "bias");
-  check_channel_vector(running_mean, C, op, "running_mean");
-  check_channel_vector(running_var, C, op, "running_var");
-  for (const Tensor* t : {&weight, &bias, &running_mean, &running_var})
-    if (t->defined()) detail::check_same_device(input, *t, op);
-  for (const Tensor* t : {&running_mean, &running_var})
-    if (t->defined()) check_floating(*t, op, "running statistics");
-  if (!training) {
-    TG_CHECK(running_mean.defined() && running_var.defined(), op,
-             ": evaluation (training=false) needs running_mean and running_var");
-    return normalize_affine(input, channel_view(running_mean, input.dim()).to(input.dtype()),
-                            channel_view(running_var, input.dim()).to(input.dtype()), weight, bias, eps);
-  }
-  IntList dims = {0};
-  for (int64_t d = 2; d < input.dim(); ++d)
-    dims.push_back(d);
-  if (input.numel() == 0) return mul(input, 1.0);  // nothing to normalize; the statistics stay
-  const int64_t count = input.numel() / std::max<int64_t>(C, 1);
-  TG_CHECK(count > 1, op, ": training needs more than one value per channel, got input ", shape_str(input.sizes()));
-  Tensor m = mean(input, dims, true);
-  Tensor c = sub(input, m);
-  Tensor v = mean(mul(c, c), dims, true);
-  update_running(running_mean, m, momentum);
-  if (running_var.defined()) update_running(running_var, mul(v, double(count) / double(count - 1)), momentum);
-  Tensor y = mul(c, rsqrt(add(v, eps)));
-  if (weight.defined()) y = mul(y, channel_view(weight, input.dim()));
-  if (bias.defined()) y = add(y, channel_view(bias, input.dim()));
-  return y;
+  return detail::as_op("batch_norm", [&]() -> Tensor {
+    const char* op = "batch_norm";
+    detail::check_defined(input, op);
+    TG_CHECK(input.dim() >= 2, op, ": input must be [N, C, ...], got ", shape_str(input.sizes()));
+    check_floating(input, op, "input");
+    const int64_t C = input.size(1);
+    check_channel_vector(weight, C, op, "weight");
+    check_channel_vector(bias, C, op, "bias");
+    check_channel_vector(running_mean, C, op, "running_mean");
+    check_channel_vector(running_var, C, op, "running_var");
+    for (const Tensor* t : {&weight, &bias, &running_mean, &running_var})
+      if (t->defined()) detail::check_same_device(input, *t, op);
+    for (const Tensor* t : {&running_mean, &running_var})
+      if (t->defined()) check_floating(*t, op, "running statistics");
+    if (!training) {
+      TG_CHECK(running_mean.defined() && running_var.defined(), op,
+               ": evaluation (training=false) needs running_mean and running_var");
+      return normalize_affine(input, channel_view(running_mean, input.dim()).to(input.dtype()),
+                              channel_view(running_var, input.dim()).to(input.dtype()), weight, bias, eps);
+    }
+    IntList dims = {0};
+    for (int64_t d = 2; d < input.dim(); ++d)
+      dims.push_back(d);
+    if (input.numel() == 0) return mul(input, 1.0);  // nothing to normalize; the statistics stay
+    const int64_t count = input.numel() / std::max<int64_t>(C, 1);
+    TG_CHECK(count > 1, op, ": training needs more than one value per channel, got input ", shape_str(input.sizes()));
+    Tensor m = mean(input, dims, true);
+    Tensor c = sub(input, m);
+    Tensor v = mean(mul(c, c), dims, true);
+    update_running(running_mean, m, momentum);
+    if (running_var.defined()) update_running(running_var, mul(v, double(count) / double(count - 1)), momentum);
+    Tensor y = mul(c, rsqrt(add(v, eps)));
+    if (weight.defined()) y = mul(y, channel_view(weight, input.dim()));
+    if (bias.defined()) y = add(y, channel_view(bias, input.dim()));
+    return y;
+  });
 }
 
 Tensor instance_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                      const Tensor& bias, bool use_input_stats, double momentum, double eps) {
-  const char* op = "instance_norm";
-  detail::check_defined(input, op);
-  TG_CHECK(input.dim() >= 3, op, ": input must be [N, C, spatial...], got ", shape_str(input.sizes()));
-  check_floating(input, op, "input");
-  const int64_t C = input.size(1);
-  check_channel_vector(weight, C, op, "weight");
-  check_channel_vector(bias, C, op, "bias");
-  check_channel_vector(running_mean, C, op, "running_mean");
-  check_channel_vector(running_var, C, op, "running_var");
-  if (!use_input_stats) {
-    TG_CHECK(running_mean.defined() && running_var.defined(), op,
-             ": use_input_stats=false needs running_mean and running_var");
-    return normalize_affine(input, channel_view(running_mean, input.dim()).to(input.dtype()),
-                            channel_view(running_var, input.dim()).to(input.dtype()), weight, bias, eps);
-  }
-  IntList dims;
-  for (int64_t d = 2; d < input.dim(); ++d)
-    dims.push_back(d);
-  int64_t count = 1;
-  for (int64_t d = 2; d < input.dim(); ++d)
-    count *= input.size(d);
-  TG_CHECK(count > 1, op, ": needs more than one spatial element per channel, got input ", shape_str(input.sizes()));
-  if (input.numel() == 0) return mul(input, 1.0);
-  Tensor m = mean(input, dims, true);
-  Tensor c = sub(input, m);
-  Tensor v = mean(mul(c, c), dims, true);
-  if (input.size(0) > 0) {
-    update_running(running_mean, mean(m, {0}), momentum);
-    if (running_var.defined())
-      update_running(running_var, mean(mul(v, double(count) / double(count - 1)), {0}), momentum);
-  }
-  Tensor y = mul(c, rsqrt(add(v, eps)));
-  if (weight.defined()) y = mul(y, channel_view(weight, input.dim()));
-  if (bias.defined()) y = add(y, channel_view(bias, input.dim()));
-  return y;
+  return detail::as_op("instance_norm", [&]() -> Tensor {
+    const char* op = "instance_norm";
+    detail::check_defined(input, op);
+    TG_CHECK(input.dim() >= 3, op, ": input must be [N, C, spatial...], got ", shape_str(input.sizes()));
+    check_floating(input, op, "input");
+    const int64_t C = input.size(1);
+    check_channel_vector(weight, C, op, "weight");
+    check_channel_vector(bias, C, op, "bias");
+    check_channel_vector(running_mean, C, op, "running_mean");
+    check_channel_vector(running_var, C, op, "running_var");
+    if (!use_input_stats) {
+      TG_CHECK(running_mean.defined() && running_var.defined(), op,
+               ": use_input_stats=false needs running_mean and running_var");
+      return normalize_affine(input, channel_view(running_mean, input.dim()).to(input.dtype()),
+                              channel_view(running_var, input.dim()).to(input.dtype()), weight, bias, eps);
+    }
+    IntList dims;
+    for (int64_t d = 2; d < input.dim(); ++d)
+      dims.push_back(d);
+    int64_t count = 1;
+    for (int64_t d = 2; d < input.dim(); ++d)
+      count *= input.size(d);
+    TG_CHECK(count > 1, op, ": needs more than one spatial element per channel, got input ", shape_str(input.sizes()));
+    if (input.numel() == 0) return mul(input, 1.0);
+    Tensor m = mean(input, dims, true);
+    Tensor c = sub(input, m);
+    Tensor v = mean(mul(c, c), dims, true);
+    if (input.size(0) > 0) {
+      update_running(running_mean, mean(m, {0}), momentum);
+      if (running_var.defined())
+        update_running(running_var, mean(mul(v, double(count) / double(count - 1)), {0}), momentum);
+    }
+    Tensor y = mul(c, rsqrt(add(v, eps)));
+    if (weight.defined()) y = mul(y, channel_view(weight, input.dim()));
+    if (bias.defined()) y = add(y, channel_view(bias, input.dim()));
+    return y;
+  });
 }
 
 }  // namespace tg

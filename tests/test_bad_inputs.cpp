@@ -238,6 +238,41 @@ std::vector<Op> ops() {
        [](const Args& a) {
          return meshgrid({a[0], a[1]})[1];
        }},
+      // the grid family (grid.def): the operands as inputs, weights, columns
+      {"conv1d", 2, [](const Args& a) { return conv1d(a[0], a[1]); }},
+      {"conv1d", 2, [](const Args& a) { return conv1d(a[0], a[1], {}, {2}, {1}, {1}, 1); }},
+      {"conv2d|unsqueeze", 2, [](const Args& a) { return conv2d(a[0].unsqueeze(0), a[1].unsqueeze(0)); }},
+      {"conv_transpose1d", 2, [](const Args& a) { return conv_transpose1d(a[0], a[1], {}, {2}); }},
+      {"_convolution_backward_weight", 2,
+       [](const Args& a) {
+         return _convolution_backward_weight(a[0], a[1], {4, 3, 2}, {1}, {0}, {1}, 1);
+       }},
+      {"max_pool1d", 1, [](const Args& a) { return max_pool1d(a[0], {2}, {}, {1}, {1}, true); }},
+      {"avg_pool1d", 1, [](const Args& a) { return avg_pool1d(a[0], {3}, {2}, {1}, true, false); }},
+      {"adaptive_avg_pool1d", 1, [](const Args& a) { return adaptive_avg_pool1d(a[0], {3}); }},
+      {"interpolate|unsqueeze", 1, [](const Args& a) { return interpolate(a[0].unsqueeze(0), {7}, {}, "linear"); }},
+      {"interpolate|unsqueeze", 1, [](const Args& a) { return interpolate(a[0].unsqueeze(0), {}, {1.5}, "nearest"); }},
+      {"pad", 1,
+       [](const Args& a) {
+         return pad(a[0], {2, 1}, "reflect");
+       }},
+      {"pad", 1,
+       [](const Args& a) {
+         return pad(a[0], {1, 3}, "circular");
+       }},
+      {"pad", 1,
+       [](const Args& a) {
+         return pad(a[0], {-1, 2, 1, -2}, "constant", 0.5);
+       }},
+      {"unfold", 1, [](const Args& a) { return unfold(a[0], {2}); }},
+      {"fold", 1,
+       [](const Args& a) {
+         return fold(a[0], {3, 3}, {2});
+       }},
+      {"pixel_shuffle", 1, [](const Args& a) { return pixel_shuffle(a[0], 2); }},
+      {"group_norm", 1, [](const Args& a) { return group_norm(a[0], 1); }},
+      {"batch_norm", 1, [](const Args& a) { return batch_norm(a[0], {}, {}, {}, {}, true); }},
+      {"instance_norm", 1, [](const Args& a) { return instance_norm(a[0]); }},
   };
 }
 

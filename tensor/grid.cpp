@@ -1054,14 +1054,19 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
       if (weight.defined()) y = mul(y, channel_view(weight, input.dim()));
       return bias.defined() ? add(y, channel_view(bias, input.dim())) : y;
     }
-    Tensor xg = input.reshape({N, num_groups, -1});
-    Tensor m = mean(xg, {2}, true);
+    // Centred values times one per-(sample, channel) scale (the group's
+    // 1 / std times the channel's weight), plus the bias: four full-size
+    // ops, and the centred values the one full-size tensor their
+    // derivatives keep.
+    const int64_t G = num_groups, Cg = C / G;
+    Tensor xg = input.reshape({N, G, Cg, -1});
+    Tensor m = mean(xg, {2, 3}, true);
     Tensor c = sub(xg, m);
-    Tensor v = mean(mul(c, c), {2}, true);
-    Tensor y = mul(c, rsqrt(add(v, eps))).reshape(input.sizes());
-    if (weight.defined()) y = mul(y, channel_view(weight, input.dim()));
-    if (bias.defined()) y = add(y, channel_view(bias, input.dim()));
-    return y;
+    Tensor r = rsqrt(add(mean(mul(c, c), {2, 3}, true), eps));  // [N, G, 1, 1]
+    Tensor scale = weight.defined() ? mul(r, weight.reshape({1, G, Cg, 1})) : r;
+    Tensor y = mul(c, scale);
+    if (bias.defined()) y = add(y, bias.reshape({1, G, Cg, 1}));
+    return y.reshape(input.sizes());
   });
 }
 

@@ -35,6 +35,9 @@
 #   scripts/gpu.sh fprofile   per-kernel GPU time of one replay of the graphed FNO step
 #                             (FPROFILE_GRIDS, default "64 128"; FNO_ARGS; FPROFILE_WHO="tapegrad jax"
 #                             adds JAX's jitted step)
+#   scripts/gpu.sh unet       the physics-informed U-Net step (64^2 and 128^2), tapegrad eager and
+#                             graphed, PyTorch eager, torch.cuda.graph and JAX jit, and conv2d alone
+#                             against PyTorch's cuDNN calls (bench/peers/unet_peers.py)
 #   scripts/gpu.sh hessian    the Hessian benchmark side by side with LibTorch,
 #                             PyTorch eager, torch.func and JAX (needs peers built)
 # Logs go to $OUT (or ./gpu-logs). Several steps may be given in order.
@@ -48,7 +51,7 @@ TESTS=$B/tests/tapegrad_tests
 # graph test is left to memcheck: its kernels (cuBLAS GEMMs, elementwise,
 # copies) are those of the other graph tests, and racecheck takes ~4 minutes
 # over its wide layers.
-STREAM_TESTS='GraphsGpu*:GraphedTrainingGpu*:OptimGpu*:CudaGpuStreams*:CudaGpu.*Stream*:CudaGpu.Events*:CudaGpuAutograd.GpuNodes*:CudaGpuAutograd.TwoDevices*:CudaGpu.Pinned*:SparseGpu*:DLPackGpu.StreamExchangeRule-GraphsGpu.SavedTensorHooks*:GraphsGpuWholeDevice*'
+STREAM_TESTS='GridGpu*:GraphsGpu*:GraphedTrainingGpu*:OptimGpu*:CudaGpuStreams*:CudaGpu.*Stream*:CudaGpu.Events*:CudaGpuAutograd.GpuNodes*:CudaGpuAutograd.TwoDevices*:CudaGpu.Pinned*:SparseGpu*:DLPackGpu.StreamExchangeRule-GraphsGpu.SavedTensorHooks*:GraphsGpuWholeDevice*'
 rc=0
 for step in "$@"; do
   case $step in
@@ -66,7 +69,7 @@ for step in "$@"; do
     sanitize)
       cs=compute-sanitizer
       export TG_TEST_MAX_REPLAYS=3  # graph tests: a few replays each
-      $cs --tool memcheck --error-exitcode 1 $TESTS --gtest_filter='CudaGpu*:Graphs*:GraphedTraining*:OptimGpu*:NN*:Sparse*:Determ*:BadInputsGpu*:*OpTable*Cuda:TaylorModeGpu*:DLPack*:-*OutOfMemory*' \
+      $cs --tool memcheck --error-exitcode 1 $TESTS --gtest_filter='CudaGpu*:Graphs*:GraphedTraining*:OptimGpu*:NN*:Sparse*:Determ*:BadInputsGpu*:*OpTable*Cuda:TaylorModeGpu*:DLPack*:GridGpu*:Devices/Grid.*CUDA:-*OutOfMemory*' \
         > "$OUT/memcheck.log" 2>&1 || rc=1
       $cs --tool racecheck --error-exitcode 1 $TESTS --gtest_filter="$STREAM_TESTS" \
         > "$OUT/racecheck.log" 2>&1 || rc=1
@@ -88,6 +91,8 @@ for step in "$@"; do
         cmake --build build-peers -j"$(nproc)"; } > "$OUT/peers_build.log" 2>&1 || { tail -20 "$OUT/peers_build.log"; rc=1; continue; }
       build-peers/engine_overhead_libtorch cuda | tee "$OUT/peers.txt"
       build-peers/engine_overhead_libtorch | tee -a "$OUT/peers.txt" ;;
+    unet)
+      python3 bench/peers/unet_peers.py --build "$B" --grids 64 128 2>&1 | tee "$OUT/unet_peers.txt" ;;
     fno)
       python3 bench/peers/fno_peers.py --build "$B" ${FNO_ARGS:-} 2>&1 | tee -a "$OUT/fno_peers.txt" ;;
     fprofile)

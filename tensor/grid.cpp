@@ -823,16 +823,24 @@ TensorPair max_pool(const Tensor& input, const IntList& kernel_size, const IntLi
     // PyTorch's), gathered: its gradient goes to that element. argmax's range
     // [0, K) is known by construction and noted, so the gathers (and their
     // gradients) read nothing back from the device: capturable.
-    Tensor arg = argmax(win.detach(), 2, true);
+    // (argmax itself gathers at an index it computes, which a capture cannot
+    // check: the first hit is taken here by elementwise ops and a reduction.)
+    const int64_t K = win.size(2);
+    IntList pos_shape(std::vector<int64_t>(size_t(win.dim()), 1));
+    pos_shape[2] = K;
+    const Tensor pos = constant<int64_t>(key_of("positions", {{K}}), {K}, kInt64, x.device(), [&](int64_t* v, int64_t) {
+                         for (int64_t i = 0; i < K; ++i)
+                           v[i] = i;
+                       }).view(pos_shape);
+    Tensor wd = win.detach();
+    Tensor ext = amax(wd, {2}, true);
+    Tensor hit = where(ne(ext, ext), ne(wd, wd), eq(wd, ext));
+    Tensor arg = amin(where(hit, pos, Scalar(K - 1)), {2}, true);
     if (arg.numel() > 0)
-      arg.impl()->storage()->set_known_index_range(0, win.size(2) - 1, arg.impl()->version_counter().get(),
-                                                   arg.version());
+      arg.impl()->storage()->set_known_index_range(0, K - 1, arg.impl()->version_counter().get(), arg.version());
     Tensor values = gather(win, 2, arg).squeeze(2);
     // Each window position's input index (flattened over the input's spatial
     // dims): a constant map [K, out...] read at the maximum's position.
-    int64_t K = 1;
-    for (int64_t k : g.k)
-      K *= k;
     IntList map_shape = {K};
     for (int64_t o : g.out)
       map_shape.push_back(o);

@@ -630,7 +630,7 @@ std::vector<OpEntry> op_entries() {
   {
     using grid_samples::cl;
     using grid_samples::flat;
-    const Sample x2w = one("x [2, 2, 4, 5], w [3, 2, 2, 3]", {{{2, 2, 4, 5}}, {{3, 2, 2, 3}}});
+    const Sample x2w = one("x [1, 2, 4, 5], w [3, 2, 2, 3]", {{{1, 2, 4, 5}}, {{3, 2, 2, 3}}});
     std::vector<OpEntry> grid_entries = {
         {"_convolution",
          [=](const variable_list& v) {
@@ -704,7 +704,7 @@ std::vector<OpEntry> op_entries() {
          F1(grid_samples::flat({tg::pad(x, {1, 2}), tg::pad(x, {2, 1, 1, 0}, "constant", 0.5), tg::pad(x, {-1, 1}),
                   tg::pad(x, {2, 1, 1, 2}, "reflect"), tg::pad(x, {1, 3, 2, 0}, "replicate"),
                   tg::pad(x, {3, 1, 2, 3}, "circular"), tg::pad(cl(x), {1, 1, 1, 1}, "reflect")})),
-         {one("x [2, 2, 3, 4]", {{{2, 2, 3, 4}}})}},
+         {one("x [1, 2, 3, 4]", {{{1, 2, 3, 4}}})}},
         {"pad", F1(grid_samples::flat({tg::pad(x, {1, 1, 0, 1, 1, 0}, "circular"), tg::pad(x, {2, 1}, "reflect")})),
          {one("x [1, 2, 2, 3, 3] (3-D)", {{{1, 2, 2, 3, 3}}})}},
         {"unfold", F1(tg::unfold(x, {2, 2}, {1}, {1}, {2})), {one("x [1, 3, 3, 4]", {{{1, 3, 3, 4}}})}},

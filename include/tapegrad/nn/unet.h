@@ -20,10 +20,13 @@ namespace tg::nn {
 /// conv3x3 -> GroupNorm -> GELU, twice.
 class UNetBlock : public Module {
  public:
+  /// The block from in_channels to out_channels, GroupNorm of `groups` groups.
   UNetBlock(int64_t in_channels, int64_t out_channels, int64_t groups, TensorOptions options);
   Tensor forward(const Tensor& x) override;
-  std::shared_ptr<Conv2d> conv1, conv2;
-  std::shared_ptr<GroupNorm> norm1, norm2;
+  std::shared_ptr<Conv2d> conv1;     ///< in -> out
+  std::shared_ptr<Conv2d> conv2;     ///< out -> out
+  std::shared_ptr<GroupNorm> norm1;  ///< after conv1
+  std::shared_ptr<GroupNorm> norm2;  ///< after conv2
 };
 
 /// The U-Net: input [N, in_channels, H, W] (H and W divisible by
@@ -31,6 +34,7 @@ class UNetBlock : public Module {
 /// (default 32, 64, 128, 256), GroupNorm with `groups` groups.
 class UNet2d : public Module {
  public:
+  /// The network; channels per level, finest first.
   UNet2d(int64_t in_channels, int64_t out_channels, std::vector<int64_t> channels = {32, 64, 128, 256},
          int64_t groups = 8, TensorOptions options = TensorOptions());
   Tensor forward(const Tensor& x) override;

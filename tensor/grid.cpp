@@ -37,9 +37,13 @@ void check_floating(const Tensor& t, const char* op, const char* what) {
            t.dtype(), "; convert it with .to(tg::kFloat32)");
 }
 
+// Geometry values are at least lo and below 2^31 (cuDNN's int; sizes made
+// from them then stay far inside 64 bits: no overflow to check later).
 void check_min(const IntList& v, int64_t lo, const char* op, const char* what) {
-  for (int64_t x : v)
+  for (int64_t x : v) {
     TG_CHECK(x >= lo, op, ": ", what, " must be >= ", lo, " in every dim, got ", list_str(v));
+    TG_CHECK(x < (int64_t(1) << 31), op, ": ", what, " must be below 2^31 in every dim, got ", list_str(v));
+  }
 }
 
 // The output size of a window op along one dim (floor or ceil mode), as
@@ -82,6 +86,7 @@ Geometry window_geometry(const IntList& xs, const IntList& kernel, const IntList
   check_min(g.dilation, 1, op, "dilation");
   for (size_t d = 0; d < g.S; ++d) {
     const int64_t in = xs[d + 2];
+    TG_CHECK(in < (int64_t(1) << 62), op, ": spatial size ", in, " is too large (at most 2^62)");
     const int64_t o = window_out(in, g.kernel[d], g.stride[d], g.padding[d], g.dilation[d], false);
     TG_CHECK(o >= 1, op, ": input of spatial size ", shape_str(IntList(std::vector<int64_t>(xs.begin() + 2, xs.end()))),
              " is smaller than the (dilated) kernel ", list_str(g.kernel), " with padding ", list_str(g.padding),
@@ -507,12 +512,15 @@ Tensor convolution(const Tensor& input, const Tensor& weight, const Tensor& bias
     check_min(s, 1, op, "stride");
     check_min(d, 1, op, "dilation");
     check_min(op_, 0, op, "output_padding");
+    check_min(p, 0, op, "padding");
     IntList out;
     for (size_t i = 0; i < S; ++i) {
       TG_CHECK(op_[i] < s[i] || op_[i] < d[i], op, ": output_padding ", list_str(op_),
                " must be smaller than either stride ", list_str(s), " or dilation ", list_str(d), " in every dim");
+      check_min({weight.size(int64_t(i) + 2)}, 1, op, "kernel size");
       const int64_t o =
-          (input.size(int64_t(i) + 2) - 1) * s[i] - 2 * p[i] + d[i] * (weight.size(int64_t(i) + 2) - 1) + op_[i] + 1;
+          detail::checked_add(detail::checked_mul(input.size(int64_t(i) + 2) - 1, s[i], op, input.sizes()),
+                              -2 * p[i] + d[i] * (weight.size(int64_t(i) + 2) - 1) + op_[i] + 1, op, input.sizes());
       TG_CHECK(o >= 1, op, ": the output size ", o, " of spatial dim ", i, " is < 1 for input ",
                shape_str(input.sizes()), ", weight ", shape_str(weight.sizes()), ", stride ", list_str(s), ", padding ",
                list_str(p), ", dilation ", list_str(d));

@@ -361,6 +361,17 @@ TEST_P(Grid, BadArgumentsNameTheOpAndLeaveTheLibraryUsable) {
         tg::_convolution_backward_input(on(tg::randn({1, 6, 2, 2}, kF64)), w, {5, 5}, {1}, {0}, {1}, 2);
       },
       "is not the output shape");
+  throws([&] { tg::conv2d(x, w, {}, {1}, {int64_t(1) << 62}, {1}, 2); }, "below 2^31");
+  throws(
+      [&] {
+        tg::conv_transpose1d(on(tg::randn({1, 2, 3}, kF64)), on(tg::randn({2, 2, 2}, kF64)), {}, {int64_t(1) << 40});
+      },
+      "below 2^31");
+  throws(
+      [&] {
+        tg::_col2im(on(tg::randn({1, 4, 1}, kF64)), {int64_t(1) << 62, 1}, {2, 2}, {1}, {0}, {1});
+      },
+      "too large");
   // Still usable.
   EXPECT_EQ(tg::conv2d(x, w, {}, {1}, {0}, {1}, 2).sizes(), (IntList{1, 6, 3, 3}));
 }

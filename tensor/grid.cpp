@@ -114,7 +114,7 @@ TapRange tap_range(int64_t in, int64_t out, int64_t k, int64_t s, int64_t p, int
   return {lo, hi, lo * s + off};
 }
 
-// For each kernel position (row-major), calls f(k, x view, cols view): the
+// For each kernel position (row-major), calls f(x view, cols view): the
 // input's taps and the columns' slots of that position, over the outputs
 // whose taps fall inside the input. x [N, C, in...] any strides; cols
 // [N, C, K, out...] contiguous.

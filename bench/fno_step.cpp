@@ -118,22 +118,9 @@ int main(int argc, char** argv) {
   if (gpu) {
     namespace cu = tg::cuda;
     result["eager_peak_mib"] = double(cu::memory_stats().peak_allocated_bytes) / double(1 << 20);
-    cu::Stream side = cu::stream_from_pool();
-    side.wait_stream(cu::current_stream());
-    {
-      cu::StreamGuard g(side);
-      for (int i = 0; i < 3; ++i)
-        step();
-    }
-    cu::current_stream().wait_stream(side);
     cu::CUDAGraph graph;
     graph.set_relax_dependencies(!o.no_relax);
-    Tensor loss;
-    cu::reset_peak_memory_stats();
-    {
-      cu::Graph capture(graph);
-      loss = step();
-    }
+    Tensor loss = tgbench::capture_after_warmup(graph, step, [] { tg::cuda::reset_peak_memory_stats(); });
     Tensor fresh_a = tg::rand({o.batch, o.grid, o.grid, 1}, f32), fresh_u = tg::rand({o.batch, o.grid, o.grid, 1}, f32);
     result["graphed_ms"] = ms_per_step(o, dev, [&] {
       a.copy_(fresh_a);

@@ -176,20 +176,9 @@ int main(int argc, char** argv) {
 
   if (gpu) {
     namespace cu = tg::cuda;
-    cu::Stream side = cu::stream_from_pool();
-    side.wait_stream(cu::current_stream());
-    {
-      cu::StreamGuard g(side);
-      for (int i = 0; i < 3; ++i)
-        step(net, x, f, lr, adam.get(), taylor);  // warm-up on the capture stream
-    }
-    cu::current_stream().wait_stream(side);
     cu::CUDAGraph graph(/*keep_graph=*/true);
-    Tensor loss;
-    {
-      cu::Graph capture(graph);
-      loss = step(net, x, f, lr, adam.get(), taylor);
-    }
+    Tensor loss = tgbench::capture_after_warmup(
+        graph, [&] { return step(net, x, f, lr, adam.get(), taylor); }, [] {});
     if (!o.dump.empty()) graph.debug_dump(o.dump);
     result["fused_nodes"] = graph.fused_nodes();
     result["captured_depth"] = graph.captured_depth();  // longest chain of nodes, as captured

@@ -172,21 +172,8 @@ int main(int argc, char** argv) {
   if (gpu) {
     namespace cu = tg::cuda;
     result["eager_peak_mib"] = mib(cu::memory_stats().peak_allocated_bytes);
-    cu::Stream side = cu::stream_from_pool();
-    side.wait_stream(cu::current_stream());
-    {
-      cu::StreamGuard g(side);
-      for (int i = 0; i < 3; ++i)
-        step();
-    }
-    cu::current_stream().wait_stream(side);
     cu::CUDAGraph graph;
-    Tensor loss;
-    cu::reset_peak_memory_stats();
-    {
-      cu::Graph capture(graph);
-      loss = step();
-    }
+    Tensor loss = tgbench::capture_after_warmup(graph, step, [] { tg::cuda::reset_peak_memory_stats(); });
     result["graphed_ms"] = tgbench::ms_per_step(o.steps, o.repeats, dev, [&] { graph.replay(); });
     result["graphed_peak_mib"] = mib(cu::memory_stats().peak_allocated_bytes);
     result["graphed_loss"] = loss.item<double>();

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <utility>
 
 #include <tapegrad/autograd/grad_mode.h>
 #include <tapegrad/tensor/error.h>
@@ -26,6 +27,27 @@ IntList expand(const IntList& v, int n, const char* module, const char* what) {
 
 std::string list(const IntList& v) { return shape_str(v); }
 
+// A convolution's weight [lead..., kernel...] and bias [out] (undefined
+// without), both U(-b, b) with b = 1 / sqrt(fan_in), fan_in = lead[1] *
+// prod(kernel) (LibTorch's kaiming_uniform_ with a = sqrt(5), whose fan_in
+// is the weight's dim 1 times the kernel), after the channel checks.
+std::pair<Tensor, Tensor> conv_parameters(const char* name, int64_t in, int64_t out, int64_t groups,
+                                          const IntList& kernel_size, int n, IntList lead, bool has_bias,
+                                          TensorOptions options) {
+  TG_CHECK(in > 0 && out > 0, name, ": in_channels and out_channels must be positive, got ", in, " and ", out);
+  TG_CHECK(groups > 0 && in % groups == 0 && out % groups == 0, name, ": in_channels (", in, ") and out_channels (",
+           out, ") must be divisible by groups (", groups, ")");
+  IntList ws = std::move(lead);
+  double fan_in = double(ws[1]);
+  for (int64_t v : expand(kernel_size, n, name, "kernel_size")) {
+    TG_CHECK(v > 0, name, ": kernel_size must be positive, got ", list(kernel_size));
+    ws.push_back(v);
+    fan_in *= double(v);
+  }
+  const double bound = 1.0 / std::sqrt(fan_in);
+  return {uniform(ws, bound, options), has_bias ? uniform({out}, bound, options) : Tensor()};
+}
+
 }  // namespace
 
 template <int N>
@@ -40,25 +62,15 @@ ConvNd<N>::ConvNd(int64_t in, int64_t out, IntList kernel_size, IntList stride, 
       groups_(groups),
       padding_mode_(std::move(padding_mode)) {
   const char* name = N == 1 ? "Conv1d" : N == 2 ? "Conv2d" : "Conv3d";
-  TG_CHECK(in > 0 && out > 0, name, ": in_channels and out_channels must be positive, got ", in, " and ", out);
-  TG_CHECK(groups > 0 && in % groups == 0 && out % groups == 0, name, ": in_channels (", in, ") and out_channels (",
-           out, ") must be divisible by groups (", groups, ")");
+  auto [w, b] = conv_parameters(name, in, out, groups, kernel_size, N, {out, in / std::max<int64_t>(groups, 1)},
+                                has_bias, options);
   TG_CHECK(padding_mode_ == "zeros" || padding_mode_ == "reflect" || padding_mode_ == "replicate" ||
                padding_mode_ == "circular",
            name, ": padding_mode must be \"zeros\", \"reflect\", \"replicate\" or \"circular\", got \"", padding_mode_,
            "\"");
-  const IntList k = expand(kernel_size, N, name, "kernel_size");
   padding_ = expand(padding_, N, name, "padding");
-  IntList ws = {out, in / groups};
-  double fan_in = double(in / groups);
-  for (int64_t v : k) {
-    TG_CHECK(v > 0, name, ": kernel_size must be positive, got ", list(kernel_size));
-    ws.push_back(v);
-    fan_in *= double(v);
-  }
-  const double bound = 1.0 / std::sqrt(fan_in);
-  weight = register_parameter("weight", uniform(ws, bound, options));
-  if (has_bias) bias = register_parameter("bias", uniform({out}, bound, options));
+  weight = register_parameter("weight", w);
+  if (has_bias) bias = register_parameter("bias", b);
 }
 
 namespace {
@@ -105,20 +117,10 @@ ConvTransposeNd<N>::ConvTransposeNd(int64_t in, int64_t out, IntList kernel_size
       dilation_(std::move(dilation)),
       groups_(groups) {
   const char* name = N == 1 ? "ConvTranspose1d" : N == 2 ? "ConvTranspose2d" : "ConvTranspose3d";
-  TG_CHECK(in > 0 && out > 0, name, ": in_channels and out_channels must be positive, got ", in, " and ", out);
-  TG_CHECK(groups > 0 && in % groups == 0 && out % groups == 0, name, ": in_channels (", in, ") and out_channels (",
-           out, ") must be divisible by groups (", groups, ")");
-  const IntList k = expand(kernel_size, N, name, "kernel_size");
-  IntList ws = {in, out / groups};
-  double fan_in = double(out / groups);  // LibTorch's fan_in of a [in, out / groups, k...] weight
-  for (int64_t v : k) {
-    TG_CHECK(v > 0, name, ": kernel_size must be positive, got ", list(kernel_size));
-    ws.push_back(v);
-    fan_in *= double(v);
-  }
-  const double bound = 1.0 / std::sqrt(fan_in);
-  weight = register_parameter("weight", uniform(ws, bound, options));
-  if (has_bias) bias = register_parameter("bias", uniform({out}, bound, options));
+  auto [w, b] = conv_parameters(name, in, out, groups, kernel_size, N, {in, out / std::max<int64_t>(groups, 1)},
+                                has_bias, options);
+  weight = register_parameter("weight", w);
+  if (has_bias) bias = register_parameter("bias", b);
 }
 
 template <int N> Tensor ConvTransposeNd<N>::forward(const Tensor& x) {

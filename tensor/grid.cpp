@@ -1095,12 +1095,53 @@ void update_running(const Tensor& running, const Tensor& stat, double momentum) 
   raw::add_(running, s, Scalar(momentum));
 }
 
-Tensor normalize_affine(const Tensor& x, const Tensor& m, const Tensor& v, const Tensor& weight, const Tensor& bias,
-                        double eps) {
-  Tensor y = mul(sub(x, m), rsqrt(add(v, eps)));
-  if (weight.defined()) y = mul(y, channel_view(weight, x.dim()));
-  if (bias.defined()) y = add(y, channel_view(bias, x.dim()));
+// x's centred values c = x - mean over dims and their (biased) variance v.
+struct Moments {
+  Tensor c, m, v;
+};
+Moments moments(const Tensor& x, const IntList& dims) {
+  Moments r;
+  r.m = mean(x, dims, true);
+  r.c = sub(x, r.m);
+  r.v = mean(mul(r.c, r.c), dims, true);
+  return r;
+}
+
+// c / sqrt(v + eps), times weight and plus bias per channel (either undefined: none).
+Tensor scale_affine(const Tensor& c, const Tensor& v, const Tensor& weight, const Tensor& bias, double eps) {
+  Tensor y = mul(c, rsqrt(add(v, eps)));
+  if (weight.defined()) y = mul(y, channel_view(weight, c.dim()));
+  if (bias.defined()) y = add(y, channel_view(bias, c.dim()));
   return y;
+}
+
+// batch_norm's and instance_norm's arguments: input [N, C, ...] of at least
+// min_dim dims, floating; per-channel vectors on its device, running
+// statistics floating.
+void check_norm_args(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                     const Tensor& running_var, int64_t min_dim, const char* op) {
+  detail::check_defined(input, op);
+  TG_CHECK(input.dim() >= min_dim, op, ": input must be [N, C, ", min_dim > 2 ? "spatial...]" : "...]", ", got ",
+           shape_str(input.sizes()));
+  check_floating(input, op, "input");
+  const int64_t C = input.size(1);
+  check_channel_vector(weight, C, op, "weight");
+  check_channel_vector(bias, C, op, "bias");
+  check_channel_vector(running_mean, C, op, "running_mean");
+  check_channel_vector(running_var, C, op, "running_var");
+  for (const Tensor* t : {&weight, &bias, &running_mean, &running_var})
+    if (t->defined()) detail::check_same_device(input, *t, op);
+  for (const Tensor* t : {&running_mean, &running_var})
+    if (t->defined()) check_floating(*t, op, "running statistics");
+}
+
+// The normalization by the running statistics (evaluation); `what` says
+// which argument asked for it.
+Tensor with_running_stats(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                          const Tensor& weight, const Tensor& bias, double eps, const char* op, const char* what) {
+  TG_CHECK(running_mean.defined() && running_var.defined(), op, ": ", what, " needs running_mean and running_var");
+  const Tensor m = channel_view(running_mean, input.dim()).to(input.dtype());
+  return scale_affine(sub(input, m), channel_view(running_var, input.dim()).to(input.dtype()), weight, bias, eps);
 }
 }  // namespace
 
@@ -1108,39 +1149,19 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
                   const Tensor& bias, bool training, double momentum, double eps) {
   return detail::as_op("batch_norm", [&]() -> Tensor {
     const char* op = "batch_norm";
-    detail::check_defined(input, op);
-    TG_CHECK(input.dim() >= 2, op, ": input must be [N, C, ...], got ", shape_str(input.sizes()));
-    check_floating(input, op, "input");
-    const int64_t C = input.size(1);
-    check_channel_vector(weight, C, op, "weight");
-    check_channel_vector(bias, C, op, "bias");
-    check_channel_vector(running_mean, C, op, "running_mean");
-    check_channel_vector(running_var, C, op, "running_var");
-    for (const Tensor* t : {&weight, &bias, &running_mean, &running_var})
-      if (t->defined()) detail::check_same_device(input, *t, op);
-    for (const Tensor* t : {&running_mean, &running_var})
-      if (t->defined()) check_floating(*t, op, "running statistics");
-    if (!training) {
-      TG_CHECK(running_mean.defined() && running_var.defined(), op,
-               ": evaluation (training=false) needs running_mean and running_var");
-      return normalize_affine(input, channel_view(running_mean, input.dim()).to(input.dtype()),
-                              channel_view(running_var, input.dim()).to(input.dtype()), weight, bias, eps);
-    }
+    check_norm_args(input, weight, bias, running_mean, running_var, 2, op);
+    if (!training)
+      return with_running_stats(input, running_mean, running_var, weight, bias, eps, op, "evaluation (training=false)");
     IntList dims = {0};
     for (int64_t d = 2; d < input.dim(); ++d)
       dims.push_back(d);
     if (input.numel() == 0) return mul(input, 1.0);  // nothing to normalize; the statistics stay
-    const int64_t count = input.numel() / std::max<int64_t>(C, 1);
+    const int64_t count = input.numel() / std::max<int64_t>(input.size(1), 1);
     TG_CHECK(count > 1, op, ": training needs more than one value per channel, got input ", shape_str(input.sizes()));
-    Tensor m = mean(input, dims, true);
-    Tensor c = sub(input, m);
-    Tensor v = mean(mul(c, c), dims, true);
-    update_running(running_mean, m, momentum);
-    if (running_var.defined()) update_running(running_var, mul(v, double(count) / double(count - 1)), momentum);
-    Tensor y = mul(c, rsqrt(add(v, eps)));
-    if (weight.defined()) y = mul(y, channel_view(weight, input.dim()));
-    if (bias.defined()) y = add(y, channel_view(bias, input.dim()));
-    return y;
+    const Moments s = moments(input, dims);
+    update_running(running_mean, s.m, momentum);
+    if (running_var.defined()) update_running(running_var, mul(s.v, double(count) / double(count - 1)), momentum);
+    return scale_affine(s.c, s.v, weight, bias, eps);
   });
 }
 
@@ -1148,40 +1169,24 @@ Tensor instance_norm(const Tensor& input, const Tensor& running_mean, const Tens
                      const Tensor& bias, bool use_input_stats, double momentum, double eps) {
   return detail::as_op("instance_norm", [&]() -> Tensor {
     const char* op = "instance_norm";
-    detail::check_defined(input, op);
-    TG_CHECK(input.dim() >= 3, op, ": input must be [N, C, spatial...], got ", shape_str(input.sizes()));
-    check_floating(input, op, "input");
-    const int64_t C = input.size(1);
-    check_channel_vector(weight, C, op, "weight");
-    check_channel_vector(bias, C, op, "bias");
-    check_channel_vector(running_mean, C, op, "running_mean");
-    check_channel_vector(running_var, C, op, "running_var");
-    if (!use_input_stats) {
-      TG_CHECK(running_mean.defined() && running_var.defined(), op,
-               ": use_input_stats=false needs running_mean and running_var");
-      return normalize_affine(input, channel_view(running_mean, input.dim()).to(input.dtype()),
-                              channel_view(running_var, input.dim()).to(input.dtype()), weight, bias, eps);
-    }
+    check_norm_args(input, weight, bias, running_mean, running_var, 3, op);
+    if (!use_input_stats)
+      return with_running_stats(input, running_mean, running_var, weight, bias, eps, op, "use_input_stats=false");
     IntList dims;
-    for (int64_t d = 2; d < input.dim(); ++d)
-      dims.push_back(d);
     int64_t count = 1;
-    for (int64_t d = 2; d < input.dim(); ++d)
+    for (int64_t d = 2; d < input.dim(); ++d) {
+      dims.push_back(d);
       count *= input.size(d);
+    }
     TG_CHECK(count > 1, op, ": needs more than one spatial element per channel, got input ", shape_str(input.sizes()));
     if (input.numel() == 0) return mul(input, 1.0);
-    Tensor m = mean(input, dims, true);
-    Tensor c = sub(input, m);
-    Tensor v = mean(mul(c, c), dims, true);
+    const Moments s = moments(input, dims);
     if (input.size(0) > 0) {
-      update_running(running_mean, mean(m, {0}), momentum);
+      update_running(running_mean, mean(s.m, {0}), momentum);
       if (running_var.defined())
-        update_running(running_var, mean(mul(v, double(count) / double(count - 1)), {0}), momentum);
+        update_running(running_var, mean(mul(s.v, double(count) / double(count - 1)), {0}), momentum);
     }
-    Tensor y = mul(c, rsqrt(add(v, eps)));
-    if (weight.defined()) y = mul(y, channel_view(weight, input.dim()));
-    if (bias.defined()) y = add(y, channel_view(bias, input.dim()));
-    return y;
+    return scale_affine(s.c, s.v, weight, bias, eps);
   });
 }
 

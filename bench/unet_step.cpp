@@ -9,7 +9,7 @@
 // channels (double backward through every convolution); then the gradient
 // of the loss in the parameters and a capturable Adam step.
 //
-//   unet_step [--grid 64] [--batch 16] [--steps 20] [--repeats 3] [--device cuda|cpu] [--json]
+//   unet_step [--grid 64] [--batch 16] [--steps 20] [--repeats 3] [--device cuda|cpu] [--json] [--profile]
 //   unet_step --conv [--n 16] [--c 64] [--hw 64] [--json]   conv2d alone: forward, backward, double backward
 //   unet_step --part conv|gn|gelu|up|pool|cat [--grid 128]    one piece under the step's passes
 //
@@ -36,7 +36,7 @@ struct Options {
   int64_t grid = 64, batch = 16, n = 16, c = 64, hw = 64;
   int steps = 20, repeats = 3;
   std::string device = "cuda";
-  bool json = false, conv = false;
+  bool json = false, conv = false, profile = false;
   std::string part;
 };
 
@@ -58,6 +58,8 @@ nlohmann::json conv_rows(const Options& o, tg::Device dev) {
   });
   Tensor y = tg::conv2d(x, w, {}, {1}, {1});
   r["bwd_ms"] = tgbench::ms_per_step(o.steps, o.repeats, dev, [&] { ag::grad({y}, {x, w}, {go}, true); });
+  r["dgrad_ms"] = tgbench::ms_per_step(o.steps, o.repeats, dev, [&] { ag::grad({y}, {x}, {go}, true); });
+  r["wgrad_ms"] = tgbench::ms_per_step(o.steps, o.repeats, dev, [&] { ag::grad({y}, {w}, {go}, true); });
   Tensor gx = ag::grad({y}, {x}, {go}, true, true)[0];
   r["dbl_ms"] = tgbench::ms_per_step(o.steps, o.repeats, dev, [&] {
     ag::grad({tg::sum(gx * v)}, {x, w}, {}, true, false, true);
@@ -112,6 +114,9 @@ int main(int argc, char** argv) {
   app.add_option("--c", o.c, "conv: channels in and out");
   app.add_option("--hw", o.hw, "conv: height and width");
   app.add_flag("--json", o.json, "print JSON");
+  app.add_flag("--profile", o.profile,
+               "bracket one replay with cuda::profiler_start/stop (ncu --profile-from-start off; scripts/gpu.sh "
+               "uprofile)");
   app.add_option("--part", o.part, "time one piece under the step's passes: conv, gn, gelu, up, pool, cat");
   CLI11_PARSE(app, argc, argv);
   const bool gpu = o.device == "cuda" && tg::cuda::is_available();
@@ -125,9 +130,12 @@ int main(int argc, char** argv) {
     nlohmann::json r = conv_rows(o, dev);
     if (o.json) std::cout << r.dump(2) << "\n";
     else
-      std::printf("conv2d 3x3 [%lld, %lld, %lld, %lld]: forward %.3f ms, backward %.3f ms, double backward %.3f ms\n",
-                  (long long)o.n, (long long)o.c, (long long)o.hw, (long long)o.hw, r["fwd_ms"].get<double>(),
-                  r["bwd_ms"].get<double>(), r["dbl_ms"].get<double>());
+      std::printf(
+          "conv2d 3x3 [%lld, %lld, %lld, %lld]: forward %.3f ms, backward %.3f ms (input %.3f, weight %.3f), "
+          "double backward %.3f ms\n",
+          (long long)o.n, (long long)o.c, (long long)o.hw, (long long)o.hw, r["fwd_ms"].get<double>(),
+          r["bwd_ms"].get<double>(), r["dgrad_ms"].get<double>(), r["wgrad_ms"].get<double>(),
+          r["dbl_ms"].get<double>());
     return 0;
   }
 
@@ -177,6 +185,7 @@ int main(int argc, char** argv) {
     result["graphed_ms"] = tgbench::ms_per_step(o.steps, o.repeats, dev, [&] { graph.replay(); });
     result["graphed_peak_mib"] = mib(cu::memory_stats().peak_allocated_bytes);
     result["graphed_loss"] = loss.item<double>();
+    if (o.profile) tgbench::profile_replay(graph, dev);
   }
   if (o.json) {
     std::cout << result.dump(2) << "\n";

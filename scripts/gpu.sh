@@ -38,6 +38,9 @@
 #   scripts/gpu.sh unet       the physics-informed U-Net step (64^2 and 128^2), tapegrad eager and
 #                             graphed, PyTorch eager, torch.cuda.graph and JAX jit, and conv2d alone
 #                             against PyTorch's cuDNN calls (bench/peers/unet_peers.py)
+#   scripts/gpu.sh uprofile   per-kernel GPU time of one replay of the graphed U-Net step and of
+#                             one JAX step (UPROFILE_GRIDS, default "64 128"; UPROFILE_WHO, default
+#                             "tapegrad jax")
 #   scripts/gpu.sh hessian    the Hessian benchmark side by side with LibTorch,
 #                             PyTorch eager, torch.func and JAX (needs peers built)
 # Logs go to $OUT (or ./gpu-logs). Several steps may be given in order.
@@ -108,6 +111,17 @@ for step in "$@"; do
           ncu --profile-from-start off "${gp[@]}" --cache-control none --metrics gpu__time_duration.sum --csv \
             "${cmd[@]}" > "$OUT/$f.csv" 2> "$OUT/$f.err" || { tail -5 "$OUT/$f.err"; rc=1; continue; }
           echo "== $who $g"; python3 scripts/ncu_summary.py "$OUT/$f.csv" | tee "$OUT/$f.txt" | head -${FPROFILE_ROWS:-45}
+        done
+      done ;;
+    uprofile)
+      for g in ${UPROFILE_GRIDS:-64 128}; do
+        for who in ${UPROFILE_WHO:-tapegrad jax}; do
+          if [ $who = tapegrad ]; then cmd=($B/bench/unet_step --grid $g --steps 2 --repeats 1 --profile) gp=(--graph-profiling node)
+          else cmd=(env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= python3 bench/peers/unet_peers.py --frameworks jax --grids $g --no-conv --profile) gp=(); fi
+          f=ncu_unet${g}_$who
+          ncu --profile-from-start off "${gp[@]}" --cache-control none --metrics gpu__time_duration.sum --csv \
+            "${cmd[@]}" > "$OUT/$f.csv" 2> "$OUT/$f.err" || { tail -5 "$OUT/$f.err"; rc=1; continue; }
+          echo "== $who $g"; python3 scripts/ncu_summary.py "$OUT/$f.csv" | tee "$OUT/$f.txt" | head -${UPROFILE_ROWS:-40}
         done
       done ;;
     pinn)

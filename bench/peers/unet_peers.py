@@ -32,7 +32,7 @@ import os
 import subprocess
 import sys
 
-from timing import ms_per_step  # bench/peers/timing.py
+from timing import cuda_profiler, ms_per_step  # bench/peers/timing.py
 
 BATCH, LR, GROUPS, EPS = 16, 1e-3, 8, 1e-5
 ENC = [(3, 32), (32, 64), (64, 128), (128, 256)]
@@ -151,7 +151,7 @@ def torch_row(torch, mode, grid, steps):
 
 
 # ---- JAX ---------------------------------------------------------------------------
-def jax_rows(grid, steps):
+def jax_rows(grid, steps, profile=False):
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU with PyTorch's rows
     import jax
     import jax.numpy as jnp
@@ -255,6 +255,14 @@ def jax_rows(grid, steps):
 
     for _ in range(3):
         run()
+    if profile:  # one step bracketed for ncu (scripts/gpu.sh uprofile)
+        start, stop = cuda_profiler()
+        jax.block_until_ready(state)
+        start()
+        run()
+        jax.block_until_ready(state)
+        stop()
+        return []
     ms = ms_per_step(run, lambda: jax.block_until_ready(state), steps)
     stats = jax.devices()[0].memory_stats() or {}
     return [("jax jit", ms, stats.get("peak_bytes_in_use", 0) / 2**20 or None)]
@@ -325,6 +333,9 @@ def main():
     ap.add_argument("--no-conv", action="store_true", help="the step table only")
     ap.add_argument("--cudnn-benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of tables")
+    ap.add_argument("--profile", action="store_true",
+                    help="with --frameworks jax: one step bracketed by the CUDA profiler's start/stop, "
+                         "for ncu --profile-from-start off (scripts/gpu.sh uprofile)")
     args = ap.parse_args()
     step_rows = []
     for grid in ([] if args.conv else args.grids):
@@ -339,7 +350,7 @@ def main():
                     gc.collect()
                     torch.cuda.empty_cache()
                 elif fw == "jax":
-                    rows += jax_rows(grid, args.steps)
+                    rows += jax_rows(grid, args.steps, args.profile)
                 else:
                     log(f"{fw}: unknown framework, skipped")
             except ImportError as e:

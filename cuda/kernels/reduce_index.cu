@@ -199,6 +199,26 @@ __global__ void reduce_thread_kernel(const In* x, Dims kept, Dims red, int64_t o
   }
 }
 
+// Merges each dim into the one before it in the walk when together they are
+// one run of memory (stride[d - 1] == size[d] * stride[d]): the same
+// elements in the same row-major order, so the same results. A group norm's
+// [N, G, C/G, HW] reduced over its last two dims becomes one dense row,
+// read 16 bytes per load instead of through a division per element.
+void merge_dense(Dims& d) {
+  int n = 0;
+  for (int i = 0; i < d.n; ++i) {
+    if (n > 0 && d.strides[n - 1] == d.sizes[i] * d.strides[i]) {
+      d.sizes[n - 1] *= d.sizes[i];
+      d.strides[n - 1] = d.strides[i];
+      continue;
+    }
+    d.sizes[n] = d.sizes[i];
+    d.strides[n] = d.strides[i];
+    ++n;
+  }
+  d.n = n;
+}
+
 void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
   int64_t outer = out.numel();
   if (outer == 0) return;
@@ -214,6 +234,8 @@ void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {
     ++dims.n;
     if (&dims == &red) inner *= xs;
   }
+  merge_dense(kept);
+  merge_dense(red);
   DeviceGuard g(out.device().index());
   cudaStream_t s = stream_of(out);
   LaunchEncoder access(s);  // the partials too

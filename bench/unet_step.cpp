@@ -37,7 +37,7 @@ struct Options {
   int steps = 20, repeats = 3;
   std::string device = "cuda";
   bool json = false, conv = false, profile = false;
-  std::string part;
+  std::string part, mode = "rev";
 };
 
 double mib(size_t bytes) { return double(bytes) / double(1 << 20); }
@@ -117,6 +117,8 @@ int main(int argc, char** argv) {
   app.add_flag("--profile", o.profile,
                "bracket one replay with cuda::profiler_start/stop (ncu --profile-from-start off; scripts/gpu.sh "
                "uprofile)");
+  app.add_option("--mode", o.mode,
+                 "rev: uxx, uyy by two more backward passes (the peers' way); fwd: by forward over reverse");
   app.add_option("--part", o.part, "time one piece under the step's passes: conv, gn, gelu, up, pool, cat");
   CLI11_PARSE(app, argc, argv);
   const bool gpu = o.device == "cuda" && tg::cuda::is_available();
@@ -159,22 +161,48 @@ int main(int argc, char** argv) {
   Tensor u_data = tg::sin(xg * M_PI) * tg::sin(yg * M_PI), f = u_data * (2 * M_PI * M_PI);
   Tensor xc = xg.detach().requires_grad_(), yc = yg.detach().requires_grad_();
 
+  // --mode fwd: uxx and uyy as Hessian-vector products by forward over
+  // reverse: the input dual along [e_x, e_y] (a batched level of two
+  // directions: the coordinate channels' all-ones fields), one backward pass
+  // for ux, uy carrying both tangents, whose tangents are H e_x and H e_y;
+  // their xc and yc channels are uxx and uyy.
+  const bool fwd = o.mode == "fwd";
+  if (!fwd && o.mode != "rev") throw std::runtime_error("--mode: rev or fwd, got " + o.mode);
+  Tensor inp = tg::cat({xg, yg, a}, 1).detach().requires_grad_();
+  Tensor dirs = tg::zeros({2, B, 3, G, G}, f32.dtype(tg::kFloat32));
+  dirs.select(0, 0).select(1, 0).fill_(1.0);
+  dirs.select(0, 1).select(1, 1).fill_(1.0);
   auto step = [&] {
     namespace ag = tg::autograd;
+    namespace fad = tg::autograd::forward_ad;
     adam.zero_grad(/*set_to_none=*/false);
-    Tensor u = model.forward(tg::cat({xc, yc, a}, 1));
-    std::vector<Tensor> g1 = ag::grad({tg::sum(u)}, {xc, yc}, {}, true, true);
-    Tensor uxx = ag::grad({tg::sum(g1[0])}, {xc}, {}, true, true)[0];
-    Tensor uyy = ag::grad({tg::sum(g1[1])}, {yc}, {}, true, true)[0];
+    Tensor u, uxx, uyy;
+    if (fwd) {
+      fad::dual_level level(2);
+      Tensor at = fad::make_dual(inp, dirs);
+      Tensor ud = model.forward(at);
+      Tensor hv = fad::unpack_dual(ag::grad({tg::sum(ud)}, {at}, {}, true, true)[0]).tangent;
+      u = fad::unpack_dual(ud).primal;
+      uxx = hv.select(0, 0).narrow(1, 0, 1);
+      uyy = hv.select(0, 1).narrow(1, 1, 1);
+    } else {
+      u = model.forward(tg::cat({xc, yc, a}, 1));
+      std::vector<Tensor> g1 = ag::grad({tg::sum(u)}, {xc, yc}, {}, true, true);
+      uxx = ag::grad({tg::sum(g1[0])}, {xc}, {}, true, true)[0];
+      uyy = ag::grad({tg::sum(g1[1])}, {yc}, {}, true, true)[0];
+    }
     Tensor res = uxx + uyy + f, d = u - u_data;
     Tensor loss = tg::mean(d * d) + tg::mean(res * res);
     ag::backward({loss}, {}, std::nullopt, false, params);
     adam.step();
     return loss;
   };
-  nlohmann::json result = {{"grid", G}, {"batch", B}, {"device", gpu ? "cuda" : "cpu"}};
-  for (int i = 0; i < 3; ++i)
-    step();
+  nlohmann::json result = {{"grid", G}, {"batch", B}, {"device", gpu ? "cuda" : "cpu"}, {"mode", o.mode}};
+  for (int i = 0; i < 3; ++i) {
+    const double l = step().item<double>();
+    if (i == 0) result["first_loss"] = l;
+    if (i == 2) result["third_loss"] = l;
+  }
   if (gpu) tg::cuda::reset_peak_memory_stats();
   result["eager_ms"] = tgbench::ms_per_step(o.steps, o.repeats, dev, step);
   if (gpu) {

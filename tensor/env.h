@@ -30,6 +30,8 @@ namespace tg::detail {
     "cuda/kernels/linalg.cu")                                                                                      \
   X(kCudnn, "TG_CUDNN", "cuDNN's convolutions (back to im2col + cuBLAS GEMMs)", "cuda/kernels/grid.cpp")           \
   X(kCudnnFind, "TG_CUDNN_FIND", "cuDNN's algorithms timed on first use of a shape (back to its heuristics)",      \
+    "cuda/kernels/grid.cpp")                                                                                       \
+  X(kCudnnGraph, "TG_CUDNN_GRAPH", "cuDNN's graph API for weight gradients (back to its legacy convolution API)",  \
     "cuda/kernels/grid.cpp")
 
 enum class OffSwitch {

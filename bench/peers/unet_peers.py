@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The physics-informed U-Net training step (bench/unet_step.cpp) side by
-side: tapegrad eager and graphed, PyTorch eager, PyTorch with the whole step
-in torch.cuda.graph, and JAX jit, on one GPU, float32 with TF32 off, batch 16.
+side: tapegrad eager and graphed (uxx, uyy by double backward as the peers
+take them, and by forward over reverse), PyTorch eager, PyTorch with the
+whole step in torch.cuda.graph, and JAX jit, on one GPU, float32 with TF32
+off, batch 16.
 
 The model: input [xc, yc, a] (3 channels, [B, 3, G, G]); 4 levels of 32, 64,
 128, 256 channels, each block conv3x3 -> GroupNorm(8) -> GELU (erf) -> conv3x3
@@ -64,10 +66,16 @@ def fields(xp, grid, batch=BATCH):
 
 
 def tapegrad_rows(build, grid, steps):
-    cmd = [f"{build}/bench/unet_step", "--grid", str(grid), "--steps", str(steps), "--json"]
-    r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
-    return [("tapegrad eager", r.get("eager_ms"), r.get("eager_peak_mib")),
-            ("tapegrad graphed", r.get("graphed_ms"), r.get("graphed_peak_mib"))]
+    """Both of unet_step's ways to uxx, uyy: rev (two more backward passes,
+    as the peers here) and fwd (forward over reverse: one backward pass
+    carrying the two directions as a batched tangent)."""
+    rows = []
+    for mode, name in (("rev", "tapegrad"), ("fwd", "tapegrad fwd-over-rev")):
+        cmd = [f"{build}/bench/unet_step", "--grid", str(grid), "--steps", str(steps), "--mode", mode, "--json"]
+        r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+        rows += [(f"{name} eager", r.get("eager_ms"), r.get("eager_peak_mib")),
+                 (f"{name} graphed", r.get("graphed_ms"), r.get("graphed_peak_mib"))]
+    return rows
 
 
 # ---- PyTorch ----------------------------------------------------------------------

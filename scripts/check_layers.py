@@ -29,6 +29,7 @@ LAYERS = [
     ("nn", ["nn/", "include/tapegrad/nn/"]),
     ("graphs", ["graphs/", "include/tapegrad/cuda/graph.h", "include/tapegrad/cuda/graphed.h"]),
     ("optim", ["optim/", "include/tapegrad/optim/"]),
+    ("ode", ["ode/", "include/tapegrad/ode/"]),
     ("top", ["distributed/", "include/tapegrad/distributed/", "capi/", "include/tapegrad_c.h",
              "include/tapegrad/tapegrad.h", "python/"]),
 ]

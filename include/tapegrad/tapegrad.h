@@ -16,6 +16,7 @@
 #include <tapegrad/nn/modules.h>
 #include <tapegrad/nn/serialize.h>
 #include <tapegrad/nn/unet.h>
+#include <tapegrad/ode/odeint.h>
 #include <tapegrad/optim/optimizer.h>
 #include <tapegrad/tensor/dlpack.h>
 #include <tapegrad/tensor/error.h>

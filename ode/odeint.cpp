@@ -1,0 +1,430 @@
+// tg::ode::odeint (include/tapegrad/ode/odeint.h): explicit Runge-Kutta
+// steps over a state that is a list of tensors (the user's y, or the
+// adjoint's augmented [y, a, dL/dparams...]), fixed-step or Dormand-Prince
+// 5(4) with a PI-free step controller and cubic Hermite dense output;
+// Backprop records the steps, Adjoint is a custom Function whose backward
+// solves the augmented system between the forward solution's checkpoints.
+#include <tapegrad/ode/odeint.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include <tapegrad/autograd/engine.h>
+#include <tapegrad/autograd/function.h>
+#include <tapegrad/autograd/grad_mode.h>
+#include <tapegrad/cuda/capture.h>
+#include <tapegrad/tensor/error.h>
+#include <tapegrad/tensor/ops.h>
+
+namespace tg::ode {
+namespace {
+
+using autograd::EnableGradGuard;
+using autograd::NoGradGuard;
+using State = std::vector<Tensor>;
+// The state's derivative at time t (a 0-d tensor).
+using Dynamics = std::function<State(const Tensor& t, const State& y)>;
+
+// ---- Butcher tableaus ----
+struct Tableau {
+  std::vector<double> c;               // stage times
+  std::vector<std::vector<double>> a;  // a[s][j], j < s
+  std::vector<double> b;               // the solution's weights
+};
+const Tableau& tableau(Method m) {
+  static const Tableau euler{{0}, {{}}, {1}};
+  static const Tableau midpoint{{0, 0.5}, {{}, {0.5}}, {0, 1}};
+  static const Tableau rk4{{0, 0.5, 0.5, 1}, {{}, {0.5}, {0, 0.5}, {0, 0, 1}}, {1. / 6, 1. / 3, 1. / 3, 1. / 6}};
+  // Dormand-Prince 5(4): the 5th-order solution's weights are row 7 (FSAL).
+  static const Tableau dopri5{{0, 1. / 5, 3. / 10, 4. / 5, 8. / 9, 1, 1},
+                              {{},
+                               {1. / 5},
+                               {3. / 40, 9. / 40},
+                               {44. / 45, -56. / 15, 32. / 9},
+                               {19372. / 6561, -25360. / 2187, 64448. / 6561, -212. / 729},
+                               {9017. / 3168, -355. / 33, 46732. / 5247, 49. / 176, -5103. / 18656},
+                               {35. / 384, 0, 500. / 1113, 125. / 192, -2187. / 6784, 11. / 84}},
+                              {35. / 384, 0, 500. / 1113, 125. / 192, -2187. / 6784, 11. / 84, 0}};
+  switch (m) {
+    case Method::Euler: return euler;
+    case Method::Midpoint: return midpoint;
+    case Method::RK4: return rk4;
+    case Method::Dopri5: return dopri5;
+  }
+  return rk4;
+}
+// Dopri5's error weights: the 5th-order solution's minus the 4th-order one's.
+const double kDopriError[7] = {71. / 57600, 0, -71. / 16695, 71. / 1920, -17253. / 339200, 22. / 525, -1. / 40};
+
+// y + sum_j w_j k_j over every component (w_j = h * coefficient; zeros skipped).
+template <class W> State combine(const State& y, const std::vector<State>& k, const std::vector<W>& w) {
+  State out = y;
+  for (size_t j = 0; j < w.size() && j < k.size(); ++j) {
+    for (size_t i = 0; i < y.size(); ++i) {
+      if constexpr (std::is_same_v<W, double>) {
+        if (w[j] == 0) continue;
+      }
+      out[i] = out[i] + k[j][i] * w[j];
+    }
+  }
+  return out;
+}
+
+// One explicit Runge-Kutta step of size h (a 0-d tensor) from (tn, y); `k0`
+// is f(tn, y) when already known. Returns the stages (k[0..S-1]).
+std::vector<State> stages(const Dynamics& f, const Tableau& tb, const Tensor& tn, const Tensor& h, const State& y,
+                          const State* k0) {
+  std::vector<State> k;
+  k.push_back(k0 ? *k0 : f(tn, y));
+  for (size_t s = 1; s < tb.c.size(); ++s) {
+    std::vector<Tensor> w;
+    for (double a : tb.a[s])
+      w.push_back(h * a);
+    k.push_back(f(tn + h * tb.c[s], combine(y, k, w)));
+  }
+  return k;
+}
+
+State weighted(const State& y, const std::vector<State>& k, const Tensor& h, const std::vector<double>& b) {
+  std::vector<Tensor> w;
+  for (double bj : b)
+    w.push_back(h * bj);
+  // Zero weights add nothing (dopri5's second and seventh).
+  State out = y;
+  for (size_t j = 0; j < b.size(); ++j)
+    if (b[j] != 0)
+      for (size_t i = 0; i < y.size(); ++i)
+        out[i] = out[i] + k[j][i] * w[j];
+  return out;
+}
+
+// The time tensor t's entry i as a 0-d tensor.
+Tensor at(const Tensor& t, int64_t i) { return t.select(0, i); }
+
+// ---- fixed steps ----
+// The solution at every time of t (outputs[i] the state at t[i]).
+std::vector<State> solve_fixed(const Dynamics& f, const State& y0, const Tensor& t, const OdeOptions& o,
+                               const std::vector<double>* host_t, OdeStats& st) {
+  const Tableau& tb = tableau(o.method);
+  std::vector<State> out{y0};
+  State y = y0;
+  for (int64_t i = 1; i < t.size(0); ++i) {
+    int64_t m = o.steps_per_interval;
+    if (o.step_size > 0) {
+      const double span = std::fabs((*host_t)[size_t(i)] - (*host_t)[size_t(i - 1)]);
+      m = std::max<int64_t>(1, int64_t(std::ceil(span / o.step_size * (1 - 1e-12))));
+    }
+    const Tensor t0 = at(t, i - 1), h = (at(t, i) - t0) / double(m);
+    for (int64_t s = 0; s < m; ++s) {
+      const Tensor tn = s == 0 ? t0 : t0 + h * double(s);
+      y = weighted(y, stages(f, tb, tn, h, y, nullptr), h, tb.b);
+      st.accepted += 1;
+      st.evaluations += int64_t(tb.c.size());
+    }
+    out.push_back(y);
+  }
+  return out;
+}
+
+// ---- Dormand-Prince 5(4) ----
+// The RMS over the first `normed` components of v / (atol + rtol * max(|a|, |b|)).
+double error_norm(const State& v, const State& a, const State& b, size_t normed, double rtol, double atol) {
+  NoGradGuard ng;
+  double sum = 0;
+  int64_t n = 0;
+  for (size_t i = 0; i < normed && i < v.size(); ++i) {
+    Tensor scale = tg::maximum(tg::abs(a[i]), tg::abs(b[i])) * rtol + atol;
+    Tensor r = v[i] / scale;
+    sum += tg::sum(r * r).to(kFloat64).item<double>();
+    n += v[i].numel();
+  }
+  return n ? std::sqrt(sum / double(n)) : 0.0;
+}
+
+double rms(const State& v, const State& scale_of, size_t normed, double rtol, double atol) {
+  return error_norm(v, scale_of, scale_of, normed, rtol, atol);
+}
+
+// Hairer's starting step (Solving ODEs I, II.4): from the scales of y0, f0
+// and a trial Euler step; signed by `dir`.
+double first_step(const Dynamics& f, const Tensor& t0, const State& y0, const State& f0, double dir, double span,
+                  size_t normed, const OdeOptions& o, OdeStats& st) {
+  NoGradGuard ng;
+  const double d0 = rms(y0, y0, normed, o.rtol, o.atol), d1 = rms(f0, y0, normed, o.rtol, o.atol);
+  TG_CHECK(std::isfinite(d0) && std::isfinite(d1),
+           "odeint: y0 or f(t0, y0) is not finite: f returned NaN or "
+           "infinity at the first time");
+  double h0 = (d0 < 1e-5 || d1 < 1e-5) ? 1e-6 : 0.01 * d0 / d1;
+  h0 = std::min(h0, span);
+  State y1 = y0;
+  for (size_t i = 0; i < y0.size(); ++i)
+    y1[i] = y0[i] + f0[i] * (dir * h0);
+  State f1 = f(t0 + dir * h0, y1);
+  st.evaluations += 1;
+  State diff = f1;
+  for (size_t i = 0; i < diff.size(); ++i)
+    diff[i] = f1[i] - f0[i];
+  const double d2 = rms(diff, y0, normed, o.rtol, o.atol) / h0;
+  const double dm = std::max(d1, d2);
+  const double h1 = dm <= 1e-15 ? std::max(1e-6, h0 * 1e-3) : std::pow(0.01 / dm, 1.0 / 5);
+  return std::min({100 * h0, h1, span});
+}
+
+// The solution at every time of t by adaptive Dormand-Prince steps, dense
+// output by cubic Hermite interpolation between accepted steps. `normed`:
+// how many leading components the error norm covers (the adjoint's
+// parameter gradients are left out, as torchdiffeq's seminorm).
+std::vector<State> solve_dopri5(const Dynamics& f, const State& y0, const Tensor& t, const std::vector<double>& host_t,
+                                size_t normed, const OdeOptions& o, OdeStats& st) {
+  const Tableau& tb = tableau(Method::Dopri5);
+  const int64_t n = t.size(0);
+  std::vector<State> out{y0};
+  if (n == 1) return out;
+  const double t0 = host_t[0], tend = host_t[size_t(n - 1)];
+  const double dir = tend > t0 ? 1.0 : -1.0, span = std::fabs(tend - t0);
+  const Tensor tt0 = at(t, 0);
+  State y = y0;
+  State k1 = f(tt0, y);
+  st.evaluations += 1;
+  double h = o.first_step > 0 ? std::min(o.first_step, span) : first_step(f, tt0, y, k1, dir, span, normed, o, st);
+  double tn = t0;  // host copy of the current time
+  int64_t next = 1;
+  while (next < n) {
+    TG_CHECK(st.accepted + st.rejected < o.max_steps, "odeint: dopri5 took ", o.max_steps,
+             " steps (max_steps) and reached t = ", tn, " of ", tend,
+             ": raise max_steps, loosen rtol/atol, or check f for stiffness");
+    const double remaining = std::fabs(tend - tn);
+    const double hs = std::min(h, remaining);
+    TG_CHECK(hs > 1e-14 * std::max(1.0, std::fabs(tn)), "odeint: dopri5's step size underflowed (", hs, ") at t = ", tn,
+             ": f may be stiff or non-finite there");
+    // The last step ends at t's own last entry, so that a gradient reaches
+    // it (and t[0], through ttn); the others are the controller's constants.
+    const Tensor ttn = tt0 + (tn - t0);
+    const Tensor hv = hs == remaining ? at(t, n - 1) - ttn
+                                      : tg::full({}, dir * hs, TensorOptions().dtype(t.dtype()).device(t.device()));
+    std::vector<State> k = stages(f, tb, ttn, hv, y, &k1);
+    st.evaluations += int64_t(tb.c.size()) - 1;
+    const State y5 = weighted(y, k, hv, tb.b);
+    State err;  // h * sum_j e_j k_j: the 5th-order minus the 4th-order solution
+    {
+      NoGradGuard ng;
+      for (size_t i = 0; i < y.size(); ++i) {
+        Tensor e = k[0][i].detach() * (kDopriError[0] * dir * hs);
+        for (size_t j = 1; j < 7; ++j)
+          if (kDopriError[j] != 0) e = e + k[j][i].detach() * (kDopriError[j] * dir * hs);
+        err.push_back(e);
+      }
+    }
+    const double en = error_norm(err, y, y5, normed, o.rtol, o.atol);
+    TG_CHECK(std::isfinite(en), "odeint: dopri5's error estimate is not finite at t = ", tn, " (step ", hs,
+             "): f returned NaN or infinity there");
+    if (en <= 1) {
+      const double tnew = hs == remaining ? tend : tn + dir * hs;
+      const State& k7 = k[6];  // f(tn + h, y5): FSAL
+      while (next < n && dir * (host_t[size_t(next)] - tnew) <= 0) {
+        if (host_t[size_t(next)] == tnew) {
+          out.push_back(y5);
+        } else {
+          // theta in (0, 1]: cubic Hermite on (y, k1) and (y5, k7); theta
+          // from t's own entry, so a time gradient flows through it.
+          const Tensor theta = (at(t, next) - ttn) / hv;
+          const Tensor th2 = theta * theta, th3 = th2 * theta;
+          const Tensor h00 = th3 * 2.0 - th2 * 3.0 + 1.0, h10 = th3 - th2 * 2.0 + theta, h01 = th2 * 3.0 - th3 * 2.0,
+                       h11 = th3 - th2;
+          State yi;
+          for (size_t i = 0; i < y.size(); ++i)
+            yi.push_back(y[i] * h00 + k1[i] * (h10 * hv) + y5[i] * h01 + k7[i] * (h11 * hv));
+          out.push_back(yi);
+        }
+        ++next;
+      }
+      y = y5;
+      k1 = k7;
+      tn = tnew;
+      st.accepted += 1;
+    } else {
+      st.rejected += 1;
+    }
+    const double factor = en == 0 ? 10.0 : std::clamp(0.9 * std::pow(en, -1.0 / 5), 0.2, 10.0);
+    h = hs * (en <= 1 ? factor : std::min(1.0, factor));
+  }
+  return out;
+}
+
+std::vector<State> solve(const Dynamics& f, const State& y0, const Tensor& t, const std::vector<double>& host_t,
+                         size_t normed, const OdeOptions& o, OdeStats& st) {
+  if (o.method == Method::Dopri5) return solve_dopri5(f, y0, t, host_t, normed, o, st);
+  return solve_fixed(f, y0, t, o, &host_t, st);
+}
+
+// ---- checks ----
+// f wrapped: its result checked against y's shape, dtype and device.
+Tensor call_checked(const OdeFunction& f, const Tensor& t, const Tensor& y) {
+  Tensor d = f(t, y);
+  TG_CHECK(d.defined(), "odeint: f(t, y) returned an undefined tensor");
+  TG_CHECK(d.sizes() == y.sizes() && d.dtype() == y.dtype() && d.device() == y.device(), "odeint: f(t, y) returned ",
+           shape_str(d.sizes()), " ", d.dtype(), " on ", d.device(), " for y ", shape_str(y.sizes()), " ", y.dtype(),
+           " on ", y.device(), ": dy/dt must match y");
+  return d;
+}
+
+// t's values on the host (empty under capture: they cannot be read then).
+std::vector<double> host_times(const Tensor& t) {
+  std::vector<double> v;
+  if (cuda::is_current_stream_capturing()) return v;
+  NoGradGuard ng;
+  Tensor c = t.detach().to(kFloat64).to(Device(kCPU)).contiguous();
+  const double* p = c.data_ptr<double>();
+  v.assign(p, p + c.numel());
+  return v;
+}
+
+void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht, const OdeOptions& o) {
+  TG_CHECK(y0.defined() && t.defined(), "odeint: y0 and t must be defined tensors");
+  TG_CHECK(is_floating_point(y0.dtype()) && is_floating_point(t.dtype()), "odeint: y0 (", y0.dtype(), ") and t (",
+           t.dtype(), ") must be floating point");
+  TG_CHECK(t.dim() == 1 && t.size(0) >= 1, "odeint: t must be 1-D with at least one time, got shape ",
+           shape_str(t.sizes()));
+  TG_CHECK(y0.device() == t.device(), "odeint: y0 is on ", y0.device(), " but t on ", t.device());
+  TG_CHECK(!y0.is_sparse(), "odeint: y0 must be dense");
+  TG_CHECK(o.steps_per_interval >= 1, "odeint: steps_per_interval must be >= 1, got ", o.steps_per_interval);
+  TG_CHECK(o.step_size >= 0 && std::isfinite(o.step_size), "odeint: step_size must be >= 0 and finite, got ",
+           o.step_size);
+  TG_CHECK(o.max_steps >= 1, "odeint: max_steps must be >= 1, got ", o.max_steps);
+  if (o.method == Method::Dopri5) {
+    TG_CHECK(!ht.empty() || t.size(0) == 1,
+             "odeint: dopri5 reads its error estimates on the host, which a CUDA graph capture cannot do: use a "
+             "fixed-step method (rk4) with steps_per_interval there, or solve outside the capture");
+    TG_CHECK(o.rtol >= 0 && o.atol >= 0 && o.rtol + o.atol > 0 && std::isfinite(o.rtol) && std::isfinite(o.atol),
+             "odeint: rtol and atol must be >= 0, finite and not both 0, got rtol ", o.rtol, ", atol ", o.atol);
+    TG_CHECK(o.first_step >= 0, "odeint: first_step must be >= 0, got ", o.first_step);
+  }
+  if (o.step_size > 0)
+    TG_CHECK(!ht.empty(),
+             "odeint: step_size reads t on the host, which a CUDA graph capture cannot do: use "
+             "steps_per_interval");
+  if (ht.size() >= 2) {
+    const double dir = ht[1] > ht[0] ? 1.0 : -1.0;
+    for (size_t i = 1; i < ht.size(); ++i)
+      TG_CHECK(std::isfinite(ht[i]) && std::isfinite(ht[i - 1]) && dir * (ht[i] - ht[i - 1]) > 0,
+               "odeint: t must be finite and strictly increasing or strictly decreasing; t[", i - 1, "] = ", ht[i - 1],
+               ", t[", i, "] = ", ht[i]);
+  }
+  for (size_t i = 0; i < o.params.size(); ++i)
+    TG_CHECK(o.params[i].defined(), "odeint: params[", i, "] is undefined");
+}
+
+// ---- the adjoint ----
+struct Problem {
+  OdeFunction f;
+  OdeOptions options;
+  std::vector<double> host_t;
+  OdeStats* stats = nullptr;
+};
+
+struct OdeAdjoint : autograd::Function<OdeAdjoint> {
+  static constexpr bool once_differentiable = true;
+
+  static Tensor forward(autograd::AutogradContext* ctx, Tensor y0, Tensor t, autograd::variable_list params,
+                        std::shared_ptr<Problem> p) {
+    OdeStats st;
+    Dynamics dyn = [&](const Tensor& tt, const State& y) { return State{call_checked(p->f, tt, y[0])}; };
+    std::vector<State> ys = solve(dyn, {y0}, t, p->host_t, 1, p->options, st);
+    if (p->stats) *p->stats = st;
+    std::vector<Tensor> rows;
+    for (auto& s : ys)
+      rows.push_back(s[0]);
+    Tensor out = tg::stack(rows, 0);
+    ctx->save_for_backward({out, t});
+    ctx->saved_data["problem"] = p;
+    (void)params;
+    return out;
+  }
+
+  static autograd::variable_list backward(autograd::AutogradContext* ctx, autograd::variable_list grads) {
+    auto p = std::any_cast<std::shared_ptr<Problem>>(ctx->saved_data["problem"]);
+    autograd::variable_list saved = ctx->get_saved_variables();
+    const Tensor ys = saved[0], t = saved[1];
+    const Tensor g = grads[0].defined() ? grads[0] : tg::zeros_like(ys);
+    const std::vector<Tensor>& params = p->options.params;
+    const int64_t n = t.size(0);
+    // The augmented dynamics of [y, a, dL/dparams...]: y' = f, a' = -a df/dy,
+    // g_k' = -a df/dparam_k.
+    Dynamics aug = [&](const Tensor& tt, const State& s) {
+      autograd::EnableGradGuard on;
+      Tensor y = s[0].detach().requires_grad_();
+      Tensor fy = call_checked(p->f, tt.detach(), y);
+      std::vector<Tensor> wrt{y};
+      for (const Tensor& q : params)
+        wrt.push_back(q);
+      std::vector<Tensor> v =
+          fy.requires_grad() ? autograd::grad({fy}, wrt, {s[1]}, false, false, true) : std::vector<Tensor>(wrt.size());
+      State d{fy.detach()};
+      for (size_t i = 0; i < wrt.size(); ++i)
+        d.push_back(v[i].defined() ? -v[i] : tg::zeros_like(wrt[i]));
+      return d;
+    };
+    autograd::NoGradGuard ng;
+    State s{ys.select(0, n - 1), g.select(0, n - 1)};
+    for (const Tensor& q : params)
+      s.push_back(tg::zeros_like(q));
+    Tensor gt = t.requires_grad() ? tg::zeros_like(t) : Tensor();
+    OdeStats st;
+    Tensor a_before_y0;  // dL/dy0 without the loss's own term in y(t_0) = y0
+    for (int64_t i = n - 1; i >= 1; --i) {
+      if (gt.defined()) {  // dL/dt_i = <dL/dy_i, f(t_i, y_i)>
+        Tensor fi = call_checked(p->f, at(t, i).detach(), ys.select(0, i));
+        gt.select(0, i).add_(tg::sum(g.select(0, i) * fi).to(gt.dtype()));
+      }
+      // Backwards over [t_i, t_{i-1}] from the checkpoint y(t_i).
+      s[0] = ys.select(0, i);
+      const Tensor span = tg::stack({at(t, i), at(t, i - 1)}, 0);
+      std::vector<State> r = solve(aug, s, span, {p->host_t[size_t(i)], p->host_t[size_t(i - 1)]}, 2, p->options, st);
+      s = r.back();
+      if (i == 1) a_before_y0 = s[1];
+      s[1] = s[1] + g.select(0, i - 1);
+    }
+    autograd::variable_list out{s[1], Tensor()};
+    if (gt.defined() && n == 1) out[1] = gt;
+    if (gt.defined() && n > 1) {  // dL/dt_0 = -<a(t_0), f(t_0, y_0)>, a without the term of y(t_0) = y0 itself
+      Tensor f0 = call_checked(p->f, at(t, 0).detach(), ys.select(0, 0));
+      gt.select(0, 0).sub_(tg::sum(a_before_y0 * f0).to(gt.dtype()));
+      out[1] = gt;
+    }
+    for (size_t k = 0; k < params.size(); ++k)
+      out.push_back(s[2 + k]);
+    return out;
+  }
+};
+
+}  // namespace
+
+Tensor odeint(const OdeFunction& f, const Tensor& y0, const Tensor& t, const OdeOptions& options, OdeStats* stats) {
+  TG_CHECK(static_cast<bool>(f), "odeint: f is empty");
+  TG_CHECK(y0.defined() && t.defined(), "odeint: y0 and t must be defined tensors");
+  const std::vector<double> ht = host_times(t);
+  check_args(y0, t, ht, options);
+  if (options.gradient == Gradient::Adjoint) {
+    auto p = std::make_shared<Problem>();
+    p->f = f;
+    p->options = options;
+    p->host_t = ht;
+    p->stats = stats;
+    TG_CHECK(!ht.empty() || t.size(0) == 1,
+             "odeint: the adjoint method reads t on the host, which a CUDA graph capture cannot do: use "
+             "Gradient::Backprop there");
+    return OdeAdjoint::apply(y0, t, autograd::variable_list(options.params), p);
+  }
+  OdeStats st;
+  Dynamics dyn = [&](const Tensor& tt, const State& y) { return State{call_checked(f, tt, y[0])}; };
+  std::vector<State> ys = solve(dyn, {y0}, t, ht, 1, options, st);
+  if (stats) *stats = st;
+  std::vector<Tensor> rows;
+  for (auto& s : ys)
+    rows.push_back(s[0]);
+  return tg::stack(rows, 0);
+}
+
+}  // namespace tg::ode

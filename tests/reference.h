@@ -18,6 +18,16 @@
 
 namespace tgtest {
 
+// The tg::Error fn throws, or "no error".
+template <class F> std::string error_message(F&& fn) {
+  try {
+    fn();
+  } catch (const tg::Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 using tg::IntList;
 using tg::ScalarType;
 using tg::Tensor;

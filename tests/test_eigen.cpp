@@ -6,6 +6,8 @@
 #include <complex>
 
 #include <tapegrad/tapegrad.h>
+
+#include "reference.h"  // tgtest::error_message
 #include <tapegrad/tensor/eigen.h>
 
 namespace {
@@ -199,6 +201,55 @@ TEST(Eigen, MapsOfTensorsKeepTheirStridesAndMemory) {
   EXPECT_EQ(tg::eigen_map<float>(tg::from_eigen(f)).data(), f.data());
 }
 
+TEST(Eigen, AssigningMapsCopiesCoefficientsAndKeepsEachMapsMemory) {
+  const auto D = tg::TensorOptions().dtype(tg::kFloat64);
+  tg::EigenMap<double> m1 = tg::eigen_map<double>(tg::zeros({2, 2}, D));
+  tg::EigenMap<double> m2 = tg::eigen_map<double>(tg::full({2, 2}, 3.0, D));
+  m1 = m2;
+  EXPECT_EQ(static_cast<void*>(m1.data()), m1.tensor().data_ptr());  // still its own memory
+  EXPECT_DOUBLE_EQ(tg::sum(m1.tensor()).item<double>(), 12.0);
+  Tensor fresh = tg::zeros({2, 2}, D);
+  m1.setConstant(42);
+  EXPECT_DOUBLE_EQ(tg::sum(fresh).item<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(tg::sum(m2.tensor()).item<double>(), 12.0);
+  m1 = std::move(m2);
+  EXPECT_EQ(static_cast<void*>(m1.data()), m1.tensor().data_ptr());
+  // swap exchanges coefficients.
+  tg::EigenMap<double> a = tg::eigen_map<double>(tg::zeros({1, 2}, D)), b = tg::eigen_map<double>(tg::ones({1, 2}, D));
+  swap(a, b);
+  EXPECT_DOUBLE_EQ(tg::sum(a.tensor()).item<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(tg::sum(b.tensor()).item<double>(), 0.0);
+}
+
+TEST(Eigen, SegmentsAndConstViewsOfWritableStorage) {
+  Eigen::VectorXd v = Eigen::VectorXd::LinSpaced(8, 0, 7);
+  Tensor s = tg::from_eigen(v.segment(2, 4));
+  EXPECT_EQ(s.sizes(), tg::IntList({4}));
+  EXPECT_DOUBLE_EQ(s.select(0, 0).item<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(tg::from_eigen(v.head(3)).select(0, 2).item<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(tg::from_eigen(v.tail(2)).select(0, 0).item<double>(), 6.0);
+  Eigen::MatrixXd m = counting(3, 3);
+  auto through_const_ref = [](const Eigen::Ref<Eigen::MatrixXd>& r) { return tg::from_eigen(r); };
+  Tensor t = through_const_ref(m);
+  EXPECT_EQ(t.data_ptr(), static_cast<void*>(m.data()));
+  EXPECT_DOUBLE_EQ(tg::from_eigen(m.row(2).head(2)).select(0, 1).item<double>(), 21.0);
+}
+
+TEST(Eigen, AWritableMapMadeAfterTheForwardPassMakesSavedTensorsStale) {
+  const auto D = tg::TensorOptions().dtype(tg::kFloat64);
+  Tensor x = tg::ones({3}, D).requires_grad_();
+  Tensor w = tg::full({3}, 2.0, D);
+  Tensor y = tg::sum(x * w);  // saves w
+  tg::EigenMap<double> m = tg::eigen_map<double>(w);
+  m(0, 0) = 5;
+  EXPECT_THROW(tg::autograd::grad({y}, {x}), tg::Error);
+  // A read-only map changes nothing.
+  Tensor y2 = tg::sum(x * w);
+  tg::EigenMap<const double> r = tg::eigen_map<const double>(w);
+  EXPECT_DOUBLE_EQ(r(0, 0), 5.0);
+  EXPECT_DOUBLE_EQ(tg::autograd::grad({y2}, {x})[0].select(0, 0).item<double>(), 5.0);
+}
+
 TEST(Eigen, AMapKeepsATemporaryTensorsMemoryAlive) {
   tg::EigenMap<const double> m =
       tg::eigen_map<const double>(tg::arange(6, tg::TensorOptions().dtype(tg::kFloat64)).reshape({2, 3}) * 2.0);
@@ -211,14 +262,7 @@ TEST(Eigen, AMapKeepsATemporaryTensorsMemoryAlive) {
 }
 
 TEST(Eigen, BadMapsAreRefusedWithTheirReasons) {
-  auto message = [](auto&& fn) -> std::string {
-    try {
-      fn();
-    } catch (const tg::Error& e) {
-      return e.what();
-    }
-    return "no error";
-  };
+  auto message = [](auto&& fn) { return tgtest::error_message(fn); };
   Tensor f32 = tg::ones({2, 2});
   EXPECT_NE(message([&] { tg::eigen_map<double>(f32); }).find("Float32"), std::string::npos);
   EXPECT_NE(message([&] { tg::eigen_map<float>(tg::ones({2, 2, 2})); }).find("at most 2 dims"), std::string::npos);
@@ -235,7 +279,9 @@ TEST(Eigen, BadMapsAreRefusedWithTheirReasons) {
   std::vector<double> buf(8, 1.0);
   Eigen::Map<Eigen::VectorXd, 0, Eigen::InnerStride<Eigen::Dynamic>> rev(buf.data() + 7, 4,
                                                                          Eigen::InnerStride<Eigen::Dynamic>(-2));
-  EXPECT_NE(message([&] { tg::from_eigen(rev); }).find("negative"), std::string::npos);
+  const std::string neg = message([&] { tg::from_eigen(rev); });
+  EXPECT_NE(neg.find("from_eigen"), std::string::npos) << neg;
+  EXPECT_NE(neg.find("negative"), std::string::npos) << neg;
   // The library is usable afterwards.
   EXPECT_DOUBLE_EQ(tg::sum(tg::from_eigen(Eigen::VectorXd::Ones(3).eval())).item<double>(), 3.0);
 }

@@ -9,6 +9,8 @@
 
 #include <tapegrad/tapegrad.h>
 
+#include "reference.h"  // tgtest::error_message
+
 namespace {
 
 using tg::Tensor;
@@ -193,14 +195,7 @@ TEST(Ode, SecondDerivativesThroughTheSolver) {
 TEST(Ode, BadArgumentsAreRefusedNamingOdeint) {
   auto f = [](const Tensor&, const Tensor& y) { return -y; };
   Tensor y0 = tg::ones({2}, f64);
-  auto message = [](auto&& fn) -> std::string {
-    try {
-      fn();
-    } catch (const tg::Error& e) {
-      return e.what();
-    }
-    return "no error";
-  };
+  auto message = [](auto&& fn) { return tgtest::error_message(fn); };
   auto has = [&](auto&& fn, const char* what) {
     const std::string m = message(fn);
     EXPECT_NE(m.find("odeint"), std::string::npos) << m;

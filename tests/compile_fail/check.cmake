@@ -1,7 +1,7 @@
 # cmake -DCXX=... -DFLAGS=... -DSRC=... -P check.cmake: each case of SRC must
 # fail to compile with its static_assert's message (a refusal that is not
 # a compile error, or one for another reason, fails the test).
-set(cases "1|a const Eigen object" "2|no stored coefficients" "3|read-only Eigen view" "4|no dtype for this scalar")
+set(cases "1|a const Eigen matrix or array" "2|no stored coefficients" "3|read-only Eigen view" "4|no dtype for this scalar")
 separate_arguments(flags UNIX_COMMAND "${FLAGS}")
 foreach(c IN LISTS cases)
   string(REPLACE "|" ";" parts "${c}")

@@ -57,6 +57,14 @@ template <> struct dtype_of<Eigen::half> {
   static constexpr ScalarType value = kFloat16;  ///< the dtype
 };
 
+/// Whether D derives from some Eigen::EigenBase (a VectorBlock derives
+/// from its Block's).
+template <class X> std::true_type eigen_base_test(const Eigen::EigenBase<X>*);
+/// Not an Eigen object.
+std::false_type eigen_base_test(...);
+/// Whether D is an Eigen object.
+template <class D> constexpr bool is_eigen = decltype(eigen_base_test(static_cast<D*>(nullptr)))::value;
+
 /// Whether S has a tapegrad dtype.
 template <class S, class = void> struct has_dtype : std::false_type {};
 /// Yes where dtype_of has a specialization for S.
@@ -76,8 +84,9 @@ template <class E> Tensor view(E& e, void (*release)(void*), void* context) {
     strides = {int64_t(e.rowStride()), int64_t(e.colStride())};
   }
   if (e.size() == 0) {  // no memory to share (Eigen's data() may be null)
+    Tensor t = empty(sizes, TensorOptions().dtype(dt));
     if (release) release(context);
-    return empty(sizes, TensorOptions().dtype(dt));
+    return t;
   }
   return from_blob(const_cast<void*>(static_cast<const void*>(e.data())), sizes, strides, dt, Device(kCPU), release,
                    context);
@@ -94,49 +103,63 @@ template <class E> Tensor view(E& e, void (*release)(void*), void* context) {
 /// other.
 ///
 /// The lifetime rule: an lvalue (a matrix, an array, or a view of one: a
-/// block, Map, Ref or transpose) must stay alive, and must not be resized,
-/// while any tensor or view of its memory is used; tapegrad cannot see it
-/// go. An rvalue matrix or array (`tg::from_eigen(std::move(m))`, or a
-/// temporary) is moved into the tensor, which then owns it: no copy for
+/// block, segment, Map, Ref or transpose) must stay alive, and must not be
+/// resized, while any tensor or view of its memory is used; tapegrad cannot
+/// see it go. An rvalue matrix or array (`tg::from_eigen(std::move(m))`, or
+/// a temporary) is moved into the tensor, which then owns it: no copy for
 /// dynamic sizes, the coefficients moved once for fixed ones (a const
-/// temporary, as `.eval()` returns, is copied once). Refused at
-/// compile time: a const object or a read-only view (a writable tensor
-/// would write it: copy it into a matrix and move that in), and
-/// expressions without direct access to stored coefficients (`a + b`,
-/// `m.reverse()`: evaluate them into a matrix first, `.eval()`). Scalars:
+/// temporary, as `.eval()` returns, is copied once). A view of a temporary
+/// (`from_eigen(make().col(1))`) is not moved in and dangles as soon as the
+/// statement ends: evaluate it into a matrix and move that in. Refused at
+/// compile time: a const matrix or array and read-only views (`Map<const
+/// M>`, a block of a const matrix: a writable tensor would write them; a
+/// const view of writable storage, such as `const Ref<MatrixXd>&`, is
+/// accepted), expressions without stored coefficients (`a + b`,
+/// `m.reverse()`: `.eval()` them and move that in), other scalars than
 /// float, double, int64_t, bool, std::complex<float/double>,
-/// Eigen::bfloat16, Eigen::half. Negative strides (a Map given them) are
-/// refused at run time, as by from_blob.
+/// Eigen::bfloat16 and Eigen::half. Negative strides or a null Map are
+/// refused at run time with a tg::Error naming from_eigen; nothing leaks.
+/// Two tensors made from the same Eigen memory have their own version
+/// counters (as two from_blob tensors): an in-place op on one is not seen
+/// by autograd through the other.
 template <class E> Tensor from_eigen(E&& e) {
   using D = std::remove_cv_t<std::remove_reference_t<E>>;
-  static_assert(std::is_base_of_v<Eigen::EigenBase<D>, D>, "tg::from_eigen: not an Eigen object");
+  static_assert(eigen_detail::is_eigen<D>, "tg::from_eigen: not an Eigen object");
   static_assert(eigen_detail::has_dtype<typename D::Scalar>::value,
                 "tg::from_eigen: tapegrad has no dtype for this scalar (float, double, int64_t, bool, "
                 "std::complex<float/double>, Eigen::bfloat16, Eigen::half)");
-  constexpr bool plain = std::is_base_of_v<Eigen::PlainObjectBase<D>, D>;
-  constexpr bool rvalue = !std::is_lvalue_reference_v<E>;
-  static_assert(!std::is_const_v<std::remove_reference_t<E>> || (plain && rvalue),
-                "tg::from_eigen: a const Eigen object cannot back a writable tensor: pass a non-const one, or "
-                "move a copy in (tg::from_eigen(Eigen::MatrixXd(m)))");
   static_assert((D::Flags & Eigen::DirectAccessBit) != 0,
                 "tg::from_eigen: this expression has no stored coefficients to view: evaluate it into a matrix "
                 "first (.eval()) and move that in");
   static_assert((D::Flags & Eigen::LvalueBit) != 0,
                 "tg::from_eigen: a read-only Eigen view (Map<const ...>, a block of a const matrix) cannot back "
                 "a writable tensor: copy it into a matrix and move that in");
-  if constexpr (plain && rvalue) {
-    // An rvalue matrix or array: moved into a holder the tensor owns (a
-    // const one, as .eval() returns, copied).
-    auto* owner = new D(std::forward<E>(e));
-    try {
-      return eigen_detail::view(
-          *owner, [](void* p) { delete static_cast<D*>(p); }, owner);
-    } catch (...) {
-      delete owner;
-      throw;
+  constexpr bool plain = std::is_base_of_v<Eigen::PlainObjectBase<D>, D>;
+  constexpr bool rvalue = !std::is_lvalue_reference_v<E>;
+  // A view (Block, Map, Ref) is writable whatever its own constness: its
+  // storage is (LvalueBit); a const matrix or array is not.
+  static_assert(!std::is_const_v<std::remove_reference_t<E>> || !plain || rvalue,
+                "tg::from_eigen: a const Eigen matrix or array cannot back a writable tensor: pass a non-const "
+                "one, or move a copy in (tg::from_eigen(Eigen::MatrixXd(m)))");
+  // Ownership: an rvalue matrix or array is moved into a holder
+  // the tensor owns; anything else is viewed. A refused layout (negative
+  // strides, a null Map) is reported as from_eigen's.
+  D* owner = nullptr;
+  try {
+    if constexpr (plain && rvalue) {
+      // A const one, as .eval() returns, is copied.
+      owner = new D(std::forward<E>(e));
+      D* held = owner;
+      Tensor t = eigen_detail::view(
+          *held, [](void* p) { delete static_cast<D*>(p); }, held);
+      owner = nullptr;  // the tensor owns it now
+      return t;
+    } else {
+      return eigen_detail::view(const_cast<D&>(static_cast<const D&>(e)), nullptr, nullptr);
     }
-  } else {
-    return eigen_detail::view(e, nullptr, nullptr);
+  } catch (const Error& err) {
+    delete owner;
+    TG_ERROR("from_eigen: ", err.what(), ": copy the coefficients into a matrix and move that in");
   }
 }
 
@@ -151,7 +174,11 @@ using EigenRowMatrix =
 /// An Eigen::Map of a tensor's memory that also holds the tensor, so the
 /// memory lives as long as the map (see eigen_map). Use it as the Map it
 /// is: in expressions, assigned to, passed to functions taking
-/// Eigen::Ref or MatrixBase.
+/// MatrixBase<Derived> or `const Ref<const M>&` (which copies: the map is
+/// row-major with run-time strides, so a writable Ref<MatrixXd> does not
+/// bind). Assigning one map to another copies coefficients, as assigning
+/// Eigen Maps does; each map keeps its own memory, and `swap(a, b)` (found
+/// by argument-dependent lookup) swaps coefficients.
 template <class T>
 class EigenMap : public Eigen::Map<EigenRowMatrix<T>, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>> {
  public:
@@ -164,6 +191,24 @@ class EigenMap : public Eigen::Map<EigenRowMatrix<T>, Eigen::Unaligned, Eigen::S
       : Base(data, rows, cols, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(row_stride, col_stride)),
         owner_(std::move(owner)) {}
   using Base::operator=;
+  /// Copies o's coefficients into this map's memory (the memory stays this
+  /// map's: rebinding it would leave the map pointing at memory nothing
+  /// holds).
+  EigenMap& operator=(const EigenMap& o) {
+    Base::operator=(o);
+    return *this;
+  }
+  /// The same as copying: coefficients, not memory, move.
+  EigenMap& operator=(EigenMap&& o) {
+    Base::operator=(o);
+    return *this;
+  }
+  /// A map of the same memory, holding the same tensor.
+  EigenMap(const EigenMap&) = default;
+  /// As copying.
+  EigenMap(EigenMap&&) = default;
+  /// Swaps the coefficients of two maps of the same shape (Eigen's swap).
+  friend void swap(EigenMap& a, EigenMap& b) { a.Base::swap(b); }
   /// The tensor whose memory this maps.
   const Tensor& tensor() const { return owner_; }
 
@@ -179,15 +224,20 @@ class EigenMap : public Eigen::Map<EigenRowMatrix<T>, Eigen::Unaligned, Eigen::S
 /// std::complex<float/double>, Eigen::bfloat16, Eigen::half), const T for a
 /// read-only map.
 ///
+/// A 1-D tensor is an n x 1 column: index it m(i, 0).
+///
 /// A writable map (T not const) writes the tensor behind autograd's back:
 /// it is refused for a tensor that requires grad (read it through
-/// eigen_map<const T>, or map t.detach() and accept that backward sees the
-/// writes) and for expanded views (stride 0 over more than one element:
-/// every write would hit the shared element; contiguous() first); it bumps
-/// the tensor's version counter, so a saved tensor it may overwrite is
-/// reported stale in backward rather than read changed. Refused with a
-/// tg::Error naming them: an undefined or sparse tensor, a device other
-/// than the CPU (.cpu() first: a copy), another dtype, more than 2 dims.
+/// eigen_map<const T>) and for expanded views (stride 0 over more than one
+/// element: every write would hit the shared element; contiguous() first).
+/// Making it bumps the tensor's version counter (shared with its views and
+/// detach()), as an in-place op would: a tensor saved for backward before
+/// the map was made is then reported stale in backward rather than read
+/// changed. Writes through a map made before the tensor was saved are not
+/// seen: make writable maps after the forward pass, or map const T.
+/// Refused with a tg::Error naming them: an undefined or sparse tensor, a
+/// device other than the CPU (map t.to(Device(kCPU)), a copy), another
+/// dtype, more than 2 dims.
 template <class T> EigenMap<T> eigen_map(const Tensor& t) {
   using S = std::remove_const_t<T>;
   static_assert(eigen_detail::has_dtype<S>::value,
@@ -198,7 +248,7 @@ template <class T> EigenMap<T> eigen_map(const Tensor& t) {
   TG_CHECK(t.defined(), "eigen_map: the tensor is undefined");
   TG_CHECK(!t.is_sparse(), "eigen_map: the tensor is sparse (COO); map t.to_dense()");
   TG_CHECK(t.device().is_cpu(), "eigen_map: the tensor is on ", t.device(),
-           "; an Eigen map reads host memory: map t.cpu() (a copy)");
+           "; an Eigen map reads host memory: map t.to(tg::Device(tg::kCPU)) (a copy)");
   TG_CHECK(t.dtype() == dt, "eigen_map: the tensor is ", t.dtype(), " but the map's scalar is ", ScalarType(dt),
            ": map the matching type, or t.to(", ScalarType(dt), ") (a copy)");
   TG_CHECK(t.dim() <= 2, "eigen_map: the tensor has shape ", shape_str(t.sizes()),

@@ -47,7 +47,20 @@ const Tableau& tableau(Method m) {
                                {9017. / 3168, -355. / 33, 46732. / 5247, 49. / 176, -5103. / 18656},
                                {35. / 384, 0, 500. / 1113, 125. / 192, -2187. / 6784, 11. / 84}},
                               {35. / 384, 0, 500. / 1113, 125. / 192, -2187. / 6784, 11. / 84, 0}};
+  // Tsitouras 5(4) (Computers & Mathematics with Applications 62, 2011),
+  // also FSAL: its 5th-order weights are row 7.
+  static const Tableau tsit5{
+      {0, 0.161, 0.327, 0.9, 0.9800255409045097, 1, 1},
+      {{},
+       {0.161},
+       {-0.008480655492356989, 0.335480655492357},
+       {2.8971530571054935, -6.359448489975075, 4.3622954328695815},
+       {5.325864828439257, -11.748883564062828, 7.4955393428898365, -0.09249506636175525},
+       {5.86145544294642, -12.92096931784711, 8.159367898576159, -0.071584973281401, -0.028269050394068383},
+       {0.09646076681806523, 0.01, 0.4798896504144996, 1.379008574103742, -3.290069515436081, 2.324710524099774}},
+      {0.09646076681806523, 0.01, 0.4798896504144996, 1.379008574103742, -3.290069515436081, 2.324710524099774, 0}};
   switch (m) {
+    case Method::Tsit5: return tsit5;
     case Method::Euler: return euler;
     case Method::Midpoint: return midpoint;
     case Method::RK4: return rk4;
@@ -55,8 +68,17 @@ const Tableau& tableau(Method m) {
   }
   return rk4;
 }
-// Dopri5's error weights: the 5th-order solution's minus the 4th-order one's.
+// The adaptive methods' error weights: the 5th-order solution's minus the
+// embedded 4th-order one's.
 const double kDopriError[7] = {71. / 57600, 0, -71. / 16695, 71. / 1920, -17253. / 339200, 22. / 525, -1. / 40};
+const double kTsit5Error[7] = {-0.00178001105222577714,
+                               -0.0008164344596567469,
+                               0.007880878010261995,
+                               -0.1447110071732629,
+                               0.5823571654525552,
+                               -0.45808210592918697,
+                               1.0 / 66};
+bool adaptive(Method m) { return m == Method::Dopri5 || m == Method::Tsit5; }
 
 // y + sum_j w_j k_j over every component (w_j = h * coefficient; zeros skipped).
 template <class W> State combine(const State& y, const std::vector<State>& k, const std::vector<W>& w) {
@@ -114,7 +136,10 @@ std::vector<State> solve_fixed(const Dynamics& f, const State& y0, const Tensor&
     int64_t m = o.steps_per_interval;
     if (o.step_size > 0) {
       const double span = std::fabs((*host_t)[size_t(i)] - (*host_t)[size_t(i - 1)]);
-      m = std::max<int64_t>(1, int64_t(std::ceil(span / o.step_size * (1 - 1e-12))));
+      const double steps = std::ceil(span / o.step_size * (1 - 1e-12));
+      TG_CHECK(steps <= 1e12, "odeint: step_size ", o.step_size, " cuts [", (*host_t)[size_t(i - 1)], ", ",
+               (*host_t)[size_t(i)], "] into ", steps, " steps (more than 1e12): use a larger step_size");
+      m = std::max<int64_t>(1, int64_t(steps));
     }
     const Tensor t0 = at(t, i - 1), h = (at(t, i) - t0) / double(m);
     for (int64_t s = 0; s < m; ++s) {
@@ -128,15 +153,18 @@ std::vector<State> solve_fixed(const Dynamics& f, const State& y0, const Tensor&
   return out;
 }
 
-// ---- Dormand-Prince 5(4) ----
+// ---- adaptive steps: Dormand-Prince 5(4), Tsitouras 5(4) ----
 // The RMS over the first `normed` components of v / (atol + rtol * max(|a|, |b|)).
 double error_norm(const State& v, const State& a, const State& b, size_t normed, double rtol, double atol) {
   NoGradGuard ng;
   double sum = 0;
   int64_t n = 0;
   for (size_t i = 0; i < normed && i < v.size(); ++i) {
-    Tensor scale = tg::maximum(tg::abs(a[i]), tg::abs(b[i])) * rtol + atol;
-    Tensor r = v[i] / scale;
+    // Half-precision states: the norm in float32 (atol and rtol underflow in 16 bits).
+    const bool reduced = v[i].dtype() == kFloat16 || v[i].dtype() == kBFloat16;
+    auto wide = [&](const Tensor& x) { return reduced ? x.to(kFloat32) : x; };
+    Tensor scale = tg::maximum(tg::abs(wide(a[i])), tg::abs(wide(b[i]))) * rtol + atol;
+    Tensor r = wide(v[i]) / scale;
     sum += tg::sum(r * r).to(kFloat64).item<double>();
     n += v[i].numel();
   }
@@ -154,8 +182,8 @@ double first_step(const Dynamics& f, const Tensor& t0, const State& y0, const St
   NoGradGuard ng;
   const double d0 = rms(y0, y0, normed, o.rtol, o.atol), d1 = rms(f0, y0, normed, o.rtol, o.atol);
   TG_CHECK(std::isfinite(d0) && std::isfinite(d1),
-           "odeint: y0 or f(t0, y0) is not finite: f returned NaN or "
-           "infinity at the first time");
+           "odeint: the state or f at the start of an adaptive solve is not finite (f returned NaN or infinity; in "
+           "the adjoint's backward solve, the incoming gradient or f along the way)");
   double h0 = (d0 < 1e-5 || d1 < 1e-5) ? 1e-6 : 0.01 * d0 / d1;
   h0 = std::min(h0, span);
   State y1 = y0;
@@ -176,9 +204,10 @@ double first_step(const Dynamics& f, const Tensor& t0, const State& y0, const St
 // output by cubic Hermite interpolation between accepted steps. `normed`:
 // how many leading components the error norm covers (the adjoint's
 // parameter gradients are left out, as torchdiffeq's seminorm).
-std::vector<State> solve_dopri5(const Dynamics& f, const State& y0, const Tensor& t, const std::vector<double>& host_t,
-                                size_t normed, const OdeOptions& o, OdeStats& st) {
-  const Tableau& tb = tableau(Method::Dopri5);
+std::vector<State> solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t,
+                                  const std::vector<double>& host_t, size_t normed, const OdeOptions& o, OdeStats& st) {
+  const Tableau& tb = tableau(o.method);
+  const double* ew = o.method == Method::Tsit5 ? kTsit5Error : kDopriError;
   const int64_t n = t.size(0);
   std::vector<State> out{y0};
   if (n == 1) return out;
@@ -192,12 +221,12 @@ std::vector<State> solve_dopri5(const Dynamics& f, const State& y0, const Tensor
   double tn = t0;  // host copy of the current time
   int64_t next = 1;
   while (next < n) {
-    TG_CHECK(st.accepted + st.rejected < o.max_steps, "odeint: dopri5 took ", o.max_steps,
+    TG_CHECK(st.accepted + st.rejected < o.max_steps, "odeint: the adaptive solver took ", o.max_steps,
              " steps (max_steps) and reached t = ", tn, " of ", tend,
              ": raise max_steps, loosen rtol/atol, or check f for stiffness");
     const double remaining = std::fabs(tend - tn);
     const double hs = std::min(h, remaining);
-    TG_CHECK(hs > 1e-14 * std::max(1.0, std::fabs(tn)), "odeint: dopri5's step size underflowed (", hs, ") at t = ", tn,
+    TG_CHECK(hs > 0 && tn + dir * hs != tn, "odeint: the adaptive step size underflowed (", hs, ") at t = ", tn,
              ": f may be stiff or non-finite there");
     // The last step ends at t's own last entry, so that a gradient reaches
     // it (and t[0], through ttn); the others are the controller's constants.
@@ -211,14 +240,14 @@ std::vector<State> solve_dopri5(const Dynamics& f, const State& y0, const Tensor
     {
       NoGradGuard ng;
       for (size_t i = 0; i < y.size(); ++i) {
-        Tensor e = k[0][i].detach() * (kDopriError[0] * dir * hs);
+        Tensor e = k[0][i].detach() * (ew[0] * dir * hs);
         for (size_t j = 1; j < 7; ++j)
-          if (kDopriError[j] != 0) e = e + k[j][i].detach() * (kDopriError[j] * dir * hs);
+          if (ew[j] != 0) e = e + k[j][i].detach() * (ew[j] * dir * hs);
         err.push_back(e);
       }
     }
     const double en = error_norm(err, y, y5, normed, o.rtol, o.atol);
-    TG_CHECK(std::isfinite(en), "odeint: dopri5's error estimate is not finite at t = ", tn, " (step ", hs,
+    TG_CHECK(std::isfinite(en), "odeint: the error estimate is not finite at t = ", tn, " (step ", hs,
              "): f returned NaN or infinity there");
     if (en <= 1) {
       const double tnew = hs == remaining ? tend : tn + dir * hs;
@@ -255,7 +284,7 @@ std::vector<State> solve_dopri5(const Dynamics& f, const State& y0, const Tensor
 
 std::vector<State> solve(const Dynamics& f, const State& y0, const Tensor& t, const std::vector<double>& host_t,
                          size_t normed, const OdeOptions& o, OdeStats& st) {
-  if (o.method == Method::Dopri5) return solve_dopri5(f, y0, t, host_t, normed, o, st);
+  if (adaptive(o.method)) return solve_adaptive(f, y0, t, host_t, normed, o, st);
   return solve_fixed(f, y0, t, o, &host_t, st);
 }
 
@@ -293,9 +322,10 @@ void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht
   TG_CHECK(o.step_size >= 0 && std::isfinite(o.step_size), "odeint: step_size must be >= 0 and finite, got ",
            o.step_size);
   TG_CHECK(o.max_steps >= 1, "odeint: max_steps must be >= 1, got ", o.max_steps);
-  if (o.method == Method::Dopri5) {
+  if (adaptive(o.method)) {
     TG_CHECK(!ht.empty() || t.size(0) == 1,
-             "odeint: dopri5 reads its error estimates on the host, which a CUDA graph capture cannot do: use a "
+             "odeint: adaptive methods (dopri5, tsit5) read their error estimates on the host, which a CUDA graph "
+             "capture cannot do: use a "
              "fixed-step method (rk4) with steps_per_interval there, or solve outside the capture");
     TG_CHECK(o.rtol >= 0 && o.atol >= 0 && o.rtol + o.atol > 0 && std::isfinite(o.rtol) && std::isfinite(o.atol),
              "odeint: rtol and atol must be >= 0, finite and not both 0, got rtol ", o.rtol, ", atol ", o.atol);
@@ -305,6 +335,12 @@ void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht
     TG_CHECK(!ht.empty(),
              "odeint: step_size reads t on the host, which a CUDA graph capture cannot do: use "
              "steps_per_interval");
+  TG_CHECK(int(o.method) >= int(Method::Euler) && int(o.method) <= int(Method::Tsit5), "odeint: unknown method ",
+           int(o.method));
+  TG_CHECK(o.gradient == Gradient::Backprop || o.gradient == Gradient::Adjoint, "odeint: unknown gradient mode ",
+           int(o.gradient));
+  for (size_t i = 0; i < ht.size(); ++i)
+    TG_CHECK(std::isfinite(ht[i]), "odeint: t[", i, "] = ", ht[i], " is not finite");
   if (ht.size() >= 2) {
     const double dir = ht[1] > ht[0] ? 1.0 : -1.0;
     for (size_t i = 1; i < ht.size(); ++i)
@@ -312,8 +348,12 @@ void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht
                "odeint: t must be finite and strictly increasing or strictly decreasing; t[", i - 1, "] = ", ht[i - 1],
                ", t[", i, "] = ", ht[i]);
   }
-  for (size_t i = 0; i < o.params.size(); ++i)
+  for (size_t i = 0; i < o.params.size(); ++i) {
     TG_CHECK(o.params[i].defined(), "odeint: params[", i, "] is undefined");
+    for (size_t j = 0; j < i; ++j)
+      TG_CHECK(!o.params[i].is_same(o.params[j]), "odeint: params[", j, "] and params[", i,
+               "] are the same tensor; the adjoint would count its gradient twice: list it once");
+  }
 }
 
 // ---- the adjoint ----
@@ -337,9 +377,12 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
     for (auto& s : ys)
       rows.push_back(s[0]);
     Tensor out = tg::stack(rows, 0);
-    ctx->save_for_backward({out, t});
+    // The parameters too: changed in place before backward, they are
+    // reported stale (the backward solve would read the new values).
+    autograd::variable_list keep{out, t};
+    keep.insert(keep.end(), params.begin(), params.end());
+    ctx->save_for_backward(keep);
     ctx->saved_data["problem"] = p;
-    (void)params;
     return out;
   }
 
@@ -348,7 +391,13 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
     autograd::variable_list saved = ctx->get_saved_variables();
     const Tensor ys = saved[0], t = saved[1];
     const Tensor g = grads[0].defined() ? grads[0] : tg::zeros_like(ys);
-    const std::vector<Tensor>& params = p->options.params;
+    // The parameters (their saved values, checked for in-place changes);
+    // those that need no gradient (not requiring grad, or not floating)
+    // are left out of the vector-Jacobian products and get none.
+    const std::vector<Tensor> params(saved.begin() + 2, saved.end());
+    std::vector<size_t> live;
+    for (size_t k = 0; k < params.size(); ++k)
+      if (params[k].requires_grad() && is_floating_point(params[k].dtype())) live.push_back(k);
     const int64_t n = t.size(0);
     // The augmented dynamics of [y, a, dL/dparams...]: y' = f, a' = -a df/dy,
     // g_k' = -a df/dparam_k.
@@ -357,8 +406,8 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
       Tensor y = s[0].detach().requires_grad_();
       Tensor fy = call_checked(p->f, tt.detach(), y);
       std::vector<Tensor> wrt{y};
-      for (const Tensor& q : params)
-        wrt.push_back(q);
+      for (size_t k : live)
+        wrt.push_back(params[k]);
       std::vector<Tensor> v =
           fy.requires_grad() ? autograd::grad({fy}, wrt, {s[1]}, false, false, true) : std::vector<Tensor>(wrt.size());
       State d{fy.detach()};
@@ -368,8 +417,8 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
     };
     autograd::NoGradGuard ng;
     State s{ys.select(0, n - 1), g.select(0, n - 1)};
-    for (const Tensor& q : params)
-      s.push_back(tg::zeros_like(q));
+    for (size_t k : live)
+      s.push_back(tg::zeros_like(params[k]));
     Tensor gt = t.requires_grad() ? tg::zeros_like(t) : Tensor();
     OdeStats st;
     Tensor a_before_y0;  // dL/dy0 without the loss's own term in y(t_0) = y0
@@ -394,7 +443,9 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
       out[1] = gt;
     }
     for (size_t k = 0; k < params.size(); ++k)
-      out.push_back(s[2 + k]);
+      out.push_back(Tensor());
+    for (size_t j = 0; j < live.size(); ++j)
+      out[2 + live[j]] = s[2 + j];
     return out;
   }
 };
@@ -406,6 +457,8 @@ Tensor odeint(const OdeFunction& f, const Tensor& y0, const Tensor& t, const Ode
   TG_CHECK(y0.defined() && t.defined(), "odeint: y0 and t must be defined tensors");
   const std::vector<double> ht = host_times(t);
   check_args(y0, t, ht, options);
+  // The times in y0's dtype (differentiably), so that the state keeps it.
+  const Tensor tt = t.dtype() == y0.dtype() ? t : t.to(y0.dtype());
   if (options.gradient == Gradient::Adjoint) {
     auto p = std::make_shared<Problem>();
     p->f = f;
@@ -415,11 +468,11 @@ Tensor odeint(const OdeFunction& f, const Tensor& y0, const Tensor& t, const Ode
     TG_CHECK(!ht.empty() || t.size(0) == 1,
              "odeint: the adjoint method reads t on the host, which a CUDA graph capture cannot do: use "
              "Gradient::Backprop there");
-    return OdeAdjoint::apply(y0, t, autograd::variable_list(options.params), p);
+    return OdeAdjoint::apply(y0, tt, autograd::variable_list(options.params), p);
   }
   OdeStats st;
   Dynamics dyn = [&](const Tensor& tt, const State& y) { return State{call_checked(f, tt, y[0])}; };
-  std::vector<State> ys = solve(dyn, {y0}, t, ht, 1, options, st);
+  std::vector<State> ys = solve(dyn, {y0}, tt, ht, 1, options, st);
   if (stats) *stats = st;
   std::vector<Tensor> rows;
   for (auto& s : ys)

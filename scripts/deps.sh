@@ -6,13 +6,14 @@
 # machine, where .devdeps/env.sh unpacks the packages into a prefix). Some
 # are optional, and without apt their absence never fails: ccache (the build
 # runs uncached), python3-matplotlib (the main job draws no plot), doxygen
-# (no API reference), and the Python bindings' python3-dev, pybind11-dev,
+# (no API reference), the Python bindings' python3-dev, pybind11-dev,
 # python3-numpy, python3-pytest and python3-scipy (no bindings, or no Python
-# tests).
+# tests), and the solver libraries libsundials-dev and libceres-dev (their
+# samples are skipped).
 set -euo pipefail
 pkgs=(cmake ninja-build g++ libeigen3-dev libtbb-dev libgtest-dev libgmock-dev libbenchmark-dev
       libcli11-dev nlohmann-json3-dev libdlpack-dev python3-matplotlib doxygen ccache
-      python3-dev pybind11-dev python3-numpy python3-pytest python3-scipy)
+      python3-dev pybind11-dev python3-numpy python3-pytest python3-scipy libsundials-dev libceres-dev)
 prefixes=(/usr)
 IFS=: read -r -a extra <<< "${CMAKE_PREFIX_PATH:-}"
 prefixes+=("${extra[@]}")
@@ -48,6 +49,8 @@ provided() {
     python3-numpy) py_has numpy ;;
     python3-pytest) py_has pytest ;;
     python3-scipy) py_has scipy ;;
+    libsundials-dev) in_prefix "include/cvode/cvode.h" ;;
+    libceres-dev) in_prefix "lib/*/cmake/Ceres/CeresConfig.cmake" ;;
     *) return 1 ;;
   esac
 }
@@ -60,7 +63,7 @@ done
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
-optional=" ccache python3-matplotlib doxygen python3-dev pybind11-dev python3-numpy python3-pytest python3-scipy "
+optional=" ccache python3-matplotlib doxygen python3-dev pybind11-dev python3-numpy python3-pytest python3-scipy libsundials-dev libceres-dev "
 required=()
 for p in "${missing[@]}"; do [[ "$optional" == *" $p "* ]] || required+=("$p"); done
 can_apt=false

@@ -19,6 +19,8 @@
 
 #include <tapegrad/tapegrad.h>
 
+#include "sample_util.h"
+
 using tg::Tensor;
 namespace ode = tg::ode;
 
@@ -33,21 +35,15 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i];
-    const char* v = argv[i + 1];
-    if (k == "--iters") a.iters = std::atoll(v);
-    else if (k == "--window") a.window = std::atoll(v);
-    else if (k == "--batch") a.batch = std::atoll(v);
-    else if (k == "--lr") a.lr = std::atof(v);
-    else if (k == "--target") a.target = std::atof(v);
-    else if (k == "--method") a.method = v;
-    else if (k == "--adjoint") a.adjoint = std::atoi(v) != 0;
-    else {
-      std::fprintf(stderr, "unknown option %s\n", k.c_str());
-      std::exit(2);
-    }
-  }
+  sample::Options()
+      .add("--iters", &a.iters)
+      .add("--window", &a.window)
+      .add("--batch", &a.batch)
+      .add("--lr", &a.lr)
+      .add("--target", &a.target)
+      .add("--method", &a.method)
+      .add("--adjoint", &a.adjoint)
+      .parse(argc, argv);
   return a;
 }
 

@@ -29,6 +29,8 @@
 
 #include <tapegrad/tapegrad.h>
 
+#include "sample_util.h"
+
 using tg::Tensor;
 
 namespace {
@@ -41,22 +43,16 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i];
-    const char* v = argv[i + 1];
-    if (k == "--grid") a.grid = std::atoll(v);
-    else if (k == "--batch") a.batch = std::atoll(v);
-    else if (k == "--steps") a.steps = std::atoll(v);
-    else if (k == "--channels") a.channels = std::atoll(v);
-    else if (k == "--target") a.target = std::atof(v);
-    else if (k == "--observe") a.observe = std::atoll(v);
-    else if (k == "--pde-weight") a.pde_weight = std::atof(v);
-    else if (k == "--lr") a.lr = std::atof(v);
-    else {
-      std::fprintf(stderr, "unknown option %s\n", k.c_str());
-      std::exit(2);
-    }
-  }
+  sample::Options()
+      .add("--grid", &a.grid)
+      .add("--batch", &a.batch)
+      .add("--steps", &a.steps)
+      .add("--channels", &a.channels)
+      .add("--target", &a.target)
+      .add("--observe", &a.observe)
+      .add("--pde-weight", &a.pde_weight)
+      .add("--lr", &a.lr)
+      .parse(argc, argv);
   return a;
 }
 }  // namespace

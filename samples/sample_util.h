@@ -1,8 +1,14 @@
-// Shared by the training samples (pinn_poisson, sparse_poisson): Adam, and a
-// tanh MLP given as a flat list of weights and biases.
+// Shared by the training samples (pinn_poisson, sparse_poisson, pinn_unet,
+// neural_ode): Adam, a tanh MLP given as a flat list of weights and biases,
+// and "--name value" command-line options.
 #pragma once
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
 #include <tapegrad/tapegrad.h>
@@ -10,6 +16,41 @@
 namespace sample {
 
 using tg::Tensor;
+
+// "--name value" pairs into the variables registered with add(); an unknown
+// name, or a name without a value, exits with status 2 naming it.
+class Options {
+ public:
+  Options& add(const std::string& name, int64_t* v) {
+    set_[name] = [v](const char* s) { *v = std::atoll(s); };
+    return *this;
+  }
+  Options& add(const std::string& name, double* v) {
+    set_[name] = [v](const char* s) { *v = std::atof(s); };
+    return *this;
+  }
+  Options& add(const std::string& name, std::string* v) {
+    set_[name] = [v](const char* s) { *v = s; };
+    return *this;
+  }
+  Options& add(const std::string& name, bool* v) {
+    set_[name] = [v](const char* s) { *v = std::atoi(s) != 0; };
+    return *this;
+  }
+  void parse(int argc, char** argv) const {
+    for (int i = 1; i < argc; i += 2) {
+      auto it = set_.find(argv[i]);
+      if (it == set_.end() || i + 1 >= argc) {
+        std::fprintf(stderr, "%s option %s\n", it == set_.end() ? "unknown" : "no value for", argv[i]);
+        std::exit(2);
+      }
+      it->second(argv[i + 1]);
+    }
+  }
+
+ private:
+  std::map<std::string, std::function<void(const char*)>> set_;
+};
 
 struct Adam {
   std::vector<Tensor> params, m, v;

@@ -54,7 +54,7 @@ TESTS=$B/tests/tapegrad_tests
 # graph test is left to memcheck: its kernels (cuBLAS GEMMs, elementwise,
 # copies) are those of the other graph tests, and racecheck takes ~4 minutes
 # over its wide layers.
-STREAM_TESTS='GridGpu*:GraphsGpu*:GraphedTrainingGpu*:OptimGpu*:CudaGpuStreams*:CudaGpu.*Stream*:CudaGpu.Events*:CudaGpuAutograd.GpuNodes*:CudaGpuAutograd.TwoDevices*:CudaGpu.Pinned*:SparseGpu*:DLPackGpu.StreamExchangeRule-GraphsGpu.SavedTensorHooks*:GraphsGpuWholeDevice*'
+STREAM_TESTS='OdeGpu*:GridGpu*:GraphsGpu*:GraphedTrainingGpu*:OptimGpu*:CudaGpuStreams*:CudaGpu.*Stream*:CudaGpu.Events*:CudaGpuAutograd.GpuNodes*:CudaGpuAutograd.TwoDevices*:CudaGpu.Pinned*:SparseGpu*:DLPackGpu.StreamExchangeRule-GraphsGpu.SavedTensorHooks*:GraphsGpuWholeDevice*'
 rc=0
 for step in "$@"; do
   case $step in
@@ -72,7 +72,7 @@ for step in "$@"; do
     sanitize)
       cs=compute-sanitizer
       export TG_TEST_MAX_REPLAYS=3  # graph tests: a few replays each
-      $cs --tool memcheck --error-exitcode 1 $TESTS --gtest_filter='CudaGpu*:Graphs*:GraphedTraining*:OptimGpu*:NN*:Sparse*:Determ*:BadInputsGpu*:*OpTable*Cuda:TaylorModeGpu*:DLPack*:GridGpu*:Devices/Grid.*CUDA:-*OutOfMemory*' \
+      $cs --tool memcheck --error-exitcode 1 $TESTS --gtest_filter='CudaGpu*:Graphs*:GraphedTraining*:OptimGpu*:NN*:Sparse*:Determ*:BadInputsGpu*:*OpTable*Cuda:TaylorModeGpu*:DLPack*:GridGpu*:OdeGpu*:Devices/Grid.*CUDA:-*OutOfMemory*' \
         > "$OUT/memcheck.log" 2>&1 || rc=1
       $cs --tool racecheck --error-exitcode 1 $TESTS --gtest_filter="$STREAM_TESTS" \
         > "$OUT/racecheck.log" 2>&1 || rc=1

@@ -41,6 +41,8 @@
 #   scripts/gpu.sh uprofile   per-kernel GPU time of one replay of the graphed U-Net step and of
 #                             one JAX step (UPROFILE_GRIDS, default "64 128"; UPROFILE_WHO, default
 #                             "tapegrad jax")
+#   scripts/gpu.sh odeint     the neural ODE benchmark (issue 49): tapegrad, torchdiffeq, JAX's odeint
+#                             and diffrax (bench/peers/odeint_peers.py)
 #   scripts/gpu.sh hessian    the Hessian benchmark side by side with LibTorch,
 #                             PyTorch eager, torch.func and JAX (needs peers built)
 # Logs go to $OUT (or ./gpu-logs). Several steps may be given in order.
@@ -113,6 +115,8 @@ for step in "$@"; do
           echo "== $who $g"; python3 scripts/ncu_summary.py "$OUT/$f.csv" | tee "$OUT/$f.txt" | head -${FPROFILE_ROWS:-45}
         done
       done ;;
+    odeint)
+      python3 bench/peers/odeint_peers.py --build "$B" 2>&1 | tee "$OUT/odeint_peers.txt" ;;
     uprofile)
       for g in ${UPROFILE_GRIDS:-64 128}; do
         for who in ${UPROFILE_WHO:-tapegrad jax}; do

@@ -115,6 +115,27 @@ def jax_mlp():
     return params, mlp, y0, t
 
 
+def jax_row(name, solve, params, y0, steps):
+    """Forward and gradient of mean(y^2) of a jitted solve(p, y0), ms per call."""
+    import jax
+    import jax.numpy as jnp
+    fwd = jax.jit(solve)
+    grad = jax.jit(jax.grad(lambda p, y0: jnp.mean(solve(p, y0) ** 2), argnums=(0, 1)))
+    out = {}
+
+    def run_f():
+        out["f"] = fwd(params, y0)
+
+    def run_g():
+        out["g"] = grad(params, y0)
+
+    for _ in range(2):
+        run_f()
+        run_g()
+    return (name, ms_per_step(run_f, lambda: jax.block_until_ready(out["f"]), steps),
+            ms_per_step(run_g, lambda: jax.block_until_ready(out["g"]), steps), None)
+
+
 def jax_rows(steps):
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import jax
@@ -143,31 +164,14 @@ def jax_rows(steps):
     def adaptive(p, y0):
         return jodeint(lambda y, tt, p: mlp(p, y), y0, t, p, rtol=RTOL, atol=ATOL)
 
-    rows = []
-    for name, solve in (("rk4 (lax.scan)", rk4), ("odeint dopri5 adjoint", adaptive)):
-        fwd = jax.jit(solve)
-        grad = jax.jit(jax.grad(lambda p, y0: jnp.mean(solve(p, y0) ** 2), argnums=(0, 1)))
-        out = {}
-
-        def run_f():
-            out["f"] = fwd(params, y0)
-
-        def run_g():
-            out["g"] = grad(params, y0)
-
-        for _ in range(2):
-            run_f()
-            run_g()
-        rows.append((f"jax {name}", ms_per_step(run_f, lambda: jax.block_until_ready(out["f"]), steps),
-                     ms_per_step(run_g, lambda: jax.block_until_ready(out["g"]), steps), None))
-    return rows
+    return [jax_row(f"jax {name}", solve, params, y0, steps)
+            for name, solve in (("rk4 (lax.scan)", rk4), ("odeint dopri5 adjoint", adaptive))]
 
 
 def diffrax_rows(steps):
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import diffrax
     import jax
-    import jax.numpy as jnp
     jax.config.update("jax_default_matmul_precision", "highest")
     params, mlp, y0, t = jax_mlp()
     rows = []
@@ -181,21 +185,7 @@ def diffrax_rows(steps):
                                           adjoint=adjoint, max_steps=100000)
                 return sol.ys
 
-            fwd = jax.jit(solve)
-            grad = jax.jit(jax.grad(lambda p, y0: jnp.mean(solve(p, y0) ** 2), argnums=(0, 1)))
-            out = {}
-
-            def run_f():
-                out["f"] = fwd(params, y0)
-
-            def run_g():
-                out["g"] = grad(params, y0)
-
-            for _ in range(2):
-                run_f()
-                run_g()
-            rows.append((f"diffrax {sname} {aname}", ms_per_step(run_f, lambda: jax.block_until_ready(out["f"]), steps),
-                         ms_per_step(run_g, lambda: jax.block_until_ready(out["g"]), steps), None))
+            rows.append(jax_row(f"diffrax {sname} {aname}", solve, params, y0, steps))
     return rows
 
 

@@ -1,7 +1,8 @@
 // tg::ode::odeint (include/tapegrad/ode/odeint.h): explicit Runge-Kutta
 // steps over a state that is a list of tensors (the user's y, or the
 // adjoint's augmented [y, a, dL/dparams...]), fixed-step or Dormand-Prince
-// 5(4) with a PI-free step controller and cubic Hermite dense output;
+// 5(4) or Tsitouras 5(4) with an error-per-step controller and dense output
+// (Dopri5's own 4th-order extension; cubic Hermite for Tsit5);
 // Backprop records the steps, Adjoint is a custom Function whose backward
 // solves the augmented system between the forward solution's checkpoints.
 #include <tapegrad/ode/odeint.h>
@@ -256,15 +257,33 @@ std::vector<State> solve_adaptive(const Dynamics& f, const State& y0, const Tens
         if (host_t[size_t(next)] == tnew) {
           out.push_back(y5);
         } else {
-          // theta in (0, 1]: cubic Hermite on (y, k1) and (y5, k7); theta
-          // from t's own entry, so a time gradient flows through it.
+          // theta in (0, 1], from t's own entry (a time gradient flows
+          // through it). Dopri5: its 4th-order continuous extension
+          // (Shampine's coefficients, as in Hairer's DOPRI5); Tsit5: cubic
+          // Hermite on (y, k1) and (y5, k7).
           const Tensor theta = (at(t, next) - ttn) / hv;
-          const Tensor th2 = theta * theta, th3 = th2 * theta;
-          const Tensor h00 = th3 * 2.0 - th2 * 3.0 + 1.0, h10 = th3 - th2 * 2.0 + theta, h01 = th2 * 3.0 - th3 * 2.0,
-                       h11 = th3 - th2;
           State yi;
-          for (size_t i = 0; i < y.size(); ++i)
-            yi.push_back(y[i] * h00 + k1[i] * (h10 * hv) + y5[i] * h01 + k7[i] * (h11 * hv));
+          if (o.method == Method::Dopri5) {
+            static const double d[7] = {-12715105075.0 / 11282082432.0,  0,
+                                        87487479700.0 / 32700410799.0,   -10690763975.0 / 1880347072.0,
+                                        701980252875.0 / 199316789632.0, -1453857185.0 / 822651844.0,
+                                        69997945.0 / 29380423.0};
+            const Tensor one_minus = 1.0 - theta;
+            for (size_t i = 0; i < y.size(); ++i) {
+              const Tensor diff = y5[i] - y[i], b = k1[i] * hv - diff, c = diff - k7[i] * hv - b;
+              Tensor e = k[0][i] * d[0];
+              for (size_t j = 2; j < 7; ++j)
+                e = e + k[j][i] * d[j];
+              e = e * hv;
+              yi.push_back(y[i] + theta * (diff + one_minus * (b + theta * (c + one_minus * e))));
+            }
+          } else {
+            const Tensor th2 = theta * theta, th3 = th2 * theta;
+            const Tensor h00 = th3 * 2.0 - th2 * 3.0 + 1.0, h10 = th3 - th2 * 2.0 + theta, h01 = th2 * 3.0 - th3 * 2.0,
+                         h11 = th3 - th2;
+            for (size_t i = 0; i < y.size(); ++i)
+              yi.push_back(y[i] * h00 + k1[i] * (h10 * hv) + y5[i] * h01 + k7[i] * (h11 * hv));
+          }
           out.push_back(yi);
         }
         ++next;

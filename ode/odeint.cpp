@@ -201,12 +201,15 @@ double first_step(const Dynamics& f, const Tensor& t0, const State& y0, const St
   return std::min({100 * h0, h1, span});
 }
 
-// The solution at every time of t by adaptive Dormand-Prince steps, dense
-// output by cubic Hermite interpolation between accepted steps. `normed`:
-// how many leading components the error norm covers (the adjoint's
-// parameter gradients are left out, as torchdiffeq's seminorm).
+// The solution at every time of t by adaptive steps, dense output between
+// accepted steps. `normed`: how many leading components the error norm
+// covers (the adjoint's parameter gradients are left out, as torchdiffeq's
+// seminorm). `carry`, when given: a first step to start from (> 0) instead
+// of choosing one, and on return the step the controller proposes next (the
+// adjoint's backward solves, one per interval, continue with it).
 std::vector<State> solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t,
-                                  const std::vector<double>& host_t, size_t normed, const OdeOptions& o, OdeStats& st) {
+                                  const std::vector<double>& host_t, size_t normed, const OdeOptions& o, OdeStats& st,
+                                  double* carry) {
   const Tableau& tb = tableau(o.method);
   const double* ew = o.method == Method::Tsit5 ? kTsit5Error : kDopriError;
   const int64_t n = t.size(0);
@@ -218,7 +221,9 @@ std::vector<State> solve_adaptive(const Dynamics& f, const State& y0, const Tens
   State y = y0;
   State k1 = f(tt0, y);
   st.evaluations += 1;
-  double h = o.first_step > 0 ? std::min(o.first_step, span) : first_step(f, tt0, y, k1, dir, span, normed, o, st);
+  double h = carry && *carry > 0 ? std::min(*carry, span)
+             : o.first_step > 0  ? std::min(o.first_step, span)
+                                 : first_step(f, tt0, y, k1, dir, span, normed, o, st);
   double tn = t0;  // host copy of the current time
   int64_t next = 1;
   while (next < n) {
@@ -298,12 +303,13 @@ std::vector<State> solve_adaptive(const Dynamics& f, const State& y0, const Tens
     const double factor = en == 0 ? 10.0 : std::clamp(0.9 * std::pow(en, -1.0 / 5), 0.2, 10.0);
     h = hs * (en <= 1 ? factor : std::min(1.0, factor));
   }
+  if (carry) *carry = h;
   return out;
 }
 
 std::vector<State> solve(const Dynamics& f, const State& y0, const Tensor& t, const std::vector<double>& host_t,
-                         size_t normed, const OdeOptions& o, OdeStats& st) {
-  if (adaptive(o.method)) return solve_adaptive(f, y0, t, host_t, normed, o, st);
+                         size_t normed, const OdeOptions& o, OdeStats& st, double* carry = nullptr) {
+  if (adaptive(o.method)) return solve_adaptive(f, y0, t, host_t, normed, o, st, carry);
   return solve_fixed(f, y0, t, o, &host_t, st);
 }
 
@@ -441,6 +447,7 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
     Tensor gt = t.requires_grad() ? tg::zeros_like(t) : Tensor();
     OdeStats st;
     Tensor a_before_y0;  // dL/dy0 without the loss's own term in y(t_0) = y0
+    double carry = 0;    // adaptive: each interval starts with the step the last one proposed
     for (int64_t i = n - 1; i >= 1; --i) {
       if (gt.defined()) {  // dL/dt_i = <dL/dy_i, f(t_i, y_i)>
         Tensor fi = call_checked(p->f, at(t, i).detach(), ys.select(0, i));
@@ -449,7 +456,8 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
       // Backwards over [t_i, t_{i-1}] from the checkpoint y(t_i).
       s[0] = ys.select(0, i);
       const Tensor span = tg::stack({at(t, i), at(t, i - 1)}, 0);
-      std::vector<State> r = solve(aug, s, span, {p->host_t[size_t(i)], p->host_t[size_t(i - 1)]}, 2, p->options, st);
+      std::vector<State> r =
+          solve(aug, s, span, {p->host_t[size_t(i)], p->host_t[size_t(i - 1)]}, 2, p->options, st, &carry);
       s = r.back();
       if (i == 1) a_before_y0 = s[1];
       s[1] = s[1] + g.select(0, i - 1);

@@ -1,20 +1,22 @@
-// Each case must not compile (tests/compile_fail/check.cmake runs the
-// compiler with -DCASE=n and looks for the static_assert's message).
+// None of these compiles: tests/compile_fail/check.cmake compiles the file
+// once and looks for each static_assert's message (every failed
+// instantiation is reported).
 #include <tapegrad/tensor/eigen.h>
 
-void refused() {
-#if CASE == 1  // a const object cannot back a writable tensor
+void const_object() {  // a const matrix cannot back a writable tensor
   const Eigen::MatrixXd m = Eigen::MatrixXd::Zero(2, 2);
   tg::from_eigen(m);
-#elif CASE == 2  // an expression has no stored coefficients
+}
+void expression() {  // an expression has no stored coefficients
   Eigen::MatrixXd a = Eigen::MatrixXd::Zero(2, 2);
   tg::from_eigen(a + a);
-#elif CASE == 3  // a read-only view
+}
+void read_only_view() {  // Map<const M>
   double buf[4] = {};
   Eigen::Map<const Eigen::Matrix2d> view(buf);
   tg::from_eigen(view);
-#elif CASE == 4  // a scalar tapegrad has no dtype for
+}
+void other_scalar() {  // a scalar tapegrad has no dtype for
   Eigen::Matrix<short, 2, 2> s;
   tg::from_eigen(s);
-#endif
 }

@@ -81,16 +81,15 @@ const double kTsit5Error[7] = {-0.00178001105222577714,
                                1.0 / 66};
 bool adaptive(Method m) { return m == Method::Dopri5 || m == Method::Tsit5; }
 
-// y + sum_j w_j k_j over every component (w_j = h * coefficient; zeros skipped).
-template <class W> State combine(const State& y, const std::vector<State>& k, const std::vector<W>& w) {
+// y + h * sum_j b_j k_j over every component; zero weights add nothing
+// (dopri5's second and seventh, RK4's skipped stages).
+State weighted(const State& y, const std::vector<State>& k, const Tensor& h, const std::vector<double>& b) {
   State out = y;
-  for (size_t j = 0; j < w.size() && j < k.size(); ++j) {
-    for (size_t i = 0; i < y.size(); ++i) {
-      if constexpr (std::is_same_v<W, double>) {
-        if (w[j] == 0) continue;
-      }
-      out[i] = out[i] + k[j][i] * w[j];
-    }
+  for (size_t j = 0; j < b.size() && j < k.size(); ++j) {
+    if (b[j] == 0) continue;
+    const Tensor w = h * b[j];
+    for (size_t i = 0; i < y.size(); ++i)
+      out[i] = out[i] + k[j][i] * w;
   }
   return out;
 }
@@ -101,26 +100,9 @@ std::vector<State> stages(const Dynamics& f, const Tableau& tb, const Tensor& tn
                           const State* k0) {
   std::vector<State> k;
   k.push_back(k0 ? *k0 : f(tn, y));
-  for (size_t s = 1; s < tb.c.size(); ++s) {
-    std::vector<Tensor> w;
-    for (double a : tb.a[s])
-      w.push_back(h * a);
-    k.push_back(f(tn + h * tb.c[s], combine(y, k, w)));
-  }
+  for (size_t s = 1; s < tb.c.size(); ++s)
+    k.push_back(f(tn + h * tb.c[s], weighted(y, k, h, tb.a[s])));
   return k;
-}
-
-State weighted(const State& y, const std::vector<State>& k, const Tensor& h, const std::vector<double>& b) {
-  std::vector<Tensor> w;
-  for (double bj : b)
-    w.push_back(h * bj);
-  // Zero weights add nothing (dopri5's second and seventh).
-  State out = y;
-  for (size_t j = 0; j < b.size(); ++j)
-    if (b[j] != 0)
-      for (size_t i = 0; i < y.size(); ++i)
-        out[i] = out[i] + k[j][i] * w[j];
-  return out;
 }
 
 // The time tensor t's entry i as a 0-d tensor.

@@ -57,6 +57,21 @@ TESTS=$B/tests/tapegrad_tests
 # copies) are those of the other graph tests, and racecheck takes ~4 minutes
 # over its wide layers.
 STREAM_TESTS='OdeGpu*:GridGpu*:GraphsGpu*:GraphedTrainingGpu*:OptimGpu*:CudaGpuStreams*:CudaGpu.*Stream*:CudaGpu.Events*:CudaGpuAutograd.GpuNodes*:CudaGpuAutograd.TwoDevices*:CudaGpu.Pinned*:SparseGpu*:DLPackGpu.StreamExchangeRule-GraphsGpu.SavedTensorHooks*:GraphsGpuWholeDevice*'
+# ncu_kernels FILE TITLE ROWS GRAPH CMD...: the per-kernel GPU time of what
+# CMD brackets with the profiler's start and stop (GRAPH=1: a CUDA graph's
+# nodes one by one), into $OUT/FILE.{csv,txt}; prints TITLE and the
+# summary's first ROWS rows. --cache-control none: the kernels find what
+# their producers left in L2, as they do in a replay (flushing it inflates
+# bandwidth-bound ones).
+ncu_kernels() {
+  local f=$1 title=$2 rows=$3 gp=()
+  [ "$4" = 1 ] && gp=(--graph-profiling node)
+  shift 4
+  ncu --profile-from-start off "${gp[@]}" --cache-control none --metrics gpu__time_duration.sum --csv \
+    "$@" > "$OUT/$f.csv" 2> "$OUT/$f.err" || { tail -5 "$OUT/$f.err"; return 1; }
+  echo "$title"; python3 scripts/ncu_summary.py "$OUT/$f.csv" | tee "$OUT/$f.txt" | head -"$rows"
+  return 0  # head closing the pipe early is not a failure
+}
 rc=0
 for step in "$@"; do
   case $step in
@@ -105,14 +120,9 @@ for step in "$@"; do
         for who in ${FPROFILE_WHO:-tapegrad}; do  # FPROFILE_WHO="tapegrad jax": JAX's jitted step too
           # JAX: its step's kernels one by one (XLA's command buffers, CUDA
           # graphs of its own, off: ncu's node-by-node graph profiling crashes it)
-          if [ $who = tapegrad ]; then cmd=($B/bench/fno_step --grid $g --steps 5 --repeats 1 --profile ${FNO_ARGS:-}) gp=(--graph-profiling node)
-          else cmd=(env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= python3 bench/peers/fno_peers.py --frameworks jax --grids $g --profile ${FNO_ARGS:-}) gp=(); fi
-          f=ncu_fno${g}_$who
-          # --cache-control none: the kernels find what their producers left in
-          # L2, as they do in a replay (flushing it inflates bandwidth-bound ones)
-          ncu --profile-from-start off "${gp[@]}" --cache-control none --metrics gpu__time_duration.sum --csv \
-            "${cmd[@]}" > "$OUT/$f.csv" 2> "$OUT/$f.err" || { tail -5 "$OUT/$f.err"; rc=1; continue; }
-          echo "== $who $g"; python3 scripts/ncu_summary.py "$OUT/$f.csv" | tee "$OUT/$f.txt" | head -${FPROFILE_ROWS:-45}
+          if [ $who = tapegrad ]; then cmd=($B/bench/fno_step --grid $g --steps 5 --repeats 1 --profile ${FNO_ARGS:-}) graph=1
+          else cmd=(env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= python3 bench/peers/fno_peers.py --frameworks jax --grids $g --profile ${FNO_ARGS:-}) graph=0; fi
+          ncu_kernels ncu_fno${g}_$who "== $who $g" ${FPROFILE_ROWS:-45} $graph "${cmd[@]}" || rc=1
         done
       done ;;
     odeint)
@@ -120,12 +130,9 @@ for step in "$@"; do
     uprofile)
       for g in ${UPROFILE_GRIDS:-64 128}; do
         for who in ${UPROFILE_WHO:-tapegrad jax}; do
-          if [ $who = tapegrad ]; then cmd=($B/bench/unet_step --grid $g --steps 2 --repeats 1 --profile) gp=(--graph-profiling node)
-          else cmd=(env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= python3 bench/peers/unet_peers.py --frameworks jax --grids $g --no-conv --profile) gp=(); fi
-          f=ncu_unet${g}_$who
-          ncu --profile-from-start off "${gp[@]}" --cache-control none --metrics gpu__time_duration.sum --csv \
-            "${cmd[@]}" > "$OUT/$f.csv" 2> "$OUT/$f.err" || { tail -5 "$OUT/$f.err"; rc=1; continue; }
-          echo "== $who $g"; python3 scripts/ncu_summary.py "$OUT/$f.csv" | tee "$OUT/$f.txt" | head -${UPROFILE_ROWS:-40}
+          if [ $who = tapegrad ]; then cmd=($B/bench/unet_step --grid $g --steps 2 --repeats 1 --profile) graph=1
+          else cmd=(env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= python3 bench/peers/unet_peers.py --frameworks jax --grids $g --no-conv --profile) graph=0; fi
+          ncu_kernels ncu_unet${g}_$who "== $who $g" ${UPROFILE_ROWS:-40} $graph "${cmd[@]}" || rc=1
         done
       done ;;
     pinn)

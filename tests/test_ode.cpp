@@ -269,6 +269,32 @@ TEST(Ode, ParamsDtypesAndScalesTheAdjointAndSolversHandle) {
   EXPECT_NEAR(tiny.select(0, 1).item<double>(), std::exp(-1.0), 1e-6);
 }
 
+// Forward mode through the solver's operations: the output's tangent along
+// a direction of y0 against central differences; the adjoint, which has no
+// tangent rule, refuses a tangent naming itself.
+TEST(Ode, ForwardModeThroughTheSolver) {
+  namespace fad = tg::autograd::forward_ad;
+  auto f = [](const Tensor&, const Tensor& y) { return -(y * y * y) + tg::sin(y); };
+  Tensor y0 = tg::tensor({0.7, -0.4}).to(tg::kFloat64), v = tg::tensor({0.3, 1.1}).to(tg::kFloat64);
+  Tensor t = times({0.0, 0.5, 1.2});
+  ode::OdeOptions o;
+  o.method = ode::Method::RK4;
+  o.steps_per_interval = 20;
+  Tensor tangent;
+  {
+    fad::dual_level level;
+    tangent = fad::unpack_dual(ode::odeint(f, fad::make_dual(y0, v), t, o)).tangent;
+  }
+  const double eps = 1e-6;
+  Tensor fd = (ode::odeint(f, y0 + v * eps, t, o) - ode::odeint(f, y0 - v * eps, t, o)) / (2 * eps);
+  ASSERT_TRUE(tangent.defined());
+  EXPECT_LT(max_abs(tangent - fd), 1e-8);
+  o.gradient = ode::Gradient::Adjoint;
+  fad::dual_level level;
+  const std::string m = tgtest::error_message([&] { ode::odeint(f, fad::make_dual(y0, v), t, o); });
+  EXPECT_NE(m.find("OdeAdjoint"), std::string::npos) << m;
+}
+
 TEST(Ode, BadArgumentsAreRefusedNamingOdeint) {
   auto f = [](const Tensor&, const Tensor& y) { return -y; };
   Tensor y0 = tg::ones({2}, f64);

@@ -11,7 +11,11 @@
 // bench/peers/odeint_peers.py runs torchdiffeq, JAX's odeint and diffrax on
 // the same problem.
 //
+// Graphed rows also report the graph's nodes per step on its longest chain
+// (after fusion) and how many nodes fusion removed.
+//
 //   odeint_bench [--batch 256] [--times 50] [--steps 5] [--repeats 3] [--device cuda|cpu] [--json]
+//                [--profile rk4|rk4-grad|dopri5|dopri5-grad]
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -31,6 +35,7 @@ int main(int argc, char** argv) {
   int steps = 5, repeats = 3;
   std::string device = "cuda";
   bool json = false;
+  std::string profile;
   CLI::App app{"Neural ODE solves and gradients (issue 49's benchmark)"};
   app.add_option("--batch", batch, "initial states");
   app.add_option("--times", times, "output times in [0, 10]");
@@ -39,6 +44,10 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", repeats, "timings (the median is reported)");
   app.add_option("--device", device, "cuda or cpu");
   app.add_flag("--json", json, "print JSON");
+  app.add_option("--profile", profile,
+                 "bracket one call (rk4: one replay of its graph) with cuda::profiler_start/stop for ncu "
+                 "--profile-from-start off, then stop (scripts/gpu.sh oprofile)")
+      ->check(CLI::IsMember({"rk4", "rk4-grad", "dopri5", "dopri5-grad"}));
   CLI11_PARSE(app, argc, argv);
   const bool gpu = device == "cuda" && tg::cuda::is_available();
   const tg::Device dev = gpu ? tg::Device(tg::kCUDA, 0) : tg::Device(tg::kCPU);
@@ -64,16 +73,36 @@ int main(int argc, char** argv) {
       Tensor ys = ode::odeint(f, y0, t, o);
       return tg::autograd::grad({tg::mean(ys * ys)}, wrt);
     };
+    const bool rk = o.method == ode::Method::RK4, adj = o.gradient == ode::Gradient::Adjoint;
+    if (!profile.empty()) {  // one call of the row asked for, nothing timed
+      const bool grad = profile.size() > 5 && profile.substr(profile.size() - 5) == "-grad";
+      if (adj || profile.substr(0, profile.find('-')) != name || !gpu) return;
+      tg::cuda::CUDAGraph g;
+      if (rk)
+        tgbench::capture_after_warmup(
+            g, [&] { return grad ? gradient().size() : forward().numel(); }, [] {});
+      grad ? (void)gradient() : (void)forward();  // the eager call warmed up
+      tgbench::sync(true);
+      tg::cuda::profiler_start();
+      rk ? g.replay() : grad ? (void)gradient() : (void)forward();
+      tgbench::sync(true);
+      tg::cuda::profiler_stop();
+      return;
+    }
     nlohmann::json r = {{"solver", name}};
     r["forward_ms"] = tgbench::ms_per_step(steps, repeats, dev, [&] { forward(); });
     r["evaluations"] = st.evaluations;
     r["gradient_ms"] = tgbench::ms_per_step(steps, repeats, dev, [&] { gradient(); });
-    if (gpu && o.method == ode::Method::RK4) {  // fixed steps: the solve and its gradient as one CUDA graph
+    if (gpu && rk) {  // fixed steps: the solve and its gradient as one CUDA graph
       tg::cuda::CUDAGraph gf, gg;
       tgbench::capture_after_warmup(gf, forward, [] {});
       r["forward_graphed_ms"] = tgbench::ms_per_step(steps, repeats, dev, [&] { gf.replay(); });
       tgbench::capture_after_warmup(gg, gradient, [] {});
       r["gradient_graphed_ms"] = tgbench::ms_per_step(steps, repeats, dev, [&] { gg.replay(); });
+      const double n_steps = double(st.accepted);
+      r["forward_depth_per_step"] = double(gf.depth()) / n_steps;
+      r["gradient_depth_per_step"] = double(gg.depth()) / n_steps;
+      r["fused_nodes"] = {gf.fused_nodes(), gg.fused_nodes()};
     }
     rows.push_back(r);
   };
@@ -91,6 +120,7 @@ int main(int argc, char** argv) {
     o.gradient = ode::Gradient::Adjoint;
     row(name + " adjoint", o);
   }
+  if (!profile.empty()) return 0;
   if (json) {
     std::cout << nlohmann::json{{"device", gpu ? "cuda" : "cpu"}, {"batch", batch}, {"rows", rows}}.dump(2) << "\n";
     return 0;
@@ -102,8 +132,10 @@ int main(int argc, char** argv) {
                 r["solver"].get<std::string>().c_str(), r["forward_ms"].get<double>(), r["gradient_ms"].get<double>(),
                 (long long)r["evaluations"].get<int64_t>());
     if (r.contains("forward_graphed_ms"))
-      std::printf("  graphed %9.3f / %9.3f ms", r["forward_graphed_ms"].get<double>(),
-                  r["gradient_graphed_ms"].get<double>());
+      std::printf("  graphed %9.3f / %9.3f ms (longest chain %.1f / %.1f nodes per step; fusion removed %zu / %zu)",
+                  r["forward_graphed_ms"].get<double>(), r["gradient_graphed_ms"].get<double>(),
+                  r["forward_depth_per_step"].get<double>(), r["gradient_depth_per_step"].get<double>(),
+                  r["fused_nodes"][0].get<size_t>(), r["fused_nodes"][1].get<size_t>());
     std::printf("\n");
   }
   return 0;

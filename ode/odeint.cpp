@@ -81,39 +81,74 @@ const double kTsit5Error[7] = {-0.00178001105222577714,
                                1.0 / 66};
 bool adaptive(Method m) { return m == Method::Dopri5 || m == Method::Tsit5; }
 
-// y + h * sum_j b_j k_j over every component; zero weights add nothing
-// (dopri5's second and seventh, RK4's skipped stages).
-State weighted(const State& y, const std::vector<State>& k, const Tensor& h, const std::vector<double>& b) {
-  State out = y;
-  for (size_t j = 0; j < b.size() && j < k.size(); ++j) {
-    if (b[j] == 0) continue;
-    const Tensor w = h * b[j];
-    for (size_t i = 0; i < y.size(); ++i)
-      out[i] = out[i] + k[j][i] * w;
+// y + h * sum_j w_j k_j over every component: the sum with the weights as
+// numbers (one multiply and one add each, zero weights skipped: dopri5's
+// second, RK4's skipped stages), then one multiply by the step tensor h (a
+// time gradient flows through it) and one add.
+State weighted(const State& y, const std::vector<State>& k, const Tensor& h, const std::vector<double>& w) {
+  State out;
+  for (size_t i = 0; i < y.size(); ++i) {
+    Tensor acc;
+    for (size_t j = 0; j < w.size() && j < k.size(); ++j)
+      if (w[j] != 0) acc = acc.defined() ? tg::add(acc, k[j][i], w[j]) : k[j][i] * w[j];
+    out.push_back(acc.defined() ? y[i] + acc * h : y[i]);
   }
   return out;
 }
 
-// One explicit Runge-Kutta step of size h (a 0-d tensor) from (tn, y); `k0`
-// is f(tn, y) when already known. Returns the stages (k[0..S-1]).
-std::vector<State> stages(const Dynamics& f, const Tableau& tb, const Tensor& tn, const Tensor& h, const State& y,
-                          const State* k0) {
+// One explicit Runge-Kutta step of size h from y; `times(s)` is stage s's
+// time tn + c_s h (a 0-d tensor); `k0` is f(tn, y) when already known.
+// Returns the stages; `last_input`, when given, receives the last stage's
+// input (the 5th-order solution of the FSAL methods, whose last row of a is
+// their b).
+template <class Times>
+std::vector<State> stages(const Dynamics& f, const Tableau& tb, const Times& times, const Tensor& h, const State& y,
+                          const State* k0, State* last_input = nullptr) {
   std::vector<State> k;
-  k.push_back(k0 ? *k0 : f(tn, y));
-  for (size_t s = 1; s < tb.c.size(); ++s)
-    k.push_back(f(tn + h * tb.c[s], weighted(y, k, h, tb.a[s])));
+  k.push_back(k0 ? *k0 : f(times(0), y));
+  for (size_t s = 1; s < tb.c.size(); ++s) {
+    State in = weighted(y, k, h, tb.a[s]);
+    k.push_back(f(times(s), in));
+    if (last_input && s + 1 == tb.c.size()) *last_input = std::move(in);
+  }
   return k;
 }
 
 // The time tensor t's entry i as a 0-d tensor.
 Tensor at(const Tensor& t, int64_t i) { return t.select(0, i); }
 
+// The solution at a list of times, kept as blocks of consecutive outputs
+// (each component with a leading dim of outputs), so that an adaptive
+// step's outputs are computed together and joined by one copy each.
+struct Trajectory {
+  std::vector<State> blocks;
+  void row(const State& y) {
+    State b;
+    for (const Tensor& c : y)
+      b.push_back(c.unsqueeze(0));
+    blocks.push_back(std::move(b));
+  }
+  State last() const {
+    State r;
+    for (const Tensor& c : blocks.back())
+      r.push_back(c.select(0, c.size(0) - 1));
+    return r;
+  }
+  // Component i at every time, [times, ...].
+  Tensor joined(size_t i) const {
+    std::vector<Tensor> parts;
+    for (const State& b : blocks)
+      parts.push_back(b[i]);
+    return parts.size() == 1 ? parts[0] : tg::cat(parts, 0);
+  }
+};
+
 // ---- fixed steps ----
-// The solution at every time of t (outputs[i] the state at t[i]).
-std::vector<State> solve_fixed(const Dynamics& f, const State& y0, const Tensor& t, const OdeOptions& o,
-                               const std::vector<double>* host_t, OdeStats& st) {
+Trajectory solve_fixed(const Dynamics& f, const State& y0, const Tensor& t, const OdeOptions& o,
+                       const std::vector<double>* host_t, OdeStats& st) {
   const Tableau& tb = tableau(o.method);
-  std::vector<State> out{y0};
+  Trajectory out;
+  out.row(y0);
   State y = y0;
   for (int64_t i = 1; i < t.size(0); ++i) {
     int64_t m = o.steps_per_interval;
@@ -125,13 +160,26 @@ std::vector<State> solve_fixed(const Dynamics& f, const State& y0, const Tensor&
       m = std::max<int64_t>(1, int64_t(steps));
     }
     const Tensor t0 = at(t, i - 1), h = (at(t, i) - t0) / double(m);
+    // The stage times of the interval's m steps, t0 + (s + c) h for s < m,
+    // one vector per distinct c (made on the device without host data, so
+    // that a capture can hold it), instead of two tiny kernels per stage.
+    std::vector<std::pair<double, Tensor>> grid;
+    Tensor steps_idx;  // 0, 1, ..., m - 1
+    auto times_at = [&](double c) -> const Tensor& {
+      for (auto& g : grid)
+        if (g.first == c) return g.second;
+      if (!steps_idx.defined())
+        steps_idx = tg::cumsum(tg::ones({m}, TensorOptions().dtype(t.dtype()).device(t.device())), 0) - 1.0;
+      grid.emplace_back(c, (steps_idx + c) * h + t0);
+      return grid.back().second;
+    };
     for (int64_t s = 0; s < m; ++s) {
-      const Tensor tn = s == 0 ? t0 : t0 + h * double(s);
-      y = weighted(y, stages(f, tb, tn, h, y, nullptr), h, tb.b);
+      auto times = [&](size_t j) { return s == 0 && tb.c[j] == 0 ? t0 : at(times_at(tb.c[j]), s); };
+      y = weighted(y, stages(f, tb, times, h, y, nullptr), h, tb.b);
       st.accepted += 1;
       st.evaluations += int64_t(tb.c.size());
     }
-    out.push_back(y);
+    out.row(y);
   }
   return out;
 }
@@ -183,23 +231,61 @@ double first_step(const Dynamics& f, const Tensor& t0, const State& y0, const St
   return std::min({100 * h0, h1, span});
 }
 
+// The solution between an accepted step's ends (tn, y, k1) and (tn + h, y5,
+// k7) at the relative times theta (a vector of m values in (0, 1), a time
+// gradient flowing through it), as one block [m, ...] per component.
+// Dopri5: its 4th-order continuous extension (Shampine's coefficients, as in
+// Hairer's DOPRI5); Tsit5: cubic Hermite on (y, k1) and (y5, k7).
+State dense_block(Method method, const Tensor& theta, const Tensor& hv, const State& y, const State& y5,
+                  const std::vector<State>& k) {
+  const State &k1 = k[0], &k7 = k[6];
+  State out;
+  for (size_t i = 0; i < y.size(); ++i) {
+    IntList shape(size_t(y[i].dim()) + 1, 1);
+    shape[0] = theta.size(0);
+    const Tensor th = theta.reshape(shape).to(y[i].dtype()), yb = y[i].unsqueeze(0);
+    if (method == Method::Dopri5) {
+      static const std::vector<double> d = {-12715105075.0 / 11282082432.0,  0,
+                                            87487479700.0 / 32700410799.0,   -10690763975.0 / 1880347072.0,
+                                            701980252875.0 / 199316789632.0, -1453857185.0 / 822651844.0,
+                                            69997945.0 / 29380423.0};
+      const Tensor diff = y5[i] - y[i], b = k1[i] * hv - diff, c = diff - k7[i] * hv - b;
+      Tensor ed;
+      for (size_t j = 0; j < d.size(); ++j)
+        if (d[j] != 0) ed = ed.defined() ? tg::add(ed, k[j][i], d[j]) : k[j][i] * d[j];
+      ed = ed * hv;
+      const Tensor one_minus = 1.0 - th;
+      out.push_back(yb + th * (diff + one_minus * (b + th * (c + one_minus * ed))));
+    } else {
+      const Tensor th2 = th * th, th3 = th2 * th;
+      const Tensor h00 = th3 * 2.0 - th2 * 3.0 + 1.0, h10 = (th3 - th2 * 2.0 + th) * hv, h01 = th2 * 3.0 - th3 * 2.0,
+                   h11 = (th3 - th2) * hv;
+      out.push_back(yb * h00 + k1[i] * h10 + y5[i] * h01 + k7[i] * h11);
+    }
+  }
+  return out;
+}
+
 // The solution at every time of t by adaptive steps, dense output between
 // accepted steps. `normed`: how many leading components the error norm
 // covers (the adjoint's parameter gradients are left out, as torchdiffeq's
 // seminorm). `carry`, when given: a first step to start from (> 0) instead
 // of choosing one, and on return the step the controller proposes next (the
 // adjoint's backward solves, one per interval, continue with it).
-std::vector<State> solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t,
-                                  const std::vector<double>& host_t, size_t normed, const OdeOptions& o, OdeStats& st,
-                                  double* carry) {
+Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, const std::vector<double>& host_t,
+                          size_t normed, const OdeOptions& o, OdeStats& st, double* carry) {
   const Tableau& tb = tableau(o.method);
   const double* ew = o.method == Method::Tsit5 ? kTsit5Error : kDopriError;
   const int64_t n = t.size(0);
-  std::vector<State> out{y0};
+  Trajectory out;
+  out.row(y0);
   if (n == 1) return out;
   const double t0 = host_t[0], tend = host_t[size_t(n - 1)];
   const double dir = tend > t0 ? 1.0 : -1.0, span = std::fabs(tend - t0);
   const Tensor tt0 = at(t, 0);
+  // The stages' c as a vector: a step's stage times are tn + c h, two small
+  // kernels per step.
+  const Tensor cvec = tg::tensor(tb.c, {int64_t(tb.c.size())}, TensorOptions().dtype(t.dtype()).device(t.device()));
   State y = y0;
   State k1 = f(tt0, y);
   st.evaluations += 1;
@@ -221,16 +307,18 @@ std::vector<State> solve_adaptive(const Dynamics& f, const State& y0, const Tens
     const Tensor ttn = tt0 + (tn - t0);
     const Tensor hv = hs == remaining ? at(t, n - 1) - ttn
                                       : tg::full({}, dir * hs, TensorOptions().dtype(t.dtype()).device(t.device()));
-    std::vector<State> k = stages(f, tb, ttn, hv, y, &k1);
+    const Tensor stage_t = ttn + cvec * hv;
+    State y5;  // the last stage's input: the 5th-order solution (FSAL)
+    std::vector<State> k = stages(
+        f, tb, [&](size_t s) { return s == 0 ? ttn : at(stage_t, int64_t(s)); }, hv, y, &k1, &y5);
     st.evaluations += int64_t(tb.c.size()) - 1;
-    const State y5 = weighted(y, k, hv, tb.b);
     State err;  // h * sum_j e_j k_j: the 5th-order minus the 4th-order solution
     {
       NoGradGuard ng;
       for (size_t i = 0; i < y.size(); ++i) {
         Tensor e = k[0][i].detach() * (ew[0] * dir * hs);
         for (size_t j = 1; j < 7; ++j)
-          if (ew[j] != 0) e = e + k[j][i].detach() * (ew[j] * dir * hs);
+          if (ew[j] != 0) e = tg::add(e, k[j][i].detach(), ew[j] * dir * hs);
         err.push_back(e);
       }
     }
@@ -239,44 +327,22 @@ std::vector<State> solve_adaptive(const Dynamics& f, const State& y0, const Tens
              "): f returned NaN or infinity there");
     if (en <= 1) {
       const double tnew = hs == remaining ? tend : tn + dir * hs;
-      const State& k7 = k[6];  // f(tn + h, y5): FSAL
-      while (next < n && dir * (host_t[size_t(next)] - tnew) <= 0) {
-        if (host_t[size_t(next)] == tnew) {
-          out.push_back(y5);
-        } else {
-          // theta in (0, 1], from t's own entry (a time gradient flows
-          // through it). Dopri5: its 4th-order continuous extension
-          // (Shampine's coefficients, as in Hairer's DOPRI5); Tsit5: cubic
-          // Hermite on (y, k1) and (y5, k7).
-          const Tensor theta = (at(t, next) - ttn) / hv;
-          State yi;
-          if (o.method == Method::Dopri5) {
-            static const double d[7] = {-12715105075.0 / 11282082432.0,  0,
-                                        87487479700.0 / 32700410799.0,   -10690763975.0 / 1880347072.0,
-                                        701980252875.0 / 199316789632.0, -1453857185.0 / 822651844.0,
-                                        69997945.0 / 29380423.0};
-            const Tensor one_minus = 1.0 - theta;
-            for (size_t i = 0; i < y.size(); ++i) {
-              const Tensor diff = y5[i] - y[i], b = k1[i] * hv - diff, c = diff - k7[i] * hv - b;
-              Tensor e = k[0][i] * d[0];
-              for (size_t j = 2; j < 7; ++j)
-                e = e + k[j][i] * d[j];
-              e = e * hv;
-              yi.push_back(y[i] + theta * (diff + one_minus * (b + theta * (c + one_minus * e))));
-            }
-          } else {
-            const Tensor th2 = theta * theta, th3 = th2 * theta;
-            const Tensor h00 = th3 * 2.0 - th2 * 3.0 + 1.0, h10 = th3 - th2 * 2.0 + theta, h01 = th2 * 3.0 - th3 * 2.0,
-                         h11 = th3 - th2;
-            for (size_t i = 0; i < y.size(); ++i)
-              yi.push_back(y[i] * h00 + k1[i] * (h10 * hv) + y5[i] * h01 + k7[i] * (h11 * hv));
-          }
-          out.push_back(yi);
-        }
+      // The outputs this step reaches: [next, inside) strictly inside it
+      // (interpolated together), then at most one at its end.
+      int64_t inside = next;
+      while (inside < n && dir * (host_t[size_t(inside)] - tnew) < 0)
+        ++inside;
+      if (inside > next) {
+        const Tensor theta = (t.narrow(0, next, inside - next) - ttn) / hv;
+        out.blocks.push_back(dense_block(o.method, theta, hv, y, y5, k));
+      }
+      next = inside;
+      if (next < n && host_t[size_t(next)] == tnew) {
+        out.row(y5);
         ++next;
       }
       y = y5;
-      k1 = k7;
+      k1 = k[6];  // f(tn + h, y5): FSAL
       tn = tnew;
       st.accepted += 1;
     } else {
@@ -289,8 +355,8 @@ std::vector<State> solve_adaptive(const Dynamics& f, const State& y0, const Tens
   return out;
 }
 
-std::vector<State> solve(const Dynamics& f, const State& y0, const Tensor& t, const std::vector<double>& host_t,
-                         size_t normed, const OdeOptions& o, OdeStats& st, double* carry = nullptr) {
+Trajectory solve(const Dynamics& f, const State& y0, const Tensor& t, const std::vector<double>& host_t, size_t normed,
+                 const OdeOptions& o, OdeStats& st, double* carry = nullptr) {
   if (adaptive(o.method)) return solve_adaptive(f, y0, t, host_t, normed, o, st, carry);
   return solve_fixed(f, y0, t, o, &host_t, st);
 }
@@ -378,12 +444,8 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
                         std::shared_ptr<Problem> p) {
     OdeStats st;
     Dynamics dyn = [&](const Tensor& tt, const State& y) { return State{call_checked(p->f, tt, y[0])}; };
-    std::vector<State> ys = solve(dyn, {y0}, t, p->host_t, 1, p->options, st);
+    Tensor out = solve(dyn, {y0}, t, p->host_t, 1, p->options, st).joined(0);
     if (p->stats) *p->stats = st;
-    std::vector<Tensor> rows;
-    for (auto& s : ys)
-      rows.push_back(s[0]);
-    Tensor out = tg::stack(rows, 0);
     // The parameters too: changed in place before backward, they are
     // reported stale (the backward solve would read the new values).
     autograd::variable_list keep{out, t};
@@ -438,9 +500,7 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
       // Backwards over [t_i, t_{i-1}] from the checkpoint y(t_i).
       s[0] = ys.select(0, i);
       const Tensor span = tg::stack({at(t, i), at(t, i - 1)}, 0);
-      std::vector<State> r =
-          solve(aug, s, span, {p->host_t[size_t(i)], p->host_t[size_t(i - 1)]}, 2, p->options, st, &carry);
-      s = r.back();
+      s = solve(aug, s, span, {p->host_t[size_t(i)], p->host_t[size_t(i - 1)]}, 2, p->options, st, &carry).last();
       if (i == 1) a_before_y0 = s[1];
       s[1] = s[1] + g.select(0, i - 1);
     }
@@ -481,12 +541,9 @@ Tensor odeint(const OdeFunction& f, const Tensor& y0, const Tensor& t, const Ode
   }
   OdeStats st;
   Dynamics dyn = [&](const Tensor& tt, const State& y) { return State{call_checked(f, tt, y[0])}; };
-  std::vector<State> ys = solve(dyn, {y0}, tt, ht, 1, options, st);
+  Tensor out = solve(dyn, {y0}, tt, ht, 1, options, st).joined(0);
   if (stats) *stats = st;
-  std::vector<Tensor> rows;
-  for (auto& s : ys)
-    rows.push_back(s[0]);
-  return tg::stack(rows, 0);
+  return out;
 }
 
 }  // namespace tg::ode

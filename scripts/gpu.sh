@@ -43,6 +43,9 @@
 #                             "tapegrad jax")
 #   scripts/gpu.sh odeint     the neural ODE benchmark (issue 49): tapegrad, torchdiffeq, JAX's odeint
 #                             and diffrax (bench/peers/odeint_peers.py)
+#   scripts/gpu.sh oprofile   per-kernel GPU time of one odeint call (OPROFILE, default "rk4 rk4-grad
+#                             dopri5": one replay of the graphed rk4 solve / its gradient over 2 outputs,
+#                             one eager dopri5 solve)
 #   scripts/gpu.sh hessian    the Hessian benchmark side by side with LibTorch,
 #                             PyTorch eager, torch.func and JAX (needs peers built)
 # Logs go to $OUT (or ./gpu-logs). Several steps may be given in order.
@@ -127,6 +130,11 @@ for step in "$@"; do
       done ;;
     odeint)
       python3 bench/peers/odeint_peers.py --build "$B" 2>&1 | tee "$OUT/odeint_peers.txt" ;;
+    oprofile)
+      for w in ${OPROFILE:-rk4 rk4-grad dopri5}; do
+        times=50; case $w in rk4*) times=2 ;; esac  # rk4: one interval of 21 steps
+        ncu_kernels ncu_ode_$w "== tapegrad $w" ${OPROFILE_ROWS:-30} 1 $B/bench/odeint_bench --times $times --profile $w || rc=1
+      done ;;
     uprofile)
       for g in ${UPROFILE_GRIDS:-64 128}; do
         for who in ${UPROFILE_WHO:-tapegrad jax}; do

@@ -49,6 +49,45 @@ TEST(Ode, EveryMethodSolvesTheExponential) {
   }
 }
 
+// Loose tolerances and many output times: several outputs fall inside one
+// step and are interpolated together. Their values against the closed form,
+// and the gradient in the interior times (which do not move the steps, so
+// that central differences see the interpolant alone) against differences.
+TEST(Ode, SeveralOutputsInsideOneAdaptiveStep) {
+  const double k = 0.7;
+  Tensor y0 = tg::tensor({1.0, -0.5}).to(tg::kFloat64);
+  Tensor t0 = tg::linspace(0, 2, 41, f64);
+  Tensor w = tg::linspace(-1, 1, 82, f64).view({41, 2});
+  auto f = [&](const Tensor&, const Tensor& y) { return y * -k; };
+  for (auto m : {ode::Method::Dopri5, ode::Method::Tsit5}) {
+    ode::OdeOptions o;
+    o.method = m;
+    o.rtol = 1e-7;
+    o.atol = 1e-9;
+    ode::OdeStats st;
+    Tensor t = t0.clone().requires_grad_();
+    Tensor y = ode::odeint(f, y0, t, o, &st);
+    ASSERT_LT(st.accepted, 20) << int(m) << ": fewer steps than outputs, so that steps hold several";
+    Tensor exact = tg::exp(t0.view({41, 1}) * -k) * y0.view({1, 2});
+    EXPECT_LT(max_abs(y.detach() - exact), m == ode::Method::Dopri5 ? 1e-6 : 1e-5) << int(m);
+    Tensor g = ag::grad({tg::sum(y * w)}, {t})[0];
+    const double eps = 1e-6;
+    for (int64_t i : {1, 7, 20, 33, 39}) {
+      Tensor p = t0.clone(), q = t0.clone();
+      p.select(0, i).add_(eps);
+      q.select(0, i).sub_(eps);
+      ag::NoGradGuard ng;
+      const double fd = (tg::sum(ode::odeint(f, y0, p, o) * w).item<double>() -
+                         tg::sum(ode::odeint(f, y0, q, o) * w).item<double>()) /
+                        (2 * eps);
+      EXPECT_NEAR(g.select(0, i).item<double>(), fd, 1e-7) << int(m) << " t[" << i << "]";
+      // ... and near the exact solution's derivative, -k y(t_i) . w_i
+      const double exact_d = tg::sum(exact.select(0, i) * w.select(0, i)).item<double>() * -k;
+      EXPECT_NEAR(g.select(0, i).item<double>(), exact_d, 1e-4) << int(m) << " t[" << i << "]";
+    }
+  }
+}
+
 TEST(Ode, FixedStepMethodsConvergeAtTheirOrders) {
   auto f = [](const Tensor&, const Tensor& y) { return -y; };
   Tensor y0 = tg::ones({1}, f64), t = times({0.0, 1.0});

@@ -1,0 +1,110 @@
+// The neural ODE benchmark of issue 49 (docs/PERFORMANCE.md "odeint"): f an
+// MLP 2 -> 64 -> 64 -> 2 (tanh), 256 initial states, outputs at 50 times in
+// [0, 10], float32; the forward solve and the gradient of mean(y^2) over
+// every output in f's parameters and y0:
+//   rk4     21 equal steps between outputs (1029 steps: at least the
+//           peers' 1000), by backpropagation; eager, and graphed on CUDA
+//           (the whole solve and gradient replayed as one CUDA graph)
+//   dopri5  rtol 1e-5, atol 1e-6; gradient by backpropagation and by the
+//           adjoint; eager (it reads its error estimates on the host)
+//   tsit5   as dopri5
+// bench/peers/odeint_peers.py runs torchdiffeq, JAX's odeint and diffrax on
+// the same problem.
+//
+//   odeint_bench [--batch 256] [--times 50] [--steps 5] [--repeats 3] [--device cuda|cpu] [--json]
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <tapegrad/tapegrad.h>
+
+#include "step_timing.h"
+
+using tg::Tensor;
+namespace ode = tg::ode;
+
+int main(int argc, char** argv) {
+  int64_t batch = 256, times = 50, per_interval = 21;
+  int steps = 5, repeats = 3;
+  std::string device = "cuda";
+  bool json = false;
+  CLI::App app{"Neural ODE solves and gradients (issue 49's benchmark)"};
+  app.add_option("--batch", batch, "initial states");
+  app.add_option("--times", times, "output times in [0, 10]");
+  app.add_option("--per-interval", per_interval, "rk4: steps between consecutive outputs");
+  app.add_option("--steps", steps, "calls per timing");
+  app.add_option("--repeats", repeats, "timings (the median is reported)");
+  app.add_option("--device", device, "cuda or cpu");
+  app.add_flag("--json", json, "print JSON");
+  CLI11_PARSE(app, argc, argv);
+  const bool gpu = device == "cuda" && tg::cuda::is_available();
+  const tg::Device dev = gpu ? tg::Device(tg::kCUDA, 0) : tg::Device(tg::kCPU);
+  const auto f32 = tg::TensorOptions().device(dev);
+  tg::manual_seed(0);
+  auto mlp = tg::nn::MLP({2, 64, 64, 2}, "tanh", f32);
+  std::vector<Tensor> params = mlp->parameters();
+  Tensor y0 = tg::randn({batch, 2}, f32).requires_grad_();
+  Tensor t = tg::linspace(0, 10, times, f32);
+  auto f = [&](const Tensor&, const Tensor& y) { return mlp->forward(y); };
+  std::vector<Tensor> wrt = params;
+  wrt.push_back(y0);
+
+  nlohmann::json rows = nlohmann::json::array();
+  auto row = [&](const std::string& name, ode::OdeOptions o) {
+    o.params = params;
+    ode::OdeStats st;
+    auto forward = [&] {
+      tg::autograd::NoGradGuard ng;
+      return ode::odeint(f, y0, t, o, &st);
+    };
+    auto gradient = [&] {
+      Tensor ys = ode::odeint(f, y0, t, o);
+      return tg::autograd::grad({tg::mean(ys * ys)}, wrt);
+    };
+    nlohmann::json r = {{"solver", name}};
+    r["forward_ms"] = tgbench::ms_per_step(steps, repeats, dev, [&] { forward(); });
+    r["evaluations"] = st.evaluations;
+    r["gradient_ms"] = tgbench::ms_per_step(steps, repeats, dev, [&] { gradient(); });
+    if (gpu && o.method == ode::Method::RK4) {  // fixed steps: the solve and its gradient as one CUDA graph
+      tg::cuda::CUDAGraph gf, gg;
+      tgbench::capture_after_warmup(gf, forward, [] {});
+      r["forward_graphed_ms"] = tgbench::ms_per_step(steps, repeats, dev, [&] { gf.replay(); });
+      tgbench::capture_after_warmup(gg, gradient, [] {});
+      r["gradient_graphed_ms"] = tgbench::ms_per_step(steps, repeats, dev, [&] { gg.replay(); });
+    }
+    rows.push_back(r);
+  };
+  ode::OdeOptions rk4;
+  rk4.method = ode::Method::RK4;
+  rk4.steps_per_interval = per_interval;
+  row("rk4", rk4);
+  for (auto m : {ode::Method::Dopri5, ode::Method::Tsit5}) {
+    ode::OdeOptions o;
+    o.method = m;
+    o.rtol = 1e-5;
+    o.atol = 1e-6;
+    const std::string name = m == ode::Method::Dopri5 ? "dopri5" : "tsit5";
+    row(name, o);
+    o.gradient = ode::Gradient::Adjoint;
+    row(name + " adjoint", o);
+  }
+  if (json) {
+    std::cout << nlohmann::json{{"device", gpu ? "cuda" : "cpu"}, {"batch", batch}, {"rows", rows}}.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("neural ODE (MLP 2-64-64-2 tanh, %lld states, %lld outputs in [0, 10], float32, %s)\n", (long long)batch,
+              (long long)times, gpu ? "cuda" : "cpu");
+  for (const auto& r : rows) {
+    std::printf("  %-16s forward %9.3f ms  gradient %9.3f ms  (%lld evaluations)",
+                r["solver"].get<std::string>().c_str(), r["forward_ms"].get<double>(), r["gradient_ms"].get<double>(),
+                (long long)r["evaluations"].get<int64_t>());
+    if (r.contains("forward_graphed_ms"))
+      std::printf("  graphed %9.3f / %9.3f ms", r["forward_graphed_ms"].get<double>(),
+                  r["gradient_graphed_ms"].get<double>());
+    std::printf("\n");
+  }
+  return 0;
+}

@@ -1,0 +1,125 @@
+// The losses and the functional forms of the layers (docs/NN.md "Losses"),
+// tg::nn::functional as torch.nn.functional: every one is a formula of
+// differentiable ops, so its gradients (and theirs, to any order) follow.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include <tapegrad/tensor/grid.h>
+#include <tapegrad/tensor/tensor.h>
+
+namespace tg::nn {
+
+/// How a loss reduces its per-element values: none (the values, input's
+/// shape), their mean, or their sum; kBatchMean (kl_div only) divides the
+/// sum by the batch size (input.size(0)).
+enum class Reduction { kNone, kMean, kSum, kBatchMean };
+
+namespace functional {
+
+/// @name Losses (input first, then target; shapes must match unless said)
+///@{
+/// (input - target)^2, reduced.
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
+/// |input - target|, reduced.
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
+/// 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target); beta = 0 is l1_loss.
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean,
+                      double beta = 1.0);
+/// 0.5 d^2 where |d| <= delta, else delta (|d| - 0.5 delta).
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean,
+                  double delta = 1.0);
+/// Negative log-likelihood of log-probabilities input [N, C] (or [C], or
+/// [N, C, d...]) at class indices target (Int64 [N] / [] / [N, d...]):
+/// -weight[t] input[n, t]; kMean divides by the summed weights of the
+/// counted targets; targets equal to ignore_index count nothing.
+Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                Reduction reduction = Reduction::kMean, int64_t ignore_index = -100);
+/// nll_loss(log_softmax(input, 1), target) for class-index targets (Int64),
+/// or -sum(target * log_softmax(input, 1)) over classes for class
+/// probabilities (floating target of input's shape). label_smoothing eps
+/// mixes the target with the uniform distribution: (1 - eps) target + eps / C.
+Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                     Reduction reduction = Reduction::kMean, int64_t ignore_index = -100, double label_smoothing = 0.0);
+/// -(target log(input) + (1 - target) log(1 - input)), the logs clamped at
+/// -100 (as PyTorch). Every input element must be in [0, 1] (an error
+/// otherwise, read on the host: one sync on a GPU; under CUDA graph capture
+/// the loss is NaN where input is out of range instead); weight must
+/// broadcast to input's shape without changing it.
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                            Reduction reduction = Reduction::kMean);
+/// binary_cross_entropy(sigmoid(input), target) computed stably from logits;
+/// pos_weight multiplies the positive term; weight and pos_weight must
+/// broadcast to input's shape without changing it (pos_weight [C] for input [N, C]).
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                                        Reduction reduction = Reduction::kMean, const Tensor& pos_weight = {});
+/// target (log(target) - input) for log-probabilities input; log_target:
+/// target holds log-probabilities too. kBatchMean is the mathematically
+/// right reduction (PyTorch's kMean divides by the element count).
+Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean,
+              bool log_target = false);
+///@}
+
+/// @name Layers and activations
+///@{
+/// Rows of weight [num, dim...] at Int64 indices `input` (any shape):
+/// [input..., dim...], as tg::embedding, with PyTorch's options.
+/// padding_idx (in [-num, num), negative wraps): lookups of that row read it
+/// but pass no gradient to weight. max_norm: first, in place under no-grad,
+/// every row that input looks up whose norm_type-norm exceeds max_norm is
+/// scaled by max_norm / (norm + 1e-7) (weight changes, as PyTorch's; this
+/// costs a pass over the whole table per call).
+Tensor embedding(const Tensor& input, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt,
+                 std::optional<double> max_norm = std::nullopt, double norm_type = 2.0, bool sparse = false);
+/// x where x > 0, else negative_slope x.
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+/// x where x > 0, else alpha (e^x - 1).
+Tensor elu(const Tensor& x, double alpha = 1.0);
+/// x - tanh(x).
+Tensor tanhshrink(const Tensor& x);
+/// Normalizes over the last dims (normalized_shape: their sizes) with the
+/// biased variance: (x - mean) / sqrt(var + eps) * weight + bias (both optional).
+Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
+/// In training, each element zeroed with probability p and the rest scaled by
+/// 1 / (1 - p) (the mask from the global generator: manual_seed makes it
+/// reproducible); x itself otherwise.
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
+///@}
+
+/// @name Grid ops (<tapegrad/tensor/grid.h>: convolutions, pooling, padding,
+/// resampling, normalizations), as torch.nn.functional's
+///@{
+using tg::adaptive_avg_pool1d;
+using tg::adaptive_avg_pool2d;
+using tg::adaptive_avg_pool3d;
+using tg::avg_pool1d;
+using tg::avg_pool2d;
+using tg::avg_pool3d;
+using tg::batch_norm;
+using tg::conv1d;
+using tg::conv2d;
+using tg::conv3d;
+using tg::conv_transpose1d;
+using tg::conv_transpose2d;
+using tg::conv_transpose3d;
+using tg::convolution;
+using tg::fold;
+using tg::group_norm;
+using tg::instance_norm;
+using tg::interpolate;
+using tg::max_pool1d;
+using tg::max_pool1d_with_indices;
+using tg::max_pool2d;
+using tg::max_pool2d_with_indices;
+using tg::max_pool3d;
+using tg::max_pool3d_with_indices;
+using tg::pad;
+using tg::pixel_shuffle;
+using tg::pixel_unshuffle;
+using tg::unfold;
+///@}
+
+}  // namespace functional
+}  // namespace tg::nn

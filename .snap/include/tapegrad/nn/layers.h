@@ -1,0 +1,214 @@
+// More layers (docs/NN.md): containers (ModuleList, ModuleDict), Identity,
+// Dropout, LayerNorm, Embedding, FourierFeatures, and the losses as modules.
+// Named as LibTorch's; their parameters and buffers are in state_dict() and
+// so in nn::save / nn::load.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <tapegrad/nn/functional.h>
+#include <tapegrad/nn/module.h>
+
+namespace tg::nn {
+
+/// Modules in a list, registered as "0", "1", ... (no forward of its own).
+class ModuleList : public Module {
+ public:
+  ModuleList();
+  /// The modules, in order.
+  explicit ModuleList(std::vector<std::shared_ptr<Module>> modules);
+  /// Appends a module.
+  void push_back(std::shared_ptr<Module> m);
+  /// How many modules it holds.
+  size_t size() const { return modules_.size(); }
+  /// The i-th module (an error past the end).
+  const std::shared_ptr<Module>& operator[](size_t i) const;
+  /// Iteration over the modules.
+  std::vector<std::shared_ptr<Module>>::const_iterator begin() const { return modules_.begin(); }
+  /// The end of the iteration.
+  std::vector<std::shared_ptr<Module>>::const_iterator end() const { return modules_.end(); }
+
+ private:
+  std::vector<std::shared_ptr<Module>> modules_;
+};
+
+/// Modules by name, in insertion order (no forward of its own).
+class ModuleDict : public Module {
+ public:
+  ModuleDict();
+  /// Adds a module under `key` (an error if the key is taken).
+  void insert(const std::string& key, std::shared_ptr<Module> m);
+  /// The module under `key` (an error listing the keys otherwise).
+  const std::shared_ptr<Module>& operator[](const std::string& key) const;
+  /// Whether `key` is present.
+  bool contains(const std::string& key) const { return index_.count(key) > 0; }
+  /// The keys in insertion order.
+  std::vector<std::string> keys() const;
+  /// How many modules it holds.
+  size_t size() const { return items_.size(); }
+
+ private:
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> items_;
+  std::map<std::string, size_t> index_;
+};
+
+/// Returns its input.
+class Identity : public Module {
+ public:
+  Identity();
+  Tensor forward(const Tensor& x) override;  ///< x
+};
+
+/// functional::dropout with the module's training mode (train()/eval()).
+class Dropout : public Module {
+ public:
+  /// p: the probability of zeroing an element.
+  explicit Dropout(double p = 0.5);
+  Tensor forward(const Tensor& x) override;  ///< dropout(x, p, is_training())
+  std::string extra_repr() const override;   ///< "Dropout(p=..)"
+
+ private:
+  double p_;
+};
+
+/// Normalizes over the last dims; weight (ones) and bias (zeros) of
+/// normalized_shape when elementwise_affine.
+class LayerNorm : public Module {
+ public:
+  /// The layer over trailing dims of sizes `normalized_shape`.
+  LayerNorm(IntList normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
+            TensorOptions options = TensorOptions());
+  Tensor forward(const Tensor& x) override;  ///< layer_norm(x, normalized_shape, weight, bias, eps)
+  std::string extra_repr() const override;   ///< "LayerNorm([..], eps=.., elementwise_affine=..)"
+  Tensor weight;                             ///< normalized_shape, undefined without affine
+  Tensor bias;                               ///< normalized_shape, undefined without affine
+
+ private:
+  IntList shape_;
+  double eps_;
+};
+
+/// A lookup table: rows of weight [num_embeddings, embedding_dim] (N(0, 1),
+/// as LibTorch's) at Int64 indices of any shape; the options are PyTorch's
+/// (functional::embedding).
+class Embedding : public Module {
+ public:
+  /// The table; sparse: weight's gradient is a sparse COO tensor.
+  /// padding_idx (negative wraps): that row starts at zero and gets no
+  /// gradient. max_norm: looked-up rows longer than it (in the norm_type
+  /// norm) are scaled down to it in place before each lookup.
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, bool sparse = false, TensorOptions options = TensorOptions(),
+            std::optional<int64_t> padding_idx = std::nullopt, std::optional<double> max_norm = std::nullopt,
+            double norm_type = 2.0);
+  Tensor forward(const Tensor& indices) override;  ///< functional::embedding(indices, weight, ...)
+  std::string extra_repr() const override;         ///< "Embedding(num, dim[, padding_idx=..][, max_norm=..])"
+  /// The padding row (wrapped into [0, num_embeddings)), if any.
+  std::optional<int64_t> padding_idx() const { return padding_idx_; }
+  Tensor weight;  ///< [num_embeddings, embedding_dim]
+
+ private:
+  bool sparse_;
+  std::optional<int64_t> padding_idx_;
+  std::optional<double> max_norm_;
+  double norm_type_;
+};
+
+/// Random Fourier features (Tancik et al.): x [..., in] maps to
+/// [sin(2 pi x B), cos(2 pi x B)] [..., 2 m] with B [in, m] drawn from
+/// N(0, sigma^2) (the global generator); B is a parameter when trainable,
+/// else a buffer. The usual first layer of a PINN for high frequencies.
+class FourierFeatures : public Module {
+ public:
+  /// in_features inputs, num_features frequencies (2 num_features outputs).
+  FourierFeatures(int64_t in_features, int64_t num_features, double sigma = 1.0, bool trainable = false,
+                  TensorOptions options = TensorOptions());
+  Tensor forward(const Tensor& x) override;  ///< cat(sin(2 pi x B), cos(2 pi x B))
+  std::string extra_repr() const override;   ///< "FourierFeatures(in_features=.., num_features=.., ...)"
+  Tensor B;                                  ///< [in_features, num_features]
+
+ private:
+  double sigma_;
+  bool trainable_;
+};
+
+/// The base of the losses as modules: forward(input, target).
+class Loss : public Module {
+ public:
+  /// `name` is its type name.
+  Loss(std::string name, Reduction reduction);
+  /// The loss of input against target.
+  virtual Tensor forward(const Tensor& input, const Tensor& target) = 0;
+  /// forward(input, target).
+  Tensor operator()(const Tensor& input, const Tensor& target) { return forward(input, target); }
+  using Module::forward;
+
+ protected:
+  Reduction reduction_;  ///< how the per-element losses are reduced
+};
+
+/// functional::mse_loss.
+struct MSELoss : Loss {
+  explicit MSELoss(Reduction reduction = Reduction::kMean);  ///< the module
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+};
+/// functional::l1_loss.
+struct L1Loss : Loss {
+  explicit L1Loss(Reduction reduction = Reduction::kMean);  ///< the module
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+};
+/// functional::smooth_l1_loss.
+struct SmoothL1Loss : Loss {
+  explicit SmoothL1Loss(Reduction reduction = Reduction::kMean, double beta = 1.0);  ///< the module
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  double beta;  ///< where the quadratic part ends
+};
+/// functional::huber_loss.
+struct HuberLoss : Loss {
+  explicit HuberLoss(Reduction reduction = Reduction::kMean, double delta = 1.0);  ///< the module
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  double delta;  ///< where the quadratic part ends
+};
+/// functional::cross_entropy; the class weights (if any) are a buffer.
+struct CrossEntropyLoss : Loss {
+  explicit CrossEntropyLoss(Tensor weight = {}, Reduction reduction = Reduction::kMean, int64_t ignore_index = -100,
+                            double label_smoothing = 0.0);  ///< the module
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  Tensor weight;           ///< per-class weights, or undefined
+  int64_t ignore_index;    ///< targets that count nothing
+  double label_smoothing;  ///< mixed-in uniform share
+};
+/// functional::nll_loss.
+struct NLLLoss : Loss {
+  explicit NLLLoss(Tensor weight = {}, Reduction reduction = Reduction::kMean,
+                   int64_t ignore_index = -100);  ///< the module
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  Tensor weight;         ///< per-class weights, or undefined
+  int64_t ignore_index;  ///< targets that count nothing
+};
+/// functional::binary_cross_entropy.
+struct BCELoss : Loss {
+  explicit BCELoss(Tensor weight = {}, Reduction reduction = Reduction::kMean);  ///< the module
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  Tensor weight;  ///< per-element weights, or undefined
+};
+/// functional::binary_cross_entropy_with_logits.
+struct BCEWithLogitsLoss : Loss {
+  explicit BCEWithLogitsLoss(Tensor weight = {}, Reduction reduction = Reduction::kMean,
+                             Tensor pos_weight = {});  ///< the module
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  Tensor weight;      ///< per-element weights, or undefined
+  Tensor pos_weight;  ///< weights of the positive term, or undefined
+};
+/// functional::kl_div.
+struct KLDivLoss : Loss {
+  explicit KLDivLoss(Reduction reduction = Reduction::kMean, bool log_target = false);  ///< the module
+  Tensor forward(const Tensor& input, const Tensor& target) override;
+  bool log_target;  ///< target holds log-probabilities
+};
+
+}  // namespace tg::nn

@@ -1,0 +1,96 @@
+#include <tapegrad/nn/modules.h>
+
+#include <tapegrad/nn/functional.h>
+
+#include <cmath>
+
+#include <tapegrad/autograd/grad_mode.h>
+#include <tapegrad/tensor/error.h>
+#include <tapegrad/tensor/ops.h>
+
+namespace tg::nn {
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool has_bias, TensorOptions options) : Module("Linear") {
+  TG_CHECK(in_features > 0 && out_features > 0, "Linear: in_features and out_features must be positive, got ",
+           in_features, " and ", out_features);
+  // U(-1/sqrt(in), 1/sqrt(in)) for both, as LibTorch's reset_parameters.
+  const double bound = 1.0 / std::sqrt(double(in_features));
+  auto uniform = [&](const IntList& sizes) {
+    autograd::NoGradGuard no_grad;
+    return tg::rand(sizes, options) * (2 * bound) - bound;
+  };
+  weight = register_parameter("weight", uniform({out_features, in_features}));
+  if (has_bias) bias = register_parameter("bias", uniform({out_features}));
+}
+
+Tensor Linear::forward(const Tensor& x) { return tg::linear(x, weight, bias); }
+
+std::string Linear::extra_repr() const {
+  return "Linear(in_features=" + std::to_string(weight.size(1)) + ", out_features=" + std::to_string(weight.size(0)) +
+         ", bias=" + (bias.defined() ? "true" : "false") + ")";
+}
+
+Sequential::Sequential() : Module("Sequential") {}
+
+Sequential::Sequential(std::vector<std::shared_ptr<Module>> modules) : Sequential() {
+  for (auto& m : modules)
+    push_back(std::move(m));
+}
+
+void Sequential::push_back(std::shared_ptr<Module> m) {
+  register_module(std::to_string(modules_.size()), m);
+  modules_.push_back(std::move(m));
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (auto& m : modules_)
+    h = m->forward(h);
+  return h;
+}
+
+Activation::Activation(std::string name, std::function<Tensor(const Tensor&)> fn)
+    : Module(std::move(name)), fn_(std::move(fn)) {}
+Tensor Activation::forward(const Tensor& x) { return fn_(x); }
+
+Tanh::Tanh() : Activation("Tanh", [](const Tensor& x) { return tg::tanh(x); }) {}
+SiLU::SiLU() : Activation("SiLU", [](const Tensor& x) { return tg::silu(x); }) {}
+ReLU::ReLU() : Activation("ReLU", [](const Tensor& x) { return tg::relu(x); }) {}
+GELU::GELU(bool tanh_approximation)
+    : Activation("GELU",
+                 [tanh_approximation](const Tensor& x) { return tg::gelu(x, tanh_approximation ? "tanh" : "none"); }) {}
+Softplus::Softplus(double beta, double threshold)
+    : Activation("Softplus", [beta, threshold](const Tensor& x) { return tg::softplus(x, beta, threshold); }) {}
+Sigmoid::Sigmoid() : Activation("Sigmoid", [](const Tensor& x) { return tg::sigmoid(x); }) {}
+LeakyReLU::LeakyReLU(double slope)
+    : Activation("LeakyReLU", [slope](const Tensor& x) { return functional::leaky_relu(x, slope); }) {}
+ELU::ELU(double alpha) : Activation("ELU", [alpha](const Tensor& x) { return functional::elu(x, alpha); }) {}
+Tanhshrink::Tanhshrink() : Activation("Tanhshrink", [](const Tensor& x) { return functional::tanhshrink(x); }) {}
+
+std::shared_ptr<Module> make_activation(const std::string& name) {
+  if (name == "tanh") return std::make_shared<Tanh>();
+  if (name == "silu") return std::make_shared<SiLU>();
+  if (name == "relu") return std::make_shared<ReLU>();
+  if (name == "gelu") return std::make_shared<GELU>();
+  if (name == "softplus") return std::make_shared<Softplus>();
+  if (name == "sigmoid") return std::make_shared<Sigmoid>();
+  if (name == "leaky_relu") return std::make_shared<LeakyReLU>();
+  if (name == "elu") return std::make_shared<ELU>();
+  if (name == "tanhshrink") return std::make_shared<Tanhshrink>();
+  TG_ERROR("make_activation: unknown activation '", name,
+           "'; expected tanh, silu, relu, gelu, softplus, sigmoid, leaky_relu, elu or tanhshrink");
+}
+
+std::shared_ptr<Sequential> MLP(const std::vector<int64_t>& sizes, const std::string& activation,
+                                TensorOptions options) {
+  TG_CHECK(sizes.size() >= 2, "MLP: give at least the input and output sizes, got ", sizes.size(), " sizes");
+  make_activation(activation);  // a bad name fails before any layer is made
+  auto seq = std::make_shared<Sequential>();
+  for (size_t i = 0; i + 1 < sizes.size(); ++i) {
+    seq->push_back(std::make_shared<Linear>(sizes[i], sizes[i + 1], true, options));
+    if (i + 2 < sizes.size()) seq->push_back(make_activation(activation));
+  }
+  return seq;
+}
+
+}  // namespace tg::nn

@@ -1,0 +1,492 @@
+// tg::ode::odeint (include/tapegrad/ode/odeint.h): explicit Runge-Kutta
+// steps over a state that is a list of tensors (the user's y, or the
+// adjoint's augmented [y, a, dL/dparams...]), fixed-step or Dormand-Prince
+// 5(4) or Tsitouras 5(4) with an error-per-step controller and dense output
+// (Dopri5's own 4th-order extension; cubic Hermite for Tsit5);
+// Backprop records the steps, Adjoint is a custom Function whose backward
+// solves the augmented system between the forward solution's checkpoints.
+#include <tapegrad/ode/odeint.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include <tapegrad/autograd/engine.h>
+#include <tapegrad/autograd/function.h>
+#include <tapegrad/autograd/grad_mode.h>
+#include <tapegrad/cuda/capture.h>
+#include <tapegrad/tensor/error.h>
+#include <tapegrad/tensor/ops.h>
+
+namespace tg::ode {
+namespace {
+
+using autograd::EnableGradGuard;
+using autograd::NoGradGuard;
+using State = std::vector<Tensor>;
+// The state's derivative at time t (a 0-d tensor).
+using Dynamics = std::function<State(const Tensor& t, const State& y)>;
+
+// ---- Butcher tableaus ----
+struct Tableau {
+  std::vector<double> c;               // stage times
+  std::vector<std::vector<double>> a;  // a[s][j], j < s
+  std::vector<double> b;               // the solution's weights
+};
+const Tableau& tableau(Method m) {
+  static const Tableau euler{{0}, {{}}, {1}};
+  static const Tableau midpoint{{0, 0.5}, {{}, {0.5}}, {0, 1}};
+  static const Tableau rk4{{0, 0.5, 0.5, 1}, {{}, {0.5}, {0, 0.5}, {0, 0, 1}}, {1. / 6, 1. / 3, 1. / 3, 1. / 6}};
+  // Dormand-Prince 5(4): the 5th-order solution's weights are row 7 (FSAL).
+  static const Tableau dopri5{{0, 1. / 5, 3. / 10, 4. / 5, 8. / 9, 1, 1},
+                              {{},
+                               {1. / 5},
+                               {3. / 40, 9. / 40},
+                               {44. / 45, -56. / 15, 32. / 9},
+                               {19372. / 6561, -25360. / 2187, 64448. / 6561, -212. / 729},
+                               {9017. / 3168, -355. / 33, 46732. / 5247, 49. / 176, -5103. / 18656},
+                               {35. / 384, 0, 500. / 1113, 125. / 192, -2187. / 6784, 11. / 84}},
+                              {35. / 384, 0, 500. / 1113, 125. / 192, -2187. / 6784, 11. / 84, 0}};
+  // Tsitouras 5(4) (Computers & Mathematics with Applications 62, 2011),
+  // also FSAL: its 5th-order weights are row 7.
+  static const Tableau tsit5{
+      {0, 0.161, 0.327, 0.9, 0.9800255409045097, 1, 1},
+      {{},
+       {0.161},
+       {-0.008480655492356989, 0.335480655492357},
+       {2.8971530571054935, -6.359448489975075, 4.3622954328695815},
+       {5.325864828439257, -11.748883564062828, 7.4955393428898365, -0.09249506636175525},
+       {5.86145544294642, -12.92096931784711, 8.159367898576159, -0.071584973281401, -0.028269050394068383},
+       {0.09646076681806523, 0.01, 0.4798896504144996, 1.379008574103742, -3.290069515436081, 2.324710524099774}},
+      {0.09646076681806523, 0.01, 0.4798896504144996, 1.379008574103742, -3.290069515436081, 2.324710524099774, 0}};
+  switch (m) {
+    case Method::Tsit5: return tsit5;
+    case Method::Euler: return euler;
+    case Method::Midpoint: return midpoint;
+    case Method::RK4: return rk4;
+    case Method::Dopri5: return dopri5;
+  }
+  return rk4;
+}
+// The adaptive methods' error weights: the 5th-order solution's minus the
+// embedded 4th-order one's.
+const double kDopriError[7] = {71. / 57600, 0, -71. / 16695, 71. / 1920, -17253. / 339200, 22. / 525, -1. / 40};
+const double kTsit5Error[7] = {-0.00178001105222577714,
+                               -0.0008164344596567469,
+                               0.007880878010261995,
+                               -0.1447110071732629,
+                               0.5823571654525552,
+                               -0.45808210592918697,
+                               1.0 / 66};
+bool adaptive(Method m) { return m == Method::Dopri5 || m == Method::Tsit5; }
+
+// y + h * sum_j b_j k_j over every component; zero weights add nothing
+// (dopri5's second and seventh, RK4's skipped stages).
+State weighted(const State& y, const std::vector<State>& k, const Tensor& h, const std::vector<double>& b) {
+  State out = y;
+  for (size_t j = 0; j < b.size() && j < k.size(); ++j) {
+    if (b[j] == 0) continue;
+    const Tensor w = h * b[j];
+    for (size_t i = 0; i < y.size(); ++i)
+      out[i] = out[i] + k[j][i] * w;
+  }
+  return out;
+}
+
+// One explicit Runge-Kutta step of size h (a 0-d tensor) from (tn, y); `k0`
+// is f(tn, y) when already known. Returns the stages (k[0..S-1]).
+std::vector<State> stages(const Dynamics& f, const Tableau& tb, const Tensor& tn, const Tensor& h, const State& y,
+                          const State* k0) {
+  std::vector<State> k;
+  k.push_back(k0 ? *k0 : f(tn, y));
+  for (size_t s = 1; s < tb.c.size(); ++s)
+    k.push_back(f(tn + h * tb.c[s], weighted(y, k, h, tb.a[s])));
+  return k;
+}
+
+// The time tensor t's entry i as a 0-d tensor.
+Tensor at(const Tensor& t, int64_t i) { return t.select(0, i); }
+
+// ---- fixed steps ----
+// The solution at every time of t (outputs[i] the state at t[i]).
+std::vector<State> solve_fixed(const Dynamics& f, const State& y0, const Tensor& t, const OdeOptions& o,
+                               const std::vector<double>* host_t, OdeStats& st) {
+  const Tableau& tb = tableau(o.method);
+  std::vector<State> out{y0};
+  State y = y0;
+  for (int64_t i = 1; i < t.size(0); ++i) {
+    int64_t m = o.steps_per_interval;
+    if (o.step_size > 0) {
+      const double span = std::fabs((*host_t)[size_t(i)] - (*host_t)[size_t(i - 1)]);
+      const double steps = std::ceil(span / o.step_size * (1 - 1e-12));
+      TG_CHECK(steps <= 1e12, "odeint: step_size ", o.step_size, " cuts [", (*host_t)[size_t(i - 1)], ", ",
+               (*host_t)[size_t(i)], "] into ", steps, " steps (more than 1e12): use a larger step_size");
+      m = std::max<int64_t>(1, int64_t(steps));
+    }
+    const Tensor t0 = at(t, i - 1), h = (at(t, i) - t0) / double(m);
+    for (int64_t s = 0; s < m; ++s) {
+      const Tensor tn = s == 0 ? t0 : t0 + h * double(s);
+      y = weighted(y, stages(f, tb, tn, h, y, nullptr), h, tb.b);
+      st.accepted += 1;
+      st.evaluations += int64_t(tb.c.size());
+    }
+    out.push_back(y);
+  }
+  return out;
+}
+
+// ---- adaptive steps: Dormand-Prince 5(4), Tsitouras 5(4) ----
+// The RMS over the first `normed` components of v / (atol + rtol * max(|a|, |b|)).
+double error_norm(const State& v, const State& a, const State& b, size_t normed, double rtol, double atol) {
+  NoGradGuard ng;
+  double sum = 0;
+  int64_t n = 0;
+  for (size_t i = 0; i < normed && i < v.size(); ++i) {
+    // Half-precision states: the norm in float32 (atol and rtol underflow in 16 bits).
+    const bool reduced = v[i].dtype() == kFloat16 || v[i].dtype() == kBFloat16;
+    auto wide = [&](const Tensor& x) { return reduced ? x.to(kFloat32) : x; };
+    Tensor scale = tg::maximum(tg::abs(wide(a[i])), tg::abs(wide(b[i]))) * rtol + atol;
+    Tensor r = wide(v[i]) / scale;
+    sum += tg::sum(r * r).to(kFloat64).item<double>();
+    n += v[i].numel();
+  }
+  return n ? std::sqrt(sum / double(n)) : 0.0;
+}
+
+double rms(const State& v, const State& scale_of, size_t normed, double rtol, double atol) {
+  return error_norm(v, scale_of, scale_of, normed, rtol, atol);
+}
+
+// Hairer's starting step (Solving ODEs I, II.4): from the scales of y0, f0
+// and a trial Euler step; signed by `dir`.
+double first_step(const Dynamics& f, const Tensor& t0, const State& y0, const State& f0, double dir, double span,
+                  size_t normed, const OdeOptions& o, OdeStats& st) {
+  NoGradGuard ng;
+  const double d0 = rms(y0, y0, normed, o.rtol, o.atol), d1 = rms(f0, y0, normed, o.rtol, o.atol);
+  TG_CHECK(std::isfinite(d0) && std::isfinite(d1),
+           "odeint: the state or f at the start of an adaptive solve is not finite (f returned NaN or infinity; in "
+           "the adjoint's backward solve, the incoming gradient or f along the way)");
+  double h0 = (d0 < 1e-5 || d1 < 1e-5) ? 1e-6 : 0.01 * d0 / d1;
+  h0 = std::min(h0, span);
+  State y1 = y0;
+  for (size_t i = 0; i < y0.size(); ++i)
+    y1[i] = y0[i] + f0[i] * (dir * h0);
+  State f1 = f(t0 + dir * h0, y1);
+  st.evaluations += 1;
+  State diff = f1;
+  for (size_t i = 0; i < diff.size(); ++i)
+    diff[i] = f1[i] - f0[i];
+  const double d2 = rms(diff, y0, normed, o.rtol, o.atol) / h0;
+  const double dm = std::max(d1, d2);
+  const double h1 = dm <= 1e-15 ? std::max(1e-6, h0 * 1e-3) : std::pow(0.01 / dm, 1.0 / 5);
+  return std::min({100 * h0, h1, span});
+}
+
+// The solution at every time of t by adaptive steps, dense output between
+// accepted steps. `normed`: how many leading components the error norm
+// covers (the adjoint's parameter gradients are left out, as torchdiffeq's
+// seminorm). `carry`, when given: a first step to start from (> 0) instead
+// of choosing one, and on return the step the controller proposes next (the
+// adjoint's backward solves, one per interval, continue with it).
+std::vector<State> solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t,
+                                  const std::vector<double>& host_t, size_t normed, const OdeOptions& o, OdeStats& st,
+                                  double* carry) {
+  const Tableau& tb = tableau(o.method);
+  const double* ew = o.method == Method::Tsit5 ? kTsit5Error : kDopriError;
+  const int64_t n = t.size(0);
+  std::vector<State> out{y0};
+  if (n == 1) return out;
+  const double t0 = host_t[0], tend = host_t[size_t(n - 1)];
+  const double dir = tend > t0 ? 1.0 : -1.0, span = std::fabs(tend - t0);
+  const Tensor tt0 = at(t, 0);
+  State y = y0;
+  State k1 = f(tt0, y);
+  st.evaluations += 1;
+  double h = carry && *carry > 0 ? std::min(*carry, span)
+             : o.first_step > 0  ? std::min(o.first_step, span)
+                                 : first_step(f, tt0, y, k1, dir, span, normed, o, st);
+  double tn = t0;  // host copy of the current time
+  int64_t next = 1;
+  while (next < n) {
+    TG_CHECK(st.accepted + st.rejected < o.max_steps, "odeint: the adaptive solver took ", o.max_steps,
+             " steps (max_steps) and reached t = ", tn, " of ", tend,
+             ": raise max_steps, loosen rtol/atol, or check f for stiffness");
+    const double remaining = std::fabs(tend - tn);
+    const double hs = std::min(h, remaining);
+    TG_CHECK(hs > 0 && tn + dir * hs != tn, "odeint: the adaptive step size underflowed (", hs, ") at t = ", tn,
+             ": f may be stiff or non-finite there");
+    // The last step ends at t's own last entry, so that a gradient reaches
+    // it (and t[0], through ttn); the others are the controller's constants.
+    const Tensor ttn = tt0 + (tn - t0);
+    const Tensor hv = hs == remaining ? at(t, n - 1) - ttn
+                                      : tg::full({}, dir * hs, TensorOptions().dtype(t.dtype()).device(t.device()));
+    std::vector<State> k = stages(f, tb, ttn, hv, y, &k1);
+    st.evaluations += int64_t(tb.c.size()) - 1;
+    const State y5 = weighted(y, k, hv, tb.b);
+    State err;  // h * sum_j e_j k_j: the 5th-order minus the 4th-order solution
+    {
+      NoGradGuard ng;
+      for (size_t i = 0; i < y.size(); ++i) {
+        Tensor e = k[0][i].detach() * (ew[0] * dir * hs);
+        for (size_t j = 1; j < 7; ++j)
+          if (ew[j] != 0) e = e + k[j][i].detach() * (ew[j] * dir * hs);
+        err.push_back(e);
+      }
+    }
+    const double en = error_norm(err, y, y5, normed, o.rtol, o.atol);
+    TG_CHECK(std::isfinite(en), "odeint: the error estimate is not finite at t = ", tn, " (step ", hs,
+             "): f returned NaN or infinity there");
+    if (en <= 1) {
+      const double tnew = hs == remaining ? tend : tn + dir * hs;
+      const State& k7 = k[6];  // f(tn + h, y5): FSAL
+      while (next < n && dir * (host_t[size_t(next)] - tnew) <= 0) {
+        if (host_t[size_t(next)] == tnew) {
+          out.push_back(y5);
+        } else {
+          // theta in (0, 1], from t's own entry (a time gradient flows
+          // through it). Dopri5: its 4th-order continuous extension
+          // (Shampine's coefficients, as in Hairer's DOPRI5); Tsit5: cubic
+          // Hermite on (y, k1) and (y5, k7).
+          const Tensor theta = (at(t, next) - ttn) / hv;
+          State yi;
+          if (o.method == Method::Dopri5) {
+            static const double d[7] = {-12715105075.0 / 11282082432.0,  0,
+                                        87487479700.0 / 32700410799.0,   -10690763975.0 / 1880347072.0,
+                                        701980252875.0 / 199316789632.0, -1453857185.0 / 822651844.0,
+                                        69997945.0 / 29380423.0};
+            const Tensor one_minus = 1.0 - theta;
+            for (size_t i = 0; i < y.size(); ++i) {
+              const Tensor diff = y5[i] - y[i], b = k1[i] * hv - diff, c = diff - k7[i] * hv - b;
+              Tensor e = k[0][i] * d[0];
+              for (size_t j = 2; j < 7; ++j)
+                e = e + k[j][i] * d[j];
+              e = e * hv;
+              yi.push_back(y[i] + theta * (diff + one_minus * (b + theta * (c + one_minus * e))));
+            }
+          } else {
+            const Tensor th2 = theta * theta, th3 = th2 * theta;
+            const Tensor h00 = th3 * 2.0 - th2 * 3.0 + 1.0, h10 = th3 - th2 * 2.0 + theta, h01 = th2 * 3.0 - th3 * 2.0,
+                         h11 = th3 - th2;
+            for (size_t i = 0; i < y.size(); ++i)
+              yi.push_back(y[i] * h00 + k1[i] * (h10 * hv) + y5[i] * h01 + k7[i] * (h11 * hv));
+          }
+          out.push_back(yi);
+        }
+        ++next;
+      }
+      y = y5;
+      k1 = k7;
+      tn = tnew;
+      st.accepted += 1;
+    } else {
+      st.rejected += 1;
+    }
+    const double factor = en == 0 ? 10.0 : std::clamp(0.9 * std::pow(en, -1.0 / 5), 0.2, 10.0);
+    h = hs * (en <= 1 ? factor : std::min(1.0, factor));
+  }
+  if (carry) *carry = h;
+  return out;
+}
+
+std::vector<State> solve(const Dynamics& f, const State& y0, const Tensor& t, const std::vector<double>& host_t,
+                         size_t normed, const OdeOptions& o, OdeStats& st, double* carry = nullptr) {
+  if (adaptive(o.method)) return solve_adaptive(f, y0, t, host_t, normed, o, st, carry);
+  return solve_fixed(f, y0, t, o, &host_t, st);
+}
+
+// ---- checks ----
+// f wrapped: its result checked against y's shape, dtype and device.
+Tensor call_checked(const OdeFunction& f, const Tensor& t, const Tensor& y) {
+  Tensor d = f(t, y);
+  TG_CHECK(d.defined(), "odeint: f(t, y) returned an undefined tensor");
+  TG_CHECK(d.sizes() == y.sizes() && d.dtype() == y.dtype() && d.device() == y.device(), "odeint: f(t, y) returned ",
+           shape_str(d.sizes()), " ", d.dtype(), " on ", d.device(), " for y ", shape_str(y.sizes()), " ", y.dtype(),
+           " on ", y.device(), ": dy/dt must match y");
+  return d;
+}
+
+// t's values on the host (empty under capture: they cannot be read then).
+std::vector<double> host_times(const Tensor& t) {
+  std::vector<double> v;
+  if (cuda::is_current_stream_capturing()) return v;
+  NoGradGuard ng;
+  Tensor c = t.detach().to(kFloat64).to(Device(kCPU)).contiguous();
+  const double* p = c.data_ptr<double>();
+  v.assign(p, p + c.numel());
+  return v;
+}
+
+void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht, const OdeOptions& o) {
+  TG_CHECK(y0.defined() && t.defined(), "odeint: y0 and t must be defined tensors");
+  TG_CHECK(is_floating_point(y0.dtype()) && is_floating_point(t.dtype()), "odeint: y0 (", y0.dtype(), ") and t (",
+           t.dtype(), ") must be floating point");
+  TG_CHECK(t.dim() == 1 && t.size(0) >= 1, "odeint: t must be 1-D with at least one time, got shape ",
+           shape_str(t.sizes()));
+  TG_CHECK(y0.device() == t.device(), "odeint: y0 is on ", y0.device(), " but t on ", t.device());
+  TG_CHECK(!y0.is_sparse(), "odeint: y0 must be dense");
+  TG_CHECK(o.steps_per_interval >= 1, "odeint: steps_per_interval must be >= 1, got ", o.steps_per_interval);
+  TG_CHECK(o.step_size >= 0 && std::isfinite(o.step_size), "odeint: step_size must be >= 0 and finite, got ",
+           o.step_size);
+  TG_CHECK(o.max_steps >= 1, "odeint: max_steps must be >= 1, got ", o.max_steps);
+  if (adaptive(o.method)) {
+    TG_CHECK(!ht.empty() || t.size(0) == 1,
+             "odeint: adaptive methods (dopri5, tsit5) read their error estimates on the host, which a CUDA graph "
+             "capture cannot do: use a "
+             "fixed-step method (rk4) with steps_per_interval there, or solve outside the capture");
+    TG_CHECK(o.rtol >= 0 && o.atol >= 0 && o.rtol + o.atol > 0 && std::isfinite(o.rtol) && std::isfinite(o.atol),
+             "odeint: rtol and atol must be >= 0, finite and not both 0, got rtol ", o.rtol, ", atol ", o.atol);
+    TG_CHECK(o.first_step >= 0, "odeint: first_step must be >= 0, got ", o.first_step);
+  }
+  if (o.step_size > 0)
+    TG_CHECK(!ht.empty(),
+             "odeint: step_size reads t on the host, which a CUDA graph capture cannot do: use "
+             "steps_per_interval");
+  TG_CHECK(int(o.method) >= int(Method::Euler) && int(o.method) <= int(Method::Tsit5), "odeint: unknown method ",
+           int(o.method));
+  TG_CHECK(o.gradient == Gradient::Backprop || o.gradient == Gradient::Adjoint, "odeint: unknown gradient mode ",
+           int(o.gradient));
+  for (size_t i = 0; i < ht.size(); ++i)
+    TG_CHECK(std::isfinite(ht[i]), "odeint: t[", i, "] = ", ht[i], " is not finite");
+  if (ht.size() >= 2) {
+    const double dir = ht[1] > ht[0] ? 1.0 : -1.0;
+    for (size_t i = 1; i < ht.size(); ++i)
+      TG_CHECK(std::isfinite(ht[i]) && std::isfinite(ht[i - 1]) && dir * (ht[i] - ht[i - 1]) > 0,
+               "odeint: t must be finite and strictly increasing or strictly decreasing; t[", i - 1, "] = ", ht[i - 1],
+               ", t[", i, "] = ", ht[i]);
+  }
+  for (size_t i = 0; i < o.params.size(); ++i) {
+    TG_CHECK(o.params[i].defined(), "odeint: params[", i, "] is undefined");
+    for (size_t j = 0; j < i; ++j)
+      TG_CHECK(!o.params[i].is_same(o.params[j]), "odeint: params[", j, "] and params[", i,
+               "] are the same tensor; the adjoint would count its gradient twice: list it once");
+  }
+}
+
+// ---- the adjoint ----
+struct Problem {
+  OdeFunction f;
+  OdeOptions options;
+  std::vector<double> host_t;
+  OdeStats* stats = nullptr;
+};
+
+struct OdeAdjoint : autograd::Function<OdeAdjoint> {
+  static constexpr bool once_differentiable = true;
+
+  static Tensor forward(autograd::AutogradContext* ctx, Tensor y0, Tensor t, autograd::variable_list params,
+                        std::shared_ptr<Problem> p) {
+    OdeStats st;
+    Dynamics dyn = [&](const Tensor& tt, const State& y) { return State{call_checked(p->f, tt, y[0])}; };
+    std::vector<State> ys = solve(dyn, {y0}, t, p->host_t, 1, p->options, st);
+    if (p->stats) *p->stats = st;
+    std::vector<Tensor> rows;
+    for (auto& s : ys)
+      rows.push_back(s[0]);
+    Tensor out = tg::stack(rows, 0);
+    // The parameters too: changed in place before backward, they are
+    // reported stale (the backward solve would read the new values).
+    autograd::variable_list keep{out, t};
+    keep.insert(keep.end(), params.begin(), params.end());
+    ctx->save_for_backward(keep);
+    ctx->saved_data["problem"] = p;
+    return out;
+  }
+
+  static autograd::variable_list backward(autograd::AutogradContext* ctx, autograd::variable_list grads) {
+    auto p = std::any_cast<std::shared_ptr<Problem>>(ctx->saved_data["problem"]);
+    autograd::variable_list saved = ctx->get_saved_variables();
+    const Tensor ys = saved[0], t = saved[1];
+    const Tensor g = grads[0].defined() ? grads[0] : tg::zeros_like(ys);
+    // The parameters (their saved values, checked for in-place changes);
+    // those that need no gradient (not requiring grad, or not floating)
+    // are left out of the vector-Jacobian products and get none.
+    const std::vector<Tensor> params(saved.begin() + 2, saved.end());
+    std::vector<size_t> live;
+    for (size_t k = 0; k < params.size(); ++k)
+      if (params[k].requires_grad() && is_floating_point(params[k].dtype())) live.push_back(k);
+    const int64_t n = t.size(0);
+    // The augmented dynamics of [y, a, dL/dparams...]: y' = f, a' = -a df/dy,
+    // g_k' = -a df/dparam_k.
+    Dynamics aug = [&](const Tensor& tt, const State& s) {
+      autograd::EnableGradGuard on;
+      Tensor y = s[0].detach().requires_grad_();
+      Tensor fy = call_checked(p->f, tt.detach(), y);
+      std::vector<Tensor> wrt{y};
+      for (size_t k : live)
+        wrt.push_back(params[k]);
+      std::vector<Tensor> v =
+          fy.requires_grad() ? autograd::grad({fy}, wrt, {s[1]}, false, false, true) : std::vector<Tensor>(wrt.size());
+      State d{fy.detach()};
+      for (size_t i = 0; i < wrt.size(); ++i)
+        d.push_back(v[i].defined() ? -v[i] : tg::zeros_like(wrt[i]));
+      return d;
+    };
+    autograd::NoGradGuard ng;
+    State s{ys.select(0, n - 1), g.select(0, n - 1)};
+    for (size_t k : live)
+      s.push_back(tg::zeros_like(params[k]));
+    Tensor gt = t.requires_grad() ? tg::zeros_like(t) : Tensor();
+    OdeStats st;
+    Tensor a_before_y0;  // dL/dy0 without the loss's own term in y(t_0) = y0
+    double carry = 0;    // adaptive: each interval starts with the step the last one proposed
+    for (int64_t i = n - 1; i >= 1; --i) {
+      if (gt.defined()) {  // dL/dt_i = <dL/dy_i, f(t_i, y_i)>
+        Tensor fi = call_checked(p->f, at(t, i).detach(), ys.select(0, i));
+        gt.select(0, i).add_(tg::sum(g.select(0, i) * fi).to(gt.dtype()));
+      }
+      // Backwards over [t_i, t_{i-1}] from the checkpoint y(t_i).
+      s[0] = ys.select(0, i);
+      const Tensor span = tg::stack({at(t, i), at(t, i - 1)}, 0);
+      std::vector<State> r =
+          solve(aug, s, span, {p->host_t[size_t(i)], p->host_t[size_t(i - 1)]}, 2, p->options, st, &carry);
+      s = r.back();
+      if (i == 1) a_before_y0 = s[1];
+      s[1] = s[1] + g.select(0, i - 1);
+    }
+    autograd::variable_list out{s[1], Tensor()};
+    if (gt.defined() && n == 1) out[1] = gt;
+    if (gt.defined() && n > 1) {  // dL/dt_0 = -<a(t_0), f(t_0, y_0)>, a without the term of y(t_0) = y0 itself
+      Tensor f0 = call_checked(p->f, at(t, 0).detach(), ys.select(0, 0));
+      gt.select(0, 0).sub_(tg::sum(a_before_y0 * f0).to(gt.dtype()));
+      out[1] = gt;
+    }
+    for (size_t k = 0; k < params.size(); ++k)
+      out.push_back(Tensor());
+    for (size_t j = 0; j < live.size(); ++j)
+      out[2 + live[j]] = s[2 + j];
+    return out;
+  }
+};
+
+}  // namespace
+
+Tensor odeint(const OdeFunction& f, const Tensor& y0, const Tensor& t, const OdeOptions& options, OdeStats* stats) {
+  TG_CHECK(static_cast<bool>(f), "odeint: f is empty");
+  TG_CHECK(y0.defined() && t.defined(), "odeint: y0 and t must be defined tensors");
+  const std::vector<double> ht = host_times(t);
+  check_args(y0, t, ht, options);
+  // The times in y0's dtype (differentiably), so that the state keeps it.
+  const Tensor tt = t.dtype() == y0.dtype() ? t : t.to(y0.dtype());
+  if (options.gradient == Gradient::Adjoint) {
+    auto p = std::make_shared<Problem>();
+    p->f = f;
+    p->options = options;
+    p->host_t = ht;
+    p->stats = stats;
+    TG_CHECK(!ht.empty() || t.size(0) == 1,
+             "odeint: the adjoint method reads t on the host, which a CUDA graph capture cannot do: use "
+             "Gradient::Backprop there");
+    return OdeAdjoint::apply(y0, tt, autograd::variable_list(options.params), p);
+  }
+  OdeStats st;
+  Dynamics dyn = [&](const Tensor& tt, const State& y) { return State{call_checked(f, tt, y[0])}; };
+  std::vector<State> ys = solve(dyn, {y0}, tt, ht, 1, options, st);
+  if (stats) *stats = st;
+  std::vector<Tensor> rows;
+  for (auto& s : ys)
+    rows.push_back(s[0]);
+  return tg::stack(rows, 0);
+}
+
+}  // namespace tg::ode

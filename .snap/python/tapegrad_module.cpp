@@ -1,0 +1,850 @@
+// The Python bindings (pybind11): tapegrad._C, re-exported by the package
+// tapegrad (python/tapegrad/__init__.py). Tensors exchange memory with NumPy,
+// PyTorch and JAX through DLPack (__dlpack__ / __dlpack_device__ /
+// from_dlpack); functions passed to the functional API are Python callables;
+// tg::Error surfaces as tapegrad.Error (a RuntimeError) with the C++ message.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <dlpack/dlpack.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <tapegrad/tapegrad.h>
+
+namespace py = pybind11;
+using tg::Tensor;
+namespace ag = tg::autograd;
+
+namespace {
+
+// The dtype list's Python names (tg::python_name), and PyTorch's aliases.
+tg::ScalarType dtype_from(const std::string& s) {
+  if (s == "float") return tg::kFloat32;
+  if (s == "double") return tg::kFloat64;
+  if (s == "half") return tg::kFloat16;
+  if (s == "long") return tg::kInt64;
+  for (int i = 0; i < tg::kNumScalarTypes; ++i)
+    if (s == tg::python_name(tg::ScalarType(i))) return tg::ScalarType(i);
+  std::string names;
+  for (int i = 0; i < tg::kNumScalarTypes; ++i)
+    names += std::string(i ? ", " : "") + tg::python_name(tg::ScalarType(i));
+  throw tg::Error("tapegrad: unknown dtype '" + s + "' (" + names + ")");
+}
+
+std::string dtype_name(tg::ScalarType t) { return tg::python_name(t); }
+
+// NumPy's typestr of a dtype (the list's numpy column); nullptr: NumPy has none.
+const char* numpy_typestr(tg::ScalarType t) {
+  switch (t) {
+#define TG_DTYPE(Name, HostT, DeviceT, Category, Compute, Rank, DlCode, DlBits, CudaType, NcclType, py, st, numpy, \
+                 ...)                                                                                              \
+  case tg::ScalarType::Name:                                                                                       \
+    return numpy;
+#include <tapegrad/tensor/dtypes.def>
+#undef TG_DTYPE
+  }
+  return nullptr;
+}
+
+tg::Device device_from(const std::string& s) {
+  if (s == "cpu") return tg::Device(tg::kCPU);
+  if (s == "cuda") return tg::Device(tg::kCUDA, 0);
+  if (s.rfind("cuda:", 0) == 0) return tg::Device(tg::kCUDA, std::stoi(s.substr(5)));
+  throw tg::Error("tapegrad: unknown device '" + s + "' (cpu, cuda, cuda:N)");
+}
+
+std::string device_name(tg::Device d) { return d.is_cuda() ? "cuda:" + std::to_string(d.index()) : "cpu"; }
+
+[[noreturn]] void raise(PyObject* type, const std::string& message) {
+  PyErr_SetString(type, message.c_str());
+  throw py::error_already_set();
+}
+
+// o (a Python int, or anything with __index__: NumPy's integers) as int64
+// in v, exactly; false when it does not fit (Python ints are unbounded).
+bool fits_int64(const py::handle& o, int64_t& v) {
+  auto i = py::reinterpret_steal<py::object>(PyNumber_Index(o.ptr()));
+  if (!i) throw py::error_already_set();  // TypeError: not an integer
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
+  v = int64_t(x);
+  return overflow == 0;
+}
+
+// An integer argument of `op` (`what`: "size", "index", "dim" ...); one beyond
+// int64 raises `type`: OverflowError for sizes, IndexError for indices and
+// dims (as Python's sequences), never wraps.
+int64_t int64_arg(const py::handle& o, const char* op, const char* what, PyObject* type = PyExc_OverflowError) {
+  int64_t v = 0;
+  if (!fits_int64(o, v))
+    raise(type, std::string(op) + ": " + what + " " + py::str(o).cast<std::string>() +
+                    " does not fit in int64 (the range is -2**63 .. 2**63-1)");
+  return v;
+}
+
+tg::IntList int_list(const py::object& o, const char* op, const char* what = "size",
+                     PyObject* type = PyExc_OverflowError) {
+  if (PyIndex_Check(o.ptr())) return tg::IntList{int64_arg(o, op, what, type)};
+  tg::IntList l;
+  for (const py::handle& x : o)
+    l.push_back(int64_arg(x, op, what, type));
+  return l;
+}
+
+// `shape` may be given as *sizes or as one sequence.
+tg::IntList sizes_of(const py::args& args, const char* op) {
+  if (args.size() == 1 && !PyIndex_Check(args[0].ptr())) return int_list(args[0], op);
+  tg::IntList s;
+  for (const auto& a : args)
+    s.push_back(int64_arg(a, op, "size"));
+  return s;
+}
+
+// A Python number as the Scalar operand of `op`: bools as bool, ints (and
+// NumPy's integers) exactly as int64, floats as double; nullopt for anything
+// else. An int beyond int64 becomes a double where the other side is
+// floating (`floating`), and raises OverflowError where it is an integer or
+// Bool tensor, as PyTorch's (no silent wrap or rounding).
+std::optional<tg::Scalar> scalar_of(const py::handle& o, bool floating, const char* op) {
+  if (PyBool_Check(o.ptr())) return tg::Scalar(o.ptr() == Py_True);
+  if (PyFloat_Check(o.ptr())) return tg::Scalar(PyFloat_AsDouble(o.ptr()));
+  py::module_ np = py::module_::import("numpy");  // NumPy's bool_ and float32 are no Python bool or float
+  if (py::isinstance(o, np.attr("bool_"))) return tg::Scalar(o.cast<bool>());
+  if (py::isinstance(o, np.attr("floating"))) return tg::Scalar(o.cast<double>());
+  if (!PyIndex_Check(o.ptr())) return std::nullopt;
+  int64_t v = 0;
+  if (fits_int64(o, v)) return tg::Scalar(static_cast<long long>(v));
+  if (!floating)
+    raise(PyExc_OverflowError, std::string(op) + ": the integer " + py::str(o).cast<std::string>() +
+                                   " does not fit in int64; use a float (or a floating tensor) for it");
+  const double d = PyLong_AsDouble(py::reinterpret_steal<py::object>(PyNumber_Index(o.ptr())).ptr());
+  if (d == -1.0 && PyErr_Occurred()) throw py::error_already_set();  // OverflowError beyond double
+  return tg::Scalar(d);
+}
+
+tg::TensorOptions options(const std::string& dtype, const std::string& device) {
+  return tg::TensorOptions().dtype(dtype_from(dtype)).device(device_from(device));
+}
+
+// The exported capsule's destructor: a capsule nobody consumed ("dltensor"
+// still) releases its tensor.
+void capsule_destructor(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, "dltensor")) {
+    auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+    if (m && m->deleter) m->deleter(m);
+  } else {
+    PyErr_Clear();
+  }
+}
+
+py::capsule to_capsule(DLManagedTensor* m) {
+  PyObject* c = PyCapsule_New(m, "dltensor", &capsule_destructor);
+  if (!c) {
+    m->deleter(m);
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::capsule>(c);
+}
+
+Tensor from_capsule(const py::capsule& cap) {
+  if (!PyCapsule_IsValid(cap.ptr(), "dltensor"))
+    throw tg::Error("from_dlpack: the capsule is not an unconsumed 'dltensor' (was it used already?)");
+  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"));
+  PyCapsule_SetName(cap.ptr(), "used_dltensor");  // tapegrad owns it now
+  return tg::from_dlpack(m);
+}
+
+// The stream argument of __dlpack__ for a consumer whose current stream on
+// `device` is ours: the protocol's 1 for the legacy default stream.
+py::object consumer_stream(int device) {
+  void* h = tg::cuda::current_stream(device).handle();
+  return h ? py::int_(reinterpret_cast<uintptr_t>(h)) : py::int_(1);
+}
+
+Tensor from_dlpack(const py::object& obj) {
+  if (py::isinstance<py::capsule>(obj)) return from_capsule(obj.cast<py::capsule>());
+  if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
+  if (!py::hasattr(obj, "__dlpack__"))
+    throw tg::Error(
+        "from_dlpack: the object has no __dlpack__ (give a DLPack capsule, or an array of NumPy, "
+        "PyTorch, JAX, CuPy ...)");
+  py::tuple dev = obj.attr("__dlpack_device__")();
+  const int type = dev[0].cast<int>(), index = dev[1].cast<int>();
+  py::object cap;
+  if (type == kDLCUDA || type == kDLCUDAManaged)
+    cap = obj.attr("__dlpack__")(py::arg("stream") = consumer_stream(index));  // the producer makes it wait
+  else cap = obj.attr("__dlpack__")();
+  return from_capsule(cap.cast<py::capsule>());
+}
+
+// __dlpack__(stream=None): the protocol's stream values for CUDA are None
+// or 1 (the legacy default stream), 2 (per-thread default), -1 (no
+// synchronization) or a cudaStream_t as an integer.
+py::capsule dlpack(const Tensor& t, const py::object& stream) {
+  if (t.requires_grad()) throw tg::Error("__dlpack__: can't export a tensor that requires grad; use tensor.detach()");
+  std::optional<tg::cuda::Stream> consumer;
+  if (t.is_cuda()) {
+    const int64_t s = stream.is_none() ? 1 : stream.cast<int64_t>();
+    if (s != -1)
+      consumer = tg::cuda::Stream(t.device().index(), s == 1 ? nullptr : reinterpret_cast<void*>(uintptr_t(s)));
+  }
+  return to_capsule(tg::to_dlpack(t, consumer));
+}
+
+// A CPU tensor as a NumPy array sharing its memory (it keeps the tensor alive).
+py::array to_numpy(const Tensor& t) {
+  if (!t.defined()) throw tg::Error("numpy: undefined tensor");
+  if (t.is_cuda()) throw tg::Error("numpy: the tensor is on " + device_name(t.device()) + "; call .cpu() first");
+  if (t.requires_grad()) throw tg::Error("numpy: the tensor requires grad; use tensor.detach().numpy()");
+  const char* typestr = numpy_typestr(t.dtype());
+  if (!typestr) throw tg::Error("numpy: NumPy has no " + dtype_name(t.dtype()) + "; convert with .to('float32')");
+  py::dtype dt(typestr);
+  std::vector<py::ssize_t> shape(t.sizes().begin(), t.sizes().end()), strides;
+  if (t.numel() == 0) return py::array(dt, shape);  // no memory to share (and maybe no pointer)
+  const int64_t es = int64_t(tg::element_size(t.dtype()));
+  for (int64_t s : t.strides())
+    strides.push_back(py::ssize_t(s * es));
+  auto* keep = new Tensor(t);
+  py::capsule owner(keep, [](void* p) { delete static_cast<Tensor*>(p); });
+  return py::array(dt, shape, strides, t.data_ptr(), owner);
+}
+
+// tapegrad.tensor(data): a copy of array-like data, of its shape (a number
+// gives a 0-d tensor); Python floats become float32, bools bool and ints
+// int64, exactly (as torch.tensor; an int beyond int64 raises
+// OverflowError); NumPy arrays and scalars keep their dtype, unsigned ones
+// become int64 (exactly: uint64 values beyond int64 raise OverflowError).
+Tensor make_tensor(const py::object& data, const std::optional<std::string>& dtype, const std::string& device,
+                   bool requires_grad) {
+  py::module_ np = py::module_::import("numpy");
+  const bool is_array = py::isinstance(data, np.attr("ndarray")) || py::isinstance(data, np.attr("generic"));
+  py::object arr = np.attr("asarray")(data);
+  if (arr.attr("ndim").cast<int64_t>() > 0) arr = np.attr("ascontiguousarray")(arr);  // that one makes 0-d 1-d
+  if (!arr.attr("flags").attr("writeable").cast<bool>()) arr = arr.attr("copy")();    // NumPy exports no read-only one
+  std::string kind = arr.attr("dtype").attr("kind").cast<std::string>();
+  if (!is_array && (kind == "u" || kind == "O")) {  // NumPy's types for ints beyond int64
+    for (const py::handle& x : arr.attr("ravel")())
+      if (PyLong_Check(x.ptr()) || py::isinstance(x, np.attr("unsignedinteger")))
+        (void)int64_arg(x, "tensor", "the integer");
+  }
+  if (kind == "u" && arr.attr("dtype").attr("itemsize").cast<int64_t>() == 8 && arr.attr("size").cast<int64_t>() > 0) {
+    py::object top = arr.attr("max")();
+    if (top.cast<uint64_t>() > uint64_t(INT64_MAX))
+      raise(PyExc_OverflowError, "tensor: the uint64 value " + py::str(top).cast<std::string>() +
+                                     " does not fit in int64, tapegrad's integer type; convert the array with "
+                                     ".astype(numpy.float64) (or keep its values below 2**63)");
+  }
+  if (!is_array && kind == "f") arr = arr.attr("astype")("float32");
+  if (kind == "i" || kind == "u" || kind == "b") arr = arr.attr("astype")("int64");  // NumPy < 1.25: no bool in DLPack
+  Tensor t = from_dlpack(arr).clone();
+  if (kind == "b") t = t.to(tg::kBool);
+  if (dtype) t = t.to(dtype_from(*dtype));
+  t = t.to(device_from(device));
+  if (requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+std::vector<Tensor> tensor_list(const py::object& o) {
+  if (py::isinstance<Tensor>(o)) return {o.cast<Tensor>()};
+  std::vector<Tensor> v;
+  for (const auto& x : o)
+    v.push_back(x.is_none() ? Tensor() : x.cast<Tensor>());
+  return v;
+}
+
+py::object or_none(const Tensor& t) { return t.defined() ? py::cast(t) : py::none(); }
+
+// A scalar or tensor right-hand side (`op` names the operator in errors);
+// NotImplemented for anything else (so `t == None` is False).
+template <class F, class G>
+py::object binary(const Tensor& a, const py::object& b, const char* op, F tensor_op, G scalar_op) {
+  if (py::isinstance<Tensor>(b)) return py::cast(tensor_op(a, b.cast<Tensor>()));
+  if (py::isinstance(b, py::module_::import("numpy").attr("ndarray")))  // as PyTorch: a tensor on a's device
+    return py::cast(tensor_op(a, make_tensor(b, std::nullopt, device_name(a.device()), false)));
+  if (auto s = scalar_of(b, a.defined() && tg::is_floating_point(a.dtype()), op)) return py::cast(scalar_op(a, *s));
+  return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+}
+// The same with one (generic) op for both forms.
+template <class F> py::object binary(const Tensor& a, const py::object& b, const char* op, F f) {
+  return binary(a, b, op, f, f);
+}
+
+// t[key] as NumPy and PyTorch index: integers (negative from the end; past
+// the end or beyond int64: IndexError, so iteration stops), slices (views,
+// steps > 0), None (a new dim), True and False (a new dim of size 1 or 0;
+// as PyTorch's, integers are not advanced indices beside them, so NumPy
+// differs where one stands apart from a bool), Ellipsis, and tuples of them.
+// Every result is a view.
+bool is_bool_key(const py::object& k) {
+  return PyBool_Check(k.ptr()) || py::isinstance(k, py::module_::import("numpy").attr("bool_"));
+}
+// An integer index: Python's int, NumPy's integers, anything with __index__.
+bool is_integer_key(const py::object& k) { return PyIndex_Check(k.ptr()) != 0 && !is_bool_key(k); }
+
+Tensor index_tensor(const Tensor& t, const py::object& key) {
+  std::vector<py::object> items;
+  if (py::isinstance<py::tuple>(key)) {
+    for (const py::handle& h : key.cast<py::tuple>())
+      items.push_back(py::reinterpret_borrow<py::object>(h));
+  } else {
+    items.push_back(key);
+  }
+  int64_t consumed = 0, ellipses = 0;
+  for (const py::object& k : items) {
+    if (k.is_none() || is_bool_key(k)) continue;
+    if (py::isinstance<py::ellipsis>(k)) {
+      ++ellipses;
+      continue;
+    }
+    if (!is_integer_key(k) && !py::isinstance<py::slice>(k))
+      throw py::type_error("tapegrad indexing takes integers, slices, None, ... and bools (got " +
+                           py::str(py::type::of(k)).cast<std::string>() + "); index tensors: index_select");
+    ++consumed;
+  }
+  if (ellipses > 1) throw py::index_error("an index can only have a single ellipsis ('...')");
+  if (consumed > t.dim())
+    throw py::index_error("too many indices for a tensor of dimension " + std::to_string(t.dim()));
+  Tensor r = t;
+  int64_t d = 0;               // the dim of r the next item applies to
+  std::vector<int64_t> bools;  // the dims (of size 1) the bools added
+  bool all_true = true;
+  for (const py::object& k : items) {
+    if (k.is_none()) {
+      r = r.unsqueeze(d++);
+    } else if (is_bool_key(k)) {
+      all_true = all_true && py::cast<bool>(k);
+      bools.push_back(d);
+      r = r.unsqueeze(d++);
+    } else if (py::isinstance<py::ellipsis>(k)) {
+      d += t.dim() - consumed;
+    } else if (is_integer_key(k)) {
+      const int64_t size = r.size(d);
+      const int64_t i = int64_arg(k, "index", "index", PyExc_IndexError);
+      if (i < -size || i >= size)
+        throw py::index_error("index " + std::to_string(i) + " is out of bounds for dimension " + std::to_string(d) +
+                              " with size " + std::to_string(size));
+      r = r.select(d, i < 0 ? i + size : i);
+    } else {
+      py::ssize_t start = 0, stop = 0, step = 0, length = 0;
+      if (!k.cast<py::slice>().compute(py::ssize_t(r.size(d)), &start, &stop, &step, &length))
+        throw py::error_already_set();
+      if (step <= 0) throw py::value_error("tapegrad slices take a positive step");
+      r = length == 0
+              ? r.narrow(d, std::min<int64_t>(start, r.size(d)), 0)
+              : r.slice(d, int64_t(start), int64_t(start) + int64_t(step) * (int64_t(length) - 1) + 1, int64_t(step));
+      ++d;
+    }
+  }
+  if (bools.empty()) return r;
+  // The bools are 0-d index arrays: together one dim, of size 1 (all True)
+  // or 0, where the first stands if they are adjacent, else first of all.
+  int64_t at = bools[0];
+  if (bools.size() > 1) {
+    if (bools.back() - bools.front() + 1 != int64_t(bools.size())) at = 0;
+    for (size_t i = bools.size(); i-- > 0;)
+      r = r.squeeze(bools[i]);
+    r = r.unsqueeze(at);
+  }
+  return all_true ? r : r.narrow(at, 0, 0);
+}
+
+// The NumPy array interface of a CPU tensor (zero copy; NumPy keeps the
+// tensor's Python object alive as the array's base).
+py::dict array_interface(const Tensor& t) {
+  // (an empty tensor may have no pointer to give, NumPy takes __array__'s array)
+  if (!t.defined() || t.is_cuda() || t.requires_grad() || t.numel() == 0)
+    throw py::attribute_error("__array_interface__: only nonempty CPU tensors that do not require grad");
+  const char* typestr_or_null = numpy_typestr(t.dtype());
+  if (!typestr_or_null) throw py::attribute_error("__array_interface__: NumPy has no " + dtype_name(t.dtype()));
+  const std::string typestr = typestr_or_null;
+  const int64_t es = int64_t(tg::element_size(t.dtype()));
+  py::list strides;
+  for (int64_t st : t.strides())
+    strides.append(st * es);
+  py::dict d;
+  d["version"] = 3;
+  d["shape"] = py::tuple(py::cast(std::vector<int64_t>(t.sizes())));
+  d["typestr"] = typestr;
+  d["data"] = py::make_tuple(reinterpret_cast<uintptr_t>(t.data_ptr()), false);
+  d["strides"] = py::tuple(strides);
+  return d;
+}
+
+ag::HessianStrategy strategy_from(const std::string& s) {
+  if (s == "batched_cotangents") return ag::HessianStrategy::BatchedCotangents;
+  if (s == "rows") return ag::HessianStrategy::Rows;
+  if (s == "forward_over_reverse") return ag::HessianStrategy::ForwardOverReverse;
+  if (s == "taylor") return ag::HessianStrategy::Taylor;
+  throw tg::Error("per_sample_hessian: unknown strategy '" + s +
+                  "' (batched_cotangents, rows, forward_over_reverse, taylor)");
+}
+
+ag::JacobianMode mode_from(const std::string& s) {
+  if (s == "reverse") return ag::JacobianMode::Reverse;
+  if (s == "forward") return ag::JacobianMode::Forward;
+  throw tg::Error("unknown mode '" + s + "' (reverse, forward)");
+}
+
+// A Python exception raised by a callable the engine calls (fn of the
+// functional API): carried through the engine's C++ frames as this type of
+// the module's own, then raised again unchanged where the binding returns
+// (no pybind11 exception object unwinds through libtapegrad).
+struct CallbackError {
+  std::shared_ptr<py::error_already_set> error;
+};
+
+// tapegrad.Error, the Python type of tg::Error (set where it is registered).
+PyObject* g_error_type = nullptr;
+
+// fn as a TensorFn (called with the GIL held: the functional API calls fn
+// on the calling thread). A tapegrad.Error raised inside fn (an op of fn
+// refusing its input) goes on as the tg::Error it was, so the engine's
+// fallbacks see it as in C++: per_sample_hessian probing fn on fewer rows
+// than it closes over, say.
+ag::TensorFn tensor_fn(const py::function& fn) {
+  return [fn](const Tensor& x) -> Tensor {
+    try {
+      py::object y = fn(x);
+      if (!py::isinstance<Tensor>(y))
+        throw tg::Error("the function returned " + py::str(py::type::of(y)).cast<std::string>() +
+                        ", not a tapegrad.Tensor");
+      return y.cast<Tensor>();
+    } catch (py::error_already_set& e) {
+      if (g_error_type && e.matches(g_error_type)) throw tg::Error(py::str(e.value()).cast<std::string>());
+      throw CallbackError{std::make_shared<py::error_already_set>(std::move(e))};
+    }
+  };
+}
+
+// Runs body (a call that may call Python callables), raising a callable's
+// exception again as it was.
+template <class F> auto calling_python(F&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (CallbackError& e) {
+    e.error->restore();
+    throw py::error_already_set();
+  }
+}
+
+// A grad-mode scope for `with tapegrad.no_grad():`.
+struct GradMode {
+  bool enabled;
+  bool previous = true;
+};
+
+// `with tapegrad.cuda.graph(g):` — capture into g on a side stream.
+struct GraphCapture {
+  tg::cuda::CUDAGraph* graph;
+  std::unique_ptr<tg::cuda::Graph> scope;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "tapegrad: higher-order autograd on CPU and CUDA (C++ engine)";
+  g_error_type = py::register_exception<tg::Error>(m, "Error", PyExc_RuntimeError).ptr();
+
+  py::class_<Tensor>(m, "Tensor")
+      .def_property_readonly("shape",
+                             [](const Tensor& t) { return py::tuple(py::cast(std::vector<int64_t>(t.sizes()))); })
+      .def("size",
+           [](const Tensor& t, const py::object& d) { return t.size(int64_arg(d, "size", "dim", PyExc_IndexError)); })
+      .def_property_readonly("ndim", [](const Tensor& t) { return t.dim(); })
+      .def("dim", [](const Tensor& t) { return t.dim(); })
+      .def("numel", [](const Tensor& t) { return t.numel(); })
+      .def("stride", [](const Tensor& t) { return std::vector<int64_t>(t.strides()); })
+      .def_property_readonly("dtype", [](const Tensor& t) { return dtype_name(t.dtype()); })
+      .def_property_readonly("device", [](const Tensor& t) { return device_name(t.device()); })
+      .def_property_readonly("is_cuda", [](const Tensor& t) { return t.is_cuda(); })
+      .def_property_readonly("is_leaf", [](const Tensor& t) { return t.is_leaf(); })
+      .def_property(
+          "requires_grad", [](const Tensor& t) { return t.requires_grad(); },
+          [](Tensor& t, bool r) { t.requires_grad_(r); })
+      .def_property_readonly("grad",
+                             [](const Tensor& t) {  // None for a non-leaf, as PyTorch's (C++ throws there)
+                               return t.is_leaf() || t.retains_grad() ? or_none(t.grad()) : or_none(Tensor());
+                             })
+      .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); })
+      .def(
+          "requires_grad_",
+          [](Tensor& t, bool r) {
+            t.requires_grad_(r);
+            return t;
+          },
+          py::arg("requires_grad") = true)
+      .def("detach", &Tensor::detach)
+      .def("clone", [](const Tensor& t) { return t.clone(); })
+      .def("contiguous", [](const Tensor& t) { return t.contiguous(); })
+      .def("item",  // int for Int64 (exact), bool for Bool, float otherwise (as PyTorch)
+           [](const Tensor& t) -> py::object {
+             if (t.dtype() == tg::kInt64) return py::int_(t.detach().item<int64_t>());
+             if (t.dtype() == tg::kBool) return py::bool_(t.detach().item<bool>());
+             return py::float_(t.detach().to(tg::kFloat64).item<double>());
+           })
+      .def("tolist",
+           [](const Tensor& t) {
+             Tensor c = t.detach().to(tg::Device(tg::kCPU));
+             if (t.dtype() != tg::kInt64 && t.dtype() != tg::kBool) c = c.to(tg::kFloat64);
+             return to_numpy(c.contiguous()).attr("tolist")();
+           })
+      .def("numpy", &to_numpy)
+      .def("cpu", [](const Tensor& t) { return t.to(tg::Device(tg::kCPU)); })
+      .def(
+          "cuda", [](const Tensor& t, int index) { return t.to(tg::Device(tg::kCUDA, index)); }, py::arg("device") = 0)
+      .def("to",
+           [](const Tensor& t, const std::string& what) {
+             if (what == "cpu" || what.rfind("cuda", 0) == 0) return t.to(device_from(what));
+             return t.to(dtype_from(what));
+           })
+      .def(
+          "backward",
+          [](const Tensor& t, const std::optional<Tensor>& gradient, std::optional<bool> retain_graph,
+             bool create_graph) {
+            std::vector<Tensor> g;
+            if (gradient) g.push_back(*gradient);
+            ag::backward({t}, g, retain_graph, create_graph);
+          },
+          py::arg("gradient") = py::none(), py::arg("retain_graph") = py::none(), py::arg("create_graph") = false)
+      .def(
+          "sum",
+          [](const Tensor& t, const py::object& dim, bool keepdim) {
+            return dim.is_none() ? tg::sum(t) : tg::sum(t, int_list(dim, "sum", "dim", PyExc_IndexError), keepdim);
+          },
+          py::arg("dim") = py::none(), py::arg("keepdim") = false)
+      .def(
+          "mean",
+          [](const Tensor& t, const py::object& dim, bool keepdim) {
+            return dim.is_none() ? tg::mean(t) : tg::mean(t, int_list(dim, "mean", "dim", PyExc_IndexError), keepdim);
+          },
+          py::arg("dim") = py::none(), py::arg("keepdim") = false)
+      .def("reshape", [](const Tensor& t, const py::args& s) { return t.reshape(sizes_of(s, "reshape")); })
+      .def("view", [](const Tensor& t, const py::args& s) { return t.view(sizes_of(s, "view")); })
+      .def("transpose",
+           [](const Tensor& t, const py::object& a, const py::object& b) {
+             return t.transpose(int64_arg(a, "transpose", "dim", PyExc_IndexError),
+                                int64_arg(b, "transpose", "dim", PyExc_IndexError));
+           })
+      .def_property_readonly("T", [](const Tensor& t) { return t.t(); })
+      .def("select",
+           [](const Tensor& t, const py::object& d, const py::object& i) {
+             return t.select(int64_arg(d, "select", "dim", PyExc_IndexError),
+                             int64_arg(i, "select", "index", PyExc_IndexError));
+           })
+      .def("narrow",
+           [](const Tensor& t, const py::object& d, const py::object& s, const py::object& n) {
+             return t.narrow(int64_arg(d, "narrow", "dim", PyExc_IndexError),
+                             int64_arg(s, "narrow", "start", PyExc_IndexError), int64_arg(n, "narrow", "length"));
+           })
+      .def("fill_",
+           [](Tensor& t, const py::object& v) {
+             auto s = scalar_of(v, t.defined() && tg::is_floating_point(t.dtype()), "fill_");
+             if (!s) throw py::type_error("fill_: the value must be a number (bool, int or float)");
+             t.fill_(*s);
+             return t;
+           })
+      .def("all", [](const Tensor& t) { return tg::all(t); })
+      .def("any", [](const Tensor& t) { return tg::any(t); })
+      .def("__getitem__", &index_tensor)
+      .def_property_readonly("__array_interface__", &array_interface)
+      .def(
+          "__array__",
+          [](const Tensor& t, const py::object& dtype, const py::object& /*copy*/) {
+            py::object a = to_numpy(t);
+            return dtype.is_none() ? a : a.attr("astype")(dtype);
+          },
+          py::arg("dtype") = py::none(), py::arg("copy") = py::none())
+      .def_property_readonly_static("__array_priority__", [](const py::object&) { return 1000; })
+      .def("__bool__",  // as PyTorch: a one-element tensor's truth value, else an error
+           [](const Tensor& t) {
+             if (t.numel() != 1)
+               throw tg::Error("bool(): the truth value of a tensor with " + std::to_string(t.numel()) +
+                               " elements is ambiguous; use .any() or .all()");
+             return t.detach().to(tg::kBool).item<bool>();
+           })
+      .def("__len__",
+           [](const Tensor& t) {
+             if (t.dim() == 0) throw tg::Error("len() of a 0-d tensor");
+             return t.size(0);
+           })
+      .def("__add__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "add", [](const auto& x, const auto& y) { return x + y; });
+           })
+      .def("__radd__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "add", [](const auto& x, const auto& y) { return y + x; });
+           })
+      .def("__sub__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "sub", [](const auto& x, const auto& y) { return x - y; });
+           })
+      .def("__rsub__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "sub", [](const auto& x, const auto& y) { return y - x; });
+           })
+      .def("__mul__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "mul", [](const auto& x, const auto& y) { return x * y; });
+           })
+      .def("__rmul__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "mul", [](const auto& x, const auto& y) { return y * x; });
+           })
+      .def("__truediv__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "div", [](const auto& x, const auto& y) { return x / y; });
+           })
+      .def("__rtruediv__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "div", [](const auto& x, const auto& y) { return y / x; });
+           })
+      .def("__pow__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "pow", [](const auto& x, const auto& y) { return tg::pow(x, y); });
+           })
+      .def("__neg__", [](const Tensor& a) { return -a; })
+      // Elementwise comparisons giving Bool tensors, as PyTorch's (the
+      // reflected forms are Python's: 2 < t is t > 2).
+      .def("__eq__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "eq", [](const auto& x, const auto& y) { return x == y; });
+           })
+      .def("__ne__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "ne", [](const auto& x, const auto& y) { return x != y; });
+           })
+      .def("__lt__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "lt", [](const auto& x, const auto& y) { return x < y; });
+           })
+      .def("__le__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "le", [](const auto& x, const auto& y) { return x <= y; });
+           })
+      .def("__gt__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "gt", [](const auto& x, const auto& y) { return x > y; });
+           })
+      .def("__ge__",
+           [](const Tensor& a, const py::object& b) {
+             return binary(a, b, "ge", [](const auto& x, const auto& y) { return x >= y; });
+           })
+      .def("__matmul__", [](const Tensor& a, const Tensor& b) { return tg::matmul(a, b); })
+      .def("__repr__",
+           [](const Tensor& t) {
+             std::string s = "tapegrad.Tensor(shape=" +
+                             py::str(py::tuple(py::cast(std::vector<int64_t>(t.sizes())))).cast<std::string>() +
+                             ", dtype=" + dtype_name(t.dtype()) + ", device=" + device_name(t.device());
+             if (t.requires_grad()) s += ", requires_grad=True";
+             return s + ")";
+           })
+      .def(
+          "__dlpack__",
+          [](const Tensor& t, const py::object& stream, const py::object&, const py::object&, const py::object&) {
+            return dlpack(t, stream);
+          },
+          py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
+          py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
+      .def("__dlpack_device__", [](const Tensor& t) {
+        return py::make_tuple(t.is_cuda() ? int(kDLCUDA) : int(kDLCPU), t.is_cuda() ? t.device().index() : 0);
+      });
+  // __eq__ compares elements, so a tensor hashes by identity (as PyTorch's):
+  // tensors stay usable as dict keys and set members.
+  m.attr("Tensor").attr("__hash__") = py::module_::import("builtins").attr("object").attr("__hash__");
+
+  // Creation and exchange.
+  m.def("from_dlpack", &from_dlpack, py::arg("obj"),
+        "A tensor viewing a DLPack producer's memory (NumPy, PyTorch, JAX ... or a capsule), no copy");
+  m.def(
+      "to_dlpack", [](const Tensor& t) { return dlpack(t, py::none()); }, "A DLPack capsule viewing t (no copy)");
+  m.def("tensor", &make_tensor, py::arg("data"), py::arg("dtype") = py::none(), py::arg("device") = "cpu",
+        py::arg("requires_grad") = false, "A tensor holding a copy of array-like data");
+  auto factory = [&](const char* name, Tensor (*f)(const tg::IntList&, tg::TensorOptions)) {
+    m.def(
+        name,
+        [f, name](const py::args& shape, const std::string& dtype, const std::string& device, bool requires_grad) {
+          Tensor t = f(sizes_of(shape, name), options(dtype, device));
+          if (requires_grad) t.requires_grad_(true);
+          return t;
+        },
+        py::kw_only(), py::arg("dtype") = "float32", py::arg("device") = "cpu", py::arg("requires_grad") = false);
+  };
+  factory("zeros", [](const tg::IntList& s, tg::TensorOptions o) { return tg::zeros(s, o); });
+  factory("ones", [](const tg::IntList& s, tg::TensorOptions o) { return tg::ones(s, o); });
+  factory("randn", [](const tg::IntList& s, tg::TensorOptions o) { return tg::randn(s, o); });
+  factory("rand", [](const tg::IntList& s, tg::TensorOptions o) { return tg::rand(s, o); });
+  m.def(
+      "eye",
+      [](const py::object& n, const std::string& dtype, const std::string& device) {
+        return tg::eye(int64_arg(n, "eye", "size"), options(dtype, device));
+      },
+      py::arg("n"), py::arg("dtype") = "float32", py::arg("device") = "cpu");
+  // full(shape, value): the dtype of the value's type where none is given
+  // (bool, int64 or float32, as torch.full); ints exactly.
+  m.def(
+      "full",
+      [](const py::object& shape, const py::object& value, const std::optional<std::string>& dtype,
+         const std::string& device, bool requires_grad) {
+        auto s = scalar_of(value, dtype && tg::is_floating_point(dtype_from(*dtype)), "full");
+        if (!s) throw py::type_error("full: the fill value must be a number (bool, int or float)");
+        const tg::ScalarType dt = dtype                ? dtype_from(*dtype)
+                                  : !s->is_integral()  ? tg::kFloat32
+                                  : is_bool_key(value) ? tg::kBool
+                                                       : tg::kInt64;
+        Tensor t = tg::full(int_list(shape, "full"), *s, options(dtype_name(dt), device));
+        if (requires_grad) t.requires_grad_(true);
+        return t;
+      },
+      py::arg("size"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = "cpu",
+      py::arg("requires_grad") = false);
+  m.def("manual_seed", [](uint64_t s) { tg::manual_seed(s); });
+
+  // Ops.
+  for (auto [name, fn] : std::initializer_list<std::pair<const char*, Tensor (*)(const Tensor&)>>{
+#define TG_UNARY(name, ...) {#name, [](const Tensor& x) { return tg::name(x); }},
+#include <tapegrad/tensor/unary.def>
+#undef TG_UNARY
+           {"gelu", [](const Tensor& x) { return tg::gelu(x); }},
+           {"softplus", [](const Tensor& x) { return tg::softplus(x); }},
+       })
+    m.def(name, fn);
+  m.def("matmul", [](const Tensor& a, const Tensor& b) { return tg::matmul(a, b); });
+  m.def(
+      "linear",
+      [](const Tensor& x, const Tensor& w, const std::optional<Tensor>& b) {
+        return tg::linear(x, w, b ? *b : Tensor());
+      },
+      py::arg("x"), py::arg("w"), py::arg("b") = py::none());
+  m.def("maximum", [](const Tensor& a, const Tensor& b) { return tg::maximum(a, b); });
+  m.def("minimum", [](const Tensor& a, const Tensor& b) { return tg::minimum(a, b); });
+  m.def("where", [](const Tensor& c, const Tensor& a, const Tensor& b) { return tg::where(c, a, b); });
+  m.def(
+      "sum",
+      [](const Tensor& t, const py::object& dim, bool keepdim) {
+        return dim.is_none() ? tg::sum(t) : tg::sum(t, int_list(dim, "sum", "dim", PyExc_IndexError), keepdim);
+      },
+      py::arg("x"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  m.def(
+      "mean",
+      [](const Tensor& t, const py::object& dim, bool keepdim) {
+        return dim.is_none() ? tg::mean(t) : tg::mean(t, int_list(dim, "mean", "dim", PyExc_IndexError), keepdim);
+      },
+      py::arg("x"), py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  m.def(
+      "cat", [](const std::vector<Tensor>& ts, int64_t dim) { return tg::cat(ts, dim); }, py::arg("tensors"),
+      py::arg("dim") = 0);
+  m.def(
+      "stack", [](const std::vector<Tensor>& ts, int64_t dim) { return tg::stack(ts, dim); }, py::arg("tensors"),
+      py::arg("dim") = 0);
+  m.def(
+      "allclose",
+      [](const Tensor& a, const Tensor& b, double rtol, double atol) { return tg::allclose(a, b, rtol, atol); },
+      py::arg("a"), py::arg("b"), py::arg("rtol") = 1e-5, py::arg("atol") = 1e-8);
+
+  // Autograd.
+  m.def(
+      "grad",
+      [](const py::object& outputs, const py::object& inputs, const py::object& grad_outputs,
+         std::optional<bool> retain_graph, bool create_graph, bool allow_unused) {
+        std::vector<Tensor> gos = grad_outputs.is_none() ? std::vector<Tensor>{} : tensor_list(grad_outputs);
+        std::vector<Tensor> g =
+            ag::grad(tensor_list(outputs), tensor_list(inputs), gos, retain_graph, create_graph, allow_unused);
+        py::list out;
+        for (const Tensor& t : g)
+          out.append(or_none(t));
+        return py::tuple(out);
+      },
+      py::arg("outputs"), py::arg("inputs"), py::arg("grad_outputs") = py::none(), py::arg("retain_graph") = py::none(),
+      py::arg("create_graph") = false, py::arg("allow_unused") = false,
+      "Gradients of outputs with respect to inputs (torch.autograd.grad); a tuple");
+  m.def(
+      "backward",
+      [](const py::object& tensors, const py::object& grad_tensors, std::optional<bool> retain_graph,
+         bool create_graph) {
+        ag::backward(tensor_list(tensors), grad_tensors.is_none() ? std::vector<Tensor>{} : tensor_list(grad_tensors),
+                     retain_graph, create_graph);
+      },
+      py::arg("tensors"), py::arg("grad_tensors") = py::none(), py::arg("retain_graph") = py::none(),
+      py::arg("create_graph") = false);
+  m.def("is_grad_enabled", &ag::is_grad_enabled);
+  py::class_<GradMode>(m, "_GradMode")
+      .def(py::init([](bool enabled) { return GradMode{enabled}; }))
+      .def("__enter__",
+           [](GradMode& g) {
+             g.previous = ag::is_grad_enabled();
+             ag::set_grad_enabled(g.enabled);
+           })
+      .def("__exit__", [](GradMode& g, const py::args&) { ag::set_grad_enabled(g.previous); });
+
+  // The functional API (fn: a Python callable Tensor -> Tensor).
+  m.def(
+      "jacobian",
+      [](const py::function& fn, const Tensor& x, bool create_graph, const std::string& mode) {
+        return calling_python([&] { return ag::jacobian(tensor_fn(fn), x, create_graph, mode_from(mode)); });
+      },
+      py::arg("fn"), py::arg("x"), py::arg("create_graph") = false, py::arg("mode") = "reverse");
+  m.def(
+      "hessian",
+      [](const py::function& fn, const Tensor& x, bool create_graph, const std::string& mode) {
+        return calling_python([&] { return ag::hessian(tensor_fn(fn), x, create_graph, mode_from(mode)); });
+      },
+      py::arg("fn"), py::arg("x"), py::arg("create_graph") = false, py::arg("mode") = "reverse");
+  // vjp, jvp, hvp: {fn(x), the product with v}.
+  using Product = std::pair<Tensor, Tensor> (*)(const ag::TensorFn&, const Tensor&, const Tensor&, bool);
+  for (auto [name, product] :
+       std::initializer_list<std::pair<const char*, Product>>{{"vjp", &ag::vjp}, {"jvp", &ag::jvp}, {"hvp", &ag::hvp}})
+    m.def(
+        name,
+        [product = product](const py::function& fn, const Tensor& x, const Tensor& v, bool create_graph) {
+          return calling_python([&] { return product(tensor_fn(fn), x, v, create_graph); });
+        },
+        py::arg("fn"), py::arg("x"), py::arg("v"), py::arg("create_graph") = false);
+  m.def(
+      "per_sample_hessian",
+      [](const py::function& fn, const Tensor& x, const std::string& strategy, bool create_graph) {
+        return calling_python(
+            [&] { return ag::per_sample_hessian(tensor_fn(fn), x, strategy_from(strategy), create_graph); });
+      },
+      py::arg("fn"), py::arg("x"), py::arg("strategy") = "batched_cotangents", py::arg("create_graph") = false);
+  m.def(
+      "laplacian",
+      [](const py::function& fn, const Tensor& x, bool create_graph) {
+        return calling_python([&] { return ag::laplacian(tensor_fn(fn), x, create_graph); });
+      },
+      py::arg("fn"), py::arg("x"), py::arg("create_graph") = false);
+
+  // CUDA.
+  py::module_ cuda = m.def_submodule("cuda", "CUDA devices, streams and graphs");
+  cuda.def("is_available", &tg::cuda::is_available);
+  cuda.def("device_count", &tg::cuda::device_count);
+  cuda.def(
+      "synchronize", [](int device) { tg::cuda::synchronize(device); }, py::arg("device") = -1);
+  cuda.def(
+      "current_stream",
+      [](int device) { return reinterpret_cast<uintptr_t>(tg::cuda::current_stream(device).handle()); },
+      py::arg("device") = -1, "This thread's current cudaStream_t (an int; 0: the legacy default stream)");
+  cuda.def(
+      "set_stream",
+      [](uintptr_t handle, int device) {
+        tg::cuda::set_current_stream(tg::cuda::Stream(device, reinterpret_cast<void*>(handle)));
+      },
+      py::arg("stream"), py::arg("device") = 0, "Makes a cudaStream_t (an int) the current stream of `device`");
+  py::class_<tg::cuda::CUDAGraph>(cuda, "CUDAGraph")
+      .def(py::init<bool>(), py::arg("keep_graph") = false)
+      .def("replay", &tg::cuda::CUDAGraph::replay)
+      .def("reset", &tg::cuda::CUDAGraph::reset);
+  py::class_<GraphCapture>(cuda, "graph")
+      .def(py::init([](tg::cuda::CUDAGraph& g) {
+             return GraphCapture{&g, nullptr};
+           }),
+           py::keep_alive<1, 2>())
+      .def("__enter__", [](GraphCapture& c) { c.scope = std::make_unique<tg::cuda::Graph>(*c.graph); })
+      .def("__exit__", [](GraphCapture& c, const py::args&) { c.scope.reset(); });
+}

@@ -1,0 +1,40 @@
+#include <atomic>
+
+#include "tensor/op_util.h"
+
+namespace tg {
+
+namespace {
+std::atomic<bool> g_deterministic{false};
+}  // namespace
+
+void use_deterministic_algorithms(bool enabled) { g_deterministic.store(enabled); }
+bool are_deterministic_algorithms_enabled() { return g_deterministic.load(std::memory_order_relaxed); }
+DeterministicGuard::DeterministicGuard(bool enabled) : prev_(are_deterministic_algorithms_enabled()) {
+  use_deterministic_algorithms(enabled);
+}
+DeterministicGuard::~DeterministicGuard() { use_deterministic_algorithms(prev_); }
+
+std::ostream& operator<<(std::ostream& os, const Device& d) {
+  if (d.is_cpu()) return os << "cpu";
+  return os << "cuda:" << d.index();
+}
+
+std::ostream& operator<<(std::ostream& os, Layout l) { return os << (l == Layout::Strided ? "Strided" : "SparseCoo"); }
+
+std::ostream& operator<<(std::ostream& os, const Scalar& s) {
+  if (s.is_integral()) return os << s.to_int();
+  return os << s.to_double();
+}
+
+namespace kernels {
+
+const Backend& backend(Device d, const char* op) {
+  if (d.is_cpu()) return cpu_backend();
+  const Backend* b = cuda_backend();
+  TG_CHECK(b != nullptr, op, ": no kernels for device ", d, " in this build; CUDA tensor kernels are not available");
+  return *b;
+}
+
+}  // namespace kernels
+}  // namespace tg

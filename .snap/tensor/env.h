@@ -1,0 +1,62 @@
+// Internal: the off switches for A/B timing, in one table. Each names an
+// optimization that is on by default; its environment variable set to "0"
+// turns it off for the whole process (read once, at first use). Results are
+// the same either way (the tests run with every switch on; docs/PERFORMANCE.md
+// "Off switches" says what each one measures).
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+namespace tg::detail {
+
+// X(enumerator, variable, what it turns off, where)
+#define TG_OFF_SWITCHES(X)                                                                                         \
+  X(kCublasLt, "TG_CUBLASLT", "cuBLASLt GEMMs with cached plans (back to cublasGemmEx)", "cuda/kernels/linalg.cu") \
+  X(kBiasEpilogue, "TG_BIAS_EPILOGUE", "linear's bias in the GEMM's epilogue (back to the product, then an add)",  \
+    "cuda/kernels/linalg.cu")                                                                                      \
+  X(kCudaPdl, "TG_CUDA_PDL", "programmatic dependent launch of the elementwise kernels",                           \
+    "cuda/kernels/elementwise.cu")                                                                                 \
+  X(kGraphFusion, "TG_CUDA_GRAPH_FUSION", "fusion of elementwise chains in captured graphs", "graphs/graph.cpp")   \
+  X(kGraphRelax, "TG_CUDA_GRAPH_RELAX", "dependency relaxation of captured graphs", "graphs/graph.cpp")            \
+  X(kStructureProbe, "TG_STRUCTURE_PROBE", "the structural-zero probe of per-sample Hessians",                     \
+    "autograd/functional/per_sample.cpp")                                                                          \
+  X(kDeferTangents, "TG_DEFER_TANGENTS", "deferred tangents of a last linear layer in Taylor mode",                \
+    "autograd/forward_ad.cpp")                                                                                     \
+  X(kMergeWeightGrads, "TG_MERGE_WEIGHT_GRADS", "merged weight-gradient products in the backward",                 \
+    "autograd/input_buffer.cpp")                                                                                   \
+  X(kSmallTrsm, "TG_SMALL_TRSM",                                                                                   \
+    "the shared-memory triangular solve for 5 to 64 right-hand sides of order <= 64 (back to cuBLAS trsmBatched)", \
+    "cuda/kernels/linalg.cu")                                                                                      \
+  X(kCudnn, "TG_CUDNN", "cuDNN's convolutions (back to im2col + cuBLAS GEMMs)", "cuda/kernels/grid.cpp")           \
+  X(kCudnnFind, "TG_CUDNN_FIND", "cuDNN's algorithms timed on first use of a shape (back to its heuristics)",      \
+    "cuda/kernels/grid.cpp")                                                                                       \
+  X(kCudnnGraph, "TG_CUDNN_GRAPH", "cuDNN's graph API for weight gradients (back to its legacy convolution API)",  \
+    "cuda/kernels/grid.cpp")
+
+enum class OffSwitch {
+#define TG_SWITCH_ENUM(e, var, what, where) e,
+  TG_OFF_SWITCHES(TG_SWITCH_ENUM)
+#undef TG_SWITCH_ENUM
+};
+
+// False only when the environment variable `name` is set to "0".
+inline bool env_allows(const char* name) {
+  const char* env = std::getenv(name);
+  return !(env && std::strcmp(env, "0") == 0);
+}
+
+// The switches' variables, by OffSwitch.
+inline constexpr const char* kOffSwitchVariables[] = {
+#define TG_SWITCH_VARIABLE(e, var, what, where) var,
+    TG_OFF_SWITCHES(TG_SWITCH_VARIABLE)
+#undef TG_SWITCH_VARIABLE
+};
+
+// Whether switch `s` is on (its variable is not "0"); read once per switch.
+template <OffSwitch s> bool switched_on() {
+  static const bool on = env_allows(kOffSwitchVariables[int(s)]);
+  return on;
+}
+
+}  // namespace tg::detail

@@ -1,0 +1,178 @@
+// Factories and the global Philox generator state.
+#include <cmath>
+#include <mutex>
+
+#include <tapegrad/cuda/capture.h>
+#include "tensor/op_util.h"
+#include <tapegrad/tensor/random.h>
+
+namespace tg {
+
+namespace {
+
+std::mutex g_rng_mutex;
+constexpr uint64_t kDefaultSeed = 67280421310721ull;
+uint64_t g_seed = kDefaultSeed;
+uint64_t g_offset = 0;
+
+// requires_grad(true) in the options: set on the finished tensor (which
+// checks the dtype), never on an intermediate one.
+Tensor finish(Tensor t, const TensorOptions& o) {
+  if (o.requires_grad()) t.requires_grad_(true);
+  return t;
+}
+TensorOptions plain(TensorOptions o) { return o.requires_grad(false); }
+
+void check_sizes(const IntList& sizes, const char* op) {
+  for (int64_t s : sizes)
+    TG_CHECK(s >= 0, op, ": negative dimension ", s, " in shape ", shape_str(sizes));
+}
+
+Tensor make(const IntList& sizes, const TensorOptions& o, const char* op) {
+  check_sizes(sizes, op);
+  return detail::new_empty(sizes, o.dtype(), o.device());
+}
+
+}  // namespace
+
+PhiloxState philox_reserve(uint64_t n) {
+  std::lock_guard<std::mutex> g(g_rng_mutex);
+  PhiloxState s{g_seed, g_offset};
+  g_offset += n;
+  return s;
+}
+uint64_t default_seed() { return kDefaultSeed; }
+
+void manual_seed(uint64_t seed) {
+  std::lock_guard<std::mutex> g(g_rng_mutex);
+  g_seed = seed;
+  g_offset = 0;
+}
+
+Tensor empty(const IntList& sizes, TensorOptions o) { return finish(make(sizes, o, "empty"), o); }
+
+Tensor full(const IntList& sizes, Scalar v, TensorOptions o) {
+  detail::check_scalar_fits(v, o.dtype(), "full");
+  Tensor t = make(sizes, o, "full");
+  if (t.numel()) kernels::backend(t.device(), "full").fill(t, v);
+  return finish(t, o);
+}
+Tensor zeros(const IntList& sizes, TensorOptions o) { return full(sizes, 0, o); }
+Tensor ones(const IntList& sizes, TensorOptions o) { return full(sizes, 1, o); }
+
+static Tensor random_tensor(const IntList& sizes, TensorOptions o, bool normal, const char* op) {
+  if (is_complex(o.dtype())) {
+    // As PyTorch's: the real and imaginary parts independent, each U[0, 1)
+    // (rand) or N(0, 1/2) (randn: E|z|^2 = 1).
+    check_sizes(sizes, op);
+    IntList parts = sizes;
+    parts.push_back(2);
+    Tensor r = random_tensor(parts, plain(o).dtype(real_type(o.dtype())), normal, op);
+    if (normal) raw::mul_(r, Scalar(std::sqrt(0.5)));
+    return finish(raw::view_as_complex(r), o);
+  }
+  TG_CHECK(is_floating_point(o.dtype()), op, ": expected a floating-point or complex dtype, got ", o.dtype());
+  Tensor t = make(sizes, o.dtype(detail::compute_type(o.dtype())), op);
+  const int64_t* state = nullptr;
+  uint64_t rel = 0;
+  if (t.is_cuda() && t.numel() && cuda::detail::capture_random(t.device().index(), uint64_t(t.numel()), &state, &rel)) {
+    kernels::backend(t.device(), op).random_from_state(t, normal, state, rel);
+    return finish(detail::cast(t, o.dtype()), o);
+  }
+  PhiloxState s = philox_reserve(uint64_t(t.numel()));
+  if (t.numel()) {
+    const kernels::Backend& b = kernels::backend(t.device(), op);
+    (normal ? b.normal : b.uniform)(t, s.seed, s.offset);
+  }
+  return finish(detail::cast(t, o.dtype()), o);
+}
+Tensor rand(const IntList& sizes, TensorOptions o) { return random_tensor(sizes, o, false, "rand"); }
+Tensor randn(const IntList& sizes, TensorOptions o) { return random_tensor(sizes, o, true, "randn"); }
+
+Tensor tensor(const std::vector<double>& values, const IntList& sizes, TensorOptions o) {
+  IntList shape = sizes.empty() ? IntList{int64_t(values.size())} : sizes;
+  check_sizes(shape, "tensor");
+  TG_CHECK(shape_numel(shape) == int64_t(values.size()), "tensor: ", values.size(), " values do not fill shape ",
+           shape_str(shape), " (", shape_numel(shape), " elements)");
+  Tensor t = detail::new_empty(shape, kFloat64, Device(kCPU));
+  if (!values.empty()) std::copy(values.begin(), values.end(), t.data_ptr<double>());
+  return finish(raw::to(raw::to(t, o.device()), o.dtype()), o);
+}
+
+Tensor scalar_tensor(Scalar v, TensorOptions o) { return full({}, v, o); }
+
+Tensor arange(Scalar end, TensorOptions o) { return arange(0, end, 1, o); }
+
+// A host [n] tensor of `dtype` filled by fill(data), then converted and
+// placed as o asks (its size checked by the allocator, not a host vector).
+template <class T, class F> static Tensor host_filled(int64_t n, ScalarType dtype, TensorOptions o, F fill) {
+  Tensor t = detail::new_empty({n}, dtype, Device(kCPU));
+  if (n > 0) fill(t.data_ptr<T>());
+  return finish(raw::to(raw::to(t, o.device()), o.dtype()), o);
+}
+
+Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions o) {
+  bool integral = start.is_integral() && end.is_integral() && step.is_integral();
+  if (!o.has_dtype()) o = o.dtype(integral ? kInt64 : kFloat32);
+  double s = start.to_double(), e = end.to_double(), st = step.to_double();
+  TG_CHECK(std::isfinite(s) && std::isfinite(e) && std::isfinite(st), "arange: unsupported range ", s, " -> ", e,
+           " with step ", st, "; start, end and step must be finite");
+  TG_CHECK(st != 0, "arange: step must be nonzero");
+  TG_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "arange: upper bound ", e, " and lower bound ", s,
+           " are inconsistent with step sign ", st);
+  if (integral) {  // exact in integers: no rounding through double (2^62 + 1 stays itself)
+    const __int128 a = start.to_int(), b = end.to_int(), d = step.to_int();
+    const __int128 count = (b - a + d + (d > 0 ? -1 : 1)) / d;  // ceil((b - a) / d), signs agree
+    TG_CHECK(count <= INT64_MAX, "arange: ", start.to_int(), " to ", end.to_int(), " by ", step.to_int(),
+             " has more elements than fit in 64 bits");
+    return host_filled<int64_t>(int64_t(count), kInt64, o, [&](int64_t* v) {
+      for (int64_t i = 0; i < int64_t(count); ++i)
+        v[i] = int64_t(a + __int128(i) * d);  // in [start, end): fits
+    });
+  }
+  if (!is_floating_point(o.dtype())) {  // a floating bound must fit the integer dtype, as PyTorch's
+    detail::check_scalar_fits(start, o.dtype(), "arange");
+    detail::check_scalar_fits(end, o.dtype(), "arange");
+  }
+  const double count = std::ceil((e - s) / st);
+  TG_CHECK(count < 9223372036854775808.0, "arange: ", s, " to ", e, " by ", st, " has ", count,
+           " elements, more than fit in 64 bits");
+  const int64_t n = int64_t(count);
+  return host_filled<double>(n, kFloat64, o, [&](double* v) {
+    for (int64_t i = 0; i < n; ++i)
+      v[i] = s + double(i) * st;
+  });
+}
+
+Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
+  TG_CHECK(steps >= 0, "linspace: number of steps must be non-negative, got ", steps);
+  return host_filled<double>(steps, kFloat64, o, [&](double* v) {
+    if (steps == 1) v[0] = start;
+    if (steps > 1) {
+      double step = (end - start) / double(steps - 1);
+      int64_t half = steps / 2;  // fill from both ends for symmetric rounding
+      for (int64_t i = 0; i < steps; ++i)
+        v[i] = i < half ? start + step * double(i) : end - step * double(steps - 1 - i);
+    }
+  });
+}
+
+Tensor eye(int64_t n, TensorOptions o) { return eye(n, n, o); }
+Tensor eye(int64_t n, int64_t m, TensorOptions o) {
+  TG_CHECK(n >= 0 && m >= 0, "eye: n and m must be non-negative, got ", n, " and ", m);
+  if (is_complex(o.dtype()))  // the real identity, converted (ones on the diagonal, imaginary parts 0)
+    return finish(raw::to(eye(n, m, plain(o).dtype(real_type(o.dtype()))), o.dtype()), o);
+  Tensor t = zeros({n, m}, plain(o));
+  int64_t k = std::min(n, m);
+  if (k > 0) t.as_strided({k}, {m + 1}, 0).fill_(1);
+  return finish(t, o);
+}
+
+Tensor empty_like(const Tensor& t) { return empty(t.sizes(), t.options()); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), t.options()); }
+Tensor ones_like(const Tensor& t) { return ones(t.sizes(), t.options()); }
+Tensor full_like(const Tensor& t, Scalar v) { return full(t.sizes(), v, t.options()); }
+Tensor rand_like(const Tensor& t) { return rand(t.sizes(), t.options()); }
+Tensor randn_like(const Tensor& t) { return randn(t.sizes(), t.options()); }
+
+}  // namespace tg

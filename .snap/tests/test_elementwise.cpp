@@ -1,0 +1,422 @@
+// Elementwise ops against plain double loops, on every layout and dtype.
+#include <limits>
+
+#include "reference.h"
+
+namespace tgtest {
+namespace {
+
+struct UnaryCase {
+  const char* name;
+  std::function<Tensor(const Tensor&)> fn;
+  std::function<double(double)> ref;
+  double lo, hi;
+  bool float_only;  // Int64 input gives Float32
+  bool int_ok;      // defined on Int64
+};
+
+double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
+
+std::vector<UnaryCase> unary_cases() {
+  return {
+      {"neg", [](const Tensor& x) { return tg::neg(x); }, [](double x) { return -x; }, -3, 3, false, true},
+      {"exp", [](const Tensor& x) { return tg::exp(x); }, [](double x) { return std::exp(x); }, -3, 3, true, true},
+      {"log", [](const Tensor& x) { return tg::log(x); }, [](double x) { return std::log(x); }, 0.1, 5, true, false},
+      {"sin", [](const Tensor& x) { return tg::sin(x); }, [](double x) { return std::sin(x); }, -4, 4, true, true},
+      {"cos", [](const Tensor& x) { return tg::cos(x); }, [](double x) { return std::cos(x); }, -4, 4, true, true},
+      {"tanh", [](const Tensor& x) { return tg::tanh(x); }, [](double x) { return std::tanh(x); }, -4, 4, true, true},
+      {"sigmoid", [](const Tensor& x) { return tg::sigmoid(x); }, sigmoid_ref, -6, 6, true, true},
+      {"relu", [](const Tensor& x) { return tg::relu(x); }, [](double x) { return x < 0 ? 0 : x; }, -3, 3, false, true},
+      {"silu", [](const Tensor& x) { return tg::silu(x); }, [](double x) { return x * sigmoid_ref(x); }, -6, 6, true,
+       true},
+      {"gelu", [](const Tensor& x) { return tg::gelu(x); },
+       [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -4, 4, true, true},
+      {"gelu_tanh", [](const Tensor& x) { return tg::gelu(x, "tanh"); },
+       [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }, -4, 4,
+       true, true},
+      {"softplus", [](const Tensor& x) { return tg::softplus(x, 2.0, 5.0); },
+       [](double x) { return 2 * x > 5 ? x : std::log1p(std::exp(2 * x)) / 2; }, -5, 5, true, true},
+      {"sqrt", [](const Tensor& x) { return tg::sqrt(x); }, [](double x) { return std::sqrt(x); }, 0.01, 9, true,
+       false},
+      {"rsqrt", [](const Tensor& x) { return tg::rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }, 0.1, 9, true,
+       false},
+      {"abs", [](const Tensor& x) { return tg::abs(x); }, [](double x) { return std::fabs(x); }, -3, 3, false, true},
+      {"sign", [](const Tensor& x) { return tg::sign(x); }, [](double x) { return double((x > 0) - (x < 0)); }, -3, 3,
+       false, true},
+      {"square", [](const Tensor& x) { return tg::square(x); }, [](double x) { return x * x; }, -3, 3, false, true},
+      {"reciprocal", [](const Tensor& x) { return tg::reciprocal(x); }, [](double x) { return 1 / x; }, 0.2, 4, true,
+       false},
+      {"asin", [](const Tensor& x) { return tg::asin(x); }, [](double x) { return std::asin(x); }, -0.95, 0.95, true,
+       true},
+      {"acos", [](const Tensor& x) { return tg::acos(x); }, [](double x) { return std::acos(x); }, -0.95, 0.95, true,
+       true},
+      {"atan", [](const Tensor& x) { return tg::atan(x); }, [](double x) { return std::atan(x); }, -4, 4, true, true},
+      {"sinh", [](const Tensor& x) { return tg::sinh(x); }, [](double x) { return std::sinh(x); }, -3, 3, true, true},
+      {"cosh", [](const Tensor& x) { return tg::cosh(x); }, [](double x) { return std::cosh(x); }, -3, 3, true, true},
+      {"asinh", [](const Tensor& x) { return tg::asinh(x); }, [](double x) { return std::asinh(x); }, -4, 4, true,
+       true},
+      {"acosh", [](const Tensor& x) { return tg::acosh(x); }, [](double x) { return std::acosh(x); }, 1, 5, true,
+       false},
+      {"atanh", [](const Tensor& x) { return tg::atanh(x); }, [](double x) { return std::atanh(x); }, -0.9, 0.9, true,
+       true},
+      {"log2", [](const Tensor& x) { return tg::log2(x); }, [](double x) { return std::log2(x); }, 0.1, 5, true, false},
+      {"log10", [](const Tensor& x) { return tg::log10(x); }, [](double x) { return std::log10(x); }, 0.1, 5, true,
+       false},
+      {"exp2", [](const Tensor& x) { return tg::exp2(x); }, [](double x) { return std::exp2(x); }, -3, 3, true, true},
+      {"floor", [](const Tensor& x) { return tg::floor(x); }, [](double x) { return std::floor(x); }, -3, 3, false,
+       true},
+      {"ceil", [](const Tensor& x) { return tg::ceil(x); }, [](double x) { return std::ceil(x); }, -3, 3, false, true},
+      {"round", [](const Tensor& x) { return tg::round(x); }, [](double x) { return std::nearbyint(x); }, -3, 3, false,
+       true},
+      {"trunc", [](const Tensor& x) { return tg::trunc(x); }, [](double x) { return std::trunc(x); }, -3, 3, false,
+       true},
+      {"frac", [](const Tensor& x) { return tg::frac(x); }, [](double x) { return x - std::trunc(x); }, -3, 3, true,
+       true},
+      {"clamp", [](const Tensor& x) { return tg::clamp(x, -1, 0.5); },
+       [](double x) { return std::min(std::max(x, -1.0), 0.5); }, -3, 3, true, true},
+  };
+}
+
+TEST(Unary, EveryOpLayoutAndDtypeMatchesDoubleLoop) {
+  tg::manual_seed(1);
+  for (const UnaryCase& c : unary_cases()) {
+    for (ScalarType dt : {tg::kFloat32, tg::kFloat64, tg::kBFloat16, tg::kFloat16, tg::kInt64}) {
+      if (dt == tg::kInt64 && !c.int_ok) continue;
+      for (Layout l : kLayouts) {
+        for (IntList shape : {IntList{5, 7}, IntList{3, 40, 300}}) {
+          Tensor x = make(shape, dt, l, c.lo, c.hi);
+          Tensor y = c.fn(x);
+          std::string what =
+              std::string(c.name) + " " + tg::to_string(dt) + " " + layout_name(l) + " " + tg::shape_str(shape);
+          ScalarType want = dt;
+          if (dt == tg::kInt64 && c.float_only) want = tg::kFloat32;
+          ASSERT_EQ(y.dtype(), want) << what;
+          ASSERT_EQ(y.sizes(), shape) << what;
+          std::vector<double> in = values(x), ref;
+          for (double v : in)
+            ref.push_back(c.ref(v));
+          // Reduced-precision results are computed in f32 from rounded inputs.
+          expect_values(y, ref, std::max(tol_for(want), 4e-6), what);
+        }
+      }
+    }
+  }
+}
+
+TEST(Unary, EmptyAndZeroDim) {
+  for (const UnaryCase& c : unary_cases()) {
+    Tensor e = tg::empty({0, 3});
+    EXPECT_EQ(c.fn(e).sizes(), (IntList{0, 3})) << c.name;
+    Tensor s = tg::scalar_tensor(0.7, tg::kFloat64);
+    Tensor y = c.fn(s);
+    EXPECT_EQ(y.dim(), 0) << c.name;
+    if (std::isnan(c.ref(0.7)))  // outside the domain (acosh)
+      EXPECT_TRUE(std::isnan(y.item<double>())) << c.name;
+    else EXPECT_NEAR(y.item<double>(), c.ref(0.7), 1e-12) << c.name;
+  }
+}
+
+TEST(Unary, SpecialValues) {
+  Tensor x = tg::tensor({NAN, INFINITY, -INFINITY, 0.0}, {}, tg::kFloat64);
+  expect_values(tg::relu(x), {NAN, INFINITY, 0, 0}, 0, "relu");
+  expect_values(tg::tanh(x), {NAN, 1, -1, 0}, 0, "tanh");
+  expect_values(tg::sign(x), {NAN, 1, -1, 0}, 0, "sign");
+  expect_values(tg::clamp(x, -1, 1), {NAN, 1, -1, 0}, 0, "clamp");
+  expect_values(tg::sigmoid(tg::tensor({-200, 200}, {}, tg::kFloat32)), {0, 1}, 0, "sigmoid");
+}
+
+struct BinaryCase {
+  const char* name;
+  std::function<Tensor(const Tensor&, const Tensor&)> fn;
+  std::function<double(double, double)> ref;
+  double lo, hi;
+};
+
+std::vector<BinaryCase> binary_cases() {
+  return {
+      {"add", [](const Tensor& a, const Tensor& b) { return a + b; }, [](double a, double b) { return a + b; }, -3, 3},
+      {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }, [](double a, double b) { return a - b; }, -3, 3},
+      {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }, [](double a, double b) { return a * b; }, -3, 3},
+      {"div", [](const Tensor& a, const Tensor& b) { return a / b; }, [](double a, double b) { return a / b; }, 0.5, 3},
+      {"add_alpha", [](const Tensor& a, const Tensor& b) { return tg::add(a, b, 3); },
+       [](double a, double b) { return a + 3 * b; }, -3, 3},
+      {"pow", [](const Tensor& a, const Tensor& b) { return tg::pow(a, b); },
+       [](double a, double b) { return std::pow(a, b); }, 0.5, 2},
+      {"maximum", [](const Tensor& a, const Tensor& b) { return tg::maximum(a, b); },
+       [](double a, double b) { return std::max(a, b); }, -3, 3},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return tg::minimum(a, b); },
+       [](double a, double b) { return std::min(a, b); }, -3, 3},
+  };
+}
+
+void check_binary(const BinaryCase& c, const Tensor& a, const Tensor& b, const std::string& what) {
+  Tensor y = c.fn(a, b);
+  IntList shape = tg::broadcast_shapes(a.sizes(), b.sizes(), "test");
+  ASSERT_EQ(y.sizes(), shape) << what;
+  std::vector<double> va = values(a), vb = values(b), ref;
+  for (int64_t i = 0; i < tg::shape_numel(shape); ++i)
+    ref.push_back(
+        c.ref(va[size_t(broadcast_pos(i, shape, a.sizes()))], vb[size_t(broadcast_pos(i, shape, b.sizes()))]));
+  expect_values(y, ref, std::max(tol_for(y.dtype()), 4e-6), what);
+}
+
+// A NaN number bound makes clamp NaN, as a NaN tensor bound does (and
+// PyTorch's): it used to leave the input as it was.
+TEST(Unary, ClampWithANaNBoundIsNaN) {
+  const double nan = std::nan("");
+  Tensor f = tg::tensor({0, 5, -3}, {3}, tg::kFloat64);
+  for (Tensor r :
+       {tg::clamp(f, nan, std::nullopt), tg::clamp(f, std::nullopt, nan), tg::clamp(f, 0.0, nan), tg::clamp_min(f, nan),
+        tg::clamp_max(f, nan), tg::clamp(tg::tensor({1, 2}, {2}, tg::kInt64), nan, 3)})
+    for (double v : values(r))
+      EXPECT_TRUE(std::isnan(v)) << r;
+  expect_values(tg::clamp(f, -1.0, 1.0), {0, 1, -1}, 0, "finite bounds");
+  expect_values(tg::clamp(tg::tensor({nan, 2}, {2}, tg::kFloat32), 0.0, 1.0), {nan, 1}, 0, "a NaN input stays NaN");
+}
+
+TEST(Binary, EveryOpLayoutAndDtypeMatchesDoubleLoop) {
+  tg::manual_seed(2);
+  for (const BinaryCase& c : binary_cases()) {
+    for (ScalarType dt : {tg::kFloat32, tg::kFloat64, tg::kBFloat16, tg::kFloat16, tg::kInt64}) {
+      double lo = c.lo, hi = c.hi;
+      if (dt == tg::kInt64 && std::string(c.name) == "pow") lo = 0, hi = 1.5;
+      if (dt == tg::kInt64 && std::string(c.name) == "div") lo = 0.6, hi = 4;
+      for (Layout la : kLayouts)
+        for (Layout lb : kLayouts) {
+          IntList shape = la == Layout::Contiguous ? IntList{4, 50, 300} : IntList{6, 9};
+          Tensor a = make(shape, dt, la, lo, hi), b = make(shape, dt, lb, lo, hi);
+          check_binary(c, a, b,
+                       std::string(c.name) + " " + tg::to_string(dt) + " " + layout_name(la) + " x " + layout_name(lb));
+        }
+    }
+  }
+}
+
+TEST(Binary, BoolOperandsOnEveryLayout) {
+  tg::manual_seed(15);
+  for (const BinaryCase& c : binary_cases()) {
+    std::string name = c.name;
+    if (name != "add" && name != "mul" && name != "maximum" && name != "minimum") continue;
+    for (Layout la : kLayouts)
+      for (Layout lb : kLayouts) {
+        Tensor a = make({6, 9}, tg::kBool, la), b = make({6, 9}, tg::kBool, lb);
+        Tensor y = c.fn(a, b);
+        ASSERT_EQ(y.dtype(), tg::kBool) << name;
+        std::vector<double> va = values(a), vb = values(b), ref;
+        for (size_t i = 0; i < va.size(); ++i)
+          ref.push_back(c.ref(va[i], vb[i]) != 0);
+        expect_values(y, ref, 0, name + " Bool " + layout_name(la) + " x " + layout_name(lb));
+      }
+  }
+}
+
+TEST(Binary, BroadcastShapes) {
+  tg::manual_seed(3);
+  for (const BinaryCase& c : binary_cases()) {
+    std::vector<std::pair<IntList, IntList>> shapes = {{{3, 1, 5}, {4, 1}}, {{5}, {2, 3, 5}}, {{2, 1}, {1, 7}},
+                                                       {{}, {3, 4}},        {{0, 3}, {1, 3}}, {{1}, {}}};
+    for (auto& [sa, sb] : shapes) {
+      Tensor a = tg::rand(sa, tg::kFloat64) * (c.hi - c.lo) + c.lo;
+      Tensor b = tg::rand(sb, tg::kFloat64) * (c.hi - c.lo) + c.lo;
+      check_binary(c, a, b, std::string(c.name) + " " + tg::shape_str(sa) + " with " + tg::shape_str(sb));
+      check_binary(c, b, a, std::string(c.name) + " reversed");
+    }
+  }
+}
+
+TEST(Binary, DtypePromotion) {
+  Tensor f = tg::ones({2}), d = tg::ones({2}, tg::kFloat64), i = tg::ones({2}, tg::kInt64);
+  Tensor h = tg::ones({2}, tg::kFloat16), bf = tg::ones({2}, tg::kBFloat16);
+  Tensor bo = tg::ones({2}, tg::kBool);
+  EXPECT_EQ((f + d).dtype(), tg::kFloat64);
+  EXPECT_EQ((i + f).dtype(), tg::kFloat32);
+  EXPECT_EQ((h + bf).dtype(), tg::kFloat32);
+  EXPECT_EQ((h + i).dtype(), tg::kFloat16);
+  EXPECT_EQ((bo + i).dtype(), tg::kInt64);
+  EXPECT_EQ((i / i).dtype(), tg::kFloat32);  // true division
+  EXPECT_EQ((i * 2).dtype(), tg::kInt64);
+  EXPECT_EQ((i * 2.5).dtype(), tg::kFloat32);
+  EXPECT_EQ((f * 2.5).dtype(), tg::kFloat32);  // a number never widens a float tensor
+  EXPECT_EQ((bo + 1).dtype(), tg::kInt64);
+  EXPECT_EQ((bo * bo).dtype(), tg::kBool);
+  EXPECT_EQ(tg::exp(i).dtype(), tg::kFloat32);
+  EXPECT_EQ(tg::abs(i).dtype(), tg::kInt64);
+  expect_values(tg::tensor({7, -7}, {}, tg::kInt64) / 2, {3.5, -3.5}, 0, "int div");
+  expect_values(tg::pow(tg::tensor({2, 3, -2}, {}, tg::kInt64), 3), {8, 27, -8}, 0, "int pow");
+  expect_values(tg::add(bo, bo), {1, 1}, 0, "bool add is or");
+}
+
+TEST(Binary, ScalarOperandsOnEitherSide) {
+  Tensor x = tg::tensor({1, 2, 4}, {}, tg::kFloat64);
+  expect_values(x + 1, {2, 3, 5}, 0, "x + 1");
+  expect_values(1 + x, {2, 3, 5}, 0, "1 + x");
+  expect_values(x - 1, {0, 1, 3}, 0, "x - 1");
+  expect_values(1 - x, {0, -1, -3}, 0, "1 - x");
+  expect_values(x * 2, {2, 4, 8}, 0, "x * 2");
+  expect_values(2 * x, {2, 4, 8}, 0, "2 * x");
+  expect_values(x / 2, {0.5, 1, 2}, 0, "x / 2");
+  expect_values(2 / x, {2, 1, 0.5}, 0, "2 / x");
+  expect_values(-x, {-1, -2, -4}, 0, "-x");
+  expect_values(tg::pow(x, 2), {1, 4, 16}, 0, "x ^ 2");
+  expect_values(tg::pow(2, x), {2, 4, 16}, 0, "2 ^ x");
+  expect_values(x.pow(0.5), {1, std::sqrt(2.0), 2}, 1e-15, "x ^ 0.5");
+}
+
+TEST(Compare, AllOpsWithBroadcastAndScalars) {
+  Tensor a = tg::tensor({1, 2, 3, 4, 5, 6}, {2, 3}, tg::kFloat64);
+  Tensor b = tg::tensor({2, 2, 2}, {3}, tg::kInt64);
+  Tensor r = tg::lt(a, b);
+  EXPECT_EQ(r.dtype(), tg::kBool);
+  expect_values(r, {1, 0, 0, 0, 0, 0}, 0, "lt");
+  expect_values(tg::le(a, b), {1, 1, 0, 0, 0, 0}, 0, "le");
+  expect_values(tg::gt(a, b), {0, 0, 1, 1, 1, 1}, 0, "gt");
+  expect_values(tg::ge(a, b), {0, 1, 1, 1, 1, 1}, 0, "ge");
+  expect_values(tg::eq(a, b), {0, 1, 0, 0, 0, 0}, 0, "eq");
+  expect_values(tg::ne(a, b), {1, 0, 1, 1, 1, 1}, 0, "ne");
+  expect_values(tg::gt(a.t(), 3.5), {0, 1, 0, 1, 0, 1}, 0, "gt scalar transposed");
+  expect_values(tg::eq(a, 2), {0, 1, 0, 0, 0, 0}, 0, "eq scalar");
+}
+
+// The C++ comparison operators are the comparison ops: Bool results of the
+// broadcast shape, never recorded; a scalar on the left mirrors the
+// comparison (0.5 < x is x > 0.5).
+TEST(Compare, OperatorsAreTheOpsOnEitherSide) {
+  Tensor a = tg::tensor({1, 2, 3, 4, 5, 6}, {2, 3}, tg::kFloat64).requires_grad_();
+  Tensor b = tg::tensor({2, 2, 2}, {3}, tg::kInt64);
+  const std::vector<std::pair<Tensor, std::vector<double>>> cases = {
+      {a < b, {1, 0, 0, 0, 0, 0}},       {a <= b, {1, 1, 0, 0, 0, 0}},
+      {a > b, {0, 0, 1, 1, 1, 1}},       {a >= b, {0, 1, 1, 1, 1, 1}},
+      {a == b, {0, 1, 0, 0, 0, 0}},      {a != b, {1, 0, 1, 1, 1, 1}},
+      {a > 3.5, {0, 0, 0, 1, 1, 1}},     {a <= 2, {1, 1, 0, 0, 0, 0}},
+      {a == 5, {0, 0, 0, 0, 1, 0}},      {a != 5, {1, 1, 1, 1, 0, 1}},
+      {a < 2, {1, 0, 0, 0, 0, 0}},       {a >= 6, {0, 0, 0, 0, 0, 1}},
+      {3.5 < a, {0, 0, 0, 1, 1, 1}},     {2 >= a, {1, 1, 0, 0, 0, 0}},
+      {5 == a, {0, 0, 0, 0, 1, 0}},      {5 != a, {1, 1, 1, 1, 0, 1}},
+      {2 > a, {1, 0, 0, 0, 0, 0}},       {6 <= a, {0, 0, 0, 0, 0, 1}},
+      {a.t() > 2.5, {0, 1, 0, 1, 1, 1}}, {b.view({3, 1}) > a.t(), {1, 0, 0, 0, 0, 0}}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Tensor& r = cases[i].first;
+    EXPECT_EQ(r.dtype(), tg::kBool) << "case " << i;
+    EXPECT_FALSE(r.requires_grad()) << "case " << i;
+    EXPECT_EQ(r.sizes(), (i + 2 == cases.size() || i + 1 == cases.size() ? tg::IntList{3, 2} : tg::IntList{2, 3}))
+        << "case " << i;
+    expect_values(r, cases[i].second, 0, "operator case " + std::to_string(i));
+  }
+  EXPECT_THROW(a < tg::ones({4}), tg::Error);  // shapes that do not broadcast
+}
+
+// The logical ops on every dtype (nonzero is true, NaN included), with
+// broadcasting; the operators: ! on any dtype, & | ^ ~ on Bool only (an
+// error names the operator otherwise, as LibTorch's are bitwise there).
+TEST(Compare, LogicalOpsAndOperators) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor a = tg::tensor({0, 1, -2, nan, 0, 3}, {2, 3}, tg::kFloat64);
+  Tensor b = tg::tensor({0, 5, 0}, {3}, tg::kInt64);
+  expect_values(tg::logical_and(a, b), {0, 1, 0, 0, 0, 0}, 0, "logical_and");
+  expect_values(tg::logical_or(a, b), {0, 1, 1, 1, 1, 1}, 0, "logical_or");
+  expect_values(tg::logical_xor(a, b), {0, 0, 1, 1, 1, 1}, 0, "logical_xor");
+  expect_values(tg::logical_not(a), {1, 0, 0, 0, 1, 0}, 0, "logical_not");
+  expect_values(a.logical_and(b.to(tg::kBool)), {0, 1, 0, 0, 0, 0}, 0, "logical_and method, Bool operand");
+  expect_values(!a, {1, 0, 0, 0, 1, 0}, 0, "!");
+  for (const Tensor& r : {tg::logical_and(a, b), tg::logical_not(a.t()), !b})
+    EXPECT_EQ(r.dtype(), tg::kBool);
+  Tensor p = a > 0.0, q = tg::tensor({1, 0, 1}, {3}, tg::kFloat32) > 0.5;
+  expect_values(p & q, {0, 0, 0, 0, 0, 1}, 0, "&");
+  expect_values(p | q, {1, 1, 1, 1, 0, 1}, 0, "|");
+  expect_values(p ^ q, {1, 1, 1, 1, 0, 0}, 0, "^");
+  expect_values(~p, {1, 0, 1, 1, 1, 0}, 0, "~");
+  EXPECT_ERROR_CONTAINS(a & b, "operator&: defined on Bool tensors only, got Float64");
+  EXPECT_ERROR_CONTAINS(p | b, "operator|: defined on Bool tensors only, got Int64");
+  EXPECT_ERROR_CONTAINS(~b, "operator~: defined on Bool tensors only");
+  EXPECT_ERROR_CONTAINS(tg::logical_and(a, tg::ones({4})), "logical_and");
+  EXPECT_ERROR_CONTAINS(tg::logical_not(Tensor()), "logical_not");
+}
+
+TEST(Where, BroadcastsAndPromotes) {
+  Tensor c = tg::gt(tg::tensor({1, -1, 2}, {}, tg::kFloat32), 0);
+  Tensor a = tg::tensor({10, 20, 30, 40, 50, 60}, {2, 3}, tg::kFloat64);
+  Tensor b = tg::tensor({-1}, {1}, tg::kInt64);
+  Tensor w = tg::where(c, a, b);
+  EXPECT_EQ(w.dtype(), tg::kFloat64);
+  expect_values(w, {10, -1, 30, 40, -1, 60}, 0, "where");
+  expect_values(tg::where(c, a.t().t(), 0.5), {10, 0.5, 30, 40, 0.5, 60}, 0, "where scalar");
+  expect_values(tg::where(c, 7, tg::zeros({3}, tg::kInt64)), {7, 0, 7}, 0, "where scalar first");
+  for (ScalarType dt : kAllTypes) {
+    Tensor x = tg::ones({3}, dt), y = tg::zeros({3}, dt);
+    expect_values(tg::where(c, x, y), {1, 0, 1}, 0, std::string("where ") + tg::to_string(dt));
+  }
+}
+
+TEST(InPlace, OpsWriteIntoSelfAndBumpVersion) {
+  Tensor x = tg::tensor({1, 2, 3, 4}, {2, 2}, tg::kFloat64);
+  uint32_t v = x.version();
+  x.add_(tg::tensor({10, 20}, {2}, tg::kFloat64));
+  expect_values(x, {11, 22, 13, 24}, 0, "add_ broadcast");
+  x.sub_(1).mul_(2).div_(tg::full({1}, 4.0, tg::kFloat64));
+  expect_values(x, {5, 10.5, 6, 11.5}, 0, "chain");
+  x += 1;
+  x -= tg::ones({2, 2}, tg::kFloat64);
+  x *= 2;
+  x /= 2;
+  expect_values(x, {5, 10.5, 6, 11.5}, 0, "compound operators");
+  x.add_(tg::ones({2, 2}, tg::kFloat64), -2);
+  expect_values(x, {3, 8.5, 4, 9.5}, 0, "add_ alpha");
+  EXPECT_EQ(x.version(), v + 9);  // one bump per in-place op
+  // Different source dtype, transposed destination, self-aliasing source.
+  Tensor f = tg::zeros({2, 3}).t();
+  f.copy_(tg::arange(6, tg::kInt64).view({3, 2}));
+  expect_values(f, {0, 1, 2, 3, 4, 5}, 0, "copy_ into transposed");
+  Tensor s = tg::tensor({1, 2, 3, 4}, {2, 2}, tg::kFloat64);
+  s.add_(s.t());
+  expect_values(s, {2, 5, 5, 8}, 0, "x += x^T reads the original values");
+  Tensor h = tg::ones({4}, tg::kBFloat16);
+  h.mul_(tg::full({4}, 3.0, tg::kFloat64));
+  EXPECT_EQ(h.dtype(), tg::kBFloat16);
+  expect_values(h, {3, 3, 3, 3}, 0, "bf16 mul_ by f64");
+  Tensor z = tg::ones({3});
+  z.zero_();
+  expect_values(z, {0, 0, 0}, 0, "zero_");
+  z.fill_(2.5);
+  expect_values(z, {2.5, 2.5, 2.5}, 0, "fill_");
+}
+
+TEST(InPlace, LargeStridedDestination) {
+  tg::manual_seed(4);
+  Tensor base = tg::rand({300, 400}, tg::kFloat64);
+  Tensor view = base.t().slice(0, 0, std::nullopt, 2);  // [200, 300], strided
+  std::vector<double> before = values(view);
+  Tensor add = tg::rand({300}, tg::kFloat64);
+  view.add_(add);
+  std::vector<double> va = values(add), ref;
+  for (size_t i = 0; i < before.size(); ++i)
+    ref.push_back(before[i] + va[i % 300]);
+  expect_values(view, ref, 1e-15, "strided in-place add");
+}
+
+// Int64 arithmetic wraps around (two's complement), as PyTorch's, on every
+// path: binary and scalar ops, negation, abs, square, pow, sums. Signed
+// overflow is undefined behaviour in C++ (fatal under the sanitizers).
+TEST(Binary, Int64ArithmeticWrapsAround) {
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min(), kMax = std::numeric_limits<int64_t>::max();
+  std::vector<int64_t> v{kMin, kMax, -1, 3};
+  Tensor a = tg::from_blob(v.data(), {4}, {}, tg::kInt64, tg::Device(tg::kCPU)).clone();
+  auto ints = [](const Tensor& t) {
+    Tensor c = t.contiguous();
+    return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+  };
+  EXPECT_EQ(ints(a + 1), (std::vector<int64_t>{kMin + 1, kMin, 0, 4}));
+  EXPECT_EQ(ints(a - 1), (std::vector<int64_t>{kMax, kMax - 1, -2, 2}));
+  EXPECT_EQ(ints(a + a), (std::vector<int64_t>{0, -2, -2, 6}));
+  EXPECT_EQ(ints(a * 2), (std::vector<int64_t>{0, -2, -2, 6}));
+  EXPECT_EQ(ints(-a), (std::vector<int64_t>{kMin, -kMax, 1, -3}));
+  EXPECT_EQ(ints(tg::neg(a)), (std::vector<int64_t>{kMin, -kMax, 1, -3}));
+  EXPECT_EQ(ints(tg::abs(a)), (std::vector<int64_t>{kMin, kMax, 1, 3}));
+  EXPECT_EQ(ints(tg::square(a)), (std::vector<int64_t>{0, 1, 1, 9}));
+  EXPECT_EQ(ints(tg::pow(a, 2)), (std::vector<int64_t>{0, 1, 1, 9}));
+  EXPECT_EQ(ints(a.sum()), (std::vector<int64_t>{1}));  // kMin + kMax - 1 + 3
+  EXPECT_EQ(ints(a.view({2, 2}).sum({0})), (std::vector<int64_t>{kMax, kMin + 2}));
+  EXPECT_EQ(ints(a.view({2, 2}).sum({1})), (std::vector<int64_t>{-1, 2}));
+}
+
+}  // namespace
+}  // namespace tgtest

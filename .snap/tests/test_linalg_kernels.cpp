@@ -1,0 +1,281 @@
+// The linear algebra kernels' layouts and routes, on the CPU and the GPU:
+// operands read in place in either memory order (a row-major A is the
+// column-major A^T, the other triangle), the Cholesky factor of a batch made
+// row-major, and every route of the triangular solve (the GPU's
+// shared-memory kernel up to order 64, cuBLAS above).
+#include <algorithm>
+#include <limits>
+#include <sstream>
+
+#include "reference.h"
+
+namespace tgtest {
+namespace {
+
+namespace la = tg::linalg;
+const auto kF64 = tg::TensorOptions().dtype(tg::kFloat64);
+
+// 0 for an empty tensor (no element differs).
+double max_abs(const Tensor& t) {
+  return t.numel() == 0 ? 0.0 : tg::abs(t).amax().to(tg::Device(tg::kCPU)).item<double>();
+}
+
+std::string name(const tg::Device& d) {
+  std::ostringstream os;
+  os << d;
+  return os.str();
+}
+std::vector<tg::Device> devices() {
+  std::vector<tg::Device> d{tg::Device(tg::kCPU)};
+  if (tg::cuda::is_available()) d.emplace_back(tg::kCUDA, 0);
+  return d;
+}
+
+// B SPD n x n matrices (well conditioned).
+Tensor spd(int64_t B, int64_t n, uint64_t seed, tg::ScalarType dt = tg::kFloat64) {
+  tg::manual_seed(seed);
+  Tensor M = tg::randn({B, n, n}, kF64);
+  return (tg::matmul(M, M.transpose(-2, -1)) / double(n) + tg::eye(n, kF64)).to(dt);
+}
+// A well-conditioned lower triangular [B, n, n]: the factor of spd.
+Tensor lower(int64_t B, int64_t n, uint64_t seed) { return la::cholesky(spd(B, n, seed)); }
+
+TEST(LinalgKernels, CholeskyReadsOnlyTheLowerTriangleOfEveryLayout) {
+  for (const tg::Device& dev : devices()) {
+    SCOPED_TRACE(name(dev));
+    Tensor A = spd(3, 7, 1);
+    Tensor ref = la::cholesky(A);  // CPU, contiguous input
+    // Garbage in the strict upper triangle is not read.
+    Tensor junk = A + tg::triu(tg::full({3, 7, 7}, 1e3, kF64), 1);
+    for (const Tensor& in : {junk, junk.transpose(-2, -1).contiguous().transpose(-2, -1),
+                             A.transpose(-2, -1),  // column-major (A symmetric)
+                             A.select(0, 1).expand({2, 7, 7})}) {
+      Tensor L = la::cholesky(in.to(dev));
+      EXPECT_EQ(max_abs(tg::triu(L, 1)), 0.0);
+      const Tensor want = in.size(0) == 2 ? ref.select(0, 1).expand({2, 7, 7}) : ref;
+      EXPECT_LT(max_abs(L.to(tg::Device(tg::kCPU)) - want), 1e-12);
+    }
+    Tensor U = la::cholesky(A.to(dev), true);
+    EXPECT_LT(max_abs(U.to(tg::Device(tg::kCPU)) - ref.transpose(-2, -1)), 1e-12);
+    // One matrix (the one-matrix routines), with junk above, both layouts,
+    // small and above the batched routines' sizes.
+    for (int64_t n : {7, 600}) {
+      Tensor A1 = spd(1, n, 2).select(0, 0), ref1 = la::cholesky(A1);
+      Tensor junk1 = A1 + tg::triu(tg::full({n, n}, 1e3, kF64), 1);
+      for (const Tensor& in : {junk1, junk1.t().contiguous().t()}) {
+        Tensor L1 = la::cholesky(in.to(dev));
+        EXPECT_EQ(max_abs(tg::triu(L1, 1)), 0.0) << n;
+        EXPECT_LT(max_abs(L1.to(tg::Device(tg::kCPU)) - ref1), 1e-10) << n;
+      }
+    }
+  }
+}
+
+TEST(LinalgKernels, SolveTriangularReadsRowAndColumnMajorAndBroadcastOperandsInPlace) {
+  for (const tg::Device& dev : devices()) {
+    SCOPED_TRACE(name(dev));
+    Tensor L = lower(4, 6, 2);  // [4, 6, 6]
+    Tensor B = tg::randn({4, 6, 3}, kF64);
+    for (bool upper : {false, true})
+      for (bool left : {true, false}) {
+        SCOPED_TRACE(std::string(upper ? "upper" : "lower") + (left ? " left" : " right"));
+        Tensor T = upper ? L.transpose(-2, -1).contiguous() : L;
+        Tensor rhs = left ? B : B.transpose(-2, -1);
+        auto check = [&](const Tensor& Tin, const Tensor& Bin, const Tensor& Tref) {
+          Tensor X = la::solve_triangular(Tin.to(dev), Bin.to(dev), upper, left).to(tg::Device(tg::kCPU));
+          Tensor back = left ? tg::matmul(Tref, X) : tg::matmul(X, Tref);
+          EXPECT_LT(max_abs(back - Bin), 1e-10);
+        };
+        check(T, rhs, T);                                                   // row-major
+        check(T.transpose(-2, -1).contiguous().transpose(-2, -1), rhs, T);  // column-major
+        // Only the triangle is read: junk in the other one.
+        Tensor other = upper ? tg::tril(tg::full({6, 6}, 7.0, kF64), -1) : tg::triu(tg::full({6, 6}, 7.0, kF64), 1);
+        check(T + other, rhs, T);
+        check((T + other).transpose(-2, -1).contiguous().transpose(-2, -1), rhs, T);
+        // One A for every right-hand side (batch stride 0), and a strided slice.
+        Tensor T0 = T.select(0, 0);
+        check(T0, rhs, T0.expand({4, 6, 6}));
+        Tensor wide = tg::zeros({6, 12}, kF64);
+        wide.narrow(1, 0, 6).copy_(T0);
+        check(wide.narrow(1, 0, 6), rhs, T0.expand({4, 6, 6}));
+        // Mixed broadcast (batch dims that do not collapse): copied.
+        Tensor T2 = T.narrow(0, 0, 2).unsqueeze(1);  // [2, 1, 6, 6]
+        Tensor R2 = (left ? tg::randn({2, 3, 6, 3}, kF64) : tg::randn({2, 3, 3, 6}, kF64));
+        check(T2, R2, T2.expand({2, 3, 6, 6}));
+      }
+  }
+}
+
+// Every route of the triangular solve kernels against the substitution's
+// defining equation: orders up to 64 (the GPU's shared-memory kernel, right-
+// hand sides in chunks), above (cuBLAS's trsmBatched, or trsm per matrix),
+// both triangles, left and right, unit diagonals, one A for the whole batch.
+TEST(LinalgKernels, SolveTriangularEveryOrderAndRightHandSideCount) {
+  for (const tg::Device& dev : devices()) {
+    SCOPED_TRACE(name(dev));
+    for (int64_t n : {1, 2, 31, 33, 64, 65, 100})
+      for (int64_t k : {1, 3, 4, 5, 64, 70})
+        for (tg::ScalarType dt : {tg::kFloat64, tg::kFloat32}) {
+          const int64_t B = n * k % 2 == 0 ? 3 : 1;
+          Tensor L = lower(B, n, uint64_t(n * 100 + k));
+          for (bool upper : {false, true})
+            for (bool left : {true, false})
+              for (bool unit : {false, true}) {
+                SCOPED_TRACE("n " + std::to_string(n) + " k " + std::to_string(k) + " " + tg::to_string(dt) +
+                             (upper ? " upper" : " lower") + (left ? " left" : " right") + (unit ? " unit" : ""));
+                Tensor T = upper ? L.transpose(-2, -1) : L;
+                if (unit) T = T / tg::diagonal(T, 0, -2, -1).unsqueeze(upper ? -1 : -2);  // well conditioned
+                Tensor Bm = left ? tg::randn({B, n, k}, kF64) : tg::randn({B, k, n}, kF64);
+                Tensor X = la::solve_triangular(T.to(dt).to(dev), Bm.to(dt).to(dev), upper, left, unit)
+                               .to(tg::Device(tg::kCPU))
+                               .to(tg::kFloat64);
+                Tensor Tref = unit ? (upper ? tg::triu(T, 1) : tg::tril(T, -1)) + tg::eye(n, kF64) : T;
+                Tensor back = left ? tg::matmul(Tref, X) : tg::matmul(X, Tref);
+                const double tol = dt == tg::kFloat64 ? 1e-10 : 1e-3;
+                EXPECT_LT(max_abs(back - Bm), tol * (1 + max_abs(Bm)));
+                if (B == 3 && !unit) {  // one A for the whole batch (batch stride 0)
+                  Tensor T0 = T.select(0, 1);
+                  Tensor X0 = la::solve_triangular(T0.to(dt).to(dev), Bm.to(dt).to(dev), upper, left)
+                                  .to(tg::Device(tg::kCPU))
+                                  .to(tg::kFloat64);
+                  Tensor back0 = left ? tg::matmul(T0, X0) : tg::matmul(X0, T0);
+                  EXPECT_LT(max_abs(back0 - Bm), tol * (1 + max_abs(Bm)));
+                }
+              }
+        }
+  }
+}
+
+// The Cholesky gradient of a batch (the two triangular solves of its
+// backward on the kernels above) equals the closed form at first order and
+// through create_graph.
+TEST(LinalgKernels, CholeskyGradientOfABatchMatchesTheClosedForm) {
+  for (const tg::Device& dev : devices()) {
+    SCOPED_TRACE(name(dev));
+    for (auto [B, n] : {std::pair<int64_t, int64_t>{5, 64}, {2, 33}, {1, 70}})
+      for (bool create_graph : {false, true}) {
+        SCOPED_TRACE("B " + std::to_string(B) + " n " + std::to_string(n) + (create_graph ? " create_graph" : ""));
+        Tensor A = spd(B, n, uint64_t(B * n)).to(dev);
+        Tensor Ar = A.detach().requires_grad_();
+        // d logdet(A) / dA = A^-1 (symmetric A).
+        Tensor L = la::cholesky(Ar);
+        Tensor g = tg::autograd::grad({(tg::log(tg::diagonal(L, 0, -2, -1)) * 2.0).sum()}, {Ar}, {}, std::nullopt,
+                                      create_graph)[0]
+                       .detach();
+        Tensor want = la::inv(A);
+        EXPECT_LT(max_abs(g - want), 1e-9 * (1 + max_abs(want)));
+      }
+  }
+}
+
+// slogdet (its permutation's sign compares the pivots with 1..n) and argsort
+// (its segment offsets and positions) make their index tensors on the
+// device, so both capture; replays equal eager calls.
+TEST(LinalgKernelsGpu, SlogdetAndArgsortCapture) {
+  REQUIRE_GPU();
+  namespace cu = tg::cuda;
+  const tg::Device gpu(tg::kCUDA, 0);
+  Tensor A = tg::randn({4, 5, 5}, kF64).to(gpu), v = tg::randn({3, 7}, kF64).to(gpu);
+  auto step = [&] {
+    auto [sign, logabs] = la::slogdet(A);
+    return std::vector<Tensor>{sign, logabs, tg::argsort(v, -1)};
+  };
+  cu::CUDAGraph graph;
+  std::vector<Tensor> out = capture_after_warmup(graph, step);
+  for (uint64_t r = 0; r < 2; ++r) {
+    tg::manual_seed(100 + r);
+    A.copy_(tg::randn({4, 5, 5}, kF64).to(gpu));
+    v.copy_(tg::randn({3, 7}, kF64).to(gpu));
+    graph.replay();
+    std::vector<Tensor> eager = step();
+    for (size_t i = 0; i < out.size(); ++i)
+      EXPECT_LT(max_abs(out[i].to(tg::kFloat64) - eager[i].to(tg::kFloat64)), 1e-12)
+          << "output " << i << " replay " << r;
+  }
+}
+
+// tril and triu (a copy whose other triangle a kernel zeros) against the
+// recorded form's mask (a broadcast compare and where): every offset, far
+// ones too, each element size, transposed, broadcast and empty inputs; the
+// result is new contiguous storage.
+TEST(LinalgKernels, TrilTriuEveryOffsetDtypeAndLayout) {
+  const int64_t big = std::numeric_limits<int64_t>::max(), small = std::numeric_limits<int64_t>::min();
+  for (const tg::Device& dev : devices()) {
+    SCOPED_TRACE(name(dev));
+    for (tg::ScalarType dt : {tg::kFloat64, tg::kFloat32, tg::kBFloat16, tg::kInt64, tg::kBool}) {
+      SCOPED_TRACE(int(dt));
+      tg::manual_seed(7);
+      Tensor base = (tg::randn({2, 5, 7}, kF64) * 4).to(dt).to(dev);
+      for (const Tensor& x : {base, base.transpose(-2, -1), base.select(0, 1).expand({3, 5, 7}), base.narrow(-1, 1, 4),
+                              tg::zeros({0, 3, 4}, tg::TensorOptions().dtype(dt)).to(dev),
+                              tg::zeros({2, 0, 4}, tg::TensorOptions().dtype(dt)).to(dev)}) {
+        const int64_t r = x.size(-2), c = x.size(-1);
+        const auto opt = tg::TensorOptions().dtype(tg::kInt64);
+        Tensor diff = (tg::arange(0, c, 1, opt).reshape({1, c}) - tg::arange(0, r, 1, opt).reshape({r, 1})).to(dev);
+        Tensor xc = x.to(tg::Device(tg::kCPU)).to(tg::kFloat64);
+        for (int64_t k : {small, int64_t(-100), -r, int64_t(-2), int64_t(-1), int64_t(0), int64_t(1), int64_t(3), c,
+                          int64_t(100), big}) {
+          SCOPED_TRACE(k);
+          const Tensor lo = tg::tril(x, k), up = tg::triu(x, k);
+          ASSERT_EQ(lo.sizes(), x.sizes());
+          EXPECT_TRUE(lo.is_contiguous() && up.is_contiguous());
+          EXPECT_EQ(lo.dtype(), dt);
+          // The mask (k clamped into int range of the compare's operands).
+          const int64_t kk = std::clamp<int64_t>(k, -r - 1, c + 1);
+          Tensor keep_lo = tg::le(diff, kk).to(tg::Device(tg::kCPU)),
+                 keep_up = tg::ge(diff, kk).to(tg::Device(tg::kCPU));
+          Tensor want_lo = tg::where(keep_lo, xc, 0.0), want_up = tg::where(keep_up, xc, 0.0);
+          EXPECT_EQ(max_abs(lo.to(tg::Device(tg::kCPU)).to(tg::kFloat64) - want_lo), 0.0);
+          EXPECT_EQ(max_abs(up.to(tg::Device(tg::kCPU)).to(tg::kFloat64) - want_up), 0.0);
+        }
+      }
+      // New storage: writing the result leaves the input alone.
+      const Tensor before = base.to(tg::Device(tg::kCPU)).to(tg::kFloat64);
+      Tensor t = tg::tril(base, 100);
+      EXPECT_FALSE(t.data_ptr() == base.data_ptr());
+      t.fill_(1);
+      EXPECT_EQ(max_abs(base.to(tg::Device(tg::kCPU)).to(tg::kFloat64) - before), 0.0);
+    }
+  }
+}
+
+// Elementwise kernels read an input that is dense along its second-to-last
+// dim (a transpose) through shared-memory tiles when the output is dense
+// along its last: values equal the CPU's exactly, partial tiles, more batch
+// entries than the launch's blocks along z, mixed element sizes and four
+// operands (where), and the shapes too small for tiles.
+TEST(CudaGpu, ElementwiseReadsTransposedInputsThroughTiles) {
+  REQUIRE_GPU();
+  const tg::Device gpu(tg::kCUDA, 0), cpu(tg::kCPU);
+  for (tg::ScalarType dt : {tg::kFloat64, tg::kFloat32, tg::kBFloat16, tg::kInt64, tg::kBool}) {
+    for (const std::vector<int64_t>& shape :
+         std::vector<std::vector<int64_t>>{{3, 130, 130}, {2, 2, 128, 128}, {1, 300, 300}, {5, 40, 40}, {2, 4, 4}}) {
+      SCOPED_TRACE(int(dt) * 1000 + shape[0]);
+      tg::manual_seed(3);
+      Tensor x = (tg::randn(shape, kF64) * 8).to(dt), y = (tg::randn(shape, kF64) * 8).to(dt);
+      Tensor m = tg::randn(shape, kF64) > 0;
+      Tensor xg = x.to(gpu), yg = y.to(gpu), mg = m.to(gpu);
+      auto same = [&](const Tensor& g, const Tensor& c) {
+        ASSERT_EQ(g.sizes(), c.sizes());
+        EXPECT_EQ(max_abs(g.to(cpu).to(tg::kFloat64) - c.to(tg::kFloat64)), 0.0);
+      };
+      same(xg.transpose(-2, -1).contiguous(), x.transpose(-2, -1).contiguous());
+      same(xg.transpose(-2, -1).to(tg::kFloat32), x.transpose(-2, -1).to(tg::kFloat32));
+      same(tg::where(mg, xg.transpose(-2, -1), yg), tg::where(m, x.transpose(-2, -1), y));
+      same(tg::where(mg.transpose(-2, -1), yg, xg.transpose(-2, -1)),
+           tg::where(m.transpose(-2, -1), y, x.transpose(-2, -1)));
+      if (dt != tg::kBool) {
+        same(xg + xg.transpose(-2, -1), x + x.transpose(-2, -1));
+        same(xg.transpose(-2, -1) * yg.select(0, 0), x.transpose(-2, -1) * y.select(0, 0));  // broadcast too
+      }
+    }
+  }
+  // More batch entries than the tiled launch's blocks along z.
+  tg::manual_seed(4);
+  Tensor x = tg::randn({1100, 128, 128}, tg::TensorOptions().dtype(tg::kFloat32));
+  Tensor got = (x.to(gpu) + x.to(gpu).transpose(-2, -1)).to(cpu);
+  EXPECT_EQ(max_abs(got - (x + x.transpose(-2, -1))), 0.0);
+}
+
+}  // namespace
+}  // namespace tgtest

@@ -1,0 +1,370 @@
+// tg::ode::odeint: every method against closed forms (the exponential, the
+// harmonic oscillator, a linear system), its convergence order and
+// tolerance control, gradients by backpropagation and by the adjoint method
+// against each other and against finite differences, second derivatives
+// through the solver, and its refusals.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <tapegrad/tapegrad.h>
+
+#include "reference.h"  // tgtest::error_message
+
+namespace {
+
+using tg::Tensor;
+namespace ode = tg::ode;
+namespace ag = tg::autograd;
+
+const auto f64 = tg::TensorOptions().dtype(tg::kFloat64);
+
+Tensor times(std::vector<double> v) { return tg::tensor(v).to(tg::kFloat64); }
+
+double max_abs(const Tensor& a) { return tg::amax(tg::abs(a)).item<double>(); }
+
+// y' = -k y: y(t) = y0 exp(-k t).
+TEST(Ode, EveryMethodSolvesTheExponential) {
+  const double k = 1.3;
+  Tensor y0 = tg::tensor({1.0, -2.0, 0.5}).to(tg::kFloat64);
+  Tensor t = times({0.0, 0.25, 1.0, 2.0});
+  auto f = [&](const Tensor&, const Tensor& y) { return y * -k; };
+  Tensor exact = tg::exp(t.view({4, 1}) * -k) * y0.view({1, 3});
+  for (auto m :
+       {ode::Method::Euler, ode::Method::Midpoint, ode::Method::RK4, ode::Method::Dopri5, ode::Method::Tsit5}) {
+    ode::OdeOptions o;
+    o.method = m;
+    o.steps_per_interval = 400;
+    o.rtol = 1e-10;
+    o.atol = 1e-12;
+    Tensor y = ode::odeint(f, y0, t, o);
+    ASSERT_EQ(y.sizes(), tg::IntList({4, 3}));
+    // Dopri5 interpolates with its own 4th-order extension, Tsit5 with cubic Hermite.
+    const double tol = m == ode::Method::Euler      ? 1e-2
+                       : m == ode::Method::Midpoint ? 1e-5
+                       : m == ode::Method::Tsit5    ? 1e-7
+                                                    : 2e-9;
+    EXPECT_LT(max_abs(y - exact), tol) << int(m);
+    EXPECT_EQ(max_abs(y.select(0, 0) - y0), 0.0);  // the first entry is y0
+  }
+}
+
+TEST(Ode, FixedStepMethodsConvergeAtTheirOrders) {
+  auto f = [](const Tensor&, const Tensor& y) { return -y; };
+  Tensor y0 = tg::ones({1}, f64), t = times({0.0, 1.0});
+  const double exact = std::exp(-1.0);
+  const std::pair<ode::Method, double> orders[] = {
+      {ode::Method::Euler, 1}, {ode::Method::Midpoint, 2}, {ode::Method::RK4, 4}};
+  for (auto [m, order] : orders) {
+    ode::OdeOptions o;
+    o.method = m;
+    o.steps_per_interval = 16;
+    const double e1 = std::fabs(ode::odeint(f, y0, t, o).select(0, 1).item<double>() - exact);
+    o.steps_per_interval = 32;
+    const double e2 = std::fabs(ode::odeint(f, y0, t, o).select(0, 1).item<double>() - exact);
+    EXPECT_NEAR(std::log2(e1 / e2), order, 0.15) << int(m);
+  }
+  // step_size: the fewest equal steps of at most that size per interval.
+  ode::OdeOptions o;
+  o.method = ode::Method::Euler;
+  o.step_size = 0.1;
+  ode::OdeStats st;
+  ode::odeint(f, y0, times({0.0, 1.0, 1.05}), o, &st);
+  EXPECT_EQ(st.accepted, 10 + 1);
+  EXPECT_EQ(st.evaluations, 11);
+}
+
+// x'' = -w^2 x as [x, v], a batch of initial states, forwards and backwards in time.
+TEST(Ode, HarmonicOscillatorBatchedAndBackwardInTime) {
+  const double w = 2.0;
+  Tensor y0 = tg::tensor({1.0, 0.0, 0.0, 1.0, 0.5, -0.3}).to(tg::kFloat64).view({3, 2});
+  auto f = [&](const Tensor&, const Tensor& y) { return tg::stack({y.select(1, 1), y.select(1, 0) * (-w * w)}, 1); };
+  std::vector<double> tv{0.0, 0.7, 1.9, 3.0};
+  Tensor t = times(tv);
+  for (auto m : {ode::Method::RK4, ode::Method::Dopri5}) {
+    ode::OdeOptions o;
+    o.method = m;
+    o.steps_per_interval = 200;
+    o.rtol = 1e-10;
+    o.atol = 1e-12;
+    Tensor y = ode::odeint(f, y0, t, o);
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t b = 0; b < 3; ++b) {
+        const double x0 = y0.select(0, b).select(0, 0).item<double>(), v0 = y0.select(0, b).select(0, 1).item<double>();
+        const double x = x0 * std::cos(w * tv[size_t(i)]) + v0 / w * std::sin(w * tv[size_t(i)]);
+        EXPECT_NEAR(y.select(0, i).select(0, b).select(0, 0).item<double>(), x, 1e-7) << int(m) << " " << i;
+      }
+    // From t = 3 back to 0 recovers y0.
+    Tensor yb = ode::odeint(f, y.select(0, 3), times({3.0, 0.0}), o);
+    EXPECT_LT(max_abs(yb.select(0, 1) - y0), 1e-6) << int(m);
+  }
+}
+
+TEST(Ode, ToleranceControlsTheError) {
+  auto f = [](const Tensor& t, const Tensor& y) { return tg::cos(t) * y; };  // y = exp(sin t)
+  Tensor y0 = tg::ones({1}, f64), t = times({0.0, 5.0});
+  const double exact = std::exp(std::sin(5.0));
+  double prev_err = 1e9;
+  int64_t prev_steps = 0;
+  for (auto m : {ode::Method::Dopri5, ode::Method::Tsit5})
+    for (double tol : {1e-3, 1e-6, 1e-9}) {
+      if (tol == 1e-3) {
+        prev_err = 1e9;
+        prev_steps = 0;
+      }
+      ode::OdeOptions o;
+      o.method = m;
+      o.rtol = tol;
+      o.atol = tol;
+      ode::OdeStats st;
+      const double err = std::fabs(ode::odeint(f, y0, t, o, &st).select(0, 1).item<double>() - exact);
+      EXPECT_LT(err, 50 * tol) << tol;
+      EXPECT_LT(err, prev_err);
+      EXPECT_GT(st.accepted, prev_steps);
+      EXPECT_EQ(st.evaluations, 1 + 1 + 6 * (st.accepted + st.rejected));  // k1, the trial step, 6 stages a step
+      prev_err = err;
+      prev_steps = st.accepted;
+    }
+}
+
+// L = sum(c * y(t)) over every time for y' = A y: the gradients in y0, A and
+// t by backpropagation, by the adjoint, and by central differences.
+TEST(Ode, BackpropAndAdjointGradientsAgreeWithFiniteDifferences) {
+  Tensor a0 = tg::tensor({-0.5, 1.0, -1.2, -0.3}).to(tg::kFloat64).view({2, 2});
+  Tensor y00 = tg::tensor({1.0, 0.5}).to(tg::kFloat64), t0 = times({0.0, 0.6, 1.5});
+  Tensor c = tg::tensor({0.3, -1.0, 0.7, 0.2, 1.1, -0.4}).to(tg::kFloat64).view({3, 2});
+  auto loss = [&](const Tensor& A, const Tensor& y0, const Tensor& t, ode::Method m, ode::Gradient g) {
+    ode::OdeOptions o;
+    o.method = m;
+    o.steps_per_interval = 60;
+    o.rtol = 1e-10;
+    o.atol = 1e-12;
+    o.gradient = g;
+    o.params = {A};
+    auto f = [&](const Tensor&, const Tensor& y) { return tg::matmul(A, y.view({2, 1})).view({2}); };
+    return tg::sum(ode::odeint(f, y0, t, o) * c);
+  };
+  for (auto m : {ode::Method::RK4, ode::Method::Dopri5, ode::Method::Tsit5}) {
+    std::vector<std::vector<Tensor>> grads;
+    for (auto g : {ode::Gradient::Backprop, ode::Gradient::Adjoint}) {
+      Tensor A = a0.clone().requires_grad_(), y0 = y00.clone().requires_grad_(), t = t0.clone().requires_grad_();
+      grads.push_back(ag::grad({loss(A, y0, t, m, g)}, {A, y0, t}));
+    }
+    // Central differences of the loss (no grad).
+    const double eps = 1e-6;
+    auto fd = [&](const Tensor& base, int which) {
+      Tensor out = tg::zeros_like(base);
+      for (int64_t i = 0; i < base.numel(); ++i) {
+        Tensor p = base.clone(), q = base.clone();
+        p.view({-1}).select(0, i).add_(eps);
+        q.view({-1}).select(0, i).sub_(eps);
+        auto L = [&](const Tensor& x) {
+          ag::NoGradGuard ng;
+          return loss(which == 0 ? x : a0, which == 1 ? x : y00, which == 2 ? x : t0, m, ode::Gradient::Backprop)
+              .item<double>();
+        };
+        out.view({-1}).select(0, i).fill_((L(p) - L(q)) / (2 * eps));
+      }
+      return out;
+    };
+    const Tensor bases[3] = {a0, y00, t0};
+    for (int w = 0; w < 3; ++w) {
+      Tensor ref = fd(bases[w], w);
+      EXPECT_LT(max_abs(grads[0][size_t(w)] - ref), 1e-6) << "backprop " << int(m) << " input " << w;
+      EXPECT_LT(max_abs(grads[1][size_t(w)] - ref), 1e-6) << "adjoint " << int(m) << " input " << w;
+    }
+  }
+}
+
+// y' = -y^2: y(T) = y0 / (1 + y0 T); its second derivative in y0 through the
+// solver's own operations (create_graph).
+TEST(Ode, SecondDerivativesThroughTheSolver) {
+  const double T = 1.5, v = 0.8;
+  auto f = [](const Tensor&, const Tensor& y) { return -(y * y); };
+  for (auto m : {ode::Method::RK4, ode::Method::Dopri5}) {
+    ode::OdeOptions o;
+    o.method = m;
+    o.steps_per_interval = 200;
+    o.rtol = 1e-11;
+    o.atol = 1e-12;
+    Tensor y0 = tg::full({1}, v, f64).requires_grad_();
+    Tensor yT = ode::odeint(f, y0, times({0.0, T}), o).select(0, 1).sum();
+    Tensor d1 = ag::grad({yT}, {y0}, {}, true, true)[0];
+    Tensor d2 = ag::grad({d1.sum()}, {y0})[0];
+    EXPECT_NEAR(d1.item<double>(), 1 / std::pow(1 + v * T, 2), 1e-8) << int(m);
+    EXPECT_NEAR(d2.item<double>(), -2 * T / std::pow(1 + v * T, 3), 1e-6) << int(m);
+  }
+  // The adjoint's gradient is once differentiable, and says so.
+  ode::OdeOptions o;
+  o.method = ode::Method::RK4;
+  o.gradient = ode::Gradient::Adjoint;
+  Tensor y0 = tg::full({1}, v, f64).requires_grad_();
+  Tensor d1 = ag::grad({ode::odeint(f, y0, times({0.0, T}), o).sum()}, {y0}, {}, true, true)[0];
+  EXPECT_THROW(ag::grad({d1.sum()}, {y0}), tg::Error);
+}
+
+// The adversary's cases: each refused with its reason, or now right.
+TEST(Ode, ParamsDtypesAndScalesTheAdjointAndSolversHandle) {
+  auto message = [](auto&& fn) { return tgtest::error_message(fn); };
+  Tensor B = tg::tensor({-0.3, 1.0, -1.2, -0.1}).to(tg::kFloat64).view({2, 2}).requires_grad_();
+  Tensor y0 = tg::tensor({1.0, 0.5}).to(tg::kFloat64);
+  auto f = [&](const Tensor&, const Tensor& y) { return tg::matmul(B, y.view({2, 1})).view({2}); };
+  ode::OdeOptions o;
+  o.method = ode::Method::RK4;
+  o.steps_per_interval = 20;
+  o.gradient = ode::Gradient::Adjoint;
+  // A parameter listed twice: refused (its gradient would count twice).
+  o.params = {B, B};
+  EXPECT_NE(message([&] { ode::odeint(f, y0, times({0.0, 1.0}), o); }).find("same tensor"), std::string::npos);
+  // Parameters that need no gradient are skipped; the others' are right.
+  Tensor frozen = tg::ones({3}, f64), ints = tg::ones({2}, tg::TensorOptions().dtype(tg::kInt64));
+  o.params = {frozen, B, ints};
+  Tensor gb = ag::grad({tg::sum(ode::odeint(f, y0, times({0.0, 1.0}), o))}, {B})[0];
+  o.gradient = ode::Gradient::Backprop;
+  Tensor gb_ref = ag::grad({tg::sum(ode::odeint(f, y0, times({0.0, 1.0}), o))}, {B})[0];
+  EXPECT_LT(max_abs(gb - gb_ref), 1e-5);  // the adjoint solves its own ODE: RK4 error apart
+  // A parameter changed in place before backward: reported stale.
+  o.gradient = ode::Gradient::Adjoint;
+  o.params = {B};
+  Tensor y0g = y0.clone().requires_grad_();
+  Tensor ys = ode::odeint(f, y0g, times({0.0, 1.0}), o);
+  {
+    ag::NoGradGuard ng;
+    B.detach().mul_(2.0);
+  }
+  EXPECT_THROW(ag::grad({tg::sum(ys)}, {y0g}), tg::Error);
+  // A step_size that needs more steps than anyone can take, a non-finite
+  // single time, an unknown method: refused.
+  ode::OdeOptions fixed;
+  fixed.method = ode::Method::RK4;
+  fixed.step_size = 1e-19;
+  auto decay = [](const Tensor&, const Tensor& y) { return -y; };
+  EXPECT_NE(message([&] {
+              ode::odeint(decay, y0, times({0.0, 1.0}), fixed);
+            }).find("larger step_size"),
+            std::string::npos);
+  EXPECT_NE(message([&] { ode::odeint(decay, y0, times({NAN})); }).find("not finite"), std::string::npos);
+  ode::OdeOptions bad;
+  bad.method = static_cast<ode::Method>(42);
+  EXPECT_NE(message([&] { ode::odeint(decay, y0, times({0.0, 1.0}), bad); }).find("unknown method"), std::string::npos);
+  // float32 y0 with float64 times: the state stays float32.
+  Tensor y32 = tg::ones({2});
+  Tensor r32 = ode::odeint(
+      [](const Tensor& t, const Tensor& y) {
+        EXPECT_EQ(y.dtype(), tg::kFloat32);
+        EXPECT_EQ(t.dtype(), tg::kFloat32);
+        return -y;
+      },
+      y32, times({0.0, 0.5, 1.0}));
+  EXPECT_EQ(r32.dtype(), tg::kFloat32);
+  EXPECT_NEAR(r32.select(0, 2).select(0, 0).item<float>(), std::exp(-1.0f), 1e-5);
+  // Half precision with an adaptive method.
+  ode::OdeOptions loose;
+  loose.rtol = loose.atol = 1e-3;
+  Tensor rh = ode::odeint(decay, tg::ones({2}).to(tg::kFloat16), times({0.0, 1.0}), loose);
+  EXPECT_NEAR(rh.to(tg::kFloat32).select(0, 1).select(0, 0).item<float>(), std::exp(-1.0f), 5e-3);
+  // Intervals far below 1e-14, at any time scale: the step floor is relative to t.
+  auto scaled = [](const Tensor&, const Tensor& y) { return y * -1e20; };
+  Tensor tiny = ode::odeint(scaled, tg::ones({1}, f64), times({0.0, 1e-20}));
+  EXPECT_NEAR(tiny.select(0, 1).item<double>(), std::exp(-1.0), 1e-6);
+}
+
+// Forward mode through the solver's operations: the output's tangent along
+// a direction of y0 against central differences; the adjoint, which has no
+// tangent rule, refuses a tangent naming itself.
+TEST(Ode, ForwardModeThroughTheSolver) {
+  namespace fad = tg::autograd::forward_ad;
+  auto f = [](const Tensor&, const Tensor& y) { return -(y * y * y) + tg::sin(y); };
+  Tensor y0 = tg::tensor({0.7, -0.4}).to(tg::kFloat64), v = tg::tensor({0.3, 1.1}).to(tg::kFloat64);
+  Tensor t = times({0.0, 0.5, 1.2});
+  ode::OdeOptions o;
+  o.method = ode::Method::RK4;
+  o.steps_per_interval = 20;
+  Tensor tangent;
+  {
+    fad::dual_level level;
+    tangent = fad::unpack_dual(ode::odeint(f, fad::make_dual(y0, v), t, o)).tangent;
+  }
+  const double eps = 1e-6;
+  Tensor fd = (ode::odeint(f, y0 + v * eps, t, o) - ode::odeint(f, y0 - v * eps, t, o)) / (2 * eps);
+  ASSERT_TRUE(tangent.defined());
+  EXPECT_LT(max_abs(tangent - fd), 1e-8);
+  o.gradient = ode::Gradient::Adjoint;
+  fad::dual_level level;
+  const std::string m = tgtest::error_message([&] { ode::odeint(f, fad::make_dual(y0, v), t, o); });
+  EXPECT_NE(m.find("OdeAdjoint"), std::string::npos) << m;
+}
+
+TEST(Ode, BadArgumentsAreRefusedNamingOdeint) {
+  auto f = [](const Tensor&, const Tensor& y) { return -y; };
+  Tensor y0 = tg::ones({2}, f64);
+  auto message = [](auto&& fn) { return tgtest::error_message(fn); };
+  auto has = [&](auto&& fn, const char* what) {
+    const std::string m = message(fn);
+    EXPECT_NE(m.find("odeint"), std::string::npos) << m;
+    EXPECT_NE(m.find(what), std::string::npos) << m;
+  };
+  has([&] { ode::odeint(f, y0, times({0.0, 1.0, 0.5})); }, "strictly");
+  has([&] { ode::odeint(f, y0, times({0.0, 0.0})); }, "strictly");
+  has([&] { ode::odeint(f, y0, tg::zeros({2, 2}, f64)); }, "1-D");
+  has([&] { ode::odeint(f, tg::ones({2}, tg::TensorOptions().dtype(tg::kInt64)), times({0.0, 1.0})); }, "floating");
+  has(
+      [&] {
+        ode::odeint([](const Tensor&, const Tensor& y) { return y.sum(); }, y0, times({0.0, 1.0}));
+      },
+      "must match y");
+  has(
+      [&] {
+        ode::odeint([](const Tensor&, const Tensor& y) { return y * NAN; }, y0, times({0.0, 1.0}));
+      },
+      "not finite");
+  ode::OdeOptions o;
+  o.max_steps = 3;
+  o.rtol = o.atol = 1e-12;
+  has([&] { ode::odeint(f, y0, times({0.0, 100.0}), o); }, "max_steps");
+  o = ode::OdeOptions();
+  o.rtol = o.atol = 0;
+  has([&] { ode::odeint(f, y0, times({0.0, 1.0}), o); }, "rtol");
+  o = ode::OdeOptions();
+  o.method = ode::Method::RK4;
+  o.steps_per_interval = 0;
+  has([&] { ode::odeint(f, y0, times({0.0, 1.0}), o); }, "steps_per_interval");
+  // One time: y0 alone, no evaluation. The library is usable afterwards.
+  ode::OdeStats st;
+  Tensor one = ode::odeint(f, y0, times({0.3}), {}, &st);
+  EXPECT_EQ(one.sizes(), tg::IntList({1, 2}));
+  EXPECT_EQ(st.evaluations, 0);
+  EXPECT_NEAR(ode::odeint(f, y0, times({0.0, 1.0})).select(0, 1).select(0, 0).item<double>(), std::exp(-1.0), 1e-6);
+}
+
+}  // namespace
+
+namespace {
+
+// A fixed-step solve and its gradient, captured in a CUDA graph: the replay
+// gives the eager values (nothing in it reads the GPU from the host).
+TEST(OdeGpu, CapturedRk4SolveAndGradientReplayAsEager) {
+  REQUIRE_GPU();
+  const auto cuda = tg::TensorOptions().device(tg::Device(tg::kCUDA, 0));
+  tg::manual_seed(5);
+  Tensor W = (tg::randn({2, 2}, cuda) * 0.5).requires_grad_();
+  Tensor y0 = tg::randn({64, 2}, cuda), t = tg::linspace(0, 2, 5, cuda);
+  auto f = [&](const Tensor&, const Tensor& y) { return tg::tanh(tg::matmul(y, W.t())); };
+  ode::OdeOptions o;
+  o.method = ode::Method::RK4;
+  o.steps_per_interval = 10;
+  auto step = [&] {
+    Tensor ys = ode::odeint(f, y0, t, o);
+    Tensor g = ag::grad({tg::sum(ys * ys)}, {W})[0];
+    return std::vector<Tensor>{ys, g};
+  };
+  std::vector<Tensor> eager = step();
+  tg::cuda::CUDAGraph graph;
+  std::vector<Tensor> captured = capture_after_warmup(graph, step);
+  graph.replay();
+  tg::cuda::synchronize();
+  for (size_t i = 0; i < eager.size(); ++i)
+    EXPECT_LT(max_abs((captured[i] - eager[i]).to(tg::Device(tg::kCPU))), 1e-5) << i;
+}
+
+}  // namespace

@@ -28,6 +28,8 @@ namespace tg::detail {
   X(kSmallTrsm, "TG_SMALL_TRSM",                                                                                   \
     "the shared-memory triangular solve for 5 to 64 right-hand sides of order <= 64 (back to cuBLAS trsmBatched)", \
     "cuda/kernels/linalg.cu")                                                                                      \
+  X(kSmallGemm, "TG_SMALL_GEMM", "the tiled kernel for products of at most 2^21 multiply-adds (back to cuBLASLt)", \
+    "cuda/kernels/linalg.cu")                                                                                      \
   X(kCudnn, "TG_CUDNN", "cuDNN's convolutions (back to im2col + cuBLAS GEMMs)", "cuda/kernels/grid.cpp")           \
   X(kCudnnFind, "TG_CUDNN_FIND", "cuDNN's algorithms timed on first use of a shape (back to its heuristics)",      \
     "cuda/kernels/grid.cpp")                                                                                       \

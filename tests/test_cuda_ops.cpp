@@ -1,6 +1,8 @@
 // CUDA kernels against the CPU ones: every elementwise op in f32 and f64 on
 // contiguous, transposed, sliced and broadcast operands; every dtype pair of
 // copy; fill; device round trips. Skips without a GPU.
+#include <array>
+
 #include "reference.h"
 
 namespace {
@@ -338,6 +340,38 @@ TEST(CudaGpuOps, GemmMatchesCpu) {
   tg::cuda::set_allow_tf32(false);
   EXPECT_FALSE(tg::cuda::allow_tf32());
   expect_close(t32, tg::mm(a, b), 5e-2, "tf32");
+}
+
+// Products of at most 2^21 multiply-adds take the tiled kernel (TG_SMALL_GEMM):
+// shapes that are not multiples of its 16 x 16 tiles, k longer than a tile,
+// one-element dims, transposed and strided operands, batches with one side
+// broadcast, a bias, and products just above the bound (cuBLAS's) — each
+// against the CPU. The MLP of a neural ODE (256 x 64 by 64) among them.
+TEST(CudaGpuOps, SmallProductsMatchCpuAcrossTileEdges) {
+  REQUIRE_GPU();
+  tg::manual_seed(11);
+  for (auto dt : {tg::kFloat32, tg::kFloat64}) {
+    const double tol = dt == tg::kFloat64 ? 1e-12 : 1e-4;
+    auto o = tg::TensorOptions().dtype(dt);
+    const std::vector<std::array<int64_t, 3>> shapes = {{1, 1, 1},    {1, 40, 1},    {17, 33, 15}, {256, 2, 64},
+                                                        {256, 64, 2}, {64, 256, 64}, {5, 300, 7},  {129, 129, 129}};
+    for (const auto& s : shapes) {
+      const std::string name = "mm " + std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]);
+      Tensor a = tg::randn({s[0], s[1]}, o), b = tg::randn({s[1], s[2]}, o);
+      expect_close(tg::mm(a.to(kGpu), b.to(kGpu)), tg::mm(a, b), tol, name);
+      expect_close(tg::mm(a.t().contiguous().to(kGpu).t(), b.t().contiguous().to(kGpu).t()), tg::mm(a, b), tol,
+                   name + " transposed operands");
+      Tensor w = tg::randn({s[2], s[1]}, o), bias = tg::randn({s[2]}, o);
+      expect_close(tg::linear(a.to(kGpu), w.to(kGpu), bias.to(kGpu)), tg::linear(a, w, bias), tol, name + " linear");
+    }
+    Tensor wide = tg::randn({7, 64}, o).slice(1, 0, std::nullopt, 3), bw = tg::randn({22, 9}, o);
+    expect_close(tg::mm(wide.to(kGpu), bw.to(kGpu)), tg::mm(wide, bw), tol, "mm strided operand");
+    Tensor ba = tg::randn({6, 19, 21}, o), bb = tg::randn({21, 5}, o);
+    expect_close(tg::matmul(ba.to(kGpu), bb.to(kGpu)), tg::matmul(ba, bb), tol, "matmul broadcast right");
+    expect_close(tg::matmul(bb.t().to(kGpu), ba.to(kGpu)), tg::matmul(bb.t(), ba), tol, "matmul broadcast left");
+    Tensor b1 = tg::randn({3, 40, 17}, o), b2 = tg::randn({3, 17, 40}, o);
+    expect_close(tg::bmm(b1.to(kGpu), b2.to(kGpu)), tg::bmm(b1, b2), tol, "bmm");
+  }
 }
 
 // linear's bias rides in the product's epilogue (cuBLASLt) where it can: a

@@ -160,21 +160,29 @@ Trajectory solve_fixed(const Dynamics& f, const State& y0, const Tensor& t, cons
       m = std::max<int64_t>(1, int64_t(steps));
     }
     const Tensor t0 = at(t, i - 1), h = (at(t, i) - t0) / double(m);
-    // The stage times of the interval's m steps, t0 + (s + c) h for s < m,
-    // one vector per distinct c (made on the device without host data, so
-    // that a capture can hold it), instead of two tiny kernels per stage.
+    // The stage times of the interval's steps, t0 + (s + c) h, one vector
+    // per distinct c for a chunk of up to 1024 steps (made on the device
+    // without host data, so that a capture can hold it), instead of two tiny
+    // kernels per stage.
+    constexpr int64_t kChunk = 1024;
     std::vector<std::pair<double, Tensor>> grid;
-    Tensor steps_idx;  // 0, 1, ..., m - 1
-    auto times_at = [&](double c) -> const Tensor& {
+    Tensor chunk_idx;  // s0, s0 + 1, ..., for the chunk of steps from s0
+    int64_t s0 = 0;
+    auto stage_time = [&](double c, int64_t s) -> Tensor {
+      if (s - s0 >= kChunk || !chunk_idx.defined()) {
+        if (chunk_idx.defined()) s0 += kChunk;
+        grid.clear();
+        const int64_t len = std::min(kChunk, m - s0);
+        chunk_idx =
+            tg::cumsum(tg::ones({len}, TensorOptions().dtype(t.dtype()).device(t.device())), 0) + double(s0 - 1);
+      }
       for (auto& g : grid)
-        if (g.first == c) return g.second;
-      if (!steps_idx.defined())
-        steps_idx = tg::cumsum(tg::ones({m}, TensorOptions().dtype(t.dtype()).device(t.device())), 0) - 1.0;
-      grid.emplace_back(c, (steps_idx + c) * h + t0);
-      return grid.back().second;
+        if (g.first == c) return at(g.second, s - s0);
+      grid.emplace_back(c, (chunk_idx + c) * h + t0);
+      return at(grid.back().second, s - s0);
     };
     for (int64_t s = 0; s < m; ++s) {
-      auto times = [&](size_t j) { return s == 0 && tb.c[j] == 0 ? t0 : at(times_at(tb.c[j]), s); };
+      auto times = [&](size_t j) { return s == 0 && tb.c[j] == 0 ? t0 : stage_time(tb.c[j], s); };
       y = weighted(y, stages(f, tb, times, h, y, nullptr), h, tb.b);
       st.accepted += 1;
       st.evaluations += int64_t(tb.c.size());

@@ -88,6 +88,22 @@ TEST(Ode, SeveralOutputsInsideOneAdaptiveStep) {
   }
 }
 
+// f that reads t: y' = cos(t), y = y0 + sin(t). Stage times come in chunks
+// of 1024 steps; 2500 steps in one interval cross two chunk edges.
+TEST(Ode, FixedStepStageTimesAcrossChunks) {
+  Tensor y0 = tg::tensor({0.5, -1.0}).to(tg::kFloat64);
+  Tensor t = times({0.0, 3.0, 4.5});
+  auto f = [&](const Tensor& tt, const Tensor& y) { return tg::cos(tt) * tg::ones_like(y); };
+  for (int64_t m : {2500, 7}) {
+    ode::OdeOptions o;
+    o.method = ode::Method::RK4;
+    o.steps_per_interval = m;
+    Tensor y = ode::odeint(f, y0, t, o);
+    Tensor exact = tg::sin(t).view({3, 1}) + y0.view({1, 2});
+    EXPECT_LT(max_abs(y - exact), m == 7 ? 1e-4 : 1e-12) << m;
+  }
+}
+
 TEST(Ode, FixedStepMethodsConvergeAtTheirOrders) {
   auto f = [](const Tensor&, const Tensor& y) { return -y; };
   Tensor y0 = tg::ones({1}, f64), t = times({0.0, 1.0});

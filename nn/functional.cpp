@@ -338,6 +338,57 @@ Tensor elu(const Tensor& x, double alpha) {
 
 Tensor tanhshrink(const Tensor& x) { return x - tg::tanh(x); }
 
+Tensor relu(const Tensor& x) { return tg::relu(x); }
+Tensor relu6(const Tensor& x) { return tg::clamp(x, Scalar(0.0), Scalar(6.0)); }
+Tensor gelu(const Tensor& x, const std::string& approximate) { return tg::gelu(x, approximate); }
+Tensor silu(const Tensor& x) { return tg::silu(x); }
+Tensor sigmoid(const Tensor& x) { return tg::sigmoid(x); }
+Tensor tanh(const Tensor& x) { return tg::tanh(x); }
+Tensor softplus(const Tensor& x, double beta, double threshold) { return tg::softplus(x, beta, threshold); }
+Tensor softmax(const Tensor& x, int64_t dim) { return tg::softmax(x, dim); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return tg::log_softmax(x, dim); }
+Tensor softmin(const Tensor& x, int64_t dim) { return tg::softmax(-x, dim); }
+Tensor logsigmoid(const Tensor& x) { return -tg::softplus(-x); }
+Tensor selu(const Tensor& x) {
+  constexpr double alpha = 1.6732632423543772848170429916717, scale = 1.0507009873554804934193349852946;
+  return elu(x, alpha) * scale;
+}
+Tensor celu(const Tensor& x, double alpha) {
+  TG_CHECK(alpha != 0, "celu: alpha must be nonzero");
+  return tg::where(tg::gt(x, 0.0), x, tg::expm1(tg::clamp_max(x, 0.0) / alpha) * alpha);
+}
+Tensor mish(const Tensor& x) { return x * tg::tanh(tg::softplus(x)); }
+Tensor hardtanh(const Tensor& x, double min_val, double max_val) {
+  TG_CHECK(min_val <= max_val, "hardtanh: min_val ", min_val, " must be <= max_val ", max_val);
+  return tg::clamp(x, Scalar(min_val), Scalar(max_val));
+}
+Tensor hardsigmoid(const Tensor& x) { return tg::clamp(x / 6.0 + 0.5, Scalar(0.0), Scalar(1.0)); }
+Tensor hardswish(const Tensor& x) { return x * hardsigmoid(x); }
+Tensor softsign(const Tensor& x) { return x / (tg::abs(x) + 1.0); }
+Tensor softshrink(const Tensor& x, double lambda) {
+  TG_CHECK(lambda >= 0, "softshrink: lambda must be >= 0, got ", lambda);
+  return tg::where(tg::gt(x, lambda), x - lambda, tg::where(tg::lt(x, -lambda), x + lambda, tg::zeros_like(x)));
+}
+Tensor hardshrink(const Tensor& x, double lambda) {
+  TG_CHECK(lambda >= 0, "hardshrink: lambda must be >= 0, got ", lambda);
+  return tg::where(tg::gt(tg::abs(x), lambda), x, tg::zeros_like(x));
+}
+Tensor threshold(const Tensor& x, double threshold, double value) {
+  return tg::where(tg::gt(x, threshold), x, tg::full_like(x, value));
+}
+Tensor glu(const Tensor& x, int64_t dim) {
+  TG_CHECK(x.defined() && x.dim() >= 1, "glu: x must have at least one dim");
+  const int64_t d = dim < 0 ? dim + x.dim() : dim;
+  TG_CHECK(d >= 0 && d < x.dim(), "glu: dim ", dim, " is out of range for shape ", shape_str(x.sizes()));
+  const int64_t n = x.size(d);
+  TG_CHECK(n % 2 == 0, "glu: dim ", dim, " has size ", n, ", which must be even (shape ", shape_str(x.sizes()), ")");
+  return x.narrow(d, 0, n / 2) * tg::sigmoid(x.narrow(d, n / 2, n / 2));
+}
+Tensor normalize(const Tensor& x, double p, int64_t dim, double eps) {
+  TG_CHECK(eps >= 0, "normalize: eps must be >= 0, got ", eps);
+  return x / tg::clamp_min(tg::norm(x, p, {dim}, true), Scalar(eps));
+}
+
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {
   TG_CHECK(x.defined() && x.is_floating_point(), "layer_norm: x must be a floating-point tensor");

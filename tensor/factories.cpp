@@ -1,9 +1,11 @@
 // Factories and the global Philox generator state.
 #include <cmath>
+#include <cstring>
 #include <mutex>
 
 #include <tapegrad/cuda/capture.h>
 #include "tensor/op_util.h"
+#include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/random.h>
 
 namespace tg {
@@ -168,11 +170,74 @@ Tensor eye(int64_t n, int64_t m, TensorOptions o) {
   return finish(t, o);
 }
 
-Tensor empty_like(const Tensor& t) { return empty(t.sizes(), t.options()); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), t.options()); }
-Tensor ones_like(const Tensor& t) { return ones(t.sizes(), t.options()); }
-Tensor full_like(const Tensor& t, Scalar v) { return full(t.sizes(), v, t.options()); }
-Tensor rand_like(const Tensor& t) { return rand(t.sizes(), t.options()); }
-Tensor randn_like(const Tensor& t) { return randn(t.sizes(), t.options()); }
+// t's dtype and device where `o` sets none.
+static TensorOptions like(const Tensor& t, const TensorOptions& o, const char* op) {
+  detail::check_defined(t, op, "tensor");
+  return TensorOptions()
+      .dtype(o.has_dtype() ? o.dtype() : t.dtype())
+      .device(o.has_device() ? o.device() : t.device())
+      .requires_grad(o.requires_grad());
+}
+Tensor empty_like(const Tensor& t, TensorOptions o) { return empty(t.sizes(), like(t, o, "empty_like")); }
+Tensor zeros_like(const Tensor& t, TensorOptions o) { return zeros(t.sizes(), like(t, o, "zeros_like")); }
+Tensor ones_like(const Tensor& t, TensorOptions o) { return ones(t.sizes(), like(t, o, "ones_like")); }
+Tensor full_like(const Tensor& t, Scalar v, TensorOptions o) { return full(t.sizes(), v, like(t, o, "full_like")); }
+Tensor rand_like(const Tensor& t, TensorOptions o) { return rand(t.sizes(), like(t, o, "rand_like")); }
+Tensor randn_like(const Tensor& t, TensorOptions o) { return randn(t.sizes(), like(t, o, "randn_like")); }
+
+Tensor randint(int64_t high, const IntList& sizes, TensorOptions o) { return randint(0, high, sizes, o); }
+Tensor randint(int64_t low, int64_t high, const IntList& sizes, TensorOptions o) {
+  TG_CHECK(low < high, "randint: expected low < high, got [", low, ", ", high, ")");
+  // floor(low + u (high - low)) from a float64 u in [0, 1): exact while the
+  // range fits the 53 bits of u's mantissa.
+  const double range = double(high) - double(low);
+  TG_CHECK(range <= 9007199254740992.0, "randint: the range [", low, ", ", high,
+           ") is wider than 2^53, which a float64 draw cannot cover evenly");
+  const ScalarType dt = o.has_dtype() ? o.dtype() : kInt64;
+  if (is_floating_point(dt) || dt == kInt64) {
+    TG_CHECK(dt == kInt64 || (double(low) >= -9007199254740992.0 && double(high) <= 9007199254740992.0), "randint: [",
+             low, ", ", high, ") does not fit ", dt, " exactly");
+  } else {
+    TG_CHECK(false, "randint: expected an integer or floating dtype, got ", dt);
+  }
+  Tensor u = rand(sizes, plain(o).dtype(kFloat64));
+  Tensor k = tg::clamp_max(tg::floor(u * range), Scalar(range - 1));
+  Tensor r = k.to(kInt64) + Scalar(low);
+  return finish(r.to(dt), o.dtype(dt));
+}
+Tensor randint_like(const Tensor& t, int64_t low, int64_t high, TensorOptions o) {
+  return randint(low, high, t.sizes(), like(t, o, "randint_like"));
+}
+Tensor randperm(int64_t n, TensorOptions o) {
+  TG_CHECK(n >= 0, "randperm: n must be >= 0, got ", n);
+  const ScalarType dt = o.has_dtype() ? o.dtype() : kInt64;
+  TG_CHECK(dt == kInt64 || (is_floating_point(dt) && double(n) <= 16777216.0) || dt == kFloat64,
+           "randperm: expected Int64 or a floating dtype that holds ", n, " exactly, got ", dt);
+  // The order of n independent uniform draws (argsort is a permutation
+  // whatever the ties).
+  Tensor order = tg::argsort(rand({n}, plain(o).dtype(kFloat64)), 0, false);
+  return finish(order.to(dt), o.dtype(dt));
+}
+
+Tensor get_rng_state() {
+  std::lock_guard<std::mutex> g(g_rng_mutex);
+  Tensor s = detail::new_empty({2}, kInt64, Device(kCPU));
+  int64_t* p = s.data_ptr<int64_t>();
+  std::memcpy(&p[0], &g_seed, sizeof(int64_t));
+  std::memcpy(&p[1], &g_offset, sizeof(int64_t));
+  return s;
+}
+void set_rng_state(const Tensor& state) {
+  detail::check_defined(state, "set_rng_state", "state");
+  TG_CHECK(state.dtype() == kInt64 && state.dim() == 1 && state.size(0) == 2 && !state.is_sparse(),
+           "set_rng_state: expected the Int64 [2] tensor get_rng_state gives, got ", state.dtype(), " ",
+           shape_str(state.sizes()));
+  TG_CHECK(!cuda::is_current_stream_capturing(),
+           "set_rng_state: a CUDA graph is capturing on this stream; set the state before or after the capture");
+  Tensor c = raw::contiguous(raw::to(state, Device(kCPU)));
+  std::lock_guard<std::mutex> g(g_rng_mutex);
+  std::memcpy(&g_seed, c.data_ptr<int64_t>(), sizeof(int64_t));
+  std::memcpy(&g_offset, c.data_ptr<int64_t>() + 1, sizeof(int64_t));
+}
 
 }  // namespace tg

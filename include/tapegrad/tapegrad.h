@@ -22,6 +22,7 @@
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/fft.h>
 #include <tapegrad/tensor/grid.h>
+#include <tapegrad/tensor/indexing.h>
 #include <tapegrad/tensor/linalg.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/random.h>

@@ -3,6 +3,8 @@
 // differentiable ops, so its gradients (and theirs, to any order) follow.
 #pragma once
 
+#include <string>
+
 #include <cstdint>
 #include <optional>
 
@@ -78,6 +80,34 @@ Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 Tensor elu(const Tensor& x, double alpha = 1.0);
 /// x - tanh(x).
 Tensor tanhshrink(const Tensor& x);
+/// @name Every activation as LibTorch's torch::nn::functional names it
+/// (each a composition of public ops: differentiable to every order)
+///@{
+Tensor relu(const Tensor& x);                                                  ///< max(x, 0)
+Tensor relu6(const Tensor& x);                                                 ///< min(max(x, 0), 6)
+Tensor gelu(const Tensor& x, const std::string& approximate = "none");         ///< tg::gelu
+Tensor silu(const Tensor& x);                                                  ///< x sigmoid(x)
+Tensor sigmoid(const Tensor& x);                                               ///< 1 / (1 + e^-x)
+Tensor tanh(const Tensor& x);                                                  ///< tanh(x)
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);  ///< tg::softplus
+Tensor softmax(const Tensor& x, int64_t dim);                                  ///< along dim
+Tensor log_softmax(const Tensor& x, int64_t dim);                              ///< along dim
+Tensor softmin(const Tensor& x, int64_t dim);                                  ///< softmax(-x, dim)
+Tensor logsigmoid(const Tensor& x);                                            ///< -softplus(-x)
+Tensor selu(const Tensor& x);                      ///< scale elu(x, alpha), PyTorch's constants
+Tensor celu(const Tensor& x, double alpha = 1.0);  ///< max(0, x) + min(0, alpha (e^(x/alpha) - 1))
+Tensor mish(const Tensor& x);                      ///< x tanh(softplus(x))
+Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0);  ///< clamp
+Tensor hardsigmoid(const Tensor& x);                                            ///< clamp(x / 6 + 1/2, 0, 1)
+Tensor hardswish(const Tensor& x);                                              ///< x hardsigmoid(x)
+Tensor softsign(const Tensor& x);                                               ///< x / (1 + |x|)
+Tensor softshrink(const Tensor& x, double lambda = 0.5);            ///< x -+ lambda outside [-lambda, lambda], else 0
+Tensor hardshrink(const Tensor& x, double lambda = 0.5);            ///< x outside [-lambda, lambda], else 0
+Tensor threshold(const Tensor& x, double threshold, double value);  ///< x where x > threshold, else value
+Tensor glu(const Tensor& x, int64_t dim = -1);                      ///< a sigmoid(b), x split in halves a, b along dim
+/// x / max(||x||_p along dim, eps), as F.normalize.
+Tensor normalize(const Tensor& x, double p = 2.0, int64_t dim = 1, double eps = 1e-12);
+///@}
 /// Normalizes over the last dims (normalized_shape: their sizes) with the
 /// biased variance: (x - mean) / sqrt(var + eps) * weight + bias (both optional).
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},

@@ -48,9 +48,9 @@ std::ostream& operator<<(std::ostream& os, Layout l);
 struct TensorOptions {
   TensorOptions() = default;
   /// Options with only a dtype, a device or a device kind set (so a dtype or a device can stand for options).
-  TensorOptions(ScalarType t) : dtype_(t), has_dtype_(true) {}  // NOLINT
-  TensorOptions(Device d) : device_(d) {}                       ///< options on device `d`
-  TensorOptions(DeviceType d) : device_(d) {}                   ///< options on device kind `d` (index 0)
+  TensorOptions(ScalarType t) : dtype_(t), has_dtype_(true) {}    // NOLINT
+  TensorOptions(Device d) : device_(d), has_device_(true) {}      ///< options on device `d`
+  TensorOptions(DeviceType d) : device_(d), has_device_(true) {}  ///< options on device kind `d` (index 0)
 
   /// A copy with the dtype, the device or requires_grad set.
   TensorOptions dtype(ScalarType t) const {
@@ -63,6 +63,7 @@ struct TensorOptions {
   TensorOptions device(Device d) const {
     TensorOptions o = *this;
     o.device_ = d;
+    o.has_device_ = true;
     return o;
   }
   /// A copy whose tensors require grad (`r`).
@@ -77,12 +78,16 @@ struct TensorOptions {
   bool requires_grad() const { return requires_grad_; }  ///< whether tensors made require grad
   /// Whether dtype() was set explicitly (arange infers Int64 otherwise).
   bool has_dtype() const { return has_dtype_; }
+  /// Whether device() was set explicitly (the *_like factories keep the
+  /// tensor's device otherwise).
+  bool has_device() const { return has_device_; }
 
  private:
   ScalarType dtype_ = ScalarType::Float32;
   Device device_ = Device(DeviceType::CPU);
   bool requires_grad_ = false;
   bool has_dtype_ = false;
+  bool has_device_ = false;
 };
 
 /// Options with only the dtype set (tg::dtype(kFloat64), as torch::dtype).

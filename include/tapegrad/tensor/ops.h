@@ -43,19 +43,77 @@ Tensor eye(int64_t n, int64_t m, TensorOptions opts = {});
 
 /// A tensor of `values` in row-major order (`sizes` empty: 1-D of
 /// values.size()); scalar_tensor: a 0-dim tensor; the *_like factories: a new
-/// tensor of t's sizes, dtype and device.
+/// tensor of t's sizes, with the dtype and device `opts` sets and t's
+/// otherwise (zeros_like(x, kFloat64) keeps x's device, as LibTorch's).
 Tensor tensor(const std::vector<double>& values, const IntList& sizes = {}, TensorOptions opts = {});
 Tensor scalar_tensor(Scalar value, TensorOptions opts = {});
-Tensor empty_like(const Tensor& t);
-Tensor zeros_like(const Tensor& t);
-Tensor ones_like(const Tensor& t);
-Tensor full_like(const Tensor& t, Scalar value);
-Tensor rand_like(const Tensor& t);
-Tensor randn_like(const Tensor& t);
+Tensor empty_like(const Tensor& t, TensorOptions opts = {});
+Tensor zeros_like(const Tensor& t, TensorOptions opts = {});
+Tensor ones_like(const Tensor& t, TensorOptions opts = {});
+Tensor full_like(const Tensor& t, Scalar value, TensorOptions opts = {});
+Tensor rand_like(const Tensor& t, TensorOptions opts = {});
+Tensor randn_like(const Tensor& t, TensorOptions opts = {});
+///@}
+///@{
+
+/// Random integers uniform in [low, high) (randint(high, sizes): from 0),
+/// Int64 unless `opts` sets a dtype; randperm: a random permutation of the
+/// integers below n (Int64 unless set). Both draw from the global generator.
+Tensor randint(int64_t high, const IntList& sizes, TensorOptions opts = {});
+Tensor randint(int64_t low, int64_t high, const IntList& sizes, TensorOptions opts = {});
+Tensor randint_like(const Tensor& t, int64_t low, int64_t high, TensorOptions opts = {});
+Tensor randperm(int64_t n, TensorOptions opts = {});
+///@}
+
+///@{
+
+/// One dim as an integer (tg::sum(x, 1), tg::mean(x, 1, true), tg::norm(x,
+/// 2, 1)): the list forms with that one dim.
+template <class I, detail::IfDim<I> = 0> Tensor sum(const Tensor& x, I dim, bool keepdim = false) {
+  return x.sum(dim, keepdim);
+}
+template <class I, detail::IfDim<I> = 0> Tensor mean(const Tensor& x, I dim, bool keepdim = false) {
+  return x.mean(dim, keepdim);
+}
+template <class I, detail::IfDim<I> = 0> Tensor amax(const Tensor& x, I dim, bool keepdim = false) {
+  return x.amax(dim, keepdim);
+}
+template <class I, detail::IfDim<I> = 0> Tensor amin(const Tensor& x, I dim, bool keepdim = false) {
+  return x.amin(dim, keepdim);
+}
+template <class I, detail::IfDim<I> = 0> Tensor logsumexp(const Tensor& x, I dim, bool keepdim = false) {
+  return x.logsumexp(dim, keepdim);
+}
+template <class I, detail::IfDim<I> = 0> Tensor norm(const Tensor& x, double p, I dim, bool keepdim = false) {
+  return x.norm(p, dim, keepdim);
+}
+template <class I, detail::IfDim<I> = 0>
+Tensor var(const Tensor& x, I dim, double correction = 1, bool keepdim = false) {
+  return x.var(dim, correction, keepdim);
+}
+template <class I, detail::IfDim<I> = 0>
+Tensor std(const Tensor& x, I dim, double correction = 1, bool keepdim = false) {
+  return x.std(dim, correction, keepdim);
+}
+template <class I, detail::IfDim<I> = 0> Tensor flip(const Tensor& x, I dim) { return x.flip(dim); }
+template <class I, class J, detail::IfDim<I> = 0, detail::IfDim<J> = 0> Tensor roll(const Tensor& x, I shift, J dim) {
+  return x.roll(shift, dim);
+}
 ///@}
 
 /// Counter-based Philox 4x32-10 generator (tensor/random.h has the mapping).
 void manual_seed(uint64_t seed);
+///@{
+
+/// The global generator's state as a CPU Int64 tensor [2] (seed, offset),
+/// and its restoring: a run that saves it and later restores it draws the
+/// same numbers as one that never stopped. One counter-based generator
+/// serves the CPU and every CUDA device (cuda::get_rng_state is the same
+/// state). set_rng_state refuses another shape or dtype, and a change
+/// while a CUDA graph captures.
+Tensor get_rng_state();
+void set_rng_state(const Tensor& state);
+///@}
 
 ///@{
 

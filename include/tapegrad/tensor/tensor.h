@@ -2,12 +2,15 @@
 // LibTorch). Its op methods are those of the op list (ops.def).
 #pragma once
 
+#include <cstddef>
 #include <functional>
+#include <initializer_list>
 #include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include <tapegrad/tensor/device.h>
@@ -47,6 +50,14 @@ namespace detail {
 class Tensor;
 /// (values, indices) of max/min over a dim, as LibTorch's std::tuple.
 using TensorPair = std::tuple<Tensor, Tensor>;
+
+namespace detail {
+/// An integer type other than bool: the one-dim overloads' argument.
+template <class I> using IfDim = std::enable_if_t<std::is_integral<I>::value && !std::is_same<I, bool>::value, int>;
+}  // namespace detail
+
+class TensorIndex;
+template <class T, size_t N> class TensorAccessor;
 
 /// A strided or sparse COO tensor on a device: a handle to a TensorImpl, so
 /// copies share one tensor (as in LibTorch). A default-constructed Tensor is
@@ -137,6 +148,62 @@ class Tensor {
   bool is_pinned() const;
   /// select(0, index), as LibTorch's x[i].
   Tensor operator[](int64_t index) const { return select(0, index); }
+  ///@{
+
+  /// LibTorch's indexing (tensor/indexing.h): x.index({Slice(), 0}),
+  /// x.index({"...", None, mask}); index_put_ assigns through the same
+  /// indices (a number or a tensor broadcast to what they select).
+  Tensor index(std::initializer_list<TensorIndex> indices) const;
+  Tensor index(const std::vector<TensorIndex>& indices) const;
+  const Tensor& index_put_(std::initializer_list<TensorIndex> indices, const Tensor& value) const;
+  const Tensor& index_put_(std::initializer_list<TensorIndex> indices, Scalar value) const;
+  const Tensor& index_put_(const std::vector<TensorIndex>& indices, const Tensor& value) const;
+  const Tensor& index_put_(const std::vector<TensorIndex>& indices, Scalar value) const;
+  ///@}
+  /// A CPU tensor's elements as x.accessor<float, 2>()[i][j] (LibTorch's
+  /// TensorAccessor, tensor/indexing.h): T must be the dtype's, N the rank.
+  template <class T, size_t N> TensorAccessor<T, N> accessor() const;
+
+  /// @name LibTorch's conveniences
+  ///@{
+
+  /// to(Device(kCPU)); to(Device(kCUDA, index)).
+  Tensor cpu() const;
+  Tensor cuda(int index = 0) const;
+  /// In place, as LibTorch's: each writes op(x) into x's memory (views of x
+  /// see it), bumps the version and returns x. Under autograd x's old value
+  /// is differentiated through, as PyTorch's in-place ops are; a leaf that
+  /// requires grad is refused while grad mode is on.
+  const Tensor& abs_() const;
+  const Tensor& neg_() const;                 ///< in place, as abs_()
+  const Tensor& exp_() const;                 ///< in place, as abs_()
+  const Tensor& log_() const;                 ///< in place, as abs_()
+  const Tensor& sqrt_() const;                ///< in place, as abs_()
+  const Tensor& rsqrt_() const;               ///< in place, as abs_()
+  const Tensor& square_() const;              ///< in place, as abs_()
+  const Tensor& reciprocal_() const;          ///< in place, as abs_()
+  const Tensor& sign_() const;                ///< in place, as abs_()
+  const Tensor& sin_() const;                 ///< in place, as abs_()
+  const Tensor& cos_() const;                 ///< in place, as abs_()
+  const Tensor& tanh_() const;                ///< in place, as abs_()
+  const Tensor& sigmoid_() const;             ///< in place, as abs_()
+  const Tensor& relu_() const;                ///< in place, as abs_()
+  const Tensor& floor_() const;               ///< in place, as abs_()
+  const Tensor& ceil_() const;                ///< in place, as abs_()
+  const Tensor& round_() const;               ///< in place, as abs_()
+  const Tensor& trunc_() const;               ///< in place, as abs_()
+  const Tensor& pow_(Scalar exponent) const;  ///< in place, as abs_()
+  /// clamp in place (either bound may be absent).
+  const Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const;
+  const Tensor& clamp_min_(Scalar min) const;  ///< in place, as abs_()
+  const Tensor& clamp_max_(Scalar max) const;  ///< in place, as abs_()
+  /// masked_fill in place.
+  const Tensor& masked_fill_(const Tensor& mask, Scalar value) const;
+  /// Refills a floating tensor from the global generator: U[from, to) or
+  /// N(mean, std^2) (not recorded, as PyTorch's initializers).
+  const Tensor& uniform_(double from = 0, double to = 1) const;
+  const Tensor& normal_(double mean = 0, double std = 1) const;  ///< as uniform_
+  ///@}
   /// The values and metadata as text (what operator<< prints).
   std::string to_string() const;
 
@@ -154,6 +221,42 @@ class Tensor {
 #undef TG_OP
 #undef TG_OP0
 #undef TG_D
+
+  ///@{
+
+  /// One dim as an integer, as LibTorch's x.sum(1), x.mean(1, true),
+  /// x.norm(2, 1), x.var(0), x.flip(0), x.roll(1, 0): the list forms with
+  /// that one dim. (Templates on the integer type, so that a braced list,
+  /// {} included, still means a list.)
+  template <class I, detail::IfDim<I> = 0> Tensor sum(I dim, bool keepdim = false) const {
+    return sum(IntList{int64_t(dim)}, keepdim);
+  }
+  template <class I, detail::IfDim<I> = 0> Tensor mean(I dim, bool keepdim = false) const {
+    return mean(IntList{int64_t(dim)}, keepdim);
+  }
+  template <class I, detail::IfDim<I> = 0> Tensor amax(I dim, bool keepdim = false) const {
+    return amax(IntList{int64_t(dim)}, keepdim);
+  }
+  template <class I, detail::IfDim<I> = 0> Tensor amin(I dim, bool keepdim = false) const {
+    return amin(IntList{int64_t(dim)}, keepdim);
+  }
+  template <class I, detail::IfDim<I> = 0> Tensor logsumexp(I dim, bool keepdim = false) const {
+    return logsumexp(IntList{int64_t(dim)}, keepdim);
+  }
+  template <class I, detail::IfDim<I> = 0> Tensor norm(double p, I dim, bool keepdim = false) const {
+    return norm(p, IntList{int64_t(dim)}, keepdim);
+  }
+  template <class I, detail::IfDim<I> = 0> Tensor var(I dim, double correction = 1, bool keepdim = false) const {
+    return var(IntList{int64_t(dim)}, correction, keepdim);
+  }
+  template <class I, detail::IfDim<I> = 0> Tensor std(I dim, double correction = 1, bool keepdim = false) const {
+    return std(IntList{int64_t(dim)}, correction, keepdim);
+  }
+  template <class I, detail::IfDim<I> = 0> Tensor flip(I dim) const { return flip(IntList{int64_t(dim)}); }
+  template <class I, class J, detail::IfDim<I> = 0, detail::IfDim<J> = 0> Tensor roll(I shift, J dim) const {
+    return roll(IntList{int64_t(shift)}, IntList{int64_t(dim)});
+  }
+  ///@}
 
  private:
   /// The impl, or a tg::Error naming `op` when the tensor is undefined.

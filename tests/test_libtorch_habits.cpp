@@ -1,0 +1,303 @@
+// LibTorch's habits (issue 50 point 1): integer-dim overloads, randint and
+// randperm, the *_like factories with options, cpu(), the in-place forms,
+// x.index / index_put_ with torch::indexing's entries, accessors, the
+// generator state, and every activation in nn::functional. Values against
+// the long forms or closed forms; gradients through the new forms against
+// finite differences.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <tapegrad/tapegrad.h>
+
+#include "reference.h"  // EXPECT_ERROR_CONTAINS
+
+namespace {
+
+using tg::Scalar;
+using tg::Tensor;
+using tg::indexing::Ellipsis;
+using tg::indexing::None;
+using tg::indexing::Slice;
+namespace F = tg::nn::functional;
+namespace ag = tg::autograd;
+
+const auto f64 = tg::TensorOptions().dtype(tg::kFloat64);
+
+double max_abs(const Tensor& a) { return tg::amax(tg::abs(a)).item<double>(); }
+Tensor grid(int64_t r, int64_t c) { return tg::arange(0, r * c, 1, f64).reshape({r, c}); }
+
+TEST(LibtorchHabits, IntegerDimOverloads) {
+  Tensor x = grid(3, 4);
+  EXPECT_TRUE(tg::equal(x.sum(1), x.sum(tg::IntList{1})));
+  EXPECT_EQ(x.mean(1, true).sizes(), tg::IntList({3, 1}));
+  EXPECT_TRUE(tg::equal(x.mean(-1, true), x.mean(tg::IntList{1}, true)));
+  EXPECT_LT(max_abs(x.norm(2, 1) - tg::sqrt((x * x).sum(1))), 1e-12);
+  EXPECT_TRUE(tg::equal(tg::sum(x, 0), x.sum(tg::IntList{0})));
+  EXPECT_EQ(x.sum(tg::IntList{0, 1}).dim(), 0);
+  EXPECT_EQ(x.sum({}).dim(), 0);  // a braced list is still a list: {} sums everything
+  EXPECT_TRUE(tg::equal(x.sum({1}), x.sum(1)));
+  EXPECT_TRUE(tg::equal(tg::mean(x, 1, true), x.mean(tg::IntList{1}, true)));
+  EXPECT_LT(max_abs(tg::norm(x, 2, 0) - x.norm(2, tg::IntList{0})), 1e-12);
+  EXPECT_TRUE(tg::equal(x.amax(int64_t(1)), x.amax(tg::IntList{1})));
+  EXPECT_TRUE(tg::equal(x.var(0), x.var(tg::IntList{0})));
+  EXPECT_TRUE(tg::equal(x.flip(1), x.flip(tg::IntList{1})));
+  EXPECT_TRUE(tg::equal(x.roll(1, 0), x.roll(tg::IntList{1}, tg::IntList{0})));
+}
+
+TEST(LibtorchHabits, RandintAndRandperm) {
+  tg::manual_seed(3);
+  Tensor r = tg::randint(2, 7, {20000});
+  EXPECT_EQ(r.dtype(), tg::kInt64);
+  EXPECT_EQ(tg::amin(r).item<int64_t>(), 2);
+  EXPECT_EQ(tg::amax(r).item<int64_t>(), 6);
+  for (int64_t v = 2; v < 7; ++v) {  // each of 5 values 4000 +- 5 sigma (sigma ~ 57)
+    const int64_t count = tg::eq(r, Scalar(v)).sum().item<int64_t>();
+    EXPECT_NEAR(double(count), 4000.0, 300.0) << v;
+  }
+  tg::manual_seed(3);
+  EXPECT_TRUE(tg::equal(tg::randint(2, 7, {20000}), r));  // the generator's stream
+  EXPECT_EQ(tg::randint(5, {2, 3}, f64).dtype(), tg::kFloat64);
+  EXPECT_EQ(tg::randint_like(grid(2, 2), 0, 3).dtype(), tg::kFloat64);
+  EXPECT_ERROR_CONTAINS(tg::randint(3, 3, {2}), "randint: expected low < high");
+  Tensor p = tg::randperm(50);
+  EXPECT_EQ(p.dtype(), tg::kInt64);
+  EXPECT_TRUE(tg::equal(std::get<0>(tg::sort(p)), tg::arange(0, 50, 1)));
+  EXPECT_FALSE(tg::equal(p, tg::arange(0, 50, 1)));
+  EXPECT_EQ(tg::randperm(0).numel(), 0);
+  EXPECT_ERROR_CONTAINS(tg::randperm(-1), "randperm: n must be >= 0");
+}
+
+TEST(LibtorchHabits, LikeFactoriesTakeOptionsAndKeepTheRest) {
+  Tensor x = tg::ones({2, 3});
+  Tensor z = tg::zeros_like(x, tg::kFloat64);
+  EXPECT_EQ(z.dtype(), tg::kFloat64);
+  EXPECT_EQ(z.device(), x.device());
+  EXPECT_EQ(tg::ones_like(z).dtype(), tg::kFloat64);
+  EXPECT_EQ(tg::full_like(x, 2.5, tg::kFloat64).sum().item<double>(), 15.0);
+  EXPECT_EQ(tg::empty_like(x, tg::Device(tg::kCPU)).dtype(), tg::kFloat32);
+  EXPECT_TRUE(tg::randn_like(x, f64.requires_grad(true)).requires_grad());
+  EXPECT_TRUE(tg::equal(x.cpu(), x));
+  if (!tg::cuda::is_available()) {
+    EXPECT_ANY_THROW(x.cuda());
+  }
+}
+
+TEST(LibtorchHabits, InPlaceFormsWriteThroughAndDifferentiate) {
+  Tensor base = grid(2, 3) - 2.5;
+  struct Case {
+    const char* name;
+    std::function<void(const Tensor&)> in_place;
+    std::function<Tensor(const Tensor&)> out_of_place;
+  };
+  const std::vector<Case> cases = {
+      {"abs_", [](const Tensor& t) { t.abs_(); }, [](const Tensor& t) { return tg::abs(t); }},
+      {"neg_", [](const Tensor& t) { t.neg_(); }, [](const Tensor& t) { return -t; }},
+      {"exp_", [](const Tensor& t) { t.exp_(); }, [](const Tensor& t) { return tg::exp(t); }},
+      {"tanh_", [](const Tensor& t) { t.tanh_(); }, [](const Tensor& t) { return tg::tanh(t); }},
+      {"sigmoid_", [](const Tensor& t) { t.sigmoid_(); }, [](const Tensor& t) { return tg::sigmoid(t); }},
+      {"relu_", [](const Tensor& t) { t.relu_(); }, [](const Tensor& t) { return tg::relu(t); }},
+      {"square_", [](const Tensor& t) { t.square_(); }, [](const Tensor& t) { return t * t; }},
+      {"floor_", [](const Tensor& t) { t.floor_(); }, [](const Tensor& t) { return tg::floor(t); }},
+      {"pow_", [](const Tensor& t) { t.pow_(3); }, [](const Tensor& t) { return t * t * t; }},
+      {"clamp_", [](const Tensor& t) { t.clamp_(-1.0, 1.5); },
+       [](const Tensor& t) { return tg::clamp(t, Scalar(-1.0), Scalar(1.5)); }},
+      {"clamp_min_", [](const Tensor& t) { t.clamp_min_(0.5); },
+       [](const Tensor& t) { return tg::clamp_min(t, Scalar(0.5)); }},
+      {"masked_fill_", [](const Tensor& t) { t.masked_fill_(tg::gt(t, 0.0), 7.0); },
+       [](const Tensor& t) { return tg::masked_fill(t, tg::gt(t, 0.0), Scalar(7.0)); }},
+  };
+  for (const Case& c : cases) {
+    Tensor x = base.clone(), view = x.view({-1});
+    const uint32_t v0 = x.version();
+    c.in_place(x);
+    EXPECT_TRUE(tg::equal(x, c.out_of_place(base))) << c.name;
+    EXPECT_TRUE(tg::equal(view, c.out_of_place(base).view({-1}))) << c.name << ": a view sees the write";
+    EXPECT_GT(x.version(), v0) << c.name;
+  }
+  // Through autograd: the old value is differentiated through.
+  Tensor a = (tg::rand({3, 2}, f64) + 0.5).requires_grad_();
+  auto fn = [](const ag::variable_list& in) {
+    Tensor y = in[0] * 2.0;  // not a leaf: in place is allowed
+    y.exp_().sqrt_();
+    return y * in[0];
+  };
+  EXPECT_TRUE(ag::gradcheck(fn, {a}));
+  EXPECT_TRUE(ag::gradgradcheck(fn, {a}));
+  EXPECT_ANY_THROW(a.abs_());  // a leaf that requires grad, grad mode on
+  {
+    ag::NoGradGuard ng;
+    Tensor before = a.detach().clone();
+    a.abs_();  // allowed without grad mode, as PyTorch's
+    EXPECT_TRUE(tg::equal(a.detach(), tg::abs(before)));
+  }
+  Tensor u = tg::empty({1000}, f64);
+  u.uniform_(-2, 3);
+  EXPECT_GE(tg::amin(u).item<double>(), -2.0);
+  EXPECT_LT(tg::amax(u).item<double>(), 3.0);
+  EXPECT_NEAR(u.mean().item<double>(), 0.5, 0.15);
+  u.normal_(1.0, 0.5);
+  EXPECT_NEAR(u.mean().item<double>(), 1.0, 0.1);
+  EXPECT_ERROR_CONTAINS(u.uniform_(3, 2), "uniform_: expected finite from <= to");
+}
+
+TEST(LibtorchHabits, IndexAsLibtorch) {
+  Tensor x = grid(3, 4);
+  EXPECT_TRUE(tg::equal(x.index({Slice(), 0}), x.select(1, 0)));
+  EXPECT_TRUE(tg::equal(x.index({1}), x.select(0, 1)));
+  EXPECT_TRUE(tg::equal(x.index({-1, -1}), x.select(0, 2).select(0, 3)));
+  EXPECT_TRUE(tg::equal(x.index({Slice(1, None, 2)}), x.slice(0, 1, std::nullopt, 2)));
+  EXPECT_TRUE(tg::equal(x.index({Slice(None, -1), Slice(1, 3)}), x.slice(0, 0, 2).slice(1, 1, 3)));
+  EXPECT_EQ(x.index({None, Slice(), None}).sizes(), tg::IntList({1, 3, 1, 4}));
+  EXPECT_TRUE(tg::equal(x.index({Ellipsis, 2}), x.select(1, 2)));
+  EXPECT_TRUE(tg::equal(x.index({"...", 2}), x.select(1, 2)));
+  // Basic indexing is a view: a write through it reaches x.
+  Tensor col = x.index({Slice(), 1});
+  col.fill_(-1.0);
+  EXPECT_EQ(x.select(1, 1).sum().item<double>(), -3.0);
+  // A tensor index: Int64 along one dim (any shape), a Bool mask.
+  Tensor y = grid(3, 4);
+  Tensor idx = tg::tensor({2, 0, 2}).to(tg::kInt64);
+  EXPECT_TRUE(tg::equal(y.index({Slice(), idx}), y.index_select(1, idx)));
+  EXPECT_EQ(y.index({idx.view({3, 1})}).sizes(), tg::IntList({3, 1, 4}));
+  Tensor mask = tg::gt(y, 5.5);
+  EXPECT_TRUE(tg::equal(y.index({mask}), tg::masked_select(y, mask)));
+  Tensor rows = tg::tensor({1, 0, 1}).to(tg::kBool);
+  EXPECT_TRUE(tg::equal(y.index({rows}), tg::stack({y.select(0, 0), y.select(0, 2)}, 0)));
+  EXPECT_TRUE(tg::equal(y.index({Slice(), tg::tensor({0, 1, 1, 0}).to(tg::kBool)}),
+                        tg::stack({y.select(1, 1), y.select(1, 2)}, 1)));
+  EXPECT_TRUE(tg::equal(y.index({Slice(), tg::tensor({-1, 0}).to(tg::kInt64)}),
+                        y.index_select(1, tg::tensor({3, 0}).to(tg::kInt64))));
+  EXPECT_EQ(y.index({tg::full({}, 1, tg::kBool)}).sizes(), tg::IntList({1, 3, 4}));           // x[true]
+  EXPECT_EQ(y.index({Slice(), tg::full({}, 0, tg::kBool)}).sizes(), tg::IntList({3, 0, 4}));  // x[:, false]
+  // Bad indices.
+  EXPECT_ERROR_CONTAINS(y.index({0, 0, 0}), "index: 3 dims indexed but the tensor has 2");
+  EXPECT_ERROR_CONTAINS(y.index({Ellipsis, Ellipsis}), "at most one Ellipsis");
+  EXPECT_ERROR_CONTAINS(y.index({idx, idx}), "one tensor index per call");
+  EXPECT_ERROR_CONTAINS(y.index({Slice(None, None, -1)}), "step must be positive");
+  EXPECT_ERROR_CONTAINS(y.index({tg::tensor({1.0})}), "must be Int64 or Bool");
+  EXPECT_ERROR_CONTAINS(y.index({tg::tensor({1, 0}).to(tg::kBool)}), "mask's shape [2] does not match");
+  EXPECT_ERROR_CONTAINS(y.index({"..x"}), "must be \"...\"");
+  EXPECT_ANY_THROW(y.index({5}));
+  EXPECT_ANY_THROW(y.index({Slice(), tg::tensor({4}).to(tg::kInt64)}));
+  EXPECT_ANY_THROW(y.index({Slice(), tg::tensor({-5}).to(tg::kInt64)}));
+  // Gradients through a tensor index.
+  Tensor w = tg::rand({4, 3}, f64).requires_grad_();
+  EXPECT_TRUE(ag::gradcheck(
+      [&](const ag::variable_list& in) {
+        return in[0].index({tg::tensor({3, 0, 3}).to(tg::kInt64), Slice(1)}) * 2.0;
+      },
+      {w}));
+}
+
+TEST(LibtorchHabits, IndexPutAsLibtorch) {
+  Tensor x = grid(3, 4);
+  x.index_put_({Slice(), 0}, -1.0);
+  EXPECT_EQ(x.select(1, 0).sum().item<double>(), -3.0);
+  x.index_put_({1}, tg::tensor({9.0, 8.0, 7.0, 6.0}).to(tg::kFloat64));
+  EXPECT_TRUE(tg::equal(x.select(0, 1), tg::tensor({9.0, 8.0, 7.0, 6.0}).to(tg::kFloat64)));
+  Tensor y = grid(3, 4);
+  y.index_put_({tg::gt(y, 5.5)}, 0.0);
+  EXPECT_EQ(y.sum().item<double>(), 15.0);  // 0 + 1 + ... + 5
+  Tensor z = grid(3, 4);
+  z.index_put_({Slice(), tg::tensor({3, 1}).to(tg::kInt64)}, tg::tensor({100.0, 200.0}).to(tg::kFloat64));
+  EXPECT_TRUE(tg::equal(z.select(1, 3), tg::full({3}, 100.0, f64)));
+  EXPECT_TRUE(tg::equal(z.select(1, 1), tg::full({3}, 200.0, f64)));
+  EXPECT_TRUE(tg::equal(z.select(1, 0), grid(3, 4).select(1, 0)));
+  EXPECT_ERROR_CONTAINS(z.index_put_({tg::tensor({1, 1}).to(tg::kInt64)}, 0.0), "more than once");
+  Tensor strided = grid(4, 3).t();  // [3, 4], strides {1, 3}
+  strided.index_put_({tg::tensor({1}).to(tg::kInt64)}, 0.0);
+  EXPECT_EQ(strided.select(0, 1).sum().item<double>(), 0.0);
+  EXPECT_EQ(strided.sum().item<double>(), grid(4, 3).sum().item<double>() - (1 + 4 + 7 + 10));
+  // Differentiable in the old values (where not overwritten) and in value.
+  Tensor a = tg::rand({3, 4}, f64).requires_grad_(), v = tg::rand({3, 2}, f64).requires_grad_();
+  EXPECT_TRUE(ag::gradcheck(
+      [&](const ag::variable_list& in) {
+        Tensor t = in[0] * 1.0;
+        t.index_put_({Slice(), tg::tensor({2, 0}).to(tg::kInt64)}, in[1]);
+        return t * t;
+      },
+      {a, v}));
+  EXPECT_TRUE(ag::gradcheck(
+      [&](const ag::variable_list& in) {
+        Tensor t = in[0] * 1.0;
+        t.index_put_({Slice(1), Slice(None, 2)}, in[1].narrow(0, 0, 2));
+        return t.exp();
+      },
+      {a, v}));
+}
+
+TEST(LibtorchHabits, Accessors) {
+  Tensor x = tg::zeros({2, 3});
+  auto a = x.accessor<float, 2>();
+  a[1][2] = 5.0f;
+  EXPECT_EQ(x.select(0, 1).select(0, 2).item<float>(), 5.0f);
+  EXPECT_EQ(a.size(0), 2);
+  EXPECT_EQ(a.size(1), 3);
+  Tensor t = grid(3, 2).t();  // strides {1, 2}
+  auto at = t.accessor<double, 2>();
+  EXPECT_EQ(at[1][2], 5.0);
+  EXPECT_EQ(at.stride(0), 1);
+  EXPECT_ERROR_CONTAINS(at[2][0], "accessor: index 2 is out of range for a dim of size 2");
+  EXPECT_ERROR_CONTAINS(at[0][-1], "accessor: index -1 is out of range");
+  EXPECT_ERROR_CONTAINS((x.accessor<float, 3>()), "accessor: asked for 3 dims but the tensor has 2");
+  EXPECT_ERROR_CONTAINS((x.accessor<double, 2>()), "data_ptr: expected dtype");
+  auto held = tg::ones({4}).accessor<float, 1>();  // keeps the temporary's memory
+  EXPECT_EQ(held[3], 1.0f);
+}
+
+TEST(LibtorchHabits, GeneratorStateResumesTheStream) {
+  tg::manual_seed(42);
+  (void)tg::randn({7});
+  Tensor state = tg::get_rng_state();
+  Tensor a = tg::randn({5}), b = tg::rand({3}), c = tg::randint(0, 100, {4});
+  (void)tg::randn({11});  // moves on
+  tg::set_rng_state(state);
+  EXPECT_TRUE(tg::equal(tg::randn({5}), a));
+  EXPECT_TRUE(tg::equal(tg::rand({3}), b));
+  EXPECT_TRUE(tg::equal(tg::randint(0, 100, {4}), c));
+  EXPECT_ERROR_CONTAINS(tg::set_rng_state(tg::zeros({2})), "set_rng_state: expected the Int64 [2] tensor");
+  EXPECT_ERROR_CONTAINS(tg::set_rng_state(tg::zeros({3}, tg::kInt64)), "set_rng_state");
+}
+
+TEST(LibtorchHabits, EveryActivationInFunctional) {
+  Tensor x = tg::linspace(-4, 4, 41, f64);
+  auto near = [&](const Tensor& got, const Tensor& want, const char* what) {
+    EXPECT_LT(max_abs(got - want), 1e-12) << what;
+  };
+  near(F::relu(x), tg::clamp_min(x, Scalar(0.0)), "relu");
+  near(F::relu6(x * 2.0), tg::clamp(x * 2.0, Scalar(0.0), Scalar(6.0)), "relu6");
+  near(F::gelu(x), tg::gelu(x), "gelu");
+  near(F::gelu(x, "tanh"), tg::gelu(x, "tanh"), "gelu tanh");
+  near(F::silu(x), x * tg::sigmoid(x), "silu");
+  near(F::softmin(x.view({1, -1}), 1), tg::softmax(-x.view({1, -1}), 1), "softmin");
+  near(F::logsigmoid(x), tg::log(tg::sigmoid(x)), "logsigmoid");
+  near(F::selu(tg::tensor({-1.0, 2.0}, {}, f64)),
+       tg::tensor({1.0507009873554805 * 1.6732632423543772 * (std::exp(-1.0) - 1), 2 * 1.0507009873554805}, {}, f64),
+       "selu");
+  near(F::celu(x, 2.0), tg::where(tg::gt(x, 0.0), x, (tg::exp(x / 2.0) - 1.0) * 2.0), "celu");
+  near(F::mish(x), x * tg::tanh(tg::log(tg::exp(x) + 1.0)), "mish");
+  near(F::hardtanh(x), tg::clamp(x, Scalar(-1.0), Scalar(1.0)), "hardtanh");
+  near(F::hardsigmoid(x), tg::clamp((x + 3.0) / 6.0, Scalar(0.0), Scalar(1.0)), "hardsigmoid");
+  near(F::hardswish(x), x * tg::clamp((x + 3.0) / 6.0, Scalar(0.0), Scalar(1.0)), "hardswish");
+  near(F::softsign(x), x / (tg::abs(x) + 1.0), "softsign");
+  near(F::softshrink(x, 1.0), tg::sign(x) * tg::clamp_min(tg::abs(x) - 1.0, Scalar(0.0)), "softshrink");
+  near(F::hardshrink(x, 1.0), x * tg::gt(tg::abs(x), 1.0).to(tg::kFloat64), "hardshrink");
+  near(F::threshold(x, 0.5, -9.0), tg::where(tg::gt(x, 0.5), x, tg::full_like(x, -9.0)), "threshold");
+  Tensor g = tg::rand({3, 4}, f64);
+  near(F::glu(g, 1), g.narrow(1, 0, 2) * tg::sigmoid(g.narrow(1, 2, 2)), "glu");
+  near(F::normalize(g, 2.0, 1), g / tg::sqrt((g * g).sum(1, true)), "normalize");
+  EXPECT_ERROR_CONTAINS(F::glu(tg::rand({3, 5}), 1), "glu: dim 1 has size 5, which must be even");
+  Tensor w = (tg::rand({2, 4}, f64) - 0.5).requires_grad_();
+  for (auto fn : std::vector<std::function<Tensor(const Tensor&)>>{
+           [](const Tensor& t) { return F::selu(t); }, [](const Tensor& t) { return F::mish(t); },
+           [](const Tensor& t) { return F::celu(t, 0.7); }, [](const Tensor& t) { return F::glu(t, 1); },
+           [](const Tensor& t) { return F::normalize(t, 2.0, 1); }, [](const Tensor& t) { return F::softsign(t); },
+           [](const Tensor& t) { return F::logsigmoid(t); }}) {
+    auto f = [&](const ag::variable_list& in) { return fn(in[0]); };
+    EXPECT_TRUE(ag::gradcheck(f, {w}));
+    EXPECT_TRUE(ag::gradgradcheck(f, {w}));
+  }
+}
+
+}  // namespace

@@ -46,7 +46,8 @@ int64_t dims_used(const TensorIndex& i) {
   switch (i.kind()) {
     case Kind::Integer:
     case Kind::Slice: return 1;
-    case Kind::Tensor: return i.tensor().dtype() == kBool ? i.tensor().dim() : 1;  // a 0-dim mask adds a dim
+    case Kind::Tensor:  // a 0-dim mask adds a dim
+      return i.tensor().defined() && i.tensor().dtype() == kBool ? i.tensor().dim() : 1;
     default: return 0;
   }
 }
@@ -135,6 +136,16 @@ Indexed apply(const Tensor& self, const std::vector<TensorIndex>& idx, const cha
 const Tensor& put(const Tensor& self, const std::vector<TensorIndex>& idx, const Tensor& value) {
   detail::check_defined(value, "index_put_", "value");
   Indexed sel = apply(self, idx, "index_put_");
+  // value broadcasts to what the indices select (PyTorch's "shape mismatch")
+  const IntList& want = sel.result.sizes();
+  bool fits = value.dim() <= int64_t(want.size());
+  for (int64_t j = 1; fits && j <= value.dim(); ++j) {
+    const int64_t v = value.sizes()[size_t(value.dim() - j)], w = want[want.size() - size_t(j)];
+    fits = v == w || v == 1;
+  }
+  TG_CHECK(fits, "index_put_: a value of shape ", shape_str(value.sizes()),
+           " does not broadcast to the indexed result's shape ", shape_str(want), " (tensor ", shape_str(self.sizes()),
+           ")");
   const bool grad = self.requires_grad() || value.requires_grad();
   if (!sel.advanced && !grad) {  // a view of self: copy into it (value broadcast to it)
     sel.result.copy_(value.expand(sel.result.sizes()));
@@ -174,7 +185,12 @@ std::vector<TensorIndex> as_vector(std::initializer_list<TensorIndex> l) { retur
 // op(x) written into x (x's old value cloned first when autograd may need it).
 template <class Op> const Tensor& in_place(const Tensor& x, Op op, const char* name) {
   detail::check_defined(x, name, "self");
-  x.copy_(x.requires_grad() ? op(x.clone()) : op(x));
+  const Tensor r = x.requires_grad() ? op(x.clone()) : op(x);
+  // As PyTorch's: a result of another dtype (sqrt_ of an Int64 or Bool
+  // tensor gives Float32) is not cast into x.
+  TG_CHECK(r.dtype() == x.dtype(), name, ": the result is ", r.dtype(), " but the tensor is ", x.dtype(),
+           "; in place cannot change the dtype: use the out-of-place op (x = op(x)) or convert x first");
+  x.copy_(r);
   return x;
 }
 

@@ -131,6 +131,10 @@ TEST(LibtorchHabits, InPlaceFormsWriteThroughAndDifferentiate) {
     a.abs_();  // allowed without grad mode, as PyTorch's
     EXPECT_TRUE(tg::equal(a.detach(), tg::abs(before)));
   }
+  EXPECT_ERROR_CONTAINS(tg::zeros({2}, tg::kInt64).sqrt_(), "sqrt_: the result is Float32 but the tensor is Int64");
+  Tensor ints = tg::tensor({-2.0, 3.0}).to(tg::kInt64);
+  ints.abs_();  // same dtype: allowed
+  EXPECT_EQ(ints.sum().item<int64_t>(), 5);
   Tensor u = tg::empty({1000}, f64);
   u.uniform_(-2, 3);
   EXPECT_GE(tg::amin(u).item<double>(), -2.0);
@@ -205,6 +209,9 @@ TEST(LibtorchHabits, IndexPutAsLibtorch) {
   EXPECT_TRUE(tg::equal(z.select(1, 1), tg::full({3}, 200.0, f64)));
   EXPECT_TRUE(tg::equal(z.select(1, 0), grid(3, 4).select(1, 0)));
   EXPECT_ERROR_CONTAINS(z.index_put_({tg::tensor({1, 1}).to(tg::kInt64)}, 0.0), "more than once");
+  EXPECT_ERROR_CONTAINS(z.index_put_({0}, tg::rand({5}, f64)),
+                        "index_put_: a value of shape [5] does not broadcast to the indexed result's shape [4]");
+  EXPECT_ERROR_CONTAINS(z.index({Tensor()}), "index: an index tensor is undefined");
   Tensor strided = grid(4, 3).t();  // [3, 4], strides {1, 3}
   strided.index_put_({tg::tensor({1}).to(tg::kInt64)}, 0.0);
   EXPECT_EQ(strided.select(0, 1).sum().item<double>(), 0.0);

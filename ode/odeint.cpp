@@ -85,12 +85,18 @@ bool adaptive(Method m) { return m == Method::Dopri5 || m == Method::Tsit5; }
 // numbers (one multiply and one add each, zero weights skipped: dopri5's
 // second, RK4's skipped stages), then one multiply by the step tensor h (a
 // time gradient flows through it) and one add.
+// sum_j w_j k_j[i] (undefined when every weight is zero).
+Tensor stage_sum(const std::vector<State>& k, size_t i, const std::vector<double>& w) {
+  Tensor acc;
+  for (size_t j = 0; j < w.size() && j < k.size(); ++j)
+    if (w[j] != 0) acc = acc.defined() ? tg::add(acc, k[j][i], w[j]) : k[j][i] * w[j];
+  return acc;
+}
+
 State weighted(const State& y, const std::vector<State>& k, const Tensor& h, const std::vector<double>& w) {
   State out;
   for (size_t i = 0; i < y.size(); ++i) {
-    Tensor acc;
-    for (size_t j = 0; j < w.size() && j < k.size(); ++j)
-      if (w[j] != 0) acc = acc.defined() ? tg::add(acc, k[j][i], w[j]) : k[j][i] * w[j];
+    const Tensor acc = stage_sum(k, i, w);
     out.push_back(acc.defined() ? y[i] + acc * h : y[i]);
   }
   return out;
@@ -258,10 +264,7 @@ State dense_block(Method method, const Tensor& theta, const Tensor& hv, const St
                                             701980252875.0 / 199316789632.0, -1453857185.0 / 822651844.0,
                                             69997945.0 / 29380423.0};
       const Tensor diff = y5[i] - y[i], b = k1[i] * hv - diff, c = diff - k7[i] * hv - b;
-      Tensor ed;
-      for (size_t j = 0; j < d.size(); ++j)
-        if (d[j] != 0) ed = ed.defined() ? tg::add(ed, k[j][i], d[j]) : k[j][i] * d[j];
-      ed = ed * hv;
+      const Tensor ed = stage_sum(k, i, d) * hv;
       const Tensor one_minus = 1.0 - th;
       out.push_back(yb + th * (diff + one_minus * (b + th * (c + one_minus * ed))));
     } else {
@@ -323,12 +326,11 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
     State err;  // h * sum_j e_j k_j: the 5th-order minus the 4th-order solution
     {
       NoGradGuard ng;
-      for (size_t i = 0; i < y.size(); ++i) {
-        Tensor e = k[0][i].detach() * (ew[0] * dir * hs);
-        for (size_t j = 1; j < 7; ++j)
-          if (ew[j] != 0) e = tg::add(e, k[j][i].detach(), ew[j] * dir * hs);
-        err.push_back(e);
-      }
+      std::vector<double> hew(7);
+      for (size_t j = 0; j < 7; ++j)
+        hew[j] = ew[j] * dir * hs;
+      for (size_t i = 0; i < y.size(); ++i)
+        err.push_back(stage_sum(k, i, hew));
     }
     const double en = error_norm(err, y, y5, normed, o.rtol, o.atol);
     TG_CHECK(std::isfinite(en), "odeint: the error estimate is not finite at t = ", tn, " (step ", hs,

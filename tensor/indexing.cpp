@@ -137,7 +137,7 @@ const Tensor& put(const Tensor& self, const std::vector<TensorIndex>& idx, const
   detail::check_defined(value, "index_put_", "value");
   Indexed sel = apply(self, idx, "index_put_");
   // value broadcasts to what the indices select (PyTorch's "shape mismatch")
-  const IntList& want = sel.result.sizes();
+  const IntList want = sel.result.sizes();
   bool fits = value.dim() <= int64_t(want.size());
   for (int64_t j = 1; fits && j <= value.dim(); ++j) {
     const int64_t v = value.sizes()[size_t(value.dim() - j)], w = want[want.size() - size_t(j)];
@@ -148,10 +148,9 @@ const Tensor& put(const Tensor& self, const std::vector<TensorIndex>& idx, const
            ")");
   const bool grad = self.requires_grad() || value.requires_grad();
   if (!sel.advanced && !grad) {  // a view of self: copy into it (value broadcast to it)
-    sel.result.copy_(value.expand(sel.result.sizes()));
+    sel.result.copy_(value.expand(want));
     return self;
   }
-  const IntList selected = sel.result.sizes();
   sel.result = Tensor();  // no view of self may live at the write below
   // A tensor index, or autograd (which refuses an in-place write through a
   // view): the positions the indices select, found by applying them to
@@ -174,7 +173,7 @@ const Tensor& put(const Tensor& self, const std::vector<TensorIndex>& idx, const
              "give each position once");
   }
   const Tensor flat = self.reshape({-1}).clone();  // no view of self outlives this line
-  const Tensor v = value.to(self.dtype()).expand(selected).reshape({-1});
+  const Tensor v = value.to(self.dtype()).expand(want).reshape({-1});
   const Tensor delta = tg::scatter_add(tg::zeros_like(flat), 0, where, v - flat.index_select(0, where));
   self.copy_((flat + delta).reshape(self.sizes()));
   return self;

@@ -185,6 +185,19 @@ Tensor full_like(const Tensor& t, Scalar v, TensorOptions o) { return full(t.siz
 Tensor rand_like(const Tensor& t, TensorOptions o) { return rand(t.sizes(), like(t, o, "rand_like")); }
 Tensor randn_like(const Tensor& t, TensorOptions o) { return randn(t.sizes(), like(t, o, "randn_like")); }
 
+// The largest integer below which every integer is exact in `dt` (2^53 for
+// Float64, 2^24 Float32, 2^11 Float16, 2^8 BFloat16; Int64: its maximum).
+static double exact_integers(ScalarType dt) {
+  switch (dt) {
+    case kInt64: return 9223372036854775807.0;
+    case kFloat64: return 9007199254740992.0;
+    case kFloat32: return 16777216.0;
+    case kFloat16: return 2048.0;
+    case kBFloat16: return 256.0;
+    default: return 0;
+  }
+}
+
 Tensor randint(int64_t high, const IntList& sizes, TensorOptions o) { return randint(0, high, sizes, o); }
 Tensor randint(int64_t low, int64_t high, const IntList& sizes, TensorOptions o) {
   TG_CHECK(low < high, "randint: expected low < high, got [", low, ", ", high, ")");
@@ -194,12 +207,10 @@ Tensor randint(int64_t low, int64_t high, const IntList& sizes, TensorOptions o)
   TG_CHECK(range <= 9007199254740992.0, "randint: the range [", low, ", ", high,
            ") is wider than 2^53, which a float64 draw cannot cover evenly");
   const ScalarType dt = o.has_dtype() ? o.dtype() : kInt64;
-  if (is_floating_point(dt) || dt == kInt64) {
-    TG_CHECK(dt == kInt64 || (double(low) >= -9007199254740992.0 && double(high) <= 9007199254740992.0), "randint: [",
-             low, ", ", high, ") does not fit ", dt, " exactly");
-  } else {
-    TG_CHECK(false, "randint: expected an integer or floating dtype, got ", dt);
-  }
+  const double exact = exact_integers(dt);
+  TG_CHECK(exact > 0, "randint: expected Int64 or a floating dtype, got ", dt);
+  TG_CHECK(double(low) >= -exact && double(high - 1) <= exact, "randint: [", low, ", ", high, ") holds integers that ",
+           dt, " cannot represent exactly (it does up to ", exact, "); use a wider dtype");
   Tensor u = rand(sizes, plain(o).dtype(kFloat64));
   Tensor k = tg::clamp_max(tg::floor(u * range), Scalar(range - 1));
   Tensor r = k.to(kInt64) + Scalar(low);
@@ -211,8 +222,8 @@ Tensor randint_like(const Tensor& t, int64_t low, int64_t high, TensorOptions o)
 Tensor randperm(int64_t n, TensorOptions o) {
   TG_CHECK(n >= 0, "randperm: n must be >= 0, got ", n);
   const ScalarType dt = o.has_dtype() ? o.dtype() : kInt64;
-  TG_CHECK(dt == kInt64 || (is_floating_point(dt) && double(n) <= 16777216.0) || dt == kFloat64,
-           "randperm: expected Int64 or a floating dtype that holds ", n, " exactly, got ", dt);
+  TG_CHECK(n == 0 || double(n - 1) <= exact_integers(dt), "randperm: ", dt, " cannot hold every integer below ", n,
+           " exactly; use Int64 or a wider floating dtype");
   // The order of n independent uniform draws (argsort is a permutation
   // whatever the ties).
   Tensor order = tg::argsort(rand({n}, plain(o).dtype(kFloat64)), 0, false);

@@ -60,12 +60,21 @@ TEST(LibtorchHabits, RandintAndRandperm) {
   EXPECT_EQ(tg::randint(5, {2, 3}, f64).dtype(), tg::kFloat64);
   EXPECT_EQ(tg::randint_like(grid(2, 2), 0, 3).dtype(), tg::kFloat64);
   EXPECT_ERROR_CONTAINS(tg::randint(3, 3, {2}), "randint: expected low < high");
+  // Each dtype holds only the integers it represents exactly.
+  EXPECT_EQ(tg::amax(tg::randint(2040, 2049, {500}, tg::kFloat16).to(tg::kFloat64)).item<double>(), 2048.0);
+  EXPECT_ERROR_CONTAINS(tg::randint(0, 2050, {2}, tg::kFloat16), "cannot represent exactly (it does up to 2048)");
+  EXPECT_ERROR_CONTAINS(tg::randint(0, 300, {2}, tg::kBFloat16), "BFloat16 cannot represent exactly");
+  EXPECT_ERROR_CONTAINS(tg::randint(0, 20000000, {2}, tg::kFloat32), "Float32 cannot represent exactly");
+  EXPECT_ERROR_CONTAINS(tg::randint(0, 10, {2}, tg::kBool), "randint: expected Int64 or a floating dtype, got Bool");
   Tensor p = tg::randperm(50);
   EXPECT_EQ(p.dtype(), tg::kInt64);
   EXPECT_TRUE(tg::equal(std::get<0>(tg::sort(p)), tg::arange(0, 50, 1)));
   EXPECT_FALSE(tg::equal(p, tg::arange(0, 50, 1)));
   EXPECT_EQ(tg::randperm(0).numel(), 0);
   EXPECT_ERROR_CONTAINS(tg::randperm(-1), "randperm: n must be >= 0");
+  EXPECT_TRUE(tg::equal(std::get<0>(tg::sort(tg::randperm(257, tg::kFloat16))), tg::arange(0, 257, 1, f64)));
+  EXPECT_ERROR_CONTAINS(tg::randperm(2050, tg::kFloat16), "randperm: Float16 cannot hold every integer below 2050");
+  EXPECT_ERROR_CONTAINS(tg::randperm(3, tg::kBool), "randperm: Bool cannot hold");
 }
 
 TEST(LibtorchHabits, LikeFactoriesTakeOptionsAndKeepTheRest) {

@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
   tg::optim::AdamOptions ao;
   ao.lr = 1e-3;
   ao.capturable = gpu;
-  tg::optim::Adam adam(model.parameters(), ao);
+  tg::optim::Adam adam(model->parameters(), ao);
   const auto f32 = tg::TensorOptions().device(dev);
   Tensor a = tg::rand({o.batch, o.grid, o.grid, 1}, f32), u = tg::rand({o.batch, o.grid, o.grid, 1}, f32);
   Tensor k1 = tg::fft::fftfreq(o.grid, 1.0 / double(o.grid), f32).view({o.grid, 1});
@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
 
   auto step = [&] {
     adam.zero_grad(/*set_to_none=*/false);
-    Tensor pred = model.forward(a);
+    Tensor pred = model->forward(a);
     Tensor loss = relative_l2(pred, u);
     if (o.pino) loss = loss + spectral_laplacian(pred, lap_factor).pow(2.0).mean() * 1e-8;
     loss.backward();

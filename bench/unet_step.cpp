@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
   tg::optim::AdamOptions ao;
   ao.lr = 1e-3;
   ao.capturable = gpu;
-  std::vector<Tensor> params = model.parameters();
+  std::vector<Tensor> params = model->parameters();
   tg::optim::Adam adam(params, ao);
   // The fields (unet_peers.py's): r_k = k / (G - 1); x along the width, y
   // along the height; a = 1 + 0.5 sin(2 pi x + phi_b) sin(2 pi y) with
@@ -180,13 +180,13 @@ int main(int argc, char** argv) {
     if (fwd) {
       fad::dual_level level(2);
       Tensor at = fad::make_dual(inp, dirs);
-      Tensor ud = model.forward(at);
+      Tensor ud = model->forward(at);
       Tensor hv = fad::unpack_dual(ag::grad({tg::sum(ud)}, {at}, {}, true, true)[0]).tangent;
       u = fad::unpack_dual(ud).primal;
       uxx = hv.select(0, 0).narrow(1, 0, 1);
       uyy = hv.select(0, 1).narrow(1, 1, 1);
     } else {
-      u = model.forward(tg::cat({xc, yc, a}, 1));
+      u = model->forward(tg::cat({xc, yc, a}, 1));
       std::vector<Tensor> g1 = ag::grad({tg::sum(u)}, {xc, yc}, {}, true, true);
       uxx = ag::grad({tg::sum(g1[0])}, {xc}, {}, true, true)[0];
       uyy = ag::grad({tg::sum(g1[1])}, {yc}, {}, true, true)[0];

@@ -42,17 +42,17 @@ void check_input(const Tensor& x, int64_t dims, int64_t in, bool channel_major, 
 
 }  // namespace
 
-SpectralConv1d::SpectralConv1d(int64_t in, int64_t out, int64_t modes, TensorOptions options)
+SpectralConv1dImpl::SpectralConv1dImpl(int64_t in, int64_t out, int64_t modes, TensorOptions options)
     : Module("SpectralConv1d"), in_(in), out_(out), modes_(modes) {
   check_channels(in, out, "SpectralConv1d");
   TG_CHECK(modes > 0, "SpectralConv1d: modes must be positive, got ", modes);
   weight = register_parameter("weight", spectral_weight({in, out, modes}, in, out, options));
 }
 
-Tensor SpectralConv1d::forward(const Tensor& x) { return apply(x, false); }
-Tensor SpectralConv1d::forward_channel_major(const Tensor& x) { return apply(x, true); }
+Tensor SpectralConv1dImpl::forward(const Tensor& x) { return apply(x, false); }
+Tensor SpectralConv1dImpl::forward_channel_major(const Tensor& x) { return apply(x, true); }
 
-Tensor SpectralConv1d::apply(const Tensor& x, bool channel_major) {
+Tensor SpectralConv1dImpl::apply(const Tensor& x, bool channel_major) {
   check_input(x, 1, in_, channel_major, weight, "SpectralConv1d");
   const int64_t n = x.size(2), half = n / 2 + 1;
   TG_CHECK(modes_ <= half, "SpectralConv1d: ", modes_, " modes need a grid of at least ", 2 * (modes_ - 1),
@@ -62,13 +62,13 @@ Tensor SpectralConv1d::apply(const Tensor& x, bool channel_major) {
   return fft::irfft(mixed, n);  // the modes past modes_ zero (a short spectrum)
 }
 
-std::string SpectralConv1d::extra_repr() const {
+std::string SpectralConv1dImpl::extra_repr() const {
   std::ostringstream s;
   s << "SpectralConv1d(" << in_ << ", " << out_ << ", modes=" << modes_ << ")";
   return s.str();
 }
 
-SpectralConv2d::SpectralConv2d(int64_t in, int64_t out, int64_t modes1, int64_t modes2, TensorOptions options)
+SpectralConv2dImpl::SpectralConv2dImpl(int64_t in, int64_t out, int64_t modes1, int64_t modes2, TensorOptions options)
     : Module("SpectralConv2d"), in_(in), out_(out), m1_(modes1), m2_(modes2) {
   check_channels(in, out, "SpectralConv2d");
   TG_CHECK(modes1 > 0 && modes2 > 0, "SpectralConv2d: modes must be positive, got ", modes1, " and ", modes2);
@@ -76,10 +76,10 @@ SpectralConv2d::SpectralConv2d(int64_t in, int64_t out, int64_t modes1, int64_t 
   weight2 = register_parameter("weight2", spectral_weight({in, out, modes1, modes2}, in, out, options));
 }
 
-Tensor SpectralConv2d::forward(const Tensor& x) { return apply(x, false); }
-Tensor SpectralConv2d::forward_channel_major(const Tensor& x) { return apply(x, true); }
+Tensor SpectralConv2dImpl::forward(const Tensor& x) { return apply(x, false); }
+Tensor SpectralConv2dImpl::forward_channel_major(const Tensor& x) { return apply(x, true); }
 
-Tensor SpectralConv2d::apply(const Tensor& x, bool channel_major) {
+Tensor SpectralConv2dImpl::apply(const Tensor& x, bool channel_major) {
   check_input(x, 2, in_, channel_major, weight1, "SpectralConv2d");
   const int64_t h = x.size(2), w = x.size(3), half = w / 2 + 1;
   TG_CHECK(2 * m1_ <= h && m2_ <= half, "SpectralConv2d: modes (", m1_, ", ", m2_, ") need a grid of at least ",
@@ -101,37 +101,37 @@ Tensor SpectralConv2d::apply(const Tensor& x, bool channel_major) {
   return fft::irfft(fft::ifft(mixed.transpose(2, 3)).transpose(2, 3), w, 3);
 }
 
-std::string SpectralConv2d::extra_repr() const {
+std::string SpectralConv2dImpl::extra_repr() const {
   std::ostringstream s;
   s << "SpectralConv2d(" << in_ << ", " << out_ << ", modes=(" << m1_ << ", " << m2_ << "))";
   return s.str();
 }
 
-FNO::FNO(FNOOptions o) : Module("FNO"), o_(std::move(o)) {
+FNOImpl::FNOImpl(FNOOptions o) : Module("FNO"), o_(std::move(o)) {
   const int64_t dims = int64_t(o_.modes.size());
   TG_CHECK(dims == 1 || dims == 2, "FNO: modes gives the modes per spatial dim, one or two of them, got ",
            shape_str(o_.modes));
   TG_CHECK(o_.in_channels > 0 && o_.out_channels > 0 && o_.width > 0 && o_.layers > 0 && o_.projection > 0,
            "FNO: in_channels, out_channels, width, layers and projection must be positive");
-  lift = std::make_shared<Linear>(o_.in_channels + dims, o_.width, true, o_.options);
+  lift = std::make_shared<LinearImpl>(o_.in_channels + dims, o_.width, true, o_.options);
   register_module("lift", lift);
   for (int64_t l = 0; l < o_.layers; ++l) {
     std::shared_ptr<Module> conv;
-    if (dims == 1) conv = std::make_shared<SpectralConv1d>(o_.width, o_.width, o_.modes[0], o_.options);
-    else conv = std::make_shared<SpectralConv2d>(o_.width, o_.width, o_.modes[0], o_.modes[1], o_.options);
+    if (dims == 1) conv = std::make_shared<SpectralConv1dImpl>(o_.width, o_.width, o_.modes[0], o_.options);
+    else conv = std::make_shared<SpectralConv2dImpl>(o_.width, o_.width, o_.modes[0], o_.modes[1], o_.options);
     register_module("spectral" + std::to_string(l), conv);
     spectral.push_back(conv);
-    auto w = std::make_shared<Linear>(o_.width, o_.width, true, o_.options);
+    auto w = std::make_shared<LinearImpl>(o_.width, o_.width, true, o_.options);
     register_module("pointwise" + std::to_string(l), w);
     pointwise.push_back(w);
   }
-  proj1 = std::make_shared<Linear>(o_.width, o_.projection, true, o_.options);
+  proj1 = std::make_shared<LinearImpl>(o_.width, o_.projection, true, o_.options);
   register_module("proj1", proj1);
-  proj2 = std::make_shared<Linear>(o_.projection, o_.out_channels, true, o_.options);
+  proj2 = std::make_shared<LinearImpl>(o_.projection, o_.out_channels, true, o_.options);
   register_module("proj2", proj2);
 }
 
-Tensor FNO::forward(const Tensor& x) {
+Tensor FNOImpl::forward(const Tensor& x) {
   const int64_t dims = int64_t(o_.modes.size());
   TG_CHECK(x.defined() && x.dim() == 2 + dims && x.size(-1) == o_.in_channels, "FNO: expected an input [batch, ",
            dims == 1 ? "n" : "h, w", ", ", o_.in_channels, "], got ",
@@ -171,7 +171,7 @@ Tensor FNO::forward(const Tensor& x) {
   for (int64_t s : grid)
     points *= s;
   // lin's map of each point of t [c, B, spatial...]: W t + b.
-  auto pointwise_map = [&](const Linear& lin, const Tensor& t) {
+  auto pointwise_map = [&](const LinearImpl& lin, const Tensor& t) {
     IntList shape{lin.weight.size(0)};
     shape.insert(shape.end(), grid.begin(), grid.end());
     Tensor y = tg::mm(lin.weight, t.reshape({t.size(0), points}));  // [out, B * points]
@@ -179,8 +179,8 @@ Tensor FNO::forward(const Tensor& x) {
     return y.view(shape);
   };
   auto spectral_map = [&](size_t l, const Tensor& t) {
-    if (auto* c = dynamic_cast<SpectralConv1d*>(spectral[l].get())) return c->forward_channel_major(t);
-    if (auto* c = dynamic_cast<SpectralConv2d*>(spectral[l].get())) return c->forward_channel_major(t);
+    if (auto* c = dynamic_cast<SpectralConv1dImpl*>(spectral[l].get())) return c->forward_channel_major(t);
+    if (auto* c = dynamic_cast<SpectralConv2dImpl*>(spectral[l].get())) return c->forward_channel_major(t);
     // A module put there by the user: its forward takes [B, c, spatial...].
     return spectral[l]->forward(t.transpose(0, 1)).transpose(0, 1);
   };
@@ -192,7 +192,7 @@ Tensor FNO::forward(const Tensor& x) {
   return pointwise_map(*proj2, tg::gelu(pointwise_map(*proj1, v))).permute(to_last);  // [B, spatial..., out]
 }
 
-std::string FNO::extra_repr() const {
+std::string FNOImpl::extra_repr() const {
   std::ostringstream s;
   s << "FNO(dims=" << o_.modes.size() << ", width=" << o_.width << ", modes=" << shape_str(o_.modes)
     << ", layers=" << o_.layers << ")";

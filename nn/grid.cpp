@@ -51,8 +51,9 @@ std::pair<Tensor, Tensor> conv_parameters(const char* name, int64_t in, int64_t 
 }  // namespace
 
 template <int N>
-ConvNd<N>::ConvNd(int64_t in, int64_t out, IntList kernel_size, IntList stride, IntList padding, IntList dilation,
-                  int64_t groups, bool has_bias, std::string padding_mode, TensorOptions options)
+ConvNdImpl<N>::ConvNdImpl(int64_t in, int64_t out, IntList kernel_size, IntList stride, IntList padding,
+                          IntList dilation, int64_t groups, bool has_bias, std::string padding_mode,
+                          TensorOptions options)
     : Module(N == 1   ? "Conv1d"
              : N == 2 ? "Conv2d"
                       : "Conv3d"),
@@ -83,7 +84,7 @@ Tensor conv_n(const Tensor& x, const Tensor& w, const Tensor& b, const IntList& 
 }
 }  // namespace
 
-template <int N> Tensor ConvNd<N>::forward(const Tensor& x) {
+template <int N> Tensor ConvNdImpl<N>::forward(const Tensor& x) {
   if (padding_mode_ == "zeros") return conv_n<N>(x, weight, bias, stride_, padding_, dilation_, groups_);
   // The input padded in the mode (pairs from the last dim backwards), then an unpadded convolution.
   IntList pads;
@@ -94,7 +95,7 @@ template <int N> Tensor ConvNd<N>::forward(const Tensor& x) {
   return conv_n<N>(tg::pad(x, pads, padding_mode_), weight, bias, stride_, {0}, dilation_, groups_);
 }
 
-template <int N> std::string ConvNd<N>::extra_repr() const {
+template <int N> std::string ConvNdImpl<N>::extra_repr() const {
   std::ostringstream s;
   s << type_name() << "(" << weight.size(1) * groups_ << ", " << weight.size(0)
     << ", kernel_size=" << list(IntList(std::vector<int64_t>(weight.sizes().begin() + 2, weight.sizes().end())))
@@ -105,9 +106,9 @@ template <int N> std::string ConvNd<N>::extra_repr() const {
 }
 
 template <int N>
-ConvTransposeNd<N>::ConvTransposeNd(int64_t in, int64_t out, IntList kernel_size, IntList stride, IntList padding,
-                                    IntList output_padding, int64_t groups, bool has_bias, IntList dilation,
-                                    TensorOptions options)
+ConvTransposeNdImpl<N>::ConvTransposeNdImpl(int64_t in, int64_t out, IntList kernel_size, IntList stride,
+                                            IntList padding, IntList output_padding, int64_t groups, bool has_bias,
+                                            IntList dilation, TensorOptions options)
     : Module(N == 1   ? "ConvTranspose1d"
              : N == 2 ? "ConvTranspose2d"
                       : "ConvTranspose3d"),
@@ -123,7 +124,7 @@ ConvTransposeNd<N>::ConvTransposeNd(int64_t in, int64_t out, IntList kernel_size
   if (has_bias) bias = register_parameter("bias", b);
 }
 
-template <int N> Tensor ConvTransposeNd<N>::forward(const Tensor& x) {
+template <int N> Tensor ConvTransposeNdImpl<N>::forward(const Tensor& x) {
   if constexpr (N == 1)
     return tg::conv_transpose1d(x, weight, bias, stride_, padding_, output_padding_, groups_, dilation_);
   if constexpr (N == 2)
@@ -132,7 +133,7 @@ template <int N> Tensor ConvTransposeNd<N>::forward(const Tensor& x) {
     return tg::conv_transpose3d(x, weight, bias, stride_, padding_, output_padding_, groups_, dilation_);
 }
 
-template <int N> std::string ConvTransposeNd<N>::extra_repr() const {
+template <int N> std::string ConvTransposeNdImpl<N>::extra_repr() const {
   std::ostringstream s;
   s << type_name() << "(" << weight.size(0) << ", " << weight.size(1) * groups_
     << ", kernel_size=" << list(IntList(std::vector<int64_t>(weight.sizes().begin() + 2, weight.sizes().end())))
@@ -141,7 +142,7 @@ template <int N> std::string ConvTransposeNd<N>::extra_repr() const {
   return s.str();
 }
 
-GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, double eps, bool affine, TensorOptions options)
+GroupNormImpl::GroupNormImpl(int64_t num_groups, int64_t num_channels, double eps, bool affine, TensorOptions options)
     : Module("GroupNorm"), groups_(num_groups), eps_(eps) {
   TG_CHECK(num_groups > 0 && num_channels > 0 && num_channels % num_groups == 0, "GroupNorm: num_channels (",
            num_channels, ") must be a positive multiple of num_groups (", num_groups, ")");
@@ -150,15 +151,15 @@ GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, double eps, bool 
     bias = register_parameter("bias", tg::zeros({num_channels}, options));
   }
 }
-Tensor GroupNorm::forward(const Tensor& x) { return tg::group_norm(x, groups_, weight, bias, eps_); }
-std::string GroupNorm::extra_repr() const {
+Tensor GroupNormImpl::forward(const Tensor& x) { return tg::group_norm(x, groups_, weight, bias, eps_); }
+std::string GroupNormImpl::extra_repr() const {
   std::ostringstream s;
   s << "GroupNorm(" << groups_ << ", eps=" << eps_ << ", affine=" << (weight.defined() ? "true" : "false") << ")";
   return s.str();
 }
 
-BatchNorm::BatchNorm(int64_t n, double eps, double momentum, bool affine, bool track, TensorOptions options,
-                     const char* type_name)
+BatchNormImpl::BatchNormImpl(int64_t n, double eps, double momentum, bool affine, bool track, TensorOptions options,
+                             const char* type_name)
     : Module(type_name), features_(n), eps_(eps), momentum_(momentum) {
   TG_CHECK(n > 0, type_name, ": num_features must be positive, got ", n);
   if (affine) {
@@ -172,7 +173,7 @@ BatchNorm::BatchNorm(int64_t n, double eps, double momentum, bool affine, bool t
         register_buffer("num_batches_tracked", tg::zeros({}, TensorOptions().dtype(kInt64).device(options.device())));
   }
 }
-Tensor BatchNorm::forward(const Tensor& x) {
+Tensor BatchNormImpl::forward(const Tensor& x) {
   const bool batch_stats = is_training() || !running_mean.defined();
   if (is_training() && num_batches_tracked.defined()) {
     autograd::NoGradGuard no_grad;
@@ -180,7 +181,7 @@ Tensor BatchNorm::forward(const Tensor& x) {
   }
   return tg::batch_norm(x, running_mean, running_var, weight, bias, batch_stats, momentum_, eps_);
 }
-std::string BatchNorm::extra_repr() const {
+std::string BatchNormImpl::extra_repr() const {
   std::ostringstream s;
   s << type_name() << "(" << features_ << ", eps=" << eps_ << ", momentum=" << momentum_
     << ", affine=" << (weight.defined() ? "true" : "false")
@@ -188,8 +189,8 @@ std::string BatchNorm::extra_repr() const {
   return s.str();
 }
 
-InstanceNorm::InstanceNorm(int64_t n, double eps, double momentum, bool affine, bool track, TensorOptions options,
-                           const char* type_name)
+InstanceNormImpl::InstanceNormImpl(int64_t n, double eps, double momentum, bool affine, bool track,
+                                   TensorOptions options, const char* type_name)
     : Module(type_name), eps_(eps), momentum_(momentum) {
   TG_CHECK(n > 0, type_name, ": num_features must be positive, got ", n);
   if (affine) {
@@ -201,22 +202,23 @@ InstanceNorm::InstanceNorm(int64_t n, double eps, double momentum, bool affine, 
     running_var = register_buffer("running_var", tg::ones({n}, options));
   }
 }
-Tensor InstanceNorm::forward(const Tensor& x) {
+Tensor InstanceNormImpl::forward(const Tensor& x) {
   const bool input_stats = is_training() || !running_mean.defined();
   return tg::instance_norm(x, running_mean, running_var, weight, bias, input_stats, momentum_, eps_);
 }
 
-Upsample::Upsample(IntList size, std::vector<double> scale_factor, std::string mode, std::optional<bool> align_corners)
+UpsampleImpl::UpsampleImpl(IntList size, std::vector<double> scale_factor, std::string mode,
+                           std::optional<bool> align_corners)
     : Module("Upsample"),
       size_(std::move(size)),
       scale_(std::move(scale_factor)),
       mode_(std::move(mode)),
       align_corners_(align_corners) {}
-Tensor Upsample::forward(const Tensor& x) { return tg::interpolate(x, size_, scale_, mode_, align_corners_); }
+Tensor UpsampleImpl::forward(const Tensor& x) { return tg::interpolate(x, size_, scale_, mode_, align_corners_); }
 
 template <int N>
-AvgPoolNd<N>::AvgPoolNd(IntList kernel_size, IntList stride, IntList padding, bool ceil_mode, bool count_include_pad,
-                        std::optional<int64_t> divisor_override)
+AvgPoolNdImpl<N>::AvgPoolNdImpl(IntList kernel_size, IntList stride, IntList padding, bool ceil_mode,
+                                bool count_include_pad, std::optional<int64_t> divisor_override)
     : Module(N == 1   ? "AvgPool1d"
              : N == 2 ? "AvgPool2d"
                       : "AvgPool3d"),
@@ -226,7 +228,7 @@ AvgPoolNd<N>::AvgPoolNd(IntList kernel_size, IntList stride, IntList padding, bo
       ceil_(ceil_mode),
       include_pad_(count_include_pad),
       divisor_(divisor_override) {}
-template <int N> Tensor AvgPoolNd<N>::forward(const Tensor& x) {
+template <int N> Tensor AvgPoolNdImpl<N>::forward(const Tensor& x) {
   if constexpr (N == 1) {
     TG_CHECK(!divisor_, "AvgPool1d: no divisor_override (as PyTorch's avg_pool1d)");
     return tg::avg_pool1d(x, k_, s_, p_, ceil_, include_pad_);
@@ -236,7 +238,7 @@ template <int N> Tensor AvgPoolNd<N>::forward(const Tensor& x) {
 }
 
 template <int N>
-MaxPoolNd<N>::MaxPoolNd(IntList kernel_size, IntList stride, IntList padding, IntList dilation, bool ceil_mode)
+MaxPoolNdImpl<N>::MaxPoolNdImpl(IntList kernel_size, IntList stride, IntList padding, IntList dilation, bool ceil_mode)
     : Module(N == 1   ? "MaxPool1d"
              : N == 2 ? "MaxPool2d"
                       : "MaxPool3d"),
@@ -245,44 +247,44 @@ MaxPoolNd<N>::MaxPoolNd(IntList kernel_size, IntList stride, IntList padding, In
       p_(std::move(padding)),
       d_(std::move(dilation)),
       ceil_(ceil_mode) {}
-template <int N> TensorPair MaxPoolNd<N>::forward_with_indices(const Tensor& x) {
+template <int N> TensorPair MaxPoolNdImpl<N>::forward_with_indices(const Tensor& x) {
   if constexpr (N == 1) return tg::max_pool1d_with_indices(x, k_, s_, p_, d_, ceil_);
   if constexpr (N == 2) return tg::max_pool2d_with_indices(x, k_, s_, p_, d_, ceil_);
   if constexpr (N == 3) return tg::max_pool3d_with_indices(x, k_, s_, p_, d_, ceil_);
 }
-template <int N> Tensor MaxPoolNd<N>::forward(const Tensor& x) { return std::get<0>(forward_with_indices(x)); }
+template <int N> Tensor MaxPoolNdImpl<N>::forward(const Tensor& x) { return std::get<0>(forward_with_indices(x)); }
 
 template <int N>
-AdaptiveAvgPoolNd<N>::AdaptiveAvgPoolNd(IntList output_size)
+AdaptiveAvgPoolNdImpl<N>::AdaptiveAvgPoolNdImpl(IntList output_size)
     : Module(N == 1   ? "AdaptiveAvgPool1d"
              : N == 2 ? "AdaptiveAvgPool2d"
                       : "AdaptiveAvgPool3d"),
       out_(std::move(output_size)) {}
-template <int N> Tensor AdaptiveAvgPoolNd<N>::forward(const Tensor& x) {
+template <int N> Tensor AdaptiveAvgPoolNdImpl<N>::forward(const Tensor& x) {
   if constexpr (N == 1) return tg::adaptive_avg_pool1d(x, out_);
   if constexpr (N == 2) return tg::adaptive_avg_pool2d(x, out_);
   if constexpr (N == 3) return tg::adaptive_avg_pool3d(x, out_);
 }
 
-PixelShuffle::PixelShuffle(int64_t r) : Module("PixelShuffle"), r_(r) {}
-Tensor PixelShuffle::forward(const Tensor& x) { return tg::pixel_shuffle(x, r_); }
-PixelUnshuffle::PixelUnshuffle(int64_t r) : Module("PixelUnshuffle"), r_(r) {}
-Tensor PixelUnshuffle::forward(const Tensor& x) { return tg::pixel_unshuffle(x, r_); }
+PixelShuffleImpl::PixelShuffleImpl(int64_t r) : Module("PixelShuffle"), r_(r) {}
+Tensor PixelShuffleImpl::forward(const Tensor& x) { return tg::pixel_shuffle(x, r_); }
+PixelUnshuffleImpl::PixelUnshuffleImpl(int64_t r) : Module("PixelUnshuffle"), r_(r) {}
+Tensor PixelUnshuffleImpl::forward(const Tensor& x) { return tg::pixel_unshuffle(x, r_); }
 
-template class ConvNd<1>;
-template class ConvNd<2>;
-template class ConvNd<3>;
-template class ConvTransposeNd<1>;
-template class ConvTransposeNd<2>;
-template class ConvTransposeNd<3>;
-template class AvgPoolNd<1>;
-template class AvgPoolNd<2>;
-template class AvgPoolNd<3>;
-template class MaxPoolNd<1>;
-template class MaxPoolNd<2>;
-template class MaxPoolNd<3>;
-template class AdaptiveAvgPoolNd<1>;
-template class AdaptiveAvgPoolNd<2>;
-template class AdaptiveAvgPoolNd<3>;
+template class ConvNdImpl<1>;
+template class ConvNdImpl<2>;
+template class ConvNdImpl<3>;
+template class ConvTransposeNdImpl<1>;
+template class ConvTransposeNdImpl<2>;
+template class ConvTransposeNdImpl<3>;
+template class AvgPoolNdImpl<1>;
+template class AvgPoolNdImpl<2>;
+template class AvgPoolNdImpl<3>;
+template class MaxPoolNdImpl<1>;
+template class MaxPoolNdImpl<2>;
+template class MaxPoolNdImpl<3>;
+template class AdaptiveAvgPoolNdImpl<1>;
+template class AdaptiveAvgPoolNdImpl<2>;
+template class AdaptiveAvgPoolNdImpl<3>;
 
 }  // namespace tg::nn

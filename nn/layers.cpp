@@ -11,30 +11,30 @@
 
 namespace tg::nn {
 
-ModuleList::ModuleList() : Module("ModuleList") {}
-ModuleList::ModuleList(std::vector<std::shared_ptr<Module>> modules) : ModuleList() {
+ModuleListImpl::ModuleListImpl() : Module("ModuleList") {}
+ModuleListImpl::ModuleListImpl(std::vector<std::shared_ptr<Module>> modules) : ModuleListImpl() {
   for (auto& m : modules)
     push_back(std::move(m));
 }
-void ModuleList::push_back(std::shared_ptr<Module> m) {
+void ModuleListImpl::push_back(std::shared_ptr<Module> m) {
   TG_CHECK(m != nullptr, "ModuleList: cannot add a null module");
   register_module(std::to_string(modules_.size()), m);
   modules_.push_back(std::move(m));
 }
-const std::shared_ptr<Module>& ModuleList::operator[](size_t i) const {
+const std::shared_ptr<Module>& ModuleListImpl::operator[](size_t i) const {
   TG_CHECK(i < modules_.size(), "ModuleList: index ", i, " is out of range for ", modules_.size(), " modules");
   return modules_[i];
 }
 
-ModuleDict::ModuleDict() : Module("ModuleDict") {}
-void ModuleDict::insert(const std::string& key, std::shared_ptr<Module> m) {
+ModuleDictImpl::ModuleDictImpl() : Module("ModuleDict") {}
+void ModuleDictImpl::insert(const std::string& key, std::shared_ptr<Module> m) {
   TG_CHECK(m != nullptr, "ModuleDict: cannot add a null module under '", key, "'");
   TG_CHECK(!contains(key), "ModuleDict: key '", key, "' is already present");
   register_module(key, m);
   index_[key] = items_.size();
   items_.emplace_back(key, std::move(m));
 }
-const std::shared_ptr<Module>& ModuleDict::operator[](const std::string& key) const {
+const std::shared_ptr<Module>& ModuleDictImpl::operator[](const std::string& key) const {
   auto it = index_.find(key);
   if (it == index_.end()) {
     std::ostringstream have;
@@ -44,23 +44,23 @@ const std::shared_ptr<Module>& ModuleDict::operator[](const std::string& key) co
   }
   return items_[it->second].second;
 }
-std::vector<std::string> ModuleDict::keys() const {
+std::vector<std::string> ModuleDictImpl::keys() const {
   std::vector<std::string> k;
   for (const auto& item : items_)
     k.push_back(item.first);
   return k;
 }
 
-Identity::Identity() : Module("Identity") {}
-Tensor Identity::forward(const Tensor& x) { return x; }
+IdentityImpl::IdentityImpl() : Module("Identity") {}
+Tensor IdentityImpl::forward(const Tensor& x) { return x; }
 
-Dropout::Dropout(double p) : Module("Dropout"), p_(p) {
+DropoutImpl::DropoutImpl(double p) : Module("Dropout"), p_(p) {
   TG_CHECK(p >= 0 && p <= 1, "Dropout: p must be in [0, 1], got ", p);
 }
-Tensor Dropout::forward(const Tensor& x) { return functional::dropout(x, p_, is_training()); }
-std::string Dropout::extra_repr() const { return "Dropout(p=" + std::to_string(p_) + ")"; }
+Tensor DropoutImpl::forward(const Tensor& x) { return functional::dropout(x, p_, is_training()); }
+std::string DropoutImpl::extra_repr() const { return "Dropout(p=" + std::to_string(p_) + ")"; }
 
-LayerNorm::LayerNorm(IntList normalized_shape, double eps, bool affine, TensorOptions options)
+LayerNormImpl::LayerNormImpl(IntList normalized_shape, double eps, bool affine, TensorOptions options)
     : Module("LayerNorm"), shape_(std::move(normalized_shape)), eps_(eps) {
   TG_CHECK(!shape_.empty(), "LayerNorm: normalized_shape must name at least one dim");
   if (affine) {
@@ -68,16 +68,16 @@ LayerNorm::LayerNorm(IntList normalized_shape, double eps, bool affine, TensorOp
     bias = register_parameter("bias", tg::zeros(shape_, options));
   }
 }
-Tensor LayerNorm::forward(const Tensor& x) { return functional::layer_norm(x, shape_, weight, bias, eps_); }
-std::string LayerNorm::extra_repr() const {
+Tensor LayerNormImpl::forward(const Tensor& x) { return functional::layer_norm(x, shape_, weight, bias, eps_); }
+std::string LayerNormImpl::extra_repr() const {
   std::ostringstream s;
   s << "LayerNorm(" << shape_str(shape_) << ", eps=" << eps_
     << ", elementwise_affine=" << (weight.defined() ? "true" : "false") << ")";
   return s.str();
 }
 
-Embedding::Embedding(int64_t num, int64_t dim, bool sparse, TensorOptions options, std::optional<int64_t> padding_idx,
-                     std::optional<double> max_norm, double norm_type)
+EmbeddingImpl::EmbeddingImpl(int64_t num, int64_t dim, bool sparse, TensorOptions options,
+                             std::optional<int64_t> padding_idx, std::optional<double> max_norm, double norm_type)
     : Module("Embedding"), sparse_(sparse), max_norm_(max_norm), norm_type_(norm_type) {
   TG_CHECK(num > 0 && dim > 0, "Embedding: num_embeddings and embedding_dim must be positive, got ", num, " and ", dim);
   if (padding_idx) padding_idx_ = detail::embedding_padding_idx(*padding_idx, num, "Embedding");
@@ -87,10 +87,10 @@ Embedding::Embedding(int64_t num, int64_t dim, bool sparse, TensorOptions option
   if (padding_idx_) w.select(0, *padding_idx_).zero_();  // as PyTorch's reset_parameters
   weight = register_parameter("weight", w);
 }
-Tensor Embedding::forward(const Tensor& indices) {
+Tensor EmbeddingImpl::forward(const Tensor& indices) {
   return functional::embedding(indices, weight, padding_idx_, max_norm_, norm_type_, sparse_);
 }
-std::string Embedding::extra_repr() const {
+std::string EmbeddingImpl::extra_repr() const {
   std::ostringstream s;
   s << "Embedding(" << weight.size(0) << ", " << weight.size(1);
   if (padding_idx_) s << ", padding_idx=" << *padding_idx_;
@@ -100,7 +100,7 @@ std::string Embedding::extra_repr() const {
   return s.str() + ")";
 }
 
-FourierFeatures::FourierFeatures(int64_t in, int64_t m, double sigma, bool trainable, TensorOptions options)
+FourierFeaturesImpl::FourierFeaturesImpl(int64_t in, int64_t m, double sigma, bool trainable, TensorOptions options)
     : Module("FourierFeatures"), sigma_(sigma), trainable_(trainable) {
   TG_CHECK(in > 0 && m > 0, "FourierFeatures: in_features and num_features must be positive, got ", in, " and ", m);
   TG_CHECK(sigma > 0, "FourierFeatures: sigma must be > 0, got ", sigma);
@@ -111,63 +111,65 @@ FourierFeatures::FourierFeatures(int64_t in, int64_t m, double sigma, bool train
   }
   B = trainable ? register_parameter("B", b) : register_buffer("B", b);
 }
-Tensor FourierFeatures::forward(const Tensor& x) {
+Tensor FourierFeaturesImpl::forward(const Tensor& x) {
   TG_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == B.size(0), "FourierFeatures: expected inputs [..., ", B.size(0),
            "], got ", x.defined() ? shape_str(x.sizes()) : std::string("an undefined tensor"));
   Tensor z = tg::matmul(x, B) * (2 * M_PI);
   return tg::cat({tg::sin(z), tg::cos(z)}, -1);
 }
-std::string FourierFeatures::extra_repr() const {
+std::string FourierFeaturesImpl::extra_repr() const {
   std::ostringstream s;
   s << "FourierFeatures(in_features=" << B.size(0) << ", num_features=" << B.size(1) << ", sigma=" << sigma_
     << ", trainable=" << (trainable_ ? "true" : "false") << ")";
   return s.str();
 }
 
-Loss::Loss(std::string name, Reduction reduction) : Module(std::move(name)), reduction_(reduction) {}
+LossImpl::LossImpl(std::string name, Reduction reduction) : Module(std::move(name)), reduction_(reduction) {}
 
 namespace F = functional;
 
-MSELoss::MSELoss(Reduction r) : Loss("MSELoss", r) {}
-Tensor MSELoss::forward(const Tensor& input, const Tensor& target) { return F::mse_loss(input, target, reduction_); }
-L1Loss::L1Loss(Reduction r) : Loss("L1Loss", r) {}
-Tensor L1Loss::forward(const Tensor& input, const Tensor& target) { return F::l1_loss(input, target, reduction_); }
-SmoothL1Loss::SmoothL1Loss(Reduction r, double b) : Loss("SmoothL1Loss", r), beta(b) {}
-Tensor SmoothL1Loss::forward(const Tensor& input, const Tensor& target) {
+MSELossImpl::MSELossImpl(Reduction r) : LossImpl("MSELoss", r) {}
+Tensor MSELossImpl::forward(const Tensor& input, const Tensor& target) {
+  return F::mse_loss(input, target, reduction_);
+}
+L1LossImpl::L1LossImpl(Reduction r) : LossImpl("L1Loss", r) {}
+Tensor L1LossImpl::forward(const Tensor& input, const Tensor& target) { return F::l1_loss(input, target, reduction_); }
+SmoothL1LossImpl::SmoothL1LossImpl(Reduction r, double b) : LossImpl("SmoothL1Loss", r), beta(b) {}
+Tensor SmoothL1LossImpl::forward(const Tensor& input, const Tensor& target) {
   return F::smooth_l1_loss(input, target, reduction_, beta);
 }
-HuberLoss::HuberLoss(Reduction r, double d) : Loss("HuberLoss", r), delta(d) {}
-Tensor HuberLoss::forward(const Tensor& input, const Tensor& target) {
+HuberLossImpl::HuberLossImpl(Reduction r, double d) : LossImpl("HuberLoss", r), delta(d) {}
+Tensor HuberLossImpl::forward(const Tensor& input, const Tensor& target) {
   return F::huber_loss(input, target, reduction_, delta);
 }
-CrossEntropyLoss::CrossEntropyLoss(Tensor w, Reduction r, int64_t ignore, double smoothing)
-    : Loss("CrossEntropyLoss", r), ignore_index(ignore), label_smoothing(smoothing) {
+CrossEntropyLossImpl::CrossEntropyLossImpl(Tensor w, Reduction r, int64_t ignore, double smoothing)
+    : LossImpl("CrossEntropyLoss", r), ignore_index(ignore), label_smoothing(smoothing) {
   if (w.defined()) weight = register_buffer("weight", w);
 }
-Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
+Tensor CrossEntropyLossImpl::forward(const Tensor& input, const Tensor& target) {
   return F::cross_entropy(input, target, weight, reduction_, ignore_index, label_smoothing);
 }
-NLLLoss::NLLLoss(Tensor w, Reduction r, int64_t ignore) : Loss("NLLLoss", r), ignore_index(ignore) {
+NLLLossImpl::NLLLossImpl(Tensor w, Reduction r, int64_t ignore) : LossImpl("NLLLoss", r), ignore_index(ignore) {
   if (w.defined()) weight = register_buffer("weight", w);
 }
-Tensor NLLLoss::forward(const Tensor& input, const Tensor& target) {
+Tensor NLLLossImpl::forward(const Tensor& input, const Tensor& target) {
   return F::nll_loss(input, target, weight, reduction_, ignore_index);
 }
-BCELoss::BCELoss(Tensor w, Reduction r) : Loss("BCELoss", r) {
+BCELossImpl::BCELossImpl(Tensor w, Reduction r) : LossImpl("BCELoss", r) {
   if (w.defined()) weight = register_buffer("weight", w);
 }
-Tensor BCELoss::forward(const Tensor& input, const Tensor& target) {
+Tensor BCELossImpl::forward(const Tensor& input, const Tensor& target) {
   return F::binary_cross_entropy(input, target, weight, reduction_);
 }
-BCEWithLogitsLoss::BCEWithLogitsLoss(Tensor w, Reduction r, Tensor pw) : Loss("BCEWithLogitsLoss", r) {
+BCEWithLogitsLossImpl::BCEWithLogitsLossImpl(Tensor w, Reduction r, Tensor pw) : LossImpl("BCEWithLogitsLoss", r) {
   if (w.defined()) weight = register_buffer("weight", w);
   if (pw.defined()) pos_weight = register_buffer("pos_weight", pw);
 }
-Tensor BCEWithLogitsLoss::forward(const Tensor& input, const Tensor& target) {
+Tensor BCEWithLogitsLossImpl::forward(const Tensor& input, const Tensor& target) {
   return F::binary_cross_entropy_with_logits(input, target, weight, reduction_, pos_weight);
 }
-KLDivLoss::KLDivLoss(Reduction r, bool log_t) : Loss("KLDivLoss", r), log_target(log_t) {}
-Tensor KLDivLoss::forward(const Tensor& input, const Tensor& target) {
+KLDivLossImpl::KLDivLossImpl(Reduction r, bool log_t) : LossImpl("KLDivLoss", r), log_target(log_t) {}
+Tensor KLDivLossImpl::forward(const Tensor& input, const Tensor& target) {
   return F::kl_div(input, target, reduction_, log_target);
 }
 

@@ -2,7 +2,11 @@
 #include "nn/grads.h"
 #include "tensor/kernels.h"
 
+#include <cxxabi.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
 
 #include <tapegrad/cuda/static_tensor.h>
 #include <functional>
@@ -15,6 +19,16 @@
 #include <tapegrad/tensor/ops.h>
 
 namespace tg::nn {
+
+namespace detail {
+void throw_empty_holder(const char* impl_name) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> d(abi::__cxa_demangle(impl_name, nullptr, nullptr, &status), std::free);
+  throw Error(std::string("an empty module holder of ") + (status == 0 && d ? d.get() : impl_name) +
+              " was used: construct it (e.g. nn::Linear fc(2, 64)) or assign a module to it (fc = "
+              "register_module(\"fc\", nn::Linear(2, 64))) before calling it");
+}
+}  // namespace detail
 
 Module::Module(std::string type_name) : type_name_(std::move(type_name)) {}
 

@@ -10,7 +10,8 @@
 
 namespace tg::nn {
 
-Linear::Linear(int64_t in_features, int64_t out_features, bool has_bias, TensorOptions options) : Module("Linear") {
+LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool has_bias, TensorOptions options)
+    : Module("Linear") {
   TG_CHECK(in_features > 0 && out_features > 0, "Linear: in_features and out_features must be positive, got ",
            in_features, " and ", out_features);
   // U(-1/sqrt(in), 1/sqrt(in)) for both, as LibTorch's reset_parameters.
@@ -23,71 +24,73 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool has_bias, TensorO
   if (has_bias) bias = register_parameter("bias", uniform({out_features}));
 }
 
-Tensor Linear::forward(const Tensor& x) { return tg::linear(x, weight, bias); }
+Tensor LinearImpl::forward(const Tensor& x) { return tg::linear(x, weight, bias); }
 
-std::string Linear::extra_repr() const {
+std::string LinearImpl::extra_repr() const {
   return "Linear(in_features=" + std::to_string(weight.size(1)) + ", out_features=" + std::to_string(weight.size(0)) +
          ", bias=" + (bias.defined() ? "true" : "false") + ")";
 }
 
-Sequential::Sequential() : Module("Sequential") {}
+SequentialImpl::SequentialImpl() : Module("Sequential") {}
 
-Sequential::Sequential(std::vector<std::shared_ptr<Module>> modules) : Sequential() {
+SequentialImpl::SequentialImpl(std::vector<std::shared_ptr<Module>> modules) : SequentialImpl() {
   for (auto& m : modules)
     push_back(std::move(m));
 }
 
-void Sequential::push_back(std::shared_ptr<Module> m) {
+void SequentialImpl::push_back(std::shared_ptr<Module> m) {
   register_module(std::to_string(modules_.size()), m);
   modules_.push_back(std::move(m));
 }
 
-Tensor Sequential::forward(const Tensor& x) {
+Tensor SequentialImpl::forward(const Tensor& x) {
   Tensor h = x;
   for (auto& m : modules_)
     h = m->forward(h);
   return h;
 }
 
-Activation::Activation(std::string name, std::function<Tensor(const Tensor&)> fn)
+ActivationImpl::ActivationImpl(std::string name, std::function<Tensor(const Tensor&)> fn)
     : Module(std::move(name)), fn_(std::move(fn)) {}
-Tensor Activation::forward(const Tensor& x) { return fn_(x); }
+Tensor ActivationImpl::forward(const Tensor& x) { return fn_(x); }
 
-Tanh::Tanh() : Activation("Tanh", [](const Tensor& x) { return tg::tanh(x); }) {}
-SiLU::SiLU() : Activation("SiLU", [](const Tensor& x) { return tg::silu(x); }) {}
-ReLU::ReLU() : Activation("ReLU", [](const Tensor& x) { return tg::relu(x); }) {}
-GELU::GELU(bool tanh_approximation)
-    : Activation("GELU",
-                 [tanh_approximation](const Tensor& x) { return tg::gelu(x, tanh_approximation ? "tanh" : "none"); }) {}
-Softplus::Softplus(double beta, double threshold)
-    : Activation("Softplus", [beta, threshold](const Tensor& x) { return tg::softplus(x, beta, threshold); }) {}
-Sigmoid::Sigmoid() : Activation("Sigmoid", [](const Tensor& x) { return tg::sigmoid(x); }) {}
-LeakyReLU::LeakyReLU(double slope)
-    : Activation("LeakyReLU", [slope](const Tensor& x) { return functional::leaky_relu(x, slope); }) {}
-ELU::ELU(double alpha) : Activation("ELU", [alpha](const Tensor& x) { return functional::elu(x, alpha); }) {}
-Tanhshrink::Tanhshrink() : Activation("Tanhshrink", [](const Tensor& x) { return functional::tanhshrink(x); }) {}
+TanhImpl::TanhImpl() : ActivationImpl("Tanh", [](const Tensor& x) { return tg::tanh(x); }) {}
+SiLUImpl::SiLUImpl() : ActivationImpl("SiLU", [](const Tensor& x) { return tg::silu(x); }) {}
+ReLUImpl::ReLUImpl() : ActivationImpl("ReLU", [](const Tensor& x) { return tg::relu(x); }) {}
+GELUImpl::GELUImpl(bool tanh_approximation)
+    : ActivationImpl(
+          "GELU", [tanh_approximation](const Tensor& x) { return tg::gelu(x, tanh_approximation ? "tanh" : "none"); }) {
+}
+SoftplusImpl::SoftplusImpl(double beta, double threshold)
+    : ActivationImpl("Softplus", [beta, threshold](const Tensor& x) { return tg::softplus(x, beta, threshold); }) {}
+SigmoidImpl::SigmoidImpl() : ActivationImpl("Sigmoid", [](const Tensor& x) { return tg::sigmoid(x); }) {}
+LeakyReLUImpl::LeakyReLUImpl(double slope)
+    : ActivationImpl("LeakyReLU", [slope](const Tensor& x) { return functional::leaky_relu(x, slope); }) {}
+ELUImpl::ELUImpl(double alpha)
+    : ActivationImpl("ELU", [alpha](const Tensor& x) { return functional::elu(x, alpha); }) {}
+TanhshrinkImpl::TanhshrinkImpl()
+    : ActivationImpl("Tanhshrink", [](const Tensor& x) { return functional::tanhshrink(x); }) {}
 
 std::shared_ptr<Module> make_activation(const std::string& name) {
-  if (name == "tanh") return std::make_shared<Tanh>();
-  if (name == "silu") return std::make_shared<SiLU>();
-  if (name == "relu") return std::make_shared<ReLU>();
-  if (name == "gelu") return std::make_shared<GELU>();
-  if (name == "softplus") return std::make_shared<Softplus>();
-  if (name == "sigmoid") return std::make_shared<Sigmoid>();
-  if (name == "leaky_relu") return std::make_shared<LeakyReLU>();
-  if (name == "elu") return std::make_shared<ELU>();
-  if (name == "tanhshrink") return std::make_shared<Tanhshrink>();
+  if (name == "tanh") return std::make_shared<TanhImpl>();
+  if (name == "silu") return std::make_shared<SiLUImpl>();
+  if (name == "relu") return std::make_shared<ReLUImpl>();
+  if (name == "gelu") return std::make_shared<GELUImpl>();
+  if (name == "softplus") return std::make_shared<SoftplusImpl>();
+  if (name == "sigmoid") return std::make_shared<SigmoidImpl>();
+  if (name == "leaky_relu") return std::make_shared<LeakyReLUImpl>();
+  if (name == "elu") return std::make_shared<ELUImpl>();
+  if (name == "tanhshrink") return std::make_shared<TanhshrinkImpl>();
   TG_ERROR("make_activation: unknown activation '", name,
            "'; expected tanh, silu, relu, gelu, softplus, sigmoid, leaky_relu, elu or tanhshrink");
 }
 
-std::shared_ptr<Sequential> MLP(const std::vector<int64_t>& sizes, const std::string& activation,
-                                TensorOptions options) {
+Sequential MLP(const std::vector<int64_t>& sizes, const std::string& activation, TensorOptions options) {
   TG_CHECK(sizes.size() >= 2, "MLP: give at least the input and output sizes, got ", sizes.size(), " sizes");
   make_activation(activation);  // a bad name fails before any layer is made
-  auto seq = std::make_shared<Sequential>();
+  auto seq = std::make_shared<SequentialImpl>();
   for (size_t i = 0; i + 1 < sizes.size(); ++i) {
-    seq->push_back(std::make_shared<Linear>(sizes[i], sizes[i + 1], true, options));
+    seq->push_back(std::make_shared<LinearImpl>(sizes[i], sizes[i + 1], true, options));
     if (i + 2 < sizes.size()) seq->push_back(make_activation(activation));
   }
   return seq;

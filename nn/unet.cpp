@@ -8,33 +8,34 @@
 
 namespace tg::nn {
 
-UNetBlock::UNetBlock(int64_t in, int64_t out, int64_t groups, TensorOptions o) : Module("UNetBlock") {
-  conv1 = register_module(
-      "conv1", std::make_shared<Conv2d>(in, out, IntList{3}, IntList{1}, IntList{1}, IntList{1}, 1, true, "zeros", o));
-  norm1 = register_module("norm1", std::make_shared<GroupNorm>(groups, out, 1e-5, true, o));
-  conv2 = register_module(
-      "conv2", std::make_shared<Conv2d>(out, out, IntList{3}, IntList{1}, IntList{1}, IntList{1}, 1, true, "zeros", o));
-  norm2 = register_module("norm2", std::make_shared<GroupNorm>(groups, out, 1e-5, true, o));
+UNetBlockImpl::UNetBlockImpl(int64_t in, int64_t out, int64_t groups, TensorOptions o) : Module("UNetBlock") {
+  conv1 = register_module("conv1", std::make_shared<Conv2dImpl>(in, out, IntList{3}, IntList{1}, IntList{1}, IntList{1},
+                                                                1, true, "zeros", o));
+  norm1 = register_module("norm1", std::make_shared<GroupNormImpl>(groups, out, 1e-5, true, o));
+  conv2 = register_module("conv2", std::make_shared<Conv2dImpl>(out, out, IntList{3}, IntList{1}, IntList{1},
+                                                                IntList{1}, 1, true, "zeros", o));
+  norm2 = register_module("norm2", std::make_shared<GroupNormImpl>(groups, out, 1e-5, true, o));
 }
 
-Tensor UNetBlock::forward(const Tensor& x) {
+Tensor UNetBlockImpl::forward(const Tensor& x) {
   Tensor h = tg::gelu(norm1->forward(conv1->forward(x)));
   return tg::gelu(norm2->forward(conv2->forward(h)));
 }
 
-UNet2d::UNet2d(int64_t in, int64_t out, std::vector<int64_t> ch, int64_t groups, TensorOptions o) : Module("UNet2d") {
+UNet2dImpl::UNet2dImpl(int64_t in, int64_t out, std::vector<int64_t> ch, int64_t groups, TensorOptions o)
+    : Module("UNet2d") {
   TG_CHECK(!ch.empty(), "UNet2d: channels must name at least one level");
   for (size_t l = 0; l < ch.size(); ++l)
     down_.push_back(register_module("down" + std::to_string(l),
-                                    std::make_shared<UNetBlock>(l == 0 ? in : ch[l - 1], ch[l], groups, o)));
+                                    std::make_shared<UNetBlockImpl>(l == 0 ? in : ch[l - 1], ch[l], groups, o)));
   for (size_t l = ch.size() - 1; l-- > 0;)
-    up_.push_back(
-        register_module("up" + std::to_string(l), std::make_shared<UNetBlock>(ch[l + 1] + ch[l], ch[l], groups, o)));
-  head_ = register_module("head", std::make_shared<Conv2d>(ch[0], out, IntList{1}, IntList{1}, IntList{0}, IntList{1},
-                                                           1, true, "zeros", o));
+    up_.push_back(register_module("up" + std::to_string(l),
+                                  std::make_shared<UNetBlockImpl>(ch[l + 1] + ch[l], ch[l], groups, o)));
+  head_ = register_module("head", std::make_shared<Conv2dImpl>(ch[0], out, IntList{1}, IntList{1}, IntList{0},
+                                                               IntList{1}, 1, true, "zeros", o));
 }
 
-Tensor UNet2d::forward(const Tensor& x) {
+Tensor UNet2dImpl::forward(const Tensor& x) {
   const int64_t levels = int64_t(down_.size()), scale = int64_t(1) << (levels - 1);
   TG_CHECK(x.dim() == 4 && x.size(2) % scale == 0 && x.size(3) % scale == 0,
            "UNet2d: input must be [N, C, H, W] with H and W divisible by ", scale, " (", levels, " levels), got ",

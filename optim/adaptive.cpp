@@ -83,7 +83,7 @@ Adaptive::Adaptive(Rule rule, std::vector<ParamGroup> groups, AdaptiveOptions op
         "mu_product", [this](size_t i) { return mu_product_of(i); },
         [this](size_t i, const Tensor& v) { set_mu_product(i, v); }, 0.0, 1.0);
   if (rule_ == Rule::kNAdam || rule_ == Rule::kRAdam)
-    add_flag_option("decoupled_weight_decay", &o_.decoupled_weight_decay);
+    add_flag_option("decoupled_weight_decay", &o_.decoupled_weight_decay.value);
   init_fused(o_.capturable);
   on_params_added(0);
 }
@@ -106,7 +106,7 @@ void Adaptive::on_params_added(size_t first_new) {
     device_mu_product_ = device_mu_product_.defined() ? tg::cat({device_mu_product_, fresh}) : fresh;
   }
   if (!o_.capturable) return;
-  const double init = rule_ == Rule::kAdagrad ? o_.initial_accumulator_value : 0.0;
+  const double init = rule_ == Rule::kAdagrad ? o_.initial_accumulator_value() : 0.0;
   for (std::vector<Tensor>* list : used_states())
     if (list)
       for (size_t i = first_new; i < params_.size(); ++i)
@@ -151,7 +151,7 @@ void Adaptive::step() {
   const std::vector<size_t> present = with_grads(true);
   if (fused_) {
     const detail::MultiTensorUpdates& be = *detail::cuda_multi_tensor_updates();
-    const double init = rule_ == Rule::kAdagrad ? o_.initial_accumulator_value : 0.0;
+    const double init = rule_ == Rule::kAdagrad ? o_.initial_accumulator_value() : 0.0;
     fused_step_over(present, used_states(), init, [&](const detail::TensorLists& l, const Group& grp) {
       const detail::AdaptiveUpdate u{
           int(rule_),  o_.alpha,    o_.beta2,          o_.eps,      grp.weight_decay,
@@ -179,18 +179,18 @@ void Adaptive::step() {
     switch (rule_) {
       case Rule::kRMSprop: {
         Tensor& sq = state(s1_[i]);
-        sq.mul_(o_.alpha);
+        sq.mul_(o_.alpha());
         sq.add_(g * g, 1 - o_.alpha);
         Tensor avg;
         if (o_.centered) {
           Tensor& ga = state(s3_[i]);
-          ga.mul_(o_.alpha);
+          ga.mul_(o_.alpha());
           ga.add_(g, 1 - o_.alpha);
           avg = tg::sqrt(sq - ga * ga);
         } else {
           avg = tg::sqrt(sq);
         }
-        avg = avg + o_.eps;
+        avg = avg + o_.eps();
         if (o_.momentum > 0) {
           Tensor& buf = state(s2_[i]);
           buf.mul_(b1);
@@ -205,7 +205,7 @@ void Adaptive::step() {
         Tensor& sum = state(s1_[i], o_.initial_accumulator_value);
         const double clr = lr / (1 + double(t - 1) * o_.lr_decay);
         sum.add_(g * g);
-        p.add_(g / (tg::sqrt(sum) + o_.eps), -clr);
+        p.add_(g / (tg::sqrt(sum) + o_.eps()), -clr);
         break;
       }
       case Rule::kAdamax: {
@@ -213,7 +213,7 @@ void Adaptive::step() {
         Tensor& u = state(s2_[i]);
         m.mul_(b1);
         m.add_(g, 1 - b1);
-        u.copy_(tg::maximum(u * o_.beta2, tg::abs(g) + o_.eps));
+        u.copy_(tg::maximum(u * o_.beta2(), tg::abs(g) + o_.eps()));
         p.add_(m / u, -lr / (1 - std::pow(b1, double(t))));
         break;
       }
@@ -225,7 +225,7 @@ void Adaptive::step() {
         mu_product_[i] *= mu;
         mu_steps_[i] = t;
         adam_moments(m, v, g, b1, o_.beta2);
-        Tensor denom = tg::sqrt(v / (1 - std::pow(o_.beta2, double(t)))) + o_.eps;
+        Tensor denom = tg::sqrt(v / (1 - std::pow(o_.beta2(), double(t)))) + o_.eps();
         p.add_(g / denom, -lr * (1 - mu) / (1 - mu_product_[i]));
         p.add_(m / denom, -lr * mu_next / (1 - mu_product_[i] * mu_next));
         break;
@@ -240,7 +240,7 @@ void Adaptive::step() {
         Tensor corrected = m / bc1;
         if (rho_t > 5) {
           const double rect = std::sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t));
-          p.add_(corrected * lr * (std::sqrt(bc2) / (tg::sqrt(v) + o_.eps)) * rect, -1.0);
+          p.add_(corrected * lr * (std::sqrt(bc2) / (tg::sqrt(v) + o_.eps())) * rect, -1.0);
         } else {
           p.add_(corrected * lr, -1.0);
         }
@@ -249,6 +249,17 @@ void Adaptive::step() {
     }
   }
   ++steps_;
+}
+
+template <Adaptive::Rule R> AdaptiveOptions AdaptiveRule<R>::defaults() {
+  switch (R) {
+    case Adaptive::Rule::kRMSprop: return RMSpropOptions();
+    case Adaptive::Rule::kAdagrad: return AdagradOptions();
+    case Adaptive::Rule::kAdamax: return AdamaxOptions();
+    case Adaptive::Rule::kNAdam: return NAdamOptions();
+    case Adaptive::Rule::kRAdam: return RAdamOptions();
+  }
+  return AdaptiveOptions();
 }
 
 template <Adaptive::Rule R>

@@ -268,3 +268,12 @@ double LBFGS::step(const std::function<Tensor()>& closure) {
 }
 
 }  // namespace tg::optim
+
+namespace tg::optim {
+LBFGSOptions& LBFGSOptions::line_search_fn(const std::optional<std::string>& fn) {
+  TG_CHECK(!fn || *fn == "strong_wolfe", "LBFGSOptions::line_search_fn: expected \"strong_wolfe\" or none, got \"", *fn,
+           "\"");
+  strong_wolfe = fn.has_value();
+  return *this;
+}
+}  // namespace tg::optim

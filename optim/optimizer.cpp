@@ -598,7 +598,7 @@ void Adam::step() {
     const double b1 = grp.momentum;
     m_[i].mul_(b1);
     m_[i].add_(g, 1 - b1);
-    v_[i].mul_(o_.beta2);
+    v_[i].mul_(o_.beta2());
     v_[i].add_(g * g, 1 - o_.beta2);
     const double bc1 = 1 - std::pow(b1, double(t)), bc2 = 1 - std::pow(o_.beta2, double(t));
     Tensor second = v_[i];
@@ -606,7 +606,7 @@ void Adam::step() {
       vmax_[i].copy_(tg::maximum(vmax_[i], v_[i]));
       second = vmax_[i];
     }
-    Tensor denom = tg::sqrt(second) / std::sqrt(bc2) + o_.eps;
+    Tensor denom = tg::sqrt(second) / std::sqrt(bc2) + o_.eps();
     p.add_(m_[i] / denom, -grp.lr / bc1);
   }
   ++steps_;

@@ -133,10 +133,10 @@ int main(int argc, char** argv) {
   tg::nn::FNO model(o);
   tg::optim::AdamOptions ao;
   ao.lr = 3e-3;
-  tg::optim::Adam opt(model.parameters(), ao);
+  tg::optim::Adam opt(model->parameters(), ao);
   auto test_error = [&] {
     tg::NoGradGuard no_grad;
-    return relative_l2(model.forward(x_test), y_test).item<float>();
+    return relative_l2(model->forward(x_test), y_test).item<float>();
   };
   const float first = test_error();
   std::printf("epoch  0: test relative L2 %.4f\n", first);
@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
     for (int64_t b0 = 0; b0 + batch <= n_train; b0 += batch) {
       Tensor idx = perm.narrow(0, b0, batch);
       opt.zero_grad();
-      Tensor loss = relative_l2(model.forward(x_train.index_select(0, idx)), y_train.index_select(0, idx));
+      Tensor loss = relative_l2(model->forward(x_train.index_select(0, idx)), y_train.index_select(0, idx));
       loss.backward();
       opt.step();
       train += loss.item<float>() * double(batch) / double(n_train);

@@ -42,16 +42,16 @@ struct Args {
   bool graph = false, bucket_view = false;
 };
 
-std::shared_ptr<tg::nn::Sequential> make_mlp(const Args& a, int device) {
+std::shared_ptr<tg::nn::SequentialImpl> make_mlp(const Args& a, int device) {
   tg::manual_seed(0);
-  auto seq = std::make_shared<tg::nn::Sequential>();
+  auto seq = std::make_shared<tg::nn::SequentialImpl>();
   int prev = 2;
   for (int i = 0; i < a.depth; ++i) {
-    seq->push_back(std::make_shared<tg::nn::Linear>(prev, a.width));
-    seq->push_back(std::make_shared<tg::nn::Tanh>());
+    seq->push_back(std::make_shared<tg::nn::LinearImpl>(prev, a.width));
+    seq->push_back(std::make_shared<tg::nn::TanhImpl>());
     prev = a.width;
   }
-  seq->push_back(std::make_shared<tg::nn::Linear>(prev, 1));
+  seq->push_back(std::make_shared<tg::nn::LinearImpl>(prev, 1));
   seq->to(tg::Device(tg::kCUDA, device));
   return seq;
 }

@@ -32,7 +32,7 @@ constexpr int64_t kPoints = 256;
 Tensor exact(const Tensor& xy) { return tg::sin(xy.select(1, 0) * kPi) * tg::sin(xy.select(1, 1) * kPi); }
 
 struct Pinn {
-  std::shared_ptr<tg::nn::Sequential> net;
+  std::shared_ptr<tg::nn::SequentialImpl> net;
   std::unique_ptr<tg::optim::Adam> adam;
   tg::Device dev;
 

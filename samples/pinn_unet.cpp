@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
 
   const int64_t c = args.channels;
   tg::nn::UNet2d model(3, 1, {c, 2 * c, 4 * c, 8 * c}, 8, f32);
-  std::vector<Tensor> params = model.parameters();
+  std::vector<Tensor> params = model->parameters();
   tg::optim::AdamOptions ao;
   ao.lr = args.lr;
   ao.capturable = gpu;
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   auto step = [&] {
     namespace ag = tg::autograd;
     adam.zero_grad(/*set_to_none=*/false);
-    Tensor u = model.forward(tg::cat({xc, yc, a}, 1));
+    Tensor u = model->forward(tg::cat({xc, yc, a}, 1));
     // Derivatives of the output with respect to the coordinate channels.
     std::vector<Tensor> g1 = ag::grad({tg::sum(u)}, {xc, yc}, {}, true, true);
     Tensor uxx = ag::grad({tg::sum(g1[0])}, {xc}, {}, true, true)[0];
@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   };
   auto error = [&] {
     tg::NoGradGuard no_grad;
-    Tensor u = model.forward(tg::cat({xg, yg, a}, 1));
+    Tensor u = model->forward(tg::cat({xg, yg, a}, 1));
     return (tg::norm(u - u_true) / tg::norm(u_true)).item<double>();
   };
 

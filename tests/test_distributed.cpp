@@ -219,19 +219,19 @@ struct GradHook : tg::nn::Module {
 
 // An MLP with every parameter on `device`, initialised from `seed`; `hook`,
 // when given, runs in backward just before the first layer's gradients.
-std::shared_ptr<tg::nn::Sequential> mlp(int in, int width, int depth, int device, uint64_t seed,
-                                        std::function<void()> hook = nullptr) {
+std::shared_ptr<tg::nn::SequentialImpl> mlp(int in, int width, int depth, int device, uint64_t seed,
+                                            std::function<void()> hook = nullptr) {
   tg::manual_seed(seed);
-  auto seq = std::make_shared<tg::nn::Sequential>();
+  auto seq = std::make_shared<tg::nn::SequentialImpl>();
   auto o = tg::TensorOptions().dtype(tg::kFloat64);
   int prev = in;
   for (int i = 0; i < depth; ++i) {
-    seq->push_back(std::make_shared<tg::nn::Linear>(prev, width, true, o));
+    seq->push_back(std::make_shared<tg::nn::LinearImpl>(prev, width, true, o));
     if (i == 0 && hook) seq->push_back(std::make_shared<GradHook>(hook));
-    seq->push_back(std::make_shared<tg::nn::Tanh>());
+    seq->push_back(std::make_shared<tg::nn::TanhImpl>());
     prev = width;
   }
-  seq->push_back(std::make_shared<tg::nn::Linear>(prev, 1, true, o));
+  seq->push_back(std::make_shared<tg::nn::LinearImpl>(prev, 1, true, o));
   seq->to(tg::Device(tg::kCUDA, device));
   return seq;
 }
@@ -294,7 +294,7 @@ TEST(DistributedGpu, DataParallelGradientsEqualOneGpuOnTheGlobalBatch) {
   // buckets (zero_grad keeps them: set_to_none = false) and must give the
   // same numbers.
   for (const bool as_view : {false, true}) {
-    std::vector<std::shared_ptr<tg::nn::Sequential>> models;
+    std::vector<std::shared_ptr<tg::nn::SequentialImpl>> models;
     for (int r = 0; r < n; ++r)
       models.push_back(mlp(2, 16, 3, r, r == 0 ? 11 : 99));
     const char* variant = as_view ? " (gradient_as_bucket_view)" : "";
@@ -358,7 +358,7 @@ TEST(DistributedGpu, DataParallelGradientsEqualOneGpuOnTheGlobalBatch) {
 TEST(DistributedGpu, DataParallelStepCapturedInACudaGraph) {
   REQUIRE_NCCL_GPU();
   const int n = world();
-  std::vector<std::shared_ptr<tg::nn::Sequential>> graphed_models, eager_models;
+  std::vector<std::shared_ptr<tg::nn::SequentialImpl>> graphed_models, eager_models;
   std::vector<std::vector<Tensor>> data(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     graphed_models.push_back(mlp(2, 32, 2, r, 3));

@@ -253,10 +253,10 @@ TEST(FftGpu, CapturedFnoStepReplaysAsEager) {
   o.options = tg::TensorOptions().device(dev);
   tg::nn::FNO fno(o);
   Tensor x = tg::randn({4, 64, 64, 1}, o.options);  // B h w = 16384 points: the sliced products
-  std::vector<Tensor> params = fno.parameters();
+  std::vector<Tensor> params = fno->parameters();
   auto step = [&] {
     std::vector<Tensor> leaves = params;
-    Tensor loss = fno.forward(x).pow(2.0).mean();
+    Tensor loss = fno->forward(x).pow(2.0).mean();
     std::vector<Tensor> g = tg::autograd::grad({loss}, leaves);
     g.push_back(loss);
     return g;
@@ -282,28 +282,28 @@ TEST(Fno, SpectralConvKeepsAndDropsTheModesItShould) {
     SCOPED_TRACE(dev.is_cpu() ? "cpu" : "cuda");
     const int64_t n = 16;
     tg::nn::SpectralConv1d conv(2, 2, n / 2 + 1, kF64);
-    conv.to(dev);
-    EXPECT_EQ(conv.weight.dtype(), tg::kComplex128);
+    conv->to(dev);
+    EXPECT_EQ(conv->weight.dtype(), tg::kComplex128);
     {  // identity weights: every mode kept unchanged
       tg::NoGradGuard off;
       Tensor eye = tg::eye(2, kF64).unsqueeze(-1).expand({2, 2, n / 2 + 1}).to(tg::kComplex128).to(dev);
-      conv.weight.copy_(eye);
+      conv->weight.copy_(eye);
     }
     Tensor x = tg::randn({3, 2, n}, kF64).to(dev);
-    expect_close(values(conv.forward(x)), values(x), 1e-13, "identity weights");
+    expect_close(values(conv->forward(x)), values(x), 1e-13, "identity weights");
     // Three modes of weight 2i: cos(2 pi k t / n) -> 2i cos(...) filtered,
     // i.e. -2 sin(2 pi k t / n) for k < 3, and 0 for k >= 3.
     tg::nn::SpectralConv1d low(1, 1, 3, kF64);
-    low.to(dev);
+    low->to(dev);
     {
       tg::NoGradGuard off;
-      low.weight.copy_(tg::complex_from(tg::zeros({1, 1, 3}, kF64), tg::full({1, 1, 3}, 2.0, kF64)).to(dev));
+      low->weight.copy_(tg::complex_from(tg::zeros({1, 1, 3}, kF64), tg::full({1, 1, 3}, 2.0, kF64)).to(dev));
     }
     Tensor t = tg::arange(0, n, 1, kF64) * (2 * M_PI / double(n));
     for (int64_t k : {1, 2, 3, 5}) {
       Tensor in = tg::cos(t * double(k)).view({1, 1, n}).to(dev);
       Tensor want = k < 3 ? tg::sin(t * double(k)) * -2.0 : tg::zeros({n}, kF64);
-      expect_close(values(low.forward(in).view({n})), values(want), 1e-12, "mode " + std::to_string(k));
+      expect_close(values(low->forward(in).view({n})), values(want), 1e-12, "mode " + std::to_string(k));
     }
   }
 }
@@ -403,11 +403,11 @@ TEST(Fno, SpectralConv2dAndFnoGradientsOfEveryOrder) {
   tg::nn::SpectralConv2d conv(2, 3, 2, 2, kF64);
   Tensor x = tg::randn({2, 2, 5, 6}, kF64).requires_grad_();
   auto f = [&](const tg::autograd::variable_list& v) {
-    conv.weight1 = v[1];
-    conv.weight2 = v[2];
-    return conv.forward(v[0]);
+    conv->weight1 = v[1];
+    conv->weight2 = v[2];
+    return conv->forward(v[0]);
   };
-  Tensor w1 = conv.weight1.detach().clone().requires_grad_(), w2 = conv.weight2.detach().clone().requires_grad_();
+  Tensor w1 = conv->weight1.detach().clone().requires_grad_(), w2 = conv->weight2.detach().clone().requires_grad_();
   tg::autograd::GradcheckOptions opt;
   opt.check_forward_ad = true;
   auto r = tg::autograd::gradcheck(f, {x, w1, w2}, opt);
@@ -423,49 +423,49 @@ TEST(Fno, SpectralConv2dAndFnoGradientsOfEveryOrder) {
   o.options = kF64;
   tg::nn::FNO fno(o);
   Tensor a = tg::randn({1, 4, 4, 1}, kF64).requires_grad_();
-  auto g = [&](const tg::autograd::variable_list& v) { return fno.forward(v[0]); };
-  EXPECT_EQ(fno.forward(a).sizes(), (tg::IntList{1, 4, 4, 1}));
+  auto g = [&](const tg::autograd::variable_list& v) { return fno->forward(v[0]); };
+  EXPECT_EQ(fno->forward(a).sizes(), (tg::IntList{1, 4, 4, 1}));
   auto r3 = tg::autograd::gradcheck(g, {a}, opt);
   EXPECT_TRUE(r3.ok) << r3.message;
   // A 1-D FNO's shapes; modes beyond the grid are refused naming the layer.
   o.modes = {3};
   tg::nn::FNO line(o);
-  EXPECT_EQ(line.forward(tg::randn({2, 8, 1}, kF64)).sizes(), (tg::IntList{2, 8, 1}));
-  EXPECT_EQ(line.forward(tg::randn({0, 8, 1}, kF64)).sizes(), (tg::IntList{0, 8, 1}));  // a zero batch
-  EXPECT_ERROR_CONTAINS(line.forward(tg::randn({2, 3, 1}, kF64)), "SpectralConv1d: 3 modes need a grid");
-  EXPECT_ERROR_CONTAINS(fno.forward(tg::randn({1, 4, 4, 2}, kF64)), "FNO: expected an input");
+  EXPECT_EQ(line->forward(tg::randn({2, 8, 1}, kF64)).sizes(), (tg::IntList{2, 8, 1}));
+  EXPECT_EQ(line->forward(tg::randn({0, 8, 1}, kF64)).sizes(), (tg::IntList{0, 8, 1}));  // a zero batch
+  EXPECT_ERROR_CONTAINS(line->forward(tg::randn({2, 3, 1}, kF64)), "SpectralConv1d: 3 modes need a grid");
+  EXPECT_ERROR_CONTAINS(fno->forward(tg::randn({1, 4, 4, 2}, kF64)), "FNO: expected an input");
   // Dtypes are named by the layer (the adversary found inner ops named).
-  EXPECT_ERROR_CONTAINS(fno.forward(tg::randn({1, 4, 4, 1})), "FNO: expected a Float64 input");
-  EXPECT_ERROR_CONTAINS(conv.forward(tg::randn({2, 2, 5, 6})), "SpectralConv2d: expected a Float64 input");
+  EXPECT_ERROR_CONTAINS(fno->forward(tg::randn({1, 4, 4, 1})), "FNO: expected a Float64 input");
+  EXPECT_ERROR_CONTAINS(conv->forward(tg::randn({2, 2, 5, 6})), "SpectralConv2d: expected a Float64 input");
   // An integer input: converting the module to it is no advice.
   try {
-    conv.forward(tg::ones({2, 2, 5, 6}, tg::TensorOptions().dtype(tg::kInt64)));
+    conv->forward(tg::ones({2, 2, 5, 6}, tg::TensorOptions().dtype(tg::kInt64)));
     ADD_FAILURE() << "an Int64 input was taken";
   } catch (const tg::Error& e) {
     EXPECT_NE(std::string(e.what()).find("convert the input with .to(Float64)"), std::string::npos) << e.what();
     EXPECT_EQ(std::string(e.what()).find("module"), std::string::npos) << e.what();
   }
-  EXPECT_ERROR_CONTAINS(conv.forward(tg::randn({2, 2, 5, 6}, kF64).to(tg::kComplex128)),
+  EXPECT_ERROR_CONTAINS(conv->forward(tg::randn({2, 2, 5, 6}, kF64).to(tg::kComplex128)),
                         "SpectralConv2d: expected a Float64 input");
   // And in its parameters (a pointwise map's weight and bias, the lifting's
   // weight, a spectral weight): the channel-major GEMMs' rules.
   auto h = [&](const tg::autograd::variable_list& v) {
-    fno.pointwise[0]->weight = v[0];
-    fno.pointwise[0]->bias = v[1];
-    fno.lift->weight = v[2];
-    std::dynamic_pointer_cast<tg::nn::SpectralConv2d>(fno.spectral[1])->weight1 = v[3];
-    return fno.forward(a.detach());
+    fno->pointwise[0]->weight = v[0];
+    fno->pointwise[0]->bias = v[1];
+    fno->lift->weight = v[2];
+    std::dynamic_pointer_cast<tg::nn::SpectralConv2dImpl>(fno->spectral[1])->weight1 = v[3];
+    return fno->forward(a.detach());
   };
   auto param = [](const Tensor& p) { return p.detach().clone().requires_grad_(); };
-  auto r4 =
-      tg::autograd::gradcheck(h,
-                              {param(fno.pointwise[0]->weight), param(fno.pointwise[0]->bias), param(fno.lift->weight),
-                               param(std::dynamic_pointer_cast<tg::nn::SpectralConv2d>(fno.spectral[1])->weight1)},
-                              opt);
+  auto r4 = tg::autograd::gradcheck(
+      h,
+      {param(fno->pointwise[0]->weight), param(fno->pointwise[0]->bias), param(fno->lift->weight),
+       param(std::dynamic_pointer_cast<tg::nn::SpectralConv2dImpl>(fno->spectral[1])->weight1)},
+      opt);
   EXPECT_TRUE(r4.ok) << r4.message;
   // Module::to(Float32) makes the complex weights Complex64.
-  fno.to(tg::kFloat32);
-  EXPECT_EQ(std::dynamic_pointer_cast<tg::nn::SpectralConv2d>(fno.spectral[0])->weight1.dtype(), tg::kComplex64);
+  fno->to(tg::kFloat32);
+  EXPECT_EQ(std::dynamic_pointer_cast<tg::nn::SpectralConv2dImpl>(fno->spectral[0])->weight1.dtype(), tg::kComplex64);
 }
 
 // A spectral layer replaced by the user's module (batch-major, as forward's
@@ -512,30 +512,30 @@ TEST(Fno, ChannelMajorLayoutMatchesTheChannelsLastComposition) {
         full.back() = 1;
         parts.push_back(c.to(dev).view(view).expand(full));
       }
-      Tensor v = fno.lift->forward(tg::cat(parts, -1));
+      Tensor v = fno->lift->forward(tg::cat(parts, -1));
       tg::IntList first = two ? tg::IntList{0, 3, 1, 2} : tg::IntList{0, 2, 1};
       tg::IntList last = two ? tg::IntList{0, 2, 3, 1} : tg::IntList{0, 2, 1};
       for (int64_t l = 0; l < o.layers; ++l) {
-        Tensor s = fno.spectral[size_t(l)]->forward(v.permute(first)).permute(last);
-        v = s + fno.pointwise[size_t(l)]->forward(v);
+        Tensor s = fno->spectral[size_t(l)]->forward(v.permute(first)).permute(last);
+        v = s + fno->pointwise[size_t(l)]->forward(v);
         if (l + 1 < o.layers) v = tg::gelu(v);
       }
-      Tensor want = fno.proj2->forward(tg::gelu(fno.proj1->forward(v)));
-      Tensor got = fno.forward(x);
+      Tensor want = fno->proj2->forward(tg::gelu(fno->proj1->forward(v)));
+      Tensor got = fno->forward(x);
       ASSERT_EQ(got.sizes(), want.sizes());
       expect_close(values(got), values(want), 1e-12, two ? "2-D FNO" : "1-D FNO");
-      fno.spectral[1] = std::make_shared<BatchMajor>(fno.spectral[1]);
-      expect_close(values(fno.forward(x)), values(got), 1e-13, "a user's spectral module");
+      fno->spectral[1] = std::make_shared<BatchMajor>(fno->spectral[1]);
+      expect_close(values(fno->forward(x)), values(got), 1e-13, "a user's spectral module");
       // The spectral convolution's channel-major form.
       Tensor in = tg::randn(two ? tg::IntList{2, 4, 8, 6} : tg::IntList{2, 4, 10}, kF64).to(dev);
       Tensor by_batch, by_channel;
       if (two) {
-        auto& c = static_cast<tg::nn::SpectralConv2d&>(*fno.spectral[0]);
+        auto& c = static_cast<tg::nn::SpectralConv2dImpl&>(*fno->spectral[0]);
         by_batch = c.forward(in);
         by_channel = c.forward_channel_major(in.transpose(0, 1)).transpose(0, 1);
         EXPECT_ERROR_CONTAINS(c.forward_channel_major(in), "SpectralConv2d: expected an input [4, batch, h, w]");
       } else {
-        auto& c = static_cast<tg::nn::SpectralConv1d&>(*fno.spectral[0]);
+        auto& c = static_cast<tg::nn::SpectralConv1dImpl&>(*fno->spectral[0]);
         by_batch = c.forward(in);
         by_channel = c.forward_channel_major(in.transpose(0, 1)).transpose(0, 1);
         EXPECT_ERROR_CONTAINS(c.forward_channel_major(in), "SpectralConv1d: expected an input [4, batch, n]");

@@ -43,7 +43,7 @@ Tensor train_step(tg::nn::Module& net, optim::Optimizer& opt, const Tensor& x) {
 }
 
 struct Trainer {
-  std::shared_ptr<tg::nn::Sequential> net;
+  std::shared_ptr<tg::nn::SequentialImpl> net;
   std::unique_ptr<optim::Adam> opt;
 };
 

@@ -397,52 +397,52 @@ TEST_P(Grid, SecondDerivativesWithRespectToTheInputFlowThroughEveryConvolution) 
 TEST_P(Grid, ModulesInitializeAsLibTorchAndKeepTheirState) {
   tg::manual_seed(16);
   tg::nn::Conv2d conv(4, 6, {3, 2}, {1}, {1}, {1}, 2, true, "circular", kF64);
-  EXPECT_EQ(conv.weight.sizes(), (IntList{6, 2, 3, 2}));
+  EXPECT_EQ(conv->weight.sizes(), (IntList{6, 2, 3, 2}));
   const double bound = 1 / std::sqrt(2.0 * 3 * 2);  // fan_in = in / groups * kernel
-  EXPECT_LE(tg::abs(conv.weight).amax().item<double>(), bound);
-  EXPECT_GT(tg::abs(conv.weight).amax().item<double>(), 0.8 * bound);
-  EXPECT_LE(tg::abs(conv.bias).amax().item<double>(), bound);
+  EXPECT_LE(tg::abs(conv->weight).amax().item<double>(), bound);
+  EXPECT_GT(tg::abs(conv->weight).amax().item<double>(), 0.8 * bound);
+  EXPECT_LE(tg::abs(conv->bias).amax().item<double>(), bound);
   std::vector<std::string> names;
-  for (const auto& kv : conv.state_dict())
+  for (const auto& kv : conv->state_dict())
     names.push_back(kv.first);
   EXPECT_EQ(names, (std::vector<std::string>{"weight", "bias"}));
-  conv.to(dev());
+  conv->to(dev());
   Tensor x = on(tg::randn({2, 4, 5, 6}, kF64));
   // Circular padding: the input padded in that mode, then an unpadded convolution.
-  expect_near(values(conv.forward(x)),
-              values(tg::conv2d(tg::pad(x, {1, 1, 1, 1}, "circular"), conv.weight, conv.bias, {1}, {0}, {1}, 2)), 1e-14,
-              "Conv2d circular");
+  expect_near(values(conv->forward(x)),
+              values(tg::conv2d(tg::pad(x, {1, 1, 1, 1}, "circular"), conv->weight, conv->bias, {1}, {0}, {1}, 2)),
+              1e-14, "Conv2d circular");
   tg::nn::ConvTranspose2d up(4, 2, {2}, {2}, {0}, {0}, 1, true, {1}, kF64);
-  up.to(dev());
-  EXPECT_EQ(up.forward(x).sizes(), (IntList{2, 2, 10, 12}));
-  EXPECT_LE(tg::abs(up.weight).amax().item<double>(), 1 / std::sqrt(2.0 * 4));
+  up->to(dev());
+  EXPECT_EQ(up->forward(x).sizes(), (IntList{2, 2, 10, 12}));
+  EXPECT_LE(tg::abs(up->weight).amax().item<double>(), 1 / std::sqrt(2.0 * 4));
   tg::nn::BatchNorm2d bn(4, 1e-5, 0.1, true, true, kF64);
-  bn.to(dev());
-  bn.forward(x);
-  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);
-  EXPECT_NEAR(values(bn.running_mean)[0], 0.1 * tg::mean(x.select(1, 0)).item<double>(), 1e-12);
-  bn.eval();
-  Tensor ev = bn.forward(x);
-  expect_near(values(ev), values(tg::batch_norm(x, bn.running_mean, bn.running_var, bn.weight, bn.bias, false)), 1e-14,
-              "BatchNorm2d eval");
-  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 1);
+  bn->to(dev());
+  bn->forward(x);
+  EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 1);
+  EXPECT_NEAR(values(bn->running_mean)[0], 0.1 * tg::mean(x.select(1, 0)).item<double>(), 1e-12);
+  bn->eval();
+  Tensor ev = bn->forward(x);
+  expect_near(values(ev), values(tg::batch_norm(x, bn->running_mean, bn->running_var, bn->weight, bn->bias, false)),
+              1e-14, "BatchNorm2d eval");
+  EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 1);
   tg::nn::GroupNorm gn(2, 4, 1e-5, true, kF64);
-  gn.to(dev());
-  expect_near(values(gn.forward(x)), values(tg::group_norm(x, 2, {}, {}, 1e-5)), 1e-14, "GroupNorm");
+  gn->to(dev());
+  expect_near(values(gn->forward(x)), values(tg::group_norm(x, 2, {}, {}, 1e-5)), 1e-14, "GroupNorm");
   tg::nn::Upsample upsample({}, {2.0}, "bilinear", false);
-  EXPECT_EQ(upsample.forward(x).sizes(), (IntList{2, 4, 10, 12}));
+  EXPECT_EQ(upsample->forward(x).sizes(), (IntList{2, 4, 10, 12}));
   tg::nn::MaxPool2d pool({2});
-  auto [v, i] = pool.forward_with_indices(x);
+  auto [v, i] = pool->forward_with_indices(x);
   EXPECT_EQ(v.sizes(), (IntList{2, 4, 2, 3}));
   EXPECT_EQ(i.dtype(), tg::kInt64);
   tg::nn::AvgPool2d avg({2});
-  EXPECT_EQ(avg.forward(x).sizes(), (IntList{2, 4, 2, 3}));
+  EXPECT_EQ(avg->forward(x).sizes(), (IntList{2, 4, 2, 3}));
   tg::nn::AdaptiveAvgPool2d adaptive({1});
-  expect_near(values(adaptive.forward(x)), values(tg::mean(x, {2, 3}, true)), 1e-14, "AdaptiveAvgPool2d");
+  expect_near(values(adaptive->forward(x)), values(tg::mean(x, {2, 3}, true)), 1e-14, "AdaptiveAvgPool2d");
   tg::nn::PixelShuffle shuffle(2);
-  EXPECT_EQ(shuffle.forward(x).sizes(), (IntList{2, 1, 10, 12}));
+  EXPECT_EQ(shuffle->forward(x).sizes(), (IntList{2, 1, 10, 12}));
   // The functional forms are tg::nn::functional's too.
-  EXPECT_EQ(tg::nn::functional::conv2d(x, conv.weight, {}, {1}, {1}, {1}, 2).sizes(), (IntList{2, 6, 5, 7}));
+  EXPECT_EQ(tg::nn::functional::conv2d(x, conv->weight, {}, {1}, {1}, {1}, 2).sizes(), (IntList{2, 6, 5, 7}));
 }
 
 // The adversary's findings (issue 48), each a regression test.

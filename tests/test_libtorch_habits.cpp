@@ -317,3 +317,143 @@ TEST(LibtorchHabits, EveryActivationInFunctional) {
 }
 
 }  // namespace
+
+// ---- module holders (TG_MODULE), as LibTorch's TORCH_MODULE ----
+
+// A custom module written as LibTorch's guides write one.
+struct TwoLayerImpl : tg::nn::Module {
+  TwoLayerImpl(int64_t in, int64_t hidden, int64_t out) {
+    fc1 = register_module("fc1", tg::nn::Linear(in, hidden));
+    fc2 = register_module("fc2", tg::nn::Linear(hidden, out));
+  }
+  Tensor forward(const Tensor& x) override { return fc2(tg::tanh(fc1(x))); }
+  tg::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+TG_MODULE(TwoLayer);
+
+TEST(LibtorchHabits, ModuleHoldersShareTheirModule) {
+  tg::manual_seed(3);
+  TwoLayer net(2, 5, 1);
+  // The members and the registered children are the same modules.
+  auto named = net->named_parameters();
+  ASSERT_EQ(named.size(), 4u);
+  EXPECT_EQ(named[0].first, "fc1.weight");
+  EXPECT_TRUE(named[0].second.is_same(net->fc1->weight));
+  EXPECT_TRUE(named[3].second.is_same(net->fc2->bias));
+  // operator() forwards to forward, with the holder's module.
+  Tensor x = tg::randn({4, 2});
+  Tensor want = tg::linear(tg::tanh(tg::linear(x, net->fc1->weight, net->fc1->bias)), net->fc2->weight, net->fc2->bias);
+  EXPECT_TRUE(tg::allclose(net(x), want, 0, 0));
+  // Copies share: a change through one is seen through the other.
+  TwoLayer alias = net;
+  alias->fc1->weight.detach().fill_(0.5);
+  EXPECT_EQ(net->fc1->weight.max().item<float>(), 0.5f);
+  EXPECT_EQ(alias.get(), net.get());
+  // Holders convert to the pointers the rest of the library takes.
+  std::shared_ptr<tg::nn::Module> as_module = net;
+  std::shared_ptr<TwoLayerImpl> as_impl = net;
+  EXPECT_EQ(as_module.get(), static_cast<tg::nn::Module*>(net.get()));
+  EXPECT_EQ(as_impl.get(), net.get());
+  // An empty holder says so instead of dereferencing null, and stays usable.
+  tg::nn::Linear empty{nullptr};
+  EXPECT_TRUE(empty.is_empty());
+  EXPECT_ERROR_CONTAINS(empty->forward(x), "empty module holder of tg::nn::LinearImpl");
+  EXPECT_ERROR_CONTAINS(empty(x), "empty module holder");
+  empty = tg::nn::Linear(2, 3);
+  EXPECT_EQ(empty(x).sizes(), (tg::IntList{4, 3}));
+}
+
+TEST(LibtorchHabits, SequentialAndModuleListTakeModulesOneByOne) {
+  tg::manual_seed(4);
+  tg::nn::Sequential seq(tg::nn::Linear(3, 4), tg::nn::Tanh(), tg::nn::Linear(4, 2));
+  ASSERT_EQ(seq->size(), 3u);
+  auto l0 = std::dynamic_pointer_cast<tg::nn::LinearImpl>(seq[0]);
+  auto l2 = std::dynamic_pointer_cast<tg::nn::LinearImpl>(seq[2]);
+  ASSERT_TRUE(l0 && l2);
+  Tensor x = tg::randn({5, 3});
+  Tensor want = tg::linear(tg::tanh(tg::linear(x, l0->weight, l0->bias)), l2->weight, l2->bias);
+  EXPECT_TRUE(tg::allclose(seq(x), want, 0, 0));
+  EXPECT_EQ(seq->named_parameters()[2].first, "2.weight");
+  // MLP gives a Sequential holder.
+  tg::nn::Sequential mlp = tg::nn::MLP({2, 8, 1});
+  EXPECT_EQ(mlp->size(), 3u);
+  tg::nn::ModuleList list(tg::nn::Linear(2, 3), tg::nn::Identity(), tg::nn::Dropout(0.1));
+  EXPECT_EQ(list->size(), 3u);
+  EXPECT_EQ(list[2]->type_name(), "Dropout");
+  // Losses as modules keep their two-argument call.
+  tg::nn::MSELoss mse;
+  Tensor a = tg::tensor({1.0, 2.0}), b = tg::tensor({0.0, 4.0});
+  EXPECT_DOUBLE_EQ(mse(a, b).item<double>(), 2.5);
+}
+
+// ---- options builders and PyTorch's defaults ----
+
+TEST(LibtorchHabits, OptimizerOptionsChainAsLibtorchAndStayFields) {
+  namespace optim = tg::optim;
+  auto o = optim::AdamOptions(1e-2).weight_decay(0.01).betas(std::make_tuple(0.8, 0.9)).amsgrad(true);
+  EXPECT_EQ(o.lr(), 1e-2);
+  EXPECT_EQ(o.weight_decay(), 0.01);
+  EXPECT_EQ(o.beta1(), 0.8);
+  EXPECT_EQ(std::get<1>(o.betas()), 0.9);
+  EXPECT_TRUE(o.amsgrad());
+  EXPECT_EQ(o.eps(), 1e-8);  // untouched: PyTorch's default
+  // The fields as before: assigned, read, positional braces.
+  optim::AdamOptions f;
+  f.lr = 0.5;
+  const double r = f.lr;
+  EXPECT_EQ(r, 0.5);
+  EXPECT_EQ(f.lr * 2, 1.0);
+  optim::AdamOptions pos{1e-3, 0.7};
+  EXPECT_EQ(pos.beta1(), 0.7);
+  EXPECT_EQ(pos.beta2(), 0.999);
+  auto s = optim::SGDOptions(0.1).momentum(0.9).nesterov(true);
+  EXPECT_EQ(s.lr(), 0.1);
+  EXPECT_EQ(s.momentum(), 0.9);
+  EXPECT_TRUE(s.nesterov());
+  EXPECT_EQ(optim::AdamWOptions().weight_decay(), 1e-2);
+  EXPECT_EQ(optim::AdamWOptions(3e-4).lr(), 3e-4);
+  auto l = optim::LBFGSOptions(1).max_iter(5).line_search_fn("strong_wolfe");
+  EXPECT_TRUE(l.strong_wolfe);
+  EXPECT_EQ(l.max_iter(), 5);
+  EXPECT_EQ(l.line_search_fn().value_or(""), "strong_wolfe");
+  EXPECT_ERROR_CONTAINS(optim::LBFGSOptions().line_search_fn(std::string("backtracking")),
+                        "expected \"strong_wolfe\" or none, got \"backtracking\"");
+  // Chained and field-set options give the same training.
+  auto run = [](const optim::AdamOptions& opts) {
+    Tensor w = tg::tensor({1.0, -2.0, 0.5}, {3}, tg::kFloat64).requires_grad_();
+    optim::Adam opt({w}, opts);
+    for (int i = 0; i < 3; ++i) {
+      opt.zero_grad();
+      (w * w).sum().backward();
+      opt.step();
+    }
+    return w.detach();
+  };
+  optim::AdamOptions byfield;
+  byfield.lr = 0.1;
+  byfield.weight_decay = 0.05;
+  byfield.amsgrad = true;
+  EXPECT_TRUE(tg::equal(run(optim::AdamOptions(0.1).weight_decay(0.05).amsgrad(true)), run(byfield)));
+}
+
+TEST(LibtorchHabits, EachOptimizerHasPyTorchsDefaults) {
+  namespace optim = tg::optim;
+  EXPECT_EQ(optim::RMSprop::defaults().lr(), 1e-2);
+  EXPECT_EQ(optim::RMSprop::defaults().alpha(), 0.99);
+  EXPECT_EQ(optim::Adagrad::defaults().lr(), 1e-2);
+  EXPECT_EQ(optim::Adagrad::defaults().eps(), 1e-10);
+  EXPECT_EQ(optim::Adamax::defaults().lr(), 2e-3);
+  EXPECT_EQ(optim::NAdam::defaults().lr(), 2e-3);
+  EXPECT_EQ(optim::NAdam::defaults().momentum_decay(), 4e-3);
+  EXPECT_EQ(optim::RAdam::defaults().lr(), 1e-3);
+  EXPECT_EQ(optim::AdamOptions().lr(), 1e-3);
+  EXPECT_EQ(optim::SGDOptions().lr(), 1e-3);
+  EXPECT_EQ(optim::LBFGSOptions().lr(), 1.0);
+  // RMSprop(params) steps with lr 1e-2: from p = 1 (loss p^2, g = 2) the first
+  // step is lr g / sqrt((1 - alpha) g^2) = 0.1 (it would be 0.01 with 1e-3).
+  Tensor w = tg::tensor({1.0}, {1}, tg::kFloat64).requires_grad_();
+  optim::RMSprop opt({w});
+  (w * w).sum().backward();
+  opt.step();
+  EXPECT_NEAR(w.item<double>(), 0.9, 1e-6);
+}

@@ -97,15 +97,15 @@ TEST(NN, LinearInitialisesAsLibTorchAndReproduciblyFromTheSeed) {
   nn::Linear a(100, 30);
   tg::manual_seed(11);
   nn::Linear b(100, 30);
-  EXPECT_TRUE(tg::equal(a.weight, b.weight));
-  EXPECT_TRUE(tg::equal(a.bias, b.bias));
+  EXPECT_TRUE(tg::equal(a->weight, b->weight));
+  EXPECT_TRUE(tg::equal(a->bias, b->bias));
   const double bound = 0.1;  // 1 / sqrt(100)
-  EXPECT_LE(tg::amax(tg::abs(a.weight)).item<double>(), bound);
-  EXPECT_GT(tg::amax(tg::abs(a.weight)).item<double>(), 0.9 * bound);
-  EXPECT_TRUE(a.weight.requires_grad() && a.weight.is_leaf());
+  EXPECT_LE(tg::amax(tg::abs(a->weight)).item<double>(), bound);
+  EXPECT_GT(tg::amax(tg::abs(a->weight)).item<double>(), 0.9 * bound);
+  EXPECT_TRUE(a->weight.requires_grad() && a->weight.is_leaf());
   nn::Linear nobias(4, 3, /*bias=*/false);
-  EXPECT_FALSE(nobias.bias.defined());
-  EXPECT_EQ(names(nobias.named_parameters()), std::vector<std::string>{"weight"});
+  EXPECT_FALSE(nobias->bias.defined());
+  EXPECT_EQ(names(nobias->named_parameters()), std::vector<std::string>{"weight"});
   EXPECT_ERROR_CONTAINS(nn::Linear(0, 3), "must be positive");
 }
 
@@ -134,7 +134,7 @@ TEST(NN, StateDictRoundTripsAndLoadNamesWhatDoesNotMatch) {
 // them, as LibTorch's set_data does, gradients included.
 TEST(NN, ToCastsInPlaceUnderTheModulesOwnHandles) {
   tg::manual_seed(4);
-  auto lin = std::make_shared<nn::Linear>(3, 2);
+  auto lin = std::make_shared<nn::LinearImpl>(3, 2);
   Tensor handle = lin->weight;
   (*lin)(tg::ones({1, 3})).sum().backward();
   lin->to(tg::kFloat64);
@@ -322,17 +322,17 @@ TEST(NN, AModuleRefusesToBecomeItsOwnDescendant) {
     Holder() : Module("Holder") {}
     void add(const std::string& name, std::shared_ptr<nn::Module> m) { register_module(name, std::move(m)); }
   };
-  auto list = std::make_shared<nn::ModuleList>();
-  list->push_back(std::make_shared<nn::Identity>());
+  auto list = std::make_shared<nn::ModuleListImpl>();
+  list->push_back(std::make_shared<nn::IdentityImpl>());
   EXPECT_ERROR_CONTAINS(list->push_back(list),
                         "ModuleList: registering the ModuleList '1' would make this ModuleList its own descendant "
                         "(it is '1' below itself)");
   EXPECT_EQ(list->size(), 1u);
-  list->push_back(std::make_shared<nn::Tanh>());  // still usable, under the same next name
+  list->push_back(std::make_shared<nn::TanhImpl>());  // still usable, under the same next name
   EXPECT_EQ(list->named_modules().size(), 2u);
   EXPECT_EQ(list->named_children()[1].first, "1");
 
-  auto outer = std::make_shared<nn::ModuleDict>(), inner = std::make_shared<nn::ModuleDict>();
+  auto outer = std::make_shared<nn::ModuleDictImpl>(), inner = std::make_shared<nn::ModuleDictImpl>();
   outer->insert("inner", inner);
   EXPECT_ERROR_CONTAINS(inner->insert("back", outer),
                         "ModuleDict: registering the ModuleDict 'back' would make this ModuleDict its own descendant "
@@ -340,12 +340,12 @@ TEST(NN, AModuleRefusesToBecomeItsOwnDescendant) {
   EXPECT_FALSE(inner->contains("back"));
   EXPECT_EQ(inner->size(), 0u);
   EXPECT_TRUE(inner->named_children().empty());
-  inner->insert("back", std::make_shared<nn::Identity>());  // the key is still free
+  inner->insert("back", std::make_shared<nn::IdentityImpl>());  // the key is still free
   EXPECT_EQ(outer->named_modules().size(), 2u);
 
   // register_module of an ancestor three levels up, and a Sequential into itself.
   auto a = std::make_shared<Holder>(), b = std::make_shared<Holder>();
-  auto seq = std::make_shared<nn::Sequential>();
+  auto seq = std::make_shared<nn::SequentialImpl>();
   seq->push_back(b);
   a->add("seq", seq);
   EXPECT_ERROR_CONTAINS(b->add("up", a),
@@ -362,7 +362,7 @@ TEST(NN, AModuleRefusesToBecomeItsOwnDescendant) {
 
   // The same module twice (shared weights) is no cycle, nor is a diamond of
   // 40 levels (each level's check visits each module once).
-  auto lin = std::make_shared<nn::Linear>(2, 2);
+  auto lin = std::make_shared<nn::LinearImpl>(2, 2);
   auto twice = std::make_shared<Holder>();
   twice->add("x", lin);
   twice->add("y", lin);

@@ -228,7 +228,7 @@ TEST(Layers, ActivationsLayerNormDropoutAndFourierFeatures) {
   // LayerNorm over the last dim, against the formula (biased variance).
   tg::manual_seed(4);
   nn::LayerNorm ln({3}, 1e-5, true, kF64);
-  EXPECT_EQ(ln.named_parameters().size(), 2u);
+  EXPECT_EQ(ln->named_parameters().size(), 2u);
   Tensor h = T({1, 2, 4, -1, 0, 5}, {2, 3});
   std::vector<double> hv = vals(h), got = vals(ln(h));
   for (int r = 0; r < 2; ++r) {
@@ -255,16 +255,16 @@ TEST(Layers, ActivationsLayerNormDropoutAndFourierFeatures) {
     else EXPECT_DOUBLE_EQ(e, 1 / 0.75);
   }
   EXPECT_NEAR(double(zeros) / 20000, 0.25, 0.015);
-  drop.eval();
+  drop->eval();
   EXPECT_TRUE(tg::equal(drop(ones), ones));
   EXPECT_ERROR_CONTAINS(nn::Dropout(1.5), "Dropout: p must be in [0, 1]");
   // FourierFeatures: [sin(2 pi x B), cos(2 pi x B)]; B a buffer or a parameter.
   tg::manual_seed(6);
   nn::FourierFeatures ff(2, 3, 2.0, false, kF64);
-  EXPECT_EQ(ff.named_buffers().size(), 1u);
-  EXPECT_EQ(ff.named_parameters().size(), 0u);
+  EXPECT_EQ(ff->named_buffers().size(), 1u);
+  EXPECT_EQ(ff->named_parameters().size(), 0u);
   Tensor pt = T({0.3, -0.7}, {1, 2});
-  std::vector<double> b = vals(ff.B), f = vals(ff(pt));
+  std::vector<double> b = vals(ff->B), f = vals(ff(pt));
   ASSERT_EQ(f.size(), 6u);
   for (int j = 0; j < 3; ++j) {
     const double zj = 2 * M_PI * (0.3 * b[size_t(j)] + -0.7 * b[size_t(3 + j)]);
@@ -272,15 +272,15 @@ TEST(Layers, ActivationsLayerNormDropoutAndFourierFeatures) {
     EXPECT_NEAR(f[size_t(3 + j)], std::cos(zj), 1e-12);
   }
   nn::FourierFeatures trainable(2, 3, 1.0, true, kF64);
-  EXPECT_EQ(trainable.named_parameters().size(), 1u);
+  EXPECT_EQ(trainable->named_parameters().size(), 1u);
   EXPECT_ERROR_CONTAINS(ff(T({1, 2, 3}, {1, 3})), "FourierFeatures: expected inputs [..., 2]");
 }
 
 TEST(Layers, ContainersEmbeddingAndSavedState) {
   tg::manual_seed(7);
-  nn::ModuleList list({std::make_shared<nn::Linear>(2, 3), std::make_shared<nn::Identity>()});
-  list.push_back(std::make_shared<nn::Tanh>());
-  EXPECT_EQ(list.size(), 3u);
+  nn::ModuleList list(nn::Linear(2, 3), nn::Identity());
+  list->push_back(std::make_shared<nn::TanhImpl>());
+  EXPECT_EQ(list->size(), 3u);
   EXPECT_EQ(list[1]->type_name(), "Identity");
   EXPECT_ERROR_CONTAINS(list[5], "ModuleList: index 5 is out of range for 3 modules");
   size_t n = 0;
@@ -288,13 +288,13 @@ TEST(Layers, ContainersEmbeddingAndSavedState) {
     n += m != nullptr;
   EXPECT_EQ(n, 3u);
   nn::ModuleDict dict;
-  dict.insert("embed", std::make_shared<nn::Embedding>(5, 2, false, kF64));
-  dict.insert("norm", std::make_shared<nn::LayerNorm>(tg::IntList{2}, 1e-5, true, kF64));
-  EXPECT_TRUE(dict.contains("norm"));
-  EXPECT_EQ(dict.keys(), (std::vector<std::string>{"embed", "norm"}));
-  EXPECT_ERROR_CONTAINS(dict.insert("norm", std::make_shared<nn::Identity>()), "key 'norm' is already present");
+  dict->insert("embed", std::make_shared<nn::EmbeddingImpl>(5, 2, false, kF64));
+  dict->insert("norm", std::make_shared<nn::LayerNormImpl>(tg::IntList{2}, 1e-5, true, kF64));
+  EXPECT_TRUE(dict->contains("norm"));
+  EXPECT_EQ(dict->keys(), (std::vector<std::string>{"embed", "norm"}));
+  EXPECT_ERROR_CONTAINS(dict->insert("norm", std::make_shared<nn::IdentityImpl>()), "key 'norm' is already present");
   EXPECT_ERROR_CONTAINS(dict["nope"], "no module under 'nope'; the keys are 'embed', 'norm'");
-  auto& emb = static_cast<nn::Embedding&>(*dict["embed"]);
+  auto& emb = static_cast<nn::EmbeddingImpl&>(*dict["embed"]);
   Tensor rows = emb(I({4, 0, 4}, {3}));
   EXPECT_EQ(rows.sizes(), (tg::IntList{3, 2}));
   EXPECT_EQ(vals(rows.select(0, 0)), vals(emb.weight.select(0, 4)));
@@ -303,14 +303,14 @@ TEST(Layers, ContainersEmbeddingAndSavedState) {
   // reload into fresh modules reproduces the outputs.
   struct Net : nn::Module {
     Net() : Module("Net") {
-      ff = register_module("ff", std::make_shared<nn::FourierFeatures>(2, 4, 1.0, false, kF64));
-      norm = register_module("norm", std::make_shared<nn::LayerNorm>(tg::IntList{8}, 1e-5, true, kF64));
-      out = register_module("out", std::make_shared<nn::Linear>(8, 1, true, kF64));
+      ff = register_module("ff", std::make_shared<nn::FourierFeaturesImpl>(2, 4, 1.0, false, kF64));
+      norm = register_module("norm", std::make_shared<nn::LayerNormImpl>(tg::IntList{8}, 1e-5, true, kF64));
+      out = register_module("out", std::make_shared<nn::LinearImpl>(8, 1, true, kF64));
     }
     Tensor forward(const Tensor& x) override { return (*out)((*norm)((*ff)(x))); }
-    std::shared_ptr<nn::FourierFeatures> ff;
-    std::shared_ptr<nn::LayerNorm> norm;
-    std::shared_ptr<nn::Linear> out;
+    std::shared_ptr<nn::FourierFeaturesImpl> ff;
+    std::shared_ptr<nn::LayerNormImpl> norm;
+    std::shared_ptr<nn::LinearImpl> out;
   };
   tg::manual_seed(8);
   Net a;
@@ -375,7 +375,7 @@ TEST(Losses, BinaryCrossEntropyRefusesInputsOutsideZeroOneAndWeightsThatChangeTh
   EXPECT_ERROR_CONTAINS(F::binary_cross_entropy_with_logits(x.reshape({4}), t.reshape({4}), {}, Reduction::kNone,
                                                             T({1, 2, 3, 4}, {4, 1})),
                         std::string(logits) + "pos_weight [4, 1] does not broadcast to input's shape [4]");
-  EXPECT_ERROR_CONTAINS(nn::BCEWithLogitsLoss({}, Reduction::kMean, T({1, 2, 3}, {3}))(x, t),
+  EXPECT_ERROR_CONTAINS(nn::BCEWithLogitsLoss(Tensor(), Reduction::kMean, T({1, 2, 3}, {3}))(x, t),
                         "pos_weight [3] does not broadcast to input's shape [2, 2]");
   std::vector<double> xv = vals(x), tv = vals(t), pw = {2, 5};
   std::vector<double> got = vals(F::binary_cross_entropy_with_logits(x, t, {}, Reduction::kNone, T(pw, {2})));
@@ -406,14 +406,14 @@ TEST(Losses, CrossEntropyWithAFloatingClassIndexTargetSaysToPassInt64) {
 TEST(Layers, EmbeddingPaddingIdxAndMaxNorm) {
   tg::manual_seed(11);
   nn::Embedding e(5, 3, false, kF64, -2);
-  ASSERT_TRUE(e.padding_idx().has_value());
-  EXPECT_EQ(*e.padding_idx(), 3);
-  EXPECT_EQ(vals(e.weight.select(0, 3)), (std::vector<double>{0, 0, 0}));
-  EXPECT_NE(vals(e.weight.select(0, 2)), (std::vector<double>{0, 0, 0}));
-  EXPECT_EQ(e.extra_repr(), "Embedding(5, 3, padding_idx=3)");
+  ASSERT_TRUE(e->padding_idx().has_value());
+  EXPECT_EQ(*e->padding_idx(), 3);
+  EXPECT_EQ(vals(e->weight.select(0, 3)), (std::vector<double>{0, 0, 0}));
+  EXPECT_NE(vals(e->weight.select(0, 2)), (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(e->extra_repr(), "Embedding(5, 3, padding_idx=3)");
   {
     ag::NoGradGuard no_grad;
-    e.weight.select(0, 3).fill_(2.0);  // the forward still reads the row
+    e->weight.select(0, 3).fill_(2.0);  // the forward still reads the row
   }
   Tensor idx = I({3, 1, 3, 0}, {2, 2});
   Tensor out = e(idx);
@@ -421,15 +421,15 @@ TEST(Layers, EmbeddingPaddingIdxAndMaxNorm) {
   EXPECT_EQ(vals(out.select(0, 0).select(0, 0)), (std::vector<double>{2, 2, 2}));
   Tensor coef = tg::arange(12, kF64).reshape({2, 2, 3}) + 1.0;
   (out * coef).sum().backward();
-  std::vector<double> g = vals(e.weight.grad());
+  std::vector<double> g = vals(e->weight.grad());
   const std::vector<double> want = {10, 11, 12, 4, 5, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   EXPECT_EQ(g, want);
   // The sparse gradient sums to the same table; the functional form too.
   nn::Embedding es(5, 3, true, kF64, 3);
-  es.weight.select(0, 3).detach().fill_(2.0);
+  es->weight.select(0, 3).detach().fill_(2.0);
   (es(idx) * coef).sum().backward();
-  ASSERT_TRUE(es.weight.grad().is_sparse());
-  EXPECT_EQ(vals(es.weight.grad().to_dense()), want);
+  ASSERT_TRUE(es->weight.grad().is_sparse());
+  EXPECT_EQ(vals(es->weight.grad().to_dense()), want);
   Tensor w = T({1, 2, 3, 4, 5, 6}, {3, 2}).requires_grad_();
   F::embedding(I({0, 0, 2}, {3}), w, 0).sum().backward();
   EXPECT_EQ(vals(w.grad()), (std::vector<double>{0, 0, 0, 0, 1, 1}));
@@ -455,14 +455,14 @@ TEST(Layers, EmbeddingPaddingIdxAndMaxNorm) {
   nn::Embedding en(4, 2, false, kF64, std::nullopt, 2.0, 1.0);
   {
     ag::NoGradGuard no_grad;
-    en.weight.copy_(T({3, 4, 0.5, 0.5, 1, 1, 2, -2}, {4, 2}));
+    en->weight.copy_(T({3, 4, 0.5, 0.5, 1, 1, 2, -2}, {4, 2}));
   }
   en(I({0, 1, 3}, {3}));
-  std::vector<double> ev = vals(en.weight);
+  std::vector<double> ev = vals(en->weight);
   EXPECT_DOUBLE_EQ(ev[0], 3 * 2 / (7 + 1e-7));
   EXPECT_DOUBLE_EQ(ev[2], 0.5);
   EXPECT_DOUBLE_EQ(ev[6], 2 * 2 / (4 + 1e-7));
-  EXPECT_EQ(en.extra_repr(), "Embedding(4, 2, max_norm=2, norm_type=1)");
+  EXPECT_EQ(en->extra_repr(), "Embedding(4, 2, max_norm=2, norm_type=1)");
   EXPECT_ERROR_CONTAINS(nn::Embedding(4, 2, false, kF64, std::nullopt, -1.0),
                         "Embedding: max_norm must be a finite number >= 0, got -1");
   EXPECT_ERROR_CONTAINS(F::embedding(I({7}, {1}), m, std::nullopt, 1.0), "out of range");

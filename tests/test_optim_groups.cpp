@@ -45,7 +45,7 @@ struct Reference {
     ++t;
     const size_t n = p.size();
     if (s1.empty()) {
-      s1.assign(n, rule == "Adagrad" ? o.initial_accumulator_value : 0.0);
+      s1.assign(n, rule == "Adagrad" ? o.initial_accumulator_value() : 0.0);
       s2.assign(n, 0.0);
       s3.assign(n, 0.0);
     }

@@ -20,12 +20,12 @@ namespace tg::nn {
 /// The spectral convolution over the last dim: x [B, in, n] -> [B, out, n];
 /// the `modes` lowest frequencies of rfft(x) times weight [in, out, modes]
 /// (complex), the others zero (modes <= n / 2 + 1).
-class SpectralConv1d : public Module {
+class SpectralConv1dImpl : public Module {
  public:
   /// Complex weights of the options' dtype (Complex64 for Float32, Complex128
   /// for Float64), real and imaginary parts U(0, 1) / (in out), as the
   /// reference implementation's.
-  SpectralConv1d(int64_t in_channels, int64_t out_channels, int64_t modes, TensorOptions options = TensorOptions());
+  SpectralConv1dImpl(int64_t in_channels, int64_t out_channels, int64_t modes, TensorOptions options = TensorOptions());
   Tensor forward(const Tensor& x) override;  ///< irfft(modes of rfft(x) times weight, n)
   /// The same map with the channels first and the batch second: x [in, B, n]
   /// -> [out, B, n] (the FNO's layout: its pointwise maps are then single GEMMs).
@@ -37,17 +37,18 @@ class SpectralConv1d : public Module {
   Tensor apply(const Tensor& x, bool channel_major);
   int64_t in_, out_, modes_;
 };
+TG_MODULE(SpectralConv1d);
 
 /// The spectral convolution over the last two dims: x [B, in, h, w] ->
 /// [B, out, h, w]; the modes1 lowest frequencies of each sign along h (the
 /// first modes1 rows and the last modes1) and the modes2 lowest along w of
 /// rfft2(x), times weight1 and weight2 [in, out, modes1, modes2] (complex),
 /// the others zero (2 modes1 <= h, modes2 <= w / 2 + 1).
-class SpectralConv2d : public Module {
+class SpectralConv2dImpl : public Module {
  public:
   /// The weights as SpectralConv1d's.
-  SpectralConv2d(int64_t in_channels, int64_t out_channels, int64_t modes1, int64_t modes2,
-                 TensorOptions options = TensorOptions());
+  SpectralConv2dImpl(int64_t in_channels, int64_t out_channels, int64_t modes1, int64_t modes2,
+                     TensorOptions options = TensorOptions());
   Tensor forward(const Tensor& x) override;  ///< irfft2 of the mixed modes, (h, w)
   /// The same map with the channels first and the batch second: x [in, B, h,
   /// w] -> [out, B, h, w] (the FNO's layout).
@@ -60,6 +61,7 @@ class SpectralConv2d : public Module {
   Tensor apply(const Tensor& x, bool channel_major);
   int64_t in_, out_, m1_, m2_;
 };
+TG_MODULE(SpectralConv2d);
 
 /// The settings of an FNO (the reference FNO2d's defaults: width 32, 12
 /// modes, 4 layers, a projection through 128 channels).
@@ -80,20 +82,21 @@ struct FNOOptions {
 /// [0, 1] are appended to each point's channels, a linear lifting maps them to
 /// `width`, each Fourier layer computes GELU(SpectralConv(v) + W v) (no GELU
 /// after the last), and a projection (Linear, GELU, Linear) maps back.
-class FNO : public Module {
+class FNOImpl : public Module {
  public:
   /// The lifting, `layers` Fourier layers and the projection, initialized as LibTorch's Linear and SpectralConv*d.
-  explicit FNO(FNOOptions options);
-  Tensor forward(const Tensor& x) override;        ///< the operator at the grid of x
-  std::string extra_repr() const override;         ///< "FNO(dims=.., width=.., modes=.., layers=..)"
-  std::shared_ptr<Linear> lift;                    ///< in_channels + dims -> width
-  std::vector<std::shared_ptr<Module>> spectral;   ///< SpectralConv1d or SpectralConv2d, one per layer
-  std::vector<std::shared_ptr<Linear>> pointwise;  ///< width -> width, one per layer
-  std::shared_ptr<Linear> proj1;                   ///< width -> projection
-  std::shared_ptr<Linear> proj2;                   ///< projection -> out_channels
+  explicit FNOImpl(FNOOptions options);
+  Tensor forward(const Tensor& x) override;            ///< the operator at the grid of x
+  std::string extra_repr() const override;             ///< "FNO(dims=.., width=.., modes=.., layers=..)"
+  std::shared_ptr<LinearImpl> lift;                    ///< in_channels + dims -> width
+  std::vector<std::shared_ptr<Module>> spectral;       ///< SpectralConv1d or SpectralConv2d, one per layer
+  std::vector<std::shared_ptr<LinearImpl>> pointwise;  ///< width -> width, one per layer
+  std::shared_ptr<LinearImpl> proj1;                   ///< width -> projection
+  std::shared_ptr<LinearImpl> proj2;                   ///< projection -> out_channels
 
  private:
   FNOOptions o_;
 };
+TG_MODULE(FNO);
 
 }  // namespace tg::nn

@@ -20,12 +20,12 @@ namespace tg::nn {
 /// 1 / sqrt(in / groups * prod(kernel)) (LibTorch's kaiming_uniform_ with
 /// a = sqrt(5)). padding_mode "zeros", "reflect", "replicate" or
 /// "circular" (the input padded by `padding` in that mode first).
-template <int N> class ConvNd : public Module {
+template <int N> class ConvNdImpl : public Module {
  public:
   /// The layer; kernel_size, stride, padding and dilation hold N values or one.
-  ConvNd(int64_t in_channels, int64_t out_channels, IntList kernel_size, IntList stride = {1}, IntList padding = {0},
-         IntList dilation = {1}, int64_t groups = 1, bool bias = true, std::string padding_mode = "zeros",
-         TensorOptions options = TensorOptions());
+  ConvNdImpl(int64_t in_channels, int64_t out_channels, IntList kernel_size, IntList stride = {1},
+             IntList padding = {0}, IntList dilation = {1}, int64_t groups = 1, bool bias = true,
+             std::string padding_mode = "zeros", TensorOptions options = TensorOptions());
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   Tensor weight;  ///< [out, in / groups, kernel...]
@@ -36,19 +36,34 @@ template <int N> class ConvNd : public Module {
   int64_t groups_;
   std::string padding_mode_;
 };
-using Conv1d = ConvNd<1>;
-using Conv2d = ConvNd<2>;
-using Conv3d = ConvNd<3>;
+using Conv1dImpl = ConvNdImpl<1>;
+using Conv2dImpl = ConvNdImpl<2>;
+using Conv3dImpl = ConvNdImpl<3>;
+/// The holder of ConvNdImpl<N> (LibTorch's ConvNd), with its constructor's braced lists.
+template <int N> class ConvNd : public ModuleHolder<ConvNdImpl<N>> {
+ public:
+  using ModuleHolder<ConvNdImpl<N>>::ModuleHolder;
+  /// ConvNdImpl<N>'s constructor.
+  ConvNd(int64_t in_channels, int64_t out_channels, IntList kernel_size, IntList stride = {1}, IntList padding = {0},
+         IntList dilation = {1}, int64_t groups = 1, bool bias = true, std::string padding_mode = "zeros",
+         TensorOptions options = TensorOptions())
+      : ModuleHolder<ConvNdImpl<N>>(std::make_shared<ConvNdImpl<N>>(in_channels, out_channels, kernel_size, stride,
+                                                                    padding, dilation, groups, bias,
+                                                                    std::move(padding_mode), options)) {}
+};
+using Conv1d = ConvNd<1>;  ///< the holder
+using Conv2d = ConvNd<2>;  ///< the holder
+using Conv3d = ConvNd<3>;  ///< the holder
 
 /// Transposed convolution (ConvTranspose1d/2d/3d): weight [in, out / groups,
 /// kernel...], initialized as LibTorch's (b = 1 / sqrt(out / groups *
 /// prod(kernel))).
-template <int N> class ConvTransposeNd : public Module {
+template <int N> class ConvTransposeNdImpl : public Module {
  public:
   /// The layer; geometry lists hold N values or one.
-  ConvTransposeNd(int64_t in_channels, int64_t out_channels, IntList kernel_size, IntList stride = {1},
-                  IntList padding = {0}, IntList output_padding = {0}, int64_t groups = 1, bool bias = true,
-                  IntList dilation = {1}, TensorOptions options = TensorOptions());
+  ConvTransposeNdImpl(int64_t in_channels, int64_t out_channels, IntList kernel_size, IntList stride = {1},
+                      IntList padding = {0}, IntList output_padding = {0}, int64_t groups = 1, bool bias = true,
+                      IntList dilation = {1}, TensorOptions options = TensorOptions());
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   Tensor weight;  ///< [in, out / groups, kernel...]
@@ -58,16 +73,31 @@ template <int N> class ConvTransposeNd : public Module {
   IntList stride_, padding_, output_padding_, dilation_;
   int64_t groups_;
 };
-using ConvTranspose1d = ConvTransposeNd<1>;
-using ConvTranspose2d = ConvTransposeNd<2>;
-using ConvTranspose3d = ConvTransposeNd<3>;
+using ConvTranspose1dImpl = ConvTransposeNdImpl<1>;
+using ConvTranspose2dImpl = ConvTransposeNdImpl<2>;
+using ConvTranspose3dImpl = ConvTransposeNdImpl<3>;
+/// The holder of ConvTransposeNdImpl<N> (LibTorch's ConvTransposeNd), with its constructor's braced lists.
+template <int N> class ConvTransposeNd : public ModuleHolder<ConvTransposeNdImpl<N>> {
+ public:
+  using ModuleHolder<ConvTransposeNdImpl<N>>::ModuleHolder;
+  /// ConvTransposeNdImpl<N>'s constructor.
+  ConvTransposeNd(int64_t in_channels, int64_t out_channels, IntList kernel_size, IntList stride = {1},
+                  IntList padding = {0}, IntList output_padding = {0}, int64_t groups = 1, bool bias = true,
+                  IntList dilation = {1}, TensorOptions options = TensorOptions())
+      : ModuleHolder<ConvTransposeNdImpl<N>>(std::make_shared<ConvTransposeNdImpl<N>>(
+            in_channels, out_channels, kernel_size, stride, padding, output_padding, groups, bias, dilation, options)) {
+  }
+};
+using ConvTranspose1d = ConvTransposeNd<1>;  ///< the holder
+using ConvTranspose2d = ConvTransposeNd<2>;  ///< the holder
+using ConvTranspose3d = ConvTransposeNd<3>;  ///< the holder
 
 /// group_norm over num_groups groups of num_channels; weight ones, bias zeros (affine).
-class GroupNorm : public Module {
+class GroupNormImpl : public Module {
  public:
   /// num_channels must be a multiple of num_groups.
-  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true,
-            TensorOptions options = TensorOptions());
+  GroupNormImpl(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true,
+                TensorOptions options = TensorOptions());
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   Tensor weight;  ///< [num_channels] ones, undefined without affine
@@ -77,18 +107,19 @@ class GroupNorm : public Module {
   int64_t groups_;
   double eps_;
 };
+TG_MODULE(GroupNorm);
 
 /// Batch normalization (BatchNorm1d/2d/3d share it: the input's rank is not
 /// checked beyond [N, C, ...]); buffers running_mean (zeros), running_var
 /// (ones) and num_batches_tracked (Int64) when track_running_stats.
 /// Training mode (train()) normalizes with the batch's statistics and
 /// updates the running ones; eval() uses the running ones.
-class BatchNorm : public Module {
+class BatchNormImpl : public Module {
  public:
   /// The layer over num_features channels (type_name: "BatchNorm2d", ...).
-  explicit BatchNorm(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
-                     bool track_running_stats = true, TensorOptions options = TensorOptions(),
-                     const char* type_name = "BatchNorm");
+  explicit BatchNormImpl(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
+                         bool track_running_stats = true, TensorOptions options = TensorOptions(),
+                         const char* type_name = "BatchNorm");
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   Tensor weight;               ///< [num_features] ones, undefined without affine
@@ -101,36 +132,40 @@ class BatchNorm : public Module {
   int64_t features_;
   double eps_, momentum_;
 };
+TG_MODULE(BatchNorm);
 /// BatchNorm over [N, C] or [N, C, L].
-struct BatchNorm1d : BatchNorm {
+struct BatchNorm1dImpl : BatchNormImpl {
   /// As BatchNorm's.
-  explicit BatchNorm1d(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = true, bool track = true,
-                       TensorOptions o = TensorOptions())
-      : BatchNorm(n, eps, momentum, affine, track, o, "BatchNorm1d") {}
+  explicit BatchNorm1dImpl(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = true, bool track = true,
+                           TensorOptions o = TensorOptions())
+      : BatchNormImpl(n, eps, momentum, affine, track, o, "BatchNorm1d") {}
 };
+TG_MODULE(BatchNorm1d);
 /// BatchNorm over [N, C, H, W].
-struct BatchNorm2d : BatchNorm {
+struct BatchNorm2dImpl : BatchNormImpl {
   /// As BatchNorm's.
-  explicit BatchNorm2d(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = true, bool track = true,
-                       TensorOptions o = TensorOptions())
-      : BatchNorm(n, eps, momentum, affine, track, o, "BatchNorm2d") {}
+  explicit BatchNorm2dImpl(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = true, bool track = true,
+                           TensorOptions o = TensorOptions())
+      : BatchNormImpl(n, eps, momentum, affine, track, o, "BatchNorm2d") {}
 };
+TG_MODULE(BatchNorm2d);
 /// BatchNorm over [N, C, D, H, W].
-struct BatchNorm3d : BatchNorm {
+struct BatchNorm3dImpl : BatchNormImpl {
   /// As BatchNorm's.
-  explicit BatchNorm3d(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = true, bool track = true,
-                       TensorOptions o = TensorOptions())
-      : BatchNorm(n, eps, momentum, affine, track, o, "BatchNorm3d") {}
+  explicit BatchNorm3dImpl(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = true, bool track = true,
+                           TensorOptions o = TensorOptions())
+      : BatchNormImpl(n, eps, momentum, affine, track, o, "BatchNorm3d") {}
 };
+TG_MODULE(BatchNorm3d);
 
 /// Instance normalization (InstanceNorm1d/2d/3d): LibTorch's defaults
 /// affine = false, track_running_stats = false.
-class InstanceNorm : public Module {
+class InstanceNormImpl : public Module {
  public:
   /// The layer over num_features channels (type_name: "InstanceNorm2d", ...).
-  explicit InstanceNorm(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = false,
-                        bool track_running_stats = false, TensorOptions options = TensorOptions(),
-                        const char* type_name = "InstanceNorm");
+  explicit InstanceNormImpl(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = false,
+                            bool track_running_stats = false, TensorOptions options = TensorOptions(),
+                            const char* type_name = "InstanceNorm");
   Tensor forward(const Tensor& x) override;
   Tensor weight;        ///< [num_features] ones, undefined without affine
   Tensor bias;          ///< [num_features] zeros, undefined without affine
@@ -140,34 +175,38 @@ class InstanceNorm : public Module {
  private:
   double eps_, momentum_;
 };
+TG_MODULE(InstanceNorm);
 /// InstanceNorm over [N, C, L].
-struct InstanceNorm1d : InstanceNorm {
+struct InstanceNorm1dImpl : InstanceNormImpl {
   /// As InstanceNorm's.
-  explicit InstanceNorm1d(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = false, bool track = false,
-                          TensorOptions o = TensorOptions())
-      : InstanceNorm(n, eps, momentum, affine, track, o, "InstanceNorm1d") {}
+  explicit InstanceNorm1dImpl(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = false,
+                              bool track = false, TensorOptions o = TensorOptions())
+      : InstanceNormImpl(n, eps, momentum, affine, track, o, "InstanceNorm1d") {}
 };
+TG_MODULE(InstanceNorm1d);
 /// InstanceNorm over [N, C, H, W].
-struct InstanceNorm2d : InstanceNorm {
+struct InstanceNorm2dImpl : InstanceNormImpl {
   /// As InstanceNorm's.
-  explicit InstanceNorm2d(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = false, bool track = false,
-                          TensorOptions o = TensorOptions())
-      : InstanceNorm(n, eps, momentum, affine, track, o, "InstanceNorm2d") {}
+  explicit InstanceNorm2dImpl(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = false,
+                              bool track = false, TensorOptions o = TensorOptions())
+      : InstanceNormImpl(n, eps, momentum, affine, track, o, "InstanceNorm2d") {}
 };
+TG_MODULE(InstanceNorm2d);
 /// InstanceNorm over [N, C, D, H, W].
-struct InstanceNorm3d : InstanceNorm {
+struct InstanceNorm3dImpl : InstanceNormImpl {
   /// As InstanceNorm's.
-  explicit InstanceNorm3d(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = false, bool track = false,
-                          TensorOptions o = TensorOptions())
-      : InstanceNorm(n, eps, momentum, affine, track, o, "InstanceNorm3d") {}
+  explicit InstanceNorm3dImpl(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = false,
+                              bool track = false, TensorOptions o = TensorOptions())
+      : InstanceNormImpl(n, eps, momentum, affine, track, o, "InstanceNorm3d") {}
 };
+TG_MODULE(InstanceNorm3d);
 
 /// interpolate with fixed arguments (nn.Upsample).
-class Upsample : public Module {
+class UpsampleImpl : public Module {
  public:
   /// interpolate's arguments: size or scale_factor, mode, align_corners.
-  explicit Upsample(IntList size = {}, std::vector<double> scale_factor = {}, std::string mode = "nearest",
-                    std::optional<bool> align_corners = std::nullopt);
+  explicit UpsampleImpl(IntList size = {}, std::vector<double> scale_factor = {}, std::string mode = "nearest",
+                        std::optional<bool> align_corners = std::nullopt);
   Tensor forward(const Tensor& x) override;
 
  private:
@@ -176,13 +215,23 @@ class Upsample : public Module {
   std::string mode_;
   std::optional<bool> align_corners_;
 };
+/// The holder of UpsampleImpl, with its constructor's braced lists.
+class Upsample : public ModuleHolder<UpsampleImpl> {
+ public:
+  using ModuleHolder<UpsampleImpl>::ModuleHolder;
+  /// UpsampleImpl's constructor.
+  Upsample(IntList size, std::vector<double> scale_factor = {}, std::string mode = "nearest",
+           std::optional<bool> align_corners = std::nullopt)
+      : ModuleHolder<UpsampleImpl>(
+            std::make_shared<UpsampleImpl>(size, std::move(scale_factor), std::move(mode), align_corners)) {}
+};
 
 /// Average pooling over N spatial dims (AvgPool1d/2d/3d), batched or not.
-template <int N> class AvgPoolNd : public Module {
+template <int N> class AvgPoolNdImpl : public Module {
  public:
   /// avg_poolNd's arguments (stride {}: the kernel size).
-  explicit AvgPoolNd(IntList kernel_size, IntList stride = {}, IntList padding = {0}, bool ceil_mode = false,
-                     bool count_include_pad = true, std::optional<int64_t> divisor_override = std::nullopt);
+  explicit AvgPoolNdImpl(IntList kernel_size, IntList stride = {}, IntList padding = {0}, bool ceil_mode = false,
+                         bool count_include_pad = true, std::optional<int64_t> divisor_override = std::nullopt);
   Tensor forward(const Tensor& x) override;
 
  private:
@@ -190,16 +239,29 @@ template <int N> class AvgPoolNd : public Module {
   bool ceil_, include_pad_;
   std::optional<int64_t> divisor_;
 };
-using AvgPool1d = AvgPoolNd<1>;
-using AvgPool2d = AvgPoolNd<2>;
-using AvgPool3d = AvgPoolNd<3>;
+using AvgPool1dImpl = AvgPoolNdImpl<1>;
+using AvgPool2dImpl = AvgPoolNdImpl<2>;
+using AvgPool3dImpl = AvgPoolNdImpl<3>;
+/// The holder of AvgPoolNdImpl<N> (LibTorch's AvgPoolNd), with its constructor's braced lists.
+template <int N> class AvgPoolNd : public ModuleHolder<AvgPoolNdImpl<N>> {
+ public:
+  using ModuleHolder<AvgPoolNdImpl<N>>::ModuleHolder;
+  /// AvgPoolNdImpl<N>'s constructor.
+  AvgPoolNd(IntList kernel_size, IntList stride = {}, IntList padding = {0}, bool ceil_mode = false,
+            bool count_include_pad = true, std::optional<int64_t> divisor_override = std::nullopt)
+      : ModuleHolder<AvgPoolNdImpl<N>>(std::make_shared<AvgPoolNdImpl<N>>(kernel_size, stride, padding, ceil_mode,
+                                                                          count_include_pad, divisor_override)) {}
+};
+using AvgPool1d = AvgPoolNd<1>;  ///< the holder
+using AvgPool2d = AvgPoolNd<2>;  ///< the holder
+using AvgPool3d = AvgPoolNd<3>;  ///< the holder
 
 /// Max pooling over N spatial dims (MaxPool1d/2d/3d); forward_with_indices gives the indices too.
-template <int N> class MaxPoolNd : public Module {
+template <int N> class MaxPoolNdImpl : public Module {
  public:
   /// max_poolNd's arguments (stride {}: the kernel size).
-  explicit MaxPoolNd(IntList kernel_size, IntList stride = {}, IntList padding = {0}, IntList dilation = {1},
-                     bool ceil_mode = false);
+  explicit MaxPoolNdImpl(IntList kernel_size, IntList stride = {}, IntList padding = {0}, IntList dilation = {1},
+                         bool ceil_mode = false);
   Tensor forward(const Tensor& x) override;
   /// The values and their Int64 indices (max_poolNd_with_indices).
   TensorPair forward_with_indices(const Tensor& x);
@@ -208,59 +270,85 @@ template <int N> class MaxPoolNd : public Module {
   IntList k_, s_, p_, d_;
   bool ceil_;
 };
-using MaxPool1d = MaxPoolNd<1>;
-using MaxPool2d = MaxPoolNd<2>;
-using MaxPool3d = MaxPoolNd<3>;
+using MaxPool1dImpl = MaxPoolNdImpl<1>;
+using MaxPool2dImpl = MaxPoolNdImpl<2>;
+using MaxPool3dImpl = MaxPoolNdImpl<3>;
+/// The holder of MaxPoolNdImpl<N> (LibTorch's MaxPoolNd), with its constructor's braced lists.
+template <int N> class MaxPoolNd : public ModuleHolder<MaxPoolNdImpl<N>> {
+ public:
+  using ModuleHolder<MaxPoolNdImpl<N>>::ModuleHolder;
+  /// MaxPoolNdImpl<N>'s constructor.
+  MaxPoolNd(IntList kernel_size, IntList stride = {}, IntList padding = {0}, IntList dilation = {1},
+            bool ceil_mode = false)
+      : ModuleHolder<MaxPoolNdImpl<N>>(
+            std::make_shared<MaxPoolNdImpl<N>>(kernel_size, stride, padding, dilation, ceil_mode)) {}
+};
+using MaxPool1d = MaxPoolNd<1>;  ///< the holder
+using MaxPool2d = MaxPoolNd<2>;  ///< the holder
+using MaxPool3d = MaxPoolNd<3>;  ///< the holder
 
 /// Adaptive average pooling to output_size over N spatial dims (AdaptiveAvgPool1d/2d/3d).
-template <int N> class AdaptiveAvgPoolNd : public Module {
+template <int N> class AdaptiveAvgPoolNdImpl : public Module {
  public:
   /// output_size: N values or one.
-  explicit AdaptiveAvgPoolNd(IntList output_size);
+  explicit AdaptiveAvgPoolNdImpl(IntList output_size);
   Tensor forward(const Tensor& x) override;
 
  private:
   IntList out_;
 };
-using AdaptiveAvgPool1d = AdaptiveAvgPoolNd<1>;
-using AdaptiveAvgPool2d = AdaptiveAvgPoolNd<2>;
-using AdaptiveAvgPool3d = AdaptiveAvgPoolNd<3>;
+using AdaptiveAvgPool1dImpl = AdaptiveAvgPoolNdImpl<1>;
+using AdaptiveAvgPool2dImpl = AdaptiveAvgPoolNdImpl<2>;
+using AdaptiveAvgPool3dImpl = AdaptiveAvgPoolNdImpl<3>;
+/// The holder of AdaptiveAvgPoolNdImpl<N> (LibTorch's AdaptiveAvgPoolNd), with its constructor's braced lists.
+template <int N> class AdaptiveAvgPoolNd : public ModuleHolder<AdaptiveAvgPoolNdImpl<N>> {
+ public:
+  using ModuleHolder<AdaptiveAvgPoolNdImpl<N>>::ModuleHolder;
+  /// AdaptiveAvgPoolNdImpl<N>'s constructor.
+  AdaptiveAvgPoolNd(IntList output_size)
+      : ModuleHolder<AdaptiveAvgPoolNdImpl<N>>(std::make_shared<AdaptiveAvgPoolNdImpl<N>>(output_size)) {}
+};
+using AdaptiveAvgPool1d = AdaptiveAvgPoolNd<1>;  ///< the holder
+using AdaptiveAvgPool2d = AdaptiveAvgPoolNd<2>;  ///< the holder
+using AdaptiveAvgPool3d = AdaptiveAvgPoolNd<3>;  ///< the holder
 
 /// pixel_shuffle by a fixed factor.
-class PixelShuffle : public Module {
+class PixelShuffleImpl : public Module {
  public:
   /// The factor r: [*, C r^2, H, W] -> [*, C, H r, W r].
-  explicit PixelShuffle(int64_t upscale_factor);
+  explicit PixelShuffleImpl(int64_t upscale_factor);
   Tensor forward(const Tensor& x) override;
 
  private:
   int64_t r_;
 };
+TG_MODULE(PixelShuffle);
 /// pixel_unshuffle by a fixed factor.
-class PixelUnshuffle : public Module {
+class PixelUnshuffleImpl : public Module {
  public:
   /// The factor r: [*, C, H r, W r] -> [*, C r^2, H, W].
-  explicit PixelUnshuffle(int64_t downscale_factor);
+  explicit PixelUnshuffleImpl(int64_t downscale_factor);
   Tensor forward(const Tensor& x) override;
 
  private:
   int64_t r_;
 };
+TG_MODULE(PixelUnshuffle);
 
-extern template class ConvNd<1>;
-extern template class ConvNd<2>;
-extern template class ConvNd<3>;
-extern template class ConvTransposeNd<1>;
-extern template class ConvTransposeNd<2>;
-extern template class ConvTransposeNd<3>;
-extern template class AvgPoolNd<1>;
-extern template class AvgPoolNd<2>;
-extern template class AvgPoolNd<3>;
-extern template class MaxPoolNd<1>;
-extern template class MaxPoolNd<2>;
-extern template class MaxPoolNd<3>;
-extern template class AdaptiveAvgPoolNd<1>;
-extern template class AdaptiveAvgPoolNd<2>;
-extern template class AdaptiveAvgPoolNd<3>;
+extern template class ConvNdImpl<1>;
+extern template class ConvNdImpl<2>;
+extern template class ConvNdImpl<3>;
+extern template class ConvTransposeNdImpl<1>;
+extern template class ConvTransposeNdImpl<2>;
+extern template class ConvTransposeNdImpl<3>;
+extern template class AvgPoolNdImpl<1>;
+extern template class AvgPoolNdImpl<2>;
+extern template class AvgPoolNdImpl<3>;
+extern template class MaxPoolNdImpl<1>;
+extern template class MaxPoolNdImpl<2>;
+extern template class MaxPoolNdImpl<3>;
+extern template class AdaptiveAvgPoolNdImpl<1>;
+extern template class AdaptiveAvgPoolNdImpl<2>;
+extern template class AdaptiveAvgPoolNdImpl<3>;
 
 }  // namespace tg::nn

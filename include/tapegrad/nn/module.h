@@ -11,9 +11,12 @@
 //   place): shapes must match, dtypes and devices are converted.
 #pragma once
 
+#include <cstddef>
 #include <iosfwd>
+#include <typeinfo>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -99,6 +102,13 @@ class Module : public std::enable_shared_from_this<Module> {
     add_child(name, m);
     return m;
   }
+  /// Registers the module a holder (Linear, Conv2d, ...) holds and returns
+  /// the holder, as LibTorch's: `fc = register_module("fc", nn::Linear(2, 64));`.
+  template <class H, class = typename std::decay_t<H>::ContainedType>
+  std::decay_t<H> register_module(const std::string& name, H&& holder) {
+    add_child(name, holder.ptr());
+    return std::forward<H>(holder);
+  }
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> m);
@@ -113,8 +123,82 @@ class Module : public std::enable_shared_from_this<Module> {
   bool training_ = true;
 };
 
+namespace detail {
+[[noreturn]] void throw_empty_holder(const char* impl_name);
+// Enabled when every M converts to std::shared_ptr<Module> (modules, holders).
+template <class... M>
+using IfModules = std::enable_if_t<(std::is_convertible<M, std::shared_ptr<Module>>::value && ...)>;
+// The modules m... as one list (Sequential's and ModuleList's constructors).
+template <class... M> std::vector<std::shared_ptr<Module>> modules_of(M&&... m) {
+  return {std::shared_ptr<Module>(std::forward<M>(m))...};
+}
+}  // namespace detail
+
+/// A shared handle to a module, as LibTorch's ModuleHolder: `nn::Linear`
+/// holds a `std::shared_ptr<nn::LinearImpl>` (TG_MODULE declares the pair).
+/// - `nn::Linear fc(2, 64)` makes the module (its constructor's arguments);
+///   `nn::Linear fc{nullptr}` is empty until assigned (`fc = nn::Linear(2, 64)`
+///   or `fc = register_module("fc", nn::Linear(2, 64))`); `nn::Linear fc;`
+///   default-constructs the module where it has a default constructor.
+/// - `fc->weight`, `fc->parameters()`: the module's members; `fc(x)` calls
+///   `fc->forward(x)` with any arguments. An empty holder throws a tg::Error
+///   naming the module type instead of dereferencing null.
+/// - Copies share the module (it is a std::shared_ptr<Impl>): pass a holder
+///   wherever a `std::shared_ptr<Module>` or `std::shared_ptr<Impl>` is taken.
+template <class Impl> class ModuleHolder : public std::shared_ptr<Impl> {
+ public:
+  /// The module type.
+  using ContainedType = Impl;
+  /// A new module from its default constructor.
+  ModuleHolder() : std::shared_ptr<Impl>(std::make_shared<Impl>()) {}
+  /// An empty holder.
+  ModuleHolder(std::nullptr_t) {}  // NOLINT: implicit, as LibTorch's
+  /// Holds `module` (shared).
+  ModuleHolder(std::shared_ptr<Impl> module) : std::shared_ptr<Impl>(std::move(module)) {}  // NOLINT
+  /// A new module from its constructor's arguments.
+  template <class A0, class... A,
+            class = std::enable_if_t<!std::is_same<std::decay_t<A0>, std::nullptr_t>::value &&
+                                     !std::is_convertible<A0, std::shared_ptr<Impl>>::value &&
+                                     std::is_constructible<Impl, A0, A...>::value>>
+  explicit ModuleHolder(A0&& a0, A&&... a)
+      : std::shared_ptr<Impl>(std::make_shared<Impl>(std::forward<A0>(a0), std::forward<A>(a)...)) {}
+  /// The module (a tg::Error if the holder is empty).
+  Impl* operator->() const { return get(); }
+  /// The module (a tg::Error if the holder is empty).
+  Impl& operator*() const { return *get(); }
+  /// The module's pointer (a tg::Error if the holder is empty).
+  Impl* get() const {
+    Impl* p = std::shared_ptr<Impl>::get();
+    if (!p) detail::throw_empty_holder(typeid(Impl).name());
+    return p;
+  }
+  /// The shared pointer it holds.
+  const std::shared_ptr<Impl>& ptr() const { return *this; }
+  /// Whether it holds no module.
+  bool is_empty() const { return std::shared_ptr<Impl>::get() == nullptr; }
+  /// The module's iteration (ModuleList: `for (auto& m : list)`).
+  template <class I = Impl> auto begin() const -> decltype(std::declval<const I&>().begin()) { return get()->begin(); }
+  /// The end of the module's iteration.
+  template <class I = Impl> auto end() const -> decltype(std::declval<const I&>().end()) { return get()->end(); }
+  /// The module's operator[] (Sequential, ModuleList, ModuleDict).
+  template <class A> decltype(auto) operator[](A&& a) const { return (*get())[std::forward<A>(a)]; }
+  /// forward(args...) of the module.
+  template <class... A>
+  auto operator()(A&&... a) const -> decltype(std::declval<Impl&>().forward(std::forward<A>(a)...)) {
+    return get()->forward(std::forward<A>(a)...);
+  }
+};
+
 /// Prints the module tree as LibTorch does: the module, then its children
 /// indented, each "(name): ...".
 std::ostream& operator<<(std::ostream& os, const Module& m);
 
 }  // namespace tg::nn
+
+/// Declares `Name` as the holder of `Name##Impl` (LibTorch's TORCH_MODULE):
+/// `class NetImpl : public tg::nn::Module {...}; TG_MODULE(Net);`.
+#define TG_MODULE(Name)                                     \
+  class Name : public ::tg::nn::ModuleHolder<Name##Impl> {  \
+   public:                                                  \
+    using ::tg::nn::ModuleHolder<Name##Impl>::ModuleHolder; \
+  }

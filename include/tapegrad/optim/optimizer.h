@@ -17,9 +17,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include <tapegrad/tensor/arg.h>
 #include <tapegrad/tensor/tensor.h>
 
 namespace tg::optim {
@@ -222,12 +224,25 @@ class Optimizer {
 
 /// SGD's settings (torch.optim.SGD's).
 struct SGDOptions {
-  double lr = 1e-3;         ///< learning rate
-  double momentum = 0;      ///< momentum factor
-  double dampening = 0;     ///< dampening of the momentum
-  double weight_decay = 0;  ///< L2 penalty added to the gradient
-  bool nesterov = false;    ///< Nesterov momentum (needs momentum > 0, dampening 0)
-  bool capturable = false;  ///< state up front, parameters static: step() may be captured
+  /// The options in their order (each with PyTorch's default); chain the setters for the rest:
+  /// `SGDOptions(1e-3).momentum(...)`.
+  SGDOptions(double lr = 1e-3, double momentum = 0, double dampening = 0, double weight_decay = 0,
+             bool nesterov = false, bool capturable = false)
+      : lr(lr),
+        momentum(momentum),
+        dampening(dampening),
+        weight_decay(weight_decay),
+        nesterov(nesterov),
+        capturable(capturable) {}
+  /// @name The options (fields, LibTorch's getters `o.lr()` and chained setters `o.lr(v)`)
+  ///@{
+  TG_ARG(SGDOptions, double, lr);            ///< learning rate
+  TG_ARG(SGDOptions, double, momentum);      ///< momentum factor
+  TG_ARG(SGDOptions, double, dampening);     ///< dampening of the momentum
+  TG_ARG(SGDOptions, double, weight_decay);  ///< L2 penalty added to the gradient
+  TG_ARG(SGDOptions, bool, nesterov);        ///< Nesterov momentum (needs momentum > 0, dampening 0)
+  TG_ARG(SGDOptions, bool, capturable);      ///< state up front, parameters static: step() may be captured
+  ///@}
 };
 
 /// Stochastic gradient descent with momentum, Nesterov and weight decay.
@@ -246,13 +261,35 @@ class SGD : public Optimizer {
 
 /// Adam's and AdamW's settings (torch.optim.Adam's).
 struct AdamOptions {
-  double lr = 1e-3;         ///< learning rate
-  double beta1 = 0.9;       ///< decay of the first moment
-  double beta2 = 0.999;     ///< decay of the second moment
-  double eps = 1e-8;        ///< added to the denominator
-  double weight_decay = 0;  ///< Adam: L2 added to the gradient; AdamW: decoupled decay
-  bool amsgrad = false;     ///< keep the maximum of the second moment
-  bool capturable = false;  ///< state up front, parameters static: step() may be captured
+  /// The options in their order (each with PyTorch's default); chain the setters for the rest:
+  /// `AdamOptions(1e-3).beta1(...)`.
+  AdamOptions(double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8, double weight_decay = 0,
+              bool amsgrad = false, bool capturable = false)
+      : lr(lr),
+        beta1(beta1),
+        beta2(beta2),
+        eps(eps),
+        weight_decay(weight_decay),
+        amsgrad(amsgrad),
+        capturable(capturable) {}
+  /// @name The options (fields, LibTorch's getters `o.lr()` and chained setters `o.lr(v)`)
+  ///@{
+  TG_ARG(AdamOptions, double, lr);            ///< learning rate
+  TG_ARG(AdamOptions, double, beta1);         ///< decay of the first moment
+  TG_ARG(AdamOptions, double, beta2);         ///< decay of the second moment
+  TG_ARG(AdamOptions, double, eps);           ///< added to the denominator
+  TG_ARG(AdamOptions, double, weight_decay);  ///< Adam: L2 added to the gradient; AdamW: decoupled decay
+  TG_ARG(AdamOptions, bool, amsgrad);         ///< keep the maximum of the second moment
+  TG_ARG(AdamOptions, bool, capturable);      ///< state up front, parameters static: step() may be captured
+  ///@}
+  /// (beta1, beta2) at once, as LibTorch's `betas(std::make_tuple(0.9, 0.999))`.
+  AdamOptions& betas(const std::tuple<double, double>& b) {
+    beta1 = std::get<0>(b);
+    beta2 = std::get<1>(b);
+    return *this;
+  }
+  /// (beta1, beta2).
+  std::tuple<double, double> betas() const { return {beta1, beta2}; }
 };
 
 /// Adam (Kingma and Ba), with AMSGrad as an option.
@@ -285,15 +322,41 @@ class AdamW : public Adam {
   static AdamOptions AdamWDefaults();
 };
 
+/// AdamW's options with PyTorch's defaults (lr 1e-3, weight_decay 1e-2).
+struct AdamWOptions : AdamOptions {
+  /// The options with learning rate `lr`.
+  AdamWOptions(double lr = 1e-3) : AdamOptions(lr) { weight_decay = 1e-2; }  // NOLINT: as LibTorch's
+};
+
 /// L-BFGS's settings (torch.optim.LBFGS's).
 struct LBFGSOptions {
-  double lr = 1;                   ///< step length (the line search's first trial)
-  int64_t max_iter = 20;           ///< iterations per step()
-  int64_t max_eval = 0;            ///< closure calls per step() (0: max_iter * 5 / 4)
-  double tolerance_grad = 1e-7;    ///< stop when max |gradient| is at most this
-  double tolerance_change = 1e-9;  ///< stop when the step or the loss change is below this
-  int64_t history_size = 100;      ///< curvature pairs kept
-  bool strong_wolfe = false;       ///< line search with the strong Wolfe conditions (else fixed steps)
+  /// The options in their order (each with PyTorch's default); chain the setters for the rest:
+  /// `LBFGSOptions(1e-3).max_iter(...)`.
+  LBFGSOptions(double lr = 1, int64_t max_iter = 20, int64_t max_eval = 0, double tolerance_grad = 1e-7,
+               double tolerance_change = 1e-9, int64_t history_size = 100, bool strong_wolfe = false)
+      : lr(lr),
+        max_iter(max_iter),
+        max_eval(max_eval),
+        tolerance_grad(tolerance_grad),
+        tolerance_change(tolerance_change),
+        history_size(history_size),
+        strong_wolfe(strong_wolfe) {}
+  /// @name The options (fields, LibTorch's getters `o.lr()` and chained setters `o.lr(v)`)
+  ///@{
+  TG_ARG(LBFGSOptions, double, lr);                ///< step length (the line search's first trial)
+  TG_ARG(LBFGSOptions, int64_t, max_iter);         ///< iterations per step()
+  TG_ARG(LBFGSOptions, int64_t, max_eval);         ///< closure calls per step() (0: max_iter * 5 / 4)
+  TG_ARG(LBFGSOptions, double, tolerance_grad);    ///< stop when max |gradient| is at most this
+  TG_ARG(LBFGSOptions, double, tolerance_change);  ///< stop when the step or the loss change is below this
+  TG_ARG(LBFGSOptions, int64_t, history_size);     ///< curvature pairs kept
+  TG_ARG(LBFGSOptions, bool, strong_wolfe);        ///< line search with the strong Wolfe conditions (else fixed steps)
+  ///@}
+  /// LibTorch's line_search_fn: "strong_wolfe" or none (fixed steps); another name is refused.
+  LBFGSOptions& line_search_fn(const std::optional<std::string>& fn);
+  /// "strong_wolfe" or none.
+  std::optional<std::string> line_search_fn() const {
+    return strong_wolfe ? std::optional<std::string>("strong_wolfe") : std::nullopt;
+  }
 };
 
 /// Limited-memory BFGS over all parameters as one vector, optionally with a
@@ -325,19 +388,74 @@ class LBFGS : public Optimizer {
 /// porting: PyTorch's defaults are 1e-2 for RMSprop and Adagrad, 2e-3 for
 /// Adamax and NAdam, 1e-3 for RAdam).
 struct AdaptiveOptions {
-  double lr = 1e-3;                      ///< learning rate
-  double alpha = 0.99;                   ///< RMSprop: smoothing of the squared gradient
-  double beta1 = 0.9;                    ///< Adamax, NAdam, RAdam: first-moment decay
-  double beta2 = 0.999;                  ///< Adamax, NAdam, RAdam: second-moment decay
-  double eps = 1e-8;                     ///< added to the denominator (Adagrad: PyTorch's is 1e-10)
-  double weight_decay = 0;               ///< L2 penalty added to the gradient
-  double momentum = 0;                   ///< RMSprop: momentum
-  bool centered = false;                 ///< RMSprop: divide by the estimated variance
-  double lr_decay = 0;                   ///< Adagrad: lr / (1 + (t - 1) lr_decay)
-  double initial_accumulator_value = 0;  ///< Adagrad: the sum's start
-  double momentum_decay = 4e-3;          ///< NAdam: psi of the momentum schedule
-  bool decoupled_weight_decay = false;   ///< NAdam, RAdam: p *= 1 - lr wd first (AdamW's), not L2
-  bool capturable = false;               ///< state up front, parameters static: step() may be captured
+  /// The options in their order (each with PyTorch's default); chain the setters for the rest:
+  /// `AdaptiveOptions(1e-3).alpha(...)`.
+  AdaptiveOptions(double lr = 1e-3, double alpha = 0.99, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8,
+                  double weight_decay = 0, double momentum = 0, bool centered = false, double lr_decay = 0,
+                  double initial_accumulator_value = 0, double momentum_decay = 4e-3,
+                  bool decoupled_weight_decay = false, bool capturable = false)
+      : lr(lr),
+        alpha(alpha),
+        beta1(beta1),
+        beta2(beta2),
+        eps(eps),
+        weight_decay(weight_decay),
+        momentum(momentum),
+        centered(centered),
+        lr_decay(lr_decay),
+        initial_accumulator_value(initial_accumulator_value),
+        momentum_decay(momentum_decay),
+        decoupled_weight_decay(decoupled_weight_decay),
+        capturable(capturable) {}
+  /// @name The options (fields, LibTorch's getters `o.lr()` and chained setters `o.lr(v)`)
+  ///@{
+  TG_ARG(AdaptiveOptions, double, lr);            ///< learning rate
+  TG_ARG(AdaptiveOptions, double, alpha);         ///< RMSprop: smoothing of the squared gradient
+  TG_ARG(AdaptiveOptions, double, beta1);         ///< Adamax, NAdam, RAdam: first-moment decay
+  TG_ARG(AdaptiveOptions, double, beta2);         ///< Adamax, NAdam, RAdam: second-moment decay
+  TG_ARG(AdaptiveOptions, double, eps);           ///< added to the denominator (Adagrad: PyTorch's is 1e-10)
+  TG_ARG(AdaptiveOptions, double, weight_decay);  ///< L2 penalty added to the gradient
+  TG_ARG(AdaptiveOptions, double, momentum);      ///< RMSprop: momentum
+  TG_ARG(AdaptiveOptions, bool, centered);        ///< RMSprop: divide by the estimated variance
+  TG_ARG(AdaptiveOptions, double, lr_decay);      ///< Adagrad: lr / (1 + (t - 1) lr_decay)
+  TG_ARG(AdaptiveOptions, double, initial_accumulator_value);  ///< Adagrad: the sum's start
+  TG_ARG(AdaptiveOptions, double, momentum_decay);             ///< NAdam: psi of the momentum schedule
+  TG_ARG(AdaptiveOptions, bool, decoupled_weight_decay);       ///< NAdam, RAdam: p *= 1 - lr wd first (AdamW's), not L2
+  TG_ARG(AdaptiveOptions, bool, capturable);  ///< state up front, parameters static: step() may be captured
+  ///@}
+  /// (beta1, beta2) at once, as LibTorch's `betas(std::make_tuple(0.9, 0.999))`.
+  AdaptiveOptions& betas(const std::tuple<double, double>& b) {
+    beta1 = std::get<0>(b);
+    beta2 = std::get<1>(b);
+    return *this;
+  }
+  /// (beta1, beta2).
+  std::tuple<double, double> betas() const { return {beta1, beta2}; }
+};
+/// RMSprop's options with PyTorch's defaults (lr 1e-2, alpha 0.99, eps 1e-8).
+struct RMSpropOptions : AdaptiveOptions {
+  /// The options with learning rate `lr`.
+  RMSpropOptions(double lr = 1e-2) : AdaptiveOptions(lr) {}  // NOLINT: as LibTorch's
+};
+/// Adagrad's options with PyTorch's defaults (lr 1e-2, eps 1e-10).
+struct AdagradOptions : AdaptiveOptions {
+  /// The options with learning rate `lr`.
+  AdagradOptions(double lr = 1e-2) : AdaptiveOptions(lr) { eps = 1e-10; }  // NOLINT: as LibTorch's
+};
+/// Adamax's options with PyTorch's defaults (lr 2e-3).
+struct AdamaxOptions : AdaptiveOptions {
+  /// The options with learning rate `lr`.
+  AdamaxOptions(double lr = 2e-3) : AdaptiveOptions(lr) {}  // NOLINT
+};
+/// NAdam's options with PyTorch's defaults (lr 2e-3, momentum_decay 4e-3).
+struct NAdamOptions : AdaptiveOptions {
+  /// The options with learning rate `lr`.
+  NAdamOptions(double lr = 2e-3) : AdaptiveOptions(lr) {}  // NOLINT
+};
+/// RAdam's options with PyTorch's defaults (lr 1e-3).
+struct RAdamOptions : AdaptiveOptions {
+  /// The options with learning rate `lr`.
+  RAdamOptions(double lr = 1e-3) : AdaptiveOptions(lr) {}  // NOLINT
 };
 /// RMSprop, Adagrad, Adamax, NAdam and RAdam with PyTorch's update rules
 /// (torch.optim's single-tensor forms): on CUDA one multi-tensor kernel per
@@ -367,10 +485,12 @@ class Adaptive : public Optimizer {
 /// One of the rules as an optimizer: constructed from parameters or groups.
 template <Adaptive::Rule R> class AdaptiveRule : public Adaptive {
  public:
-  /// The optimizer over `params`.
-  AdaptiveRule(std::vector<Tensor> params, AdaptiveOptions options);
+  /// The optimizer over `params` (options: the rule's PyTorch defaults, RMSpropOptions() ...).
+  AdaptiveRule(std::vector<Tensor> params, AdaptiveOptions options = defaults());
   /// The optimizer over parameter groups.
-  AdaptiveRule(std::vector<ParamGroup> groups, AdaptiveOptions options);
+  AdaptiveRule(std::vector<ParamGroup> groups, AdaptiveOptions options = defaults());
+  /// The rule's PyTorch defaults (RMSpropOptions(), AdagradOptions(), ...).
+  static AdaptiveOptions defaults();
 };
 /// RMSprop (torch.optim.RMSprop).
 using RMSprop = AdaptiveRule<Adaptive::Rule::kRMSprop>;

@@ -1,0 +1,30 @@
+// Options structs with LibTorch's chained setters beside plain fields
+// (docs/GUIDE.md "Porting from LibTorch"): a field declared with TG_ARG is
+// set and read as a field (`o.lr = 1e-3; double r = o.lr;`), read as
+// LibTorch's getter (`o.lr()`) and set as its chained setter
+// (`AdamOptions(1e-3).weight_decay(0.01)` returns the options).
+#pragma once
+
+#include <cstddef>
+#include <utility>
+
+/// Declares the option `name` of type `T` in the options struct `Owner`
+/// (which must stay standard-layout: options only, no virtual functions,
+/// no base with members). Its value is `value`; `Owner` initializes it
+/// (a constructor's parameters, as LibTorch's positional options).
+#define TG_ARG(Owner, T, name)                                                                 \
+  struct name##_arg {                                                                          \
+    T value{};                                                                                 \
+    name##_arg() = default;                                                                    \
+    name##_arg(T v) : value(std::move(v)) {} /* NOLINT: a field's assignment */                \
+    name##_arg& operator=(T v) {                                                               \
+      value = std::move(v);                                                                    \
+      return *this;                                                                            \
+    }                                                                                          \
+    operator const T&() const { return value; } /* NOLINT: read as the field */                \
+    const T& operator()() const { return value; }                                              \
+    Owner& operator()(T v) {                                                                   \
+      value = std::move(v);                                                                    \
+      return *reinterpret_cast<Owner*>(reinterpret_cast<char*>(this) - offsetof(Owner, name)); \
+    }                                                                                          \
+  } name

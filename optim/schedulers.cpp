@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include <tapegrad/tensor/error.h>
+#include <tapegrad/tensor/ops.h>
 
 namespace tg::optim {
 
@@ -39,6 +41,61 @@ void LRScheduler::step() {
 void LRScheduler::set_epoch(int64_t epoch) {
   TG_CHECK(epoch >= 0, name_, ".set_epoch: the epoch must be >= 0, got ", epoch);
   apply(epoch, false);
+}
+
+namespace {
+// The entry `key` of a scheduler's state: defined, `dim`-dimensional (size
+// `n` for one dim) and of a floating or integer dtype; as Float64 on the CPU.
+Tensor state_entry(const NamedTensors& state, const std::string& key, int64_t dim, int64_t n, const char* who) {
+  for (const auto& [k, v] : state) {
+    if (k != key) continue;
+    TG_CHECK(v.defined() && v.dim() == dim && (dim == 0 || v.size(0) == n), who, ".load_state_dict: \"", key,
+             "\" must be ", dim == 0 ? std::string("a 0-dim tensor") : "a tensor of " + std::to_string(n) + " values",
+             v.defined() ? ", got sizes " + shape_str(v.sizes()) : ", got an undefined tensor");
+    TG_CHECK(!is_complex(v.dtype()) && v.dtype() != kBool, who, ".load_state_dict: \"", key,
+             "\" must be a real number, got ", v.dtype());
+    return v.to(Device(kCPU)).to(kFloat64).contiguous();
+  }
+  std::string keys;
+  for (const auto& kv : state)
+    keys += (keys.empty() ? "\"" : ", \"") + kv.first + "\"";
+  TG_ERROR(who, ".load_state_dict: no \"", key, "\" in the state (it has ", keys.empty() ? "none" : keys,
+           "); pass the scheduler's own state_dict()");
+}
+// A count saved as a double: finite, integral, in [0, 2^53].
+int64_t state_count(const Tensor& v, const char* key, const char* who) {
+  const double d = v.item<double>();
+  TG_CHECK(std::isfinite(d) && d >= 0 && d == std::floor(d) && d <= 9007199254740992.0, who, ".load_state_dict: \"",
+           key, "\" must be a whole number >= 0, got ", d);
+  return int64_t(d);
+}
+}  // namespace
+
+NamedTensors LRScheduler::state_dict() const {
+  return {{"last_epoch", tg::full({}, double(epoch_), kInt64)},
+          {"base_lrs", tg::tensor(base_, {int64_t(base_.size())}, kFloat64)}};
+}
+
+void LRScheduler::load_state_dict(const NamedTensors& state) {
+  const int64_t groups = int64_t(base_.size());
+  const int64_t epoch = state_count(state_entry(state, "last_epoch", 0, 0, name_), "last_epoch", name_);
+  Tensor b = state_entry(state, "base_lrs", 1, groups, name_);
+  std::vector<double> base(static_cast<size_t>(groups));
+  for (int64_t g = 0; g < groups; ++g) {
+    base[size_t(g)] = b.data_ptr<double>()[g];
+    TG_CHECK(std::isfinite(base[size_t(g)]) && base[size_t(g)] >= 0, name_, ".load_state_dict: group ", g,
+             "'s base rate is ", base[size_t(g)], "; it must be finite and >= 0");
+  }
+  const std::vector<double> old = base_;
+  base_ = base;
+  try {
+    apply(epoch, false);  // checks every rate before it sets any
+  } catch (...) {
+    base_ = old;
+    throw;
+  }
+  for (int64_t g = 0; g < groups; ++g)
+    opt_.groups_[size_t(g)].initial_lr = base_[size_t(g)];
 }
 
 void LRScheduler::apply(int64_t epoch, bool constructing) {
@@ -258,6 +315,25 @@ ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& opt, double factor, int64_t pati
            "ReduceLROnPlateau: threshold, min_lr and eps must be finite and >= 0, got ", threshold, ", ", min_lr,
            " and ", eps);
   opt.claim_rates(token_, "ReduceLROnPlateau", true);
+}
+
+NamedTensors ReduceLROnPlateau::state_dict() const {
+  return {{"best", tg::full({}, best_, kFloat64)},
+          {"num_bad_epochs", tg::full({}, double(bad_epochs_), kInt64)},
+          {"cooldown_counter", tg::full({}, double(cooldown_left_), kInt64)}};
+}
+
+void ReduceLROnPlateau::load_state_dict(const NamedTensors& state) {
+  const char* who = "ReduceLROnPlateau";
+  const double best = state_entry(state, "best", 0, 0, who).item<double>();
+  TG_CHECK(!std::isnan(best), who, ".load_state_dict: \"best\" is NaN");
+  const int64_t bad = state_count(state_entry(state, "num_bad_epochs", 0, 0, who), "num_bad_epochs", who);
+  const int64_t cool = state_count(state_entry(state, "cooldown_counter", 0, 0, who), "cooldown_counter", who);
+  TG_CHECK(cool <= cooldown_, who, ".load_state_dict: \"cooldown_counter\" is ", cool,
+           ", more than this scheduler's cooldown (", cooldown_, ")");
+  best_ = best;
+  bad_epochs_ = bad;
+  cooldown_left_ = cool;
 }
 
 // PyTorch's is_better: a NaN metric is never better.

@@ -457,3 +457,124 @@ TEST(LibtorchHabits, EachOptimizerHasPyTorchsDefaults) {
   opt.step();
   EXPECT_NEAR(w.item<double>(), 0.9, 1e-6);
 }
+
+// ---- scheduler state and checkpoints ----
+
+// A training run that draws from the generator every step (a random
+// minibatch, Dropout), with Adam and a StepLR; `steps` steps from `start`.
+struct TrainingRun {
+  tg::nn::Sequential net{nullptr};
+  std::unique_ptr<tg::optim::Adam> opt;
+  std::unique_ptr<tg::optim::StepLR> sched;
+  Tensor x, y;
+  explicit TrainingRun(uint64_t seed) {
+    tg::manual_seed(seed);
+    net = tg::nn::Sequential(tg::nn::Linear(2, 8), tg::nn::Tanh(), tg::nn::Dropout(0.25), tg::nn::Linear(8, 1));
+    net->to(tg::kFloat64);
+    opt = std::make_unique<tg::optim::Adam>(net->parameters(), tg::optim::AdamOptions(1e-2).weight_decay(1e-3));
+    sched = std::make_unique<tg::optim::StepLR>(*opt, 3, 0.5);
+    x = tg::linspace(-1.0, 1.0, 128, tg::kFloat64).reshape({64, 2});  // the data: the same in every run
+    y = tg::sin(x.sum(1, true));
+  }
+  void train(int steps) {
+    for (int i = 0; i < steps; ++i) {
+      Tensor idx = tg::randint(0, 64, {16});
+      opt->zero_grad();
+      tg::square(net(x.index({idx})) - y.index({idx})).mean().backward();
+      opt->step();
+      sched->step();
+    }
+  }
+};
+
+TEST(LibtorchHabits, CheckpointResumesBitwiseWithGeneratorAndScheduler) {
+  TrainingRun straight(11);
+  straight.train(10);
+  const std::string path = ::testing::TempDir() + "tg_checkpoint_resume.safetensors";
+  {
+    TrainingRun first(11);
+    first.train(4);
+    tg::optim::save_checkpoint(path, *first.net, *first.opt, 4, {first.sched.get()});
+  }
+  TrainingRun resumed(99);  // other initial values and generator position
+  (void)tg::rand({1000});   // the generator moved on
+  EXPECT_EQ(tg::optim::load_checkpoint(path, *resumed.net, *resumed.opt, {resumed.sched.get()}), 4);
+  EXPECT_EQ(resumed.sched->epoch(), 4);
+  EXPECT_EQ(resumed.opt->lr(0), straight.opt->lr(0) * 4);  // epoch 4 of StepLR(3, 0.5) against epoch 10
+  resumed.train(6);
+  auto a = straight.net->parameters(), b = resumed.net->parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(tg::equal(a[i], b[i])) << "parameter " << i;
+  EXPECT_EQ(straight.opt->lr(0), resumed.opt->lr(0));
+  // Without the generator state the resumed run would differ (the check can fail).
+  TrainingRun no_rng(99);
+  tg::optim::load_checkpoint(path, *no_rng.net, *no_rng.opt, {no_rng.sched.get()});
+  tg::manual_seed(5);
+  no_rng.train(6);
+  EXPECT_FALSE(tg::equal(straight.net->parameters()[0], no_rng.net->parameters()[0]));
+  // Bad files and mismatched parts name what is wrong, and change nothing after the check.
+  EXPECT_ERROR_CONTAINS(tg::optim::load_checkpoint(path, *no_rng.net, *no_rng.opt),
+                        "holds an epoch scheduler's state but none was passed");
+  const std::string module_only = ::testing::TempDir() + "tg_checkpoint_module.safetensors";
+  tg::nn::save(*no_rng.net, module_only);
+  EXPECT_ERROR_CONTAINS(tg::optim::load_checkpoint(module_only, *no_rng.net, *no_rng.opt),
+                        "not a save_checkpoint file");
+  TrainingRun other(3);
+  tg::nn::Sequential wider(tg::nn::Linear(2, 9));
+  EXPECT_ERROR_CONTAINS(tg::optim::load_checkpoint(path, *wider, *other.opt, {other.sched.get()}),
+                        "restoring the module failed");
+  std::remove(path.c_str());
+  std::remove(module_only.c_str());
+}
+
+TEST(LibtorchHabits, SchedulerStateDictsResume) {
+  auto make = [](double lr) {
+    Tensor w = tg::ones({2}, tg::kFloat64).requires_grad_();
+    return std::make_unique<tg::optim::SGD>(std::vector<Tensor>{w}, tg::optim::SGDOptions(lr));
+  };
+  const std::vector<double> metrics = {5, 4, 4, 4, 4, 3, 3, 3, 3, 3, 3, 2};
+  auto straight = make(1.0);
+  tg::optim::ReduceLROnPlateau plateau(*straight, 0.5, 2, 1e-4, 1);
+  std::vector<double> want;
+  for (double m : metrics) {
+    plateau.step(m);
+    want.push_back(straight->lr(0));
+  }
+  EXPECT_LT(want.back(), 1.0);  // it did lower the rate
+  // Stopped after 5 metrics: the optimizer's and the scheduler's states carry on.
+  auto first = make(1.0);
+  tg::optim::ReduceLROnPlateau p1(*first, 0.5, 2, 1e-4, 1);
+  for (size_t i = 0; i < 5; ++i)
+    p1.step(metrics[i]);
+  auto second = make(1.0);
+  second->load_state_dict(first->state_dict());
+  tg::optim::ReduceLROnPlateau p2(*second, 0.5, 2, 1e-4, 1);
+  p2.load_state_dict(p1.state_dict());
+  EXPECT_EQ(p2.best(), 4.0);
+  for (size_t i = 5; i < metrics.size(); ++i) {
+    p2.step(metrics[i]);
+    EXPECT_EQ(second->lr(0), want[i]) << "metric " << i;
+  }
+  EXPECT_ERROR_CONTAINS(p2.load_state_dict({{"best", tg::full({}, 1.0)}}),
+                        "ReduceLROnPlateau.load_state_dict: no \"num_bad_epochs\" in the state");
+  EXPECT_ERROR_CONTAINS(p2.load_state_dict({{"best", tg::full({}, 1.0)},
+                                            {"num_bad_epochs", tg::full({}, -1.0)},
+                                            {"cooldown_counter", tg::full({}, 0.0)}}),
+                        "\"num_bad_epochs\" must be a whole number >= 0, got -1");
+  // An epoch scheduler: its epoch and base rates.
+  auto o = make(0.2);
+  tg::optim::CosineAnnealingLR cos(*o, 10, 0.01);
+  for (int i = 0; i < 3; ++i)
+    cos.step();
+  auto o2 = make(0.7);  // another base rate: the saved one wins
+  tg::optim::CosineAnnealingLR cos2(*o2, 10, 0.01);
+  cos2.load_state_dict(cos.state_dict());
+  EXPECT_EQ(cos2.epoch(), 3);
+  EXPECT_EQ(o2->lr(0), o->lr(0));
+  EXPECT_EQ(o2->initial_lr(0), 0.2);
+  EXPECT_ERROR_CONTAINS(
+      cos2.load_state_dict({{"last_epoch", tg::full({}, 1.0)}, {"base_lrs", tg::full({2}, 0.1, tg::kFloat64)}}),
+      "\"base_lrs\" must be a tensor of 1 values");
+  EXPECT_EQ(cos2.epoch(), 3);  // unchanged by the refused state
+}

@@ -17,6 +17,7 @@
 #include <tapegrad/nn/serialize.h>
 #include <tapegrad/nn/unet.h>
 #include <tapegrad/ode/odeint.h>
+#include <tapegrad/optim/checkpoint.h>
 #include <tapegrad/optim/optimizer.h>
 #include <tapegrad/tensor/dlpack.h>
 #include <tapegrad/tensor/error.h>

@@ -526,6 +526,12 @@ class LRScheduler {
   void set_epoch(int64_t epoch);
   /// The optimizer scheduled.
   const Optimizer& optimizer() const { return opt_; }
+  /// The scheduler's state, as PyTorch's: "last_epoch" (Int64, 0-dim) and
+  /// "base_lrs" (Float64, one initial rate per group).
+  NamedTensors state_dict() const;
+  /// Restores a state_dict() of a scheduler of the same schedule over as
+  /// many groups (checked), and applies its epoch's rates.
+  void load_state_dict(const NamedTensors& state);
   /// How many parameter groups it schedules (the optimizer's when made).
   size_t num_groups() const { return base_.size(); }
   /// Its name ("StepLR", ...), as errors give it.
@@ -668,6 +674,12 @@ class ReduceLROnPlateau {
   void step(double metric);
   /// The best metric so far (+inf in mode "min", -inf in "max" before any).
   double best() const { return best_; }
+  /// The scheduler's state, as PyTorch's: "best" (Float64), "num_bad_epochs"
+  /// and "cooldown_counter" (Int64), all 0-dim. The rates themselves are the
+  /// optimizer's (in its state_dict).
+  NamedTensors state_dict() const;
+  /// Restores a state_dict() (each entry checked: present, 0-dim, in range).
+  void load_state_dict(const NamedTensors& state);
 
  private:
   bool better(double metric) const;

@@ -85,6 +85,11 @@ std::shared_ptr<Module> make_activation(const std::string& name) {
            "'; expected tanh, silu, relu, gelu, softplus, sigmoid, leaky_relu, elu or tanhshrink");
 }
 
+const std::shared_ptr<Module>& SequentialImpl::operator[](size_t i) const {
+  TG_CHECK(i < modules_.size(), "Sequential: no module ", i, " (it holds ", modules_.size(), ")");
+  return modules_[i];
+}
+
 Sequential MLP(const std::vector<int64_t>& sizes, const std::string& activation, TensorOptions options) {
   TG_CHECK(sizes.size() >= 2, "MLP: give at least the input and output sizes, got ", sizes.size(), " sizes");
   make_activation(activation);  // a bad name fails before any layer is made

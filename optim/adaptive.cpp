@@ -40,9 +40,10 @@ Tensor f64(double v) { return tg::full({}, v, TensorOptions().dtype(kFloat64)); 
 
 Adaptive::Adaptive(Rule rule, std::vector<ParamGroup> groups, AdaptiveOptions options, const char* name)
     : Optimizer(std::move(groups), options.lr, options.weight_decay, name), rule_(rule), o_(options) {
-  TG_CHECK(o_.eps >= 0 && o_.weight_decay >= 0 && o_.momentum >= 0 && o_.lr_decay >= 0, name_,
-           ": eps, weight_decay, momentum and lr_decay must be >= 0, got ", o_.eps, ", ", o_.weight_decay, ", ",
-           o_.momentum, " and ", o_.lr_decay);
+  TG_CHECK(
+      o_.eps >= 0 && std::isfinite(o_.weight_decay()) && o_.weight_decay >= 0 && o_.momentum >= 0 && o_.lr_decay >= 0,
+      name_, ": eps, weight_decay, momentum and lr_decay must be >= 0, got ", o_.eps, ", ", o_.weight_decay, ", ",
+      o_.momentum, " and ", o_.lr_decay);
   // PyTorch's rules: alpha >= 0 (above 1 allowed, NaN not), each beta in [0, 1).
   TG_CHECK(o_.alpha >= 0, name_, ": alpha must be >= 0 (any number from 0 up; NaN is not one), got ", o_.alpha);
   TG_CHECK(o_.beta1 >= 0 && o_.beta1 < 1 && o_.beta2 >= 0 && o_.beta2 < 1, name_,
@@ -263,10 +264,9 @@ template <Adaptive::Rule R> AdaptiveOptions AdaptiveRule<R>::defaults() {
 }
 
 template <Adaptive::Rule R>
-AdaptiveRule<R>::AdaptiveRule(std::vector<Tensor> params, AdaptiveOptions o)
-    : AdaptiveRule(one_group(std::move(params)), o) {}
+AdaptiveRule<R>::AdaptiveRule(std::vector<Tensor> params, Options o) : AdaptiveRule(one_group(std::move(params)), o) {}
 template <Adaptive::Rule R>
-AdaptiveRule<R>::AdaptiveRule(std::vector<ParamGroup> groups, AdaptiveOptions o)
+AdaptiveRule<R>::AdaptiveRule(std::vector<ParamGroup> groups, Options o)
     : Adaptive(R, std::move(groups), o, rule_name(R)) {}
 template class AdaptiveRule<Adaptive::Rule::kRMSprop>;
 template class AdaptiveRule<Adaptive::Rule::kAdagrad>;

@@ -24,7 +24,7 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr, const char* name)
 Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay, const char* name)
     : default_lr_(lr), name_(name) {
   default_weight_decay_ = weight_decay;
-  TG_CHECK(lr >= 0, name_, ": the learning rate must be >= 0, got ", lr);
+  TG_CHECK(std::isfinite(lr) && lr >= 0, name_, ": the learning rate must be finite and >= 0, got ", lr);
   TG_CHECK(!groups.empty(), name_,
            ": got an empty parameter list; give it the tensors to optimize (e.g. model.parameters())");
   for (ParamGroup& g : groups)
@@ -37,8 +37,8 @@ void Optimizer::add_group(ParamGroup group) {
            g == 0 ? "" : std::to_string(g), g == 0 ? "" : " is empty",
            "; give it the tensors to optimize (e.g. model.parameters())");
   const double lr = group.lr.value_or(default_lr_), wd = group.weight_decay.value_or(default_weight_decay_);
-  TG_CHECK(lr >= 0 && wd >= 0, name_, ": parameter group ", g, " needs lr and weight_decay >= 0, got ", lr, " and ",
-           wd);
+  TG_CHECK(std::isfinite(lr) && lr >= 0 && std::isfinite(wd) && wd >= 0, name_, ": parameter group ", g,
+           " needs lr and weight_decay finite and >= 0, got ", lr, " and ", wd);
   std::unordered_map<const void*, size_t> seen;
   for (size_t i = 0; i < params_.size(); ++i)
     seen.emplace(params_[i].impl(), i);
@@ -118,7 +118,7 @@ void Optimizer::set_lr(double lr) {
 
 void Optimizer::set_lr(size_t g, double lr) {
   TG_CHECK(g < groups_.size(), name_, ": no parameter group ", g, " (there are ", groups_.size(), ")");
-  TG_CHECK(lr >= 0, name_, ": the learning rate must be >= 0, got ", lr);
+  TG_CHECK(std::isfinite(lr) && lr >= 0, name_, ": the learning rate must be finite and >= 0, got ", lr);
   groups_[g].lr = lr;
   if (groups_[g].device_options.defined()) {
     autograd::NoGradGuard no_grad;
@@ -490,8 +490,10 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options)
 
 SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
     : Optimizer(std::move(groups), options.lr, options.weight_decay, "SGD"), o_(options) {
-  TG_CHECK(o_.momentum >= 0 && o_.weight_decay >= 0, "SGD: momentum and weight_decay must be >= 0, got ", o_.momentum,
-           " and ", o_.weight_decay);
+  TG_CHECK(std::isfinite(o_.momentum()) && o_.momentum >= 0 && std::isfinite(o_.weight_decay()) &&
+               o_.weight_decay >= 0 && !std::isnan(o_.dampening()),
+           "SGD: momentum and weight_decay must be finite and >= 0 and dampening not NaN, got ", o_.momentum, " and ",
+           o_.weight_decay);
   TG_CHECK(!o_.nesterov || (o_.momentum > 0 && o_.dampening == 0),
            "SGD: Nesterov momentum needs momentum > 0 and dampening = 0");
   add_state("momentum_buffer", &buf_, o_.momentum != 0);
@@ -549,7 +551,8 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled, 
     : Optimizer(std::move(groups), options.lr, options.weight_decay, name), o_(options), decoupled_(decoupled) {
   TG_CHECK(o_.beta1 >= 0 && o_.beta1 < 1 && o_.beta2 >= 0 && o_.beta2 < 1, name_, ": betas must be in [0, 1), got ",
            o_.beta1, " and ", o_.beta2);
-  TG_CHECK(o_.eps >= 0 && o_.weight_decay >= 0, name_, ": eps and weight_decay must be >= 0");
+  TG_CHECK(o_.eps >= 0 && std::isfinite(o_.weight_decay()) && o_.weight_decay >= 0, name_,
+           ": eps must be >= 0 and weight_decay finite and >= 0");
   add_state("exp_avg", &m_);
   add_state("exp_avg_sq", &v_);
   add_state("max_exp_avg_sq", &vmax_, o_.amsgrad);
@@ -618,8 +621,8 @@ AdamOptions AdamW::AdamWDefaults() {
   return o;
 }
 
-AdamW::AdamW(std::vector<Tensor> params, AdamOptions options)
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
     : Adam(std::vector<ParamGroup>{ParamGroup{std::move(params)}}, options, true, "AdamW") {}
-AdamW::AdamW(std::vector<ParamGroup> groups, AdamOptions options) : Adam(std::move(groups), options, true, "AdamW") {}
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options) : Adam(std::move(groups), options, true, "AdamW") {}
 
 }  // namespace tg::optim

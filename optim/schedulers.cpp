@@ -47,6 +47,11 @@ namespace {
 // The entry `key` of a scheduler's state: defined, `dim`-dimensional (size
 // `n` for one dim) and of a floating or integer dtype; as Float64 on the CPU.
 Tensor state_entry(const NamedTensors& state, const std::string& key, int64_t dim, int64_t n, const char* who) {
+  int64_t copies = 0;
+  for (const auto& kv : state)
+    copies += kv.first == key;
+  TG_CHECK(copies <= 1, who, ".load_state_dict: \"", key, "\" is in the state ", copies,
+           " times; pass one state_dict()");
   for (const auto& [k, v] : state) {
     if (k != key) continue;
     TG_CHECK(v.defined() && v.dim() == dim && (dim == 0 || v.size(0) == n), who, ".load_state_dict: \"", key,
@@ -66,7 +71,7 @@ Tensor state_entry(const NamedTensors& state, const std::string& key, int64_t di
 int64_t state_count(const Tensor& v, const char* key, const char* who) {
   const double d = v.item<double>();
   TG_CHECK(std::isfinite(d) && d >= 0 && d == std::floor(d) && d <= 9007199254740992.0, who, ".load_state_dict: \"",
-           key, "\" must be a whole number >= 0, got ", d);
+           key, "\" must be a whole number in [0, 2^53], got ", d);
   return int64_t(d);
 }
 }  // namespace

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include <tapegrad/tapegrad.h>
 
@@ -561,7 +562,7 @@ TEST(LibtorchHabits, SchedulerStateDictsResume) {
   EXPECT_ERROR_CONTAINS(p2.load_state_dict({{"best", tg::full({}, 1.0)},
                                             {"num_bad_epochs", tg::full({}, -1.0)},
                                             {"cooldown_counter", tg::full({}, 0.0)}}),
-                        "\"num_bad_epochs\" must be a whole number >= 0, got -1");
+                        "\"num_bad_epochs\" must be a whole number in [0, 2^53], got -1");
   // An epoch scheduler: its epoch and base rates.
   auto o = make(0.2);
   tg::optim::CosineAnnealingLR cos(*o, 10, 0.01);
@@ -577,4 +578,79 @@ TEST(LibtorchHabits, SchedulerStateDictsResume) {
       cos2.load_state_dict({{"last_epoch", tg::full({}, 1.0)}, {"base_lrs", tg::full({2}, 0.1, tg::kFloat64)}}),
       "\"base_lrs\" must be a tensor of 1 values");
   EXPECT_EQ(cos2.epoch(), 3);  // unchanged by the refused state
+}
+
+// What the adversary of the options, holders and checkpoints found (each was
+// wrong before its fix).
+static_assert(!std::is_copy_constructible<tg::optim::SGDOptions::lr_arg>::value,
+              "auto x = o.lr would copy the field out of its options (its chained setter would then write "
+              "past it)");
+static_assert(std::is_copy_constructible<tg::optim::SGDOptions>::value, "options copy whole");
+
+TEST(LibtorchHabits, AdversaryFindingsStayFixed) {
+  namespace optim = tg::optim;
+  Tensor w = tg::ones({2}, tg::kFloat64).requires_grad_();
+  // A bare rate or {} converts to the rule's own options, keeping its other defaults (as LibTorch).
+  {
+    Tensor p = tg::ones({1}, tg::kFloat64).requires_grad_();
+    optim::AdamW aw({p}, 1e-1);  // weight decay 1e-2: p *= 1 - 0.1 * 0.01 with a zero gradient
+    (p * 0.0).sum().backward();
+    aw.step();
+    EXPECT_DOUBLE_EQ(p.item<double>(), 1 - 0.1 * 0.01);
+    Tensor q = tg::ones({1}, tg::kFloat64).requires_grad_();
+    optim::Adagrad ag({q}, 0.1);  // eps 1e-10: the first step is lr exactly (1e-8 would show)
+    (q * 1e-6).sum().backward();
+    ag.step();
+    EXPECT_NEAR(q.item<double>(), 1 - 0.1 * 1e-6 / (1e-6 + 1e-10), 1e-15);
+    Tensor r = tg::ones({1}, tg::kFloat64).requires_grad_();
+    optim::RMSprop rms({r}, {});
+    (r * r).sum().backward();
+    rms.step();
+    EXPECT_NEAR(r.item<double>(), 0.9, 1e-6);  // lr 1e-2
+  }
+  // Rates and weight decays are finite at construction, as load_state_dict requires.
+  EXPECT_ERROR_CONTAINS(optim::SGD({w}, optim::SGDOptions(INFINITY)), "learning rate must be finite and >= 0");
+  EXPECT_ERROR_CONTAINS(optim::AdamW({w}, optim::AdamWOptions().weight_decay(INFINITY)),
+                        "weight_decay finite and >= 0");
+  EXPECT_ERROR_CONTAINS(optim::SGD({w}, optim::SGDOptions(0.1).momentum(0.9).dampening(NAN)), "dampening not NaN");
+  // Sequential's [] past the end is a tg::Error.
+  tg::nn::Sequential s(tg::nn::Linear(2, 2));
+  EXPECT_ERROR_CONTAINS(s[5], "Sequential: no module 5 (it holds 1)");
+  // A checkpoint's scheduler must schedule its optimizer.
+  tg::nn::Linear net(2, 1);
+  optim::Adam adam(net->parameters());
+  optim::SGD other({w});
+  optim::StepLR foreign(other, 1, 0.1);
+  const std::string path = ::testing::TempDir() + "tg_checkpoint_adversary.safetensors";
+  EXPECT_ERROR_CONTAINS(optim::save_checkpoint(path, *net, adam, 0, {&foreign}),
+                        "schedules another optimizer than the one passed");
+  optim::StepLR own(adam, 1, 0.1);
+  optim::save_checkpoint(path, *net, adam, 7, {&own});
+  EXPECT_ERROR_CONTAINS(optim::load_checkpoint(path, *net, adam, {&foreign}),
+                        "schedules another optimizer than the one passed");
+  EXPECT_EQ(optim::load_checkpoint(path, *net, adam, {&own}), 7);
+  // The step is digits only; anything else is refused before anything changes.
+  auto tensors = tg::nn::load_safetensors(path);
+  for (const char* bad : {" 5", "+5", "5 ", "1e3", "-1", "", "99999999999999999999"}) {
+    tg::nn::save_safetensors(path, tensors, {{"format", "tapegrad-checkpoint-1"}, {"step", bad}});
+    SCOPED_TRACE(bad);
+    EXPECT_ERROR_CONTAINS(optim::load_checkpoint(path, *net, adam, {&own}), "is not a whole number");
+  }
+  tg::nn::save_safetensors(path, tensors, {{"format", "tapegrad-checkpoint-1"}});
+  EXPECT_ERROR_CONTAINS(optim::load_checkpoint(path, *net, adam, {&own}), "its metadata has no step");
+  // A generator state of another shape is refused before any part is restored.
+  auto bad_rng = tensors;
+  for (auto& [k, v] : bad_rng)
+    if (k == "rng_state") v = tg::zeros({3}, tg::kInt64);
+  tg::nn::save_safetensors(path, bad_rng, {{"format", "tapegrad-checkpoint-1"}, {"step", "3"}});
+  const double before = net->weight.sum().item<double>();
+  net->weight.detach().add_(1.0);
+  EXPECT_ERROR_CONTAINS(optim::load_checkpoint(path, *net, adam, {&own}), "its random generator state is Int64 [3]");
+  EXPECT_NEAR(net->weight.sum().item<double>(), before + 2.0, 1e-5);  // the module was not restored
+  std::remove(path.c_str());
+  // A key twice in a scheduler state is refused.
+  EXPECT_ERROR_CONTAINS(own.load_state_dict({{"last_epoch", tg::full({}, 0.0)},
+                                             {"last_epoch", tg::full({}, 7.0)},
+                                             {"base_lrs", tg::full({1}, 1e-3, tg::kFloat64)}}),
+                        "\"last_epoch\" is in the state 2 times");
 }

@@ -10,10 +10,6 @@
 
 #include <tapegrad/tapegrad.h>
 
-// LibTorch's forward(Tensor) hides Module's virtual forward(const Tensor&)
-// (as it would in any class with both): GCC 13's -Wall names that.
-#pragma GCC diagnostic ignored "-Woverloaded-virtual"
-
 namespace {
 
 #ifdef TAPEGRAD_SANITIZE_BUILD

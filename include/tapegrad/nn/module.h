@@ -39,8 +39,19 @@ class Module : public std::enable_shared_from_this<Module> {
   /// The module's type name.
   const std::string& type_name() const { return type_name_; }
   /// The computation; modules that are not Tensor -> Tensor throw a
-  /// tg::Error naming themselves.
+  /// tg::Error naming themselves. A module may declare forward as
+  /// LibTorch's instead (`Tensor forward(Tensor x)`, other arguments, not
+  /// virtual): its holder calls that one. GCC reports such a hiding at
+  /// this declaration (-Woverloaded-virtual, in -Wall from GCC 13); it is
+  /// the LibTorch form and intended, so it is not reported.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Woverloaded-virtual"
+#endif
   virtual Tensor forward(const Tensor& x);
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
   /// forward(x).
   Tensor operator()(const Tensor& x) { return forward(x); }
 

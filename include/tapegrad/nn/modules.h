@@ -43,8 +43,8 @@ class SequentialImpl : public Module {
   Tensor forward(const Tensor& x) override;  ///< each module on the previous one's output
   /// How many modules it holds.
   size_t size() const { return modules_.size(); }
-  /// The i-th module.
-  const std::shared_ptr<Module>& operator[](size_t i) const { return modules_.at(i); }
+  /// The i-th module (a tg::Error past the end).
+  const std::shared_ptr<Module>& operator[](size_t i) const;
 
  private:
   std::vector<std::shared_ptr<Module>> modules_;

@@ -21,8 +21,9 @@ struct CheckpointSchedulers {
 /// Writes `path` (safetensors): the module's state_dict ("model.*"), the
 /// optimizer's ("optimizer.*"), the schedulers' ("lr_scheduler.*",
 /// "plateau.*"), the random generator's state ("rng_state": get_rng_state,
-/// which serves every device) and `step` (metadata). The file is written
-/// whole or not at all (a temporary beside it, then renamed).
+/// which serves every device) and `step` (metadata), with
+/// nn::save_safetensors (written whole or not at all). A scheduler of
+/// another optimizer is refused.
 void save_checkpoint(const std::string& path, const nn::Module& module, const Optimizer& optimizer, int64_t step = 0,
                      CheckpointSchedulers schedulers = {});
 
@@ -30,7 +31,8 @@ void save_checkpoint(const std::string& path, const nn::Module& module, const Op
 /// schedulers (the same kinds as were saved: a part saved without its
 /// object here, or asked for and absent, is an error naming it), sets the
 /// random generator's state, and returns the step. Which parts the file
-/// holds is checked first; the parts are then restored in order (module,
+/// holds (and the generator state's shape) is checked first, and a
+/// scheduler of another optimizer is refused; the parts are then restored in order (module,
 /// optimizer, schedulers, generator), and an error names the part it is in
 /// (the parts before it stay restored).
 int64_t load_checkpoint(const std::string& path, nn::Module& module, Optimizer& optimizer,

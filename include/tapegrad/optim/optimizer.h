@@ -249,9 +249,9 @@ struct SGDOptions {
 class SGD : public Optimizer {
  public:
   /// The optimizer over `params`.
-  SGD(std::vector<Tensor> params, SGDOptions options = {});
+  SGD(std::vector<Tensor> params, SGDOptions options = SGDOptions());
   /// The optimizer over parameter groups (options: the defaults).
-  SGD(std::vector<ParamGroup> groups, SGDOptions options = {});
+  SGD(std::vector<ParamGroup> groups, SGDOptions options = SGDOptions());
   void step() override;  ///< p -= lr * (momentum-averaged gradient + weight decay)
  private:
   void on_params_added(size_t first_new) override;
@@ -296,9 +296,9 @@ struct AdamOptions {
 class Adam : public Optimizer {
  public:
   /// The optimizer over `params`.
-  Adam(std::vector<Tensor> params, AdamOptions options = {});
+  Adam(std::vector<Tensor> params, AdamOptions options = AdamOptions());
   /// The optimizer over parameter groups (options: the defaults).
-  Adam(std::vector<ParamGroup> groups, AdamOptions options = {});
+  Adam(std::vector<ParamGroup> groups, AdamOptions options = AdamOptions());
   void step() override;  ///< one bias-corrected Adam update
  protected:
   /// decoupled: AdamW's weight decay (p *= 1 - lr * weight_decay first).
@@ -311,21 +311,23 @@ class Adam : public Optimizer {
   std::vector<Tensor> m_, v_, vmax_;  // moments (undefined until first used)
 };
 
+/// AdamW's options with PyTorch's defaults (lr 1e-3, weight_decay 1e-2).
+struct AdamWOptions : AdamOptions {
+  /// The options with learning rate `lr` (a bare rate converts: `AdamW(params, 1e-3)` keeps weight decay 1e-2).
+  AdamWOptions(double lr = 1e-3) : AdamOptions(lr) { weight_decay = 1e-2; }  // NOLINT: as LibTorch's
+  /// Options given as AdamOptions, as they are.
+  AdamWOptions(const AdamOptions& o) : AdamOptions(o) {}  // NOLINT: implicit
+};
+
 /// AdamW: Adam with decoupled weight decay (default 1e-2, as PyTorch's).
 class AdamW : public Adam {
  public:
   /// The optimizer over `params`; weight_decay defaults to 1e-2.
-  AdamW(std::vector<Tensor> params, AdamOptions options = AdamWDefaults());
+  AdamW(std::vector<Tensor> params, AdamWOptions options = AdamWOptions());
   /// The optimizer over parameter groups.
-  AdamW(std::vector<ParamGroup> groups, AdamOptions options = AdamWDefaults());
+  AdamW(std::vector<ParamGroup> groups, AdamWOptions options = AdamWOptions());
   /// AdamOptions with weight_decay = 1e-2.
   static AdamOptions AdamWDefaults();
-};
-
-/// AdamW's options with PyTorch's defaults (lr 1e-3, weight_decay 1e-2).
-struct AdamWOptions : AdamOptions {
-  /// The options with learning rate `lr`.
-  AdamWOptions(double lr = 1e-3) : AdamOptions(lr) { weight_decay = 1e-2; }  // NOLINT: as LibTorch's
 };
 
 /// L-BFGS's settings (torch.optim.LBFGS's).
@@ -367,7 +369,7 @@ struct LBFGSOptions {
 class LBFGS : public Optimizer {
  public:
   /// The optimizer over `params`.
-  LBFGS(std::vector<Tensor> params, LBFGSOptions options = {});
+  LBFGS(std::vector<Tensor> params, LBFGSOptions options = LBFGSOptions());
   /// Not available: L-BFGS needs a closure (step(closure)); throws.
   void step() override;
   /// Up to max_iter iterations; returns the loss of the first evaluation.
@@ -435,27 +437,37 @@ struct AdaptiveOptions {
 /// RMSprop's options with PyTorch's defaults (lr 1e-2, alpha 0.99, eps 1e-8).
 struct RMSpropOptions : AdaptiveOptions {
   /// The options with learning rate `lr`.
-  RMSpropOptions(double lr = 1e-2) : AdaptiveOptions(lr) {}  // NOLINT: as LibTorch's
+  RMSpropOptions(double lr = 1e-2) : AdaptiveOptions(lr) {}
+  /// Options given as AdaptiveOptions, as they are.
+  RMSpropOptions(const AdaptiveOptions& o) : AdaptiveOptions(o) {}  // NOLINT: implicit
 };
 /// Adagrad's options with PyTorch's defaults (lr 1e-2, eps 1e-10).
 struct AdagradOptions : AdaptiveOptions {
   /// The options with learning rate `lr`.
-  AdagradOptions(double lr = 1e-2) : AdaptiveOptions(lr) { eps = 1e-10; }  // NOLINT: as LibTorch's
+  AdagradOptions(double lr = 1e-2) : AdaptiveOptions(lr) { eps = 1e-10; }
+  /// Options given as AdaptiveOptions, as they are.
+  AdagradOptions(const AdaptiveOptions& o) : AdaptiveOptions(o) {}  // NOLINT: implicit
 };
 /// Adamax's options with PyTorch's defaults (lr 2e-3).
 struct AdamaxOptions : AdaptiveOptions {
   /// The options with learning rate `lr`.
-  AdamaxOptions(double lr = 2e-3) : AdaptiveOptions(lr) {}  // NOLINT
+  AdamaxOptions(double lr = 2e-3) : AdaptiveOptions(lr) {}
+  /// Options given as AdaptiveOptions, as they are.
+  AdamaxOptions(const AdaptiveOptions& o) : AdaptiveOptions(o) {}  // NOLINT: implicit
 };
 /// NAdam's options with PyTorch's defaults (lr 2e-3, momentum_decay 4e-3).
 struct NAdamOptions : AdaptiveOptions {
   /// The options with learning rate `lr`.
-  NAdamOptions(double lr = 2e-3) : AdaptiveOptions(lr) {}  // NOLINT
+  NAdamOptions(double lr = 2e-3) : AdaptiveOptions(lr) {}
+  /// Options given as AdaptiveOptions, as they are.
+  NAdamOptions(const AdaptiveOptions& o) : AdaptiveOptions(o) {}  // NOLINT: implicit
 };
 /// RAdam's options with PyTorch's defaults (lr 1e-3).
 struct RAdamOptions : AdaptiveOptions {
   /// The options with learning rate `lr`.
-  RAdamOptions(double lr = 1e-3) : AdaptiveOptions(lr) {}  // NOLINT
+  RAdamOptions(double lr = 1e-3) : AdaptiveOptions(lr) {}
+  /// Options given as AdaptiveOptions, as they are.
+  RAdamOptions(const AdaptiveOptions& o) : AdaptiveOptions(o) {}  // NOLINT: implicit
 };
 /// RMSprop, Adagrad, Adamax, NAdam and RAdam with PyTorch's update rules
 /// (torch.optim's single-tensor forms): on CUDA one multi-tensor kernel per
@@ -482,13 +494,30 @@ class Adaptive : public Optimizer {
   std::vector<int64_t> mu_steps_;     // of this many steps (recomputed when they disagree)
   Tensor device_mu_product_;          // NAdam fused: Float64 [2P], two slots per parameter (optim/kernels.h)
 };
+/// The options type of each rule (its PyTorch defaults).
+template <Adaptive::Rule R> struct RuleOptionsOf;
+/// RMSprop's.
+template <> struct RuleOptionsOf<Adaptive::Rule::kRMSprop> { using type = RMSpropOptions; /**< its options */ };
+/// Adagrad's.
+template <> struct RuleOptionsOf<Adaptive::Rule::kAdagrad> { using type = AdagradOptions; /**< its options */ };
+/// Adamax's.
+template <> struct RuleOptionsOf<Adaptive::Rule::kAdamax> { using type = AdamaxOptions; /**< its options */ };
+/// NAdam's.
+template <> struct RuleOptionsOf<Adaptive::Rule::kNAdam> { using type = NAdamOptions; /**< its options */ };
+/// RAdam's.
+template <> struct RuleOptionsOf<Adaptive::Rule::kRAdam> { using type = RAdamOptions; /**< its options */ };
+
 /// One of the rules as an optimizer: constructed from parameters or groups.
+/// It takes its rule's options type, so a bare rate or `{}` keeps the
+/// rule's other defaults (`Adagrad(params, 0.1)`: eps 1e-10).
 template <Adaptive::Rule R> class AdaptiveRule : public Adaptive {
  public:
+  /// RMSpropOptions, AdagradOptions, ...
+  using Options = typename RuleOptionsOf<R>::type;
   /// The optimizer over `params` (options: the rule's PyTorch defaults, RMSpropOptions() ...).
-  AdaptiveRule(std::vector<Tensor> params, AdaptiveOptions options = defaults());
+  AdaptiveRule(std::vector<Tensor> params, Options options = Options());
   /// The optimizer over parameter groups.
-  AdaptiveRule(std::vector<ParamGroup> groups, AdaptiveOptions options = defaults());
+  AdaptiveRule(std::vector<ParamGroup> groups, Options options = Options());
   /// The rule's PyTorch defaults (RMSpropOptions(), AdagradOptions(), ...).
   static AdaptiveOptions defaults();
 };
@@ -674,6 +703,8 @@ class ReduceLROnPlateau {
   void step(double metric);
   /// The best metric so far (+inf in mode "min", -inf in "max" before any).
   double best() const { return best_; }
+  /// The optimizer scheduled.
+  const Optimizer& optimizer() const { return opt_; }
   /// The scheduler's state, as PyTorch's: "best" (Float64), "num_bad_epochs"
   /// and "cooldown_counter" (Int64), all 0-dim. The rates themselves are the
   /// optimizer's (in its state_dict).

@@ -11,7 +11,9 @@
 /// Declares the option `name` of type `T` in the options struct `Owner`
 /// (which must stay standard-layout: options only, no virtual functions,
 /// no base with members). Its value is `value`; `Owner` initializes it
-/// (a constructor's parameters, as LibTorch's positional options).
+/// (a constructor's parameters, as LibTorch's positional options). The
+/// field's own type is copied only with its options (`auto x = o.lr;` does
+/// not compile: write `double x = o.lr;` or `auto x = o.lr();`).
 #define TG_ARG(Owner, T, name)                                                                 \
   struct name##_arg {                                                                          \
     T value{};                                                                                 \
@@ -27,4 +29,9 @@
       value = std::move(v);                                                                    \
       return *reinterpret_cast<Owner*>(reinterpret_cast<char*>(this) - offsetof(Owner, name)); \
     }                                                                                          \
+                                                                                               \
+   private: /* copied only with its options: auto x = o.lr would lose them */                  \
+    friend Owner;                                                                              \
+    name##_arg(const name##_arg&) = default;                                                   \
+    name##_arg& operator=(const name##_arg&) = default;                                        \
   } name

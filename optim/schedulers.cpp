@@ -47,13 +47,17 @@ namespace {
 // The entry `key` of a scheduler's state: defined, `dim`-dimensional (size
 // `n` for one dim) and of a floating or integer dtype; as Float64 on the CPU.
 Tensor state_entry(const NamedTensors& state, const std::string& key, int64_t dim, int64_t n, const char* who) {
+  const Tensor* found = nullptr;
   int64_t copies = 0;
   for (const auto& kv : state)
-    copies += kv.first == key;
+    if (kv.first == key) {
+      found = &kv.second;
+      ++copies;
+    }
   TG_CHECK(copies <= 1, who, ".load_state_dict: \"", key, "\" is in the state ", copies,
            " times; pass one state_dict()");
-  for (const auto& [k, v] : state) {
-    if (k != key) continue;
+  if (found) {
+    const Tensor& v = *found;
     TG_CHECK(v.defined() && v.dim() == dim && (dim == 0 || v.size(0) == n), who, ".load_state_dict: \"", key,
              "\" must be ", dim == 0 ? std::string("a 0-dim tensor") : "a tensor of " + std::to_string(n) + " values",
              v.defined() ? ", got sizes " + shape_str(v.sizes()) : ", got an undefined tensor");

@@ -34,7 +34,10 @@ namespace tg::detail {
   X(kCudnnFind, "TG_CUDNN_FIND", "cuDNN's algorithms timed on first use of a shape (back to its heuristics)",      \
     "cuda/kernels/grid.cpp")                                                                                       \
   X(kCudnnGraph, "TG_CUDNN_GRAPH", "cuDNN's graph API for weight gradients (back to its legacy convolution API)",  \
-    "cuda/kernels/grid.cpp")
+    "cuda/kernels/grid.cpp")                                                                                       \
+  X(kGroupKernels, "TG_GROUP_KERNELS",                                                                             \
+    "the fused kernels of the group primitives (_group_sum/_center/_affine; back to reductions and broadcasts)",   \
+    "cuda/kernels/group.cu")
 
 enum class OffSwitch {
 #define TG_SWITCH_ENUM(e, var, what, where) e,

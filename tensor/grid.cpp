@@ -369,6 +369,90 @@ Tensor _col2im(const Tensor& cols, const IntList& output_size, const IntList& ke
   return col2im(raw::reshape(cols, cs), g);
 }
 
+// ---- the group primitives ----
+namespace {
+
+// x [N, C, ...] floating with C divisible by groups >= 1: the length of a
+// group's run, C / groups times the spatial sizes (overflow-checked).
+int64_t group_run(const Tensor& x, int64_t groups, const char* op, const char* what) {
+  detail::check_defined(x, op, what);
+  TG_CHECK(x.dim() >= 2, op, ": ", what, " must be [N, C, ...], got ", shape_str(x.sizes()));
+  check_floating(x, op, what);
+  TG_CHECK(groups >= 1 && x.size(1) % groups == 0, op, ": channels (", x.size(1), ") of ", what, " ",
+           shape_str(x.sizes()), " must be divisible by groups (", groups, ")");
+  int64_t run = x.size(1) / groups;
+  for (int64_t d = 2; d < x.dim(); ++d)
+    run = detail::checked_mul(run, x.size(d), op, x.sizes());
+  return run;
+}
+
+// A coefficient of _group_affine: undefined, or [N or 1, K] with K dividing
+// t's channels, t's dtype and device.
+void check_group_coefficient(const Tensor& v, const Tensor& t, const char* op, const char* what) {
+  if (!v.defined()) return;
+  TG_CHECK(v.dim() == 2 && (v.size(0) == 1 || v.size(0) == t.size(0)) && v.size(1) >= 1 && t.size(1) % v.size(1) == 0,
+           op, ": ", what, " must be [N or 1, K] with K dividing the channels of t ", shape_str(t.sizes()), ", got ",
+           shape_str(v.sizes()));
+  TG_CHECK(v.dtype() == t.dtype(), op, ": ", what, " has dtype ", v.dtype(), ", t ", t.dtype(),
+           "; convert it with .to(t.dtype())");
+  detail::check_same_device(t, v, op);
+}
+
+}  // namespace
+
+Tensor _group_sum(const Tensor& a, const Tensor& b, int64_t groups) {
+  const char* op = "_group_sum";
+  const int64_t run = group_run(a, groups, op, "a");
+  if (b.defined()) {
+    TG_CHECK(b.sizes() == a.sizes() && b.dtype() == a.dtype(), op, ": b ", shape_str(b.sizes()), " ", b.dtype(),
+             " must have a's shape and dtype, ", shape_str(a.sizes()), " ", a.dtype());
+    detail::check_same_device(a, b, op);
+  }
+  const int64_t N = a.size(0);
+  if (a.numel() == 0) return tg::zeros({N, groups}, a.options());
+  const kernels::GridKernels& kt = kernels::grid_kernels(a.device());
+  if (kt.group_sum) {
+    Tensor out = detail::new_empty({N, groups}, a.dtype(), a.device());
+    if (kt.group_sum(out, a, b, groups)) return out;
+  }
+  const Tensor p = b.defined() ? raw::mul(a, b) : a;
+  return raw::sum(raw::reshape(p, {N, groups, run}), {2});
+}
+
+Tensor _group_center(const Tensor& x, int64_t groups) {
+  const char* op = "_group_center";
+  const int64_t run = group_run(x, groups, op, "x");
+  if (x.numel() == 0) return tg::zeros(x.sizes(), x.options());
+  const kernels::GridKernels& kt = kernels::grid_kernels(x.device());
+  if (kt.group_center) {
+    Tensor out = detail::new_empty(x.sizes(), x.dtype(), x.device());
+    if (kt.group_center(out, x, groups)) return out;
+  }
+  const Tensor xs = raw::reshape(x, {x.size(0), groups, run});
+  return raw::reshape(raw::sub(xs, raw::mean(xs, {2}, true)), x.sizes());
+}
+
+Tensor _group_affine(const Tensor& t, const Tensor& scale, const Tensor& bias) {
+  const char* op = "_group_affine";
+  group_run(t, 1, op, "t");
+  check_group_coefficient(scale, t, op, "scale");
+  check_group_coefficient(bias, t, op, "bias");
+  if (t.numel() == 0 || (!scale.defined() && !bias.defined())) return raw::clone(t);
+  const kernels::GridKernels& kt = kernels::grid_kernels(t.device());
+  if (kt.group_affine) {
+    Tensor out = detail::new_empty(t.sizes(), t.dtype(), t.device());
+    if (kt.group_affine(out, t, scale, bias)) return out;
+  }
+  const int64_t N = t.size(0), C = t.size(1), S = t.numel() / (N * C);
+  // [N, K, C / K, S] against the coefficient as [N or 1, K, 1, 1].
+  auto grouped = [&](const Tensor& v, const Tensor& c) { return raw::reshape(v, {N, c.size(1), C / c.size(1), S}); };
+  auto coef = [](const Tensor& c) { return raw::reshape(c, {c.size(0), c.size(1), 1, 1}); };
+  Tensor y = t;
+  if (scale.defined()) y = raw::mul(grouped(t, scale), coef(scale));
+  if (bias.defined()) y = raw::add(grouped(y, bias), coef(bias));
+  return raw::reshape(y, t.sizes());
+}
+
 }  // namespace raw::grid
 
 namespace detail {
@@ -1065,24 +1149,26 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
              num_groups, ")");
     check_channel_vector(weight, C, op, "weight");
     check_channel_vector(bias, C, op, "bias");
+    for (const Tensor* t : {&weight, &bias})
+      if (t->defined()) detail::check_same_device(input, *t, op);
     if (input.numel() == 0) {
       Tensor y = mul(input, 1.0);
       if (weight.defined()) y = mul(y, channel_view(weight, input.dim()));
       return bias.defined() ? add(y, channel_view(bias, input.dim())) : y;
     }
-    // Centred values times one per-(sample, channel) scale (the group's
-    // 1 / std times the channel's weight), plus the bias: four full-size
-    // ops, and the centred values the one full-size tensor their
-    // derivatives keep.
+    // The centred values c times one per-(sample, channel) scale (the
+    // group's 1 / std times the channel's weight), plus the bias, in the
+    // group primitives: two full-size passes and two group sums, c the one
+    // full-size tensor the derivatives keep, and every derivative of every
+    // order again group sums and affine passes.
     const int64_t G = num_groups, Cg = C / G;
-    Tensor xg = input.reshape({N, G, Cg, -1});
-    Tensor m = mean(xg, {2, 3}, true);
-    Tensor c = sub(xg, m);
-    Tensor r = rsqrt(add(mean(mul(c, c), {2, 3}, true), eps));  // [N, G, 1, 1]
-    Tensor scale = weight.defined() ? mul(r, weight.reshape({1, G, Cg, 1})) : r;
-    Tensor y = mul(c, scale);
-    if (bias.defined()) y = add(y, bias.reshape({1, G, Cg, 1}));
-    return y.reshape(input.sizes());
+    const double count = double(input.numel() / (N * G));
+    Tensor c = _group_center(input, G);
+    Tensor r = rsqrt(add(mul(_group_sum(c, c, G), 1.0 / count), eps));  // [N, G]
+    // (weight and bias in the input's dtype, as PyTorch's mixed-type group_norm)
+    Tensor scale =
+        weight.defined() ? mul(r.unsqueeze(2), weight.to(input.dtype()).reshape({1, G, Cg})).reshape({N, C}) : r;
+    return _group_affine(c, scale, bias.defined() ? bias.to(input.dtype()).reshape({1, C}) : Tensor());
   });
 }
 

@@ -39,6 +39,13 @@ struct GridKernels {
   bool (*conv_backward_input)(const Tensor& out, const Tensor& y, const Tensor& w, const ConvGeometry& g) = nullptr;
   // out [O, C / groups, k...] := its weight gradient at x for y.
   bool (*conv_backward_weight)(const Tensor& out, const Tensor& x, const Tensor& y, const ConvGeometry& g) = nullptr;
+  // The group primitives (grid.def's _group_*), arguments checked, numel >
+  // 0; t, x, a, b as the op's (b undefined: none), scale and bias [N or 1, K]
+  // or undefined (not both). out [N, groups] := the group sums of a * b;
+  // out := x minus its group means; out := scale * t + bias.
+  bool (*group_sum)(const Tensor& out, const Tensor& a, const Tensor& b, int64_t groups) = nullptr;
+  bool (*group_center)(const Tensor& out, const Tensor& x, int64_t groups) = nullptr;
+  bool (*group_affine)(const Tensor& out, const Tensor& t, const Tensor& scale, const Tensor& bias) = nullptr;
 };
 
 // The family's table for a device (never null: the CPU's has no slots).

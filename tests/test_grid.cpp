@@ -31,6 +31,12 @@ class Grid : public ::testing::TestWithParam<tg::DeviceType> {
   Tensor on(const Tensor& t) const { return t.to(dev()); }
 };
 
+// The same values in channels-last memory order (a non-contiguous input).
+Tensor grid_samples_cl(const Tensor& x) {
+  if (x.dim() == 4) return x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+  return x.transpose(1, 2).contiguous().transpose(1, 2);
+}
+
 std::vector<double> values(const Tensor& t) {
   Tensor c = t.to(Device(tg::kCPU)).to(tg::kFloat64).contiguous();
   const double* p = c.data_ptr<double>();
@@ -325,6 +331,92 @@ TEST_P(Grid, NormalizationsMatchTheirDefinitionAndKeepRunningStatistics) {
   Tensor in = tg::instance_norm(x);
   Tensor m = tg::mean(in, {2, 3});
   EXPECT_LT(tg::abs(m).amax().item<double>(), 1e-12);
+}
+
+// The group primitives by their definitions: small float64 cases against
+// loops; on every device, large float32/float64 ones (a group split over
+// many blocks, shared and per-sample coefficients, channels-last inputs
+// that take the op layer's path) against the CPU; bad arguments.
+TEST_P(Grid, GroupPrimitivesMatchTheirDefinition) {
+  tg::manual_seed(21);
+  const int64_t N = 3, C = 6, S = 10, G = 3;
+  Tensor a = on(tg::randn({N, C, 2, 5}, kF64)), b = on(tg::randn({N, C, 2, 5}, kF64));
+  Tensor sc = on(tg::randn({N, 2}, kF64)), bi = on(tg::randn({1, 3}, kF64));
+  const std::vector<double> av = values(a), bv = values(b), scv = values(sc), biv = values(bi);
+  const std::vector<double> sum = values(tg::_group_sum(a, b, G)), sum1 = values(tg::_group_sum(a, {}, G));
+  const std::vector<double> cen = values(tg::_group_center(a, G)), aff = values(tg::_group_affine(a, sc, bi));
+  ASSERT_EQ(sum.size(), size_t(N * G));
+  const int64_t run = C / G * S;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t g = 0; g < G; ++g) {
+      double s2 = 0, s1 = 0;
+      for (int64_t i = 0; i < run; ++i) {
+        const size_t k = size_t((n * G + g) * run + i);
+        s2 += av[k] * bv[k];
+        s1 += av[k];
+      }
+      EXPECT_NEAR(sum[size_t(n * G + g)], s2, 1e-12);
+      EXPECT_NEAR(sum1[size_t(n * G + g)], s1, 1e-12);
+      for (int64_t i = 0; i < run; ++i) {
+        const size_t k = size_t((n * G + g) * run + i);
+        EXPECT_NEAR(cen[k], av[k] - s1 / double(run), 1e-12);
+      }
+    }
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t j = 0; j < S; ++j) {
+        const size_t k = size_t((n * C + c) * S + j);
+        EXPECT_NEAR(aff[k], scv[size_t(n * 2 + c / 3)] * av[k] + biv[size_t(c / 2)], 1e-12) << k;
+      }
+  // Large: against the CPU (its op-layer path).
+  for (tg::ScalarType dt : {tg::kFloat32, tg::kFloat64}) {
+    const double tol = dt == tg::kFloat32 ? 2e-5 : 1e-11;
+    const tg::TensorOptions o = tg::TensorOptions().dtype(dt);
+    for (const IntList& shape : {IntList{2, 8, 64, 64}, IntList{1, 4, 300, 300}, IntList{5, 32, 3}}) {
+      Tensor x = tg::randn(shape, o) * 3.0 + 2.0, y = tg::randn(shape, o);
+      Tensor xd = on(x), yd = on(y), xl = on(grid_samples_cl(x));
+      const int64_t groups = shape[1] / 4;
+      Tensor coef = tg::randn({shape[0], shape[1]}, o), shared = tg::randn({1, groups}, o);
+      auto rel = [&](const Tensor& got, const Tensor& want, const char* what) {
+        const double scale = std::max(1.0, tg::abs(want.to(tg::kFloat64)).amax().item<double>());
+        const double err =
+            tg::abs(got.to(Device(tg::kCPU)).to(tg::kFloat64) - want.to(tg::kFloat64)).amax().item<double>();
+        EXPECT_LE(err, tol * scale) << what << " " << tg::shape_str(shape) << " " << dt;
+      };
+      rel(tg::_group_sum(xd, yd, groups), tg::_group_sum(x, y, groups), "_group_sum(a, b)");
+      rel(tg::_group_sum(xd, {}, groups), tg::_group_sum(x, {}, groups), "_group_sum(a)");
+      rel(tg::_group_sum(xl, yd, groups), tg::_group_sum(x, y, groups), "_group_sum(channels-last a, b)");
+      rel(tg::_group_center(xd, groups), tg::_group_center(x, groups), "_group_center");
+      rel(tg::_group_center(xl, groups), tg::_group_center(x, groups), "_group_center(channels-last)");
+      rel(tg::_group_affine(xd, on(coef), on(shared)), tg::_group_affine(x, coef, shared), "_group_affine");
+      rel(tg::_group_affine(xd, on(shared), {}), tg::_group_affine(x, shared, {}), "_group_affine(shared scale)");
+      rel(tg::_group_affine(xl, {}, on(coef).t().contiguous().t()), tg::_group_affine(x, {}, coef),
+          "_group_affine(channels-last, strided bias)");
+    }
+  }
+  auto throws = [](const std::function<void()>& f, const char* what) {
+    try {
+      f();
+    } catch (const tg::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      return;
+    }
+    ADD_FAILURE() << "no error for " << what;
+  };
+  throws([&] { tg::_group_sum(a, b, 4); },
+         "_group_sum: channels (6) of a [3, 6, 2, 5] must be divisible by groups (4)");
+  throws([&] { tg::_group_sum(a, b, 0); }, "divisible by groups (0)");
+  throws([&] { tg::_group_sum(a, b.narrow(3, 0, 4), 3); }, "_group_sum: b [3, 6, 2, 4]");
+  throws([&] { tg::_group_sum(on(tg::randn({6}, kF64)), {}, 1); }, "_group_sum: a must be [N, C, ...]");
+  throws([&] { tg::_group_center(a.to(tg::kInt64), 3); }, "_group_center: x must be floating");
+  throws(
+      [&] {
+        tg::_group_affine(a, on(tg::randn({N, 4}, kF64)), {});
+      },
+      "_group_affine: scale must be [N or 1, K] with K dividing the channels");
+  throws([&] { tg::_group_affine(a, {}, on(tg::randn({2, 3}, kF64))); }, "bias must be [N or 1, K]");
+  throws([&] { tg::_group_affine(a, sc.to(tg::kFloat32), {}); }, "_group_affine: scale has dtype Float32");
+  EXPECT_EQ(tg::_group_affine(a, sc, {}).sizes(), a.sizes());  // still usable
 }
 
 TEST_P(Grid, BadArgumentsNameTheOpAndLeaveTheLibraryUsable) {

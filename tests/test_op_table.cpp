@@ -744,6 +744,33 @@ std::vector<OpEntry> op_entries() {
         {"interpolate", F1(grid_samples::flat({tg::interpolate(x, {7}, {}, "linear", true), tg::interpolate(x, {3}, {}, "linear")})),
          {one("x [1, 2, 5] (1-D)", {{{1, 2, 5}}})}},
         {"interpolate", F1(tg::interpolate(x, {3, 4, 2}, {}, "trilinear")), {one("x [1, 1, 2, 3, 3] (3-D)", {{{1, 1, 2, 3, 3}}})}},
+        // The group primitives: each with itself as both operands (the
+        // same-tensor rule of _group_sum), a shared coefficient row, an
+        // undefined operand, a channels-last (non-contiguous) input and a
+        // zero batch.
+        {"_group_sum",
+         [](const variable_list& v) {
+           const Tensor &a = v[0], &b = v[1];
+           const Tensor strided = a.dim() > 2 ? grid_samples::cl(a) : a.t().contiguous().t();
+           return grid_samples::flat({tg::_group_sum(a, b, 2), tg::_group_sum(a, a, 4), tg::_group_sum(b, {}, 1),
+                                      tg::_group_sum(strided, b, 2),
+                                      tg::_group_sum(a.narrow(0, 0, 0), b.narrow(0, 0, 0), 2)});
+         },
+         {one("a, b [2, 4, 3, 2]", {{{2, 4, 3, 2}}, {{2, 4, 3, 2}}}), one("a, b [3, 4] (no spatial dims)", {{{3, 4}}, {{3, 4}}})}},
+        {"_group_center",
+         [](const variable_list& v) {
+           return grid_samples::flat({tg::_group_center(v[0], 2), tg::_group_center(grid_samples::cl(v[0]), 4),
+                                      tg::_group_center(v[0], 1), tg::_group_center(v[0].narrow(0, 0, 0), 2)});
+         },
+         {one("x [2, 4, 3, 2]", {{{2, 4, 3, 2}}})}},
+        {"_group_affine",
+         [](const variable_list& v) {
+           const Tensor &t = v[0], &s = v[1], &b = v[2];
+           return grid_samples::flat({tg::_group_affine(t, s, b), tg::_group_affine(grid_samples::cl(t), b, {}),
+                                      tg::_group_affine(t, {}, s), tg::_group_affine(t, s.narrow(0, 0, 1), b.narrow(0, 1, 1)),
+                                      tg::_group_affine(t.narrow(0, 0, 0), {}, b.narrow(0, 0, 1))});
+         },
+         {one("t [2, 4, 3, 2], scale [2, 2], bias [2, 4]", {{{2, 4, 3, 2}}, {{2, 2}}, {{2, 4}}})}},
         {"group_norm",
          [](const variable_list& v) {
            return tg::cat({tg::group_norm(v[0], 2, v[1], v[2]).reshape({-1}), tg::group_norm(v[0], 4).reshape({-1})});

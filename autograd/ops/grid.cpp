@@ -222,9 +222,205 @@ class WindowNode final : public OpNode {
   IntList spatial_, k_, d_, p_, s_;
 };
 
+// ---- the group primitives ----
+// _group_sum is bilinear in (a, b), _group_affine bilinear in (scale, t) and
+// linear in bias, _group_center linear and self-adjoint; each one's
+// gradients are the others (<S(a, b), g> = <a, A(b, g)> = <b, A(a, g)>, with
+// S the group sums and A the affine map), so every order stays in them.
+
+// v [N or 1, K] (a leading batch [B, ...] of tangents kept) as a full
+// tensor of `sizes` [N, C, ...]: v[n, k(c)] everywhere.
+Tensor group_broadcast(const Tensor& v, const IntList& sizes) {
+  const bool batched = v.dim() == 3;
+  const int64_t N = sizes[0], K = v.size(-1);
+  const int64_t run = N == 0 ? 0 : shape_numel(sizes) / (N * K);
+  IntList e = {N, K, run}, s = sizes;
+  IntList u = {v.size(-2), K, 1};
+  if (batched) {
+    e.insert(e.begin(), v.size(0));
+    u.insert(u.begin(), v.size(0));
+    s.insert(s.begin(), v.size(0));
+  }
+  return v.reshape(u).expand(e).reshape(s);
+}
+
+// The group sums per (n, k) of [N or 1]-coefficient rows back to [1, K]
+// when the coefficient was shared by every sample.
+Tensor sum_to_coefficient(const Tensor& g, int64_t rows) { return rows == g.size(0) ? g : tg::sum(g, {0}, true); }
+
+// f(b) for each entry b of a leading batch of B, stacked.
+template <class F> Tensor per_entry(int64_t B, F&& f) {
+  std::vector<Tensor> r;
+  r.reserve(size_t(B));
+  for (int64_t i = 0; i < B; ++i)
+    r.push_back(f(i));
+  return tg::stack(r, 0);
+}
+
+// _group_sum on operands that may carry a leading batch of tangents (rank
+// `rank` + 1): batched together, the batch folded into N; one side batched,
+// a sum per entry against the other side as it is (folding would copy the
+// unbatched full-size side B times, and the recorded sum keep the copy).
+Tensor group_sum_batched(const Tensor& a, const Tensor& b, int64_t rank, int64_t groups) {
+  const bool ab = a.dim() > rank, bb = b.defined() && b.dim() > rank;
+  if (!ab && !bb) return tg::_group_sum(a, b, groups);
+  if (!b.defined() || (ab && bb))
+    return split_lead(tg::_group_sum(merge_lead(a), b.defined() ? merge_lead(b) : b, groups), a.size(0));
+  return per_entry(ab ? a.size(0) : b.size(0),
+                   [&](int64_t i) { return tg::_group_sum(ab ? a.select(0, i) : a, bb ? b.select(0, i) : b, groups); });
+}
+
+// _group_affine(t, s, {}) on operands that may carry a leading batch (t of
+// rank `rank` + 1, s of rank 3): t batched, folded into N (s tiled when it
+// has a row per sample); only s batched, one map of t per entry.
+Tensor group_scale_batched(const Tensor& t, const Tensor& s, int64_t rank) {
+  const bool tb = t.dim() > rank, sb = s.dim() > 2;
+  if (!tb && !sb) return tg::_group_affine(t, s, {});
+  if (!tb) return per_entry(s.size(0), [&](int64_t i) { return tg::_group_affine(t, s.select(0, i), {}); });
+  const int64_t B = t.size(0), N = t.size(1);
+  if (!sb && s.size(0) == 1) return split_lead(tg::_group_affine(merge_lead(t), s, {}), B);
+  const Tensor S = (sb ? s : expand_lead(s, B)).expand({B, N, s.size(-1)});
+  return split_lead(tg::_group_affine(merge_lead(t), merge_lead(S), {}), B);
+}
+
+class GroupSumNode final : public OpNode {
+ public:
+  GroupSumNode(int64_t groups, IntList sizes, bool same, bool has_b)
+      : OpNode("_group_sum", "GroupSumBackward"),
+        groups_(groups),
+        sizes_(std::move(sizes)),
+        same_(same),
+        has_b_(has_b) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(2);
+    const Tensor& g = grads[0];
+    if (!g.defined()) return out;
+    if (same_) {  // S(a, a): both gradients are A(a, g), given once as 2 A(a, g)
+      if (should_compute_output(0)) out[0] = tg::_group_affine(a_.unpack(this, "a"), tg::mul(g, 2.0), {});
+      return out;
+    }
+    if (should_compute_output(0))
+      out[0] = has_b_ ? tg::_group_affine(b_.unpack(this, "b"), g, {}) : group_broadcast(g, sizes_);
+    if (has_b_ && should_compute_output(1)) out[1] = tg::_group_affine(a_.unpack(this, "a"), g, {});
+    return out;
+  }
+  void release_variables() override {
+    a_.release();
+    b_.release();
+  }
+  SavedVariable a_, b_;
+
+ private:
+  int64_t groups_;
+  IntList sizes_;
+  bool same_, has_b_;
+};
+
+class GroupCenterNode final : public OpNode {
+ public:
+  explicit GroupCenterNode(int64_t groups) : OpNode("_group_center", "GroupCenterBackward"), groups_(groups) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(1);
+    if (should_compute_output(0) && grads[0].defined()) out[0] = tg::_group_center(grads[0], groups_);
+    return out;
+  }
+
+ private:
+  int64_t groups_;
+};
+
+class GroupAffineNode final : public OpNode {
+ public:
+  GroupAffineNode(int64_t scale_rows, int64_t scale_k, int64_t bias_rows, int64_t bias_k)
+      : OpNode("_group_affine", "GroupAffineBackward"),
+        scale_rows_(scale_rows),
+        scale_k_(scale_k),
+        bias_rows_(bias_rows),
+        bias_k_(bias_k) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(3);
+    const Tensor& g = grads[0];
+    if (!g.defined()) return out;
+    if (should_compute_output(0)) out[0] = scale_k_ ? tg::_group_affine(g, scale_.unpack(this, "scale"), {}) : g;
+    if (scale_k_ && should_compute_output(1))
+      out[1] = sum_to_coefficient(tg::_group_sum(g, t_.unpack(this, "t"), scale_k_), scale_rows_);
+    if (bias_k_ && should_compute_output(2)) out[2] = sum_to_coefficient(tg::_group_sum(g, {}, bias_k_), bias_rows_);
+    return out;
+  }
+  void release_variables() override {
+    t_.release();
+    scale_.release();
+  }
+  SavedVariable t_, scale_;
+
+ private:
+  int64_t scale_rows_, scale_k_, bias_rows_, bias_k_;
+};
+
 }  // namespace
 
 namespace autograd::ops::grid {
+
+Tensor _group_sum(const Tensor& a, const Tensor& b, int64_t groups) {
+  Tensor out = run_raw([&] { return raw::grid::_group_sum(a, b, groups); });
+  const bool same = b.defined() && a.is_same(b);
+  if (should_record({&a, &b})) {
+    auto node = make_node<GroupSumNode>({&a, &b}, groups, a.sizes(), same, b.defined());
+    if (node->needs_input_grad(1) || same) node->a_ = SavedVariable(a, false);
+    if (b.defined() && !same && node->needs_input_grad(0)) node->b_ = SavedVariable(b, false);
+    out = finish(out, node);
+  }
+  if (fw_any({&a, &b})) {
+    const Tensor ta = fw_t(a), tb = b.defined() ? fw_t(b) : Tensor();
+    const int64_t rank = a.dim();
+    fw_rule(out, [&] {
+      if (!b.defined()) return group_sum_batched(ta, {}, rank, groups);
+      const Bilinear f = [rank, groups](const Tensor& x, const Tensor& y) {
+        return group_sum_batched(x, y, rank, groups);
+      };
+      return jet_product(a, ta, b, tb, f);
+    });
+  }
+  return out;
+}
+
+Tensor _group_center(const Tensor& x, int64_t groups) {
+  Tensor out = run_raw([&] { return raw::grid::_group_center(x, groups); });
+  if (should_record({&x})) out = finish(out, make_node<GroupCenterNode>({&x}, groups));
+  const int64_t rank = x.dim();
+  return fw_linear(out, x, [&](const Tensor& t) {
+    return window_tangent(t, rank, [&](const Tensor& u) { return tg::_group_center(u, groups); });
+  });
+}
+
+Tensor _group_affine(const Tensor& t, const Tensor& scale, const Tensor& bias) {
+  Tensor out = run_raw([&] { return raw::grid::_group_affine(t, scale, bias); });
+  if (should_record({&t, &scale, &bias})) {
+    auto node = make_node<GroupAffineNode>({&t, &scale, &bias}, scale.defined() ? scale.size(0) : 0,
+                                           scale.defined() ? scale.size(1) : 0, bias.defined() ? bias.size(0) : 0,
+                                           bias.defined() ? bias.size(1) : 0);
+    if (scale.defined() && node->needs_input_grad(0)) node->scale_ = SavedVariable(scale, false);
+    if (scale.defined() && node->needs_input_grad(1)) node->t_ = SavedVariable(t, false);
+    out = finish(out, node);
+  }
+  if (fw_any({&t, &scale, &bias})) {
+    const Tensor tt = fw_t(t), ts = scale.defined() ? fw_t(scale) : Tensor(),
+                 tb = bias.defined() ? fw_t(bias) : Tensor();
+    const int64_t rank = t.dim();
+    const IntList sizes = t.sizes();
+    fw_rule(out, [&] {
+      Tensor r;
+      if (!scale.defined()) {
+        r = tt;
+      } else {
+        const Bilinear f = [rank](const Tensor& s, const Tensor& x) { return group_scale_batched(x, s, rank); };
+        r = jet_product(scale, ts, t, tt, f);
+      }
+      return tb.defined() ? fw_add(r, group_broadcast(tb, sizes)) : r;
+    });
+  }
+  return out;
+}
 
 Tensor _convolution(const Tensor& x, const Tensor& w, const IntList& stride, const IntList& padding,
                     const IntList& dilation, int64_t groups) {

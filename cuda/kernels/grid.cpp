@@ -26,6 +26,8 @@
 // graph API's 0.085.
 #include "tensor/grid_kernels.h"
 
+#include "cuda/kernels/group.h"
+
 #if TAPEGRAD_CUDNN
 // cuDNN 9 marks its convolution API (the one PyTorch's convolutions call)
 // deprecated in favour of the graph API; it is supported through 9.x.
@@ -677,6 +679,9 @@ bool conv_backward_weight(const Tensor& out, const Tensor& x, const Tensor& y, c
 const GridKernels* cuda_grid_kernels() {
   static const GridKernels t = [] {
     GridKernels k{};
+    k.group_sum = &cuda::group_sum;
+    k.group_center = &cuda::group_center;
+    k.group_affine = &cuda::group_affine;
 #if TAPEGRAD_CUDNN
     if (detail::switched_on<detail::OffSwitch::kCudnn>()) {
       k.conv_forward = &conv_forward;

@@ -400,9 +400,15 @@ void check_group_coefficient(const Tensor& v, const Tensor& t, const char* op, c
 
 }  // namespace
 
+// Float16 and BFloat16 operands: the primitive in Float32 (the sums, the
+// means and the products rounded once, into the result's dtype).
+template <class F> Tensor in_float32(const Tensor& like, F&& f) { return raw::to(f(), like.dtype()); }
+Tensor widen(const Tensor& t) { return t.defined() ? raw::to(t, kFloat32) : t; }
+
 Tensor _group_sum(const Tensor& a, const Tensor& b, int64_t groups) {
   const char* op = "_group_sum";
   const int64_t run = group_run(a, groups, op, "a");
+  detail::checked_numel({a.size(0), groups}, op);
   if (b.defined()) {
     TG_CHECK(b.sizes() == a.sizes() && b.dtype() == a.dtype(), op, ": b ", shape_str(b.sizes()), " ", b.dtype(),
              " must have a's shape and dtype, ", shape_str(a.sizes()), " ", a.dtype());
@@ -410,6 +416,8 @@ Tensor _group_sum(const Tensor& a, const Tensor& b, int64_t groups) {
   }
   const int64_t N = a.size(0);
   if (a.numel() == 0) return tg::zeros({N, groups}, a.options());
+  if (is_reduced_float(a.dtype()))
+    return in_float32(a, [&] { return raw::grid::_group_sum(widen(a), widen(b), groups); });
   const kernels::GridKernels& kt = kernels::grid_kernels(a.device());
   if (kt.group_sum) {
     Tensor out = detail::new_empty({N, groups}, a.dtype(), a.device());
@@ -423,6 +431,7 @@ Tensor _group_center(const Tensor& x, int64_t groups) {
   const char* op = "_group_center";
   const int64_t run = group_run(x, groups, op, "x");
   if (x.numel() == 0) return tg::zeros(x.sizes(), x.options());
+  if (is_reduced_float(x.dtype())) return in_float32(x, [&] { return raw::grid::_group_center(widen(x), groups); });
   const kernels::GridKernels& kt = kernels::grid_kernels(x.device());
   if (kt.group_center) {
     Tensor out = detail::new_empty(x.sizes(), x.dtype(), x.device());
@@ -438,6 +447,8 @@ Tensor _group_affine(const Tensor& t, const Tensor& scale, const Tensor& bias) {
   check_group_coefficient(scale, t, op, "scale");
   check_group_coefficient(bias, t, op, "bias");
   if (t.numel() == 0 || (!scale.defined() && !bias.defined())) return raw::clone(t);
+  if (is_reduced_float(t.dtype()))
+    return in_float32(t, [&] { return raw::grid::_group_affine(widen(t), widen(scale), widen(bias)); });
   const kernels::GridKernels& kt = kernels::grid_kernels(t.device());
   if (kt.group_affine) {
     Tensor out = detail::new_empty(t.sizes(), t.dtype(), t.device());
@@ -1145,17 +1156,28 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
     TG_CHECK(input.dim() >= 2, op, ": input must be [N, C, ...], got ", shape_str(input.sizes()));
     check_floating(input, op, "input");
     const int64_t N = input.size(0), C = input.size(1);
-    TG_CHECK(num_groups >= 1 && C % num_groups == 0, op, ": channels (", C, ") must be divisible by num_groups (",
-             num_groups, ")");
+    TG_CHECK(num_groups >= 1 && C % num_groups == 0, op, ": channels (", C, ") of input ", shape_str(input.sizes()),
+             " must be divisible by num_groups (", num_groups, ")");
     check_channel_vector(weight, C, op, "weight");
     check_channel_vector(bias, C, op, "bias");
     for (const Tensor* t : {&weight, &bias})
-      if (t->defined()) detail::check_same_device(input, *t, op);
+      if (t->defined()) {
+        detail::check_same_device(input, *t, op);
+        check_floating(*t, op, t == &weight ? "weight" : "bias");
+      }
+    // (weight and bias in the input's dtype, as PyTorch's mixed-type group_norm)
+    const Tensor w = weight.defined() ? weight.to(input.dtype()) : weight;
+    const Tensor b = bias.defined() ? bias.to(input.dtype()) : bias;
     if (input.numel() == 0) {
       Tensor y = mul(input, 1.0);
-      if (weight.defined()) y = mul(y, channel_view(weight, input.dim()));
-      return bias.defined() ? add(y, channel_view(bias, input.dim())) : y;
+      if (w.defined()) y = mul(y, channel_view(w, input.dim()));
+      return b.defined() ? add(y, channel_view(b, input.dim())) : y;
     }
+    // Float16 and BFloat16: the statistics and the normalization in Float32
+    // (a group's sum of squares passes Float16's 65504 at ordinary sizes),
+    // rounded once into the input's dtype.
+    if (is_reduced_float(input.dtype()))
+      return group_norm(input.to(kFloat32), num_groups, weight, bias, eps).to(input.dtype());
     // The centred values c times one per-(sample, channel) scale (the
     // group's 1 / std times the channel's weight), plus the bias, in the
     // group primitives: two full-size passes and two group sums, c the one
@@ -1165,10 +1187,8 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
     const double count = double(input.numel() / (N * G));
     Tensor c = _group_center(input, G);
     Tensor r = rsqrt(add(mul(_group_sum(c, c, G), 1.0 / count), eps));  // [N, G]
-    // (weight and bias in the input's dtype, as PyTorch's mixed-type group_norm)
-    Tensor scale =
-        weight.defined() ? mul(r.unsqueeze(2), weight.to(input.dtype()).reshape({1, G, Cg})).reshape({N, C}) : r;
-    return _group_affine(c, scale, bias.defined() ? bias.to(input.dtype()).reshape({1, C}) : Tensor());
+    Tensor scale = w.defined() ? mul(r.unsqueeze(2), w.reshape({1, G, Cg})).reshape({N, C}) : r;
+    return _group_affine(c, scale, b.defined() ? b.reshape({1, C}) : Tensor());
   });
 }
 

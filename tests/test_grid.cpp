@@ -419,6 +419,53 @@ TEST_P(Grid, GroupPrimitivesMatchTheirDefinition) {
   EXPECT_EQ(tg::_group_affine(a, sc, {}).sizes(), a.sizes());  // still usable
 }
 
+// The adversary's findings on group_norm and the group primitives: reduced
+// dtypes computed in Float32 (a Float16 group's sum of squares passed 65504
+// and the output was all zeros; BFloat16 rounded the mean before centring),
+// the input's dtype also for an empty input, non-floating weights refused,
+// the shapes in the messages.
+TEST_P(Grid, GroupNormInReducedDtypesComputesInFloat32) {
+  tg::manual_seed(5);
+  Tensor x = on(tg::randn({1, 2, 70000}));  // per group: a sum of squares near 70000
+  Tensor want = tg::group_norm(x, 2);
+  Tensor half = tg::group_norm(x.to(tg::kFloat16), 2);
+  EXPECT_EQ(half.dtype(), tg::kFloat16);
+  EXPECT_GT(tg::abs(half.to(tg::kFloat32)).amax().item<double>(), 3.0);
+  EXPECT_LT(tg::abs(half.to(tg::kFloat32) - want).amax().item<double>(), 1e-2);
+  Tensor b = on(tg::tensor({100.0, 100.5, 100.5, 100.5}, {1, 1, 4})).to(tg::kBFloat16);
+  const std::vector<double> gn = values(tg::group_norm(b, 1)), c = values(tg::_group_center(b, 1));
+  const double r = std::sqrt(3.0);
+  const std::vector<double> exact = {-r, 1 / r, 1 / r, 1 / r};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_NEAR(gn[i], exact[i], 0.01) << i;  // bfloat16's rounding of the Float32 result
+    EXPECT_EQ(c[i], i == 0 ? -0.375 : 0.125) << i;
+  }
+  Tensor w = on(tg::randn({4}));
+  EXPECT_EQ(tg::group_norm(on(tg::randn({0, 4, 2})).to(tg::kBFloat16), 2, w).dtype(), tg::kBFloat16);
+  EXPECT_EQ(tg::group_norm(on(tg::randn({0, 4, 2}, kF64)).to(tg::kFloat32), 2, w.to(tg::kFloat64)).dtype(),
+            tg::kFloat32);
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const tg::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  Tensor x4 = on(tg::randn({1, 4, 3}));
+  EXPECT_NE(message([&] { tg::group_norm(x4, 2, w.to(tg::kInt64)); }).find("group_norm: weight must be floating"),
+            std::string::npos);
+  EXPECT_NE(message([&] { tg::group_norm(x4, 2, {}, w.to(tg::kComplex64)); }).find("group_norm: bias must be floating"),
+            std::string::npos);
+  EXPECT_NE(message([&] { tg::group_norm(x4, 3); }).find("channels (4) of input [1, 4, 3] must be divisible"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              tg::_group_sum(on(tg::randn({4, 0, 3})), {}, int64_t(1) << 62);
+            }).find("_group_sum"),
+            std::string::npos);
+  EXPECT_EQ(tg::group_norm(x4, 2).sizes(), x4.sizes());  // still usable
+}
+
 TEST_P(Grid, BadArgumentsNameTheOpAndLeaveTheLibraryUsable) {
   Tensor x = on(tg::randn({1, 4, 5, 5}, kF64)), w = on(tg::randn({6, 2, 3, 3}, kF64));
   auto throws = [](const std::function<void()>& f, const char* what) {

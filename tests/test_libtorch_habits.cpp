@@ -587,6 +587,83 @@ static_assert(!std::is_copy_constructible<tg::optim::SGDOptions::lr_arg>::value,
               "past it)");
 static_assert(std::is_copy_constructible<tg::optim::SGDOptions>::value, "options copy whole");
 
+// Modules and losses from LibTorch's options structs: each option reaches
+// the module (its shapes, buffers and values against the positional form).
+TEST(LibtorchHabits, ModuleAndLossOptionsChainAsLibtorch) {
+  namespace nn = tg::nn;
+  nn::Linear lin(nn::LinearOptions(2, 3).bias(false));
+  EXPECT_FALSE(lin->bias.defined());
+  EXPECT_EQ(lin->weight.sizes(), tg::IntList({3, 2}));
+  nn::Conv2d conv(nn::Conv2dOptions(2, 4, 3).padding(1).stride({2, 1}).bias(false).padding_mode("circular"));
+  nn::Conv2d pos(2, 4, {3}, {2, 1}, {1}, {1}, 1, false, "circular");
+  pos->weight = conv->weight;
+  Tensor x = tg::randn({1, 2, 6, 5}, f64);
+  conv->to(tg::kFloat64);
+  pos->to(tg::kFloat64);
+  EXPECT_FALSE(conv->bias.defined());
+  EXPECT_EQ(conv->forward(x).sizes(), tg::IntList({1, 4, 3, 5}));
+  EXPECT_TRUE(tg::allclose(conv->forward(x), pos->forward(x)));
+  nn::ConvTranspose2d up(nn::ConvTranspose2dOptions(2, 3, 3).stride(2).padding(1).output_padding(1));
+  EXPECT_EQ(up->forward(tg::randn({1, 2, 4, 4})).sizes(), tg::IntList({1, 3, 8, 8}));
+  nn::Conv1d c1(nn::Conv1dOptions(4, 4, 3).groups(2).dilation(2));
+  EXPECT_EQ(c1->weight.sizes(), tg::IntList({4, 2, 3}));
+  EXPECT_EQ(c1->forward(tg::randn({1, 4, 9})).sizes(), tg::IntList({1, 4, 5}));
+  nn::GroupNorm gn(nn::GroupNormOptions(2, 4).eps(1e-2).affine(false));
+  EXPECT_FALSE(gn->weight.defined());
+  Tensor g = tg::randn({2, 4, 3}) * 0.1;
+  EXPECT_TRUE(tg::allclose(gn->forward(g), tg::group_norm(g, 2, {}, {}, 1e-2)));
+  EXPECT_FALSE(tg::allclose(gn->forward(g), tg::group_norm(g, 2)));  // the eps reached the module
+  nn::BatchNorm2d bn(nn::BatchNorm2dOptions(3).momentum(0.5).track_running_stats(false));
+  EXPECT_FALSE(bn->running_mean.defined());
+  nn::BatchNorm1d bn1(nn::BatchNorm1dOptions(3).momentum(0.5));
+  Tensor b = tg::randn({4, 3}) + 2.0;
+  bn1->forward(b);
+  EXPECT_LT(max_abs(bn1->running_mean - b.mean(0) * 0.5), 1e-6);
+  nn::InstanceNorm2d in(nn::InstanceNorm2dOptions(3).affine(true));
+  EXPECT_TRUE(in->weight.defined());
+  nn::LayerNorm ln(nn::LayerNormOptions({4}).elementwise_affine(false).eps(1e-3));
+  EXPECT_FALSE(ln->weight.defined());
+  nn::Dropout drop(nn::DropoutOptions(0.25));
+  EXPECT_NE(drop->extra_repr().find("0.25"), std::string::npos) << drop->extra_repr();
+  nn::Embedding emb(nn::EmbeddingOptions(10, 3).padding_idx(-1));
+  ASSERT_TRUE(emb->padding_idx().has_value());
+  EXPECT_EQ(*emb->padding_idx(), 9);
+  // The losses: functional forms with LibTorch's FuncOptions, and modules.
+  Tensor logits = tg::randn({5, 4}, f64), labels = tg::randint(0, 4, {5}), w = tg::rand({4}, f64) + 0.5;
+  EXPECT_TRUE(tg::allclose(
+      F::cross_entropy(logits, labels, F::CrossEntropyFuncOptions().label_smoothing(0.1).reduction(tg::kSum).weight(w)),
+      F::cross_entropy(logits, labels, w, tg::nn::Reduction::kSum, -100, 0.1)));
+  nn::CrossEntropyLoss ce(nn::CrossEntropyLossOptions().ignore_index(int64_t(1)));
+  EXPECT_TRUE(tg::allclose(ce(logits, labels), F::cross_entropy(logits, labels, {}, tg::kMean, 1)));
+  Tensor p = tg::randn({3, 4}, f64), q = tg::randn({3, 4}, f64);
+  EXPECT_TRUE(tg::allclose(F::mse_loss(p, q, F::MSELossFuncOptions().reduction(tg::kSum)), ((p - q) * (p - q)).sum()));
+  EXPECT_EQ(F::l1_loss(p, q, F::L1LossFuncOptions().reduction(tg::kNone)).sizes(), p.sizes());
+  EXPECT_TRUE(tg::allclose(F::smooth_l1_loss(p, q, F::SmoothL1LossFuncOptions().beta(0.5)),
+                           F::smooth_l1_loss(p, q, tg::kMean, 0.5)));
+  EXPECT_TRUE(
+      tg::allclose(F::huber_loss(p, q, F::HuberLossFuncOptions().delta(0.3)), F::huber_loss(p, q, tg::kMean, 0.3)));
+  Tensor lp = tg::log_softmax(logits, 1);
+  EXPECT_TRUE(tg::allclose(F::nll_loss(lp, labels, F::NLLLossFuncOptions().weight(w)), F::nll_loss(lp, labels, w)));
+  Tensor pr = tg::rand({3, 4}, f64) * 0.8 + 0.1, t = tg::rand({3, 4}, f64), pw = tg::rand({4}, f64) + 1.0;
+  EXPECT_TRUE(tg::allclose(F::binary_cross_entropy(pr, t, F::BinaryCrossEntropyFuncOptions().weight(pr)),
+                           F::binary_cross_entropy(pr, t, pr)));
+  EXPECT_TRUE(tg::allclose(
+      F::binary_cross_entropy_with_logits(p, t, F::BinaryCrossEntropyWithLogitsFuncOptions().pos_weight(pw)),
+      F::binary_cross_entropy_with_logits(p, t, {}, tg::kMean, pw)));
+  EXPECT_TRUE(tg::allclose(F::kl_div(lp, lp, F::KLDivFuncOptions().log_target(true).reduction(tg::kBatchMean)),
+                           F::kl_div(lp, lp, tg::kBatchMean, true)));
+  nn::MSELoss mse(nn::MSELossOptions().reduction(tg::kSum));
+  EXPECT_TRUE(tg::allclose(mse(p, q), ((p - q) * (p - q)).sum()));
+  nn::HuberLoss hub(nn::HuberLossOptions().delta(0.3));
+  EXPECT_TRUE(tg::allclose(hub(p, q), F::huber_loss(p, q, tg::kMean, 0.3)));
+  // Still fields: read and set as before.
+  nn::CrossEntropyLossOptions o;
+  o.label_smoothing = 0.2;
+  const double ls = o.label_smoothing;
+  EXPECT_EQ(ls, 0.2);
+  EXPECT_EQ(o.ignore_index(), -100);
+}
+
 TEST(LibtorchHabits, AdversaryFindingsStayFixed) {
   namespace optim = tg::optim;
   Tensor w = tg::ones({2}, tg::kFloat64).requires_grad_();

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 
+#include <tapegrad/tensor/arg.h>
 #include <tapegrad/tensor/grid.h>
 #include <tapegrad/tensor/tensor.h>
 
@@ -18,7 +19,72 @@ namespace tg::nn {
 /// sum by the batch size (input.size(0)).
 enum class Reduction { kNone, kMean, kSum, kBatchMean };
 
+// The losses' options, LibTorch's names and chained setters
+// (`CrossEntropyLossOptions().label_smoothing(0.1)`; in functional also
+// as LibTorch's XFuncOptions), taken by the loss modules and beside the
+// positional forms of the functional losses.
+/// mse_loss's: reduction.
+struct MSELossOptions {
+  TG_ARG(MSELossOptions, Reduction, reduction) = Reduction::kMean;  ///< how the values are reduced
+};
+/// l1_loss's: reduction.
+struct L1LossOptions {
+  TG_ARG(L1LossOptions, Reduction, reduction) = Reduction::kMean;  ///< how the values are reduced
+};
+/// smooth_l1_loss's: reduction, beta.
+struct SmoothL1LossOptions {
+  TG_ARG(SmoothL1LossOptions, Reduction, reduction) = Reduction::kMean;  ///< how the values are reduced
+  TG_ARG(SmoothL1LossOptions, double, beta) = 1.0;                       ///< where the quadratic part ends
+};
+/// huber_loss's: reduction, delta.
+struct HuberLossOptions {
+  TG_ARG(HuberLossOptions, Reduction, reduction) = Reduction::kMean;  ///< how the values are reduced
+  TG_ARG(HuberLossOptions, double, delta) = 1.0;                      ///< where the quadratic part ends
+};
+/// nll_loss's: weight, ignore_index, reduction.
+struct NLLLossOptions {
+  TG_ARG(NLLLossOptions, Tensor, weight);                           ///< per-class weights, or undefined
+  TG_ARG(NLLLossOptions, int64_t, ignore_index) = -100;             ///< targets that count nothing
+  TG_ARG(NLLLossOptions, Reduction, reduction) = Reduction::kMean;  ///< how the values are reduced
+};
+/// cross_entropy's: weight, ignore_index, reduction, label_smoothing.
+struct CrossEntropyLossOptions {
+  TG_ARG(CrossEntropyLossOptions, Tensor, weight);                           ///< per-class weights, or undefined
+  TG_ARG(CrossEntropyLossOptions, int64_t, ignore_index) = -100;             ///< targets that count nothing
+  TG_ARG(CrossEntropyLossOptions, Reduction, reduction) = Reduction::kMean;  ///< how the values are reduced
+  TG_ARG(CrossEntropyLossOptions, double, label_smoothing) = 0.0;            ///< mixed-in uniform share
+};
+/// binary_cross_entropy's: weight, reduction.
+struct BCELossOptions {
+  TG_ARG(BCELossOptions, Tensor, weight);                           ///< per-element weights, or undefined
+  TG_ARG(BCELossOptions, Reduction, reduction) = Reduction::kMean;  ///< how the values are reduced
+};
+/// binary_cross_entropy_with_logits's: weight, reduction, pos_weight.
+struct BCEWithLogitsLossOptions {
+  TG_ARG(BCEWithLogitsLossOptions, Tensor, weight);                           ///< per-element weights, or undefined
+  TG_ARG(BCEWithLogitsLossOptions, Reduction, reduction) = Reduction::kMean;  ///< how the values are reduced
+  TG_ARG(BCEWithLogitsLossOptions, Tensor, pos_weight);                       ///< the positive term's weight
+};
+/// kl_div's: reduction, log_target.
+struct KLDivLossOptions {
+  TG_ARG(KLDivLossOptions, Reduction, reduction) = Reduction::kMean;  ///< how the values are reduced
+  TG_ARG(KLDivLossOptions, bool, log_target) = false;                 ///< target holds log-probabilities
+};
+
 namespace functional {
+
+/// @name The losses' options under LibTorch's functional names
+///@{
+using MSELossFuncOptions = MSELossOptions;                                 ///< LibTorch's name
+using L1LossFuncOptions = L1LossOptions;                                   ///< LibTorch's name
+using SmoothL1LossFuncOptions = SmoothL1LossOptions;                       ///< LibTorch's name
+using HuberLossFuncOptions = HuberLossOptions;                             ///< LibTorch's name
+using NLLLossFuncOptions = NLLLossOptions;                                 ///< LibTorch's name
+using CrossEntropyFuncOptions = CrossEntropyLossOptions;                   ///< LibTorch's name
+using BinaryCrossEntropyFuncOptions = BCELossOptions;                      ///< LibTorch's name
+using BinaryCrossEntropyWithLogitsFuncOptions = BCEWithLogitsLossOptions;  ///< LibTorch's name
+using KLDivFuncOptions = KLDivLossOptions;                                 ///< LibTorch's name
+///@}
 
 /// @name Losses (input first, then target; shapes must match unless said)
 ///@{
@@ -61,6 +127,47 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 /// right reduction (PyTorch's kMean divides by the element count).
 Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean,
               bool log_target = false);
+///@}
+
+/// @name The losses with their options structs (LibTorch's forms)
+///@{
+/// mse_loss(input, target, o.reduction).
+inline Tensor mse_loss(const Tensor& input, const Tensor& target, const MSELossOptions& o) {
+  return mse_loss(input, target, Reduction(o.reduction));
+}
+/// l1_loss(input, target, o.reduction).
+inline Tensor l1_loss(const Tensor& input, const Tensor& target, const L1LossOptions& o) {
+  return l1_loss(input, target, Reduction(o.reduction));
+}
+/// smooth_l1_loss with o's reduction and beta.
+inline Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const SmoothL1LossOptions& o) {
+  return smooth_l1_loss(input, target, o.reduction, o.beta);
+}
+/// huber_loss with o's reduction and delta.
+inline Tensor huber_loss(const Tensor& input, const Tensor& target, const HuberLossOptions& o) {
+  return huber_loss(input, target, o.reduction, o.delta);
+}
+/// nll_loss with o's weight, reduction and ignore_index.
+inline Tensor nll_loss(const Tensor& input, const Tensor& target, const NLLLossOptions& o) {
+  return nll_loss(input, target, o.weight, o.reduction, o.ignore_index);
+}
+/// cross_entropy with o's weight, reduction, ignore_index and label_smoothing.
+inline Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyLossOptions& o) {
+  return cross_entropy(input, target, o.weight, o.reduction, o.ignore_index, o.label_smoothing);
+}
+/// binary_cross_entropy with o's weight and reduction.
+inline Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BCELossOptions& o) {
+  return binary_cross_entropy(input, target, o.weight, o.reduction);
+}
+/// binary_cross_entropy_with_logits with o's weight, reduction and pos_weight.
+inline Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                               const BCEWithLogitsLossOptions& o) {
+  return binary_cross_entropy_with_logits(input, target, o.weight, o.reduction, o.pos_weight);
+}
+/// kl_div with o's reduction and log_target.
+inline Tensor kl_div(const Tensor& input, const Tensor& target, const KLDivLossOptions& o) {
+  return kl_div(input, target, o.reduction, o.log_target);
+}
 ///@}
 
 /// @name Layers and activations
@@ -153,3 +260,11 @@ using tg::unfold;
 
 }  // namespace functional
 }  // namespace tg::nn
+
+namespace tg {
+/// LibTorch's reduction spellings (`torch::kSum` ports as `tg::kSum`).
+inline constexpr nn::Reduction kNone = nn::Reduction::kNone;            ///< the values
+inline constexpr nn::Reduction kMean = nn::Reduction::kMean;            ///< the mean
+inline constexpr nn::Reduction kSum = nn::Reduction::kSum;              ///< the sum
+inline constexpr nn::Reduction kBatchMean = nn::Reduction::kBatchMean;  ///< the sum over input.size(0)
+}  // namespace tg

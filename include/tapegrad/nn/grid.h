@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <tapegrad/nn/module.h>
+#include <tapegrad/nn/options.h>
 #include <tapegrad/tensor/grid.h>
 
 namespace tg::nn {
@@ -26,6 +27,10 @@ template <int N> class ConvNdImpl : public Module {
   ConvNdImpl(int64_t in_channels, int64_t out_channels, IntList kernel_size, IntList stride = {1},
              IntList padding = {0}, IntList dilation = {1}, int64_t groups = 1, bool bias = true,
              std::string padding_mode = "zeros", TensorOptions options = TensorOptions());
+  /// From LibTorch's options.
+  explicit ConvNdImpl(const ConvNdOptions<N>& o)
+      : ConvNdImpl(o.in_channels, o.out_channels, o.kernel_size, o.stride, o.padding, o.dilation, o.groups, o.bias,
+                   o.padding_mode) {}
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   Tensor weight;  ///< [out, in / groups, kernel...]
@@ -50,6 +55,8 @@ template <int N> class ConvNd : public ModuleHolder<ConvNdImpl<N>> {
       : ModuleHolder<ConvNdImpl<N>>(std::make_shared<ConvNdImpl<N>>(in_channels, out_channels, kernel_size, stride,
                                                                     padding, dilation, groups, bias,
                                                                     std::move(padding_mode), options)) {}
+  /// ConvNdImpl<N>'s options constructor.
+  explicit ConvNd(const ConvNdOptions<N>& o) : ModuleHolder<ConvNdImpl<N>>(std::make_shared<ConvNdImpl<N>>(o)) {}
 };
 using Conv1d = ConvNd<1>;  ///< the holder
 using Conv2d = ConvNd<2>;  ///< the holder
@@ -64,6 +71,10 @@ template <int N> class ConvTransposeNdImpl : public Module {
   ConvTransposeNdImpl(int64_t in_channels, int64_t out_channels, IntList kernel_size, IntList stride = {1},
                       IntList padding = {0}, IntList output_padding = {0}, int64_t groups = 1, bool bias = true,
                       IntList dilation = {1}, TensorOptions options = TensorOptions());
+  /// From LibTorch's options.
+  explicit ConvTransposeNdImpl(const ConvTransposeNdOptions<N>& o)
+      : ConvTransposeNdImpl(o.in_channels, o.out_channels, o.kernel_size, o.stride, o.padding, o.output_padding,
+                            o.groups, o.bias, o.dilation) {}
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   Tensor weight;  ///< [in, out / groups, kernel...]
@@ -87,6 +98,9 @@ template <int N> class ConvTransposeNd : public ModuleHolder<ConvTransposeNdImpl
       : ModuleHolder<ConvTransposeNdImpl<N>>(std::make_shared<ConvTransposeNdImpl<N>>(
             in_channels, out_channels, kernel_size, stride, padding, output_padding, groups, bias, dilation, options)) {
   }
+  /// ConvTransposeNdImpl<N>'s options constructor.
+  explicit ConvTransposeNd(const ConvTransposeNdOptions<N>& o)
+      : ModuleHolder<ConvTransposeNdImpl<N>>(std::make_shared<ConvTransposeNdImpl<N>>(o)) {}
 };
 using ConvTranspose1d = ConvTransposeNd<1>;  ///< the holder
 using ConvTranspose2d = ConvTransposeNd<2>;  ///< the holder
@@ -98,6 +112,8 @@ class GroupNormImpl : public Module {
   /// num_channels must be a multiple of num_groups.
   GroupNormImpl(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true,
                 TensorOptions options = TensorOptions());
+  /// From LibTorch's options.
+  explicit GroupNormImpl(const GroupNormOptions& o) : GroupNormImpl(o.num_groups, o.num_channels, o.eps, o.affine) {}
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   Tensor weight;  ///< [num_channels] ones, undefined without affine
@@ -120,6 +136,9 @@ class BatchNormImpl : public Module {
   explicit BatchNormImpl(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
                          bool track_running_stats = true, TensorOptions options = TensorOptions(),
                          const char* type_name = "BatchNorm");
+  /// From LibTorch's options.
+  explicit BatchNormImpl(const BatchNormOptions& o)
+      : BatchNormImpl(o.num_features, o.eps, o.momentum, o.affine, o.track_running_stats) {}
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   Tensor weight;               ///< [num_features] ones, undefined without affine
@@ -133,29 +152,24 @@ class BatchNormImpl : public Module {
   double eps_, momentum_;
 };
 TG_MODULE(BatchNorm);
-/// BatchNorm over [N, C] or [N, C, L].
-struct BatchNorm1dImpl : BatchNormImpl {
+/// BatchNorm over N spatial dims ([N, C] or [N, C, L] for N = 1).
+template <int N> struct BatchNormNdImpl : BatchNormImpl {
   /// As BatchNorm's.
-  explicit BatchNorm1dImpl(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = true, bool track = true,
+  explicit BatchNormNdImpl(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = true, bool track = true,
                            TensorOptions o = TensorOptions())
-      : BatchNormImpl(n, eps, momentum, affine, track, o, "BatchNorm1d") {}
+      : BatchNormImpl(n, eps, momentum, affine, track, o,
+                      N == 1   ? "BatchNorm1d"
+                      : N == 2 ? "BatchNorm2d"
+                               : "BatchNorm3d") {}
+  /// From LibTorch's options.
+  explicit BatchNormNdImpl(const BatchNormOptions& o)
+      : BatchNormNdImpl(o.num_features, o.eps, o.momentum, o.affine, o.track_running_stats) {}
 };
+using BatchNorm1dImpl = BatchNormNdImpl<1>;
+using BatchNorm2dImpl = BatchNormNdImpl<2>;
+using BatchNorm3dImpl = BatchNormNdImpl<3>;
 TG_MODULE(BatchNorm1d);
-/// BatchNorm over [N, C, H, W].
-struct BatchNorm2dImpl : BatchNormImpl {
-  /// As BatchNorm's.
-  explicit BatchNorm2dImpl(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = true, bool track = true,
-                           TensorOptions o = TensorOptions())
-      : BatchNormImpl(n, eps, momentum, affine, track, o, "BatchNorm2d") {}
-};
 TG_MODULE(BatchNorm2d);
-/// BatchNorm over [N, C, D, H, W].
-struct BatchNorm3dImpl : BatchNormImpl {
-  /// As BatchNorm's.
-  explicit BatchNorm3dImpl(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = true, bool track = true,
-                           TensorOptions o = TensorOptions())
-      : BatchNormImpl(n, eps, momentum, affine, track, o, "BatchNorm3d") {}
-};
 TG_MODULE(BatchNorm3d);
 
 /// Instance normalization (InstanceNorm1d/2d/3d): LibTorch's defaults
@@ -166,6 +180,9 @@ class InstanceNormImpl : public Module {
   explicit InstanceNormImpl(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = false,
                             bool track_running_stats = false, TensorOptions options = TensorOptions(),
                             const char* type_name = "InstanceNorm");
+  /// From LibTorch's options.
+  explicit InstanceNormImpl(const InstanceNormOptions& o)
+      : InstanceNormImpl(o.num_features, o.eps, o.momentum, o.affine, o.track_running_stats) {}
   Tensor forward(const Tensor& x) override;
   Tensor weight;        ///< [num_features] ones, undefined without affine
   Tensor bias;          ///< [num_features] zeros, undefined without affine
@@ -176,29 +193,24 @@ class InstanceNormImpl : public Module {
   double eps_, momentum_;
 };
 TG_MODULE(InstanceNorm);
-/// InstanceNorm over [N, C, L].
-struct InstanceNorm1dImpl : InstanceNormImpl {
+/// InstanceNorm over N spatial dims.
+template <int N> struct InstanceNormNdImpl : InstanceNormImpl {
   /// As InstanceNorm's.
-  explicit InstanceNorm1dImpl(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = false,
+  explicit InstanceNormNdImpl(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = false,
                               bool track = false, TensorOptions o = TensorOptions())
-      : InstanceNormImpl(n, eps, momentum, affine, track, o, "InstanceNorm1d") {}
+      : InstanceNormImpl(n, eps, momentum, affine, track, o,
+                         N == 1   ? "InstanceNorm1d"
+                         : N == 2 ? "InstanceNorm2d"
+                                  : "InstanceNorm3d") {}
+  /// From LibTorch's options.
+  explicit InstanceNormNdImpl(const InstanceNormOptions& o)
+      : InstanceNormNdImpl(o.num_features, o.eps, o.momentum, o.affine, o.track_running_stats) {}
 };
+using InstanceNorm1dImpl = InstanceNormNdImpl<1>;
+using InstanceNorm2dImpl = InstanceNormNdImpl<2>;
+using InstanceNorm3dImpl = InstanceNormNdImpl<3>;
 TG_MODULE(InstanceNorm1d);
-/// InstanceNorm over [N, C, H, W].
-struct InstanceNorm2dImpl : InstanceNormImpl {
-  /// As InstanceNorm's.
-  explicit InstanceNorm2dImpl(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = false,
-                              bool track = false, TensorOptions o = TensorOptions())
-      : InstanceNormImpl(n, eps, momentum, affine, track, o, "InstanceNorm2d") {}
-};
 TG_MODULE(InstanceNorm2d);
-/// InstanceNorm over [N, C, D, H, W].
-struct InstanceNorm3dImpl : InstanceNormImpl {
-  /// As InstanceNorm's.
-  explicit InstanceNorm3dImpl(int64_t n, double eps = 1e-5, double momentum = 0.1, bool affine = false,
-                              bool track = false, TensorOptions o = TensorOptions())
-      : InstanceNormImpl(n, eps, momentum, affine, track, o, "InstanceNorm3d") {}
-};
 TG_MODULE(InstanceNorm3d);
 
 /// interpolate with fixed arguments (nn.Upsample).

@@ -14,6 +14,7 @@
 
 #include <tapegrad/nn/functional.h>
 #include <tapegrad/nn/module.h>
+#include <tapegrad/nn/options.h>
 
 namespace tg::nn {
 
@@ -77,6 +78,8 @@ class DropoutImpl : public Module {
  public:
   /// p: the probability of zeroing an element.
   explicit DropoutImpl(double p = 0.5);
+  /// From LibTorch's options.
+  explicit DropoutImpl(const DropoutOptions& o) : DropoutImpl(double(o.p)) {}
   Tensor forward(const Tensor& x) override;  ///< dropout(x, p, is_training())
   std::string extra_repr() const override;   ///< "Dropout(p=..)"
 
@@ -92,6 +95,8 @@ class LayerNormImpl : public Module {
   /// The layer over trailing dims of sizes `normalized_shape`.
   LayerNormImpl(IntList normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
                 TensorOptions options = TensorOptions());
+  /// From LibTorch's options.
+  explicit LayerNormImpl(const LayerNormOptions& o) : LayerNormImpl(o.normalized_shape, o.eps, o.elementwise_affine) {}
   Tensor forward(const Tensor& x) override;  ///< layer_norm(x, normalized_shape, weight, bias, eps)
   std::string extra_repr() const override;   ///< "LayerNorm([..], eps=.., elementwise_affine=..)"
   Tensor weight;                             ///< normalized_shape, undefined without affine
@@ -110,6 +115,8 @@ class LayerNorm : public ModuleHolder<LayerNormImpl> {
             TensorOptions options = TensorOptions())
       : ModuleHolder<LayerNormImpl>(
             std::make_shared<LayerNormImpl>(normalized_shape, eps, elementwise_affine, options)) {}
+  /// LayerNormImpl's options constructor.
+  explicit LayerNorm(const LayerNormOptions& o) : ModuleHolder<LayerNormImpl>(std::make_shared<LayerNormImpl>(o)) {}
 };
 
 /// A lookup table: rows of weight [num_embeddings, embedding_dim] (N(0, 1),
@@ -124,6 +131,10 @@ class EmbeddingImpl : public Module {
   EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim, bool sparse = false,
                 TensorOptions options = TensorOptions(), std::optional<int64_t> padding_idx = std::nullopt,
                 std::optional<double> max_norm = std::nullopt, double norm_type = 2.0);
+  /// From LibTorch's options.
+  explicit EmbeddingImpl(const EmbeddingOptions& o)
+      : EmbeddingImpl(o.num_embeddings, o.embedding_dim, o.sparse, TensorOptions(), o.padding_idx, o.max_norm,
+                      o.norm_type) {}
   Tensor forward(const Tensor& indices) override;  ///< functional::embedding(indices, weight, ...)
   std::string extra_repr() const override;         ///< "Embedding(num, dim[, padding_idx=..][, max_norm=..])"
   /// The padding row (wrapped into [0, num_embeddings)), if any.
@@ -175,19 +186,23 @@ TG_MODULE(Loss);
 
 /// functional::mse_loss.
 struct MSELossImpl : LossImpl {
-  explicit MSELossImpl(Reduction reduction = Reduction::kMean);  ///< the module
+  explicit MSELossImpl(Reduction reduction = Reduction::kMean);                           ///< the module
+  explicit MSELossImpl(const MSELossOptions& o) : MSELossImpl(Reduction(o.reduction)) {}  ///< from LibTorch's options
   Tensor forward(const Tensor& input, const Tensor& target) override;
 };
 TG_MODULE(MSELoss);
 /// functional::l1_loss.
 struct L1LossImpl : LossImpl {
-  explicit L1LossImpl(Reduction reduction = Reduction::kMean);  ///< the module
+  explicit L1LossImpl(Reduction reduction = Reduction::kMean);                         ///< the module
+  explicit L1LossImpl(const L1LossOptions& o) : L1LossImpl(Reduction(o.reduction)) {}  ///< from LibTorch's options
   Tensor forward(const Tensor& input, const Tensor& target) override;
 };
 TG_MODULE(L1Loss);
 /// functional::smooth_l1_loss.
 struct SmoothL1LossImpl : LossImpl {
   explicit SmoothL1LossImpl(Reduction reduction = Reduction::kMean, double beta = 1.0);  ///< the module
+  /// From LibTorch's options.
+  explicit SmoothL1LossImpl(const SmoothL1LossOptions& o) : SmoothL1LossImpl(o.reduction, o.beta) {}
   Tensor forward(const Tensor& input, const Tensor& target) override;
   double beta;  ///< where the quadratic part ends
 };
@@ -195,6 +210,8 @@ TG_MODULE(SmoothL1Loss);
 /// functional::huber_loss.
 struct HuberLossImpl : LossImpl {
   explicit HuberLossImpl(Reduction reduction = Reduction::kMean, double delta = 1.0);  ///< the module
+  /// From LibTorch's options.
+  explicit HuberLossImpl(const HuberLossOptions& o) : HuberLossImpl(o.reduction, o.delta) {}
   Tensor forward(const Tensor& input, const Tensor& target) override;
   double delta;  ///< where the quadratic part ends
 };
@@ -203,6 +220,9 @@ TG_MODULE(HuberLoss);
 struct CrossEntropyLossImpl : LossImpl {
   explicit CrossEntropyLossImpl(Tensor weight = {}, Reduction reduction = Reduction::kMean, int64_t ignore_index = -100,
                                 double label_smoothing = 0.0);  ///< the module
+  /// From LibTorch's options.
+  explicit CrossEntropyLossImpl(const CrossEntropyLossOptions& o)
+      : CrossEntropyLossImpl(o.weight, o.reduction, o.ignore_index, o.label_smoothing) {}
   Tensor forward(const Tensor& input, const Tensor& target) override;
   Tensor weight;           ///< per-class weights, or undefined
   int64_t ignore_index;    ///< targets that count nothing
@@ -213,6 +233,8 @@ TG_MODULE(CrossEntropyLoss);
 struct NLLLossImpl : LossImpl {
   explicit NLLLossImpl(Tensor weight = {}, Reduction reduction = Reduction::kMean,
                        int64_t ignore_index = -100);  ///< the module
+  /// From LibTorch's options.
+  explicit NLLLossImpl(const NLLLossOptions& o) : NLLLossImpl(o.weight, o.reduction, o.ignore_index) {}
   Tensor forward(const Tensor& input, const Tensor& target) override;
   Tensor weight;         ///< per-class weights, or undefined
   int64_t ignore_index;  ///< targets that count nothing
@@ -220,7 +242,8 @@ struct NLLLossImpl : LossImpl {
 TG_MODULE(NLLLoss);
 /// functional::binary_cross_entropy.
 struct BCELossImpl : LossImpl {
-  explicit BCELossImpl(Tensor weight = {}, Reduction reduction = Reduction::kMean);  ///< the module
+  explicit BCELossImpl(Tensor weight = {}, Reduction reduction = Reduction::kMean);      ///< the module
+  explicit BCELossImpl(const BCELossOptions& o) : BCELossImpl(o.weight, o.reduction) {}  ///< from LibTorch's options
   Tensor forward(const Tensor& input, const Tensor& target) override;
   Tensor weight;  ///< per-element weights, or undefined
 };
@@ -229,6 +252,9 @@ TG_MODULE(BCELoss);
 struct BCEWithLogitsLossImpl : LossImpl {
   explicit BCEWithLogitsLossImpl(Tensor weight = {}, Reduction reduction = Reduction::kMean,
                                  Tensor pos_weight = {});  ///< the module
+  /// From LibTorch's options.
+  explicit BCEWithLogitsLossImpl(const BCEWithLogitsLossOptions& o)
+      : BCEWithLogitsLossImpl(o.weight, o.reduction, o.pos_weight) {}
   Tensor forward(const Tensor& input, const Tensor& target) override;
   Tensor weight;      ///< per-element weights, or undefined
   Tensor pos_weight;  ///< weights of the positive term, or undefined
@@ -237,6 +263,8 @@ TG_MODULE(BCEWithLogitsLoss);
 /// functional::kl_div.
 struct KLDivLossImpl : LossImpl {
   explicit KLDivLossImpl(Reduction reduction = Reduction::kMean, bool log_target = false);  ///< the module
+  /// From LibTorch's options.
+  explicit KLDivLossImpl(const KLDivLossOptions& o) : KLDivLossImpl(o.reduction, o.log_target) {}
   Tensor forward(const Tensor& input, const Tensor& target) override;
   bool log_target;  ///< target holds log-probabilities
 };

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <tapegrad/nn/module.h>
+#include <tapegrad/nn/options.h>
 #include <tapegrad/tensor/device.h>
 
 namespace tg::nn {
@@ -21,6 +22,8 @@ class LinearImpl : public Module {
  public:
   /// in_features -> out_features; `options` gives the dtype and device.
   LinearImpl(int64_t in_features, int64_t out_features, bool bias = true, TensorOptions options = TensorOptions());
+  /// From LibTorch's options.
+  explicit LinearImpl(const LinearOptions& o) : LinearImpl(o.in_features, o.out_features, o.bias) {}
   Tensor forward(const Tensor& x) override;  ///< linear(x, weight, bias)
   std::string extra_repr() const override;   ///< "Linear(in_features=.., out_features=.., bias=..)"
   Tensor weight;                             ///< [out_features, in_features]

@@ -14,7 +14,17 @@
 /// (a constructor's parameters, as LibTorch's positional options). The
 /// field's own type is copied only with its options (`auto x = o.lr;` does
 /// not compile: write `double x = o.lr;` or `auto x = o.lr();`).
-#define TG_ARG(Owner, T, name)                                                                 \
+#define TG_ARG(Owner, T, name) TG_ARG_BODY(Owner, T, name, )
+
+/// TG_ARG whose chained setter also takes a `U` and stores `T{u}` (an
+/// IntList option set from one integer, as LibTorch's ExpandingArray:
+/// `Conv2dOptions(1, 8, 3).padding(1)`).
+#define TG_ARG_OR(Owner, T, name, U) \
+  TG_ARG_BODY(                       \
+      Owner, T, name, Owner& operator()(U u) { return (*this)(T{u}); })
+
+/// TG_ARG's field type, with `extra` member declarations (more setters).
+#define TG_ARG_BODY(Owner, T, name, extra)                                                     \
   struct name##_arg {                                                                          \
     T value{};                                                                                 \
     name##_arg() = default;                                                                    \
@@ -29,9 +39,10 @@
       value = std::move(v);                                                                    \
       return *reinterpret_cast<Owner*>(reinterpret_cast<char*>(this) - offsetof(Owner, name)); \
     }                                                                                          \
+    extra                                                                                      \
                                                                                                \
-   private: /* copied only with its options: auto x = o.lr would lose them */                  \
-    friend Owner;                                                                              \
+        private : /* copied only with its options: auto x = o.lr would lose them */            \
+                  friend Owner;                                                                \
     name##_arg(const name##_arg&) = default;                                                   \
     name##_arg& operator=(const name##_arg&) = default;                                        \
   } name

@@ -1,0 +1,139 @@
+// The layers' options with LibTorch's names and chained setters
+// (`nn::Linear(nn::LinearOptions(2, 64).bias(false))`,
+// `nn::Conv2d(nn::Conv2dOptions(1, 8, 3).padding(1).bias(false))`), beside
+// the modules' positional constructors (docs/GUIDE.md's name map). Each
+// module takes its options struct; the defaults are LibTorch's (and so the
+// positional constructors'). A field is also read and set as a plain field
+// (tg/tensor/arg.h); an IntList field's setter takes one integer for every
+// spatial dim.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <tapegrad/tensor/arg.h>
+#include <tapegrad/tensor/tensor.h>
+
+namespace tg::nn {
+
+/// Linear(in_features, out_features).bias(bool).
+struct LinearOptions {
+  /// The layer in_features -> out_features.
+  LinearOptions(int64_t in_features, int64_t out_features) : in_features(in_features), out_features(out_features) {}
+  TG_ARG(LinearOptions, int64_t, in_features);   ///< input size
+  TG_ARG(LinearOptions, int64_t, out_features);  ///< output size
+  TG_ARG(LinearOptions, bool, bias) = true;      ///< an additive bias
+};
+
+/// ConvNd(in_channels, out_channels, kernel_size) with stride, padding,
+/// dilation, groups, bias and padding_mode ("zeros", "reflect",
+/// "replicate", "circular").
+template <int N> struct ConvNdOptions {
+  /// kernel_size: N values or one.
+  ConvNdOptions(int64_t in_channels, int64_t out_channels, IntList kernel_size)
+      : in_channels(in_channels), out_channels(out_channels), kernel_size(std::move(kernel_size)) {}
+  /// kernel_size for every spatial dim.
+  ConvNdOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
+      : ConvNdOptions(in_channels, out_channels, IntList{kernel_size}) {}
+  TG_ARG(ConvNdOptions, int64_t, in_channels);                              ///< input channels
+  TG_ARG(ConvNdOptions, int64_t, out_channels);                             ///< output channels
+  TG_ARG_OR(ConvNdOptions, IntList, kernel_size, int64_t);                  ///< N values or one
+  TG_ARG_OR(ConvNdOptions, IntList, stride, int64_t) = IntList{1};          ///< N values or one
+  TG_ARG_OR(ConvNdOptions, IntList, padding, int64_t) = IntList{0};         ///< N values or one
+  TG_ARG_OR(ConvNdOptions, IntList, dilation, int64_t) = IntList{1};        ///< N values or one
+  TG_ARG(ConvNdOptions, int64_t, groups) = 1;                               ///< channel groups
+  TG_ARG(ConvNdOptions, bool, bias) = true;                                 ///< a bias per output channel
+  TG_ARG(ConvNdOptions, std::string, padding_mode) = std::string("zeros");  ///< how the input is padded
+};
+using Conv1dOptions = ConvNdOptions<1>;  ///< LibTorch's name
+using Conv2dOptions = ConvNdOptions<2>;  ///< LibTorch's name
+using Conv3dOptions = ConvNdOptions<3>;  ///< LibTorch's name
+
+/// ConvTransposeNd(in_channels, out_channels, kernel_size) with stride,
+/// padding, output_padding, groups, bias and dilation.
+template <int N> struct ConvTransposeNdOptions {
+  /// kernel_size: N values or one.
+  ConvTransposeNdOptions(int64_t in_channels, int64_t out_channels, IntList kernel_size)
+      : in_channels(in_channels), out_channels(out_channels), kernel_size(std::move(kernel_size)) {}
+  /// kernel_size for every spatial dim.
+  ConvTransposeNdOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
+      : ConvTransposeNdOptions(in_channels, out_channels, IntList{kernel_size}) {}
+  TG_ARG(ConvTransposeNdOptions, int64_t, in_channels);                              ///< input channels
+  TG_ARG(ConvTransposeNdOptions, int64_t, out_channels);                             ///< output channels
+  TG_ARG_OR(ConvTransposeNdOptions, IntList, kernel_size, int64_t);                  ///< N values or one
+  TG_ARG_OR(ConvTransposeNdOptions, IntList, stride, int64_t) = IntList{1};          ///< N values or one
+  TG_ARG_OR(ConvTransposeNdOptions, IntList, padding, int64_t) = IntList{0};         ///< N values or one
+  TG_ARG_OR(ConvTransposeNdOptions, IntList, output_padding, int64_t) = IntList{0};  ///< N values or one
+  TG_ARG(ConvTransposeNdOptions, int64_t, groups) = 1;                               ///< channel groups
+  TG_ARG(ConvTransposeNdOptions, bool, bias) = true;                                 ///< a bias per output channel
+  TG_ARG_OR(ConvTransposeNdOptions, IntList, dilation, int64_t) = IntList{1};        ///< N values or one
+};
+using ConvTranspose1dOptions = ConvTransposeNdOptions<1>;  ///< LibTorch's name
+using ConvTranspose2dOptions = ConvTransposeNdOptions<2>;  ///< LibTorch's name
+using ConvTranspose3dOptions = ConvTransposeNdOptions<3>;  ///< LibTorch's name
+
+/// GroupNorm(num_groups, num_channels).eps(double).affine(bool).
+struct GroupNormOptions {
+  /// num_channels a multiple of num_groups.
+  GroupNormOptions(int64_t num_groups, int64_t num_channels) : num_groups(num_groups), num_channels(num_channels) {}
+  TG_ARG(GroupNormOptions, int64_t, num_groups);    ///< groups
+  TG_ARG(GroupNormOptions, int64_t, num_channels);  ///< channels
+  TG_ARG(GroupNormOptions, double, eps) = 1e-5;     ///< added to the variance
+  TG_ARG(GroupNormOptions, bool, affine) = true;    ///< weight and bias per channel
+};
+
+/// The options of the normalizations with running statistics,
+/// BatchNorm1d/2d/3d (kInstance false) and InstanceNorm1d/2d/3d (true):
+/// num_features, eps, momentum, affine and track_running_stats, LibTorch's
+/// defaults (an instance norm has neither weights nor running statistics).
+template <bool kInstance> struct RunningNormOptions {
+  /// The layer over num_features channels.
+  explicit RunningNormOptions(int64_t num_features) : num_features(num_features) {}
+  TG_ARG(RunningNormOptions, int64_t, num_features);                   ///< channels
+  TG_ARG(RunningNormOptions, double, eps) = 1e-5;                      ///< added to the variance
+  TG_ARG(RunningNormOptions, double, momentum) = 0.1;                  ///< of the running statistics
+  TG_ARG(RunningNormOptions, bool, affine) = !kInstance;               ///< weight and bias per channel
+  TG_ARG(RunningNormOptions, bool, track_running_stats) = !kInstance;  ///< running statistics kept
+};
+using BatchNormOptions = RunningNormOptions<false>;    ///< LibTorch's name
+using BatchNorm1dOptions = BatchNormOptions;           ///< LibTorch's name
+using BatchNorm2dOptions = BatchNormOptions;           ///< LibTorch's name
+using BatchNorm3dOptions = BatchNormOptions;           ///< LibTorch's name
+using InstanceNormOptions = RunningNormOptions<true>;  ///< LibTorch's name
+using InstanceNorm1dOptions = InstanceNormOptions;     ///< LibTorch's name
+using InstanceNorm2dOptions = InstanceNormOptions;     ///< LibTorch's name
+using InstanceNorm3dOptions = InstanceNormOptions;     ///< LibTorch's name
+
+/// LayerNorm(normalized_shape).eps(double).elementwise_affine(bool).
+struct LayerNormOptions {
+  /// The trailing dims normalized.
+  explicit LayerNormOptions(IntList normalized_shape) : normalized_shape(std::move(normalized_shape)) {}
+  TG_ARG(LayerNormOptions, IntList, normalized_shape);        ///< trailing sizes
+  TG_ARG(LayerNormOptions, double, eps) = 1e-5;               ///< added to the variance
+  TG_ARG(LayerNormOptions, bool, elementwise_affine) = true;  ///< weight and bias of normalized_shape
+};
+
+/// Dropout(p).
+struct DropoutOptions {
+  /// p: the probability of zeroing an element.
+  explicit DropoutOptions(double p = 0.5) : p(p) {}
+  TG_ARG(DropoutOptions, double, p);  ///< zeroing probability
+};
+
+/// Embedding(num_embeddings, embedding_dim) with padding_idx, max_norm,
+/// norm_type and sparse.
+struct EmbeddingOptions {
+  /// The table's sizes.
+  EmbeddingOptions(int64_t num_embeddings, int64_t embedding_dim)
+      : num_embeddings(num_embeddings), embedding_dim(embedding_dim) {}
+  TG_ARG(EmbeddingOptions, int64_t, num_embeddings);              ///< rows
+  TG_ARG(EmbeddingOptions, int64_t, embedding_dim);               ///< columns
+  TG_ARG(EmbeddingOptions, std::optional<int64_t>, padding_idx);  ///< a row with no gradient
+  TG_ARG(EmbeddingOptions, std::optional<double>, max_norm);      ///< rows renormalized above it
+  TG_ARG(EmbeddingOptions, double, norm_type) = 2.0;              ///< the norm of max_norm
+  TG_ARG(EmbeddingOptions, bool, sparse) = false;                 ///< a sparse weight gradient
+};
+
+}  // namespace tg::nn

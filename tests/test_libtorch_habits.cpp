@@ -375,6 +375,12 @@ TEST(LibtorchHabits, SequentialAndModuleListTakeModulesOneByOne) {
   Tensor want = tg::linear(tg::tanh(tg::linear(x, l0->weight, l0->bias)), l2->weight, l2->bias);
   EXPECT_TRUE(tg::allclose(seq(x), want, 0, 0));
   EXPECT_EQ(seq->named_parameters()[2].first, "2.weight");
+  // A Sequential first among several nests; alone it is shared.
+  tg::nn::Sequential outer(seq, tg::nn::Tanh());
+  ASSERT_EQ(outer->size(), 2u);
+  EXPECT_TRUE(tg::allclose(outer(x), tg::tanh(want), 0, 0));
+  tg::nn::Sequential same(seq);
+  EXPECT_EQ(same.get(), seq.get());
   // MLP gives a Sequential holder.
   tg::nn::Sequential mlp = tg::nn::MLP({2, 8, 1});
   EXPECT_EQ(mlp->size(), 3u);

@@ -166,10 +166,12 @@ template <class Impl> class ModuleHolder : public std::shared_ptr<Impl> {
   ModuleHolder(std::nullptr_t) {}  // NOLINT: implicit, as LibTorch's
   /// Holds `module` (shared).
   ModuleHolder(std::shared_ptr<Impl> module) : std::shared_ptr<Impl>(std::move(module)) {}  // NOLINT
-  /// A new module from its constructor's arguments.
+  /// A new module from its constructor's arguments (a holder or pointer of
+  /// Impl alone is held, not nested: `Sequential(seq)` shares seq, while
+  /// `Sequential(seq, Tanh())` makes a new Sequential holding both).
   template <class A0, class... A,
             class = std::enable_if_t<!std::is_same<std::decay_t<A0>, std::nullptr_t>::value &&
-                                     !std::is_convertible<A0, std::shared_ptr<Impl>>::value &&
+                                     !(sizeof...(A) == 0 && std::is_convertible<A0, std::shared_ptr<Impl>>::value) &&
                                      std::is_constructible<Impl, A0, A...>::value>>
   explicit ModuleHolder(A0&& a0, A&&... a)
       : std::shared_ptr<Impl>(std::make_shared<Impl>(std::forward<A0>(a0), std::forward<A>(a)...)) {}

@@ -285,12 +285,8 @@ Tensor group_scale_batched(const Tensor& t, const Tensor& s, int64_t rank) {
 
 class GroupSumNode final : public OpNode {
  public:
-  GroupSumNode(int64_t groups, IntList sizes, bool same, bool has_b)
-      : OpNode("_group_sum", "GroupSumBackward"),
-        groups_(groups),
-        sizes_(std::move(sizes)),
-        same_(same),
-        has_b_(has_b) {}
+  GroupSumNode(IntList sizes, bool same, bool has_b)
+      : OpNode("_group_sum", "GroupSumBackward"), sizes_(std::move(sizes)), same_(same), has_b_(has_b) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(2);
     const Tensor& g = grads[0];
@@ -311,7 +307,6 @@ class GroupSumNode final : public OpNode {
   SavedVariable a_, b_;
 
  private:
-  int64_t groups_;
   IntList sizes_;
   bool same_, has_b_;
 };
@@ -365,7 +360,7 @@ Tensor _group_sum(const Tensor& a, const Tensor& b, int64_t groups) {
   Tensor out = run_raw([&] { return raw::grid::_group_sum(a, b, groups); });
   const bool same = b.defined() && a.is_same(b);
   if (should_record({&a, &b})) {
-    auto node = make_node<GroupSumNode>({&a, &b}, groups, a.sizes(), same, b.defined());
+    auto node = make_node<GroupSumNode>({&a, &b}, a.sizes(), same, b.defined());
     if (node->needs_input_grad(1) || same) node->a_ = SavedVariable(a, false);
     if (b.defined() && !same && node->needs_input_grad(0)) node->b_ = SavedVariable(b, false);
     out = finish(out, node);

@@ -170,7 +170,7 @@ bool group_center(const Tensor& out, const Tensor& x, int64_t groups) {
       const T* xp = static_cast<const T*>(x.data_ptr());
       row_sums<T, double>(xp, nullptr, rows, run, mp, x, access, s);
       T* op = static_cast<T*>(out.data_ptr());
-      if (n <= int64_t(UINT32_MAX))
+      if (n <= int64_t(INT32_MAX))  // i + the grid stride stays below 2^32
         center_kernel<T, uint32_t><<<grid_for(n), kBlock, 0, s>>>(op, xp, mp, uint32_t(n), uint32_t(run), inv);
       else center_kernel<T, uint64_t><<<grid_for(n), kBlock, 0, s>>>(op, xp, mp, uint64_t(n), uint64_t(run), inv);
       TG_CUDA_CHECK(cudaGetLastError(), "_group_center");
@@ -195,7 +195,7 @@ bool group_affine(const Tensor& out, const Tensor& t, const Tensor& scale, const
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       T* op = static_cast<T*>(out.data_ptr());
       const T* tp = static_cast<const T*>(t.data_ptr());
-      if (n <= int64_t(UINT32_MAX))
+      if (n <= int64_t(INT32_MAX))  // i + the grid stride stays below 2^32
         affine_kernel<T, uint32_t>
             <<<grid_for(n), kBlock, 0, s>>>(op, tp, sc, bi, uint32_t(n), uint32_t(S), uint32_t(C));
       else

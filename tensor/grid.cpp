@@ -398,12 +398,12 @@ void check_group_coefficient(const Tensor& v, const Tensor& t, const char* op, c
   detail::check_same_device(t, v, op);
 }
 
-}  // namespace
-
 // Float16 and BFloat16 operands: the primitive in Float32 (the sums, the
 // means and the products rounded once, into the result's dtype).
 template <class F> Tensor in_float32(const Tensor& like, F&& f) { return raw::to(f(), like.dtype()); }
 Tensor widen(const Tensor& t) { return t.defined() ? raw::to(t, kFloat32) : t; }
+
+}  // namespace
 
 Tensor _group_sum(const Tensor& a, const Tensor& b, int64_t groups) {
   const char* op = "_group_sum";

@@ -634,6 +634,18 @@ TEST(LibtorchHabits, ModuleAndLossOptionsChainAsLibtorch) {
   nn::Embedding emb(nn::EmbeddingOptions(10, 3).padding_idx(-1));
   ASSERT_TRUE(emb->padding_idx().has_value());
   EXPECT_EQ(*emb->padding_idx(), 9);
+  // Pooling and upsampling.
+  Tensor img = tg::randn({1, 2, 6, 6}, f64);
+  nn::MaxPool2d mp(nn::MaxPool2dOptions(3).stride(2).padding(1));
+  EXPECT_TRUE(tg::equal(mp(img), tg::max_pool2d(img, {3}, {2}, {1})));
+  nn::AvgPool2d ap(nn::AvgPool2dOptions({2, 3}).count_include_pad(false).padding(1));
+  EXPECT_TRUE(tg::allclose(ap(img), tg::avg_pool2d(img, {2, 3}, {}, {1}, false, false)));
+  nn::AvgPool2d braced({2});  // a braced list is still the kernel size
+  EXPECT_EQ(braced(img).sizes(), tg::IntList({1, 2, 3, 3}));
+  nn::AdaptiveAvgPool2d aap(nn::AdaptiveAvgPool2dOptions(1));
+  EXPECT_EQ(aap(img).sizes(), tg::IntList({1, 2, 1, 1}));
+  nn::Upsample upsample(nn::UpsampleOptions().scale_factor({2.0, 2.0}).mode("bilinear").align_corners(false));
+  EXPECT_TRUE(tg::allclose(upsample(img), tg::interpolate(img, {}, {2.0, 2.0}, "bilinear", false)));
   // The losses: functional forms with LibTorch's FuncOptions, and modules.
   Tensor logits = tg::randn({5, 4}, f64), labels = tg::randint(0, 4, {5}), w = tg::rand({4}, f64) + 0.5;
   EXPECT_TRUE(tg::allclose(

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <tapegrad/nn/module.h>
@@ -219,6 +220,8 @@ class UpsampleImpl : public Module {
   /// interpolate's arguments: size or scale_factor, mode, align_corners.
   explicit UpsampleImpl(IntList size = {}, std::vector<double> scale_factor = {}, std::string mode = "nearest",
                         std::optional<bool> align_corners = std::nullopt);
+  /// From LibTorch's options.
+  explicit UpsampleImpl(const UpsampleOptions& o) : UpsampleImpl(o.size, o.scale_factor, o.mode, o.align_corners) {}
   Tensor forward(const Tensor& x) override;
 
  private:
@@ -236,6 +239,8 @@ class Upsample : public ModuleHolder<UpsampleImpl> {
            std::optional<bool> align_corners = std::nullopt)
       : ModuleHolder<UpsampleImpl>(
             std::make_shared<UpsampleImpl>(size, std::move(scale_factor), std::move(mode), align_corners)) {}
+  /// UpsampleImpl's options constructor.
+  explicit Upsample(const UpsampleOptions& o) : ModuleHolder<UpsampleImpl>(std::make_shared<UpsampleImpl>(o)) {}
 };
 
 /// Average pooling over N spatial dims (AvgPool1d/2d/3d), batched or not.
@@ -244,6 +249,10 @@ template <int N> class AvgPoolNdImpl : public Module {
   /// avg_poolNd's arguments (stride {}: the kernel size).
   explicit AvgPoolNdImpl(IntList kernel_size, IntList stride = {}, IntList padding = {0}, bool ceil_mode = false,
                          bool count_include_pad = true, std::optional<int64_t> divisor_override = std::nullopt);
+  /// From LibTorch's options (a template, so that a braced list still means kernel_size).
+  template <class O, std::enable_if_t<std::is_same_v<O, AvgPoolNdOptions<N>>, int> = 0>
+  explicit AvgPoolNdImpl(const O& o)
+      : AvgPoolNdImpl(o.kernel_size, o.stride, o.padding, o.ceil_mode, o.count_include_pad, o.divisor_override) {}
   Tensor forward(const Tensor& x) override;
 
  private:
@@ -274,6 +283,9 @@ template <int N> class MaxPoolNdImpl : public Module {
   /// max_poolNd's arguments (stride {}: the kernel size).
   explicit MaxPoolNdImpl(IntList kernel_size, IntList stride = {}, IntList padding = {0}, IntList dilation = {1},
                          bool ceil_mode = false);
+  /// From LibTorch's options (a template, so that a braced list still means kernel_size).
+  template <class O, std::enable_if_t<std::is_same_v<O, MaxPoolNdOptions<N>>, int> = 0>
+  explicit MaxPoolNdImpl(const O& o) : MaxPoolNdImpl(o.kernel_size, o.stride, o.padding, o.dilation, o.ceil_mode) {}
   Tensor forward(const Tensor& x) override;
   /// The values and their Int64 indices (max_poolNd_with_indices).
   TensorPair forward_with_indices(const Tensor& x);
@@ -304,6 +316,9 @@ template <int N> class AdaptiveAvgPoolNdImpl : public Module {
  public:
   /// output_size: N values or one.
   explicit AdaptiveAvgPoolNdImpl(IntList output_size);
+  /// From LibTorch's options (a template, so that a braced list still means output_size).
+  template <class O, std::enable_if_t<std::is_same_v<O, AdaptiveAvgPoolNdOptions<N>>, int> = 0>
+  explicit AdaptiveAvgPoolNdImpl(const O& o) : AdaptiveAvgPoolNdImpl(IntList(o.output_size)) {}
   Tensor forward(const Tensor& x) override;
 
  private:

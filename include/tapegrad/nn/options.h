@@ -136,4 +136,62 @@ struct EmbeddingOptions {
   TG_ARG(EmbeddingOptions, bool, sparse) = false;                 ///< a sparse weight gradient
 };
 
+/// AvgPoolNd(kernel_size) with stride (empty: the kernel size), padding,
+/// ceil_mode, count_include_pad and divisor_override.
+template <int N> struct AvgPoolNdOptions {
+  /// kernel_size: N values or one.
+  AvgPoolNdOptions(IntList kernel_size) : kernel_size(std::move(kernel_size)) {}  // NOLINT: as LibTorch's
+  /// kernel_size for every spatial dim.
+  AvgPoolNdOptions(int64_t kernel_size) : AvgPoolNdOptions(IntList{kernel_size}) {}  // NOLINT: as LibTorch's
+  TG_ARG_OR(AvgPoolNdOptions, IntList, kernel_size, int64_t);                        ///< N values or one
+  TG_ARG_OR(AvgPoolNdOptions, IntList, stride, int64_t);                             ///< N values, one, or none
+  TG_ARG_OR(AvgPoolNdOptions, IntList, padding, int64_t) = IntList{0};               ///< N values or one
+  TG_ARG(AvgPoolNdOptions, bool, ceil_mode) = false;                                 ///< ceil for the output size
+  TG_ARG(AvgPoolNdOptions, bool, count_include_pad) = true;                          ///< padding in the divisor
+  TG_ARG(AvgPoolNdOptions, std::optional<int64_t>, divisor_override);                ///< the divisor, if given
+};
+using AvgPool1dOptions = AvgPoolNdOptions<1>;  ///< LibTorch's name
+using AvgPool2dOptions = AvgPoolNdOptions<2>;  ///< LibTorch's name
+using AvgPool3dOptions = AvgPoolNdOptions<3>;  ///< LibTorch's name
+
+/// MaxPoolNd(kernel_size) with stride (empty: the kernel size), padding,
+/// dilation and ceil_mode.
+template <int N> struct MaxPoolNdOptions {
+  /// kernel_size: N values or one.
+  MaxPoolNdOptions(IntList kernel_size) : kernel_size(std::move(kernel_size)) {}  // NOLINT: as LibTorch's
+  /// kernel_size for every spatial dim.
+  MaxPoolNdOptions(int64_t kernel_size) : MaxPoolNdOptions(IntList{kernel_size}) {}  // NOLINT: as LibTorch's
+  TG_ARG_OR(MaxPoolNdOptions, IntList, kernel_size, int64_t);                        ///< N values or one
+  TG_ARG_OR(MaxPoolNdOptions, IntList, stride, int64_t);                             ///< N values, one, or none
+  TG_ARG_OR(MaxPoolNdOptions, IntList, padding, int64_t) = IntList{0};               ///< N values or one
+  TG_ARG_OR(MaxPoolNdOptions, IntList, dilation, int64_t) = IntList{1};              ///< N values or one
+  TG_ARG(MaxPoolNdOptions, bool, ceil_mode) = false;                                 ///< ceil for the output size
+};
+using MaxPool1dOptions = MaxPoolNdOptions<1>;  ///< LibTorch's name
+using MaxPool2dOptions = MaxPoolNdOptions<2>;  ///< LibTorch's name
+using MaxPool3dOptions = MaxPoolNdOptions<3>;  ///< LibTorch's name
+
+/// AdaptiveAvgPoolNd(output_size).
+template <int N> struct AdaptiveAvgPoolNdOptions {
+  /// output_size: N values or one.
+  AdaptiveAvgPoolNdOptions(IntList output_size) : output_size(std::move(output_size)) {}  // NOLINT: as LibTorch's
+  /// output_size for every spatial dim.
+  AdaptiveAvgPoolNdOptions(int64_t output_size)  // NOLINT: as LibTorch's
+      : AdaptiveAvgPoolNdOptions(IntList{output_size}) {}
+  TG_ARG_OR(AdaptiveAvgPoolNdOptions, IntList, output_size, int64_t);  ///< N values or one
+};
+using AdaptiveAvgPool1dOptions = AdaptiveAvgPoolNdOptions<1>;  ///< LibTorch's name
+using AdaptiveAvgPool2dOptions = AdaptiveAvgPoolNdOptions<2>;  ///< LibTorch's name
+using AdaptiveAvgPool3dOptions = AdaptiveAvgPoolNdOptions<3>;  ///< LibTorch's name
+
+/// Upsample: size or scale_factor (one per spatial dim, or one for all;
+/// empty: not given), mode ("nearest", "linear", "bilinear", "trilinear")
+/// and align_corners.
+struct UpsampleOptions {
+  TG_ARG(UpsampleOptions, IntList, size);                               ///< the output's spatial sizes
+  TG_ARG(UpsampleOptions, std::vector<double>, scale_factor);           ///< or the scale per dim
+  TG_ARG(UpsampleOptions, std::string, mode) = std::string("nearest");  ///< interpolate's mode
+  TG_ARG(UpsampleOptions, std::optional<bool>, align_corners);          ///< the linear modes' corners
+};
+
 }  // namespace tg::nn

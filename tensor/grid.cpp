@@ -1165,6 +1165,11 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
         detail::check_same_device(input, *t, op);
         check_floating(*t, op, t == &weight ? "weight" : "bias");
       }
+    // Float16 and BFloat16: the statistics and the normalization in Float32
+    // (a group's sum of squares passes Float16's 65504 at ordinary sizes),
+    // rounded once into the input's dtype.
+    if (is_reduced_float(input.dtype()))
+      return group_norm(input.to(kFloat32), num_groups, weight, bias, eps).to(input.dtype());
     // (weight and bias in the input's dtype, as PyTorch's mixed-type group_norm)
     const Tensor w = weight.defined() ? weight.to(input.dtype()) : weight;
     const Tensor b = bias.defined() ? bias.to(input.dtype()) : bias;
@@ -1173,11 +1178,6 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
       if (w.defined()) y = mul(y, channel_view(w, input.dim()));
       return b.defined() ? add(y, channel_view(b, input.dim())) : y;
     }
-    // Float16 and BFloat16: the statistics and the normalization in Float32
-    // (a group's sum of squares passes Float16's 65504 at ordinary sizes),
-    // rounded once into the input's dtype.
-    if (is_reduced_float(input.dtype()))
-      return group_norm(input.to(kFloat32), num_groups, weight, bias, eps).to(input.dtype());
     // The centred values c times one per-(sample, channel) scale (the
     // group's 1 / std times the channel's weight), plus the bias, in the
     // group primitives: two full-size passes and two group sums, c the one

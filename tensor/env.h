@@ -37,7 +37,10 @@ namespace tg::detail {
     "cuda/kernels/grid.cpp")                                                                                       \
   X(kGroupKernels, "TG_GROUP_KERNELS",                                                                             \
     "the fused kernels of the group primitives (_group_sum/_center/_affine; back to reductions and broadcasts)",   \
-    "cuda/kernels/group.cu")
+    "cuda/kernels/group.cu")                                                                                       \
+  X(kResampleKernels, "TG_RESAMPLE_KERNELS",                                                                       \
+    "interpolate's linear modes as one resampling primitive per dim (back to gathers and weighted sums)",          \
+    "tensor/grid.cpp, cuda/kernels/resample.cu")
 
 enum class OffSwitch {
 #define TG_SWITCH_ENUM(e, var, what, where) e,

@@ -14,7 +14,10 @@
 
 #include "tensor/checked.h"
 #include "tensor/composite.h"
+#include "tensor/cpu/loops.h"
+#include "tensor/env.h"
 #include "tensor/grid_kernels.h"
+#include "tensor/kernels.h"
 #include "tensor/op_table.h"
 #include "tensor/op_util.h"
 
@@ -540,7 +543,7 @@ Tensor constant(const std::string& key, const IntList& shape, ScalarType dtype, 
 
 std::string key_of(const char* what, std::initializer_list<IntList> lists, std::initializer_list<double> values = {}) {
   std::ostringstream k;
-  k << what;
+  k << what << std::hexfloat;  // every value exact: nearby scales must not share a key
   for (const IntList& l : lists)
     k << shape_str(l);
   for (double v : values)
@@ -1054,6 +1057,176 @@ Tensor avg_pool3d(const Tensor& input, const IntList& kernel_size, const IntList
   return avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3, "avg_pool3d");
 }
 
+// ---- the linear resampling primitives ----
+namespace {
+
+// PyTorch's linear stencil from `in` points to `out` (grid.def's
+// _resample_linear), and its adjoint's runs: the outputs j with i0[j] = i
+// are off0[i] .. off0[i + 1] - 1 (i0 and i1 are nondecreasing in j).
+struct LinearStencil {
+  std::vector<int64_t> i0, i1, off0, off1;
+  std::vector<double> w1;
+};
+LinearStencil linear_stencil(int64_t in, int64_t out, double scale, bool corners) {
+  LinearStencil st;
+  st.i0.resize(size_t(out));
+  st.i1.resize(size_t(out));
+  st.w1.resize(size_t(out));
+  st.off0.assign(size_t(in) + 1, 0);
+  st.off1.assign(size_t(in) + 1, 0);
+  for (int64_t j = 0; j < out; ++j) {
+    double src =
+        corners ? (out > 1 ? double(j) * double(in - 1) / double(out - 1) : 0.0) : (double(j) + 0.5) * scale - 0.5;
+    src = std::min(std::max(src, 0.0), double(in));  // the upper clamp only for scales beyond interpolate's
+    const int64_t a = std::min(int64_t(std::floor(src)), in - 1);
+    st.i0[size_t(j)] = a;
+    st.i1[size_t(j)] = std::min(a + 1, in - 1);
+    st.w1[size_t(j)] = src - double(a);
+    ++st.off0[size_t(a) + 1];
+    ++st.off1[size_t(st.i1[size_t(j)]) + 1];
+  }
+  for (int64_t i = 0; i < in; ++i) {
+    st.off0[size_t(i) + 1] += st.off0[size_t(i)];
+    st.off1[size_t(i) + 1] += st.off1[size_t(i)];
+  }
+  return st;
+}
+
+// [outer, points, inner] around dim d of sizes.
+struct AroundDim {
+  int64_t outer = 1, inner = 1;
+};
+AroundDim around_dim(const IntList& sizes, int64_t d) {
+  AroundDim a;
+  for (int64_t i = 0; i < d; ++i)
+    a.outer *= sizes[size_t(i)];
+  for (size_t i = size_t(d) + 1; i < sizes.size(); ++i)
+    a.inner *= sizes[i];
+  return a;
+}
+
+// The arguments of either primitive: t [N, C, s...] floating, dim one of
+// its spatial dims, `points` (the other side's size along dim) >= 1, the
+// scale finite and > 0 unless align_corners.
+void check_resample(const Tensor& t, int64_t dim, int64_t points, double scale, bool corners, const char* op,
+                    const char* what, const char* points_name) {
+  detail::check_defined(t, op, what);
+  TG_CHECK(t.dim() >= 3, op, ": ", what, " must be [N, C, spatial...], got ", shape_str(t.sizes()));
+  check_floating(t, op, what);
+  TG_CHECK(dim >= 2 && dim < t.dim(), op, ": dim ", dim, " is not a spatial dim of ", what, " ", shape_str(t.sizes()),
+           " (2 to ", t.dim() - 1, ")");
+  TG_CHECK(points >= 1, op, ": ", points_name, " must be >= 1, got ", points);
+  TG_CHECK(t.size(dim) >= 1, op, ": ", what, " ", shape_str(t.sizes()), " is empty along dim ", dim);
+  TG_CHECK(corners || (std::isfinite(scale) && scale > 0), op, ": scale must be finite and > 0, got ", scale);
+}
+
+// The stencil's tables as tensors on `device` (cached per geometry).
+kernels::ResampleStencil stencil_tensors(const LinearStencil& s, int64_t in, int64_t out, double scale, bool corners,
+                                         Device device) {
+  std::ostringstream k;
+  k << "resample" << in << ',' << out << ',' << corners;
+  if (!corners) k << ',' << std::hexfloat << scale;
+  const std::string key = k.str();
+  auto ints = [&](const std::vector<int64_t>& v, const char* which) {
+    return constant<int64_t>(key + which, {int64_t(v.size())}, kInt64, device,
+                             [&](int64_t* o, int64_t) { std::copy(v.begin(), v.end(), o); });
+  };
+  kernels::ResampleStencil st;
+  st.i0 = ints(s.i0, "i0");
+  st.i1 = ints(s.i1, "i1");
+  st.off0 = ints(s.off0, "off0");
+  st.off1 = ints(s.off1, "off1");
+  st.w1 = constant<double>(key + "w1", {out}, kFloat64, device,
+                           [&](double* o, int64_t) { std::copy(s.w1.begin(), s.w1.end(), o); });
+  st.in = in;
+  st.out = out;
+  return st;
+}
+
+// out := x resampled (forward) or the adjoint on x (backward), on the CPU.
+template <class T>
+void resample_cpu(T* out, const T* x, const LinearStencil& s, int64_t outer, int64_t in, int64_t o, int64_t inner,
+                  bool adjoint) {
+  const int64_t rows = outer * (adjoint ? in : o);
+  cpu::parallel_for(rows, std::max<int64_t>(1, 16384 / inner), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      T* dst = out + r * inner;
+      if (!adjoint) {
+        const int64_t m = r / o, j = r % o;
+        const T* a = x + (m * in + s.i0[size_t(j)]) * inner;
+        const T* b = x + (m * in + s.i1[size_t(j)]) * inner;
+        const T wa = T(1 - s.w1[size_t(j)]), wb = T(s.w1[size_t(j)]);
+        for (int64_t k = 0; k < inner; ++k)
+          dst[k] = wa * a[k] + wb * b[k];
+        continue;
+      }
+      const int64_t m = r / in, i = r % in;
+      const T* g = x + m * o * inner;
+      std::fill(dst, dst + inner, T(0));
+      for (int64_t j = s.off0[size_t(i)]; j < s.off0[size_t(i) + 1]; ++j) {
+        const T w = T(1 - s.w1[size_t(j)]);
+        for (int64_t k = 0; k < inner; ++k)
+          dst[k] += w * g[j * inner + k];
+      }
+      for (int64_t j = s.off1[size_t(i)]; j < s.off1[size_t(i) + 1]; ++j) {
+        const T w = T(s.w1[size_t(j)]);
+        for (int64_t k = 0; k < inner; ++k)
+          dst[k] += w * g[j * inner + k];
+      }
+    }
+  });
+}
+
+// Either primitive on t (its size along dim becomes `to`): in = the input
+// side's points, o = the output side's.
+Tensor resample(const Tensor& t, int64_t dim, int64_t in, int64_t o, double scale, bool corners, bool adjoint,
+                const char* op) {
+  IntList sizes = t.sizes();
+  sizes[size_t(dim)] = adjoint ? in : o;
+  detail::checked_numel(sizes, op);
+  if (shape_numel(sizes) == 0) return tg::zeros(sizes, t.options());
+  if (is_reduced_float(t.dtype()))
+    return raw::to(resample(raw::to(t, kFloat32), dim, in, o, scale, corners, adjoint, op), t.dtype());
+  const Tensor src = raw::contiguous(t);
+  const LinearStencil s = linear_stencil(in, o, scale, corners);
+  const AroundDim a = around_dim(sizes, dim);
+  Tensor out = detail::new_empty(sizes, t.dtype(), t.device());
+  if (!t.device().is_cpu()) {
+    const kernels::GridKernels& kt = kernels::grid_kernels(t.device());
+    kernels::ResampleStencil st = stencil_tensors(s, in, o, scale, corners, t.device());
+    st.outer = a.outer;
+    st.inner = a.inner;
+    auto* slot = adjoint ? kt.resample_linear_backward : kt.resample_linear;
+    TG_CHECK(slot && slot(out, src, st), op, ": no kernel for ", t.dtype(), " on ", t.device());
+    return out;
+  }
+  kernels::dispatch_floating(t.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    resample_cpu<T>(static_cast<T*>(out.data_ptr()), static_cast<const T*>(src.data_ptr()), s, a.outer, in, o, a.inner,
+                    adjoint);
+  });
+  return out;
+}
+
+}  // namespace
+
+namespace raw::grid {
+
+Tensor _resample_linear(const Tensor& input, int64_t dim, int64_t size, double scale, bool align_corners) {
+  const char* op = "_resample_linear";
+  check_resample(input, dim, size, scale, align_corners, op, "input", "size");
+  return resample(input, dim, input.size(dim), size, scale, align_corners, false, op);
+}
+
+Tensor _resample_linear_backward(const Tensor& grad, int64_t dim, int64_t input_size, double scale,
+                                 bool align_corners) {
+  const char* op = "_resample_linear_backward";
+  check_resample(grad, dim, input_size, scale, align_corners, op, "grad", "input_size");
+  return resample(grad, dim, input_size, grad.size(dim), scale, align_corners, true, op);
+}
+
+}  // namespace raw::grid
+
 // ---- resampling ----
 Tensor interpolate(const Tensor& input, const IntList& size, const std::vector<double>& scale_factor,
                    const std::string& mode, std::optional<bool> align_corners) {
@@ -1090,7 +1263,9 @@ Tensor interpolate(const Tensor& input, const IntList& size, const std::vector<d
       }
     }
     Tensor x = input;
-    for (size_t i = 0; i < S; ++i) {
+    // The last dim first: a 2x upsampling's first pass writes half the
+    // elements its second does, and PyTorch's stencil sums in that order.
+    for (size_t i = S; i-- > 0;) {
       const int64_t d = int64_t(i) + 2, in = x.size(d), o = out[i];
       TG_CHECK(in >= 1, op, ": input ", shape_str(input.sizes()), " has an empty spatial dim");
       const double sc = scale.empty() ? double(in) / double(o) : scale[i];
@@ -1104,6 +1279,10 @@ Tensor interpolate(const Tensor& input, const IntList& size, const std::vector<d
         continue;
       }
       if (!nearest && in == o && !corners && scale.empty()) continue;
+      if (!nearest && detail::switched_on<detail::OffSwitch::kResampleKernels>()) {
+        x = _resample_linear(x, d, o, sc, corners);
+        continue;
+      }
       // PyTorch's stencil per output: nearest, floor(j sc); linear, the two
       // neighbours of the source coordinate (the second clamped to the edge)
       // and their weights. Gathers, so a NaN or inf reaches only the outputs

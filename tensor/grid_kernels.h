@@ -32,6 +32,19 @@ struct ConvGeometry {
   int64_t groups = 1;
 };
 
+// A linear resampling along one dim (grid.def's _resample_linear): the
+// operands contiguous, Float32 or Float64, viewed as [outer, points,
+// inner]; output point j := (1 - w1[j]) x[i0[j]] + w1[j] x[i1[j]] over `in`
+// input points, the adjoint's point i := the sum over j in [off0[i],
+// off0[i + 1]) of (1 - w1[j]) g[j], then over [off1[i], off1[i + 1]) of
+// w1[j] g[j] (i0 and i1 are nondecreasing: each point's outputs are one
+// run). i0, i1 Int64 [out], w1 Float64 [out], off0, off1 Int64 [in + 1],
+// all on the operands' device; every size >= 1.
+struct ResampleStencil {
+  int64_t outer = 0, in = 0, out = 0, inner = 0;
+  Tensor i0, i1, w1, off0, off1;
+};
+
 struct GridKernels {
   // out [N, O, o...] := the convolution of x by w.
   bool (*conv_forward)(const Tensor& out, const Tensor& x, const Tensor& w, const ConvGeometry& g) = nullptr;
@@ -46,6 +59,10 @@ struct GridKernels {
   bool (*group_sum)(const Tensor& out, const Tensor& a, const Tensor& b, int64_t groups) = nullptr;
   bool (*group_center)(const Tensor& out, const Tensor& x, int64_t groups) = nullptr;
   bool (*group_affine)(const Tensor& out, const Tensor& t, const Tensor& scale, const Tensor& bias) = nullptr;
+  // out [outer, out, inner] := x [outer, in, inner] resampled by st; out
+  // [outer, in, inner] := the adjoint on g [outer, out, inner].
+  bool (*resample_linear)(const Tensor& out, const Tensor& x, const ResampleStencil& st) = nullptr;
+  bool (*resample_linear_backward)(const Tensor& out, const Tensor& g, const ResampleStencil& st) = nullptr;
 };
 
 // The family's table for a device (never null: the CPU's has no slots).

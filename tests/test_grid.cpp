@@ -372,9 +372,14 @@ TEST_P(Grid, GroupPrimitivesMatchTheirDefinition) {
   for (tg::ScalarType dt : {tg::kFloat32, tg::kFloat64}) {
     const double tol = dt == tg::kFloat32 ? 2e-5 : 1e-11;
     const tg::TensorOptions o = tg::TensorOptions().dtype(dt);
-    for (const IntList& shape : {IntList{2, 8, 64, 64}, IntList{1, 4, 300, 300}, IntList{5, 32, 3}}) {
+    // Rows of whole 16-byte vectors, rows that are not (33 x 33), short rows.
+    for (const IntList& shape :
+         {IntList{2, 8, 64, 64}, IntList{1, 4, 300, 300}, IntList{2, 8, 33, 33}, IntList{5, 32, 3}}) {
       Tensor x = tg::randn(shape, o) * 3.0 + 2.0, y = tg::randn(shape, o);
       Tensor xd = on(x), yd = on(y), xl = on(grid_samples_cl(x));
+      // Contiguous but one element past a 16-byte boundary.
+      const int64_t n = x.numel();
+      Tensor xm = on(tg::cat({tg::zeros({1}, o), x.reshape({-1})})).narrow(0, 1, n).view(shape);
       const int64_t groups = shape[1] / 4;
       Tensor coef = tg::randn({shape[0], shape[1]}, o), shared = tg::randn({1, groups}, o);
       auto rel = [&](const Tensor& got, const Tensor& want, const char* what) {
@@ -388,7 +393,9 @@ TEST_P(Grid, GroupPrimitivesMatchTheirDefinition) {
       rel(tg::_group_sum(xl, yd, groups), tg::_group_sum(x, y, groups), "_group_sum(channels-last a, b)");
       rel(tg::_group_center(xd, groups), tg::_group_center(x, groups), "_group_center");
       rel(tg::_group_center(xl, groups), tg::_group_center(x, groups), "_group_center(channels-last)");
+      rel(tg::_group_center(xm, groups), tg::_group_center(x, groups), "_group_center(misaligned)");
       rel(tg::_group_affine(xd, on(coef), on(shared)), tg::_group_affine(x, coef, shared), "_group_affine");
+      rel(tg::_group_affine(xm, on(coef), {}), tg::_group_affine(x, coef, {}), "_group_affine(misaligned)");
       rel(tg::_group_affine(xd, on(shared), {}), tg::_group_affine(x, shared, {}), "_group_affine(shared scale)");
       rel(tg::_group_affine(xl, {}, on(coef).t().contiguous().t()), tg::_group_affine(x, {}, coef),
           "_group_affine(channels-last, strided bias)");
@@ -405,6 +412,94 @@ TEST_P(Grid, GroupPrimitivesMatchTheirDefinition) {
   EXPECT_ERROR_CONTAINS(tg::_group_affine(a, {}, on(tg::randn({2, 3}, kF64))), "bias must be [N or 1, K]");
   EXPECT_ERROR_CONTAINS(tg::_group_affine(a, sc.to(tg::kFloat32), {}), "_group_affine: scale has dtype Float32");
   EXPECT_EQ(tg::_group_affine(a, sc, {}).sizes(), a.sizes());  // still usable
+}
+
+// The linear resampling primitives against their definition (grid.def's
+// PyTorch stencil), each other's adjoint, every kernel path (rows of whole
+// vectors, rows that are not, the last dim, a misaligned operand) against
+// the CPU, reduced dtypes and the argument checks.
+TEST_P(Grid, ResamplePrimitivesMatchTheirDefinition) {
+  tg::manual_seed(23);
+  struct Case {
+    int64_t dim, size;
+    double scale;
+    bool corners;
+  };
+  const IntList shape = {2, 3, 5, 4};
+  Tensor x = on(tg::randn(shape, kF64));
+  const std::vector<double> xv = values(x);
+  for (const Case& c : {Case{2, 9, 5.0 / 9, false}, Case{3, 3, 0, true}, Case{3, 7, 0.4, false}, Case{2, 2, 2.5, false},
+                        Case{3, 1, 0, true}}) {
+    Tensor y = tg::_resample_linear(x, c.dim, c.size, c.scale, c.corners);
+    IntList ys = shape;
+    ys[size_t(c.dim)] = c.size;
+    ASSERT_EQ(y.sizes(), ys);
+    const std::vector<double> yv = values(y);
+    const int64_t in = shape[size_t(c.dim)], inner = c.dim == 2 ? shape[3] : 1;
+    const int64_t outer = c.dim == 2 ? 6 : 30;  // the dims before dim
+    for (int64_t m = 0; m < outer; ++m)
+      for (int64_t j = 0; j < c.size; ++j)
+        for (int64_t k = 0; k < inner; ++k) {
+          double src = c.corners ? (c.size > 1 ? double(j) * double(in - 1) / double(c.size - 1) : 0.0)
+                                 : std::max((double(j) + 0.5) * c.scale - 0.5, 0.0);
+          const int64_t i0 = std::min(int64_t(std::floor(src)), in - 1), i1 = std::min(i0 + 1, in - 1);
+          const double w = src - double(i0);
+          const double want =
+              (1 - w) * xv[size_t((m * in + i0) * inner + k)] + w * xv[size_t((m * in + i1) * inner + k)];
+          EXPECT_NEAR(yv[size_t((m * c.size + j) * inner + k)], want, 1e-12) << c.dim << " " << c.size;
+        }
+    // <R x, g> = <x, R* g>.
+    Tensor g = on(tg::randn(ys, kF64));
+    Tensor back = tg::_resample_linear_backward(g, c.dim, in, c.scale, c.corners);
+    ASSERT_EQ(back.sizes(), shape);
+    EXPECT_NEAR((y * g).sum().item<double>(), (x * back).sum().item<double>(), 1e-11) << c.dim << " " << c.size;
+  }
+  // Large, every path, against the CPU.
+  for (tg::ScalarType dt : {tg::kFloat32, tg::kFloat64}) {
+    const double tol = dt == tg::kFloat32 ? 1e-5 : 1e-12;
+    const tg::TensorOptions o = tg::TensorOptions().dtype(dt);
+    for (const IntList& s : {IntList{4, 8, 32, 64}, IntList{2, 3, 17, 65}}) {
+      Tensor h = tg::randn(s, o);
+      const int64_t n = h.numel();
+      Tensor hm = on(tg::cat({tg::zeros({1}, o), h.reshape({-1})})).narrow(0, 1, n).view(s);
+      for (const Case& c :
+           {Case{3, 2 * s[3], 0.5, false}, Case{2, 2 * s[2], 0, true}, Case{2, s[2] / 2 + 1, 0, true}}) {
+        auto close = [&](const Tensor& got, const Tensor& want, const char* what) {
+          const double err =
+              tg::abs(got.to(Device(tg::kCPU)).to(tg::kFloat64) - want.to(tg::kFloat64)).amax().item<double>();
+          EXPECT_LE(err, tol) << what << " " << tg::shape_str(s) << " dim " << c.dim << " " << dt;
+        };
+        Tensor want = tg::_resample_linear(h, c.dim, c.size, c.scale, c.corners);
+        close(tg::_resample_linear(on(h), c.dim, c.size, c.scale, c.corners), want, "_resample_linear");
+        close(tg::_resample_linear(hm, c.dim, c.size, c.scale, c.corners), want, "_resample_linear(misaligned)");
+        close(tg::_resample_linear(on(grid_samples_cl(h)), c.dim, c.size, c.scale, c.corners), want,
+              "_resample_linear(channels-last)");
+        Tensor gy = tg::randn(want.sizes(), o);
+        close(tg::_resample_linear_backward(on(gy), c.dim, s[size_t(c.dim)], c.scale, c.corners),
+              tg::_resample_linear_backward(gy, c.dim, s[size_t(c.dim)], c.scale, c.corners),
+              "_resample_linear_backward");
+      }
+    }
+  }
+  // Reduced dtypes: computed in Float32, rounded once.
+  Tensor b = x.to(tg::kBFloat16);
+  Tensor rb = tg::_resample_linear(b, 2, 9, 5.0 / 9, false);
+  EXPECT_EQ(rb.dtype(), tg::kBFloat16);
+  EXPECT_EQ(values(rb), values(tg::_resample_linear(b.to(tg::kFloat32), 2, 9, 5.0 / 9, false).to(tg::kBFloat16)));
+  // Zero batch, and the checks.
+  EXPECT_EQ(tg::_resample_linear(x.narrow(0, 0, 0), 3, 6, 0.5, false).sizes(), (IntList{0, 3, 5, 6}));
+  EXPECT_ERROR_CONTAINS(tg::_resample_linear(x, 1, 4, 1.0, false),
+                        "_resample_linear: dim 1 is not a spatial dim of input [2, 3, 5, 4] (2 to 3)");
+  EXPECT_ERROR_CONTAINS(tg::_resample_linear(x, 4, 4, 1.0, false), "dim 4 is not a spatial dim");
+  EXPECT_ERROR_CONTAINS(tg::_resample_linear(x, 2, 0, 1.0, false), "_resample_linear: size must be >= 1, got 0");
+  EXPECT_ERROR_CONTAINS(tg::_resample_linear(x, 2, 3, std::nan(""), false), "scale must be finite and > 0");
+  EXPECT_ERROR_CONTAINS(tg::_resample_linear(x, 2, 3, -1.0, false), "scale must be finite and > 0, got -1");
+  EXPECT_ERROR_CONTAINS(tg::_resample_linear(x.to(tg::kInt64), 2, 3, 1.0, false), "input must be floating");
+  EXPECT_ERROR_CONTAINS(tg::_resample_linear(on(tg::randn({2, 3}, kF64)), 2, 3, 1.0, false),
+                        "input must be [N, C, spatial...], got [2, 3]");
+  EXPECT_ERROR_CONTAINS(tg::_resample_linear_backward(x, 2, 0, 1.0, false),
+                        "_resample_linear_backward: input_size must be >= 1, got 0");
+  EXPECT_EQ(tg::_resample_linear(x, 2, 3, 1.0, false).sizes(), (IntList{2, 3, 3, 4}));  // still usable
 }
 
 // The adversary's findings on group_norm and the group primitives: reduced

@@ -744,6 +744,19 @@ std::vector<OpEntry> op_entries() {
         {"interpolate", F1(grid_samples::flat({tg::interpolate(x, {7}, {}, "linear", true), tg::interpolate(x, {3}, {}, "linear")})),
          {one("x [1, 2, 5] (1-D)", {{{1, 2, 5}}})}},
         {"interpolate", F1(tg::interpolate(x, {3, 4, 2}, {}, "trilinear")), {one("x [1, 1, 2, 3, 3] (3-D)", {{{1, 1, 2, 3, 3}}})}},
+        // The resampling primitives: up and down, align_corners, a scale
+        // given, the last dim, channels-last and a zero batch.
+        {"_resample_linear",
+         F1(grid_samples::flat({tg::_resample_linear(x, 2, 5, 0.6, false), tg::_resample_linear(x, 3, 2, 0, true),
+                                tg::_resample_linear(cl(x), 3, 7, 0.5, false), tg::_resample_linear(x, 2, 1, 0, true),
+                                tg::_resample_linear(x.narrow(0, 0, 0), 3, 6, 0.5, false)})),
+         {one("x [2, 2, 3, 4]", {{{2, 2, 3, 4}}})}},
+        {"_resample_linear_backward",
+         F1(grid_samples::flat({tg::_resample_linear_backward(x, 2, 2, 1.5, false),
+                                tg::_resample_linear_backward(x, 3, 6, 0, true),
+                                tg::_resample_linear_backward(cl(x), 3, 2, 2.0, false),
+                                tg::_resample_linear_backward(x.narrow(0, 0, 0), 2, 4, 0.75, false)})),
+         {one("g [2, 2, 3, 4]", {{{2, 2, 3, 4}}})}},
         // The group primitives: each with itself as both operands (the
         // same-tensor rule of _group_sum), a shared coefficient row, an
         // undefined operand, a channels-last (non-contiguous) input and a

@@ -14,7 +14,7 @@
 // the input side carries it, else into the groups (each coefficient its own
 // group of channels). _im2col and _col2im are linear and each other's
 // adjoint; their tangents are themselves on the tangent (the batch folded
-// into N).
+// into N); likewise _resample_linear and _resample_linear_backward.
 #include <tapegrad/tensor/grid.h>
 
 #include "autograd/ops/ops.h"
@@ -352,6 +352,36 @@ class GroupAffineNode final : public OpNode {
   int64_t scale_rows_, scale_k_, bias_rows_, bias_k_;
 };
 
+// ---- the linear resampling primitives: linear and each other's adjoint
+// (<R x, g> = <x, R* g>), so each one's gradient is the other and its
+// tangent itself on the tangent (a batch folded into N). `points`: the
+// size along dim of the node's input side for the other primitive (the
+// forward's input size; the adjoint's output-side size). ----
+class ResampleNode final : public OpNode {
+ public:
+  ResampleNode(bool adjoint, int64_t dim, int64_t points, double scale, bool corners)
+      : OpNode(adjoint ? "_resample_linear_backward" : "_resample_linear",
+               adjoint ? "ResampleLinearBackwardBackward" : "ResampleLinearBackward"),
+        adjoint_(adjoint),
+        dim_(dim),
+        points_(points),
+        scale_(scale),
+        corners_(corners) {}
+  variable_list apply(variable_list&& grads) override {
+    variable_list out(1);
+    if (should_compute_output(0) && grads[0].defined())
+      out[0] = adjoint_ ? tg::_resample_linear(grads[0], dim_, points_, scale_, corners_)
+                        : tg::_resample_linear_backward(grads[0], dim_, points_, scale_, corners_);
+    return out;
+  }
+
+ private:
+  bool adjoint_;
+  int64_t dim_, points_;
+  double scale_;
+  bool corners_;
+};
+
 }  // namespace
 
 namespace autograd::ops::grid {
@@ -415,6 +445,29 @@ Tensor _group_affine(const Tensor& t, const Tensor& scale, const Tensor& bias) {
     });
   }
   return out;
+}
+
+Tensor _resample_linear(const Tensor& x, int64_t dim, int64_t size, double scale, bool align_corners) {
+  Tensor out = run_raw([&] { return raw::grid::_resample_linear(x, dim, size, scale, align_corners); });
+  if (should_record({&x}))
+    out = finish(out, make_node<ResampleNode>({&x}, false, dim, x.size(dim), scale, align_corners));
+  const int64_t rank = x.dim();
+  return fw_linear(out, x, [&](const Tensor& t) {
+    return window_tangent(t, rank,
+                          [&](const Tensor& u) { return tg::_resample_linear(u, dim, size, scale, align_corners); });
+  });
+}
+
+Tensor _resample_linear_backward(const Tensor& g, int64_t dim, int64_t input_size, double scale, bool align_corners) {
+  Tensor out = run_raw([&] { return raw::grid::_resample_linear_backward(g, dim, input_size, scale, align_corners); });
+  if (should_record({&g}))
+    out = finish(out, make_node<ResampleNode>({&g}, true, dim, g.size(dim), scale, align_corners));
+  const int64_t rank = g.dim();
+  return fw_linear(out, g, [&](const Tensor& t) {
+    return window_tangent(t, rank, [&](const Tensor& u) {
+      return tg::_resample_linear_backward(u, dim, input_size, scale, align_corners);
+    });
+  });
 }
 
 Tensor _convolution(const Tensor& x, const Tensor& w, const IntList& stride, const IntList& padding,

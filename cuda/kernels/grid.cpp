@@ -27,6 +27,7 @@
 #include "tensor/grid_kernels.h"
 
 #include "cuda/kernels/group.h"
+#include "cuda/kernels/resample.h"
 
 #if TAPEGRAD_CUDNN
 // cuDNN 9 marks its convolution API (the one PyTorch's convolutions call)
@@ -682,6 +683,8 @@ const GridKernels* cuda_grid_kernels() {
     k.group_sum = &cuda::group_sum;
     k.group_center = &cuda::group_center;
     k.group_affine = &cuda::group_affine;
+    k.resample_linear = &cuda::resample_linear;
+    k.resample_linear_backward = &cuda::resample_linear_backward;
 #if TAPEGRAD_CUDNN
     if (detail::switched_on<detail::OffSwitch::kCudnn>()) {
       k.conv_forward = &conv_forward;

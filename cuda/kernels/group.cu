@@ -101,6 +101,64 @@ __global__ void center_kernel(T* out, const T* x, const double* sum, I n, I run,
     out[i] = T(double(x[i]) - sum[i / run] * inv_run);
 }
 
+// The row-wise passes: rows of `run` contiguous elements with one
+// coefficient set each. A block takes kRowChunk elements of one row (the
+// row from the task index: integer division once per block, none per
+// element, where the flat kernels above divide per element), in 16-byte
+// vectors when rows and pointers allow. For rows of at least kRowsFrom
+// elements; shorter rows would leave most of a block idle.
+constexpr int64_t kRowChunk = 4096, kRowsFrom = 1024;
+
+template <class T> struct alignas(16) Vec16 {
+  static constexpr int kN = int(16 / sizeof(T));
+  T v[kN];
+};
+
+template <class T, class F>
+__device__ void row_pass(T* out, const T* in, int64_t row, int64_t part, int64_t run, bool vec, const F& f) {
+  const int64_t begin = part * kRowChunk, end = begin + kRowChunk < run ? begin + kRowChunk : run;
+  const T* src = in + row * run;
+  T* dst = out + row * run;
+  if (vec) {  // run and kRowChunk are whole vectors
+    constexpr int V = Vec16<T>::kN;
+    const Vec16<T>* vs = reinterpret_cast<const Vec16<T>*>(src);
+    Vec16<T>* vd = reinterpret_cast<Vec16<T>*>(dst);
+    for (int64_t i = begin / V + threadIdx.x; i < end / V; i += blockDim.x) {
+      Vec16<T> w = vs[i];
+#pragma unroll
+      for (int k = 0; k < V; ++k)
+        w.v[k] = f(w.v[k]);
+      vd[i] = w;
+    }
+  } else {
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+      dst[i] = f(src[i]);
+  }
+}
+
+template <class T> struct CenterFn {
+  double mean;
+  __device__ T operator()(T v) const { return T(double(v) - mean); }
+};
+template <class T> struct AffineFn {
+  T a, b;
+  bool scaled, biased;
+  __device__ T operator()(T v) const {
+    if (scaled) v *= a;
+    if (biased) v += b;
+    return v;
+  }
+};
+
+template <class T>
+__global__ void center_rows_kernel(T* out, const T* x, const double* sum, int64_t rows, int64_t run, int64_t parts,
+                                   double inv_run, bool vec) {
+  for (int64_t task = blockIdx.x; task < rows * parts; task += gridDim.x) {
+    const int64_t row = task / parts;
+    row_pass(out, x, row, task % parts, run, vec, CenterFn<T>{sum[row] * inv_run});
+  }
+}
+
 // out[i] := scale[n, c / (C / Ks)] * t[i] + bias[n, c / (C / Kb)] for i =
 // (n C + c) S + j; a coefficient's rows `rows_stride` apart (0: shared by
 // every sample), undefined: 1 (scale) or 0 (bias).
@@ -118,6 +176,37 @@ template <class T, class I> __global__ void affine_kernel(T* out, const T* t, Co
     if (bp) v += bp[int64_t(m) * bi.row_stride + int64_t(c / I(bi.per)) * bi.col_stride];
     out[i] = v;
   }
+}
+
+// affine_kernel by rows of S (one row per (n, c)).
+template <class T>
+__global__ void affine_rows_kernel(T* out, const T* t, Coef sc, Coef bi, int64_t rows, int64_t S, int64_t C,
+                                   int64_t parts, bool vec) {
+  const T* sp = static_cast<const T*>(sc.p);
+  const T* bp = static_cast<const T*>(bi.p);
+  for (int64_t task = blockIdx.x; task < rows * parts; task += gridDim.x) {
+    const int64_t row = task / parts, c = row % C, m = row / C;
+    AffineFn<T> f{T(1), T(0), sp != nullptr, bp != nullptr};
+    if (sp) f.a = sp[m * sc.row_stride + (c / sc.per) * sc.col_stride];
+    if (bp) f.b = bp[m * bi.row_stride + (c / bi.per) * bi.col_stride];
+    row_pass(out, t, row, task % parts, S, vec, f);
+  }
+}
+
+// The launch of a row-wise pass over rows x run elements: its task count
+// and whether it moves whole vectors.
+struct RowLaunch {
+  int64_t parts;
+  unsigned grid;
+  bool vec;
+};
+template <class T> RowLaunch row_launch(int64_t rows, int64_t run, const void* a, const void* b) {
+  RowLaunch l;
+  l.parts = (run + kRowChunk - 1) / kRowChunk;
+  l.grid = unsigned(std::min<int64_t>(rows * l.parts, int64_t(1) << 20));
+  l.vec =
+      run % Vec16<T>::kN == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0;
+  return l;
 }
 
 Coef coef_of(const Tensor& v, int64_t C) {
@@ -170,7 +259,10 @@ bool group_center(const Tensor& out, const Tensor& x, int64_t groups) {
       const T* xp = static_cast<const T*>(x.data_ptr());
       row_sums<T, double>(xp, nullptr, rows, run, mp, x, access, s);
       T* op = static_cast<T*>(out.data_ptr());
-      if (n <= int64_t(INT32_MAX))  // i + the grid stride stays below 2^32
+      if (run >= kRowsFrom) {
+        const RowLaunch l = row_launch<T>(rows, run, op, xp);
+        center_rows_kernel<T><<<l.grid, kBlock, 0, s>>>(op, xp, mp, rows, run, l.parts, inv, l.vec);
+      } else if (n <= int64_t(INT32_MAX))  // i + the grid stride stays below 2^32
         center_kernel<T, uint32_t><<<grid_for(n), kBlock, 0, s>>>(op, xp, mp, uint32_t(n), uint32_t(run), inv);
       else center_kernel<T, uint64_t><<<grid_for(n), kBlock, 0, s>>>(op, xp, mp, uint64_t(n), uint64_t(run), inv);
       TG_CUDA_CHECK(cudaGetLastError(), "_group_center");
@@ -195,7 +287,10 @@ bool group_affine(const Tensor& out, const Tensor& t, const Tensor& scale, const
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       T* op = static_cast<T*>(out.data_ptr());
       const T* tp = static_cast<const T*>(t.data_ptr());
-      if (n <= int64_t(INT32_MAX))  // i + the grid stride stays below 2^32
+      if (S >= kRowsFrom) {
+        const RowLaunch l = row_launch<T>(n / S, S, op, tp);
+        affine_rows_kernel<T><<<l.grid, kBlock, 0, s>>>(op, tp, sc, bi, n / S, S, C, l.parts, l.vec);
+      } else if (n <= int64_t(INT32_MAX))  // i + the grid stride stays below 2^32
         affine_kernel<T, uint32_t>
             <<<grid_for(n), kBlock, 0, s>>>(op, tp, sc, bi, uint32_t(n), uint32_t(S), uint32_t(C));
       else

@@ -36,8 +36,9 @@ IntList per_dim(const IntList& v, size_t s, const char* op, const char* what) {
 }
 
 void check_floating(const Tensor& t, const char* op, const char* what) {
-  TG_CHECK(is_floating_point(t.dtype()), op, ": ", what, " must be floating (Float32, Float64, BFloat16), got ",
-           t.dtype(), "; convert it with .to(tg::kFloat32)");
+  TG_CHECK(is_floating_point(t.dtype()), op, ": ", what,
+           " must be floating (Float32, Float64, BFloat16, Float16), got ", t.dtype(),
+           "; convert it with .to(tg::kFloat32)");
 }
 
 // Geometry values are at least lo and below 2^31 (cuDNN's int; sizes made
@@ -1075,6 +1076,13 @@ LinearStencil linear_stencil(int64_t in, int64_t out, double scale, bool corners
   st.off0.assign(size_t(in) + 1, 0);
   st.off1.assign(size_t(in) + 1, 0);
   for (int64_t j = 0; j < out; ++j) {
+    if (in == out) {  // PyTorch copies a dim whose size stays, whatever the scale or align_corners
+      st.i0[size_t(j)] = st.i1[size_t(j)] = j;
+      st.w1[size_t(j)] = 0;
+      ++st.off0[size_t(j) + 1];
+      ++st.off1[size_t(j) + 1];
+      continue;
+    }
     double src =
         corners ? (out > 1 ? double(j) * double(in - 1) / double(out - 1) : 0.0) : (double(j) + 0.5) * scale - 0.5;
     src = std::min(std::max(src, 0.0), double(in));  // the upper clamp only for scales beyond interpolate's
@@ -1115,7 +1123,8 @@ void check_resample(const Tensor& t, int64_t dim, int64_t points, double scale, 
   check_floating(t, op, what);
   TG_CHECK(dim >= 2 && dim < t.dim(), op, ": dim ", dim, " is not a spatial dim of ", what, " ", shape_str(t.sizes()),
            " (2 to ", t.dim() - 1, ")");
-  TG_CHECK(points >= 1, op, ": ", points_name, " must be >= 1, got ", points);
+  TG_CHECK(points >= 1 && points < (int64_t(1) << 31), op, ": ", points_name, " must be >= 1 and below 2^31, got ",
+           points);
   TG_CHECK(t.size(dim) >= 1, op, ": ", what, " ", shape_str(t.sizes()), " is empty along dim ", dim);
   TG_CHECK(corners || (std::isfinite(scale) && scale > 0), op, ": scale must be finite and > 0, got ", scale);
 }
@@ -1256,7 +1265,10 @@ Tensor interpolate(const Tensor& input, const IntList& size, const std::vector<d
       for (size_t i = 0; i < S; ++i) {
         const double f = scale_factor.size() == 1 ? scale_factor[0] : scale_factor[i];
         TG_CHECK(std::isfinite(f) && f > 0, op, ": scale_factor must be finite and > 0, got ", f);
-        out.push_back(int64_t(std::floor(double(input.size(int64_t(i) + 2)) * f)));
+        const double points = std::floor(double(input.size(int64_t(i) + 2)) * f);
+        TG_CHECK(points < double(int64_t(1) << 31), op, ": scale_factor ", f, " makes spatial dim ", i, " of input ",
+                 shape_str(input.sizes()), " ", points, " points; the most is 2^31 - 1");
+        out.push_back(int64_t(points));
         TG_CHECK(out.back() >= 1, op, ": scale_factor ", f, " makes spatial dim ", i, " of input ",
                  shape_str(input.sizes()), " empty");
         scale.push_back(1.0 / f);
@@ -1278,7 +1290,7 @@ Tensor interpolate(const Tensor& input, const IntList& size, const std::vector<d
         x = x.reshape(s).expand(e).reshape(r);
         continue;
       }
-      if (!nearest && in == o && !corners && scale.empty()) continue;
+      if (in == o) continue;  // copied, as PyTorch's stencils (whatever the scale or align_corners)
       if (!nearest && detail::switched_on<detail::OffSwitch::kResampleKernels>()) {
         x = _resample_linear(x, d, o, sc, corners);
         continue;
@@ -1291,7 +1303,8 @@ Tensor interpolate(const Tensor& input, const IntList& size, const std::vector<d
       std::vector<double> w1(static_cast<size_t>(o));
       for (int64_t j = 0; j < o; ++j) {
         if (nearest) {
-          i0[size_t(j)] = std::min(int64_t(std::floor(double(j) * sc)), in - 1);
+          // (PyTorch's nearest_idx: j / 2 when the size doubles, whatever the scale)
+          i0[size_t(j)] = o == 2 * in ? j / 2 : std::min(int64_t(std::floor(double(j) * sc)), in - 1);
           continue;
         }
         double src =

@@ -491,15 +491,46 @@ TEST_P(Grid, ResamplePrimitivesMatchTheirDefinition) {
   EXPECT_ERROR_CONTAINS(tg::_resample_linear(x, 1, 4, 1.0, false),
                         "_resample_linear: dim 1 is not a spatial dim of input [2, 3, 5, 4] (2 to 3)");
   EXPECT_ERROR_CONTAINS(tg::_resample_linear(x, 4, 4, 1.0, false), "dim 4 is not a spatial dim");
-  EXPECT_ERROR_CONTAINS(tg::_resample_linear(x, 2, 0, 1.0, false), "_resample_linear: size must be >= 1, got 0");
+  EXPECT_ERROR_CONTAINS(tg::_resample_linear(x, 2, 0, 1.0, false),
+                        "_resample_linear: size must be >= 1 and below 2^31, got 0");
   EXPECT_ERROR_CONTAINS(tg::_resample_linear(x, 2, 3, std::nan(""), false), "scale must be finite and > 0");
   EXPECT_ERROR_CONTAINS(tg::_resample_linear(x, 2, 3, -1.0, false), "scale must be finite and > 0, got -1");
   EXPECT_ERROR_CONTAINS(tg::_resample_linear(x.to(tg::kInt64), 2, 3, 1.0, false), "input must be floating");
   EXPECT_ERROR_CONTAINS(tg::_resample_linear(on(tg::randn({2, 3}, kF64)), 2, 3, 1.0, false),
                         "input must be [N, C, spatial...], got [2, 3]");
   EXPECT_ERROR_CONTAINS(tg::_resample_linear_backward(x, 2, 0, 1.0, false),
-                        "_resample_linear_backward: input_size must be >= 1, got 0");
+                        "_resample_linear_backward: input_size must be >= 1 and below 2^31, got 0");
   EXPECT_EQ(tg::_resample_linear(x, 2, 3, 1.0, false).sizes(), (IntList{2, 3, 3, 4}));  // still usable
+  // The adversary's findings. A dim whose size stays is copied, whatever
+  // the scale or align_corners (PyTorch's stencils), so no neighbour's NaN
+  // leaks in through a zero weight.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor l = on(tg::tensor({0.0, 1, nan, 3, 4}, {1, 1, 5}, kF64));
+  for (const Tensor& r : {tg::interpolate(l, {}, {1.1}, "linear"), tg::interpolate(l, {5}, {}, "linear", true),
+                          tg::interpolate(l, {}, {1.0}, "linear"), tg::_resample_linear(l, 2, 5, 0.7, false),
+                          tg::interpolate(l, {}, {1.1}, "nearest")}) {
+    const std::vector<double> rv = values(r);
+    EXPECT_EQ(rv[0], 0.0);
+    EXPECT_EQ(rv[1], 1.0);
+    EXPECT_TRUE(std::isnan(rv[2]));
+    EXPECT_EQ(rv[3], 3.0);
+    EXPECT_EQ(rv[4], 4.0);
+  }
+  expect_near(values(tg::interpolate(on(tg::tensor({1.0, 2, 3, 4}, {1, 1, 2, 2}, kF64)), {}, {1.4, 1.5}, "bilinear")),
+              {1, 1.5, 2, 3, 3.5, 4}, 1e-12, "bilinear, 2 rows kept, 2 -> 3 columns");
+  // Nearest doubling: j / 2 whatever the scale (PyTorch's nearest_idx).
+  EXPECT_EQ(values(tg::interpolate(on(tg::tensor({5.0, 6, 7}, {1, 1, 3}, kF64)), {}, {2.0000001}, "nearest")),
+            (std::vector<double>{5, 5, 6, 6, 7, 7}));
+  // Sizes past 2^31 points are refused before any stencil is made, and a
+  // scale_factor that overflows says so.
+  Tensor one = on(tg::randn({1, 1, 1}, kF64));
+  EXPECT_ERROR_CONTAINS(tg::_resample_linear(one, 2, int64_t(1) << 40, 1.0, false),
+                        "_resample_linear: size must be >= 1 and below 2^31, got 1099511627776");
+  EXPECT_ERROR_CONTAINS(tg::_resample_linear_backward(one, 2, int64_t(1) << 62, 1.0, true), "input_size must be");
+  EXPECT_ERROR_CONTAINS(tg::interpolate(one, {}, {1e12}, "linear"), "the most is 2^31 - 1");
+  EXPECT_ERROR_CONTAINS(tg::interpolate(on(tg::randn({2, 3, 5, 4}, kF64)), {}, {1e19}, "bilinear"),
+                        "interpolate: scale_factor 1e+19 makes spatial dim 0 of input [2, 3, 5, 4]");
+  EXPECT_EQ(tg::interpolate(one, {}, {3.0}, "linear").sizes(), (IntList{1, 1, 3}));  // still usable
 }
 
 // The adversary's findings on group_norm and the group primitives: reduced

@@ -9,6 +9,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -275,6 +276,59 @@ template <class F> py::object binary(const Tensor& a, const py::object& b, const
   return binary(a, b, op, f, f);
 }
 
+// A one-element tensor (float(t), int(t)), else an error as PyTorch's.
+Tensor one_element(const Tensor& t, const char* what) {
+  if (t.numel() != 1)
+    throw tg::Error(std::string(what) + "(): only a one-element tensor converts to a Python number, got " +
+                    tg::shape_str(t.sizes()));
+  return t.detach();
+}
+
+// The other operand of a binary operator: a tensor, a NumPy array (a
+// tensor on a's device) or a number (a 0-d tensor of a's dtype when a is
+// floating, as PyTorch's type promotion of a Python scalar).
+Tensor as_operand(const py::object& b, const Tensor& a, const char* op) {
+  if (py::isinstance<Tensor>(b)) return b.cast<Tensor>();
+  if (py::isinstance(b, py::module_::import("numpy").attr("ndarray")))
+    return make_tensor(b, std::nullopt, device_name(a.device()), false);
+  auto s = scalar_of(b, tg::is_floating_point(a.dtype()), op);
+  if (!s) throw py::type_error(std::string(op) + ": the operand must be a tensor, an ndarray or a number");
+  if (!s->is_integral() && !tg::is_floating_point(a.dtype()))
+    throw tg::Error(std::string(op) + ": a float operand with a " + dtype_name(a.dtype()) +
+                    " tensor would be truncated; convert the tensor first (t.to(\"float32\"))");
+  return tg::full({}, *s, tg::TensorOptions().dtype(a.dtype()).device(a.device()));
+}
+
+// self op= b: the in-place method on self's storage (0 add_, 1 sub_, 2
+// mul_, 3 div_), self returned.
+py::object in_place(py::object self, const py::object& b, const char* op, int which) {
+  Tensor& a = self.cast<Tensor&>();
+  const Tensor o = as_operand(b, a, op);
+  switch (which) {
+    case 0: a.add_(o); break;
+    case 1: a.sub_(o); break;
+    case 2: a.mul_(o); break;
+    default: a.div_(o); break;
+  }
+  return self;
+}
+
+void bool_operand(const Tensor& t, const char* op) {
+  if (t.dtype() != tg::kBool)
+    throw tg::Error(std::string(op) + ": tapegrad's &, |, ^ and ~ take Bool tensors (logical), got " +
+                    dtype_name(t.dtype()) + "; compare first (t > 0) or use logical_and/or/xor/not");
+}
+
+// a op b for Bool a and a Bool tensor, bool or Bool ndarray b.
+Tensor logical(const Tensor& a, const py::object& b, const char* op, Tensor (*f)(const Tensor&, const Tensor&)) {
+  bool_operand(a, op);
+  Tensor o = PyBool_Check(b.ptr())
+                 ? tg::full({}, tg::Scalar(b.ptr() == Py_True), tg::TensorOptions().dtype(tg::kBool).device(a.device()))
+                 : as_operand(b, a, op);
+  bool_operand(o, op);
+  return f(a, o);
+}
+
 // t[key] as NumPy and PyTorch index: integers (negative from the end; past
 // the end or beyond int64: IndexError, so iteration stops), slices (views,
 // steps > 0), None (a new dim), True and False (a new dim of size 1 or 0;
@@ -287,7 +341,64 @@ bool is_bool_key(const py::object& k) {
 // An integer index: Python's int, NumPy's integers, anything with __index__.
 bool is_integer_key(const py::object& k) { return PyIndex_Check(k.ptr()) != 0 && !is_bool_key(k); }
 
+// Whether key (or an item of a tuple key) is a slice with a negative step.
+bool has_negative_step(const py::object& key) {
+  auto negative = [](const py::handle& k) {
+    if (!py::isinstance<py::slice>(k)) return false;
+    py::object step = k.attr("step");
+    return !step.is_none() && PyIndex_Check(step.ptr()) && step.cast<int64_t>() < 0;
+  };
+  if (!py::isinstance<py::tuple>(key)) return negative(key);
+  for (const py::handle& h : key.cast<py::tuple>())
+    if (negative(h)) return true;
+  return false;
+}
+
+// An advanced key: a tensor, an ndarray or a list (of ints or bools).
+bool is_advanced_key(const py::object& k) {
+  return py::isinstance<Tensor>(k) || py::isinstance(k, py::module_::import("numpy").attr("ndarray")) ||
+         py::isinstance<py::list>(k);
+}
+
+// t[key] for one advanced key, as NumPy and PyTorch: a Bool mask over t's
+// leading dims picks the True positions (flattened into one dim), integers
+// (negative from the end) pick along dim 0; the result is a copy.
+Tensor advanced_index(const Tensor& t, const py::object& key) {
+  Tensor k =
+      py::isinstance<Tensor>(key) ? key.cast<Tensor>() : make_tensor(key, std::nullopt, device_name(t.device()), false);
+  if (k.device() != t.device()) k = k.to(t.device());
+  if (t.dim() == 0) throw py::index_error("a 0-d tensor takes no index tensor");
+  if (k.dtype() == tg::kBool) {
+    const int64_t kd = k.dim();
+    if (kd == 0 || kd > t.dim() ||
+        k.sizes() != tg::IntList(std::vector<int64_t>(t.sizes().begin(), t.sizes().begin() + kd)))
+      throw py::index_error("the Bool mask " + tg::shape_str(k.sizes()) +
+                            " must match the leading dims of the tensor " + tg::shape_str(t.sizes()));
+    tg::IntList flat = {-1};
+    for (int64_t d = kd; d < t.dim(); ++d)
+      flat.push_back(t.size(d));
+    const Tensor where = tg::nonzero(k.reshape({-1})).reshape({-1});
+    return tg::index_select(t.reshape(flat), 0, where);
+  }
+  if (k.dtype() != tg::kInt64)
+    throw py::index_error("tensors used as indices must be Int64 or Bool, got " + dtype_name(k.dtype()));
+  const int64_t n = t.size(0);
+  if (k.numel() > 0) {
+    const int64_t lo = tg::amin(k).item<int64_t>(), hi = tg::amax(k).item<int64_t>();
+    if (lo < -n || hi >= n)
+      throw py::index_error("index " + std::to_string(lo < -n ? lo : hi) +
+                            " is out of bounds for dimension 0 with size " + std::to_string(n));
+  }
+  const Tensor idx = tg::where(tg::lt(k, tg::full({}, tg::Scalar(0LL), k.options())),
+                               tg::add(k, tg::full({}, tg::Scalar(static_cast<long long>(n)), k.options())), k);
+  tg::IntList shape = k.sizes();
+  for (int64_t d = 1; d < t.dim(); ++d)
+    shape.push_back(t.size(d));
+  return tg::index_select(t, 0, idx.reshape({-1})).reshape(shape);
+}
+
 Tensor index_tensor(const Tensor& t, const py::object& key) {
+  if (is_advanced_key(key)) return advanced_index(t, key);
   std::vector<py::object> items;
   if (py::isinstance<py::tuple>(key)) {
     for (const py::handle& h : key.cast<py::tuple>())
@@ -303,8 +414,10 @@ Tensor index_tensor(const Tensor& t, const py::object& key) {
       continue;
     }
     if (!is_integer_key(k) && !py::isinstance<py::slice>(k))
-      throw py::type_error("tapegrad indexing takes integers, slices, None, ... and bools (got " +
-                           py::str(py::type::of(k)).cast<std::string>() + "); index tensors: index_select");
+      throw py::type_error(
+          "tapegrad indexing takes integers, slices, None, ... and bools, or one index tensor, "
+          "array or list alone (got " +
+          py::str(py::type::of(k)).cast<std::string>() + " in a tuple); mixed: index_select");
     ++consumed;
   }
   if (ellipses > 1) throw py::index_error("an index can only have a single ellipsis ('...')");
@@ -334,10 +447,14 @@ Tensor index_tensor(const Tensor& t, const py::object& key) {
       py::ssize_t start = 0, stop = 0, step = 0, length = 0;
       if (!k.cast<py::slice>().compute(py::ssize_t(r.size(d)), &start, &stop, &step, &length))
         throw py::error_already_set();
-      if (step <= 0) throw py::value_error("tapegrad slices take a positive step");
-      r = length == 0
-              ? r.narrow(d, std::min<int64_t>(start, r.size(d)), 0)
-              : r.slice(d, int64_t(start), int64_t(start) + int64_t(step) * (int64_t(length) - 1) + 1, int64_t(step));
+      if (length == 0) {
+        r = r.narrow(d, std::min<int64_t>(std::max<int64_t>(start, 0), r.size(d)), 0);
+      } else if (step > 0) {
+        r = r.slice(d, int64_t(start), int64_t(start) + int64_t(step) * (int64_t(length) - 1) + 1, int64_t(step));
+      } else {  // a negative step, as NumPy: the forward slice of the same elements, flipped (a copy)
+        const int64_t last = int64_t(start) + int64_t(step) * (int64_t(length) - 1);
+        r = r.slice(d, last, int64_t(start) + 1, -int64_t(step)).flip({d});
+      }
       ++d;
     }
   }
@@ -447,6 +564,101 @@ struct GraphCapture {
 
 }  // namespace
 
+// The op lists' argument types as Python values (the generated bindings,
+// ops_generated.inc): IntList from an int or a sequence of ints, Scalar from
+// a Python or NumPy number (never a tensor: a Tensor overload goes first),
+// ScalarType from a dtype name, a NumPy dtype or type, Device from "cpu",
+// "cuda", "cuda:N".
+namespace pybind11::detail {
+
+template <> struct type_caster<tg::IntList> {
+  PYBIND11_TYPE_CASTER(tg::IntList, const_name("Sequence[int]"));
+  bool load(handle src, bool) {
+    int64_t v = 0;
+    if (PyIndex_Check(src.ptr()) && !PyBool_Check(src.ptr())) {
+      if (!fits_int64(src, v)) return false;
+      value = tg::IntList{v};
+      return true;
+    }
+    if (!PySequence_Check(src.ptr()) || PyUnicode_Check(src.ptr()) || PyBytes_Check(src.ptr()) ||
+        isinstance<Tensor>(src))
+      return false;
+    tg::IntList l;
+    for (const handle& x : reinterpret_borrow<sequence>(src)) {
+      if (!PyIndex_Check(x.ptr()) || PyBool_Check(x.ptr()) || !fits_int64(x, v)) return false;
+      l.push_back(v);
+    }
+    value = std::move(l);
+    return true;
+  }
+  static handle cast(const tg::IntList& l, return_value_policy, handle) {
+    list out;
+    for (int64_t v : l)
+      out.append(v);
+    return out.release();
+  }
+};
+
+template <> struct type_caster<tg::Scalar> {
+  PYBIND11_TYPE_CASTER(tg::Scalar, const_name("Number"));
+  type_caster() : value(0.0) {}
+  bool load(handle src, bool) {
+    if (isinstance<Tensor>(src)) return false;
+    std::optional<tg::Scalar> s = scalar_of(src, true, "tapegrad");
+    if (!s) return false;
+    value = *s;
+    return true;
+  }
+  static handle cast(const tg::Scalar& v, return_value_policy, handle) {
+    if (v.is_integral()) return PyLong_FromLongLong(static_cast<long long>(v.to_int()));
+    return PyFloat_FromDouble(v.to_double());
+  }
+};
+
+template <> struct type_caster<tg::ScalarType> {
+  PYBIND11_TYPE_CASTER(tg::ScalarType, const_name("dtype"));
+  bool load(handle src, bool) {
+    std::string name;
+    if (PyUnicode_Check(src.ptr())) {
+      name = src.cast<std::string>();
+    } else {
+      module_ np = module_::import("numpy");
+      if (!isinstance(src, np.attr("dtype")) && !PyType_Check(src.ptr())) return false;
+      try {
+        name = np.attr("dtype")(src).attr("name").cast<std::string>();
+      } catch (error_already_set&) {
+        return false;
+      }
+    }
+    value = dtype_from(name);  // an unknown name: tapegrad.Error listing the dtypes
+    return true;
+  }
+  static handle cast(tg::ScalarType t, return_value_policy, handle) { return str(dtype_name(t)).release(); }
+};
+
+template <> struct type_caster<tg::Device> {
+  PYBIND11_TYPE_CASTER(tg::Device, const_name("device"));
+  bool load(handle src, bool) {
+    if (!PyUnicode_Check(src.ptr())) return false;
+    value = device_from(src.cast<std::string>());
+    return true;
+  }
+  static handle cast(tg::Device d, return_value_policy, handle) { return str(device_name(d)).release(); }
+};
+
+}  // namespace pybind11::detail
+
+namespace {
+using tg::Device;
+using tg::IntList;
+using tg::Scalar;
+using tg::ScalarType;
+using tg::TensorPair;
+using tg::TensorQuad;
+using tg::TensorTriple;
+#include "ops_generated.inc"
+}  // namespace
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "tapegrad: higher-order autograd on CPU and CUDA (C++ engine)";
   g_error_type = py::register_exception<tg::Error>(m, "Error", PyExc_RuntimeError).ptr();
@@ -454,8 +666,13 @@ PYBIND11_MODULE(_C, m) {
   py::class_<Tensor>(m, "Tensor")
       .def_property_readonly("shape",
                              [](const Tensor& t) { return py::tuple(py::cast(std::vector<int64_t>(t.sizes()))); })
-      .def("size",
-           [](const Tensor& t, const py::object& d) { return t.size(int64_arg(d, "size", "dim", PyExc_IndexError)); })
+      .def(
+          "size",
+          [](const Tensor& t, const py::object& d) -> py::object {
+            if (d.is_none()) return py::tuple(py::cast(std::vector<int64_t>(t.sizes())));  // the shape
+            return py::int_(t.size(int64_arg(d, "size", "dim", PyExc_IndexError)));
+          },
+          py::arg("dim") = py::none())
       .def_property_readonly("ndim", [](const Tensor& t) { return t.dim(); })
       .def("dim", [](const Tensor& t) { return t.dim(); })
       .def("numel", [](const Tensor& t) { return t.numel(); })
@@ -467,10 +684,19 @@ PYBIND11_MODULE(_C, m) {
       .def_property(
           "requires_grad", [](const Tensor& t) { return t.requires_grad(); },
           [](Tensor& t, bool r) { t.requires_grad_(r); })
-      .def_property_readonly("grad",
-                             [](const Tensor& t) {  // None for a non-leaf, as PyTorch's (C++ throws there)
-                               return t.is_leaf() || t.retains_grad() ? or_none(t.grad()) : or_none(Tensor());
-                             })
+      .def_property(
+          "grad",
+          [](const Tensor& t) {  // None for a non-leaf, as PyTorch's (C++ throws there)
+            return t.is_leaf() || t.retains_grad() ? or_none(t.grad()) : or_none(Tensor());
+          },
+          [](Tensor& t, const std::optional<Tensor>& g) {  // t.grad = g or None, as PyTorch's checks
+            if (g && (g->sizes() != t.sizes() || g->dtype() != t.dtype() || g->device() != t.device()))
+              throw tg::Error("grad: the assigned gradient " + tg::shape_str(g->sizes()) + " " +
+                              dtype_name(g->dtype()) + " on " + device_name(g->device()) + " must match the tensor, " +
+                              tg::shape_str(t.sizes()) + " " + dtype_name(t.dtype()) + " on " +
+                              device_name(t.device()));
+            t.mutable_grad() = g ? *g : Tensor();
+          })
       .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); })
       .def(
           "requires_grad_",
@@ -551,7 +777,46 @@ PYBIND11_MODULE(_C, m) {
            })
       .def("all", [](const Tensor& t) { return tg::all(t); })
       .def("any", [](const Tensor& t) { return tg::any(t); })
+      // copy.deepcopy and pickle (the bytes, shape, dtype, device and
+      // requires_grad; restored on the same device), as PyTorch's leaves.
+      .def("__deepcopy__",
+           [](const Tensor& t, const py::object&) {
+             if (!t.is_leaf())
+               throw tg::Error(
+                   "deepcopy: only graph leaves (tensors made by the user) copy, as PyTorch's; use "
+                   "t.detach().clone()");
+             Tensor c = t.detach().clone();
+             if (t.requires_grad()) c.requires_grad_(true);
+             return c;
+           })
+      .def("__reduce__",
+           [](const Tensor& t) {
+             if (!t.is_leaf())
+               throw tg::Error("pickle: only graph leaves (tensors made by the user) pickle; use t.detach()");
+             const Tensor c = t.detach().to(tg::Device(tg::kCPU)).contiguous();
+             const py::bytes data(static_cast<const char*>(c.data_ptr()),
+                                  size_t(c.numel()) * tg::element_size(c.dtype()));
+             return py::make_tuple(py::module_::import("tapegrad").attr("_rebuild_tensor"),
+                                   py::make_tuple(data, std::vector<int64_t>(t.sizes()), dtype_name(t.dtype()),
+                                                  device_name(t.device()), t.requires_grad()));
+           })
       .def("__getitem__", &index_tensor)
+      .def("__setitem__",
+           [](Tensor& t, const py::object& key, const py::object& value) {
+             if (is_advanced_key(key) || has_negative_step(key))
+               throw py::type_error(
+                   "tapegrad assigns through views only: integers, slices with a positive step, None, ... and "
+                   "bools (an index tensor or a negative step gives a copy); use masked_fill or where");
+             Tensor v = index_tensor(t, key);
+             if (py::isinstance<Tensor>(value) || py::isinstance(value, py::module_::import("numpy").attr("ndarray"))) {
+               const Tensor o = as_operand(value, t, "__setitem__");
+               v.copy_(o.sizes() == v.sizes() ? o : o.expand(v.sizes()));
+               return;
+             }
+             auto s = scalar_of(value, tg::is_floating_point(t.dtype()), "__setitem__");
+             if (!s) throw py::type_error("__setitem__: the value must be a tensor, an ndarray or a number");
+             v.fill_(*s);
+           })
       .def_property_readonly("__array_interface__", &array_interface)
       .def(
           "__array__",
@@ -610,6 +875,29 @@ PYBIND11_MODULE(_C, m) {
              return binary(a, b, "pow", [](const auto& x, const auto& y) { return tg::pow(x, y); });
            })
       .def("__neg__", [](const Tensor& a) { return -a; })
+      .def("__abs__", [](const Tensor& a) { return tg::abs(a); })
+      .def("__float__", [](const Tensor& t) { return one_element(t, "float").to(tg::kFloat64).item<double>(); })
+      .def("__int__",
+           [](const Tensor& t) { return one_element(t, "int").to(tg::kFloat64).to(tg::kInt64).item<int64_t>(); })
+      // In-place operators on the same storage, returning the same object
+      // (Python would otherwise rebind the name to a new tensor).
+      .def("__iadd__", [](py::object self, const py::object& b) { return in_place(self, b, "add_", 0); })
+      .def("__isub__", [](py::object self, const py::object& b) { return in_place(self, b, "sub_", 1); })
+      .def("__imul__", [](py::object self, const py::object& b) { return in_place(self, b, "mul_", 2); })
+      .def("__itruediv__", [](py::object self, const py::object& b) { return in_place(self, b, "div_", 3); })
+      // &, |, ^ and ~ of Bool tensors (logical, as PyTorch's on Bool).
+      .def("__and__", [](const Tensor& a, const py::object& b) { return logical(a, b, "&", &tg::logical_and); })
+      .def("__rand__", [](const Tensor& a, const py::object& b) { return logical(a, b, "&", &tg::logical_and); })
+      .def("__or__", [](const Tensor& a, const py::object& b) { return logical(a, b, "|", &tg::logical_or); })
+      .def("__ror__", [](const Tensor& a, const py::object& b) { return logical(a, b, "|", &tg::logical_or); })
+      .def("__xor__", [](const Tensor& a, const py::object& b) { return logical(a, b, "^", &tg::logical_xor); })
+      .def("__rxor__", [](const Tensor& a, const py::object& b) { return logical(a, b, "^", &tg::logical_xor); })
+      .def("__invert__",
+           [](const Tensor& a) {
+             bool_operand(a, "~");
+             return tg::logical_not(a);
+           })
+      .def("__rmatmul__", [](const Tensor& a, const py::object& b) { return tg::matmul(as_operand(b, a, "@"), a); })
       // Elementwise comparisons giving Bool tensors, as PyTorch's (the
       // reflected forms are Python's: 2 < t is t > 2).
       .def("__eq__",
@@ -636,7 +924,7 @@ PYBIND11_MODULE(_C, m) {
            [](const Tensor& a, const py::object& b) {
              return binary(a, b, "ge", [](const auto& x, const auto& y) { return x >= y; });
            })
-      .def("__matmul__", [](const Tensor& a, const Tensor& b) { return tg::matmul(a, b); })
+      .def("__matmul__", [](const Tensor& a, const py::object& b) { return tg::matmul(a, as_operand(b, a, "@")); })
       .def("__repr__",
            [](const Tensor& t) {
              std::string s = "tapegrad.Tensor(shape=" +
@@ -705,6 +993,21 @@ PYBIND11_MODULE(_C, m) {
       py::arg("size"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = "cpu",
       py::arg("requires_grad") = false);
   m.def("manual_seed", [](uint64_t s) { tg::manual_seed(s); });
+  m.def(
+      "_rebuild_tensor",
+      [](const py::bytes& data, const std::vector<int64_t>& shape, const std::string& dtype, const std::string& device,
+         bool requires_grad) {
+        const std::string bytes = data;  // an untrusted pickle: its sizes are checked against the bytes
+        Tensor c = tg::empty(tg::IntList(shape), options(dtype, "cpu"));
+        if (size_t(c.numel()) * tg::element_size(c.dtype()) != bytes.size())
+          throw tg::Error("unpickle: " + std::to_string(bytes.size()) + " bytes for a " + dtype + " tensor " +
+                          tg::shape_str(c.sizes()));
+        if (!bytes.empty()) std::memcpy(c.data_ptr(), bytes.data(), bytes.size());
+        Tensor t = c.to(device_from(device));
+        if (requires_grad) t.requires_grad_(true);
+        return t;
+      },
+      "Rebuilds a pickled tensor (Tensor.__reduce__)");
 
   // Ops.
   for (auto [name, fn] : std::initializer_list<std::pair<const char*, Tensor (*)(const Tensor&)>>{
@@ -847,4 +1150,10 @@ PYBIND11_MODULE(_C, m) {
            py::keep_alive<1, 2>())
       .def("__enter__", [](GraphCapture& c) { c.scope = std::make_unique<tg::cuda::Graph>(*c.graph); })
       .def("__exit__", [](GraphCapture& c, const py::args&) { c.scope.reset(); });
+
+  // Every op of the op lists (generated by python/gen_ops.py), bound after
+  // the hand-kept forms above, which pybind11 tries first.
+  py::module_ linalg = m.def_submodule("linalg", "tg::linalg: torch.linalg's names and semantics");
+  auto cls = py::reinterpret_borrow<py::class_<Tensor>>(m.attr("Tensor"));
+  bind_generated_ops(m, linalg, cls);
 }

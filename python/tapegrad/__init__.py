@@ -9,7 +9,15 @@ RuntimeError) carrying the C++ message. docs/INTEROP.md has the contract.
 from ._C import *  # noqa: F401,F403
 from ._C import Error, Tensor, _GradMode, cuda  # noqa: F401
 
+from . import _C as _ext
+
 float32, float64, bfloat16, float16, int64 = "float32", "float64", "bfloat16", "float16", "int64"
+
+
+def _rebuild_tensor(data, shape, dtype, device, requires_grad):
+    """Unpickles a Tensor (Tensor.__reduce__): a Python function, so that
+    pickle finds it by name."""
+    return _ext._rebuild_tensor(data, shape, dtype, device, requires_grad)
 bool_ = "bool"
 
 

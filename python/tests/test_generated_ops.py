@@ -1,0 +1,234 @@
+"""The bindings generated from the op lists (python/gen_ops.py): every op of
+include/tapegrad/tensor/*.def is bound (or left out for a stated reason),
+with the C++ names and defaults, and computes what NumPy does."""
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+from tapegrad import _C
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+INCLUDE = os.path.join(HERE, "..", "..", "include", "tapegrad", "tensor")
+MANIFEST = json.load(open(os.path.join(os.path.dirname(_C.__file__), "ops_manifest.json")))
+
+
+def listed_names(def_file, pattern):
+    return set(re.findall(pattern, open(os.path.join(INCLUDE, def_file)).read(), re.M))
+
+
+def test_every_listed_op_is_bound_or_left_out_with_a_reason():
+    left_out = {i for i, _ in MANIFEST["left_out"]}
+    bound = set(MANIFEST["functions"]) | set(MANIFEST["linalg"]) | set(MANIFEST["methods"])
+    # The entries written out in the lists (the nested unary and binary
+    # lists' names too), read here independently of the generator.
+    names = listed_names("ops.def", r"^TG_(?:OP0|OP|FN)\(\s*[^,]+,\s*(\w+),")
+    names |= listed_names("unary.def", r"^TG_UNARY\((\w+),")
+    names |= listed_names("binary.def", r"^TG_BINARY\((\w+),")
+    grid = listed_names("grid.def", r"^TG_GRID\(\s*[^,]+,\s*(\w+),")
+    linalg = listed_names("linalg.def", r"^TG_LINALG\(\s*[^,]+,\s*(\w+),")
+    assert len(names) > 150 and len(grid) > 30 and len(linalg) > 20
+    for n in names | grid:
+        assert n in bound or n in left_out, n
+    for n in linalg:
+        assert n in MANIFEST["linalg"] or n in left_out, n
+    # What is bound is there, on the module, tapegrad.linalg and Tensor.
+    for n in MANIFEST["functions"]:
+        assert hasattr(_C, n), n
+    for n in MANIFEST["linalg"]:
+        assert hasattr(_C.linalg, n), n
+    for n in MANIFEST["methods"]:
+        assert callable(getattr(tg.Tensor, n)), n
+    # Left out: the autograd accessors (bound by hand) and parameter types
+    # Python has no value for; nothing else.
+    for i, why in MANIFEST["left_out"]:
+        assert why.startswith("an autograd accessor") or why == "type Activation", (i, why)
+
+
+def test_generated_functions_have_docstrings_and_the_cpp_parameter_names():
+    assert "convolution" in _C.conv2d.__doc__
+    assert "Cholesky" in _C.linalg.cholesky_ex.__doc__
+    x = tg.tensor(np.arange(16.0).reshape(1, 1, 4, 4))
+    w = tg.tensor(np.ones((1, 1, 3, 3)))
+    y = tg.conv2d(x, w, padding=1, stride=(2, 2))  # keyword arguments, ints for lists
+    ref = np.zeros((2, 2))
+    xp = np.pad(np.arange(16.0).reshape(4, 4), 1)
+    for i in range(2):
+        for j in range(2):
+            ref[i, j] = xp[2 * i:2 * i + 3, 2 * j:2 * j + 3].sum()
+    np.testing.assert_allclose(y.numpy()[0, 0], ref)
+    b = tg.tensor(np.array([10.0]))
+    np.testing.assert_allclose(tg.conv2d(x, w, b, padding=[1]).numpy()[0, 0, 0, 0], xp[0:3, 0:3].sum() + 10)
+
+
+def test_generated_ops_match_numpy():
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    ta, tb = tg.tensor(a), tg.tensor(b)
+    np.testing.assert_allclose(tg.add(ta, tb, alpha=2.5).numpy(), a + 2.5 * b)
+    np.testing.assert_allclose(ta.sub(tb, 0.5).numpy(), a - 0.5 * b)
+    np.testing.assert_allclose(tg.sum(ta, [1], True).numpy(), a.sum(1, keepdims=True))
+    np.testing.assert_allclose(ta.amax([0]).numpy(), a.max(0))
+    np.testing.assert_allclose(tg.atan2(ta, tb).numpy(), np.arctan2(a, b))
+    np.testing.assert_allclose(tg.clamp(ta, -0.5, 0.5).numpy(), np.clip(a, -0.5, 0.5))
+    np.testing.assert_allclose(ta.permute([1, 0]).numpy(), a.T)
+    np.testing.assert_allclose(tg.cumsum(ta, 1).numpy(), np.cumsum(a, 1))
+    np.testing.assert_allclose(tg.logsumexp(ta, [1]).numpy(), np.log(np.exp(a).sum(1)))
+    np.testing.assert_allclose(tg.linalg.det(tg.tensor(a[:3, :3])).item(), np.linalg.det(a[:3, :3]))
+    u = tg.interpolate(tg.tensor(np.arange(4.0).reshape(1, 1, 2, 2)), scale_factor=[2.0], mode="bilinear",
+                       align_corners=False)
+    np.testing.assert_allclose(u.numpy()[0, 0, 0], [0.0, 0.25, 0.75, 1.0])
+    # dtype and device arguments: a name, a NumPy dtype or type.
+    assert ta.to("float32").dtype == "float32"
+    assert ta.to(np.float32).dtype == "float32"
+    assert ta.to(np.dtype("int64")).dtype == "int64"
+    # Tuples of results.
+    vals, idx = tg.sort(tb, 1)
+    np.testing.assert_allclose(vals.numpy(), np.sort(b, 1))
+    np.testing.assert_array_equal(idx.numpy(), np.argsort(b, 1, kind="stable"))
+
+
+def test_generated_in_place_methods_return_the_same_object_and_storage():
+    t = tg.tensor(np.arange(4.0))
+    p = t.data_ptr()
+    r = t.add_(tg.tensor(np.ones(4)), alpha=2)
+    assert r is t and t.data_ptr() == p
+    np.testing.assert_allclose(t.numpy(), np.arange(4.0) + 2)
+    assert t.mul_(3) is t and t.zero_() is t
+    np.testing.assert_allclose(t.numpy(), np.zeros(4))
+
+
+def test_generated_bindings_refuse_what_the_cpp_refuses():
+    t = tg.tensor(np.ones((2, 3)))
+    with pytest.raises(tg.Error, match="sum"):
+        tg.sum(t, [5])
+    with pytest.raises(TypeError):  # a str is no list of ints
+        tg.amax(t, "01")
+    with pytest.raises(TypeError):  # beyond int64: no overload takes it
+        tg.amax(t, [2**70])
+    with pytest.raises(TypeError):  # a tensor is no Scalar
+        tg.clamp(t, t)
+    with pytest.raises(tg.Error, match="unknown dtype"):
+        t.to("float7")
+    assert tg.sum(t, [1]).shape == (2,)  # still usable
+
+
+def test_in_place_operators_keep_the_object_and_the_storage():
+    t = tg.tensor(np.arange(4.0))
+    ident, p = id(t), t.data_ptr()
+    t += 1
+    t *= tg.tensor(np.full(4, 2.0))
+    t -= np.ones(4)
+    t /= 2
+    assert id(t) == ident and t.data_ptr() == p
+    np.testing.assert_allclose(t.numpy(), ((np.arange(4.0) + 1) * 2 - 1) / 2)
+    i = tg.tensor(np.arange(3))
+    i += 2
+    assert i.tolist() == [2, 3, 4]
+    with pytest.raises(tg.Error, match="truncated"):
+        i += 1.5
+    leaf = tg.tensor(np.ones(2), requires_grad=True)
+    with pytest.raises(tg.Error):  # in place on a leaf that requires grad, as PyTorch
+        leaf += 1
+
+
+def test_logical_operators_of_bool_tensors():
+    a, b = tg.tensor(np.array([True, True, False])), tg.tensor(np.array([True, False, False]))
+    assert (a & b).tolist() == [True, False, False]
+    assert (a | b).tolist() == [True, True, False]
+    assert (a ^ b).tolist() == [False, True, False]
+    assert (~a).tolist() == [False, False, True]
+    assert (a & True).tolist() == [True, True, False] and (False | b).tolist() == [True, False, False]
+    x = tg.tensor(np.array([-1.0, 0.5, 2.0]))
+    assert ((x > 0) & (x < 1)).tolist() == [False, True, False]
+    with pytest.raises(tg.Error, match="take Bool tensors"):
+        tg.tensor(np.arange(3)) & tg.tensor(np.arange(3))
+
+
+def test_python_number_protocols_size_and_matmul_with_ndarrays():
+    t = tg.tensor(np.arange(6.0).reshape(2, 3))
+    assert t.size() == (2, 3) and t.size(1) == 3 and t.size(-1) == 3
+    assert float(t[1, 2]) == 5.0 and int(tg.tensor(np.array([7.9]))) == 7
+    with pytest.raises(tg.Error, match="one-element"):
+        float(t)
+    np.testing.assert_allclose(abs(-t).numpy(), np.arange(6.0).reshape(2, 3))
+    m = np.ones((3, 2))
+    np.testing.assert_allclose((t @ m).numpy(), np.arange(6.0).reshape(2, 3) @ m)
+    r = m.T @ t.T  # NumPy defers to the tensor (__array_priority__), giving a tensor
+    assert isinstance(r, tg.Tensor)
+    np.testing.assert_allclose(r.numpy(), m.T @ np.arange(6.0).reshape(2, 3).T)
+
+
+def test_grad_is_settable_and_resettable():
+    w = tg.tensor(np.ones(3), requires_grad=True)
+    (w * w).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), 2 * np.ones(3))
+    w.grad.zero_()
+    np.testing.assert_allclose(w.grad.numpy(), np.zeros(3))
+    w.grad = None
+    assert w.grad is None
+    (w * 3).sum().backward()  # accumulates into a fresh gradient
+    np.testing.assert_allclose(w.grad.numpy(), 3 * np.ones(3))
+    w.grad = tg.tensor(np.full(3, 5.0))
+    np.testing.assert_allclose(w.grad.numpy(), np.full(3, 5.0))
+    with pytest.raises(tg.Error, match="must match the tensor"):
+        w.grad = tg.tensor(np.ones(2))
+    assert w.requires_grad_(False) is not None and not w.requires_grad
+
+
+def test_advanced_and_negative_step_indexing_as_numpy():
+    a = np.arange(24.0).reshape(4, 3, 2)
+    t = tg.tensor(a)
+    for key in ([2, 0, -1], np.array([[1, 3], [0, 0]]), tg.tensor(np.array([3, -4]))):
+        k = key.numpy() if isinstance(key, tg.Tensor) else key
+        np.testing.assert_array_equal(t[key].numpy(), a[k])
+    mask = a[:, 0, 0] > 5
+    np.testing.assert_array_equal(t[tg.tensor(mask)].numpy(), a[mask])
+    full = a > 10.5
+    np.testing.assert_array_equal(t[tg.tensor(full)].numpy(), a[full])
+    np.testing.assert_array_equal(t[t > 10.5].numpy(), a[full])
+    for key in (slice(None, None, -1), slice(3, 0, -2), slice(-1, -5, -1), slice(0, 3, -1)):
+        np.testing.assert_array_equal(t[key].numpy(), a[key])
+    np.testing.assert_array_equal(t[1:, ::-1, 0].numpy(), a[1:, ::-1, 0])
+    with pytest.raises(IndexError, match="out of bounds"):
+        t[[4]]
+    with pytest.raises(IndexError, match="must match the leading dims"):
+        t[tg.tensor(np.array([True, False]))]
+    with pytest.raises(IndexError, match="Int64 or Bool"):
+        t[tg.tensor(np.array([1.0]))]
+
+
+def test_setitem_writes_through_views():
+    a = np.zeros((3, 4))
+    t = tg.tensor(a)
+    t[1] = 5.0
+    t[:, 2] = tg.tensor(np.array([1.0, 2.0, 3.0]))
+    t[0, 1:3] = np.array([7.0, 8.0])
+    t[2, ...] = tg.tensor(np.array(9.0))  # broadcast
+    a[1] = 5.0
+    a[:, 2] = [1.0, 2.0, 3.0]
+    a[0, 1:3] = [7.0, 8.0]
+    a[2, ...] = 9.0
+    np.testing.assert_array_equal(t.numpy(), a)
+    with pytest.raises(TypeError, match="views only"):
+        t[[0, 1]] = 1.0
+    with pytest.raises(TypeError, match="views only"):
+        t[::-1] = 1.0
+
+
+def test_pickle_and_deepcopy():
+    import copy
+    import pickle
+    t = tg.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    for u in (pickle.loads(pickle.dumps(t)), copy.deepcopy(t)):
+        assert u.shape == (2, 3) and u.dtype == "float64" and u.requires_grad and u.data_ptr() != t.data_ptr()
+        np.testing.assert_array_equal(u.detach().numpy(), t.detach().numpy())
+    b = tg.tensor(np.arange(4.0)).to("bfloat16")  # no NumPy dtype: the bytes travel
+    assert pickle.loads(pickle.dumps(b)).to("float32").tolist() == [0.0, 1.0, 2.0, 3.0]
+    with pytest.raises(tg.Error, match="graph leaves"):
+        copy.deepcopy(t * 2)
+    with pytest.raises(tg.Error, match="unpickle: 3 bytes"):
+        tg._C._rebuild_tensor(b"abc", [2], "float32", "cpu", False)

@@ -29,3 +29,28 @@ def no_grad():
 def enable_grad():
     """Context manager: recording on inside (torch.enable_grad)."""
     return _GradMode(True)
+
+
+def _register_submodules():
+    """Makes `import tapegrad.autograd.forward_ad` (and tapegrad.linalg) work:
+    the extension's submodules, importable by name."""
+    import collections
+    import sys
+
+    UnpackedDualTensor = collections.namedtuple("UnpackedDualTensor", ["primal", "tangent"])
+
+    def unpack_dual(tensor):
+        """(primal, tangent) of tensor at the current level (tangent None where
+        it has none), as torch.autograd.forward_ad.unpack_dual."""
+        return UnpackedDualTensor(*_ext.autograd.forward_ad._unpack_dual(tensor))
+
+    _ext.autograd.forward_ad.unpack_dual = unpack_dual
+    _ext.autograd.forward_ad.UnpackedDualTensor = UnpackedDualTensor
+    for name, mod in (("autograd", _ext.autograd), ("autograd.forward_ad", _ext.autograd.forward_ad),
+                      ("linalg", _ext.linalg), ("cuda", _ext.cuda)):
+        sys.modules[__name__ + "." + name] = mod
+
+
+_register_submodules()
+autograd = _ext.autograd
+linalg = _ext.linalg

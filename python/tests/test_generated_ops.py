@@ -2,6 +2,7 @@
 include/tapegrad/tensor/*.def is bound (or left out for a stated reason),
 with the C++ names and defaults, and computes what NumPy does."""
 import json
+import math
 import os
 import re
 
@@ -232,3 +233,37 @@ def test_pickle_and_deepcopy():
         copy.deepcopy(t * 2)
     with pytest.raises(tg.Error, match="unpickle: 3 bytes"):
         tg._C._rebuild_tensor(b"abc", [2], "float32", "cpu", False)
+
+
+def test_forward_ad_and_taylor_levels():
+    import tapegrad.autograd.forward_ad as fwad
+    x = tg.tensor(np.array([0.3, -1.2, 2.0]))
+    v = tg.tensor(np.array([1.0, 2.0, -1.0]))
+    assert not fwad.is_active()
+    with fwad.dual_level():
+        assert fwad.is_active()
+        d = fwad.make_dual(x, v)
+        y = tg.sin(d) * d
+        p, t = fwad.unpack_dual(y)
+        np.testing.assert_allclose(p.numpy(), np.sin(x.numpy()) * x.numpy())
+        xs = x.numpy()
+        np.testing.assert_allclose(t.numpy(), (np.cos(xs) * xs + np.sin(xs)) * v.numpy())
+        assert fwad.unpack_dual(x).tangent is None and fwad.unpack_dual(y).primal is not None
+    assert not fwad.is_active()
+    # Batched: two directions in one pass.
+    with fwad.dual_level(2):
+        V = tg.tensor(np.array([[1.0, 0, 0], [0, 1.0, 0]]))
+        t2 = fwad.unpack_dual(tg.exp(fwad.make_dual(x, V))).tangent
+        np.testing.assert_allclose(t2.numpy(), np.exp(xs) * V.numpy())
+    # Taylor mode: exp along v to order 3, c_j = exp(x) v^j / j!.
+    with fwad.taylor_level(3, 1):
+        c1 = tg.tensor(v.numpy()[None])
+        out = fwad.jet_coefficients(tg.exp(fwad.make_jet(x, [c1, None, None])))
+        for j, c in enumerate(out, 1):
+            np.testing.assert_allclose(c.numpy()[0], np.exp(xs) * v.numpy() ** j / math.factorial(j), rtol=1e-12)
+    with pytest.raises(tg.Error):
+        fwad.make_dual(x, v)  # outside a level
+    with fwad.dual_level():
+        with pytest.raises(tg.Error):  # one level at a time
+            with fwad.dual_level():
+                pass

@@ -568,6 +568,35 @@ struct TaylorLevel {
   std::unique_ptr<ag::forward_ad::taylor_level> level;
 };
 
+// An optimizer's params argument, as torch.optim's: tensors, or parameter
+// groups (dicts with "params" and optionally "lr" and "weight_decay").
+std::vector<tg::optim::ParamGroup> param_groups(const py::object& params) {
+  std::vector<tg::optim::ParamGroup> groups;
+  std::vector<Tensor> plain;
+  for (const py::handle& h : params) {
+    if (py::isinstance<py::dict>(h)) {
+      py::dict d = py::reinterpret_borrow<py::dict>(h);
+      if (!d.contains("params")) throw tg::Error("optimizer: a parameter group needs \"params\"");
+      tg::optim::ParamGroup g;
+      g.params = tensor_list(d["params"]);
+      if (d.contains("lr")) g.lr = d["lr"].cast<double>();
+      if (d.contains("weight_decay")) g.weight_decay = d["weight_decay"].cast<double>();
+      for (const auto& kv : d) {
+        const std::string k = py::str(kv.first);
+        if (k != "params" && k != "lr" && k != "weight_decay")
+          throw tg::Error("optimizer: a parameter group sets params, lr and weight_decay only, got \"" + k + "\"");
+      }
+      groups.push_back(std::move(g));
+    } else {
+      plain.push_back(h.cast<Tensor>());
+    }
+  }
+  if (!groups.empty() && !plain.empty())
+    throw tg::Error("optimizer: give tensors or parameter groups (dicts), not both");
+  if (groups.empty()) groups.push_back(tg::optim::ParamGroup{plain, std::nullopt, std::nullopt});
+  return groups;
+}
+
 // `with tapegrad.cuda.graph(g):` — capture into g on a side stream.
 struct GraphCapture {
   tg::cuda::CUDAGraph* graph;
@@ -1162,6 +1191,81 @@ PYBIND11_MODULE(_C, m) {
            py::keep_alive<1, 2>())
       .def("__enter__", [](GraphCapture& c) { c.scope = std::make_unique<tg::cuda::Graph>(*c.graph); })
       .def("__exit__", [](GraphCapture& c, const py::args&) { c.scope.reset(); });
+
+  // Optimizers (tapegrad.optim, torch.optim's names, arguments and
+  // defaults): the C++ optimizers over the Python tensors.
+  py::module_ optim = m.def_submodule("optim", "Optimizers, as torch.optim");
+  namespace to = tg::optim;
+  py::class_<to::Optimizer>(optim, "Optimizer", "The base of the optimizers (torch.optim.Optimizer)")
+      .def("step", &to::Optimizer::step, "One update of every parameter that has a gradient")
+      .def("zero_grad", &to::Optimizer::zero_grad, py::arg("set_to_none") = true)
+      .def_property_readonly("steps", &to::Optimizer::steps)
+      .def_property_readonly(
+          "param_groups",
+          [](const to::Optimizer& o) {
+            py::list out;
+            for (size_t g = 0; g < o.num_param_groups(); ++g) {
+              py::dict d;
+              d["params"] = o.group_params(g);
+              d["lr"] = o.lr(g);
+              d["weight_decay"] = o.weight_decay(g);
+              out.append(d);
+            }
+            return out;
+          },
+          "The groups' parameters and options (a copy: set rates with set_lr)")
+      .def(
+          "set_lr", [](to::Optimizer& o, double lr, std::optional<size_t> g) { g ? o.set_lr(*g, lr) : o.set_lr(lr); },
+          py::arg("lr"), py::arg("group") = py::none())
+      .def(
+          "state_dict",
+          [](const to::Optimizer& o) {
+            py::dict d;
+            for (const auto& [k, v] : o.state_dict())
+              d[py::str(k)] = v;
+            return d;
+          },
+          "The state resuming needs, by name (tensors)")
+      .def(
+          "load_state_dict",
+          [](to::Optimizer& o, const py::dict& d) {
+            to::NamedTensors s;
+            for (const auto& kv : d)
+              s.emplace_back(py::str(kv.first), kv.second.cast<Tensor>());
+            o.load_state_dict(s);
+          },
+          py::arg("state_dict"));
+  py::class_<to::SGD, to::Optimizer>(optim, "SGD", "torch.optim.SGD")
+      .def(py::init([](const py::object& params, double lr, double momentum, double dampening, double weight_decay,
+                       bool nesterov, bool capturable) {
+             return std::make_unique<to::SGD>(
+                 param_groups(params), to::SGDOptions(lr, momentum, dampening, weight_decay, nesterov, capturable));
+           }),
+           py::arg("params"), py::arg("lr") = 1e-3, py::arg("momentum") = 0.0, py::arg("dampening") = 0.0,
+           py::arg("weight_decay") = 0.0, py::arg("nesterov") = false, py::arg("capturable") = false);
+  auto adam_init = [](bool w) {
+    return [w](const py::object& params, double lr, const std::tuple<double, double>& betas, double eps,
+               std::optional<double> weight_decay, bool amsgrad, bool capturable) -> std::unique_ptr<to::Adam> {
+      const to::AdamOptions o(lr, std::get<0>(betas), std::get<1>(betas), eps, weight_decay.value_or(w ? 1e-2 : 0.0),
+                              amsgrad, capturable);
+      if (w) return std::make_unique<to::AdamW>(param_groups(params), to::AdamWOptions(o));
+      return std::make_unique<to::Adam>(param_groups(params), o);
+    };
+  };
+  py::class_<to::Adam, to::Optimizer>(optim, "Adam", "torch.optim.Adam")
+      .def(py::init(adam_init(false)), py::arg("params"), py::arg("lr") = 1e-3,
+           py::arg("betas") = std::make_tuple(0.9, 0.999), py::arg("eps") = 1e-8, py::arg("weight_decay") = 0.0,
+           py::arg("amsgrad") = false, py::arg("capturable") = false);
+  py::class_<to::AdamW, to::Adam>(optim, "AdamW", "torch.optim.AdamW (decoupled weight decay, 1e-2 by default)")
+      .def(py::init([init = adam_init(true)](const py::object& params, double lr,
+                                             const std::tuple<double, double>& betas, double eps, double weight_decay,
+                                             bool amsgrad, bool capturable) {
+             return std::unique_ptr<to::AdamW>(
+                 static_cast<to::AdamW*>(init(params, lr, betas, eps, weight_decay, amsgrad, capturable).release()));
+           }),
+           py::arg("params"), py::arg("lr") = 1e-3, py::arg("betas") = std::make_tuple(0.9, 0.999),
+           py::arg("eps") = 1e-8, py::arg("weight_decay") = 1e-2, py::arg("amsgrad") = false,
+           py::arg("capturable") = false);
 
   // Forward and Taylor mode (tapegrad.autograd.forward_ad, as
   // torch.autograd.forward_ad; __init__.py registers the submodules for import).

@@ -47,10 +47,11 @@ def _register_submodules():
     _ext.autograd.forward_ad.unpack_dual = unpack_dual
     _ext.autograd.forward_ad.UnpackedDualTensor = UnpackedDualTensor
     for name, mod in (("autograd", _ext.autograd), ("autograd.forward_ad", _ext.autograd.forward_ad),
-                      ("linalg", _ext.linalg), ("cuda", _ext.cuda)):
+                      ("linalg", _ext.linalg), ("cuda", _ext.cuda), ("optim", _ext.optim)):
         sys.modules[__name__ + "." + name] = mod
 
 
 _register_submodules()
 autograd = _ext.autograd
 linalg = _ext.linalg
+optim = _ext.optim

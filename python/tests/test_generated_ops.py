@@ -267,3 +267,50 @@ def test_forward_ad_and_taylor_levels():
         with pytest.raises(tg.Error):  # one level at a time
             with fwad.dual_level():
                 pass
+
+
+def test_optimizers_step_as_torch_optim():
+    import tapegrad.optim as optim
+    p0 = np.array([1.0, -2.0, 3.0])
+    w = tg.tensor(p0.copy(), requires_grad=True)
+    opt = optim.Adam([w], lr=0.1)
+    (w * w).sum().backward()
+    opt.step()  # the first bias-corrected step: lr * g / (|g| + eps)
+    g = 2 * p0
+    np.testing.assert_allclose(w.detach().numpy(), p0 - 0.1 * g / (np.abs(g) + 1e-8))
+    opt.zero_grad()
+    assert w.grad is None and opt.steps == 1
+    # SGD with momentum against the recurrence.
+    v = tg.tensor(p0.copy(), requires_grad=True)
+    sgd = optim.SGD([{"params": [v], "lr": 0.05}], momentum=0.9)
+    x, buf = p0.copy(), np.zeros(3)
+    for _ in range(3):
+        sgd.zero_grad()
+        (v * v * v).sum().backward()
+        sgd.step()
+        gx = 3 * x * x
+        buf = gx if not buf.any() else 0.9 * buf + gx
+        x = x - 0.05 * buf
+    np.testing.assert_allclose(v.detach().numpy(), x, rtol=1e-12)
+    assert sgd.param_groups[0]["lr"] == 0.05
+    sgd.set_lr(0.01)
+    assert sgd.param_groups[0]["lr"] == 0.01
+    # Resuming: a restored AdamW takes the step the original would.
+    a = tg.tensor(p0.copy(), requires_grad=True)
+    b = tg.tensor(p0.copy(), requires_grad=True)
+    oa, ob = optim.AdamW([a], lr=0.01), optim.AdamW([b], lr=0.01)
+    assert oa.param_groups[0]["weight_decay"] == 1e-2
+    for _ in range(2):
+        oa.zero_grad()
+        (a * a).sum().backward()
+        oa.step()
+    with tg.no_grad():
+        b.copy_(a.detach())
+    ob.load_state_dict(oa.state_dict())
+    for o, t in ((oa, a), (ob, b)):
+        o.zero_grad()
+        (t * t).sum().backward()
+        o.step()
+    np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
+    with pytest.raises(tg.Error, match="parameter group"):
+        optim.SGD([{"params": [a], "momentumm": 0.9}])

@@ -1192,6 +1192,85 @@ PYBIND11_MODULE(_C, m) {
       .def("__enter__", [](GraphCapture& c) { c.scope = std::make_unique<tg::cuda::Graph>(*c.graph); })
       .def("__exit__", [](GraphCapture& c, const py::args&) { c.scope.reset(); });
 
+  // The C++ layers under tapegrad.nn (python/tapegrad/nn.py wraps them in
+  // its Module): LibTorch's initialization, the C++ forward; and the losses.
+  py::module_ nnm = m.def_submodule("_nn", "The C++ layers and losses behind tapegrad.nn");
+  namespace tn = tg::nn;
+  py::class_<tn::Module, std::shared_ptr<tn::Module>>(nnm, "Native", "A C++ nn module")
+      .def("forward", [](tn::Module& mod, const Tensor& x) { return mod.forward(x); })
+      .def("named_parameters", [](const tn::Module& mod) { return mod.named_parameters(true); })
+      .def("named_buffers", [](const tn::Module& mod) { return mod.named_buffers(true); })
+      .def(
+          "train", [](tn::Module& mod, bool on) { mod.train(on); }, py::arg("mode") = true)
+      .def("to",
+           [](tn::Module& mod, const std::string& what) {
+             if (what == "cpu" || what.rfind("cuda", 0) == 0) mod.to(device_from(what));
+             else mod.to(dtype_from(what));
+           })
+      .def("extra_repr", &tn::Module::extra_repr);
+  nnm.def(
+      "linear",
+      [](int64_t in, int64_t out, bool bias) -> std::shared_ptr<tn::Module> {
+        return std::make_shared<tn::LinearImpl>(in, out, bias);
+      },
+      py::arg("in_features"), py::arg("out_features"), py::arg("bias") = true);
+  nnm.def(
+      "conv",
+      [](int n, int64_t in, int64_t out, const IntList& k, const IntList& stride, const IntList& padding,
+         const IntList& dilation, int64_t groups, bool bias, const std::string& mode) -> std::shared_ptr<tn::Module> {
+        if (n == 1)
+          return std::make_shared<tn::ConvNdImpl<1>>(in, out, k, stride, padding, dilation, groups, bias, mode);
+        if (n == 2)
+          return std::make_shared<tn::ConvNdImpl<2>>(in, out, k, stride, padding, dilation, groups, bias, mode);
+        if (n == 3)
+          return std::make_shared<tn::ConvNdImpl<3>>(in, out, k, stride, padding, dilation, groups, bias, mode);
+        throw tg::Error("conv: 1, 2 or 3 spatial dims, got " + std::to_string(n));
+      },
+      py::arg("n"), py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel_size"), py::arg("stride"),
+      py::arg("padding"), py::arg("dilation"), py::arg("groups"), py::arg("bias"), py::arg("padding_mode"));
+  nnm.def(
+      "group_norm",
+      [](int64_t groups, int64_t channels, double eps, bool affine) -> std::shared_ptr<tn::Module> {
+        return std::make_shared<tn::GroupNormImpl>(groups, channels, eps, affine);
+      },
+      py::arg("num_groups"), py::arg("num_channels"), py::arg("eps"), py::arg("affine"));
+  nnm.def(
+      "layer_norm",
+      [](const IntList& shape, double eps, bool affine) -> std::shared_ptr<tn::Module> {
+        return std::make_shared<tn::LayerNormImpl>(shape, eps, affine);
+      },
+      py::arg("normalized_shape"), py::arg("eps"), py::arg("elementwise_affine"));
+  nnm.def(
+      "dropout", [](double p) -> std::shared_ptr<tn::Module> { return std::make_shared<tn::DropoutImpl>(p); },
+      py::arg("p"));
+  auto reduction = [](const std::string& r) {
+    if (r == "mean") return tn::Reduction::kMean;
+    if (r == "sum") return tn::Reduction::kSum;
+    if (r == "none") return tn::Reduction::kNone;
+    throw tg::Error("loss: reduction must be \"mean\", \"sum\" or \"none\", got \"" + r + "\"");
+  };
+  nnm.def(
+      "mse_loss",
+      [reduction](const Tensor& a, const Tensor& b, const std::string& r) {
+        return tn::functional::mse_loss(a, b, reduction(r));
+      },
+      py::arg("input"), py::arg("target"), py::arg("reduction") = "mean");
+  nnm.def(
+      "l1_loss",
+      [reduction](const Tensor& a, const Tensor& b, const std::string& r) {
+        return tn::functional::l1_loss(a, b, reduction(r));
+      },
+      py::arg("input"), py::arg("target"), py::arg("reduction") = "mean");
+  nnm.def(
+      "cross_entropy",
+      [reduction](const Tensor& a, const Tensor& b, const std::string& r) {
+        return tn::functional::cross_entropy(a, b, Tensor(), reduction(r));
+      },
+      py::arg("input"), py::arg("target"), py::arg("reduction") = "mean");
+  nnm.def("leaky_relu", &tn::functional::leaky_relu, py::arg("input"), py::arg("negative_slope") = 0.01);
+  nnm.def("elu", &tn::functional::elu, py::arg("input"), py::arg("alpha") = 1.0);
+  nnm.def("gelu", &tn::functional::gelu, py::arg("input"), py::arg("approximate") = "none");
+
   // Optimizers (tapegrad.optim, torch.optim's names, arguments and
   // defaults): the C++ optimizers over the Python tensors.
   py::module_ optim = m.def_submodule("optim", "Optimizers, as torch.optim");

@@ -55,3 +55,4 @@ _register_submodules()
 autograd = _ext.autograd
 linalg = _ext.linalg
 optim = _ext.optim
+from . import nn  # noqa: E402  (after the extension's names)

@@ -314,3 +314,69 @@ def test_optimizers_step_as_torch_optim():
     np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
     with pytest.raises(tg.Error, match="parameter group"):
         optim.SGD([{"params": [a], "momentumm": 0.9}])
+
+
+def test_nn_modules_and_a_training_loop_as_pytorch_users_write_it():
+    import tapegrad.nn as nn
+    import tapegrad.nn.functional as F
+    import tapegrad.optim as optim
+
+    class MLP(nn.Module):  # a custom module, as torch.nn's
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh())
+            self.head = nn.Linear(16, 1)
+            self.scale = nn.Parameter(tg.tensor(np.array([1.0], np.float32)))
+            self.register_buffer("offset", tg.tensor(np.array([0.0], np.float32)))
+
+        def forward(self, x):
+            return self.head(self.body(x)) * self.scale + self.offset
+
+    tg.manual_seed(0)
+    model = MLP()
+    names = [n for n, _ in model.named_parameters()]
+    assert names == ["scale", "body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias", "head.weight",
+                     "head.bias"]
+    assert [n for n, _ in model.named_buffers()] == ["offset"]
+    w = model.body[0].weight
+    bound = 1.0  # LibTorch's init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = 1
+    assert w.shape == (16, 1) and float(tg.amax(tg.abs(w.detach()))) <= bound
+    x = tg.tensor(np.linspace(-1, 1, 64, dtype=np.float32).reshape(64, 1))  # float32, as the layers
+    y = tg.sin(x * 3.0)
+    opt = optim.Adam(model.parameters(), lr=1e-2)
+    loss_fn = nn.MSELoss()
+    first = None
+    for _ in range(200):
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        first = first or loss.item()
+    assert loss.item() < 0.1 * first
+    # The state dict restores the model exactly.
+    other = MLP()
+    other.load_state_dict(model.state_dict())
+    np.testing.assert_array_equal(other(x).detach().numpy(), model(x).detach().numpy())
+    with pytest.raises(tg.Error, match="missing"):
+        other.load_state_dict({"scale": tg.tensor(np.array([2.0], np.float32))})
+    # train / eval matter for Dropout.
+    d = nn.Dropout(0.5)
+    ones = tg.tensor(np.ones(1000))
+    assert (d(ones) == 0).any().item()
+    d.eval()
+    np.testing.assert_array_equal(d(ones).numpy(), np.ones(1000))
+    # A C++ layer's forward against the functional form with its weights.
+    conv = nn.Conv2d(2, 3, 3, padding=1)
+    img = tg.tensor(np.random.default_rng(1).standard_normal((1, 2, 5, 5)).astype(np.float32))
+    np.testing.assert_allclose(conv(img).detach().numpy(),
+                               F.conv2d(img, conv.weight, conv.bias, padding=[1]).detach().numpy(), rtol=1e-6)
+    gn = nn.GroupNorm(1, 3)
+    assert [n for n, _ in gn.named_parameters()] == ["weight", "bias"]
+    up = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+    assert up(img).shape == (1, 2, 10, 10)
+    assert nn.AvgPool2d(2)(img).shape == (1, 2, 2, 2)
+    assert F.cross_entropy(tg.tensor(np.zeros((2, 4))), tg.tensor(np.array([0, 3]))).item() == pytest.approx(
+        np.log(4.0))
+    model.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
+    assert "Linear" in repr(model)

@@ -1,0 +1,385 @@
+"""tapegrad.nn: modules as torch.nn's.
+
+`Module` is PyTorch's: attributes that are modules become submodules,
+tensors that require grad (leaves) become parameters, `register_buffer`
+adds buffers; `parameters()`, `named_parameters()`, `state_dict()`,
+`load_state_dict()`, `train()` / `eval()`, `zero_grad()`, `to()`, and calling
+a module runs its `forward`. The layers with parameters (Linear, Conv1d/2d/3d,
+GroupNorm, LayerNorm) and Dropout are the C++ layers (LibTorch's
+initialization, the C++ forward), their tensors the module's parameters; the
+rest are written over the ops. `tapegrad.nn.functional` has the functional
+forms (torch.nn.functional's names).
+"""
+import collections
+import sys
+import types
+
+from . import _C
+
+_nn = _C._nn
+Tensor = _C.Tensor
+
+
+def Parameter(data, requires_grad=True):
+    """A leaf that requires grad (a module attribute holding one is a
+    parameter), as torch.nn.Parameter."""
+    return data.detach().requires_grad_(requires_grad)
+
+
+class Module:
+    """The base of every module (torch.nn.Module)."""
+
+    def __init__(self):
+        object.__setattr__(self, "_parameters", collections.OrderedDict())
+        object.__setattr__(self, "_buffers", collections.OrderedDict())
+        object.__setattr__(self, "_modules", collections.OrderedDict())
+        object.__setattr__(self, "training", True)
+
+    def __setattr__(self, name, value):
+        if "_modules" not in self.__dict__:
+            raise AttributeError("call Module.__init__() before assigning attributes")
+        for d in (self._parameters, self._buffers, self._modules):
+            d.pop(name, None)
+        if isinstance(value, Module):
+            self._modules[name] = value
+        elif isinstance(value, Tensor) and value.requires_grad and value.is_leaf:
+            self._parameters[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):
+        for d in ("_parameters", "_buffers", "_modules"):
+            table = self.__dict__.get(d, {})
+            if name in table:
+                return table[name]
+        raise AttributeError("'%s' has no attribute '%s'" % (type(self).__name__, name))
+
+    def __delattr__(self, name):
+        for d in (self._parameters, self._buffers, self._modules):
+            if name in d:
+                del d[name]
+                return
+        object.__delattr__(self, name)
+
+    def register_buffer(self, name, tensor):
+        """A tensor saved in the state dict that is not a parameter."""
+        self._buffers[name] = tensor
+
+    def register_parameter(self, name, tensor):
+        self._parameters[name] = tensor
+
+    def add_module(self, name, module):
+        self._modules[name] = module
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError("%s: define forward()" % type(self).__name__)
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def named_modules(self, prefix=""):
+        yield prefix, self
+        for name, m in self._modules.items():
+            yield from m.named_modules(prefix + ("." if prefix else "") + name)
+
+    def modules(self):
+        return [m for _, m in self.named_modules()]
+
+    def named_children(self):
+        return list(self._modules.items())
+
+    def children(self):
+        return list(self._modules.values())
+
+    def _named(self, table, recurse):
+        out = []
+        for prefix, m in (self.named_modules() if recurse else [("", self)]):
+            for name, t in getattr(m, table).items():
+                if t is not None:
+                    out.append((prefix + ("." if prefix else "") + name, t))
+        return out
+
+    def named_parameters(self, recurse=True):
+        return self._named("_parameters", recurse)
+
+    def parameters(self, recurse=True):
+        return [t for _, t in self.named_parameters(recurse)]
+
+    def named_buffers(self, recurse=True):
+        return self._named("_buffers", recurse)
+
+    def buffers(self, recurse=True):
+        return [t for _, t in self.named_buffers(recurse)]
+
+    def train(self, mode=True):
+        object.__setattr__(self, "training", bool(mode))
+        for m in self.children():
+            m.train(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.parameters():
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                p.grad.zero_()
+
+    def state_dict(self):
+        """Parameters and buffers by dotted name (detached, sharing memory)."""
+        return collections.OrderedDict(
+            (n, t.detach()) for n, t in self.named_parameters() + self.named_buffers())
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Copies the saved values in (shapes checked; strict: the same names)."""
+        own = dict(self.named_parameters() + self.named_buffers())
+        missing = [n for n in own if n not in state_dict]
+        unexpected = [n for n in state_dict if n not in own]
+        if strict and (missing or unexpected):
+            raise _C.Error("load_state_dict: missing %s, unexpected %s" % (missing, unexpected))
+        with _C._GradMode(False):
+            for n, t in own.items():
+                if n in state_dict:
+                    v = state_dict[n]
+                    if v.shape != t.shape:
+                        raise _C.Error("load_state_dict: %s has shape %s, the saved one %s" % (n, t.shape, v.shape))
+                    t.copy_(v)
+        return missing, unexpected
+
+    def to(self, what):
+        """Moves or converts every parameter and buffer ("cuda", "float64" ...)."""
+        for m in self.modules():
+            m._to_own(what)
+        return self
+
+    def _to_own(self, what):
+        for table in (self._parameters, self._buffers):
+            for name, t in list(table.items()):
+                u = t.detach().to(what)
+                table[name] = u.requires_grad_(t.requires_grad) if table is self._parameters else u
+
+    def extra_repr(self):
+        return ""
+
+    def __repr__(self):
+        lines = ["%s(%s" % (type(self).__name__, self.extra_repr())]
+        for name, m in self._modules.items():
+            lines.append("  (%s): %s" % (name, repr(m).replace("\n", "\n  ")))
+        return lines[0] + (")" if len(lines) == 1 else "\n" + "\n".join(lines[1:]) + "\n)")
+
+
+class _Native(Module):
+    """A C++ layer: its parameters and buffers are the module's, its forward
+    the C++ one."""
+
+    def __init__(self, native):
+        super().__init__()
+        object.__setattr__(self, "_native", native)
+        self._sync()
+
+    def _sync(self):
+        for name, t in self._native.named_parameters():
+            self._parameters[name] = t
+        for name, t in self._native.named_buffers():
+            self._buffers[name] = t
+
+    def forward(self, x):
+        return self._native.forward(x)
+
+    def train(self, mode=True):
+        self._native.train(mode)
+        return super().train(mode)
+
+    def _to_own(self, what):
+        self._native.to(what)
+        self._sync()
+
+    def extra_repr(self):
+        return self._native.extra_repr()
+
+
+class Linear(_Native):
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__(_nn.linear(in_features, out_features, bias))
+
+
+class _ConvNd(_Native):
+    def __init__(self, n, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
+                 bias=True, padding_mode="zeros"):
+        super().__init__(_nn.conv(n, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                                  padding_mode))
+
+
+class Conv1d(_ConvNd):
+    def __init__(self, *args, **kwargs):
+        super().__init__(1, *args, **kwargs)
+
+
+class Conv2d(_ConvNd):
+    def __init__(self, *args, **kwargs):
+        super().__init__(2, *args, **kwargs)
+
+
+class Conv3d(_ConvNd):
+    def __init__(self, *args, **kwargs):
+        super().__init__(3, *args, **kwargs)
+
+
+class GroupNorm(_Native):
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True):
+        super().__init__(_nn.group_norm(num_groups, num_channels, eps, affine))
+
+
+class LayerNorm(_Native):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):
+        super().__init__(_nn.layer_norm(normalized_shape, eps, elementwise_affine))
+
+
+class Dropout(_Native):
+    def __init__(self, p=0.5):
+        super().__init__(_nn.dropout(p))
+
+
+class Sequential(Module):
+    def __init__(self, *modules):
+        super().__init__()
+        for i, m in enumerate(modules):
+            self._modules[str(i)] = m
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+    def __len__(self):
+        return len(self._modules)
+
+
+class ModuleList(Module):
+    def __init__(self, modules=()):
+        super().__init__()
+        for m in modules:
+            self.append(m)
+
+    def append(self, m):
+        self._modules[str(len(self._modules))] = m
+        return self
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def __len__(self):
+        return len(self._modules)
+
+
+def _elementwise(name, fn, doc):
+    def forward(self, x):
+        return fn(x)
+    return type(name, (Module,), {"forward": forward, "__doc__": doc})
+
+
+Tanh = _elementwise("Tanh", _C.tanh, "tanh(x)")
+ReLU = _elementwise("ReLU", _C.relu, "max(x, 0)")
+SiLU = _elementwise("SiLU", _C.silu, "x sigmoid(x)")
+Sigmoid = _elementwise("Sigmoid", _C.sigmoid, "1 / (1 + exp(-x))")
+
+
+class GELU(Module):
+    def __init__(self, approximate="none"):
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x):
+        return _nn.gelu(x, self.approximate)
+
+
+class Softplus(Module):
+    def __init__(self, beta=1.0, threshold=20.0):
+        super().__init__()
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, x):
+        return _C.softplus(x, self.beta, self.threshold)
+
+
+class Upsample(Module):
+    def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None):
+        super().__init__()
+        self.size, self.scale_factor, self.mode, self.align_corners = size, scale_factor, mode, align_corners
+
+    def forward(self, x):
+        return functional.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners)
+
+
+class AvgPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+        super().__init__()
+        self.args = (kernel_size, [] if stride is None else stride, padding, ceil_mode, count_include_pad)
+
+    def forward(self, x):
+        return _C.avg_pool2d(x, *self.args)
+
+
+class MaxPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+        super().__init__()
+        self.args = (kernel_size, [] if stride is None else stride, padding, dilation, ceil_mode)
+
+    def forward(self, x):
+        return _C.max_pool2d(x, *self.args)
+
+
+class _Loss(Module):
+    def __init__(self, reduction="mean"):
+        super().__init__()
+        self.reduction = reduction
+
+
+class MSELoss(_Loss):
+    def forward(self, input, target):
+        return _nn.mse_loss(input, target, self.reduction)
+
+
+class L1Loss(_Loss):
+    def forward(self, input, target):
+        return _nn.l1_loss(input, target, self.reduction)
+
+
+class CrossEntropyLoss(_Loss):
+    def forward(self, input, target):
+        return _nn.cross_entropy(input, target, self.reduction)
+
+
+def _functional():
+    f = types.ModuleType(__name__ + ".functional", "torch.nn.functional's names over tapegrad's ops")
+    for name in ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "linear",
+                 "avg_pool1d", "avg_pool2d", "avg_pool3d", "max_pool1d", "max_pool2d", "max_pool3d",
+                 "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "pad", "unfold", "fold",
+                 "pixel_shuffle", "pixel_unshuffle", "group_norm", "batch_norm", "instance_norm", "relu", "silu",
+                 "sigmoid", "tanh", "softplus", "softmax", "log_softmax"):
+        if hasattr(_C, name):
+            setattr(f, name, getattr(_C, name))
+    for name in ("mse_loss", "l1_loss", "cross_entropy", "leaky_relu", "elu", "gelu"):
+        setattr(f, name, getattr(_nn, name))
+
+    def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+        """torch.nn.functional.interpolate (size or scale_factor: a number or one per spatial dim)."""
+        as_list = (lambda v: [] if v is None else (list(v) if isinstance(v, (list, tuple)) else [v]))
+        return _C.interpolate(input, as_list(size), [float(s) for s in as_list(scale_factor)], mode, align_corners)
+
+    f.interpolate = interpolate
+    sys.modules[f.__name__] = f
+    return f
+
+
+functional = _functional()

@@ -278,6 +278,8 @@ template <class F> py::object binary(const Tensor& a, const py::object& b, const
 
 // A one-element tensor (float(t), int(t)), else an error as PyTorch's.
 Tensor one_element(const Tensor& t, const char* what) {
+  if (tg::is_complex(t.dtype()))
+    throw py::type_error(std::string(what) + "(): a complex tensor has no real value; take .real or abs() first");
   if (t.numel() != 1)
     throw tg::Error(std::string(what) + "(): only a one-element tensor converts to a Python number, got " +
                     tg::shape_str(t.sizes()));
@@ -301,9 +303,15 @@ Tensor as_operand(const py::object& b, const Tensor& a, const char* op) {
 
 // self op= b: the in-place method on self's storage (0 add_, 1 sub_, 2
 // mul_, 3 div_), self returned.
+bool is_bool_key(const py::object& k);  // below: a Python or NumPy bool
+
 py::object in_place(py::object self, const py::object& b, const char* op, int which) {
   Tensor& a = self.cast<Tensor&>();
   const Tensor o = as_operand(b, a, op);
+  const bool number = !py::isinstance<Tensor>(b) && !py::isinstance(b, py::module_::import("numpy").attr("ndarray"));
+  if (a.dtype() == tg::kBool && (o.dtype() != tg::kBool || (number && !is_bool_key(b))))
+    throw tg::Error(std::string(op) + ": a " + dtype_name(o.dtype()) +
+                    " operand would be cast into a Bool tensor; convert the tensor first (t.to(\"int64\"))");
   switch (which) {
     case 0: a.add_(o); break;
     case 1: a.sub_(o); break;
@@ -364,8 +372,10 @@ bool is_advanced_key(const py::object& k) {
 // leading dims picks the True positions (flattened into one dim), integers
 // (negative from the end) pick along dim 0; the result is a copy.
 Tensor advanced_index(const Tensor& t, const py::object& key) {
-  Tensor k =
-      py::isinstance<Tensor>(key) ? key.cast<Tensor>() : make_tensor(key, std::nullopt, device_name(t.device()), false);
+  const bool empty_list = py::isinstance<py::list>(key) && py::len(key) == 0;  // NumPy's: no positions
+  Tensor k = py::isinstance<Tensor>(key) ? key.cast<Tensor>()
+             : empty_list                ? tg::zeros({0}, tg::TensorOptions().dtype(tg::kInt64))
+                                         : make_tensor(key, std::nullopt, device_name(t.device()), false);
   if (k.device() != t.device()) k = k.to(t.device());
   if (t.dim() == 0) throw py::index_error("a 0-d tensor takes no index tensor");
   if (k.dtype() == tg::kBool) {
@@ -616,6 +626,11 @@ template <> struct type_caster<tg::IntList> {
   PYBIND11_TYPE_CASTER(tg::IntList, const_name("Sequence[int]"));
   bool load(handle src, bool) {
     int64_t v = 0;
+    if (hasattr(src, "__array_interface__") && hasattr(src, "tolist") && !isinstance<Tensor>(src)) {
+      const std::string kind = src.attr("dtype").attr("kind").cast<std::string>();  // an ndarray of integers
+      if (kind != "i" && kind != "u") return false;
+      return load(src.attr("tolist")(), false);
+    }
     if (PyIndex_Check(src.ptr()) && !PyBool_Check(src.ptr())) {
       if (!fits_int64(src, v)) return false;
       value = tg::IntList{v};
@@ -731,6 +746,10 @@ PYBIND11_MODULE(_C, m) {
             return t.is_leaf() || t.retains_grad() ? or_none(t.grad()) : or_none(Tensor());
           },
           [](Tensor& t, const std::optional<Tensor>& g) {  // t.grad = g or None, as PyTorch's checks
+            if (!t.is_leaf() && !t.retains_grad())
+              throw tg::Error(
+                  "grad: only a leaf (or a tensor that retains its gradient) holds one; this tensor is "
+                  "computed from others");
             if (g && (g->sizes() != t.sizes() || g->dtype() != t.dtype() || g->device() != t.device()))
               throw tg::Error("grad: the assigned gradient " + tg::shape_str(g->sizes()) + " " +
                               dtype_name(g->dtype()) + " on " + device_name(g->device()) + " must match the tensor, " +
@@ -851,6 +870,9 @@ PYBIND11_MODULE(_C, m) {
              Tensor v = index_tensor(t, key);
              if (py::isinstance<Tensor>(value) || py::isinstance(value, py::module_::import("numpy").attr("ndarray"))) {
                const Tensor o = as_operand(value, t, "__setitem__");
+               if (tg::is_complex(o.dtype()) && !tg::is_complex(t.dtype()))
+                 throw tg::Error("__setitem__: a complex value into a " + dtype_name(t.dtype()) +
+                                 " tensor would drop its imaginary part");
                v.copy_(o.sizes() == v.sizes() ? o : o.expand(v.sizes()));
                return;
              }
@@ -919,7 +941,14 @@ PYBIND11_MODULE(_C, m) {
       .def("__abs__", [](const Tensor& a) { return tg::abs(a); })
       .def("__float__", [](const Tensor& t) { return one_element(t, "float").to(tg::kFloat64).item<double>(); })
       .def("__int__",
-           [](const Tensor& t) { return one_element(t, "int").to(tg::kFloat64).to(tg::kInt64).item<int64_t>(); })
+           [](const Tensor& t) -> py::object {  // exact for Int64; a float truncates, NaN and inf raise (Python's)
+             const Tensor e = one_element(t, "int");
+             if (e.dtype() == tg::kInt64) return py::int_(e.item<int64_t>());
+             if (e.dtype() == tg::kBool) return py::int_(int(e.item<bool>()));
+             PyObject* r = PyLong_FromDouble(e.to(tg::kFloat64).item<double>());
+             if (!r) throw py::error_already_set();
+             return py::reinterpret_steal<py::object>(r);
+           })
       // In-place operators on the same storage, returning the same object
       // (Python would otherwise rebind the name to a new tensor).
       .def("__iadd__", [](py::object self, const py::object& b) { return in_place(self, b, "add_", 0); })
@@ -1043,6 +1072,9 @@ PYBIND11_MODULE(_C, m) {
         if (size_t(c.numel()) * tg::element_size(c.dtype()) != bytes.size())
           throw tg::Error("unpickle: " + std::to_string(bytes.size()) + " bytes for a " + dtype + " tensor " +
                           tg::shape_str(c.sizes()));
+        if (c.dtype() == tg::kBool)
+          for (char b : bytes)
+            if (b != 0 && b != 1) throw tg::Error("unpickle: a Bool tensor's bytes must be 0 or 1");
         if (!bytes.empty()) std::memcpy(c.data_ptr(), bytes.data(), bytes.size());
         Tensor t = c.to(device_from(device));
         if (requires_grad) t.requires_grad_(true);

@@ -22,8 +22,12 @@ Tensor = _C.Tensor
 
 def Parameter(data, requires_grad=True):
     """A leaf that requires grad (a module attribute holding one is a
-    parameter), as torch.nn.Parameter."""
-    return data.detach().requires_grad_(requires_grad)
+    parameter), as torch.nn.Parameter. A frozen one (requires_grad=False)
+    is registered by name: module.register_parameter(name, tensor)."""
+    if not requires_grad:
+        raise ValueError("tapegrad.nn.Parameter(requires_grad=False): an attribute registers only tensors that "
+                         "require grad; use module.register_parameter(name, tensor) for a frozen parameter")
+    return data.detach().requires_grad_(True)
 
 
 class Module:
@@ -77,10 +81,15 @@ class Module:
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 
-    def named_modules(self, prefix=""):
+    def named_modules(self, prefix="", memo=None):
+        """Every module once (a shared submodule under its first name), as PyTorch's."""
+        memo = set() if memo is None else memo
+        if id(self) in memo:
+            return
+        memo.add(id(self))
         yield prefix, self
         for name, m in self._modules.items():
-            yield from m.named_modules(prefix + ("." if prefix else "") + name)
+            yield from m.named_modules(prefix + ("." if prefix else "") + name, memo)
 
     def modules(self):
         return [m for _, m in self.named_modules()]
@@ -92,10 +101,11 @@ class Module:
         return list(self._modules.values())
 
     def _named(self, table, recurse):
-        out = []
+        out, seen = [], set()
         for prefix, m in (self.named_modules() if recurse else [("", self)]):
             for name, t in getattr(m, table).items():
-                if t is not None:
+                if t is not None and id(t) not in seen:  # a tied tensor once
+                    seen.add(id(t))
                     out.append((prefix + ("." if prefix else "") + name, t))
         return out
 
@@ -180,6 +190,13 @@ class _Native(Module):
         super().__init__()
         object.__setattr__(self, "_native", native)
         self._sync()
+
+    def __setattr__(self, name, value):
+        if name in self._parameters or name in self._buffers:  # the C++ layer computes with its own tensors
+            raise AttributeError(
+                "%s.%s belongs to the C++ layer and cannot be replaced (nor tied, nor set to None); write into it: "
+                "with tapegrad.no_grad(): m.%s.copy_(value)" % (type(self).__name__, name, name))
+        super().__setattr__(name, value)
 
     def _sync(self):
         for name, t in self._native.named_parameters():

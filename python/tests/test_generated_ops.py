@@ -380,3 +380,40 @@ def test_nn_modules_and_a_training_loop_as_pytorch_users_write_it():
     model.zero_grad()
     assert all(p.grad is None for p in model.parameters())
     assert "Linear" in repr(model)
+
+
+def test_the_python_adversarys_findings():
+    import tapegrad.nn as nn
+    # A C++ layer's tensors cannot be replaced (the layer would compute with the old ones).
+    m = nn.Linear(2, 1, bias=False)
+    with pytest.raises(AttributeError, match=r"belongs to the C\+\+ layer"):
+        m.weight = nn.Parameter(tg.ones([1, 2]))
+    with tg.no_grad():
+        m.weight.copy_(tg.ones([1, 2]))
+    assert m(tg.ones([1, 2])).item() == 2.0
+    with pytest.raises(ValueError, match="register_parameter"):
+        nn.Parameter(tg.ones([2]), requires_grad=False)
+    # A shared submodule and its parameters once.
+    s = nn.Module()
+    s.a = nn.Linear(2, 2)
+    s.b = s.a
+    assert len(s.parameters()) == 2 and [n for n, _ in s.named_parameters()] == ["a.weight", "a.bias"]
+    # int() exact for Int64, raising for NaN and inf; no float() of a complex tensor.
+    assert int(tg.tensor(2**62 + 1)) == 2**62 + 1 and int(tg.tensor(-7.9)) == -7
+    with pytest.raises(ValueError):
+        int(tg.tensor(float("nan")))
+    with pytest.raises(OverflowError):
+        int(tg.tensor(float("inf")))
+    # A corrupt pickle's Bool bytes, in-place casts into Bool, .grad of a non-leaf.
+    with pytest.raises(tg.Error, match="0 or 1"):
+        tg._C._rebuild_tensor(b"\x02\x01", [2], "bool", "cpu", False)
+    b = tg.tensor(np.array([True, False]))
+    with pytest.raises(tg.Error, match="Bool tensor"):
+        b += 1
+    nl = tg.ones([2]).requires_grad_() * 2
+    with pytest.raises(tg.Error, match="only a leaf"):
+        nl.grad = tg.ones([2])
+    # NumPy integer arrays as int lists; an empty list index.
+    x = tg.tensor(np.arange(16.0).reshape(1, 1, 4, 4))
+    assert tg.conv2d(x, tg.ones([1, 1, 1, 1], dtype="float64"), stride=np.array([2, 2])).shape == (1, 1, 2, 2)
+    assert tg.tensor(np.ones((3, 4)))[[]].shape == (0, 4)

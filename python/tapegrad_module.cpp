@@ -330,9 +330,7 @@ void bool_operand(const Tensor& t, const char* op) {
 // a op b for Bool a and a Bool tensor, bool or Bool ndarray b.
 Tensor logical(const Tensor& a, const py::object& b, const char* op, Tensor (*f)(const Tensor&, const Tensor&)) {
   bool_operand(a, op);
-  Tensor o = PyBool_Check(b.ptr())
-                 ? tg::full({}, tg::Scalar(b.ptr() == Py_True), tg::TensorOptions().dtype(tg::kBool).device(a.device()))
-                 : as_operand(b, a, op);
+  const Tensor o = as_operand(b, a, op);  // a Python bool: a 0-d Bool tensor (a's dtype)
   bool_operand(o, op);
   return f(a, o);
 }

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <type_traits>
 
@@ -1129,24 +1130,33 @@ void check_resample(const Tensor& t, int64_t dim, int64_t points, double scale, 
   TG_CHECK(corners || (std::isfinite(scale) && scale > 0), op, ": scale must be finite and > 0, got ", scale);
 }
 
-// The stencil's tables as tensors on `device` (cached per geometry).
-kernels::ResampleStencil stencil_tensors(const LinearStencil& s, int64_t in, int64_t out, double scale, bool corners,
-                                         Device device) {
+// The stencil's tables as tensors on `device` (cached per geometry; the
+// stencil is computed only when they are not).
+kernels::ResampleStencil stencil_tensors(int64_t in, int64_t out, double scale, bool corners, Device device) {
   std::ostringstream k;
   k << "resample" << in << ',' << out << ',' << corners;
   if (!corners) k << ',' << std::hexfloat << scale;
   const std::string key = k.str();
-  auto ints = [&](const std::vector<int64_t>& v, const char* which) {
-    return constant<int64_t>(key + which, {int64_t(v.size())}, kInt64, device,
-                             [&](int64_t* o, int64_t) { std::copy(v.begin(), v.end(), o); });
+  std::optional<LinearStencil> made;
+  auto stencil = [&]() -> const LinearStencil& {
+    if (!made) made = linear_stencil(in, out, scale, corners);
+    return *made;
+  };
+  auto ints = [&](std::vector<int64_t> LinearStencil::*v, int64_t n, const char* which) {
+    return constant<int64_t>(key + which, {n}, kInt64, device, [&](int64_t* o, int64_t) {
+      const std::vector<int64_t>& src = stencil().*v;
+      std::copy(src.begin(), src.end(), o);
+    });
   };
   kernels::ResampleStencil st;
-  st.i0 = ints(s.i0, "i0");
-  st.i1 = ints(s.i1, "i1");
-  st.off0 = ints(s.off0, "off0");
-  st.off1 = ints(s.off1, "off1");
-  st.w1 = constant<double>(key + "w1", {out}, kFloat64, device,
-                           [&](double* o, int64_t) { std::copy(s.w1.begin(), s.w1.end(), o); });
+  st.i0 = ints(&LinearStencil::i0, out, "i0");
+  st.i1 = ints(&LinearStencil::i1, out, "i1");
+  st.off0 = ints(&LinearStencil::off0, in + 1, "off0");
+  st.off1 = ints(&LinearStencil::off1, in + 1, "off1");
+  st.w1 = constant<double>(key + "w1", {out}, kFloat64, device, [&](double* o, int64_t) {
+    const std::vector<double>& w = stencil().w1;
+    std::copy(w.begin(), w.end(), o);
+  });
   st.in = in;
   st.out = out;
   return st;
@@ -1197,18 +1207,18 @@ Tensor resample(const Tensor& t, int64_t dim, int64_t in, int64_t o, double scal
   if (is_reduced_float(t.dtype()))
     return raw::to(resample(raw::to(t, kFloat32), dim, in, o, scale, corners, adjoint, op), t.dtype());
   const Tensor src = raw::contiguous(t);
-  const LinearStencil s = linear_stencil(in, o, scale, corners);
   const AroundDim a = around_dim(sizes, dim);
   Tensor out = detail::new_empty(sizes, t.dtype(), t.device());
   if (!t.device().is_cpu()) {
     const kernels::GridKernels& kt = kernels::grid_kernels(t.device());
-    kernels::ResampleStencil st = stencil_tensors(s, in, o, scale, corners, t.device());
+    kernels::ResampleStencil st = stencil_tensors(in, o, scale, corners, t.device());
     st.outer = a.outer;
     st.inner = a.inner;
     auto* slot = adjoint ? kt.resample_linear_backward : kt.resample_linear;
     TG_CHECK(slot && slot(out, src, st), op, ": no kernel for ", t.dtype(), " on ", t.device());
     return out;
   }
+  const LinearStencil s = linear_stencil(in, o, scale, corners);
   kernels::dispatch_floating(t.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     resample_cpu<T>(static_cast<T*>(out.data_ptr()), static_cast<const T*>(src.data_ptr()), s, a.outer, in, o, a.inner,
@@ -1299,21 +1309,16 @@ Tensor interpolate(const Tensor& input, const IntList& size, const std::vector<d
       // neighbours of the source coordinate (the second clamped to the edge)
       // and their weights. Gathers, so a NaN or inf reaches only the outputs
       // whose stencil holds it.
-      std::vector<int64_t> i0(static_cast<size_t>(o)), i1(static_cast<size_t>(o));
-      std::vector<double> w1(static_cast<size_t>(o));
-      for (int64_t j = 0; j < o; ++j) {
-        if (nearest) {
-          // (PyTorch's nearest_idx: j / 2 when the size doubles, whatever the scale)
-          i0[size_t(j)] = o == 2 * in ? j / 2 : std::min(int64_t(std::floor(double(j) * sc)), in - 1);
-          continue;
-        }
-        double src =
-            corners ? (o > 1 ? double(j) * double(in - 1) / double(o - 1) : 0.0) : (double(j) + 0.5) * sc - 0.5;
-        if (src < 0) src = 0;
-        i0[size_t(j)] = std::min(int64_t(std::floor(src)), in - 1);
-        i1[size_t(j)] = std::min(i0[size_t(j)] + 1, in - 1);
-        w1[size_t(j)] = src - double(i0[size_t(j)]);
+      LinearStencil st;
+      if (nearest) {
+        st.i0.resize(size_t(o));
+        for (int64_t j = 0; j < o; ++j)  // (PyTorch's nearest_idx: j / 2 when the size doubles, whatever the scale)
+          st.i0[size_t(j)] = o == 2 * in ? j / 2 : std::min(int64_t(std::floor(double(j) * sc)), in - 1);
+      } else {
+        st = linear_stencil(in, o, sc, corners);  // _resample_linear's, for TG_RESAMPLE_KERNELS=0
       }
+      const std::vector<int64_t>&i0 = st.i0, &i1 = st.i1;
+      const std::vector<double>& w1 = st.w1;
       const std::string key = key_of(nearest ? "nearest" : "linear", {{in, o}}, {sc, double(corners)});
       auto index_of = [&](const std::vector<int64_t>& v, const char* which) {
         return constant<int64_t>(key + which, {o}, kInt64, x.device(),

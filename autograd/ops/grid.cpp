@@ -357,6 +357,13 @@ class GroupAffineNode final : public OpNode {
 // tangent itself on the tangent (a batch folded into N). `points`: the
 // size along dim of the node's input side for the other primitive (the
 // forward's input size; the adjoint's output-side size). ----
+// _resample_linear (points: the output size) or, adjoint, its adjoint
+// (points: the input size), recorded.
+Tensor resample_op(bool adjoint, const Tensor& x, int64_t dim, int64_t points, double scale, bool corners) {
+  return adjoint ? tg::_resample_linear_backward(x, dim, points, scale, corners)
+                 : tg::_resample_linear(x, dim, points, scale, corners);
+}
+
 class ResampleNode final : public OpNode {
  public:
   ResampleNode(bool adjoint, int64_t dim, int64_t points, double scale, bool corners)
@@ -370,8 +377,7 @@ class ResampleNode final : public OpNode {
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
     if (should_compute_output(0) && grads[0].defined())
-      out[0] = adjoint_ ? tg::_resample_linear(grads[0], dim_, points_, scale_, corners_)
-                        : tg::_resample_linear_backward(grads[0], dim_, points_, scale_, corners_);
+      out[0] = resample_op(!adjoint_, grads[0], dim_, points_, scale_, corners_);
     return out;
   }
 
@@ -381,6 +387,21 @@ class ResampleNode final : public OpNode {
   double scale_;
   bool corners_;
 };
+
+// Either resampling primitive: the raw pass, the node (whose gradient is the
+// other primitive) and the tangent (itself on the tangent).
+Tensor resample_primitive(bool adjoint, const Tensor& x, int64_t dim, int64_t points, double scale, bool corners) {
+  Tensor out = run_raw([&] {
+    return adjoint ? raw::grid::_resample_linear_backward(x, dim, points, scale, corners)
+                   : raw::grid::_resample_linear(x, dim, points, scale, corners);
+  });
+  if (should_record({&x})) out = finish(out, make_node<ResampleNode>({&x}, adjoint, dim, x.size(dim), scale, corners));
+  const int64_t rank = x.dim();
+  return fw_linear(out, x, [&](const Tensor& t) {
+    return window_tangent(t, rank,
+                          [&](const Tensor& u) { return resample_op(adjoint, u, dim, points, scale, corners); });
+  });
+}
 
 }  // namespace
 
@@ -448,26 +469,11 @@ Tensor _group_affine(const Tensor& t, const Tensor& scale, const Tensor& bias) {
 }
 
 Tensor _resample_linear(const Tensor& x, int64_t dim, int64_t size, double scale, bool align_corners) {
-  Tensor out = run_raw([&] { return raw::grid::_resample_linear(x, dim, size, scale, align_corners); });
-  if (should_record({&x}))
-    out = finish(out, make_node<ResampleNode>({&x}, false, dim, x.size(dim), scale, align_corners));
-  const int64_t rank = x.dim();
-  return fw_linear(out, x, [&](const Tensor& t) {
-    return window_tangent(t, rank,
-                          [&](const Tensor& u) { return tg::_resample_linear(u, dim, size, scale, align_corners); });
-  });
+  return resample_primitive(false, x, dim, size, scale, align_corners);
 }
 
 Tensor _resample_linear_backward(const Tensor& g, int64_t dim, int64_t input_size, double scale, bool align_corners) {
-  Tensor out = run_raw([&] { return raw::grid::_resample_linear_backward(g, dim, input_size, scale, align_corners); });
-  if (should_record({&g}))
-    out = finish(out, make_node<ResampleNode>({&g}, true, dim, g.size(dim), scale, align_corners));
-  const int64_t rank = g.dim();
-  return fw_linear(out, g, [&](const Tensor& t) {
-    return window_tangent(t, rank, [&](const Tensor& u) {
-      return tg::_resample_linear_backward(u, dim, input_size, scale, align_corners);
-    });
-  });
+  return resample_primitive(true, g, dim, input_size, scale, align_corners);
 }
 
 Tensor _convolution(const Tensor& x, const Tensor& w, const IntList& stride, const IntList& padding,

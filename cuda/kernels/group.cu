@@ -23,10 +23,6 @@ namespace {
 
 template <class T> struct GroupAcc { using type = double; };  // float sums in double, as reduce_kernel's
 
-bool takes(const Tensor& t) {
-  return t.is_contiguous() && (t.dtype() == ScalarType::Float32 || t.dtype() == ScalarType::Float64);
-}
-
 // partial[row * splits + s] := the sum of a * b (b null: a) over
 // [s * chunk, min(run, (s + 1) * chunk)) of row `row` (rows `run` apart);
 // four loads in flight per thread, combined in a fixed order.
@@ -108,11 +104,6 @@ __global__ void center_kernel(T* out, const T* x, const double* sum, I n, I run,
 // vectors when rows and pointers allow. For rows of at least kRowsFrom
 // elements; shorter rows would leave most of a block idle.
 constexpr int64_t kRowChunk = 4096, kRowsFrom = 1024;
-
-template <class T> struct alignas(16) Vec16 {
-  static constexpr int kN = int(16 / sizeof(T));
-  T v[kN];
-};
 
 template <class T, class F>
 __device__ void row_pass(T* out, const T* in, int64_t row, int64_t part, int64_t run, bool vec, const F& f) {
@@ -224,7 +215,7 @@ bool on() { return tg::detail::switched_on<tg::detail::OffSwitch::kGroupKernels>
 }  // namespace
 
 bool group_sum(const Tensor& out, const Tensor& a, const Tensor& b, int64_t groups) {
-  if (!on() || !takes(a) || (b.defined() && !takes(b))) return false;
+  if (!on() || !dense_float(a) || (b.defined() && !dense_float(b))) return false;
   const int64_t rows = a.size(0) * groups, run = a.numel() / rows;
   DeviceGuard g(out.device().index());
   cudaStream_t s = stream_of(out);
@@ -242,7 +233,7 @@ bool group_sum(const Tensor& out, const Tensor& a, const Tensor& b, int64_t grou
 }
 
 bool group_center(const Tensor& out, const Tensor& x, int64_t groups) {
-  if (!on() || !takes(x)) return false;
+  if (!on() || !dense_float(x)) return false;
   const int64_t rows = x.size(0) * groups, run = x.numel() / rows, n = x.numel();
   DeviceGuard g(out.device().index());
   cudaStream_t s = stream_of(out);
@@ -272,7 +263,7 @@ bool group_center(const Tensor& out, const Tensor& x, int64_t groups) {
 }
 
 bool group_affine(const Tensor& out, const Tensor& t, const Tensor& scale, const Tensor& bias) {
-  if (!on() || !takes(t)) return false;
+  if (!on() || !dense_float(t)) return false;
   const int64_t n = t.numel(), C = t.size(1), S = n / (t.size(0) * C);
   DeviceGuard g(out.device().index());
   cudaStream_t s = stream_of(out);

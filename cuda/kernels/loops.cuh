@@ -524,4 +524,16 @@ template <class F> void launch(const Tensor* ops, int nops, const char* op, F f)
   launch_pdl(&elementwise_kernel<F>, grid_for(n), kBlock, s, ops[0].device().index(), op, ix, n, f);
 }
 
+// Sixteen bytes of T, one load or store (the row passes of group.cu and
+// resample.cu).
+template <class T> struct alignas(16) Vec16 {
+  static constexpr int kN = int(16 / sizeof(T));
+  T v[kN];
+};
+
+// A contiguous Float32 or Float64 tensor: what the row passes take.
+inline bool dense_float(const Tensor& t) {
+  return t.is_contiguous() && (t.dtype() == ScalarType::Float32 || t.dtype() == ScalarType::Float64);
+}
+
 }  // namespace tg::cuda

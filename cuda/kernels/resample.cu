@@ -43,11 +43,6 @@ Tables tables_of(const kernels::ResampleStencil& st) {
           st.inner};
 }
 
-template <class T> struct alignas(16) Vec16 {
-  static constexpr int kN = int(16 / sizeof(T));
-  T v[kN];
-};
-
 // The warp's row task and its lane.
 __device__ inline int64_t warp_task() { return int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; }
 __device__ inline int64_t warp_tasks() { return int64_t(gridDim.x) * kWarps; }
@@ -122,15 +117,11 @@ template <class T, class I> __global__ void adjoint_flat_kernel(T* out, const T*
   }
 }
 
-bool takes(const Tensor& t) {
-  return t.is_contiguous() && (t.dtype() == ScalarType::Float32 || t.dtype() == ScalarType::Float64);
-}
-
 // One of the two passes: `rows` output rows of st.inner elements.
 template <class Rows, class Flat>
 bool launch(const char* op, const Tensor& out, const Tensor& src, const kernels::ResampleStencil& st, int64_t rows,
             Rows&& rows_kernel, Flat&& flat_kernel) {
-  if (!takes(out) || !takes(src)) return false;
+  if (!dense_float(out) || !dense_float(src)) return false;
   DeviceGuard g(out.device().index());
   cudaStream_t s = stream_of(out);
   LaunchEncoder access(s);

@@ -3,6 +3,7 @@
 // PyTorch and JAX through DLPack (__dlpack__ / __dlpack_device__ /
 // from_dlpack); functions passed to the functional API are Python callables;
 // tg::Error surfaces as tapegrad.Error (a RuntimeError) with the C++ message.
+#include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -603,6 +604,33 @@ std::vector<tg::optim::ParamGroup> param_groups(const py::object& params) {
     throw tg::Error("optimizer: give tensors or parameter groups (dicts), not both");
   if (groups.empty()) groups.push_back(tg::optim::ParamGroup{plain, std::nullopt, std::nullopt});
   return groups;
+}
+
+// A state dict (optimizers', schedulers') as a Python dict of tensors, and back.
+py::dict state_to_dict(const tg::optim::NamedTensors& state) {
+  py::dict d;
+  for (const auto& [k, v] : state)
+    d[py::str(k)] = v;
+  return d;
+}
+tg::optim::NamedTensors state_from_dict(const py::dict& d) {
+  tg::optim::NamedTensors s;
+  for (const auto& kv : d)
+    s.emplace_back(py::str(kv.first), kv.second.cast<Tensor>());
+  return s;
+}
+
+// step(closure=None) of an optimizer that needs no closure, as torch.optim's:
+// the closure (if given) runs first with recording on, then the update; its
+// loss is returned.
+py::object step_with_closure(tg::optim::Optimizer& o, const py::object& closure) {
+  py::object loss = py::none();
+  if (!closure.is_none()) {
+    ag::AutoGradMode grad(true);
+    loss = closure();
+  }
+  o.step();
+  return loss;
 }
 
 // `with tapegrad.cuda.graph(g):` — capture into g on a side stream.
@@ -1306,7 +1334,9 @@ PYBIND11_MODULE(_C, m) {
   py::module_ optim = m.def_submodule("optim", "Optimizers, as torch.optim");
   namespace to = tg::optim;
   py::class_<to::Optimizer>(optim, "Optimizer", "The base of the optimizers (torch.optim.Optimizer)")
-      .def("step", &to::Optimizer::step, "One update of every parameter that has a gradient")
+      .def("step", &step_with_closure, py::arg("closure") = py::none(),
+           "One update of every parameter that has a gradient; a closure (computing the loss and its gradients) runs "
+           "first, and its loss is returned")
       .def("zero_grad", &to::Optimizer::zero_grad, py::arg("set_to_none") = true)
       .def_property_readonly("steps", &to::Optimizer::steps)
       .def_property_readonly(
@@ -1327,23 +1357,19 @@ PYBIND11_MODULE(_C, m) {
           "set_lr", [](to::Optimizer& o, double lr, std::optional<size_t> g) { g ? o.set_lr(*g, lr) : o.set_lr(lr); },
           py::arg("lr"), py::arg("group") = py::none())
       .def(
-          "state_dict",
-          [](const to::Optimizer& o) {
-            py::dict d;
-            for (const auto& [k, v] : o.state_dict())
-              d[py::str(k)] = v;
-            return d;
-          },
+          "state_dict", [](const to::Optimizer& o) { return state_to_dict(o.state_dict()); },
           "The state resuming needs, by name (tensors)")
       .def(
-          "load_state_dict",
-          [](to::Optimizer& o, const py::dict& d) {
-            to::NamedTensors s;
-            for (const auto& kv : d)
-              s.emplace_back(py::str(kv.first), kv.second.cast<Tensor>());
-            o.load_state_dict(s);
+          "load_state_dict", [](to::Optimizer& o, const py::dict& d) { o.load_state_dict(state_from_dict(d)); },
+          py::arg("state_dict"))
+      .def(
+          "add_param_group",
+          [](to::Optimizer& o, const py::dict& group) {
+            py::list one;
+            one.append(group);
+            o.add_param_group(param_groups(one).front());
           },
-          py::arg("state_dict"));
+          py::arg("param_group"), "Adds a group (a dict with params and optionally lr, weight_decay)");
   py::class_<to::SGD, to::Optimizer>(optim, "SGD", "torch.optim.SGD")
       .def(py::init([](const py::object& params, double lr, double momentum, double dampening, double weight_decay,
                        bool nesterov, bool capturable) {
@@ -1375,6 +1401,192 @@ PYBIND11_MODULE(_C, m) {
            py::arg("params"), py::arg("lr") = 1e-3, py::arg("betas") = std::make_tuple(0.9, 0.999),
            py::arg("eps") = 1e-8, py::arg("weight_decay") = 1e-2, py::arg("amsgrad") = false,
            py::arg("capturable") = false);
+
+  // RMSprop, Adagrad, Adamax, NAdam, RAdam: torch.optim's arguments and
+  // defaults over the C++ rules.
+  py::class_<to::Adaptive, to::Optimizer>(optim, "_Adaptive", "The base of RMSprop, Adagrad, Adamax, NAdam and RAdam");
+  py::class_<to::RMSprop, to::Adaptive>(optim, "RMSprop", "torch.optim.RMSprop")
+      .def(py::init([](const py::object& params, double lr, double alpha, double eps, double weight_decay,
+                       double momentum, bool centered, bool capturable) {
+             to::RMSpropOptions o(lr);
+             o.alpha = alpha;
+             o.eps = eps;
+             o.weight_decay = weight_decay;
+             o.momentum = momentum;
+             o.centered = centered;
+             o.capturable = capturable;
+             return std::make_unique<to::RMSprop>(param_groups(params), o);
+           }),
+           py::arg("params"), py::arg("lr") = 1e-2, py::arg("alpha") = 0.99, py::arg("eps") = 1e-8,
+           py::arg("weight_decay") = 0.0, py::arg("momentum") = 0.0, py::arg("centered") = false,
+           py::arg("capturable") = false);
+  py::class_<to::Adagrad, to::Adaptive>(optim, "Adagrad", "torch.optim.Adagrad")
+      .def(py::init([](const py::object& params, double lr, double lr_decay, double weight_decay,
+                       double initial_accumulator_value, double eps) {
+             to::AdagradOptions o(lr);
+             o.lr_decay = lr_decay;
+             o.weight_decay = weight_decay;
+             o.initial_accumulator_value = initial_accumulator_value;
+             o.eps = eps;
+             return std::make_unique<to::Adagrad>(param_groups(params), o);
+           }),
+           py::arg("params"), py::arg("lr") = 1e-2, py::arg("lr_decay") = 0.0, py::arg("weight_decay") = 0.0,
+           py::arg("initial_accumulator_value") = 0.0, py::arg("eps") = 1e-10);
+  // Adamax, NAdam and RAdam share Adam's arguments; NAdam adds
+  // momentum_decay, NAdam and RAdam decoupled_weight_decay.
+  auto adam_like = [](to::AdaptiveOptions o, const std::tuple<double, double>& betas, double eps, double weight_decay,
+                      bool capturable) {
+    o.betas(betas);
+    o.eps = eps;
+    o.weight_decay = weight_decay;
+    o.capturable = capturable;
+    return o;
+  };
+  py::class_<to::Adamax, to::Adaptive>(optim, "Adamax", "torch.optim.Adamax")
+      .def(py::init([adam_like](const py::object& params, double lr, const std::tuple<double, double>& betas,
+                                double eps, double weight_decay, bool capturable) {
+             return std::make_unique<to::Adamax>(
+                 param_groups(params),
+                 to::AdamaxOptions(adam_like(to::AdamaxOptions(lr), betas, eps, weight_decay, capturable)));
+           }),
+           py::arg("params"), py::arg("lr") = 2e-3, py::arg("betas") = std::make_tuple(0.9, 0.999),
+           py::arg("eps") = 1e-8, py::arg("weight_decay") = 0.0, py::arg("capturable") = false);
+  py::class_<to::NAdam, to::Adaptive>(optim, "NAdam", "torch.optim.NAdam")
+      .def(py::init([adam_like](const py::object& params, double lr, const std::tuple<double, double>& betas,
+                                double eps, double weight_decay, double momentum_decay, bool decoupled_weight_decay,
+                                bool capturable) {
+             to::AdaptiveOptions o = adam_like(to::NAdamOptions(lr), betas, eps, weight_decay, capturable);
+             o.momentum_decay = momentum_decay;
+             o.decoupled_weight_decay = decoupled_weight_decay;
+             return std::make_unique<to::NAdam>(param_groups(params), to::NAdamOptions(o));
+           }),
+           py::arg("params"), py::arg("lr") = 2e-3, py::arg("betas") = std::make_tuple(0.9, 0.999),
+           py::arg("eps") = 1e-8, py::arg("weight_decay") = 0.0, py::arg("momentum_decay") = 4e-3,
+           py::arg("decoupled_weight_decay") = false, py::arg("capturable") = false);
+  py::class_<to::RAdam, to::Adaptive>(optim, "RAdam", "torch.optim.RAdam")
+      .def(py::init([adam_like](const py::object& params, double lr, const std::tuple<double, double>& betas,
+                                double eps, double weight_decay, bool decoupled_weight_decay, bool capturable) {
+             to::AdaptiveOptions o = adam_like(to::RAdamOptions(lr), betas, eps, weight_decay, capturable);
+             o.decoupled_weight_decay = decoupled_weight_decay;
+             return std::make_unique<to::RAdam>(param_groups(params), to::RAdamOptions(o));
+           }),
+           py::arg("params"), py::arg("lr") = 1e-3, py::arg("betas") = std::make_tuple(0.9, 0.999),
+           py::arg("eps") = 1e-8, py::arg("weight_decay") = 0.0, py::arg("decoupled_weight_decay") = false,
+           py::arg("capturable") = false);
+  py::class_<to::LBFGS, to::Optimizer>(optim, "LBFGS", "torch.optim.LBFGS (one parameter group)")
+      .def(py::init([](const py::object& params, double lr, int64_t max_iter, std::optional<int64_t> max_eval,
+                       double tolerance_grad, double tolerance_change, int64_t history_size,
+                       const std::optional<std::string>& line_search_fn) {
+             to::LBFGSOptions o(lr, max_iter, max_eval.value_or(0), tolerance_grad, tolerance_change, history_size);
+             o.line_search_fn(line_search_fn);
+             return std::make_unique<to::LBFGS>(tensor_list(params), o);
+           }),
+           py::arg("params"), py::arg("lr") = 1.0, py::arg("max_iter") = 20, py::arg("max_eval") = py::none(),
+           py::arg("tolerance_grad") = 1e-7, py::arg("tolerance_change") = 1e-9, py::arg("history_size") = 100,
+           py::arg("line_search_fn") = py::none())
+      .def(
+          "step",
+          [](to::LBFGS& o, const py::object& closure) -> py::object {
+            if (closure.is_none())
+              throw tg::Error(
+                  "LBFGS.step: give a closure (it zeroes the gradients, computes the loss, calls "
+                  "backward and returns the loss), as torch.optim.LBFGS needs");
+            py::object first = py::none();
+            o.step([&]() {
+              ag::AutoGradMode grad(true);
+              py::object loss = closure();
+              if (first.is_none()) first = loss;
+              return loss.cast<Tensor>();
+            });
+            return first;
+          },
+          py::arg("closure") = py::none(), "Up to max_iter iterations; returns the closure's first loss")
+      .def_property_readonly("evaluations", &to::LBFGS::evaluations, "Closure calls so far");
+
+  // Schedulers (tapegrad.optim.lr_scheduler, as torch.optim.lr_scheduler):
+  // each keeps its optimizer alive.
+  py::module_ sched = optim.def_submodule("lr_scheduler", "Learning-rate schedulers, as torch.optim.lr_scheduler");
+  auto last_lr = [](const to::Optimizer& o) {
+    std::vector<double> r;
+    for (size_t g = 0; g < o.num_param_groups(); ++g)
+      r.push_back(o.lr(g));
+    return r;
+  };
+  py::class_<to::LRScheduler, std::shared_ptr<to::LRScheduler>>(sched, "LRScheduler",
+                                                                "The base of the epoch schedulers")
+      .def("step", &to::LRScheduler::step, "One epoch (or batch, for OneCycleLR) done")
+      .def_property_readonly("last_epoch", &to::LRScheduler::epoch)
+      .def(
+          "get_last_lr", [last_lr](const to::LRScheduler& s) { return last_lr(s.optimizer()); },
+          "Each group's rate now")
+      .def(
+          "state_dict", [](const to::LRScheduler& s) { return state_to_dict(s.state_dict()); },
+          "last_epoch and base_lrs, as tensors")
+      .def(
+          "load_state_dict", [](to::LRScheduler& s, const py::dict& d) { s.load_state_dict(state_from_dict(d)); },
+          py::arg("state_dict"));
+  py::class_<to::StepLR, to::LRScheduler, std::shared_ptr<to::StepLR>>(sched, "StepLR", "torch's StepLR")
+      .def(py::init<to::Optimizer&, int64_t, double>(), py::arg("optimizer"), py::arg("step_size"),
+           py::arg("gamma") = 0.1, py::keep_alive<1, 2>());
+  py::class_<to::CosineAnnealingLR, to::LRScheduler, std::shared_ptr<to::CosineAnnealingLR>>(
+      sched, "CosineAnnealingLR", "torch's CosineAnnealingLR (its closed form)")
+      .def(py::init<to::Optimizer&, int64_t, double>(), py::arg("optimizer"), py::arg("T_max"),
+           py::arg("eta_min") = 0.0, py::keep_alive<1, 2>());
+  py::class_<to::LambdaLR, to::LRScheduler, std::shared_ptr<to::LambdaLR>>(sched, "LambdaLR", "torch's LambdaLR")
+      .def(py::init([](to::Optimizer& o, const py::function& f) {
+             // The factor is called from C++ with the GIL held (step() runs in the caller's thread).
+             return std::make_shared<to::LambdaLR>(o, [f](int64_t e) { return f(e).cast<double>(); });
+           }),
+           py::arg("optimizer"), py::arg("lr_lambda"), py::keep_alive<1, 2>(), py::keep_alive<1, 3>());
+  py::class_<to::ExponentialLR, to::LRScheduler, std::shared_ptr<to::ExponentialLR>>(sched, "ExponentialLR",
+                                                                                     "torch's ExponentialLR")
+      .def(py::init<to::Optimizer&, double>(), py::arg("optimizer"), py::arg("gamma"), py::keep_alive<1, 2>());
+  py::class_<to::LinearLR, to::LRScheduler, std::shared_ptr<to::LinearLR>>(sched, "LinearLR", "torch's LinearLR")
+      .def(py::init<to::Optimizer&, double, double, int64_t>(), py::arg("optimizer"), py::arg("start_factor") = 1.0 / 3,
+           py::arg("end_factor") = 1.0, py::arg("total_iters") = 5, py::keep_alive<1, 2>());
+  py::class_<to::OneCycleLR, to::LRScheduler, std::shared_ptr<to::OneCycleLR>>(sched, "OneCycleLR",
+                                                                               "torch's OneCycleLR")
+      .def(py::init([](to::Optimizer& o, const py::object& max_lr, int64_t total_steps, double pct_start,
+                       const std::string& anneal_strategy, bool cycle_momentum, double base_momentum,
+                       double max_momentum, double div_factor, double final_div_factor, bool three_phase) {
+             if (anneal_strategy != "cos" && anneal_strategy != "linear")
+               throw tg::Error("OneCycleLR: anneal_strategy is \"cos\" or \"linear\", got \"" + anneal_strategy + "\"");
+             const bool cos = anneal_strategy == "cos";
+             if (py::isinstance<py::sequence>(max_lr))
+               return std::make_shared<to::OneCycleLR>(o, max_lr.cast<std::vector<double>>(), total_steps, pct_start,
+                                                       cos, div_factor, final_div_factor, three_phase, cycle_momentum,
+                                                       base_momentum, max_momentum);
+             return std::make_shared<to::OneCycleLR>(o, max_lr.cast<double>(), total_steps, pct_start, cos, div_factor,
+                                                     final_div_factor, three_phase, cycle_momentum, base_momentum,
+                                                     max_momentum);
+           }),
+           py::arg("optimizer"), py::arg("max_lr"), py::arg("total_steps"), py::arg("pct_start") = 0.3,
+           py::arg("anneal_strategy") = "cos", py::arg("cycle_momentum") = true, py::arg("base_momentum") = 0.85,
+           py::arg("max_momentum") = 0.95, py::arg("div_factor") = 25.0, py::arg("final_div_factor") = 1e4,
+           py::arg("three_phase") = false, py::keep_alive<1, 2>());
+  py::class_<to::SequentialLR, to::LRScheduler, std::shared_ptr<to::SequentialLR>>(sched, "SequentialLR",
+                                                                                   "torch's SequentialLR")
+      .def(py::init<to::Optimizer&, std::vector<std::shared_ptr<to::LRScheduler>>, std::vector<int64_t>>(),
+           py::arg("optimizer"), py::arg("schedulers"), py::arg("milestones"), py::keep_alive<1, 2>());
+  py::class_<to::ReduceLROnPlateau>(sched, "ReduceLROnPlateau", "torch's ReduceLROnPlateau")
+      .def(py::init<to::Optimizer&, double, int64_t, double, int64_t, double, const std::string&, const std::string&,
+                    double>(),
+           py::arg("optimizer"), py::arg("factor") = 0.1, py::arg("patience") = 10, py::arg("threshold") = 1e-4,
+           py::arg("cooldown") = 0, py::arg("min_lr") = 0.0, py::arg("mode") = "min", py::arg("threshold_mode") = "rel",
+           py::arg("eps") = 1e-8, py::keep_alive<1, 2>())
+      .def(
+          "step", [](to::ReduceLROnPlateau& s, const py::object& metrics) { s.step(py::float_(metrics)); },
+          py::arg("metrics"), "One epoch done with the metric (a number or a one-element tensor)")
+      .def_property_readonly("best", &to::ReduceLROnPlateau::best)
+      .def(
+          "get_last_lr", [last_lr](const to::ReduceLROnPlateau& s) { return last_lr(s.optimizer()); },
+          "Each group's rate now")
+      .def(
+          "state_dict", [](const to::ReduceLROnPlateau& s) { return state_to_dict(s.state_dict()); },
+          "best, num_bad_epochs and cooldown_counter, as tensors")
+      .def(
+          "load_state_dict", [](to::ReduceLROnPlateau& s, const py::dict& d) { s.load_state_dict(state_from_dict(d)); },
+          py::arg("state_dict"));
 
   // Forward and Taylor mode (tapegrad.autograd.forward_ad, as
   // torch.autograd.forward_ad; __init__.py registers the submodules for import).

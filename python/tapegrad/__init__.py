@@ -47,7 +47,8 @@ def _register_submodules():
     _ext.autograd.forward_ad.unpack_dual = unpack_dual
     _ext.autograd.forward_ad.UnpackedDualTensor = UnpackedDualTensor
     for name, mod in (("autograd", _ext.autograd), ("autograd.forward_ad", _ext.autograd.forward_ad),
-                      ("linalg", _ext.linalg), ("cuda", _ext.cuda), ("optim", _ext.optim)):
+                      ("linalg", _ext.linalg), ("cuda", _ext.cuda), ("optim", _ext.optim),
+                      ("optim.lr_scheduler", _ext.optim.lr_scheduler)):
         sys.modules[__name__ + "." + name] = mod
 
 

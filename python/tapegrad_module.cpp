@@ -1301,12 +1301,67 @@ PYBIND11_MODULE(_C, m) {
   nnm.def(
       "dropout", [](double p) -> std::shared_ptr<tn::Module> { return std::make_shared<tn::DropoutImpl>(p); },
       py::arg("p"));
+  nnm.def(
+      "conv_transpose",
+      [](int n, int64_t in, int64_t out, const IntList& k, const IntList& stride, const IntList& padding,
+         const IntList& output_padding, int64_t groups, bool bias, const IntList& dilation,
+         const std::string& mode) -> std::shared_ptr<tn::Module> {
+        if (mode != "zeros")
+          throw tg::Error("ConvTranspose" + std::to_string(n) + "d: only padding_mode=\"zeros\" (as PyTorch), got \"" +
+                          mode + "\"");
+        if (n == 1)
+          return std::make_shared<tn::ConvTranspose1dImpl>(in, out, k, stride, padding, output_padding, groups, bias,
+                                                           dilation);
+        if (n == 2)
+          return std::make_shared<tn::ConvTranspose2dImpl>(in, out, k, stride, padding, output_padding, groups, bias,
+                                                           dilation);
+        if (n == 3)
+          return std::make_shared<tn::ConvTranspose3dImpl>(in, out, k, stride, padding, output_padding, groups, bias,
+                                                           dilation);
+        throw tg::Error("conv_transpose: 1, 2 or 3 spatial dims, got " + std::to_string(n));
+      },
+      py::arg("n"), py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel_size"), py::arg("stride"),
+      py::arg("padding"), py::arg("output_padding"), py::arg("groups"), py::arg("bias"), py::arg("dilation"),
+      py::arg("padding_mode"));
+  nnm.def(
+      "batch_norm",
+      [](int n, int64_t features, double eps, double momentum, bool affine, bool track) -> std::shared_ptr<tn::Module> {
+        if (n == 1) return std::make_shared<tn::BatchNorm1dImpl>(features, eps, momentum, affine, track);
+        if (n == 2) return std::make_shared<tn::BatchNorm2dImpl>(features, eps, momentum, affine, track);
+        if (n == 3) return std::make_shared<tn::BatchNorm3dImpl>(features, eps, momentum, affine, track);
+        throw tg::Error("batch_norm: 1, 2 or 3 spatial dims, got " + std::to_string(n));
+      },
+      py::arg("n"), py::arg("num_features"), py::arg("eps"), py::arg("momentum"), py::arg("affine"),
+      py::arg("track_running_stats"));
+  nnm.def(
+      "instance_norm",
+      [](int n, int64_t features, double eps, double momentum, bool affine, bool track) -> std::shared_ptr<tn::Module> {
+        if (n == 1) return std::make_shared<tn::InstanceNorm1dImpl>(features, eps, momentum, affine, track);
+        if (n == 2) return std::make_shared<tn::InstanceNorm2dImpl>(features, eps, momentum, affine, track);
+        if (n == 3) return std::make_shared<tn::InstanceNorm3dImpl>(features, eps, momentum, affine, track);
+        throw tg::Error("instance_norm: 1, 2 or 3 spatial dims, got " + std::to_string(n));
+      },
+      py::arg("n"), py::arg("num_features"), py::arg("eps"), py::arg("momentum"), py::arg("affine"),
+      py::arg("track_running_stats"));
+  nnm.def(
+      "embedding",
+      [](int64_t num, int64_t dim, std::optional<int64_t> padding_idx, std::optional<double> max_norm, double norm_type,
+         bool sparse) -> std::shared_ptr<tn::Module> {
+        return std::make_shared<tn::EmbeddingImpl>(num, dim, sparse, tg::TensorOptions(), padding_idx, max_norm,
+                                                   norm_type);
+      },
+      py::arg("num_embeddings"), py::arg("embedding_dim"), py::arg("padding_idx"), py::arg("max_norm"),
+      py::arg("norm_type"), py::arg("sparse"));
   auto reduction = [](const std::string& r) {
     if (r == "mean") return tn::Reduction::kMean;
     if (r == "sum") return tn::Reduction::kSum;
     if (r == "none") return tn::Reduction::kNone;
-    throw tg::Error("loss: reduction must be \"mean\", \"sum\" or \"none\", got \"" + r + "\"");
+    if (r == "batchmean") return tn::Reduction::kBatchMean;
+    throw tg::Error("loss: reduction must be \"mean\", \"sum\", \"none\" (or \"batchmean\" for kl_div), got \"" + r +
+                    "\"");
   };
+  // An optional tensor argument (None: undefined).
+  auto opt_tensor = [](const std::optional<Tensor>& t) { return t ? *t : Tensor(); };
   nnm.def(
       "mse_loss",
       [reduction](const Tensor& a, const Tensor& b, const std::string& r) {
@@ -1321,10 +1376,54 @@ PYBIND11_MODULE(_C, m) {
       py::arg("input"), py::arg("target"), py::arg("reduction") = "mean");
   nnm.def(
       "cross_entropy",
-      [reduction](const Tensor& a, const Tensor& b, const std::string& r) {
-        return tn::functional::cross_entropy(a, b, Tensor(), reduction(r));
+      [reduction, opt_tensor](const Tensor& a, const Tensor& b, const std::optional<Tensor>& weight,
+                              int64_t ignore_index, const std::string& r, double label_smoothing) {
+        return tn::functional::cross_entropy(a, b, opt_tensor(weight), reduction(r), ignore_index, label_smoothing);
       },
-      py::arg("input"), py::arg("target"), py::arg("reduction") = "mean");
+      py::arg("input"), py::arg("target"), py::arg("weight") = py::none(), py::arg("ignore_index") = -100,
+      py::arg("reduction") = "mean", py::arg("label_smoothing") = 0.0);
+  nnm.def(
+      "nll_loss",
+      [reduction, opt_tensor](const Tensor& a, const Tensor& b, const std::optional<Tensor>& weight,
+                              int64_t ignore_index, const std::string& r) {
+        return tn::functional::nll_loss(a, b, opt_tensor(weight), reduction(r), ignore_index);
+      },
+      py::arg("input"), py::arg("target"), py::arg("weight") = py::none(), py::arg("ignore_index") = -100,
+      py::arg("reduction") = "mean");
+  nnm.def(
+      "smooth_l1_loss",
+      [reduction](const Tensor& a, const Tensor& b, const std::string& r, double beta) {
+        return tn::functional::smooth_l1_loss(a, b, reduction(r), beta);
+      },
+      py::arg("input"), py::arg("target"), py::arg("reduction") = "mean", py::arg("beta") = 1.0);
+  nnm.def(
+      "huber_loss",
+      [reduction](const Tensor& a, const Tensor& b, const std::string& r, double delta) {
+        return tn::functional::huber_loss(a, b, reduction(r), delta);
+      },
+      py::arg("input"), py::arg("target"), py::arg("reduction") = "mean", py::arg("delta") = 1.0);
+  nnm.def(
+      "binary_cross_entropy",
+      [reduction, opt_tensor](const Tensor& a, const Tensor& b, const std::optional<Tensor>& weight,
+                              const std::string& r) {
+        return tn::functional::binary_cross_entropy(a, b, opt_tensor(weight), reduction(r));
+      },
+      py::arg("input"), py::arg("target"), py::arg("weight") = py::none(), py::arg("reduction") = "mean");
+  nnm.def(
+      "binary_cross_entropy_with_logits",
+      [reduction, opt_tensor](const Tensor& a, const Tensor& b, const std::optional<Tensor>& weight,
+                              const std::string& r, const std::optional<Tensor>& pos_weight) {
+        return tn::functional::binary_cross_entropy_with_logits(a, b, opt_tensor(weight), reduction(r),
+                                                                opt_tensor(pos_weight));
+      },
+      py::arg("input"), py::arg("target"), py::arg("weight") = py::none(), py::arg("reduction") = "mean",
+      py::arg("pos_weight") = py::none());
+  nnm.def(
+      "kl_div",
+      [reduction](const Tensor& a, const Tensor& b, const std::string& r, bool log_target) {
+        return tn::functional::kl_div(a, b, reduction(r), log_target);
+      },
+      py::arg("input"), py::arg("target"), py::arg("reduction") = "mean", py::arg("log_target") = false);
   nnm.def("leaky_relu", &tn::functional::leaky_relu, py::arg("input"), py::arg("negative_slope") = 0.01);
   nnm.def("elu", &tn::functional::elu, py::arg("input"), py::arg("alpha") = 1.0);
   nnm.def("gelu", &tn::functional::gelu, py::arg("input"), py::arg("approximate") = "none");

@@ -4,10 +4,11 @@
 tensors that require grad (leaves) become parameters, `register_buffer`
 adds buffers; `parameters()`, `named_parameters()`, `state_dict()`,
 `load_state_dict()`, `train()` / `eval()`, `zero_grad()`, `to()`, and calling
-a module runs its `forward`. The layers with parameters (Linear, Conv1d/2d/3d,
-GroupNorm, LayerNorm) and Dropout are the C++ layers (LibTorch's
-initialization, the C++ forward), their tensors the module's parameters; the
-rest are written over the ops. `tapegrad.nn.functional` has the functional
+a module runs its `forward`. The layers with parameters or buffers (Linear,
+Conv1d/2d/3d, ConvTranspose1d/2d/3d, GroupNorm, LayerNorm, BatchNorm1d/2d/3d,
+InstanceNorm1d/2d/3d, Embedding) and Dropout are the C++ layers (LibTorch's
+initialization, the C++ forward), their tensors the module's parameters and
+buffers; the rest are written over the ops. `tapegrad.nn.functional` has the functional
 forms (torch.nn.functional's names).
 """
 import collections
@@ -169,6 +170,8 @@ class Module:
     def _to_own(self, what):
         for table in (self._parameters, self._buffers):
             for name, t in list(table.items()):
+                if t is None:
+                    continue
                 u = t.detach().to(what)
                 table[name] = u.requires_grad_(t.requires_grad) if table is self._parameters else u
 
@@ -182,14 +185,50 @@ class Module:
         return lines[0] + (")" if len(lines) == 1 else "\n" + "\n".join(lines[1:]) + "\n)")
 
 
+def _rebuild_native(cls, args, kwargs, state, training, device, dtype):
+    """Unpickles (and deep-copies) a C++ layer: made again with its
+    arguments, moved to its device and dtype, then given the saved values."""
+    m = cls(*args, **kwargs)
+    if device is not None:
+        m.to(device)
+    if dtype is not None:
+        m.to(dtype)
+    m.load_state_dict(state)
+    return m.train(training)
+
+
 class _Native(Module):
     """A C++ layer: its parameters and buffers are the module's, its forward
-    the C++ one."""
+    the C++ one. Pickling and copy.deepcopy make the layer again with the
+    arguments it was made with (drawing its initial values anew from the
+    generator) and then copy the saved values in."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+
+        def recording_init(self, *args, **kw):
+            if "_ctor" not in self.__dict__:  # the outermost constructor's arguments
+                object.__setattr__(self, "_ctor", (args, kw))
+            init(self, *args, **kw)
+
+        recording_init.__doc__, recording_init.__name__ = init.__doc__, "__init__"
+        cls.__init__ = recording_init
 
     def __init__(self, native):
         super().__init__()
         object.__setattr__(self, "_native", native)
         self._sync()
+
+    def __reduce__(self):
+        args, kw = self.__dict__.get("_ctor", ((), {}))
+        floats = [t for _, t in self.named_parameters() + self.named_buffers()
+                  if t.dtype in ("float32", "float64", "bfloat16", "float16")]
+        device = floats[0].device if floats else None
+        dtype = floats[0].dtype if floats else None
+        return (_rebuild_native, (type(self), args, kw, self.state_dict(), self.training, device, dtype))
 
     def __setattr__(self, name, value):
         if name in self._parameters or name in self._buffers:  # the C++ layer computes with its own tensors
@@ -261,6 +300,93 @@ class Dropout(_Native):
         super().__init__(_nn.dropout(p))
 
 
+class _ConvTransposeNd(_Native):
+    def __init__(self, n, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
+                 bias=True, dilation=1, padding_mode="zeros"):
+        super().__init__(_nn.conv_transpose(n, in_channels, out_channels, kernel_size, stride, padding,
+                                            output_padding, groups, bias, dilation, padding_mode))
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    def __init__(self, *args, **kwargs):
+        super().__init__(1, *args, **kwargs)
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    def __init__(self, *args, **kwargs):
+        super().__init__(2, *args, **kwargs)
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    def __init__(self, *args, **kwargs):
+        super().__init__(3, *args, **kwargs)
+
+
+class _BatchNorm(_Native):
+    """Batch statistics in training mode (updating running_mean/var), the
+    running ones after eval()."""
+    _n = 0
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True):
+        super().__init__(_nn.batch_norm(self._n, num_features, eps, momentum, affine, track_running_stats))
+
+
+class BatchNorm1d(_BatchNorm):
+    _n = 1
+
+
+class BatchNorm2d(_BatchNorm):
+    _n = 2
+
+
+class BatchNorm3d(_BatchNorm):
+    _n = 3
+
+
+class _InstanceNorm(_Native):
+    _n = 0
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False, track_running_stats=False):
+        super().__init__(_nn.instance_norm(self._n, num_features, eps, momentum, affine, track_running_stats))
+
+
+class InstanceNorm1d(_InstanceNorm):
+    _n = 1
+
+
+class InstanceNorm2d(_InstanceNorm):
+    _n = 2
+
+
+class InstanceNorm3d(_InstanceNorm):
+    _n = 3
+
+
+class Embedding(_Native):
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None, norm_type=2.0,
+                 scale_grad_by_freq=False, sparse=False):
+        if scale_grad_by_freq:
+            raise ValueError("Embedding: scale_grad_by_freq is not supported (docs/INTEROP.md)")
+        super().__init__(_nn.embedding(num_embeddings, embedding_dim, padding_idx, max_norm, norm_type, sparse))
+
+
+class Identity(Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, x):
+        return x
+
+
+class Flatten(Module):
+    def __init__(self, start_dim=1, end_dim=-1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x):
+        return x.flatten(self.start_dim, self.end_dim)
+
+
 class Sequential(Module):
     def __init__(self, *modules):
         super().__init__()
@@ -329,6 +455,38 @@ class Softplus(Module):
         return _C.softplus(x, self.beta, self.threshold)
 
 
+class ELU(Module):
+    def __init__(self, alpha=1.0):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x):
+        return _nn.elu(x, self.alpha)
+
+
+class LeakyReLU(Module):
+    def __init__(self, negative_slope=0.01):
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x):
+        return _nn.leaky_relu(x, self.negative_slope)
+
+
+class Softmax(Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return _C.softmax(x, self.dim)
+
+
+class LogSoftmax(Softmax):
+    def forward(self, x):
+        return _C.log_softmax(x, self.dim)
+
+
 class Upsample(Module):
     def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None):
         super().__init__()
@@ -338,22 +496,68 @@ class Upsample(Module):
         return functional.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners)
 
 
-class AvgPool2d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
-        super().__init__()
-        self.args = (kernel_size, [] if stride is None else stride, padding, ceil_mode, count_include_pad)
+def _avg_pool(n):
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                 divisor_override=None):
+        Module.__init__(self)
+        if n == 1 and divisor_override is not None:
+            raise TypeError("AvgPool1d has no divisor_override (as torch.nn.AvgPool1d)")
+        self.args = (kernel_size, [] if stride is None else stride, padding, ceil_mode, count_include_pad) + (
+            () if n == 1 else (divisor_override,))
 
     def forward(self, x):
-        return _C.avg_pool2d(x, *self.args)
+        return getattr(_C, "avg_pool%dd" % n)(x, *self.args)
+
+    return type("AvgPool%dd" % n, (Module,), {"__init__": __init__, "forward": forward,
+                                              "__doc__": "torch.nn.AvgPool%dd" % n})
 
 
-class MaxPool2d(Module):
+def _max_pool(n):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
-        super().__init__()
+        Module.__init__(self)
         self.args = (kernel_size, [] if stride is None else stride, padding, dilation, ceil_mode)
 
     def forward(self, x):
-        return _C.max_pool2d(x, *self.args)
+        return getattr(_C, "max_pool%dd" % n)(x, *self.args)
+
+    return type("MaxPool%dd" % n, (Module,), {"__init__": __init__, "forward": forward,
+                                              "__doc__": "torch.nn.MaxPool%dd (the values; indices: "
+                                                         "tapegrad.nn.functional.max_pool%dd_with_indices)" % (n, n)})
+
+
+def _adaptive_avg_pool(n):
+    def __init__(self, output_size):
+        Module.__init__(self)
+        self.output_size = output_size
+
+    def forward(self, x):
+        return getattr(_C, "adaptive_avg_pool%dd" % n)(x, self.output_size)
+
+    return type("AdaptiveAvgPool%dd" % n, (Module,), {"__init__": __init__, "forward": forward,
+                                                      "__doc__": "torch.nn.AdaptiveAvgPool%dd" % n})
+
+
+AvgPool1d, AvgPool2d, AvgPool3d = (_avg_pool(n) for n in (1, 2, 3))
+MaxPool1d, MaxPool2d, MaxPool3d = (_max_pool(n) for n in (1, 2, 3))
+AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d = (_adaptive_avg_pool(n) for n in (1, 2, 3))
+
+
+class PixelShuffle(Module):
+    def __init__(self, upscale_factor):
+        super().__init__()
+        self.upscale_factor = upscale_factor
+
+    def forward(self, x):
+        return _C.pixel_shuffle(x, self.upscale_factor)
+
+
+class PixelUnshuffle(Module):
+    def __init__(self, downscale_factor):
+        super().__init__()
+        self.downscale_factor = downscale_factor
+
+    def forward(self, x):
+        return _C.pixel_unshuffle(x, self.downscale_factor)
 
 
 class _Loss(Module):
@@ -372,9 +576,71 @@ class L1Loss(_Loss):
         return _nn.l1_loss(input, target, self.reduction)
 
 
-class CrossEntropyLoss(_Loss):
+class _WeightedLoss(_Loss):
+    """A loss with per-class (or per-element) weights: a buffer, as torch's."""
+
+    def __init__(self, weight=None, reduction="mean"):
+        super().__init__(reduction)
+        self.register_buffer("weight", weight)
+
+
+class CrossEntropyLoss(_WeightedLoss):
+    def __init__(self, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+        super().__init__(weight, reduction)
+        self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
+
     def forward(self, input, target):
-        return _nn.cross_entropy(input, target, self.reduction)
+        return _nn.cross_entropy(input, target, self.weight, self.ignore_index, self.reduction, self.label_smoothing)
+
+
+class NLLLoss(_WeightedLoss):
+    def __init__(self, weight=None, ignore_index=-100, reduction="mean"):
+        super().__init__(weight, reduction)
+        self.ignore_index = ignore_index
+
+    def forward(self, input, target):
+        return _nn.nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
+
+
+class BCELoss(_WeightedLoss):
+    def forward(self, input, target):
+        return _nn.binary_cross_entropy(input, target, self.weight, self.reduction)
+
+
+class BCEWithLogitsLoss(_WeightedLoss):
+    def __init__(self, weight=None, reduction="mean", pos_weight=None):
+        super().__init__(weight, reduction)
+        self.register_buffer("pos_weight", pos_weight)
+
+    def forward(self, input, target):
+        return _nn.binary_cross_entropy_with_logits(input, target, self.weight, self.reduction, self.pos_weight)
+
+
+class SmoothL1Loss(_Loss):
+    def __init__(self, reduction="mean", beta=1.0):
+        super().__init__(reduction)
+        self.beta = beta
+
+    def forward(self, input, target):
+        return _nn.smooth_l1_loss(input, target, self.reduction, self.beta)
+
+
+class HuberLoss(_Loss):
+    def __init__(self, reduction="mean", delta=1.0):
+        super().__init__(reduction)
+        self.delta = delta
+
+    def forward(self, input, target):
+        return _nn.huber_loss(input, target, self.reduction, self.delta)
+
+
+class KLDivLoss(_Loss):
+    def __init__(self, reduction="mean", log_target=False):
+        super().__init__(reduction)
+        self.log_target = log_target
+
+    def forward(self, input, target):
+        return _nn.kl_div(input, target, self.reduction, self.log_target)
 
 
 def _functional():
@@ -386,7 +652,8 @@ def _functional():
                  "sigmoid", "tanh", "softplus", "softmax", "log_softmax"):
         if hasattr(_C, name):
             setattr(f, name, getattr(_C, name))
-    for name in ("mse_loss", "l1_loss", "cross_entropy", "leaky_relu", "elu", "gelu"):
+    for name in ("mse_loss", "l1_loss", "cross_entropy", "nll_loss", "smooth_l1_loss", "huber_loss",
+                 "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "leaky_relu", "elu", "gelu"):
         setattr(f, name, getattr(_nn, name))
 
     def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None):

@@ -198,3 +198,99 @@ def test_a_scheduler_keeps_its_optimizer_alive_and_groups_can_be_added():
     assert s.get_last_lr() == [0.5, 0.05]
     with pytest.raises(tg.Error):
         optim.SGD([w]).add_param_group({"params": [w]})  # already optimized
+
+
+def test_more_layers_and_losses_as_torch_nn():
+    nn = tg.nn
+    rng = np.random.default_rng(1)
+    x = tg.tensor(rng.standard_normal((4, 3, 5, 5)))
+    # BatchNorm2d: batch statistics in training (running ones updated), running ones in eval.
+    bn = nn.BatchNorm2d(3).to("float64")
+    y = bn(x).detach().numpy()
+    xn = x.numpy()
+    mu, var = xn.mean(axis=(0, 2, 3)), xn.var(axis=(0, 2, 3))
+    np.testing.assert_allclose(y, (xn - mu[None, :, None, None]) / np.sqrt(var[None, :, None, None] + 1e-5),
+                               rtol=1e-10, atol=1e-12)
+    running = dict(bn.named_buffers())
+    np.testing.assert_allclose(running["running_mean"].numpy(), 0.1 * mu, rtol=1e-12)
+    bn.eval()
+    np.testing.assert_allclose(bn(x).detach().numpy(), (xn - 0.1 * mu[None, :, None, None]) / np.sqrt(
+        (0.9 + 0.1 * var[None, :, None, None] * 100 / 99) + 1e-5), rtol=1e-10)
+    assert sorted(n for n, _ in bn.named_parameters()) == ["bias", "weight"]
+    # InstanceNorm2d: per sample and channel.
+    y = nn.InstanceNorm2d(3)(x).numpy()
+    m, v = xn.mean(axis=(2, 3), keepdims=True), xn.var(axis=(2, 3), keepdims=True)
+    np.testing.assert_allclose(y, (xn - m) / np.sqrt(v + 1e-5), rtol=1e-10, atol=1e-12)
+    # ConvTranspose2d undoes a stride-2 convolution's shape; its weight is [in, out, k, k].
+    ct = nn.ConvTranspose2d(3, 2, 3, stride=2, padding=1, output_padding=1).to("float64")
+    assert ct(x).shape == (4, 2, 10, 10) and dict(ct.named_parameters())["weight"].shape == (3, 2, 3, 3)
+    with pytest.raises(tg.Error, match="padding_mode"):
+        nn.ConvTranspose2d(3, 2, 3, padding_mode="reflect")
+    # Embedding rows, padding_idx zero.
+    emb = nn.Embedding(10, 4, padding_idx=0)
+    idx = tg.tensor(np.array([[0, 3], [9, 3]]))
+    out = emb(idx).detach().numpy()
+    w = dict(emb.named_parameters())["weight"].detach().numpy()
+    np.testing.assert_array_equal(out[0, 1], w[3])
+    assert not out[0, 0].any()
+    with pytest.raises(ValueError, match="scale_grad_by_freq"):
+        nn.Embedding(10, 4, scale_grad_by_freq=True)
+    # Pools, pixel shuffle, flatten, activations.
+    assert nn.AdaptiveAvgPool2d(1)(x).shape == (4, 3, 1, 1)
+    np.testing.assert_allclose(nn.AdaptiveAvgPool2d(1)(x).detach().numpy()[..., 0, 0], xn.mean(axis=(2, 3)), rtol=1e-12)
+    assert nn.MaxPool1d(2)(tg.tensor(np.arange(6.0).reshape(1, 1, 6))).numpy().ravel().tolist() == [1, 3, 5]
+    assert nn.AvgPool3d(2)(tg.tensor(np.ones((1, 1, 2, 2, 2)))).numpy().ravel().tolist() == [1.0]
+    assert nn.PixelShuffle(2)(tg.tensor(np.zeros((1, 4, 3, 3)))).shape == (1, 1, 6, 6)
+    assert nn.Flatten()(x).shape == (4, 75)
+    assert nn.Identity(3, k=1)(x) is x
+    np.testing.assert_allclose(nn.LeakyReLU(0.2)(tg.tensor(np.array([-1.0, 2.0]))).numpy(), [-0.2, 2.0])
+    np.testing.assert_allclose(nn.ELU()(tg.tensor(np.array([-1.0]))).numpy(), [math.exp(-1) - 1])
+    np.testing.assert_allclose(nn.LogSoftmax(1)(tg.tensor(np.zeros((2, 4)))).numpy(), np.full((2, 4), -math.log(4)))
+    # Losses with their options.
+    logits = tg.tensor(rng.standard_normal((5, 3)))
+    t = tg.tensor(np.array([0, 2, 1, 1, 0]))
+    ln = logits.numpy() - np.log(np.exp(logits.numpy()).sum(1, keepdims=True))
+    wts = np.array([1.0, 2.0, 0.5])
+    expect = -sum(wts[c] * ln[i, c] for i, c in enumerate([0, 2, 1, 1, 0])) / wts[[0, 2, 1, 1, 0]].sum()
+    assert float(nn.CrossEntropyLoss(weight=tg.tensor(wts))(logits, t)) == pytest.approx(expect, rel=1e-12)
+    assert float(nn.NLLLoss(ignore_index=1)(tg.tensor(ln), t)) == pytest.approx(
+        -(ln[0, 0] + ln[1, 2] + ln[4, 0]) / 3, rel=1e-12)
+    smooth = nn.CrossEntropyLoss(label_smoothing=0.1)(logits, t)
+    assert float(smooth) == pytest.approx(np.mean([-(0.9 * ln[i, c] + 0.1 * ln[i].mean())
+                                                   for i, c in enumerate([0, 2, 1, 1, 0])]), rel=1e-12)
+    p = tg.tensor(np.array([0.2, 0.9])), tg.tensor(np.array([0.0, 1.0]))
+    assert float(nn.BCELoss()(*p)) == pytest.approx(-(math.log(0.8) + math.log(0.9)) / 2, rel=1e-12)
+    z = tg.tensor(np.array([0.3, -1.0]))
+    sig = 1 / (1 + np.exp(-z.numpy()))
+    assert float(nn.BCEWithLogitsLoss(pos_weight=tg.tensor(np.array([2.0, 2.0])))(z, p[1])) == pytest.approx(
+        -(math.log(1 - sig[0]) + 2 * math.log(sig[1])) / 2, rel=1e-12)
+    d = tg.tensor(np.array([0.5, 3.0])), tg.tensor(np.array([0.0, 0.0]))
+    assert float(nn.SmoothL1Loss(beta=1.0)(*d)) == pytest.approx((0.125 + 2.5) / 2)
+    assert float(nn.HuberLoss(delta=2.0)(*d)) == pytest.approx((0.125 + 2 * (3 - 1)) / 2)
+    lp, tp = np.log(np.array([[0.25, 0.75]])), np.array([[0.5, 0.5]])
+    kl = (tp * (np.log(tp) - lp)).sum()
+    assert float(nn.KLDivLoss(reduction="batchmean")(tg.tensor(lp), tg.tensor(tp))) == pytest.approx(kl, rel=1e-12)
+    assert float(nn.functional.kl_div(tg.tensor(lp), tg.tensor(tp), reduction="sum")) == pytest.approx(kl, rel=1e-12)
+    with pytest.raises(tg.Error, match="batchmean"):
+        nn.functional.mse_loss(*d, reduction="batch")
+
+
+def test_modules_deepcopy_and_pickle():
+    import copy
+    import pickle
+    nn = tg.nn
+    model = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.BatchNorm2d(2), nn.GELU(), nn.Flatten(),
+                          nn.Linear(2 * 16, 3))
+    x = tg.tensor(np.random.default_rng(2).standard_normal((2, 1, 4, 4)).astype(np.float32))
+    model(x)  # moves the running statistics
+    model.eval()
+    for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert not clone.training and not clone[1].training
+        np.testing.assert_array_equal(clone(x).detach().numpy(), model(x).detach().numpy())
+        for (n, a), (m, b) in zip(model.state_dict().items(), clone.state_dict().items()):
+            assert n == m
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+        # Its own tensors: training the copy leaves the original alone.
+        with tg.no_grad():
+            clone[4].weight.add_(1.0)
+        assert not np.array_equal(clone[4].weight.detach().numpy(), model[4].weight.detach().numpy())

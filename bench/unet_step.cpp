@@ -213,6 +213,8 @@ int main(int argc, char** argv) {
     result["graphed_ms"] = tgbench::ms_per_step(o.steps, o.repeats, dev, [&] { graph.replay(); });
     result["graphed_peak_mib"] = mib(cu::memory_stats().peak_allocated_bytes);
     result["graphed_loss"] = loss.item<double>();
+    result["captured_depth"] = graph.captured_depth();  // 0 when the graph was not relaxed
+    result["relaxed_depth"] = graph.depth();
     if (o.profile) tgbench::profile_replay(graph, dev);
   }
   if (o.json) {

@@ -54,6 +54,13 @@ class LaunchEncoder : public LaunchEncoderBase {
   void write(const Tensor& t) {
     if (recording() && t.defined()) add(fusion::span_of(t, true));
   }
+  // A workspace tensor of this call's alone (see fusion::Access::scratch).
+  void scratch(const Tensor& t) {
+    if (!recording() || !t.defined()) return;
+    fusion::Access a = fusion::span_of(t, true);
+    a.scratch = true;
+    add(a);
+  }
 };
 
 }  // namespace tg::cuda

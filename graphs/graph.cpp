@@ -207,7 +207,7 @@ bool streams_past_l2(const std::unordered_map<void*, std::vector<fusion::Access>
   for (const auto& [node, list] : access) {
     double b = 0;
     for (const fusion::Access& a : list)
-      b += double(a.bytes);
+      if (!a.scratch) b += double(a.bytes);  // a library's workspace is not streamed data
     total += b;
     if (b > double(l2)) past += b;
   }

@@ -368,9 +368,10 @@ bool is_advanced_key(const py::object& k) {
 }
 
 // t[key] for one advanced key, as NumPy and PyTorch: a Bool mask over t's
-// leading dims picks the True positions (flattened into one dim), integers
-// (negative from the end) pick along dim 0; the result is a copy.
-Tensor advanced_index(const Tensor& t, const py::object& key) {
+// dims from `dim` on picks the True positions (flattened into one dim),
+// integers (negative from the end) pick along `dim` (their shape replaces
+// it); the result is a copy.
+Tensor advanced_index(const Tensor& t, const py::object& key, int64_t dim = 0) {
   const bool empty_list = py::isinstance<py::list>(key) && py::len(key) == 0;  // NumPy's: no positions
   Tensor k = py::isinstance<Tensor>(key) ? key.cast<Tensor>()
              : empty_list                ? tg::zeros({0}, tg::TensorOptions().dtype(tg::kInt64))
@@ -379,31 +380,34 @@ Tensor advanced_index(const Tensor& t, const py::object& key) {
   if (t.dim() == 0) throw py::index_error("a 0-d tensor takes no index tensor");
   if (k.dtype() == tg::kBool) {
     const int64_t kd = k.dim();
-    if (kd == 0 || kd > t.dim() ||
-        k.sizes() != tg::IntList(std::vector<int64_t>(t.sizes().begin(), t.sizes().begin() + kd)))
-      throw py::index_error("the Bool mask " + tg::shape_str(k.sizes()) +
-                            " must match the leading dims of the tensor " + tg::shape_str(t.sizes()));
-    tg::IntList flat = {-1};
-    for (int64_t d = kd; d < t.dim(); ++d)
+    if (kd == 0 || dim + kd > t.dim() ||
+        k.sizes() != tg::IntList(std::vector<int64_t>(t.sizes().begin() + dim, t.sizes().begin() + dim + kd)))
+      throw py::index_error("the Bool mask " + tg::shape_str(k.sizes()) + " must match the dims of the tensor " +
+                            tg::shape_str(t.sizes()) + " from dim " + std::to_string(dim) + " on");
+    tg::IntList flat(t.sizes().begin(), t.sizes().begin() + dim);
+    flat.push_back(-1);
+    for (int64_t d = dim + kd; d < t.dim(); ++d)
       flat.push_back(t.size(d));
     const Tensor where = tg::nonzero(k.reshape({-1})).reshape({-1});
-    return tg::index_select(t.reshape(flat), 0, where);
+    return tg::index_select(t.reshape(flat), dim, where);
   }
   if (k.dtype() != tg::kInt64)
     throw py::index_error("tensors used as indices must be Int64 or Bool, got " + dtype_name(k.dtype()));
-  const int64_t n = t.size(0);
+  const int64_t n = t.size(dim);
   if (k.numel() > 0) {
     const int64_t lo = tg::amin(k).item<int64_t>(), hi = tg::amax(k).item<int64_t>();
     if (lo < -n || hi >= n)
-      throw py::index_error("index " + std::to_string(lo < -n ? lo : hi) +
-                            " is out of bounds for dimension 0 with size " + std::to_string(n));
+      throw py::index_error("index " + std::to_string(lo < -n ? lo : hi) + " is out of bounds for dimension " +
+                            std::to_string(dim) + " with size " + std::to_string(n));
   }
   const Tensor idx = tg::where(tg::lt(k, tg::full({}, tg::Scalar(0LL), k.options())),
                                tg::add(k, tg::full({}, tg::Scalar(static_cast<long long>(n)), k.options())), k);
-  tg::IntList shape = k.sizes();
-  for (int64_t d = 1; d < t.dim(); ++d)
+  tg::IntList shape(t.sizes().begin(), t.sizes().begin() + dim);
+  for (int64_t s : k.sizes())
+    shape.push_back(s);
+  for (int64_t d = dim + 1; d < t.dim(); ++d)
     shape.push_back(t.size(d));
-  return tg::index_select(t, 0, idx.reshape({-1})).reshape(shape);
+  return tg::index_select(t, dim, idx.reshape({-1})).reshape(shape);
 }
 
 Tensor index_tensor(const Tensor& t, const py::object& key) {
@@ -415,6 +419,33 @@ Tensor index_tensor(const Tensor& t, const py::object& key) {
   } else {
     items.push_back(key);
   }
+  // One advanced key among basic ones, as PyTorch's: the integers and
+  // slices apply first (views), then the key picks along the dim it stands
+  // for (a Bool mask over the dims from there). It stands in as a full
+  // slice (a Bool mask as one per dim it covers) until then.
+  py::object advanced;
+  size_t advanced_at = items.size();
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!is_advanced_key(items[i])) continue;
+    if (advanced_at != items.size())
+      throw py::type_error(
+          "tapegrad indexing takes one index tensor, array or list per key (got several); index them one after "
+          "another or use index_select");
+    advanced_at = i;
+  }
+  int64_t mask_dims = 1;
+  if (advanced_at != items.size()) {
+    advanced = items[advanced_at];
+    if (py::isinstance<Tensor>(advanced) && advanced.cast<Tensor>().dtype() == tg::kBool)
+      mask_dims = std::max<int64_t>(1, advanced.cast<Tensor>().dim());
+    else if (py::isinstance(advanced, py::module_::import("numpy").attr("ndarray")) &&
+             advanced.attr("dtype").attr("kind").cast<std::string>() == "b")
+      mask_dims = std::max<int64_t>(1, advanced.attr("ndim").cast<int64_t>());
+    const py::slice all{py::none(), py::none(), py::none()};
+    items[advanced_at] = all;
+    for (int64_t j = 1; j < mask_dims; ++j)
+      items.insert(items.begin() + std::ptrdiff_t(advanced_at) + 1, all);
+  }
   int64_t consumed = 0, ellipses = 0;
   for (const py::object& k : items) {
     if (k.is_none() || is_bool_key(k)) continue;
@@ -424,9 +455,8 @@ Tensor index_tensor(const Tensor& t, const py::object& key) {
     }
     if (!is_integer_key(k) && !py::isinstance<py::slice>(k))
       throw py::type_error(
-          "tapegrad indexing takes integers, slices, None, ... and bools, or one index tensor, "
-          "array or list alone (got " +
-          py::str(py::type::of(k)).cast<std::string>() + " in a tuple); mixed: index_select");
+          "tapegrad indexing takes integers, slices, None, ..., bools and one index tensor, array or list (got " +
+          py::str(py::type::of(k)).cast<std::string>() + " in a tuple)");
     ++consumed;
   }
   if (ellipses > 1) throw py::index_error("an index can only have a single ellipsis ('...')");
@@ -436,7 +466,10 @@ Tensor index_tensor(const Tensor& t, const py::object& key) {
   int64_t d = 0;               // the dim of r the next item applies to
   std::vector<int64_t> bools;  // the dims (of size 1) the bools added
   bool all_true = true;
-  for (const py::object& k : items) {
+  int64_t advanced_dim = -1;  // the dim of r the advanced key picks along
+  for (size_t i = 0; i < items.size(); ++i) {
+    const py::object& k = items[i];
+    if (i == advanced_at) advanced_dim = d;
     if (k.is_none()) {
       r = r.unsqueeze(d++);
     } else if (is_bool_key(k)) {
@@ -466,6 +499,10 @@ Tensor index_tensor(const Tensor& t, const py::object& key) {
       }
       ++d;
     }
+  }
+  if (advanced) {
+    if (!bools.empty()) throw py::type_error("tapegrad indexing takes no bools beside an index tensor, array or list");
+    return advanced_index(r, advanced, advanced_dim);
   }
   if (bools.empty()) return r;
   // The bools are 0-d index arrays: together one dim, of size 1 (all True)
@@ -535,6 +572,7 @@ PyObject* g_error_type = nullptr;
 // than it closes over, say.
 ag::TensorFn tensor_fn(const py::function& fn) {
   return [fn](const Tensor& x) -> Tensor {
+    py::gil_scoped_acquire gil;  // the body runs with the GIL released (calling_python)
     try {
       py::object y = fn(x);
       if (!py::isinstance<Tensor>(y))
@@ -548,15 +586,73 @@ ag::TensorFn tensor_fn(const py::function& fn) {
   };
 }
 
-// Runs body (a call that may call Python callables), raising a callable's
-// exception again as it was.
-template <class F> auto calling_python(F&& body) -> decltype(body()) {
+// Runs body(f), f the Python callable fn as a TensorFn, with the GIL
+// released (so that the engine's device workers may run Python hooks; f
+// takes the GIL for each call of fn), raising fn's exception again as it
+// was. f is made and destroyed with the GIL held.
+template <class Made, class F> auto run_released(const Made& f, F&& body) -> decltype(body(f)) {
   try {
-    return body();
+    py::gil_scoped_release nogil;
+    return body(f);
   } catch (CallbackError& e) {
     e.error->restore();
     throw py::error_already_set();
   }
+}
+template <class F> auto calling_python(const py::function& fn, F&& body) -> decltype(body(ag::TensorFn())) {
+  const ag::TensorFn f = tensor_fn(fn);
+  return run_released(f, std::forward<F>(body));
+}
+
+// fn(*inputs) -> a tensor or a sequence of tensors, as a TensorsFn
+// (gradcheck's), taking the GIL for each call.
+ag::TensorsFn tensors_fn(const py::function& fn) {
+  return [fn](const ag::variable_list& xs) -> ag::variable_list {
+    py::gil_scoped_acquire gil;
+    try {
+      py::tuple args(xs.size());
+      for (size_t i = 0; i < xs.size(); ++i)
+        args[i] = py::cast(xs[i]);
+      py::object y = fn(*args);
+      if (py::isinstance<Tensor>(y)) return {y.cast<Tensor>()};
+      if (py::isinstance<py::sequence>(y) && !py::isinstance<py::str>(y)) return tensor_list(y);
+      throw tg::Error("gradcheck: the function returned " + py::str(py::type::of(y)).cast<std::string>() +
+                      ", not a tapegrad.Tensor or a sequence of them");
+    } catch (py::error_already_set& e) {
+      if (g_error_type && e.matches(g_error_type)) throw tg::Error(py::str(e.value()).cast<std::string>());
+      throw CallbackError{std::make_shared<py::error_already_set>(std::move(e))};
+    }
+  };
+}
+
+// A Python callable kept by C++ (a hook), released with the GIL held (the
+// last owner may be an engine worker thread).
+std::shared_ptr<py::function> keep_callable(const py::function& fn) {
+  return std::shared_ptr<py::function>(new py::function(fn), [](py::function* f) {
+    if (!Py_IsInitialized()) return;  // at exit: leaked, not touched
+    py::gil_scoped_acquire gil;
+    delete f;
+  });
+}
+
+// Tensor.register_hook's hook: fn(grad) -> None or a tensor replacing it,
+// called with the GIL (from whichever thread the engine runs the node on).
+// An exception in fn becomes a tapegrad.Error naming it.
+std::function<Tensor(const Tensor&)> tensor_hook(const py::function& fn) {
+  std::shared_ptr<py::function> f = keep_callable(fn);
+  return [f](const Tensor& g) -> Tensor {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object r = (*f)(g);
+      if (r.is_none()) return Tensor();
+      if (!py::isinstance<Tensor>(r))
+        throw tg::Error("register_hook: the hook returned " + py::str(py::type::of(r)).cast<std::string>() +
+                        "; return None or a tapegrad.Tensor");
+      return r.cast<Tensor>();
+    } catch (py::error_already_set& e) {
+      throw tg::Error(std::string("register_hook: the hook raised ") + e.what());
+    }
+  };
 }
 
 // A grad-mode scope for `with tapegrad.no_grad():`.
@@ -763,6 +859,22 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("device", [](const Tensor& t) { return device_name(t.device()); })
       .def_property_readonly("is_cuda", [](const Tensor& t) { return t.is_cuda(); })
       .def_property_readonly("is_leaf", [](const Tensor& t) { return t.is_leaf(); })
+      .def(
+          "retain_grad", [](Tensor& t) { t.retain_grad(); },
+          "Keep .grad of a non-leaf after backward (torch's retain_grad)")
+      .def_property_readonly("retains_grad", [](const Tensor& t) { return t.retains_grad(); })
+      .def(
+          "register_hook", [](Tensor& t, const py::function& fn) { return t.register_hook(tensor_hook(fn)); },
+          py::arg("hook"),
+          "hook(grad) runs when this tensor's gradient is computed; a tensor it returns replaces the gradient. "
+          "Returns a handle whose remove() unregisters it")
+      .def_property_readonly(
+          "grad_fn",
+          [](const Tensor& t) -> py::object {
+            if (t.is_leaf()) return py::none();
+            return py::cast(t.grad_fn());
+          },
+          "The node that computed the tensor (None for a leaf)")
       .def_property(
           "requires_grad", [](const Tensor& t) { return t.requires_grad(); },
           [](Tensor& t, bool r) { t.requires_grad_(r); })
@@ -821,6 +933,7 @@ PYBIND11_MODULE(_C, m) {
              bool create_graph) {
             std::vector<Tensor> g;
             if (gradient) g.push_back(*gradient);
+            py::gil_scoped_release nogil;  // the engine's workers may run Python hooks
             ag::backward({t}, g, retain_graph, create_graph);
           },
           py::arg("gradient") = py::none(), py::arg("retain_graph") = py::none(), py::arg("create_graph") = false)
@@ -1151,13 +1264,28 @@ PYBIND11_MODULE(_C, m) {
       py::arg("a"), py::arg("b"), py::arg("rtol") = 1e-5, py::arg("atol") = 1e-8);
 
   // Autograd.
+  py::class_<tg::HookHandle>(m, "RemovableHandle", "A hook's handle (torch.utils.hooks.RemovableHandle)")
+      .def("remove", &tg::HookHandle::remove, "Unregisters the hook (once)");
+  py::class_<ag::Node, std::shared_ptr<ag::Node>>(m, "Node", "A recorded op's backward (a tensor's grad_fn)")
+      .def("name", &ag::Node::name)
+      .def_property_readonly("next_functions",
+                             [](const ag::Node& n) {
+                               py::list out;
+                               for (const ag::Edge& e : n.next_edges())
+                                 out.append(py::make_tuple(e.function ? py::cast(e.function) : py::none(), e.input_nr));
+                               return py::tuple(out);
+                             })
+      .def("__repr__", [](const ag::Node& n) { return "<" + n.name() + ">"; });
   m.def(
       "grad",
       [](const py::object& outputs, const py::object& inputs, const py::object& grad_outputs,
          std::optional<bool> retain_graph, bool create_graph, bool allow_unused) {
         std::vector<Tensor> gos = grad_outputs.is_none() ? std::vector<Tensor>{} : tensor_list(grad_outputs);
-        std::vector<Tensor> g =
-            ag::grad(tensor_list(outputs), tensor_list(inputs), gos, retain_graph, create_graph, allow_unused);
+        std::vector<Tensor> outs = tensor_list(outputs), ins = tensor_list(inputs), g;
+        {
+          py::gil_scoped_release nogil;  // the engine's workers may run Python hooks
+          g = ag::grad(outs, ins, gos, retain_graph, create_graph, allow_unused);
+        }
         py::list out;
         for (const Tensor& t : g)
           out.append(or_none(t));
@@ -1170,8 +1298,10 @@ PYBIND11_MODULE(_C, m) {
       "backward",
       [](const py::object& tensors, const py::object& grad_tensors, std::optional<bool> retain_graph,
          bool create_graph) {
-        ag::backward(tensor_list(tensors), grad_tensors.is_none() ? std::vector<Tensor>{} : tensor_list(grad_tensors),
-                     retain_graph, create_graph);
+        std::vector<Tensor> ts = tensor_list(tensors),
+                            gs = grad_tensors.is_none() ? std::vector<Tensor>{} : tensor_list(grad_tensors);
+        py::gil_scoped_release nogil;  // the engine's workers may run Python hooks
+        ag::backward(ts, gs, retain_graph, create_graph);
       },
       py::arg("tensors"), py::arg("grad_tensors") = py::none(), py::arg("retain_graph") = py::none(),
       py::arg("create_graph") = false);
@@ -1189,13 +1319,15 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "jacobian",
       [](const py::function& fn, const Tensor& x, bool create_graph, const std::string& mode) {
-        return calling_python([&] { return ag::jacobian(tensor_fn(fn), x, create_graph, mode_from(mode)); });
+        return calling_python(fn,
+                              [&](const ag::TensorFn& f) { return ag::jacobian(f, x, create_graph, mode_from(mode)); });
       },
       py::arg("fn"), py::arg("x"), py::arg("create_graph") = false, py::arg("mode") = "reverse");
   m.def(
       "hessian",
       [](const py::function& fn, const Tensor& x, bool create_graph, const std::string& mode) {
-        return calling_python([&] { return ag::hessian(tensor_fn(fn), x, create_graph, mode_from(mode)); });
+        return calling_python(fn,
+                              [&](const ag::TensorFn& f) { return ag::hessian(f, x, create_graph, mode_from(mode)); });
       },
       py::arg("fn"), py::arg("x"), py::arg("create_graph") = false, py::arg("mode") = "reverse");
   // vjp, jvp, hvp: {fn(x), the product with v}.
@@ -1205,22 +1337,44 @@ PYBIND11_MODULE(_C, m) {
     m.def(
         name,
         [product = product](const py::function& fn, const Tensor& x, const Tensor& v, bool create_graph) {
-          return calling_python([&] { return product(tensor_fn(fn), x, v, create_graph); });
+          return calling_python(fn, [&](const ag::TensorFn& f) { return product(f, x, v, create_graph); });
         },
         py::arg("fn"), py::arg("x"), py::arg("v"), py::arg("create_graph") = false);
   m.def(
       "per_sample_hessian",
       [](const py::function& fn, const Tensor& x, const std::string& strategy, bool create_graph) {
-        return calling_python(
-            [&] { return ag::per_sample_hessian(tensor_fn(fn), x, strategy_from(strategy), create_graph); });
+        return calling_python(fn, [&](const ag::TensorFn& f) {
+          return ag::per_sample_hessian(f, x, strategy_from(strategy), create_graph);
+        });
       },
       py::arg("fn"), py::arg("x"), py::arg("strategy") = "batched_cotangents", py::arg("create_graph") = false);
   m.def(
       "laplacian",
       [](const py::function& fn, const Tensor& x, bool create_graph) {
-        return calling_python([&] { return ag::laplacian(tensor_fn(fn), x, create_graph); });
+        return calling_python(fn, [&](const ag::TensorFn& f) { return ag::laplacian(f, x, create_graph); });
       },
       py::arg("fn"), py::arg("x"), py::arg("create_graph") = false);
+
+  m.def(
+      "derivative_operator",
+      [](const py::function& fn, const Tensor& x, const py::list& terms, bool create_graph) {
+        std::vector<ag::Partial> parts;
+        for (const py::handle& t : terms) {
+          ag::Partial p;
+          if (py::isinstance<py::tuple>(t) && py::len(t) == 2 && !py::isinstance<py::int_>(t[py::int_(0)])) {
+            p.dims = t[py::int_(0)].cast<std::vector<int64_t>>();
+            p.coefficient = t[py::int_(1)].cast<double>();
+          } else {
+            p.dims = t.cast<std::vector<int64_t>>();
+          }
+          parts.push_back(std::move(p));
+        }
+        return calling_python(
+            fn, [&](const ag::TensorFn& f) { return ag::derivative_operator(f, x, parts, create_graph); });
+      },
+      py::arg("fn"), py::arg("x"), py::arg("terms"), py::arg("create_graph") = false,
+      "sum of coefficient * d^k fn / dx_dims per sample: terms are (dims, coefficient) pairs or dims lists "
+      "(coefficient 1), e.g. [([0, 0], 1.0), ([1, 1], 1.0)] for the 2-D Laplacian");
 
   // CUDA.
   py::module_ cuda = m.def_submodule("cuda", "CUDA devices, streams and graphs");
@@ -1690,6 +1844,33 @@ PYBIND11_MODULE(_C, m) {
   // Forward and Taylor mode (tapegrad.autograd.forward_ad, as
   // torch.autograd.forward_ad; __init__.py registers the submodules for import).
   py::module_ autograd = m.def_submodule("autograd", "Reverse, forward and Taylor mode");
+  // gradcheck / gradgradcheck, as torch.autograd's: fn(*inputs), float64
+  // inputs; True, or a tapegrad.Error naming the worst element (False
+  // with raise_exception=False).
+  for (bool second : {false, true})
+    autograd.def(
+        second ? "gradgradcheck" : "gradcheck",
+        [second](const py::function& fn, const py::object& inputs, double eps, double atol, double rtol,
+                 bool raise_exception, bool check_forward_ad, bool check_batched_forward_ad) {
+          const std::vector<Tensor> xs =
+              py::isinstance<Tensor>(inputs) ? std::vector<Tensor>{inputs.cast<Tensor>()} : tensor_list(inputs);
+          ag::GradcheckOptions o;
+          o.eps = eps;
+          o.atol = atol;
+          o.rtol = rtol;
+          o.check_forward_ad = check_forward_ad;
+          o.check_batched_forward_ad = check_batched_forward_ad;
+          const ag::TensorsFn f = tensors_fn(fn);
+          const ag::GradcheckResult r = run_released(f, [&](const ag::TensorsFn& g) {
+            return second ? ag::gradgradcheck(g, xs, o) : ag::gradcheck(g, xs, o);
+          });
+          if (!r.ok && raise_exception)
+            throw tg::Error(std::string(second ? "gradgradcheck" : "gradcheck") + ": " + r.message);
+          return r.ok;
+        },
+        py::arg("func"), py::arg("inputs"), py::arg("eps") = 1e-6, py::arg("atol") = 1e-5, py::arg("rtol") = 1e-3,
+        py::arg("raise_exception") = true, py::arg("check_forward_ad") = false,
+        py::arg("check_batched_forward_ad") = false);
   py::module_ fwd = autograd.def_submodule("forward_ad", "Forward mode, as torch.autograd.forward_ad");
   namespace fad = ag::forward_ad;
   py::class_<DualLevel>(fwd, "dual_level",

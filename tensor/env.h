@@ -33,7 +33,11 @@ namespace tg::detail {
   X(kCudnn, "TG_CUDNN", "cuDNN's convolutions (back to im2col + cuBLAS GEMMs)", "cuda/kernels/grid.cpp")           \
   X(kCudnnFind, "TG_CUDNN_FIND", "cuDNN's algorithms timed on first use of a shape (back to its heuristics)",      \
     "cuda/kernels/grid.cpp")                                                                                       \
-  X(kCudnnGraph, "TG_CUDNN_GRAPH", "cuDNN's graph API for weight gradients (back to its legacy convolution API)",  \
+  X(kCudnnGraph, "TG_CUDNN_GRAPH",                                                                                 \
+    "cuDNN's graph API where timed faster (back to its legacy convolution API for every call)",                    \
+    "cuda/kernels/grid.cpp")                                                                                       \
+  X(kCudnnGraphFwd, "TG_CUDNN_GRAPH_FWD",                                                                          \
+    "cuDNN's graph API also for forward calls and input gradients, where timed faster (back to its legacy API)",   \
     "cuda/kernels/grid.cpp")                                                                                       \
   X(kGroupKernels, "TG_GROUP_KERNELS",                                                                             \
     "the fused kernels of the group primitives (_group_sum/_center/_affine; back to reductions and broadcasts)",   \

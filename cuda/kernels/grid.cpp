@@ -172,8 +172,14 @@ std::mutex& algo_mutex() {
   static std::mutex m;
   return m;
 }
-std::map<std::string, int>& algo_cache() {
-  static auto* m = new std::map<std::string, int>();
+// A legacy algorithm and its timed milliseconds per call (negative when
+// cuDNN's heuristics chose it untimed); id -1: none that fits.
+struct Algo {
+  int id = -1;
+  float ms = -1;
+};
+std::map<std::string, Algo>& algo_cache() {
+  static auto* m = new std::map<std::string, Algo>();
   return *m;
 }
 
@@ -181,13 +187,13 @@ std::map<std::string, int>& algo_cache() {
 thread_local bool t_float32_strict = false;
 
 // The first algorithm (heuristics' rank, or timed order) that succeeds,
-// fits, is deterministic when asked and keeps float32 out of TF32: its id,
-// or -1.
-template <class Perf, class Query> int pick(size_t max_workspace, Query&& query) {
+// fits, is deterministic when asked and keeps float32 out of TF32, with its
+// time when `timed`; id -1 for none.
+template <class Perf, class Query> Algo pick(size_t max_workspace, bool timed, Query&& query) {
   constexpr int kCount = 16;
   Perf perf[kCount];
   int returned = 0;
-  if (query(kCount, &returned, perf) != CUDNN_STATUS_SUCCESS) return -1;
+  if (query(kCount, &returned, perf) != CUDNN_STATUS_SUCCESS) return {};
   const bool tf32_ok = t_float32_strict ? false : true;
   const bool deterministic = are_deterministic_algorithms_enabled();
   for (int i = 0; i < returned; ++i) {
@@ -198,9 +204,9 @@ template <class Perf, class Query> int pick(size_t max_workspace, Query&& query)
         (perf[i].mathType == CUDNN_TENSOR_OP_MATH || perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
       continue;
     if (deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
-    return int(perf[i].algo);
+    return {int(perf[i].algo), timed ? perf[i].time : -1.0f};
   }
-  return -1;
+  return {};
 }
 
 // ---- the graph API -------------------------------------------------------------------
@@ -436,19 +442,32 @@ Tensor workspace_of(int64_t bytes, Device device) {
   return bytes ? detail::new_empty({(bytes + 15) / 16 * 4}, kFloat32, device) : Tensor();
 }
 
-// The fastest of `plans` over two timed runs each after one untimed run
-// (each writes the call's output, which the chosen plan then overwrites);
-// plans that fail are skipped.
+// The call's workspace of `bytes` (null for 0), its write recorded on
+// `access`; `holder` keeps the caching allocator's block until the call
+// returns (later calls on the stream reuse it in stream order). Under
+// capture a workspace of each call's own (the encoder's) measured no gain
+// in the U-Net step (H200, 128^2: 77.1 against 77.4 ms), so they share.
+void* call_workspace(cuda::LaunchEncoder& access, int64_t bytes, Tensor& holder, Device device) {
+  if (bytes <= 0) return nullptr;
+  holder = workspace_of(bytes, device);
+  access.write(holder);
+  return holder.data_ptr();
+}
+
+// The fastest of `plans` over three timed runs each after one untimed run
+// (each writes the call's output, which the chosen plan then overwrites),
+// its milliseconds per run in `ms`; of plans within 3% of the fastest, the
+// one with the smallest workspace. Plans that fail are skipped.
 std::shared_ptr<Plan> fastest(cudnnHandle_t h, cudaStream_t stream, std::vector<std::shared_ptr<Plan>>& plans,
-                              const Tensor& x, const Tensor& w, const Tensor& y) {
-  std::shared_ptr<Plan> best;
-  float best_ms = 0;
+                              const Tensor& x, const Tensor& w, const Tensor& y, float* ms_per_run) {
+  *ms_per_run = -1;
   cudaEvent_t start = nullptr, stop = nullptr;
   if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
     if (start) cudaEventDestroy(start);
     cudaGetLastError();
     return plans.empty() ? nullptr : plans.front();
   }
+  std::vector<std::pair<float, std::shared_ptr<Plan>>> timed;
   for (auto& p : plans) {
     Tensor ws;
     try {
@@ -468,20 +487,35 @@ std::shared_ptr<Plan> fastest(cudnnHandle_t h, cudaStream_t stream, std::vector<
       cudaGetLastError();
       continue;
     }
-    if (!best || ms < best_ms) {
-      best = p;
-      best_ms = ms;
-    }
+    timed.emplace_back(ms / 3, p);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+  if (timed.empty()) return nullptr;
+  float best_ms = timed.front().first;
+  for (const auto& t : timed)
+    best_ms = std::min(best_ms, t.first);
+  std::shared_ptr<Plan> best;
+  for (const auto& t : timed)
+    if (t.first <= best_ms * 1.03f && (!best || t.second->workspace < best->workspace)) {
+      best = t.second;
+      *ms_per_run = t.first;
+    }
   return best;
 }
 
-// One call through the graph API; false when it builds no plan (the
-// legacy API then runs).
+// Records a call's reads and its write on `access`.
+void record_operands(cuda::LaunchEncoder& access, Kind k, const Tensor& x, const Tensor& w, const Tensor& y) {
+  access.read(k == Kind::BackwardData ? y : x);
+  access.read(k == Kind::BackwardFilter ? y : w);
+  access.write(k == Kind::Forward ? y : k == Kind::BackwardData ? x : w);
+}
+
+// One call through the graph API; false when it builds no plan, or when
+// its timed plans were no faster than the legacy API's choice (`legacy_ms`
+// per call, negative when untimed): the legacy API then runs.
 bool run_graph(Kind k, const char* op, cudnnHandle_t h, cudaStream_t stream, const Tensor& x, const Tensor& w,
-               const Tensor& y, const ConvGeometry& g, const std::string& shape_key) {
+               const Tensor& y, const ConvGeometry& g, const std::string& shape_key, float legacy_ms) {
   std::ostringstream ks;
   ks << shape_key << "|h" << static_cast<const void*>(h) << '|' << alignment_of(x.data_ptr()) << '|'
      << alignment_of(w.data_ptr()) << '|' << alignment_of(y.data_ptr());
@@ -503,8 +537,14 @@ bool run_graph(Kind k, const char* op, cudnnHandle_t h, cudaStream_t stream, con
       const bool timed = !capturing && detail::switched_on<detail::OffSwitch::kCudnnFind>();
       auto plans =
           candidate_plans(h, og, t_float32_strict, timed ? 12 : 1, int64_t(timed ? kFindWorkspace : kMaxWorkspace));
-      if (timed) plan = fastest(h, stream, plans, x, w, y);
-      else if (!plans.empty()) plan = plans.front();
+      if (timed) {
+        // Kept only when faster than the legacy API's timed choice.
+        float ms = -1;
+        plan = fastest(h, stream, plans, x, w, y, &ms);
+        if (plan && legacy_ms >= 0 && ms >= legacy_ms) plan = nullptr;
+      } else if (!plans.empty()) {
+        plan = plans.front();
+      }
     }
     if (!capturing) {
       std::lock_guard<std::mutex> lock(algo_mutex());
@@ -513,13 +553,11 @@ bool run_graph(Kind k, const char* op, cudnnHandle_t h, cudaStream_t stream, con
     }
   }
   if (!plan) return false;
-  const Tensor scratch = workspace_of(plan->workspace, x.device());
   cuda::LaunchEncoder access(stream);
-  access.read(k == Kind::BackwardData ? y : x);
-  access.read(k == Kind::BackwardFilter ? y : w);
-  access.write(k == Kind::Forward ? y : k == Kind::BackwardData ? x : w);
-  access.write(scratch);
-  TG_CUDNN_CHECK(execute(h, *plan, x, w, y, plan->workspace ? scratch.data_ptr() : nullptr), op);
+  record_operands(access, k, x, w, y);
+  Tensor scratch;
+  void* ws = call_workspace(access, plan->workspace, scratch, x.device());
+  TG_CUDNN_CHECK(execute(h, *plan, x, w, y, ws), op);
   return true;
 }
 
@@ -543,22 +581,18 @@ bool run(Kind k, const Tensor& x_in, const Tensor& w_in, const Tensor& y_in, con
   cudnnHandle_t h = cuda::lib::cudnn(device, stream, op);
   const std::string key = key_of(k, x, w, y, g);
   t_float32_strict = x.dtype() == kFloat32 && !cuda::allow_tf32();
-  // The graph API for weight gradients only: in a captured U-Net step its
-  // forward and input-gradient plans, faster one at a time, made the
-  // replay slower (34.1 -> 39.9 ms at 64^2 on an H200, 106.5 -> 131.5 at
-  // 128^2), while its weight gradients are 4-5x faster than the legacy
-  // API's at 32^2 and below (docs/PERFORMANCE.md).
-  if (k == Kind::BackwardFilter && detail::switched_on<detail::OffSwitch::kCudnnGraph>() &&
-      run_graph(k, op, h, stream, x, w, y, g, key))
-    return true;
-  int algo = -2;
+  const bool capturing = cuda::is_current_stream_capturing();
+  Algo algo;
+  bool known = false;
   {
     std::lock_guard<std::mutex> lock(algo_mutex());
     auto it = algo_cache().find(key);
-    if (it != algo_cache().end()) algo = it->second;
+    if (it != algo_cache().end()) {
+      algo = it->second;
+      known = true;
+    }
   }
-  const bool capturing = cuda::is_current_stream_capturing();
-  if (algo == -2) {
+  if (!known) {
     // Eagerly, the algorithms are timed once per shape (cudnnFind*Ex:
     // PyTorch's benchmark mode) with up to kFindWorkspace of scratch; under
     // capture, or with TG_CUDNN_FIND=0, cuDNN's heuristics choose.
@@ -573,18 +607,18 @@ bool run(Kind k, const Tensor& x_in, const Tensor& w_in, const Tensor& y_in, con
     }
     void* sp = scratch_bytes ? scratch.data_ptr() : nullptr;
     const bool timed = scratch_bytes > 0;
+    const size_t limit = timed ? scratch_bytes : kMaxWorkspace;
     switch (k) {
       case Kind::Forward:
-        algo = pick<cudnnConvolutionFwdAlgoPerf_t>(
-            timed ? scratch_bytes : kMaxWorkspace, [&](int n, int* r, cudnnConvolutionFwdAlgoPerf_t* p) {
-              return timed ? cudnnFindConvolutionForwardAlgorithmEx(h, d.x, x.data_ptr(), d.w, w.data_ptr(), d.conv,
-                                                                    d.y, y.data_ptr(), n, r, p, sp, scratch_bytes)
-                           : cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, n, r, p);
-            });
+        algo = pick<cudnnConvolutionFwdAlgoPerf_t>(limit, timed, [&](int n, int* r, cudnnConvolutionFwdAlgoPerf_t* p) {
+          return timed ? cudnnFindConvolutionForwardAlgorithmEx(h, d.x, x.data_ptr(), d.w, w.data_ptr(), d.conv, d.y,
+                                                                y.data_ptr(), n, r, p, sp, scratch_bytes)
+                       : cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, n, r, p);
+        });
         break;
       case Kind::BackwardData:
         algo = pick<cudnnConvolutionBwdDataAlgoPerf_t>(
-            timed ? scratch_bytes : kMaxWorkspace, [&](int n, int* r, cudnnConvolutionBwdDataAlgoPerf_t* p) {
+            limit, timed, [&](int n, int* r, cudnnConvolutionBwdDataAlgoPerf_t* p) {
               return timed
                          ? cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w, w.data_ptr(), d.y, y.data_ptr(), d.conv,
                                                                        d.x, x.data_ptr(), n, r, p, sp, scratch_bytes)
@@ -593,7 +627,7 @@ bool run(Kind k, const Tensor& x_in, const Tensor& w_in, const Tensor& y_in, con
         break;
       case Kind::BackwardFilter:
         algo = pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
-            timed ? scratch_bytes : kMaxWorkspace, [&](int n, int* r, cudnnConvolutionBwdFilterAlgoPerf_t* p) {
+            limit, timed, [&](int n, int* r, cudnnConvolutionBwdFilterAlgoPerf_t* p) {
               return timed ? cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x, x.data_ptr(), d.y, y.data_ptr(),
                                                                            d.conv, d.w, w.data_ptr(), n, r, p, sp,
                                                                            scratch_bytes)
@@ -607,20 +641,35 @@ bool run(Kind k, const Tensor& x_in, const Tensor& w_in, const Tensor& y_in, con
       algo_cache()[key] = algo;
     }
   }
-  if (algo < 0) return false;
+  // The graph API's engines, where faster than the legacy API's timed
+  // choice (both timed once per shape): for weight gradients (4-5x faster
+  // than the legacy API's at 32^2 and below), and for forward calls and
+  // input gradients (TG_CUDNN_GRAPH_FWD): H200, U-Net step at 128^2, eager
+  // 90.7 against 122.4 ms, graphed 78.1 against 78.9 (docs/PERFORMANCE.md).
+  // Their workspaces are recorded as scratch, which keeps them out of the
+  // captured graph's choice to relax (graphs/graph.cpp): counted as
+  // streamed bytes, large workspaces of small convolutions had that choice
+  // relax the 128^2 step, whose kernels then evicted each other's data from
+  // L2 (99.4 ms).
+  const bool graph_kind = k == Kind::BackwardFilter || detail::switched_on<detail::OffSwitch::kCudnnGraphFwd>();
+  if (graph_kind && detail::switched_on<detail::OffSwitch::kCudnnGraph>() &&
+      run_graph(k, op, h, stream, x, w, y, g, key, algo.ms))
+    return true;
+  if (algo.id < 0) return false;
   size_t bytes = 0;
   cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
   switch (k) {
     case Kind::Forward:
-      st = cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, cudnnConvolutionFwdAlgo_t(algo), &bytes);
+      st =
+          cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, cudnnConvolutionFwdAlgo_t(algo.id), &bytes);
       break;
     case Kind::BackwardData:
-      st = cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x, cudnnConvolutionBwdDataAlgo_t(algo),
-                                                        &bytes);
+      st = cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.y, d.conv, d.x,
+                                                        cudnnConvolutionBwdDataAlgo_t(algo.id), &bytes);
       break;
     case Kind::BackwardFilter:
       st = cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x, d.y, d.conv, d.w,
-                                                          cudnnConvolutionBwdFilterAlgo_t(algo), &bytes);
+                                                          cudnnConvolutionBwdFilterAlgo_t(algo.id), &bytes);
       break;
   }
   if (st != CUDNN_STATUS_SUCCESS) return false;
@@ -630,13 +679,10 @@ bool run(Kind k, const Tensor& x_in, const Tensor& w_in, const Tensor& y_in, con
   // a captured graph's relaxation keeps the calls that share it in order
   // (the encoder's own workspaces would stay the graph's, one per call:
   // gigabytes over a U-Net's hundreds of convolutions).
-  const Tensor scratch = workspace_of(int64_t(bytes), x.device());
   cuda::LaunchEncoder access(stream);
-  access.read(k == Kind::BackwardData ? y : x);
-  access.read(k == Kind::BackwardFilter ? y : w);
-  access.write(k == Kind::Forward ? y : k == Kind::BackwardData ? x : w);
-  access.write(scratch);
-  void* ws = bytes ? scratch.data_ptr() : nullptr;
+  record_operands(access, k, x, w, y);
+  Tensor scratch;
+  void* ws = call_workspace(access, int64_t(bytes), scratch, x.device());
   const double one64 = 1, zero64 = 0;
   const float one32 = 1, zero32 = 0;
   const bool dbl = x.dtype() == kFloat64;
@@ -645,19 +691,19 @@ bool run(Kind k, const Tensor& x_in, const Tensor& w_in, const Tensor& y_in, con
   switch (k) {
     case Kind::Forward:
       TG_CUDNN_CHECK(cudnnConvolutionForward(h, alpha, d.x, x.data_ptr(), d.w, w.data_ptr(), d.conv,
-                                             cudnnConvolutionFwdAlgo_t(algo), ws, bytes, beta, d.y, y.data_ptr()),
+                                             cudnnConvolutionFwdAlgo_t(algo.id), ws, bytes, beta, d.y, y.data_ptr()),
                      op);
       break;
     case Kind::BackwardData:
       TG_CUDNN_CHECK(
           cudnnConvolutionBackwardData(h, alpha, d.w, w.data_ptr(), d.y, y.data_ptr(), d.conv,
-                                       cudnnConvolutionBwdDataAlgo_t(algo), ws, bytes, beta, d.x, x.data_ptr()),
+                                       cudnnConvolutionBwdDataAlgo_t(algo.id), ws, bytes, beta, d.x, x.data_ptr()),
           op);
       break;
     case Kind::BackwardFilter:
       TG_CUDNN_CHECK(
           cudnnConvolutionBackwardFilter(h, alpha, d.x, x.data_ptr(), d.y, y.data_ptr(), d.conv,
-                                         cudnnConvolutionBwdFilterAlgo_t(algo), ws, bytes, beta, d.w, w.data_ptr()),
+                                         cudnnConvolutionBwdFilterAlgo_t(algo.id), ws, bytes, beta, d.w, w.data_ptr()),
           op);
       break;
   }

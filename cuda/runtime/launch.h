@@ -86,11 +86,14 @@ struct Recorded {
   Step step;
 };
 
-// Memory a launch reads or writes: [begin, begin + bytes).
+// Memory a launch reads or writes: [begin, begin + bytes). `scratch`: a
+// workspace the launch alone uses (ordered as a write, but not counted as
+// the bytes it streams: CUDAGraph's choice to relax looks at those).
 struct Access {
   const char* begin;
   int64_t bytes;
   bool written;
+  bool scratch = false;
 };
 
 // Whether a capture is underway in this process (cheap: an atomic load).

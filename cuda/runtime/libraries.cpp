@@ -375,7 +375,7 @@ void* LaunchEncoderBase::workspace(size_t bytes, void* eager) {
     p = static_cast<char*>(c.mem.get()) + offset;
     cached_used_ = offset + bytes;
   }
-  add({static_cast<const char*>(p), int64_t(bytes), true});
+  add({static_cast<const char*>(p), int64_t(bytes), true, true});
   return p;
 }
 

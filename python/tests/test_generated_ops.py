@@ -196,10 +196,38 @@ def test_advanced_and_negative_step_indexing_as_numpy():
     np.testing.assert_array_equal(t[1:, ::-1, 0].numpy(), a[1:, ::-1, 0])
     with pytest.raises(IndexError, match="out of bounds"):
         t[[4]]
-    with pytest.raises(IndexError, match="must match the leading dims"):
+    with pytest.raises(IndexError, match="must match the dims of the tensor"):
         t[tg.tensor(np.array([True, False]))]
     with pytest.raises(IndexError, match="Int64 or Bool"):
         t[tg.tensor(np.array([1.0]))]
+
+
+def test_one_index_tensor_among_basic_keys_as_pytorch():
+    a = np.arange(60.0).reshape(3, 4, 5)
+    t = tg.tensor(a)
+    idx = np.array([[3, 0], [-1, 1]])
+    # Where NumPy and PyTorch agree: the index's dims replace the dim it stands for.
+    for key in ((slice(None), [2, 0]), (slice(1, None), idx), (Ellipsis, np.array([4, -5])),
+                (slice(None), slice(None, None, 2), [1]), (None, slice(None), [0, 3])):
+        np.testing.assert_array_equal(t[key].numpy(), a[key], err_msg=str(key))
+    np.testing.assert_array_equal(t[:, tg.tensor(np.array([1, 1]))].numpy(), a[:, [1, 1]])
+    # Integers select first (PyTorch): t[0, :, idx] is [4, 2], NumPy's a[0, :, idx] is [2, 4].
+    np.testing.assert_array_equal(t[0, :, [1, 3]].numpy(), a[0][:, [1, 3]])
+    np.testing.assert_array_equal(t[1, [0, 2]].numpy(), a[1, [0, 2]])
+    # A Bool mask over the dims from where it stands.
+    m = a[0] > 12  # [4, 5]
+    np.testing.assert_array_equal(t[:, tg.tensor(m)].numpy(), a[:, m])
+    np.testing.assert_array_equal(t[:, m].numpy(), a[:, m])
+    row = np.array([True, False, True, True])
+    np.testing.assert_array_equal(t[1:, row, ::2].numpy(), a[1:, row, ::2])
+    with pytest.raises(IndexError, match="out of bounds for dimension 1"):
+        t[:, [4]]
+    with pytest.raises(IndexError, match="must match the dims of the tensor"):
+        t[:, np.array([True, False])]
+    with pytest.raises(TypeError, match="one index tensor"):
+        t[[0], [1]]
+    with pytest.raises(TypeError, match="no bools beside"):
+        t[True, [0]]
 
 
 def test_setitem_writes_through_views():

@@ -1,0 +1,116 @@
+"""Tensor hooks, retain_grad and grad_fn, gradcheck / gradgradcheck and
+derivative_operator from Python, as torch.autograd users write them."""
+import threading
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+
+def test_register_hook_sees_and_replaces_the_gradient():
+    x = tg.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    y = x * x
+    seen = []
+    h = y.register_hook(lambda g: seen.append(g.numpy().copy()))
+    y.register_hook(lambda g: g * 10)  # replaces the gradient flowing on
+    y.sum().backward()
+    np.testing.assert_array_equal(seen[0], [1, 1, 1])
+    np.testing.assert_allclose(x.grad.numpy(), 10 * 2 * np.array([1.0, 2.0, 3.0]))
+    h.remove()
+    h.remove()  # once
+    x.grad = None
+    (x * x).sum().backward()
+    assert len(seen) == 1
+    # A leaf's hook, and a hook that raises: the error names it, and the library stays usable.
+    leaf = tg.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    leaf.register_hook(lambda g: g * 0)
+    (leaf * 3).sum().backward()
+    np.testing.assert_array_equal(leaf.grad.numpy(), [0, 0])
+    z = tg.tensor(np.array([1.0]), requires_grad=True)
+    w = z * 2
+
+    def bad(g):
+        raise ValueError("no")
+
+    w.register_hook(bad)
+    with pytest.raises(tg.Error, match="register_hook: the hook raised ValueError: no"):
+        w.sum().backward()
+    w2 = z * 2
+    w2.register_hook(lambda g: "not a tensor")
+    with pytest.raises(tg.Error, match="return None or a tapegrad.Tensor"):
+        w2.sum().backward()
+    (z * 5).sum().backward()
+    np.testing.assert_array_equal(z.grad.numpy(), [5])
+
+
+def test_retain_grad_and_grad_fn():
+    x = tg.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    y = x * 3
+    assert x.grad_fn is None and y.grad_fn is not None and not y.retains_grad
+    y.retain_grad()
+    assert y.retains_grad
+    (y * y).sum().backward()
+    np.testing.assert_allclose(y.grad.numpy(), 2 * 3 * np.array([1.0, 2.0]))
+    name = y.grad_fn.name()
+    assert "Mul" in name and repr(y.grad_fn) == "<%s>" % name
+    nxt = y.grad_fn.next_functions
+    assert len(nxt) >= 1 and nxt[0][0] is not None  # x's accumulator
+
+
+def test_hooks_from_other_python_threads_do_not_deadlock():
+    out = []
+
+    def work():
+        x = tg.tensor(np.arange(4.0), requires_grad=True)
+        y = x * 2
+        y.register_hook(lambda g: g + 1)
+        y.sum().backward()
+        out.append(x.grad.numpy().copy())
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(out) == 4 and all(np.array_equal(o, [4, 4, 4, 4]) for o in out)
+
+
+def test_gradcheck_and_gradgradcheck():
+    ag = tg.autograd
+    x = tg.tensor(np.array([0.3, -0.7, 1.1]), requires_grad=True)
+    w = tg.tensor(np.array([[0.5, -1.0, 2.0], [0.1, 0.2, 0.3]]), requires_grad=True)
+    assert ag.gradcheck(lambda a, b: tg.tanh(b @ a), (x, w))
+    assert ag.gradgradcheck(lambda a, b: tg.tanh(b @ a), (x, w))
+    assert ag.gradcheck(lambda a: (a * a, tg.sin(a)), x, check_forward_ad=True)
+
+    class Wrong:
+        pass
+
+    # A wrong backward: a custom detach in the middle makes the gradient zero where it is not.
+    bad = lambda a: a.detach() * a  # noqa: E731
+    assert ag.gradcheck(bad, x, raise_exception=False) is False
+    with pytest.raises(tg.Error, match="gradcheck"):
+        ag.gradcheck(bad, x)
+    with pytest.raises(tg.Error, match="not a tapegrad.Tensor"):
+        ag.gradcheck(lambda a: Wrong(), x)
+    with pytest.raises(ZeroDivisionError):  # the function's own exception, unchanged
+        ag.gradcheck(lambda a: 1 / 0, x)
+
+
+def test_derivative_operator_matches_closed_forms():
+    # u(x, y) = x^3 y^2 per row: u_xx + u_yy = 6 x y^2 + 2 x^3; u_xy = 6 x^2 y.
+    pts = np.array([[0.5, -1.0], [1.5, 2.0], [-0.3, 0.7]])
+    x = tg.tensor(pts)
+
+    def u(p):
+        return (p[:, 0:1] ** 3) * (p[:, 1:2] ** 2)
+
+    lap = tg.derivative_operator(u, x, [([0, 0], 1.0), ([1, 1], 1.0)]).numpy()[:, 0]
+    a, b = pts[:, 0], pts[:, 1]
+    np.testing.assert_allclose(lap, 6 * a * b * b + 2 * a ** 3, rtol=1e-12)
+    mixed = tg.derivative_operator(u, x, [[0, 1]]).numpy()[:, 0]
+    np.testing.assert_allclose(mixed, 6 * a * a * b, rtol=1e-12)
+    np.testing.assert_allclose(tg.laplacian(u, x).numpy()[:, 0], lap, rtol=1e-12)
+    with pytest.raises(tg.Error):
+        tg.derivative_operator(u, x, [([5, 5], 1.0)])  # no such input dim

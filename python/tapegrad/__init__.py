@@ -11,14 +11,55 @@ from ._C import Error, Tensor, _GradMode, cuda  # noqa: F401
 
 from . import _C as _ext
 
-float32, float64, bfloat16, float16, int64 = "float32", "float64", "bfloat16", "float16", "int64"
+
+
+class dtype(str):
+    """A tensor's element type, as torch.dtype (`tapegrad.float32`, `t.dtype`).
+    It is its name, a str: it equals "float32", and every argument that
+    takes a dtype also takes the name or a NumPy dtype."""
+    __slots__ = ()
+    _itemsizes = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2, "int64": 8, "bool": 1,
+                  "complex64": 8, "complex128": 16}
+
+    @property
+    def is_floating_point(self):
+        return str(self) in ("float32", "float64", "bfloat16", "float16")
+
+    @property
+    def is_complex(self):
+        return str(self).startswith("complex")
+
+    @property
+    def is_signed(self):
+        return str(self) != "bool"
+
+    @property
+    def itemsize(self):
+        """Bytes per element."""
+        return dtype._itemsizes[str(self)]
+
+    def __repr__(self):
+        return "tapegrad." + str(self)
+
+    def __reduce__(self):
+        return (dtype, (str(self),))
+
+
+_DTYPES = {n: dtype(n) for n in dtype._itemsizes}
+float32, float64, bfloat16, float16, int64 = (_DTYPES[n] for n in ("float32", "float64", "bfloat16", "float16",
+                                                                   "int64"))
+complex64, complex128 = _DTYPES["complex64"], _DTYPES["complex128"]
+float, double, half, long = float32, float64, float16, int64  # torch's aliases
+_tensor_dtype = Tensor.dtype
+Tensor.dtype = property(lambda self: _DTYPES[_tensor_dtype.fget(self)],
+                        doc="The element type (a tapegrad.dtype; equal to its name, \"float32\" ...)")
 
 
 def _rebuild_tensor(data, shape, dtype, device, requires_grad):
     """Unpickles a Tensor (Tensor.__reduce__): a Python function, so that
     pickle finds it by name."""
     return _ext._rebuild_tensor(data, shape, dtype, device, requires_grad)
-bool_ = "bool"
+bool_ = _DTYPES["bool"]
 
 
 def no_grad():

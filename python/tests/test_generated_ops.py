@@ -445,3 +445,15 @@ def test_the_python_adversarys_findings():
     x = tg.tensor(np.arange(16.0).reshape(1, 1, 4, 4))
     assert tg.conv2d(x, tg.ones([1, 1, 1, 1], dtype="float64"), stride=np.array([2, 2])).shape == (1, 1, 2, 2)
     assert tg.tensor(np.ones((3, 4)))[[]].shape == (0, 4)
+
+
+def test_dtype_objects_as_torch_dtype():
+    import pickle
+    x = tg.tensor(np.array([1.0, 2.0], dtype=np.float32))
+    assert x.dtype is tg.float32 and x.dtype == "float32" and repr(x.dtype) == "tapegrad.float32"
+    assert isinstance(x.dtype, tg.dtype) and x.dtype.is_floating_point and not x.dtype.is_complex
+    assert [tg.float64.itemsize, tg.bfloat16.itemsize, tg.int64.itemsize, tg.bool_.itemsize] == [8, 2, 8, 1]
+    assert x.to(tg.float64).dtype is tg.float64 and x.to("float64").dtype == tg.double
+    assert (x > 1).dtype is tg.bool_ and not tg.bool_.is_signed and not tg.int64.is_floating_point
+    assert pickle.loads(pickle.dumps(tg.float16)) == tg.float16 and {tg.float32: 1}["float32"] == 1
+    assert tg.tensor(np.zeros(2), dtype=tg.float32).dtype is tg.float32

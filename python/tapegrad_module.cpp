@@ -302,6 +302,23 @@ Tensor as_operand(const py::object& b, const Tensor& a, const char* op) {
   return tg::full({}, *s, tg::TensorOptions().dtype(a.dtype()).device(a.device()));
 }
 
+// f(a, b) with b as a tensor operand (a tensor, an ndarray, a number: as_operand); NotImplemented
+// for another type, so that Python tries the reflected form.
+template <class F> py::object with_operand(const Tensor& a, const py::object& b, const char* op, F f) {
+  if (!py::isinstance<Tensor>(b) && !py::isinstance(b, py::module_::import("numpy").attr("ndarray")) &&
+      !PyNumber_Check(b.ptr()))
+    return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+  return py::cast(f(a, as_operand(b, a, op)));
+}
+
+// a // b as torch.floor_divide: floor(a / b), for Int64 operands exact
+// integers ((a - a mod b) / b; division by zero raises, as the remainder's).
+Tensor floor_divide(const Tensor& a, const Tensor& b) {
+  if (a.dtype() == tg::kInt64 && b.dtype() == tg::kInt64)
+    return tg::div(tg::sub(a, tg::remainder(a, b)), b).to(tg::kInt64);
+  return tg::floor(tg::div(a, b));
+}
+
 // self op= b: the in-place method on self's storage (0 add_, 1 sub_, 2
 // mul_, 3 div_), self returned.
 bool is_bool_key(const py::object& k);  // below: a Python or NumPy bool
@@ -1076,6 +1093,38 @@ PYBIND11_MODULE(_C, m) {
            [](const Tensor& a, const py::object& b) {
              return binary(a, b, "pow", [](const auto& x, const auto& y) { return tg::pow(x, y); });
            })
+      .def("__rpow__",
+           [](const Tensor& a, const py::object& b) {
+             return with_operand(a, b, "pow", [](const Tensor& x, const Tensor& y) { return tg::pow(y, x); });
+           })
+      .def("__mod__",
+           [](const Tensor& a, const py::object& b) {  // Python's and torch's: the sign of the divisor
+             return with_operand(a, b, "remainder",
+                                 [](const Tensor& x, const Tensor& y) { return tg::remainder(x, y); });
+           })
+      .def("__rmod__",
+           [](const Tensor& a, const py::object& b) {
+             return with_operand(a, b, "remainder",
+                                 [](const Tensor& x, const Tensor& y) { return tg::remainder(y, x); });
+           })
+      .def("__floordiv__",
+           [](const Tensor& a, const py::object& b) {
+             return with_operand(a, b, "floor_divide",
+                                 [](const Tensor& x, const Tensor& y) { return floor_divide(x, y); });
+           })
+      .def("__rfloordiv__",
+           [](const Tensor& a, const py::object& b) {
+             return with_operand(a, b, "floor_divide",
+                                 [](const Tensor& x, const Tensor& y) { return floor_divide(y, x); });
+           })
+      .def(
+          "__divmod__",
+          [](const Tensor& a, const py::object& b) {
+            return py::make_tuple(
+                with_operand(a, b, "floor_divide", [](const Tensor& x, const Tensor& y) { return floor_divide(x, y); }),
+                with_operand(a, b, "remainder", [](const Tensor& x, const Tensor& y) { return tg::remainder(x, y); }));
+          })
+      .def("__pos__", [](const Tensor& a) { return a; })
       .def("__neg__", [](const Tensor& a) { return -a; })
       .def("__abs__", [](const Tensor& a) { return tg::abs(a); })
       .def("__float__", [](const Tensor& t) { return one_element(t, "float").to(tg::kFloat64).item<double>(); })

@@ -457,3 +457,32 @@ def test_dtype_objects_as_torch_dtype():
     assert (x > 1).dtype is tg.bool_ and not tg.bool_.is_signed and not tg.int64.is_floating_point
     assert pickle.loads(pickle.dumps(tg.float16)) == tg.float16 and {tg.float32: 1}["float32"] == 1
     assert tg.tensor(np.zeros(2), dtype=tg.float32).dtype is tg.float32
+
+
+def test_reflected_power_floor_division_and_remainder_as_python():
+    a = np.array([1.0, -2.5, 3.0])
+    x = tg.tensor(a)
+    np.testing.assert_allclose((2 ** x).numpy(), 2 ** a)
+    np.testing.assert_allclose((np.float64(2) ** x).numpy(), 2 ** a)
+    np.testing.assert_array_equal((x // 2).numpy(), a // 2)
+    np.testing.assert_array_equal((7 // x).numpy(), 7 // a)
+    np.testing.assert_allclose((x % 2).numpy(), a % 2)
+    np.testing.assert_allclose((7.0 % x).numpy(), 7.0 % a)  # the divisor's sign, as Python's
+    ints = np.array([7, -7, 8])
+    i = tg.tensor(ints)
+    for d in (2, -2, 3, -3):
+        assert (i // d).dtype == tg.int64
+        np.testing.assert_array_equal((i // d).numpy(), ints // d)
+        np.testing.assert_array_equal((i % d).numpy(), ints % d)
+    q, r = divmod(i, 3)
+    np.testing.assert_array_equal(q.numpy(), ints // 3)
+    np.testing.assert_array_equal(r.numpy(), ints % 3)
+    assert (+x) is not None and np.array_equal((+x).numpy(), a)
+    with pytest.raises(tg.Error, match="division by zero"):
+        i // 0
+    with pytest.raises(TypeError):
+        x // "2"
+    # The gradient of 2 ** x is log(2) 2 ** x.
+    w = tg.tensor(a, requires_grad=True)
+    (2 ** w).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), np.log(2) * 2 ** a)

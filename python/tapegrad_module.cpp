@@ -1555,6 +1555,101 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("num_embeddings"), py::arg("embedding_dim"), py::arg("padding_idx"), py::arg("max_norm"),
       py::arg("norm_type"), py::arg("sparse"));
+  nnm.def(
+      "spectral_conv",
+      [](int n, int64_t in, int64_t out, const IntList& modes) -> std::shared_ptr<tn::Module> {
+        if (n == 1 && modes.size() == 1) return std::make_shared<tn::SpectralConv1dImpl>(in, out, modes[0]);
+        if (n == 2 && modes.size() == 2) return std::make_shared<tn::SpectralConv2dImpl>(in, out, modes[0], modes[1]);
+        throw tg::Error("SpectralConv" + std::to_string(n) + "d: give " + std::to_string(n) + " mode count(s), got " +
+                        tg::shape_str(modes));
+      },
+      py::arg("n"), py::arg("in_channels"), py::arg("out_channels"), py::arg("modes"));
+  nnm.def(
+      "fno",
+      [](int64_t in, int64_t out, int64_t width, const IntList& modes, int64_t layers,
+         int64_t projection) -> std::shared_ptr<tn::Module> {
+        tn::FNOOptions o;
+        o.in_channels = in;
+        o.out_channels = out;
+        o.width = width;
+        o.modes = modes;
+        o.layers = layers;
+        o.projection = projection;
+        return std::make_shared<tn::FNOImpl>(o);
+      },
+      py::arg("in_channels"), py::arg("out_channels"), py::arg("width"), py::arg("modes"), py::arg("layers"),
+      py::arg("projection"));
+  nnm.def(
+      "unet2d",
+      [](int64_t in, int64_t out, const std::vector<int64_t>& channels, int64_t groups) -> std::shared_ptr<tn::Module> {
+        return std::make_shared<tn::UNet2dImpl>(in, out, channels, groups);
+      },
+      py::arg("in_channels"), py::arg("out_channels"), py::arg("channels"), py::arg("groups"));
+  nnm.def(
+      "fourier_features",
+      [](int64_t in, int64_t num, double sigma, bool trainable) -> std::shared_ptr<tn::Module> {
+        return std::make_shared<tn::FourierFeaturesImpl>(in, num, sigma, trainable);
+      },
+      py::arg("in_features"), py::arg("num_features"), py::arg("sigma"), py::arg("trainable"));
+  // tapegrad.nn.init's C++ side (torch.nn.init's names; in place, no recording).
+  namespace ti = tg::nn::init;
+  nnm.def("calculate_gain", &ti::calculate_gain, py::arg("nonlinearity"), py::arg("param") = 0.01);
+  // Each returns its tensor (the same Python object), as torch's.
+  nnm.def(
+      "uniform_",
+      [](py::object t, double a, double b) {
+        ti::uniform_(t.cast<const Tensor&>(), a, b);
+        return t;
+      },
+      py::arg("tensor"), py::arg("a") = 0.0, py::arg("b") = 1.0);
+  nnm.def(
+      "normal_",
+      [](py::object t, double mean, double std) {
+        ti::normal_(t.cast<const Tensor&>(), mean, std);
+        return t;
+      },
+      py::arg("tensor"), py::arg("mean") = 0.0, py::arg("std") = 1.0);
+  nnm.def(
+      "constant_",
+      [](py::object t, double v) {
+        ti::constant_(t.cast<const Tensor&>(), v);
+        return t;
+      },
+      py::arg("tensor"), py::arg("val"));
+  for (bool normal : {false, true}) {
+    nnm.def(
+        normal ? "xavier_normal_" : "xavier_uniform_",
+        [normal](py::object t, double gain) {
+          normal ? ti::xavier_normal_(t.cast<const Tensor&>(), gain)
+                 : ti::xavier_uniform_(t.cast<const Tensor&>(), gain);
+          return t;
+        },
+        py::arg("tensor"), py::arg("gain") = 1.0);
+    nnm.def(
+        normal ? "kaiming_normal_" : "kaiming_uniform_",
+        [normal](py::object t, double a, const std::string& mode, const std::string& nonlinearity) {
+          const Tensor& x = t.cast<const Tensor&>();
+          normal ? ti::kaiming_normal_(x, a, mode, nonlinearity) : ti::kaiming_uniform_(x, a, mode, nonlinearity);
+          return t;
+        },
+        py::arg("tensor"), py::arg("a") = 0.0, py::arg("mode") = "fan_in", py::arg("nonlinearity") = "leaky_relu");
+  }
+  nnm.def(
+      "clip_grad_norm_",
+      [](const py::object& params, double max_norm, double norm_type, bool error_if_nonfinite) {
+        const std::vector<Tensor> ps =
+            py::isinstance<Tensor>(params) ? std::vector<Tensor>{params.cast<Tensor>()} : tensor_list(params);
+        return tg::optim::clip_grad_norm_(ps, max_norm, norm_type, error_if_nonfinite);
+      },
+      py::arg("parameters"), py::arg("max_norm"), py::arg("norm_type") = 2.0, py::arg("error_if_nonfinite") = false);
+  nnm.def(
+      "clip_grad_value_",
+      [](const py::object& params, double clip_value) {
+        const std::vector<Tensor> ps =
+            py::isinstance<Tensor>(params) ? std::vector<Tensor>{params.cast<Tensor>()} : tensor_list(params);
+        tg::optim::clip_grad_value_(ps, clip_value);
+      },
+      py::arg("parameters"), py::arg("clip_value"));
   auto reduction = [](const std::string& r) {
     if (r == "mean") return tn::Reduction::kMean;
     if (r == "sum") return tn::Reduction::kSum;

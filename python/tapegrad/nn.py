@@ -12,6 +12,7 @@ buffers; the rest are written over the ops. `tapegrad.nn.functional` has the fun
 forms (torch.nn.functional's names).
 """
 import collections
+import re
 import sys
 import types
 
@@ -255,7 +256,12 @@ class _Native(Module):
         self._sync()
 
     def extra_repr(self):
-        return self._native.extra_repr()
+        """The C++ layer's description inside the parentheses, Python's spelling of booleans."""
+        r = self._native.extra_repr()
+        head = type(self).__name__ + "("
+        if r.startswith(head) and r.endswith(")"):
+            r = r[len(head):-1]
+        return re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", r))
 
 
 class Linear(_Native):
@@ -370,6 +376,42 @@ class Embedding(_Native):
         super().__init__(_nn.embedding(num_embeddings, embedding_dim, padding_idx, max_norm, norm_type, sparse))
 
 
+class SpectralConv1d(_Native):
+    """The FNO's spectral convolution over the last dim (complex weights)."""
+
+    def __init__(self, in_channels, out_channels, modes):
+        super().__init__(_nn.spectral_conv(1, in_channels, out_channels, [modes]))
+
+
+class SpectralConv2d(_Native):
+    """The FNO's spectral convolution over the last two dims (complex weights)."""
+
+    def __init__(self, in_channels, out_channels, modes1, modes2):
+        super().__init__(_nn.spectral_conv(2, in_channels, out_channels, [modes1, modes2]))
+
+
+class FNO(_Native):
+    """A Fourier Neural Operator, channels last: [B, (n | h, w), in] -> [B, (n | h, w), out]
+    (modes: one count per spatial dim)."""
+
+    def __init__(self, in_channels=1, out_channels=1, width=32, modes=(12, 12), layers=4, projection=128):
+        super().__init__(_nn.fno(in_channels, out_channels, width, list(modes), layers, projection))
+
+
+class UNet2d(_Native):
+    """The U-Net of bench/unet_step: [N, in, H, W] -> [N, out, H, W]."""
+
+    def __init__(self, in_channels, out_channels, channels=(32, 64, 128, 256), groups=8):
+        super().__init__(_nn.unet2d(in_channels, out_channels, list(channels), groups))
+
+
+class FourierFeatures(_Native):
+    """Random Fourier features: [..., in] -> [sin(2 pi x B), cos(2 pi x B)] [..., 2 m]."""
+
+    def __init__(self, in_features, num_features, sigma=1.0, trainable=False):
+        super().__init__(_nn.fourier_features(in_features, num_features, sigma, trainable))
+
+
 class Identity(Module):
     def __init__(self, *args, **kwargs):
         super().__init__()
@@ -405,6 +447,48 @@ class Sequential(Module):
         return len(self._modules)
 
 
+class ModuleDict(Module):
+    """Modules by name, in insertion order (torch.nn.ModuleDict)."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key):
+        return self._modules[key]
+
+    def __setitem__(self, key, module):
+        self.update({key: module})
+
+    def __delitem__(self, key):
+        del self._modules[key]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+    def __contains__(self, key):
+        return key in self._modules
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+    def items(self):
+        return self._modules.items()
+
+    def update(self, modules):
+        for k, m in (modules.items() if hasattr(modules, "items") else modules):
+            if not isinstance(m, Module):
+                raise TypeError("ModuleDict: %r is not a tapegrad.nn.Module" % (m,))
+            self.add_module(k, m)
+
+
 class ModuleList(Module):
     def __init__(self, modules=()):
         super().__init__()
@@ -432,6 +516,7 @@ def _elementwise(name, fn, doc):
 
 
 Tanh = _elementwise("Tanh", _C.tanh, "tanh(x)")
+Tanhshrink = _elementwise("Tanhshrink", lambda x: x - _C.tanh(x), "x - tanh(x)")
 ReLU = _elementwise("ReLU", _C.relu, "max(x, 0)")
 SiLU = _elementwise("SiLU", _C.silu, "x sigmoid(x)")
 Sigmoid = _elementwise("Sigmoid", _C.sigmoid, "1 / (1 + exp(-x))")
@@ -641,6 +726,52 @@ class KLDivLoss(_Loss):
 
     def forward(self, input, target):
         return _nn.kl_div(input, target, self.reduction, self.log_target)
+
+
+def _init_module():
+    """tapegrad.nn.init: torch.nn.init's in-place initializers (on the tensor, not recorded)."""
+    m = types.ModuleType(__name__ + ".init", "torch.nn.init's names")
+    for name in ("calculate_gain", "uniform_", "normal_", "constant_", "xavier_uniform_", "xavier_normal_",
+                 "kaiming_uniform_", "kaiming_normal_"):
+        setattr(m, name, getattr(_nn, name))
+    m.zeros_ = lambda tensor: _nn.constant_(tensor, 0.0)
+    m.ones_ = lambda tensor: _nn.constant_(tensor, 1.0)
+    sys.modules[m.__name__] = m
+    return m
+
+
+def _utils_module():
+    """tapegrad.nn.utils: gradient clipping and parameters as one vector."""
+    m = types.ModuleType(__name__ + ".utils", "torch.nn.utils's names")
+    m.clip_grad_norm_ = _nn.clip_grad_norm_
+    m.clip_grad_value_ = _nn.clip_grad_value_
+
+    def parameters_to_vector(parameters):
+        """The parameters flattened and concatenated (a new tensor)."""
+        return _C.cat([p.reshape(-1) for p in parameters], 0)
+
+    def vector_to_parameters(vec, parameters):
+        """Copies consecutive pieces of vec into the parameters (in place, not recorded)."""
+        ps = list(parameters)
+        total = sum(p.numel() for p in ps)
+        if vec.dim() != 1 or vec.shape[0] != total:
+            raise _C.Error("vector_to_parameters: vec must be 1-D with %d elements (the parameters'), got %s"
+                           % (total, tuple(vec.shape)))
+        offset = 0
+        with _C._GradMode(False):
+            for p in ps:
+                n = p.numel()
+                p.copy_(vec[offset:offset + n].reshape(*p.shape))
+                offset += n
+
+    m.parameters_to_vector = parameters_to_vector
+    m.vector_to_parameters = vector_to_parameters
+    sys.modules[m.__name__] = m
+    return m
+
+
+init = _init_module()
+utils = _utils_module()
 
 
 def _functional():

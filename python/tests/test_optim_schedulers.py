@@ -307,3 +307,68 @@ def test_modules_deepcopy_and_pickle():
         with tg.no_grad():
             clone[4].weight.add_(1.0)
         assert not np.array_equal(clone[4].weight.detach().numpy(), model[4].weight.detach().numpy())
+
+
+def test_nn_init_utils_and_the_scientific_layers():
+    nn = tg.nn
+    import tapegrad.nn.init as init
+    import tapegrad.nn.utils as nu
+    tg.manual_seed(0)
+    lin = nn.Linear(50, 40)
+    w = lin.weight
+    assert init.zeros_(w) is w and not w.detach().numpy().any() and w.requires_grad and w.is_leaf
+    init.ones_(lin.bias)
+    assert np.all(lin.bias.detach().numpy() == 1)
+    init.xavier_uniform_(w, gain=2.0)
+    bound = 2.0 * math.sqrt(6 / (50 + 40))
+    wn = w.detach().numpy()
+    assert np.abs(wn).max() <= bound and np.abs(wn).max() > 0.9 * bound
+    init.kaiming_normal_(w, mode="fan_out", nonlinearity="relu")
+    assert abs(w.detach().numpy().std() - math.sqrt(2 / 40)) < 0.02
+    init.normal_(w, mean=3.0, std=0.01)
+    assert abs(w.detach().numpy().mean() - 3.0) < 0.01
+    init.uniform_(w, -0.5, 0.5)
+    assert np.abs(w.detach().numpy()).max() <= 0.5
+    assert init.calculate_gain("tanh") == pytest.approx(5 / 3)
+    # Clipping and parameters as one vector.
+    x = tg.tensor(np.ones((2, 50), dtype=np.float32))
+    lin(x).sum().backward()
+    grads = np.concatenate([p.grad.numpy().ravel() for p in lin.parameters()])
+    total = nu.clip_grad_norm_(lin.parameters(), 0.5)
+    assert float(total) == pytest.approx(np.linalg.norm(grads), rel=1e-5)
+    clipped = np.concatenate([p.grad.numpy().ravel() for p in lin.parameters()])
+    assert np.linalg.norm(clipped) == pytest.approx(0.5, rel=1e-4)
+    nu.clip_grad_value_(lin.parameters(), 1e-3)
+    assert np.abs(lin.weight.grad.numpy()).max() <= np.float32(1e-3)
+    v = nu.parameters_to_vector(lin.parameters())
+    assert v.shape == (50 * 40 + 40,)
+    nu.vector_to_parameters(v * 2, lin.parameters())
+    np.testing.assert_allclose(nu.parameters_to_vector(lin.parameters()).detach().numpy(), 2 * v.detach().numpy())
+    with pytest.raises(tg.Error, match="vector_to_parameters"):
+        nu.vector_to_parameters(v[:5], lin.parameters())
+    # The scientific-ML layers of the C++ nn.
+    u = nn.UNet2d(3, 1, channels=(8, 16), groups=4)
+    assert u(tg.tensor(np.zeros((2, 3, 8, 8), dtype=np.float32))).shape == (2, 1, 8, 8)
+    assert len(u.parameters()) > 8
+    fno = nn.FNO(1, 2, width=8, modes=(4,), layers=2, projection=16)
+    assert fno(tg.tensor(np.zeros((2, 16, 1), dtype=np.float32))).shape == (2, 16, 2)
+    sc = nn.SpectralConv1d(2, 3, 4)
+    xs = np.random.default_rng(3).standard_normal((1, 2, 16)).astype(np.float32)
+    y = sc(tg.tensor(xs)).detach().numpy()
+    wc = dict(sc.named_parameters())["weight"].detach().numpy()  # [in, out, modes] complex
+    spec = np.fft.rfft(xs, axis=-1)
+    mixed = np.zeros((1, 3, 9), dtype=complex)
+    mixed[:, :, :4] = np.einsum("bim,iom->bom", spec[:, :, :4], wc)
+    np.testing.assert_allclose(y, np.fft.irfft(mixed, n=16, axis=-1), rtol=1e-4, atol=1e-5)
+    assert nn.SpectralConv2d(2, 3, 2, 2)(tg.tensor(np.zeros((1, 2, 8, 8), dtype=np.float32))).shape == (1, 3, 8, 8)
+    ff = nn.FourierFeatures(2, 5)
+    assert ff(tg.tensor(np.zeros((3, 2), dtype=np.float32))).shape == (3, 10)
+    assert len(ff.parameters()) == 0 and len(ff.buffers()) == 1
+    assert len(nn.FourierFeatures(2, 5, trainable=True).parameters()) == 1
+    assert repr(nn.Linear(50, 40)) == "Linear(in_features=50, out_features=40, bias=True)"
+    d = nn.ModuleDict({"enc": nn.Linear(2, 2)})
+    d["act"] = nn.Tanhshrink()
+    assert list(d.keys()) == ["enc", "act"] and "act" in d and len(d.parameters()) == 2
+    np.testing.assert_allclose(d["act"](tg.tensor(np.array([1.0]))).numpy(), [1 - math.tanh(1)])
+    with pytest.raises(TypeError, match="not a tapegrad.nn.Module"):
+        d["x"] = 3

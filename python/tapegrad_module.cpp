@@ -1250,6 +1250,88 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("size"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = "cpu",
       py::arg("requires_grad") = false);
+  factory("empty", [](const tg::IntList& s, tg::TensorOptions o) { return tg::empty(s, o); });
+  // The *_like factories: t's shape, and its dtype and device unless given.
+  auto like_options = [](const Tensor& t, const std::optional<std::string>& dtype,
+                         const std::optional<std::string>& device) {
+    return options(dtype ? *dtype : dtype_name(t.dtype()), device ? *device : device_name(t.device()));
+  };
+  using Like = Tensor (*)(const Tensor&, tg::TensorOptions);
+  for (auto [name, f] : std::initializer_list<std::pair<const char*, Like>>{
+           {"zeros_like", [](const Tensor&t, tg::TensorOptions o) { return tg::zeros_like(t, o); }},
+           {"ones_like", [](const Tensor&t, tg::TensorOptions o) { return tg::ones_like(t, o); }},
+           {"empty_like", [](const Tensor&t, tg::TensorOptions o) { return tg::empty_like(t, o); }},
+           {"rand_like", [](const Tensor&t, tg::TensorOptions o) { return tg::rand_like(t, o); }},
+           {"randn_like", [](const Tensor&t, tg::TensorOptions o) { return tg::randn_like(t, o); }}})
+    m.def(
+        name,
+        [f = f, like_options](const Tensor& t, const std::optional<std::string>& dtype,
+                              const std::optional<std::string>& device, bool requires_grad) {
+          Tensor r = f(t, like_options(t, dtype, device));
+          if (requires_grad) r.requires_grad_(true);
+          return r;
+        },
+        py::arg("input"), py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
+        py::arg("requires_grad") = false);
+  m.def(
+      "full_like",
+      [like_options](const Tensor& t, const py::object& value, const std::optional<std::string>& dtype,
+                     const std::optional<std::string>& device) {
+        const tg::TensorOptions o = like_options(t, dtype, device);
+        auto s = scalar_of(value, tg::is_floating_point(o.dtype()), "full_like");
+        if (!s) throw py::type_error("full_like: the fill value must be a number (bool, int or float)");
+        return tg::full_like(t, *s, o);
+      },
+      py::arg("input"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = py::none(),
+      py::arg("device") = py::none());
+  // arange(end) / arange(start, end, step), as torch.arange: Int64 when every
+  // bound is an integer and no dtype is given, else float32.
+  m.def(
+      "arange",
+      [](const py::object& start, const py::object& end, const py::object& step,
+         const std::optional<std::string>& dtype, const std::string& device, bool requires_grad) {
+        const bool ints = is_integer_key(start) && (end.is_none() || is_integer_key(end)) && is_integer_key(step);
+        const std::string dt = dtype ? *dtype : ints ? "int64" : "float32";
+        const bool fl = tg::is_floating_point(dtype_from(dt));
+        auto number = [&](const py::object& v) {
+          auto s = scalar_of(v, fl || !ints, "arange");
+          if (!s) throw py::type_error("arange: the bounds and the step must be numbers");
+          return *s;
+        };
+        Tensor t = end.is_none() ? tg::arange(number(start), options(dt, device))
+                                 : tg::arange(number(start), number(end), number(step), options(dt, device));
+        if (requires_grad) t.requires_grad_(true);
+        return t;
+      },
+      py::arg("start"), py::arg("end") = py::none(), py::arg("step") = 1, py::kw_only(), py::arg("dtype") = py::none(),
+      py::arg("device") = "cpu", py::arg("requires_grad") = false);
+  m.def(
+      "linspace",
+      [](double start, double end, int64_t steps, const std::string& dtype, const std::string& device) {
+        return tg::linspace(start, end, steps, options(dtype, device));
+      },
+      py::arg("start"), py::arg("end"), py::arg("steps"), py::kw_only(), py::arg("dtype") = "float32",
+      py::arg("device") = "cpu");
+  // randint(high, size) / randint(low, high, size), as torch.randint.
+  m.def(
+      "randint",
+      [](int64_t a, const py::object& b, const py::object& c, const std::string& dtype, const std::string& device) {
+        if (b.is_none() && c.is_none()) throw py::type_error("randint: give (high, size) or (low, high, size)");
+        if (c.is_none()) return tg::randint(a, int_list(b, "randint"), options(dtype, device));  // (high, size)
+        if (b.is_none()) return tg::randint(a, int_list(c, "randint"), options(dtype, device));  // (high, size=...)
+        return tg::randint(a, int64_arg(b, "randint", "high"), int_list(c, "randint"), options(dtype, device));
+      },
+      py::arg("low"), py::arg("high") = py::none(), py::arg("size") = py::none(), py::kw_only(),
+      py::arg("dtype") = "int64", py::arg("device") = "cpu");
+  m.def(
+      "randperm",
+      [](int64_t n, const std::string& dtype, const std::string& device) {
+        return tg::randperm(n, options(dtype, device));
+      },
+      py::arg("n"), py::kw_only(), py::arg("dtype") = "int64", py::arg("device") = "cpu");
+  m.def("get_rng_state", &tg::get_rng_state,
+        "The generator's state (a CPU Int64 tensor [2]: seed, offset); one generator serves every device");
+  m.def("set_rng_state", &tg::set_rng_state, py::arg("new_state"));
   m.def("manual_seed", [](uint64_t s) { tg::manual_seed(s); });
   m.def(
       "_rebuild_tensor",

@@ -62,6 +62,67 @@ def _rebuild_tensor(data, shape, dtype, device, requires_grad):
 bool_ = _DTYPES["bool"]
 
 
+def is_tensor(obj):
+    """Whether obj is a tapegrad.Tensor (torch.is_tensor)."""
+    return isinstance(obj, Tensor)
+
+
+def from_numpy(array):
+    """A tensor viewing a NumPy array's memory, no copy (torch.from_numpy)."""
+    return _ext.from_dlpack(array)
+
+
+def as_tensor(data, dtype=None, device="cpu"):
+    """data itself if it is a tensor of that dtype and device, else a tensor
+    holding a copy of it (torch.as_tensor's result; NumPy arrays are copied:
+    from_numpy shares)."""
+    if isinstance(data, Tensor) and (dtype is None or data.dtype == dtype) and data.device == device:
+        return data
+    if isinstance(data, Tensor):
+        out = data.to(device) if data.device != device else data
+        return out.to(dtype) if dtype is not None and out.dtype != dtype else out
+    return _ext.tensor(data, dtype=dtype, device=device)
+
+
+def save(obj, f):
+    """Pickles obj (tensors, modules, state dicts, dicts of them) into a
+    path or a binary file object, as torch.save. Load only what you trust:
+    it is pickle."""
+    import pickle
+    if hasattr(f, "write"):
+        pickle.dump(obj, f)
+    else:
+        with open(f, "wb") as fh:
+            pickle.dump(obj, fh)
+
+
+def load(f):
+    """What save wrote (pickle: load only files you trust; the C++
+    library's nn::load_safetensors reads untrusted files)."""
+    import pickle
+    if hasattr(f, "read"):
+        return pickle.load(f)
+    with open(f, "rb") as fh:
+        return pickle.load(fh)
+
+
+class set_grad_enabled:
+    """Recording on or off: as a function call (torch.set_grad_enabled(False))
+    and as a context manager restoring the previous mode."""
+
+    def __init__(self, mode):
+        self._previous = _ext.is_grad_enabled()
+        self._mode = _GradMode(bool(mode))
+        self._mode.__enter__()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._mode.__exit__(*exc)
+        return False
+
+
 def no_grad():
     """Context manager: no recording inside (torch.no_grad)."""
     return _GradMode(False)

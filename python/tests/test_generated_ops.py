@@ -486,3 +486,53 @@ def test_reflected_power_floor_division_and_remainder_as_python():
     w = tg.tensor(a, requires_grad=True)
     (2 ** w).sum().backward()
     np.testing.assert_allclose(w.grad.numpy(), np.log(2) * 2 ** a)
+
+
+def test_factories_generator_state_and_torch_helpers(tmp_path):
+    x = tg.tensor(np.arange(6.0).reshape(2, 3))
+    for name, expect in (("zeros_like", 0.0), ("ones_like", 1.0)):
+        y = getattr(tg, name)(x)
+        assert y.shape == (2, 3) and y.dtype is tg.float64 and np.all(y.numpy() == expect)
+    assert tg.zeros_like(x, dtype="float32").dtype is tg.float32
+    assert tg.full_like(x, 7).numpy().tolist() == [[7.0] * 3] * 2
+    assert tg.empty_like(x).shape == (2, 3) and tg.empty(2, 4).shape == (2, 4)
+    assert tg.rand_like(x).shape == (2, 3) and tg.randn_like(x, requires_grad=True).requires_grad
+    assert tg.arange(5).dtype is tg.int64 and tg.arange(5).numpy().tolist() == [0, 1, 2, 3, 4]
+    np.testing.assert_allclose(tg.arange(1, 2, 0.25).numpy(), [1, 1.25, 1.5, 1.75])
+    assert tg.arange(0, 3, dtype=tg.float64).dtype is tg.float64
+    np.testing.assert_allclose(tg.linspace(0, 1, 5).numpy(), np.linspace(0, 1, 5), rtol=1e-6)
+    # The generator: a restored state draws the same numbers.
+    tg.manual_seed(3)
+    state = tg.get_rng_state()
+    a = tg.randn(4).numpy()
+    r = tg.randint(10, (50,)).numpy()
+    tg.set_rng_state(state)
+    np.testing.assert_array_equal(tg.randn(4).numpy(), a)
+    np.testing.assert_array_equal(tg.randint(10, size=(50,)).numpy(), r)
+    assert r.min() >= 0 and r.max() < 10
+    lohi = tg.randint(5, 8, (100,)).numpy()
+    assert lohi.min() >= 5 and lohi.max() < 8
+    p = tg.randperm(10).numpy()
+    assert sorted(p.tolist()) == list(range(10))
+    with pytest.raises(TypeError, match="randint"):
+        tg.randint(5)
+    # torch's small helpers.
+    arr = np.arange(4.0)
+    v = tg.from_numpy(arr)
+    arr[0] = 42.0
+    assert v.numpy()[0] == 42.0  # shares memory
+    assert tg.as_tensor(v) is v and tg.as_tensor([1.0, 2.0]).shape == (2,)
+    assert tg.is_tensor(v) and not tg.is_tensor(arr)
+    with tg.set_grad_enabled(False):
+        assert not tg.is_grad_enabled()
+    assert tg.is_grad_enabled()
+    tg.set_grad_enabled(False)
+    assert not tg.is_grad_enabled()
+    tg.set_grad_enabled(True)
+    # save / load (pickle), tensors and modules.
+    model = tg.nn.Linear(3, 2)
+    tg.save({"w": x, "model": model}, str(tmp_path / "ckpt.pt"))
+    back = tg.load(str(tmp_path / "ckpt.pt"))
+    np.testing.assert_array_equal(back["w"].numpy(), x.numpy())
+    xin = tg.tensor(np.ones((1, 3), dtype=np.float32))
+    np.testing.assert_array_equal(back["model"](xin).detach().numpy(), model(xin).detach().numpy())

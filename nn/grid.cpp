@@ -173,7 +173,23 @@ BatchNormImpl::BatchNormImpl(int64_t n, double eps, double momentum, bool affine
         register_buffer("num_batches_tracked", tg::zeros({}, TensorOptions().dtype(kInt64).device(options.device())));
   }
 }
+namespace {
+// The spatial dims a type name such as "BatchNorm2d" declares (0 for none).
+int declared_spatial_dims(const std::string& name) {
+  const size_t n = name.size();
+  if (n < 2 || name[n - 1] != 'd' || name[n - 2] < '1' || name[n - 2] > '3') return 0;
+  return name[n - 2] - '0';
+}
+}  // namespace
+
 Tensor BatchNormImpl::forward(const Tensor& x) {
+  // BatchNorm1d takes [N, C] or [N, C, L], 2d [N, C, H, W], 3d [N, C, D, H, W] (as torch's).
+  if (const int nd = declared_spatial_dims(type_name()))
+    TG_CHECK(x.dim() == nd + 2 || (nd == 1 && x.dim() == 2), type_name(), ": expected a ",
+             nd == 1   ? "2-D or 3-D input [N, C(, L)]"
+             : nd == 2 ? "4-D input [N, C, H, W]"
+                       : "5-D input [N, C, D, H, W]",
+             ", got ", shape_str(x.sizes()));
   const bool batch_stats = is_training() || !running_mean.defined();
   if (is_training() && num_batches_tracked.defined()) {
     autograd::NoGradGuard no_grad;
@@ -204,6 +220,14 @@ InstanceNormImpl::InstanceNormImpl(int64_t n, double eps, double momentum, bool 
 }
 Tensor InstanceNormImpl::forward(const Tensor& x) {
   const bool input_stats = is_training() || !running_mean.defined();
+  // InstanceNormNd takes [N, C, spatial...] or one unbatched sample [C, spatial...] (as torch's).
+  if (const int nd = declared_spatial_dims(type_name())) {
+    TG_CHECK(x.dim() == nd + 2 || x.dim() == nd + 1, type_name(), ": expected a ", nd + 2, "-D input [N, C, ...] or a ",
+             nd + 1, "-D unbatched one [C, ...], got ", shape_str(x.sizes()));
+    if (x.dim() == nd + 1)
+      return tg::instance_norm(x.unsqueeze(0), running_mean, running_var, weight, bias, input_stats, momentum_, eps_)
+          .squeeze(0);
+  }
   return tg::instance_norm(x, running_mean, running_var, weight, bias, input_stats, momentum_, eps_);
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <string>
 
 #include <tapegrad/autograd/grad_mode.h>
@@ -265,6 +266,106 @@ double LBFGS::step(const std::function<Tensor()>& closure) {
   }
   ++steps_;
   return first_loss;
+}
+
+// The history and the iteration state, as torch.optim.LBFGS's state holds
+// them (d, t, old_dirs, old_stps, ro, H_diag, prev_flat_grad, prev_loss,
+// n_iter, func_evals): a resumed L-BFGS steps as the uninterrupted one.
+void LBFGS::save_extra_state(NamedTensors& out) const {
+  const TensorOptions f64 = TensorOptions().dtype(kFloat64);
+  auto number = [&](const char* k, double v) { out.emplace_back(std::string("lbfgs.") + k, tg::full({}, v, f64)); };
+  number("n_iter", double(iter_));
+  number("func_evals", double(evals_));
+  number("t", t_);
+  number("H_diag", h_diag_);
+  number("prev_loss", prev_loss_);
+  number("history", double(old_y_.size()));
+  if (d_.defined()) out.emplace_back("lbfgs.d", d_);
+  if (prev_g_.defined()) out.emplace_back("lbfgs.prev_flat_grad", prev_g_);
+  for (size_t i = 0; i < old_y_.size(); ++i) {
+    out.emplace_back("lbfgs.old_dirs." + std::to_string(i), old_y_[i]);
+    out.emplace_back("lbfgs.old_stps." + std::to_string(i), old_s_[i]);
+  }
+  if (!ro_.empty()) out.emplace_back("lbfgs.ro", tg::tensor(ro_, {int64_t(ro_.size())}, f64));
+}
+
+namespace {
+double lbfgs_number(const std::map<std::string, const Tensor*>& state, const std::string& k, double lo, double hi) {
+  auto it = state.find("lbfgs." + k);
+  TG_CHECK(it != state.end(), "LBFGS: the state has no 'lbfgs.", k, "'; load a complete state_dict() of an LBFGS");
+  const Tensor& t = *it->second;
+  TG_CHECK(t.defined() && t.numel() == 1 && t.is_floating_point(), "LBFGS: state 'lbfgs.", k,
+           "' must be one floating-point number");
+  const double v = t.to(Device(kCPU)).to(kFloat64).item<double>();
+  TG_CHECK(std::isfinite(v) && v >= lo && v <= hi, "LBFGS: state 'lbfgs.", k, "' is ", v, ", out of range [", lo, ", ",
+           hi, "]");
+  return v;
+}
+}  // namespace
+
+size_t LBFGS::check_extra_state(const std::map<std::string, const Tensor*>& state) const {
+  int64_t numel = 0;
+  for (const Tensor& p : params_)
+    numel += is_complex(p.dtype()) ? 2 * p.numel() : p.numel();
+  const double big = 9.007199254740992e15;
+  lbfgs_number(state, "n_iter", 0, big);
+  lbfgs_number(state, "func_evals", 0, big);
+  lbfgs_number(state, "t", -INFINITY, INFINITY);
+  lbfgs_number(state, "H_diag", -INFINITY, INFINITY);
+  lbfgs_number(state, "prev_loss", -INFINITY, INFINITY);
+  const int64_t h = int64_t(lbfgs_number(state, "history", 0, double(o_.history_size)));
+  size_t taken = 6;
+  auto flat = [&](const std::string& k, bool required) {
+    auto it = state.find("lbfgs." + k);
+    if (it == state.end()) {
+      TG_CHECK(!required, "LBFGS: the state has no 'lbfgs.", k, "'; load a complete state_dict() of an LBFGS");
+      return;
+    }
+    const Tensor& t = *it->second;
+    TG_CHECK(t.defined() && t.is_floating_point() && t.dim() == 1 && t.size(0) == numel, "LBFGS: state 'lbfgs.", k,
+             "' must be a floating-point vector of ", numel, " elements (the parameters'), got ",
+             t.defined() ? shape_str(t.sizes()) : std::string("an undefined tensor"));
+    ++taken;
+  };
+  flat("d", false);
+  flat("prev_flat_grad", false);
+  for (int64_t i = 0; i < h; ++i) {
+    flat("old_dirs." + std::to_string(i), true);
+    flat("old_stps." + std::to_string(i), true);
+  }
+  if (h > 0) {
+    auto it = state.find("lbfgs.ro");
+    TG_CHECK(it != state.end() && it->second->defined() && it->second->dim() == 1 && it->second->size(0) == h,
+             "LBFGS: state 'lbfgs.ro' must be a vector of ", h, " numbers (one per pair of the history)");
+    ++taken;
+  }
+  return taken;
+}
+
+void LBFGS::load_extra_state(const std::map<std::string, const Tensor*>& state) {
+  auto get = [&](const std::string& k) { return state.at("lbfgs." + k)->to(Device(kCPU)).to(kFloat64).item<double>(); };
+  // Vectors in the parameters' dtype and device, as step() makes them (copies: the state stays the caller's).
+  const TensorOptions like = params_[0].options().dtype(real_type(params_[0].dtype()));
+  auto vec = [&](const std::string& k) {
+    auto it = state.find("lbfgs." + k);
+    return it == state.end() ? Tensor() : it->second->to(like.device()).to(like.dtype()).clone();
+  };
+  iter_ = int64_t(get("n_iter"));
+  evals_ = int64_t(get("func_evals"));
+  t_ = get("t");
+  h_diag_ = get("H_diag");
+  prev_loss_ = get("prev_loss");
+  d_ = vec("d");
+  prev_g_ = vec("prev_flat_grad");
+  const int64_t h = int64_t(get("history"));
+  old_y_.clear();
+  old_s_.clear();
+  ro_.clear();
+  for (int64_t i = 0; i < h; ++i) {
+    old_y_.push_back(vec("old_dirs." + std::to_string(i)));
+    old_s_.push_back(vec("old_stps." + std::to_string(i)));
+  }
+  if (h > 0) ro_ = state.at("lbfgs.ro")->to(Device(kCPU)).to(kFloat64).to_vector<double>();
 }
 
 }  // namespace tg::optim

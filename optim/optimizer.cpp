@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <functional>
 #include <tuple>
 #include <unordered_map>
@@ -240,6 +241,7 @@ NamedTensors Optimizer::state_dict() const {
   for (size_t g = 0; g < groups_.size(); ++g)
     for (const auto& [name, value] : flags_)
       out.emplace_back("param_groups." + std::to_string(g) + "." + name, f64(*value ? 1.0 : 0.0));
+  save_extra_state(out);
   return out;
 }
 
@@ -324,6 +326,8 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
         ++known;
       }
   }
+  const std::map<std::string, const Tensor*> sorted(by_name.begin(), by_name.end());
+  known += check_extra_state(sorted);
   TG_CHECK(known == state.size(), name_, ": the state has ", state.size() - known,
            " entries this optimizer does not know (saved by another kind of optimizer?)");
   // A parameter with state (steps taken, or any state tensor) needs every
@@ -365,6 +369,7 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
     std::vector<double> steps_d(t_.begin(), t_.end());
     device_steps_.copy_(tg::tensor(steps_d, {int64_t(steps_d.size())}, TensorOptions().dtype(kFloat64)));
   }
+  load_extra_state(sorted);
   on_state_loaded();
   for (size_t i = 0; i < params_.size(); ++i)
     for (const NumberState& n : numbers_) {

@@ -242,7 +242,11 @@ double OneCycleLR::along(int64_t e, double start, const std::vector<double>& end
     if (double(e) <= end_step || k + 1 == phase_end_.size()) {
       const double pct = (double(e) - start_step) / (end_step - start_step);
       if (cos_) return end_value + (start - end_value) / 2 * (std::cos(std::acos(-1.0) * pct) + 1);
-      return (end_value - start) * pct + start;
+      // At e = total_steps (after the last of the total_steps step() calls)
+      // the last phase has ended: a linear phase stays at its end value
+      // (PyTorch's extrapolates past it, below zero for small final rates;
+      // the cosine, as PyTorch's, turns back symmetrically).
+      return (end_value - start) * std::min(pct, 1.0) + start;
     }
     start_step = end_step;
     start = end_value;

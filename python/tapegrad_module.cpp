@@ -1003,6 +1003,7 @@ PYBIND11_MODULE(_C, m) {
                    "t.detach().clone()");
              Tensor c = t.detach().clone();
              if (t.requires_grad()) c.requires_grad_(true);
+             if (t.grad().defined()) c.mutable_grad() = t.grad().detach().clone();  // as PyTorch's: .grad too
              return c;
            })
       .def("__reduce__",
@@ -1019,7 +1020,11 @@ PYBIND11_MODULE(_C, m) {
       .def("__getitem__", &index_tensor)
       .def("__setitem__",
            [](Tensor& t, const py::object& key, const py::object& value) {
-             if (is_advanced_key(key) || has_negative_step(key))
+             bool advanced_item = false;  // an index tensor, array or list inside a tuple key
+             if (py::isinstance<py::tuple>(key))
+               for (const py::handle& h : key.cast<py::tuple>())
+                 advanced_item = advanced_item || is_advanced_key(py::reinterpret_borrow<py::object>(h));
+             if (is_advanced_key(key) || advanced_item || has_negative_step(key))
                throw py::type_error(
                    "tapegrad assigns through views only: integers, slices with a positive step, None, ... and "
                    "bools (an index tensor or a negative step gives a copy); use masked_fill or where");
@@ -1481,14 +1486,32 @@ PYBIND11_MODULE(_C, m) {
       py::arg("fn"), py::arg("x"), py::arg("strategy") = "batched_cotangents", py::arg("create_graph") = false);
   m.def(
       "laplacian",
-      [](const py::function& fn, const Tensor& x, bool create_graph) {
-        return calling_python(fn, [&](const ag::TensorFn& f) { return ag::laplacian(f, x, create_graph); });
+      [](const py::function& fn, const Tensor& x, bool create_graph, std::optional<int64_t> samples,
+         const std::string& directions, bool return_variance) -> py::object {
+        if (!samples) {
+          if (return_variance)
+            throw tg::Error("laplacian: return_variance needs samples (the exact Laplacian has no variance)");
+          return py::cast(calling_python(fn, [&](const ag::TensorFn& f) { return ag::laplacian(f, x, create_graph); }));
+        }
+        if (directions != "rademacher" && directions != "gaussian")
+          throw tg::Error("laplacian: directions is \"rademacher\" or \"gaussian\", got \"" + directions + "\"");
+        const ag::Directions d = directions == "gaussian" ? ag::Directions::Gaussian : ag::Directions::Rademacher;
+        ag::Estimate e = calling_python(fn, [&](const ag::TensorFn& f) {
+          return ag::laplacian_estimate(f, x, *samples, d, create_graph, return_variance);
+        });
+        if (return_variance) return py::make_tuple(e.value, e.variance);
+        return py::cast(e.value);
       },
-      py::arg("fn"), py::arg("x"), py::arg("create_graph") = false);
+      py::arg("fn"), py::arg("x"), py::arg("create_graph") = false, py::arg("samples") = py::none(),
+      py::arg("directions") = "rademacher", py::arg("return_variance") = false,
+      "Per-sample Laplacians of fn [B, n] -> [B, m]: exact (Taylor mode), or with samples=k Hutchinson's "
+      "unbiased estimate over k random directions per sample (rademacher or gaussian; return_variance: also the "
+      "estimate's variance)");
 
   m.def(
       "derivative_operator",
-      [](const py::function& fn, const Tensor& x, const py::list& terms, bool create_graph) {
+      [](const py::function& fn, const Tensor& x, const py::list& terms, bool create_graph,
+         std::optional<int64_t> samples) {
         std::vector<ag::Partial> parts;
         for (const py::handle& t : terms) {
           ag::Partial p;
@@ -1500,12 +1523,15 @@ PYBIND11_MODULE(_C, m) {
           }
           parts.push_back(std::move(p));
         }
-        return calling_python(
-            fn, [&](const ag::TensorFn& f) { return ag::derivative_operator(f, x, parts, create_graph); });
+        return calling_python(fn, [&](const ag::TensorFn& f) {
+          return samples ? ag::derivative_operator_estimate(f, x, parts, *samples, create_graph)
+                         : ag::derivative_operator(f, x, parts, create_graph);
+        });
       },
-      py::arg("fn"), py::arg("x"), py::arg("terms"), py::arg("create_graph") = false,
+      py::arg("fn"), py::arg("x"), py::arg("terms"), py::arg("create_graph") = false, py::arg("samples") = py::none(),
       "sum of coefficient * d^k fn / dx_dims per sample: terms are (dims, coefficient) pairs or dims lists "
-      "(coefficient 1), e.g. [([0, 0], 1.0), ([1, 1], 1.0)] for the 2-D Laplacian");
+      "(coefficient 1), e.g. [([0, 0], 1.0), ([1, 1], 1.0)] for the 2-D Laplacian; samples=k: the unbiased "
+      "estimate from k of the terms drawn without replacement, scaled by len(terms) / k");
 
   // CUDA.
   py::module_ cuda = m.def_submodule("cuda", "CUDA devices, streams and graphs");

@@ -527,4 +527,29 @@ TEST(Losses, BinaryCrossEntropyChecksItsRangeOnTheGpuAndIsNaNUnderCapture) {
   EXPECT_TRUE(std::isnan(scalar(loss)));
 }
 
+// The Nd norm layers check their input's rank (a 3-D input to BatchNorm2d
+// would normalize the wrong dims), and InstanceNormNd takes one unbatched
+// sample [C, spatial...] as torch's.
+TEST(NNLayers, NormLayersCheckTheRankAndInstanceNormTakesAnUnbatchedSample) {
+  tg::manual_seed(31);
+  nn::InstanceNorm2d in(3, 1e-5, 0.1, false, false, kF64);
+  Tensor x = tg::randn({3, 5, 4}, kF64);  // [C, H, W]
+  Tensor y = in->forward(x);
+  ASSERT_EQ(y.sizes(), x.sizes());
+  Tensor want = in->forward(x.unsqueeze(0)).squeeze(0);
+  EXPECT_TRUE(tg::allclose(y, want, 0, 1e-14));
+  // Each channel over its H x W: mean 0, (biased) variance 1 - eps / (var + eps).
+  EXPECT_LT(tg::amax(tg::abs(y.mean({1, 2}))).item<double>(), 1e-12);
+  EXPECT_ERROR_CONTAINS(in->forward(tg::randn({3, 5}, kF64)),
+                        "InstanceNorm2d: expected a 4-D input [N, C, ...] or a 3-D unbatched one [C, ...], got [3, 5]");
+  nn::BatchNorm2d bn(3, 1e-5, 0.1, true, true, kF64);
+  EXPECT_ERROR_CONTAINS(bn->forward(tg::randn({3, 5, 4}, kF64)),
+                        "BatchNorm2d: expected a 4-D input [N, C, H, W], got [3, 5, 4]");
+  EXPECT_EQ(bn->num_batches_tracked.item<int64_t>(), 0) << "a refused call changes nothing";
+  nn::BatchNorm1d bn1(3, 1e-5, 0.1, true, true, kF64);
+  EXPECT_ERROR_CONTAINS(bn1->forward(tg::randn({2, 3, 4, 4}, kF64)), "BatchNorm1d: expected a 2-D or 3-D input");
+  EXPECT_EQ(bn1->forward(tg::randn({4, 3}, kF64)).sizes(), (tg::IntList{4, 3}));
+  EXPECT_EQ(bn1->forward(tg::randn({4, 3, 6}, kF64)).sizes(), (tg::IntList{4, 3, 6}));
+}
+
 }  // namespace

@@ -579,4 +579,64 @@ TEST(OptimSchedulers, ANonFiniteRateIsRefused) {
   EXPECT_DOUBLE_EQ(opt2.lr(), 0.1);
 }
 
+// L-BFGS's history is part of its state_dict (torch's d, t, old_dirs,
+// old_stps, ro, H_diag, prev_flat_grad, prev_loss, n_iter, func_evals): a
+// resumed run steps bitwise as the uninterrupted one; a damaged history is
+// refused and changes nothing.
+TEST(Optim, LbfgsResumesBitwiseFromItsStateDict) {
+  for (bool wolfe : {false, true}) {
+    auto make = [](double a0) {
+      return std::vector<Tensor>{tg::tensor({a0, -0.5, 0.3}, {3}, kF64).requires_grad_(),
+                                 tg::tensor({0.2, 0.7}, {1, 2}, kF64).requires_grad_()};
+    };
+    auto closure_for = [](optim::LBFGS& opt, const std::vector<Tensor>& ps) {
+      return [&opt, ps]() {
+        opt.zero_grad();
+        Tensor l = tg::zeros({}, kF64);
+        for (const Tensor& p : ps)
+          l = l + (p * p * p * p).sum() + tg::sin(p).sum();
+        l.backward();
+        return l;
+      };
+    };
+    optim::LBFGSOptions o(1.0, 3, 0, 1e-7, 1e-9, 4, wolfe);
+    std::vector<Tensor> a = make(1.0);
+    optim::LBFGS run(a, o);
+    for (int k = 0; k < 2; ++k)
+      run.step(closure_for(run, a));
+    const optim::NamedTensors saved = run.state_dict();
+    std::vector<Tensor> b = make(9.0);  // other values: copied in below
+    {
+      tg::NoGradGuard no_grad;
+      for (size_t i = 0; i < a.size(); ++i)
+        b[i].copy_(a[i]);
+    }
+    optim::LBFGS resumed(b, o);
+    resumed.load_state_dict(saved);
+    for (int k = 0; k < 3; ++k) {
+      const double la = run.step(closure_for(run, a)), lb = resumed.step(closure_for(resumed, b));
+      EXPECT_EQ(la, lb) << "step " << k << (wolfe ? " (strong Wolfe)" : "");
+    }
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_TRUE(tg::equal(a[i], b[i])) << "parameter " << i;
+    EXPECT_EQ(run.evaluations(), resumed.evaluations());
+    // A damaged history: refused, nothing changed.
+    optim::NamedTensors bad = run.state_dict();
+    for (auto& [k, t] : bad)
+      if (k == "lbfgs.old_dirs.0") t = tg::zeros({4}, kF64);
+    const optim::NamedTensors before = resumed.state_dict();
+    EXPECT_ERROR_CONTAINS(resumed.load_state_dict(bad),
+                          "LBFGS: state 'lbfgs.old_dirs.0' must be a floating-point "
+                          "vector of 5 elements (the parameters'), got [4]");
+    optim::NamedTensors missing;
+    for (const auto& [k, t] : run.state_dict())
+      if (k != "lbfgs.H_diag") missing.emplace_back(k, t);
+    EXPECT_ERROR_CONTAINS(resumed.load_state_dict(missing), "LBFGS: the state has no 'lbfgs.H_diag'");
+    const optim::NamedTensors after = resumed.state_dict();
+    ASSERT_EQ(before.size(), after.size());
+    for (size_t i = 0; i < before.size(); ++i)
+      EXPECT_TRUE(before[i].first == after[i].first && tg::equal(before[i].second, after[i].second)) << before[i].first;
+  }
+}
+
 }  // namespace

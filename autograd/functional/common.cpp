@@ -228,7 +228,8 @@ Tensor columns_to_jacobian(const Tensor& t, const Tensor& out, const Tensor& x) 
 }
 // fn's value and Taylor coefficients c_1..c_K ([rows(j), B, m] each) at the
 // active Taylor level, x [B, n] carrying the first coefficients `dirs`
-// ([k, n], the same for every sample) and no higher ones. Only the orders
+// ([k, n], the same for every sample, or [k, B, n], each sample's own) and
+// no higher ones. Only the orders
 // whose bit is set in `need` (bit j - 1 for c_j) are returned (the others
 // undefined). `carries` (optional): whether y carries coefficients at all
 // (an output that is not a function of x carries none).
@@ -242,10 +243,12 @@ std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor&
   Tensor tangent;
   {
     forward_ad::detail::Suspend pause;
-    tangent = B == 0 ? zeros({l.batch(), 0, n}, xi.options())  // nothing to fill (the structure probe)
-                     : cat({dirs, zeros({l.batch() - dirs.size(0), n}, dirs.options())}, 0)
-                           .view({l.batch(), 1, n})
-                           .expand({l.batch(), B, n});
+    if (B == 0) tangent = zeros({l.batch(), 0, n}, xi.options());  // nothing to fill (the structure probe)
+    else if (dirs.dim() == 3) tangent = cat({dirs, zeros({l.batch() - dirs.size(0), B, n}, dirs.options())}, 0);
+    else
+      tangent = cat({dirs, zeros({l.batch() - dirs.size(0), n}, dirs.options())}, 0)
+                    .view({l.batch(), 1, n})
+                    .expand({l.batch(), B, n});
   }
   Tensor y;
   {

@@ -163,6 +163,77 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
   return result(out, create_graph);
 }
 
+Estimate laplacian_estimate(const TensorFn& fn, const Tensor& x, int64_t samples, Directions directions,
+                            bool create_graph, bool variance) {
+  check_batched_input(x, "laplacian_estimate");
+  TG_CHECK(samples > 0, "laplacian_estimate: samples must be positive, got ", samples);
+  TG_CHECK(is_floating_point(x.dtype()), "laplacian_estimate: x must be floating-point, got ", x.dtype());
+  TG_CHECK(!forward_ad::is_active(),
+           "laplacian_estimate: called inside a forward_ad::dual_level; it makes its own "
+           "(levels do not nest): call it outside");
+  require_independent_rows(fn, x, "laplacian_estimate");
+  const int64_t B = x.size(0), n = x.size(1);
+  Tensor v;
+  {
+    NoGradGuard no_grad;
+    const TensorOptions o = TensorOptions().dtype(x.dtype()).device(x.device());
+    v = directions == Directions::Gaussian
+            ? randn({samples, B, n}, o)
+            : sub(mul(randint(0, 2, {samples, B, n}, o), 2.0), 1.0);  // +-1, as a float tensor
+  }
+  Tensor xi = forward_input(x, "laplacian_estimate", create_graph);
+  EnableGradGuard grad_on;
+  Estimate e;
+  if (!variance) {
+    // One second-order group of the pairs (s, s): its c_2 is half the sum of v_s^T H v_s.
+    std::vector<forward_ad::SecondOrderPair> diag;
+    for (int64_t s = 0; s < samples; ++s)
+      diag.push_back({s, s, 1.0});
+    forward_ad::taylor_level level(samples, {diag});
+    std::vector<Tensor> r = push_jet(fn, xi, v, "laplacian_estimate", create_graph, 2u);
+    e.value = result(mul(r[2].select(0, 0), 2.0 / double(samples)), create_graph);
+    return e;
+  }
+  // Each direction its own group: the k estimates v_s^T H v_s, their mean and variance / k.
+  std::vector<std::vector<forward_ad::SecondOrderPair>> groups;
+  for (int64_t s = 0; s < samples; ++s)
+    groups.push_back({{s, s, 1.0}});
+  forward_ad::taylor_level level(samples, groups);
+  std::vector<Tensor> r = push_jet(fn, xi, v, "laplacian_estimate", create_graph, 2u);
+  const Tensor q = mul(r[2], 2.0);  // [k, B, m]
+  e.value = result(mean(q, {0}), create_graph);
+  {
+    NoGradGuard no_grad;
+    e.variance = samples > 1 ? div(var(q.detach(), IntList{0}, 1.0), double(samples)) : zeros_like(e.value);
+  }
+  return e;
+}
+
+Tensor derivative_operator_estimate(const TensorFn& fn, const Tensor& x, const std::vector<Partial>& terms,
+                                    int64_t samples, bool create_graph) {
+  const int64_t t = int64_t(terms.size());
+  TG_CHECK(t > 0, "derivative_operator_estimate: no terms given");
+  TG_CHECK(samples > 0 && samples <= t, "derivative_operator_estimate: samples must be in [1, ", t,
+           "] (the number of terms), got ", samples);
+  TG_CHECK(!cuda::is_current_stream_capturing(),
+           "derivative_operator_estimate: draws its terms on the host, which a CUDA graph would fix at capture; "
+           "use laplacian_estimate (random directions drawn on the device) under capture");
+  if (samples == t) return derivative_operator(fn, x, terms, create_graph);
+  Tensor pick;
+  {
+    NoGradGuard no_grad;
+    pick = randperm(t).narrow(0, 0, samples);  // a CPU Int64 tensor: no device sync
+  }
+  std::vector<Partial> drawn;
+  const double scale = double(t) / double(samples);
+  for (int64_t i = 0; i < samples; ++i) {
+    Partial p = terms[size_t(pick.select(0, i).item<int64_t>())];
+    p.coefficient *= scale;
+    drawn.push_back(std::move(p));
+  }
+  return derivative_operator(fn, x, drawn, create_graph);
+}
+
 MlpDerivatives mlp_taylor(const std::vector<Tensor>& weights, const std::vector<Tensor>& biases, Activation act,
                           const Tensor& x) {
   check_batched_input(x, "mlp_taylor");

@@ -83,6 +83,19 @@ class Module:
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 
+    def __deepcopy__(self, memo):
+        """copy.deepcopy's, submodules first: a C++ layer registers its new
+        tensors in memo, so a tensor of it tied elsewhere stays tied."""
+        import copy
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        object.__setattr__(new, "_modules", collections.OrderedDict(
+            (name, copy.deepcopy(m, memo)) for name, m in self._modules.items()))
+        for k, v in self.__dict__.items():
+            if k != "_modules":
+                object.__setattr__(new, k, copy.deepcopy(v, memo))
+        return new
+
     def named_modules(self, prefix="", memo=None):
         """Every module once (a shared submodule under its first name), as PyTorch's."""
         memo = set() if memo is None else memo
@@ -186,15 +199,24 @@ class Module:
         return lines[0] + (")" if len(lines) == 1 else "\n" + "\n".join(lines[1:]) + "\n)")
 
 
-def _rebuild_native(cls, args, kwargs, state, training, device, dtype):
-    """Unpickles (and deep-copies) a C++ layer: made again with its
-    arguments, moved to its device and dtype, then given the saved values."""
+def _rebuild_native(cls, args, kwargs, state, training, device, dtype, frozen=(), extra=None, added=None):
+    """Unpickles a C++ layer: made again with its arguments, moved to its
+    device and dtype, given the saved values and requires_grad flags, then
+    its Python attributes and the tensors and submodules added to it."""
     m = cls(*args, **kwargs)
     if device is not None:
         m.to(device)
     if dtype is not None:
         m.to(dtype)
     m.load_state_dict(state)
+    for name in frozen:
+        m._parameters[name].requires_grad_(False)
+    if added is not None:
+        m._parameters.update(added[0])
+        m._buffers.update(added[1])
+        m._modules.update(added[2])
+    for k, v in (extra or {}).items():
+        object.__setattr__(m, k, v)
     return m.train(training)
 
 
@@ -223,13 +245,60 @@ class _Native(Module):
         object.__setattr__(self, "_native", native)
         self._sync()
 
+    _OWN = ("_native", "_parameters", "_buffers", "_modules", "_ctor", "training")
+
+    def _native_names(self):
+        return {n for n, _ in self._native.named_parameters()} | {n for n, _ in self._native.named_buffers()}
+
+    def __deepcopy__(self, memo):
+        """The layer made again with its arguments, moved and given the values
+        (requires_grad too), its tensors registered in memo first (so that a
+        module tying one of them elsewhere keeps the tie), then the Python
+        attributes, extra submodules and tensors copied as copy.deepcopy does."""
+        import copy
+        args, kw = self.__dict__.get("_ctor", ((), {}))
+        new = type(self)(*copy.deepcopy(args, memo), **copy.deepcopy(kw, memo))
+        memo[id(self)] = new
+        floats = [t for _, t in self.named_parameters(recurse=False) + self.named_buffers(recurse=False)
+                  if t.dtype.is_floating_point]
+        if floats:
+            new.to(floats[0].device)
+            new.to(floats[0].dtype)
+        own = self._native_names()
+        with _C._GradMode(False):
+            for table in ("_parameters", "_buffers"):
+                mine, theirs = getattr(self, table), getattr(new, table)
+                for name, t in mine.items():
+                    if name in own and name in theirs:
+                        theirs[name].copy_(t)
+                        if table == "_parameters":
+                            theirs[name].requires_grad_(t.requires_grad)
+                        memo[id(t)] = theirs[name]
+        for table in ("_parameters", "_buffers"):
+            for name, t in getattr(self, table).items():
+                if name not in own:
+                    getattr(new, table)[name] = copy.deepcopy(t, memo)
+        for name, m in self._modules.items():
+            new._modules[name] = copy.deepcopy(m, memo)
+        new.train(self.training)
+        for k, v in self.__dict__.items():
+            if k not in _Native._OWN:
+                object.__setattr__(new, k, copy.deepcopy(v, memo))
+        return new
+
     def __reduce__(self):
         args, kw = self.__dict__.get("_ctor", ((), {}))
         floats = [t for _, t in self.named_parameters() + self.named_buffers()
                   if t.dtype in ("float32", "float64", "bfloat16", "float16")]
         device = floats[0].device if floats else None
         dtype = floats[0].dtype if floats else None
-        return (_rebuild_native, (type(self), args, kw, self.state_dict(), self.training, device, dtype))
+        frozen = [n for n, p in self._parameters.items() if p is not None and not p.requires_grad]
+        extra = {k: v for k, v in self.__dict__.items() if k not in _Native._OWN}
+        own = self._native_names()
+        added = ({n: t for n, t in self._parameters.items() if n not in own},
+                 {n: t for n, t in self._buffers.items() if n not in own}, dict(self._modules))
+        state = collections.OrderedDict((n, t) for n, t in self.state_dict().items() if n in own)
+        return (_rebuild_native, (type(self), args, kw, state, self.training, device, dtype, frozen, extra, added))
 
     def __setattr__(self, name, value):
         if name in self._parameters or name in self._buffers:  # the C++ layer computes with its own tensors

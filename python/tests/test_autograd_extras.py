@@ -114,3 +114,39 @@ def test_derivative_operator_matches_closed_forms():
     np.testing.assert_allclose(tg.laplacian(u, x).numpy()[:, 0], lap, rtol=1e-12)
     with pytest.raises(tg.Error):
         tg.derivative_operator(u, x, [([5, 5], 1.0)])  # no such input dim
+
+
+def test_stochastic_laplacian_and_derivative_operator():
+    rng = np.random.default_rng(4)
+    n, b = 8, 4000
+    m = rng.standard_normal((n, n))
+    a = (m + m.T) / 2
+    at = tg.tensor(a)
+
+    def quad(x):
+        return ((x @ at) * x).sum(1, keepdim=True) * 0.5
+
+    x = tg.tensor(rng.standard_normal((b, n)))
+    tg.manual_seed(1)
+    value, var = tg.laplacian(quad, x, samples=2, return_variance=True)
+    sigma2 = 2 * (np.sum(a * a) - np.sum(np.diag(a) ** 2)) / 2  # Rademacher, k = 2
+    est = value.numpy()[:, 0]
+    assert abs(est.mean() - np.trace(a)) < 4 * np.sqrt(sigma2 / b)
+    assert abs(est.var(ddof=1) - sigma2) < 0.1 * sigma2
+    assert abs(var.numpy().mean() - sigma2) < 0.1 * sigma2
+    g = tg.laplacian(quad, x[:10], samples=3, directions="gaussian")
+    assert g.shape == (10, 1)
+    with pytest.raises(tg.Error, match="rademacher"):
+        tg.laplacian(quad, x, samples=2, directions="uniform")
+    with pytest.raises(tg.Error, match="needs samples"):
+        tg.laplacian(quad, x, return_variance=True)
+    # The sparse estimator over the terms: exact with all of them.
+    terms = [([i, i], 1.0) for i in range(n)]
+    exact = tg.derivative_operator(quad, x[:3], terms).numpy()
+    np.testing.assert_allclose(exact, np.full((3, 1), np.trace(a)), rtol=1e-12)
+    np.testing.assert_allclose(tg.derivative_operator(quad, x[:3], terms, samples=n).numpy(), exact, rtol=1e-12)
+    draws = [float(tg.derivative_operator(quad, x[:1], terms, samples=2).numpy()[0, 0]) for _ in range(400)]
+    d = np.diag(a)
+    s2 = d.var(ddof=1)
+    v = n * n * s2 / 2 * (n - 2) / n
+    assert abs(np.mean(draws) - np.trace(a)) < 4 * np.sqrt(v / 400)

@@ -246,6 +246,12 @@ def test_setitem_writes_through_views():
         t[[0, 1]] = 1.0
     with pytest.raises(TypeError, match="views only"):
         t[::-1] = 1.0
+    # An index inside a tuple key would write into a copy: refused, nothing written.
+    before = t.numpy().copy()
+    for key in ((slice(None), [0, 1]), (0, [1]), (slice(None), tg.tensor(np.array([1])))):
+        with pytest.raises(TypeError, match="views only"):
+            t[key] = 9.0
+    np.testing.assert_array_equal(t.numpy(), before)
 
 
 def test_pickle_and_deepcopy():

@@ -372,3 +372,85 @@ def test_nn_init_utils_and_the_scientific_layers():
     np.testing.assert_allclose(d["act"](tg.tensor(np.array([1.0]))).numpy(), [1 - math.tanh(1)])
     with pytest.raises(TypeError, match="not a tapegrad.nn.Module"):
         d["x"] = 3
+
+
+def test_the_second_python_adversarys_findings():
+    import copy
+    import pickle
+    nn = tg.nn
+    # A frozen weight stays frozen in a copy; a tie to a C++ layer's tensor stays a tie.
+    lin = nn.Linear(2, 2)
+    lin.weight.requires_grad_(False)
+    lin.tag = "x"
+    for c in (copy.deepcopy(lin), pickle.loads(pickle.dumps(lin))):
+        assert not c.weight.requires_grad and c.bias.requires_grad and c.tag == "x"
+        np.testing.assert_array_equal(c.weight.detach().numpy(), lin.weight.detach().numpy())
+
+    class Tie(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(5, 3)
+            self.out_w = self.emb.weight
+
+    t = Tie()
+    c = copy.deepcopy(t)
+    assert c.out_w is c.emb.weight and len(c.parameters()) == len(t.parameters()) == 1
+    assert c.emb.weight is not t.emb.weight
+    # A submodule added to a C++ layer, and a subclass's own attribute, survive.
+    lin2 = nn.Linear(2, 2)
+    lin2.sub = nn.Linear(2, 1)
+
+    class MyLin(nn.Linear):
+        def __init__(self):
+            super().__init__(2, 2)
+            self.extra = 7
+
+    m = MyLin()
+    m.extra = 11
+    for cl in (copy.deepcopy, lambda o: pickle.loads(pickle.dumps(o))):
+        c2 = cl(lin2)
+        assert isinstance(c2.sub, nn.Linear) and len(c2.parameters()) == 4
+    assert copy.deepcopy(m).extra == 11  # (a local class does not pickle)
+    # A tensor's deepcopy keeps its .grad, as torch's.
+    w = tg.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    (w * w).sum().backward()
+    wc = copy.deepcopy(w)
+    np.testing.assert_array_equal(wc.grad.numpy(), [2.0, 4.0])
+    assert wc.grad is not None and wc.requires_grad
+    # OneCycleLR with linear annealing takes total_steps steps (its last rate the final one).
+    v = tg.tensor(np.array([1.0]), requires_grad=True)
+    opt = optim.SGD([v], lr=0.1, momentum=0.9)
+    s = lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=20, anneal_strategy="linear")
+    for _ in range(20):
+        opt.step()
+        s.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.1 / 25 / 1e4)
+    with pytest.raises(tg.Error, match="past total_steps"):
+        s.step()
+    # InstanceNorm2d takes an unbatched [C, H, W] sample; BatchNorm2d refuses a 3-D input.
+    x = np.random.default_rng(0).standard_normal((3, 5, 4))
+    y = nn.InstanceNorm2d(3).to("float64")(tg.tensor(x)).numpy()
+    m_, v_ = x.mean(axis=(1, 2), keepdims=True), x.var(axis=(1, 2), keepdims=True)
+    np.testing.assert_allclose(y, (x - m_) / np.sqrt(v_ + 1e-5), rtol=1e-10, atol=1e-12)
+    with pytest.raises(tg.Error, match="expected a 4-D input"):
+        nn.BatchNorm2d(3).to("float64")(tg.tensor(x))
+    # L-BFGS resumes from its state_dict as the uninterrupted run.
+    def run(opt_, ps):
+        def closure():
+            opt_.zero_grad()
+            loss = sum(((p ** 4).sum() + tg.sin(p).sum()) for p in ps)
+            loss.backward()
+            return loss
+        return float(opt_.step(closure))
+
+    pa = [tg.tensor(np.array([1.0, -0.5, 0.3]), requires_grad=True), tg.tensor(np.array([[0.2, 0.7]]),
+                                                                                  requires_grad=True)]
+    oa = optim.LBFGS(pa, max_iter=3, history_size=4)
+    for _ in range(2):
+        run(oa, pa)
+    pb = [tg.tensor(p.detach().numpy().copy(), requires_grad=True) for p in pa]
+    ob = optim.LBFGS(pb, max_iter=3, history_size=4)
+    ob.load_state_dict(oa.state_dict())
+    assert [run(oa, pa) for _ in range(3)] == [run(ob, pb) for _ in range(3)]
+    for p, q in zip(pa, pb):
+        np.testing.assert_array_equal(p.detach().numpy(), q.detach().numpy())

@@ -112,6 +112,29 @@ bool check_rows_independent();
 /// Hessians.
 Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph = false);
 
+/// The random directions of a stochastic estimator: Rademacher (each entry
+/// +1 or -1) or standard normal; both have E[v v^T] = I.
+enum class Directions { Rademacher, Gaussian };
+/// A stochastic estimate per sample and output: its value and the variance
+/// of that value (the sample variance of the k one-direction estimates over
+/// k; undefined unless asked for).
+struct Estimate {
+  Tensor value;     ///< [B, m]
+  Tensor variance;  ///< [B, m], or undefined
+};
+/// Hutchinson's estimator of laplacian(fn, x): the mean over `samples`
+/// random directions v (each sample its own, drawn from the global
+/// generator; capturable in a CUDA graph, where each replay draws anew) of
+/// v^T H v, each from one Taylor-mode jet along v (the second coefficient),
+/// all in one pass. Unbiased; for Rademacher directions its variance is
+/// 2 (sum of H_ij^2 over i != j) / samples, for Gaussian ones 2 |H|_F^2 /
+/// samples; the cost does not grow with n. `variance`: also return the
+/// estimated variance (each direction then its own second-order group:
+/// somewhat more memory). With create_graph the value is differentiable.
+Estimate laplacian_estimate(const TensorFn& fn, const Tensor& x, int64_t samples,
+                            Directions directions = Directions::Rademacher, bool create_graph = false,
+                            bool variance = false);
+
 /// One term of a linear differential operator: coefficient times the
 /// partial derivative d^k / dx_{dims[0]} ... dx_{dims[k-1]} (dims empty: the
 /// value itself; {0, 0}: u_xx; {0, 1}: u_xy; {0, 0, 0}: u_xxx).
@@ -132,6 +155,18 @@ struct Partial {
 /// E.g. the 2-D Laplacian {{{0, 0}}, {{1, 1}}}, the KdV term {{{0, 0, 0}}}.
 Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vector<Partial>& terms,
                            bool create_graph = false);
+/// The stochastic form of derivative_operator (the sparse stochastic Taylor
+/// derivative estimator of Shi et al., NeurIPS 2024): `samples` of the
+/// terms, drawn uniformly without replacement from the global generator
+/// (on the host), each scaled by terms.size() / samples, through the exact
+/// operator's passes, so the cost grows with `samples`, not with the
+/// number of terms (the n second derivatives of a Laplacian in n
+/// dimensions, say). Unbiased for the operator, exact when samples equals
+/// the number of terms; the draw is shared by the batch. Not under CUDA
+/// graph capture (the terms drawn would be fixed in the graph): use
+/// laplacian_estimate there.
+Tensor derivative_operator_estimate(const TensorFn& fn, const Tensor& x, const std::vector<Partial>& terms,
+                                    int64_t samples, bool create_graph = false);
 
 /// The value, per-sample input Jacobian and Hessian of a multilayer
 /// perceptron (layer l: h = act(h W_l^T + b_l), no activation after the

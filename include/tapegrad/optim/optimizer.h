@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <array>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -149,6 +150,18 @@ class Optimizer {
   /// absent one is left to on_state_loaded).
   void add_number_state(const char* name, std::function<Tensor(size_t)> get,
                         std::function<void(size_t, const Tensor&)> set, double lo, double hi);
+  /// State beyond the per-parameter lists (L-BFGS's history), appended to
+  /// state_dict() under keys of the optimizer's own.
+  virtual void save_extra_state(NamedTensors& out) const { (void)out; }
+  /// Checks the entries save_extra_state wrote (present, shapes, ranges:
+  /// throwing for a damaged state) without changing anything, and returns
+  /// how many entries of `state` it takes.
+  virtual size_t check_extra_state(const std::map<std::string, const Tensor*>& state) const {
+    (void)state;
+    return 0;
+  }
+  /// Restores them (called after every check passed).
+  virtual void load_extra_state(const std::map<std::string, const Tensor*>& state) { (void)state; }
   /// Registers an optimizer-wide on/off option saved with every group
   /// ("param_groups.<g>.<name>", 0 or 1, as PyTorch's param_groups hold
   /// it); load_state_dict sets it from a state that has it.
@@ -378,6 +391,9 @@ class LBFGS : public Optimizer {
   int64_t evaluations() const { return evals_; }
 
  private:
+  void save_extra_state(NamedTensors& out) const override;
+  size_t check_extra_state(const std::map<std::string, const Tensor*>& state) const override;
+  void load_extra_state(const std::map<std::string, const Tensor*>& state) override;
   LBFGSOptions o_;
   int64_t evals_ = 0, iter_ = 0;
   Tensor d_, prev_g_;  // direction, previous gradient (flat)

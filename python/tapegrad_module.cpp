@@ -252,11 +252,22 @@ Tensor make_tensor(const py::object& data, const std::optional<std::string>& dty
   return t;
 }
 
+// Tensors from a tensor or an iterable of tensors (None: undefined); a
+// TypeError naming the item otherwise (not pybind11's cast message).
 std::vector<Tensor> tensor_list(const py::object& o) {
   if (py::isinstance<Tensor>(o)) return {o.cast<Tensor>()};
+  if (!py::isinstance<py::iterable>(o) || py::isinstance(o, py::module_::import("numpy").attr("ndarray")))
+    throw py::type_error("expected a tapegrad.Tensor or a sequence of them, got " +
+                         py::str(py::type::of(o)).cast<std::string>());
   std::vector<Tensor> v;
-  for (const auto& x : o)
+  size_t i = 0;
+  for (const auto& x : o) {
+    if (!x.is_none() && !py::isinstance<Tensor>(x))
+      throw py::type_error("expected tapegrad.Tensor items, got " + py::str(py::type::of(x)).cast<std::string>() +
+                           " at position " + std::to_string(i));
     v.push_back(x.is_none() ? Tensor() : x.cast<Tensor>());
+    ++i;
+  }
   return v;
 }
 
@@ -632,7 +643,9 @@ ag::TensorsFn tensors_fn(const py::function& fn) {
         args[i] = py::cast(xs[i]);
       py::object y = fn(*args);
       if (py::isinstance<Tensor>(y)) return {y.cast<Tensor>()};
-      if (py::isinstance<py::sequence>(y) && !py::isinstance<py::str>(y)) return tensor_list(y);
+      if (py::isinstance<py::sequence>(y) && !py::isinstance<py::str>(y) &&
+          !py::isinstance(y, py::module_::import("numpy").attr("ndarray")))
+        return tensor_list(y);
       throw tg::Error("gradcheck: the function returned " + py::str(py::type::of(y)).cast<std::string>() +
                       ", not a tapegrad.Tensor or a sequence of them");
     } catch (py::error_already_set& e) {
@@ -701,8 +714,15 @@ std::vector<tg::optim::ParamGroup> param_groups(const py::object& params) {
       if (!d.contains("params")) throw tg::Error("optimizer: a parameter group needs \"params\"");
       tg::optim::ParamGroup g;
       g.params = tensor_list(d["params"]);
-      if (d.contains("lr")) g.lr = d["lr"].cast<double>();
-      if (d.contains("weight_decay")) g.weight_decay = d["weight_decay"].cast<double>();
+      auto number = [&](const char* k) {
+        py::object v = d[k];
+        if (!PyNumber_Check(v.ptr()) || py::isinstance<Tensor>(v))
+          throw py::type_error(std::string("optimizer: a parameter group's \"") + k + "\" must be a number, got " +
+                               py::str(py::type::of(v)).cast<std::string>());
+        return py::float_(v).cast<double>();
+      };
+      if (d.contains("lr")) g.lr = number("lr");
+      if (d.contains("weight_decay")) g.weight_decay = number("weight_decay");
       for (const auto& kv : d) {
         const std::string k = py::str(kv.first);
         if (k != "params" && k != "lr" && k != "weight_decay")
@@ -710,6 +730,9 @@ std::vector<tg::optim::ParamGroup> param_groups(const py::object& params) {
       }
       groups.push_back(std::move(g));
     } else {
+      if (!py::isinstance<Tensor>(h))
+        throw py::type_error("optimizer: params must be tensors or parameter groups (dicts), got " +
+                             py::str(py::type::of(h)).cast<std::string>());
       plain.push_back(h.cast<Tensor>());
     }
   }
@@ -2000,6 +2023,9 @@ PYBIND11_MODULE(_C, m) {
             o.step([&]() {
               ag::AutoGradMode grad(true);
               py::object loss = closure();
+              if (!py::isinstance<Tensor>(loss))
+                throw tg::Error("LBFGS.step: the closure returned " + py::str(py::type::of(loss)).cast<std::string>() +
+                                "; return the loss tensor (after calling backward on it)");
               if (first.is_none()) first = loss;
               return loss.cast<Tensor>();
             });
@@ -2040,7 +2066,13 @@ PYBIND11_MODULE(_C, m) {
   py::class_<to::LambdaLR, to::LRScheduler, std::shared_ptr<to::LambdaLR>>(sched, "LambdaLR", "torch's LambdaLR")
       .def(py::init([](to::Optimizer& o, const py::function& f) {
              // The factor is called from C++ with the GIL held (step() runs in the caller's thread).
-             return std::make_shared<to::LambdaLR>(o, [f](int64_t e) { return f(e).cast<double>(); });
+             return std::make_shared<to::LambdaLR>(o, [f](int64_t e) {
+               py::object r = f(e);
+               if (!py::isinstance<py::float_>(r) && !py::isinstance<py::int_>(r) && !PyNumber_Check(r.ptr()))
+                 throw tg::Error("LambdaLR: lr_lambda(" + std::to_string(e) + ") returned " +
+                                 py::str(py::type::of(r)).cast<std::string>() + "; return a number (the factor)");
+               return py::float_(r).cast<double>();
+             });
            }),
            py::arg("optimizer"), py::arg("lr_lambda"), py::keep_alive<1, 2>(), py::keep_alive<1, 3>());
   py::class_<to::ExponentialLR, to::LRScheduler, std::shared_ptr<to::ExponentialLR>>(sched, "ExponentialLR",

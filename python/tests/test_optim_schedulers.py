@@ -454,3 +454,18 @@ def test_the_second_python_adversarys_findings():
     assert [run(oa, pa) for _ in range(3)] == [run(ob, pb) for _ in range(3)]
     for p, q in zip(pa, pb):
         np.testing.assert_array_equal(p.detach().numpy(), q.detach().numpy())
+
+
+def test_bad_arguments_get_messages_naming_them():
+    w = tg.tensor(np.array([1.0]), requires_grad=True)
+    with pytest.raises(TypeError, match="params must be tensors or parameter groups"):
+        optim.SGD([w, 3])
+    with pytest.raises(TypeError, match='"lr" must be a number'):
+        optim.SGD([{"params": [w], "lr": "x"}])
+    with pytest.raises(TypeError, match="expected tapegrad.Tensor items"):
+        tg.grad([w * 2], [np.ones(1)])
+    with pytest.raises(tg.Error, match="closure returned <class 'float'>"):
+        optim.LBFGS([w]).step(lambda: 1.0)
+    s = lr_scheduler.LambdaLR(optim.SGD([w]), lambda e: "a" if e else 1.0)
+    with pytest.raises(tg.Error, match=r"lr_lambda\(1\) returned <class 'str'>"):
+        s.step()

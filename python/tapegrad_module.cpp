@@ -593,16 +593,28 @@ struct CallbackError {
 // tapegrad.Error, the Python type of tg::Error (set where it is registered).
 PyObject* g_error_type = nullptr;
 
-// fn as a TensorFn (called with the GIL held: the functional API calls fn
-// on the calling thread). A tapegrad.Error raised inside fn (an op of fn
+// A Python callable kept by C++ (a hook, a functional API's fn), released
+// with the GIL held (the last owner may be an engine worker thread); copies
+// of what holds it (std::function copies, made with the GIL released)
+// touch no Python reference count.
+std::shared_ptr<py::function> keep_callable(const py::function& fn) {
+  return std::shared_ptr<py::function>(new py::function(fn), [](py::function* f) {
+    if (!Py_IsInitialized()) return;  // at exit: leaked, not touched
+    py::gil_scoped_acquire gil;
+    delete f;
+  });
+}
+
+// fn as a TensorFn (each call takes the GIL: the functional API runs with
+// it released, calling_python). A tapegrad.Error raised inside fn (an op of fn
 // refusing its input) goes on as the tg::Error it was, so the engine's
 // fallbacks see it as in C++: per_sample_hessian probing fn on fewer rows
 // than it closes over, say.
 ag::TensorFn tensor_fn(const py::function& fn) {
-  return [fn](const Tensor& x) -> Tensor {
+  return [f = keep_callable(fn)](const Tensor& x) -> Tensor {
     py::gil_scoped_acquire gil;  // the body runs with the GIL released (calling_python)
     try {
-      py::object y = fn(x);
+      py::object y = (*f)(x);
       if (!py::isinstance<Tensor>(y))
         throw tg::Error("the function returned " + py::str(py::type::of(y)).cast<std::string>() +
                         ", not a tapegrad.Tensor");
@@ -635,13 +647,13 @@ template <class F> auto calling_python(const py::function& fn, F&& body) -> decl
 // fn(*inputs) -> a tensor or a sequence of tensors, as a TensorsFn
 // (gradcheck's), taking the GIL for each call.
 ag::TensorsFn tensors_fn(const py::function& fn) {
-  return [fn](const ag::variable_list& xs) -> ag::variable_list {
+  return [f = keep_callable(fn)](const ag::variable_list& xs) -> ag::variable_list {
     py::gil_scoped_acquire gil;
     try {
       py::tuple args(xs.size());
       for (size_t i = 0; i < xs.size(); ++i)
         args[i] = py::cast(xs[i]);
-      py::object y = fn(*args);
+      py::object y = (*f)(*args);
       if (py::isinstance<Tensor>(y)) return {y.cast<Tensor>()};
       if (py::isinstance<py::sequence>(y) && !py::isinstance<py::str>(y) &&
           !py::isinstance(y, py::module_::import("numpy").attr("ndarray")))
@@ -653,16 +665,6 @@ ag::TensorsFn tensors_fn(const py::function& fn) {
       throw CallbackError{std::make_shared<py::error_already_set>(std::move(e))};
     }
   };
-}
-
-// A Python callable kept by C++ (a hook), released with the GIL held (the
-// last owner may be an engine worker thread).
-std::shared_ptr<py::function> keep_callable(const py::function& fn) {
-  return std::shared_ptr<py::function>(new py::function(fn), [](py::function* f) {
-    if (!Py_IsInitialized()) return;  // at exit: leaked, not touched
-    py::gil_scoped_acquire gil;
-    delete f;
-  });
 }
 
 // Tensor.register_hook's hook: fn(grad) -> None or a tensor replacing it,

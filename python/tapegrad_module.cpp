@@ -242,7 +242,9 @@ Tensor make_tensor(const py::object& data, const std::optional<std::string>& dty
                                      " does not fit in int64, tapegrad's integer type; convert the array with "
                                      ".astype(numpy.float64) (or keep its values below 2**63)");
   }
-  if (!is_array && kind == "f") arr = arr.attr("astype")("float32");
+  // Python floats: float32 unless a dtype is asked for (then read at float64
+  // precision and converted once: 0.1 as float64 stays 0.1).
+  if (!is_array && kind == "f" && !dtype) arr = arr.attr("astype")("float32");
   if (kind == "i" || kind == "u" || kind == "b") arr = arr.attr("astype")("int64");  // NumPy < 1.25: no bool in DLPack
   Tensor t = from_dlpack(arr).clone();
   if (kind == "b") t = t.to(tg::kBool);
@@ -315,19 +317,51 @@ Tensor as_operand(const py::object& b, const Tensor& a, const char* op) {
 
 // f(a, b) with b as a tensor operand (a tensor, an ndarray, a number: as_operand); NotImplemented
 // for another type, so that Python tries the reflected form.
+bool is_bool_key(const py::object& k);  // below: a Python or NumPy bool
 template <class F> py::object with_operand(const Tensor& a, const py::object& b, const char* op, F f) {
   if (!py::isinstance<Tensor>(b) && !py::isinstance(b, py::module_::import("numpy").attr("ndarray")) &&
       !PyNumber_Check(b.ptr()))
     return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+  if (a.dtype() == tg::kBool && !py::isinstance<Tensor>(b) &&
+      !py::isinstance(b, py::module_::import("numpy").attr("ndarray")) && !is_bool_key(b)) {
+    auto s = scalar_of(b, false, op);
+    if (!s) throw py::type_error(std::string(op) + ": the operand must be a tensor, an ndarray or a number");
+    return py::cast(f(
+        a.to(s->is_integral() ? tg::kInt64 : tg::kFloat32),
+        tg::full({}, *s, tg::TensorOptions().dtype(s->is_integral() ? tg::kInt64 : tg::kFloat32).device(a.device()))));
+  }
   return py::cast(f(a, as_operand(b, a, op)));
 }
 
 // a // b as torch.floor_divide: floor(a / b), for Int64 operands exact
 // integers ((a - a mod b) / b; division by zero raises, as the remainder's).
 Tensor floor_divide(const Tensor& a, const Tensor& b) {
-  if (a.dtype() == tg::kInt64 && b.dtype() == tg::kInt64)
-    return tg::div(tg::sub(a, tg::remainder(a, b)), b).to(tg::kInt64);
-  return tg::floor(tg::div(a, b));
+  if (a.dtype() == tg::kInt64 && b.dtype() == tg::kInt64) {
+    // (a - a mod b) / b is an exact multiple; its quotient is exact in
+    // float64 up to 2^53 in magnitude. Beyond, refused rather than rounded.
+    const Tensor r = tg::remainder(a, b);   // raises for a zero divisor
+    const double big = 9007199254740992.0;  // 2^53
+    if (a.numel() > 0 && b.numel() > 0 &&
+        (tg::amax(tg::abs(a.to(tg::kFloat64))).item<double>() > big ||
+         tg::amax(tg::abs(b.to(tg::kFloat64))).item<double>() > big))
+      throw tg::Error(
+          "floor_divide: Int64 operands beyond 2^53 in magnitude would be rounded (the quotient is "
+          "computed in float64); use smaller values or a % b with (a - a % b)");
+    return tg::round(tg::div(tg::sub(a, r).to(tg::kFloat64), b.to(tg::kFloat64))).to(tg::kInt64);
+  }
+  // Python's and torch's: q = (a - fmod(a, b)) / b, one less where fmod's sign
+  // differs from b's, then rounded to the nearest integer (floor, up where
+  // the rest exceeds 1/2); a / b (inf, nan) for a zero divisor.
+  const Tensor mod = tg::fmod(a, b);
+  Tensor q = tg::div(tg::sub(a, mod), b);
+  const Tensor zero = tg::zeros_like(mod);
+  const Tensor off = tg::logical_and(tg::ne(mod, zero), tg::ne(tg::lt(b, zero), tg::lt(mod, zero)));
+  q = tg::where(off, tg::sub(q, 1.0), q);
+  Tensor f = tg::floor(q);
+  f = tg::where(tg::gt(tg::sub(q, f), 0.5), tg::add(f, 1.0), f);
+  const Tensor ratio = tg::div(a, b);
+  f = tg::where(tg::eq(q, zero), tg::mul(ratio, 0.0), f);  // a signed zero, the quotient's sign
+  return tg::where(tg::eq(b, tg::zeros_like(b)), ratio, f);
 }
 
 // self op= b: the in-place method on self's storage (0 add_, 1 sub_, 2
@@ -952,12 +986,15 @@ PYBIND11_MODULE(_C, m) {
            [](const Tensor& t) -> py::object {
              if (t.dtype() == tg::kInt64) return py::int_(t.detach().item<int64_t>());
              if (t.dtype() == tg::kBool) return py::bool_(t.detach().item<bool>());
+             if (tg::is_complex(t.dtype()))  // a Python complex, both parts (not the real part alone)
+               return to_numpy(t.detach().to(tg::Device(tg::kCPU)).contiguous()).attr("item")();
              return py::float_(t.detach().to(tg::kFloat64).item<double>());
            })
       .def("tolist",
            [](const Tensor& t) {
              Tensor c = t.detach().to(tg::Device(tg::kCPU));
-             if (t.dtype() != tg::kInt64 && t.dtype() != tg::kBool) c = c.to(tg::kFloat64);
+             if (t.dtype() != tg::kInt64 && t.dtype() != tg::kBool && !tg::is_complex(t.dtype()))
+               c = c.to(tg::kFloat64);
              return to_numpy(c.contiguous()).attr("tolist")();
            })
       .def("numpy", &to_numpy)

@@ -169,4 +169,37 @@ TEST(Stochastic, SparseTermEstimatorIsUnbiasedAndExactWithEveryTerm) {
   EXPECT_ERROR_CONTAINS(ag::derivative_operator_estimate(u, x, {}, 1), "no terms given");
 }
 
+// A batch broadcast from one row (stride 0) is still a batch of rows to
+// autograd: matmul's one-copy product for such an operand applies only to
+// constants, so the gradient into an expanded leaf and a per-row tangent
+// stay per row (they were the first row's: the adversary's finding).
+TEST(Stochastic, ExpandedRowsKeepPerRowGradientsTangentsAndEstimates) {
+  const Tensor h = tg::tensor({2.0, 1.0, 1.0, 2.0}, {2, 2}, kF64);
+  Tensor x = tg::tensor({1.0, 2.0}, {1, 2}, kF64).expand({3, 2}).detach();
+  x.requires_grad_(true);
+  const Tensor go = tg::tensor({1.0, 0.0, 0.0, 1.0, 1.0, 1.0}, {3, 2}, kF64);
+  const Tensor g = ag::grad({tg::matmul(x, h)}, {x}, {go})[0];
+  EXPECT_LT(max_abs(g - tg::matmul(go, h.t())), 1e-15) << "the gradient of each row";
+  {
+    namespace fwd = tg::autograd::forward_ad;
+    fwd::dual_level level;
+    const Tensor xd = fwd::make_dual(tg::tensor({1.0, 2.0}, {1, 2}, kF64).expand({3, 2}), go);
+    const Tensor t = fwd::unpack_dual(tg::matmul(xd, h)).tangent;
+    ASSERT_TRUE(t.defined());
+    EXPECT_LT(max_abs(t - tg::matmul(go, h)), 1e-15) << "the tangent of each row";
+  }
+  // 0.5 x^T H x: every Rademacher estimate is 4 +- 2 (trace 4, off-diagonal 1).
+  auto quad = [&](const Tensor& t) { return (tg::matmul(t, h) * t).sum({1}, true) * 0.5; };
+  const Tensor xe = tg::tensor({1.0, 2.0}, {1, 2}, kF64).expand({400, 2});
+  tg::manual_seed(26);
+  const Tensor est = ag::laplacian_estimate(quad, xe, 1).value;
+  const Tensor two = tg::eq(est, 2.0), six = tg::eq(est, 6.0);
+  EXPECT_EQ(tg::sum(tg::logical_or(two, six).to(tg::kInt64)).item<int64_t>(), 400) << "each estimate is 2 or 6";
+  EXPECT_GT(tg::sum(two.to(tg::kInt64)).item<int64_t>(), 150);
+  EXPECT_GT(tg::sum(six.to(tg::kInt64)).item<int64_t>(), 150);
+  // The exact operators on the expanded batch: no false "mixes rows".
+  EXPECT_LT(max_abs(ag::laplacian(quad, xe, /*create_graph=*/true) - 4.0), 1e-12);
+  EXPECT_LT(max_abs(ag::derivative_operator(quad, xe, {{{0, 0}}, {{1, 1}}}) - 4.0), 1e-12);
+}
+
 }  // namespace

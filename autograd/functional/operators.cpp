@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -204,7 +205,9 @@ Estimate laplacian_estimate(const TensorFn& fn, const Tensor& x, int64_t samples
   e.value = result(mean(q, {0}), create_graph);
   {
     NoGradGuard no_grad;
-    e.variance = samples > 1 ? div(var(q.detach(), IntList{0}, 1.0), double(samples)) : zeros_like(e.value);
+    // One direction gives no spread to estimate: NaN, not a variance of 0.
+    e.variance = samples > 1 ? div(var(q.detach(), IntList{0}, 1.0), double(samples))
+                             : full_like(e.value, std::numeric_limits<double>::quiet_NaN());
   }
   return e;
 }

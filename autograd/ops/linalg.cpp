@@ -233,8 +233,13 @@ Tensor autograd::ops::matmul(const Tensor& a, const Tensor& b) {
   if (a.defined() && a.is_sparse()) return autograd::impl::sparse_mm(a, b, "matmul");
   // a broadcast along a leading dim (stride 0: e.g. Taylor mode's input
   // directions, the same for every sample) times a matrix: one copy's
-  // product, expanded (the GEMM shrinks by that dim's size).
-  if (a.defined() && b.defined() && a.dim() >= 2 && b.dim() == 2 && !b.is_sparse()) {
+  // product, expanded (the GEMM shrinks by that dim's size). Only for an a
+  // that is a constant to autograd: one that requires grad (a leaf made
+  // from an expand, say) has a gradient per position, and one with a
+  // tangent may carry a tangent per position (a per-sample direction), and
+  // both would see only the first copy's.
+  if (a.defined() && b.defined() && a.dim() >= 2 && b.dim() == 2 && !b.is_sparse() && !a.requires_grad() &&
+      !fw_any({&a})) {
     Tensor one = a;
     for (int64_t d = 0; d + 1 < a.dim(); ++d)
       if (a.size(d) > 1 && a.stride(d) == 0) one = one.narrow(d, 0, 1);

@@ -41,11 +41,22 @@ class dtype(str):
     def __repr__(self):
         return "tapegrad." + str(self)
 
-    def __reduce__(self):
-        return (dtype, (str(self),))
+    def __reduce__(self):  # the module's one object per name (tapegrad.float32 ...)
+        return (_dtype_named, (str(self),))
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
 
 
 _DTYPES = {n: dtype(n) for n in dtype._itemsizes}
+
+
+def _dtype_named(name):
+    """tapegrad's dtype object of that name (unpickling keeps `is`)."""
+    return _DTYPES[name]
 float32, float64, bfloat16, float16, int64 = (_DTYPES[n] for n in ("float32", "float64", "bfloat16", "float16",
                                                                    "int64"))
 complex64, complex128 = _DTYPES["complex64"], _DTYPES["complex128"]

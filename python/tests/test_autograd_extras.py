@@ -150,3 +150,35 @@ def test_stochastic_laplacian_and_derivative_operator():
     s2 = d.var(ddof=1)
     v = n * n * s2 / 2 * (n - 2) / n
     assert abs(np.mean(draws) - np.trace(a)) < 4 * np.sqrt(v / 400)
+
+
+def test_the_third_python_adversarys_findings():
+    import copy
+    import pickle
+    # Python floats at the dtype asked for (not through float32).
+    assert tg.tensor([0.1], dtype="float64").tolist() == [0.1]
+    assert tg.tensor([1e300], dtype=tg.float64).tolist() == [1e300]
+    assert tg.tensor(0.1, dtype=tg.float64).item() == 0.1
+    # Complex values keep their imaginary parts in tolist and item.
+    c = tg.tensor(np.array([1 + 2j, 3 - 4j]))
+    assert c.tolist() == [1 + 2j, 3 - 4j] and c[0].item() == 1 + 2j
+    # Floor division as Python's on the edges; Int64 exact (or refused beyond 2^53).
+    x = tg.tensor(np.array([1.0]))
+    assert (x // 0.1).tolist() == [1.0 // 0.1] == [9.0]
+    assert (tg.tensor(np.array([-7.5])) // float("inf")).tolist() == [-1.0]
+    assert (tg.tensor(np.array([5e-324])) // -7.5).tolist() == [-1.0]
+    assert np.isnan((tg.tensor(np.array([float("inf")])) // 3.0).tolist()[0])
+    ints = [2 ** 52, -(2 ** 52), 7, -7]
+    assert (tg.tensor(ints) // 3).tolist() == [v // 3 for v in ints]
+    assert (tg.tensor(ints) // -5).tolist() == [v // -5 for v in ints]
+    with pytest.raises(tg.Error, match="beyond 2\\^53"):
+        tg.tensor([2 ** 62]) // 3
+    # A number beside a Bool tensor promotes as torch's.
+    p = 2 ** tg.tensor(np.array([True, False]))
+    assert p.dtype is tg.int64 and p.tolist() == [2, 1]
+    # One direction has no variance to estimate.
+    value, var = tg.laplacian(lambda t: (t * t).sum(1, keepdim=True), tg.tensor(np.ones((3, 2))), samples=1,
+                              return_variance=True)
+    assert np.all(np.isnan(var.numpy()))
+    # dtype objects stay the module's objects.
+    assert pickle.loads(pickle.dumps(tg.float32)) is tg.float32 and copy.deepcopy(tg.float64) is tg.float64

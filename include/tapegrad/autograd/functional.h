@@ -117,7 +117,7 @@ Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph = false)
 enum class Directions { Rademacher, Gaussian };
 /// A stochastic estimate per sample and output: its value and the variance
 /// of that value (the sample variance of the k one-direction estimates over
-/// k; undefined unless asked for).
+/// k; NaN for k = 1; undefined unless asked for).
 struct Estimate {
   Tensor value;     ///< [B, m]
   Tensor variance;  ///< [B, m], or undefined

@@ -11,39 +11,39 @@
 namespace tg::detail {
 
 // X(enumerator, variable, what it turns off, where)
-#define TG_OFF_SWITCHES(X)                                                                                         \
-  X(kCublasLt, "TG_CUBLASLT", "cuBLASLt GEMMs with cached plans (back to cublasGemmEx)", "cuda/kernels/linalg.cu") \
-  X(kBiasEpilogue, "TG_BIAS_EPILOGUE", "linear's bias in the GEMM's epilogue (back to the product, then an add)",  \
-    "cuda/kernels/linalg.cu")                                                                                      \
-  X(kCudaPdl, "TG_CUDA_PDL", "programmatic dependent launch of the elementwise kernels",                           \
-    "cuda/kernels/elementwise.cu")                                                                                 \
-  X(kGraphFusion, "TG_CUDA_GRAPH_FUSION", "fusion of elementwise chains in captured graphs", "graphs/graph.cpp")   \
-  X(kGraphRelax, "TG_CUDA_GRAPH_RELAX", "dependency relaxation of captured graphs", "graphs/graph.cpp")            \
-  X(kStructureProbe, "TG_STRUCTURE_PROBE", "the structural-zero probe of per-sample Hessians",                     \
-    "autograd/functional/per_sample.cpp")                                                                          \
-  X(kDeferTangents, "TG_DEFER_TANGENTS", "deferred tangents of a last linear layer in Taylor mode",                \
-    "autograd/forward_ad.cpp")                                                                                     \
-  X(kMergeWeightGrads, "TG_MERGE_WEIGHT_GRADS", "merged weight-gradient products in the backward",                 \
-    "autograd/input_buffer.cpp")                                                                                   \
-  X(kSmallTrsm, "TG_SMALL_TRSM",                                                                                   \
-    "the shared-memory triangular solve for 5 to 64 right-hand sides of order <= 64 (back to cuBLAS trsmBatched)", \
-    "cuda/kernels/linalg.cu")                                                                                      \
-  X(kSmallGemm, "TG_SMALL_GEMM", "the tiled kernel for products of at most 2^21 multiply-adds (back to cuBLASLt)", \
-    "cuda/kernels/linalg.cu")                                                                                      \
-  X(kCudnn, "TG_CUDNN", "cuDNN's convolutions (back to im2col + cuBLAS GEMMs)", "cuda/kernels/grid.cpp")           \
-  X(kCudnnFind, "TG_CUDNN_FIND", "cuDNN's algorithms timed on first use of a shape (back to its heuristics)",      \
-    "cuda/kernels/grid.cpp")                                                                                       \
-  X(kCudnnGraph, "TG_CUDNN_GRAPH",                                                                                 \
-    "cuDNN's graph API where timed faster (back to its legacy convolution API for every call)",                    \
-    "cuda/kernels/grid.cpp")                                                                                       \
-  X(kCudnnGraphFwd, "TG_CUDNN_GRAPH_FWD",                                                                          \
-    "cuDNN's graph API also for forward calls and input gradients, where timed faster (back to its legacy API)",   \
-    "cuda/kernels/grid.cpp")                                                                                       \
-  X(kGroupKernels, "TG_GROUP_KERNELS",                                                                             \
-    "the fused kernels of the group primitives (_group_sum/_center/_affine; back to reductions and broadcasts)",   \
-    "cuda/kernels/group.cu")                                                                                       \
-  X(kResampleKernels, "TG_RESAMPLE_KERNELS",                                                                       \
-    "interpolate's linear modes as one resampling primitive per dim (back to gathers and weighted sums)",          \
+#define TG_OFF_SWITCHES(X)                                                                                             \
+  X(kCublasLt, "TG_CUBLASLT", "cuBLASLt GEMMs with cached plans (back to cublasGemmEx)", "cuda/kernels/linalg.cu")     \
+  X(kBiasEpilogue, "TG_BIAS_EPILOGUE", "linear's bias in the GEMM's epilogue (back to the product, then an add)",      \
+    "cuda/kernels/linalg.cu")                                                                                          \
+  X(kCudaPdl, "TG_CUDA_PDL", "programmatic dependent launch of the elementwise kernels",                               \
+    "cuda/kernels/elementwise.cu")                                                                                     \
+  X(kGraphFusion, "TG_CUDA_GRAPH_FUSION", "fusion of elementwise chains in captured graphs", "graphs/graph.cpp")       \
+  X(kGraphRelax, "TG_CUDA_GRAPH_RELAX", "dependency relaxation of captured graphs", "graphs/graph.cpp")                \
+  X(kStructureProbe, "TG_STRUCTURE_PROBE", "the structural-zero probe of per-sample Hessians",                         \
+    "autograd/functional/per_sample.cpp")                                                                              \
+  X(kDeferTangents, "TG_DEFER_TANGENTS", "deferred tangents of a last linear layer in Taylor mode",                    \
+    "autograd/forward_ad.cpp")                                                                                         \
+  X(kMergeWeightGrads, "TG_MERGE_WEIGHT_GRADS", "merged weight-gradient products in the backward",                     \
+    "autograd/input_buffer.cpp")                                                                                       \
+  X(kSmallTrsm, "TG_SMALL_TRSM",                                                                                       \
+    "the shared-memory triangular solve for 5 to 64 right-hand sides of order <= 64 (back to cuBLAS trsmBatched)",     \
+    "cuda/kernels/linalg.cu")                                                                                          \
+  X(kSmallGemm, "TG_SMALL_GEMM", "the tiled kernel for products of at most 2^21 multiply-adds (back to cuBLASLt)",     \
+    "cuda/kernels/linalg.cu")                                                                                          \
+  X(kCudnn, "TG_CUDNN", "cuDNN's convolutions (back to im2col + cuBLAS GEMMs)", "cuda/kernels/grid.cpp")               \
+  X(kCudnnFind, "TG_CUDNN_FIND", "cuDNN's algorithms timed on first use of a shape (back to its heuristics)",          \
+    "cuda/kernels/grid.cpp")                                                                                           \
+  X(kCudnnGraph, "TG_CUDNN_GRAPH",                                                                                     \
+    "cuDNN's graph API where timed faster (back to its legacy convolution API for every call)",                        \
+    "cuda/kernels/grid.cpp")                                                                                           \
+  X(kCudnnGraphFwd, "TG_CUDNN_GRAPH_FWD",                                                                              \
+    "cuDNN's graph API also for eager forward calls and input gradients, where timed faster (back to its legacy API)", \
+    "cuda/kernels/grid.cpp")                                                                                           \
+  X(kGroupKernels, "TG_GROUP_KERNELS",                                                                                 \
+    "the fused kernels of the group primitives (_group_sum/_center/_affine; back to reductions and broadcasts)",       \
+    "cuda/kernels/group.cu")                                                                                           \
+  X(kResampleKernels, "TG_RESAMPLE_KERNELS",                                                                           \
+    "interpolate's linear modes as one resampling primitive per dim (back to gathers and weighted sums)",              \
     "tensor/grid.cpp, cuda/kernels/resample.cu")
 
 enum class OffSwitch {

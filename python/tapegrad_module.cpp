@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -809,6 +810,53 @@ py::object step_with_closure(tg::optim::Optimizer& o, const py::object& closure)
 struct GraphCapture {
   tg::cuda::CUDAGraph* graph;
   std::unique_ptr<tg::cuda::Graph> scope;
+  tg::cuda::MempoolId pool{0, 0};
+  std::optional<tg::cuda::Stream> stream;
+};
+
+// `with tapegrad.cuda.stream(s):` — s current for the scope (torch.cuda.stream).
+struct StreamScope {
+  std::optional<tg::cuda::Stream> stream;  // None: no change, as torch's stream(None)
+  std::unique_ptr<tg::cuda::StreamGuard> guard;
+};
+
+// A graphed callable or function's result: one tensor, or a tuple of them
+// (as the Python function returned at capture).
+py::object graphed_result(const std::vector<Tensor>& out, bool single) {
+  if (single && out.size() == 1) return py::cast(out[0]);
+  py::tuple t(out.size());
+  for (size_t i = 0; i < out.size(); ++i)
+    t[i] = py::cast(out[i]);
+  return t;
+}
+
+std::vector<Tensor> tensor_args(const py::args& args, const char* what) {
+  std::vector<Tensor> xs;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!py::isinstance<Tensor>(args[i]))
+      throw tg::Error(std::string(what) + ": argument " + std::to_string(i) + " is " +
+                      py::str(py::type::of(args[i])).cast<std::string>() + "; pass tapegrad.Tensor arguments");
+    xs.push_back(args[i].cast<Tensor>());
+  }
+  return xs;
+}
+
+tg::cuda::MempoolId pool_from(const py::object& pool) {
+  if (pool.is_none()) return {0, 0};
+  auto t = pool.cast<std::pair<uint64_t, uint64_t>>();
+  return {t.first, t.second};
+}
+
+// A GraphedCallable with whether its function returned one tensor.
+struct PyGraphedCallable {
+  tg::cuda::GraphedCallable callable;
+  bool single = true;
+};
+
+// A GraphedFunction; single as above, known after its first call.
+struct PyGraphedFunction {
+  std::shared_ptr<tg::cuda::GraphedFunction> function;
+  std::shared_ptr<bool> single = std::make_shared<bool>(true);
 };
 
 }  // namespace
@@ -1030,6 +1078,11 @@ PYBIND11_MODULE(_C, m) {
           py::arg("dim") = py::none(), py::arg("keepdim") = false)
       .def("reshape", [](const Tensor& t, const py::args& s) { return t.reshape(sizes_of(s, "reshape")); })
       .def("view", [](const Tensor& t, const py::args& s) { return t.view(sizes_of(s, "view")); })
+      // torch's *sizes forms beside the generated sequence ones
+      .def("expand", [](const Tensor& t, const py::args& s) { return t.expand(sizes_of(s, "expand")); })
+      .def("permute", [](const Tensor& t, const py::args& s) { return t.permute(sizes_of(s, "permute")); })
+      .def("repeat", [](const Tensor& t, const py::args& s) { return t.repeat(sizes_of(s, "repeat")); })
+      .def("tile", [](const Tensor& t, const py::args& s) { return tg::tile(t, sizes_of(s, "tile")); })
       .def("transpose",
            [](const Tensor& t, const py::object& a, const py::object& b) {
              return t.transpose(int64_arg(a, "transpose", "dim", PyExc_IndexError),
@@ -1601,27 +1654,181 @@ PYBIND11_MODULE(_C, m) {
   cuda.def("device_count", &tg::cuda::device_count);
   cuda.def(
       "synchronize", [](int device) { tg::cuda::synchronize(device); }, py::arg("device") = -1);
+  py::class_<tg::cuda::CUDAGraph>(cuda, "CUDAGraph")
+      .def(py::init<bool>(), py::arg("keep_graph") = false)
+      .def("replay", &tg::cuda::CUDAGraph::replay)
+      .def("reset", &tg::cuda::CUDAGraph::reset)
+      .def("pool", &tg::cuda::CUDAGraph::pool,
+           "The memory pool of its capture, to share with another graph (graph(g2, pool=g1.pool()))");
+  cuda.def("graph_pool_handle", &tg::cuda::graph_pool_handle,
+           "A new memory pool id for captures to share (torch.cuda.graph_pool_handle)");
   cuda.def(
-      "current_stream",
-      [](int device) { return reinterpret_cast<uintptr_t>(tg::cuda::current_stream(device).handle()); },
-      py::arg("device") = -1, "This thread's current cudaStream_t (an int; 0: the legacy default stream)");
+      "register_static", [](const Tensor& t, const std::string& name) { tg::cuda::register_static(t, name); },
+      py::arg("tensor"), py::arg("name"),
+      "Marks a tensor a graph reads and writes in place across replays (parameters, their .grad, optimizer state): "
+      "a replay after it or its .grad moved raises, naming it (docs/GRAPHS.md \"Static tensors\")");
+  cuda.def(
+      "unregister_static", [](const Tensor& t) { tg::cuda::unregister_static(t); }, py::arg("tensor"));
+  cuda.def(
+      "is_current_stream_capturing", [] { return tg::cuda::is_current_stream_capturing(); },
+      "Whether this thread's current stream is being captured");
+  py::class_<GraphCapture>(cuda, "graph")
+      .def(py::init([](tg::cuda::CUDAGraph& g, const py::object& pool, const std::optional<tg::cuda::Stream>& stream) {
+             return GraphCapture{&g, nullptr, pool_from(pool), stream};
+           }),
+           py::arg("cuda_graph"), py::arg("pool") = py::none(), py::arg("stream") = py::none(), py::keep_alive<1, 2>(),
+           "Captures the scope into cuda_graph on a side stream (or `stream`), allocating from `pool` (a pool id: "
+           "another graph's pool() or graph_pool_handle(); None: a new one)")
+      .def("__enter__",
+           [](GraphCapture& c) { c.scope = std::make_unique<tg::cuda::Graph>(*c.graph, c.pool, c.stream); })
+      .def("__exit__", [](GraphCapture& c, const py::args&) { c.scope.reset(); });
+
+  // Streams, as torch.cuda's: Stream() from the device's pool,
+  // current_stream(), `with stream(s):`, wait_stream; int(s) is the cudaStream_t.
+  py::class_<tg::cuda::Stream>(cuda, "Stream", "A CUDA stream (Stream(): one from the device's pool of streams)")
+      .def(py::init([](int device) { return tg::cuda::stream_from_pool(device); }), py::arg("device") = -1)
+      .def_property_readonly(
+          "cuda_stream", [](const tg::cuda::Stream& st) { return reinterpret_cast<uintptr_t>(st.handle()); },
+          "Its cudaStream_t, as an int (0: the legacy default stream)")
+      .def_property_readonly("device",
+                             [](const tg::cuda::Stream& st) { return "cuda:" + std::to_string(st.device_index()); })
+      .def("wait_stream", &tg::cuda::Stream::wait_stream, py::arg("stream"),
+           "This stream waits (on the device) for the work queued on `stream` so far")
+      .def("synchronize", &tg::cuda::Stream::synchronize, py::call_guard<py::gil_scoped_release>())
+      .def("query", &tg::cuda::Stream::query)
+      .def("__int__", [](const tg::cuda::Stream& st) { return reinterpret_cast<uintptr_t>(st.handle()); })
+      .def("__index__", [](const tg::cuda::Stream& st) { return reinterpret_cast<uintptr_t>(st.handle()); })
+      .def(
+          "__eq__", [](const tg::cuda::Stream& a, const tg::cuda::Stream& b) { return a == b; }, py::is_operator())
+      .def("__hash__",
+           [](const tg::cuda::Stream& st) {
+             return py::hash(py::make_tuple(st.device_index(), reinterpret_cast<uintptr_t>(st.handle())));
+           })
+      .def("__repr__", [](const tg::cuda::Stream& st) {
+        std::ostringstream o;
+        o << "<tapegrad.cuda.Stream device=cuda:" << st.device_index() << " cuda_stream=0x" << std::hex
+          << reinterpret_cast<uintptr_t>(st.handle()) << ">";
+        return o.str();
+      });
+  cuda.def(
+      "current_stream", [](int device) { return tg::cuda::current_stream(device); }, py::arg("device") = -1,
+      "This thread's current stream of `device` (a Stream; int() of it is the cudaStream_t, 0: the legacy default "
+      "stream)");
+  cuda.def(
+      "default_stream", [](int device) { return tg::cuda::default_stream(device); }, py::arg("device") = -1);
+  cuda.def(
+      "set_stream", [](const tg::cuda::Stream& st) { tg::cuda::set_current_stream(st); }, py::arg("stream"),
+      "Makes `stream` current on its device for this thread");
   cuda.def(
       "set_stream",
       [](uintptr_t handle, int device) {
         tg::cuda::set_current_stream(tg::cuda::Stream(device, reinterpret_cast<void*>(handle)));
       },
       py::arg("stream"), py::arg("device") = 0, "Makes a cudaStream_t (an int) the current stream of `device`");
-  py::class_<tg::cuda::CUDAGraph>(cuda, "CUDAGraph")
-      .def(py::init<bool>(), py::arg("keep_graph") = false)
-      .def("replay", &tg::cuda::CUDAGraph::replay)
-      .def("reset", &tg::cuda::CUDAGraph::reset);
-  py::class_<GraphCapture>(cuda, "graph")
-      .def(py::init([](tg::cuda::CUDAGraph& g) {
-             return GraphCapture{&g, nullptr};
+  py::class_<StreamScope>(cuda, "stream", "with stream(s): s is the current stream inside (torch.cuda.stream)")
+      .def(py::init([](const std::optional<tg::cuda::Stream>& st) {
+             return StreamScope{st, nullptr};
            }),
-           py::keep_alive<1, 2>())
-      .def("__enter__", [](GraphCapture& c) { c.scope = std::make_unique<tg::cuda::Graph>(*c.graph); })
-      .def("__exit__", [](GraphCapture& c, const py::args&) { c.scope.reset(); });
+           py::arg("stream"))
+      .def("__enter__",
+           [](StreamScope& c) {
+             if (c.stream) c.guard = std::make_unique<tg::cuda::StreamGuard>(*c.stream);
+             return c.stream;
+           })
+      .def("__exit__", [](StreamScope& c, const py::args&) { c.guard.reset(); });
+
+  // Graphed callables (python/tapegrad/__init__.py's make_graphed_callables
+  // and graphed wrap these).
+  py::class_<PyGraphedCallable>(cuda, "GraphedCallable",
+                                "A function or module whose forward and derivatives replay CUDA graphs")
+      .def("__call__",
+           [](const PyGraphedCallable& g, const py::args& args) {
+             std::vector<Tensor> xs = tensor_args(args, g.callable.name().c_str());
+             std::vector<Tensor> out;
+             {
+               py::gil_scoped_release nogil;
+               out = g.callable(xs);
+             }
+             return graphed_result(out, g.single);
+           })
+      .def_property_readonly("name", [](const PyGraphedCallable& g) { return g.callable.name(); })
+      .def_readwrite("_single", &PyGraphedCallable::single)
+      .def(
+          "replays", [](const PyGraphedCallable& g, int level) { return g.callable.replays(level); },
+          py::arg("level") = 0, "How many times the graphs of derivative order `level` (0: forward) replayed");
+  cuda.def(
+      "_make_graphed_callables",
+      [](const py::list& fns, const py::list& params, const py::list& names, const py::list& samples,
+         const py::list& singles, int max_order, int warmup_iters, const py::object& pool, int max_calls_per_level) {
+        std::vector<tg::cuda::Callable> cs;
+        std::vector<std::vector<Tensor>> sample_args;
+        for (size_t i = 0; i < fns.size(); ++i) {
+          cs.emplace_back(tensors_fn(fns[i].cast<py::function>()), tensor_list(params[i]),
+                          names[i].cast<std::string>());
+          sample_args.push_back(tensor_list(samples[i]));
+        }
+        tg::cuda::GraphedOptions o;
+        o.max_order = max_order;
+        o.warmup_iters = warmup_iters;
+        o.pool = pool_from(pool);
+        o.max_calls_per_level = max_calls_per_level;
+        std::vector<tg::cuda::GraphedCallable> made;
+        try {
+          py::gil_scoped_release nogil;  // the engine's workers may run Python hooks
+          made = tg::cuda::make_graphed_callables(std::move(cs), std::move(sample_args), o);
+        } catch (CallbackError& e) {
+          e.error->restore();
+          throw py::error_already_set();
+        }
+        py::list out;
+        for (size_t i = 0; i < made.size(); ++i)
+          out.append(PyGraphedCallable{made[i], singles[i].cast<bool>()});
+        return out;
+      },
+      py::arg("fns"), py::arg("params"), py::arg("names"), py::arg("samples"), py::arg("singles"), py::arg("max_order"),
+      py::arg("warmup_iters"), py::arg("pool"), py::arg("max_calls_per_level"));
+  py::class_<PyGraphedFunction>(cuda, "GraphedFunction",
+                                "A function of CUDA tensors recorded as a CUDA graph per input signature and replayed")
+      .def(py::init([](const py::function& fn, int max_re_records, const py::object& pool, const std::string& name) {
+             tg::cuda::GraphedFunctionOptions o;
+             o.max_re_records = max_re_records;
+             o.pool = pool_from(pool);
+             o.name = name;
+             PyGraphedFunction g;
+             // Records whether fn returned one tensor (the result's shape in Python).
+             py::function wrapped = py::cpp_function([fn, single = g.single](const py::args& args) {
+               py::object r = fn(*args);
+               *single = py::isinstance<Tensor>(r);
+               return r;
+             });
+             g.function = std::make_shared<tg::cuda::GraphedFunction>(tensors_fn(wrapped), o);
+             return g;
+           }),
+           py::arg("fn"), py::arg("max_re_records") = 8, py::arg("pool") = py::none(), py::arg("name") = "function")
+      .def("__call__",
+           [](PyGraphedFunction& g, const py::args& args) {
+             std::vector<Tensor> xs = tensor_args(args, "graphed");
+             std::vector<Tensor> out;
+             try {
+               out = (*g.function)(xs);
+             } catch (CallbackError& e) {
+               e.error->restore();
+               throw py::error_already_set();
+             }
+             return graphed_result(out, *g.single);
+           })
+      .def("pool", [](const PyGraphedFunction& g) { return g.function->pool(); })
+      .def("counters", [](const PyGraphedFunction& g) {
+        const tg::cuda::GraphedFunctionCounters& c = g.function->counters();
+        py::dict d;
+        d["warmups"] = c.warmups;
+        d["recordings"] = c.recordings;
+        d["replays"] = c.replays;
+        d["re_records"] = c.re_records;
+        d["eager_calls"] = c.eager_calls;
+        d["eager_reasons"] = c.eager_reasons;
+        return d;
+      });
 
   // The C++ layers under tapegrad.nn (python/tapegrad/nn.py wraps them in
   // its Module): LibTorch's initialization, the C++ forward; and the losses.

@@ -12,6 +12,7 @@
 // Without a GPU it trains eagerly on the CPU and says so.
 //
 //   pinn_graphed [steps]   (default 1500 Adam steps on the GPU, 600 on the CPU)
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -109,10 +110,15 @@ void train(Pinn& p, int steps, bool graphed, const char* what) {
       cu::Graph capture(graph);
       loss = p.step();
     }
+    cu::synchronize();
+    auto r0 = std::chrono::steady_clock::now();
     for (int it = warmup; it < steps; ++it) {
       graph.replay();
       if (it % 500 == 0 || it == steps - 1) report(it, loss);
     }
+    cu::synchronize();
+    // The line python/samples/pinn_graphed.py prints too (docs/PERFORMANCE.md).
+    std::printf("  graphed: %.4f ms per replayed step\n", 1e3 * seconds_since(r0) / std::max(1, steps - warmup));
   }
   if (p.dev.is_cuda()) cu::synchronize();
   std::printf("  %s: %d Adam steps in %.2f s, relative L2 error %.3e\n", what, steps, seconds_since(t0), p.error());

@@ -165,6 +165,89 @@ def _register_submodules():
         sys.modules[__name__ + "." + name] = mod
 
 
+def _make_graphed_callables(callables, sample_args, num_warmup_iters=3, allow_unused_input=False, pool=None, *,
+                            max_order=1, max_calls_per_level=16):
+    """torch.cuda.make_graphed_callables: each callable (a function of
+    tensors, or a tapegrad.nn.Module) has its forward and backward captured
+    once as CUDA graphs, replayed on every call, and differentiable as the
+    function it replaces. With max_order=k, derivatives up to order k are
+    graphed too (a loss built from grad(..., create_graph=True) of the
+    outputs can be differentiated: a PINN's residual), which torch's cannot.
+
+    callables: one callable or a tuple of them; sample_args: a tuple of
+    tensors per callable (one tuple for one callable). A function returns
+    the graphed function; a Module is returned with its forward replaced, as
+    torch's: in the training mode it was graphed in (and with grad enabled)
+    the call replays, otherwise the original forward runs. Parameters are the
+    module's (those that require grad); a function's tensors that need
+    gradients must be arguments. Arguments and outputs are CUDA tensors of
+    the sample's shapes and dtypes; a call's outputs are fresh tensors, and
+    a call must be differentiated before the next call (a stale backward
+    raises). allow_unused_input is accepted for torch's signature (unused
+    inputs get None gradients here either way)."""
+    from . import nn as _nn
+    single = not isinstance(callables, tuple)
+    if single:
+        callables, sample_args = (callables,), (sample_args,)
+    if len(callables) != len(sample_args):
+        raise Error("make_graphed_callables: %d callables but %d sample argument tuples"
+                    % (len(callables), len(sample_args)))
+    fns, params, names, samples, singles = [], [], [], [], []
+    for c, a in zip(callables, sample_args):
+        a = (a,) if isinstance(a, Tensor) else tuple(a)
+        is_module = isinstance(c, _nn.Module)
+        fwd = c.forward if is_module else c
+        if not callable(fwd):
+            raise Error("make_graphed_callables: %r is not callable" % (c,))
+        one = [True]
+
+        def flat(*args, _fwd=fwd, _one=one):
+            r = _fwd(*args)
+            _one[0] = isinstance(r, Tensor)
+            return r
+
+        fns.append(flat)
+        params.append([p for p in c.parameters() if p.requires_grad] if is_module else [])
+        names.append(type(c).__name__ if is_module else getattr(c, "__name__", "callable"))
+        samples.append(list(a))
+        singles.append(one)
+    made = _ext.cuda._make_graphed_callables(fns, params, names, samples, [True] * len(fns), max_order,
+                                             num_warmup_iters, pool, max_calls_per_level)
+    out = []
+    for c, g, one in zip(callables, made, singles):
+        g._single = one[0]  # the function returned one tensor (known once captured)
+        if isinstance(c, _nn.Module):
+            orig, mode = c.forward, c.training
+
+            def forward(*args, _g=g, _orig=orig, _m=c, _mode=mode):
+                if _m.training == _mode and _ext.is_grad_enabled():
+                    return _g(*args)
+                return _orig(*args)
+
+            forward.graphed = g  # the GraphedCallable (replays(level))
+            object.__setattr__(c, "forward", forward)
+            out.append(c)
+        else:
+            out.append(g)
+    return out[0] if single else tuple(out)
+
+
+def _graphed(fn=None, *, pool=None, max_re_records=8, name=None):
+    """A function of CUDA tensors recorded as one CUDA graph per input
+    signature and replayed (C++ cuda::graphed; docs/GRAPHS.md "The
+    graphed-function cache"): the first call of a signature runs eagerly,
+    the second records, later calls replay. Outputs carry no autograd
+    history (make_graphed_callables graphs differentiable pieces); they are
+    the graph's, copied out if still held when it replays again. Use as
+    graphed(fn) or as a decorator, @graphed or @graphed(pool=...); .counters()
+    says what it did."""
+    def make(f):
+        return _ext.cuda.GraphedFunction(f, max_re_records, pool, name or getattr(f, "__name__", "function"))
+    return make if fn is None else make(fn)
+
+
+_ext.cuda.make_graphed_callables = _make_graphed_callables
+_ext.cuda.graphed = _graphed
 _register_submodules()
 autograd = _ext.autograd
 linalg = _ext.linalg

@@ -25,6 +25,14 @@ namespace ag = tg::autograd;
 
 namespace {
 
+// A dtype argument of the factories: a name ("float32", a tapegrad.dtype)
+// or a NumPy dtype or type (np.float64, np.dtype("float32")), held as its
+// name (the type_caster below).
+struct DtypeName {
+  std::string name;
+  operator const std::string&() const { return name; }
+};
+
 // The dtype list's Python names (tg::python_name), and PyTorch's aliases.
 tg::ScalarType dtype_from(const std::string& s) {
   if (s == "float") return tg::kFloat32;
@@ -55,7 +63,7 @@ const char* numpy_typestr(tg::ScalarType t) {
 }
 
 tg::Device device_from(const std::string& s) {
-  if (s == "cpu") return tg::Device(tg::kCPU);
+  if (s == "cpu" || s == "cpu:0") return tg::Device(tg::kCPU);
   if (s == "cuda") return tg::Device(tg::kCUDA, 0);
   if (s.rfind("cuda:", 0) == 0) return tg::Device(tg::kCUDA, std::stoi(s.substr(5)));
   throw tg::Error("tapegrad: unknown device '" + s + "' (cpu, cuda, cuda:N)");
@@ -94,6 +102,14 @@ int64_t int64_arg(const py::handle& o, const char* op, const char* what, PyObjec
 tg::IntList int_list(const py::object& o, const char* op, const char* what = "size",
                      PyObject* type = PyExc_OverflowError) {
   if (PyIndex_Check(o.ptr())) return tg::IntList{int64_arg(o, op, what, type)};
+  if (py::isinstance<Tensor>(o)) {  // torch.zeros(torch.tensor(3)): a 0-d or 1-d integer tensor's values
+    const Tensor t = o.cast<Tensor>();
+    if ((t.dtype() != tg::kInt64) || t.dim() > 1)
+      throw py::type_error(std::string(op) + ": a tensor as the " + what + " must be a 0-d or 1-d int64 tensor, got " +
+                           dtype_name(t.dtype()) + " " + tg::shape_str(t.sizes()));
+    const Tensor c = t.detach().to(tg::Device(tg::kCPU)).contiguous();
+    return tg::IntList(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+  }
   tg::IntList l;
   for (const py::handle& x : o)
     l.push_back(int64_arg(x, op, what, type));
@@ -223,7 +239,7 @@ py::array to_numpy(const Tensor& t) {
 // int64, exactly (as torch.tensor; an int beyond int64 raises
 // OverflowError); NumPy arrays and scalars keep their dtype, unsigned ones
 // become int64 (exactly: uint64 values beyond int64 raise OverflowError).
-Tensor make_tensor(const py::object& data, const std::optional<std::string>& dtype, const std::string& device,
+Tensor make_tensor(const py::object& data, const std::optional<DtypeName>& dtype, const std::string& device,
                    bool requires_grad) {
   py::module_ np = py::module_::import("numpy");
   const bool is_array = py::isinstance(data, np.attr("ndarray")) || py::isinstance(data, np.attr("generic"));
@@ -310,10 +326,10 @@ Tensor as_operand(const py::object& b, const Tensor& a, const char* op) {
     return make_tensor(b, std::nullopt, device_name(a.device()), false);
   auto s = scalar_of(b, tg::is_floating_point(a.dtype()), op);
   if (!s) throw py::type_error(std::string(op) + ": the operand must be a tensor, an ndarray or a number");
-  if (!s->is_integral() && !tg::is_floating_point(a.dtype()))
-    throw tg::Error(std::string(op) + ": a float operand with a " + dtype_name(a.dtype()) +
-                    " tensor would be truncated; convert the tensor first (t.to(\"float32\"))");
-  return tg::full({}, *s, tg::TensorOptions().dtype(a.dtype()).device(a.device()));
+  // A float with an integer tensor: a float32 0-d operand (torch's default
+  // dtype), so the result promotes to float32 as torch's.
+  const bool promote = !s->is_integral() && !tg::is_floating_point(a.dtype()) && !tg::is_complex(a.dtype());
+  return tg::full({}, *s, tg::TensorOptions().dtype(promote ? tg::kFloat32 : a.dtype()).device(a.device()));
 }
 
 // f(a, b) with b as a tensor operand (a tensor, an ndarray, a number: as_operand); NotImplemented
@@ -917,6 +933,25 @@ template <> struct type_caster<tg::Scalar> {
   }
 };
 
+template <> struct type_caster<DtypeName> {
+  PYBIND11_TYPE_CASTER(DtypeName, const_name("dtype"));
+  bool load(handle src, bool) {
+    if (PyUnicode_Check(src.ptr())) {
+      value.name = src.cast<std::string>();
+      return true;
+    }
+    module_ np = module_::import("numpy");
+    if (!isinstance(src, np.attr("dtype")) && !PyType_Check(src.ptr())) return false;
+    try {
+      value.name = np.attr("dtype")(src).attr("name").cast<std::string>();
+    } catch (error_already_set&) {
+      return false;
+    }
+    return true;
+  }
+  static handle cast(const DtypeName& d, return_value_policy, handle) { return str(d.name).release(); }
+};
+
 template <> struct type_caster<tg::ScalarType> {
   PYBIND11_TYPE_CASTER(tg::ScalarType, const_name("dtype"));
   bool load(handle src, bool) {
@@ -1051,9 +1086,12 @@ PYBIND11_MODULE(_C, m) {
           "cuda", [](const Tensor& t, int index) { return t.to(tg::Device(tg::kCUDA, index)); }, py::arg("device") = 0)
       .def("to",
            [](const Tensor& t, const std::string& what) {
-             if (what == "cpu" || what.rfind("cuda", 0) == 0) return t.to(device_from(what));
+             if (what.rfind("cpu", 0) == 0 || what.rfind("cuda", 0) == 0) return t.to(device_from(what));
              return t.to(dtype_from(what));
            })
+      .def(
+          "to", [](const Tensor& t, const Tensor& other) { return t.to(other.device(), other.dtype()); },
+          py::arg("other"), "Converted to other's device and dtype (torch's to(other))")
       .def(
           "backward",
           [](const Tensor& t, const std::optional<Tensor>& gradient, std::optional<bool> retain_graph,
@@ -1335,7 +1373,7 @@ PYBIND11_MODULE(_C, m) {
   auto factory = [&](const char* name, Tensor (*f)(const tg::IntList&, tg::TensorOptions)) {
     m.def(
         name,
-        [f, name](const py::args& shape, const std::string& dtype, const std::string& device, bool requires_grad) {
+        [f, name](const py::args& shape, const DtypeName& dtype, const std::string& device, bool requires_grad) {
           Tensor t = f(sizes_of(shape, name), options(dtype, device));
           if (requires_grad) t.requires_grad_(true);
           return t;
@@ -1348,7 +1386,7 @@ PYBIND11_MODULE(_C, m) {
   factory("rand", [](const tg::IntList& s, tg::TensorOptions o) { return tg::rand(s, o); });
   m.def(
       "eye",
-      [](const py::object& n, const std::string& dtype, const std::string& device) {
+      [](const py::object& n, const DtypeName& dtype, const std::string& device) {
         return tg::eye(int64_arg(n, "eye", "size"), options(dtype, device));
       },
       py::arg("n"), py::arg("dtype") = "float32", py::arg("device") = "cpu");
@@ -1356,11 +1394,11 @@ PYBIND11_MODULE(_C, m) {
   // (bool, int64 or float32, as torch.full); ints exactly.
   m.def(
       "full",
-      [](const py::object& shape, const py::object& value, const std::optional<std::string>& dtype,
+      [](const py::object& shape, const py::object& value, const std::optional<DtypeName>& dtype,
          const std::string& device, bool requires_grad) {
-        auto s = scalar_of(value, dtype && tg::is_floating_point(dtype_from(*dtype)), "full");
+        auto s = scalar_of(value, dtype && tg::is_floating_point(dtype_from(dtype->name)), "full");
         if (!s) throw py::type_error("full: the fill value must be a number (bool, int or float)");
-        const tg::ScalarType dt = dtype                ? dtype_from(*dtype)
+        const tg::ScalarType dt = dtype                ? dtype_from(dtype->name)
                                   : !s->is_integral()  ? tg::kFloat32
                                   : is_bool_key(value) ? tg::kBool
                                                        : tg::kInt64;
@@ -1372,9 +1410,9 @@ PYBIND11_MODULE(_C, m) {
       py::arg("requires_grad") = false);
   factory("empty", [](const tg::IntList& s, tg::TensorOptions o) { return tg::empty(s, o); });
   // The *_like factories: t's shape, and its dtype and device unless given.
-  auto like_options = [](const Tensor& t, const std::optional<std::string>& dtype,
+  auto like_options = [](const Tensor& t, const std::optional<DtypeName>& dtype,
                          const std::optional<std::string>& device) {
-    return options(dtype ? *dtype : dtype_name(t.dtype()), device ? *device : device_name(t.device()));
+    return options(dtype ? dtype->name : dtype_name(t.dtype()), device ? *device : device_name(t.device()));
   };
   using Like = Tensor (*)(const Tensor&, tg::TensorOptions);
   for (auto [name, f] : std::initializer_list<std::pair<const char*, Like>>{
@@ -1385,7 +1423,7 @@ PYBIND11_MODULE(_C, m) {
            {"randn_like", [](const Tensor&t, tg::TensorOptions o) { return tg::randn_like(t, o); }}})
     m.def(
         name,
-        [f = f, like_options](const Tensor& t, const std::optional<std::string>& dtype,
+        [f = f, like_options](const Tensor& t, const std::optional<DtypeName>& dtype,
                               const std::optional<std::string>& device, bool requires_grad) {
           Tensor r = f(t, like_options(t, dtype, device));
           if (requires_grad) r.requires_grad_(true);
@@ -1395,23 +1433,25 @@ PYBIND11_MODULE(_C, m) {
         py::arg("requires_grad") = false);
   m.def(
       "full_like",
-      [like_options](const Tensor& t, const py::object& value, const std::optional<std::string>& dtype,
-                     const std::optional<std::string>& device) {
+      [like_options](const Tensor& t, const py::object& value, const std::optional<DtypeName>& dtype,
+                     const std::optional<std::string>& device, bool requires_grad) {
         const tg::TensorOptions o = like_options(t, dtype, device);
         auto s = scalar_of(value, tg::is_floating_point(o.dtype()), "full_like");
         if (!s) throw py::type_error("full_like: the fill value must be a number (bool, int or float)");
-        return tg::full_like(t, *s, o);
+        Tensor r = tg::full_like(t, *s, o);
+        if (requires_grad) r.requires_grad_(true);
+        return r;
       },
       py::arg("input"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = py::none(),
-      py::arg("device") = py::none());
+      py::arg("device") = py::none(), py::arg("requires_grad") = false);
   // arange(end) / arange(start, end, step), as torch.arange: Int64 when every
   // bound is an integer and no dtype is given, else float32.
   m.def(
       "arange",
-      [](const py::object& start, const py::object& end, const py::object& step,
-         const std::optional<std::string>& dtype, const std::string& device, bool requires_grad) {
+      [](const py::object& start, const py::object& end, const py::object& step, const std::optional<DtypeName>& dtype,
+         const std::string& device, bool requires_grad) {
         const bool ints = is_integer_key(start) && (end.is_none() || is_integer_key(end)) && is_integer_key(step);
-        const std::string dt = dtype ? *dtype : ints ? "int64" : "float32";
+        const std::string dt = dtype ? dtype->name : ints ? "int64" : "float32";
         const bool fl = tg::is_floating_point(dtype_from(dt));
         auto number = [&](const py::object& v) {
           auto s = scalar_of(v, fl || !ints, "arange");
@@ -1427,16 +1467,23 @@ PYBIND11_MODULE(_C, m) {
       py::arg("device") = "cpu", py::arg("requires_grad") = false);
   m.def(
       "linspace",
-      [](double start, double end, int64_t steps, const std::string& dtype, const std::string& device) {
-        return tg::linspace(start, end, steps, options(dtype, device));
+      [](double start, double end, int64_t steps, const DtypeName& dtype, const std::string& device,
+         bool requires_grad) {
+        Tensor t = tg::linspace(start, end, steps, options(dtype, device));
+        if (requires_grad) t.requires_grad_(true);
+        return t;
       },
       py::arg("start"), py::arg("end"), py::arg("steps"), py::kw_only(), py::arg("dtype") = "float32",
-      py::arg("device") = "cpu");
+      py::arg("device") = "cpu", py::arg("requires_grad") = false);
   // randint(high, size) / randint(low, high, size), as torch.randint.
   m.def(
       "randint",
-      [](int64_t a, const py::object& b, const py::object& c, const std::string& dtype, const std::string& device) {
+      [](int64_t a, const py::object& b, const py::object& c, const DtypeName& dtype, const std::string& device) {
         if (b.is_none() && c.is_none()) throw py::type_error("randint: give (high, size) or (low, high, size)");
+        if (c.is_none() && PyIndex_Check(b.ptr()))
+          throw py::type_error("randint(" + std::to_string(a) + ", " + py::str(b).cast<std::string>() +
+                               "): the size is missing (a tuple): randint(low, high, size) or randint(high, size), "
+                               "as torch.randint");
         if (c.is_none()) return tg::randint(a, int_list(b, "randint"), options(dtype, device));  // (high, size)
         if (b.is_none()) return tg::randint(a, int_list(c, "randint"), options(dtype, device));  // (high, size=...)
         return tg::randint(a, int64_arg(b, "randint", "high"), int_list(c, "randint"), options(dtype, device));
@@ -1445,14 +1492,25 @@ PYBIND11_MODULE(_C, m) {
       py::arg("dtype") = "int64", py::arg("device") = "cpu");
   m.def(
       "randperm",
-      [](int64_t n, const std::string& dtype, const std::string& device) {
+      [](int64_t n, const DtypeName& dtype, const std::string& device) {
         return tg::randperm(n, options(dtype, device));
       },
       py::arg("n"), py::kw_only(), py::arg("dtype") = "int64", py::arg("device") = "cpu");
   m.def("get_rng_state", &tg::get_rng_state,
         "The generator's state (a CPU Int64 tensor [2]: seed, offset); one generator serves every device");
   m.def("set_rng_state", &tg::set_rng_state, py::arg("new_state"));
-  m.def("manual_seed", [](uint64_t s) { tg::manual_seed(s); });
+  m.def(
+      "manual_seed",
+      [](const py::int_& seed) {
+        // torch's range: [-2^63, 2^64); a negative seed is taken modulo 2^64
+        const py::int_ lo(py::module_::import("builtins").attr("pow")(-2, 63)),
+            hi(py::module_::import("builtins").attr("pow")(2, 64));
+        if (seed < lo || !(seed < hi))
+          raise(PyExc_ValueError,
+                "manual_seed: the seed must be in [-2**63, 2**64), got " + py::repr(seed).cast<std::string>());
+        tg::manual_seed(py::reinterpret_steal<py::object>(PyNumber_Remainder(seed.ptr(), hi.ptr())).cast<uint64_t>());
+      },
+      py::arg("seed"), "Seeds the one generator of every device (a negative seed modulo 2**64, as torch's)");
   m.def(
       "_rebuild_tensor",
       [](const py::bytes& data, const std::vector<int64_t>& shape, const std::string& dtype, const std::string& device,

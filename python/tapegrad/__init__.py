@@ -117,13 +117,26 @@ def load(f):
         return pickle.load(fh)
 
 
+def _in_grad_mode(mode, fn):
+    """fn run with recording set to mode (the decorator forms below)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with _GradMode(mode):
+            return fn(*args, **kwargs)
+    return wrapper
+
+
 class set_grad_enabled:
-    """Recording on or off: as a function call (torch.set_grad_enabled(False))
-    and as a context manager restoring the previous mode."""
+    """Recording on or off: as a function call (torch.set_grad_enabled(False)),
+    as a context manager restoring the previous mode, and as a decorator
+    (@set_grad_enabled(False): the mode inside the function's calls only)."""
 
     def __init__(self, mode):
         self._previous = _ext.is_grad_enabled()
-        self._mode = _GradMode(bool(mode))
+        self._on = bool(mode)
+        self._mode = _GradMode(self._on)
         self._mode.__enter__()
 
     def __enter__(self):
@@ -133,15 +146,45 @@ class set_grad_enabled:
         self._mode.__exit__(*exc)
         return False
 
+    def __call__(self, fn):
+        self._mode.__exit__(None, None, None)  # as a decorator it changes only the calls' mode
+        return _in_grad_mode(self._on, fn)
 
-def no_grad():
-    """Context manager: no recording inside (torch.no_grad)."""
-    return _GradMode(False)
+
+class _GradModeScope:
+    """A recording mode as a context manager (re-entrant) and a decorator,
+    with or without parentheses (@no_grad, @no_grad()), as torch's."""
+    _on = False
+
+    def __init__(self, fn=None):
+        self._scopes = []
+        self._fn = _in_grad_mode(self._on, fn) if fn is not None else None
+
+    def __enter__(self):
+        scope = _GradMode(self._on)
+        scope.__enter__()
+        self._scopes.append(scope)
+
+    def __exit__(self, *exc):
+        self._scopes.pop().__exit__(*exc)
+        return False
+
+    def __call__(self, *args, **kwargs):
+        if self._fn is not None:  # @no_grad without parentheses: this is the function
+            return self._fn(*args, **kwargs)
+        if len(args) == 1 and callable(args[0]) and not kwargs:
+            return _in_grad_mode(self._on, args[0])
+        raise TypeError("%s(): decorate a function, or use it in a with statement" % type(self).__name__)
 
 
-def enable_grad():
-    """Context manager: recording on inside (torch.enable_grad)."""
-    return _GradMode(True)
+class no_grad(_GradModeScope):
+    """No recording inside: `with no_grad():`, `@no_grad()` or `@no_grad` (torch.no_grad)."""
+    _on = False
+
+
+class enable_grad(_GradModeScope):
+    """Recording on inside: `with enable_grad():` or as a decorator (torch.enable_grad)."""
+    _on = True
 
 
 def _register_submodules():

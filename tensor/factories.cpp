@@ -75,18 +75,26 @@ static Tensor random_tensor(const IntList& sizes, TensorOptions o, bool normal, 
   }
   TG_CHECK(is_floating_point(o.dtype()), op, ": expected a floating-point or complex dtype, got ", o.dtype());
   Tensor t = make(sizes, o.dtype(detail::compute_type(o.dtype())), op);
+  // rand in float16 / bfloat16: drawn in float32, whose values within half
+  // a step of 1 would round to 1.0 (U[0, 1) excludes it): clamped first to
+  // the type's largest value below 1.
+  auto below_one = [&](Tensor r) {
+    if (!normal && (o.dtype() == kFloat16 || o.dtype() == kBFloat16) && r.numel())
+      r.clamp_max_(Scalar(o.dtype() == kFloat16 ? 1.0 - 0x1p-11 : 1.0 - 0x1p-8));
+    return r;
+  };
   const int64_t* state = nullptr;
   uint64_t rel = 0;
   if (t.is_cuda() && t.numel() && cuda::detail::capture_random(t.device().index(), uint64_t(t.numel()), &state, &rel)) {
     kernels::backend(t.device(), op).random_from_state(t, normal, state, rel);
-    return finish(detail::cast(t, o.dtype()), o);
+    return finish(detail::cast(below_one(t), o.dtype()), o);
   }
   PhiloxState s = philox_reserve(uint64_t(t.numel()));
   if (t.numel()) {
     const kernels::Backend& b = kernels::backend(t.device(), op);
     (normal ? b.normal : b.uniform)(t, s.seed, s.offset);
   }
-  return finish(detail::cast(t, o.dtype()), o);
+  return finish(detail::cast(below_one(t), o.dtype()), o);
 }
 Tensor rand(const IntList& sizes, TensorOptions o) { return random_tensor(sizes, o, false, "rand"); }
 Tensor randn(const IntList& sizes, TensorOptions o) { return random_tensor(sizes, o, true, "randn"); }

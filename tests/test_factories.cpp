@@ -162,5 +162,22 @@ TEST(Factories, NumbersThatDoNotFitAnIntegerTensorAreRefused) {
             (std::vector<int64_t>{INT64_MIN, INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN, 3, -3}));
 }
 
+// rand in the half types stays in [0, 1): drawn in float32 and rounded, about
+// 240 (float16) and 1926 (bfloat16) draws in a million were exactly 1.0.
+TEST(Random, HalfTypesNeverDrawOne) {
+  std::vector<tg::Device> devices{tg::Device(tg::kCPU)};
+  if (tg::cuda::is_available()) devices.push_back(tg::Device(tg::kCUDA, 0));
+  for (const tg::Device& d : devices)
+    for (tg::ScalarType dt : {tg::kFloat16, tg::kBFloat16}) {
+      tg::manual_seed(5);
+      Tensor r = tg::rand({1 << 20}, tg::TensorOptions().dtype(dt).device(d)).to(tg::kFloat32);
+      EXPECT_LT(r.max().item<double>(), 1.0) << dt << " on " << d;
+      EXPECT_GE(r.min().item<double>(), 0.0) << dt << " on " << d;
+      EXPECT_GT(r.max().item<double>(), dt == tg::kFloat16 ? 0.999 : 0.99)
+          << dt << " on " << d;  // still reaches the top
+      EXPECT_NEAR(r.mean().item<double>(), 0.5, 2e-3) << dt << " on " << d;
+    }
+}
+
 }  // namespace
 }  // namespace tgtest

@@ -202,4 +202,50 @@ TEST(Stochastic, ExpandedRowsKeepPerRowGradientsTangentsAndEstimates) {
   EXPECT_LT(max_abs(ag::derivative_operator(quad, xe, {{{0, 0}}, {{1, 1}}}) - 4.0), 1e-12);
 }
 
+// Captured in a CUDA graph, the estimate draws new directions on every
+// replay: the replays' estimates differ, and their mean converges to the
+// exact Laplacian; the sparse estimator refuses capture (its draw is on the
+// host and would be fixed in the graph).
+TEST(StochasticGpu, HutchinsonEstimateIsCapturableAndDrawsAnewOnEveryReplay) {
+  REQUIRE_GPU();
+  namespace cu = tg::cuda;
+  const int64_t n = 12, B = 256, k = 4, replays = 200;
+  Quadratic f(n);
+  f.a = f.a.to(tg::Device(tg::kCUDA, 0));
+  const Tensor x = tg::randn({B, n}, kF64).to(tg::Device(tg::kCUDA, 0));
+  auto run = [&] { return ag::laplacian_estimate(std::ref(f), x, k).value; };
+  cu::Stream side = cu::stream_from_pool();
+  side.wait_stream(cu::current_stream());
+  {
+    cu::StreamGuard g(side);
+    run();  // warm-up off the capture
+  }
+  cu::current_stream().wait_stream(side);
+  cu::CUDAGraph graph;
+  Tensor out;
+  {
+    cu::Graph capture(graph);
+    out = run();
+  }
+  std::vector<double> means;
+  Tensor first, sum = tg::zeros({B, 1}, kF64.device(tg::Device(tg::kCUDA, 0)));
+  for (int64_t r = 0; r < replays; ++r) {
+    graph.replay();
+    if (r == 0) first = out.clone();
+    sum = sum + out;
+  }
+  EXPECT_GT(max_abs(out - first), 1e-3);  // a new draw each replay
+  const double sigma2 = 2 * f.off_diagonal_squares() / double(k);
+  EXPECT_NEAR(mean_of(sum / double(replays)), f.trace(), 4 * std::sqrt(sigma2 / double(B * replays)));
+  std::vector<ag::Partial> terms;
+  for (int64_t i = 0; i < n; ++i)
+    terms.push_back({{i, i}, 1.0});
+  cu::CUDAGraph refused;
+  EXPECT_ERROR_CONTAINS(([&] {
+                          cu::Graph capture(refused);
+                          return ag::derivative_operator_estimate(std::ref(f), x, terms, 3);
+                        }()),
+                        "capture");
+}
+
 }  // namespace

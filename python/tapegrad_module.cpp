@@ -681,14 +681,20 @@ ag::TensorFn tensor_fn(const py::function& fn) {
 // released (so that the engine's device workers may run Python hooks; f
 // takes the GIL for each call of fn), raising fn's exception again as it
 // was. f is made and destroyed with the GIL held.
-template <class Made, class F> auto run_released(const Made& f, F&& body) -> decltype(body(f)) {
+// body(), a Python callback's exception (CallbackError) raised again as it was.
+template <class F> auto raising_callback_errors(F&& body) -> decltype(body()) {
   try {
-    py::gil_scoped_release nogil;
-    return body(f);
+    return body();
   } catch (CallbackError& e) {
     e.error->restore();
     throw py::error_already_set();
   }
+}
+template <class Made, class F> auto run_released(const Made& f, F&& body) -> decltype(body(f)) {
+  return raising_callback_errors([&] {
+    py::gil_scoped_release nogil;
+    return body(f);
+  });
 }
 template <class F> auto calling_python(const py::function& fn, F&& body) -> decltype(body(ag::TensorFn())) {
   const ag::TensorFn f = tensor_fn(fn);
@@ -1503,12 +1509,18 @@ PYBIND11_MODULE(_C, m) {
       "manual_seed",
       [](const py::int_& seed) {
         // torch's range: [-2^63, 2^64); a negative seed is taken modulo 2^64
-        const py::int_ lo(py::module_::import("builtins").attr("pow")(-2, 63)),
-            hi(py::module_::import("builtins").attr("pow")(2, 64));
-        if (seed < lo || !(seed < hi))
-          raise(PyExc_ValueError,
-                "manual_seed: the seed must be in [-2**63, 2**64), got " + py::repr(seed).cast<std::string>());
-        tg::manual_seed(py::reinterpret_steal<py::object>(PyNumber_Remainder(seed.ptr(), hi.ptr())).cast<uint64_t>());
+        unsigned long long u = PyLong_AsUnsignedLongLong(seed.ptr());
+        if (PyErr_Occurred()) {
+          PyErr_Clear();
+          const long long v = PyLong_AsLongLong(seed.ptr());
+          if (PyErr_Occurred()) {
+            PyErr_Clear();
+            raise(PyExc_ValueError,
+                  "manual_seed: the seed must be in [-2**63, 2**64), got " + py::repr(seed).cast<std::string>());
+          }
+          u = static_cast<unsigned long long>(v);
+        }
+        tg::manual_seed(uint64_t(u));
       },
       py::arg("seed"), "Seeds the one generator of every device (a negative seed modulo 2**64, as torch's)");
   m.def(
@@ -1816,8 +1828,8 @@ PYBIND11_MODULE(_C, m) {
           py::arg("level") = 0, "How many times the graphs of derivative order `level` (0: forward) replayed");
   cuda.def(
       "_make_graphed_callables",
-      [](const py::list& fns, const py::list& params, const py::list& names, const py::list& samples,
-         const py::list& singles, int max_order, int warmup_iters, const py::object& pool, int max_calls_per_level) {
+      [](const py::list& fns, const py::list& params, const py::list& names, const py::list& samples, int max_order,
+         int warmup_iters, const py::object& pool, int max_calls_per_level) {
         std::vector<tg::cuda::Callable> cs;
         std::vector<std::vector<Tensor>> sample_args;
         for (size_t i = 0; i < fns.size(); ++i) {
@@ -1830,20 +1842,16 @@ PYBIND11_MODULE(_C, m) {
         o.warmup_iters = warmup_iters;
         o.pool = pool_from(pool);
         o.max_calls_per_level = max_calls_per_level;
-        std::vector<tg::cuda::GraphedCallable> made;
-        try {
-          py::gil_scoped_release nogil;  // the engine's workers may run Python hooks
-          made = tg::cuda::make_graphed_callables(std::move(cs), std::move(sample_args), o);
-        } catch (CallbackError& e) {
-          e.error->restore();
-          throw py::error_already_set();
-        }
+        // the GIL released: the engine's workers may run Python hooks
+        std::vector<tg::cuda::GraphedCallable> made = run_released(cs, [&](const std::vector<tg::cuda::Callable>& c) {
+          return tg::cuda::make_graphed_callables(c, std::move(sample_args), o);  // copies share the handles
+        });
         py::list out;
-        for (size_t i = 0; i < made.size(); ++i)
-          out.append(PyGraphedCallable{made[i], singles[i].cast<bool>()});
+        for (const tg::cuda::GraphedCallable& g : made)
+          out.append(PyGraphedCallable{g});  // _single set by the caller, once known
         return out;
       },
-      py::arg("fns"), py::arg("params"), py::arg("names"), py::arg("samples"), py::arg("singles"), py::arg("max_order"),
+      py::arg("fns"), py::arg("params"), py::arg("names"), py::arg("samples"), py::arg("max_order"),
       py::arg("warmup_iters"), py::arg("pool"), py::arg("max_calls_per_level"));
   py::class_<PyGraphedFunction>(cuda, "GraphedFunction",
                                 "A function of CUDA tensors recorded as a CUDA graph per input signature and replayed")
@@ -1866,13 +1874,7 @@ PYBIND11_MODULE(_C, m) {
       .def("__call__",
            [](PyGraphedFunction& g, const py::args& args) {
              std::vector<Tensor> xs = tensor_args(args, "graphed");
-             std::vector<Tensor> out;
-             try {
-               out = (*g.function)(xs);
-             } catch (CallbackError& e) {
-               e.error->restore();
-               throw py::error_already_set();
-             }
+             std::vector<Tensor> out = raising_callback_errors([&] { return (*g.function)(xs); });
              return graphed_result(out, *g.single);
            })
       .def("pool", [](const PyGraphedFunction& g) { return g.function->pool(); })

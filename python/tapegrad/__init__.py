@@ -254,8 +254,8 @@ def _make_graphed_callables(callables, sample_args, num_warmup_iters=3, allow_un
         names.append(type(c).__name__ if is_module else getattr(c, "__name__", "callable"))
         samples.append(list(a))
         singles.append(one)
-    made = _ext.cuda._make_graphed_callables(fns, params, names, samples, [True] * len(fns), max_order,
-                                             num_warmup_iters, pool, max_calls_per_level)
+    made = _ext.cuda._make_graphed_callables(fns, params, names, samples, max_order, num_warmup_iters, pool,
+                                             max_calls_per_level)
     out = []
     for c, g, one in zip(callables, made, singles):
         g._single = one[0]  # the function returned one tensor (known once captured)

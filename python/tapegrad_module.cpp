@@ -450,12 +450,17 @@ bool is_advanced_key(const py::object& k) {
 // dims from `dim` on picks the True positions (flattened into one dim),
 // integers (negative from the end) pick along `dim` (their shape replaces
 // it); the result is a copy.
-Tensor advanced_index(const Tensor& t, const py::object& key, int64_t dim = 0) {
+// An advanced key as a tensor on t's device (an empty list: no positions).
+Tensor key_tensor(const Tensor& t, const py::object& key) {
   const bool empty_list = py::isinstance<py::list>(key) && py::len(key) == 0;  // NumPy's: no positions
   Tensor k = py::isinstance<Tensor>(key) ? key.cast<Tensor>()
              : empty_list                ? tg::zeros({0}, tg::TensorOptions().dtype(tg::kInt64))
                                          : make_tensor(key, std::nullopt, device_name(t.device()), false);
-  if (k.device() != t.device()) k = k.to(t.device());
+  return k.device() != t.device() ? k.to(t.device()) : k;
+}
+
+Tensor advanced_index(const Tensor& t, const py::object& key, int64_t dim = 0) {
+  const Tensor k = key_tensor(t, key);
   if (t.dim() == 0) throw py::index_error("a 0-d tensor takes no index tensor");
   if (k.dtype() == tg::kBool) {
     const int64_t kd = k.dim();
@@ -489,14 +494,76 @@ Tensor advanced_index(const Tensor& t, const py::object& key, int64_t dim = 0) {
   return tg::index_select(t, dim, idx.reshape({-1})).reshape(shape);
 }
 
-Tensor index_tensor(const Tensor& t, const py::object& key) {
-  if (is_advanced_key(key)) return advanced_index(t, key);
+// A key as PyTorch reads it: a range is a list of its integers, a 0-d Bool
+// tensor or array a bool.
+py::object normal_key(const py::object& k) {
+  if (PyRange_Check(k.ptr())) return py::list(k);
+  const bool zero_d_bool =
+      (py::isinstance<Tensor>(k) && k.cast<Tensor>().dim() == 0 && k.cast<Tensor>().dtype() == tg::kBool) ||
+      (py::isinstance(k, py::module_::import("numpy").attr("ndarray")) && k.attr("ndim").cast<int64_t>() == 0 &&
+       k.attr("dtype").attr("kind").cast<std::string>() == "b");
+  return zero_d_bool ? py::bool_(k.attr("item")().cast<bool>()) : k;
+}
+
+// The items of a key (a tuple's, or the key alone), each normal_key'd.
+std::vector<py::object> key_items(const py::object& key) {
   std::vector<py::object> items;
   if (py::isinstance<py::tuple>(key)) {
     for (const py::handle& h : key.cast<py::tuple>())
-      items.push_back(py::reinterpret_borrow<py::object>(h));
+      items.push_back(normal_key(py::reinterpret_borrow<py::object>(h)));
   } else {
-    items.push_back(key);
+    items.push_back(normal_key(key));
+  }
+  return items;
+}
+
+// The key as LibTorch's index list (Tensor::index / index_put_, which take
+// several index tensors at once; a bool is a 0-d Bool mask).
+std::vector<tg::TensorIndex> tensor_indices(const Tensor& t, const std::vector<py::object>& items) {
+  std::vector<tg::TensorIndex> out;
+  auto bound = [](const py::object& b, const char* what) -> std::optional<int64_t> {
+    if (b.is_none()) return std::nullopt;
+    return int64_arg(b, "index", what, PyExc_IndexError);
+  };
+  for (const py::object& k : items) {
+    if (k.is_none()) {
+      out.emplace_back(tg::indexing::None);
+    } else if (is_bool_key(k)) {
+      out.emplace_back(
+          tg::full({}, tg::Scalar(py::cast<bool>(k)), tg::TensorOptions().dtype(tg::kBool).device(t.device())));
+    } else if (py::isinstance<py::ellipsis>(k)) {
+      out.emplace_back(tg::indexing::Ellipsis);
+    } else if (is_advanced_key(k)) {
+      out.emplace_back(key_tensor(t, k));
+    } else if (is_integer_key(k)) {
+      out.emplace_back(int64_arg(k, "index", "index", PyExc_IndexError));
+    } else if (py::isinstance<py::slice>(k)) {
+      out.emplace_back(tg::indexing::Slice(bound(k.attr("start"), "a slice's start"),
+                                           bound(k.attr("stop"), "a slice's stop"),
+                                           bound(k.attr("step"), "a slice's step")));
+    } else {
+      throw py::type_error(
+          "tapegrad indexing takes integers, slices, None, ..., bools and index tensors, arrays or lists (got " +
+          py::str(py::type::of(k)).cast<std::string>() + ")");
+    }
+  }
+  return out;
+}
+
+size_t advanced_items(const std::vector<py::object>& items) {
+  size_t n = 0;
+  for (const py::object& k : items)
+    n += is_advanced_key(k);
+  return n;
+}
+
+Tensor index_tensor(const Tensor& t, const py::object& key) {
+  std::vector<py::object> items = key_items(key);
+  if (!py::isinstance<py::tuple>(key) && is_advanced_key(items[0])) return advanced_index(t, items[0]);
+  if (advanced_items(items) > 1) {  // several index tensors: LibTorch's index picks with them together
+    if (has_negative_step(key))
+      throw py::type_error("tapegrad indexing takes no negative step beside several index tensors; flip first");
+    return t.index(tensor_indices(t, items));
   }
   // One advanced key among basic ones, as PyTorch's: the integers and
   // slices apply first (views), then the key picks along the dim it stands
@@ -504,14 +571,8 @@ Tensor index_tensor(const Tensor& t, const py::object& key) {
   // slice (a Bool mask as one per dim it covers) until then.
   py::object advanced;
   size_t advanced_at = items.size();
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (!is_advanced_key(items[i])) continue;
-    if (advanced_at != items.size())
-      throw py::type_error(
-          "tapegrad indexing takes one index tensor, array or list per key (got several); index them one after "
-          "another or use index_select");
-    advanced_at = i;
-  }
+  for (size_t i = 0; i < items.size(); ++i)
+    if (is_advanced_key(items[i])) advanced_at = i;
   int64_t mask_dims = 1;
   if (advanced_at != items.size()) {
     advanced = items[advanced_at];
@@ -1179,26 +1240,35 @@ PYBIND11_MODULE(_C, m) {
       .def("__getitem__", &index_tensor)
       .def("__setitem__",
            [](Tensor& t, const py::object& key, const py::object& value) {
-             bool advanced_item = false;  // an index tensor, array or list inside a tuple key
-             if (py::isinstance<py::tuple>(key))
-               for (const py::handle& h : key.cast<py::tuple>())
-                 advanced_item = advanced_item || is_advanced_key(py::reinterpret_borrow<py::object>(h));
-             if (is_advanced_key(key) || advanced_item || has_negative_step(key))
+             if (has_negative_step(key))
                throw py::type_error(
-                   "tapegrad assigns through views only: integers, slices with a positive step, None, ... and "
-                   "bools (an index tensor or a negative step gives a copy); use masked_fill or where");
-             Tensor v = index_tensor(t, key);
+                   "tapegrad assigns through no negative step (it gives a copy): flip the value and use the "
+                   "positive-step slice of the same elements");
+             const std::vector<py::object> items = key_items(key);
+             // Index tensors, arrays, lists and masks: LibTorch's index_put_
+             // (broadcast value, each position given once).
+             const bool advanced = advanced_items(items) > 0;
+             std::optional<Tensor> o;
              if (py::isinstance<Tensor>(value) || py::isinstance(value, py::module_::import("numpy").attr("ndarray"))) {
-               const Tensor o = as_operand(value, t, "__setitem__");
-               if (tg::is_complex(o.dtype()) && !tg::is_complex(t.dtype()))
+               o = as_operand(value, t, "__setitem__");
+               if (tg::is_complex(o->dtype()) && !tg::is_complex(t.dtype()))
                  throw tg::Error("__setitem__: a complex value into a " + dtype_name(t.dtype()) +
                                  " tensor would drop its imaginary part");
-               v.copy_(o.sizes() == v.sizes() ? o : o.expand(v.sizes()));
+             }
+             std::optional<tg::Scalar> s;
+             if (!o) {
+               s = scalar_of(value, tg::is_floating_point(t.dtype()), "__setitem__");
+               if (!s) throw py::type_error("__setitem__: the value must be a tensor, an ndarray or a number");
+             }
+             if (advanced) {
+               const std::vector<tg::TensorIndex> idx = tensor_indices(t, items);
+               if (o) t.index_put_(idx, *o);
+               else t.index_put_(idx, *s);
                return;
              }
-             auto s = scalar_of(value, tg::is_floating_point(t.dtype()), "__setitem__");
-             if (!s) throw py::type_error("__setitem__: the value must be a tensor, an ndarray or a number");
-             v.fill_(*s);
+             Tensor v = index_tensor(t, key);
+             if (o) v.copy_(o->sizes() == v.sizes() ? *o : o->expand(v.sizes()));
+             else v.fill_(*s);
            })
       .def_property_readonly("__array_interface__", &array_interface)
       .def(

@@ -5,6 +5,7 @@
 // for a tensor index).
 #include <tapegrad/tensor/indexing.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -57,6 +58,76 @@ struct Indexed {
   bool advanced = false;
 };
 
+// r indexed at once by several index tensors, each at its dim of r (a Bool
+// mask of k dims: its True positions as k Int64 indices), as PyTorch's: the
+// indices broadcast to one shape B, which replaces the indexed dims where
+// the first stood if they are adjacent, else comes first. A copy.
+Tensor gather(const Tensor& r, const std::vector<std::pair<int64_t, Tensor>>& picks, const char* op) {
+  std::vector<int64_t> dims;
+  std::vector<Tensor> index;  // Int64, wrapped into range
+  IntList b;                  // the broadcast shape
+  for (const auto& [d, t] : picks) {
+    std::vector<Tensor> parts;
+    if (t.dtype() == kBool) {
+      for (int64_t j = 0; j < t.dim(); ++j)
+        TG_CHECK(t.size(j) == r.size(d + j), op, ": the mask's shape ", shape_str(t.sizes()),
+                 " does not match the indexed dims of shape ", shape_str(r.sizes()), " from dim ", d);
+      const Tensor nz = tg::nonzero(t);  // [n, k]
+      for (int64_t j = 0; j < t.dim(); ++j)
+        parts.push_back(nz.select(1, j));
+    } else {
+      parts.push_back(t);
+    }
+    for (size_t j = 0; j < parts.size(); ++j) {
+      const int64_t dim = d + int64_t(j), n = r.size(dim);
+      const Tensor& p = parts[j];
+      if (p.numel() > 0) {
+        const int64_t lo = tg::amin(p).item<int64_t>(), hi = tg::amax(p).item<int64_t>();
+        TG_CHECK(lo >= -n && hi < n, op, ": index ", lo < -n ? lo : hi, " is out of bounds for dim ", dim, " of size ",
+                 n, " (shape ", shape_str(r.sizes()), ")");
+      }
+      index.push_back(tg::where(tg::lt(p, Scalar(int64_t(0))), p + Scalar(n), p));
+      dims.push_back(dim);
+      b = index.size() == 1 ? p.sizes() : broadcast_shapes(b, p.sizes(), op);
+    }
+  }
+  // The indexed dims first, then the others in order: one flat dim of the
+  // indexed ones, picked at the row-major positions of the indices.
+  std::vector<int64_t> perm(dims), rest;
+  for (int64_t k = 0; k < r.dim(); ++k)
+    if (std::find(dims.begin(), dims.end(), k) == dims.end()) perm.push_back(k), rest.push_back(k);
+  Tensor linear;
+  int64_t stride = 1;
+  for (size_t j = dims.size(); j-- > 0;) {
+    const Tensor term = index[j] * Scalar(stride);
+    linear = linear.defined() ? linear + term : term;
+    stride *= r.size(dims[j]);
+  }
+  IntList flat{stride}, shape(b);
+  for (int64_t k : rest) {
+    flat.push_back(r.size(k));
+    shape.push_back(r.size(k));
+  }
+  const Tensor picked = r.permute(IntList(perm.begin(), perm.end()))
+                            .reshape(flat)
+                            .index_select(0, linear.expand(b).reshape({-1}))
+                            .reshape(shape);
+  bool adjacent = true;
+  for (size_t j = 1; j < dims.size(); ++j)
+    adjacent = adjacent && dims[j] == dims[j - 1] + 1;
+  if (!adjacent || dims[0] == 0) return picked;
+  // B where the first indexed dim stood: after the rest's first dims[0] dims.
+  const int64_t nb = int64_t(b.size()), d0 = dims[0];
+  std::vector<int64_t> to;
+  for (int64_t k = 0; k < d0; ++k)
+    to.push_back(nb + k);
+  for (int64_t k = 0; k < nb; ++k)
+    to.push_back(k);
+  for (int64_t k = nb + d0; k < int64_t(shape.size()); ++k)
+    to.push_back(k);
+  return picked.permute(IntList(to.begin(), to.end()));
+}
+
 // self indexed by `idx` (at most one tensor index).
 Indexed apply(const Tensor& self, const std::vector<TensorIndex>& idx, const char* op) {
   detail::check_defined(self, op, "self");
@@ -70,14 +141,27 @@ Indexed apply(const Tensor& self, const std::vector<TensorIndex>& idx, const cha
     }
   }
   TG_CHECK(ellipses <= 1, op, ": at most one Ellipsis (\"...\") per index, got ", ellipses);
-  TG_CHECK(tensors <= 1, op, ": one tensor index per call is supported (got ", tensors,
-           "); index with one tensor, then index the result");
   TG_CHECK(used <= self.dim(), op, ": ", used, " dims indexed but the tensor has ", self.dim(), " (shape ",
            shape_str(self.sizes()), ")");
   Indexed out{self};
-  int64_t d = 0;  // the dim of out.result the next index applies to
+  // Several tensor indices (PyTorch's advanced indexing): each stands in as
+  // full slices while the others apply, then they pick together (gather).
+  const bool several = tensors > 1;
+  std::vector<std::pair<int64_t, Tensor>> picks;  // (dim of out.result, Int64 or Bool index)
+  int64_t d = 0;                                  // the dim of out.result the next index applies to
   for (const TensorIndex& i : idx) {
     Tensor& r = out.result;
+    if (several && i.kind() == Kind::Tensor) {
+      const Tensor& t = i.tensor();
+      TG_CHECK(t.dtype() == kInt64 || (t.dtype() == kBool && t.dim() > 0), op,
+               ": an index tensor beside other index tensors must be Int64 or a Bool mask of at least one dim, got ",
+               t.dtype(), " of shape ", shape_str(t.sizes()));
+      TG_CHECK(t.device() == r.device(), op, ": the index tensor is on ", t.device(), " but the tensor on ",
+               r.device());
+      picks.emplace_back(d, t);
+      d += dims_used(i);
+      continue;
+    }
     switch (i.kind()) {
       case Kind::None: r = r.unsqueeze(d), d += 1; break;
       case Kind::Ellipsis: d += self.dim() - used; break;
@@ -130,6 +214,7 @@ Indexed apply(const Tensor& self, const std::vector<TensorIndex>& idx, const cha
       }
     }
   }
+  if (several) out = {gather(out.result, picks, op), true};
   return out;
 }
 

@@ -187,7 +187,6 @@ TEST(LibtorchHabits, IndexAsLibtorch) {
   // Bad indices.
   EXPECT_ERROR_CONTAINS(y.index({0, 0, 0}), "index: 3 dims indexed but the tensor has 2");
   EXPECT_ERROR_CONTAINS(y.index({Ellipsis, Ellipsis}), "at most one Ellipsis");
-  EXPECT_ERROR_CONTAINS(y.index({idx, idx}), "one tensor index per call");
   EXPECT_ERROR_CONTAINS(y.index({Slice(None, None, -1)}), "step must be positive");
   EXPECT_ERROR_CONTAINS(y.index({tg::tensor({1.0})}), "must be Int64 or Bool");
   EXPECT_ERROR_CONTAINS(y.index({tg::tensor({1, 0}).to(tg::kBool)}), "mask's shape [2] does not match");
@@ -202,6 +201,66 @@ TEST(LibtorchHabits, IndexAsLibtorch) {
         return in[0].index({tg::tensor({3, 0, 3}).to(tg::kInt64), Slice(1)}) * 2.0;
       },
       {w}));
+}
+
+// Several tensor indices in one call, as PyTorch's advanced indexing: they
+// broadcast together; their shape replaces the indexed dims where the first
+// stood when they are adjacent, else it comes first. Values worked by hand
+// on z[a][b][c] = 12a + 4b + c.
+void several_tensor_indices(tg::Device dev) {
+  const Tensor z = tg::arange(0, 24, 1, f64).reshape({2, 3, 4}).to(dev);
+  auto I = [&](std::vector<int64_t> v, tg::IntList s) {
+    return tg::tensor(std::vector<double>(v.begin(), v.end()), s, f64).to(tg::kInt64).to(dev);
+  };
+  auto vals = [](const Tensor& t) { return tgtest::values(t); };
+  using V = std::vector<double>;
+  Tensor r = z.index({I({1, 0}, {2}), I({2, 1}, {2})});
+  EXPECT_EQ(r.sizes(), tg::IntList({2, 4}));
+  EXPECT_EQ(vals(r), V({20, 21, 22, 23, 4, 5, 6, 7}));
+  r = z.index({Slice(), I({0, 2}, {2}), I({1, 3}, {2})});  // adjacent, after a slice: in place
+  EXPECT_EQ(r.sizes(), tg::IntList({2, 2}));
+  EXPECT_EQ(vals(r), V({1, 11, 13, 23}));
+  r = z.index({I({0, 1}, {2}), Slice(), I({3, 0}, {2})});  // apart: first
+  EXPECT_EQ(r.sizes(), tg::IntList({2, 3}));
+  EXPECT_EQ(vals(r), V({3, 7, 11, 12, 16, 20}));
+  r = z.index({I({0, 1}, {2, 1}), I({0, 2}, {2})});  // broadcast to [2, 2]
+  EXPECT_EQ(r.sizes(), tg::IntList({2, 2, 4}));
+  EXPECT_EQ(vals(r.select(0, 1).select(0, 1)), V({20, 21, 22, 23}));
+  EXPECT_EQ(vals(r.select(0, 0).select(0, 1)), V({8, 9, 10, 11}));
+  EXPECT_EQ(vals(z.index({I({-1}, {1}), I({-1}, {1}), I({-2}, {1})})), V({22}));
+  Tensor mask = tg::zeros({3, 4}, f64).to(dev);
+  mask.index_put_({0, 1}, 1.0);
+  mask.index_put_({2, 3}, 1.0);
+  EXPECT_EQ(vals(z.index({I({1, 0}, {2}), tg::gt(mask, 0.5)})), V({13, 11}));  // a mask's positions as two indices
+  EXPECT_EQ(z.index({I({0}, {1}), I({}, {0})}).sizes(), tg::IntList({0, 4}));
+  EXPECT_EQ(tg::zeros({0, 3}, f64).to(dev).index({I({}, {0}), I({}, {0})}).sizes(), tg::IntList({0}));
+  // Each index is checked against its own dim (a flat position in range is
+  // not enough), and their shapes must broadcast.
+  EXPECT_ERROR_CONTAINS(z.index({I({0}, {1}), I({3}, {1})}), "index: index 3 is out of bounds for dim 1 of size 3");
+  EXPECT_ERROR_CONTAINS(z.index({I({0}, {1}), I({-4}, {1})}), "index -4 is out of bounds for dim 1");
+  EXPECT_ANY_THROW(z.index({I({0, 1}, {2}), I({0, 1, 2}, {3})}));
+  EXPECT_ERROR_CONTAINS(z.index({I({0}, {1}), tg::full({}, 1, tg::kBool).to(dev)}),
+                        "must be Int64 or a Bool mask of at least one dim");
+  // index_put_ through several indices; a position given twice is refused.
+  Tensor y = tg::zeros({3, 4}, f64).to(dev);
+  y.index_put_({I({0, 2}, {2}), I({1, 3}, {2})}, tg::tensor({5.0, 7.0}).to(dev));
+  EXPECT_EQ(vals(y), V({0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7}));
+  EXPECT_ERROR_CONTAINS(y.index_put_({I({0, 0}, {2}), I({1, 1}, {2})}, 1.0), "more than once");
+  // Differentiable, twice.
+  const Tensor w = tg::rand({3, 4, 2}, f64).to(dev).requires_grad_();
+  auto f = [&](const ag::variable_list& in) {
+    const Tensor p = in[0].index({I({2, 0, 2}, {3}), Slice(), I({1, 0, 1}, {3})});  // [3, 4], (2,1) twice
+    return p * p;
+  };
+  EXPECT_TRUE(ag::gradcheck(f, {w}));
+  EXPECT_TRUE(ag::gradgradcheck(f, {w}));
+}
+
+TEST(LibtorchHabits, SeveralTensorIndicesAsPyTorch) { several_tensor_indices(tg::Device(tg::kCPU)); }
+
+TEST(LibtorchHabitsGpu, SeveralTensorIndicesAsPyTorch) {
+  REQUIRE_GPU();
+  several_tensor_indices(tg::Device(tg::kCUDA, 0));
 }
 
 TEST(LibtorchHabits, IndexPutAsLibtorch) {

@@ -224,10 +224,40 @@ def test_one_index_tensor_among_basic_keys_as_pytorch():
         t[:, [4]]
     with pytest.raises(IndexError, match="must match the dims of the tensor"):
         t[:, np.array([True, False])]
-    with pytest.raises(TypeError, match="one index tensor"):
-        t[[0], [1]]
     with pytest.raises(TypeError, match="no bools beside"):
         t[True, [0]]
+
+
+def test_several_index_tensors_as_pytorch():
+    a = np.arange(60.0).reshape(3, 4, 5)
+    t = tg.tensor(a)
+    # Where NumPy and PyTorch agree: the indices broadcast; adjacent ones
+    # replace their dims in place, apart ones go first.
+    keys = (([0, 2], [1, 3]), ([[0], [2]], [1, 3]), (slice(None), [0, 3], [4, -1]),
+            ([2, 0], slice(None), [1, 1]), (np.array([1, 2]), np.array([[0, 3]])),
+            (range(2), [0, 1], [2, 3]), (tg.tensor(np.array([-1])), tg.tensor(np.array([-4]))),
+            ([], []), (Ellipsis, [0, 1], [1, 2]))
+    for key in keys:
+        np_key = tuple(k.numpy() if isinstance(k, tg.Tensor) else k for k in key)
+        got = t[key].numpy()
+        want = a[np_key]
+        assert got.shape == want.shape, key
+        np.testing.assert_array_equal(got, want, err_msg=str(key))
+    m = a[0] > 12  # a Bool mask beside an index: its True positions as indices
+    np.testing.assert_array_equal(t[[1] * int(m.sum()), m].numpy(), a[[1] * int(m.sum()), m])
+    np.testing.assert_array_equal(t[range(2)].numpy(), a[range(2)])
+    # Each index against its own dim: [0, 5] is a flat position in range but 5 is not a column.
+    with pytest.raises(tg.Error, match="index 5 is out of bounds for dim 1 of size 4"):
+        t[[0], [5]]
+    with pytest.raises(tg.Error):
+        t[[0, 1], [0, 1, 2]]  # shapes that do not broadcast
+    # A 0-d Bool tensor or array is a bool: a new dim of 1 or 0.
+    assert t[tg.tensor(True)].shape == (1, 3, 4, 5)
+    assert t[np.array(False)].shape == (0, 3, 4, 5)
+    # Differentiable, twice.
+    w = tg.tensor(np.random.default_rng(0).random((3, 4)), requires_grad=True)
+    assert tg.autograd.gradcheck(lambda x: x[[2, 0, 2], [1, 1, 3]] ** 2, (w,))
+    assert tg.autograd.gradgradcheck(lambda x: x[[2, 0, 2], [1, 1, 3]] ** 2, (w,))
 
 
 def test_setitem_writes_through_views():
@@ -242,16 +272,36 @@ def test_setitem_writes_through_views():
     a[0, 1:3] = [7.0, 8.0]
     a[2, ...] = 9.0
     np.testing.assert_array_equal(t.numpy(), a)
-    with pytest.raises(TypeError, match="views only"):
-        t[[0, 1]] = 1.0
-    with pytest.raises(TypeError, match="views only"):
+    with pytest.raises(TypeError, match="no negative step"):
         t[::-1] = 1.0
-    # An index inside a tuple key would write into a copy: refused, nothing written.
+    np.testing.assert_array_equal(t.numpy(), a)
+
+
+def test_setitem_through_index_tensors_and_masks_as_pytorch():
+    a = np.arange(12.0).reshape(3, 4)
+    t = tg.tensor(a)
+    writes = ((a > 5, 0.0), ([0, 2], 1.5), ((slice(None), [3, 0]), np.array([10.0, 20.0])),
+              (([0, 1], [1, 2]), tg.tensor(np.array([7.0, 8.0]))), ((0, [1]), 9.0),
+              (np.array([True, False, True]), np.ones(4)), ((slice(None), tg.tensor(np.array([1]))), -1.0),
+              ((range(2), 3), 4.0))
+    for key, value in writes:
+        t[key] = value
+        a[key] = value.numpy() if isinstance(value, tg.Tensor) else value
+        np.testing.assert_array_equal(t.numpy(), a, err_msg=str(key))
     before = t.numpy().copy()
-    for key in ((slice(None), [0, 1]), (0, [1]), (slice(None), tg.tensor(np.array([1])))):
-        with pytest.raises(TypeError, match="views only"):
-            t[key] = 9.0
-    np.testing.assert_array_equal(t.numpy(), before)
+    with pytest.raises(tg.Error, match="more than once"):  # which write wins would be arbitrary
+        t[[0, 0], [1, 1]] = 3.0
+    with pytest.raises(tg.Error, match="does not broadcast"):
+        t[[0, 1]] = np.ones(3)
+    with pytest.raises(tg.Error, match="index 5 is out of range for dim 0 with size 3"):
+        t[[5]] = 1.0
+    np.testing.assert_array_equal(t.numpy(), before)  # nothing written by the refused ones
+    # Differentiable: x[mask] = 0 passes no gradient to the overwritten entries.
+    w = tg.tensor(np.random.default_rng(1).random((3, 4)), requires_grad=True)
+    z = w * 1.0
+    z[z > 0.5] = 0.0
+    z.sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), (w.detach().numpy() <= 0.5).astype(float))
 
 
 def test_pickle_and_deepcopy():

@@ -154,11 +154,19 @@ double CosineAnnealingLR::lr_at(size_t g, int64_t e) const {
 }
 
 LambdaLR::LambdaLR(Optimizer& opt, std::function<double(int64_t)> lambda)
-    : LRScheduler(opt, "LambdaLR"), lambda_(std::move(lambda)) {
-  TG_CHECK(lambda_ != nullptr, "LambdaLR: the lambda is empty");
+    : LambdaLR(opt, std::vector<std::function<double(int64_t)>>(opt.num_param_groups(), lambda)) {}
+LambdaLR::LambdaLR(Optimizer& opt, std::vector<std::function<double(int64_t)>> lambdas)
+    : LRScheduler(opt, "LambdaLR"), lambdas_(std::move(lambdas)) {
+  TG_CHECK(lambdas_.size() == num_groups(), "LambdaLR: ", lambdas_.size(), " lambdas for ", num_groups(),
+           " parameter groups; give one per group (or a single lambda for all)");
+  for (size_t i = 0; i < lambdas_.size(); ++i)
+    TG_CHECK(lambdas_[i] != nullptr, "LambdaLR: lambda ", i, " is empty");
   apply(0, true);
 }
-double LambdaLR::lr_at(size_t g, int64_t e) const { return base(g) * lambda_(e); }
+double LambdaLR::lr_at(size_t g, int64_t e) const {
+  const double b = base(g);  // checks g first
+  return b * lambdas_[g](e);
+}
 
 ExponentialLR::ExponentialLR(Optimizer& opt, double gamma) : LRScheduler(opt, "ExponentialLR"), gamma_(gamma) {
   TG_CHECK(gamma > 0, "ExponentialLR: gamma must be > 0, got ", gamma);
@@ -307,16 +315,28 @@ std::optional<double> SequentialLR::momentum_at(size_t g, int64_t e) const {
 ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& opt, double factor, int64_t patience, double threshold,
                                      int64_t cooldown, double min_lr, const std::string& mode,
                                      const std::string& threshold_mode, double eps)
+    : ReduceLROnPlateau(opt, factor, patience, threshold, cooldown, std::vector<double>(opt.num_param_groups(), min_lr),
+                        mode, threshold_mode, eps) {}
+ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& opt, double factor, int64_t patience, double threshold,
+                                     int64_t cooldown, std::vector<double> min_lrs, const std::string& mode,
+                                     const std::string& threshold_mode, double eps)
     : opt_(opt),
       factor_(factor),
       threshold_(threshold),
-      min_lr_(min_lr),
       eps_(eps),
       best_(mode == "max" ? -INFINITY : INFINITY),  // PyTorch's start: the first finite metric improves on it
       max_mode_(mode == "max"),
       abs_threshold_(threshold_mode == "abs"),
       patience_(patience),
       cooldown_(cooldown) {
+  min_lrs_ = std::move(min_lrs);
+  TG_CHECK(min_lrs_.size() == opt.num_param_groups(), "ReduceLROnPlateau: ", min_lrs_.size(), " min_lr values for ",
+           opt.num_param_groups(), " parameter groups; give one per group (or one number for all)");
+  const bool min_lrs_ok =
+      std::all_of(min_lrs_.begin(), min_lrs_.end(), [](double m) { return std::isfinite(m) && m >= 0; });
+  const double min_lr = min_lrs_ok ? 0.0 : *std::find_if(min_lrs_.begin(), min_lrs_.end(), [](double m) {
+    return !(std::isfinite(m) && m >= 0);
+  });
   TG_CHECK(factor > 0 && factor < 1, "ReduceLROnPlateau: factor must be in (0, 1), got ", factor);
   TG_CHECK(patience >= 0 && cooldown >= 0, "ReduceLROnPlateau: patience and cooldown must be >= 0, got ", patience,
            " and ", cooldown);
@@ -370,7 +390,7 @@ void ReduceLROnPlateau::step(double metric) {
   }
   if (bad_epochs_ > patience_) {
     for (size_t g = 0; g < opt_.num_param_groups(); ++g) {  // each group's own rate
-      const double old_lr = opt_.lr(g), new_lr = std::max(old_lr * factor_, min_lr_);
+      const double old_lr = opt_.lr(g), new_lr = std::max(old_lr * factor_, min_lrs_[g]);
       if (old_lr - new_lr > eps_) opt_.set_lr(g, new_lr);
     }
     cooldown_left_ = cooldown_;

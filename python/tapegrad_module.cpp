@@ -2440,15 +2440,26 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init<to::Optimizer&, int64_t, double>(), py::arg("optimizer"), py::arg("T_max"),
            py::arg("eta_min") = 0.0, py::keep_alive<1, 2>());
   py::class_<to::LambdaLR, to::LRScheduler, std::shared_ptr<to::LambdaLR>>(sched, "LambdaLR", "torch's LambdaLR")
-      .def(py::init([](to::Optimizer& o, const py::function& f) {
+      .def(py::init([](to::Optimizer& o, const py::object& lr_lambda) {
              // The factor is called from C++ with the GIL held (step() runs in the caller's thread).
-             return std::make_shared<to::LambdaLR>(o, [f](int64_t e) {
-               py::object r = f(e);
-               if (!py::isinstance<py::float_>(r) && !py::isinstance<py::int_>(r) && !PyNumber_Check(r.ptr()))
-                 throw tg::Error("LambdaLR: lr_lambda(" + std::to_string(e) + ") returned " +
-                                 py::str(py::type::of(r)).cast<std::string>() + "; return a number (the factor)");
-               return py::float_(r).cast<double>();
-             });
+             auto wrap = [](const py::object& f) -> std::function<double(int64_t)> {
+               if (!PyCallable_Check(f.ptr()))
+                 throw py::type_error("LambdaLR: lr_lambda must be a function or a list of them (one per group), got " +
+                                      py::str(py::type::of(f)).cast<std::string>());
+               return [f](int64_t e) {
+                 py::object r = f(e);
+                 if (!py::isinstance<py::float_>(r) && !py::isinstance<py::int_>(r) && !PyNumber_Check(r.ptr()))
+                   throw tg::Error("LambdaLR: lr_lambda(" + std::to_string(e) + ") returned " +
+                                   py::str(py::type::of(r)).cast<std::string>() + "; return a number (the factor)");
+                 return py::float_(r).cast<double>();
+               };
+             };
+             if (!py::isinstance<py::list>(lr_lambda) && !py::isinstance<py::tuple>(lr_lambda))
+               return std::make_shared<to::LambdaLR>(o, wrap(lr_lambda));
+             std::vector<std::function<double(int64_t)>> fs;
+             for (const py::handle& f : lr_lambda)
+               fs.push_back(wrap(py::reinterpret_borrow<py::object>(f)));
+             return std::make_shared<to::LambdaLR>(o, std::move(fs));
            }),
            py::arg("optimizer"), py::arg("lr_lambda"), py::keep_alive<1, 2>(), py::keep_alive<1, 3>());
   py::class_<to::ExponentialLR, to::LRScheduler, std::shared_ptr<to::ExponentialLR>>(sched, "ExponentialLR",
@@ -2482,11 +2493,19 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init<to::Optimizer&, std::vector<std::shared_ptr<to::LRScheduler>>, std::vector<int64_t>>(),
            py::arg("optimizer"), py::arg("schedulers"), py::arg("milestones"), py::keep_alive<1, 2>());
   py::class_<to::ReduceLROnPlateau>(sched, "ReduceLROnPlateau", "torch's ReduceLROnPlateau")
-      .def(py::init<to::Optimizer&, double, int64_t, double, int64_t, double, const std::string&, const std::string&,
-                    double>(),
-           py::arg("optimizer"), py::arg("factor") = 0.1, py::arg("patience") = 10, py::arg("threshold") = 1e-4,
-           py::arg("cooldown") = 0, py::arg("min_lr") = 0.0, py::arg("mode") = "min", py::arg("threshold_mode") = "rel",
-           py::arg("eps") = 1e-8, py::keep_alive<1, 2>())
+      .def(py::init([](to::Optimizer& o, const std::string& mode, double factor, int64_t patience, double threshold,
+                       const std::string& threshold_mode, int64_t cooldown, const py::object& min_lr, double eps) {
+             // torch's argument order; min_lr one number or one per group
+             if (py::isinstance<py::list>(min_lr) || py::isinstance<py::tuple>(min_lr))
+               return std::make_unique<to::ReduceLROnPlateau>(o, factor, patience, threshold, cooldown,
+                                                              min_lr.cast<std::vector<double>>(), mode, threshold_mode,
+                                                              eps);
+             return std::make_unique<to::ReduceLROnPlateau>(o, factor, patience, threshold, cooldown,
+                                                            min_lr.cast<double>(), mode, threshold_mode, eps);
+           }),
+           py::arg("optimizer"), py::arg("mode") = "min", py::arg("factor") = 0.1, py::arg("patience") = 10,
+           py::arg("threshold") = 1e-4, py::arg("threshold_mode") = "rel", py::arg("cooldown") = 0,
+           py::arg("min_lr") = 0.0, py::arg("eps") = 1e-8, py::keep_alive<1, 2>())
       .def(
           "step", [](to::ReduceLROnPlateau& s, const py::object& metrics) { s.step(py::float_(metrics)); },
           py::arg("metrics"), "One epoch done with the metric (a number or a one-element tensor)")

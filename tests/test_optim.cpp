@@ -640,3 +640,32 @@ TEST(Optim, LbfgsResumesBitwiseFromItsStateDict) {
 }
 
 }  // namespace
+
+TEST(OptimSchedulers, PerGroupLambdasAndMinLrsAsPyTorch) {
+  // PyTorch's list forms: LambdaLR(opt, [f0, f1]), ReduceLROnPlateau(min_lr=[m0, m1]).
+  Tensor a = param3(), b = param3();
+  optim::SGD opt(std::vector<optim::ParamGroup>{{{a}, 0.1}, {{b}, 1.0}}, optim::SGDOptions(0.5));
+  optim::LambdaLR sched(opt,
+                        std::vector<std::function<double(int64_t)>>{[](int64_t e) { return std::pow(0.5, double(e)); },
+                                                                    [](int64_t e) { return 1.0 / double(e + 1); }});
+  std::vector<double> got;
+  for (int e = 0; e < 3; ++e) {
+    got.push_back(opt.lr(0));
+    got.push_back(opt.lr(1));
+    opt.step();
+    sched.step();
+  }
+  EXPECT_EQ(got, (std::vector<double>{0.1, 1.0, 0.05, 0.5, 0.025, 1.0 / 3}));
+  optim::SGD opt2(std::vector<optim::ParamGroup>{{{a}, 0.1}, {{b}, 1.0}}, optim::SGDOptions(0.5));
+  EXPECT_ERROR_CONTAINS(optim::LambdaLR(opt2, std::vector<std::function<double(int64_t)>>{[](int64_t) { return 1.0; }}),
+                        "LambdaLR: 1 lambdas for 2 parameter groups");
+  optim::ReduceLROnPlateau plateau(opt2, 0.5, 0, 1e-4, 0, std::vector<double>{0.06, 0.3});
+  for (double metric : {1.0, 2.0, 3.0, 4.0, 5.0})
+    plateau.step(metric);
+  EXPECT_EQ(opt2.lr(0), 0.06);
+  EXPECT_EQ(opt2.lr(1), 0.3);
+  EXPECT_ERROR_CONTAINS(optim::ReduceLROnPlateau(opt2, 0.5, 0, 1e-4, 0, std::vector<double>{0.1}),
+                        "ReduceLROnPlateau: 1 min_lr values for 2 parameter groups");
+  EXPECT_ERROR_CONTAINS(optim::ReduceLROnPlateau(opt2, 0.5, 0, 1e-4, 0, std::vector<double>{0.1, NAN}),
+                        "min_lr and eps must be finite");
+}

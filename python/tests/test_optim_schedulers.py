@@ -469,3 +469,29 @@ def test_bad_arguments_get_messages_naming_them():
     s = lr_scheduler.LambdaLR(optim.SGD([w]), lambda e: "a" if e else 1.0)
     with pytest.raises(tg.Error, match=r"lr_lambda\(1\) returned <class 'str'>"):
         s.step()
+
+
+def test_per_group_lambdas_and_min_lrs_as_pytorch():
+    w, b = (tg.tensor(P0.copy(), requires_grad=True) for _ in range(2))
+    opt = optim.SGD([{"params": [w]}, {"params": [b], "lr": 1.0}], lr=0.1)
+    s = lr_scheduler.LambdaLR(opt, [lambda e: 0.5 ** e, lambda e: 1.0 / (e + 1)])
+    got = []
+    for _ in range(3):
+        got.append(s.get_last_lr())
+        opt.step()
+        s.step()
+    np.testing.assert_allclose(got, [[0.1, 1.0], [0.05, 0.5], [0.025, 1.0 / 3]])
+    with pytest.raises(tg.Error, match="1 lambdas for 2 parameter groups"):
+        lr_scheduler.LambdaLR(optim.SGD([{"params": [w]}, {"params": [b]}], lr=0.1), [lambda e: 1.0])
+    with pytest.raises(TypeError, match="lr_lambda must be a function"):
+        lr_scheduler.LambdaLR(optim.SGD([w], lr=0.1), 3)
+    # ReduceLROnPlateau: torch's argument order, one min_lr per group.
+    opt = optim.SGD([{"params": [w]}, {"params": [b], "lr": 1.0}], lr=0.1)
+    r = lr_scheduler.ReduceLROnPlateau(opt, "min", 0.5, 0, min_lr=[0.06, 0.3])
+    for metric in (1, 2, 3, 4, 5):
+        r.step(metric)
+    assert [g["lr"] for g in opt.param_groups] == [0.06, 0.3]
+    with pytest.raises(tg.Error, match="1 min_lr values for 2 parameter groups"):
+        lr_scheduler.ReduceLROnPlateau(opt, min_lr=[0.1])
+    with pytest.raises(tg.Error, match="min_lr and eps must be finite and >= 0"):
+        lr_scheduler.ReduceLROnPlateau(opt, min_lr=[0.1, -1.0])

@@ -634,9 +634,11 @@ class LambdaLR : public LRScheduler {
  public:
   /// lambda gives the factor of the base rate at each epoch.
   LambdaLR(Optimizer& opt, std::function<double(int64_t)> lambda);
+  /// One lambda per parameter group, in order (PyTorch's list form).
+  LambdaLR(Optimizer& opt, std::vector<std::function<double(int64_t)>> lambdas);
   double lr_at(size_t g, int64_t epoch) const override;  ///< base * lambda(epoch)
  private:
-  std::function<double(int64_t)> lambda_;
+  std::vector<std::function<double(int64_t)>> lambdas_;  // one per group
 };
 /// base * gamma^epoch (ExponentialLR).
 class ExponentialLR : public LRScheduler {
@@ -715,6 +717,10 @@ class ReduceLROnPlateau {
   ReduceLROnPlateau(Optimizer& opt, double factor = 0.1, int64_t patience = 10, double threshold = 1e-4,
                     int64_t cooldown = 0, double min_lr = 0, const std::string& mode = "min",
                     const std::string& threshold_mode = "rel", double eps = 1e-8);
+  /// With one min_lr per parameter group, in order (PyTorch's list form).
+  ReduceLROnPlateau(Optimizer& opt, double factor, int64_t patience, double threshold, int64_t cooldown,
+                    std::vector<double> min_lrs, const std::string& mode = "min",
+                    const std::string& threshold_mode = "rel", double eps = 1e-8);
   /// One epoch done with `metric` (a NaN one is never an improvement).
   void step(double metric);
   /// The best metric so far (+inf in mode "min", -inf in "max" before any).
@@ -731,7 +737,8 @@ class ReduceLROnPlateau {
  private:
   bool better(double metric) const;
   Optimizer& opt_;
-  double factor_, threshold_, min_lr_, eps_, best_;
+  double factor_, threshold_, eps_, best_;
+  std::vector<double> min_lrs_;  // per group
   bool max_mode_, abs_threshold_;
   int64_t patience_, cooldown_, bad_epochs_ = 0, cooldown_left_ = 0;
   std::shared_ptr<int> token_ = std::make_shared<int>(0);  // for the optimizer's claim_rates

@@ -401,6 +401,22 @@ py::object in_place(py::object self, const py::object& b, const char* op, int wh
   return self;
 }
 
+// self's storage takes r (an out-of-place result of self op b), as an in-place
+// operator; a result of another dtype or shape is refused.
+py::object write_back(py::object self, const py::object& result, const char* op) {
+  if (result.ptr() == Py_NotImplemented) throw py::type_error(std::string(op) + ": unsupported operand");
+  Tensor& a = self.cast<Tensor&>();
+  const Tensor r = result.cast<Tensor>();
+  if (r.dtype() != a.dtype())
+    throw tg::Error(std::string(op) + ": the result is " + dtype_name(r.dtype()) + " but the tensor is " +
+                    dtype_name(a.dtype()) + "; in place cannot change the dtype: write t = t op x, or convert t first");
+  if (r.sizes() != a.sizes())
+    throw tg::Error(std::string(op) + ": the result's shape " + tg::shape_str(r.sizes()) + " is not the tensor's " +
+                    tg::shape_str(a.sizes()) + " (the other operand broadcasts it larger)");
+  a.copy_(r);
+  return self;
+}
+
 void bool_operand(const Tensor& t, const char* op) {
   if (t.dtype() != tg::kBool)
     throw tg::Error(std::string(op) + ": tapegrad's &, |, ^ and ~ take Bool tensors (logical), got " +
@@ -410,6 +426,13 @@ void bool_operand(const Tensor& t, const char* op) {
 // a op b for Bool a and a Bool tensor, bool or Bool ndarray b.
 Tensor logical(const Tensor& a, const py::object& b, const char* op, Tensor (*f)(const Tensor&, const Tensor&)) {
   bool_operand(a, op);
+  // A number must be a bool: PyTorch's `mask & 2` is an integer bitwise op
+  // (Int64 zeros), which tapegrad lacks; casting 2 to True would be wrong.
+  if (!py::isinstance<Tensor>(b) && !py::isinstance(b, py::module_::import("numpy").attr("ndarray")) &&
+      !is_bool_key(b) && PyNumber_Check(b.ptr()))
+    throw tg::Error(std::string(op) + ": tapegrad's &, |, ^ take Bool operands (logical), got the number " +
+                    py::str(b).cast<std::string>() +
+                    " (PyTorch would do an integer bitwise op, which tapegrad lacks); use True/False or compare first");
   const Tensor o = as_operand(b, a, op);  // a Python bool: a 0-d Bool tensor (a's dtype)
   bool_operand(o, op);
   return f(a, o);
@@ -1377,6 +1400,16 @@ PYBIND11_MODULE(_C, m) {
       .def("__isub__", [](py::object self, const py::object& b) { return in_place(self, b, "sub_", 1); })
       .def("__imul__", [](py::object self, const py::object& b) { return in_place(self, b, "mul_", 2); })
       .def("__itruediv__", [](py::object self, const py::object& b) { return in_place(self, b, "div_", 3); })
+      // **=, &=, |=, ^=: the result written back into the same storage (its
+      // dtype must be the tensor's, as PyTorch's "can't be cast").
+      .def("__ipow__",
+           [](py::object self, const py::object& b) { return write_back(self, self.attr("__pow__")(b), "**="); })
+      .def("__iand__",
+           [](py::object self, const py::object& b) { return write_back(self, self.attr("__and__")(b), "&="); })
+      .def("__ior__",
+           [](py::object self, const py::object& b) { return write_back(self, self.attr("__or__")(b), "|="); })
+      .def("__ixor__",
+           [](py::object self, const py::object& b) { return write_back(self, self.attr("__xor__")(b), "^="); })
       // &, |, ^ and ~ of Bool tensors (logical, as PyTorch's on Bool).
       .def("__and__", [](const Tensor& a, const py::object& b) { return logical(a, b, "&", &tg::logical_and); })
       .def("__rand__", [](const Tensor& a, const py::object& b) { return logical(a, b, "&", &tg::logical_and); })
@@ -2256,7 +2289,7 @@ PYBIND11_MODULE(_C, m) {
             }
             return out;
           },
-          "The groups' parameters and options (a copy: set rates with set_lr)")
+          "The groups' parameters and options (a copy; tapegrad.optim wraps it so that g[\"lr\"] = x sets the rate)")
       .def(
           "set_lr", [](to::Optimizer& o, double lr, std::optional<size_t> g) { g ? o.set_lr(*g, lr) : o.set_lr(lr); },
           py::arg("lr"), py::arg("group") = py::none())

@@ -289,6 +289,66 @@ def _graphed(fn=None, *, pool=None, max_re_records=8, name=None):
     return make if fn is None else make(fn)
 
 
+def _tensor_repr(t):
+    """tensor([...], dtype=..., device=..., requires_grad=True), as torch's
+    (float32 and int64 and bool without their dtype)."""
+    import numpy as _np
+    try:
+        v = t.detach()
+        if v.dtype in (float16, bfloat16):
+            v = v.to(float32)
+        a = v.to("cpu").numpy()
+    except Exception:  # noqa: BLE001 (a dtype NumPy lacks: the summary)
+        return _ext.Tensor.__repr_summary__(t)
+    body = _np.array2string(a, separator=", ", threshold=1000, edgeitems=3, prefix="tensor(",
+                            max_line_width=100)
+    extras = []
+    if t.dtype not in (float32, int64, bool_):
+        extras.append("dtype=%s" % t.dtype)
+    if str(t.device) != "cpu":
+        extras.append("device='%s'" % t.device)
+    if t.requires_grad:
+        extras.append("requires_grad=True")
+    if 0 in t.shape:
+        extras.insert(0, "size=%s" % (tuple(t.shape),))
+    return "tensor(%s)" % ", ".join([body] + extras)
+
+
+_ext.Tensor.__repr_summary__ = _ext.Tensor.__repr__
+_ext.Tensor.__repr__ = _tensor_repr
+_ext.Tensor.__str__ = _tensor_repr
+# torch's dtype shorthands and .data (the same storage, no history).
+for _name, _dt in (("float", "float32"), ("double", "float64"), ("half", "float16"), ("bfloat16", "bfloat16"),
+                   ("long", "int64"), ("bool", "bool")):
+    setattr(_ext.Tensor, _name, (lambda dt: lambda self: self.to(dt))(_dt))
+_ext.Tensor.data = property(lambda self: self.detach(), doc="The same storage without autograd history (detach())")
+
+
+class _ParamGroup(dict):
+    """One entry of optimizer.param_groups: a dict whose 'lr' writes through to
+    the optimizer (for g in opt.param_groups: g['lr'] = x, as with torch)."""
+
+    def __init__(self, opt, index, entries):
+        super().__init__(entries)
+        self._opt, self._index = opt, index
+
+    def __setitem__(self, key, value):
+        if key == "lr":
+            self._opt.set_lr(__import__("builtins").float(value), self._index)
+            super().__setitem__(key, self._opt._param_groups_native[self._index]["lr"])
+            return
+        raise TypeError("param_groups[%d][%r]: only 'lr' can be set here (tapegrad keeps the other options fixed "
+                        "after construction; make the optimizer with them, or add_param_group)" % (self._index, key))
+
+    def update(self, *args, **kwargs):
+        for k, v in dict(*args, **kwargs).items():
+            self[k] = v
+
+
+_ext.optim.Optimizer._param_groups_native = _ext.optim.Optimizer.param_groups
+_ext.optim.Optimizer.param_groups = property(
+    lambda self: [_ParamGroup(self, i, g) for i, g in enumerate(self._param_groups_native)],
+    doc="The groups' parameters and options; assigning a group's 'lr' sets the optimizer's rate")
 _ext.cuda.make_graphed_callables = _make_graphed_callables
 _ext.cuda.graphed = _graphed
 _register_submodules()

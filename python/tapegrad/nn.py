@@ -44,6 +44,22 @@ class Module:
     def __setattr__(self, name, value):
         if "_modules" not in self.__dict__:
             raise AttributeError("call Module.__init__() before assigning attributes")
+        # As torch's: a buffer stays a buffer (m.running = m.running * 0.9 + x),
+        # a parameter takes only a parameter (a leaf that requires grad) or None.
+        if name in self._buffers and (isinstance(value, Tensor) or value is None):
+            if value is None:
+                del self._buffers[name]
+                object.__setattr__(self, name, None)
+            else:
+                self._buffers[name] = value
+            return
+        if name in self._buffers:
+            raise TypeError("cannot assign %s as buffer '%s' (a tensor or None expected)" % (type(value).__name__, name))
+        if (name in self._parameters and isinstance(value, Tensor)
+                and not (value.requires_grad and value.is_leaf)):
+            raise TypeError("cannot assign a tensor that is not a parameter (a leaf that requires grad) as parameter "
+                            "'%s'; wrap it in tapegrad.nn.Parameter(...) or assign under no_grad with "
+                            "m.%s.copy_(value)" % (name, name))
         for d in (self._parameters, self._buffers, self._modules):
             d.pop(name, None)
         if isinstance(value, Module):

@@ -91,3 +91,60 @@ def test_grad_mode_decorators():
     assert not tg.no_grad()(lambda: x * 2.0)().requires_grad
     with pytest.raises(TypeError, match="decorate a function"):
         tg.no_grad()(1, 2)
+
+
+def test_adversary_findings_on_the_python_habits():
+    # mask & 2 would be an integer bitwise op in PyTorch (Int64 zeros): refused, not cast to True.
+    b = tg.tensor([True, False, True])
+    for f in (lambda: b & 2, lambda: b | 0, lambda: 1 ^ b):
+        with pytest.raises(tg.Error, match="take Bool operands"):
+            f()
+    assert (b & True).tolist() == [True, False, True]
+    # **=, &=, |=, ^= write into the same storage (aliases see it), as torch's.
+    p = tg.full((2,), 3.0, requires_grad=True)
+    q = p
+    with tg.no_grad():
+        p **= 2
+    assert p is q and q.tolist() == [9.0, 9.0]
+    m, alias = tg.tensor([True, False]), None
+    alias = m
+    m &= tg.tensor([False, True])
+    m |= tg.tensor([True, False])
+    m ^= tg.tensor([True, True])
+    assert m is alias and alias.tolist() == [False, True]
+    i = tg.tensor([2])
+    with pytest.raises(tg.Error, match="in place cannot change the dtype"):
+        i **= 0.5
+    # A buffer stays a buffer when reassigned; a parameter takes only a parameter.
+    class M(tg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("running", tg.zeros(2))
+            self.w = tg.nn.Parameter(tg.ones(2))
+
+    mod = M()
+    mod.running = mod.running * 0.9 + 1.0
+    assert sorted(mod.state_dict()) == ["running", "w"]
+    assert mod.state_dict()["running"].tolist() == [1.0, 1.0]
+    with pytest.raises(TypeError, match="as parameter 'w'"):
+        mod.w = mod.w * 2
+    with pytest.raises(TypeError, match="as buffer 'running'"):
+        mod.running = 3
+    # param_groups[i]["lr"] = x sets the rate (the warm-up habit); other keys raise.
+    lin = tg.nn.Linear(2, 2)
+    opt = tg.optim.SGD(lin.parameters(), lr=0.1)
+    for g in opt.param_groups:
+        g["lr"] = 0.01
+    assert opt.param_groups[0]["lr"] == 0.01
+    with pytest.raises(TypeError, match="only 'lr' can be set"):
+        opt.param_groups[0]["momentum"] = 0.9
+    # repr shows the values, as torch's; dtype shorthands; .data shares storage.
+    assert repr(tg.tensor([1.0, 2.0])) == "tensor([1., 2.])"
+    assert repr(tg.arange(3)) == "tensor([0, 1, 2])"
+    assert repr(tg.zeros(2, dtype="float64", requires_grad=True)) == "tensor([0., 0.], dtype=float64, requires_grad=True)"
+    assert repr(tg.zeros(0, 2)) == "tensor([], size=(0, 2))"
+    assert tg.tensor([1, 2]).float().dtype == tg.float32 and tg.tensor([1.0]).double().dtype == tg.float64
+    assert tg.tensor([1.7]).long().tolist() == [1] and tg.tensor([0.0, 2.0]).bool().tolist() == [False, True]
+    w = tg.ones(3, requires_grad=True)
+    w.data.mul_(2)
+    assert w.tolist() == [2.0, 2.0, 2.0] and w.requires_grad and w.is_leaf

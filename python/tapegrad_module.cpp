@@ -261,6 +261,10 @@ Tensor make_tensor(const py::object& data, const std::optional<DtypeName>& dtype
   }
   // Python floats: float32 unless a dtype is asked for (then read at float64
   // precision and converted once: 0.1 as float64 stays 0.1).
+  if (kind != "f" && kind != "i" && kind != "u" && kind != "b" && kind != "c")
+    throw py::type_error("tensor: cannot make a tensor from " + py::str(py::type::of(data)).cast<std::string>() +
+                         " (NumPy reads it as dtype " + py::str(arr.attr("dtype")).cast<std::string>() +
+                         "); give numbers, nested lists of numbers, an ndarray or a tensor");
   if (!is_array && kind == "f" && !dtype) arr = arr.attr("astype")("float32");
   if (kind == "i" || kind == "u" || kind == "b") arr = arr.attr("astype")("int64");  // NumPy < 1.25: no bool in DLPack
   Tensor t = from_dlpack(arr).clone();
@@ -894,8 +898,13 @@ py::dict state_to_dict(const tg::optim::NamedTensors& state) {
 }
 tg::optim::NamedTensors state_from_dict(const py::dict& d) {
   tg::optim::NamedTensors s;
-  for (const auto& kv : d)
+  for (const auto& kv : d) {
+    if (!py::isinstance<Tensor>(kv.second))
+      throw py::type_error("load_state_dict: entry '" + py::str(kv.first).cast<std::string>() + "' is " +
+                           py::str(py::type::of(kv.second)).cast<std::string>() +
+                           "; a state dict maps names to tensors (give what state_dict() returned)");
     s.emplace_back(py::str(kv.first), kv.second.cast<Tensor>());
+  }
   return s;
 }
 
@@ -1132,11 +1141,19 @@ PYBIND11_MODULE(_C, m) {
           [](const Tensor& t) {  // None for a non-leaf, as PyTorch's (C++ throws there)
             return t.is_leaf() || t.retains_grad() ? or_none(t.grad()) : or_none(Tensor());
           },
-          [](Tensor& t, const std::optional<Tensor>& g) {  // t.grad = g or None, as PyTorch's checks
+          [](Tensor& t, const py::object& value) {  // t.grad = g or None, as PyTorch's checks
+            if (!value.is_none() && !py::isinstance<Tensor>(value))
+              throw py::type_error("grad: assigned grad expected to be a tapegrad.Tensor or None, got " +
+                                   py::str(py::type::of(value)).cast<std::string>() +
+                                   " (convert an ndarray with tapegrad.tensor(a, dtype=t.dtype))");
+            const std::optional<Tensor> g =
+                value.is_none() ? std::nullopt : std::optional<Tensor>(value.cast<Tensor>());
             if (!t.is_leaf() && !t.retains_grad())
               throw tg::Error(
                   "grad: only a leaf (or a tensor that retains its gradient) holds one; this tensor is "
                   "computed from others");
+            if (g && g->is_same(t))
+              throw tg::Error("grad: a tensor cannot be its own gradient (assign t.detach().clone())");
             if (g && (g->sizes() != t.sizes() || g->dtype() != t.dtype() || g->device() != t.device()))
               throw tg::Error("grad: the assigned gradient " + tg::shape_str(g->sizes()) + " " +
                               dtype_name(g->dtype()) + " on " + device_name(g->device()) + " must match the tensor, " +

@@ -148,3 +148,22 @@ def test_adversary_findings_on_the_python_habits():
     w = tg.ones(3, requires_grad=True)
     w.data.mul_(2)
     assert w.tolist() == [2.0, 2.0, 2.0] and w.requires_grad and w.is_leaf
+
+
+def test_clear_errors_for_what_is_not_a_tensor():
+    for bad in ("abc", None, (x for x in range(3))):
+        with pytest.raises(TypeError, match="tensor: cannot make a tensor from"):
+            tg.tensor(bad)
+    w = tg.ones(3, requires_grad=True)
+    for bad in (np.ones(3), 1.0):
+        with pytest.raises(TypeError, match="grad: assigned grad expected to be a tapegrad.Tensor or None"):
+            w.grad = bad
+    with pytest.raises(tg.Error, match="cannot be its own gradient"):
+        w.grad = w
+    w.grad = tg.zeros(3)
+    assert w.grad.tolist() == [0.0, 0.0, 0.0]
+    w.grad = None
+    assert w.grad is None
+    opt = tg.optim.SGD([w], lr=0.1)
+    with pytest.raises(TypeError, match="load_state_dict: entry 'foo' is <class 'int'>"):
+        opt.load_state_dict({"foo": 1})

@@ -118,8 +118,33 @@ def load(f):
 
 
 def _in_grad_mode(mode, fn):
-    """fn run with recording set to mode (the decorator forms below)."""
+    """fn run with recording set to mode (the decorator forms below); a
+    generator function's body runs in that mode at each resumption, as torch's
+    (the caller's mode in between)."""
     import functools
+    import inspect
+
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def generator(*args, **kwargs):
+            gen = fn(*args, **kwargs)
+            method, arg = gen.send, None
+            while True:
+                try:
+                    with _GradMode(mode):
+                        item = method(arg)
+                except StopIteration as stop:
+                    return stop.value
+                try:
+                    arg = yield item
+                    method = gen.send
+                except GeneratorExit:
+                    with _GradMode(mode):
+                        gen.close()
+                    raise
+                except BaseException as e:  # noqa: BLE001 (thrown in: into the generator, in the mode)
+                    method, arg = gen.throw, e
+        return generator
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

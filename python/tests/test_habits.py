@@ -167,3 +167,32 @@ def test_clear_errors_for_what_is_not_a_tensor():
     opt = tg.optim.SGD([w], lr=0.1)
     with pytest.raises(TypeError, match="load_state_dict: entry 'foo' is <class 'int'>"):
         opt.load_state_dict({"foo": 1})
+
+
+def test_grad_mode_decorators_on_generator_functions_as_torch():
+    @tg.no_grad()
+    def gen():
+        seen = yield tg.is_grad_enabled()
+        assert seen == "sent"
+        try:
+            yield tg.is_grad_enabled()
+        except ValueError:
+            yield ("thrown", tg.is_grad_enabled())
+        return "done"
+
+    g = gen()
+    assert next(g) is False
+    assert tg.is_grad_enabled()  # the caller's mode between resumptions
+    assert g.send("sent") is False
+    assert g.throw(ValueError()) == ("thrown", False)
+    with pytest.raises(StopIteration) as stop:
+        next(g)
+    assert stop.value.value == "done"
+
+    @tg.enable_grad()
+    def on():
+        yield tg.is_grad_enabled()
+
+    with tg.no_grad():
+        assert list(on()) == [True]
+    assert list(tg.set_grad_enabled(False)(lambda: (yield tg.is_grad_enabled()))()) == [False]

@@ -235,7 +235,8 @@ py::array to_numpy(const Tensor& t) {
 }
 
 // tapegrad.tensor(data): a copy of array-like data, of its shape (a number
-// gives a 0-d tensor); Python floats become float32, bools bool and ints
+// gives a 0-d tensor); Python floats become float32, complex numbers
+// complex64, bools bool and ints
 // int64, exactly (as torch.tensor; an int beyond int64 raises
 // OverflowError); NumPy arrays and scalars keep their dtype, unsigned ones
 // become int64 (exactly: uint64 values beyond int64 raise OverflowError).
@@ -266,6 +267,7 @@ Tensor make_tensor(const py::object& data, const std::optional<DtypeName>& dtype
                          " (NumPy reads it as dtype " + py::str(arr.attr("dtype")).cast<std::string>() +
                          "); give numbers, nested lists of numbers, an ndarray or a tensor");
   if (!is_array && kind == "f" && !dtype) arr = arr.attr("astype")("float32");
+  if (!is_array && kind == "c" && !dtype) arr = arr.attr("astype")("complex64");     // torch's default complex
   if (kind == "i" || kind == "u" || kind == "b") arr = arr.attr("astype")("int64");  // NumPy < 1.25: no bool in DLPack
   Tensor t = from_dlpack(arr).clone();
   if (kind == "b") t = t.to(tg::kBool);

@@ -196,3 +196,10 @@ def test_grad_mode_decorators_on_generator_functions_as_torch():
     with tg.no_grad():
         assert list(on()) == [True]
     assert list(tg.set_grad_enabled(False)(lambda: (yield tg.is_grad_enabled()))()) == [False]
+
+
+def test_python_complex_numbers_default_to_complex64_as_torch():
+    assert tg.tensor(1 + 2j).dtype == tg.complex64
+    assert tg.tensor([1.0, 2j]).dtype == tg.complex64
+    assert tg.tensor([0.1 + 0.2j], dtype="complex128").tolist() == [0.1 + 0.2j]  # read at full precision
+    assert tg.tensor(np.array([1j])).dtype == tg.complex128  # an array keeps its dtype

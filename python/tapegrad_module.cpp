@@ -1114,7 +1114,13 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("ndim", [](const Tensor& t) { return t.dim(); })
       .def("dim", [](const Tensor& t) { return t.dim(); })
       .def("numel", [](const Tensor& t) { return t.numel(); })
-      .def("stride", [](const Tensor& t) { return std::vector<int64_t>(t.strides()); })
+      .def(
+          "stride",
+          [](const Tensor& t, const py::object& d) -> py::object {
+            if (d.is_none()) return py::tuple(py::cast(std::vector<int64_t>(t.strides())));  // a tuple, as torch's
+            return py::int_(t.stride(int64_arg(d, "stride", "dim", PyExc_IndexError)));
+          },
+          py::arg("dim") = py::none())
       .def_property_readonly("dtype", [](const Tensor& t) { return dtype_name(t.dtype()); })
       .def_property_readonly("device", [](const Tensor& t) { return device_name(t.device()); })
       .def_property_readonly("is_cuda", [](const Tensor& t) { return t.is_cuda(); })

@@ -349,6 +349,40 @@ for _name, _dt in (("float", "float32"), ("double", "float64"), ("half", "float1
 _ext.Tensor.data = property(lambda self: self.detach(), doc="The same storage without autograd history (detach())")
 
 
+def _named_results():
+    """torch.return_types: the tuples of max(dim), sort, topk, ... and of
+    tapegrad.linalg's factorizations as named tuples (still tuples: unpacking
+    and indexing work as before)."""
+    import collections
+    import functools
+
+    def wrap(fn, kind):
+        @functools.wraps(fn)
+        def named(*args, **kwargs):
+            r = fn(*args, **kwargs)
+            return kind(*r) if isinstance(r, tuple) and len(r) == len(kind._fields) else r
+        return named
+
+    values = ("values", "indices")
+    for name in ("max", "min", "sort", "topk", "kthvalue", "median"):
+        kind = collections.namedtuple(name, values)
+        for owner in (_ext, _ext.Tensor):
+            if hasattr(owner, name):
+                setattr(owner, name, wrap(getattr(owner, name), kind))
+        if name in globals():
+            globals()[name] = getattr(_ext, name)
+    for name, fields in (("eigh", ("eigenvalues", "eigenvectors")), ("qr", ("Q", "R")), ("svd", ("U", "S", "Vh")),
+                         ("slogdet", ("sign", "logabsdet")), ("cholesky_ex", ("L", "info")),
+                         ("inv_ex", ("inverse", "info")), ("lu_factor", ("LU", "pivots")),
+                         ("lu_factor_ex", ("LU", "pivots", "info")), ("solve_ex", ("result", "info")),
+                         ("lstsq", ("solution", "residuals", "rank", "singular_values"))):
+        if hasattr(_ext.linalg, name):
+            setattr(_ext.linalg, name, wrap(getattr(_ext.linalg, name), collections.namedtuple(name, fields)))
+
+
+_named_results()
+
+
 class _ParamGroup(dict):
     """One entry of optimizer.param_groups: a dict whose 'lr' writes through to
     the optimizer (for g in opt.param_groups: g['lr'] = x, as with torch)."""

@@ -203,3 +203,21 @@ def test_python_complex_numbers_default_to_complex64_as_torch():
     assert tg.tensor([1.0, 2j]).dtype == tg.complex64
     assert tg.tensor([0.1 + 0.2j], dtype="complex128").tolist() == [0.1 + 0.2j]  # read at full precision
     assert tg.tensor(np.array([1j])).dtype == tg.complex128  # an array keeps its dtype
+
+
+def test_named_result_tuples_as_torch_return_types():
+    t = tg.tensor(np.array([[3.0, 1.0, 2.0], [0.0, 5.0, 4.0]]))
+    r = t.max(1)
+    assert r.values.tolist() == [3.0, 5.0] and r.indices.tolist() == [0, 1]
+    values, indices = tg.min(t, 1)  # still a tuple
+    assert values.tolist() == [1.0, 0.0] and indices.tolist() == [1, 0] and tg.min(t, 1)[1].tolist() == [1, 0]
+    assert tg.sort(t, 1).values.tolist() == [[1.0, 2.0, 3.0], [0.0, 4.0, 5.0]]
+    assert t.topk(2, 1).indices.tolist() == [[0, 2], [1, 2]]
+    assert t.median(1).values.tolist() == [2.0, 4.0] and t.kthvalue(1, 1).values.tolist() == [1.0, 0.0]
+    assert t.max().item() == 5.0  # no dim: a tensor
+    a = tg.tensor(np.array([[2.0, 1.0], [1.0, 3.0]]))
+    np.testing.assert_allclose(tg.linalg.eigh(a).eigenvalues.numpy(), np.linalg.eigvalsh(a.numpy()))
+    np.testing.assert_allclose(tg.linalg.slogdet(a).logabsdet.item(), np.log(5.0))
+    q, r = tg.linalg.qr(a)
+    np.testing.assert_allclose((q @ r).numpy(), a.numpy(), atol=1e-14)
+    np.testing.assert_allclose(tg.linalg.svd(a).S.numpy(), np.linalg.svd(a.numpy())[1])

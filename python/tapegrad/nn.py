@@ -32,6 +32,9 @@ def Parameter(data, requires_grad=True):
     return data.detach().requires_grad_(True)
 
 
+_IncompatibleKeys = collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
 class Module:
     """The base of every module (torch.nn.Module)."""
 
@@ -182,14 +185,20 @@ class Module:
         unexpected = [n for n in state_dict if n not in own]
         if strict and (missing or unexpected):
             raise _C.Error("load_state_dict: missing %s, unexpected %s" % (missing, unexpected))
+        # Every entry checked before any is written: a refused dict leaves the module as it was.
+        for n, t in own.items():
+            if n in state_dict:
+                v = state_dict[n]
+                if not isinstance(v, Tensor):
+                    raise TypeError("load_state_dict: %s is %s; a state dict maps names to tensors"
+                                    % (n, type(v).__name__))
+                if v.shape != t.shape:
+                    raise _C.Error("load_state_dict: %s has shape %s, the saved one %s" % (n, t.shape, v.shape))
         with _C._GradMode(False):
             for n, t in own.items():
                 if n in state_dict:
-                    v = state_dict[n]
-                    if v.shape != t.shape:
-                        raise _C.Error("load_state_dict: %s has shape %s, the saved one %s" % (n, t.shape, v.shape))
-                    t.copy_(v)
-        return missing, unexpected
+                    t.copy_(state_dict[n])
+        return _IncompatibleKeys(missing, unexpected)
 
     def to(self, what):
         """Moves or converts every parameter and buffer ("cuda", "float64" ...)."""

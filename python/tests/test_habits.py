@@ -221,3 +221,24 @@ def test_named_result_tuples_as_torch_return_types():
     q, r = tg.linalg.qr(a)
     np.testing.assert_allclose((q @ r).numpy(), a.numpy(), atol=1e-14)
     np.testing.assert_allclose(tg.linalg.svd(a).S.numpy(), np.linalg.svd(a.numpy())[1])
+
+
+def test_load_state_dict_checks_everything_before_writing_and_names_its_keys():
+    model = tg.nn.Sequential(tg.nn.Linear(2, 3), tg.nn.Linear(3, 1))
+    before = {n: t.numpy().copy() for n, t in model.state_dict().items()}
+    bad = {n: tg.zeros(*t.shape) for n, t in model.state_dict().items()}
+    last = list(bad)[-1]
+    bad[last] = tg.zeros(7)  # the last entry's shape is wrong: nothing may be written
+    with pytest.raises(tg.Error, match="has shape"):
+        model.load_state_dict(bad)
+    for n, t in model.state_dict().items():
+        np.testing.assert_array_equal(t.numpy(), before[n])
+    bad[last] = np.zeros(1)
+    with pytest.raises(TypeError, match="maps names to tensors"):
+        model.load_state_dict(bad)
+    partial = {n: t for n, t in model.state_dict().items() if n != last}
+    partial["extra"] = tg.zeros(1)
+    r = model.load_state_dict(partial, strict=False)
+    assert r.missing_keys == [last] and r.unexpected_keys == ["extra"]
+    missing, unexpected = r
+    assert missing == [last]

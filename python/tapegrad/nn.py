@@ -524,10 +524,19 @@ class Flatten(Module):
 
 
 class Sequential(Module):
+    """Modules applied in order (torch.nn.Sequential): positional modules, or
+    one OrderedDict of them by name."""
+
     def __init__(self, *modules):
         super().__init__()
-        for i, m in enumerate(modules):
-            self._modules[str(i)] = m
+        if len(modules) == 1 and isinstance(modules[0], collections.OrderedDict):
+            items = list(modules[0].items())
+        else:
+            items = [(str(i), m) for i, m in enumerate(modules)]
+        for name, m in items:
+            if not isinstance(m, Module):
+                raise TypeError("Sequential: %r is not a tapegrad.nn.Module" % (m,))
+            self._modules[name] = m
 
     def forward(self, x):
         for m in self._modules.values():
@@ -535,10 +544,21 @@ class Sequential(Module):
         return x
 
     def __getitem__(self, i):
+        if isinstance(i, slice):  # a Sequential of the slice, as torch's
+            return Sequential(collections.OrderedDict(list(self._modules.items())[i]))
         return list(self._modules.values())[i]
 
     def __len__(self):
         return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, m):
+        if not isinstance(m, Module):
+            raise TypeError("Sequential.append: %r is not a tapegrad.nn.Module" % (m,))
+        self._modules[str(len(self._modules))] = m
+        return self
 
 
 class ModuleDict(Module):
@@ -590,10 +610,22 @@ class ModuleList(Module):
             self.append(m)
 
     def append(self, m):
+        if not isinstance(m, Module):
+            raise TypeError("ModuleList.append: %r is not a tapegrad.nn.Module" % (m,))
         self._modules[str(len(self._modules))] = m
         return self
 
+    def extend(self, modules):
+        for m in modules:
+            self.append(m)
+        return self
+
+    def __iadd__(self, modules):
+        return self.extend(modules)
+
     def __getitem__(self, i):
+        if isinstance(i, slice):
+            return ModuleList(list(self._modules.values())[i])
         return list(self._modules.values())[i]
 
     def __iter__(self):

@@ -242,3 +242,26 @@ def test_load_state_dict_checks_everything_before_writing_and_names_its_keys():
     assert r.missing_keys == [last] and r.unexpected_keys == ["extra"]
     missing, unexpected = r
     assert missing == [last]
+
+
+def test_sequential_and_module_list_containers_as_torch():
+    import collections
+    nn = tg.nn
+    seq = nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1))
+    x = tg.tensor(np.random.default_rng(2).random((4, 2)).astype(np.float32))
+    head = seq[0:2]
+    assert isinstance(head, nn.Sequential) and len(head) == 2 and head[0] is seq[0]
+    np.testing.assert_array_equal(seq[2](head(x)).detach().numpy(), seq(x).detach().numpy())
+    assert [type(m).__name__ for m in seq] == ["Linear", "Tanh", "Linear"]
+    named = nn.Sequential(collections.OrderedDict([("fc", nn.Linear(2, 2)), ("act", nn.ReLU())]))
+    assert list(named.state_dict()) == ["fc.weight", "fc.bias"] and named(x).shape == (4, 2)
+    seq.append(nn.Sigmoid())
+    assert len(seq) == 4 and float(seq(x).min()) > 0
+    with pytest.raises(TypeError, match="is not a tapegrad.nn.Module"):
+        nn.Sequential(3)
+    ml = nn.ModuleList([nn.Linear(2, 2)])
+    ml.extend([nn.Tanh()])
+    ml += [nn.ReLU()]
+    assert len(ml) == 3 and isinstance(ml[1:], nn.ModuleList) and len(list(ml.parameters())) == 2
+    with pytest.raises(TypeError, match="ModuleList.append"):
+        ml.append("relu")

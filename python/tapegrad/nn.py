@@ -206,6 +206,39 @@ class Module:
             m._to_own(what)
         return self
 
+    def float(self):
+        """to("float32"), as torch's."""
+        return self.to("float32")
+
+    def double(self):
+        """to("float64"), as torch's."""
+        return self.to("float64")
+
+    def half(self):
+        """to("float16"), as torch's."""
+        return self.to("float16")
+
+    def cuda(self):
+        """to("cuda"), as torch's."""
+        return self.to("cuda")
+
+    def cpu(self):
+        """to("cpu"), as torch's."""
+        return self.to("cpu")
+
+    def apply(self, fn):
+        """fn(m) for every submodule, children first, then this module (torch's order)."""
+        for m in list(self.children()):
+            m.apply(fn)
+        fn(self)
+        return self
+
+    def requires_grad_(self, requires_grad=True):
+        """Sets requires_grad on every parameter (freezing or unfreezing), as torch's."""
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
     def _to_own(self, what):
         for table in (self._parameters, self._buffers):
             for name, t in list(table.items()):

@@ -265,3 +265,27 @@ def test_sequential_and_module_list_containers_as_torch():
     assert len(ml) == 3 and isinstance(ml[1:], nn.ModuleList) and len(list(ml.parameters())) == 2
     with pytest.raises(TypeError, match="ModuleList.append"):
         ml.append("relu")
+
+
+def test_module_apply_requires_grad_and_dtype_shorthands_as_torch():
+    nn = tg.nn
+    seq = nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1))
+    order = []
+    seq.apply(lambda m: order.append(type(m).__name__))
+    assert order == ["Linear", "Tanh", "Linear", "Sequential"]  # children first, as torch's
+
+    def init(m):
+        if isinstance(m, nn.Linear):
+            with tg.no_grad():
+                m.weight.fill_(0.5)
+
+    seq.apply(init)
+    assert float(seq[2].weight.sum()) == 1.5
+    assert seq.double() is seq and seq[0].weight.dtype == tg.float64
+    assert seq(tg.ones(2, 2, dtype="float64")).dtype == tg.float64
+    seq.requires_grad_(False)
+    assert not any(p.requires_grad for p in seq.parameters())
+    assert not seq(tg.ones(2, 2, dtype="float64")).requires_grad
+    seq.requires_grad_()
+    assert all(p.requires_grad for p in seq.parameters())
+    assert seq.float()[0].weight.dtype == tg.float32

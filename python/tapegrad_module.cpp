@@ -1210,13 +1210,15 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "backward",
           [](const Tensor& t, const std::optional<Tensor>& gradient, std::optional<bool> retain_graph,
-             bool create_graph) {
+             bool create_graph, const py::object& inputs) {
             std::vector<Tensor> g;
             if (gradient) g.push_back(*gradient);
+            const std::vector<Tensor> in = inputs.is_none() ? std::vector<Tensor>{} : tensor_list(inputs);
             py::gil_scoped_release nogil;  // the engine's workers may run Python hooks
-            ag::backward({t}, g, retain_graph, create_graph);
+            ag::backward({t}, g, retain_graph, create_graph, in);
           },
-          py::arg("gradient") = py::none(), py::arg("retain_graph") = py::none(), py::arg("create_graph") = false)
+          py::arg("gradient") = py::none(), py::arg("retain_graph") = py::none(), py::arg("create_graph") = false,
+          py::arg("inputs") = py::none(), "As torch's; inputs: accumulate into these tensors' .grad only")
       .def(
           "sum",
           [](const Tensor& t, const py::object& dim, bool keepdim) {
@@ -1745,15 +1747,16 @@ PYBIND11_MODULE(_C, m) {
       "Gradients of outputs with respect to inputs (torch.autograd.grad); a tuple");
   m.def(
       "backward",
-      [](const py::object& tensors, const py::object& grad_tensors, std::optional<bool> retain_graph,
-         bool create_graph) {
+      [](const py::object& tensors, const py::object& grad_tensors, std::optional<bool> retain_graph, bool create_graph,
+         const py::object& inputs) {
         std::vector<Tensor> ts = tensor_list(tensors),
                             gs = grad_tensors.is_none() ? std::vector<Tensor>{} : tensor_list(grad_tensors);
+        const std::vector<Tensor> in = inputs.is_none() ? std::vector<Tensor>{} : tensor_list(inputs);
         py::gil_scoped_release nogil;  // the engine's workers may run Python hooks
-        ag::backward(ts, gs, retain_graph, create_graph);
+        ag::backward(ts, gs, retain_graph, create_graph, in);
       },
       py::arg("tensors"), py::arg("grad_tensors") = py::none(), py::arg("retain_graph") = py::none(),
-      py::arg("create_graph") = false);
+      py::arg("create_graph") = false, py::arg("inputs") = py::none());
   m.def("is_grad_enabled", &ag::is_grad_enabled);
   py::class_<GradMode>(m, "_GradMode")
       .def(py::init([](bool enabled) { return GradMode{enabled}; }))

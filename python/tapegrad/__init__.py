@@ -381,6 +381,9 @@ def _named_results():
 
 
 _named_results()
+# torch.autograd.grad / torch.autograd.backward
+_ext.autograd.grad = _ext.grad
+_ext.autograd.backward = _ext.backward
 
 
 class _ParamGroup(dict):

@@ -289,3 +289,14 @@ def test_module_apply_requires_grad_and_dtype_shorthands_as_torch():
     seq.requires_grad_()
     assert all(p.requires_grad for p in seq.parameters())
     assert seq.float()[0].weight.dtype == tg.float32
+
+
+def test_backward_inputs_and_the_autograd_namespace_as_torch():
+    a = tg.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    b = tg.tensor(np.array([3.0, 4.0]), requires_grad=True)
+    (a * b * 3).sum().backward(inputs=[a])  # only a's .grad accumulates
+    assert a.grad.tolist() == [9.0, 12.0] and b.grad is None
+    tg.autograd.backward([(a * b).sum()], inputs=[b])
+    assert b.grad.tolist() == [1.0, 2.0] and a.grad.tolist() == [9.0, 12.0]
+    (g,) = tg.autograd.grad((a * a).sum(), a)
+    assert g.tolist() == [2.0, 4.0]

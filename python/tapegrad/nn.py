@@ -35,6 +35,14 @@ def Parameter(data, requires_grad=True):
 _IncompatibleKeys = collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
 
+def _dtype_name(x):
+    """x's dtype name if x names a dtype (a tapegrad dtype, its name, a NumPy dtype or type), else None."""
+    try:
+        return str(_C.zeros([0], dtype=x).dtype)
+    except (TypeError, ValueError, _C.Error):
+        return None
+
+
 class Module:
     """The base of every module (torch.nn.Module)."""
 
@@ -200,10 +208,26 @@ class Module:
                     t.copy_(state_dict[n])
         return _IncompatibleKeys(missing, unexpected)
 
-    def to(self, what):
-        """Moves or converts every parameter and buffer ("cuda", "float64" ...)."""
-        for m in self.modules():
-            m._to_own(what)
+    def to(self, *args, **kwargs):
+        """Moves or converts every parameter and buffer, as torch's: to("cuda"),
+        to("float64") or a NumPy dtype, to(device, dtype), to(tensor),
+        to(device=..., dtype=...)."""
+        device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+        kwargs.pop("non_blocking", None)  # the copies are made at once either way
+        if kwargs:
+            raise TypeError("Module.to: unexpected arguments %s" % sorted(kwargs))
+        for a in args:
+            if isinstance(a, Tensor):
+                device, dtype = a.device, a.dtype
+            elif _dtype_name(a) is not None:
+                dtype = a
+            else:
+                device = a
+        for what in ([] if device is None else [str(device)]) + ([] if dtype is None else [_dtype_name(dtype)]):
+            if what is None:
+                raise TypeError("Module.to: %r is not a dtype" % (dtype,))
+            for m in self.modules():
+                m._to_own(what)
         return self
 
     def float(self):

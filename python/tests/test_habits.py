@@ -300,3 +300,18 @@ def test_backward_inputs_and_the_autograd_namespace_as_torch():
     assert b.grad.tolist() == [1.0, 2.0] and a.grad.tolist() == [9.0, 12.0]
     (g,) = tg.autograd.grad((a * a).sum(), a)
     assert g.tolist() == [2.0, 4.0]
+
+
+def test_module_to_takes_torch_forms():
+    nn = tg.nn
+    m = nn.Sequential(nn.Linear(2, 2), nn.Tanh())
+    assert m.to(np.float64)[0].weight.dtype == tg.float64
+    assert m.to("float32")[0].weight.dtype == tg.float32
+    assert m.to("cpu", tg.float64)[0].weight.dtype == tg.float64
+    assert m.to(dtype="float32")[0].weight.dtype == tg.float32
+    assert m.to(tg.zeros(1, dtype="float64"))[0].weight.dtype == tg.float64
+    with pytest.raises(TypeError, match="is not a dtype"):
+        m.to(dtype="int7")
+    with pytest.raises(TypeError, match="unexpected arguments"):
+        m.to(copy=True)
+    assert m.to("cpu", non_blocking=True) is m

@@ -128,7 +128,7 @@ Tensor gather(const Tensor& r, const std::vector<std::pair<int64_t, Tensor>>& pi
   return picked.permute(IntList(to.begin(), to.end()));
 }
 
-// self indexed by `idx` (at most one tensor index).
+// self indexed by `idx` (several tensor indices pick together: gather).
 Indexed apply(const Tensor& self, const std::vector<TensorIndex>& idx, const char* op) {
   detail::check_defined(self, op, "self");
   int64_t used = 0, ellipses = 0, tensors = 0;

@@ -318,6 +318,8 @@ def _tensor_repr(t):
     """tensor([...], dtype=..., device=..., requires_grad=True), as torch's
     (float32 and int64 and bool without their dtype)."""
     import numpy as _np
+    if t.numel() > 1 << 20:  # no host copy of a large tensor for its repr
+        return _ext.Tensor.__repr_summary__(t)
     try:
         v = t.detach()
         if v.dtype in (float16, bfloat16):

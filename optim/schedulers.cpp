@@ -325,18 +325,17 @@ ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& opt, double factor, int64_t pati
       threshold_(threshold),
       eps_(eps),
       best_(mode == "max" ? -INFINITY : INFINITY),  // PyTorch's start: the first finite metric improves on it
+      min_lrs_(std::move(min_lrs)),
       max_mode_(mode == "max"),
       abs_threshold_(threshold_mode == "abs"),
       patience_(patience),
       cooldown_(cooldown) {
-  min_lrs_ = std::move(min_lrs);
   TG_CHECK(min_lrs_.size() == opt.num_param_groups(), "ReduceLROnPlateau: ", min_lrs_.size(), " min_lr values for ",
            opt.num_param_groups(), " parameter groups; give one per group (or one number for all)");
-  const bool min_lrs_ok =
-      std::all_of(min_lrs_.begin(), min_lrs_.end(), [](double m) { return std::isfinite(m) && m >= 0; });
-  const double min_lr = min_lrs_ok ? 0.0 : *std::find_if(min_lrs_.begin(), min_lrs_.end(), [](double m) {
-    return !(std::isfinite(m) && m >= 0);
-  });
+  // The first min_lr that is not finite and >= 0 (0 when all are) goes through the check below.
+  const auto bad_min_lr =
+      std::find_if(min_lrs_.begin(), min_lrs_.end(), [](double m) { return !(std::isfinite(m) && m >= 0); });
+  const double min_lr = bad_min_lr == min_lrs_.end() ? 0.0 : *bad_min_lr;
   TG_CHECK(factor > 0 && factor < 1, "ReduceLROnPlateau: factor must be in (0, 1), got ", factor);
   TG_CHECK(patience >= 0 && cooldown >= 0, "ReduceLROnPlateau: patience and cooldown must be >= 0, got ", patience,
            " and ", cooldown);

@@ -10,6 +10,7 @@ from ._C import *  # noqa: F401,F403
 from ._C import Error, Tensor, _GradMode, cuda  # noqa: F401
 
 from . import _C as _ext
+import builtins as _builtins  # noqa: E402 (float, bool ... are dtype aliases in this module)
 
 
 
@@ -398,8 +399,9 @@ class _ParamGroup(dict):
 
     def __setitem__(self, key, value):
         if key == "lr":
-            self._opt.set_lr(__import__("builtins").float(value), self._index)
-            super().__setitem__(key, self._opt._param_groups_native[self._index]["lr"])
+            lr = _builtins.float(value)
+            self._opt.set_lr(lr, self._index)
+            super().__setitem__(key, lr)
             return
         raise TypeError("param_groups[%d][%r]: only 'lr' can be set here (tapegrad keeps the other options fixed "
                         "after construction; make the optimizer with them, or add_param_group)" % (self._index, key))

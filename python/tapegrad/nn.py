@@ -35,6 +35,13 @@ def Parameter(data, requires_grad=True):
 _IncompatibleKeys = collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
 
+def _require_module(m, where):
+    """m itself, or a TypeError naming `where` when m is not a Module."""
+    if not isinstance(m, Module):
+        raise TypeError("%s: %r is not a tapegrad.nn.Module" % (where, m))
+    return m
+
+
 def _dtype_name(x):
     """x's dtype name if x names a dtype (a tapegrad dtype, its name, a NumPy dtype or type), else None."""
     try:
@@ -223,9 +230,10 @@ class Module:
                 dtype = a
             else:
                 device = a
-        for what in ([] if device is None else [str(device)]) + ([] if dtype is None else [_dtype_name(dtype)]):
-            if what is None:
-                raise TypeError("Module.to: %r is not a dtype" % (dtype,))
+        name = None if dtype is None else _dtype_name(dtype)
+        if dtype is not None and name is None:
+            raise TypeError("Module.to: %r is not a dtype" % (dtype,))
+        for what in [str(w) for w in (device, name) if w is not None]:
             for m in self.modules():
                 m._to_own(what)
         return self
@@ -591,9 +599,7 @@ class Sequential(Module):
         else:
             items = [(str(i), m) for i, m in enumerate(modules)]
         for name, m in items:
-            if not isinstance(m, Module):
-                raise TypeError("Sequential: %r is not a tapegrad.nn.Module" % (m,))
-            self._modules[name] = m
+            self._modules[name] = _require_module(m, "Sequential")
 
     def forward(self, x):
         for m in self._modules.values():
@@ -612,9 +618,7 @@ class Sequential(Module):
         return iter(self._modules.values())
 
     def append(self, m):
-        if not isinstance(m, Module):
-            raise TypeError("Sequential.append: %r is not a tapegrad.nn.Module" % (m,))
-        self._modules[str(len(self._modules))] = m
+        self._modules[str(len(self._modules))] = _require_module(m, "Sequential.append")
         return self
 
 
@@ -655,9 +659,7 @@ class ModuleDict(Module):
 
     def update(self, modules):
         for k, m in (modules.items() if hasattr(modules, "items") else modules):
-            if not isinstance(m, Module):
-                raise TypeError("ModuleDict: %r is not a tapegrad.nn.Module" % (m,))
-            self.add_module(k, m)
+            self.add_module(k, _require_module(m, "ModuleDict"))
 
 
 class ModuleList(Module):
@@ -667,9 +669,7 @@ class ModuleList(Module):
             self.append(m)
 
     def append(self, m):
-        if not isinstance(m, Module):
-            raise TypeError("ModuleList.append: %r is not a tapegrad.nn.Module" % (m,))
-        self._modules[str(len(self._modules))] = m
+        self._modules[str(len(self._modules))] = _require_module(m, "ModuleList.append")
         return self
 
     def extend(self, modules):

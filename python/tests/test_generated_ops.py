@@ -592,3 +592,15 @@ def test_factories_generator_state_and_torch_helpers(tmp_path):
     np.testing.assert_array_equal(back["w"].numpy(), x.numpy())
     xin = tg.tensor(np.ones((1, 3), dtype=np.float32))
     np.testing.assert_array_equal(back["model"](xin).detach().numpy(), model(xin).detach().numpy())
+
+
+def test_setitem_with_a_value_read_from_the_same_tensor():
+    t = tg.tensor(np.arange(6.0).reshape(3, 2))
+    t[[0, 1]] = t[[1, 0]]  # the row swap idiom
+    np.testing.assert_array_equal(t.numpy(), [[2.0, 3.0], [0.0, 1.0], [4.0, 5.0]])
+    u = tg.tensor(np.arange(4.0))
+    u[[3, 2, 1, 0]] = u  # the value is the tensor itself: read in full before the write
+    np.testing.assert_array_equal(u.numpy(), [3.0, 2.0, 1.0, 0.0])
+    v = tg.tensor(np.arange(4.0))
+    v[v > 1] = v[v > 1] * 10
+    np.testing.assert_array_equal(v.numpy(), [0.0, 1.0, 20.0, 30.0])

@@ -4,6 +4,8 @@
 #   scripts/gpu.sh test       the whole suite (GPU tests must run, not skip)
 #   scripts/gpu.sh sanitize   compute-sanitizer memcheck on the GPU tests,
 #                             racecheck and synccheck on the stream tests
+#   scripts/gpu.sh memcheck-ops  memcheck on the CUDA op table's gradcheck halves
+#                             (sharded: MEMCHECK_OPS_SHARDS processes per half)
 #   scripts/gpu.sh bench      bench_cuda (bandwidth, GEMM, engine overhead) and the
 #                             tg::linalg workloads with PyTorch and JAX (bench/peers/linalg_peers.py)
 #   scripts/gpu.sh sparse     bench_sparse (sparse vs dense gradient accumulation)
@@ -92,10 +94,10 @@ for step in "$@"; do
     sanitize)
       cs=compute-sanitizer
       export TG_TEST_MAX_REPLAYS=3  # graph tests: a few replays each
-      # memcheck in 4 processes at once (gtest shards; the GPU has room):
-      # the CUDA op table's two gradcheck halves take over 9 minutes each
-      # under memcheck, so give this step a call of its own.
-      MC='CudaGpu*:Graphs*:GraphedTraining*:OptimGpu*:NN*:Sparse*:Determ*:BadInputsGpu*:*OpTable*Cuda:TaylorModeGpu*:DLPack*:GridGpu*:OdeGpu*:Devices/Grid.*CUDA:LibtorchHabitsGpu*:-*OutOfMemory*'
+      # memcheck in 4 processes at once (gtest shards; the GPU has room).
+      # The CUDA op table's two gradcheck halves (over 9 minutes each under
+      # memcheck) are the memcheck-ops step's.
+      MC='CudaGpu*:Graphs*:GraphedTraining*:OptimGpu*:NN*:Sparse*:Determ*:BadInputsGpu*:*OpTable*Cuda:TaylorModeGpu*:DLPack*:GridGpu*:OdeGpu*:Devices/Grid.*CUDA:LibtorchHabitsGpu*:-*OutOfMemory*:*EveryOp*'
       for i in 0 1 2 3; do
         GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i $cs --tool memcheck --error-exitcode 1 $TESTS --gtest_filter="$MC" \
           > "$OUT/memcheck$i.log" 2>&1 &
@@ -108,6 +110,21 @@ for step in "$@"; do
         > "$OUT/synccheck.log" 2>&1 || rc=1
       for t in memcheck racecheck synccheck; do
         echo "$t: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|tests? ran|PASSED|FAILED' "$OUT/$t.log" | tr '\n' ' ')"
+      done ;;
+    memcheck-ops)
+      # The CUDA op table's gradcheck halves under memcheck, each half in
+      # MEMCHECK_OPS_SHARDS (default 4) processes at once (TG_OP_TABLE_SHARD).
+      n=${MEMCHECK_OPS_SHARDS:-4} pids=()
+      for h in First Second; do
+        for ((k = 0; k < n; k++)); do
+          TG_OP_TABLE_SHARD=$k/$n compute-sanitizer --tool memcheck --error-exitcode 1 $TESTS \
+            --gtest_filter="Devices/OpTable.GradcheckAndGradgradcheckEveryOp${h}Half/Cuda" \
+            > "$OUT/memcheck_ops_${h}_$k.log" 2>&1 & pids+=($!)
+        done
+      done
+      for p in "${pids[@]}"; do wait $p || rc=1; done
+      for f in "$OUT"/memcheck_ops_*.log; do
+        echo "$(basename $f): $(grep -E 'ERROR SUMMARY|tests? ran|PASSED|FAILED' $f | tr '\n' ' ')"
       done ;;
     sparse)
       $B/bench/bench_sparse --benchmark_min_time=0.3 2>&1 | tee "$OUT/bench_sparse.txt" | grep -E "^BM_|^Run on" ;;

@@ -316,9 +316,9 @@ TEST(TaylorMode, DeferredLinearTangents) {
     const int64_t before = fwd::detail::pending_tangents_resolved();
     Tensor lap = ag::laplacian(net, x);
     Tensor h = ag::per_sample_hessian(net, x, ag::HessianStrategy::Taylor);
-    // Computed in full: only the first layer's, read by tanh (laplacian, the
-    // Hessian's structure probe, its pass); never the output layer's.
-    EXPECT_EQ(fwd::detail::pending_tangents_resolved() - before, 3);
+    // Computed in full: only the first layer's, read by tanh (the structure
+    // probe and the pass of each); never the output layer's.
+    EXPECT_EQ(fwd::detail::pending_tangents_resolved() - before, 4);
     expect_near(h, ag::per_sample_hessian(net, x, ag::HessianStrategy::Rows), "Hessian");
     expect_near(lap, (h * tg::eye(n, kF64)).sum({2, 3}), "Laplacian = trace");
   }
@@ -614,15 +614,104 @@ TEST(TaylorMode, StructurallyZeroHessiansSkipThePass) {
     expect_near(got, want, c.name);
     EXPECT_EQ(tg::abs(got).amax().item<double>() == 0.0, c.zero);
   }
-  // With create_graph the pass runs (its result stays a function of the
-  // parameters), and no probe.
+  // With create_graph the probe is recorded, and its zeros stay a function
+  // of the parameters and of x: a loss on them backpropagates zeros there,
+  // as the reference's pass does (tested below for the Laplacian and the
+  // derivative operator too), and the pass is skipped.
+  Tensor w = w1.clone().requires_grad_(), xg = x.clone().requires_grad_();
+  Fn relu_w = [&](const Tensor& z) { return tg::linear(tg::relu(tg::linear(z, w, b1)), w3); };
   calls.clear();
-  Tensor w = w1.clone().requires_grad_();
-  Tensor h =
-      ag::per_sample_hessian(counted([&](const Tensor& z) { return tg::linear(tg::relu(tg::linear(z, w)), w3); }), x,
-                             ag::HessianStrategy::Taylor, /*create_graph=*/true);
-  EXPECT_EQ(calls, (std::vector<int64_t>{B}));
+  Tensor h = ag::per_sample_hessian(counted(relu_w), xg, ag::HessianStrategy::Taylor, /*create_graph=*/true);
+  EXPECT_EQ(calls, (std::vector<int64_t>{0}));
+  ASSERT_EQ(h.sizes(), (tg::IntList{B, 2, n, n}));
   EXPECT_EQ(tg::abs(h).amax().item<double>(), 0.0);
+  ASSERT_TRUE(h.requires_grad());
+  Tensor ref = ag::per_sample_hessian(relu_w, xg, ag::HessianStrategy::Rows, /*create_graph=*/true);
+  // (The reference's gradient in x is unused, undefined: its second
+  // derivatives carry no history of x; the probe's zeros give zeros.)
+  for (int k = 0; k < 2; ++k) {
+    SCOPED_TRACE(k == 0 ? "probe" : "reference");
+    const Tensor& hh = k == 0 ? h : ref;
+    std::vector<Tensor> g = ag::grad({(hh * hh + hh * 3.0).sum()}, {w, xg}, {}, false, false, true);
+    for (size_t i = 0; i < 2; ++i) {
+      if (k == 1 && i == 1 && !g[i].defined()) continue;
+      ASSERT_TRUE(g[i].defined()) << "gradient " << i;
+      EXPECT_EQ(g[i].sizes(), (i == 0 ? w : xg).sizes());
+      EXPECT_EQ(tg::abs(g[i]).amax().item<double>(), 0.0) << "gradient " << i;
+    }
+  }
+  // And a PINN-style loss: data misfit plus the squared Laplacian of a relu
+  // network trains exactly as the data misfit alone.
+  Tensor target = tg::randn({B, 2}, kF64);
+  calls.clear();
+  Tensor lap = ag::laplacian(counted(relu_w), xg, /*create_graph=*/true);
+  EXPECT_EQ(calls, (std::vector<int64_t>{0}));
+  ASSERT_EQ(lap.sizes(), (tg::IntList{B, 2}));
+  EXPECT_TRUE(lap.requires_grad());
+  Tensor with = ag::grad({(tg::square(relu_w(xg) - target)).sum() + tg::square(lap).sum()}, {w})[0];
+  Tensor without = ag::grad({(tg::square(relu_w(xg) - target)).sum()}, {w})[0];
+  expect_near(with, without, "data + Laplacian loss against the data loss", 0.0);
+}
+
+// The Laplacian and derivative operators of a structurally linear fn (relu
+// networks) skip their passes after the probe, with and without
+// create_graph: the zero terms drop out, the value and first derivatives
+// are still computed, and every result equals the reference (reverse-mode
+// rows); a fn with a second-order term gets the pass.
+TEST(TaylorMode, StructurallyZeroOperatorsSkipThePass) {
+  tg::manual_seed(12);
+  const int64_t B = 5, n = 3, d = 7;
+  Tensor w1 = tg::randn({d, n}, kF64) * 0.5, b1 = tg::randn({d}, kF64) * 0.1, w2 = tg::randn({2, d}, kF64) * 0.5;
+  struct NoRowCheck {
+    NoRowCheck() { ag::set_check_rows_independent(false); }
+    ~NoRowCheck() { ag::set_check_rows_independent(true); }
+  } no_row_check;
+  std::vector<int64_t> calls;
+  Fn relu_mlp = [&](const Tensor& x) {
+    calls.push_back(x.size(0));
+    return tg::linear(tg::relu(tg::linear(x, w1, b1)), w2);
+  };
+  Fn tanh_mlp = [&](const Tensor& x) {
+    calls.push_back(x.size(0));
+    return tg::linear(tg::tanh(tg::linear(x, w1, b1)), w2);
+  };
+  Tensor x = tg::randn({B, n}, kF64);
+  // The references: first derivatives by reverse mode, second ones from the reference Hessian rows.
+  auto jacobian_column = [&](const Fn& fn, int64_t dim) {
+    Tensor xr = x.clone().requires_grad_();
+    Tensor y = fn(xr);
+    std::vector<Tensor> cols;
+    for (int64_t i = 0; i < y.size(1); ++i)
+      cols.push_back(ag::grad({y.select(1, i).sum()}, {xr}, {}, true)[0].select(1, dim));
+    return tg::stack(cols, 1);
+  };
+  const std::vector<ag::Partial> mixed = {{{}, 0.5}, {{1}, 2.0}, {{0, 0}, 1.0}, {{0, 2}, -3.0}, {{1, 1, 1}, 0.25}};
+  const std::vector<ag::Partial> second = {{{0, 0}, 1.0}, {{2, 1}, 2.0}, {{0, 1, 2}, 1.0}};
+  for (bool create_graph : {false, true}) {
+    SCOPED_TRACE(create_graph ? "create_graph" : "no graph");
+    calls.clear();
+    Tensor lap = ag::laplacian(relu_mlp, x, create_graph);
+    EXPECT_EQ(calls, (std::vector<int64_t>{0}));
+    expect_near(lap, tg::zeros({B, 2}, kF64), "relu Laplacian", 0.0);
+    calls.clear();
+    Tensor op2 = ag::derivative_operator(relu_mlp, x, second, create_graph);
+    EXPECT_EQ(calls, (std::vector<int64_t>{0}));
+    expect_near(op2, tg::zeros({B, 2}, kF64), "relu second- and third-order operator", 0.0);
+    calls.clear();
+    Tensor op = ag::derivative_operator(relu_mlp, x, mixed, create_graph);
+    EXPECT_EQ(calls, (std::vector<int64_t>{0, B}));  // the probe, then one first-order pass
+    calls.clear();
+    Tensor want = relu_mlp(x) * 0.5 + jacobian_column(relu_mlp, 1) * 2.0;
+    expect_near(op, want, "relu operator: value and first derivative kept, the rest zero");
+    // A second-order term: the passes run and match the references.
+    calls.clear();
+    Tensor tl = ag::laplacian(tanh_mlp, x, create_graph);
+    EXPECT_EQ(calls, (std::vector<int64_t>{0, B}));
+    Tensor h = ag::per_sample_hessian(tanh_mlp, x, ag::HessianStrategy::Rows);
+    expect_near(tl, h.diagonal(0, 2, 3).sum({2}), "tanh Laplacian");
+    Tensor top = ag::derivative_operator(tanh_mlp, x, {{{0, 0}, 1.0}, {{0, 2}, -3.0}}, create_graph);
+    expect_near(top, h.select(2, 0).select(2, 0) - h.select(2, 0).select(2, 2) * 3.0, "tanh operator");
+  }
 }
 
 TEST(TaylorMode, HessianLossBackpropagatesIntoParameters) {
@@ -767,6 +856,21 @@ TEST(TaylorModeGpu, MatchesCpu) {
     EXPECT_EQ(calls, (std::vector<int64_t>{0}));
     EXPECT_TRUE(h.is_cuda());
     expect_near(h.to(tg::Device(tg::kCPU)), tg::zeros({6, 2, 3, 3}, kF64), "relu network's Hessian on the GPU");
+    // With create_graph: the recorded probe's zeros, whose backward gives
+    // zeros to the weights (on the GPU), and the same for the Laplacian.
+    Tensor wa = a.detach().requires_grad_();
+    Fn relu_w = [&](const Tensor& z) {
+      calls.push_back(z.size(0));
+      return tg::linear(tg::relu(tg::linear(z, wa)), b);
+    };
+    calls.clear();
+    Tensor hg = ag::per_sample_hessian(relu_w, x.to(kGpu), ag::HessianStrategy::Taylor, /*create_graph=*/true);
+    Tensor lg = ag::laplacian(relu_w, x.to(kGpu), /*create_graph=*/true);
+    EXPECT_EQ(calls, (std::vector<int64_t>{0, 0}));
+    ASSERT_TRUE(hg.requires_grad() && lg.requires_grad());
+    Tensor g = ag::grad({(tg::square(hg) + hg).sum() + (tg::square(lg) + lg).sum()}, {wa})[0];
+    EXPECT_TRUE(g.is_cuda());
+    expect_near(g.to(tg::Device(tg::kCPU)), tg::zeros({8, 3}, kF64), "d/dw of the relu network's zeros", 0.0);
   }
   expect_near(ag::laplacian(net(w1.to(kGpu), w2.to(kGpu)), x.to(kGpu)), ag::laplacian(net(w1, w2), x), "Laplacian");
   // The weight gradient of a Hessian loss (the fused rule's backward kernel).

@@ -278,6 +278,47 @@ std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor&
   return out;
 }
 
+// The probe runs every op's rule and no kernel (x's first 0 rows) at a
+// Taylor level of n directions and one second-order group of the pairs
+// (a, a); the first rule that forms a second-order term ends it (typically
+// the first nonlinear activation: 14 us of host time), a relu network runs
+// through (40 us). Like torch.func's transforms, this takes fn to apply the
+// same ops to every sample (no control flow on x's values); fn runs once
+// more. An output that carries no coefficients at all proves nothing: the
+// empty batch may have taken a path that drops x (an op's shortcut for empty
+// inputs returning a constant), so that is left to the full pass (a fn that
+// truly ignores x costs one pass more). The probe cannot see a shortcut that
+// keeps a linear dependence on x: ops keep their empty-batch paths the same
+// functions of their inputs (tg::linalg::matrix_exp runs its whole op
+// sequence on no elements, tested with the composites in
+// tests/test_linalg.cpp).
+Tensor structurally_linear(const TensorFn& fn, const Tensor& xi, const char* op, bool record) {
+  const int64_t B = xi.size(0), n = xi.size(1);
+  if (!tg::detail::switched_on<tg::detail::OffSwitch::kStructureProbe>() || B <= 1 || forward_ad::is_active())
+    return Tensor();
+  Tensor y;
+  bool carries = false;
+  ops_detail::StructureProbe probe;
+  try {
+    std::vector<forward_ad::SecondOrderPair> diag;
+    for (int64_t a = 0; a < n; ++a)
+      diag.push_back({a, a, 1.0});
+    forward_ad::taylor_level level(n, {diag});
+    y = push_jet(fn, xi.narrow(0, 0, 0), Tensor(), op, record, /*none*/ 0u, &carries)[0];
+  } catch (...) {
+    return Tensor();
+  }
+  if (probe.found() || !y.defined() || !carries) return Tensor();
+  return y;
+}
+
+Tensor structural_zeros(const IntList& shape, const Tensor& value, bool create_graph) {
+  Tensor z = zeros(shape, value.options());
+  if (!create_graph || !value.requires_grad()) return z;
+  EnableGradGuard on;
+  return add(z, value.sum());  // the sum of no rows: exactly 0, a function of fn's parameters
+}
+
 // Taylor mode for per-sample Hessians: the n unit directions and one
 // second-order group per pair j <= k, whose c_2 is H_jk / 2. Returns the
 // value [B, m], c_1 [n, B, m] and H [B, m, n, n].

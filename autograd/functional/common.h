@@ -46,6 +46,22 @@ std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor&
 // Taylor mode for per-sample Hessians: {value [B, m], c_1 [n, B, m] (when
 // `jacobian`), H [B, m, n, n]}.
 std::vector<Tensor> taylor_hessian(const TensorFn& fn, const Tensor& xi, const char* op, bool record, bool jacobian);
+// The structure probe (docs/AUTOGRAD.md "Structural zeros"): fn on x's
+// first 0 rows at a Taylor level of order 2 with an
+// ops_detail::StructureProbe armed. Returns fn's value on the empty batch
+// when no rule formed a second-order term (every Taylor coefficient of order
+// >= 2 is then structurally zero: pushed through linear maps only from the
+// input's, which are zero), else undefined; recorded when `record` (a
+// function of what fn closes over). Undefined too when it would not pay
+// (B <= 1), when TG_STRUCTURE_PROBE=0, or when fn throws on the empty batch
+// (left to the full pass to report).
+Tensor structurally_linear(const TensorFn& fn, const Tensor& xi, const char* op, bool record);
+// Zeros of `shape` (`value`'s dtype and device) for a structurally zero
+// derivative; with create_graph attached to value's history through the
+// sum of its empty rows (exactly 0), so a loss on them backpropagates zeros
+// into everything fn's output depends on, as the full pass would, with one
+// pass over nothing.
+Tensor structural_zeros(const IntList& shape, const Tensor& value, bool create_graph);
 // The second-order groups of Taylor mode's Hessian: one per pair j <= k;
 // entry[j * n + k] names each pair's group.
 std::vector<std::vector<forward_ad::SecondOrderPair>> hessian_groups(int64_t n, std::vector<int64_t>* entry);

@@ -40,17 +40,21 @@ Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph) {
   std::vector<forward_ad::SecondOrderPair> diag;
   for (int64_t a = 0; a < n; ++a)
     diag.push_back({a, a, 1.0});
+  // A structurally zero Laplacian (a relu network's): one probe on an empty batch instead of the pass.
+  if (Tensor value = structurally_linear(fn, xi, "laplacian", create_graph); value.defined())
+    return structural_zeros({x.size(0), value.size(1)}, value, create_graph);
   forward_ad::taylor_level level(n, {diag});
   std::vector<Tensor> r = push_jet(fn, xi, identity(n, x), "laplacian", create_graph, /*c_2 only*/ 2u);
   return result(mul(r[2].select(0, 0), 2.0), create_graph);
 }
 
-Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vector<Partial>& terms, bool create_graph) {
+Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vector<Partial>& all_terms,
+                           bool create_graph) {
   check_batched_input(x, "derivative_operator");
-  TG_CHECK(!terms.empty(), "derivative_operator: no terms given");
+  TG_CHECK(!all_terms.empty(), "derivative_operator: no terms given");
   require_independent_rows(fn, x, "derivative_operator");
   const int64_t n = x.size(1);
-  for (const Partial& t : terms)
+  for (const Partial& t : all_terms)
     for (int64_t d : t.dims)
       TG_CHECK(d >= 0 && d < n, "derivative_operator: a term names input dim ", d, ", but x has ", n, " (shape ",
                shape_str(x.sizes()), ")");
@@ -59,6 +63,16 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
            "own (levels do not nest): call it outside");
   Tensor xi = input_for(x, "derivative_operator", create_graph);
   EnableGradGuard grad_on;
+  // Terms of order >= 2 that are structurally zero (a relu network's) drop
+  // out after one probe on an empty batch; the others take the passes.
+  std::vector<Partial> low;
+  for (const Partial& t : all_terms)
+    if (t.dims.size() < 2) low.push_back(t);
+  Tensor linear_value;
+  if (low.size() < all_terms.size()) linear_value = structurally_linear(fn, xi, "derivative_operator", create_graph);
+  if (linear_value.defined() && low.empty())
+    return structural_zeros({x.size(0), linear_value.size(1)}, linear_value, create_graph);
+  const std::vector<Partial>& terms = linear_value.defined() ? low : all_terms;
   Tensor out;
   auto accumulate = [&](const Tensor& v) { out = out.defined() ? add(out, v) : v; };
   // Directions as rows of [k, n]: index of each (deduplicated).

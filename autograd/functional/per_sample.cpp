@@ -62,10 +62,6 @@ std::vector<Tensor> hessian_rows_fwd(const TensorFn& fn, const Tensor& xi, bool 
 
 }  // namespace
 
-namespace {
-Tensor structurally_zero_hessian(const TensorFn& fn, const Tensor& xi);
-}  // namespace
-
 Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy strategy, bool create_graph) {
   check_batched_input(x, "per_sample_hessian");
   require_independent_rows(fn, x, "per_sample_hessian");
@@ -96,10 +92,10 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
   }
   if (strategy == HessianStrategy::Taylor && !forward_ad::is_active()) {
     Tensor xf = forward_input(x, "per_sample_hessian", create_graph);
-    // Without create_graph, a structurally zero Hessian (a relu network's)
-    // costs one probe on an empty batch instead of the pass.
-    if (tg::detail::switched_on<tg::detail::OffSwitch::kStructureProbe>() && !create_graph && B > 1)
-      if (Tensor zero = structurally_zero_hessian(fn, xf); zero.defined()) return zero;
+    // A structurally zero Hessian (a relu network's) costs one probe on an
+    // empty batch instead of the pass, with create_graph too.
+    if (Tensor value = structurally_linear(fn, xf, "per_sample_hessian", create_graph); value.defined())
+      return structural_zeros({B, value.size(1), n, n}, value, create_graph);
     return result(taylor_hessian(fn, xf, "per_sample_hessian", create_graph, /*jacobian=*/false)[2], create_graph);
   }
   if (strategy == HessianStrategy::ForwardOverReverse && !forward_ad::is_active()) {
@@ -150,41 +146,5 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
   h = or_zeros(h, X);
   return result(h.view({R, B, n}).permute({1, 0, 2}).reshape({B, m, n, n}), create_graph);
 }
-
-namespace {
-
-// Zeros [B, m, n, n] when fn's second coefficients are structurally zero,
-// else undefined. The probe: fn on an empty batch (x's first 0 rows: every
-// op's rule runs, no kernel does) at the Hessian's Taylor level, unrecorded,
-// with an ops_detail::StructureProbe armed; the first rule that forms a
-// second-order term ends it (typically the first nonlinear activation).
-// Like torch.func's transforms, this takes fn to apply the same ops to every
-// sample (no control flow on x's values); fn runs once more. Anything fn
-// throws here (one that refuses an empty batch, say) is left to the full
-// pass to report. So is an output that carries no coefficients at all: the
-// empty batch may have taken a path that drops x (an op's shortcut for empty
-// inputs returning a constant), so "no term formed" proves nothing there
-// (a fn that truly ignores x costs one pass more). The probe cannot see a
-// shortcut that keeps a linear dependence on x: ops keep their empty-batch
-// paths the same functions of their inputs (tg::linalg::matrix_exp runs its
-// whole op sequence on no elements, tested with the composites in
-// tests/test_linalg.cpp).
-Tensor structurally_zero_hessian(const TensorFn& fn, const Tensor& xi) {
-  const int64_t B = xi.size(0), n = xi.size(1);
-  Tensor y;
-  bool carries = false;
-  ops_detail::StructureProbe probe;
-  try {
-    std::vector<int64_t> entry;
-    forward_ad::taylor_level level(n, hessian_groups(n, &entry));
-    y = push_jet(fn, xi.narrow(0, 0, 0), Tensor(), "per_sample_hessian", /*record=*/false, /*none*/ 0u, &carries)[0];
-  } catch (...) {
-    return Tensor();
-  }
-  if (probe.found() || !y.defined() || !carries) return Tensor();
-  return zeros({B, y.size(1), n, n}, y.options());
-}
-
-}  // namespace
 
 }  // namespace tg::autograd

@@ -74,10 +74,11 @@ enum class HessianStrategy {
   /// second derivative vanishes (relu, linear ops) add nothing. Any fn
   /// whose ops (and custom Functions) have Taylor rules; recorded, so
   /// create_graph works. Inside a caller's dual level: BatchedCotangents.
-  /// Without create_graph, fn first runs once on an empty batch to find
-  /// whether any rule forms a second-order term; when none does (a relu
-  /// network) the Hessian is structurally zero and returned as zeros without
-  /// the pass. As with torch.func's transforms, fn must apply the same ops
+  /// fn first runs once on an empty batch to find whether any rule forms a
+  /// second-order term; when none does (a relu network) the Hessian is
+  /// structurally zero and returned as zeros without the pass (with
+  /// create_graph, zeros whose backward gives zeros to the parameters and x;
+  /// docs/AUTOGRAD.md "Structural zeros"). As with torch.func's transforms, fn must apply the same ops
   /// to every sample (no control flow on x's values); it runs twice.
   Taylor,
 };
@@ -108,7 +109,9 @@ bool check_rows_independent();
 /// first derivatives and one running sum of the second derivatives, for any
 /// fn whose ops have Taylor rules; no Hessian is formed. With create_graph
 /// the result is differentiable (a PINN loss on it trains the parameters fn
-/// closes over). Inside a caller's dual level: the trace of reverse-mode
+/// closes over). A structurally zero Laplacian (a relu network's) costs one
+/// probe on an empty batch instead of the pass, as per_sample_hessian's
+/// Taylor strategy. Inside a caller's dual level: the trace of reverse-mode
 /// Hessians.
 Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph = false);
 
@@ -152,7 +155,9 @@ struct Partial {
 /// k! c_k along e_d; a mixed one is polarized over 2^(k-1) sign
 /// combinations of its directions). With create_graph the result is
 /// differentiable (a PINN loss on it trains the parameters fn closes over).
-/// E.g. the 2-D Laplacian {{{0, 0}}, {{1, 1}}}, the KdV term {{{0, 0, 0}}}.
+/// Terms of order >= 2 that are structurally zero (a relu network's) drop
+/// out after one probe on an empty batch, as in per_sample_hessian's Taylor
+/// strategy. E.g. the 2-D Laplacian {{{0, 0}}, {{1, 1}}}, the KdV term {{{0, 0, 0}}}.
 Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vector<Partial>& terms,
                            bool create_graph = false);
 /// The stochastic form of derivative_operator (the sparse stochastic Taylor

@@ -48,6 +48,8 @@
 #   scripts/gpu.sh oprofile   per-kernel GPU time of one odeint call (OPROFILE, default "rk4 rk4-grad
 #                             dopri5": one replay of the graphed rk4 solve / its gradient over 2 outputs,
 #                             one eager dopri5 solve)
+#   scripts/gpu.sh cpu        the Hessian benchmark on the host's CPUs with PyTorch and JAX (CPU),
+#                             and its scaling over CPU_THREADS cores (default "1 2 4 8")
 #   scripts/gpu.sh hessian    the Hessian benchmark side by side with LibTorch,
 #                             PyTorch eager, torch.func and JAX (needs peers built)
 # Logs go to $OUT (or ./gpu-logs). Several steps may be given in order.
@@ -214,6 +216,21 @@ for step in "$@"; do
       grep -q "FAILED" "$OUT/ddp_tests.log" && rc=1
       scripts/launch.sh "$(nvidia-smi -L | wc -l)" $B/samples/pinn_ddp --steps 50 2>&1 | tee "$OUT/pinn_ddp.txt" || rc=1
       python3 bench/peers/ddp_peers.py ${DDP_ARGS:-} 2>&1 | tee "$OUT/ddp_peers.txt" ;;
+    cpu)  # issue 51 point 3: the Hessian job (B = 256, fp32) on the host's CPUs with PyTorch's and
+          # JAX's CPU backends, then its scaling over CPU_THREADS cores (taskset: every framework
+          # sizes its pool from the CPUs it may use), and the portable build's GEMM choice against
+          # the generic kernels (TG_CPU_GEMM=generic)
+      python3 bench/peers/hessian_peers.py --device cpu --build $B --batch 256 --precision fp32 --runs 5 \
+        --act ${CPU_ACTS:-silu,relu} --frameworks tapegrad,eager,func,jax --out "$OUT/hessian_cpu.json" \
+        2>&1 | tee "$OUT/hessian_cpu.txt" || rc=1
+      for t in ${CPU_THREADS:-1 2 4 8}; do
+        echo "== $t cores"
+        taskset -c 0-$((t - 1)) python3 bench/peers/hessian_peers.py --device cpu --build $B --batch 256 \
+          --precision fp32 --runs 5 --act silu --frameworks tapegrad,func,jax --tapegrad-strategies general,taylor \
+          2>&1 | tee "$OUT/hessian_cpu_$t.txt" | grep -E "^\| silu" || rc=1
+      done
+      echo "== TG_CPU_GEMM=generic, every core"
+      TG_CPU_GEMM=generic $B/bench/hessian --device cpu --act silu --strategy general,taylor 2>&1 | tail -4 ;;
     hessian)
       python3 bench/peers/hessian_peers.py ${HESSIAN_ARGS:-} 2>&1 | tee "$OUT/hessian_peers.txt" ;;
     *) echo "unknown step $step"; exit 2 ;;

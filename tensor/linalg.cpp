@@ -3,12 +3,14 @@
 // primitives' raw entries, their public entries, the composites); then the
 // CPU kernels (the GEMM, and the LinalgKernels table on Eigen's
 // decompositions).
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <complex>
 #include <cstdio>
 #include <limits>
 #include <sstream>
+#include <type_traits>
 
 #include <tapegrad/cuda/capture.h>
 #include <tapegrad/tensor/linalg.h>
@@ -26,6 +28,7 @@
 #include <Eigen/SVD>
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/cpu_kernels.h"
+#include "tensor/cpu/gemm.h"
 
 namespace tg {
 
@@ -821,6 +824,8 @@ Tensor vector_norm(const Tensor& x, double ord, const IntList& dim, bool keepdim
 // ---- the CPU kernels -------------------------------------------------------------
 // CPU GEMM through Eigen maps (any row/column strides without copies);
 // batches, or row blocks of one large product, run in parallel with TBB.
+// float and double take the kernels of the widest instruction set the CPU
+// has (tensor/cpu/gemm.h); complex ones these.
 
 namespace tg::cpu {
 namespace {
@@ -828,13 +833,6 @@ namespace {
 template <class T> using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <class T> using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
 using Stride = Eigen::OuterStride<>;
-
-// A matrix operand: rows x cols with element strides (rs, cs).
-struct MatView {
-  int64_t rows, cols, rs, cs;
-  bool row_major() const { return cs == 1 && rs >= std::max<int64_t>(cols, 1); }
-  bool col_major() const { return rs == 1 && cs >= std::max<int64_t>(rows, 1); }
-};
 
 // C[r0:r1] = A[r0:r1] * B, C row-major contiguous with ldc = n.
 template <class T, class MA, class MB>
@@ -856,13 +854,19 @@ void gemm_b(const MA& a, const T* b, const MatView& bv, T* c, int64_t n, int64_t
 
 template <class T>
 void gemm(const T* a, const MatView& av, const T* b, const MatView& bv, T* c, int64_t r0, int64_t r1) {
-  int64_t n = bv.cols;
-  if (av.row_major()) {
-    Eigen::Map<const RowMat<T>, 0, Stride> am(a, av.rows, av.cols, Stride(av.rs));
-    gemm_b<T>(am, b, bv, c, n, r0, r1);
+  if constexpr (std::is_same_v<T, float>) {
+    gemm_kernels().f32(a, av, b, bv, c, r0, r1);
+  } else if constexpr (std::is_same_v<T, double>) {
+    gemm_kernels().f64(a, av, b, bv, c, r0, r1);
   } else {
-    Eigen::Map<const ColMat<T>, 0, Stride> am(a, av.rows, av.cols, Stride(av.cs));
-    gemm_b<T>(am, b, bv, c, n, r0, r1);
+    int64_t n = bv.cols;
+    if (av.row_major()) {
+      Eigen::Map<const RowMat<T>, 0, Stride> am(a, av.rows, av.cols, Stride(av.rs));
+      gemm_b<T>(am, b, bv, c, n, r0, r1);
+    } else {
+      Eigen::Map<const ColMat<T>, 0, Stride> am(a, av.rows, av.cols, Stride(av.cs));
+      gemm_b<T>(am, b, bv, c, n, r0, r1);
+    }
   }
 }
 
@@ -901,8 +905,11 @@ void bmm_kernel(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
           one(i, 0, m);
       });
     } else {
-      // One product: split rows so both cores work on large GEMMs.
-      int64_t grain = std::max<int64_t>(64, (int64_t(1) << 24) / std::max<int64_t>(flops_per_row, 1));
+      // One product: split rows so every core works on large GEMMs, in
+      // about one block per worker (each block packs all of B: more, smaller
+      // blocks would pack it more often).
+      const int64_t per_worker = (m + parallel_workers() - 1) / parallel_workers();
+      int64_t grain = std::max<int64_t>({64, per_worker, (int64_t(1) << 24) / std::max<int64_t>(flops_per_row, 1)});
       parallel_for(m, grain, [&](int64_t r0, int64_t r1) { one(0, r0, r1); });
     }
   };

@@ -4,10 +4,17 @@
 // row-major, and every route of the triangular solve (the GPU's
 // shared-memory kernel up to order 64, cuBLAS above).
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <random>
 #include <sstream>
+#include <type_traits>
 
 #include "reference.h"
+#include "tensor/cpu/gemm.h"
 
 namespace tgtest {
 namespace {
@@ -279,3 +286,79 @@ TEST(CudaGpu, ElementwiseReadsTransposedInputsThroughTiles) {
 
 }  // namespace
 }  // namespace tgtest
+
+// The CPU GEMM's row-block kernel of every instruction set this build and
+// CPU run (tensor/cpu/gemm.h: chosen at run time), against a long-double
+// reference: either memory order of A and B with padded leading
+// dimensions, a row range of C (the rows outside it untouched), and sizes
+// off the kernels' block widths.
+namespace gemm_isa {
+
+template <class T>
+void check_kernel(const tg::cpu::GemmKernels& k, int64_t m, int64_t kk, int64_t n, bool a_rows, bool b_rows,
+                  double tol) {
+  auto fn = [&] {
+    if constexpr (std::is_same_v<T, float>) return k.f32;
+    else return k.f64;
+  }();
+  std::mt19937 gen(unsigned(m * 131 + kk * 7 + n));
+  std::uniform_real_distribution<double> u(-1, 1);
+  const int64_t pad = 3;
+  // A: m x kk, B: kk x n, each in the order asked for with a padded leading dimension.
+  tg::cpu::MatView av = a_rows ? tg::cpu::MatView{m, kk, kk + pad, 1} : tg::cpu::MatView{m, kk, 1, m + pad};
+  tg::cpu::MatView bv = b_rows ? tg::cpu::MatView{kk, n, n + pad, 1} : tg::cpu::MatView{kk, n, 1, kk + pad};
+  std::vector<T> a(size_t(a_rows ? m * (kk + pad) : kk * (m + pad))),
+      b(size_t(b_rows ? kk * (n + pad) : n * (kk + pad)));
+  for (T& v : a)
+    v = T(u(gen));
+  for (T& v : b)
+    v = T(u(gen));
+  const T sentinel = T(12345);
+  std::vector<T> c(size_t(m * n), sentinel);
+  const int64_t r0 = m / 3, r1 = m - (m > 2 ? 1 : 0);
+  fn(a.data(), av, b.data(), bv, c.data(), r0, r1);
+  double worst = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const T got = c[size_t(i * n + j)];
+      if (i < r0 || i >= r1) {
+        ASSERT_EQ(got, sentinel) << k.isa << ": row " << i << " outside [" << r0 << ", " << r1 << ") was written";
+        continue;
+      }
+      long double want = 0;
+      for (int64_t l = 0; l < kk; ++l)
+        want += (long double)a[size_t(i * av.rs + l * av.cs)] * (long double)b[size_t(l * bv.rs + j * bv.cs)];
+      worst = std::max(worst, double(std::fabs((long double)got - want)));
+    }
+  EXPECT_LE(worst, tol * double(kk)) << k.isa << " " << (std::is_same_v<T, float> ? "f32" : "f64") << " m=" << m
+                                     << " k=" << kk << " n=" << n << " A " << (a_rows ? "rows" : "cols") << " B "
+                                     << (b_rows ? "rows" : "cols");
+}
+
+}  // namespace gemm_isa
+
+TEST(CpuGemm, EveryInstructionSetMatchesTheReference) {
+  int ran = 0;
+  std::string which;
+  for (const tg::cpu::GemmKernels* k :
+       {tg::cpu::gemm_kernels_generic(), tg::cpu::gemm_kernels_avx2(), tg::cpu::gemm_kernels_avx512()}) {
+    if (!k || !tg::cpu::gemm_isa_supported(k->isa)) continue;
+    ++ran;
+    which += std::string(" ") + k->isa;
+    for (auto [m, kk, n] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {7, 13, 5}, {64, 512, 33}, {130, 17, 260}})
+      for (bool ar : {true, false})
+        for (bool br : {true, false}) {
+          gemm_isa::check_kernel<float>(*k, m, kk, n, ar, br, 1e-6);
+          gemm_isa::check_kernel<double>(*k, m, kk, n, ar, br, 1e-15);
+        }
+  }
+  ASSERT_GE(ran, 1);
+  std::printf("CPU GEMM kernels checked:%s; in use: %s\n", which.c_str(), tg::cpu::gemm_kernels().isa);
+  // The one in use is the widest this CPU runs (TG_CPU_GEMM unset in the suite).
+  if (!std::getenv("TG_CPU_GEMM")) {
+    const char* widest = tg::cpu::gemm_isa_supported("avx512") ? "avx512"
+                         : tg::cpu::gemm_isa_supported("avx2") ? "avx2"
+                                                               : "generic";
+    EXPECT_STREQ(tg::cpu::gemm_kernels().isa, widest);
+  }
+}

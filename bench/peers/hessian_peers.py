@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The Hessian benchmark side by side, on the GPU machine:
 
-    python3 bench/peers/hessian_peers.py [--batch 10000] [--runs 20] [--act silu,tanh,relu]
-        [--precision fp32,tf32] [--mode hess,hess+bwd] [--frameworks tapegrad,libtorch,eager,func,jax]
-        [--out FILE]
+    python3 bench/peers/hessian_peers.py [--device cuda|cpu] [--build build-gpu] [--batch 10000]
+        [--runs 20] [--act silu,tanh,relu] [--precision fp32,tf32] [--mode hess,hess+bwd]
+        [--frameworks tapegrad,libtorch,eager,func,jax] [--out FILE]
 
 Runs the identical workload (MLP 2 -> 512 x6 -> 3, per-sample input Hessian
 [B, 3, 2, 2]; `hess`, or `hess+bwd` = then H.sum().backward() into the
@@ -12,6 +12,10 @@ LibTorch C++ eager (build-peers/hessian_libtorch), PyTorch eager
 (autograd.grad rows), torch.func (vmap(jacfwd(jacrev))) and JAX
 (jit(vmap(hessian))), and prints one table: median ms over --runs after
 warm-up, peak device memory, and each time's ratio to tapegrad's fastest.
+
+--device cpu: every framework on the host CPU (PyTorch's and JAX's CPU
+backends; fp32 only, no memory column). Each uses the CPUs the process may
+run on, so `taskset -c 0-3 python3 ...` measures all of them on 4 cores.
 """
 import argparse
 import json
@@ -23,6 +27,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WIDTH, DEPTH = 512, 6
+DEVICE = "cuda"  # --device
 
 
 def median_ms(fn, sync, runs, warmup=3):
@@ -53,7 +58,7 @@ def torch_params(torch, seed=1234):
     for i in range(len(sizes) - 1):
         w = torch.randn(sizes[i + 1], sizes[i], generator=g) * (1.0 / sizes[i]) ** 0.5
         b = torch.randn(sizes[i + 1], generator=g) * 0.1
-        params.append((w.cuda().requires_grad_(), b.cuda().requires_grad_()))
+        params.append((w.to(DEVICE).requires_grad_(), b.to(DEVICE).requires_grad_()))
     return params
 
 
@@ -64,7 +69,7 @@ def run_torch(kind, act_name, precision, mode, batch, runs):
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
     act = {"silu": F.silu, "tanh": torch.tanh, "relu": F.relu}[act_name]
     params = torch_params(torch)
-    x0 = (torch.rand(batch, 2, generator=torch.Generator().manual_seed(99)) * 2 - 1).cuda()
+    x0 = (torch.rand(batch, 2, generator=torch.Generator().manual_seed(99)) * 2 - 1).to(DEVICE)
     bwd = mode == "hess+bwd"
 
     def mlp(ps, x):
@@ -85,7 +90,7 @@ def run_torch(kind, act_name, precision, mode, batch, runs):
         def step():
             x = x0.detach().requires_grad_()
             pred = mlp(params, x)
-            ones = torch.ones(batch, device="cuda")
+            ones = torch.ones(batch, device=DEVICE)
             jac = [torch.autograd.grad(pred[:, i], x, ones, create_graph=True)[0] for i in range(3)]
             rows = [torch.autograd.grad(jac[i][:, j], x, ones, retain_graph=True, create_graph=bwd)[0]
                     for i in range(3) for j in range(2)]
@@ -99,6 +104,8 @@ def run_torch(kind, act_name, precision, mode, batch, runs):
         def step():
             return finish(vmap(jacfwd(jacrev(single, argnums=1), argnums=1), in_dims=(None, 0))(params, x0))
 
+    if DEVICE == "cpu":
+        return median_ms(step, lambda: None, runs), float("nan")
     torch.cuda.synchronize()
     ms = median_ms(step, torch.cuda.synchronize, runs)
     torch.cuda.reset_peak_memory_stats()
@@ -134,18 +141,20 @@ def run_jax(act_name, precision, mode, batch, runs):
         fn = jax.jit(jax.value_and_grad(lambda ps, x: hess(ps, x).sum()))
     out = lambda: fn(params, x0)
     ms = median_ms(lambda: jax.block_until_ready(out()), lambda: None, runs)
-    return ms, jax_peak_mib(jax)
+    return ms, jax_peak_mib(jax) if DEVICE == "cuda" else float("nan")
 
 
 def run_tapegrad(args):
-    exe = os.path.join(ROOT, "build-gpu", "bench", "hessian")
-    cmd = [exe, "--json", "--batch", str(args.batch), "--runs", str(args.runs), "--act", args.act,
-           "--precision", args.precision, "--mode", args.mode]
+    exe = os.path.join(ROOT, args.build, "bench", "hessian")
+    cmd = [exe, "--json", "--device", DEVICE, "--batch", str(args.batch), "--runs", str(args.runs), "--act", args.act,
+           "--precision", args.precision, "--mode", args.mode, "--strategy", args.tapegrad_strategies]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
 
 def run_libtorch(act, precision, mode, batch, runs):
+    if DEVICE == "cpu":
+        raise RuntimeError("the LibTorch peer runs on CUDA only")
     exe = os.path.join(ROOT, "build-peers", "hessian_libtorch")
     out = subprocess.run([exe, act, precision, mode, str(batch), str(runs)], check=True,
                          capture_output=True, text=True).stdout
@@ -154,7 +163,11 @@ def run_libtorch(act, precision, mode, batch, runs):
 
 
 def main():
+    global DEVICE
     p = argparse.ArgumentParser()
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--build", default="build-gpu", help="tapegrad's build directory")
+    p.add_argument("--tapegrad-strategies", default="rows,batched,forward,general,taylor")
     p.add_argument("--batch", type=int, default=10000)
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--act", default="silu,tanh,relu")
@@ -163,6 +176,17 @@ def main():
     p.add_argument("--frameworks", default="tapegrad,libtorch,eager,func,jax")
     p.add_argument("--out", help="also write the results as JSON (scripts/plot_hessian.py draws it)")
     args = p.parse_args()
+    DEVICE = args.device
+    if DEVICE == "cpu":
+        os.environ["JAX_PLATFORMS"] = "cpu"  # before JAX is imported
+        if "tf32" in args.precision.split(","):
+            p.error("--device cpu: fp32 only (TF32 is a GPU format)")
+        try:
+            import torch
+            peer = f"; PyTorch {torch.__version__} threads {torch.get_num_threads()}"
+        except ImportError:
+            peer = ""
+        print(f"CPU: {os.cpu_count()} CPUs, {len(os.sched_getaffinity(0))} usable{peer}", flush=True)
     fw = args.frameworks.split(",")
     results = {}  # (act, prec, mode) -> {name: (ms, peak)}
     if "tapegrad" in fw:
@@ -207,7 +231,7 @@ def main():
         rows = [{"act": a, "precision": p_, "mode": m, "framework": n, "median_ms": v[0], "peak_mib": v[1]}
                 for (a, p_, m), row in results.items() for n, v in row.items()]
         with open(args.out, "w") as f:
-            json.dump({"batch": args.batch, "results": rows}, f, indent=2)
+            json.dump({"device": DEVICE, "batch": args.batch, "results": rows}, f, indent=2)
 
 
 if __name__ == "__main__":

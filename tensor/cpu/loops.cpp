@@ -4,6 +4,7 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 namespace tg::cpu {
 namespace {
@@ -127,6 +128,8 @@ constexpr bool kTsanBuild = true;
 #else
 constexpr bool kTsanBuild = false;
 #endif
+
+int parallel_workers() { return kTsanBuild ? 1 : std::max(1, tbb::this_task_arena::max_concurrency()); }
 
 void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> f) {
   if (n <= 0) return;

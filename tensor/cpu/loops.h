@@ -43,6 +43,8 @@ void for_each(const Tensor* ops, int nops, InnerLoop inner, bool parallel = true
 
 // Runs f(begin, end) over [0, n) in TBB chunks of at least `grain`.
 void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> f);
+// The threads parallel_for's chunks may run on (the task arena's; 1 under TSan).
+int parallel_workers();
 
 // The first index out of range that the workers of a parallel loop met
 // (they cannot throw across each other's writes): the kernel raises it once

@@ -712,6 +712,21 @@ TEST(TaylorMode, StructurallyZeroOperatorsSkipThePass) {
     Tensor top = ag::derivative_operator(tanh_mlp, x, {{{0, 0}, 1.0}, {{0, 2}, -3.0}}, create_graph);
     expect_near(top, h.select(2, 0).select(2, 0) - h.select(2, 0).select(2, 2) * 3.0, "tanh operator");
   }
+  // A structurally linear fn needs no row check for its second derivatives:
+  // they vanish across rows too. One that mixes rows (centred over the
+  // batch) gets zeros, exactly; with a nonlinearity the check still refuses
+  // it, and so does a first-derivative term (whose value mixing rows would
+  // corrupt).
+  ag::set_check_rows_independent(true);
+  Fn centred = [&](const Tensor& z) { return tg::linear(tg::relu(tg::linear(z - z.mean({0}, true), w1, b1)), w2); };
+  expect_near(ag::per_sample_hessian(centred, x, ag::HessianStrategy::Taylor), tg::zeros({B, 2, n, n}, kF64),
+              "centred relu network's Hessian", 0.0);
+  expect_near(ag::laplacian(centred, x), tg::zeros({B, 2}, kF64), "centred relu network's Laplacian", 0.0);
+  expect_near(ag::derivative_operator(centred, x, {{{0, 1}, 1.0}}), tg::zeros({B, 2}, kF64),
+              "centred relu network's u_xy", 0.0);
+  EXPECT_ERROR_CONTAINS(ag::derivative_operator(centred, x, {{{0}, 1.0}, {{0, 1}, 1.0}}), "fn mixes rows of the batch");
+  EXPECT_ERROR_CONTAINS(ag::laplacian([&](const Tensor& z) { return tg::tanh(centred(z)); }, x),
+                        "fn mixes rows of the batch");
 }
 
 TEST(TaylorMode, HessianLossBackpropagatesIntoParameters) {

@@ -29,20 +29,22 @@ using namespace functional_detail;
 
 Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph) {
   check_batched_input(x, "laplacian");
-  require_independent_rows(fn, x, "laplacian");
   const int64_t n = x.size(1);
   if (forward_ad::is_active())  // levels do not nest: the trace of the reverse-mode Hessians
     return (per_sample_hessian(fn, x, HessianStrategy::BatchedCotangents, create_graph) * identity(n, x)).sum({2, 3});
   Tensor xi = forward_input(x, "laplacian", create_graph);
+  // A structurally zero Laplacian (a relu network's): one probe on an empty
+  // batch instead of the pass, and no row check (every second derivative of
+  // a structurally linear fn vanishes, across rows too).
+  if (Tensor value = structurally_linear(fn, xi, "laplacian", create_graph); value.defined())
+    return structural_zeros({x.size(0), value.size(1)}, value, create_graph);
+  require_independent_rows(fn, x, "laplacian");
   EnableGradGuard grad_on;
   // Taylor mode along the n unit directions with one second-order group of
   // the pairs (a, a): its c_2 is half the Laplacian (the forward Laplacian).
   std::vector<forward_ad::SecondOrderPair> diag;
   for (int64_t a = 0; a < n; ++a)
     diag.push_back({a, a, 1.0});
-  // A structurally zero Laplacian (a relu network's): one probe on an empty batch instead of the pass.
-  if (Tensor value = structurally_linear(fn, xi, "laplacian", create_graph); value.defined())
-    return structural_zeros({x.size(0), value.size(1)}, value, create_graph);
   forward_ad::taylor_level level(n, {diag});
   std::vector<Tensor> r = push_jet(fn, xi, identity(n, x), "laplacian", create_graph, /*c_2 only*/ 2u);
   return result(mul(r[2].select(0, 0), 2.0), create_graph);
@@ -52,7 +54,6 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
                            bool create_graph) {
   check_batched_input(x, "derivative_operator");
   TG_CHECK(!all_terms.empty(), "derivative_operator: no terms given");
-  require_independent_rows(fn, x, "derivative_operator");
   const int64_t n = x.size(1);
   for (const Partial& t : all_terms)
     for (int64_t d : t.dims)
@@ -65,14 +66,16 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
   EnableGradGuard grad_on;
   // Terms of order >= 2 that are structurally zero (a relu network's) drop
   // out after one probe on an empty batch; the others take the passes.
-  std::vector<Partial> low;
-  for (const Partial& t : all_terms)
-    if (t.dims.size() < 2) low.push_back(t);
+  const auto low =
+      std::count_if(all_terms.begin(), all_terms.end(), [](const Partial& t) { return t.dims.size() < 2; });
   Tensor linear_value;
-  if (low.size() < all_terms.size()) linear_value = structurally_linear(fn, xi, "derivative_operator", create_graph);
-  if (linear_value.defined() && low.empty())
+  if (size_t(low) < all_terms.size()) linear_value = structurally_linear(fn, xi, "derivative_operator", create_graph);
+  // Only terms of order >= 2, structurally zero: no row check (they vanish across rows too).
+  if (linear_value.defined() && low == 0)
     return structural_zeros({x.size(0), linear_value.size(1)}, linear_value, create_graph);
-  const std::vector<Partial>& terms = linear_value.defined() ? low : all_terms;
+  require_independent_rows(fn, x, "derivative_operator");
+  const std::vector<Partial>& terms = all_terms;
+  const size_t max_order = linear_value.defined() ? 1 : std::numeric_limits<size_t>::max();  // the orders computed
   Tensor out;
   auto accumulate = [&](const Tensor& v) { out = out.defined() ? add(out, v) : v; };
   // Directions as rows of [k, n]: index of each (deduplicated).
@@ -102,7 +105,7 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
     std::vector<std::pair<int64_t, double>> firsts;
     bool values = false;
     for (const Partial& t : terms) {
-      if (t.dims.size() > 2) continue;
+      if (t.dims.size() > 2 || t.dims.size() > max_order) continue;
       if (t.dims.empty()) values = true;
       else if (t.dims.size() == 1) firsts.emplace_back(find_or_add(dirs, unit(t.dims[0])), t.coefficient);
       else pairs.push_back({find_or_add(dirs, unit(t.dims[0])), find_or_add(dirs, unit(t.dims[1])), 2 * t.coefficient});
@@ -146,7 +149,7 @@ Tensor derivative_operator(const TensorFn& fn, const Tensor& x, const std::vecto
     for (size_t t = 0; t < terms.size(); ++t) {
       const std::vector<int64_t>& dims = terms[t].dims;
       const int m = int(dims.size());
-      if (m <= 2) continue;
+      if (m <= 2 || dims.size() > max_order) continue;
       order = std::max(order, m);
       double fact = 1;
       for (int i = 2; i <= m; ++i)

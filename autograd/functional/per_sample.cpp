@@ -64,8 +64,20 @@ std::vector<Tensor> hessian_rows_fwd(const TensorFn& fn, const Tensor& xi, bool 
 
 Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy strategy, bool create_graph) {
   check_batched_input(x, "per_sample_hessian");
-  require_independent_rows(fn, x, "per_sample_hessian");
   const int64_t B = x.size(0), n = x.size(1);
+  if (strategy == HessianStrategy::Taylor && !forward_ad::is_active()) {
+    Tensor xf = forward_input(x, "per_sample_hessian", create_graph);
+    // A structurally zero Hessian (a relu network's) costs one probe on an
+    // empty batch instead of the pass, with create_graph too, and no row
+    // check (every second derivative of a structurally linear fn vanishes,
+    // across rows too).
+    if (Tensor value = structurally_linear(fn, xf, "per_sample_hessian", create_graph); value.defined())
+      return structural_zeros({B, value.size(1), n, n}, value, create_graph);
+    require_independent_rows(fn, x, "per_sample_hessian");
+    EnableGradGuard grad_on;
+    return result(taylor_hessian(fn, xf, "per_sample_hessian", create_graph, /*jacobian=*/false)[2], create_graph);
+  }
+  require_independent_rows(fn, x, "per_sample_hessian");
   Tensor xi = input_for(x, "per_sample_hessian", create_graph);
   EnableGradGuard grad_on;
   auto check_out = [&](const Tensor& y, int64_t rows) {
@@ -89,14 +101,6 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
         h.push_back(or_zeros(g, xi));
       }
     return result(stack(h, 1).view({B, m, n, n}), create_graph);
-  }
-  if (strategy == HessianStrategy::Taylor && !forward_ad::is_active()) {
-    Tensor xf = forward_input(x, "per_sample_hessian", create_graph);
-    // A structurally zero Hessian (a relu network's) costs one probe on an
-    // empty batch instead of the pass, with create_graph too.
-    if (Tensor value = structurally_linear(fn, xf, "per_sample_hessian", create_graph); value.defined())
-      return structural_zeros({B, value.size(1), n, n}, value, create_graph);
-    return result(taylor_hessian(fn, xf, "per_sample_hessian", create_graph, /*jacobian=*/false)[2], create_graph);
   }
   if (strategy == HessianStrategy::ForwardOverReverse && !forward_ad::is_active()) {
     std::vector<Tensor> rows = hessian_rows_fwd(fn, xi, create_graph, "per_sample_hessian");

@@ -39,20 +39,20 @@ const GemmKernels* by_name(const std::string& isa) {
 const GemmKernels& gemm_kernels() {
   // A bad TG_CPU_GEMM throws here, and again on the next GEMM (a throwing
   // static initialization is retried).
-  static const GemmKernels& chosen = []() -> const GemmKernels& {
+  static const GemmKernels* chosen = []() -> const GemmKernels* {
     if (const char* want = std::getenv("TG_CPU_GEMM"); want && *want) {
       const GemmKernels* k = by_name(want);
       TG_CHECK(k && gemm_isa_supported(want), "CPU GEMM: TG_CPU_GEMM=", want,
                " is not available here (this build and CPU support: generic",
                gemm_isa_supported("avx2") ? ", avx2" : "", gemm_isa_supported("avx512") ? ", avx512" : "",
                "); unset it to use the widest");
-      return *k;
+      return k;
     }
     for (const char* isa : {"avx512", "avx2"})
-      if (gemm_isa_supported(isa)) return *by_name(isa);
-    return *gemm_kernels_generic();
+      if (gemm_isa_supported(isa)) return by_name(isa);
+    return gemm_kernels_generic();
   }();
-  return chosen;
+  return *chosen;
 }
 
 }  // namespace tg::cpu

@@ -420,3 +420,54 @@ TEST(Binary, Int64ArithmeticWrapsAround) {
 
 }  // namespace
 }  // namespace tgtest
+
+namespace tgtest {
+namespace {
+
+// activation_grad in float32 takes Eigen's packet tanh / logistic on
+// contiguous runs (blocks of 256): every order of tanh, sigmoid and silu
+// against the float64 kernel, on lengths around the block size, with g
+// contiguous, broadcast (one value) and strided, x strided (the element
+// loop), and special values (the two paths agree on what they give).
+TEST(ActivationGrad, Float32PacketPathMatchesFloat64) {
+  const auto f32 = tg::TensorOptions().dtype(tg::kFloat32), f64 = tg::TensorOptions().dtype(tg::kFloat64);
+  tg::manual_seed(5);
+  for (tg::Activation act : {tg::Activation::Tanh, tg::Activation::Sigmoid, tg::Activation::Silu})
+    for (int order = 0; order <= 5; ++order)
+      for (int64_t n : {1, 255, 256, 257, 1000}) {
+        SCOPED_TRACE("act " + std::to_string(int(act)) + " order " + std::to_string(order) + " n " + std::to_string(n));
+        Tensor x = tg::randn({n}, f32) * 4.0, g = tg::randn({n}, f32);
+        Tensor want = tg::activation_grad(g.to(tg::kFloat64), x.to(tg::kFloat64), act, order);
+        auto close = [&](const Tensor& got, const Tensor& ref, const char* what) {
+          const double err = tg::amax(tg::abs(got.to(tg::kFloat64) - ref) / (tg::abs(ref) + 1.0)).item<double>();
+          EXPECT_LE(err, 2e-5) << what;  // float32 rounding of the polynomials (up to ~7e-6 either path)
+        };
+        close(tg::activation_grad(g, x, act, order), want, "contiguous");
+        Tensor one = tg::full({1}, 0.75, f32).expand({n});
+        close(tg::activation_grad(one, x, act, order),
+              tg::activation_grad(one.to(tg::kFloat64), x.to(tg::kFloat64), act, order), "g broadcast");
+        Tensor gs = tg::stack({g, g}, 1).select(1, 1), xs = tg::stack({x, x}, 1).select(1, 0);
+        close(tg::activation_grad(gs, x, act, order), want, "g strided");
+        close(tg::activation_grad(g, xs, act, order), want, "x strided");
+      }
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor special = tg::tensor(std::vector<double>{inf, -inf, nan, 0.0, -0.0, 20.0, -20.0, 100.0, -100.0}, {9}, f32);
+  for (tg::Activation act : {tg::Activation::Tanh, tg::Activation::Sigmoid, tg::Activation::Silu})
+    for (int order = 0; order <= 3; ++order) {
+      SCOPED_TRACE("special values, act " + std::to_string(int(act)) + " order " + std::to_string(order));
+      Tensor packet = tg::activation_grad(tg::ones_like(special), special, act, order);  // contiguous
+      Tensor element =
+          tg::activation_grad(tg::ones({18}, f32).narrow(0, 0, 9), tg::stack({special, special}, 1).select(1, 0), act,
+                              order);  // x strided: the element loop
+      std::vector<double> a = values(packet), b = values(element);
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (std::isnan(b[i]) || std::isinf(b[i]))
+          EXPECT_TRUE(std::isnan(b[i]) ? std::isnan(a[i]) : a[i] == b[i])
+              << "element " << i << ": " << a[i] << " against " << b[i];
+        else EXPECT_NEAR(a[i], b[i], 1e-6) << "element " << i;
+      }
+    }
+}
+
+}  // namespace
+}  // namespace tgtest

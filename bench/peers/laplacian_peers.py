@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The Laplacian benchmark side by side, on the GPU machine:
 
-    python3 bench/peers/laplacian_peers.py [--batch 4096] [--runs 20] [--mode lap,lap+bwd]
-        [--frameworks tapegrad,eager,func,jax_hessian,jax_fwdrev,jax_jet]
+    python3 bench/peers/laplacian_peers.py [--device cuda|cpu] [--build build-gpu] [--batch 4096]
+        [--runs 20] [--mode lap,lap+bwd] [--frameworks tapegrad,eager,func,jax_hessian,jax_fwdrev,jax_jet]
 
 Per-sample Laplacians of an MLP 100 -> 256 x4 -> 1 (tanh), [B, 1]: `lap`, or
 `lap+bwd` = then L.sum() backpropagated into the weights (a PINN loss step).
@@ -16,7 +16,9 @@ its peak memory is its own. Prints one table per mode: median ms, peak
 device memory, the ratio to tapegrad's fastest, and (lap) each peer's
 largest relative difference from the first peer's result (the peers share
 weights and points; tapegrad draws its own, and checks its strategies
-against each other).
+against each other). --device cpu: every framework on the host's CPUs
+(PyTorch's and JAX's CPU backends; no memory column; `taskset` limits all
+of them).
 """
 import argparse
 import json
@@ -28,6 +30,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hessian_peers import ROOT, jax_peak_mib, median_ms  # noqa: E402
 
 N, WIDTH, DEPTH = 100, 256, 4
+DEVICE = "cuda"  # --device
+
+
+def sync():
+    if DEVICE == "cuda":
+        import torch
+        torch.cuda.synchronize()
 
 
 def params_and_x(torch, batch):
@@ -42,8 +51,8 @@ def params_and_x(torch, batch):
 def run_torch(kind, mode, batch, runs):
     import torch
     ps, x0 = params_and_x(torch, batch)
-    params = [(w.cuda().requires_grad_(), b.cuda().requires_grad_()) for w, b in ps]
-    x0 = x0.cuda()
+    params = [(w.to(DEVICE).requires_grad_(), b.to(DEVICE).requires_grad_()) for w, b in ps]
+    x0 = x0.to(DEVICE)
     bwd = mode == "lap+bwd"
 
     def mlp(p, x):
@@ -76,7 +85,9 @@ def run_torch(kind, mode, batch, runs):
             h = vmap(hessian(single, argnums=1), in_dims=(None, 0))(params, x0)  # [B, n, n]
             return finish(h.diagonal(dim1=1, dim2=2).sum(1, keepdim=True))
 
-    ms = median_ms(step, torch.cuda.synchronize, runs)
+    ms = median_ms(step, sync, runs)
+    if DEVICE == "cpu":
+        return ms, float("nan"), step().detach().numpy()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     out = step().detach().cpu().numpy()
@@ -123,20 +134,26 @@ def run_jax(kind, mode, batch, runs):
     else:
         fn = jax.jit(jax.value_and_grad(lambda p, x: lap(p, x).sum()))
     ms = median_ms(lambda: jax.block_until_ready(fn(params, x0)), lambda: None, runs)
-    peak = jax_peak_mib(jax)
+    peak = jax_peak_mib(jax) if DEVICE == "cuda" else float("nan")
     out = fn(params, x0)
     out = jax.numpy.asarray(out if mode == "lap" else out[0]).tolist()
     return ms, peak, out
 
 
 def main():
+    global DEVICE
     p = argparse.ArgumentParser()
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--build", default="build-gpu", help="tapegrad's build directory")
     p.add_argument("--batch", type=int, default=4096)
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--mode", default="lap,lap+bwd")
     p.add_argument("--frameworks", default="tapegrad,eager,func,jax_hessian,jax_fwdrev,jax_jet")
     p.add_argument("--one", help=argparse.SUPPRESS)  # internal: one JAX variant, JSON out
     args = p.parse_args()
+    DEVICE = args.device
+    if DEVICE == "cpu":
+        os.environ["JAX_PLATFORMS"] = "cpu"  # this process's JAX and its children's
     if args.one:
         kind, mode = args.one.split(":")
         ms, peak, out = run_jax(kind, mode, args.batch, args.runs)
@@ -146,8 +163,8 @@ def main():
     fw = args.frameworks.split(",")
     rows = {}
     if "tapegrad" in fw:
-        exe = os.path.join(ROOT, "build-gpu", "bench", "laplacian")
-        r = json.loads(subprocess.run([exe, "--json", "--batch", str(args.batch), "--runs", str(args.runs),
+        exe = os.path.join(ROOT, args.build, "bench", "laplacian")
+        r = json.loads(subprocess.run([exe, "--json", "--device", DEVICE, "--batch", str(args.batch), "--runs", str(args.runs),
                                        "--mode", args.mode], check=True, capture_output=True, text=True).stdout)
         print(f"tapegrad on {r['device']}", flush=True)
         for e in r["results"]:
@@ -161,8 +178,9 @@ def main():
                     ms, peak, out = run_torch(name, mode, args.batch, args.runs)
                     label = "PyTorch eager rows" if name == "eager" else "torch.func hessian trace"
                 elif name.startswith("jax"):
-                    res = subprocess.run([sys.executable, __file__, "--one", f"{name}:{mode}", "--batch",
-                                          str(args.batch), "--runs", str(args.runs)], capture_output=True, text=True)
+                    res = subprocess.run([sys.executable, __file__, "--one", f"{name}:{mode}", "--device", DEVICE,
+                                          "--batch", str(args.batch), "--runs", str(args.runs)],
+                                         capture_output=True, text=True)
                     if res.returncode != 0:
                         raise RuntimeError(res.stderr.strip().splitlines()[-1] if res.stderr else "failed")
                     d = json.loads(res.stdout.strip().splitlines()[-1])
@@ -181,12 +199,13 @@ def main():
                 print(f"{name} {mode}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
     for mode, row in rows.items():
         best = min((v[0] for k, v in row.items() if k.startswith("tapegrad")), default=None)
-        print(f"\n{mode}: MLP {N} -> {WIDTH} x{DEPTH} -> 1 (tanh), B = {args.batch}, fp32")
+        print(f"\n{mode}: MLP {N} -> {WIDTH} x{DEPTH} -> 1 (tanh), B = {args.batch}, fp32, {DEVICE}")
         print("| | median ms | × tapegrad best | peak GiB | rel. diff from the first peer |")
         print("|---|---:|---:|---:|---:|")
         for k, (ms, peak, diff) in row.items():
             ratio = f"{ms / best:.2f}×" if best else "—"
-            print(f"| {k} | {ms:.2f} | {ratio} | {peak / 1024:.2f} | {'' if diff is None else f'{diff:.1e}'} |")
+            mem = f"{peak / 1024:.2f}" if peak == peak else "—"
+            print(f"| {k} | {ms:.2f} | {ratio} | {mem} | {'' if diff is None else f'{diff:.1e}'} |")
 
 
 if __name__ == "__main__":

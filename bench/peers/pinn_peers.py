@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The PINN training step side by side, on the GPU machine:
 
-    python3 bench/peers/pinn_peers.py [--batch 1024] [--width 64] [--depth 4] [--steps 200]
+    python3 bench/peers/pinn_peers.py [--device cuda|cpu] [--build build-gpu] [--batch 1024]
+        [--width 64] [--depth 4] [--steps 200]
         [--frameworks tapegrad,taylor,eager,graph,jax[,compile]] [--optimizer sgd|sgd-multi|adam] [--out FILE]
         [--dump FILE.dot]
 
@@ -18,7 +19,9 @@ same with the Laplacian in Taylor mode, autograd::laplacian), PyTorch eager,
 PyTorch with the whole step captured by torch.cuda.graph, and JAX
 (jit(grad) of the loss, the Laplacian as the trace of per-point Hessians).
 Prints one markdown table: ms per step (median of 5 timings of --steps
-steps) and each time's ratio to tapegrad graphed.
+steps) and each time's ratio to tapegrad graphed. --device cpu: every
+framework on the host's CPUs (tapegrad and PyTorch eager, JAX's CPU
+backend; no graphed rows; ratios against tapegrad eager).
 """
 import argparse
 import json
@@ -30,6 +33,13 @@ from timing import ms_per_step  # bench/peers/timing.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LR = 1e-4
+DEVICE = "cuda"  # --device
+
+
+def sync_torch():
+    if DEVICE == "cuda":
+        import torch
+        torch.cuda.synchronize()
 
 
 
@@ -41,10 +51,10 @@ def torch_setup(a, capturable=False):
     sizes = [2] + [a.width] * a.depth + [1]
     ws, bs = [], []
     for i in range(len(sizes) - 1):
-        ws.append((torch.randn(sizes[i + 1], sizes[i], generator=g) / sizes[i] ** 0.5).cuda().requires_grad_())
-        bs.append((torch.randn(sizes[i + 1], generator=g) * 0.1).cuda().requires_grad_())
+        ws.append((torch.randn(sizes[i + 1], sizes[i], generator=g) / sizes[i] ** 0.5).to(DEVICE).requires_grad_())
+        bs.append((torch.randn(sizes[i + 1], generator=g) * 0.1).to(DEVICE).requires_grad_())
     trained = [p for i in range(len(ws)) for p in ([ws[i], bs[i]] if i + 1 < len(ws) else [ws[i]])]
-    x = (torch.rand(a.batch, 2, generator=g) * 2 - 1).cuda()
+    x = (torch.rand(a.batch, 2, generator=g) * 2 - 1).to(DEVICE)
     f = torch.sin(x[:, 0] * 3.14159) * torch.sin(x[:, 1] * 3.14159)
 
     def mlp(h):
@@ -88,7 +98,7 @@ def run_torch_eager(a):
     torch, x, step = torch_setup(a)
     for _ in range(5):
         step(x)
-    return ms_per_step(lambda: step(x), torch.cuda.synchronize, a.steps)
+    return ms_per_step(lambda: step(x), sync_torch, a.steps)
 
 
 def run_torch_graph(a):
@@ -193,8 +203,8 @@ def run_jax(a):
 
 
 def run_tapegrad(a, laplacian="backward"):
-    exe = os.path.join(ROOT, "build-gpu", "bench", "pinn_step")
-    out = subprocess.run([exe, "--json", "--batch", str(a.batch), "--width", str(a.width), "--depth",
+    exe = os.path.join(ROOT, a.build, "bench", "pinn_step")
+    out = subprocess.run([exe, "--json", "--device", DEVICE, "--batch", str(a.batch), "--width", str(a.width), "--depth",
                           str(a.depth), "--steps", str(a.steps), "--optimizer", a.optimizer,
                           "--laplacian", laplacian],
                          check=True, capture_output=True, text=True)
@@ -202,7 +212,10 @@ def run_tapegrad(a, laplacian="backward"):
 
 
 def main():
+    global DEVICE
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--build", default="build-gpu", help="tapegrad's build directory")
     p.add_argument("--batch", type=int, default=1024)
     p.add_argument("--width", type=int, default=64)
     p.add_argument("--depth", type=int, default=4)
@@ -214,6 +227,9 @@ def main():
                    help="bracket one replay of PyTorch's graph with cudaProfilerStart/Stop")
     p.add_argument("--dump", help="write PyTorch's captured graph there (DOT)")
     a = p.parse_args()
+    DEVICE = a.device
+    if DEVICE == "cpu":
+        os.environ["JAX_PLATFORMS"] = "cpu"  # before JAX is imported
     rows = {}
     for fw in a.frameworks.split(","):
         try:
@@ -229,6 +245,8 @@ def main():
                     rows["tapegrad graphed, Taylor-mode Laplacian"] = r["graphed_ms"]
             elif fw == "eager":
                 rows["PyTorch eager"] = run_torch_eager(a)
+            elif fw in ("graph", "compile") and DEVICE == "cpu":
+                continue  # CUDA graphs only
             elif fw == "graph":
                 rows["PyTorch, whole step in torch.cuda.graph"] = run_torch_graph(a)
             elif fw == "jax":
@@ -237,10 +255,10 @@ def main():
                 rows["PyTorch, torch.compile(mode=\"reduce-overhead\")"] = run_torch_compile(a)
         except Exception as e:  # a missing peer is reported, not fatal
             print(f"{fw}: failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
-    ref = rows.get("tapegrad graphed (one CUDA graph)")
-    print(f"PINN step: MLP 2 -> {a.width} x{a.depth} -> 1, tanh, B = {a.batch}, float32, "
+    ref = rows.get("tapegrad graphed (one CUDA graph)") or rows.get("tapegrad eager")
+    print(f"PINN step on {DEVICE}: MLP 2 -> {a.width} x{a.depth} -> 1, tanh, B = {a.batch}, float32, "
           f"Laplacian by double backward (tapegrad's Taylor rows: in Taylor mode), loss gradients, {a.optimizer.upper()} update; ms per step (median)\n")
-    print("| framework | ms / step | steps / s | vs tapegrad graphed |")
+    print(f"| framework | ms / step | steps / s | vs tapegrad {'graphed' if DEVICE == 'cuda' else 'eager'} |")
     print("|---|---:|---:|---:|")
     for name, ms in rows.items():
         ratio = f"{ms / ref:.2f}x" if ref else "-"

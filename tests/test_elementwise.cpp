@@ -430,7 +430,7 @@ namespace {
 // contiguous, broadcast (one value) and strided, x strided (the element
 // loop), and special values (the two paths agree on what they give).
 TEST(ActivationGrad, Float32PacketPathMatchesFloat64) {
-  const auto f32 = tg::TensorOptions().dtype(tg::kFloat32), f64 = tg::TensorOptions().dtype(tg::kFloat64);
+  const auto f32 = tg::TensorOptions().dtype(tg::kFloat32);
   tg::manual_seed(5);
   for (tg::Activation act : {tg::Activation::Tanh, tg::Activation::Sigmoid, tg::Activation::Silu})
     for (int order = 0; order <= 5; ++order)

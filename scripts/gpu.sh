@@ -25,6 +25,9 @@
 #                             tapegrad, PyTorch and JAX (ncu; LPROFILE_WHO=tapegrad: ours only)
 #   scripts/gpu.sh python     the Python tests (PyTorch and JAX zero copy on CUDA) and
 #                             the cost of crossing the boundary (bench/peers/interop_peers.py)
+#   scripts/gpu.sh stochastic Hutchinson's Laplacian against the same estimator in JAX
+#                             (n = 100 .. 100000; STOCHASTIC_ARGS) and samples/pinn_highdim
+#   scripts/gpu.sh cpurows    the CPU PINN step and Laplacian with PyTorch's and JAX's CPU backends
 #   scripts/gpu.sh laplacian  the Laplacian benchmark side by side with PyTorch
 #                             eager, torch.func and JAX (hessian, jacfwd(grad), jet)
 #   scripts/gpu.sh ddp        tg::distributed on every GPU (nvidia-h100-x2 / h200-x2): its
@@ -231,6 +234,24 @@ for step in "$@"; do
       done
       echo "== TG_CPU_GEMM=generic, every core"
       TG_CPU_GEMM=generic $B/bench/hessian --device cpu --act silu --strategy general,taylor 2>&1 | tail -4 ;;
+    cpurows)  # issue 51 point 3: the PINN step (B = 1024, Adam) and the Laplacian (B = 256) on the host's
+              # CPUs against PyTorch's and JAX's CPU backends, every core, then CPU_ROW_THREADS cores (taskset)
+      python3 bench/peers/pinn_peers.py --device cpu --build $B --optimizer adam --batch 1024 --steps 20 \
+        --frameworks tapegrad,taylor,eager,jax 2>&1 | tee "$OUT/pinn_cpu.txt" || rc=1
+      python3 bench/peers/laplacian_peers.py --device cpu --build $B --batch 256 --runs 5 2>&1 |
+        tee "$OUT/laplacian_cpu.txt" || rc=1
+      for t in ${CPU_ROW_THREADS:-1 4}; do
+        echo "== $t cores"
+        taskset -c 0-$((t - 1)) python3 bench/peers/pinn_peers.py --device cpu --build $B --optimizer adam \
+          --batch 1024 --steps 10 --frameworks tapegrad,taylor,jax 2>&1 | tee "$OUT/pinn_cpu_$t.txt" | grep -E "^\|" || rc=1
+        taskset -c 0-$((t - 1)) python3 bench/peers/laplacian_peers.py --device cpu --build $B --batch 256 --runs 3 \
+          --frameworks tapegrad,jax_fwdrev,jax_jet 2>&1 | tee "$OUT/laplacian_cpu_$t.txt" | grep -E "^\||^lap" || rc=1
+      done ;;
+    stochastic)  # issue 51 point 5: Hutchinson's Laplacian against the same estimator in JAX, n = 100 .. 100000,
+                 # and the 1000-dimensional PINN sample
+      python3 bench/peers/stochastic_peers.py --build $B ${STOCHASTIC_ARGS:-} --json "$OUT/stochastic.json" 2>&1 |
+        tee "$OUT/stochastic_peers.txt" || rc=1
+      $B/samples/pinn_highdim 2>&1 | tee "$OUT/pinn_highdim.txt" || rc=1 ;;
     hessian)
       python3 bench/peers/hessian_peers.py ${HESSIAN_ARGS:-} 2>&1 | tee "$OUT/hessian_peers.txt" ;;
     *) echo "unknown step $step"; exit 2 ;;

@@ -235,12 +235,12 @@ for step in "$@"; do
       echo "== TG_CPU_GEMM=generic, every core"
       TG_CPU_GEMM=generic $B/bench/hessian --device cpu --act silu --strategy general,taylor 2>&1 | tail -4 ;;
     cpurows)  # issue 51 point 3: the PINN step (B = 1024, Adam) and the Laplacian (B = 256) on the host's
-              # CPUs against PyTorch's and JAX's CPU backends, every core, then CPU_ROW_THREADS cores (taskset)
+              # CPUs against PyTorch's and JAX's CPU backends on every core, then on CPU_ROW_THREADS cores (taskset)
       python3 bench/peers/pinn_peers.py --device cpu --build $B --optimizer adam --batch 1024 --steps 20 \
         --frameworks tapegrad,taylor,eager,jax 2>&1 | tee "$OUT/pinn_cpu.txt" || rc=1
       python3 bench/peers/laplacian_peers.py --device cpu --build $B --batch 256 --runs 5 2>&1 |
         tee "$OUT/laplacian_cpu.txt" || rc=1
-      for t in ${CPU_ROW_THREADS:-1 4}; do
+      for t in ${CPU_ROW_THREADS:-}; do  # e.g. "1 4"
         echo "== $t cores"
         taskset -c 0-$((t - 1)) python3 bench/peers/pinn_peers.py --device cpu --build $B --optimizer adam \
           --batch 1024 --steps 10 --frameworks tapegrad,taylor,jax 2>&1 | tee "$OUT/pinn_cpu_$t.txt" | grep -E "^\|" || rc=1

@@ -2,7 +2,7 @@
 """Hutchinson's stochastic Laplacian against the same estimator in JAX, as n grows:
 
     python3 bench/peers/stochastic_peers.py [--device cuda|cpu] [--build build-gpu] [--inputs 100,1000,10000,100000]
-        [--batch 1024] [--samples 16] [--runs 20] [--mode lap,lap+bwd] [--exact-up-to 10000]
+        [--batch 1024] [--samples 16] [--runs 20] [--mode lap,lap+bwd] [--exact-up-to 1000]
         [--frameworks tapegrad,jax_jet,jax_hvp]
 
 Per-sample Laplacian estimates of an MLP n -> 256 x4 -> 1 (tanh), float32, B
@@ -94,7 +94,7 @@ def main():
     p.add_argument("--samples", type=int, default=16)
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--mode", default="lap,lap+bwd")
-    p.add_argument("--exact-up-to", type=int, default=10000, help="tapegrad's exact Laplacian for n up to this")
+    p.add_argument("--exact-up-to", type=int, default=1000, help="tapegrad's exact Laplacian for n up to this")
     p.add_argument("--frameworks", default="tapegrad,jax_jet,jax_hvp")
     p.add_argument("--json", help="write every row here")
     p.add_argument("--one", help=argparse.SUPPRESS)  # internal: kind:mode:n, one JAX variant, JSON out
@@ -108,6 +108,10 @@ def main():
         return
     fw = args.frameworks.split(",")
     table = []  # (n, mode, label, ms, peak, note)
+
+    def add(row):  # each row as it comes (a run cut short keeps what it measured)
+        table.append(row)
+        print("row: " + json.dumps(row), flush=True)
     for n in [int(v) for v in args.inputs.split(",")]:
         if "tapegrad" in fw:
             strategies = "hutchinson,laplacian" if n <= args.exact_up_to else "hutchinson"
@@ -122,9 +126,9 @@ def main():
                 for e in r["results"]:
                     label = "tapegrad " + ("estimate" if e["strategy"] == "hutchinson" else "exact Taylor")
                     if "error" in e:
-                        table.append((n, e["mode"], label, None, None, e["error"][:80]))
+                        add((n, e["mode"], label, None, None, e["error"][:80]))
                     else:
-                        table.append((n, e["mode"], label, e["median_ms"], e["peak_mib"], ""))
+                        add((n, e["mode"], label, e["median_ms"], e["peak_mib"], ""))
         for mode in args.mode.split(","):
             for kind in [f for f in fw if f.startswith("jax")]:
                 label = {"jax_jet": "JAX jet", "jax_hvp": "JAX fwd-over-rev HVP"}[kind]
@@ -133,10 +137,10 @@ def main():
                                      capture_output=True, text=True)
                 if res.returncode != 0:
                     err = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "failed"
-                    table.append((n, mode, label, None, None, err[:80]))
+                    add((n, mode, label, None, None, err[:80]))
                     continue
                 d = json.loads(res.stdout.strip().splitlines()[-1])
-                table.append((n, mode, label, d["ms"], d["peak"], ""))
+                add((n, mode, label, d["ms"], d["peak"], ""))
         print(f"n = {n} done", flush=True)
     modes = args.mode.split(",")
     table.sort(key=lambda r: (r[0], modes.index(r[1])))  # stable: tapegrad's rows first in each block

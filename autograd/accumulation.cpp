@@ -160,7 +160,6 @@ bool HeldContributions::form_into(const Tensor& target) {
 }
 
 namespace {
-thread_local FormulaProducts* t_sink = nullptr;  // the running formula's, if it may hand products over
 
 // The outputs of fn whose gradient may be handed over as a product (see
 // FormulaProducts::apply).
@@ -177,13 +176,16 @@ uint64_t product_outputs(const Node& fn, bool create_graph) {
 variable_list FormulaProducts::apply(Node& fn, variable_list&& inputs, bool create_graph) {
   allowed_ = product_outputs(fn, create_graph);
   variable_list outputs;
-  {
-    FormulaProducts* prev = t_sink;
-    t_sink = allowed_ ? this : nullptr;
+  // The node's sink (its mutex is held): this while its formula runs.
+  ProductFormula* pf = allowed_ ? dynamic_cast<ProductFormula*>(&fn) : nullptr;
+  if (!pf) {
+    outputs = fn.apply(std::move(inputs));
+  } else {
     struct Restore {
-      FormulaProducts* prev;
-      ~Restore() { t_sink = prev; }
-    } restore{prev};
+      ProductFormula& pf;
+      ~Restore() { pf.sink_ = nullptr; }
+    } restore{*pf};
+    pf->sink_ = this;
     outputs = fn.apply(std::move(inputs));
   }
   if (products_.empty()) return outputs;
@@ -209,16 +211,16 @@ Contribution FormulaProducts::take(size_t i, variable_list& outputs) {
   return Contribution(std::move(outputs[i]));
 }
 
-bool product_allowed(size_t output) {
-  const FormulaProducts* sink = t_sink;
-  return sink && output < 64 && (sink->allowed_ >> output & 1) && !is_grad_enabled() && !forward_ad::is_active();
+bool product_allowed(const ProductFormula& fn, size_t output) {
+  const FormulaProducts* running = fn.sink_;
+  return running && output < 64 && (running->allowed_ >> output & 1) && !is_grad_enabled() && !forward_ad::is_active();
 }
 
-Tensor product_grad(size_t output, const Tensor& l, const Tensor& r) {
-  if (product_allowed(output) && l.dim() == 2 && r.dim() == 2 && !l.is_sparse() && !r.is_sparse() &&
+Tensor product_grad(const ProductFormula& fn, size_t output, const Tensor& l, const Tensor& r) {
+  if (product_allowed(fn, output) && l.dim() == 2 && r.dim() == 2 && !l.is_sparse() && !r.is_sparse() &&
       l.dtype() == r.dtype() && (l.dtype() == kFloat32 || l.dtype() == kFloat64) && l.device() == r.device() &&
       l.size(0) == r.size(0)) {
-    t_sink->products_.push_back({output, l, r});
+    fn.sink_->products_.push_back({output, l, r});
     return Tensor();
   }
   return tg::mm(l.t(), r);

@@ -80,6 +80,20 @@ class HeldContributions {
   int64_t product_bytes_ = 0;
 };
 
+class FormulaProducts;
+
+// A node whose formula may hand weight gradients over as products
+// (product_grad): the engine points its sink at the running formula's
+// FormulaProducts (under the node's mutex) when the formula may, and back to
+// none after; the formula passes itself to product_allowed / product_grad.
+class ProductFormula {
+ private:
+  FormulaProducts* sink_ = nullptr;
+  friend class FormulaProducts;
+  friend bool product_allowed(const ProductFormula& fn, size_t output);
+  friend Tensor product_grad(const ProductFormula& fn, size_t output, const Tensor& l, const Tensor& r);
+};
+
 // The products a node's formula hands over (docs/AUTOGRAD.md "Weight
 // gradients"): the engine runs each formula through one of these.
 class FormulaProducts {
@@ -101,19 +115,19 @@ class FormulaProducts {
   };
   uint64_t allowed_ = 0;  // bit i: output i may be handed over (i < 64)
   std::vector<Product> products_;
-  friend bool product_allowed(size_t output);
-  friend Tensor product_grad(size_t output, const Tensor& l, const Tensor& r);
+  friend bool product_allowed(const ProductFormula& fn, size_t output);
+  friend Tensor product_grad(const ProductFormula& fn, size_t output, const Tensor& l, const Tensor& r);
 };
 
-// Whether the running formula's output `output` may be handed over as a
+// Whether fn's running formula may hand its output `output` over as a
 // product (grad mode and forward mode off).
-bool product_allowed(size_t output);
+bool product_allowed(const ProductFormula& fn, size_t output);
 
-// For a formula: the gradient l^T r of its output `output`. Handed to the
-// engine (an undefined tensor is returned) when product_allowed(output) and
-// l, r are dense 2-D Float32/Float64 of one dtype and device with equal row
-// counts; else mm(l^T, r).
-Tensor product_grad(size_t output, const Tensor& l, const Tensor& r);
+// For fn's formula: the gradient l^T r of its output `output`. Handed to the
+// engine (an undefined tensor is returned) when product_allowed(fn, output)
+// and l, r are dense 2-D Float32/Float64 of one dtype and device with equal
+// row counts; else mm(l^T, r).
+Tensor product_grad(const ProductFormula& fn, size_t output, const Tensor& l, const Tensor& r);
 
 namespace detail {
 

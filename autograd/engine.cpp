@@ -22,6 +22,7 @@
 #include <tapegrad/autograd/forward_ad.h>
 #include <tapegrad/autograd/grad_mode.h>
 #include "autograd/input_buffer.h"
+#include "autograd/thread_state.h"
 #include <tapegrad/autograd/saved_hooks.h>
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/cuda/capture.h>
@@ -31,7 +32,8 @@
 
 namespace tg::autograd {
 
-namespace {
+// The engine's task types, in detail: the thread state (autograd/thread_state.h) names GraphTask.
+namespace detail {
 
 struct ExecInfo {
   bool needed = false;
@@ -56,14 +58,11 @@ struct GraphTask {
   bool keep_graph = false;
   bool create_graph = false;
   bool concurrent = false;  // some node runs on a device worker
-  // The caller's thread-local state that the task's nodes see on a device
-  // worker (WorkerScope sets it, with grad mode = create_graph and the
-  // current task): taken when the task starts.
-  struct CallerState {
-    bool anomaly = false;
-    forward_ad::detail::LevelState fw;              // the forward-mode level (none: 0)
-    std::shared_ptr<const SavedTensorHooks> hooks;  // concurrent tasks only
-  } caller;
+  // The caller's thread state that the task's nodes see on a device worker
+  // (WorkerScope sets it as a unit, with the current task): grad mode =
+  // create_graph, anomaly mode, the forward-mode level, and the saved-tensor
+  // hooks (concurrent tasks only). Taken when the task starts.
+  Inherited caller;
   std::mutex mutex;            // guards everything below once concurrent
   std::condition_variable cv;  // the caller waits for CPU work or the end
   int outstanding = 0;         // nodes queued or running
@@ -118,17 +117,30 @@ struct GraphTask {
   static bool later_first(const ReadyTask& a, const ReadyTask& b) { return a.fn->sequence_nr() < b.fn->sequence_nr(); }
 };
 
-thread_local GraphTask* t_current_task = nullptr;
-thread_local int t_reentrant_depth = 0;
-// Set on device workers and on threads that continue a deep reentrant
-// backward: their tasks never wait on a worker (which may be waiting on them).
-thread_local bool t_run_inline = false;
-thread_local std::vector<std::unique_ptr<GraphTask>> t_task_pool;  // by depth
+}  // namespace detail
+
+namespace {
+
+using detail::ExecInfo;
+using detail::GraphTask;
+using detail::ReadyTask;
+
+// The thread's engine state (autograd/thread_state.h): the running task,
+// the reentrant depth, and run_inline, set on device workers and on threads
+// that continue a deep reentrant backward: their tasks never wait on a
+// worker (which may be waiting on them).
+detail::ThreadState& state() { return detail::thread_state(); }
+// The thread's tasks by reentrant depth (its ThreadStorage).
+std::vector<std::unique_ptr<GraphTask>>& task_pool() {
+  std::shared_ptr<void>& slot = detail::thread_storage().engine;
+  if (!slot) slot = std::make_shared<std::vector<std::unique_ptr<GraphTask>>>();
+  return *static_cast<std::vector<std::unique_ptr<GraphTask>>*>(slot.get());
+}
 constexpr int kMaxReentrantDepth = 32;
 
 struct GraphTaskGuard {
-  explicit GraphTaskGuard(GraphTask* t) : prev(t_current_task) { t_current_task = t; }
-  ~GraphTaskGuard() { t_current_task = prev; }
+  explicit GraphTaskGuard(GraphTask* t) : prev(state().task) { state().task = t; }
+  ~GraphTaskGuard() { state().task = prev; }
   GraphTask* prev;
 };
 
@@ -481,31 +493,22 @@ void run_node(GraphTask& task, ReadyTask& work) {
   if (--task.outstanding == 0 && task.concurrent) task.cv.notify_all();
 }
 
-// A node of `task` on a device worker runs under its caller's thread-local
-// state: the current task, grad mode (create_graph), anomaly mode, the
-// forward-mode level and the saved-tensor hooks, all set here and restored
-// when the node is done.
+// A node of `task` on a device worker runs under its caller's thread state,
+// taken over as a unit (task.caller: grad mode = create_graph, anomaly mode,
+// the forward-mode level for tangents in backward formulas, the saved-tensor
+// hooks) with the current task, and the worker's own is back when the node
+// is done.
 class WorkerScope {
  public:
-  explicit WorkerScope(GraphTask& task)
-      : task_(&task), grad_mode_(task.create_graph), anomaly_(is_anomaly_enabled()), level_(task.caller.fw) {
-    set_anomaly_enabled(task.caller.anomaly);
-    if (task.caller.hooks) hooks_.emplace(*task.caller.hooks);
-  }
-  ~WorkerScope() { set_anomaly_enabled(anomaly_); }
-  WorkerScope(const WorkerScope&) = delete;
-  WorkerScope& operator=(const WorkerScope&) = delete;
+  explicit WorkerScope(GraphTask& task) : task_(&task), inherited_(task.caller) {}
 
  private:
   GraphTaskGuard task_;
-  AutoGradMode grad_mode_;
-  bool anomaly_;
-  forward_ad::detail::Suspend level_;  // tangents in backward formulas
-  std::optional<SavedTensorHooksGuard> hooks_;
+  detail::InheritScope inherited_;
 };
 
 void worker_main(int device, DeviceQueue* queue) {
-  t_run_inline = true;
+  state().run_inline = true;
   try {
     cuda::set_device(device);  // each node's StreamGuard sets it again
   } catch (const std::exception&) {}
@@ -519,10 +522,11 @@ void worker_main(int device, DeviceQueue* queue) {
 
 variable_list run_graph_task(const edge_list& roots, variable_list root_grads, bool keep_graph, bool create_graph,
                              const edge_list& needed, const edge_list& collects) {
-  size_t depth = size_t(t_reentrant_depth);
-  while (t_task_pool.size() < depth + 1)
-    t_task_pool.push_back(std::make_unique<GraphTask>());
-  GraphTask& task = *t_task_pool[depth];
+  size_t depth = size_t(state().reentrant_depth);
+  std::vector<std::unique_ptr<GraphTask>>& pool = task_pool();
+  while (pool.size() < depth + 1)
+    pool.push_back(std::make_unique<GraphTask>());
+  GraphTask& task = *pool[depth];
   task.clear();
   struct Clear {  // drop every tensor the task holds, also on error
     GraphTask& t;
@@ -530,12 +534,10 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads, b
   } clear_at_exit{task};
   task.keep_graph = keep_graph;
   task.create_graph = create_graph;
-  task.caller.anomaly = is_anomaly_enabled();
-  task.caller.fw = forward_ad::detail::current_state();
   // Reentrant tasks (from a node, on the caller or on a worker) run inline,
   // and so does a task on a capturing stream: its GPU nodes are captured by
   // this thread, in order, into the caller's graph (docs/GRAPHS.md).
-  const bool use_workers = t_reentrant_depth == 1 && !t_run_inline && !cuda::is_current_stream_capturing();
+  const bool use_workers = state().reentrant_depth == 1 && !state().run_inline && !cuda::is_current_stream_capturing();
 
   std::shared_ptr<Node> root;
   InputBuffer root_buffer(0);
@@ -558,7 +560,7 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads, b
   }
   compute_dependencies(task, root.get(), min_topo_nr);
   task.concurrent = use_workers && (task.concurrent || root->stream().is_valid());
-  if (task.concurrent) task.caller.hooks = current_saved_tensor_hooks();
+  task.caller = detail::inherit(create_graph, /*with_hooks=*/task.concurrent);
   if (!needed.empty() || !collects.empty()) init_to_execute(task, root.get(), needed, collects, min_topo_nr);
 
   GraphTaskGuard guard(&task);
@@ -602,7 +604,7 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads, b
 }  // namespace
 
 void queue_callback(std::function<void()> callback) {
-  GraphTask* t = t_current_task;
+  GraphTask* t = state().task;
   TG_CHECK(t,
            "queue_callback: no backward is running on this thread (call it from a hook or a node "
            "during backward)");
@@ -613,7 +615,7 @@ void queue_callback(std::function<void()> callback) {
 namespace detail {
 
 bool task_should_execute(const Node* fn) {
-  GraphTask* t = t_current_task;
+  GraphTask* t = state().task;
   if (!t || t->exec_info.empty()) return true;
   auto it = t->exec_info.find(const_cast<Node*>(fn));
   return it != t->exec_info.end() && it->second.should_execute();
@@ -622,10 +624,10 @@ bool task_should_execute(const Node* fn) {
 variable_list execute(const edge_list& roots, variable_list root_grads, bool keep_graph, bool create_graph,
                       const edge_list& needed, const edge_list& collects) {
   struct Depth {
-    Depth() { ++t_reentrant_depth; }
-    ~Depth() { --t_reentrant_depth; }
+    Depth() { ++state().reentrant_depth; }
+    ~Depth() { --state().reentrant_depth; }
   } depth;
-  if (t_reentrant_depth <= kMaxReentrantDepth)
+  if (state().reentrant_depth <= kMaxReentrantDepth)
     return run_graph_task(roots, std::move(root_grads), keep_graph, create_graph, needed, collects);
   // Deep reentrant backward: continue on a fresh thread (bounded stack),
   // carrying this thread's saved-tensor hooks; the caller waits for it.
@@ -634,7 +636,7 @@ variable_list execute(const edge_list& roots, variable_list root_grads, bool kee
   auto hooks = current_saved_tensor_hooks();
   std::thread worker([&] {
     try {
-      t_run_inline = true;
+      state().run_inline = true;
       std::unique_ptr<SavedTensorHooksGuard> g;
       if (hooks) g = std::make_unique<SavedTensorHooksGuard>(*hooks);
       result = run_graph_task(roots, std::move(root_grads), keep_graph, create_graph, needed, collects);

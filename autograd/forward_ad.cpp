@@ -16,6 +16,7 @@
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 
+#include "autograd/thread_state.h"
 #include "tensor/env.h"
 
 namespace tg::autograd {
@@ -31,11 +32,9 @@ struct PendingTangent {
 };
 
 namespace {
-thread_local uint64_t t_level = 0;                                // the active dual level (0: none)
-thread_local bool t_defer = false;                                // DeferTangents is live
-thread_local int64_t t_resolved = 0;                              // pending tangents computed in full
-thread_local int64_t t_batch = 0;                                 // its tangent batch (0: unbatched)
-thread_local const forward_ad::TaylorLayout* t_taylor = nullptr;  // its Taylor layout
+// The thread's level, its tangent batch (0: unbatched) and Taylor layout,
+// whether a DeferTangents lives, and the pending tangents computed in full.
+forward_ad::detail::LevelState& level_state() { return autograd::detail::thread_state().forward; }
 std::atomic<uint64_t> g_next_level{1};
 std::atomic<uint64_t> g_next_gen{1};  // ForwardGrad::gen: unique per tangent set
 uint64_t next_gen() { return g_next_gen.fetch_add(1); }
@@ -88,44 +87,39 @@ namespace forward_ad {
 dual_level::dual_level() : dual_level(0) {}
 
 dual_level::dual_level(int64_t batch) {
-  TG_CHECK(t_level == 0,
+  TG_CHECK(level_state().level == 0,
            "forward_ad::dual_level: a dual level is already active on this thread; "
            "nested levels are not supported (end the outer one first)");
   TG_CHECK(batch >= 0, "forward_ad::dual_level: the tangent batch must be >= 0 (0: unbatched), got ", batch);
-  t_level = g_next_level.fetch_add(1);
-  t_batch = batch;
+  level_state().level = g_next_level.fetch_add(1);
+  level_state().batch = batch;
 }
 
 dual_level::~dual_level() {
-  uint64_t level = t_level;
-  t_level = 0;
-  t_batch = 0;
-  t_taylor = nullptr;
+  uint64_t level = level_state().level;
+  level_state().level = 0;
+  level_state().batch = 0;
+  level_state().taylor = nullptr;
   clear_level(level);
 }
 
-bool is_active() { return t_level != 0; }
-int64_t batch_size() { return t_level != 0 ? t_batch : 0; }
+bool is_active() { return level_state().level != 0; }
+int64_t batch_size() { return level_state().level != 0 ? level_state().batch : 0; }
 
-uint64_t detail::current_level() { return t_level; }
-int64_t detail::current_batch() { return t_batch; }
-detail::LevelState detail::current_state() { return {t_level, t_batch, t_taylor}; }
-detail::Suspend::Suspend() : saved_(current_state()) { t_level = 0; }
-detail::Suspend::Suspend(const LevelState& state) : saved_(current_state()) {
-  t_level = state.level;
-  t_batch = state.batch;
-  t_taylor = state.taylor;
-}
-detail::Suspend::~Suspend() {
-  t_level = saved_.level;
-  t_batch = saved_.batch;
-  t_taylor = saved_.taylor;
-}
+uint64_t detail::current_level() { return level_state().level; }
+int64_t detail::current_batch() { return level_state().batch; }
+detail::LevelState detail::current_state() { return level_state(); }
+detail::Suspend::Suspend() : saved_(current_state()) { level_state().level = 0; }
+detail::Suspend::Suspend(const LevelState& state) : saved_(current_state()) { level_state() = state; }
+detail::Suspend::~Suspend() { level_state() = saved_; }
 
-detail::DeferTangents::DeferTangents() : prev_(t_defer) { t_defer = true; }
-detail::DeferTangents::~DeferTangents() { t_defer = prev_; }
+detail::DeferTangents::DeferTangents() : prev_(autograd::detail::thread_state().defer_tangents) {
+  autograd::detail::thread_state().defer_tangents = true;
+}
+detail::DeferTangents::~DeferTangents() { autograd::detail::thread_state().defer_tangents = prev_; }
 bool detail::deferring_tangents() {
-  return tg::detail::switched_on<tg::detail::OffSwitch::kDeferTangents>() && t_defer && t_level != 0;
+  return tg::detail::switched_on<tg::detail::OffSwitch::kDeferTangents>() &&
+         autograd::detail::thread_state().defer_tangents && level_state().level != 0;
 }
 
 void detail::defer_tangent(const Tensor& out, const Tensor& source, std::function<Tensor(const Tensor&)> map,
@@ -169,14 +163,14 @@ Tensor resolve(ForwardGrad& slot) {
   std::lock_guard<std::mutex> lock(p->mu);
   if (std::atomic_load(&slot.pending)) {
     slot.tangent = apply_pending(*p, p->source);
-    ++t_resolved;
+    ++autograd::detail::thread_state().resolved_tangents;
     std::atomic_store(&slot.pending, std::shared_ptr<PendingTangent>());
   }
   return slot.tangent;
 }
 }  // namespace
 
-int64_t detail::pending_tangents_resolved() { return t_resolved; }
+int64_t detail::pending_tangents_resolved() { return autograd::detail::thread_state().resolved_tangents; }
 
 Tensor detail::jet_block(const Tensor& t, int j) {
   const TaylorLayout* l = taylor_layout();
@@ -188,7 +182,7 @@ Tensor detail::jet_block(const Tensor& t, int j) {
     Suspend pause;
     return l->block(tan, j);
   }
-  if (!m || !m->fw || m->fw->level != t_level) return Tensor();
+  if (!m || !m->fw || m->fw->level != level_state().level) return Tensor();
   std::shared_ptr<PendingTangent> p = std::atomic_load(&m->fw->pending);
   if (p) {
     std::lock_guard<std::mutex> lock(p->mu);
@@ -256,17 +250,17 @@ taylor_level::taylor_level(int order, int64_t directions)
     : layout_(make_layout(order, directions,
                           order >= 2 ? univariate_groups(directions) : std::vector<std::vector<SecondOrderPair>>{})),
       level_(std::make_unique<dual_level>(layout_->batch())) {
-  t_taylor = layout_.get();
+  level_state().taylor = layout_.get();
 }
 
 taylor_level::taylor_level(int64_t directions, const std::vector<std::vector<SecondOrderPair>>& groups)
     : layout_(make_layout(2, directions, groups)), level_(std::make_unique<dual_level>(layout_->batch())) {
-  t_taylor = layout_.get();
+  level_state().taylor = layout_.get();
 }
 
 taylor_level::~taylor_level() { level_.reset(); }
 
-const TaylorLayout* taylor_layout() { return t_level != 0 ? t_taylor : nullptr; }
+const TaylorLayout* taylor_layout() { return level_state().level != 0 ? level_state().taylor : nullptr; }
 
 Tensor make_jet(const Tensor& primal, const std::vector<Tensor>& coefficients) {
   const TaylorLayout* l = taylor_layout();
@@ -310,16 +304,16 @@ std::vector<Tensor> jet_coefficients(const Tensor& t) {
 }
 
 Tensor make_dual(const Tensor& primal, const Tensor& tangent) {
-  TG_CHECK(t_level != 0, "make_dual: no dual level is active; create a forward_ad::dual_level first");
+  TG_CHECK(level_state().level != 0, "make_dual: no dual level is active; create a forward_ad::dual_level first");
   TG_CHECK(primal.defined() && tangent.defined(), "make_dual: primal and tangent must be defined");
   TG_CHECK(is_differentiable(primal.dtype()), "make_dual: the primal must be floating point, got ", primal.dtype());
   IntList want = primal.sizes();
-  if (t_batch > 0) want.insert(want.begin(), t_batch);
+  if (level_state().batch > 0) want.insert(want.begin(), level_state().batch);
   TG_CHECK(tangent.sizes() == want && tangent.dtype() == primal.dtype() && tangent.device() == primal.device(),
            "make_dual: the tangent (", tangent.dtype(), " ", tangent.sizes(), " on ", tangent.device(),
-           ") must have the primal's shape", t_batch > 0 ? " after the level's batch dimension" : "",
+           ") must have the primal's shape", level_state().batch > 0 ? " after the level's batch dimension" : "",
            ", dtype and device (", primal.dtype(), " ", shape_str(want), " on ", primal.device(), ")");
-  TG_CHECK(!(t_batch > 0 && primal.is_sparse()), "make_dual: sparse tensors take no batched tangents");
+  TG_CHECK(!(level_state().batch > 0 && primal.is_sparse()), "make_dual: sparse tensors take no batched tangents");
   Tensor dual;
   {
     detail::Suspend pause;               // not a view sharing primal's tangent (PyTorch's
@@ -365,7 +359,7 @@ ViewOf* tangent_view(const AutogradMeta* m) {
 // t's slot at the current level when it holds a tangent (or a pending one).
 ForwardGrad* live_slot(const Tensor& t) {
   AutogradMeta* m = meta(t);
-  if (!(m && m->fw && m->fw->level == t_level)) return nullptr;
+  if (!(m && m->fw && m->fw->level == level_state().level)) return nullptr;
   if (!(m->fw->tangent.defined() || std::atomic_load(&m->fw->pending))) return nullptr;
   return m->fw.get();
 }
@@ -484,9 +478,9 @@ Tensor write_part(const ViewOf& v, const Tensor& view, const Tensor& bt, const T
 // else read again from the base's.
 Tensor view_fw_grad(const Tensor& t, AutogradMeta& m, ViewOf& v) {
   ForwardGrad* bs = live_slot(v.base);
-  if (!bs) return m.fw && m.fw->level == t_level ? forward_ad::resolve(*m.fw) : Tensor();
+  if (!bs) return m.fw && m.fw->level == level_state().level ? forward_ad::resolve(*m.fw) : Tensor();
   std::lock_guard<std::mutex> lock(v.mu);
-  if (m.fw && m.fw->level == t_level && m.fw->from_gen == bs->gen &&
+  if (m.fw && m.fw->level == level_state().level && m.fw->from_gen == bs->gen &&
       (m.fw->tangent.defined() || std::atomic_load(&m.fw->pending)))
     return forward_ad::resolve(*m.fw);
   const uint64_t gen = bs->gen;
@@ -495,7 +489,7 @@ Tensor view_fw_grad(const Tensor& t, AutogradMeta& m, ViewOf& v) {
   {
     forward_ad::detail::Suspend pause;
     build_indices(v, t, "forward AD", false);
-    tan = read_part(v, t, bt, t_batch);
+    tan = read_part(v, t, bt, level_state().batch);
   }
   std::shared_ptr<ForwardGrad> slot = fw_slot(t);
   slot->tangent = tan;
@@ -508,32 +502,33 @@ Tensor view_fw_grad(const Tensor& t, AutogradMeta& m, ViewOf& v) {
 }  // namespace
 
 Tensor fw_grad(const Tensor& t) {
-  if (t_level == 0) return Tensor();
+  if (level_state().level == 0) return Tensor();
   AutogradMeta* m = meta(t);
   if (!m) return Tensor();
   if (ViewOf* v = tangent_view(m)) return view_fw_grad(t, *m, *v);
-  if (!(m->fw && m->fw->level == t_level)) return Tensor();
+  if (!(m->fw && m->fw->level == level_state().level)) return Tensor();
   return forward_ad::resolve(*m->fw);
 }
 
 bool has_fw_grad(const Tensor& t) {
-  if (t_level == 0) return false;
+  if (level_state().level == 0) return false;
   AutogradMeta* m = meta(t);
   if (!m) return false;
-  if (m->fw && m->fw->level == t_level && (std::atomic_load(&m->fw->pending) || m->fw->tangent.defined())) return true;
+  if (m->fw && m->fw->level == level_state().level && (std::atomic_load(&m->fw->pending) || m->fw->tangent.defined()))
+    return true;
   ViewOf* v = tangent_view(m);
   return v && live_slot(v->base);
 }
 
 std::shared_ptr<ForwardGrad> fw_slot(const Tensor& t) {
-  if (t_level == 0 || !t.defined() || !is_differentiable(t.dtype())) return nullptr;
+  if (level_state().level == 0 || !t.defined() || !is_differentiable(t.dtype())) return nullptr;
   AutogradMeta& m = materialize_meta(t);
-  if (!m.fw || m.fw->level != t_level) m.fw = new_slot(t_level);
+  if (!m.fw || m.fw->level != level_state().level) m.fw = new_slot(level_state().level);
   return m.fw;
 }
 
 void set_fw_grad(const Tensor& t, const Tensor& tangent) {
-  if (t_level == 0 || !t.defined()) return;
+  if (level_state().level == 0 || !t.defined()) return;
   TG_CHECK(is_differentiable(t.dtype()), "forward AD: a tangent on a ", t.dtype(), " tensor");
   std::shared_ptr<ForwardGrad> slot = fw_slot(t);
   slot->tangent = tangent;
@@ -548,7 +543,7 @@ void set_fw_grad(const Tensor& t, const Tensor& tangent) {
 }
 
 void fw_track_alias(const Tensor& out, const Tensor& self, bool shares_tangent) {
-  if (t_level == 0 || !out.defined() || !self.defined() || out.is_same(self)) return;
+  if (level_state().level == 0 || !out.defined() || !self.defined() || out.is_same(self)) return;
   if (out.is_sparse() || self.is_sparse() || !is_differentiable(out.dtype())) return;  // never a tangent
   if (out.impl()->storage().get() != self.impl()->storage().get()) return;             // a copy
   AutogradMeta& sm = materialize_meta(self);
@@ -572,7 +567,7 @@ void fw_track_alias(const Tensor& out, const Tensor& self, bool shares_tangent) 
 }
 
 void fw_check_inplace(const Tensor& self, const char* op) {
-  if (t_level == 0 || !self.defined() || self.is_sparse() || !is_differentiable(self.dtype())) return;
+  if (level_state().level == 0 || !self.defined() || self.is_sparse() || !is_differentiable(self.dtype())) return;
   const auto& storage = self.impl()->storage();
   TG_CHECK(!storage || !storage->viewed_across_dtypes(), op, ": in-place operation in a forward-mode level on a ",
            self.dtype(), " tensor (shape ", shape_str(self.sizes()),
@@ -614,7 +609,7 @@ void fw_check_inplace(const Tensor& self, const char* op) {
 }
 
 void set_fw_grad_inplace(const Tensor& self, const Tensor& tangent) {
-  if (t_level == 0 || !self.defined() || !tangent.defined()) return;
+  if (level_state().level == 0 || !self.defined() || !tangent.defined()) return;
   ViewOf* v = tangent_view(meta(self));
   if (!v || self.is_sparse()) {
     set_fw_grad(self, tangent);
@@ -627,7 +622,7 @@ void set_fw_grad_inplace(const Tensor& self, const Tensor& tangent) {
     std::lock_guard<std::mutex> lock(v->mu);
     forward_ad::detail::Suspend pause;
     build_indices(*v, self, "forward AD", true);
-    nb = write_part(*v, self, bt, tangent, t_batch);
+    nb = write_part(*v, self, bt, tangent, level_state().batch);
   }
   set_fw_grad(base, nb);
   set_fw_grad(self, tangent);  // its part of the base's new tangent

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "autograd/overwritten_saved.h"
+#include "autograd/thread_state.h"
 #include <tapegrad/autograd/autograd_meta.h>
 #include <tapegrad/autograd/forward_ad.h>
 #include <tapegrad/autograd/grad_mode.h>
@@ -12,12 +13,7 @@
 
 namespace tg::autograd {
 
-// ---- default hooks stack -----------------------------------------------------------
-
-namespace {
-thread_local std::vector<std::shared_ptr<const SavedTensorHooks>> t_hooks_stack;
-thread_local int t_accept_overwritten = 0;  // AcceptOverwrittenSaved guards alive
-}  // namespace
+// ---- default hooks stack (the thread's ThreadStorage) ----------------------------
 
 SavedTensorHooksGuard::SavedTensorHooksGuard(PackHook pack, UnpackHook unpack)
     : SavedTensorHooksGuard(SavedTensorHooks{std::move(pack), std::move(unpack)}) {}
@@ -28,15 +24,17 @@ SavedTensorHooksGuard::~SavedTensorHooksGuard() { pop_saved_tensor_hooks(); }
 
 void push_saved_tensor_hooks(SavedTensorHooks hooks) {
   TG_CHECK(hooks.pack && hooks.unpack, "saved-tensor hooks: both a pack and an unpack hook are required");
-  t_hooks_stack.push_back(std::make_shared<const SavedTensorHooks>(std::move(hooks)));
+  detail::thread_storage().hooks.push_back(std::make_shared<const SavedTensorHooks>(std::move(hooks)));
 }
 
 void pop_saved_tensor_hooks() {
-  if (!t_hooks_stack.empty()) t_hooks_stack.pop_back();
+  detail::ThreadStorage* s = detail::thread_state().storage;
+  if (s && !s->hooks.empty()) s->hooks.pop_back();
 }
 
 std::shared_ptr<const SavedTensorHooks> current_saved_tensor_hooks() {
-  return t_hooks_stack.empty() ? nullptr : t_hooks_stack.back();
+  const detail::ThreadStorage* s = detail::thread_state().storage;
+  return s && !s->hooks.empty() ? s->hooks.back() : nullptr;
 }
 
 namespace hooks {
@@ -138,7 +136,7 @@ Tensor SavedVariable::unpack(const Node* owner, const char* slot) const {
              shape_str(sizes_), " was saved");
   } else {
     uint32_t now = data_.version();
-    if (now != saved_version_ && t_accept_overwritten == 0) {
+    if (now != saved_version_ && detail::thread_state().accept_overwritten == 0) {
       std::string who = owner ? owner->name() : std::string("autograd");
       std::string role = is_output_ ? "output " + std::to_string(output_nr_) + " of " + who : "an input of " + who;
       TG_ERROR(who,
@@ -180,7 +178,7 @@ void SavedVariable::release() {
   fw_.reset();
 }
 
-detail::AcceptOverwrittenSaved::AcceptOverwrittenSaved() { ++t_accept_overwritten; }
-detail::AcceptOverwrittenSaved::~AcceptOverwrittenSaved() { --t_accept_overwritten; }
+detail::AcceptOverwrittenSaved::AcceptOverwrittenSaved() { ++detail::thread_state().accept_overwritten; }
+detail::AcceptOverwrittenSaved::~AcceptOverwrittenSaved() { --detail::thread_state().accept_overwritten; }
 
 }  // namespace tg::autograd

@@ -21,7 +21,7 @@ namespace {
 
 // mm (batched = false) or bmm (batched = true): dA = g B^T, dB = A^T g
 // (complex: g B^H, A^H g).
-class GemmBackward final : public OpNode {
+class GemmBackward final : public OpNode, public autograd::ProductFormula {
  public:
   explicit GemmBackward(bool batched)
       : OpNode(batched ? "bmm" : "mm", batched ? "BmmBackward" : "MmBackward"), batched_(batched) {}
@@ -44,9 +44,9 @@ class GemmBackward final : public OpNode {
     // create_graph b stays a direct input (no transpose node before it).
     if (should_compute_output(0)) {
       const Tensor b = other_.unpack(this, "mat2");
-      out[0] = autograd::product_allowed(0) ? autograd::product_grad(0, g.t(), b.t()) : linear(g, b);
+      out[0] = autograd::product_allowed(*this, 0) ? autograd::product_grad(*this, 0, g.t(), b.t()) : linear(g, b);
     }
-    if (should_compute_output(1)) out[1] = autograd::product_grad(1, self_.unpack(this, "self"), g);
+    if (should_compute_output(1)) out[1] = autograd::product_grad(*this, 1, self_.unpack(this, "self"), g);
     return out;
   }
   void release_variables() override {
@@ -149,7 +149,7 @@ Tensor broadcast_matmul(const Tensor& a, const Tensor& b) {
 }
 
 // y = x w^T + b over the last dim of x.
-class LinearBackward final : public OpNode {
+class LinearBackward final : public OpNode, public autograd::ProductFormula {
  public:
   LinearBackward() : OpNode("linear", "LinearBackward") {}
   variable_list apply(variable_list&& grads) override {
@@ -169,7 +169,7 @@ class LinearBackward final : public OpNode {
       Tensor g2 = g.reshape({rows(g), g.size(-1)});
       if (gw) {
         Tensor x = input_.unpack(this, "input");
-        out[1] = autograd::product_grad(1, g2, x.reshape({rows(x), x.size(-1)}));
+        out[1] = autograd::product_grad(*this, 1, g2, x.reshape({rows(x), x.size(-1)}));
       }
       if (gb) out[2] = sum(g2, {0});
     }

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "autograd/ops/ops.h"
+#include "autograd/thread_state.h"
 #include "tensor/op_table.h"
 
 #include <tapegrad/autograd/autograd_meta.h>
@@ -61,8 +62,9 @@ template <class... A> void guard_taylor(const char* op, const A&... a) {
     no_taylor_rule(op, {t});
 }
 
-// Ops called inside an op (composites) are checked through the outer one.
-thread_local int t_fw_depth = 0;
+// Ops called inside an op (composites) are checked through the outer one
+// (the thread's op depth).
+int& fw_depth() { return autograd::detail::thread_state().op_depth; }
 
 // Ops whose tensor operands after the first only give a shape.
 bool shape_only_operands(const char* op) { return std::strcmp(op, "expand_as") == 0; }
@@ -74,11 +76,11 @@ bool drops_tangent(const char* op) { return std::strcmp(op, "detach") == 0; }
 template <class F, class In0, class... In>
 decltype(auto) fw_checked(const char* op, F&& f, const In0& in0, const In&... in) {
   using R = decltype(f());
-  if (t_fw_depth > 0 || !fad::is_active() || !(has_tangent(in0) || (has_tangent(in) || ...))) return f();
+  if (fw_depth() > 0 || !fad::is_active() || !(has_tangent(in0) || (has_tangent(in) || ...))) return f();
   if ((shape_only_operands(op) && !has_tangent(in0)) || drops_tangent(op)) return f();
   struct Depth {
-    Depth() { ++t_fw_depth; }
-    ~Depth() { --t_fw_depth; }
+    Depth() { ++fw_depth(); }
+    ~Depth() { --fw_depth(); }
   } depth;
   R out = f();
   TG_CHECK(output_ok(out), op,

@@ -8,6 +8,7 @@
 #include <tapegrad/tensor/raw.h>
 
 #include "autograd/ops/record.h"
+#include "autograd/thread_state.h"
 #include "autograd/kernels/kernels.h"
 #include "tensor/kernels.h"
 #include "tensor/op_util.h"
@@ -43,10 +44,12 @@ struct PairTensors {
   Tensor weight;  // [P] (undefined: all 1)
   Tensor groups;  // [Q, P] 0/1 (undefined: one pair per group, or one group)
 };
-thread_local PairTensors t_pairs;
 
 const PairTensors& pair_tensors(const TaylorLayout& l, const Tensor& like) {
-  PairTensors& p = t_pairs;
+  // One per thread (its ThreadStorage), remade when the level, device or dtype changes.
+  std::shared_ptr<void>& slot = autograd::detail::thread_storage().taylor;
+  if (!slot) slot = std::make_shared<PairTensors>();
+  PairTensors& p = *static_cast<PairTensors*>(slot.get());
   if (p.id == l.id && p.device == like.device() && p.dtype == like.dtype()) return p;
   p = PairTensors();
   const TensorOptions real = like.options();
@@ -146,8 +149,9 @@ class Taylor2UnaryBackward final : public OpNode {
     Tensor z = activation_ ? z_.unpack(this, "z") : Tensor();
     const int64_t q = x.size(0) - k_;
     const auto& be = autograd::kernels::derivative_kernels(x.device());
-    if (!autograd::is_grad_enabled() && be.taylor2_unary_backward && g.device() == x.device()) {
-      // Not recorded: one kernel (half types compute in float).
+    if (!autograd::is_grad_enabled() && !autograd::forward_ad::is_active() && be.taylor2_unary_backward &&
+        g.device() == x.device()) {
+      // Not recorded, no tangents to carry: one kernel (half types compute in float).
       const ScalarType t = x.dtype(), ct = tg::detail::compute_type(t);
       autograd::kernels::Taylor2Derivatives d;
       Tensor like;  // an input of the derivatives' shape and dtype
@@ -297,24 +301,24 @@ Tensor taylor2_fused(const TaylorLayout& l, const Tensor& tx, const autograd::ke
 
 }  // namespace
 
-namespace {
-thread_local bool t_probe_armed = false;
-thread_local bool t_probe_found = false;
-}  // namespace
-
-StructureProbe::StructureProbe() : prev_armed_(t_probe_armed), prev_found_(t_probe_found) {
-  t_probe_armed = true;
-  t_probe_found = false;
+StructureProbe::StructureProbe() {
+  autograd::detail::ThreadState& s = autograd::detail::thread_state();
+  prev_armed_ = s.probe_armed;
+  prev_found_ = s.probe_found;
+  s.probe_armed = true;
+  s.probe_found = false;
 }
 StructureProbe::~StructureProbe() {
-  t_probe_armed = prev_armed_;
-  t_probe_found = prev_found_;
+  autograd::detail::ThreadState& s = autograd::detail::thread_state();
+  s.probe_armed = prev_armed_;
+  s.probe_found = prev_found_;
 }
-bool StructureProbe::found() const { return t_probe_found; }
+bool StructureProbe::found() const { return autograd::detail::thread_state().probe_found; }
 
 void second_order_term() {
-  if (!t_probe_armed) return;
-  t_probe_found = true;
+  autograd::detail::ThreadState& s = autograd::detail::thread_state();
+  if (!s.probe_armed) return;
+  s.probe_found = true;
   throw SecondOrderTerm{};
 }
 

@@ -876,12 +876,21 @@ template <class T, class F, class V> void unary_loop(const Tensor& out, const Te
 // contiguous runs; nullptr for the others (their element loop vectorizes or
 // calls the element math). The special-value test checks both paths agree.
 template <UnaryOp Op> auto eigen_form() {
-  if constexpr (Op == UnaryOp::Exp) return [](const auto& a) { return a.exp(); };
+  if constexpr (Op == UnaryOp::Exp)
+    return [](const auto& a) {
+      // Eigen's packet exp gives a denormal, not 0, at -inf (and in double
+      // far below its range), where libm's exp underflows to 0.
+      using T = typename std::decay_t<decltype(a)>::Scalar;
+      const T lo = std::is_same_v<T, float> ? T(-104) : T(-746);
+      return (a < lo).select(T(0), a.exp());
+    };
   else if constexpr (Op == UnaryOp::Log) return [](const auto& a) { return a.log(); };
   else if constexpr (Op == UnaryOp::Sin) return [](const auto& a) { return a.sin(); };
   else if constexpr (Op == UnaryOp::Cos) return [](const auto& a) { return a.cos(); };
   else if constexpr (Op == UnaryOp::Tanh) return [](const auto& a) { return a.tanh(); };
-  else if constexpr (Op == UnaryOp::Sigmoid) return [](const auto& a) { return a.logistic(); };
+  // 1 / (1 + exp(-x)) as the element math: Eigen's logistic clamps, giving a
+  // denormal (2.9e-39) where the sigmoid underflows to 0 (x = -inf, -104).
+  else if constexpr (Op == UnaryOp::Sigmoid) return [](const auto& a) { return (1 + (-a).exp()).inverse(); };
   else if constexpr (Op == UnaryOp::Rsqrt) return [](const auto& a) { return a.rsqrt(); };
   else if constexpr (Op == UnaryOp::Reciprocal) return [](const auto& a) { return a.inverse(); };
   else return nullptr;  // sqrt too: Eigen's packet sqrt of float gives NaN for +inf

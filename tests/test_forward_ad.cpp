@@ -192,6 +192,44 @@ TEST(ForwardAD, MlpTangentEqualsReverseMode) {
 
 // Forward over reverse: with x dual, the gradient's tangent is H v; equal to
 // reverse over reverse (hvp).
+// An energy of the input gradient, E(x) = |grad u|^2 (a PINN's): its
+// Hessian-vector product by forward over reverse runs the backward of the
+// inner gradient's activation_grad nodes unrecorded (create_graph off in the
+// outer grad), where a fused kernel without tangent rules used to drop the
+// tangent (hvp gave zeros). Every activation with a fused derivative, and
+// the Hessian by forward mode, against reverse over reverse.
+TEST(ForwardAD, ForwardOverReverseThroughAnInnerGradientsActivationDerivatives) {
+  tg::manual_seed(13);
+  Tensor w1 = tg::randn({8, 3}, kF64), b1 = tg::randn({8}, kF64), w2 = tg::randn({1, 8}, kF64);
+  Tensor x = tg::randn({3}, kF64), v = tg::randn({3}, kF64);
+  const std::pair<const char*, tg::Activation> acts[] = {{"silu", tg::Activation::Silu},
+                                                         {"tanh", tg::Activation::Tanh},
+                                                         {"sigmoid", tg::Activation::Sigmoid},
+                                                         {"gelu", tg::Activation::Gelu}};
+  for (auto [name, act] : acts) {
+    auto a = tg::nn::make_activation(name);
+    auto energy = [&](const Tensor& t) {
+      Tensor u = tg::linear(a->forward(tg::linear(t, w1, b1)), w2).sum();
+      Tensor g = ag::grad({u}, {t}, {}, std::nullopt, /*create_graph=*/true)[0];
+      return (g * g).sum();
+    };
+    Tensor want = reverse_hv(energy, x, v);
+    ASSERT_GT(max_abs(want), 1e-3) << name;
+    EXPECT_LT(max_abs(ag::hvp(energy, x, v).second - want), 1e-10 * (1 + max_abs(want))) << name;
+    Tensor h = ag::hessian(energy, x, false, ag::JacobianMode::Forward);
+    EXPECT_LT(max_abs(h.matmul(v) - want), 1e-10 * (1 + max_abs(want))) << name;
+    // activation_grad's own backward: the gradient of sum(act'(x)) is
+    // act''(x), whose tangent along v is act'''(x) v.
+    fwd::dual_level level;
+    Tensor xr = x.clone().requires_grad_();
+    Tensor y = tg::activation_grad(tg::ones_like(x), fwd::make_dual(xr, v), act, 1).sum();
+    Tensor t = fwd::unpack_dual(ag::grad({y}, {xr})[0]).tangent;
+    ASSERT_TRUE(t.defined()) << name;
+    Tensor third = tg::activation_grad(tg::ones_like(x), x, act, 3) * v;
+    EXPECT_LT(max_abs(t - third), 1e-12 * (1 + max_abs(third))) << name;
+  }
+}
+
 TEST(ForwardAD, ForwardOverReverseHessianVectorProducts) {
   tg::manual_seed(5);
   auto net = tg::nn::MLP({4, 12, 12, 1}, "tanh", tg::kFloat64);

@@ -167,6 +167,8 @@ TEST(Stochastic, SparseTermEstimatorIsUnbiasedAndExactWithEveryTerm) {
   EXPECT_ERROR_CONTAINS(ag::derivative_operator_estimate(u, x, lap, 0), "samples must be in [1, 6]");
   EXPECT_ERROR_CONTAINS(ag::derivative_operator_estimate(u, x, lap, 7), "samples must be in [1, 6]");
   EXPECT_ERROR_CONTAINS(ag::derivative_operator_estimate(u, x, {}, 1), "no terms given");
+  EXPECT_ERROR_CONTAINS(ag::derivative_operator_estimate(u, x.select(0, 0), lap, 1),
+                        "derivative_operator_estimate: x must have shape [B, n]");
 }
 
 // A batch broadcast from one row (stride 0) is still a batch of rows to

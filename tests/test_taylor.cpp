@@ -833,6 +833,59 @@ TEST(TaylorMode, LaplacianOfHundredInputsIsTheHessianTrace) {
   expect_near(ag::laplacian(f, x), trace, "laplacian");
 }
 
+// x with no input columns ([B, 0]): every per-sample entry point returns
+// its empty or zero derivatives (PyTorch's functional Hessian of a function
+// of no inputs is empty), differentiable into fn's parameters with
+// create_graph (zero gradients), instead of an internal error.
+TEST(TaylorMode, InputsWithoutColumnsGiveEmptyOrZeroDerivatives) {
+  Tensor w = tg::tensor({1.5, -2.0}, {1, 2}, kF64).requires_grad_();
+  Fn fn = [&](const Tensor& x) { return x.sum({1}, true) + w; };  // [B, 0] -> [B, 2]
+  Tensor x = tg::zeros({3, 0}, kF64);
+  for (bool cg : {false, true}) {
+    Tensor lap = ag::laplacian(fn, x, cg);
+    EXPECT_EQ(lap.sizes(), (tg::IntList{3, 2}));
+    EXPECT_EQ(tgtest::values(lap), std::vector<double>(6, 0.0));
+    for (auto s : {ag::HessianStrategy::Taylor, ag::HessianStrategy::Rows, ag::HessianStrategy::BatchedCotangents,
+                   ag::HessianStrategy::ForwardOverReverse})
+      EXPECT_EQ(ag::per_sample_hessian(fn, x, s, cg).sizes(), (tg::IntList{3, 2, 0, 0}));
+    if (cg) {
+      ASSERT_TRUE(lap.requires_grad());
+      Tensor gw = ag::grad({lap.sum()}, {w})[0];
+      EXPECT_EQ(tgtest::values(gw), std::vector<double>(2, 0.0));
+    }
+  }
+  EXPECT_ERROR_CONTAINS(ag::laplacian([](const Tensor& t) { return t.sum(); }, x),
+                        "laplacian: fn must map [B, n] to [B, m]");
+}
+
+// A fn that differentiates inside (u's input gradient, as a PINN's residual
+// does) cannot run in a pass that records nothing (create_graph false): the
+// error names the entry point and the way out; with create_graph (x
+// requiring grad) Taylor mode matches the rows.
+TEST(TaylorMode, AFnThatDifferentiatesInsideSaysWhatTheTaylorPassNeeds) {
+  tg::manual_seed(4);
+  Tensor w1 = tg::randn({6, 3}, kF64), w2 = tg::randn({1, 6}, kF64);
+  Fn energy = [&](const Tensor& x) {
+    Tensor u = tg::linear(tg::tanh(tg::linear(x, w1)), w2);
+    Tensor g = ag::grad({u.sum()}, {x}, {}, std::nullopt, /*create_graph=*/true)[0];
+    return (g * g).sum({1}, true);
+  };
+  Tensor x = tg::randn({4, 3}, kF64);
+  for (const char* what : {"laplacian", "per_sample_hessian"}) {
+    SCOPED_TRACE(what);
+    auto call = [&] {
+      return std::string(what) == "laplacian" ? ag::laplacian(energy, x)
+                                              : ag::per_sample_hessian(energy, x, ag::HessianStrategy::Taylor);
+    };
+    EXPECT_ERROR_CONTAINS(call(), std::string(what) + ": fn failed in its Taylor-mode pass");
+    EXPECT_ERROR_CONTAINS(call(), "needs create_graph=true with x requiring grad");
+  }
+  Tensor xr = x.clone().requires_grad_();
+  Tensor taylor = ag::per_sample_hessian(energy, xr, ag::HessianStrategy::Taylor, true);
+  Tensor rows = ag::per_sample_hessian(energy, x, ag::HessianStrategy::Rows);
+  expect_near(taylor, rows, "Taylor against the rows", 1e-10);
+}
+
 TEST(TaylorMode, MisuseSaysSo) {
   EXPECT_ERROR_CONTAINS(fwd::taylor_level(0, 2), "taylor_level: the order must be >= 1");
   EXPECT_ERROR_CONTAINS(fwd::taylor_level(2, {{{0, 3, 1.0}}}), "names a direction outside [0, 2)");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <optional>
 #include <string>
 
@@ -255,7 +256,19 @@ std::vector<Tensor> push_jet(const TensorFn& fn, const Tensor& xi, const Tensor&
     // A last linear layer's tangent stays pending: only the blocks asked
     // for are computed (a Laplacian needs no first coefficients of y).
     forward_ad::detail::DeferTangents defer;
-    y = fn(forward_ad::make_dual(xi, tangent));
+    try {
+      y = fn(forward_ad::make_dual(xi, tangent));
+    } catch (const Error& e) {
+      // Without create_graph the pass records nothing (grad mode off, x not
+      // requiring grad): a fn that differentiates inside cannot.
+      if (record || !std::strstr(e.what(), "does not require grad")) throw;
+      TG_ERROR(op,
+               ": fn failed in its Taylor-mode pass, which runs fn without recording anything when "
+               "create_graph is false (grad mode off, x not requiring grad): ",
+               e.what(),
+               " A fn that calls autograd::grad inside needs create_graph=true with x requiring grad, or the "
+               "Rows strategy of per_sample_hessian.");
+    }
   }
   TG_CHECK(y.defined(), op, ": fn returned an undefined tensor");
   check_batched_output(y, B, op);
@@ -309,6 +322,16 @@ Tensor structurally_linear(const TensorFn& fn, const Tensor& xi, const char* op,
     return Tensor();
   }
   if (probe.found() || !y.defined() || !carries) return Tensor();
+  return y;
+}
+
+Tensor value_without_inputs(const TensorFn& fn, const Tensor& xi, const char* op, bool record) {
+  if (xi.size(1) != 0) return Tensor();
+  forward_ad::detail::Suspend no_tangents;  // inside a caller's dual level too
+  AutoGradMode grad_mode(record);
+  Tensor y = fn(xi.narrow(0, 0, 0));
+  TG_CHECK(y.defined(), op, ": fn returned an undefined tensor");
+  check_batched_output(y, 0, op);
   return y;
 }
 

@@ -30,6 +30,10 @@ using namespace functional_detail;
 Tensor laplacian(const TensorFn& fn, const Tensor& x, bool create_graph) {
   check_batched_input(x, "laplacian");
   const int64_t n = x.size(1);
+  if (n == 0) {  // no inputs: the Laplacian is 0
+    Tensor value = value_without_inputs(fn, forward_input(x, "laplacian", create_graph), "laplacian", create_graph);
+    return structural_zeros({x.size(0), value.size(1)}, value, create_graph);
+  }
   if (forward_ad::is_active())  // levels do not nest: the trace of the reverse-mode Hessians
     return (per_sample_hessian(fn, x, HessianStrategy::BatchedCotangents, create_graph) * identity(n, x)).sum({2, 3});
   Tensor xi = forward_input(x, "laplacian", create_graph);
@@ -238,6 +242,7 @@ Estimate laplacian_estimate(const TensorFn& fn, const Tensor& x, int64_t samples
 Tensor derivative_operator_estimate(const TensorFn& fn, const Tensor& x, const std::vector<Partial>& terms,
                                     int64_t samples, bool create_graph) {
   const int64_t t = int64_t(terms.size());
+  check_batched_input(x, "derivative_operator_estimate");
   TG_CHECK(t > 0, "derivative_operator_estimate: no terms given");
   TG_CHECK(samples > 0 && samples <= t, "derivative_operator_estimate: samples must be in [1, ", t,
            "] (the number of terms), got ", samples);

@@ -65,6 +65,11 @@ std::vector<Tensor> hessian_rows_fwd(const TensorFn& fn, const Tensor& xi, bool 
 Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy strategy, bool create_graph) {
   check_batched_input(x, "per_sample_hessian");
   const int64_t B = x.size(0), n = x.size(1);
+  if (n == 0) {  // no inputs: an empty Hessian per sample and output
+    Tensor xf = forward_input(x, "per_sample_hessian", create_graph);
+    Tensor value = value_without_inputs(fn, xf, "per_sample_hessian", create_graph);
+    return structural_zeros({B, value.size(1), 0, 0}, value, create_graph);
+  }
   if (strategy == HessianStrategy::Taylor && !forward_ad::is_active()) {
     Tensor xf = forward_input(x, "per_sample_hessian", create_graph);
     // A structurally zero Hessian (a relu network's) costs one probe on an

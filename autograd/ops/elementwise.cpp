@@ -796,8 +796,11 @@ class ActivationGradBackward final : public OpNode {
     if (should_compute_output(1)) {
       if (act_ == Activation::Relu && order_ >= 1)
         out[1] = zeros_like(x);  // relu's derivatives vanish from the second on
-      else if (!autograd::is_grad_enabled() && order_ + 1 <= tg::kernels::kMaxFusedActivationOrder)
-        // Not recorded (the last backward of a chain): the mul fused in.
+      else if (!autograd::is_grad_enabled() && !autograd::forward_ad::is_active() &&
+               order_ + 1 <= tg::kernels::kMaxFusedActivationOrder)
+        // Not recorded (the last backward of a chain) and no tangents to
+        // carry (forward over reverse needs the public ops' rules): the mul
+        // fused in.
         out[1] = activation_grad_product(gg, g_.unpack(this, "g"), x, act_, order_ + 1);
       else out[1] = activation_grad(mul(gg, g_.unpack(this, "g")), x, act_, order_ + 1);
     }

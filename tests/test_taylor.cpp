@@ -856,6 +856,15 @@ TEST(TaylorMode, InputsWithoutColumnsGiveEmptyOrZeroDerivatives) {
   }
   EXPECT_ERROR_CONTAINS(ag::laplacian([](const Tensor& t) { return t.sum(); }, x),
                         "laplacian: fn must map [B, n] to [B, m]");
+  // Integer inputs and outputs are not differentiated: each entry point says so.
+  const Tensor xi = tg::ones({3, 2}, tg::TensorOptions().dtype(tg::kInt64));
+  EXPECT_ERROR_CONTAINS(ag::laplacian(fn, xi), "laplacian: x must be floating-point (or complex)");
+  EXPECT_ERROR_CONTAINS(ag::per_sample_hessian(fn, xi), "per_sample_hessian: x must be floating-point (or complex)");
+  Fn to_int = [](const Tensor& t) { return (t * t).to(tg::kInt64); };
+  const Tensor xf = tg::ones({3, 2}, kF64);
+  EXPECT_ERROR_CONTAINS(ag::laplacian(to_int, xf), "laplacian: fn must return a floating-point (or complex) tensor");
+  EXPECT_ERROR_CONTAINS(ag::per_sample_hessian(to_int, xf, ag::HessianStrategy::Taylor),
+                        "per_sample_hessian: fn must return a floating-point (or complex) tensor");
 }
 
 // A fn that differentiates inside (u's input gradient, as a PINN's residual
@@ -884,6 +893,11 @@ TEST(TaylorMode, AFnThatDifferentiatesInsideSaysWhatTheTaylorPassNeeds) {
   Tensor taylor = ag::per_sample_hessian(energy, xr, ag::HessianStrategy::Taylor, true);
   Tensor rows = ag::per_sample_hessian(energy, x, ag::HessianStrategy::Rows);
   expect_near(taylor, rows, "Taylor against the rows", 1e-10);
+  // The reverse-mode strategies record fn, so they take it as it is.
+  expect_near(ag::per_sample_hessian(energy, x, ag::HessianStrategy::BatchedCotangents), rows, "batched cotangents",
+              1e-10);
+  expect_near(ag::per_sample_hessian(energy, x, ag::HessianStrategy::ForwardOverReverse), rows, "forward over reverse",
+              1e-10);
 }
 
 TEST(TaylorMode, MisuseSaysSo) {

@@ -60,10 +60,14 @@ Tensor result(const Tensor& t, bool create_graph) { return create_graph ? t : t.
 void check_batched_input(const Tensor& x, const char* op) {
   TG_CHECK(x.defined() && x.dim() == 2, op, ": x must have shape [B, n], got ",
            x.defined() ? shape_str(x.sizes()) : std::string("an undefined tensor"));
+  TG_CHECK(is_floating_point(x.dtype()) || is_complex(x.dtype()), op,
+           ": x must be floating-point (or complex) to be differentiated, got ", x.dtype(), "; convert it with to()");
 }
 void check_batched_output(const Tensor& y, int64_t rows, const char* op) {
   TG_CHECK(y.dim() == 2 && y.size(0) == rows, op, ": fn must map [B, n] to [B, m] (B = ", rows, "), got shape ",
            shape_str(y.sizes()));
+  TG_CHECK(is_floating_point(y.dtype()) || is_complex(y.dtype()), op,
+           ": fn must return a floating-point (or complex) tensor to be differentiated, got ", y.dtype());
 }
 
 // The per-sample functions (per_sample_hessian, laplacian,

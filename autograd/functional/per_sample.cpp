@@ -123,7 +123,8 @@ Tensor per_sample_hessian(const TensorFn& fn, const Tensor& x, HessianStrategy s
   // dual level, the reverse rows.
   int64_t m;
   {
-    NoGradGuard no_grad;
+    // Recorded (one row: cheap), so a fn that differentiates inside (an
+    // input gradient, as a PINN's residual) runs here as in the pass.
     const int64_t first = std::min<int64_t>(B, 1);
     Tensor probe;
     bool one_row_works = false;

@@ -5,15 +5,27 @@ namespace tg::autograd::detail {
 thread_local ThreadState t_thread_state;
 
 namespace {
-// Owns a thread's storage; the only thread-local with a destructor.
-thread_local std::unique_ptr<ThreadStorage> t_storage;
+// Owns a thread's storage; the only thread-local with a destructor. Other
+// thread-locals' destructors may run after it (the order is that of their
+// construction) and free tensors whose hooks reach autograd: the state then
+// points at no storage, and a late use gets a fresh one, left to the
+// process (the thread is ending).
+struct StorageOwner {
+  ThreadStorage* storage = nullptr;
+  ~StorageOwner() {
+    t_thread_state.storage_gone = true;
+    t_thread_state.storage = nullptr;
+    delete storage;
+  }
+};
+thread_local StorageOwner t_owner;
 }  // namespace
 
 ThreadStorage& thread_storage() {
   ThreadState& s = t_thread_state;
   if (!s.storage) {
-    t_storage = std::make_unique<ThreadStorage>();
-    s.storage = t_storage.get();
+    s.storage = new ThreadStorage();
+    if (!s.storage_gone) t_owner.storage = s.storage;
   }
   return *s.storage;
 }

@@ -48,6 +48,7 @@ struct ThreadState {
   int reentrant_depth = 0;
   bool run_inline = false;
   ThreadStorage* storage = nullptr;  // thread_storage() makes it
+  bool storage_gone = false;         // the thread is ending: its storage was freed
 };
 
 struct ThreadStorage {

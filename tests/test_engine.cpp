@@ -802,6 +802,28 @@ TEST(Engine, GradModeGuards) {
   EXPECT_TRUE(other_thread);  // thread-local
   EXPECT_FALSE(x.detach().requires_grad());
   EXPECT_TRUE(tg::ones({2}, kF64.requires_grad(true)).requires_grad());
+  // A thread's autograd state is its own, and what it owns (the hooks
+  // stack, the engine's tasks) goes with it: a thread that ends with hooks
+  // still pushed and a retained graph alive frees them (the sanitizers'
+  // builds check), and this thread's state is untouched.
+  Tensor kept;
+  int packed = 0;
+  std::thread([&] {
+    ag::push_saved_tensor_hooks({[&](const Tensor& t) {
+                                   ++packed;
+                                   return std::any(t);
+                                 },
+                                 [](const std::any& a) { return std::any_cast<Tensor>(a); }});
+    Tensor a = tg::ones({3}, kF64).requires_grad_();
+    kept = (a * a).sum();
+    EXPECT_FALSE(ag::is_anomaly_enabled());
+    kept.backward({}, /*retain_graph=*/true);
+    EXPECT_EQ(tgtest::values(a.grad()), std::vector<double>(3, 2.0));
+  }).join();
+  EXPECT_GT(packed, 0);
+  EXPECT_EQ(ag::current_saved_tensor_hooks(), nullptr);
+  EXPECT_TRUE(ag::is_grad_enabled());
+  kept.backward({}, /*retain_graph=*/false);  // the graph outlives its thread; the hooks' unpack runs here
 }
 
 TEST(Functional, ShapesAndValues) {

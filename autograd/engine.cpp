@@ -630,15 +630,16 @@ variable_list execute(const edge_list& roots, variable_list root_grads, bool kee
   if (state().reentrant_depth <= kMaxReentrantDepth)
     return run_graph_task(roots, std::move(root_grads), keep_graph, create_graph, needed, collects);
   // Deep reentrant backward: continue on a fresh thread (bounded stack),
-  // carrying this thread's saved-tensor hooks; the caller waits for it.
+  // which takes over this thread's state as a device worker does (grad
+  // mode, anomaly mode, the forward-mode level, the saved-tensor hooks); the
+  // caller waits for it.
   variable_list result;
   std::exception_ptr error;
-  auto hooks = current_saved_tensor_hooks();
+  const detail::Inherited carried = detail::inherit(is_grad_enabled(), /*with_hooks=*/true);
   std::thread worker([&] {
     try {
       state().run_inline = true;
-      std::unique_ptr<SavedTensorHooksGuard> g;
-      if (hooks) g = std::make_unique<SavedTensorHooksGuard>(*hooks);
+      detail::InheritScope scope(carried);
       result = run_graph_task(roots, std::move(root_grads), keep_graph, create_graph, needed, collects);
     } catch (...) {
       error = std::current_exception();

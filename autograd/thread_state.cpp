@@ -5,27 +5,33 @@ namespace tg::autograd::detail {
 thread_local ThreadState t_thread_state;
 
 namespace {
-// Owns a thread's storage; the only thread-local with a destructor. Other
-// thread-locals' destructors may run after it (the order is that of their
-// construction) and free tensors whose hooks reach autograd: the state then
-// points at no storage, and a late use gets a fresh one, left to the
-// process (the thread is ending).
+// Owns a thread's storage: a thread_local destroyed with the thread's other
+// C++ thread_locals (in the reverse order of their construction). A later
+// destructor that reaches autograd (a backward, a hook push) finds no
+// storage: a fresh one is made and owned by the next owner, made then (its
+// destructor runs in the same round); past two, a storage is left to the
+// process.
 struct StorageOwner {
   ThreadStorage* storage = nullptr;
   ~StorageOwner() {
-    t_thread_state.storage_gone = true;
+    ++t_thread_state.storage_owners_gone;
     t_thread_state.storage = nullptr;
     delete storage;
   }
 };
 thread_local StorageOwner t_owner;
+StorageOwner* owner_for_late_use() {
+  static thread_local StorageOwner late;
+  return &late;
+}
 }  // namespace
 
 ThreadStorage& thread_storage() {
   ThreadState& s = t_thread_state;
   if (!s.storage) {
     s.storage = new ThreadStorage();
-    if (!s.storage_gone) t_owner.storage = s.storage;
+    if (s.storage_owners_gone == 0) t_owner.storage = s.storage;
+    else if (s.storage_owners_gone == 1) owner_for_late_use()->storage = s.storage;
   }
   return *s.storage;
 }

@@ -8,7 +8,8 @@
 // ThreadState is plain data, constant-initialized, so reading it costs no
 // initialization check; what owns memory (the hooks stack, the engine's task
 // pool, Taylor mode's pair tensors) is in ThreadStorage, made on a thread's
-// first use of it and freed when the thread ends.
+// first use of it and freed when the thread ends (also when a later
+// thread_local's destructor uses autograd again).
 #pragma once
 
 #include <cstdint>
@@ -48,7 +49,7 @@ struct ThreadState {
   int reentrant_depth = 0;
   bool run_inline = false;
   ThreadStorage* storage = nullptr;  // thread_storage() makes it
-  bool storage_gone = false;         // the thread is ending: its storage was freed
+  int storage_owners_gone = 0;       // the thread is ending: owners of its storage destroyed
 };
 
 struct ThreadStorage {

@@ -347,6 +347,56 @@ TEST(Engine, ReentrantBackward) {
   }
 }
 
+// A backward that runs a nested backward D deep: past the reentrant depth of
+// 32 the nested tasks continue on a fresh thread, which takes over the
+// caller's whole state as a device worker does: the dual level (so forward
+// over reverse still gives the Hessian-vector product, -sin(x) v here),
+// anomaly mode, grad mode and the hooks. Each level records what it saw.
+struct NestedSin : ag::Function<NestedSin> {
+  static std::atomic<int> dual_seen, anomaly_seen;
+  static Tensor forward(AutogradContext* ctx, Tensor x, int64_t depth) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["depth"] = depth;
+    return tg::sin(x);
+  }
+  static variable_list jvp(AutogradContext* ctx, variable_list t) {
+    return {t[0] * tg::cos(ag::forward_ad::unpack_dual(ctx->get_saved_variables()[0]).primal)};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    const int64_t depth = std::any_cast<int64_t>(ctx->saved_data["depth"]);
+    dual_seen += ag::forward_ad::is_active();
+    anomaly_seen += ag::is_anomaly_enabled();
+    Tensor xs = ctx->get_saved_variables()[0];
+    if (depth == 0) return {g[0] * tg::cos(xs), Tensor()};
+    auto p = ag::forward_ad::unpack_dual(xs);
+    Tensor leaf = p.primal.detach().requires_grad_();
+    tg::EnableGradGuard on;
+    Tensor xd = p.tangent.defined() ? ag::forward_ad::make_dual(leaf, p.tangent) : leaf * 1.0;
+    Tensor inner = ag::grad({NestedSin::apply(xd, depth - 1)}, {leaf}, {tg::ones_like(leaf)})[0];
+    return {g[0] * inner, Tensor()};
+  }
+};
+std::atomic<int> NestedSin::dual_seen{0}, NestedSin::anomaly_seen{0};
+
+TEST(Engine, DeepReentrantBackwardCarriesTheDualLevelAndAnomalyMode) {
+  const Tensor x = vec({0.3, -1.2, 2.0}, false), v = vec({1.0, 2.0, -0.5}, false);
+  for (int64_t depth : {5, 40}) {
+    SCOPED_TRACE("depth " + std::to_string(depth));
+    NestedSin::dual_seen = 0;
+    NestedSin::anomaly_seen = 0;
+    ag::forward_ad::dual_level level;
+    ag::DetectAnomalyGuard anomaly;
+    Tensor leaf = x.clone().requires_grad_();
+    Tensor g = ag::grad({NestedSin::apply(ag::forward_ad::make_dual(leaf, v), depth).sum()}, {leaf})[0];
+    auto u = ag::forward_ad::unpack_dual(g);
+    EXPECT_LT(tg::abs(u.primal - tg::cos(x)).amax().item<double>(), 1e-12);
+    ASSERT_TRUE(u.tangent.defined());
+    EXPECT_LT(tg::abs(u.tangent + tg::sin(x) * v).amax().item<double>(), 1e-12);
+    EXPECT_EQ(NestedSin::dual_seen.load(), depth + 1);
+    EXPECT_EQ(NestedSin::anomaly_seen.load(), depth + 1);
+  }
+}
+
 struct DirtyAndNonDiff : ag::Function<DirtyAndNonDiff> {
   static variable_list forward(AutogradContext* ctx, Tensor x, Tensor buf) {
     buf.mul_(2.0);

@@ -876,6 +876,32 @@ TEST(Engine, GradModeGuards) {
   kept.backward({}, /*retain_graph=*/false);  // the graph outlives its thread; the hooks' unpack runs here
 }
 
+// A thread_local made before autograd's per-thread storage is destroyed
+// after it, when the thread ends; its destructor runs a backward, which makes
+// the storage again. That one is freed too (LeakSanitizer's builds check),
+// and the value is right.
+struct BackwardAtThreadExit {
+  double* out = nullptr;
+  ~BackwardAtThreadExit() {
+    if (!out) return;
+    Tensor a = tg::tensor({1.0, 2.0}, {2}, kF64).requires_grad_();
+    (a * a).sum().backward();
+    *out = a.grad().sum().item<double>();
+  }
+};
+thread_local BackwardAtThreadExit t_backward_at_exit;
+
+TEST(Engine, AutogradInAThreadLocalsDestructorAtThreadExit) {
+  double got = 0;
+  std::thread([&] {
+    t_backward_at_exit.out = &got;  // made first: destroyed after the storage's owner
+    Tensor z = tg::tensor({3.0}, {1}, kF64).requires_grad_();
+    (z * z).sum().backward();
+    EXPECT_EQ(tgtest::values(z.grad()), std::vector<double>{6.0});
+  }).join();
+  EXPECT_EQ(got, 6.0);  // d/da sum(a^2) = 2a = [2, 4]
+}
+
 TEST(Functional, ShapesAndValues) {
   auto f = [](const Tensor& x) { return tg::sin(x) * x; };  // elementwise
   Tensor x = tg::tensor({0.3, -0.7, 1.2}, {3}, kF64);

@@ -331,12 +331,19 @@ Tensor broadcast_one(const Tensor& x) { return ones({}, x.options()).expand(x.si
 
 Tensor jet_mul(const Tensor& a, const Tensor& b) { return mul(a, b); }
 
+// Rows idx of t (dim 0): complex coefficients through their real view
+// (index_select takes real tensors), recorded either way.
+Tensor select_rows(const Tensor& t, const Tensor& idx) {
+  if (!is_complex(t.dtype())) return index_select(t, 0, idx);
+  return view_as_complex(index_select(view_as_real(t), 0, idx));
+}
+
 Tensor jet_cross(const Tensor& a, const Tensor& b, const Bilinear& f, bool same) {
   second_order_term();
   const TaylorLayout& l = layout();
   if (l.univariate) return f(a, b);
   const PairTensors& p = pair_tensors(l, a);
-  auto rows = [&](const Tensor& t, const Tensor& idx, bool iota) { return iota ? t : index_select(t, 0, idx); };
+  auto rows = [&](const Tensor& t, const Tensor& idx, bool iota) { return iota ? t : select_rows(t, idx); };
   Tensor prod = f(rows(a, p.ia, p.a_iota), rows(b, p.ib, p.b_iota));
   if (!(same || l.diagonal))  // (A_a B_b + A_b B_a) / 2
     prod = mul(add(prod, f(rows(a, p.ib, p.b_iota), rows(b, p.ia, p.a_iota))), 0.5);

@@ -132,9 +132,7 @@ using detail::ReadyTask;
 detail::ThreadState& state() { return detail::thread_state(); }
 // The thread's tasks by reentrant depth (its ThreadStorage).
 std::vector<std::unique_ptr<GraphTask>>& task_pool() {
-  std::shared_ptr<void>& slot = detail::thread_storage().engine;
-  if (!slot) slot = std::make_shared<std::vector<std::unique_ptr<GraphTask>>>();
-  return *static_cast<std::vector<std::unique_ptr<GraphTask>>*>(slot.get());
+  return detail::storage_slot<std::vector<std::unique_ptr<GraphTask>>>(detail::thread_storage().engine);
 }
 constexpr int kMaxReentrantDepth = 32;
 

@@ -96,10 +96,8 @@ dual_level::dual_level(int64_t batch) {
 }
 
 dual_level::~dual_level() {
-  uint64_t level = level_state().level;
-  level_state().level = 0;
-  level_state().batch = 0;
-  level_state().taylor = nullptr;
+  const uint64_t level = level_state().level;
+  level_state() = {};  // no level, batch or Taylor layout
   clear_level(level);
 }
 

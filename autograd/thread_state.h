@@ -61,6 +61,11 @@ struct ThreadStorage {
 extern thread_local ThreadState t_thread_state;
 inline ThreadState& thread_state() { return t_thread_state; }
 ThreadStorage& thread_storage();
+// The T in one of ThreadStorage's slots (engine, taylor), made on first use.
+template <class T> T& storage_slot(std::shared_ptr<void>& slot) {
+  if (!slot) slot = std::make_shared<T>();
+  return *static_cast<T*>(slot.get());
+}
 
 // What a device worker running a task's node takes over from the thread that
 // started the task: grad mode (the task's create_graph), anomaly mode, the

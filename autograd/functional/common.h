@@ -62,9 +62,9 @@ Tensor structurally_linear(const TensorFn& fn, const Tensor& xi, const char* op,
 // into everything fn's output depends on, as the full pass would, with one
 // pass over nothing.
 Tensor structural_zeros(const IntList& shape, const Tensor& value, bool create_graph);
-// x with no input columns ([B, 0]): every derivative of fn is empty or 0.
-// fn's value [0, m] on the empty batch of xi (recorded when `record`), for
-// structural_zeros; undefined when x has columns.
+// For x with no input columns ([B, 0]), whose every derivative of fn is
+// empty or 0: fn's value [0, m] on the empty batch of xi (recorded when
+// `record`), for structural_zeros.
 Tensor value_without_inputs(const TensorFn& fn, const Tensor& xi, const char* op, bool record);
 // The second-order groups of Taylor mode's Hessian: one per pair j <= k;
 // entry[j * n + k] names each pair's group.

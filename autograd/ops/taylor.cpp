@@ -47,9 +47,7 @@ struct PairTensors {
 
 const PairTensors& pair_tensors(const TaylorLayout& l, const Tensor& like) {
   // One per thread (its ThreadStorage), remade when the level, device or dtype changes.
-  std::shared_ptr<void>& slot = autograd::detail::thread_storage().taylor;
-  if (!slot) slot = std::make_shared<PairTensors>();
-  PairTensors& p = *static_cast<PairTensors*>(slot.get());
+  PairTensors& p = autograd::detail::storage_slot<PairTensors>(autograd::detail::thread_storage().taylor);
   if (p.id == l.id && p.device == like.device() && p.dtype == like.dtype()) return p;
   p = PairTensors();
   const TensorOptions real = like.options();

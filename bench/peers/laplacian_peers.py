@@ -95,6 +95,16 @@ def run_torch(kind, mode, batch, runs):
     return ms, (torch.cuda.max_memory_allocated() - base) / 2**20, out
 
 
+def jax_mlp_point(p, xi):
+    """The tanh MLP at one point xi [n] in JAX (p: [(w, b)] per layer, no activation after the last): a scalar."""
+    import jax.numpy as jnp
+    h = xi
+    for w, b in p[:-1]:
+        h = jnp.tanh(w @ h + b)
+    w, b = p[-1]
+    return (w @ h + b)[0]
+
+
 def run_jax(kind, mode, batch, runs):
     import jax
     import jax.numpy as jnp
@@ -103,13 +113,7 @@ def run_jax(kind, mode, batch, runs):
     ps, x0 = params_and_x(torch, batch)
     params = [(jnp.asarray(w.numpy()), jnp.asarray(b.numpy())) for w, b in ps]
     x0 = jnp.asarray(x0.numpy())
-
-    def single(p, xi):
-        h = xi
-        for w, b in p[:-1]:
-            h = jnp.tanh(w @ h + b)
-        w, b = p[-1]
-        return (w @ h + b)[0]
+    single = jax_mlp_point
 
     if kind == "jax_hessian":
         def lap1(p, xi):

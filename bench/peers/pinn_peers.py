@@ -30,6 +30,7 @@ import subprocess
 import sys
 
 from timing import ms_per_step  # bench/peers/timing.py
+from laplacian_peers import jax_mlp_point  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LR = 1e-4
@@ -155,12 +156,7 @@ def run_jax(a):
     x = jax.random.uniform(kx, (a.batch, 2)) * 2 - 1
     f = jnp.sin(x[:, 0] * 3.14159) * jnp.sin(x[:, 1] * 3.14159)
 
-    def u(p, xi):
-        h = xi
-        for w, b in p[:-1]:
-            h = jnp.tanh(w @ h + b)
-        w, b = p[-1]
-        return (w @ h + b)[0]
+    u = jax_mlp_point
 
     def loss_fn(p, x, f):
         lap = jax.vmap(lambda xi: jnp.trace(jax.hessian(u, argnums=1)(p, xi)))(x)

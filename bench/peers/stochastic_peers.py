@@ -30,6 +30,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hessian_peers import ROOT, median_ms  # noqa: E402
+from laplacian_peers import jax_mlp_point  # noqa: E402
 
 WIDTH, DEPTH = 256, 4
 
@@ -45,13 +46,7 @@ def run_jax(kind, mode, n, batch, samples, runs, device):
                jnp.asarray((rng.standard_normal(sizes[i + 1]) * 0.1).astype(np.float32)))
               for i in range(len(sizes) - 1)]
     x = jnp.asarray((rng.random((batch, n)) * 2 - 1).astype(np.float32))
-
-    def single(p, xi):
-        h = xi
-        for w, b in p[:-1]:
-            h = jnp.tanh(w @ h + b)
-        w, b = p[-1]
-        return (w @ h + b)[0]
+    single = jax_mlp_point
 
     if kind == "jax_jet":
         from jax.experimental import jet

@@ -28,6 +28,7 @@
 #   scripts/gpu.sh stochastic Hutchinson's Laplacian against the same estimator in JAX
 #                             (n = 100 .. 100000; STOCHASTIC_ARGS) and samples/pinn_highdim
 #   scripts/gpu.sh cpurows    the CPU PINN step and Laplacian with PyTorch's and JAX's CPU backends
+#   scripts/gpu.sh cpuscale   tapegrad's CPU PINN step on 1..16 cores, small arenas off, AVX2 vector math
 #   scripts/gpu.sh laplacian  the Laplacian benchmark side by side with PyTorch
 #                             eager, torch.func and JAX (hessian, jacfwd(grad), jet)
 #   scripts/gpu.sh ddp        tg::distributed on every GPU (nvidia-h100-x2 / h200-x2): its
@@ -247,6 +248,18 @@ for step in "$@"; do
         taskset -c 0-$((t - 1)) python3 bench/peers/laplacian_peers.py --device cpu --build $B --batch 256 --runs 3 \
           --frameworks tapegrad,jax_fwdrev,jax_jet 2>&1 | tee "$OUT/laplacian_cpu_$t.txt" | grep -E "^\||^lap" || rc=1
       done ;;
+    cpuscale)  # issue 51 point 3: tapegrad's CPU PINN step (B = 1024, Adam) on CPU_SCALE_THREADS cores (taskset),
+               # as built, with the small arenas off (TG_CPU_SMALL_ARENAS=0) and with AVX2 vector math
+      for t in ${CPU_SCALE_THREADS:-1 2 4 8 16}; do
+        for v in default TG_CPU_SMALL_ARENAS=0 TG_CPU_VMATH=avx2; do
+          for lap in backward taylor; do
+            e=(); [ $v != default ] && e=("$v")
+            ms=$(env "${e[@]}" taskset -c 0-$((t - 1)) $B/bench/pinn_step --device cpu --optimizer adam --batch 1024 \
+              --steps 20 --laplacian $lap | grep -E "tapegrad eager" | awk '{print $3}')
+            echo "pinn cpu: $t cores, $v, $lap: $ms ms/step"
+          done
+        done
+      done 2>&1 | tee "$OUT/cpuscale.txt" ;;
     stochastic)  # issue 51 point 5: Hutchinson's Laplacian against the same estimator in JAX, n = 100 .. 100000,
                  # and the 1000-dimensional PINN sample
       python3 bench/peers/stochastic_peers.py --build $B ${STOCHASTIC_ARGS:-} --json "$OUT/stochastic.json" 2>&1 |

@@ -22,7 +22,7 @@ constexpr size_t kAlignment = 64;
 // request of the same size class: fresh large blocks come from mmap and
 // cost a page fault per 4 KiB on first touch, which dominated
 // out-of-place elementwise ops. Size classes: 8 steps per power of two.
-constexpr size_t kCacheMin = size_t(1) << 20;
+constexpr size_t kCacheMin = size_t(1) << 16;
 constexpr size_t kCacheMaxBytes = size_t(2) << 30;
 
 size_t size_class(size_t n) {

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <Eigen/Core>
 #include "tensor/element_math.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/cpu/vmath.h"
 #include "tensor/cpu/cpu_kernels.h"
 
 namespace tg {
@@ -678,8 +678,6 @@ void fill_kernel(const Tensor& dst, Scalar v) {
 }
 
 // ---- binary (element math: tensor/element_math.h) ------------------------------
-template <class T> using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <class T> using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 // out[i] = f(a[i], b[i]); contiguous and scalar-operand fast paths.
 template <class T, class R, class F> void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
   Tensor ops[3] = {out, a, b};
@@ -731,64 +729,24 @@ void binary_kernel(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor
   });
 }
 
-// act^(K) of the tanh and logistic families as Eigen array expressions of
-// x, on a block of contiguous elements: Eigen's packet tanh (that of the
-// unary op's contiguous runs) and exp instead of libm's scalar tanhf and
-// expf, which took 59% of a CPU PINN step's time; the polynomials are
-// activation_derivative's (tensor/element_math.h).
-template <Activation A, int K, class X> auto activation_derivative_block(const X& x) {
-  using T = typename X::Scalar;
-  constexpr int kBlock = 256;
-  using Block = Eigen::Array<T, Eigen::Dynamic, 1, 0, kBlock, 1>;
-  if constexpr (A == Activation::Tanh) {
-    const Block t = x.tanh();
-    const Block v = T(1) - t * t;
-    if constexpr (K == 0) return Block(t);
-    else if constexpr (K == 1) return v;
-    else if constexpr (K == 2) return Block(T(-2) * t * v);
-    else if constexpr (K == 3) return Block(v * (T(6) * t * t - T(2)));
-    else return Block(v * t * (T(16) - T(24) * t * t));
-  } else {
-    // 1 / (1 + exp(-x)) as the element math computes it (Eigen's logistic
-    // gives 2.9e-39, not 0, at -inf: silu there would be -inf, not NaN).
-    const Block sg = (T(1) + (-x).exp()).inverse();
-    const Block u = sg * (T(1) - sg), a = T(1) - T(2) * sg;
-    if constexpr (A == Activation::Sigmoid) {
-      if constexpr (K == 0) return sg;
-      else if constexpr (K == 1) return u;
-      else if constexpr (K == 2) return Block(u * a);
-      else if constexpr (K == 3) return Block(u * (a * a - T(2) * u));
-      else return Block(u * a * (a * a - T(8) * u));
-    } else {  // silu
-      if constexpr (K == 0) return Block(x * sg);
-      else if constexpr (K == 1) return Block(sg + x * u);
-      else if constexpr (K == 2) return Block(u * (T(2) + x * a));
-      else if constexpr (K == 3) return Block(u * (a * (T(3) + x * a) - T(2) * x * u));
-      else return Block(u * (T(4) * a * a + x * a * a * a - T(8) * x * a * u - T(8) * u));
-    }
-  }
-}
-
 // out = g * act^(order)(x). The switch on (act, order) is hoisted out of the
-// loop so each instance vectorises; tanh, sigmoid and silu take Eigen's
-// packet functions on contiguous runs (g contiguous or one broadcast value).
+// loop so each instance vectorises; tanh, sigmoid and silu of float take the
+// vector math's kernels (tensor/cpu/vmath.h: Eigen's packet tanh and exp at
+// the CPU's widest instruction set, instead of libm's scalar tanhf and expf,
+// which took 59% of a CPU PINN step's time) on contiguous runs (g contiguous
+// or one broadcast value).
 template <class T, Activation A, int K>
 void activation_grad_typed(const Tensor& out, const Tensor& g, const Tensor& x) {
   auto scalar = [](T gv, T xv) { return gv * kernels::activation_derivative<T>(A, K, xv); };
   if constexpr (std::is_same_v<T, float> &&
                 (A == Activation::Tanh || A == Activation::Sigmoid || A == Activation::Silu)) {
+    constexpr VAct act = A == Activation::Tanh ? VAct::Tanh : A == Activation::Sigmoid ? VAct::Sigmoid : VAct::Silu;
+    const VMathKernels& vm = vmath_kernels();
     Tensor ops[3] = {out, g, x};
-    for_each(ops, 3, [scalar](char** p, const int64_t* s, int64_t n) {
-      T* o = reinterpret_cast<T*>(p[0]);
-      const T* gp = reinterpret_cast<const T*>(p[1]);
-      const T* xp = reinterpret_cast<const T*>(p[2]);
+    for_each(ops, 3, [scalar, &vm](char** p, const int64_t* s, int64_t n) {
       if (s[0] == sizeof(T) && s[2] == sizeof(T) && (s[1] == sizeof(T) || s[1] == 0)) {
-        for (int64_t i = 0; i < n; i += 256) {
-          const int64_t m = std::min<int64_t>(256, n - i);
-          const auto d = activation_derivative_block<A, K>(ConstArrayMap<T>(xp + i, m));
-          if (s[1] == 0) ArrayMap<T>(o + i, m) = *gp * d;
-          else ArrayMap<T>(o + i, m) = ConstArrayMap<T>(gp + i, m) * d;
-        }
+        vm.act_grad_f32(act, K, reinterpret_cast<T*>(p[0]), reinterpret_cast<const T*>(p[1]), s[1] == 0 ? 0 : 1,
+                        reinterpret_cast<const T*>(p[2]), n);
         return;
       }
       for (int64_t i = 0; i < n; ++i)
@@ -851,20 +809,24 @@ void compare_kernel(CompareOp op, const Tensor& out, const Tensor& a, const Tens
 
 // ---- unary -----------------------------------------------------------------------
 
-// f: scalar function; v: Eigen array expression used on contiguous runs
-// (vectorized exp/log/tanh/...), or nullptr_t to use f there too.
-template <class T, class F, class V> void unary_loop(const Tensor& out, const Tensor& x, F f, V v) {
+// f: scalar function; v (float and double): the vector math's form used on
+// contiguous runs (tensor/cpu/vmath.h), or -1 to use f there too.
+template <class T, class F> void unary_loop(const Tensor& out, const Tensor& x, F f, int v = -1) {
+  const VMathKernels* vm = nullptr;
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+    if (v >= 0) vm = &vmath_kernels();
   Tensor ops[2] = {out, x};
-  for_each(ops, 2, [f, v](char** p, const int64_t* s, int64_t n) {
+  for_each(ops, 2, [f, v, vm](char** p, const int64_t* s, int64_t n) {
     if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
       T* o = reinterpret_cast<T*>(p[0]);
       const T* a = reinterpret_cast<const T*>(p[1]);
-      if constexpr (!std::is_same_v<V, std::nullptr_t>) {
-        ArrayMap<T>(o, n) = v(ConstArrayMap<T>(a, n));
-      } else {
-        for (int64_t i = 0; i < n; ++i)
-          o[i] = f(a[i]);
+      if constexpr (std::is_same_v<T, float>) {
+        if (vm) return vm->unary_f32(VUnary(v), o, a, n);
+      } else if constexpr (std::is_same_v<T, double>) {
+        if (vm) return vm->unary_f64(VUnary(v), o, a, n);
       }
+      for (int64_t i = 0; i < n; ++i)
+        o[i] = f(a[i]);
       return;
     }
     for (int64_t i = 0; i < n; ++i)
@@ -872,28 +834,22 @@ template <class T, class F, class V> void unary_loop(const Tensor& out, const Te
   });
 }
 
-// Eigen's vectorized form of an op that is one library function, used on
-// contiguous runs; nullptr for the others (their element loop vectorizes or
-// calls the element math). The special-value test checks both paths agree.
-template <UnaryOp Op> auto eigen_form() {
-  if constexpr (Op == UnaryOp::Exp)
-    return [](const auto& a) {
-      // Eigen's packet exp gives a denormal, not 0, at -inf (and in double
-      // far below its range), where libm's exp underflows to 0.
-      using T = typename std::decay_t<decltype(a)>::Scalar;
-      const T lo = std::is_same_v<T, float> ? T(-104) : T(-746);
-      return (a < lo).select(T(0), a.exp());
-    };
-  else if constexpr (Op == UnaryOp::Log) return [](const auto& a) { return a.log(); };
-  else if constexpr (Op == UnaryOp::Sin) return [](const auto& a) { return a.sin(); };
-  else if constexpr (Op == UnaryOp::Cos) return [](const auto& a) { return a.cos(); };
-  else if constexpr (Op == UnaryOp::Tanh) return [](const auto& a) { return a.tanh(); };
-  // 1 / (1 + exp(-x)) as the element math: Eigen's logistic clamps, giving a
-  // denormal (2.9e-39) where the sigmoid underflows to 0 (x = -inf, -104).
-  else if constexpr (Op == UnaryOp::Sigmoid) return [](const auto& a) { return (1 + (-a).exp()).inverse(); };
-  else if constexpr (Op == UnaryOp::Rsqrt) return [](const auto& a) { return a.rsqrt(); };
-  else if constexpr (Op == UnaryOp::Reciprocal) return [](const auto& a) { return a.inverse(); };
-  else return nullptr;  // sqrt too: Eigen's packet sqrt of float gives NaN for +inf
+// The vector math's form of an op that is one library function, used on
+// contiguous runs; -1 for the others (their element loop vectorizes or
+// calls the element math; sqrt too: Eigen's packet sqrt of float gives NaN
+// for +inf). The special-value test checks both paths agree.
+constexpr int vector_form(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Exp: return int(VUnary::Exp);
+    case UnaryOp::Log: return int(VUnary::Log);
+    case UnaryOp::Sin: return int(VUnary::Sin);
+    case UnaryOp::Cos: return int(VUnary::Cos);
+    case UnaryOp::Tanh: return int(VUnary::Tanh);
+    case UnaryOp::Sigmoid: return int(VUnary::Sigmoid);
+    case UnaryOp::Rsqrt: return int(VUnary::Rsqrt);
+    case UnaryOp::Reciprocal: return int(VUnary::Reciprocal);
+    default: return -1;
+  }
 }
 
 void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, const kernels::UnaryParams& prm) {
@@ -902,8 +858,7 @@ void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, const kernels:
         using R = decltype(T{}.re);
         TG_INTERNAL_ASSERT(kernels::takes_complex(op), "unary: a complex input for a real-only op");
         kernels::visit_unary(op, [&](auto o) {
-          unary_loop<T>(
-              out, x, [](T z) { return kernels::unary_complex_fn<decltype(o)::value, R>(z); }, nullptr);
+          unary_loop<T>(out, x, [](T z) { return kernels::unary_complex_fn<decltype(o)::value, R>(z); });
         });
       }))
     return;
@@ -915,11 +870,10 @@ void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, const kernels:
       if constexpr (std::is_integral_v<T> && kernels::is_float_only(O)) {
         TG_INTERNAL_ASSERT(false, "float-only unary op on an integer tensor");
       } else if constexpr (std::is_integral_v<T>) {
-        unary_loop<T>(
-            out, x, [args](T a) { return kernels::unary_fn<O>(a, args); }, nullptr);
+        unary_loop<T>(out, x, [args](T a) { return kernels::unary_fn<O>(a, args); });
       } else {
         unary_loop<T>(
-            out, x, [args](T a) { return kernels::unary_fn<O>(a, args); }, eigen_form<O>());
+            out, x, [args](T a) { return kernels::unary_fn<O>(a, args); }, vector_form(O));
       }
     });
   });
@@ -940,12 +894,32 @@ void add_n_kernel(const Tensor& out, const Tensor& a, const std::vector<Tensor>&
     std::vector<const T*> p;
     for (const Tensor& t : s)
       p.push_back(static_cast<const T*>(t.data_ptr()));
+    // Summed in order ((x + s0) + s1) + ..., one source (or two) per pass
+    // over a block that stays in cache, so each pass vectorizes (a loop over
+    // the sources per element did not).
+    const size_t ns = p.size();
     parallel_for(out.numel(), 16384, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        T acc = x[i];
-        for (const T* q : p)
-          acc = acc + q[i];
-        o[i] = acc;
+      T* ob = o + b;
+      const int64_t m = e - b;
+      const T* s0 = ns > 0 ? p[0] + b : nullptr;
+      if (s0) {
+        const T* xb = x + b;
+        for (int64_t i = 0; i < m; ++i)
+          ob[i] = xb[i] + s0[i];
+      } else if (ob != x + b) {
+        std::memcpy(ob, x + b, size_t(m) * sizeof(T));
+      }
+      size_t k = 1;
+      for (; k + 1 < ns; k += 2) {
+        const T* s1 = p[k] + b;
+        const T* s2 = p[k + 1] + b;
+        for (int64_t i = 0; i < m; ++i)
+          ob[i] = ob[i] + s1[i] + s2[i];
+      }
+      if (k < ns) {
+        const T* s1 = p[k] + b;
+        for (int64_t i = 0; i < m; ++i)
+          ob[i] = ob[i] + s1[i];
       }
     });
   });

@@ -44,7 +44,10 @@ namespace tg::detail {
     "cuda/kernels/group.cu")                                                                                           \
   X(kResampleKernels, "TG_RESAMPLE_KERNELS",                                                                           \
     "interpolate's linear modes as one resampling primitive per dim (back to gathers and weighted sums)",              \
-    "tensor/grid.cpp, cuda/kernels/resample.cu")
+    "tensor/grid.cpp, cuda/kernels/resample.cu")                                                                       \
+  X(kCpuSmallArenas, "TG_CPU_SMALL_ARENAS",                                                                            \
+    "CPU loops of fewer chunks than threads in an arena of their size (back to the whole pool)",                       \
+    "tensor/cpu/loops.cpp")
 
 enum class OffSwitch {
 #define TG_SWITCH_ENUM(e, var, what, where) e,

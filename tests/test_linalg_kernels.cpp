@@ -15,6 +15,8 @@
 
 #include "reference.h"
 #include "tensor/cpu/gemm.h"
+#include "tensor/cpu/isa.h"
+#include "tensor/cpu/vmath.h"
 
 namespace tgtest {
 namespace {
@@ -360,5 +362,94 @@ TEST(CpuGemm, EveryInstructionSetMatchesTheReference) {
                          : tg::cpu::gemm_isa_supported("avx2") ? "avx2"
                                                                : "generic";
     EXPECT_STREQ(tg::cpu::gemm_kernels().isa, widest);
+  }
+}
+
+namespace vmath_isa {
+
+// Inputs across each function's range, with the special values.
+template <class T> std::vector<T> inputs() {
+  std::vector<T> x;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (int i = 0; i < 997; ++i)  // an odd count: every kernel's tail
+    x.push_back(T(u(rng) * (i % 3 == 0 ? 30 : i % 3 == 1 ? 3 : 0.01)));
+  const T inf = std::numeric_limits<T>::infinity();
+  for (T v : {T(0), T(-0.0), inf, -inf, std::numeric_limits<T>::quiet_NaN(), T(-104.5), T(-750), T(89), T(710),
+              std::numeric_limits<T>::min(), T(1e-30)})
+    x.push_back(v);
+  return x;
+}
+
+// got agrees with want: the same class (NaN, infinity of a sign) and within
+// rel |want| + abs elsewhere (zero exactly where abs is 0).
+template <class T> bool agrees(T got, T want, double rel, double abs = 0) {
+  if (std::isnan(want) || std::isnan(got)) return std::isnan(want) && std::isnan(got);
+  if (std::isinf(want) || std::isinf(got)) return got == want;
+  if ((want == 0 || got == 0) && abs == 0) return got == want;
+  return std::fabs(double(got) - double(want)) <= rel * std::fabs(double(want)) + abs;
+}
+
+}  // namespace vmath_isa
+
+// Each instruction set's vector math against the generic build's (whose
+// values the op tests check against the element math): the same special
+// values, and a few ulps elsewhere.
+TEST(CpuVectorMath, EveryInstructionSetAgreesWithTheGeneric) {
+  using tg::cpu::VAct;
+  using tg::cpu::VUnary;
+  const tg::cpu::VMathKernels& ref = *tg::cpu::vmath_kernels_generic();
+  int ran = 0;
+  std::string which;
+  const auto xf = vmath_isa::inputs<float>();
+  const auto xd = vmath_isa::inputs<double>();
+  const int64_t nf = int64_t(xf.size()), nd = int64_t(xd.size());
+  for (const tg::cpu::VMathKernels* k :
+       {tg::cpu::vmath_kernels_generic(), tg::cpu::vmath_kernels_avx2(), tg::cpu::vmath_kernels_avx512()}) {
+    if (!k || !tg::cpu::cpu_has_isa(k->isa)) continue;
+    ++ran;
+    which += std::string(" ") + k->isa;
+    for (int f = 0; f <= int(VUnary::Reciprocal); ++f) {
+      std::vector<float> gf(xf.size()), wf(xf.size());
+      std::vector<double> gd(xd.size()), wd(xd.size());
+      k->unary_f32(VUnary(f), gf.data(), xf.data(), nf);
+      ref.unary_f32(VUnary(f), wf.data(), xf.data(), nf);
+      k->unary_f64(VUnary(f), gd.data(), xd.data(), nd);
+      ref.unary_f64(VUnary(f), wd.data(), xd.data(), nd);
+      for (int64_t i = 0; i < nf; ++i)
+        EXPECT_TRUE(vmath_isa::agrees(gf[size_t(i)], wf[size_t(i)], 1e-5))
+            << k->isa << " f32 function " << f << " at " << xf[size_t(i)] << ": " << gf[size_t(i)] << " against "
+            << wf[size_t(i)];
+      for (int64_t i = 0; i < nd; ++i)
+        EXPECT_TRUE(vmath_isa::agrees(gd[size_t(i)], wd[size_t(i)], 1e-13))
+            << k->isa << " f64 function " << f << " at " << xd[size_t(i)] << ": " << gd[size_t(i)] << " against "
+            << wd[size_t(i)];
+    }
+    // g * act^(order)(x), g one value or one per element. The derivatives
+    // are polynomials in tanh or the sigmoid, whose few ulps of difference
+    // 1 - t^2 turns into absolute ones near saturation: 4e-6 (order + 1) |g|.
+    std::vector<float> g(xf.size() + 1);  // g[1...]: not the first element
+    for (size_t i = 0; i < g.size(); ++i)
+      g[i] = float(i % 7) - 3.0f;
+    for (VAct a : {VAct::Tanh, VAct::Sigmoid, VAct::Silu})
+      for (int order = 0; order <= 4; ++order)
+        for (int64_t step : {0, 1}) {
+          std::vector<float> got(xf.size()), want(xf.size());
+          k->act_grad_f32(a, order, got.data(), g.data() + 1, step, xf.data(), nf);
+          ref.act_grad_f32(a, order, want.data(), g.data() + 1, step, xf.data(), nf);
+          for (int64_t i = 0; i < nf; ++i)
+            EXPECT_TRUE(vmath_isa::agrees(got[size_t(i)], want[size_t(i)], 2e-5,
+                                          4e-6 * (order + 1) * std::fabs(double(g[size_t(step == 0 ? 1 : i + 1)]))))
+                << k->isa << " activation " << int(a) << " order " << order << " g step " << step << " at "
+                << xf[size_t(i)] << ": " << got[size_t(i)] << " against " << want[size_t(i)];
+        }
+  }
+  ASSERT_GE(ran, 1);
+  std::printf("CPU vector math checked:%s; in use: %s\n", which.c_str(), tg::cpu::vmath_kernels().isa);
+  if (!std::getenv("TG_CPU_VMATH")) {
+    const char* widest = tg::cpu::vmath_kernels_avx512() && tg::cpu::cpu_has_isa("avx512") ? "avx512"
+                         : tg::cpu::vmath_kernels_avx2() && tg::cpu::cpu_has_isa("avx2")   ? "avx2"
+                                                                                           : "generic";
+    EXPECT_STREQ(tg::cpu::vmath_kernels().isa, widest);
   }
 }

@@ -1,6 +1,9 @@
 #include "tensor/cpu/loops.h"
 
+#include "tensor/env.h"
+
 #include <algorithm>
+#include <mutex>
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
@@ -129,6 +132,21 @@ constexpr bool kTsanBuild = true;
 constexpr bool kTsanBuild = false;
 #endif
 
+namespace {
+
+// Arenas of 2, 4, 8, ... threads (log2 of the size indexes them), made on
+// first use and kept for the process (never destroyed: a loop may run
+// during static destruction).
+tbb::task_arena& small_arena(int log2_size) {
+  static std::mutex mu;
+  static tbb::task_arena* arenas[31] = {};
+  std::lock_guard<std::mutex> g(mu);
+  if (!arenas[log2_size]) arenas[log2_size] = new tbb::task_arena(1 << log2_size);
+  return *arenas[log2_size];
+}
+
+}  // namespace
+
 int parallel_workers() { return kTsanBuild ? 1 : std::max(1, tbb::this_task_arena::max_concurrency()); }
 
 void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> f) {
@@ -141,8 +159,24 @@ void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> 
     f(0, n);
     return;
   }
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
-                    [&](const tbb::blocked_range<int64_t>& r) { f(r.begin(), r.end()); });
+  auto run = [&] {
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
+                      [&](const tbb::blocked_range<int64_t>& r) { f(r.begin(), r.end()); });
+  };
+  // A loop of fewer chunks than the arena has threads runs in an arena of
+  // the next power of two threads: TBB offers a parallel loop's work to
+  // every idle worker of its arena, and a training step runs hundreds of
+  // loops of a few chunks (a CPU PINN step took longer on 16 threads than on
+  // 2). A 65k-element add in a 16-thread arena on 2 cores: 20.4 us, in an
+  // arena of 2: 13.8. Loops inside a worker (nested) stay where they are.
+  const int64_t chunks = (n + grain - 1) / grain;
+  int k = 1;
+  while (k < 30 && (int64_t(1) << k) < chunks)
+    ++k;
+  if ((int64_t(1) << k) >= tbb::this_task_arena::max_concurrency() ||
+      tbb::this_task_arena::current_thread_index() > 0 || !detail::switched_on<detail::OffSwitch::kCpuSmallArenas>())
+    return run();
+  small_arena(k).execute(run);
 }
 
 }  // namespace tg::cpu

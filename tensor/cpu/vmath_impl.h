@@ -1,0 +1,125 @@
+// Internal: the CPU vector math's kernels (tensor/cpu/vmath.h), included once
+// per instruction set by tensor/cpu/vmath_{generic,avx2,avx512}.cpp with
+// TG_VMATH_ISA naming it. Those for an extended set rename Eigen
+// (TG_VMATH_EIGEN_NS) so that none of its inline functions, emitted with that
+// set's instructions, can be merged with another file's copy by the linker
+// (scripts/check_gemm_isa.sh checks the objects).
+#ifndef TG_VMATH_ISA
+#error "define TG_VMATH_ISA before including vmath_impl.h"
+#endif
+#ifdef TG_VMATH_EIGEN_NS
+#define Eigen TG_VMATH_EIGEN_NS
+#endif
+#include <Eigen/Core>
+
+#include "tensor/cpu/vmath.h"
+
+namespace tg::cpu {
+namespace TG_VMATH_ISA {
+namespace {
+
+template <class T> using Map = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <class T> using ConstMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// Each form agrees with the element math (tensor/element_math.h) at the
+// special values (the special-value tests check both paths):
+template <class T> void unary(VUnary f, T* out, const T* x, int64_t n) {
+  ConstMap<T> a(x, n);
+  Map<T> o(out, n);
+  switch (f) {
+    case VUnary::Exp: {
+      // Eigen's packet exp gives a denormal, not 0, at -inf (and in double
+      // far below its range), where libm's exp underflows to 0.
+      const T lo = sizeof(T) == 4 ? T(-104) : T(-746);
+      o = (a < lo).select(T(0), a.exp());
+      return;
+    }
+    case VUnary::Log: o = a.log(); return;
+    case VUnary::Sin: o = a.sin(); return;
+    case VUnary::Cos: o = a.cos(); return;
+    case VUnary::Tanh: o = a.tanh(); return;
+    // 1 / (1 + exp(-x)) as the element math: Eigen's logistic clamps, giving
+    // a denormal (2.9e-39) where the sigmoid underflows to 0 (x = -inf, -104).
+    case VUnary::Sigmoid: o = (T(1) + (-a).exp()).inverse(); return;
+    case VUnary::Rsqrt: o = a.rsqrt(); return;
+    case VUnary::Reciprocal: o = a.inverse(); return;
+  }
+}
+
+void unary_f32(VUnary f, float* out, const float* x, int64_t n) { unary<float>(f, out, x, n); }
+void unary_f64(VUnary f, double* out, const double* x, int64_t n) { unary<double>(f, out, x, n); }
+
+// act^(K) of the tanh and logistic families on a block of at most kBlock
+// elements: the polynomials are activation_derivative's (element_math.h).
+constexpr int64_t kBlock = 256;
+using Block = Eigen::Array<float, Eigen::Dynamic, 1, 0, kBlock, 1>;
+
+template <VAct A, int K> Block derivative_block(const ConstMap<float>& x) {
+  using T = float;
+  if constexpr (A == VAct::Tanh) {
+    const Block t = x.tanh();
+    const Block v = T(1) - t * t;
+    if constexpr (K == 0) return t;
+    else if constexpr (K == 1) return v;
+    else if constexpr (K == 2) return T(-2) * t * v;
+    else if constexpr (K == 3) return v * (T(6) * t * t - T(2));
+    else return v * t * (T(16) - T(24) * t * t);
+  } else {
+    // 1 / (1 + exp(-x)) as the element math computes it (Eigen's logistic
+    // gives 2.9e-39, not 0, at -inf: silu there would be -inf, not NaN).
+    const Block sg = (T(1) + (-x).exp()).inverse();
+    const Block u = sg * (T(1) - sg), a = T(1) - T(2) * sg;
+    if constexpr (A == VAct::Sigmoid) {
+      if constexpr (K == 0) return sg;
+      else if constexpr (K == 1) return u;
+      else if constexpr (K == 2) return u * a;
+      else if constexpr (K == 3) return u * (a * a - T(2) * u);
+      else return u * a * (a * a - T(8) * u);
+    } else {  // silu
+      if constexpr (K == 0) return x * sg;
+      else if constexpr (K == 1) return sg + x * u;
+      else if constexpr (K == 2) return u * (T(2) + x * a);
+      else if constexpr (K == 3) return u * (a * (T(3) + x * a) - T(2) * x * u);
+      else return u * (T(4) * a * a + x * a * a * a - T(8) * x * a * u - T(8) * u);
+    }
+  }
+}
+
+template <VAct A, int K> void act_grad_run(float* out, const float* g, int64_t g_step, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const int64_t m = n - i < kBlock ? n - i : kBlock;
+    const Block d = derivative_block<A, K>(ConstMap<float>(x + i, m));
+    if (g_step == 0) Map<float>(out + i, m) = *g * d;
+    else Map<float>(out + i, m) = ConstMap<float>(g + i, m) * d;
+  }
+}
+
+template <VAct A>
+void act_grad_order(int order, float* out, const float* g, int64_t g_step, const float* x, int64_t n) {
+  switch (order) {
+    case 0: return act_grad_run<A, 0>(out, g, g_step, x, n);
+    case 1: return act_grad_run<A, 1>(out, g, g_step, x, n);
+    case 2: return act_grad_run<A, 2>(out, g, g_step, x, n);
+    case 3: return act_grad_run<A, 3>(out, g, g_step, x, n);
+    default: return act_grad_run<A, 4>(out, g, g_step, x, n);
+  }
+}
+
+void act_grad_f32(VAct act, int order, float* out, const float* g, int64_t g_step, const float* x, int64_t n) {
+  switch (act) {
+    case VAct::Tanh: return act_grad_order<VAct::Tanh>(order, out, g, g_step, x, n);
+    case VAct::Sigmoid: return act_grad_order<VAct::Sigmoid>(order, out, g, g_step, x, n);
+    case VAct::Silu: return act_grad_order<VAct::Silu>(order, out, g, g_step, x, n);
+  }
+}
+
+}  // namespace
+
+const VMathKernels kernels{TG_VMATH_ISA_NAME, unary_f32, unary_f64, act_grad_f32};
+
+}  // namespace TG_VMATH_ISA
+}  // namespace tg::cpu
+
+#ifdef TG_VMATH_EIGEN_NS
+#undef Eigen
+#endif

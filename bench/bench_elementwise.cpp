@@ -1,6 +1,8 @@
 // Elementwise throughput over 16M floats against memcpy of the same bytes.
 // Bytes moved per iteration: memcpy 2N*4 (read + write); binary 3N*4;
-// unary 2N*4. Reported as GB/s (bytes_per_second).
+// unary 2N*4. Reported as GB/s (bytes_per_second). The Step* rows: the
+// latency of one op at a small training step's sizes ([1024, 64]: a CPU
+// PINN step's activations), where the fork-join of a parallel loop counts.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -73,6 +75,33 @@ void BM_Sum(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kN * 4);
 }
 
+// A CPU PINN step's sizes: B = 1024 rows, width 64.
+void BM_StepAdd(benchmark::State& state) {
+  tg::Tensor a = tg::rand({1024, 64}), b = tg::rand({1024, 64});
+  for (auto _ : state)
+    benchmark::DoNotOptimize(tg::add(a, b).data_ptr());
+}
+void BM_StepTanh(benchmark::State& state) {
+  tg::Tensor a = tg::rand({1024, 64});
+  for (auto _ : state)
+    benchmark::DoNotOptimize(tg::tanh(a).data_ptr());
+}
+void BM_StepMatmul(benchmark::State& state) {  // x W^T: [1024, 64] x [64, 64]
+  tg::Tensor a = tg::rand({1024, 64}), w = tg::rand({64, 64});
+  for (auto _ : state)
+    benchmark::DoNotOptimize(tg::matmul(a, w.t()).data_ptr());
+}
+void BM_StepWeightGrad(benchmark::State& state) {  // g^T x: [64, 1024] x [1024, 64]
+  tg::Tensor g = tg::rand({1024, 64}), x = tg::rand({1024, 64});
+  for (auto _ : state)
+    benchmark::DoNotOptimize(tg::matmul(g.t(), x).data_ptr());
+}
+void BM_StepSumRows(benchmark::State& state) {  // a bias gradient
+  tg::Tensor g = tg::rand({1024, 64});
+  for (auto _ : state)
+    benchmark::DoNotOptimize(tg::sum(g, {0}).data_ptr());
+}
+
 }  // namespace
 
 BENCHMARK(BM_Memcpy)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -84,4 +113,9 @@ BENCHMARK(BM_MulInPlace)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AddBroadcastRow)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AddTransposed)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Sum)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_StepAdd)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_StepTanh)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_StepMatmul)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_StepWeightGrad)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_StepSumRows)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_MAIN();

@@ -15,7 +15,9 @@
 //
 // Prints ms per step (median of --repeats timings of --steps steps each) for
 // eager and graphed; bench/peers/pinn_peers.py runs the same step in PyTorch
-// (eager, and the whole step under torch.cuda.graph) and JAX (jit).
+// (eager, and the whole step under torch.cuda.graph) and JAX (jit). The
+// JSON also holds the peak bytes one eager step allocates (eager_peak_mib)
+// and the captured graph's pool (pool_mib).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -30,6 +32,7 @@
 #include <nlohmann/json.hpp>
 #include <tapegrad/tapegrad.h>
 
+#include "device_memory.h"
 #include "step_timing.h"
 
 namespace {
@@ -173,6 +176,14 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 5; ++i)
     step(net, x, f, lr, adam.get(), taylor);  // warm-up: handles, cached blocks
   result["eager_ms"] = o.no_eager ? 0.0 : ms_per_step(o, dev, [&] { step(net, x, f, lr, adam.get(), taylor); });
+  {  // the peak bytes one eager step allocates above what was live before it
+    tgbench::sync(gpu);
+    const int64_t base = tgbench::allocated(gpu);
+    tgbench::reset_peak(gpu);
+    step(net, x, f, lr, adam.get(), taylor);
+    tgbench::sync(gpu);
+    result["eager_peak_mib"] = double(tgbench::peak(gpu) - base) / double(1 << 20);
+  }
 
   if (gpu) {
     namespace cu = tg::cuda;

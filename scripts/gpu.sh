@@ -28,7 +28,9 @@
 #   scripts/gpu.sh stochastic Hutchinson's Laplacian against the same estimator in JAX
 #                             (n = 100 .. 100000; STOCHASTIC_ARGS) and samples/pinn_highdim
 #   scripts/gpu.sh cpurows    the CPU PINN step and Laplacian with PyTorch's and JAX's CPU backends
-#   scripts/gpu.sh cpuscale   tapegrad's CPU PINN step on 1..16 cores, small arenas off, AVX2 vector math
+#   scripts/gpu.sh cpuscale   tapegrad's CPU PINN step on 1..16 cores, small arenas off, AVX2 vector math;
+#                             one op at its sizes on 1..16 cores; the step against TG_CPU_GRAIN
+#   scripts/gpu.sh scaling    time and memory against B, n and width, tapegrad and the peers (PNGs)
 #   scripts/gpu.sh laplacian  the Laplacian benchmark side by side with PyTorch
 #                             eager, torch.func and JAX (hessian, jacfwd(grad), jet)
 #   scripts/gpu.sh ddp        tg::distributed on every GPU (nvidia-h100-x2 / h200-x2): its
@@ -259,7 +261,22 @@ for step in "$@"; do
             echo "pinn cpu: $t cores, $v, $lap: $ms ms/step"
           done
         done
-      done 2>&1 | tee "$OUT/cpuscale.txt" ;;
+      done 2>&1 | tee "$OUT/cpuscale.txt"
+      # one op at the step's sizes ([1024, 64]) on 1..16 cores, and the step on every core against TG_CPU_GRAIN
+      for t in ${CPU_SCALE_THREADS:-1 2 4 8 16}; do
+        echo "== $t cores"
+        taskset -c 0-$((t - 1)) $B/bench/bench_elementwise --benchmark_filter=Step --benchmark_min_time=0.1 2>&1 | grep -E "^BM_"
+      done 2>&1 | tee "$OUT/cpuscale_ops.txt"
+      for g in ${CPU_GRAINS:-8192 16384 32768 65536}; do
+        for lap in backward taylor; do
+          ms=$(TG_CPU_GRAIN=$g $B/bench/pinn_step --device cpu --optimizer adam --batch 1024 --steps 20 --laplacian $lap |
+            grep -E "tapegrad eager" | awk '{print $3}')
+          echo "pinn cpu: every core, TG_CPU_GRAIN=$g, $lap: $ms ms/step"
+        done
+      done 2>&1 | tee "$OUT/cpuscale_grain.txt" ;;
+    scaling)  # issue 51 point 7: the Hessian job, the Laplacian and the PINN step swept over B, n and width,
+              # tapegrad and the peers (bench/peers/scaling.py; SCALING_ARGS, e.g. "--sweeps pinn_b --points 2")
+      python3 bench/peers/scaling.py --build $B --out "$OUT/scaling" ${SCALING_ARGS:-} 2>&1 | tee "$OUT/scaling.txt" ;;
     stochastic)  # issue 51 point 5: Hutchinson's Laplacian against the same estimator in JAX, n = 100 .. 100000,
                  # and the 1000-dimensional PINN sample
       python3 bench/peers/stochastic_peers.py --build $B ${STOCHASTIC_ARGS:-} --json "$OUT/stochastic.json" 2>&1 |

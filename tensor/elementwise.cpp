@@ -743,16 +743,19 @@ void activation_grad_typed(const Tensor& out, const Tensor& g, const Tensor& x) 
     constexpr VAct act = A == Activation::Tanh ? VAct::Tanh : A == Activation::Sigmoid ? VAct::Sigmoid : VAct::Silu;
     const VMathKernels& vm = vmath_kernels();
     Tensor ops[3] = {out, g, x};
-    for_each(ops, 3, [scalar, &vm](char** p, const int64_t* s, int64_t n) {
-      if (s[0] == sizeof(T) && s[2] == sizeof(T) && (s[1] == sizeof(T) || s[1] == 0)) {
-        vm.act_grad_f32(act, K, reinterpret_cast<T*>(p[0]), reinterpret_cast<const T*>(p[1]), s[1] == 0 ? 0 : 1,
-                        reinterpret_cast<const T*>(p[2]), n);
-        return;
-      }
-      for (int64_t i = 0; i < n; ++i)
-        *reinterpret_cast<T*>(p[0] + i * s[0]) =
-            scalar(*reinterpret_cast<const T*>(p[1] + i * s[1]), *reinterpret_cast<const T*>(p[2] + i * s[2]));
-    });
+    for_each(
+        ops, 3,
+        [scalar, &vm](char** p, const int64_t* s, int64_t n) {
+          if (s[0] == sizeof(T) && s[2] == sizeof(T) && (s[1] == sizeof(T) || s[1] == 0)) {
+            vm.act_grad_f32(act, K, reinterpret_cast<T*>(p[0]), reinterpret_cast<const T*>(p[1]), s[1] == 0 ? 0 : 1,
+                            reinterpret_cast<const T*>(p[2]), n);
+            return;
+          }
+          for (int64_t i = 0; i < n; ++i)
+            *reinterpret_cast<T*>(p[0] + i * s[0]) =
+                scalar(*reinterpret_cast<const T*>(p[1] + i * s[1]), *reinterpret_cast<const T*>(p[2] + i * s[2]));
+        },
+        true, cpu::kCostTranscendental);
     return;
   }
   binary_loop<T, T>(out, g, x, scalar);
@@ -810,28 +813,32 @@ void compare_kernel(CompareOp op, const Tensor& out, const Tensor& a, const Tens
 // ---- unary -----------------------------------------------------------------------
 
 // f: scalar function; v (float and double): the vector math's form used on
-// contiguous runs (tensor/cpu/vmath.h), or -1 to use f there too.
-template <class T, class F> void unary_loop(const Tensor& out, const Tensor& x, F f, int v = -1) {
+// contiguous runs (tensor/cpu/vmath.h), or -1 to use f there too; cost: the
+// per-element cost (cpu::elementwise_grain).
+template <class T, class F> void unary_loop(const Tensor& out, const Tensor& x, F f, int v = -1, int cost = 1) {
   const VMathKernels* vm = nullptr;
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
     if (v >= 0) vm = &vmath_kernels();
   Tensor ops[2] = {out, x};
-  for_each(ops, 2, [f, v, vm](char** p, const int64_t* s, int64_t n) {
-    if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
-      T* o = reinterpret_cast<T*>(p[0]);
-      const T* a = reinterpret_cast<const T*>(p[1]);
-      if constexpr (std::is_same_v<T, float>) {
-        if (vm) return vm->unary_f32(VUnary(v), o, a, n);
-      } else if constexpr (std::is_same_v<T, double>) {
-        if (vm) return vm->unary_f64(VUnary(v), o, a, n);
-      }
-      for (int64_t i = 0; i < n; ++i)
-        o[i] = f(a[i]);
-      return;
-    }
-    for (int64_t i = 0; i < n; ++i)
-      *reinterpret_cast<T*>(p[0] + i * s[0]) = f(*reinterpret_cast<const T*>(p[1] + i * s[1]));
-  });
+  for_each(
+      ops, 2,
+      [f, v, vm](char** p, const int64_t* s, int64_t n) {
+        if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
+          T* o = reinterpret_cast<T*>(p[0]);
+          const T* a = reinterpret_cast<const T*>(p[1]);
+          if constexpr (std::is_same_v<T, float>) {
+            if (vm) return vm->unary_f32(VUnary(v), o, a, n);
+          } else if constexpr (std::is_same_v<T, double>) {
+            if (vm) return vm->unary_f64(VUnary(v), o, a, n);
+          }
+          for (int64_t i = 0; i < n; ++i)
+            o[i] = f(a[i]);
+          return;
+        }
+        for (int64_t i = 0; i < n; ++i)
+          *reinterpret_cast<T*>(p[0] + i * s[0]) = f(*reinterpret_cast<const T*>(p[1] + i * s[1]));
+      },
+      true, cost);
 }
 
 // The vector math's form of an op that is one library function, used on
@@ -872,8 +879,10 @@ void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, const kernels:
       } else if constexpr (std::is_integral_v<T>) {
         unary_loop<T>(out, x, [args](T a) { return kernels::unary_fn<O>(a, args); });
       } else {
+        // Float-only ops (exp, tanh, erf, ...) cost several adds per element.
         unary_loop<T>(
-            out, x, [args](T a) { return kernels::unary_fn<O>(a, args); }, vector_form(O));
+            out, x, [args](T a) { return kernels::unary_fn<O>(a, args); }, vector_form(O),
+            kernels::is_float_only(O) ? cpu::kCostTranscendental : 1);
       }
     });
   });

@@ -905,11 +905,13 @@ void bmm_kernel(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
           one(i, 0, m);
       });
     } else {
-      // One product: split rows so every core works on large GEMMs, in
-      // about one block per worker (each block packs all of B: more, smaller
-      // blocks would pack it more often).
+      // One product: split rows in about one block per worker (each block
+      // packs all of B: more, smaller blocks would pack it more often), of
+      // at least 1 MFLOP and 16 rows. A training step's products are small
+      // ([1024, 64] x [64, 64]: 8 MFLOP; a weight gradient [64, 1024] x
+      // [1024, 64]) and ran on one core under a 16 MFLOP minimum per block.
       const int64_t per_worker = (m + parallel_workers() - 1) / parallel_workers();
-      int64_t grain = std::max<int64_t>({64, per_worker, (int64_t(1) << 24) / std::max<int64_t>(flops_per_row, 1)});
+      int64_t grain = std::max<int64_t>({16, per_worker, (int64_t(1) << 20) / std::max<int64_t>(flops_per_row, 1)});
       parallel_for(m, grain, [&](int64_t r0, int64_t r1) { one(0, r0, r1); });
     }
   };

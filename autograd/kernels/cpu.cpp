@@ -22,7 +22,7 @@ void mul_backward_kernel(const Tensor& ga, const Tensor& gb, const Tensor& g, co
     const T* gp = static_cast<const T*>(g.data_ptr());
     const T* ap = static_cast<const T*>(a.data_ptr());
     const T* bp = static_cast<const T*>(b.data_ptr());
-    parallel_for(g.numel(), 16384, [&](int64_t lo, int64_t hi) {
+    parallel_for(g.numel(), cpu::elementwise_grain(2), [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
         const T gv = gp[i];
         oa[i] = gv * bp[i];
@@ -46,8 +46,9 @@ void taylor2_loop(int kind, int64_t k, const Tensor& full, const Tensor& x, cons
     if constexpr (std::is_floating_point_v<T>) {
       auto ptr = [](const Tensor& t) { return t.defined() ? t.data_ptr<T>() : static_cast<const T*>(nullptr); };
       const Taylor2Derivs<T> derivs{ptr(d.d1), ptr(d.d2), ptr(d.z), d.act, d.order};
-      parallel_for(S, std::max<int64_t>(256, 32768 / std::max<int64_t>(rows, 1)),
-                   [&](int64_t b, int64_t e) { f(tag, b, e, S, P, q, ia, ib, derivs); });
+      parallel_for(
+          S, std::max<int64_t>(256, cpu::elementwise_grain(cpu::kCostTranscendental) / std::max<int64_t>(rows, 1)),
+          [&](int64_t b, int64_t e) { f(tag, b, e, S, P, q, ia, ib, derivs); });
     } else {
       TG_INTERNAL_ASSERT(false, "taylor2_unary: integer dtype");
     }

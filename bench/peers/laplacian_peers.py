@@ -3,6 +3,7 @@
 
     python3 bench/peers/laplacian_peers.py [--device cuda|cpu] [--build build-gpu] [--batch 4096]
         [--runs 20] [--mode lap,lap+bwd] [--frameworks tapegrad,eager,func,jax_hessian,jax_fwdrev,jax_jet]
+        [--n 100] [--width 256] [--tapegrad-strategies laplacian,trace,rows] [--out FILE.json]
 
 Per-sample Laplacians of an MLP 100 -> 256 x4 -> 1 (tanh), [B, 1]: `lap`, or
 `lap+bwd` = then L.sum() backpropagated into the weights (a PINN loss step).
@@ -18,7 +19,8 @@ largest relative difference from the first peer's result (the peers share
 weights and points; tapegrad draws its own, and checks its strategies
 against each other). --device cpu: every framework on the host's CPUs
 (PyTorch's and JAX's CPU backends; no memory column; `taskset` limits all
-of them).
+of them). --n and --width set the MLP's input dimension and hidden width;
+--out writes the table as JSON (bench/peers/scaling.py reads it).
 """
 import argparse
 import json
@@ -145,7 +147,7 @@ def run_jax(kind, mode, batch, runs):
 
 
 def main():
-    global DEVICE
+    global DEVICE, N, WIDTH
     p = argparse.ArgumentParser()
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--build", default="build-gpu", help="tapegrad's build directory")
@@ -153,9 +155,14 @@ def main():
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--mode", default="lap,lap+bwd")
     p.add_argument("--frameworks", default="tapegrad,eager,func,jax_hessian,jax_fwdrev,jax_jet")
+    p.add_argument("--n", type=int, default=N, help="input dimension")
+    p.add_argument("--width", type=int, default=WIDTH, help="hidden width")
+    p.add_argument("--tapegrad-strategies", default="laplacian,trace,rows")
+    p.add_argument("--out", help="also write the tables as JSON there")
     p.add_argument("--one", help=argparse.SUPPRESS)  # internal: one JAX variant, JSON out
     args = p.parse_args()
     DEVICE = args.device
+    N, WIDTH = args.n, args.width
     if DEVICE == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"  # this process's JAX and its children's
     if args.one:
@@ -169,7 +176,9 @@ def main():
     if "tapegrad" in fw:
         exe = os.path.join(ROOT, args.build, "bench", "laplacian")
         r = json.loads(subprocess.run([exe, "--json", "--device", DEVICE, "--batch", str(args.batch), "--runs", str(args.runs),
-                                       "--mode", args.mode], check=True, capture_output=True, text=True).stdout)
+                                       "--mode", args.mode, "--inputs", str(N), "--width", str(WIDTH),
+                                       "--strategy", args.tapegrad_strategies],
+                                      check=True, capture_output=True, text=True).stdout)
         print(f"tapegrad on {r['device']}", flush=True)
         for e in r["results"]:
             rows.setdefault(e["mode"], {})[f"tapegrad {e['strategy']}"] = (e["median_ms"], e["peak_mib"], None)
@@ -183,7 +192,8 @@ def main():
                     label = "PyTorch eager rows" if name == "eager" else "torch.func hessian trace"
                 elif name.startswith("jax"):
                     res = subprocess.run([sys.executable, __file__, "--one", f"{name}:{mode}", "--device", DEVICE,
-                                          "--batch", str(args.batch), "--runs", str(args.runs)],
+                                          "--batch", str(args.batch), "--runs", str(args.runs), "--n", str(N),
+                                          "--width", str(WIDTH)],
                                          capture_output=True, text=True)
                     if res.returncode != 0:
                         raise RuntimeError(res.stderr.strip().splitlines()[-1] if res.stderr else "failed")
@@ -210,6 +220,11 @@ def main():
             ratio = f"{ms / best:.2f}×" if best else "—"
             mem = f"{peak / 1024:.2f}" if peak == peak else "—"
             print(f"| {k} | {ms:.2f} | {ratio} | {mem} | {'' if diff is None else f'{diff:.1e}'} |")
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump({"device": DEVICE, "batch": args.batch, "n": N, "width": WIDTH,
+                       "results": [{"mode": mode, "framework": k, "median_ms": v[0], "peak_mib": v[1]}
+                                   for mode, row in rows.items() for k, v in row.items()]}, fh, indent=2)
 
 
 if __name__ == "__main__":

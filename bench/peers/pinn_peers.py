@@ -30,6 +30,7 @@ import subprocess
 import sys
 
 from timing import ms_per_step  # bench/peers/timing.py
+from hessian_peers import jax_peak_mib  # noqa: E402
 from laplacian_peers import jax_mlp_point  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -95,14 +96,30 @@ def torch_setup(a, capturable=False):
     return torch, x, step
 
 
+def torch_peak_mib(torch, fn):
+    """The peak bytes fn allocates above what was live before it (CUDA; NaN on the CPU)."""
+    if DEVICE != "cuda":
+        fn()
+        return float("nan")
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
 def run_torch_eager(a):
+    """(ms per step, peak MiB of one step)"""
     torch, x, step = torch_setup(a)
     for _ in range(5):
         step(x)
-    return ms_per_step(lambda: step(x), sync_torch, a.steps)
+    ms = ms_per_step(lambda: step(x), sync_torch, a.steps)
+    return ms, torch_peak_mib(torch, lambda: step(x))
 
 
 def run_torch_graph(a):
+    """(ms per replay, peak MiB of the capture and a replay: the graph's pool)"""
     torch, x, step = torch_setup(a, capturable=True)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -113,11 +130,15 @@ def run_torch_graph(a):
     g = torch.cuda.CUDAGraph(keep_graph=True) if a.dump else torch.cuda.CUDAGraph()
     if a.dump:
         g.enable_debug_mode()
-    with torch.cuda.graph(g):
-        step(x)
-    if a.dump:
-        g.debug_dump(a.dump)
-        g.instantiate()
+
+    def capture():
+        with torch.cuda.graph(g):
+            step(x)
+        if a.dump:
+            g.debug_dump(a.dump)
+            g.instantiate()
+        g.replay()
+    peak = torch_peak_mib(torch, capture)
     fresh = torch.rand_like(x) * 2 - 1
 
     def replay():
@@ -130,7 +151,7 @@ def run_torch_graph(a):
         g.replay()
         torch.cuda.synchronize()
         torch.cuda.profiler.stop()
-    return ms
+    return ms, peak
 
 
 def run_torch_compile(a):
@@ -142,6 +163,7 @@ def run_torch_compile(a):
 
 
 def run_jax(a):
+    """(ms per step, the JAX device's peak bytes in use in this process, MiB)"""
     import jax
     import jax.numpy as jnp
     jax.config.update("jax_default_matmul_precision", "highest")
@@ -195,7 +217,8 @@ def run_jax(a):
     def sync():
         if state["loss"] is not None:
             state["loss"].block_until_ready()
-    return ms_per_step(one, sync, a.steps)
+    ms = ms_per_step(one, sync, a.steps)
+    return ms, jax_peak_mib(jax) if DEVICE == "cuda" else float("nan")
 
 
 def run_tapegrad(a, laplacian="backward"):
@@ -226,27 +249,26 @@ def main():
     DEVICE = a.device
     if DEVICE == "cpu":
         os.environ["JAX_PLATFORMS"] = "cpu"  # before JAX is imported
-    rows = {}
+    rows, mem = {}, {}  # framework -> ms per step, peak MiB (NaN where not measured)
     for fw in a.frameworks.split(","):
         try:
-            if fw == "tapegrad":
-                r = run_tapegrad(a)
-                rows["tapegrad eager"] = r["eager_ms"]
+            if fw in ("tapegrad", "taylor"):
+                r = run_tapegrad(a, "backward" if fw == "tapegrad" else "taylor")
+                name = "tapegrad eager" if fw == "tapegrad" else "tapegrad eager, Taylor-mode Laplacian"
+                rows[name], mem[name] = r["eager_ms"], r.get("eager_peak_mib", float("nan"))
                 if "graphed_ms" in r:
-                    rows["tapegrad graphed (one CUDA graph)"] = r["graphed_ms"]
-            elif fw == "taylor":
-                r = run_tapegrad(a, "taylor")
-                rows["tapegrad eager, Taylor-mode Laplacian"] = r["eager_ms"]
-                if "graphed_ms" in r:
-                    rows["tapegrad graphed, Taylor-mode Laplacian"] = r["graphed_ms"]
+                    name = ("tapegrad graphed (one CUDA graph)" if fw == "tapegrad"
+                            else "tapegrad graphed, Taylor-mode Laplacian")
+                    rows[name], mem[name] = r["graphed_ms"], r.get("pool_mib", float("nan"))
             elif fw == "eager":
-                rows["PyTorch eager"] = run_torch_eager(a)
+                rows["PyTorch eager"], mem["PyTorch eager"] = run_torch_eager(a)
             elif fw in ("graph", "compile") and DEVICE == "cpu":
                 continue  # CUDA graphs only
             elif fw == "graph":
-                rows["PyTorch, whole step in torch.cuda.graph"] = run_torch_graph(a)
+                name = "PyTorch, whole step in torch.cuda.graph"
+                rows[name], mem[name] = run_torch_graph(a)
             elif fw == "jax":
-                rows["JAX jit"] = run_jax(a)
+                rows["JAX jit"], mem["JAX jit"] = run_jax(a)
             elif fw == "compile":
                 rows["PyTorch, torch.compile(mode=\"reduce-overhead\")"] = run_torch_compile(a)
         except Exception as e:  # a missing peer is reported, not fatal
@@ -259,9 +281,11 @@ def main():
     for name, ms in rows.items():
         ratio = f"{ms / ref:.2f}x" if ref else "-"
         print(f"| {name} | {ms:.3f} | {1e3 / ms:.0f} | {ratio} |")
-    if a.out:
+    if a.out:  # peak_mib: tapegrad eager / PyTorch eager: one step's; graphed: the graph's pool; JAX: the process's
         with open(a.out, "w") as fh:
-            json.dump(rows, fh, indent=2)
+            json.dump({"device": DEVICE, "batch": a.batch, "width": a.width, "depth": a.depth,
+                       "results": [{"framework": k, "median_ms": v, "peak_mib": mem.get(k, float("nan"))}
+                                   for k, v in rows.items()]}, fh, indent=2)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 #include "tensor/env.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 
 #include <tbb/blocked_range.h>
@@ -114,16 +115,35 @@ void run_range(const Plan& p, int64_t begin, int64_t end, InnerLoop& inner) {
 
 }  // namespace
 
-void for_each(const Tensor* ops, int nops, InnerLoop inner, bool parallel) {
+int64_t elementwise_grain(int cost) {
+  static const int64_t env = [] {  // 0: unset
+    const char* e = std::getenv("TG_CPU_GRAIN");
+    if (!e || !*e) return int64_t(0);
+    char* end = nullptr;
+    const long long v = std::strtoll(e, &end, 10);
+    return *end || v < 1 ? int64_t(0) : int64_t(v);
+  }();
+  // By default smaller chunks where there are more workers: a CPU PINN
+  // step (B = 1024) on 16 cores took 9.5 ms at 32768, 8.8 at 8192.
+  int64_t base = env;
+  if (!base) {
+    const int w = parallel_workers();
+    base = w >= 16 ? kGrainSize / 4 : w >= 8 ? kGrainSize / 2 : kGrainSize;
+  }
+  return std::max<int64_t>(1024, base / std::max(cost, 1));
+}
+
+void for_each(const Tensor* ops, int nops, InnerLoop inner, bool parallel, int cost) {
   TG_INTERNAL_ASSERT(nops >= 1 && nops <= kMaxOps, "bad operand count");
   int64_t numel = ops[0].numel();
   if (numel == 0) return;
   Plan p = make_plan(ops, nops);
-  if (!parallel || numel < kGrainSize) {
+  const int64_t grain = elementwise_grain(cost);
+  if (!parallel || numel < grain) {
     run_range(p, 0, numel, inner);
     return;
   }
-  parallel_for(numel, kGrainSize, [&](int64_t b, int64_t e) { run_range(p, b, e, inner); });
+  parallel_for(numel, grain, [&](int64_t b, int64_t e) { run_range(p, b, e, inner); });
 }
 
 #ifdef TAPEGRAD_TSAN

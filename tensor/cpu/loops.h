@@ -37,9 +37,18 @@ template <class R, class... A> class FunctionRef<R(A...)> {
 // inner(ptrs, byte_strides, n): process n elements along the innermost dim.
 using InnerLoop = FunctionRef<void(char** ptrs, const int64_t* strides, int64_t n)>;
 
+// Per-element cost of an elementwise loop, relative to an add: a
+// transcendental (exp, tanh, an activation's derivatives) costs about 8.
+constexpr int kCostTranscendental = 8;
+// The elements per chunk of an elementwise loop of that cost: TG_CPU_GRAIN
+// (by default kGrainSize, a half of it from 8 workers, a quarter from 16)
+// divided by the cost, at least 1024.
+int64_t elementwise_grain(int cost = 1);
+
 // Operand 0 is the output; all operands have the output's sizes (inputs are
-// expanded views). parallel=false runs serially (e.g. scatter).
-void for_each(const Tensor* ops, int nops, InnerLoop inner, bool parallel = true);
+// expanded views). parallel=false runs serially (e.g. scatter); cost sets
+// the chunk size (elementwise_grain).
+void for_each(const Tensor* ops, int nops, InnerLoop inner, bool parallel = true, int cost = 1);
 
 // Runs f(begin, end) over [0, n) in TBB chunks of at least `grain`.
 void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> f);

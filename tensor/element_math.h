@@ -303,6 +303,11 @@ template <class T> TG_HOST_DEVICE inline T activation_derivative(Activation act,
           default: return u * a * (a * a - T(8) * u);
         }
       }
+      // Where the sigmoid saturates (u = 0) the x u terms are 0, also at
+      // x = +-inf (inf * 0): silu' is then s, the higher derivatives 0.
+      if constexpr (std::is_arithmetic_v<T>) {
+        if (k >= 1 && u == T(0)) return k == 1 ? s : T(0);
+      }
       switch (k) {
         case 0: return x * s;
         case 1: return s + x * u;

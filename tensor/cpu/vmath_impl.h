@@ -12,6 +12,9 @@
 #endif
 #include <Eigen/Core>
 
+#include <cmath>
+#include <limits>
+
 #include "tensor/cpu/vmath.h"
 
 namespace tg::cpu {
@@ -20,6 +23,16 @@ namespace {
 
 template <class T> using Map = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <class T> using ConstMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// out[i] = f(x[i]) where x[i] is subnormal: Eigen's packet log and rsqrt
+// take them for the smallest normal number (log(denorm_min) = -87.3, not
+// -103.3) or overflow, so those elements take the scalar form.
+template <class T, class F> void subnormals_scalar(T* out, const T* x, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T ax = x[i] < T(0) ? -x[i] : x[i];
+    if (ax != T(0) && ax < std::numeric_limits<T>::min()) out[i] = f(x[i]);
+  }
+}
 
 // Each form agrees with the element math (tensor/element_math.h) at the
 // special values (the special-value tests check both paths):
@@ -34,14 +47,20 @@ template <class T> void unary(VUnary f, T* out, const T* x, int64_t n) {
       o = (a < lo).select(T(0), a.exp());
       return;
     }
-    case VUnary::Log: o = a.log(); return;
+    case VUnary::Log:
+      o = a.log();
+      subnormals_scalar(out, x, n, [](T v) { return std::log(v); });
+      return;
     case VUnary::Sin: o = a.sin(); return;
     case VUnary::Cos: o = a.cos(); return;
     case VUnary::Tanh: o = a.tanh(); return;
     // 1 / (1 + exp(-x)) as the element math: Eigen's logistic clamps, giving
     // a denormal (2.9e-39) where the sigmoid underflows to 0 (x = -inf, -104).
     case VUnary::Sigmoid: o = (T(1) + (-a).exp()).inverse(); return;
-    case VUnary::Rsqrt: o = a.rsqrt(); return;
+    case VUnary::Rsqrt:
+      o = a.rsqrt();
+      subnormals_scalar(out, x, n, [](T v) { return T(1) / std::sqrt(v); });
+      return;
     case VUnary::Reciprocal: o = a.inverse(); return;
   }
 }
@@ -75,12 +94,12 @@ template <VAct A, int K> Block derivative_block(const ConstMap<float>& x) {
       else if constexpr (K == 2) return u * a;
       else if constexpr (K == 3) return u * (a * a - T(2) * u);
       else return u * a * (a * a - T(8) * u);
-    } else {  // silu
+    } else {  // silu; where the sigmoid saturates (u = 0) the x u terms are 0, also at x = +-inf
       if constexpr (K == 0) return x * sg;
-      else if constexpr (K == 1) return sg + x * u;
-      else if constexpr (K == 2) return u * (T(2) + x * a);
-      else if constexpr (K == 3) return u * (a * (T(3) + x * a) - T(2) * x * u);
-      else return u * (T(4) * a * a + x * a * a * a - T(8) * x * a * u - T(8) * u);
+      else if constexpr (K == 1) return (u == T(0)).select(sg, sg + x * u);
+      else if constexpr (K == 2) return (u == T(0)).select(T(0), u * (T(2) + x * a));
+      else if constexpr (K == 3) return (u == T(0)).select(T(0), u * (a * (T(3) + x * a) - T(2) * x * u));
+      else return (u == T(0)).select(T(0), u * (T(4) * a * a + x * a * a * a - T(8) * x * a * u - T(8) * u));
     }
   }
 }

@@ -81,6 +81,18 @@ void derivative_block(const Taylor2Derivs<T>& d, int first, int count, int64_t s
       out[c][i] = activation_derivative<T>(d.act, d.order + first + c, d.z[s0 + i]);
 }
 
+// f(s, a, i) for each element s of [b, e), a[c][i] its derivative of order
+// d.order + 1 + c (c < N), taken kBlock elements at a time.
+template <int N, class T, class F> void with_derivatives(const Taylor2Derivs<T>& d, int64_t b, int64_t e, F&& f) {
+  T a[N][kBlock];
+  for (int64_t s0 = b; s0 < e; s0 += kBlock) {
+    const int64_t m = std::min(kBlock, e - s0);
+    derivative_block<T>(d, 1, N, s0, m, a);
+    for (int64_t i = 0; i < m; ++i)
+      f(s0 + i, a, i);
+  }
+}
+
 void taylor2_unary_kernel(int kind, int64_t k, const Tensor& out, const Tensor& x, const Taylor2Derivatives& d,
                           const Tensor& pa, const Tensor& pb) {
   taylor2_loop(kind, k, out, x, d, pa, pb,
@@ -94,15 +106,9 @@ void taylor2_unary_kernel(int kind, int64_t k, const Tensor& out, const Tensor& 
                      taylor2_forward_at<T>(kind, k, q, S, P, s, o, xp, derivs, ia, ib);
                    return;
                  }
-                 T a[2][kBlock];
-                 for (int64_t s0 = b; s0 < e; s0 += kBlock) {
-                   const int64_t m = std::min(kBlock, e - s0);
-                   derivative_block<T>(derivs, 1, 2, s0, m, a);
-                   for (int64_t i = 0; i < m; ++i) {
-                     const int64_t s = s0 + i;
-                     taylor2_forward<T>(kind, k, q, S, P, o + s, xp + (P == S ? s : s % P), a[0][i], a[1][i], ia, ib);
-                   }
-                 }
+                 with_derivatives<2>(derivs, b, e, [&](int64_t s, const T(*a)[kBlock], int64_t i) {
+                   taylor2_forward<T>(kind, k, q, S, P, o + s, xp + (P == S ? s : s % P), a[0][i], a[1][i], ia, ib);
+                 });
                });
 }
 
@@ -121,18 +127,12 @@ void taylor2_unary_backward_kernel(int kind, int64_t k, const Tensor& dx, const 
                    return;
                  }
                  // As taylor2_backward_at with d.z: dd1 gets dz.
-                 T a[3][kBlock];
-                 for (int64_t s0 = b; s0 < e; s0 += kBlock) {
-                   const int64_t m = std::min(kBlock, e - s0);
-                   derivative_block<T>(derivs, 1, 3, s0, m, a);
-                   for (int64_t i = 0; i < m; ++i) {
-                     const int64_t s = s0 + i;
-                     T e1, e2;
-                     taylor2_backward<T>(kind, k, q, S, P, o + s, &e1, &e2, gp + s, xp + (P == S ? s : s % P), a[0][i],
-                                         a[1][i], ia, ib);
-                     o1[s] = e1 * a[1][i] + e2 * a[2][i];
-                   }
-                 }
+                 with_derivatives<3>(derivs, b, e, [&](int64_t s, const T(*a)[kBlock], int64_t i) {
+                   T e1, e2;
+                   taylor2_backward<T>(kind, k, q, S, P, o + s, &e1, &e2, gp + s, xp + (P == S ? s : s % P), a[0][i],
+                                       a[1][i], ia, ib);
+                   o1[s] = e1 * a[1][i] + e2 * a[2][i];
+                 });
                });
 }
 

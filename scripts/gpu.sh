@@ -276,7 +276,10 @@ for step in "$@"; do
       done 2>&1 | tee "$OUT/cpuscale_grain.txt" ;;
     scaling)  # issue 51 point 7: the Hessian job, the Laplacian and the PINN step swept over B, n and width,
               # tapegrad and the peers (bench/peers/scaling.py; SCALING_ARGS, e.g. "--sweeps pinn_b --points 2")
-      python3 bench/peers/scaling.py --build $B --out "$OUT/scaling" ${SCALING_ARGS:-} 2>&1 | tee "$OUT/scaling.txt" ;;
+      # A device call returns at most 8 files: the points go back as one archive (docs/img/scaling holds them).
+      # One call has room for about one sweep of the Laplacian (~90 s a point) or two of the others.
+      python3 bench/peers/scaling.py --build $B --out "$OUT/scaling" ${SCALING_ARGS:-} 2>&1 | tee "$OUT/scaling.txt"
+      tar -C "$OUT" -czf "$OUT/scaling.tgz" scaling && rm -rf "$OUT/scaling" ;;
     stochastic)  # issue 51 point 5: Hutchinson's Laplacian against the same estimator in JAX, n = 100 .. 100000,
                  # and the 1000-dimensional PINN sample
       python3 bench/peers/stochastic_peers.py --build $B ${STOCHASTIC_ARGS:-} --json "$OUT/stochastic.json" 2>&1 |

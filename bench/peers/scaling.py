@@ -130,7 +130,7 @@ def main():
     p.add_argument("--build", default="build-gpu", help="tapegrad's build directory")
     p.add_argument("--out", default="scaling", help="where the JSON (and the PNGs) go")
     p.add_argument("--sweeps", default=",".join(SWEEPS))
-    p.add_argument("--timeout", type=float, default=120, help="seconds per point")
+    p.add_argument("--timeout", type=float, default=150, help="seconds per point (a Laplacian point takes ~90 on an H200)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--points", type=int, default=100, help="the first this many values of each sweep")
     p.add_argument("--plot", metavar="DIR", help="only draw DIR's JSON")

@@ -519,6 +519,18 @@ TEST(CpuVectorMath, SubnormalsAndSaturatedSiluTakeTheirValues) {
         EXPECT_TRUE(vmath_isa::agrees(od[i], want(xd[i]), 1e-14))
             << k->isa << " f64 function " << int(f) << " at " << xd[i] << ": " << od[i] << " against " << want(xd[i]);
     }
+    // The sigmoid where it is subnormal (the AVX-512 build gave 0 for x in
+    // [-88.7, -87.4]) and 0 where the element math's exp(-x) overflows.
+    std::vector<float> xs, ys;
+    for (float v = -89.5f; v < -86.0f; v += 0.0137f)
+      xs.push_back(v);
+    ys.resize(xs.size());
+    k->unary_f32(VUnary::Sigmoid, ys.data(), xs.data(), int64_t(xs.size()));
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const float want = 1.0f / (1.0f + std::exp(-xs[i]));
+      EXPECT_TRUE(vmath_isa::agrees(ys[i], want, 1e-5, want == 0.0f ? 0.0 : 3e-45))
+          << k->isa << " sigmoid at " << xs[i] << ": " << ys[i] << " against " << want;
+    }
     const float inf = std::numeric_limits<float>::infinity();
     std::vector<float> x;
     for (int r = 0; r < 20; ++r)

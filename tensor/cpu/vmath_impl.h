@@ -67,7 +67,15 @@ template <class T> void unary(VUnary f, T* out, const T* x, int64_t n) {
       return;
     // 1 / (1 + exp(-x)) as the element math: Eigen's logistic clamps, giving
     // a denormal (2.9e-39) where the sigmoid underflows to 0 (x = -inf, -104).
-    case VUnary::Sigmoid: o = (T(1) + (-a).exp()).inverse(); return;
+    // Far below zero it is exp(x): Eigen's exp(-x) there overflows early in
+    // the AVX-512 build, giving 0 where the sigmoid is subnormal (x in
+    // [-88.7, -87.4]). 0 where the element math's exp(-x) overflows.
+    case VUnary::Sigmoid: {
+      const T far = sizeof(T) == 4 ? T(-80) : T(-700);
+      const T lo = sizeof(T) == 4 ? T(-88.72283935546875) : T(-709.782712893384);
+      o = (a < far).select((a < lo).select(T(0), a.exp()), (T(1) + (-a).exp()).inverse());
+      return;
+    }
     case VUnary::Rsqrt:
       o = a.rsqrt();
       subnormals_scalar(out, x, n, [](T v) { return T(1) / std::sqrt(v); });

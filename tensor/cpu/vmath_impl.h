@@ -12,6 +12,7 @@
 #endif
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -24,13 +25,30 @@ namespace {
 template <class T> using Map = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <class T> using ConstMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
-// out[i] = f(x[i]) where x[i] is subnormal: Eigen's packet log and rsqrt
-// take them for the smallest normal number (log(denorm_min) = -87.3, not
-// -103.3) or overflow, so those elements take the scalar form.
-template <class T, class F> void subnormals_scalar(T* out, const T* x, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i) {
-    const T ax = x[i] < T(0) ? -x[i] : x[i];
-    if (ax != T(0) && ax < std::numeric_limits<T>::min()) out[i] = f(x[i]);
+// out = vec(x), but f(x[i]) where x[i] is subnormal: Eigen's packet log and
+// rsqrt take those for the smallest normal number (log(denorm_min) = -87.3,
+// not -103.3) or overflow. Blocks holding one keep a copy of their inputs,
+// as out may be x (an in-place op).
+template <class T> bool subnormal(T v) {
+  const T a = v < T(0) ? -v : v;
+  return a != T(0) && a < std::numeric_limits<T>::min();
+}
+template <class T, class V, class F> void with_subnormals_scalar(T* out, const T* x, int64_t n, V vec, F f) {
+  constexpr int64_t kB = 256;
+  T copy[kB];
+  for (int64_t i = 0; i < n; i += kB) {
+    const int64_t m = n - i < kB ? n - i : kB;
+    bool any = false;
+    for (int64_t j = 0; j < m; ++j)
+      any |= subnormal(x[i + j]);
+    if (!any) {
+      vec(out + i, x + i, m);
+      continue;
+    }
+    std::copy(x + i, x + i + m, copy);
+    vec(out + i, copy, m);
+    for (int64_t j = 0; j < m; ++j)
+      if (subnormal(copy[j])) out[i + j] = f(copy[j]);
   }
 }
 
@@ -48,8 +66,9 @@ template <class T> void unary(VUnary f, T* out, const T* x, int64_t n) {
       return;
     }
     case VUnary::Log:
-      o = a.log();
-      subnormals_scalar(out, x, n, [](T v) { return std::log(v); });
+      with_subnormals_scalar(
+          out, x, n, [](T* po, const T* px, int64_t m) { Map<T>(po, m) = ConstMap<T>(px, m).log(); },
+          [](T v) { return std::log(v); });
       return;
     case VUnary::Sin: o = a.sin(); return;
     case VUnary::Cos: o = a.cos(); return;
@@ -77,8 +96,9 @@ template <class T> void unary(VUnary f, T* out, const T* x, int64_t n) {
       return;
     }
     case VUnary::Rsqrt:
-      o = a.rsqrt();
-      subnormals_scalar(out, x, n, [](T v) { return T(1) / std::sqrt(v); });
+      with_subnormals_scalar(
+          out, x, n, [](T* po, const T* px, int64_t m) { Map<T>(po, m) = ConstMap<T>(px, m).rsqrt(); },
+          [](T v) { return T(1) / std::sqrt(v); });
       return;
     case VUnary::Reciprocal: o = a.inverse(); return;
   }

@@ -526,16 +526,22 @@ TEST(CpuVectorMath, SubnormalsAndSaturatedSiluTakeTheirValues) {
             << of[i];
     }
     // The sigmoid where it is subnormal (the AVX-512 build gave 0 for x in
-    // [-88.7, -87.4]) and 0 where the element math's exp(-x) overflows.
-    std::vector<float> xs, ys;
-    for (float v = -89.5f; v < -86.0f; v += 0.0137f)
+    // [-88.7, -87.4]) and 0 where the element math's exp(-x) overflows; exp
+    // where it is subnormal or underflows (the AVX-512 packets give 0 below
+    // -87.3).
+    std::vector<float> xs, ys, es;
+    for (float v = -105.5f; v < -85.0f; v += 0.0137f)
       xs.push_back(v);
     ys.resize(xs.size());
+    es.resize(xs.size());
     k->unary_f32(VUnary::Sigmoid, ys.data(), xs.data(), int64_t(xs.size()));
+    k->unary_f32(VUnary::Exp, es.data(), xs.data(), int64_t(xs.size()));
     for (size_t i = 0; i < xs.size(); ++i) {
-      const float want = 1.0f / (1.0f + std::exp(-xs[i]));
+      const float want = 1.0f / (1.0f + std::exp(-xs[i])), want_exp = std::exp(xs[i]);
       EXPECT_TRUE(vmath_isa::agrees(ys[i], want, 1e-5, want == 0.0f ? 0.0 : 3e-45))
           << k->isa << " sigmoid at " << xs[i] << ": " << ys[i] << " against " << want;
+      EXPECT_TRUE(vmath_isa::agrees(es[i], want_exp, 1e-5, want_exp == 0.0f ? 0.0 : 3e-45))
+          << k->isa << " exp at " << xs[i] << ": " << es[i] << " against " << want_exp;
     }
     const float inf = std::numeric_limits<float>::infinity();
     std::vector<float> x;

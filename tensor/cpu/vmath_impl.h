@@ -52,6 +52,34 @@ template <class T, class V, class F> void with_subnormals_scalar(T* out, const T
   }
 }
 
+// out = vec(in) on blocks of kVBlock, then fix(o, in, m) with the block's
+// inputs, a copy (out may be x: an in-place op). Eigen 3.4's select is not
+// vectorized (it evaluated both sides with libm, element by element: tanh
+// took 12x as long), so the fix-ups are plain loops the compiler vectorizes.
+constexpr int64_t kVBlock = 256;
+template <class T, class V, class F> void in_blocks(T* out, const T* x, int64_t n, V vec, F fix) {
+  T in[kVBlock];
+  for (int64_t i = 0; i < n; i += kVBlock) {
+    const int64_t m = n - i < kVBlock ? n - i : kVBlock;
+    std::copy(x + i, x + i + m, in);
+    vec(out + i, in, m);
+    fix(out + i, in, m);
+  }
+}
+
+// po[j] = f(px[j]) where px[j] < cut, when any is (rare inputs, by libm).
+template <class T, class F> void exp_tail(T* po, const T* px, int64_t m, T cut, F f) {
+  bool any = false;
+  for (int64_t j = 0; j < m; ++j)
+    any |= px[j] < cut;
+  if (!any) return;
+  for (int64_t j = 0; j < m; ++j)
+    if (px[j] < cut) po[j] = f(px[j]);
+}
+// Where Eigen's packet exp leaves libm's: results near or below the
+// smallest normal number.
+template <class T> constexpr T kExpTail = sizeof(T) == 4 ? T(-87) : T(-708);
+
 // Each form agrees with the element math (tensor/element_math.h) at the
 // special values (the special-value tests check both paths):
 template <class T> void unary(VUnary f, T* out, const T* x, int64_t n) {
@@ -59,10 +87,12 @@ template <class T> void unary(VUnary f, T* out, const T* x, int64_t n) {
   Map<T> o(out, n);
   switch (f) {
     case VUnary::Exp: {
-      // Eigen's packet exp gives a denormal, not 0, at -inf (and in double
-      // far below its range), where libm's exp underflows to 0.
-      const T lo = sizeof(T) == 4 ? T(-104) : T(-746);
-      o = (a < lo).select(T(0), a.exp());
+      // Eigen's packet exp is not libm's where the result is subnormal or
+      // 0 (a denormal at -inf; 0 below -87.3 in the AVX-512 build): those
+      // inputs, rare, take libm's exp.
+      in_blocks(
+          out, x, n, [](T* po, const T* px, int64_t m) { Map<T>(po, m) = ConstMap<T>(px, m).exp(); },
+          [](T* po, const T* px, int64_t m) { exp_tail(po, px, m, kExpTail<T>, [](T v) { return std::exp(v); }); });
       return;
     }
     case VUnary::Log:
@@ -78,21 +108,31 @@ template <class T> void unary(VUnary f, T* out, const T* x, int64_t n) {
         // |x| = 5.7 (6.5 in the baseline build); 1 - 2 / (exp(2|x|) + 1)
         // keeps the error near one ulp from |x| = 0.625 up (exp overflows
         // to inf: 1). NaN takes the second form: NaN.
-        const auto ax = a.abs();
-        o = (ax < T(0.625)).select(a.tanh(), (T(1) - T(2) / ((T(2) * ax).exp() + T(1))) * a.sign());
+        in_blocks(
+            out, x, n, [](T* po, const T* px, int64_t m) { Map<T>(po, m) = ConstMap<T>(px, m).tanh(); },
+            [](T* po, const T* px, int64_t m) {
+              T big[kVBlock];
+              Map<T>(big, m) = T(1) - T(2) / ((T(2) * ConstMap<T>(px, m).abs()).exp() + T(1));
+              for (int64_t j = 0; j < m; ++j)
+                po[j] = std::fabs(px[j]) < T(0.625) ? po[j] : std::copysign(big[j], px[j]);
+            });
       } else {
         o = a.tanh();
       }
       return;
     // 1 / (1 + exp(-x)) as the element math: Eigen's logistic clamps, giving
     // a denormal (2.9e-39) where the sigmoid underflows to 0 (x = -inf, -104).
-    // Far below zero it is exp(x): Eigen's exp(-x) there overflows early in
-    // the AVX-512 build, giving 0 where the sigmoid is subnormal (x in
-    // [-88.7, -87.4]). 0 where the element math's exp(-x) overflows.
+    // Below -80 it is libm's exp(x) (the AVX-512 build's exp(-x) overflows
+    // early: 0 where the sigmoid is subnormal, x in [-88.7, -87.4]), and 0
+    // where the element math's exp(-x) overflows.
     case VUnary::Sigmoid: {
-      const T far = sizeof(T) == 4 ? T(-80) : T(-700);
       const T lo = sizeof(T) == 4 ? T(-88.72283935546875) : T(-709.782712893384);
-      o = (a < far).select((a < lo).select(T(0), a.exp()), (T(1) + (-a).exp()).inverse());
+      in_blocks(
+          out, x, n,
+          [](T* po, const T* px, int64_t m) { Map<T>(po, m) = (T(1) + (-ConstMap<T>(px, m)).exp()).inverse(); },
+          [lo](T* po, const T* px, int64_t m) {
+            exp_tail(po, px, m, sizeof(T) == 4 ? T(-80) : T(-700), [lo](T v) { return v < lo ? T(0) : std::exp(v); });
+          });
       return;
     }
     case VUnary::Rsqrt:
@@ -133,12 +173,20 @@ template <VAct A, int K> Block derivative_block(const ConstMap<float>& x) {
       else if constexpr (K == 2) return u * a;
       else if constexpr (K == 3) return u * (a * a - T(2) * u);
       else return u * a * (a * a - T(8) * u);
-    } else {  // silu; where the sigmoid saturates (u = 0) the x u terms are 0, also at x = +-inf
-      if constexpr (K == 0) return x * sg;
-      else if constexpr (K == 1) return (u == T(0)).select(sg, sg + x * u);
-      else if constexpr (K == 2) return (u == T(0)).select(T(0), u * (T(2) + x * a));
-      else if constexpr (K == 3) return (u == T(0)).select(T(0), u * (a * (T(3) + x * a) - T(2) * x * u));
-      else return (u == T(0)).select(T(0), u * (T(4) * a * a + x * a * a * a - T(8) * x * a * u - T(8) * u));
+    } else if constexpr (K == 0) {  // silu
+      return x * sg;
+    } else {
+      Block r;
+      if constexpr (K == 1) r = sg + x * u;
+      else if constexpr (K == 2) r = u * (T(2) + x * a);
+      else if constexpr (K == 3) r = u * (a * (T(3) + x * a) - T(2) * x * u);
+      else r = u * (T(4) * a * a + x * a * a * a - T(8) * x * a * u - T(8) * u);
+      // Where the sigmoid saturates (u = 0) the x u terms are 0, also at
+      // x = +-inf (inf * 0): silu' is then s, the higher derivatives 0.
+      const int64_t m = x.size();
+      for (int64_t j = 0; j < m; ++j)
+        r[j] = u[j] == T(0) ? (K == 1 ? sg[j] : T(0)) : r[j];
+      return r;
     }
   }
 }

@@ -25,22 +25,22 @@ namespace {
 template <class T> using Map = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <class T> using ConstMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
-// out = vec(x), but f(x[i]) where x[i] is subnormal: Eigen's packet log and
-// rsqrt take those for the smallest normal number (log(denorm_min) = -87.3,
-// not -103.3) or overflow. Blocks holding one keep a copy of their inputs,
-// as out may be x (an in-place op).
-template <class T> bool subnormal(T v) {
-  const T a = v < T(0) ? -v : v;
-  return a != T(0) && a < std::numeric_limits<T>::min();
-}
-template <class T, class V, class F> void with_subnormals_scalar(T* out, const T* x, int64_t n, V vec, F f) {
-  constexpr int64_t kB = 256;
-  T copy[kB];
-  for (int64_t i = 0; i < n; i += kB) {
-    const int64_t m = n - i < kB ? n - i : kB;
+// Elements per block of the kernels below.
+constexpr int64_t kBlock = 256;
+
+// out = vec(x), but f(x[i]) where needs(x[i]): inputs, rare, where Eigen's
+// packet form is not libm's (subnormal inputs of log and rsqrt, subnormal or
+// zero results of exp). A block holding one keeps a copy of its inputs, as
+// out may be x (an in-place op); the others run vec alone. (Eigen 3.4's
+// select is not vectorized: it evaluated both sides with libm, element by
+// element.)
+template <class T, class V, class N, class F> void scalar_where(T* out, const T* x, int64_t n, V vec, N needs, F f) {
+  T copy[kBlock];
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const int64_t m = n - i < kBlock ? n - i : kBlock;
     bool any = false;
     for (int64_t j = 0; j < m; ++j)
-      any |= subnormal(x[i + j]);
+      any |= needs(x[i + j]);
     if (!any) {
       vec(out + i, x + i, m);
       continue;
@@ -48,37 +48,14 @@ template <class T, class V, class F> void with_subnormals_scalar(T* out, const T
     std::copy(x + i, x + i + m, copy);
     vec(out + i, copy, m);
     for (int64_t j = 0; j < m; ++j)
-      if (subnormal(copy[j])) out[i + j] = f(copy[j]);
+      if (needs(copy[j])) out[i + j] = f(copy[j]);
   }
 }
 
-// out = vec(in) on blocks of kVBlock, then fix(o, in, m) with the block's
-// inputs, a copy (out may be x: an in-place op). Eigen 3.4's select is not
-// vectorized (it evaluated both sides with libm, element by element: tanh
-// took 12x as long), so the fix-ups are plain loops the compiler vectorizes.
-constexpr int64_t kVBlock = 256;
-template <class T, class V, class F> void in_blocks(T* out, const T* x, int64_t n, V vec, F fix) {
-  T in[kVBlock];
-  for (int64_t i = 0; i < n; i += kVBlock) {
-    const int64_t m = n - i < kVBlock ? n - i : kVBlock;
-    std::copy(x + i, x + i + m, in);
-    vec(out + i, in, m);
-    fix(out + i, in, m);
-  }
+template <class T> bool subnormal(T v) {
+  const T a = v < T(0) ? -v : v;
+  return a != T(0) && a < std::numeric_limits<T>::min();
 }
-
-// po[j] = f(px[j]) where px[j] < cut, when any is (rare inputs, by libm).
-template <class T, class F> void exp_tail(T* po, const T* px, int64_t m, T cut, F f) {
-  bool any = false;
-  for (int64_t j = 0; j < m; ++j)
-    any |= px[j] < cut;
-  if (!any) return;
-  for (int64_t j = 0; j < m; ++j)
-    if (px[j] < cut) po[j] = f(px[j]);
-}
-// Where Eigen's packet exp leaves libm's: results near or below the
-// smallest normal number.
-template <class T> constexpr T kExpTail = sizeof(T) == 4 ? T(-87) : T(-708);
 
 // Each form agrees with the element math (tensor/element_math.h) at the
 // special values (the special-value tests check both paths):
@@ -88,16 +65,16 @@ template <class T> void unary(VUnary f, T* out, const T* x, int64_t n) {
   switch (f) {
     case VUnary::Exp: {
       // Eigen's packet exp is not libm's where the result is subnormal or
-      // 0 (a denormal at -inf; 0 below -87.3 in the AVX-512 build): those
-      // inputs, rare, take libm's exp.
-      in_blocks(
+      // 0 (a denormal at -inf; 0 below -87.3 in the AVX-512 build).
+      const T tail = sizeof(T) == 4 ? T(-87) : T(-708);
+      scalar_where(
           out, x, n, [](T* po, const T* px, int64_t m) { Map<T>(po, m) = ConstMap<T>(px, m).exp(); },
-          [](T* po, const T* px, int64_t m) { exp_tail(po, px, m, kExpTail<T>, [](T v) { return std::exp(v); }); });
+          [tail](T v) { return v < tail; }, [](T v) { return std::exp(v); });
       return;
     }
     case VUnary::Log:
-      with_subnormals_scalar(
-          out, x, n, [](T* po, const T* px, int64_t m) { Map<T>(po, m) = ConstMap<T>(px, m).log(); },
+      scalar_where(
+          out, x, n, [](T* po, const T* px, int64_t m) { Map<T>(po, m) = ConstMap<T>(px, m).log(); }, subnormal<T>,
           [](T v) { return std::log(v); });
       return;
     case VUnary::Sin: o = a.sin(); return;
@@ -107,15 +84,17 @@ template <class T> void unary(VUnary f, T* out, const T* x, int64_t n) {
         // Eigen's float tanh (a rational form) is up to 4.7 ulp off near
         // |x| = 5.7 (6.5 in the baseline build); 1 - 2 / (exp(2|x|) + 1)
         // keeps the error near one ulp from |x| = 0.625 up (exp overflows
-        // to inf: 1). NaN takes the second form: NaN.
-        in_blocks(
-            out, x, n, [](T* po, const T* px, int64_t m) { Map<T>(po, m) = ConstMap<T>(px, m).tanh(); },
-            [](T* po, const T* px, int64_t m) {
-              T big[kVBlock];
-              Map<T>(big, m) = T(1) - T(2) / ((T(2) * ConstMap<T>(px, m).abs()).exp() + T(1));
-              for (int64_t j = 0; j < m; ++j)
-                po[j] = std::fabs(px[j]) < T(0.625) ? po[j] : std::copysign(big[j], px[j]);
-            });
+        // to inf: 1). NaN takes the second form: NaN. Both into blocks,
+        // then each element reads x before writing out (out may be x).
+        T small[kBlock], big[kBlock];
+        for (int64_t i = 0; i < n; i += kBlock) {
+          const int64_t m = n - i < kBlock ? n - i : kBlock;
+          const ConstMap<T> xb(x + i, m);
+          Map<T>(small, m) = xb.tanh();
+          Map<T>(big, m) = T(1) - T(2) / ((T(2) * xb.abs()).exp() + T(1));
+          for (int64_t j = 0; j < m; ++j)
+            out[i + j] = std::fabs(x[i + j]) < T(0.625) ? small[j] : std::copysign(big[j], x[i + j]);
+        }
       } else {
         o = a.tanh();
       }
@@ -126,18 +105,17 @@ template <class T> void unary(VUnary f, T* out, const T* x, int64_t n) {
     // early: 0 where the sigmoid is subnormal, x in [-88.7, -87.4]), and 0
     // where the element math's exp(-x) overflows.
     case VUnary::Sigmoid: {
+      const T far = sizeof(T) == 4 ? T(-80) : T(-700);
       const T lo = sizeof(T) == 4 ? T(-88.72283935546875) : T(-709.782712893384);
-      in_blocks(
+      scalar_where(
           out, x, n,
           [](T* po, const T* px, int64_t m) { Map<T>(po, m) = (T(1) + (-ConstMap<T>(px, m)).exp()).inverse(); },
-          [lo](T* po, const T* px, int64_t m) {
-            exp_tail(po, px, m, sizeof(T) == 4 ? T(-80) : T(-700), [lo](T v) { return v < lo ? T(0) : std::exp(v); });
-          });
+          [far](T v) { return v < far; }, [lo](T v) { return v < lo ? T(0) : std::exp(v); });
       return;
     }
     case VUnary::Rsqrt:
-      with_subnormals_scalar(
-          out, x, n, [](T* po, const T* px, int64_t m) { Map<T>(po, m) = ConstMap<T>(px, m).rsqrt(); },
+      scalar_where(
+          out, x, n, [](T* po, const T* px, int64_t m) { Map<T>(po, m) = ConstMap<T>(px, m).rsqrt(); }, subnormal<T>,
           [](T v) { return T(1) / std::sqrt(v); });
       return;
     case VUnary::Reciprocal: o = a.inverse(); return;
@@ -149,7 +127,6 @@ void unary_f64(VUnary f, double* out, const double* x, int64_t n) { unary<double
 
 // act^(K) of the tanh and logistic families on a block of at most kBlock
 // elements: the polynomials are activation_derivative's (element_math.h).
-constexpr int64_t kBlock = 256;
 using Block = Eigen::Array<float, Eigen::Dynamic, 1, 0, kBlock, 1>;
 
 template <VAct A, int K> Block derivative_block(const ConstMap<float>& x) {

@@ -47,7 +47,10 @@ namespace tg::detail {
     "tensor/grid.cpp, cuda/kernels/resample.cu")                                                                       \
   X(kCpuSmallArenas, "TG_CPU_SMALL_ARENAS",                                                                            \
     "CPU loops of fewer chunks than threads in an arena of their size (back to the whole pool)",                       \
-    "tensor/cpu/loops.cpp")
+    "tensor/cpu/loops.cpp")                                                                                            \
+  X(kCpuSplitInner, "TG_CPU_SPLIT_INNER",                                                                              \
+    "CPU products of few rows split their k, and reductions of few columns their rows (back to row blocks only)",      \
+    "tensor/linalg.cpp, tensor/reduce.cpp")
 
 enum class OffSwitch {
 #define TG_SWITCH_ENUM(e, var, what, where) e,

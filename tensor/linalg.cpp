@@ -3,6 +3,7 @@
 // primitives' raw entries, their public entries, the composites); then the
 // CPU kernels (the GEMM, and the LinalgKernels table on Eigen's
 // decompositions).
+#include <cstdlib>
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -15,6 +16,7 @@
 #include <tapegrad/cuda/capture.h>
 #include <tapegrad/tensor/linalg.h>
 
+#include "tensor/env.h"
 #include "tensor/linalg_kernels.h"
 #include "tensor/op_table.h"
 #include "tensor/op_util.h"
@@ -870,6 +872,33 @@ void gemm(const T* a, const MatView& av, const T* b, const MatView& bv, T* c, in
   }
 }
 
+// The k blocks of one product [m, k] x [k, n] (bmm_kernel): products of
+// fewer than 16 row blocks of kGemmRowsPerBlock rows whose k is long split
+// k in blocks of at least 256, up to 16 tasks in all of at least 0.5 MFLOP;
+// the partial products' buffers stay under 1 Mi elements. 1: no split.
+constexpr int64_t kGemmRowsPerBlock = 16;
+int64_t k_blocks(int64_t m, int64_t n, int64_t k) {
+  const int64_t rb = (m + kGemmRowsPerBlock - 1) / kGemmRowsPerBlock;
+  if (rb >= 16 || k < 512 || m * n > (int64_t(1) << 20) || !detail::switched_on<detail::OffSwitch::kCpuSplitInner>())
+    return 1;
+  const int64_t by_work = 2 * m * n * k / (rb << 19);
+  const int64_t kb = std::min<int64_t>({k / 256, 16 / rb, by_work, (int64_t(1) << 20) / (m * n)});
+  return std::max<int64_t>(kb, 1);
+}
+
+// The least multiply-adds x 2 of a row block of one product:
+// TG_CPU_GEMM_BLOCK_FLOPS, by default 2^20 (1 MFLOP).
+int64_t gemm_block_flops() {
+  static const int64_t v = [] {
+    const char* e = std::getenv("TG_CPU_GEMM_BLOCK_FLOPS");
+    if (!e || !*e) return int64_t(1) << 20;
+    char* end = nullptr;
+    const long long x = std::strtoll(e, &end, 10);
+    return *end || x < 1 ? int64_t(1) << 20 : int64_t(x);
+  }();
+  return v;
+}
+
 MatView view_of(const Tensor& t) {  // t: [B, r, c]
   return {t.sizes()[1], t.sizes()[2], t.strides()[1], t.strides()[2]};
 }
@@ -904,6 +933,32 @@ void bmm_kernel(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
         for (int64_t i = b0_; i < e; ++i)
           one(i, 0, m);
       });
+    } else if (const int64_t kb = k_blocks(m, n, k); kb > 1) {
+      // Few rows and a long k (a weight gradient g^T x: [64, 1024] x [1024,
+      // 64]) leave too few row blocks for the workers: k is split too, in
+      // blocks fixed by the shape (not by the worker count, so the sums are
+      // the same on any machine). Block j's partial product goes to its own
+      // buffer (block 0's to C) and the partials are added in order.
+      const int64_t rb = (m + kGemmRowsPerBlock - 1) / kGemmRowsPerBlock, kk = (k + kb - 1) / kb;
+      std::vector<T> part(size_t((kb - 1) * m * n));
+      const T* a = reinterpret_cast<const T*>(a0);
+      const T* b = reinterpret_cast<const T*>(b0);
+      T* c = reinterpret_cast<T*>(c0);
+      parallel_for(rb * kb, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t j = t / rb, r0 = (t % rb) * kGemmRowsPerBlock, r1 = std::min(m, r0 + kGemmRowsPerBlock);
+          const int64_t k0 = j * kk, len = std::min(k, k0 + kk) - k0;
+          const MatView aj{av.rows, len, av.rs, av.cs}, bj{len, bv.cols, bv.rs, bv.cs};
+          gemm<T>(a + k0 * av.cs, aj, b + k0 * bv.rs, bj, j == 0 ? c : part.data() + (j - 1) * m * n, r0, r1);
+        }
+      });
+      parallel_for(m * n, int64_t(1) << 14, [&](int64_t e0, int64_t e1) {
+        for (int64_t j = 1; j < kb; ++j) {
+          const T* p = part.data() + (j - 1) * m * n;
+          for (int64_t e = e0; e < e1; ++e)
+            c[e] += p[e];
+        }
+      });
     } else {
       // One product: split rows in about one block per worker (each block
       // packs all of B: more, smaller blocks would pack it more often), of
@@ -911,7 +966,8 @@ void bmm_kernel(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
       // ([1024, 64] x [64, 64]: 8 MFLOP; a weight gradient [64, 1024] x
       // [1024, 64]) and ran on one core under a 16 MFLOP minimum per block.
       const int64_t per_worker = (m + parallel_workers() - 1) / parallel_workers();
-      int64_t grain = std::max<int64_t>({16, per_worker, (int64_t(1) << 20) / std::max<int64_t>(flops_per_row, 1)});
+      int64_t grain =
+          std::max<int64_t>({kGemmRowsPerBlock, per_worker, gemm_block_flops() / std::max<int64_t>(flops_per_row, 1)});
       parallel_for(m, grain, [&](int64_t r0, int64_t r1) { one(0, r0, r1); });
     }
   };

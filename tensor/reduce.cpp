@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tensor/op_util.h"
+#include "tensor/env.h"
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -259,13 +260,12 @@ template <class T> void reduce_cols(ReduceOp op, const T* in, T* out, int64_t le
       out[j] = T(0);
     return;
   }
-  int64_t grain = std::max<int64_t>(64, kGrainSize / std::max<int64_t>(len, 1));
-  parallel_for(cols, grain, [&](int64_t b, int64_t e) {
-    T* o = out + b;
-    int64_t w = e - b;
+  // o[0, e - b) = reduce over rows [r0, r1) of columns [b, e).
+  auto run = [&](T* o, int64_t r0, int64_t r1, int64_t b, int64_t e) {
+    const int64_t w = e - b;
     for (int64_t j = 0; j < w; ++j)
-      o[j] = in[b + j];
-    for (int64_t i = 1; i < len; ++i) {
+      o[j] = in[r0 * cols + b + j];
+    for (int64_t i = r0 + 1; i < r1; ++i) {
       const T* row = in + i * cols + b;
       if (op == ReduceOp::Sum) {
         for (int64_t j = 0; j < w; ++j)
@@ -275,7 +275,30 @@ template <class T> void reduce_cols(ReduceOp op, const T* in, T* out, int64_t le
           o[j] = combine(op, o[j], row[j]);
       }
     }
-  });
+  };
+  int64_t grain = std::max<int64_t>(64, kGrainSize / std::max<int64_t>(len, 1));
+  // Few columns down many rows (a bias gradient: [1024, 64] summed over its
+  // rows) are one column task: the rows split too, in up to 16 blocks of at
+  // least 8192 elements fixed by the shape (so the result is the same on any
+  // machine), and the blocks' partials are combined in order.
+  const int64_t rb = cols <= grain && detail::switched_on<detail::OffSwitch::kCpuSplitInner>()
+                         ? std::min<int64_t>({16, len * cols / 8192, len / 16})
+                         : 1;
+  if (rb > 1) {
+    const int64_t per = (len + rb - 1) / rb;
+    std::vector<T> part(size_t((rb - 1) * cols));
+    parallel_for(rb, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t)
+        run(t == 0 ? out : part.data() + (t - 1) * cols, t * per, std::min(len, (t + 1) * per), 0, cols);
+    });
+    for (int64_t t = 1; t < rb; ++t) {
+      const T* p = part.data() + (t - 1) * cols;
+      for (int64_t j = 0; j < cols; ++j)
+        out[j] = combine(op, out[j], p[j]);
+    }
+    return;
+  }
+  parallel_for(cols, grain, [&](int64_t b, int64_t e) { run(out + b, 0, len, b, e); });
 }
 
 void reduce_kernel(ReduceOp op, const Tensor& out, const Tensor& x) {

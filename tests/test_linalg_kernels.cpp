@@ -13,6 +13,8 @@
 #include <sstream>
 #include <type_traits>
 
+#include <tbb/task_arena.h>
+
 #include "reference.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/isa.h"
@@ -363,6 +365,43 @@ TEST(CpuGemm, EveryInstructionSetMatchesTheReference) {
                                                                : "generic";
     EXPECT_STREQ(tg::cpu::gemm_kernels().isa, widest);
   }
+}
+
+// Products with few rows and a long k (weight gradients g^T x) split k into
+// blocks fixed by the shape: values against a long double loop, the
+// operands transposed views as the backward's, and for the split shapes
+// (the first three) the same bits on one thread as on every worker (row
+// blocks by worker count are not bitwise stable: TENSOR.md).
+TEST(CpuGemm, LongKProductsSplitKTheSameOnAnyWorkerCount) {
+  using tgtest::Tensor;
+  using tgtest::values;
+  tg::manual_seed(21);
+  const std::vector<std::array<int64_t, 3>> shapes{{64, 1024, 64}, {16, 5000, 32}, {48, 3000, 100}, {3, 777, 5},
+                                                   {130, 2048, 8}, {64, 4096, 1},  {255, 600, 20}};
+  for (size_t s = 0; s < shapes.size(); ++s)
+    for (tg::ScalarType dt : {tg::kFloat32, tg::kFloat64}) {
+      const auto [m, kk, n] = shapes[s];
+      Tensor g = tg::randn({kk, m}, tg::TensorOptions().dtype(dt));
+      Tensor x = tg::randn({kk, n}, tg::TensorOptions().dtype(dt));
+      Tensor c = tg::mm(g.t(), x);
+      Tensor c1;
+      tbb::task_arena one(1);
+      one.execute([&] { c1 = tg::mm(g.t(), x); });
+      std::string what =
+          std::string(tg::to_string(dt)) + " " + std::to_string(m) + "x" + std::to_string(kk) + "x" + std::to_string(n);
+      if (s < 3) {
+        EXPECT_TRUE(tg::equal(c, c1)) << what << ": one thread and every worker differ";
+      }
+      std::vector<double> gv = values(g), xv = values(x), want(size_t(m * n));
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          long double s = 0;
+          for (int64_t l = 0; l < kk; ++l)
+            s += (long double)gv[size_t(l * m + i)] * (long double)xv[size_t(l * n + j)];
+          want[size_t(i * n + j)] = double(s);
+        }
+      tgtest::expect_values(c, want, (dt == tg::kFloat32 ? 2e-6 : 1e-14) * double(kk), what);
+    }
 }
 
 namespace vmath_isa {

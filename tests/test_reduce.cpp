@@ -1,4 +1,6 @@
 // Reductions against double loops: every dim subset, keepdim, layout, dtype.
+#include <tbb/task_arena.h>
+
 #include "reference.h"
 
 namespace tgtest {
@@ -103,6 +105,32 @@ TEST(Reduce, AllElementsLargeAndParallel) {
     expect_values(tg::sum((x.dim() == 2 ? x.t() : x), {0}), reduce_ref((x.dim() == 2 ? x.t() : x), r0, R::Sum), 2e-5,
                   "sum transposed");
   }
+}
+
+// Few columns down many rows (bias gradients) split the rows in blocks
+// fixed by the shape: values against the double loop, int64 sums wrapping,
+// and the same bits on one thread as on every worker.
+TEST(Reduce, FewColumnsManyRowsTheSameOnAnyWorkerCount) {
+  tg::manual_seed(8);
+  for (IntList shape : {IntList{1024, 64}, IntList{4097, 3}, IntList{300, 64}, IntList{65536, 1}, IntList{33, 200}})
+    for (ScalarType dt : {tg::kFloat32, tg::kFloat64, tg::kInt64}) {
+      Tensor x = make(shape, dt, Layout::Contiguous);
+      std::vector<bool> red{true, false};
+      for (R op : {R::Sum, R::Max, R::Min}) {
+        Tensor y = run(op, x, {0}, false), y1;
+        tbb::task_arena one(1);
+        one.execute([&] { y1 = run(op, x, {0}, false); });
+        std::string what = std::string(tg::to_string(dt)) + " " + tg::shape_str(shape);
+        EXPECT_TRUE(tg::equal(y, y1)) << what << ": one thread and every worker differ";
+        expect_values(y, reduce_ref(x, red, op), dt == tg::kFloat32 ? 1e-4 : 1e-9, what);
+      }
+    }
+  // int64 sums wrap as PyTorch's do, across the row blocks too.
+  Tensor big = tg::full({1024, 2}, double(int64_t(1) << 53), tg::TensorOptions().dtype(tg::kInt64));
+  Tensor s = tg::sum(big, {0});
+  EXPECT_EQ(s.dtype(), tg::kInt64);
+  const uint64_t want = uint64_t(1024) * (uint64_t(1) << 53);  // 2^63: wraps to INT64_MIN
+  EXPECT_EQ(s.select(0, 1).item<int64_t>(), int64_t(want));
 }
 
 TEST(Reduce, EmptyZeroDimAndNaN) {

@@ -4,7 +4,7 @@ the batch B, the Laplacian over its input dimension n and the PINN step over
 its width, tapegrad and the peers, on the GPU machine:
 
     python3 bench/peers/scaling.py [--build build-gpu] [--out DIR] [--sweeps hessian_b,laplacian_b,...]
-        [--device cuda|cpu] [--points K] [--timeout S]
+        [--device cuda|cpu] [--points K | --values V1,V2] [--timeout S]
     python3 bench/peers/scaling.py --plot DIR      # the tables and PNGs from DIR's JSON
 
 Each point is one run of the peer script (hessian_peers.py, laplacian_peers.py,
@@ -51,7 +51,8 @@ def run(args):
     os.makedirs(args.out, exist_ok=True)
     for sweep in args.sweeps.split(","):
         script, opt, values, fixed, _ = SWEEPS[sweep]
-        for v in values[:args.points]:
+        chosen = values[:args.points] if not args.values else [v for v in values if str(v) in args.values.split(",")]
+        for v in chosen:
             path = os.path.join(args.out, f"{sweep}_{v}.json")
             cmd = [sys.executable, os.path.join(HERE, script), "--device", args.device, "--build", args.build, opt, str(v),
                    *fixed, "--out", path]
@@ -133,6 +134,7 @@ def main():
     p.add_argument("--timeout", type=float, default=150, help="seconds per point (a Laplacian point takes ~90 on an H200)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--points", type=int, default=100, help="the first this many values of each sweep")
+    p.add_argument("--values", help="only these values of each sweep (comma-separated, e.g. 4000,40000)")
     p.add_argument("--plot", metavar="DIR", help="only draw DIR's JSON")
     a = p.parse_args()
     if a.plot:

@@ -175,4 +175,46 @@ TEST(AutogradOps, ActivationGradEveryOrder) {
   }
 }
 
+// The unrecorded backward of activation_grad (the last backward of a
+// double backward) runs fused kernels on the CPU: both gradients in one
+// pass (contiguous operands of one shape), or (g * g2) act^(k+1)(x) in one
+// pass (broadcast or strided operands). Each against the recorded backward
+// (mul, then activation_grad: the public ops), sizes across the kernels'
+// blocks and chunks, zero-size too.
+TEST(AutogradOps, ActivationGradFusedBackwardMatchesTheRecordedOne) {
+  const tg::Activation acts[] = {tg::Activation::Silu, tg::Activation::Sigmoid, tg::Activation::Tanh,
+                                 tg::Activation::Gelu, tg::Activation::Relu};
+  for (auto dt : {tg::kFloat32, tg::kFloat64})
+    for (tg::Activation act : acts)
+      for (int k = 0; k <= 3; ++k)
+        for (int layout = 0; layout < 4; ++layout) {
+          // 0: contiguous (the pair kernel); 1: g broadcast; 2: x transposed;
+          // 3: zero-size.
+          const IntList shape = layout == 3 ? IntList{0, 7} : IntList{37, 301};
+          Tensor x = (tg::rand(layout == 2 ? IntList{shape[1], shape[0]} : shape, kF64) * 4.0 - 2.0).to(dt);
+          if (layout == 2) x = x.t();
+          x.requires_grad_(true);
+          Tensor g = (tg::rand(layout == 1 ? IntList{shape[1]} : shape, kF64) - 0.5).to(dt).requires_grad_(true);
+          Tensor gg = (tg::rand(shape, kF64) - 0.5).to(dt);
+          auto grads = [&](bool create_graph) {
+            Tensor y = tg::activation_grad(g, x, act, k);
+            return tg::autograd::grad({y}, {g, x}, {gg}, std::nullopt, create_graph);
+          };
+          std::vector<Tensor> fused = grads(false), recorded = grads(true);
+          const double tol = dt == tg::kFloat32 ? 1e-6 : 1e-14;
+          const std::string what = std::string(tg::to_string(dt)) + " act " + std::to_string(int(act)) + " order " +
+                                   std::to_string(k) + " layout " + std::to_string(layout);
+          for (size_t i = 0; i < 2; ++i) {
+            ASSERT_EQ(fused[i].sizes(), recorded[i].sizes()) << what;
+            EXPECT_EQ(fused[i].dtype(), dt) << what;
+            EXPECT_TRUE(tg::allclose(fused[i], recorded[i].detach(), tol, tol)) << what << " input " << i;
+          }
+          if (layout == 0 && k == 1 && dt == tg::kFloat64 && act == tg::Activation::Tanh) {  // closed form
+            Tensor t = tg::tanh(x.detach()), v = 1.0 - t * t;
+            EXPECT_TRUE(tg::allclose(fused[0], gg * v, 1e-14, 1e-14));
+            EXPECT_TRUE(tg::allclose(fused[1], gg * g.detach() * (-2.0) * t * v, 1e-14, 1e-14));
+          }
+        }
+}
+
 }  // namespace

@@ -1,5 +1,6 @@
-// The autograd layer's CPU kernels (kernels.h): mul's backward and the
-// order-2 Taylor rule; the other slots fall back to the public ops.
+// The autograd layer's CPU kernels (kernels.h): mul's backward, the fused
+// backward of activation_grad and the order-2 Taylor rule; the other slots
+// fall back to the public ops.
 #include <algorithm>
 #include <type_traits>
 
@@ -27,6 +28,84 @@ void mul_backward_kernel(const Tensor& ga, const Tensor& gb, const Tensor& g, co
         const T gv = gp[i];
         oa[i] = gv * bp[i];
         ob[i] = gv * ap[i];
+      }
+    });
+  });
+}
+
+// The activation's derivative of one order over a block of m <= kBlock
+// contiguous elements times a contiguous g: out = g * act^(order)(x), as
+// activation_grad's CPU kernel computes it (the vector math for float
+// tanh, sigmoid and silu; the element math else).
+constexpr int64_t kBlock = 256;
+template <class T> void act_grad_block(Activation act, int order, T* out, const T* g, const T* x, int64_t m) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (act == Activation::Tanh || act == Activation::Sigmoid || act == Activation::Silu) {
+      const cpu::VAct a = act == Activation::Tanh      ? cpu::VAct::Tanh
+                          : act == Activation::Sigmoid ? cpu::VAct::Sigmoid
+                                                       : cpu::VAct::Silu;
+      cpu::vmath_kernels().act_grad_f32(a, order, out, g, 1, x, m);
+      return;
+    }
+  }
+  for (int64_t i = 0; i < m; ++i)
+    out[i] = g[i] * activation_derivative<T>(act, order, x[i]);
+}
+
+// f(T{}) for Float32 or Float64 (the fused activation kernels' dtypes).
+template <class F> void dispatch_real(ScalarType dt, const char* op, F&& f) {
+  if (dt == kFloat32) return f(float{});
+  TG_INTERNAL_ASSERT(dt == kFloat64, op, ": Float32 or Float64 expected, got ", dt);
+  f(double{});
+}
+
+// activation_grad_product (kernels.h): out = (g * g2) * act^(order)(x),
+// operands of out's shape, any strides (expanded views too); contiguous
+// runs go kBlock elements at a time through act_grad_block.
+void activation_grad_product_kernel(Activation act, int order, const Tensor& out, const Tensor& g, const Tensor& g2,
+                                    const Tensor& x) {
+  dispatch_real(out.dtype(), "activation_grad_product", [&](auto tag) {
+    using T = decltype(tag);
+    Tensor ops[4] = {out, g, g2, x};
+    cpu::for_each(
+        ops, 4,
+        [act, order](char** p, const int64_t* s, int64_t n) {
+          T prod[kBlock];
+          for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+            const int64_t m = std::min(kBlock, n - i0);
+            auto at = [&](int op, int64_t i) { return *reinterpret_cast<const T*>(p[op] + (i0 + i) * s[op]); };
+            for (int64_t i = 0; i < m; ++i)
+              prod[i] = at(1, i) * at(2, i);
+            T* o = reinterpret_cast<T*>(p[0] + i0 * s[0]);
+            if (s[0] == int64_t(sizeof(T)) && s[3] == int64_t(sizeof(T))) {
+              act_grad_block<T>(act, order, o, prod, reinterpret_cast<const T*>(p[3]) + i0, m);
+            } else {
+              for (int64_t i = 0; i < m; ++i)
+                *reinterpret_cast<T*>(p[0] + (i0 + i) * s[0]) =
+                    prod[i] * activation_derivative<T>(act, order, at(3, i));
+            }
+          }
+        },
+        true, cpu::kCostTranscendental);
+  });
+}
+
+// activation_grad_pair (kernels.h): both gradients of activation_grad in one
+// pass over contiguous operands, kBlock elements at a time.
+void activation_grad_pair_kernel(Activation act, int order, const Tensor& out0, const Tensor& out1, const Tensor& gg,
+                                 const Tensor& g, const Tensor& x) {
+  dispatch_real(out0.dtype(), "activation_grad_pair", [&](auto tag) {
+    using T = decltype(tag);
+    T *o0 = out0.data_ptr<T>(), *o1 = out1.data_ptr<T>();
+    const T *pgg = gg.data_ptr<T>(), *pg = g.data_ptr<T>(), *px = x.data_ptr<T>();
+    parallel_for(x.numel(), cpu::elementwise_grain(2 * cpu::kCostTranscendental), [&](int64_t b, int64_t e) {
+      T prod[kBlock];
+      for (int64_t i0 = b; i0 < e; i0 += kBlock) {
+        const int64_t m = std::min(kBlock, e - i0);
+        act_grad_block<T>(act, order, o0 + i0, pgg + i0, px + i0, m);
+        for (int64_t i = 0; i < m; ++i)
+          prod[i] = pgg[i0 + i] * pg[i0 + i];
+        act_grad_block<T>(act, order + 1, o1 + i0, prod, px + i0, m);
       }
     });
   });
@@ -61,7 +140,6 @@ void taylor2_loop(int kind, int64_t k, const Tensor& full, const Tensor& x, cons
 // float tanh, sigmoid and silu up to order 4 (libm's scalar tanhf and expm1f
 // took 46% of a CPU PINN step with the Taylor Laplacian), else the element
 // math one by one.
-constexpr int64_t kBlock = 256;
 template <class T>
 void derivative_block(const Taylor2Derivs<T>& d, int first, int count, int64_t s0, int64_t m, T (*out)[kBlock]) {
   if constexpr (std::is_same_v<T, float>) {
@@ -142,6 +220,8 @@ const DerivativeKernels& cpu_derivative_kernels() {
   static const DerivativeKernels k = [] {
     DerivativeKernels t{};
     t.mul_backward = mul_backward_kernel;
+    t.activation_grad_product = activation_grad_product_kernel;
+    t.activation_grad_pair = activation_grad_pair_kernel;
     t.taylor2_unary = taylor2_unary_kernel;
     t.taylor2_unary_backward = taylor2_unary_backward_kernel;
     return t;

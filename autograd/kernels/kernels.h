@@ -38,6 +38,12 @@ struct DerivativeKernels {
   // activation_grad), one shape and compute dtype (Float32/64).
   void (*activation_grad_product)(Activation act, int order, const Tensor& out, const Tensor& g, const Tensor& g2,
                                   const Tensor& x);
+  // Both gradients of activation_grad(g, x, order) in one pass (its
+  // unrecorded backward): out0 = gg * act^(order)(x), out1 = (gg * g) *
+  // act^(order + 1)(x), every operand contiguous, of one shape and dtype
+  // (Float32/64), order + 1 <= kMaxFusedActivationOrder.
+  void (*activation_grad_pair)(Activation act, int order, const Tensor& out0, const Tensor& out1, const Tensor& gg,
+                               const Tensor& g, const Tensor& x);
   // Taylor mode at order 2, one pass (autograd/ops/taylor.h): x [k + q, S]
   // contiguous holds the first (k rows) and second (q rows) coefficients,
   // d the op's first two derivatives d1, d2 [S] (Taylor2Derivatives);

@@ -727,6 +727,25 @@ Tensor activation_grad_product(const Tensor& g, const Tensor& g2, const Tensor& 
   return detail::cast(out, rt);
 }
 
+// Both gradients of activation_grad, unrecorded, in one kernel where the
+// device has activation_grad_pair and gg, g and x are contiguous, of one
+// shape and dtype (Float32/64): out[0] = gg * act^(order)(x), out[1] = (gg
+// * g) * act^(order + 1)(x). False (out untouched) otherwise.
+bool activation_grad_pair(const Tensor& gg, const Tensor& g, const Tensor& x, Activation act, int order,
+                          variable_list& out) {
+  const auto fused = autograd::kernels::derivative_kernels(x.device()).activation_grad_pair;
+  const ScalarType dt = x.dtype();
+  if (!fused || !gg.defined() || (dt != kFloat32 && dt != kFloat64) || gg.dtype() != dt || g.dtype() != dt ||
+      gg.device() != x.device() || g.device() != x.device() || gg.sizes() != x.sizes() || g.sizes() != x.sizes() ||
+      !gg.is_contiguous() || !g.is_contiguous() || !x.is_contiguous())
+    return false;
+  Tensor o0 = detail::new_empty(x.sizes(), dt, x.device()), o1 = detail::new_empty(x.sizes(), dt, x.device());
+  fused(act, order, o0, o1, gg, g, x);
+  out[0] = o0;
+  out[1] = o1;
+  return true;
+}
+
 // The highest fused order written with differentiable ops (activation_math.h
 // has the formulas), so that differentiating it never asks for a higher
 // fused order again.
@@ -792,15 +811,18 @@ class ActivationGradBackward final : public OpNode {
       if (should_compute_output(1)) out[1] = conj(activation_grad(mul(cg, g_.unpack(this, "g")), x, act_, order_ + 1));
       return out;
     }
+    // Not recorded (the last backward of a chain) and no tangents to carry
+    // (forward over reverse needs the public ops' rules): fused kernels.
+    const bool unrecorded = !autograd::is_grad_enabled() && !autograd::forward_ad::is_active() &&
+                            order_ + 1 <= tg::kernels::kMaxFusedActivationOrder;
+    if (unrecorded && act_ != Activation::Relu && should_compute_output(0) && should_compute_output(1) &&
+        activation_grad_pair(gg, g_.unpack(this, "g"), x, act_, order_, out))
+      return out;
     if (should_compute_output(0)) out[0] = activation_grad(gg, x, act_, order_);
     if (should_compute_output(1)) {
       if (act_ == Activation::Relu && order_ >= 1)
         out[1] = zeros_like(x);  // relu's derivatives vanish from the second on
-      else if (!autograd::is_grad_enabled() && !autograd::forward_ad::is_active() &&
-               order_ + 1 <= tg::kernels::kMaxFusedActivationOrder)
-        // Not recorded (the last backward of a chain) and no tangents to
-        // carry (forward over reverse needs the public ops' rules): the mul
-        // fused in.
+      else if (unrecorded)       // the mul fused in
         out[1] = activation_grad_product(gg, g_.unpack(this, "g"), x, act_, order_ + 1);
       else out[1] = activation_grad(mul(gg, g_.unpack(this, "g")), x, act_, order_ + 1);
     }

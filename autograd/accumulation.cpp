@@ -146,14 +146,21 @@ void HeldContributions::sum_into(Tensor& grad) {
 bool HeldContributions::form_into(const Tensor& target) {
   if (!summands_.empty() || products_.empty()) return false;
   const Tensor& l0 = products_.front().first;
-  const auto mm_accumulate = kernels::backend(target.device(), "backward").mm_accumulate;
-  if (!mm_accumulate || target.dtype() != l0.dtype() || target.device() != l0.device() ||
+  const kernels::Backend& be = kernels::backend(target.device(), "backward");
+  if ((!be.mm_accumulate && !be.mm_sum) || target.dtype() != l0.dtype() || target.device() != l0.device() ||
       target.sizes() != IntList{l0.size(1), products_.front().second.size(1)} || !target.is_contiguous())
     return false;
+  if (be.mm_sum && be.mm_sum(target, products_, /*accumulate=*/true)) {
+    if (take_products().size() > 1) g_merged.fetch_add(1);  // as concatenated counts
+    target.impl()->version_counter()->bump();
+    g_in_place.fetch_add(1);
+    return true;
+  }
+  if (!be.mm_accumulate) return false;
   std::vector<std::pair<Tensor, Tensor>> products = take_products();
   auto [L, R] = concatenated(products);
   products.clear();
-  mm_accumulate(target, L.t(), R);
+  be.mm_accumulate(target, L.t(), R);
   target.impl()->version_counter()->bump();
   g_in_place.fetch_add(1);
   return true;
@@ -229,6 +236,14 @@ Tensor product_grad(const ProductFormula& fn, size_t output, const Tensor& l, co
 namespace detail {
 
 Tensor sum_of_products(const std::vector<std::pair<Tensor, Tensor>>& products) {
+  const Tensor& l0 = products.front().first;
+  if (const auto mm_sum = kernels::backend(l0.device(), "backward").mm_sum; mm_sum && products.size() > 1) {
+    Tensor out = empty({l0.size(1), products.front().second.size(1)}, l0.options());
+    if (mm_sum(out, products, /*accumulate=*/false)) {
+      g_merged.fetch_add(1);
+      return out;
+    }
+  }
   auto [L, R] = concatenated(products);
   return raw::mm(L.t(), R);
 }

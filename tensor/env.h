@@ -50,7 +50,11 @@ namespace tg::detail {
     "tensor/cpu/loops.cpp")                                                                                            \
   X(kCpuSplitInner, "TG_CPU_SPLIT_INNER",                                                                              \
     "CPU products of few rows split their k, and reductions of few columns their rows (back to row blocks only)",      \
-    "tensor/linalg.cpp, tensor/reduce.cpp")
+    "tensor/linalg.cpp, tensor/reduce.cpp")                                                                            \
+  X(kCpuFusedBackward, "TG_CPU_FUSED_BACKWARD",                                                                        \
+    "the CPU's fused backward kernels of activation_grad and its sums of weight-gradient products without "            \
+    "concatenation (back to the public ops and one product of the concatenated operands)",                             \
+    "autograd/kernels/cpu.cpp, tensor/linalg.cpp")
 
 enum class OffSwitch {
 #define TG_SWITCH_ENUM(e, var, what, where) e,

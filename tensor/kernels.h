@@ -181,6 +181,13 @@ struct Backend {
   // separate product). AccumulateGrad forms a weight's held products into an
   // existing .grad with it (autograd/accumulation.cpp).
   void (*mm_accumulate)(const Tensor& out, const Tensor& a, const Tensor& b);
+  // out = sum_i l_i^T r_i (accumulate: out += ...) without concatenating
+  // the operands: out [m, n] contiguous, l_i [k_i, m] and r_i [k_i, n] 2-D
+  // of out's Float32/Float64 dtype and device, any strides. Returns false
+  // (out untouched) where it leaves the sum to one product of the
+  // concatenated operands. Optional. The engine sums a weight's held
+  // gradient products with it (autograd/accumulation.cpp).
+  bool (*mm_sum)(const Tensor& out, const std::vector<std::pair<Tensor, Tensor>>& products, bool accumulate);
   // out = a @ b + bias (bias added to each of the n rows): out [n, m] contiguous, a
   // [n, k], b [k, m], bias [m] contiguous, one Float32/Float64 dtype.
   // Optional (null: the product, then an add). linear's forward takes it

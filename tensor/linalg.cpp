@@ -3,6 +3,7 @@
 // primitives' raw entries, their public entries, the composites); then the
 // CPU kernels (the GEMM, and the LinalgKernels table on Eigen's
 // decompositions).
+#include <cerrno>
 #include <cstdlib>
 #include <algorithm>
 #include <atomic>
@@ -894,10 +895,11 @@ int64_t gemm_block_flops() {
   static const int64_t v = [] {
     constexpr int64_t kDefault = int64_t(1) << 19;
     const char* e = std::getenv("TG_CPU_GEMM_BLOCK_FLOPS");
-    if (!e || !*e) return kDefault;
+    if (!e || *e < '0' || *e > '9') return kDefault;  // unset, empty, signed or not a number
     char* end = nullptr;
+    errno = 0;
     const long long x = std::strtoll(e, &end, 10);
-    return *end || x < 1 ? kDefault : int64_t(x);
+    return *end || errno == ERANGE || x < 1 ? kDefault : int64_t(x);
   }();
   return v;
 }
@@ -968,10 +970,18 @@ void bmm_kernel(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
       // at least 0.5 MFLOP (gemm_block_flops) and 16 rows. A training step's products are small
       // ([1024, 64] x [64, 64]: 8 MFLOP; a weight gradient [64, 1024] x
       // [1024, 64]) and ran on one core under a 16 MFLOP minimum per block.
+      // Blocks start at multiples of 16 rows (a whole number of the
+      // kernels' widest packets), so each row takes the same kernel path
+      // and the same sums whatever the worker count: the bits of C do not
+      // depend on it (the k blocking depends on k alone).
       const int64_t per_worker = (m + parallel_workers() - 1) / parallel_workers();
       int64_t grain =
           std::max<int64_t>({kGemmRowsPerBlock, per_worker, gemm_block_flops() / std::max<int64_t>(flops_per_row, 1)});
-      parallel_for(m, grain, [&](int64_t r0, int64_t r1) { one(0, r0, r1); });
+      grain = (grain + kGemmRowsPerBlock - 1) / kGemmRowsPerBlock * kGemmRowsPerBlock;
+      parallel_for((m + grain - 1) / grain, 1, [&](int64_t b0_, int64_t e) {
+        for (int64_t i = b0_; i < e; ++i)
+          one(0, i * grain, std::min(m, (i + 1) * grain));
+      });
     }
   };
   // Complex: Eigen's complex GEMM on std::complex (tg::complex's layout).
@@ -983,9 +993,83 @@ void bmm_kernel(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   dispatch_compute(out.dtype(), "bmm", run);
 }
 
+// mm_sum (kernels.h): out (+)= sum_i l_i^T r_i for outputs of fewer than
+// 16 row blocks (weight gradients of narrow layers), in tasks of one row
+// block and one k block of one product, each into its own partial buffer
+// (the first straight into out when not accumulating), the partials then
+// added in order: a double backward's weight gradient sums 5-10 products
+// [1024, 64]^T [1024, 64], which the engine would otherwise copy into one
+// [k, 64] pair of operands. Blocks are fixed by the shapes.
+bool mm_sum_kernel(const Tensor& out, const std::vector<std::pair<Tensor, Tensor>>& products, bool accumulate) {
+  const int64_t m = out.size(0), n = out.size(1);
+  const int64_t rb = (m + kGemmRowsPerBlock - 1) / kGemmRowsPerBlock;
+  if (products.empty() || rb >= 16 || m * n > (int64_t(1) << 20) || !out.is_contiguous()) return false;
+  int64_t K = 0;
+  for (const auto& [l, r] : products) {
+    if (l.dim() != 2 || r.dim() != 2 || l.dtype() != out.dtype() || r.dtype() != out.dtype() || l.is_cuda() ||
+        r.is_cuda() || l.size(1) != m || r.size(1) != n || l.size(0) != r.size(0))
+      return false;
+    K += l.size(0);
+  }
+  if (m == 0 || n == 0) return true;
+  struct Segment {
+    size_t term;
+    int64_t k0, len;
+  };
+  const int64_t kk = std::max<int64_t>(256, (K + 16 / rb - 1) / (16 / rb));
+  std::vector<Segment> segs;
+  for (size_t i = 0; i < products.size(); ++i)
+    for (int64_t k0 = 0; k0 < products[i].first.size(0); k0 += kk)
+      segs.push_back({i, k0, std::min(kk, products[i].first.size(0) - k0)});
+  const int64_t nseg = int64_t(segs.size()), direct = accumulate || nseg == 0 ? 0 : 1;
+  if ((nseg - direct) * m * n > (int64_t(1) << 22)) return false;
+  if (nseg == 0) {  // every k_i is 0
+    if (!accumulate) kernels::cpu_backend().fill(out, 0);
+    return true;
+  }
+  // Operands as matrices A = l^T [m, k], B = r [k, n], each row- or
+  // column-major (a copy where neither).
+  std::vector<Tensor> ls, rs;
+  for (const auto& [l, r] : products) {
+    const Tensor a = l.t();
+    const bool a_ok = MatView{m, a.size(1), a.strides()[0], a.strides()[1]}.row_major() ||
+                      MatView{m, a.size(1), a.strides()[0], a.strides()[1]}.col_major();
+    const bool b_ok = MatView{r.size(0), n, r.strides()[0], r.strides()[1]}.row_major() ||
+                      MatView{r.size(0), n, r.strides()[0], r.strides()[1]}.col_major();
+    ls.push_back(a_ok ? l : l.contiguous());
+    rs.push_back(b_ok ? r : r.contiguous());
+  }
+  kernels::dispatch_floating(out.dtype(), "mm_sum", [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<T> part(size_t((nseg - direct) * m * n));
+    T* c = out.data_ptr<T>();
+    parallel_for(nseg * rb, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const Segment& sg = segs[size_t(t / rb)];
+        const int64_t r0 = (t % rb) * kGemmRowsPerBlock, r1 = std::min(m, r0 + kGemmRowsPerBlock);
+        const Tensor a = ls[sg.term].t(), &b = rs[sg.term];
+        const MatView av{m, sg.len, a.strides()[0], a.strides()[1]}, bv{sg.len, n, b.strides()[0], b.strides()[1]};
+        T* dst = t / rb < direct ? c : part.data() + (t / rb - direct) * m * n;
+        gemm<T>(a.data_ptr<T>() + sg.k0 * av.cs, av, b.data_ptr<T>() + sg.k0 * bv.rs, bv, dst, r0, r1);
+      }
+    });
+    parallel_for(m * n, int64_t(1) << 14, [&](int64_t e0, int64_t e1) {
+      for (int64_t j = 0; j < nseg - direct; ++j) {
+        const T* p = part.data() + j * m * n;
+        for (int64_t e = e0; e < e1; ++e)
+          c[e] += p[e];
+      }
+    });
+  });
+  return true;
+}
+
 }  // namespace
 
-void register_linalg(kernels::Backend& b) { b.bmm = bmm_kernel; }
+void register_linalg(kernels::Backend& b) {
+  b.bmm = bmm_kernel;
+  if (detail::switched_on<detail::OffSwitch::kCpuFusedBackward>()) b.mm_sum = mm_sum_kernel;
+}
 
 }  // namespace tg::cpu
 

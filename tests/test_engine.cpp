@@ -1178,3 +1178,45 @@ TEST(Engine, WeightGradientProductsSumInOneGemm) {
   tg::NoGradGuard no_grad;
   EXPECT_TRUE(tg::equal(w1.grad(), tg::mm(s32.c1.t(), s32.x1)));
 }
+
+// Long products (k in the thousands, each split in blocks; the CPU sums them
+// without concatenating the operands: mm_sum), a transposed input, into a
+// fresh and into an existing .grad, float32 and float64, against the sum of
+// the separate products.
+TEST(Engine, LongWeightGradientProductsSumWithoutConcatenating) {
+  for (auto dt : {tg::kFloat64, tg::kFloat32}) {
+    tg::manual_seed(31);
+    auto opt = tg::TensorOptions().dtype(dt);
+    Tensor w = tg::randn({40, 24}, opt).requires_grad_();
+    std::vector<Tensor> xs{tg::randn({3000, 24}, opt), tg::randn({24, 1700}, opt).t(), tg::randn({513, 24}, opt)};
+    std::vector<Tensor> cs{tg::randn({3000, 40}, opt), tg::randn({1700, 40}, opt), tg::randn({513, 40}, opt)};
+    auto loss = [&] {
+      Tensor l;
+      for (size_t i = 0; i < xs.size(); ++i) {
+        Tensor t = (tg::linear(xs[i], w) * cs[i]).sum();
+        l = l.defined() ? l + t : t;
+      }
+      return l;
+    };
+    Tensor want;
+    {
+      tg::NoGradGuard no_grad;
+      Tensor acc = tg::zeros({40, 24}, tg::TensorOptions().dtype(tg::kFloat64));
+      for (size_t i = 0; i < xs.size(); ++i)
+        acc = acc + tg::mm(cs[i].t().to(tg::kFloat64), xs[i].to(tg::kFloat64));
+      want = acc;
+    }
+    const double tol = dt == tg::kFloat32 ? 2e-4 : 1e-11;
+    const int64_t merged = ag::detail::merged_product_sums();
+    loss().backward();
+    if (ag::detail::products_enabled()) {
+      EXPECT_EQ(ag::detail::merged_product_sums() - merged, 1) << dt;
+    }
+    EXPECT_EQ(w.grad().dtype(), dt);
+    tgtest::expect_values(w.grad(), tgtest::values(want), tol, "fresh .grad");
+    loss().backward();
+    tgtest::expect_values(w.grad(), tgtest::values(want * 2.0), tol, "into an existing .grad");
+    std::vector<Tensor> g = ag::grad({loss()}, {w});
+    tgtest::expect_values(g[0], tgtest::values(want), tol, "grad()");
+  }
+}

@@ -133,6 +133,24 @@ TEST(Reduce, FewColumnsManyRowsTheSameOnAnyWorkerCount) {
   EXPECT_EQ(s.select(0, 1).item<int64_t>(), int64_t(want));
 }
 
+// mean's backward in reduced floats divides in float32: a Float16 count
+// past 65504 (the adversary's finding: "cannot be converted to Float16")
+// and a BFloat16 count it cannot hold (1001) give the rounded 1 / N.
+TEST(Reduce, MeanBackwardOfReducedFloatsOverManyElements) {
+  for (auto [dt, n] : std::vector<std::pair<ScalarType, int64_t>>{{tg::kFloat16, 65505}, {tg::kBFloat16, 1001}}) {
+    Tensor x = tg::randn({n, 1}).to(dt).requires_grad_();
+    tg::mean(x, {0}).sum().backward();
+    ASSERT_TRUE(x.grad().defined());
+    EXPECT_EQ(x.grad().dtype(), dt);
+    const double want = tg::full({1}, 1.0 / double(n)).to(dt).item<double>();
+    EXPECT_NE(want, 0.0);
+    EXPECT_TRUE(tg::equal(x.grad(), tg::full({n, 1}, want, tg::TensorOptions().dtype(dt)))) << dt;
+    Tensor z = tg::randn({n}).to(dt).requires_grad_();
+    tg::mean(z).backward();
+    EXPECT_TRUE(tg::equal(z.grad(), tg::full({n}, want, tg::TensorOptions().dtype(dt)))) << dt << " (all elements)";
+  }
+}
+
 TEST(Reduce, EmptyZeroDimAndNaN) {
   Tensor e = tg::empty({0, 3});
   expect_values(tg::sum(e, {0}), {0, 0, 0}, 0, "sum over empty dim");

@@ -7,6 +7,7 @@
 #include "autograd/kernels/kernels.h"
 #include "autograd/kernels/taylor2.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/env.h"
 #include "tensor/cpu/vmath.h"
 
 namespace tg::autograd::kernels {
@@ -220,8 +221,10 @@ const DerivativeKernels& cpu_derivative_kernels() {
   static const DerivativeKernels k = [] {
     DerivativeKernels t{};
     t.mul_backward = mul_backward_kernel;
-    t.activation_grad_product = activation_grad_product_kernel;
-    t.activation_grad_pair = activation_grad_pair_kernel;
+    if (tg::detail::switched_on<tg::detail::OffSwitch::kCpuFusedBackward>()) {
+      t.activation_grad_product = activation_grad_product_kernel;
+      t.activation_grad_pair = activation_grad_pair_kernel;
+    }
     t.taylor2_unary = taylor2_unary_kernel;
     t.taylor2_unary_backward = taylor2_unary_backward_kernel;
     return t;

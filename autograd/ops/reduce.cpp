@@ -56,7 +56,10 @@ class ReduceBackward final : public SelfResultNode {
       int64_t count = 1;
       for (int64_t d : dims_)
         count *= sizes_[d];
-      out[0] = div(g, double(count)).expand(sizes_);
+      // Reduced floats divide in float32 (as PyTorch's opmath): the count
+      // may exceed Float16's range (65504), and BFloat16 rounds it.
+      out[0] = is_reduced_float(g.dtype()) ? div(g.to(kFloat32), double(count)).to(g.dtype()).expand(sizes_)
+                                           : div(g, double(count)).expand(sizes_);
     } else {
       Tensor x = self_.unpack(this, "self");
       Tensor r = unsqueeze_reduced(result_.unpack(this, "result"), dims_, keepdim_);

@@ -2,6 +2,7 @@
 // gradgradcheck): values at non-differentiable points, third derivatives
 // against closed forms, activation_grad at every order.
 #include <cmath>
+#include <limits>
 
 #include "reference.h"
 
@@ -172,6 +173,33 @@ TEST(AutogradOps, ActivationGradEveryOrder) {
     ADD_FAILURE() << "no error";
   } catch (const tg::Error& e) {
     EXPECT_NE(std::string(e.what()).find("activation_grad: order must be >= 0, got -1"), std::string::npos) << e.what();
+  }
+}
+
+// Past the fused orders (the adversary's findings): relu keeps x an input
+// with a zero gradient, as orders 2 to 4 do, and silu is 0 at +-inf (its x
+// u terms vanish where the sigmoid saturates, not inf * 0 = NaN).
+TEST(AutogradOps, ActivationGradPastTheFusedOrdersAtTheEdges) {
+  for (int k : {5, 6}) {
+    Tensor x = tg::tensor({-1.0, 0.5, 2.0}, {3}, kF64).requires_grad_();
+    Tensor g = tg::tensor({0.3, -2.0, 1.5}, {3}, kF64).requires_grad_();
+    Tensor y = tg::activation_grad(g, x, tg::Activation::Relu, k);
+    EXPECT_TRUE(tg::equal(y.detach(), tg::zeros({3}, kF64))) << k;
+    std::vector<Tensor> d = tg::autograd::grad({y.sum()}, {g, x}, {}, std::nullopt, /*create_graph=*/true);
+    ASSERT_TRUE(d[1].defined()) << k;
+    EXPECT_TRUE(tg::equal(d[0].detach(), tg::zeros({3}, kF64))) << k;
+    EXPECT_TRUE(tg::equal(d[1].detach(), tg::zeros({3}, kF64))) << k;
+  }
+  const double inf = std::numeric_limits<double>::infinity();
+  for (auto dt : {tg::kFloat64, tg::kFloat32}) {
+    Tensor x = tg::tensor({inf, -inf, 1e3, -1e3}, {4}, kF64).to(dt).requires_grad_();
+    Tensor d5 = tg::activation_grad(tg::ones_like(x), x.detach(), tg::Activation::Silu, 5);
+    EXPECT_TRUE(tg::equal(d5, tg::zeros_like(d5))) << dt << ": " << d5;
+    Tensor g = tg::ones_like(x).requires_grad_();
+    Tensor y = tg::activation_grad(g, x, tg::Activation::Silu, 4);
+    std::vector<Tensor> d = tg::autograd::grad({y.sum()}, {g, x});
+    EXPECT_TRUE(tg::equal(d[0], tg::zeros_like(d[0]))) << dt << ": " << d[0];
+    EXPECT_TRUE(tg::equal(d[1], tg::zeros_like(d[1]))) << dt << ": " << d[1];
   }
 }
 

@@ -757,7 +757,11 @@ Tensor composite_top_order(const Tensor& x, Activation act) {
       Tensor s = sigmoid(x);
       Tensor u = mul(s, sub(ones_like(s), s)), a = sub(ones_like(s), mul(s, 2.0));
       if (act == Activation::Sigmoid) return mul(mul(u, a), sub(square(a), mul(u, 8.0)));
-      Tensor xa = mul(x, a);
+      // Where the sigmoid saturates (u = 0, x = +-inf too) the x u terms
+      // are 0 (the fused orders' rule): x is zeroed there first, so
+      // inf * 0 gives no NaN and the branch not taken differentiates to 0.
+      Tensor flat = eq(u, 0.0);
+      Tensor xa = mul(where(flat, 0.0, x), a);
       return mul(u, sub(add(mul(square(a), 4.0), mul(xa, square(a))), add(mul(mul(xa, u), 8.0), mul(u, 8.0))));
     }
     case Activation::Tanh: {
@@ -781,6 +785,10 @@ Tensor composite_top_order(const Tensor& x, Activation act) {
 }
 
 Tensor activation_grad_beyond(const Tensor& g, const Tensor& x, Activation act, int order) {
+  // relu's derivatives vanish from the second on: the top fused order's
+  // zeros, which keep x an input with a zero gradient (as orders 2 to 4
+  // do; a composite of zeros would leave x unused).
+  if (act == Activation::Relu) return activation_grad(g, x, act, tg::kernels::kMaxFusedActivationOrder);
   const bool keep = autograd::is_grad_enabled() && x.requires_grad();
   Tensor xin = keep ? x : x.detach().requires_grad_(true);
   Tensor deriv;

@@ -2,6 +2,7 @@
 // contiguous, transposed, sliced and broadcast operands; every dtype pair of
 // copy; fill; device round trips. Skips without a GPU.
 #include <array>
+#include <limits>
 
 #include "reference.h"
 
@@ -39,6 +40,24 @@ TEST(CudaGpuOps, RoundTripsEveryDtype) {
     EXPECT_TRUE(tg::equal(g.to(tg::Device(tg::kCPU)), x)) << dt;
     EXPECT_TRUE(tg::equal(x.transpose(0, 2).contiguous(), g.transpose(0, 2).contiguous().to(tg::Device(tg::kCPU))))
         << dt;
+  }
+}
+
+// silu's derivatives where the sigmoid saturates, also at +-inf (the
+// element math shared with the CPU: s for the first, 0 from the second, not
+// NaN), and the order-5 composite there: the CPU's values on the GPU.
+TEST(CudaGpuOps, SiluDerivativesWhereTheSigmoidSaturatesMatchTheCpu) {
+  REQUIRE_GPU();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (auto dt : {tg::kFloat32, tg::kFloat64}) {
+    Tensor x = tg::tensor({inf, -inf, 1e3, -1e3, 40.0, -40.0, 0.5}, {7}, tg::kFloat64).to(dt);
+    for (int k = 1; k <= 5; ++k) {
+      Tensor cpu = tg::activation_grad(tg::ones_like(x), x, tg::Activation::Silu, k);
+      Tensor gpu = tg::activation_grad(tg::ones_like(x).to(kGpu), x.to(kGpu), tg::Activation::Silu, k);
+      EXPECT_FALSE(tg::ne(cpu, cpu).any().item<bool>()) << dt << " order " << k << ": " << cpu;
+      EXPECT_TRUE(tg::allclose(gpu.to(tg::Device(tg::kCPU)), cpu, 1e-6, 1e-30))
+          << dt << " order " << k << ": gpu " << gpu << " cpu " << cpu;
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 // decompositions).
 #include <cerrno>
 #include <cstdlib>
+#include <memory>
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -878,13 +879,47 @@ void gemm(const T* a, const MatView& av, const T* b, const MatView& bv, T* c, in
 // k in blocks of at least 256, up to 16 tasks in all of at least 0.5 MFLOP;
 // the partial products' buffers stay under 1 Mi elements. 1: no split.
 constexpr int64_t kGemmRowsPerBlock = 16;
+int64_t row_blocks(int64_t m) { return (m + kGemmRowsPerBlock - 1) / kGemmRowsPerBlock; }
 int64_t k_blocks(int64_t m, int64_t n, int64_t k) {
-  const int64_t rb = (m + kGemmRowsPerBlock - 1) / kGemmRowsPerBlock;
+  const int64_t rb = row_blocks(m);
   if (rb >= 16 || k < 512 || m * n > (int64_t(1) << 20) || !detail::switched_on<detail::OffSwitch::kCpuSplitInner>())
     return 1;
   const int64_t by_work = 2 * m * n * k / (rb << 19);
   const int64_t kb = std::min<int64_t>({k / 256, 16 / rb, by_work, (int64_t(1) << 20) / (m * n)});
   return std::max<int64_t>(kb, 1);
+}
+
+// One piece of a sum of products: A [m, len] (a, av) times B [len, n] (b, bv).
+template <class T> struct GemmPiece {
+  const T* a;
+  MatView av;
+  const T* b;
+  MatView bv;
+};
+
+// C [m, n] (row-major contiguous) = (accumulate: +=) the sum of the pieces'
+// products, in tasks of one piece and one block of kGemmRowsPerBlock rows,
+// each piece into its own partial buffer (the first straight into C unless
+// accumulating), the partials then added in order: the bits depend on the
+// pieces alone, not on the worker count. At least one piece.
+template <class T>
+void gemm_pieces(const std::vector<GemmPiece<T>>& pieces, int64_t m, int64_t n, T* c, bool accumulate) {
+  const int64_t rb = row_blocks(m), np = int64_t(pieces.size()), direct = accumulate ? 0 : 1;
+  std::unique_ptr<T[]> part(new T[size_t((np - direct) * m * n)]);  // written whole by the tasks
+  parallel_for(np * rb, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const GemmPiece<T>& pc = pieces[size_t(t / rb)];
+      const int64_t r0 = (t % rb) * kGemmRowsPerBlock, r1 = std::min(m, r0 + kGemmRowsPerBlock);
+      gemm<T>(pc.a, pc.av, pc.b, pc.bv, t / rb < direct ? c : part.get() + (t / rb - direct) * m * n, r0, r1);
+    }
+  });
+  parallel_for(m * n, int64_t(1) << 14, [&](int64_t e0, int64_t e1) {
+    for (int64_t j = 0; j < np - direct; ++j) {
+      const T* pj = part.get() + j * m * n;
+      for (int64_t e = e0; e < e1; ++e)
+        c[e] += pj[e];
+    }
+  });
 }
 
 // The least multiply-adds x 2 of a row block of one product:
@@ -917,8 +952,8 @@ void bmm_kernel(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
     return;
   }
   Tensor a = a_in, b = b_in;
-  if (!view_of(a).row_major() && !view_of(a).col_major()) a = a.contiguous();
-  if (!view_of(b).row_major() && !view_of(b).col_major()) b = b.contiguous();
+  if (!view_of(a).either_major()) a = a.contiguous();
+  if (!view_of(b).either_major()) b = b.contiguous();
   MatView av = view_of(a), bv = view_of(b);
   int64_t esz = int64_t(element_size(out.dtype()));
   char* a0 = static_cast<char*>(a.data_ptr());
@@ -944,26 +979,15 @@ void bmm_kernel(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
       // blocks fixed by the shape (not by the worker count, so the sums are
       // the same on any machine). Block j's partial product goes to its own
       // buffer (block 0's to C) and the partials are added in order.
-      const int64_t rb = (m + kGemmRowsPerBlock - 1) / kGemmRowsPerBlock, kk = (k + kb - 1) / kb;
-      std::vector<T> part(size_t((kb - 1) * m * n));
+      const int64_t kk = (k + kb - 1) / kb;
       const T* a = reinterpret_cast<const T*>(a0);
       const T* b = reinterpret_cast<const T*>(b0);
-      T* c = reinterpret_cast<T*>(c0);
-      parallel_for(rb * kb, 1, [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) {
-          const int64_t j = t / rb, r0 = (t % rb) * kGemmRowsPerBlock, r1 = std::min(m, r0 + kGemmRowsPerBlock);
-          const int64_t k0 = j * kk, len = std::min(k, k0 + kk) - k0;
-          const MatView aj{av.rows, len, av.rs, av.cs}, bj{len, bv.cols, bv.rs, bv.cs};
-          gemm<T>(a + k0 * av.cs, aj, b + k0 * bv.rs, bj, j == 0 ? c : part.data() + (j - 1) * m * n, r0, r1);
-        }
-      });
-      parallel_for(m * n, int64_t(1) << 14, [&](int64_t e0, int64_t e1) {
-        for (int64_t j = 1; j < kb; ++j) {
-          const T* p = part.data() + (j - 1) * m * n;
-          for (int64_t e = e0; e < e1; ++e)
-            c[e] += p[e];
-        }
-      });
+      std::vector<GemmPiece<T>> pieces;
+      for (int64_t k0 = 0; k0 < k; k0 += kk) {
+        const int64_t len = std::min(kk, k - k0);
+        pieces.push_back({a + k0 * av.cs, {av.rows, len, av.rs, av.cs}, b + k0 * bv.rs, {len, bv.cols, bv.rs, bv.cs}});
+      }
+      gemm_pieces<T>(pieces, m, n, reinterpret_cast<T*>(c0), /*accumulate=*/false);
     } else {
       // One product: split rows in about one block per worker (each block
       // packs all of B: more, smaller blocks would pack it more often), of
@@ -1002,7 +1026,7 @@ void bmm_kernel(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
 // [k, 64] pair of operands. Blocks are fixed by the shapes.
 bool mm_sum_kernel(const Tensor& out, const std::vector<std::pair<Tensor, Tensor>>& products, bool accumulate) {
   const int64_t m = out.size(0), n = out.size(1);
-  const int64_t rb = (m + kGemmRowsPerBlock - 1) / kGemmRowsPerBlock;
+  const int64_t rb = row_blocks(m);
   if (products.empty() || rb >= 16 || m * n > (int64_t(1) << 20) || !out.is_contiguous()) return false;
   int64_t K = 0;
   for (const auto& [l, r] : products) {
@@ -1012,54 +1036,38 @@ bool mm_sum_kernel(const Tensor& out, const std::vector<std::pair<Tensor, Tensor
     K += l.size(0);
   }
   if (m == 0 || n == 0) return true;
-  struct Segment {
-    size_t term;
-    int64_t k0, len;
-  };
+  // Each product's k in blocks of kk: up to 16 tasks over all of K.
   const int64_t kk = std::max<int64_t>(256, (K + 16 / rb - 1) / (16 / rb));
-  std::vector<Segment> segs;
-  for (size_t i = 0; i < products.size(); ++i)
-    for (int64_t k0 = 0; k0 < products[i].first.size(0); k0 += kk)
-      segs.push_back({i, k0, std::min(kk, products[i].first.size(0) - k0)});
-  const int64_t nseg = int64_t(segs.size()), direct = accumulate || nseg == 0 ? 0 : 1;
-  if ((nseg - direct) * m * n > (int64_t(1) << 22)) return false;
+  int64_t nseg = 0;
+  for (const auto& [l, r] : products)
+    nseg += (l.size(0) + kk - 1) / kk;
+  if ((nseg - (accumulate ? 0 : 1)) * m * n > (int64_t(1) << 22)) return false;
   if (nseg == 0) {  // every k_i is 0
     if (!accumulate) kernels::cpu_backend().fill(out, 0);
     return true;
   }
-  // Operands as matrices A = l^T [m, k], B = r [k, n], each row- or
-  // column-major (a copy where neither).
-  std::vector<Tensor> ls, rs;
+  // A = l^T [m, k] and B = r [k, n] read in place where row- or
+  // column-major, else copied.
+  std::vector<Tensor> as, bs;
   for (const auto& [l, r] : products) {
     const Tensor a = l.t();
-    const bool a_ok = MatView{m, a.size(1), a.strides()[0], a.strides()[1]}.row_major() ||
-                      MatView{m, a.size(1), a.strides()[0], a.strides()[1]}.col_major();
-    const bool b_ok = MatView{r.size(0), n, r.strides()[0], r.strides()[1]}.row_major() ||
-                      MatView{r.size(0), n, r.strides()[0], r.strides()[1]}.col_major();
-    ls.push_back(a_ok ? l : l.contiguous());
-    rs.push_back(b_ok ? r : r.contiguous());
+    as.push_back(view_of(a.unsqueeze(0)).either_major() ? a : l.contiguous().t());
+    bs.push_back(view_of(r.unsqueeze(0)).either_major() ? r : r.contiguous());
   }
   kernels::dispatch_floating(out.dtype(), "mm_sum", [&](auto tag) {
     using T = decltype(tag);
-    std::vector<T> part(size_t((nseg - direct) * m * n));
-    T* c = out.data_ptr<T>();
-    parallel_for(nseg * rb, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        const Segment& sg = segs[size_t(t / rb)];
-        const int64_t r0 = (t % rb) * kGemmRowsPerBlock, r1 = std::min(m, r0 + kGemmRowsPerBlock);
-        const Tensor a = ls[sg.term].t(), &b = rs[sg.term];
-        const MatView av{m, sg.len, a.strides()[0], a.strides()[1]}, bv{sg.len, n, b.strides()[0], b.strides()[1]};
-        T* dst = t / rb < direct ? c : part.data() + (t / rb - direct) * m * n;
-        gemm<T>(a.data_ptr<T>() + sg.k0 * av.cs, av, b.data_ptr<T>() + sg.k0 * bv.rs, bv, dst, r0, r1);
+    std::vector<GemmPiece<T>> pieces;
+    for (size_t i = 0; i < as.size(); ++i) {
+      const MatView av = view_of(as[i].unsqueeze(0)), bv = view_of(bs[i].unsqueeze(0));
+      for (int64_t k0 = 0; k0 < av.cols; k0 += kk) {
+        const int64_t len = std::min(kk, av.cols - k0);
+        pieces.push_back({as[i].data_ptr<T>() + k0 * av.cs,
+                          {m, len, av.rs, av.cs},
+                          bs[i].data_ptr<T>() + k0 * bv.rs,
+                          {len, n, bv.rs, bv.cs}});
       }
-    });
-    parallel_for(m * n, int64_t(1) << 14, [&](int64_t e0, int64_t e1) {
-      for (int64_t j = 0; j < nseg - direct; ++j) {
-        const T* p = part.data() + j * m * n;
-        for (int64_t e = e0; e < e1; ++e)
-          c[e] += p[e];
-      }
-    });
+    }
+    gemm_pieces<T>(pieces, m, n, out.data_ptr<T>(), accumulate);
   });
   return true;
 }

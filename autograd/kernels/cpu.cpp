@@ -34,6 +34,17 @@ void mul_backward_kernel(const Tensor& ga, const Tensor& gb, const Tensor& g, co
   });
 }
 
+// The vector math's kernels take float tanh, sigmoid and silu: true and
+// *v its name for those.
+bool vector_act(Activation act, cpu::VAct* v) {
+  switch (act) {
+    case Activation::Tanh: *v = cpu::VAct::Tanh; return true;
+    case Activation::Sigmoid: *v = cpu::VAct::Sigmoid; return true;
+    case Activation::Silu: *v = cpu::VAct::Silu; return true;
+    default: return false;
+  }
+}
+
 // The activation's derivative of one order over a block of m <= kBlock
 // contiguous elements times a contiguous g: out = g * act^(order)(x), as
 // activation_grad's CPU kernel computes it (the vector math for float
@@ -41,10 +52,7 @@ void mul_backward_kernel(const Tensor& ga, const Tensor& gb, const Tensor& g, co
 constexpr int64_t kBlock = 256;
 template <class T> void act_grad_block(Activation act, int order, T* out, const T* g, const T* x, int64_t m) {
   if constexpr (std::is_same_v<T, float>) {
-    if (act == Activation::Tanh || act == Activation::Sigmoid || act == Activation::Silu) {
-      const cpu::VAct a = act == Activation::Tanh      ? cpu::VAct::Tanh
-                          : act == Activation::Sigmoid ? cpu::VAct::Sigmoid
-                                                       : cpu::VAct::Silu;
+    if (cpu::VAct a; vector_act(act, &a)) {
       cpu::vmath_kernels().act_grad_f32(a, order, out, g, 1, x, m);
       return;
     }
@@ -144,11 +152,7 @@ void taylor2_loop(int kind, int64_t k, const Tensor& full, const Tensor& x, cons
 template <class T>
 void derivative_block(const Taylor2Derivs<T>& d, int first, int count, int64_t s0, int64_t m, T (*out)[kBlock]) {
   if constexpr (std::is_same_v<T, float>) {
-    const bool vec = d.act == Activation::Tanh || d.act == Activation::Sigmoid || d.act == Activation::Silu;
-    if (vec && d.order + first + count - 1 <= 4) {
-      const cpu::VAct a = d.act == Activation::Tanh      ? cpu::VAct::Tanh
-                          : d.act == Activation::Sigmoid ? cpu::VAct::Sigmoid
-                                                         : cpu::VAct::Silu;
+    if (cpu::VAct a; vector_act(d.act, &a) && d.order + first + count - 1 <= 4) {
       const float one = 1;
       for (int c = 0; c < count; ++c)
         cpu::vmath_kernels().act_grad_f32(a, d.order + first + c, out[c], &one, 0, d.z + s0, m);

@@ -13,6 +13,8 @@ struct MatView {
   int64_t rows, cols, rs, cs;
   bool row_major() const { return cs == 1 && rs >= (cols > 1 ? cols : 1); }
   bool col_major() const { return rs == 1 && cs >= (rows > 1 ? rows : 1); }
+  // The layouts the row-block kernels read in place.
+  bool either_major() const { return row_major() || col_major(); }
 };
 
 // C[r0:r1] = A[r0:r1] * B, C row-major contiguous with ldc = B's cols; A and

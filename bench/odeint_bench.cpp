@@ -93,6 +93,15 @@ int main(int argc, char** argv) {
     r["forward_ms"] = tgbench::ms_per_step(steps, repeats, dev, [&] { forward(); });
     r["evaluations"] = st.evaluations;
     r["gradient_ms"] = tgbench::ms_per_step(steps, repeats, dev, [&] { gradient(); });
+    if (!gpu) {  // tensors made per call (each op makes at least one): the op count's proxy
+      auto allocs = [](auto&& call) {
+        const int64_t before = tg::cpu_allocator_stats().num_allocs;
+        call();
+        return tg::cpu_allocator_stats().num_allocs - before;
+      };
+      r["forward_allocs"] = allocs(forward);
+      r["gradient_allocs"] = allocs(gradient);
+    }
     if (gpu && rk) {  // fixed steps: the solve and its gradient as one CUDA graph
       tg::cuda::CUDAGraph gf, gg;
       tgbench::capture_after_warmup(gf, forward, [] {});
@@ -136,6 +145,9 @@ int main(int argc, char** argv) {
                   r["forward_graphed_ms"].get<double>(), r["gradient_graphed_ms"].get<double>(),
                   r["forward_depth_per_step"].get<double>(), r["gradient_depth_per_step"].get<double>(),
                   r["fused_nodes"][0].get<size_t>(), r["fused_nodes"][1].get<size_t>());
+    if (r.contains("forward_allocs"))
+      std::printf("  allocations %lld / %lld", (long long)r["forward_allocs"].get<int64_t>(),
+                  (long long)r["gradient_allocs"].get<int64_t>());
     std::printf("\n");
   }
   return 0;

@@ -2,7 +2,7 @@
 // steps over a state that is a list of tensors (the user's y, or the
 // adjoint's augmented [y, a, dL/dparams...]), fixed-step or Dormand-Prince
 // 5(4) or Tsitouras 5(4) with an error-per-step controller and dense output
-// (Dopri5's own 4th-order extension; cubic Hermite for Tsit5);
+// (each method's own 4th-order interpolant);
 // Backprop records the steps, Adjoint is a custom Function whose backward
 // solves the augmented system between the forward solution's checkpoints.
 #include <tapegrad/ode/odeint.h>
@@ -13,11 +13,14 @@
 #include <string>
 
 #include <tapegrad/autograd/engine.h>
+#include <tapegrad/autograd/forward_ad.h>
 #include <tapegrad/autograd/function.h>
 #include <tapegrad/autograd/grad_mode.h>
 #include <tapegrad/cuda/capture.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
+
+#include "tensor/env.h"
 
 namespace tg::ode {
 namespace {
@@ -25,8 +28,13 @@ namespace {
 using autograd::EnableGradGuard;
 using autograd::NoGradGuard;
 using State = std::vector<Tensor>;
-// The state's derivative at time t (a 0-d tensor).
-using Dynamics = std::function<State(const Tensor& t, const State& y)>;
+// The state's derivative at time t (a 0-d tensor). A system's first `read`
+// components are the ones its derivative depends on; the others are
+// quadratures (the adjoint's parameter gradients: integrated, never read), so
+// y holds only the first `read` components, and the quadratures' derivatives
+// are asked for only where the solver uses them (`quadratures`; when false,
+// those entries of the result may be undefined).
+using Dynamics = std::function<State(const Tensor& t, const State& y, bool quadratures)>;
 
 // ---- Butcher tableaus ----
 struct Tableau {
@@ -93,28 +101,57 @@ Tensor stage_sum(const std::vector<State>& k, size_t i, const std::vector<double
   return acc;
 }
 
-State weighted(const State& y, const std::vector<State>& k, const Tensor& h, const std::vector<double>& w) {
-  State out;
-  for (size_t i = 0; i < y.size(); ++i) {
+// A step's size: the tensor h, and in the adaptive solver its value as a
+// number too (`number`): the sums then scale their weights by it instead,
+// y + sum_j (h w_j) k_j, one scaled add per nonzero weight (two kernels
+// fewer per sum), and a time gradient, where one reaches h (the last step
+// of a solve whose t needs one), flows through (h - h.detach()) sum_j w_j
+// k_j, which is 0 in value: the same numbers with the gradient or without.
+struct Step {
+  Tensor h;
+  double value = 0;
+  bool number = false;
+};
+
+// y_i + h * sum_j w_j k_j[i].
+Tensor weighted_one(const Tensor& yi, const std::vector<State>& k, size_t i, const Step& h,
+                    const std::vector<double>& w) {
+  if (!h.number) {
     const Tensor acc = stage_sum(k, i, w);
-    out.push_back(acc.defined() ? y[i] + acc * h : y[i]);
+    return acc.defined() ? yi + acc * h.h : yi;
   }
+  Tensor out = yi;
+  for (size_t j = 0; j < w.size() && j < k.size(); ++j)
+    if (w[j] != 0) out = tg::add(out, k[j][i], h.value * w[j]);
+  if (autograd::is_grad_enabled() && h.h.defined() && h.h.requires_grad())
+    if (const Tensor acc = stage_sum(k, i, w); acc.defined()) out = out + (h.h - h.h.detach()) * acc;
+  return out;
+}
+
+// Over the first `count` components (all by default).
+State weighted(const State& y, const std::vector<State>& k, const Step& h, const std::vector<double>& w,
+               size_t count = SIZE_MAX) {
+  State out;
+  for (size_t i = 0; i < y.size() && i < count; ++i)
+    out.push_back(weighted_one(y[i], k, i, h, w));
   return out;
 }
 
 // One explicit Runge-Kutta step of size h from y; `times(s)` is stage s's
-// time tn + c_s h (a 0-d tensor); `k0` is f(tn, y) when already known.
+// time tn + c_s h (a 0-d tensor); `k0` is f(tn, y) when already known; the
+// stage inputs are formed for the first `read` components; `quad(s)`: whether
+// stage s's quadratures are used.
 // Returns the stages; `last_input`, when given, receives the last stage's
 // input (the 5th-order solution of the FSAL methods, whose last row of a is
 // their b).
-template <class Times>
-std::vector<State> stages(const Dynamics& f, const Tableau& tb, const Times& times, const Tensor& h, const State& y,
-                          const State* k0, State* last_input = nullptr) {
+template <class Times, class Quad>
+std::vector<State> stages(const Dynamics& f, const Tableau& tb, const Times& times, const Step& h, const State& y,
+                          size_t read, const Quad& quad, const State* k0, State* last_input = nullptr) {
   std::vector<State> k;
-  k.push_back(k0 ? *k0 : f(times(0), y));
+  k.push_back(k0 ? *k0 : f(times(0), y, quad(0)));
   for (size_t s = 1; s < tb.c.size(); ++s) {
-    State in = weighted(y, k, h, tb.a[s]);
-    k.push_back(f(times(s), in));
+    State in = weighted(y, k, h, tb.a[s], read);
+    k.push_back(f(times(s), in, quad(s)));
     if (last_input && s + 1 == tb.c.size()) *last_input = std::move(in);
   }
   return k;
@@ -150,7 +187,7 @@ struct Trajectory {
 };
 
 // ---- fixed steps ----
-Trajectory solve_fixed(const Dynamics& f, const State& y0, const Tensor& t, const OdeOptions& o,
+Trajectory solve_fixed(const Dynamics& f, const State& y0, const Tensor& t, size_t read, const OdeOptions& o,
                        const std::vector<double>* host_t, OdeStats& st) {
   const Tableau& tb = tableau(o.method);
   Trajectory out;
@@ -189,7 +226,10 @@ Trajectory solve_fixed(const Dynamics& f, const State& y0, const Tensor& t, cons
     };
     for (int64_t s = 0; s < m; ++s) {
       auto times = [&](size_t j) { return s == 0 && tb.c[j] == 0 ? t0 : stage_time(tb.c[j], s); };
-      y = weighted(y, stages(f, tb, times, h, y, nullptr), h, tb.b);
+      // The quadratures of the stages the solution weighs.
+      auto quad = [&](size_t j) { return tb.b[j] != 0; };
+      const Step step{h};
+      y = weighted(y, stages(f, tb, times, step, y, read, quad, nullptr), step, tb.b);
       st.accepted += 1;
       st.evaluations += int64_t(tb.c.size());
     }
@@ -202,7 +242,7 @@ Trajectory solve_fixed(const Dynamics& f, const State& y0, const Tensor& t, cons
 // The RMS over the first `normed` components of v / (atol + rtol * max(|a|, |b|)).
 double error_norm(const State& v, const State& a, const State& b, size_t normed, double rtol, double atol) {
   NoGradGuard ng;
-  double sum = 0;
+  Tensor sum;  // on the device: one host read for every component
   int64_t n = 0;
   for (size_t i = 0; i < normed && i < v.size(); ++i) {
     // Half-precision states: the norm in float32 (atol and rtol underflow in 16 bits).
@@ -210,10 +250,11 @@ double error_norm(const State& v, const State& a, const State& b, size_t normed,
     auto wide = [&](const Tensor& x) { return reduced ? x.to(kFloat32) : x; };
     Tensor scale = tg::maximum(tg::abs(wide(a[i])), tg::abs(wide(b[i]))) * rtol + atol;
     Tensor r = wide(v[i]) / scale;
-    sum += tg::sum(r * r).to(kFloat64).item<double>();
+    const Tensor part = tg::sum(r * r);  // item() widens it on the host
+    sum = sum.defined() ? sum + part : part;
     n += v[i].numel();
   }
-  return n ? std::sqrt(sum / double(n)) : 0.0;
+  return n ? std::sqrt(sum.item<double>() / double(n)) : 0.0;
 }
 
 double rms(const State& v, const State& scale_of, size_t normed, double rtol, double atol) {
@@ -223,7 +264,7 @@ double rms(const State& v, const State& scale_of, size_t normed, double rtol, do
 // Hairer's starting step (Solving ODEs I, II.4): from the scales of y0, f0
 // and a trial Euler step; signed by `dir`.
 double first_step(const Dynamics& f, const Tensor& t0, const State& y0, const State& f0, double dir, double span,
-                  size_t normed, const OdeOptions& o, OdeStats& st) {
+                  size_t read, size_t normed, const OdeOptions& o, OdeStats& st) {
   NoGradGuard ng;
   const double d0 = rms(y0, y0, normed, o.rtol, o.atol), d1 = rms(f0, y0, normed, o.rtol, o.atol);
   TG_CHECK(std::isfinite(d0) && std::isfinite(d1),
@@ -231,25 +272,65 @@ double first_step(const Dynamics& f, const Tensor& t0, const State& y0, const St
            "the adjoint's backward solve, the incoming gradient or f along the way)");
   double h0 = (d0 < 1e-5 || d1 < 1e-5) ? 1e-6 : 0.01 * d0 / d1;
   h0 = std::min(h0, span);
-  State y1 = y0;
-  for (size_t i = 0; i < y0.size(); ++i)
+  State y1(y0.begin(), y0.begin() + std::ptrdiff_t(std::min(read, y0.size())));
+  for (size_t i = 0; i < y1.size(); ++i)
     y1[i] = y0[i] + f0[i] * (dir * h0);
-  State f1 = f(t0 + dir * h0, y1);
+  State f1 = f(t0 + dir * h0, y1, false);
   st.evaluations += 1;
-  State diff = f1;
-  for (size_t i = 0; i < diff.size(); ++i)
-    diff[i] = f1[i] - f0[i];
+  State diff;
+  for (size_t i = 0; i < normed && i < f1.size(); ++i)
+    diff.push_back(f1[i] - f0[i]);
   const double d2 = rms(diff, y0, normed, o.rtol, o.atol) / h0;
   const double dm = std::max(d1, d2);
   const double h1 = dm <= 1e-15 ? std::max(1e-6, h0 * 1e-3) : std::pow(0.01 / dm, 1.0 / 5);
   return std::min({100 * h0, h1, span});
 }
 
+// Dense output as polynomials: y(theta) = y + h sum_j beta_j(theta) k_j with
+// beta_j(theta) = sum_p C[p-1][j] theta^p, p = 1..4 (C row-major [4, 7]).
+// Dopri5: Shampine's continuous extension (the form dense_block evaluates,
+// with y5 - y = h sum_j b_j k_j) expanded in theta's powers; Tsit5:
+// Tsitouras' own 4th-order interpolant (Computers & Mathematics with
+// Applications 62, 2011; diffrax's too).
+const std::vector<double>& dense_coefficients(Method method, const Tableau& tb) {
+  // clang-format off
+  static const std::vector<double> tsit5 = {
+      1.0, 0, 0, 0, 0, 0, 0,  // theta
+      -2.763706197274826, 0.1317, 3.9302962368947516, -12.411077166933676, 37.50931341651104, -27.896526289197286, 1.5,
+      2.9132554618219126, -0.2234, -5.941033872131505, 30.33818863028232, -88.1789048947664, 65.09189467479366, -4.0,
+      -1.0530884977290216, 0.1017, 2.490627285651253, -16.548102889244902, 47.37952196281928, -34.87065786149661, 2.5};
+  // clang-format on
+  if (method == Method::Tsit5) return tsit5;
+  static const std::vector<double> dopri5 = [&] {
+    const double d[7] = {-12715105075.0 / 11282082432.0,  0,
+                         87487479700.0 / 32700410799.0,   -10690763975.0 / 1880347072.0,
+                         701980252875.0 / 199316789632.0, -1453857185.0 / 822651844.0,
+                         69997945.0 / 29380423.0};
+    std::vector<double> c(28);
+    for (size_t j = 0; j < 7; ++j) {
+      const double bj = tb.b[j], first = j == 0 ? 1 : 0, last = j == 6 ? 1 : 0;
+      c[j] = first;
+      c[7 + j] = 3 * bj - 2 * first - last + d[j];
+      c[14 + j] = -2 * bj + first + last - 2 * d[j];
+      c[21 + j] = d[j];
+    }
+    return c;
+  }();
+  return dopri5;
+}
+
+// The weights beta_j(theta) at one theta, on the host.
+void dense_weights(Method method, const Tableau& tb, double th, double* beta) {
+  const std::vector<double>& c = dense_coefficients(method, tb);
+  for (size_t j = 0; j < 7; ++j)
+    beta[j] = th * (c[j] + th * (c[7 + j] + th * (c[14 + j] + th * c[21 + j])));
+}
+
 // The solution between an accepted step's ends (tn, y, k1) and (tn + h, y5,
 // k7) at the relative times theta (a vector of m values in (0, 1), a time
 // gradient flowing through it), as one block [m, ...] per component.
 // Dopri5: its 4th-order continuous extension (Shampine's coefficients, as in
-// Hairer's DOPRI5); Tsit5: cubic Hermite on (y, k1) and (y5, k7).
+// Hairer's DOPRI5); Tsit5: its own interpolant (dense_coefficients).
 State dense_block(Method method, const Tensor& theta, const Tensor& hv, const State& y, const State& y5,
                   const std::vector<State>& k) {
   const State &k1 = k[0], &k7 = k[6];
@@ -267,24 +348,50 @@ State dense_block(Method method, const Tensor& theta, const Tensor& hv, const St
       const Tensor ed = stage_sum(k, i, d) * hv;
       const Tensor one_minus = 1.0 - th;
       out.push_back(yb + th * (diff + one_minus * (b + th * (c + one_minus * ed))));
-    } else {
-      const Tensor th2 = th * th, th3 = th2 * th;
-      const Tensor h00 = th3 * 2.0 - th2 * 3.0 + 1.0, h10 = (th3 - th2 * 2.0 + th) * hv, h01 = th2 * 3.0 - th3 * 2.0,
-                   h11 = (th3 - th2) * hv;
-      out.push_back(yb * h00 + k1[i] * h10 + y5[i] * h01 + k7[i] * h11);
+    } else {  // Tsit5's own interpolant: y + h sum_j beta_j(theta) k_j
+      const std::vector<double>& c = dense_coefficients(method, tableau(method));
+      Tensor acc;
+      for (size_t j = 0; j < 7; ++j) {
+        const Tensor beta = th * (th * (th * (th * c[21 + j] + c[14 + j]) + c[7 + j]) + c[j]);
+        const Tensor term = k[j][i].unsqueeze(0) * beta;
+        acc = acc.defined() ? acc + term : term;
+      }
+      out.push_back(yb + acc * hv);
     }
   }
   return out;
 }
 
+// ---- adaptive steps where nothing is recorded: the stages as rows ----
+// With grad mode off and no forward-mode or Taylor level (the forward
+// solve under NoGradGuard, the adjoint's backward solves), each read
+// component's stage derivatives are copied into the rows of one buffer K
+// [7, numel], and every weighted sum is one product with K: a stage input
+// is y + (h a_s) K[:s] (y as the product's bias: one launch on CUDA), the
+// error estimate (h e) K, an output block of dense output y + (h B(theta))
+// K, its weights polynomials in theta on the host. The weights of a step
+// are uploaded at once. Where a gradient is recorded the sums stay
+// elementwise (weighted_one), whose backward is elementwise too.
+bool stage_rows_apply(const State& y, size_t read, int64_t n_times) {
+  if (autograd::is_grad_enabled() || autograd::forward_ad::is_active() ||
+      !detail::switched_on<detail::OffSwitch::kOdeStageRows>())
+    return false;
+  if (read < y.size() && n_times > 2) return false;  // dense output of quadratures: the elementwise form
+  for (size_t i = 0; i < read && i < y.size(); ++i)
+    if (!y[i].defined() || y[i].dtype() != y[0].dtype() || y[i].device() != y[0].device() || y[i].numel() == 0 ||
+        (y[i].dtype() != kFloat32 && y[i].dtype() != kFloat64) || y[i].is_sparse())
+      return false;
+  return true;
+}
+
 // The solution at every time of t by adaptive steps, dense output between
 // accepted steps. `normed`: how many leading components the error norm
 // covers (the adjoint's parameter gradients are left out, as torchdiffeq's
-// seminorm). `carry`, when given: a first step to start from (> 0) instead
-// of choosing one, and on return the step the controller proposes next (the
-// adjoint's backward solves, one per interval, continue with it).
+// seminorm); `read`: how many f reads (the rest are quadratures). `carry`, when given: a first step to start from (> 0)
+// instead of choosing one, and on return the step the controller proposes next (the adjoint's backward solves, one per
+// interval, continue with it).
 Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, const std::vector<double>& host_t,
-                          size_t normed, const OdeOptions& o, OdeStats& st, double* carry) {
+                          size_t read, size_t normed, const OdeOptions& o, OdeStats& st, double* carry) {
   const Tableau& tb = tableau(o.method);
   const double* ew = o.method == Method::Tsit5 ? kTsit5Error : kDopriError;
   const int64_t n = t.size(0);
@@ -294,16 +401,45 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
   const double t0 = host_t[0], tend = host_t[size_t(n - 1)];
   const double dir = tend > t0 ? 1.0 : -1.0, span = std::fabs(tend - t0);
   const Tensor tt0 = at(t, 0);
+  const bool rows = stage_rows_apply(y0, read, n);
   // The stages' c as a vector: a step's stage times are tn + c h, two small
-  // kernels per step.
-  const Tensor cvec = tg::tensor(tb.c, {int64_t(tb.c.size())}, TensorOptions().dtype(t.dtype()).device(t.device()));
+  // kernels per step (rows: they come with the step's weights).
+  const Tensor cvec =
+      rows ? Tensor() : tg::tensor(tb.c, {int64_t(tb.c.size())}, TensorOptions().dtype(t.dtype()).device(t.device()));
   State y = y0;
-  State k1 = f(tt0, y);
+  State k1 = f(tt0, y, true);
   st.evaluations += 1;
+  // Outputs inside the span take dense output, which weighs every stage.
+  const bool every_quad = n > 2;
+  const auto wopts = TensorOptions().dtype(y[0].dtype()).device(y[0].device());
+  // Recorded solves take dense output as one product with the stacked stages
+  // too: y + (h B(theta)) K with B(theta) = [theta^p] C, the interpolant's
+  // coefficients C [4, 7] in theta's powers (dense_coefficients), all
+  // differentiable, so a time gradient reaches theta and h (its backward: a
+  // few products and slices, not ~20 elementwise ops per block). Not in
+  // forward mode (the elementwise form's tangent rules).
+  bool stacked_dense = !rows && read == y0.size() && !autograd::forward_ad::is_active() &&
+                       detail::switched_on<detail::OffSwitch::kOdeStageRows>();
+  for (const Tensor& c : y0)
+    stacked_dense = stacked_dense && c.defined() && !c.is_sparse() && c.numel() > 0 && c.dtype() == y0[0].dtype() &&
+                    (c.dtype() == kFloat32 || c.dtype() == kFloat64);
   double h = carry && *carry > 0 ? std::min(*carry, span)
              : o.first_step > 0  ? std::min(o.first_step, span)
-                                 : first_step(f, tt0, y, k1, dir, span, normed, o, st);
+                                 : first_step(f, tt0, y, k1, dir, span, read, normed, o, st);
   double tn = t0;  // host copy of the current time
+  // Rows: the read components as one flat vector (each a slice of it), so
+  // that each sum is one product for all of them; `offs`: where each starts.
+  Tensor yflat, dense_c, powers;  // powers, dense_c: stacked_dense's theta^p and C
+  std::vector<int64_t> offs(1, 0);
+  for (size_t i = 0; rows && i < read; ++i)
+    offs.push_back(offs.back() + y[i].numel());
+  auto flat = [](const Tensor& x) { return x.reshape({-1}); };
+  auto split = [&](const Tensor& v) {  // [total] -> the read components
+    State parts;
+    for (size_t i = 0; i < read; ++i)
+      parts.push_back(v.narrow(0, offs[i], offs[i + 1] - offs[i]).view(y[i].sizes()));
+    return parts;
+  };
   int64_t next = 1;
   while (next < n) {
     TG_CHECK(st.accepted + st.rejected < o.max_steps, "odeint: the adaptive solver took ", o.max_steps,
@@ -315,26 +451,84 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
              ": f may be stiff or non-finite there");
     // The last step ends at t's own last entry, so that a gradient reaches
     // it (and t[0], through ttn); the others are the controller's constants.
-    const Tensor ttn = tt0 + (tn - t0);
-    const Tensor hv = hs == remaining ? at(t, n - 1) - ttn
-                                      : tg::full({}, dir * hs, TensorOptions().dtype(t.dtype()).device(t.device()));
-    const Tensor stage_t = ttn + cvec * hv;
+    // (Rows: nothing is recorded, the stage times come with the weights.)
+    Tensor ttn, hv, stage_t;
+    if (!rows) {
+      ttn = tt0 + (tn - t0);
+      hv = hs == remaining ? at(t, n - 1) - ttn
+                           : tg::full({}, dir * hs, TensorOptions().dtype(t.dtype()).device(t.device()));
+      stage_t = ttn + cvec * hv;
+    }
+    // The quadratures the 5th-order solution weighs, and the last stage's
+    // when it becomes the next step's first (FSAL).
+    const bool last_step = hs == remaining;
+    auto quad = [&](size_t s) { return every_quad || (s + 1 == tb.c.size() ? !last_step : tb.b[s] != 0); };
     State y5;  // the last stage's input: the 5th-order solution (FSAL)
-    std::vector<State> k = stages(
-        f, tb, [&](size_t s) { return s == 0 ? ttn : at(stage_t, int64_t(s)); }, hv, y, &k1, &y5);
+    const Step step{hv, dir * hs, true};
+    Tensor W;  // rows: the step's weights and stage times
+    auto times = [&](size_t s) { return rows ? at(W, int64_t(28 + s)) : s == 0 ? ttn : at(stage_t, int64_t(s)); };
+    std::vector<State> k;
+    Tensor Ks, y5flat, errflat;  // rows: the stages [7, total], y5 and the error estimate
+    State err;                   // h * sum_j e_j k_j: the 5th-order minus the 4th-order solution
+    if (rows) {
+      // The step's weights: stage s's row h a_s (s entries) at s(s-1)/2,
+      // then the error's h e (7), then the stage times tn + c_s h (7; the
+      // last step's last is t's last entry).
+      std::vector<double> w;
+      for (size_t r = 1; r < 7; ++r)
+        for (size_t j = 0; j < r; ++j)
+          w.push_back(dir * hs * tb.a[r][j]);
+      for (size_t j = 0; j < 7; ++j)
+        w.push_back(dir * hs * ew[j]);
+      for (size_t j = 0; j < 7; ++j)
+        w.push_back(tb.c[j] == 1 && last_step ? tend : tn + tb.c[j] * dir * hs);
+      W = tg::tensor(w, {int64_t(w.size())}, wopts);
+      if (!yflat.defined()) {
+        State parts(y.begin(), y.begin() + std::ptrdiff_t(read));
+        for (Tensor& c : parts)
+          c = flat(c);
+        yflat = read == 1 ? parts[0] : tg::cat(parts, 0);
+      }
+      Ks = tg::empty({7, offs.back()}, wopts);
+      auto put = [&](size_t r, const State& d) {
+        for (size_t i = 0; i < read; ++i)
+          Ks.select(0, int64_t(r)).narrow(0, offs[i], offs[i + 1] - offs[i]).copy_(flat(d[i]));
+      };
+      put(0, k1);
+      k.push_back(k1);
+      for (size_t r = 1; r < 7; ++r) {
+        const Tensor wr = W.narrow(0, int64_t(r * (r - 1) / 2), int64_t(r)).view({1, int64_t(r)});
+        const Tensor in = tg::linear(wr, Ks.narrow(0, 0, int64_t(r)).t(), yflat).view({-1});
+        k.push_back(f(times(r), split(in), quad(r)));
+        put(r, k.back());
+        if (r == 6) {
+          y5flat = in;
+          y5 = split(in);
+        }
+      }
+      errflat = tg::matmul(W.narrow(0, 21, 7).view({1, 7}), Ks).view({-1});
+    } else {
+      k = stages(f, tb, times, step, y, read, quad, &k1, &y5);
+    }
     st.evaluations += int64_t(tb.c.size()) - 1;
-    State err;  // h * sum_j e_j k_j: the 5th-order minus the 4th-order solution
-    {
+    for (size_t i = y5.size(); i < y.size(); ++i)  // the quadratures' 5th-order solution
+      y5.push_back(weighted_one(y[i], k, i, step, tb.b));
+    if (!rows) {
       NoGradGuard ng;
       std::vector<double> hew(7);
       for (size_t j = 0; j < 7; ++j)
         hew[j] = ew[j] * dir * hs;
-      for (size_t i = 0; i < y.size(); ++i)
+      for (size_t i = 0; i < y.size() && i < normed; ++i)
         err.push_back(stage_sum(k, i, hew));
     }
-    const double en = error_norm(err, y, y5, normed, o.rtol, o.atol);
+    // Rows: the leading normed components are one slice of the flat vectors.
+    const int64_t nn = rows ? offs[std::min(normed, read)] : 0;
+    const double en = rows ? error_norm({errflat.narrow(0, 0, nn)}, {yflat.narrow(0, 0, nn)}, {y5flat.narrow(0, 0, nn)},
+                                        1, o.rtol, o.atol)
+                           : error_norm(err, y, y5, normed, o.rtol, o.atol);
     TG_CHECK(std::isfinite(en), "odeint: the error estimate is not finite at t = ", tn, " (step ", hs,
-             "): f returned NaN or infinity there");
+             "): f returned NaN or infinity there (in the adjoint's backward solve: or the incoming gradient is not "
+             "finite)");
     if (en <= 1) {
       const double tnew = hs == remaining ? tend : tn + dir * hs;
       // The outputs this step reaches: [next, inside) strictly inside it
@@ -342,7 +536,43 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
       int64_t inside = next;
       while (inside < n && dir * (host_t[size_t(inside)] - tnew) < 0)
         ++inside;
-      if (inside > next) {
+      if (inside > next && stacked_dense) {
+        const int64_t m = inside - next;
+        if (!dense_c.defined()) {
+          dense_c = tg::tensor(dense_coefficients(o.method, tb), {4, 7}, wopts);
+          powers = tg::tensor(std::vector<double>{1, 2, 3, 4}, {4}, wopts);
+        }
+        const Tensor theta = (t.narrow(0, next, m) - ttn) / hv;
+        const Tensor Bd = tg::matmul(tg::pow(theta.unsqueeze(1), powers), dense_c) * hv;  // [m, 7]
+        State block;
+        for (size_t i = 0; i < y.size(); ++i) {
+          std::vector<Tensor> stacked;
+          for (size_t j = 0; j < 7; ++j)
+            stacked.push_back(flat(k[j][i]));
+          IntList shape = y[i].sizes();
+          shape.insert(shape.begin(), m);
+          block.push_back(tg::linear(Bd, tg::stack(stacked, 0).t(), flat(y[i])).reshape(shape));
+        }
+        out.blocks.push_back(std::move(block));
+      } else if (inside > next && rows) {  // y + (h B(theta)) K, one product per component
+        const int64_t m = inside - next;
+        std::vector<double> B(size_t(m) * 7);
+        for (int64_t q = 0; q < m; ++q) {
+          dense_weights(o.method, tb, (host_t[size_t(next + q)] - tn) / (dir * hs), &B[size_t(q) * 7]);
+          for (size_t j = 0; j < 7; ++j)
+            B[size_t(q) * 7 + j] *= dir * hs;
+        }
+        TG_INTERNAL_ASSERT(read == y.size(), "odeint: dense output of quadratures without their rows");
+        const Tensor Bd = tg::tensor(B, {m, 7}, wopts);
+        const Tensor all = tg::linear(Bd, Ks.t(), yflat);  // [m, total]
+        State block;
+        for (size_t i = 0; i < y.size(); ++i) {
+          IntList shape = y[i].sizes();
+          shape.insert(shape.begin(), m);
+          block.push_back(all.narrow(1, offs[i], offs[i + 1] - offs[i]).reshape(shape));
+        }
+        out.blocks.push_back(std::move(block));
+      } else if (inside > next) {
         const Tensor theta = (t.narrow(0, next, inside - next) - ttn) / hv;
         out.blocks.push_back(dense_block(o.method, theta, hv, y, y5, k));
       }
@@ -352,6 +582,7 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
         ++next;
       }
       y = y5;
+      if (rows) yflat = y5flat;
       k1 = k[6];  // f(tn + h, y5): FSAL
       tn = tnew;
       st.accepted += 1;
@@ -365,10 +596,10 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
   return out;
 }
 
-Trajectory solve(const Dynamics& f, const State& y0, const Tensor& t, const std::vector<double>& host_t, size_t normed,
-                 const OdeOptions& o, OdeStats& st, double* carry = nullptr) {
-  if (adaptive(o.method)) return solve_adaptive(f, y0, t, host_t, normed, o, st, carry);
-  return solve_fixed(f, y0, t, o, &host_t, st);
+Trajectory solve(const Dynamics& f, const State& y0, const Tensor& t, const std::vector<double>& host_t, size_t read,
+                 size_t normed, const OdeOptions& o, OdeStats& st, double* carry = nullptr) {
+  if (adaptive(o.method)) return solve_adaptive(f, y0, t, host_t, read, normed, o, st, carry);
+  return solve_fixed(f, y0, t, read, o, &host_t, st);
 }
 
 // ---- checks ----
@@ -395,8 +626,10 @@ std::vector<double> host_times(const Tensor& t) {
 
 void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht, const OdeOptions& o) {
   TG_CHECK(y0.defined() && t.defined(), "odeint: y0 and t must be defined tensors");
-  TG_CHECK(is_floating_point(y0.dtype()) && is_floating_point(t.dtype()), "odeint: y0 (", y0.dtype(), ") and t (",
-           t.dtype(), ") must be floating point");
+  TG_CHECK(
+      is_floating_point(y0.dtype()), "odeint: y0 (", y0.dtype(), ") must be real floating point",
+      is_complex(y0.dtype()) ? " (a complex state: solve its real and imaginary parts stacked as one real state)" : "");
+  TG_CHECK(is_floating_point(t.dtype()), "odeint: t (", t.dtype(), ") must be real floating point");
   TG_CHECK(t.dim() == 1 && t.size(0) >= 1, "odeint: t must be 1-D with at least one time, got shape ",
            shape_str(t.sizes()));
   TG_CHECK(y0.device() == t.device(), "odeint: y0 is on ", y0.device(), " but t on ", t.device());
@@ -413,6 +646,14 @@ void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht
     TG_CHECK(o.rtol >= 0 && o.atol >= 0 && o.rtol + o.atol > 0 && std::isfinite(o.rtol) && std::isfinite(o.atol),
              "odeint: rtol and atol must be >= 0, finite and not both 0, got rtol ", o.rtol, ", atol ", o.atol);
     TG_CHECK(o.first_step >= 0, "odeint: first_step must be >= 0, got ", o.first_step);
+    // A 16-bit state rounds each step's result by more than such an rtol: the
+    // controller would shrink its steps until they underflow.
+    if (y0.dtype() == kFloat16 || y0.dtype() == kBFloat16) {
+      const double eps = y0.dtype() == kFloat16 ? 0x1p-10 : 0x1p-7;
+      TG_CHECK(o.rtol == 0 || o.rtol >= eps, "odeint: rtol ", o.rtol, " is below ", y0.dtype(), "'s precision (", eps,
+               "): its rounding alone exceeds that tolerance; use rtol >= ", eps,
+               " or solve in float32 (y0.to(kFloat32))");
+    }
   }
   if (o.step_size > 0)
     TG_CHECK(!ht.empty(),
@@ -453,8 +694,8 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
   static Tensor forward(autograd::AutogradContext* ctx, Tensor y0, Tensor t, autograd::variable_list params,
                         std::shared_ptr<Problem> p) {
     OdeStats st;
-    Dynamics dyn = [&](const Tensor& tt, const State& y) { return State{call_checked(p->f, tt, y[0])}; };
-    Tensor out = solve(dyn, {y0}, t, p->host_t, 1, p->options, st).joined(0);
+    Dynamics dyn = [&](const Tensor& tt, const State& y, bool) { return State{call_checked(p->f, tt, y[0])}; };
+    Tensor out = solve(dyn, {y0}, t, p->host_t, 1, 1, p->options, st).joined(0);
     if (p->stats) *p->stats = st;
     // The parameters too: changed in place before backward, they are
     // reported stale (the backward solve would read the new values).
@@ -479,19 +720,23 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
       if (params[k].requires_grad() && is_floating_point(params[k].dtype())) live.push_back(k);
     const int64_t n = t.size(0);
     // The augmented dynamics of [y, a, dL/dparams...]: y' = f, a' = -a df/dy,
-    // g_k' = -a df/dparam_k.
-    Dynamics aug = [&](const Tensor& tt, const State& s) {
+    // g_k' = -a df/dparam_k (quadratures: f reads y and a only). One
+    // vector-Jacobian product with -a; the parameters' part only where the
+    // solver uses it.
+    Dynamics aug = [&](const Tensor& tt, const State& s, bool quadratures) {
       autograd::EnableGradGuard on;
       Tensor y = s[0].detach().requires_grad_();
       Tensor fy = call_checked(p->f, tt.detach(), y);
       std::vector<Tensor> wrt{y};
-      for (size_t k : live)
-        wrt.push_back(params[k]);
+      if (quadratures)
+        for (size_t k : live)
+          wrt.push_back(params[k]);
       std::vector<Tensor> v =
-          fy.requires_grad() ? autograd::grad({fy}, wrt, {s[1]}, false, false, true) : std::vector<Tensor>(wrt.size());
+          fy.requires_grad() ? autograd::grad({fy}, wrt, {-s[1]}, false, false, true) : std::vector<Tensor>(wrt.size());
       State d{fy.detach()};
       for (size_t i = 0; i < wrt.size(); ++i)
-        d.push_back(v[i].defined() ? -v[i] : tg::zeros_like(wrt[i]));
+        d.push_back(v[i].defined() ? v[i] : tg::zeros_like(wrt[i]));
+      d.resize(2 + live.size());  // the quadratures not asked for stay undefined
       return d;
     };
     autograd::NoGradGuard ng;
@@ -510,7 +755,7 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
       // Backwards over [t_i, t_{i-1}] from the checkpoint y(t_i).
       s[0] = ys.select(0, i);
       const Tensor span = tg::stack({at(t, i), at(t, i - 1)}, 0);
-      s = solve(aug, s, span, {p->host_t[size_t(i)], p->host_t[size_t(i - 1)]}, 2, p->options, st, &carry).last();
+      s = solve(aug, s, span, {p->host_t[size_t(i)], p->host_t[size_t(i - 1)]}, 2, 2, p->options, st, &carry).last();
       if (i == 1) a_before_y0 = s[1];
       s[1] = s[1] + g.select(0, i - 1);
     }
@@ -550,8 +795,8 @@ Tensor odeint(const OdeFunction& f, const Tensor& y0, const Tensor& t, const Ode
     return OdeAdjoint::apply(y0, tt, autograd::variable_list(options.params), p);
   }
   OdeStats st;
-  Dynamics dyn = [&](const Tensor& tt, const State& y) { return State{call_checked(f, tt, y[0])}; };
-  Tensor out = solve(dyn, {y0}, tt, ht, 1, options, st).joined(0);
+  Dynamics dyn = [&](const Tensor& tt, const State& y, bool) { return State{call_checked(f, tt, y[0])}; };
+  Tensor out = solve(dyn, {y0}, tt, ht, 1, 1, options, st).joined(0);
   if (stats) *stats = st;
   return out;
 }

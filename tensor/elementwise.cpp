@@ -231,16 +231,67 @@ namespace raw {
 static bool any_sparse(const Tensor& a, const Tensor& b) {
   return (a.defined() && a.is_sparse()) || (b.defined() && b.is_sparse());
 }
-static Scalar negated(Scalar a) { return a.is_integral() ? Scalar(-a.to_int()) : Scalar(-a.to_double()); }
+// -a: integral a wraps around at INT64_MIN (as the int64 kernels do); where
+// the result is floating, -a as a double, so an integral 0 becomes -0.0 and
+// a - 0 * b keeps a's sign as a + (-0.0) * b does.
+static Scalar negated(Scalar a, ScalarType rt = kInt64) {
+  if (a.is_integral() && !is_floating_point(rt) && !is_complex(rt))
+    return Scalar(int64_t(uint64_t(0) - uint64_t(a.to_int())));
+  return Scalar(-a.to_double());
+}
 
+// PyTorch's rules for add's and sub's alpha, for a result of dtype rt: an
+// integral (or Bool) result takes an integral alpha, a real floating one an
+// alpha its dtype holds (refused rather than rounded to inf).
+static void check_alpha(ScalarType rt, const Tensor& a, const Tensor& b, Scalar alpha, const char* name) {
+  TG_CHECK(is_floating_point(rt) || is_complex(rt) || alpha.is_integral(), name, ": alpha ", alpha.to_double(),
+           " is a floating point number but the operands (", a.dtype(), " and ", b.dtype(),
+           ") are integral; pass an integer alpha, or convert the operands to floating point with .to(kFloat32)");
+  if (is_floating_point(rt)) detail::check_scalar_fits(alpha, rt, (std::string(name) + " (its alpha)").c_str());
+}
+static ScalarType checked_alpha_result(const Tensor& a, const Tensor& b, Scalar alpha, const char* name) {
+  TG_CHECK(a.defined(), name, ": first operand is an undefined tensor");  // sparse operands take sparse_add
+  TG_CHECK(b.defined(), name, ": second operand is an undefined tensor");
+  const ScalarType rt = promote_types(a.dtype(), b.dtype());
+  check_alpha(rt, a, b, alpha, name);
+  return rt;
+}
+
+// a + alpha * b in one kernel (the backend's add_scaled: the product rounded
+// first, so bitwise mul then add) for two dense operands of one real floating
+// compute dtype and device that alpha leaves unpromoted; undefined where it
+// does not apply (the caller takes mul, then add).
+static Tensor add_scaled_new(const Tensor& a, const Tensor& b, Scalar alpha, const char* name) {
+  if (!a.defined() || !b.defined() || a.device() != b.device() || a.dtype() != b.dtype() ||
+      !is_floating_point(a.dtype()) || is_complex(a.dtype()) || compute_type(a.dtype()) != a.dtype() ||
+      promote_with_scalar(a.dtype(), alpha.is_integral()) != a.dtype())
+    return {};
+  const kernels::Backend& be = kernels::backend(a.device(), name);
+  if (!be.add_scaled) return {};
+  const IntList shape = broadcast_shapes(a.sizes(), b.sizes(), name);
+  Tensor out = detail::new_empty(shape, a.dtype(), a.device());
+  const auto [ad, ai] = scalar_in(alpha, a.dtype());
+  be.add_scaled(out, raw::expand(a, shape), raw::expand(b, shape), ad, ai);
+  return out;
+}
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
+  if (alpha.is_integral() && alpha.to_int() == 1)
+    return any_sparse(a, b) ? sparse_add(a, b, alpha) : binary(BinaryOp::Add, a, b);
+  const ScalarType rt = checked_alpha_result(a, b, alpha, "add");
   if (any_sparse(a, b)) return sparse_add(a, b, alpha);
-  if (alpha.is_integral() && alpha.to_int() == 1) return binary(BinaryOp::Add, a, b);
+  // Bool + alpha Bool is Bool (as PyTorch's): b where alpha is nonzero.
+  if (rt == kBool) return binary(BinaryOp::Add, a, alpha.to_int() != 0 ? b : tg::zeros_like(b));
+  if (Tensor r = add_scaled_new(a, b, alpha, "add"); r.defined()) return r;
   return binary(BinaryOp::Add, a, raw::mul(b, alpha));
 }
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
-  if (any_sparse(a, b)) return sparse_add(a, b, negated(alpha), "sub");
-  if (alpha.is_integral() && alpha.to_int() == 1) return binary(BinaryOp::Sub, a, b);
+  if (alpha.is_integral() && alpha.to_int() == 1)
+    return any_sparse(a, b) ? sparse_add(a, b, negated(alpha), "sub") : binary(BinaryOp::Sub, a, b);
+  const ScalarType rt = checked_alpha_result(a, b, alpha, "sub");
+  if (rt == kBool) return binary(BinaryOp::Sub, a, b);  // refused, naming sub
+  if (any_sparse(a, b)) return sparse_add(a, b, negated(alpha, rt), "sub");
+  // a - alpha b = a + (-alpha) b exactly (negation is exact).
+  if (Tensor r = add_scaled_new(a, b, negated(alpha, rt), "sub"); r.defined()) return r;
   return binary(BinaryOp::Sub, a, raw::mul(b, alpha));
 }
 // The binary ops of form G: one definition per line of binary.def.
@@ -513,15 +564,28 @@ static bool add_scaled_(const Tensor& self, const Tensor& o, Scalar alpha, const
   return true;
 }
 const Tensor& add_(const Tensor& self, const Tensor& o, Scalar alpha) {
+  const bool one = alpha.is_integral() && alpha.to_int() == 1;
+  if (!one) {
+    checked_alpha_result(self, o, alpha, "add_");
+    check_alpha(self.dtype(), self, o, alpha, "add_");
+  }
   if (any_sparse(self, o)) return sparse_add_(self, o, alpha);
-  if (alpha.is_integral() && alpha.to_int() == 1) return inplace_binary(self, BinaryOp::Add, o, "add_");
+  if (one) return inplace_binary(self, BinaryOp::Add, o, "add_");
+  if (self.dtype() == kBool && o.dtype() == kBool)
+    return inplace_binary(self, BinaryOp::Add, alpha.to_int() != 0 ? o : tg::zeros_like(o), "add_");
   if (add_scaled_(self, o, alpha, "add_")) return self;
   return inplace_binary(self, BinaryOp::Add, raw::mul(o, alpha), "add_");
 }
 const Tensor& sub_(const Tensor& self, const Tensor& o, Scalar alpha) {
-  if (any_sparse(self, o)) return sparse_add_(self, o, negated(alpha));
-  if (alpha.is_integral() && alpha.to_int() == 1) return inplace_binary(self, BinaryOp::Sub, o, "sub_");
-  if (add_scaled_(self, o, negated(alpha), "sub_")) return self;
+  const bool one = alpha.is_integral() && alpha.to_int() == 1;
+  if (!one) {
+    checked_alpha_result(self, o, alpha, "sub_");
+    check_alpha(self.dtype(), self, o, alpha, "sub_");
+  }
+  if (self.dtype() == kBool && o.dtype() == kBool) return inplace_binary(self, BinaryOp::Sub, o, "sub_");  // refused
+  if (any_sparse(self, o)) return sparse_add_(self, o, negated(alpha, self.dtype()));
+  if (one) return inplace_binary(self, BinaryOp::Sub, o, "sub_");
+  if (add_scaled_(self, o, negated(alpha, self.dtype()), "sub_")) return self;
   return inplace_binary(self, BinaryOp::Sub, raw::mul(o, alpha), "sub_");
 }
 const Tensor& add_(const Tensor& self, Scalar s) { return inplace_scalar(self, BinaryOp::Add, s, "add_"); }
@@ -888,6 +952,40 @@ void unary_kernel(UnaryOp op, const Tensor& out, const Tensor& x, const kernels:
   });
 }
 
+// out = a + alpha * b (add_, and add with a scale): each product rounded before
+// its add, as mul then add would (the products go through a block buffer, so
+// that no build contracts them into an fma); out may alias a.
+void add_scaled_kernel(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, int64_t ialpha) {
+  dispatch_compute(out.dtype(), "add_", [&](auto tag) {
+    using T = decltype(tag);
+    const T s = std::is_integral<T>::value ? T(ialpha) : T(alpha);
+    Tensor ops[3] = {out, a, b};
+    for_each(ops, 3, [s](char** p, const int64_t* st, int64_t n) {
+      constexpr int64_t kBlock = 256;
+      T prod[kBlock];
+      const bool dense = st[0] == sizeof(T) && st[1] == sizeof(T) && st[2] == sizeof(T);
+      for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+        const int64_t m = std::min(kBlock, n - i0);
+        if (dense) {
+          const T* x = reinterpret_cast<const T*>(p[1]) + i0;
+          const T* y = reinterpret_cast<const T*>(p[2]) + i0;
+          T* o = reinterpret_cast<T*>(p[0]) + i0;
+          for (int64_t j = 0; j < m; ++j)
+            prod[j] = kernels::binary_fn<BinaryOp::Mul>(y[j], s);
+          for (int64_t j = 0; j < m; ++j)
+            o[j] = kernels::binary_fn<BinaryOp::Add>(x[j], prod[j]);
+          continue;
+        }
+        for (int64_t j = 0; j < m; ++j)
+          prod[j] = kernels::binary_fn<BinaryOp::Mul>(*reinterpret_cast<const T*>(p[2] + (i0 + j) * st[2]), s);
+        for (int64_t j = 0; j < m; ++j)
+          *reinterpret_cast<T*>(p[0] + (i0 + j) * st[0]) =
+              kernels::binary_fn<BinaryOp::Add>(*reinterpret_cast<const T*>(p[1] + (i0 + j) * st[1]), prod[j]);
+      }
+    });
+  });
+}
+
 // ---- the engine's fused accumulation and mul backward (contiguous operands) ------
 void add_n_kernel(const Tensor& out, const Tensor& a, const std::vector<Tensor>& s) {
   if (is_complex(out.dtype())) {  // componentwise: the sums of the parts
@@ -956,6 +1054,7 @@ void register_elementwise(kernels::Backend& b) {
   b.fill = fill_kernel;
   b.binary = binary_kernel;
   b.add_n = add_n_kernel;
+  b.add_scaled = add_scaled_kernel;
   b.compare = compare_kernel;
   b.unary = unary_kernel;
   b.where = where_kernel;

@@ -54,7 +54,11 @@ namespace tg::detail {
   X(kCpuFusedBackward, "TG_CPU_FUSED_BACKWARD",                                                                        \
     "the CPU's fused backward kernels of activation_grad and its sums of weight-gradient products without "            \
     "concatenation (back to the public ops and one product of the concatenated operands)",                             \
-    "autograd/kernels/cpu.cpp, tensor/linalg.cpp")
+    "autograd/kernels/cpu.cpp, tensor/linalg.cpp")                                                                     \
+  X(kOdeStageRows, "TG_ODE_STAGE_ROWS",                                                                                \
+    "odeint's adaptive stages as the rows of one buffer where nothing is recorded, its sums and dense output as "      \
+    "products with it, and recorded dense output as one product with the stacked stages (back to elementwise sums)",   \
+    "ode/odeint.cpp")
 
 enum class OffSwitch {
 #define TG_SWITCH_ENUM(e, var, what, where) e,

@@ -123,7 +123,9 @@ IntList check_complex_parts(const Tensor& a, const Tensor& b, const char* op) {
 }
 
 void check_scalar_fits(Scalar v, ScalarType dtype, const char* op) {
-  if (v.is_integral() || dtype == kBool || dtype == kFloat64) return;  // every int64 is some double
+  if (dtype == kBool || dtype == kFloat64) return;  // every int64 is some double
+  if (v.is_integral() && (!is_floating_point(dtype) || dtype == kFloat32 || dtype == kBFloat16))
+    return;  // int64's range fits in these; Float16's does not
   const double d = v.to_double();
   auto exact = [](double v) {  // all the digits: 9.22337e+18 or 3.40282e+38 would read as the limit itself
     std::ostringstream o;

@@ -1,4 +1,5 @@
 // Elementwise ops against plain double loops, on every layout and dtype.
+#include <cstring>
 #include <limits>
 
 #include "reference.h"
@@ -416,6 +417,117 @@ TEST(Binary, Int64ArithmeticWrapsAround) {
   EXPECT_EQ(ints(a.sum()), (std::vector<int64_t>{1}));  // kMin + kMax - 1 + 3
   EXPECT_EQ(ints(a.view({2, 2}).sum({0})), (std::vector<int64_t>{kMax, kMin + 2}));
   EXPECT_EQ(ints(a.view({2, 2}).sum({1})), (std::vector<int64_t>{-1, 2}));
+}
+
+// add and sub with a scale, and add_ / sub_ with one, take one kernel
+// (add_scaled) where the operands share a real floating dtype: bitwise the
+// product, then the add, as before. Broadcast, transposed and sliced
+// operands, both dtypes, scales that round in float32; int64 add_ with a
+// scale wraps around as mul then add does.
+TEST(Binary, AddWithAScaleIsBitwiseTheProductThenTheAdd) {
+  auto bits_equal = [](const Tensor& x, const Tensor& y) {
+    if (x.sizes() != y.sizes() || x.dtype() != y.dtype()) return false;
+    if (x.numel() == 0) return true;  // memcmp's pointers must not be null, even for no bytes
+    Tensor a = x.contiguous(), b = y.contiguous();
+    return std::memcmp(a.data_ptr(), b.data_ptr(), size_t(a.numel()) * tg::element_size(a.dtype())) == 0;
+  };
+  tg::manual_seed(7);
+  for (auto dt : {tg::kFloat32, tg::kFloat64}) {
+    const auto o = tg::TensorOptions().dtype(dt);
+    Tensor base = tg::randn({37, 300}, o) * 1e3, other = tg::randn({300, 37}, o);
+    const std::vector<std::pair<Tensor, Tensor>> cases = {
+        {base, other.t()},                                      // transposed second operand
+        {base.narrow(1, 3, 250), other.t().narrow(1, 5, 250)},  // sliced
+        {base, tg::randn({300}, o)},                            // broadcast second operand
+        {tg::randn({37, 1}, o), other.t()},                     // broadcast first operand
+        {tg::randn({0, 300}, o), tg::randn({300}, o)},          // empty
+        {tg::full({4}, -0.0, o), tg::randn({4}, o)},            // signed zeros
+    };
+    // An integral alpha too: 0 keeps a - 0 * b's signed zeros.
+    for (const tg::Scalar alpha : {tg::Scalar(0.1), tg::Scalar(-2.5), tg::Scalar(1.0 / 3), tg::Scalar(1e-30),
+                                   tg::Scalar(int64_t(0)), tg::Scalar(int64_t(3))}) {
+      for (size_t c = 0; c < cases.size(); ++c) {
+        const auto& [x, y] = cases[c];
+        const Tensor prod = y * alpha;
+        EXPECT_TRUE(bits_equal(tg::add(x, y, alpha), x + prod))
+            << dt << " case " << c << " alpha " << alpha.to_double();
+        EXPECT_TRUE(bits_equal(tg::sub(x, y, alpha), x - prod))
+            << dt << " case " << c << " alpha " << alpha.to_double();
+        if (x.sizes() != tg::broadcast_shapes(x.sizes(), y.sizes(), "test")) continue;
+        Tensor in = x.clone(), in_s = x.clone();
+        in.add_(y, alpha);
+        in_s.sub_(y, alpha);
+        EXPECT_TRUE(bits_equal(in, x + prod)) << dt << " add_ case " << c;
+        EXPECT_TRUE(bits_equal(in_s, x - prod)) << dt << " sub_ case " << c;
+      }
+    }
+    // Into a strided destination, and a source overlapping it.
+    Tensor buf = base.clone();
+    Tensor view = buf.narrow(1, 1, 100);
+    const Tensor expect = view + other.t().narrow(1, 0, 100) * 0.75;
+    view.add_(other.t().narrow(1, 0, 100), 0.75);
+    EXPECT_TRUE(bits_equal(view, expect)) << dt;
+    Tensor self = base.clone();
+    self.add_(self, 0.5);
+    EXPECT_TRUE(bits_equal(self, base + base * 0.5)) << dt;
+  }
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  std::vector<int64_t> v{kMax, -3, 5};
+  Tensor i64 = tg::from_blob(v.data(), {3}, {}, tg::kInt64, tg::Device(tg::kCPU)).clone();
+  i64.add_(tg::full({3}, 2, tg::TensorOptions().dtype(tg::kInt64)), 3);  // kMax + 6 wraps
+  EXPECT_EQ(i64.select(0, 0).item<int64_t>(), std::numeric_limits<int64_t>::min() + 5);
+  EXPECT_EQ(i64.select(0, 1).item<int64_t>(), 3);
+  EXPECT_EQ(i64.select(0, 2).item<int64_t>(), 11);
+}
+
+// alpha's checks, as PyTorch's: a real floating result takes only an alpha
+// its dtype holds (refused, not rounded to inf), an integral result only an
+// integral alpha; Bool + alpha Bool is Bool; Bool - Bool is refused; an
+// INT64_MIN alpha wraps around in sub (no signed overflow).
+TEST(Binary, AddAndSubCheckTheirAlpha) {
+  auto throws_naming = [](auto&& f, std::initializer_list<const char*> texts) {
+    try {
+      f();
+      ADD_FAILURE() << "expected an error naming " << *texts.begin();
+    } catch (const tg::Error& e) {
+      const std::string m = e.what();
+      for (const char* t : texts)
+        EXPECT_NE(m.find(t), std::string::npos) << m;
+    }
+  };
+  const auto f32 = tg::TensorOptions().dtype(tg::kFloat32), f16 = tg::TensorOptions().dtype(tg::kFloat16),
+             i64 = tg::TensorOptions().dtype(tg::kInt64), b8 = tg::TensorOptions().dtype(tg::kBool);
+  Tensor a = tg::ones({3}, f32), b = tg::ones({3}, f32);
+  throws_naming([&] { tg::add(a, b, 1e300); }, {"add", "alpha", "Float32"});
+  throws_naming([&] { tg::sub(a, b, 1e300); }, {"sub", "alpha"});
+  throws_naming([&] { a.clone().add_(b, -1e300); }, {"add_", "alpha"});
+  throws_naming([&] { a.clone().sub_(b, 1e300); }, {"sub_", "alpha"});
+  throws_naming([&] { tg::add(tg::ones({3}, f16), tg::ones({3}, f16), int64_t(70000)); }, {"add", "alpha"});
+  EXPECT_EQ(values(a), std::vector<double>({1, 1, 1}));  // nothing written
+  // The largest finite float32 still passes; the result is what the product gives.
+  EXPECT_EQ(values(tg::add(a * 0.f, b, 3.0e38)), std::vector<double>(3, double(3.0e38f)));
+  Tensor n = tg::full({3}, 4, i64), m = tg::full({3}, 2, i64);
+  throws_naming([&] { tg::add(n, m, 0.5); }, {"add", "alpha", "integral", "Int64"});
+  throws_naming([&] { tg::sub(n, m, 2.0); }, {"sub", "alpha", "integral"});
+  throws_naming([&] { n.clone().add_(m, 0.5); }, {"add_", "alpha"});
+  // An int tensor in place with a float operand: the result (int) takes no float alpha.
+  throws_naming([&] { n.clone().add_(tg::ones({3}, f32), 0.5); }, {"add_", "alpha"});
+  EXPECT_EQ(values(tg::add(n, m, int64_t(3))), std::vector<double>({10, 10, 10}));
+  Tensor t = tg::full({2}, 1, b8), f = tg::zeros({2}, b8);
+  Tensor r = tg::add(f, t, int64_t(2));
+  EXPECT_EQ(r.dtype(), tg::kBool);
+  EXPECT_EQ(values(r), std::vector<double>({1, 1}));
+  EXPECT_EQ(values(tg::add(f, t, int64_t(0))), std::vector<double>({0, 0}));
+  Tensor fi = f.clone();
+  fi.add_(t, int64_t(5));
+  EXPECT_EQ(values(fi), std::vector<double>({1, 1}));
+  throws_naming([&] { tg::sub(t, f, int64_t(2)); }, {"sub"});
+  throws_naming([&] { t.clone().sub_(f, int64_t(2)); }, {"sub_"});
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  Tensor w = tg::full({2}, 1, i64);
+  w.sub_(tg::full({2}, 1, i64), kMin);  // 1 - kMin * 1 wraps to kMin + 1
+  EXPECT_EQ(w.select(0, 0).item<int64_t>(), kMin + 1);
+  EXPECT_EQ(tg::sub(tg::full({1}, 1, i64), tg::full({1}, 1, i64), kMin).item<int64_t>(), kMin + 1);
 }
 
 }  // namespace

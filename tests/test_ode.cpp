@@ -39,11 +39,9 @@ TEST(Ode, EveryMethodSolvesTheExponential) {
     o.atol = 1e-12;
     Tensor y = ode::odeint(f, y0, t, o);
     ASSERT_EQ(y.sizes(), tg::IntList({4, 3}));
-    // Dopri5 interpolates with its own 4th-order extension, Tsit5 with cubic Hermite.
-    const double tol = m == ode::Method::Euler      ? 1e-2
-                       : m == ode::Method::Midpoint ? 1e-5
-                       : m == ode::Method::Tsit5    ? 1e-7
-                                                    : 2e-9;
+    // Dopri5 and Tsit5 interpolate with their own 4th-order interpolants
+    // (Tsit5's was cubic Hermite, 1e-7 here).
+    const double tol = m == ode::Method::Euler ? 1e-2 : m == ode::Method::Midpoint ? 1e-5 : 2e-9;
     EXPECT_LT(max_abs(y - exact), tol) << int(m);
     EXPECT_EQ(max_abs(y.select(0, 0) - y0), 0.0);  // the first entry is y0
   }
@@ -231,6 +229,130 @@ TEST(Ode, BackpropAndAdjointGradientsAgreeWithFiniteDifferences) {
   }
 }
 
+// The adjoint of every method: its parameters' gradients are quadratures
+// (only the stages the solution weighs are asked for: midpoint's first
+// stage has weight 0), against backpropagation through the same method,
+// with a frozen parameter between two live ones and outputs at several
+// times (Euler is first order: 400 steps per interval leave ~4e-3); the
+// adaptive ones over long intervals (several steps each: the
+// last stage's quadratures carry over to the next step).
+TEST(Ode, AdjointOfEveryMethodAgreesWithBackprop) {
+  Tensor A = tg::tensor({-0.5, 1.0, -1.2, -0.3}).to(tg::kFloat64).view({2, 2}).requires_grad_();
+  Tensor frozen = tg::ones({3}, f64);
+  Tensor b = tg::tensor({0.2, -0.1}).to(tg::kFloat64).requires_grad_();
+  Tensor y0 = tg::tensor({1.0, 0.5}).to(tg::kFloat64).requires_grad_();
+  Tensor t = times({0.0, 0.7, 2.0, 4.0});
+  auto f = [&](const Tensor&, const Tensor& y) { return tg::matmul(A, y.view({2, 1})).view({2}) + b; };
+  const struct {
+    ode::Method m;
+    double tol;
+  } methods[] = {{ode::Method::Euler, 1e-2},
+                 {ode::Method::Midpoint, 1e-5},
+                 {ode::Method::RK4, 1e-9},
+                 {ode::Method::Dopri5, 1e-6},
+                 {ode::Method::Tsit5, 1e-6}};
+  for (const auto& [m, tol] : methods) {
+    std::vector<std::vector<Tensor>> grads;
+    for (auto g : {ode::Gradient::Backprop, ode::Gradient::Adjoint}) {
+      ode::OdeOptions o;
+      o.method = m;
+      o.steps_per_interval = 400;
+      o.rtol = 1e-9;
+      o.atol = 1e-10;
+      o.gradient = g;
+      o.params = {A, frozen, b};
+      ode::OdeStats st;
+      Tensor ys = ode::odeint(f, y0, t, o, &st);
+      if (m == ode::Method::Dopri5 || m == ode::Method::Tsit5) {
+        EXPECT_GT(st.accepted, 12) << int(m);
+      }
+      grads.push_back(ag::grad({tg::sum(ys * ys)}, {A, b, y0}));
+    }
+    for (size_t w = 0; w < 3; ++w) {
+      const double scale = max_abs(grads[0][w]);
+      EXPECT_GT(scale, 1e-3) << int(m) << " input " << w;
+      EXPECT_LT(max_abs(grads[1][w] - grads[0][w]), tol * scale) << int(m) << " input " << w;
+    }
+  }
+}
+
+// The adaptive solvers scale their stage weights by the step as a number;
+// a time gradient reaches the last step through a term that is 0 in value,
+// so the solution is bitwise the same whether t needs a gradient or not,
+// and that gradient is right.
+TEST(Ode, AdaptiveSolutionIsTheSameWhetherTimesNeedAGradient) {
+  Tensor A = tg::tensor({-0.5, 1.0, -1.2, -0.3}).to(tg::kFloat64).view({2, 2});
+  Tensor y0 = tg::tensor({1.0, 0.5}).to(tg::kFloat64);
+  auto f = [&](const Tensor&, const Tensor& y) { return tg::matmul(A, y.view({2, 1})).view({2}); };
+  for (auto m : {ode::Method::Dopri5, ode::Method::Tsit5}) {
+    ode::OdeOptions o;
+    o.method = m;
+    o.rtol = 1e-8;
+    o.atol = 1e-9;
+    auto solve = [&](const Tensor& t) { return ode::odeint(f, y0, t, o); };
+    Tensor plain = solve(times({0.0, 0.3, 2.5}));
+    Tensor t = times({0.0, 0.3, 2.5}).requires_grad_();
+    Tensor traced = solve(t);
+    ASSERT_TRUE(traced.requires_grad());
+    EXPECT_EQ(max_abs(plain - traced.detach()), 0.0) << int(m);
+    // d/dT sum(y(T)) = sum(f(y(T))): the solver's own derivative in its
+    // last step's size (finite differences in T would see the controller
+    // change its steps).
+    Tensor g = ag::grad({traced.select(0, 2).sum()}, {t})[0];
+    const double exact = f(t, traced.select(0, 2).detach()).sum().item<double>();
+    EXPECT_NEAR(g.select(0, 2).item<double>(), exact, 1e-7) << int(m);
+  }
+}
+
+// Under NoGradGuard the adaptive solvers keep each step's stages as the
+// rows of one buffer and form their sums, error estimates and dense output
+// as products with it; the solution agrees with the elementwise form of a
+// solve in grad mode to rounding (float64; in float32 both are within the
+// tolerance of the exact solution), forwards and backwards in time, with
+// several outputs inside one step, a batched transposed y0, float32 and an
+// empty state.
+TEST(Ode, NoGradAdaptiveSolveAgreesWithTheRecordedOne) {
+  Tensor A = tg::tensor({-0.5, 1.0, -1.2, -0.3}).to(tg::kFloat64).view({2, 2});
+  auto f = [&](const Tensor& t, const Tensor& y) { return tg::matmul(y, A.to(y.dtype())) + t * 0.1; };
+  Tensor y0 = tg::tensor({1.0, 0.5, -0.3, 0.8, 0.2, -1.0}).to(tg::kFloat64).view({2, 3}).t();  // [3, 2], strided
+  ASSERT_FALSE(y0.is_contiguous());
+  for (auto m : {ode::Method::Dopri5, ode::Method::Tsit5}) {
+    for (const auto& tv :
+         {std::vector<double>{0.0, 0.05, 0.1, 0.15, 1.0, 1.02, 3.0}, std::vector<double>{2.0, 1.9, 1.0, 0.99, -0.5}}) {
+      for (auto dt : {tg::kFloat64, tg::kFloat32}) {
+        ode::OdeOptions o;
+        o.method = m;
+        o.rtol = dt == tg::kFloat64 ? 1e-7 : 1e-4;
+        o.atol = dt == tg::kFloat64 ? 1e-8 : 1e-5;
+        const Tensor y = y0.to(dt), t = times(tv).to(dt);
+        ode::OdeStats recorded_st, plain_st;
+        Tensor recorded = ode::odeint(f, y, t, o, &recorded_st);
+        Tensor plain;
+        {
+          ag::NoGradGuard ng;
+          plain = ode::odeint(f, y, t, o, &plain_st);
+        }
+        EXPECT_EQ(plain.sizes(), recorded.sizes());
+        EXPECT_EQ(plain_st.accepted, recorded_st.accepted) << int(m);
+        if (dt == tg::kFloat64) {  // the same steps: rounding apart
+          EXPECT_LT(max_abs(plain - recorded), 1e-12) << int(m) << " from " << tv[0];
+        } else {  // rounding moves the controller's steps: both within the tolerance of the exact solution
+          ode::OdeOptions tight = o;
+          tight.rtol = tight.atol = 1e-12;
+          const Tensor exact = ode::odeint(f, y0, times(tv), tight);
+          EXPECT_LT(max_abs(plain.to(tg::kFloat64) - exact), 1e-3) << int(m) << " from " << tv[0];
+          EXPECT_LT(max_abs(recorded.to(tg::kFloat64) - exact), 1e-3) << int(m) << " from " << tv[0];
+        }
+        EXPECT_EQ(max_abs((plain.select(0, 0) - y).to(tg::kFloat64)), 0.0);
+      }
+    }
+  }
+  ag::NoGradGuard ng;
+  Tensor empty =
+      ode::odeint([](const Tensor&, const Tensor& y) { return -y; }, tg::zeros({0, 2}, f64), times({0.0, 0.5, 1.0}));
+  EXPECT_EQ(empty.sizes(), (tg::IntList{3, 0, 2}));
+}
+
 // y' = -y^2: y(T) = y0 / (1 + y0 T); its second derivative in y0 through the
 // solver's own operations (create_graph).
 TEST(Ode, SecondDerivativesThroughTheSolver) {
@@ -248,6 +370,29 @@ TEST(Ode, SecondDerivativesThroughTheSolver) {
     Tensor d2 = ag::grad({d1.sum()}, {y0})[0];
     EXPECT_NEAR(d1.item<double>(), 1 / std::pow(1 + v * T, 2), 1e-8) << int(m);
     EXPECT_NEAR(d2.item<double>(), -2 * T / std::pow(1 + v * T, 3), 1e-6) << int(m);
+  }
+  // Outputs inside adaptive steps (dense output): second derivatives in y0,
+  // and the mixed one in y0 and the output time, d/dy0 dy(t1)/dt1 =
+  // d/dy0 (-y(t1)^2) = -2 v / (1 + v t1)^3.
+  for (auto m : {ode::Method::Dopri5, ode::Method::Tsit5}) {
+    ode::OdeOptions o;
+    o.method = m;
+    o.rtol = 1e-7;
+    o.atol = 1e-9;
+    Tensor y0 = tg::full({1}, v, f64).requires_grad_();
+    // Steps of ~0.1: 0.31 and 0.312 cannot both end one.
+    const std::vector<double> tv{0.0, 0.31, 0.312, 0.77, 1.5};
+    Tensor t = times(tv).requires_grad_();
+    Tensor ys = ode::odeint(f, y0, t, o);
+    for (int64_t i = 1; i < 4; ++i) {
+      const double ti = tv[size_t(i)];
+      std::vector<Tensor> d1 = ag::grad({ys.select(0, i).sum()}, {y0, t}, {}, true, true);
+      Tensor d2 = ag::grad({d1[0].sum()}, {y0}, {}, true)[0];
+      Tensor dty = ag::grad({d1[1].select(0, i)}, {y0}, {}, true)[0];
+      EXPECT_NEAR(d1[0].item<double>(), 1 / std::pow(1 + v * ti, 2), 1e-5) << int(m) << " t " << ti;
+      EXPECT_NEAR(d2.item<double>(), -2 * ti / std::pow(1 + v * ti, 3), 1e-4) << int(m) << " t " << ti;
+      EXPECT_NEAR(dty.item<double>(), -2 * v / std::pow(1 + v * ti, 3), 1e-4) << int(m) << " t " << ti;
+    }
   }
   // The adjoint's gradient is once differentiable, and says so.
   ode::OdeOptions o;
@@ -318,6 +463,29 @@ TEST(Ode, ParamsDtypesAndScalesTheAdjointAndSolversHandle) {
   loose.rtol = loose.atol = 1e-3;
   Tensor rh = ode::odeint(decay, tg::ones({2}).to(tg::kFloat16), times({0.0, 1.0}), loose);
   EXPECT_NEAR(rh.to(tg::kFloat32).select(0, 1).select(0, 0).item<float>(), std::exp(-1.0f), 5e-3);
+  // An rtol below a 16-bit state's precision is refused (its rounding alone
+  // exceeds it); rtol 0 with an atol is the user's absolute control.
+  ode::OdeOptions fine;
+  fine.rtol = 1e-5;
+  EXPECT_NE(message([&] {
+              ode::odeint(decay, tg::ones({2}).to(tg::kFloat16), times({0.0, 1.0}), fine);
+            }).find("below Float16's precision"),
+            std::string::npos);
+  fine.rtol = 1e-3;  // above Float16's 2^-10, below BFloat16's 2^-7
+  EXPECT_NE(message([&] {
+              ode::odeint(decay, tg::ones({2}).to(tg::kBFloat16), times({0.0, 1.0}), fine);
+            }).find("below BFloat16's precision"),
+            std::string::npos);
+  fine.rtol = 0;
+  fine.atol = 1e-2;
+  Tensor ra = ode::odeint(decay, tg::ones({2}).to(tg::kBFloat16), times({0.0, 1.0}), fine);
+  EXPECT_NEAR(ra.to(tg::kFloat32).select(0, 1).select(0, 0).item<float>(), std::exp(-1.0f), 3e-2);
+  // A complex state is refused naming y0, not t.
+  const std::string cm = message([&] {
+    ode::odeint(decay, tg::ones({2}, tg::TensorOptions().dtype(tg::kComplex64)), times({0.0, 1.0}));
+  });
+  EXPECT_NE(cm.find("y0 (Complex64) must be real floating point"), std::string::npos) << cm;
+  EXPECT_EQ(cm.find("and t"), std::string::npos) << cm;
   // Intervals far below 1e-14, at any time scale: the step floor is relative to t.
   auto scaled = [](const Tensor&, const Tensor& y) { return y * -1e20; };
   Tensor tiny = ode::odeint(scaled, tg::ones({1}, f64), times({0.0, 1e-20}));

@@ -167,6 +167,15 @@ TEST(Sparse, OpsMatchDense) {
     EXPECT_EQ(ss.nnz(), 240);  // concatenated, not coalesced
     expect_near(V(ss), V(a.dense + b.dense), 1e-12, "sparse + sparse " + on);
     expect_near(V(tg::sub(a.s, b.s, 2)), V(a.dense - b.dense * 2.0), 1e-12, "sparse - 2 sparse " + on);
+    // A scale other than 1 with sparse operands (the alpha's checks take them).
+    expect_near(V(tg::add(x, a.s, 0.5)), V(x + a.dense * 0.5), 1e-12, "dense + 0.5 sparse " + on);
+    expect_near(V(tg::sub(a.s, x, 3)), V(a.dense - x * 3.0), 1e-12, "sparse - 3 dense " + on);
+    Tensor acc = a.s.clone();
+    acc.add_(b.s, -1.5);
+    EXPECT_TRUE(acc.is_sparse());
+    expect_near(V(acc), V(a.dense - b.dense * 1.5), 1e-12, "sparse add_ -1.5 sparse " + on);
+    acc.sub_(b.s, 2);
+    expect_near(V(acc), V(a.dense - b.dense * 3.5), 1e-12, "sparse sub_ 2 sparse " + on);
     Tensor m = a.s * 2.5;
     EXPECT_TRUE(m.is_sparse());
     expect_near(V(m), V(a.dense * 2.5), 1e-12, "sparse * scalar " + on);

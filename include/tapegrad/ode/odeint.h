@@ -87,10 +87,9 @@ struct OdeStats {
 /// floating, finite, strictly increasing or strictly decreasing;
 /// integration runs in its direction; converted to y0's dtype): a tensor
 /// [t.size(0)] + y0's shape whose first entry equals y0. y0 floating, on
-/// t's device. Adaptive methods interpolate between their steps (Dopri5
-/// with its own 4th-order continuous extension, Tsit5 by cubic Hermite:
-/// there its error can be tens of times the tolerance, while it meets it at
-/// the steps' ends). Refused with a tg::Error naming
+/// t's device. Adaptive methods interpolate between their steps, each with
+/// its own 4th-order interpolant (Dopri5: Shampine's continuous extension;
+/// Tsit5: Tsitouras'). Refused with a tg::Error naming
 /// odeint: bad shapes or dtypes, times not strictly monotonic, f returning
 /// another shape or dtype, non-finite error estimates, a step size that
 /// underflows, more than max_steps, an adaptive method (Dopri5, Tsit5) under CUDA graph

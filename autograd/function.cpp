@@ -195,17 +195,16 @@ namespace {
 // function under create_graph: differentiating through them is an error.
 class DelayedError final : public Node {
  public:
-  explicit DelayedError(std::string fn) : fn_(std::move(fn)) {}
+  DelayedError(std::string fn, const char* hint) : fn_(std::move(fn)), hint_(hint) {}
   variable_list apply(variable_list&&) override {
-    TG_ERROR(fn_,
-             " is once-differentiable: its backward ran under create_graph "
-             "but cannot be differentiated again; remove once_differentiable and "
-             "write its backward with differentiable ops");
+    TG_ERROR(fn_, " is once-differentiable: its backward ran under create_graph but cannot be differentiated again; ",
+             hint_ ? hint_ : "remove once_differentiable and write its backward with differentiable ops");
   }
   std::string name() const override { return "DelayedError"; }
 
  private:
   std::string fn_;
+  const char* hint_;
 };
 }  // namespace
 
@@ -244,7 +243,7 @@ variable_list CppNodeBase::apply(variable_list&& grads) {
     // Under create_graph the gradients depend on the incoming gradients and,
     // through the saved tensors, on the forward inputs: give them a history
     // that leads there and fails when differentiated.
-    auto err = std::make_shared<DelayedError>(name());
+    auto err = std::make_shared<DelayedError>(name(), hint_);
     edge_list edges;
     for (const Tensor& g : incoming)
       edges.push_back(impl::gradient_edge(g));

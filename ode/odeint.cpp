@@ -267,9 +267,21 @@ double first_step(const Dynamics& f, const Tensor& t0, const State& y0, const St
                   size_t read, size_t normed, const OdeOptions& o, OdeStats& st) {
   NoGradGuard ng;
   const double d0 = rms(y0, y0, normed, o.rtol, o.atol), d1 = rms(f0, y0, normed, o.rtol, o.atol);
-  TG_CHECK(std::isfinite(d0) && std::isfinite(d1),
-           "odeint: the state or f at the start of an adaptive solve is not finite (f returned NaN or infinity; in "
-           "the adjoint's backward solve, the incoming gradient or f along the way)");
+  if (!std::isfinite(d0) || !std::isfinite(d1)) {
+    // x - x is 0 where x is finite: the values are finite, so the scale is what overflowed.
+    bool finite = true;
+    for (const State* v : {&y0, &f0})
+      for (size_t i = 0; i < normed && i < v->size(); ++i)
+        finite = finite && tg::sum((*v)[i] - (*v)[i]).item<double>() == 0;
+    TG_CHECK(!finite,
+             "odeint: the error norm overflows at the start of an adaptive solve: y0 and f are finite, but "
+             "divided by the tolerance's scale atol + rtol |y| (atol ",
+             o.atol, ", rtol ", o.rtol, ") they exceed the ", y0[0].dtype(),
+             " range; raise atol (and rtol) to what the dtype can resolve");
+    TG_ERROR(
+        "odeint: the state or f at the start of an adaptive solve is not finite (f returned NaN or infinity; in "
+        "the adjoint's backward solve, the incoming gradient or f along the way)");
+  }
   double h0 = (d0 < 1e-5 || d1 < 1e-5) ? 1e-6 : 0.01 * d0 / d1;
   h0 = std::min(h0, span);
   State y1(y0.begin(), y0.begin() + std::ptrdiff_t(std::min(read, y0.size())));
@@ -675,8 +687,11 @@ void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht
   for (size_t i = 0; i < o.params.size(); ++i) {
     TG_CHECK(o.params[i].defined(), "odeint: params[", i, "] is undefined");
     for (size_t j = 0; j < i; ++j)
-      TG_CHECK(!o.params[i].is_same(o.params[j]), "odeint: params[", j, "] and params[", i,
-               "] are the same tensor; the adjoint would count its gradient twice: list it once");
+      TG_CHECK(!o.params[i].is_same(o.params[j]) &&
+                   !(o.params[i].impl()->storage() && o.params[i].impl()->storage() == o.params[j].impl()->storage()),
+               "odeint: params[", j, "] and params[", i,
+               "] are the same tensor or views of one storage; the adjoint would count their gradient twice: list "
+               "the base tensor once");
   }
 }
 
@@ -690,6 +705,9 @@ struct Problem {
 
 struct OdeAdjoint : autograd::Function<OdeAdjoint> {
   static constexpr bool once_differentiable = true;
+  static constexpr const char* once_differentiable_hint =
+      "odeint's adjoint gives first derivatives only: for second derivatives (create_graph through the solver) "
+      "use OdeOptions::gradient = Gradient::Backprop";
 
   static Tensor forward(autograd::AutogradContext* ctx, Tensor y0, Tensor t, autograd::variable_list params,
                         std::shared_ptr<Problem> p) {

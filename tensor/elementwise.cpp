@@ -241,13 +241,14 @@ static Scalar negated(Scalar a, ScalarType rt = kInt64) {
 }
 
 // PyTorch's rules for add's and sub's alpha, for a result of dtype rt: an
-// integral (or Bool) result takes an integral alpha, a real floating one an
-// alpha its dtype holds (refused rather than rounded to inf).
+// integral (or Bool) result takes an integral alpha, a floating or complex
+// one an alpha its dtype holds (refused rather than rounded to inf).
 static void check_alpha(ScalarType rt, const Tensor& a, const Tensor& b, Scalar alpha, const char* name) {
   TG_CHECK(is_floating_point(rt) || is_complex(rt) || alpha.is_integral(), name, ": alpha ", alpha.to_double(),
            " is a floating point number but the operands (", a.dtype(), " and ", b.dtype(),
            ") are integral; pass an integer alpha, or convert the operands to floating point with .to(kFloat32)");
-  if (is_floating_point(rt)) detail::check_scalar_fits(alpha, rt, (std::string(name) + " (its alpha)").c_str());
+  if (is_floating_point(rt) || is_complex(rt))
+    detail::check_scalar_fits(alpha, rt, (std::string(name) + " (its alpha)").c_str());
 }
 static ScalarType checked_alpha_result(const Tensor& a, const Tensor& b, Scalar alpha, const char* name) {
   TG_CHECK(a.defined(), name, ": first operand is an undefined tensor");  // sparse operands take sparse_add
@@ -256,6 +257,21 @@ static ScalarType checked_alpha_result(const Tensor& a, const Tensor& b, Scalar 
   check_alpha(rt, a, b, alpha, name);
   return rt;
 }
+// As PyTorch: no subtraction with a Bool operand, dense or sparse.
+static void check_no_bool_sub(const Tensor& a, const Tensor& b, const char* name) {
+  if (!a.defined() || !b.defined()) return;  // named by the later checks
+  TG_CHECK(a.dtype() != kBool && b.dtype() != kBool, name, ": subtracting Bool tensors is not supported (operands ",
+           a.dtype(), " and ", b.dtype(), "); invert a mask with logical_not(), or convert with .to(kInt64) first");
+}
+static bool is_one(Scalar alpha) { return alpha.is_integral() && alpha.to_int() == 1; }
+// alpha b in the compute dtype of the result rt: b converted first, so that
+// a narrower b is scaled at the result's precision, and a reduced floating
+// result is rounded once, after the add.
+static Tensor scaled(const Tensor& b, Scalar alpha, ScalarType rt) {
+  return raw::mul(cast(b, compute_type(rt)), alpha);
+}
+// Bool + alpha Bool is Bool (as PyTorch's): b's entries where alpha is nonzero.
+static Scalar bool_alpha(Scalar alpha) { return Scalar(int64_t(alpha.to_int() != 0)); }
 
 // a + alpha * b in one kernel (the backend's add_scaled: the product rounded
 // first, so bitwise mul then add) for two dense operands of one real floating
@@ -275,24 +291,22 @@ static Tensor add_scaled_new(const Tensor& a, const Tensor& b, Scalar alpha, con
   return out;
 }
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
-  if (alpha.is_integral() && alpha.to_int() == 1)
-    return any_sparse(a, b) ? sparse_add(a, b, alpha) : binary(BinaryOp::Add, a, b);
+  if (is_one(alpha)) return any_sparse(a, b) ? sparse_add(a, b, alpha) : binary(BinaryOp::Add, a, b);
   const ScalarType rt = checked_alpha_result(a, b, alpha, "add");
+  if (rt == kBool) alpha = bool_alpha(alpha);
   if (any_sparse(a, b)) return sparse_add(a, b, alpha);
-  // Bool + alpha Bool is Bool (as PyTorch's): b where alpha is nonzero.
-  if (rt == kBool) return binary(BinaryOp::Add, a, alpha.to_int() != 0 ? b : tg::zeros_like(b));
+  if (rt == kBool) return binary(BinaryOp::Add, a, is_one(alpha) ? b : tg::zeros_like(b));
   if (Tensor r = add_scaled_new(a, b, alpha, "add"); r.defined()) return r;
-  return binary(BinaryOp::Add, a, raw::mul(b, alpha));
+  return cast(binary(BinaryOp::Add, a, scaled(b, alpha, rt)), rt);
 }
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
-  if (alpha.is_integral() && alpha.to_int() == 1)
-    return any_sparse(a, b) ? sparse_add(a, b, negated(alpha), "sub") : binary(BinaryOp::Sub, a, b);
+  check_no_bool_sub(a, b, "sub");
+  if (is_one(alpha)) return any_sparse(a, b) ? sparse_add(a, b, negated(alpha), "sub") : binary(BinaryOp::Sub, a, b);
   const ScalarType rt = checked_alpha_result(a, b, alpha, "sub");
-  if (rt == kBool) return binary(BinaryOp::Sub, a, b);  // refused, naming sub
   if (any_sparse(a, b)) return sparse_add(a, b, negated(alpha, rt), "sub");
   // a - alpha b = a + (-alpha) b exactly (negation is exact).
   if (Tensor r = add_scaled_new(a, b, negated(alpha, rt), "sub"); r.defined()) return r;
-  return binary(BinaryOp::Sub, a, raw::mul(b, alpha));
+  return cast(binary(BinaryOp::Sub, a, scaled(b, alpha, rt)), rt);
 }
 // The binary ops of form G: one definition per line of binary.def.
 #define TG_BINARY_RAW_A(name, Kernel)
@@ -564,29 +578,31 @@ static bool add_scaled_(const Tensor& self, const Tensor& o, Scalar alpha, const
   return true;
 }
 const Tensor& add_(const Tensor& self, const Tensor& o, Scalar alpha) {
-  const bool one = alpha.is_integral() && alpha.to_int() == 1;
+  const bool one = is_one(alpha);
+  ScalarType pt = kFloat32;
   if (!one) {
-    checked_alpha_result(self, o, alpha, "add_");
+    pt = checked_alpha_result(self, o, alpha, "add_");
     check_alpha(self.dtype(), self, o, alpha, "add_");
+    if (pt == kBool) alpha = bool_alpha(alpha);
   }
   if (any_sparse(self, o)) return sparse_add_(self, o, alpha);
   if (one) return inplace_binary(self, BinaryOp::Add, o, "add_");
-  if (self.dtype() == kBool && o.dtype() == kBool)
-    return inplace_binary(self, BinaryOp::Add, alpha.to_int() != 0 ? o : tg::zeros_like(o), "add_");
+  if (pt == kBool) return inplace_binary(self, BinaryOp::Add, is_one(alpha) ? o : tg::zeros_like(o), "add_");
   if (add_scaled_(self, o, alpha, "add_")) return self;
-  return inplace_binary(self, BinaryOp::Add, raw::mul(o, alpha), "add_");
+  return inplace_binary(self, BinaryOp::Add, scaled(o, alpha, pt), "add_");
 }
 const Tensor& sub_(const Tensor& self, const Tensor& o, Scalar alpha) {
-  const bool one = alpha.is_integral() && alpha.to_int() == 1;
+  check_no_bool_sub(self, o, "sub_");
+  const bool one = is_one(alpha);
+  ScalarType pt = kFloat32;
   if (!one) {
-    checked_alpha_result(self, o, alpha, "sub_");
+    pt = checked_alpha_result(self, o, alpha, "sub_");
     check_alpha(self.dtype(), self, o, alpha, "sub_");
   }
-  if (self.dtype() == kBool && o.dtype() == kBool) return inplace_binary(self, BinaryOp::Sub, o, "sub_");  // refused
   if (any_sparse(self, o)) return sparse_add_(self, o, negated(alpha, self.dtype()));
   if (one) return inplace_binary(self, BinaryOp::Sub, o, "sub_");
   if (add_scaled_(self, o, negated(alpha, self.dtype()), "sub_")) return self;
-  return inplace_binary(self, BinaryOp::Sub, raw::mul(o, alpha), "sub_");
+  return inplace_binary(self, BinaryOp::Sub, scaled(o, alpha, pt), "sub_");
 }
 const Tensor& add_(const Tensor& self, Scalar s) { return inplace_scalar(self, BinaryOp::Add, s, "add_"); }
 const Tensor& sub_(const Tensor& self, Scalar s) { return inplace_scalar(self, BinaryOp::Sub, s, "sub_"); }

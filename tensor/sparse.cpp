@@ -248,13 +248,19 @@ Tensor sparse_add(const Tensor& a, const Tensor& b, Scalar alpha, const char* op
   TG_CHECK(a.defined() && b.defined(), op, ": an operand is an undefined tensor");
   check_same_shape(a, b, op);
   ScalarType rt = promote_types(a.dtype(), b.dtype());
+  if (rt == kBool && !(a.is_sparse() && b.is_sparse())) {
+    // Bool + alpha Bool with a dense side: the sum in Int64, then nonzero
+    // (logical or; alpha is 0 or 1 here).
+    return raw::ne(sparse_add(a.to(kInt64), b.to(kInt64), alpha, op), Scalar(int64_t(0)));
+  }
   if (a.is_sparse() && b.is_sparse()) {
     TG_CHECK(a.sparse_dim() == b.sparse_dim(), op,
              ": sparse operands with different "
              "sparse_dim (",
              a.sparse_dim(), " and ", b.sparse_dim(), ") cannot be added");
     Tensor bv = cast(val(b), rt);
-    if (!(alpha.is_integral() && alpha.to_int() == 1)) bv = raw::mul(bv, alpha);
+    if (!(alpha.is_integral() && alpha.to_int() == 1))  // Bool: alpha is 0 or 1, b's entries or none
+      bv = rt == kBool ? tg::zeros_like(bv) : raw::mul(bv, alpha);
     if (a.nnz() == 0) return make(a.sizes(), ind(b), bv, parts(b).coalesced);
     if (b.nnz() == 0) return make(a.sizes(), ind(a), cast(val(a), rt), parts(a).coalesced);
     return make(a.sizes(), raw::cat({ind(a), ind(b)}, 1), raw::cat({cast(val(a), rt), bv}, 0), false);
@@ -278,14 +284,19 @@ const Tensor& sparse_add_(const Tensor& self, const Tensor& o, Scalar alpha) {
   check_same_shape(self, o, op);
   TG_CHECK(o.is_sparse(), op, ": cannot add a dense tensor into a sparse one (", describe(self),
            ") in place; use add(), which gives a dense tensor");
-  TG_CHECK(promote_types(self.dtype(), o.dtype()) == self.dtype(), op, ": result dtype ",
-           promote_types(self.dtype(), o.dtype()), " cannot be cast to ", self.dtype(), " in place");
+  // As the dense add_: the promoted dtype computes, and casts back into
+  // self where that loses no kind (no float -> integer, complex -> real).
+  const ScalarType rt = promote_types(self.dtype(), o.dtype()), st = self.dtype();
+  TG_CHECK(rt == st || (is_floating_point(st) && !is_complex(rt)) || is_complex(st), op, ": result dtype ", rt,
+           " cannot be cast to ", st, " in place");
   if (self.is_sparse()) {  // the handle keeps its identity; its parts are new
-    self.impl()->set_sparse_parts(parts(sparse_add(self, o, alpha)));
+    Tensor sum = sparse_add(self, o, alpha);
+    if (sum.dtype() != st) sum = sum.to(st);
+    self.impl()->set_sparse_parts(parts(sum));
     self.bump_version();
     return self;
   }
-  if (self.is_contiguous() && compute_type(self.dtype()) == self.dtype()) {
+  if (o.dtype() == st && self.is_contiguous() && compute_type(st) == st) {
     scatter_into(self, o, alpha);
     self.bump_version();
     return self;

@@ -528,6 +528,48 @@ TEST(Binary, AddAndSubCheckTheirAlpha) {
   w.sub_(tg::full({2}, 1, i64), kMin);  // 1 - kMin * 1 wraps to kMin + 1
   EXPECT_EQ(w.select(0, 0).item<int64_t>(), kMin + 1);
   EXPECT_EQ(tg::sub(tg::full({1}, 1, i64), tg::full({1}, 1, i64), kMin).item<int64_t>(), kMin + 1);
+  // No subtraction with any Bool operand (PyTorch's rule), with or without a scale.
+  throws_naming([&] { tg::sub(n, t); }, {"sub", "Bool", "logical_not"});
+  throws_naming([&] { tg::sub(tg::ones({2}, f32), t, 2); }, {"sub", "Bool"});
+  throws_naming([&] { n.clone().sub_(t); }, {"sub_", "Bool"});
+  // A complex result checks its alpha too, naming add.
+  const auto c64 = tg::TensorOptions().dtype(tg::kComplex64);
+  throws_naming([&] { tg::add(tg::ones({2}, c64), tg::ones({2}, c64), 1e300); }, {"add (its alpha)"});
+}
+
+// alpha b at the result's precision: a narrower b (float32, float16, int64
+// into float64; complex64 into complex128) is converted before its scale,
+// in and out of place; a float16 result is a + alpha b in float32, rounded
+// once.
+TEST(Binary, AddWithAScaleComputesInTheResultDtype) {
+  auto opts = [](tg::ScalarType d) { return tg::TensorOptions().dtype(d); };
+  const auto f64 = opts(tg::kFloat64);
+  for (auto bt : {tg::kFloat32, tg::kFloat16, tg::kInt64}) {
+    Tensor z = tg::zeros({1}, f64), one = tg::ones({1}, opts(bt));
+    EXPECT_EQ(tg::add(z, one, 0.1).item<double>(), 0.1) << bt;
+    EXPECT_EQ(tg::sub(z, one, 0.1).item<double>(), -0.1) << bt;
+    Tensor in = z.clone();
+    in.add_(one, 0.1);
+    EXPECT_EQ(in.item<double>(), 0.1) << bt;
+    in.sub_(one, 0.3);
+    EXPECT_EQ(in.item<double>(), 0.1 - 0.3) << bt;
+    // An alpha float64 holds, beyond the narrower operand's range.
+    EXPECT_EQ(tg::add(z, one, 1e300).item<double>(), 1e300) << bt;
+  }
+  Tensor zc = tg::zeros({1}, opts(tg::kComplex128)), oc = tg::ones({1}, opts(tg::kComplex64));
+  EXPECT_EQ(tg::real(tg::add(zc, oc, 0.1)).item<double>(), 0.1);
+  // float32 result, float16 b: the alpha is not rounded to half.
+  EXPECT_EQ(tg::add(tg::zeros({1}), tg::ones({1}, opts(tg::kFloat16)), 0.1).item<double>(), double(0.1f));
+  // float16: 1 + 0.3 * 1.013671875 = 1.3041015625 rounds once to 1.3037109375
+  // (the product rounded to half first would give 1.3046875).
+  const auto f16 = opts(tg::kFloat16);
+  Tensor h1 = tg::ones({1}, f16), hb = tg::full({1}, 1.013671875, f16);
+  EXPECT_EQ(tg::add(h1, hb, 0.3).item<double>(), 1.3037109375);
+  Tensor hi = h1.clone();
+  hi.add_(hb, 0.3);
+  EXPECT_EQ(hi.dtype(), tg::kFloat16);
+  EXPECT_EQ(hi.item<double>(), 1.3037109375);
+  EXPECT_EQ(tg::add(h1, hb, 0.3).dtype(), tg::kFloat16);
 }
 
 }  // namespace

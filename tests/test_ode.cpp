@@ -416,6 +416,26 @@ TEST(Ode, ParamsDtypesAndScalesTheAdjointAndSolversHandle) {
   // A parameter listed twice: refused (its gradient would count twice).
   o.params = {B, B};
   EXPECT_NE(message([&] { ode::odeint(f, y0, times({0.0, 1.0}), o); }).find("same tensor"), std::string::npos);
+  {  // The adjoint is once-differentiable: a second derivative through it points to Backprop.
+    ode::OdeOptions a = o;
+    a.params = {B};
+    Tensor g = ag::grad({tg::sum(ode::odeint(f, y0, times({0.0, 1.0}), a))}, {B}, {}, true, true)[0];
+    const std::string m = message([&] { ag::grad({tg::sum(g)}, {B}); });
+    EXPECT_NE(m.find("is once-differentiable"), std::string::npos) << m;
+    EXPECT_NE(m.find("Gradient::Backprop"), std::string::npos) << m;
+  }
+  o.params = {B, B.view({4})};  // a view of it: the same storage, refused too
+  EXPECT_NE(message([&] { ode::odeint(f, y0, times({0.0, 1.0}), o); }).find("views of one storage"), std::string::npos);
+  {  // A tolerance too small for the dtype: the scaled norm overflows float32, and says so.
+    ode::OdeOptions t;
+    t.method = ode::Method::Dopri5;
+    t.rtol = 0;
+    t.atol = 1e-30;
+    auto decay = [](const Tensor&, const Tensor& y) { return -y; };
+    const std::string m = message([&] { ode::odeint(decay, tg::ones({2}), times({0.0, 1.0}), t); });
+    EXPECT_NE(m.find("error norm overflows"), std::string::npos) << m;
+    EXPECT_NE(m.find("raise atol"), std::string::npos) << m;
+  }
   // Parameters that need no gradient are skipped; the others' are right.
   Tensor frozen = tg::ones({3}, f64), ints = tg::ones({2}, tg::TensorOptions().dtype(tg::kInt64));
   o.params = {frozen, B, ints};

@@ -176,6 +176,38 @@ TEST(Sparse, OpsMatchDense) {
     expect_near(V(acc), V(a.dense - b.dense * 1.5), 1e-12, "sparse add_ -1.5 sparse " + on);
     acc.sub_(b.s, 2);
     expect_near(V(acc), V(a.dense - b.dense * 3.5), 1e-12, "sparse sub_ 2 sparse " + on);
+    // Bool + alpha Bool is Bool (logical or; alpha 0 adds nothing), sparse
+    // or dense on either side, in and out of place; no Bool subtraction.
+    Tensor bi = idx({0, 1, 1, 1, 0, 1}, {2, 3}, d);
+    Tensor sb = tg::sparse_coo_tensor(bi, tg::tensor({1.0, 0.0, 1.0}).to(tg::kBool).to(d), {2, 2});
+    Tensor db = tg::tensor({0.0, 1.0, 0.0, 0.0}).to(tg::kBool).to(d).view({2, 2});
+    const std::vector<double> sv = {0, 1, 0, 1}, both = {0, 1, 0, 1};
+    for (const tg::Scalar al : {tg::Scalar(int64_t(2)), tg::Scalar(int64_t(0))}) {
+      const bool none = al.to_int() == 0;
+      for (const auto& [x1, x2, want] : std::vector<std::tuple<Tensor, Tensor, std::vector<double>>>{
+               {sb, sb, none ? sv : sv}, {db, sb, none ? V(db) : both}, {sb, db, none ? sv : both}}) {
+        Tensor r = tg::add(x1, x2, al);
+        EXPECT_EQ(r.dtype(), tg::kBool) << on;
+        EXPECT_EQ(V(r), want) << on << " alpha " << al.to_int();
+      }
+      Tensor sin = sb.clone();
+      sin.add_(sb, al);
+      EXPECT_EQ(sin.dtype(), tg::kBool) << on;
+      EXPECT_EQ(V(sin), sv) << on;
+    }
+    EXPECT_ERROR_CONTAINS(tg::sub(sb, sb), "sub: subtracting Bool tensors is not supported");
+    EXPECT_ERROR_CONTAINS(tg::sub(db, sb), "sub: subtracting Bool tensors is not supported");
+    EXPECT_ERROR_CONTAINS(sb.clone().sub_(sb), "sub_: subtracting Bool tensors is not supported");
+    // In place, the promoted dtype casts back as dense add_ does.
+    Tensor d32 = tg::zeros({20, 30}, tg::TensorOptions().dtype(tg::kFloat32)).to(d);
+    d32.add_(a.s, 2);
+    EXPECT_EQ(d32.dtype(), tg::kFloat32);
+    expect_near(V(d32), V(a.dense * 2.0), 1e-6, "f32 add_ 2 f64 sparse " + on);
+    Tensor s32 = a.s.to(tg::kFloat32);
+    s32.add_(b.s, 2);
+    EXPECT_EQ(s32.dtype(), tg::kFloat32);
+    EXPECT_EQ(s32._values().dtype(), tg::kFloat32);
+    expect_near(V(s32), V(a.dense + b.dense * 2.0), 1e-6, "f32 sparse add_ 2 f64 sparse " + on);
     Tensor m = a.s * 2.5;
     EXPECT_TRUE(m.is_sparse());
     expect_near(V(m), V(a.dense * 2.5), 1e-12, "sparse * scalar " + on);

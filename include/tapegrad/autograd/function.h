@@ -86,8 +86,10 @@ class AutogradContext {
 class CppNodeBase : public Node {
  public:
   /// A node named `name`; once_differentiable makes its backward not differentiable.
-  explicit CppNodeBase(std::string name, bool once_differentiable)
-      : name_(std::move(name)), once_differentiable_(once_differentiable) {}
+  /// `hint`: what the error of differentiating it again advises (null: the
+  /// custom-function author's fix).
+  explicit CppNodeBase(std::string name, bool once_differentiable, const char* hint = nullptr)
+      : name_(std::move(name)), once_differentiable_(once_differentiable), hint_(hint) {}
   variable_list apply(variable_list&& grads) override;
   std::string name() const override { return name_; }
   void release_variables() override;
@@ -108,6 +110,7 @@ class CppNodeBase : public Node {
  private:
   std::string name_;
   bool once_differentiable_;
+  const char* hint_;
 };
 
 namespace detail {
@@ -115,13 +118,21 @@ template <class T, class = void> struct is_once_differentiable : std::false_type
 template <class T>
 struct is_once_differentiable<T, std::void_t<decltype(T::once_differentiable)>>
     : std::bool_constant<T::once_differentiable> {};
+/// A once-differentiable function's advice to its users
+/// (`static constexpr const char* once_differentiable_hint`), or null.
+template <class T, class = void> struct once_differentiable_hint { static constexpr const char* value = nullptr; };
+template <class T> struct once_differentiable_hint<T, std::void_t<decltype(T::once_differentiable_hint)>> {
+  static constexpr const char* value = T::once_differentiable_hint;
+};
 
 /// "Scale" -> "ScaleBackward" (namespaces dropped).
 std::string function_node_name(const char* mangled);
 
 template <class T> class CppNode final : public CppNodeBase {
  public:
-  CppNode() : CppNodeBase(function_node_name(typeid(T).name()), is_once_differentiable<T>::value) {}
+  CppNode()
+      : CppNodeBase(function_node_name(typeid(T).name()), is_once_differentiable<T>::value,
+                    once_differentiable_hint<T>::value) {}
 
  protected:
   variable_list call_backward(variable_list&& grads) override { return T::backward(&ctx_, std::move(grads)); }

@@ -18,7 +18,9 @@
 // and is recorded when it runs under create_graph, so it is differentiable
 // again. A struct with `static constexpr bool once_differentiable = true;`
 // runs backward without recording; differentiating its gradients again is
-// an error naming the function. ctx->needs_input_grad(i) is false for inputs
+// an error naming the function (and giving its
+// `static constexpr const char* once_differentiable_hint` where it has one:
+// what its users should do instead). ctx->needs_input_grad(i) is false for inputs
 // that need no gradient, including those edge trimming removes.
 //
 // Forward mode (forward_ad): a struct with

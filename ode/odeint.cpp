@@ -282,6 +282,16 @@ double first_step(const Dynamics& f, const Tensor& t0, const State& y0, const St
         "odeint: the state or f at the start of an adaptive solve is not finite (f returned NaN or infinity; in "
         "the adjoint's backward solve, the incoming gradient or f along the way)");
   }
+  // rtol 0 with a 16-bit state: atol alone must not be below what the dtype
+  // resolves at y0's scale (d0 = rms(y0) / atol), as rtol must not be.
+  const ScalarType dt = y0.empty() ? kFloat32 : y0[0].dtype();
+  if (o.rtol == 0 && (dt == kFloat16 || dt == kBFloat16)) {
+    const double eps = dt == kFloat16 ? 0x1p-10 : 0x1p-7;
+    TG_CHECK(d0 * eps <= 1, "odeint: with rtol 0, atol ", o.atol, " is below ", dt,
+             "'s precision at the state's scale (rms ", d0 * o.atol, ", resolved to about ", eps * d0 * o.atol,
+             "): its rounding alone exceeds that tolerance; raise atol, use rtol >= ", eps,
+             ", or solve in float32 (y0.to(kFloat32))");
+  }
   double h0 = (d0 < 1e-5 || d1 < 1e-5) ? 1e-6 : 0.01 * d0 / d1;
   h0 = std::min(h0, span);
   State y1(y0.begin(), y0.begin() + std::ptrdiff_t(std::min(read, y0.size())));

@@ -500,6 +500,12 @@ TEST(Ode, ParamsDtypesAndScalesTheAdjointAndSolversHandle) {
   fine.atol = 1e-2;
   Tensor ra = ode::odeint(decay, tg::ones({2}).to(tg::kBFloat16), times({0.0, 1.0}), fine);
   EXPECT_NEAR(ra.to(tg::kFloat32).select(0, 1).select(0, 0).item<float>(), std::exp(-1.0f), 3e-2);
+  // rtol 0 with an atol below the 16-bit state's resolution at its scale: refused as such an rtol is.
+  fine.atol = 1e-9;
+  for (auto dt : {tg::kFloat16, tg::kBFloat16}) {
+    const std::string am = message([&] { ode::odeint(decay, tg::ones({2}).to(dt), times({0.0, 1.0}), fine); });
+    EXPECT_NE(am.find("with rtol 0, atol 1e-09 is below"), std::string::npos) << am;
+  }
   // A complex state is refused naming y0, not t.
   const std::string cm = message([&] {
     ode::odeint(decay, tg::ones({2}, tg::TensorOptions().dtype(tg::kComplex64)), times({0.0, 1.0}));

@@ -240,21 +240,28 @@ Trajectory solve_fixed(const Dynamics& f, const State& y0, const Tensor& t, size
 
 // ---- adaptive steps: Dormand-Prince 5(4), Tsitouras 5(4) ----
 // The RMS over the first `normed` components of v / (atol + rtol * max(|a|, |b|)).
-double error_norm(const State& v, const State& a, const State& b, size_t normed, double rtol, double atol) {
+// Computed in the state's dtype (16-bit ones in float32); where that
+// overflows (the squares of finite ratios past float32's range), once more in
+// float64, so that only a norm no dtype holds is reported.
+double error_norm(const State& v, const State& a, const State& b, size_t normed, double rtol, double atol,
+                  bool in_double = false) {
   NoGradGuard ng;
   Tensor sum;  // on the device: one host read for every component
   int64_t n = 0;
+  bool narrow = false;
   for (size_t i = 0; i < normed && i < v.size(); ++i) {
     // Half-precision states: the norm in float32 (atol and rtol underflow in 16 bits).
     const bool reduced = v[i].dtype() == kFloat16 || v[i].dtype() == kBFloat16;
-    auto wide = [&](const Tensor& x) { return reduced ? x.to(kFloat32) : x; };
+    narrow = narrow || v[i].dtype() != kFloat64;
+    auto wide = [&](const Tensor& x) { return in_double ? x.to(kFloat64) : reduced ? x.to(kFloat32) : x; };
     Tensor scale = tg::maximum(tg::abs(wide(a[i])), tg::abs(wide(b[i]))) * rtol + atol;
     Tensor r = wide(v[i]) / scale;
     const Tensor part = tg::sum(r * r);  // item() widens it on the host
     sum = sum.defined() ? sum + part : part;
     n += v[i].numel();
   }
-  return n ? std::sqrt(sum.item<double>() / double(n)) : 0.0;
+  const double norm = n ? std::sqrt(sum.item<double>() / double(n)) : 0.0;
+  return std::isfinite(norm) || in_double || !narrow ? norm : error_norm(v, a, b, normed, rtol, atol, true);
 }
 
 double rms(const State& v, const State& scale_of, size_t normed, double rtol, double atol) {
@@ -276,8 +283,8 @@ double first_step(const Dynamics& f, const Tensor& t0, const State& y0, const St
     TG_CHECK(!finite,
              "odeint: the error norm overflows at the start of an adaptive solve: y0 and f are finite, but "
              "divided by the tolerance's scale atol + rtol |y| (atol ",
-             o.atol, ", rtol ", o.rtol, ") they exceed the ", y0[0].dtype(),
-             " range; raise atol (and rtol) to what the dtype can resolve");
+             o.atol, ", rtol ", o.rtol, ") their norm exceeds even float64's range (the state is ", y0[0].dtype(),
+             "); raise atol (and rtol) to what the dtype can resolve");
     TG_ERROR(
         "odeint: the state or f at the start of an adaptive solve is not finite (f returned NaN or infinity; in "
         "the adjoint's backward solve, the incoming gradient or f along the way)");
@@ -694,14 +701,28 @@ void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht
                "odeint: t must be finite and strictly increasing or strictly decreasing; t[", i - 1, "] = ", ht[i - 1],
                ", t[", i, "] = ", ht[i]);
   }
+  // The adjoint sums each listed tensor's gradient: two that need one over
+  // the same memory (a repeat, or overlapping views) would count it twice.
+  // Backprop ignores the list.
+  auto extent = [](const Tensor& p) {  // [lo, hi] in the storage's elements
+    int64_t lo = p.storage_offset(), hi = lo;
+    for (size_t d = 0; d < p.sizes().size(); ++d)
+      (p.strides()[d] < 0 ? lo : hi) += p.strides()[d] * (p.sizes()[d] - 1);
+    return std::pair<int64_t, int64_t>{lo, hi};
+  };
   for (size_t i = 0; i < o.params.size(); ++i) {
     TG_CHECK(o.params[i].defined(), "odeint: params[", i, "] is undefined");
-    for (size_t j = 0; j < i; ++j)
-      TG_CHECK(!o.params[i].is_same(o.params[j]) &&
-                   !(o.params[i].impl()->storage() && o.params[i].impl()->storage() == o.params[j].impl()->storage()),
-               "odeint: params[", j, "] and params[", i,
-               "] are the same tensor or views of one storage; the adjoint would count their gradient twice: list "
-               "the base tensor once");
+    const Tensor& a = o.params[i];
+    if (o.gradient != Gradient::Adjoint || !a.requires_grad() || a.is_sparse() || a.numel() == 0) continue;
+    for (size_t j = 0; j < i; ++j) {
+      const Tensor& b = o.params[j];
+      if (!b.requires_grad() || b.is_sparse() || b.numel() == 0) continue;
+      const bool shared = a.is_same(b) || (a.impl()->storage() && a.impl()->storage() == b.impl()->storage() &&
+                                           extent(a).first <= extent(b).second && extent(b).first <= extent(a).second);
+      TG_CHECK(!shared, "odeint: params[", j, "] and params[", i,
+               "] are the same tensor or overlapping views of one storage; the adjoint would count their gradient "
+               "twice: list the tensor (or the views' base) once");
+    }
   }
 }
 

@@ -338,7 +338,11 @@ Tensor fmod(const Tensor& a, Scalar b) { return integer_modulo(BinaryOp::Fmod, a
 Tensor remainder(const Tensor& a, Scalar b) { return integer_modulo(BinaryOp::Remainder, a, b); }
 Tensor remainder(const Tensor& a, const Tensor& b) { return integer_modulo(BinaryOp::Remainder, a, b); }
 Tensor add(const Tensor& a, Scalar b) { return binary(BinaryOp::Add, a, b); }
-Tensor sub(const Tensor& a, Scalar b) { return binary(BinaryOp::Sub, a, b); }
+Tensor sub(const Tensor& a, Scalar b) {
+  TG_CHECK(!a.defined() || a.dtype() != kBool, "sub: subtracting from a Bool tensor is not supported (a Bool tensor ",
+           "minus ", b.to_double(), "); invert a mask with logical_not(), or convert with .to(kInt64) first");
+  return binary(BinaryOp::Sub, a, b);
+}
 Tensor mul(const Tensor& a, Scalar b) {
   if (a.defined() && a.is_sparse()) return sparse_mul(a, b);
   return binary(BinaryOp::Mul, a, b);

@@ -291,7 +291,8 @@ const Tensor& sparse_add_(const Tensor& self, const Tensor& o, Scalar alpha) {
            " cannot be cast to ", st, " in place");
   if (self.is_sparse()) {  // the handle keeps its identity; its parts are new
     Tensor sum = sparse_add(self, o, alpha);
-    if (sum.dtype() != st) sum = sum.to(st);
+    // Duplicates summed before the cast: rounded once, as dense add_ is.
+    if (sum.dtype() != st) sum = raw::coalesce(sum).to(st);
     self.impl()->set_sparse_parts(parts(sum));
     self.bump_version();
     return self;

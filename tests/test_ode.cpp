@@ -424,17 +424,38 @@ TEST(Ode, ParamsDtypesAndScalesTheAdjointAndSolversHandle) {
     EXPECT_NE(m.find("is once-differentiable"), std::string::npos) << m;
     EXPECT_NE(m.find("Gradient::Backprop"), std::string::npos) << m;
   }
-  o.params = {B, B.view({4})};  // a view of it: the same storage, refused too
-  EXPECT_NE(message([&] { ode::odeint(f, y0, times({0.0, 1.0}), o); }).find("views of one storage"), std::string::npos);
-  {  // A tolerance too small for the dtype: the scaled norm overflows float32, and says so.
+  o.params = {B, B.view({4})};  // a view of it: the same memory, refused too
+  EXPECT_NE(message([&] {
+              ode::odeint(f, y0, times({0.0, 1.0}), o);
+            }).find("overlapping views of one storage"),
+            std::string::npos);
+  {  // Allowed: disjoint slices of one flat buffer, a detached view, and any list under Backprop.
+    Tensor flat = tg::tensor({-0.3, 1.0, -1.2, -0.1, 0.2, -0.4}).to(tg::kFloat64).requires_grad_();
+    Tensor W = flat.narrow(0, 0, 4).view({2, 2}), c = flat.narrow(0, 4, 2);
+    auto g2 = [&](const Tensor&, const Tensor& y) { return tg::matmul(W, y.view({2, 1})).view({2}) + c; };
+    ode::OdeOptions a = o;
+    a.params = {W, c, flat.detach()};
+    Tensor ga = ag::grad({tg::sum(ode::odeint(g2, y0, times({0.0, 1.0}), a))}, {flat})[0];
+    a.gradient = ode::Gradient::Backprop;
+    a.params = {B, B, B.view({4})};  // ignored by Backprop
+    Tensor gr = ag::grad({tg::sum(ode::odeint(g2, y0, times({0.0, 1.0}), a))}, {flat})[0];
+    EXPECT_LT(max_abs(ga - gr), 1e-5);
+  }
+  {  // A tolerance no dtype resolves: the scaled norm overflows even in float64, and says so.
     ode::OdeOptions t;
     t.method = ode::Method::Dopri5;
     t.rtol = 0;
-    t.atol = 1e-30;
+    t.atol = 1e-300;
     auto decay = [](const Tensor&, const Tensor& y) { return -y; };
-    const std::string m = message([&] { ode::odeint(decay, tg::ones({2}), times({0.0, 1.0}), t); });
+    const std::string m = message([&] { ode::odeint(decay, tg::full({2}, 1e10), times({0.0, 1.0}), t); });
     EXPECT_NE(m.find("error norm overflows"), std::string::npos) << m;
     EXPECT_NE(m.find("raise atol"), std::string::npos) << m;
+    // Ratios whose squares pass float32's range: the norm is taken in float64, and the solve runs.
+    t.rtol = t.atol = 1e-3;
+    auto fast = [](const Tensor&, const Tensor& y) { return tg::full_like(y, 1e20); };
+    Tensor tt = tg::tensor({0.0, 1e-20}).to(tg::kFloat32);
+    Tensor ys = ode::odeint(fast, tg::zeros({2}), tt, t);
+    EXPECT_NEAR(ys.select(0, 1).select(0, 0).item<float>(), 1.0f, 1e-4);
   }
   // Parameters that need no gradient are skipped; the others' are right.
   Tensor frozen = tg::ones({3}, f64), ints = tg::ones({2}, tg::TensorOptions().dtype(tg::kInt64));

@@ -67,10 +67,11 @@ struct OdeOptions {
   Gradient gradient = Gradient::Backprop;  ///< see Gradient
   /// The tensors f reads that need gradients (Gradient::Adjoint computes
   /// dL/dparams for those of them that require grad; Backprop ignores the
-  /// list: autograd follows f's operations). Each listed once (a repeat, or
-  /// two views of one storage, is refused) and none computed from another
-  /// listed one (not detected: its gradient would also reach that one
-  /// through the first, counted twice). Changing one in
+  /// list: autograd follows f's operations). For the adjoint each is listed
+  /// once (a repeat, or two views over overlapping memory that both require
+  /// grad, is refused; disjoint slices of one buffer are fine) and none
+  /// computed from another listed one (not detected: its gradient would also
+  /// reach that one through the first, counted twice). Changing one in
   /// place between the solve and backward is reported as a stale saved
   /// tensor.
   std::vector<Tensor> params;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include "tensor/element_math.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/vmath.h"
@@ -63,9 +64,9 @@ ScalarType binary_result_type(BinaryOp op, ScalarType a, ScalarType b, const cha
            "); take real(t) and imag(t), or abs(t), and compute on the parts");
   TG_CHECK(!((op == BinaryOp::Fmod || op == BinaryOp::Remainder) && rt == kBool), name,
            ": not defined on two Bool tensors; convert them with .to(kInt64)");
-  TG_CHECK(!(op == BinaryOp::Sub && rt == kBool), name,
-           ": subtracting two Bool tensors is not supported; use .to(kInt64) "
-           "or logical ops");
+  TG_CHECK(!(op == BinaryOp::Sub && (a == kBool || b == kBool)), name,
+           ": subtracting Bool tensors is not supported (operands ", a, " and ", b,
+           "); invert a mask with logical_not(), or convert with .to(kInt64) first");
   return rt;
 }
 
@@ -257,11 +258,11 @@ static ScalarType checked_alpha_result(const Tensor& a, const Tensor& b, Scalar 
   check_alpha(rt, a, b, alpha, name);
   return rt;
 }
-// As PyTorch: no subtraction with a Bool operand, dense or sparse.
+// As PyTorch: no subtraction with a Bool operand. binary_result_type refuses
+// it for the dense paths; this names it first, before the alpha checks, and
+// for sparse operands, which do not pass through binary().
 static void check_no_bool_sub(const Tensor& a, const Tensor& b, const char* name) {
-  if (!a.defined() || !b.defined()) return;  // named by the later checks
-  TG_CHECK(a.dtype() != kBool && b.dtype() != kBool, name, ": subtracting Bool tensors is not supported (operands ",
-           a.dtype(), " and ", b.dtype(), "); invert a mask with logical_not(), or convert with .to(kInt64) first");
+  if (a.defined() && b.defined()) binary_result_type(BinaryOp::Sub, a.dtype(), b.dtype(), name);
 }
 static bool is_one(Scalar alpha) { return alpha.is_integral() && alpha.to_int() == 1; }
 // alpha b in the compute dtype of the result rt: b converted first, so that
@@ -273,17 +274,20 @@ static Tensor scaled(const Tensor& b, Scalar alpha, ScalarType rt) {
 // Bool + alpha Bool is Bool (as PyTorch's): b's entries where alpha is nonzero.
 static Scalar bool_alpha(Scalar alpha) { return Scalar(int64_t(alpha.to_int() != 0)); }
 
-// a + alpha * b in one kernel (the backend's add_scaled: the product rounded
-// first, so bitwise mul then add) for two dense operands of one real floating
-// compute dtype and device that alpha leaves unpromoted; undefined where it
-// does not apply (the caller takes mul, then add).
+// Whether a + alpha * b may take the backend's add_scaled (one kernel, the
+// product rounded first, so bitwise mul then add): dense operands of one
+// device and one real, non-Bool compute dtype that alpha leaves unpromoted.
+static bool takes_add_scaled(const kernels::Backend& be, const Tensor& a, const Tensor& b, Scalar alpha) {
+  const ScalarType t = a.dtype();
+  return be.add_scaled && a.device() == b.device() && b.dtype() == t && !is_complex(t) && t != kBool &&
+         compute_type(t) == t && promote_with_scalar(t, alpha.is_integral()) == t;
+}
+// a + alpha * b through add_scaled; undefined where it does not apply (the
+// caller takes mul, then add).
 static Tensor add_scaled_new(const Tensor& a, const Tensor& b, Scalar alpha, const char* name) {
-  if (!a.defined() || !b.defined() || a.device() != b.device() || a.dtype() != b.dtype() ||
-      !is_floating_point(a.dtype()) || is_complex(a.dtype()) || compute_type(a.dtype()) != a.dtype() ||
-      promote_with_scalar(a.dtype(), alpha.is_integral()) != a.dtype())
-    return {};
+  if (!a.defined() || !b.defined()) return {};
   const kernels::Backend& be = kernels::backend(a.device(), name);
-  if (!be.add_scaled) return {};
+  if (!takes_add_scaled(be, a, b, alpha)) return {};
   const IntList shape = broadcast_shapes(a.sizes(), b.sizes(), name);
   Tensor out = detail::new_empty(shape, a.dtype(), a.device());
   const auto [ad, ai] = scalar_in(alpha, a.dtype());
@@ -570,10 +574,7 @@ static bool add_scaled_(const Tensor& self, const Tensor& o, Scalar alpha, const
   detail::check_defined(self, name, "self");
   detail::check_defined(o, name, "other");
   const kernels::Backend& be = kernels::backend(self.device(), name);
-  if (!be.add_scaled || is_complex(self.dtype()) || o.device() != self.device() || o.dtype() != self.dtype() ||
-      compute_type(self.dtype()) != self.dtype() || self.dtype() == kBool ||
-      promote_with_scalar(self.dtype(), alpha.is_integral()) != self.dtype() || detail::may_overlap(self, o))
-    return false;
+  if (!takes_add_scaled(be, self, o, alpha) || detail::may_overlap(self, o)) return false;
   const IntList shape = inplace_shape(self, o, name);
   detail::check_writable(self, name);
   const auto [ad, ai] = scalar_in(alpha, self.dtype());
@@ -581,14 +582,20 @@ static bool add_scaled_(const Tensor& self, const Tensor& o, Scalar alpha, const
   self.bump_version();
   return true;
 }
+// add_'s and sub_'s alpha checks (alpha must suit the promoted dtype and
+// self's): the promoted dtype, or nothing for alpha 1, which needs no scaling.
+static std::optional<ScalarType> inplace_alpha_result(const Tensor& self, const Tensor& o, Scalar alpha,
+                                                      const char* name) {
+  if (is_one(alpha)) return std::nullopt;
+  const ScalarType pt = checked_alpha_result(self, o, alpha, name);
+  check_alpha(self.dtype(), self, o, alpha, name);
+  return pt;
+}
 const Tensor& add_(const Tensor& self, const Tensor& o, Scalar alpha) {
-  const bool one = is_one(alpha);
-  ScalarType pt = kFloat32;
-  if (!one) {
-    pt = checked_alpha_result(self, o, alpha, "add_");
-    check_alpha(self.dtype(), self, o, alpha, "add_");
-    if (pt == kBool) alpha = bool_alpha(alpha);
-  }
+  const std::optional<ScalarType> scaled_pt = inplace_alpha_result(self, o, alpha, "add_");
+  const bool one = !scaled_pt;
+  const ScalarType pt = scaled_pt.value_or(kFloat32);
+  if (pt == kBool) alpha = bool_alpha(alpha);
   if (any_sparse(self, o)) return sparse_add_(self, o, alpha);
   if (one) return inplace_binary(self, BinaryOp::Add, o, "add_");
   if (pt == kBool) return inplace_binary(self, BinaryOp::Add, is_one(alpha) ? o : tg::zeros_like(o), "add_");
@@ -597,12 +604,9 @@ const Tensor& add_(const Tensor& self, const Tensor& o, Scalar alpha) {
 }
 const Tensor& sub_(const Tensor& self, const Tensor& o, Scalar alpha) {
   check_no_bool_sub(self, o, "sub_");
-  const bool one = is_one(alpha);
-  ScalarType pt = kFloat32;
-  if (!one) {
-    pt = checked_alpha_result(self, o, alpha, "sub_");
-    check_alpha(self.dtype(), self, o, alpha, "sub_");
-  }
+  const std::optional<ScalarType> scaled_pt = inplace_alpha_result(self, o, alpha, "sub_");
+  const bool one = !scaled_pt;
+  const ScalarType pt = scaled_pt.value_or(kFloat32);
   if (any_sparse(self, o)) return sparse_add_(self, o, negated(alpha, self.dtype()));
   if (one) return inplace_binary(self, BinaryOp::Sub, o, "sub_");
   if (add_scaled_(self, o, negated(alpha, self.dtype()), "sub_")) return self;

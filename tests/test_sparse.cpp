@@ -209,6 +209,10 @@ TEST(Sparse, OpsMatchDense) {
     EXPECT_EQ(s32._values().dtype(), tg::kFloat32);
     expect_near(V(s32), V(a.dense + b.dense * 2.0), 1e-6, "f32 sparse add_ 2 f64 sparse " + on);
     EXPECT_ERROR_CONTAINS(db - 1, "sub: subtracting from a Bool tensor");
+    EXPECT_ERROR_CONTAINS(db.clone().sub_(1),
+                          "sub_: subtracting Bool tensors is not supported (operands Bool and Int64)");
+    EXPECT_ERROR_CONTAINS(tg::sub(db, db, 2), "sub: subtracting Bool tensors is not supported");
+    EXPECT_ERROR_CONTAINS(db.to(tg::kFloat32).sub_(db), "sub_: subtracting Bool tensors is not supported");
     Tensor m = a.s * 2.5;
     EXPECT_TRUE(m.is_sparse());
     expect_near(V(m), V(a.dense * 2.5), 1e-12, "sparse * scalar " + on);

@@ -279,6 +279,39 @@ TEST(ForwardAD, ForwardOverReverseHessianVectorProducts) {
   }
 }
 
+// An in-place op whose operand promotes (f32 self, f64 other) keeps self's
+// dtype: its value, its tangent and its gradient are float32, the other
+// operand's gradient float64 (as the raw op casts its result back).
+TEST(ForwardAD, InPlaceOpsWithAPromotingOperandKeepSelfsDtype) {
+  const auto kF32 = tg::TensorOptions().dtype(tg::kFloat32);
+  Tensor x = tg::tensor({1.0, 2.0, 3.0}, {3}, kF32), tx = tg::tensor({0.5, -1.0, 2.0}, {3}, kF32);
+  Tensor o = tg::tensor({0.25, 0.5, 4.0}, {3}, kF64), to = tg::tensor({1.0, 1.0, -3.0}, {3}, kF64);
+  {
+    fwd::dual_level level;
+    Tensor y = fwd::make_dual(x, tx) * 1.0;
+    y.mul_(fwd::make_dual(o, to));  // tangent tx o + x to
+    EXPECT_EQ(y.dtype(), tg::kFloat32);
+    Tensor t = fwd::unpack_dual(y).tangent;
+    ASSERT_TRUE(t.defined());
+    EXPECT_EQ(t.dtype(), tg::kFloat32);
+    EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{1.125f, 1.5f, -1.0f}));
+    Tensor z = fwd::make_dual(x, tx) * 1.0;
+    z.add_(o, 2);  // the tangent is x's alone
+    EXPECT_EQ(fwd::unpack_dual(z).tangent.dtype(), tg::kFloat32);
+    EXPECT_EQ(fwd::unpack_dual(z).tangent.to_vector<float>(), tx.to_vector<float>());
+  }
+  Tensor xl = x.clone().requires_grad_(), ol = o.clone().requires_grad_();
+  Tensor y = xl * 1.0;
+  y.mul_(ol);
+  EXPECT_EQ(y.dtype(), tg::kFloat32);
+  (y * tg::tensor({1.0, 2.0, 3.0}, {3}, kF32)).sum().backward();
+  ASSERT_TRUE(xl.grad().defined() && ol.grad().defined());
+  EXPECT_EQ(xl.grad().dtype(), tg::kFloat32);
+  EXPECT_EQ(ol.grad().dtype(), tg::kFloat64);
+  EXPECT_EQ(xl.grad().to_vector<float>(), (std::vector<float>{0.25f, 1.0f, 12.0f}));
+  EXPECT_EQ(ol.grad().to_vector<double>(), (std::vector<double>{1.0, 4.0, 9.0}));
+}
+
 struct NoJvp : ag::Function<NoJvp> {
   static Tensor forward(ag::AutogradContext*, Tensor x) { return x * 2.0; }
   static ag::variable_list backward(ag::AutogradContext*, ag::variable_list g) { return {g[0] * 2.0}; }

@@ -504,6 +504,46 @@ void accumulate_grad_rules(Device d) {
   }
 }
 
+// In-place ops on a sparse tensor under autograd keep its handle and record
+// (add_ of two sparse tensors, as the raw op); a second backward through
+// sparse_coo_tensor or values() says retain_graph; indices changed in place
+// after the forward are refused by the version check.
+TEST(Sparse, InPlaceUnderAutogradAndSecondBackward) {
+  for (Device d : devices()) {
+    const std::string on = where(d);
+    Tensor i = idx({0, 1, 1, 0, 2, 1}, {2, 3}, d);
+    Tensor v = tg::tensor({1.0, 2.0, 3.0}, {3}, kF64).to(d).requires_grad_(true);
+    Tensor w = tg::tensor({4.0, -1.0, 0.5}, {3}, kF64).to(d).requires_grad_(true);
+    Tensor s = tg::sparse_coo_tensor(i, v, {3, 3});
+    Tensor s2 = tg::sparse_coo_tensor(i, w, {3, 3});
+    Tensor sm = s * 1.0;
+    sm.add_(s2, 2);
+    EXPECT_TRUE(sm.is_sparse()) << on;
+    expect_near(V(sm), V(tg::sparse_coo_tensor(i, v.detach() + w.detach() * 2.0, {3, 3})), 1e-15, "add_ " + on);
+    Tensor wt = tg::tensor({1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0}, {3, 3}, kF64).to(d);
+    (tg::to_dense(sm) * wt).sum().backward();
+    // the coordinates (0,0), (1,2), (1,1) weigh 1, 6, 5
+    expect_near(V(v.grad()), {1.0, 6.0, 5.0}, 1e-15, "v grad " + on);
+    expect_near(V(w.grad()), {2.0, 12.0, 10.0}, 1e-15, "w grad " + on);
+    Tensor once = tg::sparse_coo_tensor(i, v, {3, 3});
+    Tensor loss = (tg::to_dense(once) * wt).sum();
+    loss.backward();
+    EXPECT_ERROR_CONTAINS(loss.backward(), "backward through the graph a second time");
+    Tensor vals = tg::sparse_coo_tensor(i, v, {3, 3}).coalesce().values();
+    Tensor l2 = (vals * vals).sum();
+    l2.backward();
+    EXPECT_ERROR_CONTAINS(l2.backward(), "backward through the graph a second time");
+    Tensor i2 = i.clone();
+    Tensor late = tg::sparse_coo_tensor(i2, v, {3, 3});
+    Tensor l3 = (tg::to_dense(late) * wt).sum();
+    i2.zero_();
+    EXPECT_ERROR_CONTAINS(l3.backward(), "modified by an in-place operation");
+    Tensor dense = tg::zeros({3, 3}, kF64).to(d);
+    EXPECT_ERROR_CONTAINS(sm.add_(dense), "add_");
+    (void)tg::ones({2}).sum().item<float>();  // still usable
+  }
+}
+
 TEST(Sparse, InputBufferRulesForEveryLayoutPair) {
   for (Device d : devices())
     input_buffer_rules(d);

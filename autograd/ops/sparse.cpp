@@ -29,13 +29,16 @@ namespace {
 // very same indices tensor (sum and mm build their gradients that way).
 class SparseCooTensorBackward final : public OpNode {
  public:
-  SparseCooTensorBackward(Tensor indices, IntList sizes)
+  SparseCooTensorBackward(const Tensor& indices, IntList sizes)
       : OpNode("sparse_coo_tensor", "SparseCooTensorBackward"),
-        indices_(std::move(indices)),
+        indices_saved_(indices, false),
         sizes_(std::move(sizes)) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
     if (!should_compute_output(0)) return out;
+    // Version-checked (indices changed in place would read the gradient at
+    // other coordinates), and a second backward says so.
+    const Tensor indices_ = indices_saved_.unpack(this, "indices");
     Tensor g = grads[0];
     if (g.is_sparse() && raw::sparse_indices(g).is_same(indices_)) {
       out[0] = g._values();
@@ -60,30 +63,28 @@ class SparseCooTensorBackward final : public OpNode {
     out[0] = index_select(g.reshape(flat), 0, lin);
     return out;
   }
-  void release_variables() override { indices_ = Tensor(); }
+  void release_variables() override { indices_saved_.release(); }
 
  private:
-  Tensor indices_;
+  autograd::SavedVariable indices_saved_;
   IntList sizes_;
 };
 
 // values(): the gradient of the values is a sparse tensor with S's indices.
 class SparseValuesBackward final : public OpNode {
  public:
-  SparseValuesBackward(Tensor indices, IntList sizes, bool coalesced)
-      : OpNode("values", "ValuesBackward"),
-        indices_(std::move(indices)),
-        sizes_(std::move(sizes)),
-        coalesced_(coalesced) {}
+  SparseValuesBackward(const Tensor& indices, IntList sizes, bool coalesced)
+      : OpNode("values", "ValuesBackward"), indices_(indices, false), sizes_(std::move(sizes)), coalesced_(coalesced) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
-    if (should_compute_output(0)) out[0] = autograd::impl::sparse_coo_unchecked(indices_, grads[0], sizes_, coalesced_);
+    if (should_compute_output(0))
+      out[0] = autograd::impl::sparse_coo_unchecked(indices_.unpack(this, "indices"), grads[0], sizes_, coalesced_);
     return out;
   }
-  void release_variables() override { indices_ = Tensor(); }
+  void release_variables() override { indices_.release(); }
 
  private:
-  Tensor indices_;
+  autograd::SavedVariable indices_;
   IntList sizes_;
   bool coalesced_;
 };

@@ -373,7 +373,17 @@ const Tensor& rebase(const Tensor& self, const Tensor& result, bool record, cons
   {
     autograd::AutoGradMode no_grad(false);
     autograd::forward_ad::detail::Suspend no_tangents;
-    raw::copy_(self, result);
+    if (self.is_sparse()) {
+      // A sparse self keeps its handle and takes the result's parts (as
+      // sparse add_ does); copies, so that nothing the graph saved aliases it.
+      TG_CHECK(result.is_sparse(), op, ": the result of the op on a sparse COO tensor is dense (",
+               shape_str(result.sizes()), "); use the out-of-place op, which gives a dense tensor");
+      Tensor c = raw::clone(result);
+      self.impl()->set_sparse_parts(c.impl()->sparse_parts());
+      self.bump_version();
+    } else {
+      raw::copy_(self, result);
+    }
   }
   if (record) {
     auto* m = autograd::impl::meta(result);
@@ -404,6 +414,9 @@ template <class F> const Tensor& inplace_op(const Tensor& self, const Tensor* ot
   const ScalarType rt = result.dtype(), st = self.dtype();
   TG_CHECK(rt == st || (is_floating_point(st) && !is_complex(rt)) || is_complex(st), op, ": result type ", rt,
            " can't be cast to the desired output type ", st);
+  // A promoted result is cast back to self's dtype as a recorded op, so that
+  // self's tangent and gradient keep its dtype (as the raw op's values do).
+  if (rt != st) result = result.to(st);
   return rebase(self, result, record, op);
 }
 

@@ -110,7 +110,7 @@ Tensor binary(BinaryOp op, const Tensor& a_in, const Tensor& b_in) {
 // for `op`).
 Tensor scalar_like(Scalar s, const Tensor& t, const char* op) {
   detail::check_defined(t, op);
-  ScalarType rt = promote_with_scalar(t.dtype(), s.is_integral());
+  ScalarType rt = promote_with_scalar(t.dtype(), s);
   return scalar_tensor(s, TensorOptions().dtype(rt).device(t.device()));
 }
 
@@ -133,8 +133,9 @@ Tensor binary(BinaryOp op, const Tensor& a, Scalar s) {
   const char* name = binary_name(op);
   detail::check_defined(a, name, "first operand");
   const kernels::Backend& be = kernels::backend(a.device(), name);
-  const ScalarType st = promote_with_scalar(a.dtype(), s.is_integral());
-  if (!be.binary_scalar || a.is_sparse() || is_complex(st)) return binary(op, a, scalar_like(s, a, name));
+  const ScalarType st = promote_with_scalar(a.dtype(), s);
+  if (!be.binary_scalar || a.is_sparse() || is_complex(st) || st == kBool)
+    return binary(op, a, scalar_like(s, a, name));
   // The scalar is a kernel argument: one launch, no 0-dim tensor to fill.
   const ScalarType rt = binary_result_type(op, a.dtype(), st, name);
   const ScalarType ct = compute_type(rt);
@@ -214,9 +215,10 @@ const Tensor& inplace_binary(const Tensor& self, BinaryOp op, const Tensor& othe
 const Tensor& inplace_scalar(const Tensor& self, BinaryOp op, Scalar s, const char* name) {
   detail::check_defined(self, name, "self");
   const kernels::Backend& be = kernels::backend(self.device(), name);
-  const ScalarType st = promote_with_scalar(self.dtype(), s.is_integral());
+  const ScalarType st = promote_with_scalar(self.dtype(), s);
   const ScalarType rt = binary_result_type(op, self.dtype(), st, name);
-  if (!be.binary_scalar || self.is_sparse() || self.dtype() != rt || compute_type(rt) != rt || is_complex(rt))
+  if (!be.binary_scalar || self.is_sparse() || self.dtype() != rt || compute_type(rt) != rt || is_complex(rt) ||
+      rt == kBool)
     return inplace_binary(self, op, scalar_like(s, self, name), name);
   detail::check_writable(self, name);
   const auto [sd, si] = scalar_in(s, st);
@@ -245,6 +247,9 @@ static Scalar negated(Scalar a, ScalarType rt = kInt64) {
 // integral (or Bool) result takes an integral alpha, a floating or complex
 // one an alpha its dtype holds (refused rather than rounded to inf).
 static void check_alpha(ScalarType rt, const Tensor& a, const Tensor& b, Scalar alpha, const char* name) {
+  TG_CHECK(!alpha.is_bool() || rt == kBool, name, ": a Boolean alpha (", alpha.to_int() ? "true" : "false",
+           ") is only supported for a Bool result, not ", rt, " (operands ", a.dtype(), " and ", b.dtype(),
+           "); pass a number");
   TG_CHECK(is_floating_point(rt) || is_complex(rt) || alpha.is_integral(), name, ": alpha ", alpha.to_double(),
            " is a floating point number but the operands (", a.dtype(), " and ", b.dtype(),
            ") are integral; pass an integer alpha, or convert the operands to floating point with .to(kFloat32)");
@@ -264,7 +269,12 @@ static ScalarType checked_alpha_result(const Tensor& a, const Tensor& b, Scalar 
 static void check_no_bool_sub(const Tensor& a, const Tensor& b, const char* name) {
   if (a.defined() && b.defined()) binary_result_type(BinaryOp::Sub, a.dtype(), b.dtype(), name);
 }
-static bool is_one(Scalar alpha) { return alpha.is_integral() && alpha.to_int() == 1; }
+// As PyTorch: no subtraction of (or from) a Boolean number either.
+static void check_no_bool_scalar_sub(Scalar s, const char* name) {
+  TG_CHECK(!s.is_bool(), name, ": subtracting a Boolean (", s.to_int() ? "true" : "false",
+           ") is not supported; pass the number 1 or 0, or invert a mask with logical_not()");
+}
+static bool is_one(Scalar alpha) { return alpha.is_integral() && !alpha.is_bool() && alpha.to_int() == 1; }
 // alpha b in the compute dtype of the result rt: b converted first, so that
 // a narrower b is scaled at the result's precision, and a reduced floating
 // result is rounded once, after the add.
@@ -280,7 +290,7 @@ static Scalar bool_alpha(Scalar alpha) { return Scalar(int64_t(alpha.to_int() !=
 static bool takes_add_scaled(const kernels::Backend& be, const Tensor& a, const Tensor& b, Scalar alpha) {
   const ScalarType t = a.dtype();
   return be.add_scaled && a.device() == b.device() && b.dtype() == t && !is_complex(t) && t != kBool &&
-         compute_type(t) == t && promote_with_scalar(t, alpha.is_integral()) == t;
+         compute_type(t) == t && promote_with_scalar(t, alpha) == t;
 }
 // a + alpha * b through add_scaled; undefined where it does not apply (the
 // caller takes mul, then add).
@@ -345,6 +355,7 @@ Tensor add(const Tensor& a, Scalar b) { return binary(BinaryOp::Add, a, b); }
 Tensor sub(const Tensor& a, Scalar b) {
   TG_CHECK(!a.defined() || a.dtype() != kBool, "sub: subtracting from a Bool tensor is not supported (a Bool tensor ",
            "minus ", b.to_double(), "); invert a mask with logical_not(), or convert with .to(kInt64) first");
+  check_no_bool_scalar_sub(b, "sub");
   return binary(BinaryOp::Sub, a, b);
 }
 Tensor mul(const Tensor& a, Scalar b) {
@@ -481,7 +492,10 @@ Tensor operator-(const Tensor& a, Scalar b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, Scalar b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
 Tensor operator+(Scalar a, const Tensor& b) { return add(b, a); }
-Tensor operator-(Scalar a, const Tensor& b) { return add(neg(b), a); }
+Tensor operator-(Scalar a, const Tensor& b) {
+  raw::check_no_bool_scalar_sub(a, "sub");
+  return add(neg(b), a);
+}
 Tensor operator*(Scalar a, const Tensor& b) { return mul(b, a); }
 Tensor operator/(Scalar a, const Tensor& b) { return mul(reciprocal(b), a); }
 Tensor operator-(const Tensor& x) { return neg(x); }
@@ -613,7 +627,10 @@ const Tensor& sub_(const Tensor& self, const Tensor& o, Scalar alpha) {
   return inplace_binary(self, BinaryOp::Sub, scaled(o, alpha, pt), "sub_");
 }
 const Tensor& add_(const Tensor& self, Scalar s) { return inplace_scalar(self, BinaryOp::Add, s, "add_"); }
-const Tensor& sub_(const Tensor& self, Scalar s) { return inplace_scalar(self, BinaryOp::Sub, s, "sub_"); }
+const Tensor& sub_(const Tensor& self, Scalar s) {
+  check_no_bool_scalar_sub(s, "sub_");
+  return inplace_scalar(self, BinaryOp::Sub, s, "sub_");
+}
 const Tensor& mul_(const Tensor& self, const Tensor& o) { return inplace_binary(self, BinaryOp::Mul, o, "mul_"); }
 const Tensor& mul_(const Tensor& self, Scalar s) { return inplace_scalar(self, BinaryOp::Mul, s, "mul_"); }
 const Tensor& div_(const Tensor& self, const Tensor& o) { return inplace_binary(self, BinaryOp::Div, o, "div_"); }

@@ -306,7 +306,7 @@ const Tensor& sparse_add_(const Tensor& self, const Tensor& o, Scalar alpha) {
 }
 
 Tensor sparse_mul(const Tensor& s, Scalar c) {
-  ScalarType rt = promote_with_scalar(s.dtype(), c.is_integral());
+  ScalarType rt = promote_with_scalar(s.dtype(), c);
   return make(s.sizes(), ind(s), raw::mul(cast(val(s), rt), c), parts(s).coalesced);
 }
 

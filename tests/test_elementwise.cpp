@@ -537,6 +537,41 @@ TEST(Binary, AddAndSubCheckTheirAlpha) {
   throws_naming([&] { tg::add(tg::ones({2}, c64), tg::ones({2}, c64), 1e300); }, {"add (its alpha)"});
 }
 
+// A number from a bool is Boolean, as PyTorch's: it keeps the tensor's dtype
+// (a Bool tensor stays Bool: Bool + true, Bool * true), no subtraction takes
+// it, and an alpha may be one only for a Bool result.
+TEST(Binary, BooleanNumbersFollowPyTorch) {
+  const auto f32 = tg::TensorOptions().dtype(tg::kFloat32), i64 = tg::TensorOptions().dtype(tg::kInt64),
+             b8 = tg::TensorOptions().dtype(tg::kBool);
+  EXPECT_TRUE(tg::Scalar(true).is_bool() && tg::Scalar(true).is_integral());
+  EXPECT_FALSE(tg::Scalar(1).is_bool());
+  Tensor m = tg::tensor({1.0, 0.0, 1.0}, {3}, f32).to(tg::kBool);
+  Tensor r = m + true;
+  EXPECT_EQ(r.dtype(), tg::kBool);
+  EXPECT_EQ(values(r), std::vector<double>({1, 1, 1}));
+  EXPECT_EQ((m * false).dtype(), tg::kBool);
+  EXPECT_EQ(values(m * false), std::vector<double>({0, 0, 0}));
+  EXPECT_EQ((m + 1).dtype(), tg::kInt64);  // an integer still promotes Bool
+  Tensor mi = m.clone();
+  mi.add_(true);
+  EXPECT_EQ(values(mi), std::vector<double>({1, 1, 1}));
+  Tensor k = tg::full({2}, 3, i64);
+  EXPECT_EQ((k + true).dtype(), tg::kInt64);
+  EXPECT_EQ(values(k + true), std::vector<double>({4, 4}));
+  EXPECT_EQ(values(tg::ones({2}, f32) * true), std::vector<double>({1, 1}));
+  EXPECT_ERROR_CONTAINS(tg::zeros({2}, f32) - true, "sub: subtracting a Boolean (true)");
+  EXPECT_ERROR_CONTAINS(true - tg::zeros({2}, f32), "sub: subtracting a Boolean (true)");
+  EXPECT_ERROR_CONTAINS(tg::zeros({2}, f32).sub_(false), "sub_: subtracting a Boolean (false)");
+  EXPECT_ERROR_CONTAINS(tg::add(tg::ones({2}, f32), tg::ones({2}, f32), true),
+                        "add: a Boolean alpha (true) is only supported for a Bool result, not Float32");
+  EXPECT_ERROR_CONTAINS(tg::ones({2}, f32).add_(tg::ones({2}, f32), true), "add_: a Boolean alpha");
+  EXPECT_ERROR_CONTAINS(tg::sub(tg::ones({2}, i64), tg::ones({2}, i64), false), "sub: a Boolean alpha");
+  Tensor ba = tg::add(m, m, false);
+  EXPECT_EQ(ba.dtype(), tg::kBool);
+  EXPECT_EQ(values(ba), std::vector<double>({1, 0, 1}));
+  EXPECT_EQ(values(tg::add(tg::zeros({3}, b8), m, true)), std::vector<double>({1, 0, 1}));
+}
+
 // alpha b at the result's precision: a narrower b (float32, float16, int64
 // into float64; complex64 into complex128) is converted before its scale,
 // in and out of place; a float16 result is a + alpha b in float32, rounded

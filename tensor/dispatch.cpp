@@ -22,6 +22,9 @@ std::ostream& operator<<(std::ostream& os, const Device& d) {
 
 std::ostream& operator<<(std::ostream& os, Layout l) { return os << (l == Layout::Strided ? "Strided" : "SparseCoo"); }
 
+ScalarType promote_with_scalar(ScalarType t, const Scalar& s) {
+  return s.is_bool() ? t : promote_with_scalar(t, s.is_integral());
+}
 std::ostream& operator<<(std::ostream& os, const Scalar& s) {
   if (s.is_integral()) return os << s.to_int();
   return os << s.to_double();

@@ -1,5 +1,4 @@
 #include <tapegrad/tensor/scalar_type.h>
-#include <tapegrad/tensor/scalar.h>
 
 #include <cstring>
 #include <ostream>
@@ -73,9 +72,6 @@ ScalarType promote_with_scalar(ScalarType t, bool scalar_is_integral) {
   if (!scalar_is_integral && !is_floating_point(t) && !is_complex(t)) return ScalarType::Float32;
   if (scalar_is_integral && t == ScalarType::Bool) return ScalarType::Int64;
   return t;
-}
-ScalarType promote_with_scalar(ScalarType t, const Scalar& s) {
-  return s.is_bool() ? t : promote_with_scalar(t, s.is_integral());
 }
 
 // IEEE binary16 <-> binary32, round to nearest even, with subnormals.

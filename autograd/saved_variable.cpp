@@ -89,6 +89,10 @@ SavedVariable::SavedVariable(const Tensor& t, bool is_output) {
   requires_grad_ = t.requires_grad();
   output_nr_ = t.output_nr();
   saved_version_ = t.version();
+  if (t.is_sparse()) {
+    indices_version_ = raw::sparse_indices(t).version();
+    values_version_ = raw::sparse_values(t).version();
+  }
   dtype_ = t.dtype();
   hooks_ = current_saved_tensor_hooks();
   // Forward over reverse: an output's tangent is set after the node saves
@@ -136,6 +140,19 @@ Tensor SavedVariable::unpack(const Node* owner, const char* slot) const {
              shape_str(sizes_), " was saved");
   } else {
     uint32_t now = data_.version();
+    if (now == saved_version_ && data_.is_sparse() && detail::thread_state().accept_overwritten == 0) {
+      const uint32_t iv = raw::sparse_indices(data_).version(), vv = raw::sparse_values(data_).version();
+      std::string who = owner ? owner->name() : std::string("autograd");
+      TG_CHECK(iv == indices_version_ && vv == values_version_, who,
+               ": one of the tensors needed for gradient computation has been modified by an in-place operation: "
+               "the ",
+               iv != indices_version_ ? "indices" : "values", " of saved sparse tensor '", slot, "' (", data_.dtype(),
+               " ", shape_str(data_.sizes()), ", nnz ", data_.nnz(), ") are at version ",
+               iv != indices_version_ ? iv : vv, "; expected version ",
+               iv != indices_version_ ? indices_version_ : values_version_,
+               " instead. Hint: clone the indices or values before building the sparse tensor, or modify them only "
+               "after backward");
+    }
     if (now != saved_version_ && detail::thread_state().accept_overwritten == 0) {
       std::string who = owner ? owner->name() : std::string("autograd");
       std::string role = is_output_ ? "output " + std::to_string(output_nr_) + " of " + who : "an input of " + who;

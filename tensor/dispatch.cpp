@@ -26,6 +26,7 @@ ScalarType promote_with_scalar(ScalarType t, const Scalar& s) {
   return s.is_bool() ? t : promote_with_scalar(t, s.is_integral());
 }
 std::ostream& operator<<(std::ostream& os, const Scalar& s) {
+  if (s.is_bool()) return os << (s.to_int() ? "true" : "false");
   if (s.is_integral()) return os << s.to_int();
   return os << s.to_double();
 }

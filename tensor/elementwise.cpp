@@ -247,7 +247,7 @@ static Scalar negated(Scalar a, ScalarType rt = kInt64) {
 // integral (or Bool) result takes an integral alpha, a floating or complex
 // one an alpha its dtype holds (refused rather than rounded to inf).
 static void check_alpha(ScalarType rt, const Tensor& a, const Tensor& b, Scalar alpha, const char* name) {
-  TG_CHECK(!alpha.is_bool() || rt == kBool, name, ": a Boolean alpha (", alpha.to_int() ? "true" : "false",
+  TG_CHECK(!alpha.is_bool() || rt == kBool, name, ": a Boolean alpha (", alpha,
            ") is only supported for a Bool result, not ", rt, " (operands ", a.dtype(), " and ", b.dtype(),
            "); pass a number");
   TG_CHECK(is_floating_point(rt) || is_complex(rt) || alpha.is_integral(), name, ": alpha ", alpha.to_double(),
@@ -271,7 +271,7 @@ static void check_no_bool_sub(const Tensor& a, const Tensor& b, const char* name
 }
 // As PyTorch: no subtraction of (or from) a Boolean number either.
 static void check_no_bool_scalar_sub(Scalar s, const char* name) {
-  TG_CHECK(!s.is_bool(), name, ": subtracting a Boolean (", s.to_int() ? "true" : "false",
+  TG_CHECK(!s.is_bool(), name, ": subtracting a Boolean (", s,
            ") is not supported; pass the number 1 or 0, or invert a mask with logical_not()");
 }
 static bool is_one(Scalar alpha) { return alpha.is_integral() && !alpha.is_bool() && alpha.to_int() == 1; }
@@ -354,7 +354,7 @@ Tensor remainder(const Tensor& a, const Tensor& b) { return integer_modulo(Binar
 Tensor add(const Tensor& a, Scalar b) { return binary(BinaryOp::Add, a, b); }
 Tensor sub(const Tensor& a, Scalar b) {
   TG_CHECK(!a.defined() || a.dtype() != kBool, "sub: subtracting from a Bool tensor is not supported (a Bool tensor ",
-           "minus ", b.to_double(), "); invert a mask with logical_not(), or convert with .to(kInt64) first");
+           "minus ", b, "); invert a mask with logical_not(), or convert with .to(kInt64) first");
   check_no_bool_scalar_sub(b, "sub");
   return binary(BinaryOp::Sub, a, b);
 }
@@ -416,9 +416,14 @@ Tensor logical_xor(const Tensor& a, const Tensor& b) {
 // The plain unary ops: one definition per line of unary.def (neg of a
 // sparse tensor negates its values).
 // abs of a complex tensor is its modulus (real), hypot of the parts.
+static Tensor sparse_neg(const Tensor& x) {
+  TG_CHECK(x.dtype() != kBool, "neg: Bool tensors are not supported (a sparse Bool tensor ", shape_str(x.sizes()),
+           "); invert a mask with logical_not(), or convert with .to(kInt64) first");
+  return sparse_mul(x, -1);
+}
 #define TG_UNARY(name, Kernel, float_only, ...)                                                    \
   Tensor name(const Tensor& x) {                                                                   \
-    if (UnaryOp::Kernel == UnaryOp::Neg && x.defined() && x.is_sparse()) return sparse_mul(x, -1); \
+    if (UnaryOp::Kernel == UnaryOp::Neg && x.defined() && x.is_sparse()) return sparse_neg(x);     \
     if (UnaryOp::Kernel == UnaryOp::Abs && x.defined() && is_complex(x.dtype()) && !x.is_sparse()) \
       return raw::hypot(raw::real(x), raw::imag(x));                                               \
     return unary(UnaryOp::Kernel, x, #name, float_only);                                           \
@@ -494,6 +499,9 @@ Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
 Tensor operator+(Scalar a, const Tensor& b) { return add(b, a); }
 Tensor operator-(Scalar a, const Tensor& b) {
   raw::check_no_bool_scalar_sub(a, "sub");
+  TG_CHECK(!b.defined() || b.dtype() != kBool, "sub: subtracting a Bool tensor is not supported (", a,
+           " minus a Bool tensor ", shape_str(b.sizes()),
+           "); invert a mask with logical_not(), or convert with .to(kInt64) first");
   return add(neg(b), a);
 }
 Tensor operator*(Scalar a, const Tensor& b) { return mul(b, a); }

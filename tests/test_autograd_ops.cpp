@@ -59,6 +59,38 @@ TEST(AutogradOps, NonDifferentiablePoints) {
   EXPECT_EQ(gw, (std::vector<double>{0.5, 1, 0}));
   Tensor t = tg::tensor({3.0, 1.0, 3.0, 2.0}, {4}, kF64).requires_grad_();
   EXPECT_EQ(tg::autograd::grad({tg::amax(t)}, {t})[0].to_vector<double>(), (std::vector<double>{0.5, 0, 0.5, 0}));
+  // pow(0, b) in b: 0 where b >= 0 (0^b is constant there), -inf where b < 0,
+  // for a number base as for a tensor one; the tangent and the second
+  // derivative too (they were 0 * -inf = NaN for a number base).
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor b = tg::tensor({1.5, -2.0, 3.0, 0.0}, {4}, kF64).requires_grad_();
+  const std::vector<double> want{0, -inf, 0, 0};
+  EXPECT_EQ(tg::autograd::grad({tg::pow(0.0, b).sum()}, {b})[0].to_vector<double>(), want);
+  EXPECT_EQ(tg::autograd::grad({tg::pow(tg::zeros({4}, kF64), b).sum()}, {b})[0].to_vector<double>(), want);
+  // Its derivative is constant in b (0 or -inf), so the second derivative,
+  // of the first taken with create_graph and a weight w, is 0: not NaN.
+  Tensor wt = tg::ones({4}, kF64).requires_grad_();
+  Tensor g1 = tg::autograd::grad({tg::pow(0.0, b)}, {b}, {wt}, std::nullopt, true)[0];
+  EXPECT_EQ(g1.to_vector<double>(), want);
+  auto g2 = tg::autograd::grad({tg::where(tg::ge(b.detach(), 0.0), g1, 0.0).sum()}, {b, wt}, {}, std::nullopt, false,
+                               /*allow_unused=*/true);
+  if (g2[0].defined()) {
+    EXPECT_EQ(g2[0].to_vector<double>(), (std::vector<double>{0, 0, 0, 0}));
+  }
+  const std::vector<double> gwt = g2[1].to_vector<double>();  // d/dw of w * 0 where b >= 0
+  EXPECT_EQ(gwt[0], 0.0);
+  EXPECT_EQ(gwt[2], 0.0);
+  EXPECT_EQ(gwt[3], 0.0);
+  {
+    namespace fwd = tg::autograd::forward_ad;
+    fwd::dual_level level;
+    Tensor t = fwd::unpack_dual(tg::pow(0.0, fwd::make_dual(b.detach(), tg::ones({4}, kF64)))).tangent;
+    EXPECT_EQ(t.to_vector<double>(), want);
+  }
+  // Away from 0 the number base keeps its rule: d/db 2^b = 2^b ln 2.
+  Tensor e = tg::tensor({0.5}, {1}, kF64).requires_grad_();
+  EXPECT_NEAR(tg::autograd::grad({tg::pow(2.0, e).sum()}, {e})[0].item<double>(), std::sqrt(2.0) * std::log(2.0),
+              1e-15);
 }
 
 // d^3/dx^3 by three nested grad(create_graph) calls; the function is

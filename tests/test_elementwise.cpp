@@ -562,6 +562,8 @@ TEST(Binary, BooleanNumbersFollowPyTorch) {
   EXPECT_ERROR_CONTAINS(tg::zeros({2}, f32) - true, "sub: subtracting a Boolean (true)");
   EXPECT_ERROR_CONTAINS(true - tg::zeros({2}, f32), "sub: subtracting a Boolean (true)");
   EXPECT_ERROR_CONTAINS(tg::zeros({2}, f32).sub_(false), "sub_: subtracting a Boolean (false)");
+  EXPECT_ERROR_CONTAINS(1.5 - m, "sub: subtracting a Bool tensor is not supported (1.5 minus a Bool tensor [3])");
+  EXPECT_ERROR_CONTAINS(m - true, "(a Bool tensor minus true)");
   EXPECT_ERROR_CONTAINS(tg::add(tg::ones({2}, f32), tg::ones({2}, f32), true),
                         "add: a Boolean alpha (true) is only supported for a Bool result, not Float32");
   EXPECT_ERROR_CONTAINS(tg::ones({2}, f32).add_(tg::ones({2}, f32), true), "add_: a Boolean alpha");

@@ -538,6 +538,27 @@ TEST(Sparse, InPlaceUnderAutogradAndSecondBackward) {
     Tensor l3 = (tg::to_dense(late) * wt).sum();
     i2.zero_();
     EXPECT_ERROR_CONTAINS(l3.backward(), "modified by an in-place operation");
+    // The parts of a saved sparse tensor are version-checked too: mm and sum
+    // saved S itself, whose indices and values have counters of their own.
+    Tensor wl = tg::tensor({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, {3, 2}, kF64).to(d).requires_grad_(true);
+    Tensor iv = i.clone(), vv = v.detach() * 1.0;
+    Tensor sp = tg::sparse_coo_tensor(iv, vv, {3, 3});
+    Tensor lm = tg::mm(sp, wl).sum();
+    iv.fill_(0);
+    EXPECT_ERROR_CONTAINS(lm.backward(), "the indices of saved sparse tensor");
+    Tensor sq = tg::sparse_coo_tensor(i, vv, {3, 3});
+    Tensor lq = tg::mm(sq, wl).sum();
+    vv.mul_(2.0);
+    EXPECT_ERROR_CONTAINS(lq.backward(), "the values of saved sparse tensor");
+    Tensor iw = i.clone();
+    Tensor lsum = tg::sum(tg::sparse_coo_tensor(iw, v, {3, 3}) * 1.0);
+    iw.zero_();
+    EXPECT_ERROR_CONTAINS(lsum.backward(), "modified by an in-place operation");
+    Tensor ok = tg::mm(tg::sparse_coo_tensor(i, v.detach() * 1.0, {3, 3}), wl).sum();
+    ok.backward();  // unmodified: the gradient is S^T 1
+    expect_near(V(wl.grad()), {1.0, 1.0, 3.0, 3.0, 2.0, 2.0}, 1e-15, "mm grad " + on);
+    Tensor sbool = tg::sparse_coo_tensor(i, tg::tensor({1.0, 0.0, 1.0}, {3}, kF64).to(d).to(tg::kBool), {3, 3});
+    EXPECT_ERROR_CONTAINS(-sbool, "neg: Bool tensors are not supported (a sparse Bool tensor");
     Tensor dense = tg::zeros({3, 3}, kF64).to(d);
     EXPECT_ERROR_CONTAINS(sm.add_(dense), "add_");
     (void)tg::ones({2}).sum().item<float>();  // still usable

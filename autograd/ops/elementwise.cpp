@@ -7,7 +7,7 @@
 //   relu(x) at 0 -> 0;  abs(x) at 0 -> 0 (sign(0) = 0);  sign -> 0 everywhere;
 //   clamp(x, lo, hi) at x == lo or x == hi -> 1 (the bound is inside);
 //   maximum/minimum at ties -> the gradient is split evenly (1/2 each);
-//   pow(a, b) w.r.t. b where a == 0 and b >= 0 -> 0.
+//   pow(a, b) w.r.t. b where a == 0 and b >= 0 -> 0 (a tensor or a number a).
 #include <cmath>
 
 #include "autograd/ops/ops.h"
@@ -139,10 +139,20 @@ void exp2_d(const Tensor&, const Tensor& r, const UnaryArgs&, std::vector<Tensor
   for (size_t j = 1; j < d.size(); ++j)
     d[j] = mul(r, std::pow(std::log(2.0), double(j)));
 }
+// r (ln a)^j, the j-th derivative of r = a^x in x. For a = 0, as PyTorch's
+// rule: 0 where x >= 0 (r is 0 or 1 there: 0^x is constant), not 0 * inf,
+// and (-inf)^j where x < 0 (r = inf), NaN where x is; a constant in r either
+// way, so the derivatives past it are 0, not inf * 0.
+Tensor pow_base_term(const Tensor& r, double a, double j) {
+  const double c = std::pow(std::log(a), j);
+  if (a != 0) return mul(r, c);
+  const Tensor z = zeros_like(r);
+  return where(ne(r, r), add(z, std::nan("")), where(le(r, 1.0), z, add(z, c)));
+}
 // (ln a)^j a^x for a^x (pow with a scalar base a = args.a).
 void pow_base_d(const Tensor&, const Tensor& r, const UnaryArgs& args, std::vector<Tensor>& d) {
   for (size_t j = 1; j < d.size(); ++j)
-    d[j] = mul(r, std::pow(std::log(args.a), double(j)));
+    d[j] = pow_base_term(r, args.a, double(j));
 }
 }  // namespace taylor_rule
 
@@ -288,7 +298,7 @@ TG_UNARY_BACKWARD(kRemainderScalar, "remainder", "RemainderBackward", kNone, lin
 TG_UNARY_BACKWARD(kPowScalar, "pow", "PowBackward", kSelf, power_of_args(),
                   args.a == 0 ? zeros_like(u) : mul(u, mul(pow(x, args.a - 1), args.a)))
 TG_UNARY_BACKWARD(kPowScalarBase, "pow", "PowBackward", kResult, derivatives(pow_base_d),
-                  mul(u, mul(r, std::log(args.a))))
+                  mul(u, taylor_rule::pow_base_term(r, args.a, 1.0)))
 #undef TG_UNARY_BACKWARD
 
 // d[j] = act^(order + j)(x), j = 1..K (the fused kernels).

@@ -104,22 +104,19 @@ class SparseIdentityBackward final : public OpNode {
 // coordinates).
 class SparseSumBackward final : public OpNode {
  public:
-  explicit SparseSumBackward(Tensor s) : OpNode("sum", "SparseSumBackward"), s_(std::move(s)) {}
+  explicit SparseSumBackward(const Tensor& s) : OpNode("sum", "SparseSumBackward"), s_(s, false) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
     if (!should_compute_output(0)) return out;
-    TG_CHECK(s_.defined(),
-             "SparseSumBackward: trying to backward through the graph a second "
-             "time; specify retain_graph=true on the first backward");
-    Tensor c = raw::coalesce(s_);
+    Tensor c = raw::coalesce(s_.unpack(this, "self"));
     out[0] = autograd::impl::sparse_coo_unchecked(raw::sparse_indices(c),
                                                   grads[0].expand(raw::sparse_values(c).sizes()), c.sizes(), true);
     return out;
   }
-  void release_variables() override { s_ = Tensor(); }
+  void release_variables() override { s_.release(); }
 
  private:
-  Tensor s_;  // S without history (its parts)
+  autograd::SavedVariable s_;  // S without history (its parts), version-checked
 };
 
 // Y = S @ D: dS = (dY D^T) sampled at S's unique coordinates (sparse, the

@@ -41,6 +41,9 @@ class SavedVariable {
   bool requires_grad_ = false;
   uint32_t output_nr_ = 0;
   uint32_t saved_version_ = 0;
+  // A sparse tensor's parts (indices, values) have counters of their own:
+  // their versions at saving, checked at unpack as the tensor's is.
+  uint32_t indices_version_ = 0, values_version_ = 0;
   Tensor data_;                        ///< original (input) or alias (output)
   std::shared_ptr<Node> grad_fn_;      ///< inputs saved through hooks
   std::shared_ptr<Node> accumulator_;  ///< leaves saved through hooks

@@ -45,7 +45,7 @@ class Scalar {
 /// PyTorch's: a Boolean s keeps t, else promote_with_scalar(t, s.is_integral()).
 ScalarType promote_with_scalar(ScalarType t, const Scalar& s);
 
-/// Prints the value.
+/// Prints the value (a Boolean as true or false).
 std::ostream& operator<<(std::ostream& os, const Scalar& s);
 
 }  // namespace tg

@@ -62,7 +62,7 @@ ScalarType binary_result_type(BinaryOp op, ScalarType a, ScalarType b, const cha
   if (float_only && !is_floating_point(rt) && !is_complex(rt)) rt = kFloat32;
   TG_CHECK(!is_complex(rt) || kernels::takes_complex(op), name, ": not defined for complex operands (", a, " and ", b,
            "); take real(t) and imag(t), or abs(t), and compute on the parts");
-  TG_CHECK(!((op == BinaryOp::Fmod || op == BinaryOp::Remainder) && rt == kBool), name,
+  TG_CHECK(!((op == BinaryOp::Fmod || op == BinaryOp::Remainder || op == BinaryOp::Pow) && rt == kBool), name,
            ": not defined on two Bool tensors; convert them with .to(kInt64)");
   TG_CHECK(!(op == BinaryOp::Sub && (a == kBool || b == kBool)), name,
            ": subtracting Bool tensors is not supported (operands ", a, " and ", b,

@@ -564,6 +564,9 @@ TEST(Binary, BooleanNumbersFollowPyTorch) {
   EXPECT_ERROR_CONTAINS(tg::zeros({2}, f32).sub_(false), "sub_: subtracting a Boolean (false)");
   EXPECT_ERROR_CONTAINS(1.5 - m, "sub: subtracting a Bool tensor is not supported (1.5 minus a Bool tensor [3])");
   EXPECT_ERROR_CONTAINS(m - true, "(a Bool tensor minus true)");
+  EXPECT_ERROR_CONTAINS(tg::pow(m, m), "pow: not defined on two Bool tensors");  // as PyTorch's
+  EXPECT_EQ(tg::pow(m, 2).dtype(), tg::kInt64);
+  EXPECT_EQ(values(tg::pow(m, 2)), std::vector<double>({1, 0, 1}));
   EXPECT_ERROR_CONTAINS(tg::add(tg::ones({2}, f32), tg::ones({2}, f32), true),
                         "add: a Boolean alpha (true) is only supported for a Bool result, not Float32");
   EXPECT_ERROR_CONTAINS(tg::ones({2}, f32).add_(tg::ones({2}, f32), true), "add_: a Boolean alpha");

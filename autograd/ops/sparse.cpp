@@ -30,17 +30,15 @@ namespace {
 class SparseCooTensorBackward final : public OpNode {
  public:
   SparseCooTensorBackward(const Tensor& indices, IntList sizes)
-      : OpNode("sparse_coo_tensor", "SparseCooTensorBackward"),
-        indices_saved_(indices, false),
-        sizes_(std::move(sizes)) {}
+      : OpNode("sparse_coo_tensor", "SparseCooTensorBackward"), indices_(indices, false), sizes_(std::move(sizes)) {}
   variable_list apply(variable_list&& grads) override {
     variable_list out(1);
     if (!should_compute_output(0)) return out;
     // Version-checked (indices changed in place would read the gradient at
     // other coordinates), and a second backward says so.
-    const Tensor indices_ = indices_saved_.unpack(this, "indices");
+    const Tensor indices = indices_.unpack(this, "indices");
     Tensor g = grads[0];
-    if (g.is_sparse() && raw::sparse_indices(g).is_same(indices_)) {
+    if (g.is_sparse() && raw::sparse_indices(g).is_same(indices)) {
       out[0] = g._values();
       return out;
     }
@@ -52,21 +50,21 @@ class SparseCooTensorBackward final : public OpNode {
       Tensor v = gc._values();
       IntList zero_row = v.sizes();
       zero_row[0] = 1;
-      Tensor pos = raw::sparse_positions(gc, indices_);
+      Tensor pos = raw::sparse_positions(gc, indices);
       out[0] = index_select(cat({v, zeros(zero_row, v.options())}, 0), 0, pos);
       return out;
     }
-    int64_t sd = indices_.sizes()[0];
+    int64_t sd = indices.sizes()[0];
     IntList flat = {-1};
     flat.insert(flat.end(), sizes_.begin() + sd, sizes_.end());
-    Tensor lin = raw::sparse_linear_index(indices_, IntList(sizes_.begin(), sizes_.begin() + sd));
+    Tensor lin = raw::sparse_linear_index(indices, IntList(sizes_.begin(), sizes_.begin() + sd));
     out[0] = index_select(g.reshape(flat), 0, lin);
     return out;
   }
-  void release_variables() override { indices_saved_.release(); }
+  void release_variables() override { indices_.release(); }
 
  private:
-  autograd::SavedVariable indices_saved_;
+  autograd::SavedVariable indices_;
   IntList sizes_;
 };
 

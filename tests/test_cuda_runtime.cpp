@@ -158,20 +158,45 @@ TEST(CudaGpu, EventsOrderStreamsWithoutHostSync) {
   }
 }
 
+// Earlier tests of the same process may leave live blocks in small
+// segments that empty_cache keeps (a cached handle's workspace, say), with
+// free room beside them. The test first fills every such hole of at least
+// 4096 bytes, so that its own first block opens a new segment whatever ran
+// before it (with ctest's process per test there are none).
 TEST(CudaGpu, AllocatorReusesSplitsAndCounts) {
   REQUIRE_GPU();
   cu::empty_cache();
-  cu::MemoryStats base = cu::memory_stats();
-  void* first;
+  const cu::MemoryStats start = cu::memory_stats();
+  std::vector<Tensor> fillers;
+  Tensor a;
+  const int64_t most = (start.reserved_bytes - start.allocated_bytes) / 4096 + 1;
+  for (int64_t i = 0; i <= most; ++i) {
+    const int64_t segments = cu::memory_stats().num_segments;
+    Tensor t = cuda_empty(4096);
+    if (cu::memory_stats().num_segments > segments) {
+      a = t;
+      break;
+    }
+    fillers.push_back(t);
+  }
+  ASSERT_TRUE(a.defined()) << "no new segment after " << fillers.size() << " blocks of 4096 bytes";
+  EXPECT_LE(int64_t(fillers.size()) * 4096, start.reserved_bytes - start.allocated_bytes);
+  const cu::MemoryStats base = [&] {
+    cu::MemoryStats s = cu::memory_stats();  // as if a had not been allocated yet
+    s.allocated_bytes -= 4096;
+    s.reserved_bytes -= 2 << 20;
+    s.num_segments -= 1;
+    return s;
+  }();
+  void* first = storage_ptr(a);
   {
-    Tensor a = cuda_empty(4096);
     Tensor b = cuda_empty(4096);  // split from the same 2 MiB small segment
-    first = storage_ptr(a);
     cu::MemoryStats s = cu::memory_stats();
     EXPECT_EQ(s.allocated_bytes - base.allocated_bytes, 8192);
     EXPECT_EQ(s.num_segments - base.num_segments, 1);
     EXPECT_EQ(s.reserved_bytes - base.reserved_bytes, 2 << 20);
     EXPECT_EQ(static_cast<char*>(storage_ptr(b)) - static_cast<char*>(first), 4096);
+    a = Tensor();
   }
   cu::MemoryStats freed = cu::memory_stats();
   EXPECT_EQ(freed.allocated_bytes, base.allocated_bytes);
@@ -186,8 +211,10 @@ TEST(CudaGpu, AllocatorReusesSplitsAndCounts) {
     EXPECT_EQ(cu::memory_stats().reserved_bytes - freed.reserved_bytes, int64_t(6) << 20);
     EXPECT_GE(cu::memory_stats().peak_allocated_bytes, int64_t(5) << 20);
   }
+  fillers.clear();
   cu::empty_cache();
-  EXPECT_EQ(cu::memory_stats().reserved_bytes, base.reserved_bytes);
+  EXPECT_EQ(cu::memory_stats().reserved_bytes, start.reserved_bytes);
+  EXPECT_EQ(cu::memory_stats().allocated_bytes, start.allocated_bytes);
   cu::reset_peak_memory_stats();
   EXPECT_EQ(cu::memory_stats().peak_allocated_bytes, cu::memory_stats().allocated_bytes);
 }

@@ -629,7 +629,7 @@ const Tensor& sub_(const Tensor& self, const Tensor& o, Scalar alpha) {
   const std::optional<ScalarType> scaled_pt = inplace_alpha_result(self, o, alpha, "sub_");
   const bool one = !scaled_pt;
   const ScalarType pt = scaled_pt.value_or(kFloat32);
-  if (any_sparse(self, o)) return sparse_add_(self, o, negated(alpha, self.dtype()));
+  if (any_sparse(self, o)) return sparse_add_(self, o, negated(alpha, self.dtype()), "sub_");
   if (one) return inplace_binary(self, BinaryOp::Sub, o, "sub_");
   if (add_scaled_(self, o, negated(alpha, self.dtype()), "sub_")) return self;
   return inplace_binary(self, BinaryOp::Sub, scaled(o, alpha, pt), "sub_");
@@ -640,9 +640,15 @@ const Tensor& sub_(const Tensor& self, Scalar s) {
   return inplace_scalar(self, BinaryOp::Sub, s, "sub_");
 }
 const Tensor& mul_(const Tensor& self, const Tensor& o) { return inplace_binary(self, BinaryOp::Mul, o, "mul_"); }
-const Tensor& mul_(const Tensor& self, Scalar s) { return inplace_scalar(self, BinaryOp::Mul, s, "mul_"); }
+const Tensor& mul_(const Tensor& self, Scalar s) {
+  if (self.defined() && self.is_sparse()) return sparse_mul_(self, s, "mul_");
+  return inplace_scalar(self, BinaryOp::Mul, s, "mul_");
+}
 const Tensor& div_(const Tensor& self, const Tensor& o) { return inplace_binary(self, BinaryOp::Div, o, "div_"); }
-const Tensor& div_(const Tensor& self, Scalar s) { return inplace_scalar(self, BinaryOp::Div, s, "div_"); }
+const Tensor& div_(const Tensor& self, Scalar s) {
+  if (self.defined() && self.is_sparse()) return sparse_mul_(self, 1.0 / s.to_double(), "div_");
+  return inplace_scalar(self, BinaryOp::Div, s, "div_");
+}
 
 const Tensor& fill_(const Tensor& self, Scalar s) {
   detail::check_defined(self, "fill_");

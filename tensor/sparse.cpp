@@ -279,8 +279,7 @@ Tensor sparse_add(const Tensor& a, const Tensor& b, Scalar alpha, const char* op
   return cast(out, rt);
 }
 
-const Tensor& sparse_add_(const Tensor& self, const Tensor& o, Scalar alpha) {
-  const char* op = "add_";
+const Tensor& sparse_add_(const Tensor& self, const Tensor& o, Scalar alpha, const char* op) {
   check_same_shape(self, o, op);
   TG_CHECK(o.is_sparse(), op, ": cannot add a dense tensor into a sparse one (", describe(self),
            ") in place; use add(), which gives a dense tensor");
@@ -308,6 +307,21 @@ const Tensor& sparse_add_(const Tensor& self, const Tensor& o, Scalar alpha) {
 Tensor sparse_mul(const Tensor& s, Scalar c) {
   ScalarType rt = promote_with_scalar(s.dtype(), c);
   return make(s.sizes(), ind(s), raw::mul(cast(val(s), rt), c), parts(s).coalesced);
+}
+
+// self *= c in place, as the dense mul_: the handle keeps its identity and
+// takes new values (the indices stay); a result dtype that self cannot hold
+// (float into integer, complex into real) is refused.
+const Tensor& sparse_mul_(const Tensor& self, Scalar c, const char* op) {
+  check_sparse(self, op);
+  const ScalarType rt = promote_with_scalar(self.dtype(), c), st = self.dtype();
+  TG_CHECK(rt == st || (is_floating_point(st) && !is_complex(rt)) || is_complex(st), op, ": result dtype ", rt,
+           " cannot be cast to ", st, " in place");
+  Tensor r = sparse_mul(self, c);
+  if (r.dtype() != st) r = make(r.sizes(), ind(r), cast(val(r), st), parts(r).coalesced);
+  self.impl()->set_sparse_parts(parts(r));
+  self.bump_version();
+  return self;
 }
 
 Tensor sparse_sum(const Tensor& s) { return raw::sum(val(s)); }

@@ -565,6 +565,46 @@ TEST(Sparse, InPlaceUnderAutogradAndSecondBackward) {
   }
 }
 
+// Sparse in-place ops, recorded or not: mul_ and div_ by a number scale
+// the values in place (the handle kept, its version bumped; a result its
+// dtype cannot hold refused), and every refusal names the in-place op the
+// user called (under autograd they run through the out-of-place op, whose
+// name the message carried; sub_ of sparse operands said add_).
+TEST(Sparse, InPlaceOpsScaleByNumbersAndNameThemselves) {
+  const auto f32 = tg::TensorOptions().dtype(tg::kFloat32);
+  Tensor i = idx({0, 1, 1, 0, 1, 1}, {2, 3});
+  Tensor v = tg::tensor({1.5, -2, 4}, {3}, f32);
+  for (bool recorded : {false, true}) {
+    Tensor vals = recorded ? v.clone().requires_grad_() : v.clone();
+    Tensor base = tg::sparse_coo_tensor(i, vals, {2, 2});
+    Tensor s = base.clone();
+    const auto* impl = s.impl();
+    const int64_t version = s.version();
+    s.mul_(2.0);
+    EXPECT_EQ(s.impl(), impl);
+    EXPECT_GT(s.version(), version);
+    EXPECT_TRUE(tg::equal(s.to_dense(), base.to_dense().detach() * 2)) << recorded;
+    s.div_(4);
+    EXPECT_TRUE(tg::equal(s.to_dense(), base.to_dense().detach() / 2)) << recorded;
+    if (recorded) {
+      Tensor g = ag::grad({tg::sum(s.to_dense() * 3)}, {vals})[0];
+      EXPECT_TRUE(tg::allclose(g, tg::full({3}, 1.5, f32), 1e-6, 1e-6));
+    }
+    const Tensor other = tg::sparse_coo_tensor(i, v, {3, 3});
+    EXPECT_ERROR_CONTAINS(base.clone().add_(other), "add_: a sparse COO operand needs an operand of the same shape");
+    EXPECT_ERROR_CONTAINS(base.clone().sub_(other), "sub_: a sparse COO operand needs an operand of the same shape");
+    EXPECT_ERROR_CONTAINS(base.clone().add_(tg::ones({3, 3})), "add_: a sparse COO operand needs");
+    EXPECT_ERROR_CONTAINS(base.clone().mul_(tg::ones({2, 2})), "mul_: ");
+    EXPECT_ERROR_CONTAINS(base.clone().div_(tg::ones({2, 2})), "div_: ");
+  }
+  Tensor n = tg::sparse_coo_tensor(i, tg::tensor({1, 2, 3}, {3}, tg::TensorOptions().dtype(tg::kInt64)), {2, 2});
+  n.mul_(3);
+  EXPECT_TRUE(tg::equal(n.to_dense(), tg::tensor({3, 0, 0, 15}, {2, 2}, tg::TensorOptions().dtype(tg::kInt64))));
+  EXPECT_ERROR_CONTAINS(n.mul_(2.5), "mul_: result dtype Float32 cannot be cast to Int64 in place");
+  EXPECT_ERROR_CONTAINS(n.div_(2), "div_: result dtype");
+  EXPECT_TRUE(tg::equal(n.to_dense(), tg::tensor({3, 0, 0, 15}, {2, 2}, tg::TensorOptions().dtype(tg::kInt64))));
+}
+
 TEST(Sparse, InputBufferRulesForEveryLayoutPair) {
   for (Device d : devices())
     input_buffer_rules(d);

@@ -1,7 +1,9 @@
 // Differentiable views and conversions (Tensor methods), and the in-place
 // methods' autograd check.
 #include <algorithm>
+#include <cstring>
 #include <functional>
+#include <string>
 
 #include <tapegrad/tensor/error.h>
 
@@ -410,7 +412,16 @@ const Tensor& rebase(const Tensor& self, const Tensor& result, bool record, cons
 template <class F> const Tensor& inplace_op(const Tensor& self, const Tensor* other, const char* op, F&& out_of_place) {
   const bool record = involves_grad(self, other);
   if (record) check_rebase(self, op);
-  Tensor result = out_of_place(self.clone());
+  Tensor result;
+  try {
+    result = out_of_place(self.clone());
+  } catch (const Error& e) {
+    // The out-of-place op's refusal names the in-place op the user called
+    // ("add: ..." from add_ reads "add_: ...").
+    const std::string msg = e.what(), base(op, std::strlen(op) - 1);
+    if (msg.compare(0, base.size() + 1, base + ":") == 0) throw Error(op + msg.substr(base.size()));
+    throw;
+  }
   const ScalarType rt = result.dtype(), st = self.dtype();
   TG_CHECK(rt == st || (is_floating_point(st) && !is_complex(rt)) || is_complex(st), op, ": result type ", rt,
            " can't be cast to the desired output type ", st);

@@ -363,7 +363,7 @@ Tensor mul(const Tensor& a, Scalar b) {
   return binary(BinaryOp::Mul, a, b);
 }
 Tensor div(const Tensor& a, Scalar b) {
-  if (a.defined() && a.is_sparse()) return sparse_mul(a, 1.0 / b.to_double());
+  if (a.defined() && a.is_sparse()) return sparse_div(a, b);
   return binary(BinaryOp::Div, a, b);
 }
 Tensor pow(const Tensor& a, Scalar e) {
@@ -641,12 +641,12 @@ const Tensor& sub_(const Tensor& self, Scalar s) {
 }
 const Tensor& mul_(const Tensor& self, const Tensor& o) { return inplace_binary(self, BinaryOp::Mul, o, "mul_"); }
 const Tensor& mul_(const Tensor& self, Scalar s) {
-  if (self.defined() && self.is_sparse()) return sparse_mul_(self, s, "mul_");
+  if (self.defined() && self.is_sparse()) return sparse_scale_(self, s, false, "mul_");
   return inplace_scalar(self, BinaryOp::Mul, s, "mul_");
 }
 const Tensor& div_(const Tensor& self, const Tensor& o) { return inplace_binary(self, BinaryOp::Div, o, "div_"); }
 const Tensor& div_(const Tensor& self, Scalar s) {
-  if (self.defined() && self.is_sparse()) return sparse_mul_(self, 1.0 / s.to_double(), "div_");
+  if (self.defined() && self.is_sparse()) return sparse_scale_(self, s, true, "div_");
   return inplace_scalar(self, BinaryOp::Div, s, "div_");
 }
 

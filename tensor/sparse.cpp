@@ -309,16 +309,21 @@ Tensor sparse_mul(const Tensor& s, Scalar c) {
   return make(s.sizes(), ind(s), raw::mul(cast(val(s), rt), c), parts(s).coalesced);
 }
 
-// self *= c in place, as the dense mul_: the handle keeps its identity and
-// takes new values (the indices stay); a result dtype that self cannot hold
-// (float into integer, complex into real) is refused.
-const Tensor& sparse_mul_(const Tensor& self, Scalar c, const char* op) {
+Tensor sparse_div(const Tensor& s, Scalar c) {
+  return make(s.sizes(), ind(s), raw::div(val(s), c), parts(s).coalesced);
+}
+
+// self *= c or self /= c in place, as the dense mul_ and div_: the handle
+// keeps its identity and takes new values (the indices stay); a result
+// dtype that self cannot hold (float into integer, complex into real) is
+// refused.
+const Tensor& sparse_scale_(const Tensor& self, Scalar c, bool divide, const char* op) {
   check_sparse(self, op);
-  const ScalarType rt = promote_with_scalar(self.dtype(), c), st = self.dtype();
+  Tensor r = divide ? sparse_div(self, c) : sparse_mul(self, c);
+  const ScalarType rt = r.dtype(), st = self.dtype();
   TG_CHECK(rt == st || (is_floating_point(st) && !is_complex(rt)) || is_complex(st), op, ": result dtype ", rt,
            " cannot be cast to ", st, " in place");
-  Tensor r = sparse_mul(self, c);
-  if (r.dtype() != st) r = make(r.sizes(), ind(r), cast(val(r), st), parts(r).coalesced);
+  if (rt != st) r = make(r.sizes(), ind(r), cast(val(r), st), parts(r).coalesced);
   self.impl()->set_sparse_parts(parts(r));
   self.bump_version();
   return self;

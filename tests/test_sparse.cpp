@@ -603,6 +603,14 @@ TEST(Sparse, InPlaceOpsScaleByNumbersAndNameThemselves) {
   EXPECT_ERROR_CONTAINS(n.mul_(2.5), "mul_: result dtype Float32 cannot be cast to Int64 in place");
   EXPECT_ERROR_CONTAINS(n.div_(2), "div_: result dtype");
   EXPECT_TRUE(tg::equal(n.to_dense(), tg::tensor({3, 0, 0, 15}, {2, 2}, tg::TensorOptions().dtype(tg::kInt64))));
+  // Division divides (x / 7, not x * (1 / 7): those differ in 33 of these 64
+  // float32 values), out of place and in place, as the dense op.
+  Tensor rows = tg::zeros({2, 64}, tg::TensorOptions().dtype(tg::kInt64));
+  rows.select(0, 1).copy_(tg::arange(64).to(tg::kInt64));
+  Tensor x = tg::arange(64).to(tg::kFloat32) + 1;
+  Tensor q = tg::sparse_coo_tensor(rows, x, {1, 64});
+  EXPECT_TRUE(tg::equal(tg::div(q, 7).to_dense(), (x / 7).reshape({1, 64})));
+  EXPECT_TRUE(tg::equal(q.clone().div_(7).to_dense(), (x / 7).reshape({1, 64})));
 }
 
 TEST(Sparse, InputBufferRulesForEveryLayoutPair) {

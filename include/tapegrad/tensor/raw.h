@@ -53,7 +53,9 @@ Tensor sparse_positions(const Tensor& c, const Tensor& indices);
 Tensor sparse_add(const Tensor& a, const Tensor& b, Scalar alpha, const char* op = "add");  ///< one of them sparse
 const Tensor& sparse_add_(const Tensor& self, const Tensor& o, Scalar alpha, const char* op = "add_");
 Tensor sparse_mul(const Tensor& s, Scalar c);
-const Tensor& sparse_mul_(const Tensor& self, Scalar c, const char* op = "mul_");
+Tensor sparse_div(const Tensor& s, Scalar c);  ///< s / c, the values divided (true division)
+/// self *= c, or self /= c (divide), in place: the values replaced, the indices kept.
+const Tensor& sparse_scale_(const Tensor& self, Scalar c, bool divide, const char* op);
 Tensor sparse_sum(const Tensor& s);
 Tensor sparse_mm(const Tensor& s, const Tensor& dense, const char* op = "mm");
 Tensor sparse_transpose(const Tensor& s, int64_t d0, int64_t d1);

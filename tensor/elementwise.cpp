@@ -192,10 +192,8 @@ const Tensor& inplace_binary(const Tensor& self, BinaryOp op, const Tensor& othe
   detail::check_defined(other, name, "other");
   detail::check_same_device(self, other, name);
   ScalarType rt = binary_result_type(op, self.dtype(), other.dtype(), name);
-  // No complex result into a real self (the imaginary parts would be lost).
-  bool castable =
-      self.dtype() == rt || (is_floating_point(self.dtype()) && !is_complex(rt)) || is_complex(self.dtype());
-  TG_CHECK(castable, name, ": result type ", rt, " can't be cast to the desired output type ", self.dtype());
+  TG_CHECK(detail::castable_in_place(rt, self.dtype()), name, ": result type ", rt,
+           " can't be cast to the desired output type ", self.dtype());
   const IntList shape = inplace_shape(self, other, name);
   detail::check_writable(self, name);
   Tensor src = detail::may_overlap(self, other) ? other.clone() : other;

@@ -19,6 +19,15 @@ using tg::compute_type;
 
 inline Tensor cast(const Tensor& t, ScalarType d) { return t.dtype() == d ? t : t.to(d); }
 
+// Whether an in-place op may write a `result`-dtype value into a self of
+// dtype `self` (PyTorch's rule): the same dtype, a real result into a
+// floating self, anything into a complex self; never a float into an
+// integer or Bool self, nor a complex value into a real one (its imaginary
+// part would be lost).
+inline bool castable_in_place(ScalarType result, ScalarType self) {
+  return result == self || (is_floating_point(self) && !is_complex(result)) || is_complex(self);
+}
+
 void check_defined(const Tensor& t, const char* op, const char* what = "input");
 void check_same_device(const Tensor& a, const Tensor& b, const char* op);
 

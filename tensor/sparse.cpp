@@ -286,8 +286,7 @@ const Tensor& sparse_add_(const Tensor& self, const Tensor& o, Scalar alpha, con
   // As the dense add_: the promoted dtype computes, and casts back into
   // self where that loses no kind (no float -> integer, complex -> real).
   const ScalarType rt = promote_types(self.dtype(), o.dtype()), st = self.dtype();
-  TG_CHECK(rt == st || (is_floating_point(st) && !is_complex(rt)) || is_complex(st), op, ": result dtype ", rt,
-           " cannot be cast to ", st, " in place");
+  TG_CHECK(detail::castable_in_place(rt, st), op, ": result dtype ", rt, " cannot be cast to ", st, " in place");
   if (self.is_sparse()) {  // the handle keeps its identity; its parts are new
     Tensor sum = sparse_add(self, o, alpha);
     // Duplicates summed before the cast: rounded once, as dense add_ is.
@@ -321,9 +320,8 @@ const Tensor& sparse_scale_(const Tensor& self, Scalar c, bool divide, const cha
   check_sparse(self, op);
   Tensor r = divide ? sparse_div(self, c) : sparse_mul(self, c);
   const ScalarType rt = r.dtype(), st = self.dtype();
-  TG_CHECK(rt == st || (is_floating_point(st) && !is_complex(rt)) || is_complex(st), op, ": result dtype ", rt,
-           " cannot be cast to ", st, " in place");
-  if (rt != st) r = make(r.sizes(), ind(r), cast(val(r), st), parts(r).coalesced);
+  TG_CHECK(detail::castable_in_place(rt, st), op, ": result dtype ", rt, " cannot be cast to ", st, " in place");
+  if (rt != st) r = sparse_to(r, st);
   self.impl()->set_sparse_parts(parts(r));
   self.bump_version();
   return self;

@@ -10,6 +10,7 @@
 #include "autograd/ops/ops.h"
 #include "autograd/ops/record.h"
 #include "autograd/kernels/kernels.h"
+#include "tensor/op_util.h"
 
 namespace tg {
 
@@ -423,7 +424,7 @@ template <class F> const Tensor& inplace_op(const Tensor& self, const Tensor* ot
     throw;
   }
   const ScalarType rt = result.dtype(), st = self.dtype();
-  TG_CHECK(rt == st || (is_floating_point(st) && !is_complex(rt)) || is_complex(st), op, ": result type ", rt,
+  TG_CHECK(tg::detail::castable_in_place(rt, st), op, ": result type ", rt,
            " can't be cast to the desired output type ", st);
   // A promoted result is cast back to self's dtype as a recorded op, so that
   // self's tangent and gradient keep its dtype (as the raw op's values do).

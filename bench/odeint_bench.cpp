@@ -6,7 +6,10 @@
 //           peers' 1000), by backpropagation; eager, and graphed on CUDA
 //           (the whole solve and gradient replayed as one CUDA graph)
 //   dopri5  rtol 1e-5, atol 1e-6; gradient by backpropagation and by the
-//           adjoint; eager (it reads its error estimates on the host)
+//           adjoint; eager (it reads its error estimates on the host); on
+//           CUDA the adjoint once more with OdeOptions::graphed_adjoint
+//           (the backward's evaluations of f and its vector-Jacobian
+//           product replayed from a CUDA graph)
 //   tsit5   as dopri5
 // bench/peers/odeint_peers.py runs torchdiffeq, JAX's odeint and diffrax on
 // the same problem.
@@ -128,6 +131,10 @@ int main(int argc, char** argv) {
     row(name, o);
     o.gradient = ode::Gradient::Adjoint;
     row(name + " adjoint", o);
+    if (gpu) {  // the backward's evaluations of f and its vector-Jacobian product replayed from CUDA graphs
+      o.graphed_adjoint = true;
+      row(name + " adjoint graphed_adjoint", o);
+    }
   }
   if (!profile.empty()) return 0;
   if (json) {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <tapegrad/autograd/engine.h>
@@ -17,6 +18,8 @@
 #include <tapegrad/autograd/function.h>
 #include <tapegrad/autograd/grad_mode.h>
 #include <tapegrad/cuda/capture.h>
+#include <tapegrad/cuda/graph.h>
+#include <tapegrad/cuda/stream.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 
@@ -726,6 +729,92 @@ void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht
   }
 }
 
+// ---- the adjoint's augmented evaluations as CUDA graphs ----
+// (OdeOptions::graphed_adjoint.) A backward solve evaluates f and its
+// vector-Jacobian product with the same shapes at every stage: captured once
+// per kind (with the parameters' quadratures and without), an evaluation is
+// then three copies into the capture's inputs (t, y, a), one replay and one
+// copy of what it wrote (joined into one buffer inside the graph where the
+// components share a dtype), since the solver keeps each stage. Where a
+// capture fails (f reads the device from the host, or throws), the solve
+// evaluates eagerly from then on, and an error of f's is the eager call's.
+class GraphedAugmented {
+ public:
+  using Eval = std::function<State(const Tensor& t, const Tensor& y, const Tensor& a, bool quadratures)>;
+  GraphedAugmented(Eval eval, bool on) : eval_(std::move(eval)), failed_(!on) {}
+
+  State operator()(const Tensor& t, const State& s, bool quadratures) {
+    if (!failed_ && usable(s)) {
+      std::unique_ptr<Captured>& c = captured_[quadratures ? 1 : 0];
+      if (!c) c = capture(t, s, quadratures);
+      if (c && matches(*c, s)) return replay(*c, t, s);
+    }
+    return eval_(t, s[0], s[1], quadratures);
+  }
+
+ private:
+  struct Captured {
+    cuda::CUDAGraph graph;
+    Tensor t, y, a;            // what the replays read
+    std::vector<Tensor> outs;  // what they write: the evaluation's components (undefined: not asked for)
+    Tensor joined;             // the defined outs, flat and joined, where they share a dtype
+  };
+
+  static bool usable(const State& s) { return s[0].is_cuda() && !cuda::is_current_stream_capturing(); }
+  static bool matches(const Captured& c, const State& s) {
+    return s[0].sizes() == c.y.sizes() && s[1].sizes() == c.a.sizes() && s[0].dtype() == c.y.dtype() &&
+           s[1].dtype() == c.a.dtype() && s[0].device() == c.y.device();
+  }
+
+  std::unique_ptr<Captured> capture(const Tensor& t, const State& s, bool quadratures) {
+    auto c = std::make_unique<Captured>();
+    cuda::DeviceGuard dg(s[0].device().index());
+    c->t = t.detach().clone();
+    c->y = s[0].clone();
+    c->a = s[1].clone();
+    try {
+      cuda::Graph capturing(c->graph);
+      c->outs = eval_(c->t, c->y, c->a, quadratures);
+      std::vector<Tensor> flat;
+      for (const Tensor& o : c->outs)
+        if (o.defined() && o.dtype() == c->y.dtype()) flat.push_back(o.reshape({-1}));
+      if (flat.size() ==
+          size_t(std::count_if(c->outs.begin(), c->outs.end(), [](const Tensor& o) { return o.defined(); })))
+        c->joined = tg::cat(flat, 0);
+    } catch (const std::exception&) {
+      failed_ = true;
+      return nullptr;
+    }
+    return c;
+  }
+
+  State replay(Captured& c, const Tensor& t, const State& s) {
+    cuda::DeviceGuard dg(s[0].device().index());
+    c.t.copy_(t.detach());
+    c.y.copy_(s[0]);
+    c.a.copy_(s[1]);
+    c.graph.replay();
+    State d(c.outs.size());
+    const Tensor joined = c.joined.defined() ? c.joined.clone() : Tensor();
+    int64_t off = 0;
+    for (size_t i = 0; i < d.size(); ++i) {
+      const Tensor& o = c.outs[i];
+      if (!o.defined()) continue;
+      if (joined.defined()) {
+        d[i] = joined.narrow(0, off, o.numel()).view(o.sizes());
+        off += o.numel();
+      } else {
+        d[i] = o.clone();
+      }
+    }
+    return d;
+  }
+
+  Eval eval_;
+  bool failed_;
+  std::unique_ptr<Captured> captured_[2];
+};
+
 // ---- the adjoint ----
 struct Problem {
   OdeFunction f;
@@ -772,22 +861,24 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
     // g_k' = -a df/dparam_k (quadratures: f reads y and a only). One
     // vector-Jacobian product with -a; the parameters' part only where the
     // solver uses it.
-    Dynamics aug = [&](const Tensor& tt, const State& s, bool quadratures) {
+    auto eval = [&](const Tensor& tt, const Tensor& ys_, const Tensor& a, bool quadratures) {
       autograd::EnableGradGuard on;
-      Tensor y = s[0].detach().requires_grad_();
+      Tensor y = ys_.detach().requires_grad_();
       Tensor fy = call_checked(p->f, tt.detach(), y);
       std::vector<Tensor> wrt{y};
       if (quadratures)
         for (size_t k : live)
           wrt.push_back(params[k]);
       std::vector<Tensor> v =
-          fy.requires_grad() ? autograd::grad({fy}, wrt, {-s[1]}, false, false, true) : std::vector<Tensor>(wrt.size());
+          fy.requires_grad() ? autograd::grad({fy}, wrt, {-a}, false, false, true) : std::vector<Tensor>(wrt.size());
       State d{fy.detach()};
       for (size_t i = 0; i < wrt.size(); ++i)
         d.push_back(v[i].defined() ? v[i] : tg::zeros_like(wrt[i]));
       d.resize(2 + live.size());  // the quadratures not asked for stay undefined
       return d;
     };
+    GraphedAugmented graphed(eval, p->options.graphed_adjoint);
+    Dynamics aug = [&](const Tensor& tt, const State& s, bool quadratures) { return graphed(tt, s, quadratures); };
     autograd::NoGradGuard ng;
     State s{ys.select(0, n - 1), g.select(0, n - 1)};
     for (size_t k : live)

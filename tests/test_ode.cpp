@@ -607,9 +607,82 @@ TEST(Ode, BadArgumentsAreRefusedNamingOdeint) {
   EXPECT_NEAR(ode::odeint(f, y0, times({0.0, 1.0})).select(0, 1).select(0, 0).item<double>(), std::exp(-1.0), 1e-6);
 }
 
+// OdeOptions::graphed_adjoint on `dev`, against the eager adjoint, for each
+// method: on CUDA the backward solve calls f only to capture its two graphs
+// (with the parameters' part and without) and gives the eager gradients; an
+// f that reads the GPU from the host cannot be captured and is called at
+// every evaluation, with the eager numbers. On the CPU the option is
+// ignored: f at every evaluation, the same numbers.
+void graphed_adjoint_matches_eager(const tg::Device& dev) {
+  const auto o64 = f64.device(dev);
+  const bool gpu = dev.is_cuda();
+  tg::manual_seed(11);
+  Tensor W1 = (tg::randn({16, 2}, o64) * 0.5).requires_grad_(), b1 = (tg::randn({16}, o64) * 0.1).requires_grad_();
+  Tensor W2 = (tg::randn({2, 16}, o64) * 0.5).requires_grad_();
+  Tensor y0 = tg::randn({32, 2}, o64).requires_grad_(), t = tg::linspace(0, 2, 6, o64);
+  int calls = 0;
+  bool host_read = false;
+  auto f = [&](const Tensor&, const Tensor& y) {
+    ++calls;
+    Tensor h = tg::tanh(tg::matmul(y, W1.t()) + b1);
+    if (host_read) {  // a read of the GPU from the host
+      const double sum = tg::sum(h).item<double>();
+      EXPECT_TRUE(std::isfinite(sum));
+    }
+    return tg::matmul(h, W2.t());
+  };
+  const std::vector<Tensor> wrt{W1, b1, W2, y0};
+  for (auto m : {ode::Method::Dopri5, ode::Method::Tsit5, ode::Method::RK4}) {
+    ode::OdeOptions o;
+    o.method = m;
+    o.rtol = 1e-8;
+    o.atol = 1e-10;
+    o.steps_per_interval = 8;
+    o.gradient = ode::Gradient::Adjoint;
+    o.params = {W1, b1, W2};
+    auto grads = [&](bool graphed) {
+      o.graphed_adjoint = graphed;
+      Tensor ys = ode::odeint(f, y0, t, o);
+      calls = 0;  // the backward's calls
+      return ag::grad({tg::sum(ys * ys * ys)}, wrt);
+    };
+    host_read = false;
+    const std::vector<Tensor> eager = grads(false);
+    const int eager_calls = calls;
+    const std::vector<Tensor> graphed = grads(true);
+    const int graphed_calls = calls;
+    EXPECT_GT(eager_calls, 40) << int(m);
+    if (gpu) {
+      EXPECT_GE(graphed_calls, 1) << int(m);
+      EXPECT_LE(graphed_calls, 2) << int(m);
+    } else {
+      EXPECT_EQ(graphed_calls, eager_calls) << int(m);
+    }
+    for (size_t i = 0; i < wrt.size(); ++i) {
+      const double scale = max_abs(eager[i]), diff = max_abs(graphed[i] - eager[i]);
+      EXPECT_GT(scale, 1e-3) << int(m) << " " << i;
+      // A replay runs the eager call's kernels; a product under capture may
+      // take another algorithm (another summation order).
+      EXPECT_LE(diff, (gpu ? 1e-10 : 0.0) * scale) << int(m) << " gradient " << i << ": " << diff << " for " << scale;
+    }
+    host_read = true;
+    const std::vector<Tensor> fallback = grads(true);
+    EXPECT_EQ(calls, eager_calls + (gpu ? 1 : 0)) << int(m);  // the failed capture's call, then every evaluation
+    for (size_t i = 0; i < wrt.size(); ++i)
+      EXPECT_EQ(max_abs(fallback[i] - eager[i]), 0.0) << int(m) << " gradient " << i;
+  }
+}
+
+TEST(Ode, GraphedAdjointIsTheEagerOneOnTheCpu) { graphed_adjoint_matches_eager(tg::Device(tg::kCPU)); }
+
 }  // namespace
 
 namespace {
+
+TEST(OdeGpu, GraphedAdjointReplaysFAndAgreesWithTheEagerOne) {
+  REQUIRE_GPU();
+  graphed_adjoint_matches_eager(tg::Device(tg::kCUDA, 0));
+}
 
 // A fixed-step solve and its gradient, captured in a CUDA graph: the replay
 // gives the eager values (nothing in it reads the GPU from the host).

@@ -75,10 +75,21 @@ struct OdeOptions {
   /// place between the solve and backward is reported as a stale saved
   /// tensor.
   std::vector<Tensor> params;
+  /// Gradient::Adjoint on CUDA: the backward solve captures f and its
+  /// vector-Jacobian product in a CUDA graph at its first evaluation (one
+  /// graph with the parameters' part, one without) and replays it for every
+  /// later one, as JAX's jit traces f once: f is then called twice per
+  /// backward, not at every stage. Only for an f that is a function of t, y
+  /// and tensors whose memory stays put during the backward, with no effect
+  /// on the host that must happen at each call. An f that cannot be captured
+  /// (it reads the device from the host, or throws during capture) is called
+  /// eagerly for the rest of that backward. Ignored on the CPU, and under a
+  /// capture of the backward itself.
+  bool graphed_adjoint = false;
 };
 
-/// What one solve did (the forward solve; the adjoint's backward solve adds
-/// its own when it runs).
+/// What one solve did: the forward solve (the adjoint's backward solves are
+/// not counted).
 struct OdeStats {
   int64_t accepted = 0;     ///< steps taken
   int64_t rejected = 0;     ///< adaptive steps retried smaller

@@ -75,6 +75,9 @@ struct GraphTask {
   // Streams of the sinks that ran and of collected gradients: the caller's
   // current streams wait on them at the end (docs/STREAMS.md "Backward").
   std::vector<cuda::Stream> leaf_streams;
+  // The stream the task was started on when it captures into a CUDA graph
+  // (invalid otherwise): see node_stream.
+  cuda::Stream capture_stream;
   // queue_callback(): run on the calling thread once every node has run.
   std::vector<std::function<void()>> final_callbacks;
   // Scratch for the graph searches.
@@ -94,6 +97,7 @@ struct GraphTask {
     collected.clear();
     ready.clear();
     leaf_streams.clear();
+    capture_stream = cuda::Stream();
     final_callbacks.clear();
     seen.clear();
     stack.clear();
@@ -375,6 +379,21 @@ void flush_gpu(std::vector<DeviceTask>& gpu) {
   }
 }
 
+// The stream node `fn` runs on and receives its gradients on: its forward's
+// (Node::stream), except in a task that captures into a CUDA graph, where a
+// node whose stream is outside the capture runs on the capturing stream. Such
+// a node was made before the capture: a leaf's AccumulateGrad kept alive by
+// an earlier graph (odeint's adjoint differentiates f in the parameters of
+// the solve being differentiated), made on the legacy default stream, which
+// cannot join a capture; waiting on captured work there would end it.
+cuda::Stream node_stream(const GraphTask& task, const Node& fn) {
+  cuda::Stream s = fn.stream();
+  if (!task.capture_stream.is_valid() || !s.is_valid() || s == task.capture_stream ||
+      s.device_index() != task.capture_stream.device_index() || cuda::is_stream_capturing(s))
+    return s;
+  return task.capture_stream;
+}
+
 // Whether fn runs in this task and no grad() collects its inputs.
 bool runs_uncollected(const GraphTask& task, const Node& fn) {
   if (task.exec_info.empty()) return true;
@@ -386,7 +405,7 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, Inp
   Node& fn = *fn_ptr;
   // The node runs on the stream of its forward op, after waiting for the
   // last writer of each of its inputs (events; no host sync).
-  const cuda::Stream stream = fn.stream();
+  const cuda::Stream stream = node_stream(task, fn);
   std::optional<cuda::StreamGuard> on_stream;
   if (stream.is_valid()) {
     on_stream.emplace(stream);
@@ -447,7 +466,9 @@ void evaluate_function(GraphTask& task, const std::shared_ptr<Node>& fn_ptr, Inp
     TG_INTERNAL_ASSERT(dit != task.dependencies.end(), "dependency not found for ", next->name());
     bool ready = --dit->second == 0;
     if (ready) task.dependencies.erase(dit);
-    auto add = [&](InputBuffer& buf) { buf.add(e.input_nr, products.take(i, outputs), stream, next->stream()); };
+    auto add = [&](InputBuffer& buf) {
+      buf.add(e.input_nr, products.take(i, outputs), stream, node_stream(task, *next));
+    };
     auto nit = task.not_ready.find(next);
     if (nit == task.not_ready.end()) {
       if (!task.exec_info.empty()) {
@@ -535,7 +556,9 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads, b
   // Reentrant tasks (from a node, on the caller or on a worker) run inline,
   // and so does a task on a capturing stream: its GPU nodes are captured by
   // this thread, in order, into the caller's graph (docs/GRAPHS.md).
-  const bool use_workers = state().reentrant_depth == 1 && !state().run_inline && !cuda::is_current_stream_capturing();
+  const bool capturing = cuda::is_current_stream_capturing();
+  const bool use_workers = state().reentrant_depth == 1 && !state().run_inline && !capturing;
+  if (capturing) task.capture_stream = cuda::current_stream(-1);
 
   std::shared_ptr<Node> root;
   InputBuffer root_buffer(0);
@@ -543,7 +566,7 @@ variable_list run_graph_task(const edge_list& roots, variable_list root_grads, b
     root = roots[0].function;
     root_buffer = InputBuffer(root->num_inputs());
     // The root gradient was produced on the caller's current stream.
-    root_buffer.add(roots[0].input_nr, std::move(root_grads[0]), cuda::Stream(), root->stream());
+    root_buffer.add(roots[0].input_nr, std::move(root_grads[0]), cuda::Stream(), node_stream(task, *root));
   } else {
     root = std::make_shared<GraphRoot>(roots, std::move(root_grads));
   }

@@ -773,11 +773,14 @@ class GraphedAugmented {
     c->y = s[0].clone();
     c->a = s[1].clone();
     try {
-      cuda::Graph capturing(c->graph);
+      // ThreadLocal: the engine runs a captured backward on this thread, and
+      // other threads' CUDA calls must not end a capture the user did not ask for.
+      cuda::Graph capturing(c->graph, {0, 0}, std::nullopt, cuda::CaptureMode::ThreadLocal);
       c->outs = eval_(c->t, c->y, c->a, quadratures);
       std::vector<Tensor> flat;
       for (const Tensor& o : c->outs)
-        if (o.defined() && o.dtype() == c->y.dtype()) flat.push_back(o.reshape({-1}));
+        if (o.defined() && !o.is_sparse() && o.dtype() == c->y.dtype() && o.device() == c->y.device())
+          flat.push_back(o.reshape({-1}));
       if (flat.size() ==
           size_t(std::count_if(c->outs.begin(), c->outs.end(), [](const Tensor& o) { return o.defined(); })))
         c->joined = tg::cat(flat, 0);
@@ -878,7 +881,10 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
       return d;
     };
     GraphedAugmented graphed(eval, p->options.graphed_adjoint);
-    Dynamics aug = [&](const Tensor& tt, const State& s, bool quadratures) { return graphed(tt, s, quadratures); };
+    // (Without live parameters both kinds are the same evaluation: one graph.)
+    Dynamics aug = [&](const Tensor& tt, const State& s, bool quadratures) {
+      return graphed(tt, s, quadratures && !live.empty());
+    };
     autograd::NoGradGuard ng;
     State s{ys.select(0, n - 1), g.select(0, n - 1)};
     for (size_t k : live)

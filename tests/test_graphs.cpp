@@ -225,6 +225,42 @@ TEST(GraphsGpu, BranchesOnSideStreamsCapturedWithBackward) {
   replay_equals_eager(step, 20, "branches");
 }
 
+// grad() under capture in leaves whose AccumulateGrad nodes an earlier graph
+// keeps alive: they were made on the legacy default stream, outside the
+// capture (which that stream cannot join), so their gradients are received
+// on the capturing stream. The capture succeeds, the replay gives the eager
+// gradients, and the earlier graph still differentiates.
+TEST(GraphsGpu, GradUnderCaptureInLeavesAnEarlierGraphHolds) {
+  REQUIRE_GPU();
+  Mlp m(31);
+  tg::manual_seed(32);
+  const auto o = tg::TensorOptions().dtype(tg::kFloat64).device(kGpu);
+  ASSERT_TRUE(cu::current_stream().is_default());
+  Tensor held = m(tg::randn({8, 2}, o)).square().sum();  // the leaves' AccumulateGrad, on the default stream
+  Tensor x = tg::randn({16, 2}, o);
+  cu::CUDAGraph graph;
+  std::vector<Tensor> captured = capture_after_warmup(graph, [&] { return mlp_step(m, x); });
+  for (int round = 0; round < 2; ++round) {
+    {
+      ag::NoGradGuard ng;
+      x.copy_(tg::randn({16, 2}, o));
+    }
+    graph.replay();
+    std::vector<Tensor> eager = mlp_step(m, x);
+    cu::synchronize();
+    ASSERT_EQ(captured.size(), eager.size());
+    for (size_t i = 0; i < eager.size(); ++i) {
+      const double scale = tg::amax(tg::abs(eager[i])).item<double>(),
+                   diff = tg::amax(tg::abs(captured[i] - eager[i])).item<double>();
+      EXPECT_GT(scale, 1e-6) << i;
+      EXPECT_LE(diff, 1e-12 * scale) << "output " << i << " of round " << round;
+    }
+  }
+  std::vector<Tensor> g = ag::grad({held}, m.params());
+  for (const Tensor& t : g)
+    EXPECT_TRUE(std::isfinite(tg::sum(t).item<double>()));
+}
+
 // Each op that would synchronize with the host names itself, ends the
 // capture; afterwards a new capture and eager work succeed.
 TEST(GraphsGpu, CaptureIllegalOpsThrowAndLeaveEverythingUsable) {

@@ -120,6 +120,11 @@ bool is_current_stream_capturing() {
   return capture::capturing(current_stream(-1));
 }
 
+bool is_stream_capturing(const Stream& s) {
+  if (surely_not_capturing() || !s.is_valid() || s.is_default()) return false;
+  return capture::capturing(s);
+}
+
 namespace fusion {
 
 bool captures_underway() { return g_underway.load(std::memory_order_relaxed) > 0; }

@@ -66,6 +66,7 @@ MemoryStats memory_stats(MempoolId, int) { no_cuda("memory_stats"); }
 
 MempoolId graph_pool_handle() { no_cuda("graph_pool_handle"); }
 bool is_current_stream_capturing() { return false; }
+bool is_stream_capturing(const Stream&) { return false; }
 namespace detail {
 void check_not_capturing(const char*, int) {}
 void check_not_capturing(const char*, const Stream&) {}

@@ -30,6 +30,9 @@ enum class CaptureMode { Global, ThreadLocal, Relaxed };
 
 /// Whether the current stream of the current device is capturing.
 bool is_current_stream_capturing();
+/// Whether stream `s` is capturing, or has joined a capture (false for the
+/// legacy default stream, which never does).
+bool is_stream_capturing(const Stream& s);
 
 namespace detail {
 /// Throws a tg::Error naming `op` when the current stream of `device` (-1:

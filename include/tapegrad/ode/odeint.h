@@ -77,9 +77,10 @@ struct OdeOptions {
   std::vector<Tensor> params;
   /// Gradient::Adjoint on CUDA: the backward solve captures f and its
   /// vector-Jacobian product in a CUDA graph at its first evaluation (one
-  /// graph with the parameters' part, one without) and replays it for every
-  /// later one, as JAX's jit traces f once: f is then called twice per
-  /// backward, not at every stage. Only for an f that is a function of t, y
+  /// graph with the parameters' part, one without, where the method uses
+  /// both) and replays it for every later one, as JAX's jit traces f once:
+  /// f is then called at most twice per backward for the solve, not at every
+  /// stage (a gradient in t still calls it once per output time). Only for an f that is a function of t, y
   /// and tensors whose memory stays put during the backward, with no effect
   /// on the host that must happen at each call. An f that cannot be captured
   /// (it reads the device from the host, or throws during capture) is called

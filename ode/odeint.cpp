@@ -126,7 +126,12 @@ Tensor weighted_one(const Tensor& yi, const std::vector<State>& k, size_t i, con
   Tensor out = yi;
   for (size_t j = 0; j < w.size() && j < k.size(); ++j)
     if (w[j] != 0) out = tg::add(out, k[j][i], h.value * w[j]);
-  if (autograd::is_grad_enabled() && h.h.defined() && h.h.requires_grad())
+  // (A gradient or a forward-mode tangent of h: a dual t that need not require grad.)
+  const bool h_varies =
+      h.h.defined() &&
+      ((autograd::is_grad_enabled() && h.h.requires_grad()) ||
+       (autograd::forward_ad::is_active() && autograd::forward_ad::unpack_dual(h.h).tangent.defined()));
+  if (h_varies)
     if (const Tensor acc = stage_sum(k, i, w); acc.defined()) out = out + (h.h - h.h.detach()) * acc;
   return out;
 }
@@ -253,6 +258,10 @@ double error_norm(const State& v, const State& a, const State& b, size_t normed,
   int64_t n = 0;
   bool narrow = false;
   for (size_t i = 0; i < normed && i < v.size(); ++i) {
+    if (!v[i].defined()) {  // every weight underflowed (a step of a few denormals): no error
+      n += a[i].numel();
+      continue;
+    }
     // Half-precision states: the norm in float32 (atol and rtol underflow in 16 bits).
     const bool reduced = v[i].dtype() == kFloat16 || v[i].dtype() == kBFloat16;
     narrow = narrow || v[i].dtype() != kFloat64;
@@ -263,7 +272,7 @@ double error_norm(const State& v, const State& a, const State& b, size_t normed,
     sum = sum.defined() ? sum + part : part;
     n += v[i].numel();
   }
-  const double norm = n ? std::sqrt(sum.item<double>() / double(n)) : 0.0;
+  const double norm = n && sum.defined() ? std::sqrt(sum.item<double>() / double(n)) : 0.0;
   return std::isfinite(norm) || in_double || !narrow ? norm : error_norm(v, a, b, normed, rtol, atol, true);
 }
 
@@ -656,6 +665,37 @@ std::vector<double> host_times(const Tensor& t) {
   return v;
 }
 
+// The storage offsets of a strided view's elements, sorted (nullopt past
+// 2^22 elements).
+std::optional<std::vector<int64_t>> element_offsets(const Tensor& p) {
+  if (p.numel() > (int64_t(1) << 22)) return std::nullopt;
+  std::vector<int64_t> out{p.storage_offset()};
+  for (size_t d = 0; d < p.sizes().size(); ++d) {
+    std::vector<int64_t> next;
+    next.reserve(out.size() * size_t(p.sizes()[d]));
+    for (int64_t base : out)
+      for (int64_t k = 0; k < p.sizes()[d]; ++k)
+        next.push_back(base + k * p.strides()[d]);
+    out.swap(next);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Whether two views of one storage whose extents overlap hold a common
+// element (interleaved views, such as a matrix's columns, do not); views too
+// large to enumerate count as sharing.
+bool share_elements(const Tensor& a, const Tensor& b) {
+  const auto ea = element_offsets(a), eb = element_offsets(b);
+  if (!ea || !eb) return true;
+  size_t i = 0, j = 0;
+  while (i < ea->size() && j < eb->size()) {
+    if ((*ea)[i] == (*eb)[j]) return true;
+    (*ea)[i] < (*eb)[j] ? ++i : ++j;
+  }
+  return false;
+}
+
 void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht, const OdeOptions& o) {
   TG_CHECK(y0.defined() && t.defined(), "odeint: y0 and t must be defined tensors");
   TG_CHECK(
@@ -666,7 +706,8 @@ void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht
            shape_str(t.sizes()));
   TG_CHECK(y0.device() == t.device(), "odeint: y0 is on ", y0.device(), " but t on ", t.device());
   TG_CHECK(!y0.is_sparse(), "odeint: y0 must be dense");
-  TG_CHECK(o.steps_per_interval >= 1, "odeint: steps_per_interval must be >= 1, got ", o.steps_per_interval);
+  TG_CHECK(o.steps_per_interval >= 1 && o.steps_per_interval <= int64_t(1e12),
+           "odeint: steps_per_interval must be in [1, 1e12] (as step_size's cut), got ", o.steps_per_interval);
   TG_CHECK(o.step_size >= 0 && std::isfinite(o.step_size), "odeint: step_size must be >= 0 and finite, got ",
            o.step_size);
   TG_CHECK(o.max_steps >= 1, "odeint: max_steps must be >= 1, got ", o.max_steps);
@@ -721,7 +762,8 @@ void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht
       const Tensor& b = o.params[j];
       if (!b.requires_grad() || b.is_sparse() || b.numel() == 0) continue;
       const bool shared = a.is_same(b) || (a.impl()->storage() && a.impl()->storage() == b.impl()->storage() &&
-                                           extent(a).first <= extent(b).second && extent(b).first <= extent(a).second);
+                                           extent(a).first <= extent(b).second && extent(b).first <= extent(a).second &&
+                                           share_elements(a, b));
       TG_CHECK(!shared, "odeint: params[", j, "] and params[", i,
                "] are the same tensor or overlapping views of one storage; the adjoint would count their gradient "
                "twice: list the tensor (or the views' base) once");
@@ -893,6 +935,10 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
     OdeStats st;
     Tensor a_before_y0;  // dL/dy0 without the loss's own term in y(t_0) = y0
     double carry = 0;    // adaptive: each interval starts with the step the last one proposed
+    // The backward solve chooses its own first step (first_step is the
+    // forward solve's: it need not suit the augmented system, nor t's end).
+    OdeOptions back = p->options;
+    back.first_step = 0;
     for (int64_t i = n - 1; i >= 1; --i) {
       if (gt.defined()) {  // dL/dt_i = <dL/dy_i, f(t_i, y_i)>
         Tensor fi = call_checked(p->f, at(t, i).detach(), ys.select(0, i));
@@ -901,7 +947,7 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
       // Backwards over [t_i, t_{i-1}] from the checkpoint y(t_i).
       s[0] = ys.select(0, i);
       const Tensor span = tg::stack({at(t, i), at(t, i - 1)}, 0);
-      s = solve(aug, s, span, {p->host_t[size_t(i)], p->host_t[size_t(i - 1)]}, 2, 2, p->options, st, &carry).last();
+      s = solve(aug, s, span, {p->host_t[size_t(i)], p->host_t[size_t(i - 1)]}, 2, 2, back, st, &carry).last();
       if (i == 1) a_before_y0 = s[1];
       s[1] = s[1] + g.select(0, i - 1);
     }
@@ -925,10 +971,22 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
 Tensor odeint(const OdeFunction& f, const Tensor& y0, const Tensor& t, const OdeOptions& options, OdeStats* stats) {
   TG_CHECK(static_cast<bool>(f), "odeint: f is empty");
   TG_CHECK(y0.defined() && t.defined(), "odeint: y0 and t must be defined tensors");
-  const std::vector<double> ht = host_times(t);
-  check_args(y0, t, ht, options);
-  // The times in y0's dtype (differentiably), so that the state keeps it.
+  const std::vector<double> given = host_times(t);
+  check_args(y0, t, given, options);
+  // The times in y0's dtype (differentiably), so that the state keeps it,
+  // checked again there: a time past that dtype's range, or two that round
+  // to one value, would give NaN or a zero step.
   const Tensor tt = t.dtype() == y0.dtype() ? t : t.to(y0.dtype());
+  const std::vector<double> ht = tt.dtype() == t.dtype() || given.empty() ? given : host_times(tt);
+  for (size_t i = 0; i < ht.size(); ++i) {
+    TG_CHECK(std::isfinite(ht[i]), "odeint: t[", i, "] = ", given[i], " is not finite in y0's dtype ", y0.dtype(),
+             " (the solver's times are in y0's dtype): rescale time, or solve in a wider dtype");
+    TG_CHECK(i == 0 || (ht[1] > ht[0] ? ht[i] > ht[i - 1] : ht[i] < ht[i - 1]), "odeint: t[", i - 1,
+             "] = ", given[i - 1], " and t[", i, "] = ", given[i], " are not strictly monotonic in y0's dtype ",
+             y0.dtype(), " (", ht[i - 1], ", ", ht[i],
+             "; the solver's times are in y0's dtype): space them further "
+             "apart, or solve in a wider dtype");
+  }
   if (options.gradient == Gradient::Adjoint) {
     auto p = std::make_shared<Problem>();
     p->f = f;

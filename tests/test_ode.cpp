@@ -20,6 +20,8 @@ namespace ag = tg::autograd;
 const auto f64 = tg::TensorOptions().dtype(tg::kFloat64);
 
 Tensor times(std::vector<double> v) { return tg::tensor(v).to(tg::kFloat64); }
+// The same without rounding through float32 first.
+Tensor exact_times(std::vector<double> v) { return tg::tensor(v, {}, tg::kFloat64); }
 
 double max_abs(const Tensor& a) { return tg::amax(tg::abs(a)).item<double>(); }
 
@@ -563,6 +565,115 @@ TEST(Ode, ForwardModeThroughTheSolver) {
   fad::dual_level level;
   const std::string m = tgtest::error_message([&] { ode::odeint(f, fad::make_dual(y0, v), t, o); });
   EXPECT_NE(m.find("OdeAdjoint"), std::string::npos) << m;
+}
+
+// The tangent along the times of a dual t that does not require grad: y' =
+// -y / 2 from y(0) = 1, so dy(T)/dT = -exp(-T / 2) / 2 at the last time and
+// the first row's tangent is that of y0 (none). Adaptive methods carry the
+// last step's length through its weights (it used to reach them only where
+// t required grad, giving no tangent).
+TEST(Ode, ForwardModeTangentInTheTimes) {
+  namespace fad = tg::autograd::forward_ad;
+  auto f = [](const Tensor&, const Tensor& y) { return -0.5 * y; };
+  for (auto m : {ode::Method::RK4, ode::Method::Dopri5, ode::Method::Tsit5}) {
+    ode::OdeOptions o;
+    o.method = m;
+    o.steps_per_interval = 100;
+    o.rtol = 1e-10;
+    o.atol = 1e-12;
+    fad::dual_level level;
+    Tensor t = fad::make_dual(times({0.0, 0.5, 1.0}), times({0.0, 0.0, 1.0}));
+    Tensor tangent = fad::unpack_dual(ode::odeint(f, tg::ones({1}, f64), t, o)).tangent;
+    ASSERT_TRUE(tangent.defined()) << int(m);
+    EXPECT_NEAR(tangent.select(0, 2).item<double>(), -0.5 * std::exp(-0.5), 1e-7) << int(m);
+    EXPECT_NEAR(tangent.select(0, 1).item<double>(), 0.0, 1e-12) << int(m);
+  }
+}
+
+// Times are checked again in y0's dtype, where the solver keeps them: past
+// its range, or two that round to one value, are refused naming odeint.
+// A span of a few denormals, where every weighted stage underflows, returns
+// y0 (its error estimate is zero). The adjoint's backward solve chooses its
+// own first step (first_step is the forward's). steps_per_interval is
+// bounded as step_size's cut is.
+TEST(Ode, TimesInY0sDtypeTinySpansAndTheBackwardsFirstStep) {
+  auto f = [](const Tensor&, const Tensor& y) { return -y; };
+  auto refused = [](auto&& fn, const char* what) {
+    const std::string m = tgtest::error_message(fn);
+    EXPECT_NE(m.find("odeint"), std::string::npos) << m;
+    EXPECT_NE(m.find(what), std::string::npos) << m;
+  };
+  for (auto m : {ode::Method::RK4, ode::Method::Dopri5}) {
+    ode::OdeOptions o;
+    o.method = m;
+    o.rtol = 1e-2;
+    o.atol = 1e-3;
+    refused(
+        [&] {
+          ode::odeint(f, tg::ones({1}, tg::TensorOptions().dtype(tg::kFloat16)), exact_times({0.0, 1e5}), o);
+        },
+        "not finite in y0's dtype Float16");
+    refused([&] { ode::odeint(f, tg::ones({1}), exact_times({0.0, 1e39}), o); }, "not finite in y0's dtype Float32");
+    refused(
+        [&] {
+          ode::odeint(f, tg::ones({1}), exact_times({1.0, 1.0 + 1e-10, 2.0}), o);
+        },
+        "not strictly monotonic in y0's dtype Float32");
+  }
+  Tensor y0 = tg::tensor({1.0, 2.0}).to(tg::kFloat64);
+  for (auto m : {ode::Method::Dopri5, ode::Method::Tsit5}) {
+    ode::OdeOptions o;
+    o.method = m;
+    Tensor ys = ode::odeint(f, y0, exact_times({0.0, 5e-324}), o);
+    EXPECT_EQ(max_abs(ys.select(0, 1) - y0), 0.0) << int(m);
+  }
+  ode::OdeOptions o;
+  o.method = ode::Method::RK4;
+  o.steps_per_interval = int64_t(1e12) + 1;
+  refused([&] { ode::odeint(f, y0, exact_times({0.0, 1.0}), o); }, "steps_per_interval");
+  // first_step 1e-16 on [0, 10]: the forward solve takes it; backwards from
+  // t = 10 it would not move (10 - 1e-16 == 10).
+  Tensor a = tg::full({}, 0.5, f64).requires_grad_();
+  auto g = [&](const Tensor&, const Tensor& y) { return -a * y; };
+  o = ode::OdeOptions();
+  o.first_step = 1e-16;
+  o.rtol = 1e-10;
+  o.atol = 1e-12;
+  o.params = {a};
+  std::vector<double> grads;
+  for (auto mode : {ode::Gradient::Backprop, ode::Gradient::Adjoint}) {
+    o.gradient = mode;
+    Tensor ys = ode::odeint(g, y0, exact_times({0.0, 10.0}), o);
+    grads.push_back(ag::grad({tg::sum(ys.select(0, 1))}, {a})[0].item<double>());
+  }
+  const double exact = -10.0 * std::exp(-5.0) * 3.0;  // d/da of 3 exp(-10 a) at a = 0.5
+  EXPECT_NEAR(grads[0], exact, 1e-7);
+  EXPECT_NEAR(grads[1], exact, 1e-7);
+}
+
+// The adjoint's params: views of one buffer that share no element, also
+// interleaved ones (a matrix's columns, whose extents overlap), are accepted
+// with the backprop gradients; views sharing an element are refused.
+TEST(Ode, AdjointParamsMayInterleaveButNotShare) {
+  Tensor M = tg::tensor({0.3, -0.2, 0.1, 0.4}, {2, 2}).to(tg::kFloat64).requires_grad_();
+  Tensor c0 = M.select(1, 0), c1 = M.select(1, 1);
+  auto f = [&](const Tensor&, const Tensor& y) { return -(c0 * y) + c1 * tg::sin(y); };
+  Tensor y0 = tg::tensor({0.5, -1.0}).to(tg::kFloat64);
+  ode::OdeOptions o;
+  o.rtol = 1e-10;
+  o.atol = 1e-12;
+  std::vector<Tensor> grads;
+  for (auto mode : {ode::Gradient::Backprop, ode::Gradient::Adjoint}) {
+    o.gradient = mode;
+    o.params = {c0, c1};
+    Tensor ys = ode::odeint(f, y0, times({0.0, 1.0, 2.0}), o);
+    grads.push_back(ag::grad({tg::sum(ys * ys)}, {M})[0]);
+  }
+  EXPECT_GT(max_abs(grads[0]), 1e-3);
+  EXPECT_LT(max_abs(grads[1] - grads[0]), 1e-7);
+  o.params = {M.select(1, 0), M.select(0, 0)};  // share M[0][0]
+  const std::string m = tgtest::error_message([&] { ode::odeint(f, y0, times({0.0, 1.0}), o); });
+  EXPECT_NE(m.find("overlapping"), std::string::npos) << m;
 }
 
 TEST(Ode, BadArgumentsAreRefusedNamingOdeint) {

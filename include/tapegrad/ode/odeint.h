@@ -57,23 +57,26 @@ struct OdeOptions {
   double rtol = 1e-7;
   double atol = 1e-9;  ///< see rtol
   /// Fixed-step methods: equal steps between consecutive requested times,
-  /// this many per interval (no host read of t: capturable in a CUDA graph).
+  /// this many per interval, at most 1e12 (no host read of t: capturable in
+  /// a CUDA graph).
   int64_t steps_per_interval = 1;
   /// Fixed-step methods, when > 0: each interval is cut into the fewest
   /// equal steps of at most this size (reads t on the host).
   double step_size = 0;
-  double first_step = 0;                   ///< adaptive: the first step's size (0: chosen from f's scale, as Hairer's)
+  /// Adaptive: the forward solve's first step size (0: chosen from f's
+  /// scale, as Hairer's; the adjoint's backward solves always choose theirs).
+  double first_step = 0;
   int64_t max_steps = 100000;              ///< adaptive: accepted plus rejected steps per solve before giving up
   Gradient gradient = Gradient::Backprop;  ///< see Gradient
   /// The tensors f reads that need gradients (Gradient::Adjoint computes
   /// dL/dparams for those of them that require grad; Backprop ignores the
   /// list: autograd follows f's operations). For the adjoint each is listed
-  /// once (a repeat, or two views over overlapping memory that both require
-  /// grad, is refused; disjoint slices of one buffer are fine) and none
-  /// computed from another listed one (not detected: its gradient would also
-  /// reach that one through the first, counted twice). Changing one in
-  /// place between the solve and backward is reported as a stale saved
-  /// tensor.
+  /// once (a repeat, or two views sharing an element that both require grad,
+  /// is refused; disjoint slices and interleaved views, such as a matrix's
+  /// columns, of one buffer are fine) and none computed from another listed
+  /// one (not detected: its gradient would also reach that one through the
+  /// first, counted twice). Changing one in place between the solve and
+  /// backward is reported as a stale saved tensor.
   std::vector<Tensor> params;
   /// Gradient::Adjoint on CUDA: the backward solve captures f and its
   /// vector-Jacobian product in a CUDA graph at its first evaluation (one

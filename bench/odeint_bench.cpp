@@ -125,12 +125,18 @@ int main(int argc, char** argv) {
   rk4.method = ode::Method::RK4;
   rk4.steps_per_interval = per_interval;
   row("rk4", rk4);
-  for (auto m : {ode::Method::Dopri5, ode::Method::Tsit5}) {
+  // The adaptive rows' options and names.
+  auto adaptive = [](ode::Method m) {
     ode::OdeOptions o;
     o.method = m;
     o.rtol = 1e-5;
     o.atol = 1e-6;
-    const std::string name = m == ode::Method::Dopri5 ? "dopri5" : "tsit5";
+    return o;
+  };
+  auto name_of = [](ode::Method m) { return std::string(m == ode::Method::Dopri5 ? "dopri5" : "tsit5"); };
+  for (auto m : {ode::Method::Dopri5, ode::Method::Tsit5}) {
+    ode::OdeOptions o = adaptive(m);
+    const std::string name = name_of(m);
     row(name, o);
     o.gradient = ode::Gradient::Adjoint;
     row(name + " adjoint", o);
@@ -145,12 +151,9 @@ int main(int argc, char** argv) {
         [&](const std::vector<Tensor>& a) { return std::vector<Tensor>{mlp->forward(a[0])}; });
     auto fg = [&](const Tensor&, const Tensor& y) { return mlp_graphed({y})[0]; };
     for (auto m : {ode::Method::Dopri5, ode::Method::Tsit5}) {
-      ode::OdeOptions o;
-      o.method = m;
-      o.rtol = 1e-5;
-      o.atol = 1e-6;
+      const ode::OdeOptions o = adaptive(m);
       ode::OdeStats st;
-      nlohmann::json r = {{"solver", std::string(m == ode::Method::Dopri5 ? "dopri5" : "tsit5") + " f graphed"}};
+      nlohmann::json r = {{"solver", name_of(m) + " f graphed"}};
       r["forward_ms"] = tgbench::ms_per_step(steps, repeats, dev, [&] {
         tg::autograd::NoGradGuard ng;
         ode::odeint(fg, y0, t, o, &st);

@@ -696,6 +696,30 @@ bool share_elements(const Tensor& a, const Tensor& b) {
   return false;
 }
 
+// t's values on the host, finite and strictly monotonic: `ht` as given, or,
+// with `in`, converted to y0's dtype `in` (the messages then show the given
+// values, `given`, too).
+void check_times(const std::vector<double>& ht, const std::vector<double>& given,
+                 std::optional<ScalarType> in = std::nullopt) {
+  for (size_t i = 0; i < ht.size(); ++i) {
+    if (!in) TG_CHECK(std::isfinite(ht[i]), "odeint: t[", i, "] = ", ht[i], " is not finite");
+    else
+      TG_CHECK(std::isfinite(ht[i]), "odeint: t[", i, "] = ", given[i], " is not finite in y0's dtype ", *in,
+               " (the solver's times are in y0's dtype): rescale time, or solve in a wider dtype");
+  }
+  const double dir = ht.size() >= 2 && ht[1] > ht[0] ? 1.0 : -1.0;
+  for (size_t i = 1; i < ht.size(); ++i) {
+    if (!in)
+      TG_CHECK(dir * (ht[i] - ht[i - 1]) > 0,
+               "odeint: t must be finite and strictly increasing or strictly decreasing; t[", i - 1, "] = ", ht[i - 1],
+               ", t[", i, "] = ", ht[i]);
+    else
+      TG_CHECK(dir * (ht[i] - ht[i - 1]) > 0, "odeint: t[", i - 1, "] = ", given[i - 1], " and t[", i, "] = ", given[i],
+               " are not strictly monotonic in y0's dtype ", *in, " (", ht[i - 1], ", ", ht[i],
+               "; the solver's times are in y0's dtype): space them further apart, or solve in a wider dtype");
+  }
+}
+
 void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht, const OdeOptions& o) {
   TG_CHECK(y0.defined() && t.defined(), "odeint: y0 and t must be defined tensors");
   TG_CHECK(
@@ -736,15 +760,7 @@ void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht
            int(o.method));
   TG_CHECK(o.gradient == Gradient::Backprop || o.gradient == Gradient::Adjoint, "odeint: unknown gradient mode ",
            int(o.gradient));
-  for (size_t i = 0; i < ht.size(); ++i)
-    TG_CHECK(std::isfinite(ht[i]), "odeint: t[", i, "] = ", ht[i], " is not finite");
-  if (ht.size() >= 2) {
-    const double dir = ht[1] > ht[0] ? 1.0 : -1.0;
-    for (size_t i = 1; i < ht.size(); ++i)
-      TG_CHECK(std::isfinite(ht[i]) && std::isfinite(ht[i - 1]) && dir * (ht[i] - ht[i - 1]) > 0,
-               "odeint: t must be finite and strictly increasing or strictly decreasing; t[", i - 1, "] = ", ht[i - 1],
-               ", t[", i, "] = ", ht[i]);
-  }
+  check_times(ht, ht);
   // The adjoint sums each listed tensor's gradient: two that need one over
   // the same memory (a repeat, or overlapping views) would count it twice.
   // Backprop ignores the list.
@@ -978,15 +994,7 @@ Tensor odeint(const OdeFunction& f, const Tensor& y0, const Tensor& t, const Ode
   // to one value, would give NaN or a zero step.
   const Tensor tt = t.dtype() == y0.dtype() ? t : t.to(y0.dtype());
   const std::vector<double> ht = tt.dtype() == t.dtype() || given.empty() ? given : host_times(tt);
-  for (size_t i = 0; i < ht.size(); ++i) {
-    TG_CHECK(std::isfinite(ht[i]), "odeint: t[", i, "] = ", given[i], " is not finite in y0's dtype ", y0.dtype(),
-             " (the solver's times are in y0's dtype): rescale time, or solve in a wider dtype");
-    TG_CHECK(i == 0 || (ht[1] > ht[0] ? ht[i] > ht[i - 1] : ht[i] < ht[i - 1]), "odeint: t[", i - 1,
-             "] = ", given[i - 1], " and t[", i, "] = ", given[i], " are not strictly monotonic in y0's dtype ",
-             y0.dtype(), " (", ht[i - 1], ", ", ht[i],
-             "; the solver's times are in y0's dtype): space them further "
-             "apart, or solve in a wider dtype");
-  }
+  if (tt.dtype() != t.dtype()) check_times(ht, given, y0.dtype());
   if (options.gradient == Gradient::Adjoint) {
     auto p = std::make_shared<Problem>();
     p->f = f;

@@ -30,6 +30,9 @@ namespace tg::detail {
     "cuda/kernels/linalg.cu")                                                                                          \
   X(kSmallGemm, "TG_SMALL_GEMM", "the tiled kernel for products of at most 2^21 multiply-adds (back to cuBLASLt)",     \
     "cuda/kernels/linalg.cu")                                                                                          \
+  X(kFusedMlp, "TG_FUSED_MLP",                                                                                         \
+    "nn::Sequential's small MLPs in one kernel where nothing is recorded (back to a launch per layer)",                \
+    "nn/modules.cpp, cuda/kernels/linalg.cu")                                                                          \
   X(kCudnn, "TG_CUDNN", "cuDNN's convolutions (back to im2col + cuBLAS GEMMs)", "cuda/kernels/grid.cpp")               \
   X(kCudnnFind, "TG_CUDNN_FIND", "cuDNN's algorithms timed on first use of a shape (back to its heuristics)",          \
     "cuda/kernels/grid.cpp")                                                                                           \

@@ -21,6 +21,7 @@
 
 #include <tapegrad/cuda/capture.h>
 #include <tapegrad/cuda/device.h>
+#include "tensor/element_math.h"
 #include "tensor/env.h"
 #include "tensor/kernels.h"
 #include "tensor/linalg_kernels.h"
@@ -354,6 +355,124 @@ void small_gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumu
   TG_CUDA_CHECK(cudaGetLastError(), "bmm");
 }
 
+// ---- small MLPs in one launch ------------------------------------------------------------
+// nn::Sequential's Linear/activation chains where nothing is recorded (a
+// neural ODE's right-hand side in a forward solve: 2 -> 64 -> 64 -> 2 over
+// 256 states, five launches per evaluation otherwise). A block takes
+// kMlpRows rows through every layer, their activations in shared memory;
+// each output sums its products in order and then adds the bias, as
+// small_gemm_k does, and the activation is the op's own element formula.
+constexpr int kMlpRows = 16, kMlpMaxWidth = 64, kMlpMaxLayers = 8, kMlpThreads = 256;
+
+template <class T> struct MlpArgs {
+  const T* w[kMlpMaxLayers];
+  const T* b[kMlpMaxLayers];
+  int width[kMlpMaxLayers + 1];
+  int layers;
+  int64_t rows;
+  Activation act;
+  bool last_act;
+};
+
+template <class T> __device__ inline T mlp_activation(Activation act, T x) {
+  const tg::kernels::UnaryArgs<T> p{T(0), T(0), false, false};
+  switch (act) {
+    case Activation::Tanh: return tg::kernels::unary_fn<tg::kernels::UnaryOp::Tanh>(x, p);
+    case Activation::Sigmoid: return tg::kernels::unary_fn<tg::kernels::UnaryOp::Sigmoid>(x, p);
+    case Activation::Silu: return tg::kernels::unary_fn<tg::kernels::UnaryOp::Silu>(x, p);
+    default: return tg::kernels::unary_fn<tg::kernels::UnaryOp::Relu>(x, p);
+  }
+}
+
+template <class T> __global__ void __launch_bounds__(kMlpThreads) mlp_forward_k(T* out, const T* x, MlpArgs<T> g) {
+  __shared__ T h[2][kMlpRows][kMlpMaxWidth];
+  const int64_t row0 = int64_t(blockIdx.x) * kMlpRows;
+  const int nr = g.rows - row0 < kMlpRows ? int(g.rows - row0) : kMlpRows;
+  const int w0 = g.width[0];
+  for (int e = threadIdx.x; e < nr * w0; e += blockDim.x)
+    h[0][e / w0][e % w0] = x[row0 * w0 + e];
+  __syncthreads();
+  int cur = 0;
+  for (int l = 0; l < g.layers; ++l) {
+    const int win = g.width[l], wout = g.width[l + 1];
+    const bool last = l == g.layers - 1;
+    const T* w = g.w[l];
+    const T* b = g.b[l];
+    for (int e = threadIdx.x; e < nr * wout; e += blockDim.x) {
+      const int r = e / wout, j = e % wout;
+      T acc = 0;
+      for (int q = 0; q < win; ++q)
+        acc += h[cur][r][q] * w[j * win + q];
+      if (b) acc = acc + b[j];
+      if (!last || g.last_act) acc = mlp_activation(g.act, acc);
+      if (last) out[row0 * wout + e] = acc;
+      else h[cur ^ 1][r][j] = acc;
+    }
+    __syncthreads();
+    cur ^= 1;
+  }
+}
+
+template <class T>
+void launch_mlp(cudaStream_t s, const Tensor& out, const Tensor& x, const std::vector<Tensor>& weights,
+                const std::vector<Tensor>& biases, Activation act, bool last_act, int64_t rows) {
+  MlpArgs<T> g{};
+  g.layers = int(weights.size());
+  g.rows = rows;
+  g.act = act;
+  g.last_act = last_act;
+  g.width[0] = int(x.sizes()[1]);
+  for (size_t l = 0; l < weights.size(); ++l) {
+    g.w[l] = static_cast<const T*>(weights[l].data_ptr());
+    g.b[l] = biases[l].defined() ? static_cast<const T*>(biases[l].data_ptr()) : nullptr;
+    g.width[l + 1] = int(weights[l].sizes()[0]);
+  }
+  const unsigned blocks = unsigned((rows + kMlpRows - 1) / kMlpRows);
+  mlp_forward_k<T>
+      <<<blocks, kMlpThreads, 0, s>>>(static_cast<T*>(out.data_ptr()), static_cast<const T*>(x.data_ptr()), g);
+  TG_CUDA_CHECK(cudaGetLastError(), "Sequential");
+}
+
+bool mlp_forward_kernel(Activation act, bool last_act, const Tensor& out, const Tensor& x,
+                        const std::vector<Tensor>& weights, const std::vector<Tensor>& biases) {
+  if (weights.empty() || weights.size() > size_t(kMlpMaxLayers) || biases.size() != weights.size() || x.dim() != 2 ||
+      out.dim() != 2)
+    return false;
+  const int64_t rows = x.sizes()[0];
+  if (rows <= 0 || x.sizes()[1] > kMlpMaxWidth || x.sizes()[1] <= 0) return false;
+  const ScalarType dt = out.dtype();
+  auto usable = [&](const Tensor& t) { return t.dtype() == dt && t.is_contiguous() && t.device() == out.device(); };
+  if ((dt != kFloat32 && dt != kFloat64) || !usable(x) || !usable(out)) return false;
+  for (size_t l = 0; l < weights.size(); ++l)
+    if (!weights[l].defined() || weights[l].dim() != 2 || !usable(weights[l]) ||
+        (biases[l].defined() &&
+         (!usable(biases[l]) || biases[l].dim() != 1 || biases[l].sizes()[0] != weights[l].sizes()[0])))
+      return false;
+  int64_t in = x.sizes()[1];
+  for (size_t l = 0; l < weights.size(); ++l) {
+    const Tensor& w = weights[l];
+    const int64_t o = w.sizes()[0];
+    // Where each layer's product would take the small-product kernel.
+    if (w.dim() != 2 || w.sizes()[1] != in || o <= 0 || o > kMlpMaxWidth ||
+        double(rows) * double(in) * double(o) > double(int64_t(1) << 21))
+      return false;
+    in = o;
+  }
+  if (out.sizes()[0] != rows || out.sizes()[1] != in) return false;
+  DeviceGuard dg(out.device().index());
+  cudaStream_t s = stream_of(out);
+  LaunchEncoder access(s);
+  access.read(x);
+  for (size_t l = 0; l < weights.size(); ++l) {
+    access.read(weights[l]);
+    if (biases[l].defined()) access.read(biases[l]);
+  }
+  access.write(out);
+  if (out.dtype() == kFloat64) launch_mlp<double>(s, out, x, weights, biases, act, last_act, rows);
+  else launch_mlp<float>(s, out, x, weights, biases, act, last_act, rows);
+  return true;
+}
+
 // out = a b, or out += a b (accumulate: beta 1; Float32/Float64); with a
 // bias (one product, no accumulate: the bias [m] contiguous, of out's
 // dtype) out = a b + bias along the rows, in the product's epilogue where
@@ -495,6 +614,7 @@ void register_gemm(kernels::Backend& b) {
   b.bmm = bmm_kernel;
   b.mm_accumulate = mm_accumulate_kernel;
   b.mm_bias = mm_bias_kernel;
+  b.mlp_forward = mlp_forward_kernel;
 }
 
 }  // namespace tg::cuda

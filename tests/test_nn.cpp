@@ -437,7 +437,7 @@ TEST(NNGpu, SmallMlpsRunInOneLaunchWhereNothingIsRecorded) {
       EXPECT_TRUE(tg::allclose(got, want, tol, tol)) << what << ": " << tg::max(tg::abs(got - want)).item<double>();
     }
   }
-  auto mlp = std::make_shared<nn::SequentialImpl>(nn::MLP({2, 16, 3}, "tanh", tg::TensorOptions().dtype(tg::kFloat64)));
+  nn::Sequential mlp = nn::MLP({2, 16, 3}, "tanh", tg::TensorOptions().dtype(tg::kFloat64));
   mlp->to(gpu);
   Tensor x = tg::rand({10, 2}, tg::TensorOptions().dtype(tg::kFloat64)).to(gpu);
   Tensor y = mlp->forward(x);  // recorded: the parameters need gradients

@@ -359,10 +359,12 @@ void small_gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumu
 // nn::Sequential's Linear/activation chains where nothing is recorded (a
 // neural ODE's right-hand side in a forward solve: 2 -> 64 -> 64 -> 2 over
 // 256 states, five launches per evaluation otherwise). A block takes
-// kMlpRows rows through every layer, their activations in shared memory;
-// each output sums its products in order and then adds the bias, as
+// kMlpRows rows through every layer, their activations in shared memory,
+// each layer's weights staged there transposed (a warp's threads read
+// consecutive outputs' weights: no bank conflicts, no scattered global
+// loads); each output sums its products in order and then adds the bias, as
 // small_gemm_k does, and the activation is the op's own element formula.
-constexpr int kMlpRows = 16, kMlpMaxWidth = 64, kMlpMaxLayers = 8, kMlpThreads = 256;
+constexpr int kMlpRows = 4, kMlpMaxWidth = 64, kMlpMaxLayers = 8, kMlpThreads = 256;
 
 template <class T> struct MlpArgs {
   const T* w[kMlpMaxLayers];
@@ -386,23 +388,27 @@ template <class T> __device__ inline T mlp_activation(Activation act, T x) {
 
 template <class T> __global__ void __launch_bounds__(kMlpThreads) mlp_forward_k(T* out, const T* x, MlpArgs<T> g) {
   __shared__ T h[2][kMlpRows][kMlpMaxWidth];
+  __shared__ T wt[kMlpMaxWidth * kMlpMaxWidth];  // wt[q * wout + j] = w[j][q]
   const int64_t row0 = int64_t(blockIdx.x) * kMlpRows;
   const int nr = g.rows - row0 < kMlpRows ? int(g.rows - row0) : kMlpRows;
   const int w0 = g.width[0];
   for (int e = threadIdx.x; e < nr * w0; e += blockDim.x)
     h[0][e / w0][e % w0] = x[row0 * w0 + e];
-  __syncthreads();
   int cur = 0;
   for (int l = 0; l < g.layers; ++l) {
     const int win = g.width[l], wout = g.width[l + 1];
     const bool last = l == g.layers - 1;
     const T* w = g.w[l];
     const T* b = g.b[l];
+    for (int e = threadIdx.x; e < win * wout; e += blockDim.x)  // coalesced reads of w
+      wt[(e % win) * wout + e / win] = w[e];
+    __syncthreads();
     for (int e = threadIdx.x; e < nr * wout; e += blockDim.x) {
       const int r = e / wout, j = e % wout;
       T acc = 0;
+#pragma unroll 8
       for (int q = 0; q < win; ++q)
-        acc += h[cur][r][q] * w[j * win + q];
+        acc += h[cur][r][q] * wt[q * wout + j];
       if (b) acc = acc + b[j];
       if (!last || g.last_act) acc = mlp_activation(g.act, acc);
       if (last) out[row0 * wout + e] = acc;

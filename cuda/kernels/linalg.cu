@@ -388,7 +388,9 @@ template <class T> __device__ inline T mlp_activation(Activation act, T x) {
 
 template <class T> __global__ void __launch_bounds__(kMlpThreads) mlp_forward_k(T* out, const T* x, MlpArgs<T> g) {
   __shared__ T h[2][kMlpRows][kMlpMaxWidth];
-  __shared__ T wt[kMlpMaxWidth * kMlpMaxWidth];  // wt[q * wout + j] = w[j][q]
+  // wt[q * (wout + 1) + j] = w[j][q]: the padding makes the transposing
+  // stores (consecutive q) as conflict-free as the reads (consecutive j).
+  __shared__ T wt[kMlpMaxWidth * (kMlpMaxWidth + 1)];
   const int64_t row0 = int64_t(blockIdx.x) * kMlpRows;
   const int nr = g.rows - row0 < kMlpRows ? int(g.rows - row0) : kMlpRows;
   const int w0 = g.width[0];
@@ -401,14 +403,14 @@ template <class T> __global__ void __launch_bounds__(kMlpThreads) mlp_forward_k(
     const T* w = g.w[l];
     const T* b = g.b[l];
     for (int e = threadIdx.x; e < win * wout; e += blockDim.x)  // coalesced reads of w
-      wt[(e % win) * wout + e / win] = w[e];
+      wt[(e % win) * (wout + 1) + e / win] = w[e];
     __syncthreads();
     for (int e = threadIdx.x; e < nr * wout; e += blockDim.x) {
       const int r = e / wout, j = e % wout;
       T acc = 0;
 #pragma unroll 8
       for (int q = 0; q < win; ++q)
-        acc += h[cur][r][q] * wt[q * wout + j];
+        acc += h[cur][r][q] * wt[q * (wout + 1) + j];
       if (b) acc = acc + b[j];
       if (!last || g.last_act) acc = mlp_activation(g.act, acc);
       if (last) out[row0 * wout + e] = acc;

@@ -51,8 +51,10 @@ constexpr int kMaxOperands = 18;  // add_n: out, a and 16 summands
 constexpr int kFunctorBytes = 32;
 constexpr int kMaxSteps = 16;
 // Larger operands keep their own (vectorized) kernels: fusion is for the
-// launch-bound sizes.
+// launch-bound sizes. max_elements() is kMaxElements unless
+// TG_CUDA_FUSION_MAX_ELEMENTS (read once; a count of elements) says otherwise.
 constexpr int64_t kMaxElements = int64_t(1) << 18;
+int64_t max_elements();
 
 // One elementwise kernel as a step of a fused kernel. Operands [0, nout)
 // are written, the rest read; an operand whose bit is set in `scalar` is one
@@ -118,7 +120,7 @@ class LaunchEncoderBase {
   // The call's one kernel (function `func`, first argument `arg0` of
   // `arg0_bytes` bytes, to verify that the node is that launch) is `step`
   // over n elements of `dtype`: fusion may run it inside a fused kernel.
-  // Only Float32 and Float64 steps of at most kMaxElements are kept.
+  // Only Float32 and Float64 steps of at most max_elements() are kept.
   void fusable(const void* func, const void* arg0, size_t arg0_bytes, ScalarType dtype, int64_t n,
                const fusion::Step& step);
   // `bytes` of device memory for the call's own use (a library's workspace,

@@ -18,6 +18,9 @@ namespace tg::detail {
   X(kCudaPdl, "TG_CUDA_PDL", "programmatic dependent launch of the elementwise kernels",                               \
     "cuda/kernels/elementwise.cu")                                                                                     \
   X(kGraphFusion, "TG_CUDA_GRAPH_FUSION", "fusion of elementwise chains in captured graphs", "graphs/graph.cpp")       \
+  X(kGraphHeads, "TG_CUDA_GRAPH_HEADS",                                                                                \
+    "elementwise steps fused into the small product before them in captured graphs (back to a chain of their own)",    \
+    "cuda/kernels/linalg.cu")                                                                                          \
   X(kGraphRelax, "TG_CUDA_GRAPH_RELAX", "dependency relaxation of captured graphs", "graphs/graph.cpp")                \
   X(kStructureProbe, "TG_STRUCTURE_PROBE", "the structural-zero probe of per-sample Hessians",                         \
     "autograd/functional/per_sample.cpp")                                                                              \

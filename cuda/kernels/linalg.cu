@@ -32,6 +32,7 @@
 #include "cuda/launch.h"
 #include "cuda/runtime/libraries.h"
 #include "loops.cuh"
+#include "small_gemm.cuh"
 #include "register.h"
 
 namespace tg::cuda {
@@ -283,41 +284,40 @@ void gemm_long_thin(const Tensor& out, const Tensor& a, const Tensor& b, bool ac
 // after them: 7-13 us per product on an H100 (ncu), where one block per 16 x
 // 16 outputs finishes in a few. Each thread sums its output's k products in
 // order (deterministic), then adds the bias or the old value (accumulate).
-constexpr int kSmallTile = 16;
-
 bool small_product(int64_t B, int64_t n, int64_t m, int64_t k) {
   return double(B) * double(n) * double(m) * double(k) <= double(int64_t(1) << 21) && k <= 4096 && B <= 65535 &&
          (n + kSmallTile - 1) / kSmallTile <= 65535 && tg::detail::switched_on<tg::detail::OffSwitch::kSmallGemm>();
 }
 
-struct SmallGemmArgs {
-  int64_t n, m, k;
-  int64_t sab, sar, sac, sbb, sbr, sbc;  // a [B, n, k] and b [B, k, m] strides; out contiguous [B, n, m]
-  bool accumulate;
-};
+template <class T> __global__ void small_gemm_k(const SmallGemmOperands<T> p) {
+  int64_t lin;
+  (void)small_gemm_at<T>(p, &lin);
+}
 
-template <class T> __global__ void small_gemm_k(T* out, const T* a, const T* b, const T* bias, SmallGemmArgs g) {
-  __shared__ T as[kSmallTile][kSmallTile + 1], bs[kSmallTile][kSmallTile + 1];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int64_t bi = blockIdx.z, i = int64_t(blockIdx.y) * kSmallTile + ty, j = int64_t(blockIdx.x) * kSmallTile + tx;
-  const T* ab = a + bi * g.sab;
-  const T* bb = b + bi * g.sbb;
-  T acc = 0;
-  for (int64_t p0 = 0; p0 < g.k; p0 += kSmallTile) {
-    // as[ty][tx] = a[i][p0 + tx]; bs[ty][tx] = b[p0 + ty][j]
-    const int64_t ap = p0 + tx, bp = p0 + ty;
-    as[ty][tx] = i < g.n && ap < g.k ? ab[i * g.sar + ap * g.sac] : T(0);
-    bs[ty][tx] = bp < g.k && j < g.m ? bb[bp * g.sbr + j * g.sbc] : T(0);
-    __syncthreads();
-    const int64_t len = g.k - p0 < kSmallTile ? g.k - p0 : kSmallTile;
-    for (int q = 0; q < len; ++q)
-      acc += as[ty][q] * bs[q][tx];
-    __syncthreads();
+// Launches the product; while the stream captures, also as a head that
+// fused elementwise steps may follow (fusion::Head).
+template <class T>
+void launch_small_gemm(cudaStream_t s, LaunchEncoder& enc, const Tensor& out, const Tensor& a, const Tensor& b,
+                       const Tensor& bias, const SmallGemmArgs& g, dim3 grid, dim3 block, int64_t B) {
+  const SmallGemmOperands<T> p{static_cast<T*>(out.data_ptr()), static_cast<const T*>(a.data_ptr()),
+                               static_cast<const T*>(b.data_ptr()),
+                               bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr, g};
+  if (enc.recording() && tg::detail::switched_on<tg::detail::OffSwitch::kGraphHeads>()) {
+    fusion::Head h;
+    h.kind = fusion::kSmallGemmHead;
+    h.grid[0] = grid.x, h.grid[1] = grid.y, h.grid[2] = grid.z;
+    h.block[0] = block.x, h.block[1] = block.y, h.block[2] = block.z;
+    h.out = static_cast<char*>(out.data_ptr());
+    for (const Tensor* t : {&a, &b, &bias})
+      if (t->defined()) {
+        const fusion::Access span = fusion::span_of(*t, false);
+        h.read_begin[h.nreads] = span.begin;
+        h.read_bytes[h.nreads++] = span.bytes;
+      }
+    std::memcpy(h.args, &p, sizeof(p));
+    enc.fusable_head(reinterpret_cast<const void*>(&small_gemm_k<T>), &p, sizeof(p), out.dtype(), B * g.n * g.m, h);
   }
-  if (i < g.n && j < g.m) {
-    T* o = out + (bi * g.n + i) * g.m + j;
-    *o = g.accumulate ? *o + acc : bias ? acc + bias[j] : acc;
-  }
+  small_gemm_k<T><<<grid, block, 0, s>>>(p);
 }
 
 void small_gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate, const Tensor& bias) {
@@ -342,16 +342,8 @@ void small_gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumu
   const dim3 grid{unsigned((m + kSmallTile - 1) / kSmallTile), unsigned((n + kSmallTile - 1) / kSmallTile),
                   unsigned(B)};
   const dim3 block{kSmallTile, kSmallTile, 1};
-  if (out.dtype() == kFloat64)
-    small_gemm_k<double>
-        <<<grid, block, 0, s>>>(static_cast<double*>(out.data_ptr()), static_cast<const double*>(a.data_ptr()),
-                                static_cast<const double*>(b.data_ptr()),
-                                bias.defined() ? static_cast<const double*>(bias.data_ptr()) : nullptr, g);
-  else
-    small_gemm_k<float>
-        <<<grid, block, 0, s>>>(static_cast<float*>(out.data_ptr()), static_cast<const float*>(a.data_ptr()),
-                                static_cast<const float*>(b.data_ptr()),
-                                bias.defined() ? static_cast<const float*>(bias.data_ptr()) : nullptr, g);
+  if (out.dtype() == kFloat64) launch_small_gemm<double>(s, access, out, a, b, bias, g, grid, block, B);
+  else launch_small_gemm<float>(s, access, out, a, b, bias, g, grid, block, B);
   TG_CUDA_CHECK(cudaGetLastError(), "bmm");
 }
 

@@ -136,7 +136,8 @@ int64_t max_elements() {
     if (!e || !*e) return kMaxElements;
     char* end = nullptr;
     const long long v = std::strtoll(e, &end, 10);
-    return *end || v < 0 ? kMaxElements : int64_t(std::min<long long>(v, int64_t(1) << 40));
+    // (At most 2^31: the fused kernel takes periodic remainders in 32 bits.)
+    return *end || v < 0 ? kMaxElements : int64_t(std::min<long long>(v, int64_t(1) << 31));
   }();
   return n;
 }
@@ -157,6 +158,16 @@ void LaunchEncoderBase::fusable(const void* func, const void* arg0, size_t arg0_
   const auto* a = static_cast<const unsigned char*>(arg0);
   arg0_.assign(a, a + arg0_bytes);
   step_ = fusion::Recorded{nullptr, dtype, n, step};
+}
+
+void LaunchEncoderBase::fusable_head(const void* func, const void* arg0, size_t arg0_bytes, ScalarType dtype, int64_t n,
+                                     const fusion::Head& head) {
+  if (!active_ || n <= 0 || head.kind == fusion::kNoHead) return;
+  if (dtype != ScalarType::Float32 && dtype != ScalarType::Float64) return;
+  func_ = func;
+  const auto* a = static_cast<const unsigned char*>(arg0);
+  arg0_.assign(a, a + arg0_bytes);
+  step_ = fusion::Recorded{nullptr, dtype, n, fusion::Step{}, head};
 }
 
 // The nodes added since construction: walked back from the stream's

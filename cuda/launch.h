@@ -22,6 +22,10 @@ namespace fusion {
 // launch geometry for n elements (cuda/kernels/fused.cu).
 const void* fused_kernel(ScalarType dtype, int64_t n, unsigned* grid, unsigned* block);
 
+// A head's kernel with fused steps after it (it takes one HeadProgram by
+// value; cuda/kernels/fused.cu), for a dtype (Float32, Float64).
+const void* head_kernel(ScalarType dtype, int8_t kind);
+
 // The bytes spanned by a strided tensor (its lowest to its highest element).
 inline Access span_of(const Tensor& t, bool written) {
   const int64_t elem = int64_t(element_size(t.dtype()));

@@ -8,6 +8,9 @@
 // the same dense range, so that element i of every step touches only
 // element i of memory another step writes). Edges from outside a group only
 // enter its first member, so merging each group into one node adds no cycle.
+// A head (a small product) only starts a group: its output is one dense
+// range and its inputs are read by many threads (shared), so no step of its
+// group may write them, nor read its output at another element.
 #include "graphs/fusion.h"
 
 #include <algorithm>
@@ -34,6 +37,12 @@ bool compatible(const Range& a, const Range& b) {
 std::vector<Range> ranges_of(const Recorded& r) {
   const int64_t elem = int64_t(element_size(r.dtype));
   std::vector<Range> out;
+  if (r.head.kind != kNoHead) {  // its output dense, its inputs read by many threads
+    out.push_back({r.head.out, r.n * elem, true, false});
+    for (int k = 0; k < r.head.nreads && k < kHeadReads; ++k)
+      out.push_back({r.head.read_begin[k], r.head.read_bytes[k], false, true});
+    return out;
+  }
   for (int o = 0; o < r.step.nops; ++o) {
     const bool scalar = (r.step.scalar >> o) & 1u;
     const int64_t period = o < 4 ? r.step.period[o] : 0;
@@ -239,7 +248,7 @@ Plan plan(size_t n, const std::vector<std::pair<size_t, size_t>>& edges,
     if (!launch_of[v]) continue;
     const Recorded& r = *launch_of[v];
     std::vector<Range> rr = ranges_of(r);
-    long g = preds[v].empty() ? -1 : p.group_of[preds[v][0]];
+    long g = preds[v].empty() || r.head.kind != kNoHead ? -1 : p.group_of[preds[v][0]];  // a head starts one
     for (size_t u : preds[v])
       if (p.group_of[u] != g) g = -1;
     if (g < 0 || !state[size_t(g)].can_take(r, rr)) {

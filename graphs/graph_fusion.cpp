@@ -3,6 +3,7 @@
 // fuse; each group of two or more becomes one node of the fused kernel,
 // which inherits the members' edges to and from the rest of the graph.
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <unordered_map>
 #include <utility>
@@ -75,17 +76,28 @@ size_t fuse(void* graph_handle, const std::vector<Recorded>& launches,
     const std::vector<size_t>& members = p.groups[g];
     if (members.size() < 2) continue;
     const Recorded& first = *launch_of[members[0]];
-    Program prog;
+    // A head's group: its kernel with the other members as its steps.
+    const bool headed = first.head.kind != kNoHead;
+    HeadProgram hp;
+    Program& prog = hp.program;
     prog.n = first.n;
-    prog.nsteps = int(members.size());
-    for (size_t s = 0; s < members.size(); ++s)
-      prog.steps[s] = launch_of[members[s]]->step;
+    prog.nsteps = int(members.size()) - (headed ? 1 : 0);
+    for (size_t s = headed ? 1 : 0; s < members.size(); ++s)
+      prog.steps[s - (headed ? 1 : 0)] = launch_of[members[s]]->step;
     cudaKernelNodeParams kp{};
-    unsigned grid = 0, block = 0;
-    kp.func = const_cast<void*>(fused_kernel(first.dtype, first.n, &grid, &block));
-    kp.gridDim = dim3(grid);
-    kp.blockDim = dim3(block);
     void* args[1] = {&prog};
+    if (headed) {
+      std::memcpy(hp.args, first.head.args, sizeof(hp.args));
+      kp.func = const_cast<void*>(head_kernel(first.dtype, first.head.kind));
+      kp.gridDim = dim3(first.head.grid[0], first.head.grid[1], first.head.grid[2]);
+      kp.blockDim = dim3(first.head.block[0], first.head.block[1], first.head.block[2]);
+      args[0] = &hp;
+    } else {
+      unsigned grid = 0, block = 0;
+      kp.func = const_cast<void*>(fused_kernel(first.dtype, first.n, &grid, &block));
+      kp.gridDim = dim3(grid);
+      kp.blockDim = dim3(block);
+    }
     kp.kernelParams = args;
     cudaError_t err = cudaGraphAddKernelNode(&fused[g], graph, nullptr, 0, &kp);
     if (err != cudaSuccess) {

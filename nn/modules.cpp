@@ -3,10 +3,17 @@
 #include <tapegrad/nn/functional.h>
 
 #include <cmath>
+#include <optional>
+#include <typeinfo>
 
+#include <tapegrad/autograd/forward_ad.h>
+#include <tapegrad/autograd/function.h>
 #include <tapegrad/autograd/grad_mode.h>
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
+
+#include "tensor/env.h"
+#include "tensor/kernels.h"
 
 namespace tg::nn {
 
@@ -43,7 +50,63 @@ void SequentialImpl::push_back(std::shared_ptr<Module> m) {
   modules_.push_back(std::move(m));
 }
 
+namespace {
+
+// The layers of a small MLP in one launch where nothing is recorded (the
+// backend's mlp_forward; TG_FUSED_MLP=0 turns it off): modules exactly
+// Linear, then an activation of one kind (tanh, sigmoid, silu, relu) and a
+// Linear in turn, optionally ending with the activation; x contiguous on a
+// device with the kernel, of the layers' Float32/Float64 dtype. Undefined
+// where it does not apply: the layers then run one by one, as recorded.
+Tensor fused_mlp_forward(const std::vector<std::shared_ptr<Module>>& modules, const Tensor& x) {
+  if (modules.size() < 2 || !x.defined() || x.device().type() == kCPU || x.dim() < 1 || x.numel() == 0 ||
+      (x.dtype() != kFloat32 && x.dtype() != kFloat64) || !x.is_contiguous() ||
+      !tg::detail::switched_on<tg::detail::OffSwitch::kFusedMlp>())
+    return {};
+  const kernels::Backend& be = kernels::backend(x.device(), "Sequential");
+  if (!be.mlp_forward || autograd::forward_ad::is_active() || autograd::detail::taylor_active()) return {};
+  const bool grad = autograd::is_grad_enabled();
+  if (grad && x.requires_grad()) return {};
+  std::vector<Tensor> weights, biases;
+  std::optional<tg::Activation> act;
+  bool last_act = false;
+  for (size_t i = 0; i < modules.size(); ++i) {
+    const Module& m = *modules[i];
+    if (i % 2 == 0) {
+      if (typeid(m) != typeid(LinearImpl)) return {};
+      const auto& l = static_cast<const LinearImpl&>(m);
+      for (const Tensor* t : {&l.weight, &l.bias})
+        if (t->defined() && ((grad && t->requires_grad()) || t->device() != x.device() || t->dtype() != x.dtype()))
+          return {};
+      weights.push_back(l.weight);
+      biases.push_back(l.bias);
+      continue;
+    }
+    tg::Activation a;
+    if (typeid(m) == typeid(TanhImpl)) a = tg::Activation::Tanh;
+    else if (typeid(m) == typeid(SigmoidImpl)) a = tg::Activation::Sigmoid;
+    else if (typeid(m) == typeid(SiLUImpl)) a = tg::Activation::Silu;
+    else if (typeid(m) == typeid(ReLUImpl)) a = tg::Activation::Relu;
+    else return {};
+    if (act && *act != a) return {};
+    act = a;
+    last_act = i + 1 == modules.size();
+  }
+  if (!act || !weights.front().defined() || weights.front().dim() != 2 || x.sizes().back() != weights.front().size(1) ||
+      !weights.back().defined() || weights.back().dim() != 2)
+    return {};
+  const int64_t rows = x.numel() / x.sizes().back();
+  IntList shape = x.sizes();
+  shape.back() = weights.back().size(0);
+  Tensor out = tg::empty({rows, shape.back()}, TensorOptions().dtype(x.dtype()).device(x.device()));
+  if (!be.mlp_forward(*act, last_act, out, x.reshape({rows, x.sizes().back()}), weights, biases)) return {};
+  return out.reshape(shape);
+}
+
+}  // namespace
+
 Tensor SequentialImpl::forward(const Tensor& x) {
+  if (Tensor y = fused_mlp_forward(modules_, x); y.defined()) return y;
   Tensor h = x;
   for (auto& m : modules_)
     h = m->forward(h);

@@ -18,6 +18,9 @@ namespace tg::detail {
   X(kCudaPdl, "TG_CUDA_PDL", "programmatic dependent launch of the elementwise kernels",                               \
     "cuda/kernels/elementwise.cu")                                                                                     \
   X(kGraphFusion, "TG_CUDA_GRAPH_FUSION", "fusion of elementwise chains in captured graphs", "graphs/graph.cpp")       \
+  X(kGraphHeads, "TG_CUDA_GRAPH_HEADS",                                                                                \
+    "elementwise steps fused into the small product before them in captured graphs (back to a chain of their own)",    \
+    "cuda/kernels/linalg.cu")                                                                                          \
   X(kGraphRelax, "TG_CUDA_GRAPH_RELAX", "dependency relaxation of captured graphs", "graphs/graph.cpp")                \
   X(kStructureProbe, "TG_STRUCTURE_PROBE", "the structural-zero probe of per-sample Hessians",                         \
     "autograd/functional/per_sample.cpp")                                                                              \
@@ -30,6 +33,9 @@ namespace tg::detail {
     "cuda/kernels/linalg.cu")                                                                                          \
   X(kSmallGemm, "TG_SMALL_GEMM", "the tiled kernel for products of at most 2^21 multiply-adds (back to cuBLASLt)",     \
     "cuda/kernels/linalg.cu")                                                                                          \
+  X(kFusedMlp, "TG_FUSED_MLP",                                                                                         \
+    "nn::Sequential's small MLPs in one kernel where nothing is recorded (back to a launch per layer)",                \
+    "nn/modules.cpp, cuda/kernels/linalg.cu")                                                                          \
   X(kCudnn, "TG_CUDNN", "cuDNN's convolutions (back to im2col + cuBLAS GEMMs)", "cuda/kernels/grid.cpp")               \
   X(kCudnnFind, "TG_CUDNN_FIND", "cuDNN's algorithms timed on first use of a shape (back to its heuristics)",          \
     "cuda/kernels/grid.cpp")                                                                                           \

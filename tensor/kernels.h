@@ -193,6 +193,16 @@ struct Backend {
   // Optional (null: the product, then an add). linear's forward takes it
   // (the bias in the GEMM's epilogue on CUDA: no pass of its own).
   void (*mm_bias)(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias);
+  // The unrecorded forward of a small MLP (nn::Sequential of Linear layers
+  // with one activation after each but the last, and after the last too
+  // when last_act; where nothing is recorded): out [n, w_L] from x [n, w_0]
+  // through weights[i] [w_i+1, w_i] and biases[i] [w_i+1] (undefined: no
+  // bias), one Float32/Float64 dtype, every operand contiguous, in one
+  // launch. Each output sums its products in order, then adds the bias, as
+  // the small-product kernel does. Returns false (out untouched) where it
+  // has no kernel for the sizes. Optional (null: the layers one by one).
+  bool (*mlp_forward)(Activation act, bool last_act, const Tensor& out, const Tensor& x,
+                      const std::vector<Tensor>& weights, const std::vector<Tensor>& biases);
   // Indices that were checked once and may have changed since (a sparse
   // tensor's, through _indices()): index Int64 1-D. CUDA only (the CPU
   // checks on the host): every index outside [0, size) is reported at the

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "reference.h"
+#include "tensor/env.h"
 
 namespace {
 
@@ -380,6 +381,99 @@ TEST(NN, AModuleRefusesToBecomeItsOwnDescendant) {
   auto root = std::make_shared<Holder>();
   root->add("top", top);
   EXPECT_ERROR_CONTAINS(bottom->add("root", root), "(it is '" + path + "' below itself)");
+}
+
+// Where nothing is recorded, nn::Sequential runs a small MLP of Linear
+// layers and one activation kind on the GPU in one launch (its output the
+// only allocation), with the values of the layers one by one; where
+// something needs recording, or the modules are not such a chain, the
+// layers run one by one.
+TEST(NNGpu, SmallMlpsRunInOneLaunchWhereNothingIsRecorded) {
+  REQUIRE_GPU();
+  namespace cu = tg::cuda;
+  const tg::Device gpu(tg::kCUDA, 0);
+  const bool fused = tg::detail::switched_on<tg::detail::OffSwitch::kFusedMlp>();
+  struct Case {
+    std::vector<int64_t> widths;
+    std::string act;
+    bool last_act, bias;
+    tg::IntList batch;
+  };
+  const std::vector<Case> cases = {
+      {{2, 64, 64, 2}, "tanh", false, true, {256}},
+      {{3, 17, 5}, "relu", true, true, {7}},
+      {{5, 33, 1}, "silu", false, false, {3, 37}},
+      {{4, 64}, "sigmoid", true, true, {1}},
+      {{1, 8, 8, 8, 8, 8, 8, 8, 1}, "tanh", false, true, {100}},
+  };
+  for (auto dtype : {tg::kFloat32, tg::kFloat64}) {
+    for (const Case& c : cases) {
+      auto seq = std::make_shared<nn::SequentialImpl>();
+      auto o = tg::TensorOptions().dtype(dtype);
+      for (size_t i = 0; i + 1 < c.widths.size(); ++i) {
+        seq->push_back(std::make_shared<nn::LinearImpl>(c.widths[i], c.widths[i + 1], c.bias, o));
+        if (i + 2 < c.widths.size() || c.last_act) seq->push_back(nn::make_activation(c.act));
+      }
+      seq->to(gpu);
+      tg::IntList shape = c.batch;
+      shape.push_back(c.widths.front());
+      Tensor x = (tg::rand(shape, o) * 4 - 2).to(gpu);
+      // The layers one by one, as the ops compute them.
+      Tensor want = x;
+      for (size_t i = 0; i + 1 < c.widths.size(); ++i) {
+        const auto& l = static_cast<const nn::LinearImpl&>(*(*seq)[2 * i]);
+        want = tg::linear(want, l.weight, l.bias);
+        if (i + 2 < c.widths.size() || c.last_act) want = (*seq)[2 * i + 1]->forward(want);
+      }
+      std::ostringstream os;
+      for (int64_t w : c.widths)
+        os << w << " ";
+      os << c.act << " " << dtype;
+      const std::string what = os.str();
+      ag::NoGradGuard no_grad;
+      const int64_t allocs = cu::memory_stats().num_allocs;
+      Tensor got = seq->forward(x);
+      if (fused) EXPECT_EQ(cu::memory_stats().num_allocs - allocs, 1) << what << ": not one launch";
+      else  // TG_FUSED_MLP=0: the layers one by one, an output each
+        EXPECT_GT(cu::memory_stats().num_allocs - allocs, 1) << what << ": one launch with TG_FUSED_MLP=0";
+      ASSERT_EQ(got.sizes(), want.sizes()) << what;
+      const double tol = dtype == tg::kFloat32 ? 1e-6 : 1e-14;
+      EXPECT_TRUE(tg::allclose(got, want, tol, tol)) << what << ": " << tg::max(tg::abs(got - want)).item<double>();
+    }
+  }
+  nn::Sequential mlp = nn::MLP({2, 16, 3}, "tanh", tg::TensorOptions().dtype(tg::kFloat64));
+  mlp->to(gpu);
+  Tensor x = tg::rand({10, 2}, tg::TensorOptions().dtype(tg::kFloat64)).to(gpu);
+  Tensor y = mlp->forward(x);  // recorded: the parameters need gradients
+  EXPECT_TRUE(y.requires_grad());
+  Tensor want;
+  {
+    ag::NoGradGuard no_grad;
+    want = mlp->forward(x);
+    // A non-contiguous input and one with no rows take the layers one by one.
+    Tensor xt = tg::rand({2, 10}, tg::TensorOptions().dtype(tg::kFloat64)).to(gpu).t();
+    EXPECT_TRUE(tg::allclose(mlp->forward(xt), mlp->forward(xt.contiguous()), 1e-14, 1e-14));
+    EXPECT_EQ(mlp->forward(tg::zeros({0, 2}, tg::TensorOptions().dtype(tg::kFloat64)).to(gpu)).sizes(),
+              (tg::IntList{0, 3}));
+  }
+  EXPECT_TRUE(tg::allclose(y.detach(), want, 1e-14, 1e-14));
+  Tensor g = ag::grad({y.sum()}, {(*mlp)[0]->parameters()[0]})[0];
+  EXPECT_EQ(g.sizes(), (tg::IntList{16, 2}));
+  // Forward mode: the tangent goes through the layers one by one.
+  {
+    ag::NoGradGuard no_grad;
+    ag::forward_ad::dual_level level;
+    Tensor v = tg::ones({10, 2}, tg::TensorOptions().dtype(tg::kFloat64)).to(gpu);
+    Tensor out = mlp->forward(ag::forward_ad::make_dual(x, v));
+    Tensor tangent = ag::forward_ad::unpack_dual(out).tangent;
+    ASSERT_TRUE(tangent.defined());
+    const auto& l0 = static_cast<const nn::LinearImpl&>(*(*mlp)[0]);
+    const auto& l1 = static_cast<const nn::LinearImpl&>(*(*mlp)[2]);
+    Tensor z = tg::linear(x, l0.weight, l0.bias);
+    Tensor dz = tg::matmul(v, l0.weight.t());
+    Tensor want_t = tg::matmul(dz * (1 - tg::square(tg::tanh(z))), l1.weight.t());
+    EXPECT_TRUE(tg::allclose(tangent, want_t, 1e-12, 1e-12));
+  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "fused_steps.cuh"
 #include "loops.cuh"
+#include "small_gemm.cuh"
 
 namespace tg::cuda {
 namespace {
@@ -21,7 +22,7 @@ template <class F, class T> __device__ inline void run_functor(const fusion::Ste
 #pragma unroll
   for (int o = 0; o < kMaxOps; ++o)
     off[o] = (st.scalar >> o) & 1u ? 0 : i * int64_t(sizeof(T));
-  if (st.periodic) {  // uniform across the grid; i < 2^18: 32-bit remainders
+  if (st.periodic) {  // uniform across the grid; i < 2^31 (fusion::max_elements): 32-bit remainders
 #pragma unroll
     for (int o = 1; o < kMaxOps; ++o)
       if (st.period[o] > 0) off[o] = int64_t(uint32_t(i) % uint32_t(st.period[o])) * int64_t(sizeof(T));
@@ -61,9 +62,29 @@ template <class T> __global__ void fused_kernel_impl(const __grid_constant__ fus
       run_step<T>(p.steps[s], i);
 }
 
+// A small product, then the steps on the element each thread stored
+// (fusion::Head): the product's code and the steps' loads and stores, as in
+// their own launches.
+template <class T> __global__ void small_gemm_head_impl(const __grid_constant__ fusion::HeadProgram p) {
+  wait_for_predecessors();
+  int64_t lin = 0;
+  if (!small_gemm_at<T>(*reinterpret_cast<const SmallGemmOperands<T>*>(p.args), &lin)) return;
+  for (int s = 0; s < p.program.nsteps; ++s)
+    run_step<T>(p.program.steps[s], lin);
+}
+
 }  // namespace
 
 namespace fusion {
+const void* head_kernel(ScalarType dtype, int8_t kind) {
+  TG_CHECK(kind == kSmallGemmHead, "fused kernel: unknown head kind ", int(kind));
+  const void* k = nullptr;
+  kernels::dispatch_floating(dtype, "fused kernel", [&](auto tag) {
+    k = reinterpret_cast<const void*>(&small_gemm_head_impl<decltype(tag)>);
+  });
+  return k;
+}
+
 const void* fused_kernel(ScalarType dtype, int64_t n, unsigned* grid, unsigned* block) {
   *grid = grid_for(n);
   *block = kBlock;

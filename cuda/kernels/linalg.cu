@@ -21,6 +21,7 @@
 
 #include <tapegrad/cuda/capture.h>
 #include <tapegrad/cuda/device.h>
+#include "tensor/element_math.h"
 #include "tensor/env.h"
 #include "tensor/kernels.h"
 #include "tensor/linalg_kernels.h"
@@ -31,6 +32,7 @@
 #include "cuda/launch.h"
 #include "cuda/runtime/libraries.h"
 #include "loops.cuh"
+#include "small_gemm.cuh"
 #include "register.h"
 
 namespace tg::cuda {
@@ -282,41 +284,40 @@ void gemm_long_thin(const Tensor& out, const Tensor& a, const Tensor& b, bool ac
 // after them: 7-13 us per product on an H100 (ncu), where one block per 16 x
 // 16 outputs finishes in a few. Each thread sums its output's k products in
 // order (deterministic), then adds the bias or the old value (accumulate).
-constexpr int kSmallTile = 16;
-
 bool small_product(int64_t B, int64_t n, int64_t m, int64_t k) {
   return double(B) * double(n) * double(m) * double(k) <= double(int64_t(1) << 21) && k <= 4096 && B <= 65535 &&
          (n + kSmallTile - 1) / kSmallTile <= 65535 && tg::detail::switched_on<tg::detail::OffSwitch::kSmallGemm>();
 }
 
-struct SmallGemmArgs {
-  int64_t n, m, k;
-  int64_t sab, sar, sac, sbb, sbr, sbc;  // a [B, n, k] and b [B, k, m] strides; out contiguous [B, n, m]
-  bool accumulate;
-};
+template <class T> __global__ void small_gemm_k(const SmallGemmOperands<T> p) {
+  int64_t lin;
+  (void)small_gemm_at<T>(p, &lin);
+}
 
-template <class T> __global__ void small_gemm_k(T* out, const T* a, const T* b, const T* bias, SmallGemmArgs g) {
-  __shared__ T as[kSmallTile][kSmallTile + 1], bs[kSmallTile][kSmallTile + 1];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int64_t bi = blockIdx.z, i = int64_t(blockIdx.y) * kSmallTile + ty, j = int64_t(blockIdx.x) * kSmallTile + tx;
-  const T* ab = a + bi * g.sab;
-  const T* bb = b + bi * g.sbb;
-  T acc = 0;
-  for (int64_t p0 = 0; p0 < g.k; p0 += kSmallTile) {
-    // as[ty][tx] = a[i][p0 + tx]; bs[ty][tx] = b[p0 + ty][j]
-    const int64_t ap = p0 + tx, bp = p0 + ty;
-    as[ty][tx] = i < g.n && ap < g.k ? ab[i * g.sar + ap * g.sac] : T(0);
-    bs[ty][tx] = bp < g.k && j < g.m ? bb[bp * g.sbr + j * g.sbc] : T(0);
-    __syncthreads();
-    const int64_t len = g.k - p0 < kSmallTile ? g.k - p0 : kSmallTile;
-    for (int q = 0; q < len; ++q)
-      acc += as[ty][q] * bs[q][tx];
-    __syncthreads();
+// Launches the product; while the stream captures, also as a head that
+// fused elementwise steps may follow (fusion::Head).
+template <class T>
+void launch_small_gemm(cudaStream_t s, LaunchEncoder& enc, const Tensor& out, const Tensor& a, const Tensor& b,
+                       const Tensor& bias, const SmallGemmArgs& g, dim3 grid, dim3 block, int64_t B) {
+  const SmallGemmOperands<T> p{static_cast<T*>(out.data_ptr()), static_cast<const T*>(a.data_ptr()),
+                               static_cast<const T*>(b.data_ptr()),
+                               bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr, g};
+  if (enc.recording() && tg::detail::switched_on<tg::detail::OffSwitch::kGraphHeads>()) {
+    fusion::Head h;
+    h.kind = fusion::kSmallGemmHead;
+    h.grid[0] = grid.x, h.grid[1] = grid.y, h.grid[2] = grid.z;
+    h.block[0] = block.x, h.block[1] = block.y, h.block[2] = block.z;
+    h.out = static_cast<char*>(out.data_ptr());
+    for (const Tensor* t : {&a, &b, &bias})
+      if (t->defined()) {
+        const fusion::Access span = fusion::span_of(*t, false);
+        h.read_begin[h.nreads] = span.begin;
+        h.read_bytes[h.nreads++] = span.bytes;
+      }
+    std::memcpy(h.args, &p, sizeof(p));
+    enc.fusable_head(reinterpret_cast<const void*>(&small_gemm_k<T>), &p, sizeof(p), out.dtype(), B * g.n * g.m, h);
   }
-  if (i < g.n && j < g.m) {
-    T* o = out + (bi * g.n + i) * g.m + j;
-    *o = g.accumulate ? *o + acc : bias ? acc + bias[j] : acc;
-  }
+  small_gemm_k<T><<<grid, block, 0, s>>>(p);
 }
 
 void small_gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate, const Tensor& bias) {
@@ -341,17 +342,135 @@ void small_gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumu
   const dim3 grid{unsigned((m + kSmallTile - 1) / kSmallTile), unsigned((n + kSmallTile - 1) / kSmallTile),
                   unsigned(B)};
   const dim3 block{kSmallTile, kSmallTile, 1};
-  if (out.dtype() == kFloat64)
-    small_gemm_k<double>
-        <<<grid, block, 0, s>>>(static_cast<double*>(out.data_ptr()), static_cast<const double*>(a.data_ptr()),
-                                static_cast<const double*>(b.data_ptr()),
-                                bias.defined() ? static_cast<const double*>(bias.data_ptr()) : nullptr, g);
-  else
-    small_gemm_k<float>
-        <<<grid, block, 0, s>>>(static_cast<float*>(out.data_ptr()), static_cast<const float*>(a.data_ptr()),
-                                static_cast<const float*>(b.data_ptr()),
-                                bias.defined() ? static_cast<const float*>(bias.data_ptr()) : nullptr, g);
+  if (out.dtype() == kFloat64) launch_small_gemm<double>(s, access, out, a, b, bias, g, grid, block, B);
+  else launch_small_gemm<float>(s, access, out, a, b, bias, g, grid, block, B);
   TG_CUDA_CHECK(cudaGetLastError(), "bmm");
+}
+
+// ---- small MLPs in one launch ------------------------------------------------------------
+// nn::Sequential's Linear/activation chains where nothing is recorded (a
+// neural ODE's right-hand side in a forward solve: 2 -> 64 -> 64 -> 2 over
+// 256 states, five launches per evaluation otherwise). A block takes
+// kMlpRows rows through every layer, their activations in shared memory,
+// each layer's weights staged there transposed (a warp's threads read
+// consecutive outputs' weights: no bank conflicts, no scattered global
+// loads); each output sums its products in order and then adds the bias, as
+// small_gemm_k does, and the activation is the op's own element formula.
+constexpr int kMlpRows = 4, kMlpMaxWidth = 64, kMlpMaxLayers = 8, kMlpThreads = 256;
+
+template <class T> struct MlpArgs {
+  const T* w[kMlpMaxLayers];
+  const T* b[kMlpMaxLayers];
+  int width[kMlpMaxLayers + 1];
+  int layers;
+  int64_t rows;
+  Activation act;
+  bool last_act;
+};
+
+template <class T> __device__ inline T mlp_activation(Activation act, T x) {
+  const tg::kernels::UnaryArgs<T> p{T(0), T(0), false, false};
+  switch (act) {
+    case Activation::Tanh: return tg::kernels::unary_fn<tg::kernels::UnaryOp::Tanh>(x, p);
+    case Activation::Sigmoid: return tg::kernels::unary_fn<tg::kernels::UnaryOp::Sigmoid>(x, p);
+    case Activation::Silu: return tg::kernels::unary_fn<tg::kernels::UnaryOp::Silu>(x, p);
+    default: return tg::kernels::unary_fn<tg::kernels::UnaryOp::Relu>(x, p);
+  }
+}
+
+template <class T> __global__ void __launch_bounds__(kMlpThreads) mlp_forward_k(T* out, const T* x, MlpArgs<T> g) {
+  __shared__ T h[2][kMlpRows][kMlpMaxWidth];
+  // wt[q * (wout + 1) + j] = w[j][q]: the padding makes the transposing
+  // stores (consecutive q) as conflict-free as the reads (consecutive j).
+  __shared__ T wt[kMlpMaxWidth * (kMlpMaxWidth + 1)];
+  const int64_t row0 = int64_t(blockIdx.x) * kMlpRows;
+  const int nr = g.rows - row0 < kMlpRows ? int(g.rows - row0) : kMlpRows;
+  const int w0 = g.width[0];
+  for (int e = threadIdx.x; e < nr * w0; e += blockDim.x)
+    h[0][e / w0][e % w0] = x[row0 * w0 + e];
+  int cur = 0;
+  for (int l = 0; l < g.layers; ++l) {
+    const int win = g.width[l], wout = g.width[l + 1];
+    const bool last = l == g.layers - 1;
+    const T* w = g.w[l];
+    const T* b = g.b[l];
+    for (int e = threadIdx.x; e < win * wout; e += blockDim.x)  // coalesced reads of w
+      wt[(e % win) * (wout + 1) + e / win] = w[e];
+    __syncthreads();
+    for (int e = threadIdx.x; e < nr * wout; e += blockDim.x) {
+      const int r = e / wout, j = e % wout;
+      T acc = 0;
+#pragma unroll 8
+      for (int q = 0; q < win; ++q)
+        acc += h[cur][r][q] * wt[q * (wout + 1) + j];
+      if (b) acc = acc + b[j];
+      if (!last || g.last_act) acc = mlp_activation(g.act, acc);
+      if (last) out[row0 * wout + e] = acc;
+      else h[cur ^ 1][r][j] = acc;
+    }
+    __syncthreads();
+    cur ^= 1;
+  }
+}
+
+template <class T>
+void launch_mlp(cudaStream_t s, const Tensor& out, const Tensor& x, const std::vector<Tensor>& weights,
+                const std::vector<Tensor>& biases, Activation act, bool last_act, int64_t rows) {
+  MlpArgs<T> g{};
+  g.layers = int(weights.size());
+  g.rows = rows;
+  g.act = act;
+  g.last_act = last_act;
+  g.width[0] = int(x.sizes()[1]);
+  for (size_t l = 0; l < weights.size(); ++l) {
+    g.w[l] = static_cast<const T*>(weights[l].data_ptr());
+    g.b[l] = biases[l].defined() ? static_cast<const T*>(biases[l].data_ptr()) : nullptr;
+    g.width[l + 1] = int(weights[l].sizes()[0]);
+  }
+  const unsigned blocks = unsigned((rows + kMlpRows - 1) / kMlpRows);
+  mlp_forward_k<T>
+      <<<blocks, kMlpThreads, 0, s>>>(static_cast<T*>(out.data_ptr()), static_cast<const T*>(x.data_ptr()), g);
+  TG_CUDA_CHECK(cudaGetLastError(), "Sequential");
+}
+
+bool mlp_forward_kernel(Activation act, bool last_act, const Tensor& out, const Tensor& x,
+                        const std::vector<Tensor>& weights, const std::vector<Tensor>& biases) {
+  if (weights.empty() || weights.size() > size_t(kMlpMaxLayers) || biases.size() != weights.size() || x.dim() != 2 ||
+      out.dim() != 2)
+    return false;
+  const int64_t rows = x.sizes()[0];
+  if (rows <= 0 || x.sizes()[1] > kMlpMaxWidth || x.sizes()[1] <= 0) return false;
+  const ScalarType dt = out.dtype();
+  auto usable = [&](const Tensor& t) { return t.dtype() == dt && t.is_contiguous() && t.device() == out.device(); };
+  if ((dt != kFloat32 && dt != kFloat64) || !usable(x) || !usable(out)) return false;
+  for (size_t l = 0; l < weights.size(); ++l)
+    if (!weights[l].defined() || weights[l].dim() != 2 || !usable(weights[l]) ||
+        (biases[l].defined() &&
+         (!usable(biases[l]) || biases[l].dim() != 1 || biases[l].sizes()[0] != weights[l].sizes()[0])))
+      return false;
+  int64_t in = x.sizes()[1];
+  for (size_t l = 0; l < weights.size(); ++l) {
+    const Tensor& w = weights[l];
+    const int64_t o = w.sizes()[0];
+    // Where each layer's product would take the small-product kernel.
+    if (w.dim() != 2 || w.sizes()[1] != in || o <= 0 || o > kMlpMaxWidth ||
+        double(rows) * double(in) * double(o) > double(int64_t(1) << 21))
+      return false;
+    in = o;
+  }
+  if (out.sizes()[0] != rows || out.sizes()[1] != in) return false;
+  DeviceGuard dg(out.device().index());
+  cudaStream_t s = stream_of(out);
+  LaunchEncoder access(s);
+  access.read(x);
+  for (size_t l = 0; l < weights.size(); ++l) {
+    access.read(weights[l]);
+    if (biases[l].defined()) access.read(biases[l]);
+  }
+  access.write(out);
+  if (out.dtype() == kFloat64) launch_mlp<double>(s, out, x, weights, biases, act, last_act, rows);
+  else launch_mlp<float>(s, out, x, weights, biases, act, last_act, rows);
+  return true;
 }
 
 // out = a b, or out += a b (accumulate: beta 1; Float32/Float64); with a
@@ -495,6 +614,7 @@ void register_gemm(kernels::Backend& b) {
   b.bmm = bmm_kernel;
   b.mm_accumulate = mm_accumulate_kernel;
   b.mm_bias = mm_bias_kernel;
+  b.mlp_forward = mlp_forward_kernel;
 }
 
 }  // namespace tg::cuda

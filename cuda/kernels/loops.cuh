@@ -466,7 +466,7 @@ inline unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + kBl
 // operand is dense or one element and the dtype is a float one.
 template <class F>
 void describe_step(LaunchEncoder& enc, const void* func, const LinearArgs& a, ScalarType dtype, int64_t n, const F& f) {
-  if (!enc.recording() || n > fusion::kMaxElements || a.divided) return;
+  if (!enc.recording() || n > fusion::max_elements() || a.divided) return;
   if (dtype != ScalarType::Float32 && dtype != ScalarType::Float64) return;
   static_assert(sizeof(F) <= fusion::kFunctorBytes, "functor too large to fuse");
   fusion::Step st;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -129,6 +130,18 @@ namespace fusion {
 
 bool captures_underway() { return g_underway.load(std::memory_order_relaxed) > 0; }
 
+int64_t max_elements() {
+  static const int64_t n = [] {
+    const char* e = std::getenv("TG_CUDA_FUSION_MAX_ELEMENTS");
+    if (!e || !*e) return kMaxElements;
+    char* end = nullptr;
+    const long long v = std::strtoll(e, &end, 10);
+    // (At most 2^31: the fused kernel takes periodic remainders in 32 bits.)
+    return *end || v < 0 ? kMaxElements : int64_t(std::min<long long>(v, int64_t(1) << 31));
+  }();
+  return n;
+}
+
 }  // namespace fusion
 
 LaunchEncoderBase::LaunchEncoderBase(void* stream) : stream_(stream) {
@@ -139,12 +152,22 @@ LaunchEncoderBase::LaunchEncoderBase(void* stream) : stream_(stream) {
 
 void LaunchEncoderBase::fusable(const void* func, const void* arg0, size_t arg0_bytes, ScalarType dtype, int64_t n,
                                 const fusion::Step& step) {
-  if (!active_ || n > fusion::kMaxElements) return;
+  if (!active_ || n > fusion::max_elements()) return;
   if (dtype != ScalarType::Float32 && dtype != ScalarType::Float64) return;
   func_ = func;
   const auto* a = static_cast<const unsigned char*>(arg0);
   arg0_.assign(a, a + arg0_bytes);
   step_ = fusion::Recorded{nullptr, dtype, n, step};
+}
+
+void LaunchEncoderBase::fusable_head(const void* func, const void* arg0, size_t arg0_bytes, ScalarType dtype, int64_t n,
+                                     const fusion::Head& head) {
+  if (!active_ || n <= 0 || head.kind == fusion::kNoHead) return;
+  if (dtype != ScalarType::Float32 && dtype != ScalarType::Float64) return;
+  func_ = func;
+  const auto* a = static_cast<const unsigned char*>(arg0);
+  arg0_.assign(a, a + arg0_bytes);
+  step_ = fusion::Recorded{nullptr, dtype, n, fusion::Step{}, head};
 }
 
 // The nodes added since construction: walked back from the stream's

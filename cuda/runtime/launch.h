@@ -51,8 +51,10 @@ constexpr int kMaxOperands = 18;  // add_n: out, a and 16 summands
 constexpr int kFunctorBytes = 32;
 constexpr int kMaxSteps = 16;
 // Larger operands keep their own (vectorized) kernels: fusion is for the
-// launch-bound sizes.
+// launch-bound sizes. max_elements() is kMaxElements unless
+// TG_CUDA_FUSION_MAX_ELEMENTS (read once; a count of elements) says otherwise.
 constexpr int64_t kMaxElements = int64_t(1) << 18;
+int64_t max_elements();
 
 // One elementwise kernel as a step of a fused kernel. Operands [0, nout)
 // are written, the rest read; an operand whose bit is set in `scalar` is one
@@ -77,13 +79,44 @@ struct Program {
 };
 static_assert(sizeof(Program) <= 4096, "the fused kernel's argument must fit the classic 4 KiB limit");
 
-// A captured launch that can run as a step: the graph node
-// (cudaGraphNode_t) it became.
+// A kernel that fused steps can follow in the same launch (a head): each of
+// its threads writes at most one element of one dense output (n elements of
+// the launch's dtype at `out`, element `lin` from the thread that computes
+// it) after reading `reads` (whole spans, read by many threads), so the
+// steps can run in that thread on element lin once it is stored. Its own
+// arguments are `args` (bytes); its launch geometry grid x block.
+enum HeadKind : int8_t {
+  kNoHead = 0,
+  kSmallGemmHead,  // cuda/kernels/small_gemm.cuh's product (SmallGemmOperands)
+};
+constexpr int kHeadArgBytes = 128;
+constexpr int kHeadReads = 3;
+struct Head {
+  int8_t kind = kNoHead;
+  unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+  char* out = nullptr;
+  int nreads = 0;
+  const char* read_begin[kHeadReads] = {};
+  int64_t read_bytes[kHeadReads] = {};
+  alignas(8) unsigned char args[kHeadArgBytes] = {};
+};
+
+// What a fused head's kernel takes: the head's arguments, then the steps
+// (program.n: the head's elements).
+struct HeadProgram {
+  alignas(8) unsigned char args[kHeadArgBytes];
+  Program program;
+};
+static_assert(sizeof(HeadProgram) <= 4096, "the fused head's argument must fit the classic 4 KiB limit");
+
+// A captured launch that can run as a step, or as a head (head.kind): the
+// graph node (cudaGraphNode_t) it became.
 struct Recorded {
   void* node;
   ScalarType dtype;
   int64_t n;
   Step step;
+  Head head{};
 };
 
 // Memory a launch reads or writes: [begin, begin + bytes). `scratch`: a
@@ -118,9 +151,13 @@ class LaunchEncoderBase {
   // The call's one kernel (function `func`, first argument `arg0` of
   // `arg0_bytes` bytes, to verify that the node is that launch) is `step`
   // over n elements of `dtype`: fusion may run it inside a fused kernel.
-  // Only Float32 and Float64 steps of at most kMaxElements are kept.
+  // Only Float32 and Float64 steps of at most max_elements() are kept.
   void fusable(const void* func, const void* arg0, size_t arg0_bytes, ScalarType dtype, int64_t n,
                const fusion::Step& step);
+  // The call's one kernel is a head (fusion::Head) over n elements: fused
+  // steps may follow it in its launch. Float32 and Float64 only.
+  void fusable_head(const void* func, const void* arg0, size_t arg0_bytes, ScalarType dtype, int64_t n,
+                    const fusion::Head& head);
   // `bytes` of device memory for the call's own use (a library's workspace,
   // a sort's temporary storage), recorded as written; nullptr for 0 bytes.
   // On the current device, whose current stream must be the encoder's; valid

@@ -284,8 +284,21 @@ void gemm_long_thin(const Tensor& out, const Tensor& a, const Tensor& b, bool ac
 // after them: 7-13 us per product on an H100 (ncu), where one block per 16 x
 // 16 outputs finishes in a few. Each thread sums its output's k products in
 // order (deterministic), then adds the bias or the old value (accumulate).
+// TG_SMALL_GEMM_MAX_MACS (multiply-adds; read once), by default 2^21.
+double small_gemm_max_macs() {
+  static const double v = [] {
+    constexpr double kDefault = double(int64_t(1) << 21);
+    const char* e = std::getenv("TG_SMALL_GEMM_MAX_MACS");
+    if (!e || *e < '0' || *e > '9') return kDefault;  // unset, empty, signed or not a number
+    char* end = nullptr;
+    const double x = std::strtod(e, &end);
+    return *end || !(x >= 0) ? kDefault : x;
+  }();
+  return v;
+}
+
 bool small_product(int64_t B, int64_t n, int64_t m, int64_t k) {
-  return double(B) * double(n) * double(m) * double(k) <= double(int64_t(1) << 21) && k <= 4096 && B <= 65535 &&
+  return double(B) * double(n) * double(m) * double(k) <= small_gemm_max_macs() && k <= 4096 && B <= 65535 &&
          (n + kSmallTile - 1) / kSmallTile <= 65535 && tg::detail::switched_on<tg::detail::OffSwitch::kSmallGemm>();
 }
 

@@ -24,6 +24,7 @@
 #include <tapegrad/tensor/ops.h>
 
 #include "tensor/env.h"
+#include "tensor/kernels.h"
 
 namespace tg::ode {
 namespace {
@@ -425,6 +426,45 @@ bool stage_rows_apply(const State& y, size_t read, int64_t n_times) {
   return true;
 }
 
+// Rows for the quadratures too (the adjoint's parameter gradients, read by
+// no stage): the 5th-order solution's sum over them is then one product
+// with the rows Q of the stages the solution weighs, instead of an add per
+// weight and component. Each quadrature dense and of the read components'
+// dtype and device.
+bool quadrature_rows_apply(const State& y, size_t read) {
+  if (read == 0 || read >= y.size()) return false;
+  for (size_t i = read; i < y.size(); ++i)
+    if (!y[i].defined() || y[i].dtype() != y[0].dtype() || y[i].device() != y[0].device() || y[i].numel() == 0 ||
+        y[i].is_sparse())
+      return false;
+  return true;
+}
+
+// dst[j] = src[j] (each dst a contiguous slice of a fresh buffer): the
+// contiguous pairs of one dtype in as few launches as the backend's copy_n
+// takes, the others one copy each.
+void copy_pairs(const std::vector<Tensor>& dst, const std::vector<Tensor>& src) {
+  if (dst.empty()) return;
+  const auto copy_n = kernels::backend(dst[0].device(), "odeint").copy_n;
+  std::vector<Tensor> d, s;
+  auto flush = [&] {
+    if (!d.empty()) copy_n(d, s);
+    d.clear();
+    s.clear();
+  };
+  for (size_t j = 0; j < dst.size(); ++j) {
+    if (copy_n && src[j].is_contiguous() && src[j].dtype() == dst[j].dtype() && src[j].device() == dst[j].device() &&
+        is_floating_point(dst[j].dtype())) {
+      d.push_back(dst[j]);
+      s.push_back(src[j]);
+      if (d.size() == kernels::kMaxCopyN) flush();
+    } else {
+      dst[j].copy_(src[j]);
+    }
+  }
+  flush();
+}
+
 // The solution at every time of t by adaptive steps, dense output between
 // accepted steps. `normed`: how many leading components the error norm
 // covers (the adjoint's parameter gradients are left out, as torchdiffeq's
@@ -474,6 +514,19 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
   std::vector<int64_t> offs(1, 0);
   for (size_t i = 0; rows && i < read; ++i)
     offs.push_back(offs.back() + y[i].numel());
+  // Rows of the quadratures (quadrature_rows_apply): Q [stages the solution
+  // weighs, qtotal], their flat state yq; `qrow[s]`: stage s's row, or -1.
+  const bool qrows = rows && quadrature_rows_apply(y0, read);
+  std::vector<int64_t> qoffs(1, 0), qrow(tb.c.size(), -1);
+  std::vector<size_t> qstages;
+  Tensor yqflat;
+  for (size_t i = read; qrows && i < y.size(); ++i)
+    qoffs.push_back(qoffs.back() + y[i].numel());
+  for (size_t j = 0; qrows && j < tb.b.size(); ++j)
+    if (tb.b[j] != 0) {
+      qrow[j] = int64_t(qstages.size());
+      qstages.push_back(j);
+    }
   auto flat = [](const Tensor& x) { return x.reshape({-1}); };
   auto split = [&](const Tensor& v) {  // [total] -> the read components
     State parts;
@@ -509,8 +562,8 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
     Tensor W;  // rows: the step's weights and stage times
     auto times = [&](size_t s) { return rows ? at(W, int64_t(28 + s)) : s == 0 ? ttn : at(stage_t, int64_t(s)); };
     std::vector<State> k;
-    Tensor Ks, y5flat, errflat;  // rows: the stages [7, total], y5 and the error estimate
-    State err;                   // h * sum_j e_j k_j: the 5th-order minus the 4th-order solution
+    Tensor Ks, y5flat, errflat, yq5flat;  // rows: the stages [7, total], y5, the error estimate, the quadratures' y5
+    State err;                            // h * sum_j e_j k_j: the 5th-order minus the 4th-order solution
     if (rows) {
       // The step's weights: stage s's row h a_s (s entries) at s(s-1)/2,
       // then the error's h e (7), then the stage times tn + c_s h (7; the
@@ -523,7 +576,15 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
         w.push_back(dir * hs * ew[j]);
       for (size_t j = 0; j < 7; ++j)
         w.push_back(tb.c[j] == 1 && last_step ? tend : tn + tb.c[j] * dir * hs);
+      for (size_t j : qstages)  // at 35: the quadratures' h b_j
+        w.push_back(dir * hs * tb.b[j]);
       W = tg::tensor(w, {int64_t(w.size())}, wopts);
+      if (qrows && !yqflat.defined()) {
+        std::vector<Tensor> parts;
+        for (size_t i = read; i < y.size(); ++i)
+          parts.push_back(flat(y[i]));
+        yqflat = parts.size() == 1 ? parts[0] : tg::cat(parts, 0);
+      }
       if (!yflat.defined()) {
         State parts(y.begin(), y.begin() + std::ptrdiff_t(read));
         for (Tensor& c : parts)
@@ -531,9 +592,20 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
         yflat = read == 1 ? parts[0] : tg::cat(parts, 0);
       }
       Ks = tg::empty({7, offs.back()}, wopts);
+      // (zeros: a quadrature f leaves undefined adds nothing.)
+      const Tensor Q = qrows ? tg::zeros({int64_t(qstages.size()), qoffs.back()}, wopts) : Tensor();
       auto put = [&](size_t r, const State& d) {
-        for (size_t i = 0; i < read; ++i)
-          Ks.select(0, int64_t(r)).narrow(0, offs[i], offs[i + 1] - offs[i]).copy_(flat(d[i]));
+        std::vector<Tensor> dst, src;
+        for (size_t i = 0; i < read; ++i) {
+          dst.push_back(Ks.select(0, int64_t(r)).narrow(0, offs[i], offs[i + 1] - offs[i]));
+          src.push_back(flat(d[i]));
+        }
+        for (size_t i = read; qrows && qrow[r] >= 0 && i < d.size(); ++i)
+          if (d[i].defined()) {
+            dst.push_back(Q.select(0, qrow[r]).narrow(0, qoffs[i - read], qoffs[i - read + 1] - qoffs[i - read]));
+            src.push_back(flat(d[i]));
+          }
+        copy_pairs(dst, src);
       };
       put(0, k1);
       k.push_back(k1);
@@ -548,6 +620,12 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
         }
       }
       errflat = tg::matmul(W.narrow(0, 21, 7).view({1, 7}), Ks).view({-1});
+      if (qrows) {  // the quadratures' 5th-order solution: yq + (h b) Q
+        const int64_t nq = int64_t(qstages.size());
+        yq5flat = tg::linear(W.narrow(0, 35, nq).view({1, nq}), Q.t(), yqflat).view({-1});
+        for (size_t i = read; i < y.size(); ++i)
+          y5.push_back(yq5flat.narrow(0, qoffs[i - read], qoffs[i - read + 1] - qoffs[i - read]).view(y[i].sizes()));
+      }
     } else {
       k = stages(f, tb, times, step, y, read, quad, &k1, &y5);
     }
@@ -624,6 +702,7 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
       }
       y = y5;
       if (rows) yflat = y5flat;
+      if (qrows) yqflat = yq5flat;
       k1 = k[6];  // f(tn + h, y5): FSAL
       tn = tnew;
       st.accepted += 1;

@@ -440,9 +440,9 @@ bool quadrature_rows_apply(const State& y, size_t read) {
   return true;
 }
 
-// dst[j] = src[j] (each dst a contiguous slice of a fresh buffer): the
-// contiguous pairs of one dtype in as few launches as the backend's copy_n
-// takes, the others one copy each.
+// dst[j] = src[j], every dst disjoint from every src: the contiguous pairs
+// of one floating dtype in as few launches as the backend's copy_n takes,
+// the others one copy each.
 void copy_pairs(const std::vector<Tensor>& dst, const std::vector<Tensor>& src) {
   if (dst.empty()) return;
   const auto copy_n = kernels::backend(dst[0].device(), "odeint").copy_n;
@@ -453,8 +453,9 @@ void copy_pairs(const std::vector<Tensor>& dst, const std::vector<Tensor>& src) 
     s.clear();
   };
   for (size_t j = 0; j < dst.size(); ++j) {
-    if (copy_n && src[j].is_contiguous() && src[j].dtype() == dst[j].dtype() && src[j].device() == dst[j].device() &&
-        is_floating_point(dst[j].dtype())) {
+    if (copy_n && src[j].is_contiguous() && dst[j].is_contiguous() && src[j].sizes() == dst[j].sizes() &&
+        src[j].dtype() == dst[0].dtype() && dst[j].dtype() == dst[0].dtype() && src[j].device() == dst[0].device() &&
+        dst[j].device() == dst[0].device() && is_floating_point(dst[j].dtype())) {
       d.push_back(dst[j]);
       s.push_back(src[j]);
       if (d.size() == kernels::kMaxCopyN) flush();
@@ -870,8 +871,8 @@ void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht
 // (OdeOptions::graphed_adjoint.) A backward solve evaluates f and its
 // vector-Jacobian product with the same shapes at every stage: captured once
 // per kind (with the parameters' quadratures and without), an evaluation is
-// then three copies into the capture's inputs (t, y, a), one replay and one
-// copy of what it wrote (joined into one buffer inside the graph where the
+// then the copies into the capture's inputs (t, y, a; one launch), one
+// replay and one copy of what it wrote (joined into one buffer inside the graph where the
 // components share a dtype), since the solver keeps each stage. Where a
 // capture fails (f reads the device from the host, or throws), the solve
 // evaluates eagerly from then on, and an error of f's is the eager call's.
@@ -930,9 +931,7 @@ class GraphedAugmented {
 
   State replay(Captured& c, const Tensor& t, const State& s) {
     cuda::DeviceGuard dg(s[0].device().index());
-    c.t.copy_(t.detach());
-    c.y.copy_(s[0]);
-    c.a.copy_(s[1]);
+    copy_pairs({c.t, c.y, c.a}, {t.detach(), s[0], s[1]});  // one launch where the backend has copy_n
     c.graph.replay();
     State d(c.outs.size());
     const Tensor joined = c.joined.defined() ? c.joined.clone() : Tensor();

@@ -59,8 +59,8 @@ namespace {
 // device with the kernel, of the layers' Float32/Float64 dtype. Undefined
 // where it does not apply: the layers then run one by one, as recorded.
 Tensor fused_mlp_forward(const std::vector<std::shared_ptr<Module>>& modules, const Tensor& x) {
-  if (modules.size() < 2 || !x.defined() || x.device().type() == kCPU || x.dim() < 1 || x.numel() == 0 ||
-      (x.dtype() != kFloat32 && x.dtype() != kFloat64) || !x.is_contiguous() ||
+  if (modules.size() < 2 || !x.defined() || x.device().type() == kCPU || x.is_sparse() || x.dim() < 1 ||
+      x.numel() == 0 || (x.dtype() != kFloat32 && x.dtype() != kFloat64) || !x.is_contiguous() ||
       !tg::detail::switched_on<tg::detail::OffSwitch::kFusedMlp>())
     return {};
   const kernels::Backend& be = kernels::backend(x.device(), "Sequential");

@@ -989,12 +989,12 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
     const Tensor ys = saved[0], t = saved[1];
     const Tensor g = grads[0].defined() ? grads[0] : tg::zeros_like(ys);
     // The parameters (their saved values, checked for in-place changes);
-    // those that need no gradient (not requiring grad, or not floating)
+    // those that need no gradient (not requiring grad, or neither floating nor complex)
     // are left out of the vector-Jacobian products and get none.
     const std::vector<Tensor> params(saved.begin() + 2, saved.end());
     std::vector<size_t> live;
     for (size_t k = 0; k < params.size(); ++k)
-      if (params[k].requires_grad() && is_floating_point(params[k].dtype())) live.push_back(k);
+      if (params[k].requires_grad() && is_differentiable(params[k].dtype())) live.push_back(k);
     const int64_t n = t.size(0);
     // The augmented dynamics of [y, a, dL/dparams...]: y' = f, a' = -a df/dy,
     // g_k' = -a df/dparam_k (quadratures: f reads y and a only). One
@@ -1026,7 +1026,6 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
     for (size_t k : live)
       s.push_back(tg::zeros_like(params[k]));
     Tensor gt = t.requires_grad() ? tg::zeros_like(t) : Tensor();
-    OdeStats st;
     Tensor a_before_y0;  // dL/dy0 without the loss's own term in y(t_0) = y0
     double carry = 0;    // adaptive: each interval starts with the step the last one proposed
     // The backward solve chooses its own first step (first_step is the
@@ -1041,7 +1040,15 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
       // Backwards over [t_i, t_{i-1}] from the checkpoint y(t_i).
       s[0] = ys.select(0, i);
       const Tensor span = tg::stack({at(t, i), at(t, i - 1)}, 0);
-      s = solve(aug, s, span, {p->host_t[size_t(i)], p->host_t[size_t(i - 1)]}, 2, 2, back, st, &carry).last();
+      // One solve per interval, as torchdiffeq's: max_steps bounds each.
+      // Its errors say they are the backward's.
+      try {
+        OdeStats st;
+        s = solve(aug, s, span, {p->host_t[size_t(i)], p->host_t[size_t(i - 1)]}, 2, 2, back, st, &carry).last();
+      } catch (const Error& e) {
+        TG_ERROR(e.what(), " [in the adjoint's backward solve of the augmented system over [", p->host_t[size_t(i)],
+                 ", ", p->host_t[size_t(i - 1)], "]]");
+      }
       if (i == 1) a_before_y0 = s[1];
       s[1] = s[1] + g.select(0, i - 1);
     }

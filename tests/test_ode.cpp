@@ -676,6 +676,68 @@ TEST(Ode, AdjointParamsMayInterleaveButNotShare) {
   EXPECT_NE(m.find("overlapping"), std::string::npos) << m;
 }
 
+// A complex parameter gets the adjoint's gradient too (as backprop's; it
+// was left out as not floating), and max_steps bounds each interval's
+// backward solve, as torchdiffeq's, whose errors say they are the backward's.
+TEST(Ode, AdjointTakesComplexParamsAndCountsStepsPerInterval) {
+  const Tensor z = tg::view_as_complex(tg::tensor({0.3, -0.4}, {1, 2}).to(tg::kFloat64)).squeeze().clone();
+  z.requires_grad_();
+  auto f = [&](const Tensor&, const Tensor& y) {
+    const Tensor r = tg::view_as_real(z.view({1}));
+    return -(y * r.select(1, 0)) + tg::sin(y) * r.select(1, 1);
+  };
+  const Tensor y0 = tg::tensor({1.0, 0.5}).to(tg::kFloat64);
+  ode::OdeOptions o;
+  o.rtol = 1e-10;
+  o.atol = 1e-12;
+  o.params = {z};
+  for (auto method : {ode::Method::Dopri5, ode::Method::Tsit5}) {
+    o.method = method;
+    std::vector<Tensor> g;
+    for (auto mode : {ode::Gradient::Backprop, ode::Gradient::Adjoint}) {
+      o.gradient = mode;
+      Tensor ys = ode::odeint(f, y0, times({0.0, 0.5, 1.0}), o);
+      g.push_back(ag::grad({tg::sum(ys * ys)}, {z})[0]);
+      ASSERT_TRUE(g.back().defined());
+      ASSERT_EQ(g.back().dtype(), tg::kComplex128);
+    }
+    const Tensor d = tg::view_as_real((g[1] - g[0]).view({1}));
+    EXPECT_GT(max_abs(tg::view_as_real(g[0].view({1}))), 1e-2);
+    EXPECT_LT(max_abs(d), 1e-7) << "adjoint " << tg::view_as_real(g[1].view({1}));
+  }
+  // A fast oscillator over 40 outputs: the backward's intervals need far
+  // fewer steps each than the forward's whole solve, which sets max_steps.
+  const Tensor k = tg::full({}, 1.0, f64).requires_grad_();
+  auto osc = [&](const Tensor&, const Tensor& y) {
+    return tg::stack({y.select(0, 1) * (10 * k), -(y.select(0, 0) * (10 * k))}, 0);
+  };
+  ode::OdeOptions a;
+  a.rtol = 1e-8;
+  a.atol = 1e-10;
+  a.gradient = ode::Gradient::Adjoint;
+  a.params = {k};
+  const Tensor t = tg::linspace(0, 20, 40, f64);
+  const Tensor y1 = tg::tensor({1.0, 0.0}).to(tg::kFloat64);
+  ode::OdeStats st;
+  (void)ode::odeint(osc, y1, t, a, &st);
+  a.max_steps = st.accepted + st.rejected + 50;
+  Tensor ys = ode::odeint(osc, y1, t, a);
+  const Tensor gk = ag::grad({tg::sum(ys.select(1, 0))}, {k})[0];
+  EXPECT_TRUE(std::isfinite(gk.item<double>()));
+  // An error inside the backward solve says where it came from.
+  bool refuse = false;
+  auto picky = [&](const Tensor& tt, const Tensor& y) {
+    TG_CHECK(!refuse, "picky f: refused");
+    return osc(tt, y);
+  };
+  a.max_steps = 100000;
+  ys = ode::odeint(picky, y1, t.narrow(0, 0, 3), a);
+  refuse = true;
+  const std::string m = tgtest::error_message([&] { (void)ag::grad({tg::sum(ys)}, {k}); });
+  EXPECT_NE(m.find("picky f: refused"), std::string::npos) << m;
+  EXPECT_NE(m.find("adjoint's backward solve"), std::string::npos) << m;
+}
+
 TEST(Ode, BadArgumentsAreRefusedNamingOdeint) {
   auto f = [](const Tensor&, const Tensor& y) { return -y; };
   Tensor y0 = tg::ones({2}, f64);

@@ -441,8 +441,8 @@ bool quadrature_rows_apply(const State& y, size_t read) {
 }
 
 // dst[j] = src[j], every dst disjoint from every src: the contiguous pairs
-// of one floating dtype in as few launches as the backend's copy_n takes,
-// the others one copy each.
+// of one dtype (Float32 or Float64) in as few launches as the backend's
+// copy_n takes, the others one copy each.
 void copy_pairs(const std::vector<Tensor>& dst, const std::vector<Tensor>& src) {
   if (dst.empty()) return;
   const auto copy_n = kernels::backend(dst[0].device(), "odeint").copy_n;
@@ -455,7 +455,7 @@ void copy_pairs(const std::vector<Tensor>& dst, const std::vector<Tensor>& src) 
   for (size_t j = 0; j < dst.size(); ++j) {
     if (copy_n && src[j].is_contiguous() && dst[j].is_contiguous() && src[j].sizes() == dst[j].sizes() &&
         src[j].dtype() == dst[0].dtype() && dst[j].dtype() == dst[0].dtype() && src[j].device() == dst[0].device() &&
-        dst[j].device() == dst[0].device() && is_floating_point(dst[j].dtype())) {
+        dst[j].device() == dst[0].device() && (dst[0].dtype() == kFloat32 || dst[0].dtype() == kFloat64)) {
       d.push_back(dst[j]);
       s.push_back(src[j]);
       if (d.size() == kernels::kMaxCopyN) flush();

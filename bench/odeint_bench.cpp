@@ -11,7 +11,9 @@
 //           (the backward's evaluations of f and its vector-Jacobian
 //           product replayed from a CUDA graph), and the forward solve once
 //           more with f = tg::cuda::graphed(mlp) (recorded once, replayed at
-//           every evaluation; no gradient: its outputs have no history)
+//           every evaluation; no gradient: its outputs have no history);
+//           the adjoint's backward error norm over the whole augmented
+//           state (the peers' default), then once more with the seminorm
 //   tsit5   as dopri5
 // bench/peers/odeint_peers.py runs torchdiffeq, JAX's odeint and diffrax on
 // the same problem.
@@ -144,6 +146,11 @@ int main(int argc, char** argv) {
       o.graphed_adjoint = true;
       row(name + " adjoint graphed_adjoint", o);
     }
+    // The parameters' gradients out of the backward's error norm (torchdiffeq's
+    // adjoint_options=dict(norm="seminorm")); the rows above use the full norm,
+    // as the peers' defaults do.
+    o.adjoint_seminorm = true;
+    row(name + (gpu ? " adjoint graphed_adjoint seminorm" : " adjoint seminorm"), o);
   }
   if (!profile.empty()) return 0;
   if (gpu) {  // forward solves with f recorded once by tg::cuda::graphed and replayed at every evaluation and call

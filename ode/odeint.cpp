@@ -267,9 +267,9 @@ double error_norm(const State& v, const State& a, const State& b, size_t normed,
     const bool reduced = v[i].dtype() == kFloat16 || v[i].dtype() == kBFloat16;
     narrow = narrow || v[i].dtype() != kFloat64;
     auto wide = [&](const Tensor& x) { return in_double ? x.to(kFloat64) : reduced ? x.to(kFloat32) : x; };
-    Tensor scale = tg::maximum(tg::abs(wide(a[i])), tg::abs(wide(b[i]))) * rtol + atol;
-    Tensor r = wide(v[i]) / scale;
-    const Tensor part = tg::sum(r * r);  // item() widens it on the host
+    Tensor scale = tg::maximum(wide(tg::abs(a[i])), wide(tg::abs(b[i]))) * rtol + atol;
+    Tensor r = wide(is_complex(v[i].dtype()) ? tg::abs(v[i]) : v[i]) / scale;  // (complex: the modulus)
+    const Tensor part = tg::sum(r * r);                                        // item() widens it on the host
     sum = sum.defined() ? sum + part : part;
     n += v[i].numel();
   }
@@ -292,7 +292,7 @@ double first_step(const Dynamics& f, const Tensor& t0, const State& y0, const St
     bool finite = true;
     for (const State* v : {&y0, &f0})
       for (size_t i = 0; i < normed && i < v->size(); ++i)
-        finite = finite && tg::sum((*v)[i] - (*v)[i]).item<double>() == 0;
+        finite = finite && tg::sum(tg::abs((*v)[i] - (*v)[i])).item<double>() == 0;
     TG_CHECK(!finite,
              "odeint: the error norm overflows at the start of an adaptive solve: y0 and f are finite, but "
              "divided by the tolerance's scale atol + rtol |y| (atol ",
@@ -317,7 +317,7 @@ double first_step(const Dynamics& f, const Tensor& t0, const State& y0, const St
   State y1(y0.begin(), y0.begin() + std::ptrdiff_t(std::min(read, y0.size())));
   for (size_t i = 0; i < y1.size(); ++i)
     y1[i] = y0[i] + f0[i] * (dir * h0);
-  State f1 = f(t0 + dir * h0, y1, false);
+  State f1 = f(t0 + dir * h0, y1, normed > read);
   st.evaluations += 1;
   State diff;
   for (size_t i = 0; i < normed && i < f1.size(); ++i)
@@ -493,6 +493,9 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
   st.evaluations += 1;
   // Outputs inside the span take dense output, which weighs every stage.
   const bool every_quad = n > 2;
+  // The quadratures in the error norm (the adjoint's full norm): every stage
+  // evaluates them.
+  const bool quads_normed = normed > read;
   const auto wopts = TensorOptions().dtype(y[0].dtype()).device(y[0].device());
   // Recorded solves take dense output as one product with the stacked stages
   // too: y + (h B(theta)) K with B(theta) = [theta^p] C, the interpolant's
@@ -524,7 +527,7 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
   for (size_t i = read; qrows && i < y.size(); ++i)
     qoffs.push_back(qoffs.back() + y[i].numel());
   for (size_t j = 0; qrows && j < tb.b.size(); ++j)
-    if (tb.b[j] != 0) {
+    if (tb.b[j] != 0 || normed > read) {  // (normed: the error estimate weighs them all)
       qrow[j] = int64_t(qstages.size());
       qstages.push_back(j);
     }
@@ -557,14 +560,17 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
     // The quadratures the 5th-order solution weighs, and the last stage's
     // when it becomes the next step's first (FSAL).
     const bool last_step = hs == remaining;
-    auto quad = [&](size_t s) { return every_quad || (s + 1 == tb.c.size() ? !last_step : tb.b[s] != 0); };
+    auto quad = [&](size_t s) {
+      return every_quad || quads_normed || (s + 1 == tb.c.size() ? !last_step : tb.b[s] != 0);
+    };
     State y5;  // the last stage's input: the 5th-order solution (FSAL)
     const Step step{hv, dir * hs, true};
     Tensor W;  // rows: the step's weights and stage times
     auto times = [&](size_t s) { return rows ? at(W, int64_t(28 + s)) : s == 0 ? ttn : at(stage_t, int64_t(s)); };
     std::vector<State> k;
-    Tensor Ks, y5flat, errflat, yq5flat;  // rows: the stages [7, total], y5, the error estimate, the quadratures' y5
-    State err;                            // h * sum_j e_j k_j: the 5th-order minus the 4th-order solution
+    Tensor Ks, y5flat, errflat, yq5flat, errqflat;  // rows: the stages [7, total], y5, the error estimate; the
+                                                    // quadratures' y5 and error estimate
+    State err;                                      // h * sum_j e_j k_j: the 5th-order minus the 4th-order solution
     if (rows) {
       // The step's weights: stage s's row h a_s (s entries) at s(s-1)/2,
       // then the error's h e (7), then the stage times tn + c_s h (7; the
@@ -579,6 +585,8 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
         w.push_back(tb.c[j] == 1 && last_step ? tend : tn + tb.c[j] * dir * hs);
       for (size_t j : qstages)  // at 35: the quadratures' h b_j
         w.push_back(dir * hs * tb.b[j]);
+      for (size_t j = 0; quads_normed && j < qstages.size(); ++j)  // then their h e_j
+        w.push_back(dir * hs * ew[qstages[j]]);
       W = tg::tensor(w, {int64_t(w.size())}, wopts);
       if (qrows && !yqflat.defined()) {
         std::vector<Tensor> parts;
@@ -624,6 +632,7 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
       if (qrows) {  // the quadratures' 5th-order solution: yq + (h b) Q
         const int64_t nq = int64_t(qstages.size());
         yq5flat = tg::linear(W.narrow(0, 35, nq).view({1, nq}), Q.t(), yqflat).view({-1});
+        if (quads_normed) errqflat = tg::matmul(W.narrow(0, 35 + nq, nq).view({1, nq}), Q).view({-1});
         for (size_t i = read; i < y.size(); ++i)
           y5.push_back(yq5flat.narrow(0, qoffs[i - read], qoffs[i - read + 1] - qoffs[i - read]).view(y[i].sizes()));
       }
@@ -633,19 +642,35 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
     st.evaluations += int64_t(tb.c.size()) - 1;
     for (size_t i = y5.size(); i < y.size(); ++i)  // the quadratures' 5th-order solution
       y5.push_back(weighted_one(y[i], k, i, step, tb.b));
-    if (!rows) {
+    if (!rows || (quads_normed && !qrows)) {
       NoGradGuard ng;
       std::vector<double> hew(7);
       for (size_t j = 0; j < 7; ++j)
         hew[j] = ew[j] * dir * hs;
-      for (size_t i = 0; i < y.size() && i < normed; ++i)
+      for (size_t i = rows ? read : 0; i < y.size() && i < normed; ++i)  // (rows: the quadratures only)
         err.push_back(stage_sum(k, i, hew));
     }
-    // Rows: the leading normed components are one slice of the flat vectors.
-    const int64_t nn = rows ? offs[std::min(normed, read)] : 0;
-    const double en = rows ? error_norm({errflat.narrow(0, 0, nn)}, {yflat.narrow(0, 0, nn)}, {y5flat.narrow(0, 0, nn)},
-                                        1, o.rtol, o.atol)
-                           : error_norm(err, y, y5, normed, o.rtol, o.atol);
+    double en = 0;
+    if (rows) {
+      // The leading normed components are one slice of the flat vectors;
+      // normed quadratures follow, as one flat vector of their own (qrows)
+      // or elementwise.
+      const int64_t nn = offs[std::min(normed, read)];
+      State ev{errflat.narrow(0, 0, nn)}, ya{yflat.narrow(0, 0, nn)}, yb{y5flat.narrow(0, 0, nn)};
+      if (quads_normed && qrows) {
+        ev.push_back(errqflat);
+        ya.push_back(yqflat);
+        yb.push_back(yq5flat);
+      }
+      for (size_t i = read; quads_normed && !qrows && i < y.size() && i < normed; ++i) {
+        ev.push_back(err[i - read]);
+        ya.push_back(y[i]);
+        yb.push_back(y5[i]);
+      }
+      en = error_norm(ev, ya, yb, ev.size(), o.rtol, o.atol);
+    } else {
+      en = error_norm(err, y, y5, normed, o.rtol, o.atol);
+    }
     TG_CHECK(std::isfinite(en), "odeint: the error estimate is not finite at t = ", tn, " (step ", hs,
              "): f returned NaN or infinity there (in the adjoint's backward solve: or the incoming gradient is not "
              "finite)");
@@ -1032,6 +1057,9 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
     // forward solve's: it need not suit the augmented system, nor t's end).
     OdeOptions back = p->options;
     back.first_step = 0;
+    // The error norm over [y, a] and, unless the seminorm is asked for, the
+    // parameters' gradients too.
+    const size_t normed = p->options.adjoint_seminorm ? 2 : s.size();
     for (int64_t i = n - 1; i >= 1; --i) {
       if (gt.defined()) {  // dL/dt_i = <dL/dy_i, f(t_i, y_i)>
         Tensor fi = call_checked(p->f, at(t, i).detach(), ys.select(0, i));
@@ -1044,7 +1072,7 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
       // Its errors say they are the backward's.
       try {
         OdeStats st;
-        s = solve(aug, s, span, {p->host_t[size_t(i)], p->host_t[size_t(i - 1)]}, 2, 2, back, st, &carry).last();
+        s = solve(aug, s, span, {p->host_t[size_t(i)], p->host_t[size_t(i - 1)]}, 2, normed, back, st, &carry).last();
       } catch (const Error& e) {
         TG_ERROR(e.what(), " [in the adjoint's backward solve of the augmented system over [", p->host_t[size_t(i)],
                  ", ", p->host_t[size_t(i - 1)], "]]");

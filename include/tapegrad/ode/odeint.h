@@ -90,6 +90,14 @@ struct OdeOptions {
   /// eagerly for the rest of that backward. Ignored on the CPU, and under a
   /// capture of the backward itself.
   bool graphed_adjoint = false;
+  /// Gradient::Adjoint with an adaptive method: false (the default, as
+  /// torchdiffeq's and JAX's odeint) controls the backward solve's steps by
+  /// the error over the whole augmented state [y, dL/dy, dL/dparams]; true
+  /// leaves the parameters' gradients out of the error norm (the seminorm of
+  /// Kidger, Chen and Lyons, ICML 2021; torchdiffeq's
+  /// adjoint_options=dict(norm="seminorm")): fewer steps, with the
+  /// parameters' gradients accurate to the steps y and dL/dy need.
+  bool adjoint_seminorm = false;
 };
 
 /// What one solve did: the forward solve (the adjoint's backward solves are

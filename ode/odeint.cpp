@@ -468,10 +468,10 @@ void copy_pairs(const std::vector<Tensor>& dst, const std::vector<Tensor>& src) 
 
 // The solution at every time of t by adaptive steps, dense output between
 // accepted steps. `normed`: how many leading components the error norm
-// covers (the adjoint's parameter gradients are left out, as torchdiffeq's
-// seminorm); `read`: how many f reads (the rest are quadratures). `carry`, when given: a first step to start from (> 0)
-// instead of choosing one, and on return the step the controller proposes next (the adjoint's backward solves, one per
-// interval, continue with it).
+// covers (the adjoint's: all, or without the parameters' gradients under
+// OdeOptions::adjoint_seminorm); `read`: how many f reads (the rest are quadratures). `carry`, when given: a first step
+// to start from (> 0) instead of choosing one, and on return the step the controller proposes next (the adjoint's
+// backward solves, one per interval, continue with it).
 Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, const std::vector<double>& host_t,
                           size_t read, size_t normed, const OdeOptions& o, OdeStats& st, double* carry) {
   const Tableau& tb = tableau(o.method);
@@ -897,8 +897,9 @@ void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht
 // vector-Jacobian product with the same shapes at every stage: captured once
 // per kind (with the parameters' quadratures and without), an evaluation is
 // then the copies into the capture's inputs (t, y, a; one launch), one
-// replay and one copy of what it wrote (joined into one buffer inside the graph where the
-// components share a dtype), since the solver keeps each stage. Where a
+// replay and one copy of what it wrote (joined into one buffer inside the
+// graph where the components share a dtype), since the solver keeps each
+// stage. Where a
 // capture fails (f reads the device from the host, or throws), the solve
 // evaluates eagerly from then on, and an error of f's is the eager call's.
 class GraphedAugmented {

@@ -248,32 +248,45 @@ Trajectory solve_fixed(const Dynamics& f, const State& y0, const Tensor& t, size
 }
 
 // ---- adaptive steps: Dormand-Prince 5(4), Tsitouras 5(4) ----
-// The RMS over the first `normed` components of v / (atol + rtol * max(|a|, |b|)).
-// Computed in the state's dtype (16-bit ones in float32); where that
-// overflows (the squares of finite ratios past float32's range), once more in
-// float64, so that only a norm no dtype holds is reported.
+// The largest over the first `normed` components of the RMS of
+// v / (atol + rtol * max(|a|, |b|)) (as torchdiffeq's norm of a tuple: the
+// adjoint's y, dL/dy and each parameter's gradient are measured apart, so
+// that many small components do not dilute one's error). Computed in each
+// component's dtype (16-bit ones in float32; complex ones by the modulus);
+// where that overflows (the squares of finite ratios past float32's range),
+// once more in float64, so that only a norm no dtype holds is reported.
 double error_norm(const State& v, const State& a, const State& b, size_t normed, double rtol, double atol,
                   bool in_double = false) {
   NoGradGuard ng;
-  Tensor sum;  // on the device: one host read for every component
-  int64_t n = 0;
+  std::vector<Tensor> sums;  // on the device: one host read for every component
+  std::vector<int64_t> counts;
   bool narrow = false;
   for (size_t i = 0; i < normed && i < v.size(); ++i) {
-    if (!v[i].defined()) {  // every weight underflowed (a step of a few denormals): no error
-      n += a[i].numel();
-      continue;
-    }
+    // (Undefined: every weight underflowed, a step of a few denormals: no error.)
+    if (!v[i].defined() || v[i].numel() == 0) continue;
     // Half-precision states: the norm in float32 (atol and rtol underflow in 16 bits).
     const bool reduced = v[i].dtype() == kFloat16 || v[i].dtype() == kBFloat16;
-    narrow = narrow || v[i].dtype() != kFloat64;
+    narrow = narrow || (v[i].dtype() != kFloat64 && v[i].dtype() != kComplex128);
     auto wide = [&](const Tensor& x) { return in_double ? x.to(kFloat64) : reduced ? x.to(kFloat32) : x; };
     Tensor scale = tg::maximum(wide(tg::abs(a[i])), wide(tg::abs(b[i]))) * rtol + atol;
-    Tensor r = wide(is_complex(v[i].dtype()) ? tg::abs(v[i]) : v[i]) / scale;  // (complex: the modulus)
-    const Tensor part = tg::sum(r * r);                                        // item() widens it on the host
-    sum = sum.defined() ? sum + part : part;
-    n += v[i].numel();
+    Tensor r = wide(is_complex(v[i].dtype()) ? tg::abs(v[i]) : v[i]) / scale;
+    sums.push_back(tg::sum(r * r));  // item() widens it on the host
+    counts.push_back(v[i].numel());
   }
-  const double norm = n && sum.defined() ? std::sqrt(sum.item<double>() / double(n)) : 0.0;
+  double norm = 0;
+  if (sums.size() == 1) {
+    norm = std::sqrt(sums[0].item<double>() / double(counts[0]));
+  } else if (!sums.empty()) {
+    std::vector<Tensor> wide;
+    for (const Tensor& x : sums)
+      wide.push_back(x.to(kFloat64));
+    const Tensor host = tg::stack(wide, 0).to(Device(kCPU)).contiguous();
+    const double* p = host.data_ptr<double>();
+    for (size_t k = 0; k < sums.size(); ++k) {
+      const double m = std::sqrt(p[k] / double(counts[k]));
+      norm = std::isnan(m) || std::isnan(norm) ? NAN : std::max(norm, m);
+    }
+  }
   return std::isfinite(norm) || in_double || !narrow ? norm : error_norm(v, a, b, normed, rtol, atol, true);
 }
 
@@ -300,7 +313,7 @@ double first_step(const Dynamics& f, const Tensor& t0, const State& y0, const St
              "); raise atol (and rtol) to what the dtype can resolve");
     TG_ERROR(
         "odeint: the state or f at the start of an adaptive solve is not finite (f returned NaN or infinity; in "
-        "the adjoint's backward solve, the incoming gradient or f along the way)");
+        "the adjoint's backward solve, the incoming gradient, f along the way, or a parameter's gradient)");
   }
   // rtol 0 with a 16-bit state: atol alone must not be below what the dtype
   // resolves at y0's scale (d0 = rms(y0) / atol), as rtol must not be.
@@ -652,15 +665,20 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
     }
     double en = 0;
     if (rows) {
-      // The leading normed components are one slice of the flat vectors;
-      // normed quadratures follow, as one flat vector of their own (qrows)
-      // or elementwise.
-      const int64_t nn = offs[std::min(normed, read)];
-      State ev{errflat.narrow(0, 0, nn)}, ya{yflat.narrow(0, 0, nn)}, yb{y5flat.narrow(0, 0, nn)};
-      if (quads_normed && qrows) {
-        ev.push_back(errqflat);
-        ya.push_back(yqflat);
-        yb.push_back(yq5flat);
+      // The normed components as slices of the flat vectors (the
+      // quadratures' of their own: qrows), or elementwise.
+      State ev, ya, yb;
+      for (size_t i = 0; i < std::min(normed, read); ++i) {
+        const int64_t at0 = offs[i], len = offs[i + 1] - offs[i];
+        ev.push_back(errflat.narrow(0, at0, len));
+        ya.push_back(yflat.narrow(0, at0, len));
+        yb.push_back(y5flat.narrow(0, at0, len));
+      }
+      for (size_t i = read; quads_normed && qrows && i < y.size() && i < normed; ++i) {
+        const int64_t at0 = qoffs[i - read], len = qoffs[i - read + 1] - qoffs[i - read];
+        ev.push_back(errqflat.narrow(0, at0, len));
+        ya.push_back(yqflat.narrow(0, at0, len));
+        yb.push_back(yq5flat.narrow(0, at0, len));
       }
       for (size_t i = read; quads_normed && !qrows && i < y.size() && i < normed; ++i) {
         ev.push_back(err[i - read]);
@@ -672,8 +690,8 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
       en = error_norm(err, y, y5, normed, o.rtol, o.atol);
     }
     TG_CHECK(std::isfinite(en), "odeint: the error estimate is not finite at t = ", tn, " (step ", hs,
-             "): f returned NaN or infinity there (in the adjoint's backward solve: or the incoming gradient is not "
-             "finite)");
+             "): f returned NaN or infinity there (in the adjoint's backward solve: or the incoming gradient, or a "
+             "parameter's gradient, is not finite; OdeOptions::adjoint_seminorm leaves the parameters' out)");
     if (en <= 1) {
       const double tnew = hs == remaining ? tend : tn + dir * hs;
       // The outputs this step reaches: [next, inside) strictly inside it
@@ -770,33 +788,41 @@ std::vector<double> host_times(const Tensor& t) {
   return v;
 }
 
-// The storage offsets of a strided view's elements, sorted (nullopt past
-// 2^22 elements).
+// The byte offsets in the storage of a strided view's elements, sorted
+// (nullopt past 2^22 elements).
 std::optional<std::vector<int64_t>> element_offsets(const Tensor& p) {
   if (p.numel() > (int64_t(1) << 22)) return std::nullopt;
-  std::vector<int64_t> out{p.storage_offset()};
+  const int64_t es = int64_t(element_size(p.dtype()));
+  std::vector<int64_t> out{p.storage_offset() * es};
   for (size_t d = 0; d < p.sizes().size(); ++d) {
     std::vector<int64_t> next;
     next.reserve(out.size() * size_t(p.sizes()[d]));
     for (int64_t base : out)
       for (int64_t k = 0; k < p.sizes()[d]; ++k)
-        next.push_back(base + k * p.strides()[d]);
+        next.push_back(base + k * p.strides()[d] * es);
     out.swap(next);
   }
   std::sort(out.begin(), out.end());
   return out;
 }
 
-// Whether two views of one storage whose extents overlap hold a common
-// element (interleaved views, such as a matrix's columns, do not); views too
-// large to enumerate count as sharing.
+// Whether two views of one storage whose extents overlap share a byte
+// (interleaved views, such as a matrix's columns, do not; views of other
+// dtypes, such as a complex view of real memory, are compared in bytes);
+// views too large to enumerate count as sharing.
 bool share_elements(const Tensor& a, const Tensor& b) {
   const auto ea = element_offsets(a), eb = element_offsets(b);
   if (!ea || !eb) return true;
+  const int64_t sa = int64_t(element_size(a.dtype())), sb = int64_t(element_size(b.dtype()));
   size_t i = 0, j = 0;
   while (i < ea->size() && j < eb->size()) {
-    if ((*ea)[i] == (*eb)[j]) return true;
-    (*ea)[i] < (*eb)[j] ? ++i : ++j;
+    if ((*ea)[i] + sa <= (*eb)[j]) {
+      ++i;
+    } else if ((*eb)[j] + sb <= (*ea)[i]) {
+      ++j;
+    } else {
+      return true;
+    }
   }
   return false;
 }
@@ -869,11 +895,12 @@ void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht
   // The adjoint sums each listed tensor's gradient: two that need one over
   // the same memory (a repeat, or overlapping views) would count it twice.
   // Backprop ignores the list.
-  auto extent = [](const Tensor& p) {  // [lo, hi] in the storage's elements
+  auto extent = [](const Tensor& p) {  // [lo, hi) in the storage's bytes
+    const int64_t es = int64_t(element_size(p.dtype()));
     int64_t lo = p.storage_offset(), hi = lo;
     for (size_t d = 0; d < p.sizes().size(); ++d)
       (p.strides()[d] < 0 ? lo : hi) += p.strides()[d] * (p.sizes()[d] - 1);
-    return std::pair<int64_t, int64_t>{lo, hi};
+    return std::pair<int64_t, int64_t>{lo * es, (hi + 1) * es};
   };
   for (size_t i = 0; i < o.params.size(); ++i) {
     TG_CHECK(o.params[i].defined(), "odeint: params[", i, "] is undefined");
@@ -883,7 +910,7 @@ void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht
       const Tensor& b = o.params[j];
       if (!b.requires_grad() || b.is_sparse() || b.numel() == 0) continue;
       const bool shared = a.is_same(b) || (a.impl()->storage() && a.impl()->storage() == b.impl()->storage() &&
-                                           extent(a).first <= extent(b).second && extent(b).first <= extent(a).second &&
+                                           extent(a).first < extent(b).second && extent(b).first < extent(a).second &&
                                            share_elements(a, b));
       TG_CHECK(!shared, "odeint: params[", j, "] and params[", i,
                "] are the same tensor or overlapping views of one storage; the adjoint would count their gradient "
@@ -1021,6 +1048,18 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
     std::vector<size_t> live;
     for (size_t k = 0; k < params.size(); ++k)
       if (params[k].requires_grad() && is_differentiable(params[k].dtype())) live.push_back(k);
+    // The parameters whose gradients the backward's error norm measures
+    // first: those of a dtype at least as precise as the state's. A
+    // narrower one (float32 beside a float64 state) is left out, as under
+    // the seminorm: its rounding, held to the state's tolerance, would take
+    // the steps to that rounding's scale.
+    auto digits = [](ScalarType d) {
+      return d == kFloat64 || d == kComplex128 ? 3 : d == kFloat32 || d == kComplex64 ? 2 : 1;
+    };
+    std::stable_partition(live.begin(), live.end(),
+                          [&](size_t k) { return digits(params[k].dtype()) >= digits(ys.dtype()); });
+    const size_t normable = size_t(std::count_if(
+        live.begin(), live.end(), [&](size_t k) { return digits(params[k].dtype()) >= digits(ys.dtype()); }));
     const int64_t n = t.size(0);
     // The augmented dynamics of [y, a, dL/dparams...]: y' = f, a' = -a df/dy,
     // g_k' = -a df/dparam_k (quadratures: f reads y and a only). One
@@ -1058,9 +1097,9 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
     // forward solve's: it need not suit the augmented system, nor t's end).
     OdeOptions back = p->options;
     back.first_step = 0;
-    // The error norm over [y, a] and, unless the seminorm is asked for, the
-    // parameters' gradients too.
-    const size_t normed = p->options.adjoint_seminorm ? 2 : s.size();
+    // The error norm over y, a and, unless the seminorm is asked for, the
+    // parameters' gradients (those as precise as the state).
+    const size_t normed = p->options.adjoint_seminorm ? 2 : 2 + normable;
     for (int64_t i = n - 1; i >= 1; --i) {
       if (gt.defined()) {  // dL/dt_i = <dL/dy_i, f(t_i, y_i)>
         Tensor fi = call_checked(p->f, at(t, i).detach(), ys.select(0, i));

@@ -771,6 +771,64 @@ TEST(Ode, AdjointSeminormIsOptInAndTakesFewerSteps) {
   }
 }
 
+// The full norm takes each part's RMS and the largest (as torchdiffeq's):
+// a big parameter f barely reads does not dilute y's and dL/dy's error, so
+// it never takes fewer steps than the seminorm. Parameters narrower than
+// the state (float32, complex64 beside float64) stay out of it. Views of
+// one buffer in other dtypes are compared in bytes.
+TEST(Ode, AdjointNormPartsNarrowParamsAndViewsInOtherDtypes) {
+  const Tensor k = tg::tensor({1.3}).to(tg::kFloat64).requires_grad_();
+  const Tensor big = tg::full({1000}, 0.5, f64).requires_grad_();
+  const Tensor narrow = tg::tensor({0.7}).to(tg::kFloat32).requires_grad_();
+  int64_t calls = 0;
+  auto f = [&](const Tensor&, const Tensor& y) {
+    ++calls;
+    const Tensor extra = tg::sum(big) * 1e-9 + narrow.select(0, 0).to(tg::kFloat64) * y.select(0, 0) * 1e-3;
+    return tg::stack({y.select(0, 1), -(k.select(0, 0) * tg::sin(y.select(0, 0))) + extra}, 0);
+  };
+  const Tensor y0 = tg::tensor({1.0, 0.5}).to(tg::kFloat64);
+  ode::OdeOptions o;
+  o.rtol = 1e-9;
+  o.atol = 1e-11;
+  o.params = {k, big, narrow};
+  Tensor ys = ode::odeint(f, y0, times({0.0, 10.0}), o);
+  const std::vector<Tensor> want = ag::grad({tg::sum(ys * ys)}, {k, narrow});
+  o.gradient = ode::Gradient::Adjoint;
+  std::vector<int64_t> counted;
+  for (bool semi : {false, true}) {
+    o.adjoint_seminorm = semi;
+    ys = ode::odeint(f, y0, times({0.0, 10.0}), o);
+    calls = 0;
+    const std::vector<Tensor> got = ag::grad({tg::sum(ys * ys)}, {k, narrow});
+    counted.push_back(calls);
+    EXPECT_LT(max_abs(got[0] - want[0]), 1e-6 * max_abs(want[0])) << "seminorm " << semi;
+    EXPECT_LT(max_abs(got[1].to(tg::kFloat64) - want[1].to(tg::kFloat64)), 1e-4 * max_abs(want[1].to(tg::kFloat64)))
+        << "seminorm " << semi;
+  }
+  EXPECT_GE(counted[0], counted[1]) << "the full norm took fewer steps than the seminorm";
+  EXPECT_LT(counted[0], 4 * counted[1]) << "the float32 parameter's rounding drove the steps";
+  // A complex view of real memory: compared in bytes with a real view.
+  const Tensor base = tg::tensor({0.3, -0.2, 0.5, 0.1}).to(tg::kFloat64).requires_grad_();
+  auto g = [&](const Tensor& r, const Tensor& c) {
+    return [r, c](const Tensor&, const Tensor& y) {
+      const Tensor cr = tg::view_as_real(c).reshape({2});
+      return -(y * r.select(0, 0)) + tg::sin(y) * r.select(0, 1) + y * cr.select(0, 0) - cr.select(0, 1);
+    };
+  };
+  const Tensor c = tg::view_as_complex(base.view({2, 2})).narrow(0, 1, 1);  // the bytes of base[2:4]
+  ode::OdeOptions a;
+  a.gradient = ode::Gradient::Adjoint;
+  a.params = {base.narrow(0, 2, 2), c};  // the same bytes
+  const std::string m = tgtest::error_message([&] { ode::odeint(g(a.params[0], c), y0, times({0.0, 1.0}), a); });
+  EXPECT_NE(m.find("overlapping"), std::string::npos) << m;
+  const Tensor r = base.narrow(0, 0, 2);  // disjoint bytes: accepted, as backprop's
+  a.params = {r, c};
+  const Tensor got = ag::grad({tg::sum(ode::odeint(g(r, c), y0, times({0.0, 1.0}), a))}, {base})[0];
+  a.gradient = ode::Gradient::Backprop;
+  const Tensor ref = ag::grad({tg::sum(ode::odeint(g(r, c), y0, times({0.0, 1.0}), a))}, {base})[0];
+  EXPECT_LT(max_abs(got - ref), 1e-5) << got << " against " << ref;
+}
+
 TEST(Ode, BadArgumentsAreRefusedNamingOdeint) {
   auto f = [](const Tensor&, const Tensor& y) { return -y; };
   Tensor y0 = tg::ones({2}, f64);

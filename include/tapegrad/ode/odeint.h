@@ -91,12 +91,14 @@ struct OdeOptions {
   /// capture of the backward itself.
   bool graphed_adjoint = false;
   /// Gradient::Adjoint with an adaptive method: false (the default, as
-  /// torchdiffeq's and JAX's odeint) controls the backward solve's steps by
-  /// the error over the whole augmented state [y, dL/dy, dL/dparams]; true
-  /// leaves the parameters' gradients out of the error norm (the seminorm of
-  /// Kidger, Chen and Lyons, ICML 2021; torchdiffeq's
-  /// adjoint_options=dict(norm="seminorm")): fewer steps, with the
-  /// parameters' gradients accurate to the steps y and dL/dy need.
+  /// torchdiffeq's) controls the backward solve's steps by the largest of
+  /// the errors (RMS) of y, dL/dy and each parameter's gradient (those of a
+  /// dtype at least as precise as the state's: a float32 parameter's
+  /// rounding beside a float64 state would set the steps); true leaves the
+  /// parameters' gradients out (the seminorm of Kidger, Chen and Lyons, ICML
+  /// 2021; torchdiffeq's adjoint_options=dict(norm="seminorm")): usually
+  /// fewer steps, with the parameters' gradients accurate to the steps y and
+  /// dL/dy need. (JAX's odeint takes one RMS over the whole state instead.)
   bool adjoint_seminorm = false;
 };
 

@@ -45,8 +45,9 @@ bool summand_may_wait(const Tensor& grad, const Tensor& incoming) {
 }
 
 // The operands of sum_i l_i^T r_i as one product L^T R: each l_i (r_i)
-// into its rows of L (R), the contiguous ones in one copy_n launch, the
-// rest one copy each; a single product is its own operands.
+// into its rows of L (R), the contiguous ones in one copy_n launch (at most
+// kMaxCopyN / 2 products are held), the rest one copy each; a single
+// product is its own operands.
 std::pair<Tensor, Tensor> concatenated(const std::vector<std::pair<Tensor, Tensor>>& products) {
   TG_INTERNAL_ASSERT(!products.empty(), "no products to sum");
   const Tensor& l0 = products[0].first;
@@ -61,23 +62,15 @@ std::pair<Tensor, Tensor> concatenated(const std::vector<std::pair<Tensor, Tenso
   }
   Tensor L = empty({k, l0.size(1)}, l0.options());
   Tensor R = empty({k, r0.size(1)}, l0.options());
-  const auto copy_n = kernels::backend(l0.device(), "backward").copy_n;
   std::vector<Tensor> dst, src;
   int64_t at = 0;
   for (const auto& [l, r] : products) {
     const int64_t rows = l.size(0);
-    for (auto [to, from] : {std::pair<Tensor, const Tensor*>{L.narrow(0, at, rows), &l},
-                            std::pair<Tensor, const Tensor*>{R.narrow(0, at, rows), &r}}) {
-      if (copy_n && from->is_contiguous()) {
-        dst.push_back(std::move(to));
-        src.push_back(*from);
-      } else {
-        raw::copy_(to, *from);
-      }
-    }
+    dst.insert(dst.end(), {L.narrow(0, at, rows), R.narrow(0, at, rows)});
+    src.insert(src.end(), {l, r});
     at += rows;
   }
-  if (!dst.empty()) copy_n(dst, src);
+  kernels::copy_pairs(dst, src, "backward");
   g_merged.fetch_add(1);
   return {L, R};
 }

@@ -16,6 +16,7 @@
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/pool.h"
 #include "graphs/fusion.h"
+#include "tensor/env.h"
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/tensor/ops.h>
 #include <tapegrad/tensor/random.h>
@@ -32,12 +33,8 @@ bool relax_allowed() { return tg::detail::switched_on<tg::detail::OffSwitch::kGr
 // TG_CUDA_GRAPH_REUSE_DELAY_MB (MiB), else CUDAGraph::kDefaultReuseDelay.
 size_t default_reuse_delay() {
   static const size_t bytes = [] {
-    const char* e = std::getenv("TG_CUDA_GRAPH_REUSE_DELAY_MB");
-    if (!e || !*e) return CUDAGraph::kDefaultReuseDelay;
-    char* end = nullptr;
-    const double mb = std::strtod(e, &end);
-    if (*end || !(mb >= 0)) return CUDAGraph::kDefaultReuseDelay;
-    return size_t(mb * double(1 << 20));
+    const double mb = tg::detail::env_number("TG_CUDA_GRAPH_REUSE_DELAY_MB", -1);
+    return mb < 0 ? CUDAGraph::kDefaultReuseDelay : size_t(std::min(mb, 0x1p40) * double(1 << 20));
   }();
   return bytes;
 }

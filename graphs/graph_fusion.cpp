@@ -81,9 +81,10 @@ size_t fuse(void* graph_handle, const std::vector<Recorded>& launches,
     HeadProgram hp;
     Program& prog = hp.program;
     prog.n = first.n;
-    prog.nsteps = int(members.size()) - (headed ? 1 : 0);
-    for (size_t s = headed ? 1 : 0; s < members.size(); ++s)
-      prog.steps[s - (headed ? 1 : 0)] = launch_of[members[s]]->step;
+    const size_t first_step = headed ? 1 : 0;  // a head is its group's kernel, not a step
+    prog.nsteps = int(members.size() - first_step);
+    for (size_t s = first_step; s < members.size(); ++s)
+      prog.steps[s - first_step] = launch_of[members[s]]->step;
     cudaKernelNodeParams kp{};
     void* args[1] = {&prog};
     if (headed) {

@@ -453,32 +453,6 @@ bool quadrature_rows_apply(const State& y, size_t read) {
   return true;
 }
 
-// dst[j] = src[j], every dst disjoint from every src: the contiguous pairs
-// of one dtype (Float32 or Float64) in as few launches as the backend's
-// copy_n takes, the others one copy each.
-void copy_pairs(const std::vector<Tensor>& dst, const std::vector<Tensor>& src) {
-  if (dst.empty()) return;
-  const auto copy_n = kernels::backend(dst[0].device(), "odeint").copy_n;
-  std::vector<Tensor> d, s;
-  auto flush = [&] {
-    if (!d.empty()) copy_n(d, s);
-    d.clear();
-    s.clear();
-  };
-  for (size_t j = 0; j < dst.size(); ++j) {
-    if (copy_n && src[j].is_contiguous() && dst[j].is_contiguous() && src[j].sizes() == dst[j].sizes() &&
-        src[j].dtype() == dst[0].dtype() && dst[j].dtype() == dst[0].dtype() && src[j].device() == dst[0].device() &&
-        dst[j].device() == dst[0].device() && (dst[0].dtype() == kFloat32 || dst[0].dtype() == kFloat64)) {
-      d.push_back(dst[j]);
-      s.push_back(src[j]);
-      if (d.size() == kernels::kMaxCopyN) flush();
-    } else {
-      dst[j].copy_(src[j]);
-    }
-  }
-  flush();
-}
-
 // The solution at every time of t by adaptive steps, dense output between
 // accepted steps. `normed`: how many leading components the error norm
 // covers (the adjoint's: all, or without the parameters' gradients under
@@ -627,7 +601,7 @@ Trajectory solve_adaptive(const Dynamics& f, const State& y0, const Tensor& t, c
             dst.push_back(Q.select(0, qrow[r]).narrow(0, qoffs[i - read], qoffs[i - read + 1] - qoffs[i - read]));
             src.push_back(flat(d[i]));
           }
-        copy_pairs(dst, src);
+        kernels::copy_pairs(dst, src, "odeint");
       };
       put(0, k1);
       k.push_back(k1);
@@ -984,7 +958,8 @@ class GraphedAugmented {
 
   State replay(Captured& c, const Tensor& t, const State& s) {
     cuda::DeviceGuard dg(s[0].device().index());
-    copy_pairs({c.t, c.y, c.a}, {t.detach(), s[0], s[1]});  // one launch where the backend has copy_n
+    kernels::copy_pairs({c.t, c.y, c.a}, {t.detach(), s[0], s[1]},
+                        "odeint");  // one launch where the backend has copy_n
     c.graph.replay();
     State d(c.outs.size());
     const Tensor joined = c.joined.defined() ? c.joined.clone() : Tensor();
@@ -1056,10 +1031,10 @@ struct OdeAdjoint : autograd::Function<OdeAdjoint> {
     auto digits = [](ScalarType d) {
       return d == kFloat64 || d == kComplex128 ? 3 : d == kFloat32 || d == kComplex64 ? 2 : 1;
     };
-    std::stable_partition(live.begin(), live.end(),
-                          [&](size_t k) { return digits(params[k].dtype()) >= digits(ys.dtype()); });
-    const size_t normable = size_t(std::count_if(
-        live.begin(), live.end(), [&](size_t k) { return digits(params[k].dtype()) >= digits(ys.dtype()); }));
+    const size_t normable =
+        size_t(std::stable_partition(live.begin(), live.end(),
+                                     [&](size_t k) { return digits(params[k].dtype()) >= digits(ys.dtype()); }) -
+               live.begin());
     const int64_t n = t.size(0);
     // The augmented dynamics of [y, a, dL/dparams...]: y' = f, a' = -a df/dy,
     // g_k' = -a df/dparam_k (quadratures: f reads y and a only). One

@@ -40,5 +40,31 @@ const Backend& backend(Device d, const char* op) {
   return *b;
 }
 
+void copy_pairs(const std::vector<Tensor>& dst, const std::vector<Tensor>& src, const char* op) {
+  TG_INTERNAL_ASSERT(dst.size() == src.size(), "copy_pairs: ", dst.size(), " destinations for ", src.size(),
+                     " sources");
+  if (dst.empty()) return;
+  const ScalarType t = dst[0].dtype();
+  const Device dev = dst[0].device();
+  const auto copy_n = t == kFloat32 || t == kFloat64 ? backend(dev, op).copy_n : nullptr;
+  std::vector<Tensor> d, s;
+  auto flush = [&] {
+    if (!d.empty()) copy_n(d, s);
+    d.clear();
+    s.clear();
+  };
+  for (size_t j = 0; j < dst.size(); ++j) {
+    if (copy_n && src[j].is_contiguous() && dst[j].is_contiguous() && src[j].sizes() == dst[j].sizes() &&
+        src[j].dtype() == t && dst[j].dtype() == t && src[j].device() == dev && dst[j].device() == dev) {
+      d.push_back(dst[j]);
+      s.push_back(src[j]);
+      if (d.size() == kMaxCopyN) flush();
+    } else {
+      raw::copy_(dst[j], src[j]);
+    }
+  }
+  flush();
+}
+
 }  // namespace kernels
 }  // namespace tg

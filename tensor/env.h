@@ -5,6 +5,7 @@
 // "Off switches" says what each one measures).
 #pragma once
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -76,6 +77,20 @@ enum class OffSwitch {
 inline bool env_allows(const char* name) {
   const char* env = std::getenv(name);
   return !(env && std::strcmp(env, "0") == 0);
+}
+
+// The number in environment variable `name` (a non-negative decimal, "1e9"
+// too), or `fallback` when it is unset, empty, signed, not a number, has
+// trailing characters or is not finite. The tuning knobs (TG_CPU_GRAIN,
+// TG_CPU_GEMM_BLOCK_FLOPS, TG_CUDA_FUSION_MAX_ELEMENTS,
+// TG_SMALL_GEMM_MAX_MACS, TG_CUDA_GRAPH_REUSE_DELAY_MB) read theirs with it,
+// once each, and clamp it to their own range.
+inline double env_number(const char* name, double fallback) {
+  const char* e = std::getenv(name);
+  if (!e || *e < '0' || *e > '9') return fallback;
+  char* end = nullptr;
+  const double v = std::strtod(e, &end);
+  return *end || !std::isfinite(v) ? fallback : v;
 }
 
 // The switches' variables, by OffSwitch.

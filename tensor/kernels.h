@@ -259,6 +259,14 @@ struct Backend {
 const Backend& backend(Device d, const char* op);
 
 const Backend& cpu_backend();
+
+// dst[j] = src[j] for every j, unrecorded, every dst disjoint from every
+// src: the contiguous pairs of one shape, of dst[0]'s dtype (Float32 or
+// Float64) and device, in as few launches as the backend's copy_n takes;
+// the others one copy each. (The engine's concatenated products, odeint's
+// stage rows and graphed-adjoint inputs.)
+void copy_pairs(const std::vector<Tensor>& dst, const std::vector<Tensor>& src, const char* op);
+
 // The CUDA kernels: defined by cuda/kernels (nullptr from cuda/kernels/stub.cpp
 // in a build without CUDA). Chosen at link time, initialised on first use: no
 // registration by static initializer, so a static link keeps it. (The same

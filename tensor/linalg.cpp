@@ -3,7 +3,6 @@
 // primitives' raw entries, their public entries, the composites); then the
 // CPU kernels (the GEMM, and the LinalgKernels table on Eigen's
 // decompositions).
-#include <cerrno>
 #include <cstdlib>
 #include <memory>
 #include <algorithm>
@@ -929,12 +928,8 @@ void gemm_pieces(const std::vector<GemmPiece<T>>& pieces, int64_t m, int64_t n, 
 int64_t gemm_block_flops() {
   static const int64_t v = [] {
     constexpr int64_t kDefault = int64_t(1) << 19;
-    const char* e = std::getenv("TG_CPU_GEMM_BLOCK_FLOPS");
-    if (!e || *e < '0' || *e > '9') return kDefault;  // unset, empty, signed or not a number
-    char* end = nullptr;
-    errno = 0;
-    const long long x = std::strtoll(e, &end, 10);
-    return *end || errno == ERANGE || x < 1 ? kDefault : int64_t(x);
+    const double x = tg::detail::env_number("TG_CPU_GEMM_BLOCK_FLOPS", double(kDefault));
+    return x < 1 ? kDefault : int64_t(std::min(x, 0x1p62));
   }();
   return v;
 }

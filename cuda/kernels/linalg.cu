@@ -286,14 +286,7 @@ void gemm_long_thin(const Tensor& out, const Tensor& a, const Tensor& b, bool ac
 // order (deterministic), then adds the bias or the old value (accumulate).
 // TG_SMALL_GEMM_MAX_MACS (multiply-adds; read once), by default 2^21.
 double small_gemm_max_macs() {
-  static const double v = [] {
-    constexpr double kDefault = double(int64_t(1) << 21);
-    const char* e = std::getenv("TG_SMALL_GEMM_MAX_MACS");
-    if (!e || *e < '0' || *e > '9') return kDefault;  // unset, empty, signed or not a number
-    char* end = nullptr;
-    const double x = std::strtod(e, &end);
-    return *end || !(x >= 0) ? kDefault : x;
-  }();
+  static const double v = tg::detail::env_number("TG_SMALL_GEMM_MAX_MACS", 0x1p21);
   return v;
 }
 

@@ -16,6 +16,7 @@
 #include "cuda/runtime/capture_observer.h"
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/launch.h"
+#include "tensor/env.h"
 #include <tapegrad/cuda/device.h>
 #include <tapegrad/tensor/error.h>
 
@@ -132,12 +133,8 @@ bool captures_underway() { return g_underway.load(std::memory_order_relaxed) > 0
 
 int64_t max_elements() {
   static const int64_t n = [] {
-    const char* e = std::getenv("TG_CUDA_FUSION_MAX_ELEMENTS");
-    if (!e || !*e) return kMaxElements;
-    char* end = nullptr;
-    const long long v = std::strtoll(e, &end, 10);
     // (At most 2^31: the fused kernel takes periodic remainders in 32 bits.)
-    return *end || v < 0 ? kMaxElements : int64_t(std::min<long long>(v, int64_t(1) << 31));
+    return int64_t(std::min(tg::detail::env_number("TG_CUDA_FUSION_MAX_ELEMENTS", double(kMaxElements)), 0x1p31));
   }();
   return n;
 }

@@ -117,11 +117,8 @@ void run_range(const Plan& p, int64_t begin, int64_t end, InnerLoop& inner) {
 
 int64_t elementwise_grain(int cost) {
   static const int64_t env = [] {  // 0: unset
-    const char* e = std::getenv("TG_CPU_GRAIN");
-    if (!e || !*e) return int64_t(0);
-    char* end = nullptr;
-    const long long v = std::strtoll(e, &end, 10);
-    return *end || v < 1 ? int64_t(0) : int64_t(v);
+    const double v = tg::detail::env_number("TG_CPU_GRAIN", 0);
+    return v < 1 ? int64_t(0) : int64_t(std::min(v, 0x1p62));
   }();
   // By default smaller chunks where there are more workers: a CPU PINN
   // step (B = 1024) on 16 cores took 9.5 ms at 32768, 8.8 at 8192.

@@ -87,7 +87,7 @@ inline bool env_allows(const char* name) {
 // once each, and clamp it to their own range.
 inline double env_number(const char* name, double fallback) {
   const char* e = std::getenv(name);
-  if (!e || *e < '0' || *e > '9') return fallback;
+  if (!e || *e < '0' || *e > '9' || e[std::strspn(e, "0123456789.eE+-")] != '\0') return fallback;  // no hex, inf, nan
   char* end = nullptr;
   const double v = std::strtod(e, &end);
   return *end || !std::isfinite(v) ? fallback : v;

@@ -23,6 +23,25 @@ std::vector<std::string> names(const nn::NamedTensors& nt) {
   return v;
 }
 
+// The tuning knobs' parser (tensor/env.h; here beside the fused MLP's
+// switch, the other reader of that header in the tests).
+TEST(Env, KnobNumbersAreNonNegativeDecimalsOrTheDefault) {
+  const char* name = "TG_TEST_ENV_NUMBER";
+  auto read = [&](const char* v) {
+    v ? (void)::setenv(name, v, 1) : (void)::unsetenv(name);
+    return tg::detail::env_number(name, -7.0);
+  };
+  EXPECT_EQ(read(nullptr), -7.0);
+  EXPECT_EQ(read(""), -7.0);
+  EXPECT_EQ(read("4194304"), 4194304.0);
+  EXPECT_EQ(read("1e9"), 1e9);
+  EXPECT_EQ(read("0.5"), 0.5);
+  EXPECT_EQ(read("0"), 0.0);
+  for (const char* bad : {"-1", "+5", " 5", "5 ", "5x", "0x10", "1e400", "inf", "nan", "abc", "1,000"})
+    EXPECT_EQ(read(bad), -7.0) << "'" << bad << "'";
+  ::unsetenv(name);
+}
+
 TEST(NN, MlpRegistersItsLayersAndComputesTheComposition) {
   tg::manual_seed(3);
   auto mlp = nn::MLP({2, 8, 8, 1}, "tanh", tg::TensorOptions().dtype(tg::kFloat64));

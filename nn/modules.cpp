@@ -12,6 +12,7 @@
 #include <tapegrad/tensor/error.h>
 #include <tapegrad/tensor/ops.h>
 
+#include "autograd/fused_mlp.h"
 #include "tensor/env.h"
 #include "tensor/kernels.h"
 
@@ -52,8 +53,9 @@ void SequentialImpl::push_back(std::shared_ptr<Module> m) {
 
 namespace {
 
-// The layers of a small MLP in one launch where nothing is recorded (the
-// backend's mlp_forward; TG_FUSED_MLP=0 turns it off): modules exactly
+// The layers of a small MLP in one launch (the backend's mlp_forward;
+// TG_FUSED_MLP=0 turns it off), recorded as one node whose backward is one
+// launch too (autograd::fused_mlp): modules exactly
 // Linear, then an activation of one kind (tanh, sigmoid, silu, relu) and a
 // Linear in turn, optionally ending with the activation; x contiguous on a
 // device with the kernel, of the layers' Float32/Float64 dtype. Undefined
@@ -65,8 +67,6 @@ Tensor fused_mlp_forward(const std::vector<std::shared_ptr<Module>>& modules, co
     return {};
   const kernels::Backend& be = kernels::backend(x.device(), "Sequential");
   if (!be.mlp_forward || autograd::forward_ad::is_active() || autograd::detail::taylor_active()) return {};
-  const bool grad = autograd::is_grad_enabled();
-  if (grad && x.requires_grad()) return {};
   std::vector<Tensor> weights, biases;
   std::optional<tg::Activation> act;
   bool last_act = false;
@@ -76,8 +76,7 @@ Tensor fused_mlp_forward(const std::vector<std::shared_ptr<Module>>& modules, co
       if (typeid(m) != typeid(LinearImpl)) return {};
       const auto& l = static_cast<const LinearImpl&>(m);
       for (const Tensor* t : {&l.weight, &l.bias})
-        if (t->defined() && ((grad && t->requires_grad()) || t->device() != x.device() || t->dtype() != x.dtype()))
-          return {};
+        if (t->defined() && (t->device() != x.device() || t->dtype() != x.dtype())) return {};
       weights.push_back(l.weight);
       biases.push_back(l.bias);
       continue;
@@ -98,9 +97,8 @@ Tensor fused_mlp_forward(const std::vector<std::shared_ptr<Module>>& modules, co
   const int64_t rows = x.numel() / x.sizes().back();
   IntList shape = x.sizes();
   shape.back() = weights.back().size(0);
-  Tensor out = tg::empty({rows, shape.back()}, TensorOptions().dtype(x.dtype()).device(x.device()));
-  if (!be.mlp_forward(*act, last_act, out, x.reshape({rows, x.sizes().back()}), weights, biases)) return {};
-  return out.reshape(shape);
+  const Tensor out = autograd::fused_mlp(*act, last_act, x.reshape({rows, x.sizes().back()}), weights, biases);
+  return out.defined() ? out.reshape(shape) : Tensor();
 }
 
 }  // namespace

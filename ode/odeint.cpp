@@ -900,9 +900,9 @@ void check_args(const Tensor& y0, const Tensor& t, const std::vector<double>& ht
 // then the copies into the capture's inputs (t, y, a; one launch), one
 // replay and one copy of what it wrote (joined into one buffer inside the
 // graph where the components share a dtype), since the solver keeps each
-// stage. Where a
-// capture fails (f reads the device from the host, or throws), the solve
-// evaluates eagerly from then on, and an error of f's is the eager call's.
+// stage. Where a capture fails (f reads the device from the host, or
+// throws), the solve evaluates eagerly from then on, and an error of f's is
+// the eager call's.
 class GraphedAugmented {
  public:
   using Eval = std::function<State(const Tensor& t, const Tensor& y, const Tensor& a, bool quadratures)>;
@@ -958,8 +958,8 @@ class GraphedAugmented {
 
   State replay(Captured& c, const Tensor& t, const State& s) {
     cuda::DeviceGuard dg(s[0].device().index());
-    kernels::copy_pairs({c.t, c.y, c.a}, {t.detach(), s[0], s[1]},
-                        "odeint");  // one launch where the backend has copy_n
+    // One launch where the backend has copy_n.
+    kernels::copy_pairs({c.t, c.y, c.a}, {t.detach(), s[0], s[1]}, "odeint");
     c.graph.replay();
     State d(c.outs.size());
     const Tensor joined = c.joined.defined() ? c.joined.clone() : Tensor();

@@ -37,6 +37,9 @@ namespace tg::detail {
   X(kFusedMlp, "TG_FUSED_MLP",                                                                                         \
     "nn::Sequential's small MLPs in one kernel where nothing is recorded (back to a launch per layer)",                \
     "nn/modules.cpp, cuda/kernels/linalg.cu")                                                                          \
+  X(kFusedMlpRecorded, "TG_FUSED_MLP_RECORDED",                                                                        \
+    "the same MLPs recorded as one node, forward and backward in one kernel each (back to the layers' nodes)",         \
+    "autograd/ops/mlp.cpp, cuda/kernels/linalg.cu")                                                                    \
   X(kCudnn, "TG_CUDNN", "cuDNN's convolutions (back to im2col + cuBLAS GEMMs)", "cuda/kernels/grid.cpp")               \
   X(kCudnnFind, "TG_CUDNN_FIND", "cuDNN's algorithms timed on first use of a shape (back to its heuristics)",          \
     "cuda/kernels/grid.cpp")                                                                                           \

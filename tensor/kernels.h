@@ -201,8 +201,22 @@ struct Backend {
   // launch. Each output sums its products in order, then adds the bias, as
   // the small-product kernel does. Returns false (out untouched) where it
   // has no kernel for the sizes. Optional (null: the layers one by one).
+  // A recorded forward (autograd's fused_mlp) passes z and h (else empty),
+  // one entry per layer: z[l] [n, w_l+1] receives the layer's
+  // pre-activation where the activation follows it (undefined elsewhere),
+  // h[l] the hidden layers' outputs (undefined for the last).
   bool (*mlp_forward)(Activation act, bool last_act, const Tensor& out, const Tensor& x,
-                      const std::vector<Tensor>& weights, const std::vector<Tensor>& biases);
+                      const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
+                      const std::vector<Tensor>& z, const std::vector<Tensor>& h);
+  // Its backward, one launch: from g [n, w_L] (the output's gradient), x
+  // (for the sizes) and the saved z, writes the pre-activations' gradients
+  // gz[l] = dL/dz_l where defined (each element g act'(z), act' the formula
+  // activation_grad uses; a layer without activation: dL/d(its output)) and
+  // the input's gradient gx where defined, each element's sum over the
+  // layer's outputs taken in order. Returns false (nothing written) where
+  // it has no kernel for the operands. Optional.
+  bool (*mlp_backward)(Activation act, bool last_act, const Tensor& g, const Tensor& x, const std::vector<Tensor>& z,
+                       const std::vector<Tensor>& weights, const Tensor& gx, const std::vector<Tensor>& gz);
   // Indices that were checked once and may have changed since (a sparse
   // tensor's, through _indices()): index Int64 1-D. CUDA only (the CPU
   // checks on the host): every index outside [0, size) is reported at the

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "graphs/fusion.h"
+#include "tensor/env.h"
 #include "reference.h"
 
 #include <tapegrad/tensor/raw.h>
@@ -774,6 +775,56 @@ TEST(GraphsGpu, SmallProductsTakeTheStepsAfterThemIntoTheirLaunch) {
       g.replay();
       tg::NoGradGuard ng;
       expect_same({y, in}, {tg::linear(x, w.detach(), b.detach()), x * 2.0}, "input written after");
+    }
+  }
+}
+
+// nn::Sequential's small MLP in one launch (where nothing is recorded) is a
+// head as well: a Runge-Kutta stage sum after it (y + (h/2) k, reading the
+// MLP's input and output at each element) runs in its launch. Replays equal
+// the unfused graph's and the eager step's bitwise, f32 and f64; a step that
+// writes the MLP's input stays apart.
+TEST(GraphsGpu, SmallMlpsTakeTheStepsAfterThemIntoTheirLaunch) {
+  REQUIRE_GPU();
+  const bool headed = tg::detail::switched_on<tg::detail::OffSwitch::kFusedMlp>() &&
+                      tg::detail::switched_on<tg::detail::OffSwitch::kGraphHeads>();
+  tg::manual_seed(12);
+  for (const tg::ScalarType dt : {tg::kFloat32, tg::kFloat64}) {
+    SCOPED_TRACE(tg::to_string(dt));
+    const auto o = tg::TensorOptions().dtype(dt);
+    tg::nn::Sequential f = tg::nn::MLP({2, 64, 64, 2}, "tanh", o);
+    f->to(kGpu);
+    const Tensor y = tg::randn({256, 2}, o).to(kGpu);
+    {
+      auto step = [&] {
+        tg::NoGradGuard ng;
+        const Tensor k1 = f->forward(y);
+        const Tensor y2 = y + k1 * 0.05;
+        const Tensor k2 = f->forward(y2);
+        return std::vector<Tensor>{k1, y2, k2, y + (k1 + k2) * 0.05};
+      };
+      (void)step();
+      cu::CUDAGraph fused, plain;
+      plain.set_fusion(false);
+      auto [a, p] = capture_each(fused, plain, step);
+      if (headed) EXPECT_EQ(fused.fused_nodes(), 5u) << "each MLP with the stage sum after it: one node";
+      replay_each_and_compare(fused, a, "fused graph", plain, p, "unfused graph", 2, step);
+    }
+    {
+      // The MLP's input written after it (read by the whole block): apart.
+      Tensor in = y.clone(), k;
+      cu::CUDAGraph g;
+      {
+        tg::NoGradGuard ng;
+        cu::Graph capture(g);
+        k = f->forward(in);
+        in.mul_(2.0);
+      }
+      if (headed) EXPECT_EQ(g.fused_nodes(), 0u);
+      in.copy_(y);
+      g.replay();
+      tg::NoGradGuard ng;
+      expect_same({k, in}, {f->forward(y), y * 2.0}, "input written after");
     }
   }
 }

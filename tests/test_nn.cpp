@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "reference.h"
+#include "autograd/fused_mlp.h"
 #include "tensor/env.h"
 
 namespace {
@@ -492,6 +493,109 @@ TEST(NNGpu, SmallMlpsRunInOneLaunchWhereNothingIsRecorded) {
     Tensor dz = tg::matmul(v, l0.weight.t());
     Tensor want_t = tg::matmul(dz * (1 - tg::square(tg::tanh(z))), l1.weight.t());
     EXPECT_TRUE(tg::allclose(tangent, want_t, 1e-12, 1e-12));
+  }
+}
+
+// Recorded, the same MLPs are one node (MlpBackward): the forward in one
+// launch that saves the pre-activations, the backward in one for the input's
+// and the pre-activations' gradients, the weights' as products. Values and
+// gradients equal the layers one by one (f64), first and second derivatives
+// pass gradcheck and gradgradcheck, a weight changed in place after the
+// forward is refused, and TG_FUSED_MLP_RECORDED=0 gives the layers' nodes.
+TEST(NNGpu, RecordedSmallMlpsAreOneNodeWithTheLayersGradients) {
+  REQUIRE_GPU();
+  const tg::Device gpu(tg::kCUDA, 0);
+  const bool fused = tg::detail::switched_on<tg::detail::OffSwitch::kFusedMlp>() &&
+                     tg::detail::switched_on<tg::detail::OffSwitch::kFusedMlpRecorded>();
+  struct Case {
+    std::vector<int64_t> widths;
+    std::string act;
+    tg::Activation kind;
+    bool last_act, bias;
+    int64_t rows;
+  };
+  const std::vector<Case> cases = {
+      {{2, 64, 64, 2}, "tanh", tg::Activation::Tanh, false, true, 256},
+      {{3, 17, 5}, "relu", tg::Activation::Relu, true, true, 7},
+      {{5, 33, 1}, "silu", tg::Activation::Silu, false, false, 9},
+      {{4, 8, 8, 3}, "sigmoid", tg::Activation::Sigmoid, true, true, 5},
+  };
+  const auto f64 = tg::TensorOptions().dtype(tg::kFloat64);
+  tg::manual_seed(5);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.act + " " + std::to_string(c.rows) + " rows");
+    auto seq = std::make_shared<nn::SequentialImpl>();
+    std::vector<std::shared_ptr<nn::LinearImpl>> layers;
+    for (size_t i = 0; i + 1 < c.widths.size(); ++i) {
+      layers.push_back(std::make_shared<nn::LinearImpl>(c.widths[i], c.widths[i + 1], c.bias, f64));
+      seq->push_back(layers.back());
+      if (i + 2 < c.widths.size() || c.last_act) seq->push_back(nn::make_activation(c.act));
+    }
+    seq->to(gpu);
+    std::vector<Tensor> params = seq->parameters();
+    const Tensor x = (tg::rand({c.rows, c.widths.front()}, f64) * 4 - 2).to(gpu).requires_grad_();
+    const Tensor w = tg::randn({c.rows, c.widths.back()}, f64).to(gpu);
+    std::vector<Tensor> wrt = params;
+    wrt.insert(wrt.begin(), x);
+    // The layers one by one.
+    auto layered = [&](const Tensor& in) {
+      Tensor h = in;
+      for (size_t i = 0; i < layers.size(); ++i) {
+        h = tg::linear(h, layers[i]->weight, layers[i]->bias);
+        if (i + 1 < layers.size() || c.last_act) h = (*seq)[2 * i + 1]->forward(h);
+      }
+      return h;
+    };
+    const Tensor y = seq->forward(x), want = layered(x);
+    ASSERT_TRUE(y.grad_fn());
+    if (fused) EXPECT_EQ(y.grad_fn()->name(), "MlpBackward");
+    else EXPECT_NE(y.grad_fn()->name(), "MlpBackward");
+    EXPECT_TRUE(tg::allclose(y.detach(), want.detach(), 1e-12, 1e-12));
+    // First derivatives (the backward kernel), and second ones (the
+    // gradients' squares' gradients: the formulas in public ops).
+    const std::vector<Tensor> g1 = ag::grad({(y * w).sum()}, wrt, {}, true);
+    const std::vector<Tensor> g = ag::grad({(y * w).sum()}, wrt, {}, true, true);
+    const std::vector<Tensor> gw = ag::grad({(want * w).sum()}, wrt, {}, true, true);
+    Tensor s = g[0].square().sum(), sw = gw[0].square().sum();
+    for (size_t i = 1; i < g.size(); ++i) {
+      s = s + g[i].square().sum();
+      sw = sw + gw[i].square().sum();
+    }
+    const std::vector<Tensor> h = ag::grad({s}, wrt), hw = ag::grad({sw}, wrt);
+    for (size_t i = 0; i < wrt.size(); ++i) {
+      EXPECT_TRUE(tg::allclose(g1[i], gw[i], 1e-11, 1e-11)) << "gradient " << i;
+      EXPECT_TRUE(tg::allclose(g[i], gw[i], 1e-11, 1e-11)) << "gradient with create_graph " << i;
+      EXPECT_TRUE(tg::allclose(h[i], hw[i], 1e-10, 1e-10)) << "second derivative " << i;
+    }
+    // gradcheck and gradgradcheck of the node itself, in x and every parameter.
+    auto fn = [&](const std::vector<Tensor>& v) {
+      std::vector<Tensor> ws, bs;
+      for (size_t l = 0; l < layers.size(); ++l) {
+        ws.push_back(v[1 + (c.bias ? 2 : 1) * l]);
+        bs.push_back(c.bias ? v[2 + 2 * l] : Tensor());
+      }
+      Tensor out = ag::fused_mlp(c.kind, c.last_act, v[0], ws, bs);
+      return out.defined() ? out : Tensor();
+    };
+    std::vector<Tensor> small = {x.detach().narrow(0, 0, std::min<int64_t>(c.rows, 5)).contiguous().requires_grad_()};
+    for (const Tensor& p : params)
+      small.push_back(p.detach().clone().requires_grad_());
+    int64_t numel = 0;
+    for (const Tensor& p : params)
+      numel += p.numel();
+    if (fused && numel <= 400) {  // (finite differences over every parameter)
+      ASSERT_TRUE(fn(small).defined());
+      const ag::GradcheckResult r1 = ag::gradcheck(fn, small), r2 = ag::gradgradcheck(fn, small);
+      EXPECT_TRUE(r1.ok) << r1.message;
+      EXPECT_TRUE(r2.ok) << r2.message;
+    }
+    // A weight changed in place after the forward.
+    Tensor y2 = seq->forward(x);
+    {
+      ag::NoGradGuard ng;
+      layers[0]->weight.add_(0.5);
+    }
+    EXPECT_ERROR_CONTAINS(ag::grad({y2.sum()}, {x}), "modified by an in-place operation");
   }
 }
 

@@ -8,6 +8,7 @@
 #include "fused_steps.cuh"
 #include "loops.cuh"
 #include "small_gemm.cuh"
+#include "small_mlp.cuh"
 
 namespace tg::cuda {
 namespace {
@@ -73,14 +74,27 @@ template <class T> __global__ void small_gemm_head_impl(const __grid_constant__ 
     run_step<T>(p.program.steps[s], lin);
 }
 
+// A small MLP, then the steps on the element of its output each thread
+// stored (fusion::Head).
+template <class T>
+__global__ void __launch_bounds__(kMlpThreads) mlp_head_impl(const __grid_constant__ fusion::HeadProgram p) {
+  wait_for_predecessors();
+  int64_t lin = 0;
+  if (!mlp_at<T>(*reinterpret_cast<const MlpOperands<T>*>(p.args), &lin)) return;
+  for (int s = 0; s < p.program.nsteps; ++s)
+    run_step<T>(p.program.steps[s], lin);
+}
+
 }  // namespace
 
 namespace fusion {
 const void* head_kernel(ScalarType dtype, int8_t kind) {
-  TG_CHECK(kind == kSmallGemmHead, "fused kernel: unknown head kind ", int(kind));
+  TG_CHECK(kind == kSmallGemmHead || kind == kMlpHead, "fused kernel: unknown head kind ", int(kind));
   const void* k = nullptr;
   kernels::dispatch_floating(dtype, "fused kernel", [&](auto tag) {
-    k = reinterpret_cast<const void*>(&small_gemm_head_impl<decltype(tag)>);
+    using T = decltype(tag);
+    k = kind == kMlpHead ? reinterpret_cast<const void*>(&mlp_head_impl<T>)
+                         : reinterpret_cast<const void*>(&small_gemm_head_impl<T>);
   });
   return k;
 }

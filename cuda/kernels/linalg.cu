@@ -33,6 +33,7 @@
 #include "cuda/runtime/libraries.h"
 #include "loops.cuh"
 #include "small_gemm.cuh"
+#include "small_mlp.cuh"
 #include "register.h"
 
 namespace tg::cuda {
@@ -356,63 +357,77 @@ void small_gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumu
 // ---- small MLPs in one launch ------------------------------------------------------------
 // nn::Sequential's Linear/activation chains where nothing is recorded (a
 // neural ODE's right-hand side in a forward solve: 2 -> 64 -> 64 -> 2 over
-// 256 states, five launches per evaluation otherwise). A block takes
-// kMlpRows rows through every layer, their activations in shared memory,
-// each layer's weights staged there transposed (a warp's threads read
-// consecutive outputs' weights: no bank conflicts, no scattered global
-// loads); each output sums its products in order and then adds the bias, as
-// small_gemm_k does, and the activation is the op's own element formula.
-constexpr int kMlpRows = 4, kMlpMaxWidth = 64, kMlpMaxLayers = 8, kMlpThreads = 256;
+// 256 states, five launches per evaluation otherwise): small_mlp.cuh's
+// body; while the stream captures, also as a head that fused elementwise
+// steps (a Runge-Kutta stage sum) may follow (fusion::Head).
+template <class T> __global__ void __launch_bounds__(kMlpThreads) mlp_forward_k(const MlpOperands<T> g) {
+  int64_t lin;
+  (void)mlp_at<T>(g, &lin);
+}
 
-template <class T> struct MlpArgs {
+// A recorded forward: the pre-activations and hidden outputs saved too.
+template <class T>
+__global__ void __launch_bounds__(kMlpThreads)
+    mlp_forward_saved_k(const MlpOperands<T> g, const __grid_constant__ MlpSaves<T> saves) {
+  int64_t lin;
+  (void)mlp_at<T>(g, &lin, &saves);
+}
+
+// The backward of a recorded forward: the gradients of each layer's
+// pre-activation (gz[l], where it is asked for) and of the input (gx, where
+// asked for), from the output's gradient g and the saved pre-activations z.
+// A block takes kMlpRows rows back through every layer: gz = g act'(z) at
+// each element (the activation's derivative formula of activation_grad),
+// then the next gradient's element q sums gz[j] w[j][q] over j in order,
+// the layer's weights staged in shared memory as they are laid out
+// (consecutive q: consecutive banks).
+template <class T> struct MlpBackOperands {
+  const T* g;
+  const T* z[kMlpMaxLayers];
   const T* w[kMlpMaxLayers];
-  const T* b[kMlpMaxLayers];
+  T* gz[kMlpMaxLayers];
+  T* gx;
+  int64_t rows;
   int width[kMlpMaxLayers + 1];
   int layers;
-  int64_t rows;
   Activation act;
   bool last_act;
 };
 
-template <class T> __device__ inline T mlp_activation(Activation act, T x) {
-  const tg::kernels::UnaryArgs<T> p{T(0), T(0), false, false};
-  switch (act) {
-    case Activation::Tanh: return tg::kernels::unary_fn<tg::kernels::UnaryOp::Tanh>(x, p);
-    case Activation::Sigmoid: return tg::kernels::unary_fn<tg::kernels::UnaryOp::Sigmoid>(x, p);
-    case Activation::Silu: return tg::kernels::unary_fn<tg::kernels::UnaryOp::Silu>(x, p);
-    default: return tg::kernels::unary_fn<tg::kernels::UnaryOp::Relu>(x, p);
-  }
-}
-
-template <class T> __global__ void __launch_bounds__(kMlpThreads) mlp_forward_k(T* out, const T* x, MlpArgs<T> g) {
-  __shared__ T h[2][kMlpRows][kMlpMaxWidth];
-  // wt[q * (wout + 1) + j] = w[j][q]: the padding makes the transposing
-  // stores (consecutive q) as conflict-free as the reads (consecutive j).
-  __shared__ T wt[kMlpMaxWidth * (kMlpMaxWidth + 1)];
+template <class T>
+__global__ void __launch_bounds__(kMlpThreads) mlp_backward_k(const __grid_constant__ MlpBackOperands<T> g) {
+  __shared__ T gb[2][kMlpRows][kMlpMaxWidth];
+  __shared__ T ws[kMlpMaxWidth * kMlpMaxWidth];
   const int64_t row0 = int64_t(blockIdx.x) * kMlpRows;
   const int nr = g.rows - row0 < kMlpRows ? int(g.rows - row0) : kMlpRows;
-  const int w0 = g.width[0];
-  for (int e = threadIdx.x; e < nr * w0; e += blockDim.x)
-    h[0][e / w0][e % w0] = x[row0 * w0 + e];
+  const int e = threadIdx.x;  // one element per thread and layer (kMlpRows * kMlpMaxWidth <= kMlpThreads)
   int cur = 0;
-  for (int l = 0; l < g.layers; ++l) {
+  {
+    const int wl = g.width[g.layers];
+    if (e < nr * wl) gb[0][e / wl][e % wl] = g.g[row0 * wl + e];
+  }
+  for (int l = g.layers - 1; l >= 0; --l) {
     const int win = g.width[l], wout = g.width[l + 1];
-    const bool last = l == g.layers - 1;
+    const bool activated = l < g.layers - 1 || g.last_act;
+    if (e < nr * wout) {
+      T v = gb[cur][e / wout][e % wout];
+      if (activated) v = v * kernels::activation_derivative<T>(g.act, 1, g.z[l][row0 * wout + e]);
+      gb[cur][e / wout][e % wout] = v;
+      if (g.gz[l]) g.gz[l][row0 * wout + e] = v;
+    }
+    if (l == 0 && !g.gx) break;
     const T* w = g.w[l];
-    const T* b = g.b[l];
-    for (int e = threadIdx.x; e < win * wout; e += blockDim.x)  // coalesced reads of w
-      wt[(e % win) * (wout + 1) + e / win] = w[e];
+    for (int k = e; k < win * wout; k += blockDim.x)
+      ws[k] = w[k];
     __syncthreads();
-    for (int e = threadIdx.x; e < nr * wout; e += blockDim.x) {
-      const int r = e / wout, j = e % wout;
+    if (e < nr * win) {
+      const int r = e / win, q = e % win;
       T acc = 0;
 #pragma unroll 8
-      for (int q = 0; q < win; ++q)
-        acc += h[cur][r][q] * wt[q * (wout + 1) + j];
-      if (b) acc = acc + b[j];
-      if (!last || g.last_act) acc = mlp_activation(g.act, acc);
-      if (last) out[row0 * wout + e] = acc;
-      else h[cur ^ 1][r][j] = acc;
+      for (int j = 0; j < wout; ++j)
+        acc += gb[cur][r][j] * ws[j * win + q];
+      if (l == 0) g.gx[row0 * win + e] = acc;
+      else gb[cur ^ 1][r][q] = acc;
     }
     __syncthreads();
     cur ^= 1;
@@ -420,9 +435,12 @@ template <class T> __global__ void __launch_bounds__(kMlpThreads) mlp_forward_k(
 }
 
 template <class T>
-void launch_mlp(cudaStream_t s, const Tensor& out, const Tensor& x, const std::vector<Tensor>& weights,
-                const std::vector<Tensor>& biases, Activation act, bool last_act, int64_t rows) {
-  MlpArgs<T> g{};
+void launch_mlp(cudaStream_t s, LaunchEncoder& enc, const Tensor& out, const Tensor& x,
+                const std::vector<Tensor>& weights, const std::vector<Tensor>& biases, Activation act, bool last_act,
+                int64_t rows, const std::vector<Tensor>& z, const std::vector<Tensor>& h) {
+  MlpOperands<T> g{};
+  g.out = static_cast<T*>(out.data_ptr());
+  g.x = static_cast<const T*>(x.data_ptr());
   g.layers = int(weights.size());
   g.rows = rows;
   g.act = act;
@@ -434,21 +452,51 @@ void launch_mlp(cudaStream_t s, const Tensor& out, const Tensor& x, const std::v
     g.width[l + 1] = int(weights[l].sizes()[0]);
   }
   const unsigned blocks = unsigned((rows + kMlpRows - 1) / kMlpRows);
-  mlp_forward_k<T>
-      <<<blocks, kMlpThreads, 0, s>>>(static_cast<T*>(out.data_ptr()), static_cast<const T*>(x.data_ptr()), g);
+  if (!z.empty()) {
+    MlpSaves<T> sv{};
+    for (size_t l = 0; l < weights.size(); ++l) {
+      sv.z[l] = z[l].defined() ? static_cast<T*>(z[l].data_ptr()) : nullptr;
+      sv.h[l] = h[l].defined() ? static_cast<T*>(h[l].data_ptr()) : nullptr;
+    }
+    mlp_forward_saved_k<T><<<blocks, kMlpThreads, 0, s>>>(g, sv);
+    TG_CUDA_CHECK(cudaGetLastError(), "Sequential");
+    return;
+  }
+  if (enc.recording() && tg::detail::switched_on<tg::detail::OffSwitch::kGraphHeads>()) {
+    fusion::Head h;
+    h.kind = fusion::kMlpHead;
+    h.grid[0] = blocks;
+    h.block[0] = kMlpThreads;
+    h.out = static_cast<char*>(out.data_ptr());
+    auto read = [&](const Tensor& t) {
+      const fusion::Access span = fusion::span_of(t, false);
+      h.read_begin[h.nreads] = span.begin;
+      h.read_bytes[h.nreads++] = span.bytes;
+    };
+    read(x);
+    for (size_t l = 0; l < weights.size(); ++l) {
+      read(weights[l]);
+      if (biases[l].defined()) read(biases[l]);
+    }
+    std::memcpy(h.args, &g, sizeof(g));
+    enc.fusable_head(reinterpret_cast<const void*>(&mlp_forward_k<T>), &g, sizeof(g), out.dtype(),
+                     rows * g.width[g.layers], h);
+  }
+  mlp_forward_k<T><<<blocks, kMlpThreads, 0, s>>>(g);
   TG_CUDA_CHECK(cudaGetLastError(), "Sequential");
 }
 
-bool mlp_forward_kernel(Activation act, bool last_act, const Tensor& out, const Tensor& x,
-                        const std::vector<Tensor>& weights, const std::vector<Tensor>& biases) {
-  if (weights.empty() || weights.size() > size_t(kMlpMaxLayers) || biases.size() != weights.size() || x.dim() != 2 ||
-      out.dim() != 2)
+// Whether the kernels take an MLP of these operands (mlp_forward's
+// conditions); `out_width`: the last layer's width.
+bool mlp_usable(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
+                int64_t* out_width) {
+  if (weights.empty() || weights.size() > size_t(kMlpMaxLayers) || biases.size() != weights.size() || x.dim() != 2)
     return false;
   const int64_t rows = x.sizes()[0];
   if (rows <= 0 || x.sizes()[1] > kMlpMaxWidth || x.sizes()[1] <= 0) return false;
-  const ScalarType dt = out.dtype();
-  auto usable = [&](const Tensor& t) { return t.dtype() == dt && t.is_contiguous() && t.device() == out.device(); };
-  if ((dt != kFloat32 && dt != kFloat64) || !usable(x) || !usable(out)) return false;
+  const ScalarType dt = x.dtype();
+  auto usable = [&](const Tensor& t) { return t.dtype() == dt && t.is_contiguous() && t.device() == x.device(); };
+  if ((dt != kFloat32 && dt != kFloat64) || !usable(x)) return false;
   for (size_t l = 0; l < weights.size(); ++l)
     if (!weights[l].defined() || weights[l].dim() != 2 || !usable(weights[l]) ||
         (biases[l].defined() &&
@@ -459,23 +507,103 @@ bool mlp_forward_kernel(Activation act, bool last_act, const Tensor& out, const 
     const Tensor& w = weights[l];
     const int64_t o = w.sizes()[0];
     // Where each layer's product would take the small-product kernel.
-    if (w.dim() != 2 || w.sizes()[1] != in || o <= 0 || o > kMlpMaxWidth ||
+    if (w.sizes()[1] != in || o <= 0 || o > kMlpMaxWidth ||
         double(rows) * double(in) * double(o) > double(int64_t(1) << 21))
       return false;
     in = o;
   }
-  if (out.sizes()[0] != rows || out.sizes()[1] != in) return false;
+  *out_width = in;
+  return true;
+}
+
+// A [rows, width] contiguous tensor of x's dtype and device, or undefined
+// where `may_be_undefined`.
+bool mlp_operand(const Tensor& t, const Tensor& x, int64_t width, bool may_be_undefined) {
+  if (!t.defined()) return may_be_undefined;
+  return t.dim() == 2 && t.sizes()[0] == x.sizes()[0] && t.sizes()[1] == width && t.dtype() == x.dtype() &&
+         t.device() == x.device() && t.is_contiguous();
+}
+
+bool mlp_forward_kernel(Activation act, bool last_act, const Tensor& out, const Tensor& x,
+                        const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
+                        const std::vector<Tensor>& z, const std::vector<Tensor>& h) {
+  int64_t wl = 0;
+  if (!mlp_usable(x, weights, biases, &wl) || !mlp_operand(out, x, wl, false)) return false;
+  const size_t L = weights.size();
+  if (!z.empty()) {  // saved: z where the activation follows, h for the hidden layers
+    if (z.size() != L || h.size() != L) return false;
+    for (size_t l = 0; l < L; ++l) {
+      const int64_t w = weights[l].sizes()[0];
+      const bool activated = l + 1 < L || last_act, hidden = l + 1 < L;
+      if (!mlp_operand(z[l], x, w, !activated) || (z[l].defined() && !activated) || !mlp_operand(h[l], x, w, !hidden) ||
+          (h[l].defined() && !hidden))
+        return false;
+    }
+  }
+  const int64_t rows = x.sizes()[0];
   DeviceGuard dg(out.device().index());
   cudaStream_t s = stream_of(out);
   LaunchEncoder access(s);
   access.read(x);
-  for (size_t l = 0; l < weights.size(); ++l) {
+  for (size_t l = 0; l < L; ++l) {
     access.read(weights[l]);
     if (biases[l].defined()) access.read(biases[l]);
+    for (const Tensor* t : {z.empty() ? nullptr : &z[l], h.empty() ? nullptr : &h[l]})
+      if (t && t->defined()) access.write(*t);
   }
   access.write(out);
-  if (out.dtype() == kFloat64) launch_mlp<double>(s, out, x, weights, biases, act, last_act, rows);
-  else launch_mlp<float>(s, out, x, weights, biases, act, last_act, rows);
+  if (out.dtype() == kFloat64) launch_mlp<double>(s, access, out, x, weights, biases, act, last_act, rows, z, h);
+  else launch_mlp<float>(s, access, out, x, weights, biases, act, last_act, rows, z, h);
+  return true;
+}
+
+template <class T>
+void launch_mlp_backward(cudaStream_t s, Activation act, bool last_act, const Tensor& g, const std::vector<Tensor>& z,
+                         const std::vector<Tensor>& weights, const Tensor& gx, const std::vector<Tensor>& gz) {
+  MlpBackOperands<T> o{};
+  o.g = static_cast<const T*>(g.data_ptr());
+  o.gx = gx.defined() ? static_cast<T*>(gx.data_ptr()) : nullptr;
+  o.rows = g.sizes()[0];
+  o.layers = int(weights.size());
+  o.act = act;
+  o.last_act = last_act;
+  o.width[0] = int(weights[0].sizes()[1]);
+  for (size_t l = 0; l < weights.size(); ++l) {
+    o.w[l] = static_cast<const T*>(weights[l].data_ptr());
+    o.z[l] = z[l].defined() ? static_cast<const T*>(z[l].data_ptr()) : nullptr;
+    o.gz[l] = gz[l].defined() ? static_cast<T*>(gz[l].data_ptr()) : nullptr;
+    o.width[l + 1] = int(weights[l].sizes()[0]);
+  }
+  const unsigned blocks = unsigned((o.rows + kMlpRows - 1) / kMlpRows);
+  mlp_backward_k<T><<<blocks, kMlpThreads, 0, s>>>(o);
+  TG_CUDA_CHECK(cudaGetLastError(), "Sequential backward");
+}
+
+bool mlp_backward_kernel(Activation act, bool last_act, const Tensor& g, const Tensor& x, const std::vector<Tensor>& z,
+                         const std::vector<Tensor>& weights, const Tensor& gx, const std::vector<Tensor>& gz) {
+  const std::vector<Tensor> no_bias(weights.size());
+  int64_t wl = 0;
+  if (!mlp_usable(x, weights, no_bias, &wl) || !mlp_operand(g, x, wl, false) || z.size() != weights.size() ||
+      gz.size() != weights.size() || !mlp_operand(gx, x, x.sizes()[1], true))
+    return false;
+  const size_t L = weights.size();
+  for (size_t l = 0; l < L; ++l) {
+    const int64_t w = weights[l].sizes()[0];
+    const bool activated = l + 1 < L || last_act;
+    if ((activated ? !mlp_operand(z[l], x, w, false) : z[l].defined()) || !mlp_operand(gz[l], x, w, true)) return false;
+  }
+  DeviceGuard dg(g.device().index());
+  cudaStream_t s = stream_of(g);
+  LaunchEncoder access(s);
+  access.read(g);
+  for (size_t l = 0; l < L; ++l) {
+    access.read(weights[l]);
+    if (z[l].defined()) access.read(z[l]);
+    if (gz[l].defined()) access.write(gz[l]);
+  }
+  if (gx.defined()) access.write(gx);
+  if (g.dtype() == kFloat64) launch_mlp_backward<double>(s, act, last_act, g, z, weights, gx, gz);
+  else launch_mlp_backward<float>(s, act, last_act, g, z, weights, gx, gz);
   return true;
 }
 
@@ -621,6 +749,7 @@ void register_gemm(kernels::Backend& b) {
   b.mm_accumulate = mm_accumulate_kernel;
   b.mm_bias = mm_bias_kernel;
   b.mlp_forward = mlp_forward_kernel;
+  b.mlp_backward = mlp_backward_kernel;
 }
 
 }  // namespace tg::cuda

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "cuda/runtime/launch.h"
+
 namespace tg::cuda {
 
 constexpr int kSmallTile = 16;
@@ -23,7 +25,8 @@ template <class T> struct SmallGemmOperands {
   const T* bias;  // null: none
   SmallGemmArgs g;
 };
-static_assert(sizeof(SmallGemmOperands<double>) <= 128, "a fused head's arguments are at most kHeadArgBytes");
+static_assert(sizeof(SmallGemmOperands<double>) <= fusion::kHeadArgBytes,
+              "a fused head's arguments are at most kHeadArgBytes");
 
 // One block of kSmallTile x kSmallTile threads per tile of outputs (grid
 // (m, n tiles, B)): each thread sums its output's k products in order, then

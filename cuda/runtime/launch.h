@@ -88,9 +88,10 @@ static_assert(sizeof(Program) <= 4096, "the fused kernel's argument must fit the
 enum HeadKind : int8_t {
   kNoHead = 0,
   kSmallGemmHead,  // cuda/kernels/small_gemm.cuh's product (SmallGemmOperands)
+  kMlpHead,        // cuda/kernels/small_mlp.cuh's MLP (MlpOperands)
 };
-constexpr int kHeadArgBytes = 128;
-constexpr int kHeadReads = 3;
+constexpr int kHeadArgBytes = 256;
+constexpr int kHeadReads = 17;  // an MLP's input and 8 layers' weights and biases
 struct Head {
   int8_t kind = kNoHead;
   unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};

@@ -1,0 +1,153 @@
+// A small MLP's recorded forward in one launch and its backward in one
+// (autograd/fused_mlp.h).
+#include "autograd/fused_mlp.h"
+
+#include "autograd/accumulation.h"
+#include "autograd/ops/record.h"
+#include "tensor/env.h"
+#include "tensor/kernels.h"
+
+namespace tg::autograd {
+
+using namespace ops_detail;
+
+namespace {
+
+// The activation as the layers compute it.
+Tensor activate(Activation act, const Tensor& x) {
+  switch (act) {
+    case Activation::Tanh: return tg::tanh(x);
+    case Activation::Sigmoid: return tg::sigmoid(x);
+    case Activation::Silu: return tg::silu(x);
+    case Activation::Relu: return tg::relu(x);
+    default: TG_CHECK(false, "Sequential: no fused MLP for this activation"); return {};
+  }
+}
+
+// Inputs: x, then each layer's weight and bias (an undefined bias: no edge).
+class MlpBackward final : public OpNode, public ProductFormula {
+ public:
+  MlpBackward(Activation act, bool last_act, size_t layers)
+      : OpNode("Sequential", "MlpBackward"),
+        act_(act),
+        last_act_(last_act),
+        w_(layers),
+        b_(layers),
+        z_(layers),
+        h_(layers) {}
+
+  variable_list apply(variable_list&& grads) override {
+    const size_t L = w_.size();
+    variable_list out(1 + 2 * L);
+    const Tensor& g = grads[0];
+    if (!g.defined()) return out;
+    if (is_grad_enabled()) return recorded(g);
+    const Tensor x = x_.unpack(this, "input");
+    std::vector<Tensor> w(L), z(L), h(L), gz(L);
+    for (size_t l = 0; l < L; ++l) {
+      w[l] = w_[l].unpack(this, "weight");
+      z[l] = z_[l].unpack(this, "pre-activation");
+      h[l] = h_[l].unpack(this, "hidden");
+    }
+    const Tensor gc = g.contiguous();
+    // dL/dz_l in memory where layer l's parameters need it (the kernel
+    // carries it to the layers below in shared memory); a last layer
+    // without activation has g itself.
+    for (size_t l = 0; l < L; ++l)
+      if ((should_compute_output(1 + 2 * l) || should_compute_output(2 + 2 * l)) && (l + 1 < L || last_act_))
+        gz[l] = tg::empty(z[l].sizes(), z[l].options());
+    Tensor gx = should_compute_output(0) ? tg::empty(x.sizes(), x.options()) : Tensor();
+    const kernels::Backend& be = kernels::backend(x.device(), "Sequential backward");
+    if (!be.mlp_backward || !be.mlp_backward(act_, last_act_, gc, x, z, w, gx, gz)) return recorded(g);
+    for (size_t l = 0; l < L; ++l) {
+      const Tensor& gl = l + 1 < L || last_act_ ? gz[l] : gc;
+      const Tensor& in = l == 0 ? x : h[l - 1];
+      if (should_compute_output(1 + 2 * l)) out[1 + 2 * l] = product_grad(*this, 1 + 2 * l, gl, in);
+      if (should_compute_output(2 + 2 * l)) out[2 + 2 * l] = tg::sum(gl, {0});
+    }
+    out[0] = gx;
+    return out;
+  }
+
+  void release_variables() override {
+    x_.release();
+    for (auto* v : {&w_, &b_, &z_, &h_})
+      for (SavedVariable& s : *v)
+        s.release();
+  }
+
+  Activation act_;
+  bool last_act_;
+  SavedVariable x_;
+  std::vector<SavedVariable> w_, b_, z_, h_;
+
+ private:
+  // The backward in public ops (recorded under create_graph; also where the
+  // kernel declines): the forward again from the saved inputs, then each
+  // layer's formulas, as Linear's and the activation's nodes compute them.
+  variable_list recorded(const Tensor& g) {
+    const size_t L = w_.size();
+    variable_list out(1 + 2 * L);
+    std::vector<Tensor> in(L), pre(L), w(L);
+    Tensor hcur = x_.unpack(this, "input");
+    for (size_t l = 0; l < L; ++l) {
+      w[l] = w_[l].unpack(this, "weight");
+      in[l] = hcur;
+      pre[l] = tg::linear(hcur, w[l], b_[l].unpack(this, "bias"));
+      hcur = l + 1 < L || last_act_ ? activate(act_, pre[l]) : pre[l];
+    }
+    Tensor gl = g;
+    for (size_t l = L; l-- > 0;) {
+      if (l + 1 < L || last_act_) gl = tg::activation_grad(gl, pre[l], act_, 1);
+      if (should_compute_output(1 + 2 * l)) out[1 + 2 * l] = tg::mm(gl.t(), in[l]);
+      if (should_compute_output(2 + 2 * l)) out[2 + 2 * l] = tg::sum(gl, {0});
+      if (l > 0 || should_compute_output(0)) gl = tg::mm(gl, w[l]);
+    }
+    out[0] = should_compute_output(0) ? gl : Tensor();
+    return out;
+  }
+};
+
+}  // namespace
+
+Tensor fused_mlp(Activation act, bool last_act, const Tensor& x, const std::vector<Tensor>& weights,
+                 const std::vector<Tensor>& biases) {
+  const kernels::Backend& be = kernels::backend(x.device(), "Sequential");
+  if (!be.mlp_forward || !be.mlp_backward || weights.empty() || biases.size() != weights.size() || x.dim() != 2)
+    return {};
+  const size_t L = weights.size();
+  const TensorOptions o = x.options();
+  const int64_t rows = x.size(0);
+  std::vector<Tensor> z(L), h(L);
+  for (size_t l = 0; l < L; ++l) {
+    if (!weights[l].defined() || weights[l].dim() != 2) return {};
+    const int64_t w = weights[l].size(0);
+    if (l + 1 < L || last_act) z[l] = tg::empty({rows, w}, o);
+    if (l + 1 < L) h[l] = tg::empty({rows, w}, o);
+  }
+  Tensor out = tg::empty({rows, weights.back().size(0)}, o);
+  std::vector<Tensor> inputs{x};
+  for (size_t l = 0; l < L; ++l)
+    inputs.insert(inputs.end(), {weights[l], biases[l]});
+  const bool record = should_record(inputs);
+  if (record && !tg::detail::switched_on<tg::detail::OffSwitch::kFusedMlpRecorded>()) return {};
+  bool ran = false;
+  {
+    AutoGradMode no_grad(false);
+    ran = be.mlp_forward(act, last_act, out, x, weights, biases, record ? z : std::vector<Tensor>{},
+                         record ? h : std::vector<Tensor>{});
+  }
+  if (!ran) return {};
+  if (!record) return out;
+  auto node = make_node<MlpBackward>(inputs, act, last_act, L);
+  node->x_ = SavedVariable(x, false);
+  for (size_t l = 0; l < L; ++l) {
+    node->w_[l] = SavedVariable(weights[l], false);
+    if (biases[l].defined()) node->b_[l] = SavedVariable(biases[l], false);
+    if (z[l].defined()) node->z_[l] = SavedVariable(z[l], false);
+    if (h[l].defined()) node->h_[l] = SavedVariable(h[l], false);
+  }
+  return finish(out, node);
+}
+
+}  // namespace tg::autograd

@@ -41,6 +41,7 @@ std::vector<Range> ranges_of(const Recorded& r) {
     out.push_back({r.head.out, r.n * elem, true, false});
     for (int k = 0; k < r.head.nreads && k < kHeadReads; ++k)
       out.push_back({r.head.read_begin[k], r.head.read_bytes[k], false, true});
+    if (r.head.written_bytes > 0) out.push_back({r.head.written_begin, r.head.written_bytes, true, true});
     return out;
   }
   for (int o = 0; o < r.step.nops; ++o) {

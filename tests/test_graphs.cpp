@@ -807,7 +807,32 @@ TEST(GraphsGpu, SmallMlpsTakeTheStepsAfterThemIntoTheirLaunch) {
       cu::CUDAGraph fused, plain;
       plain.set_fusion(false);
       auto [a, p] = capture_each(fused, plain, step);
-      if (headed) EXPECT_EQ(fused.fused_nodes(), 5u) << "each MLP with the stage sum after it: one node";
+      if (headed) {
+        EXPECT_EQ(fused.fused_nodes(), 5u) << "each MLP with the stage sum after it: one node";
+      }
+      replay_each_and_compare(fused, a, "fused graph", plain, p, "unfused graph", 2, step);
+    }
+    {
+      // Recorded (MlpBackward): the saved forward is a head too; two stages
+      // and their gradients into the parameters and the state.
+      const Tensor y0 = y.clone().requires_grad_();
+      std::vector<Tensor> wrt = f->parameters();
+      wrt.push_back(y0);
+      auto step = [&] {
+        const Tensor k1 = f->forward(y0);
+        const Tensor k2 = f->forward(y0 + k1 * 0.05);
+        const Tensor y1 = y0 + (k1 + k2) * 0.05;
+        std::vector<Tensor> out = ag::grad({(y1 * y1).sum()}, wrt);
+        out.push_back(y1.detach());
+        return out;
+      };
+      (void)step();
+      cu::CUDAGraph fused, plain;
+      plain.set_fusion(false);
+      auto [a, p] = capture_each(fused, plain, step);
+      if (headed) {
+        EXPECT_GT(fused.fused_nodes(), 0u);
+      }
       replay_each_and_compare(fused, a, "fused graph", plain, p, "unfused graph", 2, step);
     }
     {
@@ -820,7 +845,9 @@ TEST(GraphsGpu, SmallMlpsTakeTheStepsAfterThemIntoTheirLaunch) {
         k = f->forward(in);
         in.mul_(2.0);
       }
-      if (headed) EXPECT_EQ(g.fused_nodes(), 0u);
+      if (headed) {
+        EXPECT_EQ(g.fused_nodes(), 0u);
+      }
       in.copy_(y);
       g.replay();
       tg::NoGradGuard ng;
@@ -1065,6 +1092,20 @@ TEST(GraphFusionPlan, AHeadStartsAGroupItsStepsFollowOnItsOutput) {
   EXPECT_EQ(acc[0].bytes, 32);
   EXPECT_FALSE(acc[1].written);
   EXPECT_EQ(acc[2].begin, g_arena + 512);
+  // A recorded MLP's saved buffer (written by many threads): a step that
+  // reads or writes it, even at its own element, stays apart; its accesses
+  // include it, written.
+  fu::Recorded mlp = head_at(8, 4096, 0, 512);
+  mlp.head.written_begin = g_arena + 16384;
+  mlp.head.written_bytes = 64;
+  EXPECT_EQ(groups_of({mlp, binary_at(8, 8192, 4096, 1024)}), (std::vector<long>{0, 0}));
+  EXPECT_EQ(groups_of({mlp, binary_at(8, 8192, 4096, 16384)}), (std::vector<long>{0, 1}));
+  EXPECT_EQ(groups_of({mlp, binary_at(8, 16384, 4096, 1024)}), (std::vector<long>{0, 1}));
+  const std::vector<fu::Access> macc = fu::accesses_of(mlp);
+  ASSERT_EQ(macc.size(), 4u);
+  EXPECT_TRUE(macc[3].written);
+  EXPECT_EQ(macc[3].begin, g_arena + 16384);
+  EXPECT_EQ(macc[3].bytes, 64);
 }
 
 // Random DAGs with random recorded nodes over a few overlapping buffers: every

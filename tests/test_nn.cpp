@@ -548,8 +548,11 @@ TEST(NNGpu, RecordedSmallMlpsAreOneNodeWithTheLayersGradients) {
     };
     const Tensor y = seq->forward(x), want = layered(x);
     ASSERT_TRUE(y.grad_fn());
-    if (fused) EXPECT_EQ(y.grad_fn()->name(), "MlpBackward");
-    else EXPECT_NE(y.grad_fn()->name(), "MlpBackward");
+    if (fused) {
+      EXPECT_EQ(y.grad_fn()->name(), "MlpBackward");
+    } else {
+      EXPECT_NE(y.grad_fn()->name(), "MlpBackward");
+    }
     EXPECT_TRUE(tg::allclose(y.detach(), want.detach(), 1e-12, 1e-12));
     // First derivatives (the backward kernel), and second ones (the
     // gradients' squares' gradients: the formulas in public ops).

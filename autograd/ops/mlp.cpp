@@ -117,20 +117,45 @@ Tensor fused_mlp(Activation act, bool last_act, const Tensor& x, const std::vect
     return {};
   const size_t L = weights.size();
   const TensorOptions o = x.options();
+  // The kernels' sizes (cuda/kernels/small_mlp.cuh: at most 8 layers,
+  // widths <= 64, each layer's product <= 2^21 multiply-adds), checked
+  // before the saved buffer is allocated; the backend checks the rest.
+  if (L > 8) return {};
   const int64_t rows = x.size(0);
-  std::vector<Tensor> z(L), h(L);
+  int64_t in = x.size(1);
   for (size_t l = 0; l < L; ++l) {
     if (!weights[l].defined() || weights[l].dim() != 2) return {};
     const int64_t w = weights[l].size(0);
-    if (l + 1 < L || last_act) z[l] = tg::empty({rows, w}, o);
-    if (l + 1 < L) h[l] = tg::empty({rows, w}, o);
+    if (in > 64 || w > 64 || double(rows) * double(in) * double(w) > 0x1p21) return {};
+    in = w;
   }
-  Tensor out = tg::empty({rows, weights.back().size(0)}, o);
   std::vector<Tensor> inputs{x};
   for (size_t l = 0; l < L; ++l)
     inputs.insert(inputs.end(), {weights[l], biases[l]});
   const bool record = should_record(inputs);
   if (record && !tg::detail::switched_on<tg::detail::OffSwitch::kFusedMlpRecorded>()) return {};
+  // Recorded: the pre-activations z where an activation follows and the
+  // hidden layers' outputs h, views of one buffer (one span for a captured
+  // head's group to keep out of).
+  std::vector<Tensor> z(L), h(L);
+  if (record) {
+    int64_t total = 0;
+    for (size_t l = 0; l < L; ++l)
+      total += weights[l].size(0) * (int64_t(l + 1 < L || last_act) + int64_t(l + 1 < L));
+    const Tensor buf = tg::empty({rows * total}, o);
+    int64_t at = 0;
+    auto take = [&](int64_t w) {
+      Tensor t = buf.narrow(0, at, rows * w).view({rows, w});
+      at += rows * w;
+      return t;
+    };
+    for (size_t l = 0; l < L; ++l) {
+      const int64_t w = weights[l].size(0);
+      if (l + 1 < L || last_act) z[l] = take(w);
+      if (l + 1 < L) h[l] = take(w);
+    }
+  }
+  Tensor out = tg::empty({rows, weights.back().size(0)}, o);
   bool ran = false;
   {
     AutoGradMode no_grad(false);

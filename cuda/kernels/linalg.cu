@@ -365,14 +365,6 @@ template <class T> __global__ void __launch_bounds__(kMlpThreads) mlp_forward_k(
   (void)mlp_at<T>(g, &lin);
 }
 
-// A recorded forward: the pre-activations and hidden outputs saved too.
-template <class T>
-__global__ void __launch_bounds__(kMlpThreads)
-    mlp_forward_saved_k(const MlpOperands<T> g, const __grid_constant__ MlpSaves<T> saves) {
-  int64_t lin;
-  (void)mlp_at<T>(g, &lin, &saves);
-}
-
 // The backward of a recorded forward: the gradients of each layer's
 // pre-activation (gz[l], where it is asked for) and of the input (gx, where
 // asked for), from the output's gradient g and the saved pre-activations z.
@@ -451,36 +443,44 @@ void launch_mlp(cudaStream_t s, LaunchEncoder& enc, const Tensor& out, const Ten
     g.b[l] = biases[l].defined() ? static_cast<const T*>(biases[l].data_ptr()) : nullptr;
     g.width[l + 1] = int(weights[l].sizes()[0]);
   }
-  const unsigned blocks = unsigned((rows + kMlpRows - 1) / kMlpRows);
-  if (!z.empty()) {
-    MlpSaves<T> sv{};
-    for (size_t l = 0; l < weights.size(); ++l) {
-      sv.z[l] = z[l].defined() ? static_cast<T*>(z[l].data_ptr()) : nullptr;
-      sv.h[l] = h[l].defined() ? static_cast<T*>(h[l].data_ptr()) : nullptr;
-    }
-    mlp_forward_saved_k<T><<<blocks, kMlpThreads, 0, s>>>(g, sv);
-    TG_CUDA_CHECK(cudaGetLastError(), "Sequential");
-    return;
+  // The saved tensors' span (one buffer in autograd's fused_mlp; else from
+  // the lowest to the highest byte, which a head's group keeps out of).
+  const char *lo = nullptr, *hi = nullptr;
+  for (size_t l = 0; l < z.size(); ++l)
+    for (const Tensor* t : {&z[l], &h[l]})
+      if (t->defined()) {
+        const fusion::Access a = fusion::span_of(*t, true);
+        lo = lo && lo < a.begin ? lo : a.begin;
+        hi = hi && hi > a.begin + a.bytes ? hi : a.begin + a.bytes;
+      }
+  for (size_t l = 0; l < z.size(); ++l) {
+    g.z[l] = z[l].defined() ? static_cast<T*>(z[l].data_ptr()) : nullptr;
+    g.h[l] = h[l].defined() ? static_cast<T*>(h[l].data_ptr()) : nullptr;
   }
+  const unsigned blocks = unsigned((rows + kMlpRows - 1) / kMlpRows);
   if (enc.recording() && tg::detail::switched_on<tg::detail::OffSwitch::kGraphHeads>()) {
-    fusion::Head h;
-    h.kind = fusion::kMlpHead;
-    h.grid[0] = blocks;
-    h.block[0] = kMlpThreads;
-    h.out = static_cast<char*>(out.data_ptr());
+    fusion::Head hd;
+    hd.kind = fusion::kMlpHead;
+    hd.grid[0] = blocks;
+    hd.block[0] = kMlpThreads;
+    hd.out = static_cast<char*>(out.data_ptr());
     auto read = [&](const Tensor& t) {
       const fusion::Access span = fusion::span_of(t, false);
-      h.read_begin[h.nreads] = span.begin;
-      h.read_bytes[h.nreads++] = span.bytes;
+      hd.read_begin[hd.nreads] = span.begin;
+      hd.read_bytes[hd.nreads++] = span.bytes;
     };
     read(x);
     for (size_t l = 0; l < weights.size(); ++l) {
       read(weights[l]);
       if (biases[l].defined()) read(biases[l]);
     }
-    std::memcpy(h.args, &g, sizeof(g));
+    if (lo) {
+      hd.written_begin = lo;
+      hd.written_bytes = hi - lo;
+    }
+    std::memcpy(hd.args, &g, sizeof(g));
     enc.fusable_head(reinterpret_cast<const void*>(&mlp_forward_k<T>), &g, sizeof(g), out.dtype(),
-                     rows * g.width[g.layers], h);
+                     rows * g.width[g.layers], hd);
   }
   mlp_forward_k<T><<<blocks, kMlpThreads, 0, s>>>(g);
   TG_CUDA_CHECK(cudaGetLastError(), "Sequential");

@@ -23,6 +23,11 @@ template <class T> struct MlpOperands {
   const T* x;
   const T* w[kMlpMaxLayers];
   const T* b[kMlpMaxLayers];
+  // A recorded forward (for mlp_backward_k; else null): each layer's
+  // pre-activation into z[l] where the activation follows it, each hidden
+  // layer's output into h[l].
+  T* z[kMlpMaxLayers];
+  T* h[kMlpMaxLayers];
   int64_t rows;
   int width[kMlpMaxLayers + 1];
   int layers;
@@ -49,15 +54,8 @@ template <class T> __device__ inline T mlp_activation(Activation act, T x) {
 // adds the bias, as small_gemm_k does, and the activation is the op's own
 // element formula. Returns whether the thread stored an element of out (the
 // last layer's), and which in *lin. Every thread of the block must call it
-// (it synchronizes the block). With saves (a recorded forward, for
-// mlp_backward_k): each layer's pre-activation into saves->z[l] where the
-// activation follows it, and each hidden layer's output into saves->h[l].
-template <class T> struct MlpSaves {
-  T* z[kMlpMaxLayers];
-  T* h[kMlpMaxLayers];
-};
-template <class T>
-__device__ inline bool mlp_at(const MlpOperands<T>& g, int64_t* lin, const MlpSaves<T>* saves = nullptr) {
+// (it synchronizes the block).
+template <class T> __device__ inline bool mlp_at(const MlpOperands<T>& g, int64_t* lin) {
   __shared__ T h[2][kMlpRows][kMlpMaxWidth];
   // wt[q * (wout + 1) + j] = w[j][q]: the padding makes the transposing
   // stores (consecutive q) as conflict-free as the reads (consecutive j).
@@ -86,10 +84,10 @@ __device__ inline bool mlp_at(const MlpOperands<T>& g, int64_t* lin, const MlpSa
         acc += h[cur][r][q] * wt[q * (wout + 1) + j];
       if (b) acc = acc + b[j];
       if (!last || g.last_act) {
-        if (saves) saves->z[l][row0 * wout + e] = acc;
+        if (g.z[l]) g.z[l][row0 * wout + e] = acc;
         acc = mlp_activation(g.act, acc);
       }
-      if (saves && !last) saves->h[l][row0 * wout + e] = acc;
+      if (g.h[l]) g.h[l][row0 * wout + e] = acc;
       if (last) {
         *lin = row0 * wout + e;
         g.out[*lin] = acc;

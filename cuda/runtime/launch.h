@@ -90,7 +90,7 @@ enum HeadKind : int8_t {
   kSmallGemmHead,  // cuda/kernels/small_gemm.cuh's product (SmallGemmOperands)
   kMlpHead,        // cuda/kernels/small_mlp.cuh's MLP (MlpOperands)
 };
-constexpr int kHeadArgBytes = 256;
+constexpr int kHeadArgBytes = 384;
 constexpr int kHeadReads = 17;  // an MLP's input and 8 layers' weights and biases
 struct Head {
   int8_t kind = kNoHead;
@@ -99,6 +99,10 @@ struct Head {
   int nreads = 0;
   const char* read_begin[kHeadReads] = {};
   int64_t read_bytes[kHeadReads] = {};
+  // Memory it also writes, from many threads (a recorded MLP's saved
+  // pre-activations): no step of its group may touch it.
+  const char* written_begin = nullptr;
+  int64_t written_bytes = 0;
   alignas(8) unsigned char args[kHeadArgBytes] = {};
 };
 

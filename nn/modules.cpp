@@ -97,8 +97,11 @@ Tensor fused_mlp_forward(const std::vector<std::shared_ptr<Module>>& modules, co
   const int64_t rows = x.numel() / x.sizes().back();
   IntList shape = x.sizes();
   shape.back() = weights.back().size(0);
-  const Tensor out = autograd::fused_mlp(*act, last_act, x.reshape({rows, x.sizes().back()}), weights, biases);
-  return out.defined() ? out.reshape(shape) : Tensor();
+  // (A 2-D x as it is: no reshape nodes around the MLP's.)
+  const bool flat = x.dim() == 2;
+  const Tensor out =
+      autograd::fused_mlp(*act, last_act, flat ? x : x.reshape({rows, x.sizes().back()}), weights, biases);
+  return !out.defined() || flat ? out : out.reshape(shape);
 }
 
 }  // namespace

@@ -564,11 +564,16 @@ TEST(NNGpu, RecordedSmallMlpsAreOneNodeWithTheLayersGradients) {
       s = s + g[i].square().sum();
       sw = sw + gw[i].square().sum();
     }
-    const std::vector<Tensor> h = ag::grad({s}, wrt), hw = ag::grad({sw}, wrt);
+    // (The last bias is unused there: the gradients do not depend on it.)
+    const std::vector<Tensor> h = ag::grad({s}, wrt, {}, std::nullopt, false, true),
+                              hw = ag::grad({sw}, wrt, {}, std::nullopt, false, true);
     for (size_t i = 0; i < wrt.size(); ++i) {
       EXPECT_TRUE(tg::allclose(g1[i], gw[i], 1e-11, 1e-11)) << "gradient " << i;
       EXPECT_TRUE(tg::allclose(g[i], gw[i], 1e-11, 1e-11)) << "gradient with create_graph " << i;
-      EXPECT_TRUE(tg::allclose(h[i], hw[i], 1e-10, 1e-10)) << "second derivative " << i;
+      ASSERT_EQ(h[i].defined(), hw[i].defined()) << "second derivative " << i;
+      if (h[i].defined()) {
+        EXPECT_TRUE(tg::allclose(h[i], hw[i], 1e-10, 1e-10)) << "second derivative " << i;
+      }
     }
     // gradcheck and gradgradcheck of the node itself, in x and every parameter.
     auto fn = [&](const std::vector<Tensor>& v) {

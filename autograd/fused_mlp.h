@@ -1,6 +1,7 @@
 // Internal (nn::Sequential): a small MLP's recorded forward as one node.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include <tapegrad/tensor/ops.h>
@@ -20,5 +21,10 @@ namespace tg::autograd {
 // then runs the layers one by one).
 Tensor fused_mlp(Activation act, bool last_act, const Tensor& x, const std::vector<Tensor>& weights,
                  const std::vector<Tensor>& biases);
+
+// How many MlpBackward backwards without create_graph fell back to the
+// public-op formulas because the backend's kernel declined the operands
+// (for tests: the kernel path ran when this does not move).
+int64_t fused_mlp_fallbacks();
 
 }  // namespace tg::autograd

@@ -208,15 +208,19 @@ struct Backend {
   bool (*mlp_forward)(Activation act, bool last_act, const Tensor& out, const Tensor& x,
                       const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
                       const std::vector<Tensor>& z, const std::vector<Tensor>& h);
-  // Its backward, one launch: from g [n, w_L] (the output's gradient), x
-  // (for the sizes) and the saved z, writes the pre-activations' gradients
+  // Its backward, one launch: from g [n, w_L] (the output's gradient), the
+  // widths w_0..w_L and the saved z, writes the pre-activations' gradients
   // gz[l] = dL/dz_l where defined (each element g act'(z), act' the formula
-  // activation_grad uses; a layer without activation: dL/d(its output)) and
-  // the input's gradient gx where defined, each element's sum over the
-  // layer's outputs taken in order. Returns false (nothing written) where
-  // it has no kernel for the operands. Optional.
-  bool (*mlp_backward)(Activation act, bool last_act, const Tensor& g, const Tensor& x, const std::vector<Tensor>& z,
-                       const std::vector<Tensor>& weights, const Tensor& gx, const std::vector<Tensor>& gz);
+  // activation_grad uses; a layer without activation: dL/d(its output)),
+  // for the layers from the last down to `lowest`, and the input's gradient
+  // gx where defined (then lowest is 0), each element's sum over the
+  // layer's outputs taken in order. weights[l] is read (and must be
+  // defined) for l > lowest, and for l = 0 with gx; z[l] for l >= lowest
+  // where the activation follows. Returns false (nothing written) where it
+  // has no kernel for the operands. Optional.
+  bool (*mlp_backward)(Activation act, bool last_act, const Tensor& g, const std::vector<int64_t>& widths,
+                       const std::vector<Tensor>& z, const std::vector<Tensor>& weights, const Tensor& gx,
+                       const std::vector<Tensor>& gz, int lowest);
   // Indices that were checked once and may have changed since (a sparse
   // tensor's, through _indices()): index Int64 1-D. CUDA only (the CPU
   // checks on the host): every index outside [0, size) is reported at the

@@ -519,6 +519,8 @@ TEST(NNGpu, RecordedSmallMlpsAreOneNodeWithTheLayersGradients) {
       {{3, 17, 5}, "relu", tg::Activation::Relu, true, true, 7},
       {{5, 33, 1}, "silu", tg::Activation::Silu, false, false, 9},
       {{4, 8, 8, 3}, "sigmoid", tg::Activation::Sigmoid, true, true, 5},
+      {{3, 5}, "tanh", tg::Activation::Tanh, true, true, 6},
+      {{1, 8, 8, 8, 8, 8, 8, 8, 1}, "tanh", tg::Activation::Tanh, false, true, 10},
   };
   const auto f64 = tg::TensorOptions().dtype(tg::kFloat64);
   tg::manual_seed(5);
@@ -554,9 +556,19 @@ TEST(NNGpu, RecordedSmallMlpsAreOneNodeWithTheLayersGradients) {
       EXPECT_NE(y.grad_fn()->name(), "MlpBackward");
     }
     EXPECT_TRUE(tg::allclose(y.detach(), want.detach(), 1e-12, 1e-12));
-    // First derivatives (the backward kernel), and second ones (the
-    // gradients' squares' gradients: the formulas in public ops).
+    // First derivatives (the backward kernel: no fallback to the public-op
+    // formulas), and second ones (the gradients' squares' gradients: the
+    // formulas in public ops).
+    const int64_t fallbacks = ag::fused_mlp_fallbacks();
     const std::vector<Tensor> g1 = ag::grad({(y * w).sum()}, wrt, {}, true);
+    EXPECT_EQ(ag::fused_mlp_fallbacks(), fallbacks);
+    // Some of the inputs only: x alone, each parameter alone.
+    for (size_t k = 0; k < wrt.size(); ++k) {
+      const Tensor one = ag::grad({(y * w).sum()}, {wrt[k]}, {}, true)[0];
+      const Tensor want_one = ag::grad({(want * w).sum()}, {wrt[k]}, {}, true)[0];
+      EXPECT_TRUE(tg::allclose(one, want_one, 1e-11, 1e-11)) << "gradient of input " << k << " alone";
+    }
+    EXPECT_EQ(ag::fused_mlp_fallbacks(), fallbacks);
     const std::vector<Tensor> g = ag::grad({(y * w).sum()}, wrt, {}, true, true);
     const std::vector<Tensor> gw = ag::grad({(want * w).sum()}, wrt, {}, true, true);
     Tensor s = g[0].square().sum(), sw = gw[0].square().sum();
@@ -604,6 +616,27 @@ TEST(NNGpu, RecordedSmallMlpsAreOneNodeWithTheLayersGradients) {
       layers[0]->weight.add_(0.5);
     }
     EXPECT_ERROR_CONTAINS(ag::grad({y2.sum()}, {x}), "modified by an in-place operation");
+  }
+  // Float32 and a 3-D input (rows as [2, 64]), against the layers one by one.
+  {
+    const auto f32 = tg::TensorOptions().dtype(tg::kFloat32);
+    nn::Sequential f = nn::MLP({2, 64, 64, 2}, "tanh", f32);
+    f->to(gpu);
+    const Tensor x = tg::randn({2, 64, 2}, f32).to(gpu).requires_grad_();
+    std::vector<Tensor> wrt = f->parameters();
+    wrt.push_back(x);
+    const Tensor y = f->forward(x);
+    Tensor want = x;
+    for (size_t i = 0; i < 3; ++i) {
+      const auto& l = static_cast<const nn::LinearImpl&>(*(*f)[2 * i]);
+      want = tg::linear(want, l.weight, l.bias);
+      if (i < 2) want = tg::tanh(want);
+    }
+    ASSERT_EQ(y.sizes(), want.sizes());
+    EXPECT_TRUE(tg::allclose(y, want, 1e-5, 1e-5));
+    const std::vector<Tensor> g = ag::grad({(y * y).sum()}, wrt), gw = ag::grad({(want * want).sum()}, wrt);
+    for (size_t i = 0; i < g.size(); ++i)
+      EXPECT_TRUE(tg::allclose(g[i], gw[i], 1e-4, 1e-4)) << "float32 gradient " << i;
   }
 }
 

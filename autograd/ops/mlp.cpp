@@ -2,6 +2,8 @@
 // (autograd/fused_mlp.h).
 #include "autograd/fused_mlp.h"
 
+#include <atomic>
+
 #include "autograd/accumulation.h"
 #include "autograd/ops/record.h"
 #include "tensor/env.h"
@@ -12,6 +14,8 @@ namespace tg::autograd {
 using namespace ops_detail;
 
 namespace {
+
+std::atomic<int64_t> g_fallbacks{0};
 
 // The activation as the layers compute it.
 Tensor activate(Activation act, const Tensor& x) {
@@ -41,28 +45,44 @@ class MlpBackward final : public OpNode, public ProductFormula {
     variable_list out(1 + 2 * L);
     const Tensor& g = grads[0];
     if (!g.defined()) return out;
-    if (is_grad_enabled()) return recorded(g);
-    const Tensor x = x_.unpack(this, "input");
-    std::vector<Tensor> w(L), z(L), h(L), gz(L);
-    for (size_t l = 0; l < L; ++l) {
-      w[l] = w_[l].unpack(this, "weight");
-      z[l] = z_[l].unpack(this, "pre-activation");
-      h[l] = h_[l].unpack(this, "hidden");
+    // Recorded (create_graph), or tangents to carry (forward over reverse):
+    // the formulas in public ops.
+    if (is_grad_enabled() || forward_ad::is_active()) return recorded(g);
+    auto activated = [&](size_t l) { return l + 1 < L || last_act_; };
+    auto params = [&](size_t l) { return should_compute_output(1 + 2 * l) || should_compute_output(2 + 2 * l); };
+    const bool need_x = should_compute_output(0);
+    // The lowest layer whose pre-activation gradient is needed (0 for x's).
+    size_t lowest = L;
+    for (size_t l = L; l-- > 0;)
+      if (params(l) || (l == 0 && need_x)) lowest = l;
+    if (lowest == L) return out;
+    // Only what this backward reads is unpacked (and version-checked), as
+    // the layers' own nodes save only what their gradients need.
+    std::vector<Tensor> w(L), z(L), gz(L);
+    for (size_t l = lowest; l < L; ++l) {
+      if (l > lowest || (l == 0 && need_x)) w[l] = w_[l].unpack(this, "weight");
+      if (activated(l)) z[l] = z_[l].unpack(this, "pre-activation");
+      // dL/dz_l in memory where layer l's parameters need it (the kernel
+      // carries it down in shared memory); a last layer without
+      // activation has g itself.
+      if (params(l) && activated(l)) gz[l] = tg::empty({g.size(0), widths_[l + 1]}, g.options());
     }
     const Tensor gc = g.contiguous();
-    // dL/dz_l in memory where layer l's parameters need it (the kernel
-    // carries it to the layers below in shared memory); a last layer
-    // without activation has g itself.
-    for (size_t l = 0; l < L; ++l)
-      if ((should_compute_output(1 + 2 * l) || should_compute_output(2 + 2 * l)) && (l + 1 < L || last_act_))
-        gz[l] = tg::empty(z[l].sizes(), z[l].options());
-    Tensor gx = should_compute_output(0) ? tg::empty(x.sizes(), x.options()) : Tensor();
-    const kernels::Backend& be = kernels::backend(x.device(), "Sequential backward");
-    if (!be.mlp_backward || !be.mlp_backward(act_, last_act_, gc, x, z, w, gx, gz)) return recorded(g);
-    for (size_t l = 0; l < L; ++l) {
-      const Tensor& gl = l + 1 < L || last_act_ ? gz[l] : gc;
-      const Tensor& in = l == 0 ? x : h[l - 1];
-      if (should_compute_output(1 + 2 * l)) out[1 + 2 * l] = product_grad(*this, 1 + 2 * l, gl, in);
+    Tensor gx = need_x ? tg::empty({g.size(0), widths_[0]}, g.options()) : Tensor();
+    const bool kernel = need_x || lowest + 1 < L || activated(lowest);
+    if (kernel) {
+      const kernels::Backend& be = kernels::backend(g.device(), "Sequential backward");
+      if (!be.mlp_backward || !be.mlp_backward(act_, last_act_, gc, widths_, z, w, gx, gz, int(lowest))) {
+        g_fallbacks.fetch_add(1);
+        return recorded(g);
+      }
+    }
+    for (size_t l = lowest; l < L; ++l) {
+      const Tensor& gl = activated(l) ? gz[l] : gc;
+      if (should_compute_output(1 + 2 * l)) {
+        const Tensor in = l == 0 ? x_.unpack(this, "input") : h_[l - 1].unpack(this, "hidden");
+        out[1 + 2 * l] = product_grad(*this, 1 + 2 * l, gl, in);
+      }
       if (should_compute_output(2 + 2 * l)) out[2 + 2 * l] = tg::sum(gl, {0});
     }
     out[0] = gx;
@@ -78,6 +98,7 @@ class MlpBackward final : public OpNode, public ProductFormula {
 
   Activation act_;
   bool last_act_;
+  std::vector<int64_t> widths_;  // the layers' widths, input first
   SavedVariable x_;
   std::vector<SavedVariable> w_, b_, z_, h_;
 
@@ -93,8 +114,9 @@ class MlpBackward final : public OpNode, public ProductFormula {
     for (size_t l = 0; l < L; ++l) {
       w[l] = w_[l].unpack(this, "weight");
       in[l] = hcur;
+      if (l + 1 == L && !last_act_) break;  // the last layer's output is not needed
       pre[l] = tg::linear(hcur, w[l], b_[l].unpack(this, "bias"));
-      hcur = l + 1 < L || last_act_ ? activate(act_, pre[l]) : pre[l];
+      hcur = activate(act_, pre[l]);
     }
     Tensor gl = g;
     for (size_t l = L; l-- > 0;) {
@@ -110,10 +132,14 @@ class MlpBackward final : public OpNode, public ProductFormula {
 
 }  // namespace
 
+int64_t fused_mlp_fallbacks() { return g_fallbacks.load(); }
+
 Tensor fused_mlp(Activation act, bool last_act, const Tensor& x, const std::vector<Tensor>& weights,
                  const std::vector<Tensor>& biases) {
   const kernels::Backend& be = kernels::backend(x.device(), "Sequential");
   if (!be.mlp_forward || !be.mlp_backward || weights.empty() || biases.size() != weights.size() || x.dim() != 2)
+    return {};
+  if (act != Activation::Tanh && act != Activation::Sigmoid && act != Activation::Silu && act != Activation::Relu)
     return {};
   const size_t L = weights.size();
   const TensorOptions o = x.options();
@@ -165,6 +191,9 @@ Tensor fused_mlp(Activation act, bool last_act, const Tensor& x, const std::vect
   if (!ran) return {};
   if (!record) return out;
   auto node = make_node<MlpBackward>(inputs, act, last_act, L);
+  node->widths_.push_back(x.size(1));
+  for (const Tensor& w : weights)
+    node->widths_.push_back(w.size(0));
   node->x_ = SavedVariable(x, false);
   for (size_t l = 0; l < L; ++l) {
     node->w_[l] = SavedVariable(weights[l], false);

@@ -381,7 +381,7 @@ template <class T> struct MlpBackOperands {
   T* gx;
   int64_t rows;
   int width[kMlpMaxLayers + 1];
-  int layers;
+  int layers, lowest;
   Activation act;
   bool last_act;
 };
@@ -398,7 +398,7 @@ __global__ void __launch_bounds__(kMlpThreads) mlp_backward_k(const __grid_const
     const int wl = g.width[g.layers];
     if (e < nr * wl) gb[0][e / wl][e % wl] = g.g[row0 * wl + e];
   }
-  for (int l = g.layers - 1; l >= 0; --l) {
+  for (int l = g.layers - 1; l >= g.lowest; --l) {
     const int win = g.width[l], wout = g.width[l + 1];
     const bool activated = l < g.layers - 1 || g.last_act;
     if (e < nr * wout) {
@@ -407,7 +407,7 @@ __global__ void __launch_bounds__(kMlpThreads) mlp_backward_k(const __grid_const
       gb[cur][e / wout][e % wout] = v;
       if (g.gz[l]) g.gz[l][row0 * wout + e] = v;
     }
-    if (l == 0 && !g.gx) break;
+    if (l == g.lowest && !(l == 0 && g.gx)) break;
     const T* w = g.w[l];
     for (int k = e; k < win * wout; k += blockDim.x)
       ws[k] = w[k];
@@ -527,6 +527,9 @@ bool mlp_operand(const Tensor& t, const Tensor& x, int64_t width, bool may_be_un
 bool mlp_forward_kernel(Activation act, bool last_act, const Tensor& out, const Tensor& x,
                         const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
                         const std::vector<Tensor>& z, const std::vector<Tensor>& h) {
+  // mlp_activation's kinds only.
+  if (act != Activation::Tanh && act != Activation::Sigmoid && act != Activation::Silu && act != Activation::Relu)
+    return false;
   int64_t wl = 0;
   if (!mlp_usable(x, weights, biases, &wl) || !mlp_operand(out, x, wl, false)) return false;
   const size_t L = weights.size();
@@ -558,52 +561,66 @@ bool mlp_forward_kernel(Activation act, bool last_act, const Tensor& out, const 
 }
 
 template <class T>
-void launch_mlp_backward(cudaStream_t s, Activation act, bool last_act, const Tensor& g, const std::vector<Tensor>& z,
-                         const std::vector<Tensor>& weights, const Tensor& gx, const std::vector<Tensor>& gz) {
+void launch_mlp_backward(cudaStream_t s, Activation act, bool last_act, const Tensor& g,
+                         const std::vector<int64_t>& widths, const std::vector<Tensor>& z,
+                         const std::vector<Tensor>& weights, const Tensor& gx, const std::vector<Tensor>& gz,
+                         int lowest) {
   MlpBackOperands<T> o{};
   o.g = static_cast<const T*>(g.data_ptr());
   o.gx = gx.defined() ? static_cast<T*>(gx.data_ptr()) : nullptr;
   o.rows = g.sizes()[0];
   o.layers = int(weights.size());
+  o.lowest = lowest;
   o.act = act;
   o.last_act = last_act;
-  o.width[0] = int(weights[0].sizes()[1]);
+  for (size_t l = 0; l <= weights.size(); ++l)
+    o.width[l] = int(widths[l]);
   for (size_t l = 0; l < weights.size(); ++l) {
-    o.w[l] = static_cast<const T*>(weights[l].data_ptr());
+    o.w[l] = weights[l].defined() ? static_cast<const T*>(weights[l].data_ptr()) : nullptr;
     o.z[l] = z[l].defined() ? static_cast<const T*>(z[l].data_ptr()) : nullptr;
     o.gz[l] = gz[l].defined() ? static_cast<T*>(gz[l].data_ptr()) : nullptr;
-    o.width[l + 1] = int(weights[l].sizes()[0]);
   }
   const unsigned blocks = unsigned((o.rows + kMlpRows - 1) / kMlpRows);
   mlp_backward_k<T><<<blocks, kMlpThreads, 0, s>>>(o);
   TG_CUDA_CHECK(cudaGetLastError(), "Sequential backward");
 }
 
-bool mlp_backward_kernel(Activation act, bool last_act, const Tensor& g, const Tensor& x, const std::vector<Tensor>& z,
-                         const std::vector<Tensor>& weights, const Tensor& gx, const std::vector<Tensor>& gz) {
-  const std::vector<Tensor> no_bias(weights.size());
-  int64_t wl = 0;
-  if (!mlp_usable(x, weights, no_bias, &wl) || !mlp_operand(g, x, wl, false) || z.size() != weights.size() ||
-      gz.size() != weights.size() || !mlp_operand(gx, x, x.sizes()[1], true))
-    return false;
+bool mlp_backward_kernel(Activation act, bool last_act, const Tensor& g, const std::vector<int64_t>& widths,
+                         const std::vector<Tensor>& z, const std::vector<Tensor>& weights, const Tensor& gx,
+                         const std::vector<Tensor>& gz, int lowest) {
   const size_t L = weights.size();
-  for (size_t l = 0; l < L; ++l) {
-    const int64_t w = weights[l].sizes()[0];
+  if (L == 0 || L > size_t(kMlpMaxLayers) || widths.size() != L + 1 || z.size() != L || gz.size() != L || lowest < 0 ||
+      size_t(lowest) >= L || (gx.defined() && lowest != 0) || g.dim() != 2)
+    return false;
+  const ScalarType dt = g.dtype();
+  const int64_t rows = g.sizes()[0];
+  if ((dt != kFloat32 && dt != kFloat64) || rows <= 0 || !g.is_contiguous() || g.sizes()[1] != widths[L]) return false;
+  for (int64_t w : widths)
+    if (w <= 0 || w > kMlpMaxWidth) return false;
+  auto operand = [&](const Tensor& t, int64_t r, int64_t c) {
+    return t.dim() == 2 && t.sizes()[0] == r && t.sizes()[1] == c && t.dtype() == dt && t.device() == g.device() &&
+           t.is_contiguous();
+  };
+  if (gx.defined() && !operand(gx, rows, widths[0])) return false;
+  for (size_t l = size_t(lowest); l < L; ++l) {
     const bool activated = l + 1 < L || last_act;
-    if ((activated ? !mlp_operand(z[l], x, w, false) : z[l].defined()) || !mlp_operand(gz[l], x, w, true)) return false;
+    const bool reads_w = l > size_t(lowest) || (l == 0 && gx.defined());
+    if (reads_w && (!weights[l].defined() || !operand(weights[l], widths[l + 1], widths[l]))) return false;
+    if (activated && (!z[l].defined() || !operand(z[l], rows, widths[l + 1]))) return false;
+    if (gz[l].defined() && !operand(gz[l], rows, widths[l + 1])) return false;
   }
   DeviceGuard dg(g.device().index());
   cudaStream_t s = stream_of(g);
   LaunchEncoder access(s);
   access.read(g);
-  for (size_t l = 0; l < L; ++l) {
-    access.read(weights[l]);
+  for (size_t l = size_t(lowest); l < L; ++l) {
+    if (weights[l].defined()) access.read(weights[l]);
     if (z[l].defined()) access.read(z[l]);
     if (gz[l].defined()) access.write(gz[l]);
   }
   if (gx.defined()) access.write(gx);
-  if (g.dtype() == kFloat64) launch_mlp_backward<double>(s, act, last_act, g, z, weights, gx, gz);
-  else launch_mlp_backward<float>(s, act, last_act, g, z, weights, gx, gz);
+  if (dt == kFloat64) launch_mlp_backward<double>(s, act, last_act, g, widths, z, weights, gx, gz, lowest);
+  else launch_mlp_backward<float>(s, act, last_act, g, widths, z, weights, gx, gz, lowest);
   return true;
 }
 

@@ -43,7 +43,7 @@ template <class T> __device__ inline T mlp_activation(Activation act, T x) {
     case Activation::Tanh: return tg::kernels::unary_fn<tg::kernels::UnaryOp::Tanh>(x, p);
     case Activation::Sigmoid: return tg::kernels::unary_fn<tg::kernels::UnaryOp::Sigmoid>(x, p);
     case Activation::Silu: return tg::kernels::unary_fn<tg::kernels::UnaryOp::Silu>(x, p);
-    default: return tg::kernels::unary_fn<tg::kernels::UnaryOp::Relu>(x, p);
+    default: return tg::kernels::unary_fn<tg::kernels::UnaryOp::Relu>(x, p);  // (the host refuses other kinds)
   }
 }
 

@@ -587,19 +587,22 @@ TEST(NNGpu, RecordedSmallMlpsAreOneNodeWithTheLayersGradients) {
         EXPECT_TRUE(tg::allclose(h[i], hw[i], 1e-10, 1e-10)) << "second derivative " << i;
       }
     }
-    // gradcheck and gradgradcheck of the node itself, in x and every parameter.
+    // gradcheck and gradgradcheck of the node itself, in x and every
+    // parameter (float64 CPU inputs, as gradcheck takes them, moved to the
+    // GPU inside the function and its output back).
     auto fn = [&](const std::vector<Tensor>& v) {
       std::vector<Tensor> ws, bs;
       for (size_t l = 0; l < layers.size(); ++l) {
-        ws.push_back(v[1 + (c.bias ? 2 : 1) * l]);
-        bs.push_back(c.bias ? v[2 + 2 * l] : Tensor());
+        ws.push_back(v[1 + (c.bias ? 2 : 1) * l].to(gpu));
+        bs.push_back(c.bias ? v[2 + 2 * l].to(gpu) : Tensor());
       }
-      Tensor out = ag::fused_mlp(c.kind, c.last_act, v[0], ws, bs);
-      return out.defined() ? out : Tensor();
+      Tensor out = ag::fused_mlp(c.kind, c.last_act, v[0].to(gpu), ws, bs);
+      return out.defined() ? out.to(tg::Device(tg::kCPU)) : Tensor();
     };
-    std::vector<Tensor> small = {x.detach().narrow(0, 0, std::min<int64_t>(c.rows, 5)).contiguous().requires_grad_()};
+    std::vector<Tensor> small = {
+        x.detach().narrow(0, 0, std::min<int64_t>(c.rows, 5)).contiguous().to(tg::Device(tg::kCPU)).requires_grad_()};
     for (const Tensor& p : params)
-      small.push_back(p.detach().clone().requires_grad_());
+      small.push_back(p.detach().to(tg::Device(tg::kCPU)).clone().requires_grad_());
     int64_t numel = 0;
     for (const Tensor& p : params)
       numel += p.numel();

@@ -361,8 +361,18 @@ void small_gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumu
 // body; while the stream captures, also as a head that fused elementwise
 // steps (a Runge-Kutta stage sum) may follow (fusion::Head).
 template <class T> __global__ void __launch_bounds__(kMlpThreads) mlp_forward_k(const MlpOperands<T> g) {
+  wait_for_predecessors();  // (launched with programmatic dependent launch under TG_MLP_PDL)
   int64_t lin;
   (void)mlp_at<T>(g, &lin);
+}
+
+// TG_MLP_PDL=1 (read once; an experiment, off by default until measured):
+// the MLP kernels launched with programmatic dependent launch, as the
+// elementwise kernels are, so that a launch overlaps the tail of the kernel
+// before it (each waits for it before its first memory access).
+bool mlp_pdl() {
+  static const bool v = tg::detail::env_number("TG_MLP_PDL", 0) != 0;
+  return v;
 }
 
 // The backward of a recorded forward: the gradients of each layer's
@@ -388,6 +398,7 @@ template <class T> struct MlpBackOperands {
 
 template <class T>
 __global__ void __launch_bounds__(kMlpThreads) mlp_backward_k(const __grid_constant__ MlpBackOperands<T> g) {
+  wait_for_predecessors();  // (TG_MLP_PDL)
   __shared__ T gb[2][kMlpRows][kMlpMaxWidth];
   __shared__ T ws[kMlpMaxWidth * kMlpMaxWidth];
   const int64_t row0 = int64_t(blockIdx.x) * kMlpRows;
@@ -482,7 +493,9 @@ void launch_mlp(cudaStream_t s, LaunchEncoder& enc, const Tensor& out, const Ten
     enc.fusable_head(reinterpret_cast<const void*>(&mlp_forward_k<T>), &g, sizeof(g), out.dtype(),
                      rows * g.width[g.layers], hd);
   }
-  mlp_forward_k<T><<<blocks, kMlpThreads, 0, s>>>(g);
+  if (mlp_pdl())
+    launch_pdl(&mlp_forward_k<T>, dim3(blocks), dim3(kMlpThreads), s, out.device().index(), "Sequential", g);
+  else mlp_forward_k<T><<<blocks, kMlpThreads, 0, s>>>(g);
   TG_CUDA_CHECK(cudaGetLastError(), "Sequential");
 }
 
@@ -581,7 +594,9 @@ void launch_mlp_backward(cudaStream_t s, Activation act, bool last_act, const Te
     o.gz[l] = gz[l].defined() ? static_cast<T*>(gz[l].data_ptr()) : nullptr;
   }
   const unsigned blocks = unsigned((o.rows + kMlpRows - 1) / kMlpRows);
-  mlp_backward_k<T><<<blocks, kMlpThreads, 0, s>>>(o);
+  if (mlp_pdl())
+    launch_pdl(&mlp_backward_k<T>, dim3(blocks), dim3(kMlpThreads), s, g.device().index(), "Sequential backward", o);
+  else mlp_backward_k<T><<<blocks, kMlpThreads, 0, s>>>(o);
   TG_CUDA_CHECK(cudaGetLastError(), "Sequential backward");
 }
 

@@ -139,6 +139,19 @@ void replay_each_and_compare(cu::CUDAGraph& a, const std::vector<Tensor>& out_a,
   expect_same(out_b, eager, what_b);
 }
 
+// Runs `step` once (warm-up), captures it with fusion and without, replays
+// each `times` times and compares both with a fresh eager step (bitwise);
+// returns how many nodes the fused graph's fusion removed (none in the other).
+template <class Step> size_t fused_against_unfused(const Step& step, int times) {
+  (void)step();
+  cu::CUDAGraph fused, plain;
+  plain.set_fusion(false);
+  auto [a, p] = capture_each(fused, plain, step);
+  EXPECT_EQ(plain.fused_nodes(), 0u);
+  replay_each_and_compare(fused, a, "fused graph", plain, p, "unfused graph", times, step);
+  return fused.fused_nodes();
+}
+
 // Two branches' inputs on the GPU after manual_seed(seed): x1, x2 [1024, 64]
 // and w1, w2 [64, 64] (times 0.125), float32.
 struct BranchInputs {
@@ -683,13 +696,7 @@ TEST(GraphsGpu, ElementwiseChainsFuseAndReplayEqualsEager) {
     out.insert(out.begin(), y);
     return out;
   };
-  (void)step();  // warm-up
-  cu::CUDAGraph fused, plain;
-  plain.set_fusion(false);
-  auto [a, c] = capture_each(fused, plain, step);
-  EXPECT_EQ(plain.fused_nodes(), 0u);
-  EXPECT_GT(fused.fused_nodes(), 300u) << "the forward and the backward chains fuse";
-  replay_each_and_compare(fused, a, "fused graph", plain, c, "unfused graph", 1, step);
+  EXPECT_GT(fused_against_unfused(step, 1), 300u) << "the forward and the backward chains fuse";
 
   // 202 kernels in a line (the last two in place): groups of 16 steps, 13 nodes.
   auto line_step = [&] {
@@ -736,12 +743,7 @@ TEST(GraphsGpu, SmallProductsTakeTheStepsAfterThemIntoTheirLaunch) {
         tg::NoGradGuard ng;
         return std::vector<Tensor>{tg::tanh(tg::linear(x, w, b)) * 2.0 + c};
       };
-      (void)step();
-      cu::CUDAGraph fused, plain;
-      plain.set_fusion(false);
-      auto [a, p] = capture_each(fused, plain, step);
-      EXPECT_EQ(fused.fused_nodes(), 3u) << "the product and the three steps after it: one node";
-      replay_each_and_compare(fused, a, "fused graph", plain, p, "unfused graph", 2, step);
+      EXPECT_EQ(fused_against_unfused(step, 2), 3u) << "the product and the three steps after it: one node";
     }
     {
       // Two layers, their gradients (products with the bias, accumulating
@@ -753,12 +755,7 @@ TEST(GraphsGpu, SmallProductsTakeTheStepsAfterThemIntoTheirLaunch) {
         out.push_back(y);
         return out;
       };
-      (void)step();
-      cu::CUDAGraph fused, plain;
-      plain.set_fusion(false);
-      auto [a, p] = capture_each(fused, plain, step);
-      EXPECT_GT(fused.fused_nodes(), 0u);
-      replay_each_and_compare(fused, a, "fused graph", plain, p, "unfused graph", 2, step);
+      EXPECT_GT(fused_against_unfused(step, 2), 0u);
     }
     {
       // The product's input written after it (read by every thread): apart.
@@ -803,14 +800,10 @@ TEST(GraphsGpu, SmallMlpsTakeTheStepsAfterThemIntoTheirLaunch) {
         const Tensor k2 = f->forward(y2);
         return std::vector<Tensor>{k1, y2, k2, y + (k1 + k2) * 0.05};
       };
-      (void)step();
-      cu::CUDAGraph fused, plain;
-      plain.set_fusion(false);
-      auto [a, p] = capture_each(fused, plain, step);
+      const size_t removed = fused_against_unfused(step, 2);
       if (headed) {
-        EXPECT_EQ(fused.fused_nodes(), 5u) << "each MLP with the stage sum after it: one node";
+        EXPECT_EQ(removed, 5u) << "each MLP with the stage sum after it: one node";
       }
-      replay_each_and_compare(fused, a, "fused graph", plain, p, "unfused graph", 2, step);
     }
     {
       // Recorded (MlpBackward): the saved forward is a head too; two stages
@@ -826,14 +819,10 @@ TEST(GraphsGpu, SmallMlpsTakeTheStepsAfterThemIntoTheirLaunch) {
         out.push_back(y1.detach());
         return out;
       };
-      (void)step();
-      cu::CUDAGraph fused, plain;
-      plain.set_fusion(false);
-      auto [a, p] = capture_each(fused, plain, step);
+      const size_t removed = fused_against_unfused(step, 2);
       if (headed) {
-        EXPECT_GT(fused.fused_nodes(), 0u);
+        EXPECT_GT(removed, 0u);
       }
-      replay_each_and_compare(fused, a, "fused graph", plain, p, "unfused graph", 2, step);
     }
     {
       // The MLP's input written after it (read by the whole block): apart.

@@ -457,16 +457,15 @@ void launch_mlp(cudaStream_t s, LaunchEncoder& enc, const Tensor& out, const Ten
   // The saved tensors' span (one buffer in autograd's fused_mlp; else from
   // the lowest to the highest byte, which a head's group keeps out of).
   const char *lo = nullptr, *hi = nullptr;
-  for (size_t l = 0; l < z.size(); ++l)
+  for (size_t l = 0; l < z.size(); ++l) {
+    g.z[l] = z[l].defined() ? static_cast<T*>(z[l].data_ptr()) : nullptr;
+    g.h[l] = h[l].defined() ? static_cast<T*>(h[l].data_ptr()) : nullptr;
     for (const Tensor* t : {&z[l], &h[l]})
       if (t->defined()) {
         const fusion::Access a = fusion::span_of(*t, true);
         lo = lo && lo < a.begin ? lo : a.begin;
         hi = hi && hi > a.begin + a.bytes ? hi : a.begin + a.bytes;
       }
-  for (size_t l = 0; l < z.size(); ++l) {
-    g.z[l] = z[l].defined() ? static_cast<T*>(z[l].data_ptr()) : nullptr;
-    g.h[l] = h[l].defined() ? static_cast<T*>(h[l].data_ptr()) : nullptr;
   }
   const unsigned blocks = unsigned((rows + kMlpRows - 1) / kMlpRows);
   if (enc.recording() && tg::detail::switched_on<tg::detail::OffSwitch::kGraphHeads>()) {
@@ -529,12 +528,10 @@ bool mlp_usable(const Tensor& x, const std::vector<Tensor>& weights, const std::
   return true;
 }
 
-// A [rows, width] contiguous tensor of x's dtype and device, or undefined
-// where `may_be_undefined`.
-bool mlp_operand(const Tensor& t, const Tensor& x, int64_t width, bool may_be_undefined) {
-  if (!t.defined()) return may_be_undefined;
-  return t.dim() == 2 && t.sizes()[0] == x.sizes()[0] && t.sizes()[1] == width && t.dtype() == x.dtype() &&
-         t.device() == x.device() && t.is_contiguous();
+// A defined, contiguous [rows, cols] tensor of like's dtype and device.
+bool mlp_operand(const Tensor& t, const Tensor& like, int64_t rows, int64_t cols) {
+  return t.defined() && t.dim() == 2 && t.sizes()[0] == rows && t.sizes()[1] == cols && t.dtype() == like.dtype() &&
+         t.device() == like.device() && t.is_contiguous();
 }
 
 bool mlp_forward_kernel(Activation act, bool last_act, const Tensor& out, const Tensor& x,
@@ -544,19 +541,20 @@ bool mlp_forward_kernel(Activation act, bool last_act, const Tensor& out, const 
   if (act != Activation::Tanh && act != Activation::Sigmoid && act != Activation::Silu && act != Activation::Relu)
     return false;
   int64_t wl = 0;
-  if (!mlp_usable(x, weights, biases, &wl) || !mlp_operand(out, x, wl, false)) return false;
+  if (!mlp_usable(x, weights, biases, &wl)) return false;
+  const int64_t rows = x.sizes()[0];
+  if (!mlp_operand(out, x, rows, wl)) return false;
   const size_t L = weights.size();
   if (!z.empty()) {  // saved: z where the activation follows, h for the hidden layers
     if (z.size() != L || h.size() != L) return false;
     for (size_t l = 0; l < L; ++l) {
       const int64_t w = weights[l].sizes()[0];
       const bool activated = l + 1 < L || last_act, hidden = l + 1 < L;
-      if (!mlp_operand(z[l], x, w, !activated) || (z[l].defined() && !activated) || !mlp_operand(h[l], x, w, !hidden) ||
-          (h[l].defined() && !hidden))
+      if ((activated ? !mlp_operand(z[l], x, rows, w) : z[l].defined()) ||
+          (hidden ? !mlp_operand(h[l], x, rows, w) : h[l].defined()))
         return false;
     }
   }
-  const int64_t rows = x.sizes()[0];
   DeviceGuard dg(out.device().index());
   cudaStream_t s = stream_of(out);
   LaunchEncoder access(s);
@@ -612,17 +610,14 @@ bool mlp_backward_kernel(Activation act, bool last_act, const Tensor& g, const s
   if ((dt != kFloat32 && dt != kFloat64) || rows <= 0 || !g.is_contiguous() || g.sizes()[1] != widths[L]) return false;
   for (int64_t w : widths)
     if (w <= 0 || w > kMlpMaxWidth) return false;
-  auto operand = [&](const Tensor& t, int64_t r, int64_t c) {
-    return t.dim() == 2 && t.sizes()[0] == r && t.sizes()[1] == c && t.dtype() == dt && t.device() == g.device() &&
-           t.is_contiguous();
-  };
-  if (gx.defined() && !operand(gx, rows, widths[0])) return false;
+  if (gx.defined() && !mlp_operand(gx, g, rows, widths[0])) return false;
   for (size_t l = size_t(lowest); l < L; ++l) {
     const bool activated = l + 1 < L || last_act;
     const bool reads_w = l > size_t(lowest) || (l == 0 && gx.defined());
-    if (reads_w && (!weights[l].defined() || !operand(weights[l], widths[l + 1], widths[l]))) return false;
-    if (activated && (!z[l].defined() || !operand(z[l], rows, widths[l + 1]))) return false;
-    if (gz[l].defined() && !operand(gz[l], rows, widths[l + 1])) return false;
+    if ((reads_w && !mlp_operand(weights[l], g, widths[l + 1], widths[l])) ||
+        (activated && !mlp_operand(z[l], g, rows, widths[l + 1])) ||
+        (gz[l].defined() && !mlp_operand(gz[l], g, rows, widths[l + 1])))
+      return false;
   }
   DeviceGuard dg(g.device().index());
   cudaStream_t s = stream_of(g);
